@@ -1,0 +1,52 @@
+"""Graded exercises: instant feedback in a notebook, and batch grading of a whole class.
+
+In a notebook::
+
+    from course_lib.grading import check
+    check("ex02.softmax", softmax)
+
+From a shell::
+
+    python -m course_lib.grading submissions/ --out grades/ --timeout 300
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .core import Case, GradingError, Task, TaskResult, all_tasks, get_task, judge, run_cases, tasks_for
+
+__all__ = ["check", "Case", "Task", "TaskResult", "GradingError", "all_tasks", "get_task", "tasks_for"]
+
+# In a notebook the checks use fixed inputs, so the same code always gets the same feedback.
+# The batch grader draws fresh hidden inputs from a secret seed on every run.
+NOTEBOOK_SEED = 0
+
+
+def check(task_id: str, obj: Any = None) -> TaskResult | None:
+    """Check a learner's function or class for one task and print the feedback. Never raises.
+
+    Returns None (so a notebook cell ending in `check(...)` shows only the printed feedback);
+    use `check_result` for the `TaskResult` itself.
+    """
+    result = check_result(task_id, obj)
+    print(result.render() if isinstance(result, TaskResult) else result)
+    return None
+
+
+def check_result(task_id: str, obj: Any = None) -> TaskResult | str:
+    """Like `check`, but returns the `TaskResult` (or a message string) instead of printing."""
+    try:
+        task = get_task(task_id)
+    except KeyError as e:
+        return f"❌ {e.args[0]}"
+    try:
+        if obj is None:
+            return judge(task, [], None, missing=f"pass your `{task.name}` to check()")
+        cases = task.cases(torch.Generator().manual_seed(NOTEBOOK_SEED))
+        run = run_cases(task, obj, cases)
+        return judge(task, cases, run)
+    except Exception as e:  # noqa: BLE001  (feedback must never crash a learner's notebook)
+        return f"❌ {task_id}: the checker could not run ({type(e).__name__}: {e})"

@@ -1,0 +1,477 @@
+"""The machinery behind every graded task: cases, running a learner's code, comparing, feedback.
+
+A `Task` knows how to make test cases (`cases`), how to run a learner's function or class on one
+case (`call`), what the right answer is (`expected`, by default the reference in `course_lib`),
+and how to explain a wrong answer (`mistakes`: wrong implementations with the hint each deserves).
+
+Running and judging are separate on purpose. `run_cases` runs the learner's object and returns
+plain outcomes (values or the exception raised, plus any forbidden call it made); `judge`
+compares those outcomes with the reference. In a notebook, `check` does both in the learner's
+kernel for instant feedback. The batch grader runs only `run_cases` inside the learner's kernel
+and `judge` in its own process, so nothing a notebook redefines can change a grade.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import sys
+import types
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.overrides import TorchFunctionMode
+
+__all__ = [
+    "Case",
+    "Task",
+    "TaskResult",
+    "register",
+    "get_task",
+    "all_tasks",
+    "tasks_for",
+    "run_cases",
+    "judge",
+    "resolve",
+    "load_weights",
+    "GradingError",
+]
+
+
+class GradingError(Exception):
+    """Raised by a task's own harness code (e.g. a module with a missing sub-module).
+
+    Its message is shown to the learner as it is, so it must say what to fix.
+    """
+
+
+@dataclass
+class Case:
+    """One test input. `description` is what the learner reads when this case fails."""
+
+    description: str
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    # Extra inputs a task's `call` needs, e.g. the weights to load into a learner's module.
+    data: dict = field(default_factory=dict)
+    # The learner's code must raise this exception type on this input (e.g. ValueError).
+    raises: type[BaseException] | None = None
+
+
+@dataclass
+class TaskResult:
+    task_id: str
+    score: float
+    max_score: float
+    passed: int
+    total: int
+    feedback: str
+    status: str  # "passed", "failed", "not implemented", "missing", "forbidden"
+
+    def render(self) -> str:
+        mark = {"passed": "✅", "not implemented": "✏️ "}.get(self.status, "❌")
+        return f"{mark} {self.task_id}: {self.feedback}"
+
+    def as_dict(self) -> dict:
+        return {"score": self.score, "max_score": self.max_score, "feedback": self.feedback}
+
+
+# --------------------------------------------------------------------------------------------
+# The registry
+# --------------------------------------------------------------------------------------------
+
+_REGISTRY: dict[str, Task] = {}
+
+
+def register(cls: type[Task]) -> type[Task]:
+    """Class decorator: add a task to the registry (ids must be unique)."""
+    task = cls()
+    if task.id in _REGISTRY and type(_REGISTRY[task.id]).__qualname__ != cls.__qualname__:
+        raise ValueError(f"task id {task.id!r} is registered twice")
+    _REGISTRY[task.id] = task
+    return cls
+
+
+def _load_all() -> None:
+    from . import tasks  # noqa: F401  (importing registers every exercise set)
+
+
+def get_task(task_id: str) -> Task:
+    _load_all()
+    if task_id not in _REGISTRY:
+        known = ", ".join(sorted(_REGISTRY))
+        raise KeyError(f"unknown task id {task_id!r}; known tasks: {known}")
+    return _REGISTRY[task_id]
+
+
+def all_tasks() -> list[Task]:
+    _load_all()
+    return list(_REGISTRY.values())
+
+
+def tasks_for(exercise: str) -> list[Task]:
+    """The tasks of one exercise set, e.g. "ex02", in the order they were registered."""
+    return [t for t in all_tasks() if t.id.split(".")[0] == exercise]
+
+
+def resolve(dotted: str) -> Any:
+    """Import `a.b.c` and return the object (module attribute or class attribute)."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(f"cannot resolve {dotted!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# Watching what a learner's code calls
+# --------------------------------------------------------------------------------------------
+
+
+def _code_objects(obj: Any) -> Iterable[types.CodeType]:
+    """The Python code objects that run when `obj` (function or class) is used."""
+    if isinstance(obj, types.FunctionType):
+        yield obj.__code__
+    elif isinstance(obj, type):
+        for klass in obj.__mro__:
+            if klass.__module__.startswith(("torch.nn.modules.module", "builtins")):
+                continue
+            for value in vars(klass).values():
+                if isinstance(value, (staticmethod, classmethod)):
+                    value = value.__func__
+                if isinstance(value, types.FunctionType):
+                    yield value.__code__
+
+
+class _Watcher(TorchFunctionMode):
+    """Records calls to the given objects while learner code runs.
+
+    Torch functions and tensor methods are seen through a TorchFunctionMode (which sees
+    `torch.softmax`, `x.softmax` and `F.softmax` alike, however they were imported); plain
+    Python functions and classes, such as a course_lib reference, are seen through their code
+    objects with `sys.setprofile`, so an alias does not hide them.
+    """
+
+    def __init__(self, watched: dict[str, Any]):
+        super().__init__()
+        self.by_id = {id(obj): name for name, obj in watched.items()}
+        self.by_code: dict[types.CodeType, str] = {}
+        for name, obj in watched.items():
+            for code in _code_objects(obj):
+                self.by_code.setdefault(code, name)
+        self.seen: list[str] = []
+
+    def _note(self, name: str) -> None:
+        if name not in self.seen:
+            self.seen.append(name)
+
+    def __torch_function__(self, func, types_, args=(), kwargs=None):
+        name = self.by_id.get(id(func))
+        if name is not None:
+            self._note(name)
+        return func(*args, **(kwargs or {}))
+
+    def _profile(self, frame, event, arg):
+        if event == "call":
+            name = self.by_code.get(frame.f_code)
+            if name is not None:
+                self._note(name)
+        elif event == "c_call":
+            name = self.by_id.get(id(arg))
+            if name is not None:
+                self._note(name)
+
+    def __enter__(self):
+        self._previous_profile = sys.getprofile()
+        sys.setprofile(self._profile)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        sys.setprofile(self._previous_profile)
+        return super().__exit__(*exc)
+
+
+# --------------------------------------------------------------------------------------------
+# Outcomes: what running a learner's object produced, as plain data
+# --------------------------------------------------------------------------------------------
+
+
+def _plain(value: Any, depth: int = 0) -> Any:
+    """Tensors, numbers, strings and nested tuples/lists/dicts of them; anything else by repr.
+
+    Outcomes cross a process boundary in batch grading, so they are kept to what
+    `torch.load(weights_only=True)` accepts.
+    """
+    if depth > 6:
+        return {"__repr__": "<nested too deeply>"}
+    if isinstance(value, Tensor):
+        return value.detach().to("cpu").clone()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (tuple, list)):
+        return [_plain(v, depth + 1) for v in value] if isinstance(value, list) else tuple(
+            _plain(v, depth + 1) for v in value
+        )
+    if isinstance(value, dict):
+        return {str(k): _plain(v, depth + 1) for k, v in value.items()}
+    return {"__repr__": f"<{type(value).__name__}>"}
+
+
+def _outcome_of(fn: Callable[[], Any]) -> dict:
+    try:
+        value = fn()
+    except NotImplementedError as e:
+        return {"status": "raised", "types": ["NotImplementedError"], "message": str(e),
+                "not_implemented": True}
+    except GradingError as e:
+        return {"status": "harness", "message": str(e)}
+    except BaseException as e:  # noqa: BLE001  (a learner's code may raise anything, even SystemExit)
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        names = [k.__name__ for k in type(e).__mro__]
+        return {"status": "raised", "types": names, "message": f"{type(e).__name__}: {e}"[:2000],
+                "not_implemented": False}
+    return {"status": "ok", "value": _plain(value)}
+
+
+def run_cases(task: Task, obj: Any, cases: list[Case]) -> dict:
+    """Run a learner's object on every case; returns plain outcomes and the forbidden calls seen.
+
+    This is the only part of grading that runs learner code. It makes no judgement.
+    """
+    watched = {}
+    for name in (*task.forbidden, task.reference):
+        if name:
+            try:
+                watched[name] = resolve(name)
+            except (ImportError, AttributeError):
+                pass
+    outcomes = []
+    watcher = _Watcher(watched)
+    for case in cases:
+        with watcher:
+            outcomes.append(_outcome_of(lambda case=case: task.call(obj, case)))
+    return {"outcomes": outcomes, "seen": list(watcher.seen)}
+
+
+# --------------------------------------------------------------------------------------------
+# Comparing
+# --------------------------------------------------------------------------------------------
+
+_TOLERANCES = {
+    torch.float16: (1e-2, 1e-2),
+    torch.bfloat16: (2e-2, 2e-2),
+    torch.float32: (1e-4, 1e-5),
+    torch.float64: (1e-7, 1e-9),
+}
+
+
+def _shape(t: Tensor) -> str:
+    return "(" + ", ".join(str(s) for s in t.shape) + ")"
+
+
+def compare_values(got: Any, want: Any, where: str = "your result") -> str | None:
+    """None when `got` matches `want` (within float tolerance), else what differs, in words."""
+    if isinstance(want, Tensor):
+        if isinstance(got, dict) and "__repr__" in got:
+            return f"{where} should be a tensor, got {got['__repr__']}"
+        if not isinstance(got, Tensor):
+            return f"{where} should be a tensor of shape {_shape(want)}, got {type(got).__name__}"
+        if got.shape != want.shape:
+            return f"{where} has shape {_shape(got)}, expected {_shape(want)}"
+        if got.dtype != want.dtype:
+            return (f"{where} has dtype {str(got.dtype)[6:]}, expected {str(want.dtype)[6:]} "
+                    "(keep the dtype of the inputs)")
+        if want.dtype == torch.bool or not want.is_floating_point():
+            if torch.equal(got, want):
+                return None
+            bad = (got != want).sum().item()
+            return f"{where} differs from the expected values in {bad} of {want.numel()} entries"
+        got_nan, want_nan = torch.isnan(got), torch.isnan(want)
+        if got_nan.any() and not want_nan.any():
+            return f"{where} contains NaN where the expected result has none"
+        if torch.isinf(got).any() and not torch.isinf(want).any():
+            return f"{where} contains inf where the expected result has none"
+        rtol, atol = _TOLERANCES.get(want.dtype, (1e-4, 1e-5))
+        if torch.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True):
+            return None
+        diff = (got.double() - want.double()).abs().nan_to_num(0.0).max().item()
+        return f"{where} differs from the expected values (largest difference {diff:.3g})"
+    if isinstance(want, (tuple, list)):
+        if not isinstance(got, (tuple, list)):
+            return f"{where} should be a tuple of {len(want)} values, got {type(got).__name__}"
+        if len(got) != len(want):
+            return f"{where} should have {len(want)} values, got {len(got)}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            msg = compare_values(g, w, f"{where}[{i}]")
+            if msg:
+                return msg
+        return None
+    if isinstance(want, float):
+        if not isinstance(got, (int, float)) or isinstance(got, bool):
+            return f"{where} should be a number, got {type(got).__name__}"
+        if math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9):
+            return None
+        return f"{where} is {got:.6g}, expected {want:.6g}"
+    if got == want:
+        return None
+    return f"{where} is {got!r}, expected {want!r}"
+
+
+# --------------------------------------------------------------------------------------------
+# Tasks
+# --------------------------------------------------------------------------------------------
+
+
+class Task:
+    """One graded task. Subclass it, set the attributes, write `cases`; register it.
+
+    Attributes:
+        id: "exNN.name", where name is the function or class the learner writes.
+        lesson: where to read up, e.g. "lesson 02, section 3 (a numerically stable softmax)".
+        reference: dotted path of the finished version in course_lib (calling it is not allowed).
+        forbidden: dotted paths of functions or classes the task may not call.
+        points: what the task is worth.
+    """
+
+    id: str = ""
+    lesson: str = ""
+    reference: str = ""
+    forbidden: tuple[str, ...] = ()
+    points: float = 1.0
+
+    @property
+    def name(self) -> str:
+        return self.id.split(".", 1)[1]
+
+    def cases(self, gen: torch.Generator) -> list[Case]:
+        raise NotImplementedError
+
+    def call(self, obj: Any, case: Case) -> Any:
+        """Run the object under test on one case (the learner's, a reference or a mistake)."""
+        return obj(*case.args, **case.kwargs)
+
+    def expected(self, case: Case) -> Any:
+        return self.call(resolve(self.reference), case)
+
+    def compare(self, got: Any, want: Any, case: Case) -> str | None:
+        return compare_values(got, want)
+
+    def mistakes(self) -> list[tuple[Callable, str]]:
+        """Wrong implementations, each with the hint a learner who wrote it needs."""
+        return []
+
+    def diagnose(self, got: Any, want: Any, case: Case) -> str | None:
+        """A hint from the wrong value itself, when no listed mistake matches it."""
+        return None
+
+
+def _hint_from_mistakes(task: Task, got: Any, case: Case) -> str | None:
+    for wrong, hint in task.mistakes():
+        try:
+            wrong_value = _plain(task.call(wrong, case))
+        except Exception:  # noqa: BLE001  (a mistake may not even run on this case)
+            continue
+        if task.compare(got, wrong_value, case) is None:
+            return hint
+    return None
+
+
+def judge(task: Task, cases: list[Case], run: dict | None, *, missing: str | None = None) -> TaskResult:
+    """Compare the outcomes of `run_cases` with the reference and write the feedback."""
+    total = len(cases)
+
+    def result(status: str, passed: int, feedback: str) -> TaskResult:
+        score = round(task.points * passed / total, 4) if status in ("passed", "failed") else 0.0
+        return TaskResult(task.id, score, task.points, passed, total, feedback, status)
+
+    if run is None:
+        return result("missing", 0, missing or f"no `{task.name}` was found in the notebook")
+    seen = run.get("seen", [])
+    if task.reference and task.reference in seen:
+        return result(
+            "forbidden", 0,
+            f"your code calls {task.reference}, the course's finished version of this task; "
+            "write it yourself (0 points).",
+        )
+    bad = [name for name in seen if name in task.forbidden]
+    if bad:
+        return result(
+            "forbidden", 0,
+            f"your code calls {', '.join(bad)}, which this exercise asks you not to use: "
+            f"the point is to build it yourself (see {task.lesson}).",
+        )
+    outcomes = run["outcomes"]
+    if outcomes and all(o.get("not_implemented") for o in outcomes):
+        return result("not implemented", 0,
+                      "not implemented yet: replace `raise NotImplementedError()` with your code.")
+    passed, first_failure = 0, None
+    for case, outcome in zip(cases, outcomes):
+        message = _judge_one(task, case, outcome)
+        if message is None:
+            passed += 1
+        elif first_failure is None:
+            first_failure = f"on {case.description}: {message}"
+    if passed == total:
+        return result("passed", passed, f"passed all {total} checks.")
+    feedback = f"passed {passed} of {total} checks. First failure {first_failure}"
+    if task.lesson:
+        feedback += f" (see {task.lesson})"
+    return result("failed", passed, feedback)
+
+
+def _judge_one(task: Task, case: Case, outcome: dict) -> str | None:
+    status = outcome.get("status")
+    if status == "harness":
+        return outcome.get("message", "the check could not run your code")
+    if case.raises is not None:
+        if status == "raised" and case.raises.__name__ in outcome.get("types", []):
+            return None
+        if status == "raised":
+            return f"expected a {case.raises.__name__}, but your code raised {outcome['message']}"
+        return f"expected your code to raise a {case.raises.__name__} with a clear message"
+    if status == "raised":
+        if outcome.get("not_implemented"):
+            return "not implemented yet (NotImplementedError)"
+        return f"your code raised {outcome['message']}"
+    if status != "ok":
+        return outcome.get("message", "your code did not return a result")
+    got = outcome["value"]
+    want = _plain(task.expected(case))
+    message = task.compare(got, want, case)
+    if message is None:
+        return None
+    hint = _hint_from_mistakes(task, got, case) or task.diagnose(got, want, case)
+    return f"{message}. Hint: {hint}" if hint else message
+
+
+def load_weights(module: Any, state_dict: dict[str, Tensor], what: str = "your module") -> None:
+    """Load the reference's weights into a learner's module, with a clear message on mismatch."""
+    if not isinstance(module, torch.nn.Module):
+        raise GradingError(f"{what} should be a torch.nn.Module, got {type(module).__name__}")
+    own = module.state_dict()
+    missing = [k for k in state_dict if k not in own]
+    if missing:
+        raise GradingError(
+            f"{what} has no parameter named {missing[0]!r}; it has "
+            f"{', '.join(own) or 'no parameters'}. Name the sub-modules as the task says."
+        )
+    for key, value in state_dict.items():
+        if own[key].shape != value.shape:
+            raise GradingError(
+                f"{what}'s {key} has shape {_shape(own[key])}, expected {_shape(value)}"
+            )
+    extra = [k for k in own if k not in state_dict]
+    if extra:
+        raise GradingError(
+            f"{what} has parameters the task does not ask for: {', '.join(extra)}"
+        )
+    module.load_state_dict(state_dict)

@@ -1,0 +1,157 @@
+"""Multi-head attention (lesson 03): h heads of size d_head = d_model / h, run side by side.
+
+    (batch, seq, d_model) --q/k/v_proj--> split into heads (batch, heads, seq, d_head)
+    --> attention per head --> merge heads (batch, seq, d_model) --out_proj--> output
+
+Same parameter count as one wide head: four d_model x d_model projections.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import scaled_dot_product_attention
+from .validation import check_bool_mask, check_positive_int, check_tensor
+
+__all__ = ["split_heads", "merge_heads", "MultiHeadAttention"]
+
+
+def split_heads(x: Tensor, num_heads: int) -> Tensor:
+    """(batch, seq, d_model) -> (batch, num_heads, seq, d_head), d_head = d_model / num_heads."""
+    check_tensor(x, "x", ndim=3, shape_hint="(batch, seq, d_model)")
+    check_positive_int(num_heads, "num_heads")
+    batch, seq, d_model = x.shape
+    if d_model % num_heads != 0:
+        raise ValueError(
+            f"d_model={d_model} is not divisible by num_heads={num_heads}; each head gets "
+            f"d_model / num_heads features, so choose num_heads among the divisors of {d_model}"
+        )
+    d_head = d_model // num_heads
+    x = x.reshape(batch, seq, num_heads, d_head)  # (batch, seq, num_heads, d_head)
+    return x.transpose(1, 2)  # (batch, num_heads, seq, d_head)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """(batch, num_heads, seq, d_head) -> (batch, seq, num_heads * d_head); inverse of split."""
+    check_tensor(x, "x", ndim=4, shape_hint="(batch, num_heads, seq, d_head)")
+    batch, num_heads, seq, d_head = x.shape
+    x = x.transpose(1, 2)  # (batch, seq, num_heads, d_head)
+    return x.reshape(batch, seq, num_heads * d_head)  # (batch, seq, d_model)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with sub-modules q_proj, k_proj, v_proj, out_proj (nn.Linear).
+
+    forward(query, key, value, mask=None) with query (batch, n_q, d_model) and key, value
+    (batch, n_k, d_model). `mask` is boolean, True = may attend, broadcastable to
+    (batch, n_q, n_k) (a (batch, 1, n_k) padding mask or an (n_q, n_k) causal mask) or to
+    (batch, num_heads, n_q, n_k). Returns (output (batch, n_q, d_model),
+    weights (batch, num_heads, n_q, n_k)); with need_weights=False it uses PyTorch's fused
+    kernel and returns (output, None), which is faster for training.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        check_positive_int(d_model, "d_model")
+        check_positive_int(num_heads, "num_heads")
+        if d_model % num_heads != 0:
+            raise ValueError(
+                f"d_model={d_model} is not divisible by num_heads={num_heads}; "
+                f"each head gets d_model / num_heads features"
+            )
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.d_model, self.num_heads = d_model, num_heads
+        self.d_head = d_model // num_heads
+        self.dropout = dropout
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
+        for t, name, seq in ((query, "query", "n_q"), (key, "key", "n_k"), (value, "value", "n_k")):
+            check_tensor(t, name, ndim=3, shape_hint=f"(batch, {seq}, d_model={self.d_model})")
+            if t.shape[-1] != self.d_model:
+                raise ValueError(
+                    f"{name} has {t.shape[-1]} features but this attention has "
+                    f"d_model={self.d_model} (got shape {tuple(t.shape)})"
+                )
+        if key.shape[:2] != value.shape[:2]:
+            raise ValueError(
+                f"key {tuple(key.shape)} and value {tuple(value.shape)} must have the same "
+                "batch size and length: each key has one value"
+            )
+        if query.shape[0] != key.shape[0]:
+            raise ValueError(
+                f"query has batch={query.shape[0]} but key has batch={key.shape[0]}"
+            )
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Tensor | None = None,
+        need_weights: bool = True,
+    ) -> tuple[Tensor, Tensor | None]:
+        self._check_inputs(query, key, value)
+        batch, n_q, n_k = query.shape[0], query.shape[1], key.shape[1]
+        if mask is not None:
+            if isinstance(mask, Tensor) and mask.dim() == 4:
+                check_bool_mask(mask, "mask", (batch, self.num_heads, n_q, n_k),
+                                "(batch, num_heads, n_q, n_k)")
+            else:
+                check_bool_mask(mask, "mask", (batch, n_q, n_k), "(batch, n_q, n_k)")
+                if mask.dim() == 3:  # (batch, n_q or 1, n_k): the same for every head
+                    mask = mask.unsqueeze(1)  # (batch, 1, n_q or 1, n_k)
+        q = self._split(self.q_proj(query))  # (batch, heads, n_q, d_head)
+        k = self._split(self.k_proj(key))  # (batch, heads, n_k, d_head)
+        v = self._split(self.v_proj(value))  # (batch, heads, n_k, d_head)
+        p = self.dropout if self.training else 0.0
+        if need_weights:
+            heads, weights = scaled_dot_product_attention(q, k, v, mask)
+            if p > 0:  # dropout on the weights, then recombine (as nn.MultiheadAttention does)
+                heads = F.dropout(weights, p) @ v
+        else:
+            weights = None
+            if mask is None:
+                heads = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+            else:  # rows with no allowed key: attend anywhere, then zero them (no NaN)
+                any_key = mask.any(dim=-1, keepdim=True)
+                heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~any_key,
+                                                       dropout_p=p)
+                heads = heads.masked_fill(~any_key, 0.0)
+        output = self.out_proj(merge_heads(heads))  # (batch, n_q, d_model)
+        return output, weights
+
+    def _split(self, x: Tensor) -> Tensor:
+        batch, seq, _ = x.shape
+        # (batch, seq, d_model) -> (batch, seq, heads, d_head) -> (batch, heads, seq, d_head)
+        return x.view(batch, seq, self.num_heads, self.d_head).transpose(1, 2)
+
+    @classmethod
+    def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
+        """Ours, with the weights of a `torch.nn.MultiheadAttention` (identical outputs)."""
+        if not isinstance(module, nn.MultiheadAttention):
+            raise TypeError(f"module must be nn.MultiheadAttention, got {type(module).__name__}")
+        if not module._qkv_same_embed_dim:
+            raise ValueError("only nn.MultiheadAttention with kdim = vdim = embed_dim is supported")
+        if module.bias_k is not None or module.add_zero_attn:
+            raise ValueError("add_bias_kv and add_zero_attn have no counterpart here")
+        bias = module.in_proj_bias is not None
+        ours = cls(module.embed_dim, module.num_heads, dropout=module.dropout, bias=bias)
+        ours = ours.to(module.in_proj_weight.device, module.in_proj_weight.dtype)
+        w_q, w_k, w_v = module.in_proj_weight.detach().chunk(3, dim=0)
+        with torch.no_grad():
+            for proj, w in ((ours.q_proj, w_q), (ours.k_proj, w_k), (ours.v_proj, w_v)):
+                proj.weight.copy_(w)
+            ours.out_proj.weight.copy_(module.out_proj.weight)
+            if bias:
+                b_q, b_k, b_v = module.in_proj_bias.detach().chunk(3)
+                for proj, b in ((ours.q_proj, b_q), (ours.k_proj, b_k), (ours.v_proj, b_v)):
+                    proj.bias.copy_(b)
+                ours.out_proj.bias.copy_(module.out_proj.bias)
+        return ours

@@ -1,0 +1,109 @@
+"""Input checks shared by every module: errors that tell a learner what to fix.
+
+Each helper raises `ValueError` (or `TypeError` for a wrong type or dtype) naming the argument,
+what was expected and what it got, instead of letting a cryptic error surface from deep inside a
+matrix multiply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "check_tensor",
+    "check_same_last_dim",
+    "check_positive_int",
+    "check_bool_mask",
+    "check_floating",
+]
+
+
+def _shape(x: Tensor) -> str:
+    return "(" + ", ".join(str(s) for s in x.shape) + ")"
+
+
+def check_tensor(
+    x: object,
+    name: str,
+    *,
+    ndim: int | None = None,
+    min_ndim: int | None = None,
+    shape_hint: str = "",
+    dtype: torch.dtype | Sequence[torch.dtype] | None = None,
+    allow_empty: bool = False,
+) -> Tensor:
+    """Check that `x` is a tensor of the expected rank and dtype; return it.
+
+    `shape_hint` is the expected shape in words, e.g. "(batch, seq, d_model)"; it goes into the
+    error message.
+    """
+    hint = f" {shape_hint}" if shape_hint else ""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor{hint}, got {type(x).__name__}")
+    if ndim is not None and x.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions{hint}, got shape {_shape(x)}")
+    if min_ndim is not None and x.dim() < min_ndim:
+        raise ValueError(
+            f"{name} must have at least {min_ndim} dimensions{hint}, got shape {_shape(x)}"
+        )
+    if dtype is not None:
+        allowed = (dtype,) if isinstance(dtype, torch.dtype) else tuple(dtype)
+        if x.dtype not in allowed:
+            names = " or ".join(str(d).replace("torch.", "") for d in allowed)
+            raise TypeError(f"{name} must have dtype {names}, got {str(x.dtype).replace('torch.', '')}")
+    if not allow_empty and x.numel() == 0:
+        raise ValueError(f"{name} is empty (shape {_shape(x)}); it needs at least one element")
+    return x
+
+
+def check_floating(x: Tensor, name: str) -> Tensor:
+    """Check that `x` holds floating-point numbers (attention and softmax need them)."""
+    if not torch.is_floating_point(x):
+        raise TypeError(
+            f"{name} must be a floating-point tensor (float32 or float64), got "
+            f"{str(x.dtype).replace('torch.', '')}; convert with {name}.float()"
+        )
+    return x
+
+
+def check_same_last_dim(a: Tensor, a_name: str, b: Tensor, b_name: str, what: str) -> None:
+    """Check that two tensors share their last dimension (`what` names it, e.g. "d_k")."""
+    if a.shape[-1] != b.shape[-1]:
+        raise ValueError(
+            f"{a_name} has {what}={a.shape[-1]} but {b_name} has {what}={b.shape[-1]}; "
+            f"{a_name} and {b_name} must share their last dimension "
+            f"(shapes {_shape(a)} and {_shape(b)})"
+        )
+
+
+def check_positive_int(value: object, name: str) -> int:
+    """Check that `value` is a positive int (a size, a count of heads, a length)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def check_bool_mask(mask: object, name: str, target_shape: Sequence[int], target: str) -> Tensor:
+    """Check that `mask` is a boolean tensor broadcastable to `target_shape` (True = may attend).
+
+    `target` describes the shape in words, e.g. "(..., n_q, n_k)".
+    """
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"{name} must be a boolean torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"{name} must have dtype bool (True = may attend), got "
+            f"{str(mask.dtype).replace('torch.', '')}; build it with a comparison such as "
+            f"ids != pad_id, or convert with {name}.bool()"
+        )
+    try:
+        torch.broadcast_shapes(tuple(mask.shape), tuple(target_shape))
+    except RuntimeError:
+        raise ValueError(
+            f"{name} of shape {_shape(mask)} does not broadcast to the attention scores of shape "
+            f"({', '.join(str(s) for s in target_shape)}) {target}"
+        ) from None
+    return mask

@@ -1,0 +1,122 @@
+"""Figures used across lessons: attention heatmaps, per-head grids, curves.
+
+Every figure has a title that says what to look for and labelled axes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import torch
+from torch import Tensor
+
+__all__ = ["attention_heatmap", "head_grid", "line_plot"]
+
+
+def _as_2d(weights: Tensor | Sequence, name: str) -> Tensor:
+    w = torch.as_tensor(weights).detach().float().cpu()
+    if w.dim() != 2:
+        raise ValueError(f"{name} must be 2-D (n_q, n_k), got shape {tuple(w.shape)}")
+    return w
+
+
+def attention_heatmap(
+    weights: Tensor,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    title: str = "Attention weights (each row sums to 1)",
+    ax: plt.Axes | None = None,
+    annotate: bool | None = None,
+    colorbar: bool = True,
+    cmap: str = "Blues",
+) -> plt.Axes:
+    """Heatmap of an (n_q, n_k) weight matrix: rows are queries, columns are keys."""
+    w = _as_2d(weights, "weights")
+    n_q, n_k = w.shape
+    query_labels = list(query_labels) if query_labels is not None else [str(i) for i in range(n_q)]
+    key_labels = list(key_labels) if key_labels is not None else [str(i) for i in range(n_k)]
+    if len(query_labels) != n_q or len(key_labels) != n_k:
+        raise ValueError(
+            f"got {len(query_labels)} query labels and {len(key_labels)} key labels for weights "
+            f"of shape ({n_q}, {n_k})"
+        )
+    if ax is None:
+        _, ax = plt.subplots(figsize=(0.55 * n_k + 2.2, 0.5 * n_q + 1.4))
+    image = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=max(1e-9, float(w.max())), aspect="auto")
+    ax.set_xticks(range(n_k), key_labels, rotation=45, ha="right")
+    ax.set_yticks(range(n_q), query_labels)
+    ax.set_xlabel("key (attended to)")
+    ax.set_ylabel("query (attending)")
+    ax.set_title(title)
+    ax.grid(False)
+    if annotate is None:
+        annotate = n_q * n_k <= 100
+    if annotate:
+        for i in range(n_q):
+            for j in range(n_k):
+                value = float(w[i, j])
+                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
+                        color="white" if value > 0.6 * float(w.max()) else "black")
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="weight")
+    return ax
+
+
+def head_grid(
+    weights: Tensor,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    title: str = "Attention weights per head",
+    cols: int = 4,
+) -> plt.Figure:
+    """One heatmap per head for weights of shape (num_heads, n_q, n_k)."""
+    w = torch.as_tensor(weights).detach().float().cpu()
+    if w.dim() != 3:
+        raise ValueError(f"weights must be (num_heads, n_q, n_k), got shape {tuple(w.shape)}")
+    num_heads = w.shape[0]
+    cols = min(cols, num_heads)
+    rows = (num_heads + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.0 * rows), squeeze=False)
+    for h, ax in enumerate(axes.flat):
+        if h >= num_heads:
+            ax.axis("off")
+            continue
+        attention_heatmap(w[h], query_labels, key_labels, ax=ax, title=f"head {h}",
+                          annotate=False, colorbar=False)
+        if h % cols:
+            ax.set_ylabel("")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def line_plot(
+    series: dict[str, Sequence[float]],
+    *,
+    x: Sequence[float] | None = None,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    logx: bool = False,
+    logy: bool = False,
+    ax: plt.Axes | None = None,
+) -> plt.Axes:
+    """Several named curves on one labelled axis (loss curves, schedules, measurements)."""
+    if ax is None:
+        _, ax = plt.subplots()
+    for label, ys in series.items():
+        xs = list(x) if x is not None else list(range(1, len(ys) + 1))
+        ax.plot(xs, list(ys), label=label, marker="o" if len(ys) <= 20 else None)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    if len(series) > 1:
+        ax.legend()
+    return ax
