@@ -1,8 +1,18 @@
 """Masks (lesson 05). In course_lib a mask is boolean and **True = may attend**.
 
-PyTorch has both conventions: `F.scaled_dot_product_attention` takes True = may attend, while
-`nn.MultiheadAttention` and `nn.Transformer*` take True = blocked. `to_torch_blocked` and
-`from_torch_blocked` convert between them.
+    causal_mask(4)                 padding_mask(ids, pad_id)   ids (batch, seq)
+    [[T, F, F, F],                 -> (batch, 1, seq): True = a real token, False = padding;
+     [T, T, F, F],                    the 1 broadcasts over the query axis
+     [T, T, T, F],
+     [T, T, T, T]]                 combine_masks(padding, causal) -> (batch, seq, seq)
+
+A mask is applied to the scores *before* the softmax (blocked scores become -inf, so they get
+weight exactly 0 and every row still sums to 1); see `course_lib.attention`.
+
+PyTorch has both conventions. `F.scaled_dot_product_attention` takes True = may attend, like
+course_lib; `nn.MultiheadAttention` (`attn_mask`, `key_padding_mask`) and `nn.Transformer*`
+take True = blocked. Float masks are added to the scores (0 = attend, -inf = blocked).
+`to_torch_blocked`, `from_torch_blocked` and `to_additive` convert between them.
 """
 
 from __future__ import annotations
@@ -12,7 +22,25 @@ from torch import Tensor
 
 from .validation import check_positive_int, check_tensor
 
-__all__ = ["causal_mask", "padding_mask", "combine_masks", "to_torch_blocked", "from_torch_blocked"]
+__all__ = [
+    "causal_mask",
+    "padding_mask",
+    "combine_masks",
+    "to_torch_blocked",
+    "from_torch_blocked",
+    "to_additive",
+]
+
+
+def _check_bool(mask: object, name: str) -> Tensor:
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"{name} must be a boolean torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"{name} must have dtype bool (True = may attend), got "
+            f"{str(mask.dtype).replace('torch.', '')}"
+        )
+    return mask
 
 
 def causal_mask(n: int, device: torch.device | str | None = None) -> Tensor:
@@ -27,14 +55,25 @@ def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
     The middle 1 broadcasts over the query axis, so the mask applies to every query row.
     """
     check_tensor(ids, "ids", ndim=2, shape_hint="(batch, seq)", dtype=(torch.int64, torch.int32))
+    if isinstance(pad_id, bool) or not isinstance(pad_id, int):
+        raise TypeError(f"pad_id must be an int (the id of the padding token), got {pad_id!r}")
     return (ids != pad_id).unsqueeze(-2)  # (batch, 1, seq)
 
 
 def combine_masks(*masks: Tensor | None) -> Tensor | None:
-    """A position may be attended to only if every mask allows it (logical AND, broadcast)."""
-    present = [m for m in masks if m is not None]
+    """A position may be attended to only if every mask allows it (logical AND, broadcast).
+
+    None entries are skipped (no mask = everything allowed); all None gives None.
+    E.g. padding (batch, 1, seq) & causal (seq, seq) -> (batch, seq, seq).
+    """
+    present = [_check_bool(m, f"masks[{i}]") for i, m in enumerate(masks) if m is not None]
     if not present:
         return None
+    try:
+        torch.broadcast_shapes(*(tuple(m.shape) for m in present))
+    except RuntimeError:
+        shapes = ", ".join(str(tuple(m.shape)) for m in present)
+        raise ValueError(f"the masks' shapes {shapes} do not broadcast together") from None
     out = present[0]
     for m in present[1:]:
         out = out & m
@@ -43,7 +82,7 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
 
 def to_torch_blocked(mask: Tensor | None) -> Tensor | None:
     """course_lib mask (True = may attend) -> nn.MultiheadAttention mask (True = blocked)."""
-    return None if mask is None else ~mask
+    return None if mask is None else ~_check_bool(mask, "mask")
 
 
 def from_torch_blocked(mask: Tensor | None) -> Tensor | None:
@@ -54,6 +93,8 @@ def from_torch_blocked(mask: Tensor | None) -> Tensor | None:
     """
     if mask is None:
         return None
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
     if mask.dtype == torch.bool:
         return ~mask
     if torch.is_floating_point(mask):
@@ -64,3 +105,19 @@ def from_torch_blocked(mask: Tensor | None) -> Tensor | None:
             )
         return mask == 0
     raise TypeError(f"mask must be bool or float, got {mask.dtype}")
+
+
+def to_additive(mask: Tensor | None, dtype: torch.dtype = torch.float32) -> Tensor | None:
+    """course_lib mask (True = may attend) -> float mask added to the scores: 0 or -inf.
+
+    The form `nn.Transformer.generate_square_subsequent_mask` returns, and that every PyTorch
+    attention accepts as a float `attn_mask`.
+    """
+    if mask is None:
+        return None
+    _check_bool(mask, "mask")
+    if not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point dtype, got {dtype}")
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
+        ~mask, float("-inf")
+    )

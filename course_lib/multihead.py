@@ -13,13 +13,18 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import scaled_dot_product_attention
-from .validation import check_bool_mask, check_positive_int, check_tensor
+from .validation import check_bool_mask, check_floating, check_positive_int, check_tensor
 
 __all__ = ["split_heads", "merge_heads", "MultiHeadAttention"]
 
 
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
-    """(batch, seq, d_model) -> (batch, num_heads, seq, d_head), d_head = d_model / num_heads."""
+    """(batch, seq, d_model) -> (batch, num_heads, seq, d_head), d_head = d_model / num_heads.
+
+    Head h gets features h*d_head .. (h+1)*d_head - 1 of every token. The transpose is needed:
+    a reshape straight to (batch, num_heads, seq, d_head) has the right shape but mixes tokens.
+    Raises ValueError when d_model is not divisible by num_heads.
+    """
     check_tensor(x, "x", ndim=3, shape_hint="(batch, seq, d_model)")
     check_positive_int(num_heads, "num_heads")
     batch, seq, d_model = x.shape
@@ -78,6 +83,13 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(
                     f"{name} has {t.shape[-1]} features but this attention has "
                     f"d_model={self.d_model} (got shape {tuple(t.shape)})"
+                )
+            check_floating(t, name)
+            weight_dtype = self.q_proj.weight.dtype
+            if t.dtype != weight_dtype:
+                raise TypeError(
+                    f"{name} has dtype {str(t.dtype)[6:]} but this module's weights are "
+                    f"{str(weight_dtype)[6:]}; convert one of them, e.g. module.to({name}.dtype)"
                 )
         if key.shape[:2] != value.shape[:2]:
             raise ValueError(

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import torch
 from torch import Tensor
 
-__all__ = ["attention_heatmap", "head_grid", "line_plot"]
+__all__ = ["attention_heatmap", "head_grid", "line_plot", "query_weights_bar"]
 
 
 def _as_2d(weights: Tensor | Sequence, name: str) -> Tensor:
@@ -119,4 +119,36 @@ def line_plot(
         ax.set_yscale("log")
     if len(series) > 1:
         ax.legend()
+    return ax
+
+
+def query_weights_bar(
+    weights: Tensor | Sequence[float],
+    key_labels: Sequence[str],
+    *,
+    query_label: str | None = None,
+    title: str | None = None,
+    ax: plt.Axes | None = None,
+) -> plt.Axes:
+    """Bar chart of one query's attention weights over the keys (one row of the heatmap)."""
+    w = torch.as_tensor(weights).detach().float().cpu()
+    if w.dim() != 1:
+        raise ValueError(f"weights must be 1-D (n_k,), one query's row, got shape {tuple(w.shape)}")
+    key_labels = list(key_labels)
+    if len(key_labels) != w.shape[0]:
+        raise ValueError(f"got {len(key_labels)} key labels for {w.shape[0]} weights")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(0.55 * len(key_labels) + 2.5, 2.8))
+    bars = ax.bar(range(len(key_labels)), w.tolist(), color="tab:blue")
+    for bar, value in zip(bars, w.tolist()):
+        ax.text(bar.get_x() + bar.get_width() / 2, value, f"{value:.2f}", ha="center",
+                va="bottom", fontsize=8)
+    ax.set_xticks(range(len(key_labels)), key_labels, rotation=45, ha="right")
+    ax.set_ylim(0, max(1e-9, float(w.max())) * 1.18)
+    ax.set_xlabel("key (attended to)")
+    ax.set_ylabel("attention weight")
+    if title is None:
+        title = f"Where {query_label!r} attends (weights sum to 1)" if query_label else (
+            "Attention weights of one query (they sum to 1)")
+    ax.set_title(title)
     return ax

@@ -1,0 +1,544 @@
+"""Transformer blocks (lesson 07): feed-forward, LayerNorm, encoder and decoder layers, stacks.
+
+Every sub-layer is wrapped in a residual connection and a LayerNorm, in one of two orders:
+
+    post-norm (original, norm_first=False):  x = LayerNorm(x + Sublayer(x))
+    pre-norm  (modern,   norm_first=True):   x = x + Sublayer(LayerNorm(x))
+
+    EncoderLayer: self-attention, then feed-forward                       (2 sub-layers)
+    DecoderLayer: masked self-attention, cross-attention, feed-forward    (3 sub-layers)
+    EncoderDecoder: Encoder (N encoder layers + final norm) and Decoder (N decoder layers +
+                    final norm), the embedding-free core of `torch.nn.Transformer`.
+
+Inputs are (batch, seq, d_model). Masks are boolean, **True = may attend**, with the broadcasting
+rules of `course_lib.multihead.MultiHeadAttention`: an (n_q, n_k) causal mask, a (batch, 1, n_k)
+padding mask or a (batch, n_q, n_k) mask. Sub-module names follow PyTorch (`self_attn`,
+`multihead_attn`, `linear1`, `linear2`, `norm1`, ...), and `from_torch` loads PyTorch's weights
+so that ours and theirs give the same outputs.
+
+To look at attention weights (they are not computed by default, the fused kernel is faster),
+call `record_attention(model)`: after each forward, every `EncoderLayer` keeps
+`.attention` and every `DecoderLayer` keeps `.attention` (self) and `.cross_attention`,
+each (batch, num_heads, n_q, n_k).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .multihead import MultiHeadAttention
+from .validation import check_floating, check_positive_int, check_tensor
+
+__all__ = [
+    "layer_norm",
+    "LayerNorm",
+    "FeedForward",
+    "EncoderLayer",
+    "DecoderLayer",
+    "Encoder",
+    "Decoder",
+    "EncoderDecoder",
+    "record_attention",
+    "count_parameters",
+]
+
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
+
+
+# --------------------------------------------------------------------------------------------
+# Input checks
+# --------------------------------------------------------------------------------------------
+
+
+def _check_activation(activation: object) -> str:
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
+    return activation  # type: ignore[return-value]
+
+
+def _check_dropout(dropout: object) -> float:
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
+    return float(dropout)
+
+
+def _check_sequence(x: object, name: str, d_model: int, seq: str = "seq") -> Tensor:
+    hint = f"(batch, {seq}, d_model={d_model})"
+    check_tensor(x, name, ndim=3, shape_hint=hint)
+    check_floating(x, name)
+    if x.shape[-1] != d_model:
+        raise ValueError(
+            f"{name} has {x.shape[-1]} features but this layer has d_model={d_model} "
+            f"(expected {hint}, got shape {tuple(x.shape)})"
+        )
+    return x
+
+
+def _torch_activation(module: nn.Module) -> str:
+    """'relu' or 'gelu' for the activation stored in a PyTorch Transformer layer."""
+    act = module.activation
+    if act is F.relu or isinstance(act, nn.ReLU):
+        return "relu"
+    if act is F.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
+        return "gelu"
+    raise ValueError(f"only relu and gelu activations can be loaded, got {act!r}")
+
+
+def _check_torch_layer(module: object, expected: type) -> None:
+    if not isinstance(module, expected):
+        raise TypeError(
+            f"module must be torch.nn.{expected.__name__}, got {type(module).__name__}"
+        )
+    if not module.self_attn.batch_first:
+        raise ValueError(
+            f"module is an nn.{expected.__name__} with batch_first=False, which takes "
+            "(seq, batch, d_model) inputs; course_lib works on (batch, seq, d_model): "
+            "build it with batch_first=True"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# LayerNorm
+# --------------------------------------------------------------------------------------------
+
+
+def layer_norm(x: Tensor, gamma: Tensor, beta: Tensor | None, eps: float = 1e-5) -> Tensor:
+    """Normalise each vector along the last dimension, then scale and shift.
+
+    x (..., d), gamma (d,), beta (d,) or None -> (..., d):
+        (x - mean) / sqrt(var + eps) * gamma + beta, with the biased variance (divide by d),
+    the statistics taken per token, over its d features.
+    """
+    check_tensor(x, "x", min_ndim=1, shape_hint="(..., d)")
+    check_floating(x, "x")
+    d = x.shape[-1]
+    for t, name in ((gamma, "gamma"), (beta, "beta")):
+        if t is None and name == "beta":
+            continue
+        check_tensor(t, name, ndim=1, shape_hint=f"(d={d},)")
+        if t.shape[0] != d:
+            raise ValueError(
+                f"{name} has {t.shape[0]} entries but x has d={d} features in its last "
+                f"dimension (x shape {tuple(x.shape)}); {name} needs one entry per feature"
+            )
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
+        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+    mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
+    var = (x - mean).pow(2).mean(dim=-1, keepdim=True)  # (..., 1), biased: divide by d
+    out = (x - mean) / torch.sqrt(var + eps) * gamma  # (..., d)
+    return out if beta is None else out + beta
+
+
+class LayerNorm(nn.Module):
+    """`layer_norm` with learned `weight` (gamma, ones at init) and `bias` (beta, zeros).
+
+    Same parameter names and results as `torch.nn.LayerNorm(d_model)`.
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-5, bias: bool = True):
+        super().__init__()
+        check_positive_int(d_model, "d_model")
+        self.d_model, self.eps = d_model, eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return layer_norm(x, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.d_model}, eps={self.eps}"
+
+
+def _copy_norm(ours: LayerNorm, theirs: nn.LayerNorm) -> None:
+    ours.eps = theirs.eps
+    with torch.no_grad():
+        ours.weight.copy_(theirs.weight)
+        if ours.bias is not None:
+            ours.bias.copy_(theirs.bias)
+
+
+# --------------------------------------------------------------------------------------------
+# Position-wise feed-forward
+# --------------------------------------------------------------------------------------------
+
+
+def _feed_forward(x: Tensor, linear1: nn.Linear, linear2: nn.Linear, activation: str,
+                  dropout: nn.Dropout) -> Tensor:
+    # (..., d_model) -> (..., d_ff) -> (..., d_model), the same MLP at every position
+    return linear2(dropout(_ACTIVATIONS[activation](linear1(x))))
+
+
+class FeedForward(nn.Module):
+    """The position-wise feed-forward network: linear2(dropout(activation(linear1(x)))).
+
+    x (..., d_model) -> (..., d_model). It acts on every position separately with the same
+    weights; d_ff is usually 4 * d_model.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu",
+                 bias: bool = True):
+        super().__init__()
+        check_positive_int(d_model, "d_model")
+        check_positive_int(d_ff, "d_ff")
+        self.d_model, self.d_ff = d_model, d_ff
+        self.activation = _check_activation(activation)
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.dropout = nn.Dropout(_check_dropout(dropout))
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        check_tensor(x, "x", min_ndim=1, shape_hint=f"(..., d_model={self.d_model})")
+        check_floating(x, "x")
+        if x.shape[-1] != self.d_model:
+            raise ValueError(
+                f"x has {x.shape[-1]} features but this feed-forward has d_model={self.d_model} "
+                f"(got shape {tuple(x.shape)})"
+            )
+        return _feed_forward(x, self.linear1, self.linear2, self.activation, self.dropout)
+
+
+# --------------------------------------------------------------------------------------------
+# Layers
+# --------------------------------------------------------------------------------------------
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention and feed-forward, each with a residual connection and a LayerNorm.
+
+    forward(x (batch, seq, d_model), mask=None) -> (batch, seq, d_model); `mask` is boolean,
+    True = may attend, e.g. a (batch, 1, seq) padding mask. norm_first=False is the original
+    post-norm layer, norm_first=True the pre-norm one. Mirrors nn.TransformerEncoderLayer
+    (batch_first=True): same sub-modules, same parameters, same outputs.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
+                 norm_first: bool = False, activation: str = "relu", bias: bool = True,
+                 layer_norm_eps: float = 1e-5):
+        super().__init__()
+        check_positive_int(d_ff, "d_ff")
+        dropout = _check_dropout(dropout)
+        self.d_model, self.num_heads, self.d_ff = d_model, num_heads, d_ff
+        self.norm_first = bool(norm_first)
+        self.activation = _check_activation(activation)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
+        self.norm1 = LayerNorm(d_model, layer_norm_eps, bias=bias)
+        self.norm2 = LayerNorm(d_model, layer_norm_eps, bias=bias)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.record_attention = False
+        self.attention: Tensor | None = None
+
+    def _self_attention(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        out, weights = self.self_attn(x, x, x, mask=mask, need_weights=self.record_attention)
+        self.attention = None if weights is None else weights.detach()
+        return self.dropout1(out)
+
+    def _feed_forward(self, x: Tensor) -> Tensor:
+        ff = _feed_forward(x, self.linear1, self.linear2, self.activation, self.dropout)
+        return self.dropout2(ff)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        _check_sequence(x, "x", self.d_model)
+        if self.norm_first:  # x + Sublayer(LayerNorm(x))
+            x = x + self._self_attention(self.norm1(x), mask)
+            x = x + self._feed_forward(self.norm2(x))
+        else:  # LayerNorm(x + Sublayer(x))
+            x = self.norm1(x + self._self_attention(x, mask))
+            x = self.norm2(x + self._feed_forward(x))
+        return x  # (batch, seq, d_model)
+
+    @classmethod
+    def from_torch(cls, module: nn.TransformerEncoderLayer) -> EncoderLayer:
+        """Ours, with the weights of an nn.TransformerEncoderLayer(batch_first=True)."""
+        _check_torch_layer(module, nn.TransformerEncoderLayer)
+        ours = _new_layer(cls, module)
+        _copy_common(ours, module)
+        return ours
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention to the encoder's output, feed-forward.
+
+    forward(x (batch, n_tgt, d_model), memory (batch, n_src, d_model), self_mask=None,
+    memory_mask=None) -> (batch, n_tgt, d_model). `self_mask` is usually the (n_tgt, n_tgt)
+    causal mask (combined with a target padding mask), `memory_mask` the (batch, 1, n_src)
+    source padding mask. Mirrors nn.TransformerDecoderLayer (batch_first=True).
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
+                 norm_first: bool = False, activation: str = "relu", bias: bool = True,
+                 layer_norm_eps: float = 1e-5):
+        super().__init__()
+        check_positive_int(d_ff, "d_ff")
+        dropout = _check_dropout(dropout)
+        self.d_model, self.num_heads, self.d_ff = d_model, num_heads, d_ff
+        self.norm_first = bool(norm_first)
+        self.activation = _check_activation(activation)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
+        self.multihead_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
+        self.norm1 = LayerNorm(d_model, layer_norm_eps, bias=bias)
+        self.norm2 = LayerNorm(d_model, layer_norm_eps, bias=bias)
+        self.norm3 = LayerNorm(d_model, layer_norm_eps, bias=bias)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
+        self.record_attention = False
+        self.attention: Tensor | None = None
+        self.cross_attention: Tensor | None = None
+
+    def _self_attention(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        out, weights = self.self_attn(x, x, x, mask=mask, need_weights=self.record_attention)
+        self.attention = None if weights is None else weights.detach()
+        return self.dropout1(out)
+
+    def _cross_attention(self, x: Tensor, memory: Tensor, mask: Tensor | None) -> Tensor:
+        out, weights = self.multihead_attn(x, memory, memory, mask=mask,
+                                           need_weights=self.record_attention)
+        self.cross_attention = None if weights is None else weights.detach()
+        return self.dropout2(out)
+
+    def _feed_forward(self, x: Tensor) -> Tensor:
+        ff = _feed_forward(x, self.linear1, self.linear2, self.activation, self.dropout)
+        return self.dropout3(ff)
+
+    def forward(self, x: Tensor, memory: Tensor, self_mask: Tensor | None = None,
+                memory_mask: Tensor | None = None) -> Tensor:
+        _check_sequence(x, "x", self.d_model, "n_tgt")
+        _check_sequence(memory, "memory", self.d_model, "n_src")
+        if memory.shape[0] != x.shape[0]:
+            raise ValueError(
+                f"x has batch={x.shape[0]} but memory has batch={memory.shape[0]}; each target "
+                "sequence attends to the encoder output of its own source sentence"
+            )
+        if self.norm_first:
+            x = x + self._self_attention(self.norm1(x), self_mask)
+            x = x + self._cross_attention(self.norm2(x), memory, memory_mask)
+            x = x + self._feed_forward(self.norm3(x))
+        else:
+            x = self.norm1(x + self._self_attention(x, self_mask))
+            x = self.norm2(x + self._cross_attention(x, memory, memory_mask))
+            x = self.norm3(x + self._feed_forward(x))
+        return x  # (batch, n_tgt, d_model)
+
+    @classmethod
+    def from_torch(cls, module: nn.TransformerDecoderLayer) -> DecoderLayer:
+        """Ours, with the weights of an nn.TransformerDecoderLayer(batch_first=True)."""
+        _check_torch_layer(module, nn.TransformerDecoderLayer)
+        ours = _new_layer(cls, module)
+        _copy_common(ours, module)
+        ours.multihead_attn = MultiHeadAttention.from_torch(module.multihead_attn)
+        _copy_norm(ours.norm3, module.norm3)
+        return ours
+
+
+def _new_layer(cls: type, module: nn.Module) -> nn.Module:
+    attn = module.self_attn
+    ours = cls(
+        attn.embed_dim, attn.num_heads, module.linear1.out_features, dropout=attn.dropout,
+        norm_first=module.norm_first, activation=_torch_activation(module),
+        bias=module.linear1.bias is not None, layer_norm_eps=module.norm1.eps,
+    )
+    return ours.to(module.linear1.weight.device, module.linear1.weight.dtype)
+
+
+def _copy_common(ours: nn.Module, module: nn.Module) -> None:
+    """The parts encoder and decoder layers share: self-attention, feed-forward, norm1, norm2."""
+    ours.self_attn = MultiHeadAttention.from_torch(module.self_attn)
+    ours.dropout.p = module.dropout.p
+    ours.dropout1.p, ours.dropout2.p = module.dropout1.p, module.dropout2.p
+    if hasattr(ours, "dropout3"):
+        ours.dropout3.p = module.dropout3.p
+    with torch.no_grad():
+        for name in ("linear1", "linear2"):
+            getattr(ours, name).load_state_dict(getattr(module, name).state_dict())
+    _copy_norm(ours.norm1, module.norm1)
+    _copy_norm(ours.norm2, module.norm2)
+
+
+def record_attention(model: nn.Module, enabled: bool = True) -> nn.Module:
+    """Make every encoder/decoder layer in `model` keep its attention weights after forward.
+
+    Afterwards `layer.attention` (self-attention) and, for decoder layers,
+    `layer.cross_attention` hold (batch, num_heads, n_q, n_k) weights. Recording uses the
+    slower unfused attention; call with enabled=False to switch it off. Returns `model`.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    for layer in model.modules():
+        if isinstance(layer, (EncoderLayer, DecoderLayer)):
+            layer.record_attention = bool(enabled)
+            if not enabled:
+                layer.attention = None
+                if isinstance(layer, DecoderLayer):
+                    layer.cross_attention = None
+    return model
+
+
+# --------------------------------------------------------------------------------------------
+# Stacks
+# --------------------------------------------------------------------------------------------
+
+
+def _make_layers(layer: nn.Module | Callable[[], nn.Module], num_layers: int,
+                 kind: type) -> nn.ModuleList:
+    check_positive_int(num_layers, "num_layers")
+    if isinstance(layer, nn.Module):  # as PyTorch does: independent deep copies
+        layers = [copy.deepcopy(layer) for _ in range(num_layers)]
+    elif callable(layer):  # a factory: each layer freshly initialised
+        layers = [layer() for _ in range(num_layers)]
+    else:
+        raise TypeError(
+            f"layer must be an {kind.__name__} or a function returning one, "
+            f"got {type(layer).__name__}"
+        )
+    for built in layers:
+        if not isinstance(built, nn.Module):
+            raise TypeError(f"the layer factory must return an nn.Module, got "
+                            f"{type(built).__name__}")
+    return nn.ModuleList(layers)
+
+
+class Encoder(nn.Module):
+    """`num_layers` encoder layers applied in turn, then an optional final LayerNorm.
+
+    `layer` is an EncoderLayer (deep-copied num_layers times, as nn.TransformerEncoder does) or
+    a function returning a new one. forward(x (batch, seq, d_model), mask=None) -> same shape.
+    """
+
+    def __init__(self, layer: nn.Module | Callable[[], nn.Module], num_layers: int,
+                 norm: nn.Module | None = None):
+        super().__init__()
+        self.layers = _make_layers(layer, num_layers, EncoderLayer)
+        self.num_layers = num_layers
+        self.norm = norm
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x if self.norm is None else self.norm(x)
+
+
+class Decoder(nn.Module):
+    """`num_layers` decoder layers applied in turn, then an optional final LayerNorm.
+
+    forward(x (batch, n_tgt, d_model), memory (batch, n_src, d_model), self_mask=None,
+    memory_mask=None) -> (batch, n_tgt, d_model). Every layer attends to the same memory.
+    """
+
+    def __init__(self, layer: nn.Module | Callable[[], nn.Module], num_layers: int,
+                 norm: nn.Module | None = None):
+        super().__init__()
+        self.layers = _make_layers(layer, num_layers, DecoderLayer)
+        self.num_layers = num_layers
+        self.norm = norm
+
+    def forward(self, x: Tensor, memory: Tensor, self_mask: Tensor | None = None,
+                memory_mask: Tensor | None = None) -> Tensor:
+        for layer in self.layers:
+            x = layer(x, memory, self_mask, memory_mask)
+        return x if self.norm is None else self.norm(x)
+
+
+class EncoderDecoder(nn.Module):
+    """The encoder-decoder core of the original Transformer, without embeddings or output layer.
+
+    forward(src (batch, n_src, d_model), tgt (batch, n_tgt, d_model), src_mask=None,
+    tgt_mask=None, memory_mask=None) -> (batch, n_tgt, d_model), where `src_mask` masks the
+    encoder's self-attention (e.g. the (batch, 1, n_src) source padding mask), `tgt_mask` the
+    decoder's self-attention (e.g. the (n_tgt, n_tgt) causal mask) and `memory_mask` its
+    cross-attention (usually the source padding mask again). Same structure, parameters and
+    outputs as nn.Transformer(batch_first=True), final encoder and decoder norms included.
+    For inference, `encode` once and `decode` step by step.
+    """
+
+    def __init__(self, d_model: int = 512, num_heads: int = 8, num_encoder_layers: int = 6,
+                 num_decoder_layers: int = 6, d_ff: int = 2048, dropout: float = 0.1,
+                 norm_first: bool = False, activation: str = "relu", bias: bool = True,
+                 layer_norm_eps: float = 1e-5):
+        super().__init__()
+        check_positive_int(num_encoder_layers, "num_encoder_layers")
+        check_positive_int(num_decoder_layers, "num_decoder_layers")
+        self.d_model, self.num_heads = d_model, num_heads
+        options = dict(dropout=dropout, norm_first=norm_first, activation=activation, bias=bias,
+                       layer_norm_eps=layer_norm_eps)
+        self.encoder = Encoder(lambda: EncoderLayer(d_model, num_heads, d_ff, **options),
+                               num_encoder_layers, LayerNorm(d_model, layer_norm_eps, bias=bias))
+        self.decoder = Decoder(lambda: DecoderLayer(d_model, num_heads, d_ff, **options),
+                               num_decoder_layers, LayerNorm(d_model, layer_norm_eps, bias=bias))
+        self._reset_parameters()
+
+    def _reset_parameters(self) -> None:
+        # As nn.Transformer does: Xavier-uniform for every weight matrix.
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """(batch, n_src, d_model) -> memory (batch, n_src, d_model)."""
+        _check_sequence(src, "src", self.d_model, "n_src")
+        return self.encoder(src, src_mask)
+
+    def decode(self, tgt: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
+               memory_mask: Tensor | None = None) -> Tensor:
+        """(batch, n_tgt, d_model) and memory (batch, n_src, d_model) -> (batch, n_tgt, d_model)."""
+        _check_sequence(tgt, "tgt", self.d_model, "n_tgt")
+        return self.decoder(tgt, memory, tgt_mask, memory_mask)
+
+    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
+                tgt_mask: Tensor | None = None, memory_mask: Tensor | None = None) -> Tensor:
+        _check_sequence(src, "src", self.d_model, "n_src")
+        _check_sequence(tgt, "tgt", self.d_model, "n_tgt")
+        if src.shape[0] != tgt.shape[0]:
+            raise ValueError(
+                f"src has batch={src.shape[0]} but tgt has batch={tgt.shape[0]}; "
+                "they must be the same sentence pairs"
+            )
+        memory = self.encode(src, src_mask)
+        return self.decode(tgt, memory, tgt_mask, memory_mask)
+
+    @classmethod
+    def from_torch(cls, module: nn.Transformer) -> EncoderDecoder:
+        """Ours, with the weights of an nn.Transformer(batch_first=True): identical outputs."""
+        if not isinstance(module, nn.Transformer):
+            raise TypeError(f"module must be torch.nn.Transformer, got {type(module).__name__}")
+        if not module.batch_first:
+            raise ValueError(
+                "module is an nn.Transformer with batch_first=False, which takes "
+                "(seq, batch, d_model) inputs; course_lib works on (batch, seq, d_model): "
+                "build it with batch_first=True"
+            )
+        enc, dec = module.encoder, module.decoder
+        if not isinstance(enc, nn.TransformerEncoder) or not isinstance(dec, nn.TransformerDecoder):
+            raise ValueError("only nn.Transformer with its own encoder and decoder can be loaded")
+        if enc.norm is None or dec.norm is None:
+            raise ValueError("the nn.Transformer must have final encoder and decoder norms")
+        first = enc.layers[0]
+        ours = cls(
+            module.d_model, module.nhead, len(enc.layers), len(dec.layers),
+            first.linear1.out_features, dropout=first.dropout.p, norm_first=first.norm_first,
+            activation=_torch_activation(first), bias=first.linear1.bias is not None,
+            layer_norm_eps=first.norm1.eps,
+        ).to(first.linear1.weight.device, first.linear1.weight.dtype)
+        ours.encoder.layers = nn.ModuleList(EncoderLayer.from_torch(m) for m in enc.layers)
+        ours.decoder.layers = nn.ModuleList(DecoderLayer.from_torch(m) for m in dec.layers)
+        _copy_norm(ours.encoder.norm, enc.norm)
+        _copy_norm(ours.decoder.norm, dec.norm)
+        return ours
+
+
+def count_parameters(module: nn.Module) -> int:
+    """The number of trainable numbers in `module`."""
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)

@@ -1,0 +1,146 @@
+"""Cross-attention (lesson 06): queries from one sequence, keys and values from another.
+
+    x (batch, n_q, d_model)        the sequence that asks       (the decoder's target words)
+    memory (batch, n_kv, d_model)  the sequence that is read    (the encoder's source words)
+
+    q = x W_Q       (batch, n_q, d_k)
+    k = memory W_K  (batch, n_kv, d_k)
+    v = memory W_V  (batch, n_kv, d_v)
+    weights = softmax(q k^T / sqrt(d_k))   (batch, n_q, n_kv), rectangular: one row per query
+    output  = weights v                    (batch, n_q, d_v), one output per query
+
+The output has as many rows as x, whatever the length of memory. A source padding mask
+(batch, 1, n_kv), True = a real source token, keeps every query away from padded source positions.
+
+`CrossAttentionSublayer` is the middle sub-layer of a Transformer decoder layer (masked
+self-attention -> cross-attention -> feed-forward), with its residual connection and LayerNorm,
+equal to the `multihead_attn` + `norm2` part of `nn.TransformerDecoderLayer`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from .attention import scaled_dot_product_attention
+from .multihead import MultiHeadAttention
+from .validation import check_bool_mask, check_floating, check_positive_int, check_tensor
+
+__all__ = ["cross_attention", "CrossAttentionSublayer"]
+
+
+def _check_mask(memory_mask: Tensor, target: tuple[int, ...], words: str) -> None:
+    """memory_mask must be bool and broadcast to the scores' shape without adding dimensions."""
+    check_bool_mask(memory_mask, "memory_mask", target, words)
+    if torch.broadcast_shapes(tuple(memory_mask.shape), target) != torch.Size(target):
+        raise ValueError(
+            f"memory_mask of shape {tuple(memory_mask.shape)} would enlarge the attention scores "
+            f"of shape {target} {words}; use e.g. a (batch, 1, n_kv) source padding mask"
+        )
+
+
+def cross_attention(
+    x: Tensor,
+    memory: Tensor,
+    w_q: Tensor,
+    w_k: Tensor,
+    w_v: Tensor,
+    memory_mask: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Attention from x to memory: q = x W_Q, k = memory W_K, v = memory W_V.
+
+    x: (..., n_q, d_x), memory: (..., n_kv, d_memory) with the same leading (batch) dimensions;
+    w_q: (d_x, d_k), w_k: (d_memory, d_k), w_v: (d_memory, d_v).
+    memory_mask: bool, broadcastable to (..., n_q, n_kv), True = may attend, e.g. a
+    (batch, 1, n_kv) source padding mask.
+    Returns (output (..., n_q, d_v), weights (..., n_q, n_kv)).
+    """
+    check_tensor(x, "x", min_ndim=2, shape_hint="(batch, n_q, d_model)")
+    check_tensor(memory, "memory", min_ndim=2, shape_hint="(batch, n_kv, d_model)")
+    check_floating(x, "x")
+    check_floating(memory, "memory")
+    if x.shape[:-2] != memory.shape[:-2]:
+        raise ValueError(
+            f"x has batch dimensions {tuple(x.shape[:-2])} but memory has "
+            f"{tuple(memory.shape[:-2])}; each target sequence in x reads its own source "
+            f"sequence in memory, so they must match (shapes {tuple(x.shape)} and "
+            f"{tuple(memory.shape)})"
+        )
+    for w, name, source, source_name in (
+        (w_q, "w_q", x, "x"), (w_k, "w_k", memory, "memory"), (w_v, "w_v", memory, "memory")
+    ):
+        check_tensor(w, name, ndim=2, shape_hint="(d_model, d_out)")
+        if w.shape[0] != source.shape[-1]:
+            raise ValueError(
+                f"{name} has {w.shape[0]} rows but {source_name} has d_model="
+                f"{source.shape[-1]}; {name} must be (d_model, d_out) so that "
+                f"{source_name} @ {name} works (got {tuple(w.shape)})"
+            )
+    if w_q.shape[1] != w_k.shape[1]:
+        raise ValueError(
+            f"w_q has d_k={w_q.shape[1]} columns but w_k has {w_k.shape[1]}; queries and keys "
+            "must have the same size to be compared by a dot product"
+        )
+    if memory_mask is not None:
+        target = (*x.shape[:-2], x.shape[-2], memory.shape[-2])
+        _check_mask(memory_mask, target, "(batch, n_q, n_kv)")
+    q = x @ w_q  # (..., n_q, d_k): one query per position of x
+    k = memory @ w_k  # (..., n_kv, d_k): one key per position of memory
+    v = memory @ w_v  # (..., n_kv, d_v): one value per position of memory
+    return scaled_dot_product_attention(q, k, v, memory_mask)  # (..., n_q, d_v), (..., n_q, n_kv)
+
+
+class CrossAttentionSublayer(nn.Module):
+    """The cross-attention sub-layer of a decoder layer: attention to memory, residual, LayerNorm.
+
+    Sub-modules: `attn` (MultiHeadAttention: q_proj, k_proj, v_proj, out_proj) and `norm`
+    (nn.LayerNorm(d_model)).
+
+    post-norm (norm_first=False, the original paper):  x = norm(x + attn(x, memory))
+    pre-norm  (norm_first=True, most modern models):   x = x + attn(norm(x), memory)
+
+    memory is the encoder's output; this sub-layer never normalises it (the encoder already did).
+    forward(x (batch, n_q, d_model), memory (batch, n_kv, d_model), memory_mask=None) returns the
+    new x (batch, n_q, d_model). memory_mask is bool, broadcastable to (batch, n_q, n_kv),
+    True = may attend, e.g. a (batch, 1, n_kv) source padding mask.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, norm_first: bool = False,
+                 dropout: float = 0.0):
+        super().__init__()
+        check_positive_int(d_model, "d_model")
+        check_positive_int(num_heads, "num_heads")
+        if not isinstance(norm_first, bool):
+            raise TypeError(f"norm_first must be True or False, got {norm_first!r}")
+        self.d_model, self.num_heads, self.norm_first = d_model, num_heads, norm_first
+        self.attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)  # on the attention output, as nn.TransformerDecoderLayer
+
+    def _check_inputs(self, x: Tensor, memory: Tensor, memory_mask: Tensor | None) -> None:
+        for t, name, seq in ((x, "x", "n_q"), (memory, "memory", "n_kv")):
+            check_tensor(t, name, ndim=3, shape_hint=f"(batch, {seq}, d_model={self.d_model})")
+            check_floating(t, name)
+            if t.shape[-1] != self.d_model:
+                raise ValueError(
+                    f"{name} has {t.shape[-1]} features but this sub-layer has "
+                    f"d_model={self.d_model} (got shape {tuple(t.shape)})"
+                )
+        if x.shape[0] != memory.shape[0]:
+            raise ValueError(
+                f"x has batch={x.shape[0]} but memory has batch={memory.shape[0]}; each target "
+                "sequence reads its own source sequence"
+            )
+        if memory_mask is not None:
+            _check_mask(memory_mask, (x.shape[0], x.shape[1], memory.shape[1]),
+                        "(batch, n_q, n_kv)")
+
+    def _attend(self, query: Tensor, memory: Tensor, memory_mask: Tensor | None) -> Tensor:
+        output, _ = self.attn(query, memory, memory, memory_mask, need_weights=False)
+        return self.dropout(output)  # (batch, n_q, d_model)
+
+    def forward(self, x: Tensor, memory: Tensor, memory_mask: Tensor | None = None) -> Tensor:
+        self._check_inputs(x, memory, memory_mask)
+        if self.norm_first:
+            return x + self._attend(self.norm(x), memory, memory_mask)  # (batch, n_q, d_model)
+        return self.norm(x + self._attend(x, memory, memory_mask))  # (batch, n_q, d_model)

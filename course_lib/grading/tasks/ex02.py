@@ -1,0 +1,259 @@
+"""ex02, self-attention: a stable softmax, scaled dot-product attention, self-attention."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+
+from ..core import Case, GradingError, Task, register
+
+SOFTMAX_LESSON = "lesson 02, section 'A numerically stable softmax'"
+SDPA_LESSON = "lesson 02, section 'Scaled dot-product attention, step by step'"
+SELF_LESSON = "lesson 02, section 'Learned projections: W_Q, W_K, W_V'"
+
+ALL_SOFTMAXES = (
+    "torch.softmax", "torch.Tensor.softmax", "torch.nn.functional.softmax", "torch.nn.Softmax",
+    "torch.special.softmax", "torch._softmax",
+    "torch.log_softmax", "torch.Tensor.log_softmax", "torch.nn.functional.log_softmax",
+    "torch.nn.LogSoftmax", "torch.special.log_softmax", "torch._log_softmax",
+)
+
+
+def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32,
+          scale: float = 1.0) -> torch.Tensor:
+    return torch.randn(*shape, generator=gen, dtype=dtype) * scale
+
+
+def _stable_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """For the wrong implementations below (they must not call the graded reference)."""
+    e = (x - x.amax(dim=dim, keepdim=True)).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+class _HintOnError(Task):
+    """A task whose mistakes may *raise* (e.g. `.T` on a batch): the error gets their hint."""
+
+    def call(self, obj, case):
+        try:
+            return obj(*case.args, **case.kwargs)
+        except (NotImplementedError, GradingError):
+            raise
+        except Exception as error:  # noqa: BLE001  (a learner's code may raise anything)
+            hint = self._hint_for_error(obj, case, error)
+            if hint is None:
+                raise
+            raise GradingError(f"your code raised {type(error).__name__}: {error}. Hint: {hint}") from None
+
+    def _hint_for_error(self, obj, case, error: Exception) -> str | None:
+        for wrong, hint in self.mistakes():
+            if wrong is obj:
+                continue
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    wrong(*case.args, **case.kwargs)
+            except Exception as theirs:  # noqa: BLE001
+                if type(theirs) is type(error) and str(theirs) == str(error):
+                    return hint
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# ex02.softmax
+# --------------------------------------------------------------------------------------------
+
+
+@register
+class Softmax(Task):
+    id = "ex02.softmax"
+    lesson = SOFTMAX_LESSON
+    reference = "course_lib.attention.softmax"
+    forbidden = ALL_SOFTMAXES
+
+    def cases(self, gen):
+        return [
+            Case("a 1-D x of shape (5,)", (randn(gen, 5),)),
+            Case("x (3, 4, 6), default dim=-1", (randn(gen, 3, 4, 6),)),
+            Case("x (2, 5, 3) with dim=1 (the middle axis)", (randn(gen, 2, 5, 3),), {"dim": 1}),
+            Case("x (4, 3) with dim=0", (randn(gen, 4, 3),), {"dim": 0}),
+            Case("float64 x (2, 3, 7)", (randn(gen, 2, 3, 7, dtype=torch.float64),)),
+            Case("large inputs around 1000, x (3, 5) = 1000 + noise",
+                 (1000.0 + randn(gen, 3, 5, scale=5.0),)),
+            Case("large negative inputs around -1000, x (2, 4)",
+                 (-1000.0 + randn(gen, 2, 4, scale=5.0),)),
+            Case("float64 inputs around 800 (exp(800) overflows even in float64), x (2, 6)",
+                 (800.0 + randn(gen, 2, 6, dtype=torch.float64, scale=10.0),)),
+            Case("equal inputs, x (2, 4) all 3.0 (the answer is uniform)",
+                 (torch.full((2, 4), 3.0),)),
+        ]
+
+    def mistakes(self):
+        def no_max(x, dim=-1):
+            e = x.exp()
+            return e / e.sum(dim=dim, keepdim=True)
+
+        def last_axis(x, dim=-1):
+            return _stable_softmax(x, -1)
+
+        def first_axis(x, dim=-1):
+            return _stable_softmax(x, 0)
+
+        def whole_tensor(x, dim=-1):
+            e = (x - x.max()).exp()
+            return e / e.sum()
+
+        def log_softmax(x, dim=-1):
+            shifted = x - x.amax(dim=dim, keepdim=True)
+            return shifted - shifted.exp().sum(dim=dim, keepdim=True).log()
+
+        return [
+            (no_max, "exp overflows to inf (inf/inf = NaN) or underflows to 0 (0/0 = NaN) for "
+                     "large inputs: subtract the maximum along dim before exp, it cancels in the "
+                     "ratio"),
+            (last_axis, "you normalised over the last axis; use the `dim` argument"),
+            (first_axis, "you normalised over the first axis; use the `dim` argument"),
+            (whole_tensor, "you normalised over the whole tensor; sum only along `dim` "
+                           "(keepdim=True), so each slice along dim sums to 1"),
+            (log_softmax, "that is log-softmax (log-probabilities, all negative); softmax is "
+                          "exp(x - max) / sum(exp(x - max))"),
+        ]
+
+    def diagnose(self, got, want, case):
+        if isinstance(got, torch.Tensor) and got.shape == want.shape and got.is_floating_point():
+            dim = case.kwargs.get("dim", -1)
+            if torch.isnan(got).any():
+                return "NaN appears: did you subtract the maximum before exp?"
+            if not torch.allclose(got.sum(dim=dim), torch.ones_like(got.sum(dim=dim)), atol=1e-4):
+                return f"your values do not sum to 1 along dim={dim}"
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# ex02.scaled_dot_product_attention
+# --------------------------------------------------------------------------------------------
+
+
+def _attention(q, k, v, scale, softmax_dim=-1):
+    weights = _stable_softmax(q @ k.transpose(-2, -1) * scale, softmax_dim)
+    return weights @ v, weights
+
+
+@register
+class ScaledDotProductAttention(_HintOnError):
+    id = "ex02.scaled_dot_product_attention"
+    lesson = SDPA_LESSON
+    reference = "course_lib.attention.scaled_dot_product_attention"
+    forbidden = ("torch.nn.functional.scaled_dot_product_attention",)
+
+    def cases(self, gen):
+        f64 = torch.float64
+        return [
+            Case("2-D q (3, 4), k (5, 4), v (5, 6)  (n_q != n_k, d_k != d_v)",
+                 (randn(gen, 3, 4), randn(gen, 5, 4), randn(gen, 5, 6))),
+            Case("a batch: q (2, 3, 8), k (2, 5, 8), v (2, 5, 3)",
+                 (randn(gen, 2, 3, 8), randn(gen, 2, 5, 8), randn(gen, 2, 5, 3))),
+            Case("batch and heads: q (2, 3, 4, 16), k (2, 3, 6, 16), v (2, 3, 6, 5)",
+                 (randn(gen, 2, 3, 4, 16), randn(gen, 2, 3, 6, 16), randn(gen, 2, 3, 6, 5))),
+            Case("float64: q (3, 2, 9), k (3, 7, 9), v (3, 7, 4)",
+                 (randn(gen, 3, 2, 9, dtype=f64), randn(gen, 3, 7, 9, dtype=f64),
+                  randn(gen, 3, 7, 4, dtype=f64))),
+            Case("large values: q, k of size 40, q (2, 4, 8), k (2, 6, 8), v (2, 6, 3)",
+                 (randn(gen, 2, 4, 8, scale=40.0), randn(gen, 2, 6, 8, scale=40.0),
+                  randn(gen, 2, 6, 3))),
+            Case("one query: q (1, 1, 4), k (1, 3, 4), v (1, 3, 2)",
+                 (randn(gen, 1, 1, 4), randn(gen, 1, 3, 4), randn(gen, 1, 3, 2))),
+        ]
+
+    def mistakes(self):
+        def no_scaling(q, k, v):
+            return _attention(q, k, v, 1.0)
+
+        def by_d_k(q, k, v):
+            return _attention(q, k, v, 1.0 / q.shape[-1])
+
+        def by_sqrt_d_v(q, k, v):
+            return _attention(q, k, v, 1.0 / math.sqrt(v.shape[-1]))
+
+        def by_d_v(q, k, v):
+            return _attention(q, k, v, 1.0 / v.shape[-1])
+
+        def query_axis(q, k, v):
+            return _attention(q, k, v, 1.0 / math.sqrt(q.shape[-1]), softmax_dim=-2)
+
+        def dot_t(q, k, v):
+            weights = _stable_softmax(q @ k.T / math.sqrt(q.shape[-1]))
+            return weights @ v, weights
+
+        def method_t(q, k, v):
+            weights = _stable_softmax(q @ k.t() / math.sqrt(q.shape[-1]))
+            return weights @ v, weights
+
+        def swapped(q, k, v):
+            output, weights = _attention(q, k, v, 1.0 / math.sqrt(q.shape[-1]))
+            return weights, output
+
+        return [
+            (no_scaling, "the scores are not scaled: divide q @ k^T by sqrt(d_k)"),
+            (by_d_k, "you divided by d_k; divide by its square root, sqrt(d_k)"),
+            (by_sqrt_d_v, "you scaled by sqrt(d_v) (the last dimension of v); the scale is "
+                          "sqrt(d_k), the last dimension of q and k"),
+            (by_d_v, "you divided by d_v; the scale is sqrt(d_k), the last dimension of q and k"),
+            (query_axis, "the softmax runs over the query axis (dim=-2); each query's weights "
+                         "over the keys must sum to 1, so use dim=-1"),
+            (dot_t, "`.T` transposes only 2-D tensors correctly (on a batch it reverses every "
+                    "axis); use k.transpose(-2, -1) (or k.mT) to swap the last two axes"),
+            (method_t, "`.t()` works only on 2-D tensors; use k.transpose(-2, -1) (or k.mT) so "
+                       "batches work too"),
+            (swapped, "the return order is swapped: return (output, weights)"),
+        ]
+
+
+# --------------------------------------------------------------------------------------------
+# ex02.self_attention
+# --------------------------------------------------------------------------------------------
+
+
+@register
+class SelfAttention(_HintOnError):
+    id = "ex02.self_attention"
+    lesson = SELF_LESSON
+    reference = "course_lib.attention.self_attention"
+
+    def cases(self, gen):
+        f64 = torch.float64
+        return [
+            Case("x (5, 8), w_q (8, 4), w_k (8, 4), w_v (8, 6)",
+                 (randn(gen, 5, 8), randn(gen, 8, 4, scale=0.3), randn(gen, 8, 4, scale=0.3),
+                  randn(gen, 8, 6, scale=0.3))),
+            Case("square weights, x (4, 4), w_q, w_k, w_v (4, 4)",
+                 (randn(gen, 4, 4), randn(gen, 4, 4), randn(gen, 4, 4), randn(gen, 4, 4))),
+            Case("a batch with square weights: x (2, 6, 8), w_q, w_k, w_v (8, 8)",
+                 (randn(gen, 2, 6, 8), randn(gen, 8, 8, scale=0.3), randn(gen, 8, 8, scale=0.3),
+                  randn(gen, 8, 8, scale=0.3))),
+            Case("a batch: x (3, 5, 6), w_q (6, 4), w_k (6, 4), w_v (6, 2)",
+                 (randn(gen, 3, 5, 6), randn(gen, 6, 4, scale=0.4), randn(gen, 6, 4, scale=0.4),
+                  randn(gen, 6, 2, scale=0.4))),
+            Case("float64: x (2, 2, 7, 5), w_q (5, 3), w_k (5, 3), w_v (5, 4)",
+                 (randn(gen, 2, 2, 7, 5, dtype=f64), randn(gen, 5, 3, dtype=f64),
+                  randn(gen, 5, 3, dtype=f64), randn(gen, 5, 4, dtype=f64))),
+        ]
+
+    def mistakes(self):
+        def linear_side(x, w_q, w_k, w_v):
+            q, k, v = x @ w_q.transpose(-2, -1), x @ w_k.transpose(-2, -1), x @ w_v.transpose(-2, -1)
+            return _attention(q, k, v, 1.0 / math.sqrt(q.shape[-1]))
+
+        def left_side(x, w_q, w_k, w_v):
+            q, k, v = w_q @ x, w_k @ x, w_v @ x
+            return _attention(q, k, v, 1.0 / math.sqrt(q.shape[-1]))
+
+        def left_side_transposed(x, w_q, w_k, w_v):
+            xt = x.transpose(-2, -1)
+            q, k, v = w_q @ xt, w_k @ xt, w_v @ xt
+            return _attention(q, k, v, 1.0 / math.sqrt(q.shape[-1]))
+
+        hint = ("the projections are applied on the wrong side: with x (..., n, d_model) and "
+                "w_q (d_model, d_k), compute q = x @ w_q (and the same for k and v)")
+        return [(linear_side, hint), (left_side, hint), (left_side_transposed, hint)]

@@ -1,0 +1,263 @@
+"""ex03, multi-head attention: split the heads, merge them back, the whole module."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from ..core import Case, GradingError, Task, load_weights, register
+
+
+def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    return torch.randn(*shape, generator=gen, dtype=dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# ex03.split_heads
+# --------------------------------------------------------------------------------------------
+
+
+def _split_no_transpose(x: Tensor, num_heads: int) -> Tensor:
+    batch, seq, d_model = x.shape
+    return x.reshape(batch, num_heads, seq, d_model // num_heads)
+
+
+def _split_interleaved(x: Tensor, num_heads: int) -> Tensor:
+    batch, seq, d_model = x.shape
+    # (batch, seq, d_head, heads) -> (batch, heads, seq, d_head): head h gets every h-th feature
+    return x.reshape(batch, seq, d_model // num_heads, num_heads).permute(0, 3, 1, 2)
+
+
+@register
+class SplitHeads(Task):
+    id = "ex03.split_heads"
+    lesson = "lesson 03, section 'Splitting d_model into heads'"
+    reference = "course_lib.multihead.split_heads"
+
+    def cases(self, gen):
+        return [
+            Case("x (2, 5, 12) with num_heads=3", (randn(gen, 2, 5, 12), 3)),
+            Case("x (1, 4, 8) with num_heads=2", (randn(gen, 1, 4, 8), 2)),
+            Case("float64 x (3, 6, 8) with num_heads=4",
+                 (randn(gen, 3, 6, 8, dtype=torch.float64), 4)),
+            Case("x (2, 3, 6) with num_heads=6 (d_head = 1)", (randn(gen, 2, 3, 6), 6)),
+            Case("x (2, 7, 4) with num_heads=1 (one wide head)", (randn(gen, 2, 7, 4), 1)),
+            Case("x (2, 3, 10) with num_heads=4: 10 is not divisible by 4, so a ValueError",
+                 (randn(gen, 2, 3, 10), 4), raises=ValueError),
+        ]
+
+    def mistakes(self):
+        return [
+            (_split_no_transpose,
+             "a reshape straight to (batch, num_heads, seq, d_head) mixes tokens: it cuts the "
+             "flat memory of each sequence into num_heads blocks, so one 'token' row of head 0 "
+             "holds features of several tokens. Reshape to (batch, seq, num_heads, d_head) "
+             "first, then transpose(1, 2)"),
+            (_split_interleaved,
+             "head h must get the contiguous block of features h*d_head ... (h+1)*d_head - 1; "
+             "you gave it every num_heads-th feature. Reshape to (batch, seq, num_heads, d_head)"),
+        ]
+
+
+# --------------------------------------------------------------------------------------------
+# ex03.merge_heads
+# --------------------------------------------------------------------------------------------
+
+
+def _merge_no_transpose(x: Tensor) -> Tensor:
+    batch, num_heads, seq, d_head = x.shape
+    return x.reshape(batch, seq, num_heads * d_head)
+
+
+def _merge_interleaved(x: Tensor) -> Tensor:
+    batch, num_heads, seq, d_head = x.shape
+    return x.permute(0, 2, 3, 1).reshape(batch, seq, num_heads * d_head)
+
+
+@register
+class MergeHeads(Task):
+    id = "ex03.merge_heads"
+    lesson = "lesson 03, section 'Merging the heads back'"
+    reference = "course_lib.multihead.merge_heads"
+
+    def cases(self, gen):
+        return [
+            Case("x (2, 3, 5, 4): 3 heads of d_head 4", (randn(gen, 2, 3, 5, 4),)),
+            Case("x (1, 2, 6, 3)", (randn(gen, 1, 2, 6, 3),)),
+            Case("float64 x (3, 4, 2, 2)", (randn(gen, 3, 4, 2, 2, dtype=torch.float64),)),
+            Case("x (2, 1, 4, 8): one head", (randn(gen, 2, 1, 4, 8),)),
+            Case("x (2, 8, 3, 1): d_head = 1", (randn(gen, 2, 8, 3, 1),)),
+        ]
+
+    def mistakes(self):
+        return [
+            (_merge_no_transpose,
+             "the reshape needs the heads next to d_head: transpose(1, 2) to "
+             "(batch, seq, num_heads, d_head) first, then reshape to (batch, seq, d_model). "
+             "Without the transpose the tokens get mixed, exactly the split_heads mistake"),
+            (_merge_interleaved,
+             "the heads must be concatenated one after the other (all of head 0's d_head "
+             "features, then head 1's, ...); you interleaved them. Transpose only axes 1 and 2"),
+        ]
+
+
+# --------------------------------------------------------------------------------------------
+# ex03.MultiHeadAttention
+# --------------------------------------------------------------------------------------------
+
+
+class _WrongMultiHeadAttention(nn.Module):
+    """A multi-head attention with one deliberate mistake, named by `mistake`."""
+
+    mistake = ""
+
+    def __init__(self, d_model: int, num_heads: int):
+        super().__init__()
+        self.num_heads, self.d_head = num_heads, d_model // num_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def _split(self, x: Tensor) -> Tensor:
+        batch, seq, _ = x.shape
+        return x.reshape(batch, seq, self.num_heads, self.d_head).transpose(1, 2)
+
+    def forward(self, query, key, value, mask=None):
+        batch, n_q, d_model = query.shape
+        q = self._split(self.q_proj(query))  # (batch, heads, n_q, d_head)
+        k = self._split(self.k_proj(key))  # (batch, heads, n_k, d_head)
+        v_full = self.v_proj(value)  # (batch, n_k, d_model)
+        v = self._split(v_full)  # (batch, heads, n_k, d_head)
+        scale = math.sqrt(d_model if self.mistake == "scale_d_model" else self.d_head)
+        scores = q @ k.transpose(-2, -1) / scale  # (batch, heads, n_q, n_k)
+        if mask is not None:
+            if mask.dim() == 3:
+                mask = mask.unsqueeze(1)
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        if self.mistake == "averaged_heads":  # one averaged map applied to the full values
+            merged = weights.mean(dim=1) @ v_full  # (batch, n_q, d_model)
+        else:
+            merged = (weights @ v).transpose(1, 2).reshape(batch, n_q, d_model)
+        if self.mistake == "averaged_weights":
+            weights = weights.mean(dim=1)  # (batch, n_q, n_k)
+        output = merged if self.mistake == "no_out_proj" else self.out_proj(merged)
+        return output, weights
+
+
+class _NoOutputProjection(_WrongMultiHeadAttention):
+    mistake = "no_out_proj"
+
+
+class _AveragedHeads(_WrongMultiHeadAttention):
+    mistake = "averaged_heads"
+
+
+class _AveragedWeights(_WrongMultiHeadAttention):
+    mistake = "averaged_weights"
+
+
+class _ScaledByDModel(_WrongMultiHeadAttention):
+    mistake = "scale_d_model"
+
+
+def _state_dict(gen: torch.Generator, d_model: int, dtype: torch.dtype) -> dict[str, Tensor]:
+    state = {}
+    for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+        state[f"{name}.weight"] = randn(gen, d_model, d_model, dtype=dtype) / math.sqrt(d_model)
+        state[f"{name}.bias"] = 0.1 * randn(gen, d_model, dtype=dtype)
+    return state
+
+
+def _attend_somewhere(mask: Tensor) -> Tensor:
+    """Allow the first key in every row, so no query is left with nothing to attend to."""
+    mask = mask.clone()
+    mask[..., 0] = True
+    return mask
+
+
+@register
+class MultiHeadAttentionTask(Task):
+    id = "ex03.MultiHeadAttention"
+    lesson = "lesson 03, section 'Multi-head attention, step by step'"
+    reference = "course_lib.multihead.MultiHeadAttention"
+    forbidden = (
+        "torch.nn.MultiheadAttention",
+        "torch.nn.functional.scaled_dot_product_attention",
+        "torch.nn.functional.multi_head_attention_forward",
+    )
+
+    def _case(self, gen, description, *, batch, n_q, n_k, d_model, num_heads, self_attention,
+              mask=None, dtype=torch.float32) -> Case:
+        query = randn(gen, batch, n_q, d_model, dtype=dtype)
+        key = query if self_attention else randn(gen, batch, n_k, d_model, dtype=dtype)
+        value = query if self_attention else randn(gen, batch, n_k, d_model, dtype=dtype)
+        data = {"d_model": d_model, "num_heads": num_heads,
+                "state_dict": _state_dict(gen, d_model, dtype)}
+        kwargs = {} if mask is None else {"mask": mask}
+        return Case(description, (query, key, value), kwargs, data)
+
+    def cases(self, gen):
+        lengths = torch.tensor([4, 2, 6])
+        padding = (torch.arange(6) < lengths[:, None]).unsqueeze(1)  # (3, 1, 6)
+        random_mask = _attend_somewhere(torch.rand(2, 4, 5, generator=gen) > 0.5)
+        return [
+            self._case(gen, "self-attention, x (2, 5, 8), num_heads=2", batch=2, n_q=5, n_k=5,
+                       d_model=8, num_heads=2, self_attention=True),
+            self._case(gen, "cross-attention, query (2, 3, 12), key/value (2, 6, 12), "
+                       "num_heads=3 (n_q != n_k)", batch=2, n_q=3, n_k=6, d_model=12,
+                       num_heads=3, self_attention=False),
+            self._case(gen, "self-attention with a causal mask (5, 5), x (1, 5, 16), num_heads=4",
+                       batch=1, n_q=5, n_k=5, d_model=16, num_heads=4, self_attention=True,
+                       mask=torch.ones(5, 5, dtype=torch.bool).tril()),
+            self._case(gen, "cross-attention with a padding mask (3, 1, 6) (True = may attend), "
+                       "query (3, 2, 8), key/value (3, 6, 8), num_heads=4", batch=3, n_q=2,
+                       n_k=6, d_model=8, num_heads=4, self_attention=False, mask=padding),
+            self._case(gen, "float64 cross-attention with a mask (2, 4, 5), query (2, 4, 6), "
+                       "key/value (2, 5, 6), num_heads=3", batch=2, n_q=4, n_k=5, d_model=6,
+                       num_heads=3, self_attention=False, mask=random_mask,
+                       dtype=torch.float64),
+            self._case(gen, "one head: x (2, 3, 4), num_heads=1", batch=2, n_q=3, n_k=3,
+                       d_model=4, num_heads=1, self_attention=True),
+        ]
+
+    def call(self, obj, case):
+        data = case.data
+        query = case.args[0]
+        module = obj(data["d_model"], data["num_heads"])
+        if not isinstance(module, nn.Module):
+            raise GradingError(
+                f"MultiHeadAttention(d_model, num_heads) should build a torch.nn.Module, got "
+                f"{type(module).__name__}; subclass nn.Module and call super().__init__()"
+            )
+        module.to(query.dtype)
+        load_weights(module, data["state_dict"], "your MultiHeadAttention")
+        module.eval()
+        with torch.no_grad():
+            return module(*case.args, **case.kwargs)
+
+    def mistakes(self):
+        return [
+            (_NoOutputProjection,
+             "the merged heads must go through the output projection: "
+             "output = out_proj(merge_heads(heads))"),
+            (_AveragedHeads,
+             "you averaged the heads' attention maps into one; each head must weight its own "
+             "slice of the values, and the head outputs are concatenated (merge_heads), not "
+             "averaged"),
+            (_AveragedWeights,
+             "return the weights of every head, shape (batch, num_heads, n_q, n_k), not their "
+             "average over heads (nn.MultiheadAttention averages by default; this task does not)"),
+            (_ScaledByDModel,
+             "each head's scores are q·k over d_head features, so divide by sqrt(d_head), not "
+             "sqrt(d_model)"),
+        ]
+
+    def diagnose(self, got, want, case):
+        if isinstance(got, Tensor):
+            return ("forward must return a tuple (output, weights), with weights of shape "
+                    "(batch, num_heads, n_q, n_k)")
+        return None

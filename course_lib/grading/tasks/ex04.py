@@ -1,0 +1,286 @@
+"""ex04, positional encoding: the sinusoidal table, a shift as a rotation, and RoPE."""
+
+from __future__ import annotations
+
+import torch
+
+from ..core import Case, Task, compare_values, register
+
+LESSON = "lesson 04, section "
+
+
+def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(*shape, generator=gen, dtype=dtype)
+
+
+def _frequencies(d_model: int, exponent: str = "2i") -> torch.Tensor:
+    """(d_model / 2,) float64 frequencies; `exponent` picks the right one or a wrong one."""
+    pair = torch.arange(d_model // 2, dtype=torch.float64)
+    power = {"2i": 2 * pair, "i": pair}[exponent]
+    return 10000.0 ** (-power / d_model)
+
+
+def _close_or_explain(got, want) -> str | None:
+    """compare_values with a tolerance of 1e-4, which allows float32 angles computed another way
+    (sin of p * frequency loses a few 1e-6 at the positions tested); wrong answers are O(1) off."""
+    if (isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor)
+            and got.shape == want.shape and got.dtype == want.dtype and want.is_floating_point()
+            and torch.allclose(got, want, rtol=1e-4, atol=1e-4)):
+        return None
+    if (isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor)
+            and got.shape == want.shape and got.dtype != want.dtype):
+        return (f"your result has dtype {str(got.dtype)[6:]}, expected {str(want.dtype)[6:]}")
+    return compare_values(got, want)
+
+
+# --------------------------------------------------------------------------------------------
+# sinusoidal_positional_encoding
+# --------------------------------------------------------------------------------------------
+
+
+def _table(seq_len, d_model, *, first_position=0, exponent="2i", layout="interleaved",
+           even="sin"):
+    positions = torch.arange(first_position, first_position + seq_len, dtype=torch.float64)
+    angles = positions[:, None] * _frequencies(d_model, exponent)[None, :]
+    first, second = (torch.sin, torch.cos) if even == "sin" else (torch.cos, torch.sin)
+    if layout == "halves":
+        pe = torch.cat((first(angles), second(angles)), dim=-1)
+    else:
+        pe = torch.empty(seq_len, d_model, dtype=torch.float64)
+        pe[:, 0::2], pe[:, 1::2] = first(angles), second(angles)
+    return pe.float()
+
+
+def _column_index_exponent(seq_len, d_model):
+    positions = torch.arange(seq_len, dtype=torch.float64)[:, None]
+    column = torch.arange(d_model, dtype=torch.float64)[None, :]
+    angles = positions * 10000.0 ** (-column / d_model)
+    pe = torch.where(column.long() % 2 == 0, torch.sin(angles), torch.cos(angles))
+    return pe.float()
+
+
+def _inverted_frequency(seq_len, d_model):
+    positions = torch.arange(seq_len, dtype=torch.float64)[:, None]
+    angles = positions * (1.0 / _frequencies(d_model))[None, :]
+    pe = torch.empty(seq_len, d_model, dtype=torch.float64)
+    pe[:, 0::2], pe[:, 1::2] = torch.sin(angles), torch.cos(angles)
+    return pe.float()
+
+
+@register
+class SinusoidalPositionalEncoding(Task):
+    id = "ex04.sinusoidal_positional_encoding"
+    lesson = LESSON + "'The sinusoidal encoding'"
+    reference = "course_lib.positional.sinusoidal_positional_encoding"
+
+    def cases(self, gen):
+        return [
+            Case("seq_len=1, d_model=2 (position 0 only)", (1, 2)),
+            Case("seq_len=10, d_model=4", (10, 4)),
+            Case("seq_len=7, d_model=6", (7, 6)),
+            Case("seq_len=33, d_model=10", (33, 10)),
+            Case("seq_len=50, d_model=16", (50, 16)),
+            Case("seq_len=64, d_model=64", (64, 64)),
+            Case("an odd d_model=5 (must raise ValueError: features come in pairs)", (4, 5),
+                 raises=ValueError),
+        ]
+
+    def compare(self, got, want, case):
+        return _close_or_explain(got, want)
+
+    def mistakes(self):
+        return [
+            (lambda n, d: _table(n, d, even="cos"),
+             "sin and cos are swapped: sin goes on the even columns (0, 2, ...), cos on the odd "
+             "ones, so row 0 is [0, 1, 0, 1, ...]"),
+            (lambda n, d: _table(n, d, exponent="i"),
+             "the exponent uses the pair index i; it is 2i/d_model, i.e. 10000^(-2i/d_model), "
+             "so the slowest pair has wavelength close to 10000·2π"),
+            (_column_index_exponent,
+             "the exponent uses each column's own index, so cos in column 2i+1 gets a different "
+             "frequency from sin in column 2i; both columns of a pair share 10000^(-2i/d_model)"),
+            (lambda n, d: _table(n, d, layout="halves"),
+             "you put all the sines in the first half and all the cosines in the second half; "
+             "here they are interleaved: sin in column 2i, cos in column 2i+1 (use pe[:, 0::2] "
+             "and pe[:, 1::2])"),
+            (lambda n, d: _table(n, d, first_position=1),
+             "positions start at 1; they start at 0, so the first row is sin(0)=0, cos(0)=1"),
+            (_inverted_frequency,
+             "the frequency grows with the dimension; it must shrink: 10000^(-2i/d_model) "
+             "(note the minus sign)"),
+        ]
+
+
+# --------------------------------------------------------------------------------------------
+# relative_shift_matrix
+# --------------------------------------------------------------------------------------------
+
+
+def _shift_matrix(offset, d_model, *, angle="offset*frequency", transpose=False):
+    frequencies = _frequencies(d_model, "i" if angle == "exponent i" else "2i")
+    angles = offset * (torch.ones_like(frequencies) if angle == "no frequency" else frequencies)
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    m = torch.zeros(d_model, d_model, dtype=torch.float64)
+    even = torch.arange(0, d_model, 2)
+    m[even, even], m[even, even + 1] = cos, sin
+    m[even + 1, even], m[even + 1, even + 1] = -sin, cos
+    return (m.T if transpose else m).float()
+
+
+@register
+class RelativeShiftMatrix(Task):
+    id = "ex04.relative_shift_matrix"
+    lesson = LESSON + "'A shift in position is a rotation'"
+    reference = "course_lib.positional.relative_shift_matrix"
+
+    def cases(self, gen):
+        return [
+            Case("offset=1, d_model=2 (one pair)", (1, 2)),
+            Case("offset=0, d_model=4 (no shift: the identity)", (0, 4)),
+            Case("offset=1, d_model=8", (1, 8)),
+            Case("offset=5, d_model=16", (5, 16)),
+            Case("a negative offset=-3, d_model=16", (-3, 16)),
+            Case("offset=25, d_model=32", (25, 32)),
+            Case("a negative offset=-17, d_model=64", (-17, 64)),
+            Case("offset=100, d_model=6", (100, 6)),
+            Case("an odd d_model=7 (must raise ValueError)", (2, 7), raises=ValueError),
+        ]
+
+    def compare(self, got, want, case):
+        return _close_or_explain(got, want)
+
+    def diagnose(self, got, want, case):
+        if isinstance(got, torch.Tensor) and got.shape == want.shape:
+            d_model = want.shape[0]
+            off_blocks = got.clone()
+            for i in range(0, d_model, 2):
+                off_blocks[i:i + 2, i:i + 2] = 0
+            if off_blocks.abs().max() > 1e-6:
+                return ("M must be block-diagonal: pair (2i, 2i+1) of PE[p + offset] depends "
+                        "only on pair (2i, 2i+1) of PE[p]")
+        return None
+
+    def mistakes(self):
+        return [
+            (lambda k, d: _shift_matrix(k, d, transpose=True),
+             "your matrix shifts by -offset (it is the transpose, a rotation the other way): with "
+             "row vectors, PE[p + k] = PE[p] @ M.T needs the block [[cos a, sin a], "
+             "[-sin a, cos a]]; check sin(p+k) = sin p cos k + cos p sin k"),
+            (lambda k, d: _shift_matrix(k, d, angle="no frequency"),
+             "every pair is rotated by the same angle (offset radians); pair i turns by "
+             "offset * 10000^(-2i/d_model)"),
+            (lambda k, d: _shift_matrix(k, d, angle="exponent i"),
+             "the rotation angle uses 10000^(-i/d_model); the frequency of pair (2i, 2i+1) is "
+             "10000^(-2i/d_model), the same as in the encoding"),
+        ]
+
+
+# --------------------------------------------------------------------------------------------
+# apply_rope
+# --------------------------------------------------------------------------------------------
+
+
+def _rope_variant(x, positions=None, *, pairing="adjacent", exponent="2i", sign=1.0,
+                  constant=False, ignore_positions=False, mixed_frequencies=False):
+    d = x.shape[-1]
+    if ignore_positions or positions is None:
+        positions = torch.arange(x.shape[-2])
+    frequencies = _frequencies(d, exponent)  # (d / 2,)
+    angles = (torch.ones_like(positions, dtype=torch.float64) if constant
+              else positions.to(torch.float64))[:, None] * frequencies  # (seq, d / 2)
+    if pairing == "adjacent":
+        cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        return torch.stack((x0 * cos - sign * x1 * sin, sign * x0 * sin + x1 * cos), -1).flatten(-2)
+    # "halves": feature i is paired with feature i + d/2 (the rotate_half layout)
+    full = (angles.repeat_interleave(2, dim=-1) if mixed_frequencies
+            else torch.cat((angles, angles), dim=-1))  # (seq, d)
+    cos, sin = torch.cos(full).to(x.dtype), torch.sin(full).to(x.dtype)
+    first, second = x[..., : d // 2], x[..., d // 2:]
+    rotate_half = torch.cat((-second, first), dim=-1)
+    return x * cos + sign * rotate_half * sin
+
+
+def _scores_under_shifts(rope, q, k, base, shifts):
+    """(shifts, ..., seq, seq): q·k after RoPE at positions base + s, for each shift s."""
+    out = []
+    for s in shifts:
+        positions = base + s
+        out.append(rope(q, positions) @ rope(k, positions).transpose(-2, -1))
+    return torch.stack(out)
+
+
+@register
+class ApplyRope(Task):
+    id = "ex04.apply_rope"
+    lesson = LESSON + "'RoPE: rotate the queries and keys'"
+    reference = "course_lib.positional.apply_rope"
+
+    def cases(self, gen):
+        d64 = torch.float64
+        return [
+            # The property that makes RoPE useful is checked first: its hint is the clearest.
+            Case("q·k for q, k (2, 5, 16) float64, when both are moved by the same shift "
+                 "(0, 7, -3, 50): the scores must not change",
+                 data={"q": randn(gen, 2, 5, 16, dtype=d64), "k": randn(gen, 2, 5, 16, dtype=d64),
+                       "base": torch.tensor([0, 1, 3, 4, 9]), "shifts": (0, 7, -3, 50)}),
+            Case("q·k for q, k (3, 4, 8) float32, when both are moved by the same shift "
+                 "(0, 2, 11)",
+                 data={"q": randn(gen, 3, 4, 8), "k": randn(gen, 3, 4, 8),
+                       "base": torch.tensor([2, 0, 5, 6]), "shifts": (0, 2, 11)}),
+            Case("x (5, 4), positions=None (0, 1, ..., 4)", (randn(gen, 5, 4), None)),
+            Case("x (2, 3, 7, 8) (batch, heads, seq, d), positions 0..6",
+                 (randn(gen, 2, 3, 7, 8), torch.arange(7))),
+            Case("float64 x (2, 6, 16), random positions up to 100",
+                 (randn(gen, 2, 6, 16, dtype=d64), torch.randint(0, 100, (6,), generator=gen))),
+            Case("float64 x (3, 4, 5, 32), negative positions [-3, 0, 2, 10, 11]",
+                 (randn(gen, 3, 4, 5, 32, dtype=d64), torch.tensor([-3, 0, 2, 10, 11]))),
+            Case("x (1, 6, 2) (one pair), positions 0.5 apart",
+                 (randn(gen, 1, 6, 2), torch.arange(6) * 0.5)),
+            Case("float64 x (2, 2, 3, 6) with positions [40, 41, 42] given as floats",
+                 (randn(gen, 2, 2, 3, 6, dtype=d64), torch.tensor([40.0, 41.0, 42.0], dtype=d64))),
+            Case("an odd last dimension, x (2, 3, 5) (must raise ValueError)",
+                 (randn(gen, 2, 3, 5), None), raises=ValueError),
+        ]
+
+    def call(self, obj, case):
+        if "shifts" in case.data:
+            d = case.data
+            return _scores_under_shifts(obj, d["q"], d["k"], d["base"], d["shifts"])
+        return obj(*case.args, **case.kwargs)
+
+    def compare(self, got, want, case):
+        return _close_or_explain(got, want)
+
+    def diagnose(self, got, want, case):
+        if "shifts" in case.data and isinstance(got, torch.Tensor) and got.shape == want.shape:
+            change = (got - got[0]).abs().max().item()
+            if change > 1e-4:
+                return (f"your q·k changes by up to {change:.3g} when q and k are both moved by "
+                        "the same number of positions; with RoPE it depends only on the offset. "
+                        "Rotate each pair (2i, 2i+1) of a vector at position p by the angle "
+                        "p * 10000^(-2i/d), the same angles for q and k")
+        return None
+
+    def mistakes(self):
+        return [
+            (lambda x, p=None: _rope_variant(x, p, constant=True),
+             "every position gets the same rotation, so positions change nothing; the angle is "
+             "position * 10000^(-2i/d) and grows with the position"),
+            (lambda x, p=None: _rope_variant(x, p, pairing="halves", mixed_frequencies=True),
+             "you paired feature i with feature i + d/2 but took the frequencies of adjacent "
+             "pairs, so the two features of a pair turn by different angles: that is not a "
+             "rotation and q·k no longer depends only on the offset. Rotate adjacent pairs "
+             "(2i, 2i+1) by position * 10000^(-2i/d)"),
+            (lambda x, p=None: _rope_variant(x, p, pairing="halves"),
+             "you paired feature i with feature i + d/2 (the 'rotate_half' layout of some "
+             "libraries); this task rotates adjacent pairs (2i, 2i+1): x[..., 0::2], x[..., 1::2]"),
+            (lambda x, p=None: _rope_variant(x, p, sign=-1.0),
+             "you rotated the other way; (x0, x1) -> (x0 cos a - x1 sin a, x0 sin a + x1 cos a)"),
+            (lambda x, p=None: _rope_variant(x, p, exponent="i"),
+             "the frequency uses 10000^(-i/d); pair (2i, 2i+1) turns by 10000^(-2i/d) per "
+             "position"),
+            (lambda x, p=None: _rope_variant(x, p, ignore_positions=True),
+             "you ignored `positions` and used 0, 1, ..., seq-1; use the positions you are given "
+             "(arange only when positions is None)"),
+        ]

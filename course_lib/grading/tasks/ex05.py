@@ -1,0 +1,220 @@
+"""ex05, masking: the causal mask, padding masks, and attention that respects a mask."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..core import Case, Task, compare_values, register
+
+LESSON = "lesson 05"
+
+
+def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(*shape, generator=gen, dtype=dtype)
+
+
+def padded_ids(gen: torch.Generator, lengths: list[int], seq: int, pad_id: int,
+               dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    """(batch, seq) ids: random real ids (never pad_id) followed by padding."""
+    ids = torch.randint(0, 20, (len(lengths), seq), generator=gen, dtype=dtype)
+    ids[ids == pad_id] = pad_id + 1
+    for row, length in enumerate(lengths):
+        ids[row, length:] = pad_id
+    return ids
+
+
+def lengths_mask(lengths: list[int], n_k: int) -> torch.Tensor:
+    """(batch, 1, n_k) True for the first `length` keys of each row."""
+    return (torch.arange(n_k) < torch.tensor(lengths).unsqueeze(-1)).unsqueeze(-2)
+
+
+class _MaskTask(Task):
+    """A mask is an output, not a transformed input: say "expected bool" without the generic
+    "keep the dtype of the inputs"."""
+
+    def compare(self, got, want, case):
+        message = compare_values(got, want)
+        return message and message.replace(" (keep the dtype of the inputs)", "")
+
+
+@register
+class CausalMask(_MaskTask):
+    id = "ex05.causal_mask"
+    lesson = f"{LESSON}, section 'The causal mask'"
+    reference = "course_lib.masking.causal_mask"
+
+    def cases(self, gen):
+        return [Case(f"n={n}", (n,)) for n in (5, 2, 8, 1)]
+
+    def mistakes(self):
+        return [
+            (lambda n: torch.ones(n, n, dtype=torch.bool).triu(),
+             "that is the upper triangle: position i would see the future. True must be on and "
+             "below the diagonal (key j <= query i), which is tril"),
+            (lambda n: torch.ones(n, n, dtype=torch.bool).tril(-1),
+             "the diagonal is missing: a position may attend to itself (tril, not tril(-1)); "
+             "without it the first row has no key at all"),
+            (lambda n: ~torch.ones(n, n, dtype=torch.bool).tril(),
+             "your mask is inverted: in this course True means 'may attend' (the convention of "
+             "F.scaled_dot_product_attention), not 'blocked' as in nn.MultiheadAttention"),
+            (lambda n: torch.ones(n, n).tril(),
+             "the mask must be a bool tensor (True/False), not 1.0/0.0 floats: a float mask is "
+             "ADDED to the scores, so 1.0 and 0.0 would block nothing. Use dtype=torch.bool"),
+            (lambda n: torch.ones(n, n, dtype=torch.int64).tril(),
+             "the mask must be a bool tensor (True/False), not integers; use dtype=torch.bool"),
+        ]
+
+
+@register
+class PaddingMask(_MaskTask):
+    id = "ex05.padding_mask"
+    lesson = f"{LESSON}, section 'Padding masks'"
+    reference = "course_lib.masking.padding_mask"
+
+    def cases(self, gen):
+        return [
+            Case("ids (3, 6), lengths [6, 4, 2], pad_id=0",
+                 (padded_ids(gen, [6, 4, 2], 6, 0), 0)),
+            Case("ids (2, 5), lengths [3, 5], pad_id=1 (padding need not be 0)",
+                 (padded_ids(gen, [3, 5], 5, 1), 1)),
+            Case("ids (1, 4) without padding, pad_id=0", (padded_ids(gen, [4], 4, 0), 0)),
+            Case("int32 ids (4, 7), lengths [7, 1, 3, 0] (the last sequence is all padding)",
+                 (padded_ids(gen, [7, 1, 3, 0], 7, 0, dtype=torch.int32), 0)),
+        ]
+
+    def mistakes(self):
+        return [
+            (lambda ids, pad_id: (ids == pad_id).unsqueeze(1),
+             "your mask is inverted: True must mark the real tokens (may be attended to) and "
+             "False the padding; use ids != pad_id"),
+            (lambda ids, pad_id: ids != pad_id,
+             "the middle dimension is missing: return shape (batch, 1, seq), so that the mask "
+             "broadcasts over the query axis of the (batch, n_q, n_k) scores (unsqueeze(1))"),
+            (lambda ids, pad_id: (ids != pad_id).unsqueeze(-1),
+             "the 1 is in the wrong place: (batch, seq, 1) would mask query ROWS; the padding "
+             "tokens are keys, so the shape is (batch, 1, seq)"),
+            (lambda ids, pad_id: (ids != pad_id).unsqueeze(1).long(),
+             "the mask must be a bool tensor (True/False), not integers"),
+            (lambda ids, pad_id: (ids != 0).unsqueeze(1),
+             "you compared with 0; compare with the pad_id argument"),
+        ]
+
+
+def _reference_attention(q, k, v, mask, fill=float("-inf"), after=None, scale=True):
+    """The mistakes below are variations of this textbook version."""
+    scores = q @ k.transpose(-2, -1)
+    if scale:
+        scores = scores / math.sqrt(q.shape[-1])
+    if after is None:
+        weights = torch.softmax(scores.masked_fill(~mask, fill), dim=-1)
+    else:
+        weights = torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)
+    return weights @ v, weights
+
+
+@register
+class MaskedAttention(Task):
+    id = "ex05.masked_attention"
+    lesson = f"{LESSON}, sections '-inf before the softmax' and 'A fully masked row'"
+    reference = "course_lib.attention.scaled_dot_product_attention"
+    forbidden = (
+        "torch.nn.functional.scaled_dot_product_attention",
+        "torch.nn.functional.multi_head_attention_forward",
+        "torch.nn.MultiheadAttention",
+    )
+
+    def cases(self, gen):
+        f64 = torch.float64
+        causal4 = torch.ones(4, 4, dtype=torch.bool).tril()
+        some_rows_blocked = torch.ones(3, 5, dtype=torch.bool).tril(1)
+        some_rows_blocked[1] = False  # query 1 may attend to nothing
+        return [
+            Case("q, k, v (2, 4, 8), a causal mask (4, 4)",
+                 (randn(gen, 2, 4, 8), randn(gen, 2, 4, 8), randn(gen, 2, 4, 8), causal4)),
+            Case("n_q=3 != n_k=6: q (3, 3, 8), k (3, 6, 8), v (3, 6, 5), "
+                 "a padding mask (3, 1, 6) with lengths [6, 4, 2]",
+                 (randn(gen, 3, 3, 8), randn(gen, 3, 6, 8), randn(gen, 3, 6, 5),
+                  lengths_mask([6, 4, 2], 6))),
+            Case("heads: q, k, v (2, 3, 5, 4) (batch, heads, seq, d_head), mask (2, 1, 1, 5)",
+                 (randn(gen, 2, 3, 5, 4), randn(gen, 2, 3, 5, 4), randn(gen, 2, 3, 5, 4),
+                  lengths_mask([5, 3], 5).unsqueeze(1))),
+            Case("float64 q (2, 4, 6), k, v (2, 4, 6), causal mask (4, 4)",
+                 (randn(gen, 2, 4, 6, dtype=f64), randn(gen, 2, 4, 6, dtype=f64),
+                  randn(gen, 2, 4, 6, dtype=f64), causal4)),
+            Case("a fully masked row: q (2, 3, 4), k, v (2, 5, 4), mask (3, 5) whose row 1 is "
+                 "all False",
+                 (randn(gen, 2, 3, 4), randn(gen, 2, 5, 4), randn(gen, 2, 5, 4),
+                  some_rows_blocked)),
+            Case("a sequence that is all padding: q, k, v (3, 4, 4), mask (3, 1, 4) with "
+                 "lengths [4, 0, 2] (every row of the second sequence is fully masked)",
+                 (randn(gen, 3, 4, 4), randn(gen, 3, 4, 4), randn(gen, 3, 4, 4),
+                  lengths_mask([4, 0, 2], 4))),
+            Case("float64, padding & causal combined (2, 5, 5), lengths [5, 3]",
+                 (randn(gen, 2, 5, 8, dtype=f64), randn(gen, 2, 5, 8, dtype=f64),
+                  randn(gen, 2, 5, 3, dtype=f64),
+                  lengths_mask([5, 3], 5) & torch.ones(5, 5, dtype=torch.bool).tril())),
+        ]
+
+    def mistakes(self):
+        def zero_after(q, k, v, mask):
+            return _reference_attention(q, k, v, mask, after=True)
+
+        def fill_zero(q, k, v, mask):
+            return _reference_attention(q, k, v, mask, fill=0.0)
+
+        def nan_rows(q, k, v, mask):
+            return _reference_attention(q, k, v, mask)
+
+        def large_negative(q, k, v, mask):
+            return _reference_attention(q, k, v, mask, fill=-1e9)
+
+        def inverted(q, k, v, mask):
+            out, w = _reference_attention(q, k, v, ~mask)
+            return out.nan_to_num(0.0), w.nan_to_num(0.0)
+
+        def unscaled(q, k, v, mask):
+            scores = (q @ k.transpose(-2, -1)).masked_fill(~mask, float("-inf"))
+            any_key = mask.any(-1, keepdim=True)
+            w = torch.softmax(scores.masked_fill(~any_key, 0.0), -1).masked_fill(~mask, 0.0)
+            return w @ v, w
+
+        return [
+            (zero_after,
+             "you zeroed the masked weights AFTER the softmax without renormalising, so the rows "
+             "no longer sum to 1. Fill the masked SCORES with -inf before the softmax"),
+            (fill_zero,
+             "you filled the masked scores with 0, but exp(0) = 1: masked keys still get weight. "
+             "Fill them with -inf, whose exp is exactly 0"),
+            (nan_rows,
+             "a fully masked row is softmax of all -inf = 0/0 = NaN. Give such rows zero weights "
+             "and a zero output (e.g. softmax of a finite row, then zero the masked weights)"),
+            (large_negative,
+             "a large negative fill (-1e9) works for partly masked rows, but a fully masked row "
+             "becomes uniform (1/n_k each); such a row must get zero weights and zero output"),
+            (inverted,
+             "your mask is inverted: True means 'may attend' here (as in "
+             "F.scaled_dot_product_attention), not 'blocked' (as in nn.MultiheadAttention)"),
+            (unscaled, "the scores are not divided by sqrt(d_k)"),
+        ]
+
+    def diagnose(self, got, want, case):
+        if not (isinstance(got, (tuple, list)) and len(got) == 2):
+            return "return a tuple (output, weights)"
+        weights = got[1]
+        if not isinstance(weights, torch.Tensor) or weights.shape != want[1].shape:
+            return None
+        mask = case.args[3].expand(weights.shape)
+        if torch.isnan(weights).any():
+            return ("your weights contain NaN: a fully masked row needs zero weights, not "
+                    "softmax of all -inf")
+        if (weights.masked_select(~mask).abs() > 1e-6).any():
+            return "some masked positions get non-zero weight: block them before the softmax"
+        sums = weights.double().sum(-1)
+        any_key = mask.any(-1)
+        if not torch.allclose(sums[any_key], torch.ones_like(sums[any_key]), atol=1e-4):
+            return "the rows that have at least one allowed key must sum to 1"
+        if (sums[~any_key].abs() > 1e-6).any():
+            return "a fully masked row must have all-zero weights"
+        return None

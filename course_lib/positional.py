@@ -1,0 +1,200 @@
+"""Positional information (lesson 04): sinusoidal encodings, learned positions and RoPE.
+
+Attention alone is permutation-equivariant: shuffle the tokens and the outputs are shuffled the
+same way, so "dog bites man" and "man bites dog" give the same set of vectors. Positions must be
+put in by hand. Three ways:
+
+- `sinusoidal_positional_encoding` / `SinusoidalPositionalEncoding` (the original Transformer):
+  pair (2i, 2i+1) of the encoding is (sin, cos) of position * 10000^(-2i/d_model). The frequency
+  changes across the *dimensions* (columns), from 1 down to 1/10000; every position uses all of
+  them. Shifting the position by k rotates each pair by a fixed angle: `relative_shift_matrix`.
+- `LearnedPositionalEmbedding` (BERT, GPT-2): one trained vector per position, nothing beyond
+  max_len.
+- `apply_rope` (rotary embeddings, most modern LLMs): rotate q and k themselves, so that the
+  score q·k depends only on the offset between the two positions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from .validation import check_floating, check_positive_int, check_tensor
+
+__all__ = [
+    "sinusoid_frequencies",
+    "sinusoidal_positional_encoding",
+    "relative_shift_matrix",
+    "apply_rope",
+    "SinusoidalPositionalEncoding",
+    "LearnedPositionalEmbedding",
+]
+
+BASE = 10000.0
+
+
+def _check_even(d_model: int, name: str = "d_model") -> int:
+    check_positive_int(d_model, name)
+    if d_model % 2 != 0:
+        raise ValueError(
+            f"{name} must be even, got {d_model}: features come in (sin, cos) pairs "
+            f"(2i, 2i+1), one pair per frequency"
+        )
+    return d_model
+
+
+def sinusoid_frequencies(d_model: int) -> Tensor:
+    """(d_model / 2,) float64: the angular frequency 10000^(-2i/d_model) of pair (2i, 2i+1).
+
+    Pair 0 turns by 1 radian per position (wavelength 2π); the last pair turns slowest
+    (wavelength close to 10000·2π).
+    """
+    _check_even(d_model)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d_model / 2,) = 0, 2, 4, ...
+    return BASE ** (-two_i / d_model)
+
+
+def sinusoidal_positional_encoding(
+    seq_len: int, d_model: int, *, dtype: torch.dtype = torch.float32, device=None
+) -> Tensor:
+    """(seq_len, d_model): row p is the encoding of position p (positions start at 0).
+
+    PE[p, 2i] = sin(p * 10000^(-2i/d_model)) and PE[p, 2i+1] = cos(p * 10000^(-2i/d_model)).
+    Computed in float64, returned as `dtype` (float32 by default).
+    """
+    check_positive_int(seq_len, "seq_len")
+    _check_even(d_model)
+    positions = torch.arange(seq_len, dtype=torch.float64)  # (seq_len,)
+    angles = positions[:, None] * sinusoid_frequencies(d_model)[None, :]  # (seq_len, d_model/2)
+    pe = torch.empty(seq_len, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angles)  # even columns
+    pe[:, 1::2] = torch.cos(angles)  # odd columns
+    return pe.to(dtype=dtype, device=device)
+
+
+def relative_shift_matrix(
+    offset: int | float, d_model: int, *, dtype: torch.dtype = torch.float32, device=None
+) -> Tensor:
+    """(d_model, d_model) M with PE[p + offset] = PE[p] @ M.T for every position p.
+
+    M is block-diagonal: for pair (2i, 2i+1), with angle a = offset * 10000^(-2i/d_model),
+    the block is [[cos a, sin a], [-sin a, cos a]] (a rotation; it does not depend on p).
+    """
+    if isinstance(offset, bool) or not isinstance(offset, (int, float)):
+        raise TypeError(
+            f"offset must be an int or float (a shift in positions), got {type(offset).__name__}"
+        )
+    if not math.isfinite(offset):
+        raise ValueError(f"offset must be finite, got {offset}")
+    _check_even(d_model)
+    angles = offset * sinusoid_frequencies(d_model)  # (d_model / 2,)
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    m = torch.zeros(d_model, d_model, dtype=torch.float64)
+    even = torch.arange(0, d_model, 2)
+    m[even, even] = cos
+    m[even, even + 1] = sin
+    m[even + 1, even] = -sin
+    m[even + 1, even + 1] = cos
+    return m.to(dtype=dtype, device=device)
+
+
+def apply_rope(x: Tensor, positions: Tensor | None = None) -> Tensor:
+    """Rotary position embedding: (..., seq, d) -> (..., seq, d), same dtype as x.
+
+    Pair (2i, 2i+1) of the vector at position p is rotated by the angle
+    p * 10000^(-2i/d):  (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos).
+    `positions` is a 1-D tensor of length seq (ints or floats), or None for 0, 1, ..., seq-1.
+    Apply it to queries and keys (not values): then q·k depends only on the offset.
+    """
+    check_tensor(x, "x", min_ndim=2, shape_hint="(..., seq, d)")
+    check_floating(x, "x")
+    seq_len, d = x.shape[-2], x.shape[-1]
+    _check_even(d, "the last dimension d of x")
+    if positions is None:
+        positions = torch.arange(seq_len)
+    else:
+        check_tensor(positions, "positions", ndim=1, shape_hint="(seq,)")
+        if positions.shape[0] != seq_len:
+            raise ValueError(
+                f"positions has {positions.shape[0]} entries but x has seq={seq_len} "
+                f"(x has shape {tuple(x.shape)}); give one position per token"
+            )
+        if positions.dtype == torch.bool or positions.is_complex():
+            raise TypeError(f"positions must hold ints or floats, got {positions.dtype}")
+    angles = positions.detach().to("cpu", torch.float64)[:, None] * sinusoid_frequencies(d)
+    cos = torch.cos(angles).to(x.device, x.dtype)  # (seq, d / 2)
+    sin = torch.sin(angles).to(x.device, x.dtype)  # (seq, d / 2)
+    x0, x1 = x[..., 0::2], x[..., 1::2]  # (..., seq, d / 2) each
+    rotated = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)  # (..., seq, d/2, 2)
+    return rotated.flatten(-2)  # (..., seq, d), pairs interleaved again
+
+
+def _check_sequence_input(x: Tensor, d_model: int, max_len: int, start_pos: int) -> None:
+    check_tensor(x, "x", ndim=3, shape_hint=f"(batch, seq, d_model={d_model})")
+    check_floating(x, "x")
+    if x.shape[-1] != d_model:
+        raise ValueError(
+            f"x has {x.shape[-1]} features but this positional encoding has d_model={d_model} "
+            f"(x has shape {tuple(x.shape)})"
+        )
+    if isinstance(start_pos, bool) or not isinstance(start_pos, int) or start_pos < 0:
+        raise ValueError(f"start_pos must be a non-negative int, got {start_pos!r}")
+    if start_pos + x.shape[1] > max_len:
+        raise ValueError(
+            f"positions {start_pos}..{start_pos + x.shape[1] - 1} were asked for but max_len="
+            f"{max_len}: this module has no encoding beyond position {max_len - 1}; "
+            f"build it with a larger max_len or use shorter sequences"
+        )
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Adds the fixed sinusoidal encoding to token embeddings (the original Transformer).
+
+    forward(x, start_pos=0): x (batch, seq, d_model) -> x + PE[start_pos : start_pos + seq],
+    then dropout. No parameters: the table is a buffer (not saved in the state_dict).
+    `start_pos` lets a decoder with a KV cache encode a new token at its true position.
+    """
+
+    def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0):
+        super().__init__()
+        _check_even(d_model)
+        check_positive_int(max_len, "max_len")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.d_model, self.max_len = d_model, max_len
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("pe", sinusoidal_positional_encoding(max_len, d_model),
+                             persistent=False)  # (max_len, d_model)
+
+    def forward(self, x: Tensor, start_pos: int = 0) -> Tensor:
+        _check_sequence_input(x, self.d_model, self.max_len, start_pos)
+        seq_len = x.shape[1]
+        pe = self.pe[start_pos:start_pos + seq_len].to(x.dtype)  # (seq, d_model)
+        return self.dropout(x + pe)  # (batch, seq, d_model), PE broadcast over the batch
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, max_len={self.max_len}"
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """Adds one trained vector per position (BERT, GPT-2); nothing exists beyond max_len.
+
+    forward(x, start_pos=0): x (batch, seq, d_model) -> x + P[start_pos : start_pos + seq],
+    where P = self.embedding.weight (max_len, d_model), initialised N(0, 0.02²).
+    """
+
+    def __init__(self, max_len: int, d_model: int):
+        super().__init__()
+        check_positive_int(max_len, "max_len")
+        check_positive_int(d_model, "d_model")
+        self.d_model, self.max_len = d_model, max_len
+        self.embedding = nn.Embedding(max_len, d_model)
+        nn.init.normal_(self.embedding.weight, mean=0.0, std=0.02)
+
+    def forward(self, x: Tensor, start_pos: int = 0) -> Tensor:
+        _check_sequence_input(x, self.d_model, self.max_len, start_pos)
+        seq_len = x.shape[1]
+        positions = torch.arange(start_pos, start_pos + seq_len, device=x.device)  # (seq,)
+        return x + self.embedding(positions).to(x.dtype)  # (batch, seq, d_model)

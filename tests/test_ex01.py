@@ -1,0 +1,215 @@
+"""ex01 grader: the reference passes, every named mistake fails with its hint, alternative
+correct implementations pass, forbidden calls and stubs are recognised."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_lib.grading import check_result
+from course_lib.grading.core import get_task, resolve
+
+TASKS = ["ex01.one_hot", "ex01.embed", "ex01.cosine_similarity_matrix", "ex01.nearest_neighbours"]
+
+
+# ---- correct implementations, written differently from the reference ----------------------
+
+
+def one_hot_scatter(ids, vocab_size):
+    if ids.is_floating_point():
+        raise TypeError("ids must be integers")
+    if ((ids < 0) | (ids >= vocab_size)).any():
+        raise ValueError("ids out of range")
+    out = torch.zeros(*ids.shape, vocab_size)
+    return out.scatter_(-1, ids.long().unsqueeze(-1), 1.0)
+
+
+def one_hot_eye(ids, vocab_size):
+    if ids.min() < 0 or ids.max() >= vocab_size:
+        raise ValueError("ids out of range")
+    return torch.eye(vocab_size)[ids.long()]
+
+
+def embed_einsum(ids, table):
+    if ids.min() < 0 or ids.max() >= table.shape[0]:
+        raise ValueError("ids out of range")
+    hot = (ids.unsqueeze(-1) == torch.arange(table.shape[0])).to(table.dtype)
+    return torch.einsum("...v,vd->...d", hot, table)
+
+
+def embed_flatten(ids, table):
+    if ids.min() < 0 or ids.max() >= table.shape[0]:
+        raise ValueError("ids out of range")
+    flat = ids.reshape(-1)
+    hot = torch.zeros(flat.numel(), table.shape[0], dtype=table.dtype)
+    hot[torch.arange(flat.numel()), flat] = 1
+    return (hot @ table).reshape(*ids.shape, table.shape[1])
+
+
+def cosine_where(E):
+    norms = E.norm(dim=1)
+    unit = torch.where(norms[:, None] > 0, E / norms[:, None], torch.zeros_like(E))
+    return unit @ unit.T
+
+
+def cosine_outer(E):
+    norms = (E * E).sum(1).sqrt()
+    denominator = torch.outer(norms, norms)
+    sims = (E @ E.T) / denominator
+    return torch.nan_to_num(sims, nan=0.0)
+
+
+def neighbours_topk_plus_one(E, index, k):
+    unit = E / E.norm(dim=1, keepdim=True)
+    sims = unit @ unit[index]
+    order = sims.topk(k + 1).indices
+    return order[order != index][:k]
+
+
+def neighbours_argsort(E, index, k):
+    sims = torch.einsum("nd,d->n", E, E[index]) / (E.norm(dim=1) * E[index].norm())
+    order = sims.argsort(descending=True)
+    return order[order != index][:k]
+
+
+ALTERNATIVES = [
+    ("ex01.one_hot", one_hot_scatter),
+    ("ex01.one_hot", one_hot_eye),
+    ("ex01.embed", embed_einsum),
+    ("ex01.embed", embed_flatten),
+    ("ex01.cosine_similarity_matrix", cosine_where),
+    ("ex01.cosine_similarity_matrix", cosine_outer),
+    ("ex01.nearest_neighbours", neighbours_topk_plus_one),
+    ("ex01.nearest_neighbours", neighbours_argsort),
+]
+
+# ---- mistakes written here (independently of the task's own list) --------------------------
+
+
+def one_hot_long(ids, vocab_size):
+    return (ids.unsqueeze(-1) == torch.arange(vocab_size)).long()
+
+
+def one_hot_unchecked(ids, vocab_size):
+    return (ids.unsqueeze(-1) == torch.arange(vocab_size)).float()
+
+
+def one_hot_negative_wraps(ids, vocab_size):
+    # out-of-range ids are caught, but negative ones wrap around as Python indices
+    if ids.max() >= vocab_size:
+        raise ValueError("too large")
+    return torch.eye(vocab_size)[ids]
+
+
+def embed_transposed(ids, table):
+    hot = (ids.unsqueeze(-1) == torch.arange(table.shape[1])).to(table.dtype)
+    return hot @ table.T
+
+
+def cosine_unnormalised(E):
+    return E @ E.T
+
+
+def cosine_nan(E):
+    unit = E / E.norm(dim=1, keepdim=True)
+    return unit @ unit.T
+
+
+def neighbours_with_itself(E, index, k):
+    unit = E / E.norm(dim=1, keepdim=True)
+    return (unit @ unit[index]).argsort(descending=True)[:k]
+
+
+def neighbours_ascending(E, index, k):
+    unit = E / E.norm(dim=1, keepdim=True)
+    sims = unit @ unit[index]
+    sims[index] = -2.0
+    return sims.topk(k).indices.flip(0)
+
+
+MISTAKES = [
+    ("ex01.one_hot", one_hot_long, "return floats"),
+    ("ex01.one_hot", one_hot_unchecked, "must raise ValueError"),
+    ("ex01.one_hot", one_hot_negative_wraps, "negative id must raise ValueError"),
+    ("ex01.embed", embed_transposed, "you treated the table as (d, vocab_size)"),
+    ("ex01.cosine_similarity_matrix", cosine_unnormalised, "raw dot products"),
+    ("ex01.cosine_similarity_matrix", cosine_nan, "0/0 = NaN"),
+    ("ex01.nearest_neighbours", neighbours_with_itself, "exclude `index`"),
+    ("ex01.nearest_neighbours", neighbours_ascending, "ascending order"),
+]
+
+FORBIDDEN = [
+    ("ex01.one_hot", lambda ids, vocab_size: F.one_hot(ids, vocab_size).float()),
+    ("ex01.embed", lambda ids, table: F.embedding(ids, table)),
+    ("ex01.embed", lambda ids, table: torch.nn.Embedding.from_pretrained(table)(ids)),
+    ("ex01.cosine_similarity_matrix",
+     lambda E: F.cosine_similarity(E.unsqueeze(1), E.unsqueeze(0), dim=-1)),
+    ("ex01.nearest_neighbours", lambda E, index, k: resolve(
+        "course_lib.embeddings.nearest_neighbours")(E, index, k)),
+]
+
+
+@pytest.mark.parametrize("task_id", TASKS)
+def test_reference_passes_every_case(task_id):
+    task = get_task(task_id)
+    from course_lib.grading.core import judge, run_cases
+
+    cases = task.cases(torch.Generator().manual_seed(0))
+    # judge the reference without the watcher's "reference called" rule
+    run = run_cases(task, resolve(task.reference), cases)
+    run["seen"] = []
+    result = judge(task, cases, run)
+    assert result.status == "passed", result.feedback
+    assert len(cases) >= 4
+
+
+@pytest.mark.parametrize("task_id", TASKS)
+def test_every_listed_mistake_fails_with_its_hint(task_id):
+    task = get_task(task_id)
+    for wrong, hint in task.mistakes():
+        result = check_result(task_id, wrong)
+        assert result.status == "failed", (hint, result.feedback)
+        assert hint in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize(("task_id", "impl"), ALTERNATIVES, ids=lambda x: getattr(x, "__name__", x))
+def test_alternative_correct_implementations_pass(task_id, impl):
+    result = check_result(task_id, impl)
+    assert result.status == "passed", result.feedback
+
+
+@pytest.mark.parametrize(
+    ("task_id", "impl", "hint"), MISTAKES, ids=lambda x: getattr(x, "__name__", None)
+)
+def test_named_mistakes_fail_with_specific_feedback(task_id, impl, hint):
+    result = check_result(task_id, impl)
+    assert result.status == "failed", result.feedback
+    assert hint in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize(("task_id", "impl"), FORBIDDEN)
+def test_forbidden_calls_are_rejected(task_id, impl):
+    result = check_result(task_id, impl)
+    assert result.status == "forbidden", result.feedback
+    assert result.score == 0.0
+
+
+@pytest.mark.parametrize("task_id", TASKS)
+def test_stub_is_not_implemented(task_id):
+    def stub(*args, **kwargs):
+        raise NotImplementedError()
+
+    result = check_result(task_id, stub)
+    assert result.status == "not implemented", result.feedback
+
+
+@pytest.mark.parametrize("task_id", TASKS)
+def test_cases_cover_float64_or_int_paths(task_id):
+    cases = get_task(task_id).cases(torch.Generator().manual_seed(1))
+    descriptions = " ".join(c.description for c in cases)
+    if task_id == "ex01.one_hot":
+        assert any(c.raises is ValueError for c in cases)
+        assert "int32" in descriptions
+    else:
+        assert "float64" in descriptions

@@ -1,0 +1,265 @@
+"""ex02: the references pass, every named mistake fails with its hint, shortcuts are forbidden."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from course_lib.grading import check_result, tasks_for
+from course_lib.grading.core import resolve
+
+
+def result(task_id, obj):
+    r = check_result(task_id, obj)
+    assert not isinstance(r, str), r  # a string means the checker itself could not run
+    return r
+
+
+def test_ex02_has_the_three_tasks():
+    assert [t.id for t in tasks_for("ex02")] == [
+        "ex02.softmax", "ex02.scaled_dot_product_attention", "ex02.self_attention"]
+
+
+# ---------------------------------------------------------------- independent correct solutions
+
+
+def softmax_max(x, dim=-1):
+    e = (x - x.amax(dim=dim, keepdim=True)).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def softmax_logsumexp(x, dim=-1):
+    return (x - torch.logsumexp(x, dim=dim, keepdim=True)).exp()
+
+
+def softmax_moved_axis(x, dim=-1):
+    moved = x.movedim(dim, -1)
+    e = (moved - moved.max(dim=-1, keepdim=True).values).exp()
+    return (e / e.sum(-1, keepdim=True)).movedim(-1, dim)
+
+
+def attention_transpose(q, k, v):
+    weights = softmax_max(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
+    return weights @ v, weights
+
+
+def attention_einsum(q, k, v):
+    scores = torch.einsum("...qd,...kd->...qk", q, k) / q.shape[-1] ** 0.5
+    weights = softmax_logsumexp(scores)
+    return torch.einsum("...qk,...kv->...qv", weights, v), weights
+
+
+def attention_mT_float64(q, k, v):
+    weights = softmax_max(q.double() @ k.double().mT * q.shape[-1] ** -0.5)
+    return (weights @ v.double()).to(q.dtype), weights.to(q.dtype)
+
+
+def self_attention_matmul(x, w_q, w_k, w_v):
+    return attention_transpose(x @ w_q, x @ w_k, x @ w_v)
+
+
+def self_attention_einsum(x, w_q, w_k, w_v):
+    project = lambda w: torch.einsum("...nd,de->...ne", x, w)
+    return attention_einsum(project(w_q), project(w_k), project(w_v))
+
+
+def self_attention_linear(x, w_q, w_k, w_v):
+    # F.linear(x, W) computes x @ W.T, so pass the transposed matrices
+    return attention_transpose(F.linear(x, w_q.T), F.linear(x, w_k.T), F.linear(x, w_v.T))
+
+
+CORRECT = [
+    ("ex02.softmax", softmax_max),
+    ("ex02.softmax", softmax_logsumexp),
+    ("ex02.softmax", softmax_moved_axis),
+    ("ex02.scaled_dot_product_attention", attention_transpose),
+    ("ex02.scaled_dot_product_attention", attention_einsum),
+    ("ex02.scaled_dot_product_attention", attention_mT_float64),
+    ("ex02.self_attention", self_attention_matmul),
+    ("ex02.self_attention", self_attention_einsum),
+    ("ex02.self_attention", self_attention_linear),
+]
+
+
+@pytest.mark.parametrize("task_id, fn", CORRECT, ids=[f"{t}-{f.__name__}" for t, f in CORRECT])
+def test_correct_solutions_pass(task_id, fn):
+    r = result(task_id, fn)
+    assert r.status == "passed", r.feedback
+    assert r.score == r.max_score
+
+
+@pytest.mark.parametrize("task", tasks_for("ex02"), ids=lambda t: t.id)
+def test_reference_matches_itself_on_every_case(task):
+    ref = resolve(task.reference)
+    for case in task.cases(torch.Generator().manual_seed(1)):
+        assert task.compare(task.call(ref, case), task.expected(case), case) is None
+
+
+@pytest.mark.parametrize("task", tasks_for("ex02"), ids=lambda t: t.id)
+def test_calling_the_course_reference_is_forbidden(task):
+    ref = resolve(task.reference)
+    r = result(task.id, lambda *args, **kwargs: ref(*args, **kwargs))
+    assert r.status == "forbidden" and "course's finished version" in r.feedback
+
+
+# ----------------------------------------------------------------------------------- mistakes
+# Written here independently of the grader's own list, as learners would write them.
+
+
+def no_max(x, dim=-1):
+    return x.exp() / x.exp().sum(dim=dim, keepdim=True)
+
+
+def ignores_dim(x, dim=-1):
+    return softmax_max(x, -1)
+
+
+def log_softmax(x, dim=-1):
+    return x - torch.logsumexp(x, dim=dim, keepdim=True)
+
+
+def _attn(q, k, v, scale, axis=-1):
+    weights = softmax_max(q @ k.transpose(-2, -1) * scale, axis)
+    return weights @ v, weights
+
+
+def no_scaling(q, k, v):
+    return _attn(q, k, v, 1.0)
+
+
+def scale_by_d_k(q, k, v):
+    return _attn(q, k, v, 1 / q.shape[-1])
+
+
+def scale_by_d_v(q, k, v):
+    return _attn(q, k, v, 1 / v.shape[-1])
+
+
+def scale_by_sqrt_d_v(q, k, v):
+    return _attn(q, k, v, 1 / math.sqrt(v.shape[-1]))
+
+
+def softmax_over_queries(q, k, v):
+    return _attn(q, k, v, 1 / math.sqrt(q.shape[-1]), axis=-2)
+
+
+def dot_T(q, k, v):
+    weights = softmax_max(torch.matmul(q, k.T) / math.sqrt(q.shape[-1]))
+    return weights @ v, weights
+
+
+def method_t(q, k, v):
+    weights = softmax_max(q @ k.t() / math.sqrt(q.shape[-1]))
+    return weights @ v, weights
+
+
+def swapped_order(q, k, v):
+    output, weights = attention_transpose(q, k, v)
+    return weights, output
+
+
+def weights_on_left(x, w_q, w_k, w_v):
+    return attention_transpose(w_q @ x, w_k @ x, w_v @ x)
+
+
+def weights_transposed(x, w_q, w_k, w_v):
+    return attention_transpose(x @ w_q.T, x @ w_k.T, x @ w_v.T)
+
+
+MISTAKES = [
+    ("ex02.softmax", no_max, "subtract the maximum"),
+    ("ex02.softmax", ignores_dim, "use the `dim` argument"),
+    ("ex02.softmax", log_softmax, "that is log-softmax"),
+    ("ex02.scaled_dot_product_attention", no_scaling, "not scaled"),
+    ("ex02.scaled_dot_product_attention", scale_by_d_k, "divide by its square root"),
+    ("ex02.scaled_dot_product_attention", scale_by_d_v, "you divided by d_v"),
+    ("ex02.scaled_dot_product_attention", scale_by_sqrt_d_v, "scaled by sqrt(d_v)"),
+    ("ex02.scaled_dot_product_attention", softmax_over_queries, "over the query axis"),
+    ("ex02.scaled_dot_product_attention", dot_T, "`.T` transposes only 2-D"),
+    ("ex02.scaled_dot_product_attention", method_t, "`.t()` works only on 2-D"),
+    ("ex02.scaled_dot_product_attention", swapped_order, "return order is swapped"),
+    ("ex02.self_attention", weights_on_left, "projections are applied on the wrong side"),
+    ("ex02.self_attention", weights_transposed, "projections are applied on the wrong side"),
+]
+
+
+@pytest.mark.parametrize("task_id, fn, hint", MISTAKES, ids=[m[1].__name__ for m in MISTAKES])
+def test_each_mistake_fails_with_its_hint(task_id, fn, hint):
+    r = result(task_id, fn)
+    assert r.status == "failed", r.feedback
+    assert r.score < r.max_score
+    assert hint in r.feedback, r.feedback
+
+
+def test_a_wrong_self_attention_built_on_a_right_attention_still_fails():
+    # the scaling mistake inside self_attention is caught too (no specific hint needed)
+    def bad(x, w_q, w_k, w_v):
+        return no_scaling(x @ w_q, x @ w_k, x @ w_v)
+
+    assert result("ex02.self_attention", bad).status == "failed"
+
+
+def test_dtype_must_be_kept():
+    r = result("ex02.softmax", lambda x, dim=-1: softmax_max(x.float(), dim))
+    assert r.status == "failed" and "dtype" in r.feedback
+
+
+# ------------------------------------------------------------------------------ forbidden calls
+
+FORBIDDEN_SOFTMAX = {
+    "torch.softmax": lambda x, dim=-1: torch.softmax(x, dim),
+    "F.softmax": lambda x, dim=-1: F.softmax(x, dim=dim),
+    "Tensor.softmax": lambda x, dim=-1: x.softmax(dim),
+    "nn.Softmax": lambda x, dim=-1: nn.Softmax(dim=dim)(x),
+    "torch.log_softmax": lambda x, dim=-1: torch.log_softmax(x, dim).exp(),
+    "F.log_softmax": lambda x, dim=-1: F.log_softmax(x, dim=dim).exp(),
+    "Tensor.log_softmax": lambda x, dim=-1: x.log_softmax(dim).exp(),
+    "nn.LogSoftmax": lambda x, dim=-1: nn.LogSoftmax(dim=dim)(x).exp(),
+    "torch.special.softmax": lambda x, dim=-1: torch.special.softmax(x, dim),
+}
+
+
+@pytest.mark.parametrize("name", list(FORBIDDEN_SOFTMAX))
+def test_forbidden_softmax_calls(name):
+    r = result("ex02.softmax", FORBIDDEN_SOFTMAX[name])
+    assert r.status == "forbidden", r.feedback
+    assert r.score == 0
+
+
+def test_forbidden_torch_attention():
+    def fused(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v), None
+
+    r = result("ex02.scaled_dot_product_attention", fused)
+    assert r.status == "forbidden" and "scaled_dot_product_attention" in r.feedback
+
+
+def test_torch_softmax_inside_attention_is_allowed():
+    def uses_torch_softmax(q, k, v):
+        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1)
+        return weights @ v, weights
+
+    # the attention task allows any softmax except the fused attention itself
+    assert result("ex02.scaled_dot_product_attention", uses_torch_softmax).status == "passed"
+
+
+# ---------------------------------------------------------------------------- not implemented
+
+
+@pytest.mark.parametrize("task", tasks_for("ex02"), ids=lambda t: t.id)
+def test_stub_is_not_implemented(task):
+    def stub(*args, **kwargs):
+        raise NotImplementedError()
+
+    r = result(task.id, stub)
+    assert r.status == "not implemented" and r.score == 0
+
+
+def test_an_unrelated_error_is_reported_as_is():
+    def broken(q, k, v):
+        raise ValueError("my own bug")
+
+    r = result("ex02.scaled_dot_product_attention", broken)
+    assert r.status == "failed" and "my own bug" in r.feedback and "Hint" not in r.feedback

@@ -1,0 +1,326 @@
+"""Grader tests for ex03 (multi-head attention): right answers pass, each mistake gets its hint."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from course_lib.attention import scaled_dot_product_attention
+from course_lib.grading import check_result
+from course_lib.grading.core import get_task, judge, resolve, run_cases, tasks_for
+from course_lib.multihead import split_heads as reference_split_heads
+
+TASK_IDS = ["ex03.split_heads", "ex03.merge_heads", "ex03.MultiHeadAttention"]
+
+
+def status_and_feedback(task_id, obj):
+    result = check_result(task_id, obj)
+    assert not isinstance(result, str), result  # a string means the checker itself failed
+    return result.status, result.feedback
+
+
+def test_the_exercise_set_has_its_three_tasks_in_order():
+    assert [t.id for t in tasks_for("ex03")] == TASK_IDS
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_reference_passes_every_case(task_id):
+    task = get_task(task_id)
+    cases = task.cases(torch.Generator().manual_seed(123))
+    run = run_cases(task, resolve(task.reference), cases)
+    run["seen"] = []  # the reference calls itself, which is only forbidden for learners
+    result = judge(task, cases, run)
+    assert result.status == "passed", result.feedback
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_handing_in_the_reference_is_forbidden(task_id):
+    status, feedback = status_and_feedback(task_id, resolve(get_task(task_id).reference))
+    assert status == "forbidden"
+    assert "course's finished version" in feedback
+
+
+# --------------------------------------------------------------------------------------------
+# Correct solutions written in other ways
+# --------------------------------------------------------------------------------------------
+
+
+def split_view_permute(x, num_heads):
+    batch, seq, d_model = x.shape
+    if d_model % num_heads:
+        raise ValueError("d_model must be divisible by num_heads")
+    return x.view(batch, seq, num_heads, d_model // num_heads).permute(0, 2, 1, 3)
+
+
+def split_by_chunks(x, num_heads):
+    if x.shape[-1] % num_heads:
+        raise ValueError(f"d_model={x.shape[-1]} is not divisible by num_heads={num_heads}")
+    return torch.stack(x.chunk(num_heads, dim=-1), dim=1)
+
+
+def merge_permute(x):
+    batch, num_heads, seq, d_head = x.shape
+    return x.permute(0, 2, 1, 3).contiguous().view(batch, seq, num_heads * d_head)
+
+
+def merge_by_cat(x):
+    return torch.cat(x.unbind(dim=1), dim=-1)
+
+
+class EinsumMultiHeadAttention(nn.Module):
+    """A correct alternative: einsum for the products, masked_fill(-inf) and softmax."""
+
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.num_heads, self.d_head = num_heads, d_model // num_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        def heads(t):  # (batch, seq, d_model) -> (batch, seq, heads, d_head)
+            return t.unflatten(-1, (self.num_heads, self.d_head))
+
+        q, k, v = heads(self.q_proj(query)), heads(self.k_proj(key)), heads(self.v_proj(value))
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(self.d_head)
+        if mask is not None:
+            allowed = mask.unsqueeze(1) if mask.dim() == 3 else mask  # broadcast over heads
+            scores = scores.masked_fill(~allowed, -math.inf)
+        weights = scores.softmax(dim=-1)  # (batch, heads, n_q, n_k)
+        mixed = torch.einsum("bhqk,bkhd->bqhd", weights, v).flatten(-2)  # (batch, n_q, d_model)
+        return self.out_proj(mixed), weights
+
+
+class Float64MultiHeadAttention(EinsumMultiHeadAttention):
+    """A correct alternative that computes in float64 and casts back to the input dtype."""
+
+    def forward(self, query, key, value, mask=None):
+        batch, n_q, d_model = query.shape
+        q = reference_like_split(self.q_proj(query).double(), self.num_heads)
+        k = reference_like_split(self.k_proj(key).double(), self.num_heads)
+        v = reference_like_split(self.v_proj(value).double(), self.num_heads)
+        if mask is not None and mask.dim() == 3:
+            mask = mask.unsqueeze(1)
+        heads, weights = scaled_dot_product_attention(q, k, v, mask)
+        merged = heads.transpose(1, 2).reshape(batch, n_q, d_model).to(query.dtype)
+        return self.out_proj(merged), weights.to(query.dtype)
+
+
+def reference_like_split(x, num_heads):
+    batch, seq, d_model = x.shape
+    return x.reshape(batch, seq, num_heads, d_model // num_heads).transpose(1, 2)
+
+
+@pytest.mark.parametrize(
+    "task_id,obj",
+    [
+        ("ex03.split_heads", split_view_permute),
+        ("ex03.split_heads", split_by_chunks),
+        ("ex03.merge_heads", merge_permute),
+        ("ex03.merge_heads", merge_by_cat),
+        ("ex03.MultiHeadAttention", EinsumMultiHeadAttention),
+        ("ex03.MultiHeadAttention", Float64MultiHeadAttention),
+    ],
+)
+def test_alternative_correct_solutions_pass(task_id, obj):
+    status, feedback = status_and_feedback(task_id, obj)
+    assert status == "passed", feedback
+
+
+# --------------------------------------------------------------------------------------------
+# Named mistakes: each fails, with its own hint
+# --------------------------------------------------------------------------------------------
+
+
+def split_no_transpose(x, num_heads):
+    batch, seq, d_model = x.shape
+    if d_model % num_heads:
+        raise ValueError("not divisible")
+    return x.reshape(batch, num_heads, seq, d_model // num_heads)
+
+
+def split_no_divisibility_check(x, num_heads):
+    batch, seq, d_model = x.shape
+    return x.reshape(batch, seq, num_heads, -1).transpose(1, 2)
+
+
+def merge_no_transpose(x):
+    batch, num_heads, seq, d_head = x.shape
+    return x.reshape(batch, seq, num_heads * d_head)
+
+
+class LearnerMultiHeadAttention(nn.Module):
+    """A learner's module with one switchable mistake."""
+
+    mistake = None
+
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.num_heads, self.d_model = num_heads, d_model
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        q = reference_like_split(self.q_proj(query), self.num_heads)
+        k = reference_like_split(self.k_proj(key), self.num_heads)
+        v = reference_like_split(self.v_proj(value), self.num_heads)
+        d_scale = self.d_model if self.mistake == "d_model" else q.shape[-1]
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d_scale)
+        if mask is not None:
+            scores = scores.masked_fill(~(mask.unsqueeze(1) if mask.dim() == 3 else mask), -1e9)
+        weights = scores.softmax(-1)  # (batch, heads, n_q, n_k)
+        if self.mistake == "average":  # one averaged map over the whole (unsplit) values
+            merged = weights.mean(1) @ self.v_proj(value)
+        else:
+            merged = (weights @ v).transpose(1, 2).flatten(-2)
+        output = merged if self.mistake == "no_out_proj" else self.out_proj(merged)
+        return output, weights
+
+
+class NoOutProj(LearnerMultiHeadAttention):
+    mistake = "no_out_proj"
+
+
+class AveragedHeads(LearnerMultiHeadAttention):
+    mistake = "average"
+
+
+class ScaledByDModel(LearnerMultiHeadAttention):
+    mistake = "d_model"
+
+
+class AveragedWeights(LearnerMultiHeadAttention):
+    def forward(self, query, key, value, mask=None):
+        output, weights = super().forward(query, key, value, mask)
+        return output, weights.mean(dim=1)
+
+
+class MissingOutProj(nn.Module):
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        return query, None
+
+
+@pytest.mark.parametrize(
+    "task_id,wrong,hint",
+    [
+        ("ex03.split_heads", split_no_transpose, "mixes tokens"),
+        ("ex03.split_heads", split_no_divisibility_check, "expected a ValueError"),
+        ("ex03.merge_heads", merge_no_transpose, "transpose(1, 2)"),
+        ("ex03.MultiHeadAttention", NoOutProj, "output = out_proj(merge_heads(heads))"),
+        ("ex03.MultiHeadAttention", AveragedHeads, "concatenated (merge_heads), not averaged"),
+        ("ex03.MultiHeadAttention", AveragedWeights, "not their average over heads"),
+        ("ex03.MultiHeadAttention", ScaledByDModel, "divide by sqrt(d_head), not sqrt(d_model)"),
+        ("ex03.MultiHeadAttention", MissingOutProj, "has no parameter named 'out_proj.weight'"),
+    ],
+)
+def test_mistakes_fail_with_their_hint(task_id, wrong, hint):
+    status, feedback = status_and_feedback(task_id, wrong)
+    assert status == "failed"
+    assert hint in feedback, feedback
+
+
+def test_mask_is_checked_with_batch_dims_and_unequal_lengths():
+    cases = get_task("ex03.MultiHeadAttention").cases(torch.Generator().manual_seed(0))
+    masked = [c for c in cases if "mask" in c.kwargs]
+    assert any(c.kwargs["mask"].dim() == 3 and c.args[0].shape[1] != c.args[1].shape[1]
+               for c in masked)
+    assert any(c.args[0].dtype == torch.float64 for c in cases)
+
+    class IgnoresMask(LearnerMultiHeadAttention):
+        def forward(self, query, key, value, mask=None):
+            return super().forward(query, key, value, None)
+
+    status, feedback = status_and_feedback("ex03.MultiHeadAttention", IgnoresMask)
+    assert status == "failed" and "mask" in feedback
+
+
+# --------------------------------------------------------------------------------------------
+# Forbidden shortcuts and stubs
+# --------------------------------------------------------------------------------------------
+
+
+class UsesFusedAttention(LearnerMultiHeadAttention):
+    def forward(self, query, key, value, mask=None):
+        q = reference_like_split(self.q_proj(query), self.num_heads)
+        k = reference_like_split(self.k_proj(key), self.num_heads)
+        v = reference_like_split(self.v_proj(value), self.num_heads)
+        if mask is not None and mask.dim() == 3:
+            mask = mask.unsqueeze(1)
+        heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out_proj(heads.transpose(1, 2).flatten(-2)), None
+
+
+class UsesTorchModule(LearnerMultiHeadAttention):
+    def forward(self, query, key, value, mask=None):
+        torch_mha = nn.MultiheadAttention(self.d_model, self.num_heads, batch_first=True)
+        return torch_mha(query, key, value, need_weights=True, average_attn_weights=False)
+
+
+class UsesFunctionalMHA(LearnerMultiHeadAttention):
+    def forward(self, query, key, value, mask=None):
+        in_w = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+        in_b = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
+        out, weights = F.multi_head_attention_forward(
+            query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), self.d_model,
+            self.num_heads, in_w, in_b, None, None, False, 0.0, self.out_proj.weight,
+            self.out_proj.bias, average_attn_weights=False)
+        return out.transpose(0, 1), weights
+
+
+def split_calling_reference(x, num_heads):
+    return reference_split_heads(x, num_heads)
+
+
+@pytest.mark.parametrize(
+    "task_id,obj,name",
+    [
+        ("ex03.MultiHeadAttention", UsesFusedAttention, "scaled_dot_product_attention"),
+        ("ex03.MultiHeadAttention", UsesTorchModule, "torch.nn.MultiheadAttention"),
+        ("ex03.MultiHeadAttention", UsesFunctionalMHA, "multi_head_attention_forward"),
+        ("ex03.split_heads", split_calling_reference, "course_lib.multihead.split_heads"),
+    ],
+)
+def test_forbidden_calls_are_caught(task_id, obj, name):
+    status, feedback = status_and_feedback(task_id, obj)
+    assert status == "forbidden"
+    assert name in feedback
+
+
+def stub_function(*args, **kwargs):
+    raise NotImplementedError()
+
+
+class StubModule(nn.Module):
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        raise NotImplementedError()
+
+    def forward(self, query, key, value, mask=None):
+        raise NotImplementedError()
+
+
+@pytest.mark.parametrize(
+    "task_id,obj",
+    [("ex03.split_heads", stub_function), ("ex03.merge_heads", stub_function),
+     ("ex03.MultiHeadAttention", StubModule)],
+)
+def test_stubs_are_not_implemented(task_id, obj):
+    status, feedback = status_and_feedback(task_id, obj)
+    assert status == "not implemented"
+    assert "not implemented yet" in feedback
+
+
+def test_missing_submission():
+    status, _ = status_and_feedback("ex03.MultiHeadAttention", None)
+    assert status == "missing"

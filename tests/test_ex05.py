@@ -1,0 +1,211 @@
+"""ex05 (masking): the references pass, every named mistake fails with its hint, alternative
+correct implementations pass, forbidden calls and stubs are recognised."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_lib.attention import scaled_dot_product_attention
+from course_lib.grading import check_result
+from course_lib.grading.core import get_task
+from course_lib.masking import causal_mask, padding_mask
+
+TASKS = ["ex05.causal_mask", "ex05.padding_mask", "ex05.masked_attention"]
+REFERENCES = {
+    "ex05.causal_mask": causal_mask,
+    "ex05.padding_mask": padding_mask,
+    "ex05.masked_attention": scaled_dot_product_attention,
+}
+
+
+def _strip_reference(fn):
+    """A copy of a reference with its own code object, so the grader does not see the reference."""
+    import types
+
+    code = fn.__code__.replace(co_name=fn.__name__ + "_copy")
+    return types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
+@pytest.mark.parametrize("task_id", TASKS)
+def test_reference_logic_passes(task_id):
+    result = check_result(task_id, _strip_reference(REFERENCES[task_id]))
+    assert result.status == "passed", result.feedback
+
+
+@pytest.mark.parametrize("task_id", TASKS)
+def test_calling_the_reference_is_forbidden(task_id):
+    result = check_result(task_id, REFERENCES[task_id])
+    assert result.status == "forbidden"
+
+
+def _mistake_ids():
+    return [(t, i) for t in TASKS for i in range(len(get_task(t).mistakes()))]
+
+
+@pytest.mark.parametrize("task_id,index", _mistake_ids())
+def test_each_mistake_fails_with_its_hint(task_id, index):
+    wrong, hint = get_task(task_id).mistakes()[index]
+    result = check_result(task_id, wrong)
+    assert result.status == "failed", result.feedback
+    assert hint in result.feedback
+
+
+# Mistakes written independently of the task's own list (as a learner would write them).
+def causal_upper(n):
+    return torch.triu(torch.ones(n, n)).bool()
+
+
+def causal_strict(n):
+    return torch.arange(n).unsqueeze(1) > torch.arange(n).unsqueeze(0)
+
+
+def causal_float(n):
+    return (torch.arange(n).unsqueeze(1) >= torch.arange(n).unsqueeze(0)).float()
+
+
+def padding_inverted(ids, pad_id):
+    return ids.eq(pad_id)[:, None, :]
+
+
+def padding_flat(ids, pad_id):
+    return ids.ne(pad_id)
+
+
+def attention_zero_after(q, k, v, mask):
+    scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.shape[-1])
+    weights = scores.softmax(-1) * mask
+    return weights @ v, weights
+
+
+def attention_fill_zero(q, k, v, mask):
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    weights = torch.where(mask, scores, torch.zeros_like(scores)).softmax(-1)
+    return weights @ v, weights
+
+
+def attention_nan_rows(q, k, v, mask):
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    weights = torch.where(mask, scores, torch.full_like(scores, -math.inf)).softmax(-1)
+    return weights @ v, weights
+
+
+@pytest.mark.parametrize("task_id,wrong,words", [
+    ("ex05.causal_mask", causal_upper, "upper triangle"),
+    ("ex05.causal_mask", causal_strict, "diagonal is missing"),
+    ("ex05.causal_mask", causal_float, "must be a bool tensor"),
+    ("ex05.padding_mask", padding_inverted, "inverted"),
+    ("ex05.padding_mask", padding_flat, "middle dimension is missing"),
+    ("ex05.masked_attention", attention_zero_after, "without renormalising"),
+    ("ex05.masked_attention", attention_fill_zero, "filled the masked scores with 0"),
+    ("ex05.masked_attention", attention_nan_rows, "0/0 = NaN"),
+])
+def test_independent_mistakes_get_the_right_hint(task_id, wrong, words):
+    result = check_result(task_id, wrong)
+    assert result.status == "failed", result.feedback
+    assert words in result.feedback
+
+
+# Alternative correct implementations.
+def causal_by_comparison(n):
+    positions = torch.arange(n)
+    return positions.unsqueeze(1) >= positions.unsqueeze(0)  # key j <= query i
+
+
+def causal_by_loop(n):
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    for i in range(n):
+        mask[i, : i + 1] = True
+    return mask
+
+
+def padding_by_indexing(ids, pad_id):
+    return ids.ne(pad_id)[:, None, :]
+
+
+def padding_by_view(ids, pad_id):
+    return (ids != pad_id).view(ids.shape[0], 1, ids.shape[1])
+
+
+def attention_einsum_where(q, k, v, mask):
+    scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.shape[-1])
+    scores = torch.where(mask, scores, torch.tensor(-math.inf, dtype=scores.dtype))
+    row_max = scores.amax(-1, keepdim=True)
+    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    exp = (scores - row_max).exp()  # exp(-inf) = 0 exactly
+    total = exp.sum(-1, keepdim=True)
+    weights = exp / torch.where(total > 0, total, torch.ones_like(total))
+    return torch.einsum("...qk,...kd->...qd", weights, v), weights
+
+
+def attention_large_negative_then_zero(q, k, v, mask):
+    scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+    weights = scores.masked_fill(~mask, torch.finfo(scores.dtype).min).softmax(-1)
+    weights = weights * mask.any(-1, keepdim=True)  # fully masked rows -> 0
+    return weights @ v, weights
+
+
+def attention_float64_path(q, k, v, mask):
+    out, weights = attention_einsum_where(q.double(), k.double(), v.double(), mask)
+    return out.to(q.dtype), weights.to(q.dtype)
+
+
+@pytest.mark.parametrize("task_id,impl", [
+    ("ex05.causal_mask", causal_by_comparison),
+    ("ex05.causal_mask", causal_by_loop),
+    ("ex05.padding_mask", padding_by_indexing),
+    ("ex05.padding_mask", padding_by_view),
+    ("ex05.masked_attention", attention_einsum_where),
+    ("ex05.masked_attention", attention_large_negative_then_zero),
+    ("ex05.masked_attention", attention_float64_path),
+])
+def test_alternative_correct_implementations_pass(task_id, impl):
+    result = check_result(task_id, impl)
+    assert result.status == "passed", result.feedback
+
+
+def attention_with_torch(q, k, v, mask):
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return out, scores.masked_fill(~mask, -math.inf).softmax(-1).nan_to_num(0.0)
+
+
+def attention_with_module(q, k, v, mask):
+    torch.nn.MultiheadAttention(q.shape[-1], 1)
+    return attention_einsum_where(q, k, v, mask)
+
+
+@pytest.mark.parametrize("impl,name", [
+    (attention_with_torch, "scaled_dot_product_attention"),
+    (attention_with_module, "MultiheadAttention"),
+])
+def test_forbidden_calls(impl, name):
+    result = check_result("ex05.masked_attention", impl)
+    assert result.status == "forbidden"
+    assert name in result.feedback
+
+
+@pytest.mark.parametrize("task_id", TASKS)
+def test_stub_is_not_implemented(task_id):
+    def stub(*args, **kwargs):
+        raise NotImplementedError()
+
+    assert check_result(task_id, stub).status == "not implemented"
+
+
+def test_cases_cover_what_exercises_md_asks():
+    gen = torch.Generator().manual_seed(0)
+    cases = get_task("ex05.masked_attention").cases(gen)
+    dtypes = {c.args[0].dtype for c in cases}
+    assert dtypes == {torch.float32, torch.float64}
+    assert any(c.args[0].shape[-2] != c.args[1].shape[-2] for c in cases)  # n_q != n_k
+    assert any(c.args[3].dim() == 2 for c in cases)  # (n_q, n_k) mask
+    assert any(c.args[3].dim() == 3 and c.args[3].shape[1] == 1 for c in cases)  # (batch, 1, n_k)
+    fully_masked = [c for c in cases if not c.args[3].any(-1).all()]
+    assert len(fully_masked) >= 2
+    for case in fully_masked:
+        out, weights = scaled_dot_product_attention(*case.args)
+        assert not out.isnan().any() and not weights.isnan().any()
