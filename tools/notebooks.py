@@ -3,7 +3,8 @@
     python tools/notebooks.py stamp       # badge + setup cell at the top of every notebook
     python tools/notebooks.py exercises   # exercises/ generated from solutions/
     python tools/notebooks.py execute [PATH ...]   # re-run notebooks from a fresh kernel, save
-    python tools/notebooks.py all [PATH ...]       # the three above, in that order
+    python tools/notebooks.py readme      # the syllabus table in README.md
+    python tools/notebooks.py all [PATH ...]       # all of the above, in that order
     python tools/notebooks.py from-py DRAFT.py NOTEBOOK.ipynb   # draft a notebook from a script
 
 `execute` with no paths re-runs every lesson and solution notebook. Exercises are saved
@@ -210,6 +211,59 @@ def from_py(source: str):
     return nb
 
 
+PLANNED = {  # lessons of the syllabus, shown in the README before their notebook exists
+    "00": "Introduction", "01": "Tokens and embeddings", "02": "Self-attention (Q, K, V)",
+    "03": "Multi-head attention", "04": "Positional encoding", "05": "Masking",
+    "06": "Cross-attention", "07": "Transformer blocks", "08": "Training an encoder-decoder",
+    "09": "A GPT from scratch", "10": "The family and the cost",
+}
+SYLLABUS_START, SYLLABUS_END = "<!-- syllabus:start -->", "<!-- syllabus:end -->"
+
+
+def _title(path: Path) -> str:
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("# "):
+                    return line[2:].split(":", 1)[-1].strip()
+    return path.stem
+
+
+def _link(folder: str, name: str) -> str:
+    return (f"[{folder[:-1] if folder != 'notebooks' else 'lesson'}]({folder}/{name}) "
+            f"[![Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+            f"({colab_url(f'{folder}/{name}')})")
+
+
+def syllabus_table() -> str:
+    """The README's syllabus: one row per lesson, with links to what exists."""
+    rows = ["| # | lesson | exercise | solution |", "|---|---|---|---|"]
+    lessons = {p.name[:2]: p for p in all_notebooks(("notebooks",))}
+    for number in sorted(set(PLANNED) | set(lessons)):
+        lesson = lessons.get(number)
+        if lesson is None:
+            rows.append(f"| {number} | {PLANNED[number]} (in preparation) | | |")
+            continue
+        cells = [f"{_title(lesson)}: {_link('notebooks', lesson.name)}"]
+        for folder in ("exercises", "solutions"):
+            path = ROOT / folder / lesson.name
+            if number == "00":
+                path = ROOT / folder / "00_warmup.ipynb"
+            cells.append(_link(folder, path.name) if path.exists() else "")
+        rows.append(f"| {number} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def cmd_readme() -> None:
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    start, end = text.index(SYLLABUS_START), text.index(SYLLABUS_END)
+    new = text[: start + len(SYLLABUS_START)] + "\n" + syllabus_table() + "\n" + text[end:]
+    if new != text:
+        readme.write_text(new)
+        print("updated the syllabus table in README.md")
+
+
 def main(argv=None) -> None:
     if argv is None and len(sys.argv) == 4 and sys.argv[1] == "from-py":
         src, dst = Path(sys.argv[2]), Path(sys.argv[3]).resolve()
@@ -219,7 +273,7 @@ def main(argv=None) -> None:
         print(f"wrote {dst.relative_to(ROOT)} ({len(nb.cells)} cells); now run: execute")
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["stamp", "exercises", "execute", "all"])
+    parser.add_argument("command", choices=["stamp", "exercises", "execute", "readme", "all"])
     parser.add_argument("paths", nargs="*", type=Path)
     args = parser.parse_args(argv)
     paths = [p.resolve() for p in args.paths]
@@ -227,6 +281,8 @@ def main(argv=None) -> None:
         cmd_stamp(paths)
     if args.command in ("exercises", "all"):
         cmd_exercises([p for p in paths if p.parent.name == "solutions"] if paths else [])
+    if args.command in ("readme", "all"):
+        cmd_readme()
     if args.command in ("execute", "all"):
         cmd_execute([p for p in paths if p.parent.name != "exercises"] if paths else [])
 

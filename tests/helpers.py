@@ -1,0 +1,41 @@
+"""Helpers shared by the tests."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+LESSONS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
+EXERCISES = sorted((ROOT / "exercises").glob("*.ipynb"))
+
+
+def read(path: Path):
+    return nbformat.read(path, as_version=4)
+
+
+def code_cells(nb) -> list:
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def readme_test_command() -> str:
+    """The README's one test command: the line of the test block that runs pytest."""
+    text = (ROOT / "README.md").read_text()
+    lines = [ln.strip() for ln in text.splitlines() if "pytest" in ln and "pip install" in ln]
+    assert len(lines) == 1, f"README should have exactly one test command line, found {lines}"
+    return lines[0]
+
+
+def outputs_text(nb) -> str:
+    return json.dumps([c.get("outputs", []) for c in code_cells(nb)])
+
+
+MACHINE_PATH = re.compile(r"(/work/|/root/|/home/\w+/)")

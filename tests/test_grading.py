@@ -1,0 +1,229 @@
+"""The grading pipeline: instant checks in a notebook, and batch grading from a shell."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+import nbformat
+import pytest
+import torch
+
+from course_lib.grading import check, check_result, get_task
+from course_lib.grading.batch import exercise_of
+from course_lib.grading.core import Case, Task, judge, run_cases
+from helpers import EXERCISES, ROOT, SOLUTIONS
+
+
+def right(a, b):
+    return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2)
+
+
+# ---------------------------------------------------------------- instant feedback in a notebook
+
+
+def test_check_passes_a_right_answer_and_prints_it(capsys):
+    assert check("ex00.batched_matmul", right) is None  # nothing for Jupyter to echo
+    assert "✅ ex00.batched_matmul: passed all" in capsys.readouterr().out
+
+
+def test_check_never_raises_whatever_the_learner_passes(capsys):
+    def exits(a, b):
+        raise SystemExit(1)
+
+    for obj in (None, 42, "text", exits, lambda: None, lambda a, b: 1 / 0):
+        check("ex00.batched_matmul", obj)
+    check("ex99.nothing", right)
+    out = capsys.readouterr().out
+    assert out.count("❌") == 7
+    assert "unknown task id 'ex99.nothing'" in out
+
+
+def test_not_implemented_is_reported_as_such():
+    def stub(a, b):
+        raise NotImplementedError()
+
+    result = check_result("ex00.batched_matmul", stub)
+    assert result.status == "not implemented" and result.score == 0
+    assert "not implemented yet" in result.feedback
+
+
+def test_forbidden_calls_are_caught_however_they_are_imported():
+    from torch import matmul as renamed
+
+    for impl in (lambda a, b: a @ b, lambda a, b: renamed(a, b),
+                 lambda a, b: torch.einsum("...nk,...km->...nm", a, b)):
+        result = check_result("ex00.batched_matmul", impl)
+        assert result.status == "forbidden" and result.score == 0, result.feedback
+
+
+def test_calling_the_course_reference_scores_zero_even_under_an_alias():
+    from course_lib.tensor_basics import batched_matmul as mine
+
+    result = check_result("ex00.batched_matmul", lambda a, b: mine(a, b))
+    assert result.status == "forbidden" and "course_lib.tensor_basics.batched_matmul" in result.feedback
+
+
+def test_a_known_mistake_gets_its_specific_hint():
+    result = check_result("ex00.pairwise_sq_distances",
+                          lambda x, y: ((x.unsqueeze(-2) - y.unsqueeze(-3)) ** 2).sum(-1).sqrt())
+    assert result.status == "failed" and "no sqrt" in result.feedback
+
+
+def test_partial_credit_counts_the_cases_passed():
+    only_2d = lambda a, b: (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2) if a.dim() == 2 else a  # noqa: E731
+    result = check_result("ex00.batched_matmul", only_2d)
+    assert result.status == "failed" and 0 < result.score < 1 and result.passed == 1
+
+
+def test_a_case_that_must_raise_is_judged_on_the_exception_type():
+    class Demo(Task):
+        id = "demo.f"
+        reference = ""
+
+        def cases(self, gen):
+            return [Case("bad input", (torch.zeros(2),), raises=ValueError)]
+
+    def raises_value_error(x):
+        raise ValueError("x must be 2-D")
+
+    task = Demo()
+    cases = task.cases(None)
+    assert judge(task, cases, run_cases(task, raises_value_error, cases)).status == "passed"
+    silent = judge(task, cases, run_cases(task, lambda x: x, cases))
+    assert silent.status == "failed" and "expected your code to raise a ValueError" in silent.feedback
+
+
+def test_exercise_set_is_read_from_metadata_then_checks_then_file_name(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    assert exercise_of(nb, tmp_path / "02_x.ipynb") == "ex02"
+    nb.cells.append(nbformat.v4.new_code_cell('check("ex05.causal_mask", causal_mask)'))
+    assert exercise_of(nb, tmp_path / "02_x.ipynb") == "ex05"
+    nb.metadata["course"] = {"exercise": "ex07"}
+    assert exercise_of(nb, tmp_path / "anything.ipynb") == "ex07"
+
+
+def test_every_task_has_a_reference_that_passes_its_own_checks():
+    from course_lib.grading import all_tasks
+    from course_lib.grading.core import resolve
+
+    for task in all_tasks():
+        result = check_result(task.id, resolve(task.reference))
+        # The reference is forbidden for learners, so it is reported as "forbidden"; run the
+        # judge without the watcher instead to see that its outputs are right.
+        cases = task.cases(torch.Generator().manual_seed(1))
+        outcomes = []
+        for case in cases:
+            try:
+                outcomes.append({"status": "ok", "value": task.call(resolve(task.reference), case)})
+            except Exception as e:  # noqa: BLE001
+                outcomes.append({"status": "raised", "types": [k.__name__ for k in type(e).__mro__],
+                                 "message": str(e), "not_implemented": False})
+        assert judge(task, cases, {"outcomes": outcomes, "seen": []}).status == "passed", task.id
+        assert result.status == "forbidden"
+
+
+# ---------------------------------------------------------------- batch grading from a shell
+
+
+def grade(paths, out, *extra):
+    proc = subprocess.run(
+        [sys.executable, "-m", "course_lib.grading", *map(str, paths), "--out", str(out), *extra],
+        capture_output=True, text=True, timeout=1500, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout, json.loads((out / "scores.json").read_text())
+
+
+def test_solutions_get_full_marks_and_untouched_exercises_get_zero(tmp_path):
+    stdout, rows = grade([ROOT / "solutions", ROOT / "exercises"], tmp_path)
+    assert len(rows) == len(SOLUTIONS) + len(EXERCISES)
+    for row in rows:
+        assert set(row) == {"submission", "score", "max_score", "error", "tasks"}
+        assert row["tasks"], row
+        for task_id, t in row["tasks"].items():
+            assert set(t) == {"score", "max_score", "feedback"}
+            get_task(task_id)
+        if row["submission"].startswith("solutions"):
+            assert row["score"] == row["max_score"] > 0, row
+            assert row["error"] is None, row
+        else:
+            assert row["score"] == 0, row
+            assert all("not implemented yet" in t["feedback"] for t in row["tasks"].values()), row
+            assert row["error"] is None, row
+    csv_lines = (tmp_path / "scores.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("submission,score,max_score,") and len(csv_lines) == len(rows) + 1
+    assert "solutions/00_warmup.ipynb" in stdout and "wrote" in stdout
+
+
+def _variant(tmp_path, name, edit):
+    nb = copy.deepcopy(nbformat.read(ROOT / "solutions" / "00_warmup.ipynb", as_version=4))
+    edit(nb)
+    path = tmp_path / f"{name}.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def _after(cell_text, source):
+    def edit(nb):
+        index = next(i for i, c in enumerate(nb.cells) if cell_text in c.source)
+        nb.cells.insert(index + 1, nbformat.v4.new_code_cell(source))
+    return edit
+
+
+def _replace(name, source):
+    def edit(nb):
+        cell = next(c for c in nb.cells if c.source.startswith(f"def {name}"))
+        cell.source = source
+    return edit
+
+
+HOSTILE = {
+    # name: (how the notebook is edited, expected score out of 3, words expected in the error)
+    "correct": (lambda nb: None, 3, None),
+    "loops_forever": (_after("def batched_matmul", "while True:\n    pass"), 3, "did not finish"),
+    "calls_sys_exit": (_after("def batched_matmul", "import sys\nsys.exit(3)"), 3, "SystemExit"),
+    "kills_its_kernel": (_after("def batched_matmul", "import os\nos._exit(1)"), 3, "stopped the Python kernel"),
+    "floods_output": (_after("def batched_matmul", "for i in range(40000):\n    print('x' * 1000)"), 3, "was dropped"),
+    "eats_memory": (_after("def batched_matmul", "import torch\nhog = torch.ones(1_500_000_000)"), 3, "memory"),
+    "syntax_error": (_replace("last_token", "def last_token(x, lengths)\n    return x"), 2, "SyntaxError"),
+    "cheats": (_after("def last_token", (
+        "import torch\nimport course_lib.grading.core as core\n"
+        "core.compare_values = lambda *a, **k: None\n"
+        "core._REGISTRY.clear()\n"
+        "torch.allclose = lambda *a, **k: True\n"
+        "torch.testing.assert_close = lambda *a, **k: None\n"
+        "def check(*a, **k):\n    print('passed')\n"
+        "def last_token(x, lengths):\n    return x[:, 0]\n")), 2, None),
+    "uses_the_reference": (_replace("last_token", (
+        "from course_lib.tensor_basics import last_token as finished\n"
+        "def last_token(x, lengths):\n    return finished(x, lengths)")), 2, None),
+    "loops_inside_a_graded_function": (_replace("pairwise_sq_distances",
+        "def pairwise_sq_distances(x, y):\n    while True:\n        pass"), 2, "did not finish"),
+    "kills_inside_a_graded_function": (_replace("last_token",
+        "def last_token(x, lengths):\n    import os\n    os._exit(0)"), 2, "stopped the Python kernel"),
+}
+
+
+def test_hostile_and_broken_submissions_are_graded_and_do_not_disturb_the_others(tmp_path):
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    for name, (edit, _, _) in HOSTILE.items():
+        _variant(folder, name, edit)
+    (folder / "not_a_notebook.ipynb").write_text("{this is not json")
+    _, rows = grade([folder], tmp_path / "out", "--timeout", "40", "--memory-mb", "1024")
+    by_name = {r["submission"].rsplit("/", 1)[-1].removesuffix(".ipynb"): r for r in rows}
+    assert set(by_name) == set(HOSTILE) | {"not_a_notebook"}
+    for name, (_, score, words) in HOSTILE.items():
+        row = by_name[name]
+        assert row["score"] == score, (name, row)
+        if words:
+            assert words in (row["error"] or ""), (name, row["error"])
+    assert by_name["correct"]["error"] is None
+    cheat = by_name["cheats"]["tasks"]["ex00.last_token"]
+    assert cheat["score"] == 0 and "First failure" in cheat["feedback"]
+    reference = by_name["uses_the_reference"]["tasks"]["ex00.last_token"]
+    assert reference["score"] == 0 and "finished version" in reference["feedback"]
+    assert "not a readable notebook" in by_name["not_a_notebook"]["error"]

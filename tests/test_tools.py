@@ -1,0 +1,54 @@
+"""The maintainer commands: stripping solutions, drafting notebooks, stamping."""
+
+import pytest
+
+from tools.notebooks import SETUP_SOURCE, from_py, make_exercise, stamp, strip_solutions
+
+
+def test_strip_solutions_keeps_indentation_and_code_around_the_block():
+    source = "def f(x):\n    \"\"\"doc\"\"\"\n    ### BEGIN SOLUTION\n    return x + 1\n    ### END SOLUTION\n\ny = 2"
+    assert strip_solutions(source) == (
+        "def f(x):\n    \"\"\"doc\"\"\"\n    # YOUR CODE HERE\n    raise NotImplementedError()\n\ny = 2"
+    )
+
+
+def test_strip_solutions_handles_two_blocks_in_a_class():
+    source = ("class A:\n    def __init__(self):\n        ### BEGIN SOLUTION\n        self.a = 1\n"
+              "        ### END SOLUTION\n    def forward(self):\n        ### BEGIN SOLUTION\n"
+              "        return self.a\n        ### END SOLUTION")
+    stripped = strip_solutions(source)
+    assert stripped.count("raise NotImplementedError()") == 2
+    assert "self.a = 1" not in stripped and "return self.a" not in stripped
+
+
+@pytest.mark.parametrize("source", [
+    "### BEGIN SOLUTION\nx = 1",
+    "x = 1\n### END SOLUTION",
+    "### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION",
+])
+def test_strip_solutions_rejects_unbalanced_markers(source):
+    with pytest.raises(ValueError):
+        strip_solutions(source)
+
+
+def test_from_py_and_stamp_make_badge_setup_then_content():
+    nb = from_py("# %% [markdown]\n# # Title\n#\n# text\n\n# %%\nx = 1\n")
+    stamp(nb, "notebooks/99_test.ipynb")
+    assert [c.cell_type for c in nb.cells] == ["markdown", "code", "markdown", "code"]
+    assert "colab.research.google.com/github/" in nb.cells[0].source
+    assert nb.cells[0].source.endswith("/notebooks/99_test.ipynb)")
+    assert nb.cells[1].source == SETUP_SOURCE
+    assert nb.cells[2].source == "# Title\n\ntext"
+    stamp(nb, "notebooks/99_test.ipynb")  # idempotent
+    assert len(nb.cells) == 4
+
+
+def test_make_exercise_clears_outputs_and_sets_the_exercise_id():
+    nb = from_py("# %%\ndef f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION\n")
+    nb.cells[0].outputs = [{"output_type": "stream", "name": "stdout", "text": "1"}]
+    nb.cells[0].execution_count = 3
+    ex = make_exercise(nb, "exercises/03_x.ipynb")
+    body = ex.cells[2]
+    assert "raise NotImplementedError()" in body.source and body.outputs == []
+    assert body.execution_count is None
+    assert ex.metadata.course == {"exercise": "ex03"}
