@@ -1,0 +1,196 @@
+"""ex06 grading: the reference passes, each named mistake fails with its hint, alternatives pass."""
+
+import pytest
+import torch
+from torch import nn
+
+from course_lib.attention import scaled_dot_product_attention
+from course_lib.cross_attention import CrossAttentionSublayer, cross_attention
+from course_lib.grading import check_result, get_task
+from course_lib.grading.core import judge, run_cases
+from course_lib.grading.tasks import ex06
+from course_lib.multihead import MultiHeadAttention
+
+
+def _status(task_id, obj):
+    result = check_result(task_id, obj)
+    return result.status, result.feedback
+
+
+@pytest.mark.parametrize("task_id, reference", [
+    ("ex06.cross_attention", cross_attention),
+    ("ex06.CrossAttentionSublayer", CrossAttentionSublayer),
+])
+def test_reference_matches_every_case(task_id, reference):
+    """The reference itself, judged without the 'calls the reference' rule, passes."""
+    task = get_task(task_id)
+    cases = task.cases(torch.Generator().manual_seed(123))
+    run = run_cases(task, reference, cases)
+    run["seen"] = [name for name in run["seen"] if name != task.reference]
+    assert judge(task, cases, run).status == "passed"
+
+
+@pytest.mark.parametrize("task_id, reference", [
+    ("ex06.cross_attention", cross_attention),
+    ("ex06.CrossAttentionSublayer", CrossAttentionSublayer),
+])
+def test_calling_the_reference_is_forbidden(task_id, reference):
+    assert _status(task_id, reference)[0] == "forbidden"
+
+    if task_id == "ex06.cross_attention":
+        def wrapper(*args, **kwargs):
+            return cross_attention(*args, **kwargs)
+    else:
+        class wrapper(CrossAttentionSublayer):  # noqa: N801
+            pass
+    assert _status(task_id, wrapper)[0] == "forbidden"
+
+
+# --- alternative correct implementations ------------------------------------------------------
+
+
+def cross_attention_einsum(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q = torch.einsum("...qd,dk->...qk", x, w_q)
+    k = torch.einsum("...md,dk->...mk", memory, w_k)
+    v = torch.einsum("...md,dv->...mv", memory, w_v)
+    scores = torch.einsum("...qk,...mk->...qm", q, k) / q.shape[-1] ** 0.5
+    if memory_mask is not None:
+        scores = scores.masked_fill(~memory_mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+def cross_attention_sdpa_route(x, memory, w_q, w_k, w_v, memory_mask=None):
+    return scaled_dot_product_attention(x @ w_q, memory @ w_k, memory @ w_v, memory_mask)
+
+
+class SublayerFunctional(nn.Module):
+    def __init__(self, d_model, num_heads, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.attn = MultiHeadAttention(d_model, num_heads)
+        self.norm = nn.LayerNorm(d_model)
+
+    def forward(self, x, memory, memory_mask=None):
+        query = self.norm(x) if self.norm_first else x
+        out = x + self.attn(query, memory, memory, memory_mask, need_weights=False)[0]
+        return out if self.norm_first else self.norm(out)
+
+
+@pytest.mark.parametrize("task_id, obj", [
+    ("ex06.cross_attention", cross_attention_einsum),
+    ("ex06.cross_attention", cross_attention_sdpa_route),
+    ("ex06.CrossAttentionSublayer", SublayerFunctional),
+])
+def test_alternative_correct_implementations_pass(task_id, obj):
+    status, feedback = _status(task_id, obj)
+    assert status == "passed", feedback
+
+
+# --- the named mistakes -----------------------------------------------------------------------
+
+
+def queries_from_memory(x, memory, w_q, w_k, w_v, memory_mask=None):
+    return scaled_dot_product_attention(memory @ w_q, x @ w_k, x @ w_v)
+
+
+def mask_ignored(x, memory, w_q, w_k, w_v, memory_mask=None):
+    return scaled_dot_product_attention(x @ w_q, memory @ w_k, memory @ w_v)
+
+
+class NoResidual(SublayerFunctional):
+    def forward(self, x, memory, memory_mask=None):
+        query = self.norm(x) if self.norm_first else x
+        out = self.attn(query, memory, memory, memory_mask)[0]
+        return out if self.norm_first else self.norm(out)
+
+
+class AlwaysPostNorm(SublayerFunctional):
+    def forward(self, x, memory, memory_mask=None):
+        return self.norm(x + self.attn(x, memory, memory, memory_mask)[0])
+
+
+class AlwaysPreNorm(SublayerFunctional):
+    def forward(self, x, memory, memory_mask=None):
+        return x + self.attn(self.norm(x), memory, memory, memory_mask)[0]
+
+
+class MemoryNormalised(SublayerFunctional):
+    def forward(self, x, memory, memory_mask=None):
+        return super().forward(x, self.norm(memory), memory_mask)
+
+
+@pytest.mark.parametrize("task_id, wrong, hint", [
+    ("ex06.cross_attention", queries_from_memory, "the queries come from x"),
+    ("ex06.cross_attention", mask_ignored, "memory_mask was ignored"),
+    ("ex06.CrossAttentionSublayer", NoResidual, "the residual connection is missing"),
+    ("ex06.CrossAttentionSublayer", AlwaysPostNorm, "the LayerNorm is in the wrong place"),
+    ("ex06.CrossAttentionSublayer", AlwaysPreNorm, "the LayerNorm is in the wrong place"),
+    ("ex06.CrossAttentionSublayer", MemoryNormalised, "memory was normalised"),
+])
+def test_named_mistakes_fail_with_their_hint(task_id, wrong, hint):
+    status, feedback = _status(task_id, wrong)
+    assert status == "failed"
+    assert hint in feedback, feedback
+
+
+@pytest.mark.parametrize("task_id", ["ex06.cross_attention", "ex06.CrossAttentionSublayer"])
+def test_each_task_mistake_is_caught(task_id):
+    """Every wrong implementation the task itself lists fails (so its hint can ever show)."""
+    for wrong, hint in get_task(task_id).mistakes():
+        status, feedback = _status(task_id, wrong)
+        assert status == "failed" and hint in feedback, (hint, feedback)
+
+
+def test_queries_from_memory_hint_also_comes_from_the_shape():
+    task = get_task("ex06.cross_attention")
+    case = task.cases(torch.Generator().manual_seed(0))[0]
+    got = queries_from_memory(*case.args)
+    assert "the queries come from x" in task.diagnose(got, None, case)
+
+
+def test_stubs_are_not_implemented():
+    def cross_attention_stub(x, memory, w_q, w_k, w_v, memory_mask=None):
+        raise NotImplementedError()
+
+    class SublayerStub(nn.Module):
+        def __init__(self, d_model, num_heads, norm_first=False):
+            super().__init__()
+            raise NotImplementedError()
+
+    assert _status("ex06.cross_attention", cross_attention_stub)[0] == "not implemented"
+    assert _status("ex06.CrossAttentionSublayer", SublayerStub)[0] == "not implemented"
+
+
+def test_badly_named_submodules_get_a_clear_message():
+    class WrongNames(nn.Module):
+        def __init__(self, d_model, num_heads, norm_first=False):
+            super().__init__()
+            self.attention = MultiHeadAttention(d_model, num_heads)
+            self.layer_norm = nn.LayerNorm(d_model)
+
+    status, feedback = _status("ex06.CrossAttentionSublayer", WrongNames)
+    assert status == "failed" and "no parameter named 'attn.q_proj.weight'" in feedback
+
+
+def test_keeps_float64():
+    def float32_only(x, memory, w_q, w_k, w_v, memory_mask=None):
+        out, weights = cross_attention_sdpa_route(x.float(), memory.float(), w_q.float(),
+                                                  w_k.float(), w_v.float(), memory_mask)
+        return out, weights
+
+    status, feedback = _status("ex06.cross_attention", float32_only)
+    assert status == "failed" and "dtype" in feedback
+
+
+def test_cases_cover_the_brief():
+    descriptions = [c.description for c in get_task("ex06.cross_attention").cases(
+        torch.Generator().manual_seed(0))]
+    assert any("float64" in d for d in descriptions)
+    assert any("padding" in d for d in descriptions)
+    sub_cases = get_task("ex06.CrossAttentionSublayer").cases(torch.Generator().manual_seed(0))
+    assert {c.data["norm_first"] for c in sub_cases} == {False, True}
+    assert any(c.args[0].dtype == torch.float64 for c in sub_cases)
+    assert all(c.args[0].shape[1] != c.args[1].shape[1] for c in sub_cases)
+    assert ex06.source_padding_mask([3, 1], 4).tolist() == [[[True, True, True, False]],
+                                                             [[True, False, False, False]]]
