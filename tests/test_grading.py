@@ -213,7 +213,7 @@ def test_hostile_and_broken_submissions_are_graded_and_do_not_disturb_the_others
     for name, (edit, _, _) in HOSTILE.items():
         _variant(folder, name, edit)
     (folder / "not_a_notebook.ipynb").write_text("{this is not json")
-    _, rows = grade([folder], tmp_path / "out", "--timeout", "40", "--memory-mb", "1024")
+    _, rows = grade([folder], tmp_path / "out", "--timeout", "150", "--memory-mb", "1024")
     by_name = {r["submission"].rsplit("/", 1)[-1].removesuffix(".ipynb"): r for r in rows}
     assert set(by_name) == set(HOSTILE) | {"not_a_notebook"}
     for name, (_, score, words) in HOSTILE.items():

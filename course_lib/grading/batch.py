@@ -193,7 +193,7 @@ def grade_one(path: Path, seed: int, timeout: float, memory_mb: int, max_output_
     deadline = time.monotonic() + timeout
     # One looping cell may use at most a quarter of the budget, so what comes after it (a
     # restart, the other cells, the checks) still has time to run.
-    cell_limit = max(5.0, timeout / 4)
+    cell_limit = max(30.0, timeout / 4)
 
     def seconds_left() -> float:
         return min(cell_limit, deadline - time.monotonic())

@@ -288,8 +288,7 @@ def compare_values(got: Any, want: Any, where: str = "your result") -> str | Non
         if got.shape != want.shape:
             return f"{where} has shape {_shape(got)}, expected {_shape(want)}"
         if got.dtype != want.dtype:
-            return (f"{where} has dtype {str(got.dtype)[6:]}, expected {str(want.dtype)[6:]} "
-                    "(keep the dtype of the inputs)")
+            return f"{where} has dtype {str(got.dtype)[6:]}, expected {str(want.dtype)[6:]}"
         if want.dtype == torch.bool or not want.is_floating_point():
             if torch.equal(got, want):
                 return None

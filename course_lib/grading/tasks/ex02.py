@@ -44,7 +44,9 @@ class _HintOnError(Task):
             hint = self._hint_for_error(obj, case, error)
             if hint is None:
                 raise
-            raise GradingError(f"your code raised {type(error).__name__}: {error}. Hint: {hint}") from None
+            raise GradingError(
+                f"your code raised {type(error).__name__}: {error}. Hint: {hint}"
+            ) from None
 
     def _hint_for_error(self, obj, case, error: Exception) -> str | None:
         for wrong, hint in self.mistakes():
@@ -242,7 +244,7 @@ class SelfAttention(_HintOnError):
 
     def mistakes(self):
         def linear_side(x, w_q, w_k, w_v):
-            q, k, v = x @ w_q.transpose(-2, -1), x @ w_k.transpose(-2, -1), x @ w_v.transpose(-2, -1)
+            q, k, v = (x @ w.transpose(-2, -1) for w in (w_q, w_k, w_v))
             return _attention(q, k, v, 1.0 / math.sqrt(q.shape[-1]))
 
         def left_side(x, w_q, w_k, w_v):
