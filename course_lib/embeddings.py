@@ -222,8 +222,14 @@ def plot_embeddings_2d(
     for group in dict.fromkeys(names):
         rows = [i for i, g in enumerate(names) if g == group]
         ax.scatter(points[rows, 0], points[rows, 1], label=group, s=40)
-    for (x, y), label in zip(points.tolist(), labels, strict=True):
-        ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=9)
+    distances = torch.cdist(points, points).fill_diagonal_(float("inf"))  # (n, n)
+    nearest = distances.argmin(dim=1) if len(labels) > 1 else torch.zeros(1, dtype=torch.long)
+    for i, ((x, y), label) in enumerate(zip(points.tolist(), labels, strict=True)):
+        # label above the point, or below it when its nearest neighbour is above, so that two
+        # close points do not write their labels on top of each other
+        below = len(labels) > 1 and y < float(points[nearest[i], 1])
+        offset = (4, -11) if below else (4, 4)
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=offset, fontsize=9)
     ax.set_xlabel("first principal direction")
     ax.set_ylabel("second principal direction")
     ax.set_title(title)

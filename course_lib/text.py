@@ -293,7 +293,7 @@ def load_text(name: str) -> str:
 _FAMILIES = {
     "pet": ["cat", "dog", "kitten", "puppy", "pet", "hamster"],
     "fruit": ["apple", "banana", "pear", "orange", "fruit", "mango"],
-    "company": ["apple", "google", "samsung", "microsoft", "company", "sony"],
+    "company": ["apple", "google", "samsung", "microsoft", "sony"],
     "device": ["iphone", "phone", "laptop", "tablet", "computer"],
     "scan": ["scan", "ultrasound", "mri", "test"],
     "person": ["i", "she", "he", "we", "they", "my sister", "the farmer", "the doctor"],
@@ -336,6 +336,24 @@ _TEMPLATES = {
         "{person} waited for the {scan} in the clinic",
     ],
 }
+# Sentences about one word only, so that the words of a family are alike but not identical
+# (a cat purrs, a dog barks; a banana is yellow, a pear green).
+_PARTICULAR = {
+    "cat": ["the cat purred on my lap", "the cat caught a mouse in the barn"],
+    "kitten": ["the kitten purred softly", "a tiny kitten chased a mouse"],
+    "dog": ["the dog barked at the postman", "the dog fetched the stick"],
+    "puppy": ["the puppy barked and wagged its tail", "the puppy fetched a stick"],
+    "hamster": ["the hamster ran in its wheel", "the hamster stored seeds in its cheeks"],
+    "apple": ["the apple was red and crisp", "she baked an apple pie"],
+    "pear": ["the pear was green and soft", "she baked a pear pie"],
+    "banana": ["peel the yellow banana", "the monkey ate a banana"],
+    "mango": ["the mango was yellow and soft", "peel the ripe mango"],
+    "orange": ["she peeled an orange", "the orange was round and full of juice"],
+    "google": ["google updated its search engine", "google runs huge data centres"],
+    "microsoft": ["microsoft updated its software", "microsoft runs huge data centres"],
+    "samsung": ["samsung makes screens and chips", "samsung built a new factory"],
+    "sony": ["sony makes cameras and game consoles", "sony built a new factory"],
+}
 # How often each topic is drawn: pets and fruit dominate, the company sense of "apple" and the
 # medical sense of "cat" are rarer, as in real text.
 _TOPIC_WEIGHTS = {"pet": 5, "fruit": 4, "company": 3, "scan": 1}
@@ -356,6 +374,10 @@ def embedding_corpus(num_sentences: int = 3000, seed: int = 0) -> list[str]:
     sentences = []
     for _ in range(num_sentences):
         topic = rng.choices(topics, weights)[0]
+        if topic != "scan" and rng.random() < 0.25:
+            word = rng.choice([w for w in _FAMILIES[topic] if w in _PARTICULAR])
+            sentences.append(rng.choice(_PARTICULAR[word]))
+            continue
         template = rng.choice(_TEMPLATES[topic])
         slots = {family: rng.choice(words) for family, words in _FAMILIES.items()}
         sentences.append(template.format(**slots))

@@ -140,7 +140,7 @@ def query_weights_bar(
     if ax is None:
         _, ax = plt.subplots(figsize=(0.55 * len(key_labels) + 2.5, 2.8))
     bars = ax.bar(range(len(key_labels)), w.tolist(), color="tab:blue")
-    for bar, value in zip(bars, w.tolist()):
+    for bar, value in zip(bars, w.tolist(), strict=True):
         ax.text(bar.get_x() + bar.get_width() / 2, value, f"{value:.2f}", ha="center",
                 va="bottom", fontsize=8)
     ax.set_xticks(range(len(key_labels)), key_labels, rotation=45, ha="right")

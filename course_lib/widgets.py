@@ -57,18 +57,21 @@ def as_attention_weights(tokens: Sequence[str], weights: object) -> tuple[list[s
             w = torch.as_tensor(weights, dtype=torch.float64)
         except (TypeError, ValueError, RuntimeError):
             raise TypeError(
-                f"weights must be a tensor (n, n) or (num_heads, n, n), got {type(weights).__name__}"
+                "weights must be a tensor (n, n) or (num_heads, n, n), got "
+                f"{type(weights).__name__}"
             ) from None
-    n = len(tokens)
+    n, given_shape = len(tokens), tuple(w.shape)
     if w.dim() == 2:
         w = w.unsqueeze(0)
     if w.dim() != 3 or w.shape[-1] != n or w.shape[-2] != n:
         raise ValueError(
             f"weights must be (n, n) or (num_heads, n, n) with n = len(tokens) = {n}, "
-            f"got shape {tuple(w.shape)}"
+            f"got shape {given_shape}"
         )
     if not torch.isfinite(w).all() or (w < 0).any():
-        raise ValueError("weights must be finite and non-negative (attention weights, after softmax)")
+        raise ValueError(
+            "weights must be finite and non-negative (attention weights, after the softmax)"
+        )
     row_sums = w.sum(dim=-1)
     ok = ((row_sums - 1).abs() < 1e-3) | (row_sums.abs() < 1e-9)
     if not ok.all():
@@ -232,8 +235,8 @@ _CSS = r"""
   padding: 3px 7px; border-radius: 4px; border: 1px solid #ccd; color: #111;
   background: rgba(31, 119, 180, calc(var(--ae-strength, 0) * 0.85)); }
 .attention-explorer .ae-weight { font-size: 11px; min-height: 1em; }
-.attention-explorer .ae-status { margin-top: 6px; font-family: var(--jp-code-font-family, monospace);
-  font-size: 13px; }
+.attention-explorer .ae-status { margin-top: 6px; font-size: 13px;
+  font-family: var(--jp-code-font-family, monospace); }
 """
 
 
@@ -348,7 +351,9 @@ class AttentionExplorer(anywidget.AnyWidget):
             raise ValueError("no query is selected; pass a token or call select() first")
         return list(self.weights[self.head][index])
 
-    def top_keys(self, index: int | str | None = None, k: int | None = None) -> list[tuple[str, float]]:
+    def top_keys(
+        self, index: int | str | None = None, k: int | None = None
+    ) -> list[tuple[str, float]]:
         """The keys the query attends to most, largest first: [(token, weight), ...]."""
         return top_keys_of(self.row(index), self.tokens, k or self.top_k)
 
@@ -360,13 +365,15 @@ class AttentionExplorer(anywidget.AnyWidget):
         listed = ", ".join(f"{t} {w:.2f}" for t, w in keys) or "nothing (every key is masked)"
         head = f"head {self.head}, " if self.num_heads > 1 else ""
         lock = " (locked)" if self.locked else ""
-        return f'{head}query {self.selected} "{self.tokens[self.selected]}"{lock} attends to: {listed}'
+        token = self.tokens[self.selected]
+        return f'{head}query {self.selected} "{token}"{lock} attends to: {listed}'
 
     def __repr__(self) -> str:
         # Shown as the cell's text output where the widget cannot render; no addresses, so it is
         # the same on every run.
         n, heads = len(self.tokens), self.num_heads
-        return f"AttentionExplorer({n} tokens, {heads} head{'s' if heads != 1 else ''}): {self.status_text()}"
+        plural = "s" if heads != 1 else ""
+        return f"AttentionExplorer({n} tokens, {heads} head{plural}): {self.status_text()}"
 
 
 def attention_dropdown(tokens: Sequence[str], weights: object, *, head: int = 0):

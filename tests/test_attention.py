@@ -121,7 +121,8 @@ def test_attention_is_stable_for_large_scores():
     q, k, v = randn(3, 8) * 100, randn(5, 8, seed=1) * 100, randn(5, 2, seed=2)
     output, weights = scaled_dot_product_attention(q, k, v)
     assert torch.isfinite(output).all() and torch.isfinite(weights).all()
-    torch.testing.assert_close(output, F.scaled_dot_product_attention(q, k, v), atol=1e-4, rtol=1e-4)
+    expected = F.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(output, expected, atol=1e-4, rtol=1e-4)
 
 
 def test_attention_gradients_match_torch():
@@ -131,7 +132,7 @@ def test_attention_gradients_match_torch():
     for t in (q, k, v):
         t.grad = None
     F.scaled_dot_product_attention(q, k, v).pow(2).sum().backward()
-    for mine, theirs in zip(ours, (q.grad, k.grad, v.grad)):
+    for mine, theirs in zip(ours, (q.grad, k.grad, v.grad), strict=True):
         assert mine.abs().sum() > 0
         torch.testing.assert_close(mine, theirs, atol=1e-10, rtol=0)
 
@@ -140,9 +141,11 @@ def test_attention_gradients_match_torch():
     "q, k, v, mask, error, match",
     [
         ("q", torch.ones(3, 4), torch.ones(3, 2), None, TypeError, "q must be a torch.Tensor"),
-        (torch.ones(4), torch.ones(3, 4), torch.ones(3, 2), None, ValueError, r"q must have at least 2"),
+        (torch.ones(4), torch.ones(3, 4), torch.ones(3, 2), None, ValueError,
+         "q must have at least 2"),
         (torch.ones(2, 4), torch.ones(3, 5), torch.ones(3, 2), None, ValueError, "d_k"),
-        (torch.ones(2, 4), torch.ones(3, 4), torch.ones(4, 2), None, ValueError, "k has n_k=3 keys"),
+        (torch.ones(2, 4), torch.ones(3, 4), torch.ones(4, 2), None, ValueError,
+         "k has n_k=3 keys"),
         (torch.ones(2, 4), torch.ones(3, 4, dtype=torch.float64), torch.ones(3, 2), None, TypeError,
          "q, k and v must share one dtype"),
         (torch.ones(2, 4, dtype=torch.long), torch.ones(3, 4), torch.ones(3, 2), None, TypeError,
@@ -183,7 +186,8 @@ def test_self_attention_gradients_reach_every_weight():
 @pytest.mark.parametrize(
     "w_q, w_k, w_v, match",
     [
-        (torch.ones(4, 2), torch.ones(4, 2), torch.ones(4, 2), "w_q has 4 rows but x has d_model=8"),
+        (torch.ones(4, 2), torch.ones(4, 2), torch.ones(4, 2),
+         "w_q has 4 rows but x has d_model=8"),
         (torch.ones(8, 2), torch.ones(2, 8), torch.ones(8, 2), "w_k has 2 rows"),
         (torch.ones(8, 2), torch.ones(8, 2), torch.ones(8), "w_v must have 2 dimensions"),
     ],

@@ -26,6 +26,8 @@ def one_hot_scatter(ids, vocab_size):
 
 
 def one_hot_eye(ids, vocab_size):
+    if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+        raise TypeError("ids must be integers")
     if ids.min() < 0 or ids.max() >= vocab_size:
         raise ValueError("ids out of range")
     return torch.eye(vocab_size)[ids.long()]
@@ -128,8 +130,15 @@ def neighbours_ascending(E, index, k):
     return sims.topk(k).indices.flip(0)
 
 
+def one_hot_float_ids_accepted(ids, vocab_size):
+    if ids.min() < 0 or ids.max() >= vocab_size:
+        raise ValueError("ids out of range")
+    return (ids.unsqueeze(-1) == torch.arange(vocab_size)).float()
+
+
 MISTAKES = [
     ("ex01.one_hot", one_hot_long, "return floats"),
+    ("ex01.one_hot", one_hot_float_ids_accepted, "ids must be integers"),
     ("ex01.one_hot", one_hot_unchecked, "must raise ValueError"),
     ("ex01.one_hot", one_hot_negative_wraps, "negative id must raise ValueError"),
     ("ex01.embed", embed_transposed, "you treated the table as (d, vocab_size)"),

@@ -193,12 +193,18 @@ def test_each_mistake_fails_with_its_hint(task_id, fn, hint):
     assert hint in r.feedback, r.feedback
 
 
-def test_a_wrong_self_attention_built_on_a_right_attention_still_fails():
-    # the scaling mistake inside self_attention is caught too (no specific hint needed)
+@pytest.mark.parametrize("attention, hint", [
+    (no_scaling, "not scaled"), (dot_T, "`.T` transposes only 2-D"),
+    (softmax_over_queries, "over the query axis"),
+])
+def test_self_attention_on_a_wrong_attention_points_to_the_attention(attention, hint):
     def bad(x, w_q, w_k, w_v):
-        return no_scaling(x @ w_q, x @ w_k, x @ w_v)
+        return attention(x @ w_q, x @ w_k, x @ w_v)
 
-    assert result("ex02.self_attention", bad).status == "failed"
+    r = result("ex02.self_attention", bad)
+    assert r.status == "failed"
+    assert "the projections are right, but the attention step is not" in r.feedback
+    assert hint in r.feedback, r.feedback
 
 
 def test_dtype_must_be_kept():

@@ -108,10 +108,10 @@ def test_state_validation_rejects_out_of_range_values():
 @pytest.mark.parametrize(
     "tokens, weights, error, match",
     [
-        (TOKENS[:3], WEIGHTS, ValueError, r"n = len\(tokens\) = 3, got shape \(1, 4, 4\)"),
-        (TOKENS, WEIGHTS[:, :3], ValueError, r"got shape \(1, 4, 3\)"),
+        (TOKENS[:3], WEIGHTS, ValueError, r"n = len\(tokens\) = 3, got shape \(4, 4\)"),
+        (TOKENS, WEIGHTS[:, :3], ValueError, r"got shape \(4, 3\)"),
         (TOKENS, torch.ones(2, 2, 4, 4) / 4, ValueError, r"got shape \(2, 2, 4, 4\)"),
-        (TOKENS, torch.ones(4) / 4, ValueError, r"got shape \(1, 4\)"),
+        (TOKENS, torch.ones(4) / 4, ValueError, r"got shape \(4,\)"),
         ("the cat sat down", WEIGHTS, TypeError, "tokens must be a list of strings"),
         ([], torch.ones(0, 0), ValueError, "tokens is empty"),
         (["the", 1, "sat", "down"], WEIGHTS, TypeError, "tokens must all be strings"),
@@ -160,3 +160,79 @@ def test_dropdown_fallback_follows_the_choice():
     assert dropdown.value == 2
     with pytest.raises(ValueError, match="head must be an int in 0..0"):
         attention_dropdown(TOKENS, WEIGHTS, head=1)
+
+
+# ------------------------------------------------------- the JavaScript, run in node on a fake DOM
+
+FAKE_DOM = r"""
+class El {
+  constructor(tag) { this.tag = tag; this.children = []; this.dataset = {}; this.listeners = {};
+    this.className = ""; this.textContent = ""; this.style = { setProperty() {} };
+    const el = this;
+    this.classList = { add(c) { el.className += " " + c; } }; }
+  appendChild(c) { this.children.push(c); return c; }
+  replaceChildren() { this.children = []; }
+  setAttribute() {}
+  addEventListener(type, fn) { (this.listeners[type] ||= []).push(fn); }
+  fire(type) {
+    for (const fn of this.listeners[type] || []) fn({ key: "Enter", preventDefault() {} });
+  }
+  find(cls) {
+    const out = [];
+    const walk = (e) => {
+      if ((" " + e.className + " ").includes(" " + cls + " ")) out.push(e);
+      e.children.forEach(walk);
+    };
+    walk(this);
+    return out;
+  }
+}
+globalThis.document = { createElement: (tag) => new El(tag) };
+const state = JSON.parse(process.argv[2]);
+const handlers = {};
+const model = { get: (k) => state[k], set: (k, v) => { state[k] = v; },
+  save_changes() { for (const fn of handlers.all || []) fn(); },
+  on(event, fn) { (handlers.all ||= []).push(fn); } };
+const { default: widget } = await import(process.argv[3]);
+const el = new El("div");
+widget.render({ model, el });
+const root = el.children[0];
+const status = () => root.find("ae-status")[0].textContent;
+const tokens = () => root.find("ae-token");
+const log = { root: root.className, tokens: tokens().map((t) => [t.dataset.index, t.textContent]),
+  keys: root.find("ae-key").length, before: status() };
+tokens()[1].fire("mouseenter"); log.hover = status(); log.selected_after_hover = state.selected;
+tokens()[2].fire("click"); log.click = status(); log.locked = state.locked;
+tokens()[0].fire("mouseenter"); log.hover_while_locked = status();
+tokens()[2].fire("click"); log.unlocked = state.locked;
+console.log(JSON.stringify(log));
+"""
+
+
+@pytest.mark.skipif(__import__("shutil").which("node") is None, reason="node is not installed")
+def test_javascript_renders_and_responds_to_hover_and_click(tmp_path):
+    import json
+    import subprocess
+
+    e = explorer()
+    (tmp_path / "widget.mjs").write_text(e._esm)
+    (tmp_path / "harness.mjs").write_text(FAKE_DOM)
+    state = {name: getattr(e, name) for name in
+             ("tokens", "weights", "head", "selected", "locked", "top_k", "title", "empty_text")}
+    run = subprocess.run(
+        ["node", str(tmp_path / "harness.mjs"), json.dumps(state), str(tmp_path / "widget.mjs")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    log = json.loads(run.stdout)
+    assert log["root"] == "attention-explorer"
+    assert log["tokens"] == [[str(i), t] for i, t in enumerate(TOKENS)]
+    assert log["keys"] == 4
+    assert log["before"] == e.status_text()
+    # the browser's status line says exactly what Python's status_text says for the same state
+    assert log["hover"] == explorer().select("cat", lock=False).status_text()
+    assert log["selected_after_hover"] == 1
+    assert log["click"] == explorer().select("sat").status_text()
+    assert log["locked"] is True
+    assert log["hover_while_locked"] == log["click"]  # a lock ignores hovering
+    assert log["unlocked"] is False

@@ -46,6 +46,9 @@ class OneHot(Task):
                  (torch.tensor([1, 5, 2]), 5), raises=ValueError),
             Case("ids [0, -1] with vocab_size=4: a negative id must raise ValueError",
                  (torch.tensor([0, -1]), 4), raises=ValueError),
+            Case("float ids [0.0, 2.0] with vocab_size=3: ids must be integers, so this must "
+                 "raise TypeError instead of being accepted", (torch.tensor([0.0, 2.0]), 3),
+                 raises=TypeError),
         ]
 
     def mistakes(self):

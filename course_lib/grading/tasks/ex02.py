@@ -258,4 +258,18 @@ class SelfAttention(_HintOnError):
 
         hint = ("the projections are applied on the wrong side: with x (..., n, d_model) and "
                 "w_q (d_model, d_k), compute q = x @ w_q (and the same for k and v)")
-        return [(linear_side, hint), (left_side, hint), (left_side_transposed, hint)]
+        # A right projection feeding a wrong attention (e.g. the learner's own task 2).
+        in_attention = [
+            (_projected(wrong), f"the projections are right, but the attention step is not: "
+                                f"{attention_hint} (check ex02.scaled_dot_product_attention)")
+            for wrong, attention_hint in ScaledDotProductAttention().mistakes()
+        ]
+        return [(linear_side, hint), (left_side, hint), (left_side_transposed, hint),
+                *in_attention]
+
+
+def _projected(attention):
+    def self_attention_with(x, w_q, w_k, w_v):
+        return attention(x @ w_q, x @ w_k, x @ w_v)
+
+    return self_attention_with
