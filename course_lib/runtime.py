@@ -9,7 +9,13 @@ import random
 import numpy as np
 import torch
 
-__all__ = ["seed_everything", "get_device", "use_course_style", "environment_report", "setup_notebook"]
+__all__ = [
+    "seed_everything",
+    "get_device",
+    "use_course_style",
+    "environment_report",
+    "setup_notebook",
+]
 
 
 def seed_everything(seed: int = 0) -> torch.Generator:

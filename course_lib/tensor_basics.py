@@ -23,7 +23,8 @@ def batched_matmul(a: Tensor, b: Tensor) -> Tensor:
     if a.shape[-1] != b.shape[-2]:
         raise ValueError(
             f"a has k={a.shape[-1]} columns but b has k={b.shape[-2]} rows; "
-            f"a (..., n, k) and b (..., k, m) must agree on k (shapes {tuple(a.shape)} and {tuple(b.shape)})"
+            f"a (..., n, k) and b (..., k, m) must agree on k "
+            f"(shapes {tuple(a.shape)} and {tuple(b.shape)})"
         )
     # (..., n, k, 1) * (..., 1, k, m) -> (..., n, k, m), summed over k -> (..., n, m)
     return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(dim=-2)
@@ -47,7 +48,9 @@ def last_token(x: Tensor, lengths: Tensor) -> Tensor:
     x: (batch, seq, d); lengths: long (batch,), each in 1..seq  ->  (batch, d)
     """
     check_tensor(x, "x", ndim=3, shape_hint="(batch, seq, d)")
-    check_tensor(lengths, "lengths", ndim=1, shape_hint="(batch,)", dtype=(torch.int64, torch.int32))
+    check_tensor(
+        lengths, "lengths", ndim=1, shape_hint="(batch,)", dtype=(torch.int64, torch.int32)
+    )
     if lengths.shape[0] != x.shape[0]:
         raise ValueError(f"lengths has {lengths.shape[0]} entries but x has batch={x.shape[0]}")
     if (lengths < 1).any() or (lengths > x.shape[1]).any():

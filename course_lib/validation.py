@@ -53,7 +53,9 @@ def check_tensor(
         allowed = (dtype,) if isinstance(dtype, torch.dtype) else tuple(dtype)
         if x.dtype not in allowed:
             names = " or ".join(str(d).replace("torch.", "") for d in allowed)
-            raise TypeError(f"{name} must have dtype {names}, got {str(x.dtype).replace('torch.', '')}")
+            raise TypeError(
+                f"{name} must have dtype {names}, got {str(x.dtype).replace('torch.', '')}"
+            )
     if not allow_empty and x.numel() == 0:
         raise ValueError(f"{name} is empty (shape {_shape(x)}); it needs at least one element")
     return x

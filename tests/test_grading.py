@@ -8,13 +8,12 @@ import subprocess
 import sys
 
 import nbformat
-import pytest
 import torch
+from helpers import EXERCISES, ROOT, SOLUTIONS
 
 from course_lib.grading import check, check_result, get_task
 from course_lib.grading.batch import exercise_of
 from course_lib.grading.core import Case, Task, judge, run_cases
-from helpers import EXERCISES, ROOT, SOLUTIONS
 
 
 def right(a, b):
@@ -53,8 +52,11 @@ def test_not_implemented_is_reported_as_such():
 def test_forbidden_calls_are_caught_however_they_are_imported():
     from torch import matmul as renamed
 
-    for impl in (lambda a, b: a @ b, lambda a, b: renamed(a, b),
-                 lambda a, b: torch.einsum("...nk,...km->...nm", a, b)):
+    for impl in (
+        lambda a, b: a @ b,
+        lambda a, b: renamed(a, b),
+        lambda a, b: torch.einsum("...nk,...km->...nm", a, b),
+    ):
         result = check_result("ex00.batched_matmul", impl)
         assert result.status == "forbidden" and result.score == 0, result.feedback
 
@@ -63,12 +65,17 @@ def test_calling_the_course_reference_scores_zero_even_under_an_alias():
     from course_lib.tensor_basics import batched_matmul as mine
 
     result = check_result("ex00.batched_matmul", lambda a, b: mine(a, b))
-    assert result.status == "forbidden" and "course_lib.tensor_basics.batched_matmul" in result.feedback
+    assert (
+        result.status == "forbidden"
+        and "course_lib.tensor_basics.batched_matmul" in result.feedback
+    )
 
 
 def test_a_known_mistake_gets_its_specific_hint():
-    result = check_result("ex00.pairwise_sq_distances",
-                          lambda x, y: ((x.unsqueeze(-2) - y.unsqueeze(-3)) ** 2).sum(-1).sqrt())
+    result = check_result(
+        "ex00.pairwise_sq_distances",
+        lambda x, y: ((x.unsqueeze(-2) - y.unsqueeze(-3)) ** 2).sum(-1).sqrt(),
+    )
     assert result.status == "failed" and "no sqrt" in result.feedback
 
 
@@ -93,7 +100,9 @@ def test_a_case_that_must_raise_is_judged_on_the_exception_type():
     cases = task.cases(None)
     assert judge(task, cases, run_cases(task, raises_value_error, cases)).status == "passed"
     silent = judge(task, cases, run_cases(task, lambda x: x, cases))
-    assert silent.status == "failed" and "expected your code to raise a ValueError" in silent.feedback
+    assert (
+        silent.status == "failed" and "expected your code to raise a ValueError" in silent.feedback
+    )
 
 
 def test_exercise_set_is_read_from_metadata_then_checks_then_file_name(tmp_path):
@@ -119,8 +128,14 @@ def test_every_task_has_a_reference_that_passes_its_own_checks():
             try:
                 outcomes.append({"status": "ok", "value": task.call(resolve(task.reference), case)})
             except Exception as e:  # noqa: BLE001
-                outcomes.append({"status": "raised", "types": [k.__name__ for k in type(e).__mro__],
-                                 "message": str(e), "not_implemented": False})
+                outcomes.append(
+                    {
+                        "status": "raised",
+                        "types": [k.__name__ for k in type(e).__mro__],
+                        "message": str(e),
+                        "not_implemented": False,
+                    }
+                )
         assert judge(task, cases, {"outcomes": outcomes, "seen": []}).status == "passed", task.id
         assert result.status == "forbidden"
 
@@ -131,7 +146,10 @@ def test_every_task_has_a_reference_that_passes_its_own_checks():
 def grade(paths, out, *extra):
     proc = subprocess.run(
         [sys.executable, "-m", "course_lib.grading", *map(str, paths), "--out", str(out), *extra],
-        capture_output=True, text=True, timeout=1500, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout, json.loads((out / "scores.json").read_text())
@@ -154,7 +172,9 @@ def test_solutions_get_full_marks_and_untouched_exercises_get_zero(tmp_path):
             assert all("not implemented yet" in t["feedback"] for t in row["tasks"].values()), row
             assert row["error"] is None, row
     csv_lines = (tmp_path / "scores.csv").read_text().splitlines()
-    assert csv_lines[0].startswith("submission,score,max_score,") and len(csv_lines) == len(rows) + 1
+    assert (
+        csv_lines[0].startswith("submission,score,max_score,") and len(csv_lines) == len(rows) + 1
+    )
     assert "solutions/00_warmup.ipynb" in stdout and "wrote" in stdout
 
 
@@ -170,6 +190,7 @@ def _after(cell_text, source):
     def edit(nb):
         index = next(i for i, c in enumerate(nb.cells) if cell_text in c.source)
         nb.cells.insert(index + 1, nbformat.v4.new_code_cell(source))
+
     return edit
 
 
@@ -177,6 +198,7 @@ def _replace(name, source):
     def edit(nb):
         cell = next(c for c in nb.cells if c.source.startswith(f"def {name}"))
         cell.source = source
+
     return edit
 
 
@@ -185,25 +207,66 @@ HOSTILE = {
     "correct": (lambda nb: None, 3, None),
     "loops_forever": (_after("def batched_matmul", "while True:\n    pass"), 3, "did not finish"),
     "calls_sys_exit": (_after("def batched_matmul", "import sys\nsys.exit(3)"), 3, "SystemExit"),
-    "kills_its_kernel": (_after("def batched_matmul", "import os\nos._exit(1)"), 3, "stopped the Python kernel"),
-    "floods_output": (_after("def batched_matmul", "for i in range(40000):\n    print('x' * 1000)"), 3, "was dropped"),
-    "eats_memory": (_after("def batched_matmul", "import torch\nhog = torch.ones(1_500_000_000)"), 3, "memory"),
-    "syntax_error": (_replace("last_token", "def last_token(x, lengths)\n    return x"), 2, "SyntaxError"),
-    "cheats": (_after("def last_token", (
-        "import torch\nimport course_lib.grading.core as core\n"
-        "core.compare_values = lambda *a, **k: None\n"
-        "core._REGISTRY.clear()\n"
-        "torch.allclose = lambda *a, **k: True\n"
-        "torch.testing.assert_close = lambda *a, **k: None\n"
-        "def check(*a, **k):\n    print('passed')\n"
-        "def last_token(x, lengths):\n    return x[:, 0]\n")), 2, None),
-    "uses_the_reference": (_replace("last_token", (
-        "from course_lib.tensor_basics import last_token as finished\n"
-        "def last_token(x, lengths):\n    return finished(x, lengths)")), 2, None),
-    "loops_inside_a_graded_function": (_replace("pairwise_sq_distances",
-        "def pairwise_sq_distances(x, y):\n    while True:\n        pass"), 2, "did not finish"),
-    "kills_inside_a_graded_function": (_replace("last_token",
-        "def last_token(x, lengths):\n    import os\n    os._exit(0)"), 2, "stopped the Python kernel"),
+    "kills_its_kernel": (
+        _after("def batched_matmul", "import os\nos._exit(1)"),
+        3,
+        "stopped the Python kernel",
+    ),
+    "floods_output": (
+        _after("def batched_matmul", "for i in range(40000):\n    print('x' * 1000)"),
+        3,
+        "was dropped",
+    ),
+    "eats_memory": (
+        _after("def batched_matmul", "import torch\nhog = torch.ones(1_500_000_000)"),
+        3,
+        "memory",
+    ),
+    "syntax_error": (
+        _replace("last_token", "def last_token(x, lengths)\n    return x"),
+        2,
+        "SyntaxError",
+    ),
+    "cheats": (
+        _after(
+            "def last_token",
+            (
+                "import torch\nimport course_lib.grading.core as core\n"
+                "core.compare_values = lambda *a, **k: None\n"
+                "core._REGISTRY.clear()\n"
+                "torch.allclose = lambda *a, **k: True\n"
+                "torch.testing.assert_close = lambda *a, **k: None\n"
+                "def check(*a, **k):\n    print('passed')\n"
+                "def last_token(x, lengths):\n    return x[:, 0]\n"
+            ),
+        ),
+        2,
+        None,
+    ),
+    "uses_the_reference": (
+        _replace(
+            "last_token",
+            (
+                "from course_lib.tensor_basics import last_token as finished\n"
+                "def last_token(x, lengths):\n    return finished(x, lengths)"
+            ),
+        ),
+        2,
+        None,
+    ),
+    "loops_inside_a_graded_function": (
+        _replace(
+            "pairwise_sq_distances",
+            "def pairwise_sq_distances(x, y):\n    while True:\n        pass",
+        ),
+        2,
+        "did not finish",
+    ),
+    "kills_inside_a_graded_function": (
+        _replace("last_token", "def last_token(x, lengths):\n    import os\n    os._exit(0)"),
+        2,
+        "stopped the Python kernel",
+    ),
 }
 
 

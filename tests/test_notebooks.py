@@ -5,9 +5,19 @@ from __future__ import annotations
 import re
 
 import pytest
+from helpers import (
+    EXERCISES,
+    LESSONS,
+    MACHINE_PATH,
+    ROOT,
+    SOLUTIONS,
+    code_cells,
+    outputs_text,
+    read,
+    rel,
+)
 
 from course_lib.grading import tasks_for
-from helpers import EXERCISES, LESSONS, MACHINE_PATH, ROOT, SOLUTIONS, code_cells, outputs_text, read, rel
 from tools.notebooks import BEGIN, END, SETUP_SOURCE, badge_source, make_exercise
 
 EXECUTED = LESSONS + SOLUTIONS
@@ -39,7 +49,8 @@ def test_starts_with_the_stamped_badge_and_setup_cell(path):
         f"{rel(path)}: first cell is not the Colab badge; run: python tools/notebooks.py stamp"
     )
     assert nb.cells[1].cell_type == "code" and nb.cells[1].source == SETUP_SOURCE, (
-        f"{rel(path)}: second cell is not the standard setup cell; run: python tools/notebooks.py stamp"
+        f"{rel(path)}: second cell is not the standard setup cell; "
+        "run: python tools/notebooks.py stamp"
     )
     assert nb.metadata.kernelspec.name == "python3"
 
@@ -92,7 +103,30 @@ def test_solution_has_each_task_in_its_own_cell_with_a_check(path):
 @pytest.mark.parametrize("path", LESSONS, ids=rel)
 def test_lesson_has_the_agreed_structure(path):
     text = "\n".join(c.source for c in read(path).cells if c.cell_type == "markdown")
-    for heading in ("You will learn", "Prerequisites", "Runs in", "## Summary",
-                    "## Check your understanding", "## Exercise"):
+    for heading in (
+        "You will learn",
+        "Prerequisites",
+        "Runs in",
+        "## Summary",
+        "## Check your understanding",
+        "## Exercise",
+    ):
         assert heading in text, f"{rel(path)} has no '{heading}'"
     assert re.search(r"^# Lesson \d\d: ", text, re.M), f"{rel(path)} has no '# Lesson NN: ' title"
+
+
+NBVAL_MARKERS = {"NBVAL_IGNORE_OUTPUT", "NBVAL_CHECK_OUTPUT", "NBVAL_RAISES_EXCEPTION", "NBVAL_SKIP"}
+
+
+@pytest.mark.parametrize("path", ALL, ids=rel)
+def test_nbval_markers_stand_alone_on_their_line(path):
+    # nbval honours a marker only when the comment is exactly the marker: "# NBVAL_SKIP (why)"
+    # is silently ignored. The reason goes on the next line.
+    for index, cell in enumerate(read(path).cells):
+        for line in cell.source.splitlines():
+            if "NBVAL_" in line and line.strip().startswith("#"):
+                marker = line.strip().lstrip("#").strip()
+                assert marker in NBVAL_MARKERS, (
+                    f"{rel(path)} cell {index}: {line.strip()!r} is not a marker nbval reads; "
+                    "put the marker alone on its line and the reason on the next"
+                )

@@ -1,10 +1,11 @@
 """Packaging, Binder and CI wiring agree with each other."""
 
 import re
+
 import tomllib
+from helpers import LESSONS, ROOT, readme_test_command
 
 import course_lib
-from helpers import LESSONS, ROOT, readme_test_command
 from tools.notebooks import SETUP_SOURCE
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -18,7 +19,9 @@ def _requirement(spec: str) -> tuple[str, str]:
 
 def test_environment_yml_lists_the_same_packages_and_bounds_as_pyproject():
     project = PYPROJECT["project"]
-    wanted = dict(_requirement(s) for s in project["dependencies"] + project["optional-dependencies"]["lab"])
+    wanted = dict(
+        _requirement(s) for s in project["dependencies"] + project["optional-dependencies"]["lab"]
+    )
     conda = {}
     for line in (ROOT / "environment.yml").read_text().splitlines():
         m = re.match(r"\s*-\s+([A-Za-z0-9_.-]+)(\S*)\s*$", line)
@@ -49,7 +52,9 @@ def test_readme_links_every_lesson_exercise_and_solution_with_colab():
         for folder in ("notebooks", "exercises", "solutions"):
             path = ROOT / folder / (lesson.name if folder == "notebooks" else lesson.name)
             if path.exists():
-                assert f"]({folder}/{path.name})" in readme, f"README does not link {folder}/{path.name}"
+                assert f"]({folder}/{path.name})" in readme, (
+                    f"README does not link {folder}/{path.name}"
+                )
                 assert f"/blob/{course_lib.BRANCH}/{folder}/{path.name}" in readme
 
 

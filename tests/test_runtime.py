@@ -32,7 +32,9 @@ def test_environment_report_names_the_essentials():
 
 
 def test_validation_messages_name_the_argument_and_the_shapes():
-    with pytest.raises(ValueError, match=r"q must have 3 dimensions \(batch, seq, d\), got shape \(2, 3\)"):
+    with pytest.raises(
+        ValueError, match=r"q must have 3 dimensions \(batch, seq, d\), got shape \(2, 3\)"
+    ):
         check_tensor(torch.zeros(2, 3), "q", ndim=3, shape_hint="(batch, seq, d)")
     with pytest.raises(TypeError, match="ids must have dtype int64"):
         check_tensor(torch.zeros(2), "ids", dtype=torch.int64)
@@ -55,7 +57,9 @@ def test_ex00_references_equal_torch(dtype):
     x, y = torch.randn(2, 3, 4, dtype=dtype), torch.randn(2, 5, 4, dtype=dtype)
     torch.testing.assert_close(pairwise_sq_distances(x, y), torch.cdist(x, y) ** 2)
     x = torch.randn(3, 5, 2, dtype=dtype)
-    assert torch.equal(last_token(x, torch.tensor([5, 1, 3])), torch.stack([x[0, 4], x[1, 0], x[2, 2]]))
+    assert torch.equal(
+        last_token(x, torch.tensor([5, 1, 3])), torch.stack([x[0, 4], x[1, 0], x[2, 2]])
+    )
     with pytest.raises(ValueError, match="every length must be in 1..5"):
         last_token(x, torch.tensor([0, 1, 2]))
     with pytest.raises(ValueError, match="must agree on k"):

@@ -6,26 +6,34 @@ from tools.notebooks import SETUP_SOURCE, from_py, make_exercise, stamp, strip_s
 
 
 def test_strip_solutions_keeps_indentation_and_code_around_the_block():
-    source = "def f(x):\n    \"\"\"doc\"\"\"\n    ### BEGIN SOLUTION\n    return x + 1\n    ### END SOLUTION\n\ny = 2"
+    source = (
+        'def f(x):\n    """doc"""\n    ### BEGIN SOLUTION\n    return x + 1\n'
+        "    ### END SOLUTION\n\ny = 2"
+    )
     assert strip_solutions(source) == (
-        "def f(x):\n    \"\"\"doc\"\"\"\n    # YOUR CODE HERE\n    raise NotImplementedError()\n\ny = 2"
+        'def f(x):\n    """doc"""\n    # YOUR CODE HERE\n    raise NotImplementedError()\n\ny = 2'
     )
 
 
 def test_strip_solutions_handles_two_blocks_in_a_class():
-    source = ("class A:\n    def __init__(self):\n        ### BEGIN SOLUTION\n        self.a = 1\n"
-              "        ### END SOLUTION\n    def forward(self):\n        ### BEGIN SOLUTION\n"
-              "        return self.a\n        ### END SOLUTION")
+    source = (
+        "class A:\n    def __init__(self):\n        ### BEGIN SOLUTION\n        self.a = 1\n"
+        "        ### END SOLUTION\n    def forward(self):\n        ### BEGIN SOLUTION\n"
+        "        return self.a\n        ### END SOLUTION"
+    )
     stripped = strip_solutions(source)
     assert stripped.count("raise NotImplementedError()") == 2
     assert "self.a = 1" not in stripped and "return self.a" not in stripped
 
 
-@pytest.mark.parametrize("source", [
-    "### BEGIN SOLUTION\nx = 1",
-    "x = 1\n### END SOLUTION",
-    "### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "### BEGIN SOLUTION\nx = 1",
+        "x = 1\n### END SOLUTION",
+        "### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION",
+    ],
+)
 def test_strip_solutions_rejects_unbalanced_markers(source):
     with pytest.raises(ValueError):
         strip_solutions(source)

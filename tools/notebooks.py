@@ -34,7 +34,7 @@ BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
-SETUP_SOURCE = f'''\
+SETUP_SOURCE = f"""\
 # Setup (the same first cell in every notebook): makes `course_lib` importable here, in a
 # checkout of the repository, on Binder and on Colab. It installs nothing when it is present.
 import importlib.util
@@ -53,7 +53,7 @@ if importlib.util.find_spec("course_lib") is None:
 
 from course_lib.runtime import setup_notebook
 
-device = setup_notebook()  # seeds everything, sets the plot style, picks cuda or cpu'''
+device = setup_notebook()  # seeds everything, sets the plot style, picks cuda or cpu"""
 
 
 def colab_url(relpath: str) -> str:
@@ -78,8 +78,9 @@ def _tagged(cell, tag: str) -> bool:
 def stamp(nb, relpath: str) -> None:
     """Put the Colab badge (cell 0) and the setup cell (cell 1) at the top of `nb`."""
     nb.cells = [c for c in nb.cells if not (_tagged(c, BADGE_TAG) or _tagged(c, SETUP_TAG))]
-    badge = nbformat.v4.new_markdown_cell(badge_source(relpath), metadata={"tags": [BADGE_TAG]},
-                                          id=BADGE_TAG)
+    badge = nbformat.v4.new_markdown_cell(
+        badge_source(relpath), metadata={"tags": [BADGE_TAG]}, id=BADGE_TAG
+    )
     setup = nbformat.v4.new_code_cell(SETUP_SOURCE, metadata={"tags": [SETUP_TAG]}, id=SETUP_TAG)
     nb.cells[:0] = [badge, setup]
     nb.metadata["kernelspec"] = KERNELSPEC
@@ -166,7 +167,10 @@ def execute(path: Path, timeout: int = 900):
     os.environ["COURSE_DEVICE"] = "cpu"  # committed outputs are the CPU's, as CI checks them
     try:
         NotebookClient(
-            nb, timeout=timeout, kernel_name="python3", record_timing=False,
+            nb,
+            timeout=timeout,
+            kernel_name="python3",
+            record_timing=False,
             resources={"metadata": {"path": str(path.parent)}},
         ).execute()
     finally:
@@ -212,10 +216,17 @@ def from_py(source: str):
 
 
 PLANNED = {  # lessons of the syllabus, shown in the README before their notebook exists
-    "00": "Introduction", "01": "Tokens and embeddings", "02": "Self-attention (Q, K, V)",
-    "03": "Multi-head attention", "04": "Positional encoding", "05": "Masking",
-    "06": "Cross-attention", "07": "Transformer blocks", "08": "Training an encoder-decoder",
-    "09": "A GPT from scratch", "10": "The family and the cost",
+    "00": "Introduction",
+    "01": "Tokens and embeddings",
+    "02": "Self-attention (Q, K, V)",
+    "03": "Multi-head attention",
+    "04": "Positional encoding",
+    "05": "Masking",
+    "06": "Cross-attention",
+    "07": "Transformer blocks",
+    "08": "Training an encoder-decoder",
+    "09": "A GPT from scratch",
+    "10": "The family and the cost",
 }
 SYLLABUS_START, SYLLABUS_END = "<!-- syllabus:start -->", "<!-- syllabus:end -->"
 
@@ -230,9 +241,11 @@ def _title(path: Path) -> str:
 
 
 def _link(folder: str, name: str) -> str:
-    return (f"[{folder[:-1] if folder != 'notebooks' else 'lesson'}]({folder}/{name}) "
-            f"[![Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
-            f"({colab_url(f'{folder}/{name}')})")
+    return (
+        f"[{folder[:-1] if folder != 'notebooks' else 'lesson'}]({folder}/{name}) "
+        f"[![Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+        f"({colab_url(f'{folder}/{name}')})"
+    )
 
 
 def syllabus_table() -> str:
@@ -272,7 +285,9 @@ def main(argv=None) -> None:
         _write(nb, dst)
         print(f"wrote {dst.relative_to(ROOT)} ({len(nb.cells)} cells); now run: execute")
         return
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("command", choices=["stamp", "exercises", "execute", "readme", "all"])
     parser.add_argument("paths", nargs="*", type=Path)
     args = parser.parse_args(argv)

@@ -16,9 +16,29 @@ from typing import Any
 
 import torch
 
-from .core import Case, GradingError, Task, TaskResult, all_tasks, get_task, judge, run_cases, tasks_for
+from .core import (
+    Case,
+    GradingError,
+    Task,
+    TaskResult,
+    all_tasks,
+    get_task,
+    judge,
+    run_cases,
+    tasks_for,
+)
 
-__all__ = ["check", "check_result", "Case", "Task", "TaskResult", "GradingError", "all_tasks", "get_task", "tasks_for"]
+__all__ = [
+    "check",
+    "check_result",
+    "Case",
+    "Task",
+    "TaskResult",
+    "GradingError",
+    "all_tasks",
+    "get_task",
+    "tasks_for",
+]
 
 # In a notebook the checks use fixed inputs, so the same code always gets the same feedback.
 # The batch grader draws fresh hidden inputs from a secret seed on every run.

@@ -108,13 +108,23 @@ class _Kernel:
 
     def start(self) -> None:
         client = _capped_client_class()(
-            self.nb, timeout=60, kernel_name="python3", allow_errors=True, record_timing=False,
-            store_widget_state=False, resources={"metadata": {"path": str(self.workdir)}},
+            self.nb,
+            timeout=60,
+            kernel_name="python3",
+            allow_errors=True,
+            record_timing=False,
+            store_widget_state=False,
+            resources={"metadata": {"path": str(self.workdir)}},
         )
         client.max_output_chars = self.max_output_chars
         client.km = client.create_kernel_manager()
-        env = dict(os.environ, COURSE_DEVICE="cpu", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-                   PYTHONHASHSEED="0")
+        env = dict(
+            os.environ,
+            COURSE_DEVICE="cpu",
+            OMP_NUM_THREADS="1",
+            MKL_NUM_THREADS="1",
+            PYTHONHASHSEED="0",
+        )
         # The kernel imports the same course_lib as the grader, installed or not.
         package_root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
@@ -168,8 +178,9 @@ def _first_error(cell) -> str | None:
     return None
 
 
-def grade_one(path: Path, seed: int, timeout: float, memory_mb: int, max_output_kb: int,
-              pid_file: Path) -> dict:
+def grade_one(
+    path: Path, seed: int, timeout: float, memory_mb: int, max_output_kb: int, pid_file: Path
+) -> dict:
     """Grade one notebook (runs in the worker process)."""
     import nbformat
     import torch
@@ -185,8 +196,10 @@ def grade_one(path: Path, seed: int, timeout: float, memory_mb: int, max_output_
     exercise = exercise_of(nb, path)
     tasks = core.tasks_for(exercise) if exercise else []
     if not tasks:
-        result["error"] = ("could not tell which exercise set this notebook is (no "
-                           "metadata.course.exercise, no check('exNN...') call, no NN_ file name)")
+        result["error"] = (
+            "could not tell which exercise set this notebook is (no "
+            "metadata.course.exercise, no check('exNN...') call, no NN_ file name)"
+        )
         return result
     result["max_score"] = sum(t.points for t in tasks)
     problems: list[str] = []
@@ -228,7 +241,9 @@ def grade_one(path: Path, seed: int, timeout: float, memory_mb: int, max_output_
             for i, cell in enumerate(code_cells):
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    problems.append(f"the time limit of {timeout:.0f} s ran out before cell {i + 1}")
+                    problems.append(
+                        f"the time limit of {timeout:.0f} s ran out before cell {i + 1}"
+                    )
                     break
                 status = kernel.run(cell, i, seconds_left())
                 if status is None:
@@ -237,8 +252,10 @@ def grade_one(path: Path, seed: int, timeout: float, memory_mb: int, max_output_
                     if err and len(problems) < 5:
                         problems.append(f"code cell {i + 1} raised {err}")
                     continue
-                what = {"timeout": f"did not finish within its limit of {cell_limit:.0f} s",
-                        "dead": "stopped the Python kernel (exit, crash or out of memory)"}
+                what = {
+                    "timeout": f"did not finish within its limit of {cell_limit:.0f} s",
+                    "dead": "stopped the Python kernel (exit, crash or out of memory)",
+                }
                 problems.append(f"code cell {i + 1} {what.get(status, 'failed')}; it was skipped")
                 if not restart():
                     alive = False
@@ -246,7 +263,9 @@ def grade_one(path: Path, seed: int, timeout: float, memory_mb: int, max_output_
                     break
             if kernel.client is not None and getattr(kernel.client, "flooded", None):
                 cells = ", ".join(str(i + 1) for i in sorted(kernel.client.flooded))
-                problems.append(f"output beyond {max_output_kb} KB per cell was dropped (cells {cells})")
+                problems.append(
+                    f"output beyond {max_output_kb} KB per cell was dropped (cells {cells})"
+                )
 
             for task in tasks:
                 out_file = workdir / f"{task.id}.out.pt"
@@ -254,14 +273,17 @@ def grade_one(path: Path, seed: int, timeout: float, memory_mb: int, max_output_
                 note = None
                 if alive and time.monotonic() < deadline:
                     harness_cell = nbformat.v4.new_code_cell(
-                        _harness_source(task.id, case_files[task.id], out_file))
+                        _harness_source(task.id, case_files[task.id], out_file)
+                    )
                     status = kernel.run(harness_cell, len(code_cells), seconds_left())
                     if status == "timeout":
                         note = "your code did not finish within the time limit"
                     elif status == "dead":
                         note = "your code stopped the Python kernel"
                     elif not out_file.exists():
-                        note = f"the check could not run ({_first_error(harness_cell) or 'no result'})"
+                        note = (
+                            f"the check could not run ({_first_error(harness_cell) or 'no result'})"
+                        )
                     if status is not None and not restart():
                         alive = False
                 else:
@@ -282,8 +304,14 @@ def grade_one(path: Path, seed: int, timeout: float, memory_mb: int, max_output_
             kernel.stop()
 
     for task in tasks:  # tasks never reached still get a row
-        result["tasks"].setdefault(task.id, {"score": 0.0, "max_score": task.points,
-                                             "feedback": "not graded: " + (problems[-1] if problems else "")})
+        result["tasks"].setdefault(
+            task.id,
+            {
+                "score": 0.0,
+                "max_score": task.points,
+                "feedback": "not graded: " + (problems[-1] if problems else ""),
+            },
+        )
     result["score"] = round(sum(t["score"] for t in result["tasks"].values()), 4)
     result["error"] = "; ".join(problems) or None
     return result
@@ -298,9 +326,14 @@ def _harness_source(task_id: str, cases: Path, out: Path) -> str:
 def _worker_main() -> None:
     config = json.loads(sys.stdin.read())
     seed = int(config["seed"])
-    result = grade_one(Path(config["path"]), seed, float(config["timeout"]),
-                       int(config["memory_mb"]), int(config["max_output_kb"]),
-                       Path(config["pid_file"]))
+    result = grade_one(
+        Path(config["path"]),
+        seed,
+        float(config["timeout"]),
+        int(config["memory_mb"]),
+        int(config["max_output_kb"]),
+        Path(config["pid_file"]),
+    )
     Path(config["result"]).write_text(json.dumps(result))
 
 
@@ -321,17 +354,28 @@ def _kill_all(proc: subprocess.Popen, pid_file: Path) -> None:
                 pass
 
 
-def _grade_in_worker(name: str, path: Path, seed: int, timeout: float, memory_mb: int,
-                     max_output_kb: int) -> dict:
+def _grade_in_worker(
+    name: str, path: Path, seed: int, timeout: float, memory_mb: int, max_output_kb: int
+) -> dict:
     with tempfile.TemporaryDirectory(prefix="course-grader-") as tmp:
         result_file, pid_file = Path(tmp) / "result.json", Path(tmp) / "kernel.pids"
-        config = {"path": str(path.resolve()), "seed": seed, "timeout": timeout,
-                  "memory_mb": memory_mb, "max_output_kb": max_output_kb,
-                  "result": str(result_file), "pid_file": str(pid_file)}
+        config = {
+            "path": str(path.resolve()),
+            "seed": seed,
+            "timeout": timeout,
+            "memory_mb": memory_mb,
+            "max_output_kb": max_output_kb,
+            "result": str(result_file),
+            "pid_file": str(pid_file),
+        }
         proc = subprocess.Popen(
             [sys.executable, "-m", "course_lib.grading.batch", "--worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            start_new_session=True, text=True, env=dict(os.environ),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            text=True,
+            env=dict(os.environ),
         )
         try:
             _, stderr = proc.communicate(json.dumps(config), timeout=timeout + _GRACE)
@@ -347,22 +391,36 @@ def _grade_in_worker(name: str, path: Path, seed: int, timeout: float, memory_mb
             result = json.loads(result_file.read_text())
         else:
             tail = (stderr or "").strip().splitlines()[-1:] or [""]
-            result = {"score": 0.0, "max_score": 0.0, "tasks": {},
-                      "error": error or f"the grader's worker failed: {tail[0][:300]}"}
+            result = {
+                "score": 0.0,
+                "max_score": 0.0,
+                "tasks": {},
+                "error": error or f"the grader's worker failed: {tail[0][:300]}",
+            }
     return {"submission": name, **result}
 
 
-def grade(paths: list[Path], out_dir: Path | None = None, *, timeout: float = DEFAULT_TIMEOUT,
-          jobs: int | None = None, seed: int | None = None, memory_mb: int = DEFAULT_MEMORY_MB,
-          max_output_kb: int = DEFAULT_MAX_OUTPUT_KB, quiet: bool = False) -> list[dict]:
+def grade(
+    paths: list[Path],
+    out_dir: Path | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    jobs: int | None = None,
+    seed: int | None = None,
+    memory_mb: int = DEFAULT_MEMORY_MB,
+    max_output_kb: int = DEFAULT_MAX_OUTPUT_KB,
+    quiet: bool = False,
+) -> list[dict]:
     """Grade notebooks; write scores.json and scores.csv to `out_dir`; return the rows."""
     submissions = collect(paths)
     if seed is None:
         seed = secrets.randbits(62)
     jobs = max(1, jobs or os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(_grade_in_worker, name, path, seed, timeout, memory_mb, max_output_kb)
-                   for name, path in submissions]
+        futures = [
+            pool.submit(_grade_in_worker, name, path, seed, timeout, memory_mb, max_output_kb)
+            for name, path in submissions
+        ]
         rows = [f.result() for f in futures]
     if out_dir is not None:
         write_scores(rows, out_dir)
@@ -381,9 +439,15 @@ def write_scores(rows: list[dict], out_dir: Path) -> None:
         writer = csv.writer(f)
         writer.writerow(["submission", "score", "max_score", *task_ids, "error"])
         for row in rows:
-            writer.writerow([row["submission"], row["score"], row["max_score"],
-                             *(row["tasks"].get(t, {}).get("score", "") for t in task_ids),
-                             row["error"] or ""])
+            writer.writerow(
+                [
+                    row["submission"],
+                    row["score"],
+                    row["max_score"],
+                    *(row["tasks"].get(t, {}).get("score", "") for t in task_ids),
+                    row["error"] or "",
+                ]
+            )
 
 
 def format_table(rows: list[dict]) -> str:
@@ -404,23 +468,51 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     parser = argparse.ArgumentParser(
         prog="python -m course_lib.grading",
-        description="Grade exercise notebooks; write scores.csv and scores.json.")
+        description="Grade exercise notebooks; write scores.csv and scores.json.",
+    )
     parser.add_argument("paths", nargs="+", type=Path, help="notebooks or folders of notebooks")
     parser.add_argument("--out", type=Path, required=True, help="folder for scores.csv/.json")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                        help=f"seconds per submission (default {DEFAULT_TIMEOUT:g})")
-    parser.add_argument("--jobs", type=int, default=None,
-                        help="submissions graded at once (default: number of cores)")
-    parser.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_MB,
-                        help=f"memory a kernel may allocate, MB (default {DEFAULT_MEMORY_MB})")
-    parser.add_argument("--max-output-kb", type=int, default=DEFAULT_MAX_OUTPUT_KB,
-                        help=f"output kept per cell, KB (default {DEFAULT_MAX_OUTPUT_KB})")
-    parser.add_argument("--seed", type=int, default=None,
-                        help="seed for the hidden inputs (default: a fresh secret one)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help=f"seconds per submission (default {DEFAULT_TIMEOUT:g})",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="submissions graded at once (default: number of cores)",
+    )
+    parser.add_argument(
+        "--memory-mb",
+        type=int,
+        default=DEFAULT_MEMORY_MB,
+        help=f"memory a kernel may allocate, MB (default {DEFAULT_MEMORY_MB})",
+    )
+    parser.add_argument(
+        "--max-output-kb",
+        type=int,
+        default=DEFAULT_MAX_OUTPUT_KB,
+        help=f"output kept per cell, KB (default {DEFAULT_MAX_OUTPUT_KB})",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed for the hidden inputs (default: a fresh secret one)",
+    )
     args = parser.parse_args(argv)
     try:
-        grade(args.paths, args.out, timeout=args.timeout, jobs=args.jobs, seed=args.seed,
-              memory_mb=args.memory_mb, max_output_kb=args.max_output_kb)
+        grade(
+            args.paths,
+            args.out,
+            timeout=args.timeout,
+            jobs=args.jobs,
+            seed=args.seed,
+            memory_mb=args.memory_mb,
+            max_output_kb=args.max_output_kb,
+        )
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -217,8 +217,10 @@ def _plain(value: Any, depth: int = 0) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (tuple, list)):
-        return [_plain(v, depth + 1) for v in value] if isinstance(value, list) else tuple(
-            _plain(v, depth + 1) for v in value
+        return (
+            [_plain(v, depth + 1) for v in value]
+            if isinstance(value, list)
+            else tuple(_plain(v, depth + 1) for v in value)
         )
     if isinstance(value, dict):
         return {str(k): _plain(v, depth + 1) for k, v in value.items()}
@@ -229,16 +231,24 @@ def _outcome_of(fn: Callable[[], Any]) -> dict:
     try:
         value = fn()
     except NotImplementedError as e:
-        return {"status": "raised", "types": ["NotImplementedError"], "message": str(e),
-                "not_implemented": True}
+        return {
+            "status": "raised",
+            "types": ["NotImplementedError"],
+            "message": str(e),
+            "not_implemented": True,
+        }
     except GradingError as e:
         return {"status": "harness", "message": str(e)}
     except BaseException as e:  # noqa: BLE001  (a learner's code may raise anything, even SystemExit)
         if isinstance(e, KeyboardInterrupt):
             raise
         names = [k.__name__ for k in type(e).__mro__]
-        return {"status": "raised", "types": names, "message": f"{type(e).__name__}: {e}"[:2000],
-                "not_implemented": False}
+        return {
+            "status": "raised",
+            "types": names,
+            "message": f"{type(e).__name__}: {e}"[:2000],
+            "not_implemented": False,
+        }
     return {"status": "ok", "value": _plain(value)}
 
 
@@ -309,7 +319,7 @@ def compare_values(got: Any, want: Any, where: str = "your result") -> str | Non
             return f"{where} should be a tuple of {len(want)} values, got {type(got).__name__}"
         if len(got) != len(want):
             return f"{where} should have {len(want)} values, got {len(got)}"
-        for i, (g, w) in enumerate(zip(got, want)):
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
             msg = compare_values(g, w, f"{where}[{i}]")
             if msg:
                 return msg
@@ -384,7 +394,9 @@ def _hint_from_mistakes(task: Task, got: Any, case: Case) -> str | None:
     return None
 
 
-def judge(task: Task, cases: list[Case], run: dict | None, *, missing: str | None = None) -> TaskResult:
+def judge(
+    task: Task, cases: list[Case], run: dict | None, *, missing: str | None = None
+) -> TaskResult:
     """Compare the outcomes of `run_cases` with the reference and write the feedback."""
     total = len(cases)
 
@@ -397,23 +409,28 @@ def judge(task: Task, cases: list[Case], run: dict | None, *, missing: str | Non
     seen = run.get("seen", [])
     if task.reference and task.reference in seen:
         return result(
-            "forbidden", 0,
+            "forbidden",
+            0,
             f"your code calls {task.reference}, the course's finished version of this task; "
             "write it yourself (0 points).",
         )
     bad = [name for name in seen if name in task.forbidden]
     if bad:
         return result(
-            "forbidden", 0,
+            "forbidden",
+            0,
             f"your code calls {', '.join(bad)}, which this exercise asks you not to use: "
             f"the point is to build it yourself (see {task.lesson}).",
         )
     outcomes = run["outcomes"]
     if outcomes and all(o.get("not_implemented") for o in outcomes):
-        return result("not implemented", 0,
-                      "not implemented yet: replace `raise NotImplementedError()` with your code.")
+        return result(
+            "not implemented",
+            0,
+            "not implemented yet: replace `raise NotImplementedError()` with your code.",
+        )
     passed, first_failure = 0, None
-    for case, outcome in zip(cases, outcomes):
+    for case, outcome in zip(cases, outcomes, strict=False):
         message = _judge_one(task, case, outcome)
         if message is None:
             passed += 1
@@ -470,7 +487,5 @@ def load_weights(module: Any, state_dict: dict[str, Tensor], what: str = "your m
             )
     extra = [k for k in own if k not in state_dict]
     if extra:
-        raise GradingError(
-            f"{what} has parameters the task does not ask for: {', '.join(extra)}"
-        )
+        raise GradingError(f"{what} has parameters the task does not ask for: {', '.join(extra)}")
     module.load_state_dict(state_dict)

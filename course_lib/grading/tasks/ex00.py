@@ -17,27 +17,47 @@ class BatchedMatmul(Task):
     lesson = "lesson 00, section 'Tensors, shapes and broadcasting'"
     reference = "course_lib.tensor_basics.batched_matmul"
     forbidden = (
-        "torch.matmul", "torch.Tensor.matmul", "torch.Tensor.__matmul__", "torch.Tensor.__rmatmul__",
-        "torch.bmm", "torch.Tensor.bmm", "torch.mm", "torch.Tensor.mm", "torch.einsum",
-        "torch.tensordot", "torch.baddbmm", "torch.nn.functional.linear",
+        "torch.matmul",
+        "torch.Tensor.matmul",
+        "torch.Tensor.__matmul__",
+        "torch.Tensor.__rmatmul__",
+        "torch.bmm",
+        "torch.Tensor.bmm",
+        "torch.mm",
+        "torch.Tensor.mm",
+        "torch.einsum",
+        "torch.tensordot",
+        "torch.baddbmm",
+        "torch.nn.functional.linear",
     )
 
     def cases(self, gen):
         return [
             Case("2-D a (3, 4) and b (4, 5)", (randn(gen, 3, 4), randn(gen, 4, 5))),
             Case("a batch: a (2, 3, 4), b (2, 4, 6)", (randn(gen, 2, 3, 4), randn(gen, 2, 4, 6))),
-            Case("broadcast batch: a (2, 1, 3, 4), b (5, 4, 2)",
-                 (randn(gen, 2, 1, 3, 4), randn(gen, 5, 4, 2))),
-            Case("float64 a (3, 2, 7), b (3, 7, 1)",
-                 (randn(gen, 3, 2, 7, dtype=torch.float64), randn(gen, 3, 7, 1, dtype=torch.float64))),
+            Case(
+                "broadcast batch: a (2, 1, 3, 4), b (5, 4, 2)",
+                (randn(gen, 2, 1, 3, 4), randn(gen, 5, 4, 2)),
+            ),
+            Case(
+                "float64 a (3, 2, 7), b (3, 7, 1)",
+                (
+                    randn(gen, 3, 2, 7, dtype=torch.float64),
+                    randn(gen, 3, 7, 1, dtype=torch.float64),
+                ),
+            ),
         ]
 
     def mistakes(self):
         return [
-            (lambda a, b: (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-1),
-             "you summed over the last axis (m); the matrix product sums over the shared axis k"),
-            (lambda a, b: (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-3),
-             "you summed over the n axis; the matrix product sums over the shared axis k"),
+            (
+                lambda a, b: (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-1),
+                "you summed over the last axis (m); the matrix product sums over the shared axis k",
+            ),
+            (
+                lambda a, b: (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-3),
+                "you summed over the n axis; the matrix product sums over the shared axis k",
+            ),
         ]
 
 
@@ -52,8 +72,13 @@ class PairwiseSqDistances(Task):
         return [
             Case("x (4, 3), y (5, 3)", (randn(gen, 4, 3), randn(gen, 5, 3))),
             Case("a batch: x (2, 3, 8), y (2, 6, 8)", (randn(gen, 2, 3, 8), randn(gen, 2, 6, 8))),
-            Case("float64 x (1, 2, 4), y (1, 1, 4)",
-                 (randn(gen, 1, 2, 4, dtype=torch.float64), randn(gen, 1, 1, 4, dtype=torch.float64))),
+            Case(
+                "float64 x (1, 2, 4), y (1, 1, 4)",
+                (
+                    randn(gen, 1, 2, 4, dtype=torch.float64),
+                    randn(gen, 1, 1, 4, dtype=torch.float64),
+                ),
+            ),
         ]
 
     def mistakes(self):
@@ -79,17 +104,25 @@ class LastToken(Task):
         x = randn(gen, 3, 5, 4)
         return [
             Case("x (3, 5, 4), lengths [5, 2, 1]", (x, torch.tensor([5, 2, 1]))),
-            Case("x (4, 6, 2), random lengths",
-                 (randn(gen, 4, 6, 2), torch.randint(1, 7, (4,), generator=gen))),
-            Case("float64 x (1, 3, 3), lengths [3]",
-                 (randn(gen, 1, 3, 3, dtype=torch.float64), torch.tensor([3]))),
+            Case(
+                "x (4, 6, 2), random lengths",
+                (randn(gen, 4, 6, 2), torch.randint(1, 7, (4,), generator=gen)),
+            ),
+            Case(
+                "float64 x (1, 3, 3), lengths [3]",
+                (randn(gen, 1, 3, 3, dtype=torch.float64), torch.tensor([3])),
+            ),
         ]
 
     def mistakes(self):
         return [
-            (lambda x, lengths: x[:, -1], "that is the last position, padding included; "
-             "use each sequence's own length"),
-            (lambda x, lengths: x[torch.arange(x.shape[0]), (lengths % x.shape[1])],
-             "off by one: a sequence of length L ends at index L - 1"),
+            (
+                lambda x, lengths: x[:, -1],
+                "that is the last position, padding included; use each sequence's own length",
+            ),
+            (
+                lambda x, lengths: x[torch.arange(x.shape[0]), (lengths % x.shape[1])],
+                "off by one: a sequence of length L ends at index L - 1",
+            ),
             (lambda x, lengths: x[:, 0], "that is the first token of each sequence"),
         ]
