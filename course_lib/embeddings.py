@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from .validation import check_floating, check_positive_int, check_tensor
+from .viz import as_float_tensor
 
 __all__ = [
     "one_hot",
@@ -210,7 +211,7 @@ def plot_embeddings_2d(
     ax: plt.Axes | None = None,
 ) -> plt.Axes:
     """Scatter (n, 2) points with a text label each; `groups` colours them by family."""
-    points = torch.as_tensor(points).detach().float().cpu()
+    points = as_float_tensor(points, "points")
     if points.dim() != 2 or points.shape[1] != 2:
         raise ValueError(f"points must have shape (n, 2), got {tuple(points.shape)}; "
                          "use project_2d first")

@@ -14,8 +14,18 @@ from torch import Tensor
 __all__ = ["attention_heatmap", "head_grid", "line_plot", "query_weights_bar"]
 
 
+def as_float_tensor(values: Tensor | Sequence, name: str) -> Tensor:
+    """`values` as a float CPU tensor for plotting, or a TypeError that names the argument."""
+    try:
+        return torch.as_tensor(values).detach().float().cpu()
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(
+            f"{name} must be a tensor (or nested lists of numbers), got {type(values).__name__}"
+        ) from None
+
+
 def _as_2d(weights: Tensor | Sequence, name: str) -> Tensor:
-    w = torch.as_tensor(weights).detach().float().cpu()
+    w = as_float_tensor(weights, name)
     if w.dim() != 2:
         raise ValueError(f"{name} must be 2-D (n_q, n_k), got shape {tuple(w.shape)}")
     return w
@@ -73,7 +83,7 @@ def head_grid(
     cols: int = 4,
 ) -> plt.Figure:
     """One heatmap per head for weights of shape (num_heads, n_q, n_k)."""
-    w = torch.as_tensor(weights).detach().float().cpu()
+    w = as_float_tensor(weights, "weights")
     if w.dim() != 3:
         raise ValueError(f"weights must be (num_heads, n_q, n_k), got shape {tuple(w.shape)}")
     num_heads = w.shape[0]
@@ -131,7 +141,7 @@ def query_weights_bar(
     ax: plt.Axes | None = None,
 ) -> plt.Axes:
     """Bar chart of one query's attention weights over the keys (one row of the heatmap)."""
-    w = torch.as_tensor(weights).detach().float().cpu()
+    w = as_float_tensor(weights, "weights")
     if w.dim() != 1:
         raise ValueError(f"weights must be 1-D (n_k,), one query's row, got shape {tuple(w.shape)}")
     key_labels = list(key_labels)

@@ -38,4 +38,4 @@ def outputs_text(nb) -> str:
     return json.dumps([c.get("outputs", []) for c in code_cells(nb)])
 
 
-MACHINE_PATH = re.compile(r"(/work/|/root/|/home/\w+/)")
+MACHINE_PATH = re.compile(r"(/work/|/tmp/|/root/|/home/\w+/)")
