@@ -115,7 +115,9 @@ def test_lesson_has_the_agreed_structure(path):
     assert re.search(r"^# Lesson \d\d: ", text, re.M), f"{rel(path)} has no '# Lesson NN: ' title"
 
 
-NBVAL_MARKERS = {"NBVAL_IGNORE_OUTPUT", "NBVAL_CHECK_OUTPUT", "NBVAL_RAISES_EXCEPTION", "NBVAL_SKIP"}
+NBVAL_MARKERS = {
+    "NBVAL_IGNORE_OUTPUT", "NBVAL_CHECK_OUTPUT", "NBVAL_RAISES_EXCEPTION", "NBVAL_SKIP"
+}
 
 
 @pytest.mark.parametrize("path", ALL, ids=rel)
