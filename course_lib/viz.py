@@ -31,6 +31,18 @@ def _as_2d(weights: Tensor | Sequence, name: str) -> Tensor:
     return w
 
 
+def _positive_number(value, name: str) -> float:
+    if isinstance(value, (bool, str)):
+        raise TypeError(f"{name} must be a number or None, got {type(value).__name__}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number or None, got {type(value).__name__}") from None
+    if not number > 0:
+        raise ValueError(f"{name} must be positive (the top of the colour scale), got {value!r}")
+    return number
+
+
 def attention_heatmap(
     weights: Tensor,
     query_labels: Sequence[str] | None = None,
@@ -41,8 +53,13 @@ def attention_heatmap(
     annotate: bool | None = None,
     colorbar: bool = True,
     cmap: str = "Blues",
+    vmax: float | None = None,
 ) -> plt.Axes:
-    """Heatmap of an (n_q, n_k) weight matrix: rows are queries, columns are keys."""
+    """Heatmap of an (n_q, n_k) weight matrix: rows are queries, columns are keys.
+
+    The colours run from 0 to `vmax`; by default (None) to the largest weight in `weights`.
+    Pass `vmax=1.0` to draw several heatmaps on one shared 0-1 scale.
+    """
     w = _as_2d(weights, "weights")
     n_q, n_k = w.shape
     query_labels = list(query_labels) if query_labels is not None else [str(i) for i in range(n_q)]
@@ -52,9 +69,13 @@ def attention_heatmap(
             f"got {len(query_labels)} query labels and {len(key_labels)} key labels for weights "
             f"of shape ({n_q}, {n_k})"
         )
+    if vmax is None:
+        vmax = max(1e-9, float(w.max()))
+    else:
+        vmax = _positive_number(vmax, "vmax")
     if ax is None:
         _, ax = plt.subplots(figsize=(0.55 * n_k + 2.2, 0.5 * n_q + 1.4))
-    image = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=max(1e-9, float(w.max())), aspect="auto")
+    image = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto")
     ax.set_xticks(range(n_k), key_labels, rotation=45, ha="right")
     ax.set_yticks(range(n_q), query_labels)
     ax.set_xlabel("key (attended to)")
@@ -68,7 +89,7 @@ def attention_heatmap(
             for j in range(n_k):
                 value = float(w[i, j])
                 ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
-                        color="white" if value > 0.6 * float(w.max()) else "black")
+                        color="white" if value > 0.6 * vmax else "black")
     if colorbar:
         ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="weight")
     return ax
@@ -81,12 +102,24 @@ def head_grid(
     *,
     title: str = "Attention weights per head",
     cols: int = 4,
+    vmax: float | None = None,
+    colorbar: bool = False,
 ) -> plt.Figure:
-    """One heatmap per head for weights of shape (num_heads, n_q, n_k)."""
+    """One heatmap per head for weights of shape (num_heads, n_q, n_k).
+
+    By default (`vmax=None`, no colour bar) each panel's colours run from 0 to its own largest
+    weight. Pass `vmax=1.0` for one shared 0-1 scale, and `colorbar=True` for one colour bar
+    for the whole grid; with `colorbar=True` and no `vmax`, the panels share the scale 0 to the
+    largest weight of any head, so that the one colour bar is true for every panel.
+    """
     w = as_float_tensor(weights, "weights")
     if w.dim() != 3:
         raise ValueError(f"weights must be (num_heads, n_q, n_k), got shape {tuple(w.shape)}")
     num_heads = w.shape[0]
+    if vmax is not None:
+        vmax = _positive_number(vmax, "vmax")
+    elif colorbar:
+        vmax = max(1e-9, float(w.max()))  # one scale for all panels, so one colour bar fits all
     cols = min(cols, num_heads)
     rows = (num_heads + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.0 * rows), squeeze=False)
@@ -95,11 +128,14 @@ def head_grid(
             ax.axis("off")
             continue
         attention_heatmap(w[h], query_labels, key_labels, ax=ax, title=f"head {h}",
-                          annotate=False, colorbar=False)
+                          annotate=False, colorbar=False, vmax=vmax)
         if h % cols:
             ax.set_ylabel("")
     fig.suptitle(title)
     fig.tight_layout()
+    if colorbar:
+        fig.colorbar(axes.flat[0].images[0], ax=axes.ravel().tolist(), fraction=0.025, pad=0.02,
+                     label="weight")
     return fig
 
 
