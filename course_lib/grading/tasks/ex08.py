@@ -1,0 +1,354 @@
+"""ex08, training an encoder-decoder: the warm-up schedule, label smoothing, teacher forcing's
+shifted input and greedy decoding over a step function."""
+
+from __future__ import annotations
+
+import torch
+
+from ..core import Case, Task, compare_values, register
+
+
+def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(*shape, generator=gen, dtype=dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# ex08.noam_lr
+# --------------------------------------------------------------------------------------------
+
+
+def _steps_for(warmup: int) -> list[int]:
+    """Steps on both sides of the peak: early warm-up, just before/at/after warmup, the decay."""
+    return sorted({1, 2, max(1, warmup // 2), max(1, warmup - 1), warmup, warmup + 1,
+                   3 * warmup, 10 * warmup + 7})
+
+
+@register
+class NoamLr(Task):
+    id = "ex08.noam_lr"
+    lesson = "lesson 08, section 'The warm-up schedule'"
+    reference = "course_lib.train.noam_lr"
+
+    def cases(self, gen):
+        return [
+            Case(f"d_model={d_model}, warmup={warmup}, steps {_steps_for(warmup)}",
+                 data={"steps": _steps_for(warmup), "d_model": d_model, "warmup": warmup})
+            for d_model, warmup in ((512, 4000), (128, 100), (64, 1), (256, 30))
+        ]
+
+    def call(self, obj, case):
+        d_model, warmup = case.data["d_model"], case.data["warmup"]
+        values = []
+        for step in case.data["steps"]:
+            value = obj(step, d_model, warmup)
+            values.append(float(value) if isinstance(value, torch.Tensor) else value)
+        return values
+
+    def compare(self, got, want, case):
+        message = compare_values(got, want, "your learning rates")
+        if message is None:
+            return None
+        if not isinstance(got, list) or len(got) != len(want):
+            return message
+        for step, g, w in zip(case.data["steps"], got, want, strict=True):
+            if compare_values(g, w) is not None:
+                shown = f"{g:.6g}" if isinstance(g, (int, float)) else repr(g)
+                return f"at step {step} your learning rate is {shown}, expected {w:.6g}"
+        return message
+
+    def mistakes(self):
+        return [
+            (lambda step, d_model, warmup: d_model ** -0.5 * step ** -0.5,
+             "you left out the warm-up: take the min of step^-0.5 (decay) and "
+             "step * warmup^-1.5 (linear rise)"),
+            (lambda step, d_model, warmup: d_model ** -0.5 * step * warmup ** -1.5,
+             "you left out the decay: take the min of step^-0.5 and step * warmup^-1.5"),
+            (lambda step, d_model, warmup: d_model ** -0.5 * max(step ** -0.5,
+                                                                 step * warmup ** -1.5),
+             "that is the max of the two terms; the schedule is their min"),
+            (lambda step, d_model, warmup: d_model ** -0.5 * min(step ** -0.5,
+                                                                 step * warmup ** -0.5),
+             "wrong exponent on warmup: the rising branch is step * warmup^-1.5, so that both "
+             "branches meet at step = warmup"),
+            (lambda step, d_model, warmup: d_model ** 0.5 * min(step ** -0.5,
+                                                                step * warmup ** -1.5),
+             "wrong exponent on d_model: the factor is d_model^-0.5 (bigger models, smaller "
+             "steps)"),
+            (lambda step, d_model, warmup: d_model ** -0.5 * min(step ** -1.0,
+                                                                 step * warmup ** -1.5),
+             "wrong exponent on step: after the warm-up the rate decays as step^-0.5, not 1/step"),
+        ]
+
+
+# --------------------------------------------------------------------------------------------
+# ex08.label_smoothing_loss
+# --------------------------------------------------------------------------------------------
+
+
+def _per_token(logits, target, smoothing, ignore_index, spread=None):
+    vocab = logits.shape[-1]
+    log_probs = torch.log_softmax(logits, dim=-1)
+    safe = target.masked_fill(target == ignore_index, 0)
+    nll = -log_probs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+    if spread is None:  # smoothing / vocab on every class (F.cross_entropy's convention)
+        uniform = -log_probs.mean(dim=-1)
+        return (1 - smoothing) * nll + smoothing * uniform
+    # smoothing / (vocab - 1) on every class but the correct one
+    others = (-log_probs.sum(dim=-1) - nll) / (vocab - 1)
+    return (1 - smoothing) * nll + smoothing * others
+
+
+def _ls_pads_counted(logits, target, smoothing, ignore_index):
+    return _per_token(logits, target, smoothing, ignore_index).mean()
+
+
+def _ls_wrong_count(logits, target, smoothing, ignore_index):
+    per = _per_token(logits, target, smoothing, ignore_index)
+    return per.masked_fill(target == ignore_index, 0).sum() / target.numel()
+
+
+def _ls_batch_count(logits, target, smoothing, ignore_index):
+    per = _per_token(logits, target, smoothing, ignore_index)
+    return per.masked_fill(target == ignore_index, 0).sum() / target.shape[0]
+
+
+def _ls_sum(logits, target, smoothing, ignore_index):
+    per = _per_token(logits, target, smoothing, ignore_index)
+    return per.masked_fill(target == ignore_index, 0).sum()
+
+
+def _ls_other_classes(logits, target, smoothing, ignore_index):
+    per = _per_token(logits, target, smoothing, ignore_index, spread="others")
+    keep = target != ignore_index
+    return per.masked_fill(~keep, 0).sum() / keep.sum()
+
+
+def _ls_no_smoothing(logits, target, smoothing, ignore_index):
+    return _ls_other_classes(logits, target, 0.0, ignore_index)
+
+
+def _ls_probs_not_log(logits, target, smoothing, ignore_index):
+    probs = torch.softmax(logits, dim=-1)
+    keep = target != ignore_index
+    safe = target.masked_fill(~keep, 0)
+    picked = probs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+    per = (1 - smoothing) * -picked + smoothing * -probs.mean(dim=-1)
+    return per.masked_fill(~keep, 0).sum() / keep.sum()
+
+
+@register
+class LabelSmoothingLoss(Task):
+    id = "ex08.label_smoothing_loss"
+    lesson = "lesson 08, section 'Label smoothing'"
+    reference = "course_lib.train.label_smoothing_loss"
+    forbidden = (
+        "torch.nn.functional.cross_entropy", "torch.nn.CrossEntropyLoss",
+        "torch.nn.functional.nll_loss", "torch.nn.NLLLoss",
+    )
+
+    def cases(self, gen):
+        def case(description, shape, vocab, smoothing, ignore_index, pad_fraction=0.3,
+                 dtype=torch.float32):
+            logits = 2.0 * randn(gen, *shape, vocab, dtype=dtype)
+            target = torch.randint(0, vocab, shape, generator=gen)
+            if pad_fraction:
+                pads = torch.rand(shape, generator=gen) < pad_fraction
+                pads.view(-1)[0] = True  # at least one ignored position
+                pads.view(-1)[-1] = False  # and at least one real one
+                target = target.masked_fill(pads, ignore_index)
+            return Case(description, (logits, target, smoothing, ignore_index))
+
+        return [
+            case("logits (4, 7, 10), padded targets (pad id 0), smoothing 0.1",
+                 (4, 7), 10, 0.1, 0),
+            case("logits (12, 5) (flattened positions), no padding, ignore_index -100",
+                 (12,), 5, 0.1, -100, pad_fraction=0),
+            case("smoothing 0 (plain cross-entropy), logits (3, 6, 8), pad id 2",
+                 (3, 6), 8, 0.0, 2),
+            case("float64 logits (2, 9, 12), half of the targets padded, smoothing 0.25",
+                 (2, 9), 12, 0.25, 0, pad_fraction=0.5, dtype=torch.float64),
+            case("logits (5, 4, 7), pad id 6 (not 0), smoothing 0.1", (5, 4), 7, 0.1, 6),
+        ]
+
+    def mistakes(self):
+        return [
+            (_ls_pads_counted,
+             "you counted the padded positions: their loss must be left out, and the mean taken "
+             "over the real tokens only (target != ignore_index)"),
+            (_ls_wrong_count,
+             "you zeroed the padded positions but divided by all positions; divide by the number "
+             "of real tokens (target != ignore_index).sum()"),
+            (_ls_batch_count,
+             "you divided by the batch size; the mean is over the real tokens, "
+             "(target != ignore_index).sum()"),
+            (_ls_sum, "that is the sum; the loss is the mean over the real tokens"),
+            (_ls_other_classes,
+             "you spread the smoothing over the vocab - 1 wrong classes; F.cross_entropy spreads "
+             "smoothing / vocab over every class, the correct one included"),
+            (_ls_no_smoothing, "the smoothing is missing: mix in smoothing * the mean of "
+             "-log p over the whole vocabulary"),
+            (_ls_probs_not_log, "use log-probabilities (log_softmax), not probabilities"),
+        ]
+
+
+# --------------------------------------------------------------------------------------------
+# ex08.shift_right
+# --------------------------------------------------------------------------------------------
+
+
+@register
+class ShiftRight(Task):
+    id = "ex08.shift_right"
+    lesson = "lesson 08, section 'Teacher forcing and shifted targets'"
+    reference = "course_lib.train.shift_right"
+
+    def cases(self, gen):
+        def ids(*shape, high=20, dtype=torch.long):
+            return torch.randint(3, high, shape, generator=gen).to(dtype)
+
+        return [
+            Case("targets (2, 5), bos_id 1", (ids(2, 5), 1)),
+            Case("targets (4, 11) ending in <eos>=2 and padding 0, bos_id 1",
+                 (torch.cat([ids(4, 8), torch.tensor([[2, 0, 0]] * 4)], dim=1), 1)),
+            Case("targets (3, 1), a single token", (ids(3, 1), 1)),
+            Case("targets (1, 6), bos_id 7", (ids(1, 6), 7)),
+            Case("int32 targets (2, 4), bos_id 0 (keep the dtype)",
+                 (ids(2, 4, dtype=torch.int32), 0)),
+        ]
+
+    def mistakes(self):
+        def bos_first(targets, bos_id):
+            return torch.full_like(targets[:, :1], bos_id)
+
+        return [
+            (lambda t, b: torch.cat([bos_first(t, b), t[:, 1:]], dim=1),
+             "you dropped the first target token; drop the LAST one: <bos> followed by "
+             "targets[:, :-1]"),
+            (lambda t, b: torch.cat([t[:, 1:], bos_first(t, b)], dim=1),
+             "that shifts left; the decoder input starts with <bos>: <bos> then targets[:, :-1]"),
+            (lambda t, b: torch.cat([t[:, :-1], bos_first(t, b)], dim=1),
+             "<bos> goes at the start, not the end: <bos> then targets[:, :-1]"),
+            (lambda t, b: torch.cat([bos_first(t, b), t], dim=1),
+             "the decoder input has the same length as the targets: drop the last target token"),
+            (lambda t, b: t[:, :-1],
+             "the decoder input starts with <bos> and has the same length as the targets"),
+        ]
+
+
+# --------------------------------------------------------------------------------------------
+# ex08.greedy_decode
+# --------------------------------------------------------------------------------------------
+
+
+class TableStepFn:
+    """A stand-in model for grading: the next token's logits are read from a random table
+    indexed by (row, position, last token), so the result depends on the whole history."""
+
+    def __init__(self, table: torch.Tensor, bos_id: int):
+        self.table, self.bos_id = table, bos_id  # table (batch, max_len, vocab, vocab)
+
+    def __call__(self, prefix):
+        if not isinstance(prefix, torch.Tensor) or prefix.dim() != 2:
+            raise ValueError("step_fn expects prefix as a (batch, t) tensor of token ids, got "
+                             f"{getattr(prefix, 'shape', type(prefix).__name__)}")
+        batch, t = prefix.shape
+        if batch != self.table.shape[0]:
+            raise ValueError(f"step_fn expects a prefix with batch={self.table.shape[0]} rows, "
+                             f"got {batch}")
+        if t > self.table.shape[1]:
+            raise ValueError(f"step_fn got a prefix of length {t}, more than <bos> + max_len "
+                             f"tokens: stop after max_len steps")
+        if (prefix[:, 0] != self.bos_id).any():
+            raise ValueError(f"every prefix must start with <bos> (id {self.bos_id})")
+        vocab = self.table.shape[-1]
+        if prefix.min() < 0 or prefix.max() >= vocab:
+            raise ValueError(f"the prefix holds token ids outside the vocabulary [0, {vocab})")
+        prefix = prefix.long()
+        rows = torch.arange(batch).unsqueeze(1)  # (batch, 1)
+        positions = torch.arange(t).unsqueeze(0)  # (1, t)
+        return self.table[rows, positions, prefix]  # (batch, t, vocab)
+
+
+def _greedy_no_stop(step_fn, batch_size, bos_id, eos_id, max_len):
+    prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
+    for _ in range(max_len):
+        token = step_fn(prefix)[:, -1].argmax(dim=-1)
+        prefix = torch.cat([prefix, token[:, None]], dim=1)
+    return prefix[:, 1:]
+
+
+def _greedy_variant(pick, keep_bos=False, pad=True):
+    def greedy(step_fn, batch_size, bos_id, eos_id, max_len):
+        prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
+        done = torch.zeros(batch_size, dtype=torch.bool)
+        for _ in range(max_len):
+            if done.all():
+                break
+            token = pick(step_fn(prefix)).masked_fill(done, eos_id)
+            prefix = torch.cat([prefix, token[:, None]], dim=1)
+            done |= token == eos_id
+        out = prefix if keep_bos else prefix[:, 1:]
+        if pad:
+            fill = torch.full((batch_size, max_len - prefix.shape[1] + 1), eos_id)
+            out = torch.cat([out, fill], dim=1)
+        return out
+
+    return greedy
+
+
+@register
+class GreedyDecode(Task):
+    id = "ex08.greedy_decode"
+    lesson = "lesson 08, section 'Greedy decoding and beam search'"
+    reference = "course_lib.decoding.greedy_decode"
+
+    def cases(self, gen):
+        def case(description, batch, vocab, max_len, bos_id=1, eos_id=2, eos_bias=0.0,
+                 dtype=torch.float32):
+            table = randn(gen, batch, max_len + 1, vocab, vocab, dtype=dtype)
+            table[..., eos_id] += eos_bias
+            table[:, :, eos_id, eos_id] -= 3.0  # after <eos> the table prefers other tokens
+            return Case(description, data={"table": table, "batch_size": batch,
+                                           "bos_id": bos_id, "eos_id": eos_id,
+                                           "max_len": max_len})
+
+        return [
+            case("batch 4, vocab 12, max_len 8: rows end at different steps", 4, 12, 8,
+                 eos_bias=1.0),
+            case("batch 6, vocab 13, max_len 10, bos 0 and eos 5", 6, 13, 10, bos_id=0, eos_id=5,
+                 eos_bias=1.5),
+            case("batch 3, vocab 8, max_len 6: <eos> is never chosen", 3, 8, 6,
+                 eos_bias=-100.0),
+            case("batch 5, vocab 15, max_len 12: every row ends early", 5, 15, 12, eos_bias=4.0),
+            case("float64 logits, batch 2, vocab 8, max_len 5", 2, 8, 5, eos_bias=1.0,
+                 dtype=torch.float64),
+            case("batch 1, vocab 6, max_len 1", 1, 6, 1),
+        ]
+
+    def call(self, obj, case):
+        d = case.data
+        step_fn = TableStepFn(d["table"], d["bos_id"])
+        return obj(step_fn, d["batch_size"], d["bos_id"], d["eos_id"], d["max_len"])
+
+    def compare(self, got, want, case):
+        if isinstance(got, torch.Tensor) and got.dtype in (torch.int32, torch.int16):
+            return "your tokens should be a long (int64) tensor, got " + str(got.dtype)[6:]
+        return compare_values(got, want, "your tokens")
+
+    def mistakes(self):
+        return [
+            (_greedy_no_stop,
+             "a row that has produced eos_id is finished: it must keep emitting eos_id (force "
+             "it with masked_fill on a `finished` mask) instead of what the model says next"),
+            (_greedy_variant(lambda logits: logits.argmax(dim=1)[:, -1]),
+             "argmax over the wrong axis: pick the most likely token over the vocabulary, "
+             "logits[:, -1].argmax(dim=-1)"),
+            (_greedy_variant(lambda logits: logits[:, 0].argmax(dim=-1)),
+             "you used the logits of the first position; the next token is predicted by the "
+             "last one, logits[:, -1]"),
+            (_greedy_variant(lambda logits: logits[:, -1].argmax(dim=-1), keep_bos=True),
+             "return the generated tokens without the leading <bos> (shape (batch, max_len))"),
+            (_greedy_variant(lambda logits: logits[:, -1].argmax(dim=-1), pad=False),
+             "when every row finishes early, fill the remaining positions with eos_id so that "
+             "the result is (batch, max_len)"),
+        ]

@@ -1,0 +1,206 @@
+"""Synthetic sequence-to-sequence tasks, generated in code (lesson 08): nothing is downloaded.
+
+The real task: human-written dates -> ISO 8601.
+
+    "Wednesday, 3 March 2021"   "March 3rd, 2021"   "3 Mar 2021"     -> "2021-03-03"
+    "the 3rd of March 2021"     "Mar 3, 2021"       "03-Mar-2021"
+
+Every style names the month in words, so no input is ambiguous (03/04/2021 means March in one
+country and April in another; it is not used). `date_splits` cuts the calendar into train,
+validation and test dates that never overlap, so the test measures dates the model has never
+seen in any style.
+
+The warm-up task: reverse (or copy) a string of digits, "40213" -> "31204". It needs no
+knowledge at all, only attention to the right position, so it checks the mechanics first.
+
+Everything is seeded: the same seed gives the same splits and the same batches on every machine.
+"""
+
+from __future__ import annotations
+
+import datetime
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from .text import CharTokenizer
+from .validation import check_positive_int
+
+__all__ = [
+    "MONTHS",
+    "WEEKDAYS",
+    "DATE_STYLES",
+    "ordinal",
+    "format_date",
+    "iso_date",
+    "DateSplits",
+    "date_splits",
+    "date_pairs",
+    "date_tokenizer",
+    "encode_pairs",
+    "date_batches",
+    "reversal_pairs",
+    "reversal_batches",
+]
+
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
+          "September", "October", "November", "December")
+WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+# name -> how to write a date; `m` is the month's name, `w` the weekday's.
+DATE_STYLES = {
+    "weekday": lambda d, m, w: f"{w}, {d.day} {m} {d.year}",  # Wednesday, 3 March 2021
+    "us_ordinal": lambda d, m, w: f"{m} {ordinal(d.day)}, {d.year}",  # March 3rd, 2021
+    "short": lambda d, m, w: f"{d.day} {m[:3]} {d.year}",  # 3 Mar 2021
+    "spoken": lambda d, m, w: f"the {ordinal(d.day)} of {m} {d.year}",  # the 3rd of March 2021
+    "us_short": lambda d, m, w: f"{m[:3]} {d.day}, {d.year}",  # Mar 3, 2021
+    "dashed": lambda d, m, w: f"{d.day:02d}-{m[:3]}-{d.year}",  # 03-Mar-2021
+}
+
+FIRST_YEAR, LAST_YEAR = 1700, 2299
+
+
+def ordinal(day: int) -> str:
+    """1 -> '1st', 2 -> '2nd', 3 -> '3rd', 11 -> '11th', 22 -> '22nd'."""
+    check_positive_int(day, "day")
+    if 11 <= day % 100 <= 13:
+        return f"{day}th"
+    return f"{day}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(day % 10, 'th')}"
+
+
+def _check_date(date: object) -> datetime.date:
+    if not isinstance(date, datetime.date):
+        raise TypeError(f"date must be a datetime.date, got {type(date).__name__}")
+    return date
+
+
+def format_date(date: datetime.date, style: str) -> str:
+    """The date written in one of `DATE_STYLES`, e.g. format_date(date(2021, 3, 3), 'spoken')
+    -> 'the 3rd of March 2021'."""
+    _check_date(date)
+    if style not in DATE_STYLES:
+        raise ValueError(f"style must be one of {', '.join(DATE_STYLES)}, got {style!r}")
+    return DATE_STYLES[style](date, MONTHS[date.month - 1], WEEKDAYS[date.weekday()])
+
+
+def iso_date(date: datetime.date) -> str:
+    """ISO 8601, YYYY-MM-DD: the target of the translation."""
+    return _check_date(date).isoformat()
+
+
+@dataclass(frozen=True)
+class DateSplits:
+    """Three disjoint lists of dates: no date of `test` is in `train` or `validation`."""
+
+    train: list[datetime.date]
+    validation: list[datetime.date]
+    test: list[datetime.date]
+
+
+def date_splits(seed: int = 0, num_validation: int = 1000, num_test: int = 1000,
+                first_year: int = FIRST_YEAR, last_year: int = LAST_YEAR) -> DateSplits:
+    """Every date from 1 January `first_year` to 31 December `last_year`, shuffled with `seed`
+    and cut into validation, test and train (the rest). The splits never share a date."""
+    check_positive_int(num_validation, "num_validation")
+    check_positive_int(num_test, "num_test")
+    check_positive_int(first_year, "first_year")
+    check_positive_int(last_year, "last_year")
+    if last_year < first_year or last_year > 9999:
+        raise ValueError(f"need first_year <= last_year <= 9999, got {first_year}..{last_year}")
+    start = datetime.date(first_year, 1, 1)
+    count = (datetime.date(last_year, 12, 31) - start).days + 1
+    if num_validation + num_test >= count:
+        raise ValueError(f"{first_year}..{last_year} has only {count} dates, fewer than "
+                         f"num_validation + num_test + 1 = {num_validation + num_test + 1}")
+    dates = [start + datetime.timedelta(days=i) for i in range(count)]
+    random.Random(seed).shuffle(dates)
+    validation = dates[:num_validation]
+    test = dates[num_validation:num_validation + num_test]
+    return DateSplits(train=dates[num_validation + num_test:], validation=validation, test=test)
+
+
+def date_pairs(dates: Sequence[datetime.date], seed: int = 0,
+               styles: Sequence[str] | None = None) -> list[tuple[str, str]]:
+    """One (human-written, ISO) pair per date, each in a style drawn with `seed`."""
+    styles = list(DATE_STYLES) if styles is None else list(styles)
+    for style in styles:
+        if style not in DATE_STYLES:
+            raise ValueError(f"unknown style {style!r}; styles are {', '.join(DATE_STYLES)}")
+    if not styles:
+        raise ValueError("styles is empty; give at least one of " + ", ".join(DATE_STYLES))
+    rng = random.Random(seed)
+    return [(format_date(d, rng.choice(styles)), iso_date(d)) for d in dates]
+
+
+def date_tokenizer() -> CharTokenizer:
+    """One character tokenizer for both sides and both tasks: <pad>=0, <bos>=1, <eos>=2, then
+    the characters of every style, digits and '-' (the same ids on every machine)."""
+    text = " ".join(MONTHS + WEEKDAYS) + " the of st nd rd th 0123456789 ,-"
+    return CharTokenizer.from_text(text)
+
+
+def encode_pairs(pairs: Sequence[tuple[str, str]],
+                 tokenizer: CharTokenizer) -> tuple[Tensor, Tensor]:
+    """Pairs -> (src (batch, n_src), tgt (batch, n_tgt)) long, padded with pad_id.
+
+    The source is the characters alone; the target ends with <eos> (the decoder must learn to
+    stop). The decoder's input, <bos> + target[:-1], is made by `train.shift_right`.
+    """
+    if not pairs:
+        raise ValueError("pairs is empty; give at least one (source, target) pair")
+    sources, targets = zip(*pairs, strict=True)
+    src, _ = tokenizer.encode_batch(list(sources))
+    tgt, _ = tokenizer.encode_batch(list(targets), add_eos=True)
+    return src, tgt
+
+
+def date_batches(dates: Sequence[datetime.date], tokenizer: CharTokenizer, batch_size: int,
+                 seed: int = 0, styles: Sequence[str] | None = None,
+                 bucket: int = 1) -> Iterator[tuple[Tensor, Tensor]]:
+    """Endless (src, tgt) batches: `batch_size` dates drawn from `dates`, each in a random style.
+
+    A date may come back in another style later; only the dates of other splits never appear.
+    With `bucket` > 1, `bucket` batches' worth of pairs are drawn at once, sorted by source
+    length and cut into batches of similar lengths (yielded in random order): less padding,
+    so less wasted computation on the pads.
+    """
+    check_positive_int(batch_size, "batch_size")
+    check_positive_int(bucket, "bucket")
+    if not dates:
+        raise ValueError("dates is empty")
+    rng = random.Random(seed)
+    while True:
+        chosen = [dates[rng.randrange(len(dates))] for _ in range(batch_size * bucket)]
+        pairs = date_pairs(chosen, seed=rng.randrange(2**31), styles=styles)
+        if bucket > 1:
+            pairs.sort(key=lambda pair: len(pair[0]))
+        groups = [pairs[i:i + batch_size] for i in range(0, len(pairs), batch_size)]
+        rng.shuffle(groups)
+        for group in groups:
+            yield encode_pairs(group, tokenizer)
+
+
+def reversal_pairs(count: int, length: int = 10, seed: int = 0,
+                   reverse: bool = True) -> list[tuple[str, str]]:
+    """`count` random digit strings of `length` and their reversal (or copy, reverse=False)."""
+    check_positive_int(count, "count")
+    check_positive_int(length, "length")
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(count):
+        digits = "".join(rng.choice("0123456789") for _ in range(length))
+        pairs.append((digits, digits[::-1] if reverse else digits))
+    return pairs
+
+
+def reversal_batches(tokenizer: CharTokenizer, batch_size: int, length: int = 10, seed: int = 0,
+                     reverse: bool = True) -> Iterator[tuple[Tensor, Tensor]]:
+    """Endless (src, tgt) batches of the warm-up task."""
+    check_positive_int(batch_size, "batch_size")
+    rng = random.Random(seed)
+    while True:
+        pairs = reversal_pairs(batch_size, length, seed=rng.randrange(2**31), reverse=reverse)
+        yield encode_pairs(pairs, tokenizer)
+

@@ -1,0 +1,320 @@
+"""Training a Transformer (lesson 08; lesson 09 reuses the loop): the pieces around the model.
+
+    shift_right           targets (batch, seq) -> decoder input <bos> t0 t1 ... (teacher forcing)
+    label_smoothing_loss  cross-entropy against (1 - eps) * one-hot + eps / vocab, pads ignored
+    noam_lr               the warm-up schedule of "Attention Is All You Need":
+                          lr = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+    noam_scheduler        that schedule as a torch LambdaLR (optimizer built with lr=1.0),
+                          optionally with a linear cool-down to 0 over the end of a short run
+    train                 a generic loop: batch -> loss_fn(model, batch) -> backward -> step,
+                          with a tqdm progress bar, optional clipping, a step or time budget,
+                          returning a `TrainHistory` (loss and learning rate per step)
+
+`train` knows nothing about translation: `loss_fn(model, batch)` says what one step computes,
+so the same loop trains lesson 08's encoder-decoder and lesson 09's GPT.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from .validation import check_floating, check_positive_int, check_tensor
+
+__all__ = [
+    "noam_lr",
+    "noam_scheduler",
+    "cooldown_factor",
+    "shift_right",
+    "label_smoothing_loss",
+    "smoothed_targets",
+    "TrainHistory",
+    "train",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# The learning-rate schedule
+# --------------------------------------------------------------------------------------------
+
+
+def _check_number(value: object, name: str, positive: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TypeError(f"{name} must be a finite number, got {value!r}")
+    if positive and value <= 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return float(value)
+
+
+def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
+    """The learning rate at `step` (>= 1) of the original Transformer's schedule.
+
+        lr = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+
+    It rises linearly for `warmup` steps, peaks at step = warmup with
+    factor / sqrt(d_model * warmup), then decays as 1 / sqrt(step).
+    """
+    check_positive_int(step, "step")
+    check_positive_int(d_model, "d_model")
+    check_positive_int(warmup, "warmup")
+    factor = _check_number(factor, "factor")
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
+def cooldown_factor(step: int, total_steps: int, cooldown: float) -> float:
+    """1 until the last `cooldown` fraction of `total_steps`, then a linear fall to 0 at the end.
+
+    The paper's schedule never reaches 0 (it was meant for 100,000 steps); a short run ends
+    better when the last steps are small, so the weights settle instead of jittering.
+    """
+    check_positive_int(step, "step")
+    check_positive_int(total_steps, "total_steps")
+    if (isinstance(cooldown, bool) or not isinstance(cooldown, (int, float))
+            or not 0 <= cooldown <= 1):
+        raise ValueError(f"cooldown must be a fraction in [0, 1], got {cooldown!r}")
+    start = total_steps * (1.0 - cooldown)
+    if step <= start:
+        return 1.0
+    return max(0.0, (total_steps - step + 1) / (total_steps - start + 1))
+
+
+def noam_scheduler(optimizer: torch.optim.Optimizer, d_model: int, warmup: int,
+                   factor: float = 1.0, total_steps: int | None = None,
+                   cooldown: float = 0.0) -> torch.optim.lr_scheduler.LambdaLR:
+    """A LambdaLR following `noam_lr`; build the optimizer with lr=1.0 (the lambda is the lr).
+
+    Call `scheduler.step()` after every `optimizer.step()`: the first update uses step 1.
+    With `total_steps` and `cooldown` > 0 the rate is also multiplied by `cooldown_factor`:
+    the last `cooldown` fraction of the run falls linearly towards 0.
+    """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError("optimizer must be a torch.optim.Optimizer, "
+                        f"got {type(optimizer).__name__}")
+    noam_lr(1, d_model, warmup, factor)  # validates the arguments now, not at the first step
+    if cooldown and total_steps is None:
+        raise ValueError("cooldown needs total_steps, the length of the run")
+    if total_steps is not None:
+        cooldown_factor(1, total_steps, cooldown)
+
+    def rate(index: int) -> float:
+        step = index + 1
+        lr = noam_lr(step, d_model, warmup, factor)
+        if total_steps is not None and cooldown:
+            lr *= cooldown_factor(min(step, total_steps), total_steps, cooldown)
+        return lr
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
+
+
+# --------------------------------------------------------------------------------------------
+# Teacher forcing and the loss
+# --------------------------------------------------------------------------------------------
+
+
+def shift_right(targets: Tensor, bos_id: int) -> Tensor:
+    """targets (batch, seq) -> decoder input (batch, seq): `<bos>` then targets[:, :-1].
+
+    With teacher forcing the decoder reads the correct previous tokens and predicts the next:
+    input  <bos> 2  0  2  1     (shift_right(targets))
+    target  2    0  2  1 <eos>  (targets)
+    The last target token is dropped from the input: nothing comes after it to predict.
+    """
+    check_tensor(targets, "targets", ndim=2, shape_hint="(batch, seq)",
+                 dtype=(torch.int64, torch.int32))
+    if isinstance(bos_id, bool) or not isinstance(bos_id, int):
+        raise TypeError(f"bos_id must be an int (the id of the <bos> token), got {bos_id!r}")
+    bos = torch.full_like(targets[:, :1], bos_id)  # (batch, 1)
+    return torch.cat([bos, targets[:, :-1]], dim=1)  # (batch, seq)
+
+
+def _check_logits_target(logits: object, target: object) -> None:
+    check_tensor(logits, "logits", min_ndim=2, shape_hint="(..., vocab)")
+    check_floating(logits, "logits")
+    check_tensor(target, "target", shape_hint="(...) matching logits without its last dimension",
+                 dtype=(torch.int64, torch.int32), allow_empty=True)
+    if tuple(target.shape) != tuple(logits.shape[:-1]):
+        raise ValueError(
+            f"target has shape {tuple(target.shape)} but logits has shape {tuple(logits.shape)}; "
+            "target must have the shape of logits without its last (vocab) dimension"
+        )
+
+
+def smoothed_targets(target: Tensor, vocab_size: int, smoothing: float) -> Tensor:
+    """target (...) -> the smoothed distribution (..., vocab_size), float32.
+
+    Each row is (1 - smoothing) on the correct token plus smoothing / vocab_size everywhere
+    (the convention of `F.cross_entropy(label_smoothing=)`): the correct token gets
+    1 - smoothing + smoothing / vocab_size, every other token smoothing / vocab_size.
+    """
+    check_tensor(target, "target", shape_hint="(...)", dtype=(torch.int64, torch.int32))
+    check_positive_int(vocab_size, "vocab_size")
+    smoothing = _check_smoothing(smoothing)
+    if target.numel() and (target.min() < 0 or target.max() >= vocab_size):
+        raise ValueError(f"target holds ids outside [0, {vocab_size}) (vocab_size={vocab_size})")
+    one_hot = torch.nn.functional.one_hot(target.long(), vocab_size).float()  # (..., vocab)
+    return (1.0 - smoothing) * one_hot + smoothing / vocab_size
+
+
+def _check_smoothing(smoothing: object) -> float:
+    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)):
+        raise TypeError(f"smoothing must be a number in [0, 1], got {smoothing!r}")
+    if not 0.0 <= smoothing <= 1.0:
+        raise ValueError(f"smoothing must be in [0, 1], got {smoothing!r}")
+    return float(smoothing)
+
+
+def label_smoothing_loss(logits: Tensor, target: Tensor, smoothing: float = 0.1,
+                         ignore_index: int = -100) -> Tensor:
+    """Mean cross-entropy against label-smoothed targets, skipping positions equal to ignore_index.
+
+    logits (..., vocab) and target (...) -> a scalar with the dtype of logits. Per position:
+        (1 - smoothing) * (-log p[target]) + smoothing * mean over the vocab of (-log p[v]),
+    averaged over the positions whose target is not `ignore_index` (usually the pad id).
+    Equal to F.cross_entropy(logits.reshape(-1, vocab), target.reshape(-1),
+    label_smoothing=smoothing, ignore_index=ignore_index); NaN when every position is ignored,
+    as there.
+    """
+    _check_logits_target(logits, target)
+    smoothing = _check_smoothing(smoothing)
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise TypeError(f"ignore_index must be an int (usually the pad id), got {ignore_index!r}")
+    vocab = logits.shape[-1]
+    keep = target != ignore_index  # (...) True = a real token that counts
+    if keep.any() and (target[keep].min() < 0 or target[keep].max() >= vocab):
+        raise ValueError(f"target holds ids outside [0, {vocab}) that are not ignore_index="
+                         f"{ignore_index}")
+    log_probs = torch.log_softmax(logits, dim=-1)  # (..., vocab)
+    safe_target = target.long().masked_fill(~keep, 0)  # any valid id; these rows are dropped
+    nll = -log_probs.gather(-1, safe_target.unsqueeze(-1)).squeeze(-1)  # (...)
+    uniform = -log_probs.mean(dim=-1)  # (...) cross-entropy against the uniform distribution
+    per_token = (1.0 - smoothing) * nll + smoothing * uniform  # (...)
+    per_token = per_token.masked_fill(~keep, 0.0)
+    return per_token.sum() / keep.sum().to(logits.dtype)  # mean over the real tokens only
+
+
+# --------------------------------------------------------------------------------------------
+# The training loop
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainHistory:
+    """What `train` records: one entry per optimizer step.
+
+    losses[i] and lrs[i] are the loss and the learning rate of step i + 1; `seconds` is the
+    wall-clock time of the whole loop and `stopped_by` says why it ended ("steps", "time",
+    "data").
+    """
+
+    losses: list[float] = field(default_factory=list)
+    lrs: list[float] = field(default_factory=list)
+    grad_norms: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    stopped_by: str = ""
+
+    @property
+    def steps(self) -> int:
+        return len(self.losses)
+
+    def smoothed(self, window: int = 20) -> list[float]:
+        """The losses averaged over a trailing window (a readable loss curve)."""
+        check_positive_int(window, "window")
+        out, total = [], 0.0
+        for i, loss in enumerate(self.losses):
+            total += loss
+            if i >= window:
+                total -= self.losses[i - window]
+            out.append(total / min(i + 1, window))
+        return out
+
+
+def train(
+    model: nn.Module,
+    batches: Iterable,
+    loss_fn: Callable[[nn.Module, object], Tensor],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    steps: int | None = None,
+    max_seconds: float | None = None,
+    clip: float | None = None,
+    log_every: int = 10,
+    progress: bool = True,
+    desc: str = "training",
+) -> TrainHistory:
+    """Train `model` and return its `TrainHistory`; the model is left in eval mode.
+
+    Each step takes the next batch from `batches` (any iterable: a list, a generator, a
+    DataLoader), computes `loss = loss_fn(model, batch)` (a scalar tensor), back-propagates,
+    clips the gradient norm to `clip` if given, steps the optimizer, then the scheduler.
+    The loop ends after `steps` steps, after `max_seconds` of wall-clock time, or when
+    `batches` runs out, whichever comes first (at least one of steps/max_seconds or a finite
+    iterable is needed). The progress bar shows the loss every `log_every` steps.
+    A time budget makes the number of steps, and so the result, depend on the machine: use
+    `steps` where a run must be reproducible.
+    """
+    from tqdm.auto import tqdm
+
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if not callable(loss_fn):
+        raise TypeError(f"loss_fn must be a function loss_fn(model, batch) -> scalar tensor, "
+                        f"got {type(loss_fn).__name__}")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError("optimizer must be a torch.optim.Optimizer, "
+                        f"got {type(optimizer).__name__}")
+    if steps is not None:
+        check_positive_int(steps, "steps")
+    if max_seconds is not None:
+        max_seconds = _check_number(max_seconds, "max_seconds")
+    if clip is not None:
+        clip = _check_number(clip, "clip")
+    check_positive_int(log_every, "log_every")
+    if not isinstance(batches, Iterable):
+        raise TypeError(f"batches must be an iterable of batches, got {type(batches).__name__}")
+
+    history = TrainHistory()
+    model.train()
+    iterator = iter(batches)
+    bar = tqdm(total=steps, desc=desc, disable=not progress, leave=True)
+    start = time.perf_counter()
+    counter = itertools.count(1) if steps is None else range(1, steps + 1)
+    history.stopped_by = "steps"
+    try:
+        for step in counter:
+            if max_seconds is not None and time.perf_counter() - start >= max_seconds:
+                history.stopped_by = "time"
+                break
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                history.stopped_by = "data"
+                break
+            loss = loss_fn(model, batch)
+            if not isinstance(loss, Tensor) or loss.dim() != 0:
+                raise ValueError("loss_fn must return a scalar tensor (the mean loss of the "
+                                 f"batch), got {type(loss).__name__} "
+                                 f"{tuple(loss.shape) if isinstance(loss, Tensor) else ''}")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if clip is not None:
+                norm = nn.utils.clip_grad_norm_(model.parameters(), clip)
+                history.grad_norms.append(float(norm))
+            history.lrs.append(float(optimizer.param_groups[0]["lr"]))
+            optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
+            history.losses.append(float(loss.detach()))
+            bar.update(1)
+            if step % log_every == 0:
+                bar.set_postfix(loss=f"{history.losses[-1]:.3f}", refresh=False)
+    finally:
+        history.seconds = time.perf_counter() - start
+        bar.close()
+        model.eval()
+    return history
