@@ -236,8 +236,9 @@ class EncoderLayer(nn.Module):
         self.record_attention = False
         self.attention: Tensor | None = None
 
-    def _self_attention(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        out, weights = self.self_attn(x, x, x, mask=mask, need_weights=self.record_attention)
+    def _self_attention(self, x: Tensor, mask: Tensor | None, is_causal: bool = False) -> Tensor:
+        out, weights = self.self_attn(x, x, x, mask=mask, need_weights=self.record_attention,
+                                      is_causal=is_causal)
         self.attention = None if weights is None else weights.detach()
         return self.dropout1(out)
 
@@ -245,13 +246,14 @@ class EncoderLayer(nn.Module):
         ff = _feed_forward(x, self.linear1, self.linear2, self.activation, self.dropout)
         return self.dropout2(ff)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
+        """is_causal=True: causal self-attention without a mask tensor (a GPT block, lesson 09)."""
         _check_sequence(x, "x", self.d_model)
         if self.norm_first:  # x + Sublayer(LayerNorm(x))
-            x = x + self._self_attention(self.norm1(x), mask)
+            x = x + self._self_attention(self.norm1(x), mask, is_causal)
             x = x + self._feed_forward(self.norm2(x))
         else:  # LayerNorm(x + Sublayer(x))
-            x = self.norm1(x + self._self_attention(x, mask))
+            x = self.norm1(x + self._self_attention(x, mask, is_causal))
             x = self.norm2(x + self._feed_forward(x))
         return x  # (batch, seq, d_model)
 

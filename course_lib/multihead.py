@@ -54,7 +54,8 @@ class MultiHeadAttention(nn.Module):
     (batch, n_q, n_k) (a (batch, 1, n_k) padding mask or an (n_q, n_k) causal mask) or to
     (batch, num_heads, n_q, n_k). Returns (output (batch, n_q, d_model),
     weights (batch, num_heads, n_q, n_k)); with need_weights=False it uses PyTorch's fused
-    kernel and returns (output, None), which is faster for training.
+    kernel and returns (output, None), which is faster for training. is_causal=True (with no
+    mask) is the causal mask without building it: the fused kernel skips the future keys.
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
@@ -102,9 +103,19 @@ class MultiHeadAttention(nn.Module):
         value: Tensor,
         mask: Tensor | None = None,
         need_weights: bool = True,
+        is_causal: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         self._check_inputs(query, key, value)
         batch, n_q, n_k = query.shape[0], query.shape[1], key.shape[1]
+        if is_causal:
+            if mask is not None:
+                raise ValueError("give either mask or is_causal=True, not both (combine the "
+                                 "causal mask into mask instead)")
+            if n_q != n_k:
+                raise ValueError(f"is_causal=True needs as many queries as keys, got n_q={n_q} "
+                                 f"and n_k={n_k}")
+            if need_weights:  # the explicit mask, True on and below the diagonal
+                mask = torch.ones(n_q, n_k, dtype=torch.bool, device=query.device).tril()
         if mask is not None:
             if isinstance(mask, Tensor) and mask.dim() == 4:
                 check_bool_mask(mask, "mask", (batch, self.num_heads, n_q, n_k),
@@ -124,7 +135,7 @@ class MultiHeadAttention(nn.Module):
         else:
             weights = None
             if mask is None:
-                heads = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+                heads = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=is_causal)
             else:  # rows with no allowed key: attend anywhere, then zero them (no NaN)
                 any_key = mask.any(dim=-1, keepdim=True)
                 heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~any_key,

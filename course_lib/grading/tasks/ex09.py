@@ -1,0 +1,361 @@
+"""ex09, a GPT from scratch: sampling the next token, perplexity, one step with a KV cache.
+
+`sample_next` is random, so its check is statistical: each case draws thousands of tokens
+from the learner's function (one call on a batch of identical rows, with a seeded generator)
+and compares their frequencies with the exact filtered distribution: no token outside the
+allowed set may appear, and every frequency must be within a few standard errors of its
+probability.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ...sampling import sampling_distribution
+from ..core import Case, GradingError, Task, compare_values, register
+
+DRAWS = 6000  # per row of a case: a standard error of at most 0.0065 on every frequency
+
+
+def _logits_from_probs(probs: list[float], order: list[int], dtype=torch.float32) -> torch.Tensor:
+    """One row of logits whose softmax is `probs`, placed at the token ids in `order`."""
+    row = torch.empty(len(probs), dtype=torch.float64)
+    row[torch.tensor(order)] = torch.tensor(probs, dtype=torch.float64).log() + 1.7
+    return row.to(dtype)
+
+
+def _softmax(logits: torch.Tensor) -> torch.Tensor:
+    e = (logits - logits.amax(-1, keepdim=True)).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+# --------------------------------------------------------------------------------------------
+# sample_next
+# --------------------------------------------------------------------------------------------
+
+# Distinct probabilities, so that top-k and top-p sets are unambiguous.
+_P8 = [0.34, 0.22, 0.15, 0.11, 0.08, 0.05, 0.03, 0.02]
+_ORDER8 = [5, 2, 7, 0, 3, 6, 1, 4]
+_P6 = [0.4, 0.25, 0.15, 0.1, 0.06, 0.04]
+_ORDER6 = [3, 0, 5, 1, 4, 2]
+
+
+@register
+class SampleNextTask(Task):
+    id = "ex09.sample_next"
+    lesson = "lesson 09, section 'Sampling strategies'"
+    reference = "course_lib.sampling.sample_next"
+    forbidden = ("course_lib.sampling.sampling_distribution",)
+
+    def cases(self, gen):
+        row8 = _logits_from_probs(_P8, _ORDER8)
+        row6 = _logits_from_probs(_P6, _ORDER6)
+        two = torch.stack([row8, row8.flip(0)])  # (2, 8)
+        rand = torch.randn(2, 7, generator=gen)
+        return [
+            Case("temperature=1: plain sampling from softmax(logits), logits (1, 8)",
+                 (row8[None],)),
+            Case("temperature=0.5 (sharper), logits (2, 8), float64",
+                 (two.double(),), {"temperature": 0.5}),
+            Case("temperature=2.0 (flatter), random logits (2, 7)", (rand,), {"temperature": 2.0}),
+            Case("top_k=3, logits (1, 8)", (row8[None],), {"top_k": 3}),
+            Case("top_k=1 (only the most likely token), logits (2, 7)", (rand,), {"top_k": 1}),
+            Case("top_p=0.7 with probabilities 0.4, 0.25, 0.15, ...: keeps 3 tokens",
+                 (row6[None],), {"top_p": 0.7}),
+            Case("top_p=0.5, logits (2, 8), float64", (two.double(),), {"top_p": 0.5}),
+            Case("temperature=0.8, top_k=5, top_p=0.9 together, logits (1, 8)",
+                 (row8[None],), {"temperature": 0.8, "top_k": 5, "top_p": 0.9}),
+            Case("temperature=0 means greedy: the arg-max of each row", (rand,),
+                 {"temperature": 0.0}),
+            Case("a negative temperature", (rand,), {"temperature": -1.0}, raises=ValueError),
+            Case("top_k=0", (rand,), {"top_k": 0}, raises=ValueError),
+            Case("top_p=1.5", (rand,), {"top_p": 1.5}, raises=ValueError),
+        ]
+
+    def call(self, obj, case):
+        logits = case.args[0]  # (rows, vocab)
+        if case.raises is not None:
+            return obj(logits, **case.kwargs)
+        rows, vocab = logits.shape
+        batch = logits.repeat(DRAWS, 1)  # (DRAWS * rows, vocab): row r repeats every `rows`
+        first = obj(batch, **case.kwargs, generator=torch.Generator().manual_seed(1234))
+        if not isinstance(first, torch.Tensor) or tuple(first.shape) != (DRAWS * rows,):
+            shape = tuple(first.shape) if isinstance(first, torch.Tensor) else type(first).__name__
+            raise GradingError(f"for logits of shape {(DRAWS * rows, vocab)} your function "
+                               f"returned {shape}; it should return one token id per row, "
+                               f"shape ({DRAWS * rows},)")
+        if first.dtype != torch.long:
+            raise GradingError(f"your tokens have dtype {str(first.dtype)[6:]}; token ids are "
+                               "long (int64), as torch.multinomial and argmax return them")
+        if first.min() < 0 or first.max() >= vocab:
+            raise GradingError(f"your tokens include ids outside [0, {vocab})")
+        again = obj(batch, **case.kwargs, generator=torch.Generator().manual_seed(1234))
+        if not torch.equal(first, again):
+            raise GradingError("two calls with generators in the same state gave different "
+                               "tokens: pass `generator=generator` to torch.multinomial so "
+                               "that sampling is reproducible")
+        tokens = first.reshape(DRAWS, rows)  # (draws, rows)
+        counts = torch.zeros(rows, vocab, dtype=torch.float64)
+        counts.scatter_add_(1, tokens.T, torch.ones(rows, DRAWS, dtype=torch.float64))
+        return {"freq": counts / DRAWS}  # (rows, vocab)
+
+    def expected(self, case):
+        if case.raises is not None:
+            return None
+        return {"exact": sampling_distribution(case.args[0], **case.kwargs).double()}
+
+    def compare(self, got, want, case):
+        if want is None:
+            return None
+        if not isinstance(got, dict) or "freq" not in got:
+            return "your function should return a tensor of token ids"
+        freq = got["freq"]
+        if "exact" in want:
+            probs = want["exact"]
+            outside = (freq > 0) & (probs == 0)
+            if outside.any():
+                row, token = (int(i) for i in outside.nonzero()[0])
+                return (f"token {token} was sampled {freq[row, token]:.1%} of the time in row "
+                        f"{row}, but it must never be (it is outside the allowed set)")
+            tolerance = 5 * (probs * (1 - probs) / DRAWS).sqrt() + 2e-3
+        else:  # comparing with a wrong implementation's own frequencies
+            probs = want["freq"]
+            tolerance = 5 * (2 * probs * (1 - probs) / DRAWS).sqrt() + 3e-3
+        bad = (freq - probs).abs() > tolerance
+        if bad.any():
+            row, token = (int(i) for i in bad.nonzero()[0])
+            return (f"the frequencies of your samples do not match the distribution (row {row}, "
+                    f"token {token}: sampled {freq[row, token]:.3f} of the time, expected "
+                    f"{probs[row, token]:.3f})")
+        return None
+
+    def mistakes(self):
+        def _temperature_after_softmax(logits, temperature=1.0, top_k=None, top_p=None,
+                                       generator=None):
+            if temperature == 0:
+                return logits.argmax(-1)
+            probs = _filter(_softmax(logits), top_k, top_p) / temperature
+            return torch.multinomial(probs.float(), 1, generator=generator).squeeze(-1)
+
+        def _top_k_keeps_k_minus_1(logits, temperature=1.0, top_k=None, top_p=None,
+                                   generator=None):
+            if temperature == 0:
+                return logits.argmax(-1)
+            logits = logits / temperature
+            if top_k is not None:
+                kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+                logits = logits.masked_fill(logits <= kth, float("-inf"))
+            probs = _filter(_softmax(logits), None, top_p)
+            return torch.multinomial(probs.float(), 1, generator=generator).squeeze(-1)
+
+        def _top_p_drops_crossing_token(logits, temperature=1.0, top_k=None, top_p=None,
+                                        generator=None):
+            if temperature == 0:
+                return logits.argmax(-1)
+            probs = _filter(_softmax(logits / temperature), top_k, None)
+            if top_p is not None:
+                sorted_probs, order = probs.sort(-1, descending=True)
+                keep_sorted = sorted_probs.cumsum(-1) <= top_p
+                keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+                probs = probs.masked_fill(~keep, 0.0)
+            return torch.multinomial(probs.float(), 1, generator=generator).squeeze(-1)
+
+        return [
+            (_temperature_after_softmax,
+             "temperature has no effect in your samples: divide the LOGITS by the temperature "
+             "before the softmax (dividing the probabilities afterwards is undone when they are "
+             "renormalised)"),
+            (_top_k_keeps_k_minus_1,
+             "you keep only k - 1 tokens: the k-th largest logit must stay (mask the logits "
+             "strictly below it, `<` not `<=`)"),
+            (_top_p_drops_crossing_token,
+             "you drop the token that makes the total probability cross top_p: keep the "
+             "smallest set of most likely tokens whose total REACHES top_p, crossing token "
+             "included (keep a token when the mass BEFORE it is below top_p)"),
+        ]
+
+
+def _filter(probs: torch.Tensor, top_k, top_p) -> torch.Tensor:
+    """Correct top-k / top-p filtering of probabilities (used by the wrong implementations)."""
+    if top_k is not None:
+        kth = torch.topk(probs, top_k, dim=-1).values[..., -1:]
+        probs = probs.masked_fill(probs < kth, 0.0)
+    if top_p is not None:
+        probs = probs / probs.sum(-1, keepdim=True)
+        sorted_probs, order = probs.sort(-1, descending=True)
+        keep_sorted = (sorted_probs.cumsum(-1) - sorted_probs) < top_p
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+        probs = probs.masked_fill(~keep, 0.0)
+    return probs
+
+
+# --------------------------------------------------------------------------------------------
+# perplexity
+# --------------------------------------------------------------------------------------------
+
+
+def _nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    log_probs = logits - logits.logsumexp(-1, keepdim=True)
+    return -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+@register
+class PerplexityTask(Task):
+    id = "ex09.perplexity"
+    lesson = "lesson 09, section 'The bigram baseline'"
+    reference = "course_lib.sampling.perplexity"
+
+    def cases(self, gen):
+        def make(shape, vocab, scale=1.0, dtype=torch.float32):
+            logits = (torch.randn(*shape, vocab, generator=gen, dtype=torch.float64) * scale)
+            return logits.to(dtype), torch.randint(vocab, shape, generator=gen)
+
+        uniform = torch.zeros(3, 4, 10)
+        return [
+            Case("logits (2, 5, 11) and targets (2, 5)", make((2, 5), 11)),
+            Case("logits (7, 4) and targets (7,): no batch dimension", make((7,), 4)),
+            Case("float64 logits (3, 6, 20)", make((3, 6), 20, dtype=torch.float64)),
+            Case("confident logits (scale 6), (4, 9, 13)", make((4, 9), 13, scale=6.0)),
+            Case("uniform logits over 10 tokens: perplexity 10",
+                 (uniform, torch.randint(10, (3, 4), generator=gen))),
+            Case("targets (2, 6) for logits (2, 5, 11)",
+                 (torch.randn(2, 5, 11, generator=gen), torch.zeros(2, 6, dtype=torch.long)),
+                 raises=ValueError),
+        ]
+
+    def mistakes(self):
+        def _base_2(logits, targets):
+            return 2.0 ** _nll(logits, targets).mean()
+
+        def _log2_then_exp(logits, targets):
+            return torch.exp(_nll(logits, targets).mean() / math.log(2))
+
+        def _mean_after_exp(logits, targets):
+            return torch.exp(_nll(logits, targets)).mean()
+
+        return [
+            (_base_2, "the cross-entropy of log_softmax is in nats (natural log), so the "
+                      "perplexity is e ** mean, not 2 ** mean"),
+            (_log2_then_exp, "you measured the cross-entropy in bits (log base 2) but then "
+                             "took exp: use the natural log throughout (or 2 ** bits)"),
+            (_mean_after_exp, "you averaged the per-token perplexities; take the MEAN of the "
+                              "cross-entropy first, then one exponential"),
+        ]
+
+
+# --------------------------------------------------------------------------------------------
+# cached_attention_step
+# --------------------------------------------------------------------------------------------
+
+_AXIS_HINT = ("append the new key and value along the sequence axis (dim=2 of "
+              "(batch, heads, t, d_head)), so the cache grows by one token per step")
+_STALE_HINT = ("return the caches WITH the new key and value appended; returning the old "
+               "ones (a stale cache) makes the next step forget this token")
+
+
+@register
+class CachedAttentionStepTask(Task):
+    id = "ex09.cached_attention_step"
+    lesson = "lesson 09, section 'A KV cache'"
+    reference = "course_lib.sampling.cached_attention_step"
+
+    def cases(self, gen):
+        def qkv(batch, heads, n, d, d_v=None, dtype=torch.float32):
+            d_v = d_v or d
+            return tuple(torch.randn(batch, heads, n, size, generator=gen, dtype=dtype)
+                         for size in (d, d, d_v))
+
+        seq = {"mode": "sequence"}
+        cache_k = torch.randn(2, 2, 6, 4, generator=gen)
+        cache_v = torch.randn(2, 2, 6, 4, generator=gen)
+        q1, k1, v1 = qkv(2, 2, 1, 4)
+        return [
+            Case("5 steps from an empty cache, q, k, v (2, 3, 5, 4): each step's output must "
+                 "equal that row of full causal attention", qkv(2, 3, 5, 4), data=seq),
+            Case("7 steps, float64, batch 1, one head, d_v=3 != d_k=5",
+                 qkv(1, 1, 7, 5, 3, dtype=torch.float64), data=seq),
+            Case("one step after a cache of 6 tokens, (2, 2, 6, 4)",
+                 (q1, k1, v1, cache_k, cache_v)),
+            Case("q_t with 2 tokens", (torch.randn(2, 2, 2, 4, generator=gen), k1, v1,
+                                       cache_k, cache_v), raises=ValueError),
+        ]
+
+    def _step(self, obj, q_t, k_t, v_t, k_cache, v_cache):
+        t = k_cache.shape[2]
+        try:
+            out = obj(q_t, k_t, v_t, k_cache, v_cache)
+        except RuntimeError as error:
+            if "Sizes of tensors must match" in str(error) or "size of tensor" in str(error):
+                raise GradingError(f"your code raised RuntimeError: {error}. Hint: "
+                                   f"{_AXIS_HINT}") from None
+            raise
+        if not isinstance(out, (tuple, list)) or len(out) != 3:
+            raise GradingError("cached_attention_step should return a tuple "
+                               "(output_t, k_cache, v_cache)")
+        output_t, new_k, new_v = out
+        for name, cache, old in (("k_cache", new_k, k_cache), ("v_cache", new_v, v_cache)):
+            want = (*old.shape[:2], t + 1, old.shape[3])
+            if not isinstance(cache, torch.Tensor):
+                raise GradingError(f"the returned {name} should be a tensor")
+            if tuple(cache.shape) == tuple(old.shape):
+                raise GradingError(f"after a step with a cache of {t} tokens your {name} still "
+                                   f"has shape {tuple(cache.shape)}: {_STALE_HINT}")
+            if tuple(cache.shape) != want:
+                raise GradingError(f"after a step with a cache of {t} tokens your {name} has "
+                                   f"shape {tuple(cache.shape)}, expected {want}: {_AXIS_HINT}")
+        return output_t, new_k, new_v
+
+    def call(self, obj, case):
+        if case.raises is not None or case.data.get("mode") != "sequence":
+            if case.raises is not None:
+                return obj(*case.args)
+            return self._step(obj, *case.args)
+        q, k, v = case.args  # (batch, heads, n, d)
+        batch, heads, n, _ = q.shape
+        k_cache = k.new_zeros(batch, heads, 0, k.shape[-1])
+        v_cache = v.new_zeros(batch, heads, 0, v.shape[-1])
+        outputs = []
+        for i in range(n):
+            output_t, k_cache, v_cache = self._step(obj, q[:, :, i:i + 1], k[:, :, i:i + 1],
+                                                    v[:, :, i:i + 1], k_cache, v_cache)
+            outputs.append(output_t)
+        return torch.cat(outputs, dim=2), k_cache, v_cache  # (batch, heads, n, d_v), caches
+
+    def compare(self, got, want, case):
+        if isinstance(got, (tuple, list)) and len(got) == 3 and isinstance(want, (tuple, list)):
+            names = ("your outputs", "your final k_cache", "your final v_cache")
+            for g, w, name in zip(got, want, names, strict=True):
+                message = compare_values(g, w, name)
+                if message:
+                    return message
+            return None
+        return compare_values(got, want)
+
+    def mistakes(self):
+        def _stale_cache(q_t, k_t, v_t, k_cache, v_cache):
+            keys, values = torch.cat([k_cache, k_t], 2), torch.cat([v_cache, v_t], 2)
+            return _attend(q_t, keys, values), k_cache, v_cache
+
+        def _without_the_new_token(q_t, k_t, v_t, k_cache, v_cache):
+            output = _attend(q_t, k_cache, v_cache) if k_cache.shape[2] else torch.zeros_like(
+                q_t[..., :1].expand(*q_t.shape[:3], v_t.shape[-1]))
+            return output, torch.cat([k_cache, k_t], 2), torch.cat([v_cache, v_t], 2)
+
+        def _wrong_axis(q_t, k_t, v_t, k_cache, v_cache):
+            keys, values = torch.cat([k_cache, k_t], -1), torch.cat([v_cache, v_t], -1)
+            return _attend(q_t, keys, values), keys, values
+
+        return [
+            (_stale_cache, _STALE_HINT),
+            (_without_the_new_token,
+             "the newest token must attend to itself too: append k_t and v_t to the cache "
+             "BEFORE computing the attention"),
+            (_wrong_axis, _AXIS_HINT),
+        ]
+
+
+def _attend(q, k, v):
+    weights = _softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
+    return weights @ v

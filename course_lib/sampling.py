@@ -1,0 +1,151 @@
+"""Sampling the next token, perplexity, and one step of attention with a KV cache (lesson 09).
+
+    sampling_distribution  logits (batch, vocab) -> the probabilities a sampler draws from:
+                           softmax(logits / temperature), then top-k, then top-p, renormalised
+    sample_next            one draw per row from that distribution (greedy when temperature=0)
+    perplexity             exp(mean cross-entropy in nats): "as unsure as a fair die with
+                           this many faces"
+    cached_attention_step  attention of the newest query over all keys so far, appending the
+                           newest key and value to the cache instead of recomputing the past
+
+Filtering order (as Hugging Face `generate` does): temperature first, then keep the `top_k`
+most likely tokens, then the smallest set of the most likely tokens whose probabilities add up
+to at least `top_p` (the token that crosses `top_p` is kept).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .attention import scaled_dot_product_attention
+from .validation import check_floating, check_tensor
+
+__all__ = ["sampling_distribution", "sample_next", "perplexity", "cached_attention_step"]
+
+
+def _check_options(temperature: object, top_k: object, top_p: object, vocab: int) -> None:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise TypeError(f"temperature must be a number >= 0, got {temperature!r}")
+    if not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), "
+                         f"got {temperature}")
+    if top_k is not None:
+        if isinstance(top_k, bool) or not isinstance(top_k, int):
+            raise TypeError(f"top_k must be None or a positive int, got {top_k!r}")
+        if top_k < 1:
+            raise ValueError(f"top_k must be None or at least 1 (keep the k most likely tokens), "
+                             f"got {top_k}")
+    if top_p is not None:
+        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)):
+            raise TypeError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1] (a cumulative probability), got {top_p}")
+
+
+def _check_logits(logits: object) -> Tensor:
+    check_tensor(logits, "logits", ndim=2, shape_hint="(batch, vocab)")
+    check_floating(logits, "logits")
+    return logits
+
+
+def sampling_distribution(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
+                          top_p: float | None = None) -> Tensor:
+    """logits (batch, vocab) -> probabilities (batch, vocab) that `sample_next` draws from.
+
+    temperature > 0 divides the logits (a sharper distribution below 1, a flatter one above);
+    temperature = 0 puts all the mass on the most likely token (greedy). top_k keeps the k
+    most likely tokens; top_p keeps the smallest set of most likely tokens whose probability
+    reaches top_p. Everything else gets probability exactly 0; rows sum to 1.
+    """
+    _check_logits(logits)
+    vocab = logits.shape[-1]
+    _check_options(temperature, top_k, top_p, vocab)
+    if temperature == 0:  # greedy: a one-hot on the arg-max
+        return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+    logits = logits / temperature  # (batch, vocab): temperature acts BEFORE the softmax
+    if top_k is not None and top_k < vocab:
+        kth_largest = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # (batch, 1)
+        logits = logits.masked_fill(logits < kth_largest, float("-inf"))  # ties at k are kept
+    probs = torch.softmax(logits, dim=-1)  # (batch, vocab)
+    if top_p is not None and top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)  # (batch, vocab)
+        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs  # probability of better tokens
+        keep_sorted = mass_before < top_p  # keeps the token that crosses top_p
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)  # (batch, vocab)
+        probs = probs.masked_fill(~keep, 0.0)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
+def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
+                top_p: float | None = None, generator: torch.Generator | None = None) -> Tensor:
+    """logits (batch, vocab) -> the next token of each row, long (batch,).
+
+    Draws from `sampling_distribution(logits, temperature, top_k, top_p)` with
+    `torch.multinomial` and the given `generator` (same generator state, same tokens).
+    temperature = 0 is greedy decoding: the arg-max, no randomness.
+    """
+    probs = sampling_distribution(logits, temperature, top_k, top_p)  # (batch, vocab)
+    if temperature == 0:
+        return logits.argmax(dim=-1)  # (batch,)
+    draws = torch.multinomial(probs.float(), num_samples=1, generator=generator)  # (batch, 1)
+    return draws.squeeze(-1)  # (batch,)
+
+
+def perplexity(logits: Tensor, targets: Tensor) -> Tensor:
+    """exp(mean cross-entropy): logits (..., vocab), targets (...) long -> a scalar tensor.
+
+    The cross-entropy is in nats (natural log) and averaged over every position BEFORE the
+    exponential; a model that spreads its probability evenly over V tokens has perplexity V.
+    """
+    check_tensor(logits, "logits", min_ndim=2, shape_hint="(..., vocab)")
+    check_floating(logits, "logits")
+    check_tensor(targets, "targets", shape_hint="(...) = logits' shape without vocab",
+                 dtype=(torch.int64, torch.int32))
+    if tuple(targets.shape) != tuple(logits.shape[:-1]):
+        raise ValueError(f"targets has shape {tuple(targets.shape)} but logits has shape "
+                         f"{tuple(logits.shape)}; targets must be logits' shape without the "
+                         "last (vocab) dimension")
+    vocab = logits.shape[-1]
+    if targets.min() < 0 or targets.max() >= vocab:
+        raise ValueError(f"targets holds ids outside [0, {vocab}) (vocab={vocab})")
+    log_probs = torch.log_softmax(logits, dim=-1)  # (..., vocab), natural log
+    nll = -log_probs.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)  # (...)
+    return torch.exp(nll.mean())
+
+
+def cached_attention_step(q_t: Tensor, k_t: Tensor, v_t: Tensor, k_cache: Tensor,
+                          v_cache: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Attention for the newest token, reusing the keys and values of the earlier ones.
+
+    q_t, k_t, v_t: (batch, heads, 1, d_head), the newest token's query, key and value.
+    k_cache, v_cache: (batch, heads, t, d_head), the keys and values of the t earlier tokens
+    (t may be 0). Returns (output_t (batch, heads, 1, d_head), k_cache, v_cache) with the new
+    caches (batch, heads, t + 1, d_head): the old ones with k_t and v_t appended along the
+    sequence axis. output_t equals the last row of full causal attention over all t + 1
+    tokens: the newest token may attend to every earlier one and to itself, so no mask.
+    """
+    for t, name in ((q_t, "q_t"), (k_t, "k_t"), (v_t, "v_t")):
+        check_tensor(t, name, ndim=4, shape_hint="(batch, heads, 1, d_head)")
+        check_floating(t, name)
+        if t.shape[2] != 1:
+            raise ValueError(f"{name} must hold one token, shape (batch, heads, 1, d_head), "
+                             f"got shape {tuple(t.shape)}")
+    for t, name in ((k_cache, "k_cache"), (v_cache, "v_cache")):
+        check_tensor(t, name, ndim=4, shape_hint="(batch, heads, t, d_head)", allow_empty=True)
+    if k_t.shape != q_t.shape or tuple(k_cache.shape[:2]) != tuple(q_t.shape[:2]) \
+            or k_cache.shape[-1] != q_t.shape[-1]:
+        raise ValueError(f"q_t {tuple(q_t.shape)}, k_t {tuple(k_t.shape)} and k_cache "
+                         f"{tuple(k_cache.shape)} must share batch, heads and d_head")
+    if v_t.shape[:3] != q_t.shape[:3] or tuple(v_cache.shape[:3]) != tuple(k_cache.shape[:3]) \
+            or v_cache.shape[-1] != v_t.shape[-1]:
+        raise ValueError(f"v_t {tuple(v_t.shape)} and v_cache {tuple(v_cache.shape)} must match "
+                         f"k_t {tuple(k_t.shape)} and k_cache {tuple(k_cache.shape)} in batch, "
+                         "heads and length, and share their d_head")
+    k_cache = torch.cat([k_cache, k_t], dim=-2)  # (batch, heads, t + 1, d_head)
+    v_cache = torch.cat([v_cache, v_t], dim=-2)  # (batch, heads, t + 1, d_head)
+    output_t, _ = scaled_dot_product_attention(q_t, k_cache, v_cache)  # (batch, heads, 1, d_head)
+    return output_t, k_cache, v_cache

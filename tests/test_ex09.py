@@ -1,0 +1,202 @@
+"""The ex09 grader: references pass, each mistake fails with its hint, shortcuts are caught."""
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_lib.grading import NOTEBOOK_SEED, check_result, get_task
+from course_lib.grading.core import judge, run_cases
+from course_lib.grading.tasks import ex09
+from course_lib.sampling import (
+    cached_attention_step,
+    perplexity,
+    sample_next,
+    sampling_distribution,
+)
+
+TASKS = ("ex09.sample_next", "ex09.perplexity", "ex09.cached_attention_step")
+
+
+def status(task_id, obj):
+    result = check_result(task_id, obj)
+    assert not isinstance(result, str), result
+    return result
+
+
+# ---- alternative correct implementations ----------------------------------------------------
+
+
+def sample_next_inverse_cdf(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    """Sorted probabilities and an inverse-CDF draw instead of torch.multinomial (float64)."""
+    if temperature < 0 or (top_k is not None and top_k < 1) or \
+            (top_p is not None and not 0 < top_p <= 1):
+        raise ValueError("bad option")
+    if temperature == 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits.double() / temperature, dim=-1)
+    sorted_probs, order = probs.sort(-1, descending=True)
+    rank = torch.arange(probs.shape[-1]).expand_as(sorted_probs)
+    keep = torch.ones_like(sorted_probs, dtype=torch.bool)
+    if top_k is not None:
+        keep &= rank < top_k
+    if top_p is not None:
+        kept = sorted_probs * keep
+        kept = kept / kept.sum(-1, keepdim=True)
+        keep &= (kept.cumsum(-1) - kept) < top_p
+    sorted_probs = sorted_probs * keep
+    cdf = (sorted_probs / sorted_probs.sum(-1, keepdim=True)).cumsum(-1)
+    u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64)
+    index = (cdf < u).sum(-1).clamp(max=probs.shape[-1] - 1)
+    return order.gather(-1, index[:, None]).squeeze(-1)
+
+
+def perplexity_via_cross_entropy(logits, targets):
+    if targets.shape != logits.shape[:-1]:
+        raise ValueError("targets must match logits without vocab")
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)).exp()
+
+
+def perplexity_bits(logits, targets):
+    if targets.shape != logits.shape[:-1]:
+        raise ValueError("targets must match logits without vocab")
+    bits = -(torch.log_softmax(logits, -1) / math.log(2)).gather(-1, targets[..., None])
+    return 2 ** bits.mean()
+
+
+def cached_step_einsum(q_t, k_t, v_t, k_cache, v_cache):
+    if q_t.shape[2] != 1:
+        raise ValueError("q_t must hold one token")
+    keys = torch.cat([k_cache, k_t], dim=2)
+    values = torch.cat([v_cache, v_t], dim=2)
+    scores = torch.einsum("bhqd,bhkd->bhqk", q_t, keys) / q_t.shape[-1] ** 0.5
+    return torch.einsum("bhqk,bhkd->bhqd", scores.softmax(-1), values), keys, values
+
+
+def cached_step_fused(q_t, k_t, v_t, k_cache, v_cache):
+    if q_t.shape[2] != 1:
+        raise ValueError("q_t must hold one token")
+    keys, values = torch.cat([k_cache, k_t], -2), torch.cat([v_cache, v_t], -2)
+    return F.scaled_dot_product_attention(q_t, keys, values), keys, values
+
+
+def sample_next_stub(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    raise NotImplementedError()
+
+
+def perplexity_stub(logits, targets):
+    raise NotImplementedError()
+
+
+def cached_step_stub(q_t, k_t, v_t, k_cache, v_cache):
+    raise NotImplementedError()
+
+
+def sample_next_calls_reference(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    return sample_next(logits, temperature, top_k, top_p, generator)
+
+
+def sample_next_calls_distribution(logits, temperature=1.0, top_k=None, top_p=None,
+                                   generator=None):
+    probs = sampling_distribution(logits, temperature, top_k, top_p)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def sample_next_ignores_generator(logits, temperature=1.0, top_k=None, top_p=None,
+                                  generator=None):
+    if temperature == 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits / temperature, -1)
+    return torch.multinomial(probs, 1).squeeze(-1)
+
+
+# ---- tests ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task_id, obj", [
+    ("ex09.sample_next", sample_next),
+    ("ex09.perplexity", perplexity),
+    ("ex09.cached_attention_step", cached_attention_step),
+])
+def test_reference_passes(task_id, obj):
+    task = get_task(task_id)
+    unwatched = copy.copy(task)
+    unwatched.reference, unwatched.forbidden = "", ()
+    cases = task.cases(torch.Generator().manual_seed(NOTEBOOK_SEED))
+    result = judge(task, cases, run_cases(unwatched, obj, cases))
+    assert result.status == "passed", result.feedback
+    assert result.score == result.max_score
+
+
+@pytest.mark.parametrize("task_id, obj", [
+    ("ex09.sample_next", sample_next_inverse_cdf),
+    ("ex09.perplexity", perplexity_via_cross_entropy),
+    ("ex09.perplexity", perplexity_bits),
+    ("ex09.cached_attention_step", cached_step_einsum),
+    ("ex09.cached_attention_step", cached_step_fused),
+])
+def test_alternative_correct_implementations_pass(task_id, obj):
+    result = status(task_id, obj)
+    assert result.status == "passed", result.feedback
+
+
+def _mistake_params():
+    params = []
+    for task_id, task in (("ex09.sample_next", ex09.SampleNextTask()),
+                          ("ex09.perplexity", ex09.PerplexityTask()),
+                          ("ex09.cached_attention_step", ex09.CachedAttentionStepTask())):
+        for wrong, hint in task.mistakes():
+            params.append(pytest.param(task_id, wrong, hint, id=f"{task_id}-{wrong.__name__}"))
+    return params
+
+
+@pytest.mark.parametrize("task_id, wrong, hint", _mistake_params())
+def test_each_mistake_fails_with_its_hint(task_id, wrong, hint):
+    result = status(task_id, wrong)
+    assert result.status == "failed", result.feedback
+    assert hint in result.feedback
+
+
+def test_every_named_mistake_is_covered():
+    names = {p.values[1].__name__ for p in _mistake_params()}
+    assert {"_temperature_after_softmax", "_top_k_keeps_k_minus_1",
+            "_top_p_drops_crossing_token"} <= names
+    assert {"_base_2", "_log2_then_exp", "_mean_after_exp"} <= names
+    assert {"_stale_cache", "_wrong_axis", "_without_the_new_token"} <= names
+
+
+def test_sampling_ignoring_the_generator_fails():
+    result = status("ex09.sample_next", sample_next_ignores_generator)
+    assert result.status == "failed"
+    assert "generator" in result.feedback
+
+
+@pytest.mark.parametrize("task_id, obj, needle", [
+    ("ex09.sample_next", sample_next_calls_reference, "course_lib.sampling.sample_next"),
+    ("ex09.sample_next", sample_next_calls_distribution,
+     "course_lib.sampling.sampling_distribution"),
+])
+def test_forbidden_calls(task_id, obj, needle):
+    result = status(task_id, obj)
+    assert result.status == "forbidden", result.feedback
+    assert needle in result.feedback
+
+
+@pytest.mark.parametrize("task_id, stub", [
+    ("ex09.sample_next", sample_next_stub),
+    ("ex09.perplexity", perplexity_stub),
+    ("ex09.cached_attention_step", cached_step_stub),
+])
+def test_stub_is_not_implemented(task_id, stub):
+    assert status(task_id, stub).status == "not implemented"
+
+
+def test_statistical_check_is_tight_enough():
+    """The tolerance separates top-p 0.7 keeping 3 tokens from keeping 2 by many sigmas."""
+    probs = sampling_distribution(ex09._logits_from_probs(ex09._P6, ex09._ORDER6)[None],
+                                  top_p=0.7)
+    assert int((probs > 0).sum()) == 3
+    sigma = math.sqrt(0.25 * 0.75 / ex09.DRAWS)
+    assert abs(0.4 / 0.8 - 0.4 / 0.65) > 10 * sigma

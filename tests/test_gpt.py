@@ -1,0 +1,216 @@
+"""The GPT of lesson 09: built from EncoderLayer, causal, KV cache, generation, schedule."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_lib.blocks import EncoderLayer
+from course_lib.gpt import (
+    GPT,
+    BigramLM,
+    GPTConfig,
+    WarmupCosine,
+    evaluate_loss,
+    generate,
+    lm_loss,
+)
+from course_lib.masking import causal_mask
+from course_lib.multihead import MultiHeadAttention
+
+
+def small(**overrides):
+    options = dict(vocab_size=11, block_size=16, d_model=32, num_heads=4, num_layers=2)
+    options.update(overrides)
+    return GPT(GPTConfig(**options))
+
+
+def test_forward_shape_and_blocks():
+    torch.manual_seed(0)
+    model = small()
+    logits = model(torch.randint(11, (3, 10)))
+    assert logits.shape == (3, 10, 11)
+    assert all(isinstance(layer, EncoderLayer) and layer.norm_first for layer in model.layers)
+    assert not hasattr(model.layers[0], "multihead_attn")  # no cross-attention
+    assert model.lm_head.weight is model.token_embedding.weight
+
+
+@pytest.mark.parametrize("dtype, atol", [(torch.float32, 1e-5), (torch.float64, 1e-10)])
+def test_equals_the_blocks_with_an_explicit_causal_mask(dtype, atol):
+    torch.manual_seed(0)
+    model = small().to(dtype)
+    ids = torch.randint(11, (2, 12))
+    x = model.token_embedding(ids) + model.position_embedding(torch.arange(12))
+    for layer in model.layers:
+        x = layer(x, causal_mask(12))
+    by_hand = model.norm(x) @ model.token_embedding.weight.T
+    assert torch.allclose(model(ids), by_hand, atol=atol)
+
+
+def test_is_causal_matches_the_mask_and_torch():
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(16, 4)
+    x = torch.randn(2, 7, 16)
+    fused, none = attn(x, x, x, need_weights=False, is_causal=True)
+    masked, weights = attn(x, x, x, mask=causal_mask(7))
+    explicit, weights_causal = attn(x, x, x, is_causal=True)
+    assert none is None
+    assert torch.allclose(fused, masked, atol=1e-6) and torch.allclose(explicit, masked, atol=1e-6)
+    assert torch.equal(weights, weights_causal)
+    with pytest.raises(ValueError, match="is_causal"):
+        attn(x, x, x, mask=causal_mask(7), is_causal=True)
+    with pytest.raises(ValueError, match="is_causal"):
+        attn(x, x[:, :5], x[:, :5], is_causal=True)
+
+
+def test_model_is_causal():
+    torch.manual_seed(0)
+    model = small()
+    ids = torch.randint(11, (2, 14))
+    changed = ids.clone()
+    changed[:, 9] = (changed[:, 9] + 1) % 11
+    diff = (model(changed) - model(ids)).abs().amax(dim=(0, 2))
+    assert torch.all(diff[:9] == 0) and torch.all(diff[9:] > 0)
+
+
+@pytest.mark.parametrize("dtype, atol", [(torch.float32, 1e-5), (torch.float64, 1e-10)])
+def test_forward_cached_equals_forward(dtype, atol):
+    torch.manual_seed(0)
+    model = small().to(dtype)
+    ids = torch.randint(11, (2, 16))
+    logits, cache = model.forward_cached(ids[:, :5])  # a prompt, then one token at a time
+    pieces = [logits]
+    for t in range(5, 16):
+        logits, cache = model.forward_cached(ids[:, t:t + 1], cache)
+        pieces.append(logits)
+    assert torch.allclose(torch.cat(pieces, 1), model(ids), atol=atol)
+    assert len(cache) == 2 and cache[0][0].shape == (2, 4, 16, 8)
+    with pytest.raises(ValueError, match="block_size"):
+        model.forward_cached(ids[:, :1], cache)
+
+
+@pytest.mark.parametrize("options", [dict(), dict(top_k=3), dict(top_p=0.8, temperature=0.7),
+                                     dict(temperature=0.0)])
+def test_generate_with_cache_gives_identical_tokens(options):
+    torch.manual_seed(0)
+    model = small()
+    prompt = torch.randint(11, (2, 3))
+    plain = generate(model, prompt, 30, generator=torch.Generator().manual_seed(1), **options)
+    cached = generate(model, prompt, 30, generator=torch.Generator().manual_seed(1),
+                      use_cache=True, **options)
+    assert plain.shape == (2, 33)  # past block_size=16: the window slides
+    assert torch.equal(plain, cached)
+    assert torch.equal(plain[:, :3], prompt)
+
+
+def test_generate_rejects_bad_input():
+    model = small()
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        generate(model, torch.zeros(1, 1, dtype=torch.long), -1)
+    with pytest.raises(TypeError, match="ids"):
+        generate(model, torch.zeros(1, 1), 3)
+    with pytest.raises(TypeError, match="GPT"):
+        generate(BigramLM(11), torch.zeros(1, 1, dtype=torch.long), 3, use_cache=True)
+
+
+def test_bigram_and_untied_and_positionless_models():
+    bigram = BigramLM(5)
+    assert torch.allclose(bigram(torch.zeros(2, 3, dtype=torch.long)), torch.zeros(2, 3, 5))
+    out = generate(bigram, torch.zeros(1, 1, dtype=torch.long), 4,
+                   generator=torch.Generator().manual_seed(0))
+    assert out.shape == (1, 5)
+    untied = small(tie_weights=False, bias=True)
+    assert untied.lm_head.weight is not untied.token_embedding.weight
+    assert small(positions=False).position_embedding is None
+    # without positions, attention is permutation-equivariant, so only the causal order remains:
+    # the first position sees one token whatever its index
+    noposition = small(positions=False)
+    ids = torch.randint(11, (1, 6))
+    assert torch.allclose(noposition(ids)[0, 0], noposition(ids[:, :1])[0, 0], atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(vocab_size=0), ValueError, "vocab_size"),
+    (dict(vocab_size=10, d_model=30, num_heads=4), ValueError, "num_heads"),
+    (dict(vocab_size=10, block_size=-1), ValueError, "block_size"),
+])
+def test_config_rejects_bad_sizes(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        GPTConfig(**kwargs)
+
+
+def test_forward_rejects_bad_ids():
+    model = small()
+    with pytest.raises(ValueError, match="block_size"):
+        model(torch.zeros(1, 17, dtype=torch.long))
+    with pytest.raises(TypeError, match="ids"):
+        model(torch.zeros(1, 4))
+    with pytest.raises(TypeError, match="config"):
+        GPT({"vocab_size": 3})
+
+
+def test_gradients_reach_every_parameter():
+    torch.manual_seed(0)
+    model = small(bias=True)
+    ids = torch.randint(11, (2, 9))
+    loss = lm_loss(model, (ids[:, :-1], ids[:, 1:]))
+    loss.backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+
+
+def test_evaluate_loss_is_the_mean_over_every_token():
+    torch.manual_seed(0)
+    model = small()
+    ids = torch.randint(11, (50,))
+    got = evaluate_loss(model, ids, block_size=16, batch_size=2)
+    total, count = 0.0, 0
+    for start in range(0, 49, 16):  # windows of 17 tokens overlapping by one
+        window = ids[start:start + 17]
+        logits = model(window[:-1][None])[0]
+        total += F.cross_entropy(logits, window[1:], reduction="sum").item()
+        count += len(window) - 1
+    assert count == 49 and math.isclose(got, total / count, rel_tol=1e-5)
+    assert model.training  # left as it was
+
+
+def test_training_a_few_steps_lowers_the_loss():
+    torch.manual_seed(0)
+    model = small()
+    ids = torch.arange(200) % 11  # a perfectly predictable text
+    x, y = ids[:-1].reshape(1, -1)[:, :16], ids[1:].reshape(1, -1)[:, :16]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    first = lm_loss(model, (x, y)).item()
+    for _ in range(30):
+        optimizer.zero_grad()
+        lm_loss(model, (x, y)).backward()
+        optimizer.step()
+    assert lm_loss(model, (x, y)).item() < first / 2
+
+
+def test_warmup_cosine_by_steps():
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=0.0)
+    schedule = WarmupCosine(optimizer, 1.0, 0.1, warmup_steps=4, total_steps=14)
+    lrs = []
+    for _ in range(16):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        schedule.step()
+    assert lrs[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])
+    assert lrs[9] == pytest.approx(0.1 + 0.45 * (1 + math.cos(math.pi * 0.5)))
+    assert lrs[14] == pytest.approx(0.1) and lrs[15] == pytest.approx(0.1)
+    assert schedule.lr_at(0.0) == 1.0 and schedule.lr_at(2.0) == pytest.approx(0.1)
+
+
+def test_warmup_cosine_by_time_and_bad_arguments():
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
+    schedule = WarmupCosine(optimizer, 1.0, 0.0, warmup_steps=0, total_seconds=1e-9)
+    schedule.step()
+    schedule.step()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.0)  # the time is up
+    with pytest.raises(ValueError, match="exactly one"):
+        WarmupCosine(optimizer, 1.0, 0.1, 0)
+    with pytest.raises(ValueError, match="min_lr"):
+        WarmupCosine(optimizer, 1.0, 2.0, 0, total_steps=3)
+    with pytest.raises(TypeError, match="optimizer"):
+        WarmupCosine("adam", 1.0, 0.1, 0, total_steps=3)
