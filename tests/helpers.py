@@ -39,3 +39,16 @@ def outputs_text(nb) -> str:
 
 
 MACHINE_PATH = re.compile(r"(/work/|/tmp/|/root/|/home/\w+/)")
+
+
+def mistake_params(*task_ids: str) -> list:
+    """pytest params (task_id, wrong, hint): every listed mistake of the given tasks."""
+    import pytest
+
+    from course_lib.grading import get_task
+
+    return [
+        pytest.param(task_id, wrong, hint, id=f"{task_id}-{getattr(wrong, '__name__', 'mistake')}")
+        for task_id in task_ids
+        for wrong, hint in get_task(task_id).mistakes()
+    ]

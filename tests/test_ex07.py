@@ -5,12 +5,12 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import mistake_params
 from torch import nn
 
 from course_lib.blocks import EncoderLayer, FeedForward, layer_norm
 from course_lib.grading import NOTEBOOK_SEED, check_result, get_task
 from course_lib.grading.core import judge, run_cases
-from course_lib.grading.tasks import ex07
 from course_lib.multihead import MultiHeadAttention
 
 
@@ -163,13 +163,7 @@ def test_alternative_correct_implementations_pass(task_id, obj):
 
 
 def _mistake_params():
-    params = []
-    for task_id, task in (("ex07.layer_norm", ex07.LayerNormTask()),
-                          ("ex07.FeedForward", ex07.FeedForwardTask()),
-                          ("ex07.EncoderLayer", ex07.EncoderLayerTask())):
-        for wrong, hint in task.mistakes():
-            params.append(pytest.param(task_id, wrong, hint, id=f"{task_id}-{wrong.__name__}"))
-    return params
+    return mistake_params("ex07.layer_norm", "ex07.FeedForward", "ex07.EncoderLayer")
 
 
 @pytest.mark.parametrize("task_id, wrong, hint", _mistake_params())

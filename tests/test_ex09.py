@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import mistake_params
 
 from course_lib.grading import NOTEBOOK_SEED, check_result, get_task
 from course_lib.grading.core import judge, run_cases
@@ -143,13 +144,7 @@ def test_alternative_correct_implementations_pass(task_id, obj):
 
 
 def _mistake_params():
-    params = []
-    for task_id, task in (("ex09.sample_next", ex09.SampleNextTask()),
-                          ("ex09.perplexity", ex09.PerplexityTask()),
-                          ("ex09.cached_attention_step", ex09.CachedAttentionStepTask())):
-        for wrong, hint in task.mistakes():
-            params.append(pytest.param(task_id, wrong, hint, id=f"{task_id}-{wrong.__name__}"))
-    return params
+    return mistake_params("ex09.sample_next", "ex09.perplexity", "ex09.cached_attention_step")
 
 
 @pytest.mark.parametrize("task_id, wrong, hint", _mistake_params())
