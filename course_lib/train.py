@@ -281,7 +281,10 @@ def train(
     history = TrainHistory()
     model.train()
     iterator = iter(batches)
-    bar = tqdm(total=steps, desc=desc, disable=not progress, leave=True)
+    # At most one refresh a second: a notebook's progress bar is a widget, and every refresh is a
+    # message; a long cell that sends thousands overflows the kernel's output queue, and tools
+    # that read the queue after the cell (nbval) then lose its end.
+    bar = tqdm(total=steps, desc=desc, disable=not progress, leave=True, mininterval=1.0)
     start = time.perf_counter()
     counter = itertools.count(1) if steps is None else range(1, steps + 1)
     history.stopped_by = "steps"
