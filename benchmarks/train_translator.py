@@ -38,8 +38,9 @@ def build(config: dict, vocab_size: int, pad_id: int, seed: int = 0):
         vocab_size, config["d_model"], config["num_heads"], config["num_encoder_layers"],
         config["num_decoder_layers"], config["d_ff"], dropout=config["dropout"], pad_id=pad_id,
     )
+    # fused: one kernel updates all parameters (many small tensors here), same maths
     optimizer = torch.optim.AdamW(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9,
-                                  weight_decay=0.0)
+                                  weight_decay=0.0, fused=True)
     scheduler = noam_scheduler(optimizer, config["d_model"], config["warmup"], config["factor"],
                                total_steps=config["steps"], cooldown=config["cooldown"])
     return model, optimizer, scheduler

@@ -29,7 +29,7 @@ __all__ = ["Seq2SeqTransformer", "TRANSLATOR_CONFIG"]
 # trains exactly this). Sizes of the model, then of the training run.
 TRANSLATOR_CONFIG = dict(
     d_model=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=256, dropout=0.0,
-    batch_size=128, bucket=8, steps=500, warmup=100, factor=0.7, cooldown=0.3, smoothing=0.1,
+    batch_size=64, bucket=8, steps=700, warmup=100, factor=0.7, cooldown=0.3, smoothing=0.1,
     clip=1.0,
 )
 

@@ -148,11 +148,12 @@ class _Tokenizer:
             raise ValueError(f"encode_batch pads with '<pad>', but this tokenizer's specials are "
                              f"{self.specials}")
         encoded = [self.encode(t, add_bos=add_bos, add_eos=add_eos) for t in texts]
+        max_len = max(len(e) for e in encoded)
+        # pad the Python lists, then build the tensor in one call (one small tensor per row
+        # costs more than the rest of encoding a training batch)
+        padded = [e + [self.pad_id] * (max_len - len(e)) for e in encoded]
+        ids = torch.tensor(padded, dtype=torch.long).reshape(len(texts), max_len)
         lengths = torch.tensor([len(e) for e in encoded], dtype=torch.long)  # (batch,)
-        max_len = int(lengths.max())
-        ids = torch.full((len(texts), max_len), self.pad_id, dtype=torch.long)  # (batch, max_len)
-        for row, e in enumerate(encoded):
-            ids[row, : len(e)] = torch.tensor(e, dtype=torch.long)
         return ids, lengths
 
 
