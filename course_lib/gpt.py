@@ -150,7 +150,7 @@ class GPT(nn.Module):
         for i, layer in enumerate(self.layers):
             x, layer_cache = _layer_with_cache(layer, x, cache[i] if cache else None)
             new_cache.append(layer_cache)
-        return self.lm_head(_fast_norm(self.norm, x)), new_cache  # (batch, n, vocab)
+        return self.lm_head(self.norm(x)), new_cache  # (batch, n, vocab)
 
 
 def _layer_with_cache(layer: EncoderLayer, x: Tensor, cache: tuple[Tensor, Tensor] | None
@@ -163,7 +163,7 @@ def _layer_with_cache(layer: EncoderLayer, x: Tensor, cache: tuple[Tensor, Tenso
     run with PyTorch's fused attention kernel because generation calls it at every step.
     """
     attn = layer.self_attn
-    h = _fast_norm(layer.norm1, x)  # (batch, n, d_model)
+    h = layer.norm1(x)  # (batch, n, d_model)
     q, k, v = (attn._split(proj(h)) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
     # q, k, v: (batch, heads, n, d_head)
     k_all = k if cache is None else torch.cat([cache[0], k], dim=2)  # (b, h, t + n, d_head)
@@ -175,19 +175,15 @@ def _layer_with_cache(layer: EncoderLayer, x: Tensor, cache: tuple[Tensor, Tenso
         mask = torch.ones(n, total, dtype=torch.bool, device=x.device).tril(total - n)
         heads = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask)
     x = x + _maybe_dropout(layer.dropout1, attn.out_proj(merge_heads(heads)))  # (b, n, d_model)
-    hidden = layer.linear1(_fast_norm(layer.norm2, x))  # (batch, n, d_ff)
+    hidden = layer.linear1(layer.norm2(x))  # (batch, n, d_ff)
     hidden = F.gelu(hidden) if layer.activation == "gelu" else F.relu(hidden)
     x = x + _maybe_dropout(layer.dropout2, layer.linear2(_maybe_dropout(layer.dropout, hidden)))
     return x, (k_all, v_all)
 
 
 # Generation calls the cached path once per token on one position, where the cost is the number
-# of small operations, not arithmetic: PyTorch's fused LayerNorm (equal to lesson 07's to float
-# precision) and no dropout calls in eval mode.
-def _fast_norm(norm: LayerNorm, x: Tensor) -> Tensor:
-    return F.layer_norm(x, (norm.d_model,), norm.weight, norm.bias, norm.eps)
-
-
+# of small operations, not arithmetic: no dropout calls in eval mode (the LayerNorms already
+# run PyTorch's fused kernel).
 def _maybe_dropout(dropout: nn.Dropout, x: Tensor) -> Tensor:
     return dropout(x) if dropout.training and dropout.p > 0 else x
 
