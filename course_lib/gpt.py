@@ -150,7 +150,7 @@ class GPT(nn.Module):
         for i, layer in enumerate(self.layers):
             x, layer_cache = _layer_with_cache(layer, x, cache[i] if cache else None)
             new_cache.append(layer_cache)
-        return self.lm_head(self.norm(x)), new_cache  # (batch, n, vocab)
+        return _linear(self.lm_head, _norm(self.norm, x)), new_cache  # (batch, n, vocab)
 
 
 def _layer_with_cache(layer: EncoderLayer, x: Tensor, cache: tuple[Tensor, Tensor] | None
@@ -163,8 +163,8 @@ def _layer_with_cache(layer: EncoderLayer, x: Tensor, cache: tuple[Tensor, Tenso
     run with PyTorch's fused attention kernel because generation calls it at every step.
     """
     attn = layer.self_attn
-    h = layer.norm1(x)  # (batch, n, d_model)
-    q, k, v = (attn._split(proj(h)) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+    h = _norm(layer.norm1, x)  # (batch, n, d_model)
+    q, k, v = (attn._split(_linear(proj, h)) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
     # q, k, v: (batch, heads, n, d_head)
     k_all = k if cache is None else torch.cat([cache[0], k], dim=2)  # (b, h, t + n, d_head)
     v_all = v if cache is None else torch.cat([cache[1], v], dim=2)
@@ -174,16 +174,25 @@ def _layer_with_cache(layer: EncoderLayer, x: Tensor, cache: tuple[Tensor, Tenso
     else:  # a prompt: new token i sees the cache and the new tokens up to itself
         mask = torch.ones(n, total, dtype=torch.bool, device=x.device).tril(total - n)
         heads = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask)
-    x = x + _maybe_dropout(layer.dropout1, attn.out_proj(merge_heads(heads)))  # (b, n, d_model)
-    hidden = layer.linear1(layer.norm2(x))  # (batch, n, d_ff)
+    x = x + _maybe_dropout(layer.dropout1, _linear(attn.out_proj, merge_heads(heads)))
+    hidden = _linear(layer.linear1, _norm(layer.norm2, x))  # (batch, n, d_ff)
     hidden = F.gelu(hidden) if layer.activation == "gelu" else F.relu(hidden)
-    x = x + _maybe_dropout(layer.dropout2, layer.linear2(_maybe_dropout(layer.dropout, hidden)))
-    return x, (k_all, v_all)
+    hidden = _linear(layer.linear2, _maybe_dropout(layer.dropout, hidden))  # (b, n, d_model)
+    return x + _maybe_dropout(layer.dropout2, hidden), (k_all, v_all)
 
 
 # Generation calls the cached path once per token on one position, where the cost is the number
-# of small operations, not arithmetic: no dropout calls in eval mode (the LayerNorms already
-# run PyTorch's fused kernel).
+# of calls, not arithmetic: a module call (hooks, input checks) costs more than the maths of a
+# 128-wide vector. So the cached path calls the functions behind the modules directly, with the
+# modules' own weights (the same kernels, so the same numbers), and skips dropout in eval mode.
+def _norm(norm: LayerNorm, x: Tensor) -> Tensor:
+    return F.layer_norm(x, (norm.d_model,), norm.weight, norm.bias, norm.eps)
+
+
+def _linear(linear: nn.Linear, x: Tensor) -> Tensor:
+    return F.linear(x, linear.weight, linear.bias)
+
+
 def _maybe_dropout(dropout: nn.Dropout, x: Tensor) -> Tensor:
     return dropout(x) if dropout.training and dropout.p > 0 else x
 
@@ -246,7 +255,9 @@ def evaluate_loss(model: nn.Module, ids: Tensor, block_size: int, batch_size: in
     return total / count
 
 
-@torch.no_grad()
+# inference_mode, not just no_grad: it also skips autograd's version counters, which matters when
+# each generated token costs dozens of small operations (the KV-cache path)
+@torch.inference_mode()
 def generate(model: GPT | BigramLM, ids: Tensor, max_new_tokens: int, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None,
              generator: torch.Generator | None = None, use_cache: bool = False) -> Tensor:
