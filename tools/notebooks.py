@@ -319,7 +319,7 @@ def main(argv=None) -> None:
         action="store_true",
         help="execute and save even when the load average exceeds the number of cores",
     )
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # options may come before or after the paths
     paths = [p.resolve() for p in args.paths]
     if args.command in ("stamp", "all"):
         cmd_stamp(paths)
