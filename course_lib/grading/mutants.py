@@ -462,6 +462,8 @@ def make_mutants(cell: SolutionCell) -> list[Mutant]:
             skip.update(id(n) for n in ast.walk(node))
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and ast.get_docstring(node):
             skip.update(id(n) for n in ast.walk(node.body[0]))
+        if _number(node) is not None and isinstance(node, ast.UnaryOp):
+            skip.add(id(node.operand))  # -1 is one literal, not a minus and a 1
         if isinstance(node, ast.Call):
             for kind, where in _dim_arguments(node):
                 arg = (node.args[where] if kind == "arg"
