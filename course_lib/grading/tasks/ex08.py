@@ -168,6 +168,9 @@ class LabelSmoothingLoss(Task):
             case("float64 logits (2, 9, 12), half of the targets padded, smoothing 0.25",
                  (2, 9), 12, 0.25, 0, pad_fraction=0.5, dtype=torch.float64),
             case("logits (5, 4, 7), pad id 6 (not 0), smoothing 0.1", (5, 4), 7, 0.1, 6),
+            case("logits (3, 5, 9), padded targets with ignore_index -100 (F.cross_entropy's "
+                 "default, not a valid id: replace the ignored targets by a valid id before "
+                 "gathering, then leave them out)", (3, 5), 9, 0.1, -100),
         ]
 
     def mistakes(self):
