@@ -69,9 +69,15 @@ class SampleNextTask(Task):
                  (row8[None],), {"temperature": 0.8, "top_k": 5, "top_p": 0.9}),
             Case("temperature=0 means greedy: the arg-max of each row", (rand,),
                  {"temperature": 0.0}),
+            Case("top_k=20, more than the 8 tokens of the vocabulary: every token is kept "
+                 "(clamp k to the vocabulary size)", (row8[None],), {"top_k": 20}),
+            Case("top_p=1.0 (allowed: top_p is in (0, 1]) keeps every token, logits (2, 8)",
+                 (two,), {"top_p": 1.0}),
             Case("a negative temperature", (rand,), {"temperature": -1.0}, raises=ValueError),
             Case("top_k=0", (rand,), {"top_k": 0}, raises=ValueError),
             Case("top_p=1.5", (rand,), {"top_p": 1.5}, raises=ValueError),
+            Case("top_p=0 (top_p must be in (0, 1])", (rand,), {"top_p": 0.0},
+                 raises=ValueError),
         ]
 
     def call(self, obj, case):
