@@ -229,6 +229,9 @@ class ApplyRope(Task):
                  data={"q": randn(gen, 3, 4, 8), "k": randn(gen, 3, 4, 8),
                        "base": torch.tensor([2, 0, 5, 6]), "shifts": (0, 2, 11)}),
             Case("x (5, 4), positions=None (0, 1, ..., 4)", (randn(gen, 5, 4), None)),
+            Case("x (3, 5, 8), positions=None: a batch of 3 sequences of 5 positions "
+                 "(0, 1, ..., 4; the sequence axis is x.shape[-2], not the first one)",
+                 (randn(gen, 3, 5, 8), None)),
             Case("x (2, 3, 7, 8) (batch, heads, seq, d), positions 0..6",
                  (randn(gen, 2, 3, 7, 8), torch.arange(7))),
             Case("float64 x (2, 6, 16), random positions up to 100",
