@@ -164,7 +164,7 @@ def _literal(value: float | int) -> ast.expr:
 
 def _constant_variants(value: float | int) -> list[float | int]:
     out: list[float | int] = []
-    for v in (value + 1, value - 1, 0 * value, -value, 2 * value):
+    for v in (value + 1, value - 1, type(value)(0), -value, 2 * value):
         if v != value and v not in out:
             out.append(v)
     return out
@@ -430,24 +430,12 @@ def _header(stmt: ast.stmt) -> str:
     return ast.unparse(stmt)
 
 
-_ATOMIC = (ast.Name, ast.Constant, ast.Attribute, ast.Call, ast.Subscript, ast.List, ast.Tuple,
-           ast.Dict, ast.Set)
-
-
-def _splice(source: str, node: ast.AST, new: ast.AST) -> str:
-    """`source` with `node`'s text replaced by `new`'s, comments and layout elsewhere kept."""
+def _splice(source: str, node: ast.AST, text: str) -> str:
+    """`source` with `node`'s text replaced by `text`, comments and layout elsewhere kept."""
     lines = source.splitlines(keepends=True)
     first, last = node.lineno - 1, node.end_lineno - 1
     head = lines[first].encode()[: node.col_offset].decode()
     tail = lines[last].encode()[node.end_col_offset:].decode()
-    if isinstance(new, ast.stmt):
-        text = ast.unparse(new)
-    else:
-        text = ast.unparse(new)
-        if not isinstance(new, _ATOMIC) and _number(new) is None:
-            text = f"({text})"
-        elif isinstance(new, ast.Tuple):
-            text = f"({text})" if not text.startswith("(") else text
     return "".join(lines[:first]) + head + text + tail + "".join(lines[last + 1:])
 
 
@@ -517,21 +505,35 @@ def _swapped(cell: SolutionCell, nodes: list[ast.AST], parents: dict[int, ast.AS
 def _describe(cell: SolutionCell, nodes: list[ast.AST], parents: dict[int, ast.AST],
               mutant: Mutant) -> None:
     old, put, take = _swapped(cell, nodes, parents, mutant)
-    if isinstance(old, ast.stmt):
-        before = _header(old)
+    if isinstance(old, ast.stmt):  # a statement deleted (or an augmented assignment changed)
+        before, after = _header(old), _header(mutant.new)
         if before != ast.unparse(old):
             before += " ..."
-        after = "pass"
+        put()
+        try:
+            mutated = ast.dump(cell.tree)
+        finally:
+            take()
     else:
         stmt = _statement_of(old, parents)
         before = _header(stmt)
         put()
         try:
-            after = _header(stmt if stmt is not old else mutant.new)
+            after = _header(stmt)
+            mutated = ast.dump(cell.tree)
         finally:
             take()
     mutant.key = f"{before} -> {after}"
-    mutant.source = _splice(cell.source, old, mutant.new)
+    text = ast.unparse(mutant.new)
+    for candidate in (text, f"({text})"):  # parentheses only where precedence needs them
+        mutant.source = _splice(cell.source, old, candidate)
+        try:
+            if ast.dump(ast.parse(mutant.source)) == mutated:  # the diff shown is what runs
+                break
+        except SyntaxError:
+            pass
+    else:
+        raise AssertionError(f"internal error: no text for the mutant {mutant.key!r}")
     a = [ln for lo, hi in cell.learner_lines for ln in cell.source.splitlines()[lo - 1: hi]]
     b_lines = mutant.source.splitlines()
     shift = len(b_lines) - len(cell.source.splitlines())
