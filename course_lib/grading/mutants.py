@@ -150,9 +150,10 @@ def _number(node: ast.AST) -> float | int | None:
     """The value of an int or float literal, a negative one included; None otherwise."""
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
         return node.value
-    if (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
-            and isinstance(node.operand, ast.Constant) and type(node.operand.value) in (int, float)):
-        return -node.operand.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = node.operand
+        if isinstance(inner, ast.Constant) and type(inner.value) in (int, float):
+            return -inner.value
     return None
 
 
