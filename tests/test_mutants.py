@@ -71,8 +71,8 @@ def test_every_mutant_diff_is_the_code_that_runs():
 
 def test_every_documented_operator_makes_mutants():
     ops = {m.op for made in _made().values() for m in made}
-    assert ops == {"arith", "compare", "boolop", "unary", "const", "bool", "dim", "kwarg",
-                   "call", "twin", "stmt"}
+    assert ops == {"arith", "operand", "swap", "compare", "boolop", "unary", "const", "bool",
+                   "dim", "kwarg", "call", "twin", "stmt"}
 
 
 # ---- the command can fail -------------------------------------------------------------------

@@ -18,6 +18,8 @@ Operators (each applies to one node of the learner's lines; identical mutants ar
 
     arith    a binary or augmented operator swapped: + -> -, *; - -> +; * -> /, +; / -> *, //;
              // -> /, *; % -> //; ** -> *; @ -> *; & <-> |; ^ -> |; << <-> >>
+    operand  a binary operation replaced by one of its operands: `a - b` -> `a`, `b`
+    swap     the operands of a non-commutative operator swapped (- / // % ** @): `a - b` -> `b - a`
     compare  < -> <=, >=; <= -> <, >; > -> >=, <=; >= -> >, <; == <-> !=; is <-> is not;
              in <-> not in
     boolop   and <-> or
@@ -101,6 +103,7 @@ _BINOPS: dict[type, tuple[type, ...]] = {
     ast.LShift: (ast.RShift,),
     ast.RShift: (ast.LShift,),
 }
+_ORDERED = (ast.Sub, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.MatMult)  # a op b != b op a
 _CMPOPS: dict[type, tuple[type, ...]] = {
     ast.Lt: (ast.LtE, ast.GtE),
     ast.LtE: (ast.Lt, ast.Gt),
@@ -221,6 +224,11 @@ def _mutations(node: ast.AST, dims: set[int]) -> Iterator[tuple[str, ast.AST]]:
             new = copy.deepcopy(node)
             new.op = op()
             yield "arith", new
+        yield "operand", copy.deepcopy(node.left)
+        yield "operand", copy.deepcopy(node.right)
+        if isinstance(node.op, _ORDERED):
+            yield "swap", ast.BinOp(copy.deepcopy(node.right), node.op.__class__(),
+                                    copy.deepcopy(node.left))
     elif isinstance(node, ast.AugAssign):
         for op in _BINOPS.get(type(node.op), ()):
             new = copy.deepcopy(node)
