@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..core import Case, Task, compare_values, register
+from ..core import Case, GradingError, Task, compare_values, register
 
 LESSON = "lesson 04, section "
 
@@ -250,7 +250,16 @@ class ApplyRope(Task):
         if "shifts" in case.data:
             d = case.data
             return _scores_under_shifts(obj, d["q"], d["k"], d["base"], d["shifts"])
-        return obj(*case.args, **case.kwargs)
+        try:
+            return obj(*case.args, **case.kwargs)
+        except RuntimeError as error:
+            x, positions = case.args
+            if isinstance(error, NotImplementedError) or positions is not None or x.dim() < 3:
+                raise
+            raise GradingError(
+                f"your code raised RuntimeError: {error}. Hint: with positions=None the "
+                "positions are 0, 1, ..., seq-1 where seq = x.shape[-2] (the second-to-last "
+                "axis), whatever batch dimensions come first") from None
 
     def compare(self, got, want, case):
         return _close_or_explain(got, want)
