@@ -495,9 +495,8 @@ def _statement_of(node: ast.AST, parents: dict[int, ast.AST]) -> ast.stmt:
     return node
 
 
-def _swapped(cell: SolutionCell, nodes: list[ast.AST], parents: dict[int, ast.AST],
-             mutant: Mutant):
-    """Context manager-like pair: put the mutant in the tree, or take it out again."""
+def _swapped(nodes: list[ast.AST], parents: dict[int, ast.AST], mutant: Mutant):
+    """(the original node, put, take): put the mutant into the cell's tree, take it out again."""
     old = nodes[mutant.index]
     parent = parents[id(old)]
     ast.copy_location(mutant.new, old)
@@ -513,7 +512,7 @@ def _swapped(cell: SolutionCell, nodes: list[ast.AST], parents: dict[int, ast.AS
 
 def _describe(cell: SolutionCell, nodes: list[ast.AST], parents: dict[int, ast.AST],
               mutant: Mutant) -> None:
-    old, put, take = _swapped(cell, nodes, parents, mutant)
+    old, put, take = _swapped(nodes, parents, mutant)
     if isinstance(old, ast.stmt):  # a statement deleted (or an augmented assignment changed)
         before, after = _header(old), _header(mutant.new)
         if before != ast.unparse(old):
@@ -574,7 +573,7 @@ def mutant_namespace(cell: SolutionCell, base: dict, mutant: Mutant | None) -> d
         code = compile(ast.fix_missing_locations(module), f"<solution {cell.notebook.name}>",
                        "exec")
     else:
-        _, put, take = _swapped(cell, nodes, parents, mutant)
+        _, put, take = _swapped(nodes, parents, mutant)
         put()
         try:
             module = _definitions_only(copy.deepcopy(tree))
