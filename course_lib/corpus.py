@@ -62,8 +62,12 @@ def random_windows(ids: Tensor, block_size: int, batch_size: int,
     if len(ids) < block_size + 1:
         raise ValueError(f"ids has {len(ids)} tokens, fewer than block_size + 1 = "
                          f"{block_size + 1}: no window fits")
-    starts = torch.randint(len(ids) - block_size, (batch_size,), generator=generator)  # (batch,)
-    offsets = torch.arange(block_size + 1)  # (block_size + 1,)
+    # Draw on the generator's own device (a CUDA generator cannot draw CPU numbers, nor the
+    # reverse), then move the start positions to where the text is.
+    draw_on = generator.device if generator is not None else torch.device("cpu")
+    starts = torch.randint(len(ids) - block_size, (batch_size,), generator=generator,
+                           device=draw_on).to(ids.device)  # (batch,)
+    offsets = torch.arange(block_size + 1, device=ids.device)  # (block_size + 1,)
     windows = ids[starts[:, None] + offsets].long()  # (batch, block_size + 1)
     return windows[:, :-1], windows[:, 1:]  # x, y: (batch, block_size)
 

@@ -15,6 +15,7 @@ __all__ = [
     "use_course_style",
     "environment_report",
     "setup_notebook",
+    "set_threads",
 ]
 
 
@@ -80,11 +81,40 @@ def environment_report() -> dict[str, str]:
         "matplotlib": matplotlib.__version__,
         "course_lib": course_lib.__version__,
         "device": device.type,
+        "threads": str(torch.get_num_threads()),
     }
 
 
+def set_threads(threads: int | None = None) -> int:
+    """Fix how many CPU threads PyTorch uses: `threads`, else $COURSE_THREADS, else 1.
+
+    One thread is the course's default, for two reasons. The models are small, so their many
+    small operations gain little from a second thread. And a parallel operation waits for its
+    slowest thread: when other programs keep the cores busy, every operation waits for a
+    thread the system has paused, and training can become ten times slower (measured on a
+    2-core machine: 11.5 steps/s on one thread, 1.5 on two, while other jobs ran). With one
+    thread, a busy machine makes the course slower, never stuck, and the numbers a lesson
+    prints do not depend on how many cores the machine has. Set COURSE_THREADS=4 (say)
+    before starting Jupyter to use more.
+    """
+    if threads is None:
+        raw = os.environ.get("COURSE_THREADS", "1")
+        try:
+            threads = int(raw)
+        except ValueError:
+            raise ValueError(f"COURSE_THREADS must be a positive integer, got {raw!r}") from None
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive integer, got {threads!r}")
+    torch.set_num_threads(threads)
+    return threads
+
+
 def setup_notebook(seed: int = 0) -> torch.device:
-    """What every notebook's setup cell calls: seed, plot style, device. Prints nothing."""
+    """What every notebook's setup cell calls: seed, threads, plot style, device.
+
+    Prints nothing; returns the device to compute on.
+    """
     seed_everything(seed)
+    set_threads()
     use_course_style()
     return get_device()

@@ -67,3 +67,45 @@ def test_window_batches_checks_at_once_and_streams():
     stream = window_batches(torch.arange(50), 4, 3, torch.Generator().manual_seed(0))
     first, second = next(stream), next(stream)
     assert first[0].shape == (3, 4) and not torch.equal(first[0], second[0])
+
+
+class _GeneratorOn:
+    """Stands in for a torch.Generator made on another device (a GPU's), on any machine."""
+
+    def __init__(self, device):
+        self.device = torch.device(device)
+
+
+def test_windows_draw_on_the_generators_device_whatever_the_datas(monkeypatch):
+    # Lesson 09 passes a generator made on `device`: on a GPU machine a CUDA generator, which
+    # cannot draw CPU numbers. The draw must happen on the generator's device, and the windows
+    # land on the data's device. torch.randint is replaced by a stand-in that fails the way
+    # PyTorch does when the two devices differ.
+    import course_lib.corpus as corpus
+
+    real, asked = torch.randint, []
+
+    def randint(*args, generator=None, device=None, **kwargs):
+        device = torch.device(device or "cpu")
+        asked.append(device.type)
+        if generator is not None and generator.device.type != device.type:
+            raise RuntimeError(f"Expected a '{device.type}' device type for generator")
+        return real(*args, **kwargs)  # the numbers themselves: drawn on the CPU here
+
+    monkeypatch.setattr(corpus.torch, "randint", randint)
+    ids = torch.arange(100)
+    x, y = random_windows(ids, block_size=8, batch_size=3, generator=_GeneratorOn("cuda"))
+    assert asked == ["cuda"] and x.device == ids.device == y.device
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    x, _ = next(window_batches(ids, 8, 3, _GeneratorOn("cuda")))
+    assert asked == ["cuda", "cuda"] and x.shape == (3, 8)
+    random_windows(ids, 8, 3)  # no generator: PyTorch's default one, on the CPU
+    assert asked[-1] == "cpu"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_windows_with_a_cuda_generator_on_cuda_and_on_cpu_data():
+    for data_device in ("cuda", "cpu"):
+        ids = torch.arange(100, device=data_device)
+        x, y = random_windows(ids, 8, 3, torch.Generator(device="cuda").manual_seed(0))
+        assert x.device.type == data_device and torch.equal(x[:, 1:], y[:, :-1])

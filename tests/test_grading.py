@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 import torch
-from helpers import EXERCISES, ROOT, SOLUTIONS
+from helpers import ROOT, SOLUTIONS
 
-from course_lib.grading import check, check_result, get_task
+from course_lib.grading import all_tasks, check, check_result, get_task
 from course_lib.grading.batch import exercise_of
 from course_lib.grading.core import Case, Task, judge, run_cases
 
@@ -156,9 +157,38 @@ def grade(paths, out, *extra):
     return proc.stdout, json.loads((out / "scores.json").read_text())
 
 
+# Every solution notebook is graded in batch (full marks, end to end, for every task). Of the
+# untouched exercises, three are: an untouched stub takes the same path through the batch
+# grader in every set, and these cover plain functions (00) and modules built by the task (03,
+# 07). nbval runs all the untouched exercises, and the next test gives every task's stub its
+# verdict in-process, so grading the other seven in batch would prove nothing more.
+BATCH_EXERCISES = [ROOT / "exercises" / name for name in
+                   ("00_warmup.ipynb", "03_multi_head_attention.ipynb",
+                    "07_transformer_blocks.ipynb")]
+
+
+@pytest.mark.parametrize("task_id", [t.id for t in all_tasks()])
+def test_an_untouched_stub_is_reported_not_implemented(task_id):
+    from course_lib.grading.core import resolve
+
+    def stub(*args, **kwargs):
+        raise NotImplementedError()
+
+    class StubModule(torch.nn.Module):  # what an exercise's class looks like, untouched
+        def __init__(self, *args, **kwargs):
+            super().__init__()
+            raise NotImplementedError()
+
+    reference = resolve(get_task(task_id).reference)
+    result = check_result(task_id, StubModule if isinstance(reference, type) else stub)
+    assert result.status == "not implemented" and result.score == 0, result.feedback
+    assert "not implemented yet" in result.feedback
+
+
 def test_solutions_get_full_marks_and_untouched_exercises_get_zero(tmp_path):
-    stdout, rows = grade([ROOT / "solutions", ROOT / "exercises"], tmp_path)
-    assert len(rows) == len(SOLUTIONS) + len(EXERCISES)
+    assert all(path.exists() for path in BATCH_EXERCISES)
+    stdout, rows = grade([ROOT / "solutions", *BATCH_EXERCISES], tmp_path)
+    assert len(rows) == len(SOLUTIONS) + len(BATCH_EXERCISES)
     for row in rows:
         assert set(row) == {"submission", "score", "max_score", "error", "tasks"}
         assert row["tasks"], row
@@ -178,6 +208,17 @@ def test_solutions_get_full_marks_and_untouched_exercises_get_zero(tmp_path):
     )
     assert "solutions/00_warmup.ipynb" in stdout and "wrote" in stdout
     assert all(Path(r["submission"]).parent.name in ("solutions", "exercises") for r in rows)
+
+
+def test_a_cell_timeout_longer_than_the_submission_budget_is_refused(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "course_lib.grading", str(ROOT / "solutions" / "00_warmup.ipynb"),
+         "--out", str(tmp_path), "--timeout", "60", "--cell-timeout", "90"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )
+    assert proc.returncode == 2
+    assert "--cell-timeout must be positive and at most --timeout (60 s), got 90" in proc.stderr
+    assert not (tmp_path / "scores.json").exists()
 
 
 def _variant(tmp_path, name, edit):
@@ -207,7 +248,11 @@ def _replace(name, source):
 HOSTILE = {
     # name: (how the notebook is edited, expected score out of 3, words expected in the error)
     "correct": (lambda nb: None, 3, None),
-    "loops_forever": (_after("def batched_matmul", "while True:\n    pass"), 3, "did not finish"),
+    "loops_forever": (
+        _after("def batched_matmul", "while True:\n    pass"),
+        3,
+        "did not finish within its limit of 10 s",
+    ),
     "calls_sys_exit": (_after("def batched_matmul", "import sys\nsys.exit(3)"), 3, "SystemExit"),
     "kills_its_kernel": (
         _after("def batched_matmul", "import os\nos._exit(1)"),
@@ -278,7 +323,12 @@ def test_hostile_and_broken_submissions_are_graded_and_do_not_disturb_the_others
     for name, (edit, _, _) in HOSTILE.items():
         _variant(folder, name, edit)
     (folder / "not_a_notebook.ipynb").write_text("{this is not json")
-    _, rows = grade([folder], tmp_path / "out", "--timeout", "150", "--memory-mb", "1024")
+    # A looping cell is stopped after --cell-timeout (default: a quarter of --timeout, at least
+    # 30 s); 10 s proves the same and keeps the suite fast.
+    _, rows = grade(
+        [folder], tmp_path / "out",
+        "--timeout", "150", "--cell-timeout", "10", "--memory-mb", "1024",
+    )
     by_name = {r["submission"].rsplit("/", 1)[-1].removesuffix(".ipynb"): r for r in rows}
     assert set(by_name) == set(HOSTILE) | {"not_a_notebook"}
     for name, (_, score, words) in HOSTILE.items():

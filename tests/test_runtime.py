@@ -64,3 +64,22 @@ def test_ex00_references_equal_torch(dtype):
         last_token(x, torch.tensor([0, 1, 2]))
     with pytest.raises(ValueError, match="must agree on k"):
         batched_matmul(torch.randn(2, 3), torch.randn(4, 5))
+
+
+def test_set_threads_defaults_to_one_and_follows_course_threads(monkeypatch):
+    from course_lib.runtime import set_threads
+
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("COURSE_THREADS", raising=False)
+        assert set_threads() == 1 and torch.get_num_threads() == 1
+        monkeypatch.setenv("COURSE_THREADS", "2")
+        assert set_threads() == 2 and torch.get_num_threads() == 2
+        monkeypatch.setenv("COURSE_THREADS", "many")
+        with pytest.raises(ValueError, match="COURSE_THREADS must be a positive integer"):
+            set_threads()
+        for bad in (0, -1, 1.5, True):
+            with pytest.raises(ValueError, match="threads must be a positive integer"):
+                set_threads(bad)
+    finally:
+        torch.set_num_threads(before)

@@ -60,3 +60,18 @@ def test_make_exercise_clears_outputs_and_sets_the_exercise_id():
     assert "raise NotImplementedError()" in body.source and body.outputs == []
     assert body.execution_count is None
     assert ex.metadata.course == {"exercise": "ex03"}
+
+
+def test_execute_refuses_to_save_on_a_busy_machine(monkeypatch):
+    import tools.notebooks as nbtools
+
+    monkeypatch.setattr(nbtools.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    monkeypatch.setattr(nbtools.os, "cpu_count", lambda: 2)
+    assert "load average (9.0) exceeds the number of cores (2)" in nbtools.machine_is_busy()
+    ran = []
+    monkeypatch.setattr(nbtools, "execute", lambda path: ran.append(path))
+    with pytest.raises(SystemExit, match="refusing to execute and save notebooks"):
+        nbtools.cmd_execute([nbtools.ROOT / "notebooks" / "00_introduction.ipynb"])
+    assert ran == []
+    monkeypatch.setattr(nbtools.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
+    assert nbtools.machine_is_busy() is None

@@ -3,6 +3,7 @@
     python tools/notebooks.py stamp       # badge + setup cell at the top of every notebook
     python tools/notebooks.py exercises   # exercises/ generated from solutions/
     python tools/notebooks.py execute [PATH ...]   # re-run notebooks from a fresh kernel, save
+                                                   # (refuses on a busy machine: --busy-ok)
     python tools/notebooks.py readme      # the syllabus table in README.md
     python tools/notebooks.py all [PATH ...]       # all of the above, in that order
     python tools/notebooks.py from-py DRAFT.py NOTEBOOK.ipynb   # draft a notebook from a script
@@ -181,8 +182,31 @@ def execute(path: Path, timeout: int = 900):
     return nb
 
 
-def cmd_execute(paths) -> None:
+def machine_is_busy() -> str | None:
+    """Why this machine is too busy to save timings from, or None when it is quiet enough."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # not available on this platform
+        return None
+    cores = os.cpu_count() or 1
+    if load > cores:
+        return (
+            f"the load average ({load:.1f}) exceeds the number of cores ({cores}): timings and "
+            "the 'Runs in' figures saved now would be slower than a learner's"
+        )
+    return None
+
+
+def cmd_execute(paths, busy_ok: bool = False) -> None:
     targets = paths or all_notebooks(("notebooks", "solutions"))
+    busy = machine_is_busy()
+    if busy and not busy_ok:
+        raise SystemExit(
+            f"refusing to execute and save notebooks: {busy}. Wait until the machine is quiet, "
+            "or pass --busy-ok to save anyway (then re-run later before relying on the times)."
+        )
+    if busy:
+        print(f"WARNING: {busy}; saving anyway (--busy-ok)", file=sys.stderr)
     for path in targets:
         if path.parent.name == "exercises":
             print(f"skipped {path.relative_to(ROOT)}: exercises are saved without outputs")
@@ -290,6 +314,11 @@ def main(argv=None) -> None:
     )
     parser.add_argument("command", choices=["stamp", "exercises", "execute", "readme", "all"])
     parser.add_argument("paths", nargs="*", type=Path)
+    parser.add_argument(
+        "--busy-ok",
+        action="store_true",
+        help="execute and save even when the load average exceeds the number of cores",
+    )
     args = parser.parse_args(argv)
     paths = [p.resolve() for p in args.paths]
     if args.command in ("stamp", "all"):
@@ -299,7 +328,9 @@ def main(argv=None) -> None:
     if args.command in ("readme", "all"):
         cmd_readme()
     if args.command in ("execute", "all"):
-        cmd_execute([p for p in paths if p.parent.name != "exercises"] if paths else [])
+        cmd_execute(
+            [p for p in paths if p.parent.name != "exercises"] if paths else [], args.busy_ok
+        )
 
 
 if __name__ == "__main__":

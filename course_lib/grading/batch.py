@@ -178,8 +178,23 @@ def _first_error(cell) -> str | None:
     return None
 
 
+def default_cell_timeout(timeout: float) -> float:
+    """How long one cell may run: a quarter of the submission's budget, at least 30 s.
+
+    One looping cell then leaves time for what comes after it (a restart, the other cells,
+    the checks).
+    """
+    return max(30.0, timeout / 4)
+
+
 def grade_one(
-    path: Path, seed: int, timeout: float, memory_mb: int, max_output_kb: int, pid_file: Path
+    path: Path,
+    seed: int,
+    timeout: float,
+    memory_mb: int,
+    max_output_kb: int,
+    pid_file: Path,
+    cell_timeout: float | None = None,
 ) -> dict:
     """Grade one notebook (runs in the worker process)."""
     import nbformat
@@ -204,9 +219,7 @@ def grade_one(
     result["max_score"] = sum(t.points for t in tasks)
     problems: list[str] = []
     deadline = time.monotonic() + timeout
-    # One looping cell may use at most a quarter of the budget, so what comes after it (a
-    # restart, the other cells, the checks) still has time to run.
-    cell_limit = max(30.0, timeout / 4)
+    cell_limit = cell_timeout if cell_timeout else default_cell_timeout(timeout)
 
     def seconds_left() -> float:
         return min(cell_limit, deadline - time.monotonic())
@@ -333,6 +346,7 @@ def _worker_main() -> None:
         int(config["memory_mb"]),
         int(config["max_output_kb"]),
         Path(config["pid_file"]),
+        config.get("cell_timeout"),
     )
     Path(config["result"]).write_text(json.dumps(result))
 
@@ -355,7 +369,13 @@ def _kill_all(proc: subprocess.Popen, pid_file: Path) -> None:
 
 
 def _grade_in_worker(
-    name: str, path: Path, seed: int, timeout: float, memory_mb: int, max_output_kb: int
+    name: str,
+    path: Path,
+    seed: int,
+    timeout: float,
+    memory_mb: int,
+    max_output_kb: int,
+    cell_timeout: float | None = None,
 ) -> dict:
     with tempfile.TemporaryDirectory(prefix="course-grader-") as tmp:
         result_file, pid_file = Path(tmp) / "result.json", Path(tmp) / "kernel.pids"
@@ -365,6 +385,7 @@ def _grade_in_worker(
             "timeout": timeout,
             "memory_mb": memory_mb,
             "max_output_kb": max_output_kb,
+            "cell_timeout": cell_timeout,
             "result": str(result_file),
             "pid_file": str(pid_file),
         }
@@ -409,6 +430,7 @@ def grade(
     seed: int | None = None,
     memory_mb: int = DEFAULT_MEMORY_MB,
     max_output_kb: int = DEFAULT_MAX_OUTPUT_KB,
+    cell_timeout: float | None = None,
     quiet: bool = False,
 ) -> list[dict]:
     """Grade notebooks; write scores.json and scores.csv to `out_dir`; return the rows."""
@@ -418,7 +440,16 @@ def grade(
     jobs = max(1, jobs or os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = [
-            pool.submit(_grade_in_worker, name, path, seed, timeout, memory_mb, max_output_kb)
+            pool.submit(
+                _grade_in_worker,
+                name,
+                path,
+                seed,
+                timeout,
+                memory_mb,
+                max_output_kb,
+                cell_timeout,
+            )
             for name, path in submissions
         ]
         rows = [f.result() for f in futures]
@@ -479,6 +510,13 @@ def main(argv: list[str] | None = None) -> int:
         help=f"seconds per submission (default {DEFAULT_TIMEOUT:g})",
     )
     parser.add_argument(
+        "--cell-timeout",
+        type=float,
+        default=None,
+        help="seconds one cell may run before it is stopped and skipped "
+        "(default: a quarter of --timeout, at least 30)",
+    )
+    parser.add_argument(
         "--jobs",
         type=int,
         default=None,
@@ -503,6 +541,11 @@ def main(argv: list[str] | None = None) -> int:
         help="seed for the hidden inputs (default: a fresh secret one)",
     )
     args = parser.parse_args(argv)
+    if args.cell_timeout is not None and not 0 < args.cell_timeout <= args.timeout:
+        parser.error(
+            f"--cell-timeout must be positive and at most --timeout ({args.timeout:g} s), "
+            f"got {args.cell_timeout:g}"
+        )
     try:
         grade(
             args.paths,
@@ -512,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             memory_mb=args.memory_mb,
             max_output_kb=args.max_output_kb,
+            cell_timeout=args.cell_timeout,
         )
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
