@@ -871,6 +871,7 @@ def _print_report(report: Report, equivalents: dict, out, list_equivalent: bool)
         for mutant in report.equivalent:
             print(f"  equivalent ({mutant.op}) {mutant.key}", file=out)
             print(f"    why: {equivalents[(report.task, mutant.key)]}", file=out)
+            print("    " + mutant.diff.rstrip("\n").replace("\n", "\n    "), file=out)
     for key in report.equivalent_but_killed:
         print(f"  note: recorded as equivalent but killed, remove it: {key}", file=out)
     for key in report.stale:
