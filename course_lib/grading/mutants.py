@@ -643,9 +643,8 @@ def first_failure(task: Task, obj: Any, suite: Suite) -> str | None:
                 pass
     judge = _NoHints(task, suite.wants)
     watcher = _Watcher(watched)
-    originals = copy.deepcopy(suite.cases)  # a mutant may write into its inputs
-    for case, original in zip(suite.cases, originals, strict=True):
-        run = copy.deepcopy(original)
+    for case in suite.cases:
+        run = copy.deepcopy(case)  # a mutant may write into its inputs: the suite's stay intact
         judge._wants[id(run)] = suite.wants[id(case)]
         try:
             with watcher:
