@@ -12,7 +12,9 @@ check cells use), then on hidden cases from `--hidden-seeds` other seeds (`--see
 forbidden call, or running past the time limit); otherwise it *survives*. A survivor is either
 recorded in `equivalent_mutants.json` (next to this file) with a one-line reason why it behaves
 like the solution under the task's contract, or it is an unexplained survivor: a wrong answer
-that gets full marks, and the command exits with status 1.
+that gets full marks, and the command exits with status 1. "Killed by the notebook check
+alone" counts the mutants that a case of the notebook's seed already fails; the others were
+caught only by a hidden seed.
 
 Operators (each applies to one node of the learner's lines; identical mutants are made once):
 
@@ -32,7 +34,8 @@ Operators (each applies to one node of the learner's lines; identical mutants ar
              mutated by `const`)
     kwarg    one keyword argument dropped
     call     a method call replaced by its receiver (`x.transpose(1, 2)` -> `x`), any other call
-             by its first positional argument (`math.sqrt(d)` -> `d`, `min(a, b)` -> `a`)
+             by its first positional argument (`math.sqrt(d)` -> `d`, `min(a, b)` -> `a`,
+             `self.linear1(x)` -> `x`: calls on torch, F, nn, math and self are functions)
     twin     a function or method replaced by its twin: amax/amin, max/min, sum/mean, tril/triu,
              argmax/argmin, any/all, sin/cos, zeros/ones, zeros_like/ones_like,
              softmax/log_softmax
