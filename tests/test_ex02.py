@@ -120,6 +120,15 @@ def log_softmax(x, dim=-1):
     return x - torch.logsumexp(x, dim=dim, keepdim=True)
 
 
+def global_max_shift(x, dim=-1):
+    return (x - x.max()).exp() / (x - x.max()).exp().sum(dim=dim, keepdim=True)
+
+
+def min_shift(x, dim=-1):
+    shifted = x - x.min(dim=dim, keepdim=True).values
+    return shifted.exp() / shifted.exp().sum(dim=dim, keepdim=True)
+
+
 def _attn(q, k, v, scale, axis=-1):
     weights = softmax_max(q @ k.transpose(-2, -1) * scale, axis)
     return weights @ v, weights
@@ -172,6 +181,8 @@ MISTAKES = [
     ("ex02.softmax", no_max, "subtract the maximum"),
     ("ex02.softmax", ignores_dim, "use the `dim` argument"),
     ("ex02.softmax", log_softmax, "that is log-softmax"),
+    ("ex02.softmax", global_max_shift, "the maximum of the whole tensor"),
+    ("ex02.softmax", min_shift, "you subtracted the minimum"),
     ("ex02.scaled_dot_product_attention", no_scaling, "not scaled"),
     ("ex02.scaled_dot_product_attention", scale_by_d_k, "divide by its square root"),
     ("ex02.scaled_dot_product_attention", scale_by_d_v, "you divided by d_v"),

@@ -261,3 +261,14 @@ def test_shift_matrix_not_block_diagonal_is_explained():
 
     result = status("relative_shift_matrix", dense)
     assert result.status == "failed" and "block-diagonal" in result.feedback
+
+
+def test_rope_positions_none_reads_the_sequence_axis():
+    def seq_from_first_axis(x, positions=None):
+        if positions is None:
+            positions = torch.arange(x.shape[0])
+        return rope_general(x, positions)
+
+    result = status("apply_rope", seq_from_first_axis)
+    assert result.status == "failed"
+    assert "seq = x.shape[-2]" in result.feedback, result.feedback

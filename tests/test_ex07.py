@@ -176,7 +176,7 @@ def test_each_mistake_fails_with_its_hint(task_id, wrong, hint):
 def test_every_named_mistake_is_covered():
     names = {w.__name__ for _, w, _ in (p.values for p in _mistake_params())}
     assert {"_ln_wrong_axis", "_ln_unbiased", "_ln_eps_outside"} <= names
-    assert {"_FFNoActivation", "_FFActivationAfter"} <= names
+    assert {"_FFNoActivation", "_FFActivationAfter", "_FFNoDropout", "_FFDropoutOnOutput"} <= names
     assert {"_EncSwapped", "_EncResidualNormed"} <= names
 
 

@@ -232,3 +232,17 @@ def test_greedy_cases_exercise_the_eos_rule():
         eos = case.data["eos_id"]
         finished_early += int((got[:, :-1] == eos).any())
     assert finished_early >= 3
+
+
+def test_gathering_at_an_out_of_range_ignore_index_gets_its_hint():
+    def gathers_raw_targets(logits, target, smoothing, ignore_index):
+        log_probs = logits.log_softmax(-1)
+        keep = target != ignore_index
+        nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+        per_token = (1 - smoothing) * nll - smoothing * log_probs.mean(-1)
+        return (per_token * keep).sum() / keep.sum()
+
+    result = status("ex08.label_smoothing_loss", gathers_raw_targets)
+    assert result.status == "failed" and 0 < result.score < result.max_score
+    assert "ignore_index -100" in result.feedback
+    assert "replace the ignored targets by a valid id" in result.feedback

@@ -195,3 +195,45 @@ def test_statistical_check_is_tight_enough():
     assert int((probs > 0).sum()) == 3
     sigma = math.sqrt(0.25 * 0.75 / ex09.DRAWS)
     assert abs(0.4 / 0.8 - 0.4 / 0.65) > 10 * sigma
+
+
+def _sample_next_variant(logits, temperature=1.0, top_k=None, top_p=None, generator=None, *,
+                         clamp=True, top_p_closed=True):
+    """A correct sample_next, or one with an edge of its arguments wrong."""
+    if temperature < 0 or (top_k is not None and top_k < 1) or (top_p is not None and not (
+            0 < top_p <= 1 if top_p_closed else 0 < top_p < 1)):
+        raise ValueError("bad option")
+    if temperature == 0:
+        return logits.argmax(-1)
+    logits = logits / temperature
+    if top_k is not None:
+        k = min(top_k, logits.shape[-1]) if clamp else top_k
+        kth = torch.topk(logits, k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, -1)
+    if top_p is not None:
+        sorted_probs, order = probs.sort(-1, descending=True)
+        keep_sorted = sorted_probs.cumsum(-1) - sorted_probs < top_p
+        probs = probs * torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+@pytest.mark.parametrize("options, hint", [
+    ({"clamp": False}, "clamp k"),
+    ({"top_p_closed": False}, "top_p=1.0 is allowed"),
+])
+def test_argument_edges_are_checked_with_a_hint(options, hint):
+    assert status("ex09.sample_next", _sample_next_variant).status == "passed"
+    result = status("ex09.sample_next", lambda *a, **k: _sample_next_variant(*a, **k, **options))
+    assert result.status == "failed", result.feedback
+    assert hint in result.feedback, result.feedback
+
+
+def test_top_p_zero_must_be_rejected():
+    def accepts_zero(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+        if top_p == 0:
+            top_p = None
+        return _sample_next_variant(logits, temperature, top_k, top_p, generator)
+
+    result = status("ex09.sample_next", accepts_zero)
+    assert result.status == "failed" and "top_p=0" in result.feedback

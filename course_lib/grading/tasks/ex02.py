@@ -89,6 +89,11 @@ class Softmax(Task):
                  (800.0 + randn(gen, 2, 6, dtype=torch.float64, scale=10.0),)),
             Case("equal inputs, x (2, 4) all 3.0 (the answer is uniform)",
                  (torch.full((2, 4), 3.0),)),
+            Case("rows on very different scales, x (3, 6): one row around 200, one around 0, "
+                 "one spread from 140 to 260 (subtract each row's own maximum)",
+                 (torch.stack([200.0 + randn(gen, 6), randn(gen, 6),
+                               200.0 + torch.linspace(-60.0, 60.0, 6)[
+                                   torch.randperm(6, generator=gen)]]),)),
         ]
 
     def mistakes(self):
@@ -110,6 +115,14 @@ class Softmax(Task):
             shifted = x - x.amax(dim=dim, keepdim=True)
             return shifted - shifted.exp().sum(dim=dim, keepdim=True).log()
 
+        def global_max(x, dim=-1):
+            e = (x - x.max()).exp()
+            return e / e.sum(dim=dim, keepdim=True)
+
+        def min_shift(x, dim=-1):
+            e = (x - x.amin(dim=dim, keepdim=True)).exp()
+            return e / e.sum(dim=dim, keepdim=True)
+
         return [
             (no_max, "exp overflows to inf (inf/inf = NaN) or underflows to 0 (0/0 = NaN) for "
                      "large inputs: subtract the maximum along dim before exp, it cancels in the "
@@ -120,6 +133,12 @@ class Softmax(Task):
                            "(keepdim=True), so each slice along dim sums to 1"),
             (log_softmax, "that is log-softmax (log-probabilities, all negative); softmax is "
                           "exp(x - max) / sum(exp(x - max))"),
+            (global_max, "you subtracted the maximum of the whole tensor: in a row far below it "
+                         "every exp underflows to 0 (0/0 = NaN). Subtract each slice's own "
+                         "maximum along dim (x.amax(dim=dim, keepdim=True))"),
+            (min_shift, "you subtracted the minimum: exp(x - min) overflows to inf when a row's "
+                        "values are spread widely. Subtract the maximum along dim, so every "
+                        "exponent is <= 0"),
         ]
 
     def diagnose(self, got, want, case):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..core import Case, Task, compare_values, register
+from ..core import Case, GradingError, Task, compare_values, register
 
 LESSON = "lesson 04, section "
 
@@ -229,6 +229,9 @@ class ApplyRope(Task):
                  data={"q": randn(gen, 3, 4, 8), "k": randn(gen, 3, 4, 8),
                        "base": torch.tensor([2, 0, 5, 6]), "shifts": (0, 2, 11)}),
             Case("x (5, 4), positions=None (0, 1, ..., 4)", (randn(gen, 5, 4), None)),
+            Case("x (3, 5, 8), positions=None: a batch of 3 sequences of 5 positions "
+                 "(0, 1, ..., 4; the sequence axis is x.shape[-2], not the first one)",
+                 (randn(gen, 3, 5, 8), None)),
             Case("x (2, 3, 7, 8) (batch, heads, seq, d), positions 0..6",
                  (randn(gen, 2, 3, 7, 8), torch.arange(7))),
             Case("float64 x (2, 6, 16), random positions up to 100",
@@ -247,7 +250,16 @@ class ApplyRope(Task):
         if "shifts" in case.data:
             d = case.data
             return _scores_under_shifts(obj, d["q"], d["k"], d["base"], d["shifts"])
-        return obj(*case.args, **case.kwargs)
+        try:
+            return obj(*case.args, **case.kwargs)
+        except RuntimeError as error:
+            x, positions = case.args
+            if isinstance(error, NotImplementedError) or positions is not None or x.dim() < 3:
+                raise
+            raise GradingError(
+                f"your code raised RuntimeError: {error}. Hint: with positions=None the "
+                "positions are 0, 1, ..., seq-1 where seq = x.shape[-2] (the second-to-last "
+                "axis), whatever batch dimensions come first") from None
 
     def compare(self, got, want, case):
         return _close_or_explain(got, want)

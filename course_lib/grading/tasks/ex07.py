@@ -112,6 +112,25 @@ class _FFNoActivation(_FeedForwardMistake):
     where = "none"
 
 
+class _FFNoDropout(_FeedForwardMistake):
+    """Right in evaluation mode; `dropout` accepted but never applied."""
+
+    where = "middle"
+
+
+class _FFDropoutOnOutput(_FeedForwardMistake):
+    """Dropout applied to linear2's output instead of the hidden units."""
+
+    where = "middle"
+
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__(d_model, d_ff, dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.dropout(super().forward(x))
+
+
 class _FFActivationAfter(_FeedForwardMistake):
     where = "after"
 
@@ -139,21 +158,40 @@ class FeedForwardTask(Task):
             case("d_model=6, d_ff=10, x (3, 6): a single sequence", 6, 10, (3,)),
             case("d_model=4, d_ff=16, x (2, 3, 2, 4) with two batch dimensions", 4, 16, (2, 3, 2)),
             case("float64, d_model=5, d_ff=7, x (1, 4, 5)", 5, 7, (1, 4), dtype=torch.float64),
+            Case("training mode, dropout=0.5, d_model=6, d_ff=24, x (4, 6): the hidden units "
+                 "must be dropped at random (two passes differ), the output itself never",
+                 (randn(gen, 4, 6),),
+                 data={"sizes": (6, 24), "dropout": 0.5,
+                       "state_dict": _random_state(FeedForward(6, 24), gen)}),
         ]
 
     def call(self, obj, case):
-        module = obj(*case.data["sizes"])
+        dropout = case.data.get("dropout")
+        module = obj(*case.data["sizes"]) if dropout is None else obj(
+            *case.data["sizes"], dropout=dropout)
         state = case.data["state_dict"]
         dtype = next(iter(state.values())).dtype
         if isinstance(module, nn.Module):
             module = module.to(dtype)
         load_weights(module, state, "your FeedForward")
-        module.eval()
+        if dropout is None:
+            module.eval()
+            with torch.no_grad():
+                return module(*case.args)
+        module.train()  # dropout acts in training mode only: random, so judged by its effect
         with torch.no_grad():
-            return module(*case.args)
+            first, second = module(*case.args), module(*case.args)
+        return {"two passes differ": not torch.equal(first, second),
+                "outputs exactly zero": bool((first == 0).any())}
 
     def mistakes(self):
+        # The dropout mistakes first: on the training-mode case they are the specific ones.
         return [
+            (_FFNoDropout, "the dropout argument is never applied: in training mode "
+             "linear2(dropout(relu(linear1(x)))) drops hidden units at random (self.dropout = "
+             "nn.Dropout(dropout), called between the ReLU and linear2)"),
+            (_FFDropoutOnOutput, "dropout belongs on the hidden units, between the ReLU and "
+             "linear2, not on the output: linear2(dropout(relu(linear1(x))))"),
             (_FFNoActivation, "there is no activation between the two linear layers, so the "
              "network is one linear map: use linear2(relu(linear1(x)))"),
             (_FFActivationAfter, "the ReLU belongs between linear1 and linear2, not after "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ..core import Case, Task, compare_values, register
+from ..core import Case, GradingError, Task, compare_values, register
 
 
 def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -136,6 +136,11 @@ def _ls_probs_not_log(logits, target, smoothing, ignore_index):
     return per.masked_fill(~keep, 0).sum() / keep.sum()
 
 
+_IGNORE_HINT = ("ignore_index need not be a class id (F.cross_entropy's default is -100): "
+                "replace the ignored targets by a valid id (e.g. target.masked_fill(~keep, 0)) "
+                "before gather, then leave those positions out")
+
+
 @register
 class LabelSmoothingLoss(Task):
     id = "ex08.label_smoothing_loss"
@@ -168,7 +173,20 @@ class LabelSmoothingLoss(Task):
             case("float64 logits (2, 9, 12), half of the targets padded, smoothing 0.25",
                  (2, 9), 12, 0.25, 0, pad_fraction=0.5, dtype=torch.float64),
             case("logits (5, 4, 7), pad id 6 (not 0), smoothing 0.1", (5, 4), 7, 0.1, 6),
+            case("logits (3, 5, 9), padded targets with ignore_index -100 (F.cross_entropy's "
+                 "default, not a valid id: replace the ignored targets by a valid id before "
+                 "gathering, then leave them out)", (3, 5), 9, 0.1, -100),
         ]
+
+    def call(self, obj, case):
+        try:
+            return obj(*case.args, **case.kwargs)
+        except (IndexError, RuntimeError) as error:
+            logits, ignore_index = case.args[0], case.args[3]
+            if isinstance(error, NotImplementedError) or 0 <= ignore_index < logits.shape[-1]:
+                raise
+            raise GradingError(f"your code raised {type(error).__name__}: {error}. Hint: "
+                               f"{_IGNORE_HINT}") from None
 
     def mistakes(self):
         return [

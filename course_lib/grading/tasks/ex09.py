@@ -69,9 +69,15 @@ class SampleNextTask(Task):
                  (row8[None],), {"temperature": 0.8, "top_k": 5, "top_p": 0.9}),
             Case("temperature=0 means greedy: the arg-max of each row", (rand,),
                  {"temperature": 0.0}),
+            Case("top_k=20, more than the 8 tokens of the vocabulary: every token is kept "
+                 "(clamp k to the vocabulary size)", (row8[None],), {"top_k": 20}),
+            Case("top_p=1.0 (allowed: top_p is in (0, 1]) keeps every token, logits (2, 8)",
+                 (two,), {"top_p": 1.0}),
             Case("a negative temperature", (rand,), {"temperature": -1.0}, raises=ValueError),
             Case("top_k=0", (rand,), {"top_k": 0}, raises=ValueError),
             Case("top_p=1.5", (rand,), {"top_p": 1.5}, raises=ValueError),
+            Case("top_p=0 (top_p must be in (0, 1])", (rand,), {"top_p": 0.0},
+                 raises=ValueError),
         ]
 
     def call(self, obj, case):
@@ -80,7 +86,21 @@ class SampleNextTask(Task):
             return obj(logits, **case.kwargs)
         rows, vocab = logits.shape
         batch = logits.repeat(DRAWS, 1)  # (DRAWS * rows, vocab): row r repeats every `rows`
-        first = obj(batch, **case.kwargs, generator=torch.Generator().manual_seed(1234))
+        try:
+            first = obj(batch, **case.kwargs, generator=torch.Generator().manual_seed(1234))
+        except (RuntimeError, ValueError) as error:
+            hint = None
+            if isinstance(error, RuntimeError) and (case.kwargs.get("top_k") or 0) > vocab:
+                hint = (f"top_k={case.kwargs['top_k']} is more than the {vocab} tokens of the "
+                        "vocabulary, which keeps them all: clamp k, "
+                        "torch.topk(logits, min(top_k, vocab))")
+            elif isinstance(error, ValueError) and case.kwargs.get("top_p") == 1.0:
+                hint = ("top_p=1.0 is allowed (top_p lies in (0, 1], 1 included) and keeps "
+                        "every token")
+            if hint is None or isinstance(error, NotImplementedError):
+                raise
+            raise GradingError(f"your code raised {type(error).__name__}: {error}. Hint: "
+                               f"{hint}") from None
         if not isinstance(first, torch.Tensor) or tuple(first.shape) != (DRAWS * rows,):
             shape = tuple(first.shape) if isinstance(first, torch.Tensor) else type(first).__name__
             raise GradingError(f"for logits of shape {(DRAWS * rows, vocab)} your function "
