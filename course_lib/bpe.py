@@ -300,7 +300,7 @@ class BPETokenizer:
         merges = []
         for number, line in enumerate(lines[1:], start=2):
             parts = line.split()
-            if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            if len(parts) != 2 or not all(p.isdecimal() for p in parts):
                 raise ValueError(f"line {number} of {str(path)!r} should be two ids such as "
                                  f"'101 32', got {line!r}")
             merges.append((int(parts[0]), int(parts[1])))

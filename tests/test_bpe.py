@@ -81,6 +81,12 @@ def test_merges_equal_the_plain_reference(name):
     assert tok.merges == reference_train(text, vocab_size)
 
 
+def test_a_smaller_vocabulary_is_the_start_of_a_larger_one():
+    # training is greedy, so lesson 01 may learn 1024 tokens once and keep the first 512
+    text = load_shakespeare()[:20_000]
+    assert BPETokenizer.train(text, 300).merges == BPETokenizer.train(text, 340).merges[:44]
+
+
 def test_ties_go_to_the_smallest_pair():
     # "dc", "cd", "ba" and "ab" each occur twice (lines are chunks of their own): the first
     # merge is the smallest pair, (97, 98) = "ab", though it is the last to appear
