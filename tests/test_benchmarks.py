@@ -57,3 +57,14 @@ def test_kv_cache_benchmark_checks_identical_tokens():
     assert result["new_tokens"] == 31
     assert set(result["speedups"]) == {"5", "9", "17", "32"}
     assert all(value > 0 for value in result["speedups"].values())
+
+
+def test_bpe_benchmark_prints_both_timings():
+    result = run_benchmark("bpe.py", "--chars", "20000", "--vocab-size", "300")
+    assert set(result) == {"train_seconds", "encode_seconds", "vocab_size", "corpus_chars",
+                           "corpus_bytes", "tokens", "bytes_per_token", "round_trip"}
+    assert result["vocab_size"] == 300
+    assert result["corpus_chars"] == 20000
+    assert result["round_trip"] is True
+    assert result["train_seconds"] > 0 and result["encode_seconds"] > 0
+    assert 1.0 < result["bytes_per_token"] < 4.0  # 44 merges already pack common pairs

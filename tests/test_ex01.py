@@ -3,12 +3,15 @@ correct implementations pass, forbidden calls and stubs are recognised."""
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
+
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import mistake_params
 
 from course_lib.grading import check_result
-from course_lib.grading.core import get_task, resolve
+from course_lib.grading.core import get_task, judge, resolve, run_cases
 
 TASKS = ["ex01.one_hot", "ex01.embed", "ex01.cosine_similarity_matrix", "ex01.nearest_neighbours"]
 
@@ -222,3 +225,210 @@ def test_cases_cover_float64_or_int_paths(task_id):
         assert "int32" in descriptions
     else:
         assert "float64" in descriptions
+
+
+# ---- byte-level BPE: pair_counts, merge_pair, bpe_encode --------------------------------------
+
+BPE_TASKS = ["ex01.pair_counts", "ex01.merge_pair", "ex01.bpe_encode"]
+
+
+def pair_counts_counter(ids):
+    return dict(Counter(zip(ids, ids[1:], strict=False)))
+
+
+def pair_counts_defaultdict(ids):
+    counts = defaultdict(int)
+    for a, b in zip(ids, ids[1:], strict=False):
+        counts[a, b] += 1
+    return counts
+
+
+def merge_pair_with_a_skip_flag(ids, pair, new_id):
+    out, skip = [], False
+    for i, token in enumerate(ids):
+        if skip:
+            skip = False
+        elif i + 1 < len(ids) and token == pair[0] and ids[i + 1] == pair[1]:
+            out.append(new_id)
+            skip = True
+        else:
+            out.append(token)
+    return out
+
+
+def merge_pair_in_place(ids, pair, new_id):
+    i = 0
+    while i < len(ids) - 1:  # edits its argument, which the grader copies for every case
+        if (ids[i], ids[i + 1]) == tuple(pair):
+            ids[i:i + 2] = [new_id]
+        i += 1
+    return ids
+
+
+def bpe_encode_lowest_rank_first(ids, merges):
+    # minbpe's way: repeatedly merge the present pair that was learned earliest
+    rank = {pair: r for r, pair in enumerate(merges)}
+    ids = list(ids)
+    while len(ids) >= 2:
+        pair = min(zip(ids, ids[1:], strict=False), key=lambda p: rank.get(p, len(rank)))
+        if pair not in rank:
+            break
+        ids = merge_pair_with_a_skip_flag(ids, pair, merges[pair])
+    return ids
+
+
+BPE_ALTERNATIVES = [
+    ("ex01.pair_counts", pair_counts_counter),
+    ("ex01.pair_counts", pair_counts_defaultdict),
+    ("ex01.merge_pair", merge_pair_with_a_skip_flag),
+    ("ex01.merge_pair", merge_pair_in_place),
+    ("ex01.bpe_encode", bpe_encode_lowest_rank_first),
+]
+
+
+@pytest.mark.parametrize(("task_id", "impl"), BPE_ALTERNATIVES,
+                         ids=lambda x: getattr(x, "__name__", x))
+def test_bpe_alternatives_pass(task_id, impl):
+    result = check_result(task_id, impl)
+    assert result.status == "passed", result.feedback
+
+
+@pytest.mark.parametrize(("task_id", "wrong", "hint"), mistake_params(*BPE_TASKS))
+def test_each_bpe_mistake_fails_with_its_hint(task_id, wrong, hint):
+    result = check_result(task_id, wrong)
+    assert result.status == "failed", result.feedback
+    assert hint in result.feedback, result.feedback
+
+
+# written here, independently of the tasks' own lists
+
+
+def pair_counts_set(ids):
+    return {pair: 1 for pair in zip(ids, ids[1:], strict=False)}
+
+
+def pair_counts_skipping(ids):
+    counts, i = {}, 0
+    while i + 1 < len(ids):
+        counts[ids[i], ids[i + 1]] = counts.get((ids[i], ids[i + 1]), 0) + 1
+        i += 2 if ids[i] == ids[i + 1] else 1
+    return counts
+
+
+def merge_pair_overlapping(ids, pair, new_id):
+    out = []
+    for i, token in enumerate(ids):
+        if i + 1 < len(ids) and (token, ids[i + 1]) == tuple(pair):
+            out.append(new_id)
+        elif not (i > 0 and (ids[i - 1], token) == tuple(pair)):
+            out.append(token)
+    return out
+
+
+def merge_pair_first_only(ids, pair, new_id):
+    for i in range(len(ids) - 1):
+        if (ids[i], ids[i + 1]) == tuple(pair):
+            return list(ids[:i]) + [new_id] + list(ids[i + 2:])
+    return list(ids)
+
+
+def bpe_encode_by_frequency(ids, merges):
+    ids = list(ids)
+    while True:
+        counts = Counter(p for p in zip(ids, ids[1:], strict=False) if p in merges)
+        if not counts:
+            return ids
+        pair = counts.most_common(1)[0][0]
+        ids = merge_pair_with_a_skip_flag(ids, pair, merges[pair])
+
+
+def bpe_encode_last_first(ids, merges):
+    for pair in list(merges)[::-1]:
+        ids = merge_pair_with_a_skip_flag(ids, pair, merges[pair])
+    return ids
+
+
+BPE_MISTAKES = [
+    ("ex01.pair_counts", pair_counts_set, "count every position"),
+    ("ex01.pair_counts", pair_counts_skipping, "overlapping pairs count"),
+    ("ex01.merge_pair", merge_pair_overlapping, "an id can be merged only once"),
+    ("ex01.merge_pair", merge_pair_first_only, "not only the first"),
+    ("ex01.bpe_encode", bpe_encode_by_frequency, "in the order they were learned"),
+    ("ex01.bpe_encode", bpe_encode_last_first, "last-learned first"),
+]
+
+
+@pytest.mark.parametrize(("task_id", "impl", "hint"), BPE_MISTAKES,
+                         ids=lambda x: getattr(x, "__name__", None))
+def test_bpe_named_mistakes_fail_with_specific_feedback(task_id, impl, hint):
+    result = check_result(task_id, impl)
+    assert result.status == "failed", result.feedback
+    assert hint in result.feedback, result.feedback
+
+
+def test_the_bpe_feedback_says_what_differs():
+    result = check_result("ex01.pair_counts", pair_counts_skipping)
+    assert "the pair (4, 4) has count 1, expected 2" in result.feedback
+    result = check_result("ex01.pair_counts", lambda ids: sorted(pair_counts_counter(ids)))
+    assert "should be a dict {(a, b): count}, got list" in result.feedback
+    wraps = check_result("ex01.pair_counts", lambda ids: pair_counts_counter(ids + ids[:1]))
+    assert "is not two neighbours in ids" in wraps.feedback
+    result = check_result("ex01.merge_pair", lambda ids, pair, new_id: list(ids))
+    assert "nothing was merged" in result.feedback
+
+
+def bpe_encode_with_course_merge_pair(ids, merges):
+    merge = resolve("course_lib.bpe.merge_pair")
+    for pair, new_id in merges.items():
+        ids = merge(ids, pair, new_id)
+    return ids
+
+
+@pytest.mark.parametrize(("task_id", "impl", "needle"), [
+    ("ex01.pair_counts", lambda ids: resolve("course_lib.bpe.pair_counts")(ids),
+     "course_lib.bpe.pair_counts"),
+    # bpe_encode calls the reference merge_pair inside, and that is what the feedback names
+    ("ex01.merge_pair", lambda ids, pair, new_id: resolve("course_lib.bpe.bpe_encode")(
+        ids, {pair: new_id}), "course_lib.bpe.merge_pair"),
+    ("ex01.bpe_encode", bpe_encode_with_course_merge_pair, "course_lib.bpe.merge_pair"),
+    ("ex01.bpe_encode", lambda ids, merges: resolve("course_lib.bpe.BPETokenizer")(
+        list(merges)).encode_bytes(bytes(ids)), "course_lib.bpe.BPETokenizer"),
+])
+def test_bpe_shortcuts_through_course_lib_are_rejected(task_id, impl, needle):
+    result = check_result(task_id, impl)
+    assert result.status == "forbidden", result.feedback
+    assert needle in result.feedback and result.score == 0.0
+
+
+@pytest.mark.parametrize("task_id", BPE_TASKS)
+def test_bpe_reference_passes_and_stub_is_not_implemented(task_id):
+    task = get_task(task_id)
+    for seed in range(4):  # the batch grader draws other seeds
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        run = run_cases(task, resolve(task.reference), cases)
+        run["seen"] = []
+        assert judge(task, cases, run).status == "passed"
+
+    def stub(*args, **kwargs):
+        raise NotImplementedError()
+
+    assert check_result(task_id, stub).status == "not implemented"
+
+
+def test_bpe_cases_cover_the_edges():
+    def inputs(task_id):
+        return [c.args for c in get_task(task_id).cases(torch.Generator().manual_seed(0))]
+
+    for task_id in BPE_TASKS:
+        ids = [args[0] for args in inputs(task_id)]
+        assert [] in ids and any(len(i) == 1 for i in ids)  # empty list, a single id
+        for run in (3, 4, 5):  # runs of equal ids
+            assert any(any(i[k:k + run] == [i[k]] * run for k in range(len(i))) for i in ids)
+    merge_cases = inputs("ex01.merge_pair")
+    assert any(list(pair) == i[:2] and list(pair) == i[-2:] for i, pair, _ in merge_cases)
+    assert any(tuple(pair) not in zip(i, i[1:], strict=False) for i, pair, _ in merge_cases
+               if len(i) > 1)
+    encode_cases = inputs("ex01.bpe_encode")
+    # a merge whose pair holds the id of an earlier merge (a merge of merged tokens)
+    assert any(set(pair) & set(list(merges.values())[:r])
+               for _, merges in encode_cases for r, pair in enumerate(merges))

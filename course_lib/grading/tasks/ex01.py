@@ -1,5 +1,6 @@
 """ex01, tokens and embeddings: one-hot vectors, the embedding look-up, cosine similarity,
-nearest neighbours."""
+nearest neighbours; and byte-level BPE: counting adjacent pairs, merging a pair, encoding with a
+merge table in the order it was learned."""
 
 from __future__ import annotations
 
@@ -194,4 +195,342 @@ class NearestNeighbours(Task):
              "sort by descending similarity (argsort(descending=True) or topk)"),
             (by_dot_product, "you ranked by dot product, which favours long vectors; rank by "
              "cosine similarity"),
+        ]
+
+
+# --------------------------------------------------------------------------------------------
+# Byte-level BPE: counting pairs, merging one pair, encoding with a merge table
+# --------------------------------------------------------------------------------------------
+
+BPE_LESSON = f"{LESSON}, section 'Byte-level BPE'"
+# Calling any of the course's finished BPE pieces skips the point of these tasks.
+_BPE_FINISHED = ("course_lib.bpe.pair_counts", "course_lib.bpe.merge_pair",
+                 "course_lib.bpe.bpe_encode", "course_lib.bpe.BPETokenizer")
+_HELLO = list(b"hello, hello")  # bytes: h=104 e=101 l=108 o=111 ","=44 " "=32
+
+
+def _random_ids(gen: torch.Generator, high: int, n: int, offset: int = 0) -> list[int]:
+    return (torch.randint(0, high, (n,), generator=gen) + offset).tolist()
+
+
+def _adjacent(ids):
+    return [(ids[i], ids[i + 1]) for i in range(len(ids) - 1)]
+
+
+def _merged(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def _learned_merges(ids: list[int], num_merges: int, first_id: int) -> dict:
+    """A merge table learned from `ids` the BPE way (most frequent pair, ties smallest)."""
+    merges = {}
+    for new_id in range(first_id, first_id + num_merges):
+        counts: dict = {}
+        for pair in _adjacent(ids):
+            counts[pair] = counts.get(pair, 0) + 1
+        if not counts:
+            break
+        pair = min(counts, key=lambda p: (-counts[p], p))
+        merges[pair] = new_id
+        ids = _merged(ids, pair, new_id)
+    return merges
+
+
+@register
+class PairCounts(Task):
+    id = "ex01.pair_counts"
+    lesson = BPE_LESSON
+    reference = "course_lib.bpe.pair_counts"
+    forbidden = _BPE_FINISHED  # the reference among them is reported as such
+
+    def cases(self, gen):
+        return [
+            Case("ids [3, 9]: one pair", ([3, 9],)),
+            Case("ids [1, 2, 3, 4, 1, 2]: (1, 2) at both ends", ([1, 2, 3, 4, 1, 2],)),
+            Case("ids [4, 4, 4]: a run of three equal ids holds the pair (4, 4) twice",
+                 ([4, 4, 4],)),
+            Case("ids [1, 1, 1, 1, 2, 1, 1, 1, 1, 1]: runs of four and five equal ids",
+                 ([1, 1, 1, 1, 2, 1, 1, 1, 1, 1],)),
+            Case("ids [1, 2, 2, 1]: (1, 2) and (2, 1) are different pairs", ([1, 2, 2, 1],)),
+            Case("an empty list: no pairs", ([],)),
+            Case("a single id [7]: no pairs", ([7],)),
+            Case("the bytes of 'hello, hello'", (_HELLO,)),
+            Case("40 random ids from 0..4", (_random_ids(gen, 5, 40),)),
+            Case("25 random ids from 256..258 (merged tokens)", (_random_ids(gen, 3, 25, 256),)),
+        ]
+
+    def call(self, obj, case):
+        (ids,) = case.args
+        return obj(list(ids))  # a copy: a function that edits its input changes no other case
+
+    def compare(self, got, want, case):
+        if not isinstance(got, dict) or "__repr__" in got:
+            kind = got["__repr__"] if isinstance(got, dict) else type(got).__name__
+            return f"your result should be a dict {{(a, b): count}}, got {kind}"
+        # outcomes carry their keys as text, "(1, 2)"; make sure both sides do
+        got = {str(key): count for key, count in got.items()}
+        want = {str(key): count for key, count in want.items()}
+        for key, count in want.items():
+            if key not in got:
+                return f"the pair {key} is missing from your counts (it occurs {count} times)"
+            if got[key] != count:
+                return f"the pair {key} has count {got[key]!r}, expected {count}"
+        for key in got:
+            if key not in want:
+                return (f"your counts have the pair {key} (count {got[key]!r}), but it is not "
+                        f"two neighbours in ids")
+        return None
+
+    def mistakes(self):
+        def distinct_pairs(ids):
+            return dict.fromkeys(_adjacent(ids), 1)
+
+        def non_overlapping(ids):
+            counts, i = {}, 0
+            while i < len(ids) - 1:
+                pair = (ids[i], ids[i + 1])
+                counts[pair] = counts.get(pair, 0) + 1
+                i += 2 if pair[0] == pair[1] else 1
+            return counts
+
+        def last_pair_missed(ids):
+            counts = {}
+            for pair in _adjacent(ids)[:-1]:
+                counts[pair] = counts.get(pair, 0) + 1
+            return counts
+
+        def wraps_around(ids):
+            counts = {}
+            for pair in _adjacent(ids) + ([(ids[-1], ids[0])] if ids else []):
+                counts[pair] = counts.get(pair, 0) + 1
+            return counts
+
+        def even_positions_only(ids):
+            counts = {}
+            for pair in zip(ids[::2], ids[1::2], strict=False):
+                counts[pair] = counts.get(pair, 0) + 1
+            return counts
+
+        def unordered(ids):
+            counts = {}
+            for pair in _adjacent(ids):
+                pair = tuple(sorted(pair))
+                counts[pair] = counts.get(pair, 0) + 1
+            return counts
+
+        return [
+            (non_overlapping, "overlapping pairs count: [a, a, a] holds (a, a) twice, at positions "
+             "0-1 and 1-2 (merging skips; counting does not)"),
+            (distinct_pairs, "you counted each distinct pair once; count every position at which "
+             "it occurs"),
+            (last_pair_missed, "you missed the last pair: ids of length n have n - 1 pairs, the "
+             "last one (ids[n - 2], ids[n - 1])"),
+            (wraps_around, "the last id has no right neighbour: do not wrap around to the first"),
+            (even_positions_only, "you only counted pairs that start at even positions; every "
+             "position but the last starts a pair"),
+            (unordered, "(a, b) and (b, a) are different pairs: keep the order of the ids"),
+        ]
+
+
+@register
+class MergePair(Task):
+    id = "ex01.merge_pair"
+    lesson = BPE_LESSON
+    reference = "course_lib.bpe.merge_pair"
+    forbidden = _BPE_FINISHED  # the reference among them is reported as such
+
+    def cases(self, gen):
+        randoms = _random_ids(gen, 4, 40)
+        return [
+            Case("ids [1, 2, 3, 1, 2], pair (1, 2), new_id 9: the pair at both ends",
+                 ([1, 2, 3, 1, 2], (1, 2), 9)),
+            Case("ids [4, 4, 4], pair (4, 4), new_id 9: a run of three gives [9, 4]",
+                 ([4, 4, 4], (4, 4), 9)),
+            Case("ids [4, 4, 4, 4], pair (4, 4), new_id 9", ([4, 4, 4, 4], (4, 4), 9)),
+            Case("ids [4, 4, 4, 4, 4], pair (4, 4), new_id 9", ([4, 4, 4, 4, 4], (4, 4), 9)),
+            Case("ids [3, 3, 3, 5, 3, 3], pair (3, 3), new_id 7", ([3, 3, 3, 5, 3, 3], (3, 3), 7)),
+            Case("ids [2, 1, 2, 1], pair (1, 2), new_id 9: only the middle is (1, 2)",
+                 ([2, 1, 2, 1], (1, 2), 9)),
+            Case("ids [8, 7, 8, 1, 7], pair (7, 8), new_id 9: ends on the pair's first id",
+                 ([8, 7, 8, 1, 7], (7, 8), 9)),
+            Case("ids [1, 2, 3], pair (3, 1), new_id 9: the pair is absent",
+                 ([1, 2, 3], (3, 1), 9)),
+            Case("an empty list, pair (1, 2), new_id 9", ([], (1, 2), 9)),
+            Case("a single id [5], pair (5, 6), new_id 9", ([5], (5, 6), 9)),
+            Case("the bytes of 'hello, hello', pair (108, 108) ('ll'), new_id 256",
+                 (_HELLO, (108, 108), 256)),
+            Case(f"40 random ids from 0..3, pair {tuple(randoms[5:7])}, new_id 300",
+                 (randoms, tuple(randoms[5:7]), 300)),
+        ]
+
+    def call(self, obj, case):
+        ids, pair, new_id = case.args
+        return obj(list(ids), tuple(pair), new_id)
+
+    def mistakes(self):
+        def overlapping(ids, pair, new_id):
+            out, i = [], 0
+            while i < len(ids):
+                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+                    out.append(new_id)
+                    i += 1
+                    if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+                        continue
+                    i += 1
+                else:
+                    out.append(ids[i])
+                    i += 1
+            return out
+
+        def first_only(ids, pair, new_id):
+            for i in range(len(ids) - 1):
+                if (ids[i], ids[i + 1]) == pair:
+                    return ids[:i] + [new_id] + ids[i + 2:]
+            return list(ids)
+
+        def right_to_left(ids, pair, new_id):
+            return _merged(ids[::-1], pair[::-1], new_id)[::-1]
+
+        def last_id_lost(ids, pair, new_id):
+            out, i = [], 0
+            while i < len(ids) - 1:
+                if (ids[i], ids[i + 1]) == pair:
+                    out.append(new_id)
+                    i += 2
+                else:
+                    out.append(ids[i])
+                    i += 1
+            return out
+
+        def either_order(ids, pair, new_id):
+            out, i = [], 0
+            while i < len(ids):
+                if i + 1 < len(ids) and {ids[i], ids[i + 1]} == set(pair) and \
+                        len({ids[i], ids[i + 1]}) == len(set(pair)):
+                    out.append(new_id)
+                    i += 2
+                else:
+                    out.append(ids[i])
+                    i += 1
+            return out
+
+        return [
+            (overlapping, "an id can be merged only once: after a merge, skip both ids of the "
+             "pair, so [a, a, a] with (a, a) gives [X, a], not [X, X]"),
+            (first_only, "replace every occurrence of the pair, not only the first"),
+            (right_to_left, "read left to right: [a, a, a] with (a, a) gives [X, a], not [a, X]"),
+            (last_id_lost, "the last id went missing: when it does not start a pair, copy it to "
+             "the result as it is"),
+            (either_order, "(a, b) is ordered: the neighbours (b, a) are not an occurrence of it"),
+        ]
+
+    def diagnose(self, got, want, case):
+        ids = case.args[0]
+        if got == list(ids) and want != list(ids):
+            return ("nothing was merged: compare each (ids[i], ids[i + 1]) with `pair`, and "
+                    "append new_id where they are equal")
+        return None
+
+
+@register
+class BpeEncode(Task):
+    id = "ex01.bpe_encode"
+    lesson = BPE_LESSON
+    reference = "course_lib.bpe.bpe_encode"
+    forbidden = _BPE_FINISHED  # the reference among them is reported as such
+
+    def cases(self, gen):
+        hello_merges = {(108, 108): 256, (101, 256): 257, (104, 257): 258, (258, 111): 259}
+        learned_from = _random_ids(gen, 3, 60)
+        # The first five cases each catch one listed mistake first, in the order of mistakes(),
+        # so that the hint a learner reads is the one for their mistake.
+        return [
+            Case("ids [3, 4, 2, 3, 2, 3], merges {(2, 3): 10, (10, 2): 11}: (2, 3) is merged "
+                 "everywhere before (10, 2) may apply",
+                 ([3, 4, 2, 3, 2, 3], {(2, 3): 10, (10, 2): 11})),
+            Case("ids [4, 3, 1, 1], merges {(1, 1): 10, (4, 3): 11}: both merges apply",
+                 ([4, 3, 1, 1], {(1, 1): 10, (4, 3): 11})),
+            Case("ids [1, 4, 2, 1, 4], merges {(1, 4): 10, (4, 2): 11}: the two pairs overlap",
+                 ([1, 4, 2, 1, 4], {(1, 4): 10, (4, 2): 11})),
+            Case("ids [2, 4, 4, 4, 4, 4, 3], merges {(2, 4): 10, (4, 4): 11, (11, 4): 12}: "
+                 "(4, 4) is the most frequent pair, but (2, 4) was learned first",
+                 ([2, 4, 4, 4, 4, 4, 3], {(2, 4): 10, (4, 4): 11, (11, 4): 12})),
+            Case("ids [4, 1, 2, 4], merges {(1, 2): 10, (10, 4): 11, (4, 11): 12}: (4, 11) "
+                 "sorts before (10, 4) but was learned after it",
+                 ([4, 1, 2, 4], {(1, 2): 10, (10, 4): 11, (4, 11): 12})),
+            Case("ids [1, 2, 3, 1, 2, 1, 2], merges {(2, 3): 10, (1, 2): 11}: (1, 2) is more "
+                 "frequent, but (2, 3) was learned first",
+                 ([1, 2, 3, 1, 2, 1, 2], {(2, 3): 10, (1, 2): 11})),
+            Case("ids [1, 2, 3], merges {(1, 2): 10, (10, 3): 11}: a merge of a merged token",
+                 ([1, 2, 3], {(1, 2): 10, (10, 3): 11})),
+            Case("ids [4, 4, 4, 4, 4], merges {(4, 4): 10, (10, 10): 11}",
+                 ([4, 4, 4, 4, 4], {(4, 4): 10, (10, 10): 11})),
+            Case("the bytes of 'hello, hello' with four merges that build 'hello'",
+                 (_HELLO, hello_merges)),
+            Case("ids [5, 6, 7], merges {(1, 2): 10}: no merge applies", ([5, 6, 7], {(1, 2): 10})),
+            Case("ids [1, 2, 3] and no merges at all", ([1, 2, 3], {})),
+            Case("an empty list, merges {(1, 2): 10}", ([], {(1, 2): 10})),
+            Case("a single id [1], merges {(1, 2): 10}", ([1], {(1, 2): 10})),
+            Case("40 random ids from 0..2, with 6 merges learned from other random ids",
+                 (_random_ids(gen, 3, 40), _learned_merges(learned_from, 6, 3))),
+        ]
+
+    def call(self, obj, case):
+        ids, merges = case.args
+        return obj(list(ids), dict(merges))
+
+    def mistakes(self):
+        def by_frequency(ids, merges):
+            ids, ranks = list(ids), list(merges)
+            while True:
+                present = [p for p in _adjacent(ids) if p in merges]
+                if not present:
+                    return ids
+                pair = max(set(present), key=lambda p: (present.count(p), -ranks.index(p)))
+                ids = _merged(ids, pair, merges[pair])
+
+        def reversed_order(ids, merges):
+            for pair, new_id in reversed(list(merges.items())):
+                ids = _merged(ids, pair, new_id)
+            return ids
+
+        def sorted_by_pair(ids, merges):
+            for pair in sorted(merges):
+                ids = _merged(ids, pair, merges[pair])
+            return ids
+
+        def leftmost_first(ids, merges):
+            ids = list(ids)
+            while True:
+                found = [i for i, p in enumerate(_adjacent(ids)) if p in merges]
+                if not found:
+                    return ids
+                i = found[0]
+                ids = ids[:i] + [merges[(ids[i], ids[i + 1])]] + ids[i + 2:]
+
+        def not_chained(ids, merges):
+            result = list(ids)
+            for pair, new_id in merges.items():
+                result = _merged(ids, pair, new_id) if pair in _adjacent(ids) else result
+            return result
+
+        return [
+            (leftmost_first, "you merged the leftmost pair that has a merge; apply the "
+             "earliest-learned merge first, wherever its pair is"),
+            (not_chained, "each merge must work on the result of the merges before it (so a "
+             "merge of merged tokens can apply), not on the original ids"),
+            (reversed_order, "you applied the merges last-learned first; apply them from the "
+             "first learned to the last"),
+            (by_frequency, "you merged the most frequent pair first; apply the merges in the "
+             "order they were learned (the order of `merges`), however often each pair occurs"),
+            (sorted_by_pair, "you applied the merges in sorted order of their pairs; keep the "
+             "order of `merges`, which is the order they were learned"),
         ]
