@@ -138,9 +138,9 @@ class LayerNorm(nn.Module):
     """`layer_norm` with learned `weight` (gamma, ones at init) and `bias` (beta, zeros).
 
     Same parameter names and results as `torch.nn.LayerNorm(d_model)`. The forward pass runs
-    PyTorch's fused kernel (`F.layer_norm`), which computes exactly what `layer_norm` above
-    spells out (tests/test_blocks.py checks it) in one kernel instead of nine, forward and
-    backward: the models of lessons 08 and 09 train about a fifth faster on a CPU with it.
+    PyTorch's fused kernel (`F.layer_norm`), which computes what `layer_norm` above spells
+    out, up to float rounding (tests/test_blocks.py checks it), in one kernel instead of nine,
+    forward and backward (lesson 07 times the two on one CPU thread).
     """
 
     def __init__(self, d_model: int, eps: float = 1e-5, bias: bool = True):

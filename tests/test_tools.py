@@ -75,3 +75,21 @@ def test_execute_refuses_to_save_on_a_busy_machine(monkeypatch):
     assert ran == []
     monkeypatch.setattr(nbtools.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
     assert nbtools.machine_is_busy() is None
+
+
+def test_execute_joins_a_printed_line_split_across_stream_outputs():
+    import nbformat
+
+    from tools.notebooks import coalesce_streams
+
+    cell = nbformat.v4.new_code_cell("print('output :', (2, 3))")
+    cell.outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="output :"),
+        nbformat.v4.new_output("stream", name="stdout", text=" (2, 3)\n"),
+        nbformat.v4.new_output("stream", name="stderr", text="a warning\n"),
+        nbformat.v4.new_output("stream", name="stdout", text="next\n"),
+    ]
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    coalesce_streams(nb)
+    assert [(o.name, o.text) for o in nb.cells[0].outputs] == [
+        ("stdout", "output : (2, 3)\n"), ("stderr", "a warning\n"), ("stdout", "next\n")]

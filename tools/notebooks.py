@@ -159,6 +159,27 @@ def cmd_exercises(paths) -> None:
             print(f"wrote {dst.relative_to(ROOT)}")
 
 
+def coalesce_streams(nb) -> None:
+    """Join consecutive stdout (or stderr) outputs of a cell into one output.
+
+    The kernel sends printed text in chunks as it arrives, so a slow cell can save one line as
+    two outputs, split anywhere. Static viewers (GitHub, nbviewer) draw each output as its own
+    block, so such a split looks like a stray line break. Joined, the text reads as printed.
+    """
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        merged = []
+        for output in cell.get("outputs", []):
+            if (output.get("output_type") == "stream" and merged
+                    and merged[-1].get("output_type") == "stream"
+                    and merged[-1].get("name") == output.get("name")):
+                merged[-1]["text"] += output["text"]
+            else:
+                merged.append(output)
+        cell.outputs = merged
+
+
 def execute(path: Path, timeout: int = 900):
     """Run a notebook top to bottom in a fresh kernel, as a learner would; return it."""
     from nbclient import NotebookClient
@@ -179,6 +200,7 @@ def execute(path: Path, timeout: int = 900):
             os.environ.pop("COURSE_DEVICE", None)
         else:
             os.environ["COURSE_DEVICE"] = env_before
+    coalesce_streams(nb)
     return nb
 
 
