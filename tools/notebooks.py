@@ -219,6 +219,42 @@ def machine_is_busy() -> str | None:
     return None
 
 
+def show_final_progress(nb) -> int:
+    """Give each saved progress bar the text of its final state; return how many were set.
+
+    A tqdm bar in a notebook is a widget. Its saved output holds the widget's id and, for
+    viewers without a widget manager (GitHub, nbviewer), a text shown instead: the bar as it
+    was when first displayed, "0%". The widget's final state is saved too (in the notebook's
+    metadata), so the text can be rewritten to the bar's end: "dates: 100%|##########| 700/700".
+    tests/sanitize.cfg makes the suite compare both forms alike.
+    """
+    import html
+
+    state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
+    models = state.get("state", {})
+
+    def model(ref):
+        return models.get(str(ref).removeprefix("IPY_MODEL_"), {})
+
+    count = 0
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            view = output.get("data", {}).get("application/vnd.jupyter.widget-view+json")
+            box = model(view["model_id"]) if view else {}
+            children = [model(c) for c in box.get("state", {}).get("children", [])]
+            names = [c.get("model_name") for c in children]
+            if names != ["HTMLModel", "FloatProgressModel", "HTMLModel"]:
+                continue
+            left, bar, right = (c.get("state", {}) for c in children)
+            total, value = bar.get("max") or 0, bar.get("value") or 0
+            filled = round(10 * value / total) if total else 0
+            drawn = "█" * filled + " " * (10 - filled)
+            text = f"{left.get('value', '')}|{drawn}|{right.get('value', '')}"
+            output["data"]["text/plain"] = html.unescape(text).replace("\u2007", " ")
+            count += 1
+    return count
+
+
 def cmd_execute(paths, busy_ok: bool = False) -> None:
     targets = paths or all_notebooks(("notebooks", "solutions"))
     busy = machine_is_busy()
@@ -235,6 +271,7 @@ def cmd_execute(paths, busy_ok: bool = False) -> None:
             continue
         start = time.perf_counter()
         nb = execute(path)
+        show_final_progress(nb)
         _write(nb, path)
         print(f"executed {path.relative_to(ROOT)} in {time.perf_counter() - start:.1f} s")
 
