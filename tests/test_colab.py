@@ -30,8 +30,9 @@ Checks:
   exactly what the same short lesson prints in the main environment's kernel;
 - the exercise checks judge alike in both environments: every listed mistake (and the refused
   reference) of ex02 and ex09, and solutions/02's check cells pass as committed.
-The browser half (the explorer and a progress bar drawn by JupyterLab 4 for this environment's
-ipywidgets 7 kernel) is in tests/test_browser.py.
+Not checked here: widgets drawn in a real browser for this kernel. JupyterLab 4 (the suite's
+browser test) cannot draw ipywidgets 7 models, and Colab's own frontend is not available
+offline; a classic Notebook 6.5 page with widgetsnbextension 3.6 would be the stand-in.
 
 Skips on a developer's machine without `venv`/`ensurepip`; in CI (CI=true) it must run.
 """
