@@ -165,7 +165,7 @@ def build(log=print) -> tuple[Path, float, bool]:
     with _lock():
         if ready(venv):
             return venv, time.perf_counter() - started, False
-        log(f"colab env: building {venv} (Colab's pins, {TORCH_PIN}; a few minutes, once)")
+        log(f"colab env: building {venv} (Colab's pins, {TORCH_PIN}; once, under a minute here)")
         if venv.exists():
             shutil.rmtree(venv)
         _run([sys.executable, "-m", "venv", str(venv)], clean_env(), timeout=300)

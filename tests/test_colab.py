@@ -8,7 +8,7 @@ jupyter_client 7.4.9, nbclient 0.10.4 (tests/colab_env.py). Two things stand in 
 this machine's Python (3.11) for Colab's Python 3.13, and the cached CPU wheel torch==2.13.0 for
 Colab's torch 2.11 (no other torch installs offline without gigabytes of CUDA). It is built once
 and cached outside the repository (~/.cache/course-colab-sim); `.ci/run` builds it before the
-timed test command, and the first test here builds it when it is missing (about 40 s measured).
+timed test command, and the first test here builds it when it is missing (27-38 s measured).
 Every test run works in a throwaway overlay of it (colab_env.overlay), so the cache keeps
 Colab's versions whatever a test installs.
 
