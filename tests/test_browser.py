@@ -218,7 +218,7 @@ def run_in_lab(page, lab, notebook: Path, screenshots: Path, committed_widgets: 
         assert "Error displaying widget" not in o["text"], f"{where}: {o['text'][:200]}"
         assert not o["failed"], (
             f"{where}: the widget failed to load (its error view shows instead; is a lab "
-            "extension missing or disabled?)"
+            f"extension missing or disabled, or the kernel's ipywidgets 7?): {o['text'][:300]!r}"
         )
         assert o["height"] > 0 and o["width"] > 0, f"{where}: the widget has no size"
     for o in outputs:

@@ -69,3 +69,28 @@ def test_readme_syllabus_table_is_up_to_date():
     assert syllabus_table() in (ROOT / "README.md").read_text(), (
         "README's syllabus table is out of date; run: python tools/notebooks.py readme"
     )
+
+
+def test_runtime_bounds_are_plain_lower_bounds_that_colab_satisfies():
+    """The setup cell reads each runtime bound as `name>=X.Y` (to name an older package), and
+    Colab's versions (tests/colab_env.py) must satisfy every one: on Colab, the setup cell then
+    installs course_lib and nothing else (tests/test_colab.py checks it with pip itself)."""
+    from colab_env import COLAB_PINS, normalize
+
+    colab = {normalize(p.split("==")[0]): p.split("==")[1] for p in COLAB_PINS}
+    for spec in PYPROJECT["project"]["dependencies"]:
+        m = re.fullmatch(r"([A-Za-z0-9_.-]+)>=(\d+(?:\.\d+)*)", spec)
+        assert m, f"{spec!r}: runtime dependencies must be plain 'name>=X.Y' (the setup cell)"
+        name, bound = normalize(m.group(1)), [int(n) for n in m.group(2).split(".")]
+        if name in colab:
+            have = [int(n) for n in colab[name].split(".")]
+            assert have >= bound, f"{spec} excludes Colab's {name} {colab[name]}"
+    kernel = {"ipykernel", "ipython", "ipywidgets", "jupyter-client"}
+    listed = {normalize(_requirement(s)[0]) for s in PYPROJECT["project"]["dependencies"]}
+    assert kernel <= listed, f"the kernel packages' bounds must be stated: {kernel - listed}"
+
+
+def test_setup_cell_installs_the_course_without_its_dependencies():
+    assert '"--no-deps", source' in SETUP_SOURCE
+    assert "COURSE_LIB_SOURCE" in SETUP_SOURCE
+    assert "--upgrade" not in SETUP_SOURCE and " -U" not in SETUP_SOURCE

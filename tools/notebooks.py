@@ -35,11 +35,20 @@ BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
-SETUP_SOURCE = f"""\
+# The first code cell of every notebook. On Colab it must change nothing the runtime already has:
+# upgrading ipykernel, ipython or ipywidgets inside a running Colab session breaks the session,
+# and Colab's widget frontend needs its own ipywidgets 7. So the course is installed with
+# --no-deps, then only the dependencies that are missing, each held with what is there.
+SETUP_SOURCE = """\
 # Setup (the same first cell in every notebook): makes `course_lib` importable here, in a
 # checkout of the repository, on Binder and on Colab. It installs nothing when it is present.
+# Where it is missing (Colab), it installs the course and any package the course needs that is
+# missing, and never upgrades a package already there (that can break a running Colab session).
+import importlib
+import importlib.metadata as metadata
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 
@@ -48,13 +57,36 @@ if importlib.util.find_spec("course_lib") is None:
         sys.path.insert(0, os.path.abspath(".."))  # a checkout that was not pip-installed
     else:  # Colab, or a bare environment: install the course package from its repository
         source = os.environ.get(
-            "COURSE_LIB_SOURCE", "git+https://github.com/{REPOSITORY}@{BRANCH}"
+            "COURSE_LIB_SOURCE", "git+https://github.com/@REPOSITORY@@@BRANCH@"
         )
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", source], check=True)
+        pip = [sys.executable, "-m", "pip", "install", "--quiet"]
+        subprocess.run([*pip, "--no-deps", source], check=True)  # the course alone
+        importlib.invalidate_caches()
+        missing, kept, older = [], [], []
+        for requirement in metadata.requires("course_lib"):
+            if "extra ==" in requirement:
+                continue  # the [lab] and [test] extras: not needed to run a notebook
+            name, bound = re.match(r"([\\w.-]+)(?:>=([\\d.]+))?", requirement).groups()
+            try:
+                have = metadata.version(name)
+            except metadata.PackageNotFoundError:
+                missing.append(requirement)
+                continue
+            kept.append(f"{name}=={have}")  # held at its version while the missing install
+            release = [int(n) for n in re.findall(r"\\d+", have)[:3]]  # "2.1.3+cu121": [2, 1, 3]
+            if bound and release < [int(n) for n in bound.split(".")]:
+                older.append(f"{name} {have} (the course is tested with {name}>={bound})")
+        if missing:
+            subprocess.run([*pip, *missing, *kept], check=True)
+        added = "".join(f", {requirement}" for requirement in missing)
+        print(f"installed course_lib{added}; the packages already here are unchanged")
+        if older:
+            print("older than tested (if a cell fails, upgrade it, then restart):", *older)
 
 from course_lib.runtime import setup_notebook
 
 device = setup_notebook()  # seeds everything, sets the plot style, picks cuda or cpu"""
+SETUP_SOURCE = SETUP_SOURCE.replace("@REPOSITORY@", REPOSITORY).replace("@BRANCH@", BRANCH)
 
 
 def colab_url(relpath: str) -> str:
