@@ -252,11 +252,15 @@ def _sanitizers() -> list[tuple[re.Pattern, str]]:
 
 def compared_outputs(nb) -> dict[int, list[str]]:
     """The text outputs nbval compares, by cell: streams and text/plain results, not in cells
-    marked NBVAL_IGNORE_OUTPUT or NBVAL_SKIP, not the setup cell (its output is where it runs),
-    not widgets (their text is the widget's state at display time; checked separately)."""
+    tagged nbval-ignore-output or nbval-skip (or marked with the equivalent comments), not the
+    setup cell (its output is where it runs), not widgets (their text is the widget's state at
+    display time; checked separately)."""
     subs, found = _sanitizers(), {}
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code" or i == 1:
+            continue
+        tags = set(cell.get("metadata", {}).get("tags", []))
+        if tags & {"nbval-ignore-output", "nbval-skip"}:
             continue
         if re.search(r"^\s*# NBVAL_(IGNORE_OUTPUT|SKIP)\s*$", cell.source, re.M):
             continue
