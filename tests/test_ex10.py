@@ -65,7 +65,7 @@ def tiled_query_and_key_blocks(q, k, v, block_size=128, causal=False):
     rows_out = []
     for qs in range(0, n_q, block_size):
         qb = q[..., qs:qs + block_size, :] / math.sqrt(q.shape[-1])
-        m = l = acc = None
+        m = total = acc = None
         for ks in range(0, n_k, block_size):
             s = torch.einsum("...qd,...kd->...qk", qb, k[..., ks:ks + block_size, :])
             if causal:
@@ -78,12 +78,12 @@ def tiled_query_and_key_blocks(q, k, v, block_size=128, causal=False):
             p = torch.exp(s - new_m)
             pv = p @ v[..., ks:ks + block_size, :]
             if m is None:
-                l, acc = p.sum(-1, keepdim=True), pv
+                total, acc = p.sum(-1, keepdim=True), pv
             else:
                 c = torch.exp(m - new_m)
-                l, acc = l * c + p.sum(-1, keepdim=True), acc * c + pv
+                total, acc = total * c + p.sum(-1, keepdim=True), acc * c + pv
             m = new_m
-        rows_out.append(acc / l)
+        rows_out.append(acc / total)
     return torch.cat(rows_out, dim=-2)
 
 

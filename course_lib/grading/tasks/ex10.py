@@ -3,7 +3,8 @@ image patches.
 
 `tiled_attention` runs under a memory check: in the cases where keys come in several blocks,
 no tensor the learner's code creates may hold more than batch x max(n_q, n_k) x block_size
-numbers, one row of tiles (or the size of the inputs, when d_k or d_v exceeds block_size). The full (n_q, n_k) matrix of scores breaks that limit; at the
+numbers, one row of tiles (or the size of the inputs, when d_k or d_v exceeds
+block_size). The full (n_q, n_k) matrix of scores breaks that limit; at the
 check's longest length it is what would not fit the grader's memory.
 
 `mlm_mask` is random, so its check is statistical (as for ex09.sample_next): one call on about
