@@ -73,9 +73,15 @@ class TensorMemoryCounter(TorchDispatchMode):
         weakref.finalize(storage, self._release, address)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        # a view or an in-place result shares an input's storage: nothing new was allocated
+        # (this is also what keeps slices of the caller's inputs from being counted)
+        inputs = {leaf.untyped_storage().data_ptr() for leaf in tree_leaves((args, kwargs))
+                  if isinstance(leaf, torch.Tensor)}
         for leaf in tree_leaves(out):
-            if isinstance(leaf, torch.Tensor):
+            if isinstance(leaf, torch.Tensor) and \
+                    leaf.untyped_storage().data_ptr() not in inputs:
                 self._track(leaf)
         return out
 

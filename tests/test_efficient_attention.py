@@ -141,3 +141,9 @@ def test_cost_helpers():
 def test_input_checks_name_the_argument(call, words):
     with pytest.raises(ValueError, match=words):
         call()
+
+
+def test_peak_memory_does_not_count_views_of_the_inputs():
+    x = torch.zeros(1000)
+    assert peak_tensor_bytes(lambda: (x[:10], x.view(10, 100), x.t())) == 0
+    assert peak_tensor_bytes(lambda: x[:10] * 2) == 40
