@@ -149,6 +149,9 @@ class TiledAttention(Task):
             _tiled_case("block_size=0 must raise a ValueError",
                         _randn(gen, 1, 4, 4), _randn(gen, 1, 4, 4), _randn(gen, 1, 4, 4), 0,
                         raises=ValueError),
+            _tiled_case("block_size=-3 must raise a ValueError",
+                        _randn(gen, 1, 4, 4), _randn(gen, 1, 4, 4), _randn(gen, 1, 4, 4), -3,
+                        raises=ValueError),
         ]
 
     def call(self, obj, case):
