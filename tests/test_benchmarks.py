@@ -68,3 +68,13 @@ def test_bpe_benchmark_prints_both_timings():
     assert result["round_trip"] is True
     assert result["train_seconds"] > 0 and result["encode_seconds"] > 0
     assert 1.0 < result["bytes_per_token"] < 4.0  # 44 merges already pack common pairs
+
+
+def test_attention_cost_prints_memory_time_and_slope():
+    result = run_benchmark("attention_cost.py", "--lengths", "256", "512", "--repeats", "1")
+    assert result["lengths"] == [256, 512] and result["d_head"] == 64
+    assert len(result["full_peak_bytes"]) == len(result["tiled_seconds"]) == 2
+    assert all(b >= n * n * 4 for b, n in zip(result["full_peak_bytes"], [256, 512],
+                                               strict=True))  # at least one (n, n) matrix
+    assert 1.8 < result["full_memory_slope"] < 2.1
+    assert result["max_abs_diff"] < 1e-4

@@ -1,0 +1,112 @@
+"""Measuring what a computation costs (lesson 10): time, peak tensor memory, growth rate.
+
+    median_seconds(fn)      warm-up calls first (caches, lazy initialisation), then the median
+                            of several timed calls: one slow call (another program, a page
+                            fault) does not move it
+    peak_tensor_bytes(fn)   the most bytes of tensors alive at once while fn runs, counted from
+                            every tensor PyTorch creates during the call, the way
+                            torch.cuda.max_memory_allocated counts on a GPU. Inputs that
+                            existed before the call are not counted; scratch space that a
+                            kernel allocates outside tensors (e.g. inside a matrix multiply)
+                            is not seen.
+    loglog_slope(ns, ys)    the exponent p of the best fit y ~ c * n^p (a straight line on
+                            log-log axes): 1 for linear cost, 2 for quadratic
+
+Python's tracemalloc does not see PyTorch's memory, and the process's resident size mixes in
+the allocator's cached pages, so `peak_tensor_bytes` does its own accounting: a
+TorchDispatchMode sees each new tensor's storage, adds its size, and a finaliser subtracts it
+when the storage is freed.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+import weakref
+from collections.abc import Callable, Sequence
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+__all__ = ["median_seconds", "peak_tensor_bytes", "loglog_slope", "TensorMemoryCounter"]
+
+
+def median_seconds(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
+    """Median wall-clock seconds of `repeats` calls of fn(), after `warmup` untimed calls."""
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+class TensorMemoryCounter(TorchDispatchMode):
+    """Counts the bytes of tensor storage created inside `with` and alive at once (`.peak`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.current = 0
+        self.peak = 0
+        self._alive: dict[int, int] = {}  # storage address -> bytes
+
+    def _release(self, address: int) -> None:
+        self.current -= self._alive.pop(address, 0)
+
+    def _track(self, tensor: torch.Tensor) -> None:
+        storage = tensor.untyped_storage()
+        address = storage.data_ptr()
+        if address == 0 or address in self._alive:  # empty, or a view of a counted storage
+            return
+        self._alive[address] = storage.nbytes()
+        self.current += storage.nbytes()
+        self.peak = max(self.peak, self.current)
+        # the storage's Python object lives exactly as long as the storage itself
+        weakref.finalize(storage, self._release, address)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        # a view or an in-place result shares an input's storage: nothing new was allocated
+        # (this is also what keeps slices of the caller's inputs from being counted)
+        inputs = {leaf.untyped_storage().data_ptr() for leaf in tree_leaves((args, kwargs))
+                  if isinstance(leaf, torch.Tensor)}
+        for leaf in tree_leaves(out):
+            if isinstance(leaf, torch.Tensor) and \
+                    leaf.untyped_storage().data_ptr() not in inputs:
+                self._track(leaf)
+        return out
+
+
+def peak_tensor_bytes(fn: Callable[[], object]) -> int:
+    """The peak bytes of tensors created by fn() and alive at the same time (fn's result too)."""
+    counter = TensorMemoryCounter()
+    with torch.no_grad(), counter:
+        result = fn()
+    del result
+    return counter.peak
+
+
+def loglog_slope(ns: Sequence[float], ys: Sequence[float]) -> float:
+    """The least-squares slope of log(y) against log(n): y ~ c * n^slope."""
+    if len(ns) != len(ys) or len(ns) < 2:
+        raise ValueError(f"ns and ys must be two sequences of the same length >= 2, got "
+                         f"{len(ns)} and {len(ys)}")
+    if min(ns) <= 0 or min(ys) <= 0:
+        raise ValueError("ns and ys must be positive to be put on a log scale")
+    xs = [math.log(n) for n in ns]
+    ls = [math.log(y) for y in ys]
+    x_mean, y_mean = sum(xs) / len(xs), sum(ls) / len(ls)
+    num = sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, ls, strict=True))
+    den = sum((x - x_mean) ** 2 for x in xs)
+    if den == 0:
+        raise ValueError("ns must hold at least two different values")
+    return num / den

@@ -1,0 +1,193 @@
+"""ex10 (the family and the cost): the references pass, every named mistake fails with its hint,
+alternative correct implementations pass, shortcuts and stubs are recognised."""
+
+from __future__ import annotations
+
+import math
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import mistake_params
+
+from course_lib.efficient_attention import sliding_window_mask, tiled_attention
+from course_lib.family import mlm_mask, patchify
+from course_lib.grading import check_result
+from course_lib.grading.core import get_task
+
+TASKS = ["ex10.tiled_attention", "ex10.sliding_window_mask", "ex10.mlm_mask", "ex10.patchify"]
+REFERENCES = {
+    "ex10.tiled_attention": tiled_attention,
+    "ex10.sliding_window_mask": sliding_window_mask,
+    "ex10.mlm_mask": mlm_mask,
+    "ex10.patchify": patchify,
+}
+
+
+def _copy(fn):
+    """The reference's logic under a code object of its own (the grader does not see it)."""
+    code = fn.__code__.replace(co_name=fn.__name__ + "_copy")
+    return types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
+@pytest.mark.parametrize("task_id", TASKS)
+def test_reference_logic_passes(task_id):
+    result = check_result(task_id, _copy(REFERENCES[task_id]))
+    assert result.status == "passed", result.feedback
+
+
+@pytest.mark.parametrize("task_id", TASKS)
+def test_calling_the_reference_is_forbidden(task_id):
+    assert check_result(task_id, REFERENCES[task_id]).status == "forbidden"
+
+
+@pytest.mark.parametrize("task_id,wrong,hint", mistake_params(*TASKS))
+def test_each_mistake_fails_with_its_hint(task_id, wrong, hint):
+    result = check_result(task_id, wrong)
+    assert result.status == "failed", result.feedback
+    assert hint in result.feedback
+
+
+@pytest.mark.parametrize("task_id", TASKS)
+def test_stub_is_not_implemented(task_id):
+    def stub(*args, **kwargs):
+        raise NotImplementedError()
+
+    assert check_result(task_id, stub).status == "not implemented"
+
+
+# Alternative correct implementations, as a learner might write them.
+def tiled_query_and_key_blocks(q, k, v, block_size=128, causal=False):
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ValueError("block_size must be a positive int")
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    rows_out = []
+    for qs in range(0, n_q, block_size):
+        qb = q[..., qs:qs + block_size, :] / math.sqrt(q.shape[-1])
+        m = total = acc = None
+        for ks in range(0, n_k, block_size):
+            s = torch.einsum("...qd,...kd->...qk", qb, k[..., ks:ks + block_size, :])
+            if causal:
+                qi = torch.arange(qs, qs + qb.shape[-2]).unsqueeze(-1)
+                kj = torch.arange(ks, ks + s.shape[-1])
+                s = torch.where(kj <= qi, s, torch.tensor(-math.inf, dtype=s.dtype))
+            block_max = s.amax(-1, keepdim=True)
+            new_m = block_max if m is None else torch.maximum(m, block_max)
+            new_m = torch.where(torch.isinf(new_m), torch.zeros_like(new_m), new_m)
+            p = torch.exp(s - new_m)
+            pv = p @ v[..., ks:ks + block_size, :]
+            if m is None:
+                total, acc = p.sum(-1, keepdim=True), pv
+            else:
+                c = torch.exp(m - new_m)
+                total, acc = total * c + p.sum(-1, keepdim=True), acc * c + pv
+            m = new_m
+        rows_out.append(acc / total)
+    return torch.cat(rows_out, dim=-2)
+
+
+def window_by_loop(n, window, causal=False):
+    if n < 1 or window < 0:
+        raise ValueError("bad arguments")
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    for i in range(n):
+        lo, hi = max(0, i - window), i if causal else min(n - 1, i + window)
+        mask[i, lo:hi + 1] = True
+    return mask
+
+
+def window_by_triangles(n, window, causal=False):
+    if not isinstance(n, int) or n <= 0 or window < 0:
+        raise ValueError("bad arguments")
+    ones = torch.ones(n, n, dtype=torch.bool)
+    return ones.tril(0 if causal else window) & ones.triu(-window)
+
+
+def mlm_by_multinomial(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=None):
+    if not 0 < mask_prob <= 1:
+        raise ValueError("mask_prob must be in (0, 1]")
+    chosen = torch.bernoulli(torch.full(ids.shape, mask_prob), generator=generator).bool()
+    if pad_id is not None:
+        chosen = chosen & (ids != pad_id)
+    what = torch.multinomial(torch.tensor([0.8, 0.1, 0.1]), ids.numel(), replacement=True,
+                             generator=generator).reshape(ids.shape)
+    inputs = ids.clone()
+    inputs[chosen & (what == 0)] = mask_id
+    swap = chosen & (what == 1)
+    inputs[swap] = torch.randint(vocab_size, (int(swap.sum()),), generator=generator,
+                                 dtype=ids.dtype)
+    labels = torch.where(chosen, ids, torch.full_like(ids, -100))
+    return inputs, labels
+
+
+def patchify_by_loop(images, patch_size):
+    b, c, h, w = images.shape
+    if h % patch_size or w % patch_size:
+        raise ValueError("H and W must be multiples of patch_size")
+    out = []
+    for r in range(0, h, patch_size):
+        for col in range(0, w, patch_size):
+            out.append(images[:, :, r:r + patch_size, col:col + patch_size].reshape(b, -1))
+    return torch.stack(out, dim=1)
+
+
+def patchify_by_tensor_unfold(images, patch_size):
+    b, c, h, w = images.shape
+    if h % patch_size or w % patch_size:
+        raise ValueError("H and W must be multiples of patch_size")
+    x = images.unfold(2, patch_size, patch_size).unfold(3, patch_size, patch_size)
+    return x.permute(0, 2, 3, 1, 4, 5).reshape(b, -1, c * patch_size * patch_size)
+
+
+@pytest.mark.parametrize("task_id,impl", [
+    ("ex10.tiled_attention", tiled_query_and_key_blocks),
+    ("ex10.sliding_window_mask", window_by_loop),
+    ("ex10.sliding_window_mask", window_by_triangles),
+    ("ex10.mlm_mask", mlm_by_multinomial),
+    ("ex10.patchify", patchify_by_loop),
+    ("ex10.patchify", patchify_by_tensor_unfold),
+])
+def test_alternative_correct_implementations_pass(task_id, impl):
+    result = check_result(task_id, impl)
+    assert result.status == "passed", result.feedback
+
+
+def full_attention(q, k, v, block_size=128, causal=False):
+    if block_size < 1:
+        raise ValueError("block_size")
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        n_q, n_k = scores.shape[-2:]
+        keep = torch.ones(n_q, n_k, dtype=torch.bool).tril()
+        scores = scores.masked_fill(~keep, -math.inf)
+    return scores.softmax(-1) @ v
+
+
+def test_full_attention_fails_only_the_memory_limited_cases():
+    result = check_result("ex10.tiled_attention", full_attention)
+    assert result.status == "failed"
+    assert "as large as the full matrix of scores" in result.feedback
+    limited = [c for c in get_task("ex10.tiled_attention").cases(torch.Generator().manual_seed(0))
+               if c.data.get("limit")]
+    assert result.passed <= result.total - 2 and len(limited) >= 2
+
+
+def test_torch_attention_and_unfold_are_forbidden():
+    def with_torch(q, k, v, block_size=128, causal=False):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    def with_unfold(images, patch_size):
+        return F.unfold(images, patch_size, stride=patch_size).transpose(1, 2)
+
+    assert check_result("ex10.tiled_attention", with_torch).status == "forbidden"
+    assert check_result("ex10.patchify", with_unfold).status == "forbidden"
+
+
+def test_memory_limit_lets_one_row_of_tiles_through():
+    gen = torch.Generator().manual_seed(0)
+    cases = get_task("ex10.tiled_attention").cases(gen)
+    biggest = max(cases, key=lambda c: c.args[1].shape[-2])
+    q, k, _ = biggest.args
+    n = k.shape[-2]
+    assert n >= 2048 and biggest.data["limit"] < q.shape[0] * n * n

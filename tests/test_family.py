@@ -1,0 +1,84 @@
+"""course_lib.family: BERT's masking, image patches, the encoder-only and ViT models."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_lib.family import IGNORE_INDEX, MaskedLM, VisionTransformer, mlm_mask, patchify
+
+
+def test_mlm_proportions_over_many_draws():
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, 50, (200, 500), generator=gen)
+    ids[:, 400:] = 0  # padding
+    inputs, labels = mlm_mask(ids, mask_id=99, vocab_size=50, pad_id=0, generator=gen)
+    real = ids != 0
+    chosen = labels != IGNORE_INDEX
+    assert not chosen[~real].any() and torch.equal(inputs[~real], ids[~real])
+    assert chosen.sum() / real.sum() == pytest.approx(0.15, abs=0.003)
+    assert torch.equal(labels[chosen], ids[chosen])
+    assert torch.equal(inputs[~chosen], ids[~chosen])
+    picked = inputs[chosen]
+    masked = (picked == 99).float().mean()
+    kept = (picked == ids[chosen]).float().mean()
+    assert masked == pytest.approx(0.8, abs=0.01)
+    # 10 % unchanged, plus the random draws that happen to hit the original token (1 in 50)
+    assert kept == pytest.approx(0.1 + 0.1 / 50, abs=0.01)
+    assert 1 - masked - kept == pytest.approx(0.1 * 49 / 50, abs=0.01)
+    assert inputs.max() == 99 and picked[picked != 99].max() < 50
+
+
+def test_mlm_is_repeatable_with_a_generator_and_respects_mask_prob():
+    ids = torch.randint(0, 10, (64, 64), generator=torch.Generator().manual_seed(1))
+    a = mlm_mask(ids, 10, 10, generator=torch.Generator().manual_seed(5))
+    b = mlm_mask(ids, 10, 10, generator=torch.Generator().manual_seed(5))
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    _, labels = mlm_mask(ids, 10, 10, mask_prob=1.0)
+    assert (labels != IGNORE_INDEX).all()
+
+
+def test_patchify_matches_a_loop_in_row_major_order():
+    images = torch.randn(2, 3, 8, 12)
+    patches = patchify(images, 4)
+    assert patches.shape == (2, 6, 48)
+    index = 0
+    for row in range(2):
+        for col in range(3):
+            expected = images[:, :, row * 4:(row + 1) * 4, col * 4:(col + 1) * 4].reshape(2, -1)
+            assert torch.equal(patches[:, index], expected)
+            index += 1
+    unfolded = torch.nn.functional.unfold(images, 4, stride=4).transpose(1, 2)
+    assert torch.equal(patches, unfolded)
+
+
+def test_models_shapes():
+    model = MaskedLM(vocab_size=30, max_len=16, d_model=32, num_heads=2, num_layers=1)
+    assert model(torch.randint(0, 30, (3, 16))).shape == (3, 16, 30)
+    vit = VisionTransformer(image_size=8, patch_size=4, num_classes=5, channels=1, d_model=16,
+                            num_heads=2, num_layers=1)
+    assert vit(torch.randn(2, 1, 8, 8)).shape == (2, 5)
+
+
+def test_bert_sees_both_sides_and_gpt_style_would_not():
+    torch.manual_seed(0)
+    model = MaskedLM(vocab_size=10, max_len=8, d_model=16, num_heads=2, num_layers=1).eval()
+    ids = torch.randint(0, 10, (1, 8))
+    changed = ids.clone()
+    changed[0, 7] = (ids[0, 7] + 1) % 10
+    assert not torch.allclose(model(ids)[0, 0], model(changed)[0, 0])  # the future matters
+
+
+@pytest.mark.parametrize("call,words", [
+    (lambda: mlm_mask(torch.zeros(3, 4), 1, 5), "dtype"),
+    (lambda: mlm_mask(torch.zeros(3, 4, dtype=torch.long), 1, 5, mask_prob=0.0), "mask_prob"),
+    (lambda: mlm_mask(torch.zeros(3, 4, dtype=torch.long), 1, 0), "vocab_size"),
+    (lambda: patchify(torch.randn(2, 3, 8), 4), "images"),
+    (lambda: patchify(torch.randn(2, 3, 8, 10), 4), "multiples"),
+    (lambda: patchify(torch.randn(2, 3, 8, 8), 0), "patch_size"),
+    (lambda: VisionTransformer(10, 4, 2), "multiple"),
+    (lambda: VisionTransformer(8, 4, 2, channels=1)(torch.randn(2, 3, 8, 8)), "images"),
+])
+def test_input_checks(call, words):
+    with pytest.raises((ValueError, TypeError), match=words):
+        call()
