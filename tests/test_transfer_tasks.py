@@ -1,0 +1,144 @@
+"""Grader tests for the transfer tasks of the second round (one or more per exercise set).
+
+For each task: the reference passes the hidden cases, handing in the reference is refused, a stub
+is "not implemented", and every listed mistake fails with its own hint. Task-specific
+properties (correct alternatives, what the reference equals) follow below.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import mistake_params
+
+from course_lib.grading import check_result
+from course_lib.grading.core import get_task, judge, resolve, run_cases
+
+TRANSFER = [
+    "ex04.apply_rope_half",
+    "ex05.prefix_lm_mask",
+]
+
+
+def status_and_feedback(task_id, obj):
+    result = check_result(task_id, obj)
+    assert not isinstance(result, str), result
+    return result.status, result.feedback
+
+
+@pytest.mark.parametrize("task_id", TRANSFER)
+@pytest.mark.parametrize("seed", [0, 123])
+def test_reference_passes_every_case(task_id, seed):
+    task = get_task(task_id)
+    cases = task.cases(torch.Generator().manual_seed(seed))
+    run = run_cases(task, resolve(task.reference), cases)
+    run["seen"] = []  # the reference calls itself, which is only forbidden for learners
+    result = judge(task, cases, run)
+    assert result.status == "passed", result.feedback
+
+
+@pytest.mark.parametrize("task_id", TRANSFER)
+def test_handing_in_the_reference_is_forbidden(task_id):
+    status, feedback = status_and_feedback(task_id, resolve(get_task(task_id).reference))
+    assert status == "forbidden", feedback
+
+
+def _stub(*args, **kwargs):
+    raise NotImplementedError()
+
+
+@pytest.mark.parametrize("task_id", [t for t in TRANSFER if t.split(".")[1][0].islower()])
+def test_stub_is_not_implemented(task_id):
+    status, _ = status_and_feedback(task_id, _stub)
+    assert status == "not implemented"
+
+
+@pytest.mark.parametrize("task_id, wrong, hint", mistake_params(*TRANSFER))
+def test_each_listed_mistake_fails_with_its_hint(task_id, wrong, hint):
+    status, feedback = status_and_feedback(task_id, wrong)
+    assert status == "failed"
+    assert hint in feedback, feedback
+
+
+# --------------------------------------------------------------------------------------------
+# ex04.apply_rope_half
+# --------------------------------------------------------------------------------------------
+
+
+def rope_half_by_permutation(x, positions=None):
+    """A correct alternative: reorder the features, rotate adjacent pairs, reorder back."""
+    from course_lib.grading.tasks.ex04 import _rope_variant
+
+    d = x.shape[-1]
+    if d % 2:
+        raise ValueError("d must be even")
+    perm = torch.arange(d).view(2, d // 2).t().reshape(d)
+    return _rope_variant(x[..., perm], positions)[..., torch.argsort(perm)]
+
+
+def rope_half_complex(x, positions=None):
+    """A correct alternative with complex numbers: x_i + i x_{i+d/2} times e^{i p w}."""
+    d = x.shape[-1]
+    if d % 2:
+        raise ValueError("d must be even")
+    if positions is None:
+        positions = torch.arange(x.shape[-2])
+    w = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    rot = torch.polar(torch.ones(1, dtype=torch.float64), positions.double()[:, None] * w)
+    z = torch.complex(x[..., : d // 2].double(), x[..., d // 2 :].double()) * rot
+    return torch.cat((z.real, z.imag), dim=-1).to(x.dtype)
+
+
+@pytest.mark.parametrize("obj", [rope_half_by_permutation, rope_half_complex])
+def test_apply_rope_half_alternatives_pass(obj):
+    status, feedback = status_and_feedback("ex04.apply_rope_half", obj)
+    assert status == "passed", feedback
+
+
+def test_apply_rope_half_is_apply_rope_up_to_a_permutation_and_depends_on_offsets_only():
+    from course_lib.positional import apply_rope, apply_rope_half, rope_half_permutation
+
+    x = torch.randn(2, 7, 12, dtype=torch.float64)
+    perm = rope_half_permutation(12)
+    assert torch.allclose(apply_rope_half(x)[..., perm], apply_rope(x[..., perm]))
+    q, k = torch.randn(5, 12, dtype=torch.float64), torch.randn(5, 12, dtype=torch.float64)
+    pos = torch.tensor([0, 3, 4, 8, 9])
+    scores = apply_rope_half(q, pos) @ apply_rope_half(k, pos).T
+    moved = apply_rope_half(q, pos + 37) @ apply_rope_half(k, pos + 37).T
+    assert torch.allclose(scores, moved)
+    with pytest.raises(ValueError, match="even"):
+        apply_rope_half(torch.randn(3, 5))
+
+
+# --------------------------------------------------------------------------------------------
+# ex05.prefix_lm_mask
+# --------------------------------------------------------------------------------------------
+
+
+def prefix_lm_by_loops(ids, prefix_lengths, pad_id):
+    batch, seq = ids.shape
+    if ((prefix_lengths < 0) | (prefix_lengths > seq)).any():
+        raise ValueError("prefix length out of range")
+    mask = torch.zeros(batch, seq, seq, dtype=torch.bool)
+    for b in range(batch):
+        for i in range(seq):
+            for j in range(seq):
+                mask[b, i, j] = bool(ids[b, j] != pad_id) and (j < prefix_lengths[b] or j <= i)
+    return mask
+
+
+def test_prefix_lm_mask_alternative_passes():
+    status, feedback = status_and_feedback("ex05.prefix_lm_mask", prefix_lm_by_loops)
+    assert status == "passed", feedback
+
+
+def test_reference_prefix_lm_mask_edges():
+    from course_lib.masking import causal_mask, padding_mask, prefix_lm_mask
+
+    ids = torch.tensor([[3, 4, 5, 0], [3, 4, 5, 6]])
+    causal = prefix_lm_mask(ids, torch.tensor([0, 0]), 0)
+    assert torch.equal(causal, causal_mask(4) & padding_mask(ids, 0))
+    full = prefix_lm_mask(ids, torch.tensor([4, 4]), 0)
+    assert torch.equal(full, padding_mask(ids, 0).expand(2, 4, 4))
+    with pytest.raises(ValueError, match="prefix_lengths"):
+        prefix_lm_mask(ids, torch.tensor([5, 0]), 0)
