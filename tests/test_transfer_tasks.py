@@ -17,6 +17,9 @@ from course_lib.grading.core import get_task, judge, resolve, run_cases
 TRANSFER = [
     "ex04.apply_rope_half",
     "ex05.prefix_lm_mask",
+    "ex07.DecoderLayer",
+    "ex07.rms_norm",
+    "ex07.SwiGLU",
 ]
 
 
@@ -142,3 +145,79 @@ def test_reference_prefix_lm_mask_edges():
     assert torch.equal(full, padding_mask(ids, 0).expand(2, 4, 4))
     with pytest.raises(ValueError, match="prefix_lengths"):
         prefix_lm_mask(ids, torch.tensor([5, 0]), 0)
+
+
+# --------------------------------------------------------------------------------------------
+# ex07.DecoderLayer, ex07.rms_norm, ex07.SwiGLU
+# --------------------------------------------------------------------------------------------
+
+
+class LearnerDecoderLayer(torch.nn.Module):
+    """A correct decoder layer as a learner writes it (nn.LayerNorm, the lesson-03 attention)."""
+
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False):
+        from torch import nn
+
+        from course_lib.multihead import MultiHeadAttention
+
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, num_heads)
+        self.multihead_attn = MultiHeadAttention(d_model, num_heads)
+        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        sublayers = [
+            (self.norm1, lambda h: self.self_attn(h, h, h, mask=self_mask)[0]),
+            (self.norm2, lambda h: self.multihead_attn(h, memory, memory, mask=memory_mask)[0]),
+            (self.norm3, lambda h: self.linear2(torch.relu(self.linear1(h)))),
+        ]
+        for norm, sublayer in sublayers:
+            x = x + sublayer(norm(x)) if self.norm_first else norm(x + sublayer(x))
+        return x
+
+
+def test_a_learner_decoder_layer_passes_and_equals_torch_in_both_norm_modes():
+    from torch import nn
+
+    from course_lib.blocks import DecoderLayer
+
+    status, feedback = status_and_feedback("ex07.DecoderLayer", LearnerDecoderLayer)
+    assert status == "passed", feedback
+    for norm_first in (False, True):
+        theirs = nn.TransformerDecoderLayer(12, 3, 20, dropout=0.0, batch_first=True,
+                                            norm_first=norm_first).eval()
+        mine = LearnerDecoderLayer(12, 3, 20, norm_first=norm_first).eval()
+        mine.load_state_dict(DecoderLayer.from_torch(theirs).state_dict())
+        x, memory = torch.randn(2, 5, 12), torch.randn(2, 7, 12)
+        causal = torch.ones(5, 5, dtype=torch.bool).tril()
+        pad = torch.tensor([[True] * 7, [True] * 3 + [False] * 4])
+        with torch.no_grad():
+            want = theirs(x, memory, tgt_mask=~causal, memory_key_padding_mask=~pad)
+            got = mine(x, memory, causal, pad[:, None, :])
+        assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_rms_norm_alternative_passes_and_fused_is_forbidden():
+    def rms_with_rsqrt(x, weight, eps=1e-6):
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * weight
+
+    def rms_fused(x, weight, eps=1e-6):
+        return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)
+
+    status, feedback = status_and_feedback("ex07.rms_norm", rms_with_rsqrt)
+    assert status == "passed", feedback
+    status, feedback = status_and_feedback("ex07.rms_norm", rms_fused)
+    assert status == "forbidden" and "rms_norm" in feedback
+
+
+def test_swiglu_default_width_matches_a_gelu_ffn_weight_count():
+    from course_lib.blocks import SwiGLU, swiglu_hidden_size
+
+    for d_model in (12, 384, 4096):
+        d_ff = swiglu_hidden_size(d_model)
+        swiglu_weights = 3 * d_model * d_ff
+        gelu_weights = 2 * d_model * 4 * d_model
+        assert abs(swiglu_weights - gelu_weights) <= 3 * d_model  # rounding d_ff down by < 1
+    assert sum(p.numel() for p in SwiGLU(12).parameters()) == 8 * 12 * 12
