@@ -20,6 +20,7 @@ TRANSFER = [
     "ex07.DecoderLayer",
     "ex07.rms_norm",
     "ex07.SwiGLU",
+    "ex08.train_step",
 ]
 
 
@@ -221,3 +222,64 @@ def test_swiglu_default_width_matches_a_gelu_ffn_weight_count():
         gelu_weights = 2 * d_model * 4 * d_model
         assert abs(swiglu_weights - gelu_weights) <= 3 * d_model  # rounding d_ff down by < 1
     assert sum(p.numel() for p in SwiGLU(12).parameters()) == 8 * 12 * 12
+
+
+# --------------------------------------------------------------------------------------------
+# ex08.train_step
+# --------------------------------------------------------------------------------------------
+
+
+def train_step_cross_entropy(model, optimizer, scheduler, src, tgt, bos_id, pad_id,
+                             smoothing=0.1, clip=1.0):
+    """A correct alternative: F.cross_entropy, model.zero_grad, the shift by hand."""
+    import torch.nn.functional as F
+
+    model.zero_grad()
+    tgt_in = torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], dim=1)
+    logits = model(src, tgt_in)
+    loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten(), ignore_index=pad_id,
+                           label_smoothing=smoothing)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=clip)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return loss.item()
+
+
+def train_step_returning_a_tensor(model, optimizer, scheduler, src, tgt, bos_id, pad_id,
+                                  smoothing=0.1, clip=1.0):
+    train_step_cross_entropy(model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing,
+                             clip)
+    return torch.tensor(0.0)
+
+
+def test_train_step_alternative_passes_and_a_tensor_loss_is_explained():
+    status, feedback = status_and_feedback("ex08.train_step", train_step_cross_entropy)
+    assert status == "passed", feedback
+    status, feedback = status_and_feedback("ex08.train_step", train_step_returning_a_tensor)
+    assert status == "failed" and "loss.item()" in feedback
+
+
+def test_reference_train_step_equals_one_step_of_the_lesson_loop():
+    from course_lib.models import Seq2SeqTransformer
+    from course_lib.train import label_smoothing_loss, shift_right, train, train_step
+
+    def run(step_with_reference):
+        torch.manual_seed(0)
+        model = Seq2SeqTransformer(10, d_model=16, num_heads=2, num_encoder_layers=1,
+                                   num_decoder_layers=1, d_ff=16)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        src = torch.tensor([[4, 5, 6], [7, 8, 0]])
+        tgt = torch.tensor([[6, 5, 4, 2], [8, 7, 2, 0]])
+        if step_with_reference:
+            train_step(model, optimizer, None, src, tgt, bos_id=1, pad_id=0, clip=0.1)
+        else:
+            def loss_fn(model, batch):
+                logits = model(batch[0], shift_right(batch[1], 1))
+                return label_smoothing_loss(logits, batch[1], 0.1, ignore_index=0)
+
+            train(model, [(src, tgt)], loss_fn, optimizer, steps=1, clip=0.1, progress=False)
+        return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    assert torch.allclose(run(True), run(False))
