@@ -135,15 +135,21 @@ class GPT(nn.Module):
             x = layer(x, is_causal=True)  # (batch, seq, d_model)
         return self.lm_head(self.norm(x))  # (batch, seq, vocab)
 
-    def forward_cached(self, ids: Tensor, cache: KVCache | None = None
-                       ) -> tuple[Tensor, KVCache]:
+    def forward_cached(self, ids: Tensor, cache: KVCache | None = None,
+                       start: int | None = None) -> tuple[Tensor, KVCache]:
         """Logits for new tokens `ids` (batch, n) after the tokens already in `cache`.
 
         Returns (logits (batch, n, vocab), the cache with the new keys and values appended).
         Same numbers as forward() on the whole sequence: the past keys and values are reused,
-        not recomputed. Start with cache=None.
+        not recomputed. Start with cache=None. `start` is the position of ids[:, 0]; None means
+        the number of tokens in the cache, the right value (a caller that passes its own, as
+        exercise 09's generation loop does, must count the same way).
         """
-        start = 0 if not cache else cache[0][0].shape[2]
+        if start is None:
+            start = 0 if not cache else cache[0][0].shape[2]
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise ValueError(f"start must be an int >= 0 (the position of ids[:, 0]), "
+                             f"got {start!r}")
         self._check_ids(ids, start)
         x = self._embed(ids, start)  # (batch, n, d_model)
         new_cache: KVCache = []

@@ -21,6 +21,7 @@ TRANSFER = [
     "ex07.rms_norm",
     "ex07.SwiGLU",
     "ex08.train_step",
+    "ex09.generate",
 ]
 
 
@@ -35,7 +36,9 @@ def status_and_feedback(task_id, obj):
 def test_reference_passes_every_case(task_id, seed):
     task = get_task(task_id)
     cases = task.cases(torch.Generator().manual_seed(seed))
-    run = run_cases(task, resolve(task.reference), cases)
+    # ex09.generate's reference is the cache-free loop, which the check's model refuses
+    solution = globals()["generate_with_cache"] if task_id == "ex09.generate" else None
+    run = run_cases(task, solution or resolve(task.reference), cases)
     run["seen"] = []  # the reference calls itself, which is only forbidden for learners
     result = judge(task, cases, run)
     assert result.status == "passed", result.feedback
@@ -283,3 +286,69 @@ def test_reference_train_step_equals_one_step_of_the_lesson_loop():
         return torch.cat([p.detach().flatten() for p in model.parameters()])
 
     assert torch.allclose(run(True), run(False))
+
+
+# --------------------------------------------------------------------------------------------
+# ex09.generate
+# --------------------------------------------------------------------------------------------
+
+
+def generate_with_cache(model, ids, max_new_tokens, temperature=1.0, top_k=None,
+                        generator=None):
+    """A correct learner loop: the prompt once, then each new token once, at its position."""
+    from course_lib.sampling import sample_next
+
+    with torch.no_grad():
+        logits, cache = model.forward_cached(ids, None, 0)
+        for _ in range(max_new_tokens):
+            next_id = sample_next(logits[:, -1], temperature, top_k, generator=generator)
+            ids = torch.cat([ids, next_id[:, None]], dim=1)
+            if _ < max_new_tokens - 1:  # the last token needs no logits
+                logits, cache = model.forward_cached(next_id[:, None], cache, ids.shape[1] - 1)
+    return ids
+
+
+def generate_without_cache(model, ids, max_new_tokens, temperature=1.0, top_k=None,
+                           generator=None):
+    from course_lib.sampling import sample_next
+
+    for _ in range(max_new_tokens):
+        next_id = sample_next(model(ids)[:, -1], temperature, top_k, generator=generator)
+        ids = torch.cat([ids, next_id[:, None]], dim=1)
+    return ids
+
+
+def generate_recomputing_with_forward_cached(model, ids, max_new_tokens, temperature=1.0,
+                                             top_k=None, generator=None):
+    from course_lib.sampling import sample_next
+
+    for _ in range(max_new_tokens):
+        logits, _ = model.forward_cached(ids, None, 0)  # the whole sequence, every step
+        next_id = sample_next(logits[:, -1], temperature, top_k, generator=generator)
+        ids = torch.cat([ids, next_id[:, None]], dim=1)
+    return ids
+
+
+def test_generate_with_a_cache_passes_and_without_one_is_refused():
+    status, feedback = status_and_feedback("ex09.generate", generate_with_cache)
+    assert status == "passed", feedback
+    status, feedback = status_and_feedback("ex09.generate", generate_without_cache)
+    assert status == "failed" and "runs only with its KV cache" in feedback
+    status, feedback = status_and_feedback("ex09.generate",
+                                           generate_recomputing_with_forward_cached)
+    assert status == "failed" and "feed only the newest token" in feedback
+
+
+def test_forward_cached_with_explicit_start_equals_the_default():
+    from course_lib.gpt import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=9, block_size=8, d_model=8, num_heads=2, num_layers=1))
+    ids = torch.randint(0, 9, (2, 5))
+    _, cache = model.forward_cached(ids[:, :3])
+    default, _ = model.forward_cached(ids[:, 3:], cache)
+    explicit, _ = model.forward_cached(ids[:, 3:], cache, 3)
+    assert torch.equal(default, explicit)
+    assert torch.allclose(default, model(ids)[:, 3:], atol=1e-5)
+    with pytest.raises(ValueError, match="start"):
+        model.forward_cached(ids, None, -1)

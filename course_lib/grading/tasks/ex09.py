@@ -14,7 +14,7 @@ import math
 import torch
 
 from ...sampling import sampling_distribution
-from ..core import Case, GradingError, Task, compare_values, register
+from ..core import Case, GradingError, Task, compare_values, register, resolve
 
 DRAWS = 6000  # per row of a case: a standard error of at most 0.0065 on every frequency
 
@@ -359,3 +359,159 @@ class CachedAttentionStepTask(Task):
 def _attend(q, k, v):
     weights = _softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
     return weights @ v
+
+
+# --------------------------------------------------------------------------------------------
+# ex09.generate (transfer: the lesson imports its generation loop; the learner writes it, cached)
+# --------------------------------------------------------------------------------------------
+
+_GPT_SIZES = {"vocab_size": 11, "block_size": 16, "d_model": 16, "num_heads": 2, "num_layers": 2}
+
+
+def _cache_only_gpt_class():
+    from ...gpt import GPT
+
+    class CacheOnlyGPT(GPT):
+        """The course's GPT, but its full forward is switched off and cached positions counted."""
+
+        positions_computed = 0
+
+        def forward(self, ids):
+            raise GradingError(
+                "this check's model runs only with its KV cache: call "
+                "model.forward_cached(new_ids, cache, start) and feed each new token once, not "
+                "model(ids) on the whole sequence"
+            )
+
+        def forward_cached(self, ids, cache=None, start=None):
+            self.positions_computed += ids.shape[1]
+            return super().forward_cached(ids, cache, start)
+
+    return CacheOnlyGPT
+
+
+def _build_gpt(cls, state, dtype):
+    from ...gpt import GPTConfig
+
+    with torch.random.fork_rng(devices=[]):  # GPT's own init draws from the global generator
+        model = cls(GPTConfig(**_GPT_SIZES))
+    model = model.to(dtype)
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def _wrong_generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None,
+                    *, mistake=""):
+    from ...sampling import sample_next
+
+    with torch.no_grad():
+        if mistake == "no_prompt":  # the prompt is never fed; only its last token
+            logits, cache = model.forward_cached(ids[:, -1:], None, ids.shape[1] - 1)
+        else:
+            logits, cache = model.forward_cached(ids, None, 0)
+        for _ in range(max_new_tokens):
+            row = logits[:, 0] if mistake == "first_position" else logits[:, -1]
+            next_id = sample_next(row, temperature, top_k, None, generator)  # (batch,)
+            ids = torch.cat([ids, next_id[:, None]], dim=1)
+            start = {"restart": 0, "off_by_one": ids.shape[1]}.get(mistake, ids.shape[1] - 1)
+            if ids.shape[1] >= model.config.block_size:
+                start = min(start, model.config.block_size - 1)
+            logits, new_cache = model.forward_cached(ids[:, -1:], cache, start)
+            if mistake != "stale":
+                cache = new_cache
+    return ids
+
+
+def _wrong(name):
+    def wrong(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+        return _wrong_generate(model, ids, max_new_tokens, temperature, top_k, generator,
+                               mistake=name)
+
+    wrong.__name__ = f"generate_{name}"
+    return wrong
+
+
+@register
+class Generate(Task):
+    id = "ex09.generate"
+    lesson = "lesson 09, sections 'Sampling strategies' and 'A KV cache'"
+    reference = "course_lib.gpt.generate"
+
+    def cases(self, gen):
+        from ...gpt import GPT, GPTConfig
+
+        def case(description, batch, prompt, new, *, temperature=1.0, top_k=None,
+                 dtype=torch.float64):
+            with torch.random.fork_rng(devices=[]):
+                model = GPT(GPTConfig(**_GPT_SIZES))
+            state = {k: (0.5 * randn_like(v, gen)).to(dtype) for k, v in
+                     model.state_dict().items()}
+            ids = torch.randint(0, _GPT_SIZES["vocab_size"], (batch, prompt), generator=gen)
+            seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
+            kwargs = {"temperature": temperature, "top_k": top_k}
+            return Case(description, data={"state": state, "dtype": dtype, "ids": ids,
+                                           "new": new, "kwargs": kwargs, "seed": seed})
+
+        return [
+            case("greedy (temperature 0), batch 2, a prompt of 3 tokens, 6 new tokens", 2, 3, 6,
+                 temperature=0.0),
+            case("sampling at temperature 1.0, batch 3, a prompt of 1 token, 8 new tokens", 3, 1,
+                 8),
+            case("top_k=3 at temperature 0.8, batch 1, a prompt of 5 tokens, 5 new tokens", 1, 5,
+                 5, temperature=0.8, top_k=3),
+            case("max_new_tokens=1, batch 2, a prompt of 4 tokens", 2, 4, 1),
+            case("max_new_tokens=0: the prompt comes back unchanged", 2, 3, 0),
+            case("a prompt of 10 and 6 new tokens: exactly the context of 16 (block_size)", 2,
+                 10, 6, temperature=0.7),
+            case("float32 model, greedy, batch 4, a prompt of 2 tokens, 7 new tokens", 4, 2, 7,
+                 temperature=0.0, dtype=torch.float32),
+        ]
+
+    def _run(self, obj, case, cls):
+        d = case.data
+        model = _build_gpt(cls, d["state"], d["dtype"])
+        generator = torch.Generator().manual_seed(d["seed"])
+        tokens = obj(model, d["ids"].clone(), d["new"], generator=generator, **d["kwargs"])
+        return model, tokens
+
+    def call(self, obj, case):
+        model, tokens = self._run(obj, case, _cache_only_gpt_class())
+        d = case.data
+        # the prompt once, then each new token once (the last one may be fed or not)
+        cached = model.positions_computed <= d["ids"].shape[1] + d["new"]
+        return tokens, cached
+
+    def expected(self, case):
+        from ...gpt import GPT
+
+        _, tokens = self._run(resolve(self.reference), case, GPT)  # the cache-free loop
+        return tokens, True
+
+    def compare(self, got, want, case):
+        message = compare_values(got[0], want[0], "your tokens")
+        if message:
+            return message
+        if got[1] is not True:
+            return ("your tokens are right, but the model computed more positions than the "
+                    "prompt plus one per new token: feed only the newest token at each step, "
+                    "with the cache")
+        return None
+
+    def mistakes(self):
+        return [
+            (_wrong("stale"), "the cache is stale: forward_cached returns the cache with the "
+             "new token's keys and values appended; keep it (logits, cache = "
+             "model.forward_cached(...)) or the next step forgets the tokens generated so far"),
+            (_wrong("restart"), "the positions restart at 0: the newest token sits at position "
+             "(number of tokens so far) - 1, so pass start = ids.shape[1] - 1 after appending it"),
+            (_wrong("off_by_one"), "the new token's position is off by one: after appending it, "
+             "it sits at position ids.shape[1] - 1 (positions count from 0)"),
+            (_wrong("first_position"), "sample from the logits of the LAST position, "
+             "logits[:, -1]: they predict the next token"),
+            (_wrong("no_prompt"), "feed the whole prompt first (start 0, an empty cache): its "
+             "keys and values are what the new tokens attend to"),
+        ]
+
+
+def randn_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    return torch.randn(t.shape, generator=gen, dtype=torch.float64)
