@@ -15,8 +15,10 @@ from course_lib.grading import check_result
 from course_lib.grading.core import get_task, judge, resolve, run_cases
 
 TRANSFER = [
+    "ex02.distance_biased_attention",
     "ex04.apply_rope_half",
     "ex05.prefix_lm_mask",
+    "ex06.attention_pool",
     "ex07.DecoderLayer",
     "ex07.rms_norm",
     "ex07.SwiGLU",
@@ -352,3 +354,50 @@ def test_forward_cached_with_explicit_start_equals_the_default():
     assert torch.allclose(default, model(ids)[:, 3:], atol=1e-5)
     with pytest.raises(ValueError, match="start"):
         model.forward_cached(ids, None, -1)
+
+
+# --------------------------------------------------------------------------------------------
+# ex02.distance_biased_attention and ex06.attention_pool
+# --------------------------------------------------------------------------------------------
+
+
+def biased_with_sdpa_and_an_additive_mask(q, k, v, slope):
+    """A correct alternative: the bias as a float tensor added by hand, einsum products."""
+    d_k = q.shape[-1]
+    i = torch.arange(q.shape[-2], dtype=q.dtype)
+    j = torch.arange(k.shape[-2], dtype=q.dtype)
+    bias = -slope * torch.cdist(i[:, None], j[:, None], p=1)
+    scores = torch.einsum("...qd,...kd->...qk", q, k) / d_k**0.5 + bias
+    weights = torch.exp(scores - scores.logsumexp(-1, keepdim=True))
+    return weights @ v, weights
+
+
+def test_distance_biased_attention_alternative_and_slope_zero():
+    from course_lib.attention import distance_biased_attention, scaled_dot_product_attention
+
+    status, feedback = status_and_feedback("ex02.distance_biased_attention",
+                                           biased_with_sdpa_and_an_additive_mask)
+    assert status == "passed", feedback
+    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)
+    plain = scaled_dot_product_attention(q, k, v)
+    biased = distance_biased_attention(q, k, v, 0.0)
+    assert all(torch.allclose(a, b) for a, b in zip(plain, biased, strict=True))
+
+
+def pool_by_loops(x, queries, w_k, w_v, mask=None):
+    from course_lib.attention import scaled_dot_product_attention
+
+    outs, weights = [], []
+    for b in range(x.shape[0]):
+        keep = slice(None) if mask is None else mask[b]
+        o, w = scaled_dot_product_attention(queries, x[b, keep] @ w_k, x[b, keep] @ w_v)
+        full = torch.zeros(queries.shape[0], x.shape[1], dtype=x.dtype)
+        full[:, keep] = w
+        outs.append(o)
+        weights.append(full)
+    return torch.stack(outs), torch.stack(weights)
+
+
+def test_attention_pool_alternative_passes():
+    status, feedback = status_and_feedback("ex06.attention_pool", pool_by_loops)
+    assert status == "passed", feedback
