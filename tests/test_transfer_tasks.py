@@ -24,6 +24,7 @@ TRANSFER = [
     "ex07.SwiGLU",
     "ex08.train_step",
     "ex09.generate",
+    "ex09.GPT",
 ]
 
 
@@ -39,14 +40,16 @@ def test_reference_passes_every_case(task_id, seed):
     task = get_task(task_id)
     cases = task.cases(torch.Generator().manual_seed(seed))
     # ex09.generate's reference is the cache-free loop, which the check's model refuses
-    solution = globals()["generate_with_cache"] if task_id == "ex09.generate" else None
+    # and ex09.GPT's reference takes a GPTConfig, the learner's class five sizes
+    solution = {"ex09.generate": globals()["generate_with_cache"],
+                "ex09.GPT": _learner_gpt()}.get(task_id)
     run = run_cases(task, solution or resolve(task.reference), cases)
     run["seen"] = []  # the reference calls itself, which is only forbidden for learners
     result = judge(task, cases, run)
     assert result.status == "passed", result.feedback
 
 
-@pytest.mark.parametrize("task_id", TRANSFER)
+@pytest.mark.parametrize("task_id", [t for t in TRANSFER if t != "ex09.GPT"])
 def test_handing_in_the_reference_is_forbidden(task_id):
     status, feedback = status_and_feedback(task_id, resolve(get_task(task_id).reference))
     assert status == "forbidden", feedback
@@ -401,3 +404,66 @@ def pool_by_loops(x, queries, w_k, w_v, mask=None):
 def test_attention_pool_alternative_passes():
     status, feedback = status_and_feedback("ex06.attention_pool", pool_by_loops)
     assert status == "passed", feedback
+
+
+# --------------------------------------------------------------------------------------------
+# ex09.GPT, the capstone
+# --------------------------------------------------------------------------------------------
+
+
+def _learner_gpt():
+    from course_lib.grading.tasks.ex09 import _mistake_gpt
+
+    return _mistake_gpt("")  # the mistake factory with no mistake: a correct learner GPT
+
+
+def test_a_correct_learner_gpt_passes_and_loads_into_the_course_gpt():
+    from course_lib.gpt import GPT, GPTConfig
+
+    learner = _learner_gpt()
+    status, feedback = status_and_feedback("ex09.GPT", learner)
+    assert status == "passed", feedback
+    sizes = dict(vocab_size=10, block_size=8, d_model=16, num_heads=2, num_layers=2)
+    torch.manual_seed(0)
+    mine, course = learner(**sizes), GPT(GPTConfig(**sizes))
+    course.load_state_dict(mine.state_dict())
+    ids = torch.randint(0, 10, (2, 8))
+    assert torch.allclose(mine(ids), course(ids), atol=1e-5)
+
+
+def test_handing_in_the_course_blocks_is_forbidden():
+    from torch import nn
+
+    from course_lib.blocks import EncoderLayer
+
+    class UsesCourseBlocks(nn.Module):
+        def __init__(self, vocab_size, block_size, d_model, num_heads, num_layers):
+            super().__init__()
+            self.token_embedding = nn.Embedding(vocab_size, d_model)
+            self.position_embedding = nn.Embedding(block_size, d_model)
+            self.layers = nn.ModuleList(
+                EncoderLayer(d_model, num_heads, 4 * d_model, norm_first=True,
+                             activation="gelu", bias=False) for _ in range(num_layers))
+            self.norm = nn.LayerNorm(d_model, bias=False)
+            self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
+            self.lm_head.weight = self.token_embedding.weight
+
+        def forward(self, ids):
+            x = self.token_embedding(ids) + self.position_embedding(torch.arange(ids.shape[1]))
+            for layer in self.layers:
+                x = layer(x, is_causal=True)
+            return self.lm_head(self.norm(x))
+
+    status, feedback = status_and_feedback("ex09.GPT", UsesCourseBlocks)
+    assert status == "forbidden" and "EncoderLayer" in feedback
+
+
+def test_wrapping_the_course_gpt_is_forbidden():
+    from course_lib.gpt import GPT, GPTConfig
+
+    class Wrapped(GPT):
+        def __init__(self, vocab_size, block_size, d_model, num_heads, num_layers):
+            super().__init__(GPTConfig(vocab_size, block_size, d_model, num_heads, num_layers))
+
+    status, feedback = status_and_feedback("ex09.GPT", Wrapped)
+    assert status == "forbidden" and "course's finished version" in feedback
