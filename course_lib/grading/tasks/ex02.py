@@ -354,3 +354,28 @@ class DistanceBiasedAttention(Task):
             (_biased_mistake("no_bias"), "that is plain attention: add -slope * |i - j| to each "
              "score, with i the query's position (row) and j the key's (column)"),
         ]
+
+
+# --------------------------------------------------------------------------------------------
+# Review 2026-11-23 (EX02-1), kept apart so that it merges with work on the cases above
+# --------------------------------------------------------------------------------------------
+
+from ..core import extend_task  # noqa: E402
+
+
+def _global_max_softmax(x, dim=-1):
+    e = (x - x.max()).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _mixed_scale_case(gen):
+    x = torch.stack([randn(gen, 3), -2000.0 + randn(gen, 3)])  # rows near 0 and near -2000
+    return [Case("x (2, 3) whose first row is near 0 and second near -2000 (each row needs its "
+                 "own maximum)", (x,))]
+
+
+extend_task(Softmax, cases=_mixed_scale_case, mistakes_first=[
+    (_global_max_softmax, "you subtracted the maximum of the whole tensor; subtract each "
+     "slice's own maximum along dim (x.amax(dim=dim, keepdim=True)), or a row far below the "
+     "global maximum underflows to 0/0 = NaN"),
+])

@@ -357,3 +357,22 @@ class GroupedQueryAttentionTask(Task):
              ".repeat(1, group, 1, 1) tiles the kv heads, so head h gets kv head "
              "h % num_kv_heads"),
         ]
+
+
+# --------------------------------------------------------------------------------------------
+# Review 2026-11-23 (EX03-2), kept apart so that it merges with work on the cases above
+# --------------------------------------------------------------------------------------------
+
+from ..core import extend_task  # noqa: E402
+
+
+class _FlippedMask(_WrongMultiHeadAttention):
+    def forward(self, query, key, value, mask=None):
+        return super().forward(query, key, value, None if mask is None else ~mask)
+
+
+extend_task(MultiHeadAttentionTask, mistakes=[
+    (_FlippedMask, "your mask is read the other way round: in this course True means 'may "
+     "attend' (as in F.scaled_dot_product_attention), so fill the scores with -inf where the "
+     "mask is False (nn.MultiheadAttention's masks mean the opposite)"),
+])

@@ -358,3 +358,37 @@ class ApplyRopeHalf(Task):
              "you ignored `positions` and used 0, 1, ..., seq-1; use the positions you are given "
              "(arange only when positions is None)"),
         ]
+
+
+# --------------------------------------------------------------------------------------------
+# Review 2026-11-23 (EX04-1, EX04-2), kept apart so that it merges with work on the cases above
+# --------------------------------------------------------------------------------------------
+
+from ..core import extend_task  # noqa: E402
+
+# EX04-1: abs(offset) is right for positive offsets and looks like the transpose for negative
+# ones; it must be recognised first, or the transpose hint would break the positive offsets.
+extend_task(RelativeShiftMatrix, mistakes_first=[
+    (lambda offset, d_model: _shift_matrix(abs(offset), d_model),
+     "your matrix is right for positive offsets only: for a negative offset it shifts by "
+     "|offset|. Use the offset with its sign in the angle offset * frequency (no abs)"),
+])
+
+# EX04-2: the shift cases compare with the reference's scores; say so, since a wrong layout or
+# direction is shift-invariant too.
+_original_rope_cases = ApplyRope.cases
+
+
+def _rope_cases_described(self, gen):
+    cases = _original_rope_cases(self, gen)
+    for case in cases:
+        if "shifts" in case.data:
+            shifts = ", ".join(str(s) for s in case.data["shifts"])
+            shape = tuple(case.data["q"].shape)
+            dtype = str(case.data["q"].dtype)[6:]
+            case.description = (f"q·k for {dtype} q, k {shape} after your rotation, at positions "
+                                f"moved by {shifts}, compared with the expected scores")
+    return cases
+
+
+ApplyRope.cases = _rope_cases_described

@@ -302,3 +302,59 @@ class AttentionPool(Task):
             (_pool_mistake("no_scale"), "divide the scores by sqrt(d_k), the size of the "
              "queries and keys"),
         ]
+
+
+# --------------------------------------------------------------------------------------------
+# Review 2026-11-23 (EX06-1, EX06-2), kept apart so that it merges with work on the cases above
+# --------------------------------------------------------------------------------------------
+
+from ..core import extend_task  # noqa: E402
+
+
+def _cross_scaled_by(x, memory, w_q, w_k, w_v, memory_mask=None, *, scale):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    scores = q @ k.transpose(-2, -1) / scale(x, q)
+    if memory_mask is not None:
+        scores = scores.masked_fill(~memory_mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+def _cross_unscaled(x, memory, w_q, w_k, w_v, memory_mask=None):
+    return _cross_scaled_by(x, memory, w_q, w_k, w_v, memory_mask, scale=lambda x, q: 1.0)
+
+
+def _cross_scaled_by_d_model(x, memory, w_q, w_k, w_v, memory_mask=None):
+    return _cross_scaled_by(x, memory, w_q, w_k, w_v, memory_mask,
+                            scale=lambda x, q: x.shape[-1] ** 0.5)
+
+
+extend_task(CrossAttention, mistakes=[
+    (_cross_unscaled, "the scores are not scaled: divide q·k by sqrt(d_k), d_k being the size "
+     "of the queries and keys (w_q.shape[1])"),
+    (_cross_scaled_by_d_model, "divide by sqrt(d_k), the size of the queries and keys "
+     "(w_q.shape[1]), not by sqrt(d_model), the size of x: here they differ"),
+])
+
+
+class _SelfAttends(_WrongSublayer):
+    def forward(self, x, memory, memory_mask=None):
+        if self.norm_first:
+            h = self.norm(x)
+            return x + self.attn(h, h, h)[0]
+        return self.norm(x + self.attn(x, x, x)[0])
+
+
+class _PreNormOutputNormalised(_WrongSublayer):
+    def forward(self, x, memory, memory_mask=None):
+        if self.norm_first:
+            return self.norm(x + self._attend(self.norm(x), memory, memory_mask))
+        return self.norm(x + self._attend(x, memory, memory_mask))
+
+
+extend_task(CrossAttentionSublayerTask, mistakes=[
+    (_SelfAttends, "the keys and values must come from memory: attn(x, memory, memory, "
+     "memory_mask); attn(x, x, x) is self-attention and never reads the source"),
+    (_PreNormOutputNormalised, "pre-norm normalises only the sub-layer's input: "
+     "x + attn(norm(x), memory, memory); the sum is not normalised again (that is post-norm)"),
+])

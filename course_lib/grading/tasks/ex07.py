@@ -608,3 +608,131 @@ class SwiGLUTask(Task):
             (_GeluGate, "SwiGLU uses SiLU (swish), F.silu, not GELU (that would be GeGLU)"),
             (_SiluOnBoth, "only the gate branch goes through SiLU; up_proj(x) stays linear"),
         ]
+
+
+# --------------------------------------------------------------------------------------------
+# Review 2026-11-23 (EX07-1, EX07-2), kept apart so that it merges with work on the cases above
+# --------------------------------------------------------------------------------------------
+
+from ..core import GradingError, extend_task  # noqa: E402
+
+
+class _EncoderVariant(_EncoderMistake):
+    def forward(self, x, mask=None):
+        m = None if self.kind == "mask_ignored" else mask
+        act = F.gelu if self.kind == "gelu" else F.relu
+        norm2 = self.norm1 if self.kind == "norm1_twice" else self.norm2
+
+        def sa(h):
+            return self.self_attn(h, h, h, mask=m)[0]
+
+        def ff(h):
+            return self.linear2(act(self.linear1(h)))
+
+        if self.norm_first:
+            x = x + sa(self.norm1(x))
+            return x + ff(norm2(x))
+        x = self.norm1(x + sa(x))
+        return norm2(x + ff(x))
+
+
+class _EncMaskIgnored(_EncoderVariant):
+    kind = "mask_ignored"
+
+
+class _EncGelu(_EncoderVariant):
+    kind = "gelu"
+
+
+class _EncNorm1Twice(_EncoderVariant):
+    kind = "norm1_twice"
+
+
+extend_task(EncoderLayerTask, mistakes=[
+    (_EncMaskIgnored, "the mask is ignored: pass it to the self-attention, "
+     "self_attn(h, h, h, mask=mask)"),
+    (_EncGelu, "the feed-forward network of this layer uses ReLU (F.relu), not GELU"),
+    (_EncNorm1Twice, "norm1 is used twice: norm1 goes with the attention, norm2 with the "
+     "feed-forward network (each has its own weights)"),
+])
+
+
+# EX07-1: dropout sits between the activation and linear2, is random in train mode and off in
+# eval mode. With the same seed, nn.Dropout or F.dropout(training=self.training) at that place
+# draws the same mask as the reference.
+class _FFDropoutVariant(nn.Module):
+    kind = ""
+
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.p = dropout
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        h = F.relu(self.linear1(x))
+        if self.kind == "none":
+            return self.linear2(h)
+        if self.kind == "after":
+            return F.dropout(self.linear2(h), self.p, training=self.training)
+        if self.kind == "always":
+            return self.linear2(F.dropout(h, self.p))
+        return self.linear2(F.dropout(h, self.p, training=self.training))
+
+
+class _FFNoDropout(_FFDropoutVariant):
+    kind = "none"
+
+
+class _FFDropoutAfter(_FFDropoutVariant):
+    kind = "after"
+
+
+class _FFDropoutAlways(_FFDropoutVariant):
+    kind = "always"
+
+
+def _dropout_cases(gen):
+    from ...blocks import FeedForward
+
+    def case(description, mode, d_model, d_ff, shape):
+        ref = FeedForward(d_model, d_ff)
+        data = {"sizes": (d_model, d_ff, 0.5), "state_dict": _random_state(ref, gen),
+                "mode": mode, "seed": int(torch.randint(0, 2**31 - 1, (1,), generator=gen))}
+        return Case(description, (randn(gen, *shape, d_model),), data=data)
+
+    return [
+        case("dropout=0.5 in train mode (same random seed as the reference): dropout after the "
+             "activation, before linear2", "train", 8, 16, (2, 5)),
+        case("dropout=0.5 in eval mode: no dropout at all", "eval", 6, 12, (3, 4)),
+    ]
+
+
+_original_ff_call = FeedForwardTask.call
+
+
+def _ff_call(self, obj, case):
+    mode = case.data.get("mode")
+    if mode is None:
+        return _original_ff_call(self, obj, case)
+    module = obj(*case.data["sizes"])
+    if isinstance(module, nn.Module):
+        module = module.to(case.args[0].dtype)
+    load_weights(module, case.data["state_dict"], "your FeedForward")
+    module.train(mode == "train")
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(case.data["seed"])
+        out = module(*case.args)
+    if mode == "train" and not isinstance(out, torch.Tensor):
+        raise GradingError("forward should return a tensor")
+    return out
+
+
+FeedForwardTask.call = _ff_call
+extend_task(FeedForwardTask, cases=_dropout_cases, mistakes=[
+    (_FFNoDropout, "there is no dropout: in train mode, apply dropout (nn.Dropout(dropout)) "
+     "to the activation, between relu and linear2"),
+    (_FFDropoutAfter, "the dropout belongs between the ReLU and linear2, not after linear2"),
+    (_FFDropoutAlways, "the dropout also drops in eval mode: F.dropout needs "
+     "training=self.training (nn.Dropout does this for you)"),
+])

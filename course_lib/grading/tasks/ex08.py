@@ -556,3 +556,28 @@ class TrainStep(Task):
              "`smoothing` (label_smoothing=smoothing in F.cross_entropy, or your "
              "label_smoothing_loss)"),
         ]
+
+
+# --------------------------------------------------------------------------------------------
+# Review 2026-11-23 (EX08-1, EX08-2), kept apart so that it merges with work on the cases above
+# --------------------------------------------------------------------------------------------
+
+from ..core import GradingError, extend_task  # noqa: E402
+
+_original_noam_call = NoamLr.call
+
+
+def _noam_call_checks_the_type(self, obj, case):
+    value = obj(1, case.data["d_model"], case.data["warmup"])
+    if isinstance(value, torch.Tensor):
+        raise GradingError("noam_lr returns a tensor; the task asks for a Python float (use "
+                           "math and plain numbers, or float(...))")
+    return _original_noam_call(self, obj, case)
+
+
+NoamLr.call = _noam_call_checks_the_type
+extend_task(NoamLr, mistakes=[
+    (lambda step, d_model, warmup: min(step ** -0.5, step * warmup ** -1.5),
+     "the factor d_model^-0.5 is missing: lr = d_model^-0.5 * min(step^-0.5, "
+     "step * warmup^-1.5)"),
+])

@@ -714,3 +714,25 @@ class _AsGPT(nn.Module):
 
     def forward(self, ids):
         return self.model(ids[:, -self.block_size:])
+
+
+# --------------------------------------------------------------------------------------------
+# Review 2026-11-23 (EX09-1), kept apart so that it merges with work on the cases above
+# --------------------------------------------------------------------------------------------
+
+from ..core import extend_task  # noqa: E402
+
+
+def _cached_step_unscaled(q_t, k_t, v_t, k_cache, v_cache):
+    if q_t.shape[-2] != 1:
+        raise ValueError("q_t must hold one token")
+    k_cache = torch.cat([k_cache, k_t], dim=-2)
+    v_cache = torch.cat([v_cache, v_t], dim=-2)
+    weights = (q_t @ k_cache.transpose(-2, -1)).softmax(dim=-1)
+    return weights @ v_cache, k_cache, v_cache
+
+
+extend_task(CachedAttentionStepTask, mistakes=[
+    (_cached_step_unscaled, "the scores are not scaled: divide q_t·k by sqrt(d_head), as in "
+     "full attention"),
+])
