@@ -15,8 +15,14 @@ from torch import Tensor, nn
 from .attention import scaled_dot_product_attention
 from .validation import check_bool_mask, check_floating, check_positive_int, check_tensor
 
-__all__ = ["split_heads", "merge_heads", "MultiHeadAttention", "repeat_kv", "grouped_query_attention",
-           "GroupedQueryAttention"]
+__all__ = [
+    "split_heads",
+    "merge_heads",
+    "MultiHeadAttention",
+    "repeat_kv",
+    "grouped_query_attention",
+    "GroupedQueryAttention",
+]
 
 
 def split_heads(x: Tensor, num_heads: int) -> Tensor:

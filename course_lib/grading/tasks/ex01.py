@@ -245,7 +245,8 @@ class _NamesTheBadId:
         return value
 
 
-OneHot.call = lambda self, obj, case, _call=_NamesTheBadId(OneHot.call): _call(self, obj, case)
+_NAMED_ID_CALL = _NamesTheBadId(OneHot.call)
+OneHot.call = lambda self, obj, case: _NAMED_ID_CALL(self, obj, case)
 _original_one_hot_cases = OneHot.cases
 
 
