@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ...sampling import sampling_distribution
-from ..core import Case, GradingError, Task, compare_values, load_weights, register, resolve
+from ..core import Case, GradingError, Task, compare_values, load_weights, register
 
 DRAWS = 6000  # per row of a case: a standard error of at most 0.0065 on every frequency
 
@@ -436,7 +436,8 @@ def _wrong(name):
 class Generate(Task):
     id = "ex09.generate"
     lesson = "lesson 09, sections 'Sampling strategies' and 'A KV cache'"
-    reference = "course_lib.gpt.generate"
+    reference = "course_lib.gpt.generate_with_cache"
+    forbidden = ("course_lib.gpt.generate",)
 
     def cases(self, gen):
         from ...gpt import GPT, GPTConfig
@@ -483,9 +484,9 @@ class Generate(Task):
         return tokens, cached
 
     def expected(self, case):
-        from ...gpt import GPT
+        from ...gpt import GPT, generate
 
-        _, tokens = self._run(resolve(self.reference), case, GPT)  # the cache-free loop
+        _, tokens = self._run(generate, case, GPT)  # the lesson's cache-free loop
         return tokens, True
 
     def compare(self, got, want, case):
@@ -617,9 +618,10 @@ def _sgd_step(model, ids, lr=0.5):
 class CapstoneGPT(Task):
     id = "ex09.GPT"
     lesson = "lesson 09, section 'The GPT: the same blocks, a causal mask, no cross-attention'"
-    reference = "course_lib.gpt.GPT"
-    forbidden = ("course_lib.blocks.EncoderLayer", "torch.nn.TransformerEncoderLayer",
-                 "torch.nn.TransformerEncoder", "torch.nn.TransformerDecoderLayer")
+    reference = "course_lib.gpt.gpt_from_sizes"
+    forbidden = ("course_lib.gpt.GPT", "course_lib.blocks.EncoderLayer",
+                 "torch.nn.TransformerEncoderLayer", "torch.nn.TransformerEncoder",
+                 "torch.nn.TransformerDecoderLayer")
 
     def cases(self, gen):
         def case(description, kind, sizes, batch, seq, dtype=torch.float32, new=0):
