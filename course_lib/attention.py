@@ -19,7 +19,7 @@ from torch import Tensor
 
 from .validation import check_bool_mask, check_floating, check_same_last_dim, check_tensor
 
-__all__ = ["softmax", "scaled_dot_product_attention", "self_attention"]
+__all__ = ["softmax", "scaled_dot_product_attention", "self_attention", "distance_biased_attention"]
 
 
 def softmax(x: Tensor, dim: int = -1) -> Tensor:
@@ -102,3 +102,25 @@ def self_attention(
             )
     q, k, v = x @ w_q, x @ w_k, x @ w_v  # (..., n, d_k), (..., n, d_k), (..., n, d_v)
     return scaled_dot_product_attention(q, k, v, mask)
+
+
+def distance_biased_attention(q: Tensor, k: Tensor, v: Tensor, slope: float
+                              ) -> tuple[Tensor, Tensor]:
+    """Attention with an additive penalty on distance (the idea of ALiBi, Press et al. 2022).
+
+    scores[i, j] = q_i . k_j / sqrt(d_k) - slope * |i - j|, with query i at position i and key j
+    at position j (both counted from 0), then softmax over the keys and a weighted sum of v.
+    slope = 0 is plain scaled dot-product attention; a larger slope favours nearby keys.
+    q: (..., n_q, d_k), k: (..., n_k, d_k), v: (..., n_k, d_v), slope >= 0.
+    Returns (output (..., n_q, d_v), weights (..., n_q, n_k)).
+    """
+    _check_qkv(q, k, v)
+    if isinstance(slope, bool) or not isinstance(slope, (int, float)) or slope < 0:
+        raise ValueError(f"slope must be a number >= 0, got {slope!r}")
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    i = torch.arange(n_q, device=q.device)[:, None]  # (n_q, 1) query positions
+    j = torch.arange(n_k, device=q.device)[None, :]  # (1, n_k) key positions
+    bias = -slope * (i - j).abs().to(q.dtype)  # (n_q, n_k): 0 on the diagonal, more negative away
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + bias  # (..., n_q, n_k)
+    weights = softmax(scores, dim=-1)
+    return weights @ v, weights

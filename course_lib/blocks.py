@@ -45,6 +45,9 @@ __all__ = [
     "EncoderDecoder",
     "record_attention",
     "count_parameters",
+    "rms_norm",
+    "SwiGLU",
+    "swiglu_hidden_size",
 ]
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
@@ -552,3 +555,59 @@ def count_parameters(module: nn.Module) -> int:
     if not isinstance(module, nn.Module):
         raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+# --------------------------------------------------------------------------------------------
+# Llama's pieces: RMSNorm and the SwiGLU feed-forward (exercise 07's transfer tasks)
+# --------------------------------------------------------------------------------------------
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
+    """RMSNorm (Zhang & Sennrich 2019; Llama): x (..., d), weight (d,) -> (..., d).
+
+    x / sqrt(mean(x**2) + eps) * weight, over the last dimension. Unlike LayerNorm it does not
+    subtract the mean and has no bias: it only rescales each vector to root-mean-square 1.
+    """
+    check_tensor(x, "x", min_ndim=1, shape_hint="(..., d)")
+    check_floating(x, "x")
+    check_tensor(weight, "weight", ndim=1, shape_hint=f"(d={x.shape[-1]},)")
+    if weight.shape[0] != x.shape[-1]:
+        raise ValueError(f"weight has {weight.shape[0]} entries but x has d={x.shape[-1]} "
+                         "features in its last dimension")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
+        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+    mean_square = x.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
+    return x / torch.sqrt(mean_square + eps) * weight
+
+
+def swiglu_hidden_size(d_model: int) -> int:
+    """The d_ff that gives SwiGLU the weight count of a GELU FFN with d_ff = 4 * d_model.
+
+    The GELU FFN has two d_model x 4 d_model matrices (8 d_model^2 weights); SwiGLU has three
+    d_model x d_ff matrices, so d_ff = 2/3 * 4 d_model = 8 d_model / 3 (rounded down, as Llama
+    does before rounding up to a multiple of 256).
+    """
+    check_positive_int(d_model, "d_model")
+    return 2 * (4 * d_model) // 3
+
+
+class SwiGLU(nn.Module):
+    """Llama's feed-forward: down_proj(silu(gate_proj(x)) * up_proj(x)), no biases.
+
+    x (..., d_model) -> (..., d_model). Sub-modules gate_proj and up_proj (d_model -> d_ff) and
+    down_proj (d_ff -> d_model), as in Hugging Face's Llama. d_ff=None picks
+    swiglu_hidden_size(d_model), the weight count of a GELU FFN with d_ff = 4 d_model.
+    """
+
+    def __init__(self, d_model: int, d_ff: int | None = None):
+        super().__init__()
+        check_positive_int(d_model, "d_model")
+        d_ff = swiglu_hidden_size(d_model) if d_ff is None else check_positive_int(d_ff, "d_ff")
+        self.d_model, self.d_ff = d_model, d_ff
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        check_tensor(x, "x", min_ndim=1, shape_hint=f"(..., d_model={self.d_model})")
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))  # (..., d_model)

@@ -26,7 +26,7 @@ from .attention import scaled_dot_product_attention
 from .multihead import MultiHeadAttention
 from .validation import check_bool_mask, check_floating, check_positive_int, check_tensor
 
-__all__ = ["cross_attention", "CrossAttentionSublayer"]
+__all__ = ["cross_attention", "CrossAttentionSublayer", "attention_pool"]
 
 
 def _check_mask(memory_mask: Tensor, target: tuple[int, ...], words: str) -> None:
@@ -144,3 +144,32 @@ class CrossAttentionSublayer(nn.Module):
         if self.norm_first:
             return x + self._attend(self.norm(x), memory, memory_mask)  # (batch, n_q, d_model)
         return self.norm(x + self._attend(x, memory, memory_mask))  # (batch, n_q, d_model)
+
+
+def attention_pool(x: Tensor, queries: Tensor, w_k: Tensor, w_v: Tensor,
+                   mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Cross-attention from a fixed set of learned queries to a sequence (Perceiver, Set
+    Transformer's pooling): a sequence of any length in, num_queries vectors out.
+
+    x: (batch, n, d_model); queries: (num_queries, d_k), the same for every sequence (a learned
+    parameter, not computed from x); w_k: (d_model, d_k); w_v: (d_model, d_v);
+    mask: bool (batch, n), True = a real token, or None.
+    Returns (pooled (batch, num_queries, d_v), weights (batch, num_queries, n)).
+    """
+    check_tensor(x, "x", ndim=3, shape_hint="(batch, n, d_model)")
+    check_floating(x, "x")
+    check_tensor(queries, "queries", ndim=2, shape_hint="(num_queries, d_k)")
+    for w, name in ((w_k, "w_k"), (w_v, "w_v")):
+        check_tensor(w, name, ndim=2, shape_hint="(d_model, d_out)")
+        if w.shape[0] != x.shape[-1]:
+            raise ValueError(f"{name} has {w.shape[0]} rows but x has d_model={x.shape[-1]}")
+    if w_k.shape[1] != queries.shape[1]:
+        raise ValueError(f"queries have d_k={queries.shape[1]} but w_k has {w_k.shape[1]} "
+                         "columns; queries and keys must have the same size")
+    if mask is not None:
+        check_bool_mask(mask, "mask", x.shape[:2], "(batch, n)")
+        mask = mask.unsqueeze(-2)  # (batch, 1, n): the same keys for every query
+    k = x @ w_k  # (batch, n, d_k)
+    v = x @ w_v  # (batch, n, d_v)
+    q = queries.expand(x.shape[0], -1, -1)  # (batch, num_queries, d_k), shared by the batch
+    return scaled_dot_product_attention(q, k, v, mask)

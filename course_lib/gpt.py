@@ -39,6 +39,8 @@ __all__ = [
     "lm_loss",
     "evaluate_loss",
     "generate",
+    "generate_with_cache",
+    "gpt_from_sizes",
     "WarmupCosine",
 ]
 
@@ -135,15 +137,21 @@ class GPT(nn.Module):
             x = layer(x, is_causal=True)  # (batch, seq, d_model)
         return self.lm_head(self.norm(x))  # (batch, seq, vocab)
 
-    def forward_cached(self, ids: Tensor, cache: KVCache | None = None
-                       ) -> tuple[Tensor, KVCache]:
+    def forward_cached(self, ids: Tensor, cache: KVCache | None = None,
+                       start: int | None = None) -> tuple[Tensor, KVCache]:
         """Logits for new tokens `ids` (batch, n) after the tokens already in `cache`.
 
         Returns (logits (batch, n, vocab), the cache with the new keys and values appended).
         Same numbers as forward() on the whole sequence: the past keys and values are reused,
-        not recomputed. Start with cache=None.
+        not recomputed. Start with cache=None. `start` is the position of ids[:, 0]; None means
+        the number of tokens in the cache, the right value (a caller that passes its own, as
+        exercise 09's generation loop does, must count the same way).
         """
-        start = 0 if not cache else cache[0][0].shape[2]
+        if start is None:
+            start = 0 if not cache else cache[0][0].shape[2]
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise ValueError(f"start must be an int >= 0 (the position of ids[:, 0]), "
+                             f"got {start!r}")
         self._check_ids(ids, start)
         x = self._embed(ids, start)  # (batch, n, d_model)
         new_cache: KVCache = []
@@ -295,6 +303,36 @@ def generate(model: GPT | BigramLM, ids: Tensor, max_new_tokens: int, temperatur
         ids = torch.cat([ids, next_id[:, None]], dim=1)
     model.train(was_training)
     return ids
+
+
+@torch.inference_mode()
+def generate_with_cache(model: GPT, ids: Tensor, max_new_tokens: int, temperature: float = 1.0,
+                        top_k: int | None = None, generator: torch.Generator | None = None
+                        ) -> Tensor:
+    """Exercise 09's generation loop, written out: the prompt once, then each new token once.
+
+    ids (batch, t) -> (batch, t + max_new_tokens), with t + max_new_tokens <= block_size. Every
+    model call is forward_cached(new_ids, cache, start) with the new tokens' own position; the
+    tokens equal those of generate(..., use_cache=False) under the same generator state.
+    """
+    total = ids.shape[1] + max_new_tokens
+    if total > model.config.block_size:
+        raise ValueError(f"prompt + new tokens = {total} exceeds block_size "
+                         f"{model.config.block_size}; use generate, which slides the window")
+    logits, cache = model.forward_cached(ids, None, 0)  # the prompt: (batch, t, vocab)
+    for _ in range(max_new_tokens):
+        next_id = sample_next(logits[:, -1], temperature, top_k, None, generator)  # (batch,)
+        ids = torch.cat([ids, next_id[:, None]], dim=1)
+        logits, cache = model.forward_cached(ids[:, -1:], cache, ids.shape[1] - 1)
+    return ids
+
+
+def gpt_from_sizes(vocab_size: int, block_size: int, d_model: int, num_heads: int,
+                   num_layers: int) -> GPT:
+    """The course's GPT built from the five sizes of exercise 09's capstone (d_ff = 4 d_model,
+    no biases, tied output layer, GELU, pre-norm)."""
+    return GPT(GPTConfig(vocab_size=vocab_size, block_size=block_size, d_model=d_model,
+                         num_heads=num_heads, num_layers=num_layers))
 
 
 class WarmupCosine:

@@ -26,6 +26,7 @@ __all__ = [
     "causal_mask",
     "padding_mask",
     "combine_masks",
+    "prefix_lm_mask",
     "to_torch_blocked",
     "from_torch_blocked",
     "to_additive",
@@ -78,6 +79,30 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
     for m in present[1:]:
         out = out & m
     return out
+
+
+def prefix_lm_mask(ids: Tensor, prefix_lengths: Tensor, pad_id: int) -> Tensor:
+    """The mask of a prefix language model (T5's prefix LM, UniLM), with padding.
+
+    ids (batch, seq), prefix_lengths (batch,) ints in [0, seq] -> bool (batch, seq, seq),
+    True = may attend. In row b, query i may attend key j when key j is a real token and
+    either j < prefix_lengths[b] (the prefix is seen in full, in both directions) or j <= i
+    (causal after the prefix). prefix 0 is the causal mask; prefix seq is bidirectional.
+    """
+    check_tensor(ids, "ids", ndim=2, shape_hint="(batch, seq)", dtype=(torch.int64, torch.int32))
+    check_tensor(prefix_lengths, "prefix_lengths", ndim=1, shape_hint="(batch,)",
+                 dtype=(torch.int64, torch.int32))
+    batch, seq = ids.shape
+    if prefix_lengths.shape[0] != batch:
+        raise ValueError(f"prefix_lengths has {prefix_lengths.shape[0]} entries but ids has "
+                         f"batch={batch}; give one prefix length per row")
+    if ((prefix_lengths < 0) | (prefix_lengths > seq)).any():
+        raise ValueError(f"prefix_lengths must lie in [0, seq={seq}], got "
+                         f"{prefix_lengths.tolist()}")
+    keys = torch.arange(seq, device=ids.device)  # (seq,)
+    in_prefix = keys < prefix_lengths.to(ids.device)[:, None, None]  # (batch, 1, seq)
+    allowed = in_prefix | causal_mask(seq, device=ids.device)  # (batch, seq, seq)
+    return allowed & padding_mask(ids, pad_id)  # keys that are padding: never
 
 
 def to_torch_blocked(mask: Tensor | None) -> Tensor | None:

@@ -15,7 +15,14 @@ from torch import Tensor, nn
 from .attention import scaled_dot_product_attention
 from .validation import check_bool_mask, check_floating, check_positive_int, check_tensor
 
-__all__ = ["split_heads", "merge_heads", "MultiHeadAttention"]
+__all__ = [
+    "split_heads",
+    "merge_heads",
+    "MultiHeadAttention",
+    "repeat_kv",
+    "grouped_query_attention",
+    "GroupedQueryAttention",
+]
 
 
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
@@ -172,3 +179,78 @@ class MultiHeadAttention(nn.Module):
                     proj.bias.copy_(b)
                 ours.out_proj.bias.copy_(module.out_proj.bias)
         return ours
+
+
+def repeat_kv(x: Tensor, num_heads: int) -> Tensor:
+    """(batch, num_kv_heads, seq, d_head) -> (batch, num_heads, seq, d_head).
+
+    Query head h uses key/value head h // (num_heads / num_kv_heads): each kv head is repeated
+    for its group of consecutive query heads (repeat_interleave, as in Llama), not tiled.
+    """
+    check_tensor(x, "x", ndim=4, shape_hint="(batch, num_kv_heads, seq, d_head)")
+    check_positive_int(num_heads, "num_heads")
+    if num_heads % x.shape[1] != 0:
+        raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={x.shape[1]}")
+    return x.repeat_interleave(num_heads // x.shape[1], dim=1)
+
+
+def grouped_query_attention(q: Tensor, k: Tensor, v: Tensor,
+                            mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Attention where num_heads query heads share num_kv_heads key/value heads.
+
+    q (batch, num_heads, n_q, d_head), k (batch, num_kv_heads, n_k, d_head),
+    v (batch, num_kv_heads, n_k, d_v), mask bool broadcastable to (batch, num_heads, n_q, n_k),
+    True = may attend. Query head h attends with kv head h // (num_heads / num_kv_heads).
+    Returns (output (batch, num_heads, n_q, d_v), weights (batch, num_heads, n_q, n_k)).
+    Raises ValueError when num_heads is not a multiple of num_kv_heads.
+    """
+    check_tensor(q, "q", ndim=4, shape_hint="(batch, num_heads, n_q, d_head)")
+    check_tensor(k, "k", ndim=4, shape_hint="(batch, num_kv_heads, n_k, d_head)")
+    check_tensor(v, "v", ndim=4, shape_hint="(batch, num_kv_heads, n_k, d_v)")
+    if k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must have the same batch, "
+                         "number of kv heads and length")
+    num_heads, num_kv_heads = q.shape[1], k.shape[1]
+    if num_heads % num_kv_heads != 0:
+        raise ValueError(f"q has num_heads={num_heads}, not a multiple of k's "
+                         f"num_kv_heads={num_kv_heads}")
+    k, v = repeat_kv(k, num_heads), repeat_kv(v, num_heads)  # (batch, num_heads, n_k, ...)
+    return scaled_dot_product_attention(q, k, v, mask)
+
+
+class GroupedQueryAttention(MultiHeadAttention):
+    """Grouped-query attention (Llama 2/3): num_heads query heads share num_kv_heads k/v heads.
+
+    q_proj and out_proj are (d_model, d_model); k_proj and v_proj are
+    (d_model -> num_kv_heads * d_head), so the KV cache shrinks by num_heads / num_kv_heads.
+    Query heads g*group .. (g+1)*group - 1 share kv head g (group = num_heads / num_kv_heads).
+    num_kv_heads == num_heads is ordinary multi-head attention; num_kv_heads == 1 is
+    multi-query attention. forward(query, key, value, mask=None) as MultiHeadAttention's,
+    returns (output (batch, n_q, d_model), weights (batch, num_heads, n_q, n_k)).
+    """
+
+    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, bias: bool = True):
+        super().__init__(d_model, num_heads, bias=bias)
+        check_positive_int(num_kv_heads, "num_kv_heads")
+        if num_heads % num_kv_heads != 0:
+            raise ValueError(
+                f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}; "
+                "each kv head serves a group of num_heads / num_kv_heads query heads"
+            )
+        self.num_kv_heads = num_kv_heads
+        self.k_proj = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
+        self.v_proj = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor,
+                mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        self._check_inputs(query, key, value)
+        batch, n_q, n_k = query.shape[0], query.shape[1], key.shape[1]
+        if mask is not None:
+            check_bool_mask(mask, "mask", (batch, n_q, n_k), "(batch, n_q, n_k)")
+            if mask.dim() == 3:
+                mask = mask.unsqueeze(1)  # (batch, 1, n_q or 1, n_k): the same for every head
+        q = split_heads(self.q_proj(query), self.num_heads)  # (batch, heads, n_q, d_head)
+        k = split_heads(self.k_proj(key), self.num_kv_heads)  # (batch, kv_heads, n_k, d_head)
+        v = split_heads(self.v_proj(value), self.num_kv_heads)  # (batch, kv_heads, n_k, d_head)
+        heads, weights = grouped_query_attention(q, k, v, mask)  # (batch, heads, n_q, d_head)
+        return self.out_proj(merge_heads(heads)), weights  # (batch, n_q, d_model)

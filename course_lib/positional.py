@@ -28,6 +28,8 @@ __all__ = [
     "sinusoidal_positional_encoding",
     "relative_shift_matrix",
     "apply_rope",
+    "apply_rope_half",
+    "rope_half_permutation",
     "SinusoidalPositionalEncoding",
     "LearnedPositionalEmbedding",
 ]
@@ -129,6 +131,31 @@ def apply_rope(x: Tensor, positions: Tensor | None = None) -> Tensor:
     x0, x1 = x[..., 0::2], x[..., 1::2]  # (..., seq, d / 2) each
     rotated = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)  # (..., seq, d/2, 2)
     return rotated.flatten(-2)  # (..., seq, d), pairs interleaved again
+
+
+def apply_rope_half(x: Tensor, positions: Tensor | None = None) -> Tensor:
+    """RoPE in the rotate-half layout of GPT-NeoX and Llama: (..., seq, d) -> (..., seq, d).
+
+    Feature i is paired with feature i + d/2 (not 2i with 2i+1), and pair i at position p is
+    rotated by p * 10000^(-2i/d):  (x_i, x_{i+d/2}) -> (x_i cos - x_{i+d/2} sin,
+    x_i sin + x_{i+d/2} cos). It is `apply_rope` up to a fixed permutation of the features:
+    apply_rope_half(x)[..., perm] == apply_rope(x[..., perm]) with perm =
+    rope_half_permutation(d), so q·k still depends only on the offset.
+    """
+    check_tensor(x, "x", min_ndim=2, shape_hint="(..., seq, d)")
+    check_floating(x, "x")
+    d = x.shape[-1]
+    _check_even(d, "the last dimension d of x")
+    perm = rope_half_permutation(d).to(x.device)
+    inverse = torch.argsort(perm)
+    return apply_rope(x[..., perm], positions)[..., inverse]
+
+
+def rope_half_permutation(d: int) -> Tensor:
+    """(d,) long: the feature order [0, d/2, 1, d/2 + 1, ...] that turns the rotate-half layout
+    into the interleaved one (pair (i, i + d/2) becomes pair (2i, 2i+1))."""
+    _check_even(d, "d")
+    return torch.arange(d).view(2, d // 2).t().reshape(d)
 
 
 def _check_sequence_input(x: Tensor, d_model: int, max_len: int, start_pos: int) -> None:

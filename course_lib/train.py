@@ -36,6 +36,7 @@ __all__ = [
     "smoothed_targets",
     "TrainHistory",
     "train",
+    "train_step",
 ]
 
 
@@ -321,3 +322,30 @@ def train(
         bar.close()
         model.eval()
     return history
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, src: Tensor,
+               tgt: Tensor, bos_id: int, pad_id: int, smoothing: float = 0.1,
+               clip: float = 1.0) -> float:
+    """One optimisation step of an encoder-decoder with teacher forcing; returns the loss.
+
+    src (batch, n_src) and tgt (batch, n_tgt) token ids, tgt ending in <eos> and padded with
+    pad_id; `model(src, tgt_in)` -> logits (batch, n_tgt, vocab). The decoder reads
+    shift_right(tgt, bos_id) and is scored on tgt with label smoothing, pads ignored; the
+    gradients are cleared first, clipped to a total norm of `clip` after backward, then the
+    optimizer and the scheduler (if not None) step. Returns the loss as a Python float.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    clip = _check_number(clip, "clip")
+    model.train()
+    tgt_in = shift_right(tgt, bos_id)  # (batch, n_tgt): <bos> + tgt[:, :-1]
+    logits = model(src, tgt_in)  # (batch, n_tgt, vocab)
+    loss = label_smoothing_loss(logits, tgt, smoothing, ignore_index=pad_id)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return float(loss.detach())

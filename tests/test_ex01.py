@@ -20,10 +20,11 @@ TASKS = ["ex01.one_hot", "ex01.embed", "ex01.cosine_similarity_matrix", "ex01.ne
 
 
 def one_hot_scatter(ids, vocab_size):
-    if ids.is_floating_point():
+    if ids.is_floating_point() or ids.dtype == torch.bool:
         raise TypeError("ids must be integers")
-    if ((ids < 0) | (ids >= vocab_size)).any():
-        raise ValueError("ids out of range")
+    bad = ids[(ids < 0) | (ids >= vocab_size)]
+    if bad.numel():
+        raise ValueError(f"id {bad[0].item()} is out of range")
     out = torch.zeros(*ids.shape, vocab_size)
     return out.scatter_(-1, ids.long().unsqueeze(-1), 1.0)
 
@@ -32,7 +33,7 @@ def one_hot_eye(ids, vocab_size):
     if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
         raise TypeError("ids must be integers")
     if ids.min() < 0 or ids.max() >= vocab_size:
-        raise ValueError("ids out of range")
+        raise ValueError(f"ids out of range: {ids.min().item()} .. {ids.max().item()}")
     return torch.eye(vocab_size)[ids.long()]
 
 

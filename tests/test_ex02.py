@@ -17,9 +17,10 @@ def result(task_id, obj):
     return r
 
 
-def test_ex02_has_the_three_tasks():
+def test_ex02_has_its_tasks_in_order():
     assert [t.id for t in tasks_for("ex02")] == [
-        "ex02.softmax", "ex02.scaled_dot_product_attention", "ex02.self_attention"]
+        "ex02.softmax", "ex02.scaled_dot_product_attention", "ex02.self_attention",
+        "ex02.distance_biased_attention"]
 
 
 # ---------------------------------------------------------------- independent correct solutions

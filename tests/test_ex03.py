@@ -12,7 +12,8 @@ from course_lib.grading import check_result
 from course_lib.grading.core import get_task, judge, resolve, run_cases, tasks_for
 from course_lib.multihead import split_heads as reference_split_heads
 
-TASK_IDS = ["ex03.split_heads", "ex03.merge_heads", "ex03.MultiHeadAttention"]
+TASK_IDS = ["ex03.split_heads", "ex03.merge_heads", "ex03.MultiHeadAttention",
+            "ex03.grouped_query_attention"]
 
 
 def status_and_feedback(task_id, obj):
@@ -21,7 +22,7 @@ def status_and_feedback(task_id, obj):
     return result.status, result.feedback
 
 
-def test_the_exercise_set_has_its_three_tasks_in_order():
+def test_the_exercise_set_has_its_tasks_in_order():
     assert [t.id for t in tasks_for("ex03")] == TASK_IDS
 
 
@@ -324,3 +325,112 @@ def test_stubs_are_not_implemented(task_id, obj):
 def test_missing_submission():
     status, _ = status_and_feedback("ex03.MultiHeadAttention", None)
     assert status == "missing"
+
+
+# --------------------------------------------------------------------------------------------
+# ex03.grouped_query_attention
+# --------------------------------------------------------------------------------------------
+
+
+def gqa_by_groups(q, k, v, mask=None):
+    """A correct alternative: view the query heads as (num_kv_heads, group) and broadcast."""
+    batch, num_heads, n_q, d_head = q.shape
+    num_kv_heads = k.shape[1]
+    if num_heads % num_kv_heads:
+        raise ValueError("num_heads must be a multiple of num_kv_heads")
+    group = num_heads // num_kv_heads
+    qg = q.view(batch, num_kv_heads, group, n_q, d_head)
+    scores = qg @ k.unsqueeze(2).transpose(-2, -1) / math.sqrt(d_head)  # (b, kv, g, n_q, n_k)
+    scores = scores.reshape(batch, num_heads, n_q, -1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    weights = scores.softmax(-1)
+    out = weights.view(batch, num_kv_heads, group, n_q, -1) @ v.unsqueeze(2)
+    return out.reshape(batch, num_heads, n_q, -1), weights
+
+
+def gqa_by_index(q, k, v, mask=None):
+    """A correct alternative: index the kv heads with h // group."""
+    num_heads, num_kv_heads = q.shape[1], k.shape[1]
+    if num_heads % num_kv_heads:
+        raise ValueError("num_heads must be a multiple of num_kv_heads")
+    index = torch.arange(num_heads) // (num_heads // num_kv_heads)
+    return scaled_dot_product_attention(q, k[:, index], v[:, index], mask)
+
+
+@pytest.mark.parametrize("obj", [gqa_by_groups, gqa_by_index])
+def test_grouped_query_attention_alternatives_pass(obj):
+    status, feedback = status_and_feedback("ex03.grouped_query_attention", obj)
+    assert status == "passed", feedback
+
+
+def gqa_with_a_wrong_group(q, k, v, mask=None):
+    num_heads, num_kv_heads = q.shape[1], k.shape[1]
+    if num_heads % num_kv_heads:
+        raise ValueError("num_heads must be a multiple of num_kv_heads")
+    index = torch.arange(num_heads) % num_kv_heads  # kv head h % num_kv_heads: tiled
+    return scaled_dot_product_attention(q, k[:, index], v[:, index], mask)
+
+
+def gqa_along_keys(q, k, v, mask=None):
+    group = q.shape[1] // k.shape[1]
+    if q.shape[1] % k.shape[1]:
+        raise ValueError("num_heads must be a multiple of num_kv_heads")
+    return scaled_dot_product_attention(q, k.repeat_interleave(group, dim=2),
+                                        v.repeat_interleave(group, dim=2), mask)
+
+
+@pytest.mark.parametrize(
+    "wrong,hint",
+    [(gqa_with_a_wrong_group, "the heads are grouped wrongly"),
+     (gqa_along_keys, "not along the keys")],
+)
+def test_grouped_query_attention_learner_mistakes_get_their_hint(wrong, hint):
+    status, feedback = status_and_feedback("ex03.grouped_query_attention", wrong)
+    assert status == "failed"
+    assert hint in feedback, feedback
+
+
+from helpers import mistake_params  # noqa: E402
+
+
+@pytest.mark.parametrize("task_id, wrong, hint", mistake_params("ex03.grouped_query_attention"))
+def test_grouped_query_attention_listed_mistakes_fail_with_their_hint(task_id, wrong, hint):
+    status, feedback = status_and_feedback(task_id, wrong)
+    assert status == "failed"
+    assert hint in feedback, feedback
+
+
+def test_grouped_query_attention_cases_cover_the_edges():
+    cases = get_task("ex03.grouped_query_attention").cases(torch.Generator().manual_seed(0))
+    kv = {(c.args[0].shape[1], c.args[1].shape[1]) for c in cases if c.raises is None}
+    assert (4, 1) in kv and any(h == k for h, k in kv) and any(1 < k < h for h, k in kv)
+    assert any(c.args[0].dtype == torch.float64 for c in cases)
+    assert any(c.args[0].shape[0] == 1 for c in cases)
+    assert any(c.args[0].shape[2] != c.args[1].shape[2] for c in cases)
+    assert any(c.raises is ValueError for c in cases)
+
+
+def test_reference_grouped_query_attention_is_multi_head_attention_with_repeated_kv():
+    from course_lib.multihead import (
+        GroupedQueryAttention,
+        MultiHeadAttention,
+        grouped_query_attention,
+    )
+
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 6, 4, 5, generator=gen, dtype=torch.float64)
+    k = torch.randn(2, 2, 7, 5, generator=gen, dtype=torch.float64)
+    v = torch.randn(2, 2, 7, 5, generator=gen, dtype=torch.float64)
+    out, weights = grouped_query_attention(q, k, v)
+    repeated = [t[:, [0, 0, 0, 1, 1, 1]] for t in (k, v)]
+    want, want_weights = scaled_dot_product_attention(q, *repeated)
+    assert torch.allclose(out, want) and torch.allclose(weights, want_weights)
+    # num_kv_heads == num_heads: the module is MultiHeadAttention, weight for weight
+    torch.manual_seed(0)
+    gqa, mha = GroupedQueryAttention(12, 3, 3), MultiHeadAttention(12, 3)
+    mha.load_state_dict(gqa.state_dict())
+    x = torch.randn(2, 5, 12)
+    assert torch.allclose(gqa(x, x, x)[0], mha(x, x, x)[0], atol=1e-6)
+    with pytest.raises(ValueError, match="multiple"):
+        GroupedQueryAttention(12, 3, 2)

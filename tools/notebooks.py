@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 import uuid
@@ -363,14 +364,30 @@ def _link(folder: str, name: str) -> str:
     )
 
 
+DIFFICULTY = re.compile(r"Difficulty (★+)☆*, about (\d+) minutes")
+
+
+def exercise_effort(solution: Path) -> tuple[int, int, str]:
+    """(number of tasks, total minutes, stars per task) from a solution notebook: each task says
+    "Difficulty ★★☆, about 15 minutes" once, in its docstring or in the text above it."""
+    found = [
+        (len(m.group(1)), int(m.group(2)))
+        for cell in nbformat.read(solution, as_version=4).cells  # docstrings or task text
+        for m in DIFFICULTY.finditer(cell.source)
+    ]
+    return len(found), sum(minutes for _, minutes in found), " ".join("★" * s for s, _ in found)
+
+
 def syllabus_table() -> str:
-    """The README's syllabus: one row per lesson, with links to what exists."""
-    rows = ["| # | lesson | exercise | solution |", "|---|---|---|---|"]
+    """The README's syllabus: one row per lesson, with links to what exists, and per exercise
+    set its tasks' difficulty and the total of their estimated minutes (from the solutions)."""
+    rows = ["| # | lesson | exercise | solution | exercise tasks: difficulty, time |",
+            "|---|---|---|---|---|"]
     lessons = {p.name[:2]: p for p in all_notebooks(("notebooks",))}
     for number in sorted(set(PLANNED) | set(lessons)):
         lesson = lessons.get(number)
         if lesson is None:
-            rows.append(f"| {number} | {PLANNED[number]} (in preparation) | | |")
+            rows.append(f"| {number} | {PLANNED[number]} (in preparation) | | | |")
             continue
         cells = [f"{_title(lesson)}: {_link('notebooks', lesson.name)}"]
         for folder in ("exercises", "solutions"):
@@ -378,6 +395,9 @@ def syllabus_table() -> str:
             if number == "00":
                 path = ROOT / folder / "00_warmup.ipynb"
             cells.append(_link(folder, path.name) if path.exists() else "")
+        solution = ROOT / "solutions" / (lesson.name if number != "00" else "00_warmup.ipynb")
+        count, minutes, stars = exercise_effort(solution) if solution.exists() else (0, 0, "")
+        cells.append(f"{count} tasks ({stars}), about {minutes} min" if count else "")
         rows.append(f"| {number} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 

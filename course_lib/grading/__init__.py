@@ -29,6 +29,7 @@ from .core import (
 )
 
 __all__ = [
+    "batch_grading",
     "check",
     "check_result",
     "Case",
@@ -43,6 +44,14 @@ __all__ = [
 # In a notebook the checks use fixed inputs, so the same code always gets the same feedback.
 # The batch grader draws fresh hidden inputs from a secret seed on every run.
 NOTEBOOK_SEED = 0
+
+
+def batch_grading() -> bool:
+    """True inside the batch grader's kernel: a cell that only demonstrates (e.g. trains the
+    learner's model for a minute) can skip itself there, since grading never needs it."""
+    import os
+
+    return os.environ.get("COURSE_BATCH_GRADING") == "1"
 
 
 def check(task_id: str, obj: Any = None) -> TaskResult | None:

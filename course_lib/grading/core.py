@@ -17,6 +17,7 @@ import importlib
 import math
 import sys
 import types
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -288,6 +289,13 @@ def _shape(t: Tensor) -> str:
     return "(" + ", ".join(str(s) for s in t.shape) + ")"
 
 
+def _differ(where: str) -> str:
+    """'differs' or 'differ', agreeing with the subject: "your result" / "your tokens"."""
+    head = where.split(" after ")[0].split("[")[0].split()[-1]
+    plural = head.endswith("s") and not head.endswith(("ss", "us", "'s"))
+    return f"{where} {'differ' if plural else 'differs'}"
+
+
 def compare_values(got: Any, want: Any, where: str = "your result") -> str | None:
     """None when `got` matches `want` (within float tolerance), else what differs, in words."""
     if isinstance(want, Tensor):
@@ -303,7 +311,7 @@ def compare_values(got: Any, want: Any, where: str = "your result") -> str | Non
             if torch.equal(got, want):
                 return None
             bad = (got != want).sum().item()
-            return f"{where} differs from the expected values in {bad} of {want.numel()} entries"
+            return f"{_differ(where)} from the expected values in {bad} of {want.numel()} entries"
         got_nan, want_nan = torch.isnan(got), torch.isnan(want)
         if got_nan.any() and not want_nan.any():
             return f"{where} contains NaN where the expected result has none"
@@ -313,7 +321,7 @@ def compare_values(got: Any, want: Any, where: str = "your result") -> str | Non
         if torch.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True):
             return None
         diff = (got.double() - want.double()).abs().nan_to_num(0.0).max().item()
-        return f"{where} differs from the expected values (largest difference {diff:.3g})"
+        return f"{_differ(where)} from the expected values (largest difference {diff:.3g})"
     if isinstance(want, (tuple, list)):
         if not isinstance(got, (tuple, list)):
             return f"{where} should be a tuple of {len(want)} values, got {type(got).__name__}"
@@ -386,7 +394,9 @@ class Task:
 def _hint_from_mistakes(task: Task, got: Any, case: Case) -> str | None:
     for wrong, hint in task.mistakes():
         try:
-            wrong_value = _plain(task.call(wrong, case))
+            with warnings.catch_warnings():  # a wrong version may warn; the learner's did not
+                warnings.simplefilter("ignore")
+                wrong_value = _plain(task.call(wrong, case))
         except Exception:  # noqa: BLE001  (a mistake may not even run on this case)
             continue
         if task.compare(got, wrong_value, case) is None:
@@ -431,7 +441,7 @@ def judge(
         )
     passed, first_failure = 0, None
     for case, outcome in zip(cases, outcomes, strict=False):
-        message = _judge_one(task, case, outcome)
+        message = _judge_one(task, case, outcome, want_hint=first_failure is None)
         if message is None:
             passed += 1
         elif first_failure is None:
@@ -444,7 +454,7 @@ def judge(
     return result("failed", passed, feedback)
 
 
-def _judge_one(task: Task, case: Case, outcome: dict) -> str | None:
+def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) -> str | None:
     status = outcome.get("status")
     if status == "harness":
         return outcome.get("message", "the check could not run your code")
@@ -461,12 +471,20 @@ def _judge_one(task: Task, case: Case, outcome: dict) -> str | None:
     if status != "ok":
         return outcome.get("message", "your code did not return a result")
     got = outcome["value"]
-    want = _plain(task.expected(case))
+    with warnings.catch_warnings():  # the reference's own warnings are not the learner's
+        warnings.simplefilter("ignore")
+        want = _plain(task.expected(case))
     message = task.compare(got, want, case)
-    if message is None:
-        return None
+    if message is None or not want_hint:
+        return message
     hint = _hint_from_mistakes(task, got, case) or task.diagnose(got, want, case)
-    return f"{message}. Hint: {hint}" if hint else message
+    if hint:
+        return f"{message}. Hint: {hint}"
+    if task.mistakes():  # EX02-3: no single known mistake explains it
+        return (f"{message}. None of the usual single mistakes gives this result, so more than "
+                "one thing may be wrong: test your function on a small input you can check by "
+                "hand")
+    return message
 
 
 def load_weights(module: Any, state_dict: dict[str, Tensor], what: str = "your module") -> None:
@@ -475,6 +493,13 @@ def load_weights(module: Any, state_dict: dict[str, Tensor], what: str = "your m
         raise GradingError(f"{what} should be a torch.nn.Module, got {type(module).__name__}")
     own = module.state_dict()
     missing = [k for k in state_dict if k not in own]
+    no_bias = [k for k in missing if k.endswith(".bias") and k[:-5] + ".weight" in own]
+    if missing and len(no_bias) == len(missing):
+        layer = no_bias[0][:-5]
+        raise GradingError(
+            f"{what}'s {layer} has no bias, but the task's layers have one: create it with "
+            f"bias=True (the default of nn.Linear)"
+        )
     if missing:
         raise GradingError(
             f"{what} has no parameter named {missing[0]!r}; it has "
@@ -489,3 +514,26 @@ def load_weights(module: Any, state_dict: dict[str, Tensor], what: str = "your m
     if extra:
         raise GradingError(f"{what} has parameters the task does not ask for: {', '.join(extra)}")
     module.load_state_dict(state_dict)
+
+
+def extend_task(cls: type[Task], *, mistakes_first: Iterable = (), mistakes: Iterable = (),
+                cases: Callable[[torch.Generator], list[Case]] | None = None) -> type[Task]:
+    """Add known mistakes (checked before or after the task's own) and extra cases to a task.
+
+    The fixes from a review are kept in a block of their own at the end of an exercise module,
+    so that they merge cleanly with concurrent work on the task itself. Extra cases are drawn
+    after the task's own, from the same generator, so the existing cases do not change.
+    """
+    first, last = list(mistakes_first), list(mistakes)
+    original_mistakes, original_cases = cls.mistakes, cls.cases
+
+    def extended_mistakes(self):
+        return first + original_mistakes(self) + last
+
+    cls.mistakes = extended_mistakes
+    if cases is not None:
+        def extended_cases(self, gen):
+            return original_cases(self, gen) + cases(gen)
+
+        cls.cases = extended_cases
+    return cls

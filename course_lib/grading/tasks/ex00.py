@@ -126,3 +126,20 @@ class LastToken(Task):
             ),
             (lambda x, lengths: x[:, 0], "that is the first token of each sequence"),
         ]
+
+
+# --------------------------------------------------------------------------------------------
+# Review 2026-11-23 (EX00-1), kept apart so that it merges with work on the cases above
+# --------------------------------------------------------------------------------------------
+
+from ..core import extend_task  # noqa: E402
+
+
+def _l1_distances(x, y):
+    return (x.unsqueeze(-2) - y.unsqueeze(-3)).abs().sum(-1)
+
+
+extend_task(PairwiseSqDistances, mistakes=[
+    (_l1_distances, "you summed the absolute differences (the L1 distance); square each "
+     "difference instead: ((x_i - y_j) ** 2).sum(-1)"),
+])

@@ -534,3 +534,92 @@ class BpeEncode(Task):
             (sorted_by_pair, "you applied the merges in sorted order of their pairs; keep the "
              "order of `merges`, which is the order they were learned"),
         ]
+
+# Review 2026-11-23 (EX01-1 to EX01-4), kept apart so that it merges with work on the cases above
+# --------------------------------------------------------------------------------------------
+
+from ..core import GradingError, extend_task  # noqa: E402
+
+
+def _cosine_columns(E):
+    unit = E / E.norm(dim=0, keepdim=True).clamp_min(1e-12)
+    return unit @ unit.T
+
+
+extend_task(CosineSimilarityMatrix, mistakes=[
+    (_cosine_columns, "you normalised the columns (dim=0); each ROW is a vector: divide every "
+     "row by its own length, E.norm(dim=-1, keepdim=True)"),
+])
+
+
+def _bool_ids_case(gen):
+    return [Case("bool ids (3,) (True/False are not token ids: must raise TypeError)",
+                 (torch.tensor([True, False, True]), 2), raises=TypeError)]
+
+
+extend_task(OneHot, cases=_bool_ids_case)
+
+
+class _NamesTheBadId:
+    """Wraps OneHot.call: a ValueError for an id out of range must name that id."""
+
+    def __init__(self, call):
+        self.inner = call
+
+    def __call__(self, task, obj, case):
+        bad = case.data.get("bad_id")
+        if bad is None:
+            return self.inner(task, obj, case)
+        try:
+            value = obj(*case.args, **case.kwargs)
+        except ValueError as error:
+            if str(bad) not in str(error):
+                raise GradingError(
+                    f"your ValueError says {str(error)!r}; name the id that is out of range "
+                    f"({bad}) so that whoever calls one_hot knows what to fix"
+                ) from None
+            raise
+        return value
+
+
+_NAMED_ID_CALL = _NamesTheBadId(OneHot.call)
+OneHot.call = lambda self, obj, case: _NAMED_ID_CALL(self, obj, case)
+_original_one_hot_cases = OneHot.cases
+
+
+def _one_hot_cases_with_named_id(self, gen):
+    return _original_one_hot_cases(self, gen) + [
+        Case("ids (2, 3) holding 7 with vocab_size 5: a ValueError whose message names 7",
+             (torch.tensor([[0, 1, 2], [3, 7, 4]]), 5), data={"bad_id": 7}, raises=ValueError),
+    ]
+
+
+OneHot.cases = _one_hot_cases_with_named_id
+
+
+def _embed_call(self, obj, case, _inner=Embed.call):
+    from torch.overrides import TorchFunctionMode
+
+    table = case.args[1]
+
+    class Indexing(TorchFunctionMode):
+        used = False
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is torch.Tensor.__getitem__ and args and args[0] is table:
+                Indexing.used = True
+            elif func in (torch.index_select, torch.Tensor.index_select, torch.take,
+                          torch.gather, torch.Tensor.gather) and args and args[0] is table:
+                Indexing.used = True
+            return func(*args, **(kwargs or {}))
+
+    with Indexing():
+        value = _inner(self, obj, case)
+    if Indexing.used:
+        raise GradingError("you looked the rows up by indexing the table (table[ids]); the "
+                           "task asks for the one-hot matrix product one_hot(ids) @ table, "
+                           "which is what nn.Embedding computes")
+    return value
+
+
+Embed.call = _embed_call

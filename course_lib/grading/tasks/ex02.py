@@ -292,3 +292,109 @@ def _projected(attention):
         return attention(x @ w_q, x @ w_k, x @ w_v)
 
     return self_attention_with
+
+
+# --------------------------------------------------------------------------------------------
+# ex02.distance_biased_attention (transfer: a bias added to the scores, as in ALiBi)
+# --------------------------------------------------------------------------------------------
+
+
+def _biased(q, k, v, slope, *, mistake=""):
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    i = torch.arange(n_q)[:, None]
+    j = torch.arange(n_k)[None, :]
+    distance = (i - j) if mistake == "no_abs" else (i - j).abs()
+    sign = 1.0 if mistake == "plus" else -1.0
+    bias = sign * slope * distance.to(q.dtype)
+    raw = q @ k.transpose(-2, -1)
+    d_k = q.shape[-1]
+    if mistake == "bias_scaled":  # bias added before dividing by sqrt(d_k)
+        scores = (raw + bias) / math.sqrt(d_k)
+    elif mistake == "no_bias":
+        scores = raw / math.sqrt(d_k)
+    else:
+        scores = raw / math.sqrt(d_k) + bias
+    if mistake == "after_softmax":
+        weights = _stable_softmax(raw / math.sqrt(d_k), dim=-1) + bias
+    else:
+        weights = _stable_softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+def _biased_mistake(name):
+    def wrong(q, k, v, slope):
+        return _biased(q, k, v, slope, mistake=name)
+
+    wrong.__name__ = f"biased_{name}"
+    return wrong
+
+
+@register
+class DistanceBiasedAttention(Task):
+    id = "ex02.distance_biased_attention"
+    lesson = "lesson 02, section 'Scaled dot-product attention, step by step'"
+    reference = "course_lib.attention.distance_biased_attention"
+    forbidden = ("torch.nn.functional.scaled_dot_product_attention",)
+
+    def cases(self, gen):
+        def case(description, shape_q, n_k, d_v, slope, dtype=torch.float32, raises=None):
+            *batch, n_q, d_k = shape_q
+            q = randn(gen, *shape_q, dtype=dtype)
+            k = randn(gen, *batch, n_k, d_k, dtype=dtype)
+            v = randn(gen, *batch, n_k, d_v, dtype=dtype)
+            return Case(description, (q, k, v, slope), raises=raises)
+
+        return [
+            case("q, k, v (2, 5, 8), slope 0.5", (2, 5, 8), 5, 8, 0.5),
+            case("n_q=3 != n_k=6: q (2, 3, 4), k (2, 6, 4), v (2, 6, 5), slope 1.0",
+                 (2, 3, 4), 6, 5, 1.0),
+            case("n_q=6 > n_k=2: q (1, 6, 4), k (1, 2, 4), v (1, 2, 3), slope 0.25",
+                 (1, 6, 4), 2, 3, 0.25),
+            case("batch and heads: q, k, v (2, 3, 4, 16), slope 0.75 (d_k = 16)",
+                 (2, 3, 4, 16), 4, 16, 0.75),
+            case("float64 q (3, 5, 6), k, v (3, 7, 6), slope 2.0", (3, 5, 6), 7, 6, 2.0,
+                 dtype=torch.float64),
+            case("slope 0: plain scaled dot-product attention, q, k, v (2, 4, 8)", (2, 4, 8), 4,
+                 8, 0.0),
+            case("q, k, v (4, 4) without a batch dimension, slope 1 given as an int",
+                 (4, 4), 4, 4, 1),
+        ]
+
+    def mistakes(self):
+        return [
+            (_biased_mistake("plus"), "the penalty must LOWER the scores of distant keys: add "
+             "-slope * |i - j|, not +slope * |i - j|"),
+            (_biased_mistake("no_abs"), "use the distance |i - j|: without the absolute value "
+             "the keys on one side of the query get a bonus instead of a penalty"),
+            (_biased_mistake("bias_scaled"), "add the bias after dividing q·k by sqrt(d_k): "
+             "scores = q k^T / sqrt(d_k) - slope * |i - j|; the slope must not be divided too"),
+            (_biased_mistake("after_softmax"), "the bias goes into the scores BEFORE the "
+             "softmax, so the weights still sum to 1"),
+            (_biased_mistake("no_bias"), "that is plain attention: add -slope * |i - j| to each "
+             "score, with i the query's position (row) and j the key's (column)"),
+        ]
+
+
+# --------------------------------------------------------------------------------------------
+# Review 2026-11-23 (EX02-1), kept apart so that it merges with work on the cases above
+# --------------------------------------------------------------------------------------------
+
+from ..core import extend_task  # noqa: E402
+
+
+def _global_max_softmax(x, dim=-1):
+    e = (x - x.max()).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _mixed_scale_case(gen):
+    x = torch.stack([randn(gen, 3), -2000.0 + randn(gen, 3)])  # rows near 0 and near -2000
+    return [Case("x (2, 3) whose first row is near 0 and second near -2000 (each row needs its "
+                 "own maximum)", (x,))]
+
+
+extend_task(Softmax, cases=_mixed_scale_case, mistakes_first=[
+    (_global_max_softmax, "you subtracted the maximum of the whole tensor; subtract each "
+     "slice's own maximum along dim (x.amax(dim=dim, keepdim=True)), or a row far below the "
+     "global maximum underflows to 0/0 = NaN"),
+])

@@ -261,3 +261,118 @@ class MultiHeadAttentionTask(Task):
             return ("forward must return a tuple (output, weights), with weights of shape "
                     "(batch, num_heads, n_q, n_k)")
         return None
+
+
+# --------------------------------------------------------------------------------------------
+# ex03.grouped_query_attention (transfer: the lesson never shares k/v between heads)
+# --------------------------------------------------------------------------------------------
+
+
+def _gqa(q: Tensor, k: Tensor, v: Tensor, mask=None, *, mistake: str = "") -> Tensor:
+    num_heads, num_kv_heads = q.shape[1], k.shape[1]
+    if num_heads % num_kv_heads:
+        raise ValueError("not a multiple")
+    group = num_heads // num_kv_heads
+    if mistake == "tiled":  # kv head h % num_kv_heads instead of h // group
+        k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
+    elif mistake == "seq_axis":  # repeated along the keys, not the heads
+        k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+    else:
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+def _gqa_tiled(q, k, v, mask=None):
+    return _gqa(q, k, v, mask, mistake="tiled")
+
+
+def _gqa_along_keys(q, k, v, mask=None):
+    return _gqa(q, k, v, mask, mistake="seq_axis")
+
+
+def _gqa_no_kv_repeat(q, k, v, mask=None):  # relies on broadcasting: right only when kv = 1
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+@register
+class GroupedQueryAttentionTask(Task):
+    id = "ex03.grouped_query_attention"
+    lesson = "lesson 03, section 'Multi-head attention, step by step'"
+    reference = "course_lib.multihead.grouped_query_attention"
+    forbidden = (
+        "torch.nn.functional.scaled_dot_product_attention",
+        "course_lib.multihead.repeat_kv",
+        "course_lib.multihead.GroupedQueryAttention",
+    )
+
+    def _case(self, gen, description, batch, num_heads, num_kv_heads, n_q, n_k, d_head, d_v,
+              mask=None, dtype=torch.float32, raises=None) -> Case:
+        q = randn(gen, batch, num_heads, n_q, d_head, dtype=dtype)
+        k = randn(gen, batch, num_kv_heads, n_k, d_head, dtype=dtype)
+        v = randn(gen, batch, num_kv_heads, n_k, d_v, dtype=dtype)
+        kwargs = {} if mask is None else {"mask": mask}
+        return Case(description, (q, k, v), kwargs, raises=raises)
+
+    def cases(self, gen):
+        padding = (torch.arange(5) < torch.tensor([5, 2])[:, None])[:, None, None, :]
+        random_mask = _attend_somewhere(torch.rand(3, 1, 4, 6, generator=gen) > 0.5)
+        per_head = _attend_somewhere(torch.rand(1, 6, 5, 3, generator=gen) > 0.4)
+        return [
+            self._case(gen, "multi-query attention: q (2, 4, 3, 8), k/v (2, 1, 5, 8) "
+                       "(4 query heads, 1 kv head)", 2, 4, 1, 3, 5, 8, 8),
+            self._case(gen, "q (2, 4, 4, 8), k/v (2, 2, 6, 8): groups of 2", 2, 4, 2, 4, 6, 8, 8),
+            self._case(gen, "batch 1, q (1, 6, 5, 4), k (1, 2, 3, 4), v (1, 2, 3, 6): groups of "
+                       "3, d_v != d_head", 1, 6, 2, 5, 3, 4, 6),
+            self._case(gen, "q (2, 6, 2, 4), k/v (2, 3, 5, 4): groups of 2, with a padding mask "
+                       "(2, 1, 1, 5)", 2, 6, 3, 2, 5, 4, 4, mask=padding),
+            self._case(gen, "q (3, 2, 4, 8), k/v (3, 2, 4, 8): as many kv heads as query heads "
+                       "(ordinary multi-head attention), causal mask (4, 4)", 3, 2, 2, 4, 4, 8,
+                       8, mask=torch.ones(4, 4, dtype=torch.bool).tril()),
+            self._case(gen, "float64 q (3, 8, 4, 4), k/v (3, 2, 6, 4): groups of 4, with a mask "
+                       "(3, 1, 4, 6)", 3, 8, 2, 4, 6, 4, 4, mask=random_mask,
+                       dtype=torch.float64),
+            self._case(gen, "q (1, 6, 5, 4), k/v (1, 2, 3, 4) with a different mask per query "
+                       "head (1, 6, 5, 3)", 1, 6, 2, 5, 3, 4, 4, mask=per_head),
+            self._case(gen, "q (1, 4, 2, 4), k/v (1, 3, 2, 4): 4 query heads cannot be shared "
+                       "out among 3 kv heads, so a ValueError", 1, 4, 3, 2, 2, 4, 4,
+                       raises=ValueError),
+        ]
+
+    def mistakes(self):
+        return [
+            (_gqa_along_keys,
+             "repeat the kv heads along the head axis (dim=1 of (batch, num_kv_heads, n_k, "
+             "d_head)), not along the keys: repeating the keys makes n_k * group keys"),
+            (_gqa_tiled,
+             "the heads are grouped wrongly: query head h must use kv head h // group "
+             "(heads 0..group-1 share kv head 0), which is repeat_interleave(group, dim=1); "
+             ".repeat(1, group, 1, 1) tiles the kv heads, so head h gets kv head "
+             "h % num_kv_heads"),
+        ]
+
+
+# --------------------------------------------------------------------------------------------
+# Review 2026-11-23 (EX03-2), kept apart so that it merges with work on the cases above
+# --------------------------------------------------------------------------------------------
+
+from ..core import extend_task  # noqa: E402
+
+
+class _FlippedMask(_WrongMultiHeadAttention):
+    def forward(self, query, key, value, mask=None):
+        return super().forward(query, key, value, None if mask is None else ~mask)
+
+
+extend_task(MultiHeadAttentionTask, mistakes=[
+    (_FlippedMask, "your mask is read the other way round: in this course True means 'may "
+     "attend' (as in F.scaled_dot_product_attention), so fill the scores with -inf where the "
+     "mask is False (nn.MultiheadAttention's masks mean the opposite)"),
+])

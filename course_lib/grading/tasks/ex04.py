@@ -296,3 +296,111 @@ class ApplyRope(Task):
              "you ignored `positions` and used 0, 1, ..., seq-1; use the positions you are given "
              "(arange only when positions is None)"),
         ]
+
+
+# --------------------------------------------------------------------------------------------
+# apply_rope_half (transfer: the layout of GPT-NeoX and Llama, which the lesson does not show)
+# --------------------------------------------------------------------------------------------
+
+
+def _half(x, positions=None, **kwargs):
+    return _rope_variant(x, positions, pairing="halves", **kwargs)
+
+
+@register
+class ApplyRopeHalf(Task):
+    id = "ex04.apply_rope_half"
+    lesson = LESSON + "'RoPE: rotate the queries and keys'"
+    reference = "course_lib.positional.apply_rope_half"
+
+    def cases(self, gen):
+        d64 = torch.float64
+        return [
+            Case("x (5, 4), positions=None (0, 1, ..., 4): pairs (0, 2) and (1, 3)",
+                 (randn(gen, 5, 4), None)),
+            Case("x (1, 6, 2) (one pair (0, 1)), positions 0.5 apart",
+                 (randn(gen, 1, 6, 2), torch.arange(6) * 0.5)),
+            Case("x (2, 3, 7, 8) (batch, heads, seq, d), positions 0..6",
+                 (randn(gen, 2, 3, 7, 8), torch.arange(7))),
+            Case("float64 x (2, 6, 16), random positions up to 100",
+                 (randn(gen, 2, 6, 16, dtype=d64), torch.randint(0, 100, (6,), generator=gen))),
+            Case("float64 x (3, 4, 5, 32), negative positions [-3, 0, 2, 10, 11]",
+                 (randn(gen, 3, 4, 5, 32, dtype=d64), torch.tensor([-3, 0, 2, 10, 11]))),
+            Case("float64 x (1, 2, 3, 12) (batch 1) with positions [40, 41, 42] given as floats",
+                 (randn(gen, 1, 2, 3, 12, dtype=d64),
+                  torch.tensor([40.0, 41.0, 42.0], dtype=d64))),
+            Case("q·k for q, k (2, 5, 16) float64 after your rotation, positions moved by "
+                 "0, 7, -3 and 50, compared with the expected scores",
+                 data={"q": randn(gen, 2, 5, 16, dtype=d64), "k": randn(gen, 2, 5, 16, dtype=d64),
+                       "base": torch.tensor([0, 1, 3, 4, 9]), "shifts": (0, 7, -3, 50)}),
+            Case("an odd last dimension, x (2, 3, 5) (must raise ValueError)",
+                 (randn(gen, 2, 3, 5), None), raises=ValueError),
+        ]
+
+    def call(self, obj, case):
+        if "shifts" in case.data:
+            d = case.data
+            return _scores_under_shifts(obj, d["q"], d["k"], d["base"], d["shifts"])
+        return obj(*case.args, **case.kwargs)
+
+    def compare(self, got, want, case):
+        return _close_or_explain(got, want)
+
+    def mistakes(self):
+        return [
+            (lambda x, p=None: _rope_variant(x, p),
+             "you rotated adjacent pairs (2i, 2i+1), the lesson's interleaved layout; this task "
+             "pairs feature i with feature i + d/2: first half x[..., :d//2], second half "
+             "x[..., d//2:]"),
+            (lambda x, p=None: _half(x, p, sign=-1.0),
+             "you rotated the other way (the sign of sin is flipped): "
+             "(x_i, x_{i+d/2}) -> (x_i cos - x_{i+d/2} sin, x_i sin + x_{i+d/2} cos), i.e. "
+             "x * cos + cat(-second_half, first_half) * sin"),
+            (lambda x, p=None: _half(x, p, mixed_frequencies=True),
+             "feature i and feature i + d/2 must turn by the same angle p * 10000^(-2i/d): "
+             "the cos/sin table of shape (seq, d) is the (seq, d/2) table twice, "
+             "cat((angles, angles), dim=-1), not each angle repeated in place "
+             "(repeat_interleave belongs to the interleaved layout)"),
+            (lambda x, p=None: _half(x, p, exponent="i"),
+             "the frequency uses 10000^(-i/d); pair i turns by 10000^(-2i/d) per position"),
+            (lambda x, p=None: _half(x, p, constant=True),
+             "every position gets the same rotation, so positions change nothing; the angle is "
+             "position * 10000^(-2i/d) and grows with the position"),
+            (lambda x, p=None: _half(x, p, ignore_positions=True),
+             "you ignored `positions` and used 0, 1, ..., seq-1; use the positions you are given "
+             "(arange only when positions is None)"),
+        ]
+
+
+# --------------------------------------------------------------------------------------------
+# Review 2026-11-23 (EX04-1, EX04-2), kept apart so that it merges with work on the cases above
+# --------------------------------------------------------------------------------------------
+
+from ..core import extend_task  # noqa: E402
+
+# EX04-1: abs(offset) is right for positive offsets and looks like the transpose for negative
+# ones; it must be recognised first, or the transpose hint would break the positive offsets.
+extend_task(RelativeShiftMatrix, mistakes_first=[
+    (lambda offset, d_model: _shift_matrix(abs(offset), d_model),
+     "your matrix is right for positive offsets only: for a negative offset it shifts by "
+     "|offset|. Use the offset with its sign in the angle offset * frequency (no abs)"),
+])
+
+# EX04-2: the shift cases compare with the reference's scores; say so, since a wrong layout or
+# direction is shift-invariant too.
+_original_rope_cases = ApplyRope.cases
+
+
+def _rope_cases_described(self, gen):
+    cases = _original_rope_cases(self, gen)
+    for case in cases:
+        if "shifts" in case.data:
+            shifts = ", ".join(str(s) for s in case.data["shifts"])
+            shape = tuple(case.data["q"].shape)
+            dtype = str(case.data["q"].dtype)[6:]
+            case.description = (f"q·k for {dtype} q, k {shape} after your rotation, at positions "
+                                f"moved by {shifts}, compared with the expected scores")
+    return cases
+
+
+ApplyRope.cases = _rope_cases_described

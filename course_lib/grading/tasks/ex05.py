@@ -209,3 +209,82 @@ class MaskedAttention(Task):
         if (sums[~any_key].abs() > 1e-6).any():
             return "a fully masked row must have all-zero weights"
         return None
+
+
+# --------------------------------------------------------------------------------------------
+# ex05.prefix_lm_mask (transfer: a mask the lesson does not build)
+# --------------------------------------------------------------------------------------------
+
+
+def _prefix_variant(ids, prefix_lengths, pad_id, *, mistake=""):
+    batch, seq = ids.shape
+    if ((prefix_lengths < 0) | (prefix_lengths > seq)).any():
+        raise ValueError("prefix length out of range")
+    i = torch.arange(seq)[:, None]  # queries
+    j = torch.arange(seq)[None, :]  # keys
+    p = prefix_lengths[:, None, None]
+    if mistake == "off_by_one":
+        in_prefix = j <= p
+    elif mistake == "queries":  # a query in the prefix sees every key, also the future
+        in_prefix = i < p
+    elif mistake == "no_prefix":
+        in_prefix = torch.zeros(1, 1, 1, dtype=torch.bool)
+    else:
+        in_prefix = j < p
+    allowed = in_prefix | (j <= i)
+    if mistake == "no_padding":
+        return allowed
+    real = (ids != pad_id)[:, None, :]
+    if mistake == "padding_on_queries":
+        real = (ids != pad_id)[:, :, None]
+    return allowed & real
+
+
+@register
+class PrefixLMMask(Task):
+    id = "ex05.prefix_lm_mask"
+    lesson = f"{LESSON}, section 'Combining padding and causal masks'"
+    reference = "course_lib.masking.prefix_lm_mask"
+    forbidden = ("course_lib.masking.causal_mask", "course_lib.masking.padding_mask",
+                 "course_lib.masking.combine_masks")
+
+    def cases(self, gen):
+        p = torch.tensor
+        return [
+            Case("ids (2, 6), lengths [6, 6] (no padding), prefix_lengths [3, 2], pad_id=0",
+                 (padded_ids(gen, [6, 6], 6, 0), p([3, 2]), 0)),
+            Case("ids (3, 7), lengths [7, 5, 3], prefix_lengths [2, 4, 1], pad_id=0",
+                 (padded_ids(gen, [7, 5, 3], 7, 0), p([2, 4, 1]), 0)),
+            Case("ids (4, 5), lengths [5, 4, 5, 2], prefix_lengths [0, 5, 1, 2] (0 = causal, "
+                 "5 = all bidirectional), pad_id=2",
+                 (padded_ids(gen, [5, 4, 5, 2], 5, 2), p([0, 5, 1, 2]), 2)),
+            Case("int32 ids (1, 8), length 6, prefix_lengths [7] (the prefix covers padding), "
+                 "pad_id=1",
+                 (padded_ids(gen, [6], 8, 1, dtype=torch.int32), p([7]), 1)),
+            Case("ids (2, 1) (one token), lengths [1, 1], prefix_lengths [1, 0], pad_id=0",
+                 (padded_ids(gen, [1, 1], 1, 0), p([1, 0]), 0)),
+            Case("ids (2, 4), prefix_lengths [2, 5]: 5 > seq=4, so a ValueError",
+                 (padded_ids(gen, [4, 4], 4, 0), p([2, 5]), 0), raises=ValueError),
+            Case("ids (2, 4), prefix_lengths [-1, 2]: negative, so a ValueError",
+                 (padded_ids(gen, [4, 4], 4, 0), p([-1, 2]), 0), raises=ValueError),
+        ]
+
+    def mistakes(self):
+        return [
+            (lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="off_by_one"),
+             "the prefix is one key too long: with prefix length P the prefix is keys 0 .. P-1, "
+             "so key j is in it when j < P, not j <= P"),
+            (lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="no_padding"),
+             "padding is ignored: no query may attend a key that is padding; AND your mask "
+             "with (ids != pad_id) over the key axis, shape (batch, 1, seq)"),
+            (lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="queries"),
+             "you tested the query's position against the prefix, so a query inside the prefix "
+             "sees every later key (the text it must predict); what is bidirectional is the "
+             "prefix's keys: query i may attend key j when j < P or j <= i"),
+            (lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="padding_on_queries"),
+             "the padding mask belongs on the key axis (the last one): (ids != pad_id) of shape "
+             "(batch, 1, seq), not (batch, seq, 1)"),
+            (lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="no_prefix"),
+             "that is the causal mask with padding; inside its prefix a row is bidirectional: "
+             "every query may attend every key j < prefix_lengths[b]"),
+        ]

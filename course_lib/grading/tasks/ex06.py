@@ -225,3 +225,136 @@ class CrossAttentionSublayerTask(Task):
              "memory_mask was ignored: pass it on to self.attn so that padded source positions "
              "get zero weight"),
         ]
+
+
+# --------------------------------------------------------------------------------------------
+# ex06.attention_pool (transfer: learned queries that do not come from any sequence)
+# --------------------------------------------------------------------------------------------
+
+
+def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
+    k, v = x @ w_k, x @ w_v  # (batch, n, d_k), (batch, n, d_v)
+    if mistake == "queries_from_x":
+        q = x @ w_k
+    else:
+        q = queries.expand(x.shape[0], -1, -1)
+    scores = q @ k.transpose(-2, -1)
+    if mistake != "no_scale":
+        scores = scores / q.shape[-1] ** 0.5
+    if mask is not None and mistake != "mask_ignored":
+        scores = scores.masked_fill(~mask.unsqueeze(-2), float("-inf"))
+    weights = scores.softmax(dim=-2 if mistake == "softmax_over_queries" else -1)
+    return weights @ v, weights
+
+
+def _pool_mistake(name):
+    def wrong(x, queries, w_k, w_v, mask=None):
+        return _pool(x, queries, w_k, w_v, mask, mistake=name)
+
+    wrong.__name__ = f"pool_{name}"
+    return wrong
+
+
+@register
+class AttentionPool(Task):
+    id = "ex06.attention_pool"
+    lesson = "lesson 06, sections 'Queries from one sequence, keys and values from another' and " \
+             "'A source padding mask'"
+    reference = "course_lib.cross_attention.attention_pool"
+    forbidden = ("torch.nn.functional.scaled_dot_product_attention",
+                 "torch.nn.MultiheadAttention", "course_lib.cross_attention.cross_attention")
+
+    def cases(self, gen):
+        def case(description, batch, n, d_model, m, d_k, d_v, lengths=None,
+                 dtype=torch.float32):
+            x = randn(gen, batch, n, d_model, dtype=dtype)
+            queries = randn(gen, m, d_k, dtype=dtype)
+            w_k = randn(gen, d_model, d_k, dtype=dtype) / d_model ** 0.5
+            w_v = randn(gen, d_model, d_v, dtype=dtype) / d_model ** 0.5
+            kwargs = {}
+            if lengths is not None:
+                kwargs["mask"] = torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]
+            return Case(description, (x, queries, w_k, w_v), kwargs)
+
+        return [
+            case("x (2, 6, 8), 3 queries (3, 4), w_k (8, 4), w_v (8, 5), no mask", 2, 6, 8, 3, 4,
+                 5),
+            case("x (3, 5, 8), 2 queries (2, 8), mask (3, 5) of lengths [5, 2, 3]", 3, 5, 8, 2,
+                 8, 8, lengths=[5, 2, 3]),
+            case("one query (1, 4) pooling x (4, 7, 6) into one vector per sequence, lengths "
+                 "[7, 1, 4, 6]", 4, 7, 6, 1, 4, 3, lengths=[7, 1, 4, 6]),
+            case("batch 1, more queries than tokens: x (1, 2, 4), queries (5, 4)", 1, 2, 4, 5, 4,
+                 4),
+            case("float64 x (2, 9, 12), 4 queries (4, 6), w_v (12, 10), lengths [3, 9]", 2, 9,
+                 12, 4, 6, 10, lengths=[3, 9], dtype=torch.float64),
+        ]
+
+    def mistakes(self):
+        return [
+            (_pool_mistake("queries_from_x"), "the queries are the learned `queries`, the same "
+             "for every sequence in the batch; you computed them from x (that is "
+             "self-attention, with one output per token instead of one per query)"),
+            (_pool_mistake("mask_ignored"), "the mask is ignored: padded tokens (mask False) "
+             "must get weight 0; turn the (batch, n) mask into (batch, 1, n) so it applies to "
+             "every query"),
+            (_pool_mistake("softmax_over_queries"), "the softmax runs over the keys (the last "
+             "axis, the tokens of x), so that each query's weights sum to 1"),
+            (_pool_mistake("no_scale"), "divide the scores by sqrt(d_k), the size of the "
+             "queries and keys"),
+        ]
+
+
+# --------------------------------------------------------------------------------------------
+# Review 2026-11-23 (EX06-1, EX06-2), kept apart so that it merges with work on the cases above
+# --------------------------------------------------------------------------------------------
+
+from ..core import extend_task  # noqa: E402
+
+
+def _cross_scaled_by(x, memory, w_q, w_k, w_v, memory_mask=None, *, scale):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    scores = q @ k.transpose(-2, -1) / scale(x, q)
+    if memory_mask is not None:
+        scores = scores.masked_fill(~memory_mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+def _cross_unscaled(x, memory, w_q, w_k, w_v, memory_mask=None):
+    return _cross_scaled_by(x, memory, w_q, w_k, w_v, memory_mask, scale=lambda x, q: 1.0)
+
+
+def _cross_scaled_by_d_model(x, memory, w_q, w_k, w_v, memory_mask=None):
+    return _cross_scaled_by(x, memory, w_q, w_k, w_v, memory_mask,
+                            scale=lambda x, q: x.shape[-1] ** 0.5)
+
+
+extend_task(CrossAttention, mistakes=[
+    (_cross_unscaled, "the scores are not scaled: divide q·k by sqrt(d_k), d_k being the size "
+     "of the queries and keys (w_q.shape[1])"),
+    (_cross_scaled_by_d_model, "divide by sqrt(d_k), the size of the queries and keys "
+     "(w_q.shape[1]), not by sqrt(d_model), the size of x: here they differ"),
+])
+
+
+class _SelfAttends(_WrongSublayer):
+    def forward(self, x, memory, memory_mask=None):
+        if self.norm_first:
+            h = self.norm(x)
+            return x + self.attn(h, h, h)[0]
+        return self.norm(x + self.attn(x, x, x)[0])
+
+
+class _PreNormOutputNormalised(_WrongSublayer):
+    def forward(self, x, memory, memory_mask=None):
+        if self.norm_first:
+            return self.norm(x + self._attend(self.norm(x), memory, memory_mask))
+        return self.norm(x + self._attend(x, memory, memory_mask))
+
+
+extend_task(CrossAttentionSublayerTask, mistakes=[
+    (_SelfAttends, "the keys and values must come from memory: attn(x, memory, memory, "
+     "memory_mask); attn(x, x, x) is self-attention and never reads the source"),
+    (_PreNormOutputNormalised, "pre-norm normalises only the sub-layer's input: "
+     "x + attn(norm(x), memory, memory); the sum is not normalised again (that is post-norm)"),
+])

@@ -12,9 +12,10 @@ from __future__ import annotations
 import math
 
 import torch
+from torch import nn
 
 from ...sampling import sampling_distribution
-from ..core import Case, GradingError, Task, compare_values, register
+from ..core import Case, GradingError, Task, compare_values, load_weights, register
 
 DRAWS = 6000  # per row of a case: a standard error of at most 0.0065 on every frequency
 
@@ -379,3 +380,381 @@ class CachedAttentionStepTask(Task):
 def _attend(q, k, v):
     weights = _softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
     return weights @ v
+
+
+# --------------------------------------------------------------------------------------------
+# ex09.generate (transfer: the lesson imports its generation loop; the learner writes it, cached)
+# --------------------------------------------------------------------------------------------
+
+_GPT_SIZES = {"vocab_size": 11, "block_size": 16, "d_model": 16, "num_heads": 2, "num_layers": 2}
+
+
+def _cache_only_gpt_class():
+    from ...gpt import GPT
+
+    class CacheOnlyGPT(GPT):
+        """The course's GPT, but its full forward is switched off and cached positions counted."""
+
+        positions_computed = 0
+
+        def forward(self, ids):
+            raise GradingError(
+                "this check's model runs only with its KV cache: call "
+                "model.forward_cached(new_ids, cache, start) and feed each new token once, not "
+                "model(ids) on the whole sequence"
+            )
+
+        def forward_cached(self, ids, cache=None, start=None):
+            self.positions_computed += ids.shape[1]
+            return super().forward_cached(ids, cache, start)
+
+    return CacheOnlyGPT
+
+
+def _build_gpt(cls, state, dtype):
+    from ...gpt import GPTConfig
+
+    with torch.random.fork_rng(devices=[]):  # GPT's own init draws from the global generator
+        model = cls(GPTConfig(**_GPT_SIZES))
+    model = model.to(dtype)
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def _wrong_generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None,
+                    *, mistake=""):
+    from ...sampling import sample_next
+
+    with torch.no_grad():
+        if mistake == "no_prompt":  # the prompt is never fed; only its last token
+            logits, cache = model.forward_cached(ids[:, -1:], None, ids.shape[1] - 1)
+        else:
+            logits, cache = model.forward_cached(ids, None, 0)
+        for _ in range(max_new_tokens):
+            row = logits[:, 0] if mistake == "first_position" else logits[:, -1]
+            next_id = sample_next(row, temperature, top_k, None, generator)  # (batch,)
+            ids = torch.cat([ids, next_id[:, None]], dim=1)
+            start = {"restart": 0, "off_by_one": ids.shape[1]}.get(mistake, ids.shape[1] - 1)
+            if ids.shape[1] >= model.config.block_size:
+                start = min(start, model.config.block_size - 1)
+            logits, new_cache = model.forward_cached(ids[:, -1:], cache, start)
+            if mistake != "stale":
+                cache = new_cache
+    return ids
+
+
+def _wrong(name):
+    def wrong(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+        return _wrong_generate(model, ids, max_new_tokens, temperature, top_k, generator,
+                               mistake=name)
+
+    wrong.__name__ = f"generate_{name}"
+    return wrong
+
+
+@register
+class Generate(Task):
+    id = "ex09.generate"
+    lesson = "lesson 09, sections 'Sampling strategies' and 'A KV cache'"
+    reference = "course_lib.gpt.generate_with_cache"
+    forbidden = ("course_lib.gpt.generate",)
+
+    def cases(self, gen):
+        from ...gpt import GPT, GPTConfig
+
+        def case(description, batch, prompt, new, *, temperature=1.0, top_k=None,
+                 dtype=torch.float64):
+            with torch.random.fork_rng(devices=[]):
+                model = GPT(GPTConfig(**_GPT_SIZES))
+            state = {k: (0.5 * randn_like(v, gen)).to(dtype) for k, v in
+                     model.state_dict().items()}
+            ids = torch.randint(0, _GPT_SIZES["vocab_size"], (batch, prompt), generator=gen)
+            seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
+            kwargs = {"temperature": temperature, "top_k": top_k}
+            return Case(description, data={"state": state, "dtype": dtype, "ids": ids,
+                                           "new": new, "kwargs": kwargs, "seed": seed})
+
+        return [
+            case("greedy (temperature 0), batch 2, a prompt of 3 tokens, 6 new tokens", 2, 3, 6,
+                 temperature=0.0),
+            case("sampling at temperature 1.0, batch 3, a prompt of 1 token, 8 new tokens", 3, 1,
+                 8),
+            case("top_k=3 at temperature 0.8, batch 1, a prompt of 5 tokens, 5 new tokens", 1, 5,
+                 5, temperature=0.8, top_k=3),
+            case("max_new_tokens=1, batch 2, a prompt of 4 tokens", 2, 4, 1),
+            case("max_new_tokens=0: the prompt comes back unchanged", 2, 3, 0),
+            case("a prompt of 10 and 6 new tokens: exactly the context of 16 (block_size)", 2,
+                 10, 6, temperature=0.7),
+            case("float32 model, greedy, batch 4, a prompt of 2 tokens, 7 new tokens", 4, 2, 7,
+                 temperature=0.0, dtype=torch.float32),
+        ]
+
+    def _run(self, obj, case, cls):
+        d = case.data
+        model = _build_gpt(cls, d["state"], d["dtype"])
+        generator = torch.Generator().manual_seed(d["seed"])
+        tokens = obj(model, d["ids"].clone(), d["new"], generator=generator, **d["kwargs"])
+        return model, tokens
+
+    def call(self, obj, case):
+        model, tokens = self._run(obj, case, _cache_only_gpt_class())
+        d = case.data
+        # the prompt once, then each new token once (the last one may be fed or not)
+        cached = model.positions_computed <= d["ids"].shape[1] + d["new"]
+        return tokens, cached
+
+    def expected(self, case):
+        from ...gpt import GPT, generate
+
+        _, tokens = self._run(generate, case, GPT)  # the lesson's cache-free loop
+        return tokens, True
+
+    def compare(self, got, want, case):
+        message = compare_values(got[0], want[0], "your tokens")
+        if message:
+            return message
+        if got[1] is not True:
+            return ("your tokens are right, but the model computed more positions than the "
+                    "prompt plus one per new token: feed only the newest token at each step, "
+                    "with the cache")
+        return None
+
+    def mistakes(self):
+        return [
+            (_wrong("stale"), "the cache is stale: forward_cached returns the cache with the "
+             "new token's keys and values appended; keep it (logits, cache = "
+             "model.forward_cached(...)) or the next step forgets the tokens generated so far"),
+            (_wrong("restart"), "the positions restart at 0: the newest token sits at position "
+             "(number of tokens so far) - 1, so pass start = ids.shape[1] - 1 after appending it"),
+            (_wrong("off_by_one"), "the new token's position is off by one: after appending it, "
+             "it sits at position ids.shape[1] - 1 (positions count from 0)"),
+            (_wrong("first_position"), "sample from the logits of the LAST position, "
+             "logits[:, -1]: they predict the next token"),
+            (_wrong("no_prompt"), "feed the whole prompt first (start 0, an empty cache): its "
+             "keys and values are what the new tokens attend to"),
+        ]
+
+
+def randn_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    return torch.randn(t.shape, generator=gen, dtype=torch.float64)
+
+
+# --------------------------------------------------------------------------------------------
+# ex09.GPT, the capstone: the learner's own GPT with course_lib.gpt.GPT's parameter names.
+# Graded without training: forward, one optimisation step and generation against the reference.
+# --------------------------------------------------------------------------------------------
+
+
+def _reference_gpt(sizes: dict):
+    from ...gpt import GPT, GPTConfig
+
+    with torch.random.fork_rng(devices=[]):
+        return GPT(GPTConfig(**sizes))
+
+
+def _gpt_state(gen, sizes, dtype):
+    model = _reference_gpt(sizes)
+    state = {}
+    for name, value in model.state_dict().items():
+        if name == "lm_head.weight":
+            continue  # tied: the same tensor as token_embedding.weight
+        noise = torch.randn(value.shape, generator=gen, dtype=torch.float64)
+        state[name] = (1.0 + 0.2 * noise if "norm" in name else 0.3 * noise).to(dtype)
+    state["lm_head.weight"] = state["token_embedding.weight"]
+    return state
+
+
+def _mistake_gpt(kind: str):
+    """A learner-style GPT with one deliberate error (built lazily: needs torch.nn)."""
+    import torch.nn.functional as F
+    from torch import nn
+
+    from ...multihead import MultiHeadAttention
+
+    class Block(nn.Module):
+        def __init__(self, d_model, num_heads):
+            super().__init__()
+            self.self_attn = MultiHeadAttention(d_model, num_heads, bias=False)
+            self.linear1 = nn.Linear(d_model, 4 * d_model, bias=False)
+            self.linear2 = nn.Linear(4 * d_model, d_model, bias=False)
+            self.norm1 = nn.LayerNorm(d_model, bias=False)
+            self.norm2 = nn.LayerNorm(d_model, bias=False)
+
+        def forward(self, x):
+            n = x.shape[1]
+            mask = None if kind == "no_causal" else torch.ones(n, n, dtype=torch.bool).tril()
+            if kind == "post_norm":
+                x = self.norm1(x + self.self_attn(x, x, x, mask=mask)[0])
+                return self.norm2(x + self.linear2(F.gelu(self.linear1(x))))
+            h = self.norm1(x)
+            x = x + self.self_attn(h, h, h, mask=mask)[0]
+            act = F.relu if kind == "relu" else F.gelu
+            return x + self.linear2(act(self.linear1(self.norm2(x))))
+
+    class WrongGPT(nn.Module):
+        def __init__(self, vocab_size, block_size, d_model, num_heads, num_layers):
+            super().__init__()
+            self.token_embedding = nn.Embedding(vocab_size, d_model)
+            self.position_embedding = nn.Embedding(block_size, d_model)
+            self.layers = nn.ModuleList(Block(d_model, num_heads) for _ in range(num_layers))
+            self.norm = nn.LayerNorm(d_model, bias=False)
+            self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
+            if kind != "untied":
+                self.lm_head.weight = self.token_embedding.weight
+
+        def forward(self, ids):
+            x = self.token_embedding(ids)
+            if kind != "no_positions":
+                x = x + self.position_embedding(torch.arange(ids.shape[1]))
+            for layer in self.layers:
+                x = layer(x)
+            if kind != "no_final_norm":
+                x = self.norm(x)
+            return self.lm_head(x)
+
+    WrongGPT.__name__ = f"GPT_{kind}"
+    return WrongGPT
+
+
+def _sgd_step(model, ids, lr=0.5):
+    """One plain SGD step on the next-token loss; returns (loss, parameters after, by name)."""
+    import torch.nn.functional as F
+
+    model.train()
+    x, y = ids[:, :-1], ids[:, 1:]
+    logits = model(x)
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    with torch.no_grad():
+        for p in model.parameters():  # parameters() lists a tied matrix once
+            if p.grad is not None:
+                p -= lr * p.grad
+    state = model.state_dict()
+    return float(loss.detach()), torch.cat([state[k].flatten() for k in sorted(state)])
+
+
+@register
+class CapstoneGPT(Task):
+    id = "ex09.GPT"
+    lesson = "lesson 09, section 'The GPT: the same blocks, a causal mask, no cross-attention'"
+    reference = "course_lib.gpt.gpt_from_sizes"
+    forbidden = ("course_lib.gpt.GPT", "course_lib.blocks.EncoderLayer",
+                 "torch.nn.TransformerEncoderLayer", "torch.nn.TransformerEncoder",
+                 "torch.nn.TransformerDecoderLayer")
+
+    def cases(self, gen):
+        def case(description, kind, sizes, batch, seq, dtype=torch.float32, new=0):
+            ids = torch.randint(0, sizes["vocab_size"], (batch, seq), generator=gen)
+            seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
+            return Case(description, data={"kind": kind, "sizes": sizes, "ids": ids,
+                                           "state": _gpt_state(gen, sizes, dtype), "new": new,
+                                           "seed": seed})
+
+        small = {"vocab_size": 13, "block_size": 8, "d_model": 16, "num_heads": 2,
+                 "num_layers": 1}
+        deeper = {"vocab_size": 9, "block_size": 6, "d_model": 12, "num_heads": 3,
+                  "num_layers": 2}
+        return [
+            case("forward: vocab 13, block_size 8, d_model 16, 2 heads, 1 layer, ids (2, 5)",
+                 "forward", small, 2, 5),
+            case("forward: 2 layers, 3 heads, ids (1, 6) filling block_size, float64",
+                 "forward", deeper, 1, 6, dtype=torch.float64),
+            case("forward on a single token, ids (3, 1)", "forward", small, 3, 1),
+            case("one SGD step (lr 0.5) on the next-token loss of ids (3, 7), then the loss and "
+                 "every parameter compared", "step", small, 3, 7),
+            case("one SGD step, 2 layers, float64, ids (2, 7)", "step", deeper, 2, 7,
+                 dtype=torch.float64),
+            case("generation with course_lib.gpt.generate: prompt (2, 3), 8 new tokens "
+                 "(beyond block_size, so the window slides), temperature 1.0, same seed",
+                 "generate", deeper, 2, 3, dtype=torch.float64, new=8),
+        ]
+
+    def _run(self, model, case):
+        d = case.data
+        dtype = d["state"]["token_embedding.weight"].dtype
+        model = model.to(dtype)
+        load_weights(model, d["state"], "your GPT")
+        if d["kind"] == "forward":
+            model.eval()
+            with torch.no_grad():
+                return model(d["ids"])
+        if d["kind"] == "step":
+            return _sgd_step(model, d["ids"])
+        from ...gpt import generate
+
+        tokens = generate(_AsGPT(model, d["sizes"]["block_size"]), d["ids"], d["new"],
+                          generator=torch.Generator().manual_seed(d["seed"]))
+        return tokens
+
+    def call(self, obj, case):
+        sizes = case.data["sizes"]
+        with torch.random.fork_rng(devices=[]):
+            model = obj(sizes["vocab_size"], sizes["block_size"], sizes["d_model"],
+                        sizes["num_heads"], sizes["num_layers"])
+        if not isinstance(model, nn.Module):
+            raise GradingError(f"GPT(...) should build a torch.nn.Module, got "
+                               f"{type(model).__name__}")
+        return self._run(model, case)
+
+    def expected(self, case):
+        return self._run(_reference_gpt(case.data["sizes"]), case)
+
+    def compare(self, got, want, case):
+        if case.data["kind"] == "step":
+            if not isinstance(got, tuple):
+                return "the step could not run"
+            if abs(got[0] - want[0]) > 1e-4 * max(1.0, abs(want[0])):
+                return f"the loss before the step is {got[0]:.6g}, expected {want[0]:.6g}"
+            return compare_values(got[1], want[1], "your parameters after one step")
+        return compare_values(got, want, "your logits" if case.data["kind"] == "forward"
+                              else "your generated tokens")
+
+    def mistakes(self):
+        return [
+            (_mistake_gpt("no_causal"), "a position sees the future: the self-attention needs "
+             "the causal mask (True on and below the diagonal)"),
+            (_mistake_gpt("post_norm"), "the GPT's blocks are pre-norm: x = x + attn(norm1(x)), "
+             "then x = x + ffn(norm2(x)); you normalised after adding (post-norm)"),
+            (_mistake_gpt("relu"), "the GPT's feed-forward uses GELU (F.gelu), not ReLU"),
+            (_mistake_gpt("no_positions"), "add the position embedding of positions 0 .. seq-1 "
+             "to the token embedding"),
+            (_mistake_gpt("no_final_norm"), "apply the final LayerNorm `norm` to the last "
+             "block's output before lm_head"),
+            (_mistake_gpt("untied"), "the output layer must share its matrix with the token "
+             "embedding: self.lm_head.weight = self.token_embedding.weight (the forward pass "
+             "agrees, but one step of training updates the two copies separately)"),
+        ]
+
+
+class _AsGPT(nn.Module):
+    """Any model that maps ids to logits, fed the last block_size tokens, for generate."""
+
+    def __init__(self, model, block_size):
+        super().__init__()
+        self.model, self.block_size = model, block_size
+
+    def forward(self, ids):
+        return self.model(ids[:, -self.block_size:])
+
+
+# --------------------------------------------------------------------------------------------
+# Review 2026-11-23 (EX09-1), kept apart so that it merges with work on the cases above
+# --------------------------------------------------------------------------------------------
+
+from ..core import extend_task  # noqa: E402
+
+
+def _cached_step_unscaled(q_t, k_t, v_t, k_cache, v_cache):
+    if q_t.shape[-2] != 1:
+        raise ValueError("q_t must hold one token")
+    k_cache = torch.cat([k_cache, k_t], dim=-2)
+    v_cache = torch.cat([v_cache, v_t], dim=-2)
+    weights = (q_t @ k_cache.transpose(-2, -1)).softmax(dim=-1)
+    return weights @ v_cache, k_cache, v_cache
+
+
+extend_task(CachedAttentionStepTask, mistakes=[
+    (_cached_step_unscaled, "the scores are not scaled: divide q_t·k by sqrt(d_head), as in "
+     "full attention"),
+])
