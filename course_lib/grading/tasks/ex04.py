@@ -318,6 +318,9 @@ class ApplyRopeHalf(Task):
         return [
             Case("x (5, 4), positions=None (0, 1, ..., 4): pairs (0, 2) and (1, 3)",
                  (randn(gen, 5, 4), None)),
+            Case("x (3, 5, 8) with a batch of 3 and positions=None: the positions are "
+                 "0..4 along the sequence axis (dim -2), whatever the batch",
+                 (randn(gen, 3, 5, 8), None)),
             Case("x (1, 6, 2) (one pair (0, 1)), positions 0.5 apart",
                  (randn(gen, 1, 6, 2), torch.arange(6) * 0.5)),
             Case("x (2, 3, 7, 8) (batch, heads, seq, d), positions 0..6",

@@ -697,7 +697,8 @@ extend_task(EncoderLayerTask, mistakes=[
 
 # EX07-1: dropout sits between the activation and linear2, is random in train mode and off in
 # eval mode. With the same seed, nn.Dropout or F.dropout(training=self.training) at that place
-# draws the same mask as the reference.
+# draws the same mask as the reference. (No dropout, and dropout after linear2, are mistakes
+# of FeedForwardTask itself, above.)
 class _FFDropoutVariant(nn.Module):
     kind = ""
 
@@ -709,21 +710,9 @@ class _FFDropoutVariant(nn.Module):
 
     def forward(self, x):
         h = F.relu(self.linear1(x))
-        if self.kind == "none":
-            return self.linear2(h)
-        if self.kind == "after":
-            return F.dropout(self.linear2(h), self.p, training=self.training)
         if self.kind == "always":
             return self.linear2(F.dropout(h, self.p))
         return self.linear2(F.dropout(h, self.p, training=self.training))
-
-
-class _FFNoDropout(_FFDropoutVariant):
-    kind = "none"
-
-
-class _FFDropoutAfter(_FFDropoutVariant):
-    kind = "after"
 
 
 class _FFDropoutAlways(_FFDropoutVariant):
@@ -768,9 +757,6 @@ def _ff_call(self, obj, case):
 
 FeedForwardTask.call = _ff_call
 extend_task(FeedForwardTask, cases=_dropout_cases, mistakes=[
-    (_FFNoDropout, "there is no dropout: in train mode, apply dropout (nn.Dropout(dropout)) "
-     "to the activation, between relu and linear2"),
-    (_FFDropoutAfter, "the dropout belongs between the ReLU and linear2, not after linear2"),
     (_FFDropoutAlways, "the dropout also drops in eval mode: F.dropout needs "
      "training=self.training (nn.Dropout does this for you)"),
 ])

@@ -580,7 +580,7 @@ class TrainStep(Task):
 # Review 2026-11-23 (EX08-1, EX08-2), kept apart so that it merges with work on the cases above
 # --------------------------------------------------------------------------------------------
 
-from ..core import GradingError, extend_task  # noqa: E402
+from ..core import extend_task  # noqa: E402
 
 _original_noam_call = NoamLr.call
 
