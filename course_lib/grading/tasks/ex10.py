@@ -68,15 +68,16 @@ def _tiled_case(description, q, k, v, block_size, causal=False, raises=None):
 
 
 def _tiles(q, k, v, block_size, causal, rescale_sum=True, rescale_out=True, subtract_max=True,
-           scale=True, diagonal=True):
+           scale=True, diagonal=True, buffer_dtype=None):
     """The textbook loop over key blocks; the mistakes below switch one piece of it off."""
+    buffer_dtype = q.dtype if buffer_dtype is None else buffer_dtype
     n_q, n_k = q.shape[-2], k.shape[-2]
     if scale:
         q = q / math.sqrt(q.shape[-1])
     shape = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
     m = torch.full((*shape, n_q, 1), float("-inf"), dtype=q.dtype)
-    total = torch.zeros(*shape, n_q, 1, dtype=q.dtype)
-    out = torch.zeros(*shape, n_q, v.shape[-1], dtype=q.dtype)
+    total = torch.zeros(*shape, n_q, 1, dtype=buffer_dtype)
+    out = torch.zeros(*shape, n_q, v.shape[-1], dtype=buffer_dtype)
     rows = torch.arange(n_q)[:, None]
     for start in range(0, n_k, block_size):
         s = q @ k[..., start:start + block_size, :].transpose(-2, -1)
@@ -146,11 +147,25 @@ class TiledAttention(Task):
             _tiled_case("the same limit with causal=True: q, k, v (1, 1024, 16), block_size=64",
                         _randn(gen, 1, 1024, 16), _randn(gen, 1, 1024, 16),
                         _randn(gen, 1, 1024, 16), 64, causal=True),
+            _tiled_case("bfloat16 q, k, v (2, 6, 8), block_size=2: the output keeps q's dtype",
+                        _randn(gen, 2, 6, 8, dtype=torch.bfloat16),
+                        _randn(gen, 2, 6, 8, dtype=torch.bfloat16),
+                        _randn(gen, 2, 6, 8, dtype=torch.bfloat16), 2),
+            _tiled_case("batch dimensions broadcast: q (3, 5, 4), k and v (2, 3, 9, 4), "
+                        "block_size=4, causal=True",
+                        _randn(gen, 3, 5, 4), _randn(gen, 2, 3, 9, 4), _randn(gen, 2, 3, 9, 4),
+                        4, causal=True),
             _tiled_case("block_size=0 must raise a ValueError",
                         _randn(gen, 1, 4, 4), _randn(gen, 1, 4, 4), _randn(gen, 1, 4, 4), 0,
                         raises=ValueError),
             _tiled_case("block_size=-3 must raise a ValueError",
                         _randn(gen, 1, 4, 4), _randn(gen, 1, 4, 4), _randn(gen, 1, 4, 4), -3,
+                        raises=ValueError),
+            _tiled_case("block_size=-1 must raise a ValueError",
+                        _randn(gen, 1, 4, 4), _randn(gen, 1, 4, 4), _randn(gen, 1, 4, 4), -1,
+                        raises=ValueError),
+            _tiled_case("block_size=2.5 (not an integer) must raise a ValueError",
+                        _randn(gen, 1, 4, 4), _randn(gen, 1, 4, 4), _randn(gen, 1, 4, 4), 2.5,
                         raises=ValueError),
         ]
 
@@ -178,6 +193,9 @@ class TiledAttention(Task):
 
         def causal_ignored(q, k, v, block_size=128, causal=False):
             return _tiles(q, k, v, block_size, False)
+
+        def float32_buffers(q, k, v, block_size=128, causal=False):
+            return _tiles(q, k, v, block_size, causal, buffer_dtype=torch.float32)
 
         def softmax_per_block(q, k, v, block_size=128, causal=False):
             parts = []
@@ -214,6 +232,10 @@ class TiledAttention(Task):
             (causal_ignored,
              "causal=True is ignored: query i may only attend to keys j <= i (mask the later "
              "keys of each tile with -inf)"),
+            (float32_buffers,
+             "your output is not in q's dtype: torch.zeros makes float32 tensors unless told "
+             "otherwise, so create the running sum and output (and maximum) with "
+             "dtype=q.dtype"),
             (softmax_per_block,
              "a softmax per block, then an average of the blocks, is not the softmax over all "
              "keys: keep one running maximum and one running sum across the blocks"),
