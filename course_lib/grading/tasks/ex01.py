@@ -218,6 +218,8 @@ def _adjacent(ids):
 
 
 def _merged(ids, pair, new_id):
+    # A copy of course_lib.bpe.merge_pair on purpose: the hints' wrong variants are built on
+    # it, and a call to the finished version would be reported as "forbidden", not judged.
     out, i = [], 0
     while i < len(ids):
         if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
