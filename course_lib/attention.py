@@ -15,23 +15,33 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from .validation import check_bool_mask, check_floating, check_same_last_dim, check_tensor
+from .validation import (
+    at_the_door,
+    check_bool_mask,
+    check_floating,
+    check_same_last_dim,
+    check_tensor,
+    door,
+)
 
 __all__ = ["softmax", "scaled_dot_product_attention", "self_attention", "distance_biased_attention"]
 
 
+@door
 def softmax(x: Tensor, dim: int = -1) -> Tensor:
     """Numerically stable softmax: exp(x - max) / sum(exp(x - max)) along `dim`.
 
     Subtracting the maximum changes nothing mathematically (it cancels in the ratio) but keeps
     exp from overflowing to inf for large inputs such as 1000.
     """
-    check_tensor(x, "x", min_ndim=1, allow_empty=True)
-    check_floating(x, "x")
-    if not -x.dim() <= dim < x.dim():
-        raise ValueError(f"dim={dim} is out of range for x with {x.dim()} dimensions")
+    if at_the_door():
+        check_tensor(x, "x", min_ndim=1, allow_empty=True)
+        check_floating(x, "x")
+        if not -x.dim() <= dim < x.dim():
+            raise ValueError(f"dim={dim} is out of range for x with {x.dim()} dimensions")
     shifted = x - x.amax(dim=dim, keepdim=True)
     exp = shifted.exp()
     return exp / exp.sum(dim=dim, keepdim=True)
@@ -60,28 +70,62 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
         ) from None
 
 
+@door
 def scaled_dot_product_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None
-) -> tuple[Tensor, Tensor]:
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    *,
+    is_causal: bool = False,
+    need_weights: bool = True,
+    dropout_p: float = 0.0,
+) -> tuple[Tensor, Tensor | None]:
     """softmax(q k^T / sqrt(d_k)) v.
 
     q: (..., n_q, d_k), k: (..., n_k, d_k), v: (..., n_k, d_v),
     mask: bool, broadcastable to (..., n_q, n_k), True = may attend.
-    Returns (output (..., n_q, d_v), weights (..., n_q, n_k)).
+    is_causal=True (instead of a mask): query i is token n_k - n_q + i of the sequence and sees
+    the keys up to itself (n_q = n_k is the usual causal mask; fewer queries than keys are the
+    newest tokens after cached ones, lesson 09).
+    Returns (output (..., n_q, d_v), weights (..., n_q, n_k)). need_weights=False computes the
+    same output with PyTorch's fused kernel, which keeps no weights (faster, used for training)
+    and returns (output, None). dropout_p drops attention weights (training only).
     """
-    _check_qkv(q, k, v)
-    d_k = q.shape[-1]
-    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., n_q, n_k)
+    if at_the_door():
+        _check_qkv(q, k, v)
+        target = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
+        if mask is not None:
+            check_bool_mask(mask, "mask", target, "(..., n_q, n_k)")
+            if is_causal:
+                raise ValueError("give either mask or is_causal=True, not both (combine the "
+                                 "causal mask into mask instead)")
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    if is_causal and (need_weights or n_q != n_k):
+        if n_q == 1:  # the newest token sees every key: no mask at all
+            is_causal = False
+        elif not need_weights and n_q == n_k:
+            pass  # the fused kernel skips the future keys without a mask tensor
+        else:  # True on and below the diagonal, shifted right by the n_k - n_q earlier tokens
+            mask = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril(n_k - n_q)
+            is_causal = False
+    # A row with every key masked would be softmax(all -inf) = 0/0 = NaN. Such rows attend to
+    # every key instead (finite), then get zero weights and a zero output: no NaN forward, and
+    # none in the gradient.
+    any_key = None if mask is None else mask.any(dim=-1, keepdim=True)  # (..., n_q, 1)
+    if not need_weights:
+        attn_mask = None if mask is None else mask | ~any_key
+        output = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                                dropout_p=dropout_p, is_causal=is_causal)
+        return (output if any_key is None else output.masked_fill(~any_key, 0.0)), None
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., n_q, n_k)
     if mask is None:
         weights = softmax(scores, dim=-1)
     else:
-        check_bool_mask(mask, "mask", scores.shape, "(..., n_q, n_k)")
-        scores = scores.masked_fill(~mask, float("-inf"))
-        # A row with every key masked would be softmax(all -inf) = 0/0 = NaN. Give such rows
-        # finite scores, then zero their weights: no NaN forward, and none in the gradient.
-        any_key = mask.any(dim=-1, keepdim=True)
-        weights = softmax(scores.masked_fill(~any_key, 0.0), dim=-1).masked_fill(~mask, 0.0)
-    return weights @ v, weights  # (..., n_q, d_v), (..., n_q, n_k)
+        scores = scores.masked_fill(~mask, float("-inf")).masked_fill(~any_key, 0.0)
+        weights = softmax(scores, dim=-1).masked_fill(~mask, 0.0)
+    dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
+    return dropped @ v, weights  # (..., n_q, d_v), (..., n_q, n_k)
 
 
 def self_attention(

@@ -5,16 +5,18 @@ Every sub-layer is wrapped in a residual connection and a LayerNorm, in one of t
     post-norm (original, norm_first=False):  x = LayerNorm(x + Sublayer(x))
     pre-norm  (modern,   norm_first=True):   x = x + Sublayer(LayerNorm(x))
 
-    EncoderLayer: self-attention, then feed-forward                       (2 sub-layers)
-    DecoderLayer: masked self-attention, cross-attention, feed-forward    (3 sub-layers)
+    EncoderLayer: self-attention (lesson 03), then FeedForward                (2 sub-layers)
+    DecoderLayer: masked self-attention, lesson 06's CrossAttentionSublayer, FeedForward (3)
     EncoderDecoder: Encoder (N encoder layers + final norm) and Decoder (N decoder layers +
                     final norm), the embedding-free core of `torch.nn.Transformer`.
 
 Inputs are (batch, seq, d_model). Masks are boolean, **True = may attend**, with the broadcasting
 rules of `course_lib.multihead.MultiHeadAttention`: an (n_q, n_k) causal mask, a (batch, 1, n_k)
-padding mask or a (batch, n_q, n_k) mask. Sub-module names follow PyTorch (`self_attn`,
-`multihead_attn`, `linear1`, `linear2`, `norm1`, ...), and `from_torch` loads PyTorch's weights
-so that ours and theirs give the same outputs.
+padding mask or a (batch, n_q, n_k) mask. The decoder's self-attention mask is `tgt_mask`, its
+cross-attention mask `memory_mask`, as in PyTorch. `from_torch` loads the weights of PyTorch's
+layers through a small map of state-dict names (theirs are flat: `linear1`, `multihead_attn`,
+`norm2`; ours are the pieces they belong to: `feed_forward.linear1`, `cross_attn.attn`,
+`cross_attn.norm`), so ours and theirs give the same outputs.
 
 To look at attention weights (they are not computed by default, the fused kernel is faster),
 call `record_attention(model)`: after each forward, every `EncoderLayer` keeps
@@ -31,8 +33,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .multihead import MultiHeadAttention
-from .validation import check_floating, check_positive_int, check_tensor
+from .cross_attention import CrossAttentionSublayer
+from .kv_cache import LayerCache
+from .multihead import MultiHeadAttention, check_attention_mask
+from .validation import (
+    at_the_door,
+    check_choice,
+    check_dropout,
+    check_floating,
+    check_positive_int,
+    check_sequence,
+    check_tensor,
+    door,
+)
 
 __all__ = [
     "layer_norm",
@@ -54,62 +67,25 @@ _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F
 
 
 # --------------------------------------------------------------------------------------------
-# Input checks
-# --------------------------------------------------------------------------------------------
-
-
-def _check_activation(activation: object) -> str:
-    if activation not in _ACTIVATIONS:
-        raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
-    return activation  # type: ignore[return-value]
-
-
-def _check_dropout(dropout: object) -> float:
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
-        raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
-    return float(dropout)
-
-
-def _check_sequence(x: object, name: str, d_model: int, seq: str = "seq") -> Tensor:
-    hint = f"(batch, {seq}, d_model={d_model})"
-    check_tensor(x, name, ndim=3, shape_hint=hint)
-    check_floating(x, name)
-    if x.shape[-1] != d_model:
-        raise ValueError(
-            f"{name} has {x.shape[-1]} features but this layer has d_model={d_model} "
-            f"(expected {hint}, got shape {tuple(x.shape)})"
-        )
-    return x
-
-
-def _torch_activation(module: nn.Module) -> str:
-    """'relu' or 'gelu' for the activation stored in a PyTorch Transformer layer."""
-    act = module.activation
-    if act is F.relu or isinstance(act, nn.ReLU):
-        return "relu"
-    if act is F.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
-        return "gelu"
-    raise ValueError(f"only relu and gelu activations can be loaded, got {act!r}")
-
-
-def _check_torch_layer(module: object, expected: type) -> None:
-    if not isinstance(module, expected):
-        raise TypeError(
-            f"module must be torch.nn.{expected.__name__}, got {type(module).__name__}"
-        )
-    if not module.self_attn.batch_first:
-        raise ValueError(
-            f"module is an nn.{expected.__name__} with batch_first=False, which takes "
-            "(seq, batch, d_model) inputs; course_lib works on (batch, seq, d_model): "
-            "build it with batch_first=True"
-        )
-
-
-# --------------------------------------------------------------------------------------------
 # LayerNorm
 # --------------------------------------------------------------------------------------------
 
 
+def _check_eps(eps: object) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
+        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+    return float(eps)
+
+
+def _check_features(x: object, name: str, d: int, what: str) -> None:
+    check_tensor(x, name, min_ndim=1, shape_hint=f"(..., d={d})")
+    check_floating(x, name)
+    if x.shape[-1] != d:
+        raise ValueError(f"{name} has {x.shape[-1]} features but this {what} has d_model={d} "
+                         f"(in its last dimension; {name} shape {tuple(x.shape)})")
+
+
+@door
 def layer_norm(x: Tensor, gamma: Tensor, beta: Tensor | None, eps: float = 1e-5) -> Tensor:
     """Normalise each vector along the last dimension, then scale and shift.
 
@@ -117,20 +93,20 @@ def layer_norm(x: Tensor, gamma: Tensor, beta: Tensor | None, eps: float = 1e-5)
         (x - mean) / sqrt(var + eps) * gamma + beta, with the biased variance (divide by d),
     the statistics taken per token, over its d features.
     """
-    check_tensor(x, "x", min_ndim=1, shape_hint="(..., d)")
-    check_floating(x, "x")
-    d = x.shape[-1]
-    for t, name in ((gamma, "gamma"), (beta, "beta")):
-        if t is None and name == "beta":
-            continue
-        check_tensor(t, name, ndim=1, shape_hint=f"(d={d},)")
-        if t.shape[0] != d:
-            raise ValueError(
-                f"{name} has {t.shape[0]} entries but x has d={d} features in its last "
-                f"dimension (x shape {tuple(x.shape)}); {name} needs one entry per feature"
-            )
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
-        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+    if at_the_door():
+        check_tensor(x, "x", min_ndim=1, shape_hint="(..., d)")
+        check_floating(x, "x")
+        d = x.shape[-1]
+        for t, name in ((gamma, "gamma"), (beta, "beta")):
+            if t is None and name == "beta":
+                continue
+            check_tensor(t, name, ndim=1, shape_hint=f"(d={d},)")
+            if t.shape[0] != d:
+                raise ValueError(
+                    f"{name} has {t.shape[0]} entries but x has d={d} features in its last "
+                    f"dimension (x shape {tuple(x.shape)}); {name} needs one entry per feature"
+                )
+        _check_eps(eps)
     mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
     var = (x - mean).pow(2).mean(dim=-1, keepdim=True)  # (..., 1), biased: divide by d
     out = (x - mean) / torch.sqrt(var + eps) * gamma  # (..., d)
@@ -149,39 +125,23 @@ class LayerNorm(nn.Module):
     def __init__(self, d_model: int, eps: float = 1e-5, bias: bool = True):
         super().__init__()
         check_positive_int(d_model, "d_model")
-        self.d_model, self.eps = d_model, eps
+        self.d_model, self.eps = d_model, _check_eps(eps)
         self.weight = nn.Parameter(torch.ones(d_model))
         self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None
 
+    @door
     def forward(self, x: Tensor) -> Tensor:
-        check_tensor(x, "x", min_ndim=1, shape_hint=f"(..., d_model={self.d_model})")
-        check_floating(x, "x")
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"x has {x.shape[-1]} features in its last dimension but this "
-                             f"LayerNorm has d_model={self.d_model} (x shape {tuple(x.shape)})")
+        if at_the_door():
+            _check_features(x, "x", self.d_model, "LayerNorm")
         return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.d_model}, eps={self.eps}"
 
 
-def _copy_norm(ours: LayerNorm, theirs: nn.LayerNorm) -> None:
-    ours.eps = theirs.eps
-    with torch.no_grad():
-        ours.weight.copy_(theirs.weight)
-        if ours.bias is not None:
-            ours.bias.copy_(theirs.bias)
-
-
 # --------------------------------------------------------------------------------------------
 # Position-wise feed-forward
 # --------------------------------------------------------------------------------------------
-
-
-def _feed_forward(x: Tensor, linear1: nn.Linear, linear2: nn.Linear, activation: str,
-                  dropout: nn.Dropout) -> Tensor:
-    # (..., d_model) -> (..., d_ff) -> (..., d_model), the same MLP at every position
-    return linear2(dropout(_ACTIVATIONS[activation](linear1(x))))
 
 
 class FeedForward(nn.Module):
@@ -197,20 +157,17 @@ class FeedForward(nn.Module):
         check_positive_int(d_model, "d_model")
         check_positive_int(d_ff, "d_ff")
         self.d_model, self.d_ff = d_model, d_ff
-        self.activation = _check_activation(activation)
+        self.activation = check_choice(activation, "activation", tuple(_ACTIVATIONS))
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
-        self.dropout = nn.Dropout(_check_dropout(dropout))
+        self.dropout = nn.Dropout(check_dropout(dropout))
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
 
+    @door
     def forward(self, x: Tensor) -> Tensor:
-        check_tensor(x, "x", min_ndim=1, shape_hint=f"(..., d_model={self.d_model})")
-        check_floating(x, "x")
-        if x.shape[-1] != self.d_model:
-            raise ValueError(
-                f"x has {x.shape[-1]} features but this feed-forward has d_model={self.d_model} "
-                f"(got shape {tuple(x.shape)})"
-            )
-        return _feed_forward(x, self.linear1, self.linear2, self.activation, self.dropout)
+        if at_the_door():
+            _check_features(x, "x", self.d_model, "feed-forward")
+        hidden = _ACTIVATIONS[self.activation](self.linear1(x))  # (..., d_ff)
+        return self.linear2(self.dropout(hidden))  # (..., d_model)
 
 
 # --------------------------------------------------------------------------------------------
@@ -218,28 +175,63 @@ class FeedForward(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 
-class EncoderLayer(nn.Module):
+class _ResidualLayer(nn.Module):
+    """What encoder and decoder layers share: the residual wrapping and self-attention.
+
+    `load_state_dict` also accepts PyTorch's flat names (`linear1.weight`, `multihead_attn.
+    in_proj_weight`, ...): a state dict of nn.TransformerEncoderLayer / DecoderLayer, or of a
+    layer a learner named that way, loads as it is (`_load_from_state_dict` renames the keys
+    first, as PyTorch's own modules do for their older checkpoints).
+    """
+
+    norm_first: bool
+    record_attention: bool
+    _TORCH_NAMES: dict[str, str] = {}
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        _rename_torch_keys(state_dict, prefix, self._TORCH_NAMES)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def _sublayer(self, x: Tensor, norm: nn.Module, dropout: nn.Module,
+                  sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        if self.norm_first:  # x + Sublayer(LayerNorm(x))
+            return x + dropout(sublayer(norm(x)))
+        return norm(x + dropout(sublayer(x)))  # LayerNorm(x + Sublayer(x))
+
+    def _self_attention(self, h: Tensor, mask: Tensor | None, is_causal: bool = False,
+                        cache: LayerCache | None = None) -> Tensor:
+        out, weights = self.self_attn(h, h, h, mask=mask, need_weights=self.record_attention,
+                                      is_causal=is_causal, cache=cache)
+        self.attention = None if weights is None else weights.detach()
+        return out
+
+
+# PyTorch's flat names -> the pieces they belong to here (nn.MultiheadAttention's stacked
+# in_proj is split into q_proj, k_proj, v_proj by MultiHeadAttention itself).
+_ENCODER_NAMES = {"linear1": "feed_forward.linear1", "linear2": "feed_forward.linear2"}
+_DECODER_NAMES = {**_ENCODER_NAMES, "multihead_attn": "cross_attn.attn", "norm2": "cross_attn.norm"}
+
+
+class EncoderLayer(_ResidualLayer):
     """Self-attention and feed-forward, each with a residual connection and a LayerNorm.
 
     forward(x (batch, seq, d_model), mask=None) -> (batch, seq, d_model); `mask` is boolean,
     True = may attend, e.g. a (batch, 1, seq) padding mask. norm_first=False is the original
-    post-norm layer, norm_first=True the pre-norm one. Mirrors nn.TransformerEncoderLayer
-    (batch_first=True): same sub-modules, same parameters, same outputs.
+    post-norm layer, norm_first=True the pre-norm one. Same parameters and outputs as
+    nn.TransformerEncoderLayer(batch_first=True) (`from_torch` loads one).
+    is_causal=True and `cache` make it a GPT block (lesson 09): causal self-attention, with the
+    keys and values of earlier tokens in a `LayerCache` when generating.
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
                  norm_first: bool = False, activation: str = "relu", bias: bool = True,
                  layer_norm_eps: float = 1e-5):
         super().__init__()
-        check_positive_int(d_ff, "d_ff")
-        dropout = _check_dropout(dropout)
+        dropout = check_dropout(dropout)
         self.d_model, self.num_heads, self.d_ff = d_model, num_heads, d_ff
         self.norm_first = bool(norm_first)
-        self.activation = _check_activation(activation)
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
-        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
-        self.dropout = nn.Dropout(dropout)
-        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation, bias)
         self.norm1 = LayerNorm(d_model, layer_norm_eps, bias=bias)
         self.norm2 = LayerNorm(d_model, layer_norm_eps, bias=bias)
         self.dropout1 = nn.Dropout(dropout)
@@ -247,138 +239,140 @@ class EncoderLayer(nn.Module):
         self.record_attention = False
         self.attention: Tensor | None = None
 
-    def _self_attention(self, x: Tensor, mask: Tensor | None, is_causal: bool = False) -> Tensor:
-        out, weights = self.self_attn(x, x, x, mask=mask, need_weights=self.record_attention,
-                                      is_causal=is_causal)
-        self.attention = None if weights is None else weights.detach()
-        return self.dropout1(out)
+    _TORCH_NAMES = _ENCODER_NAMES
 
-    def _feed_forward(self, x: Tensor) -> Tensor:
-        ff = _feed_forward(x, self.linear1, self.linear2, self.activation, self.dropout)
-        return self.dropout2(ff)
-
-    def forward(self, x: Tensor, mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
-        """is_causal=True: causal self-attention without a mask tensor (a GPT block, lesson 09)."""
-        _check_sequence(x, "x", self.d_model)
-        if self.norm_first:  # x + Sublayer(LayerNorm(x))
-            x = x + self._self_attention(self.norm1(x), mask, is_causal)
-            x = x + self._feed_forward(self.norm2(x))
-        else:  # LayerNorm(x + Sublayer(x))
-            x = self.norm1(x + self._self_attention(x, mask, is_causal))
-            x = self.norm2(x + self._feed_forward(x))
-        return x  # (batch, seq, d_model)
+    @door
+    def forward(self, x: Tensor, mask: Tensor | None = None, is_causal: bool = False,
+                cache: LayerCache | None = None) -> Tensor:
+        if at_the_door():
+            check_sequence(x, "x", self.d_model)
+            if mask is not None:
+                check_attention_mask(mask, "mask", len(x), self.num_heads, x.shape[1], x.shape[1])
+        x = self._sublayer(x, self.norm1, self.dropout1,
+                           lambda h: self._self_attention(h, mask, is_causal, cache))
+        return self._sublayer(x, self.norm2, self.dropout2, self.feed_forward)  # (b, seq, d)
 
     @classmethod
     def from_torch(cls, module: nn.TransformerEncoderLayer) -> EncoderLayer:
         """Ours, with the weights of an nn.TransformerEncoderLayer(batch_first=True)."""
-        _check_torch_layer(module, nn.TransformerEncoderLayer)
-        ours = _new_layer(cls, module)
-        _copy_common(ours, module)
-        return ours
+        return _from_torch_layer(cls, module, nn.TransformerEncoderLayer)
 
 
-class DecoderLayer(nn.Module):
+class DecoderLayer(_ResidualLayer):
     """Masked self-attention, cross-attention to the encoder's output, feed-forward.
 
-    forward(x (batch, n_tgt, d_model), memory (batch, n_src, d_model), self_mask=None,
-    memory_mask=None) -> (batch, n_tgt, d_model). `self_mask` is usually the (n_tgt, n_tgt)
+    forward(x (batch, n_tgt, d_model), memory (batch, n_src, d_model), tgt_mask=None,
+    memory_mask=None) -> (batch, n_tgt, d_model). `tgt_mask` is usually the (n_tgt, n_tgt)
     causal mask (combined with a target padding mask), `memory_mask` the (batch, 1, n_src)
-    source padding mask. Mirrors nn.TransformerDecoderLayer (batch_first=True).
+    source padding mask. The middle sub-layer is lesson 06's `CrossAttentionSublayer`
+    (`cross_attn`, with its own norm and dropout). Same parameters and outputs as
+    nn.TransformerDecoderLayer(batch_first=True) (`from_torch` loads one).
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
                  norm_first: bool = False, activation: str = "relu", bias: bool = True,
                  layer_norm_eps: float = 1e-5):
         super().__init__()
-        check_positive_int(d_ff, "d_ff")
-        dropout = _check_dropout(dropout)
+        dropout = check_dropout(dropout)
         self.d_model, self.num_heads, self.d_ff = d_model, num_heads, d_ff
         self.norm_first = bool(norm_first)
-        self.activation = _check_activation(activation)
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
-        self.multihead_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
-        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
-        self.dropout = nn.Dropout(dropout)
-        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
+        self.cross_attn = CrossAttentionSublayer(d_model, num_heads, self.norm_first, dropout,
+                                                 bias=bias, layer_norm_eps=layer_norm_eps)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation, bias)
         self.norm1 = LayerNorm(d_model, layer_norm_eps, bias=bias)
-        self.norm2 = LayerNorm(d_model, layer_norm_eps, bias=bias)
-        self.norm3 = LayerNorm(d_model, layer_norm_eps, bias=bias)
+        self.norm3 = LayerNorm(d_model, layer_norm_eps, bias=bias)  # (norm2 is cross_attn.norm)
         self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
         self.dropout3 = nn.Dropout(dropout)
         self.record_attention = False
         self.attention: Tensor | None = None
-        self.cross_attention: Tensor | None = None
 
-    def _self_attention(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        out, weights = self.self_attn(x, x, x, mask=mask, need_weights=self.record_attention)
-        self.attention = None if weights is None else weights.detach()
-        return self.dropout1(out)
+    _TORCH_NAMES = _DECODER_NAMES
 
-    def _cross_attention(self, x: Tensor, memory: Tensor, mask: Tensor | None) -> Tensor:
-        out, weights = self.multihead_attn(x, memory, memory, mask=mask,
-                                           need_weights=self.record_attention)
-        self.cross_attention = None if weights is None else weights.detach()
-        return self.dropout2(out)
+    @property
+    def cross_attention(self) -> Tensor | None:
+        """The cross-attention weights of the last forward (with record_attention)."""
+        return self.cross_attn.attention
 
-    def _feed_forward(self, x: Tensor) -> Tensor:
-        ff = _feed_forward(x, self.linear1, self.linear2, self.activation, self.dropout)
-        return self.dropout3(ff)
-
-    def forward(self, x: Tensor, memory: Tensor, self_mask: Tensor | None = None,
+    @door
+    def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
                 memory_mask: Tensor | None = None) -> Tensor:
-        _check_sequence(x, "x", self.d_model, "n_tgt")
-        _check_sequence(memory, "memory", self.d_model, "n_src")
-        if memory.shape[0] != x.shape[0]:
-            raise ValueError(
-                f"x has batch={x.shape[0]} but memory has batch={memory.shape[0]}; each target "
-                "sequence attends to the encoder output of its own source sentence"
-            )
-        if self.norm_first:
-            x = x + self._self_attention(self.norm1(x), self_mask)
-            x = x + self._cross_attention(self.norm2(x), memory, memory_mask)
-            x = x + self._feed_forward(self.norm3(x))
-        else:
-            x = self.norm1(x + self._self_attention(x, self_mask))
-            x = self.norm2(x + self._cross_attention(x, memory, memory_mask))
-            x = self.norm3(x + self._feed_forward(x))
-        return x  # (batch, n_tgt, d_model)
+        if at_the_door():
+            _check_decoder_inputs(x, "x", memory, tgt_mask, memory_mask, self.num_heads)
+        x = self._sublayer(x, self.norm1, self.dropout1,
+                           lambda h: self._self_attention(h, tgt_mask))
+        x = self.cross_attn(x, memory, memory_mask)
+        return self._sublayer(x, self.norm3, self.dropout3, self.feed_forward)  # (b, n_tgt, d)
 
     @classmethod
     def from_torch(cls, module: nn.TransformerDecoderLayer) -> DecoderLayer:
         """Ours, with the weights of an nn.TransformerDecoderLayer(batch_first=True)."""
-        _check_torch_layer(module, nn.TransformerDecoderLayer)
-        ours = _new_layer(cls, module)
-        _copy_common(ours, module)
-        ours.multihead_attn = MultiHeadAttention.from_torch(module.multihead_attn)
-        _copy_norm(ours.norm3, module.norm3)
-        return ours
+        return _from_torch_layer(cls, module, nn.TransformerDecoderLayer)
 
 
-def _new_layer(cls: type, module: nn.Module) -> nn.Module:
-    attn = module.self_attn
+def _check_decoder_inputs(tgt: Tensor, name: str, memory: Tensor, tgt_mask: Tensor | None,
+                          memory_mask: Tensor | None, num_heads: int) -> None:
+    d_model = tgt.shape[-1] if isinstance(tgt, Tensor) and tgt.dim() else 0
+    check_sequence(tgt, name, d_model, "n_tgt")
+    check_sequence(memory, "memory", d_model, "n_src")
+    _check_same_batch(tgt, name, memory, "memory")
+    batch, n_tgt, n_src = len(tgt), tgt.shape[1], memory.shape[1]
+    if tgt_mask is not None:
+        check_attention_mask(tgt_mask, "tgt_mask", batch, num_heads, n_tgt, n_tgt)
+    if memory_mask is not None:
+        check_attention_mask(memory_mask, "memory_mask", batch, num_heads, n_tgt, n_src)
+
+
+def _check_same_batch(a: Tensor, a_name: str, b: Tensor, b_name: str) -> None:
+    if a.shape[0] != b.shape[0]:
+        raise ValueError(
+            f"{a_name} has batch={a.shape[0]} but {b_name} has batch={b.shape[0]}; each target "
+            "sequence goes with the encoder output of its own source sentence"
+        )
+
+
+
+
+def _torch_activation(module: nn.Module) -> str:
+    """'relu' or 'gelu' for the activation stored in a PyTorch Transformer layer."""
+    act = module.activation
+    if act is F.relu or isinstance(act, nn.ReLU):
+        return "relu"
+    if act is F.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
+        return "gelu"
+    raise ValueError(f"only relu and gelu activations can be loaded, got {act!r}")
+
+
+def _from_torch_layer(cls: type, module: nn.Module, expected: type) -> nn.Module:
+    if not isinstance(module, expected):
+        raise TypeError(
+            f"module must be torch.nn.{expected.__name__}, got {type(module).__name__}"
+        )
+    if not module.self_attn.batch_first:
+        raise ValueError(
+            f"module is an nn.{expected.__name__} with batch_first=False, which takes "
+            "(seq, batch, d_model) inputs; course_lib works on (batch, seq, d_model): "
+            "build it with batch_first=True"
+        )
+    attn, weight = module.self_attn, module.linear1.weight
     ours = cls(
-        attn.embed_dim, attn.num_heads, module.linear1.out_features, dropout=attn.dropout,
+        attn.embed_dim, attn.num_heads, module.linear1.out_features, dropout=module.dropout.p,
         norm_first=module.norm_first, activation=_torch_activation(module),
         bias=module.linear1.bias is not None, layer_norm_eps=module.norm1.eps,
-    )
-    return ours.to(module.linear1.weight.device, module.linear1.weight.dtype)
+    ).to(weight.device, weight.dtype)
+    ours.load_state_dict(module.state_dict())  # PyTorch's names: see _load_from_state_dict
+    return ours
 
 
-def _copy_common(ours: nn.Module, module: nn.Module) -> None:
-    """The parts encoder and decoder layers share: self-attention, feed-forward, norm1, norm2."""
-    ours.self_attn = MultiHeadAttention.from_torch(module.self_attn)
-    ours.dropout.p = module.dropout.p
-    ours.dropout1.p, ours.dropout2.p = module.dropout1.p, module.dropout2.p
-    if hasattr(ours, "dropout3"):
-        ours.dropout3.p = module.dropout3.p
-    with torch.no_grad():
-        for name in ("linear1", "linear2"):
-            getattr(ours, name).load_state_dict(getattr(module, name).state_dict())
-    _copy_norm(ours.norm1, module.norm1)
-    _copy_norm(ours.norm2, module.norm2)
+def _rename_torch_keys(state: dict[str, Tensor], prefix: str, names: dict[str, str]) -> None:
+    """In place: prefix + "linear1.weight" -> prefix + "feed_forward.linear1.weight", etc."""
+    for key in [k for k in state if k.startswith(prefix)]:
+        head, dot, rest = key[len(prefix):].partition(".")
+        if head in names and dot:
+            state[f"{prefix}{names[head]}.{rest}"] = state.pop(key)
 
 
+@door
 def record_attention(model: nn.Module, enabled: bool = True) -> nn.Module:
     """Make every encoder/decoder layer in `model` keep its attention weights after forward.
 
@@ -389,12 +383,10 @@ def record_attention(model: nn.Module, enabled: bool = True) -> nn.Module:
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     for layer in model.modules():
-        if isinstance(layer, (EncoderLayer, DecoderLayer)):
+        if isinstance(layer, (EncoderLayer, DecoderLayer, CrossAttentionSublayer)):
             layer.record_attention = bool(enabled)
             if not enabled:
                 layer.attention = None
-                if isinstance(layer, DecoderLayer):
-                    layer.cross_attention = None
     return model
 
 
@@ -445,7 +437,7 @@ class Encoder(nn.Module):
 class Decoder(nn.Module):
     """`num_layers` decoder layers applied in turn, then an optional final LayerNorm.
 
-    forward(x (batch, n_tgt, d_model), memory (batch, n_src, d_model), self_mask=None,
+    forward(x (batch, n_tgt, d_model), memory (batch, n_src, d_model), tgt_mask=None,
     memory_mask=None) -> (batch, n_tgt, d_model). Every layer attends to the same memory.
     """
 
@@ -456,10 +448,10 @@ class Decoder(nn.Module):
         self.num_layers = num_layers
         self.norm = norm
 
-    def forward(self, x: Tensor, memory: Tensor, self_mask: Tensor | None = None,
+    def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
                 memory_mask: Tensor | None = None) -> Tensor:
         for layer in self.layers:
-            x = layer(x, memory, self_mask, memory_mask)
+            x = layer(x, memory, tgt_mask, memory_mask)
         return x if self.norm is None else self.norm(x)
 
 
@@ -489,34 +481,40 @@ class EncoderDecoder(nn.Module):
                                num_encoder_layers, LayerNorm(d_model, layer_norm_eps, bias=bias))
         self.decoder = Decoder(lambda: DecoderLayer(d_model, num_heads, d_ff, **options),
                                num_decoder_layers, LayerNorm(d_model, layer_norm_eps, bias=bias))
-        self._reset_parameters()
-
-    def _reset_parameters(self) -> None:
-        # As nn.Transformer does: Xavier-uniform for every weight matrix.
-        for p in self.parameters():
+        for p in self.parameters():  # as nn.Transformer does: Xavier-uniform for every matrix
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
 
+    @door
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """(batch, n_src, d_model) -> memory (batch, n_src, d_model)."""
-        _check_sequence(src, "src", self.d_model, "n_src")
+        if at_the_door():
+            check_sequence(src, "src", self.d_model, "n_src")
+            if src_mask is not None:
+                check_attention_mask(src_mask, "src_mask", len(src), self.num_heads,
+                                     src.shape[1], src.shape[1])
         return self.encoder(src, src_mask)
 
+    @door
     def decode(self, tgt: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
                memory_mask: Tensor | None = None) -> Tensor:
         """(batch, n_tgt, d_model) and memory (batch, n_src, d_model) -> (batch, n_tgt, d_model)."""
-        _check_sequence(tgt, "tgt", self.d_model, "n_tgt")
+        if at_the_door():
+            check_sequence(tgt, "tgt", self.d_model, "n_tgt")
+            _check_decoder_inputs(tgt, "tgt", memory, tgt_mask, memory_mask, self.num_heads)
         return self.decoder(tgt, memory, tgt_mask, memory_mask)
 
+    @door
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None, memory_mask: Tensor | None = None) -> Tensor:
-        _check_sequence(src, "src", self.d_model, "n_src")
-        _check_sequence(tgt, "tgt", self.d_model, "n_tgt")
-        if src.shape[0] != tgt.shape[0]:
-            raise ValueError(
-                f"src has batch={src.shape[0]} but tgt has batch={tgt.shape[0]}; "
-                "they must be the same sentence pairs"
-            )
+        if at_the_door():
+            check_sequence(src, "src", self.d_model, "n_src")
+            check_sequence(tgt, "tgt", self.d_model, "n_tgt")
+            _check_same_batch(src, "src", tgt, "tgt")
+            if src_mask is not None:
+                check_attention_mask(src_mask, "src_mask", len(src), self.num_heads,
+                                     src.shape[1], src.shape[1])
+            _check_decoder_inputs(tgt, "tgt", src, tgt_mask, memory_mask, self.num_heads)
         memory = self.encode(src, src_mask)
         return self.decode(tgt, memory, tgt_mask, memory_mask)
 
@@ -545,8 +543,8 @@ class EncoderDecoder(nn.Module):
         ).to(first.linear1.weight.device, first.linear1.weight.dtype)
         ours.encoder.layers = nn.ModuleList(EncoderLayer.from_torch(m) for m in enc.layers)
         ours.decoder.layers = nn.ModuleList(DecoderLayer.from_torch(m) for m in dec.layers)
-        _copy_norm(ours.encoder.norm, enc.norm)
-        _copy_norm(ours.decoder.norm, dec.norm)
+        ours.encoder.norm.load_state_dict(enc.norm.state_dict())
+        ours.decoder.norm.load_state_dict(dec.norm.state_dict())
         return ours
 
 
@@ -574,8 +572,7 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
     if weight.shape[0] != x.shape[-1]:
         raise ValueError(f"weight has {weight.shape[0]} entries but x has d={x.shape[-1]} "
                          "features in its last dimension")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
-        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+    _check_eps(eps)
     mean_square = x.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
     return x / torch.sqrt(mean_square + eps) * weight
 

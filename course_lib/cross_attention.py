@@ -24,7 +24,15 @@ from torch import Tensor, nn
 
 from .attention import scaled_dot_product_attention
 from .multihead import MultiHeadAttention
-from .validation import check_bool_mask, check_floating, check_positive_int, check_tensor
+from .validation import (
+    at_the_door,
+    check_bool_mask,
+    check_floating,
+    check_positive_int,
+    check_sequence,
+    check_tensor,
+    door,
+)
 
 __all__ = ["cross_attention", "CrossAttentionSublayer", "attention_pool"]
 
@@ -93,8 +101,9 @@ def cross_attention(
 class CrossAttentionSublayer(nn.Module):
     """The cross-attention sub-layer of a decoder layer: attention to memory, residual, LayerNorm.
 
-    Sub-modules: `attn` (MultiHeadAttention: q_proj, k_proj, v_proj, out_proj) and `norm`
-    (nn.LayerNorm(d_model)).
+    Sub-modules: `attn` (MultiHeadAttention: q_proj, k_proj, v_proj, out_proj), `norm`
+    (nn.LayerNorm(d_model)) and `dropout` (on the attention output). Lesson 07's `DecoderLayer`
+    contains one as `cross_attn`.
 
     post-norm (norm_first=False, the original paper):  x = norm(x + attn(x, memory))
     pre-norm  (norm_first=True, most modern models):   x = x + attn(norm(x), memory)
@@ -102,30 +111,27 @@ class CrossAttentionSublayer(nn.Module):
     memory is the encoder's output; this sub-layer never normalises it (the encoder already did).
     forward(x (batch, n_q, d_model), memory (batch, n_kv, d_model), memory_mask=None) returns the
     new x (batch, n_q, d_model). memory_mask is bool, broadcastable to (batch, n_q, n_kv),
-    True = may attend, e.g. a (batch, 1, n_kv) source padding mask.
+    True = may attend, e.g. a (batch, 1, n_kv) source padding mask. With `record_attention`
+    set, `.attention` keeps the last weights (batch, num_heads, n_q, n_kv).
     """
 
     def __init__(self, d_model: int, num_heads: int, norm_first: bool = False,
-                 dropout: float = 0.0):
+                 dropout: float = 0.0, bias: bool = True, layer_norm_eps: float = 1e-5):
         super().__init__()
         check_positive_int(d_model, "d_model")
         check_positive_int(num_heads, "num_heads")
         if not isinstance(norm_first, bool):
             raise TypeError(f"norm_first must be True or False, got {norm_first!r}")
         self.d_model, self.num_heads, self.norm_first = d_model, num_heads, norm_first
-        self.attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
-        self.norm = nn.LayerNorm(d_model)
+        self.attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
+        self.norm = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
         self.dropout = nn.Dropout(dropout)  # on the attention output, as nn.TransformerDecoderLayer
+        self.record_attention = False
+        self.attention: Tensor | None = None
 
     def _check_inputs(self, x: Tensor, memory: Tensor, memory_mask: Tensor | None) -> None:
-        for t, name, seq in ((x, "x", "n_q"), (memory, "memory", "n_kv")):
-            check_tensor(t, name, ndim=3, shape_hint=f"(batch, {seq}, d_model={self.d_model})")
-            check_floating(t, name)
-            if t.shape[-1] != self.d_model:
-                raise ValueError(
-                    f"{name} has {t.shape[-1]} features but this sub-layer has "
-                    f"d_model={self.d_model} (got shape {tuple(t.shape)})"
-                )
+        check_sequence(x, "x", self.d_model, "n_q", "this sub-layer")
+        check_sequence(memory, "memory", self.d_model, "n_kv", "this sub-layer")
         if x.shape[0] != memory.shape[0]:
             raise ValueError(
                 f"x has batch={x.shape[0]} but memory has batch={memory.shape[0]}; each target "
@@ -136,11 +142,15 @@ class CrossAttentionSublayer(nn.Module):
                         "(batch, n_q, n_kv)")
 
     def _attend(self, query: Tensor, memory: Tensor, memory_mask: Tensor | None) -> Tensor:
-        output, _ = self.attn(query, memory, memory, memory_mask, need_weights=False)
+        output, weights = self.attn(query, memory, memory, memory_mask,
+                                    need_weights=self.record_attention)
+        self.attention = None if weights is None else weights.detach()
         return self.dropout(output)  # (batch, n_q, d_model)
 
+    @door
     def forward(self, x: Tensor, memory: Tensor, memory_mask: Tensor | None = None) -> Tensor:
-        self._check_inputs(x, memory, memory_mask)
+        if at_the_door():
+            self._check_inputs(x, memory, memory_mask)
         if self.norm_first:
             return x + self._attend(self.norm(x), memory, memory_mask)  # (batch, n_q, d_model)
         return self.norm(x + self._attend(x, memory, memory_mask))  # (batch, n_q, d_model)

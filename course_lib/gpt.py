@@ -1,8 +1,8 @@
 """A GPT from the course's own blocks (lesson 09): a decoder-only, character-level language model.
 
     ids (batch, seq)
-      --token_embedding + position_embedding-->  (batch, seq, d_model)
-      --num_layers x EncoderLayer(norm_first=True), causal self-attention-->
+      --token_embedding + position_embedding (lesson 04's learned positions)-->  (batch, seq, d)
+      --num_layers x EncoderLayer(norm_first=True) with causal self-attention (lessons 05, 07)-->
       --norm (final LayerNorm)--> --lm_head--> logits (batch, seq, vocab)
 
 A GPT block is lesson 07's pre-norm encoder layer with a causal mask: self-attention that
@@ -10,42 +10,36 @@ only looks back, then the feed-forward network. There is no cross-attention, bec
 no encoder to attend to. With `tie_weights` the output layer shares its matrix with the token
 embedding (the same vectors read tokens in and score them out).
 
-Also here: `BigramLM` (the baseline: the next character from the current one only),
-`lm_loss`, `evaluate_loss` (mean cross-entropy over a whole split), `generate` with or without
-a KV cache (identical tokens), and `WarmupCosine`, a learning-rate schedule that warms up
-linearly and then follows a cosine down to `min_lr` at the end of a step or a time budget.
+Generation with a KV cache (`forward_cached`) runs through the same layers: each layer's
+attention appends the new tokens' keys and values to its `LayerCache` (course_lib.kv_cache).
+
+Also here: `BigramLM` (the baseline: the next character from the current one only) and
+`generate` with or without the cache (identical tokens). The loss, `evaluate_loss` and the
+learning-rate schedule `WarmupCosine` live with the other training pieces in `course_lib.train`.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .blocks import EncoderLayer, LayerNorm
-from .multihead import merge_heads
+from .kv_cache import KVCache
+from .positional import LearnedPositionalEmbedding
 from .sampling import sample_next
-from .validation import check_positive_int, check_tensor
+from .validation import at_the_door, check_positive_int, check_tensor, door
 
 __all__ = [
     "GPTConfig",
     "GPT",
     "BigramLM",
-    "KVCache",
-    "lm_loss",
-    "evaluate_loss",
     "generate",
     "generate_with_cache",
     "gpt_from_sizes",
-    "WarmupCosine",
 ]
-
-# One (keys, values) pair per layer, each (batch, heads, t, d_head).
-KVCache = list[tuple[Tensor, Tensor]]
 
 
 @dataclass
@@ -88,13 +82,14 @@ class GPT(nn.Module):
             raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
         self.config = c = config
         self.token_embedding = nn.Embedding(c.vocab_size, c.d_model)
-        self.position_embedding = nn.Embedding(c.block_size, c.d_model) if c.positions else None
+        self.position_embedding = (LearnedPositionalEmbedding(c.block_size, c.d_model)
+                                   if c.positions else None)
+        self.dropout = nn.Dropout(c.dropout)
         self.layers = nn.ModuleList(
             EncoderLayer(c.d_model, c.num_heads, c.d_ff, dropout=c.dropout, norm_first=True,
                          activation=c.activation, bias=c.bias)
             for _ in range(c.num_layers)
         )
-        self.dropout = nn.Dropout(c.dropout)
         self.norm = LayerNorm(c.d_model, bias=c.bias)
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_weights:
@@ -111,98 +106,55 @@ class GPT(nn.Module):
                 if getattr(module, "bias", None) is not None:
                     nn.init.zeros_(module.bias)
         for layer in self.layers:
-            for proj in (layer.self_attn.out_proj, layer.linear2):
+            for proj in (layer.self_attn.out_proj, layer.feed_forward.linear2):
                 nn.init.normal_(proj.weight, 0.0, 0.02 / math.sqrt(2 * self.config.num_layers))
 
-    def _check_ids(self, ids: object, start: int = 0) -> Tensor:
+    def _check_ids(self, ids: object, start: int = 0) -> None:
         check_tensor(ids, "ids", ndim=2, shape_hint="(batch, seq) of token ids",
                      dtype=(torch.int64, torch.int32))
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise ValueError(f"start must be an int >= 0 (the position of ids[:, 0]), "
+                             f"got {start!r}")
         if start + ids.shape[1] > self.config.block_size:
             raise ValueError(f"ids has {ids.shape[1]} tokens (after {start} cached ones) but the "
                              f"model's context is block_size={self.config.block_size}; "
                              "crop it to the last block_size tokens")
-        return ids
 
     def _embed(self, ids: Tensor, start: int) -> Tensor:
         x = self.token_embedding(ids)  # (batch, seq, d_model)
-        if self.position_embedding is not None:
-            positions = torch.arange(start, start + ids.shape[1], device=ids.device)  # (seq,)
-            x = x + self.position_embedding(positions)  # (seq, d_model) broadcast over batch
+        if self.position_embedding is not None:  # + the vectors of positions start, start + 1..
+            x = self.position_embedding(x, start)
         return self.dropout(x)
 
+    @door
     def forward(self, ids: Tensor) -> Tensor:
-        self._check_ids(ids)
+        if at_the_door():
+            self._check_ids(ids)
         x = self._embed(ids, 0)  # (batch, seq, d_model)
         for layer in self.layers:
             x = layer(x, is_causal=True)  # (batch, seq, d_model)
         return self.lm_head(self.norm(x))  # (batch, seq, vocab)
 
+    @door
     def forward_cached(self, ids: Tensor, cache: KVCache | None = None,
                        start: int | None = None) -> tuple[Tensor, KVCache]:
         """Logits for new tokens `ids` (batch, n) after the tokens already in `cache`.
 
-        Returns (logits (batch, n, vocab), the cache with the new keys and values appended).
-        Same numbers as forward() on the whole sequence: the past keys and values are reused,
-        not recomputed. Start with cache=None. `start` is the position of ids[:, 0]; None means
-        the number of tokens in the cache, the right value (a caller that passes its own, as
-        exercise 09's generation loop does, must count the same way).
+        Returns (logits (batch, n, vocab), a cache with the new keys and values appended; the
+        cache passed in is left as it was). Same numbers as forward() on the whole sequence:
+        the past keys and values are reused, not recomputed. Start with cache=None. `start`
+        is the position of ids[:, 0]; None means the number of tokens in the cache, the right
+        value (a caller that passes its own, as exercise 09's generation loop does, must count
+        the same way).
         """
-        if start is None:
-            start = 0 if not cache else cache[0][0].shape[2]
-        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
-            raise ValueError(f"start must be an int >= 0 (the position of ids[:, 0]), "
-                             f"got {start!r}")
-        self._check_ids(ids, start)
+        cache = KVCache.empty(len(self.layers)) if cache is None else cache.copy()
+        start = cache.num_tokens if start is None else start
+        if at_the_door():
+            self._check_ids(ids, start)
         x = self._embed(ids, start)  # (batch, n, d_model)
-        new_cache: KVCache = []
-        for i, layer in enumerate(self.layers):
-            x, layer_cache = _layer_with_cache(layer, x, cache[i] if cache else None)
-            new_cache.append(layer_cache)
-        return _linear(self.lm_head, _norm(self.norm, x)), new_cache  # (batch, n, vocab)
-
-
-def _layer_with_cache(layer: EncoderLayer, x: Tensor, cache: tuple[Tensor, Tensor] | None
-                      ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-    """One pre-norm GPT block on new tokens x (batch, n, d_model), reusing cached keys/values.
-
-    The same sub-modules as EncoderLayer.forward (norm1, self_attn's projections, norm2, the
-    feed-forward), but the keys and values of earlier tokens come from the cache. For one new
-    token this is `course_lib.sampling.cached_attention_step` (lesson 09 checks they agree),
-    run with PyTorch's fused attention kernel because generation calls it at every step.
-    """
-    attn = layer.self_attn
-    h = _norm(layer.norm1, x)  # (batch, n, d_model)
-    q, k, v = (attn._split(_linear(proj, h)) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
-    # q, k, v: (batch, heads, n, d_head)
-    k_all = k if cache is None else torch.cat([cache[0], k], dim=2)  # (b, h, t + n, d_head)
-    v_all = v if cache is None else torch.cat([cache[1], v], dim=2)
-    n, total = x.shape[1], k_all.shape[2]
-    if n == 1:  # generation: the newest token may see every cached key, so no mask
-        heads = F.scaled_dot_product_attention(q, k_all, v_all)  # (b, h, 1, d_head)
-    else:  # a prompt: new token i sees the cache and the new tokens up to itself
-        mask = torch.ones(n, total, dtype=torch.bool, device=x.device).tril(total - n)
-        heads = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask)
-    x = x + _maybe_dropout(layer.dropout1, _linear(attn.out_proj, merge_heads(heads)))
-    hidden = _linear(layer.linear1, _norm(layer.norm2, x))  # (batch, n, d_ff)
-    hidden = F.gelu(hidden) if layer.activation == "gelu" else F.relu(hidden)
-    hidden = _linear(layer.linear2, _maybe_dropout(layer.dropout, hidden))  # (b, n, d_model)
-    return x + _maybe_dropout(layer.dropout2, hidden), (k_all, v_all)
-
-
-# Generation calls the cached path once per token on one position, where the cost is the number
-# of calls, not arithmetic: a module call (hooks, input checks) costs more than the maths of a
-# 128-wide vector. So the cached path calls the functions behind the modules directly, with the
-# modules' own weights (the same kernels, so the same numbers), and skips dropout in eval mode.
-def _norm(norm: LayerNorm, x: Tensor) -> Tensor:
-    return F.layer_norm(x, (norm.d_model,), norm.weight, norm.bias, norm.eps)
-
-
-def _linear(linear: nn.Linear, x: Tensor) -> Tensor:
-    return F.linear(x, linear.weight, linear.bias)
-
-
-def _maybe_dropout(dropout: nn.Dropout, x: Tensor) -> Tensor:
-    return dropout(x) if dropout.training and dropout.p > 0 else x
+        for layer, layer_cache in zip(self.layers, cache, strict=True):
+            x = layer(x, is_causal=True, cache=layer_cache)  # appends to layer_cache
+        return self.lm_head(self.norm(x)), cache  # (batch, n, vocab)
 
 
 class BigramLM(nn.Module):
@@ -221,46 +173,6 @@ class BigramLM(nn.Module):
         check_tensor(ids, "ids", ndim=2, shape_hint="(batch, seq) of token ids",
                      dtype=(torch.int64, torch.int32))
         return self.logits_table(ids)  # (batch, seq, vocab)
-
-
-def lm_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
-    """Mean next-token cross-entropy (nats) of `model` on a batch (x, y), both (batch, seq)."""
-    x, y = batch
-    logits = model(x)  # (batch, seq, vocab)
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-
-
-@torch.no_grad()
-def evaluate_loss(model: nn.Module, ids: Tensor, block_size: int, batch_size: int = 64) -> float:
-    """Mean cross-entropy in nats per character over ALL of `ids` (n,).
-
-    The text is cut into consecutive windows of block_size + 1 tokens that overlap by one, so
-    every token after the first is predicted exactly once, from the context of its window.
-    """
-    check_tensor(ids, "ids", ndim=1, shape_hint="(n,)", dtype=(torch.int64, torch.int32))
-    check_positive_int(block_size, "block_size")
-    check_positive_int(batch_size, "batch_size")
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    ids = ids.long().to(device)
-    n_full = (len(ids) - 1) // block_size
-    total, count = 0.0, 0
-    full = ids[: n_full * block_size + 1]
-    x_all = full[:-1].reshape(n_full, block_size)  # (windows, block_size)
-    y_all = full[1:].reshape(n_full, block_size)
-    for lo in range(0, n_full, batch_size):
-        logits = model(x_all[lo: lo + batch_size])  # (b, block_size, vocab)
-        total += F.cross_entropy(logits.flatten(0, 1), y_all[lo: lo + batch_size].flatten(),
-                                 reduction="sum").item()
-        count += y_all[lo: lo + batch_size].numel()
-    rest = ids[n_full * block_size:]  # the last, shorter window
-    if len(rest) > 1:
-        logits = model(rest[:-1].unsqueeze(0))
-        total += F.cross_entropy(logits[0], rest[1:], reduction="sum").item()
-        count += len(rest) - 1
-    model.train(was_training)
-    return total / count
 
 
 # inference_mode, not just no_grad: it also skips autograd's version counters, which matters when
@@ -333,61 +245,3 @@ def gpt_from_sizes(vocab_size: int, block_size: int, d_model: int, num_heads: in
     no biases, tied output layer, GELU, pre-norm)."""
     return GPT(GPTConfig(vocab_size=vocab_size, block_size=block_size, d_model=d_model,
                          num_heads=num_heads, num_layers=num_layers))
-
-
-class WarmupCosine:
-    """Learning rate: linear warm-up to max_lr over warmup_steps, then a cosine to min_lr.
-
-    The cosine runs over total_steps, or over total_seconds of wall-clock time from the first
-    step() (a schedule fitted to a time budget: it reaches min_lr when the time is up). Call
-    step() after every optimizer step, as with a torch scheduler (`course_lib.train.train`
-    does). `lr_at(progress)` is the curve itself, for plots.
-    """
-
-    def __init__(self, optimizer: torch.optim.Optimizer, max_lr: float, min_lr: float,
-                 warmup_steps: int, total_steps: int | None = None,
-                 total_seconds: float | None = None):
-        if not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(f"optimizer must be a torch.optim.Optimizer, got "
-                            f"{type(optimizer).__name__}")
-        if not 0 <= min_lr <= max_lr:
-            raise ValueError(f"need 0 <= min_lr <= max_lr, got min_lr={min_lr}, max_lr={max_lr}")
-        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}")
-        if (total_steps is None) == (total_seconds is None):
-            raise ValueError("give exactly one of total_steps and total_seconds")
-        if total_steps is not None:
-            check_positive_int(total_steps, "total_steps")
-        elif not total_seconds > 0:
-            raise ValueError(f"total_seconds must be positive, got {total_seconds!r}")
-        self.optimizer, self.max_lr, self.min_lr = optimizer, max_lr, min_lr
-        self.warmup_steps, self.total_steps, self.total_seconds = (warmup_steps, total_steps,
-                                                                   total_seconds)
-        self.steps_done = 0
-        self._start: float | None = None
-        self._set(self.lr_now())
-
-    def lr_at(self, progress: float) -> float:
-        """The cosine part at progress in [0, 1]: max_lr at 0, min_lr at 1 and after."""
-        progress = min(max(progress, 0.0), 1.0)
-        return self.min_lr + 0.5 * (self.max_lr - self.min_lr) * (1 + math.cos(math.pi * progress))
-
-    def lr_now(self) -> float:
-        step = self.steps_done
-        if step < self.warmup_steps:
-            return self.max_lr * (step + 1) / self.warmup_steps
-        if self.total_steps is not None:
-            span = max(self.total_steps - self.warmup_steps, 1)
-            return self.lr_at((step - self.warmup_steps) / span)
-        elapsed = 0.0 if self._start is None else time.perf_counter() - self._start
-        return self.lr_at(elapsed / self.total_seconds)
-
-    def _set(self, lr: float) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-
-    def step(self) -> None:
-        if self._start is None:
-            self._start = time.perf_counter()
-        self.steps_done += 1
-        self._set(self.lr_now())

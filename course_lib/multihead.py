@@ -8,23 +8,36 @@ Same parameter count as one wide head: four d_model x d_model projections.
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING
+
 from torch import Tensor, nn
 
 from .attention import scaled_dot_product_attention
-from .validation import check_bool_mask, check_floating, check_positive_int, check_tensor
+from .validation import (
+    at_the_door,
+    check_bool_mask,
+    check_positive_int,
+    check_sequence,
+    check_tensor,
+    door,
+)
+
+if TYPE_CHECKING:
+    from .kv_cache import LayerCache
 
 __all__ = [
     "split_heads",
     "merge_heads",
     "MultiHeadAttention",
+    "torch_attention_state",
+    "check_attention_mask",
     "repeat_kv",
     "grouped_query_attention",
     "GroupedQueryAttention",
 ]
 
 
+@door
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
     """(batch, seq, d_model) -> (batch, num_heads, seq, d_head), d_head = d_model / num_heads.
 
@@ -32,25 +45,38 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
     a reshape straight to (batch, num_heads, seq, d_head) has the right shape but mixes tokens.
     Raises ValueError when d_model is not divisible by num_heads.
     """
-    check_tensor(x, "x", ndim=3, shape_hint="(batch, seq, d_model)")
-    check_positive_int(num_heads, "num_heads")
+    if at_the_door():
+        check_tensor(x, "x", ndim=3, shape_hint="(batch, seq, d_model)")
+        check_positive_int(num_heads, "num_heads")
+        if x.shape[-1] % num_heads != 0:
+            raise ValueError(
+                f"d_model={x.shape[-1]} is not divisible by num_heads={num_heads}; each head "
+                f"gets d_model / num_heads features, so choose num_heads among the divisors "
+                f"of {x.shape[-1]}"
+            )
     batch, seq, d_model = x.shape
-    if d_model % num_heads != 0:
-        raise ValueError(
-            f"d_model={d_model} is not divisible by num_heads={num_heads}; each head gets "
-            f"d_model / num_heads features, so choose num_heads among the divisors of {d_model}"
-        )
-    d_head = d_model // num_heads
-    x = x.reshape(batch, seq, num_heads, d_head)  # (batch, seq, num_heads, d_head)
+    x = x.reshape(batch, seq, num_heads, d_model // num_heads)  # (batch, seq, heads, d_head)
     return x.transpose(1, 2)  # (batch, num_heads, seq, d_head)
 
 
+@door
 def merge_heads(x: Tensor) -> Tensor:
     """(batch, num_heads, seq, d_head) -> (batch, seq, num_heads * d_head); inverse of split."""
-    check_tensor(x, "x", ndim=4, shape_hint="(batch, num_heads, seq, d_head)")
+    if at_the_door():
+        check_tensor(x, "x", ndim=4, shape_hint="(batch, num_heads, seq, d_head)")
     batch, num_heads, seq, d_head = x.shape
     x = x.transpose(1, 2)  # (batch, seq, num_heads, d_head)
     return x.reshape(batch, seq, num_heads * d_head)  # (batch, seq, d_model)
+
+
+def check_attention_mask(mask: object, name: str, batch: int, num_heads: int, n_q: int,
+                         n_k: int) -> None:
+    """A boolean mask (True = may attend) broadcastable to (batch, n_q, n_k), or a 4-D one to
+    (batch, num_heads, n_q, n_k)."""
+    if isinstance(mask, Tensor) and mask.dim() == 4:
+        check_bool_mask(mask, name, (batch, num_heads, n_q, n_k), "(batch, num_heads, n_q, n_k)")
+    else:
+        check_bool_mask(mask, name, (batch, n_q, n_k), "(batch, n_q, n_k)")
 
 
 class MultiHeadAttention(nn.Module):
@@ -63,9 +89,14 @@ class MultiHeadAttention(nn.Module):
     weights (batch, num_heads, n_q, n_k)); with need_weights=False it uses PyTorch's fused
     kernel and returns (output, None), which is faster for training. is_causal=True (with no
     mask) is the causal mask without building it: the fused kernel skips the future keys.
+
+    cache: a `course_lib.kv_cache.LayerCache` holding the keys and values of earlier tokens
+    (lesson 09). The new tokens' keys and values are appended to it, and the queries attend
+    to all of them; with is_causal=True the new tokens are the last ones of the sequence.
     """
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 num_kv_heads: int | None = None):
         super().__init__()
         check_positive_int(d_model, "d_model")
         check_positive_int(num_heads, "num_heads")
@@ -76,23 +107,25 @@ class MultiHeadAttention(nn.Module):
             )
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        self.d_model, self.num_heads = d_model, num_heads
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        check_positive_int(num_kv_heads, "num_kv_heads")
+        if num_heads % num_kv_heads != 0:
+            raise ValueError(
+                f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}; "
+                "each kv head serves a group of num_heads / num_kv_heads query heads"
+            )
+        self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
         self.d_head = d_model // num_heads
         self.dropout = dropout
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
+        self.v_proj = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
-    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
+    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None,
+                      is_causal: bool, cache: LayerCache | None) -> None:
         for t, name, seq in ((query, "query", "n_q"), (key, "key", "n_k"), (value, "value", "n_k")):
-            check_tensor(t, name, ndim=3, shape_hint=f"(batch, {seq}, d_model={self.d_model})")
-            if t.shape[-1] != self.d_model:
-                raise ValueError(
-                    f"{name} has {t.shape[-1]} features but this attention has "
-                    f"d_model={self.d_model} (got shape {tuple(t.shape)})"
-                )
-            check_floating(t, name)  # (no dtype-equality check: autocast mixes dtypes)
+            check_sequence(t, name, self.d_model, seq, "this attention")
         if key.shape[:2] != value.shape[:2]:
             raise ValueError(
                 f"key {tuple(key.shape)} and value {tuple(value.shape)} must have the same "
@@ -102,17 +135,6 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"query has batch={query.shape[0]} but key has batch={key.shape[0]}"
             )
-
-    def forward(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        mask: Tensor | None = None,
-        need_weights: bool = True,
-        is_causal: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        self._check_inputs(query, key, value)
         batch, n_q, n_k = query.shape[0], query.shape[1], key.shape[1]
         if is_causal:
             if mask is not None:
@@ -121,40 +143,37 @@ class MultiHeadAttention(nn.Module):
             if n_q != n_k:
                 raise ValueError(f"is_causal=True needs as many queries as keys, got n_q={n_q} "
                                  f"and n_k={n_k}")
-            if need_weights:  # the explicit mask, True on and below the diagonal
-                mask = torch.ones(n_q, n_k, dtype=torch.bool, device=query.device).tril()
         if mask is not None:
-            if isinstance(mask, Tensor) and mask.dim() == 4:
-                check_bool_mask(mask, "mask", (batch, self.num_heads, n_q, n_k),
-                                "(batch, num_heads, n_q, n_k)")
-            else:
-                check_bool_mask(mask, "mask", (batch, n_q, n_k), "(batch, n_q, n_k)")
-                if mask.dim() == 3:  # (batch, n_q or 1, n_k): the same for every head
-                    mask = mask.unsqueeze(1)  # (batch, 1, n_q or 1, n_k)
-        q = self._split(self.q_proj(query))  # (batch, heads, n_q, d_head)
-        k = self._split(self.k_proj(key))  # (batch, heads, n_k, d_head)
-        v = self._split(self.v_proj(value))  # (batch, heads, n_k, d_head)
-        p = self.dropout if self.training else 0.0
-        if need_weights:
-            heads, weights = scaled_dot_product_attention(q, k, v, mask)
-            if p > 0:  # dropout on the weights, then recombine (as nn.MultiheadAttention does)
-                heads = F.dropout(weights, p) @ v
-        else:
-            weights = None
-            if mask is None:
-                heads = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=is_causal)
-            else:  # rows with no allowed key: attend anywhere, then zero them (no NaN)
-                any_key = mask.any(dim=-1, keepdim=True)
-                heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~any_key,
-                                                       dropout_p=p)
-                heads = heads.masked_fill(~any_key, 0.0)
-        output = self.out_proj(merge_heads(heads))  # (batch, n_q, d_model)
-        return output, weights
+            n_k += 0 if cache is None else len(cache)
+            check_attention_mask(mask, "mask", batch, self.num_heads, n_q, n_k)
 
-    def _split(self, x: Tensor) -> Tensor:
-        batch, seq, _ = x.shape
-        # (batch, seq, d_model) -> (batch, seq, heads, d_head) -> (batch, heads, seq, d_head)
-        return x.view(batch, seq, self.num_heads, self.d_head).transpose(1, 2)
+    @door
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Tensor | None = None,
+        need_weights: bool = True,
+        is_causal: bool = False,
+        cache: LayerCache | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        if at_the_door():
+            self._check_inputs(query, key, value, mask, is_causal, cache)
+        if mask is not None and mask.dim() == 3:  # (batch, n_q or 1, n_k): same for every head
+            mask = mask.unsqueeze(1)  # (batch, 1, n_q or 1, n_k)
+        q = split_heads(self.q_proj(query), self.num_heads)  # (batch, heads, n_q, d_head)
+        k = split_heads(self.k_proj(key), self.num_kv_heads)  # (batch, kv_heads, n_k, d_head)
+        v = split_heads(self.v_proj(value), self.num_kv_heads)  # (batch, kv_heads, n_k, d_head)
+        if cache is not None:  # the earlier tokens' keys and values come first
+            k, v = cache.append(k, v)  # (batch, kv_heads, t + n_k, d_head)
+        if self.num_kv_heads != self.num_heads:  # grouped-query attention: share the kv heads
+            k, v = repeat_kv(k, self.num_heads), repeat_kv(v, self.num_heads)
+        heads, weights = scaled_dot_product_attention(
+            q, k, v, mask, is_causal=is_causal, need_weights=need_weights,
+            dropout_p=self.dropout if self.training else 0.0,
+        )  # (batch, heads, n_q, d_head), (batch, heads, n_q, t + n_k) or None
+        return self.out_proj(merge_heads(heads)), weights  # (batch, n_q, d_model)
 
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
@@ -168,29 +187,50 @@ class MultiHeadAttention(nn.Module):
         bias = module.in_proj_bias is not None
         ours = cls(module.embed_dim, module.num_heads, dropout=module.dropout, bias=bias)
         ours = ours.to(module.in_proj_weight.device, module.in_proj_weight.dtype)
-        w_q, w_k, w_v = module.in_proj_weight.detach().chunk(3, dim=0)
-        with torch.no_grad():
-            for proj, w in ((ours.q_proj, w_q), (ours.k_proj, w_k), (ours.v_proj, w_v)):
-                proj.weight.copy_(w)
-            ours.out_proj.weight.copy_(module.out_proj.weight)
-            if bias:
-                b_q, b_k, b_v = module.in_proj_bias.detach().chunk(3)
-                for proj, b in ((ours.q_proj, b_q), (ours.k_proj, b_k), (ours.v_proj, b_v)):
-                    proj.bias.copy_(b)
-                ours.out_proj.bias.copy_(module.out_proj.bias)
+        ours.load_state_dict(module.state_dict())  # in_proj is split on loading, see below
         return ours
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # PyTorch's stacked in_proj (nn.MultiheadAttention's names) loads as q/k/v_proj
+        for key in [k for k in state_dict if k.startswith(prefix + "in_proj_")]:
+            state_dict.update(torch_attention_state({key: state_dict.pop(key)}))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
+
+def torch_attention_state(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A state dict with nn.MultiheadAttention's names -> ours.
+
+    PyTorch stacks the three input projections in one (3 d_model, d_model) matrix,
+    `in_proj_weight` (and `in_proj_bias`): rows 0..d-1 are W_Q, then W_K, then W_V. Every
+    `...in_proj_weight` key becomes `...q_proj.weight`, `...k_proj.weight`, `...v_proj.weight`;
+    other keys (out_proj, and anything outside the attention) are kept as they are.
+    """
+    ours = {}
+    for key, value in state.items():
+        prefix, _, name = key.rpartition(".")
+        prefix = prefix + "." if prefix else ""
+        if name in ("in_proj_weight", "in_proj_bias"):
+            kind = name.removeprefix("in_proj_")  # "weight" or "bias"
+            for proj, part in zip(("q_proj", "k_proj", "v_proj"), value.chunk(3), strict=True):
+                ours[f"{prefix}{proj}.{kind}"] = part
+        else:
+            ours[key] = value
+    return ours
+
+
+@door
 def repeat_kv(x: Tensor, num_heads: int) -> Tensor:
     """(batch, num_kv_heads, seq, d_head) -> (batch, num_heads, seq, d_head).
 
     Query head h uses key/value head h // (num_heads / num_kv_heads): each kv head is repeated
     for its group of consecutive query heads (repeat_interleave, as in Llama), not tiled.
     """
-    check_tensor(x, "x", ndim=4, shape_hint="(batch, num_kv_heads, seq, d_head)")
-    check_positive_int(num_heads, "num_heads")
-    if num_heads % x.shape[1] != 0:
-        raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={x.shape[1]}")
+    if at_the_door():
+        check_tensor(x, "x", ndim=4, shape_hint="(batch, num_kv_heads, seq, d_head)")
+        check_positive_int(num_heads, "num_heads")
+        if num_heads % x.shape[1] != 0:
+            raise ValueError(f"num_heads={num_heads} is not a multiple of "
+                             f"num_kv_heads={x.shape[1]}")
     return x.repeat_interleave(num_heads // x.shape[1], dim=1)
 
 
@@ -221,36 +261,12 @@ def grouped_query_attention(q: Tensor, k: Tensor, v: Tensor,
 class GroupedQueryAttention(MultiHeadAttention):
     """Grouped-query attention (Llama 2/3): num_heads query heads share num_kv_heads k/v heads.
 
-    q_proj and out_proj are (d_model, d_model); k_proj and v_proj are
-    (d_model -> num_kv_heads * d_head), so the KV cache shrinks by num_heads / num_kv_heads.
-    Query heads g*group .. (g+1)*group - 1 share kv head g (group = num_heads / num_kv_heads).
-    num_kv_heads == num_heads is ordinary multi-head attention; num_kv_heads == 1 is
-    multi-query attention. forward(query, key, value, mask=None) as MultiHeadAttention's,
-    returns (output (batch, n_q, d_model), weights (batch, num_heads, n_q, n_k)).
+    `MultiHeadAttention` with num_kv_heads given: q_proj and out_proj are (d_model, d_model);
+    k_proj and v_proj are (d_model -> num_kv_heads * d_head), so the KV cache shrinks by
+    num_heads / num_kv_heads. Query heads g*group .. (g+1)*group - 1 share kv head g
+    (group = num_heads / num_kv_heads). num_kv_heads == num_heads is ordinary multi-head
+    attention; num_kv_heads == 1 is multi-query attention.
     """
 
     def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, bias: bool = True):
-        super().__init__(d_model, num_heads, bias=bias)
-        check_positive_int(num_kv_heads, "num_kv_heads")
-        if num_heads % num_kv_heads != 0:
-            raise ValueError(
-                f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}; "
-                "each kv head serves a group of num_heads / num_kv_heads query heads"
-            )
-        self.num_kv_heads = num_kv_heads
-        self.k_proj = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
-        self.v_proj = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
-
-    def forward(self, query: Tensor, key: Tensor, value: Tensor,
-                mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        self._check_inputs(query, key, value)
-        batch, n_q, n_k = query.shape[0], query.shape[1], key.shape[1]
-        if mask is not None:
-            check_bool_mask(mask, "mask", (batch, n_q, n_k), "(batch, n_q, n_k)")
-            if mask.dim() == 3:
-                mask = mask.unsqueeze(1)  # (batch, 1, n_q or 1, n_k): the same for every head
-        q = split_heads(self.q_proj(query), self.num_heads)  # (batch, heads, n_q, d_head)
-        k = split_heads(self.k_proj(key), self.num_kv_heads)  # (batch, kv_heads, n_k, d_head)
-        v = split_heads(self.v_proj(value), self.num_kv_heads)  # (batch, kv_heads, n_k, d_head)
-        heads, weights = grouped_query_attention(q, k, v, mask)  # (batch, heads, n_q, d_head)
-        return self.out_proj(merge_heads(heads)), weights  # (batch, n_q, d_model)
+        super().__init__(d_model, num_heads, bias=bias, num_kv_heads=num_kv_heads)

@@ -21,7 +21,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .validation import check_floating, check_positive_int, check_tensor
+from .validation import at_the_door, check_floating, check_positive_int, check_tensor, door
 
 __all__ = [
     "sinusoid_frequencies",
@@ -195,8 +195,10 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.register_buffer("pe", sinusoidal_positional_encoding(max_len, d_model),
                              persistent=False)  # (max_len, d_model)
 
+    @door
     def forward(self, x: Tensor, start_pos: int = 0) -> Tensor:
-        _check_sequence_input(x, self.d_model, self.max_len, start_pos)
+        if at_the_door():
+            _check_sequence_input(x, self.d_model, self.max_len, start_pos)
         seq_len = x.shape[1]
         pe = self.pe[start_pos:start_pos + seq_len].to(x.dtype)  # (seq, d_model)
         return self.dropout(x + pe)  # (batch, seq, d_model), PE broadcast over the batch
@@ -220,8 +222,16 @@ class LearnedPositionalEmbedding(nn.Module):
         self.embedding = nn.Embedding(max_len, d_model)
         nn.init.normal_(self.embedding.weight, mean=0.0, std=0.02)
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # a bare nn.Embedding's name ("weight") loads too: it is the same table
+        if prefix + "weight" in state_dict:
+            state_dict[prefix + "embedding.weight"] = state_dict.pop(prefix + "weight")
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    @door
     def forward(self, x: Tensor, start_pos: int = 0) -> Tensor:
-        _check_sequence_input(x, self.d_model, self.max_len, start_pos)
+        if at_the_door():
+            _check_sequence_input(x, self.d_model, self.max_len, start_pos)
         seq_len = x.shape[1]
         positions = torch.arange(start_pos, start_pos + seq_len, device=x.device)  # (seq,)
         return x + self.embedding(positions).to(x.dtype)  # (batch, seq, d_model)

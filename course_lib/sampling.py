@@ -1,12 +1,10 @@
-"""Sampling the next token, perplexity, and one step of attention with a KV cache (lesson 09).
+"""Sampling the next token, and perplexity (lesson 09).
 
     sampling_distribution  logits (batch, vocab) -> the probabilities a sampler draws from:
                            softmax(logits / temperature), then top-k, then top-p, renormalised
     sample_next            one draw per row from that distribution (greedy when temperature=0)
     perplexity             exp(mean cross-entropy in nats): "as unsure as a fair die with
                            this many faces"
-    cached_attention_step  attention of the newest query over all keys so far, appending the
-                           newest key and value to the cache instead of recomputing the past
 
 Filtering order (as Hugging Face `generate` does): temperature first, then keep the `top_k`
 most likely tokens, then the smallest set of the most likely tokens whose probabilities add up
@@ -20,10 +18,9 @@ import math
 import torch
 from torch import Tensor
 
-from .attention import scaled_dot_product_attention
 from .validation import check_floating, check_tensor
 
-__all__ = ["sampling_distribution", "sample_next", "perplexity", "cached_attention_step"]
+__all__ = ["sampling_distribution", "sample_next", "perplexity"]
 
 
 def _check_options(temperature: object, top_k: object, top_p: object, vocab: int) -> None:
@@ -115,37 +112,3 @@ def perplexity(logits: Tensor, targets: Tensor) -> Tensor:
     log_probs = torch.log_softmax(logits, dim=-1)  # (..., vocab), natural log
     nll = -log_probs.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)  # (...)
     return torch.exp(nll.mean())
-
-
-def cached_attention_step(q_t: Tensor, k_t: Tensor, v_t: Tensor, k_cache: Tensor,
-                          v_cache: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Attention for the newest token, reusing the keys and values of the earlier ones.
-
-    q_t, k_t, v_t: (batch, heads, 1, d_head), the newest token's query, key and value.
-    k_cache, v_cache: (batch, heads, t, d_head), the keys and values of the t earlier tokens
-    (t may be 0). Returns (output_t (batch, heads, 1, d_head), k_cache, v_cache) with the new
-    caches (batch, heads, t + 1, d_head): the old ones with k_t and v_t appended along the
-    sequence axis. output_t equals the last row of full causal attention over all t + 1
-    tokens: the newest token may attend to every earlier one and to itself, so no mask.
-    """
-    for t, name in ((q_t, "q_t"), (k_t, "k_t"), (v_t, "v_t")):
-        check_tensor(t, name, ndim=4, shape_hint="(batch, heads, 1, d_head)")
-        check_floating(t, name)
-        if t.shape[2] != 1:
-            raise ValueError(f"{name} must hold one token, shape (batch, heads, 1, d_head), "
-                             f"got shape {tuple(t.shape)}")
-    for t, name in ((k_cache, "k_cache"), (v_cache, "v_cache")):
-        check_tensor(t, name, ndim=4, shape_hint="(batch, heads, t, d_head)", allow_empty=True)
-    if k_t.shape != q_t.shape or tuple(k_cache.shape[:2]) != tuple(q_t.shape[:2]) \
-            or k_cache.shape[-1] != q_t.shape[-1]:
-        raise ValueError(f"q_t {tuple(q_t.shape)}, k_t {tuple(k_t.shape)} and k_cache "
-                         f"{tuple(k_cache.shape)} must share batch, heads and d_head")
-    if v_t.shape[:3] != q_t.shape[:3] or tuple(v_cache.shape[:3]) != tuple(k_cache.shape[:3]) \
-            or v_cache.shape[-1] != v_t.shape[-1]:
-        raise ValueError(f"v_t {tuple(v_t.shape)} and v_cache {tuple(v_cache.shape)} must match "
-                         f"k_t {tuple(k_t.shape)} and k_cache {tuple(k_cache.shape)} in batch, "
-                         "heads and length, and share their d_head")
-    k_cache = torch.cat([k_cache, k_t], dim=-2)  # (batch, heads, t + 1, d_head)
-    v_cache = torch.cat([v_cache, v_t], dim=-2)  # (batch, heads, t + 1, d_head)
-    output_t, _ = scaled_dot_product_attention(q_t, k_cache, v_cache)  # (batch, heads, 1, d_head)
-    return output_t, k_cache, v_cache

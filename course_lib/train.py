@@ -2,10 +2,14 @@
 
     shift_right           targets (batch, seq) -> decoder input <bos> t0 t1 ... (teacher forcing)
     label_smoothing_loss  cross-entropy against (1 - eps) * one-hot + eps / vocab, pads ignored
+    lm_loss               a language model's next-token cross-entropy on a batch (lesson 09)
+    evaluate_loss         that cross-entropy over a whole split, every token predicted once
     noam_lr               the warm-up schedule of "Attention Is All You Need":
                           lr = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
     noam_scheduler        that schedule as a torch LambdaLR (optimizer built with lr=1.0),
                           optionally with a linear cool-down to 0 over the end of a short run
+    WarmupCosine          lesson 09's schedule: linear warm-up, then a cosine down to min_lr at
+                          the end of a step or a time budget
     train                 a generic loop: batch -> loss_fn(model, batch) -> backward -> step,
                           with a tqdm progress bar, optional clipping, a step or time budget,
                           returning a `TrainHistory` (loss and learning rate per step)
@@ -23,6 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .validation import check_floating, check_positive_int, check_tensor
@@ -37,6 +42,9 @@ __all__ = [
     "TrainHistory",
     "train",
     "train_step",
+    "lm_loss",
+    "evaluate_loss",
+    "WarmupCosine",
 ]
 
 
@@ -111,6 +119,64 @@ def noam_scheduler(optimizer: torch.optim.Optimizer, d_model: int, warmup: int,
         return lr
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
+
+
+class WarmupCosine:
+    """Learning rate: linear warm-up to max_lr over warmup_steps, then a cosine to min_lr.
+
+    The cosine runs over total_steps, or over total_seconds of wall-clock time from the first
+    step() (a schedule fitted to a time budget: it reaches min_lr when the time is up). Call
+    step() after every optimizer step, as with a torch scheduler (`course_lib.train.train`
+    does). `lr_at(progress)` is the curve itself, for plots.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, max_lr: float, min_lr: float,
+                 warmup_steps: int, total_steps: int | None = None,
+                 total_seconds: float | None = None):
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer must be a torch.optim.Optimizer, got "
+                            f"{type(optimizer).__name__}")
+        if not 0 <= min_lr <= max_lr:
+            raise ValueError(f"need 0 <= min_lr <= max_lr, got min_lr={min_lr}, max_lr={max_lr}")
+        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}")
+        if (total_steps is None) == (total_seconds is None):
+            raise ValueError("give exactly one of total_steps and total_seconds")
+        if total_steps is not None:
+            check_positive_int(total_steps, "total_steps")
+        elif not total_seconds > 0:
+            raise ValueError(f"total_seconds must be positive, got {total_seconds!r}")
+        self.optimizer, self.max_lr, self.min_lr = optimizer, max_lr, min_lr
+        self.warmup_steps, self.total_steps, self.total_seconds = (warmup_steps, total_steps,
+                                                                   total_seconds)
+        self.steps_done = 0
+        self._start: float | None = None
+        self._set(self.lr_now())
+
+    def lr_at(self, progress: float) -> float:
+        """The cosine part at progress in [0, 1]: max_lr at 0, min_lr at 1 and after."""
+        progress = min(max(progress, 0.0), 1.0)
+        return self.min_lr + 0.5 * (self.max_lr - self.min_lr) * (1 + math.cos(math.pi * progress))
+
+    def lr_now(self) -> float:
+        step = self.steps_done
+        if step < self.warmup_steps:
+            return self.max_lr * (step + 1) / self.warmup_steps
+        if self.total_steps is not None:
+            span = max(self.total_steps - self.warmup_steps, 1)
+            return self.lr_at((step - self.warmup_steps) / span)
+        elapsed = 0.0 if self._start is None else time.perf_counter() - self._start
+        return self.lr_at(elapsed / self.total_seconds)
+
+    def _set(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def step(self) -> None:
+        if self._start is None:
+            self._start = time.perf_counter()
+        self.steps_done += 1
+        self._set(self.lr_now())
 
 
 # --------------------------------------------------------------------------------------------
@@ -197,6 +263,46 @@ def label_smoothing_loss(logits: Tensor, target: Tensor, smoothing: float = 0.1,
     per_token = (1.0 - smoothing) * nll + smoothing * uniform  # (...)
     per_token = per_token.masked_fill(~keep, 0.0)
     return per_token.sum() / keep.sum().to(logits.dtype)  # mean over the real tokens only
+
+
+def lm_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
+    """Mean next-token cross-entropy (nats) of `model` on a batch (x, y), both (batch, seq)."""
+    x, y = batch
+    logits = model(x)  # (batch, seq, vocab)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+@torch.no_grad()
+def evaluate_loss(model: nn.Module, ids: Tensor, block_size: int, batch_size: int = 64) -> float:
+    """Mean cross-entropy in nats per character over ALL of `ids` (n,).
+
+    The text is cut into consecutive windows of block_size + 1 tokens that overlap by one, so
+    every token after the first is predicted exactly once, from the context of its window.
+    """
+    check_tensor(ids, "ids", ndim=1, shape_hint="(n,)", dtype=(torch.int64, torch.int32))
+    check_positive_int(block_size, "block_size")
+    check_positive_int(batch_size, "batch_size")
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    ids = ids.long().to(device)
+    n_full = (len(ids) - 1) // block_size
+    total, count = 0.0, 0
+    full = ids[: n_full * block_size + 1]
+    x_all = full[:-1].reshape(n_full, block_size)  # (windows, block_size)
+    y_all = full[1:].reshape(n_full, block_size)
+    for lo in range(0, n_full, batch_size):
+        logits = model(x_all[lo: lo + batch_size])  # (b, block_size, vocab)
+        total += F.cross_entropy(logits.flatten(0, 1), y_all[lo: lo + batch_size].flatten(),
+                                 reduction="sum").item()
+        count += y_all[lo: lo + batch_size].numel()
+    rest = ids[n_full * block_size:]  # the last, shorter window
+    if len(rest) > 1:
+        logits = model(rest[:-1].unsqueeze(0))
+        total += F.cross_entropy(logits[0], rest[1:], reduction="sum").item()
+        count += len(rest) - 1
+    model.train(was_training)
+    return total / count
 
 
 # --------------------------------------------------------------------------------------------

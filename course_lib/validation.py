@@ -3,22 +3,59 @@
 Each helper raises `ValueError` (or `TypeError` for a wrong type or dtype) naming the argument,
 what was expected and what it got, instead of letting a cryptic error surface from deep inside a
 matrix multiply.
+
+Checks run at the door. A public function or a module's `forward` marked `@door` checks its
+inputs only when it is called from outside (`if at_the_door(): ...`): a learner who calls
+`split_heads` or a `MultiHeadAttention` gets the clear message, but when a `GPT` calls its
+layers, which call their attention, which calls `split_heads`, the inner calls skip the checks
+the outer one already made. One counter says how deep inside such calls the program is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import torch
 from torch import Tensor
 
 __all__ = [
+    "door",
+    "at_the_door",
     "check_tensor",
+    "check_sequence",
+    "check_dropout",
+    "check_choice",
     "check_same_last_dim",
     "check_positive_int",
     "check_bool_mask",
     "check_floating",
 ]
+
+
+_F = TypeVar("_F", bound=Callable)
+_depth = 0  # how many @door calls are running: 1 = the outermost, where checks run
+
+
+def door(function: _F) -> _F:
+    """Mark `function` (a public function or a `forward`) as a place where inputs are checked."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        global _depth
+        _depth += 1
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _depth -= 1
+
+    return wrapper  # type: ignore[return-value]
+
+
+def at_the_door() -> bool:
+    """True in the outermost `@door` call (or outside any): the place to check inputs."""
+    return _depth <= 1
 
 
 def _shape(x: Tensor) -> str:
@@ -59,6 +96,34 @@ def check_tensor(
     if not allow_empty and x.numel() == 0:
         raise ValueError(f"{name} is empty (shape {_shape(x)}); it needs at least one element")
     return x
+
+
+def check_sequence(x: object, name: str, d_model: int, seq: str = "seq",
+                   owner: str = "this layer") -> Tensor:
+    """Check that `x` is a floating (batch, seq, d_model) tensor with the d_model of `owner`."""
+    hint = f"(batch, {seq}, d_model={d_model})"
+    check_tensor(x, name, ndim=3, shape_hint=hint)
+    check_floating(x, name)
+    if x.shape[-1] != d_model:
+        raise ValueError(
+            f"{name} has {x.shape[-1]} features but {owner} has d_model={d_model} "
+            f"(expected {hint}, got shape {_shape(x)})"
+        )
+    return x
+
+
+def check_dropout(dropout: object) -> float:
+    """Check that `dropout` is a probability in [0, 1)."""
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise ValueError(f"dropout must be in [0, 1) (a probability), got {dropout!r}")
+    return float(dropout)
+
+
+def check_choice(value: object, name: str, choices: Sequence[str]) -> str:
+    """Check that `value` is one of `choices` (e.g. an activation's name)."""
+    if value not in choices:
+        raise ValueError(f"{name} must be {' or '.join(map(repr, choices))}, got {value!r}")
+    return value  # type: ignore[return-value]
 
 
 def check_floating(x: Tensor, name: str) -> Tensor:

@@ -311,10 +311,12 @@ def test_gradients_flow_and_dropout_trains():
 def test_stacks_accept_a_layer_or_a_factory():
     layer = EncoderLayer(D_MODEL, HEADS, D_FF)
     copies = Encoder(layer, 3)
-    assert all(torch.equal(m.linear1.weight, layer.linear1.weight) for m in copies.layers)
-    assert copies.layers[0].linear1.weight is not layer.linear1.weight
+    ff = layer.feed_forward
+    assert all(torch.equal(m.feed_forward.linear1.weight, ff.linear1.weight) for m in copies.layers)
+    assert copies.layers[0].feed_forward.linear1.weight is not layer.feed_forward.linear1.weight
     fresh = Decoder(lambda: DecoderLayer(D_MODEL, HEADS, D_FF), 2, LayerNorm(D_MODEL))
-    assert not torch.equal(fresh.layers[0].linear1.weight, fresh.layers[1].linear1.weight)
+    first, second = (layer.feed_forward.linear1.weight for layer in fresh.layers)
+    assert not torch.equal(first, second)
     x, mem = torch.randn(2, 4, D_MODEL), torch.randn(2, 6, D_MODEL)
     assert copies(x).shape == (2, 4, D_MODEL) and fresh(x, mem).shape == (2, 4, D_MODEL)
     with pytest.raises(ValueError, match="num_layers must be a positive int"):

@@ -24,10 +24,14 @@ REFERENCES = {
 
 def _strip_reference(fn):
     """A copy of a reference with its own code object, so the grader does not see the reference."""
+    import inspect
     import types
 
+    fn = inspect.unwrap(fn)  # the function itself, not the decorator's wrapper
     code = fn.__code__.replace(co_name=fn.__name__ + "_copy")
-    return types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy = types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    return copy
 
 
 @pytest.mark.parametrize("task_id", TASKS)

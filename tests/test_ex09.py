@@ -11,12 +11,8 @@ from helpers import mistake_params
 from course_lib.grading import NOTEBOOK_SEED, check_result, get_task
 from course_lib.grading.core import judge, run_cases
 from course_lib.grading.tasks import ex09
-from course_lib.sampling import (
-    cached_attention_step,
-    perplexity,
-    sample_next,
-    sampling_distribution,
-)
+from course_lib.kv_cache import cached_attention_step
+from course_lib.sampling import perplexity, sample_next, sampling_distribution
 
 TASKS = ("ex09.sample_next", "ex09.perplexity", "ex09.cached_attention_step")
 

@@ -7,13 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from course_lib.attention import scaled_dot_product_attention
+from course_lib.kv_cache import cached_attention_step
 from course_lib.masking import causal_mask
-from course_lib.sampling import (
-    cached_attention_step,
-    perplexity,
-    sample_next,
-    sampling_distribution,
-)
+from course_lib.sampling import perplexity, sample_next, sampling_distribution
 
 PROBS = torch.tensor([[0.05, 0.40, 0.10, 0.25, 0.15, 0.05]])
 

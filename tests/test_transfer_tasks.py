@@ -189,7 +189,7 @@ class LearnerDecoderLayer(torch.nn.Module):
 def test_a_learner_decoder_layer_passes_and_equals_torch_in_both_norm_modes():
     from torch import nn
 
-    from course_lib.blocks import DecoderLayer
+    from course_lib.multihead import torch_attention_state
 
     status, feedback = status_and_feedback("ex07.DecoderLayer", LearnerDecoderLayer)
     assert status == "passed", feedback
@@ -197,7 +197,7 @@ def test_a_learner_decoder_layer_passes_and_equals_torch_in_both_norm_modes():
         theirs = nn.TransformerDecoderLayer(12, 3, 20, dropout=0.0, batch_first=True,
                                             norm_first=norm_first).eval()
         mine = LearnerDecoderLayer(12, 3, 20, norm_first=norm_first).eval()
-        mine.load_state_dict(DecoderLayer.from_torch(theirs).state_dict())
+        mine.load_state_dict(torch_attention_state(theirs.state_dict()))
         x, memory = torch.randn(2, 5, 12), torch.randn(2, 7, 12)
         causal = torch.ones(5, 5, dtype=torch.bool).tril()
         pad = torch.tensor([[True] * 7, [True] * 3 + [False] * 4])

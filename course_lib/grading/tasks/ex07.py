@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...multihead import MultiHeadAttention
-from ..core import Case, Task, load_weights, register
+from ..core import Case, Task, exercise_name, load_weights, register
 
 
 def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -16,7 +16,7 @@ def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32)
 
 def _random_state(module: nn.Module, gen: torch.Generator) -> dict[str, torch.Tensor]:
     """The module's parameter names with random values (LayerNorm gammas/betas too)."""
-    return {name: 0.2 + 0.5 * randn(gen, *p.shape, dtype=p.dtype)
+    return {exercise_name(name): 0.2 + 0.5 * randn(gen, *p.shape, dtype=p.dtype)
             for name, p in module.state_dict().items()}
 
 

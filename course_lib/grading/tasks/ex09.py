@@ -15,7 +15,15 @@ import torch
 from torch import nn
 
 from ...sampling import sampling_distribution
-from ..core import Case, GradingError, Task, compare_values, load_weights, register
+from ..core import (
+    Case,
+    GradingError,
+    Task,
+    compare_values,
+    exercise_state,
+    load_weights,
+    register,
+)
 
 DRAWS = 6000  # per row of a case: a standard error of at most 0.0065 on every frequency
 
@@ -280,7 +288,7 @@ _STALE_HINT = ("return the caches WITH the new key and value appended; returning
 class CachedAttentionStepTask(Task):
     id = "ex09.cached_attention_step"
     lesson = "lesson 09, section 'A KV cache'"
-    reference = "course_lib.sampling.cached_attention_step"
+    reference = "course_lib.kv_cache.cached_attention_step"
 
     def cases(self, gen):
         def qkv(batch, heads, n, d, d_v=None, dtype=torch.float32):
@@ -555,7 +563,7 @@ def _reference_gpt(sizes: dict):
 def _gpt_state(gen, sizes, dtype):
     model = _reference_gpt(sizes)
     state = {}
-    for name, value in model.state_dict().items():
+    for name, value in exercise_state(model.state_dict()).items():
         if name == "lm_head.weight":
             continue  # tied: the same tensor as token_embedding.weight
         noise = torch.randn(value.shape, generator=gen, dtype=torch.float64)
@@ -630,7 +638,7 @@ def _sgd_step(model, ids, lr=0.5):
         for p in model.parameters():  # parameters() lists a tied matrix once
             if p.grad is not None:
                 p -= lr * p.grad
-    state = model.state_dict()
+    state = exercise_state(model.state_dict())  # the exercise's names, in the same order
     return float(loss.detach()), torch.cat([state[k].flatten() for k in sorted(state)])
 
 

@@ -1,0 +1,101 @@
+"""The KV cache (lesson 09): generate a token without recomputing the keys and values of the past.
+
+A decoder's causal self-attention at step t needs the keys and values of tokens 0..t, but those
+of tokens 0..t-1 are the same as at the previous step: only the newest token's are new.
+
+    cached_attention_step  one head-batched attention step, written out: append the newest key
+                           and value to the cache, attend from the newest query to all of them
+    LayerCache             what one attention layer keeps: keys and values (batch, heads, t, d_head)
+    KVCache                one LayerCache per layer of a model (`GPT.forward_cached` uses it)
+
+`MultiHeadAttention(..., cache=layer_cache)` appends its new keys and values to `layer_cache` and
+attends over all of them, so cached generation runs through the very layers that training uses.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .attention import scaled_dot_product_attention
+from .validation import check_floating, check_tensor
+
+__all__ = ["cached_attention_step", "LayerCache", "KVCache"]
+
+
+def cached_attention_step(q_t: Tensor, k_t: Tensor, v_t: Tensor, k_cache: Tensor,
+                          v_cache: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Attention for the newest token, reusing the keys and values of the earlier ones.
+
+    q_t, k_t, v_t: (batch, heads, 1, d_head), the newest token's query, key and value.
+    k_cache, v_cache: (batch, heads, t, d_head), the keys and values of the t earlier tokens
+    (t may be 0). Returns (output_t (batch, heads, 1, d_head), k_cache, v_cache) with the new
+    caches (batch, heads, t + 1, d_head): the old ones with k_t and v_t appended along the
+    sequence axis. output_t equals the last row of full causal attention over all t + 1
+    tokens: the newest token may attend to every earlier one and to itself, so no mask.
+    """
+    for t, name in ((q_t, "q_t"), (k_t, "k_t"), (v_t, "v_t")):
+        check_tensor(t, name, ndim=4, shape_hint="(batch, heads, 1, d_head)")
+        check_floating(t, name)
+        if t.shape[2] != 1:
+            raise ValueError(f"{name} must hold one token, shape (batch, heads, 1, d_head), "
+                             f"got shape {tuple(t.shape)}")
+    for t, name in ((k_cache, "k_cache"), (v_cache, "v_cache")):
+        check_tensor(t, name, ndim=4, shape_hint="(batch, heads, t, d_head)", allow_empty=True)
+    if k_t.shape != q_t.shape or tuple(k_cache.shape[:2]) != tuple(q_t.shape[:2]) \
+            or k_cache.shape[-1] != q_t.shape[-1]:
+        raise ValueError(f"q_t {tuple(q_t.shape)}, k_t {tuple(k_t.shape)} and k_cache "
+                         f"{tuple(k_cache.shape)} must share batch, heads and d_head")
+    if v_t.shape[:3] != q_t.shape[:3] or tuple(v_cache.shape[:3]) != tuple(k_cache.shape[:3]) \
+            or v_cache.shape[-1] != v_t.shape[-1]:
+        raise ValueError(f"v_t {tuple(v_t.shape)} and v_cache {tuple(v_cache.shape)} must match "
+                         f"k_t {tuple(k_t.shape)} and k_cache {tuple(k_cache.shape)} in batch, "
+                         "heads and length, and share their d_head")
+    k_cache = torch.cat([k_cache, k_t], dim=-2)  # (batch, heads, t + 1, d_head)
+    v_cache = torch.cat([v_cache, v_t], dim=-2)  # (batch, heads, t + 1, d_head)
+    output_t, _ = scaled_dot_product_attention(q_t, k_cache, v_cache)  # (batch, heads, 1, d_head)
+    return output_t, k_cache, v_cache
+
+
+class LayerCache:
+    """The keys and values one attention layer has seen, each (batch, heads, t, d_head).
+
+    `append(k, v)` adds the new tokens' keys and values (batch, heads, n, d_head) and returns
+    all of them (batch, heads, t + n, d_head). `len(cache)` is t, the number of cached tokens.
+    """
+
+    def __init__(self, keys: Tensor | None = None, values: Tensor | None = None):
+        self.keys, self.values = keys, values
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if self.keys is not None:  # a new tensor: a copy of the cache keeps its old contents
+            k = torch.cat([self.keys, k], dim=2)  # (batch, heads, t + n, d_head)
+            v = torch.cat([self.values, v], dim=2)
+        self.keys, self.values = k, v
+        return k, v
+
+    def __len__(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    def __repr__(self) -> str:
+        shape = None if self.keys is None else tuple(self.keys.shape)
+        return f"LayerCache(keys: {shape})"
+
+
+class KVCache(list):
+    """One `LayerCache` per layer: `KVCache.empty(num_layers)`; `len(cache[0])` tokens cached.
+
+    `copy()` gives a cache that can grow without changing this one (the tensors are shared
+    until the next append makes new ones), so a caller's old cache stays as it was.
+    """
+
+    @classmethod
+    def empty(cls, num_layers: int) -> KVCache:
+        return cls(LayerCache() for _ in range(num_layers))
+
+    def copy(self) -> KVCache:
+        return KVCache(LayerCache(layer.keys, layer.values) for layer in self)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self[0]) if self else 0
