@@ -30,7 +30,7 @@ __all__ = [
     "cooccurrence_matrix",
     "ppmi",
     "svd_embeddings",
-    "train_embeddings",
+    "count_embeddings",
     "project_2d",
     "plot_embeddings_2d",
 ]
@@ -173,12 +173,13 @@ def svd_embeddings(matrix: Tensor, dim: int) -> Tensor:
     return U * signs * S.sqrt()  # (V, dim)
 
 
-def train_embeddings(
+def count_embeddings(
     sequences: Sequence[Sequence[int]], vocab_size: int, dim: int = 16, window: int = 2
 ) -> Tensor:
     """Count, PPMI, SVD: a (vocab_size, dim) float32 table of learned word vectors.
 
-    A token that never occurs (e.g. `<pad>`) gets a zero vector.
+    Learned by counting, not by gradient descent (hence the name): the same corpus always gives
+    the same table. A token that never occurs (e.g. `<pad>`) gets a zero vector.
     """
     counts = cooccurrence_matrix(sequences, vocab_size, window)
     return svd_embeddings(ppmi(counts), dim).float()
@@ -231,6 +232,7 @@ def plot_embeddings_2d(
         below = len(labels) > 1 and y < float(points[nearest[i], 1])
         offset = (4, -11) if below else (4, 4)
         ax.annotate(label, (x, y), textcoords="offset points", xytext=offset, fontsize=9)
+    ax.margins(x=0.1, y=0.12)  # room for the labels written below the lowest points
     ax.set_xlabel("first principal direction")
     ax.set_ylabel("second principal direction")
     ax.set_title(title)

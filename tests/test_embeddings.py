@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from course_lib.embeddings import (
     cooccurrence_matrix,
     cosine_similarity_matrix,
+    count_embeddings,
     embed,
     nearest_neighbours,
     one_hot,
@@ -20,7 +21,6 @@ from course_lib.embeddings import (
     ppmi,
     project_2d,
     svd_embeddings,
-    train_embeddings,
 )
 from course_lib.text import WordTokenizer, embedding_corpus
 
@@ -162,7 +162,7 @@ def test_svd_embeddings_rank_and_sign_convention():
 def test_learned_embeddings_put_related_words_together():
     corpus = embedding_corpus()
     tok = WordTokenizer.from_corpus(corpus)
-    E = train_embeddings([tok.encode(s) for s in corpus], tok.vocab_size, dim=16, window=2)
+    E = count_embeddings([tok.encode(s) for s in corpus], tok.vocab_size, dim=16, window=2)
     assert E.shape == (tok.vocab_size, 16) and E.dtype == torch.float32
     S = cosine_similarity_matrix(E)
 

@@ -7,7 +7,7 @@ SHA-256 of "<seed>|<task id>|<mutant key>" (the command's `--sample`), the same 
 five of the 31 tasks have more (ex04's three, ex08.label_smoothing_loss, ex09.sample_next).
 The full run is `python -m course_lib.grading.mutants` (15-45 s, by the machine's load); a task
 that fails here prints its survivors as diffs. A survivor that really behaves like the solution
-goes into course_lib/grading/equivalent_mutants.json with its reason (see the README).
+goes into course_lib/grading/equivalent_mutants.json with its reason (see CONTRIBUTING.md).
 
 The other tests prove the command can fail: a weak fake task lets a mutant through, a stronger
 one does not, a recorded equivalence explains a survivor, a looping mutant is stopped, and the

@@ -1,8 +1,18 @@
 """The maintainer commands: stripping solutions, drafting notebooks, stamping."""
 
+import nbformat
 import pytest
 
-from tools.notebooks import SETUP_SOURCE, from_py, make_exercise, stamp, strip_solutions
+from tools.notebooks import (
+    OUTCOMES,
+    ROOT,
+    SETUP_SOURCE,
+    from_py,
+    make_exercise,
+    stamp,
+    strip_solutions,
+    study_minutes,
+)
 
 
 def test_strip_solutions_keeps_indentation_and_code_around_the_block():
@@ -60,6 +70,22 @@ def test_make_exercise_clears_outputs_and_sets_the_exercise_id():
     assert "raise NotImplementedError()" in body.source and body.outputs == []
     assert body.execution_count is None
     assert ex.metadata.course == {"exercise": "ex03"}
+
+
+def test_study_time_counts_prose_and_code_but_not_the_setup_cell(tmp_path):
+    words = " ".join(["word"] * 250)  # 2.5 minutes at 100 words a minute
+    code = "\n".join(["# a comment", "", *[f"x{i} = {i}" for i in range(12)]])  # 1.5 minutes
+    nb = from_py(f"# %% [markdown]\n# {words}\n\n# %%\n{code}\n")
+    stamp(nb, "notebooks/99_test.ipynb")  # adds the badge and the long setup cell
+    path = tmp_path / "99_test.ipynb"
+    nbformat.write(nb, path)
+    assert study_minutes(path) == 5  # 4 minutes, rounded up to 5
+
+
+def test_every_lesson_has_an_outcome_line_for_the_syllabus():
+    lessons = {p.name[:2] for p in (ROOT / "notebooks").glob("*.ipynb")}
+    missing = sorted(lessons - set(OUTCOMES))
+    assert not missing, f"add a one-line outcome to OUTCOMES in tools/notebooks.py for {missing}"
 
 
 def test_execute_refuses_to_save_on_a_busy_machine(monkeypatch):

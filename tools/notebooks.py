@@ -344,6 +344,30 @@ PLANNED = {  # lessons of the syllabus, shown in the README before their noteboo
     "09": "A GPT from scratch",
     "10": "The family and the cost",
 }
+OUTCOMES = {  # one line per lesson in the README's syllabus: what a learner comes away with
+    "00": "how the course works, the map of the Transformer, and why attention replaced "
+          "recurrence, at what cost (O(n²)), in numbers",
+    "01": "your own byte-level BPE tokenizer; `nn.Embedding` as a one-hot product; word "
+          "vectors by counting, and why one vector per word fails",
+    "02": "attention by hand (scores, stable softmax, weighted values), why it divides by "
+          "√d_k, and attention heatmaps; equal to PyTorch's",
+    "03": "multi-head attention with every reshape written out, matching "
+          "`nn.MultiheadAttention` to float precision",
+    "04": "why attention needs positions; sinusoidal, learned and rotary (RoPE) encodings, "
+          "their properties verified",
+    "05": "padding and causal masks, fully masked rows without NaN, and PyTorch's two opposite "
+          "mask conventions",
+    "06": "cross-attention from one sequence to another, its source mask, and where it sits in "
+          "the decoder",
+    "07": "feed-forward, residuals, LayerNorm, encoder and decoder layers: a full Transformer "
+          "equal to `nn.Transformer`",
+    "08": "an encoder-decoder you train to turn written dates into ISO 8601, with beam search "
+          "and cross-attention maps",
+    "09": "a character-level GPT trained on Shakespeare, sampled four ways, with a KV cache "
+          "that gives the same text faster",
+    "10": "BERT, GPT and T5 side by side; attention's cost measured, exact tiled attention, "
+          "and cheaper approximations",
+}
 SYLLABUS_START, SYLLABUS_END = "<!-- syllabus:start -->", "<!-- syllabus:end -->"
 
 
@@ -378,18 +402,52 @@ def exercise_effort(solution: Path) -> tuple[int, int, str]:
     return len(found), sum(minutes for _, minutes in found), " ".join("★" * s for s, _ in found)
 
 
+# Study time of a lesson, estimated from its length: the prose read carefully, the code read,
+# run and its output checked. Both rates are deliberately slow (a fast reader skims at 250 words
+# a minute); the exercise times come from each task's own estimate.
+WORDS_PER_MINUTE, CODE_LINES_PER_MINUTE = 100, 8
+
+
+def study_minutes(lesson: Path) -> int:
+    """Estimated minutes to study a lesson notebook: its markdown words at WORDS_PER_MINUTE and
+    its code lines (not blank, not comments, not the setup cell) at CODE_LINES_PER_MINUTE,
+    rounded up to 5 minutes."""
+    words = lines = 0
+    for cell in nbformat.read(lesson, as_version=4).cells:
+        if _tagged(cell, BADGE_TAG) or _tagged(cell, SETUP_TAG):
+            continue
+        if cell.cell_type == "markdown":
+            words += len(cell.source.split())
+        elif cell.cell_type == "code":
+            lines += sum(1 for line in cell.source.splitlines()
+                         if line.strip() and not line.strip().startswith("#"))
+    minutes = words / WORDS_PER_MINUTE + lines / CODE_LINES_PER_MINUTE
+    return 5 * -(-int(minutes) // 5) if minutes else 0
+
+
+def _hours(minutes: int) -> str:
+    return f"{round(minutes / 30) / 2:g} h"  # to the half hour
+
+
 def syllabus_table() -> str:
-    """The README's syllabus: one row per lesson, with links to what exists, and per exercise
-    set its tasks' difficulty and the total of their estimated minutes (from the solutions)."""
-    rows = ["| # | lesson | exercise | solution | exercise tasks: difficulty, time |",
-            "|---|---|---|---|---|"]
+    """The README's syllabus: one row per lesson, with what it gives a learner, links to what
+    exists, its estimated study time, and per exercise set its tasks' difficulty and the total
+    of their estimated minutes (from the solutions); then the totals."""
+    rows = ["| # | lesson | what you come away with | study time | exercise | solution "
+            "| exercise tasks: difficulty, time |",
+            "|---|---|---|---|---|---|---|"]
     lessons = {p.name[:2]: p for p in all_notebooks(("notebooks",))}
+    total_study = total_exercises = 0
     for number in sorted(set(PLANNED) | set(lessons)):
         lesson = lessons.get(number)
+        outcome = OUTCOMES.get(number, "")
         if lesson is None:
-            rows.append(f"| {number} | {PLANNED[number]} (in preparation) | | | |")
+            rows.append(f"| {number} | {PLANNED[number]} (in preparation) | {outcome} | | | | |")
             continue
-        cells = [f"{_title(lesson)}: {_link('notebooks', lesson.name)}"]
+        study = study_minutes(lesson)
+        total_study += study
+        cells = [f"{_title(lesson)}: {_link('notebooks', lesson.name)}", outcome,
+                 f"about {study} min"]
         for folder in ("exercises", "solutions"):
             path = ROOT / folder / lesson.name
             if number == "00":
@@ -397,8 +455,17 @@ def syllabus_table() -> str:
             cells.append(_link(folder, path.name) if path.exists() else "")
         solution = ROOT / "solutions" / (lesson.name if number != "00" else "00_warmup.ipynb")
         count, minutes, stars = exercise_effort(solution) if solution.exists() else (0, 0, "")
+        total_exercises += minutes
         cells.append(f"{count} tasks ({stars}), about {minutes} min" if count else "")
         rows.append(f"| {number} | " + " | ".join(cells) + " |")
+    rows.append("")
+    rows.append(
+        f"In all: about {_hours(total_study)} of lessons and {_hours(total_exercises)} of "
+        f"exercises, about {_hours(total_study + total_exercises)} of study. The lesson times are "
+        f"estimates from each notebook's length ({WORDS_PER_MINUTE} words of text or "
+        f"{CODE_LINES_PER_MINUTE} lines of code a minute); the exercise times add up each task's "
+        "own estimate."
+    )
     return "\n".join(rows)
 
 
