@@ -238,7 +238,7 @@ def run(seconds: float, text: str, preset: str, seed: int = 0, progress: bool = 
     return {
         "val_loss": round(metrics["val_loss"], 4),
         "val_bits_per_char": round(metrics["val_bits_per_char"], 4),
-        "train_seconds": round(history.seconds, 1),
+        "train_seconds": round(history.seconds, 2),
         "steps": history.steps,
         "tokens_seen": tokens_seen,
         "tokens_per_second": round(tokens_seen / history.seconds),

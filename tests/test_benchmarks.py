@@ -84,20 +84,25 @@ def test_train_gpt_prints_its_result_line(small_corpus):
     assert result["corpus_chars"] == 40_000
     assert result["val_chars"] == result["val_tokens"] == 4_000  # the last 10 %, one per char
     assert result["tokens_seen"] == 2 * 16 * 64  # steps x batch x block of the lesson preset
-    assert result["tokens_per_second"] > 0
+    assert result["tokens_per_second"] == pytest.approx(
+        result["tokens_seen"] / result["train_seconds"], rel=0.05)  # train_seconds is rounded
     assert 3.0 < result["val_loss"] < 5.0  # near ln(vocab) = 4.09 after two steps: untrained
     # one token per character: bits per character is the loss per token over ln 2
     assert result["val_bits_per_char"] == pytest.approx(result["val_loss"] / math.log(2),
                                                         abs=2e-4)
 
 
-def test_train_gpt_runs_with_bpe_on_the_same_validation_text(train_gpt, small_corpus, capsys):
+def test_train_gpt_runs_with_bpe_on_the_same_validation_text(train_gpt, small_corpus, capsys,
+                                                           monkeypatch):
+    calls = []  # the arguments of the training loop, recorded on the way through
+    monkeypatch.setattr(train_gpt, "train", lambda *args, train=train_gpt.train, **kwargs:
+                        calls.append(kwargs) or train(*args, **kwargs))
     result = train_gpt.main(["--corpus", str(small_corpus), "--steps", "3", "--tokenizer", "bpe",
                              "--vocab-size", "300", "--no-progress"])
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
     assert set(result) == GPT_KEYS
     assert result["tokenizer"] == "bpe" and result["vocab_size"] == 300
-    assert result["steps"] == 3
+    assert result["steps"] == 3 and calls[0]["clip"] == 1.0  # the preset's gradient clipping
     assert result["val_chars"] == 4_000  # the same validation characters as the char run above
     assert result["val_tokens"] < 3_500  # 44 merges pack common pairs: fewer tokens than chars
     assert 4.5 < result["val_loss"] < 7.0  # near ln(300) = 5.7: untrained
