@@ -73,9 +73,10 @@ nanoGPT's recipe above, as its README gives it for a CPU:
 How the losses relate: both are the mean cross-entropy in nats per character-level token, with
 every position of a 64-token window counting once, so they estimate the same quantity. But
 nanoGPT's "val loss" is an ESTIMATE, the mean over --eval_iters random batches (20 x 12
-windows x 64 = 15,360 predictions, drawn with replacement: a few hundredths of a nat of
-noise), while val_loss here covers the WHOLE split, every token predicted exactly once (no
-noise for a given model). Divide nanoGPT's loss by ln 2 = 0.693 for its bits per character.
+windows x 64 = 15,360 predictions at random places, drawn with replacement: it changes from
+one evaluation of the same model to the next), while val_loss here covers the WHOLE split,
+every token predicted exactly once (the same figure every time for a given model).
+Divide nanoGPT's loss by ln 2 = 0.693 for its bits per character.
 """
 
 from __future__ import annotations
