@@ -1,124 +1,288 @@
 """Train lesson 09's GPT for a fixed wall-clock budget and report its validation loss.
 
-    python benchmarks/train_gpt.py --seconds 180                       # the lesson's default
-    python benchmarks/train_gpt.py --seconds 180 --preset nanogpt-cpu  # nanoGPT's CPU recipe
-    python benchmarks/train_gpt.py --seconds 60 --corpus input.txt     # any UTF-8 text file
+    python benchmarks/train_gpt.py --seconds 180                          # the lesson's default
+    python benchmarks/train_gpt.py --seconds 180 --preset nanogpt-fitted  # nanoGPT's CPU recipe
+    python benchmarks/train_gpt.py --seconds 60 --corpus input.txt        # any UTF-8 text file
+    python benchmarks/train_gpt.py --seconds 180 --tokenizer bpe --vocab-size 512
 
-The last line printed is JSON: {"val_loss", "train_seconds", "steps", "tokens_seen", "params",
-"corpus_chars", "preset"}. val_loss is the mean cross-entropy in nats per character over the
-WHOLE validation split (the last 10 % of the corpus), measured after training; the time spent
-evaluating is not part of train_seconds.
+The last line printed is JSON:
+    val_loss           mean cross-entropy in nats per TOKEN over the WHOLE validation split
+    val_bits_per_char  the same loss in bits per CHARACTER (see below): comparable between the
+                       char and the BPE tokenizer, and with any other model of the same text
+    train_seconds, steps, tokens_seen, tokens_per_second (training tokens per second),
+    final_lr (the learning rate of the last step), params, vocab_size, tokenizer, corpus_chars,
+    val_chars, val_tokens, preset, threads
+The loss is measured after training; neither the evaluation nor the tokenizer's training and
+encoding is part of train_seconds.
 
-Presets (both run the same course_lib code, only the recipe differs):
-  nanogpt-cpu  nanoGPT's documented CPU recipe: 4 layers, 4 heads, d_model 128, block 64,
-               batch 12, no biases, learned positions, tied embeddings, dropout 0, AdamW lr 1e-3,
-               betas (0.9, 0.99), weight decay 0.1, 100 warm-up steps then cosine decay to 1e-4
-               at step 2000 (constant afterwards), gradient clipping at 1.0.
-  lesson       the lesson's default (notebook 09 trains it for 700 steps): the same model,
-               batch 16, a peak learning rate of 3e-3 (a small model on a short budget takes a
-               high one), 50 warm-up steps and a cosine fitted to the time budget, down to 3e-4
-               exactly when the time is up. Measured on this corpus: lr 3e-3 beat 2e-3 by
-               0.06 nats after 700 steps, and batch 16 x 700 steps beat batch 32 x 350 steps
-               (the same tokens) by 0.14, so on two cores small batches and many steps win.
-Compare presets only side by side on the same machine under the same load: another process on
-the cores slows two-thread training many times over.
+The text is split FIRST, by characters: the first int(0.9 n) characters for training, the last
+10 % for validation (the split of nanoGPT's data/shakespeare_char/prepare.py), and then each
+part is tokenized. So both tokenizers are scored on exactly the same validation characters.
+  --tokenizer char   one token per distinct character of the corpus (as nanoGPT's prepare.py)
+  --tokenizer bpe    course_lib.bpe's byte-level BPE with --vocab-size tokens (default 512),
+                     its merges learned from the training part only (nothing is cached on disk)
+
+Bits per character. evaluate_loss predicts every validation token but the first (the first is
+context only) and averages. Total nats = val_loss * (val_tokens - 1); those predicted tokens
+decode to some number of characters, and
+    val_bits_per_char = total nats / ln 2 / characters.
+For the char tokenizer that is val_loss / ln 2. A BPE token stands for several characters, so
+its loss per token is higher while its loss per character may be lower. (The model's context
+is block_size TOKENS: a BPE model sees more characters of context.)
+
+Presets (all run the same course_lib code, only the recipe differs):
+  nanogpt-fitted  nanoGPT's README recipe for a CPU: 4 layers, 4 heads, d_model 128, block 64,
+                  batch 12, no dropout, no biases, tied embeddings, learned positions, AdamW
+                  lr 1e-3, betas (0.9, 0.99), weight decay 0.1 on the matrices only, gradient
+                  clipping at 1.0, 100 warm-up steps, then a cosine down to 1e-4 that ends
+                  exactly when the time budget does (or at step --steps when it is given).
+  nanogpt-cpu     the same, with nanoGPT's fixed cosine: down to 1e-4 at step 2000 (its
+                  --lr_decay_iters=2000), constant afterwards, whatever the budget.
+  lesson          the lesson's default (notebook 09 trains it for 700 steps): the same model,
+                  batch 16, a peak learning rate of 3e-3 (a small model on a short budget takes
+                  a high one), 50 warm-up steps and a cosine fitted to the budget, down to 3e-4.
+                  Measured on this corpus: lr 3e-3 beat 2e-3 by 0.06 nats after 700 steps, and
+                  batch 16 x 700 steps beat batch 32 x 350 steps (the same tokens) by 0.14, so
+                  on two cores small batches and many steps win.
+A time-fitted cosine runs on the clock from the first step; the warm-up counts steps, so on a
+budget too short for the warm-up the cosine never starts (final_lr shows where it ended).
+
+Side by side with another trainer (e.g. nanoGPT's train.py): a fair comparison needs
+  * the same text: one file for both, here `--corpus input.txt`; for nanoGPT put it at
+    data/shakespeare_char/input.txt and run its prepare.py (it downloads only when the file is
+    missing). The shipped corpus is written out by
+        python -c "from course_lib.corpus import load_shakespeare as s; \\
+                   open('input.txt', 'w', encoding='utf-8').write(s())"
+  * the same split: the last 10 %, split at int(0.9 n) characters by both (check val_chars
+    against prepare.py's "val has ... tokens");
+  * the same budget: nanoGPT stops at --max_iters, not at a time. Either run it with
+    --max_iters=N --lr_decay_iters=N and this script with --steps N (the same work and the
+    same schedule; compare the wall times too), or read nanoGPT's "time ...ms" per iteration,
+    choose N so that N iterations fill the budget, and give this script --seconds of that
+    budget. nanoGPT also evaluates inside its loop (at step 0 and every --eval_interval):
+    set --eval_interval=N so that it does so only at the start and at the end;
+  * the same machine, quiet (nothing else on the cores: another process slows two-thread
+    training many times over), with a fixed thread count: `--threads 2` here and
+    OMP_NUM_THREADS=2 for nanoGPT (torch's default thread count comes from it);
+  * runs alternated A B A B (at least two of each), so a drift of the machine hits both;
+    report every run, or the median of each side.
+nanoGPT's recipe above, as its README gives it for a CPU:
+    python train.py config/train_shakespeare_char.py --device=cpu --compile=False
+        --eval_iters=20 --log_interval=1 --block_size=64 --batch_size=12 --n_layer=4
+        --n_head=4 --n_embd=128 --max_iters=2000 --lr_decay_iters=2000 --dropout=0.0
+How the losses relate: both are the mean cross-entropy in nats per character-level token, with
+every position of a 64-token window counting once, so they estimate the same quantity. But
+nanoGPT's "val loss" is an ESTIMATE, the mean over --eval_iters random batches (20 x 12
+windows x 64 = 15,360 predictions at random places, drawn with replacement: it changes from
+one evaluation of the same model to the next), while val_loss here covers the WHOLE split,
+every token predicted exactly once (the same figure every time for a given model).
+Divide nanoGPT's loss by ln 2 = 0.693 for its bits per character.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
 
 import torch
+from torch import Tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from course_lib.blocks import count_parameters  # noqa: E402
-from course_lib.corpus import load_shakespeare, train_val_split, window_batches  # noqa: E402
+from course_lib.bpe import BPETokenizer  # noqa: E402
+from course_lib.corpus import load_shakespeare, window_batches  # noqa: E402
 from course_lib.gpt import GPT, GPTConfig, WarmupCosine, evaluate_loss, lm_loss  # noqa: E402
 from course_lib.train import train  # noqa: E402
 
+# nanoGPT's small CPU model: no dropout, no biases, tied embeddings, learned positions
+NANOGPT_CPU_MODEL = dict(block_size=64, d_model=128, num_heads=4, num_layers=4, dropout=0.0,
+                         bias=False, tie_weights=True, positions=True)
+
+# decay_steps: the step at which the cosine reaches min_lr; None fits it to the budget (the
+# time, or --steps when given). The optimizer is AdamW with weight decay on matrices only.
 PRESETS = {
+    "nanogpt-fitted": dict(
+        model=NANOGPT_CPU_MODEL, batch_size=12, max_lr=1e-3, min_lr=1e-4, warmup_steps=100,
+        decay_steps=None, betas=(0.9, 0.99), weight_decay=0.1, clip=1.0,
+    ),
     "nanogpt-cpu": dict(
-        model=dict(block_size=64, d_model=128, num_heads=4, num_layers=4),
-        batch_size=12, max_lr=1e-3, min_lr=1e-4, warmup_steps=100, total_steps=2000,
-        fit_to_time=False,
+        model=NANOGPT_CPU_MODEL, batch_size=12, max_lr=1e-3, min_lr=1e-4, warmup_steps=100,
+        decay_steps=2000, betas=(0.9, 0.99), weight_decay=0.1, clip=1.0,
     ),
     "lesson": dict(
-        model=dict(block_size=64, d_model=128, num_heads=4, num_layers=4),
-        batch_size=16, max_lr=3e-3, min_lr=3e-4, warmup_steps=50, total_steps=None,
-        fit_to_time=True,
+        model=NANOGPT_CPU_MODEL, batch_size=16, max_lr=3e-3, min_lr=3e-4, warmup_steps=50,
+        decay_steps=None, betas=(0.9, 0.99), weight_decay=0.1, clip=1.0,
     ),
 }
 
+VAL_FRACTION = 0.1
+DEFAULT_BPE_VOCAB = 512
 
-def make_optimizer(model: torch.nn.Module, lr: float) -> torch.optim.AdamW:
-    """AdamW with weight decay 0.1 on the matrices only (not on norms or biases), as nanoGPT."""
+
+# ---------------------------------------------------------------------------------------------
+# Text: split by characters, then tokenize each part
+# ---------------------------------------------------------------------------------------------
+
+def split_text(text: str) -> tuple[str, str]:
+    """text -> (train, val): the first int(0.9 n) characters, and the rest (as nanoGPT does)."""
+    n_train = int(len(text) * (1 - VAL_FRACTION))
+    return text[:n_train], text[n_train:]
+
+
+class CharTokenizer:
+    """One token per distinct character of the text; ids follow the sorted characters."""
+
+    def __init__(self, text: str):
+        self.chars = sorted(set(text))
+        self.stoi = {c: i for i, c in enumerate(self.chars)}
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> list[int]:
+        return [self.stoi[c] for c in text]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self.chars[i] for i in ids)
+
+
+def make_tokenizer(kind: str, text: str, train_text: str,
+                   vocab_size: int | None = None) -> CharTokenizer | BPETokenizer:
+    """The char tokenizer sees the whole text (as nanoGPT's prepare.py: a character that occurs
+    only in validation still gets an id); BPE learns its merges from the training part only."""
+    if kind == "char":
+        return CharTokenizer(text)
+    if kind == "bpe":
+        return BPETokenizer.train(train_text, vocab_size or DEFAULT_BPE_VOCAB)
+    raise ValueError(f"tokenizer must be 'char' or 'bpe', got {kind!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Model, optimizer and schedule of a preset
+# ---------------------------------------------------------------------------------------------
+
+def make_optimizer(model: torch.nn.Module, recipe: dict) -> torch.optim.AdamW:
+    """AdamW with weight decay on the matrices only (not on norms or biases), as nanoGPT."""
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.99))
+    groups = [{"params": decay, "weight_decay": recipe["weight_decay"]},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=recipe["max_lr"], betas=recipe["betas"])
 
 
-def run(seconds: float, text: str, preset: str, seed: int = 0, progress: bool = True,
-        steps: int | None = None) -> dict:
-    recipe = PRESETS[preset]
-    torch.manual_seed(seed)
-    chars = sorted(set(text))
-    stoi = {c: i for i, c in enumerate(chars)}
-    ids = torch.tensor([stoi[c] for c in text], dtype=torch.long)
-    train_ids, val_ids = train_val_split(ids)
-    config = GPTConfig(vocab_size=len(chars), bias=False, tie_weights=True, dropout=0.0,
-                       **recipe["model"])
-    model = GPT(config)
-    optimizer = make_optimizer(model, recipe["max_lr"])
-    if not recipe["fit_to_time"]:
-        budget = dict(total_steps=recipe["total_steps"])
-    else:  # fitted to the budget: the time, or the number of steps when one is given
-        budget = dict(total_seconds=seconds) if steps is None else dict(total_steps=steps)
+def build(recipe: dict, vocab_size: int, seconds: float, steps: int | None = None):
+    """-> (model, optimizer, schedule) for one preset's recipe."""
+    model = GPT(GPTConfig(vocab_size=vocab_size, **recipe["model"]))
+    optimizer = make_optimizer(model, recipe)
+    if recipe["decay_steps"] is not None:  # a fixed schedule, whatever the budget
+        budget = dict(total_steps=recipe["decay_steps"])
+    elif steps is not None:  # fitted to the number of steps
+        budget = dict(total_steps=steps)
+    else:  # fitted to the time: min_lr when the time is up
+        budget = dict(total_seconds=seconds)
     schedule = WarmupCosine(optimizer, recipe["max_lr"], recipe["min_lr"],
                             recipe["warmup_steps"], **budget)
-    batches = window_batches(train_ids, config.block_size, recipe["batch_size"],
-                             torch.Generator().manual_seed(seed))
-    history = train(model, batches, lm_loss, optimizer, schedule, clip=1.0, progress=progress,
-                    desc=preset, log_every=50, steps=steps,
-                    max_seconds=seconds if steps is None else None)
+    return model, optimizer, schedule
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation: nats per token and bits per character
+# ---------------------------------------------------------------------------------------------
+
+def validation_metrics(model: torch.nn.Module, val_ids: Tensor, block_size: int,
+                       tokenizer: CharTokenizer | BPETokenizer) -> dict:
+    """The loss over ALL of val_ids (n,): nats per token, and bits per character."""
+    nats_per_token = evaluate_loss(model, val_ids, block_size)
+    predicted = val_ids[1:].tolist()  # the first token is context only, never predicted
+    total_nats = nats_per_token * len(predicted)
+    chars = len(tokenizer.decode(predicted))  # the characters the predicted tokens stand for
+    return {"val_loss": nats_per_token, "val_bits_per_char": total_nats / math.log(2) / chars}
+
+
+# ---------------------------------------------------------------------------------------------
+# One run
+# ---------------------------------------------------------------------------------------------
+
+def run(seconds: float, text: str, preset: str, seed: int = 0, progress: bool = True,
+        steps: int | None = None, tokenizer: str = "char", vocab_size: int | None = None) -> dict:
+    recipe = PRESETS[preset]
     start = time.perf_counter()
-    val_loss = evaluate_loss(model, val_ids, config.block_size)
-    print(f"evaluated {len(val_ids)} validation characters in "
-          f"{time.perf_counter() - start:.1f} s", file=sys.stderr)
+    train_text, val_text = split_text(text)
+    tok = make_tokenizer(tokenizer, text, train_text, vocab_size)
+    train_ids = torch.tensor(tok.encode(train_text), dtype=torch.long)
+    val_ids = torch.tensor(tok.encode(val_text), dtype=torch.long)
+    print(f"{tokenizer} tokenizer ({tok.vocab_size} tokens): {len(train_ids)} training and "
+          f"{len(val_ids)} validation tokens in {time.perf_counter() - start:.1f} s",
+          file=sys.stderr)
+
+    torch.manual_seed(seed)
+    model, optimizer, schedule = build(recipe, tok.vocab_size, seconds, steps)
+    block_size = model.config.block_size
+    batches = window_batches(train_ids, block_size, recipe["batch_size"],
+                             torch.Generator().manual_seed(seed))
+    history = train(model, batches, lm_loss, optimizer, schedule, clip=recipe["clip"],
+                    progress=progress, desc=preset, log_every=50, steps=steps,
+                    max_seconds=seconds if steps is None else None)
+
+    start = time.perf_counter()
+    metrics = validation_metrics(model, val_ids, block_size, tok)
+    print(f"evaluated {len(val_ids)} validation tokens in {time.perf_counter() - start:.1f} s",
+          file=sys.stderr)
+    tokens_seen = history.steps * recipe["batch_size"] * block_size
     return {
-        "val_loss": round(val_loss, 4),
-        "train_seconds": round(history.seconds, 1),
+        "val_loss": round(metrics["val_loss"], 4),
+        "val_bits_per_char": round(metrics["val_bits_per_char"], 4),
+        "train_seconds": round(history.seconds, 2),
         "steps": history.steps,
-        "tokens_seen": history.steps * recipe["batch_size"] * config.block_size,
+        "tokens_seen": tokens_seen,
+        "tokens_per_second": round(tokens_seen / history.seconds),
+        "final_lr": float(f"{history.lrs[-1]:.4g}"),
         "params": count_parameters(model),
+        "vocab_size": tok.vocab_size,
+        "tokenizer": tokenizer,
         "corpus_chars": len(text),
+        "val_chars": len(val_text),
+        "val_tokens": len(val_ids),
         "preset": preset,
+        "threads": torch.get_num_threads(),
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=180.0, help="training time budget")
     parser.add_argument("--corpus", type=Path, default=None,
                         help="a UTF-8 text file (default: the course's Shakespeare corpus)")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="lesson")
+    parser.add_argument("--tokenizer", choices=["char", "bpe"], default="char")
+    parser.add_argument("--vocab-size", type=int, default=None,
+                        help=f"BPE vocabulary size, 256 bytes + merges (default "
+                             f"{DEFAULT_BPE_VOCAB}); only with --tokenizer bpe")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=None,
                         help="train for this many steps instead of --seconds (a comparison that "
                              "does not depend on the load of the machine)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch's CPU threads (default: torch's own choice)")
     parser.add_argument("--no-progress", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.vocab_size is not None and args.tokenizer != "bpe":
+        parser.error("--vocab-size needs --tokenizer bpe (the char vocabulary is the text's)")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     text = (args.corpus.read_text(encoding="utf-8") if args.corpus is not None
             else load_shakespeare())
     result = run(args.seconds, text, args.preset, args.seed, progress=not args.no_progress,
-                 steps=args.steps)
+                 steps=args.steps, tokenizer=args.tokenizer, vocab_size=args.vocab_size)
     print(json.dumps(result))
+    return result
 
 
 if __name__ == "__main__":

@@ -6,10 +6,15 @@ themselves come from running the scripts in full on a quiet machine (see their d
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,13 +46,178 @@ def test_train_translator_prints_its_result_line():
     assert result["params"] == model.num_parameters()  # the lesson's configuration, no other
 
 
-def test_train_gpt_prints_its_result_line():
-    result = run_benchmark("train_gpt.py", "--steps", "2", "--no-progress")
-    assert {"val_loss", "train_seconds", "steps", "params", "corpus_chars", "preset"} <= set(result)
-    assert result["steps"] == 2
-    assert result["preset"] == "lesson"
-    assert result["corpus_chars"] > 1_000_000  # the shipped Shakespeare corpus
-    assert 3.0 < result["val_loss"] < 5.0  # near log(vocab) after two steps: untrained
+# -- train_gpt.py ------------------------------------------------------------------------------
+
+GPT_KEYS = {"val_loss", "val_bits_per_char", "train_seconds", "steps", "tokens_seen",
+            "tokens_per_second", "final_lr", "params", "vocab_size", "tokenizer", "corpus_chars",
+            "val_chars", "val_tokens", "preset", "threads"}
+
+
+@pytest.fixture(scope="module")
+def train_gpt():
+    """benchmarks/train_gpt.py as a module (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("train_gpt", ROOT / "benchmarks" / "train_gpt.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory) -> Path:
+    """The first 40,000 characters of the shipped corpus: a 4,000-character validation split
+    that evaluates in a fraction of a second."""
+    from course_lib.corpus import load_shakespeare
+
+    path = tmp_path_factory.mktemp("corpus") / "small.txt"
+    path.write_text(load_shakespeare()[:40_000], encoding="utf-8")
+    return path
+
+
+def test_train_gpt_prints_its_result_line(small_corpus):
+    result = run_benchmark("train_gpt.py", "--corpus", str(small_corpus), "--steps", "2",
+                           "--threads", "1", "--no-progress")
+    assert set(result) == GPT_KEYS
+    text = small_corpus.read_text(encoding="utf-8")
+    assert result["steps"] == 2 and result["preset"] == "lesson"
+    assert result["tokenizer"] == "char" and result["vocab_size"] == len(set(text))
+    assert result["threads"] == 1
+    assert result["corpus_chars"] == 40_000
+    assert result["val_chars"] == result["val_tokens"] == 4_000  # the last 10 %, one per char
+    assert result["tokens_seen"] == 2 * 16 * 64  # steps x batch x block of the lesson preset
+    assert result["tokens_per_second"] == pytest.approx(
+        result["tokens_seen"] / result["train_seconds"], rel=0.05)  # train_seconds is rounded
+    assert 3.0 < result["val_loss"] < 5.0  # near ln(vocab) = 4.09 after two steps: untrained
+    # one token per character: bits per character is the loss per token over ln 2
+    assert result["val_bits_per_char"] == pytest.approx(result["val_loss"] / math.log(2),
+                                                        abs=2e-4)
+
+
+def test_train_gpt_runs_with_bpe_on_the_same_validation_text(train_gpt, small_corpus, capsys,
+                                                           monkeypatch):
+    calls = []  # the arguments of the training loop, recorded on the way through
+    monkeypatch.setattr(train_gpt, "train", lambda *args, train=train_gpt.train, **kwargs:
+                        calls.append(kwargs) or train(*args, **kwargs))
+    result = train_gpt.main(["--corpus", str(small_corpus), "--steps", "3", "--tokenizer", "bpe",
+                             "--vocab-size", "300", "--no-progress"])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
+    assert set(result) == GPT_KEYS
+    assert result["tokenizer"] == "bpe" and result["vocab_size"] == 300
+    assert result["steps"] == 3 and calls[0]["clip"] == 1.0  # the preset's gradient clipping
+    assert result["val_chars"] == 4_000  # the same validation characters as the char run above
+    assert result["val_tokens"] < 3_500  # 44 merges pack common pairs: fewer tokens than chars
+    assert 4.5 < result["val_loss"] < 7.0  # near ln(300) = 5.7: untrained
+    # per character = per token x tokens per character (the first token is not predicted)
+    per_char = result["val_loss"] * (result["val_tokens"] - 1) / math.log(2) / 4_000
+    assert result["val_bits_per_char"] == pytest.approx(per_char, rel=2e-3)
+
+
+def test_train_gpt_defaults_to_the_shipped_corpus(train_gpt, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(train_gpt, "run", lambda seconds, text, *a, **k: seen.setdefault("n",
+                                                                                          len(text)))
+    train_gpt.main(["--steps", "1", "--no-progress"])
+    assert seen["n"] > 1_000_000
+
+
+def test_train_gpt_vocab_size_needs_bpe(train_gpt):
+    with pytest.raises(SystemExit):
+        train_gpt.main(["--vocab-size", "300"])
+
+
+def test_nanogpt_fitted_preset_is_nanogpts_cpu_recipe(train_gpt):
+    nanogpt_model = dict(block_size=64, d_model=128, num_heads=4, num_layers=4, dropout=0.0,
+                         bias=False, tie_weights=True, positions=True)
+    assert train_gpt.PRESETS["nanogpt-fitted"] == dict(
+        model=nanogpt_model, batch_size=12, max_lr=1e-3, min_lr=1e-4, warmup_steps=100,
+        decay_steps=None, betas=(0.9, 0.99), weight_decay=0.1, clip=1.0)
+    # nanogpt-cpu differs only by its fixed cosine (nanoGPT's --lr_decay_iters=2000)
+    assert train_gpt.PRESETS["nanogpt-cpu"] == {**train_gpt.PRESETS["nanogpt-fitted"],
+                                                "decay_steps": 2000}
+    assert "lesson" in train_gpt.PRESETS
+
+    recipe = train_gpt.PRESETS["nanogpt-fitted"]
+    model, optimizer, schedule = train_gpt.build(recipe, vocab_size=65, seconds=10.0)
+    config = model.config
+    assert (config.num_layers, config.num_heads, config.d_model, config.block_size) == \
+        (4, 4, 128, 64)
+    assert config.dropout == 0.0 and model.position_embedding is not None
+    assert model.lm_head.weight is model.token_embedding.weight  # tied
+    assert not [name for name, _ in model.named_parameters() if "bias" in name]
+    decay, no_decay = optimizer.param_groups
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decay["params"]) and decay["params"]
+    assert all(p.dim() < 2 for p in no_decay["params"]) and no_decay["params"]
+    assert decay["betas"] == (0.9, 0.99)
+    # fitted to the time budget...
+    assert schedule.total_seconds == 10.0 and schedule.total_steps is None
+    assert (schedule.max_lr, schedule.min_lr, schedule.warmup_steps) == (1e-3, 1e-4, 100)
+    # ... or to --steps: the cosine reaches 1e-4 exactly at the last step
+    _, _, schedule = train_gpt.build(recipe, vocab_size=65, seconds=10.0, steps=300)
+    assert schedule.total_steps == 300 and schedule.total_seconds is None
+    for _ in range(200):
+        schedule.step()
+    assert schedule.lr_now() == pytest.approx((1e-3 + 1e-4) / 2)  # half-way down the cosine
+    for _ in range(100):
+        schedule.step()
+    assert schedule.lr_now() == pytest.approx(1e-4)
+    _, _, fixed = train_gpt.build(train_gpt.PRESETS["nanogpt-cpu"], 65, 10.0, steps=300)
+    assert fixed.total_steps == 2000
+
+
+class UniformModel(torch.nn.Module):
+    """Logits all zero: every prediction costs ln(vocab) nats, whatever the text."""
+
+    def __init__(self, vocab_size: int):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.unused = torch.nn.Parameter(torch.zeros(()))  # evaluate_loss asks for a device
+
+    def forward(self, ids):
+        return torch.zeros(*ids.shape, self.vocab_size)
+
+
+def test_bits_per_char_by_hand(train_gpt):
+    from course_lib.bpe import BPETokenizer
+
+    # char tokens, 8 symbols, uniform: 3 bits per character exactly, over several windows
+    tok = train_gpt.CharTokenizer("abcdefgh")
+    ids = torch.tensor(tok.encode("abcdefghhgfedcba"))
+    metrics = train_gpt.validation_metrics(UniformModel(8), ids, 4, tok)
+    assert metrics["val_loss"] == pytest.approx(math.log(8))
+    assert metrics["val_bits_per_char"] == pytest.approx(3.0)
+
+    # BPE: "ab" is one token; "abababa" -> [ab, ab, ab, a]; the first token is context only,
+    # so 3 predictions of ln(257) nats each cover the 5 characters "ababa"
+    bpe = BPETokenizer([(ord("a"), ord("b"))])
+    ids = torch.tensor(bpe.encode("abababa"))
+    assert ids.tolist() == [256, 256, 256, ord("a")]
+    metrics = train_gpt.validation_metrics(UniformModel(257), ids, 4, bpe)
+    assert metrics["val_loss"] == pytest.approx(math.log(257))
+    assert metrics["val_bits_per_char"] == pytest.approx(3 * math.log2(257) / 5)
+
+    # a tiny real GPT, one window: the loss summed by hand
+    from course_lib.gpt import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=257, block_size=8, d_model=8, num_heads=2, num_layers=1))
+    metrics = train_gpt.validation_metrics(model, ids, 8, bpe)
+    with torch.no_grad():
+        logits = model(ids[:-1][None])[0]  # (3, 257): predictions for tokens 1..3
+    total_nats = -sum(torch.log_softmax(logits[i], -1)[ids[i + 1]].item() for i in range(3))
+    assert metrics["val_loss"] == pytest.approx(total_nats / 3, rel=1e-5)
+    assert metrics["val_bits_per_char"] == pytest.approx(total_nats / math.log(2) / 5, rel=1e-5)
+
+
+def test_text_is_split_before_tokenizing(train_gpt):
+    text = "hello there " * 90 + "zzzz zzzz " * 12  # "z" occurs only in the last 10 %
+    train_text, val_text = train_gpt.split_text(text)
+    assert train_text + val_text == text
+    assert len(train_text) == int(len(text) * 0.9) and "z" not in train_text
+    bpe = train_gpt.make_tokenizer("bpe", text, train_text, vocab_size=270)
+    assert all(b"z" not in bpe.vocab[256 + r] for r in range(len(bpe.merges)))  # train only
+    assert bpe.decode(bpe.encode(val_text)) == val_text
+    char = train_gpt.make_tokenizer("char", text, train_text)
+    assert "z" in char.chars  # the char vocabulary is the whole text's, as nanoGPT's
 
 
 def test_kv_cache_benchmark_checks_identical_tokens():
