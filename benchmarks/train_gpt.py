@@ -96,8 +96,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from course_lib.blocks import count_parameters  # noqa: E402
 from course_lib.bpe import BPETokenizer  # noqa: E402
 from course_lib.corpus import load_shakespeare, window_batches  # noqa: E402
-from course_lib.gpt import GPT, GPTConfig, WarmupCosine, evaluate_loss, lm_loss  # noqa: E402
-from course_lib.train import train  # noqa: E402
+from course_lib.gpt import GPT, GPTConfig  # noqa: E402
+from course_lib.train import WarmupCosine, evaluate_loss, lm_loss, train  # noqa: E402
 
 # nanoGPT's small CPU model: no dropout, no biases, tied embeddings, learned positions
 NANOGPT_CPU_MODEL = dict(block_size=64, d_model=128, num_heads=4, num_layers=4, dropout=0.0,
