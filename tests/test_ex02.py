@@ -19,8 +19,11 @@ def result(task_id, obj):
 
 def test_ex02_has_its_tasks_in_order():
     assert [t.id for t in tasks_for("ex02")] == [
-        "ex02.softmax", "ex02.scaled_dot_product_attention", "ex02.self_attention",
-        "ex02.distance_biased_attention"]
+        "ex02.softmax",
+        "ex02.scaled_dot_product_attention",
+        "ex02.self_attention",
+        "ex02.distance_biased_attention",
+    ]
 
 
 # ---------------------------------------------------------------- independent correct solutions
@@ -205,10 +208,14 @@ def test_each_mistake_fails_with_its_hint(task_id, fn, hint):
     assert hint in r.feedback, r.feedback
 
 
-@pytest.mark.parametrize("attention, hint", [
-    (no_scaling, "not scaled"), (dot_T, "`.T` transposes only 2-D"),
-    (softmax_over_queries, "over the query axis"),
-])
+@pytest.mark.parametrize(
+    "attention, hint",
+    [
+        (no_scaling, "not scaled"),
+        (dot_T, "`.T` transposes only 2-D"),
+        (softmax_over_queries, "over the query axis"),
+    ],
+)
 def test_self_attention_on_a_wrong_attention_points_to_the_attention(attention, hint):
     def bad(x, w_q, w_k, w_v):
         return attention(x @ w_q, x @ w_k, x @ w_v)

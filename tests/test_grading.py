@@ -161,9 +161,10 @@ def grade(paths, out, *extra):
 # grader in every set, and these cover plain functions (00) and modules built by the task (03,
 # 07). nbval runs all the untouched exercises, and the next test gives every task's stub its
 # verdict in-process, so grading the other seven in batch would prove nothing more.
-BATCH_EXERCISES = [ROOT / "exercises" / name for name in
-                   ("00_warmup.ipynb", "03_multi_head_attention.ipynb",
-                    "07_transformer_blocks.ipynb")]
+BATCH_EXERCISES = [
+    ROOT / "exercises" / name
+    for name in ("00_warmup.ipynb", "03_multi_head_attention.ipynb", "07_transformer_blocks.ipynb")
+]
 
 
 @pytest.mark.parametrize("task_id", [t.id for t in all_tasks()])
@@ -211,9 +212,22 @@ def test_solutions_get_full_marks_and_untouched_exercises_get_zero(tmp_path):
 
 def test_a_cell_timeout_longer_than_the_submission_budget_is_refused(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "course_lib.grading", str(ROOT / "solutions" / "00_warmup.ipynb"),
-         "--out", str(tmp_path), "--timeout", "60", "--cell-timeout", "90"],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "course_lib.grading",
+            str(ROOT / "solutions" / "00_warmup.ipynb"),
+            "--out",
+            str(tmp_path),
+            "--timeout",
+            "60",
+            "--cell-timeout",
+            "90",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
     )
     assert proc.returncode == 2
     assert "--cell-timeout must be positive and at most --timeout (60 s), got 90" in proc.stderr

@@ -481,9 +481,11 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
     if hint:
         return f"{message}. Hint: {hint}"
     if task.mistakes():  # EX02-3: no single known mistake explains it
-        return (f"{message}. None of the usual single mistakes gives this result, so more than "
-                "one thing may be wrong: test your function on a small input you can check by "
-                "hand")
+        return (
+            f"{message}. None of the usual single mistakes gives this result, so more than "
+            "one thing may be wrong: test your function on a small input you can check by "
+            "hand"
+        )
     return message
 
 
@@ -516,8 +518,13 @@ def load_weights(module: Any, state_dict: dict[str, Tensor], what: str = "your m
     module.load_state_dict(state_dict)
 
 
-def extend_task(cls: type[Task], *, mistakes_first: Iterable = (), mistakes: Iterable = (),
-                cases: Callable[[torch.Generator], list[Case]] | None = None) -> type[Task]:
+def extend_task(
+    cls: type[Task],
+    *,
+    mistakes_first: Iterable = (),
+    mistakes: Iterable = (),
+    cases: Callable[[torch.Generator], list[Case]] | None = None,
+) -> type[Task]:
     """Add known mistakes (checked before or after the task's own) and extra cases to a task.
 
     The fixes from a review are kept in a block of their own at the end of an exercise module,
@@ -532,6 +539,7 @@ def extend_task(cls: type[Task], *, mistakes_first: Iterable = (), mistakes: Ite
 
     cls.mistakes = extended_mistakes
     if cases is not None:
+
         def extended_cases(self, gen):
             return original_cases(self, gen) + cases(gen)
 

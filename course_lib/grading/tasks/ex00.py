@@ -139,7 +139,13 @@ def _l1_distances(x, y):
     return (x.unsqueeze(-2) - y.unsqueeze(-3)).abs().sum(-1)
 
 
-extend_task(PairwiseSqDistances, mistakes=[
-    (_l1_distances, "you summed the absolute differences (the L1 distance); square each "
-     "difference instead: ((x_i - y_j) ** 2).sum(-1)"),
-])
+extend_task(
+    PairwiseSqDistances,
+    mistakes=[
+        (
+            _l1_distances,
+            "you summed the absolute differences (the L1 distance); square each "
+            "difference instead: ((x_i - y_j) ** 2).sum(-1)",
+        ),
+    ],
+)
