@@ -5,10 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..core import Case, Task, register
-
-
-def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return torch.randn(*shape, generator=gen, dtype=dtype)
+from .common import randn
 
 
 @register

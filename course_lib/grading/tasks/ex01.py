@@ -7,16 +7,9 @@ from __future__ import annotations
 import torch
 
 from ..core import Case, Task, register
+from .common import randint, randn
 
 LESSON = "lesson 01"
-
-
-def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return torch.randn(*shape, generator=gen, dtype=dtype)
-
-
-def randint(gen: torch.Generator, high: int, *shape: int) -> torch.Tensor:
-    return torch.randint(0, high, shape, generator=gen)
 
 
 def _unchecked_one_hot(ids, vocab_size):

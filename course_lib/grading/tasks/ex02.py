@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 
-from ..core import Case, GradingError, Task, register
+from ..core import Case, Task, register
+from .common import HintOnError, randn, stable_softmax
 
 SOFTMAX_LESSON = "lesson 02, section 'A numerically stable softmax'"
 SDPA_LESSON = "lesson 02, section 'Scaled dot-product attention, step by step'"
@@ -27,48 +27,6 @@ ALL_SOFTMAXES = (
     "torch.special.log_softmax",
     "torch._log_softmax",
 )
-
-
-def randn(
-    gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32, scale: float = 1.0
-) -> torch.Tensor:
-    return torch.randn(*shape, generator=gen, dtype=dtype) * scale
-
-
-def _stable_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """For the wrong implementations below (they must not call the graded reference)."""
-    e = (x - x.amax(dim=dim, keepdim=True)).exp()
-    return e / e.sum(dim=dim, keepdim=True)
-
-
-class _HintOnError(Task):
-    """A task whose mistakes may *raise* (e.g. `.T` on a batch): the error gets their hint."""
-
-    def call(self, obj, case):
-        try:
-            return obj(*case.args, **case.kwargs)
-        except (NotImplementedError, GradingError):
-            raise
-        except Exception as error:  # noqa: BLE001  (a learner's code may raise anything)
-            hint = self._hint_for_error(obj, case, error)
-            if hint is None:
-                raise
-            raise GradingError(
-                f"your code raised {type(error).__name__}: {error}. Hint: {hint}"
-            ) from None
-
-    def _hint_for_error(self, obj, case, error: Exception) -> str | None:
-        for wrong, hint in self.mistakes():
-            if wrong is obj:
-                continue
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    wrong(*case.args, **case.kwargs)
-            except Exception as theirs:  # noqa: BLE001
-                if type(theirs) is type(error) and str(theirs) == str(error):
-                    return hint
-        return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -127,10 +85,10 @@ class Softmax(Task):
             return e / e.sum(dim=dim, keepdim=True)
 
         def last_axis(x, dim=-1):
-            return _stable_softmax(x, -1)
+            return stable_softmax(x, -1)
 
         def first_axis(x, dim=-1):
-            return _stable_softmax(x, 0)
+            return stable_softmax(x, 0)
 
         def whole_tensor(x, dim=-1):
             e = (x - x.max()).exp()
@@ -197,12 +155,12 @@ class Softmax(Task):
 
 
 def _attention(q, k, v, scale, softmax_dim=-1):
-    weights = _stable_softmax(q @ k.transpose(-2, -1) * scale, softmax_dim)
+    weights = stable_softmax(q @ k.transpose(-2, -1) * scale, softmax_dim)
     return weights @ v, weights
 
 
 @register
-class ScaledDotProductAttention(_HintOnError):
+class ScaledDotProductAttention(HintOnError):
     id = "ex02.scaled_dot_product_attention"
     lesson = SDPA_LESSON
     reference = "course_lib.attention.scaled_dot_product_attention"
@@ -262,11 +220,11 @@ class ScaledDotProductAttention(_HintOnError):
             return _attention(q, k, v, 1.0 / math.sqrt(q.shape[-1]), softmax_dim=-2)
 
         def dot_t(q, k, v):
-            weights = _stable_softmax(q @ k.T / math.sqrt(q.shape[-1]))
+            weights = stable_softmax(q @ k.T / math.sqrt(q.shape[-1]))
             return weights @ v, weights
 
         def method_t(q, k, v):
-            weights = _stable_softmax(q @ k.t() / math.sqrt(q.shape[-1]))
+            weights = stable_softmax(q @ k.t() / math.sqrt(q.shape[-1]))
             return weights @ v, weights
 
         def swapped(q, k, v):
@@ -307,7 +265,7 @@ class ScaledDotProductAttention(_HintOnError):
 
 
 @register
-class SelfAttention(_HintOnError):
+class SelfAttention(HintOnError):
     id = "ex02.self_attention"
     lesson = SELF_LESSON
     reference = "course_lib.attention.self_attention"
@@ -415,9 +373,9 @@ def _biased(q, k, v, slope, *, mistake=""):
     else:
         scores = raw / math.sqrt(d_k) + bias
     if mistake == "after_softmax":
-        weights = _stable_softmax(raw / math.sqrt(d_k), dim=-1) + bias
+        weights = stable_softmax(raw / math.sqrt(d_k), dim=-1) + bias
     else:
-        weights = _stable_softmax(scores, dim=-1)
+        weights = stable_softmax(scores, dim=-1)
     return weights @ v, weights
 
 

@@ -7,12 +7,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from ..core import Case, GradingError, Task, load_weights, register
-
-
-def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> Tensor:
-    return torch.randn(*shape, generator=gen, dtype=dtype)
-
+from ..core import Case, Task, register
+from .common import ModuleTask, randn
 
 # --------------------------------------------------------------------------------------------
 # ex03.split_heads
@@ -194,7 +190,7 @@ def _attend_somewhere(mask: Tensor) -> Tensor:
 
 
 @register
-class MultiHeadAttentionTask(Task):
+class MultiHeadAttentionTask(ModuleTask):
     id = "ex03.MultiHeadAttention"
     lesson = "lesson 03, section 'Multi-head attention, step by step'"
     reference = "course_lib.multihead.MultiHeadAttention"
@@ -302,20 +298,14 @@ class MultiHeadAttentionTask(Task):
             ),
         ]
 
-    def call(self, obj, case):
-        data = case.data
-        query = case.args[0]
-        module = obj(data["d_model"], data["num_heads"])
-        if not isinstance(module, nn.Module):
-            raise GradingError(
-                f"MultiHeadAttention(d_model, num_heads) should build a torch.nn.Module, got "
-                f"{type(module).__name__}; subclass nn.Module and call super().__init__()"
-            )
-        module.to(query.dtype)
-        load_weights(module, data["state_dict"], "your MultiHeadAttention")
-        module.eval()
-        with torch.no_grad():
-            return module(*case.args, **case.kwargs)
+    def init_args(self, case):
+        return (case.data["d_model"], case.data["num_heads"]), {}
+
+    def not_a_module(self, built):
+        return (
+            f"MultiHeadAttention(d_model, num_heads) should build a torch.nn.Module, got "
+            f"{type(built).__name__}; subclass nn.Module and call super().__init__()"
+        )
 
     def mistakes(self):
         return [

@@ -5,12 +5,9 @@ from __future__ import annotations
 import torch
 
 from ..core import Case, GradingError, Task, compare_values, register
+from .common import randn
 
 LESSON = "lesson 04, section "
-
-
-def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return torch.randn(*shape, generator=gen, dtype=dtype)
 
 
 def _frequencies(d_model: int, exponent: str = "2i") -> torch.Tensor:

@@ -7,12 +7,9 @@ import math
 import torch
 
 from ..core import Case, Task, register
+from .common import lengths_mask, randn
 
 LESSON = "lesson 05"
-
-
-def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return torch.randn(*shape, generator=gen, dtype=dtype)
 
 
 def padded_ids(
@@ -28,11 +25,6 @@ def padded_ids(
     for row, length in enumerate(lengths):
         ids[row, length:] = pad_id
     return ids
-
-
-def lengths_mask(lengths: list[int], n_k: int) -> torch.Tensor:
-    """(batch, 1, n_k) True for the first `length` keys of each row."""
-    return (torch.arange(n_k) < torch.tensor(lengths).unsqueeze(-1)).unsqueeze(-2)
 
 
 @register

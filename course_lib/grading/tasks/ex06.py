@@ -7,17 +7,9 @@ from torch import nn
 
 from ...attention import scaled_dot_product_attention
 from ...multihead import MultiHeadAttention
-from ..core import Case, GradingError, Task, load_weights, register
-
-
-def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return torch.randn(*shape, generator=gen, dtype=dtype)
-
-
-def source_padding_mask(lengths: list[int], n_kv: int) -> torch.Tensor:
-    """(batch, 1, n_kv) bool, True for the first `length` positions of each source sequence."""
-    return (torch.arange(n_kv) < torch.tensor(lengths).unsqueeze(-1)).unsqueeze(1)
-
+from ..core import Case, GradingError, Task, register
+from .common import ModuleTask, randn
+from .common import lengths_mask as source_padding_mask
 
 # --------------------------------------------------------------------------------------------
 # ex06.cross_attention
@@ -210,7 +202,7 @@ class _MaskIgnored(_WrongSublayer):
 
 
 @register
-class CrossAttentionSublayerTask(Task):
+class CrossAttentionSublayerTask(ModuleTask):
     id = "ex06.CrossAttentionSublayer"
     lesson = "lesson 06, section 'Where cross-attention sits in the decoder'"
     reference = "course_lib.cross_attention.CrossAttentionSublayer"
@@ -274,15 +266,21 @@ class CrossAttentionSublayerTask(Task):
         ]
 
     def call(self, obj, case):
-        data = case.data
         if not isinstance(obj, type) or not issubclass(obj, nn.Module):
             raise GradingError(
                 f"CrossAttentionSublayer should be a class (an nn.Module subclass), got "
                 f"{type(obj).__name__}"
             )
-        module = obj(data["d_model"], data["num_heads"], norm_first=data["norm_first"])
-        x = case.args[0]
-        load_weights(module.to(x.dtype), data["state"], "your CrossAttentionSublayer")
+        return super().call(obj, case)
+
+    def init_args(self, case):
+        data = case.data
+        return (data["d_model"], data["num_heads"]), {"norm_first": data["norm_first"]}
+
+    def weights(self, case):
+        return case.data["state"]
+
+    def run(self, module, case):
         module.eval()
         args = list(case.args)
         if "memory_mask" in case.kwargs:

@@ -7,11 +7,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...multihead import MultiHeadAttention
-from ..core import Case, Task, load_weights, register
-
-
-def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return torch.randn(*shape, generator=gen, dtype=dtype)
+from ..core import Case, GradingError, Task, register
+from .common import ModuleTask, randn
 
 
 def _random_state(module: nn.Module, gen: torch.Generator) -> dict[str, torch.Tensor]:
@@ -161,7 +158,7 @@ class _FFActivationBoth(_FeedForwardMistake):
 
 
 @register
-class FeedForwardTask(Task):
+class FeedForwardTask(ModuleTask):
     id = "ex07.FeedForward"
     lesson = "lesson 07, section 'The position-wise feed-forward network'"
     reference = "course_lib.blocks.FeedForward"
@@ -191,22 +188,22 @@ class FeedForwardTask(Task):
             ),
         ]
 
-    def call(self, obj, case):
+    def init_args(self, case):
         dropout = case.data.get("dropout")
-        module = (
-            obj(*case.data["sizes"])
-            if dropout is None
-            else obj(*case.data["sizes"], dropout=dropout)
-        )
-        state = case.data["state_dict"]
-        dtype = next(iter(state.values())).dtype
-        if isinstance(module, nn.Module):
-            module = module.to(dtype)
-        load_weights(module, state, "your FeedForward")
-        if dropout is None:
-            module.eval()
-            with torch.no_grad():
-                return module(*case.args)
+        return tuple(case.data["sizes"]), ({} if dropout is None else {"dropout": dropout})
+
+    def run(self, module, case):
+        mode = case.data.get("mode")
+        if mode is not None:  # EX07-1: dropout with the reference's random seed
+            module.train(mode == "train")
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                torch.manual_seed(case.data["seed"])
+                out = module(*case.args)
+            if mode == "train" and not isinstance(out, torch.Tensor):
+                raise GradingError("forward should return a tensor")
+            return out
+        if case.data.get("dropout") is None:
+            return super().run(module, case)
         module.train()  # dropout acts in training mode only: random, so judged by its effect
         with torch.no_grad():
             first, second = module(*case.args), module(*case.args)
@@ -318,7 +315,7 @@ class _EncResidualOutside(_EncoderMistake):
 
 
 @register
-class EncoderLayerTask(Task):
+class EncoderLayerTask(ModuleTask):
     id = "ex07.EncoderLayer"
     lesson = "lesson 07, sections 'Post-norm and pre-norm' and 'The encoder layer'"
     reference = "course_lib.blocks.EncoderLayer"
@@ -410,16 +407,8 @@ class EncoderLayerTask(Task):
             ),
         ]
 
-    def call(self, obj, case):
-        module = obj(*case.data["sizes"], norm_first=case.data["norm_first"])
-        state = case.data["state_dict"]
-        dtype = next(iter(state.values())).dtype
-        if isinstance(module, nn.Module):
-            module = module.to(dtype)
-        load_weights(module, state, "your EncoderLayer")
-        module.eval()
-        with torch.no_grad():
-            return module(*case.args, **case.kwargs)
+    def init_args(self, case):
+        return tuple(case.data["sizes"]), {"norm_first": case.data["norm_first"]}
 
     def mistakes(self):
         return [
@@ -524,7 +513,7 @@ class _DecNoSelfMask(_DecoderMistake):
 
 
 @register
-class DecoderLayerTask(Task):
+class DecoderLayerTask(ModuleTask):
     id = "ex07.DecoderLayer"
     lesson = "lesson 07, section 'The decoder layer'"
     reference = "course_lib.blocks.DecoderLayer"
@@ -650,16 +639,8 @@ class DecoderLayerTask(Task):
             ),
         ]
 
-    def call(self, obj, case):
-        module = obj(*case.data["sizes"], norm_first=case.data["norm_first"])
-        state = case.data["state_dict"]
-        dtype = next(iter(state.values())).dtype
-        if isinstance(module, nn.Module):
-            module = module.to(dtype)
-        load_weights(module, state, "your DecoderLayer")
-        module.eval()
-        with torch.no_grad():
-            return module(*case.args)
+    def init_args(self, case):
+        return tuple(case.data["sizes"]), {"norm_first": case.data["norm_first"]}
 
     def mistakes(self):
         return [
@@ -826,7 +807,7 @@ class _SiluOnBoth(_SwiGLUMistake):
 
 
 @register
-class SwiGLUTask(Task):
+class SwiGLUTask(ModuleTask):
     id = "ex07.SwiGLU"
     lesson = "lesson 07, section 'The position-wise feed-forward network'"
     reference = "course_lib.blocks.SwiGLU"
@@ -862,16 +843,6 @@ class SwiGLUTask(Task):
             case("d_model=4, d_ff=1, x (5, 4)", 4, 1, (5,)),
         ]
 
-    def call(self, obj, case):
-        module = obj(*case.data["sizes"])
-        state = case.data["state_dict"]
-        if isinstance(module, nn.Module):
-            module = module.to(case.args[0].dtype)
-        load_weights(module, state, "your SwiGLU")
-        module.eval()
-        with torch.no_grad():
-            return module(*case.args)
-
     def mistakes(self):
         return [
             (
@@ -894,7 +865,7 @@ class SwiGLUTask(Task):
 # Review 2026-11-23 (EX07-1, EX07-2), kept apart so that it merges with work on the cases above
 # --------------------------------------------------------------------------------------------
 
-from ..core import GradingError, extend_task  # noqa: E402
+from ..core import extend_task  # noqa: E402
 
 
 class _EncoderVariant(_EncoderMistake):
@@ -995,27 +966,6 @@ def _dropout_cases(gen):
     ]
 
 
-_original_ff_call = FeedForwardTask.call
-
-
-def _ff_call(self, obj, case):
-    mode = case.data.get("mode")
-    if mode is None:
-        return _original_ff_call(self, obj, case)
-    module = obj(*case.data["sizes"])
-    if isinstance(module, nn.Module):
-        module = module.to(case.args[0].dtype)
-    load_weights(module, case.data["state_dict"], "your FeedForward")
-    module.train(mode == "train")
-    with torch.no_grad(), torch.random.fork_rng(devices=[]):
-        torch.manual_seed(case.data["seed"])
-        out = module(*case.args)
-    if mode == "train" and not isinstance(out, torch.Tensor):
-        raise GradingError("forward should return a tensor")
-    return out
-
-
-FeedForwardTask.call = _ff_call
 extend_task(
     FeedForwardTask,
     cases=_dropout_cases,

@@ -6,11 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..core import Case, GradingError, Task, compare_values, register
-
-
-def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return torch.randn(*shape, generator=gen, dtype=dtype)
-
+from .common import randn
 
 # --------------------------------------------------------------------------------------------
 # ex08.noam_lr

@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from ...sampling import sampling_distribution
-from ..core import Case, GradingError, Task, compare_values, load_weights, register
+from ..core import Case, GradingError, Task, compare_values, register
+from .common import ModuleTask, randn, stable_softmax
 
 DRAWS = 6000  # per row of a case: a standard error of at most 0.0065 on every frequency
 
@@ -25,11 +26,6 @@ def _logits_from_probs(probs: list[float], order: list[int], dtype=torch.float32
     row = torch.empty(len(probs), dtype=torch.float64)
     row[torch.tensor(order)] = torch.tensor(probs, dtype=torch.float64).log() + 1.7
     return row.to(dtype)
-
-
-def _softmax(logits: torch.Tensor) -> torch.Tensor:
-    e = (logits - logits.amax(-1, keepdim=True)).exp()
-    return e / e.sum(-1, keepdim=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -189,7 +185,7 @@ class SampleNextTask(Task):
         ):
             if temperature == 0:
                 return logits.argmax(-1)
-            probs = _filter(_softmax(logits), top_k, top_p) / temperature
+            probs = _filter(stable_softmax(logits), top_k, top_p) / temperature
             return torch.multinomial(probs.float(), 1, generator=generator).squeeze(-1)
 
         def _top_k_keeps_k_minus_1(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
@@ -199,7 +195,7 @@ class SampleNextTask(Task):
             if top_k is not None:
                 kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
                 logits = logits.masked_fill(logits <= kth, float("-inf"))
-            probs = _filter(_softmax(logits), None, top_p)
+            probs = _filter(stable_softmax(logits), None, top_p)
             return torch.multinomial(probs.float(), 1, generator=generator).squeeze(-1)
 
         def _top_p_drops_crossing_token(
@@ -207,7 +203,7 @@ class SampleNextTask(Task):
         ):
             if temperature == 0:
                 return logits.argmax(-1)
-            probs = _filter(_softmax(logits / temperature), top_k, None)
+            probs = _filter(stable_softmax(logits / temperature), top_k, None)
             if top_p is not None:
                 sorted_probs, order = probs.sort(-1, descending=True)
                 keep_sorted = sorted_probs.cumsum(-1) <= top_p
@@ -458,7 +454,7 @@ class CachedAttentionStepTask(Task):
 
 
 def _attend(q, k, v):
-    weights = _softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
+    weights = stable_softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
     return weights @ v
 
 
@@ -549,7 +545,10 @@ class Generate(Task):
         ):
             with torch.random.fork_rng(devices=[]):
                 model = GPT(GPTConfig(**_GPT_SIZES))
-            state = {k: (0.5 * randn_like(v, gen)).to(dtype) for k, v in model.state_dict().items()}
+            state = {
+                k: (0.5 * randn(gen, *v.shape, dtype=torch.float64)).to(dtype)
+                for k, v in model.state_dict().items()
+            }
             ids = torch.randint(0, _GPT_SIZES["vocab_size"], (batch, prompt), generator=gen)
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
             kwargs = {"temperature": temperature, "top_k": top_k}
@@ -667,10 +666,6 @@ class Generate(Task):
         ]
 
 
-def randn_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    return torch.randn(t.shape, generator=gen, dtype=torch.float64)
-
-
 # --------------------------------------------------------------------------------------------
 # ex09.GPT, the capstone: the learner's own GPT with course_lib.gpt.GPT's parameter names.
 # Graded without training: forward, one optimisation step and generation against the reference.
@@ -767,7 +762,7 @@ def _sgd_step(model, ids, lr=0.5):
 
 
 @register
-class CapstoneGPT(Task):
+class CapstoneGPT(ModuleTask):
     id = "ex09.GPT"
     lesson = "lesson 09, section 'The GPT: the same blocks, a causal mask, no cross-attention'"
     reference = "course_lib.gpt.gpt_from_sizes"
@@ -842,11 +837,23 @@ class CapstoneGPT(Task):
             ),
         ]
 
-    def _run(self, model, case):
+    def init_args(self, case):
+        sizes = case.data["sizes"]
+        names = ("vocab_size", "block_size", "d_model", "num_heads", "num_layers")
+        return tuple(sizes[name] for name in names), {}
+
+    def build(self, obj, case):
+        with torch.random.fork_rng(devices=[]):  # a model's own init draws from the global RNG
+            return super().build(obj, case)
+
+    def weights(self, case):
+        return case.data["state"]
+
+    def not_a_module(self, built):
+        return f"GPT(...) should build a torch.nn.Module, got {type(built).__name__}"
+
+    def run(self, model, case):
         d = case.data
-        dtype = d["state"]["token_embedding.weight"].dtype
-        model = model.to(dtype)
-        load_weights(model, d["state"], "your GPT")
         if d["kind"] == "forward":
             model.eval()
             with torch.no_grad():
@@ -862,25 +869,6 @@ class CapstoneGPT(Task):
             generator=torch.Generator().manual_seed(d["seed"]),
         )
         return tokens
-
-    def call(self, obj, case):
-        sizes = case.data["sizes"]
-        with torch.random.fork_rng(devices=[]):
-            model = obj(
-                sizes["vocab_size"],
-                sizes["block_size"],
-                sizes["d_model"],
-                sizes["num_heads"],
-                sizes["num_layers"],
-            )
-        if not isinstance(model, nn.Module):
-            raise GradingError(
-                f"GPT(...) should build a torch.nn.Module, got {type(model).__name__}"
-            )
-        return self._run(model, case)
-
-    def expected(self, case):
-        return self._run(_reference_gpt(case.data["sizes"]), case)
 
     def compare(self, got, want, case):
         if case.data["kind"] == "step":

@@ -22,16 +22,13 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
 from ..core import Case, GradingError, Task, register
+from .common import randn
 
 LESSON = "lesson 10"
 MEMORY_HINT = (
     "your code builds a tensor as large as the full matrix of scores, which the "
     "tiles exist to avoid: compute the scores of one block of keys at a time"
 )
-
-
-def _randn(gen, *shape, dtype=torch.float32, scale=1.0):
-    return torch.randn(*shape, generator=gen, dtype=dtype) * scale
 
 
 # --------------------------------------------------------------------------------------------
@@ -133,126 +130,126 @@ class TiledAttention(Task):
         return [
             _tiled_case(
                 "q, k, v (2, 3, 10, 8), block_size=4 (10 is not a multiple of 4)",
-                _randn(gen, 2, 3, 10, 8),
-                _randn(gen, 2, 3, 10, 8),
-                _randn(gen, 2, 3, 10, 8),
+                randn(gen, 2, 3, 10, 8),
+                randn(gen, 2, 3, 10, 8),
+                randn(gen, 2, 3, 10, 8),
                 4,
             ),
             _tiled_case(
                 "the same shapes with causal=True",
-                _randn(gen, 2, 3, 10, 8),
-                _randn(gen, 2, 3, 10, 8),
-                _randn(gen, 2, 3, 10, 8),
+                randn(gen, 2, 3, 10, 8),
+                randn(gen, 2, 3, 10, 8),
+                randn(gen, 2, 3, 10, 8),
                 4,
                 causal=True,
             ),
             _tiled_case(
                 "n_q=7 != n_k=13, d_v=5: q (2, 7, 6), k (2, 13, 6), v (2, 13, 5), block_size=4",
-                _randn(gen, 2, 7, 6),
-                _randn(gen, 2, 13, 6),
-                _randn(gen, 2, 13, 5),
+                randn(gen, 2, 7, 6),
+                randn(gen, 2, 13, 6),
+                randn(gen, 2, 13, 5),
                 4,
             ),
             _tiled_case(
                 "float64, large scores (the maximum moves from block to block), "
                 "(3, 9, 6), block_size=3, causal=True",
-                _randn(gen, 3, 9, 6, dtype=f64, scale=4.0),
-                _randn(gen, 3, 9, 6, dtype=f64, scale=4.0),
-                _randn(gen, 3, 9, 6, dtype=f64),
+                randn(gen, 3, 9, 6, dtype=f64, scale=4.0),
+                randn(gen, 3, 9, 6, dtype=f64, scale=4.0),
+                randn(gen, 3, 9, 6, dtype=f64),
                 3,
                 causal=True,
             ),
             _tiled_case(
                 "scores near 900 (exp would overflow without subtracting the maximum), "
                 "(1, 6, 4), block_size=2",
-                _randn(gen, 1, 6, 4, scale=30.0),
-                _randn(gen, 1, 6, 4, scale=30.0),
-                _randn(gen, 1, 6, 4),
+                randn(gen, 1, 6, 4, scale=30.0),
+                randn(gen, 1, 6, 4, scale=30.0),
+                randn(gen, 1, 6, 4),
                 2,
             ),
             _tiled_case(
                 "block_size=1 (every key its own block), (2, 6, 4), causal=True",
-                _randn(gen, 2, 6, 4, scale=2.0),
-                _randn(gen, 2, 6, 4, scale=2.0),
-                _randn(gen, 2, 6, 4),
+                randn(gen, 2, 6, 4, scale=2.0),
+                randn(gen, 2, 6, 4, scale=2.0),
+                randn(gen, 2, 6, 4),
                 1,
                 causal=True,
             ),
             _tiled_case(
                 "block_size=16 larger than n=5: one block, (1, 5, 4)",
-                _randn(gen, 1, 5, 4),
-                _randn(gen, 1, 5, 4),
-                _randn(gen, 1, 5, 4),
+                randn(gen, 1, 5, 4),
+                randn(gen, 1, 5, 4),
+                randn(gen, 1, 5, 4),
                 16,
             ),
             _tiled_case(
                 "batch smaller than the other sizes: q, k, v (1, 40, 16), block_size=8, float64",
-                _randn(gen, 1, 40, 16, dtype=f64, scale=2.0),
-                _randn(gen, 1, 40, 16, dtype=f64, scale=2.0),
-                _randn(gen, 1, 40, 16, dtype=f64),
+                randn(gen, 1, 40, 16, dtype=f64, scale=2.0),
+                randn(gen, 1, 40, 16, dtype=f64, scale=2.0),
+                randn(gen, 1, 40, 16, dtype=f64),
                 8,
             ),
             _tiled_case(
                 "a long sequence under a memory limit: q, k, v (2, 2048, 16), "
                 "block_size=128 (the full 2048 x 2048 scores are not allowed)",
-                _randn(gen, 2, 2048, 16),
-                _randn(gen, 2, 2048, 16),
-                _randn(gen, 2, 2048, 16),
+                randn(gen, 2, 2048, 16),
+                randn(gen, 2, 2048, 16),
+                randn(gen, 2, 2048, 16),
                 128,
             ),
             _tiled_case(
                 "the same limit with causal=True: q, k, v (1, 1024, 16), block_size=64",
-                _randn(gen, 1, 1024, 16),
-                _randn(gen, 1, 1024, 16),
-                _randn(gen, 1, 1024, 16),
+                randn(gen, 1, 1024, 16),
+                randn(gen, 1, 1024, 16),
+                randn(gen, 1, 1024, 16),
                 64,
                 causal=True,
             ),
             _tiled_case(
                 "bfloat16 q, k, v (2, 6, 8), block_size=2: the output keeps q's dtype",
-                _randn(gen, 2, 6, 8, dtype=torch.bfloat16),
-                _randn(gen, 2, 6, 8, dtype=torch.bfloat16),
-                _randn(gen, 2, 6, 8, dtype=torch.bfloat16),
+                randn(gen, 2, 6, 8, dtype=torch.bfloat16),
+                randn(gen, 2, 6, 8, dtype=torch.bfloat16),
+                randn(gen, 2, 6, 8, dtype=torch.bfloat16),
                 2,
             ),
             _tiled_case(
                 "batch dimensions broadcast: q (3, 5, 4), k and v (2, 3, 9, 4), "
                 "block_size=4, causal=True",
-                _randn(gen, 3, 5, 4),
-                _randn(gen, 2, 3, 9, 4),
-                _randn(gen, 2, 3, 9, 4),
+                randn(gen, 3, 5, 4),
+                randn(gen, 2, 3, 9, 4),
+                randn(gen, 2, 3, 9, 4),
                 4,
                 causal=True,
             ),
             _tiled_case(
                 "block_size=0 must raise a ValueError",
-                _randn(gen, 1, 4, 4),
-                _randn(gen, 1, 4, 4),
-                _randn(gen, 1, 4, 4),
+                randn(gen, 1, 4, 4),
+                randn(gen, 1, 4, 4),
+                randn(gen, 1, 4, 4),
                 0,
                 raises=ValueError,
             ),
             _tiled_case(
                 "block_size=-3 must raise a ValueError",
-                _randn(gen, 1, 4, 4),
-                _randn(gen, 1, 4, 4),
-                _randn(gen, 1, 4, 4),
+                randn(gen, 1, 4, 4),
+                randn(gen, 1, 4, 4),
+                randn(gen, 1, 4, 4),
                 -3,
                 raises=ValueError,
             ),
             _tiled_case(
                 "block_size=-1 must raise a ValueError",
-                _randn(gen, 1, 4, 4),
-                _randn(gen, 1, 4, 4),
-                _randn(gen, 1, 4, 4),
+                randn(gen, 1, 4, 4),
+                randn(gen, 1, 4, 4),
+                randn(gen, 1, 4, 4),
                 -1,
                 raises=ValueError,
             ),
             _tiled_case(
                 "block_size=2.5 (not an integer) must raise a ValueError",
-                _randn(gen, 1, 4, 4),
-                _randn(gen, 1, 4, 4),
-                _randn(gen, 1, 4, 4),
+                randn(gen, 1, 4, 4),
+                randn(gen, 1, 4, 4),
+                randn(gen, 1, 4, 4),
                 2.5,
                 raises=ValueError,
             ),
@@ -719,32 +716,32 @@ class Patchify(Task):
     def cases(self, gen):
         return [
             Case(
-                "images (2, 3, 8, 12), patch_size=4 (2 x 3 patches)", (_randn(gen, 2, 3, 8, 12), 4)
+                "images (2, 3, 8, 12), patch_size=4 (2 x 3 patches)", (randn(gen, 2, 3, 8, 12), 4)
             ),
-            Case("images (1, 1, 4, 4), patch_size=2", (_randn(gen, 1, 1, 4, 4), 2)),
+            Case("images (1, 1, 4, 4), patch_size=2", (randn(gen, 1, 1, 4, 4), 2)),
             Case(
                 "images (3, 2, 6, 6), patch_size=3, float64",
-                (_randn(gen, 3, 2, 6, 6, dtype=torch.float64), 3),
+                (randn(gen, 3, 2, 6, 6, dtype=torch.float64), 3),
             ),
             Case(
                 "images (2, 3, 4, 6), patch_size=1 (every pixel a patch)",
-                (_randn(gen, 2, 3, 4, 6), 1),
+                (randn(gen, 2, 3, 4, 6), 1),
             ),
-            Case("images (2, 2, 5, 5), patch_size=5 (one patch)", (_randn(gen, 2, 2, 5, 5), 5)),
+            Case("images (2, 2, 5, 5), patch_size=5 (one patch)", (randn(gen, 2, 2, 5, 5), 5)),
             Case(
-                "images (1, 1, 4, 8), patch_size=2 (wider than tall)", (_randn(gen, 1, 1, 4, 8), 2)
+                "images (1, 1, 4, 8), patch_size=2 (wider than tall)", (randn(gen, 1, 1, 4, 8), 2)
             ),
             Case(
-                "images (1, 4, 9, 3), patch_size=3 (taller than wide)", (_randn(gen, 1, 4, 9, 3), 3)
+                "images (1, 4, 9, 3), patch_size=3 (taller than wide)", (randn(gen, 1, 4, 9, 3), 3)
             ),
             Case(
                 "H=10 is not a multiple of patch_size=4: must raise a ValueError",
-                (_randn(gen, 1, 1, 10, 8), 4),
+                (randn(gen, 1, 1, 10, 8), 4),
                 raises=ValueError,
             ),
             Case(
                 "W=6 is not a multiple of patch_size=4: must raise a ValueError",
-                (_randn(gen, 1, 1, 8, 6), 4),
+                (randn(gen, 1, 1, 8, 6), 4),
                 raises=ValueError,
             ),
         ]
