@@ -269,3 +269,28 @@ def test_top_p_zero_must_be_rejected():
 
     result = status("ex09.sample_next", accepts_zero)
     assert result.status == "failed" and "top_p=0" in result.feedback
+
+
+def _cached_step_along(dim, broadcast_bug=False):
+    def step(q_t, k_t, v_t, k_cache, v_cache):
+        if q_t.shape[2] != 1:
+            raise ValueError("q_t must hold one token")
+        keys, values = torch.cat([k_cache, k_t], dim), torch.cat([v_cache, v_t], dim)
+        weights = (q_t @ keys.transpose(-2, -1) / math.sqrt(q_t.shape[-1])).softmax(-1)
+        if broadcast_bug:  # (.., 1, n) * (.., n, d_v): fails once n > 1, in a broadcast
+            return (weights * values).sum(-2, keepdim=True), keys, values
+        return weights @ values, keys, values
+
+    return step
+
+
+def test_a_cache_appended_on_the_wrong_axis_gets_the_axis_hint_from_what_it_did():
+    # Judged by the torch.cat call (a cache and the new token, joined along dim 1), not by the
+    # wording of PyTorch's error.
+    result = status("ex09.cached_attention_step", _cached_step_along(1))
+    assert result.status == "failed" and "along the sequence axis (dim=2" in result.feedback
+    # A wrong size that does not come from appending (a broadcast of (1, 2) with (2, 4))
+    # gets no such hint, although PyTorch words it much like a failed torch.cat.
+    result = status("ex09.cached_attention_step", _cached_step_along(2, broadcast_bug=True))
+    assert "your code raised RuntimeError" in result.feedback, result.feedback
+    assert "along the sequence axis" not in result.feedback, result.feedback

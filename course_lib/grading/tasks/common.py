@@ -17,12 +17,15 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
 from ..core import Case, GradingError, Task, load_weights
 
 __all__ = [
     "HintOnError",
     "ModuleTask",
+    "OpRecorder",
+    "failure_of",
     "lengths_mask",
     "randint",
     "randn",
@@ -107,31 +110,83 @@ class ModuleTask(Task):
 # --------------------------------------------------------------------------------------------
 
 
+def _op_name(func: Any) -> str:
+    """`matmul` for torch.matmul, Tensor.matmul and Tensor.__matmul__ alike."""
+    return getattr(func, "__name__", type(func).__name__).strip("_")
+
+
+def _shapes(value: Any) -> Any:
+    if isinstance(value, Tensor):
+        return tuple(value.shape)
+    if isinstance(value, (tuple, list)):
+        return tuple(_shapes(v) for v in value)
+    return None
+
+
+class OpRecorder(TorchFunctionMode):
+    """Notes the first torch operation that raised while it was active: what an error *did*.
+
+    `failure` is (exception type, operation name, shapes of its tensor arguments), or None.
+    Two pieces of code that fail the same way have the same failure, whatever PyTorch's
+    message says. `calls` lists (operation, args, kwargs) of every call to a function in `watch`.
+    """
+
+    def __init__(self, watch: tuple = ()):
+        super().__init__()
+        self.watch = watch
+        self.calls: list[tuple[Any, tuple, dict]] = []
+        self.failure: tuple | None = None
+
+    def __torch_function__(self, func, types_, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.watch:
+            self.calls.append((func, args, kwargs))
+        try:
+            return func(*args, **kwargs)
+        except Exception as error:
+            if self.failure is None:
+                self.failure = (type(error), _op_name(func), _shapes(args))
+            raise
+
+
+def failure_of(fn: Any, *args: Any, **kwargs: Any) -> tuple | None:
+    """How `fn(*args, **kwargs)` fails (see OpRecorder), or None when it does not fail in torch."""
+    recorder = OpRecorder()
+    try:
+        with warnings.catch_warnings(), recorder:
+            warnings.simplefilter("ignore")
+            fn(*args, **kwargs)
+    except Exception:  # noqa: BLE001  (a wrong version may raise anything)
+        return recorder.failure
+    return None
+
+
 class HintOnError(Task):
-    """A task whose mistakes may *raise* (e.g. `.T` on a batch): the error gets their hint."""
+    """A task whose mistakes may *raise* (e.g. `.T` on a batch): the error gets their hint.
+
+    The learner's error matches a mistake when the mistake fails in the same torch operation,
+    on arguments of the same shapes, with the same exception type.
+    """
 
     def call(self, obj, case):
+        recorder = OpRecorder()
         try:
-            return obj(*case.args, **case.kwargs)
+            with recorder:
+                return obj(*case.args, **case.kwargs)
         except (NotImplementedError, GradingError):
             raise
         except Exception as error:  # noqa: BLE001  (a learner's code may raise anything)
-            hint = self._hint_for_error(obj, case, error)
+            hint = self._hint_for_error(obj, case, recorder.failure)
             if hint is None:
                 raise
             raise GradingError(
                 f"your code raised {type(error).__name__}: {error}. Hint: {hint}"
             ) from None
 
-    def _hint_for_error(self, obj, case, error: Exception) -> str | None:
+    def _hint_for_error(self, obj, case, failure: tuple | None) -> str | None:
+        if failure is None:
+            return None
         for wrong, hint in self.mistakes():
-            if wrong is obj:
-                continue
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    wrong(*case.args, **case.kwargs)
-            except Exception as theirs:  # noqa: BLE001
-                if type(theirs) is type(error) and str(theirs) == str(error):
-                    return hint
+            if wrong is not obj and failure_of(wrong, *case.args, **case.kwargs) == failure:
+                return hint
         return None
