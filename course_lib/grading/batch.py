@@ -388,12 +388,17 @@ class _Submission:
 
 
 def _judge_task(task, cases: list, run: dict | None, note: str | None, earlier: dict):
-    """Compare a task's outcomes with the reference (in this process, never in the kernel)."""
+    """Compare a task's outcomes with the reference (in this process, never in the kernel).
+
+    `earlier` holds the results of the tasks judged before, by id: when this task calls the
+    learner's version of one of them (`depends_on`) and that one failed, the feedback says so.
+    """
     from . import core
 
     if note and run is None:
         return core.judge(task, cases, None, missing=note)
-    return core.judge(task, cases, run)
+    exercise = task.id.split(".")[0]
+    return core.judge(task, cases, run, earlier=lambda name: earlier.get(f"{exercise}.{name}"))
 
 
 def _build_row(row: dict, tasks: list, results: dict, problems: list[str]) -> dict:

@@ -84,6 +84,7 @@ class Embed(Task):
     id = "ex01.embed"
     lesson = f"{LESSON}, section 'An embedding is a one-hot matrix product'"
     reference = "course_lib.embeddings.embed"
+    depends_on = ("one_hot",)
     forbidden = ("torch.nn.Embedding", "torch.nn.functional.embedding", "torch.embedding")
 
     def cases(self, gen):
@@ -192,6 +193,7 @@ class NearestNeighbours(Task):
     id = "ex01.nearest_neighbours"
     lesson = f"{LESSON}, section 'Nearest neighbours'"
     reference = "course_lib.embeddings.nearest_neighbours"
+    depends_on = ("cosine_similarity_matrix",)
 
     def cases(self, gen):
         lengths = torch.tensor([[0.1], [5.0], [0.3], [9.0], [1.0], [0.05], [2.0], [40.0]])
@@ -543,6 +545,7 @@ class BpeEncode(Task):
     id = "ex01.bpe_encode"
     lesson = BPE_LESSON
     reference = "course_lib.bpe.bpe_encode"
+    depends_on = ("merge_pair",)
     forbidden = _BPE_FINISHED  # the reference among them is reported as such
 
     def cases(self, gen):

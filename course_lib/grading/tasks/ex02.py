@@ -164,6 +164,7 @@ class ScaledDotProductAttention(HintOnError):
     id = "ex02.scaled_dot_product_attention"
     lesson = SDPA_LESSON
     reference = "course_lib.attention.scaled_dot_product_attention"
+    depends_on = ("softmax",)
     forbidden = ("torch.nn.functional.scaled_dot_product_attention",)
 
     def cases(self, gen):
@@ -269,6 +270,7 @@ class SelfAttention(HintOnError):
     id = "ex02.self_attention"
     lesson = SELF_LESSON
     reference = "course_lib.attention.self_attention"
+    depends_on = ("scaled_dot_product_attention",)
 
     def cases(self, gen):
         f64 = torch.float64
@@ -392,6 +394,7 @@ class DistanceBiasedAttention(Task):
     id = "ex02.distance_biased_attention"
     lesson = "lesson 02, section 'Scaled dot-product attention, step by step'"
     reference = "course_lib.attention.distance_biased_attention"
+    depends_on = ("softmax",)
     forbidden = ("torch.nn.functional.scaled_dot_product_attention",)
 
     def cases(self, gen):

@@ -194,6 +194,7 @@ class MultiHeadAttentionTask(ModuleTask):
     id = "ex03.MultiHeadAttention"
     lesson = "lesson 03, section 'Multi-head attention, step by step'"
     reference = "course_lib.multihead.MultiHeadAttention"
+    depends_on = ("split_heads", "merge_heads")
     forbidden = (
         "torch.nn.MultiheadAttention",
         "torch.nn.functional.scaled_dot_product_attention",

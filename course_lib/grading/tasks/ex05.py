@@ -310,6 +310,7 @@ class PrefixLMMask(Task):
     id = "ex05.prefix_lm_mask"
     lesson = f"{LESSON}, section 'Combining padding and causal masks'"
     reference = "course_lib.masking.prefix_lm_mask"
+    depends_on = ("causal_mask", "padding_mask")
     forbidden = (
         "course_lib.masking.causal_mask",
         "course_lib.masking.padding_mask",

@@ -606,6 +606,7 @@ class TrainStep(Task):
     id = "ex08.train_step"
     lesson = "lesson 08, sections 'Teacher forcing and shifted targets' and 'The training loop'"
     reference = "course_lib.train.train_step"
+    depends_on = ("shift_right", "label_smoothing_loss")
     forbidden = ("course_lib.train.train",)
 
     def cases(self, gen):

@@ -557,6 +557,7 @@ class Generate(Task):
     id = "ex09.generate"
     lesson = "lesson 09, sections 'Sampling strategies' and 'A KV cache'"
     reference = "course_lib.gpt.generate_with_cache"
+    depends_on = ("sample_next",)
     forbidden = ("course_lib.gpt.generate",)
 
     def cases(self, gen):
