@@ -338,3 +338,21 @@ def test_the_batch_grader_names_the_earlier_task_too(tmp_path):
         results[task_id] = batch._judge_task(task, cases, run, None, results)
     assert results["ex01.one_hot"].status == "failed"
     assert "fix one_hot first" in results["ex01.embed"].feedback
+
+
+# ---------------------------------------------------------------- what a score means
+
+
+def test_a_partial_score_says_what_scores_are_and_why_the_grader_may_differ(capsys):
+    from course_lib.grading.batch import format_table
+    from course_lib.grading.core import SCORE_NOTE
+
+    assert "fraction of checks passed" in SCORE_NOTE and "fresh random inputs" in SCORE_NOTE
+    only_2d = lambda a, b: right(a, b) if a.dim() == 2 else a  # noqa: E731
+    check("ex00.batched_matmul", only_2d)
+    check("ex00.batched_matmul", right)
+    failed, passed = capsys.readouterr().out.strip().split("\n   ")[-1].split("\n")
+    assert failed == f"({SCORE_NOTE})"  # one line, under the partial score only
+    assert passed.startswith("✅") and SCORE_NOTE not in passed
+    row = {"submission": "a.ipynb", "score": 1.0, "max_score": 3.0, "error": None, "tasks": {}}
+    assert format_table([row]).splitlines()[-1] == SCORE_NOTE

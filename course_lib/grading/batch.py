@@ -28,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from .core import SCORE_NOTE
+
 DEFAULT_TIMEOUT = 300.0  # seconds per submission
 DEFAULT_MEMORY_MB = 4096  # address space of a learner's kernel beyond what it starts with
 DEFAULT_MAX_OUTPUT_KB = 1024  # captured output per cell
@@ -579,6 +581,7 @@ def format_table(rows: list[dict]) -> str:
         score = f"{r['score']:g} / {r['max_score']:g}"
         note = (r["error"] or "")[:100]
         lines.append(f"{r['submission']:<{width}}  {score:>11}  {note}")
+    lines.append(SCORE_NOTE)
     return "\n".join(lines)
 
 

@@ -63,6 +63,14 @@ class Case:
     raises: type[BaseException] | None = None
 
 
+# X-7: why a partial score in the notebook can differ from the grader's (shown with both).
+SCORE_NOTE = (
+    "A score is the fraction of checks passed; the grader draws fresh random inputs, so a "
+    "partial score can differ between the notebook and the grader, but a correct solution "
+    "passes both."
+)
+
+
 @dataclass
 class TaskResult:
     task_id: str
@@ -74,8 +82,10 @@ class TaskResult:
     status: str  # "passed", "failed", "not implemented", "missing", "forbidden"
 
     def render(self) -> str:
+        """What `check` prints; a partial score comes with SCORE_NOTE on a line of its own."""
         mark = {"passed": "✅", "not implemented": "✏️ "}.get(self.status, "❌")
-        return f"{mark} {self.task_id}: {self.feedback}"
+        note = f"\n   ({SCORE_NOTE})" if self.status == "failed" else ""
+        return f"{mark} {self.task_id}: {self.feedback}{note}"
 
     def as_dict(self) -> dict:
         return {"score": self.score, "max_score": self.max_score, "feedback": self.feedback}
