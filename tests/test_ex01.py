@@ -156,10 +156,14 @@ FORBIDDEN = [
     ("ex01.one_hot", lambda ids, vocab_size: F.one_hot(ids, vocab_size).float()),
     ("ex01.embed", lambda ids, table: F.embedding(ids, table)),
     ("ex01.embed", lambda ids, table: torch.nn.Embedding.from_pretrained(table)(ids)),
-    ("ex01.cosine_similarity_matrix",
-     lambda E: F.cosine_similarity(E.unsqueeze(1), E.unsqueeze(0), dim=-1)),
-    ("ex01.nearest_neighbours", lambda E, index, k: resolve(
-        "course_lib.embeddings.nearest_neighbours")(E, index, k)),
+    (
+        "ex01.cosine_similarity_matrix",
+        lambda E: F.cosine_similarity(E.unsqueeze(1), E.unsqueeze(0), dim=-1),
+    ),
+    (
+        "ex01.nearest_neighbours",
+        lambda E, index, k: resolve("course_lib.embeddings.nearest_neighbours")(E, index, k),
+    ),
 ]
 
 
@@ -261,7 +265,7 @@ def merge_pair_in_place(ids, pair, new_id):
     i = 0
     while i < len(ids) - 1:  # edits its argument, which the grader copies for every case
         if (ids[i], ids[i + 1]) == tuple(pair):
-            ids[i:i + 2] = [new_id]
+            ids[i : i + 2] = [new_id]
         i += 1
     return ids
 
@@ -287,8 +291,9 @@ BPE_ALTERNATIVES = [
 ]
 
 
-@pytest.mark.parametrize(("task_id", "impl"), BPE_ALTERNATIVES,
-                         ids=lambda x: getattr(x, "__name__", x))
+@pytest.mark.parametrize(
+    ("task_id", "impl"), BPE_ALTERNATIVES, ids=lambda x: getattr(x, "__name__", x)
+)
 def test_bpe_alternatives_pass(task_id, impl):
     result = check_result(task_id, impl)
     assert result.status == "passed", result.feedback
@@ -329,7 +334,7 @@ def merge_pair_overlapping(ids, pair, new_id):
 def merge_pair_first_only(ids, pair, new_id):
     for i in range(len(ids) - 1):
         if (ids[i], ids[i + 1]) == tuple(pair):
-            return list(ids[:i]) + [new_id] + list(ids[i + 2:])
+            return list(ids[:i]) + [new_id] + list(ids[i + 2 :])
     return list(ids)
 
 
@@ -359,8 +364,9 @@ BPE_MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize(("task_id", "impl", "hint"), BPE_MISTAKES,
-                         ids=lambda x: getattr(x, "__name__", None))
+@pytest.mark.parametrize(
+    ("task_id", "impl", "hint"), BPE_MISTAKES, ids=lambda x: getattr(x, "__name__", None)
+)
 def test_bpe_named_mistakes_fail_with_specific_feedback(task_id, impl, hint):
     result = check_result(task_id, impl)
     assert result.status == "failed", result.feedback
@@ -385,16 +391,30 @@ def bpe_encode_with_course_merge_pair(ids, merges):
     return ids
 
 
-@pytest.mark.parametrize(("task_id", "impl", "needle"), [
-    ("ex01.pair_counts", lambda ids: resolve("course_lib.bpe.pair_counts")(ids),
-     "course_lib.bpe.pair_counts"),
-    # bpe_encode calls the reference merge_pair inside, and that is what the feedback names
-    ("ex01.merge_pair", lambda ids, pair, new_id: resolve("course_lib.bpe.bpe_encode")(
-        ids, {pair: new_id}), "course_lib.bpe.merge_pair"),
-    ("ex01.bpe_encode", bpe_encode_with_course_merge_pair, "course_lib.bpe.merge_pair"),
-    ("ex01.bpe_encode", lambda ids, merges: resolve("course_lib.bpe.BPETokenizer")(
-        list(merges)).encode_bytes(bytes(ids)), "course_lib.bpe.BPETokenizer"),
-])
+@pytest.mark.parametrize(
+    ("task_id", "impl", "needle"),
+    [
+        (
+            "ex01.pair_counts",
+            lambda ids: resolve("course_lib.bpe.pair_counts")(ids),
+            "course_lib.bpe.pair_counts",
+        ),
+        # bpe_encode calls the reference merge_pair inside, and that is what the feedback names
+        (
+            "ex01.merge_pair",
+            lambda ids, pair, new_id: resolve("course_lib.bpe.bpe_encode")(ids, {pair: new_id}),
+            "course_lib.bpe.merge_pair",
+        ),
+        ("ex01.bpe_encode", bpe_encode_with_course_merge_pair, "course_lib.bpe.merge_pair"),
+        (
+            "ex01.bpe_encode",
+            lambda ids, merges: resolve("course_lib.bpe.BPETokenizer")(list(merges)).encode_bytes(
+                bytes(ids)
+            ),
+            "course_lib.bpe.BPETokenizer",
+        ),
+    ],
+)
 def test_bpe_shortcuts_through_course_lib_are_rejected(task_id, impl, needle):
     result = check_result(task_id, impl)
     assert result.status == "forbidden", result.feedback
@@ -424,12 +444,16 @@ def test_bpe_cases_cover_the_edges():
         ids = [args[0] for args in inputs(task_id)]
         assert [] in ids and any(len(i) == 1 for i in ids)  # empty list, a single id
         for run in (3, 4, 5):  # runs of equal ids
-            assert any(any(i[k:k + run] == [i[k]] * run for k in range(len(i))) for i in ids)
+            assert any(any(i[k : k + run] == [i[k]] * run for k in range(len(i))) for i in ids)
     merge_cases = inputs("ex01.merge_pair")
     assert any(list(pair) == i[:2] and list(pair) == i[-2:] for i, pair, _ in merge_cases)
-    assert any(tuple(pair) not in zip(i, i[1:], strict=False) for i, pair, _ in merge_cases
-               if len(i) > 1)
+    assert any(
+        tuple(pair) not in zip(i, i[1:], strict=False) for i, pair, _ in merge_cases if len(i) > 1
+    )
     encode_cases = inputs("ex01.bpe_encode")
     # a merge whose pair holds the id of an earlier merge (a merge of merged tokens)
-    assert any(set(pair) & set(list(merges.values())[:r])
-               for _, merges in encode_cases for r, pair in enumerate(merges))
+    assert any(
+        set(pair) & set(list(merges.values())[:r])
+        for _, merges in encode_cases
+        for r, pair in enumerate(merges)
+    )

@@ -19,8 +19,11 @@ def result(task_id, obj):
 
 def test_ex02_has_its_tasks_in_order():
     assert [t.id for t in tasks_for("ex02")] == [
-        "ex02.softmax", "ex02.scaled_dot_product_attention", "ex02.self_attention",
-        "ex02.distance_biased_attention"]
+        "ex02.softmax",
+        "ex02.scaled_dot_product_attention",
+        "ex02.self_attention",
+        "ex02.distance_biased_attention",
+    ]
 
 
 # ---------------------------------------------------------------- independent correct solutions
@@ -205,10 +208,14 @@ def test_each_mistake_fails_with_its_hint(task_id, fn, hint):
     assert hint in r.feedback, r.feedback
 
 
-@pytest.mark.parametrize("attention, hint", [
-    (no_scaling, "not scaled"), (dot_T, "`.T` transposes only 2-D"),
-    (softmax_over_queries, "over the query axis"),
-])
+@pytest.mark.parametrize(
+    "attention, hint",
+    [
+        (no_scaling, "not scaled"),
+        (dot_T, "`.T` transposes only 2-D"),
+        (softmax_over_queries, "over the query axis"),
+    ],
+)
 def test_self_attention_on_a_wrong_attention_points_to_the_attention(attention, hint):
     def bad(x, w_q, w_k, w_v):
         return attention(x @ w_q, x @ w_k, x @ w_v)
@@ -281,3 +288,23 @@ def test_an_unrelated_error_is_reported_as_is():
 
     r = result("ex02.scaled_dot_product_attention", broken)
     assert r.status == "failed" and "my own bug" in r.feedback and "Hint" not in r.feedback
+
+
+def test_an_error_gets_a_mistakes_hint_only_when_it_fails_the_same_way():
+    # The hint follows what failed (the same torch operation, on arguments of the same shapes),
+    # never PyTorch's wording: `q @ k` without a transpose fails in a matmul, as `.T` does on a
+    # batch, but on other shapes, so it is not told about `.T`.
+    from course_lib.grading import GradingError, get_task
+
+    task = get_task("ex02.scaled_dot_product_attention")
+    batched = task.cases(torch.Generator().manual_seed(0))[1]  # q (2, 3, 8), k (2, 5, 8)
+
+    def no_transpose(q, k, v):
+        weights = softmax_max(q @ k / math.sqrt(q.shape[-1]))
+        return weights @ v, weights
+
+    with pytest.raises(GradingError, match="`.T` transposes only 2-D"):
+        task.call(dot_T, batched)
+    with pytest.raises(RuntimeError) as raised:
+        task.call(no_transpose, batched)
+    assert not isinstance(raised.value, GradingError)

@@ -12,8 +12,12 @@ from course_lib.grading import check_result
 from course_lib.grading.core import get_task, judge, resolve, run_cases, tasks_for
 from course_lib.multihead import split_heads as reference_split_heads
 
-TASK_IDS = ["ex03.split_heads", "ex03.merge_heads", "ex03.MultiHeadAttention",
-            "ex03.grouped_query_attention"]
+TASK_IDS = [
+    "ex03.split_heads",
+    "ex03.merge_heads",
+    "ex03.MultiHeadAttention",
+    "ex03.grouped_query_attention",
+]
 
 
 def status_and_feedback(task_id, obj):
@@ -234,8 +238,9 @@ def test_mistakes_fail_with_their_hint(task_id, wrong, hint):
 def test_mask_is_checked_with_batch_dims_and_unequal_lengths():
     cases = get_task("ex03.MultiHeadAttention").cases(torch.Generator().manual_seed(0))
     masked = [c for c in cases if "mask" in c.kwargs]
-    assert any(c.kwargs["mask"].dim() == 3 and c.args[0].shape[1] != c.args[1].shape[1]
-               for c in masked)
+    assert any(
+        c.kwargs["mask"].dim() == 3 and c.args[0].shape[1] != c.args[1].shape[1] for c in masked
+    )
     assert any(c.args[0].dtype == torch.float64 for c in cases)
 
     class IgnoresMask(LearnerMultiHeadAttention):
@@ -273,9 +278,21 @@ class UsesFunctionalMHA(LearnerMultiHeadAttention):
         in_w = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
         in_b = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
         out, weights = F.multi_head_attention_forward(
-            query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), self.d_model,
-            self.num_heads, in_w, in_b, None, None, False, 0.0, self.out_proj.weight,
-            self.out_proj.bias, average_attn_weights=False)
+            query.transpose(0, 1),
+            key.transpose(0, 1),
+            value.transpose(0, 1),
+            self.d_model,
+            self.num_heads,
+            in_w,
+            in_b,
+            None,
+            None,
+            False,
+            0.0,
+            self.out_proj.weight,
+            self.out_proj.bias,
+            average_attn_weights=False,
+        )
         return out.transpose(0, 1), weights
 
 
@@ -313,8 +330,11 @@ class StubModule(nn.Module):
 
 @pytest.mark.parametrize(
     "task_id,obj",
-    [("ex03.split_heads", stub_function), ("ex03.merge_heads", stub_function),
-     ("ex03.MultiHeadAttention", StubModule)],
+    [
+        ("ex03.split_heads", stub_function),
+        ("ex03.merge_heads", stub_function),
+        ("ex03.MultiHeadAttention", StubModule),
+    ],
 )
 def test_stubs_are_not_implemented(task_id, obj):
     status, feedback = status_and_feedback(task_id, obj)
@@ -376,14 +396,17 @@ def gqa_along_keys(q, k, v, mask=None):
     group = q.shape[1] // k.shape[1]
     if q.shape[1] % k.shape[1]:
         raise ValueError("num_heads must be a multiple of num_kv_heads")
-    return scaled_dot_product_attention(q, k.repeat_interleave(group, dim=2),
-                                        v.repeat_interleave(group, dim=2), mask)
+    return scaled_dot_product_attention(
+        q, k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2), mask
+    )
 
 
 @pytest.mark.parametrize(
     "wrong,hint",
-    [(gqa_with_a_wrong_group, "the heads are grouped wrongly"),
-     (gqa_along_keys, "not along the keys")],
+    [
+        (gqa_with_a_wrong_group, "the heads are grouped wrongly"),
+        (gqa_along_keys, "not along the keys"),
+    ],
 )
 def test_grouped_query_attention_learner_mistakes_get_their_hint(wrong, hint):
     status, feedback = status_and_feedback("ex03.grouped_query_attention", wrong)

@@ -57,7 +57,8 @@ def pe_stack(seq_len, d_model):
 def pe_general(seq_len, d_model, *, swap=False, exponent=2, halves=False, start=0):
     require_even(d_model)
     angles = torch.arange(start, start + seq_len, dtype=torch.float64)[:, None] * frequencies(
-        d_model, exponent)
+        d_model, exponent
+    )
     a, b = (angles.cos(), angles.sin()) if swap else (angles.sin(), angles.cos())
     if halves:
         return torch.cat((a, b), dim=1).float()
@@ -100,17 +101,25 @@ def shift_general(offset, d_model, *, transpose=False, angle_scale=None):
     m = torch.zeros(d_model, d_model, dtype=torch.float64)
     for i, wi in enumerate(w.tolist()):
         c, s = math.cos(offset * wi), math.sin(offset * wi)
-        m[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor([[c, s], [-s, c]])
+        m[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor([[c, s], [-s, c]])
     return (m.T if transpose else m).float()
 
 
 SHIFT_MISTAKES = {
-    "transposed (wrong sign)": (lambda k, d: shift_general(k, d, transpose=True),
-                                "shifts by -offset"),
-    "angle without frequency": (lambda k, d: shift_general(k, d, angle_scale=lambda d: torch.ones(
-        d // 2, dtype=torch.float64)), "every pair is rotated by the same angle"),
-    "angle with exponent i": (lambda k, d: shift_general(k, d, angle_scale=lambda d: frequencies(
-        d, 1)), "the rotation angle uses 10000^(-i/d_model)"),
+    "transposed (wrong sign)": (
+        lambda k, d: shift_general(k, d, transpose=True),
+        "shifts by -offset",
+    ),
+    "angle without frequency": (
+        lambda k, d: shift_general(
+            k, d, angle_scale=lambda d: torch.ones(d // 2, dtype=torch.float64)
+        ),
+        "every pair is rotated by the same angle",
+    ),
+    "angle with exponent i": (
+        lambda k, d: shift_general(k, d, angle_scale=lambda d: frequencies(d, 1)),
+        "the rotation angle uses 10000^(-i/d_model)",
+    ),
 }
 
 
@@ -124,8 +133,9 @@ def rope_complex(x, positions=None):
     positions = torch.arange(seq) if positions is None else positions
     angles = positions.to(torch.float64)[:, None] * frequencies(d)
     rotation = torch.polar(torch.ones_like(angles), angles)
-    pairs = torch.view_as_complex(x.to(torch.float64).reshape(*x.shape[:-1], d // 2, 2)
-                                  .contiguous())
+    pairs = torch.view_as_complex(
+        x.to(torch.float64).reshape(*x.shape[:-1], d // 2, 2).contiguous()
+    )
     return torch.view_as_real(pairs * rotation).flatten(-2).to(x.dtype)
 
 
@@ -150,7 +160,7 @@ def rope_general(x, positions=None, *, halves_mixed=False, constant=False, squar
     angles = p[:, None] * frequencies(d)
     if halves_mixed:
         full = angles.repeat_interleave(2, dim=-1)
-        rotated = torch.cat((-x[..., d // 2:], x[..., :d // 2]), -1)
+        rotated = torch.cat((-x[..., d // 2 :], x[..., : d // 2]), -1)
         return x * full.cos().to(x.dtype) + rotated * full.sin().to(x.dtype)
     c, s = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     x0, x1 = x[..., 0::2], x[..., 1::2]
@@ -158,13 +168,19 @@ def rope_general(x, positions=None, *, halves_mixed=False, constant=False, squar
 
 
 ROPE_MISTAKES = {
-    "halves with the wrong frequency": (lambda x, p=None: rope_general(x, p, halves_mixed=True),
-                                        "the two features of a pair turn by different angles"),
-    "constant rotation": (lambda x, p=None: rope_general(x, p, constant=True),
-                          "every position gets the same rotation"),
+    "halves with the wrong frequency": (
+        lambda x, p=None: rope_general(x, p, halves_mixed=True),
+        "the two features of a pair turn by different angles",
+    ),
+    "constant rotation": (
+        lambda x, p=None: rope_general(x, p, constant=True),
+        "every position gets the same rotation",
+    ),
     # not in the task's list: caught by the offset-only check
-    "angle grows with position squared": (lambda x, p=None: rope_general(x, p, square=True),
-                                          "depends only on the offset"),
+    "angle grows with position squared": (
+        lambda x, p=None: rope_general(x, p, square=True),
+        "depends only on the offset",
+    ),
 }
 
 
@@ -207,10 +223,16 @@ def test_stub_is_not_implemented(task):
 
 @pytest.mark.parametrize(
     "task, impl",
-    [("sinusoidal_positional_encoding", pe_loops), ("sinusoidal_positional_encoding", pe_exp_log),
-     ("sinusoidal_positional_encoding", pe_stack), ("relative_shift_matrix", shift_blocks),
-     ("relative_shift_matrix", shift_matrix_exp), ("apply_rope", rope_complex),
-     ("apply_rope", rope_einsum), ("apply_rope", rope_general)],
+    [
+        ("sinusoidal_positional_encoding", pe_loops),
+        ("sinusoidal_positional_encoding", pe_exp_log),
+        ("sinusoidal_positional_encoding", pe_stack),
+        ("relative_shift_matrix", shift_blocks),
+        ("relative_shift_matrix", shift_matrix_exp),
+        ("apply_rope", rope_complex),
+        ("apply_rope", rope_einsum),
+        ("apply_rope", rope_general),
+    ],
 )
 def test_alternative_correct_implementations_pass(task, impl):
     result = status(task, impl)
@@ -224,8 +246,11 @@ def test_alternative_correct_implementations_pass(task, impl):
     + [("apply_rope", n) for n in ROPE_MISTAKES],
 )
 def test_mistakes_fail_with_their_hint(task, name):
-    table = {"sinusoidal_positional_encoding": SINUSOIDAL_MISTAKES,
-             "relative_shift_matrix": SHIFT_MISTAKES, "apply_rope": ROPE_MISTAKES}[task]
+    table = {
+        "sinusoidal_positional_encoding": SINUSOIDAL_MISTAKES,
+        "relative_shift_matrix": SHIFT_MISTAKES,
+        "apply_rope": ROPE_MISTAKES,
+    }[task]
     wrong, hint = table[name]
     result = status(task, wrong)
     assert result.status == "failed", result.feedback
@@ -236,8 +261,11 @@ def test_mistakes_fail_with_their_hint(task, name):
 
 def test_odd_d_model_must_raise():
     def no_check(seq_len, d_model):
-        return pe_stack(seq_len, d_model - d_model % 2)[:, :d_model] if d_model % 2 else pe_stack(
-            seq_len, d_model)
+        return (
+            pe_stack(seq_len, d_model - d_model % 2)[:, :d_model]
+            if d_model % 2
+            else pe_stack(seq_len, d_model)
+        )
 
     result = status("sinusoidal_positional_encoding", no_check)
     assert result.status == "failed" and "ValueError" in result.feedback

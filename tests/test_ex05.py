@@ -97,16 +97,19 @@ def attention_nan_rows(q, k, v, mask):
     return weights @ v, weights
 
 
-@pytest.mark.parametrize("task_id,wrong,words", [
-    ("ex05.causal_mask", causal_upper, "upper triangle"),
-    ("ex05.causal_mask", causal_strict, "diagonal is missing"),
-    ("ex05.causal_mask", causal_float, "must be a bool tensor"),
-    ("ex05.padding_mask", padding_inverted, "inverted"),
-    ("ex05.padding_mask", padding_flat, "middle dimension is missing"),
-    ("ex05.masked_attention", attention_zero_after, "without renormalising"),
-    ("ex05.masked_attention", attention_fill_zero, "filled the masked scores with 0"),
-    ("ex05.masked_attention", attention_nan_rows, "0/0 = NaN"),
-])
+@pytest.mark.parametrize(
+    "task_id,wrong,words",
+    [
+        ("ex05.causal_mask", causal_upper, "upper triangle"),
+        ("ex05.causal_mask", causal_strict, "diagonal is missing"),
+        ("ex05.causal_mask", causal_float, "must be a bool tensor"),
+        ("ex05.padding_mask", padding_inverted, "inverted"),
+        ("ex05.padding_mask", padding_flat, "middle dimension is missing"),
+        ("ex05.masked_attention", attention_zero_after, "without renormalising"),
+        ("ex05.masked_attention", attention_fill_zero, "filled the masked scores with 0"),
+        ("ex05.masked_attention", attention_nan_rows, "0/0 = NaN"),
+    ],
+)
 def test_independent_mistakes_get_the_right_hint(task_id, wrong, words):
     result = check_result(task_id, wrong)
     assert result.status == "failed", result.feedback
@@ -157,15 +160,18 @@ def attention_float64_path(q, k, v, mask):
     return out.to(q.dtype), weights.to(q.dtype)
 
 
-@pytest.mark.parametrize("task_id,impl", [
-    ("ex05.causal_mask", causal_by_comparison),
-    ("ex05.causal_mask", causal_by_loop),
-    ("ex05.padding_mask", padding_by_indexing),
-    ("ex05.padding_mask", padding_by_view),
-    ("ex05.masked_attention", attention_einsum_where),
-    ("ex05.masked_attention", attention_large_negative_then_zero),
-    ("ex05.masked_attention", attention_float64_path),
-])
+@pytest.mark.parametrize(
+    "task_id,impl",
+    [
+        ("ex05.causal_mask", causal_by_comparison),
+        ("ex05.causal_mask", causal_by_loop),
+        ("ex05.padding_mask", padding_by_indexing),
+        ("ex05.padding_mask", padding_by_view),
+        ("ex05.masked_attention", attention_einsum_where),
+        ("ex05.masked_attention", attention_large_negative_then_zero),
+        ("ex05.masked_attention", attention_float64_path),
+    ],
+)
 def test_alternative_correct_implementations_pass(task_id, impl):
     result = check_result(task_id, impl)
     assert result.status == "passed", result.feedback
@@ -182,10 +188,13 @@ def attention_with_module(q, k, v, mask):
     return attention_einsum_where(q, k, v, mask)
 
 
-@pytest.mark.parametrize("impl,name", [
-    (attention_with_torch, "scaled_dot_product_attention"),
-    (attention_with_module, "MultiheadAttention"),
-])
+@pytest.mark.parametrize(
+    "impl,name",
+    [
+        (attention_with_torch, "scaled_dot_product_attention"),
+        (attention_with_module, "MultiheadAttention"),
+    ],
+)
 def test_forbidden_calls(impl, name):
     result = check_result("ex05.masked_attention", impl)
     assert result.status == "forbidden"

@@ -17,10 +17,13 @@ def _status(task_id, obj):
     return result.status, result.feedback
 
 
-@pytest.mark.parametrize("task_id, reference", [
-    ("ex06.cross_attention", cross_attention),
-    ("ex06.CrossAttentionSublayer", CrossAttentionSublayer),
-])
+@pytest.mark.parametrize(
+    "task_id, reference",
+    [
+        ("ex06.cross_attention", cross_attention),
+        ("ex06.CrossAttentionSublayer", CrossAttentionSublayer),
+    ],
+)
 def test_reference_matches_every_case(task_id, reference):
     """The reference itself, judged without the 'calls the reference' rule, passes."""
     task = get_task(task_id)
@@ -30,19 +33,25 @@ def test_reference_matches_every_case(task_id, reference):
     assert judge(task, cases, run).status == "passed"
 
 
-@pytest.mark.parametrize("task_id, reference", [
-    ("ex06.cross_attention", cross_attention),
-    ("ex06.CrossAttentionSublayer", CrossAttentionSublayer),
-])
+@pytest.mark.parametrize(
+    "task_id, reference",
+    [
+        ("ex06.cross_attention", cross_attention),
+        ("ex06.CrossAttentionSublayer", CrossAttentionSublayer),
+    ],
+)
 def test_calling_the_reference_is_forbidden(task_id, reference):
     assert _status(task_id, reference)[0] == "forbidden"
 
     if task_id == "ex06.cross_attention":
+
         def wrapper(*args, **kwargs):
             return cross_attention(*args, **kwargs)
     else:
+
         class wrapper(CrossAttentionSublayer):  # noqa: N801
             pass
+
     assert _status(task_id, wrapper)[0] == "forbidden"
 
 
@@ -77,11 +86,14 @@ class SublayerFunctional(nn.Module):
         return out if self.norm_first else self.norm(out)
 
 
-@pytest.mark.parametrize("task_id, obj", [
-    ("ex06.cross_attention", cross_attention_einsum),
-    ("ex06.cross_attention", cross_attention_sdpa_route),
-    ("ex06.CrossAttentionSublayer", SublayerFunctional),
-])
+@pytest.mark.parametrize(
+    "task_id, obj",
+    [
+        ("ex06.cross_attention", cross_attention_einsum),
+        ("ex06.cross_attention", cross_attention_sdpa_route),
+        ("ex06.CrossAttentionSublayer", SublayerFunctional),
+    ],
+)
 def test_alternative_correct_implementations_pass(task_id, obj):
     status, feedback = _status(task_id, obj)
     assert status == "passed", feedback
@@ -120,14 +132,17 @@ class MemoryNormalised(SublayerFunctional):
         return super().forward(x, self.norm(memory), memory_mask)
 
 
-@pytest.mark.parametrize("task_id, wrong, hint", [
-    ("ex06.cross_attention", queries_from_memory, "the queries come from x"),
-    ("ex06.cross_attention", mask_ignored, "memory_mask was ignored"),
-    ("ex06.CrossAttentionSublayer", NoResidual, "the residual connection is missing"),
-    ("ex06.CrossAttentionSublayer", AlwaysPostNorm, "the LayerNorm is in the wrong place"),
-    ("ex06.CrossAttentionSublayer", AlwaysPreNorm, "the LayerNorm is in the wrong place"),
-    ("ex06.CrossAttentionSublayer", MemoryNormalised, "memory was normalised"),
-])
+@pytest.mark.parametrize(
+    "task_id, wrong, hint",
+    [
+        ("ex06.cross_attention", queries_from_memory, "the queries come from x"),
+        ("ex06.cross_attention", mask_ignored, "memory_mask was ignored"),
+        ("ex06.CrossAttentionSublayer", NoResidual, "the residual connection is missing"),
+        ("ex06.CrossAttentionSublayer", AlwaysPostNorm, "the LayerNorm is in the wrong place"),
+        ("ex06.CrossAttentionSublayer", AlwaysPreNorm, "the LayerNorm is in the wrong place"),
+        ("ex06.CrossAttentionSublayer", MemoryNormalised, "memory was normalised"),
+    ],
+)
 def test_named_mistakes_fail_with_their_hint(task_id, wrong, hint):
     status, feedback = _status(task_id, wrong)
     assert status == "failed"
@@ -175,8 +190,9 @@ def test_badly_named_submodules_get_a_clear_message():
 
 def test_keeps_float64():
     def float32_only(x, memory, w_q, w_k, w_v, memory_mask=None):
-        out, weights = cross_attention_sdpa_route(x.float(), memory.float(), w_q.float(),
-                                                  w_k.float(), w_v.float(), memory_mask)
+        out, weights = cross_attention_sdpa_route(
+            x.float(), memory.float(), w_q.float(), w_k.float(), w_v.float(), memory_mask
+        )
         return out, weights
 
     status, feedback = _status("ex06.cross_attention", float32_only)
@@ -184,13 +200,17 @@ def test_keeps_float64():
 
 
 def test_cases_cover_the_brief():
-    descriptions = [c.description for c in get_task("ex06.cross_attention").cases(
-        torch.Generator().manual_seed(0))]
+    descriptions = [
+        c.description
+        for c in get_task("ex06.cross_attention").cases(torch.Generator().manual_seed(0))
+    ]
     assert any("float64" in d for d in descriptions)
     assert any("padding" in d for d in descriptions)
     sub_cases = get_task("ex06.CrossAttentionSublayer").cases(torch.Generator().manual_seed(0))
     assert {c.data["norm_first"] for c in sub_cases} == {False, True}
     assert any(c.args[0].dtype == torch.float64 for c in sub_cases)
     assert all(c.args[0].shape[1] != c.args[1].shape[1] for c in sub_cases)
-    assert ex06.source_padding_mask([3, 1], 4).tolist() == [[[True, True, True, False]],
-                                                             [[True, False, False, False]]]
+    assert ex06.source_padding_mask([3, 1], 4).tolist() == [
+        [[True, True, True, False]],
+        [[True, False, False, False]],
+    ]

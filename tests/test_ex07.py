@@ -44,8 +44,10 @@ class FeedForwardEinsum(nn.Module):
 
     def forward(self, x):
         hidden = torch.einsum("...d,fd->...f", x, self.linear1.weight) + self.linear1.bias
-        return torch.einsum("...f,df->...d", self.dropout(hidden.clamp(min=0)),
-                            self.linear2.weight) + self.linear2.bias
+        return (
+            torch.einsum("...f,df->...d", self.dropout(hidden.clamp(min=0)), self.linear2.weight)
+            + self.linear2.bias
+        )
 
 
 class EncoderLayerByHand(nn.Module):
@@ -77,8 +79,9 @@ class EncoderLayerByHand(nn.Module):
 class EncoderLayerWrapsTorch(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, norm_first=False):
         super().__init__()
-        self.inner = nn.TransformerEncoderLayer(d_model, num_heads, d_ff, 0.0, batch_first=True,
-                                                norm_first=norm_first)
+        self.inner = nn.TransformerEncoderLayer(
+            d_model, num_heads, d_ff, 0.0, batch_first=True, norm_first=norm_first
+        )
 
     def forward(self, x, mask=None):
         return self.inner(x, src_mask=None if mask is None else ~mask)

@@ -31,7 +31,7 @@ def noam_lr_math(step, d_model, warmup):
 
 def noam_lr_branches(step, d_model, warmup):
     if step < warmup:
-        return d_model ** -0.5 * step * warmup ** -1.5
+        return d_model**-0.5 * step * warmup**-1.5
     return (d_model * step) ** -0.5
 
 
@@ -84,8 +84,9 @@ def greedy_python_lists(step_fn, batch_size, bos_id, eos_id, max_len):
     for _ in range(max_len):
         logits = step_fn(torch.tensor(rows))
         for i, row in enumerate(rows):
-            row.append(eos_id if row[-1] == eos_id and len(row) > 1
-                       else int(logits[i, -1].argmax()))
+            row.append(
+                eos_id if row[-1] == eos_id and len(row) > 1 else int(logits[i, -1].argmax())
+            )
     return torch.tensor([row[1:] for row in rows], dtype=torch.long)
 
 
@@ -119,15 +120,17 @@ def test_reference_passes(task_id):
     assert result.score == result.max_score
 
 
-@pytest.mark.parametrize("task_id,impl", ALTERNATIVES,
-                         ids=[f"{t}-{f.__name__}" for t, f in ALTERNATIVES])
+@pytest.mark.parametrize(
+    "task_id,impl", ALTERNATIVES, ids=[f"{t}-{f.__name__}" for t, f in ALTERNATIVES]
+)
 def test_alternative_correct_implementation_passes(task_id, impl):
     result = status(task_id, impl)
     assert result.status == "passed", result.feedback
 
 
-MISTAKES = [(task_id, i) for task_id in REFERENCES
-            for i in range(len(get_task(task_id).mistakes()))]
+MISTAKES = [
+    (task_id, i) for task_id in REFERENCES for i in range(len(get_task(task_id).mistakes()))
+]
 
 
 @pytest.mark.parametrize("task_id,index", MISTAKES)
@@ -140,8 +143,9 @@ def test_each_mistake_fails_with_its_hint(task_id, index):
 
 def test_exercise_names_its_mistakes():
     """The mistakes EXERCISES.md names are among the graded ones."""
-    hints = {task_id: " ".join(h for _, h in get_task(task_id).mistakes())
-             for task_id in REFERENCES}
+    hints = {
+        task_id: " ".join(h for _, h in get_task(task_id).mistakes()) for task_id in REFERENCES
+    }
     assert "min" in hints["ex08.noam_lr"] and "exponent" in hints["ex08.noam_lr"]
     assert "padded" in hints["ex08.label_smoothing_loss"]
     assert "divided by all positions" in hints["ex08.label_smoothing_loss"]
@@ -154,8 +158,12 @@ def test_exercise_names_its_mistakes():
 
 
 def ls_with_cross_entropy(logits, target, smoothing, ignore_index):
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
-                           label_smoothing=smoothing, ignore_index=ignore_index)
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]),
+        target.reshape(-1),
+        label_smoothing=smoothing,
+        ignore_index=ignore_index,
+    )
 
 
 def ls_with_module(logits, target, smoothing, ignore_index):
@@ -182,15 +190,18 @@ def greedy_calling_reference(step_fn, batch_size, bos_id, eos_id, max_len):
     return decoding.greedy_decode(step_fn, batch_size, bos_id, eos_id, max_len)
 
 
-@pytest.mark.parametrize("task_id,impl", [
-    ("ex08.label_smoothing_loss", ls_with_cross_entropy),
-    ("ex08.label_smoothing_loss", ls_with_module),
-    ("ex08.label_smoothing_loss", ls_with_nll),
-    ("ex08.label_smoothing_loss", ls_calling_reference),
-    ("ex08.greedy_decode", greedy_calling_reference),
-    ("ex08.noam_lr", lambda step, d_model, warmup: noam_lr(step, d_model, warmup)),
-    ("ex08.shift_right", lambda targets, bos_id: shift_right(targets, bos_id)),
-])
+@pytest.mark.parametrize(
+    "task_id,impl",
+    [
+        ("ex08.label_smoothing_loss", ls_with_cross_entropy),
+        ("ex08.label_smoothing_loss", ls_with_module),
+        ("ex08.label_smoothing_loss", ls_with_nll),
+        ("ex08.label_smoothing_loss", ls_calling_reference),
+        ("ex08.greedy_decode", greedy_calling_reference),
+        ("ex08.noam_lr", lambda step, d_model, warmup: noam_lr(step, d_model, warmup)),
+        ("ex08.shift_right", lambda targets, bos_id: shift_right(targets, bos_id)),
+    ],
+)
 def test_forbidden_calls_are_caught(task_id, impl):
     result = status(task_id, impl)
     assert result.status == "forbidden", result.feedback
@@ -200,8 +211,9 @@ def test_nll_alternative_is_itself_correct():
     """So that the 'forbidden' verdict above is about the call, not a wrong value."""
     logits, target = torch.randn(3, 4, 6), torch.randint(0, 6, (3, 4))
     target[0, 0] = 0
-    assert torch.allclose(ls_with_nll(logits, target, 0.1, 0),
-                          label_smoothing_loss(logits, target, 0.1, 0), atol=1e-6)
+    assert torch.allclose(
+        ls_with_nll(logits, target, 0.1, 0), label_smoothing_loss(logits, target, 0.1, 0), atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("task_id", sorted(REFERENCES))

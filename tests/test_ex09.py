@@ -28,8 +28,11 @@ def status(task_id, obj):
 
 def sample_next_inverse_cdf(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
     """Sorted probabilities and an inverse-CDF draw instead of torch.multinomial (float64)."""
-    if temperature < 0 or (top_k is not None and top_k < 1) or \
-            (top_p is not None and not 0 < top_p <= 1):
+    if (
+        temperature < 0
+        or (top_k is not None and top_k < 1)
+        or (top_p is not None and not 0 < top_p <= 1)
+    ):
         raise ValueError("bad option")
     if temperature == 0:
         return logits.argmax(-1)
@@ -95,14 +98,12 @@ def sample_next_calls_reference(logits, temperature=1.0, top_k=None, top_p=None,
     return sample_next(logits, temperature, top_k, top_p, generator)
 
 
-def sample_next_calls_distribution(logits, temperature=1.0, top_k=None, top_p=None,
-                                   generator=None):
+def sample_next_calls_distribution(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
     probs = sampling_distribution(logits, temperature, top_k, top_p)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
-def sample_next_ignores_generator(logits, temperature=1.0, top_k=None, top_p=None,
-                                  generator=None):
+def sample_next_ignores_generator(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
     if temperature == 0:
         return logits.argmax(-1)
     probs = torch.softmax(logits / temperature, -1)
@@ -112,11 +113,14 @@ def sample_next_ignores_generator(logits, temperature=1.0, top_k=None, top_p=Non
 # ---- tests ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("task_id, obj", [
-    ("ex09.sample_next", sample_next),
-    ("ex09.perplexity", perplexity),
-    ("ex09.cached_attention_step", cached_attention_step),
-])
+@pytest.mark.parametrize(
+    "task_id, obj",
+    [
+        ("ex09.sample_next", sample_next),
+        ("ex09.perplexity", perplexity),
+        ("ex09.cached_attention_step", cached_attention_step),
+    ],
+)
 def test_reference_passes(task_id, obj):
     task = get_task(task_id)
     unwatched = copy.copy(task)
@@ -127,13 +131,16 @@ def test_reference_passes(task_id, obj):
     assert result.score == result.max_score
 
 
-@pytest.mark.parametrize("task_id, obj", [
-    ("ex09.sample_next", sample_next_inverse_cdf),
-    ("ex09.perplexity", perplexity_via_cross_entropy),
-    ("ex09.perplexity", perplexity_bits),
-    ("ex09.cached_attention_step", cached_step_einsum),
-    ("ex09.cached_attention_step", cached_step_fused),
-])
+@pytest.mark.parametrize(
+    "task_id, obj",
+    [
+        ("ex09.sample_next", sample_next_inverse_cdf),
+        ("ex09.perplexity", perplexity_via_cross_entropy),
+        ("ex09.perplexity", perplexity_bits),
+        ("ex09.cached_attention_step", cached_step_einsum),
+        ("ex09.cached_attention_step", cached_step_fused),
+    ],
+)
 def test_alternative_correct_implementations_pass(task_id, obj):
     result = status(task_id, obj)
     assert result.status == "passed", result.feedback
@@ -152,8 +159,11 @@ def test_each_mistake_fails_with_its_hint(task_id, wrong, hint):
 
 def test_every_named_mistake_is_covered():
     names = {p.values[1].__name__ for p in _mistake_params()}
-    assert {"_temperature_after_softmax", "_top_k_keeps_k_minus_1",
-            "_top_p_drops_crossing_token"} <= names
+    assert {
+        "_temperature_after_softmax",
+        "_top_k_keeps_k_minus_1",
+        "_top_p_drops_crossing_token",
+    } <= names
     assert {"_base_2", "_log2_then_exp", "_mean_after_exp"} <= names
     assert {"_stale_cache", "_wrong_axis", "_without_the_new_token"} <= names
 
@@ -164,40 +174,59 @@ def test_sampling_ignoring_the_generator_fails():
     assert "generator" in result.feedback
 
 
-@pytest.mark.parametrize("task_id, obj, needle", [
-    ("ex09.sample_next", sample_next_calls_reference, "course_lib.sampling.sample_next"),
-    ("ex09.sample_next", sample_next_calls_distribution,
-     "course_lib.sampling.sampling_distribution"),
-])
+@pytest.mark.parametrize(
+    "task_id, obj, needle",
+    [
+        ("ex09.sample_next", sample_next_calls_reference, "course_lib.sampling.sample_next"),
+        (
+            "ex09.sample_next",
+            sample_next_calls_distribution,
+            "course_lib.sampling.sampling_distribution",
+        ),
+    ],
+)
 def test_forbidden_calls(task_id, obj, needle):
     result = status(task_id, obj)
     assert result.status == "forbidden", result.feedback
     assert needle in result.feedback
 
 
-@pytest.mark.parametrize("task_id, stub", [
-    ("ex09.sample_next", sample_next_stub),
-    ("ex09.perplexity", perplexity_stub),
-    ("ex09.cached_attention_step", cached_step_stub),
-])
+@pytest.mark.parametrize(
+    "task_id, stub",
+    [
+        ("ex09.sample_next", sample_next_stub),
+        ("ex09.perplexity", perplexity_stub),
+        ("ex09.cached_attention_step", cached_step_stub),
+    ],
+)
 def test_stub_is_not_implemented(task_id, stub):
     assert status(task_id, stub).status == "not implemented"
 
 
 def test_statistical_check_is_tight_enough():
     """The tolerance separates top-p 0.7 keeping 3 tokens from keeping 2 by many sigmas."""
-    probs = sampling_distribution(ex09._logits_from_probs(ex09._P6, ex09._ORDER6)[None],
-                                  top_p=0.7)
+    probs = sampling_distribution(ex09._logits_from_probs(ex09._P6, ex09._ORDER6)[None], top_p=0.7)
     assert int((probs > 0).sum()) == 3
     sigma = math.sqrt(0.25 * 0.75 / ex09.DRAWS)
     assert abs(0.4 / 0.8 - 0.4 / 0.65) > 10 * sigma
 
 
-def _sample_next_variant(logits, temperature=1.0, top_k=None, top_p=None, generator=None, *,
-                         clamp=True, top_p_closed=True):
+def _sample_next_variant(
+    logits,
+    temperature=1.0,
+    top_k=None,
+    top_p=None,
+    generator=None,
+    *,
+    clamp=True,
+    top_p_closed=True,
+):
     """A correct sample_next, or one with an edge of its arguments wrong."""
-    if temperature < 0 or (top_k is not None and top_k < 1) or (top_p is not None and not (
-            0 < top_p <= 1 if top_p_closed else 0 < top_p < 1)):
+    if (
+        temperature < 0
+        or (top_k is not None and top_k < 1)
+        or (top_p is not None and not (0 < top_p <= 1 if top_p_closed else 0 < top_p < 1))
+    ):
         raise ValueError("bad option")
     if temperature == 0:
         return logits.argmax(-1)
@@ -214,10 +243,13 @@ def _sample_next_variant(logits, temperature=1.0, top_k=None, top_p=None, genera
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
-@pytest.mark.parametrize("options, hint", [
-    ({"clamp": False}, "clamp k"),
-    ({"top_p_closed": False}, "top_p=1.0 is allowed"),
-])
+@pytest.mark.parametrize(
+    "options, hint",
+    [
+        ({"clamp": False}, "clamp k"),
+        ({"top_p_closed": False}, "top_p=1.0 is allowed"),
+    ],
+)
 def test_argument_edges_are_checked_with_a_hint(options, hint):
     assert status("ex09.sample_next", _sample_next_variant).status == "passed"
     result = status("ex09.sample_next", lambda *a, **k: _sample_next_variant(*a, **k, **options))
@@ -233,3 +265,28 @@ def test_top_p_zero_must_be_rejected():
 
     result = status("ex09.sample_next", accepts_zero)
     assert result.status == "failed" and "top_p=0" in result.feedback
+
+
+def _cached_step_along(dim, broadcast_bug=False):
+    def step(q_t, k_t, v_t, k_cache, v_cache):
+        if q_t.shape[2] != 1:
+            raise ValueError("q_t must hold one token")
+        keys, values = torch.cat([k_cache, k_t], dim), torch.cat([v_cache, v_t], dim)
+        weights = (q_t @ keys.transpose(-2, -1) / math.sqrt(q_t.shape[-1])).softmax(-1)
+        if broadcast_bug:  # (.., 1, n) * (.., n, d_v): fails once n > 1, in a broadcast
+            return (weights * values).sum(-2, keepdim=True), keys, values
+        return weights @ values, keys, values
+
+    return step
+
+
+def test_a_cache_appended_on_the_wrong_axis_gets_the_axis_hint_from_what_it_did():
+    # Judged by the torch.cat call (a cache and the new token, joined along dim 1), not by the
+    # wording of PyTorch's error.
+    result = status("ex09.cached_attention_step", _cached_step_along(1))
+    assert result.status == "failed" and "along the sequence axis (dim=2" in result.feedback
+    # A wrong size that does not come from appending (a broadcast of (1, 2) with (2, 4))
+    # gets no such hint, although PyTorch words it much like a failed torch.cat.
+    result = status("ex09.cached_attention_step", _cached_step_along(2, broadcast_bug=True))
+    assert "your code raised RuntimeError" in result.feedback, result.feedback
+    assert "along the sequence axis" not in result.feedback, result.feedback

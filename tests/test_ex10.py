@@ -64,10 +64,10 @@ def tiled_query_and_key_blocks(q, k, v, block_size=128, causal=False):
     n_q, n_k = q.shape[-2], k.shape[-2]
     rows_out = []
     for qs in range(0, n_q, block_size):
-        qb = q[..., qs:qs + block_size, :] / math.sqrt(q.shape[-1])
+        qb = q[..., qs : qs + block_size, :] / math.sqrt(q.shape[-1])
         m = total = acc = None
         for ks in range(0, n_k, block_size):
-            s = torch.einsum("...qd,...kd->...qk", qb, k[..., ks:ks + block_size, :])
+            s = torch.einsum("...qd,...kd->...qk", qb, k[..., ks : ks + block_size, :])
             if causal:
                 qi = torch.arange(qs, qs + qb.shape[-2]).unsqueeze(-1)
                 kj = torch.arange(ks, ks + s.shape[-1])
@@ -76,7 +76,7 @@ def tiled_query_and_key_blocks(q, k, v, block_size=128, causal=False):
             new_m = block_max if m is None else torch.maximum(m, block_max)
             new_m = torch.where(torch.isinf(new_m), torch.zeros_like(new_m), new_m)
             p = torch.exp(s - new_m)
-            pv = p @ v[..., ks:ks + block_size, :]
+            pv = p @ v[..., ks : ks + block_size, :]
             if m is None:
                 total, acc = p.sum(-1, keepdim=True), pv
             else:
@@ -93,7 +93,7 @@ def window_by_loop(n, window, causal=False):
     mask = torch.zeros(n, n, dtype=torch.bool)
     for i in range(n):
         lo, hi = max(0, i - window), i if causal else min(n - 1, i + window)
-        mask[i, lo:hi + 1] = True
+        mask[i, lo : hi + 1] = True
     return mask
 
 
@@ -110,13 +110,15 @@ def mlm_by_multinomial(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, ge
     chosen = torch.bernoulli(torch.full(ids.shape, mask_prob), generator=generator).bool()
     if pad_id is not None:
         chosen = chosen & (ids != pad_id)
-    what = torch.multinomial(torch.tensor([0.8, 0.1, 0.1]), ids.numel(), replacement=True,
-                             generator=generator).reshape(ids.shape)
+    what = torch.multinomial(
+        torch.tensor([0.8, 0.1, 0.1]), ids.numel(), replacement=True, generator=generator
+    ).reshape(ids.shape)
     inputs = ids.clone()
     inputs[chosen & (what == 0)] = mask_id
     swap = chosen & (what == 1)
-    inputs[swap] = torch.randint(vocab_size, (int(swap.sum()),), generator=generator,
-                                 dtype=ids.dtype)
+    inputs[swap] = torch.randint(
+        vocab_size, (int(swap.sum()),), generator=generator, dtype=ids.dtype
+    )
     labels = torch.where(chosen, ids, torch.full_like(ids, -100))
     return inputs, labels
 
@@ -128,7 +130,7 @@ def patchify_by_loop(images, patch_size):
     out = []
     for r in range(0, h, patch_size):
         for col in range(0, w, patch_size):
-            out.append(images[:, :, r:r + patch_size, col:col + patch_size].reshape(b, -1))
+            out.append(images[:, :, r : r + patch_size, col : col + patch_size].reshape(b, -1))
     return torch.stack(out, dim=1)
 
 
@@ -140,14 +142,17 @@ def patchify_by_tensor_unfold(images, patch_size):
     return x.permute(0, 2, 3, 1, 4, 5).reshape(b, -1, c * patch_size * patch_size)
 
 
-@pytest.mark.parametrize("task_id,impl", [
-    ("ex10.tiled_attention", tiled_query_and_key_blocks),
-    ("ex10.sliding_window_mask", window_by_loop),
-    ("ex10.sliding_window_mask", window_by_triangles),
-    ("ex10.mlm_mask", mlm_by_multinomial),
-    ("ex10.patchify", patchify_by_loop),
-    ("ex10.patchify", patchify_by_tensor_unfold),
-])
+@pytest.mark.parametrize(
+    "task_id,impl",
+    [
+        ("ex10.tiled_attention", tiled_query_and_key_blocks),
+        ("ex10.sliding_window_mask", window_by_loop),
+        ("ex10.sliding_window_mask", window_by_triangles),
+        ("ex10.mlm_mask", mlm_by_multinomial),
+        ("ex10.patchify", patchify_by_loop),
+        ("ex10.patchify", patchify_by_tensor_unfold),
+    ],
+)
 def test_alternative_correct_implementations_pass(task_id, impl):
     result = check_result(task_id, impl)
     assert result.status == "passed", result.feedback
@@ -168,8 +173,11 @@ def test_full_attention_fails_only_the_memory_limited_cases():
     result = check_result("ex10.tiled_attention", full_attention)
     assert result.status == "failed"
     assert "as large as the full matrix of scores" in result.feedback
-    limited = [c for c in get_task("ex10.tiled_attention").cases(torch.Generator().manual_seed(0))
-               if c.data.get("limit")]
+    limited = [
+        c
+        for c in get_task("ex10.tiled_attention").cases(torch.Generator().manual_seed(0))
+        if c.data.get("limit")
+    ]
     assert result.passed <= result.total - 2 and len(limited) >= 2
 
 

@@ -161,9 +161,10 @@ def grade(paths, out, *extra):
 # grader in every set, and these cover plain functions (00) and modules built by the task (03,
 # 07). nbval runs all the untouched exercises, and the next test gives every task's stub its
 # verdict in-process, so grading the other seven in batch would prove nothing more.
-BATCH_EXERCISES = [ROOT / "exercises" / name for name in
-                   ("00_warmup.ipynb", "03_multi_head_attention.ipynb",
-                    "07_transformer_blocks.ipynb")]
+BATCH_EXERCISES = [
+    ROOT / "exercises" / name
+    for name in ("00_warmup.ipynb", "03_multi_head_attention.ipynb", "07_transformer_blocks.ipynb")
+]
 
 
 @pytest.mark.parametrize("task_id", [t.id for t in all_tasks()])
@@ -211,10 +212,147 @@ def test_solutions_get_full_marks_and_untouched_exercises_get_zero(tmp_path):
 
 def test_a_cell_timeout_longer_than_the_submission_budget_is_refused(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "course_lib.grading", str(ROOT / "solutions" / "00_warmup.ipynb"),
-         "--out", str(tmp_path), "--timeout", "60", "--cell-timeout", "90"],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "course_lib.grading",
+            str(ROOT / "solutions" / "00_warmup.ipynb"),
+            "--out",
+            str(tmp_path),
+            "--timeout",
+            "60",
+            "--cell-timeout",
+            "90",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
     )
     assert proc.returncode == 2
     assert "--cell-timeout must be positive and at most --timeout (60 s), got 90" in proc.stderr
     assert not (tmp_path / "scores.json").exists()
+
+
+# ---------------------------------------------------------------- a task that uses an earlier one
+
+LEARNER_EX01 = """
+import torch
+
+def one_hot(ids, vocab_size):
+    if ids.is_floating_point() or ids.dtype == torch.bool:
+        raise TypeError("ids must be integers")
+    if (ids < 0).any() or (ids >= vocab_size).any():
+        raise ValueError(f"ids {ids.tolist()} outside [0, {vocab_size})")
+    return (ids.unsqueeze(-1) == torch.arange(vocab_size)).{dtype}()
+
+def embed(ids, table):
+    return one_hot(ids, table.shape[0]){to_table} @ table
+
+def embed_alone(ids, table):
+    return (ids.unsqueeze(-1) == torch.arange(table.shape[0])).long() @ table
+"""
+
+
+def _learner(dtype="float", to_table=""):
+    """A learner's ex01 namespace, as a notebook would hold it."""
+    namespace: dict = {}
+    exec(LEARNER_EX01.replace("{dtype}", dtype).replace("{to_table}", to_table), namespace)  # noqa: S102
+    return namespace
+
+
+def test_a_task_that_fails_through_a_broken_earlier_task_says_to_fix_that_first():
+    broken = _learner(dtype="long")  # int64 one-hot vectors: one_hot fails, embed raises
+    assert check_result("ex01.one_hot", broken["one_hot"]).status == "failed"
+    result = check_result("ex01.embed", broken["embed"])
+    assert result.status == "failed"
+    assert "This uses your one_hot, which fails its own checks: fix one_hot first." in (
+        result.feedback
+    )
+    # Not said when the earlier task passes, or when this task does not call it.
+    own_bug = check_result("ex01.embed", _learner(to_table=" * 2")["embed"])
+    assert own_bug.status == "failed" and "fix one_hot" not in own_bug.feedback, own_bug.feedback
+    alone = check_result("ex01.embed", broken["embed_alone"])
+    assert alone.status == "failed" and "fix one_hot" not in alone.feedback
+
+
+def test_an_earlier_task_not_implemented_is_named_too():
+    namespace = _learner()
+    exec("def one_hot(ids, vocab_size):\n    raise NotImplementedError()", namespace)  # noqa: S102
+    result = check_result("ex01.embed", namespace["embed"])
+    assert result.status == "not implemented"
+    assert "This uses your one_hot, which is not implemented yet: write one_hot first." in (
+        result.feedback
+    )
+
+
+def test_a_module_task_points_to_the_learners_split_heads():
+    from course_lib.multihead import MultiHeadAttention
+
+    namespace: dict = {"MultiHeadAttention": MultiHeadAttention}
+    exec(  # noqa: S102
+        "import torch\n"
+        "from course_lib import multihead\n"
+        "def split_heads(x, num_heads):\n"  # no transpose: mixes the tokens
+        "    b, n, d = x.shape\n"
+        "    return x.reshape(b, num_heads, n, d // num_heads)\n"
+        "merge_heads = multihead.merge_heads\n"
+        "class Mine(torch.nn.Module):\n"
+        "    def __init__(self, d_model, num_heads):\n"
+        "        super().__init__()\n"
+        "        self.num_heads = num_heads\n"
+        "        for name in ('q_proj', 'k_proj', 'v_proj', 'out_proj'):\n"
+        "            setattr(self, name, torch.nn.Linear(d_model, d_model))\n"
+        "    def forward(self, query, key, value, mask=None):\n"
+        "        q = split_heads(self.q_proj(query), self.num_heads)\n"
+        "        k = split_heads(self.k_proj(key), self.num_heads)\n"
+        "        v = split_heads(self.v_proj(value), self.num_heads)\n"
+        "        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n"
+        "        if mask is not None:\n"
+        "            scores = scores.masked_fill(~mask.unsqueeze(1) if mask.dim() == 3 else ~mask,"
+        " float('-inf'))\n"
+        "        weights = scores.softmax(-1)\n"
+        "        return self.out_proj(merge_heads(weights @ v)), weights\n",
+        namespace,
+    )
+    result = check_result("ex03.MultiHeadAttention", namespace["Mine"])
+    assert result.status == "failed"
+    assert "This uses your split_heads, which fails its own checks: fix split_heads first." in (
+        result.feedback
+    )
+
+
+def test_the_batch_grader_names_the_earlier_task_too(tmp_path):
+    # The harness runs in the learner's namespace (here in this process, as a kernel would);
+    # the grader judges the tasks in order and passes the earlier results on.
+    from course_lib.grading import batch, harness
+
+    namespace = _learner(dtype="long")
+    results = {}
+    for task_id in ("ex01.one_hot", "ex01.embed"):
+        task = get_task(task_id)
+        cases = task.cases(torch.Generator().manual_seed(5))
+        torch.save(cases, tmp_path / "cases.pt")
+        harness.run_task(namespace, task_id, str(tmp_path / "cases.pt"), str(tmp_path / "out.pt"))
+        run = torch.load(tmp_path / "out.pt", weights_only=True)["run"]
+        results[task_id] = batch._judge_task(task, cases, run, None, results)
+    assert results["ex01.one_hot"].status == "failed"
+    assert "fix one_hot first" in results["ex01.embed"].feedback
+
+
+# ---------------------------------------------------------------- what a score means (X-7)
+
+
+def test_a_partial_score_says_what_scores_are_and_why_the_grader_may_differ(capsys):
+    from course_lib.grading.batch import format_table
+    from course_lib.grading.core import SCORE_NOTE
+
+    assert "fraction of checks passed" in SCORE_NOTE and "fresh random inputs" in SCORE_NOTE
+    only_2d = lambda a, b: right(a, b) if a.dim() == 2 else a  # noqa: E731
+    check("ex00.batched_matmul", only_2d)
+    check("ex00.batched_matmul", right)
+    failed, passed = capsys.readouterr().out.strip().split("\n   ")[-1].split("\n")
+    assert failed == f"({SCORE_NOTE})"  # one line, under the partial score only
+    assert passed.startswith("✅") and SCORE_NOTE not in passed
+    row = {"submission": "a.ipynb", "score": 1.0, "max_score": 3.0, "error": None, "tasks": {}}
+    assert format_table([row]).splitlines()[-1] == SCORE_NOTE

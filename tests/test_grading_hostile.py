@@ -118,8 +118,16 @@ def test_hostile_and_broken_submissions_are_graded_and_do_not_disturb_the_others
     # A looping cell is stopped after --cell-timeout (default: a quarter of --timeout, at least
     # 30 s); 10 s proves the same and keeps the suite fast.
     _, rows = grade(
-        [folder], tmp_path / "out",
-        "--timeout", "150", "--cell-timeout", "10", "--memory-mb", "1024", "--max-output-kb", "256",
+        [folder],
+        tmp_path / "out",
+        "--timeout",
+        "150",
+        "--cell-timeout",
+        "10",
+        "--memory-mb",
+        "1024",
+        "--max-output-kb",
+        "256",
     )
     by_name = {r["submission"].rsplit("/", 1)[-1].removesuffix(".ipynb"): r for r in rows}
     assert set(by_name) == set(HOSTILE) | {"not_a_notebook"}

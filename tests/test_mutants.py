@@ -56,7 +56,8 @@ def test_every_recorded_equivalent_mutant_is_still_made_and_explained():
         made = {m.key for m in _made().get(entry["task"], [])}
         assert entry["mutant"] in made, (
             f"{entry['task']}: the recorded mutant {entry['mutant']!r} is no longer made (the "
-            "solution changed?); remove it from equivalent_mutants.json")
+            "solution changed?); remove it from equivalent_mutants.json"
+        )
 
 
 def test_every_mutant_diff_is_the_code_that_runs():
@@ -71,8 +72,21 @@ def test_every_mutant_diff_is_the_code_that_runs():
 
 def test_every_documented_operator_makes_mutants():
     ops = {m.op for made in _made().values() for m in made}
-    assert ops == {"arith", "operand", "swap", "compare", "boolop", "unary", "const", "bool",
-                   "dim", "kwarg", "call", "twin", "stmt"}
+    assert ops == {
+        "arith",
+        "operand",
+        "swap",
+        "compare",
+        "boolop",
+        "unary",
+        "const",
+        "bool",
+        "dim",
+        "kwarg",
+        "call",
+        "twin",
+        "stmt",
+    }
 
 
 # ---- the command can fail -------------------------------------------------------------------
@@ -85,7 +99,8 @@ def _solutions_folder(tmp_path, body: str, name: str = "double"):
     nb.cells = [
         nbformat.v4.new_code_cell("import math\n\nimport torch\n\nprint('not run')"),
         nbformat.v4.new_code_cell(
-            f"def {name}(x):\n    ### BEGIN SOLUTION\n{body}\n    ### END SOLUTION\n"),
+            f"def {name}(x):\n    ### BEGIN SOLUTION\n{body}\n    ### END SOLUTION\n"
+        ),
         nbformat.v4.new_code_cell(f'check("ex99.{name}", {name})'),
     ]
     (tmp_path / "solutions").mkdir()

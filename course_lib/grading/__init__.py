@@ -24,6 +24,7 @@ from .core import (
     all_tasks,
     get_task,
     judge,
+    learner_namespace,
     run_cases,
     tasks_for,
 )
@@ -65,6 +66,19 @@ def check(task_id: str, obj: Any = None) -> TaskResult | None:
     return None
 
 
+def _earlier_in(namespace: dict, task: Task):
+    """`judge`'s `earlier`: the check of an earlier task on the learner's version of it."""
+
+    def earlier(name: str) -> TaskResult | None:
+        own = namespace.get(name)
+        if own is None:
+            return None
+        result = check_result(f"{task.id.split('.')[0]}.{name}", own)
+        return result if isinstance(result, TaskResult) else None
+
+    return earlier
+
+
 def check_result(task_id: str, obj: Any = None) -> TaskResult | str:
     """Like `check`, but returns the `TaskResult` (or a message string) instead of printing."""
     try:
@@ -75,7 +89,8 @@ def check_result(task_id: str, obj: Any = None) -> TaskResult | str:
         if obj is None:
             return judge(task, [], None, missing=f"pass your `{task.name}` to check()")
         cases = task.cases(torch.Generator().manual_seed(NOTEBOOK_SEED))
-        run = run_cases(task, obj, cases)
-        return judge(task, cases, run)
+        namespace = learner_namespace(obj)
+        run = run_cases(task, obj, cases, namespace)
+        return judge(task, cases, run, earlier=_earlier_in(namespace, task))
     except Exception as e:  # noqa: BLE001  (feedback must never crash a learner's notebook)
         return f"❌ {task_id}: the checker could not run ({type(e).__name__}: {e})"

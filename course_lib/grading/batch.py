@@ -28,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from .core import SCORE_NOTE
+
 DEFAULT_TIMEOUT = 300.0  # seconds per submission
 DEFAULT_MEMORY_MB = 4096  # address space of a learner's kernel beyond what it starts with
 DEFAULT_MAX_OUTPUT_KB = 1024  # captured output per cell
@@ -197,128 +199,216 @@ def grade_one(
     pid_file: Path,
     cell_timeout: float | None = None,
 ) -> dict:
-    """Grade one notebook (runs in the worker process)."""
-    import nbformat
-    import torch
+    """Grade one notebook (runs in the worker process) and return its row of scores.json.
 
-    from . import core
-
-    result: dict[str, Any] = {"score": 0.0, "max_score": 0.0, "error": None, "tasks": {}}
-    try:
-        nb = nbformat.read(path, as_version=4)
-    except Exception as e:  # noqa: BLE001
-        result["error"] = f"not a readable notebook: {type(e).__name__}: {str(e)[:200]}"
-        return result
-    exercise = exercise_of(nb, path)
-    tasks = core.tasks_for(exercise) if exercise else []
-    if not tasks:
-        result["error"] = (
-            "could not tell which exercise set this notebook is (no "
-            "metadata.course.exercise, no check('exNN...') call, no NN_ file name)"
-        )
-        return result
-    result["max_score"] = sum(t.points for t in tasks)
-    problems: list[str] = []
+    The steps, in order: read the notebook and find its exercise set (`_prepare`); draw the
+    hidden cases (`_draw_cases`); run the notebook's cells in a sandboxed kernel
+    (`_Submission.run_notebook`); run each task's harness cell there to collect the raw outcomes
+    (`_Submission.outcomes_of`); judge them in this process (`_judge_task`); build the row
+    (`_build_row`). Whatever goes wrong, the row still has every task.
+    """
+    row: dict[str, Any] = {"score": 0.0, "max_score": 0.0, "error": None, "tasks": {}}
+    nb, tasks, error = _prepare(path)
+    if error is not None:
+        row["error"] = error
+        return row
+    row["max_score"] = sum(t.points for t in tasks)
     deadline = time.monotonic() + timeout
-    cell_limit = cell_timeout if cell_timeout else default_cell_timeout(timeout)
-
-    def seconds_left() -> float:
-        return min(cell_limit, deadline - time.monotonic())
-
+    problems: list[str] = []
+    results: dict[str, Any] = {}  # task id -> TaskResult, in the order the tasks were judged
     with tempfile.TemporaryDirectory(prefix="course-grading-") as tmp:
         workdir = Path(tmp)
-        (workdir / "run").mkdir()
-        case_files: dict[str, Path] = {}
-        cases: dict[str, list] = {}
-        for task in tasks:
-            cases[task.id] = task.cases(torch.Generator().manual_seed(_task_seed(seed, task.id)))
-            case_files[task.id] = workdir / f"{task.id}.cases.pt"
-            torch.save(cases[task.id], case_files[task.id])
-
-        code_cells = [c for c in nb.cells if c.cell_type == "code"]
-        kernel = _Kernel(nb, workdir / "run", memory_mb, max_output_kb * 1024, pid_file)
-        done: list[int] = []  # cells that ran to the end (they are replayed after a restart)
-
-        def restart() -> bool:
-            kernel.stop()
-            if time.monotonic() > deadline:
-                return False
-            kernel.start()
-            for j in done:
-                if kernel.run(code_cells[j], j, seconds_left()) is not None:
-                    return False
-            return True
-
+        cases, case_files = _draw_cases(tasks, seed, workdir)
+        submission = _Submission(
+            nb,
+            workdir / "run",
+            memory_mb=memory_mb,
+            max_output_kb=max_output_kb,
+            pid_file=pid_file,
+            deadline=deadline,
+            timeout=timeout,
+            cell_timeout=cell_timeout,
+            problems=problems,
+        )
         try:
-            kernel.start()
-            alive = True
-            for i, cell in enumerate(code_cells):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    problems.append(
-                        f"the time limit of {timeout:.0f} s ran out before cell {i + 1}"
-                    )
-                    break
-                status = kernel.run(cell, i, seconds_left())
-                if status is None:
-                    done.append(i)
-                    err = _first_error(cell)
-                    if err and len(problems) < 5:
-                        problems.append(f"code cell {i + 1} raised {err}")
-                    continue
-                what = {
-                    "timeout": f"did not finish within its limit of {cell_limit:.0f} s",
-                    "dead": "stopped the Python kernel (exit, crash or out of memory)",
-                }
-                problems.append(f"code cell {i + 1} {what.get(status, 'failed')}; it was skipped")
-                if not restart():
-                    alive = False
-                    problems.append("could not restart the kernel within the time limit")
-                    break
-            if kernel.client is not None and getattr(kernel.client, "flooded", None):
-                cells = ", ".join(str(i + 1) for i in sorted(kernel.client.flooded))
-                problems.append(
-                    f"output beyond {max_output_kb} KB per cell was dropped (cells {cells})"
-                )
-
+            submission.run_notebook()
             for task in tasks:
-                out_file = workdir / f"{task.id}.out.pt"
-                run: dict | None = None
-                note = None
-                if alive and time.monotonic() < deadline:
-                    harness_cell = nbformat.v4.new_code_cell(
-                        _harness_source(task.id, case_files[task.id], out_file)
-                    )
-                    status = kernel.run(harness_cell, len(code_cells), seconds_left())
-                    if status == "timeout":
-                        note = "your code did not finish within the time limit"
-                    elif status == "dead":
-                        note = "your code stopped the Python kernel"
-                    elif not out_file.exists():
-                        note = (
-                            f"the check could not run ({_first_error(harness_cell) or 'no result'})"
-                        )
-                    if status is not None and not restart():
-                        alive = False
-                else:
-                    note = "not graded: the notebook ran out of time or its kernel died"
-                if out_file.exists():
-                    saved = torch.load(out_file, weights_only=True)
-                    run = saved.get("run")
-                    if run is None:
-                        note = f"no `{task.name}` was defined in the notebook"
-                if note and run is None:
-                    r = core.judge(task, cases[task.id], None, missing=note)
-                else:
-                    r = core.judge(task, cases[task.id], run)
-                result["tasks"][task.id] = r.as_dict()
+                run, note = submission.outcomes_of(task, case_files[task.id])
+                results[task.id] = _judge_task(task, cases[task.id], run, note, results)
         except Exception as e:  # noqa: BLE001
             problems.append(f"grading stopped: {type(e).__name__}: {str(e)[:300]}")
         finally:
-            kernel.stop()
+            submission.stop()
+    return _build_row(row, tasks, results, problems)
 
+
+def _prepare(path: Path) -> tuple[Any, list, str | None]:
+    """The notebook and the tasks of its exercise set, or the reason it cannot be graded."""
+    import nbformat
+
+    from . import core
+
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception as e:  # noqa: BLE001
+        return None, [], f"not a readable notebook: {type(e).__name__}: {str(e)[:200]}"
+    exercise = exercise_of(nb, path)
+    tasks = core.tasks_for(exercise) if exercise else []
+    if not tasks:
+        return (
+            nb,
+            [],
+            (
+                "could not tell which exercise set this notebook is (no "
+                "metadata.course.exercise, no check('exNN...') call, no NN_ file name)"
+            ),
+        )
+    return nb, tasks, None
+
+
+def _draw_cases(tasks: list, seed: int, workdir: Path) -> tuple[dict, dict]:
+    """Each task's hidden cases (a seed of its own) and the files the harness reads them from."""
+    import torch
+
+    cases: dict[str, list] = {}
+    case_files: dict[str, Path] = {}
+    for task in tasks:
+        cases[task.id] = task.cases(torch.Generator().manual_seed(_task_seed(seed, task.id)))
+        case_files[task.id] = workdir / f"{task.id}.cases.pt"
+        torch.save(cases[task.id], case_files[task.id])
+    return cases, case_files
+
+
+class _Submission:
+    """One notebook in its sandboxed kernel, within its time limits.
+
+    `run_notebook` runs the code cells in order; a cell that times out or kills the kernel is
+    skipped, and the kernel restarted with the cells that finished replayed. `outcomes_of` then
+    runs one task's harness cell and reads back what it saved. What went wrong is appended to
+    `problems`, in words for the row's `error`.
+    """
+
+    def __init__(
+        self,
+        nb,
+        rundir: Path,
+        *,
+        memory_mb: int,
+        max_output_kb: int,
+        pid_file: Path,
+        deadline: float,
+        timeout: float,
+        cell_timeout: float | None,
+        problems: list[str],
+    ):
+        rundir.mkdir()
+        self.code_cells = [c for c in nb.cells if c.cell_type == "code"]
+        self.kernel = _Kernel(nb, rundir, memory_mb, max_output_kb * 1024, pid_file)
+        self.deadline, self.timeout, self.max_output_kb = deadline, timeout, max_output_kb
+        self.cell_limit = cell_timeout if cell_timeout else default_cell_timeout(timeout)
+        self.problems = problems
+        self.done: list[int] = []  # cells that ran to the end (they are replayed after a restart)
+        self.alive = False
+
+    def seconds_left(self) -> float:
+        """What the next cell may take: the cell limit, or less when the deadline is closer."""
+        return min(self.cell_limit, self.deadline - time.monotonic())
+
+    def restart(self) -> bool:
+        """A fresh kernel with the finished cells replayed; False when that is not possible."""
+        self.kernel.stop()
+        if time.monotonic() > self.deadline:
+            return False
+        self.kernel.start()
+        for j in self.done:
+            if self.kernel.run(self.code_cells[j], j, self.seconds_left()) is not None:
+                return False
+        return True
+
+    def run_notebook(self) -> None:
+        """Start the kernel and run every code cell, noting errors, time-outs and crashes."""
+        self.kernel.start()
+        self.alive = True
+        for i, cell in enumerate(self.code_cells):
+            if self.deadline - time.monotonic() <= 0:
+                self.problems.append(
+                    f"the time limit of {self.timeout:.0f} s ran out before cell {i + 1}"
+                )
+                break
+            status = self.kernel.run(cell, i, self.seconds_left())
+            if status is None:
+                self.done.append(i)
+                err = _first_error(cell)
+                if err and len(self.problems) < 5:
+                    self.problems.append(f"code cell {i + 1} raised {err}")
+                continue
+            what = {
+                "timeout": f"did not finish within its limit of {self.cell_limit:.0f} s",
+                "dead": "stopped the Python kernel (exit, crash or out of memory)",
+            }
+            self.problems.append(f"code cell {i + 1} {what.get(status, 'failed')}; it was skipped")
+            if not self.restart():
+                self.alive = False
+                self.problems.append("could not restart the kernel within the time limit")
+                break
+        flooded = getattr(self.kernel.client, "flooded", None) if self.kernel.client else None
+        if flooded:
+            cells = ", ".join(str(i + 1) for i in sorted(flooded))
+            self.problems.append(
+                f"output beyond {self.max_output_kb} KB per cell was dropped (cells {cells})"
+            )
+
+    def outcomes_of(self, task, case_file: Path) -> tuple[dict | None, str | None]:
+        """Run the task's harness cell in the kernel: (its raw outcomes or None, why none)."""
+        import nbformat
+        import torch
+
+        out_file = case_file.with_name(f"{task.id}.out.pt")
+        run: dict | None = None
+        note = None
+        if self.alive and time.monotonic() < self.deadline:
+            harness_cell = nbformat.v4.new_code_cell(_harness_source(task.id, case_file, out_file))
+            status = self.kernel.run(harness_cell, len(self.code_cells), self.seconds_left())
+            if status == "timeout":
+                note = "your code did not finish within the time limit"
+            elif status == "dead":
+                note = "your code stopped the Python kernel"
+            elif not out_file.exists():
+                note = f"the check could not run ({_first_error(harness_cell) or 'no result'})"
+            if status is not None and not self.restart():
+                self.alive = False
+        else:
+            note = "not graded: the notebook ran out of time or its kernel died"
+        if out_file.exists():
+            run = torch.load(out_file, weights_only=True).get("run")
+            if run is None:
+                note = f"no `{task.name}` was defined in the notebook"
+        return run, note
+
+    def stop(self) -> None:
+        self.kernel.stop()
+
+
+def _judge_task(task, cases: list, run: dict | None, note: str | None, earlier: dict):
+    """Compare a task's outcomes with the reference (in this process, never in the kernel).
+
+    `earlier` holds the results of the tasks judged before, by id: when this task calls the
+    learner's version of one of them (`depends_on`) and that one failed, the feedback says so.
+    """
+    from . import core
+
+    if note and run is None:
+        return core.judge(task, cases, None, missing=note)
+    exercise = task.id.split(".")[0]
+    return core.judge(task, cases, run, earlier=lambda name: earlier.get(f"{exercise}.{name}"))
+
+
+def _build_row(row: dict, tasks: list, results: dict, problems: list[str]) -> dict:
+    """The row of scores.json: every task (those never reached at zero), the total, the error."""
+    for task_id, result in results.items():
+        row["tasks"][task_id] = result.as_dict()
     for task in tasks:  # tasks never reached still get a row
-        result["tasks"].setdefault(
+        row["tasks"].setdefault(
             task.id,
             {
                 "score": 0.0,
@@ -326,9 +416,9 @@ def grade_one(
                 "feedback": "not graded: " + (problems[-1] if problems else ""),
             },
         )
-    result["score"] = round(sum(t["score"] for t in result["tasks"].values()), 4)
-    result["error"] = "; ".join(problems) or None
-    return result
+    row["score"] = round(sum(t["score"] for t in row["tasks"].values()), 4)
+    row["error"] = "; ".join(problems) or None
+    return row
 
 
 def _harness_source(task_id: str, cases: Path, out: Path) -> str:
@@ -491,6 +581,7 @@ def format_table(rows: list[dict]) -> str:
         score = f"{r['score']:g} / {r['max_score']:g}"
         note = (r["error"] or "")[:100]
         lines.append(f"{r['submission']:<{width}}  {score:>11}  {note}")
+    lines.append(SCORE_NOTE)
     return "\n".join(lines)
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "judge",
     "resolve",
     "load_weights",
+    "learner_namespace",
     "GradingError",
 ]
 
@@ -64,6 +65,14 @@ class Case:
     raises: type[BaseException] | None = None
 
 
+# X-7: why a partial score in the notebook can differ from the grader's (shown with both).
+SCORE_NOTE = (
+    "A score is the fraction of checks passed; the grader draws fresh random inputs, so a "
+    "partial score can differ between the notebook and the grader, but a correct solution "
+    "passes both."
+)
+
+
 @dataclass
 class TaskResult:
     task_id: str
@@ -75,8 +84,10 @@ class TaskResult:
     status: str  # "passed", "failed", "not implemented", "missing", "forbidden"
 
     def render(self) -> str:
+        """What `check` prints; a partial score comes with SCORE_NOTE on a line of its own."""
         mark = {"passed": "✅", "not implemented": "✏️ "}.get(self.status, "❌")
-        return f"{mark} {self.task_id}: {self.feedback}"
+        note = f"\n   ({SCORE_NOTE})" if self.status == "failed" else ""
+        return f"{mark} {self.task_id}: {self.feedback}{note}"
 
     def as_dict(self) -> dict:
         return {"score": self.score, "max_score": self.max_score, "feedback": self.feedback}
@@ -259,10 +270,28 @@ def _outcome_of(fn: Callable[[], Any]) -> dict:
     return {"status": "ok", "value": _plain(value)}
 
 
-def run_cases(task: Task, obj: Any, cases: list[Case]) -> dict:
-    """Run a learner's object on every case; returns plain outcomes and the forbidden calls seen.
+USES = "uses:"  # in `seen`, "uses:one_hot": the learner's code called the learner's one_hot
 
-    This is the only part of grading that runs learner code. It makes no judgement.
+
+def learner_namespace(obj: Any) -> dict:
+    """The globals a learner's function or class was defined in (its notebook's), or {}."""
+    if isinstance(obj, types.FunctionType):
+        return obj.__globals__
+    if isinstance(obj, type):
+        for value in vars(obj).values():
+            if isinstance(value, (staticmethod, classmethod)):
+                value = value.__func__
+            if isinstance(value, types.FunctionType):
+                return value.__globals__
+    return {}
+
+
+def run_cases(task: Task, obj: Any, cases: list[Case], namespace: dict | None = None) -> dict:
+    """Run a learner's object on every case; returns plain outcomes and the watched calls seen.
+
+    Seen are the forbidden calls, the reference, and the learner's own versions of the tasks in
+    `task.depends_on` (as "uses:NAME"), found in `namespace` (by default the globals `obj` was
+    defined in). This is the only part of grading that runs learner code. It makes no judgement.
     """
     watched = {}
     for name in (*task.forbidden, task.reference):
@@ -271,6 +300,11 @@ def run_cases(task: Task, obj: Any, cases: list[Case]) -> dict:
                 watched[name] = resolve(name)
             except (ImportError, AttributeError):
                 pass
+    namespace = learner_namespace(obj) if namespace is None else namespace
+    for name in task.depends_on:
+        own = namespace.get(name)
+        if callable(own) and not any(own is w for w in watched.values()):
+            watched[USES + name] = own
     outcomes = []
     watcher = _Watcher(watched)
     for case in cases:
@@ -363,6 +397,10 @@ class Task:
         reference: dotted path of the finished version in course_lib (calling it is not allowed).
         forbidden: dotted paths of functions or classes the task may not call.
         points: what the task is worth.
+        depends_on: names of earlier tasks of the same exercise whose learner versions this
+            task's solution calls (ex01.embed calls one_hot). When the learner's code calls
+            one of them and fails, and that one fails its own checks, the feedback says to fix
+            it first.
     """
 
     id: str = ""
@@ -370,6 +408,7 @@ class Task:
     reference: str = ""
     forbidden: tuple[str, ...] = ()
     points: float = 1.0
+    depends_on: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -411,9 +450,19 @@ def _hint_from_mistakes(task: Task, got: Any, case: Case) -> str | None:
 
 
 def judge(
-    task: Task, cases: list[Case], run: dict | None, *, missing: str | None = None
+    task: Task,
+    cases: list[Case],
+    run: dict | None,
+    *,
+    missing: str | None = None,
+    earlier: Callable[[str], TaskResult | None] | None = None,
 ) -> TaskResult:
-    """Compare the outcomes of `run_cases` with the reference and write the feedback."""
+    """Compare the outcomes of `run_cases` with the reference and write the feedback.
+
+    `earlier(name)` gives the result of an earlier task of the same exercise (one of
+    `task.depends_on`) on the learner's version of it, or None; it is asked only when this task
+    did not pass and the learner's code called that version.
+    """
     total = len(cases)
 
     def result(status: str, passed: int, feedback: str) -> TaskResult:
@@ -440,10 +489,12 @@ def judge(
         )
     outcomes = run["outcomes"]
     if outcomes and all(o.get("not_implemented") for o in outcomes):
+        fix_first = _fix_first(task, seen, earlier)
         return result(
             "not implemented",
             0,
-            "not implemented yet: replace `raise NotImplementedError()` with your code.",
+            "not implemented yet: replace `raise NotImplementedError()` with your code."
+            + (f" {fix_first}" if fix_first else ""),
         )
     passed, first_failure = 0, None
     for case, outcome in zip(cases, outcomes, strict=False):
@@ -454,10 +505,31 @@ def judge(
             first_failure = f"on {case.description}: {message}"
     if passed == total:
         return result("passed", passed, f"passed all {total} checks.")
-    feedback = f"passed {passed} of {total} checks. First failure {first_failure}"
+    fix_first = _fix_first(task, seen, earlier)
+    feedback = f"passed {passed} of {total} checks. "
+    feedback += f"{fix_first} " if fix_first else ""
+    feedback += f"First failure {first_failure}"
     if task.lesson:
         feedback += f" (see {task.lesson})"
     return result("failed", passed, feedback)
+
+
+def _fix_first(
+    task: Task, seen: list[str], earlier: Callable[[str], TaskResult | None] | None
+) -> str | None:
+    """X-9: "This uses your one_hot, which fails its own checks: fix one_hot first.", or None."""
+    if earlier is None:
+        return None
+    for name in task.depends_on:
+        if USES + name not in seen:
+            continue
+        other = earlier(name)
+        if other is None or other.status == "passed":
+            continue
+        if other.status == "not implemented":
+            return f"This uses your {name}, which is not implemented yet: write {name} first."
+        return f"This uses your {name}, which fails its own checks: fix {name} first."
+    return None
 
 
 def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) -> str | None:
@@ -487,9 +559,11 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
     if hint:
         return f"{message}. Hint: {hint}"
     if task.mistakes():  # EX02-3: no single known mistake explains it
-        return (f"{message}. None of the usual single mistakes gives this result, so more than "
-                "one thing may be wrong: test your function on a small input you can check by "
-                "hand")
+        return (
+            f"{message}. None of the usual single mistakes gives this result, so more than "
+            "one thing may be wrong: test your function on a small input you can check by "
+            "hand"
+        )
     return message
 
 
@@ -550,8 +624,13 @@ def load_weights(module: Any, state_dict: dict[str, Tensor], what: str = "your m
     module.load_state_dict(state_dict)
 
 
-def extend_task(cls: type[Task], *, mistakes_first: Iterable = (), mistakes: Iterable = (),
-                cases: Callable[[torch.Generator], list[Case]] | None = None) -> type[Task]:
+def extend_task(
+    cls: type[Task],
+    *,
+    mistakes_first: Iterable = (),
+    mistakes: Iterable = (),
+    cases: Callable[[torch.Generator], list[Case]] | None = None,
+) -> type[Task]:
     """Add known mistakes (checked before or after the task's own) and extra cases to a task.
 
     The fixes from a review are kept in a block of their own at the end of an exercise module,
@@ -566,6 +645,7 @@ def extend_task(cls: type[Task], *, mistakes_first: Iterable = (), mistakes: Ite
 
     cls.mistakes = extended_mistakes
     if cases is not None:
+
         def extended_cases(self, gen):
             return original_cases(self, gen) + cases(gen)
 

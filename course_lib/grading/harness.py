@@ -36,6 +36,6 @@ def run_task(namespace: dict, task_id: str, cases_path: str, out_path: str) -> N
     if obj is None:
         result = None
     else:
-        result = run_cases(task, obj, cases)
+        result = run_cases(task, obj, cases, namespace)
     torch.save({"task": task_id, "run": result}, out_path)
     sys.stdout.flush()

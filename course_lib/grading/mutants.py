@@ -120,8 +120,15 @@ _CMPOPS: dict[type, tuple[type, ...]] = {
     ast.NotIn: (ast.In,),
 }
 _TWINS_PAIRS = [
-    ("amax", "amin"), ("max", "min"), ("sum", "mean"), ("tril", "triu"), ("argmax", "argmin"),
-    ("any", "all"), ("sin", "cos"), ("zeros", "ones"), ("zeros_like", "ones_like"),
+    ("amax", "amin"),
+    ("max", "min"),
+    ("sum", "mean"),
+    ("tril", "triu"),
+    ("argmax", "argmin"),
+    ("any", "all"),
+    ("sin", "cos"),
+    ("zeros", "ones"),
+    ("zeros_like", "ones_like"),
     ("softmax", "log_softmax"),
 ]
 _TWINS = {a: b for a, b in _TWINS_PAIRS} | {b: a for a, b in _TWINS_PAIRS}
@@ -129,13 +136,52 @@ _DIM_KEYWORDS = {"dim", "axis", "dim0", "dim1", "start_dim", "end_dim"}
 # Positional dimension arguments of tensor methods (`x.sum(-1)`); as torch functions
 # (`torch.sum(x, -1)`) the positions shift by one, except for functions of a sequence of tensors.
 _DIM_POSITIONS: dict[str, tuple[int, ...]] = {
-    **{name: (0,) for name in (
-        "unsqueeze", "squeeze", "sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin",
-        "softmax", "log_softmax", "cumsum", "cumprod", "gather", "scatter", "scatter_add",
-        "var", "std", "sort", "argsort", "any", "all", "prod", "logsumexp", "select", "narrow",
-        "index_select", "flip", "count_nonzero", "nansum", "median")},
-    "transpose": (0, 1), "swapaxes": (0, 1), "movedim": (0, 1), "flatten": (0, 1),
-    "topk": (1,), "chunk": (1,), "split": (1,), "repeat_interleave": (1,), "roll": (1,),
+    **{
+        name: (0,)
+        for name in (
+            "unsqueeze",
+            "squeeze",
+            "sum",
+            "mean",
+            "amax",
+            "amin",
+            "max",
+            "min",
+            "argmax",
+            "argmin",
+            "softmax",
+            "log_softmax",
+            "cumsum",
+            "cumprod",
+            "gather",
+            "scatter",
+            "scatter_add",
+            "var",
+            "std",
+            "sort",
+            "argsort",
+            "any",
+            "all",
+            "prod",
+            "logsumexp",
+            "select",
+            "narrow",
+            "index_select",
+            "flip",
+            "count_nonzero",
+            "nansum",
+            "median",
+        )
+    },
+    "transpose": (0, 1),
+    "swapaxes": (0, 1),
+    "movedim": (0, 1),
+    "flatten": (0, 1),
+    "topk": (1,),
+    "chunk": (1,),
+    "split": (1,),
+    "repeat_interleave": (1,),
+    "roll": (1,),
     "unflatten": (0,),
 }
 _SEQUENCE_FUNCTIONS = {"cat": (1,), "concat": (1,), "stack": (1,)}
@@ -183,7 +229,8 @@ def _is_module_like(node: ast.AST) -> bool:
         return node.id in _MODULE_NAMES or node.id == "self"
     if isinstance(node, ast.Attribute):
         return _is_module_like(node.value) and not (
-            isinstance(node.value, ast.Name) and node.value.id == "self")
+            isinstance(node.value, ast.Name) and node.value.id == "self"
+        )
     if isinstance(node, ast.Call):
         return isinstance(node.func, ast.Name) and node.func.id == "super"
     return False
@@ -230,8 +277,10 @@ def _mutations(node: ast.AST, dims: set[int]) -> Iterator[tuple[str, ast.AST]]:
         yield "operand", copy.deepcopy(node.left)
         yield "operand", copy.deepcopy(node.right)
         if isinstance(node.op, _ORDERED):
-            yield "swap", ast.BinOp(copy.deepcopy(node.right), node.op.__class__(),
-                                    copy.deepcopy(node.left))
+            yield (
+                "swap",
+                ast.BinOp(copy.deepcopy(node.right), node.op.__class__(), copy.deepcopy(node.left)),
+            )
     elif isinstance(node, ast.AugAssign):
         for op in _BINOPS.get(type(node.op), ()):
             new = copy.deepcopy(node)
@@ -289,8 +338,11 @@ def _mutations(node: ast.AST, dims: set[int]) -> Iterator[tuple[str, ast.AST]]:
                 new.func.id = _TWINS[name]
             yield "twin", new
         for pos in _dim_positions(node):
-            if pos < len(node.args) and _number(node.args[pos]) is None \
-                    and not isinstance(node.args[pos], ast.Starred):
+            if (
+                pos < len(node.args)
+                and _number(node.args[pos]) is None
+                and not isinstance(node.args[pos], ast.Starred)
+            ):
                 for variant in _dim_variants(node.args[pos]):
                     new = copy.deepcopy(node)
                     new.args[pos] = variant
@@ -375,8 +427,9 @@ def _definitions_only(tree: ast.Module) -> ast.Module:
     """The imports, definitions and literal assignments of a cell: what a namespace needs."""
     keep = []
     for stmt in tree.body:
-        if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef,
-                             ast.ClassDef)):
+        if isinstance(
+            stmt, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+        ):
             keep.append(stmt)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
             try:
@@ -447,8 +500,8 @@ def _splice(source: str, node: ast.AST, text: str) -> str:
     lines = source.splitlines(keepends=True)
     first, last = node.lineno - 1, node.end_lineno - 1
     head = lines[first].encode()[: node.col_offset].decode()
-    tail = lines[last].encode()[node.end_col_offset:].decode()
-    return "".join(lines[:first]) + head + text + tail + "".join(lines[last + 1:])
+    tail = lines[last].encode()[node.end_col_offset :].decode()
+    return "".join(lines[:first]) + head + text + tail + "".join(lines[last + 1 :])
 
 
 def make_mutants(cell: SolutionCell) -> list[Mutant]:
@@ -466,8 +519,11 @@ def make_mutants(cell: SolutionCell) -> list[Mutant]:
             skip.add(id(node.operand))  # -1 is one literal, not a minus and a 1
         if isinstance(node, ast.Call):
             for kind, where in _dim_arguments(node):
-                arg = (node.args[where] if kind == "arg"
-                       else next(k.value for k in node.keywords if k.arg == where))
+                arg = (
+                    node.args[where]
+                    if kind == "arg"
+                    else next(k.value for k in node.keywords if k.arg == where)
+                )
                 dims.add(id(arg))
     mutants: list[Mutant] = []
     seen: set[tuple[int, str]] = set()
@@ -513,8 +569,9 @@ def _swapped(nodes: list[ast.AST], parents: dict[int, ast.AST], mutant: Mutant):
     return old, put, take
 
 
-def _describe(cell: SolutionCell, nodes: list[ast.AST], parents: dict[int, ast.AST],
-              mutant: Mutant) -> None:
+def _describe(
+    cell: SolutionCell, nodes: list[ast.AST], parents: dict[int, ast.AST], mutant: Mutant
+) -> None:
     old, put, take = _swapped(nodes, parents, mutant)
     if isinstance(old, ast.stmt):  # a statement deleted (or an augmented assignment changed)
         before, after = _header(old), _header(mutant.new)
@@ -545,13 +602,14 @@ def _describe(cell: SolutionCell, nodes: list[ast.AST], parents: dict[int, ast.A
             pass
     else:
         raise AssertionError(f"internal error: no text for the mutant {mutant.key!r}")
-    a = [ln for lo, hi in cell.learner_lines for ln in cell.source.splitlines()[lo - 1: hi]]
+    a = [ln for lo, hi in cell.learner_lines for ln in cell.source.splitlines()[lo - 1 : hi]]
     b_lines = mutant.source.splitlines()
     shift = len(b_lines) - len(cell.source.splitlines())
-    b = [ln for lo, hi in _shifted(cell.learner_lines, old, shift) for ln in b_lines[lo - 1: hi]]
+    b = [ln for lo, hi in _shifted(cell.learner_lines, old, shift) for ln in b_lines[lo - 1 : hi]]
     mutant.diff = "".join(
         line if line.endswith("\n") else line + "\n"
-        for line in difflib.unified_diff(a, b, "solution", "mutant", n=1, lineterm=""))
+        for line in difflib.unified_diff(a, b, "solution", "mutant", n=1, lineterm="")
+    )
 
 
 def _shifted(ranges, node, shift):
@@ -573,8 +631,9 @@ def mutant_namespace(cell: SolutionCell, base: dict, mutant: Mutant | None) -> d
     parents = _parents(tree)
     if mutant is None:
         module = _definitions_only(tree)
-        code = compile(ast.fix_missing_locations(module), f"<solution {cell.notebook.name}>",
-                       "exec")
+        code = compile(
+            ast.fix_missing_locations(module), f"<solution {cell.notebook.name}>", "exec"
+        )
     else:
         _, put, take = _swapped(nodes, parents, mutant)
         put()
@@ -671,8 +730,9 @@ class _Alarm:
 
     def __init__(self, seconds: float):
         self.seconds = seconds
-        self.active = (hasattr(signal, "setitimer")
-                       and threading.current_thread() is threading.main_thread())
+        self.active = (
+            hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+        )
 
     def _fire(self, signum, frame):
         raise _Timeout(f"ran past {self.seconds:.1f} s")
@@ -748,9 +808,16 @@ def _sample(task_id: str, mutants: list[Mutant], n: int | None, seed: int) -> li
     return [m for m in mutants if id(m) in chosen]
 
 
-def run_task(task: Task, *, seed: int = 1, hidden_seeds: int = 2, sample: int | None = None,
-             timeout: float | None = None, equivalents: dict | None = None,
-             root: Path = ROOT) -> Report:
+def run_task(
+    task: Task,
+    *,
+    seed: int = 1,
+    hidden_seeds: int = 2,
+    sample: int | None = None,
+    timeout: float | None = None,
+    equivalents: dict | None = None,
+    root: Path = ROOT,
+) -> Report:
     report = Report(task.id)
     start = time.perf_counter()
     equivalents = load_equivalents() if equivalents is None else equivalents
@@ -758,8 +825,9 @@ def run_task(task: Task, *, seed: int = 1, hidden_seeds: int = 2, sample: int | 
         cell = find_solution(task, root)
         base = base_namespace(cell)
         solution = mutant_namespace(cell, base, None)[task.name]
-        seeds = [NOTEBOOK_SEED] + [s for s in range(seed, seed + hidden_seeds + 1)
-                                   if s != NOTEBOOK_SEED][:hidden_seeds]
+        seeds = [NOTEBOOK_SEED] + [
+            s for s in range(seed, seed + hidden_seeds + 1) if s != NOTEBOOK_SEED
+        ][:hidden_seeds]
         suites = [make_suite(task, s) for s in seeds]
         t0 = time.perf_counter()
         for suite in suites:
@@ -796,7 +864,7 @@ def run_task(task: Task, *, seed: int = 1, hidden_seeds: int = 2, sample: int | 
 
 
 def _grade_mutant(task, cell, base, mutant, suites, limit) -> str | None:
-    """"notebook" or "hidden" (where it was killed), None when it survives everything."""
+    """ "notebook" or "hidden" (where it was killed), None when it survives everything."""
     try:
         with _Alarm(limit):
             torch.manual_seed(0)
@@ -836,9 +904,17 @@ def select_tasks(names: list[str]) -> list[Task]:
     return chosen
 
 
-def run(names: list[str] | None = None, *, seed: int = 1, hidden_seeds: int = 2,
-        sample: int | None = None, timeout: float | None = None, out=None,
-        list_equivalent: bool = False, equivalents: dict | None = None) -> list[Report]:
+def run(
+    names: list[str] | None = None,
+    *,
+    seed: int = 1,
+    hidden_seeds: int = 2,
+    sample: int | None = None,
+    timeout: float | None = None,
+    out=None,
+    list_equivalent: bool = False,
+    equivalents: dict | None = None,
+) -> list[Report]:
     """Run every selected task, print the reports to `out`, return them."""
     out = out or sys.stdout
     equivalents = load_equivalents() if equivalents is None else equivalents
@@ -847,8 +923,14 @@ def run(names: list[str] | None = None, *, seed: int = 1, hidden_seeds: int = 2,
     reports = []
     try:
         for task in select_tasks(list(names or [])):
-            report = run_task(task, seed=seed, hidden_seeds=hidden_seeds, sample=sample,
-                              timeout=timeout, equivalents=equivalents)
+            report = run_task(
+                task,
+                seed=seed,
+                hidden_seeds=hidden_seeds,
+                sample=sample,
+                timeout=timeout,
+                equivalents=equivalents,
+            )
             _print_report(report, equivalents, out, list_equivalent)
             reports.append(report)
     finally:
@@ -862,10 +944,13 @@ def _print_report(report: Report, equivalents: dict, out, list_equivalent: bool)
         print(f"{report.task}: ERROR {report.error}", file=out)
         return
     sampled = f" (a sample of {report.sampled_from})" if report.sampled_from else ""
-    print(f"{report.task}: {report.mutants} mutants{sampled}, {report.killed} killed "
-          f"({report.killed_by_notebook} by the notebook check alone), "
-          f"{len(report.equivalent)} equivalent, {len(report.survivors)} unexplained "
-          f"survivors; mutation score {report.score:.1f}% [{report.seconds:.1f} s]", file=out)
+    print(
+        f"{report.task}: {report.mutants} mutants{sampled}, {report.killed} killed "
+        f"({report.killed_by_notebook} by the notebook check alone), "
+        f"{len(report.equivalent)} equivalent, {len(report.survivors)} unexplained "
+        f"survivors; mutation score {report.score:.1f}% [{report.seconds:.1f} s]",
+        file=out,
+    )
     for mutant in report.survivors:
         print(f"  SURVIVOR ({mutant.op}) {mutant.key}", file=out)
         print("    " + mutant.diff.rstrip("\n").replace("\n", "\n    "), file=out)
@@ -892,36 +977,70 @@ def _print_summary(reports: list[Report], out) -> None:
         e = sum(len(r.equivalent) for r in rs)
         s = sum(len(r.survivors) for r in rs)
         score = 100.0 * k / (m - e) if m - e else 100.0
-        print(f"{name:6} {len(rs):5}  {m:7}  {k:6}  {nb:10}  {e:10}  {s:9}  {score:5.1f}%",
-              file=out)
+        print(
+            f"{name:6} {len(rs):5}  {m:7}  {k:6}  {nb:10}  {e:10}  {s:9}  {score:5.1f}%", file=out
+        )
     errors = [r for r in reports if r.error]
     survivors = sum(len(r.survivors) for r in reports)
-    print(f"{len(reports)} tasks, {survivors} unexplained survivors, {len(errors)} errors, "
-          f"{sum(r.seconds for r in reports):.1f} s", file=out)
+    print(
+        f"{len(reports)} tasks, {survivors} unexplained survivors, {len(errors)} errors, "
+        f"{sum(r.seconds for r in reports):.1f} s",
+        file=out,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m course_lib.grading.mutants",
         description="Mutation testing of the grader: every small wrong variant of a solution "
-                    "must lose points.")
-    parser.add_argument("tasks", nargs="*", metavar="TASK",
-                        help="task ids (ex05.causal_mask) or exercise sets (ex05); default all")
-    parser.add_argument("--seed", type=int, default=1,
-                        help="first seed of the hidden cases (and of --sample); default 1")
-    parser.add_argument("--hidden-seeds", type=int, default=2,
-                        help="how many hidden seeds besides the notebook's; default 2")
-    parser.add_argument("--sample", type=int, default=None, metavar="N",
-                        help="grade at most N mutants per task, chosen deterministically")
-    parser.add_argument("--timeout", type=float, default=None,
-                        help="seconds per mutant (default: max(0.25, 20 x the solution's time))")
-    parser.add_argument("--list-equivalent", action="store_true",
-                        help="also list the surviving mutants recorded as equivalent, with why")
+        "must lose points.",
+    )
+    parser.add_argument(
+        "tasks",
+        nargs="*",
+        metavar="TASK",
+        help="task ids (ex05.causal_mask) or exercise sets (ex05); default all",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=1,
+        help="first seed of the hidden cases (and of --sample); default 1",
+    )
+    parser.add_argument(
+        "--hidden-seeds",
+        type=int,
+        default=2,
+        help="how many hidden seeds besides the notebook's; default 2",
+    )
+    parser.add_argument(
+        "--sample",
+        type=int,
+        default=None,
+        metavar="N",
+        help="grade at most N mutants per task, chosen deterministically",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds per mutant (default: max(0.25, 20 x the solution's time))",
+    )
+    parser.add_argument(
+        "--list-equivalent",
+        action="store_true",
+        help="also list the surviving mutants recorded as equivalent, with why",
+    )
     args = parser.parse_args(argv)
     try:
-        reports = run(args.tasks, seed=args.seed, hidden_seeds=args.hidden_seeds,
-                      sample=args.sample, timeout=args.timeout,
-                      list_equivalent=args.list_equivalent)
+        reports = run(
+            args.tasks,
+            seed=args.seed,
+            hidden_seeds=args.hidden_seeds,
+            sample=args.sample,
+            timeout=args.timeout,
+            list_equivalent=args.list_equivalent,
+        )
     except KeyError as e:
         print(e.args[0], file=sys.stderr)
         return 2
@@ -930,4 +1049,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

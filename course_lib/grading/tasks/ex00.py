@@ -5,10 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..core import Case, Task, register
-
-
-def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return torch.randn(*shape, generator=gen, dtype=dtype)
+from .common import randn
 
 
 @register
@@ -139,7 +136,13 @@ def _l1_distances(x, y):
     return (x.unsqueeze(-2) - y.unsqueeze(-3)).abs().sum(-1)
 
 
-extend_task(PairwiseSqDistances, mistakes=[
-    (_l1_distances, "you summed the absolute differences (the L1 distance); square each "
-     "difference instead: ((x_i - y_j) ** 2).sum(-1)"),
-])
+extend_task(
+    PairwiseSqDistances,
+    mistakes=[
+        (
+            _l1_distances,
+            "you summed the absolute differences (the L1 distance); square each "
+            "difference instead: ((x_i - y_j) ** 2).sum(-1)",
+        ),
+    ],
+)

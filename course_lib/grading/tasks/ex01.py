@@ -7,16 +7,9 @@ from __future__ import annotations
 import torch
 
 from ..core import Case, Task, register
+from .common import randint, randn
 
 LESSON = "lesson 01"
-
-
-def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return torch.randn(*shape, generator=gen, dtype=dtype)
-
-
-def randint(gen: torch.Generator, high: int, *shape: int) -> torch.Tensor:
-    return torch.randint(0, high, shape, generator=gen)
 
 
 def _unchecked_one_hot(ids, vocab_size):
@@ -39,31 +32,50 @@ class OneHot(Task):
             Case("ids [2, 0, 1] with vocab_size=4", (torch.tensor([2, 0, 1]), 4)),
             Case("a batch of ids (3, 5), vocab_size=7", (randint(gen, 7, 3, 5), 7)),
             Case("ids (2, 3, 4), vocab_size=10", (randint(gen, 10, 2, 3, 4), 10)),
-            Case("int32 ids (6,), vocab_size=3",
-                 (randint(gen, 3, 6).to(torch.int32), 3)),
+            Case("int32 ids (6,), vocab_size=3", (randint(gen, 3, 6).to(torch.int32), 3)),
             Case("a single id (a 0-d tensor) 4, vocab_size=5", (torch.tensor(4), 5)),
-            Case("ids [1, 5, 2] with vocab_size=5: id 5 is out of range, so it must raise "
-                 "ValueError instead of giving an all-zero row",
-                 (torch.tensor([1, 5, 2]), 5), raises=ValueError),
-            Case("ids [0, -1] with vocab_size=4: a negative id must raise ValueError",
-                 (torch.tensor([0, -1]), 4), raises=ValueError),
-            Case("float ids [0.0, 2.0] with vocab_size=3: ids must be integers, so this must "
-                 "raise TypeError instead of being accepted", (torch.tensor([0.0, 2.0]), 3),
-                 raises=TypeError),
+            Case(
+                "ids [1, 5, 2] with vocab_size=5: id 5 is out of range, so it must raise "
+                "ValueError instead of giving an all-zero row",
+                (torch.tensor([1, 5, 2]), 5),
+                raises=ValueError,
+            ),
+            Case(
+                "ids [0, -1] with vocab_size=4: a negative id must raise ValueError",
+                (torch.tensor([0, -1]), 4),
+                raises=ValueError,
+            ),
+            Case(
+                "float ids [0.0, 2.0] with vocab_size=3: ids must be integers, so this must "
+                "raise TypeError instead of being accepted",
+                (torch.tensor([0.0, 2.0]), 3),
+                raises=TypeError,
+            ),
         ]
 
     def mistakes(self):
         return [
-            (lambda ids, vocab_size: (ids.unsqueeze(-1) == torch.arange(vocab_size)).long(),
-             "your one-hot vectors are integers (int64); return floats (float32), so they can be "
-             "multiplied with a float embedding table"),
-            (lambda ids, vocab_size: ids.unsqueeze(-1) == torch.arange(vocab_size),
-             "your one-hot vectors are booleans; return floats (float32) with .float()"),
-            (lambda ids, vocab_size: (ids.unsqueeze(-1) == torch.arange(vocab_size)).double(),
-             "your one-hot vectors are float64; the task asks for float32"),
-            (lambda ids, vocab_size: _unchecked_one_hot(ids, vocab_size).transpose(-2, -1)
-             if ids.dim() >= 1 else _unchecked_one_hot(ids, vocab_size),
-             "the vocabulary axis must be the last one: (..., vocab_size)"),
+            (
+                lambda ids, vocab_size: (ids.unsqueeze(-1) == torch.arange(vocab_size)).long(),
+                "your one-hot vectors are integers (int64); return floats (float32), so they can "
+                "be multiplied with a float embedding table",
+            ),
+            (
+                lambda ids, vocab_size: ids.unsqueeze(-1) == torch.arange(vocab_size),
+                "your one-hot vectors are booleans; return floats (float32) with .float()",
+            ),
+            (
+                lambda ids, vocab_size: (ids.unsqueeze(-1) == torch.arange(vocab_size)).double(),
+                "your one-hot vectors are float64; the task asks for float32",
+            ),
+            (
+                lambda ids, vocab_size: (
+                    _unchecked_one_hot(ids, vocab_size).transpose(-2, -1)
+                    if ids.dim() >= 1
+                    else _unchecked_one_hot(ids, vocab_size)
+                ),
+                "the vocabulary axis must be the last one: (..., vocab_size)",
+            ),
         ]
 
 
@@ -72,6 +84,7 @@ class Embed(Task):
     id = "ex01.embed"
     lesson = f"{LESSON}, section 'An embedding is a one-hot matrix product'"
     reference = "course_lib.embeddings.embed"
+    depends_on = ("one_hot",)
     forbidden = ("torch.nn.Embedding", "torch.nn.functional.embedding", "torch.embedding")
 
     def cases(self, gen):
@@ -79,10 +92,15 @@ class Embed(Task):
             Case("ids [3, 0] and a table (5, 2)", (torch.tensor([3, 0]), randn(gen, 5, 2))),
             Case("ids (2, 4) and a table (9, 3)", (randint(gen, 3, 2, 4), randn(gen, 9, 3))),
             Case("ids (2, 3, 5) and a table (6, 8)", (randint(gen, 6, 2, 3, 5), randn(gen, 6, 8))),
-            Case("float64 table (7, 4), ids (3, 6)",
-                 (randint(gen, 4, 3, 6), randn(gen, 7, 4, dtype=torch.float64))),
-            Case("ids [0, 4] with a table of 4 rows: id 4 is out of range, must raise ValueError",
-                 (torch.tensor([0, 4]), randn(gen, 4, 3)), raises=ValueError),
+            Case(
+                "float64 table (7, 4), ids (3, 6)",
+                (randint(gen, 4, 3, 6), randn(gen, 7, 4, dtype=torch.float64)),
+            ),
+            Case(
+                "ids [0, 4] with a table of 4 rows: id 4 is out of range, must raise ValueError",
+                (torch.tensor([0, 4]), randn(gen, 4, 3)),
+                raises=ValueError,
+            ),
         ]
 
     def mistakes(self):
@@ -94,15 +112,20 @@ class Embed(Task):
             return _unchecked_one_hot(ids, table.shape[0]) @ table.float()
 
         return [
-            (transposed, "you treated the table as (d, vocab_size); it is (vocab_size, d), one row "
-             "per token, so the product is one_hot(ids, vocab_size) @ table"),
+            (
+                transposed,
+                "you treated the table as (d, vocab_size); it is (vocab_size, d), one row "
+                "per token, so the product is one_hot(ids, vocab_size) @ table",
+            ),
             (float32_always, "keep the table's dtype: make the one-hot vectors in table.dtype"),
         ]
 
     def diagnose(self, got, want, case):
         if isinstance(got, torch.Tensor) and got.shape[-1:] == case.args[1].shape[:1]:
-            return ("the last axis of your result has vocab_size entries; it should have d: "
-                    "one_hot(ids) (..., vocab_size) @ table (vocab_size, d)")
+            return (
+                "the last axis of your result has vocab_size entries; it should have d: "
+                "one_hot(ids) (..., vocab_size) @ table (vocab_size, d)"
+            )
         return None
 
 
@@ -111,8 +134,11 @@ class CosineSimilarityMatrix(Task):
     id = "ex01.cosine_similarity_matrix"
     lesson = f"{LESSON}, section 'Cosine similarity'"
     reference = "course_lib.embeddings.cosine_similarity_matrix"
-    forbidden = ("torch.nn.functional.cosine_similarity", "torch.cosine_similarity",
-                 "torch.nn.CosineSimilarity")
+    forbidden = (
+        "torch.nn.functional.cosine_similarity",
+        "torch.cosine_similarity",
+        "torch.nn.CosineSimilarity",
+    )
 
     def cases(self, gen):
         with_zero = randn(gen, 5, 4)
@@ -122,11 +148,15 @@ class CosineSimilarityMatrix(Task):
         scales = torch.tensor([[0.01], [1.0], [30.0], [500.0]])
         return [
             Case("E (4, 3)", (randn(gen, 4, 3),)),
-            Case("E (6, 10) whose rows have very different lengths (0.01 to 500)",
-                 (torch.cat([randn(gen, 4, 10) * scales, randn(gen, 2, 10)]),)),
+            Case(
+                "E (6, 10) whose rows have very different lengths (0.01 to 500)",
+                (torch.cat([randn(gen, 4, 10) * scales, randn(gen, 2, 10)]),),
+            ),
             Case("float64 E (5, 7)", (randn(gen, 5, 7, dtype=torch.float64),)),
-            Case("E (5, 4) whose row 2 is all zeros (its similarities must be 0, not NaN)",
-                 (with_zero,)),
+            Case(
+                "E (5, 4) whose row 2 is all zeros (its similarities must be 0, not NaN)",
+                (with_zero,),
+            ),
             Case("float64 E (4, 6) whose row 0 is all zeros", (with_zero64,)),
             Case("a single vector E (1, 5)", (randn(gen, 1, 5),)),
         ]
@@ -137,15 +167,24 @@ class CosineSimilarityMatrix(Task):
             return (E @ E.T) / (sq * sq.T)
 
         return [
-            (lambda E: E @ E.T, "those are raw dot products; divide by the lengths |E_i| |E_j| "
-             "(normalise every row to length 1 first)"),
-            (lambda E: (E / E.norm(dim=-1, keepdim=True)) @ (E / E.norm(dim=-1, keepdim=True)).T,
-             "a zero vector has length 0 and 0/0 = NaN; clamp the lengths (e.g. "
-             "norm.clamp_min(1e-12)) so a zero vector gets similarity 0"),
-            (lambda E: (E @ E.T) / E.norm(dim=-1, keepdim=True).clamp_min(1e-12),
-             "you divided by the length of only one of the two vectors; divide by |E_i| |E_j|"),
-            (divide_by_squared_norms,
-             "divide by the lengths |E_i| |E_j|, not by the squared lengths"),
+            (
+                lambda E: E @ E.T,
+                "those are raw dot products; divide by the lengths |E_i| |E_j| "
+                "(normalise every row to length 1 first)",
+            ),
+            (
+                lambda E: (E / E.norm(dim=-1, keepdim=True)) @ (E / E.norm(dim=-1, keepdim=True)).T,
+                "a zero vector has length 0 and 0/0 = NaN; clamp the lengths (e.g. "
+                "norm.clamp_min(1e-12)) so a zero vector gets similarity 0",
+            ),
+            (
+                lambda E: (E @ E.T) / E.norm(dim=-1, keepdim=True).clamp_min(1e-12),
+                "you divided by the length of only one of the two vectors; divide by |E_i| |E_j|",
+            ),
+            (
+                divide_by_squared_norms,
+                "divide by the lengths |E_i| |E_j|, not by the squared lengths",
+            ),
         ]
 
 
@@ -154,6 +193,7 @@ class NearestNeighbours(Task):
     id = "ex01.nearest_neighbours"
     lesson = f"{LESSON}, section 'Nearest neighbours'"
     reference = "course_lib.embeddings.nearest_neighbours"
+    depends_on = ("cosine_similarity_matrix",)
 
     def cases(self, gen):
         lengths = torch.tensor([[0.1], [5.0], [0.3], [9.0], [1.0], [0.05], [2.0], [40.0]])
@@ -162,8 +202,11 @@ class NearestNeighbours(Task):
             Case("E (10, 4), index 7, k 5", (randn(gen, 10, 4), 7, 5)),
             Case("float64 E (6, 3), index 2, k 2", (randn(gen, 6, 3, dtype=torch.float64), 2, 2)),
             Case("E (5, 6), index 4, k 4 (every other row)", (randn(gen, 5, 6), 4, 4)),
-            Case("E (8, 16) whose rows have very different lengths, index 1, k 4 (rank by cosine "
-                 "similarity, not by dot product)", (randn(gen, 8, 16) * lengths, 1, 4)),
+            Case(
+                "E (8, 16) whose rows have very different lengths, index 1, k 4 (rank by cosine "
+                "similarity, not by dot product)",
+                (randn(gen, 8, 16) * lengths, 1, 4),
+            ),
             Case("E (12, 8), index 5, k 1", (randn(gen, 12, 8), 5, 1)),
         ]
 
@@ -187,14 +230,25 @@ class NearestNeighbours(Task):
             return sims.topk(k).indices
 
         return [
-            (including_itself, "a vector is always most similar to itself; exclude `index` "
-             "(e.g. set its similarity to -inf before ranking)"),
-            (ascending, "you return the right neighbours in ascending order; the most similar "
-             "comes first (descending similarity)"),
-            (least_similar, "argsort sorts ascending, so you took the least similar rows; "
-             "sort by descending similarity (argsort(descending=True) or topk)"),
-            (by_dot_product, "you ranked by dot product, which favours long vectors; rank by "
-             "cosine similarity"),
+            (
+                including_itself,
+                "a vector is always most similar to itself; exclude `index` "
+                "(e.g. set its similarity to -inf before ranking)",
+            ),
+            (
+                ascending,
+                "you return the right neighbours in ascending order; the most similar "
+                "comes first (descending similarity)",
+            ),
+            (
+                least_similar,
+                "argsort sorts ascending, so you took the least similar rows; "
+                "sort by descending similarity (argsort(descending=True) or topk)",
+            ),
+            (
+                by_dot_product,
+                "you ranked by dot product, which favours long vectors; rank by cosine similarity",
+            ),
         ]
 
 
@@ -204,8 +258,12 @@ class NearestNeighbours(Task):
 
 BPE_LESSON = f"{LESSON}, section 'Byte-level BPE'"
 # Calling any of the course's finished BPE pieces skips the point of these tasks.
-_BPE_FINISHED = ("course_lib.bpe.pair_counts", "course_lib.bpe.merge_pair",
-                 "course_lib.bpe.bpe_encode", "course_lib.bpe.BPETokenizer")
+_BPE_FINISHED = (
+    "course_lib.bpe.pair_counts",
+    "course_lib.bpe.merge_pair",
+    "course_lib.bpe.bpe_encode",
+    "course_lib.bpe.BPETokenizer",
+)
 _HELLO = list(b"hello, hello")  # bytes: h=104 e=101 l=108 o=111 ","=44 " "=32
 
 
@@ -257,10 +315,13 @@ class PairCounts(Task):
         return [
             Case("ids [3, 9]: one pair", ([3, 9],)),
             Case("ids [1, 2, 3, 4, 1, 2]: (1, 2) at both ends", ([1, 2, 3, 4, 1, 2],)),
-            Case("ids [4, 4, 4]: a run of three equal ids holds the pair (4, 4) twice",
-                 ([4, 4, 4],)),
-            Case("ids [1, 1, 1, 1, 2, 1, 1, 1, 1, 1]: runs of four and five equal ids",
-                 ([1, 1, 1, 1, 2, 1, 1, 1, 1, 1],)),
+            Case(
+                "ids [4, 4, 4]: a run of three equal ids holds the pair (4, 4) twice", ([4, 4, 4],)
+            ),
+            Case(
+                "ids [1, 1, 1, 1, 2, 1, 1, 1, 1, 1]: runs of four and five equal ids",
+                ([1, 1, 1, 1, 2, 1, 1, 1, 1, 1],),
+            ),
             Case("ids [1, 2, 2, 1]: (1, 2) and (2, 1) are different pairs", ([1, 2, 2, 1],)),
             Case("an empty list: no pairs", ([],)),
             Case("a single id [7]: no pairs", ([7],)),
@@ -287,8 +348,10 @@ class PairCounts(Task):
                 return f"the pair {key} has count {got[key]!r}, expected {count}"
         for key in got:
             if key not in want:
-                return (f"your counts have the pair {key} (count {got[key]!r}), but it is not "
-                        f"two neighbours in ids")
+                return (
+                    f"your counts have the pair {key} (count {got[key]!r}), but it is not "
+                    f"two neighbours in ids"
+                )
         return None
 
     def mistakes(self):
@@ -329,15 +392,26 @@ class PairCounts(Task):
             return counts
 
         return [
-            (non_overlapping, "overlapping pairs count: [a, a, a] holds (a, a) twice, at positions "
-             "0-1 and 1-2 (merging skips; counting does not)"),
-            (distinct_pairs, "you counted each distinct pair once; count every position at which "
-             "it occurs"),
-            (last_pair_missed, "you missed the last pair: ids of length n have n - 1 pairs, the "
-             "last one (ids[n - 2], ids[n - 1])"),
+            (
+                non_overlapping,
+                "overlapping pairs count: [a, a, a] holds (a, a) twice, at positions "
+                "0-1 and 1-2 (merging skips; counting does not)",
+            ),
+            (
+                distinct_pairs,
+                "you counted each distinct pair once; count every position at which it occurs",
+            ),
+            (
+                last_pair_missed,
+                "you missed the last pair: ids of length n have n - 1 pairs, the "
+                "last one (ids[n - 2], ids[n - 1])",
+            ),
             (wraps_around, "the last id has no right neighbour: do not wrap around to the first"),
-            (even_positions_only, "you only counted pairs that start at even positions; every "
-             "position but the last starts a pair"),
+            (
+                even_positions_only,
+                "you only counted pairs that start at even positions; every "
+                "position but the last starts a pair",
+            ),
             (unordered, "(a, b) and (b, a) are different pairs: keep the order of the ids"),
         ]
 
@@ -352,25 +426,38 @@ class MergePair(Task):
     def cases(self, gen):
         randoms = _random_ids(gen, 4, 40)
         return [
-            Case("ids [1, 2, 3, 1, 2], pair (1, 2), new_id 9: the pair at both ends",
-                 ([1, 2, 3, 1, 2], (1, 2), 9)),
-            Case("ids [4, 4, 4], pair (4, 4), new_id 9: a run of three gives [9, 4]",
-                 ([4, 4, 4], (4, 4), 9)),
+            Case(
+                "ids [1, 2, 3, 1, 2], pair (1, 2), new_id 9: the pair at both ends",
+                ([1, 2, 3, 1, 2], (1, 2), 9),
+            ),
+            Case(
+                "ids [4, 4, 4], pair (4, 4), new_id 9: a run of three gives [9, 4]",
+                ([4, 4, 4], (4, 4), 9),
+            ),
             Case("ids [4, 4, 4, 4], pair (4, 4), new_id 9", ([4, 4, 4, 4], (4, 4), 9)),
             Case("ids [4, 4, 4, 4, 4], pair (4, 4), new_id 9", ([4, 4, 4, 4, 4], (4, 4), 9)),
             Case("ids [3, 3, 3, 5, 3, 3], pair (3, 3), new_id 7", ([3, 3, 3, 5, 3, 3], (3, 3), 7)),
-            Case("ids [2, 1, 2, 1], pair (1, 2), new_id 9: only the middle is (1, 2)",
-                 ([2, 1, 2, 1], (1, 2), 9)),
-            Case("ids [8, 7, 8, 1, 7], pair (7, 8), new_id 9: ends on the pair's first id",
-                 ([8, 7, 8, 1, 7], (7, 8), 9)),
-            Case("ids [1, 2, 3], pair (3, 1), new_id 9: the pair is absent",
-                 ([1, 2, 3], (3, 1), 9)),
+            Case(
+                "ids [2, 1, 2, 1], pair (1, 2), new_id 9: only the middle is (1, 2)",
+                ([2, 1, 2, 1], (1, 2), 9),
+            ),
+            Case(
+                "ids [8, 7, 8, 1, 7], pair (7, 8), new_id 9: ends on the pair's first id",
+                ([8, 7, 8, 1, 7], (7, 8), 9),
+            ),
+            Case(
+                "ids [1, 2, 3], pair (3, 1), new_id 9: the pair is absent", ([1, 2, 3], (3, 1), 9)
+            ),
             Case("an empty list, pair (1, 2), new_id 9", ([], (1, 2), 9)),
             Case("a single id [5], pair (5, 6), new_id 9", ([5], (5, 6), 9)),
-            Case("the bytes of 'hello, hello', pair (108, 108) ('ll'), new_id 256",
-                 (_HELLO, (108, 108), 256)),
-            Case(f"40 random ids from 0..3, pair {tuple(randoms[5:7])}, new_id 300",
-                 (randoms, tuple(randoms[5:7]), 300)),
+            Case(
+                "the bytes of 'hello, hello', pair (108, 108) ('ll'), new_id 256",
+                (_HELLO, (108, 108), 256),
+            ),
+            Case(
+                f"40 random ids from 0..3, pair {tuple(randoms[5:7])}, new_id 300",
+                (randoms, tuple(randoms[5:7]), 300),
+            ),
         ]
 
     def call(self, obj, case):
@@ -395,7 +482,7 @@ class MergePair(Task):
         def first_only(ids, pair, new_id):
             for i in range(len(ids) - 1):
                 if (ids[i], ids[i + 1]) == pair:
-                    return ids[:i] + [new_id] + ids[i + 2:]
+                    return ids[:i] + [new_id] + ids[i + 2 :]
             return list(ids)
 
         def right_to_left(ids, pair, new_id):
@@ -415,8 +502,11 @@ class MergePair(Task):
         def either_order(ids, pair, new_id):
             out, i = [], 0
             while i < len(ids):
-                if i + 1 < len(ids) and {ids[i], ids[i + 1]} == set(pair) and \
-                        len({ids[i], ids[i + 1]}) == len(set(pair)):
+                if (
+                    i + 1 < len(ids)
+                    and {ids[i], ids[i + 1]} == set(pair)
+                    and len({ids[i], ids[i + 1]}) == len(set(pair))
+                ):
                     out.append(new_id)
                     i += 2
                 else:
@@ -425,20 +515,28 @@ class MergePair(Task):
             return out
 
         return [
-            (overlapping, "an id can be merged only once: after a merge, skip both ids of the "
-             "pair, so [a, a, a] with (a, a) gives [X, a], not [X, X]"),
+            (
+                overlapping,
+                "an id can be merged only once: after a merge, skip both ids of the "
+                "pair, so [a, a, a] with (a, a) gives [X, a], not [X, X]",
+            ),
             (first_only, "replace every occurrence of the pair, not only the first"),
             (right_to_left, "read left to right: [a, a, a] with (a, a) gives [X, a], not [a, X]"),
-            (last_id_lost, "the last id went missing: when it does not start a pair, copy it to "
-             "the result as it is"),
+            (
+                last_id_lost,
+                "the last id went missing: when it does not start a pair, copy it to "
+                "the result as it is",
+            ),
             (either_order, "(a, b) is ordered: the neighbours (b, a) are not an occurrence of it"),
         ]
 
     def diagnose(self, got, want, case):
         ids = case.args[0]
         if got == list(ids) and want != list(ids):
-            return ("nothing was merged: compare each (ids[i], ids[i + 1]) with `pair`, and "
-                    "append new_id where they are equal")
+            return (
+                "nothing was merged: compare each (ids[i], ids[i + 1]) with `pair`, and "
+                "append new_id where they are equal"
+            )
         return None
 
 
@@ -447,6 +545,7 @@ class BpeEncode(Task):
     id = "ex01.bpe_encode"
     lesson = BPE_LESSON
     reference = "course_lib.bpe.bpe_encode"
+    depends_on = ("merge_pair",)
     forbidden = _BPE_FINISHED  # the reference among them is reported as such
 
     def cases(self, gen):
@@ -455,34 +554,54 @@ class BpeEncode(Task):
         # The first five cases each catch one listed mistake first, in the order of mistakes(),
         # so that the hint a learner reads is the one for their mistake.
         return [
-            Case("ids [3, 4, 2, 3, 2, 3], merges {(2, 3): 10, (10, 2): 11}: (2, 3) is merged "
-                 "everywhere before (10, 2) may apply",
-                 ([3, 4, 2, 3, 2, 3], {(2, 3): 10, (10, 2): 11})),
-            Case("ids [4, 3, 1, 1], merges {(1, 1): 10, (4, 3): 11}: both merges apply",
-                 ([4, 3, 1, 1], {(1, 1): 10, (4, 3): 11})),
-            Case("ids [1, 4, 2, 1, 4], merges {(1, 4): 10, (4, 2): 11}: the two pairs overlap",
-                 ([1, 4, 2, 1, 4], {(1, 4): 10, (4, 2): 11})),
-            Case("ids [2, 4, 4, 4, 4, 4, 3], merges {(2, 4): 10, (4, 4): 11, (11, 4): 12}: "
-                 "(4, 4) is the most frequent pair, but (2, 4) was learned first",
-                 ([2, 4, 4, 4, 4, 4, 3], {(2, 4): 10, (4, 4): 11, (11, 4): 12})),
-            Case("ids [4, 1, 2, 4], merges {(1, 2): 10, (10, 4): 11, (4, 11): 12}: (4, 11) "
-                 "sorts before (10, 4) but was learned after it",
-                 ([4, 1, 2, 4], {(1, 2): 10, (10, 4): 11, (4, 11): 12})),
-            Case("ids [1, 2, 3, 1, 2, 1, 2], merges {(2, 3): 10, (1, 2): 11}: (1, 2) is more "
-                 "frequent, but (2, 3) was learned first",
-                 ([1, 2, 3, 1, 2, 1, 2], {(2, 3): 10, (1, 2): 11})),
-            Case("ids [1, 2, 3], merges {(1, 2): 10, (10, 3): 11}: a merge of a merged token",
-                 ([1, 2, 3], {(1, 2): 10, (10, 3): 11})),
-            Case("ids [4, 4, 4, 4, 4], merges {(4, 4): 10, (10, 10): 11}",
-                 ([4, 4, 4, 4, 4], {(4, 4): 10, (10, 10): 11})),
-            Case("the bytes of 'hello, hello' with four merges that build 'hello'",
-                 (_HELLO, hello_merges)),
+            Case(
+                "ids [3, 4, 2, 3, 2, 3], merges {(2, 3): 10, (10, 2): 11}: (2, 3) is merged "
+                "everywhere before (10, 2) may apply",
+                ([3, 4, 2, 3, 2, 3], {(2, 3): 10, (10, 2): 11}),
+            ),
+            Case(
+                "ids [4, 3, 1, 1], merges {(1, 1): 10, (4, 3): 11}: both merges apply",
+                ([4, 3, 1, 1], {(1, 1): 10, (4, 3): 11}),
+            ),
+            Case(
+                "ids [1, 4, 2, 1, 4], merges {(1, 4): 10, (4, 2): 11}: the two pairs overlap",
+                ([1, 4, 2, 1, 4], {(1, 4): 10, (4, 2): 11}),
+            ),
+            Case(
+                "ids [2, 4, 4, 4, 4, 4, 3], merges {(2, 4): 10, (4, 4): 11, (11, 4): 12}: "
+                "(4, 4) is the most frequent pair, but (2, 4) was learned first",
+                ([2, 4, 4, 4, 4, 4, 3], {(2, 4): 10, (4, 4): 11, (11, 4): 12}),
+            ),
+            Case(
+                "ids [4, 1, 2, 4], merges {(1, 2): 10, (10, 4): 11, (4, 11): 12}: (4, 11) "
+                "sorts before (10, 4) but was learned after it",
+                ([4, 1, 2, 4], {(1, 2): 10, (10, 4): 11, (4, 11): 12}),
+            ),
+            Case(
+                "ids [1, 2, 3, 1, 2, 1, 2], merges {(2, 3): 10, (1, 2): 11}: (1, 2) is more "
+                "frequent, but (2, 3) was learned first",
+                ([1, 2, 3, 1, 2, 1, 2], {(2, 3): 10, (1, 2): 11}),
+            ),
+            Case(
+                "ids [1, 2, 3], merges {(1, 2): 10, (10, 3): 11}: a merge of a merged token",
+                ([1, 2, 3], {(1, 2): 10, (10, 3): 11}),
+            ),
+            Case(
+                "ids [4, 4, 4, 4, 4], merges {(4, 4): 10, (10, 10): 11}",
+                ([4, 4, 4, 4, 4], {(4, 4): 10, (10, 10): 11}),
+            ),
+            Case(
+                "the bytes of 'hello, hello' with four merges that build 'hello'",
+                (_HELLO, hello_merges),
+            ),
             Case("ids [5, 6, 7], merges {(1, 2): 10}: no merge applies", ([5, 6, 7], {(1, 2): 10})),
             Case("ids [1, 2, 3] and no merges at all", ([1, 2, 3], {})),
             Case("an empty list, merges {(1, 2): 10}", ([], {(1, 2): 10})),
             Case("a single id [1], merges {(1, 2): 10}", ([1], {(1, 2): 10})),
-            Case("40 random ids from 0..2, with 6 merges learned from other random ids",
-                 (_random_ids(gen, 3, 40), _learned_merges(learned_from, 6, 3))),
+            Case(
+                "40 random ids from 0..2, with 6 merges learned from other random ids",
+                (_random_ids(gen, 3, 40), _learned_merges(learned_from, 6, 3)),
+            ),
         ]
 
     def call(self, obj, case):
@@ -516,7 +635,7 @@ class BpeEncode(Task):
                 if not found:
                     return ids
                 i = found[0]
-                ids = ids[:i] + [merges[(ids[i], ids[i + 1])]] + ids[i + 2:]
+                ids = ids[:i] + [merges[(ids[i], ids[i + 1])]] + ids[i + 2 :]
 
         def not_chained(ids, merges):
             result = list(ids)
@@ -525,17 +644,33 @@ class BpeEncode(Task):
             return result
 
         return [
-            (leftmost_first, "you merged the leftmost pair that has a merge; apply the "
-             "earliest-learned merge first, wherever its pair is"),
-            (not_chained, "each merge must work on the result of the merges before it (so a "
-             "merge of merged tokens can apply), not on the original ids"),
-            (reversed_order, "you applied the merges last-learned first; apply them from the "
-             "first learned to the last"),
-            (by_frequency, "you merged the most frequent pair first; apply the merges in the "
-             "order they were learned (the order of `merges`), however often each pair occurs"),
-            (sorted_by_pair, "you applied the merges in sorted order of their pairs; keep the "
-             "order of `merges`, which is the order they were learned"),
+            (
+                leftmost_first,
+                "you merged the leftmost pair that has a merge; apply the "
+                "earliest-learned merge first, wherever its pair is",
+            ),
+            (
+                not_chained,
+                "each merge must work on the result of the merges before it (so a "
+                "merge of merged tokens can apply), not on the original ids",
+            ),
+            (
+                reversed_order,
+                "you applied the merges last-learned first; apply them from the "
+                "first learned to the last",
+            ),
+            (
+                by_frequency,
+                "you merged the most frequent pair first; apply the merges in the "
+                "order they were learned (the order of `merges`), however often each pair occurs",
+            ),
+            (
+                sorted_by_pair,
+                "you applied the merges in sorted order of their pairs; keep the "
+                "order of `merges`, which is the order they were learned",
+            ),
         ]
+
 
 # Review 2026-11-23 (EX01-1 to EX01-4), kept apart so that it merges with work on the cases above
 # --------------------------------------------------------------------------------------------
@@ -548,15 +683,26 @@ def _cosine_columns(E):
     return unit @ unit.T
 
 
-extend_task(CosineSimilarityMatrix, mistakes=[
-    (_cosine_columns, "you normalised the columns (dim=0); each ROW is a vector: divide every "
-     "row by its own length, E.norm(dim=-1, keepdim=True)"),
-])
+extend_task(
+    CosineSimilarityMatrix,
+    mistakes=[
+        (
+            _cosine_columns,
+            "you normalised the columns (dim=0); each ROW is a vector: divide every "
+            "row by its own length, E.norm(dim=-1, keepdim=True)",
+        ),
+    ],
+)
 
 
 def _bool_ids_case(gen):
-    return [Case("bool ids (3,) (True/False are not token ids: must raise TypeError)",
-                 (torch.tensor([True, False, True]), 2), raises=TypeError)]
+    return [
+        Case(
+            "bool ids (3,) (True/False are not token ids: must raise TypeError)",
+            (torch.tensor([True, False, True]), 2),
+            raises=TypeError,
+        )
+    ]
 
 
 extend_task(OneHot, cases=_bool_ids_case)
@@ -591,8 +737,12 @@ _original_one_hot_cases = OneHot.cases
 
 def _one_hot_cases_with_named_id(self, gen):
     return _original_one_hot_cases(self, gen) + [
-        Case("ids (2, 3) holding 7 with vocab_size 5: a ValueError whose message names 7",
-             (torch.tensor([[0, 1, 2], [3, 7, 4]]), 5), data={"bad_id": 7}, raises=ValueError),
+        Case(
+            "ids (2, 3) holding 7 with vocab_size 5: a ValueError whose message names 7",
+            (torch.tensor([[0, 1, 2], [3, 7, 4]]), 5),
+            data={"bad_id": 7},
+            raises=ValueError,
+        ),
     ]
 
 
@@ -610,17 +760,29 @@ def _embed_call(self, obj, case, _inner=Embed.call):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             if func is torch.Tensor.__getitem__ and args and args[0] is table:
                 Indexing.used = True
-            elif func in (torch.index_select, torch.Tensor.index_select, torch.take,
-                          torch.gather, torch.Tensor.gather) and args and args[0] is table:
+            elif (
+                func
+                in (
+                    torch.index_select,
+                    torch.Tensor.index_select,
+                    torch.take,
+                    torch.gather,
+                    torch.Tensor.gather,
+                )
+                and args
+                and args[0] is table
+            ):
                 Indexing.used = True
             return func(*args, **(kwargs or {}))
 
     with Indexing():
         value = _inner(self, obj, case)
     if Indexing.used:
-        raise GradingError("you looked the rows up by indexing the table (table[ids]); the "
-                           "task asks for the one-hot matrix product one_hot(ids) @ table, "
-                           "which is what nn.Embedding computes")
+        raise GradingError(
+            "you looked the rows up by indexing the table (table[ids]); the "
+            "task asks for the one-hot matrix product one_hot(ids) @ table, "
+            "which is what nn.Embedding computes"
+        )
     return value
 
 

@@ -3,63 +3,30 @@
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 
-from ..core import Case, GradingError, Task, register
+from ..core import Case, Task, register
+from .common import HintOnError, randn, stable_softmax
 
 SOFTMAX_LESSON = "lesson 02, section 'A numerically stable softmax'"
 SDPA_LESSON = "lesson 02, section 'Scaled dot-product attention, step by step'"
 SELF_LESSON = "lesson 02, section 'Learned projections: W_Q, W_K, W_V'"
 
 ALL_SOFTMAXES = (
-    "torch.softmax", "torch.Tensor.softmax", "torch.nn.functional.softmax", "torch.nn.Softmax",
-    "torch.special.softmax", "torch._softmax",
-    "torch.log_softmax", "torch.Tensor.log_softmax", "torch.nn.functional.log_softmax",
-    "torch.nn.LogSoftmax", "torch.special.log_softmax", "torch._log_softmax",
+    "torch.softmax",
+    "torch.Tensor.softmax",
+    "torch.nn.functional.softmax",
+    "torch.nn.Softmax",
+    "torch.special.softmax",
+    "torch._softmax",
+    "torch.log_softmax",
+    "torch.Tensor.log_softmax",
+    "torch.nn.functional.log_softmax",
+    "torch.nn.LogSoftmax",
+    "torch.special.log_softmax",
+    "torch._log_softmax",
 )
-
-
-def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32,
-          scale: float = 1.0) -> torch.Tensor:
-    return torch.randn(*shape, generator=gen, dtype=dtype) * scale
-
-
-def _stable_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """For the wrong implementations below (they must not call the graded reference)."""
-    e = (x - x.amax(dim=dim, keepdim=True)).exp()
-    return e / e.sum(dim=dim, keepdim=True)
-
-
-class _HintOnError(Task):
-    """A task whose mistakes may *raise* (e.g. `.T` on a batch): the error gets their hint."""
-
-    def call(self, obj, case):
-        try:
-            return obj(*case.args, **case.kwargs)
-        except (NotImplementedError, GradingError):
-            raise
-        except Exception as error:  # noqa: BLE001  (a learner's code may raise anything)
-            hint = self._hint_for_error(obj, case, error)
-            if hint is None:
-                raise
-            raise GradingError(
-                f"your code raised {type(error).__name__}: {error}. Hint: {hint}"
-            ) from None
-
-    def _hint_for_error(self, obj, case, error: Exception) -> str | None:
-        for wrong, hint in self.mistakes():
-            if wrong is obj:
-                continue
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    wrong(*case.args, **case.kwargs)
-            except Exception as theirs:  # noqa: BLE001
-                if type(theirs) is type(error) and str(theirs) == str(error):
-                    return hint
-        return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -81,19 +48,35 @@ class Softmax(Task):
             Case("x (2, 5, 3) with dim=1 (the middle axis)", (randn(gen, 2, 5, 3),), {"dim": 1}),
             Case("x (4, 3) with dim=0", (randn(gen, 4, 3),), {"dim": 0}),
             Case("float64 x (2, 3, 7)", (randn(gen, 2, 3, 7, dtype=torch.float64),)),
-            Case("large inputs around 1000, x (3, 5) = 1000 + noise",
-                 (1000.0 + randn(gen, 3, 5, scale=5.0),)),
-            Case("large negative inputs around -1000, x (2, 4)",
-                 (-1000.0 + randn(gen, 2, 4, scale=5.0),)),
-            Case("float64 inputs around 800 (exp(800) overflows even in float64), x (2, 6)",
-                 (800.0 + randn(gen, 2, 6, dtype=torch.float64, scale=10.0),)),
-            Case("equal inputs, x (2, 4) all 3.0 (the answer is uniform)",
-                 (torch.full((2, 4), 3.0),)),
-            Case("rows on very different scales, x (3, 6): one row around 200, one around 0, "
-                 "one spread from 140 to 260 (subtract each row's own maximum)",
-                 (torch.stack([200.0 + randn(gen, 6), randn(gen, 6),
-                               200.0 + torch.linspace(-60.0, 60.0, 6)[
-                                   torch.randperm(6, generator=gen)]]),)),
+            Case(
+                "large inputs around 1000, x (3, 5) = 1000 + noise",
+                (1000.0 + randn(gen, 3, 5, scale=5.0),),
+            ),
+            Case(
+                "large negative inputs around -1000, x (2, 4)",
+                (-1000.0 + randn(gen, 2, 4, scale=5.0),),
+            ),
+            Case(
+                "float64 inputs around 800 (exp(800) overflows even in float64), x (2, 6)",
+                (800.0 + randn(gen, 2, 6, dtype=torch.float64, scale=10.0),),
+            ),
+            Case(
+                "equal inputs, x (2, 4) all 3.0 (the answer is uniform)", (torch.full((2, 4), 3.0),)
+            ),
+            Case(
+                "rows on very different scales, x (3, 6): one row around 200, one around 0, "
+                "one spread from 140 to 260 (subtract each row's own maximum)",
+                (
+                    torch.stack(
+                        [
+                            200.0 + randn(gen, 6),
+                            randn(gen, 6),
+                            200.0
+                            + torch.linspace(-60.0, 60.0, 6)[torch.randperm(6, generator=gen)],
+                        ]
+                    ),
+                ),
+            ),
         ]
 
     def mistakes(self):
@@ -102,10 +85,10 @@ class Softmax(Task):
             return e / e.sum(dim=dim, keepdim=True)
 
         def last_axis(x, dim=-1):
-            return _stable_softmax(x, -1)
+            return stable_softmax(x, -1)
 
         def first_axis(x, dim=-1):
-            return _stable_softmax(x, 0)
+            return stable_softmax(x, 0)
 
         def whole_tensor(x, dim=-1):
             e = (x - x.max()).exp()
@@ -124,21 +107,36 @@ class Softmax(Task):
             return e / e.sum(dim=dim, keepdim=True)
 
         return [
-            (no_max, "exp overflows to inf (inf/inf = NaN) or underflows to 0 (0/0 = NaN) for "
-                     "large inputs: subtract the maximum along dim before exp, it cancels in the "
-                     "ratio"),
+            (
+                no_max,
+                "exp overflows to inf (inf/inf = NaN) or underflows to 0 (0/0 = NaN) for "
+                "large inputs: subtract the maximum along dim before exp, it cancels in the "
+                "ratio",
+            ),
             (last_axis, "you normalised over the last axis; use the `dim` argument"),
             (first_axis, "you normalised over the first axis; use the `dim` argument"),
-            (whole_tensor, "you normalised over the whole tensor; sum only along `dim` "
-                           "(keepdim=True), so each slice along dim sums to 1"),
-            (log_softmax, "that is log-softmax (log-probabilities, all negative); softmax is "
-                          "exp(x - max) / sum(exp(x - max))"),
-            (global_max, "you subtracted the maximum of the whole tensor: in a row far below it "
-                         "every exp underflows to 0 (0/0 = NaN). Subtract each slice's own "
-                         "maximum along dim (x.amax(dim=dim, keepdim=True))"),
-            (min_shift, "you subtracted the minimum: exp(x - min) overflows to inf when a row's "
-                        "values are spread widely. Subtract the maximum along dim, so every "
-                        "exponent is <= 0"),
+            (
+                whole_tensor,
+                "you normalised over the whole tensor; sum only along `dim` "
+                "(keepdim=True), so each slice along dim sums to 1",
+            ),
+            (
+                log_softmax,
+                "that is log-softmax (log-probabilities, all negative); softmax is "
+                "exp(x - max) / sum(exp(x - max))",
+            ),
+            (
+                global_max,
+                "you subtracted the maximum of the whole tensor: in a row far below it "
+                "every exp underflows to 0 (0/0 = NaN). Subtract each slice's own "
+                "maximum along dim (x.amax(dim=dim, keepdim=True))",
+            ),
+            (
+                min_shift,
+                "you subtracted the minimum: exp(x - min) overflows to inf when a row's "
+                "values are spread widely. Subtract the maximum along dim, so every "
+                "exponent is <= 0",
+            ),
         ]
 
     def diagnose(self, got, want, case):
@@ -157,34 +155,53 @@ class Softmax(Task):
 
 
 def _attention(q, k, v, scale, softmax_dim=-1):
-    weights = _stable_softmax(q @ k.transpose(-2, -1) * scale, softmax_dim)
+    weights = stable_softmax(q @ k.transpose(-2, -1) * scale, softmax_dim)
     return weights @ v, weights
 
 
 @register
-class ScaledDotProductAttention(_HintOnError):
+class ScaledDotProductAttention(HintOnError):
     id = "ex02.scaled_dot_product_attention"
     lesson = SDPA_LESSON
     reference = "course_lib.attention.scaled_dot_product_attention"
+    depends_on = ("softmax",)
     forbidden = ("torch.nn.functional.scaled_dot_product_attention",)
 
     def cases(self, gen):
         f64 = torch.float64
         return [
-            Case("2-D q (3, 4), k (5, 4), v (5, 6)  (n_q != n_k, d_k != d_v)",
-                 (randn(gen, 3, 4), randn(gen, 5, 4), randn(gen, 5, 6))),
-            Case("a batch: q (2, 3, 8), k (2, 5, 8), v (2, 5, 3)",
-                 (randn(gen, 2, 3, 8), randn(gen, 2, 5, 8), randn(gen, 2, 5, 3))),
-            Case("batch and heads: q (2, 3, 4, 16), k (2, 3, 6, 16), v (2, 3, 6, 5)",
-                 (randn(gen, 2, 3, 4, 16), randn(gen, 2, 3, 6, 16), randn(gen, 2, 3, 6, 5))),
-            Case("float64: q (3, 2, 9), k (3, 7, 9), v (3, 7, 4)",
-                 (randn(gen, 3, 2, 9, dtype=f64), randn(gen, 3, 7, 9, dtype=f64),
-                  randn(gen, 3, 7, 4, dtype=f64))),
-            Case("large values: q, k of size 40, q (2, 4, 8), k (2, 6, 8), v (2, 6, 3)",
-                 (randn(gen, 2, 4, 8, scale=40.0), randn(gen, 2, 6, 8, scale=40.0),
-                  randn(gen, 2, 6, 3))),
-            Case("one query: q (1, 1, 4), k (1, 3, 4), v (1, 3, 2)",
-                 (randn(gen, 1, 1, 4), randn(gen, 1, 3, 4), randn(gen, 1, 3, 2))),
+            Case(
+                "2-D q (3, 4), k (5, 4), v (5, 6)  (n_q != n_k, d_k != d_v)",
+                (randn(gen, 3, 4), randn(gen, 5, 4), randn(gen, 5, 6)),
+            ),
+            Case(
+                "a batch: q (2, 3, 8), k (2, 5, 8), v (2, 5, 3)",
+                (randn(gen, 2, 3, 8), randn(gen, 2, 5, 8), randn(gen, 2, 5, 3)),
+            ),
+            Case(
+                "batch and heads: q (2, 3, 4, 16), k (2, 3, 6, 16), v (2, 3, 6, 5)",
+                (randn(gen, 2, 3, 4, 16), randn(gen, 2, 3, 6, 16), randn(gen, 2, 3, 6, 5)),
+            ),
+            Case(
+                "float64: q (3, 2, 9), k (3, 7, 9), v (3, 7, 4)",
+                (
+                    randn(gen, 3, 2, 9, dtype=f64),
+                    randn(gen, 3, 7, 9, dtype=f64),
+                    randn(gen, 3, 7, 4, dtype=f64),
+                ),
+            ),
+            Case(
+                "large values: q, k of size 40, q (2, 4, 8), k (2, 6, 8), v (2, 6, 3)",
+                (
+                    randn(gen, 2, 4, 8, scale=40.0),
+                    randn(gen, 2, 6, 8, scale=40.0),
+                    randn(gen, 2, 6, 3),
+                ),
+            ),
+            Case(
+                "one query: q (1, 1, 4), k (1, 3, 4), v (1, 3, 2)",
+                (randn(gen, 1, 1, 4), randn(gen, 1, 3, 4), randn(gen, 1, 3, 2)),
+            ),
         ]
 
     def mistakes(self):
@@ -204,11 +221,11 @@ class ScaledDotProductAttention(_HintOnError):
             return _attention(q, k, v, 1.0 / math.sqrt(q.shape[-1]), softmax_dim=-2)
 
         def dot_t(q, k, v):
-            weights = _stable_softmax(q @ k.T / math.sqrt(q.shape[-1]))
+            weights = stable_softmax(q @ k.T / math.sqrt(q.shape[-1]))
             return weights @ v, weights
 
         def method_t(q, k, v):
-            weights = _stable_softmax(q @ k.t() / math.sqrt(q.shape[-1]))
+            weights = stable_softmax(q @ k.t() / math.sqrt(q.shape[-1]))
             return weights @ v, weights
 
         def swapped(q, k, v):
@@ -218,15 +235,27 @@ class ScaledDotProductAttention(_HintOnError):
         return [
             (no_scaling, "the scores are not scaled: divide q @ k^T by sqrt(d_k)"),
             (by_d_k, "you divided by d_k; divide by its square root, sqrt(d_k)"),
-            (by_sqrt_d_v, "you scaled by sqrt(d_v) (the last dimension of v); the scale is "
-                          "sqrt(d_k), the last dimension of q and k"),
+            (
+                by_sqrt_d_v,
+                "you scaled by sqrt(d_v) (the last dimension of v); the scale is "
+                "sqrt(d_k), the last dimension of q and k",
+            ),
             (by_d_v, "you divided by d_v; the scale is sqrt(d_k), the last dimension of q and k"),
-            (query_axis, "the softmax runs over the query axis (dim=-2); each query's weights "
-                         "over the keys must sum to 1, so use dim=-1"),
-            (dot_t, "`.T` transposes only 2-D tensors correctly (on a batch it reverses every "
-                    "axis); use k.transpose(-2, -1) (or k.mT) to swap the last two axes"),
-            (method_t, "`.t()` works only on 2-D tensors; use k.transpose(-2, -1) (or k.mT) so "
-                       "batches work too"),
+            (
+                query_axis,
+                "the softmax runs over the query axis (dim=-2); each query's weights "
+                "over the keys must sum to 1, so use dim=-1",
+            ),
+            (
+                dot_t,
+                "`.T` transposes only 2-D tensors correctly (on a batch it reverses every "
+                "axis); use k.transpose(-2, -1) (or k.mT) to swap the last two axes",
+            ),
+            (
+                method_t,
+                "`.t()` works only on 2-D tensors; use k.transpose(-2, -1) (or k.mT) so "
+                "batches work too",
+            ),
             (swapped, "the return order is swapped: return (output, weights)"),
         ]
 
@@ -237,28 +266,55 @@ class ScaledDotProductAttention(_HintOnError):
 
 
 @register
-class SelfAttention(_HintOnError):
+class SelfAttention(HintOnError):
     id = "ex02.self_attention"
     lesson = SELF_LESSON
     reference = "course_lib.attention.self_attention"
+    depends_on = ("scaled_dot_product_attention",)
 
     def cases(self, gen):
         f64 = torch.float64
         return [
-            Case("x (5, 8), w_q (8, 4), w_k (8, 4), w_v (8, 6)",
-                 (randn(gen, 5, 8), randn(gen, 8, 4, scale=0.3), randn(gen, 8, 4, scale=0.3),
-                  randn(gen, 8, 6, scale=0.3))),
-            Case("square weights, x (4, 4), w_q, w_k, w_v (4, 4)",
-                 (randn(gen, 4, 4), randn(gen, 4, 4), randn(gen, 4, 4), randn(gen, 4, 4))),
-            Case("a batch with square weights: x (2, 6, 8), w_q, w_k, w_v (8, 8)",
-                 (randn(gen, 2, 6, 8), randn(gen, 8, 8, scale=0.3), randn(gen, 8, 8, scale=0.3),
-                  randn(gen, 8, 8, scale=0.3))),
-            Case("a batch: x (3, 5, 6), w_q (6, 4), w_k (6, 4), w_v (6, 2)",
-                 (randn(gen, 3, 5, 6), randn(gen, 6, 4, scale=0.4), randn(gen, 6, 4, scale=0.4),
-                  randn(gen, 6, 2, scale=0.4))),
-            Case("float64: x (2, 2, 7, 5), w_q (5, 3), w_k (5, 3), w_v (5, 4)",
-                 (randn(gen, 2, 2, 7, 5, dtype=f64), randn(gen, 5, 3, dtype=f64),
-                  randn(gen, 5, 3, dtype=f64), randn(gen, 5, 4, dtype=f64))),
+            Case(
+                "x (5, 8), w_q (8, 4), w_k (8, 4), w_v (8, 6)",
+                (
+                    randn(gen, 5, 8),
+                    randn(gen, 8, 4, scale=0.3),
+                    randn(gen, 8, 4, scale=0.3),
+                    randn(gen, 8, 6, scale=0.3),
+                ),
+            ),
+            Case(
+                "square weights, x (4, 4), w_q, w_k, w_v (4, 4)",
+                (randn(gen, 4, 4), randn(gen, 4, 4), randn(gen, 4, 4), randn(gen, 4, 4)),
+            ),
+            Case(
+                "a batch with square weights: x (2, 6, 8), w_q, w_k, w_v (8, 8)",
+                (
+                    randn(gen, 2, 6, 8),
+                    randn(gen, 8, 8, scale=0.3),
+                    randn(gen, 8, 8, scale=0.3),
+                    randn(gen, 8, 8, scale=0.3),
+                ),
+            ),
+            Case(
+                "a batch: x (3, 5, 6), w_q (6, 4), w_k (6, 4), w_v (6, 2)",
+                (
+                    randn(gen, 3, 5, 6),
+                    randn(gen, 6, 4, scale=0.4),
+                    randn(gen, 6, 4, scale=0.4),
+                    randn(gen, 6, 2, scale=0.4),
+                ),
+            ),
+            Case(
+                "float64: x (2, 2, 7, 5), w_q (5, 3), w_k (5, 3), w_v (5, 4)",
+                (
+                    randn(gen, 2, 2, 7, 5, dtype=f64),
+                    randn(gen, 5, 3, dtype=f64),
+                    randn(gen, 5, 3, dtype=f64),
+                    randn(gen, 5, 4, dtype=f64),
+                ),
+            ),
         ]
 
     def mistakes(self):
@@ -275,16 +331,20 @@ class SelfAttention(_HintOnError):
             q, k, v = w_q @ xt, w_k @ xt, w_v @ xt
             return _attention(q, k, v, 1.0 / math.sqrt(q.shape[-1]))
 
-        hint = ("the projections are applied on the wrong side: with x (..., n, d_model) and "
-                "w_q (d_model, d_k), compute q = x @ w_q (and the same for k and v)")
+        hint = (
+            "the projections are applied on the wrong side: with x (..., n, d_model) and "
+            "w_q (d_model, d_k), compute q = x @ w_q (and the same for k and v)"
+        )
         # A right projection feeding a wrong attention (e.g. the learner's own task 2).
         in_attention = [
-            (_projected(wrong), f"the projections are right, but the attention step is not: "
-                                f"{attention_hint} (check ex02.scaled_dot_product_attention)")
+            (
+                _projected(wrong),
+                f"the projections are right, but the attention step is not: "
+                f"{attention_hint} (check ex02.scaled_dot_product_attention)",
+            )
             for wrong, attention_hint in ScaledDotProductAttention().mistakes()
         ]
-        return [(linear_side, hint), (left_side, hint), (left_side_transposed, hint),
-                *in_attention]
+        return [(linear_side, hint), (left_side, hint), (left_side_transposed, hint), *in_attention]
 
 
 def _projected(attention):
@@ -315,9 +375,9 @@ def _biased(q, k, v, slope, *, mistake=""):
     else:
         scores = raw / math.sqrt(d_k) + bias
     if mistake == "after_softmax":
-        weights = _stable_softmax(raw / math.sqrt(d_k), dim=-1) + bias
+        weights = stable_softmax(raw / math.sqrt(d_k), dim=-1) + bias
     else:
-        weights = _stable_softmax(scores, dim=-1)
+        weights = stable_softmax(scores, dim=-1)
     return weights @ v, weights
 
 
@@ -334,6 +394,7 @@ class DistanceBiasedAttention(Task):
     id = "ex02.distance_biased_attention"
     lesson = "lesson 02, section 'Scaled dot-product attention, step by step'"
     reference = "course_lib.attention.distance_biased_attention"
+    depends_on = ("softmax",)
     forbidden = ("torch.nn.functional.scaled_dot_product_attention",)
 
     def cases(self, gen):
@@ -346,34 +407,82 @@ class DistanceBiasedAttention(Task):
 
         return [
             case("q, k, v (2, 5, 8), slope 0.5", (2, 5, 8), 5, 8, 0.5),
-            case("n_q=3 != n_k=6: q (2, 3, 4), k (2, 6, 4), v (2, 6, 5), slope 1.0",
-                 (2, 3, 4), 6, 5, 1.0),
-            case("n_q=6 > n_k=2: q (1, 6, 4), k (1, 2, 4), v (1, 2, 3), slope 0.25",
-                 (1, 6, 4), 2, 3, 0.25),
-            case("batch and heads: q, k, v (2, 3, 4, 16), slope 0.75 (d_k = 16)",
-                 (2, 3, 4, 16), 4, 16, 0.75),
-            case("float64 q (3, 5, 6), k, v (3, 7, 6), slope 2.0", (3, 5, 6), 7, 6, 2.0,
-                 dtype=torch.float64),
-            case("slope 0: plain scaled dot-product attention, q, k, v (2, 4, 8)", (2, 4, 8), 4,
-                 8, 0.0),
-            case("q, k, v (4, 4) without a batch dimension, slope 1 given as an int",
-                 (4, 4), 4, 4, 1),
-            case("float64 q (2, 6, 8), k, v (2, 9, 8), slope 0.3 (not a power of two: the bias "
-                 "must be computed in float64 too)", (2, 6, 8), 9, 8, 0.3, dtype=torch.float64),
+            case(
+                "n_q=3 != n_k=6: q (2, 3, 4), k (2, 6, 4), v (2, 6, 5), slope 1.0",
+                (2, 3, 4),
+                6,
+                5,
+                1.0,
+            ),
+            case(
+                "n_q=6 > n_k=2: q (1, 6, 4), k (1, 2, 4), v (1, 2, 3), slope 0.25",
+                (1, 6, 4),
+                2,
+                3,
+                0.25,
+            ),
+            case(
+                "batch and heads: q, k, v (2, 3, 4, 16), slope 0.75 (d_k = 16)",
+                (2, 3, 4, 16),
+                4,
+                16,
+                0.75,
+            ),
+            case(
+                "float64 q (3, 5, 6), k, v (3, 7, 6), slope 2.0",
+                (3, 5, 6),
+                7,
+                6,
+                2.0,
+                dtype=torch.float64,
+            ),
+            case(
+                "slope 0: plain scaled dot-product attention, q, k, v (2, 4, 8)",
+                (2, 4, 8),
+                4,
+                8,
+                0.0,
+            ),
+            case(
+                "q, k, v (4, 4) without a batch dimension, slope 1 given as an int", (4, 4), 4, 4, 1
+            ),
+            case(
+                "float64 q (2, 6, 8), k, v (2, 9, 8), slope 0.3 (not a power of two: the bias "
+                "must be computed in float64 too)",
+                (2, 6, 8),
+                9,
+                8,
+                0.3,
+                dtype=torch.float64,
+            ),
         ]
 
     def mistakes(self):
         return [
-            (_biased_mistake("plus"), "the penalty must LOWER the scores of distant keys: add "
-             "-slope * |i - j|, not +slope * |i - j|"),
-            (_biased_mistake("no_abs"), "use the distance |i - j|: without the absolute value "
-             "the keys on one side of the query get a bonus instead of a penalty"),
-            (_biased_mistake("bias_scaled"), "add the bias after dividing q·k by sqrt(d_k): "
-             "scores = q k^T / sqrt(d_k) - slope * |i - j|; the slope must not be divided too"),
-            (_biased_mistake("after_softmax"), "the bias goes into the scores BEFORE the "
-             "softmax, so the weights still sum to 1"),
-            (_biased_mistake("no_bias"), "that is plain attention: add -slope * |i - j| to each "
-             "score, with i the query's position (row) and j the key's (column)"),
+            (
+                _biased_mistake("plus"),
+                "the penalty must LOWER the scores of distant keys: add "
+                "-slope * |i - j|, not +slope * |i - j|",
+            ),
+            (
+                _biased_mistake("no_abs"),
+                "use the distance |i - j|: without the absolute value "
+                "the keys on one side of the query get a bonus instead of a penalty",
+            ),
+            (
+                _biased_mistake("bias_scaled"),
+                "add the bias after dividing q·k by sqrt(d_k): "
+                "scores = q k^T / sqrt(d_k) - slope * |i - j|; the slope must not be divided too",
+            ),
+            (
+                _biased_mistake("after_softmax"),
+                "the bias goes into the scores BEFORE the softmax, so the weights still sum to 1",
+            ),
+            (
+                _biased_mistake("no_bias"),
+                "that is plain attention: add -slope * |i - j| to each "
+                "score, with i the query's position (row) and j the key's (column)",
+            ),
         ]
 
 
@@ -386,8 +495,13 @@ from ..core import extend_task  # noqa: E402
 
 def _mixed_scale_case(gen):
     x = torch.stack([randn(gen, 3), -2000.0 + randn(gen, 3)])  # rows near 0 and near -2000
-    return [Case("x (2, 3) whose first row is near 0 and second near -2000 (each row needs its "
-                 "own maximum)", (x,))]
+    return [
+        Case(
+            "x (2, 3) whose first row is near 0 and second near -2000 (each row needs its "
+            "own maximum)",
+            (x,),
+        )
+    ]
 
 
 # The global-maximum mistake itself is in Softmax.mistakes() (with the case of rows on very

@@ -7,12 +7,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from ..core import Case, GradingError, Task, load_weights, register
-
-
-def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> Tensor:
-    return torch.randn(*shape, generator=gen, dtype=dtype)
-
+from ..core import Case, Task, register
+from .common import ModuleTask, randn
 
 # --------------------------------------------------------------------------------------------
 # ex03.split_heads
@@ -40,24 +36,34 @@ class SplitHeads(Task):
         return [
             Case("x (2, 5, 12) with num_heads=3", (randn(gen, 2, 5, 12), 3)),
             Case("x (1, 4, 8) with num_heads=2", (randn(gen, 1, 4, 8), 2)),
-            Case("float64 x (3, 6, 8) with num_heads=4",
-                 (randn(gen, 3, 6, 8, dtype=torch.float64), 4)),
+            Case(
+                "float64 x (3, 6, 8) with num_heads=4",
+                (randn(gen, 3, 6, 8, dtype=torch.float64), 4),
+            ),
             Case("x (2, 3, 6) with num_heads=6 (d_head = 1)", (randn(gen, 2, 3, 6), 6)),
             Case("x (2, 7, 4) with num_heads=1 (one wide head)", (randn(gen, 2, 7, 4), 1)),
-            Case("x (2, 3, 10) with num_heads=4: 10 is not divisible by 4, so a ValueError",
-                 (randn(gen, 2, 3, 10), 4), raises=ValueError),
+            Case(
+                "x (2, 3, 10) with num_heads=4: 10 is not divisible by 4, so a ValueError",
+                (randn(gen, 2, 3, 10), 4),
+                raises=ValueError,
+            ),
         ]
 
     def mistakes(self):
         return [
-            (_split_no_transpose,
-             "a reshape straight to (batch, num_heads, seq, d_head) mixes tokens: it cuts the "
-             "flat memory of each sequence into num_heads blocks, so one 'token' row of head 0 "
-             "holds features of several tokens. Reshape to (batch, seq, num_heads, d_head) "
-             "first, then transpose(1, 2)"),
-            (_split_interleaved,
-             "head h must get the contiguous block of features h*d_head ... (h+1)*d_head - 1; "
-             "you gave it every num_heads-th feature. Reshape to (batch, seq, num_heads, d_head)"),
+            (
+                _split_no_transpose,
+                "a reshape straight to (batch, num_heads, seq, d_head) mixes tokens: it cuts the "
+                "flat memory of each sequence into num_heads blocks, so one 'token' row of head 0 "
+                "holds features of several tokens. Reshape to (batch, seq, num_heads, d_head) "
+                "first, then transpose(1, 2)",
+            ),
+            (
+                _split_interleaved,
+                "head h must get the contiguous block of features h*d_head ... (h+1)*d_head - 1; "
+                "you gave it every num_heads-th feature. Reshape to (batch, seq, num_heads, "
+                "d_head)",
+            ),
         ]
 
 
@@ -93,13 +99,17 @@ class MergeHeads(Task):
 
     def mistakes(self):
         return [
-            (_merge_no_transpose,
-             "the reshape needs the heads next to d_head: transpose(1, 2) to "
-             "(batch, seq, num_heads, d_head) first, then reshape to (batch, seq, d_model). "
-             "Without the transpose the tokens get mixed, exactly the split_heads mistake"),
-            (_merge_interleaved,
-             "the heads must be concatenated one after the other (all of head 0's d_head "
-             "features, then head 1's, ...); you interleaved them. Transpose only axes 1 and 2"),
+            (
+                _merge_no_transpose,
+                "the reshape needs the heads next to d_head: transpose(1, 2) to "
+                "(batch, seq, num_heads, d_head) first, then reshape to (batch, seq, d_model). "
+                "Without the transpose the tokens get mixed, exactly the split_heads mistake",
+            ),
+            (
+                _merge_interleaved,
+                "the heads must be concatenated one after the other (all of head 0's d_head "
+                "features, then head 1's, ...); you interleaved them. Transpose only axes 1 and 2",
+            ),
         ]
 
 
@@ -180,23 +190,39 @@ def _attend_somewhere(mask: Tensor) -> Tensor:
 
 
 @register
-class MultiHeadAttentionTask(Task):
+class MultiHeadAttentionTask(ModuleTask):
     id = "ex03.MultiHeadAttention"
     lesson = "lesson 03, section 'Multi-head attention, step by step'"
     reference = "course_lib.multihead.MultiHeadAttention"
+    depends_on = ("split_heads", "merge_heads")
     forbidden = (
         "torch.nn.MultiheadAttention",
         "torch.nn.functional.scaled_dot_product_attention",
         "torch.nn.functional.multi_head_attention_forward",
     )
 
-    def _case(self, gen, description, *, batch, n_q, n_k, d_model, num_heads, self_attention,
-              mask=None, dtype=torch.float32) -> Case:
+    def _case(
+        self,
+        gen,
+        description,
+        *,
+        batch,
+        n_q,
+        n_k,
+        d_model,
+        num_heads,
+        self_attention,
+        mask=None,
+        dtype=torch.float32,
+    ) -> Case:
         query = randn(gen, batch, n_q, d_model, dtype=dtype)
         key = query if self_attention else randn(gen, batch, n_k, d_model, dtype=dtype)
         value = query if self_attention else randn(gen, batch, n_k, d_model, dtype=dtype)
-        data = {"d_model": d_model, "num_heads": num_heads,
-                "state_dict": _state_dict(gen, d_model, dtype)}
+        data = {
+            "d_model": d_model,
+            "num_heads": num_heads,
+            "state_dict": _state_dict(gen, d_model, dtype),
+        }
         kwargs = {} if mask is None else {"mask": mask}
         return Case(description, (query, key, value), kwargs, data)
 
@@ -205,61 +231,115 @@ class MultiHeadAttentionTask(Task):
         padding = (torch.arange(6) < lengths[:, None]).unsqueeze(1)  # (3, 1, 6)
         random_mask = _attend_somewhere(torch.rand(2, 4, 5, generator=gen) > 0.5)
         return [
-            self._case(gen, "self-attention, x (2, 5, 8), num_heads=2", batch=2, n_q=5, n_k=5,
-                       d_model=8, num_heads=2, self_attention=True),
-            self._case(gen, "cross-attention, query (2, 3, 12), key/value (2, 6, 12), "
-                       "num_heads=3 (n_q != n_k)", batch=2, n_q=3, n_k=6, d_model=12,
-                       num_heads=3, self_attention=False),
-            self._case(gen, "self-attention with a causal mask (5, 5), x (1, 5, 16), num_heads=4",
-                       batch=1, n_q=5, n_k=5, d_model=16, num_heads=4, self_attention=True,
-                       mask=torch.ones(5, 5, dtype=torch.bool).tril()),
-            self._case(gen, "cross-attention with a padding mask (3, 1, 6) (True = may attend), "
-                       "query (3, 2, 8), key/value (3, 6, 8), num_heads=4", batch=3, n_q=2,
-                       n_k=6, d_model=8, num_heads=4, self_attention=False, mask=padding),
-            self._case(gen, "float64 cross-attention with a mask (2, 4, 5), query (2, 4, 6), "
-                       "key/value (2, 5, 6), num_heads=3", batch=2, n_q=4, n_k=5, d_model=6,
-                       num_heads=3, self_attention=False, mask=random_mask,
-                       dtype=torch.float64),
-            self._case(gen, "one head: x (2, 3, 4), num_heads=1", batch=2, n_q=3, n_k=3,
-                       d_model=4, num_heads=1, self_attention=True),
+            self._case(
+                gen,
+                "self-attention, x (2, 5, 8), num_heads=2",
+                batch=2,
+                n_q=5,
+                n_k=5,
+                d_model=8,
+                num_heads=2,
+                self_attention=True,
+            ),
+            self._case(
+                gen,
+                "cross-attention, query (2, 3, 12), key/value (2, 6, 12), num_heads=3 (n_q != n_k)",
+                batch=2,
+                n_q=3,
+                n_k=6,
+                d_model=12,
+                num_heads=3,
+                self_attention=False,
+            ),
+            self._case(
+                gen,
+                "self-attention with a causal mask (5, 5), x (1, 5, 16), num_heads=4",
+                batch=1,
+                n_q=5,
+                n_k=5,
+                d_model=16,
+                num_heads=4,
+                self_attention=True,
+                mask=torch.ones(5, 5, dtype=torch.bool).tril(),
+            ),
+            self._case(
+                gen,
+                "cross-attention with a padding mask (3, 1, 6) (True = may attend), "
+                "query (3, 2, 8), key/value (3, 6, 8), num_heads=4",
+                batch=3,
+                n_q=2,
+                n_k=6,
+                d_model=8,
+                num_heads=4,
+                self_attention=False,
+                mask=padding,
+            ),
+            self._case(
+                gen,
+                "float64 cross-attention with a mask (2, 4, 5), query (2, 4, 6), "
+                "key/value (2, 5, 6), num_heads=3",
+                batch=2,
+                n_q=4,
+                n_k=5,
+                d_model=6,
+                num_heads=3,
+                self_attention=False,
+                mask=random_mask,
+                dtype=torch.float64,
+            ),
+            self._case(
+                gen,
+                "one head: x (2, 3, 4), num_heads=1",
+                batch=2,
+                n_q=3,
+                n_k=3,
+                d_model=4,
+                num_heads=1,
+                self_attention=True,
+            ),
         ]
 
-    def call(self, obj, case):
-        data = case.data
-        query = case.args[0]
-        module = obj(data["d_model"], data["num_heads"])
-        if not isinstance(module, nn.Module):
-            raise GradingError(
-                f"MultiHeadAttention(d_model, num_heads) should build a torch.nn.Module, got "
-                f"{type(module).__name__}; subclass nn.Module and call super().__init__()"
-            )
-        module.to(query.dtype)
-        load_weights(module, data["state_dict"], "your MultiHeadAttention")
-        module.eval()
-        with torch.no_grad():
-            return module(*case.args, **case.kwargs)
+    def init_args(self, case):
+        return (case.data["d_model"], case.data["num_heads"]), {}
+
+    def not_a_module(self, built):
+        return (
+            f"MultiHeadAttention(d_model, num_heads) should build a torch.nn.Module, got "
+            f"{type(built).__name__}; subclass nn.Module and call super().__init__()"
+        )
 
     def mistakes(self):
         return [
-            (_NoOutputProjection,
-             "the merged heads must go through the output projection: "
-             "output = out_proj(merge_heads(heads))"),
-            (_AveragedHeads,
-             "you averaged the heads' attention maps into one; each head must weight its own "
-             "slice of the values, and the head outputs are concatenated (merge_heads), not "
-             "averaged"),
-            (_AveragedWeights,
-             "return the weights of every head, shape (batch, num_heads, n_q, n_k), not their "
-             "average over heads (nn.MultiheadAttention averages by default; this task does not)"),
-            (_ScaledByDModel,
-             "each head's scores are q·k over d_head features, so divide by sqrt(d_head), not "
-             "sqrt(d_model)"),
+            (
+                _NoOutputProjection,
+                "the merged heads must go through the output projection: "
+                "output = out_proj(merge_heads(heads))",
+            ),
+            (
+                _AveragedHeads,
+                "you averaged the heads' attention maps into one; each head must weight its own "
+                "slice of the values, and the head outputs are concatenated (merge_heads), not "
+                "averaged",
+            ),
+            (
+                _AveragedWeights,
+                "return the weights of every head, shape (batch, num_heads, n_q, n_k), not their "
+                "average over heads (nn.MultiheadAttention averages by default; this task does "
+                "not)",
+            ),
+            (
+                _ScaledByDModel,
+                "each head's scores are q·k over d_head features, so divide by sqrt(d_head), not "
+                "sqrt(d_model)",
+            ),
         ]
 
     def diagnose(self, got, want, case):
         if isinstance(got, Tensor):
-            return ("forward must return a tuple (output, weights), with weights of shape "
-                    "(batch, num_heads, n_q, n_k)")
+            return (
+                "forward must return a tuple (output, weights), with weights of shape "
+                "(batch, num_heads, n_q, n_k)"
+            )
         return None
 
 
@@ -313,8 +393,21 @@ class GroupedQueryAttentionTask(Task):
         "course_lib.multihead.GroupedQueryAttention",
     )
 
-    def _case(self, gen, description, batch, num_heads, num_kv_heads, n_q, n_k, d_head, d_v,
-              mask=None, dtype=torch.float32, raises=None) -> Case:
+    def _case(
+        self,
+        gen,
+        description,
+        batch,
+        num_heads,
+        num_kv_heads,
+        n_q,
+        n_k,
+        d_head,
+        d_v,
+        mask=None,
+        dtype=torch.float32,
+        raises=None,
+    ) -> Case:
         q = randn(gen, batch, num_heads, n_q, d_head, dtype=dtype)
         k = randn(gen, batch, num_kv_heads, n_k, d_head, dtype=dtype)
         v = randn(gen, batch, num_kv_heads, n_k, d_v, dtype=dtype)
@@ -326,36 +419,111 @@ class GroupedQueryAttentionTask(Task):
         random_mask = _attend_somewhere(torch.rand(3, 1, 4, 6, generator=gen) > 0.5)
         per_head = _attend_somewhere(torch.rand(1, 6, 5, 3, generator=gen) > 0.4)
         return [
-            self._case(gen, "multi-query attention: q (2, 4, 3, 8), k/v (2, 1, 5, 8) "
-                       "(4 query heads, 1 kv head)", 2, 4, 1, 3, 5, 8, 8),
+            self._case(
+                gen,
+                "multi-query attention: q (2, 4, 3, 8), k/v (2, 1, 5, 8) "
+                "(4 query heads, 1 kv head)",
+                2,
+                4,
+                1,
+                3,
+                5,
+                8,
+                8,
+            ),
             self._case(gen, "q (2, 4, 4, 8), k/v (2, 2, 6, 8): groups of 2", 2, 4, 2, 4, 6, 8, 8),
-            self._case(gen, "batch 1, q (1, 6, 5, 4), k (1, 2, 3, 4), v (1, 2, 3, 6): groups of "
-                       "3, d_v != d_head", 1, 6, 2, 5, 3, 4, 6),
-            self._case(gen, "q (2, 6, 2, 4), k/v (2, 3, 5, 4): groups of 2, with a padding mask "
-                       "(2, 1, 1, 5)", 2, 6, 3, 2, 5, 4, 4, mask=padding),
-            self._case(gen, "q (3, 2, 4, 8), k/v (3, 2, 4, 8): as many kv heads as query heads "
-                       "(ordinary multi-head attention), causal mask (4, 4)", 3, 2, 2, 4, 4, 8,
-                       8, mask=torch.ones(4, 4, dtype=torch.bool).tril()),
-            self._case(gen, "float64 q (3, 8, 4, 4), k/v (3, 2, 6, 4): groups of 4, with a mask "
-                       "(3, 1, 4, 6)", 3, 8, 2, 4, 6, 4, 4, mask=random_mask,
-                       dtype=torch.float64),
-            self._case(gen, "q (1, 6, 5, 4), k/v (1, 2, 3, 4) with a different mask per query "
-                       "head (1, 6, 5, 3)", 1, 6, 2, 5, 3, 4, 4, mask=per_head),
-            self._case(gen, "q (1, 4, 2, 4), k/v (1, 3, 2, 4): 4 query heads cannot be shared "
-                       "out among 3 kv heads, so a ValueError", 1, 4, 3, 2, 2, 4, 4,
-                       raises=ValueError),
+            self._case(
+                gen,
+                "batch 1, q (1, 6, 5, 4), k (1, 2, 3, 4), v (1, 2, 3, 6): groups of "
+                "3, d_v != d_head",
+                1,
+                6,
+                2,
+                5,
+                3,
+                4,
+                6,
+            ),
+            self._case(
+                gen,
+                "q (2, 6, 2, 4), k/v (2, 3, 5, 4): groups of 2, with a padding mask (2, 1, 1, 5)",
+                2,
+                6,
+                3,
+                2,
+                5,
+                4,
+                4,
+                mask=padding,
+            ),
+            self._case(
+                gen,
+                "q (3, 2, 4, 8), k/v (3, 2, 4, 8): as many kv heads as query heads "
+                "(ordinary multi-head attention), causal mask (4, 4)",
+                3,
+                2,
+                2,
+                4,
+                4,
+                8,
+                8,
+                mask=torch.ones(4, 4, dtype=torch.bool).tril(),
+            ),
+            self._case(
+                gen,
+                "float64 q (3, 8, 4, 4), k/v (3, 2, 6, 4): groups of 4, with a mask (3, 1, 4, 6)",
+                3,
+                8,
+                2,
+                4,
+                6,
+                4,
+                4,
+                mask=random_mask,
+                dtype=torch.float64,
+            ),
+            self._case(
+                gen,
+                "q (1, 6, 5, 4), k/v (1, 2, 3, 4) with a different mask per query "
+                "head (1, 6, 5, 3)",
+                1,
+                6,
+                2,
+                5,
+                3,
+                4,
+                4,
+                mask=per_head,
+            ),
+            self._case(
+                gen,
+                "q (1, 4, 2, 4), k/v (1, 3, 2, 4): 4 query heads cannot be shared "
+                "out among 3 kv heads, so a ValueError",
+                1,
+                4,
+                3,
+                2,
+                2,
+                4,
+                4,
+                raises=ValueError,
+            ),
         ]
 
     def mistakes(self):
         return [
-            (_gqa_along_keys,
-             "repeat the kv heads along the head axis (dim=1 of (batch, num_kv_heads, n_k, "
-             "d_head)), not along the keys: repeating the keys makes n_k * group keys"),
-            (_gqa_tiled,
-             "the heads are grouped wrongly: query head h must use kv head h // group "
-             "(heads 0..group-1 share kv head 0), which is repeat_interleave(group, dim=1); "
-             ".repeat(1, group, 1, 1) tiles the kv heads, so head h gets kv head "
-             "h % num_kv_heads"),
+            (
+                _gqa_along_keys,
+                "repeat the kv heads along the head axis (dim=1 of (batch, num_kv_heads, n_k, "
+                "d_head)), not along the keys: repeating the keys makes n_k * group keys",
+            ),
+            (
+                _gqa_tiled,
+                "the heads are grouped wrongly: query head h must use kv head h // group "
+                "(heads 0..group-1 share kv head 0), which is repeat_interleave(group, dim=1); "
+                ".repeat(1, group, 1, 1) tiles the kv heads, so head h gets kv head "
+                "h % num_kv_heads",
+            ),
         ]
 
 
@@ -371,8 +539,14 @@ class _FlippedMask(_WrongMultiHeadAttention):
         return super().forward(query, key, value, None if mask is None else ~mask)
 
 
-extend_task(MultiHeadAttentionTask, mistakes=[
-    (_FlippedMask, "your mask is read the other way round: in this course True means 'may "
-     "attend' (as in F.scaled_dot_product_attention), so fill the scores with -inf where the "
-     "mask is False (nn.MultiheadAttention's masks mean the opposite)"),
-])
+extend_task(
+    MultiHeadAttentionTask,
+    mistakes=[
+        (
+            _FlippedMask,
+            "your mask is read the other way round: in this course True means 'may "
+            "attend' (as in F.scaled_dot_product_attention), so fill the scores with -inf where "
+            "the mask is False (nn.MultiheadAttention's masks mean the opposite)",
+        ),
+    ],
+)

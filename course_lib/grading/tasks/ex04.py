@@ -5,12 +5,9 @@ from __future__ import annotations
 import torch
 
 from ..core import Case, GradingError, Task, compare_values, register
+from .common import randn
 
 LESSON = "lesson 04, section "
-
-
-def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return torch.randn(*shape, generator=gen, dtype=dtype)
 
 
 def _frequencies(d_model: int, exponent: str = "2i") -> torch.Tensor:
@@ -23,13 +20,22 @@ def _frequencies(d_model: int, exponent: str = "2i") -> torch.Tensor:
 def _close_or_explain(got, want) -> str | None:
     """compare_values with a tolerance of 1e-4, which allows float32 angles computed another way
     (sin of p * frequency loses a few 1e-6 at the positions tested); wrong answers are O(1) off."""
-    if (isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor)
-            and got.shape == want.shape and got.dtype == want.dtype and want.is_floating_point()
-            and torch.allclose(got, want, rtol=1e-4, atol=1e-4)):
+    if (
+        isinstance(got, torch.Tensor)
+        and isinstance(want, torch.Tensor)
+        and got.shape == want.shape
+        and got.dtype == want.dtype
+        and want.is_floating_point()
+        and torch.allclose(got, want, rtol=1e-4, atol=1e-4)
+    ):
         return None
-    if (isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor)
-            and got.shape == want.shape and got.dtype != want.dtype):
-        return (f"your result has dtype {str(got.dtype)[6:]}, expected {str(want.dtype)[6:]}")
+    if (
+        isinstance(got, torch.Tensor)
+        and isinstance(want, torch.Tensor)
+        and got.shape == want.shape
+        and got.dtype != want.dtype
+    ):
+        return f"your result has dtype {str(got.dtype)[6:]}, expected {str(want.dtype)[6:]}"
     return compare_values(got, want)
 
 
@@ -38,8 +44,7 @@ def _close_or_explain(got, want) -> str | None:
 # --------------------------------------------------------------------------------------------
 
 
-def _table(seq_len, d_model, *, first_position=0, exponent="2i", layout="interleaved",
-           even="sin"):
+def _table(seq_len, d_model, *, first_position=0, exponent="2i", layout="interleaved", even="sin"):
     positions = torch.arange(first_position, first_position + seq_len, dtype=torch.float64)
     angles = positions[:, None] * _frequencies(d_model, exponent)[None, :]
     first, second = (torch.sin, torch.cos) if even == "sin" else (torch.cos, torch.sin)
@@ -81,8 +86,11 @@ class SinusoidalPositionalEncoding(Task):
             Case("seq_len=33, d_model=10", (33, 10)),
             Case("seq_len=50, d_model=16", (50, 16)),
             Case("seq_len=64, d_model=64", (64, 64)),
-            Case("an odd d_model=5 (must raise ValueError: features come in pairs)", (4, 5),
-                 raises=ValueError),
+            Case(
+                "an odd d_model=5 (must raise ValueError: features come in pairs)",
+                (4, 5),
+                raises=ValueError,
+            ),
         ]
 
     def compare(self, got, want, case):
@@ -90,24 +98,36 @@ class SinusoidalPositionalEncoding(Task):
 
     def mistakes(self):
         return [
-            (lambda n, d: _table(n, d, even="cos"),
-             "sin and cos are swapped: sin goes on the even columns (0, 2, ...), cos on the odd "
-             "ones, so row 0 is [0, 1, 0, 1, ...]"),
-            (lambda n, d: _table(n, d, exponent="i"),
-             "the exponent uses the pair index i; it is 2i/d_model, i.e. 10000^(-2i/d_model), "
-             "so the slowest pair has wavelength close to 10000·2π"),
-            (_column_index_exponent,
-             "the exponent uses each column's own index, so cos in column 2i+1 gets a different "
-             "frequency from sin in column 2i; both columns of a pair share 10000^(-2i/d_model)"),
-            (lambda n, d: _table(n, d, layout="halves"),
-             "you put all the sines in the first half and all the cosines in the second half; "
-             "here they are interleaved: sin in column 2i, cos in column 2i+1 (use pe[:, 0::2] "
-             "and pe[:, 1::2])"),
-            (lambda n, d: _table(n, d, first_position=1),
-             "positions start at 1; they start at 0, so the first row is sin(0)=0, cos(0)=1"),
-            (_inverted_frequency,
-             "the frequency grows with the dimension; it must shrink: 10000^(-2i/d_model) "
-             "(note the minus sign)"),
+            (
+                lambda n, d: _table(n, d, even="cos"),
+                "sin and cos are swapped: sin goes on the even columns (0, 2, ...), cos on the odd "
+                "ones, so row 0 is [0, 1, 0, 1, ...]",
+            ),
+            (
+                lambda n, d: _table(n, d, exponent="i"),
+                "the exponent uses the pair index i; it is 2i/d_model, i.e. 10000^(-2i/d_model), "
+                "so the slowest pair has wavelength close to 10000·2π",
+            ),
+            (
+                _column_index_exponent,
+                "the exponent uses each column's own index, so cos in column 2i+1 gets a different "
+                "frequency from sin in column 2i; both columns of a pair share 10000^(-2i/d_model)",
+            ),
+            (
+                lambda n, d: _table(n, d, layout="halves"),
+                "you put all the sines in the first half and all the cosines in the second half; "
+                "here they are interleaved: sin in column 2i, cos in column 2i+1 (use pe[:, 0::2] "
+                "and pe[:, 1::2])",
+            ),
+            (
+                lambda n, d: _table(n, d, first_position=1),
+                "positions start at 1; they start at 0, so the first row is sin(0)=0, cos(0)=1",
+            ),
+            (
+                _inverted_frequency,
+                "the frequency grows with the dimension; it must shrink: 10000^(-2i/d_model) "
+                "(note the minus sign)",
+            ),
         ]
 
 
@@ -154,24 +174,32 @@ class RelativeShiftMatrix(Task):
             d_model = want.shape[0]
             off_blocks = got.clone()
             for i in range(0, d_model, 2):
-                off_blocks[i:i + 2, i:i + 2] = 0
+                off_blocks[i : i + 2, i : i + 2] = 0
             if off_blocks.abs().max() > 1e-6:
-                return ("M must be block-diagonal: pair (2i, 2i+1) of PE[p + offset] depends "
-                        "only on pair (2i, 2i+1) of PE[p]")
+                return (
+                    "M must be block-diagonal: pair (2i, 2i+1) of PE[p + offset] depends "
+                    "only on pair (2i, 2i+1) of PE[p]"
+                )
         return None
 
     def mistakes(self):
         return [
-            (lambda k, d: _shift_matrix(k, d, transpose=True),
-             "your matrix shifts by -offset (it is the transpose, a rotation the other way): with "
-             "row vectors, PE[p + k] = PE[p] @ M.T needs the block [[cos a, sin a], "
-             "[-sin a, cos a]]; check sin(p+k) = sin p cos k + cos p sin k"),
-            (lambda k, d: _shift_matrix(k, d, angle="no frequency"),
-             "every pair is rotated by the same angle (offset radians); pair i turns by "
-             "offset * 10000^(-2i/d_model)"),
-            (lambda k, d: _shift_matrix(k, d, angle="exponent i"),
-             "the rotation angle uses 10000^(-i/d_model); the frequency of pair (2i, 2i+1) is "
-             "10000^(-2i/d_model), the same as in the encoding"),
+            (
+                lambda k, d: _shift_matrix(k, d, transpose=True),
+                "your matrix shifts by -offset (it is the transpose, a rotation the other way): "
+                "with row vectors, PE[p + k] = PE[p] @ M.T needs the block [[cos a, sin a], "
+                "[-sin a, cos a]]; check sin(p+k) = sin p cos k + cos p sin k",
+            ),
+            (
+                lambda k, d: _shift_matrix(k, d, angle="no frequency"),
+                "every pair is rotated by the same angle (offset radians); pair i turns by "
+                "offset * 10000^(-2i/d_model)",
+            ),
+            (
+                lambda k, d: _shift_matrix(k, d, angle="exponent i"),
+                "the rotation angle uses 10000^(-i/d_model); the frequency of pair (2i, 2i+1) is "
+                "10000^(-2i/d_model), the same as in the encoding",
+            ),
         ]
 
 
@@ -180,23 +208,36 @@ class RelativeShiftMatrix(Task):
 # --------------------------------------------------------------------------------------------
 
 
-def _rope_variant(x, positions=None, *, pairing="adjacent", exponent="2i", sign=1.0,
-                  constant=False, ignore_positions=False, mixed_frequencies=False):
+def _rope_variant(
+    x,
+    positions=None,
+    *,
+    pairing="adjacent",
+    exponent="2i",
+    sign=1.0,
+    constant=False,
+    ignore_positions=False,
+    mixed_frequencies=False,
+):
     d = x.shape[-1]
     if ignore_positions or positions is None:
         positions = torch.arange(x.shape[-2])
     frequencies = _frequencies(d, exponent)  # (d / 2,)
-    angles = (torch.ones_like(positions, dtype=torch.float64) if constant
-              else positions.to(torch.float64))[:, None] * frequencies  # (seq, d / 2)
+    angles = (
+        torch.ones_like(positions, dtype=torch.float64) if constant else positions.to(torch.float64)
+    )[:, None] * frequencies  # (seq, d / 2)
     if pairing == "adjacent":
         cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
         x0, x1 = x[..., 0::2], x[..., 1::2]
         return torch.stack((x0 * cos - sign * x1 * sin, sign * x0 * sin + x1 * cos), -1).flatten(-2)
     # "halves": feature i is paired with feature i + d/2 (the rotate_half layout)
-    full = (angles.repeat_interleave(2, dim=-1) if mixed_frequencies
-            else torch.cat((angles, angles), dim=-1))  # (seq, d)
+    full = (
+        angles.repeat_interleave(2, dim=-1)
+        if mixed_frequencies
+        else torch.cat((angles, angles), dim=-1)
+    )  # (seq, d)
     cos, sin = torch.cos(full).to(x.dtype), torch.sin(full).to(x.dtype)
-    first, second = x[..., : d // 2], x[..., d // 2:]
+    first, second = x[..., : d // 2], x[..., d // 2 :]
     rotate_half = torch.cat((-second, first), dim=-1)
     return x * cos + sign * rotate_half * sin
 
@@ -220,30 +261,56 @@ class ApplyRope(Task):
         d64 = torch.float64
         return [
             # The property that makes RoPE useful is checked first: its hint is the clearest.
-            Case("q·k for q, k (2, 5, 16) float64, when both are moved by the same shift "
-                 "(0, 7, -3, 50): the scores must not change",
-                 data={"q": randn(gen, 2, 5, 16, dtype=d64), "k": randn(gen, 2, 5, 16, dtype=d64),
-                       "base": torch.tensor([0, 1, 3, 4, 9]), "shifts": (0, 7, -3, 50)}),
-            Case("q·k for q, k (3, 4, 8) float32, when both are moved by the same shift "
-                 "(0, 2, 11)",
-                 data={"q": randn(gen, 3, 4, 8), "k": randn(gen, 3, 4, 8),
-                       "base": torch.tensor([2, 0, 5, 6]), "shifts": (0, 2, 11)}),
+            Case(
+                "q·k for q, k (2, 5, 16) float64, when both are moved by the same shift "
+                "(0, 7, -3, 50): the scores must not change",
+                data={
+                    "q": randn(gen, 2, 5, 16, dtype=d64),
+                    "k": randn(gen, 2, 5, 16, dtype=d64),
+                    "base": torch.tensor([0, 1, 3, 4, 9]),
+                    "shifts": (0, 7, -3, 50),
+                },
+            ),
+            Case(
+                "q·k for q, k (3, 4, 8) float32, when both are moved by the same shift (0, 2, 11)",
+                data={
+                    "q": randn(gen, 3, 4, 8),
+                    "k": randn(gen, 3, 4, 8),
+                    "base": torch.tensor([2, 0, 5, 6]),
+                    "shifts": (0, 2, 11),
+                },
+            ),
             Case("x (5, 4), positions=None (0, 1, ..., 4)", (randn(gen, 5, 4), None)),
-            Case("x (3, 5, 8), positions=None: a batch of 3 sequences of 5 positions "
-                 "(0, 1, ..., 4; the sequence axis is x.shape[-2], not the first one)",
-                 (randn(gen, 3, 5, 8), None)),
-            Case("x (2, 3, 7, 8) (batch, heads, seq, d), positions 0..6",
-                 (randn(gen, 2, 3, 7, 8), torch.arange(7))),
-            Case("float64 x (2, 6, 16), random positions up to 100",
-                 (randn(gen, 2, 6, 16, dtype=d64), torch.randint(0, 100, (6,), generator=gen))),
-            Case("float64 x (3, 4, 5, 32), negative positions [-3, 0, 2, 10, 11]",
-                 (randn(gen, 3, 4, 5, 32, dtype=d64), torch.tensor([-3, 0, 2, 10, 11]))),
-            Case("x (1, 6, 2) (one pair), positions 0.5 apart",
-                 (randn(gen, 1, 6, 2), torch.arange(6) * 0.5)),
-            Case("float64 x (2, 2, 3, 6) with positions [40, 41, 42] given as floats",
-                 (randn(gen, 2, 2, 3, 6, dtype=d64), torch.tensor([40.0, 41.0, 42.0], dtype=d64))),
-            Case("an odd last dimension, x (2, 3, 5) (must raise ValueError)",
-                 (randn(gen, 2, 3, 5), None), raises=ValueError),
+            Case(
+                "x (3, 5, 8), positions=None: a batch of 3 sequences of 5 positions "
+                "(0, 1, ..., 4; the sequence axis is x.shape[-2], not the first one)",
+                (randn(gen, 3, 5, 8), None),
+            ),
+            Case(
+                "x (2, 3, 7, 8) (batch, heads, seq, d), positions 0..6",
+                (randn(gen, 2, 3, 7, 8), torch.arange(7)),
+            ),
+            Case(
+                "float64 x (2, 6, 16), random positions up to 100",
+                (randn(gen, 2, 6, 16, dtype=d64), torch.randint(0, 100, (6,), generator=gen)),
+            ),
+            Case(
+                "float64 x (3, 4, 5, 32), negative positions [-3, 0, 2, 10, 11]",
+                (randn(gen, 3, 4, 5, 32, dtype=d64), torch.tensor([-3, 0, 2, 10, 11])),
+            ),
+            Case(
+                "x (1, 6, 2) (one pair), positions 0.5 apart",
+                (randn(gen, 1, 6, 2), torch.arange(6) * 0.5),
+            ),
+            Case(
+                "float64 x (2, 2, 3, 6) with positions [40, 41, 42] given as floats",
+                (randn(gen, 2, 2, 3, 6, dtype=d64), torch.tensor([40.0, 41.0, 42.0], dtype=d64)),
+            ),
+            Case(
+                "an odd last dimension, x (2, 3, 5) (must raise ValueError)",
+                (randn(gen, 2, 3, 5), None),
+                raises=ValueError,
+            ),
         ]
 
     def call(self, obj, case):
@@ -259,7 +326,8 @@ class ApplyRope(Task):
             raise GradingError(
                 f"your code raised RuntimeError: {error}. Hint: with positions=None the "
                 "positions are 0, 1, ..., seq-1 where seq = x.shape[-2] (the second-to-last "
-                "axis), whatever batch dimensions come first") from None
+                "axis), whatever batch dimensions come first"
+            ) from None
 
     def compare(self, got, want, case):
         return _close_or_explain(got, want)
@@ -268,33 +336,48 @@ class ApplyRope(Task):
         if "shifts" in case.data and isinstance(got, torch.Tensor) and got.shape == want.shape:
             change = (got - got[0]).abs().max().item()
             if change > 1e-4:
-                return (f"your q·k changes by up to {change:.3g} when q and k are both moved by "
-                        "the same number of positions; with RoPE it depends only on the offset. "
-                        "Rotate each pair (2i, 2i+1) of a vector at position p by the angle "
-                        "p * 10000^(-2i/d), the same angles for q and k")
+                return (
+                    f"your q·k changes by up to {change:.3g} when q and k are both moved by "
+                    "the same number of positions; with RoPE it depends only on the offset. "
+                    "Rotate each pair (2i, 2i+1) of a vector at position p by the angle "
+                    "p * 10000^(-2i/d), the same angles for q and k"
+                )
         return None
 
     def mistakes(self):
         return [
-            (lambda x, p=None: _rope_variant(x, p, constant=True),
-             "every position gets the same rotation, so positions change nothing; the angle is "
-             "position * 10000^(-2i/d) and grows with the position"),
-            (lambda x, p=None: _rope_variant(x, p, pairing="halves", mixed_frequencies=True),
-             "you paired feature i with feature i + d/2 but took the frequencies of adjacent "
-             "pairs, so the two features of a pair turn by different angles: that is not a "
-             "rotation and q·k no longer depends only on the offset. Rotate adjacent pairs "
-             "(2i, 2i+1) by position * 10000^(-2i/d)"),
-            (lambda x, p=None: _rope_variant(x, p, pairing="halves"),
-             "you paired feature i with feature i + d/2 (the 'rotate_half' layout of some "
-             "libraries); this task rotates adjacent pairs (2i, 2i+1): x[..., 0::2], x[..., 1::2]"),
-            (lambda x, p=None: _rope_variant(x, p, sign=-1.0),
-             "you rotated the other way; (x0, x1) -> (x0 cos a - x1 sin a, x0 sin a + x1 cos a)"),
-            (lambda x, p=None: _rope_variant(x, p, exponent="i"),
-             "the frequency uses 10000^(-i/d); pair (2i, 2i+1) turns by 10000^(-2i/d) per "
-             "position"),
-            (lambda x, p=None: _rope_variant(x, p, ignore_positions=True),
-             "you ignored `positions` and used 0, 1, ..., seq-1; use the positions you are given "
-             "(arange only when positions is None)"),
+            (
+                lambda x, p=None: _rope_variant(x, p, constant=True),
+                "every position gets the same rotation, so positions change nothing; the angle is "
+                "position * 10000^(-2i/d) and grows with the position",
+            ),
+            (
+                lambda x, p=None: _rope_variant(x, p, pairing="halves", mixed_frequencies=True),
+                "you paired feature i with feature i + d/2 but took the frequencies of adjacent "
+                "pairs, so the two features of a pair turn by different angles: that is not a "
+                "rotation and q·k no longer depends only on the offset. Rotate adjacent pairs "
+                "(2i, 2i+1) by position * 10000^(-2i/d)",
+            ),
+            (
+                lambda x, p=None: _rope_variant(x, p, pairing="halves"),
+                "you paired feature i with feature i + d/2 (the 'rotate_half' layout of some "
+                "libraries); this task rotates adjacent pairs (2i, 2i+1): x[..., 0::2], x[..., "
+                "1::2]",
+            ),
+            (
+                lambda x, p=None: _rope_variant(x, p, sign=-1.0),
+                "you rotated the other way; (x0, x1) -> (x0 cos a - x1 sin a, x0 sin a + x1 cos a)",
+            ),
+            (
+                lambda x, p=None: _rope_variant(x, p, exponent="i"),
+                "the frequency uses 10000^(-i/d); pair (2i, 2i+1) turns by 10000^(-2i/d) per "
+                "position",
+            ),
+            (
+                lambda x, p=None: _rope_variant(x, p, ignore_positions=True),
+                "you ignored `positions` and used 0, 1, ..., seq-1; use the positions you are "
+                "given (arange only when positions is None)",
+            ),
         ]
 
 
@@ -316,28 +399,50 @@ class ApplyRopeHalf(Task):
     def cases(self, gen):
         d64 = torch.float64
         return [
-            Case("x (5, 4), positions=None (0, 1, ..., 4): pairs (0, 2) and (1, 3)",
-                 (randn(gen, 5, 4), None)),
-            Case("x (3, 5, 8) with a batch of 3 and positions=None: the positions are "
-                 "0..4 along the sequence axis (dim -2), whatever the batch",
-                 (randn(gen, 3, 5, 8), None)),
-            Case("x (1, 6, 2) (one pair (0, 1)), positions 0.5 apart",
-                 (randn(gen, 1, 6, 2), torch.arange(6) * 0.5)),
-            Case("x (2, 3, 7, 8) (batch, heads, seq, d), positions 0..6",
-                 (randn(gen, 2, 3, 7, 8), torch.arange(7))),
-            Case("float64 x (2, 6, 16), random positions up to 100",
-                 (randn(gen, 2, 6, 16, dtype=d64), torch.randint(0, 100, (6,), generator=gen))),
-            Case("float64 x (3, 4, 5, 32), negative positions [-3, 0, 2, 10, 11]",
-                 (randn(gen, 3, 4, 5, 32, dtype=d64), torch.tensor([-3, 0, 2, 10, 11]))),
-            Case("float64 x (1, 2, 3, 12) (batch 1) with positions [40, 41, 42] given as floats",
-                 (randn(gen, 1, 2, 3, 12, dtype=d64),
-                  torch.tensor([40.0, 41.0, 42.0], dtype=d64))),
-            Case("q·k for q, k (2, 5, 16) float64 after your rotation, positions moved by "
-                 "0, 7, -3 and 50, compared with the expected scores",
-                 data={"q": randn(gen, 2, 5, 16, dtype=d64), "k": randn(gen, 2, 5, 16, dtype=d64),
-                       "base": torch.tensor([0, 1, 3, 4, 9]), "shifts": (0, 7, -3, 50)}),
-            Case("an odd last dimension, x (2, 3, 5) (must raise ValueError)",
-                 (randn(gen, 2, 3, 5), None), raises=ValueError),
+            Case(
+                "x (5, 4), positions=None (0, 1, ..., 4): pairs (0, 2) and (1, 3)",
+                (randn(gen, 5, 4), None),
+            ),
+            Case(
+                "x (3, 5, 8) with a batch of 3 and positions=None: the positions are "
+                "0..4 along the sequence axis (dim -2), whatever the batch",
+                (randn(gen, 3, 5, 8), None),
+            ),
+            Case(
+                "x (1, 6, 2) (one pair (0, 1)), positions 0.5 apart",
+                (randn(gen, 1, 6, 2), torch.arange(6) * 0.5),
+            ),
+            Case(
+                "x (2, 3, 7, 8) (batch, heads, seq, d), positions 0..6",
+                (randn(gen, 2, 3, 7, 8), torch.arange(7)),
+            ),
+            Case(
+                "float64 x (2, 6, 16), random positions up to 100",
+                (randn(gen, 2, 6, 16, dtype=d64), torch.randint(0, 100, (6,), generator=gen)),
+            ),
+            Case(
+                "float64 x (3, 4, 5, 32), negative positions [-3, 0, 2, 10, 11]",
+                (randn(gen, 3, 4, 5, 32, dtype=d64), torch.tensor([-3, 0, 2, 10, 11])),
+            ),
+            Case(
+                "float64 x (1, 2, 3, 12) (batch 1) with positions [40, 41, 42] given as floats",
+                (randn(gen, 1, 2, 3, 12, dtype=d64), torch.tensor([40.0, 41.0, 42.0], dtype=d64)),
+            ),
+            Case(
+                "q·k for q, k (2, 5, 16) float64 after your rotation, positions moved by "
+                "0, 7, -3 and 50, compared with the expected scores",
+                data={
+                    "q": randn(gen, 2, 5, 16, dtype=d64),
+                    "k": randn(gen, 2, 5, 16, dtype=d64),
+                    "base": torch.tensor([0, 1, 3, 4, 9]),
+                    "shifts": (0, 7, -3, 50),
+                },
+            ),
+            Case(
+                "an odd last dimension, x (2, 3, 5) (must raise ValueError)",
+                (randn(gen, 2, 3, 5), None),
+                raises=ValueError,
+            ),
         ]
 
     def call(self, obj, case):
@@ -351,27 +456,39 @@ class ApplyRopeHalf(Task):
 
     def mistakes(self):
         return [
-            (lambda x, p=None: _rope_variant(x, p),
-             "you rotated adjacent pairs (2i, 2i+1), the lesson's interleaved layout; this task "
-             "pairs feature i with feature i + d/2: first half x[..., :d//2], second half "
-             "x[..., d//2:]"),
-            (lambda x, p=None: _half(x, p, sign=-1.0),
-             "you rotated the other way (the sign of sin is flipped): "
-             "(x_i, x_{i+d/2}) -> (x_i cos - x_{i+d/2} sin, x_i sin + x_{i+d/2} cos), i.e. "
-             "x * cos + cat(-second_half, first_half) * sin"),
-            (lambda x, p=None: _half(x, p, mixed_frequencies=True),
-             "feature i and feature i + d/2 must turn by the same angle p * 10000^(-2i/d): "
-             "the cos/sin table of shape (seq, d) is the (seq, d/2) table twice, "
-             "cat((angles, angles), dim=-1), not each angle repeated in place "
-             "(repeat_interleave belongs to the interleaved layout)"),
-            (lambda x, p=None: _half(x, p, exponent="i"),
-             "the frequency uses 10000^(-i/d); pair i turns by 10000^(-2i/d) per position"),
-            (lambda x, p=None: _half(x, p, constant=True),
-             "every position gets the same rotation, so positions change nothing; the angle is "
-             "position * 10000^(-2i/d) and grows with the position"),
-            (lambda x, p=None: _half(x, p, ignore_positions=True),
-             "you ignored `positions` and used 0, 1, ..., seq-1; use the positions you are given "
-             "(arange only when positions is None)"),
+            (
+                lambda x, p=None: _rope_variant(x, p),
+                "you rotated adjacent pairs (2i, 2i+1), the lesson's interleaved layout; this task "
+                "pairs feature i with feature i + d/2: first half x[..., :d//2], second half "
+                "x[..., d//2:]",
+            ),
+            (
+                lambda x, p=None: _half(x, p, sign=-1.0),
+                "you rotated the other way (the sign of sin is flipped): "
+                "(x_i, x_{i+d/2}) -> (x_i cos - x_{i+d/2} sin, x_i sin + x_{i+d/2} cos), i.e. "
+                "x * cos + cat(-second_half, first_half) * sin",
+            ),
+            (
+                lambda x, p=None: _half(x, p, mixed_frequencies=True),
+                "feature i and feature i + d/2 must turn by the same angle p * 10000^(-2i/d): "
+                "the cos/sin table of shape (seq, d) is the (seq, d/2) table twice, "
+                "cat((angles, angles), dim=-1), not each angle repeated in place "
+                "(repeat_interleave belongs to the interleaved layout)",
+            ),
+            (
+                lambda x, p=None: _half(x, p, exponent="i"),
+                "the frequency uses 10000^(-i/d); pair i turns by 10000^(-2i/d) per position",
+            ),
+            (
+                lambda x, p=None: _half(x, p, constant=True),
+                "every position gets the same rotation, so positions change nothing; the angle is "
+                "position * 10000^(-2i/d) and grows with the position",
+            ),
+            (
+                lambda x, p=None: _half(x, p, ignore_positions=True),
+                "you ignored `positions` and used 0, 1, ..., seq-1; use the positions you are "
+                "given (arange only when positions is None)",
+            ),
         ]
 
 
@@ -383,11 +500,16 @@ from ..core import extend_task  # noqa: E402
 
 # EX04-1: abs(offset) is right for positive offsets and looks like the transpose for negative
 # ones; it must be recognised first, or the transpose hint would break the positive offsets.
-extend_task(RelativeShiftMatrix, mistakes_first=[
-    (lambda offset, d_model: _shift_matrix(abs(offset), d_model),
-     "your matrix is right for positive offsets only: for a negative offset it shifts by "
-     "|offset|. Use the offset with its sign in the angle offset * frequency (no abs)"),
-])
+extend_task(
+    RelativeShiftMatrix,
+    mistakes_first=[
+        (
+            lambda offset, d_model: _shift_matrix(abs(offset), d_model),
+            "your matrix is right for positive offsets only: for a negative offset it shifts by "
+            "|offset|. Use the offset with its sign in the angle offset * frequency (no abs)",
+        ),
+    ],
+)
 
 # EX04-2: the shift cases compare with the reference's scores; say so, since a wrong layout or
 # direction is shift-invariant too.
@@ -401,8 +523,10 @@ def _rope_cases_described(self, gen):
             shifts = ", ".join(str(s) for s in case.data["shifts"])
             shape = tuple(case.data["q"].shape)
             dtype = str(case.data["q"].dtype)[6:]
-            case.description = (f"q·k for {dtype} q, k {shape} after your rotation, at positions "
-                                f"moved by {shifts}, compared with the expected scores")
+            case.description = (
+                f"q·k for {dtype} q, k {shape} after your rotation, at positions "
+                f"moved by {shifts}, compared with the expected scores"
+            )
     return cases
 
 

@@ -7,27 +7,24 @@ import math
 import torch
 
 from ..core import Case, Task, register
+from .common import lengths_mask, randn
 
 LESSON = "lesson 05"
 
 
-def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return torch.randn(*shape, generator=gen, dtype=dtype)
-
-
-def padded_ids(gen: torch.Generator, lengths: list[int], seq: int, pad_id: int,
-               dtype: torch.dtype = torch.int64) -> torch.Tensor:
+def padded_ids(
+    gen: torch.Generator,
+    lengths: list[int],
+    seq: int,
+    pad_id: int,
+    dtype: torch.dtype = torch.int64,
+) -> torch.Tensor:
     """(batch, seq) ids: random real ids (never pad_id) followed by padding."""
     ids = torch.randint(0, 20, (len(lengths), seq), generator=gen, dtype=dtype)
     ids[ids == pad_id] = pad_id + 1
     for row, length in enumerate(lengths):
         ids[row, length:] = pad_id
     return ids
-
-
-def lengths_mask(lengths: list[int], n_k: int) -> torch.Tensor:
-    """(batch, 1, n_k) True for the first `length` keys of each row."""
-    return (torch.arange(n_k) < torch.tensor(lengths).unsqueeze(-1)).unsqueeze(-2)
 
 
 @register
@@ -41,20 +38,30 @@ class CausalMask(Task):
 
     def mistakes(self):
         return [
-            (lambda n: torch.ones(n, n, dtype=torch.bool).triu(),
-             "that is the upper triangle: position i would see the future. True must be on and "
-             "below the diagonal (key j <= query i), which is tril"),
-            (lambda n: torch.ones(n, n, dtype=torch.bool).tril(-1),
-             "the diagonal is missing: a position may attend to itself (tril, not tril(-1)); "
-             "without it the first row has no key at all"),
-            (lambda n: ~torch.ones(n, n, dtype=torch.bool).tril(),
-             "your mask is inverted: in this course True means 'may attend' (the convention of "
-             "F.scaled_dot_product_attention), not 'blocked' as in nn.MultiheadAttention"),
-            (lambda n: torch.ones(n, n).tril(),
-             "the mask must be a bool tensor (True/False), not 1.0/0.0 floats: a float mask is "
-             "ADDED to the scores, so 1.0 and 0.0 would block nothing. Use dtype=torch.bool"),
-            (lambda n: torch.ones(n, n, dtype=torch.int64).tril(),
-             "the mask must be a bool tensor (True/False), not integers; use dtype=torch.bool"),
+            (
+                lambda n: torch.ones(n, n, dtype=torch.bool).triu(),
+                "that is the upper triangle: position i would see the future. True must be on and "
+                "below the diagonal (key j <= query i), which is tril",
+            ),
+            (
+                lambda n: torch.ones(n, n, dtype=torch.bool).tril(-1),
+                "the diagonal is missing: a position may attend to itself (tril, not tril(-1)); "
+                "without it the first row has no key at all",
+            ),
+            (
+                lambda n: ~torch.ones(n, n, dtype=torch.bool).tril(),
+                "your mask is inverted: in this course True means 'may attend' (the convention of "
+                "F.scaled_dot_product_attention), not 'blocked' as in nn.MultiheadAttention",
+            ),
+            (
+                lambda n: torch.ones(n, n).tril(),
+                "the mask must be a bool tensor (True/False), not 1.0/0.0 floats: a float mask is "
+                "ADDED to the scores, so 1.0 and 0.0 would block nothing. Use dtype=torch.bool",
+            ),
+            (
+                lambda n: torch.ones(n, n, dtype=torch.int64).tril(),
+                "the mask must be a bool tensor (True/False), not integers; use dtype=torch.bool",
+            ),
         ]
 
 
@@ -66,30 +73,43 @@ class PaddingMask(Task):
 
     def cases(self, gen):
         return [
-            Case("ids (3, 6), lengths [6, 4, 2], pad_id=0",
-                 (padded_ids(gen, [6, 4, 2], 6, 0), 0)),
-            Case("ids (2, 5), lengths [3, 5], pad_id=1 (padding need not be 0)",
-                 (padded_ids(gen, [3, 5], 5, 1), 1)),
+            Case("ids (3, 6), lengths [6, 4, 2], pad_id=0", (padded_ids(gen, [6, 4, 2], 6, 0), 0)),
+            Case(
+                "ids (2, 5), lengths [3, 5], pad_id=1 (padding need not be 0)",
+                (padded_ids(gen, [3, 5], 5, 1), 1),
+            ),
             Case("ids (1, 4) without padding, pad_id=0", (padded_ids(gen, [4], 4, 0), 0)),
-            Case("int32 ids (4, 7), lengths [7, 1, 3, 0] (the last sequence is all padding)",
-                 (padded_ids(gen, [7, 1, 3, 0], 7, 0, dtype=torch.int32), 0)),
+            Case(
+                "int32 ids (4, 7), lengths [7, 1, 3, 0] (the last sequence is all padding)",
+                (padded_ids(gen, [7, 1, 3, 0], 7, 0, dtype=torch.int32), 0),
+            ),
         ]
 
     def mistakes(self):
         return [
-            (lambda ids, pad_id: (ids == pad_id).unsqueeze(1),
-             "your mask is inverted: True must mark the real tokens (may be attended to) and "
-             "False the padding; use ids != pad_id"),
-            (lambda ids, pad_id: ids != pad_id,
-             "the middle dimension is missing: return shape (batch, 1, seq), so that the mask "
-             "broadcasts over the query axis of the (batch, n_q, n_k) scores (unsqueeze(1))"),
-            (lambda ids, pad_id: (ids != pad_id).unsqueeze(-1),
-             "the 1 is in the wrong place: (batch, seq, 1) would mask query ROWS; the padding "
-             "tokens are keys, so the shape is (batch, 1, seq)"),
-            (lambda ids, pad_id: (ids != pad_id).unsqueeze(1).long(),
-             "the mask must be a bool tensor (True/False), not integers"),
-            (lambda ids, pad_id: (ids != 0).unsqueeze(1),
-             "you compared with 0; compare with the pad_id argument"),
+            (
+                lambda ids, pad_id: (ids == pad_id).unsqueeze(1),
+                "your mask is inverted: True must mark the real tokens (may be attended to) and "
+                "False the padding; use ids != pad_id",
+            ),
+            (
+                lambda ids, pad_id: ids != pad_id,
+                "the middle dimension is missing: return shape (batch, 1, seq), so that the mask "
+                "broadcasts over the query axis of the (batch, n_q, n_k) scores (unsqueeze(1))",
+            ),
+            (
+                lambda ids, pad_id: (ids != pad_id).unsqueeze(-1),
+                "the 1 is in the wrong place: (batch, seq, 1) would mask query ROWS; the padding "
+                "tokens are keys, so the shape is (batch, 1, seq)",
+            ),
+            (
+                lambda ids, pad_id: (ids != pad_id).unsqueeze(1).long(),
+                "the mask must be a bool tensor (True/False), not integers",
+            ),
+            (
+                lambda ids, pad_id: (ids != 0).unsqueeze(1),
+                "you compared with 0; compare with the pad_id argument",
+            ),
         ]
 
 
@@ -122,30 +142,62 @@ class MaskedAttention(Task):
         some_rows_blocked = torch.ones(3, 5, dtype=torch.bool).tril(1)
         some_rows_blocked[1] = False  # query 1 may attend to nothing
         return [
-            Case("q, k, v (2, 4, 8), a causal mask (4, 4)",
-                 (randn(gen, 2, 4, 8), randn(gen, 2, 4, 8), randn(gen, 2, 4, 8), causal4)),
-            Case("n_q=3 != n_k=6: q (3, 3, 8), k (3, 6, 8), v (3, 6, 5), "
-                 "a padding mask (3, 1, 6) with lengths [6, 4, 2]",
-                 (randn(gen, 3, 3, 8), randn(gen, 3, 6, 8), randn(gen, 3, 6, 5),
-                  lengths_mask([6, 4, 2], 6))),
-            Case("heads: q, k, v (2, 3, 5, 4) (batch, heads, seq, d_head), mask (2, 1, 1, 5)",
-                 (randn(gen, 2, 3, 5, 4), randn(gen, 2, 3, 5, 4), randn(gen, 2, 3, 5, 4),
-                  lengths_mask([5, 3], 5).unsqueeze(1))),
-            Case("float64 q (2, 4, 6), k, v (2, 4, 6), causal mask (4, 4)",
-                 (randn(gen, 2, 4, 6, dtype=f64), randn(gen, 2, 4, 6, dtype=f64),
-                  randn(gen, 2, 4, 6, dtype=f64), causal4)),
-            Case("a fully masked row: q (2, 3, 4), k, v (2, 5, 4), mask (3, 5) whose row 1 is "
-                 "all False",
-                 (randn(gen, 2, 3, 4), randn(gen, 2, 5, 4), randn(gen, 2, 5, 4),
-                  some_rows_blocked)),
-            Case("a sequence that is all padding: q, k, v (3, 4, 4), mask (3, 1, 4) with "
-                 "lengths [4, 0, 2] (every row of the second sequence is fully masked)",
-                 (randn(gen, 3, 4, 4), randn(gen, 3, 4, 4), randn(gen, 3, 4, 4),
-                  lengths_mask([4, 0, 2], 4))),
-            Case("float64, padding & causal combined (2, 5, 5), lengths [5, 3]",
-                 (randn(gen, 2, 5, 8, dtype=f64), randn(gen, 2, 5, 8, dtype=f64),
-                  randn(gen, 2, 5, 3, dtype=f64),
-                  lengths_mask([5, 3], 5) & torch.ones(5, 5, dtype=torch.bool).tril())),
+            Case(
+                "q, k, v (2, 4, 8), a causal mask (4, 4)",
+                (randn(gen, 2, 4, 8), randn(gen, 2, 4, 8), randn(gen, 2, 4, 8), causal4),
+            ),
+            Case(
+                "n_q=3 != n_k=6: q (3, 3, 8), k (3, 6, 8), v (3, 6, 5), "
+                "a padding mask (3, 1, 6) with lengths [6, 4, 2]",
+                (
+                    randn(gen, 3, 3, 8),
+                    randn(gen, 3, 6, 8),
+                    randn(gen, 3, 6, 5),
+                    lengths_mask([6, 4, 2], 6),
+                ),
+            ),
+            Case(
+                "heads: q, k, v (2, 3, 5, 4) (batch, heads, seq, d_head), mask (2, 1, 1, 5)",
+                (
+                    randn(gen, 2, 3, 5, 4),
+                    randn(gen, 2, 3, 5, 4),
+                    randn(gen, 2, 3, 5, 4),
+                    lengths_mask([5, 3], 5).unsqueeze(1),
+                ),
+            ),
+            Case(
+                "float64 q (2, 4, 6), k, v (2, 4, 6), causal mask (4, 4)",
+                (
+                    randn(gen, 2, 4, 6, dtype=f64),
+                    randn(gen, 2, 4, 6, dtype=f64),
+                    randn(gen, 2, 4, 6, dtype=f64),
+                    causal4,
+                ),
+            ),
+            Case(
+                "a fully masked row: q (2, 3, 4), k, v (2, 5, 4), mask (3, 5) whose row 1 is "
+                "all False",
+                (randn(gen, 2, 3, 4), randn(gen, 2, 5, 4), randn(gen, 2, 5, 4), some_rows_blocked),
+            ),
+            Case(
+                "a sequence that is all padding: q, k, v (3, 4, 4), mask (3, 1, 4) with "
+                "lengths [4, 0, 2] (every row of the second sequence is fully masked)",
+                (
+                    randn(gen, 3, 4, 4),
+                    randn(gen, 3, 4, 4),
+                    randn(gen, 3, 4, 4),
+                    lengths_mask([4, 0, 2], 4),
+                ),
+            ),
+            Case(
+                "float64, padding & causal combined (2, 5, 5), lengths [5, 3]",
+                (
+                    randn(gen, 2, 5, 8, dtype=f64),
+                    randn(gen, 2, 5, 8, dtype=f64),
+                    randn(gen, 2, 5, 3, dtype=f64),
+                    lengths_mask([5, 3], 5) & torch.ones(5, 5, dtype=torch.bool).tril(),
+                ),
+            ),
         ]
 
     def mistakes(self):
@@ -172,21 +224,32 @@ class MaskedAttention(Task):
             return w @ v, w
 
         return [
-            (zero_after,
-             "you zeroed the masked weights AFTER the softmax without renormalising, so the rows "
-             "no longer sum to 1. Fill the masked SCORES with -inf before the softmax"),
-            (fill_zero,
-             "you filled the masked scores with 0, but exp(0) = 1: masked keys still get weight. "
-             "Fill them with -inf, whose exp is exactly 0"),
-            (nan_rows,
-             "a fully masked row is softmax of all -inf = 0/0 = NaN. Give such rows zero weights "
-             "and a zero output (e.g. softmax of a finite row, then zero the masked weights)"),
-            (large_negative,
-             "a large negative fill (-1e9) works for partly masked rows, but a fully masked row "
-             "becomes uniform (1/n_k each); such a row must get zero weights and zero output"),
-            (inverted,
-             "your mask is inverted: True means 'may attend' here (as in "
-             "F.scaled_dot_product_attention), not 'blocked' (as in nn.MultiheadAttention)"),
+            (
+                zero_after,
+                "you zeroed the masked weights AFTER the softmax without renormalising, so the "
+                "rows no longer sum to 1. Fill the masked SCORES with -inf before the softmax",
+            ),
+            (
+                fill_zero,
+                "you filled the masked scores with 0, but exp(0) = 1: masked keys still get "
+                "weight. Fill them with -inf, whose exp is exactly 0",
+            ),
+            (
+                nan_rows,
+                "a fully masked row is softmax of all -inf = 0/0 = NaN. Give such rows zero "
+                "weights and a zero output (e.g. softmax of a finite row, then zero the masked "
+                "weights)",
+            ),
+            (
+                large_negative,
+                "a large negative fill (-1e9) works for partly masked rows, but a fully masked row "
+                "becomes uniform (1/n_k each); such a row must get zero weights and zero output",
+            ),
+            (
+                inverted,
+                "your mask is inverted: True means 'may attend' here (as in "
+                "F.scaled_dot_product_attention), not 'blocked' (as in nn.MultiheadAttention)",
+            ),
             (unscaled, "the scores are not divided by sqrt(d_k)"),
         ]
 
@@ -198,8 +261,10 @@ class MaskedAttention(Task):
             return None
         mask = case.args[3].expand(weights.shape)
         if torch.isnan(weights).any():
-            return ("your weights contain NaN: a fully masked row needs zero weights, not "
-                    "softmax of all -inf")
+            return (
+                "your weights contain NaN: a fully masked row needs zero weights, not "
+                "softmax of all -inf"
+            )
         if (weights.masked_select(~mask).abs() > 1e-6).any():
             return "some masked positions get non-zero weight: block them before the softmax"
         sums = weights.double().sum(-1)
@@ -245,46 +310,76 @@ class PrefixLMMask(Task):
     id = "ex05.prefix_lm_mask"
     lesson = f"{LESSON}, section 'Combining padding and causal masks'"
     reference = "course_lib.masking.prefix_lm_mask"
-    forbidden = ("course_lib.masking.causal_mask", "course_lib.masking.padding_mask",
-                 "course_lib.masking.combine_masks")
+    depends_on = ("causal_mask", "padding_mask")
+    forbidden = (
+        "course_lib.masking.causal_mask",
+        "course_lib.masking.padding_mask",
+        "course_lib.masking.combine_masks",
+    )
 
     def cases(self, gen):
         p = torch.tensor
         return [
-            Case("ids (2, 6), lengths [6, 6] (no padding), prefix_lengths [3, 2], pad_id=0",
-                 (padded_ids(gen, [6, 6], 6, 0), p([3, 2]), 0)),
-            Case("ids (3, 7), lengths [7, 5, 3], prefix_lengths [2, 4, 1], pad_id=0",
-                 (padded_ids(gen, [7, 5, 3], 7, 0), p([2, 4, 1]), 0)),
-            Case("ids (4, 5), lengths [5, 4, 5, 2], prefix_lengths [0, 5, 1, 2] (0 = causal, "
-                 "5 = all bidirectional), pad_id=2",
-                 (padded_ids(gen, [5, 4, 5, 2], 5, 2), p([0, 5, 1, 2]), 2)),
-            Case("int32 ids (1, 8), length 6, prefix_lengths [7] (the prefix covers padding), "
-                 "pad_id=1",
-                 (padded_ids(gen, [6], 8, 1, dtype=torch.int32), p([7]), 1)),
-            Case("ids (2, 1) (one token), lengths [1, 1], prefix_lengths [1, 0], pad_id=0",
-                 (padded_ids(gen, [1, 1], 1, 0), p([1, 0]), 0)),
-            Case("ids (2, 4), prefix_lengths [2, 5]: 5 > seq=4, so a ValueError",
-                 (padded_ids(gen, [4, 4], 4, 0), p([2, 5]), 0), raises=ValueError),
-            Case("ids (2, 4), prefix_lengths [-1, 2]: negative, so a ValueError",
-                 (padded_ids(gen, [4, 4], 4, 0), p([-1, 2]), 0), raises=ValueError),
+            Case(
+                "ids (2, 6), lengths [6, 6] (no padding), prefix_lengths [3, 2], pad_id=0",
+                (padded_ids(gen, [6, 6], 6, 0), p([3, 2]), 0),
+            ),
+            Case(
+                "ids (3, 7), lengths [7, 5, 3], prefix_lengths [2, 4, 1], pad_id=0",
+                (padded_ids(gen, [7, 5, 3], 7, 0), p([2, 4, 1]), 0),
+            ),
+            Case(
+                "ids (4, 5), lengths [5, 4, 5, 2], prefix_lengths [0, 5, 1, 2] (0 = causal, "
+                "5 = all bidirectional), pad_id=2",
+                (padded_ids(gen, [5, 4, 5, 2], 5, 2), p([0, 5, 1, 2]), 2),
+            ),
+            Case(
+                "int32 ids (1, 8), length 6, prefix_lengths [7] (the prefix covers padding), "
+                "pad_id=1",
+                (padded_ids(gen, [6], 8, 1, dtype=torch.int32), p([7]), 1),
+            ),
+            Case(
+                "ids (2, 1) (one token), lengths [1, 1], prefix_lengths [1, 0], pad_id=0",
+                (padded_ids(gen, [1, 1], 1, 0), p([1, 0]), 0),
+            ),
+            Case(
+                "ids (2, 4), prefix_lengths [2, 5]: 5 > seq=4, so a ValueError",
+                (padded_ids(gen, [4, 4], 4, 0), p([2, 5]), 0),
+                raises=ValueError,
+            ),
+            Case(
+                "ids (2, 4), prefix_lengths [-1, 2]: negative, so a ValueError",
+                (padded_ids(gen, [4, 4], 4, 0), p([-1, 2]), 0),
+                raises=ValueError,
+            ),
         ]
 
     def mistakes(self):
         return [
-            (lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="off_by_one"),
-             "the prefix is one key too long: with prefix length P the prefix is keys 0 .. P-1, "
-             "so key j is in it when j < P, not j <= P"),
-            (lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="no_padding"),
-             "padding is ignored: no query may attend a key that is padding; AND your mask "
-             "with (ids != pad_id) over the key axis, shape (batch, 1, seq)"),
-            (lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="queries"),
-             "you tested the query's position against the prefix, so a query inside the prefix "
-             "sees every later key (the text it must predict); what is bidirectional is the "
-             "prefix's keys: query i may attend key j when j < P or j <= i"),
-            (lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="padding_on_queries"),
-             "the padding mask belongs on the key axis (the last one): (ids != pad_id) of shape "
-             "(batch, 1, seq), not (batch, seq, 1)"),
-            (lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="no_prefix"),
-             "that is the causal mask with padding; inside its prefix a row is bidirectional: "
-             "every query may attend every key j < prefix_lengths[b]"),
+            (
+                lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="off_by_one"),
+                "the prefix is one key too long: with prefix length P the prefix is keys 0 .. P-1, "
+                "so key j is in it when j < P, not j <= P",
+            ),
+            (
+                lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="no_padding"),
+                "padding is ignored: no query may attend a key that is padding; AND your mask "
+                "with (ids != pad_id) over the key axis, shape (batch, 1, seq)",
+            ),
+            (
+                lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="queries"),
+                "you tested the query's position against the prefix, so a query inside the prefix "
+                "sees every later key (the text it must predict); what is bidirectional is the "
+                "prefix's keys: query i may attend key j when j < P or j <= i",
+            ),
+            (
+                lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="padding_on_queries"),
+                "the padding mask belongs on the key axis (the last one): (ids != pad_id) of shape "
+                "(batch, 1, seq), not (batch, seq, 1)",
+            ),
+            (
+                lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="no_prefix"),
+                "that is the causal mask with padding; inside its prefix a row is bidirectional: "
+                "every query may attend every key j < prefix_lengths[b]",
+            ),
         ]

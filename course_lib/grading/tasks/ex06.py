@@ -7,17 +7,9 @@ from torch import nn
 
 from ...attention import scaled_dot_product_attention
 from ...multihead import MultiHeadAttention
-from ..core import Case, GradingError, Task, load_weights, register
-
-
-def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return torch.randn(*shape, generator=gen, dtype=dtype)
-
-
-def source_padding_mask(lengths: list[int], n_kv: int) -> torch.Tensor:
-    """(batch, 1, n_kv) bool, True for the first `length` positions of each source sequence."""
-    return (torch.arange(n_kv) < torch.tensor(lengths).unsqueeze(-1)).unsqueeze(1)
-
+from ..core import Case, GradingError, Task, register
+from .common import ModuleTask, randn
+from .common import lengths_mask as source_padding_mask
 
 # --------------------------------------------------------------------------------------------
 # ex06.cross_attention
@@ -25,16 +17,19 @@ def source_padding_mask(lengths: list[int], n_kv: int) -> torch.Tensor:
 
 
 def _weights(gen, d_x, d_memory, d_k, d_v, dtype=torch.float32):
-    scale = d_x ** -0.5
-    return (randn(gen, d_x, d_k, dtype=dtype) * scale,
-            randn(gen, d_memory, d_k, dtype=dtype) * scale,
-            randn(gen, d_memory, d_v, dtype=dtype) * scale)
+    scale = d_x**-0.5
+    return (
+        randn(gen, d_x, d_k, dtype=dtype) * scale,
+        randn(gen, d_memory, d_k, dtype=dtype) * scale,
+        randn(gen, d_memory, d_v, dtype=dtype) * scale,
+    )
 
 
 def _queries_from_memory(x, memory, w_q, w_k, w_v, memory_mask=None):
     q, k, v = memory @ w_q, x @ w_k, x @ w_v
-    return scaled_dot_product_attention(q, k, v, None if memory_mask is None
-                                        else memory_mask.transpose(-2, -1))
+    return scaled_dot_product_attention(
+        q, k, v, None if memory_mask is None else memory_mask.transpose(-2, -1)
+    )
 
 
 def _mask_ignored(x, memory, w_q, w_k, w_v, memory_mask=None):
@@ -49,51 +44,76 @@ def _mask_inverted(x, memory, w_q, w_k, w_v, memory_mask=None):
 @register
 class CrossAttention(Task):
     id = "ex06.cross_attention"
-    lesson = "lesson 06, sections 'Queries from one sequence, keys and values from another' " \
-             "and 'A source padding mask'"
+    lesson = (
+        "lesson 06, sections 'Queries from one sequence, keys and values from another' "
+        "and 'A source padding mask'"
+    )
     reference = "course_lib.cross_attention.cross_attention"
 
     def cases(self, gen):
         f64 = torch.float64
         return [
-            Case("x (2, 3, 8), memory (2, 5, 8): 3 queries read 5 memory positions, no mask",
-                 (randn(gen, 2, 3, 8), randn(gen, 2, 5, 8), *_weights(gen, 8, 8, 4, 6))),
-            Case("x (1, 6, 4), memory (1, 2, 4): more queries than memory positions",
-                 (randn(gen, 1, 6, 4), randn(gen, 1, 2, 4), *_weights(gen, 4, 4, 4, 4))),
-            Case("x (3, 4, 8), memory (3, 7, 8), source padding mask (3, 1, 7), lengths [7, 4, 2]",
-                 (randn(gen, 3, 4, 8), randn(gen, 3, 7, 8), *_weights(gen, 8, 8, 5, 3)),
-                 {"memory_mask": source_padding_mask([7, 4, 2], 7)}),
-            Case("x (2, 5, 6), memory (2, 3, 6), a full (2, 5, 3) memory_mask",
-                 (randn(gen, 2, 5, 6), randn(gen, 2, 3, 6), *_weights(gen, 6, 6, 4, 4)),
-                 {"memory_mask": torch.rand(2, 5, 3, generator=gen) > 0.3}),
-            Case("extra batch dimensions: x (2, 3, 4, 8), memory (2, 3, 6, 8)",
-                 (randn(gen, 2, 3, 4, 8), randn(gen, 2, 3, 6, 8), *_weights(gen, 8, 8, 4, 4))),
-            Case("float64 x (2, 3, 8), memory (2, 9, 8), padding mask lengths [9, 5]",
-                 (randn(gen, 2, 3, 8, dtype=f64), randn(gen, 2, 9, 8, dtype=f64),
-                  *_weights(gen, 8, 8, 4, 4, dtype=f64)),
-                 {"memory_mask": source_padding_mask([9, 5], 9)}),
+            Case(
+                "x (2, 3, 8), memory (2, 5, 8): 3 queries read 5 memory positions, no mask",
+                (randn(gen, 2, 3, 8), randn(gen, 2, 5, 8), *_weights(gen, 8, 8, 4, 6)),
+            ),
+            Case(
+                "x (1, 6, 4), memory (1, 2, 4): more queries than memory positions",
+                (randn(gen, 1, 6, 4), randn(gen, 1, 2, 4), *_weights(gen, 4, 4, 4, 4)),
+            ),
+            Case(
+                "x (3, 4, 8), memory (3, 7, 8), source padding mask (3, 1, 7), lengths [7, 4, 2]",
+                (randn(gen, 3, 4, 8), randn(gen, 3, 7, 8), *_weights(gen, 8, 8, 5, 3)),
+                {"memory_mask": source_padding_mask([7, 4, 2], 7)},
+            ),
+            Case(
+                "x (2, 5, 6), memory (2, 3, 6), a full (2, 5, 3) memory_mask",
+                (randn(gen, 2, 5, 6), randn(gen, 2, 3, 6), *_weights(gen, 6, 6, 4, 4)),
+                {"memory_mask": torch.rand(2, 5, 3, generator=gen) > 0.3},
+            ),
+            Case(
+                "extra batch dimensions: x (2, 3, 4, 8), memory (2, 3, 6, 8)",
+                (randn(gen, 2, 3, 4, 8), randn(gen, 2, 3, 6, 8), *_weights(gen, 8, 8, 4, 4)),
+            ),
+            Case(
+                "float64 x (2, 3, 8), memory (2, 9, 8), padding mask lengths [9, 5]",
+                (
+                    randn(gen, 2, 3, 8, dtype=f64),
+                    randn(gen, 2, 9, 8, dtype=f64),
+                    *_weights(gen, 8, 8, 4, 4, dtype=f64),
+                ),
+                {"memory_mask": source_padding_mask([9, 5], 9)},
+            ),
         ]
 
     def mistakes(self):
         return [
-            (_queries_from_memory,
-             "the queries come from x (the sequence that asks) and the keys and values from "
-             "memory (the sequence that is read): q = x @ w_q, k = memory @ w_k, "
-             "v = memory @ w_v. The output has one row per position of x"),
-            (_mask_ignored,
-             "memory_mask was ignored: padded memory positions must get zero weight; pass it on "
-             "to the attention (True = may attend)"),
-            (_mask_inverted,
-             "the mask is inverted: in course_lib a mask means True = may attend, so padded "
-             "positions (False) are the ones to block"),
+            (
+                _queries_from_memory,
+                "the queries come from x (the sequence that asks) and the keys and values from "
+                "memory (the sequence that is read): q = x @ w_q, k = memory @ w_k, "
+                "v = memory @ w_v. The output has one row per position of x",
+            ),
+            (
+                _mask_ignored,
+                "memory_mask was ignored: padded memory positions must get zero weight; pass it on "
+                "to the attention (True = may attend)",
+            ),
+            (
+                _mask_inverted,
+                "the mask is inverted: in course_lib a mask means True = may attend, so padded "
+                "positions (False) are the ones to block",
+            ),
         ]
 
     def diagnose(self, got, want, case):
         if isinstance(got, (tuple, list)) and got and isinstance(got[0], torch.Tensor):
             n_q, n_kv = case.args[0].shape[-2], case.args[1].shape[-2]
             if got[0].dim() >= 2 and got[0].shape[-2] == n_kv != n_q:
-                return ("your output has one row per memory position; it needs one row per "
-                        "query, that is per position of x: the queries come from x")
+                return (
+                    "your output has one row per memory position; it needs one row per "
+                    "query, that is per position of x: the queries come from x"
+                )
         return None
 
 
@@ -107,21 +127,35 @@ def _random_state(gen, d_model, dtype):
     matters)."""
     state = {}
     for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
-        state[f"attn.{name}.weight"] = randn(gen, d_model, d_model, dtype=dtype) * d_model ** -0.5
+        state[f"attn.{name}.weight"] = randn(gen, d_model, d_model, dtype=dtype) * d_model**-0.5
         state[f"attn.{name}.bias"] = randn(gen, d_model, dtype=dtype) * 0.1
     state["norm.weight"] = 1.0 + 0.5 * randn(gen, d_model, dtype=dtype)
     state["norm.bias"] = 0.5 * randn(gen, d_model, dtype=dtype)
     return state
 
 
-def _sublayer_case(gen, description, batch, n_q, n_kv, d_model, num_heads, norm_first,
-                   lengths=None, dtype=torch.float32):
+def _sublayer_case(
+    gen,
+    description,
+    batch,
+    n_q,
+    n_kv,
+    d_model,
+    num_heads,
+    norm_first,
+    lengths=None,
+    dtype=torch.float32,
+):
     # x is far from normalised, so LayerNorm before and after the residual give different results.
     x = 2.0 * randn(gen, batch, n_q, d_model, dtype=dtype) + 1.0
     memory = 1.5 * randn(gen, batch, n_kv, d_model, dtype=dtype) - 0.5
     kwargs = {} if lengths is None else {"memory_mask": source_padding_mask(lengths, n_kv)}
-    data = {"d_model": d_model, "num_heads": num_heads, "norm_first": norm_first,
-            "state": _random_state(gen, d_model, dtype)}
+    data = {
+        "d_model": d_model,
+        "num_heads": num_heads,
+        "norm_first": norm_first,
+        "state": _random_state(gen, d_model, dtype),
+    }
     mode = "pre-norm (norm_first=True)" if norm_first else "post-norm (norm_first=False)"
     return Case(f"{mode}, {description}", (x, memory), kwargs, data)
 
@@ -168,7 +202,7 @@ class _MaskIgnored(_WrongSublayer):
 
 
 @register
-class CrossAttentionSublayerTask(Task):
+class CrossAttentionSublayerTask(ModuleTask):
     id = "ex06.CrossAttentionSublayer"
     lesson = "lesson 06, section 'Where cross-attention sits in the decoder'"
     reference = "course_lib.cross_attention.CrossAttentionSublayer"
@@ -176,32 +210,77 @@ class CrossAttentionSublayerTask(Task):
     def cases(self, gen):
         f64 = torch.float64
         return [
-            _sublayer_case(gen, "x (2, 3, 8), memory (2, 5, 8), 2 heads, no mask",
-                           2, 3, 5, 8, 2, False),
-            _sublayer_case(gen, "x (2, 3, 8), memory (2, 5, 8), 2 heads, no mask",
-                           2, 3, 5, 8, 2, True),
-            _sublayer_case(gen, "x (3, 4, 8), memory (3, 6, 8), 4 heads, source padding "
-                           "lengths [6, 3, 1]", 3, 4, 6, 8, 4, False, [6, 3, 1]),
-            _sublayer_case(gen, "x (3, 4, 8), memory (3, 6, 8), 4 heads, source padding "
-                           "lengths [2, 6, 5]", 3, 4, 6, 8, 4, True, [2, 6, 5]),
-            _sublayer_case(gen, "x (1, 7, 12), memory (1, 2, 12), 3 heads",
-                           1, 7, 2, 12, 3, True),
-            _sublayer_case(gen, "float64, x (2, 5, 8), memory (2, 4, 8), 2 heads, padding "
-                           "lengths [4, 2]", 2, 5, 4, 8, 2, False, [4, 2], f64),
-            _sublayer_case(gen, "float64, x (2, 5, 8), memory (2, 4, 8), 2 heads, padding "
-                           "lengths [1, 4]", 2, 5, 4, 8, 2, True, [1, 4], f64),
+            _sublayer_case(
+                gen, "x (2, 3, 8), memory (2, 5, 8), 2 heads, no mask", 2, 3, 5, 8, 2, False
+            ),
+            _sublayer_case(
+                gen, "x (2, 3, 8), memory (2, 5, 8), 2 heads, no mask", 2, 3, 5, 8, 2, True
+            ),
+            _sublayer_case(
+                gen,
+                "x (3, 4, 8), memory (3, 6, 8), 4 heads, source padding lengths [6, 3, 1]",
+                3,
+                4,
+                6,
+                8,
+                4,
+                False,
+                [6, 3, 1],
+            ),
+            _sublayer_case(
+                gen,
+                "x (3, 4, 8), memory (3, 6, 8), 4 heads, source padding lengths [2, 6, 5]",
+                3,
+                4,
+                6,
+                8,
+                4,
+                True,
+                [2, 6, 5],
+            ),
+            _sublayer_case(gen, "x (1, 7, 12), memory (1, 2, 12), 3 heads", 1, 7, 2, 12, 3, True),
+            _sublayer_case(
+                gen,
+                "float64, x (2, 5, 8), memory (2, 4, 8), 2 heads, padding lengths [4, 2]",
+                2,
+                5,
+                4,
+                8,
+                2,
+                False,
+                [4, 2],
+                f64,
+            ),
+            _sublayer_case(
+                gen,
+                "float64, x (2, 5, 8), memory (2, 4, 8), 2 heads, padding lengths [1, 4]",
+                2,
+                5,
+                4,
+                8,
+                2,
+                True,
+                [1, 4],
+                f64,
+            ),
         ]
 
     def call(self, obj, case):
-        data = case.data
         if not isinstance(obj, type) or not issubclass(obj, nn.Module):
             raise GradingError(
                 f"CrossAttentionSublayer should be a class (an nn.Module subclass), got "
                 f"{type(obj).__name__}"
             )
-        module = obj(data["d_model"], data["num_heads"], norm_first=data["norm_first"])
-        x = case.args[0]
-        load_weights(module.to(x.dtype), data["state"], "your CrossAttentionSublayer")
+        return super().call(obj, case)
+
+    def init_args(self, case):
+        data = case.data
+        return (data["d_model"], data["num_heads"]), {"norm_first": data["norm_first"]}
+
+    def weights(self, case):
+        return case.data["state"]
+
+    def run(self, module, case):
         module.eval()
         args = list(case.args)
         if "memory_mask" in case.kwargs:
@@ -211,19 +290,27 @@ class CrossAttentionSublayerTask(Task):
 
     def mistakes(self):
         return [
-            (_NoResidual,
-             "the residual connection is missing: the sub-layer returns x + attention "
-             "(post-norm: norm(x + attn(x, memory)); pre-norm: x + attn(norm(x), memory))"),
-            (_NormSwapped,
-             "the LayerNorm is in the wrong place: post-norm (norm_first=False) normalises "
-             "after the residual, norm(x + attn(x, memory)); pre-norm (norm_first=True) "
-             "normalises only the attention's input, x + attn(norm(x), memory)"),
-            (_MemoryNormalised,
-             "memory was normalised: this sub-layer normalises only x (the encoder already "
-             "normalised its output); pass memory to the attention as it is"),
-            (_MaskIgnored,
-             "memory_mask was ignored: pass it on to self.attn so that padded source positions "
-             "get zero weight"),
+            (
+                _NoResidual,
+                "the residual connection is missing: the sub-layer returns x + attention "
+                "(post-norm: norm(x + attn(x, memory)); pre-norm: x + attn(norm(x), memory))",
+            ),
+            (
+                _NormSwapped,
+                "the LayerNorm is in the wrong place: post-norm (norm_first=False) normalises "
+                "after the residual, norm(x + attn(x, memory)); pre-norm (norm_first=True) "
+                "normalises only the attention's input, x + attn(norm(x), memory)",
+            ),
+            (
+                _MemoryNormalised,
+                "memory was normalised: this sub-layer normalises only x (the encoder already "
+                "normalised its output); pass memory to the attention as it is",
+            ),
+            (
+                _MaskIgnored,
+                "memory_mask was ignored: pass it on to self.attn so that padded source positions "
+                "get zero weight",
+            ),
         ]
 
 
@@ -258,49 +345,92 @@ def _pool_mistake(name):
 @register
 class AttentionPool(Task):
     id = "ex06.attention_pool"
-    lesson = "lesson 06, sections 'Queries from one sequence, keys and values from another' and " \
-             "'A source padding mask'"
+    lesson = (
+        "lesson 06, sections 'Queries from one sequence, keys and values from another' and "
+        "'A source padding mask'"
+    )
     reference = "course_lib.cross_attention.attention_pool"
-    forbidden = ("torch.nn.functional.scaled_dot_product_attention",
-                 "torch.nn.MultiheadAttention", "course_lib.cross_attention.cross_attention")
+    forbidden = (
+        "torch.nn.functional.scaled_dot_product_attention",
+        "torch.nn.MultiheadAttention",
+        "course_lib.cross_attention.cross_attention",
+    )
 
     def cases(self, gen):
-        def case(description, batch, n, d_model, m, d_k, d_v, lengths=None,
-                 dtype=torch.float32):
+        def case(description, batch, n, d_model, m, d_k, d_v, lengths=None, dtype=torch.float32):
             x = randn(gen, batch, n, d_model, dtype=dtype)
             queries = randn(gen, m, d_k, dtype=dtype)
-            w_k = randn(gen, d_model, d_k, dtype=dtype) / d_model ** 0.5
-            w_v = randn(gen, d_model, d_v, dtype=dtype) / d_model ** 0.5
+            w_k = randn(gen, d_model, d_k, dtype=dtype) / d_model**0.5
+            w_v = randn(gen, d_model, d_v, dtype=dtype) / d_model**0.5
             kwargs = {}
             if lengths is not None:
                 kwargs["mask"] = torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]
             return Case(description, (x, queries, w_k, w_v), kwargs)
 
         return [
-            case("x (2, 6, 8), 3 queries (3, 4), w_k (8, 4), w_v (8, 5), no mask", 2, 6, 8, 3, 4,
-                 5),
-            case("x (3, 5, 8), 2 queries (2, 8), mask (3, 5) of lengths [5, 2, 3]", 3, 5, 8, 2,
-                 8, 8, lengths=[5, 2, 3]),
-            case("one query (1, 4) pooling x (4, 7, 6) into one vector per sequence, lengths "
-                 "[7, 1, 4, 6]", 4, 7, 6, 1, 4, 3, lengths=[7, 1, 4, 6]),
-            case("batch 1, more queries than tokens: x (1, 2, 4), queries (5, 4)", 1, 2, 4, 5, 4,
-                 4),
-            case("float64 x (2, 9, 12), 4 queries (4, 6), w_v (12, 10), lengths [3, 9]", 2, 9,
-                 12, 4, 6, 10, lengths=[3, 9], dtype=torch.float64),
+            case(
+                "x (2, 6, 8), 3 queries (3, 4), w_k (8, 4), w_v (8, 5), no mask", 2, 6, 8, 3, 4, 5
+            ),
+            case(
+                "x (3, 5, 8), 2 queries (2, 8), mask (3, 5) of lengths [5, 2, 3]",
+                3,
+                5,
+                8,
+                2,
+                8,
+                8,
+                lengths=[5, 2, 3],
+            ),
+            case(
+                "one query (1, 4) pooling x (4, 7, 6) into one vector per sequence, lengths "
+                "[7, 1, 4, 6]",
+                4,
+                7,
+                6,
+                1,
+                4,
+                3,
+                lengths=[7, 1, 4, 6],
+            ),
+            case(
+                "batch 1, more queries than tokens: x (1, 2, 4), queries (5, 4)", 1, 2, 4, 5, 4, 4
+            ),
+            case(
+                "float64 x (2, 9, 12), 4 queries (4, 6), w_v (12, 10), lengths [3, 9]",
+                2,
+                9,
+                12,
+                4,
+                6,
+                10,
+                lengths=[3, 9],
+                dtype=torch.float64,
+            ),
         ]
 
     def mistakes(self):
         return [
-            (_pool_mistake("queries_from_x"), "the queries are the learned `queries`, the same "
-             "for every sequence in the batch; you computed them from x (that is "
-             "self-attention, with one output per token instead of one per query)"),
-            (_pool_mistake("mask_ignored"), "the mask is ignored: padded tokens (mask False) "
-             "must get weight 0; turn the (batch, n) mask into (batch, 1, n) so it applies to "
-             "every query"),
-            (_pool_mistake("softmax_over_queries"), "the softmax runs over the keys (the last "
-             "axis, the tokens of x), so that each query's weights sum to 1"),
-            (_pool_mistake("no_scale"), "divide the scores by sqrt(d_k), the size of the "
-             "queries and keys"),
+            (
+                _pool_mistake("queries_from_x"),
+                "the queries are the learned `queries`, the same "
+                "for every sequence in the batch; you computed them from x (that is "
+                "self-attention, with one output per token instead of one per query)",
+            ),
+            (
+                _pool_mistake("mask_ignored"),
+                "the mask is ignored: padded tokens (mask False) "
+                "must get weight 0; turn the (batch, n) mask into (batch, 1, n) so it applies to "
+                "every query",
+            ),
+            (
+                _pool_mistake("softmax_over_queries"),
+                "the softmax runs over the keys (the last "
+                "axis, the tokens of x), so that each query's weights sum to 1",
+            ),
+            (
+                _pool_mistake("no_scale"),
+                "divide the scores by sqrt(d_k), the size of the queries and keys",
+            ),
         ]
 
 
@@ -325,16 +455,26 @@ def _cross_unscaled(x, memory, w_q, w_k, w_v, memory_mask=None):
 
 
 def _cross_scaled_by_d_model(x, memory, w_q, w_k, w_v, memory_mask=None):
-    return _cross_scaled_by(x, memory, w_q, w_k, w_v, memory_mask,
-                            scale=lambda x, q: x.shape[-1] ** 0.5)
+    return _cross_scaled_by(
+        x, memory, w_q, w_k, w_v, memory_mask, scale=lambda x, q: x.shape[-1] ** 0.5
+    )
 
 
-extend_task(CrossAttention, mistakes=[
-    (_cross_unscaled, "the scores are not scaled: divide q·k by sqrt(d_k), d_k being the size "
-     "of the queries and keys (w_q.shape[1])"),
-    (_cross_scaled_by_d_model, "divide by sqrt(d_k), the size of the queries and keys "
-     "(w_q.shape[1]), not by sqrt(d_model), the size of x: here they differ"),
-])
+extend_task(
+    CrossAttention,
+    mistakes=[
+        (
+            _cross_unscaled,
+            "the scores are not scaled: divide q·k by sqrt(d_k), d_k being the size "
+            "of the queries and keys (w_q.shape[1])",
+        ),
+        (
+            _cross_scaled_by_d_model,
+            "divide by sqrt(d_k), the size of the queries and keys "
+            "(w_q.shape[1]), not by sqrt(d_model), the size of x: here they differ",
+        ),
+    ],
+)
 
 
 class _SelfAttends(_WrongSublayer):
@@ -352,9 +492,19 @@ class _PreNormOutputNormalised(_WrongSublayer):
         return self.norm(x + self._attend(x, memory, memory_mask))
 
 
-extend_task(CrossAttentionSublayerTask, mistakes=[
-    (_SelfAttends, "the keys and values must come from memory: attn(x, memory, memory, "
-     "memory_mask); attn(x, x, x) is self-attention and never reads the source"),
-    (_PreNormOutputNormalised, "pre-norm normalises only the sub-layer's input: "
-     "x + attn(norm(x), memory, memory); the sum is not normalised again (that is post-norm)"),
-])
+extend_task(
+    CrossAttentionSublayerTask,
+    mistakes=[
+        (
+            _SelfAttends,
+            "the keys and values must come from memory: attn(x, memory, memory, "
+            "memory_mask); attn(x, x, x) is self-attention and never reads the source",
+        ),
+        (
+            _PreNormOutputNormalised,
+            "pre-norm normalises only the sub-layer's input: "
+            "x + attn(norm(x), memory, memory); the sum is not normalised again (that is "
+            "post-norm)",
+        ),
+    ],
+)

@@ -7,17 +7,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...multihead import MultiHeadAttention
-from ..core import Case, Task, exercise_name, load_weights, register
-
-
-def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return torch.randn(*shape, generator=gen, dtype=dtype)
+from ..core import Case, GradingError, Task, exercise_name, register
+from .common import ModuleTask, randn
 
 
 def _random_state(module: nn.Module, gen: torch.Generator) -> dict[str, torch.Tensor]:
     """The module's parameter names with random values (LayerNorm gammas/betas too)."""
-    return {exercise_name(name): 0.2 + 0.5 * randn(gen, *p.shape, dtype=p.dtype)
-            for name, p in module.state_dict().items()}
+    return {
+        exercise_name(name): 0.2 + 0.5 * randn(gen, *p.shape, dtype=p.dtype)
+        for name, p in module.state_dict().items()
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -49,8 +48,12 @@ class LayerNormTask(Task):
     lesson = "lesson 07, section 'LayerNorm from scratch'"
     reference = "course_lib.blocks.layer_norm"
     forbidden = (
-        "torch.nn.functional.layer_norm", "torch.layer_norm", "torch.native_layer_norm",
-        "torch.nn.LayerNorm", "torch.nn.functional.group_norm", "torch.nn.functional.rms_norm",
+        "torch.nn.functional.layer_norm",
+        "torch.layer_norm",
+        "torch.native_layer_norm",
+        "torch.nn.LayerNorm",
+        "torch.nn.functional.group_norm",
+        "torch.nn.functional.rms_norm",
     )
 
     def cases(self, gen):
@@ -70,20 +73,35 @@ class LayerNormTask(Task):
             case("a single vector x (10,)", (10,)),
             case("float64 x (2, 3, 7)", (2, 3, 7), dtype=torch.float64),
             case("x (2, 4, 5) with eps=0.5", (2, 4, 5), eps=0.5),
-            case("nearly constant rows, x (3, 6) * 1e-3 (variance close to eps)", (3, 6),
-                 scale=1e-3),
-            case("float64 x (5, 5) * 1e-3 with eps=1e-4", (5, 5), dtype=torch.float64,
-                 scale=1e-3, eps=1e-4),
+            case(
+                "nearly constant rows, x (3, 6) * 1e-3 (variance close to eps)", (3, 6), scale=1e-3
+            ),
+            case(
+                "float64 x (5, 5) * 1e-3 with eps=1e-4",
+                (5, 5),
+                dtype=torch.float64,
+                scale=1e-3,
+                eps=1e-4,
+            ),
         ]
 
     def mistakes(self):
         return [
-            (_ln_wrong_axis, "the statistics must be taken per token, over the last dimension "
-             "(the d features): mean(dim=-1, keepdim=True), not over the batch or sequence"),
-            (_ln_unbiased, "LayerNorm uses the biased variance (divide by d, not d - 1): "
-             "x.var(dim=-1, unbiased=False) or ((x - mean) ** 2).mean(-1)"),
-            (_ln_eps_outside, "eps goes inside the square root: (x - mean) / sqrt(var + eps), "
-             "not (x - mean) / (sqrt(var) + eps)"),
+            (
+                _ln_wrong_axis,
+                "the statistics must be taken per token, over the last dimension "
+                "(the d features): mean(dim=-1, keepdim=True), not over the batch or sequence",
+            ),
+            (
+                _ln_unbiased,
+                "LayerNorm uses the biased variance (divide by d, not d - 1): "
+                "x.var(dim=-1, unbiased=False) or ((x - mean) ** 2).mean(-1)",
+            ),
+            (
+                _ln_eps_outside,
+                "eps goes inside the square root: (x - mean) / sqrt(var + eps), "
+                "not (x - mean) / (sqrt(var) + eps)",
+            ),
         ]
 
 
@@ -140,7 +158,7 @@ class _FFActivationBoth(_FeedForwardMistake):
 
 
 @register
-class FeedForwardTask(Task):
+class FeedForwardTask(ModuleTask):
     id = "ex07.FeedForward"
     lesson = "lesson 07, section 'The position-wise feed-forward network'"
     reference = "course_lib.blocks.FeedForward"
@@ -158,46 +176,71 @@ class FeedForwardTask(Task):
             case("d_model=6, d_ff=10, x (3, 6): a single sequence", 6, 10, (3,)),
             case("d_model=4, d_ff=16, x (2, 3, 2, 4) with two batch dimensions", 4, 16, (2, 3, 2)),
             case("float64, d_model=5, d_ff=7, x (1, 4, 5)", 5, 7, (1, 4), dtype=torch.float64),
-            Case("training mode, dropout=0.5, d_model=6, d_ff=24, x (4, 6): the hidden units "
-                 "must be dropped at random (two passes differ), the output itself never",
-                 (randn(gen, 4, 6),),
-                 data={"sizes": (6, 24), "dropout": 0.5,
-                       "state_dict": _random_state(FeedForward(6, 24), gen)}),
+            Case(
+                "training mode, dropout=0.5, d_model=6, d_ff=24, x (4, 6): the hidden units "
+                "must be dropped at random (two passes differ), the output itself never",
+                (randn(gen, 4, 6),),
+                data={
+                    "sizes": (6, 24),
+                    "dropout": 0.5,
+                    "state_dict": _random_state(FeedForward(6, 24), gen),
+                },
+            ),
         ]
 
-    def call(self, obj, case):
+    def init_args(self, case):
         dropout = case.data.get("dropout")
-        module = obj(*case.data["sizes"]) if dropout is None else obj(
-            *case.data["sizes"], dropout=dropout)
-        state = case.data["state_dict"]
-        dtype = next(iter(state.values())).dtype
-        if isinstance(module, nn.Module):
-            module = module.to(dtype)
-        load_weights(module, state, "your FeedForward")
-        if dropout is None:
-            module.eval()
-            with torch.no_grad():
-                return module(*case.args)
+        return tuple(case.data["sizes"]), ({} if dropout is None else {"dropout": dropout})
+
+    def run(self, module, case):
+        mode = case.data.get("mode")
+        if mode is not None:  # EX07-1: dropout with the reference's random seed
+            module.train(mode == "train")
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                torch.manual_seed(case.data["seed"])
+                out = module(*case.args)
+            if mode == "train" and not isinstance(out, torch.Tensor):
+                raise GradingError("forward should return a tensor")
+            return out
+        if case.data.get("dropout") is None:
+            return super().run(module, case)
         module.train()  # dropout acts in training mode only: random, so judged by its effect
         with torch.no_grad():
             first, second = module(*case.args), module(*case.args)
-        return {"two passes differ": not torch.equal(first, second),
-                "outputs exactly zero": bool((first == 0).any())}
+        return {
+            "two passes differ": not torch.equal(first, second),
+            "outputs exactly zero": bool((first == 0).any()),
+        }
 
     def mistakes(self):
         # The dropout mistakes first: on the training-mode case they are the specific ones.
         return [
-            (_FFNoDropout, "the dropout argument is never applied: in training mode "
-             "linear2(dropout(relu(linear1(x)))) drops hidden units at random (self.dropout = "
-             "nn.Dropout(dropout), called between the ReLU and linear2)"),
-            (_FFDropoutOnOutput, "dropout belongs on the hidden units, between the ReLU and "
-             "linear2, not on the output: linear2(dropout(relu(linear1(x))))"),
-            (_FFNoActivation, "there is no activation between the two linear layers, so the "
-             "network is one linear map: use linear2(relu(linear1(x)))"),
-            (_FFActivationAfter, "the ReLU belongs between linear1 and linear2, not after "
-             "linear2: use linear2(relu(linear1(x)))"),
-            (_FFActivationBoth, "apply the ReLU only between the two linear layers; the output "
-             "of linear2 is not passed through it (it must be able to be negative)"),
+            (
+                _FFNoDropout,
+                "the dropout argument is never applied: in training mode "
+                "linear2(dropout(relu(linear1(x)))) drops hidden units at random (self.dropout = "
+                "nn.Dropout(dropout), called between the ReLU and linear2)",
+            ),
+            (
+                _FFDropoutOnOutput,
+                "dropout belongs on the hidden units, between the ReLU and "
+                "linear2, not on the output: linear2(dropout(relu(linear1(x))))",
+            ),
+            (
+                _FFNoActivation,
+                "there is no activation between the two linear layers, so the "
+                "network is one linear map: use linear2(relu(linear1(x)))",
+            ),
+            (
+                _FFActivationAfter,
+                "the ReLU belongs between linear1 and linear2, not after "
+                "linear2: use linear2(relu(linear1(x)))",
+            ),
+            (
+                _FFActivationBoth,
+                "apply the ReLU only between the two linear layers; the output "
+                "of linear2 is not passed through it (it must be able to be negative)",
+            ),
         ]
 
 
@@ -272,12 +315,13 @@ class _EncResidualOutside(_EncoderMistake):
 
 
 @register
-class EncoderLayerTask(Task):
+class EncoderLayerTask(ModuleTask):
     id = "ex07.EncoderLayer"
     lesson = "lesson 07, sections 'Post-norm and pre-norm' and 'The encoder layer'"
     reference = "course_lib.blocks.EncoderLayer"
     forbidden = (
-        "torch.nn.TransformerEncoderLayer", "torch.nn.TransformerEncoder",
+        "torch.nn.TransformerEncoderLayer",
+        "torch.nn.TransformerEncoder",
         "torch._transformer_encoder_layer_fwd",
     )
 
@@ -285,55 +329,112 @@ class EncoderLayerTask(Task):
         from ...blocks import EncoderLayer
         from ...masking import causal_mask
 
-        def case(description, d_model, num_heads, d_ff, batch, seq, norm_first,
-                 dtype=torch.float32, mask=None):
+        def case(
+            description,
+            d_model,
+            num_heads,
+            d_ff,
+            batch,
+            seq,
+            norm_first,
+            dtype=torch.float32,
+            mask=None,
+        ):
             ref = EncoderLayer(d_model, num_heads, d_ff).to(dtype)
-            data = {"sizes": (d_model, num_heads, d_ff), "norm_first": norm_first,
-                    "state_dict": _random_state(ref, gen)}
+            data = {
+                "sizes": (d_model, num_heads, d_ff),
+                "norm_first": norm_first,
+                "state_dict": _random_state(ref, gen),
+            }
             x = randn(gen, batch, seq, d_model, dtype=dtype)
             return Case(description, (x,), {} if mask is None else {"mask": mask}, data=data)
 
         lengths = torch.tensor([6, 3, 1])
         pad = (torch.arange(6)[None, :] < lengths[:, None]).unsqueeze(1)  # (3, 1, 6)
         return [
-            case("post-norm (norm_first=False), d_model=8, 2 heads, x (2, 5, 8)",
-                 8, 2, 16, 2, 5, False),
-            case("pre-norm (norm_first=True), d_model=8, 2 heads, x (2, 5, 8)",
-                 8, 2, 16, 2, 5, True),
-            case("post-norm with a causal mask (4, 4), d_model=12, 3 heads",
-                 12, 3, 24, 2, 4, False, mask=causal_mask(4)),
-            case("pre-norm with a padding mask (3, 1, 6), lengths [6, 3, 1]",
-                 8, 4, 32, 3, 6, True, mask=pad),
-            case("float64, post-norm, with a padding mask (3, 1, 6)",
-                 8, 2, 8, 3, 6, False, dtype=torch.float64, mask=pad),
-            case("float64, pre-norm, d_model=6, 1 head, x (1, 3, 6)",
-                 6, 1, 12, 1, 3, True, dtype=torch.float64),
+            case(
+                "post-norm (norm_first=False), d_model=8, 2 heads, x (2, 5, 8)",
+                8,
+                2,
+                16,
+                2,
+                5,
+                False,
+            ),
+            case(
+                "pre-norm (norm_first=True), d_model=8, 2 heads, x (2, 5, 8)", 8, 2, 16, 2, 5, True
+            ),
+            case(
+                "post-norm with a causal mask (4, 4), d_model=12, 3 heads",
+                12,
+                3,
+                24,
+                2,
+                4,
+                False,
+                mask=causal_mask(4),
+            ),
+            case(
+                "pre-norm with a padding mask (3, 1, 6), lengths [6, 3, 1]",
+                8,
+                4,
+                32,
+                3,
+                6,
+                True,
+                mask=pad,
+            ),
+            case(
+                "float64, post-norm, with a padding mask (3, 1, 6)",
+                8,
+                2,
+                8,
+                3,
+                6,
+                False,
+                dtype=torch.float64,
+                mask=pad,
+            ),
+            case(
+                "float64, pre-norm, d_model=6, 1 head, x (1, 3, 6)",
+                6,
+                1,
+                12,
+                1,
+                3,
+                True,
+                dtype=torch.float64,
+            ),
         ]
 
-    def call(self, obj, case):
-        module = obj(*case.data["sizes"], norm_first=case.data["norm_first"])
-        state = case.data["state_dict"]
-        dtype = next(iter(state.values())).dtype
-        if isinstance(module, nn.Module):
-            module = module.to(dtype)
-        load_weights(module, state, "your EncoderLayer")
-        module.eval()
-        with torch.no_grad():
-            return module(*case.args, **case.kwargs)
+    def init_args(self, case):
+        return tuple(case.data["sizes"]), {"norm_first": case.data["norm_first"]}
 
     def mistakes(self):
         return [
-            (_EncSwapped, "post-norm and pre-norm are swapped: norm_first=False (post-norm) is "
-             "x = norm(x + sublayer(x)); norm_first=True (pre-norm) is "
-             "x = x + sublayer(norm(x))"),
-            (_EncResidualNormed, "the residual must carry x itself around the sub-layer: "
-             "post-norm is norm1(x + attention(x)), not x + norm1(attention(x)); pre-norm is "
-             "x + attention(norm1(x)), not norm1(x) + attention(norm1(x))"),
-            (_EncNoResidual, "the residual connections are missing: add the sub-layer's input "
-             "to its output (x + sublayer(...)) around both attention and feed-forward"),
-            (_EncResidualOutside, "each sub-layer needs its own residual connection: one "
-             "around self-attention and one around the feed-forward network, not a single one "
-             "around the whole layer"),
+            (
+                _EncSwapped,
+                "post-norm and pre-norm are swapped: norm_first=False (post-norm) is "
+                "x = norm(x + sublayer(x)); norm_first=True (pre-norm) is "
+                "x = x + sublayer(norm(x))",
+            ),
+            (
+                _EncResidualNormed,
+                "the residual must carry x itself around the sub-layer: "
+                "post-norm is norm1(x + attention(x)), not x + norm1(attention(x)); pre-norm is "
+                "x + attention(norm1(x)), not norm1(x) + attention(norm1(x))",
+            ),
+            (
+                _EncNoResidual,
+                "the residual connections are missing: add the sub-layer's input "
+                "to its output (x + sublayer(...)) around both attention and feed-forward",
+            ),
+            (
+                _EncResidualOutside,
+                "each sub-layer needs its own residual connection: one "
+                "around self-attention and one around the feed-forward network, not a single one "
+                "around the whole layer",
+            ),
         ]
 
 
@@ -361,8 +462,9 @@ class _DecoderMistake(nn.Module):
     def forward(self, x, memory, self_mask=None, memory_mask=None):
         kind = self.kind
         pre = self.norm_first if kind != "pre_post_swapped" else not self.norm_first
-        norm2, norm3 = (self.norm3, self.norm2) if kind == "norms_swapped" else (self.norm2,
-                                                                                 self.norm3)
+        norm2, norm3 = (
+            (self.norm3, self.norm2) if kind == "norms_swapped" else (self.norm2, self.norm3)
+        )
         if kind == "masks_swapped":
             self_mask, memory_mask = memory_mask, self_mask
 
@@ -411,12 +513,13 @@ class _DecNoSelfMask(_DecoderMistake):
 
 
 @register
-class DecoderLayerTask(Task):
+class DecoderLayerTask(ModuleTask):
     id = "ex07.DecoderLayer"
     lesson = "lesson 07, section 'The decoder layer'"
     reference = "course_lib.blocks.DecoderLayer"
     forbidden = (
-        "torch.nn.TransformerDecoderLayer", "torch.nn.TransformerDecoder",
+        "torch.nn.TransformerDecoderLayer",
+        "torch.nn.TransformerDecoder",
         "torch.nn.Transformer",
     )
 
@@ -424,65 +527,153 @@ class DecoderLayerTask(Task):
         from ...blocks import DecoderLayer
         from ...masking import causal_mask
 
-        def case(description, d_model, num_heads, d_ff, batch, n_tgt, n_src, norm_first,
-                 dtype=torch.float32, self_mask=None, memory_mask=None):
+        def case(
+            description,
+            d_model,
+            num_heads,
+            d_ff,
+            batch,
+            n_tgt,
+            n_src,
+            norm_first,
+            dtype=torch.float32,
+            self_mask=None,
+            memory_mask=None,
+        ):
             ref = DecoderLayer(d_model, num_heads, d_ff).to(dtype)
-            data = {"sizes": (d_model, num_heads, d_ff), "norm_first": norm_first,
-                    "state_dict": _random_state(ref, gen)}
+            data = {
+                "sizes": (d_model, num_heads, d_ff),
+                "norm_first": norm_first,
+                "state_dict": _random_state(ref, gen),
+            }
             x = randn(gen, batch, n_tgt, d_model, dtype=dtype)
             memory = randn(gen, batch, n_src, d_model, dtype=dtype)
             return Case(description, (x, memory, self_mask, memory_mask), data=data)
 
         src_pad = (torch.arange(6)[None, :] < torch.tensor([6, 2, 4])[:, None]).unsqueeze(1)
         return [
-            case("post-norm (norm_first=False), d_model=8, 2 heads, x (2, 4, 8), memory "
-                 "(2, 6, 8), no masks", 8, 2, 16, 2, 4, 6, False),
-            case("pre-norm (norm_first=True), d_model=8, 2 heads, x (2, 4, 8), memory (2, 6, 8)",
-                 8, 2, 16, 2, 4, 6, True),
-            case("post-norm with a causal self_mask (6, 6) and a source padding memory_mask "
-                 "(3, 1, 6), x (3, 6, 8), memory (3, 6, 8) (as long as the target), 2 heads", 8,
-                 2, 16, 3, 6, 6, False, self_mask=causal_mask(6), memory_mask=src_pad),
-            case("post-norm with a causal self_mask (5, 5) and a source padding memory_mask "
-                 "(3, 1, 6), x (3, 5, 12), memory (3, 6, 12), 3 heads", 12, 3, 24, 3, 5, 6,
-                 False, self_mask=causal_mask(5), memory_mask=src_pad),
-            case("pre-norm with a causal self_mask (3, 3) and a memory_mask (3, 1, 6), x (3, 3, "
-                 "8), memory (3, 6, 8), 4 heads", 8, 4, 32, 3, 3, 6, True,
-                 self_mask=causal_mask(3), memory_mask=src_pad),
-            case("float64, post-norm, batch 1, x (1, 6, 6), memory (1, 2, 6), 1 head, causal "
-                 "self_mask", 6, 1, 12, 1, 6, 2, False, dtype=torch.float64,
-                 self_mask=causal_mask(6)),
-            case("float64, pre-norm, x (2, 4, 8), memory (2, 3, 8), causal self_mask", 8, 2, 8,
-                 2, 4, 3, True, dtype=torch.float64, self_mask=causal_mask(4)),
+            case(
+                "post-norm (norm_first=False), d_model=8, 2 heads, x (2, 4, 8), memory "
+                "(2, 6, 8), no masks",
+                8,
+                2,
+                16,
+                2,
+                4,
+                6,
+                False,
+            ),
+            case(
+                "pre-norm (norm_first=True), d_model=8, 2 heads, x (2, 4, 8), memory (2, 6, 8)",
+                8,
+                2,
+                16,
+                2,
+                4,
+                6,
+                True,
+            ),
+            case(
+                "post-norm with a causal self_mask (6, 6) and a source padding memory_mask "
+                "(3, 1, 6), x (3, 6, 8), memory (3, 6, 8) (as long as the target), 2 heads",
+                8,
+                2,
+                16,
+                3,
+                6,
+                6,
+                False,
+                self_mask=causal_mask(6),
+                memory_mask=src_pad,
+            ),
+            case(
+                "post-norm with a causal self_mask (5, 5) and a source padding memory_mask "
+                "(3, 1, 6), x (3, 5, 12), memory (3, 6, 12), 3 heads",
+                12,
+                3,
+                24,
+                3,
+                5,
+                6,
+                False,
+                self_mask=causal_mask(5),
+                memory_mask=src_pad,
+            ),
+            case(
+                "pre-norm with a causal self_mask (3, 3) and a memory_mask (3, 1, 6), x (3, 3, "
+                "8), memory (3, 6, 8), 4 heads",
+                8,
+                4,
+                32,
+                3,
+                3,
+                6,
+                True,
+                self_mask=causal_mask(3),
+                memory_mask=src_pad,
+            ),
+            case(
+                "float64, post-norm, batch 1, x (1, 6, 6), memory (1, 2, 6), 1 head, causal "
+                "self_mask",
+                6,
+                1,
+                12,
+                1,
+                6,
+                2,
+                False,
+                dtype=torch.float64,
+                self_mask=causal_mask(6),
+            ),
+            case(
+                "float64, pre-norm, x (2, 4, 8), memory (2, 3, 8), causal self_mask",
+                8,
+                2,
+                8,
+                2,
+                4,
+                3,
+                True,
+                dtype=torch.float64,
+                self_mask=causal_mask(4),
+            ),
         ]
 
-    def call(self, obj, case):
-        module = obj(*case.data["sizes"], norm_first=case.data["norm_first"])
-        state = case.data["state_dict"]
-        dtype = next(iter(state.values())).dtype
-        if isinstance(module, nn.Module):
-            module = module.to(dtype)
-        load_weights(module, state, "your DecoderLayer")
-        module.eval()
-        with torch.no_grad():
-            return module(*case.args)
+    def init_args(self, case):
+        return tuple(case.data["sizes"]), {"norm_first": case.data["norm_first"]}
 
     def mistakes(self):
         return [
-            (_DecCrossOnTarget, "the cross-attention takes its keys and values from the target "
-             "x: that is a second self-attention. Queries come from x, keys and values from "
-             "memory (the encoder's output): multihead_attn(x, memory, memory, "
-             "mask=memory_mask)"),
-            (_DecNormsSwapped, "norm2 and norm3 are swapped: norm1 goes with self-attention, "
-             "norm2 with cross-attention, norm3 with the feed-forward network (the names of "
-             "nn.TransformerDecoderLayer)"),
-            (_DecPrePostSwapped, "post-norm and pre-norm are swapped: norm_first=False "
-             "(post-norm) is x = norm(x + sublayer(x)); norm_first=True (pre-norm) is "
-             "x = x + sublayer(norm(x))"),
-            (_DecMasksSwapped, "self_mask belongs to the self-attention (target to target, "
-             "causal) and memory_mask to the cross-attention (target to source padding); you "
-             "swapped them"),
-            (_DecNoSelfMask, "the self-attention ignores self_mask: without the causal mask "
-             "every target position sees the future tokens it must predict"),
+            (
+                _DecCrossOnTarget,
+                "the cross-attention takes its keys and values from the target "
+                "x: that is a second self-attention. Queries come from x, keys and values from "
+                "memory (the encoder's output): multihead_attn(x, memory, memory, "
+                "mask=memory_mask)",
+            ),
+            (
+                _DecNormsSwapped,
+                "norm2 and norm3 are swapped: norm1 goes with self-attention, "
+                "norm2 with cross-attention, norm3 with the feed-forward network (the names of "
+                "nn.TransformerDecoderLayer)",
+            ),
+            (
+                _DecPrePostSwapped,
+                "post-norm and pre-norm are swapped: norm_first=False "
+                "(post-norm) is x = norm(x + sublayer(x)); norm_first=True (pre-norm) is "
+                "x = x + sublayer(norm(x))",
+            ),
+            (
+                _DecMasksSwapped,
+                "self_mask belongs to the self-attention (target to target, "
+                "causal) and memory_mask to the cross-attention (target to source padding); you "
+                "swapped them",
+            ),
+            (
+                _DecNoSelfMask,
+                "the self-attention ignores self_mask: without the causal mask "
+                "every target position sees the future tokens it must predict",
+            ),
         ]
 
 
@@ -513,8 +704,13 @@ class RMSNormTask(Task):
     id = "ex07.rms_norm"
     lesson = "lesson 07, section 'LayerNorm from scratch'"
     reference = "course_lib.blocks.rms_norm"
-    forbidden = ("torch.nn.functional.rms_norm", "torch.nn.RMSNorm",
-                 "torch.nn.functional.layer_norm", "torch.nn.LayerNorm", "torch.rms_norm")
+    forbidden = (
+        "torch.nn.functional.rms_norm",
+        "torch.nn.RMSNorm",
+        "torch.nn.functional.layer_norm",
+        "torch.nn.LayerNorm",
+        "torch.rms_norm",
+    )
 
     def cases(self, gen):
         def case(description, shape, dtype=torch.float32, scale=3.0, shift=0.0, eps=None):
@@ -525,26 +721,38 @@ class RMSNormTask(Task):
             return Case(description, (x, weight), kwargs)
 
         return [
-            case("x (2, 5, 8) with a mean of 2 per feature (RMSNorm keeps the mean)", (2, 5, 8),
-                 shift=2.0),
+            case(
+                "x (2, 5, 8) with a mean of 2 per feature (RMSNorm keeps the mean)",
+                (2, 5, 8),
+                shift=2.0,
+            ),
             case("x (7, 4), one vector per row", (7, 4), shift=-1.0),
             case("float64 x (2, 3, 4, 16)", (2, 3, 4, 16), dtype=torch.float64, shift=0.5),
-            case("x (1, 3, 6) of tiny values (about 1e-3), default eps = 1e-6", (1, 3, 6),
-                 scale=1e-3),
+            case(
+                "x (1, 3, 6) of tiny values (about 1e-3), default eps = 1e-6", (1, 3, 6), scale=1e-3
+            ),
             case("float64 x (3, 5) with eps=0.5 given", (3, 5), dtype=torch.float64, eps=0.5),
             case("x (4, 1): a single feature", (4, 1), shift=1.0),
         ]
 
     def mistakes(self):
         return [
-            (_rms_mean_subtracted, "you subtracted the mean: that is LayerNorm without its bias. "
-             "RMSNorm only divides by the root mean square, sqrt(mean(x**2) + eps), and keeps "
-             "the mean"),
+            (
+                _rms_mean_subtracted,
+                "you subtracted the mean: that is LayerNorm without its bias. "
+                "RMSNorm only divides by the root mean square, sqrt(mean(x**2) + eps), and keeps "
+                "the mean",
+            ),
             (_rms_eps_outside, "eps goes inside the square root: sqrt(mean(x**2) + eps)"),
-            (_rms_wrong_axis, "the mean is over the last dimension (each vector's d features): "
-             "mean(dim=-1, keepdim=True)"),
-            (_rms_no_sqrt, "divide by the ROOT mean square: take the square root of "
-             "mean(x**2) + eps"),
+            (
+                _rms_wrong_axis,
+                "the mean is over the last dimension (each vector's d features): "
+                "mean(dim=-1, keepdim=True)",
+            ),
+            (
+                _rms_no_sqrt,
+                "divide by the ROOT mean square: take the square root of mean(x**2) + eps",
+            ),
         ]
 
 
@@ -599,7 +807,7 @@ class _SiluOnBoth(_SwiGLUMistake):
 
 
 @register
-class SwiGLUTask(Task):
+class SwiGLUTask(ModuleTask):
     id = "ex07.SwiGLU"
     lesson = "lesson 07, section 'The position-wise feed-forward network'"
     reference = "course_lib.blocks.SwiGLU"
@@ -608,9 +816,9 @@ class SwiGLUTask(Task):
         def case(description, d_model, d_ff, shape, dtype=torch.float32):
             hidden = 2 * (4 * d_model) // 3 if d_ff is None else d_ff
             state = {
-                "gate_proj.weight": randn(gen, hidden, d_model, dtype=dtype) * d_model ** -0.5,
-                "up_proj.weight": randn(gen, hidden, d_model, dtype=dtype) * d_model ** -0.5,
-                "down_proj.weight": randn(gen, d_model, hidden, dtype=dtype) * hidden ** -0.5,
+                "gate_proj.weight": randn(gen, hidden, d_model, dtype=dtype) * d_model**-0.5,
+                "up_proj.weight": randn(gen, hidden, d_model, dtype=dtype) * d_model**-0.5,
+                "down_proj.weight": randn(gen, d_model, hidden, dtype=dtype) * hidden**-0.5,
             }
             args = (d_model,) if d_ff is None else (d_model, d_ff)
             x = 2.0 * randn(gen, *shape, d_model, dtype=dtype)
@@ -618,30 +826,35 @@ class SwiGLUTask(Task):
 
         return [
             case("d_model=8, d_ff=12, x (2, 5, 8)", 8, 12, (2, 5)),
-            case("d_model=12 and d_ff left out: d_ff = 2 * (4 * 12) // 3 = 32, x (3, 12)", 12,
-                 None, (3,)),
+            case(
+                "d_model=12 and d_ff left out: d_ff = 2 * (4 * 12) // 3 = 32, x (3, 12)",
+                12,
+                None,
+                (3,),
+            ),
             case("d_model=64, d_ff left out (170), x (1, 2, 64)", 64, None, (1, 2)),
-            case("float64, d_model=6, d_ff=5 (d_ff < d_model), x (2, 2, 3, 6)", 6, 5, (2, 2, 3),
-                 dtype=torch.float64),
+            case(
+                "float64, d_model=6, d_ff=5 (d_ff < d_model), x (2, 2, 3, 6)",
+                6,
+                5,
+                (2, 2, 3),
+                dtype=torch.float64,
+            ),
             case("d_model=4, d_ff=1, x (5, 4)", 4, 1, (5,)),
         ]
 
-    def call(self, obj, case):
-        module = obj(*case.data["sizes"])
-        state = case.data["state_dict"]
-        if isinstance(module, nn.Module):
-            module = module.to(case.args[0].dtype)
-        load_weights(module, state, "your SwiGLU")
-        module.eval()
-        with torch.no_grad():
-            return module(*case.args)
-
     def mistakes(self):
         return [
-            (_GateOnUp, "the gate is on the wrong branch: SiLU goes on gate_proj(x), which then "
-             "multiplies the plain up_proj(x): down_proj(silu(gate_proj(x)) * up_proj(x))"),
-            (_NoGate, "the up branch is missing: SwiGLU multiplies silu(gate_proj(x)) "
-             "element-wise by up_proj(x) before down_proj"),
+            (
+                _GateOnUp,
+                "the gate is on the wrong branch: SiLU goes on gate_proj(x), which then "
+                "multiplies the plain up_proj(x): down_proj(silu(gate_proj(x)) * up_proj(x))",
+            ),
+            (
+                _NoGate,
+                "the up branch is missing: SwiGLU multiplies silu(gate_proj(x)) "
+                "element-wise by up_proj(x) before down_proj",
+            ),
             (_SigmoidGate, "SiLU (swish) is x * sigmoid(x), not sigmoid(x): use F.silu"),
             (_GeluGate, "SwiGLU uses SiLU (swish), F.silu, not GELU (that would be GeGLU)"),
             (_SiluOnBoth, "only the gate branch goes through SiLU; up_proj(x) stays linear"),
@@ -652,7 +865,7 @@ class SwiGLUTask(Task):
 # Review 2026-11-23 (EX07-1, EX07-2), kept apart so that it merges with work on the cases above
 # --------------------------------------------------------------------------------------------
 
-from ..core import GradingError, extend_task  # noqa: E402
+from ..core import extend_task  # noqa: E402
 
 
 class _EncoderVariant(_EncoderMistake):
@@ -686,13 +899,21 @@ class _EncNorm1Twice(_EncoderVariant):
     kind = "norm1_twice"
 
 
-extend_task(EncoderLayerTask, mistakes=[
-    (_EncMaskIgnored, "the mask is ignored: pass it to the self-attention, "
-     "self_attn(h, h, h, mask=mask)"),
-    (_EncGelu, "the feed-forward network of this layer uses ReLU (F.relu), not GELU"),
-    (_EncNorm1Twice, "norm1 is used twice: norm1 goes with the attention, norm2 with the "
-     "feed-forward network (each has its own weights)"),
-])
+extend_task(
+    EncoderLayerTask,
+    mistakes=[
+        (
+            _EncMaskIgnored,
+            "the mask is ignored: pass it to the self-attention, self_attn(h, h, h, mask=mask)",
+        ),
+        (_EncGelu, "the feed-forward network of this layer uses ReLU (F.relu), not GELU"),
+        (
+            _EncNorm1Twice,
+            "norm1 is used twice: norm1 goes with the attention, norm2 with the "
+            "feed-forward network (each has its own weights)",
+        ),
+    ],
+)
 
 
 # EX07-1: dropout sits between the activation and linear2, is random in train mode and off in
@@ -724,39 +945,35 @@ def _dropout_cases(gen):
 
     def case(description, mode, d_model, d_ff, shape):
         ref = FeedForward(d_model, d_ff)
-        data = {"sizes": (d_model, d_ff, 0.5), "state_dict": _random_state(ref, gen),
-                "mode": mode, "seed": int(torch.randint(0, 2**31 - 1, (1,), generator=gen))}
+        data = {
+            "sizes": (d_model, d_ff, 0.5),
+            "state_dict": _random_state(ref, gen),
+            "mode": mode,
+            "seed": int(torch.randint(0, 2**31 - 1, (1,), generator=gen)),
+        }
         return Case(description, (randn(gen, *shape, d_model),), data=data)
 
     return [
-        case("dropout=0.5 in train mode (same random seed as the reference): dropout after the "
-             "activation, before linear2", "train", 8, 16, (2, 5)),
+        case(
+            "dropout=0.5 in train mode (same random seed as the reference): dropout after the "
+            "activation, before linear2",
+            "train",
+            8,
+            16,
+            (2, 5),
+        ),
         case("dropout=0.5 in eval mode: no dropout at all", "eval", 6, 12, (3, 4)),
     ]
 
 
-_original_ff_call = FeedForwardTask.call
-
-
-def _ff_call(self, obj, case):
-    mode = case.data.get("mode")
-    if mode is None:
-        return _original_ff_call(self, obj, case)
-    module = obj(*case.data["sizes"])
-    if isinstance(module, nn.Module):
-        module = module.to(case.args[0].dtype)
-    load_weights(module, case.data["state_dict"], "your FeedForward")
-    module.train(mode == "train")
-    with torch.no_grad(), torch.random.fork_rng(devices=[]):
-        torch.manual_seed(case.data["seed"])
-        out = module(*case.args)
-    if mode == "train" and not isinstance(out, torch.Tensor):
-        raise GradingError("forward should return a tensor")
-    return out
-
-
-FeedForwardTask.call = _ff_call
-extend_task(FeedForwardTask, cases=_dropout_cases, mistakes=[
-    (_FFDropoutAlways, "the dropout also drops in eval mode: F.dropout needs "
-     "training=self.training (nn.Dropout does this for you)"),
-])
+extend_task(
+    FeedForwardTask,
+    cases=_dropout_cases,
+    mistakes=[
+        (
+            _FFDropoutAlways,
+            "the dropout also drops in eval mode: F.dropout needs "
+            "training=self.training (nn.Dropout does this for you)",
+        ),
+    ],
+)

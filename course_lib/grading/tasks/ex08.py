@@ -6,11 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..core import Case, GradingError, Task, compare_values, register
-
-
-def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return torch.randn(*shape, generator=gen, dtype=dtype)
-
+from .common import randn
 
 # --------------------------------------------------------------------------------------------
 # ex08.noam_lr
@@ -19,8 +15,18 @@ def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32)
 
 def _steps_for(warmup: int) -> list[int]:
     """Steps on both sides of the peak: early warm-up, just before/at/after warmup, the decay."""
-    return sorted({1, 2, max(1, warmup // 2), max(1, warmup - 1), warmup, warmup + 1,
-                   3 * warmup, 10 * warmup + 7})
+    return sorted(
+        {
+            1,
+            2,
+            max(1, warmup // 2),
+            max(1, warmup - 1),
+            warmup,
+            warmup + 1,
+            3 * warmup,
+            10 * warmup + 7,
+        }
+    )
 
 
 @register
@@ -31,8 +37,10 @@ class NoamLr(Task):
 
     def cases(self, gen):
         return [
-            Case(f"d_model={d_model}, warmup={warmup}, steps {_steps_for(warmup)}",
-                 data={"steps": _steps_for(warmup), "d_model": d_model, "warmup": warmup})
+            Case(
+                f"d_model={d_model}, warmup={warmup}, steps {_steps_for(warmup)}",
+                data={"steps": _steps_for(warmup), "d_model": d_model, "warmup": warmup},
+            )
             for d_model, warmup in ((512, 4000), (128, 100), (64, 1), (256, 30))
         ]
 
@@ -58,25 +66,34 @@ class NoamLr(Task):
 
     def mistakes(self):
         return [
-            (lambda step, d_model, warmup: d_model ** -0.5 * step ** -0.5,
-             "you left out the warm-up: take the min of step^-0.5 (decay) and "
-             "step * warmup^-1.5 (linear rise)"),
-            (lambda step, d_model, warmup: d_model ** -0.5 * step * warmup ** -1.5,
-             "you left out the decay: take the min of step^-0.5 and step * warmup^-1.5"),
-            (lambda step, d_model, warmup: d_model ** -0.5 * max(step ** -0.5,
-                                                                 step * warmup ** -1.5),
-             "that is the max of the two terms; the schedule is their min"),
-            (lambda step, d_model, warmup: d_model ** -0.5 * min(step ** -0.5,
-                                                                 step * warmup ** -0.5),
-             "wrong exponent on warmup: the rising branch is step * warmup^-1.5, so that both "
-             "branches meet at step = warmup"),
-            (lambda step, d_model, warmup: d_model ** 0.5 * min(step ** -0.5,
-                                                                step * warmup ** -1.5),
-             "wrong exponent on d_model: the factor is d_model^-0.5 (bigger models, smaller "
-             "steps)"),
-            (lambda step, d_model, warmup: d_model ** -0.5 * min(step ** -1.0,
-                                                                 step * warmup ** -1.5),
-             "wrong exponent on step: after the warm-up the rate decays as step^-0.5, not 1/step"),
+            (
+                lambda step, d_model, warmup: d_model**-0.5 * step**-0.5,
+                "you left out the warm-up: take the min of step^-0.5 (decay) and "
+                "step * warmup^-1.5 (linear rise)",
+            ),
+            (
+                lambda step, d_model, warmup: d_model**-0.5 * step * warmup**-1.5,
+                "you left out the decay: take the min of step^-0.5 and step * warmup^-1.5",
+            ),
+            (
+                lambda step, d_model, warmup: d_model**-0.5 * max(step**-0.5, step * warmup**-1.5),
+                "that is the max of the two terms; the schedule is their min",
+            ),
+            (
+                lambda step, d_model, warmup: d_model**-0.5 * min(step**-0.5, step * warmup**-0.5),
+                "wrong exponent on warmup: the rising branch is step * warmup^-1.5, so that both "
+                "branches meet at step = warmup",
+            ),
+            (
+                lambda step, d_model, warmup: d_model**0.5 * min(step**-0.5, step * warmup**-1.5),
+                "wrong exponent on d_model: the factor is d_model^-0.5 (bigger models, smaller "
+                "steps)",
+            ),
+            (
+                lambda step, d_model, warmup: d_model**-0.5 * min(step**-1.0, step * warmup**-1.5),
+                "wrong exponent on step: after the warm-up the rate decays as step^-0.5, not "
+                "1/step",
+            ),
         ]
 
 
@@ -136,9 +153,11 @@ def _ls_probs_not_log(logits, target, smoothing, ignore_index):
     return per.masked_fill(~keep, 0).sum() / keep.sum()
 
 
-_IGNORE_HINT = ("ignore_index need not be a class id (F.cross_entropy's default is -100): "
-                "replace the ignored targets by a valid id (e.g. target.masked_fill(~keep, 0)) "
-                "before gather, then leave those positions out")
+_IGNORE_HINT = (
+    "ignore_index need not be a class id (F.cross_entropy's default is -100): "
+    "replace the ignored targets by a valid id (e.g. target.masked_fill(~keep, 0)) "
+    "before gather, then leave those positions out"
+)
 
 
 @register
@@ -147,13 +166,22 @@ class LabelSmoothingLoss(Task):
     lesson = "lesson 08, section 'Label smoothing'"
     reference = "course_lib.train.label_smoothing_loss"
     forbidden = (
-        "torch.nn.functional.cross_entropy", "torch.nn.CrossEntropyLoss",
-        "torch.nn.functional.nll_loss", "torch.nn.NLLLoss",
+        "torch.nn.functional.cross_entropy",
+        "torch.nn.CrossEntropyLoss",
+        "torch.nn.functional.nll_loss",
+        "torch.nn.NLLLoss",
     )
 
     def cases(self, gen):
-        def case(description, shape, vocab, smoothing, ignore_index, pad_fraction=0.3,
-                 dtype=torch.float32):
+        def case(
+            description,
+            shape,
+            vocab,
+            smoothing,
+            ignore_index,
+            pad_fraction=0.3,
+            dtype=torch.float32,
+        ):
             logits = 2.0 * randn(gen, *shape, vocab, dtype=dtype)
             target = torch.randint(0, vocab, shape, generator=gen)
             if pad_fraction:
@@ -164,18 +192,37 @@ class LabelSmoothingLoss(Task):
             return Case(description, (logits, target, smoothing, ignore_index))
 
         return [
-            case("logits (4, 7, 10), padded targets (pad id 0), smoothing 0.1",
-                 (4, 7), 10, 0.1, 0),
-            case("logits (12, 5) (flattened positions), no padding, ignore_index -100",
-                 (12,), 5, 0.1, -100, pad_fraction=0),
-            case("smoothing 0 (plain cross-entropy), logits (3, 6, 8), pad id 2",
-                 (3, 6), 8, 0.0, 2),
-            case("float64 logits (2, 9, 12), half of the targets padded, smoothing 0.25",
-                 (2, 9), 12, 0.25, 0, pad_fraction=0.5, dtype=torch.float64),
+            case("logits (4, 7, 10), padded targets (pad id 0), smoothing 0.1", (4, 7), 10, 0.1, 0),
+            case(
+                "logits (12, 5) (flattened positions), no padding, ignore_index -100",
+                (12,),
+                5,
+                0.1,
+                -100,
+                pad_fraction=0,
+            ),
+            case(
+                "smoothing 0 (plain cross-entropy), logits (3, 6, 8), pad id 2", (3, 6), 8, 0.0, 2
+            ),
+            case(
+                "float64 logits (2, 9, 12), half of the targets padded, smoothing 0.25",
+                (2, 9),
+                12,
+                0.25,
+                0,
+                pad_fraction=0.5,
+                dtype=torch.float64,
+            ),
             case("logits (5, 4, 7), pad id 6 (not 0), smoothing 0.1", (5, 4), 7, 0.1, 6),
-            case("logits (3, 5, 9), padded targets with ignore_index -100 (F.cross_entropy's "
-                 "default, not a valid id: replace the ignored targets by a valid id before "
-                 "gathering, then leave them out)", (3, 5), 9, 0.1, -100),
+            case(
+                "logits (3, 5, 9), padded targets with ignore_index -100 (F.cross_entropy's "
+                "default, not a valid id: replace the ignored targets by a valid id before "
+                "gathering, then leave them out)",
+                (3, 5),
+                9,
+                0.1,
+                -100,
+            ),
         ]
 
     def call(self, obj, case):
@@ -185,26 +232,38 @@ class LabelSmoothingLoss(Task):
             logits, ignore_index = case.args[0], case.args[3]
             if isinstance(error, NotImplementedError) or 0 <= ignore_index < logits.shape[-1]:
                 raise
-            raise GradingError(f"your code raised {type(error).__name__}: {error}. Hint: "
-                               f"{_IGNORE_HINT}") from None
+            raise GradingError(
+                f"your code raised {type(error).__name__}: {error}. Hint: {_IGNORE_HINT}"
+            ) from None
 
     def mistakes(self):
         return [
-            (_ls_pads_counted,
-             "you counted the padded positions: their loss must be left out, and the mean taken "
-             "over the real tokens only (target != ignore_index)"),
-            (_ls_wrong_count,
-             "you zeroed the padded positions but divided by all positions; divide by the number "
-             "of real tokens (target != ignore_index).sum()"),
-            (_ls_batch_count,
-             "you divided by the batch size; the mean is over the real tokens, "
-             "(target != ignore_index).sum()"),
+            (
+                _ls_pads_counted,
+                "you counted the padded positions: their loss must be left out, and the mean taken "
+                "over the real tokens only (target != ignore_index)",
+            ),
+            (
+                _ls_wrong_count,
+                "you zeroed the padded positions but divided by all positions; divide by the "
+                "number of real tokens (target != ignore_index).sum()",
+            ),
+            (
+                _ls_batch_count,
+                "you divided by the batch size; the mean is over the real tokens, "
+                "(target != ignore_index).sum()",
+            ),
             (_ls_sum, "that is the sum; the loss is the mean over the real tokens"),
-            (_ls_other_classes,
-             "you spread the smoothing over the vocab - 1 wrong classes; F.cross_entropy spreads "
-             "smoothing / vocab over every class, the correct one included"),
-            (_ls_no_smoothing, "the smoothing is missing: mix in smoothing * the mean of "
-             "-log p over the whole vocabulary"),
+            (
+                _ls_other_classes,
+                "you spread the smoothing over the vocab - 1 wrong classes; F.cross_entropy "
+                "spreads smoothing / vocab over every class, the correct one included",
+            ),
+            (
+                _ls_no_smoothing,
+                "the smoothing is missing: mix in smoothing * the mean of "
+                "-log p over the whole vocabulary",
+            ),
             (_ls_probs_not_log, "use log-probabilities (log_softmax), not probabilities"),
         ]
 
@@ -226,12 +285,15 @@ class ShiftRight(Task):
 
         return [
             Case("targets (2, 5), bos_id 1", (ids(2, 5), 1)),
-            Case("targets (4, 11) ending in <eos>=2 and padding 0, bos_id 1",
-                 (torch.cat([ids(4, 8), torch.tensor([[2, 0, 0]] * 4)], dim=1), 1)),
+            Case(
+                "targets (4, 11) ending in <eos>=2 and padding 0, bos_id 1",
+                (torch.cat([ids(4, 8), torch.tensor([[2, 0, 0]] * 4)], dim=1), 1),
+            ),
             Case("targets (3, 1), a single token", (ids(3, 1), 1)),
             Case("targets (1, 6), bos_id 7", (ids(1, 6), 7)),
-            Case("int32 targets (2, 4), bos_id 0 (keep the dtype)",
-                 (ids(2, 4, dtype=torch.int32), 0)),
+            Case(
+                "int32 targets (2, 4), bos_id 0 (keep the dtype)", (ids(2, 4, dtype=torch.int32), 0)
+            ),
         ]
 
     def mistakes(self):
@@ -239,17 +301,27 @@ class ShiftRight(Task):
             return torch.full_like(targets[:, :1], bos_id)
 
         return [
-            (lambda t, b: torch.cat([bos_first(t, b), t[:, 1:]], dim=1),
-             "you dropped the first target token; drop the LAST one: <bos> followed by "
-             "targets[:, :-1]"),
-            (lambda t, b: torch.cat([t[:, 1:], bos_first(t, b)], dim=1),
-             "that shifts left; the decoder input starts with <bos>: <bos> then targets[:, :-1]"),
-            (lambda t, b: torch.cat([t[:, :-1], bos_first(t, b)], dim=1),
-             "<bos> goes at the start, not the end: <bos> then targets[:, :-1]"),
-            (lambda t, b: torch.cat([bos_first(t, b), t], dim=1),
-             "the decoder input has the same length as the targets: drop the last target token"),
-            (lambda t, b: t[:, :-1],
-             "the decoder input starts with <bos> and has the same length as the targets"),
+            (
+                lambda t, b: torch.cat([bos_first(t, b), t[:, 1:]], dim=1),
+                "you dropped the first target token; drop the LAST one: <bos> followed by "
+                "targets[:, :-1]",
+            ),
+            (
+                lambda t, b: torch.cat([t[:, 1:], bos_first(t, b)], dim=1),
+                "that shifts left; the decoder input starts with <bos>: <bos> then targets[:, :-1]",
+            ),
+            (
+                lambda t, b: torch.cat([t[:, :-1], bos_first(t, b)], dim=1),
+                "<bos> goes at the start, not the end: <bos> then targets[:, :-1]",
+            ),
+            (
+                lambda t, b: torch.cat([bos_first(t, b), t], dim=1),
+                "the decoder input has the same length as the targets: drop the last target token",
+            ),
+            (
+                lambda t, b: t[:, :-1],
+                "the decoder input starts with <bos> and has the same length as the targets",
+            ),
         ]
 
 
@@ -267,15 +339,20 @@ class TableStepFn:
 
     def __call__(self, prefix):
         if not isinstance(prefix, torch.Tensor) or prefix.dim() != 2:
-            raise ValueError("step_fn expects prefix as a (batch, t) tensor of token ids, got "
-                             f"{getattr(prefix, 'shape', type(prefix).__name__)}")
+            raise ValueError(
+                "step_fn expects prefix as a (batch, t) tensor of token ids, got "
+                f"{getattr(prefix, 'shape', type(prefix).__name__)}"
+            )
         batch, t = prefix.shape
         if batch != self.table.shape[0]:
-            raise ValueError(f"step_fn expects a prefix with batch={self.table.shape[0]} rows, "
-                             f"got {batch}")
+            raise ValueError(
+                f"step_fn expects a prefix with batch={self.table.shape[0]} rows, got {batch}"
+            )
         if t > self.table.shape[1]:
-            raise ValueError(f"step_fn got a prefix of length {t}, more than <bos> + max_len "
-                             f"tokens: stop after max_len steps")
+            raise ValueError(
+                f"step_fn got a prefix of length {t}, more than <bos> + max_len "
+                f"tokens: stop after max_len steps"
+            )
         if (prefix[:, 0] != self.bos_id).any():
             raise ValueError(f"every prefix must start with <bos> (id {self.bos_id})")
         vocab = self.table.shape[-1]
@@ -321,25 +398,53 @@ class GreedyDecode(Task):
     reference = "course_lib.decoding.greedy_decode"
 
     def cases(self, gen):
-        def case(description, batch, vocab, max_len, bos_id=1, eos_id=2, eos_bias=0.0,
-                 dtype=torch.float32):
+        def case(
+            description,
+            batch,
+            vocab,
+            max_len,
+            bos_id=1,
+            eos_id=2,
+            eos_bias=0.0,
+            dtype=torch.float32,
+        ):
             table = randn(gen, batch, max_len + 1, vocab, vocab, dtype=dtype)
             table[..., eos_id] += eos_bias
             table[:, :, eos_id, eos_id] -= 3.0  # after <eos> the table prefers other tokens
-            return Case(description, data={"table": table, "batch_size": batch,
-                                           "bos_id": bos_id, "eos_id": eos_id,
-                                           "max_len": max_len})
+            return Case(
+                description,
+                data={
+                    "table": table,
+                    "batch_size": batch,
+                    "bos_id": bos_id,
+                    "eos_id": eos_id,
+                    "max_len": max_len,
+                },
+            )
 
         return [
-            case("batch 4, vocab 12, max_len 8: rows end at different steps", 4, 12, 8,
-                 eos_bias=1.0),
-            case("batch 6, vocab 13, max_len 10, bos 0 and eos 5", 6, 13, 10, bos_id=0, eos_id=5,
-                 eos_bias=1.5),
-            case("batch 3, vocab 8, max_len 6: <eos> is never chosen", 3, 8, 6,
-                 eos_bias=-100.0),
+            case(
+                "batch 4, vocab 12, max_len 8: rows end at different steps", 4, 12, 8, eos_bias=1.0
+            ),
+            case(
+                "batch 6, vocab 13, max_len 10, bos 0 and eos 5",
+                6,
+                13,
+                10,
+                bos_id=0,
+                eos_id=5,
+                eos_bias=1.5,
+            ),
+            case("batch 3, vocab 8, max_len 6: <eos> is never chosen", 3, 8, 6, eos_bias=-100.0),
             case("batch 5, vocab 15, max_len 12: every row ends early", 5, 15, 12, eos_bias=4.0),
-            case("float64 logits, batch 2, vocab 8, max_len 5", 2, 8, 5, eos_bias=1.0,
-                 dtype=torch.float64),
+            case(
+                "float64 logits, batch 2, vocab 8, max_len 5",
+                2,
+                8,
+                5,
+                eos_bias=1.0,
+                dtype=torch.float64,
+            ),
             case("batch 1, vocab 6, max_len 1", 1, 6, 1),
         ]
 
@@ -355,20 +460,30 @@ class GreedyDecode(Task):
 
     def mistakes(self):
         return [
-            (_greedy_no_stop,
-             "a row that has produced eos_id is finished: it must keep emitting eos_id (force "
-             "it with masked_fill on a `finished` mask) instead of what the model says next"),
-            (_greedy_variant(lambda logits: logits.argmax(dim=1)[:, -1]),
-             "argmax over the wrong axis: pick the most likely token over the vocabulary, "
-             "logits[:, -1].argmax(dim=-1)"),
-            (_greedy_variant(lambda logits: logits[:, 0].argmax(dim=-1)),
-             "you used the logits of the first position; the next token is predicted by the "
-             "last one, logits[:, -1]"),
-            (_greedy_variant(lambda logits: logits[:, -1].argmax(dim=-1), keep_bos=True),
-             "return the generated tokens without the leading <bos> (shape (batch, max_len))"),
-            (_greedy_variant(lambda logits: logits[:, -1].argmax(dim=-1), pad=False),
-             "when every row finishes early, fill the remaining positions with eos_id so that "
-             "the result is (batch, max_len)"),
+            (
+                _greedy_no_stop,
+                "a row that has produced eos_id is finished: it must keep emitting eos_id (force "
+                "it with masked_fill on a `finished` mask) instead of what the model says next",
+            ),
+            (
+                _greedy_variant(lambda logits: logits.argmax(dim=1)[:, -1]),
+                "argmax over the wrong axis: pick the most likely token over the vocabulary, "
+                "logits[:, -1].argmax(dim=-1)",
+            ),
+            (
+                _greedy_variant(lambda logits: logits[:, 0].argmax(dim=-1)),
+                "you used the logits of the first position; the next token is predicted by the "
+                "last one, logits[:, -1]",
+            ),
+            (
+                _greedy_variant(lambda logits: logits[:, -1].argmax(dim=-1), keep_bos=True),
+                "return the generated tokens without the leading <bos> (shape (batch, max_len))",
+            ),
+            (
+                _greedy_variant(lambda logits: logits[:, -1].argmax(dim=-1), pad=False),
+                "when every row finishes early, fill the remaining positions with eos_id so that "
+                "the result is (batch, max_len)",
+            ),
         ]
 
 
@@ -376,12 +491,19 @@ class GreedyDecode(Task):
 # ex08.train_step (transfer: the lesson imports its training loop; here the learner writes it)
 # --------------------------------------------------------------------------------------------
 
-_SEQ2SEQ = {"vocab_size": 12, "d_model": 16, "num_heads": 2, "num_encoder_layers": 1,
-            "num_decoder_layers": 1, "d_ff": 24}
+_SEQ2SEQ = {
+    "vocab_size": 12,
+    "d_model": 16,
+    "num_heads": 2,
+    "num_encoder_layers": 1,
+    "num_decoder_layers": 1,
+    "d_ff": 24,
+}
 
 
-def _wrong_step(model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0,
-                *, mistake=""):
+def _wrong_step(
+    model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0, *, mistake=""
+):
     import torch.nn.functional as F
 
     if mistake == "unshifted":
@@ -393,8 +515,12 @@ def _wrong_step(model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing
     logits = model(src, tgt_in)
     ignore = -100 if mistake == "pads_in_loss" else pad_id
     smooth = 0.0 if mistake == "no_smoothing" else smoothing
-    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1),
-                           ignore_index=ignore, label_smoothing=smooth)
+    loss = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]),
+        tgt.reshape(-1),
+        ignore_index=ignore,
+        label_smoothing=smooth,
+    )
     if mistake != "no_zero_grad":
         optimizer.zero_grad()
     loss.backward()
@@ -408,8 +534,9 @@ def _wrong_step(model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing
 
 def _mistake(name):
     def wrong(model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0):
-        return _wrong_step(model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing, clip,
-                           mistake=name)
+        return _wrong_step(
+            model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing, clip, mistake=name
+        )
 
     wrong.__name__ = f"train_step_{name}"
     return wrong
@@ -479,46 +606,91 @@ class TrainStep(Task):
     id = "ex08.train_step"
     lesson = "lesson 08, sections 'Teacher forcing and shifted targets' and 'The training loop'"
     reference = "course_lib.train.train_step"
+    depends_on = ("shift_right", "label_smoothing_loss")
     forbidden = ("course_lib.train.train",)
 
     def cases(self, gen):
         from ...models import Seq2SeqTransformer
 
-        def case(description, batches, *, bos_id=1, eos_id=2, pad_id=0, smoothing=0.1,
-                 clip=0.5, schedule=True, stale=False, dtype=torch.float64):
+        def case(
+            description,
+            batches,
+            *,
+            bos_id=1,
+            eos_id=2,
+            pad_id=0,
+            smoothing=0.1,
+            clip=0.5,
+            schedule=True,
+            stale=False,
+            dtype=torch.float64,
+        ):
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
                 model = Seq2SeqTransformer(**_SEQ2SEQ, pad_id=pad_id)
-            state = {k: v.to(dtype) if v.is_floating_point() else v
-                     for k, v in model.state_dict().items()}
-            data = {"state": state, "pad_id": pad_id, "dtype": dtype, "schedule": schedule,
-                    "kwargs": {"bos_id": bos_id, "pad_id": pad_id, "smoothing": smoothing,
-                               "clip": clip},
-                    "batches": [_seq2seq_batch(gen, s, t, bos_id, eos_id, pad_id)
-                                for s, t in batches]}
+            state = {
+                k: v.to(dtype) if v.is_floating_point() else v
+                for k, v in model.state_dict().items()
+            }
+            data = {
+                "state": state,
+                "pad_id": pad_id,
+                "dtype": dtype,
+                "schedule": schedule,
+                "kwargs": {
+                    "bos_id": bos_id,
+                    "pad_id": pad_id,
+                    "smoothing": smoothing,
+                    "clip": clip,
+                },
+                "batches": [_seq2seq_batch(gen, s, t, bos_id, eos_id, pad_id) for s, t in batches],
+            }
             if stale:  # gradients left over from an earlier backward pass
-                data["stale"] = [randn(gen, *v.shape, dtype=dtype)
-                                 for v in model.parameters()]
+                data["stale"] = [randn(gen, *v.shape, dtype=dtype) for v in model.parameters()]
             return Case(description, data=data)
 
         return [
-            case("one step, batch 3, targets of lengths [4, 2, 5] padded with pad_id=0, "
-                 "smoothing 0.1, clip 0.5", [([5, 3, 4], [4, 2, 5])]),
-            case("two steps in a row on two batches (batch 2 then batch 4): the second step "
-                 "must not reuse the first step's gradients", [([3, 4], [3, 1]),
-                                                             ([2, 5, 5, 1], [4, 4, 2, 3])]),
-            case("one step on a model that arrives with gradients left over from an earlier "
-                 "backward pass", [([4, 2], [3, 5])], stale=True),
-            case("scheduler=None (no schedule to step), batch 2", [([4, 4], [2, 3])],
-                 schedule=False),
-            case("smoothing 0.0 and clip 1e6 (clipping never acts), batch 3",
-                 [([3, 3, 2], [4, 1, 3])], smoothing=0.0, clip=1e6),
-            case("batch 1 without padding, bos_id=3, eos_id=4, pad_id=5, smoothing 0.2, clip 0.2",
-                 [([4], [3])], bos_id=3, eos_id=4, pad_id=5, smoothing=0.2, clip=0.2),
-            case("float32 model, three steps, batch 2, clip 1.0",
-                 [([3, 2], [2, 3]), ([4, 1], [1, 4]), ([2, 2], [3, 3])], clip=1.0,
-                 dtype=torch.float32),
+            case(
+                "one step, batch 3, targets of lengths [4, 2, 5] padded with pad_id=0, "
+                "smoothing 0.1, clip 0.5",
+                [([5, 3, 4], [4, 2, 5])],
+            ),
+            case(
+                "two steps in a row on two batches (batch 2 then batch 4): the second step "
+                "must not reuse the first step's gradients",
+                [([3, 4], [3, 1]), ([2, 5, 5, 1], [4, 4, 2, 3])],
+            ),
+            case(
+                "one step on a model that arrives with gradients left over from an earlier "
+                "backward pass",
+                [([4, 2], [3, 5])],
+                stale=True,
+            ),
+            case(
+                "scheduler=None (no schedule to step), batch 2", [([4, 4], [2, 3])], schedule=False
+            ),
+            case(
+                "smoothing 0.0 and clip 1e6 (clipping never acts), batch 3",
+                [([3, 3, 2], [4, 1, 3])],
+                smoothing=0.0,
+                clip=1e6,
+            ),
+            case(
+                "batch 1 without padding, bos_id=3, eos_id=4, pad_id=5, smoothing 0.2, clip 0.2",
+                [([4], [3])],
+                bos_id=3,
+                eos_id=4,
+                pad_id=5,
+                smoothing=0.2,
+                clip=0.2,
+            ),
+            case(
+                "float32 model, three steps, batch 2, clip 1.0",
+                [([3, 2], [2, 3]), ([4, 1], [1, 4]), ([2, 2], [3, 3])],
+                clip=1.0,
+                dtype=torch.float32,
+            ),
         ]
 
     def call(self, obj, case):
@@ -531,18 +703,27 @@ class TrainStep(Task):
             p.grad = g.clone()
         optimizer = _SGD(model.parameters(), lr=0.1)
         scheduler = _InverseSchedule(optimizer, 0.1) if d["schedule"] else None
-        losses = [obj(model, optimizer, scheduler, src, tgt, **d["kwargs"])
-                  for src, tgt in d["batches"]]
+        losses = [
+            obj(model, optimizer, scheduler, src, tgt, **d["kwargs"]) for src, tgt in d["batches"]
+        ]
         params = torch.cat([p.detach().flatten() for p in model.parameters()])
         return losses, params, float(optimizer.param_groups[0]["lr"])
 
     def compare(self, got, want, case):
         losses, params, lr = got
         if not all(isinstance(x, float) for x in losses):
-            kinds = ", ".join(sorted({type(x).__name__ if not isinstance(x, dict)
-                                      else x.get("__repr__", "?") for x in losses}))
-            return (f"train_step should return the loss as a Python float, got {kinds} (use "
-                    "loss.item())")
+            kinds = ", ".join(
+                sorted(
+                    {
+                        type(x).__name__ if not isinstance(x, dict) else x.get("__repr__", "?")
+                        for x in losses
+                    }
+                )
+            )
+            return (
+                f"train_step should return the loss as a Python float, got {kinds} (use "
+                "loss.item())"
+            )
         rel = 1e-5 if case.data["dtype"] == torch.float32 else 1e-9
         for step, (g, w) in enumerate(zip(losses, want[0], strict=True), start=1):
             if abs(g - w) > rel * max(1.0, abs(w)):
@@ -556,23 +737,43 @@ class TrainStep(Task):
 
     def mistakes(self):
         return [
-            (_mistake("pads_in_loss"), "the padding positions count in your loss: pass "
-             "ignore_index=pad_id so that only real target tokens are scored"),
-            (_mistake("unshifted"), "the decoder must read the targets shifted right "
-             "(<bos> first, the last token dropped), shift_right(tgt, bos_id); fed tgt itself "
-             "it sees the token it must predict"),
-            (_mistake("shift_drops_first"), "the shifted input drops the wrong end: it is "
-             "<bos> followed by tgt[:, :-1]"),
-            (_mistake("no_zero_grad"), "gradients accumulate: call optimizer.zero_grad() "
-             "before loss.backward(), or each step also applies the gradients of earlier ones"),
-            (_mistake("no_clip"), "the gradients are not clipped: call "
-             "torch.nn.utils.clip_grad_norm_(model.parameters(), clip) after backward() and "
-             "before optimizer.step()"),
-            (_mistake("no_schedule"), "the schedule never moves: call scheduler.step() after "
-             "optimizer.step() (when scheduler is not None)"),
-            (_mistake("no_smoothing"), "the loss must use label smoothing with the given "
-             "`smoothing` (label_smoothing=smoothing in F.cross_entropy, or your "
-             "label_smoothing_loss)"),
+            (
+                _mistake("pads_in_loss"),
+                "the padding positions count in your loss: pass "
+                "ignore_index=pad_id so that only real target tokens are scored",
+            ),
+            (
+                _mistake("unshifted"),
+                "the decoder must read the targets shifted right "
+                "(<bos> first, the last token dropped), shift_right(tgt, bos_id); fed tgt itself "
+                "it sees the token it must predict",
+            ),
+            (
+                _mistake("shift_drops_first"),
+                "the shifted input drops the wrong end: it is <bos> followed by tgt[:, :-1]",
+            ),
+            (
+                _mistake("no_zero_grad"),
+                "gradients accumulate: call optimizer.zero_grad() "
+                "before loss.backward(), or each step also applies the gradients of earlier ones",
+            ),
+            (
+                _mistake("no_clip"),
+                "the gradients are not clipped: call "
+                "torch.nn.utils.clip_grad_norm_(model.parameters(), clip) after backward() and "
+                "before optimizer.step()",
+            ),
+            (
+                _mistake("no_schedule"),
+                "the schedule never moves: call scheduler.step() after "
+                "optimizer.step() (when scheduler is not None)",
+            ),
+            (
+                _mistake("no_smoothing"),
+                "the loss must use label smoothing with the given "
+                "`smoothing` (label_smoothing=smoothing in F.cross_entropy, or your "
+                "label_smoothing_loss)",
+            ),
         ]
 
 
@@ -588,14 +789,21 @@ _original_noam_call = NoamLr.call
 def _noam_call_checks_the_type(self, obj, case):
     value = obj(1, case.data["d_model"], case.data["warmup"])
     if isinstance(value, torch.Tensor):
-        raise GradingError("noam_lr returns a tensor; the task asks for a Python float (use "
-                           "math and plain numbers, or float(...))")
+        raise GradingError(
+            "noam_lr returns a tensor; the task asks for a Python float (use "
+            "math and plain numbers, or float(...))"
+        )
     return _original_noam_call(self, obj, case)
 
 
 NoamLr.call = _noam_call_checks_the_type
-extend_task(NoamLr, mistakes=[
-    (lambda step, d_model, warmup: min(step ** -0.5, step * warmup ** -1.5),
-     "the factor d_model^-0.5 is missing: lr = d_model^-0.5 * min(step^-0.5, "
-     "step * warmup^-1.5)"),
-])
+extend_task(
+    NoamLr,
+    mistakes=[
+        (
+            lambda step, d_model, warmup: min(step**-0.5, step * warmup**-1.5),
+            "the factor d_model^-0.5 is missing: lr = d_model^-0.5 * min(step^-0.5, "
+            "step * warmup^-1.5)",
+        ),
+    ],
+)

@@ -15,15 +15,8 @@ import torch
 from torch import nn
 
 from ...sampling import sampling_distribution
-from ..core import (
-    Case,
-    GradingError,
-    Task,
-    compare_values,
-    exercise_state,
-    load_weights,
-    register,
-)
+from ..core import Case, GradingError, Task, compare_values, exercise_state, register
+from .common import ModuleTask, OpRecorder, randn, stable_softmax
 
 DRAWS = 6000  # per row of a case: a standard error of at most 0.0065 on every frequency
 
@@ -33,11 +26,6 @@ def _logits_from_probs(probs: list[float], order: list[int], dtype=torch.float32
     row = torch.empty(len(probs), dtype=torch.float64)
     row[torch.tensor(order)] = torch.tensor(probs, dtype=torch.float64).log() + 1.7
     return row.to(dtype)
-
-
-def _softmax(logits: torch.Tensor) -> torch.Tensor:
-    e = (logits - logits.amax(-1, keepdim=True)).exp()
-    return e / e.sum(-1, keepdim=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -64,29 +52,46 @@ class SampleNextTask(Task):
         two = torch.stack([row8, row8.flip(0)])  # (2, 8)
         rand = torch.randn(2, 7, generator=gen)
         return [
-            Case("temperature=1: plain sampling from softmax(logits), logits (1, 8)",
-                 (row8[None],)),
-            Case("temperature=0.5 (sharper), logits (2, 8), float64",
-                 (two.double(),), {"temperature": 0.5}),
+            Case(
+                "temperature=1: plain sampling from softmax(logits), logits (1, 8)", (row8[None],)
+            ),
+            Case(
+                "temperature=0.5 (sharper), logits (2, 8), float64",
+                (two.double(),),
+                {"temperature": 0.5},
+            ),
             Case("temperature=2.0 (flatter), random logits (2, 7)", (rand,), {"temperature": 2.0}),
             Case("top_k=3, logits (1, 8)", (row8[None],), {"top_k": 3}),
             Case("top_k=1 (only the most likely token), logits (2, 7)", (rand,), {"top_k": 1}),
-            Case("top_p=0.7 with probabilities 0.4, 0.25, 0.15, ...: keeps 3 tokens",
-                 (row6[None],), {"top_p": 0.7}),
+            Case(
+                "top_p=0.7 with probabilities 0.4, 0.25, 0.15, ...: keeps 3 tokens",
+                (row6[None],),
+                {"top_p": 0.7},
+            ),
             Case("top_p=0.5, logits (2, 8), float64", (two.double(),), {"top_p": 0.5}),
-            Case("temperature=0.8, top_k=5, top_p=0.9 together, logits (1, 8)",
-                 (row8[None],), {"temperature": 0.8, "top_k": 5, "top_p": 0.9}),
-            Case("temperature=0 means greedy: the arg-max of each row", (rand,),
-                 {"temperature": 0.0}),
-            Case("top_k=20, more than the 8 tokens of the vocabulary: every token is kept "
-                 "(clamp k to the vocabulary size)", (row8[None],), {"top_k": 20}),
-            Case("top_p=1.0 (allowed: top_p is in (0, 1]) keeps every token, logits (2, 8)",
-                 (two,), {"top_p": 1.0}),
+            Case(
+                "temperature=0.8, top_k=5, top_p=0.9 together, logits (1, 8)",
+                (row8[None],),
+                {"temperature": 0.8, "top_k": 5, "top_p": 0.9},
+            ),
+            Case(
+                "temperature=0 means greedy: the arg-max of each row", (rand,), {"temperature": 0.0}
+            ),
+            Case(
+                "top_k=20, more than the 8 tokens of the vocabulary: every token is kept "
+                "(clamp k to the vocabulary size)",
+                (row8[None],),
+                {"top_k": 20},
+            ),
+            Case(
+                "top_p=1.0 (allowed: top_p is in (0, 1]) keeps every token, logits (2, 8)",
+                (two,),
+                {"top_p": 1.0},
+            ),
             Case("a negative temperature", (rand,), {"temperature": -1.0}, raises=ValueError),
             Case("top_k=0", (rand,), {"top_k": 0}, raises=ValueError),
             Case("top_p=1.5", (rand,), {"top_p": 1.5}, raises=ValueError),
-            Case("top_p=0 (top_p must be in (0, 1])", (rand,), {"top_p": 0.0},
-                 raises=ValueError),
+            Case("top_p=0 (top_p must be in (0, 1])", (rand,), {"top_p": 0.0}, raises=ValueError),
         ]
 
     def call(self, obj, case):
@@ -100,31 +105,41 @@ class SampleNextTask(Task):
         except (RuntimeError, ValueError) as error:
             hint = None
             if isinstance(error, RuntimeError) and (case.kwargs.get("top_k") or 0) > vocab:
-                hint = (f"top_k={case.kwargs['top_k']} is more than the {vocab} tokens of the "
-                        "vocabulary, which keeps them all: clamp k, "
-                        "torch.topk(logits, min(top_k, vocab))")
+                hint = (
+                    f"top_k={case.kwargs['top_k']} is more than the {vocab} tokens of the "
+                    "vocabulary, which keeps them all: clamp k, "
+                    "torch.topk(logits, min(top_k, vocab))"
+                )
             elif isinstance(error, ValueError) and case.kwargs.get("top_p") == 1.0:
-                hint = ("top_p=1.0 is allowed (top_p lies in (0, 1], 1 included) and keeps "
-                        "every token")
+                hint = (
+                    "top_p=1.0 is allowed (top_p lies in (0, 1], 1 included) and keeps every token"
+                )
             if hint is None or isinstance(error, NotImplementedError):
                 raise
-            raise GradingError(f"your code raised {type(error).__name__}: {error}. Hint: "
-                               f"{hint}") from None
+            raise GradingError(
+                f"your code raised {type(error).__name__}: {error}. Hint: {hint}"
+            ) from None
         if not isinstance(first, torch.Tensor) or tuple(first.shape) != (DRAWS * rows,):
             shape = tuple(first.shape) if isinstance(first, torch.Tensor) else type(first).__name__
-            raise GradingError(f"for logits of shape {(DRAWS * rows, vocab)} your function "
-                               f"returned {shape}; it should return one token id per row, "
-                               f"shape ({DRAWS * rows},)")
+            raise GradingError(
+                f"for logits of shape {(DRAWS * rows, vocab)} your function "
+                f"returned {shape}; it should return one token id per row, "
+                f"shape ({DRAWS * rows},)"
+            )
         if first.dtype != torch.long:
-            raise GradingError(f"your tokens have dtype {str(first.dtype)[6:]}; token ids are "
-                               "long (int64), as torch.multinomial and argmax return them")
+            raise GradingError(
+                f"your tokens have dtype {str(first.dtype)[6:]}; token ids are "
+                "long (int64), as torch.multinomial and argmax return them"
+            )
         if first.min() < 0 or first.max() >= vocab:
             raise GradingError(f"your tokens include ids outside [0, {vocab})")
         again = obj(batch, **case.kwargs, generator=torch.Generator().manual_seed(1234))
         if not torch.equal(first, again):
-            raise GradingError("two calls with generators in the same state gave different "
-                               "tokens: pass `generator=generator` to torch.multinomial so "
-                               "that sampling is reproducible")
+            raise GradingError(
+                "two calls with generators in the same state gave different "
+                "tokens: pass `generator=generator` to torch.multinomial so "
+                "that sampling is reproducible"
+            )
         tokens = first.reshape(DRAWS, rows)  # (draws, rows)
         counts = torch.zeros(rows, vocab, dtype=torch.float64)
         counts.scatter_add_(1, tokens.T, torch.ones(rows, DRAWS, dtype=torch.float64))
@@ -146,8 +161,10 @@ class SampleNextTask(Task):
             outside = (freq > 0) & (probs == 0)
             if outside.any():
                 row, token = (int(i) for i in outside.nonzero()[0])
-                return (f"token {token} was sampled {freq[row, token]:.1%} of the time in row "
-                        f"{row}, but it must never be (it is outside the allowed set)")
+                return (
+                    f"token {token} was sampled {freq[row, token]:.1%} of the time in row "
+                    f"{row}, but it must never be (it is outside the allowed set)"
+                )
             tolerance = 5 * (probs * (1 - probs) / DRAWS).sqrt() + 2e-3
         else:  # comparing with a wrong implementation's own frequencies
             probs = want["freq"]
@@ -155,35 +172,38 @@ class SampleNextTask(Task):
         bad = (freq - probs).abs() > tolerance
         if bad.any():
             row, token = (int(i) for i in bad.nonzero()[0])
-            return (f"the frequencies of your samples do not match the distribution (row {row}, "
-                    f"token {token}: sampled {freq[row, token]:.3f} of the time, expected "
-                    f"{probs[row, token]:.3f})")
+            return (
+                f"the frequencies of your samples do not match the distribution (row {row}, "
+                f"token {token}: sampled {freq[row, token]:.3f} of the time, expected "
+                f"{probs[row, token]:.3f})"
+            )
         return None
 
     def mistakes(self):
-        def _temperature_after_softmax(logits, temperature=1.0, top_k=None, top_p=None,
-                                       generator=None):
+        def _temperature_after_softmax(
+            logits, temperature=1.0, top_k=None, top_p=None, generator=None
+        ):
             if temperature == 0:
                 return logits.argmax(-1)
-            probs = _filter(_softmax(logits), top_k, top_p) / temperature
+            probs = _filter(stable_softmax(logits), top_k, top_p) / temperature
             return torch.multinomial(probs.float(), 1, generator=generator).squeeze(-1)
 
-        def _top_k_keeps_k_minus_1(logits, temperature=1.0, top_k=None, top_p=None,
-                                   generator=None):
+        def _top_k_keeps_k_minus_1(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
             if temperature == 0:
                 return logits.argmax(-1)
             logits = logits / temperature
             if top_k is not None:
                 kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
                 logits = logits.masked_fill(logits <= kth, float("-inf"))
-            probs = _filter(_softmax(logits), None, top_p)
+            probs = _filter(stable_softmax(logits), None, top_p)
             return torch.multinomial(probs.float(), 1, generator=generator).squeeze(-1)
 
-        def _top_p_drops_crossing_token(logits, temperature=1.0, top_k=None, top_p=None,
-                                        generator=None):
+        def _top_p_drops_crossing_token(
+            logits, temperature=1.0, top_k=None, top_p=None, generator=None
+        ):
             if temperature == 0:
                 return logits.argmax(-1)
-            probs = _filter(_softmax(logits / temperature), top_k, None)
+            probs = _filter(stable_softmax(logits / temperature), top_k, None)
             if top_p is not None:
                 sorted_probs, order = probs.sort(-1, descending=True)
                 keep_sorted = sorted_probs.cumsum(-1) <= top_p
@@ -192,17 +212,23 @@ class SampleNextTask(Task):
             return torch.multinomial(probs.float(), 1, generator=generator).squeeze(-1)
 
         return [
-            (_temperature_after_softmax,
-             "temperature has no effect in your samples: divide the LOGITS by the temperature "
-             "before the softmax (dividing the probabilities afterwards is undone when they are "
-             "renormalised)"),
-            (_top_k_keeps_k_minus_1,
-             "you keep only k - 1 tokens: the k-th largest logit must stay (mask the logits "
-             "strictly below it, `<` not `<=`)"),
-            (_top_p_drops_crossing_token,
-             "you drop the token that makes the total probability cross top_p: keep the "
-             "smallest set of most likely tokens whose total REACHES top_p, crossing token "
-             "included (keep a token when the mass BEFORE it is below top_p)"),
+            (
+                _temperature_after_softmax,
+                "temperature has no effect in your samples: divide the LOGITS by the temperature "
+                "before the softmax (dividing the probabilities afterwards is undone when they are "
+                "renormalised)",
+            ),
+            (
+                _top_k_keeps_k_minus_1,
+                "you keep only k - 1 tokens: the k-th largest logit must stay (mask the logits "
+                "strictly below it, `<` not `<=`)",
+            ),
+            (
+                _top_p_drops_crossing_token,
+                "you drop the token that makes the total probability cross top_p: keep the "
+                "smallest set of most likely tokens whose total REACHES top_p, crossing token "
+                "included (keep a token when the mass BEFORE it is below top_p)",
+            ),
         ]
 
 
@@ -238,7 +264,7 @@ class PerplexityTask(Task):
 
     def cases(self, gen):
         def make(shape, vocab, scale=1.0, dtype=torch.float32):
-            logits = (torch.randn(*shape, vocab, generator=gen, dtype=torch.float64) * scale)
+            logits = torch.randn(*shape, vocab, generator=gen, dtype=torch.float64) * scale
             return logits.to(dtype), torch.randint(vocab, shape, generator=gen)
 
         uniform = torch.zeros(3, 4, 10)
@@ -247,11 +273,15 @@ class PerplexityTask(Task):
             Case("logits (7, 4) and targets (7,): no batch dimension", make((7,), 4)),
             Case("float64 logits (3, 6, 20)", make((3, 6), 20, dtype=torch.float64)),
             Case("confident logits (scale 6), (4, 9, 13)", make((4, 9), 13, scale=6.0)),
-            Case("uniform logits over 10 tokens: perplexity 10",
-                 (uniform, torch.randint(10, (3, 4), generator=gen))),
-            Case("targets (2, 6) for logits (2, 5, 11)",
-                 (torch.randn(2, 5, 11, generator=gen), torch.zeros(2, 6, dtype=torch.long)),
-                 raises=ValueError),
+            Case(
+                "uniform logits over 10 tokens: perplexity 10",
+                (uniform, torch.randint(10, (3, 4), generator=gen)),
+            ),
+            Case(
+                "targets (2, 6) for logits (2, 5, 11)",
+                (torch.randn(2, 5, 11, generator=gen), torch.zeros(2, 6, dtype=torch.long)),
+                raises=ValueError,
+            ),
         ]
 
     def mistakes(self):
@@ -265,12 +295,21 @@ class PerplexityTask(Task):
             return torch.exp(_nll(logits, targets)).mean()
 
         return [
-            (_base_2, "the cross-entropy of log_softmax is in nats (natural log), so the "
-                      "perplexity is e ** mean, not 2 ** mean"),
-            (_log2_then_exp, "you measured the cross-entropy in bits (log base 2) but then "
-                             "took exp: use the natural log throughout (or 2 ** bits)"),
-            (_mean_after_exp, "you averaged the per-token perplexities; take the MEAN of the "
-                              "cross-entropy first, then one exponential"),
+            (
+                _base_2,
+                "the cross-entropy of log_softmax is in nats (natural log), so the "
+                "perplexity is e ** mean, not 2 ** mean",
+            ),
+            (
+                _log2_then_exp,
+                "you measured the cross-entropy in bits (log base 2) but then "
+                "took exp: use the natural log throughout (or 2 ** bits)",
+            ),
+            (
+                _mean_after_exp,
+                "you averaged the per-token perplexities; take the MEAN of the "
+                "cross-entropy first, then one exponential",
+            ),
         ]
 
 
@@ -278,10 +317,31 @@ class PerplexityTask(Task):
 # cached_attention_step
 # --------------------------------------------------------------------------------------------
 
-_AXIS_HINT = ("append the new key and value along the sequence axis (dim=2 of "
-              "(batch, heads, t, d_head)), so the cache grows by one token per step")
-_STALE_HINT = ("return the caches WITH the new key and value appended; returning the old "
-               "ones (a stale cache) makes the next step forget this token")
+_AXIS_HINT = (
+    "append the new key and value along the sequence axis (dim=2 of "
+    "(batch, heads, t, d_head)), so the cache grows by one token per step"
+)
+_STALE_HINT = (
+    "return the caches WITH the new key and value appended; returning the old "
+    "ones (a stale cache) makes the next step forget this token"
+)
+
+
+_CONCATENATIONS = (torch.cat, torch.concat, torch.concatenate)
+
+
+def _appends_off_axis(args: tuple, kwargs: dict, pairs: tuple) -> bool:
+    """Whether a torch.cat call joined a cache and the new token along another axis than dim 2.
+
+    Judged by what the call was given (a cache and the step's k_t or v_t, in that order, and a
+    dim), not by the error it raised.
+    """
+    tensors = args[0] if args else kwargs.get("tensors", ())
+    dim = args[1] if len(args) > 1 else kwargs.get("dim", kwargs.get("axis", 0))
+    if not isinstance(dim, int) or not isinstance(tensors, (tuple, list)):
+        return False
+    shapes = tuple(tuple(t.shape) for t in tensors if isinstance(t, torch.Tensor))
+    return dim % 4 != 2 and shapes in {(tuple(c.shape), tuple(n.shape)) for c, n in pairs}
 
 
 @register
@@ -293,47 +353,71 @@ class CachedAttentionStepTask(Task):
     def cases(self, gen):
         def qkv(batch, heads, n, d, d_v=None, dtype=torch.float32):
             d_v = d_v or d
-            return tuple(torch.randn(batch, heads, n, size, generator=gen, dtype=dtype)
-                         for size in (d, d, d_v))
+            return tuple(
+                torch.randn(batch, heads, n, size, generator=gen, dtype=dtype)
+                for size in (d, d, d_v)
+            )
 
         seq = {"mode": "sequence"}
         cache_k = torch.randn(2, 2, 6, 4, generator=gen)
         cache_v = torch.randn(2, 2, 6, 4, generator=gen)
         q1, k1, v1 = qkv(2, 2, 1, 4)
         return [
-            Case("5 steps from an empty cache, q, k, v (2, 3, 5, 4): each step's output must "
-                 "equal that row of full causal attention", qkv(2, 3, 5, 4), data=seq),
-            Case("7 steps, float64, batch 1, one head, d_v=3 != d_k=5",
-                 qkv(1, 1, 7, 5, 3, dtype=torch.float64), data=seq),
-            Case("one step after a cache of 6 tokens, (2, 2, 6, 4)",
-                 (q1, k1, v1, cache_k, cache_v)),
-            Case("q_t with 2 tokens", (torch.randn(2, 2, 2, 4, generator=gen), k1, v1,
-                                       cache_k, cache_v), raises=ValueError),
+            Case(
+                "5 steps from an empty cache, q, k, v (2, 3, 5, 4): each step's output must "
+                "equal that row of full causal attention",
+                qkv(2, 3, 5, 4),
+                data=seq,
+            ),
+            Case(
+                "7 steps, float64, batch 1, one head, d_v=3 != d_k=5",
+                qkv(1, 1, 7, 5, 3, dtype=torch.float64),
+                data=seq,
+            ),
+            Case(
+                "one step after a cache of 6 tokens, (2, 2, 6, 4)", (q1, k1, v1, cache_k, cache_v)
+            ),
+            Case(
+                "q_t with 2 tokens",
+                (torch.randn(2, 2, 2, 4, generator=gen), k1, v1, cache_k, cache_v),
+                raises=ValueError,
+            ),
         ]
 
     def _step(self, obj, q_t, k_t, v_t, k_cache, v_cache):
         t = k_cache.shape[2]
+        recorder = OpRecorder(watch=_CONCATENATIONS)
         try:
-            out = obj(q_t, k_t, v_t, k_cache, v_cache)
+            with recorder:
+                out = obj(q_t, k_t, v_t, k_cache, v_cache)
         except RuntimeError as error:
-            if "Sizes of tensors must match" in str(error) or "size of tensor" in str(error):
-                raise GradingError(f"your code raised RuntimeError: {error}. Hint: "
-                                   f"{_AXIS_HINT}") from None
-            raise
+            if isinstance(error, NotImplementedError) or not any(
+                _appends_off_axis(args, kwargs, ((k_cache, k_t), (v_cache, v_t)))
+                for _, args, kwargs in recorder.calls
+            ):
+                raise
+            raise GradingError(
+                f"your code raised RuntimeError: {error}. Hint: {_AXIS_HINT}"
+            ) from None
         if not isinstance(out, (tuple, list)) or len(out) != 3:
-            raise GradingError("cached_attention_step should return a tuple "
-                               "(output_t, k_cache, v_cache)")
+            raise GradingError(
+                "cached_attention_step should return a tuple (output_t, k_cache, v_cache)"
+            )
         output_t, new_k, new_v = out
         for name, cache, old in (("k_cache", new_k, k_cache), ("v_cache", new_v, v_cache)):
             want = (*old.shape[:2], t + 1, old.shape[3])
             if not isinstance(cache, torch.Tensor):
                 raise GradingError(f"the returned {name} should be a tensor")
             if tuple(cache.shape) == tuple(old.shape):
-                raise GradingError(f"after a step with a cache of {t} tokens your {name} still "
-                                   f"has shape {tuple(cache.shape)}: {_STALE_HINT}")
+                raise GradingError(
+                    f"after a step with a cache of {t} tokens your {name} still "
+                    f"has shape {tuple(cache.shape)}: {_STALE_HINT}"
+                )
             if tuple(cache.shape) != want:
-                raise GradingError(f"after a step with a cache of {t} tokens your {name} has "
-                                   f"shape {tuple(cache.shape)}, expected {want}: {_AXIS_HINT}")
+                raise GradingError(
+                    f"after a step with a cache of {t} tokens your {name} has "
+                    f"shape {tuple(cache.shape)}, expected {want}: {_AXIS_HINT}"
+                )
         return output_t, new_k, new_v
 
     def call(self, obj, case):
@@ -347,8 +431,9 @@ class CachedAttentionStepTask(Task):
         v_cache = v.new_zeros(batch, heads, 0, v.shape[-1])
         outputs = []
         for i in range(n):
-            output_t, k_cache, v_cache = self._step(obj, q[:, :, i:i + 1], k[:, :, i:i + 1],
-                                                    v[:, :, i:i + 1], k_cache, v_cache)
+            output_t, k_cache, v_cache = self._step(
+                obj, q[:, :, i : i + 1], k[:, :, i : i + 1], v[:, :, i : i + 1], k_cache, v_cache
+            )
             outputs.append(output_t)
         return torch.cat(outputs, dim=2), k_cache, v_cache  # (batch, heads, n, d_v), caches
 
@@ -368,8 +453,11 @@ class CachedAttentionStepTask(Task):
             return _attend(q_t, keys, values), k_cache, v_cache
 
         def _without_the_new_token(q_t, k_t, v_t, k_cache, v_cache):
-            output = _attend(q_t, k_cache, v_cache) if k_cache.shape[2] else torch.zeros_like(
-                q_t[..., :1].expand(*q_t.shape[:3], v_t.shape[-1]))
+            output = (
+                _attend(q_t, k_cache, v_cache)
+                if k_cache.shape[2]
+                else torch.zeros_like(q_t[..., :1].expand(*q_t.shape[:3], v_t.shape[-1]))
+            )
             return output, torch.cat([k_cache, k_t], 2), torch.cat([v_cache, v_t], 2)
 
         def _wrong_axis(q_t, k_t, v_t, k_cache, v_cache):
@@ -378,15 +466,17 @@ class CachedAttentionStepTask(Task):
 
         return [
             (_stale_cache, _STALE_HINT),
-            (_without_the_new_token,
-             "the newest token must attend to itself too: append k_t and v_t to the cache "
-             "BEFORE computing the attention"),
+            (
+                _without_the_new_token,
+                "the newest token must attend to itself too: append k_t and v_t to the cache "
+                "BEFORE computing the attention",
+            ),
             (_wrong_axis, _AXIS_HINT),
         ]
 
 
 def _attend(q, k, v):
-    weights = _softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
+    weights = stable_softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
     return weights @ v
 
 
@@ -429,8 +519,9 @@ def _build_gpt(cls, state, dtype):
     return model.eval()
 
 
-def _wrong_generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None,
-                    *, mistake=""):
+def _wrong_generate(
+    model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None, *, mistake=""
+):
     from ...sampling import sample_next
 
     with torch.no_grad():
@@ -453,8 +544,9 @@ def _wrong_generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, gen
 
 def _wrong(name):
     def wrong(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
-        return _wrong_generate(model, ids, max_new_tokens, temperature, top_k, generator,
-                               mistake=name)
+        return _wrong_generate(
+            model, ids, max_new_tokens, temperature, top_k, generator, mistake=name
+        )
 
     wrong.__name__ = f"generate_{name}"
     return wrong
@@ -465,36 +557,72 @@ class Generate(Task):
     id = "ex09.generate"
     lesson = "lesson 09, sections 'Sampling strategies' and 'A KV cache'"
     reference = "course_lib.gpt.generate_with_cache"
+    depends_on = ("sample_next",)
     forbidden = ("course_lib.gpt.generate",)
 
     def cases(self, gen):
         from ...gpt import GPT, GPTConfig
 
-        def case(description, batch, prompt, new, *, temperature=1.0, top_k=None,
-                 dtype=torch.float64):
+        def case(
+            description, batch, prompt, new, *, temperature=1.0, top_k=None, dtype=torch.float64
+        ):
             with torch.random.fork_rng(devices=[]):
                 model = GPT(GPTConfig(**_GPT_SIZES))
-            state = {k: (0.5 * randn_like(v, gen)).to(dtype) for k, v in
-                     model.state_dict().items()}
+            state = {
+                k: (0.5 * randn(gen, *v.shape, dtype=torch.float64)).to(dtype)
+                for k, v in model.state_dict().items()
+            }
             ids = torch.randint(0, _GPT_SIZES["vocab_size"], (batch, prompt), generator=gen)
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
             kwargs = {"temperature": temperature, "top_k": top_k}
-            return Case(description, data={"state": state, "dtype": dtype, "ids": ids,
-                                           "new": new, "kwargs": kwargs, "seed": seed})
+            return Case(
+                description,
+                data={
+                    "state": state,
+                    "dtype": dtype,
+                    "ids": ids,
+                    "new": new,
+                    "kwargs": kwargs,
+                    "seed": seed,
+                },
+            )
 
         return [
-            case("greedy (temperature 0), batch 2, a prompt of 3 tokens, 6 new tokens", 2, 3, 6,
-                 temperature=0.0),
-            case("sampling at temperature 1.0, batch 3, a prompt of 1 token, 8 new tokens", 3, 1,
-                 8),
-            case("top_k=3 at temperature 0.8, batch 1, a prompt of 5 tokens, 5 new tokens", 1, 5,
-                 5, temperature=0.8, top_k=3),
+            case(
+                "greedy (temperature 0), batch 2, a prompt of 3 tokens, 6 new tokens",
+                2,
+                3,
+                6,
+                temperature=0.0,
+            ),
+            case(
+                "sampling at temperature 1.0, batch 3, a prompt of 1 token, 8 new tokens", 3, 1, 8
+            ),
+            case(
+                "top_k=3 at temperature 0.8, batch 1, a prompt of 5 tokens, 5 new tokens",
+                1,
+                5,
+                5,
+                temperature=0.8,
+                top_k=3,
+            ),
             case("max_new_tokens=1, batch 2, a prompt of 4 tokens", 2, 4, 1),
             case("max_new_tokens=0: the prompt comes back unchanged", 2, 3, 0),
-            case("a prompt of 10 and 6 new tokens: exactly the context of 16 (block_size)", 2,
-                 10, 6, temperature=0.7),
-            case("float32 model, greedy, batch 4, a prompt of 2 tokens, 7 new tokens", 4, 2, 7,
-                 temperature=0.0, dtype=torch.float32),
+            case(
+                "a prompt of 10 and 6 new tokens: exactly the context of 16 (block_size)",
+                2,
+                10,
+                6,
+                temperature=0.7,
+            ),
+            case(
+                "float32 model, greedy, batch 4, a prompt of 2 tokens, 7 new tokens",
+                4,
+                2,
+                7,
+                temperature=0.0,
+                dtype=torch.float32,
+            ),
         ]
 
     def _run(self, obj, case, cls):
@@ -522,29 +650,43 @@ class Generate(Task):
         if message:
             return message
         if got[1] is not True:
-            return ("your tokens are right, but the model computed more positions than the "
-                    "prompt plus one per new token: feed only the newest token at each step, "
-                    "with the cache")
+            return (
+                "your tokens are right, but the model computed more positions than the "
+                "prompt plus one per new token: feed only the newest token at each step, "
+                "with the cache"
+            )
         return None
 
     def mistakes(self):
         return [
-            (_wrong("stale"), "the cache is stale: forward_cached returns the cache with the "
-             "new token's keys and values appended; keep it (logits, cache = "
-             "model.forward_cached(...)) or the next step forgets the tokens generated so far"),
-            (_wrong("restart"), "the positions restart at 0: the newest token sits at position "
-             "(number of tokens so far) - 1, so pass start = ids.shape[1] - 1 after appending it"),
-            (_wrong("off_by_one"), "the new token's position is off by one: after appending it, "
-             "it sits at position ids.shape[1] - 1 (positions count from 0)"),
-            (_wrong("first_position"), "sample from the logits of the LAST position, "
-             "logits[:, -1]: they predict the next token"),
-            (_wrong("no_prompt"), "feed the whole prompt first (start 0, an empty cache): its "
-             "keys and values are what the new tokens attend to"),
+            (
+                _wrong("stale"),
+                "the cache is stale: forward_cached returns the cache with the "
+                "new token's keys and values appended; keep it (logits, cache = "
+                "model.forward_cached(...)) or the next step forgets the tokens generated so far",
+            ),
+            (
+                _wrong("restart"),
+                "the positions restart at 0: the newest token sits at position "
+                "(number of tokens so far) - 1, so pass start = ids.shape[1] - 1 after appending "
+                "it",
+            ),
+            (
+                _wrong("off_by_one"),
+                "the new token's position is off by one: after appending it, "
+                "it sits at position ids.shape[1] - 1 (positions count from 0)",
+            ),
+            (
+                _wrong("first_position"),
+                "sample from the logits of the LAST position, "
+                "logits[:, -1]: they predict the next token",
+            ),
+            (
+                _wrong("no_prompt"),
+                "feed the whole prompt first (start 0, an empty cache): its "
+                "keys and values are what the new tokens attend to",
+            ),
         ]
-
-
-def randn_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    return torch.randn(t.shape, generator=gen, dtype=torch.float64)
 
 
 # --------------------------------------------------------------------------------------------
@@ -643,46 +785,98 @@ def _sgd_step(model, ids, lr=0.5):
 
 
 @register
-class CapstoneGPT(Task):
+class CapstoneGPT(ModuleTask):
     id = "ex09.GPT"
     lesson = "lesson 09, section 'The GPT: the same blocks, a causal mask, no cross-attention'"
     reference = "course_lib.gpt.gpt_from_sizes"
-    forbidden = ("course_lib.gpt.GPT", "course_lib.blocks.EncoderLayer",
-                 "torch.nn.TransformerEncoderLayer", "torch.nn.TransformerEncoder",
-                 "torch.nn.TransformerDecoderLayer")
+    forbidden = (
+        "course_lib.gpt.GPT",
+        "course_lib.blocks.EncoderLayer",
+        "torch.nn.TransformerEncoderLayer",
+        "torch.nn.TransformerEncoder",
+        "torch.nn.TransformerDecoderLayer",
+    )
 
     def cases(self, gen):
         def case(description, kind, sizes, batch, seq, dtype=torch.float32, new=0):
             ids = torch.randint(0, sizes["vocab_size"], (batch, seq), generator=gen)
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
-            return Case(description, data={"kind": kind, "sizes": sizes, "ids": ids,
-                                           "state": _gpt_state(gen, sizes, dtype), "new": new,
-                                           "seed": seed})
+            return Case(
+                description,
+                data={
+                    "kind": kind,
+                    "sizes": sizes,
+                    "ids": ids,
+                    "state": _gpt_state(gen, sizes, dtype),
+                    "new": new,
+                    "seed": seed,
+                },
+            )
 
-        small = {"vocab_size": 13, "block_size": 8, "d_model": 16, "num_heads": 2,
-                 "num_layers": 1}
-        deeper = {"vocab_size": 9, "block_size": 6, "d_model": 12, "num_heads": 3,
-                  "num_layers": 2}
+        small = {"vocab_size": 13, "block_size": 8, "d_model": 16, "num_heads": 2, "num_layers": 1}
+        deeper = {"vocab_size": 9, "block_size": 6, "d_model": 12, "num_heads": 3, "num_layers": 2}
         return [
-            case("forward: vocab 13, block_size 8, d_model 16, 2 heads, 1 layer, ids (2, 5)",
-                 "forward", small, 2, 5),
-            case("forward: 2 layers, 3 heads, ids (1, 6) filling block_size, float64",
-                 "forward", deeper, 1, 6, dtype=torch.float64),
+            case(
+                "forward: vocab 13, block_size 8, d_model 16, 2 heads, 1 layer, ids (2, 5)",
+                "forward",
+                small,
+                2,
+                5,
+            ),
+            case(
+                "forward: 2 layers, 3 heads, ids (1, 6) filling block_size, float64",
+                "forward",
+                deeper,
+                1,
+                6,
+                dtype=torch.float64,
+            ),
             case("forward on a single token, ids (3, 1)", "forward", small, 3, 1),
-            case("one SGD step (lr 0.5) on the next-token loss of ids (3, 7), then the loss and "
-                 "every parameter compared", "step", small, 3, 7),
-            case("one SGD step, 2 layers, float64, ids (2, 7)", "step", deeper, 2, 7,
-                 dtype=torch.float64),
-            case("generation with course_lib.gpt.generate: prompt (2, 3), 8 new tokens "
-                 "(beyond block_size, so the window slides), temperature 1.0, same seed",
-                 "generate", deeper, 2, 3, dtype=torch.float64, new=8),
+            case(
+                "one SGD step (lr 0.5) on the next-token loss of ids (3, 7), then the loss and "
+                "every parameter compared",
+                "step",
+                small,
+                3,
+                7,
+            ),
+            case(
+                "one SGD step, 2 layers, float64, ids (2, 7)",
+                "step",
+                deeper,
+                2,
+                7,
+                dtype=torch.float64,
+            ),
+            case(
+                "generation with course_lib.gpt.generate: prompt (2, 3), 8 new tokens "
+                "(beyond block_size, so the window slides), temperature 1.0, same seed",
+                "generate",
+                deeper,
+                2,
+                3,
+                dtype=torch.float64,
+                new=8,
+            ),
         ]
 
-    def _run(self, model, case):
+    def init_args(self, case):
+        sizes = case.data["sizes"]
+        names = ("vocab_size", "block_size", "d_model", "num_heads", "num_layers")
+        return tuple(sizes[name] for name in names), {}
+
+    def build(self, obj, case):
+        with torch.random.fork_rng(devices=[]):  # a model's own init draws from the global RNG
+            return super().build(obj, case)
+
+    def weights(self, case):
+        return case.data["state"]
+
+    def not_a_module(self, built):
+        return f"GPT(...) should build a torch.nn.Module, got {type(built).__name__}"
+
+    def run(self, model, case):
         d = case.data
-        dtype = d["state"]["token_embedding.weight"].dtype
-        model = model.to(dtype)
-        load_weights(model, d["state"], "your GPT")
         if d["kind"] == "forward":
             model.eval()
             with torch.no_grad():
@@ -691,22 +885,13 @@ class CapstoneGPT(Task):
             return _sgd_step(model, d["ids"])
         from ...gpt import generate
 
-        tokens = generate(_AsGPT(model, d["sizes"]["block_size"]), d["ids"], d["new"],
-                          generator=torch.Generator().manual_seed(d["seed"]))
+        tokens = generate(
+            _AsGPT(model, d["sizes"]["block_size"]),
+            d["ids"],
+            d["new"],
+            generator=torch.Generator().manual_seed(d["seed"]),
+        )
         return tokens
-
-    def call(self, obj, case):
-        sizes = case.data["sizes"]
-        with torch.random.fork_rng(devices=[]):
-            model = obj(sizes["vocab_size"], sizes["block_size"], sizes["d_model"],
-                        sizes["num_heads"], sizes["num_layers"])
-        if not isinstance(model, nn.Module):
-            raise GradingError(f"GPT(...) should build a torch.nn.Module, got "
-                               f"{type(model).__name__}")
-        return self._run(model, case)
-
-    def expected(self, case):
-        return self._run(_reference_gpt(case.data["sizes"]), case)
 
     def compare(self, got, want, case):
         if case.data["kind"] == "step":
@@ -715,23 +900,37 @@ class CapstoneGPT(Task):
             if abs(got[0] - want[0]) > 1e-4 * max(1.0, abs(want[0])):
                 return f"the loss before the step is {got[0]:.6g}, expected {want[0]:.6g}"
             return compare_values(got[1], want[1], "your parameters after one step")
-        return compare_values(got, want, "your logits" if case.data["kind"] == "forward"
-                              else "your generated tokens")
+        return compare_values(
+            got, want, "your logits" if case.data["kind"] == "forward" else "your generated tokens"
+        )
 
     def mistakes(self):
         return [
-            (_mistake_gpt("no_causal"), "a position sees the future: the self-attention needs "
-             "the causal mask (True on and below the diagonal)"),
-            (_mistake_gpt("post_norm"), "the GPT's blocks are pre-norm: x = x + attn(norm1(x)), "
-             "then x = x + ffn(norm2(x)); you normalised after adding (post-norm)"),
+            (
+                _mistake_gpt("no_causal"),
+                "a position sees the future: the self-attention needs "
+                "the causal mask (True on and below the diagonal)",
+            ),
+            (
+                _mistake_gpt("post_norm"),
+                "the GPT's blocks are pre-norm: x = x + attn(norm1(x)), "
+                "then x = x + ffn(norm2(x)); you normalised after adding (post-norm)",
+            ),
             (_mistake_gpt("relu"), "the GPT's feed-forward uses GELU (F.gelu), not ReLU"),
-            (_mistake_gpt("no_positions"), "add the position embedding of positions 0 .. seq-1 "
-             "to the token embedding"),
-            (_mistake_gpt("no_final_norm"), "apply the final LayerNorm `norm` to the last "
-             "block's output before lm_head"),
-            (_mistake_gpt("untied"), "the output layer must share its matrix with the token "
-             "embedding: self.lm_head.weight = self.token_embedding.weight (the forward pass "
-             "agrees, but one step of training updates the two copies separately)"),
+            (
+                _mistake_gpt("no_positions"),
+                "add the position embedding of positions 0 .. seq-1 to the token embedding",
+            ),
+            (
+                _mistake_gpt("no_final_norm"),
+                "apply the final LayerNorm `norm` to the last block's output before lm_head",
+            ),
+            (
+                _mistake_gpt("untied"),
+                "the output layer must share its matrix with the token "
+                "embedding: self.lm_head.weight = self.token_embedding.weight (the forward pass "
+                "agrees, but one step of training updates the two copies separately)",
+            ),
         ]
 
 
@@ -743,7 +942,7 @@ class _AsGPT(nn.Module):
         self.model, self.block_size = model, block_size
 
     def forward(self, ids):
-        return self.model(ids[:, -self.block_size:])
+        return self.model(ids[:, -self.block_size :])
 
 
 # --------------------------------------------------------------------------------------------
@@ -762,7 +961,12 @@ def _cached_step_unscaled(q_t, k_t, v_t, k_cache, v_cache):
     return weights @ v_cache, k_cache, v_cache
 
 
-extend_task(CachedAttentionStepTask, mistakes=[
-    (_cached_step_unscaled, "the scores are not scaled: divide q_t·k by sqrt(d_head), as in "
-     "full attention"),
-])
+extend_task(
+    CachedAttentionStepTask,
+    mistakes=[
+        (
+            _cached_step_unscaled,
+            "the scores are not scaled: divide q_t·k by sqrt(d_head), as in full attention",
+        ),
+    ],
+)

@@ -22,14 +22,13 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
 from ..core import Case, GradingError, Task, register
+from .common import randn
 
 LESSON = "lesson 10"
-MEMORY_HINT = ("your code builds a tensor as large as the full matrix of scores, which the "
-               "tiles exist to avoid: compute the scores of one block of keys at a time")
-
-
-def _randn(gen, *shape, dtype=torch.float32, scale=1.0):
-    return torch.randn(*shape, generator=gen, dtype=dtype) * scale
+MEMORY_HINT = (
+    "your code builds a tensor as large as the full matrix of scores, which the "
+    "tiles exist to avoid: compute the scores of one block of keys at a time"
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -53,7 +52,8 @@ class _MemoryLimit(TorchFunctionMode):
                 if stored > self.limit:
                     raise GradingError(
                         f"{MEMORY_HINT} (a tensor of shape {tuple(leaf.shape)} appeared; the "
-                        f"limit here is {self.limit:,} numbers, one row of tiles)")
+                        f"limit here is {self.limit:,} numbers, one row of tiles)"
+                    )
         return out
 
 
@@ -63,12 +63,28 @@ def _tiled_case(description, q, k, v, block_size, causal=False, raises=None):
     limit = None
     if raises is None and n_k > block_size:
         limit = batch * max(n_q, n_k) * max(block_size, q.shape[-1], v.shape[-1])
-    return Case(description, (q, k, v), {"block_size": block_size, "causal": causal},
-                data={"limit": limit}, raises=raises)
+    return Case(
+        description,
+        (q, k, v),
+        {"block_size": block_size, "causal": causal},
+        data={"limit": limit},
+        raises=raises,
+    )
 
 
-def _tiles(q, k, v, block_size, causal, rescale_sum=True, rescale_out=True, subtract_max=True,
-           scale=True, diagonal=True, buffer_dtype=None):
+def _tiles(
+    q,
+    k,
+    v,
+    block_size,
+    causal,
+    rescale_sum=True,
+    rescale_out=True,
+    subtract_max=True,
+    scale=True,
+    diagonal=True,
+    buffer_dtype=None,
+):
     """The textbook loop over key blocks; the mistakes below switch one piece of it off."""
     buffer_dtype = q.dtype if buffer_dtype is None else buffer_dtype
     n_q, n_k = q.shape[-2], k.shape[-2]
@@ -80,7 +96,7 @@ def _tiles(q, k, v, block_size, causal, rescale_sum=True, rescale_out=True, subt
     out = torch.zeros(*shape, n_q, v.shape[-1], dtype=buffer_dtype)
     rows = torch.arange(n_q)[:, None]
     for start in range(0, n_k, block_size):
-        s = q @ k[..., start:start + block_size, :].transpose(-2, -1)
+        s = q @ k[..., start : start + block_size, :].transpose(-2, -1)
         if causal:
             cols = torch.arange(start, start + s.shape[-1])
             blocked = cols > rows if diagonal else cols >= rows
@@ -93,7 +109,7 @@ def _tiles(q, k, v, block_size, causal, rescale_sum=True, rescale_out=True, subt
         p = (s - safe).exp()
         correction = (m - safe).exp() if subtract_max else torch.ones_like(m)
         total = (total * correction if rescale_sum else total) + p.sum(-1, keepdim=True)
-        out = (out * correction if rescale_out else out) + p @ v[..., start:start + block_size, :]
+        out = (out * correction if rescale_out else out) + p @ v[..., start : start + block_size, :]
         m = new_m
     return out / total
 
@@ -112,61 +128,131 @@ class TiledAttention(Task):
     def cases(self, gen):
         f64 = torch.float64
         return [
-            _tiled_case("q, k, v (2, 3, 10, 8), block_size=4 (10 is not a multiple of 4)",
-                        _randn(gen, 2, 3, 10, 8), _randn(gen, 2, 3, 10, 8),
-                        _randn(gen, 2, 3, 10, 8), 4),
-            _tiled_case("the same shapes with causal=True",
-                        _randn(gen, 2, 3, 10, 8), _randn(gen, 2, 3, 10, 8),
-                        _randn(gen, 2, 3, 10, 8), 4, causal=True),
-            _tiled_case("n_q=7 != n_k=13, d_v=5: q (2, 7, 6), k (2, 13, 6), v (2, 13, 5), "
-                        "block_size=4",
-                        _randn(gen, 2, 7, 6), _randn(gen, 2, 13, 6), _randn(gen, 2, 13, 5), 4),
-            _tiled_case("float64, large scores (the maximum moves from block to block), "
-                        "(3, 9, 6), block_size=3, causal=True",
-                        _randn(gen, 3, 9, 6, dtype=f64, scale=4.0),
-                        _randn(gen, 3, 9, 6, dtype=f64, scale=4.0),
-                        _randn(gen, 3, 9, 6, dtype=f64), 3, causal=True),
-            _tiled_case("scores near 900 (exp would overflow without subtracting the maximum), "
-                        "(1, 6, 4), block_size=2",
-                        _randn(gen, 1, 6, 4, scale=30.0), _randn(gen, 1, 6, 4, scale=30.0),
-                        _randn(gen, 1, 6, 4), 2),
-            _tiled_case("block_size=1 (every key its own block), (2, 6, 4), causal=True",
-                        _randn(gen, 2, 6, 4, scale=2.0), _randn(gen, 2, 6, 4, scale=2.0),
-                        _randn(gen, 2, 6, 4), 1, causal=True),
-            _tiled_case("block_size=16 larger than n=5: one block, (1, 5, 4)",
-                        _randn(gen, 1, 5, 4), _randn(gen, 1, 5, 4), _randn(gen, 1, 5, 4), 16),
-            _tiled_case("batch smaller than the other sizes: q, k, v (1, 40, 16), "
-                        "block_size=8, float64",
-                        _randn(gen, 1, 40, 16, dtype=f64, scale=2.0),
-                        _randn(gen, 1, 40, 16, dtype=f64, scale=2.0),
-                        _randn(gen, 1, 40, 16, dtype=f64), 8),
-            _tiled_case("a long sequence under a memory limit: q, k, v (2, 2048, 16), "
-                        "block_size=128 (the full 2048 x 2048 scores are not allowed)",
-                        _randn(gen, 2, 2048, 16), _randn(gen, 2, 2048, 16),
-                        _randn(gen, 2, 2048, 16), 128),
-            _tiled_case("the same limit with causal=True: q, k, v (1, 1024, 16), block_size=64",
-                        _randn(gen, 1, 1024, 16), _randn(gen, 1, 1024, 16),
-                        _randn(gen, 1, 1024, 16), 64, causal=True),
-            _tiled_case("bfloat16 q, k, v (2, 6, 8), block_size=2: the output keeps q's dtype",
-                        _randn(gen, 2, 6, 8, dtype=torch.bfloat16),
-                        _randn(gen, 2, 6, 8, dtype=torch.bfloat16),
-                        _randn(gen, 2, 6, 8, dtype=torch.bfloat16), 2),
-            _tiled_case("batch dimensions broadcast: q (3, 5, 4), k and v (2, 3, 9, 4), "
-                        "block_size=4, causal=True",
-                        _randn(gen, 3, 5, 4), _randn(gen, 2, 3, 9, 4), _randn(gen, 2, 3, 9, 4),
-                        4, causal=True),
-            _tiled_case("block_size=0 must raise a ValueError",
-                        _randn(gen, 1, 4, 4), _randn(gen, 1, 4, 4), _randn(gen, 1, 4, 4), 0,
-                        raises=ValueError),
-            _tiled_case("block_size=-3 must raise a ValueError",
-                        _randn(gen, 1, 4, 4), _randn(gen, 1, 4, 4), _randn(gen, 1, 4, 4), -3,
-                        raises=ValueError),
-            _tiled_case("block_size=-1 must raise a ValueError",
-                        _randn(gen, 1, 4, 4), _randn(gen, 1, 4, 4), _randn(gen, 1, 4, 4), -1,
-                        raises=ValueError),
-            _tiled_case("block_size=2.5 (not an integer) must raise a ValueError",
-                        _randn(gen, 1, 4, 4), _randn(gen, 1, 4, 4), _randn(gen, 1, 4, 4), 2.5,
-                        raises=ValueError),
+            _tiled_case(
+                "q, k, v (2, 3, 10, 8), block_size=4 (10 is not a multiple of 4)",
+                randn(gen, 2, 3, 10, 8),
+                randn(gen, 2, 3, 10, 8),
+                randn(gen, 2, 3, 10, 8),
+                4,
+            ),
+            _tiled_case(
+                "the same shapes with causal=True",
+                randn(gen, 2, 3, 10, 8),
+                randn(gen, 2, 3, 10, 8),
+                randn(gen, 2, 3, 10, 8),
+                4,
+                causal=True,
+            ),
+            _tiled_case(
+                "n_q=7 != n_k=13, d_v=5: q (2, 7, 6), k (2, 13, 6), v (2, 13, 5), block_size=4",
+                randn(gen, 2, 7, 6),
+                randn(gen, 2, 13, 6),
+                randn(gen, 2, 13, 5),
+                4,
+            ),
+            _tiled_case(
+                "float64, large scores (the maximum moves from block to block), "
+                "(3, 9, 6), block_size=3, causal=True",
+                randn(gen, 3, 9, 6, dtype=f64, scale=4.0),
+                randn(gen, 3, 9, 6, dtype=f64, scale=4.0),
+                randn(gen, 3, 9, 6, dtype=f64),
+                3,
+                causal=True,
+            ),
+            _tiled_case(
+                "scores near 900 (exp would overflow without subtracting the maximum), "
+                "(1, 6, 4), block_size=2",
+                randn(gen, 1, 6, 4, scale=30.0),
+                randn(gen, 1, 6, 4, scale=30.0),
+                randn(gen, 1, 6, 4),
+                2,
+            ),
+            _tiled_case(
+                "block_size=1 (every key its own block), (2, 6, 4), causal=True",
+                randn(gen, 2, 6, 4, scale=2.0),
+                randn(gen, 2, 6, 4, scale=2.0),
+                randn(gen, 2, 6, 4),
+                1,
+                causal=True,
+            ),
+            _tiled_case(
+                "block_size=16 larger than n=5: one block, (1, 5, 4)",
+                randn(gen, 1, 5, 4),
+                randn(gen, 1, 5, 4),
+                randn(gen, 1, 5, 4),
+                16,
+            ),
+            _tiled_case(
+                "batch smaller than the other sizes: q, k, v (1, 40, 16), block_size=8, float64",
+                randn(gen, 1, 40, 16, dtype=f64, scale=2.0),
+                randn(gen, 1, 40, 16, dtype=f64, scale=2.0),
+                randn(gen, 1, 40, 16, dtype=f64),
+                8,
+            ),
+            _tiled_case(
+                "a long sequence under a memory limit: q, k, v (2, 2048, 16), "
+                "block_size=128 (the full 2048 x 2048 scores are not allowed)",
+                randn(gen, 2, 2048, 16),
+                randn(gen, 2, 2048, 16),
+                randn(gen, 2, 2048, 16),
+                128,
+            ),
+            _tiled_case(
+                "the same limit with causal=True: q, k, v (1, 1024, 16), block_size=64",
+                randn(gen, 1, 1024, 16),
+                randn(gen, 1, 1024, 16),
+                randn(gen, 1, 1024, 16),
+                64,
+                causal=True,
+            ),
+            _tiled_case(
+                "bfloat16 q, k, v (2, 6, 8), block_size=2: the output keeps q's dtype",
+                randn(gen, 2, 6, 8, dtype=torch.bfloat16),
+                randn(gen, 2, 6, 8, dtype=torch.bfloat16),
+                randn(gen, 2, 6, 8, dtype=torch.bfloat16),
+                2,
+            ),
+            _tiled_case(
+                "batch dimensions broadcast: q (3, 5, 4), k and v (2, 3, 9, 4), "
+                "block_size=4, causal=True",
+                randn(gen, 3, 5, 4),
+                randn(gen, 2, 3, 9, 4),
+                randn(gen, 2, 3, 9, 4),
+                4,
+                causal=True,
+            ),
+            _tiled_case(
+                "block_size=0 must raise a ValueError",
+                randn(gen, 1, 4, 4),
+                randn(gen, 1, 4, 4),
+                randn(gen, 1, 4, 4),
+                0,
+                raises=ValueError,
+            ),
+            _tiled_case(
+                "block_size=-3 must raise a ValueError",
+                randn(gen, 1, 4, 4),
+                randn(gen, 1, 4, 4),
+                randn(gen, 1, 4, 4),
+                -3,
+                raises=ValueError,
+            ),
+            _tiled_case(
+                "block_size=-1 must raise a ValueError",
+                randn(gen, 1, 4, 4),
+                randn(gen, 1, 4, 4),
+                randn(gen, 1, 4, 4),
+                -1,
+                raises=ValueError,
+            ),
+            _tiled_case(
+                "block_size=2.5 (not an integer) must raise a ValueError",
+                randn(gen, 1, 4, 4),
+                randn(gen, 1, 4, 4),
+                randn(gen, 1, 4, 4),
+                2.5,
+                raises=ValueError,
+            ),
         ]
 
     def call(self, obj, case):
@@ -200,7 +286,10 @@ class TiledAttention(Task):
         def softmax_per_block(q, k, v, block_size=128, causal=False):
             parts = []
             for start in range(0, k.shape[-2], block_size):
-                kb, vb = k[..., start:start + block_size, :], v[..., start:start + block_size, :]
+                kb, vb = (
+                    k[..., start : start + block_size, :],
+                    v[..., start : start + block_size, :],
+                )
                 s = q @ kb.transpose(-2, -1) / math.sqrt(q.shape[-1])
                 if causal:
                     cols = torch.arange(start, start + s.shape[-1])
@@ -216,36 +305,52 @@ class TiledAttention(Task):
             return s.softmax(-1) @ v
 
         return [
-            (sum_not_rescaled,
-             "the running sum is not rescaled: when a block brings a larger maximum m', the sum "
-             "of exp(s - m) collected so far must be multiplied by exp(m - m') before the new "
-             "block's terms are added"),
-            (output_not_rescaled,
-             "the running output is not rescaled: when the maximum grows from m to m', multiply "
-             "the weighted sum of values collected so far by exp(m - m'), as you do the sum"),
-            (no_max,
-             "exp of large scores overflows to inf: keep a running maximum and subtract it "
-             "before exp, rescaling what was summed when it grows"),
+            (
+                sum_not_rescaled,
+                "the running sum is not rescaled: when a block brings a larger maximum m', the sum "
+                "of exp(s - m) collected so far must be multiplied by exp(m - m') before the new "
+                "block's terms are added",
+            ),
+            (
+                output_not_rescaled,
+                "the running output is not rescaled: when the maximum grows from m to m', multiply "
+                "the weighted sum of values collected so far by exp(m - m'), as you do the sum",
+            ),
+            (
+                no_max,
+                "exp of large scores overflows to inf: keep a running maximum and subtract it "
+                "before exp, rescaling what was summed when it grows",
+            ),
             (unscaled, "the scores are not divided by sqrt(d_k)"),
-            (diagonal_blocked,
-             "with causal=True a query may attend to itself: block keys j > i, not j >= i"),
-            (causal_ignored,
-             "causal=True is ignored: query i may only attend to keys j <= i (mask the later "
-             "keys of each tile with -inf)"),
-            (float32_buffers,
-             "your output is not in q's dtype: torch.zeros makes float32 tensors unless told "
-             "otherwise, so create the running sum and output (and maximum) with "
-             "dtype=q.dtype"),
-            (softmax_per_block,
-             "a softmax per block, then an average of the blocks, is not the softmax over all "
-             "keys: keep one running maximum and one running sum across the blocks"),
+            (
+                diagonal_blocked,
+                "with causal=True a query may attend to itself: block keys j > i, not j >= i",
+            ),
+            (
+                causal_ignored,
+                "causal=True is ignored: query i may only attend to keys j <= i (mask the later "
+                "keys of each tile with -inf)",
+            ),
+            (
+                float32_buffers,
+                "your output is not in q's dtype: torch.zeros makes float32 tensors unless told "
+                "otherwise, so create the running sum and output (and maximum) with "
+                "dtype=q.dtype",
+            ),
+            (
+                softmax_per_block,
+                "a softmax per block, then an average of the blocks, is not the softmax over all "
+                "keys: keep one running maximum and one running sum across the blocks",
+            ),
             (full_matrix, MEMORY_HINT),
         ]
 
     def diagnose(self, got, want, case):
         if isinstance(got, torch.Tensor) and not torch.isfinite(got).all():
-            return ("your output has inf or NaN: subtract the running maximum before exp, and "
-                    "rescale the sum and output when it grows")
+            return (
+                "your output has inf or NaN: subtract the running maximum before exp, and "
+                "rescale the sum and output when it grows"
+            )
         return None
 
 
@@ -275,8 +380,7 @@ class SlidingWindowMask(Task):
             Case("n=5, window=0 (each token sees only itself)", (5, 0)),
             Case("n=4, window=0, causal=True", (4, 0), {"causal": True}),
             Case("n=6, window=10 (wider than the sequence: everything allowed)", (6, 10)),
-            Case("n=6, window=10, causal=True (the plain causal mask)", (6, 10),
-                 {"causal": True}),
+            Case("n=6, window=10, causal=True (the plain causal mask)", (6, 10), {"causal": True}),
             Case("n=1, window=3", (1, 3)),
             Case("n=12, window=3, causal=False given by keyword", (12, 3), {"causal": False}),
             Case("n=9, window=1, causal=True", (9, 1), {"causal": True}),
@@ -286,20 +390,32 @@ class SlidingWindowMask(Task):
 
     def mistakes(self):
         return [
-            (lambda n, window, causal=False: _band(n, window, causal, width_offset=-1),
-             "the window is one too narrow: key j is allowed when |i - j| <= window, so the "
-             "band is 2 * window + 1 wide (use <=, not <)"),
-            (lambda n, window, causal=False: _band(n, window, causal, width_offset=1),
-             "the window is one too wide: key j is allowed when |i - j| <= window, not "
-             "<= window + 1"),
-            (lambda n, window, causal=False: _band(n, window, causal, future=True),
-             "with causal=True the band keeps the past (j <= i), not the future"),
-            (lambda n, window, causal=False: _band(n, window, False),
-             "causal=True is ignored: keep only the keys j with i - window <= j <= i"),
-            (lambda n, window, causal=False: ~_band(n, window, causal),
-             "your mask is inverted: True means 'may attend' in this course"),
-            (lambda n, window, causal=False: _band(n, window, causal).float(),
-             "the mask must be a bool tensor (True/False), not floats"),
+            (
+                lambda n, window, causal=False: _band(n, window, causal, width_offset=-1),
+                "the window is one too narrow: key j is allowed when |i - j| <= window, so the "
+                "band is 2 * window + 1 wide (use <=, not <)",
+            ),
+            (
+                lambda n, window, causal=False: _band(n, window, causal, width_offset=1),
+                "the window is one too wide: key j is allowed when |i - j| <= window, not "
+                "<= window + 1",
+            ),
+            (
+                lambda n, window, causal=False: _band(n, window, causal, future=True),
+                "with causal=True the band keeps the past (j <= i), not the future",
+            ),
+            (
+                lambda n, window, causal=False: _band(n, window, False),
+                "causal=True is ignored: keep only the keys j with i - window <= j <= i",
+            ),
+            (
+                lambda n, window, causal=False: ~_band(n, window, causal),
+                "your mask is inverted: True means 'may attend' in this course",
+            ),
+            (
+                lambda n, window, causal=False: _band(n, window, causal).float(),
+                "the mask must be a bool tensor (True/False), not floats",
+            ),
         ]
 
 
@@ -332,14 +448,17 @@ def _mlm_stats(ids, inputs, labels, mask_id, vocab_size, pad_id):
         "exact": {
             "padding chosen": int((chosen & ~real).sum()),
             "padding changed": int(((inputs != ids) & ~real).sum()),
-            "labels of chosen positions that are not the original id":
-                int((labels[chosen] != original).sum()),
+            "labels of chosen positions that are not the original id": int(
+                (labels[chosen] != original).sum()
+            ),
             "positions changed although not chosen": int((inputs != ids)[~chosen].sum()),
-            "random ids outside [0, vocab_size)": int(((replaced < 0)
-                                                       | (replaced >= vocab_size)).sum()),
+            "random ids outside [0, vocab_size)": int(
+                ((replaced < 0) | (replaced >= vocab_size)).sum()
+            ),
         },
         "counts": {
-            "real": int(real.sum()), "chosen": int(chosen.sum()),
+            "real": int(real.sum()),
+            "chosen": int(chosen.sum()),
             "first half real": int(first_real.sum()),
             "first half chosen": int((chosen & first_real).sum()),
             "masked": int((picked == mask_id).sum()),
@@ -361,24 +480,37 @@ _MLM_WHAT = {
 
 def _mlm_shares(counts):
     """name -> (share, number of positions it is a share of)."""
-    pairs = {"chosen": ("chosen", "real"), "first half": ("first half chosen", "first half real"),
-             "masked": ("masked", "chosen"), "unchanged": ("unchanged", "chosen"),
-             "random": ("random", "chosen")}
-    return {name: (counts[hits] / max(1, counts[total]), counts[total])
-            for name, (hits, total) in pairs.items()}
+    pairs = {
+        "chosen": ("chosen", "real"),
+        "first half": ("first half chosen", "first half real"),
+        "masked": ("masked", "chosen"),
+        "unchanged": ("unchanged", "chosen"),
+        "random": ("random", "chosen"),
+    }
+    return {
+        name: (counts[hits] / max(1, counts[total]), counts[total])
+        for name, (hits, total) in pairs.items()
+    }
 
 
 def _mlm_compare(got, want, mask_prob, vocab_size):
     for name, value in want["exact"].items():
         # against a wrong implementation, only whether it makes this kind of error matters
-        same = got["exact"][name] == value if "expected" in want else \
-            (got["exact"][name] > 0) == (value > 0)
+        same = (
+            got["exact"][name] == value
+            if "expected" in want
+            else (got["exact"][name] > 0) == (value > 0)
+        )
         if not same:
             return f"{name}: {got['exact'][name]} (expected {value})"
     if "expected" in want:  # against BERT's probabilities
-        targets = {"chosen": mask_prob, "first half": mask_prob, "masked": 0.8,
-                   "unchanged": 0.1 + 0.1 / vocab_size,
-                   "random": 0.1 * (vocab_size - 1) / vocab_size}
+        targets = {
+            "chosen": mask_prob,
+            "first half": mask_prob,
+            "masked": 0.8,
+            "unchanged": 0.1 + 0.1 / vocab_size,
+            "random": 0.1 * (vocab_size - 1) / vocab_size,
+        }
     else:  # against a wrong implementation's own proportions
         targets = {name: share for name, (share, _) in _mlm_shares(want["counts"]).items()}
     for name, (share, total) in _mlm_shares(got["counts"]).items():
@@ -393,8 +525,10 @@ def _mlm_compare(got, want, mask_prob, vocab_size):
         expected = histogram.sum() / vocab_size
         worst = (histogram - expected).abs().max().item()
         if worst > 6 * math.sqrt(expected) + 2:
-            return ("the random ids are not uniform over [0, vocab_size): some id is drawn "
-                    f"{worst:.0f} times more or less than the {expected:.0f} expected")
+            return (
+                "the random ids are not uniform over [0, vocab_size): some id is drawn "
+                f"{worst:.0f} times more or less than the {expected:.0f} expected"
+            )
     return None
 
 
@@ -406,21 +540,41 @@ class MlmMask(Task):
 
     def cases(self, gen):
         return [
-            Case("ids (400, 500) with vocab_size=20, mask_id=20, pad_id=0 and padded rows",
-                 (_mlm_ids(gen, 20, pad_id=0), 20, 20), {"pad_id": 0}),
-            Case("no padding (pad_id=None), vocab_size=50, mask_id=50",
-                 (_mlm_ids(gen, 50), 50, 50)),
-            Case("mask_prob=0.3, pad_id=3 (padding need not be 0), vocab_size=10, mask_id=10",
-                 (_mlm_ids(gen, 10, pad_id=3), 10, 10), {"mask_prob": 0.3, "pad_id": 3}),
-            Case("mask_prob=1.0: every non-padding position is chosen, int32 ids",
-                 (_mlm_ids(gen, 12, pad_id=0, dtype=torch.int32), 12, 12),
-                 {"mask_prob": 1.0, "pad_id": 0}),
-            Case("mask_prob=0.05, vocab_size=4 (random ids often equal the original)",
-                 (_mlm_ids(gen, 4, pad_id=1), 4, 4), {"mask_prob": 0.05, "pad_id": 1}),
-            Case("mask_prob=0 must raise a ValueError", (_mlm_ids(gen, 5)[:2], 5, 5),
-                 {"mask_prob": 0.0}, raises=ValueError),
-            Case("mask_prob=1.5 must raise a ValueError", (_mlm_ids(gen, 5)[:2], 5, 5),
-                 {"mask_prob": 1.5}, raises=ValueError),
+            Case(
+                "ids (400, 500) with vocab_size=20, mask_id=20, pad_id=0 and padded rows",
+                (_mlm_ids(gen, 20, pad_id=0), 20, 20),
+                {"pad_id": 0},
+            ),
+            Case(
+                "no padding (pad_id=None), vocab_size=50, mask_id=50", (_mlm_ids(gen, 50), 50, 50)
+            ),
+            Case(
+                "mask_prob=0.3, pad_id=3 (padding need not be 0), vocab_size=10, mask_id=10",
+                (_mlm_ids(gen, 10, pad_id=3), 10, 10),
+                {"mask_prob": 0.3, "pad_id": 3},
+            ),
+            Case(
+                "mask_prob=1.0: every non-padding position is chosen, int32 ids",
+                (_mlm_ids(gen, 12, pad_id=0, dtype=torch.int32), 12, 12),
+                {"mask_prob": 1.0, "pad_id": 0},
+            ),
+            Case(
+                "mask_prob=0.05, vocab_size=4 (random ids often equal the original)",
+                (_mlm_ids(gen, 4, pad_id=1), 4, 4),
+                {"mask_prob": 0.05, "pad_id": 1},
+            ),
+            Case(
+                "mask_prob=0 must raise a ValueError",
+                (_mlm_ids(gen, 5)[:2], 5, 5),
+                {"mask_prob": 0.0},
+                raises=ValueError,
+            ),
+            Case(
+                "mask_prob=1.5 must raise a ValueError",
+                (_mlm_ids(gen, 5)[:2], 5, 5),
+                {"mask_prob": 1.5},
+                raises=ValueError,
+            ),
         ]
 
     def call(self, obj, case):
@@ -430,29 +584,45 @@ class MlmMask(Task):
         pad_id = case.kwargs.get("pad_id")
 
         def run(seed):
-            return obj(ids.clone(), mask_id, vocab_size, **case.kwargs,
-                       generator=torch.Generator().manual_seed(seed))
+            return obj(
+                ids.clone(),
+                mask_id,
+                vocab_size,
+                **case.kwargs,
+                generator=torch.Generator().manual_seed(seed),
+            )
 
         first = run(1234)
-        if not (isinstance(first, (tuple, list)) and len(first) == 2
-                and all(isinstance(t, torch.Tensor) for t in first)):
+        if not (
+            isinstance(first, (tuple, list))
+            and len(first) == 2
+            and all(isinstance(t, torch.Tensor) for t in first)
+        ):
             raise GradingError("return a tuple (inputs, labels) of two tensors")
         inputs, labels = first
         for name, t in (("inputs", inputs), ("labels", labels)):
             if t.shape != ids.shape:
-                raise GradingError(f"{name} has shape {tuple(t.shape)}, expected the shape of "
-                                   f"ids {tuple(ids.shape)}")
+                raise GradingError(
+                    f"{name} has shape {tuple(t.shape)}, expected the shape of "
+                    f"ids {tuple(ids.shape)}"
+                )
         if inputs.dtype != ids.dtype:
-            raise GradingError(f"inputs has dtype {str(inputs.dtype)[6:]}; keep the dtype of "
-                               f"ids ({str(ids.dtype)[6:]})")
+            raise GradingError(
+                f"inputs has dtype {str(inputs.dtype)[6:]}; keep the dtype of "
+                f"ids ({str(ids.dtype)[6:]})"
+            )
         again = run(1234)
         if not all(torch.equal(a, b) for a, b in zip(first, again, strict=True)):
-            raise GradingError("two calls with generators in the same state gave different "
-                               "results: pass `generator=generator` to every random draw "
-                               "(torch.rand, torch.randint)")
+            raise GradingError(
+                "two calls with generators in the same state gave different "
+                "results: pass `generator=generator` to every random draw "
+                "(torch.rand, torch.randint)"
+            )
         if all(torch.equal(a, b) for a, b in zip(first, run(99), strict=True)):
-            raise GradingError("two calls with different generator seeds gave the same "
-                               "result: draw the random numbers from `generator`")
+            raise GradingError(
+                "two calls with different generator seeds gave the same "
+                "result: draw the random numbers from `generator`"
+            )
         return _mlm_stats(ids, inputs.long(), labels.long(), mask_id, vocab_size, pad_id)
 
     def expected(self, case):
@@ -483,34 +653,44 @@ class MlmMask(Task):
                     chosen &= ids != pad_id
                 labels = ids.clone() if labels_everywhere else ids.masked_fill(~chosen, -100)
                 action = torch.rand(ids.shape, generator=generator)
-                random_ids = torch.randint(0, vocab_size, ids.shape, generator=generator,
-                                           dtype=ids.dtype)
+                random_ids = torch.randint(
+                    0, vocab_size, ids.shape, generator=generator, dtype=ids.dtype
+                )
                 inputs = ids.masked_fill(chosen & (action < split[0]), mask_id)
                 swap = chosen & (action >= split[0]) & (action < split[1])
                 return torch.where(swap, random_ids, inputs), labels
+
             return wrong
 
         def global_rng(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=None):
             return make()(ids, mask_id, vocab_size, mask_prob, pad_id, None)
 
         return [
-            (make(pads=True),
-             "padding positions get chosen: choose only among the positions where ids != "
-             "pad_id"),
-            (make(split=(1.0, 1.0)),
-             "every chosen position became <mask>: of the chosen positions, 80 % become <mask>, "
-             "10 % a random id and 10 % stay unchanged"),
-            (make(split=(0.1, 0.9)),
-             "the proportions are swapped: 80 % of the chosen positions become <mask> and 10 % a "
-             "random id, not the other way round"),
-            (make(split=(0.8, 1.0)),
-             "no chosen position stays unchanged: keep 10 % of them as they are (80 % <mask>, "
-             "10 % random, 10 % unchanged)"),
-            (make(labels_everywhere=True),
-             "labels must be -100 at the positions that were not chosen, so that the loss "
-             "skips them; only the chosen positions keep their original id"),
-            (make(fixed_prob=0.15),
-             "use the mask_prob argument (0.15 is only its default)"),
+            (
+                make(pads=True),
+                "padding positions get chosen: choose only among the positions where ids != pad_id",
+            ),
+            (
+                make(split=(1.0, 1.0)),
+                "every chosen position became <mask>: of the chosen positions, 80 % become <mask>, "
+                "10 % a random id and 10 % stay unchanged",
+            ),
+            (
+                make(split=(0.1, 0.9)),
+                "the proportions are swapped: 80 % of the chosen positions become <mask> and 10 % "
+                "a random id, not the other way round",
+            ),
+            (
+                make(split=(0.8, 1.0)),
+                "no chosen position stays unchanged: keep 10 % of them as they are (80 % <mask>, "
+                "10 % random, 10 % unchanged)",
+            ),
+            (
+                make(labels_everywhere=True),
+                "labels must be -100 at the positions that were not chosen, so that the loss "
+                "skips them; only the chosen positions keep their original id",
+            ),
+            (make(fixed_prob=0.15), "use the mask_prob argument (0.15 is only its default)"),
             (global_rng, "pass `generator=generator` to every random draw"),
         ]
 
@@ -535,37 +715,58 @@ class Patchify(Task):
 
     def cases(self, gen):
         return [
-            Case("images (2, 3, 8, 12), patch_size=4 (2 x 3 patches)",
-                 (_randn(gen, 2, 3, 8, 12), 4)),
-            Case("images (1, 1, 4, 4), patch_size=2", (_randn(gen, 1, 1, 4, 4), 2)),
-            Case("images (3, 2, 6, 6), patch_size=3, float64",
-                 (_randn(gen, 3, 2, 6, 6, dtype=torch.float64), 3)),
-            Case("images (2, 3, 4, 6), patch_size=1 (every pixel a patch)",
-                 (_randn(gen, 2, 3, 4, 6), 1)),
-            Case("images (2, 2, 5, 5), patch_size=5 (one patch)", (_randn(gen, 2, 2, 5, 5), 5)),
-            Case("images (1, 1, 4, 8), patch_size=2 (wider than tall)",
-                 (_randn(gen, 1, 1, 4, 8), 2)),
-            Case("images (1, 4, 9, 3), patch_size=3 (taller than wide)",
-                 (_randn(gen, 1, 4, 9, 3), 3)),
-            Case("H=10 is not a multiple of patch_size=4: must raise a ValueError",
-                 (_randn(gen, 1, 1, 10, 8), 4), raises=ValueError),
-            Case("W=6 is not a multiple of patch_size=4: must raise a ValueError",
-                 (_randn(gen, 1, 1, 8, 6), 4), raises=ValueError),
+            Case(
+                "images (2, 3, 8, 12), patch_size=4 (2 x 3 patches)", (randn(gen, 2, 3, 8, 12), 4)
+            ),
+            Case("images (1, 1, 4, 4), patch_size=2", (randn(gen, 1, 1, 4, 4), 2)),
+            Case(
+                "images (3, 2, 6, 6), patch_size=3, float64",
+                (randn(gen, 3, 2, 6, 6, dtype=torch.float64), 3),
+            ),
+            Case(
+                "images (2, 3, 4, 6), patch_size=1 (every pixel a patch)",
+                (randn(gen, 2, 3, 4, 6), 1),
+            ),
+            Case("images (2, 2, 5, 5), patch_size=5 (one patch)", (randn(gen, 2, 2, 5, 5), 5)),
+            Case(
+                "images (1, 1, 4, 8), patch_size=2 (wider than tall)", (randn(gen, 1, 1, 4, 8), 2)
+            ),
+            Case(
+                "images (1, 4, 9, 3), patch_size=3 (taller than wide)", (randn(gen, 1, 4, 9, 3), 3)
+            ),
+            Case(
+                "H=10 is not a multiple of patch_size=4: must raise a ValueError",
+                (randn(gen, 1, 1, 10, 8), 4),
+                raises=ValueError,
+            ),
+            Case(
+                "W=6 is not a multiple of patch_size=4: must raise a ValueError",
+                (randn(gen, 1, 1, 8, 6), 4),
+                raises=ValueError,
+            ),
         ]
 
     def mistakes(self):
         return [
-            (lambda images, p: images.reshape(images.shape[0], -1, images.shape[1] * p * p),
-             "a reshape alone reads pixels in memory order, so a 'patch' is a strip of rows, "
-             "not a square: split H and W into (H/p, p) and (W/p, p), then permute the "
-             "patch-grid axes in front"),
-            (lambda images, p: _patches(images, p, (0, 4, 2, 1, 3, 5)),
-             "the patches are read column by column: read them row by row (all patches of the "
-             "top row, left to right, then the next row)"),
-            (lambda images, p: _patches(images, p, (0, 2, 4, 3, 5, 1)),
-             "inside a patch the channels come last; flatten each patch as (channels, row, "
-             "column), like a Conv2d kernel"),
-            (lambda images, p: _patches(images, p, (0, 2, 4, 1, 5, 3)),
-             "each patch is transposed: flatten it row by row (the pixel row before the pixel "
-             "column)"),
+            (
+                lambda images, p: images.reshape(images.shape[0], -1, images.shape[1] * p * p),
+                "a reshape alone reads pixels in memory order, so a 'patch' is a strip of rows, "
+                "not a square: split H and W into (H/p, p) and (W/p, p), then permute the "
+                "patch-grid axes in front",
+            ),
+            (
+                lambda images, p: _patches(images, p, (0, 4, 2, 1, 3, 5)),
+                "the patches are read column by column: read them row by row (all patches of the "
+                "top row, left to right, then the next row)",
+            ),
+            (
+                lambda images, p: _patches(images, p, (0, 2, 4, 3, 5, 1)),
+                "inside a patch the channels come last; flatten each patch as (channels, row, "
+                "column), like a Conv2d kernel",
+            ),
+            (
+                lambda images, p: _patches(images, p, (0, 2, 4, 1, 5, 3)),
+                "each patch is transposed: flatten it row by row (the pixel row before the pixel "
+                "column)",
+            ),
         ]

@@ -1,0 +1,192 @@
+"""What the exercise modules share: random inputs, masks, and two kinds of task.
+
+- `randn`, `randint`, `lengths_mask`, `stable_softmax`: inputs and small pieces of the wrong
+  implementations (which must not call the graded references).
+- `ModuleTask`: a task whose learner writes an `nn.Module` class; its `call` builds the class
+  with the case's sizes, loads the reference weights and runs `forward`.
+- `HintOnError`: a task whose known mistakes may *raise* (e.g. `.T` on a batch); when the
+  learner's code raises as one of them does, the error gets that mistake's hint.
+
+Not an exercise module (those are `exNN.py`), so importing it registers nothing.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
+
+from ..core import Case, GradingError, Task, load_weights
+
+__all__ = [
+    "HintOnError",
+    "ModuleTask",
+    "OpRecorder",
+    "failure_of",
+    "lengths_mask",
+    "randint",
+    "randn",
+    "stable_softmax",
+]
+
+
+def randn(
+    gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32, scale: float = 1.0
+) -> Tensor:
+    """Standard normal numbers of the given shape drawn from `gen`, times `scale`."""
+    x = torch.randn(*shape, generator=gen, dtype=dtype)
+    return x if scale == 1.0 else x * scale
+
+
+def randint(gen: torch.Generator, high: int, *shape: int) -> Tensor:
+    """Integers in [0, high) of the given shape drawn from `gen` (int64)."""
+    return torch.randint(0, high, shape, generator=gen)
+
+
+def lengths_mask(lengths: list[int], n_k: int) -> Tensor:
+    """(batch, 1, n_k) bool, True for the first `length` keys of each row (a padding mask)."""
+    return (torch.arange(n_k) < torch.tensor(lengths).unsqueeze(-1)).unsqueeze(-2)
+
+
+def stable_softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """Softmax with the maximum subtracted, for the wrong implementations."""
+    e = (x - x.amax(dim=dim, keepdim=True)).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Tasks whose learner writes a module
+# --------------------------------------------------------------------------------------------
+
+
+class ModuleTask(Task):
+    """A task whose learner writes an nn.Module class, checked against the reference's weights.
+
+    `call` builds the learner's class with `init_args(case)`, checks that it made an
+    nn.Module, moves it to the dtype of the weights, loads `weights(case)` (with a clear message
+    on a missing, misnamed or misshapen parameter) and returns `run(module, case)`: by default
+    `forward(*case.args, **case.kwargs)` in eval mode, without gradients. A subclass overrides
+    only the hooks whose defaults do not fit.
+    """
+
+    def init_args(self, case: Case) -> tuple[tuple, dict]:
+        """Positional and keyword arguments of the constructor (default: `data["sizes"]`)."""
+        return tuple(case.data["sizes"]), {}
+
+    def weights(self, case: Case) -> dict[str, Tensor]:
+        """The state dict to load (default: `data["state_dict"]`)."""
+        return case.data["state_dict"]
+
+    def not_a_module(self, built: Any) -> str:
+        """The message when the constructor did not make an nn.Module."""
+        return f"your {self.name} should be a torch.nn.Module, got {type(built).__name__}"
+
+    def build(self, obj: Any, case: Case) -> nn.Module:
+        args, kwargs = self.init_args(case)
+        module = obj(*args, **kwargs)
+        if not isinstance(module, nn.Module):
+            raise GradingError(self.not_a_module(module))
+        return module
+
+    def call(self, obj: Any, case: Case) -> Any:
+        module = self.build(obj, case)
+        state = self.weights(case)
+        module = module.to(next(iter(state.values())).dtype)
+        load_weights(module, state, f"your {self.name}")
+        return self.run(module, case)
+
+    def run(self, module: nn.Module, case: Case) -> Any:
+        """Run the loaded module on the case (default: forward in eval mode, no gradients)."""
+        module.eval()
+        with torch.no_grad():
+            return module(*case.args, **case.kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# Tasks whose mistakes may raise
+# --------------------------------------------------------------------------------------------
+
+
+def _op_name(func: Any) -> str:
+    """`matmul` for torch.matmul, Tensor.matmul and Tensor.__matmul__ alike."""
+    return getattr(func, "__name__", type(func).__name__).strip("_")
+
+
+def _shapes(value: Any) -> Any:
+    if isinstance(value, Tensor):
+        return tuple(value.shape)
+    if isinstance(value, (tuple, list)):
+        return tuple(_shapes(v) for v in value)
+    return None
+
+
+class OpRecorder(TorchFunctionMode):
+    """Notes the first torch operation that raised while it was active: what an error *did*.
+
+    `failure` is (exception type, operation name, shapes of its tensor arguments), or None.
+    Two pieces of code that fail the same way have the same failure, whatever PyTorch's
+    message says. `calls` lists (operation, args, kwargs) of every call to a function in `watch`.
+    """
+
+    def __init__(self, watch: tuple = ()):
+        super().__init__()
+        self.watch = watch
+        self.calls: list[tuple[Any, tuple, dict]] = []
+        self.failure: tuple | None = None
+
+    def __torch_function__(self, func, types_, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.watch:
+            self.calls.append((func, args, kwargs))
+        try:
+            return func(*args, **kwargs)
+        except Exception as error:
+            if self.failure is None:
+                self.failure = (type(error), _op_name(func), _shapes(args))
+            raise
+
+
+def failure_of(fn: Any, *args: Any, **kwargs: Any) -> tuple | None:
+    """How `fn(*args, **kwargs)` fails (see OpRecorder), or None when it does not fail in torch."""
+    recorder = OpRecorder()
+    try:
+        with warnings.catch_warnings(), recorder:
+            warnings.simplefilter("ignore")
+            fn(*args, **kwargs)
+    except Exception:  # noqa: BLE001  (a wrong version may raise anything)
+        return recorder.failure
+    return None
+
+
+class HintOnError(Task):
+    """A task whose mistakes may *raise* (e.g. `.T` on a batch): the error gets their hint.
+
+    The learner's error matches a mistake when the mistake fails in the same torch operation,
+    on arguments of the same shapes, with the same exception type.
+    """
+
+    def call(self, obj, case):
+        recorder = OpRecorder()
+        try:
+            with recorder:
+                return obj(*case.args, **case.kwargs)
+        except (NotImplementedError, GradingError):
+            raise
+        except Exception as error:  # noqa: BLE001  (a learner's code may raise anything)
+            hint = self._hint_for_error(obj, case, recorder.failure)
+            if hint is None:
+                raise
+            raise GradingError(
+                f"your code raised {type(error).__name__}: {error}. Hint: {hint}"
+            ) from None
+
+    def _hint_for_error(self, obj, case, failure: tuple | None) -> str | None:
+        if failure is None:
+            return None
+        for wrong, hint in self.mistakes():
+            if wrong is not obj and failure_of(wrong, *case.args, **case.kwargs) == failure:
+                return hint
+        return None
