@@ -40,9 +40,17 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     generator = torch.Generator().manual_seed(0)
-    result = {"lengths": args.lengths, "d_head": args.d_head, "full_peak_bytes": [],
-              "tiled_peak_bytes": [], "memory_ratio": [], "full_seconds": [],
-              "tiled_seconds": [], "max_abs_diff": 0.0, "threads": args.threads}
+    result = {
+        "lengths": args.lengths,
+        "d_head": args.d_head,
+        "full_peak_bytes": [],
+        "tiled_peak_bytes": [],
+        "memory_ratio": [],
+        "full_seconds": [],
+        "tiled_seconds": [],
+        "max_abs_diff": 0.0,
+        "threads": args.threads,
+    }
     for n in args.lengths:
         q, k, v = (torch.randn(n, args.d_head, generator=generator) for _ in range(3))
 
@@ -63,14 +71,18 @@ def main() -> None:
         result["full_seconds"].append(round(full_s, 5))
         result["tiled_seconds"].append(round(tiled_s, 5))
         result["max_abs_diff"] = max(result["max_abs_diff"], diff)
-        print(f"n={n}: full {full_bytes / 2**20:.1f} MiB {full_s * 1000:.1f} ms | tiled "
-              f"{tiled_bytes / 2**20:.2f} MiB {tiled_s * 1000:.1f} ms | max diff {diff:.1e}",
-              file=sys.stderr)
+        print(
+            f"n={n}: full {full_bytes / 2**20:.1f} MiB {full_s * 1000:.1f} ms | tiled "
+            f"{tiled_bytes / 2**20:.2f} MiB {tiled_s * 1000:.1f} ms | max diff {diff:.1e}",
+            file=sys.stderr,
+        )
     if len(args.lengths) >= 2:
-        result["full_memory_slope"] = round(loglog_slope(args.lengths,
-                                                         result["full_peak_bytes"]), 3)
-        result["tiled_memory_slope"] = round(loglog_slope(args.lengths,
-                                                          result["tiled_peak_bytes"]), 3)
+        result["full_memory_slope"] = round(
+            loglog_slope(args.lengths, result["full_peak_bytes"]), 3
+        )
+        result["tiled_memory_slope"] = round(
+            loglog_slope(args.lengths, result["tiled_peak_bytes"]), 3
+        )
     print(json.dumps(result))
 
 

@@ -29,8 +29,9 @@ from course_lib.corpus import load_shakespeare  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--vocab-size", type=int, default=512)
-    parser.add_argument("--chars", type=int, default=None,
-                        help="use only the first N characters of the corpus")
+    parser.add_argument(
+        "--chars", type=int, default=None, help="use only the first N characters of the corpus"
+    )
     args = parser.parse_args()
     text = load_shakespeare()
     if args.chars is not None:
@@ -46,16 +47,20 @@ def main() -> None:
     encode_seconds = time.perf_counter() - start
 
     num_bytes = len(text.encode("utf-8"))
-    print(json.dumps({
-        "train_seconds": round(train_seconds, 3),
-        "encode_seconds": round(encode_seconds, 3),
-        "vocab_size": tokenizer.vocab_size,
-        "corpus_chars": len(text),
-        "corpus_bytes": num_bytes,
-        "tokens": len(ids),
-        "bytes_per_token": round(num_bytes / max(len(ids), 1), 3),
-        "round_trip": tokenizer.decode(ids) == text,
-    }))
+    print(
+        json.dumps(
+            {
+                "train_seconds": round(train_seconds, 3),
+                "encode_seconds": round(encode_seconds, 3),
+                "vocab_size": tokenizer.vocab_size,
+                "corpus_chars": len(text),
+                "corpus_bytes": num_bytes,
+                "tokens": len(ids),
+                "bytes_per_token": round(num_bytes / max(len(ids), 1), 3),
+                "round_trip": tokenizer.decode(ids) == text,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

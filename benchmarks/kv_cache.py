@@ -49,17 +49,26 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     torch.manual_seed(0)
-    config = GPTConfig(vocab_size=72, block_size=args.block_size, d_model=128, num_heads=4,
-                       num_layers=4)
+    config = GPTConfig(
+        vocab_size=72, block_size=args.block_size, d_model=128, num_heads=4, num_layers=4
+    )
     model = GPT(config).eval()
     prompt = torch.zeros(1, 1, dtype=torch.long)  # (batch=1, 1)
-    lengths = sorted({args.block_size // 8, args.block_size // 4, args.block_size // 2,
-                      args.block_size - 1})
+    lengths = sorted(
+        {args.block_size // 8, args.block_size // 4, args.block_size // 2, args.block_size - 1}
+    )
     speedups, cpu_speedups, identical = {}, {}, True
     for new_tokens in lengths:
+
         def run(use_cache: bool, n: int = new_tokens) -> torch.Tensor:
-            return generate(model, prompt, n, top_k=10, use_cache=use_cache,
-                            generator=torch.Generator().manual_seed(0))
+            return generate(
+                model,
+                prompt,
+                n,
+                top_k=10,
+                use_cache=use_cache,
+                generator=torch.Generator().manual_seed(0),
+            )
 
         plain_s, plain_cpu, plain = best_time(lambda: run(False), args.repeats)
         cached_s, cached_cpu, cached = best_time(lambda: run(True), args.repeats)
@@ -67,13 +76,25 @@ def main() -> None:
         identical = identical and same
         speedups[str(new_tokens + 1)] = round(plain_s / cached_s, 2)
         cpu_speedups[str(new_tokens + 1)] = round(plain_cpu / cached_cpu, 2)
-        print(f"{new_tokens + 1:4d} tokens in context: {plain_s * 1000:8.1f} ms without cache, "
-              f"{cached_s * 1000:8.1f} ms with: {plain_s / cached_s:5.2f}x "
-              f"(CPU time {plain_cpu / cached_cpu:5.2f}x), identical={same}", flush=True)
+        print(
+            f"{new_tokens + 1:4d} tokens in context: {plain_s * 1000:8.1f} ms without cache, "
+            f"{cached_s * 1000:8.1f} ms with: {plain_s / cached_s:5.2f}x "
+            f"(CPU time {plain_cpu / cached_cpu:5.2f}x), identical={same}",
+            flush=True,
+        )
     full = str(lengths[-1] + 1)
-    print(json.dumps({"speedup": speedups[full], "identical": identical,
-                      "new_tokens": lengths[-1], "block_size": args.block_size,
-                      "speedups": speedups, "cpu_speedups": cpu_speedups}))
+    print(
+        json.dumps(
+            {
+                "speedup": speedups[full],
+                "identical": identical,
+                "new_tokens": lengths[-1],
+                "block_size": args.block_size,
+                "speedups": speedups,
+                "cpu_speedups": cpu_speedups,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

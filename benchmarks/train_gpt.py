@@ -100,23 +100,52 @@ from course_lib.gpt import GPT, GPTConfig  # noqa: E402
 from course_lib.train import WarmupCosine, evaluate_loss, lm_loss, train  # noqa: E402
 
 # nanoGPT's small CPU model: no dropout, no biases, tied embeddings, learned positions
-NANOGPT_CPU_MODEL = dict(block_size=64, d_model=128, num_heads=4, num_layers=4, dropout=0.0,
-                         bias=False, tie_weights=True, positions=True)
+NANOGPT_CPU_MODEL = dict(
+    block_size=64,
+    d_model=128,
+    num_heads=4,
+    num_layers=4,
+    dropout=0.0,
+    bias=False,
+    tie_weights=True,
+    positions=True,
+)
 
 # decay_steps: the step at which the cosine reaches min_lr; None fits it to the budget (the
 # time, or --steps when given). The optimizer is AdamW with weight decay on matrices only.
 PRESETS = {
     "nanogpt-fitted": dict(
-        model=NANOGPT_CPU_MODEL, batch_size=12, max_lr=1e-3, min_lr=1e-4, warmup_steps=100,
-        decay_steps=None, betas=(0.9, 0.99), weight_decay=0.1, clip=1.0,
+        model=NANOGPT_CPU_MODEL,
+        batch_size=12,
+        max_lr=1e-3,
+        min_lr=1e-4,
+        warmup_steps=100,
+        decay_steps=None,
+        betas=(0.9, 0.99),
+        weight_decay=0.1,
+        clip=1.0,
     ),
     "nanogpt-cpu": dict(
-        model=NANOGPT_CPU_MODEL, batch_size=12, max_lr=1e-3, min_lr=1e-4, warmup_steps=100,
-        decay_steps=2000, betas=(0.9, 0.99), weight_decay=0.1, clip=1.0,
+        model=NANOGPT_CPU_MODEL,
+        batch_size=12,
+        max_lr=1e-3,
+        min_lr=1e-4,
+        warmup_steps=100,
+        decay_steps=2000,
+        betas=(0.9, 0.99),
+        weight_decay=0.1,
+        clip=1.0,
     ),
     "lesson": dict(
-        model=NANOGPT_CPU_MODEL, batch_size=16, max_lr=3e-3, min_lr=3e-4, warmup_steps=50,
-        decay_steps=None, betas=(0.9, 0.99), weight_decay=0.1, clip=1.0,
+        model=NANOGPT_CPU_MODEL,
+        batch_size=16,
+        max_lr=3e-3,
+        min_lr=3e-4,
+        warmup_steps=50,
+        decay_steps=None,
+        betas=(0.9, 0.99),
+        weight_decay=0.1,
+        clip=1.0,
     ),
 }
 
@@ -127,6 +156,7 @@ DEFAULT_BPE_VOCAB = 512
 # ---------------------------------------------------------------------------------------------
 # Text: split by characters, then tokenize each part
 # ---------------------------------------------------------------------------------------------
+
 
 def split_text(text: str) -> tuple[str, str]:
     """text -> (train, val): the first int(0.9 n) characters, and the rest (as nanoGPT does)."""
@@ -152,8 +182,9 @@ class CharTokenizer:
         return "".join(self.chars[i] for i in ids)
 
 
-def make_tokenizer(kind: str, text: str, train_text: str,
-                   vocab_size: int | None = None) -> CharTokenizer | BPETokenizer:
+def make_tokenizer(
+    kind: str, text: str, train_text: str, vocab_size: int | None = None
+) -> CharTokenizer | BPETokenizer:
     """The char tokenizer sees the whole text (as nanoGPT's prepare.py: a character that occurs
     only in validation still gets an id); BPE learns its merges from the training part only."""
     if kind == "char":
@@ -167,13 +198,16 @@ def make_tokenizer(kind: str, text: str, train_text: str,
 # Model, optimizer and schedule of a preset
 # ---------------------------------------------------------------------------------------------
 
+
 def make_optimizer(model: torch.nn.Module, recipe: dict) -> torch.optim.AdamW:
     """AdamW with weight decay on the matrices only (not on norms or biases), as nanoGPT."""
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": recipe["weight_decay"]},
-              {"params": no_decay, "weight_decay": 0.0}]
+    groups = [
+        {"params": decay, "weight_decay": recipe["weight_decay"]},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
     return torch.optim.AdamW(groups, lr=recipe["max_lr"], betas=recipe["betas"])
 
 
@@ -187,8 +221,9 @@ def build(recipe: dict, vocab_size: int, seconds: float, steps: int | None = Non
         budget = dict(total_steps=steps)
     else:  # fitted to the time: min_lr when the time is up
         budget = dict(total_seconds=seconds)
-    schedule = WarmupCosine(optimizer, recipe["max_lr"], recipe["min_lr"],
-                            recipe["warmup_steps"], **budget)
+    schedule = WarmupCosine(
+        optimizer, recipe["max_lr"], recipe["min_lr"], recipe["warmup_steps"], **budget
+    )
     return model, optimizer, schedule
 
 
@@ -196,8 +231,13 @@ def build(recipe: dict, vocab_size: int, seconds: float, steps: int | None = Non
 # Validation: nats per token and bits per character
 # ---------------------------------------------------------------------------------------------
 
-def validation_metrics(model: torch.nn.Module, val_ids: Tensor, block_size: int,
-                       tokenizer: CharTokenizer | BPETokenizer) -> dict:
+
+def validation_metrics(
+    model: torch.nn.Module,
+    val_ids: Tensor,
+    block_size: int,
+    tokenizer: CharTokenizer | BPETokenizer,
+) -> dict:
     """The loss over ALL of val_ids (n,): nats per token, and bits per character."""
     nats_per_token = evaluate_loss(model, val_ids, block_size)
     predicted = val_ids[1:].tolist()  # the first token is context only, never predicted
@@ -210,31 +250,55 @@ def validation_metrics(model: torch.nn.Module, val_ids: Tensor, block_size: int,
 # One run
 # ---------------------------------------------------------------------------------------------
 
-def run(seconds: float, text: str, preset: str, seed: int = 0, progress: bool = True,
-        steps: int | None = None, tokenizer: str = "char", vocab_size: int | None = None) -> dict:
+
+def run(
+    seconds: float,
+    text: str,
+    preset: str,
+    seed: int = 0,
+    progress: bool = True,
+    steps: int | None = None,
+    tokenizer: str = "char",
+    vocab_size: int | None = None,
+) -> dict:
     recipe = PRESETS[preset]
     start = time.perf_counter()
     train_text, val_text = split_text(text)
     tok = make_tokenizer(tokenizer, text, train_text, vocab_size)
     train_ids = torch.tensor(tok.encode(train_text), dtype=torch.long)
     val_ids = torch.tensor(tok.encode(val_text), dtype=torch.long)
-    print(f"{tokenizer} tokenizer ({tok.vocab_size} tokens): {len(train_ids)} training and "
-          f"{len(val_ids)} validation tokens in {time.perf_counter() - start:.1f} s",
-          file=sys.stderr)
+    print(
+        f"{tokenizer} tokenizer ({tok.vocab_size} tokens): {len(train_ids)} training and "
+        f"{len(val_ids)} validation tokens in {time.perf_counter() - start:.1f} s",
+        file=sys.stderr,
+    )
 
     torch.manual_seed(seed)
     model, optimizer, schedule = build(recipe, tok.vocab_size, seconds, steps)
     block_size = model.config.block_size
-    batches = window_batches(train_ids, block_size, recipe["batch_size"],
-                             torch.Generator().manual_seed(seed))
-    history = train(model, batches, lm_loss, optimizer, schedule, clip=recipe["clip"],
-                    progress=progress, desc=preset, log_every=50, steps=steps,
-                    max_seconds=seconds if steps is None else None)
+    batches = window_batches(
+        train_ids, block_size, recipe["batch_size"], torch.Generator().manual_seed(seed)
+    )
+    history = train(
+        model,
+        batches,
+        lm_loss,
+        optimizer,
+        schedule,
+        clip=recipe["clip"],
+        progress=progress,
+        desc=preset,
+        log_every=50,
+        steps=steps,
+        max_seconds=seconds if steps is None else None,
+    )
 
     start = time.perf_counter()
     metrics = validation_metrics(model, val_ids, block_size, tok)
-    print(f"evaluated {len(val_ids)} validation tokens in {time.perf_counter() - start:.1f} s",
-          file=sys.stderr)
+    print(
+        f"evaluated {len(val_ids)} validation tokens in {time.perf_counter() - start:.1f} s",
+        file=sys.stderr,
+    )
     tokens_seen = history.steps * recipe["batch_size"] * block_size
     return {
         "val_loss": round(metrics["val_loss"], 4),
@@ -258,29 +322,54 @@ def run(seconds: float, text: str, preset: str, seed: int = 0, progress: bool = 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=180.0, help="training time budget")
-    parser.add_argument("--corpus", type=Path, default=None,
-                        help="a UTF-8 text file (default: the course's Shakespeare corpus)")
+    parser.add_argument(
+        "--corpus",
+        type=Path,
+        default=None,
+        help="a UTF-8 text file (default: the course's Shakespeare corpus)",
+    )
     parser.add_argument("--preset", choices=sorted(PRESETS), default="lesson")
     parser.add_argument("--tokenizer", choices=["char", "bpe"], default="char")
-    parser.add_argument("--vocab-size", type=int, default=None,
-                        help=f"BPE vocabulary size, 256 bytes + merges (default "
-                             f"{DEFAULT_BPE_VOCAB}); only with --tokenizer bpe")
+    parser.add_argument(
+        "--vocab-size",
+        type=int,
+        default=None,
+        help=f"BPE vocabulary size, 256 bytes + merges (default "
+        f"{DEFAULT_BPE_VOCAB}); only with --tokenizer bpe",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=None,
-                        help="train for this many steps instead of --seconds (a comparison that "
-                             "does not depend on the load of the machine)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch's CPU threads (default: torch's own choice)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="train for this many steps instead of --seconds (a comparison that "
+        "does not depend on the load of the machine)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch's CPU threads (default: torch's own choice)",
+    )
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     if args.vocab_size is not None and args.tokenizer != "bpe":
         parser.error("--vocab-size needs --tokenizer bpe (the char vocabulary is the text's)")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    text = (args.corpus.read_text(encoding="utf-8") if args.corpus is not None
-            else load_shakespeare())
-    result = run(args.seconds, text, args.preset, args.seed, progress=not args.no_progress,
-                 steps=args.steps, tokenizer=args.tokenizer, vocab_size=args.vocab_size)
+    text = (
+        args.corpus.read_text(encoding="utf-8") if args.corpus is not None else load_shakespeare()
+    )
+    result = run(
+        args.seconds,
+        text,
+        args.preset,
+        args.seed,
+        progress=not args.no_progress,
+        steps=args.steps,
+        tokenizer=args.tokenizer,
+        vocab_size=args.vocab_size,
+    )
     print(json.dumps(result))
     return result
 

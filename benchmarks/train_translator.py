@@ -35,14 +35,27 @@ def build(config: dict, vocab_size: int, pad_id: int, seed: int = 0):
     """The model, its AdamW optimizer and the warm-up schedule of the original paper."""
     torch.manual_seed(seed)
     model = Seq2SeqTransformer(
-        vocab_size, config["d_model"], config["num_heads"], config["num_encoder_layers"],
-        config["num_decoder_layers"], config["d_ff"], dropout=config["dropout"], pad_id=pad_id,
+        vocab_size,
+        config["d_model"],
+        config["num_heads"],
+        config["num_encoder_layers"],
+        config["num_decoder_layers"],
+        config["d_ff"],
+        dropout=config["dropout"],
+        pad_id=pad_id,
     )
     # fused: one kernel updates all parameters (many small tensors here), same maths
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9,
-                                  weight_decay=0.0, fused=True)
-    scheduler = noam_scheduler(optimizer, config["d_model"], config["warmup"], config["factor"],
-                               total_steps=config["steps"], cooldown=config["cooldown"])
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0, fused=True
+    )
+    scheduler = noam_scheduler(
+        optimizer,
+        config["d_model"],
+        config["warmup"],
+        config["factor"],
+        total_steps=config["steps"],
+        cooldown=config["cooldown"],
+    )
     return model, optimizer, scheduler
 
 
@@ -70,11 +83,19 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer = date_tokenizer()
     splits = date_splits(seed=0)
     model, optimizer, scheduler = build(config, tokenizer.vocab_size, tokenizer.pad_id, args.seed)
-    batches = date_batches(splits.train, tokenizer, config["batch_size"], seed=args.seed,
-                           bucket=config["bucket"])
-    history = train(model, batches, make_loss_fn(tokenizer, config["smoothing"]), optimizer,
-                    scheduler, steps=config["steps"], clip=config["clip"],
-                    progress=args.progress)
+    batches = date_batches(
+        splits.train, tokenizer, config["batch_size"], seed=args.seed, bucket=config["bucket"]
+    )
+    history = train(
+        model,
+        batches,
+        make_loss_fn(tokenizer, config["smoothing"]),
+        optimizer,
+        scheduler,
+        steps=config["steps"],
+        clip=config["clip"],
+        progress=args.progress,
+    )
 
     test = date_pairs(splits.test, seed=1)
     predictions = translate(model, tokenizer, [source for source, _ in test], max_len=12)
@@ -85,8 +106,10 @@ def main(argv: list[str] | None = None) -> dict:
         "threads": torch.get_num_threads(),
     }
     print(f"config: {json.dumps(config)}")
-    print(f"final loss {history.losses[-1]:.4f} after {history.steps} steps; "
-          f"{history.steps / history.seconds:.1f} steps/s")
+    print(
+        f"final loss {history.losses[-1]:.4f} after {history.steps} steps; "
+        f"{history.steps / history.seconds:.1f} steps/s"
+    )
     print(json.dumps(result))
     return result
 

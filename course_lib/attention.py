@@ -98,8 +98,10 @@ def scaled_dot_product_attention(
         if mask is not None:
             check_bool_mask(mask, "mask", target, "(..., n_q, n_k)")
             if is_causal:
-                raise ValueError("give either mask or is_causal=True, not both (combine the "
-                                 "causal mask into mask instead)")
+                raise ValueError(
+                    "give either mask or is_causal=True, not both (combine the "
+                    "causal mask into mask instead)"
+                )
     n_q, n_k = q.shape[-2], k.shape[-2]
     if is_causal and (need_weights or n_q != n_k):
         if n_q == 1:  # the newest token sees every key: no mask at all
@@ -115,8 +117,9 @@ def scaled_dot_product_attention(
     any_key = None if mask is None else mask.any(dim=-1, keepdim=True)  # (..., n_q, 1)
     if not need_weights:
         attn_mask = None if mask is None else mask | ~any_key
-        output = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
-                                                dropout_p=dropout_p, is_causal=is_causal)
+        output = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal
+        )
         return (output if any_key is None else output.masked_fill(~any_key, 0.0)), None
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., n_q, n_k)
     if mask is None:
@@ -148,8 +151,9 @@ def self_attention(
     return scaled_dot_product_attention(q, k, v, mask)
 
 
-def distance_biased_attention(q: Tensor, k: Tensor, v: Tensor, slope: float
-                              ) -> tuple[Tensor, Tensor]:
+def distance_biased_attention(
+    q: Tensor, k: Tensor, v: Tensor, slope: float
+) -> tuple[Tensor, Tensor]:
     """Attention with an additive penalty on distance (the idea of ALiBi, Press et al. 2022).
 
     scores[i, j] = q_i . k_j / sqrt(d_k) - slope * |i - j|, with query i at position i and key j

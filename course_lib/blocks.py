@@ -81,8 +81,10 @@ def _check_features(x: object, name: str, d: int, what: str) -> None:
     check_tensor(x, name, min_ndim=1, shape_hint=f"(..., d={d})")
     check_floating(x, name)
     if x.shape[-1] != d:
-        raise ValueError(f"{name} has {x.shape[-1]} features but this {what} has d_model={d} "
-                         f"(in its last dimension; {name} shape {tuple(x.shape)})")
+        raise ValueError(
+            f"{name} has {x.shape[-1]} features but this {what} has d_model={d} "
+            f"(in its last dimension; {name} shape {tuple(x.shape)})"
+        )
 
 
 @door
@@ -151,8 +153,14 @@ class FeedForward(nn.Module):
     weights; d_ff is usually 4 * d_model.
     """
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu",
-                 bias: bool = True):
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        activation: str = "relu",
+        bias: bool = True,
+    ):
         super().__init__()
         check_positive_int(d_model, "d_model")
         check_positive_int(d_ff, "d_ff")
@@ -192,16 +200,23 @@ class _ResidualLayer(nn.Module):
         _rename_torch_keys(state_dict, prefix, self._TORCH_NAMES)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
-    def _sublayer(self, x: Tensor, norm: nn.Module, dropout: nn.Module,
-                  sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+    def _sublayer(
+        self, x: Tensor, norm: nn.Module, dropout: nn.Module, sublayer: Callable[[Tensor], Tensor]
+    ) -> Tensor:
         if self.norm_first:  # x + Sublayer(LayerNorm(x))
             return x + dropout(sublayer(norm(x)))
         return norm(x + dropout(sublayer(x)))  # LayerNorm(x + Sublayer(x))
 
-    def _self_attention(self, h: Tensor, mask: Tensor | None, is_causal: bool = False,
-                        cache: LayerCache | None = None) -> Tensor:
-        out, weights = self.self_attn(h, h, h, mask=mask, need_weights=self.record_attention,
-                                      is_causal=is_causal, cache=cache)
+    def _self_attention(
+        self,
+        h: Tensor,
+        mask: Tensor | None,
+        is_causal: bool = False,
+        cache: LayerCache | None = None,
+    ) -> Tensor:
+        out, weights = self.self_attn(
+            h, h, h, mask=mask, need_weights=self.record_attention, is_causal=is_causal, cache=cache
+        )
         self.attention = None if weights is None else weights.detach()
         return out
 
@@ -223,9 +238,17 @@ class EncoderLayer(_ResidualLayer):
     keys and values of earlier tokens in a `LayerCache` when generating.
     """
 
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
-                 norm_first: bool = False, activation: str = "relu", bias: bool = True,
-                 layer_norm_eps: float = 1e-5):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        norm_first: bool = False,
+        activation: str = "relu",
+        bias: bool = True,
+        layer_norm_eps: float = 1e-5,
+    ):
         super().__init__()
         dropout = check_dropout(dropout)
         self.d_model, self.num_heads, self.d_ff = d_model, num_heads, d_ff
@@ -242,14 +265,20 @@ class EncoderLayer(_ResidualLayer):
     _TORCH_NAMES = _ENCODER_NAMES
 
     @door
-    def forward(self, x: Tensor, mask: Tensor | None = None, is_causal: bool = False,
-                cache: LayerCache | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        cache: LayerCache | None = None,
+    ) -> Tensor:
         if at_the_door():
             check_sequence(x, "x", self.d_model)
             if mask is not None:
                 check_attention_mask(mask, "mask", len(x), self.num_heads, x.shape[1], x.shape[1])
-        x = self._sublayer(x, self.norm1, self.dropout1,
-                           lambda h: self._self_attention(h, mask, is_causal, cache))
+        x = self._sublayer(
+            x, self.norm1, self.dropout1, lambda h: self._self_attention(h, mask, is_causal, cache)
+        )
         return self._sublayer(x, self.norm2, self.dropout2, self.feed_forward)  # (b, seq, d)
 
     @classmethod
@@ -269,16 +298,25 @@ class DecoderLayer(_ResidualLayer):
     nn.TransformerDecoderLayer(batch_first=True) (`from_torch` loads one).
     """
 
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
-                 norm_first: bool = False, activation: str = "relu", bias: bool = True,
-                 layer_norm_eps: float = 1e-5):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        norm_first: bool = False,
+        activation: str = "relu",
+        bias: bool = True,
+        layer_norm_eps: float = 1e-5,
+    ):
         super().__init__()
         dropout = check_dropout(dropout)
         self.d_model, self.num_heads, self.d_ff = d_model, num_heads, d_ff
         self.norm_first = bool(norm_first)
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
-        self.cross_attn = CrossAttentionSublayer(d_model, num_heads, self.norm_first, dropout,
-                                                 bias=bias, layer_norm_eps=layer_norm_eps)
+        self.cross_attn = CrossAttentionSublayer(
+            d_model, num_heads, self.norm_first, dropout, bias=bias, layer_norm_eps=layer_norm_eps
+        )
         self.feed_forward = FeedForward(d_model, d_ff, dropout, activation, bias)
         self.norm1 = LayerNorm(d_model, layer_norm_eps, bias=bias)
         self.norm3 = LayerNorm(d_model, layer_norm_eps, bias=bias)  # (norm2 is cross_attn.norm)
@@ -295,12 +333,18 @@ class DecoderLayer(_ResidualLayer):
         return self.cross_attn.attention
 
     @door
-    def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
-                memory_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+    ) -> Tensor:
         if at_the_door():
             _check_decoder_inputs(x, "x", memory, tgt_mask, memory_mask, self.num_heads)
-        x = self._sublayer(x, self.norm1, self.dropout1,
-                           lambda h: self._self_attention(h, tgt_mask))
+        x = self._sublayer(
+            x, self.norm1, self.dropout1, lambda h: self._self_attention(h, tgt_mask)
+        )
         x = self.cross_attn(x, memory, memory_mask)
         return self._sublayer(x, self.norm3, self.dropout3, self.feed_forward)  # (b, n_tgt, d)
 
@@ -310,8 +354,14 @@ class DecoderLayer(_ResidualLayer):
         return _from_torch_layer(cls, module, nn.TransformerDecoderLayer)
 
 
-def _check_decoder_inputs(tgt: Tensor, name: str, memory: Tensor, tgt_mask: Tensor | None,
-                          memory_mask: Tensor | None, num_heads: int) -> None:
+def _check_decoder_inputs(
+    tgt: Tensor,
+    name: str,
+    memory: Tensor,
+    tgt_mask: Tensor | None,
+    memory_mask: Tensor | None,
+    num_heads: int,
+) -> None:
     d_model = tgt.shape[-1] if isinstance(tgt, Tensor) and tgt.dim() else 0
     check_sequence(tgt, name, d_model, "n_tgt")
     check_sequence(memory, "memory", d_model, "n_src")
@@ -331,8 +381,6 @@ def _check_same_batch(a: Tensor, a_name: str, b: Tensor, b_name: str) -> None:
         )
 
 
-
-
 def _torch_activation(module: nn.Module) -> str:
     """'relu' or 'gelu' for the activation stored in a PyTorch Transformer layer."""
     act = module.activation
@@ -345,9 +393,7 @@ def _torch_activation(module: nn.Module) -> str:
 
 def _from_torch_layer(cls: type, module: nn.Module, expected: type) -> nn.Module:
     if not isinstance(module, expected):
-        raise TypeError(
-            f"module must be torch.nn.{expected.__name__}, got {type(module).__name__}"
-        )
+        raise TypeError(f"module must be torch.nn.{expected.__name__}, got {type(module).__name__}")
     if not module.self_attn.batch_first:
         raise ValueError(
             f"module is an nn.{expected.__name__} with batch_first=False, which takes "
@@ -356,9 +402,14 @@ def _from_torch_layer(cls: type, module: nn.Module, expected: type) -> nn.Module
         )
     attn, weight = module.self_attn, module.linear1.weight
     ours = cls(
-        attn.embed_dim, attn.num_heads, module.linear1.out_features, dropout=module.dropout.p,
-        norm_first=module.norm_first, activation=_torch_activation(module),
-        bias=module.linear1.bias is not None, layer_norm_eps=module.norm1.eps,
+        attn.embed_dim,
+        attn.num_heads,
+        module.linear1.out_features,
+        dropout=module.dropout.p,
+        norm_first=module.norm_first,
+        activation=_torch_activation(module),
+        bias=module.linear1.bias is not None,
+        layer_norm_eps=module.norm1.eps,
     ).to(weight.device, weight.dtype)
     ours.load_state_dict(module.state_dict())  # PyTorch's names: see _load_from_state_dict
     return ours
@@ -367,7 +418,7 @@ def _from_torch_layer(cls: type, module: nn.Module, expected: type) -> nn.Module
 def _rename_torch_keys(state: dict[str, Tensor], prefix: str, names: dict[str, str]) -> None:
     """In place: prefix + "linear1.weight" -> prefix + "feed_forward.linear1.weight", etc."""
     for key in [k for k in state if k.startswith(prefix)]:
-        head, dot, rest = key[len(prefix):].partition(".")
+        head, dot, rest = key[len(prefix) :].partition(".")
         if head in names and dot:
             state[f"{prefix}{names[head]}.{rest}"] = state.pop(key)
 
@@ -395,8 +446,9 @@ def record_attention(model: nn.Module, enabled: bool = True) -> nn.Module:
 # --------------------------------------------------------------------------------------------
 
 
-def _make_layers(layer: nn.Module | Callable[[], nn.Module], num_layers: int,
-                 kind: type) -> nn.ModuleList:
+def _make_layers(
+    layer: nn.Module | Callable[[], nn.Module], num_layers: int, kind: type
+) -> nn.ModuleList:
     check_positive_int(num_layers, "num_layers")
     if isinstance(layer, nn.Module):  # as PyTorch does: independent deep copies
         layers = [copy.deepcopy(layer) for _ in range(num_layers)]
@@ -409,8 +461,9 @@ def _make_layers(layer: nn.Module | Callable[[], nn.Module], num_layers: int,
         )
     for built in layers:
         if not isinstance(built, nn.Module):
-            raise TypeError(f"the layer factory must return an nn.Module, got "
-                            f"{type(built).__name__}")
+            raise TypeError(
+                f"the layer factory must return an nn.Module, got {type(built).__name__}"
+            )
     return nn.ModuleList(layers)
 
 
@@ -421,8 +474,12 @@ class Encoder(nn.Module):
     a function returning a new one. forward(x (batch, seq, d_model), mask=None) -> same shape.
     """
 
-    def __init__(self, layer: nn.Module | Callable[[], nn.Module], num_layers: int,
-                 norm: nn.Module | None = None):
+    def __init__(
+        self,
+        layer: nn.Module | Callable[[], nn.Module],
+        num_layers: int,
+        norm: nn.Module | None = None,
+    ):
         super().__init__()
         self.layers = _make_layers(layer, num_layers, EncoderLayer)
         self.num_layers = num_layers
@@ -441,15 +498,24 @@ class Decoder(nn.Module):
     memory_mask=None) -> (batch, n_tgt, d_model). Every layer attends to the same memory.
     """
 
-    def __init__(self, layer: nn.Module | Callable[[], nn.Module], num_layers: int,
-                 norm: nn.Module | None = None):
+    def __init__(
+        self,
+        layer: nn.Module | Callable[[], nn.Module],
+        num_layers: int,
+        norm: nn.Module | None = None,
+    ):
         super().__init__()
         self.layers = _make_layers(layer, num_layers, DecoderLayer)
         self.num_layers = num_layers
         self.norm = norm
 
-    def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
-                memory_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+    ) -> Tensor:
         for layer in self.layers:
             x = layer(x, memory, tgt_mask, memory_mask)
         return x if self.norm is None else self.norm(x)
@@ -467,20 +533,40 @@ class EncoderDecoder(nn.Module):
     For inference, `encode` once and `decode` step by step.
     """
 
-    def __init__(self, d_model: int = 512, num_heads: int = 8, num_encoder_layers: int = 6,
-                 num_decoder_layers: int = 6, d_ff: int = 2048, dropout: float = 0.1,
-                 norm_first: bool = False, activation: str = "relu", bias: bool = True,
-                 layer_norm_eps: float = 1e-5):
+    def __init__(
+        self,
+        d_model: int = 512,
+        num_heads: int = 8,
+        num_encoder_layers: int = 6,
+        num_decoder_layers: int = 6,
+        d_ff: int = 2048,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        activation: str = "relu",
+        bias: bool = True,
+        layer_norm_eps: float = 1e-5,
+    ):
         super().__init__()
         check_positive_int(num_encoder_layers, "num_encoder_layers")
         check_positive_int(num_decoder_layers, "num_decoder_layers")
         self.d_model, self.num_heads = d_model, num_heads
-        options = dict(dropout=dropout, norm_first=norm_first, activation=activation, bias=bias,
-                       layer_norm_eps=layer_norm_eps)
-        self.encoder = Encoder(lambda: EncoderLayer(d_model, num_heads, d_ff, **options),
-                               num_encoder_layers, LayerNorm(d_model, layer_norm_eps, bias=bias))
-        self.decoder = Decoder(lambda: DecoderLayer(d_model, num_heads, d_ff, **options),
-                               num_decoder_layers, LayerNorm(d_model, layer_norm_eps, bias=bias))
+        options = dict(
+            dropout=dropout,
+            norm_first=norm_first,
+            activation=activation,
+            bias=bias,
+            layer_norm_eps=layer_norm_eps,
+        )
+        self.encoder = Encoder(
+            lambda: EncoderLayer(d_model, num_heads, d_ff, **options),
+            num_encoder_layers,
+            LayerNorm(d_model, layer_norm_eps, bias=bias),
+        )
+        self.decoder = Decoder(
+            lambda: DecoderLayer(d_model, num_heads, d_ff, **options),
+            num_decoder_layers,
+            LayerNorm(d_model, layer_norm_eps, bias=bias),
+        )
         for p in self.parameters():  # as nn.Transformer does: Xavier-uniform for every matrix
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
@@ -491,13 +577,19 @@ class EncoderDecoder(nn.Module):
         if at_the_door():
             check_sequence(src, "src", self.d_model, "n_src")
             if src_mask is not None:
-                check_attention_mask(src_mask, "src_mask", len(src), self.num_heads,
-                                     src.shape[1], src.shape[1])
+                check_attention_mask(
+                    src_mask, "src_mask", len(src), self.num_heads, src.shape[1], src.shape[1]
+                )
         return self.encoder(src, src_mask)
 
     @door
-    def decode(self, tgt: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
-               memory_mask: Tensor | None = None) -> Tensor:
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+    ) -> Tensor:
         """(batch, n_tgt, d_model) and memory (batch, n_src, d_model) -> (batch, n_tgt, d_model)."""
         if at_the_door():
             check_sequence(tgt, "tgt", self.d_model, "n_tgt")
@@ -505,15 +597,22 @@ class EncoderDecoder(nn.Module):
         return self.decoder(tgt, memory, tgt_mask, memory_mask)
 
     @door
-    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
-                tgt_mask: Tensor | None = None, memory_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+    ) -> Tensor:
         if at_the_door():
             check_sequence(src, "src", self.d_model, "n_src")
             check_sequence(tgt, "tgt", self.d_model, "n_tgt")
             _check_same_batch(src, "src", tgt, "tgt")
             if src_mask is not None:
-                check_attention_mask(src_mask, "src_mask", len(src), self.num_heads,
-                                     src.shape[1], src.shape[1])
+                check_attention_mask(
+                    src_mask, "src_mask", len(src), self.num_heads, src.shape[1], src.shape[1]
+                )
             _check_decoder_inputs(tgt, "tgt", src, tgt_mask, memory_mask, self.num_heads)
         memory = self.encode(src, src_mask)
         return self.decode(tgt, memory, tgt_mask, memory_mask)
@@ -536,9 +635,15 @@ class EncoderDecoder(nn.Module):
             raise ValueError("the nn.Transformer must have final encoder and decoder norms")
         first = enc.layers[0]
         ours = cls(
-            module.d_model, module.nhead, len(enc.layers), len(dec.layers),
-            first.linear1.out_features, dropout=first.dropout.p, norm_first=first.norm_first,
-            activation=_torch_activation(first), bias=first.linear1.bias is not None,
+            module.d_model,
+            module.nhead,
+            len(enc.layers),
+            len(dec.layers),
+            first.linear1.out_features,
+            dropout=first.dropout.p,
+            norm_first=first.norm_first,
+            activation=_torch_activation(first),
+            bias=first.linear1.bias is not None,
             layer_norm_eps=first.norm1.eps,
         ).to(first.linear1.weight.device, first.linear1.weight.dtype)
         ours.encoder.layers = nn.ModuleList(EncoderLayer.from_torch(m) for m in enc.layers)
@@ -570,8 +675,10 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
     check_floating(x, "x")
     check_tensor(weight, "weight", ndim=1, shape_hint=f"(d={x.shape[-1]},)")
     if weight.shape[0] != x.shape[-1]:
-        raise ValueError(f"weight has {weight.shape[0]} entries but x has d={x.shape[-1]} "
-                         "features in its last dimension")
+        raise ValueError(
+            f"weight has {weight.shape[0]} entries but x has d={x.shape[-1]} "
+            "features in its last dimension"
+        )
     _check_eps(eps)
     mean_square = x.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
     return x / torch.sqrt(mean_square + eps) * weight

@@ -128,8 +128,11 @@ class BPETokenizer:
             raise TypeError(f"merges must be a list of (id, id) pairs, got {type(merges).__name__}")
         checked = []
         for rank, pair in enumerate(merges):
-            if (not isinstance(pair, (tuple, list)) or len(pair) != 2
-                    or any(isinstance(i, bool) or not isinstance(i, int) for i in pair)):
+            if (
+                not isinstance(pair, (tuple, list))
+                or len(pair) != 2
+                or any(isinstance(i, bool) or not isinstance(i, int) for i in pair)
+            ):
                 raise ValueError(f"merges[{rank}] must be a pair of two int ids, got {pair!r}")
             if not all(0 <= i < NUM_BYTES + rank for i in pair):
                 raise ValueError(
@@ -171,10 +174,15 @@ class BPETokenizer:
         the most frequent pair without scanning them all.
         """
         _check_text(text)
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or \
-                vocab_size < NUM_BYTES:
-            raise ValueError(f"vocab_size must be an int of at least {NUM_BYTES} (one token per "
-                             f"byte value, before any merge), got {vocab_size!r}")
+        if (
+            isinstance(vocab_size, bool)
+            or not isinstance(vocab_size, int)
+            or vocab_size < NUM_BYTES
+        ):
+            raise ValueError(
+                f"vocab_size must be an int of at least {NUM_BYTES} (one token per "
+                f"byte value, before any merge), got {vocab_size!r}"
+            )
         chunk_counts = Counter(pre_tokenize(text))
         words = [list(chunk.encode("utf-8")) for chunk in chunk_counts]  # each distinct chunk
         weights = list(chunk_counts.values())  # how often it occurs
@@ -259,11 +267,14 @@ class BPETokenizer:
         """List (or 1-D tensor) of ids -> the bytes they stand for."""
         if isinstance(ids, Tensor):
             if ids.dim() != 1:
-                raise ValueError(f"ids must be a 1-D tensor (seq_len,), got shape "
-                                 f"{tuple(ids.shape)}; decode one sequence at a time")
+                raise ValueError(
+                    f"ids must be a 1-D tensor (seq_len,), got shape "
+                    f"{tuple(ids.shape)}; decode one sequence at a time"
+                )
             if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-                raise TypeError(f"ids must hold integers, got dtype "
-                                f"{str(ids.dtype).replace('torch.', '')}")
+                raise TypeError(
+                    f"ids must hold integers, got dtype {str(ids.dtype).replace('torch.', '')}"
+                )
             ids = ids.tolist()
         elif isinstance(ids, (str, bytes)):
             raise TypeError(f"ids must be a list of int token ids, got {type(ids).__name__}")
@@ -295,14 +306,18 @@ class BPETokenizer:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
         if not lines or lines[0] != _FILE_HEADER:
-            raise ValueError(f"{str(path)!r} is not a merges file written by BPETokenizer.save "
-                             f"(its first line should be {_FILE_HEADER!r})")
+            raise ValueError(
+                f"{str(path)!r} is not a merges file written by BPETokenizer.save "
+                f"(its first line should be {_FILE_HEADER!r})"
+            )
         merges = []
         for number, line in enumerate(lines[1:], start=2):
             parts = line.split()
             if len(parts) != 2 or not all(p.isdecimal() for p in parts):
-                raise ValueError(f"line {number} of {str(path)!r} should be two ids such as "
-                                 f"'101 32', got {line!r}")
+                raise ValueError(
+                    f"line {number} of {str(path)!r} should be two ids such as "
+                    f"'101 32', got {line!r}"
+                )
             merges.append((int(parts[0]), int(parts[1])))
         return cls(merges)
 
@@ -314,11 +329,17 @@ def _pairs(ids: Sequence[int]):
 
 def _check_text(text: object) -> None:
     if not isinstance(text, str):
-        hint = (" (decode it first, data.decode('utf-8'), or encode raw bytes with "
-                "BPETokenizer.encode_bytes)" if isinstance(text, (bytes, bytearray)) else "")
+        hint = (
+            " (decode it first, data.decode('utf-8'), or encode raw bytes with "
+            "BPETokenizer.encode_bytes)"
+            if isinstance(text, (bytes, bytearray))
+            else ""
+        )
         raise TypeError(f"text must be a str, got {type(text).__name__}{hint}")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:
-        raise ValueError(f"text holds {text[error.start]!r} at position {error.start}, a lone "
-                         "surrogate that has no UTF-8 bytes, so it is not valid text") from None
+        raise ValueError(
+            f"text holds {text[error.start]!r} at position {error.start}, a lone "
+            "surrogate that has no UTF-8 bytes, so it is not valid text"
+        ) from None

@@ -39,18 +39,24 @@ def train_val_split(ids: Tensor, val_fraction: float = 0.1) -> tuple[Tensor, Ten
     windows that would overlap the training text.
     """
     check_tensor(ids, "ids", ndim=1, shape_hint="(n,)")
-    if isinstance(val_fraction, bool) or not isinstance(val_fraction, float) \
-            or not 0.0 < val_fraction < 1.0:
+    if (
+        isinstance(val_fraction, bool)
+        or not isinstance(val_fraction, float)
+        or not 0.0 < val_fraction < 1.0
+    ):
         raise ValueError(f"val_fraction must be a float in (0, 1), got {val_fraction!r}")
     n_val = round(len(ids) * val_fraction)
     if n_val < 2 or len(ids) - n_val < 2:
-        raise ValueError(f"ids has {len(ids)} tokens: too few to split into two parts with at "
-                         "least two tokens each")
-    return ids[: len(ids) - n_val], ids[len(ids) - n_val:]
+        raise ValueError(
+            f"ids has {len(ids)} tokens: too few to split into two parts with at "
+            "least two tokens each"
+        )
+    return ids[: len(ids) - n_val], ids[len(ids) - n_val :]
 
 
-def random_windows(ids: Tensor, block_size: int, batch_size: int,
-                   generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+def random_windows(
+    ids: Tensor, block_size: int, batch_size: int, generator: torch.Generator | None = None
+) -> tuple[Tensor, Tensor]:
     """ids (n,) -> (x, y), both long (batch_size, block_size), from random start positions.
 
     y[b, i] = ids[start_b + i + 1] is the character that follows x[b, i] = ids[start_b + i]:
@@ -60,20 +66,24 @@ def random_windows(ids: Tensor, block_size: int, batch_size: int,
     check_positive_int(block_size, "block_size")
     check_positive_int(batch_size, "batch_size")
     if len(ids) < block_size + 1:
-        raise ValueError(f"ids has {len(ids)} tokens, fewer than block_size + 1 = "
-                         f"{block_size + 1}: no window fits")
+        raise ValueError(
+            f"ids has {len(ids)} tokens, fewer than block_size + 1 = "
+            f"{block_size + 1}: no window fits"
+        )
     # Draw on the generator's own device (a CUDA generator cannot draw CPU numbers, nor the
     # reverse), then move the start positions to where the text is.
     draw_on = generator.device if generator is not None else torch.device("cpu")
-    starts = torch.randint(len(ids) - block_size, (batch_size,), generator=generator,
-                           device=draw_on).to(ids.device)  # (batch,)
+    starts = torch.randint(
+        len(ids) - block_size, (batch_size,), generator=generator, device=draw_on
+    ).to(ids.device)  # (batch,)
     offsets = torch.arange(block_size + 1, device=ids.device)  # (block_size + 1,)
     windows = ids[starts[:, None] + offsets].long()  # (batch, block_size + 1)
     return windows[:, :-1], windows[:, 1:]  # x, y: (batch, block_size)
 
 
-def window_batches(ids: Tensor, block_size: int, batch_size: int,
-                   generator: torch.Generator | None = None) -> Iterator[tuple[Tensor, Tensor]]:
+def window_batches(
+    ids: Tensor, block_size: int, batch_size: int, generator: torch.Generator | None = None
+) -> Iterator[tuple[Tensor, Tensor]]:
     """An endless stream of `random_windows` batches (for `course_lib.train.train`)."""
     check_tensor(ids, "ids", ndim=1, shape_hint="(n,)", dtype=(torch.int64, torch.int32))
     check_positive_int(block_size, "block_size")

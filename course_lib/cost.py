@@ -77,11 +77,13 @@ class TensorMemoryCounter(TorchDispatchMode):
         out = func(*args, **kwargs)
         # a view or an in-place result shares an input's storage: nothing new was allocated
         # (this is also what keeps slices of the caller's inputs from being counted)
-        inputs = {leaf.untyped_storage().data_ptr() for leaf in tree_leaves((args, kwargs))
-                  if isinstance(leaf, torch.Tensor)}
+        inputs = {
+            leaf.untyped_storage().data_ptr()
+            for leaf in tree_leaves((args, kwargs))
+            if isinstance(leaf, torch.Tensor)
+        }
         for leaf in tree_leaves(out):
-            if isinstance(leaf, torch.Tensor) and \
-                    leaf.untyped_storage().data_ptr() not in inputs:
+            if isinstance(leaf, torch.Tensor) and leaf.untyped_storage().data_ptr() not in inputs:
                 self._track(leaf)
         return out
 
@@ -98,8 +100,9 @@ def peak_tensor_bytes(fn: Callable[[], object]) -> int:
 def loglog_slope(ns: Sequence[float], ys: Sequence[float]) -> float:
     """The least-squares slope of log(y) against log(n): y ~ c * n^slope."""
     if len(ns) != len(ys) or len(ns) < 2:
-        raise ValueError(f"ns and ys must be two sequences of the same length >= 2, got "
-                         f"{len(ns)} and {len(ys)}")
+        raise ValueError(
+            f"ns and ys must be two sequences of the same length >= 2, got {len(ns)} and {len(ys)}"
+        )
     if min(ns) <= 0 or min(ys) <= 0:
         raise ValueError("ns and ys must be positive to be put on a log scale")
     xs = [math.log(n) for n in ns]

@@ -75,7 +75,9 @@ def cross_attention(
             f"{tuple(memory.shape)})"
         )
     for w, name, source, source_name in (
-        (w_q, "w_q", x, "x"), (w_k, "w_k", memory, "memory"), (w_v, "w_v", memory, "memory")
+        (w_q, "w_q", x, "x"),
+        (w_k, "w_k", memory, "memory"),
+        (w_v, "w_v", memory, "memory"),
     ):
         check_tensor(w, name, ndim=2, shape_hint="(d_model, d_out)")
         if w.shape[0] != source.shape[-1]:
@@ -115,8 +117,15 @@ class CrossAttentionSublayer(nn.Module):
     set, `.attention` keeps the last weights (batch, num_heads, n_q, n_kv).
     """
 
-    def __init__(self, d_model: int, num_heads: int, norm_first: bool = False,
-                 dropout: float = 0.0, bias: bool = True, layer_norm_eps: float = 1e-5):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        norm_first: bool = False,
+        dropout: float = 0.0,
+        bias: bool = True,
+        layer_norm_eps: float = 1e-5,
+    ):
         super().__init__()
         check_positive_int(d_model, "d_model")
         check_positive_int(num_heads, "num_heads")
@@ -138,12 +147,14 @@ class CrossAttentionSublayer(nn.Module):
                 "sequence reads its own source sequence"
             )
         if memory_mask is not None:
-            _check_mask(memory_mask, (x.shape[0], x.shape[1], memory.shape[1]),
-                        "(batch, n_q, n_kv)")
+            _check_mask(
+                memory_mask, (x.shape[0], x.shape[1], memory.shape[1]), "(batch, n_q, n_kv)"
+            )
 
     def _attend(self, query: Tensor, memory: Tensor, memory_mask: Tensor | None) -> Tensor:
-        output, weights = self.attn(query, memory, memory, memory_mask,
-                                    need_weights=self.record_attention)
+        output, weights = self.attn(
+            query, memory, memory, memory_mask, need_weights=self.record_attention
+        )
         self.attention = None if weights is None else weights.detach()
         return self.dropout(output)  # (batch, n_q, d_model)
 
@@ -156,8 +167,9 @@ class CrossAttentionSublayer(nn.Module):
         return self.norm(x + self._attend(x, memory, memory_mask))  # (batch, n_q, d_model)
 
 
-def attention_pool(x: Tensor, queries: Tensor, w_k: Tensor, w_v: Tensor,
-                   mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def attention_pool(
+    x: Tensor, queries: Tensor, w_k: Tensor, w_v: Tensor, mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """Cross-attention from a fixed set of learned queries to a sequence (Perceiver, Set
     Transformer's pooling): a sequence of any length in, num_queries vectors out.
 
@@ -174,8 +186,10 @@ def attention_pool(x: Tensor, queries: Tensor, w_k: Tensor, w_v: Tensor,
         if w.shape[0] != x.shape[-1]:
             raise ValueError(f"{name} has {w.shape[0]} rows but x has d_model={x.shape[-1]}")
     if w_k.shape[1] != queries.shape[1]:
-        raise ValueError(f"queries have d_k={queries.shape[1]} but w_k has {w_k.shape[1]} "
-                         "columns; queries and keys must have the same size")
+        raise ValueError(
+            f"queries have d_k={queries.shape[1]} but w_k has {w_k.shape[1]} "
+            "columns; queries and keys must have the same size"
+        )
     if mask is not None:
         check_bool_mask(mask, "mask", x.shape[:2], "(batch, n)")
         mask = mask.unsqueeze(-2)  # (batch, 1, n): the same keys for every query

@@ -41,13 +41,21 @@ def _last_logits(step_fn: StepFn, prefix: Tensor) -> Tensor:
     logits = step_fn(prefix)
     if not isinstance(logits, Tensor) or logits.dim() != 3 or logits.shape[:2] != prefix.shape:
         got = tuple(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__
-        raise ValueError(f"step_fn must return logits (batch, t, vocab) for a prefix of shape "
-                         f"{tuple(prefix.shape)}, got {got}")
+        raise ValueError(
+            f"step_fn must return logits (batch, t, vocab) for a prefix of shape "
+            f"{tuple(prefix.shape)}, got {got}"
+        )
     return logits[:, -1, :]  # (batch, vocab): the scores of the next token
 
 
-def greedy_decode(step_fn: StepFn, batch_size: int, bos_id: int, eos_id: int,
-                  max_len: int, device: torch.device | str | None = None) -> Tensor:
+def greedy_decode(
+    step_fn: StepFn,
+    batch_size: int,
+    bos_id: int,
+    eos_id: int,
+    max_len: int,
+    device: torch.device | str | None = None,
+) -> Tensor:
     """Take the most likely token at every step: -> tokens (batch_size, max_len), long.
 
     The result holds the generated tokens without <bos>. A row that has produced `eos_id`
@@ -56,8 +64,10 @@ def greedy_decode(step_fn: StepFn, batch_size: int, bos_id: int, eos_id: int,
     filled with eos_id).
     """
     if not callable(step_fn):
-        raise TypeError("step_fn must be a function prefix (batch, t) -> logits "
-                        f"(batch, t, vocab), got {type(step_fn).__name__}")
+        raise TypeError(
+            "step_fn must be a function prefix (batch, t) -> logits "
+            f"(batch, t, vocab), got {type(step_fn).__name__}"
+        )
     check_positive_int(batch_size, "batch_size")
     _check_id(bos_id, "bos_id")
     _check_id(eos_id, "eos_id")
@@ -74,14 +84,21 @@ def greedy_decode(step_fn: StepFn, batch_size: int, bos_id: int, eos_id: int,
         prefix = torch.cat([prefix, next_token.unsqueeze(1)], dim=1)  # (batch, t + 1)
         finished |= next_token == eos_id
     tokens = prefix[:, 1:]  # drop <bos>
-    pad = torch.full((batch_size, max_len - tokens.shape[1]), eos_id, dtype=torch.long,
-                     device=prefix.device)
+    pad = torch.full(
+        (batch_size, max_len - tokens.shape[1]), eos_id, dtype=torch.long, device=prefix.device
+    )
     return torch.cat([tokens, pad], dim=1)  # (batch, max_len)
 
 
-def beam_search(step_fn: StepFn, bos_id: int, eos_id: int, max_len: int, beam_size: int = 4,
-                length_penalty: float = 0.0,
-                device: torch.device | str | None = None) -> tuple[Tensor, float]:
+def beam_search(
+    step_fn: StepFn,
+    bos_id: int,
+    eos_id: int,
+    max_len: int,
+    beam_size: int = 4,
+    length_penalty: float = 0.0,
+    device: torch.device | str | None = None,
+) -> tuple[Tensor, float]:
     """Decode ONE sequence keeping the `beam_size` best prefixes: -> (tokens (n,), log-prob).
 
     step_fn gets the live beams as a batch, prefix (num_beams, t), and returns logits
@@ -94,8 +111,10 @@ def beam_search(step_fn: StepFn, bos_id: int, eos_id: int, max_len: int, beam_si
     beam_size=1 is greedy decoding.
     """
     if not callable(step_fn):
-        raise TypeError("step_fn must be a function prefix (beams, t) -> logits "
-                        f"(beams, t, vocab), got {type(step_fn).__name__}")
+        raise TypeError(
+            "step_fn must be a function prefix (beams, t) -> logits "
+            f"(beams, t, vocab), got {type(step_fn).__name__}"
+        )
     _check_id(bos_id, "bos_id")
     _check_id(eos_id, "eos_id")
     check_positive_int(max_len, "max_len")
@@ -104,7 +123,7 @@ def beam_search(step_fn: StepFn, bos_id: int, eos_id: int, max_len: int, beam_si
         raise TypeError(f"length_penalty must be a number, got {length_penalty!r}")
 
     def score(log_prob: float, length: int) -> float:
-        return log_prob / (length ** length_penalty)
+        return log_prob / (length**length_penalty)
 
     beams = torch.full((1, 1), bos_id, dtype=torch.long, device=device)  # (num_beams, t)
     beam_scores = torch.zeros(1, dtype=torch.float64, device=device)  # (num_beams,) log-probs
@@ -136,8 +155,11 @@ def beam_search(step_fn: StepFn, bos_id: int, eos_id: int, max_len: int, beam_si
         del finished[beam_size:]
         # Log-probabilities only fall as a beam grows, so with no length penalty a live beam
         # whose score is already below the best finished one can never overtake it.
-        if (len(finished) >= beam_size and length_penalty == 0
-                and beam_scores.max().item() <= finished[0][0]):
+        if (
+            len(finished) >= beam_size
+            and length_penalty == 0
+            and beam_scores.max().item() <= finished[0][0]
+        ):
             break
     if not finished:  # nothing emitted <eos> within max_len: return the best live beam
         return beams[0, 1:], float(beam_scores[0])
@@ -153,8 +175,13 @@ def model_step_fn(model: nn.Module, src: Tensor) -> StepFn:
     Beam search calls it with as many rows as live beams; for a single source (batch 1) the
     memory is repeated to match.
     """
-    check_tensor(src, "src", ndim=2, shape_hint="(batch, n_src) of token ids",
-                 dtype=(torch.int64, torch.int32))
+    check_tensor(
+        src,
+        "src",
+        ndim=2,
+        shape_hint="(batch, n_src) of token ids",
+        dtype=(torch.int64, torch.int32),
+    )
     with torch.no_grad():
         memory, src_mask = model.encode(src)
 
@@ -163,8 +190,10 @@ def model_step_fn(model: nn.Module, src: Tensor) -> StepFn:
         if rows == memory.shape[0]:
             return model.decode(prefix, memory, src_mask)
         if memory.shape[0] != 1:
-            raise ValueError(f"the prefix has {rows} rows but the source has batch "
-                             f"{memory.shape[0]}; beams need a single source")
+            raise ValueError(
+                f"the prefix has {rows} rows but the source has batch "
+                f"{memory.shape[0]}; beams need a single source"
+            )
         return model.decode(prefix, memory.expand(rows, -1, -1), src_mask.expand(rows, -1, -1))
 
     return step_fn
@@ -176,8 +205,14 @@ def strip_special(tokens: Sequence[int] | Tensor, eos_id: int) -> list[int]:
     return tokens[: tokens.index(eos_id)] if eos_id in tokens else tokens
 
 
-def translate(model: nn.Module, tokenizer, texts: Sequence[str], max_len: int = 16,
-              beam_size: int | None = None, batch_size: int = 500) -> list[str]:
+def translate(
+    model: nn.Module,
+    tokenizer,
+    texts: Sequence[str],
+    max_len: int = 16,
+    beam_size: int | None = None,
+    batch_size: int = 500,
+) -> list[str]:
     """Texts -> model outputs as text: greedy (beam_size None) or beam search per text."""
     if isinstance(texts, str):
         raise TypeError("texts must be a list of strings, got a single str; wrap it: [text]")
@@ -187,17 +222,31 @@ def translate(model: nn.Module, tokenizer, texts: Sequence[str], max_len: int = 
     outputs: list[str] = []
     try:
         for start in range(0, len(texts), batch_size):
-            chunk = list(texts[start:start + batch_size])
+            chunk = list(texts[start : start + batch_size])
             src, _ = tokenizer.encode_batch(chunk)
             src = src.to(device)
             if beam_size is None:
-                tokens = greedy_decode(model_step_fn(model, src), len(chunk), tokenizer.bos_id,
-                                       tokenizer.eos_id, max_len, device=device)
+                tokens = greedy_decode(
+                    model_step_fn(model, src),
+                    len(chunk),
+                    tokenizer.bos_id,
+                    tokenizer.eos_id,
+                    max_len,
+                    device=device,
+                )
                 rows = list(tokens)
             else:
-                rows = [beam_search(model_step_fn(model, src[i:i + 1]), tokenizer.bos_id,
-                                    tokenizer.eos_id, max_len, beam_size, device=device)[0]
-                        for i in range(len(chunk))]
+                rows = [
+                    beam_search(
+                        model_step_fn(model, src[i : i + 1]),
+                        tokenizer.bos_id,
+                        tokenizer.eos_id,
+                        max_len,
+                        beam_size,
+                        device=device,
+                    )[0]
+                    for i in range(len(chunk))
+                ]
             outputs += [tokenizer.decode(strip_special(row, tokenizer.eos_id)) for row in rows]
     finally:
         model.train(was_training)

@@ -43,8 +43,9 @@ def _check_non_negative_int(value: object, name: str) -> int:
     return value
 
 
-def tiled_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
-                    block_size: int = 128) -> Tensor:
+def tiled_attention(
+    q: Tensor, k: Tensor, v: Tensor, causal: bool = False, block_size: int = 128
+) -> Tensor:
     """softmax(q k^T / sqrt(d_k)) v, computed tile by tile: never an (n_q, n_k) matrix.
 
     q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v) -> output (..., n_q, d_v), equal to
@@ -59,7 +60,7 @@ def tiled_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     batch_shape = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     out = q.new_empty(*batch_shape, n_q, v.shape[-1])  # (..., n_q, d_v)
     for q_start in range(0, n_q, block_size):
-        q_block = q[..., q_start:q_start + block_size, :] * scale  # (..., bq, d_k)
+        q_block = q[..., q_start : q_start + block_size, :] * scale  # (..., bq, d_k)
         rows = q_block.shape[-2]
         running_max = q.new_full((*batch_shape, rows, 1), float("-inf"))  # m
         running_sum = q.new_zeros((*batch_shape, rows, 1))  # l = sum of exp(score - m)
@@ -67,8 +68,8 @@ def tiled_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
         # a causal query block ends at q_start + rows - 1: later keys are all masked
         k_end = min(n_k, q_start + rows) if causal else n_k
         for k_start in range(0, k_end, block_size):
-            k_block = k[..., k_start:k_start + block_size, :]  # (..., bk, d_k)
-            v_block = v[..., k_start:k_start + block_size, :]  # (..., bk, d_v)
+            k_block = k[..., k_start : k_start + block_size, :]  # (..., bk, d_k)
+            v_block = v[..., k_start : k_start + block_size, :]  # (..., bk, d_v)
             scores = q_block @ k_block.transpose(-2, -1)  # (..., bq, bk): one tile
             if causal and k_start + scores.shape[-1] - 1 > q_start:
                 query_pos = torch.arange(q_start, q_start + rows, device=q.device)[:, None]
@@ -82,13 +83,17 @@ def tiled_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
             running_sum = running_sum * correction + p.sum(dim=-1, keepdim=True)
             acc = acc * correction + p @ v_block
             running_max = new_max
-        out[..., q_start:q_start + rows, :] = acc / running_sum
+        out[..., q_start : q_start + rows, :] = acc / running_sum
     return out
 
 
-def sliding_window_mask(n: int, window: int, causal: bool = False,
-                        global_tokens: Sequence[int] | Tensor | None = None,
-                        device: torch.device | str | None = None) -> Tensor:
+def sliding_window_mask(
+    n: int,
+    window: int,
+    causal: bool = False,
+    global_tokens: Sequence[int] | Tensor | None = None,
+    device: torch.device | str | None = None,
+) -> Tensor:
     """Longformer's pattern: bool (n, n), True = query i may attend to key j.
 
     Key j is allowed when |i - j| <= window (so 2 * window + 1 keys in the middle of the
@@ -104,8 +109,7 @@ def sliding_window_mask(n: int, window: int, causal: bool = False,
     if global_tokens is not None:
         index = torch.as_tensor(global_tokens, dtype=torch.long, device=device).reshape(-1)
         if index.numel() and (index.min() < 0 or index.max() >= n):
-            raise ValueError(f"global_tokens must be positions in [0, n={n}), got "
-                             f"{index.tolist()}")
+            raise ValueError(f"global_tokens must be positions in [0, n={n}), got {index.tolist()}")
         mask[index, :] = True
         mask[:, index] = True
     if causal:
@@ -113,8 +117,9 @@ def sliding_window_mask(n: int, window: int, causal: bool = False,
     return mask
 
 
-def sliding_window_attention(q: Tensor, k: Tensor, v: Tensor, window: int,
-                             causal: bool = False) -> Tensor:
+def sliding_window_attention(
+    q: Tensor, k: Tensor, v: Tensor, window: int, causal: bool = False
+) -> Tensor:
     """Attention restricted to |i - j| <= window, computed on the band only.
 
     q, k (..., n, d_k), v (..., n, d_v) -> (..., n, d_v); equal to full attention with
@@ -126,8 +131,10 @@ def sliding_window_attention(q: Tensor, k: Tensor, v: Tensor, window: int,
     _check_non_negative_int(window, "window")
     n = q.shape[-2]
     if k.shape[-2] != n:
-        raise ValueError(f"sliding-window attention is self-attention: q has n={n} positions "
-                         f"but k has {k.shape[-2]}")
+        raise ValueError(
+            f"sliding-window attention is self-attention: q has n={n} positions "
+            f"but k has {k.shape[-2]}"
+        )
     width = 2 * window + 1
     pad = (0, 0, window, window)  # pad the sequence axis with `window` rows on both sides
     # (..., n, d, width): row i holds the keys i - window .. i + window (a strided view)
@@ -143,9 +150,13 @@ def sliding_window_attention(q: Tensor, k: Tensor, v: Tensor, window: int,
     return (v_band @ weights.unsqueeze(-1)).squeeze(-1)  # (..., n, d_v)
 
 
-def random_feature_projection(num_features: int, d_k: int, orthogonal: bool = True,
-                              generator: torch.Generator | None = None,
-                              dtype: torch.dtype = torch.float32) -> Tensor:
+def random_feature_projection(
+    num_features: int,
+    d_k: int,
+    orthogonal: bool = True,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
     """(num_features, d_k) Gaussian directions w for positive random features.
 
     orthogonal=True (Performer's choice) makes each block of d_k rows orthogonal, with row
@@ -182,9 +193,14 @@ def performer_features(x: Tensor, projection: Tensor, is_query: bool) -> Tensor:
     return exponent.exp() / math.sqrt(projection.shape[0])
 
 
-def performer_attention(q: Tensor, k: Tensor, v: Tensor, num_features: int = 256,
-                        generator: torch.Generator | None = None,
-                        projection: Tensor | None = None) -> Tensor:
+def performer_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    num_features: int = 256,
+    generator: torch.Generator | None = None,
+    projection: Tensor | None = None,
+) -> Tensor:
     """Softmax attention approximated with positive random features, in time linear in n.
 
     q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v) -> (..., n_q, d_v).
@@ -197,15 +213,18 @@ def performer_attention(q: Tensor, k: Tensor, v: Tensor, num_features: int = 256
     _check_qkv(q, k, v)
     d_k = q.shape[-1]
     if projection is None:
-        projection = random_feature_projection(num_features, d_k, generator=generator,
-                                               dtype=q.dtype).to(q.device)
+        projection = random_feature_projection(
+            num_features, d_k, generator=generator, dtype=q.dtype
+        ).to(q.device)
     else:
         check_tensor(projection, "projection", ndim=2, shape_hint="(num_features, d_k)")
         if projection.shape[1] != d_k:
-            raise ValueError(f"projection has {projection.shape[1]} columns but q has "
-                             f"d_k={d_k}; it must be (num_features, d_k)")
+            raise ValueError(
+                f"projection has {projection.shape[1]} columns but q has "
+                f"d_k={d_k}; it must be (num_features, d_k)"
+            )
         projection = projection.to(q.dtype)
-    scale = d_k ** -0.25
+    scale = d_k**-0.25
     phi_q = performer_features(q * scale, projection, is_query=True)  # (..., n_q, m)
     phi_k = performer_features(k * scale, projection, is_query=False)  # (..., n_k, m)
     kv = phi_k.transpose(-2, -1) @ v  # (..., m, d_v)

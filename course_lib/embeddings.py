@@ -41,12 +41,16 @@ _INTEGER_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint
 def _check_ids(ids: object, vocab_size: int, name: str = "ids") -> Tensor:
     check_tensor(ids, name, shape_hint="(...,) of token ids", allow_empty=True)
     if ids.dtype not in _INTEGER_DTYPES:
-        raise TypeError(f"{name} must hold integer token ids (dtype int64), got dtype "
-                        f"{str(ids.dtype).replace('torch.', '')}; convert with {name}.long()")
+        raise TypeError(
+            f"{name} must hold integer token ids (dtype int64), got dtype "
+            f"{str(ids.dtype).replace('torch.', '')}; convert with {name}.long()"
+        )
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
         bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
-        raise ValueError(f"{name} contains {bad}, outside [0, vocab_size) = [0, {vocab_size}); "
-                         "every id must name a row of the vocabulary")
+        raise ValueError(
+            f"{name} contains {bad}, outside [0, vocab_size) = [0, {vocab_size}); "
+            "every id must name a row of the vocabulary"
+        )
     return ids
 
 
@@ -190,8 +194,9 @@ def project_2d(E: Tensor) -> Tensor:
     check_tensor(E, "E", ndim=2, shape_hint="(n, d)")
     check_floating(E, "E")
     if E.shape[0] < 2 or E.shape[1] < 2:
-        raise ValueError(f"E needs at least 2 rows and 2 columns to project, got shape "
-                         f"{tuple(E.shape)}")
+        raise ValueError(
+            f"E needs at least 2 rows and 2 columns to project, got shape {tuple(E.shape)}"
+        )
     centred = (E - E.mean(dim=0, keepdim=True)).double()
     return _pca(centred).to(E.dtype)
 
@@ -214,8 +219,9 @@ def plot_embeddings_2d(
     """Scatter (n, 2) points with a text label each; `groups` colours them by family."""
     points = as_float_tensor(points, "points")
     if points.dim() != 2 or points.shape[1] != 2:
-        raise ValueError(f"points must have shape (n, 2), got {tuple(points.shape)}; "
-                         "use project_2d first")
+        raise ValueError(
+            f"points must have shape (n, 2), got {tuple(points.shape)}; use project_2d first"
+        )
     if len(labels) != points.shape[0]:
         raise ValueError(f"got {len(labels)} labels for {points.shape[0]} points")
     if ax is None:

@@ -25,9 +25,14 @@ __all__ = ["IGNORE_INDEX", "mlm_mask", "patchify", "MaskedLM", "VisionTransforme
 IGNORE_INDEX = -100  # the label of a position the loss skips (F.cross_entropy's default)
 
 
-def mlm_mask(ids: Tensor, mask_id: int, vocab_size: int, mask_prob: float = 0.15,
-             pad_id: int | None = None, generator: torch.Generator | None = None
-             ) -> tuple[Tensor, Tensor]:
+def mlm_mask(
+    ids: Tensor,
+    mask_id: int,
+    vocab_size: int,
+    mask_prob: float = 0.15,
+    pad_id: int | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor]:
     """BERT's corruption for masked-language modelling: ids (...) -> (inputs, labels), same shape.
 
     Each non-padding position is chosen with probability `mask_prob` (15 %). Of the chosen
@@ -36,19 +41,24 @@ def mlm_mask(ids: Tensor, mask_id: int, vocab_size: int, mask_prob: float = 0.15
     IGNORE_INDEX (-100) everywhere else, so the loss is taken on the chosen positions only.
     Padding (== pad_id) is never chosen. Draws come from `generator`, for repeatable masks.
     """
-    check_tensor(ids, "ids", min_ndim=1, shape_hint="(...) of token ids",
-                 dtype=(torch.int64, torch.int32))
+    check_tensor(
+        ids, "ids", min_ndim=1, shape_hint="(...) of token ids", dtype=(torch.int64, torch.int32)
+    )
     check_positive_int(vocab_size, "vocab_size")
-    if isinstance(mask_prob, bool) or not isinstance(mask_prob, (int, float)) \
-            or not 0.0 < mask_prob <= 1.0:
+    if (
+        isinstance(mask_prob, bool)
+        or not isinstance(mask_prob, (int, float))
+        or not 0.0 < mask_prob <= 1.0
+    ):
         raise ValueError(f"mask_prob must be a probability in (0, 1], got {mask_prob!r}")
     chosen = torch.rand(ids.shape, generator=generator, device=ids.device) < mask_prob
     if pad_id is not None:
         chosen &= ids != pad_id
     labels = ids.masked_fill(~chosen, IGNORE_INDEX)
     action = torch.rand(ids.shape, generator=generator, device=ids.device)
-    random_ids = torch.randint(0, vocab_size, ids.shape, generator=generator,
-                               device=ids.device, dtype=ids.dtype)
+    random_ids = torch.randint(
+        0, vocab_size, ids.shape, generator=generator, device=ids.device, dtype=ids.dtype
+    )
     inputs = ids.masked_fill(chosen & (action < 0.8), mask_id)  # 80 %: <mask>
     to_random = chosen & (action >= 0.8) & (action < 0.9)  # 10 %: a random token
     inputs = torch.where(to_random, random_ids, inputs)  # the last 10 %: unchanged
@@ -67,20 +77,29 @@ def patchify(images: Tensor, patch_size: int) -> Tensor:
     check_positive_int(patch_size, "patch_size")
     batch, channels, height, width = images.shape
     if height % patch_size or width % patch_size:
-        raise ValueError(f"images of size {height} x {width} cannot be cut into "
-                         f"{patch_size} x {patch_size} patches; H and W must be multiples of "
-                         "patch_size")
+        raise ValueError(
+            f"images of size {height} x {width} cannot be cut into "
+            f"{patch_size} x {patch_size} patches; H and W must be multiples of "
+            "patch_size"
+        )
     rows, cols = height // patch_size, width // patch_size
     x = images.reshape(batch, channels, rows, patch_size, cols, patch_size)
     x = x.permute(0, 2, 4, 1, 3, 5)  # (batch, rows, cols, channels, p, p)
     return x.reshape(batch, rows * cols, channels * patch_size * patch_size)
 
 
-def _encoder_layers(d_model: int, num_heads: int, num_layers: int, d_ff: int | None,
-                    dropout: float) -> nn.ModuleList:
+def _encoder_layers(
+    d_model: int, num_heads: int, num_layers: int, d_ff: int | None, dropout: float
+) -> nn.ModuleList:
     return nn.ModuleList(
-        EncoderLayer(d_model, num_heads, d_ff or 4 * d_model, dropout=dropout, norm_first=True,
-                     activation="gelu")
+        EncoderLayer(
+            d_model,
+            num_heads,
+            d_ff or 4 * d_model,
+            dropout=dropout,
+            norm_first=True,
+            activation="gelu",
+        )
         for _ in range(num_layers)
     )
 
@@ -93,8 +112,16 @@ class MaskedLM(nn.Module):
     on `mlm_mask`'d inputs, the logits at a masked position guess the hidden token.
     """
 
-    def __init__(self, vocab_size: int, max_len: int, d_model: int = 64, num_heads: int = 4,
-                 num_layers: int = 2, d_ff: int | None = None, dropout: float = 0.0):
+    def __init__(
+        self,
+        vocab_size: int,
+        max_len: int,
+        d_model: int = 64,
+        num_heads: int = 4,
+        num_layers: int = 2,
+        d_ff: int | None = None,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         check_positive_int(vocab_size, "vocab_size")
         check_positive_int(max_len, "max_len")
@@ -106,8 +133,13 @@ class MaskedLM(nn.Module):
         self.lm_head = nn.Linear(d_model, vocab_size)
 
     def forward(self, ids: Tensor, mask: Tensor | None = None) -> Tensor:
-        check_tensor(ids, "ids", ndim=2, shape_hint="(batch, seq) of token ids",
-                     dtype=(torch.int64, torch.int32))
+        check_tensor(
+            ids,
+            "ids",
+            ndim=2,
+            shape_hint="(batch, seq) of token ids",
+            dtype=(torch.int64, torch.int32),
+        )
         if ids.shape[1] > self.max_len:
             raise ValueError(f"ids has {ids.shape[1]} tokens but max_len={self.max_len}")
         positions = torch.arange(ids.shape[1], device=ids.device)  # (seq,)
@@ -126,22 +158,35 @@ class VisionTransformer(nn.Module):
     `course_lib.blocks.record_attention(model)`; token 0 is [CLS], tokens 1.. the patches.
     """
 
-    def __init__(self, image_size: int, patch_size: int, num_classes: int, channels: int = 3,
-                 d_model: int = 64, num_heads: int = 4, num_layers: int = 2,
-                 d_ff: int | None = None, dropout: float = 0.0):
+    def __init__(
+        self,
+        image_size: int,
+        patch_size: int,
+        num_classes: int,
+        channels: int = 3,
+        d_model: int = 64,
+        num_heads: int = 4,
+        num_layers: int = 2,
+        d_ff: int | None = None,
+        dropout: float = 0.0,
+    ):
         super().__init__()
-        for value, name in ((image_size, "image_size"), (patch_size, "patch_size"),
-                            (num_classes, "num_classes"), (channels, "channels")):
+        for value, name in (
+            (image_size, "image_size"),
+            (patch_size, "patch_size"),
+            (num_classes, "num_classes"),
+            (channels, "channels"),
+        ):
             check_positive_int(value, name)
         if image_size % patch_size:
-            raise ValueError(f"image_size={image_size} is not a multiple of "
-                             f"patch_size={patch_size}")
+            raise ValueError(
+                f"image_size={image_size} is not a multiple of patch_size={patch_size}"
+            )
         self.image_size, self.patch_size, self.channels = image_size, patch_size, channels
         self.num_patches = (image_size // patch_size) ** 2
         self.patch_embedding = nn.Linear(channels * patch_size**2, d_model)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, d_model))
-        self.position_embedding = nn.Parameter(torch.randn(1, self.num_patches + 1, d_model)
-                                               * 0.02)
+        self.position_embedding = nn.Parameter(torch.randn(1, self.num_patches + 1, d_model) * 0.02)
         self.layers = _encoder_layers(d_model, num_heads, num_layers, d_ff, dropout)
         self.norm = LayerNorm(d_model)
         self.head = nn.Linear(d_model, num_classes)
@@ -151,8 +196,10 @@ class VisionTransformer(nn.Module):
         check_floating(images, "images")
         expected = (self.channels, self.image_size, self.image_size)
         if tuple(images.shape[1:]) != expected:
-            raise ValueError(f"images must be (batch, {', '.join(map(str, expected))}), got "
-                             f"{tuple(images.shape)}")
+            raise ValueError(
+                f"images must be (batch, {', '.join(map(str, expected))}), got "
+                f"{tuple(images.shape)}"
+            )
         tokens = self.patch_embedding(patchify(images, self.patch_size))  # (b, patches, d)
         cls = self.cls_token.expand(images.shape[0], -1, -1)  # (batch, 1, d_model)
         x = torch.cat([cls, tokens], dim=1) + self.position_embedding  # (b, 1 + patches, d)

@@ -65,8 +65,9 @@ class GPTConfig:
             self.d_ff = 4 * self.d_model
         check_positive_int(self.d_ff, "d_ff")
         if self.d_model % self.num_heads != 0:
-            raise ValueError(f"d_model={self.d_model} is not divisible by "
-                             f"num_heads={self.num_heads}")
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}"
+            )
 
 
 class GPT(nn.Module):
@@ -82,12 +83,20 @@ class GPT(nn.Module):
             raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
         self.config = c = config
         self.token_embedding = nn.Embedding(c.vocab_size, c.d_model)
-        self.position_embedding = (LearnedPositionalEmbedding(c.block_size, c.d_model)
-                                   if c.positions else None)
+        self.position_embedding = (
+            LearnedPositionalEmbedding(c.block_size, c.d_model) if c.positions else None
+        )
         self.dropout = nn.Dropout(c.dropout)
         self.layers = nn.ModuleList(
-            EncoderLayer(c.d_model, c.num_heads, c.d_ff, dropout=c.dropout, norm_first=True,
-                         activation=c.activation, bias=c.bias)
+            EncoderLayer(
+                c.d_model,
+                c.num_heads,
+                c.d_ff,
+                dropout=c.dropout,
+                norm_first=True,
+                activation=c.activation,
+                bias=c.bias,
+            )
             for _ in range(c.num_layers)
         )
         self.norm = LayerNorm(c.d_model, bias=c.bias)
@@ -110,15 +119,23 @@ class GPT(nn.Module):
                 nn.init.normal_(proj.weight, 0.0, 0.02 / math.sqrt(2 * self.config.num_layers))
 
     def _check_ids(self, ids: object, start: int = 0) -> None:
-        check_tensor(ids, "ids", ndim=2, shape_hint="(batch, seq) of token ids",
-                     dtype=(torch.int64, torch.int32))
+        check_tensor(
+            ids,
+            "ids",
+            ndim=2,
+            shape_hint="(batch, seq) of token ids",
+            dtype=(torch.int64, torch.int32),
+        )
         if isinstance(start, bool) or not isinstance(start, int) or start < 0:
-            raise ValueError(f"start must be an int >= 0 (the position of ids[:, 0]), "
-                             f"got {start!r}")
+            raise ValueError(
+                f"start must be an int >= 0 (the position of ids[:, 0]), got {start!r}"
+            )
         if start + ids.shape[1] > self.config.block_size:
-            raise ValueError(f"ids has {ids.shape[1]} tokens (after {start} cached ones) but the "
-                             f"model's context is block_size={self.config.block_size}; "
-                             "crop it to the last block_size tokens")
+            raise ValueError(
+                f"ids has {ids.shape[1]} tokens (after {start} cached ones) but the "
+                f"model's context is block_size={self.config.block_size}; "
+                "crop it to the last block_size tokens"
+            )
 
     def _embed(self, ids: Tensor, start: int) -> Tensor:
         x = self.token_embedding(ids)  # (batch, seq, d_model)
@@ -136,8 +153,9 @@ class GPT(nn.Module):
         return self.lm_head(self.norm(x))  # (batch, seq, vocab)
 
     @door
-    def forward_cached(self, ids: Tensor, cache: KVCache | None = None,
-                       start: int | None = None) -> tuple[Tensor, KVCache]:
+    def forward_cached(
+        self, ids: Tensor, cache: KVCache | None = None, start: int | None = None
+    ) -> tuple[Tensor, KVCache]:
         """Logits for new tokens `ids` (batch, n) after the tokens already in `cache`.
 
         Returns (logits (batch, n, vocab), a cache with the new keys and values appended; the
@@ -170,17 +188,29 @@ class BigramLM(nn.Module):
         nn.init.zeros_(self.logits_table.weight)  # starts as the uniform distribution
 
     def forward(self, ids: Tensor) -> Tensor:
-        check_tensor(ids, "ids", ndim=2, shape_hint="(batch, seq) of token ids",
-                     dtype=(torch.int64, torch.int32))
+        check_tensor(
+            ids,
+            "ids",
+            ndim=2,
+            shape_hint="(batch, seq) of token ids",
+            dtype=(torch.int64, torch.int32),
+        )
         return self.logits_table(ids)  # (batch, seq, vocab)
 
 
 # inference_mode, not just no_grad: it also skips autograd's version counters, which matters when
 # each generated token costs dozens of small operations (the KV-cache path)
 @torch.inference_mode()
-def generate(model: GPT | BigramLM, ids: Tensor, max_new_tokens: int, temperature: float = 1.0,
-             top_k: int | None = None, top_p: float | None = None,
-             generator: torch.Generator | None = None, use_cache: bool = False) -> Tensor:
+def generate(
+    model: GPT | BigramLM,
+    ids: Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    use_cache: bool = False,
+) -> Tensor:
     """Continue `ids` (batch, t) by max_new_tokens tokens -> (batch, t + max_new_tokens).
 
     Each step feeds the last block_size tokens, takes the logits of the last position and
@@ -189,10 +219,14 @@ def generate(model: GPT | BigramLM, ids: Tensor, max_new_tokens: int, temperatur
     the tokens are identical. When the sequence outgrows block_size, the window slides and the
     learned positions shift, so the cache is rebuilt from the cropped window.
     """
-    check_tensor(ids, "ids", ndim=2, shape_hint="(batch, t) of token ids",
-                 dtype=(torch.int64, torch.int32))
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
-            or max_new_tokens < 0:
+    check_tensor(
+        ids, "ids", ndim=2, shape_hint="(batch, t) of token ids", dtype=(torch.int64, torch.int32)
+    )
+    if (
+        isinstance(max_new_tokens, bool)
+        or not isinstance(max_new_tokens, int)
+        or max_new_tokens < 0
+    ):
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     if use_cache and not isinstance(model, GPT):
         raise TypeError(f"use_cache=True needs a GPT, got {type(model).__name__}")
@@ -218,9 +252,14 @@ def generate(model: GPT | BigramLM, ids: Tensor, max_new_tokens: int, temperatur
 
 
 @torch.inference_mode()
-def generate_with_cache(model: GPT, ids: Tensor, max_new_tokens: int, temperature: float = 1.0,
-                        top_k: int | None = None, generator: torch.Generator | None = None
-                        ) -> Tensor:
+def generate_with_cache(
+    model: GPT,
+    ids: Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
     """Exercise 09's generation loop, written out: the prompt once, then each new token once.
 
     ids (batch, t) -> (batch, t + max_new_tokens), with t + max_new_tokens <= block_size. Every
@@ -229,8 +268,10 @@ def generate_with_cache(model: GPT, ids: Tensor, max_new_tokens: int, temperatur
     """
     total = ids.shape[1] + max_new_tokens
     if total > model.config.block_size:
-        raise ValueError(f"prompt + new tokens = {total} exceeds block_size "
-                         f"{model.config.block_size}; use generate, which slides the window")
+        raise ValueError(
+            f"prompt + new tokens = {total} exceeds block_size "
+            f"{model.config.block_size}; use generate, which slides the window"
+        )
     logits, cache = model.forward_cached(ids, None, 0)  # the prompt: (batch, t, vocab)
     for _ in range(max_new_tokens):
         next_id = sample_next(logits[:, -1], temperature, top_k, None, generator)  # (batch,)
@@ -239,9 +280,17 @@ def generate_with_cache(model: GPT, ids: Tensor, max_new_tokens: int, temperatur
     return ids
 
 
-def gpt_from_sizes(vocab_size: int, block_size: int, d_model: int, num_heads: int,
-                   num_layers: int) -> GPT:
+def gpt_from_sizes(
+    vocab_size: int, block_size: int, d_model: int, num_heads: int, num_layers: int
+) -> GPT:
     """The course's GPT built from the five sizes of exercise 09's capstone (d_ff = 4 d_model,
     no biases, tied output layer, GELU, pre-norm)."""
-    return GPT(GPTConfig(vocab_size=vocab_size, block_size=block_size, d_model=d_model,
-                         num_heads=num_heads, num_layers=num_layers))
+    return GPT(
+        GPTConfig(
+            vocab_size=vocab_size,
+            block_size=block_size,
+            d_model=d_model,
+            num_heads=num_heads,
+            num_layers=num_layers,
+        )
+    )

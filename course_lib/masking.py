@@ -90,15 +90,23 @@ def prefix_lm_mask(ids: Tensor, prefix_lengths: Tensor, pad_id: int) -> Tensor:
     (causal after the prefix). prefix 0 is the causal mask; prefix seq is bidirectional.
     """
     check_tensor(ids, "ids", ndim=2, shape_hint="(batch, seq)", dtype=(torch.int64, torch.int32))
-    check_tensor(prefix_lengths, "prefix_lengths", ndim=1, shape_hint="(batch,)",
-                 dtype=(torch.int64, torch.int32))
+    check_tensor(
+        prefix_lengths,
+        "prefix_lengths",
+        ndim=1,
+        shape_hint="(batch,)",
+        dtype=(torch.int64, torch.int32),
+    )
     batch, seq = ids.shape
     if prefix_lengths.shape[0] != batch:
-        raise ValueError(f"prefix_lengths has {prefix_lengths.shape[0]} entries but ids has "
-                         f"batch={batch}; give one prefix length per row")
+        raise ValueError(
+            f"prefix_lengths has {prefix_lengths.shape[0]} entries but ids has "
+            f"batch={batch}; give one prefix length per row"
+        )
     if ((prefix_lengths < 0) | (prefix_lengths > seq)).any():
-        raise ValueError(f"prefix_lengths must lie in [0, seq={seq}], got "
-                         f"{prefix_lengths.tolist()}")
+        raise ValueError(
+            f"prefix_lengths must lie in [0, seq={seq}], got {prefix_lengths.tolist()}"
+        )
     keys = torch.arange(seq, device=ids.device)  # (seq,)
     in_prefix = keys < prefix_lengths.to(ids.device)[:, None, None]  # (batch, 1, seq)
     allowed = in_prefix | causal_mask(seq, device=ids.device)  # (batch, seq, seq)

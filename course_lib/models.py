@@ -28,8 +28,19 @@ __all__ = ["Seq2SeqTransformer", "TRANSLATOR_CONFIG"]
 # Lesson 08's date translator, sized for a 2-core laptop CPU (benchmarks/train_translator.py
 # trains exactly this). Sizes of the model, then of the training run.
 TRANSLATOR_CONFIG = dict(
-    d_model=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=256, dropout=0.0,
-    batch_size=64, bucket=8, steps=700, warmup=100, factor=0.7, cooldown=0.3, smoothing=0.1,
+    d_model=64,
+    num_heads=4,
+    num_encoder_layers=2,
+    num_decoder_layers=2,
+    d_ff=256,
+    dropout=0.0,
+    batch_size=64,
+    bucket=8,
+    steps=700,
+    warmup=100,
+    factor=0.7,
+    cooldown=0.3,
+    smoothing=0.1,
     clip=1.0,
 )
 
@@ -45,28 +56,50 @@ class Seq2SeqTransformer(nn.Module):
     every real token from seeing them).
     """
 
-    def __init__(self, vocab_size: int, d_model: int = 128, num_heads: int = 4,
-                 num_encoder_layers: int = 2, num_decoder_layers: int = 2, d_ff: int = 512,
-                 dropout: float = 0.0, pad_id: int = 0, max_len: int = 256,
-                 norm_first: bool = False):
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int = 128,
+        num_heads: int = 4,
+        num_encoder_layers: int = 2,
+        num_decoder_layers: int = 2,
+        d_ff: int = 512,
+        dropout: float = 0.0,
+        pad_id: int = 0,
+        max_len: int = 256,
+        norm_first: bool = False,
+    ):
         super().__init__()
         check_positive_int(vocab_size, "vocab_size")
         if isinstance(pad_id, bool) or not isinstance(pad_id, int) or not 0 <= pad_id < vocab_size:
-            raise ValueError(f"pad_id must be an int in [0, vocab_size={vocab_size}), "
-                             f"got {pad_id!r}")
+            raise ValueError(
+                f"pad_id must be an int in [0, vocab_size={vocab_size}), got {pad_id!r}"
+            )
         self.vocab_size, self.d_model, self.pad_id = vocab_size, d_model, pad_id
-        self.core = EncoderDecoder(d_model, num_heads, num_encoder_layers, num_decoder_layers,
-                                   d_ff, dropout=dropout, norm_first=norm_first)
+        self.core = EncoderDecoder(
+            d_model,
+            num_heads,
+            num_encoder_layers,
+            num_decoder_layers,
+            d_ff,
+            dropout=dropout,
+            norm_first=norm_first,
+        )
         self.embedding = nn.Embedding(vocab_size, d_model)
         # std d_model^-0.5, so that after the sqrt(d_model) scale the embeddings have std 1,
         # the size of the sinusoidal positions they are added to.
-        nn.init.normal_(self.embedding.weight, std=d_model ** -0.5)
+        nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
         self.positions = SinusoidalPositionalEncoding(d_model, max_len, dropout)
         self.output = nn.Linear(d_model, vocab_size)
 
     def _check_ids(self, ids: object, name: str, seq: str) -> Tensor:
-        check_tensor(ids, name, ndim=2, shape_hint=f"(batch, {seq}) of token ids",
-                     dtype=(torch.int64, torch.int32))
+        check_tensor(
+            ids,
+            name,
+            ndim=2,
+            shape_hint=f"(batch, {seq}) of token ids",
+            dtype=(torch.int64, torch.int32),
+        )
         if ids.min() < 0 or ids.max() >= self.vocab_size:
             raise ValueError(f"{name} holds ids outside [0, vocab_size={self.vocab_size})")
         return ids
@@ -93,8 +126,10 @@ class Seq2SeqTransformer(nn.Module):
         self._check_ids(src, "src", "n_src")
         self._check_ids(tgt_in, "tgt_in", "n_tgt")
         if tgt_in.shape[0] != src.shape[0]:
-            raise ValueError(f"src has batch={src.shape[0]} but tgt_in has batch="
-                             f"{tgt_in.shape[0]}; they must be the same sentence pairs")
+            raise ValueError(
+                f"src has batch={src.shape[0]} but tgt_in has batch="
+                f"{tgt_in.shape[0]}; they must be the same sentence pairs"
+            )
         memory, src_mask = self.encode(src)
         return self.decode(tgt_in, memory, src_mask)
 

@@ -69,8 +69,9 @@ def merge_heads(x: Tensor) -> Tensor:
     return x.reshape(batch, seq, num_heads * d_head)  # (batch, seq, d_model)
 
 
-def check_attention_mask(mask: object, name: str, batch: int, num_heads: int, n_q: int,
-                         n_k: int) -> None:
+def check_attention_mask(
+    mask: object, name: str, batch: int, num_heads: int, n_q: int, n_k: int
+) -> None:
     """A boolean mask (True = may attend) broadcastable to (batch, n_q, n_k), or a 4-D one to
     (batch, num_heads, n_q, n_k)."""
     if isinstance(mask, Tensor) and mask.dim() == 4:
@@ -95,8 +96,14 @@ class MultiHeadAttention(nn.Module):
     to all of them; with is_causal=True the new tokens are the last ones of the sequence.
     """
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
-                 num_kv_heads: int | None = None):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        num_kv_heads: int | None = None,
+    ):
         super().__init__()
         check_positive_int(d_model, "d_model")
         check_positive_int(num_heads, "num_heads")
@@ -122,8 +129,15 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
-    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None,
-                      is_causal: bool, cache: LayerCache | None) -> None:
+    def _check_inputs(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Tensor | None,
+        is_causal: bool,
+        cache: LayerCache | None,
+    ) -> None:
         for t, name, seq in ((query, "query", "n_q"), (key, "key", "n_k"), (value, "value", "n_k")):
             check_sequence(t, name, self.d_model, seq, "this attention")
         if key.shape[:2] != value.shape[:2]:
@@ -132,17 +146,18 @@ class MultiHeadAttention(nn.Module):
                 "batch size and length: each key has one value"
             )
         if query.shape[0] != key.shape[0]:
-            raise ValueError(
-                f"query has batch={query.shape[0]} but key has batch={key.shape[0]}"
-            )
+            raise ValueError(f"query has batch={query.shape[0]} but key has batch={key.shape[0]}")
         batch, n_q, n_k = query.shape[0], query.shape[1], key.shape[1]
         if is_causal:
             if mask is not None:
-                raise ValueError("give either mask or is_causal=True, not both (combine the "
-                                 "causal mask into mask instead)")
+                raise ValueError(
+                    "give either mask or is_causal=True, not both (combine the "
+                    "causal mask into mask instead)"
+                )
             if n_q != n_k:
-                raise ValueError(f"is_causal=True needs as many queries as keys, got n_q={n_q} "
-                                 f"and n_k={n_k}")
+                raise ValueError(
+                    f"is_causal=True needs as many queries as keys, got n_q={n_q} and n_k={n_k}"
+                )
         if mask is not None:
             n_k += 0 if cache is None else len(cache)
             check_attention_mask(mask, "mask", batch, self.num_heads, n_q, n_k)
@@ -170,7 +185,12 @@ class MultiHeadAttention(nn.Module):
         if self.num_kv_heads != self.num_heads:  # grouped-query attention: share the kv heads
             k, v = repeat_kv(k, self.num_heads), repeat_kv(v, self.num_heads)
         heads, weights = scaled_dot_product_attention(
-            q, k, v, mask, is_causal=is_causal, need_weights=need_weights,
+            q,
+            k,
+            v,
+            mask,
+            is_causal=is_causal,
+            need_weights=need_weights,
             dropout_p=self.dropout if self.training else 0.0,
         )  # (batch, heads, n_q, d_head), (batch, heads, n_q, t + n_k) or None
         return self.out_proj(merge_heads(heads)), weights  # (batch, n_q, d_model)
@@ -229,13 +249,15 @@ def repeat_kv(x: Tensor, num_heads: int) -> Tensor:
         check_tensor(x, "x", ndim=4, shape_hint="(batch, num_kv_heads, seq, d_head)")
         check_positive_int(num_heads, "num_heads")
         if num_heads % x.shape[1] != 0:
-            raise ValueError(f"num_heads={num_heads} is not a multiple of "
-                             f"num_kv_heads={x.shape[1]}")
+            raise ValueError(
+                f"num_heads={num_heads} is not a multiple of num_kv_heads={x.shape[1]}"
+            )
     return x.repeat_interleave(num_heads // x.shape[1], dim=1)
 
 
-def grouped_query_attention(q: Tensor, k: Tensor, v: Tensor,
-                            mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def grouped_query_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """Attention where num_heads query heads share num_kv_heads key/value heads.
 
     q (batch, num_heads, n_q, d_head), k (batch, num_kv_heads, n_k, d_head),
@@ -248,12 +270,15 @@ def grouped_query_attention(q: Tensor, k: Tensor, v: Tensor,
     check_tensor(k, "k", ndim=4, shape_hint="(batch, num_kv_heads, n_k, d_head)")
     check_tensor(v, "v", ndim=4, shape_hint="(batch, num_kv_heads, n_k, d_v)")
     if k.shape[:3] != v.shape[:3]:
-        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must have the same batch, "
-                         "number of kv heads and length")
+        raise ValueError(
+            f"k {tuple(k.shape)} and v {tuple(v.shape)} must have the same batch, "
+            "number of kv heads and length"
+        )
     num_heads, num_kv_heads = q.shape[1], k.shape[1]
     if num_heads % num_kv_heads != 0:
-        raise ValueError(f"q has num_heads={num_heads}, not a multiple of k's "
-                         f"num_kv_heads={num_kv_heads}")
+        raise ValueError(
+            f"q has num_heads={num_heads}, not a multiple of k's num_kv_heads={num_kv_heads}"
+        )
     k, v = repeat_kv(k, num_heads), repeat_kv(v, num_heads)  # (batch, num_heads, n_k, ...)
     return scaled_dot_product_attention(q, k, v, mask)
 

@@ -192,15 +192,16 @@ class SinusoidalPositionalEncoding(nn.Module):
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.d_model, self.max_len = d_model, max_len
         self.dropout = nn.Dropout(dropout)
-        self.register_buffer("pe", sinusoidal_positional_encoding(max_len, d_model),
-                             persistent=False)  # (max_len, d_model)
+        self.register_buffer(
+            "pe", sinusoidal_positional_encoding(max_len, d_model), persistent=False
+        )  # (max_len, d_model)
 
     @door
     def forward(self, x: Tensor, start_pos: int = 0) -> Tensor:
         if at_the_door():
             _check_sequence_input(x, self.d_model, self.max_len, start_pos)
         seq_len = x.shape[1]
-        pe = self.pe[start_pos:start_pos + seq_len].to(x.dtype)  # (seq, d_model)
+        pe = self.pe[start_pos : start_pos + seq_len].to(x.dtype)  # (seq, d_model)
         return self.dropout(x + pe)  # (batch, seq, d_model), PE broadcast over the batch
 
     def extra_repr(self) -> str:

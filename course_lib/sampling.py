@@ -27,14 +27,16 @@ def _check_options(temperature: object, top_k: object, top_p: object, vocab: int
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
         raise TypeError(f"temperature must be a number >= 0, got {temperature!r}")
     if not math.isfinite(temperature) or temperature < 0:
-        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), "
-                         f"got {temperature}")
+        raise ValueError(
+            f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}"
+        )
     if top_k is not None:
         if isinstance(top_k, bool) or not isinstance(top_k, int):
             raise TypeError(f"top_k must be None or a positive int, got {top_k!r}")
         if top_k < 1:
-            raise ValueError(f"top_k must be None or at least 1 (keep the k most likely tokens), "
-                             f"got {top_k}")
+            raise ValueError(
+                f"top_k must be None or at least 1 (keep the k most likely tokens), got {top_k}"
+            )
     if top_p is not None:
         if isinstance(top_p, bool) or not isinstance(top_p, (int, float)):
             raise TypeError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
@@ -48,8 +50,9 @@ def _check_logits(logits: object) -> Tensor:
     return logits
 
 
-def sampling_distribution(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
-                          top_p: float | None = None) -> Tensor:
+def sampling_distribution(
+    logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+) -> Tensor:
     """logits (batch, vocab) -> probabilities (batch, vocab) that `sample_next` draws from.
 
     temperature > 0 divides the logits (a sharper distribution below 1, a flatter one above);
@@ -77,8 +80,13 @@ def sampling_distribution(logits: Tensor, temperature: float = 1.0, top_k: int |
     return probs
 
 
-def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
-                top_p: float | None = None, generator: torch.Generator | None = None) -> Tensor:
+def sample_next(
+    logits: Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
     """logits (batch, vocab) -> the next token of each row, long (batch,).
 
     Draws from `sampling_distribution(logits, temperature, top_k, top_p)` with
@@ -100,12 +108,18 @@ def perplexity(logits: Tensor, targets: Tensor) -> Tensor:
     """
     check_tensor(logits, "logits", min_ndim=2, shape_hint="(..., vocab)")
     check_floating(logits, "logits")
-    check_tensor(targets, "targets", shape_hint="(...) = logits' shape without vocab",
-                 dtype=(torch.int64, torch.int32))
+    check_tensor(
+        targets,
+        "targets",
+        shape_hint="(...) = logits' shape without vocab",
+        dtype=(torch.int64, torch.int32),
+    )
     if tuple(targets.shape) != tuple(logits.shape[:-1]):
-        raise ValueError(f"targets has shape {tuple(targets.shape)} but logits has shape "
-                         f"{tuple(logits.shape)}; targets must be logits' shape without the "
-                         "last (vocab) dimension")
+        raise ValueError(
+            f"targets has shape {tuple(targets.shape)} but logits has shape "
+            f"{tuple(logits.shape)}; targets must be logits' shape without the "
+            "last (vocab) dimension"
+        )
     vocab = logits.shape[-1]
     if targets.min() < 0 or targets.max() >= vocab:
         raise ValueError(f"targets holds ids outside [0, {vocab}) (vocab={vocab})")

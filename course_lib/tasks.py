@@ -45,8 +45,20 @@ __all__ = [
     "reversal_batches",
 ]
 
-MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
-          "September", "October", "November", "December")
+MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 
 # name -> how to write a date; `m` is the month's name, `w` the weekday's.
@@ -67,7 +79,7 @@ def ordinal(day: int) -> str:
     check_positive_int(day, "day")
     if 11 <= day % 100 <= 13:
         return f"{day}th"
-    return f"{day}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(day % 10, 'th')}"
+    return f"{day}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(day % 10, 'th') }"
 
 
 def _check_date(date: object) -> datetime.date:
@@ -99,8 +111,13 @@ class DateSplits:
     test: list[datetime.date]
 
 
-def date_splits(seed: int = 0, num_validation: int = 1000, num_test: int = 1000,
-                first_year: int = FIRST_YEAR, last_year: int = LAST_YEAR) -> DateSplits:
+def date_splits(
+    seed: int = 0,
+    num_validation: int = 1000,
+    num_test: int = 1000,
+    first_year: int = FIRST_YEAR,
+    last_year: int = LAST_YEAR,
+) -> DateSplits:
     """Every date from 1 January `first_year` to 31 December `last_year`, shuffled with `seed`
     and cut into validation, test and train (the rest). The splits never share a date."""
     check_positive_int(num_validation, "num_validation")
@@ -112,17 +129,20 @@ def date_splits(seed: int = 0, num_validation: int = 1000, num_test: int = 1000,
     start = datetime.date(first_year, 1, 1)
     count = (datetime.date(last_year, 12, 31) - start).days + 1
     if num_validation + num_test >= count:
-        raise ValueError(f"{first_year}..{last_year} has only {count} dates, fewer than "
-                         f"num_validation + num_test + 1 = {num_validation + num_test + 1}")
+        raise ValueError(
+            f"{first_year}..{last_year} has only {count} dates, fewer than "
+            f"num_validation + num_test + 1 = {num_validation + num_test + 1}"
+        )
     dates = [start + datetime.timedelta(days=i) for i in range(count)]
     random.Random(seed).shuffle(dates)
     validation = dates[:num_validation]
-    test = dates[num_validation:num_validation + num_test]
-    return DateSplits(train=dates[num_validation + num_test:], validation=validation, test=test)
+    test = dates[num_validation : num_validation + num_test]
+    return DateSplits(train=dates[num_validation + num_test :], validation=validation, test=test)
 
 
-def date_pairs(dates: Sequence[datetime.date], seed: int = 0,
-               styles: Sequence[str] | None = None) -> list[tuple[str, str]]:
+def date_pairs(
+    dates: Sequence[datetime.date], seed: int = 0, styles: Sequence[str] | None = None
+) -> list[tuple[str, str]]:
     """One (human-written, ISO) pair per date, each in a style drawn with `seed`."""
     styles = list(DATE_STYLES) if styles is None else list(styles)
     for style in styles:
@@ -141,8 +161,9 @@ def date_tokenizer() -> CharTokenizer:
     return CharTokenizer.from_text(text)
 
 
-def encode_pairs(pairs: Sequence[tuple[str, str]],
-                 tokenizer: CharTokenizer) -> tuple[Tensor, Tensor]:
+def encode_pairs(
+    pairs: Sequence[tuple[str, str]], tokenizer: CharTokenizer
+) -> tuple[Tensor, Tensor]:
     """Pairs -> (src (batch, n_src), tgt (batch, n_tgt)) long, padded with pad_id.
 
     The source is the characters alone; the target ends with <eos> (the decoder must learn to
@@ -156,9 +177,14 @@ def encode_pairs(pairs: Sequence[tuple[str, str]],
     return src, tgt
 
 
-def date_batches(dates: Sequence[datetime.date], tokenizer: CharTokenizer, batch_size: int,
-                 seed: int = 0, styles: Sequence[str] | None = None,
-                 bucket: int = 1) -> Iterator[tuple[Tensor, Tensor]]:
+def date_batches(
+    dates: Sequence[datetime.date],
+    tokenizer: CharTokenizer,
+    batch_size: int,
+    seed: int = 0,
+    styles: Sequence[str] | None = None,
+    bucket: int = 1,
+) -> Iterator[tuple[Tensor, Tensor]]:
     """Endless (src, tgt) batches: `batch_size` dates drawn from `dates`, each in a random style.
 
     A date may come back in another style later; only the dates of other splits never appear.
@@ -176,14 +202,15 @@ def date_batches(dates: Sequence[datetime.date], tokenizer: CharTokenizer, batch
         pairs = date_pairs(chosen, seed=rng.randrange(2**31), styles=styles)
         if bucket > 1:
             pairs.sort(key=lambda pair: len(pair[0]))
-        groups = [pairs[i:i + batch_size] for i in range(0, len(pairs), batch_size)]
+        groups = [pairs[i : i + batch_size] for i in range(0, len(pairs), batch_size)]
         rng.shuffle(groups)
         for group in groups:
             yield encode_pairs(group, tokenizer)
 
 
-def reversal_pairs(count: int, length: int = 10, seed: int = 0,
-                   reverse: bool = True) -> list[tuple[str, str]]:
+def reversal_pairs(
+    count: int, length: int = 10, seed: int = 0, reverse: bool = True
+) -> list[tuple[str, str]]:
     """`count` random digit strings of `length` and their reversal (or copy, reverse=False)."""
     check_positive_int(count, "count")
     check_positive_int(length, "length")
@@ -195,12 +222,12 @@ def reversal_pairs(count: int, length: int = 10, seed: int = 0,
     return pairs
 
 
-def reversal_batches(tokenizer: CharTokenizer, batch_size: int, length: int = 10, seed: int = 0,
-                     reverse: bool = True) -> Iterator[tuple[Tensor, Tensor]]:
+def reversal_batches(
+    tokenizer: CharTokenizer, batch_size: int, length: int = 10, seed: int = 0, reverse: bool = True
+) -> Iterator[tuple[Tensor, Tensor]]:
     """Endless (src, tgt) batches of the warm-up task."""
     check_positive_int(batch_size, "batch_size")
     rng = random.Random(seed)
     while True:
         pairs = reversal_pairs(batch_size, length, seed=rng.randrange(2**31), reverse=reverse)
         yield encode_pairs(pairs, tokenizer)
-

@@ -40,15 +40,17 @@ class _Tokenizer:
 
     def __init__(self, tokens: Iterable[str], specials: Sequence[str], what: str):
         if isinstance(specials, str):
-            raise TypeError("specials must be a sequence of strings such as ('<pad>',), "
-                            f"got {specials!r}")
+            raise TypeError(
+                f"specials must be a sequence of strings such as ('<pad>',), got {specials!r}"
+            )
         specials = tuple(specials)
         tokens = list(tokens)
         for name, group in (("specials", specials), (what, tokens)):
             for token in group:
                 if not isinstance(token, str) or token == "":
-                    raise ValueError(f"every entry of {name} must be a non-empty string, "
-                                     f"got {token!r}")
+                    raise ValueError(
+                        f"every entry of {name} must be a non-empty string, got {token!r}"
+                    )
         self.itos: list[str] = [*specials, *tokens]
         seen: set[str] = set()
         for token in self.itos:
@@ -99,8 +101,10 @@ class _Tokenizer:
     def _edge_id(self, which: str, flag: str) -> int:
         token_id = self._special(which)
         if token_id is None:
-            raise ValueError(f"{flag}=True needs the special token {which!r}, but this tokenizer's "
-                             f"specials are {self.specials}")
+            raise ValueError(
+                f"{flag}=True needs the special token {which!r}, but this tokenizer's "
+                f"specials are {self.specials}"
+            )
         return token_id
 
     def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
@@ -118,8 +122,10 @@ class _Tokenizer:
         """List (or 1-D tensor) of ids -> text. `skip_specials` drops `<pad>`, `<bos>`, `<eos>`."""
         if isinstance(ids, Tensor):
             if ids.dim() != 1:
-                raise ValueError("ids must be a 1-D tensor (seq_len,), got shape "
-                                 f"{tuple(ids.shape)}; decode one sequence at a time")
+                raise ValueError(
+                    "ids must be a 1-D tensor (seq_len,), got shape "
+                    f"{tuple(ids.shape)}; decode one sequence at a time"
+                )
             if ids.is_floating_point() or ids.dtype == torch.bool:
                 dtype = str(ids.dtype).replace("torch.", "")
                 raise TypeError(f"ids must hold integers, got dtype {dtype}")
@@ -145,8 +151,9 @@ class _Tokenizer:
         if not texts:
             raise ValueError("texts is empty; encode_batch needs at least one text")
         if self.pad_id is None:
-            raise ValueError(f"encode_batch pads with '<pad>', but this tokenizer's specials are "
-                             f"{self.specials}")
+            raise ValueError(
+                f"encode_batch pads with '<pad>', but this tokenizer's specials are {self.specials}"
+            )
         encoded = [self.encode(t, add_bos=add_bos, add_eos=add_eos) for t in texts]
         max_len = max(len(e) for e in encoded)
         # pad the Python lists, then build the tensor in one call (one small tensor per row
@@ -188,8 +195,10 @@ class CharTokenizer(_Tokenizer):
 
     def _token_id(self, token: str, text: str) -> int:
         if token not in self.stoi or token in self.specials:
-            raise ValueError(f"character {token!r} (at position {text.index(token)} of the text) "
-                             "is not in the vocabulary; build the tokenizer from text that has it")
+            raise ValueError(
+                f"character {token!r} (at position {text.index(token)} of the text) "
+                "is not in the vocabulary; build the tokenizer from text that has it"
+            )
         return self.stoi[token]
 
     def _join(self, tokens: list[str]) -> str:
@@ -240,8 +249,10 @@ class WordTokenizer(_Tokenizer):
             counts.update(split_words(text))
         if not counts:
             raise ValueError("texts contains no words; a vocabulary needs at least one")
-        words = sorted((w for w, c in counts.items() if c >= min_count and w not in specials),
-                       key=lambda w: (-counts[w], w))
+        words = sorted(
+            (w for w, c in counts.items() if c >= min_count and w not in specials),
+            key=lambda w: (-counts[w], w),
+        )
         return cls(words, specials)
 
     @property
@@ -255,8 +266,10 @@ class WordTokenizer(_Tokenizer):
         if token in self.stoi and token not in self.specials:
             return self.stoi[token]
         if self.unk_id is None:
-            raise ValueError(f"word {token!r} is not in the vocabulary and this tokenizer has no "
-                             "'<unk>' special to stand for it")
+            raise ValueError(
+                f"word {token!r} is not in the vocabulary and this tokenizer has no "
+                "'<unk>' special to stand for it"
+            )
         return self.unk_id
 
     def _join(self, tokens: list[str]) -> str:
@@ -284,8 +297,10 @@ def load_text(name: str) -> str:
         raise ValueError(f"name must be a file name in course_lib/data, got {name!r}")
     path = resources.files("course_lib") / "data" / name
     if not path.is_file():
-        raise ValueError(f"no data file {name!r} in course_lib/data; the shipped files are "
-                         f"{', '.join(list_data_files()) or 'none'}")
+        raise ValueError(
+            f"no data file {name!r} in course_lib/data; the shipped files are "
+            f"{', '.join(list_data_files()) or 'none'}"
+        )
     return path.read_text(encoding="utf-8")
 
 

@@ -73,7 +73,7 @@ def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
     check_positive_int(d_model, "d_model")
     check_positive_int(warmup, "warmup")
     factor = _check_number(factor, "factor")
-    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
 def cooldown_factor(step: int, total_steps: int, cooldown: float) -> float:
@@ -84,8 +84,11 @@ def cooldown_factor(step: int, total_steps: int, cooldown: float) -> float:
     """
     check_positive_int(step, "step")
     check_positive_int(total_steps, "total_steps")
-    if (isinstance(cooldown, bool) or not isinstance(cooldown, (int, float))
-            or not 0 <= cooldown <= 1):
+    if (
+        isinstance(cooldown, bool)
+        or not isinstance(cooldown, (int, float))
+        or not 0 <= cooldown <= 1
+    ):
         raise ValueError(f"cooldown must be a fraction in [0, 1], got {cooldown!r}")
     start = total_steps * (1.0 - cooldown)
     if step <= start:
@@ -93,9 +96,14 @@ def cooldown_factor(step: int, total_steps: int, cooldown: float) -> float:
     return max(0.0, (total_steps - step + 1) / (total_steps - start + 1))
 
 
-def noam_scheduler(optimizer: torch.optim.Optimizer, d_model: int, warmup: int,
-                   factor: float = 1.0, total_steps: int | None = None,
-                   cooldown: float = 0.0) -> torch.optim.lr_scheduler.LambdaLR:
+def noam_scheduler(
+    optimizer: torch.optim.Optimizer,
+    d_model: int,
+    warmup: int,
+    factor: float = 1.0,
+    total_steps: int | None = None,
+    cooldown: float = 0.0,
+) -> torch.optim.lr_scheduler.LambdaLR:
     """A LambdaLR following `noam_lr`; build the optimizer with lr=1.0 (the lambda is the lr).
 
     Call `scheduler.step()` after every `optimizer.step()`: the first update uses step 1.
@@ -103,8 +111,9 @@ def noam_scheduler(optimizer: torch.optim.Optimizer, d_model: int, warmup: int,
     the last `cooldown` fraction of the run falls linearly towards 0.
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError("optimizer must be a torch.optim.Optimizer, "
-                        f"got {type(optimizer).__name__}")
+        raise TypeError(
+            f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
+        )
     noam_lr(1, d_model, warmup, factor)  # validates the arguments now, not at the first step
     if cooldown and total_steps is None:
         raise ValueError("cooldown needs total_steps, the length of the run")
@@ -130,12 +139,19 @@ class WarmupCosine:
     does). `lr_at(progress)` is the curve itself, for plots.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, max_lr: float, min_lr: float,
-                 warmup_steps: int, total_steps: int | None = None,
-                 total_seconds: float | None = None):
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        max_lr: float,
+        min_lr: float,
+        warmup_steps: int,
+        total_steps: int | None = None,
+        total_seconds: float | None = None,
+    ):
         if not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(f"optimizer must be a torch.optim.Optimizer, got "
-                            f"{type(optimizer).__name__}")
+            raise TypeError(
+                f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
+            )
         if not 0 <= min_lr <= max_lr:
             raise ValueError(f"need 0 <= min_lr <= max_lr, got min_lr={min_lr}, max_lr={max_lr}")
         if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
@@ -147,8 +163,11 @@ class WarmupCosine:
         elif not total_seconds > 0:
             raise ValueError(f"total_seconds must be positive, got {total_seconds!r}")
         self.optimizer, self.max_lr, self.min_lr = optimizer, max_lr, min_lr
-        self.warmup_steps, self.total_steps, self.total_seconds = (warmup_steps, total_steps,
-                                                                   total_seconds)
+        self.warmup_steps, self.total_steps, self.total_seconds = (
+            warmup_steps,
+            total_steps,
+            total_seconds,
+        )
         self.steps_done = 0
         self._start: float | None = None
         self._set(self.lr_now())
@@ -192,8 +211,9 @@ def shift_right(targets: Tensor, bos_id: int) -> Tensor:
     target  2    0  2  1 <eos>  (targets)
     The last target token is dropped from the input: nothing comes after it to predict.
     """
-    check_tensor(targets, "targets", ndim=2, shape_hint="(batch, seq)",
-                 dtype=(torch.int64, torch.int32))
+    check_tensor(
+        targets, "targets", ndim=2, shape_hint="(batch, seq)", dtype=(torch.int64, torch.int32)
+    )
     if isinstance(bos_id, bool) or not isinstance(bos_id, int):
         raise TypeError(f"bos_id must be an int (the id of the <bos> token), got {bos_id!r}")
     bos = torch.full_like(targets[:, :1], bos_id)  # (batch, 1)
@@ -203,8 +223,13 @@ def shift_right(targets: Tensor, bos_id: int) -> Tensor:
 def _check_logits_target(logits: object, target: object) -> None:
     check_tensor(logits, "logits", min_ndim=2, shape_hint="(..., vocab)")
     check_floating(logits, "logits")
-    check_tensor(target, "target", shape_hint="(...) matching logits without its last dimension",
-                 dtype=(torch.int64, torch.int32), allow_empty=True)
+    check_tensor(
+        target,
+        "target",
+        shape_hint="(...) matching logits without its last dimension",
+        dtype=(torch.int64, torch.int32),
+        allow_empty=True,
+    )
     if tuple(target.shape) != tuple(logits.shape[:-1]):
         raise ValueError(
             f"target has shape {tuple(target.shape)} but logits has shape {tuple(logits.shape)}; "
@@ -236,8 +261,9 @@ def _check_smoothing(smoothing: object) -> float:
     return float(smoothing)
 
 
-def label_smoothing_loss(logits: Tensor, target: Tensor, smoothing: float = 0.1,
-                         ignore_index: int = -100) -> Tensor:
+def label_smoothing_loss(
+    logits: Tensor, target: Tensor, smoothing: float = 0.1, ignore_index: int = -100
+) -> Tensor:
     """Mean cross-entropy against label-smoothed targets, skipping positions equal to ignore_index.
 
     logits (..., vocab) and target (...) -> a scalar with the dtype of logits. Per position:
@@ -254,8 +280,9 @@ def label_smoothing_loss(logits: Tensor, target: Tensor, smoothing: float = 0.1,
     vocab = logits.shape[-1]
     keep = target != ignore_index  # (...) True = a real token that counts
     if keep.any() and (target[keep].min() < 0 or target[keep].max() >= vocab):
-        raise ValueError(f"target holds ids outside [0, {vocab}) that are not ignore_index="
-                         f"{ignore_index}")
+        raise ValueError(
+            f"target holds ids outside [0, {vocab}) that are not ignore_index={ignore_index}"
+        )
     log_probs = torch.log_softmax(logits, dim=-1)  # (..., vocab)
     safe_target = target.long().masked_fill(~keep, 0)  # any valid id; these rows are dropped
     nll = -log_probs.gather(-1, safe_target.unsqueeze(-1)).squeeze(-1)  # (...)
@@ -292,11 +319,12 @@ def evaluate_loss(model: nn.Module, ids: Tensor, block_size: int, batch_size: in
     x_all = full[:-1].reshape(n_full, block_size)  # (windows, block_size)
     y_all = full[1:].reshape(n_full, block_size)
     for lo in range(0, n_full, batch_size):
-        logits = model(x_all[lo: lo + batch_size])  # (b, block_size, vocab)
-        total += F.cross_entropy(logits.flatten(0, 1), y_all[lo: lo + batch_size].flatten(),
-                                 reduction="sum").item()
-        count += y_all[lo: lo + batch_size].numel()
-    rest = ids[n_full * block_size:]  # the last, shorter window
+        logits = model(x_all[lo : lo + batch_size])  # (b, block_size, vocab)
+        total += F.cross_entropy(
+            logits.flatten(0, 1), y_all[lo : lo + batch_size].flatten(), reduction="sum"
+        ).item()
+        count += y_all[lo : lo + batch_size].numel()
+    rest = ids[n_full * block_size :]  # the last, shorter window
     if len(rest) > 1:
         logits = model(rest[:-1].unsqueeze(0))
         total += F.cross_entropy(logits[0], rest[1:], reduction="sum").item()
@@ -370,11 +398,14 @@ def train(
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     if not callable(loss_fn):
-        raise TypeError(f"loss_fn must be a function loss_fn(model, batch) -> scalar tensor, "
-                        f"got {type(loss_fn).__name__}")
+        raise TypeError(
+            f"loss_fn must be a function loss_fn(model, batch) -> scalar tensor, "
+            f"got {type(loss_fn).__name__}"
+        )
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError("optimizer must be a torch.optim.Optimizer, "
-                        f"got {type(optimizer).__name__}")
+        raise TypeError(
+            f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
+        )
     if steps is not None:
         check_positive_int(steps, "steps")
     if max_seconds is not None:
@@ -407,9 +438,11 @@ def train(
                 break
             loss = loss_fn(model, batch)
             if not isinstance(loss, Tensor) or loss.dim() != 0:
-                raise ValueError("loss_fn must return a scalar tensor (the mean loss of the "
-                                 f"batch), got {type(loss).__name__} "
-                                 f"{tuple(loss.shape) if isinstance(loss, Tensor) else ''}")
+                raise ValueError(
+                    "loss_fn must return a scalar tensor (the mean loss of the "
+                    f"batch), got {type(loss).__name__} "
+                    f"{tuple(loss.shape) if isinstance(loss, Tensor) else ''}"
+                )
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if clip is not None:
@@ -430,9 +463,17 @@ def train(
     return history
 
 
-def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, src: Tensor,
-               tgt: Tensor, bos_id: int, pad_id: int, smoothing: float = 0.1,
-               clip: float = 1.0) -> float:
+def train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler,
+    src: Tensor,
+    tgt: Tensor,
+    bos_id: int,
+    pad_id: int,
+    smoothing: float = 0.1,
+    clip: float = 1.0,
+) -> float:
     """One optimisation step of an encoder-decoder with teacher forcing; returns the loss.
 
     src (batch, n_src) and tgt (batch, n_tgt) token ids, tgt ending in <eos> and padded with

@@ -98,8 +98,9 @@ def check_tensor(
     return x
 
 
-def check_sequence(x: object, name: str, d_model: int, seq: str = "seq",
-                   owner: str = "this layer") -> Tensor:
+def check_sequence(
+    x: object, name: str, d_model: int, seq: str = "seq", owner: str = "this layer"
+) -> Tensor:
     """Check that `x` is a floating (batch, seq, d_model) tensor with the d_model of `owner`."""
     hint = f"(batch, {seq}, d_model={d_model})"
     check_tensor(x, name, ndim=3, shape_hint=hint)

@@ -88,8 +88,15 @@ def attention_heatmap(
         for i in range(n_q):
             for j in range(n_k):
                 value = float(w[i, j])
-                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
-                        color="white" if value > 0.6 * vmax else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{value:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if value > 0.6 * vmax else "black",
+                )
     if colorbar:
         ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="weight")
     return ax
@@ -127,15 +134,28 @@ def head_grid(
         if h >= num_heads:
             ax.axis("off")
             continue
-        attention_heatmap(w[h], query_labels, key_labels, ax=ax, title=f"head {h}",
-                          annotate=False, colorbar=False, vmax=vmax)
+        attention_heatmap(
+            w[h],
+            query_labels,
+            key_labels,
+            ax=ax,
+            title=f"head {h}",
+            annotate=False,
+            colorbar=False,
+            vmax=vmax,
+        )
         if h % cols:
             ax.set_ylabel("")
     fig.suptitle(title)
     fig.tight_layout()
     if colorbar:
-        fig.colorbar(axes.flat[0].images[0], ax=axes.ravel().tolist(), fraction=0.025, pad=0.02,
-                     label="weight")
+        fig.colorbar(
+            axes.flat[0].images[0],
+            ax=axes.ravel().tolist(),
+            fraction=0.025,
+            pad=0.02,
+            label="weight",
+        )
     return fig
 
 
@@ -187,14 +207,23 @@ def query_weights_bar(
         _, ax = plt.subplots(figsize=(0.55 * len(key_labels) + 2.5, 2.8))
     bars = ax.bar(range(len(key_labels)), w.tolist(), color="tab:blue")
     for bar, value in zip(bars, w.tolist(), strict=True):
-        ax.text(bar.get_x() + bar.get_width() / 2, value, f"{value:.2f}", ha="center",
-                va="bottom", fontsize=8)
+        ax.text(
+            bar.get_x() + bar.get_width() / 2,
+            value,
+            f"{value:.2f}",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
     ax.set_xticks(range(len(key_labels)), key_labels, rotation=45, ha="right")
     ax.set_ylim(0, max(1e-9, float(w.max())) * 1.18)
     ax.set_xlabel("key (attended to)")
     ax.set_ylabel("attention weight")
     if title is None:
-        title = f"Where {query_label!r} attends (weights sum to 1)" if query_label else (
-            "Attention weights of one query (they sum to 1)")
+        title = (
+            f"Where {query_label!r} attends (weights sum to 1)"
+            if query_label
+            else ("Attention weights of one query (they sum to 1)")
+        )
     ax.set_title(title)
     return ax

@@ -29,8 +29,12 @@ ROOT = Path(__file__).resolve().parent.parent
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 CHROMIUM = os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
 ]
 
 
@@ -43,8 +47,10 @@ def require(condition: bool, reason: str) -> None:
     if condition:
         return
     if in_ci():
-        pytest.fail(f"CI=true and {reason} (.ci/run installs it; this test must not skip in CI)",
-                    pytrace=False)
+        pytest.fail(
+            f"CI=true and {reason} (.ci/run installs it; this test must not skip in CI)",
+            pytrace=False,
+        )
     pytest.skip(reason)
 
 
@@ -106,7 +112,8 @@ def free_port() -> int:
 # windowing, so every prompt can be read), and no autosave (the copy is thrown away anyway).
 LAB_SETTINGS = {
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
-        "fetchNews": "false", "checkForUpdates": False,
+        "fetchNews": "false",
+        "checkForUpdates": False,
     },
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
     "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
@@ -150,15 +157,25 @@ class JupyterLab:
         # The lessons' kernel ("python3") is this Python, whatever other kernels this user has.
         spec = self.home / "data" / "kernels" / "python3"
         spec.mkdir(parents=True, exist_ok=True)
-        (spec / "kernel.json").write_text(json.dumps({
-            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            "display_name": "Python 3 (ipykernel)", "language": "python",
-            "metadata": {"debugger": True},
-        }))
+        (spec / "kernel.json").write_text(
+            json.dumps(
+                {
+                    "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                    "display_name": "Python 3 (ipykernel)",
+                    "language": "python",
+                    "metadata": {"debugger": True},
+                }
+            )
+        )
         cmd = [
-            sys.executable, "-m", "jupyterlab", "--no-browser",
-            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}",
-            "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={self.port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={self.token}",
             f"--ServerApp.root_dir={self.root_dir}",
             "--LabApp.expose_app_in_browser=True",
             f"--LabApp.user_settings_dir={settings}",
@@ -169,8 +186,9 @@ class JupyterLab:
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-root")
         self._log = open(self.log_path, "w")  # noqa: SIM115 (closed in __exit__)
-        self.proc = subprocess.Popen(cmd, cwd=self.root_dir, env=self.env(),
-                                     stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            cmd, cwd=self.root_dir, env=self.env(), stdout=self._log, stderr=subprocess.STDOUT
+        )
         deadline = time.monotonic() + self.startup_timeout
         while True:
             if self.proc.poll() is not None:
@@ -183,8 +201,9 @@ class JupyterLab:
                 pass
             if time.monotonic() > deadline:
                 self.__exit__(None, None, None)
-                raise RuntimeError(f"JupyterLab did not answer within {self.startup_timeout} s:\n"
-                                   f"{self.log()}")
+                raise RuntimeError(
+                    f"JupyterLab did not answer within {self.startup_timeout} s:\n{self.log()}"
+                )
             time.sleep(0.25)  # polling the server until it answers, not waiting for a result
 
     def log(self, tail: int = 4000) -> str:

@@ -52,8 +52,7 @@ COLAB_PINS = [
 TORCH_PIN = "torch==2.13.0"  # stands in for Colab's torch 2.11: the CPU wheel cached here
 LAYOUT = "1"  # bump when the way the environment is built changes
 
-CACHE_ROOT = Path(os.environ.get("COURSE_COLAB_CACHE",
-                                 Path.home() / ".cache" / "course-colab-sim"))
+CACHE_ROOT = Path(os.environ.get("COURSE_COLAB_CACHE", Path.home() / ".cache" / "course-colab-sim"))
 MARKER = "colab-env.json"
 
 
@@ -73,8 +72,11 @@ def python_of(venv: Path) -> Path:
 def clean_env(venv: Path | None = None) -> dict[str, str]:
     """Environment variables for a process of `venv`: nothing points at the repository or at
     another environment, pip does not byte-compile (Python compiles what it imports anyway)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV")
+    }
     if venv is not None:
         env["PATH"] = os.pathsep.join([str(venv / "bin"), env.get("PATH", "")])
         env["VIRTUAL_ENV"] = str(venv)
@@ -100,9 +102,15 @@ def installed(python: Path, env: dict[str, str] | None = None) -> dict[str, str]
     # (run from the cache folder: `python -c` puts the current folder on sys.path, and a
     # checkout's course_lib.egg-info there would count as installed)
     CACHE_ROOT.mkdir(parents=True, exist_ok=True)
-    out = subprocess.run([str(python), "-c", FREEZE], capture_output=True, text=True,
-                         timeout=120, stdin=subprocess.DEVNULL, env=env or clean_env(),
-                         cwd=CACHE_ROOT)
+    out = subprocess.run(
+        [str(python), "-c", FREEZE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env=env or clean_env(),
+        cwd=CACHE_ROOT,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"{python} could not list its packages:\n{out.stderr[-2000:]}")
     return dict(json.loads(out.stdout))
@@ -133,7 +141,8 @@ def ready(venv: Path | None = None) -> bool:
     try:
         recorded = json.loads(marker.read_text())
         return recorded.get("key") == _key() and recorded.get("installed") == installed(
-            python_of(venv))
+            python_of(venv)
+        )
     except (OSError, ValueError, RuntimeError):
         return False
 
@@ -151,11 +160,20 @@ def _lock():
 
 def _run(cmd: list[str], env: dict[str, str], timeout: float) -> None:
     CACHE_ROOT.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
-                            stdin=subprocess.DEVNULL, cwd=CACHE_ROOT)
+    result = subprocess.run(
+        cmd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        cwd=CACHE_ROOT,
+    )
     if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited with {result.returncode}:\n"
-                           f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+        raise RuntimeError(
+            f"{' '.join(cmd)} exited with {result.returncode}:\n"
+            f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
 
 
 def build(log=print) -> tuple[Path, float, bool]:
@@ -170,16 +188,22 @@ def build(log=print) -> tuple[Path, float, bool]:
             shutil.rmtree(venv)
         _run([sys.executable, "-m", "venv", str(venv)], clean_env(), timeout=300)
         env = clean_env(venv)
-        _run([str(python_of(venv)), "-m", "pip", "install", "--quiet", TORCH_PIN, *COLAB_PINS],
-             env, timeout=1800)
+        _run(
+            [str(python_of(venv)), "-m", "pip", "install", "--quiet", TORCH_PIN, *COLAB_PINS],
+            env,
+            timeout=1800,
+        )
         found = installed(python_of(venv))
         wrong = _pins_hold(found)
         if wrong:
             raise RuntimeError(f"the Colab env does not hold Colab's pins: {wrong}")
         if normalize("course_lib") in found:
             raise RuntimeError("course_lib is installed in the Colab env before the test runs")
-        (venv / MARKER).write_text(json.dumps({"key": _key(), "pins": [TORCH_PIN, *COLAB_PINS],
-                                               "installed": found}, indent=1))
+        (venv / MARKER).write_text(
+            json.dumps(
+                {"key": _key(), "pins": [TORCH_PIN, *COLAB_PINS], "installed": found}, indent=1
+            )
+        )
     return venv, time.perf_counter() - started, True
 
 
@@ -187,8 +211,7 @@ def overlay(base: Path, dest: Path) -> Path:
     """A fresh virtual environment at `dest` that imports everything `base` has (a .pth file
     adds base's site-packages after its own), and installs into itself: pip sees base's
     packages as installed and never removes them (they are outside its environment)."""
-    _run([str(python_of(base)), "-m", "venv", "--without-pip", str(dest)], clean_env(),
-         timeout=120)
+    _run([str(python_of(base)), "-m", "venv", "--without-pip", str(dest)], clean_env(), timeout=120)
     tag = f"python{sys.version_info.major}.{sys.version_info.minor}"
     site = dest / "lib" / tag / "site-packages"
     base_site = base / "lib" / tag / "site-packages"

@@ -77,12 +77,18 @@ def test_softmax_gradient_flows_and_matches_torch():
 @pytest.mark.parametrize("use_mask", [False, True])
 @pytest.mark.parametrize(
     "q_shape, k_shape, v_shape",
-    [((5, 8), (7, 8), (7, 3)), ((2, 5, 8), (2, 7, 8), (2, 7, 4)),
-     ((2, 3, 4, 16), (2, 3, 6, 16), (2, 3, 6, 5))],
+    [
+        ((5, 8), (7, 8), (7, 3)),
+        ((2, 5, 8), (2, 7, 8), (2, 7, 4)),
+        ((2, 3, 4, 16), (2, 3, 6, 16), (2, 3, 6, 5)),
+    ],
 )
 def test_attention_equals_torch(dtype, use_mask, q_shape, k_shape, v_shape):
-    q, k, v = randn(*q_shape, dtype=dtype), randn(*k_shape, dtype=dtype, seed=1), randn(
-        *v_shape, dtype=dtype, seed=2)
+    q, k, v = (
+        randn(*q_shape, dtype=dtype),
+        randn(*k_shape, dtype=dtype, seed=1),
+        randn(*v_shape, dtype=dtype, seed=2),
+    )
     n_q, n_k = q_shape[-2], k_shape[-2]
     mask = causal_mask(n_k)[-n_q:] if use_mask else None  # no fully masked rows
     output, weights = scaled_dot_product_attention(q, k, v, mask)
@@ -141,21 +147,63 @@ def test_attention_gradients_match_torch():
     "q, k, v, mask, error, match",
     [
         ("q", torch.ones(3, 4), torch.ones(3, 2), None, TypeError, "q must be a torch.Tensor"),
-        (torch.ones(4), torch.ones(3, 4), torch.ones(3, 2), None, ValueError,
-         "q must have at least 2"),
+        (
+            torch.ones(4),
+            torch.ones(3, 4),
+            torch.ones(3, 2),
+            None,
+            ValueError,
+            "q must have at least 2",
+        ),
         (torch.ones(2, 4), torch.ones(3, 5), torch.ones(3, 2), None, ValueError, "d_k"),
-        (torch.ones(2, 4), torch.ones(3, 4), torch.ones(4, 2), None, ValueError,
-         "k has n_k=3 keys"),
-        (torch.ones(2, 4), torch.ones(3, 4, dtype=torch.float64), torch.ones(3, 2), None, TypeError,
-         "q, k and v must share one dtype"),
-        (torch.ones(2, 4, dtype=torch.long), torch.ones(3, 4), torch.ones(3, 2), None, TypeError,
-         "q must be a floating-point"),
-        (torch.ones(2, 2, 4), torch.ones(3, 3, 4), torch.ones(3, 3, 2), None, ValueError,
-         "batch dimensions"),
-        (torch.ones(2, 4), torch.ones(3, 4), torch.ones(3, 2), torch.ones(2, 3), TypeError,
-         "mask must have dtype bool"),
-        (torch.ones(2, 4), torch.ones(3, 4), torch.ones(3, 2), torch.ones(2, 4, dtype=torch.bool),
-         ValueError, "mask of shape"),
+        (
+            torch.ones(2, 4),
+            torch.ones(3, 4),
+            torch.ones(4, 2),
+            None,
+            ValueError,
+            "k has n_k=3 keys",
+        ),
+        (
+            torch.ones(2, 4),
+            torch.ones(3, 4, dtype=torch.float64),
+            torch.ones(3, 2),
+            None,
+            TypeError,
+            "q, k and v must share one dtype",
+        ),
+        (
+            torch.ones(2, 4, dtype=torch.long),
+            torch.ones(3, 4),
+            torch.ones(3, 2),
+            None,
+            TypeError,
+            "q must be a floating-point",
+        ),
+        (
+            torch.ones(2, 2, 4),
+            torch.ones(3, 3, 4),
+            torch.ones(3, 3, 2),
+            None,
+            ValueError,
+            "batch dimensions",
+        ),
+        (
+            torch.ones(2, 4),
+            torch.ones(3, 4),
+            torch.ones(3, 2),
+            torch.ones(2, 3),
+            TypeError,
+            "mask must have dtype bool",
+        ),
+        (
+            torch.ones(2, 4),
+            torch.ones(3, 4),
+            torch.ones(3, 2),
+            torch.ones(2, 4, dtype=torch.bool),
+            ValueError,
+            "mask of shape",
+        ),
     ],
 )
 def test_attention_rejects_bad_inputs(q, k, v, mask, error, match):
@@ -186,8 +234,12 @@ def test_self_attention_gradients_reach_every_weight():
 @pytest.mark.parametrize(
     "w_q, w_k, w_v, match",
     [
-        (torch.ones(4, 2), torch.ones(4, 2), torch.ones(4, 2),
-         "w_q has 4 rows but x has d_model=8"),
+        (
+            torch.ones(4, 2),
+            torch.ones(4, 2),
+            torch.ones(4, 2),
+            "w_q has 4 rows but x has d_model=8",
+        ),
         (torch.ones(8, 2), torch.ones(2, 8), torch.ones(8, 2), "w_k has 2 rows"),
         (torch.ones(8, 2), torch.ones(8, 2), torch.ones(8), "w_v must have 2 dimensions"),
     ],

@@ -20,8 +20,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_benchmark(script: str, *args: str, timeout: float = 300) -> dict:
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
     assert lines, f"{script} printed nothing"
@@ -40,17 +45,37 @@ def test_train_translator_prints_its_result_line():
 
     tokenizer = date_tokenizer()
     config = TRANSLATOR_CONFIG
-    model = Seq2SeqTransformer(tokenizer.vocab_size, config["d_model"], config["num_heads"],
-                               config["num_encoder_layers"], config["num_decoder_layers"],
-                               config["d_ff"], pad_id=tokenizer.pad_id)
+    model = Seq2SeqTransformer(
+        tokenizer.vocab_size,
+        config["d_model"],
+        config["num_heads"],
+        config["num_encoder_layers"],
+        config["num_decoder_layers"],
+        config["d_ff"],
+        pad_id=tokenizer.pad_id,
+    )
     assert result["params"] == model.num_parameters()  # the lesson's configuration, no other
 
 
 # -- train_gpt.py ------------------------------------------------------------------------------
 
-GPT_KEYS = {"val_loss", "val_bits_per_char", "train_seconds", "steps", "tokens_seen",
-            "tokens_per_second", "final_lr", "params", "vocab_size", "tokenizer", "corpus_chars",
-            "val_chars", "val_tokens", "preset", "threads"}
+GPT_KEYS = {
+    "val_loss",
+    "val_bits_per_char",
+    "train_seconds",
+    "steps",
+    "tokens_seen",
+    "tokens_per_second",
+    "final_lr",
+    "params",
+    "vocab_size",
+    "tokenizer",
+    "corpus_chars",
+    "val_chars",
+    "val_tokens",
+    "preset",
+    "threads",
+}
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +99,16 @@ def small_corpus(tmp_path_factory) -> Path:
 
 
 def test_train_gpt_prints_its_result_line(small_corpus):
-    result = run_benchmark("train_gpt.py", "--corpus", str(small_corpus), "--steps", "2",
-                           "--threads", "1", "--no-progress")
+    result = run_benchmark(
+        "train_gpt.py",
+        "--corpus",
+        str(small_corpus),
+        "--steps",
+        "2",
+        "--threads",
+        "1",
+        "--no-progress",
+    )
     assert set(result) == GPT_KEYS
     text = small_corpus.read_text(encoding="utf-8")
     assert result["steps"] == 2 and result["preset"] == "lesson"
@@ -85,20 +118,37 @@ def test_train_gpt_prints_its_result_line(small_corpus):
     assert result["val_chars"] == result["val_tokens"] == 4_000  # the last 10 %, one per char
     assert result["tokens_seen"] == 2 * 16 * 64  # steps x batch x block of the lesson preset
     assert result["tokens_per_second"] == pytest.approx(
-        result["tokens_seen"] / result["train_seconds"], rel=0.05)  # train_seconds is rounded
+        result["tokens_seen"] / result["train_seconds"], rel=0.05
+    )  # train_seconds is rounded
     assert 3.0 < result["val_loss"] < 5.0  # near ln(vocab) = 4.09 after two steps: untrained
     # one token per character: bits per character is the loss per token over ln 2
-    assert result["val_bits_per_char"] == pytest.approx(result["val_loss"] / math.log(2),
-                                                        abs=2e-4)
+    assert result["val_bits_per_char"] == pytest.approx(result["val_loss"] / math.log(2), abs=2e-4)
 
 
-def test_train_gpt_runs_with_bpe_on_the_same_validation_text(train_gpt, small_corpus, capsys,
-                                                           monkeypatch):
+def test_train_gpt_runs_with_bpe_on_the_same_validation_text(
+    train_gpt, small_corpus, capsys, monkeypatch
+):
     calls = []  # the arguments of the training loop, recorded on the way through
-    monkeypatch.setattr(train_gpt, "train", lambda *args, train=train_gpt.train, **kwargs:
-                        calls.append(kwargs) or train(*args, **kwargs))
-    result = train_gpt.main(["--corpus", str(small_corpus), "--steps", "3", "--tokenizer", "bpe",
-                             "--vocab-size", "300", "--no-progress"])
+    monkeypatch.setattr(
+        train_gpt,
+        "train",
+        lambda *args, train=train_gpt.train, **kwargs: (
+            calls.append(kwargs) or train(*args, **kwargs)
+        ),
+    )
+    result = train_gpt.main(
+        [
+            "--corpus",
+            str(small_corpus),
+            "--steps",
+            "3",
+            "--tokenizer",
+            "bpe",
+            "--vocab-size",
+            "300",
+            "--no-progress",
+        ]
+    )
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
     assert set(result) == GPT_KEYS
     assert result["tokenizer"] == "bpe" and result["vocab_size"] == 300
@@ -113,8 +163,9 @@ def test_train_gpt_runs_with_bpe_on_the_same_validation_text(train_gpt, small_co
 
 def test_train_gpt_defaults_to_the_shipped_corpus(train_gpt, monkeypatch):
     seen = {}
-    monkeypatch.setattr(train_gpt, "run", lambda seconds, text, *a, **k: seen.setdefault("n",
-                                                                                          len(text)))
+    monkeypatch.setattr(
+        train_gpt, "run", lambda seconds, text, *a, **k: seen.setdefault("n", len(text))
+    )
     train_gpt.main(["--steps", "1", "--no-progress"])
     assert seen["n"] > 1_000_000
 
@@ -125,21 +176,43 @@ def test_train_gpt_vocab_size_needs_bpe(train_gpt):
 
 
 def test_nanogpt_fitted_preset_is_nanogpts_cpu_recipe(train_gpt):
-    nanogpt_model = dict(block_size=64, d_model=128, num_heads=4, num_layers=4, dropout=0.0,
-                         bias=False, tie_weights=True, positions=True)
+    nanogpt_model = dict(
+        block_size=64,
+        d_model=128,
+        num_heads=4,
+        num_layers=4,
+        dropout=0.0,
+        bias=False,
+        tie_weights=True,
+        positions=True,
+    )
     assert train_gpt.PRESETS["nanogpt-fitted"] == dict(
-        model=nanogpt_model, batch_size=12, max_lr=1e-3, min_lr=1e-4, warmup_steps=100,
-        decay_steps=None, betas=(0.9, 0.99), weight_decay=0.1, clip=1.0)
+        model=nanogpt_model,
+        batch_size=12,
+        max_lr=1e-3,
+        min_lr=1e-4,
+        warmup_steps=100,
+        decay_steps=None,
+        betas=(0.9, 0.99),
+        weight_decay=0.1,
+        clip=1.0,
+    )
     # nanogpt-cpu differs only by its fixed cosine (nanoGPT's --lr_decay_iters=2000)
-    assert train_gpt.PRESETS["nanogpt-cpu"] == {**train_gpt.PRESETS["nanogpt-fitted"],
-                                                "decay_steps": 2000}
+    assert train_gpt.PRESETS["nanogpt-cpu"] == {
+        **train_gpt.PRESETS["nanogpt-fitted"],
+        "decay_steps": 2000,
+    }
     assert "lesson" in train_gpt.PRESETS
 
     recipe = train_gpt.PRESETS["nanogpt-fitted"]
     model, optimizer, schedule = train_gpt.build(recipe, vocab_size=65, seconds=10.0)
     config = model.config
-    assert (config.num_layers, config.num_heads, config.d_model, config.block_size) == \
-        (4, 4, 128, 64)
+    assert (config.num_layers, config.num_heads, config.d_model, config.block_size) == (
+        4,
+        4,
+        128,
+        64,
+    )
     assert config.dropout == 0.0 and model.position_embedding is not None
     assert model.lm_head.weight is model.token_embedding.weight  # tied
     assert not [name for name, _ in model.named_parameters() if "bias" in name]
@@ -231,8 +304,16 @@ def test_kv_cache_benchmark_checks_identical_tokens():
 
 def test_bpe_benchmark_prints_both_timings():
     result = run_benchmark("bpe.py", "--chars", "20000", "--vocab-size", "300")
-    assert set(result) == {"train_seconds", "encode_seconds", "vocab_size", "corpus_chars",
-                           "corpus_bytes", "tokens", "bytes_per_token", "round_trip"}
+    assert set(result) == {
+        "train_seconds",
+        "encode_seconds",
+        "vocab_size",
+        "corpus_chars",
+        "corpus_bytes",
+        "tokens",
+        "bytes_per_token",
+        "round_trip",
+    }
     assert result["vocab_size"] == 300
     assert result["corpus_chars"] == 20000
     assert result["round_trip"] is True
@@ -244,7 +325,8 @@ def test_attention_cost_prints_memory_time_and_slope():
     result = run_benchmark("attention_cost.py", "--lengths", "256", "512", "--repeats", "1")
     assert result["lengths"] == [256, 512] and result["d_head"] == 64
     assert len(result["full_peak_bytes"]) == len(result["tiled_seconds"]) == 2
-    assert all(b >= n * n * 4 for b, n in zip(result["full_peak_bytes"], [256, 512],
-                                               strict=True))  # at least one (n, n) matrix
+    assert all(
+        b >= n * n * 4 for b, n in zip(result["full_peak_bytes"], [256, 512], strict=True)
+    )  # at least one (n, n) matrix
     assert 1.8 < result["full_memory_slope"] < 2.1
     assert result["max_abs_diff"] < 1e-4

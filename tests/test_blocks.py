@@ -61,8 +61,9 @@ def test_layer_norm_per_token_statistics():
     x = torch.randn(4, 6, 10, dtype=torch.float64) * 5 + 3
     out = layer_norm(x, torch.ones(10, dtype=torch.float64), torch.zeros(10, dtype=torch.float64))
     torch.testing.assert_close(out.mean(-1), torch.zeros(4, 6, dtype=torch.float64))
-    torch.testing.assert_close(out.var(-1, unbiased=False), torch.ones(4, 6, dtype=torch.float64),
-                               atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        out.var(-1, unbiased=False), torch.ones(4, 6, dtype=torch.float64), atol=1e-5, rtol=0
+    )
     # A token's output does not depend on the other tokens.
     x2 = x.clone()
     x2[:, 1:] = 100.0
@@ -96,8 +97,7 @@ def test_layernorm_module_is_the_from_scratch_layer_norm_values_and_gradients():
     for a, b in zip(grads_fused, grads_hand, strict=True):
         torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
     no_bias = LayerNorm(16, bias=False).double()
-    torch.testing.assert_close(no_bias(x), layer_norm(x, no_bias.weight, None), atol=1e-12,
-                               rtol=0)
+    torch.testing.assert_close(no_bias(x), layer_norm(x, no_bias.weight, None), atol=1e-12, rtol=0)
 
 
 def test_layernorm_module_bad_inputs():
@@ -136,8 +136,9 @@ def test_feed_forward_is_position_wise(activation):
     one_by_one = torch.stack([ff(x[:, i]) for i in range(5)], dim=1)
     torch.testing.assert_close(whole, one_by_one, atol=1e-6, rtol=0)
     act = F.relu if activation == "relu" else F.gelu
-    expected = F.linear(act(F.linear(x, ff.linear1.weight, ff.linear1.bias)),
-                        ff.linear2.weight, ff.linear2.bias)
+    expected = F.linear(
+        act(F.linear(x, ff.linear1.weight, ff.linear1.bias)), ff.linear2.weight, ff.linear2.bias
+    )
     torch.testing.assert_close(whole, expected, atol=1e-6, rtol=0)
     perm = torch.randperm(5)
     torch.testing.assert_close(ff(x[:, perm]), whole[:, perm], atol=1e-6, rtol=0)
@@ -162,8 +163,16 @@ def test_feed_forward_bad_inputs():
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_encoder_layer_from_torch(dtype, norm_first, activation):
     torch.manual_seed(0)
-    theirs = nn.TransformerEncoderLayer(D_MODEL, HEADS, D_FF, dropout=0.1, batch_first=True,
-                                        norm_first=norm_first, activation=activation, dtype=dtype)
+    theirs = nn.TransformerEncoderLayer(
+        D_MODEL,
+        HEADS,
+        D_FF,
+        dropout=0.1,
+        batch_first=True,
+        norm_first=norm_first,
+        activation=activation,
+        dtype=dtype,
+    )
     _perturb(theirs, torch.Generator().manual_seed(2)).eval()
     ours = EncoderLayer.from_torch(theirs).eval()
     assert ours.norm_first == norm_first and count_parameters(ours) == count_parameters(theirs)
@@ -182,15 +191,26 @@ def test_encoder_layer_from_torch(dtype, norm_first, activation):
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_decoder_layer_from_torch(dtype, norm_first, activation):
     torch.manual_seed(0)
-    theirs = nn.TransformerDecoderLayer(D_MODEL, HEADS, D_FF, batch_first=True,
-                                        norm_first=norm_first, activation=activation, dtype=dtype)
+    theirs = nn.TransformerDecoderLayer(
+        D_MODEL,
+        HEADS,
+        D_FF,
+        batch_first=True,
+        norm_first=norm_first,
+        activation=activation,
+        dtype=dtype,
+    )
     _perturb(theirs, torch.Generator().manual_seed(3)).eval()
     ours = DecoderLayer.from_torch(theirs).eval()
     assert count_parameters(ours) == count_parameters(theirs)
     src, tgt, src_pad, causal = _inputs(dtype)
     with torch.no_grad():
-        want = theirs(tgt, src, tgt_mask=to_torch_blocked(causal),
-                      memory_key_padding_mask=to_torch_blocked(src_pad).squeeze(1))
+        want = theirs(
+            tgt,
+            src,
+            tgt_mask=to_torch_blocked(causal),
+            memory_key_padding_mask=to_torch_blocked(src_pad).squeeze(1),
+        )
         got = ours(tgt, src, causal, src_pad)
     torch.testing.assert_close(got, want, atol=TOL[dtype], rtol=0)
 
@@ -199,8 +219,9 @@ def test_decoder_layer_from_torch(dtype, norm_first, activation):
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_decoder_from_torch(dtype, norm_first):
     torch.manual_seed(0)
-    theirs = nn.Transformer(D_MODEL, HEADS, 2, 3, D_FF, batch_first=True, norm_first=norm_first,
-                            dtype=dtype)
+    theirs = nn.Transformer(
+        D_MODEL, HEADS, 2, 3, D_FF, batch_first=True, norm_first=norm_first, dtype=dtype
+    )
     _perturb(theirs, torch.Generator().manual_seed(4)).eval()
     ours = EncoderDecoder.from_torch(theirs).eval()
     assert count_parameters(ours) == count_parameters(theirs)
@@ -208,14 +229,20 @@ def test_encoder_decoder_from_torch(dtype, norm_first):
     src, tgt, src_pad, causal = _inputs(dtype)
     blocked_pad = to_torch_blocked(src_pad).squeeze(1)  # (batch, n_src), True = padding
     with torch.no_grad():
-        want = theirs(src, tgt, tgt_mask=to_torch_blocked(causal), src_key_padding_mask=blocked_pad,
-                      memory_key_padding_mask=blocked_pad)
+        want = theirs(
+            src,
+            tgt,
+            tgt_mask=to_torch_blocked(causal),
+            src_key_padding_mask=blocked_pad,
+            memory_key_padding_mask=blocked_pad,
+        )
         got = ours(src, tgt, src_mask=src_pad, tgt_mask=causal, memory_mask=src_pad)
         torch.testing.assert_close(got, want, atol=TOL[dtype], rtol=0)
         # encode + decode is the same computation as forward
         memory = ours.encode(src, src_pad)
-        torch.testing.assert_close(ours.decode(tgt, memory, causal, src_pad), got,
-                                   atol=TOL[dtype], rtol=0)
+        torch.testing.assert_close(
+            ours.decode(tgt, memory, causal, src_pad), got, atol=TOL[dtype], rtol=0
+        )
         # PyTorch's eval fast path returns zeros at padded source positions; the real ones match
         their_memory = theirs.encoder(src, src_key_padding_mask=blocked_pad)
         real = src_pad.squeeze(1)
@@ -241,8 +268,9 @@ def test_from_torch_rejects_batch_first_false_and_other_modules():
     with pytest.raises(TypeError, match="module must be torch.nn.TransformerEncoderLayer"):
         EncoderLayer.from_torch(nn.TransformerDecoderLayer(8, 2, 16, batch_first=True))
     with pytest.raises(ValueError, match="only relu and gelu"):
-        EncoderLayer.from_torch(nn.TransformerEncoderLayer(8, 2, 16, batch_first=True,
-                                                           activation=torch.tanh))
+        EncoderLayer.from_torch(
+            nn.TransformerEncoderLayer(8, 2, 16, batch_first=True, activation=torch.tanh)
+        )
 
 
 # ---- behaviour -------------------------------------------------------------------------------

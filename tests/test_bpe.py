@@ -26,7 +26,7 @@ from course_lib.corpus import load_shakespeare
 def reference_merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
     out, i = [], 0
     while i < len(ids):
-        if tuple(ids[i:i + 2]) == pair:
+        if tuple(ids[i : i + 2]) == pair:
             out.append(new_id)
             i += 2
         else:
@@ -124,17 +124,65 @@ def test_the_vocabulary_is_bytes_then_merged_pairs(shakespeare_tokenizer):
 
 # What GPT-2's own pattern (with the `regex` module and \p{L}, \p{N}) gives on these texts.
 GPT2_CHUNKS = {
-    "Who's there? 'Tis 12 o'clock.":
-        ["Who", "'s", " there", "?", " '", "Tis", " 12", " o", "'", "clock", "."],
+    "Who's there? 'Tis 12 o'clock.": [
+        "Who",
+        "'s",
+        " there",
+        "?",
+        " '",
+        "Tis",
+        " 12",
+        " o",
+        "'",
+        "clock",
+        ".",
+    ],
     "naïve café — 東京": ["naïve", " café", " —", " 東京"],
-    "  two  spaces,\n\n\ttab_and x__y 3.14!":
-        [" ", " two", " ", " spaces", ",", "\n\n", "\t", "tab", "_", "and", " x", "__", "y",
-         " 3", ".", "14", "!"],
-    "We'll see; they've gone, I'm sure you'd agree.":
-        ["We", "'ll", " see", ";", " they", "'ve", " gone", ",", " I", "'m", " sure", " you",
-         "'d", " agree", "."],
-    "Привет, мир! 안녕 こんにちは 👍🏽":
-        ["Привет", ",", " мир", "!", " 안녕", " こんにちは", " 👍🏽"],
+    "  two  spaces,\n\n\ttab_and x__y 3.14!": [
+        " ",
+        " two",
+        " ",
+        " spaces",
+        ",",
+        "\n\n",
+        "\t",
+        "tab",
+        "_",
+        "and",
+        " x",
+        "__",
+        "y",
+        " 3",
+        ".",
+        "14",
+        "!",
+    ],
+    "We'll see; they've gone, I'm sure you'd agree.": [
+        "We",
+        "'ll",
+        " see",
+        ";",
+        " they",
+        "'ve",
+        " gone",
+        ",",
+        " I",
+        "'m",
+        " sure",
+        " you",
+        "'d",
+        " agree",
+        ".",
+    ],
+    "Привет, мир! 안녕 こんにちは 👍🏽": [
+        "Привет",
+        ",",
+        " мир",
+        "!",
+        " 안녕",
+        " こんにちは",
+        " 👍🏽",
+    ],
 }
 
 
@@ -146,9 +194,22 @@ def test_pre_tokenize_matches_gpt2_on_examples(text):
 def test_pre_tokenize_loses_nothing():
     rng = random.Random(0)
     for _ in range(200):
-        text = "".join(chr(rng.choice([rng.randrange(32, 127), rng.randrange(0x80, 0x3000),
-                                       rng.randrange(0x1F300, 0x1F600), 10, 9, 32, 39]))
-                       for _ in range(rng.randrange(0, 40)))
+        text = "".join(
+            chr(
+                rng.choice(
+                    [
+                        rng.randrange(32, 127),
+                        rng.randrange(0x80, 0x3000),
+                        rng.randrange(0x1F300, 0x1F600),
+                        10,
+                        9,
+                        32,
+                        39,
+                    ]
+                )
+            )
+            for _ in range(rng.randrange(0, 40))
+        )
         assert "".join(pre_tokenize(text)) == text
 
 
@@ -192,8 +253,9 @@ def test_encode_applies_the_merges_in_rank_order(shakespeare_tokenizer):
     tok = shakespeare_tokenizer
     merges = {pair: 256 + r for r, pair in enumerate(tok.merges)}
     text = load_shakespeare()[-5000:] + " naïve café — 東京 Zwölf Boxkämpfer"
-    by_rank = [i for chunk in pre_tokenize(text)
-               for i in bpe_encode(list(chunk.encode("utf-8")), merges)]
+    by_rank = [
+        i for chunk in pre_tokenize(text) for i in bpe_encode(list(chunk.encode("utf-8")), merges)
+    ]
     assert tok.encode(text) == by_rank
     assert tok.encode(text) == by_rank  # again, now from the cache
 
@@ -219,9 +281,18 @@ def test_decode_round_trips_any_text(shakespeare_tokenizer):
     assert tok.decode(tok.encode("")) == ""
     rng = random.Random(1)
     for _ in range(300):
-        text = "".join(chr(rng.choice([rng.randrange(0, 0xD800), rng.randrange(0xE000, 0x110000),
-                                       rng.randrange(32, 127)]))
-                       for _ in range(rng.randrange(0, 30)))
+        text = "".join(
+            chr(
+                rng.choice(
+                    [
+                        rng.randrange(0, 0xD800),
+                        rng.randrange(0xE000, 0x110000),
+                        rng.randrange(32, 127),
+                    ]
+                )
+            )
+            for _ in range(rng.randrange(0, 30))
+        )
         assert tok.decode(tok.encode(text)) == text
 
 
@@ -259,13 +330,16 @@ def test_save_and_load_round_trip(tmp_path, shakespeare_tokenizer):
     assert loaded.encode(text) == tok.encode(text)
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ("", "is not a merges file"),
-    ("101 32\n", "is not a merges file"),
-    ("course_lib bpe v1\n101 32 7\n", "line 2"),
-    ("course_lib bpe v1\n101 x\n", "line 2"),
-    ("course_lib bpe v1\n101 32\n256 300\n", "outside [0, 257)"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "is not a merges file"),
+        ("101 32\n", "is not a merges file"),
+        ("course_lib bpe v1\n101 32 7\n", "line 2"),
+        ("course_lib bpe v1\n101 x\n", "line 2"),
+        ("course_lib bpe v1\n101 32\n256 300\n", "outside [0, 257)"),
+    ],
+)
 def test_load_rejects_a_bad_file(tmp_path, content, message):
     path = tmp_path / "bad.txt"
     path.write_text(content)
@@ -307,12 +381,15 @@ def test_decode_rejects_unknown_ids(shakespeare_tokenizer):
         tok.decode(torch.tensor([[1, 2]]))
 
 
-@pytest.mark.parametrize(("merges", "message"), [
-    ([(97, 98), (256, 300)], r"merges\[1\] = \(256, 300\) uses an id outside \[0, 257\)"),
-    ([(97, 98), (97, 98)], r"the pair \(97, 98\) is merged twice"),
-    ([(97,)], r"merges\[0\] must be a pair of two int ids"),
-    ([(97, 1.5)], r"merges\[0\] must be a pair of two int ids"),
-])
+@pytest.mark.parametrize(
+    ("merges", "message"),
+    [
+        ([(97, 98), (256, 300)], r"merges\[1\] = \(256, 300\) uses an id outside \[0, 257\)"),
+        ([(97, 98), (97, 98)], r"the pair \(97, 98\) is merged twice"),
+        ([(97,)], r"merges\[0\] must be a pair of two int ids"),
+        ([(97, 1.5)], r"merges\[0\] must be a pair of two int ids"),
+    ],
+)
 def test_merges_are_checked(merges, message):
     with pytest.raises(ValueError, match=message):
         BPETokenizer(merges)

@@ -157,8 +157,9 @@ def browser(lab):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                              args=CHROMIUM_ARGS)
+        chromium = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
         yield chromium
         chromium.close()
 
@@ -183,16 +184,22 @@ def run_in_lab(page, lab, notebook: Path, screenshots: Path, committed_widgets: 
     Returns the outputs as JupyterLab shows them (see OUTPUTS_JS).
     """
     name = notebook.name
-    expected = sum(1 for c in nbformat.read(notebook, as_version=4).cells
-                   if c.cell_type == "code" and c.source.strip())
+    expected = sum(
+        1
+        for c in nbformat.read(notebook, as_version=4).cells
+        if c.cell_type == "code" and c.source.strip()
+    )
     relpath = notebook.relative_to(lab.root_dir).as_posix()
     page.goto(lab.url(f"lab/tree/{relpath}"), wait_until="domcontentloaded")
-    page.wait_for_function(f"() => ({STATE_JS})({json.dumps(name)}).phase === 'open'",
-                           timeout=120_000)
-    page.evaluate("async () => { await window.jupyterapp.shell.currentWidget"
-                  ".sessionContext.ready; }")
-    page.wait_for_function(f"() => ({STATE_JS})({json.dumps(name)}).status === 'idle'",
-                           timeout=120_000)
+    page.wait_for_function(
+        f"() => ({STATE_JS})({json.dumps(name)}).phase === 'open'", timeout=120_000
+    )
+    page.evaluate(
+        "async () => { await window.jupyterapp.shell.currentWidget.sessionContext.ready; }"
+    )
+    page.wait_for_function(
+        f"() => ({STATE_JS})({json.dumps(name)}).status === 'idle'", timeout=120_000
+    )
     page.evaluate("() => { void window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
     page.wait_for_function(DONE_JS, arg=[name, expected], timeout=RUN_TIMEOUT_MS, polling=250)
     state = page.evaluate(STATE_JS, name)
@@ -200,8 +207,7 @@ def run_in_lab(page, lab, notebook: Path, screenshots: Path, committed_widgets: 
 
     # 1. One clean run: [1], [2], ... in order, and no traceback anywhere.
     assert not state["errors"], f"{name} raised in the browser: " + "\n".join(
-        f"cell {e['cell']}: {e['ename']}: {e['evalue']}\n{e['traceback']}"
-        for e in state["errors"]
+        f"cell {e['cell']}: {e['ename']}: {e['evalue']}\n{e['traceback']}" for e in state["errors"]
     )
     assert state["prompts"] == [f"[{n}]:" for n in range(1, expected + 1)], state["prompts"]
     outputs = page.evaluate(OUTPUTS_JS)
@@ -233,8 +239,10 @@ def run_in_lab(page, lab, notebook: Path, screenshots: Path, committed_widgets: 
 
 def shut_down(page) -> None:
     """Stop the notebook's kernel, so that the next lesson has the CPU to itself."""
-    page.evaluate("async () => { const w = window.jupyterapp.shell.currentWidget;"
-                  " if (w && w.sessionContext) await w.sessionContext.shutdown(); }")
+    page.evaluate(
+        "async () => { const w = window.jupyterapp.shell.currentWidget;"
+        " if (w && w.sessionContext) await w.sessionContext.shutdown(); }"
+    )
 
 
 def new_page(browser):
@@ -285,8 +293,11 @@ def test_a_progress_bar_renders_as_a_widget(lab, browser, screenshots):
     minutes, so their bar is checked on a two-cell notebook that makes it the same way."""
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(src) for src in PROGRESS_NOTEBOOK]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                 "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3 (ipykernel)",
+        "language": "python",
+    }
     path = lab.root_dir / "notebooks" / "progress_bar_check.ipynb"
     nbformat.write(nb, path)
     page, _ = new_page(browser)
@@ -326,8 +337,11 @@ def check_explorer(page, explorer, shot_prefix: Path) -> None:
     # A click locks another query: the status names it, the key weights change.
     chip.click()
     expected = f'query {target} "{word}" (locked)'
-    page.wait_for_function("([el, text]) => el.textContent.includes(text)",
-                           arg=[status.element_handle(), expected], timeout=10_000)
+    page.wait_for_function(
+        "([el, text]) => el.textContent.includes(text)",
+        arg=[status.element_handle(), expected],
+        timeout=10_000,
+    )
     after_status, after_weights = status.inner_text(), weights.all_inner_texts()
     assert after_status != before_status and expected in after_status, after_status
     assert after_weights != before_weights, "the key weights did not change with the query"
@@ -337,15 +351,21 @@ def check_explorer(page, explorer, shot_prefix: Path) -> None:
 
     # A second click unlocks; hovering over a third token previews it (not locked).
     chip.click()
-    page.wait_for_function("([el, text]) => !el.textContent.includes(text)",
-                           arg=[status.element_handle(), "(locked)"], timeout=10_000)
+    page.wait_for_function(
+        "([el, text]) => !el.textContent.includes(text)",
+        arg=[status.element_handle(), "(locked)"],
+        timeout=10_000,
+    )
     other = next(i for i in indices if i != target)
     hover = explorer.locator(f'.ae-token[data-index="{other}"]')
     hover_word = hover.inner_text()
     hover.hover()
     preview = f'query {other} "{hover_word}" attends to'
-    page.wait_for_function("([el, text]) => el.textContent.includes(text)",
-                           arg=[status.element_handle(), preview], timeout=10_000)
+    page.wait_for_function(
+        "([el, text]) => el.textContent.includes(text)",
+        arg=[status.element_handle(), preview],
+        timeout=10_000,
+    )
     explorer.screenshot(path=f"{shot_prefix}-after-hover.png")
     synced = json.loads(page.evaluate(KERNEL_JS, EXPLORER_STATE).strip().splitlines()[-1])
     assert [int(other), False] in synced, f"the kernel did not receive the hover: {synced}"

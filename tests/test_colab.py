@@ -78,8 +78,15 @@ def _say(pytestconfig, text: str) -> None:
 
 
 def _run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float = 300) -> str:
-    result = subprocess.run([str(c) for c in cmd], env=env, cwd=cwd, capture_output=True,
-                            text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        [str(c) for c in cmd],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 0, (
         f"{' '.join(map(str, cmd))} exited with {result.returncode}:\n{result.stdout[-3000:]}"
         f"\n{result.stderr[-3000:]}"
@@ -97,19 +104,34 @@ class Colab:
         self.content = root / "content"  # Colab's working folder: no course_lib beside or above
         self.content.mkdir()
         self.env = colab_env.clean_env(self.venv)
-        self.env.update(COURSE_DEVICE="cpu", MPLBACKEND="module://matplotlib_inline.backend_inline",
-                        COURSE_LIB_SOURCE=str(ROOT))
+        self.env.update(
+            COURSE_DEVICE="cpu",
+            MPLBACKEND="module://matplotlib_inline.backend_inline",
+            COURSE_LIB_SOURCE=str(ROOT),
+        )
         self.kernels = root / "kernels"
         for name, python in ((KERNEL_NAME, self.python), (MAIN_KERNEL, Path(sys.executable))):
             spec = self.kernels / name
             spec.mkdir(parents=True)
-            (spec / "kernel.json").write_text(json.dumps({
-                "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                "display_name": name, "language": "python",
-            }))
+            (spec / "kernel.json").write_text(
+                json.dumps(
+                    {
+                        "argv": [
+                            str(python),
+                            "-m",
+                            "ipykernel_launcher",
+                            "-f",
+                            "{connection_file}",
+                        ],
+                        "display_name": name,
+                        "language": "python",
+                    }
+                )
+            )
         # The main environment's kernel, for comparisons: as nbval starts it in the main suite.
-        self.main_env = dict(os.environ, COURSE_DEVICE="cpu",
-                             MPLBACKEND="module://matplotlib_inline.backend_inline")
+        self.main_env = dict(
+            os.environ, COURSE_DEVICE="cpu", MPLBACKEND="module://matplotlib_inline.backend_inline"
+        )
 
     def installed(self) -> dict[str, str]:
         return colab_env.installed(self.python, self.env)
@@ -127,11 +149,18 @@ class Colab:
         from nbclient import NotebookClient
 
         nb = nbformat.read(nb, as_version=4) if isinstance(nb, Path) else nb
-        km = KernelManager(kernel_name=kernel,
-                           kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(self.kernels)]))
-        client = NotebookClient(nb, km=km, timeout=timeout, record_timing=False,
-                                store_widget_state=True,
-                                resources={"metadata": {"path": str(self.content)}})
+        km = KernelManager(
+            kernel_name=kernel,
+            kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(self.kernels)]),
+        )
+        client = NotebookClient(
+            nb,
+            km=km,
+            timeout=timeout,
+            record_timing=False,
+            store_widget_state=True,
+            resources={"metadata": {"path": str(self.content)}},
+        )
         started = time.perf_counter()
         env = self.env if kernel == KERNEL_NAME else self.main_env
         client.execute(env=env, cwd=str(self.content))  # raises on a cell's error
@@ -171,11 +200,19 @@ def test_the_cached_env_holds_colabs_pins_and_no_course_lib(base, colab):
     for pin in [*colab_env.COLAB_PINS, colab_env.TORCH_PIN]:
         name, version = pin.split("==")
         assert found.get(colab_env.normalize(name), "").split("+")[0] == version, (
-            f"{pin}: found {found.get(colab_env.normalize(name))}")
+            f"{pin}: found {found.get(colab_env.normalize(name))}"
+        )
     assert "course-lib" not in found
-    out = _run([colab.python, "-c", "import importlib.util, sys; "
-                "print(importlib.util.find_spec('course_lib')); print(sys.prefix)"],
-               colab.env, colab.content)
+    out = _run(
+        [
+            colab.python,
+            "-c",
+            "import importlib.util, sys; "
+            "print(importlib.util.find_spec('course_lib')); print(sys.prefix)",
+        ],
+        colab.env,
+        colab.content,
+    )
     spec, prefix = out.strip().splitlines()
     assert spec == "None", f"course_lib is importable in the simulated Colab env: {spec}"
     assert Path(prefix).resolve() == colab.venv.resolve()
@@ -184,8 +221,22 @@ def test_the_cached_env_holds_colabs_pins_and_no_course_lib(base, colab):
 
 def _planned(colab: Colab, *options: str) -> list[tuple[str, str]]:
     report = colab.root / "report.json"
-    _run([colab.python, "-m", "pip", "install", "--dry-run", "--quiet", "--report", report,
-          *options, ROOT], colab.env, colab.content)
+    _run(
+        [
+            colab.python,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--quiet",
+            "--report",
+            report,
+            *options,
+            ROOT,
+        ],
+        colab.env,
+        colab.content,
+    )
     plan = json.loads(report.read_text())["install"]
     return [(item["metadata"]["name"], item["metadata"]["version"]) for item in plan]
 
@@ -208,7 +259,8 @@ def test_setup_cell_installs_only_what_is_missing_and_names_old_packages(base, t
     stand_in = tmp_path / "stand-in"
     (stand_in / "course_lib").mkdir(parents=True)
     (stand_in / "course_lib" / "__init__.py").write_text("")
-    (stand_in / "pyproject.toml").write_text(textwrap.dedent("""\
+    (stand_in / "pyproject.toml").write_text(
+        textwrap.dedent("""\
         [build-system]
         requires = ["setuptools>=68"]
         build-backend = "setuptools.build_meta"
@@ -218,7 +270,8 @@ def test_setup_cell_installs_only_what_is_missing_and_names_old_packages(base, t
         dependencies = ["tqdm>=4.67", "numpy>=99.1", "iniconfig>=1.0"]
         [project.optional-dependencies]
         lab = ["jupyterlab>=4.1"]
-        """))
+        """)
+    )
     colab = Colab(base, tmp_path / "colab")
     before = colab.installed()
     assert "iniconfig" not in before
@@ -226,7 +279,8 @@ def test_setup_cell_installs_only_what_is_missing_and_names_old_packages(base, t
     after = colab.installed()
     lines = out.strip().splitlines()
     assert lines[0] == (
-        "installed course_lib, iniconfig>=1.0; the packages already here are unchanged")
+        "installed course_lib, iniconfig>=1.0; the packages already here are unchanged"
+    )
     old_numpy = f"numpy {before['numpy']} (the course is tested with numpy>=99.1)"
     assert len(lines) == 2 and old_numpy in lines[1], lines
     added = {name: after[name] for name in after.keys() - before.keys()}
@@ -285,7 +339,9 @@ def assert_same_outputs(ran, committed_path: Path) -> None:
     differ = [i for i in committed if got.get(i) != committed[i]]
     assert not differ, "\n".join(
         f"{committed_path.name} cell {i}:\n  committed: {committed[i][:400]!r}\n"
-        f"  in the Colab env: {got.get(i, '')[:400]!r}" for i in differ[:5])
+        f"  in the Colab env: {got.get(i, '')[:400]!r}"
+        for i in differ[:5]
+    )
 
 
 def setup_output(nb) -> str:
@@ -301,12 +357,16 @@ def test_lesson_02_installs_course_lib_and_runs_top_to_bottom(colab, pytestconfi
     # The setup cell installed course_lib, said so in one line, and changed nothing else.
     assert setup_output(nb) == SETUP_LINE + "\n"
     assert set(after) - set(before) == {"course-lib"}
-    changed = {name: (before[name], after.get(name)) for name in before
-               if after.get(name) != before[name]}
+    changed = {
+        name: (before[name], after.get(name)) for name in before if after.get(name) != before[name]
+    }
     assert not changed, f"the setup cell changed pre-installed packages: {changed}"
     assert all(name.startswith("course_lib") for name in colab.own_files()), colab.own_files()
-    where = _run([colab.python, "-c", "import course_lib; print(course_lib.__file__)"],
-                 colab.env, colab.content).strip()
+    where = _run(
+        [colab.python, "-c", "import course_lib; print(course_lib.__file__)"],
+        colab.env,
+        colab.content,
+    ).strip()
     assert Path(where).resolve().is_relative_to(colab.venv.resolve()), where
 
     code = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
@@ -314,14 +374,19 @@ def test_lesson_02_installs_course_lib_and_runs_top_to_bottom(colab, pytestconfi
     widgets = [o for c in code for o in c.outputs if WIDGET_MIME in o.get("data", {})]
     assert widgets, "lesson 02 showed no widget (the attention explorer)"
     assert_same_outputs(nb, LESSON_02)
-    _say(pytestconfig, f"\ncolab env: {LESSON_02.name} installed course_lib and ran in "
-         f"{seconds:.0f} s")
+    _say(
+        pytestconfig,
+        f"\ncolab env: {LESSON_02.name} installed course_lib and ran in {seconds:.0f} s",
+    )
 
 
 def _progress_bars(nb) -> list[dict]:
     """The state of every tqdm bar's progress widget saved with the notebook."""
-    state = nb.metadata.get("widgets", {}).get(
-        "application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    state = (
+        nb.metadata.get("widgets", {})
+        .get("application/vnd.jupyter.widget-state+json", {})
+        .get("state", {})
+    )
     return [m["state"] for m in state.values() if m.get("model_name") == "FloatProgressModel"]
 
 
@@ -361,15 +426,19 @@ def test_lesson_09_trains_with_progress_bars_alike_in_both(course_installed, pyt
     assert [c.execution_count for c in code] == list(range(1, len(code) + 1))
     bars = _progress_bars(nb)
     assert len(bars) == SHORT_STEPS // SHORT_EVERY, f"a bar per {SHORT_EVERY} steps: {bars}"
-    assert all(b["value"] == b["max"] == SHORT_EVERY and b["bar_style"] == "success"
-               for b in bars), bars
+    assert all(
+        b["value"] == b["max"] == SHORT_EVERY and b["bar_style"] == "success" for b in bars
+    ), bars
 
     main, main_seconds = colab.run_notebook(short_lesson_09(), kernel=MAIN_KERNEL)
     assert compared_outputs(nb) == compared_outputs(main)
     results = [json.loads(n.cells[-1].outputs[0].text) for n in (nb, main)]
     assert results[0] == results[1], "the short lesson 09 trained differently in the Colab env"
-    _say(pytestconfig, f"\ncolab env: {LESSON_09.name} ({SHORT_STEPS} steps) ran in "
-         f"{seconds:.0f} s, {main_seconds:.0f} s in the main environment")
+    _say(
+        pytestconfig,
+        f"\ncolab env: {LESSON_09.name} ({SHORT_STEPS} steps) ran in "
+        f"{seconds:.0f} s, {main_seconds:.0f} s in the main environment",
+    )
 
 
 # What each task's checker says about every listed mistake (and about the reference, which it
@@ -406,8 +475,11 @@ def test_exercise_checks_judge_alike_in_both_environments(course_installed, pyte
     in_colab = exercise_outcomes(colab.python, colab.env, colab.content)
     in_main = exercise_outcomes(Path(sys.executable), colab.main_env, colab.content)
     assert len(in_main) >= 10, f"too few checks: {sorted(in_main)}"
-    differ = {k: (in_main.get(k), in_colab.get(k)) for k in in_main.keys() | in_colab.keys()
-              if in_colab.get(k) != in_main.get(k)}
+    differ = {
+        k: (in_main.get(k), in_colab.get(k))
+        for k in in_main.keys() | in_colab.keys()
+        if in_colab.get(k) != in_main.get(k)
+    }
     assert not differ, json.dumps(differ, indent=1)[:3000]
 
     solution = ROOT / "solutions" / "02_self_attention.ipynb"
@@ -417,5 +489,8 @@ def test_exercise_checks_judge_alike_in_both_environments(course_installed, pyte
     got = compared_outputs(nb)
     assert all("✅" in got[i] and "❌" not in got[i] for i in checks), [got[i] for i in checks]
     assert_same_outputs(nb, solution)
-    _say(pytestconfig, f"\ncolab env: {len(in_main)} exercise checks judged alike in both "
-         f"environments, solutions/02 passes ({time.perf_counter() - started:.0f} s)")
+    _say(
+        pytestconfig,
+        f"\ncolab env: {len(in_main)} exercise checks judged alike in both "
+        f"environments, solutions/02 passes ({time.perf_counter() - started:.0f} s)",
+    )

@@ -50,12 +50,15 @@ def test_random_windows_are_seeded_and_cover_the_end():
     assert a[1].max() == 19 and a[0].min() == 0  # the first and the last token are reachable
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    (dict(ids=torch.arange(5), block_size=5, batch_size=1), ValueError, "block_size"),
-    (dict(ids=torch.arange(50), block_size=0, batch_size=1), ValueError, "block_size"),
-    (dict(ids=torch.arange(50), block_size=4, batch_size=0), ValueError, "batch_size"),
-    (dict(ids=torch.rand(50), block_size=4, batch_size=2), TypeError, "ids"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(ids=torch.arange(5), block_size=5, batch_size=1), ValueError, "block_size"),
+        (dict(ids=torch.arange(50), block_size=0, batch_size=1), ValueError, "block_size"),
+        (dict(ids=torch.arange(50), block_size=4, batch_size=0), ValueError, "batch_size"),
+        (dict(ids=torch.rand(50), block_size=4, batch_size=2), TypeError, "ids"),
+    ],
+)
 def test_random_windows_rejects_bad_input(kwargs, error, match):
     with pytest.raises(error, match=match):
         random_windows(**kwargs)

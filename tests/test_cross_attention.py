@@ -57,8 +57,9 @@ def test_queries_come_from_x():
 
 def test_self_attention_is_the_special_case():
     x, _, w_q, w_k, w_v = _inputs(torch.float64)
-    torch.testing.assert_close(cross_attention(x, x, w_q, w_k, w_v)[0],
-                               self_attention(x, w_q, w_k, w_v)[0])
+    torch.testing.assert_close(
+        cross_attention(x, x, w_q, w_k, w_v)[0], self_attention(x, w_q, w_k, w_v)[0]
+    )
 
 
 def test_extra_batch_dimensions():
@@ -91,12 +92,21 @@ def test_gradients_flow():
         (lambda a: {**a, "w_q": a["w_q"][:5]}, ValueError, "w_q has 5 rows"),
         (lambda a: {**a, "w_k": a["w_k"][:, :3]}, ValueError, "w_q has d_k=4 columns but w_k"),
         (lambda a: {**a, "w_v": a["w_v"][0]}, ValueError, "w_v must have 2 dimensions"),
-        (lambda a: {**a, "memory_mask": torch.ones(2, 1, 5)}, TypeError, "memory_mask must have "
-         "dtype bool"),
-        (lambda a: {**a, "memory_mask": torch.ones(2, 1, 4, dtype=torch.bool)}, ValueError,
-         "memory_mask of shape"),
-        (lambda a: {**a, "memory_mask": torch.ones(4, 2, 3, 5, dtype=torch.bool)}, ValueError,
-         "memory_mask of shape .* would enlarge"),
+        (
+            lambda a: {**a, "memory_mask": torch.ones(2, 1, 5)},
+            TypeError,
+            "memory_mask must have dtype bool",
+        ),
+        (
+            lambda a: {**a, "memory_mask": torch.ones(2, 1, 4, dtype=torch.bool)},
+            ValueError,
+            "memory_mask of shape",
+        ),
+        (
+            lambda a: {**a, "memory_mask": torch.ones(4, 2, 3, 5, dtype=torch.bool)},
+            ValueError,
+            "memory_mask of shape .* would enlarge",
+        ),
     ],
 )
 def test_bad_inputs(change, error, match):
@@ -113,8 +123,18 @@ def test_bad_inputs(change, error, match):
 
 def _decoder_layer(norm_first, dtype, d_model=16, num_heads=4):
     torch.manual_seed(0)
-    layer = nn.TransformerDecoderLayer(d_model, num_heads, dim_feedforward=32, dropout=0.0,
-                                       batch_first=True, norm_first=norm_first).to(dtype).eval()
+    layer = (
+        nn.TransformerDecoderLayer(
+            d_model,
+            num_heads,
+            dim_feedforward=32,
+            dropout=0.0,
+            batch_first=True,
+            norm_first=norm_first,
+        )
+        .to(dtype)
+        .eval()
+    )
     with torch.no_grad():  # random LayerNorm weights: a misplaced norm must show
         layer.norm2.weight.normal_(1.0, 0.3)
         layer.norm2.bias.normal_(0.0, 0.3)
@@ -169,12 +189,22 @@ def test_sublayer_gradients_flow():
     "x_shape, memory_shape, mask, error, match",
     [
         ((2, 3, 8), (3, 5, 8), None, ValueError, "x has batch=2 but memory has batch=3"),
-        ((2, 3, 6), (2, 5, 8), None, ValueError, "x has 6 features but this sub-layer has "
-         "d_model=8"),
+        (
+            (2, 3, 6),
+            (2, 5, 8),
+            None,
+            ValueError,
+            "x has 6 features but this sub-layer has d_model=8",
+        ),
         ((2, 3, 8), (2, 5, 4), None, ValueError, "memory has 4 features"),
         ((3, 8), (2, 5, 8), None, ValueError, "x must have 3 dimensions"),
-        ((2, 3, 8), (2, 5, 8), torch.ones(2, 1, 4, dtype=torch.bool), ValueError,
-         "memory_mask of shape"),
+        (
+            (2, 3, 8),
+            (2, 5, 8),
+            torch.ones(2, 1, 4, dtype=torch.bool),
+            ValueError,
+            "memory_mask of shape",
+        ),
         ((2, 3, 8), (2, 5, 8), torch.ones(2, 1, 5), TypeError, "memory_mask must have dtype bool"),
     ],
 )

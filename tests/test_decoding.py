@@ -42,10 +42,12 @@ def sequence_log_prob(table, tokens):
 
 def test_greedy_decode_picks_the_argmax_and_keeps_eos():
     # position 0: token 3; position 1: token EOS for row 0, token 2 for row 1, ...
-    logits_per_step = [torch.tensor([[0., 0, 0, 5], [0, 0, 0, 5]]),
-                       torch.tensor([[0., 5, 0, 0], [0, 0, 5, 0]]),
-                       torch.tensor([[0., 0, 5, 0], [0, 5, 0, 0]]),
-                       torch.tensor([[0., 0, 0, 5], [0, 0, 0, 5]])]
+    logits_per_step = [
+        torch.tensor([[0.0, 0, 0, 5], [0, 0, 0, 5]]),
+        torch.tensor([[0.0, 5, 0, 0], [0, 0, 5, 0]]),
+        torch.tensor([[0.0, 0, 5, 0], [0, 5, 0, 0]]),
+        torch.tensor([[0.0, 0, 0, 5], [0, 0, 0, 5]]),
+    ]
 
     def step_fn(prefix):
         t = prefix.shape[1]
@@ -142,8 +144,9 @@ def test_beam_search_rejects_bad_input():
 def test_model_helpers_decode_a_model():
     tok = date_tokenizer()
     torch.manual_seed(0)
-    model = Seq2SeqTransformer(tok.vocab_size, d_model=16, num_heads=2, num_encoder_layers=1,
-                               num_decoder_layers=1, d_ff=32).eval()
+    model = Seq2SeqTransformer(
+        tok.vocab_size, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=32
+    ).eval()
     src, _ = tok.encode_batch(["3 Mar 2021", "the 1st of May 1999"])
     step_fn = model_step_fn(model, src)
     greedy = greedy_decode(step_fn, 2, tok.bos_id, tok.eos_id, 5)

@@ -56,16 +56,19 @@ def test_tiled_never_stores_the_n_by_n_matrix():
 
 def test_sliding_window_mask_small_cases():
     mask = sliding_window_mask(5, 1)
-    want = torch.tensor([[1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [0, 1, 1, 1, 0], [0, 0, 1, 1, 1],
-                         [0, 0, 0, 1, 1]], dtype=torch.bool)
+    want = torch.tensor(
+        [[1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [0, 1, 1, 1, 0], [0, 0, 1, 1, 1], [0, 0, 0, 1, 1]],
+        dtype=torch.bool,
+    )
     assert torch.equal(mask, want)
     assert torch.equal(sliding_window_mask(5, 1, causal=True), want.tril())
     assert torch.equal(sliding_window_mask(4, 0), torch.eye(4, dtype=torch.bool))
     assert sliding_window_mask(6, 10).all()
     glob = sliding_window_mask(6, 1, global_tokens=[0])
     assert glob[0].all() and glob[:, 0].all() and not glob[5, 2]
-    assert torch.equal(sliding_window_mask(6, 1, causal=True, global_tokens=[0]),
-                       glob & causal_mask(6))
+    assert torch.equal(
+        sliding_window_mask(6, 1, causal=True, global_tokens=[0]), glob & causal_mask(6)
+    )
 
 
 @pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
@@ -92,16 +95,18 @@ def test_performer_error_falls_as_features_grow():
     want, _ = scaled_dot_product_attention(q, k, v)
     errors = []
     for m in (16, 256, 4096):
-        projection = random_feature_projection(m, 32, generator=torch.Generator().manual_seed(3),
-                                               dtype=torch.float64)
+        projection = random_feature_projection(
+            m, 32, generator=torch.Generator().manual_seed(3), dtype=torch.float64
+        )
         errors.append((performer_attention(q, k, v, projection=projection) - want).abs().mean())
     assert errors[0] > errors[1] > errors[2]
     assert errors[0] / errors[2] > 5
 
 
 def test_performer_features_are_positive_and_orthogonal_blocks():
-    projection = random_feature_projection(20, 8, generator=torch.Generator().manual_seed(0),
-                                           dtype=torch.float64)
+    projection = random_feature_projection(
+        20, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64
+    )
     directions = projection[:8] / projection[:8].norm(dim=-1, keepdim=True)
     torch.testing.assert_close(directions @ directions.T, torch.eye(8, dtype=torch.float64))
     q, k, v = qkv(2, 10, 8)
@@ -124,20 +129,27 @@ def test_cost_helpers():
     assert peak_tensor_bytes(sequential) == 400
 
 
-@pytest.mark.parametrize("call,words", [
-    (lambda: tiled_attention(torch.randn(3, 4), torch.randn(3, 5), torch.randn(3, 4)), "d_k"),
-    (lambda: tiled_attention(*qkv(3, 4), block_size=0), "block_size"),
-    (lambda: sliding_window_mask(0, 1), "n must be"),
-    (lambda: sliding_window_mask(4, -1), "window"),
-    (lambda: sliding_window_mask(4, 1, global_tokens=[4]), "global_tokens"),
-    (lambda: sliding_window_attention(*qkv(3, 4), window=-2), "window"),
-    (lambda: sliding_window_attention(torch.randn(3, 4), torch.randn(5, 4), torch.randn(5, 4),
-                                      1), "self-attention"),
-    (lambda: performer_attention(*qkv(3, 4), projection=torch.randn(8, 5)), "columns"),
-    (lambda: random_feature_projection(0, 4), "num_features"),
-    (lambda: median_seconds(lambda: None, repeats=0), "repeats"),
-    (lambda: loglog_slope([1], [1]), "length"),
-])
+@pytest.mark.parametrize(
+    "call,words",
+    [
+        (lambda: tiled_attention(torch.randn(3, 4), torch.randn(3, 5), torch.randn(3, 4)), "d_k"),
+        (lambda: tiled_attention(*qkv(3, 4), block_size=0), "block_size"),
+        (lambda: sliding_window_mask(0, 1), "n must be"),
+        (lambda: sliding_window_mask(4, -1), "window"),
+        (lambda: sliding_window_mask(4, 1, global_tokens=[4]), "global_tokens"),
+        (lambda: sliding_window_attention(*qkv(3, 4), window=-2), "window"),
+        (
+            lambda: sliding_window_attention(
+                torch.randn(3, 4), torch.randn(5, 4), torch.randn(5, 4), 1
+            ),
+            "self-attention",
+        ),
+        (lambda: performer_attention(*qkv(3, 4), projection=torch.randn(8, 5)), "columns"),
+        (lambda: random_feature_projection(0, 4), "num_features"),
+        (lambda: median_seconds(lambda: None, repeats=0), "repeats"),
+        (lambda: loglog_slope([1], [1]), "length"),
+    ],
+)
 def test_input_checks_name_the_argument(call, words):
     with pytest.raises(ValueError, match=words):
         call()

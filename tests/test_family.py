@@ -45,7 +45,7 @@ def test_patchify_matches_a_loop_in_row_major_order():
     index = 0
     for row in range(2):
         for col in range(3):
-            expected = images[:, :, row * 4:(row + 1) * 4, col * 4:(col + 1) * 4].reshape(2, -1)
+            expected = images[:, :, row * 4 : (row + 1) * 4, col * 4 : (col + 1) * 4].reshape(2, -1)
             assert torch.equal(patches[:, index], expected)
             index += 1
     unfolded = torch.nn.functional.unfold(images, 4, stride=4).transpose(1, 2)
@@ -55,8 +55,9 @@ def test_patchify_matches_a_loop_in_row_major_order():
 def test_models_shapes():
     model = MaskedLM(vocab_size=30, max_len=16, d_model=32, num_heads=2, num_layers=1)
     assert model(torch.randint(0, 30, (3, 16))).shape == (3, 16, 30)
-    vit = VisionTransformer(image_size=8, patch_size=4, num_classes=5, channels=1, d_model=16,
-                            num_heads=2, num_layers=1)
+    vit = VisionTransformer(
+        image_size=8, patch_size=4, num_classes=5, channels=1, d_model=16, num_heads=2, num_layers=1
+    )
     assert vit(torch.randn(2, 1, 8, 8)).shape == (2, 5)
 
 
@@ -69,16 +70,19 @@ def test_bert_sees_both_sides_and_gpt_style_would_not():
     assert not torch.allclose(model(ids)[0, 0], model(changed)[0, 0])  # the future matters
 
 
-@pytest.mark.parametrize("call,words", [
-    (lambda: mlm_mask(torch.zeros(3, 4), 1, 5), "dtype"),
-    (lambda: mlm_mask(torch.zeros(3, 4, dtype=torch.long), 1, 5, mask_prob=0.0), "mask_prob"),
-    (lambda: mlm_mask(torch.zeros(3, 4, dtype=torch.long), 1, 0), "vocab_size"),
-    (lambda: patchify(torch.randn(2, 3, 8), 4), "images"),
-    (lambda: patchify(torch.randn(2, 3, 8, 10), 4), "multiples"),
-    (lambda: patchify(torch.randn(2, 3, 8, 8), 0), "patch_size"),
-    (lambda: VisionTransformer(10, 4, 2), "multiple"),
-    (lambda: VisionTransformer(8, 4, 2, channels=1)(torch.randn(2, 3, 8, 8)), "images"),
-])
+@pytest.mark.parametrize(
+    "call,words",
+    [
+        (lambda: mlm_mask(torch.zeros(3, 4), 1, 5), "dtype"),
+        (lambda: mlm_mask(torch.zeros(3, 4, dtype=torch.long), 1, 5, mask_prob=0.0), "mask_prob"),
+        (lambda: mlm_mask(torch.zeros(3, 4, dtype=torch.long), 1, 0), "vocab_size"),
+        (lambda: patchify(torch.randn(2, 3, 8), 4), "images"),
+        (lambda: patchify(torch.randn(2, 3, 8, 10), 4), "multiples"),
+        (lambda: patchify(torch.randn(2, 3, 8, 8), 0), "patch_size"),
+        (lambda: VisionTransformer(10, 4, 2), "multiple"),
+        (lambda: VisionTransformer(8, 4, 2, channels=1)(torch.randn(2, 3, 8, 8)), "images"),
+    ],
+)
 def test_input_checks(call, words):
     with pytest.raises((ValueError, TypeError), match=words):
         call()

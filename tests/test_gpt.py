@@ -75,7 +75,7 @@ def test_forward_cached_equals_forward(dtype, atol):
     logits, cache = model.forward_cached(ids[:, :5])  # a prompt, then one token at a time
     pieces = [logits]
     for t in range(5, 16):
-        logits, cache = model.forward_cached(ids[:, t:t + 1], cache)
+        logits, cache = model.forward_cached(ids[:, t : t + 1], cache)
         pieces.append(logits)
     assert torch.allclose(torch.cat(pieces, 1), model(ids), atol=atol)
     assert len(cache) == 2 and cache[0].keys.shape == (2, 4, 16, 8)
@@ -83,15 +83,17 @@ def test_forward_cached_equals_forward(dtype, atol):
         model.forward_cached(ids[:, :1], cache)
 
 
-@pytest.mark.parametrize("options", [dict(), dict(top_k=3), dict(top_p=0.8, temperature=0.7),
-                                     dict(temperature=0.0)])
+@pytest.mark.parametrize(
+    "options", [dict(), dict(top_k=3), dict(top_p=0.8, temperature=0.7), dict(temperature=0.0)]
+)
 def test_generate_with_cache_gives_identical_tokens(options):
     torch.manual_seed(0)
     model = small()
     prompt = torch.randint(11, (2, 3))
     plain = generate(model, prompt, 30, generator=torch.Generator().manual_seed(1), **options)
-    cached = generate(model, prompt, 30, generator=torch.Generator().manual_seed(1),
-                      use_cache=True, **options)
+    cached = generate(
+        model, prompt, 30, generator=torch.Generator().manual_seed(1), use_cache=True, **options
+    )
     assert plain.shape == (2, 33)  # past block_size=16: the window slides
     assert torch.equal(plain, cached)
     assert torch.equal(plain[:, :3], prompt)
@@ -110,8 +112,9 @@ def test_generate_rejects_bad_input():
 def test_bigram_and_untied_and_positionless_models():
     bigram = BigramLM(5)
     assert torch.allclose(bigram(torch.zeros(2, 3, dtype=torch.long)), torch.zeros(2, 3, 5))
-    out = generate(bigram, torch.zeros(1, 1, dtype=torch.long), 4,
-                   generator=torch.Generator().manual_seed(0))
+    out = generate(
+        bigram, torch.zeros(1, 1, dtype=torch.long), 4, generator=torch.Generator().manual_seed(0)
+    )
     assert out.shape == (1, 5)
     untied = small(tie_weights=False, bias=True)
     assert untied.lm_head.weight is not untied.token_embedding.weight
@@ -123,11 +126,14 @@ def test_bigram_and_untied_and_positionless_models():
     assert torch.allclose(noposition(ids)[0, 0], noposition(ids[:, :1])[0, 0], atol=1e-6)
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    (dict(vocab_size=0), ValueError, "vocab_size"),
-    (dict(vocab_size=10, d_model=30, num_heads=4), ValueError, "num_heads"),
-    (dict(vocab_size=10, block_size=-1), ValueError, "block_size"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(vocab_size=0), ValueError, "vocab_size"),
+        (dict(vocab_size=10, d_model=30, num_heads=4), ValueError, "num_heads"),
+        (dict(vocab_size=10, block_size=-1), ValueError, "block_size"),
+    ],
+)
 def test_config_rejects_bad_sizes(kwargs, error, match):
     with pytest.raises(error, match=match):
         GPTConfig(**kwargs)
@@ -159,7 +165,7 @@ def test_evaluate_loss_is_the_mean_over_every_token():
     got = evaluate_loss(model, ids, block_size=16, batch_size=2)
     total, count = 0.0, 0
     for start in range(0, 49, 16):  # windows of 17 tokens overlapping by one
-        window = ids[start:start + 17]
+        window = ids[start : start + 17]
         logits = model(window[:-1][None])[0]
         total += F.cross_entropy(logits, window[1:], reduction="sum").item()
         count += len(window) - 1

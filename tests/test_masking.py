@@ -48,12 +48,15 @@ def test_padding_mask_shape_and_values():
     assert torch.equal(padding_mask(ids.int(), pad_id=8)[:, 0], ids != 8)
 
 
-@pytest.mark.parametrize("ids,pad_id,error,words", [
-    (torch.tensor([1, 2, 0]), 0, ValueError, "ids must have 2 dimensions"),
-    (torch.tensor([[1.0, 0.0]]), 0, TypeError, "ids must have dtype int64 or int32"),
-    ([[1, 0]], 0, TypeError, "ids must be a torch.Tensor"),
-    (torch.tensor([[1, 0]]), 0.0, TypeError, "pad_id must be an int"),
-])
+@pytest.mark.parametrize(
+    "ids,pad_id,error,words",
+    [
+        (torch.tensor([1, 2, 0]), 0, ValueError, "ids must have 2 dimensions"),
+        (torch.tensor([[1.0, 0.0]]), 0, TypeError, "ids must have dtype int64 or int32"),
+        ([[1, 0]], 0, TypeError, "ids must be a torch.Tensor"),
+        (torch.tensor([[1, 0]]), 0.0, TypeError, "pad_id must be an int"),
+    ],
+)
 def test_padding_mask_rejects_bad_inputs(ids, pad_id, error, words):
     with pytest.raises(error, match=words):
         padding_mask(ids, pad_id)
@@ -64,8 +67,7 @@ def test_combine_masks_broadcasts_padding_and_causal():
     combined = combine_masks(padding_mask(ids, 0), causal_mask(3))  # (2, 1, 3) & (3, 3)
     assert combined.shape == (2, 3, 3)
     assert torch.equal(combined[0], causal_mask(3))
-    assert combined[1].tolist() == [[True, False, False], [True, True, False],
-                                    [True, True, False]]
+    assert combined[1].tolist() == [[True, False, False], [True, True, False], [True, True, False]]
     assert combine_masks(None, None) is None
     assert torch.equal(combine_masks(None, causal_mask(2)), causal_mask(2))
 
@@ -114,13 +116,19 @@ def test_every_pytorch_convention_gives_our_result(dtype):
     # nn.MultiheadAttention: attn_mask and key_padding_mask are True = blocked
     mha = nn.MultiheadAttention(d_model, 2, batch_first=True, dtype=dtype).eval()
     mine = MultiHeadAttention.from_torch(mha).eval()
-    theirs, _ = mha(x, x, x, attn_mask=to_torch_blocked(causal),
-                    key_padding_mask=to_torch_blocked(pad[:, 0]))
+    theirs, _ = mha(
+        x, x, x, attn_mask=to_torch_blocked(causal), key_padding_mask=to_torch_blocked(pad[:, 0])
+    )
     expected, _ = mine(x, x, x, mask=ours_mask)
     assert torch.allclose(theirs, expected, atol=tol)
     # ... and the float causal mask of nn.Transformer
-    theirs_float, _ = mha(x, x, x, attn_mask=nn.Transformer.generate_square_subsequent_mask(
-        seq, dtype=dtype), key_padding_mask=to_additive(pad[:, 0], dtype))
+    theirs_float, _ = mha(
+        x,
+        x,
+        x,
+        attn_mask=nn.Transformer.generate_square_subsequent_mask(seq, dtype=dtype),
+        key_padding_mask=to_additive(pad[:, 0], dtype),
+    )
     assert torch.allclose(theirs_float, expected, atol=tol)
 
 
@@ -154,8 +162,7 @@ def test_causal_multihead_attention_ignores_the_future(need_weights, dtype):
     mask = causal_mask(seq)
     with torch.no_grad():
         before, _ = attention(x, x, x, mask=mask, need_weights=need_weights)
-        after, _ = attention(x_changed, x_changed, x_changed, mask=mask,
-                             need_weights=need_weights)
+        after, _ = attention(x_changed, x_changed, x_changed, mask=mask, need_weights=need_weights)
     assert torch.allclose(before[:, :changed], after[:, :changed], atol=TOL[dtype], rtol=0)
     later_change = (before[:, changed:] - after[:, changed:]).abs().amax(-1)  # (batch, seq-t)
     assert (later_change > 1e-3).all()

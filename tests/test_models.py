@@ -13,8 +13,7 @@ from course_lib.train import label_smoothing_loss, shift_right
 
 def small_model(**kwargs):
     torch.manual_seed(0)
-    options = dict(d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=2,
-                   d_ff=32)
+    options = dict(d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=2, d_ff=32)
     return Seq2SeqTransformer(12, **{**options, **kwargs}).eval()
 
 
@@ -73,8 +72,9 @@ def test_gradients_reach_every_parameter():
 
 def test_a_tiny_model_learns_to_copy():
     torch.manual_seed(0)
-    model = Seq2SeqTransformer(8, d_model=32, num_heads=2, num_encoder_layers=1,
-                               num_decoder_layers=1, d_ff=64)
+    model = Seq2SeqTransformer(
+        8, d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=64
+    )
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     losses = []
     for _ in range(60):

@@ -15,8 +15,9 @@ TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("shape,num_heads", [((2, 5, 12), 3), ((1, 3, 8), 2), ((3, 4, 6), 6),
-                                             ((2, 7, 4), 1)])
+@pytest.mark.parametrize(
+    "shape,num_heads", [((2, 5, 12), 3), ((1, 3, 8), 2), ((3, 4, 6), 6), ((2, 7, 4), 1)]
+)
 def test_split_heads_puts_each_feature_block_in_its_head(shape, num_heads):
     x = torch.randn(*shape)
     out = split_heads(x, num_heads)
@@ -24,8 +25,9 @@ def test_split_heads_puts_each_feature_block_in_its_head(shape, num_heads):
     d_head = d_model // num_heads
     assert out.shape == (batch, num_heads, seq, d_head)
     for head in range(num_heads):
-        torch.testing.assert_close(out[:, head], x[..., head * d_head:(head + 1) * d_head],
-                                   rtol=0, atol=0)
+        torch.testing.assert_close(
+            out[:, head], x[..., head * d_head : (head + 1) * d_head], rtol=0, atol=0
+        )
 
 
 def test_split_heads_differs_from_a_plain_reshape():
@@ -103,8 +105,14 @@ def _mask_case(kind, batch, n_q, n_k, num_heads):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize(
     "n_q,n_k,mask_kind",
-    [(5, 5, "none"), (3, 7, "none"), (5, 5, "causal"), (3, 7, "padding"), (4, 6, "per_example"),
-     (4, 6, "per_head")],
+    [
+        (5, 5, "none"),
+        (3, 7, "none"),
+        (5, 5, "causal"),
+        (3, 7, "padding"),
+        (4, 6, "per_example"),
+        (4, 6, "per_head"),
+    ],
 )
 def test_matches_torch_multihead_attention(dtype, n_q, n_k, mask_kind):
     batch, d_model, num_heads = 3, 16, 4
@@ -113,8 +121,9 @@ def test_matches_torch_multihead_attention(dtype, n_q, n_k, mask_kind):
     memory = query if n_q == n_k else torch.randn(batch, n_k, d_model, dtype=dtype)
     mask, torch_kwargs = _mask_case(mask_kind, batch, n_q, n_k, num_heads)
     out, weights = ours(query, memory, memory, mask=mask)
-    want_out, want_weights = theirs(query, memory, memory, average_attn_weights=False,
-                                    **torch_kwargs)
+    want_out, want_weights = theirs(
+        query, memory, memory, average_attn_weights=False, **torch_kwargs
+    )
     assert out.dtype == dtype and weights.shape == (batch, num_heads, n_q, n_k)
     torch.testing.assert_close(out, want_out, rtol=0, atol=TOL[dtype])
     torch.testing.assert_close(weights, want_weights, rtol=0, atol=TOL[dtype])
@@ -185,8 +194,13 @@ def test_constructor_bad_arguments(kwargs, match):
         MultiHeadAttention(**kwargs)
 
 
-def _forward(query_shape=(2, 3, 8), key_shape=(2, 5, 8), value_shape=(2, 5, 8), mask=None,
-             dtype=torch.float32):
+def _forward(
+    query_shape=(2, 3, 8),
+    key_shape=(2, 5, 8),
+    value_shape=(2, 5, 8),
+    mask=None,
+    dtype=torch.float32,
+):
     mha = MultiHeadAttention(8, 2)
     q = torch.randn(*query_shape).to(dtype)
     k = torch.randn(*key_shape).to(dtype)
@@ -205,8 +219,11 @@ def _forward(query_shape=(2, 3, 8), key_shape=(2, 5, 8), value_shape=(2, 5, 8), 
         ({"dtype": torch.int64}, TypeError, r"query must be a floating-point tensor"),
         ({"mask": torch.ones(2, 3, 5)}, TypeError, r"mask must have dtype bool"),
         ({"mask": torch.ones(2, 4, 5, dtype=torch.bool)}, ValueError, r"mask of shape \(2, 4, 5\)"),
-        ({"mask": torch.ones(2, 3, 3, 5, dtype=torch.bool)}, ValueError,
-         r"mask of shape \(2, 3, 3, 5\).*\(batch, num_heads, n_q, n_k\)"),
+        (
+            {"mask": torch.ones(2, 3, 3, 5, dtype=torch.bool)},
+            ValueError,
+            r"mask of shape \(2, 3, 3, 5\).*\(batch, num_heads, n_q, n_k\)",
+        ),
     ],
 )
 def test_forward_bad_inputs(kwargs, error, match):

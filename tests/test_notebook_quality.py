@@ -34,10 +34,14 @@ YLABEL = re.compile(r"\.set_ylabel\(|\bplt\.ylabel\(|\.set\([^)]*\bylabel\s*=|\.
 AXIS_OFF = re.compile(r"""\.axis\(\s*["']off["']\s*\)|\.set_axis_off\(\)""")
 FIRST_SCREEN_BUILDS = re.compile(
     r"\b(you|we) (will )?(build|write|train|make|implement|assemble)|\bIn this lesson\b"
-    r"|\bHere we\b|\bYou will\b", re.I)
+    r"|\bHere we\b|\bYou will\b",
+    re.I,
+)
 RUNS_IN = re.compile(r"Runs in\**\s*:?\**\s*:?[^\n]*?\d+\s*(s|sec|seconds?|min|minutes?)\b")
-PROGRESS = re.compile(r"\btqdm\b|\btrange\b|\bcourse_lib\.train\b|from course_lib\.train import"
-                      r"|from course_lib import[^\n]*\btrain\b")
+PROGRESS = re.compile(
+    r"\btqdm\b|\btrange\b|\bcourse_lib\.train\b|from course_lib\.train import"
+    r"|from course_lib import[^\n]*\btrain\b"
+)
 
 
 def _function_bodies(source: str) -> dict[str, str]:
@@ -45,8 +49,11 @@ def _function_bodies(source: str) -> dict[str, str]:
         tree = ast.parse(source)
     except SyntaxError:
         return {}
-    return {node.name: ast.get_source_segment(source, node) or "" for node in tree.body
-            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")}
+    return {
+        node.name: ast.get_source_segment(source, node) or ""
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")
+    }
 
 
 def _labelling(bodies: dict[str, str], known: set[str] = frozenset()) -> set[str]:
@@ -55,10 +62,16 @@ def _labelling(bodies: dict[str, str], known: set[str] = frozenset()) -> set[str
     found = set(known)
     while True:
         new = {
-            name for name, body in bodies.items() if name not in found and (
+            name
+            for name, body in bodies.items()
+            if name not in found
+            and (
                 (TITLE.search(body) or _calls(body, found))
-                and ((XLABEL.search(body) and YLABEL.search(body)) or AXIS_OFF.search(body)
-                     or _calls(body, found))
+                and (
+                    (XLABEL.search(body) and YLABEL.search(body))
+                    or AXIS_OFF.search(body)
+                    or _calls(body, found)
+                )
             )
         }
         if not new:
@@ -67,15 +80,19 @@ def _labelling(bodies: dict[str, str], known: set[str] = frozenset()) -> set[str
 
 
 def _calls(source: str, names) -> bool:
-    return any(re.search(rf"(?<![\w.]){re.escape(n)}\(|\.{re.escape(n)}\(", source)
-               for n in names)
+    return any(re.search(rf"(?<![\w.]){re.escape(n)}\(|\.{re.escape(n)}\(", source) for n in names)
 
 
 # The figure helpers of course_lib (viz, embeddings, ...): read from the source, not imported.
-COURSE_PLOT_HELPERS = sorted(_labelling({
-    name: body for path in sorted((ROOT / "course_lib").glob("*.py"))
-    for name, body in _function_bodies(path.read_text()).items()
-}))
+COURSE_PLOT_HELPERS = sorted(
+    _labelling(
+        {
+            name: body
+            for path in sorted((ROOT / "course_lib").glob("*.py"))
+            for name, body in _function_bodies(path.read_text()).items()
+        }
+    )
+)
 
 
 def _case(rule: str, path: Path):
@@ -143,15 +160,20 @@ def test_every_figure_has_a_title_and_labelled_axes(path):
             problems.append(f"cell {i}: no title (set_title/plt.title/suptitle or a viz helper)")
         labelled = (XLABEL.search(src) and YLABEL.search(src)) or by_helper
         if not labelled and not AXIS_OFF.search(src):
-            problems.append(f"cell {i}: axes not labelled (set_xlabel and set_ylabel, a "
-                            "course_lib.viz helper, or axis('off') for a diagram)")
+            problems.append(
+                f"cell {i}: axes not labelled (set_xlabel and set_ylabel, a "
+                "course_lib.viz helper, or axis('off') for a diagram)"
+            )
     assert not problems, f"{rel(path)}: " + "; ".join(problems)
 
 
 @pytest.mark.parametrize("path", _cases("first screen", LESSONS))
 def test_first_screen_says_what_you_build_and_how_long_it_runs(path):
-    cells = [c for c in read(path).cells if c.cell_type == "markdown"
-             and "course-badge" not in c.get("metadata", {}).get("tags", [])]
+    cells = [
+        c
+        for c in read(path).cells
+        if c.cell_type == "markdown" and "course-badge" not in c.get("metadata", {}).get("tags", [])
+    ]
     assert cells, f"{rel(path)} has no markdown cell"
     first = cells[0].source
     assert first.startswith("# Lesson "), f"{rel(path)}: the first markdown cell is not the title"
@@ -180,8 +202,11 @@ def _trains_in_a_loop(source: str) -> bool:
     for node in ast.walk(tree):
         if isinstance(node, (ast.For, ast.While, ast.AsyncFor)):
             inner = list(ast.walk(node))
-            calls = {n.func.attr for n in inner
-                     if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
+            calls = {
+                n.func.attr
+                for n in inner
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            }
             updates = calls & UPDATES or any(isinstance(n, ast.AugAssign) for n in inner)
             if "backward" in calls and updates:
                 return True
@@ -191,7 +216,8 @@ def _trains_in_a_loop(source: str) -> bool:
 @pytest.mark.parametrize("path", _cases("progress bar", CHECKED))
 def test_training_loops_show_a_progress_bar(path):
     missing = [
-        f"cell {i}" for i, cell in _indexed_code_cells(read(path))
+        f"cell {i}"
+        for i, cell in _indexed_code_cells(read(path))
         if _trains_in_a_loop(cell.source) and not PROGRESS.search(cell.source)
     ]
     assert not missing, (
@@ -202,8 +228,10 @@ def test_training_loops_show_a_progress_bar(path):
 
 def test_the_heuristics_catch_what_they_should():
     assert _trains_in_a_loop("for step in range(9):\n    loss.backward()\n    opt.step()\n")
-    assert _trains_in_a_loop("def fit():\n    while True:\n        loss.backward()\n"
-                             "        with torch.no_grad():\n            w -= 0.1 * w.grad\n")
+    assert _trains_in_a_loop(
+        "def fit():\n    while True:\n        loss.backward()\n"
+        "        with torch.no_grad():\n            w -= 0.1 * w.grad\n"
+    )
     assert not _trains_in_a_loop("for d in dims:\n    loss.backward()\n")  # measures only
     assert not _trains_in_a_loop("loss.backward()\nopt.step()\n")
     assert PROGRESS.search("for step in tqdm(range(100)):\n    loss.backward()")
@@ -216,5 +244,6 @@ def test_the_heuristics_catch_what_they_should():
     helpers = set(COURSE_PLOT_HELPERS)
     assert {"attention_heatmap", "line_plot", "plot_embeddings_2d", "head_grid"} <= helpers
     assert _labelling({"draw": "ax.axis('off')\nax.set_title('t')", "plain": "ax.plot(x)"}) == {
-        "draw"}
+        "draw"
+    }
     assert (ROOT / "notebooks").is_dir()

@@ -69,9 +69,13 @@ def test_a_notebook_kernel_cannot_download(tmp_path):
     from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.v4.new_notebook()
-    nb.cells.append(nbformat.v4.new_code_cell("import urllib.request\n"
-                                              "urllib.request.urlopen('https://pypi.org/simple/')"))
-    client = NotebookClient(nb, timeout=60, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}})
+    nb.cells.append(
+        nbformat.v4.new_code_cell(
+            "import urllib.request\nurllib.request.urlopen('https://pypi.org/simple/')"
+        )
+    )
+    client = NotebookClient(
+        nb, timeout=60, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     with pytest.raises(CellExecutionError, match="network access blocked: looking up 'pypi.org'"):
         client.execute()

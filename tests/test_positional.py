@@ -34,8 +34,9 @@ def rope_complex(x, positions):
     """RoPE as complex multiplication: pair (2i, 2i+1) is x_2i + j x_2i+1, times e^(j p w_i)."""
     d = x.shape[-1]
     w = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-    rotation = torch.polar(torch.ones(len(positions), d // 2, dtype=torch.float64),
-                           positions.double()[:, None] * w)
+    rotation = torch.polar(
+        torch.ones(len(positions), d // 2, dtype=torch.float64), positions.double()[:, None] * w
+    )
     pairs = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d // 2, 2).contiguous())
     return torch.view_as_real(pairs * rotation).flatten(-2).to(x.dtype)
 
@@ -96,25 +97,29 @@ def test_shift_matrix_moves_every_position(offset, d_model):
     pe = sinusoidal_positional_encoding(seq_len, d_model, dtype=torch.float64)
     m = relative_shift_matrix(offset, d_model, dtype=torch.float64)
     lo, hi = max(0, -offset), min(seq_len, seq_len - offset)
-    assert torch.allclose(pe[lo + offset:hi + offset], pe[lo:hi] @ m.T, atol=1e-10)
+    assert torch.allclose(pe[lo + offset : hi + offset], pe[lo:hi] @ m.T, atol=1e-10)
     m32 = relative_shift_matrix(offset, d_model)
     assert m32.dtype == torch.float32
-    assert torch.allclose(pe[lo + offset:hi + offset].float(), pe[lo:hi].float() @ m32.T,
-                          atol=1e-5)
+    assert torch.allclose(
+        pe[lo + offset : hi + offset].float(), pe[lo:hi].float() @ m32.T, atol=1e-5
+    )
 
 
 def test_shift_matrix_is_a_rotation_group():
-    a, b = relative_shift_matrix(5, 16, dtype=torch.float64), relative_shift_matrix(
-        -2, 16, dtype=torch.float64)
+    a, b = (
+        relative_shift_matrix(5, 16, dtype=torch.float64),
+        relative_shift_matrix(-2, 16, dtype=torch.float64),
+    )
     eye = torch.eye(16, dtype=torch.float64)
     assert torch.allclose(a @ a.T, eye, atol=1e-12)
     assert torch.allclose(a @ b, relative_shift_matrix(3, 16, dtype=torch.float64), atol=1e-12)
-    assert torch.allclose(relative_shift_matrix(0, 8, dtype=torch.float64),
-                          torch.eye(8, dtype=torch.float64))
+    assert torch.allclose(
+        relative_shift_matrix(0, 8, dtype=torch.float64), torch.eye(8, dtype=torch.float64)
+    )
     assert torch.allclose(relative_shift_matrix(-5, 16, dtype=torch.float64), a.T, atol=1e-12)
     off_block = a.clone()
     for i in range(0, 16, 2):
-        off_block[i:i + 2, i:i + 2] = 0
+        off_block[i : i + 2, i : i + 2] = 0
     assert off_block.abs().max() == 0
 
 
@@ -138,8 +143,12 @@ def test_shift_matrix_bad_inputs(args, error, match):
 
 @pytest.mark.parametrize(
     "shape, dtype, atol",
-    [((5, 4), torch.float32, 1e-5), ((2, 3, 7, 8), torch.float32, 1e-5),
-     ((2, 6, 16), torch.float64, 1e-10), ((1, 2, 3, 5, 32), torch.float64, 1e-10)],
+    [
+        ((5, 4), torch.float32, 1e-5),
+        ((2, 3, 7, 8), torch.float32, 1e-5),
+        ((2, 6, 16), torch.float64, 1e-10),
+        ((1, 2, 3, 5, 32), torch.float64, 1e-10),
+    ],
 )
 def test_rope_matches_complex_multiplication(shape, dtype, atol):
     gen = torch.Generator().manual_seed(0)
@@ -206,8 +215,9 @@ def test_sinusoidal_module_adds_the_table():
     module = SinusoidalPositionalEncoding(16, max_len=32)
     x = torch.randn(3, 10, 16)
     assert torch.allclose(module(x), x + sinusoidal_positional_encoding(10, 16))
-    assert torch.allclose(module(x[:, :4], start_pos=6),
-                          x[:, :4] + sinusoidal_positional_encoding(10, 16)[6:])
+    assert torch.allclose(
+        module(x[:, :4], start_pos=6), x[:, :4] + sinusoidal_positional_encoding(10, 16)[6:]
+    )
     assert list(module.parameters()) == [] and module.state_dict() == {}
     x64 = x.double().requires_grad_()
     out = module(x64)

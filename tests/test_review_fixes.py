@@ -13,9 +13,16 @@ from course_lib.grading import check_result
 from course_lib.grading.core import compare_values
 
 EXTENDED = [
-    "ex00.pairwise_sq_distances", "ex01.cosine_similarity_matrix", "ex02.softmax",
-    "ex03.MultiHeadAttention", "ex04.relative_shift_matrix", "ex06.cross_attention",
-    "ex06.CrossAttentionSublayer", "ex07.EncoderLayer", "ex07.FeedForward", "ex08.noam_lr",
+    "ex00.pairwise_sq_distances",
+    "ex01.cosine_similarity_matrix",
+    "ex02.softmax",
+    "ex03.MultiHeadAttention",
+    "ex04.relative_shift_matrix",
+    "ex06.cross_attention",
+    "ex06.CrossAttentionSublayer",
+    "ex07.EncoderLayer",
+    "ex07.FeedForward",
+    "ex08.noam_lr",
     "ex09.cached_attention_step",
 ]
 
@@ -38,8 +45,10 @@ def test_one_hot_rejects_bool_ids_and_names_a_bad_id():
 
     feedback = check_result("ex01.one_hot", lenient).feedback
     assert "bool ids" in feedback or "name the id" in feedback
-    assert check_result("ex01.one_hot", lenient).passed == check_result("ex01.one_hot",
-                                                                         lenient).total - 2
+    assert (
+        check_result("ex01.one_hot", lenient).passed
+        == check_result("ex01.one_hot", lenient).total - 2
+    )
 
 
 def test_embed_by_indexing_is_refused():
@@ -53,8 +62,9 @@ def test_embed_by_indexing_is_refused():
 
 
 def test_noam_lr_returning_a_tensor_is_refused():
-    result = check_result("ex08.noam_lr",
-                          lambda s, d, w: torch.tensor(d ** -0.5 * min(s ** -0.5, s * w ** -1.5)))
+    result = check_result(
+        "ex08.noam_lr", lambda s, d, w: torch.tensor(d**-0.5 * min(s**-0.5, s * w**-1.5))
+    )
     assert result.status == "failed" and "Python float" in result.feedback
 
 
@@ -100,4 +110,5 @@ def test_the_grader_prints_no_warning_of_its_own():
         check_result("ex02.scaled_dot_product_attention", attention_with_2d_transpose)
         check_result("ex07.rms_norm", lambda x, w, eps=1e-6: x)
     assert not [w for w in caught if "course_lib" in str(w.filename)], [
-        (w.filename, str(w.message)) for w in caught]
+        (w.filename, str(w.message)) for w in caught
+    ]

@@ -16,8 +16,9 @@ PROBS = torch.tensor([[0.05, 0.40, 0.10, 0.25, 0.15, 0.05]])
 
 def test_temperature_divides_the_logits():
     logits = torch.randn(3, 9)
-    assert torch.allclose(sampling_distribution(logits, temperature=0.7),
-                          torch.softmax(logits / 0.7, -1), atol=1e-6)
+    assert torch.allclose(
+        sampling_distribution(logits, temperature=0.7), torch.softmax(logits / 0.7, -1), atol=1e-6
+    )
     greedy = sampling_distribution(logits, temperature=0)
     assert torch.equal(greedy.argmax(-1), logits.argmax(-1)) and torch.all(greedy.sum(-1) == 1)
 
@@ -37,13 +38,15 @@ def test_top_p_keeps_the_crossing_token():
 
 def test_float64_keeps_dtype():
     probs = sampling_distribution(torch.randn(2, 5, dtype=torch.float64), top_k=3, top_p=0.8)
-    assert probs.dtype == torch.float64 and torch.allclose(probs.sum(-1), torch.ones(2,
-                                                                                      dtype=torch.float64))
+    assert probs.dtype == torch.float64 and torch.allclose(
+        probs.sum(-1), torch.ones(2, dtype=torch.float64)
+    )
 
 
 def test_sample_next_frequencies_match_the_distribution():
-    draws = sample_next(PROBS.log().repeat(40_000, 1), top_p=0.7,
-                        generator=torch.Generator().manual_seed(0))
+    draws = sample_next(
+        PROBS.log().repeat(40_000, 1), top_p=0.7, generator=torch.Generator().manual_seed(0)
+    )
     assert draws.dtype == torch.long and draws.shape == (40_000,)
     freq = torch.bincount(draws, minlength=6) / len(draws)
     assert torch.allclose(freq, torch.tensor([0, 0.5, 0, 0.3125, 0.1875, 0]), atol=0.01)
@@ -57,21 +60,25 @@ def test_sample_next_is_reproducible_and_greedy_at_zero():
     assert torch.equal(sample_next(logits, temperature=0), logits.argmax(-1))
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    (dict(temperature=-1.0), ValueError, "temperature"),
-    (dict(temperature="hot"), TypeError, "temperature"),
-    (dict(top_k=0), ValueError, "top_k"),
-    (dict(top_k=2.5), TypeError, "top_k"),
-    (dict(top_p=0.0), ValueError, "top_p"),
-    (dict(top_p=1.5), ValueError, "top_p"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(temperature=-1.0), ValueError, "temperature"),
+        (dict(temperature="hot"), TypeError, "temperature"),
+        (dict(top_k=0), ValueError, "top_k"),
+        (dict(top_k=2.5), TypeError, "top_k"),
+        (dict(top_p=0.0), ValueError, "top_p"),
+        (dict(top_p=1.5), ValueError, "top_p"),
+    ],
+)
 def test_sample_next_rejects_bad_options(kwargs, error, match):
     with pytest.raises(error, match=match):
         sample_next(torch.randn(2, 5), **kwargs)
 
 
-@pytest.mark.parametrize("logits, error", [(torch.randn(5), ValueError),
-                                           (torch.ones(2, 5, dtype=torch.long), TypeError)])
+@pytest.mark.parametrize(
+    "logits, error", [(torch.randn(5), ValueError), (torch.ones(2, 5, dtype=torch.long), TypeError)]
+)
 def test_sample_next_rejects_bad_logits(logits, error):
     with pytest.raises(error, match="logits"):
         sample_next(logits)
@@ -86,8 +93,10 @@ def test_perplexity_equals_exp_of_cross_entropy():
     assert perplexity(logits64, targets).dtype == torch.float64
 
 
-@pytest.mark.parametrize("targets, match", [(torch.zeros(3, 6, dtype=torch.long), "targets"),
-                                            (torch.full((3, 7), 13), "outside")])
+@pytest.mark.parametrize(
+    "targets, match",
+    [(torch.zeros(3, 6, dtype=torch.long), "targets"), (torch.full((3, 7), 13), "outside")],
+)
 def test_perplexity_rejects_bad_targets(targets, match):
     with pytest.raises(ValueError, match=match):
         perplexity(torch.randn(3, 7, 13), targets)
@@ -100,8 +109,9 @@ def test_cached_steps_equal_full_causal_attention(dtype, atol):
     k_cache, v_cache = k[:, :, :0], v[:, :, :0]
     outputs = []
     for t in range(9):
-        out, k_cache, v_cache = cached_attention_step(q[:, :, t:t + 1], k[:, :, t:t + 1],
-                                                      v[:, :, t:t + 1], k_cache, v_cache)
+        out, k_cache, v_cache = cached_attention_step(
+            q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], k_cache, v_cache
+        )
         outputs.append(out)
     assert torch.allclose(torch.cat(outputs, 2), full, atol=atol)
     assert torch.equal(k_cache, k) and torch.equal(v_cache, v)
@@ -117,11 +127,14 @@ def test_cached_step_gradients_flow():
     assert all(t.grad is not None and t.grad.abs().sum() > 0 for t in (q, k, v, cache))
 
 
-@pytest.mark.parametrize("args, match", [
-    ((torch.randn(1, 2, 2, 4),) * 3 + (torch.randn(1, 2, 3, 4),) * 2, "q_t"),
-    ((torch.randn(1, 2, 1, 4),) * 3 + (torch.randn(1, 3, 3, 4),) * 2, "share"),
-    ((torch.randn(2, 1, 4),) * 3 + (torch.randn(1, 2, 3, 4),) * 2, "q_t"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        ((torch.randn(1, 2, 2, 4),) * 3 + (torch.randn(1, 2, 3, 4),) * 2, "q_t"),
+        ((torch.randn(1, 2, 1, 4),) * 3 + (torch.randn(1, 3, 3, 4),) * 2, "share"),
+        ((torch.randn(2, 1, 4),) * 3 + (torch.randn(1, 2, 3, 4),) * 2, "q_t"),
+    ],
+)
 def test_cached_step_rejects_bad_shapes(args, match):
     with pytest.raises(ValueError, match=match):
         cached_attention_step(*args)

@@ -44,9 +44,22 @@ def test_no_style_writes_the_month_as_a_number():
         assert "/" not in text and "04" not in text
 
 
-@pytest.mark.parametrize("day,expected", [(1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"),
-                                          (11, "11th"), (12, "12th"), (13, "13th"),
-                                          (21, "21st"), (22, "22nd"), (23, "23rd"), (31, "31st")])
+@pytest.mark.parametrize(
+    "day,expected",
+    [
+        (1, "1st"),
+        (2, "2nd"),
+        (3, "3rd"),
+        (4, "4th"),
+        (11, "11th"),
+        (12, "12th"),
+        (13, "13th"),
+        (21, "21st"),
+        (22, "22nd"),
+        (23, "23rd"),
+        (31, "31st"),
+    ],
+)
 def test_ordinal(day, expected):
     assert ordinal(day) == expected
 
@@ -84,8 +97,12 @@ def test_date_pairs_are_seeded_and_use_every_style():
     pairs = date_pairs(dates, seed=3)
     assert pairs == date_pairs(dates, seed=3)
     assert [target for _, target in pairs] == [d.isoformat() for d in dates]
-    styles_seen = {style for (source, _), d in zip(pairs, dates, strict=True)
-                   for style in DATE_STYLES if format_date(d, style) == source}
+    styles_seen = {
+        style
+        for (source, _), d in zip(pairs, dates, strict=True)
+        for style in DATE_STYLES
+        if format_date(d, style) == source
+    }
     assert styles_seen == set(DATE_STYLES)
     with pytest.raises(ValueError, match="style"):
         date_pairs(dates, styles=["nope"])

@@ -80,7 +80,13 @@ def test_encode_batch_pads_and_reports_lengths():
 
 def test_split_words_lowercases_and_splits_punctuation():
     assert split_words("Apple released a new iPhone!") == [
-        "apple", "released", "a", "new", "iphone", "!"]
+        "apple",
+        "released",
+        "a",
+        "new",
+        "iphone",
+        "!",
+    ]
     assert split_words("Don't stop, cat.") == ["don't", "stop", ",", "cat", "."]
 
 

@@ -118,7 +118,10 @@ def test_execute_joins_a_printed_line_split_across_stream_outputs():
     nb = nbformat.v4.new_notebook(cells=[cell])
     coalesce_streams(nb)
     assert [(o.name, o.text) for o in nb.cells[0].outputs] == [
-        ("stdout", "output : (2, 3)\n"), ("stderr", "a warning\n"), ("stdout", "next\n")]
+        ("stdout", "output : (2, 3)\n"),
+        ("stderr", "a warning\n"),
+        ("stdout", "next\n"),
+    ]
 
 
 def test_saved_progress_bars_show_their_final_state():
@@ -130,22 +133,35 @@ def test_saved_progress_bars_show_their_final_state():
         return {"model_name": "HTMLModel", "state": {"value": value}}
 
     nb = nbformat.v4.new_notebook()
-    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {
-        "box": {"model_name": "HBoxModel",
-                "state": {"children": ["IPY_MODEL_l", "IPY_MODEL_b", "IPY_MODEL_r"]}},
-        "l": html("dates:\u2007100%"),
-        "b": {"model_name": "FloatProgressModel", "state": {"value": 700.0, "max": 700.0}},
-        "r": html("\u2007700/700\u2007[00:49&lt;00:00,\u200714.3it/s]"),
-    }}}
+    nb.metadata["widgets"] = {
+        "application/vnd.jupyter.widget-state+json": {
+            "state": {
+                "box": {
+                    "model_name": "HBoxModel",
+                    "state": {"children": ["IPY_MODEL_l", "IPY_MODEL_b", "IPY_MODEL_r"]},
+                },
+                "l": html("dates:\u2007100%"),
+                "b": {"model_name": "FloatProgressModel", "state": {"value": 700.0, "max": 700.0}},
+                "r": html("\u2007700/700\u2007[00:49&lt;00:00,\u200714.3it/s]"),
+            }
+        }
+    }
     shown = "dates:   0%|          | 0/700 [00:00<?, ?it/s]"
     cell = nbformat.v4.new_code_cell("train()")
-    cell.outputs = [nbformat.v4.new_output(
-        "display_data", data={"text/plain": shown,
-                              "application/vnd.jupyter.widget-view+json": {"model_id": "box"}})]
+    cell.outputs = [
+        nbformat.v4.new_output(
+            "display_data",
+            data={
+                "text/plain": shown,
+                "application/vnd.jupyter.widget-view+json": {"model_id": "box"},
+            },
+        )
+    ]
     nb.cells.append(cell)
     assert show_final_progress(nb) == 1
     assert cell.outputs[0].data["text/plain"] == (
-        "dates: 100%|██████████| 700/700 [00:49<00:00, 14.3it/s]")
+        "dates: 100%|██████████| 700/700 [00:49<00:00, 14.3it/s]"
+    )
 
 
 def test_the_suite_compares_a_bar_at_0_and_at_100_percent_alike():

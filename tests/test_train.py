@@ -23,7 +23,7 @@ from course_lib.train import (
 
 def test_noam_lr_matches_the_paper_formula():
     for step in (1, 50, 3999, 4000, 4001, 100000):
-        expected = 512 ** -0.5 * min(step ** -0.5, step * 4000 ** -1.5)
+        expected = 512**-0.5 * min(step**-0.5, step * 4000**-1.5)
         assert math.isclose(noam_lr(step, 512, 4000), expected, rel_tol=1e-12)
     assert math.isclose(noam_lr(10, 64, 5, factor=0.5), 0.5 * noam_lr(10, 64, 5))
 
@@ -37,12 +37,15 @@ def test_noam_lr_rises_linearly_then_decays_with_peak_at_warmup():
     assert math.isclose(lrs[99], 1 / math.sqrt(128 * 100), rel_tol=1e-12)
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(step=0, d_model=64, warmup=10), "step"),
-    (dict(step=1.5, d_model=64, warmup=10), "step"),
-    (dict(step=1, d_model=0, warmup=10), "d_model"),
-    (dict(step=1, d_model=64, warmup=-1), "warmup"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(step=0, d_model=64, warmup=10), "step"),
+        (dict(step=1.5, d_model=64, warmup=10), "step"),
+        (dict(step=1, d_model=0, warmup=10), "d_model"),
+        (dict(step=1, d_model=64, warmup=-1), "warmup"),
+    ],
+)
 def test_noam_lr_rejects_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):
         noam_lr(**kwargs)
@@ -84,8 +87,12 @@ def test_label_smoothing_loss_equals_cross_entropy(dtype, atol, smoothing, ignor
         target[:, 5:] = ignore_index
         target[0, 0] = ignore_index
     ours = label_smoothing_loss(logits, target, smoothing, ignore_index)
-    theirs = F.cross_entropy(logits.reshape(-1, 9), target.reshape(-1),
-                             label_smoothing=smoothing, ignore_index=ignore_index)
+    theirs = F.cross_entropy(
+        logits.reshape(-1, 9),
+        target.reshape(-1),
+        label_smoothing=smoothing,
+        ignore_index=ignore_index,
+    )
     assert ours.dtype == dtype and ours.shape == ()
     assert torch.allclose(ours, theirs, atol=atol, rtol=0)
 
@@ -97,8 +104,9 @@ def test_label_smoothing_loss_gradient_matches_and_ignores_pads():
     label_smoothing_loss(logits, target, 0.1, 0).backward()
     ours = logits.grad.clone()
     logits.grad = None
-    F.cross_entropy(logits.reshape(-1, 6), target.reshape(-1), label_smoothing=0.1,
-                    ignore_index=0).backward()
+    F.cross_entropy(
+        logits.reshape(-1, 6), target.reshape(-1), label_smoothing=0.1, ignore_index=0
+    ).backward()
     assert torch.allclose(ours, logits.grad, atol=1e-6)
     assert ours[:, -2:].abs().max() == 0  # padded positions get no gradient
 
@@ -165,7 +173,7 @@ def _regression_problem():
     model = nn.Linear(3, 1)
     x = torch.randn(64, 3)
     y = x @ torch.tensor([[1.0], [-2.0], [0.5]]) + 0.3
-    batches = [(x[i:i + 16], y[i:i + 16]) for i in range(0, 64, 16)] * 50
+    batches = [(x[i : i + 16], y[i : i + 16]) for i in range(0, 64, 16)] * 50
 
     def loss_fn(model, batch):
         inputs, targets = batch
@@ -178,8 +186,9 @@ def test_train_reduces_the_loss_and_records_history():
     model, batches, loss_fn = _regression_problem()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=50, gamma=0.5)
-    history = train(model, batches, loss_fn, optimizer, scheduler, steps=120, clip=10.0,
-                    progress=False)
+    history = train(
+        model, batches, loss_fn, optimizer, scheduler, steps=120, clip=10.0, progress=False
+    )
     assert isinstance(history, TrainHistory)
     assert history.steps == 120 and len(history.lrs) == 120 and len(history.grad_norms) == 120
     assert history.stopped_by == "steps"
@@ -210,8 +219,15 @@ def test_train_is_deterministic():
 def test_train_clips_the_gradient():
     model, batches, loss_fn = _regression_problem()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    train(model, batches, lambda m, b: 1000 * loss_fn(m, b), optimizer, steps=1, clip=0.5,
-          progress=False)
+    train(
+        model,
+        batches,
+        lambda m, b: 1000 * loss_fn(m, b),
+        optimizer,
+        steps=1,
+        clip=0.5,
+        progress=False,
+    )
     norm = torch.cat([p.grad.flatten() for p in model.parameters()]).norm()
     assert norm.item() == pytest.approx(0.5, rel=1e-4)
 

@@ -40,8 +40,9 @@ def test_reference_passes_every_case(task_id, seed):
     task = get_task(task_id)
     cases = task.cases(torch.Generator().manual_seed(seed))
     # also a learner-style solution for the two tasks whose reference is a thin wrapper
-    solution = {"ex09.generate": globals()["generate_with_cache"],
-                "ex09.GPT": _learner_gpt()}.get(task_id)
+    solution = {"ex09.generate": globals()["generate_with_cache"], "ex09.GPT": _learner_gpt()}.get(
+        task_id
+    )
     run = run_cases(task, solution or resolve(task.reference), cases)
     run["seen"] = []  # the reference calls itself, which is only forbidden for learners
     result = judge(task, cases, run)
@@ -194,8 +195,9 @@ def test_a_learner_decoder_layer_passes_and_equals_torch_in_both_norm_modes():
     status, feedback = status_and_feedback("ex07.DecoderLayer", LearnerDecoderLayer)
     assert status == "passed", feedback
     for norm_first in (False, True):
-        theirs = nn.TransformerDecoderLayer(12, 3, 20, dropout=0.0, batch_first=True,
-                                            norm_first=norm_first).eval()
+        theirs = nn.TransformerDecoderLayer(
+            12, 3, 20, dropout=0.0, batch_first=True, norm_first=norm_first
+        ).eval()
         mine = LearnerDecoderLayer(12, 3, 20, norm_first=norm_first).eval()
         mine.load_state_dict(torch_attention_state(theirs.state_dict()))
         x, memory = torch.randn(2, 5, 12), torch.randn(2, 7, 12)
@@ -236,16 +238,18 @@ def test_swiglu_default_width_matches_a_gelu_ffn_weight_count():
 # --------------------------------------------------------------------------------------------
 
 
-def train_step_cross_entropy(model, optimizer, scheduler, src, tgt, bos_id, pad_id,
-                             smoothing=0.1, clip=1.0):
+def train_step_cross_entropy(
+    model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0
+):
     """A correct alternative: F.cross_entropy, model.zero_grad, the shift by hand."""
     import torch.nn.functional as F
 
     model.zero_grad()
     tgt_in = torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], dim=1)
     logits = model(src, tgt_in)
-    loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten(), ignore_index=pad_id,
-                           label_smoothing=smoothing)
+    loss = F.cross_entropy(
+        logits.flatten(0, 1), tgt.flatten(), ignore_index=pad_id, label_smoothing=smoothing
+    )
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=clip)
     optimizer.step()
@@ -254,10 +258,10 @@ def train_step_cross_entropy(model, optimizer, scheduler, src, tgt, bos_id, pad_
     return loss.item()
 
 
-def train_step_returning_a_tensor(model, optimizer, scheduler, src, tgt, bos_id, pad_id,
-                                  smoothing=0.1, clip=1.0):
-    train_step_cross_entropy(model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing,
-                             clip)
+def train_step_returning_a_tensor(
+    model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0
+):
+    train_step_cross_entropy(model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing, clip)
     return torch.tensor(0.0)
 
 
@@ -274,14 +278,16 @@ def test_reference_train_step_equals_one_step_of_the_lesson_loop():
 
     def run(step_with_reference):
         torch.manual_seed(0)
-        model = Seq2SeqTransformer(10, d_model=16, num_heads=2, num_encoder_layers=1,
-                                   num_decoder_layers=1, d_ff=16)
+        model = Seq2SeqTransformer(
+            10, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=16
+        )
         optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
         src = torch.tensor([[4, 5, 6], [7, 8, 0]])
         tgt = torch.tensor([[6, 5, 4, 2], [8, 7, 2, 0]])
         if step_with_reference:
             train_step(model, optimizer, None, src, tgt, bos_id=1, pad_id=0, clip=0.1)
         else:
+
             def loss_fn(model, batch):
                 logits = model(batch[0], shift_right(batch[1], 1))
                 return label_smoothing_loss(logits, batch[1], 0.1, ignore_index=0)
@@ -297,8 +303,7 @@ def test_reference_train_step_equals_one_step_of_the_lesson_loop():
 # --------------------------------------------------------------------------------------------
 
 
-def generate_with_cache(model, ids, max_new_tokens, temperature=1.0, top_k=None,
-                        generator=None):
+def generate_with_cache(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
     """A correct learner loop: the prompt once, then each new token once, at its position."""
     from course_lib.sampling import sample_next
 
@@ -312,8 +317,7 @@ def generate_with_cache(model, ids, max_new_tokens, temperature=1.0, top_k=None,
     return ids
 
 
-def generate_without_cache(model, ids, max_new_tokens, temperature=1.0, top_k=None,
-                           generator=None):
+def generate_without_cache(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
     from course_lib.sampling import sample_next
 
     for _ in range(max_new_tokens):
@@ -322,8 +326,9 @@ def generate_without_cache(model, ids, max_new_tokens, temperature=1.0, top_k=No
     return ids
 
 
-def generate_recomputing_with_forward_cached(model, ids, max_new_tokens, temperature=1.0,
-                                             top_k=None, generator=None):
+def generate_recomputing_with_forward_cached(
+    model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None
+):
     from course_lib.sampling import sample_next
 
     for _ in range(max_new_tokens):
@@ -338,8 +343,9 @@ def test_generate_with_a_cache_passes_and_without_one_is_refused():
     assert status == "passed", feedback
     status, feedback = status_and_feedback("ex09.generate", generate_without_cache)
     assert status == "failed" and "runs only with its KV cache" in feedback
-    status, feedback = status_and_feedback("ex09.generate",
-                                           generate_recomputing_with_forward_cached)
+    status, feedback = status_and_feedback(
+        "ex09.generate", generate_recomputing_with_forward_cached
+    )
     assert status == "failed" and "feed only the newest token" in feedback
 
 
@@ -377,8 +383,9 @@ def biased_with_sdpa_and_an_additive_mask(q, k, v, slope):
 def test_distance_biased_attention_alternative_and_slope_zero():
     from course_lib.attention import distance_biased_attention, scaled_dot_product_attention
 
-    status, feedback = status_and_feedback("ex02.distance_biased_attention",
-                                           biased_with_sdpa_and_an_additive_mask)
+    status, feedback = status_and_feedback(
+        "ex02.distance_biased_attention", biased_with_sdpa_and_an_additive_mask
+    )
     assert status == "passed", feedback
     q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)
     plain = scaled_dot_product_attention(q, k, v)
@@ -441,8 +448,11 @@ def test_handing_in_the_course_blocks_is_forbidden():
             self.token_embedding = nn.Embedding(vocab_size, d_model)
             self.position_embedding = nn.Embedding(block_size, d_model)
             self.layers = nn.ModuleList(
-                EncoderLayer(d_model, num_heads, 4 * d_model, norm_first=True,
-                             activation="gelu", bias=False) for _ in range(num_layers))
+                EncoderLayer(
+                    d_model, num_heads, 4 * d_model, norm_first=True, activation="gelu", bias=False
+                )
+                for _ in range(num_layers)
+            )
             self.norm = nn.LayerNorm(d_model, bias=False)
             self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
             self.lm_head.weight = self.token_embedding.weight

@@ -77,11 +77,17 @@ def test_line_plot_has_title_and_labels():
     [
         (lambda: attention_heatmap("oops"), TypeError, "weights must be a tensor"),
         (lambda: attention_heatmap(torch.ones(2, 2, 2)), ValueError, "weights must be 2-D"),
-        (lambda: attention_heatmap(torch.ones(2, 3), ["a"], ["x", "y", "z"]), ValueError,
-         "1 query labels"),
+        (
+            lambda: attention_heatmap(torch.ones(2, 3), ["a"], ["x", "y", "z"]),
+            ValueError,
+            "1 query labels",
+        ),
         (lambda: head_grid(torch.ones(2, 2)), ValueError, r"\(num_heads, n_q, n_k\)"),
-        (lambda: attention_heatmap(torch.ones(2, 2), vmax=0.0), ValueError,
-         "vmax must be positive"),
+        (
+            lambda: attention_heatmap(torch.ones(2, 2), vmax=0.0),
+            ValueError,
+            "vmax must be positive",
+        ),
         (lambda: attention_heatmap(torch.ones(2, 2), vmax="1"), TypeError, "vmax must be a number"),
         (lambda: head_grid(torch.ones(2, 2, 2), vmax=-1.0), ValueError, "vmax must be positive"),
         (lambda: head_grid(torch.ones(2, 2, 2), vmax=True), TypeError, "vmax must be a number"),

@@ -8,12 +8,14 @@ import traitlets
 from course_lib.widgets import AttentionExplorer, as_attention_weights, attention_dropdown
 
 TOKENS = ["the", "cat", "sat", "down"]
-WEIGHTS = torch.tensor([
-    [0.10, 0.70, 0.15, 0.05],
-    [0.25, 0.25, 0.40, 0.10],
-    [0.05, 0.60, 0.05, 0.30],
-    [0.00, 0.00, 0.00, 0.00],  # a fully masked query
-])
+WEIGHTS = torch.tensor(
+    [
+        [0.10, 0.70, 0.15, 0.05],
+        [0.25, 0.25, 0.40, 0.10],
+        [0.05, 0.60, 0.05, 0.30],
+        [0.00, 0.00, 0.00, 0.00],  # a fully masked query
+    ]
+)
 
 
 def explorer(**kwargs):
@@ -118,8 +120,12 @@ def test_state_validation_rejects_out_of_range_values():
         (TOKENS, "weights", TypeError, "weights must be a tensor"),
         (TOKENS, -WEIGHTS, ValueError, "non-negative"),
         (TOKENS, torch.full((4, 4), float("nan")), ValueError, "finite"),
-        (TOKENS, torch.randn(4, 4, generator=torch.Generator().manual_seed(0)), ValueError,
-         "sum to 1|non-negative"),
+        (
+            TOKENS,
+            torch.randn(4, 4, generator=torch.Generator().manual_seed(0)),
+            ValueError,
+            "sum to 1|non-negative",
+        ),
         (TOKENS, torch.ones(4, 4), ValueError, "row 0 of head 0 sums to 4.000"),
     ],
 )
@@ -142,11 +148,23 @@ def test_weights_are_accepted_as_nested_lists_and_float64():
 
 
 def test_javascript_follows_the_dom_contract():
-    esm = AttentionExplorer._esm if isinstance(AttentionExplorer._esm, str) else str(
-        AttentionExplorer._esm)
-    for needle in ('"attention-explorer"', '"ae-token"', "dataset.index", '"ae-status"',
-                   '"ae-key"', "mouseenter", "click", 'model.set("selected"', "save_changes",
-                   "export default"):
+    esm = (
+        AttentionExplorer._esm
+        if isinstance(AttentionExplorer._esm, str)
+        else str(AttentionExplorer._esm)
+    )
+    for needle in (
+        '"attention-explorer"',
+        '"ae-token"',
+        "dataset.index",
+        '"ae-status"',
+        '"ae-key"',
+        "mouseenter",
+        "click",
+        'model.set("selected"',
+        "save_changes",
+        "export default",
+    ):
         assert needle in esm, needle
     assert "http" not in esm  # nothing is fetched from a CDN
 
@@ -217,11 +235,24 @@ def test_javascript_renders_and_responds_to_hover_and_click(tmp_path):
     e = explorer()
     (tmp_path / "widget.mjs").write_text(e._esm)
     (tmp_path / "harness.mjs").write_text(FAKE_DOM)
-    state = {name: getattr(e, name) for name in
-             ("tokens", "weights", "head", "selected", "locked", "top_k", "title", "empty_text")}
+    state = {
+        name: getattr(e, name)
+        for name in (
+            "tokens",
+            "weights",
+            "head",
+            "selected",
+            "locked",
+            "top_k",
+            "title",
+            "empty_text",
+        )
+    }
     run = subprocess.run(
         ["node", str(tmp_path / "harness.mjs"), json.dumps(state), str(tmp_path / "widget.mjs")],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert run.returncode == 0, run.stderr
     log = json.loads(run.stdout)

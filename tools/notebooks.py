@@ -204,9 +204,12 @@ def coalesce_streams(nb) -> None:
             continue
         merged = []
         for output in cell.get("outputs", []):
-            if (output.get("output_type") == "stream" and merged
-                    and merged[-1].get("output_type") == "stream"
-                    and merged[-1].get("name") == output.get("name")):
+            if (
+                output.get("output_type") == "stream"
+                and merged
+                and merged[-1].get("output_type") == "stream"
+                and merged[-1].get("name") == output.get("name")
+            ):
                 merged[-1]["text"] += output["text"]
             else:
                 merged.append(output)
@@ -346,27 +349,27 @@ PLANNED = {  # lessons of the syllabus, shown in the README before their noteboo
 }
 OUTCOMES = {  # one line per lesson in the README's syllabus: what a learner comes away with
     "00": "how the course works, the map of the Transformer, and why attention replaced "
-          "recurrence, at what cost (O(n²)), in numbers",
+    "recurrence, at what cost (O(n²)), in numbers",
     "01": "your own byte-level BPE tokenizer; `nn.Embedding` as a one-hot product; word "
-          "vectors by counting, and why one vector per word fails",
+    "vectors by counting, and why one vector per word fails",
     "02": "attention by hand (scores, stable softmax, weighted values), why it divides by "
-          "√d_k, and attention heatmaps; equal to PyTorch's",
+    "√d_k, and attention heatmaps; equal to PyTorch's",
     "03": "multi-head attention with every reshape written out, matching "
-          "`nn.MultiheadAttention` to float precision",
+    "`nn.MultiheadAttention` to float precision",
     "04": "why attention needs positions; sinusoidal, learned and rotary (RoPE) encodings, "
-          "their properties verified",
+    "their properties verified",
     "05": "padding and causal masks, fully masked rows without NaN, and PyTorch's two opposite "
-          "mask conventions",
+    "mask conventions",
     "06": "cross-attention from one sequence to another, its source mask, and where it sits in "
-          "the decoder",
+    "the decoder",
     "07": "feed-forward, residuals, LayerNorm, encoder and decoder layers: a full Transformer "
-          "equal to `nn.Transformer`",
+    "equal to `nn.Transformer`",
     "08": "an encoder-decoder you train to turn written dates into ISO 8601, with beam search "
-          "and cross-attention maps",
+    "and cross-attention maps",
     "09": "a character-level GPT trained on Shakespeare, sampled four ways, with a KV cache "
-          "that gives the same text faster",
+    "that gives the same text faster",
     "10": "BERT, GPT and T5 side by side; attention's cost measured, exact tiled attention, "
-          "and cheaper approximations",
+    "and cheaper approximations",
 }
 SYLLABUS_START, SYLLABUS_END = "<!-- syllabus:start -->", "<!-- syllabus:end -->"
 
@@ -419,8 +422,11 @@ def study_minutes(lesson: Path) -> int:
         if cell.cell_type == "markdown":
             words += len(cell.source.split())
         elif cell.cell_type == "code":
-            lines += sum(1 for line in cell.source.splitlines()
-                         if line.strip() and not line.strip().startswith("#"))
+            lines += sum(
+                1
+                for line in cell.source.splitlines()
+                if line.strip() and not line.strip().startswith("#")
+            )
     minutes = words / WORDS_PER_MINUTE + lines / CODE_LINES_PER_MINUTE
     return 5 * -(-int(minutes) // 5) if minutes else 0
 
@@ -433,9 +439,11 @@ def syllabus_table() -> str:
     """The README's syllabus: one row per lesson, with what it gives a learner, links to what
     exists, its estimated study time, and per exercise set its tasks' difficulty and the total
     of their estimated minutes (from the solutions); then the totals."""
-    rows = ["| # | lesson | what you come away with | study time | exercise | solution "
-            "| exercise tasks: difficulty, time |",
-            "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| # | lesson | what you come away with | study time | exercise | solution "
+        "| exercise tasks: difficulty, time |",
+        "|---|---|---|---|---|---|---|",
+    ]
     lessons = {p.name[:2]: p for p in all_notebooks(("notebooks",))}
     total_study = total_exercises = 0
     for number in sorted(set(PLANNED) | set(lessons)):
@@ -446,8 +454,11 @@ def syllabus_table() -> str:
             continue
         study = study_minutes(lesson)
         total_study += study
-        cells = [f"{_title(lesson)}: {_link('notebooks', lesson.name)}", outcome,
-                 f"about {study} min"]
+        cells = [
+            f"{_title(lesson)}: {_link('notebooks', lesson.name)}",
+            outcome,
+            f"about {study} min",
+        ]
         for folder in ("exercises", "solutions"):
             path = ROOT / folder / lesson.name
             if number == "00":

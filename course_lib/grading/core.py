@@ -597,7 +597,8 @@ def load_weights(module: Any, state_dict: dict[str, Tensor], what: str = "your m
         raise GradingError(f"{what} should be a torch.nn.Module, got {type(module).__name__}")
     own = module.state_dict()
     if type(module).__module__.startswith("course_lib.") and not type(module).__module__.startswith(
-            "course_lib.grading"):  # the reference itself: the exercise's names -> its own
+        "course_lib.grading"
+    ):  # the reference itself: the exercise's names -> its own
         ours = {exercise_name(key): key for key in own}
         state_dict = {ours.get(key, key): value for key, value in state_dict.items()}
     missing = [k for k in state_dict if k not in own]
