@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from course_lib.bpe import BPETokenizer  # noqa: E402
-from course_lib.corpus import load_shakespeare  # noqa: E402
+from course_lib.datasets import load_shakespeare  # noqa: E402
 
 
 def main() -> None:

@@ -51,7 +51,7 @@ Side by side with another trainer (e.g. nanoGPT's train.py): a fair comparison n
   * the same text: one file for both, here `--corpus input.txt`; for nanoGPT put it at
     data/shakespeare_char/input.txt and run its prepare.py (it downloads only when the file is
     missing). The shipped corpus is written out by
-        python -c "from course_lib.corpus import load_shakespeare as s; \\
+        python -c "from course_lib.datasets import load_shakespeare as s; \\
                    open('input.txt', 'w', encoding='utf-8').write(s())"
   * the same split: the last 10 %, split at int(0.9 n) characters by both (check val_chars
     against prepare.py's "val has ... tokens");
@@ -95,7 +95,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from course_lib.blocks import count_parameters  # noqa: E402
 from course_lib.bpe import BPETokenizer  # noqa: E402
-from course_lib.corpus import load_shakespeare, window_batches  # noqa: E402
+from course_lib.datasets import load_shakespeare, window_batches  # noqa: E402
 from course_lib.gpt import GPT, GPTConfig  # noqa: E402
 from course_lib.train import WarmupCosine, evaluate_loss, lm_loss, train  # noqa: E402
 

@@ -2,7 +2,7 @@
 
     python benchmarks/train_translator.py [--threads 2] [--steps N] [--seed 0]
 
-Trains the configuration of lesson 08 (`course_lib.models.TRANSLATOR_CONFIG`, which the
+Trains the configuration of lesson 08 (`course_lib.translator.TRANSLATOR_CONFIG`, which the
 notebook uses too) on seeded random dates of the training split, then greedy-decodes the 1,000
 held-out test dates, which the model has never seen in any style. The last line printed is JSON:
 
@@ -24,11 +24,11 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from course_lib.datasets import date_batches, date_pairs, date_splits, date_tokenizer  # noqa: E402
 from course_lib.decoding import exact_match, translate  # noqa: E402
-from course_lib.models import TRANSLATOR_CONFIG as CONFIG  # noqa: E402
-from course_lib.models import Seq2SeqTransformer  # noqa: E402
-from course_lib.tasks import date_batches, date_pairs, date_splits, date_tokenizer  # noqa: E402
 from course_lib.train import label_smoothing_loss, noam_scheduler, shift_right, train  # noqa: E402
+from course_lib.translator import TRANSLATOR_CONFIG as CONFIG  # noqa: E402
+from course_lib.translator import Seq2SeqTransformer  # noqa: E402
 
 
 def build(config: dict, vocab_size: int, pad_id: int, seed: int = 0):

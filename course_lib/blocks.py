@@ -40,6 +40,7 @@ from .validation import (
     at_the_door,
     check_choice,
     check_dropout,
+    check_eps,
     check_floating,
     check_positive_int,
     check_sequence,
@@ -58,9 +59,6 @@ __all__ = [
     "EncoderDecoder",
     "record_attention",
     "count_parameters",
-    "rms_norm",
-    "SwiGLU",
-    "swiglu_hidden_size",
 ]
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
@@ -69,12 +67,6 @@ _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F
 # --------------------------------------------------------------------------------------------
 # LayerNorm
 # --------------------------------------------------------------------------------------------
-
-
-def _check_eps(eps: object) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
-        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
-    return float(eps)
 
 
 def _check_features(x: object, name: str, d: int, what: str) -> None:
@@ -108,7 +100,7 @@ def layer_norm(x: Tensor, gamma: Tensor, beta: Tensor | None, eps: float = 1e-5)
                     f"{name} has {t.shape[0]} entries but x has d={d} features in its last "
                     f"dimension (x shape {tuple(x.shape)}); {name} needs one entry per feature"
                 )
-        _check_eps(eps)
+        check_eps(eps)
     mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
     var = (x - mean).pow(2).mean(dim=-1, keepdim=True)  # (..., 1), biased: divide by d
     out = (x - mean) / torch.sqrt(var + eps) * gamma  # (..., d)
@@ -127,7 +119,7 @@ class LayerNorm(nn.Module):
     def __init__(self, d_model: int, eps: float = 1e-5, bias: bool = True):
         super().__init__()
         check_positive_int(d_model, "d_model")
-        self.d_model, self.eps = d_model, _check_eps(eps)
+        self.d_model, self.eps = d_model, check_eps(eps)
         self.weight = nn.Parameter(torch.ones(d_model))
         self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None
 
@@ -646,10 +638,7 @@ class EncoderDecoder(nn.Module):
             bias=first.linear1.bias is not None,
             layer_norm_eps=first.norm1.eps,
         ).to(first.linear1.weight.device, first.linear1.weight.dtype)
-        ours.encoder.layers = nn.ModuleList(EncoderLayer.from_torch(m) for m in enc.layers)
-        ours.decoder.layers = nn.ModuleList(DecoderLayer.from_torch(m) for m in dec.layers)
-        ours.encoder.norm.load_state_dict(enc.norm.state_dict())
-        ours.decoder.norm.load_state_dict(dec.norm.state_dict())
+        ours.load_state_dict(module.state_dict())  # each layer renames PyTorch's flat names
         return ours
 
 
@@ -658,60 +647,3 @@ def count_parameters(module: nn.Module) -> int:
     if not isinstance(module, nn.Module):
         raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
-
-
-# --------------------------------------------------------------------------------------------
-# Llama's pieces: RMSNorm and the SwiGLU feed-forward (exercise 07's transfer tasks)
-# --------------------------------------------------------------------------------------------
-
-
-def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
-    """RMSNorm (Zhang & Sennrich 2019; Llama): x (..., d), weight (d,) -> (..., d).
-
-    x / sqrt(mean(x**2) + eps) * weight, over the last dimension. Unlike LayerNorm it does not
-    subtract the mean and has no bias: it only rescales each vector to root-mean-square 1.
-    """
-    check_tensor(x, "x", min_ndim=1, shape_hint="(..., d)")
-    check_floating(x, "x")
-    check_tensor(weight, "weight", ndim=1, shape_hint=f"(d={x.shape[-1]},)")
-    if weight.shape[0] != x.shape[-1]:
-        raise ValueError(
-            f"weight has {weight.shape[0]} entries but x has d={x.shape[-1]} "
-            "features in its last dimension"
-        )
-    _check_eps(eps)
-    mean_square = x.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
-    return x / torch.sqrt(mean_square + eps) * weight
-
-
-def swiglu_hidden_size(d_model: int) -> int:
-    """The d_ff that gives SwiGLU the weight count of a GELU FFN with d_ff = 4 * d_model.
-
-    The GELU FFN has two d_model x 4 d_model matrices (8 d_model^2 weights); SwiGLU has three
-    d_model x d_ff matrices, so d_ff = 2/3 * 4 d_model = 8 d_model / 3 (rounded down, as Llama
-    does before rounding up to a multiple of 256).
-    """
-    check_positive_int(d_model, "d_model")
-    return 2 * (4 * d_model) // 3
-
-
-class SwiGLU(nn.Module):
-    """Llama's feed-forward: down_proj(silu(gate_proj(x)) * up_proj(x)), no biases.
-
-    x (..., d_model) -> (..., d_model). Sub-modules gate_proj and up_proj (d_model -> d_ff) and
-    down_proj (d_ff -> d_model), as in Hugging Face's Llama. d_ff=None picks
-    swiglu_hidden_size(d_model), the weight count of a GELU FFN with d_ff = 4 d_model.
-    """
-
-    def __init__(self, d_model: int, d_ff: int | None = None):
-        super().__init__()
-        check_positive_int(d_model, "d_model")
-        d_ff = swiglu_hidden_size(d_model) if d_ff is None else check_positive_int(d_ff, "d_ff")
-        self.d_model, self.d_ff = d_model, d_ff
-        self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
-        self.up_proj = nn.Linear(d_model, d_ff, bias=False)
-        self.down_proj = nn.Linear(d_ff, d_model, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        check_tensor(x, "x", min_ndim=1, shape_hint=f"(..., d_model={self.d_model})")
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))  # (..., d_model)

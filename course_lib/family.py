@@ -4,7 +4,7 @@
                           (`mlm_mask` corrupts the input, `MaskedLM` predicts the originals)
     decoder-only  (GPT)   causal self-attention, next-token prediction: `course_lib.gpt.GPT`
     encoder-decoder (T5)  text in, text out, the task named by a prefix in the input:
-                          `course_lib.models.Seq2SeqTransformer`
+                          `course_lib.translator.Seq2SeqTransformer`
     ViT                   an image cut into patches (`patchify`), each patch a token, an
                           encoder and a classifier on an extra [CLS] token: `VisionTransformer`
 

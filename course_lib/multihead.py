@@ -16,6 +16,7 @@ from .attention import scaled_dot_product_attention
 from .validation import (
     at_the_door,
     check_bool_mask,
+    check_dropout,
     check_positive_int,
     check_sequence,
     check_tensor,
@@ -32,8 +33,6 @@ __all__ = [
     "torch_attention_state",
     "check_attention_mask",
     "repeat_kv",
-    "grouped_query_attention",
-    "GroupedQueryAttention",
 ]
 
 
@@ -112,8 +111,7 @@ class MultiHeadAttention(nn.Module):
                 f"d_model={d_model} is not divisible by num_heads={num_heads}; "
                 f"each head gets d_model / num_heads features"
             )
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        check_dropout(dropout)
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         check_positive_int(num_kv_heads, "num_kv_heads")
         if num_heads % num_kv_heads != 0:
@@ -253,45 +251,3 @@ def repeat_kv(x: Tensor, num_heads: int) -> Tensor:
                 f"num_heads={num_heads} is not a multiple of num_kv_heads={x.shape[1]}"
             )
     return x.repeat_interleave(num_heads // x.shape[1], dim=1)
-
-
-def grouped_query_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None
-) -> tuple[Tensor, Tensor]:
-    """Attention where num_heads query heads share num_kv_heads key/value heads.
-
-    q (batch, num_heads, n_q, d_head), k (batch, num_kv_heads, n_k, d_head),
-    v (batch, num_kv_heads, n_k, d_v), mask bool broadcastable to (batch, num_heads, n_q, n_k),
-    True = may attend. Query head h attends with kv head h // (num_heads / num_kv_heads).
-    Returns (output (batch, num_heads, n_q, d_v), weights (batch, num_heads, n_q, n_k)).
-    Raises ValueError when num_heads is not a multiple of num_kv_heads.
-    """
-    check_tensor(q, "q", ndim=4, shape_hint="(batch, num_heads, n_q, d_head)")
-    check_tensor(k, "k", ndim=4, shape_hint="(batch, num_kv_heads, n_k, d_head)")
-    check_tensor(v, "v", ndim=4, shape_hint="(batch, num_kv_heads, n_k, d_v)")
-    if k.shape[:3] != v.shape[:3]:
-        raise ValueError(
-            f"k {tuple(k.shape)} and v {tuple(v.shape)} must have the same batch, "
-            "number of kv heads and length"
-        )
-    num_heads, num_kv_heads = q.shape[1], k.shape[1]
-    if num_heads % num_kv_heads != 0:
-        raise ValueError(
-            f"q has num_heads={num_heads}, not a multiple of k's num_kv_heads={num_kv_heads}"
-        )
-    k, v = repeat_kv(k, num_heads), repeat_kv(v, num_heads)  # (batch, num_heads, n_k, ...)
-    return scaled_dot_product_attention(q, k, v, mask)
-
-
-class GroupedQueryAttention(MultiHeadAttention):
-    """Grouped-query attention (Llama 2/3): num_heads query heads share num_kv_heads k/v heads.
-
-    `MultiHeadAttention` with num_kv_heads given: q_proj and out_proj are (d_model, d_model);
-    k_proj and v_proj are (d_model -> num_kv_heads * d_head), so the KV cache shrinks by
-    num_heads / num_kv_heads. Query heads g*group .. (g+1)*group - 1 share kv head g
-    (group = num_heads / num_kv_heads). num_kv_heads == num_heads is ordinary multi-head
-    attention; num_kv_heads == 1 is multi-query attention.
-    """
-
-    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, bias: bool = True):
-        super().__init__(d_model, num_heads, bias=bias, num_kv_heads=num_kv_heads)

@@ -26,6 +26,7 @@ __all__ = [
     "check_tensor",
     "check_sequence",
     "check_dropout",
+    "check_eps",
     "check_choice",
     "check_same_last_dim",
     "check_positive_int",
@@ -118,6 +119,13 @@ def check_dropout(dropout: object) -> float:
     if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
         raise ValueError(f"dropout must be in [0, 1) (a probability), got {dropout!r}")
     return float(dropout)
+
+
+def check_eps(eps: object) -> float:
+    """Check that `eps` (a norm's small constant) is a non-negative number."""
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
+        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+    return float(eps)
 
 
 def check_choice(value: object, name: str, choices: Sequence[str]) -> str:

@@ -40,8 +40,8 @@ def test_train_translator_prints_its_result_line():
     assert result["exact_match"] < 0.5  # three steps cannot have learned the task
     assert result["train_seconds"] > 0
     assert result["threads"] == 1
-    from course_lib.models import TRANSLATOR_CONFIG, Seq2SeqTransformer
-    from course_lib.tasks import date_tokenizer
+    from course_lib.datasets import date_tokenizer
+    from course_lib.translator import TRANSLATOR_CONFIG, Seq2SeqTransformer
 
     tokenizer = date_tokenizer()
     config = TRANSLATOR_CONFIG
@@ -91,7 +91,7 @@ def train_gpt():
 def small_corpus(tmp_path_factory) -> Path:
     """The first 40,000 characters of the shipped corpus: a 4,000-character validation split
     that evaluates in a fraction of a second."""
-    from course_lib.corpus import load_shakespeare
+    from course_lib.datasets import load_shakespeare
 
     path = tmp_path_factory.mktemp("corpus") / "small.txt"
     path.write_text(load_shakespeare()[:40_000], encoding="utf-8")

@@ -18,7 +18,7 @@ from course_lib.bpe import (
     pair_counts,
     pre_tokenize,
 )
-from course_lib.corpus import load_shakespeare
+from course_lib.datasets import load_shakespeare
 
 # ---- a plain reference: count every pair again after every merge ----------------------------
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from course_lib.corpus import load_shakespeare, random_windows, train_val_split, window_batches
+from course_lib.datasets import load_shakespeare, random_windows, train_val_split, window_batches
 
 
 def test_corpus_is_shipped_plain_dialogue():
@@ -84,7 +84,7 @@ def test_windows_draw_on_the_generators_device_whatever_the_datas(monkeypatch):
     # cannot draw CPU numbers. The draw must happen on the generator's device, and the windows
     # land on the data's device. torch.randint is replaced by a stand-in that fails the way
     # PyTorch does when the two devices differ.
-    import course_lib.corpus as corpus
+    import course_lib.datasets as corpus
 
     real, asked = torch.randint, []
 

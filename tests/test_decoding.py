@@ -5,6 +5,7 @@ import itertools
 import pytest
 import torch
 
+from course_lib.datasets import date_tokenizer
 from course_lib.decoding import (
     beam_search,
     exact_match,
@@ -13,8 +14,7 @@ from course_lib.decoding import (
     strip_special,
     translate,
 )
-from course_lib.models import Seq2SeqTransformer
-from course_lib.tasks import date_tokenizer
+from course_lib.translator import Seq2SeqTransformer
 
 BOS, EOS = 0, 1
 

@@ -435,11 +435,8 @@ def test_grouped_query_attention_cases_cover_the_edges():
 
 
 def test_reference_grouped_query_attention_is_multi_head_attention_with_repeated_kv():
-    from course_lib.multihead import (
-        GroupedQueryAttention,
-        MultiHeadAttention,
-        grouped_query_attention,
-    )
+    from course_lib.llama import GroupedQueryAttention, grouped_query_attention
+    from course_lib.multihead import MultiHeadAttention
 
     gen = torch.Generator().manual_seed(3)
     q = torch.randn(2, 6, 4, 5, generator=gen, dtype=torch.float64)

@@ -223,7 +223,7 @@ def test_rms_norm_alternative_passes_and_fused_is_forbidden():
 
 
 def test_swiglu_default_width_matches_a_gelu_ffn_weight_count():
-    from course_lib.blocks import SwiGLU, swiglu_hidden_size
+    from course_lib.llama import SwiGLU, swiglu_hidden_size
 
     for d_model in (12, 384, 4096):
         d_ff = swiglu_hidden_size(d_model)
@@ -273,8 +273,8 @@ def test_train_step_alternative_passes_and_a_tensor_loss_is_explained():
 
 
 def test_reference_train_step_equals_one_step_of_the_lesson_loop():
-    from course_lib.models import Seq2SeqTransformer
     from course_lib.train import label_smoothing_loss, shift_right, train, train_step
+    from course_lib.translator import Seq2SeqTransformer
 
     def run(step_with_reference):
         torch.manual_seed(0)

@@ -386,11 +386,11 @@ def _gqa_no_kv_repeat(q, k, v, mask=None):  # relies on broadcasting: right only
 class GroupedQueryAttentionTask(Task):
     id = "ex03.grouped_query_attention"
     lesson = "lesson 03, section 'Multi-head attention, step by step'"
-    reference = "course_lib.multihead.grouped_query_attention"
+    reference = "course_lib.llama.grouped_query_attention"
     forbidden = (
         "torch.nn.functional.scaled_dot_product_attention",
         "course_lib.multihead.repeat_kv",
-        "course_lib.multihead.GroupedQueryAttention",
+        "course_lib.llama.GroupedQueryAttention",
     )
 
     def _case(

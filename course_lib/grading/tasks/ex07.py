@@ -703,7 +703,7 @@ def _rms_no_sqrt(x, weight, eps=1e-6):
 class RMSNormTask(Task):
     id = "ex07.rms_norm"
     lesson = "lesson 07, section 'LayerNorm from scratch'"
-    reference = "course_lib.blocks.rms_norm"
+    reference = "course_lib.llama.rms_norm"
     forbidden = (
         "torch.nn.functional.rms_norm",
         "torch.nn.RMSNorm",
@@ -810,7 +810,7 @@ class _SiluOnBoth(_SwiGLUMistake):
 class SwiGLUTask(ModuleTask):
     id = "ex07.SwiGLU"
     lesson = "lesson 07, section 'The position-wise feed-forward network'"
-    reference = "course_lib.blocks.SwiGLU"
+    reference = "course_lib.llama.SwiGLU"
 
     def cases(self, gen):
         def case(description, d_model, d_ff, shape, dtype=torch.float32):

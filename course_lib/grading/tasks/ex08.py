@@ -610,7 +610,7 @@ class TrainStep(Task):
     forbidden = ("course_lib.train.train",)
 
     def cases(self, gen):
-        from ...models import Seq2SeqTransformer
+        from ...translator import Seq2SeqTransformer
 
         def case(
             description,
@@ -694,7 +694,7 @@ class TrainStep(Task):
         ]
 
     def call(self, obj, case):
-        from ...models import Seq2SeqTransformer
+        from ...translator import Seq2SeqTransformer
 
         d = case.data
         model = Seq2SeqTransformer(**_SEQ2SEQ, pad_id=d["pad_id"]).to(d["dtype"])

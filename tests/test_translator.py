@@ -1,4 +1,4 @@
-"""course_lib.models.Seq2SeqTransformer: ids in, logits out, masks where they belong."""
+"""course_lib.translator.Seq2SeqTransformer: ids in, logits out, masks where they belong."""
 
 import math
 
@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from course_lib.blocks import record_attention
-from course_lib.models import Seq2SeqTransformer
 from course_lib.positional import sinusoidal_positional_encoding
 from course_lib.train import label_smoothing_loss, shift_right
+from course_lib.translator import Seq2SeqTransformer
 
 
 def small_model(**kwargs):

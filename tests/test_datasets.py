@@ -1,4 +1,4 @@
-"""course_lib.tasks: the date task and the warm-up task are seeded, disjoint and unambiguous."""
+"""course_lib.datasets: the date task and the warm-up task are seeded, disjoint and unambiguous."""
 
 import datetime
 import re
@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from course_lib.tasks import (
+from course_lib.datasets import (
     DATE_STYLES,
     date_batches,
     date_pairs,
