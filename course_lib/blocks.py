@@ -184,9 +184,33 @@ class _ResidualLayer(nn.Module):
     first, as PyTorch's own modules do for their older checkpoints).
     """
 
-    norm_first: bool
-    record_attention: bool
     _TORCH_NAMES: dict[str, str] = {}
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        norm_first: bool = False,
+        activation: str = "relu",
+        bias: bool = True,
+        layer_norm_eps: float = 1e-5,
+    ):
+        super().__init__()
+        dropout = check_dropout(dropout)
+        self.d_model, self.num_heads, self.d_ff = d_model, num_heads, d_ff
+        self.norm_first = bool(norm_first)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation, bias)
+        self.norm1 = LayerNorm(d_model, layer_norm_eps, bias=bias)
+        self.dropout1 = nn.Dropout(dropout)
+        self._build(dropout, bias, layer_norm_eps)  # the layer's other sub-layers
+        self.record_attention = False
+        self.attention: Tensor | None = None
+
+    def _build(self, dropout: float, bias: bool, layer_norm_eps: float) -> None:
+        raise NotImplementedError
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         _rename_torch_keys(state_dict, prefix, self._TORCH_NAMES)
@@ -230,29 +254,9 @@ class EncoderLayer(_ResidualLayer):
     keys and values of earlier tokens in a `LayerCache` when generating.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        dropout: float = 0.0,
-        norm_first: bool = False,
-        activation: str = "relu",
-        bias: bool = True,
-        layer_norm_eps: float = 1e-5,
-    ):
-        super().__init__()
-        dropout = check_dropout(dropout)
-        self.d_model, self.num_heads, self.d_ff = d_model, num_heads, d_ff
-        self.norm_first = bool(norm_first)
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
-        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation, bias)
-        self.norm1 = LayerNorm(d_model, layer_norm_eps, bias=bias)
-        self.norm2 = LayerNorm(d_model, layer_norm_eps, bias=bias)
-        self.dropout1 = nn.Dropout(dropout)
+    def _build(self, dropout: float, bias: bool, layer_norm_eps: float) -> None:
+        self.norm2 = LayerNorm(self.d_model, layer_norm_eps, bias=bias)
         self.dropout2 = nn.Dropout(dropout)
-        self.record_attention = False
-        self.attention: Tensor | None = None
 
     _TORCH_NAMES = _ENCODER_NAMES
 
@@ -290,32 +294,12 @@ class DecoderLayer(_ResidualLayer):
     nn.TransformerDecoderLayer(batch_first=True) (`from_torch` loads one).
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        dropout: float = 0.0,
-        norm_first: bool = False,
-        activation: str = "relu",
-        bias: bool = True,
-        layer_norm_eps: float = 1e-5,
-    ):
-        super().__init__()
-        dropout = check_dropout(dropout)
-        self.d_model, self.num_heads, self.d_ff = d_model, num_heads, d_ff
-        self.norm_first = bool(norm_first)
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
+    def _build(self, dropout: float, bias: bool, layer_norm_eps: float) -> None:
         self.cross_attn = CrossAttentionSublayer(
-            d_model, num_heads, self.norm_first, dropout, bias=bias, layer_norm_eps=layer_norm_eps
+            self.d_model, self.num_heads, self.norm_first, dropout, bias, layer_norm_eps
         )
-        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation, bias)
-        self.norm1 = LayerNorm(d_model, layer_norm_eps, bias=bias)
-        self.norm3 = LayerNorm(d_model, layer_norm_eps, bias=bias)  # (norm2 is cross_attn.norm)
-        self.dropout1 = nn.Dropout(dropout)
+        self.norm3 = LayerNorm(self.d_model, layer_norm_eps, bias=bias)  # norm2: cross_attn.norm
         self.dropout3 = nn.Dropout(dropout)
-        self.record_attention = False
-        self.attention: Tensor | None = None
 
     _TORCH_NAMES = _DECODER_NAMES
 

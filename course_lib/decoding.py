@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from .validation import check_positive_int, check_tensor
+from .validation import check_ids, check_positive_int
 
 __all__ = [
     "greedy_decode",
@@ -169,21 +169,16 @@ def beam_search(
 
 
 def model_step_fn(model: nn.Module, src: Tensor) -> StepFn:
-    """A step_fn for an encoder-decoder with `encode(src) -> (memory, src_mask)` and
-    `decode(prefix, memory, src_mask) -> logits`: the source is encoded once, here.
+    """A step_fn for an encoder-decoder with `source_mask(src)`, `encode(src, src_mask) ->
+    memory` and `decode(prefix, memory, src_mask) -> logits`: the source is encoded once, here.
 
     Beam search calls it with as many rows as live beams; for a single source (batch 1) the
     memory is repeated to match.
     """
-    check_tensor(
-        src,
-        "src",
-        ndim=2,
-        shape_hint="(batch, n_src) of token ids",
-        dtype=(torch.int64, torch.int32),
-    )
+    check_ids(src, "src", "n_src")
     with torch.no_grad():
-        memory, src_mask = model.encode(src)
+        src_mask = model.source_mask(src)  # (batch, 1, n_src)
+        memory = model.encode(src, src_mask)  # (batch, n_src, d_model)
 
     def step_fn(prefix: Tensor) -> Tensor:
         rows = prefix.shape[0]

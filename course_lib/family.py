@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from .blocks import EncoderLayer, LayerNorm
-from .validation import check_floating, check_positive_int, check_tensor
+from .validation import check_floating, check_ids, check_positive_int, check_tensor
 
 __all__ = ["IGNORE_INDEX", "mlm_mask", "patchify", "MaskedLM", "VisionTransformer"]
 
@@ -133,13 +133,7 @@ class MaskedLM(nn.Module):
         self.lm_head = nn.Linear(d_model, vocab_size)
 
     def forward(self, ids: Tensor, mask: Tensor | None = None) -> Tensor:
-        check_tensor(
-            ids,
-            "ids",
-            ndim=2,
-            shape_hint="(batch, seq) of token ids",
-            dtype=(torch.int64, torch.int32),
-        )
+        check_ids(ids, "ids")
         if ids.shape[1] > self.max_len:
             raise ValueError(f"ids has {ids.shape[1]} tokens but max_len={self.max_len}")
         positions = torch.arange(ids.shape[1], device=ids.device)  # (seq,)

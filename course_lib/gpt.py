@@ -30,7 +30,7 @@ from .blocks import EncoderLayer, LayerNorm
 from .kv_cache import KVCache
 from .positional import LearnedPositionalEmbedding
 from .sampling import sample_next
-from .validation import at_the_door, check_positive_int, check_tensor, door
+from .validation import at_the_door, check_ids, check_positive_int, door
 
 __all__ = [
     "GPTConfig",
@@ -119,13 +119,7 @@ class GPT(nn.Module):
                 nn.init.normal_(proj.weight, 0.0, 0.02 / math.sqrt(2 * self.config.num_layers))
 
     def _check_ids(self, ids: object, start: int = 0) -> None:
-        check_tensor(
-            ids,
-            "ids",
-            ndim=2,
-            shape_hint="(batch, seq) of token ids",
-            dtype=(torch.int64, torch.int32),
-        )
+        check_ids(ids, "ids")
         if isinstance(start, bool) or not isinstance(start, int) or start < 0:
             raise ValueError(
                 f"start must be an int >= 0 (the position of ids[:, 0]), got {start!r}"
@@ -188,13 +182,7 @@ class BigramLM(nn.Module):
         nn.init.zeros_(self.logits_table.weight)  # starts as the uniform distribution
 
     def forward(self, ids: Tensor) -> Tensor:
-        check_tensor(
-            ids,
-            "ids",
-            ndim=2,
-            shape_hint="(batch, seq) of token ids",
-            dtype=(torch.int64, torch.int32),
-        )
+        check_ids(ids, "ids")
         return self.logits_table(ids)  # (batch, seq, vocab)
 
 
@@ -219,9 +207,7 @@ def generate(
     the tokens are identical. When the sequence outgrows block_size, the window slides and the
     learned positions shift, so the cache is rebuilt from the cropped window.
     """
-    check_tensor(
-        ids, "ids", ndim=2, shape_hint="(batch, t) of token ids", dtype=(torch.int64, torch.int32)
-    )
+    check_ids(ids, "ids", "t")
     if (
         isinstance(max_new_tokens, bool)
         or not isinstance(max_new_tokens, int)

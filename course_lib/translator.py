@@ -8,20 +8,20 @@
                            -> output projection -> logits (batch, n_tgt, vocab)
 
 Source and target share one vocabulary, so they share one embedding table. `encode` runs once
-per source; `decode` then runs for every step of generation (see `course_lib.decoding`).
+per source (memory, as `EncoderDecoder.encode`); `decode` then runs for every step of
+generation (see `course_lib.decoding`).
 """
 
 from __future__ import annotations
 
 import math
 
-import torch
 from torch import Tensor, nn
 
 from .blocks import EncoderDecoder, count_parameters
 from .masking import causal_mask, padding_mask
 from .positional import SinusoidalPositionalEncoding
-from .validation import check_positive_int, check_tensor
+from .validation import at_the_door, check_ids, check_positive_int, door
 
 __all__ = ["Seq2SeqTransformer", "TRANSLATOR_CONFIG"]
 
@@ -92,46 +92,50 @@ class Seq2SeqTransformer(nn.Module):
         self.positions = SinusoidalPositionalEncoding(d_model, max_len, dropout)
         self.output = nn.Linear(d_model, vocab_size)
 
-    def _check_ids(self, ids: object, name: str, seq: str) -> Tensor:
-        check_tensor(
-            ids,
-            name,
-            ndim=2,
-            shape_hint=f"(batch, {seq}) of token ids",
-            dtype=(torch.int64, torch.int32),
-        )
+    def _check_ids(self, ids: object, name: str, seq: str) -> None:
+        check_ids(ids, name, seq)
         if ids.min() < 0 or ids.max() >= self.vocab_size:
             raise ValueError(f"{name} holds ids outside [0, vocab_size={self.vocab_size})")
-        return ids
 
     def embed(self, ids: Tensor) -> Tensor:
         """(batch, seq) ids -> (batch, seq, d_model): scaled embeddings plus positions."""
         return self.positions(self.embedding(ids) * math.sqrt(self.d_model))
 
-    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
-        """src (batch, n_src) -> (memory (batch, n_src, d_model), src_mask (batch, 1, n_src))."""
-        self._check_ids(src, "src", "n_src")
-        src_mask = padding_mask(src, self.pad_id)  # (batch, 1, n_src), True = real character
-        return self.core.encode(self.embed(src), src_mask), src_mask
+    def source_mask(self, src: Tensor) -> Tensor:
+        """src (batch, n_src) -> (batch, 1, n_src), True = a real character (not padding)."""
+        return padding_mask(src, self.pad_id)
 
+    @door
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """src (batch, n_src) -> memory (batch, n_src, d_model), as `EncoderDecoder.encode`;
+        src_mask defaults to `source_mask(src)`."""
+        if at_the_door():
+            self._check_ids(src, "src", "n_src")
+        src_mask = self.source_mask(src) if src_mask is None else src_mask
+        return self.core.encode(self.embed(src), src_mask)
+
+    @door
     def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """tgt_in (batch, n_tgt) and memory -> logits (batch, n_tgt, vocab_size)."""
-        self._check_ids(tgt_in, "tgt_in", "n_tgt")
+        if at_the_door():
+            self._check_ids(tgt_in, "tgt_in", "n_tgt")
         n_tgt = tgt_in.shape[1]
         tgt_mask = causal_mask(n_tgt, device=tgt_in.device)  # (n_tgt, n_tgt)
         hidden = self.core.decode(self.embed(tgt_in), memory, tgt_mask, src_mask)
         return self.output(hidden)  # (batch, n_tgt, vocab_size)
 
+    @door
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        self._check_ids(src, "src", "n_src")
-        self._check_ids(tgt_in, "tgt_in", "n_tgt")
-        if tgt_in.shape[0] != src.shape[0]:
-            raise ValueError(
-                f"src has batch={src.shape[0]} but tgt_in has batch="
-                f"{tgt_in.shape[0]}; they must be the same sentence pairs"
-            )
-        memory, src_mask = self.encode(src)
-        return self.decode(tgt_in, memory, src_mask)
+        if at_the_door():
+            self._check_ids(src, "src", "n_src")
+            self._check_ids(tgt_in, "tgt_in", "n_tgt")
+            if tgt_in.shape[0] != src.shape[0]:
+                raise ValueError(
+                    f"src has batch={src.shape[0]} but tgt_in has batch="
+                    f"{tgt_in.shape[0]}; they must be the same sentence pairs"
+                )
+        src_mask = self.source_mask(src)  # (batch, 1, n_src)
+        return self.decode(tgt_in, self.encode(src, src_mask), src_mask)
 
     def num_parameters(self) -> int:
         return count_parameters(self)

@@ -25,6 +25,7 @@ __all__ = [
     "at_the_door",
     "check_tensor",
     "check_sequence",
+    "check_ids",
     "check_dropout",
     "check_eps",
     "check_choice",
@@ -133,6 +134,17 @@ def check_choice(value: object, name: str, choices: Sequence[str]) -> str:
     if value not in choices:
         raise ValueError(f"{name} must be {' or '.join(map(repr, choices))}, got {value!r}")
     return value  # type: ignore[return-value]
+
+
+def check_ids(ids: object, name: str = "ids", seq: str = "seq") -> Tensor:
+    """Check that `ids` is a (batch, seq) tensor of token ids (int64 or int32)."""
+    return check_tensor(
+        ids,
+        name,
+        ndim=2,
+        shape_hint=f"(batch, {seq}) of token ids",
+        dtype=(torch.int64, torch.int32),
+    )
 
 
 def check_floating(x: Tensor, name: str) -> Tensor:

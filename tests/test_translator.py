@@ -22,8 +22,10 @@ def test_shapes_and_parameter_count():
     src = torch.randint(3, 12, (3, 7))
     tgt_in = torch.randint(3, 12, (3, 5))
     assert model(src, tgt_in).shape == (3, 5, 12)
-    memory, src_mask = model.encode(src)
+    src_mask = model.source_mask(src)
+    memory = model.encode(src, src_mask)
     assert memory.shape == (3, 7, 16) and src_mask.shape == (3, 1, 7)
+    assert torch.equal(model.encode(src), memory)  # the mask defaults to source_mask(src)
     assert model.num_parameters() == sum(p.numel() for p in model.parameters())
 
 
