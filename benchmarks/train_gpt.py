@@ -97,6 +97,7 @@ from course_lib.blocks import count_parameters  # noqa: E402
 from course_lib.bpe import BPETokenizer  # noqa: E402
 from course_lib.datasets import load_shakespeare, window_batches  # noqa: E402
 from course_lib.gpt import GPT, GPTConfig  # noqa: E402
+from course_lib.text import CharTokenizer  # noqa: E402
 from course_lib.train import WarmupCosine, evaluate_loss, lm_loss, train  # noqa: E402
 
 # nanoGPT's small CPU model: no dropout, no biases, tied embeddings, learned positions
@@ -164,31 +165,13 @@ def split_text(text: str) -> tuple[str, str]:
     return text[:n_train], text[n_train:]
 
 
-class CharTokenizer:
-    """One token per distinct character of the text; ids follow the sorted characters."""
-
-    def __init__(self, text: str):
-        self.chars = sorted(set(text))
-        self.stoi = {c: i for i, c in enumerate(self.chars)}
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.chars)
-
-    def encode(self, text: str) -> list[int]:
-        return [self.stoi[c] for c in text]
-
-    def decode(self, ids: list[int]) -> str:
-        return "".join(self.chars[i] for i in ids)
-
-
 def make_tokenizer(
     kind: str, text: str, train_text: str, vocab_size: int | None = None
 ) -> CharTokenizer | BPETokenizer:
     """The char tokenizer sees the whole text (as nanoGPT's prepare.py: a character that occurs
     only in validation still gets an id); BPE learns its merges from the training part only."""
     if kind == "char":
-        return CharTokenizer(text)
+        return CharTokenizer.from_text(text, specials=())  # lesson 09's: no <pad>, <bos>
     if kind == "bpe":
         return BPETokenizer.train(train_text, vocab_size or DEFAULT_BPE_VOCAB)
     raise ValueError(f"tokenizer must be 'char' or 'bpe', got {kind!r}")

@@ -253,7 +253,7 @@ def test_bits_per_char_by_hand(train_gpt):
     from course_lib.bpe import BPETokenizer
 
     # char tokens, 8 symbols, uniform: 3 bits per character exactly, over several windows
-    tok = train_gpt.CharTokenizer("abcdefgh")
+    tok = train_gpt.CharTokenizer.from_text("abcdefgh", specials=())
     ids = torch.tensor(tok.encode("abcdefghhgfedcba"))
     metrics = train_gpt.validation_metrics(UniformModel(8), ids, 4, tok)
     assert metrics["val_loss"] == pytest.approx(math.log(8))
@@ -290,7 +290,7 @@ def test_text_is_split_before_tokenizing(train_gpt):
     assert all(b"z" not in bpe.vocab[256 + r] for r in range(len(bpe.merges)))  # train only
     assert bpe.decode(bpe.encode(val_text)) == val_text
     char = train_gpt.make_tokenizer("char", text, train_text)
-    assert "z" in char.chars  # the char vocabulary is the whole text's, as nanoGPT's
+    assert "z" in char.itos  # the char vocabulary is the whole text's, as nanoGPT's
 
 
 def test_kv_cache_benchmark_checks_identical_tokens():
