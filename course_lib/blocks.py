@@ -551,12 +551,14 @@ class EncoderDecoder(nn.Module):
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """(batch, n_src, d_model) -> memory (batch, n_src, d_model)."""
         if at_the_door():
-            check_sequence(src, "src", self.d_model, "n_src")
-            if src_mask is not None:
-                check_attention_mask(
-                    src_mask, "src_mask", len(src), self.num_heads, src.shape[1], src.shape[1]
-                )
+            self._check_source(src, src_mask)
         return self.encoder(src, src_mask)
+
+    def _check_source(self, src: Tensor, src_mask: Tensor | None) -> None:
+        check_sequence(src, "src", self.d_model, "n_src")
+        if src_mask is not None:
+            n_src = src.shape[1]
+            check_attention_mask(src_mask, "src_mask", len(src), self.num_heads, n_src, n_src)
 
     @door
     def decode(
@@ -582,13 +584,9 @@ class EncoderDecoder(nn.Module):
         memory_mask: Tensor | None = None,
     ) -> Tensor:
         if at_the_door():
-            check_sequence(src, "src", self.d_model, "n_src")
+            self._check_source(src, src_mask)
             check_sequence(tgt, "tgt", self.d_model, "n_tgt")
             _check_same_batch(src, "src", tgt, "tgt")
-            if src_mask is not None:
-                check_attention_mask(
-                    src_mask, "src_mask", len(src), self.num_heads, src.shape[1], src.shape[1]
-                )
             _check_decoder_inputs(tgt, "tgt", src, tgt_mask, memory_mask, self.num_heads)
         memory = self.encode(src, src_mask)
         return self.decode(tgt, memory, tgt_mask, memory_mask)
