@@ -98,7 +98,13 @@ from course_lib.bpe import BPETokenizer  # noqa: E402
 from course_lib.datasets import load_shakespeare, window_batches  # noqa: E402
 from course_lib.gpt import GPT, GPTConfig  # noqa: E402
 from course_lib.text import CharTokenizer  # noqa: E402
-from course_lib.train import WarmupCosine, evaluate_loss, lm_loss, train  # noqa: E402
+from course_lib.train import (  # noqa: E402
+    WarmupCosine,
+    WarmupLinear,
+    evaluate_loss,
+    lm_loss,
+    train,
+)
 
 # nanoGPT's small CPU model: no dropout, no biases, tied embeddings, learned positions
 NANOGPT_CPU_MODEL = dict(
@@ -109,8 +115,12 @@ NANOGPT_CPU_MODEL = dict(
     dropout=0.0,
     bias=False,
     tie_weights=True,
-    positions=True,
+    positions="learned",
 )
+
+# lesson 09's model: nanoGPT's sizes, with rotary positions, ReLU squared in the feed-forward
+# and twice the context (the ablation section of lesson 09 measures each change)
+LESSON_MODEL = dict(NANOGPT_CPU_MODEL, block_size=128, positions="rope", activation="relu2")
 
 # decay_steps: the step at which the cosine reaches min_lr; None fits it to the budget (the
 # time, or --steps when given). The optimizer is AdamW with weight decay on matrices only.
@@ -138,12 +148,13 @@ PRESETS = {
         clip=1.0,
     ),
     "lesson": dict(
-        model=NANOGPT_CPU_MODEL,
-        batch_size=16,
+        model=LESSON_MODEL,
+        batch_size=8,
         max_lr=3e-3,
-        min_lr=3e-4,
-        warmup_steps=50,
+        min_lr=0.0,
+        warmup_steps=20,
         decay_steps=None,
+        schedule="linear",
         betas=(0.9, 0.99),
         weight_decay=0.1,
         clip=1.0,
@@ -204,7 +215,8 @@ def build(recipe: dict, vocab_size: int, seconds: float, steps: int | None = Non
         budget = dict(total_steps=steps)
     else:  # fitted to the time: min_lr when the time is up
         budget = dict(total_seconds=seconds)
-    schedule = WarmupCosine(
+    shape = WarmupLinear if recipe.get("schedule") == "linear" else WarmupCosine
+    schedule = shape(
         optimizer, recipe["max_lr"], recipe["min_lr"], recipe["warmup_steps"], **budget
     )
     return model, optimizer, schedule

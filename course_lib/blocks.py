@@ -61,7 +61,17 @@ __all__ = [
     "count_parameters",
 ]
 
-_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
+
+def relu_squared(x: Tensor) -> Tensor:
+    """max(0, x)**2, the feed-forward activation of Primer (So et al. 2021)."""
+    return F.relu(x).square()
+
+
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "relu2": relu_squared,
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,12 +206,15 @@ class _ResidualLayer(nn.Module):
         activation: str = "relu",
         bias: bool = True,
         layer_norm_eps: float = 1e-5,
+        rope: bool = False,
     ):
         super().__init__()
         dropout = check_dropout(dropout)
         self.d_model, self.num_heads, self.d_ff = d_model, num_heads, d_ff
         self.norm_first = bool(norm_first)
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
+        self.self_attn = MultiHeadAttention(
+            d_model, num_heads, dropout=dropout, bias=bias, rope=rope
+        )
         self.feed_forward = FeedForward(d_model, d_ff, dropout, activation, bias)
         self.norm1 = LayerNorm(d_model, layer_norm_eps, bias=bias)
         self.dropout1 = nn.Dropout(dropout)

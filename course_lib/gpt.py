@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -30,7 +31,7 @@ from .blocks import EncoderLayer, LayerNorm
 from .kv_cache import KVCache
 from .positional import LearnedPositionalEmbedding
 from .sampling import sample_next
-from .validation import at_the_door, check_ids, check_positive_int, door
+from .validation import at_the_door, check_choice, check_ids, check_positive_int, door
 
 __all__ = [
     "GPTConfig",
@@ -39,7 +40,12 @@ __all__ = [
     "generate",
     "generate_with_cache",
     "gpt_from_sizes",
+    "CHECKPOINT_PATH",
+    "load_shakespeare_gpt",
 ]
+
+# lesson 09's longer-trained GPT (tools/train_checkpoint.py writes it; its provenance is inside)
+CHECKPOINT_PATH = Path(__file__).resolve().parent / "data" / "gpt_shakespeare.pt"
 
 
 @dataclass
@@ -55,12 +61,16 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = False  # biases in the linear layers and LayerNorms
     tie_weights: bool = True  # lm_head.weight is token_embedding.weight
-    positions: bool = True  # False: no position embedding (an ablation)
-    activation: str = "gelu"
+    # "learned": lesson 04's learned position vectors, added to the token embeddings (GPT-2);
+    # "rope": lesson 04's rotary positions, applied to every query and key (Llama);
+    # "none": no positions at all (an ablation: causal attention still sees order a little)
+    positions: str = "learned"
+    activation: str = "gelu"  # of the feed-forward: "gelu", "relu" or "relu2" (ReLU squared)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "d_model", "num_heads", "num_layers"):
             check_positive_int(getattr(self, name), name)
+        check_choice(self.positions, "positions", ("learned", "rope", "none"))
         if self.d_ff is None:
             self.d_ff = 4 * self.d_model
         check_positive_int(self.d_ff, "d_ff")
@@ -84,7 +94,9 @@ class GPT(nn.Module):
         self.config = c = config
         self.token_embedding = nn.Embedding(c.vocab_size, c.d_model)
         self.position_embedding = (
-            LearnedPositionalEmbedding(c.block_size, c.d_model) if c.positions else None
+            LearnedPositionalEmbedding(c.block_size, c.d_model)
+            if c.positions == "learned"
+            else None
         )
         self.dropout = nn.Dropout(c.dropout)
         self.layers = nn.ModuleList(
@@ -96,6 +108,7 @@ class GPT(nn.Module):
                 norm_first=True,
                 activation=c.activation,
                 bias=c.bias,
+                rope=c.positions == "rope",
             )
             for _ in range(c.num_layers)
         )
@@ -280,3 +293,22 @@ def gpt_from_sizes(
             num_layers=num_layers,
         )
     )
+
+
+def load_shakespeare_gpt(path: str | Path | None = None) -> tuple[GPT, str, dict]:
+    """Lesson 09's longer-trained GPT -> (model in eval mode, vocabulary, provenance).
+
+    `vocabulary` is the string of its characters in id order (lesson 09's
+    CharTokenizer.from_text(load_shakespeare(), specials=()) has the same ids); `provenance`
+    says how it was trained: command, commit, steps, time, machine and validation loss.
+    """
+    path = CHECKPOINT_PATH if path is None else Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no checkpoint at {path}; the course ships it in course_lib/data "
+            "(python tools/train_checkpoint.py writes it again)"
+        )
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    model = GPT(GPTConfig(**saved["config"]))
+    model.load_state_dict(saved["state_dict"])
+    return model.eval(), saved["vocabulary"], saved["provenance"]

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import torch
 from torch import Tensor, nn
 
 from .attention import scaled_dot_product_attention
+from .positional import apply_rope
 from .validation import (
     at_the_door,
     check_bool_mask,
@@ -93,6 +95,10 @@ class MultiHeadAttention(nn.Module):
     cache: a `course_lib.kv_cache.LayerCache` holding the keys and values of earlier tokens
     (lesson 09). The new tokens' keys and values are appended to it, and the queries attend
     to all of them; with is_causal=True the new tokens are the last ones of the sequence.
+
+    rope=True rotates every query and key by its position (lesson 04's RoPE, `apply_rope`)
+    before attending, so the scores depend on the offset between tokens; the new tokens'
+    positions start after the cached ones.
     """
 
     def __init__(
@@ -102,6 +108,7 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         num_kv_heads: int | None = None,
+        rope: bool = False,
     ):
         super().__init__()
         check_positive_int(d_model, "d_model")
@@ -122,6 +129,12 @@ class MultiHeadAttention(nn.Module):
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
         self.d_head = d_model // num_heads
         self.dropout = dropout
+        self.rope = bool(rope)
+        if self.rope and self.d_head % 2:
+            raise ValueError(
+                f"rope=True rotates pairs of features, so d_model / num_heads must be even, "
+                f"got d_head={self.d_head}"
+            )
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
         self.v_proj = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
@@ -178,6 +191,10 @@ class MultiHeadAttention(nn.Module):
         q = split_heads(self.q_proj(query), self.num_heads)  # (batch, heads, n_q, d_head)
         k = split_heads(self.k_proj(key), self.num_kv_heads)  # (batch, kv_heads, n_k, d_head)
         v = split_heads(self.v_proj(value), self.num_kv_heads)  # (batch, kv_heads, n_k, d_head)
+        if self.rope:  # rotate by position; the new tokens come after the cached ones
+            past = 0 if cache is None else len(cache)
+            q = apply_rope(q, torch.arange(past, past + q.shape[2]))
+            k = apply_rope(k, torch.arange(past, past + k.shape[2]))
         if cache is not None:  # the earlier tokens' keys and values come first
             k, v = cache.append(k, v)  # (batch, kv_heads, t + n_k, d_head)
         if self.num_kv_heads != self.num_heads:  # grouped-query attention: share the kv heads

@@ -45,6 +45,7 @@ __all__ = [
     "lm_loss",
     "evaluate_loss",
     "WarmupCosine",
+    "WarmupLinear",
 ]
 
 
@@ -196,6 +197,19 @@ class WarmupCosine:
             self._start = time.perf_counter()
         self.steps_done += 1
         self._set(self.lr_now())
+
+
+class WarmupLinear(WarmupCosine):
+    """The same warm-up, then a straight line down to min_lr (usually 0) instead of a cosine.
+
+    On a short budget a straight line to zero spends more of the run at a useful learning rate
+    than a cosine to a floor, and ends lower (lesson 09 measures it). Same arguments as
+    `WarmupCosine`; `lr_at(progress)` is max_lr at 0 and min_lr at 1 and after.
+    """
+
+    def lr_at(self, progress: float) -> float:
+        progress = min(max(progress, 0.0), 1.0)
+        return self.max_lr + (self.min_lr - self.max_lr) * progress
 
 
 # --------------------------------------------------------------------------------------------

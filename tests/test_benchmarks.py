@@ -184,7 +184,7 @@ def test_nanogpt_fitted_preset_is_nanogpts_cpu_recipe(train_gpt):
         dropout=0.0,
         bias=False,
         tie_weights=True,
-        positions=True,
+        positions="learned",
     )
     assert train_gpt.PRESETS["nanogpt-fitted"] == dict(
         model=nanogpt_model,

