@@ -54,7 +54,7 @@ MODEL = dict(
 )
 EVAL_EVERY = 1000
 RECIPE = dict(
-    steps=8000,
+    steps=5000,
     batch_size=8,
     max_lr=2e-3,
     min_lr=0.0,
