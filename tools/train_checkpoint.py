@@ -72,7 +72,8 @@ def _commit() -> str:
             ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
         )
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            # only the code that trains: course_lib and this script
+            ["git", "status", "--porcelain", "--", "course_lib", "tools"],
             cwd=ROOT,
             capture_output=True,
             text=True,
