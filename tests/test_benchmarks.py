@@ -116,7 +116,7 @@ def test_train_gpt_prints_its_result_line(small_corpus):
     assert result["threads"] == 1
     assert result["corpus_chars"] == 40_000
     assert result["val_chars"] == result["val_tokens"] == 4_000  # the last 10 %, one per char
-    assert result["tokens_seen"] == 2 * 16 * 64  # steps x batch x block of the lesson preset
+    assert result["tokens_seen"] == 2 * 8 * 128  # steps x batch x block of the lesson preset
     assert result["tokens_per_second"] == pytest.approx(
         result["tokens_seen"] / result["train_seconds"], rel=0.05
     )  # train_seconds is rounded
@@ -202,7 +202,6 @@ def test_nanogpt_fitted_preset_is_nanogpts_cpu_recipe(train_gpt):
         **train_gpt.PRESETS["nanogpt-fitted"],
         "decay_steps": 2000,
     }
-    assert "lesson" in train_gpt.PRESETS
 
     recipe = train_gpt.PRESETS["nanogpt-fitted"]
     model, optimizer, schedule = train_gpt.build(recipe, vocab_size=65, seconds=10.0)
@@ -330,3 +329,26 @@ def test_attention_cost_prints_memory_time_and_slope():
     )  # at least one (n, n) matrix
     assert 1.8 < result["full_memory_slope"] < 2.1
     assert result["max_abs_diff"] < 1e-4
+
+
+def test_lesson_preset_is_nanogpts_model_with_the_ladders_changes(train_gpt):
+    """The default recipe differs from nanoGPT's model only by what lesson 09's ladder measures
+    (rotary positions, ReLU squared) and a 128-character context; a straight line to zero."""
+    lesson, nanogpt = train_gpt.PRESETS["lesson"], train_gpt.PRESETS["nanogpt-fitted"]
+    assert lesson["model"] == {
+        **nanogpt["model"],
+        "block_size": 128,
+        "positions": "rope",
+        "activation": "relu2",
+    }
+    assert (lesson["batch_size"], lesson["max_lr"], lesson["min_lr"]) == (8, 3e-3, 0.0)
+    assert (lesson["warmup_steps"], lesson["schedule"]) == (20, "linear")
+    model, optimizer, schedule = train_gpt.build(lesson, vocab_size=65, seconds=10.0, steps=120)
+    assert model.position_embedding is None and model.layers[0].self_attn.rope
+    assert model.layers[0].feed_forward.activation == "relu2"
+    for _ in range(70):  # 20 warm-up steps, then 50 of the 100 down to zero
+        schedule.step()
+    assert schedule.lr_now() == pytest.approx(1.5e-3)
+    for _ in range(50):
+        schedule.step()
+    assert schedule.lr_now() == pytest.approx(0.0)

@@ -1,5 +1,6 @@
 """The GPT of lesson 09: built from EncoderLayer, causal, KV cache, generation, schedule."""
 
+import dataclasses
 import math
 
 import pytest
@@ -10,7 +11,7 @@ from course_lib.blocks import EncoderLayer
 from course_lib.gpt import GPT, BigramLM, GPTConfig, generate
 from course_lib.masking import causal_mask
 from course_lib.multihead import MultiHeadAttention
-from course_lib.train import WarmupCosine, evaluate_loss, lm_loss
+from course_lib.train import WarmupCosine, WarmupLinear, evaluate_loss, lm_loss
 
 
 def small(**overrides):
@@ -213,3 +214,39 @@ def test_warmup_cosine_by_time_and_bad_arguments():
         WarmupCosine(optimizer, 1.0, 2.0, 0, total_steps=3)
     with pytest.raises(TypeError, match="optimizer"):
         WarmupCosine("adam", 1.0, 0.1, 0, total_steps=3)
+
+
+def test_warmup_linear_falls_in_a_straight_line():
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
+    schedule = WarmupLinear(optimizer, 1.0, 0.0, warmup_steps=2, total_steps=12)
+    lrs = []
+    for _ in range(14):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        schedule.step()
+    assert lrs[:2] == pytest.approx([0.5, 1.0])
+    assert lrs[2:13] == pytest.approx([1.0 - i / 10 for i in range(11)])  # 1.0, 0.9, ..., 0.0
+    assert lrs[13] == 0.0
+
+
+def test_rope_gpt_uses_no_position_vectors_and_caches_correctly():
+    config = GPTConfig(vocab_size=11, block_size=16, d_model=16, num_heads=2, num_layers=2)
+    rope = GPT(dataclasses.replace(config, positions="rope", activation="relu2")).eval()
+    assert rope.position_embedding is None
+    assert all(layer.self_attn.rope for layer in rope.layers)
+    ids = torch.randint(11, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        full = rope(ids)
+        first, cache = rope.forward_cached(ids[:, :5])
+        rest, _ = rope.forward_cached(ids[:, 5:], cache)  # positions 5.. after the cache
+    torch.testing.assert_close(torch.cat([first, rest], 1), full, atol=1e-5, rtol=1e-5)
+    # with no positions, one causal layer cannot tell "ab..." from "ba..." at the last token
+    # (attention sees a set); rotary positions can: the last position's logits differ
+    swapped = ids.clone()
+    swapped[:, [0, 1]] = ids[:, [1, 0]]
+    with torch.no_grad():
+        assert not torch.allclose(rope(swapped)[:, -1], full[:, -1])
+        # (one layer: with two, position 1's output already differs, and the last one sees it)
+        none = GPT(dataclasses.replace(config, positions="none", num_layers=1)).eval()
+        torch.testing.assert_close(none(swapped)[:, -1], none(ids)[:, -1])
+    with pytest.raises(ValueError, match="positions"):
+        GPTConfig(vocab_size=11, positions="sinusoidal")

@@ -6,6 +6,7 @@ from torch import nn
 
 from course_lib.masking import causal_mask, to_torch_blocked
 from course_lib.multihead import MultiHeadAttention, merge_heads, split_heads
+from course_lib.positional import apply_rope
 
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
 
@@ -242,3 +243,27 @@ def test_forward_bad_inputs(kwargs, error, match):
 def test_from_torch_rejects_what_it_cannot_mirror(module, error, match):
     with pytest.raises(error, match=match):
         MultiHeadAttention.from_torch(module)
+
+
+def test_rope_attention_rotates_queries_and_keys_by_position():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 2, bias=False, rope=True)
+    x = torch.randn(3, 5, 8)
+    out, weights = mha(x, x, x, is_causal=True)
+    q = apply_rope(split_heads(mha.q_proj(x), 2))  # (3, 2, 5, 4), rotated by positions 0..4
+    k = apply_rope(split_heads(mha.k_proj(x), 2))
+    v = split_heads(mha.v_proj(x), 2)
+    scores = (q @ k.transpose(-2, -1) / 2.0).masked_fill(~torch.ones(5, 5).tril().bool(), -1e9)
+    expected = mha.out_proj(merge_heads(scores.softmax(-1) @ v))
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(weights, scores.softmax(-1), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="even"):
+        MultiHeadAttention(6, 2, rope=True)  # d_head 3 has no pairs to rotate
+
+
+def test_relu_squared_feed_forward():
+    from course_lib.blocks import FeedForward
+
+    ff = FeedForward(4, 8, activation="relu2")
+    x = torch.randn(2, 3, 4)
+    torch.testing.assert_close(ff(x), ff.linear2(torch.relu(ff.linear1(x)) ** 2))

@@ -367,8 +367,9 @@ OUTCOMES = {  # one line per lesson in the README's syllabus: what a learner com
     "08": "an encoder-decoder you train to turn written dates into ISO 8601, with beam search "
     "and cross-attention maps",
     "09": "a character-level GPT trained on Shakespeare, sampled four ways, with a KV cache "
-    "that gives the same text faster, and the same GPT on BPE tokens, compared in bits per "
-    "character",
+    "that gives the same text faster; the same GPT on BPE tokens, compared in bits per "
+    "character; an ablation ladder of what each piece buys; a longer-trained GPT whose words "
+    "are mostly real",
     "10": "BERT, GPT and T5 side by side; attention's cost measured, exact tiled attention, "
     "and cheaper approximations",
 }
