@@ -73,7 +73,7 @@ def _commit() -> str:
         )
         dirty = subprocess.run(
             # only the code that trains: course_lib and this script
-            ["git", "status", "--porcelain", "--", "course_lib", "tools"],
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", "course_lib", "tools"],
             cwd=ROOT,
             capture_output=True,
             text=True,
