@@ -48,6 +48,12 @@ COLAB_PINS = [
     "ipython==7.34.0",
     "jupyter_client==7.4.9",
     "nbclient==0.10.4",
+    # Colab's Jupyter server, the classic Notebook 6.5 (its package lists carry notebook 6.5.x
+    # with nbclassic; 6.5.7 is 6.5's last release, not checked against the August 2026 list). It
+    # draws ipywidgets 7 models with widgetsnbextension 3.6: tests/test_colab_browser.py opens
+    # the lessons in it. Unpinned, widgetsnbextension's `notebook>=4.4.1` resolved to Notebook 7
+    # and JupyterLab 4, which Colab does not have.
+    "notebook==6.5.7",
 ]
 TORCH_PIN = "torch==2.13.0"  # stands in for Colab's torch 2.11: the CPU wheel cached here
 LAYOUT = "1"  # bump when the way the environment is built changes
@@ -63,6 +69,16 @@ def _key() -> str:
 
 def env_dir() -> Path:
     return CACHE_ROOT / f"env-{_key()}"
+
+
+def venv_available() -> bool:
+    """Whether this Python can make the environment (Debian's python3 may lack venv)."""
+    try:
+        import ensurepip  # noqa: F401
+        import venv  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def python_of(venv: Path) -> Path:

@@ -27,6 +27,7 @@ from browser_support import (
     WIDGET_MIME,
     JupyterLab,
     browser_missing,
+    check_explorer,
     copy_tree_for_lab,
     require,
     strip_outputs,
@@ -129,13 +130,6 @@ async (code) => {
   return out;
 }
 """
-
-EXPLORER_STATE = (
-    "import json as _json\n"
-    "from course_lib.widgets import AttentionExplorer as _Explorer\n"
-    "print(_json.dumps([[w.selected, w.locked] for w in list(get_ipython().user_ns.values())"
-    " if isinstance(w, _Explorer)]))"
-)
 
 FALLBACK_TEXT = re.compile(  # a widget shown as its repr: the extension did not load
     r"^\s*(\w*(Box|Widget|Explorer|Dropdown|Output|Progress|Slider)\w*\(|Error displaying widget)"
@@ -269,7 +263,12 @@ def test_lesson_runs_in_jupyterlab_and_its_widgets_work(path: Path, lab, browser
         if path.name in ALWAYS:
             assert explorers.count() >= 1, f"{path.name}: no attention explorer on the page"
         for e in range(explorers.count()):
-            check_explorer(page, explorers.nth(e), screenshots / f"{path.stem}-explorer{e}")
+            check_explorer(
+                page,
+                explorers.nth(e),
+                screenshots / f"{path.stem}-explorer{e}",
+                lambda code: page.evaluate(KERNEL_JS, code),
+            )
         # (The one console error expected is the Colab badge's image: this machine is offline.)
         widget_errors = [m for m in console_errors if "widget" in m.lower()]
         assert not widget_errors, f"{path.name}: widget errors in the console: {widget_errors[:5]}"
@@ -316,56 +315,3 @@ def test_a_progress_bar_renders_as_a_widget(lab, browser, screenshots):
         raise
     finally:
         page.close()
-
-
-def check_explorer(page, explorer, shot_prefix: Path) -> None:
-    explorer.scroll_into_view_if_needed()
-    page.screenshot(path=f"{shot_prefix}-in-lab.png")  # the explorer as it sits in the lesson
-    explorer.screenshot(path=f"{shot_prefix}-before.png")
-    status = explorer.locator(".ae-status")
-    tokens = explorer.locator(".ae-token[data-index]")
-    weights = explorer.locator(".ae-key .ae-weight")
-    assert tokens.count() >= 2, "the explorer shows fewer than two query tokens"
-    before_status, before_weights = status.inner_text(), weights.all_inner_texts()
-    selected = explorer.locator(".ae-token.ae-selected")
-    current = selected.first.get_attribute("data-index") if selected.count() else None
-    indices = [tokens.nth(i).get_attribute("data-index") for i in range(tokens.count())]
-    target = next(i for i in indices if i != current)
-    chip = explorer.locator(f'.ae-token[data-index="{target}"]')
-    word = chip.inner_text()
-
-    # A click locks another query: the status names it, the key weights change.
-    chip.click()
-    expected = f'query {target} "{word}" (locked)'
-    page.wait_for_function(
-        "([el, text]) => el.textContent.includes(text)",
-        arg=[status.element_handle(), expected],
-        timeout=10_000,
-    )
-    after_status, after_weights = status.inner_text(), weights.all_inner_texts()
-    assert after_status != before_status and expected in after_status, after_status
-    assert after_weights != before_weights, "the key weights did not change with the query"
-    explorer.screenshot(path=f"{shot_prefix}-after-click.png")
-    synced = json.loads(page.evaluate(KERNEL_JS, EXPLORER_STATE).strip().splitlines()[-1])
-    assert [int(target), True] in synced, f"the kernel did not receive the click: {synced}"
-
-    # A second click unlocks; hovering over a third token previews it (not locked).
-    chip.click()
-    page.wait_for_function(
-        "([el, text]) => !el.textContent.includes(text)",
-        arg=[status.element_handle(), "(locked)"],
-        timeout=10_000,
-    )
-    other = next(i for i in indices if i != target)
-    hover = explorer.locator(f'.ae-token[data-index="{other}"]')
-    hover_word = hover.inner_text()
-    hover.hover()
-    preview = f'query {other} "{hover_word}" attends to'
-    page.wait_for_function(
-        "([el, text]) => el.textContent.includes(text)",
-        arg=[status.element_handle(), preview],
-        timeout=10_000,
-    )
-    explorer.screenshot(path=f"{shot_prefix}-after-hover.png")
-    synced = json.loads(page.evaluate(KERNEL_JS, EXPLORER_STATE).strip().splitlines()[-1])
-    assert [int(other), False] in synced, f"the kernel did not receive the hover: {synced}"

@@ -4,7 +4,8 @@ installs course_lib and changes nothing else.
 The environment is Colab's default runtime as its published package list gives it
 (googlecolab/backend-info, August 2026): numpy 2.1.3, matplotlib 3.10.0, tqdm 4.67.3,
 ipywidgets 7.7.1, widgetsnbextension 3.6.10, anywidget 0.9.21, ipykernel 6.17.1, ipython 7.34.0,
-jupyter_client 7.4.9, nbclient 0.10.4 (tests/colab_env.py). Two things stand in for Colab's:
+jupyter_client 7.4.9, nbclient 0.10.4, and Colab's Jupyter server, notebook 6.5.7
+(tests/colab_env.py). Two things stand in for Colab's:
 this machine's Python (3.11) for Colab's Python 3.13, and the cached CPU wheel torch==2.13.0 for
 Colab's torch 2.11 (no other torch installs offline without gigabytes of CUDA). It is built once
 and cached outside the repository (~/.cache/course-colab-sim); `.ci/run` builds it before the
@@ -31,9 +32,11 @@ Checks:
   exactly what the same short lesson prints in the main environment's kernel;
 - the exercise checks judge alike in both environments: every listed mistake (and the refused
   reference) of ex02 and ex09, and solutions/02's check cells pass as committed.
-Not checked here: widgets drawn in a real browser for this kernel. JupyterLab 4 (the suite's
-browser test) cannot draw ipywidgets 7 models, and Colab's own frontend is not available
-offline; a classic Notebook 6.5 page with widgetsnbextension 3.6 would be the stand-in.
+Widgets drawn in a real browser for this kernel are tests/test_colab_browser.py's: JupyterLab 4
+(the suite's browser test) cannot draw ipywidgets 7 models and Colab's own frontend is not
+available offline, so it opens lesson 02 (the explorer answers a click and a hover), a tqdm bar
+and ipywidgets controls in the classic Notebook 6.5 this environment holds (notebook 6.5.7,
+widgetsnbextension 3.6.10's widget manager), with this environment's kernel.
 
 Skips on a developer's machine without `venv`/`ensurepip`; in CI (CI=true) it must run.
 """
@@ -61,15 +64,6 @@ MAIN_KERNEL = "main-env"
 SETUP_LINE = "installed course_lib; the packages already here are unchanged"
 LESSON_02 = ROOT / "notebooks" / "02_self_attention.ipynb"
 LESSON_09 = ROOT / "notebooks" / "09_gpt_from_scratch.ipynb"
-
-
-def _venv_available() -> bool:
-    try:
-        import ensurepip  # noqa: F401
-        import venv  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def _say(pytestconfig, text: str) -> None:
@@ -176,7 +170,9 @@ class Colab:
 
 @pytest.fixture(scope="module")
 def base(pytestconfig) -> Path:
-    require(_venv_available(), "this Python has no venv/ensurepip to build a throwaway env")
+    require(
+        colab_env.venv_available(), "this Python has no venv/ensurepip to build a throwaway env"
+    )
     venv, seconds, built = colab_env.build(log=lambda text: _say(pytestconfig, "\n" + text))
     _say(pytestconfig, f"\ncolab env {'built' if built else 'found ready'} in {seconds:.1f} s")
     return venv
