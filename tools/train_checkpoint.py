@@ -52,9 +52,9 @@ MODEL = dict(
     positions="rope",
     activation="relu2",
 )
-EVAL_EVERY = 1000
+EVAL_EVERY = 500
 RECIPE = dict(
-    steps=5000,
+    steps=3500,
     batch_size=8,
     max_lr=2e-3,
     min_lr=0.0,
