@@ -35,14 +35,18 @@ from torch import Tensor, nn
 
 from .cross_attention import CrossAttentionSublayer
 from .kv_cache import LayerCache
-from .multihead import MultiHeadAttention, check_attention_mask
+from .multihead import MultiHeadAttention
 from .validation import (
     at_the_door,
+    check_attention_mask,
     check_choice,
+    check_decoder_inputs,
     check_dropout,
     check_eps,
+    check_features,
     check_floating,
     check_positive_int,
+    check_same_batch,
     check_sequence,
     check_tensor,
     door,
@@ -77,16 +81,6 @@ _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 # --------------------------------------------------------------------------------------------
 # LayerNorm
 # --------------------------------------------------------------------------------------------
-
-
-def _check_features(x: object, name: str, d: int, what: str) -> None:
-    check_tensor(x, name, min_ndim=1, shape_hint=f"(..., d={d})")
-    check_floating(x, name)
-    if x.shape[-1] != d:
-        raise ValueError(
-            f"{name} has {x.shape[-1]} features but this {what} has d_model={d} "
-            f"(in its last dimension; {name} shape {tuple(x.shape)})"
-        )
 
 
 @door
@@ -136,7 +130,7 @@ class LayerNorm(nn.Module):
     @door
     def forward(self, x: Tensor) -> Tensor:
         if at_the_door():
-            _check_features(x, "x", self.d_model, "LayerNorm")
+            check_features(x, "x", self.d_model, "LayerNorm")
         return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
@@ -175,7 +169,7 @@ class FeedForward(nn.Module):
     @door
     def forward(self, x: Tensor) -> Tensor:
         if at_the_door():
-            _check_features(x, "x", self.d_model, "feed-forward")
+            check_features(x, "x", self.d_model, "feed-forward")
         hidden = _ACTIVATIONS[self.activation](self.linear1(x))  # (..., d_ff)
         return self.linear2(self.dropout(hidden))  # (..., d_model)
 
@@ -330,7 +324,7 @@ class DecoderLayer(_ResidualLayer):
         memory_mask: Tensor | None = None,
     ) -> Tensor:
         if at_the_door():
-            _check_decoder_inputs(x, "x", memory, tgt_mask, memory_mask, self.num_heads)
+            check_decoder_inputs(x, "x", memory, tgt_mask, memory_mask, self.num_heads)
         x = self._sublayer(
             x, self.norm1, self.dropout1, lambda h: self._self_attention(h, tgt_mask)
         )
@@ -341,33 +335,6 @@ class DecoderLayer(_ResidualLayer):
     def from_torch(cls, module: nn.TransformerDecoderLayer) -> DecoderLayer:
         """Ours, with the weights of an nn.TransformerDecoderLayer(batch_first=True)."""
         return _from_torch_layer(cls, module, nn.TransformerDecoderLayer)
-
-
-def _check_decoder_inputs(
-    tgt: Tensor,
-    name: str,
-    memory: Tensor,
-    tgt_mask: Tensor | None,
-    memory_mask: Tensor | None,
-    num_heads: int,
-) -> None:
-    d_model = tgt.shape[-1] if isinstance(tgt, Tensor) and tgt.dim() else 0
-    check_sequence(tgt, name, d_model, "n_tgt")
-    check_sequence(memory, "memory", d_model, "n_src")
-    _check_same_batch(tgt, name, memory, "memory")
-    batch, n_tgt, n_src = len(tgt), tgt.shape[1], memory.shape[1]
-    if tgt_mask is not None:
-        check_attention_mask(tgt_mask, "tgt_mask", batch, num_heads, n_tgt, n_tgt)
-    if memory_mask is not None:
-        check_attention_mask(memory_mask, "memory_mask", batch, num_heads, n_tgt, n_src)
-
-
-def _check_same_batch(a: Tensor, a_name: str, b: Tensor, b_name: str) -> None:
-    if a.shape[0] != b.shape[0]:
-        raise ValueError(
-            f"{a_name} has batch={a.shape[0]} but {b_name} has batch={b.shape[0]}; each target "
-            "sequence goes with the encoder output of its own source sentence"
-        )
 
 
 def _torch_activation(module: nn.Module) -> str:
@@ -584,7 +551,7 @@ class EncoderDecoder(nn.Module):
         """(batch, n_tgt, d_model) and memory (batch, n_src, d_model) -> (batch, n_tgt, d_model)."""
         if at_the_door():
             check_sequence(tgt, "tgt", self.d_model, "n_tgt")
-            _check_decoder_inputs(tgt, "tgt", memory, tgt_mask, memory_mask, self.num_heads)
+            check_decoder_inputs(tgt, "tgt", memory, tgt_mask, memory_mask, self.num_heads)
         return self.decoder(tgt, memory, tgt_mask, memory_mask)
 
     @door
@@ -599,8 +566,8 @@ class EncoderDecoder(nn.Module):
         if at_the_door():
             self._check_source(src, src_mask)
             check_sequence(tgt, "tgt", self.d_model, "n_tgt")
-            _check_same_batch(src, "src", tgt, "tgt")
-            _check_decoder_inputs(tgt, "tgt", src, tgt_mask, memory_mask, self.num_heads)
+            check_same_batch(src, "src", tgt, "tgt")
+            check_decoder_inputs(tgt, "tgt", src, tgt_mask, memory_mask, self.num_heads)
         memory = self.encode(src, src_mask)
         return self.decode(tgt, memory, tgt_mask, memory_mask)
 

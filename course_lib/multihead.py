@@ -17,10 +17,9 @@ from .attention import scaled_dot_product_attention
 from .positional import apply_rope
 from .validation import (
     at_the_door,
-    check_bool_mask,
+    check_attention_inputs,
     check_dropout,
     check_positive_int,
-    check_sequence,
     check_tensor,
     door,
 )
@@ -33,7 +32,6 @@ __all__ = [
     "merge_heads",
     "MultiHeadAttention",
     "torch_attention_state",
-    "check_attention_mask",
     "repeat_kv",
 ]
 
@@ -68,17 +66,6 @@ def merge_heads(x: Tensor) -> Tensor:
     batch, num_heads, seq, d_head = x.shape
     x = x.transpose(1, 2)  # (batch, seq, num_heads, d_head)
     return x.reshape(batch, seq, num_heads * d_head)  # (batch, seq, d_model)
-
-
-def check_attention_mask(
-    mask: object, name: str, batch: int, num_heads: int, n_q: int, n_k: int
-) -> None:
-    """A boolean mask (True = may attend) broadcastable to (batch, n_q, n_k), or a 4-D one to
-    (batch, num_heads, n_q, n_k)."""
-    if isinstance(mask, Tensor) and mask.dim() == 4:
-        check_bool_mask(mask, name, (batch, num_heads, n_q, n_k), "(batch, num_heads, n_q, n_k)")
-    else:
-        check_bool_mask(mask, name, (batch, n_q, n_k), "(batch, n_q, n_k)")
 
 
 class MultiHeadAttention(nn.Module):
@@ -140,39 +127,6 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
-    def _check_inputs(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        mask: Tensor | None,
-        is_causal: bool,
-        cache: LayerCache | None,
-    ) -> None:
-        for t, name, seq in ((query, "query", "n_q"), (key, "key", "n_k"), (value, "value", "n_k")):
-            check_sequence(t, name, self.d_model, seq, "this attention")
-        if key.shape[:2] != value.shape[:2]:
-            raise ValueError(
-                f"key {tuple(key.shape)} and value {tuple(value.shape)} must have the same "
-                "batch size and length: each key has one value"
-            )
-        if query.shape[0] != key.shape[0]:
-            raise ValueError(f"query has batch={query.shape[0]} but key has batch={key.shape[0]}")
-        batch, n_q, n_k = query.shape[0], query.shape[1], key.shape[1]
-        if is_causal:
-            if mask is not None:
-                raise ValueError(
-                    "give either mask or is_causal=True, not both (combine the "
-                    "causal mask into mask instead)"
-                )
-            if n_q != n_k:
-                raise ValueError(
-                    f"is_causal=True needs as many queries as keys, got n_q={n_q} and n_k={n_k}"
-                )
-        if mask is not None:
-            n_k += 0 if cache is None else len(cache)
-            check_attention_mask(mask, "mask", batch, self.num_heads, n_q, n_k)
-
     @door
     def forward(
         self,
@@ -185,7 +139,10 @@ class MultiHeadAttention(nn.Module):
         cache: LayerCache | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         if at_the_door():
-            self._check_inputs(query, key, value, mask, is_causal, cache)
+            cached = 0 if cache is None else len(cache)
+            check_attention_inputs(
+                query, key, value, mask, is_causal, self.d_model, self.num_heads, cached
+            )
         if mask is not None and mask.dim() == 3:  # (batch, n_q or 1, n_k): same for every head
             mask = mask.unsqueeze(1)  # (batch, 1, n_q or 1, n_k)
         q = split_heads(self.q_proj(query), self.num_heads)  # (batch, heads, n_q, d_head)

@@ -33,6 +33,11 @@ __all__ = [
     "check_positive_int",
     "check_bool_mask",
     "check_floating",
+    "check_features",
+    "check_same_batch",
+    "check_attention_mask",
+    "check_attention_inputs",
+    "check_decoder_inputs",
 ]
 
 
@@ -195,3 +200,93 @@ def check_bool_mask(mask: object, name: str, target_shape: Sequence[int], target
             f"({', '.join(str(s) for s in target_shape)}) {target}"
         ) from None
     return mask
+
+
+def check_features(x: object, name: str, d: int, what: str) -> Tensor:
+    """Check that `x` is a floating (..., d) tensor: the input of a per-token layer (`what`)."""
+    check_tensor(x, name, min_ndim=1, shape_hint=f"(..., d={d})")
+    check_floating(x, name)
+    if x.shape[-1] != d:
+        raise ValueError(
+            f"{name} has {x.shape[-1]} features but this {what} has d_model={d} "
+            f"(in its last dimension; {name} shape {_shape(x)})"
+        )
+    return x
+
+
+def check_same_batch(a: Tensor, a_name: str, b: Tensor, b_name: str) -> None:
+    """Check that a target batch and its encoder output (or source) have the same batch size."""
+    if a.shape[0] != b.shape[0]:
+        raise ValueError(
+            f"{a_name} has batch={a.shape[0]} but {b_name} has batch={b.shape[0]}; each target "
+            "sequence goes with the encoder output of its own source sentence"
+        )
+
+
+def check_attention_mask(
+    mask: object, name: str, batch: int, num_heads: int, n_q: int, n_k: int
+) -> None:
+    """A boolean mask (True = may attend) broadcastable to (batch, n_q, n_k), or a 4-D one to
+    (batch, num_heads, n_q, n_k)."""
+    if isinstance(mask, Tensor) and mask.dim() == 4:
+        check_bool_mask(mask, name, (batch, num_heads, n_q, n_k), "(batch, num_heads, n_q, n_k)")
+    else:
+        check_bool_mask(mask, name, (batch, n_q, n_k), "(batch, n_q, n_k)")
+
+
+def check_attention_inputs(
+    query: object,
+    key: object,
+    value: object,
+    mask: object,
+    is_causal: bool,
+    d_model: int,
+    num_heads: int,
+    cached: int = 0,
+) -> None:
+    """The inputs of multi-head attention: query (batch, n_q, d_model), key and value
+    (batch, n_k, d_model), a mask over the `cached` earlier keys and the new ones, or
+    is_causal=True with as many queries as keys."""
+    for t, name, seq in ((query, "query", "n_q"), (key, "key", "n_k"), (value, "value", "n_k")):
+        check_sequence(t, name, d_model, seq, "this attention")
+    if key.shape[:2] != value.shape[:2]:
+        raise ValueError(
+            f"key {_shape(key)} and value {_shape(value)} must have the same "
+            "batch size and length: each key has one value"
+        )
+    if query.shape[0] != key.shape[0]:
+        raise ValueError(f"query has batch={query.shape[0]} but key has batch={key.shape[0]}")
+    batch, n_q, n_k = query.shape[0], query.shape[1], key.shape[1]
+    if is_causal:
+        if mask is not None:
+            raise ValueError(
+                "give either mask or is_causal=True, not both (combine the "
+                "causal mask into mask instead)"
+            )
+        if n_q != n_k:
+            raise ValueError(
+                f"is_causal=True needs as many queries as keys, got n_q={n_q} and n_k={n_k}"
+            )
+    if mask is not None:
+        check_attention_mask(mask, "mask", batch, num_heads, n_q, n_k + cached)
+
+
+def check_decoder_inputs(
+    tgt: object,
+    name: str,
+    memory: object,
+    tgt_mask: object,
+    memory_mask: object,
+    num_heads: int,
+) -> None:
+    """A decoder's inputs: tgt (batch, n_tgt, d_model), memory (batch, n_src, d_model) and
+    the masks of its self-attention (n_tgt x n_tgt) and cross-attention (n_tgt x n_src)."""
+    d_model = tgt.shape[-1] if isinstance(tgt, Tensor) and tgt.dim() else 0
+    check_sequence(tgt, name, d_model, "n_tgt")
+    check_sequence(memory, "memory", d_model, "n_src")
+    check_same_batch(tgt, name, memory, "memory")
+    batch, n_tgt, n_src = len(tgt), tgt.shape[1], memory.shape[1]
+    if tgt_mask is not None:
+        check_attention_mask(tgt_mask, "tgt_mask", batch, num_heads, n_tgt, n_tgt)
+    if memory_mask is not None:
+        check_attention_mask(memory_mask, "memory_mask", batch, num_heads, n_tgt, n_src)
