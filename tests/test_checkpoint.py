@@ -24,8 +24,8 @@ def test_checkpoint_is_small_and_says_how_it_was_made(checkpoint):
     assert provenance["command"].startswith("python tools/train_checkpoint.py")
     assert provenance["train_seconds"] <= 3600  # at most an hour on two CPU threads
     assert provenance["threads"] == 2
-    # issue #18 asks for at most 1.60; the shipped run reached 1.615 (see tools/train_checkpoint.py)
-    assert provenance["val_loss"] <= 1.62
+    # issue #18 asks for at most 1.60 over the whole validation split; the shipped run: 1.5817
+    assert provenance["val_loss"] <= 1.60
     # the vocabulary is lesson 09's: the same characters in the same order
     assert vocabulary == "".join(CharTokenizer.from_text(load_shakespeare(), specials=()).itos)
 
