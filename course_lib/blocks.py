@@ -14,9 +14,9 @@ Inputs are (batch, seq, d_model). Masks are boolean, **True = may attend**, with
 rules of `course_lib.multihead.MultiHeadAttention`: an (n_q, n_k) causal mask, a (batch, 1, n_k)
 padding mask or a (batch, n_q, n_k) mask. The decoder's self-attention mask is `tgt_mask`, its
 cross-attention mask `memory_mask`, as in PyTorch. `from_torch` loads the weights of PyTorch's
-layers through a small map of state-dict names (theirs are flat: `linear1`, `multihead_attn`,
-`norm2`; ours are the pieces they belong to: `feed_forward.linear1`, `cross_attn.attn`,
-`cross_attn.norm`), so ours and theirs give the same outputs.
+layers through a small map of state-dict names (`course_lib/from_torch.py`: theirs are flat,
+`linear1`, `multihead_attn`, `norm2`; ours are the pieces they belong to,
+`feed_forward.linear1`, `cross_attn.attn`, `cross_attn.norm`), so both give the same outputs.
 
 To look at attention weights (they are not computed by default, the fused kernel is faster),
 call `record_attention(model)`: after each forward, every `EncoderLayer` keeps
@@ -34,6 +34,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .cross_attention import CrossAttentionSublayer
+from .from_torch import (
+    DECODER_NAMES,
+    ENCODER_NAMES,
+    layer_from_torch,
+    rename_torch_keys,
+    transformer_from_torch,
+)
 from .kv_cache import LayerCache
 from .multihead import MultiHeadAttention
 from .validation import (
@@ -220,7 +227,7 @@ class _ResidualLayer(nn.Module):
         raise NotImplementedError
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        _rename_torch_keys(state_dict, prefix, self._TORCH_NAMES)
+        rename_torch_keys(state_dict, prefix, self._TORCH_NAMES)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _sublayer(
@@ -244,12 +251,6 @@ class _ResidualLayer(nn.Module):
         return out
 
 
-# PyTorch's flat names -> the pieces they belong to here (nn.MultiheadAttention's stacked
-# in_proj is split into q_proj, k_proj, v_proj by MultiHeadAttention itself).
-_ENCODER_NAMES = {"linear1": "feed_forward.linear1", "linear2": "feed_forward.linear2"}
-_DECODER_NAMES = {**_ENCODER_NAMES, "multihead_attn": "cross_attn.attn", "norm2": "cross_attn.norm"}
-
-
 class EncoderLayer(_ResidualLayer):
     """Self-attention and feed-forward, each with a residual connection and a LayerNorm.
 
@@ -265,7 +266,7 @@ class EncoderLayer(_ResidualLayer):
         self.norm2 = LayerNorm(self.d_model, layer_norm_eps, bias=bias)
         self.dropout2 = nn.Dropout(dropout)
 
-    _TORCH_NAMES = _ENCODER_NAMES
+    _TORCH_NAMES = ENCODER_NAMES
 
     @door
     def forward(
@@ -287,7 +288,7 @@ class EncoderLayer(_ResidualLayer):
     @classmethod
     def from_torch(cls, module: nn.TransformerEncoderLayer) -> EncoderLayer:
         """Ours, with the weights of an nn.TransformerEncoderLayer(batch_first=True)."""
-        return _from_torch_layer(cls, module, nn.TransformerEncoderLayer)
+        return layer_from_torch(cls, module, nn.TransformerEncoderLayer)
 
 
 class DecoderLayer(_ResidualLayer):
@@ -308,7 +309,7 @@ class DecoderLayer(_ResidualLayer):
         self.norm3 = LayerNorm(self.d_model, layer_norm_eps, bias=bias)  # norm2: cross_attn.norm
         self.dropout3 = nn.Dropout(dropout)
 
-    _TORCH_NAMES = _DECODER_NAMES
+    _TORCH_NAMES = DECODER_NAMES
 
     @property
     def cross_attention(self) -> Tensor | None:
@@ -334,49 +335,7 @@ class DecoderLayer(_ResidualLayer):
     @classmethod
     def from_torch(cls, module: nn.TransformerDecoderLayer) -> DecoderLayer:
         """Ours, with the weights of an nn.TransformerDecoderLayer(batch_first=True)."""
-        return _from_torch_layer(cls, module, nn.TransformerDecoderLayer)
-
-
-def _torch_activation(module: nn.Module) -> str:
-    """'relu' or 'gelu' for the activation stored in a PyTorch Transformer layer."""
-    act = module.activation
-    if act is F.relu or isinstance(act, nn.ReLU):
-        return "relu"
-    if act is F.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
-        return "gelu"
-    raise ValueError(f"only relu and gelu activations can be loaded, got {act!r}")
-
-
-def _from_torch_layer(cls: type, module: nn.Module, expected: type) -> nn.Module:
-    if not isinstance(module, expected):
-        raise TypeError(f"module must be torch.nn.{expected.__name__}, got {type(module).__name__}")
-    if not module.self_attn.batch_first:
-        raise ValueError(
-            f"module is an nn.{expected.__name__} with batch_first=False, which takes "
-            "(seq, batch, d_model) inputs; course_lib works on (batch, seq, d_model): "
-            "build it with batch_first=True"
-        )
-    attn, weight = module.self_attn, module.linear1.weight
-    ours = cls(
-        attn.embed_dim,
-        attn.num_heads,
-        module.linear1.out_features,
-        dropout=module.dropout.p,
-        norm_first=module.norm_first,
-        activation=_torch_activation(module),
-        bias=module.linear1.bias is not None,
-        layer_norm_eps=module.norm1.eps,
-    ).to(weight.device, weight.dtype)
-    ours.load_state_dict(module.state_dict())  # PyTorch's names: see _load_from_state_dict
-    return ours
-
-
-def _rename_torch_keys(state: dict[str, Tensor], prefix: str, names: dict[str, str]) -> None:
-    """In place: prefix + "linear1.weight" -> prefix + "feed_forward.linear1.weight", etc."""
-    for key in [k for k in state if k.startswith(prefix)]:
-        head, dot, rest = key[len(prefix) :].partition(".")
-        if head in names and dot:
-            state[f"{prefix}{names[head]}.{rest}"] = state.pop(key)
+        return layer_from_torch(cls, module, nn.TransformerDecoderLayer)
 
 
 @door
@@ -574,34 +533,7 @@ class EncoderDecoder(nn.Module):
     @classmethod
     def from_torch(cls, module: nn.Transformer) -> EncoderDecoder:
         """Ours, with the weights of an nn.Transformer(batch_first=True): identical outputs."""
-        if not isinstance(module, nn.Transformer):
-            raise TypeError(f"module must be torch.nn.Transformer, got {type(module).__name__}")
-        if not module.batch_first:
-            raise ValueError(
-                "module is an nn.Transformer with batch_first=False, which takes "
-                "(seq, batch, d_model) inputs; course_lib works on (batch, seq, d_model): "
-                "build it with batch_first=True"
-            )
-        enc, dec = module.encoder, module.decoder
-        if not isinstance(enc, nn.TransformerEncoder) or not isinstance(dec, nn.TransformerDecoder):
-            raise ValueError("only nn.Transformer with its own encoder and decoder can be loaded")
-        if enc.norm is None or dec.norm is None:
-            raise ValueError("the nn.Transformer must have final encoder and decoder norms")
-        first = enc.layers[0]
-        ours = cls(
-            module.d_model,
-            module.nhead,
-            len(enc.layers),
-            len(dec.layers),
-            first.linear1.out_features,
-            dropout=first.dropout.p,
-            norm_first=first.norm_first,
-            activation=_torch_activation(first),
-            bias=first.linear1.bias is not None,
-            layer_norm_eps=first.norm1.eps,
-        ).to(first.linear1.weight.device, first.linear1.weight.dtype)
-        ours.load_state_dict(module.state_dict())  # each layer renames PyTorch's flat names
-        return ours
+        return transformer_from_torch(cls, module)
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention import scaled_dot_product_attention
+from .from_torch import attention_from_torch, torch_attention_state
 from .positional import apply_rope
 from .validation import (
     at_the_door,
@@ -31,7 +32,7 @@ __all__ = [
     "split_heads",
     "merge_heads",
     "MultiHeadAttention",
-    "torch_attention_state",
+    "torch_attention_state",  # defined in from_torch.py, kept here for exercise 07
     "repeat_kv",
 ]
 
@@ -170,44 +171,13 @@ class MultiHeadAttention(nn.Module):
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
         """Ours, with the weights of a `torch.nn.MultiheadAttention` (identical outputs)."""
-        if not isinstance(module, nn.MultiheadAttention):
-            raise TypeError(f"module must be nn.MultiheadAttention, got {type(module).__name__}")
-        if not module._qkv_same_embed_dim:
-            raise ValueError("only nn.MultiheadAttention with kdim = vdim = embed_dim is supported")
-        if module.bias_k is not None or module.add_zero_attn:
-            raise ValueError("add_bias_kv and add_zero_attn have no counterpart here")
-        bias = module.in_proj_bias is not None
-        ours = cls(module.embed_dim, module.num_heads, dropout=module.dropout, bias=bias)
-        ours = ours.to(module.in_proj_weight.device, module.in_proj_weight.dtype)
-        ours.load_state_dict(module.state_dict())  # in_proj is split on loading, see below
-        return ours
+        return attention_from_torch(cls, module)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # PyTorch's stacked in_proj (nn.MultiheadAttention's names) loads as q/k/v_proj
         for key in [k for k in state_dict if k.startswith(prefix + "in_proj_")]:
             state_dict.update(torch_attention_state({key: state_dict.pop(key)}))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
-
-def torch_attention_state(state: dict[str, Tensor]) -> dict[str, Tensor]:
-    """A state dict with nn.MultiheadAttention's names -> ours.
-
-    PyTorch stacks the three input projections in one (3 d_model, d_model) matrix,
-    `in_proj_weight` (and `in_proj_bias`): rows 0..d-1 are W_Q, then W_K, then W_V. Every
-    `...in_proj_weight` key becomes `...q_proj.weight`, `...k_proj.weight`, `...v_proj.weight`;
-    other keys (out_proj, and anything outside the attention) are kept as they are.
-    """
-    ours = {}
-    for key, value in state.items():
-        prefix, _, name = key.rpartition(".")
-        prefix = prefix + "." if prefix else ""
-        if name in ("in_proj_weight", "in_proj_bias"):
-            kind = name.removeprefix("in_proj_")  # "weight" or "bias"
-            for proj, part in zip(("q_proj", "k_proj", "v_proj"), value.chunk(3), strict=True):
-                ours[f"{prefix}{proj}.{kind}"] = part
-        else:
-            ours[key] = value
-    return ours
 
 
 @door
