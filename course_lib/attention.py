@@ -22,7 +22,7 @@ from .validation import (
     at_the_door,
     check_bool_mask,
     check_floating,
-    check_same_last_dim,
+    check_qkv,
     check_tensor,
     door,
 )
@@ -45,29 +45,6 @@ def softmax(x: Tensor, dim: int = -1) -> Tensor:
     shifted = x - x.amax(dim=dim, keepdim=True)
     exp = shifted.exp()
     return exp / exp.sum(dim=dim, keepdim=True)
-
-
-def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
-    check_tensor(q, "q", min_ndim=2, shape_hint="(..., n_q, d_k)")
-    check_tensor(k, "k", min_ndim=2, shape_hint="(..., n_k, d_k)")
-    check_tensor(v, "v", min_ndim=2, shape_hint="(..., n_k, d_v)")
-    for t, name in ((q, "q"), (k, "k"), (v, "v")):
-        check_floating(t, name)
-    if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
-    check_same_last_dim(q, "q", k, "k", "d_k")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"k has n_k={k.shape[-2]} keys but v has {v.shape[-2]} values; every key needs one "
-            f"value (shapes {tuple(k.shape)} and {tuple(v.shape)})"
-        )
-    try:
-        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except RuntimeError:
-        raise ValueError(
-            f"the batch dimensions of q {tuple(q.shape[:-2])}, k {tuple(k.shape[:-2])} and "
-            f"v {tuple(v.shape[:-2])} do not broadcast"
-        ) from None
 
 
 @door
@@ -93,7 +70,7 @@ def scaled_dot_product_attention(
     and returns (output, None). dropout_p drops attention weights (training only).
     """
     if at_the_door():
-        _check_qkv(q, k, v)
+        check_qkv(q, k, v)
         target = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
         if mask is not None:
             check_bool_mask(mask, "mask", target, "(..., n_q, n_k)")
@@ -162,7 +139,7 @@ def distance_biased_attention(
     q: (..., n_q, d_k), k: (..., n_k, d_k), v: (..., n_k, d_v), slope >= 0.
     Returns (output (..., n_q, d_v), weights (..., n_q, n_k)).
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     if isinstance(slope, bool) or not isinstance(slope, (int, float)) or slope < 0:
         raise ValueError(f"slope must be a number >= 0, got {slope!r}")
     n_q, n_k = q.shape[-2], k.shape[-2]

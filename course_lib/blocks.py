@@ -55,6 +55,7 @@ from .validation import (
     check_positive_int,
     check_same_batch,
     check_sequence,
+    check_source,
     check_tensor,
     door,
 )
@@ -490,14 +491,8 @@ class EncoderDecoder(nn.Module):
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """(batch, n_src, d_model) -> memory (batch, n_src, d_model)."""
         if at_the_door():
-            self._check_source(src, src_mask)
+            check_source(src, src_mask, self.d_model, self.num_heads)
         return self.encoder(src, src_mask)
-
-    def _check_source(self, src: Tensor, src_mask: Tensor | None) -> None:
-        check_sequence(src, "src", self.d_model, "n_src")
-        if src_mask is not None:
-            n_src = src.shape[1]
-            check_attention_mask(src_mask, "src_mask", len(src), self.num_heads, n_src, n_src)
 
     @door
     def decode(
@@ -523,7 +518,7 @@ class EncoderDecoder(nn.Module):
         memory_mask: Tensor | None = None,
     ) -> Tensor:
         if at_the_door():
-            self._check_source(src, src_mask)
+            check_source(src, src_mask, self.d_model, self.num_heads)
             check_sequence(tgt, "tgt", self.d_model, "n_tgt")
             check_same_batch(src, "src", tgt, "tgt")
             check_decoder_inputs(tgt, "tgt", src, tgt_mask, memory_mask, self.num_heads)

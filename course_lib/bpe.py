@@ -32,6 +32,8 @@ from os import PathLike
 import torch
 from torch import Tensor
 
+from .validation import check_text
+
 __all__ = [
     "PRE_TOKENIZE_PATTERN",
     "pre_tokenize",
@@ -65,7 +67,7 @@ def pre_tokenize(text: str) -> list[str]:
     >>> pre_tokenize("Who's there? 'Tis 12 o'clock.")
     ['Who', "'s", ' there', '?', " '", 'Tis', ' 12', ' o', "'", 'clock', '.']
     """
-    _check_text(text)
+    check_text(text)
     return PRE_TOKENIZE_PATTERN.findall(text)
 
 
@@ -173,7 +175,7 @@ class BPETokenizer:
         a merge updates the counts only in the chunks that contain its pair, and a heap finds
         the most frequent pair without scanning them all.
         """
-        _check_text(text)
+        check_text(text)
         if (
             isinstance(vocab_size, bool)
             or not isinstance(vocab_size, int)
@@ -241,7 +243,7 @@ class BPETokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Text -> list of token ids (any text: every byte has a token)."""
-        _check_text(text)
+        check_text(text)
         return self._encode_text(text)
 
     def encode_bytes(self, data: bytes) -> list[int]:
@@ -325,21 +327,3 @@ class BPETokenizer:
 def _pairs(ids: Sequence[int]):
     """The adjacent pairs (ids[0], ids[1]), (ids[1], ids[2]), ...; none for fewer than 2 ids."""
     return zip(ids, ids[1:], strict=False)  # ids[1:] is one shorter: zip stops at the last pair
-
-
-def _check_text(text: object) -> None:
-    if not isinstance(text, str):
-        hint = (
-            " (decode it first, data.decode('utf-8'), or encode raw bytes with "
-            "BPETokenizer.encode_bytes)"
-            if isinstance(text, (bytes, bytearray))
-            else ""
-        )
-        raise TypeError(f"text must be a str, got {type(text).__name__}{hint}")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise ValueError(
-            f"text holds {text[error.start]!r} at position {error.start}, a lone "
-            "surrogate that has no UTF-8 bytes, so it is not valid text"
-        ) from None

@@ -30,6 +30,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from .validation import check_non_negative_int
+
 __all__ = ["median_seconds", "peak_tensor_bytes", "loglog_slope", "TensorMemoryCounter"]
 
 
@@ -37,8 +39,7 @@ def median_seconds(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) 
     """Median wall-clock seconds of `repeats` calls of fn(), after `warmup` untimed calls."""
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+    check_non_negative_int(warmup, "warmup")
     for _ in range(warmup):
         fn()
     times = []

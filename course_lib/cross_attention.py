@@ -19,7 +19,6 @@ equal to the `multihead_attn` + `norm2` part of `nn.TransformerDecoderLayer`.
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from .attention import scaled_dot_product_attention
@@ -27,24 +26,15 @@ from .multihead import MultiHeadAttention
 from .validation import (
     at_the_door,
     check_bool_mask,
+    check_cross_attention_inputs,
     check_floating,
+    check_memory_mask,
     check_positive_int,
-    check_sequence,
     check_tensor,
     door,
 )
 
 __all__ = ["cross_attention", "CrossAttentionSublayer", "attention_pool"]
-
-
-def _check_mask(memory_mask: Tensor, target: tuple[int, ...], words: str) -> None:
-    """memory_mask must be bool and broadcast to the scores' shape without adding dimensions."""
-    check_bool_mask(memory_mask, "memory_mask", target, words)
-    if torch.broadcast_shapes(tuple(memory_mask.shape), target) != torch.Size(target):
-        raise ValueError(
-            f"memory_mask of shape {tuple(memory_mask.shape)} would enlarge the attention scores "
-            f"of shape {target} {words}; use e.g. a (batch, 1, n_kv) source padding mask"
-        )
 
 
 def cross_attention(
@@ -93,7 +83,7 @@ def cross_attention(
         )
     if memory_mask is not None:
         target = (*x.shape[:-2], x.shape[-2], memory.shape[-2])
-        _check_mask(memory_mask, target, "(batch, n_q, n_kv)")
+        check_memory_mask(memory_mask, target, "(batch, n_q, n_kv)")
     q = x @ w_q  # (..., n_q, d_k): one query per position of x
     k = memory @ w_k  # (..., n_kv, d_k): one key per position of memory
     v = memory @ w_v  # (..., n_kv, d_v): one value per position of memory
@@ -138,19 +128,6 @@ class CrossAttentionSublayer(nn.Module):
         self.record_attention = False
         self.attention: Tensor | None = None
 
-    def _check_inputs(self, x: Tensor, memory: Tensor, memory_mask: Tensor | None) -> None:
-        check_sequence(x, "x", self.d_model, "n_q", "this sub-layer")
-        check_sequence(memory, "memory", self.d_model, "n_kv", "this sub-layer")
-        if x.shape[0] != memory.shape[0]:
-            raise ValueError(
-                f"x has batch={x.shape[0]} but memory has batch={memory.shape[0]}; each target "
-                "sequence reads its own source sequence"
-            )
-        if memory_mask is not None:
-            _check_mask(
-                memory_mask, (x.shape[0], x.shape[1], memory.shape[1]), "(batch, n_q, n_kv)"
-            )
-
     def _attend(self, query: Tensor, memory: Tensor, memory_mask: Tensor | None) -> Tensor:
         output, weights = self.attn(
             query, memory, memory, memory_mask, need_weights=self.record_attention
@@ -161,7 +138,7 @@ class CrossAttentionSublayer(nn.Module):
     @door
     def forward(self, x: Tensor, memory: Tensor, memory_mask: Tensor | None = None) -> Tensor:
         if at_the_door():
-            self._check_inputs(x, memory, memory_mask)
+            check_cross_attention_inputs(x, memory, memory_mask, self.d_model)
         if self.norm_first:
             return x + self._attend(self.norm(x), memory, memory_mask)  # (batch, n_q, d_model)
         return self.norm(x + self._attend(x, memory, memory_mask))  # (batch, n_q, d_model)

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 
 from .text import CharTokenizer
-from .validation import check_positive_int, check_tensor
+from .validation import check_date, check_positive_int, check_tensor
 
 __all__ = [
     "MONTHS",
@@ -100,16 +100,10 @@ def ordinal(day: int) -> str:
     return f"{day}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(day % 10, 'th') }"
 
 
-def _check_date(date: object) -> datetime.date:
-    if not isinstance(date, datetime.date):
-        raise TypeError(f"date must be a datetime.date, got {type(date).__name__}")
-    return date
-
-
 def format_date(date: datetime.date, style: str) -> str:
     """The date written in one of `DATE_STYLES`, e.g. format_date(date(2021, 3, 3), 'spoken')
     -> 'the 3rd of March 2021'."""
-    _check_date(date)
+    check_date(date)
     if style not in DATE_STYLES:
         raise ValueError(f"style must be one of {', '.join(DATE_STYLES)}, got {style!r}")
     return DATE_STYLES[style](date, MONTHS[date.month - 1], WEEKDAYS[date.weekday()])
@@ -117,7 +111,7 @@ def format_date(date: datetime.date, style: str) -> str:
 
 def iso_date(date: datetime.date) -> str:
     """ISO 8601, YYYY-MM-DD: the target of the translation."""
-    return _check_date(date).isoformat()
+    return check_date(date).isoformat()
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from .validation import check_ids, check_positive_int
+from .validation import check_ids, check_non_negative_int, check_positive_int
 
 __all__ = [
     "greedy_decode",
@@ -29,12 +29,6 @@ __all__ = [
 ]
 
 StepFn = Callable[[Tensor], Tensor]
-
-
-def _check_id(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative int (a token id), got {value!r}")
-    return value
 
 
 def _last_logits(step_fn: StepFn, prefix: Tensor) -> Tensor:
@@ -69,8 +63,8 @@ def greedy_decode(
             f"(batch, t, vocab), got {type(step_fn).__name__}"
         )
     check_positive_int(batch_size, "batch_size")
-    _check_id(bos_id, "bos_id")
-    _check_id(eos_id, "eos_id")
+    check_non_negative_int(bos_id, "bos_id", " (a token id)")
+    check_non_negative_int(eos_id, "eos_id", " (a token id)")
     check_positive_int(max_len, "max_len")
     prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long, device=device)  # (batch, 1)
     finished = torch.zeros(batch_size, dtype=torch.bool, device=device)  # (batch,)
@@ -115,8 +109,8 @@ def beam_search(
             "step_fn must be a function prefix (beams, t) -> logits "
             f"(beams, t, vocab), got {type(step_fn).__name__}"
         )
-    _check_id(bos_id, "bos_id")
-    _check_id(eos_id, "eos_id")
+    check_non_negative_int(bos_id, "bos_id", " (a token id)")
+    check_non_negative_int(eos_id, "eos_id", " (a token id)")
     check_positive_int(max_len, "max_len")
     check_positive_int(beam_size, "beam_size")
     if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):

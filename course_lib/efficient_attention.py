@@ -24,8 +24,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .attention import _check_qkv
-from .validation import check_positive_int, check_tensor
+from .validation import check_non_negative_int, check_positive_int, check_qkv, check_tensor
 
 __all__ = [
     "tiled_attention",
@@ -35,12 +34,6 @@ __all__ = [
     "performer_features",
     "performer_attention",
 ]
-
-
-def _check_non_negative_int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-    return value
 
 
 def tiled_attention(
@@ -53,7 +46,7 @@ def tiled_attention(
     of lesson 05). The largest temporary is one (block_size, block_size) tile of scores per
     batch element.
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     check_positive_int(block_size, "block_size")
     n_q, n_k = q.shape[-2], k.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1])
@@ -102,7 +95,7 @@ def sliding_window_mask(
     subject to the causal rule when causal=True).
     """
     check_positive_int(n, "n")
-    _check_non_negative_int(window, "window")
+    check_non_negative_int(window, "window")
     positions = torch.arange(n, device=device)
     offset = positions[:, None] - positions[None, :]  # (n, n): i - j
     mask = offset.abs() <= window
@@ -127,8 +120,8 @@ def sliding_window_attention(
     linearly in n: the scores are stored as (..., n, 2 * window + 1), one row of neighbours per
     query, never as (n, n).
     """
-    _check_qkv(q, k, v)
-    _check_non_negative_int(window, "window")
+    check_qkv(q, k, v)
+    check_non_negative_int(window, "window")
     n = q.shape[-2]
     if k.shape[-2] != n:
         raise ValueError(
@@ -210,7 +203,7 @@ def performer_attention(
     The brackets are (m, d_v) and (m,): no (n_q, n_k) matrix. More features, smaller error.
     Pass `projection` (num_features, d_k) to reuse the same random directions.
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     d_k = q.shape[-1]
     if projection is None:
         projection = random_feature_projection(

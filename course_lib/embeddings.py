@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 import torch
 from torch import Tensor
 
-from .validation import check_floating, check_positive_int, check_tensor
+from .validation import check_floating, check_positive_int, check_tensor, check_token_ids
 from .viz import as_float_tensor
 
 __all__ = [
@@ -35,24 +35,6 @@ __all__ = [
     "plot_embeddings_2d",
 ]
 
-_INTEGER_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
-
-
-def _check_ids(ids: object, vocab_size: int, name: str = "ids") -> Tensor:
-    check_tensor(ids, name, shape_hint="(...,) of token ids", allow_empty=True)
-    if ids.dtype not in _INTEGER_DTYPES:
-        raise TypeError(
-            f"{name} must hold integer token ids (dtype int64), got dtype "
-            f"{str(ids.dtype).replace('torch.', '')}; convert with {name}.long()"
-        )
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
-        bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
-        raise ValueError(
-            f"{name} contains {bad}, outside [0, vocab_size) = [0, {vocab_size}); "
-            "every id must name a row of the vocabulary"
-        )
-    return ids
-
 
 def one_hot(ids: Tensor, vocab_size: int, dtype: torch.dtype = torch.float32) -> Tensor:
     """(...,) integer ids -> (..., vocab_size) floats with a single 1 per row, at the id.
@@ -61,7 +43,7 @@ def one_hot(ids: Tensor, vocab_size: int, dtype: torch.dtype = torch.float32) ->
     with negative indexing, someone else's row) would hide a bug in the tokenizer.
     """
     check_positive_int(vocab_size, "vocab_size")
-    _check_ids(ids, vocab_size)
+    check_token_ids(ids, vocab_size)
     if not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating-point dtype, got {dtype}")
     vocabulary = torch.arange(vocab_size, device=ids.device)  # (vocab_size,)
@@ -129,7 +111,7 @@ def cooccurrence_matrix(
     counts = torch.zeros(vocab_size, vocab_size, dtype=torch.float64)
     for seq in sequences:
         ids = torch.as_tensor(list(seq), dtype=torch.long)  # (seq_len,)
-        _check_ids(ids, vocab_size, "sequences")
+        check_token_ids(ids, vocab_size, "sequences")
         for offset in range(1, window + 1):
             left, right = ids[:-offset], ids[offset:]  # pairs `offset` apart
             ones = torch.ones(len(left), dtype=torch.float64)

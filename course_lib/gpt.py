@@ -31,7 +31,15 @@ from .blocks import EncoderLayer, LayerNorm
 from .kv_cache import KVCache
 from .positional import LearnedPositionalEmbedding
 from .sampling import sample_next
-from .validation import at_the_door, check_choice, check_ids, check_positive_int, door
+from .validation import (
+    at_the_door,
+    check_choice,
+    check_context,
+    check_ids,
+    check_non_negative_int,
+    check_positive_int,
+    door,
+)
 
 __all__ = [
     "GPTConfig",
@@ -131,19 +139,6 @@ class GPT(nn.Module):
             for proj in (layer.self_attn.out_proj, layer.feed_forward.linear2):
                 nn.init.normal_(proj.weight, 0.0, 0.02 / math.sqrt(2 * self.config.num_layers))
 
-    def _check_ids(self, ids: object, start: int = 0) -> None:
-        check_ids(ids, "ids")
-        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
-            raise ValueError(
-                f"start must be an int >= 0 (the position of ids[:, 0]), got {start!r}"
-            )
-        if start + ids.shape[1] > self.config.block_size:
-            raise ValueError(
-                f"ids has {ids.shape[1]} tokens (after {start} cached ones) but the "
-                f"model's context is block_size={self.config.block_size}; "
-                "crop it to the last block_size tokens"
-            )
-
     def _embed(self, ids: Tensor, start: int) -> Tensor:
         x = self.token_embedding(ids)  # (batch, seq, d_model)
         if self.position_embedding is not None:  # + the vectors of positions start, start + 1..
@@ -153,7 +148,7 @@ class GPT(nn.Module):
     @door
     def forward(self, ids: Tensor) -> Tensor:
         if at_the_door():
-            self._check_ids(ids)
+            check_context(ids, 0, self.config.block_size)
         x = self._embed(ids, 0)  # (batch, seq, d_model)
         for layer in self.layers:
             x = layer(x, is_causal=True)  # (batch, seq, d_model)
@@ -175,7 +170,7 @@ class GPT(nn.Module):
         cache = KVCache.empty(len(self.layers)) if cache is None else cache.copy()
         start = cache.num_tokens if start is None else start
         if at_the_door():
-            self._check_ids(ids, start)
+            check_context(ids, start, self.config.block_size)
         x = self._embed(ids, start)  # (batch, n, d_model)
         for layer, layer_cache in zip(self.layers, cache, strict=True):
             x = layer(x, is_causal=True, cache=layer_cache)  # appends to layer_cache
@@ -221,12 +216,7 @@ def generate(
     learned positions shift, so the cache is rebuilt from the cropped window.
     """
     check_ids(ids, "ids", "t")
-    if (
-        isinstance(max_new_tokens, bool)
-        or not isinstance(max_new_tokens, int)
-        or max_new_tokens < 0
-    ):
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    check_non_negative_int(max_new_tokens, "max_new_tokens")
     if use_cache and not isinstance(model, GPT):
         raise TypeError(f"use_cache=True needs a GPT, got {type(model).__name__}")
     block_size = model.config.block_size if isinstance(model, GPT) else None

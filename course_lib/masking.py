@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .validation import check_positive_int, check_tensor
+from .validation import check_boolean, check_positive_int, check_tensor
 
 __all__ = [
     "causal_mask",
@@ -31,17 +31,6 @@ __all__ = [
     "from_torch_blocked",
     "to_additive",
 ]
-
-
-def _check_bool(mask: object, name: str) -> Tensor:
-    if not isinstance(mask, Tensor):
-        raise TypeError(f"{name} must be a boolean torch.Tensor, got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
-        raise TypeError(
-            f"{name} must have dtype bool (True = may attend), got "
-            f"{str(mask.dtype).replace('torch.', '')}"
-        )
-    return mask
 
 
 def causal_mask(n: int, device: torch.device | str | None = None) -> Tensor:
@@ -67,7 +56,7 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
     None entries are skipped (no mask = everything allowed); all None gives None.
     E.g. padding (batch, 1, seq) & causal (seq, seq) -> (batch, seq, seq).
     """
-    present = [_check_bool(m, f"masks[{i}]") for i, m in enumerate(masks) if m is not None]
+    present = [check_boolean(m, f"masks[{i}]") for i, m in enumerate(masks) if m is not None]
     if not present:
         return None
     try:
@@ -115,7 +104,7 @@ def prefix_lm_mask(ids: Tensor, prefix_lengths: Tensor, pad_id: int) -> Tensor:
 
 def to_torch_blocked(mask: Tensor | None) -> Tensor | None:
     """course_lib mask (True = may attend) -> nn.MultiheadAttention mask (True = blocked)."""
-    return None if mask is None else ~_check_bool(mask, "mask")
+    return None if mask is None else ~check_boolean(mask, "mask")
 
 
 def from_torch_blocked(mask: Tensor | None) -> Tensor | None:
@@ -148,7 +137,7 @@ def to_additive(mask: Tensor | None, dtype: torch.dtype = torch.float32) -> Tens
     """
     if mask is None:
         return None
-    _check_bool(mask, "mask")
+    check_boolean(mask, "mask")
     if not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating-point dtype, got {dtype}")
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(

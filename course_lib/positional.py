@@ -21,7 +21,15 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .validation import at_the_door, check_floating, check_positive_int, check_tensor, door
+from .validation import (
+    at_the_door,
+    check_even,
+    check_floating,
+    check_positions_input,
+    check_positive_int,
+    check_tensor,
+    door,
+)
 
 __all__ = [
     "sinusoid_frequencies",
@@ -37,23 +45,13 @@ __all__ = [
 BASE = 10000.0
 
 
-def _check_even(d_model: int, name: str = "d_model") -> int:
-    check_positive_int(d_model, name)
-    if d_model % 2 != 0:
-        raise ValueError(
-            f"{name} must be even, got {d_model}: features come in (sin, cos) pairs "
-            f"(2i, 2i+1), one pair per frequency"
-        )
-    return d_model
-
-
 def sinusoid_frequencies(d_model: int) -> Tensor:
     """(d_model / 2,) float64: the angular frequency 10000^(-2i/d_model) of pair (2i, 2i+1).
 
     Pair 0 turns by 1 radian per position (wavelength 2π); the last pair turns slowest
     (wavelength close to 10000·2π).
     """
-    _check_even(d_model)
+    check_even(d_model)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d_model / 2,) = 0, 2, 4, ...
     return BASE ** (-two_i / d_model)
 
@@ -67,7 +65,7 @@ def sinusoidal_positional_encoding(
     Computed in float64, returned as `dtype` (float32 by default).
     """
     check_positive_int(seq_len, "seq_len")
-    _check_even(d_model)
+    check_even(d_model)
     positions = torch.arange(seq_len, dtype=torch.float64)  # (seq_len,)
     angles = positions[:, None] * sinusoid_frequencies(d_model)[None, :]  # (seq_len, d_model/2)
     pe = torch.empty(seq_len, d_model, dtype=torch.float64)
@@ -90,7 +88,7 @@ def relative_shift_matrix(
         )
     if not math.isfinite(offset):
         raise ValueError(f"offset must be finite, got {offset}")
-    _check_even(d_model)
+    check_even(d_model)
     angles = offset * sinusoid_frequencies(d_model)  # (d_model / 2,)
     cos, sin = torch.cos(angles), torch.sin(angles)
     m = torch.zeros(d_model, d_model, dtype=torch.float64)
@@ -113,7 +111,7 @@ def apply_rope(x: Tensor, positions: Tensor | None = None) -> Tensor:
     check_tensor(x, "x", min_ndim=2, shape_hint="(..., seq, d)")
     check_floating(x, "x")
     seq_len, d = x.shape[-2], x.shape[-1]
-    _check_even(d, "the last dimension d of x")
+    check_even(d, "the last dimension d of x")
     if positions is None:
         positions = torch.arange(seq_len)
     else:
@@ -145,7 +143,7 @@ def apply_rope_half(x: Tensor, positions: Tensor | None = None) -> Tensor:
     check_tensor(x, "x", min_ndim=2, shape_hint="(..., seq, d)")
     check_floating(x, "x")
     d = x.shape[-1]
-    _check_even(d, "the last dimension d of x")
+    check_even(d, "the last dimension d of x")
     perm = rope_half_permutation(d).to(x.device)
     inverse = torch.argsort(perm)
     return apply_rope(x[..., perm], positions)[..., inverse]
@@ -154,26 +152,8 @@ def apply_rope_half(x: Tensor, positions: Tensor | None = None) -> Tensor:
 def rope_half_permutation(d: int) -> Tensor:
     """(d,) long: the feature order [0, d/2, 1, d/2 + 1, ...] that turns the rotate-half layout
     into the interleaved one (pair (i, i + d/2) becomes pair (2i, 2i+1))."""
-    _check_even(d, "d")
+    check_even(d, "d")
     return torch.arange(d).view(2, d // 2).t().reshape(d)
-
-
-def _check_sequence_input(x: Tensor, d_model: int, max_len: int, start_pos: int) -> None:
-    check_tensor(x, "x", ndim=3, shape_hint=f"(batch, seq, d_model={d_model})")
-    check_floating(x, "x")
-    if x.shape[-1] != d_model:
-        raise ValueError(
-            f"x has {x.shape[-1]} features but this positional encoding has d_model={d_model} "
-            f"(x has shape {tuple(x.shape)})"
-        )
-    if isinstance(start_pos, bool) or not isinstance(start_pos, int) or start_pos < 0:
-        raise ValueError(f"start_pos must be a non-negative int, got {start_pos!r}")
-    if start_pos + x.shape[1] > max_len:
-        raise ValueError(
-            f"positions {start_pos}..{start_pos + x.shape[1] - 1} were asked for but max_len="
-            f"{max_len}: this module has no encoding beyond position {max_len - 1}; "
-            f"build it with a larger max_len or use shorter sequences"
-        )
 
 
 class SinusoidalPositionalEncoding(nn.Module):
@@ -186,7 +166,7 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0):
         super().__init__()
-        _check_even(d_model)
+        check_even(d_model)
         check_positive_int(max_len, "max_len")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
@@ -199,7 +179,7 @@ class SinusoidalPositionalEncoding(nn.Module):
     @door
     def forward(self, x: Tensor, start_pos: int = 0) -> Tensor:
         if at_the_door():
-            _check_sequence_input(x, self.d_model, self.max_len, start_pos)
+            check_positions_input(x, self.d_model, self.max_len, start_pos)
         seq_len = x.shape[1]
         pe = self.pe[start_pos : start_pos + seq_len].to(x.dtype)  # (seq, d_model)
         return self.dropout(x + pe)  # (batch, seq, d_model), PE broadcast over the batch
@@ -232,7 +212,7 @@ class LearnedPositionalEmbedding(nn.Module):
     @door
     def forward(self, x: Tensor, start_pos: int = 0) -> Tensor:
         if at_the_door():
-            _check_sequence_input(x, self.d_model, self.max_len, start_pos)
+            check_positions_input(x, self.d_model, self.max_len, start_pos)
         seq_len = x.shape[1]
         positions = torch.arange(start_pos, start_pos + seq_len, device=x.device)  # (seq,)
         return x + self.embedding(positions).to(x.dtype)  # (batch, seq, d_model)

@@ -9,6 +9,8 @@ import random
 import numpy as np
 import torch
 
+from .validation import check_non_negative_int
+
 __all__ = [
     "seed_everything",
     "get_device",
@@ -24,8 +26,7 @@ def seed_everything(seed: int = 0) -> torch.Generator:
 
     Returns a `torch.Generator` seeded with `seed`, for code that wants its own stream.
     """
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    check_non_negative_int(seed, "seed")
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)

@@ -13,41 +13,12 @@ to at least `top_p` (the token that crosses `top_p` is kept).
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
-from .validation import check_floating, check_tensor
+from .validation import check_floating, check_logits, check_sampling_options, check_tensor
 
 __all__ = ["sampling_distribution", "sample_next", "perplexity"]
-
-
-def _check_options(temperature: object, top_k: object, top_p: object, vocab: int) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-        raise TypeError(f"temperature must be a number >= 0, got {temperature!r}")
-    if not math.isfinite(temperature) or temperature < 0:
-        raise ValueError(
-            f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}"
-        )
-    if top_k is not None:
-        if isinstance(top_k, bool) or not isinstance(top_k, int):
-            raise TypeError(f"top_k must be None or a positive int, got {top_k!r}")
-        if top_k < 1:
-            raise ValueError(
-                f"top_k must be None or at least 1 (keep the k most likely tokens), got {top_k}"
-            )
-    if top_p is not None:
-        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)):
-            raise TypeError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
-        if not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1] (a cumulative probability), got {top_p}")
-
-
-def _check_logits(logits: object) -> Tensor:
-    check_tensor(logits, "logits", ndim=2, shape_hint="(batch, vocab)")
-    check_floating(logits, "logits")
-    return logits
 
 
 def sampling_distribution(
@@ -60,9 +31,9 @@ def sampling_distribution(
     most likely tokens; top_p keeps the smallest set of most likely tokens whose probability
     reaches top_p. Everything else gets probability exactly 0; rows sum to 1.
     """
-    _check_logits(logits)
+    check_logits(logits)
     vocab = logits.shape[-1]
-    _check_options(temperature, top_k, top_p, vocab)
+    check_sampling_options(temperature, top_k, top_p, vocab)
     if temperature == 0:  # greedy: a one-hot on the arg-max
         return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
     logits = logits / temperature  # (batch, vocab): temperature acts BEFORE the softmax

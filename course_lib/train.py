@@ -30,7 +30,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .validation import check_floating, check_positive_int, check_tensor
+from .validation import (
+    check_logits_target,
+    check_non_negative_int,
+    check_number,
+    check_positive_int,
+    check_smoothing,
+    check_tensor,
+)
 
 __all__ = [
     "noam_lr",
@@ -54,14 +61,6 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 
-def _check_number(value: object, name: str, positive: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise TypeError(f"{name} must be a finite number, got {value!r}")
-    if positive and value <= 0:
-        raise ValueError(f"{name} must be positive, got {value!r}")
-    return float(value)
-
-
 def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
     """The learning rate at `step` (>= 1) of the original Transformer's schedule.
 
@@ -73,7 +72,7 @@ def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
     check_positive_int(step, "step")
     check_positive_int(d_model, "d_model")
     check_positive_int(warmup, "warmup")
-    factor = _check_number(factor, "factor")
+    factor = check_number(factor, "factor")
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
@@ -155,8 +154,7 @@ class WarmupCosine:
             )
         if not 0 <= min_lr <= max_lr:
             raise ValueError(f"need 0 <= min_lr <= max_lr, got min_lr={min_lr}, max_lr={max_lr}")
-        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}")
+        check_non_negative_int(warmup_steps, "warmup_steps")
         if (total_steps is None) == (total_seconds is None):
             raise ValueError("give exactly one of total_steps and total_seconds")
         if total_steps is not None:
@@ -234,23 +232,6 @@ def shift_right(targets: Tensor, bos_id: int) -> Tensor:
     return torch.cat([bos, targets[:, :-1]], dim=1)  # (batch, seq)
 
 
-def _check_logits_target(logits: object, target: object) -> None:
-    check_tensor(logits, "logits", min_ndim=2, shape_hint="(..., vocab)")
-    check_floating(logits, "logits")
-    check_tensor(
-        target,
-        "target",
-        shape_hint="(...) matching logits without its last dimension",
-        dtype=(torch.int64, torch.int32),
-        allow_empty=True,
-    )
-    if tuple(target.shape) != tuple(logits.shape[:-1]):
-        raise ValueError(
-            f"target has shape {tuple(target.shape)} but logits has shape {tuple(logits.shape)}; "
-            "target must have the shape of logits without its last (vocab) dimension"
-        )
-
-
 def smoothed_targets(target: Tensor, vocab_size: int, smoothing: float) -> Tensor:
     """target (...) -> the smoothed distribution (..., vocab_size), float32.
 
@@ -260,19 +241,11 @@ def smoothed_targets(target: Tensor, vocab_size: int, smoothing: float) -> Tenso
     """
     check_tensor(target, "target", shape_hint="(...)", dtype=(torch.int64, torch.int32))
     check_positive_int(vocab_size, "vocab_size")
-    smoothing = _check_smoothing(smoothing)
+    smoothing = check_smoothing(smoothing)
     if target.numel() and (target.min() < 0 or target.max() >= vocab_size):
         raise ValueError(f"target holds ids outside [0, {vocab_size}) (vocab_size={vocab_size})")
     one_hot = torch.nn.functional.one_hot(target.long(), vocab_size).float()  # (..., vocab)
     return (1.0 - smoothing) * one_hot + smoothing / vocab_size
-
-
-def _check_smoothing(smoothing: object) -> float:
-    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)):
-        raise TypeError(f"smoothing must be a number in [0, 1], got {smoothing!r}")
-    if not 0.0 <= smoothing <= 1.0:
-        raise ValueError(f"smoothing must be in [0, 1], got {smoothing!r}")
-    return float(smoothing)
 
 
 def label_smoothing_loss(
@@ -287,8 +260,8 @@ def label_smoothing_loss(
     label_smoothing=smoothing, ignore_index=ignore_index); NaN when every position is ignored,
     as there.
     """
-    _check_logits_target(logits, target)
-    smoothing = _check_smoothing(smoothing)
+    check_logits_target(logits, target)
+    smoothing = check_smoothing(smoothing)
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
         raise TypeError(f"ignore_index must be an int (usually the pad id), got {ignore_index!r}")
     vocab = logits.shape[-1]
@@ -423,9 +396,9 @@ def train(
     if steps is not None:
         check_positive_int(steps, "steps")
     if max_seconds is not None:
-        max_seconds = _check_number(max_seconds, "max_seconds")
+        max_seconds = check_number(max_seconds, "max_seconds")
     if clip is not None:
-        clip = _check_number(clip, "clip")
+        clip = check_number(clip, "clip")
     check_positive_int(log_every, "log_every")
     if not isinstance(batches, Iterable):
         raise TypeError(f"batches must be an iterable of batches, got {type(batches).__name__}")
@@ -498,7 +471,7 @@ def train_step(
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    clip = _check_number(clip, "clip")
+    clip = check_number(clip, "clip")
     model.train()
     tgt_in = shift_right(tgt, bos_id)  # (batch, n_tgt): <bos> + tgt[:, :-1]
     logits = model(src, tgt_in)  # (batch, n_tgt, vocab)

@@ -92,11 +92,6 @@ class Seq2SeqTransformer(nn.Module):
         self.positions = SinusoidalPositionalEncoding(d_model, max_len, dropout)
         self.output = nn.Linear(d_model, vocab_size)
 
-    def _check_ids(self, ids: object, name: str, seq: str) -> None:
-        check_ids(ids, name, seq)
-        if ids.min() < 0 or ids.max() >= self.vocab_size:
-            raise ValueError(f"{name} holds ids outside [0, vocab_size={self.vocab_size})")
-
     def embed(self, ids: Tensor) -> Tensor:
         """(batch, seq) ids -> (batch, seq, d_model): scaled embeddings plus positions."""
         return self.positions(self.embedding(ids) * math.sqrt(self.d_model))
@@ -110,7 +105,7 @@ class Seq2SeqTransformer(nn.Module):
         """src (batch, n_src) -> memory (batch, n_src, d_model), as `EncoderDecoder.encode`;
         src_mask defaults to `source_mask(src)`."""
         if at_the_door():
-            self._check_ids(src, "src", "n_src")
+            check_ids(src, "src", "n_src", self.vocab_size)
         src_mask = self.source_mask(src) if src_mask is None else src_mask
         return self.core.encode(self.embed(src), src_mask)
 
@@ -118,7 +113,7 @@ class Seq2SeqTransformer(nn.Module):
     def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """tgt_in (batch, n_tgt) and memory -> logits (batch, n_tgt, vocab_size)."""
         if at_the_door():
-            self._check_ids(tgt_in, "tgt_in", "n_tgt")
+            check_ids(tgt_in, "tgt_in", "n_tgt", self.vocab_size)
         n_tgt = tgt_in.shape[1]
         tgt_mask = causal_mask(n_tgt, device=tgt_in.device)  # (n_tgt, n_tgt)
         hidden = self.core.decode(self.embed(tgt_in), memory, tgt_mask, src_mask)
@@ -127,8 +122,8 @@ class Seq2SeqTransformer(nn.Module):
     @door
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         if at_the_door():
-            self._check_ids(src, "src", "n_src")
-            self._check_ids(tgt_in, "tgt_in", "n_tgt")
+            check_ids(src, "src", "n_src", self.vocab_size)
+            check_ids(tgt_in, "tgt_in", "n_tgt", self.vocab_size)
             if tgt_in.shape[0] != src.shape[0]:
                 raise ValueError(
                     f"src has batch={src.shape[0]} but tgt_in has batch="

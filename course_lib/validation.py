@@ -13,7 +13,9 @@ the outer one already made. One counter says how deep inside such calls the prog
 
 from __future__ import annotations
 
+import datetime
 import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -38,10 +40,28 @@ __all__ = [
     "check_attention_mask",
     "check_attention_inputs",
     "check_decoder_inputs",
+    "check_qkv",
+    "check_memory_mask",
+    "check_text",
+    "check_date",
+    "check_token_ids",
+    "check_boolean",
+    "check_even",
+    "check_positions_input",
+    "check_sampling_options",
+    "check_logits",
+    "check_number",
+    "check_logits_target",
+    "check_smoothing",
+    "check_non_negative_int",
+    "check_context",
+    "check_cross_attention_inputs",
+    "check_source",
 ]
 
 
 _F = TypeVar("_F", bound=Callable)
+_INTEGER_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 _depth = 0  # how many @door calls are running: 1 = the outermost, where checks run
 
 
@@ -141,15 +161,21 @@ def check_choice(value: object, name: str, choices: Sequence[str]) -> str:
     return value  # type: ignore[return-value]
 
 
-def check_ids(ids: object, name: str = "ids", seq: str = "seq") -> Tensor:
-    """Check that `ids` is a (batch, seq) tensor of token ids (int64 or int32)."""
-    return check_tensor(
+def check_ids(
+    ids: object, name: str = "ids", seq: str = "seq", vocab_size: int | None = None
+) -> Tensor:
+    """Check that `ids` is a (batch, seq) tensor of token ids (int64 or int32), each in
+    [0, vocab_size) when vocab_size is given."""
+    check_tensor(
         ids,
         name,
         ndim=2,
         shape_hint=f"(batch, {seq}) of token ids",
         dtype=(torch.int64, torch.int32),
     )
+    if vocab_size is not None and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise ValueError(f"{name} holds ids outside [0, vocab_size={vocab_size})")
+    return ids
 
 
 def check_floating(x: Tensor, name: str) -> Tensor:
@@ -290,3 +316,233 @@ def check_decoder_inputs(
         check_attention_mask(tgt_mask, "tgt_mask", batch, num_heads, n_tgt, n_tgt)
     if memory_mask is not None:
         check_attention_mask(memory_mask, "memory_mask", batch, num_heads, n_tgt, n_src)
+
+
+# The checks of one lesson's idea each, called at the door of that lesson's module
+
+
+def check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+    """Scaled dot-product attention's q, k, v (lesson 02): shapes, dtypes, broadcasting."""
+    check_tensor(q, "q", min_ndim=2, shape_hint="(..., n_q, d_k)")
+    check_tensor(k, "k", min_ndim=2, shape_hint="(..., n_k, d_k)")
+    check_tensor(v, "v", min_ndim=2, shape_hint="(..., n_k, d_v)")
+    for t, name in ((q, "q"), (k, "k"), (v, "v")):
+        check_floating(t, name)
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
+    check_same_last_dim(q, "q", k, "k", "d_k")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k has n_k={k.shape[-2]} keys but v has {v.shape[-2]} values; every key needs one "
+            f"value (shapes {tuple(k.shape)} and {tuple(v.shape)})"
+        )
+    try:
+        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"the batch dimensions of q {tuple(q.shape[:-2])}, k {tuple(k.shape[:-2])} and "
+            f"v {tuple(v.shape[:-2])} do not broadcast"
+        ) from None
+
+
+def check_memory_mask(memory_mask: Tensor, target: tuple[int, ...], words: str) -> None:
+    """memory_mask must be bool and broadcast to the scores' shape without adding dimensions."""
+    check_bool_mask(memory_mask, "memory_mask", target, words)
+    if torch.broadcast_shapes(tuple(memory_mask.shape), target) != torch.Size(target):
+        raise ValueError(
+            f"memory_mask of shape {tuple(memory_mask.shape)} would enlarge the attention scores "
+            f"of shape {target} {words}; use e.g. a (batch, 1, n_kv) source padding mask"
+        )
+
+
+def check_text(text: object) -> None:
+    """A tokenizer's text (lesson 01): a str that has UTF-8 bytes."""
+    if not isinstance(text, str):
+        hint = (
+            " (decode it first, data.decode('utf-8'), or encode raw bytes with "
+            "BPETokenizer.encode_bytes)"
+            if isinstance(text, (bytes, bytearray))
+            else ""
+        )
+        raise TypeError(f"text must be a str, got {type(text).__name__}{hint}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"text holds {text[error.start]!r} at position {error.start}, a lone "
+            "surrogate that has no UTF-8 bytes, so it is not valid text"
+        ) from None
+
+
+def check_date(date: object) -> datetime.date:
+    """A date for the date-translation data (lesson 08)."""
+    if not isinstance(date, datetime.date):
+        raise TypeError(f"date must be a datetime.date, got {type(date).__name__}")
+    return date
+
+
+def check_token_ids(ids: object, vocab_size: int, name: str = "ids") -> Tensor:
+    """Token ids of any shape (lesson 01), each in [0, vocab_size)."""
+    check_tensor(ids, name, shape_hint="(...,) of token ids", allow_empty=True)
+    if ids.dtype not in _INTEGER_DTYPES:
+        raise TypeError(
+            f"{name} must hold integer token ids (dtype int64), got dtype "
+            f"{str(ids.dtype).replace('torch.', '')}; convert with {name}.long()"
+        )
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+        bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+        raise ValueError(
+            f"{name} contains {bad}, outside [0, vocab_size) = [0, {vocab_size}); "
+            "every id must name a row of the vocabulary"
+        )
+    return ids
+
+
+def check_boolean(mask: object, name: str) -> Tensor:
+    """A mask (lesson 05): a torch.Tensor of dtype bool, True = may attend."""
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"{name} must be a boolean torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"{name} must have dtype bool (True = may attend), got "
+            f"{str(mask.dtype).replace('torch.', '')}"
+        )
+    return mask
+
+
+def check_even(d_model: int, name: str = "d_model") -> int:
+    """A width that sinusoidal or rotary positions split into pairs (lesson 04)."""
+    check_positive_int(d_model, name)
+    if d_model % 2 != 0:
+        raise ValueError(
+            f"{name} must be even, got {d_model}: features come in (sin, cos) pairs "
+            f"(2i, 2i+1), one pair per frequency"
+        )
+    return d_model
+
+
+def check_positions_input(x: Tensor, d_model: int, max_len: int, start_pos: int) -> None:
+    """The input of a positional encoding (lesson 04) and the positions it asks for."""
+    check_tensor(x, "x", ndim=3, shape_hint=f"(batch, seq, d_model={d_model})")
+    check_floating(x, "x")
+    if x.shape[-1] != d_model:
+        raise ValueError(
+            f"x has {x.shape[-1]} features but this positional encoding has d_model={d_model} "
+            f"(x has shape {tuple(x.shape)})"
+        )
+    check_non_negative_int(start_pos, "start_pos")
+    if start_pos + x.shape[1] > max_len:
+        raise ValueError(
+            f"positions {start_pos}..{start_pos + x.shape[1] - 1} were asked for but max_len="
+            f"{max_len}: this module has no encoding beyond position {max_len - 1}; "
+            f"build it with a larger max_len or use shorter sequences"
+        )
+
+
+def check_sampling_options(temperature: object, top_k: object, top_p: object, vocab: int) -> None:
+    """Temperature, top-k and top-p of sampling (lesson 09)."""
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise TypeError(f"temperature must be a number >= 0, got {temperature!r}")
+    if not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(
+            f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}"
+        )
+    if top_k is not None:
+        if isinstance(top_k, bool) or not isinstance(top_k, int):
+            raise TypeError(f"top_k must be None or a positive int, got {top_k!r}")
+        if top_k < 1:
+            raise ValueError(
+                f"top_k must be None or at least 1 (keep the k most likely tokens), got {top_k}"
+            )
+    if top_p is not None:
+        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)):
+            raise TypeError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1] (a cumulative probability), got {top_p}")
+
+
+def check_logits(logits: object) -> Tensor:
+    """Next-token logits to sample from (lesson 09): (batch, vocab), floating point."""
+    check_tensor(logits, "logits", ndim=2, shape_hint="(batch, vocab)")
+    check_floating(logits, "logits")
+    return logits
+
+
+def check_number(value: object, name: str, positive: bool = True) -> float:
+    """A finite number (lesson 08's schedules and training loop), positive unless told."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TypeError(f"{name} must be a finite number, got {value!r}")
+    if positive and value <= 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return float(value)
+
+
+def check_logits_target(logits: object, target: object) -> None:
+    """A loss's logits (..., vocab) and integer target (...) (lesson 08)."""
+    check_tensor(logits, "logits", min_ndim=2, shape_hint="(..., vocab)")
+    check_floating(logits, "logits")
+    check_tensor(
+        target,
+        "target",
+        shape_hint="(...) matching logits without its last dimension",
+        dtype=(torch.int64, torch.int32),
+        allow_empty=True,
+    )
+    if tuple(target.shape) != tuple(logits.shape[:-1]):
+        raise ValueError(
+            f"target has shape {tuple(target.shape)} but logits has shape {tuple(logits.shape)}; "
+            "target must have the shape of logits without its last (vocab) dimension"
+        )
+
+
+def check_smoothing(smoothing: object) -> float:
+    """Label smoothing (lesson 08): a number in [0, 1]."""
+    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)):
+        raise TypeError(f"smoothing must be a number in [0, 1], got {smoothing!r}")
+    if not 0.0 <= smoothing <= 1.0:
+        raise ValueError(f"smoothing must be in [0, 1], got {smoothing!r}")
+    return float(smoothing)
+
+
+def check_non_negative_int(value: object, name: str, meaning: str = "") -> int:
+    """Check that `value` is an int >= 0 (a bool is not accepted); `meaning` ends the message."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be an int >= 0{meaning}, got {value!r}")
+    return value
+
+
+def check_context(ids: object, start: int, block_size: int) -> None:
+    """A GPT's input: (batch, t) ids that, after `start` cached tokens, fit in its block_size."""
+    check_ids(ids, "ids")
+    check_non_negative_int(start, "start", " (the position of ids[:, 0])")
+    if start + ids.shape[1] > block_size:
+        raise ValueError(
+            f"ids has {ids.shape[1]} tokens (after {start} cached ones) but the "
+            f"model's context is block_size={block_size}; "
+            "crop it to the last block_size tokens"
+        )
+
+
+def check_cross_attention_inputs(
+    x: Tensor, memory: Tensor, memory_mask: Tensor | None, d_model: int
+) -> None:
+    """The inputs of lesson 06's cross-attention sub-layer."""
+    check_sequence(x, "x", d_model, "n_q", "this sub-layer")
+    check_sequence(memory, "memory", d_model, "n_kv", "this sub-layer")
+    if x.shape[0] != memory.shape[0]:
+        raise ValueError(
+            f"x has batch={x.shape[0]} but memory has batch={memory.shape[0]}; each target "
+            "sequence reads its own source sequence"
+        )
+    if memory_mask is not None:
+        check_memory_mask(
+            memory_mask, (x.shape[0], x.shape[1], memory.shape[1]), "(batch, n_q, n_kv)"
+        )
+
+
+def check_source(src: Tensor, src_mask: Tensor | None, d_model: int, num_heads: int) -> None:
+    """The encoder's input of an EncoderDecoder: features and an optional source mask."""
+    check_sequence(src, "src", d_model, "n_src")
+    if src_mask is not None:
+        n_src = src.shape[1]
+        check_attention_mask(src_mask, "src_mask", len(src), num_heads, n_src, n_src)
