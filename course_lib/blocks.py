@@ -362,33 +362,10 @@ def record_attention(model: nn.Module, enabled: bool = True) -> nn.Module:
 # --------------------------------------------------------------------------------------------
 
 
-def _make_layers(
-    layer: nn.Module | Callable[[], nn.Module], num_layers: int, kind: type
-) -> nn.ModuleList:
-    check_positive_int(num_layers, "num_layers")
-    if isinstance(layer, nn.Module):  # as PyTorch does: independent deep copies
-        layers = [copy.deepcopy(layer) for _ in range(num_layers)]
-    elif callable(layer):  # a factory: each layer freshly initialised
-        layers = [layer() for _ in range(num_layers)]
-    else:
-        raise TypeError(
-            f"layer must be an {kind.__name__} or a function returning one, "
-            f"got {type(layer).__name__}"
-        )
-    for built in layers:
-        if not isinstance(built, nn.Module):
-            raise TypeError(
-                f"the layer factory must return an nn.Module, got {type(built).__name__}"
-            )
-    return nn.ModuleList(layers)
+class _Stack(nn.Module):
+    """What Encoder and Decoder share: `num_layers` copies of a layer, then an optional norm."""
 
-
-class Encoder(nn.Module):
-    """`num_layers` encoder layers applied in turn, then an optional final LayerNorm.
-
-    `layer` is an EncoderLayer (deep-copied num_layers times, as nn.TransformerEncoder does) or
-    a function returning a new one. forward(x (batch, seq, d_model), mask=None) -> same shape.
-    """
+    _kind: type = nn.Module  # the layer it stacks, for the error message
 
     def __init__(
         self,
@@ -397,9 +374,39 @@ class Encoder(nn.Module):
         norm: nn.Module | None = None,
     ):
         super().__init__()
-        self.layers = _make_layers(layer, num_layers, EncoderLayer)
+        self.layers = self._make_layers(layer, num_layers)
         self.num_layers = num_layers
         self.norm = norm
+
+    def _make_layers(
+        self, layer: nn.Module | Callable[[], nn.Module], num_layers: int
+    ) -> nn.ModuleList:
+        check_positive_int(num_layers, "num_layers")
+        if isinstance(layer, nn.Module):  # as PyTorch does: independent deep copies
+            layers = [copy.deepcopy(layer) for _ in range(num_layers)]
+        elif callable(layer):  # a factory: each layer freshly initialised
+            layers = [layer() for _ in range(num_layers)]
+        else:
+            raise TypeError(
+                f"layer must be an {self._kind.__name__} or a function returning one, "
+                f"got {type(layer).__name__}"
+            )
+        for built in layers:
+            if not isinstance(built, nn.Module):
+                raise TypeError(
+                    f"the layer factory must return an nn.Module, got {type(built).__name__}"
+                )
+        return nn.ModuleList(layers)
+
+
+class Encoder(_Stack):
+    """`num_layers` encoder layers applied in turn, then an optional final LayerNorm.
+
+    `layer` is an EncoderLayer (deep-copied num_layers times, as nn.TransformerEncoder does) or
+    a function returning a new one. forward(x (batch, seq, d_model), mask=None) -> same shape.
+    """
+
+    _kind = EncoderLayer
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         for layer in self.layers:
@@ -407,23 +414,14 @@ class Encoder(nn.Module):
         return x if self.norm is None else self.norm(x)
 
 
-class Decoder(nn.Module):
+class Decoder(_Stack):
     """`num_layers` decoder layers applied in turn, then an optional final LayerNorm.
 
     forward(x (batch, n_tgt, d_model), memory (batch, n_src, d_model), tgt_mask=None,
     memory_mask=None) -> (batch, n_tgt, d_model). Every layer attends to the same memory.
     """
 
-    def __init__(
-        self,
-        layer: nn.Module | Callable[[], nn.Module],
-        num_layers: int,
-        norm: nn.Module | None = None,
-    ):
-        super().__init__()
-        self.layers = _make_layers(layer, num_layers, DecoderLayer)
-        self.num_layers = num_layers
-        self.norm = norm
+    _kind = DecoderLayer
 
     def forward(
         self,

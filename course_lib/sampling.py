@@ -16,7 +16,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .validation import check_floating, check_logits, check_sampling_options, check_tensor
+from .validation import (
+    check_logits,
+    check_logits_target,
+    check_sampling_options,
+)
 
 __all__ = ["sampling_distribution", "sample_next", "perplexity"]
 
@@ -77,20 +81,7 @@ def perplexity(logits: Tensor, targets: Tensor) -> Tensor:
     The cross-entropy is in nats (natural log) and averaged over every position BEFORE the
     exponential; a model that spreads its probability evenly over V tokens has perplexity V.
     """
-    check_tensor(logits, "logits", min_ndim=2, shape_hint="(..., vocab)")
-    check_floating(logits, "logits")
-    check_tensor(
-        targets,
-        "targets",
-        shape_hint="(...) = logits' shape without vocab",
-        dtype=(torch.int64, torch.int32),
-    )
-    if tuple(targets.shape) != tuple(logits.shape[:-1]):
-        raise ValueError(
-            f"targets has shape {tuple(targets.shape)} but logits has shape "
-            f"{tuple(logits.shape)}; targets must be logits' shape without the "
-            "last (vocab) dimension"
-        )
+    check_logits_target(logits, targets, "targets", allow_empty=False)
     vocab = logits.shape[-1]
     if targets.min() < 0 or targets.max() >= vocab:
         raise ValueError(f"targets holds ids outside [0, {vocab}) (vocab={vocab})")

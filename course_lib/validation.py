@@ -477,21 +477,23 @@ def check_number(value: object, name: str, positive: bool = True) -> float:
     return float(value)
 
 
-def check_logits_target(logits: object, target: object) -> None:
-    """A loss's logits (..., vocab) and integer target (...) (lesson 08)."""
+def check_logits_target(
+    logits: object, target: object, name: str = "target", allow_empty: bool = True
+) -> None:
+    """A loss's logits (..., vocab) and integer `name` (...) (lessons 08 and 09)."""
     check_tensor(logits, "logits", min_ndim=2, shape_hint="(..., vocab)")
     check_floating(logits, "logits")
     check_tensor(
         target,
-        "target",
+        name,
         shape_hint="(...) matching logits without its last dimension",
         dtype=(torch.int64, torch.int32),
-        allow_empty=True,
+        allow_empty=allow_empty,
     )
     if tuple(target.shape) != tuple(logits.shape[:-1]):
         raise ValueError(
-            f"target has shape {tuple(target.shape)} but logits has shape {tuple(logits.shape)}; "
-            "target must have the shape of logits without its last (vocab) dimension"
+            f"{name} has shape {tuple(target.shape)} but logits has shape {tuple(logits.shape)}; "
+            f"{name} must have the shape of logits without its last (vocab) dimension"
         )
 
 
