@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
 
     test = date_pairs(splits.test, seed=1)
-    predictions = translate(model, tokenizer, [source for source, _ in test], max_len=12)
+    predictions = translate(model, tokenizer, [source for source, _ in test], max_new_tokens=12)
     result = {
         "exact_match": exact_match(predictions, [target for _, target in test]),
         "train_seconds": round(history.seconds, 2),

@@ -47,10 +47,10 @@ def greedy_decode(
     batch_size: int,
     bos_id: int,
     eos_id: int,
-    max_len: int,
+    max_new_tokens: int,
     device: torch.device | str | None = None,
 ) -> Tensor:
-    """Take the most likely token at every step: -> tokens (batch_size, max_len), long.
+    """Take the most likely token at every step: -> tokens (batch_size, max_new_tokens), long.
 
     The result holds the generated tokens without <bos>. A row that has produced `eos_id`
     is finished: it keeps emitting `eos_id` whatever the model says, so everything after
@@ -65,10 +65,10 @@ def greedy_decode(
     check_positive_int(batch_size, "batch_size")
     check_non_negative_int(bos_id, "bos_id", " (a token id)")
     check_non_negative_int(eos_id, "eos_id", " (a token id)")
-    check_positive_int(max_len, "max_len")
+    check_positive_int(max_new_tokens, "max_new_tokens")
     prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long, device=device)  # (batch, 1)
     finished = torch.zeros(batch_size, dtype=torch.bool, device=device)  # (batch,)
-    for _ in range(max_len):
+    for _ in range(max_new_tokens):
         if finished.all():
             break
         with torch.no_grad():
@@ -79,16 +79,19 @@ def greedy_decode(
         finished |= next_token == eos_id
     tokens = prefix[:, 1:]  # drop <bos>
     pad = torch.full(
-        (batch_size, max_len - tokens.shape[1]), eos_id, dtype=torch.long, device=prefix.device
+        (batch_size, max_new_tokens - tokens.shape[1]),
+        eos_id,
+        dtype=torch.long,
+        device=prefix.device,
     )
-    return torch.cat([tokens, pad], dim=1)  # (batch, max_len)
+    return torch.cat([tokens, pad], dim=1)  # (batch, max_new_tokens)
 
 
 def beam_search(
     step_fn: StepFn,
     bos_id: int,
     eos_id: int,
-    max_len: int,
+    max_new_tokens: int,
     beam_size: int = 4,
     length_penalty: float = 0.0,
     device: torch.device | str | None = None,
@@ -99,7 +102,7 @@ def beam_search(
     (num_beams, t, vocab). Each step every beam is extended by every token, and the
     `beam_size` highest total log-probabilities survive; a beam that emits `eos_id` is set
     aside as a finished hypothesis. The search ends when no live beam can beat the best
-    finished one, or after max_len tokens. The winner maximises
+    finished one, or after max_new_tokens tokens. The winner maximises
     log_prob / length ** length_penalty (0: the plain sum, which favours short outputs).
     tokens are without <bos> and end with <eos> when the winner finished.
     beam_size=1 is greedy decoding.
@@ -111,7 +114,7 @@ def beam_search(
         )
     check_non_negative_int(bos_id, "bos_id", " (a token id)")
     check_non_negative_int(eos_id, "eos_id", " (a token id)")
-    check_positive_int(max_len, "max_len")
+    check_positive_int(max_new_tokens, "max_new_tokens")
     check_positive_int(beam_size, "beam_size")
     if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
         raise TypeError(f"length_penalty must be a number, got {length_penalty!r}")
@@ -122,7 +125,7 @@ def beam_search(
     beams = torch.full((1, 1), bos_id, dtype=torch.long, device=device)  # (num_beams, t)
     beam_scores = torch.zeros(1, dtype=torch.float64, device=device)  # (num_beams,) log-probs
     finished: list[tuple[float, float, Tensor]] = []  # (score, log_prob, tokens)
-    for step in range(1, max_len + 1):
+    for step in range(1, max_new_tokens + 1):
         with torch.no_grad():
             log_probs = torch.log_softmax(_last_logits(step_fn, beams).double(), dim=-1)
         vocab = log_probs.shape[-1]
@@ -155,7 +158,7 @@ def beam_search(
             and beam_scores.max().item() <= finished[0][0]
         ):
             break
-    if not finished:  # nothing emitted <eos> within max_len: return the best live beam
+    if not finished:  # nothing emitted <eos> within max_new_tokens: return the best live beam
         return beams[0, 1:], float(beam_scores[0])
     finished.sort(key=lambda item: item[0], reverse=True)
     _, log_prob, tokens = finished[0]
@@ -198,7 +201,7 @@ def translate(
     model: nn.Module,
     tokenizer,
     texts: Sequence[str],
-    max_len: int = 16,
+    max_new_tokens: int = 16,
     beam_size: int | None = None,
     batch_size: int = 500,
 ) -> list[str]:
@@ -220,7 +223,7 @@ def translate(
                     len(chunk),
                     tokenizer.bos_id,
                     tokenizer.eos_id,
-                    max_len,
+                    max_new_tokens,
                     device=device,
                 )
                 rows = list(tokens)
@@ -230,7 +233,7 @@ def translate(
                         model_step_fn(model, src[i : i + 1]),
                         tokenizer.bos_id,
                         tokenizer.eos_id,
-                        max_len,
+                        max_new_tokens,
                         beam_size,
                         device=device,
                     )[0]

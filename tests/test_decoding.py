@@ -20,7 +20,7 @@ BOS, EOS = 0, 1
 
 
 def table_step_fn(table):
-    """Logits read from table (max_len + 1, vocab, vocab) by (position, last token): a tiny
+    """Logits read from table (max_new_tokens + 1, vocab, vocab) by (position, last token): a tiny
     Markov 'model' whose best sequence can be found by brute force."""
 
     def step_fn(prefix):
@@ -53,7 +53,7 @@ def test_greedy_decode_picks_the_argmax_and_keeps_eos():
         t = prefix.shape[1]
         return torch.stack(logits_per_step[:t], dim=1)  # (2, t, 4)
 
-    out = greedy_decode(step_fn, 2, BOS, EOS, max_len=4)
+    out = greedy_decode(step_fn, 2, BOS, EOS, max_new_tokens=4)
     assert out.dtype == torch.long
     assert out.tolist() == [[3, EOS, EOS, EOS], [3, 2, EOS, EOS]]
 
@@ -67,7 +67,7 @@ def test_greedy_decode_stops_early_and_pads_with_eos():
         logits[..., EOS] = 1.0
         return logits
 
-    assert greedy_decode(step_fn, 3, BOS, EOS, max_len=6).tolist() == [[EOS] * 6] * 3
+    assert greedy_decode(step_fn, 3, BOS, EOS, max_new_tokens=6).tolist() == [[EOS] * 6] * 3
     assert calls == [1]
 
 
@@ -77,7 +77,7 @@ def test_greedy_decode_rejects_bad_input():
         greedy_decode(None, 2, BOS, EOS, 3)
     with pytest.raises(ValueError, match="batch_size"):
         greedy_decode(step_fn, 0, BOS, EOS, 3)
-    with pytest.raises(ValueError, match="max_len"):
+    with pytest.raises(ValueError, match="max_new_tokens"):
         greedy_decode(step_fn, 2, BOS, EOS, 0)
     with pytest.raises(ValueError, match="eos_id"):
         greedy_decode(step_fn, 2, BOS, -1, 3)
@@ -97,11 +97,11 @@ def test_beam_size_one_is_greedy():
 def test_wide_beam_finds_the_most_likely_sequence():
     """With a beam as wide as the number of prefixes, beam search is exhaustive."""
     gen = torch.Generator().manual_seed(2)
-    vocab, max_len = 4, 4
+    vocab, max_new_tokens = 4, 4
     for _ in range(5):
-        table = 2 * torch.randn(max_len + 1, vocab, vocab, generator=gen)
+        table = 2 * torch.randn(max_new_tokens + 1, vocab, vocab, generator=gen)
         best, best_lp = None, -float("inf")
-        for length in range(1, max_len + 1):  # sequences ending with EOS, no earlier EOS/BOS
+        for length in range(1, max_new_tokens + 1):  # sequences ending with EOS, no earlier EOS/BOS
             for body in itertools.product([2, 3], repeat=length - 1):
                 seq = [*body, EOS]
                 lp = sequence_log_prob(table, seq)
@@ -110,7 +110,7 @@ def test_wide_beam_finds_the_most_likely_sequence():
         # BOS (0) may also be emitted by the table; forbid it so the search space matches
         table[..., BOS] = -1e9
         best_lp = sequence_log_prob(table, best)
-        tokens, log_prob = beam_search(table_step_fn(table), BOS, EOS, max_len, beam_size=16)
+        tokens, log_prob = beam_search(table_step_fn(table), BOS, EOS, max_new_tokens, beam_size=16)
         assert tokens.tolist() == best
         assert log_prob == pytest.approx(best_lp, abs=1e-5)
 
@@ -158,9 +158,9 @@ def test_model_helpers_decode_a_model():
     done = torch.cumsum(prefix[:, 1:] == tok.eos_id, dim=1) > 0
     expected = prefix[:, 1:].masked_fill(torch.roll(done, 1, 1) & done, tok.eos_id)
     assert torch.equal(greedy, expected)
-    texts = translate(model, tok, ["3 Mar 2021", "the 1st of May 1999"], max_len=5)
+    texts = translate(model, tok, ["3 Mar 2021", "the 1st of May 1999"], max_new_tokens=5)
     assert texts == [tok.decode(strip_special(row, tok.eos_id)) for row in greedy]
-    beams = translate(model, tok, ["3 Mar 2021"], max_len=5, beam_size=3)
+    beams = translate(model, tok, ["3 Mar 2021"], max_new_tokens=5, beam_size=3)
     assert isinstance(beams[0], str)
     with pytest.raises(TypeError, match="texts"):
         translate(model, tok, "3 Mar 2021")

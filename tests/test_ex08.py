@@ -67,11 +67,11 @@ def shift_right_new(targets, bos_id):
     return out
 
 
-def greedy_full_length(step_fn, batch_size, bos_id, eos_id, max_len):
+def greedy_full_length(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
     """Never stops early; forces eos on finished rows."""
     prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
     done = torch.zeros(batch_size, dtype=torch.bool)
-    for _ in range(max_len):
+    for _ in range(max_new_tokens):
         token = step_fn(prefix)[:, -1, :].argmax(-1)
         token = torch.where(done, torch.full_like(token, eos_id), token)
         done = done | (token == eos_id)
@@ -79,9 +79,9 @@ def greedy_full_length(step_fn, batch_size, bos_id, eos_id, max_len):
     return prefix[:, 1:]
 
 
-def greedy_python_lists(step_fn, batch_size, bos_id, eos_id, max_len):
+def greedy_python_lists(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
     rows = [[bos_id] for _ in range(batch_size)]
-    for _ in range(max_len):
+    for _ in range(max_new_tokens):
         logits = step_fn(torch.tensor(rows))
         for i, row in enumerate(rows):
             row.append(
@@ -184,10 +184,10 @@ def ls_calling_reference(logits, target, smoothing, ignore_index):
     return train.label_smoothing_loss(logits, target, smoothing, ignore_index)
 
 
-def greedy_calling_reference(step_fn, batch_size, bos_id, eos_id, max_len):
+def greedy_calling_reference(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
     from course_lib import decoding
 
-    return decoding.greedy_decode(step_fn, batch_size, bos_id, eos_id, max_len)
+    return decoding.greedy_decode(step_fn, batch_size, bos_id, eos_id, max_new_tokens)
 
 
 @pytest.mark.parametrize(
@@ -230,12 +230,12 @@ def test_table_step_fn_rejects_a_prefix_without_bos():
     assert step_fn(torch.ones(2, 3, dtype=torch.long)).shape == (2, 3, 5)
     with pytest.raises(ValueError, match="<bos>"):
         step_fn(torch.zeros(2, 1, dtype=torch.long))
-    with pytest.raises(ValueError, match="max_len"):
+    with pytest.raises(ValueError, match="max_new_tokens"):
         step_fn(torch.ones(2, 5, dtype=torch.long))
 
 
 def test_greedy_cases_exercise_the_eos_rule():
-    """At least one case has a row that finishes before max_len and would go on without eos."""
+    """A case has a row that finishes before max_new_tokens and would go on without eos."""
     task = get_task("ex08.greedy_decode")
     cases = task.cases(torch.Generator().manual_seed(0))
     finished_early = 0

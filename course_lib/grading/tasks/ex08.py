@@ -335,7 +335,7 @@ class TableStepFn:
     indexed by (row, position, last token), so the result depends on the whole history."""
 
     def __init__(self, table: torch.Tensor, bos_id: int):
-        self.table, self.bos_id = table, bos_id  # table (batch, max_len, vocab, vocab)
+        self.table, self.bos_id = table, bos_id  # table (batch, max_new_tokens, vocab, vocab)
 
     def __call__(self, prefix):
         if not isinstance(prefix, torch.Tensor) or prefix.dim() != 2:
@@ -350,8 +350,8 @@ class TableStepFn:
             )
         if t > self.table.shape[1]:
             raise ValueError(
-                f"step_fn got a prefix of length {t}, more than <bos> + max_len "
-                f"tokens: stop after max_len steps"
+                f"step_fn got a prefix of length {t}, more than <bos> + max_new_tokens "
+                f"tokens: stop after max_new_tokens steps"
             )
         if (prefix[:, 0] != self.bos_id).any():
             raise ValueError(f"every prefix must start with <bos> (id {self.bos_id})")
@@ -364,19 +364,19 @@ class TableStepFn:
         return self.table[rows, positions, prefix]  # (batch, t, vocab)
 
 
-def _greedy_no_stop(step_fn, batch_size, bos_id, eos_id, max_len):
+def _greedy_no_stop(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
     prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
-    for _ in range(max_len):
+    for _ in range(max_new_tokens):
         token = step_fn(prefix)[:, -1].argmax(dim=-1)
         prefix = torch.cat([prefix, token[:, None]], dim=1)
     return prefix[:, 1:]
 
 
 def _greedy_variant(pick, keep_bos=False, pad=True):
-    def greedy(step_fn, batch_size, bos_id, eos_id, max_len):
+    def greedy(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
         prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
         done = torch.zeros(batch_size, dtype=torch.bool)
-        for _ in range(max_len):
+        for _ in range(max_new_tokens):
             if done.all():
                 break
             token = pick(step_fn(prefix)).masked_fill(done, eos_id)
@@ -384,7 +384,7 @@ def _greedy_variant(pick, keep_bos=False, pad=True):
             done |= token == eos_id
         out = prefix if keep_bos else prefix[:, 1:]
         if pad:
-            fill = torch.full((batch_size, max_len - prefix.shape[1] + 1), eos_id)
+            fill = torch.full((batch_size, max_new_tokens - prefix.shape[1] + 1), eos_id)
             out = torch.cat([out, fill], dim=1)
         return out
 
@@ -402,13 +402,13 @@ class GreedyDecode(Task):
             description,
             batch,
             vocab,
-            max_len,
+            max_new_tokens,
             bos_id=1,
             eos_id=2,
             eos_bias=0.0,
             dtype=torch.float32,
         ):
-            table = randn(gen, batch, max_len + 1, vocab, vocab, dtype=dtype)
+            table = randn(gen, batch, max_new_tokens + 1, vocab, vocab, dtype=dtype)
             table[..., eos_id] += eos_bias
             table[:, :, eos_id, eos_id] -= 3.0  # after <eos> the table prefers other tokens
             return Case(
@@ -418,16 +418,20 @@ class GreedyDecode(Task):
                     "batch_size": batch,
                     "bos_id": bos_id,
                     "eos_id": eos_id,
-                    "max_len": max_len,
+                    "max_new_tokens": max_new_tokens,
                 },
             )
 
         return [
             case(
-                "batch 4, vocab 12, max_len 8: rows end at different steps", 4, 12, 8, eos_bias=1.0
+                "batch 4, vocab 12, max_new_tokens 8: rows end at different steps",
+                4,
+                12,
+                8,
+                eos_bias=1.0,
             ),
             case(
-                "batch 6, vocab 13, max_len 10, bos 0 and eos 5",
+                "batch 6, vocab 13, max_new_tokens 10, bos 0 and eos 5",
                 6,
                 13,
                 10,
@@ -435,23 +439,35 @@ class GreedyDecode(Task):
                 eos_id=5,
                 eos_bias=1.5,
             ),
-            case("batch 3, vocab 8, max_len 6: <eos> is never chosen", 3, 8, 6, eos_bias=-100.0),
-            case("batch 5, vocab 15, max_len 12: every row ends early", 5, 15, 12, eos_bias=4.0),
             case(
-                "float64 logits, batch 2, vocab 8, max_len 5",
+                "batch 3, vocab 8, max_new_tokens 6: <eos> is never chosen",
+                3,
+                8,
+                6,
+                eos_bias=-100.0,
+            ),
+            case(
+                "batch 5, vocab 15, max_new_tokens 12: every row ends early",
+                5,
+                15,
+                12,
+                eos_bias=4.0,
+            ),
+            case(
+                "float64 logits, batch 2, vocab 8, max_new_tokens 5",
                 2,
                 8,
                 5,
                 eos_bias=1.0,
                 dtype=torch.float64,
             ),
-            case("batch 1, vocab 6, max_len 1", 1, 6, 1),
+            case("batch 1, vocab 6, max_new_tokens 1", 1, 6, 1),
         ]
 
     def call(self, obj, case):
         d = case.data
         step_fn = TableStepFn(d["table"], d["bos_id"])
-        return obj(step_fn, d["batch_size"], d["bos_id"], d["eos_id"], d["max_len"])
+        return obj(step_fn, d["batch_size"], d["bos_id"], d["eos_id"], d["max_new_tokens"])
 
     def compare(self, got, want, case):
         if isinstance(got, torch.Tensor) and got.dtype in (torch.int32, torch.int16):
@@ -477,12 +493,13 @@ class GreedyDecode(Task):
             ),
             (
                 _greedy_variant(lambda logits: logits[:, -1].argmax(dim=-1), keep_bos=True),
-                "return the generated tokens without the leading <bos> (shape (batch, max_len))",
+                "return the generated tokens without the leading <bos> "
+                "(shape (batch, max_new_tokens))",
             ),
             (
                 _greedy_variant(lambda logits: logits[:, -1].argmax(dim=-1), pad=False),
                 "when every row finishes early, fill the remaining positions with eos_id so that "
-                "the result is (batch, max_len)",
+                "the result is (batch, max_new_tokens)",
             ),
         ]
 
