@@ -138,7 +138,7 @@ class LayerNorm(nn.Module):
     @door
     def forward(self, x: Tensor) -> Tensor:
         if at_the_door():
-            check_features(x, "x", self.d_model, "LayerNorm")
+            check_features(x, "x", self.d_model, "this LayerNorm")
         return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
@@ -177,7 +177,7 @@ class FeedForward(nn.Module):
     @door
     def forward(self, x: Tensor) -> Tensor:
         if at_the_door():
-            check_features(x, "x", self.d_model, "feed-forward")
+            check_features(x, "x", self.d_model, "this feed-forward")
         hidden = _ACTIVATIONS[self.activation](self.linear1(x))  # (..., d_ff)
         return self.linear2(self.dropout(hidden))  # (..., d_model)
 

@@ -24,7 +24,13 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .validation import check_non_negative_int, check_positive_int, check_qkv, check_tensor
+from .validation import (
+    check_non_negative_int,
+    check_positive_int,
+    check_qkv,
+    check_size,
+    check_tensor,
+)
 
 __all__ = [
     "tiled_attention",
@@ -211,11 +217,8 @@ def performer_attention(
         ).to(q.device)
     else:
         check_tensor(projection, "projection", ndim=2, shape_hint="(num_features, d_k)")
-        if projection.shape[1] != d_k:
-            raise ValueError(
-                f"projection has {projection.shape[1]} columns but q has "
-                f"d_k={d_k}; it must be (num_features, d_k)"
-            )
+        why = f"q has d_k={d_k}; it must be (num_features, d_k)"
+        check_size(projection, "projection", 1, d_k, "columns", why)
         projection = projection.to(q.dtype)
     scale = d_k**-0.25
     phi_q = performer_features(q * scale, projection, is_query=True)  # (..., n_q, m)

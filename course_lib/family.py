@@ -8,8 +8,8 @@
     ViT                   an image cut into patches (`patchify`), each patch a token, an
                           encoder and a classifier on an extra [CLS] token: `VisionTransformer`
 
-`MaskedLM` and `VisionTransformer` are lesson 07's pre-norm `EncoderLayer`s with an embedding
-in front and a linear layer behind, nothing more.
+`MaskedLM` and `VisionTransformer` are lesson 07's `Encoder` of pre-norm `EncoderLayer`s with an
+embedding in front and a linear layer behind, nothing more.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .blocks import EncoderLayer, LayerNorm
+from .blocks import Encoder, EncoderLayer, LayerNorm
 from .validation import check_floating, check_ids, check_positive_int, check_tensor
 
 __all__ = ["IGNORE_INDEX", "mlm_mask", "patchify", "MaskedLM", "VisionTransformer"]
@@ -88,19 +88,21 @@ def patchify(images: Tensor, patch_size: int) -> Tensor:
     return x.reshape(batch, rows * cols, channels * patch_size * patch_size)
 
 
-def _encoder_layers(
+def _pre_norm_encoder(
     d_model: int, num_heads: int, num_layers: int, d_ff: int | None, dropout: float
-) -> nn.ModuleList:
-    return nn.ModuleList(
-        EncoderLayer(
+) -> Encoder:
+    """Lesson 07's Encoder: pre-norm GELU layers (no causal mask), then a final LayerNorm."""
+    return Encoder(
+        lambda: EncoderLayer(
             d_model,
             num_heads,
             d_ff or 4 * d_model,
             dropout=dropout,
             norm_first=True,
             activation="gelu",
-        )
-        for _ in range(num_layers)
+        ),
+        num_layers,
+        LayerNorm(d_model),
     )
 
 
@@ -128,8 +130,7 @@ class MaskedLM(nn.Module):
         self.vocab_size, self.max_len = vocab_size, max_len
         self.token_embedding = nn.Embedding(vocab_size, d_model)
         self.position_embedding = nn.Embedding(max_len, d_model)
-        self.layers = _encoder_layers(d_model, num_heads, num_layers, d_ff, dropout)
-        self.norm = LayerNorm(d_model)
+        self.encoder = _pre_norm_encoder(d_model, num_heads, num_layers, d_ff, dropout)
         self.lm_head = nn.Linear(d_model, vocab_size)
 
     def forward(self, ids: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -138,9 +139,7 @@ class MaskedLM(nn.Module):
             raise ValueError(f"ids has {ids.shape[1]} tokens but max_len={self.max_len}")
         positions = torch.arange(ids.shape[1], device=ids.device)  # (seq,)
         x = self.token_embedding(ids) + self.position_embedding(positions)  # (batch, seq, d)
-        for layer in self.layers:
-            x = layer(x, mask)  # bidirectional: no causal mask
-        return self.lm_head(self.norm(x))  # (batch, seq, vocab_size)
+        return self.lm_head(self.encoder(x, mask))  # bidirectional: (batch, seq, vocab_size)
 
 
 class VisionTransformer(nn.Module):
@@ -181,8 +180,7 @@ class VisionTransformer(nn.Module):
         self.patch_embedding = nn.Linear(channels * patch_size**2, d_model)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, d_model))
         self.position_embedding = nn.Parameter(torch.randn(1, self.num_patches + 1, d_model) * 0.02)
-        self.layers = _encoder_layers(d_model, num_heads, num_layers, d_ff, dropout)
-        self.norm = LayerNorm(d_model)
+        self.encoder = _pre_norm_encoder(d_model, num_heads, num_layers, d_ff, dropout)
         self.head = nn.Linear(d_model, num_classes)
 
     def forward(self, images: Tensor) -> Tensor:
@@ -197,6 +195,4 @@ class VisionTransformer(nn.Module):
         tokens = self.patch_embedding(patchify(images, self.patch_size))  # (b, patches, d)
         cls = self.cls_token.expand(images.shape[0], -1, -1)  # (batch, 1, d_model)
         x = torch.cat([cls, tokens], dim=1) + self.position_embedding  # (b, 1 + patches, d)
-        for layer in self.layers:
-            x = layer(x)
-        return self.head(self.norm(x[:, 0]))  # (batch, num_classes) from [CLS]
+        return self.head(self.encoder(x)[:, 0])  # (batch, num_classes) from [CLS]

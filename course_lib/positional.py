@@ -27,6 +27,7 @@ from .validation import (
     check_floating,
     check_positions_input,
     check_positive_int,
+    check_size,
     check_tensor,
     door,
 )
@@ -116,11 +117,8 @@ def apply_rope(x: Tensor, positions: Tensor | None = None) -> Tensor:
         positions = torch.arange(seq_len)
     else:
         check_tensor(positions, "positions", ndim=1, shape_hint="(seq,)")
-        if positions.shape[0] != seq_len:
-            raise ValueError(
-                f"positions has {positions.shape[0]} entries but x has seq={seq_len} "
-                f"(x has shape {tuple(x.shape)}); give one position per token"
-            )
+        why = f"x has seq={seq_len} (x has shape {tuple(x.shape)}); give one position per token"
+        check_size(positions, "positions", 0, seq_len, "entries", why)
         if positions.dtype == torch.bool or positions.is_complex():
             raise TypeError(f"positions must hold ints or floats, got {positions.dtype}")
     angles = positions.detach().to("cpu", torch.float64)[:, None] * sinusoid_frequencies(d)

@@ -36,6 +36,7 @@ __all__ = [
     "check_bool_mask",
     "check_floating",
     "check_features",
+    "check_size",
     "check_same_batch",
     "check_attention_mask",
     "check_attention_inputs",
@@ -131,13 +132,7 @@ def check_sequence(
     """Check that `x` is a floating (batch, seq, d_model) tensor with the d_model of `owner`."""
     hint = f"(batch, {seq}, d_model={d_model})"
     check_tensor(x, name, ndim=3, shape_hint=hint)
-    check_floating(x, name)
-    if x.shape[-1] != d_model:
-        raise ValueError(
-            f"{name} has {x.shape[-1]} features but {owner} has d_model={d_model} "
-            f"(expected {hint}, got shape {_shape(x)})"
-        )
-    return x
+    return check_features(x, name, d_model, owner, hint)
 
 
 def check_dropout(dropout: object) -> float:
@@ -210,14 +205,7 @@ def check_bool_mask(mask: object, name: str, target_shape: Sequence[int], target
 
     `target` describes the shape in words, e.g. "(..., n_q, n_k)".
     """
-    if not isinstance(mask, Tensor):
-        raise TypeError(f"{name} must be a boolean torch.Tensor, got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
-        raise TypeError(
-            f"{name} must have dtype bool (True = may attend), got "
-            f"{str(mask.dtype).replace('torch.', '')}; build it with a comparison such as "
-            f"ids != pad_id, or convert with {name}.bool()"
-        )
+    check_boolean(mask, name)
     try:
         torch.broadcast_shapes(tuple(mask.shape), tuple(target_shape))
     except RuntimeError:
@@ -228,14 +216,24 @@ def check_bool_mask(mask: object, name: str, target_shape: Sequence[int], target
     return mask
 
 
-def check_features(x: object, name: str, d: int, what: str) -> Tensor:
-    """Check that `x` is a floating (..., d) tensor: the input of a per-token layer (`what`)."""
-    check_tensor(x, name, min_ndim=1, shape_hint=f"(..., d={d})")
+def check_size(x: Tensor, name: str, dim: int, size: int, unit: str, reason: str) -> None:
+    """Check that dimension `dim` of `x` has `size` entries; else "NAME has N UNIT but REASON"."""
+    if x.shape[dim] != size:
+        raise ValueError(f"{name} has {x.shape[dim]} {unit} but {reason}")
+
+
+def check_features(
+    x: object, name: str, d_model: int, owner: str = "this layer", shape_hint: str = ""
+) -> Tensor:
+    """Check that `x` is a floating tensor whose last dimension is the d_model of `owner` (a
+    per-token layer takes any (..., d_model); `shape_hint` names a stricter expected shape)."""
+    hint = shape_hint or f"(..., d_model={d_model})"
+    check_tensor(x, name, min_ndim=1, shape_hint=hint)
     check_floating(x, name)
-    if x.shape[-1] != d:
+    if x.shape[-1] != d_model:
         raise ValueError(
-            f"{name} has {x.shape[-1]} features but this {what} has d_model={d} "
-            f"(in its last dimension; {name} shape {_shape(x)})"
+            f"{name} has {x.shape[-1]} features but {owner} has d_model={d_model} "
+            f"(expected {hint}, got shape {_shape(x)})"
         )
     return x
 
@@ -405,7 +403,8 @@ def check_boolean(mask: object, name: str) -> Tensor:
     if mask.dtype != torch.bool:
         raise TypeError(
             f"{name} must have dtype bool (True = may attend), got "
-            f"{str(mask.dtype).replace('torch.', '')}"
+            f"{str(mask.dtype).replace('torch.', '')}; build it with a comparison such as "
+            f"ids != pad_id, or convert with {name}.bool()"
         )
     return mask
 

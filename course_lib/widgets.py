@@ -22,6 +22,7 @@ query and its top attended keys (the same text as `AttentionExplorer.status_text
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import anywidget
@@ -240,6 +241,15 @@ _CSS = r"""
 """
 
 
+def _synced_index(proposal: dict, low: float, high: float, rule: str) -> int:
+    """The proposed value of a synced index if low <= value < high, else a TraitError: RULE, got V
+    (the browser can set these traits too, so they are checked on every change)."""
+    value = proposal["value"]
+    if not low <= value < high:
+        raise traitlets.TraitError(f"{rule}, got {value}")
+    return value
+
+
 class AttentionExplorer(anywidget.AnyWidget):
     """Choose (hover, click) a query token and see where it attends.
 
@@ -283,29 +293,18 @@ class AttentionExplorer(anywidget.AnyWidget):
 
     @traitlets.validate("selected")
     def _check_selected(self, proposal):
-        value = proposal["value"]
-        if not -1 <= value < len(self.tokens):
-            raise traitlets.TraitError(
-                f"selected must be a query index in 0..{len(self.tokens) - 1} (or -1 for none), "
-                f"got {value}"
-            )
-        return value
+        n = len(self.tokens)
+        why = f"selected must be a query index in 0..{n - 1} (or -1 for none)"
+        return _synced_index(proposal, -1, n, why)
 
     @traitlets.validate("head")
     def _check_head(self, proposal):
-        value = proposal["value"]
-        if not 0 <= value < max(1, len(self.weights)):
-            raise traitlets.TraitError(
-                f"head must be in 0..{len(self.weights) - 1} (num_heads={len(self.weights)}), "
-                f"got {value}"
-            )
-        return value
+        h = len(self.weights)
+        return _synced_index(proposal, 0, max(1, h), f"head must be in 0..{h - 1} (num_heads={h})")
 
     @traitlets.validate("top_k")
     def _check_top_k(self, proposal):
-        if proposal["value"] <= 0:
-            raise traitlets.TraitError(f"top_k must be positive, got {proposal['value']}")
-        return proposal["value"]
+        return _synced_index(proposal, 1, math.inf, "top_k must be positive")
 
     # -- what Python can ask and do --------------------------------------------------------------
 

@@ -638,21 +638,14 @@ def main(argv: list[str] | None = None) -> int:
             f"--cell-timeout must be positive and at most --timeout ({args.timeout:g} s), "
             f"got {args.cell_timeout:g}"
         )
+    options = vars(args)  # every other option is a keyword of grade(), under the same name
+    paths, out = options.pop("paths"), options.pop("out")
     try:
-        grade(
-            args.paths,
-            args.out,
-            timeout=args.timeout,
-            jobs=args.jobs,
-            seed=args.seed,
-            memory_mb=args.memory_mb,
-            max_output_kb=args.max_output_kb,
-            cell_timeout=args.cell_timeout,
-        )
+        grade(paths, out, **options)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {args.out / 'scores.csv'} and {args.out / 'scores.json'}")
+    print(f"wrote {out / 'scores.csv'} and {out / 'scores.json'}")
     return 0
 
 

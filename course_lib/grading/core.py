@@ -39,6 +39,7 @@ __all__ = [
     "run_cases",
     "judge",
     "resolve",
+    "watched_calls",
     "load_weights",
     "learner_namespace",
     "GradingError",
@@ -286,13 +287,9 @@ def learner_namespace(obj: Any) -> dict:
     return {}
 
 
-def run_cases(task: Task, obj: Any, cases: list[Case], namespace: dict | None = None) -> dict:
-    """Run a learner's object on every case; returns plain outcomes and the watched calls seen.
-
-    Seen are the forbidden calls, the reference, and the learner's own versions of the tasks in
-    `task.depends_on` (as "uses:NAME"), found in `namespace` (by default the globals `obj` was
-    defined in). This is the only part of grading that runs learner code. It makes no judgement.
-    """
+def watched_calls(task: Task) -> dict[str, Any]:
+    """The functions a learner's code is watched calling: the task's forbidden ones and its
+    reference, by dotted name (a name that does not resolve in this install is skipped)."""
     watched = {}
     for name in (*task.forbidden, task.reference):
         if name:
@@ -300,6 +297,17 @@ def run_cases(task: Task, obj: Any, cases: list[Case], namespace: dict | None = 
                 watched[name] = resolve(name)
             except (ImportError, AttributeError):
                 pass
+    return watched
+
+
+def run_cases(task: Task, obj: Any, cases: list[Case], namespace: dict | None = None) -> dict:
+    """Run a learner's object on every case; returns plain outcomes and the watched calls seen.
+
+    Seen are the forbidden calls, the reference, and the learner's own versions of the tasks in
+    `task.depends_on` (as "uses:NAME"), found in `namespace` (by default the globals `obj` was
+    defined in). This is the only part of grading that runs learner code. It makes no judgement.
+    """
+    watched = watched_calls(task)
     namespace = learner_namespace(obj) if namespace is None else namespace
     for name in task.depends_on:
         own = namespace.get(name)

@@ -79,7 +79,15 @@ from typing import Any
 import torch
 
 from . import NOTEBOOK_SEED
-from .core import Task, _judge_one, _outcome_of, _Watcher, all_tasks, get_task, resolve
+from .core import (
+    Task,
+    _judge_one,
+    _outcome_of,
+    _Watcher,
+    all_tasks,
+    get_task,
+    watched_calls,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 EQUIVALENTS_PATH = Path(__file__).resolve().parent / "equivalent_mutants.json"
@@ -696,15 +704,8 @@ def make_suite(task: Task, seed: int) -> Suite:
 
 def first_failure(task: Task, obj: Any, suite: Suite) -> str | None:
     """None when `obj` passes every case of the suite, else why the first failing case fails."""
-    watched = {}
-    for name in (*task.forbidden, task.reference):
-        if name:
-            try:
-                watched[name] = resolve(name)
-            except (ImportError, AttributeError):
-                pass
     judge = _NoHints(task, suite.wants)
-    watcher = _Watcher(watched)
+    watcher = _Watcher(watched_calls(task))
     for case in suite.cases:
         run = copy.deepcopy(case)  # a mutant may write into its inputs: the suite's stay intact
         judge._wants[id(run)] = suite.wants[id(case)]
@@ -1032,15 +1033,9 @@ def main(argv: list[str] | None = None) -> int:
         help="also list the surviving mutants recorded as equivalent, with why",
     )
     args = parser.parse_args(argv)
+    options = vars(args)  # every other option is a keyword of run(), under the same name
     try:
-        reports = run(
-            args.tasks,
-            seed=args.seed,
-            hidden_seeds=args.hidden_seeds,
-            sample=args.sample,
-            timeout=args.timeout,
-            list_equivalent=args.list_equivalent,
-        )
+        reports = run(options.pop("tasks"), **options)
     except KeyError as e:
         print(e.args[0], file=sys.stderr)
         return 2
