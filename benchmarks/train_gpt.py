@@ -4,6 +4,7 @@
     python benchmarks/train_gpt.py --seconds 180 --preset nanogpt-fitted  # nanoGPT's CPU recipe
     python benchmarks/train_gpt.py --seconds 60 --corpus input.txt        # any UTF-8 text file
     python benchmarks/train_gpt.py --seconds 180 --tokenizer bpe --vocab-size 512
+    python benchmarks/train_gpt.py --preset lesson-09 --steps 700         # lesson 09's run
 
 The last line printed is JSON:
     val_loss           mean cross-entropy in nats per TOKEN over the WHOLE validation split
@@ -30,7 +31,13 @@ For the char tokenizer that is val_loss / ln 2. A BPE token stands for several c
 its loss per token is higher while its loss per character may be lower. (The model's context
 is block_size TOKENS: a BPE model sees more characters of context.)
 
-Presets (all run the same course_lib code, only the recipe differs):
+Presets (all run the same course_lib code, only the recipe differs; each is written once, in
+course_lib.train.GPT_RECIPES, where lesson 09 and tools/train_checkpoint.py read theirs too):
+  lesson-09       lesson 09's live run: nanoGPT's model, batch 16, AdamW lr 3e-3, 50 warm-up
+                  steps, a cosine to 3e-4; `--preset lesson-09 --steps 700` is the lesson's run.
+  checkpoint      the GPT shipped in course_lib/data: 6 blocks of width 192, context 256, batch
+                  8, lr 2e-3, weight decay 0.3, a straight line to 0 (`--steps 3500` is its run;
+                  tools/train_checkpoint.py also records a validation curve and saves it).
   nanogpt-fitted  nanoGPT's README recipe for a CPU: 4 layers, 4 heads, d_model 128, block 64,
                   batch 12, no dropout, no biases, tied embeddings, learned positions, AdamW
                   lr 1e-3, betas (0.9, 0.99), weight decay 0.1 on the matrices only, gradient
@@ -112,67 +119,18 @@ from course_lib.datasets import load_shakespeare, window_batches  # noqa: E402
 from course_lib.gpt import GPT, GPTConfig  # noqa: E402
 from course_lib.text import CharTokenizer  # noqa: E402
 from course_lib.train import (  # noqa: E402
-    WarmupCosine,
-    WarmupLinear,
+    GPT_RECIPES,
     evaluate_loss,
+    gpt_optimizer,
+    gpt_schedule,
     lm_loss,
     train,
 )
 
-# nanoGPT's small CPU model: no dropout, no biases, tied embeddings, learned positions
-NANOGPT_CPU_MODEL = dict(
-    block_size=64,
-    d_model=128,
-    num_heads=4,
-    num_layers=4,
-    dropout=0.0,
-    bias=False,
-    tie_weights=True,
-    positions="learned",
-)
-
-# lesson 09's model: nanoGPT's sizes, with rotary positions, ReLU squared in the feed-forward
-# and twice the context (the ablation section of lesson 09 measures each change)
-LESSON_MODEL = dict(NANOGPT_CPU_MODEL, block_size=128, positions="rope", activation="relu2")
-
-# decay_steps: the step at which the cosine reaches min_lr; None fits it to the budget (the
-# time, or --steps when given). The optimizer is AdamW with weight decay on matrices only.
-PRESETS = {
-    "nanogpt-fitted": dict(
-        model=NANOGPT_CPU_MODEL,
-        batch_size=12,
-        max_lr=1e-3,
-        min_lr=1e-4,
-        warmup_steps=100,
-        decay_steps=None,
-        betas=(0.9, 0.99),
-        weight_decay=0.1,
-        clip=1.0,
-    ),
-    "nanogpt-cpu": dict(
-        model=NANOGPT_CPU_MODEL,
-        batch_size=12,
-        max_lr=1e-3,
-        min_lr=1e-4,
-        warmup_steps=100,
-        decay_steps=2000,
-        betas=(0.9, 0.99),
-        weight_decay=0.1,
-        clip=1.0,
-    ),
-    "lesson": dict(
-        model=LESSON_MODEL,
-        batch_size=8,
-        max_lr=3e-3,
-        min_lr=0.0,
-        warmup_steps=20,
-        decay_steps=None,
-        schedule="linear",
-        betas=(0.9, 0.99),
-        weight_decay=0.1,
-        clip=1.0,
-    ),
-}
+# the presets are course_lib.train.GPT_RECIPES: lesson 09 and tools/train_checkpoint.py read theirs
+# from the same place (decay_steps: the step at which the schedule reaches min_lr; None fits it
+# to the budget, the time or --steps when given)
+PRESETS = GPT_RECIPES
 
 VAL_FRACTION = 0.1
 DEFAULT_BPE_VOCAB = 512
@@ -206,32 +164,14 @@ def make_tokenizer(
 # ---------------------------------------------------------------------------------------------
 
 
-def make_optimizer(model: torch.nn.Module, recipe: dict) -> torch.optim.AdamW:
-    """AdamW with weight decay on the matrices only (not on norms or biases), as nanoGPT."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    groups = [
-        {"params": decay, "weight_decay": recipe["weight_decay"]},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=recipe["max_lr"], betas=recipe["betas"])
-
-
 def build(recipe: dict, vocab_size: int, seconds: float, steps: int | None = None):
     """-> (model, optimizer, schedule) for one preset's recipe."""
     model = GPT(GPTConfig(vocab_size=vocab_size, **recipe["model"]))
-    optimizer = make_optimizer(model, recipe)
-    if recipe["decay_steps"] is not None:  # a fixed schedule, whatever the budget
-        budget = dict(total_steps=recipe["decay_steps"])
-    elif steps is not None:  # fitted to the number of steps
-        budget = dict(total_steps=steps)
+    optimizer = gpt_optimizer(model, recipe)
+    if steps is not None:  # fitted to the number of steps (unless the recipe fixes its decay)
+        schedule = gpt_schedule(optimizer, recipe, total_steps=steps)
     else:  # fitted to the time: min_lr when the time is up
-        budget = dict(total_seconds=seconds)
-    shape = WarmupLinear if recipe.get("schedule") == "linear" else WarmupCosine
-    schedule = shape(
-        optimizer, recipe["max_lr"], recipe["min_lr"], recipe["warmup_steps"], **budget
-    )
+        schedule = gpt_schedule(optimizer, recipe, total_seconds=seconds)
     return model, optimizer, schedule
 
 

@@ -9,7 +9,10 @@
     noam_scheduler        that schedule as a torch LambdaLR (optimizer built with lr=1.0),
                           optionally with a linear cool-down to 0 over the end of a short run
     WarmupCosine          lesson 09's schedule: linear warm-up, then a cosine down to min_lr at
-                          the end of a step or a time budget
+                          the end of a step or a time budget (WarmupLinear: a straight line)
+    GPT_RECIPES           every GPT the course trains (lesson 09, the benchmark, the shipped
+                          checkpoint): its sizes, batch, optimizer and schedule, written once;
+                          gpt_optimizer and gpt_schedule build what a recipe says
     train                 a generic loop: batch -> loss_fn(model, batch) -> backward -> step,
                           with a tqdm progress bar, optional clipping, a step or time budget,
                           returning a `TrainHistory` (loss and learning rate per step)
@@ -53,6 +56,10 @@ __all__ = [
     "evaluate_loss",
     "WarmupCosine",
     "WarmupLinear",
+    "NANOGPT_CPU_MODEL",
+    "GPT_RECIPES",
+    "gpt_optimizer",
+    "gpt_schedule",
 ]
 
 
@@ -208,6 +215,150 @@ class WarmupLinear(WarmupCosine):
     def lr_at(self, progress: float) -> float:
         progress = min(max(progress, 0.0), 1.0)
         return self.max_lr + (self.min_lr - self.max_lr) * progress
+
+
+# --------------------------------------------------------------------------------------------
+# GPT recipes (lesson 09): a model and how to train it, written once
+# --------------------------------------------------------------------------------------------
+
+# nanoGPT's small CPU model (its README's recipe for a laptop): no dropout, no biases, tied
+# embeddings, learned positions; GPTConfig's fields, all but vocab_size
+NANOGPT_CPU_MODEL = dict(
+    block_size=64,
+    d_model=128,
+    num_heads=4,
+    num_layers=4,
+    dropout=0.0,
+    bias=False,
+    tie_weights=True,
+    positions="learned",
+)
+
+# Every GPT that the course trains, in one place: lesson 09, benchmarks/train_gpt.py (its
+# --preset) and tools/train_checkpoint.py read their recipe from here. A recipe is
+#   model         GPTConfig's fields, all but vocab_size
+#   batch_size    windows of block_size tokens a step
+#   max_lr, min_lr, warmup_steps, schedule, decay_steps
+#                 a linear warm-up to max_lr, then a "cosine" or a "linear" fall to min_lr that
+#                 ends at step decay_steps, or (None) with the run's budget (`gpt_schedule`)
+#   betas, weight_decay
+#                 AdamW's, the decay on the matrices only (`gpt_optimizer`)
+#   clip          the gradient-norm clipping
+#   steps         the length of the run where the recipe fixes it (None: the caller's budget)
+GPT_RECIPES = {
+    # lesson 09's live run: nanoGPT's model, 700 steps of 16 windows (about a minute)
+    "lesson-09": dict(
+        model=NANOGPT_CPU_MODEL,
+        batch_size=16,
+        max_lr=3e-3,
+        min_lr=3e-4,
+        warmup_steps=50,
+        schedule="cosine",
+        decay_steps=None,
+        betas=(0.9, 0.99),
+        weight_decay=0.1,
+        clip=1.0,
+        steps=700,
+    ),
+    # the benchmark's default: the two changes that lesson 09's ablation ladder measures
+    # (rotary positions, ReLU squared), twice the context at half the batch, a line to zero
+    "lesson": dict(
+        model=dict(NANOGPT_CPU_MODEL, block_size=128, positions="rope", activation="relu2"),
+        batch_size=8,
+        max_lr=3e-3,
+        min_lr=0.0,
+        warmup_steps=20,
+        schedule="linear",
+        decay_steps=None,
+        betas=(0.9, 0.99),
+        weight_decay=0.1,
+        clip=1.0,
+        steps=None,
+    ),
+    # nanoGPT's CPU recipe, its cosine fitted to the budget
+    "nanogpt-fitted": dict(
+        model=NANOGPT_CPU_MODEL,
+        batch_size=12,
+        max_lr=1e-3,
+        min_lr=1e-4,
+        warmup_steps=100,
+        schedule="cosine",
+        decay_steps=None,
+        betas=(0.9, 0.99),
+        weight_decay=0.1,
+        clip=1.0,
+        steps=None,
+    ),
+    # the same with nanoGPT's own fixed cosine (--lr_decay_iters=2000), whatever the budget
+    "nanogpt-cpu": dict(
+        model=NANOGPT_CPU_MODEL,
+        batch_size=12,
+        max_lr=1e-3,
+        min_lr=1e-4,
+        warmup_steps=100,
+        schedule="cosine",
+        decay_steps=2000,
+        betas=(0.9, 0.99),
+        weight_decay=0.1,
+        clip=1.0,
+        steps=None,
+    ),
+    # the GPT shipped in course_lib/data (lesson 09's last section): 6 blocks of width 192,
+    # a context of 256 characters, 3,500 steps (tools/train_checkpoint.py says why these)
+    "checkpoint": dict(
+        model=dict(
+            NANOGPT_CPU_MODEL,
+            block_size=256,
+            d_model=192,
+            num_heads=6,
+            num_layers=6,
+            positions="rope",
+            activation="relu2",
+        ),
+        batch_size=8,
+        max_lr=2e-3,
+        min_lr=0.0,
+        warmup_steps=100,
+        schedule="linear",
+        decay_steps=None,
+        betas=(0.9, 0.99),
+        weight_decay=0.3,
+        clip=1.0,
+        steps=3500,
+    ),
+}
+
+
+def gpt_optimizer(model: nn.Module, recipe: dict) -> torch.optim.AdamW:
+    """AdamW with the recipe's weight decay on the matrices only, as nanoGPT: the embeddings
+    and the linear layers' weights decay; biases and LayerNorm gains (vectors) do not."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": recipe["weight_decay"]},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=recipe["max_lr"], betas=recipe["betas"])
+
+
+def gpt_schedule(
+    optimizer: torch.optim.Optimizer,
+    recipe: dict,
+    total_steps: int | None = None,
+    total_seconds: float | None = None,
+) -> WarmupCosine:
+    """The recipe's warm-up and fall; it ends at recipe["decay_steps"] when the recipe fixes
+    that step, otherwise with the run: after `total_steps` steps or `total_seconds` seconds."""
+    shape = {"cosine": WarmupCosine, "linear": WarmupLinear}[recipe["schedule"]]
+    if recipe["decay_steps"] is not None:
+        total_steps, total_seconds = recipe["decay_steps"], None
+    return shape(
+        optimizer,
+        recipe["max_lr"],
+        recipe["min_lr"],
+        recipe["warmup_steps"],
+        total_steps=total_steps,
+        total_seconds=total_seconds,
+    )
 
 
 # --------------------------------------------------------------------------------------------

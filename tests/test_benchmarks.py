@@ -192,10 +192,12 @@ def test_nanogpt_fitted_preset_is_nanogpts_cpu_recipe(train_gpt):
         max_lr=1e-3,
         min_lr=1e-4,
         warmup_steps=100,
+        schedule="cosine",
         decay_steps=None,
         betas=(0.9, 0.99),
         weight_decay=0.1,
         clip=1.0,
+        steps=None,
     )
     # nanogpt-cpu differs only by its fixed cosine (nanoGPT's --lr_decay_iters=2000)
     assert train_gpt.PRESETS["nanogpt-cpu"] == {

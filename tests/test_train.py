@@ -276,3 +276,50 @@ def test_noam_scheduler_with_cooldown():
     assert seen[19] == pytest.approx(noam_lr(20, 64, 10)) and seen[-1] < 0.1 * seen[19]
     with pytest.raises(ValueError, match="total_steps"):
         noam_scheduler(optimizer, 64, 10, cooldown=0.3)
+
+
+def test_gpt_recipes_build_the_optimizer_and_schedule_they_write():
+    from course_lib.gpt import GPT, GPTConfig
+    from course_lib.train import (
+        GPT_RECIPES,
+        WarmupCosine,
+        WarmupLinear,
+        gpt_optimizer,
+        gpt_schedule,
+    )
+
+    recipe = GPT_RECIPES["lesson-09"]
+    model = GPT(GPTConfig(vocab_size=65, **recipe["model"]))
+    optimizer = gpt_optimizer(model, recipe)
+    decay, no_decay = optimizer.param_groups
+    assert (decay["weight_decay"], no_decay["weight_decay"]) == (0.1, 0.0)
+    assert all(p.dim() >= 2 for p in decay["params"])  # embeddings and weight matrices
+    assert all(p.dim() < 2 for p in no_decay["params"])  # LayerNorm gains
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+    assert (optimizer.defaults["lr"], optimizer.defaults["betas"]) == (3e-3, (0.9, 0.99))
+    schedule = gpt_schedule(optimizer, recipe, total_steps=recipe["steps"])
+    assert type(schedule) is WarmupCosine
+    for _ in range(recipe["steps"]):
+        schedule.step()
+    assert schedule.lr_now() == pytest.approx(3e-4)  # a tenth of the peak at the last step
+    # a recipe that fixes its decay step keeps it whatever the budget (nanoGPT's 2000)
+    cpu = GPT_RECIPES["nanogpt-cpu"]
+    fixed = gpt_schedule(gpt_optimizer(model, cpu), cpu, total_seconds=5.0)
+    assert (fixed.total_steps, fixed.total_seconds) == (2000, None)
+    shipped = GPT_RECIPES["checkpoint"]
+    assert type(gpt_schedule(gpt_optimizer(model, shipped), shipped, total_steps=10)) is (
+        WarmupLinear
+    )
+
+
+def test_lesson_09_trains_its_recipe_from_gpt_recipes():
+    """The notebook reads its model and training settings from GPT_RECIPES, not a copy."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "notebooks" / "09_gpt_from_scratch.ipynb"
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    assert 'recipe = GPT_RECIPES["lesson-09"]' in code
+    assert 'GPTConfig(vocab_size=vocab_size, **recipe["model"])' in code
+    assert "lr=3e-3" not in code and 'weight_decay": 0.1' not in code  # no second copy
