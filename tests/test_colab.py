@@ -395,9 +395,11 @@ def _progress_bars(nb) -> list[dict]:
 # other cell runs as written (measured on a busy 2-core machine, 100 steps still took
 # 4-9 minutes per kernel). The short lesson runs in both environments' kernels and
 # must print the same (same torch, same machine: the same losses and the same samples).
-TRAINING_LINE = "steps, eval_every, batch_size = 700, 100, 16"
+TRAINING_LINE = 'steps, eval_every, batch_size = recipe["steps"], 100, recipe["batch_size"]'
 SHORT_STEPS, SHORT_EVERY = 20, 10
-SHORT_TRAINING = f"steps, eval_every, batch_size = {SHORT_STEPS}, {SHORT_EVERY}, 16"
+SHORT_TRAINING = (
+    f'steps, eval_every, batch_size = {SHORT_STEPS}, {SHORT_EVERY}, recipe["batch_size"]'
+)
 LADDER_HEADING = "## What each piece buys"
 RESULTS_CELL = """\
 import json
