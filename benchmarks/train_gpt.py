@@ -116,16 +116,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from course_lib.blocks import count_parameters  # noqa: E402
 from course_lib.bpe import BPETokenizer  # noqa: E402
 from course_lib.datasets import load_shakespeare, window_batches  # noqa: E402
-from course_lib.gpt import GPT, GPTConfig  # noqa: E402
 from course_lib.text import CharTokenizer  # noqa: E402
-from course_lib.train import (  # noqa: E402
-    GPT_RECIPES,
-    evaluate_loss,
-    gpt_optimizer,
-    gpt_schedule,
-    lm_loss,
-    train,
-)
+from course_lib.train import GPT_RECIPES, build_gpt, evaluate_loss, lm_loss, train  # noqa: E402
 
 # the presets are course_lib.train.GPT_RECIPES: lesson 09 and tools/train_checkpoint.py read theirs
 # from the same place (decay_steps: the step at which the schedule reaches min_lr; None fits it
@@ -165,14 +157,11 @@ def make_tokenizer(
 
 
 def build(recipe: dict, vocab_size: int, seconds: float, steps: int | None = None):
-    """-> (model, optimizer, schedule) for one preset's recipe."""
-    model = GPT(GPTConfig(vocab_size=vocab_size, **recipe["model"]))
-    optimizer = gpt_optimizer(model, recipe)
-    if steps is not None:  # fitted to the number of steps (unless the recipe fixes its decay)
-        schedule = gpt_schedule(optimizer, recipe, total_steps=steps)
-    else:  # fitted to the time: min_lr when the time is up
-        schedule = gpt_schedule(optimizer, recipe, total_seconds=seconds)
-    return model, optimizer, schedule
+    """-> (model, optimizer, schedule) for one preset's recipe: its schedule fitted to --steps
+    when given, else to the time (min_lr when the time is up), unless the recipe fixes it."""
+    if steps is not None:
+        return build_gpt(recipe, vocab_size, total_steps=steps)
+    return build_gpt(recipe, vocab_size, total_seconds=seconds)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@
                           the end of a step or a time budget (WarmupLinear: a straight line)
     GPT_RECIPES           every GPT the course trains (lesson 09, the benchmark, the shipped
                           checkpoint): its sizes, batch, optimizer and schedule, written once;
-                          gpt_optimizer and gpt_schedule build what a recipe says
+                          gpt_optimizer, gpt_schedule and build_gpt build what a recipe says
     train                 a generic loop: batch -> loss_fn(model, batch) -> backward -> step,
                           with a tqdm progress bar, optional clipping, a step or time budget,
                           returning a `TrainHistory` (loss and learning rate per step)
@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .gpt import GPT, GPTConfig
 from .validation import (
     check_logits_target,
     check_non_negative_int,
@@ -57,9 +58,11 @@ __all__ = [
     "WarmupCosine",
     "WarmupLinear",
     "NANOGPT_CPU_MODEL",
+    "NANOGPT_CPU_RECIPE",
     "GPT_RECIPES",
     "gpt_optimizer",
     "gpt_schedule",
+    "build_gpt",
 ]
 
 
@@ -221,21 +224,7 @@ class WarmupLinear(WarmupCosine):
 # GPT recipes (lesson 09): a model and how to train it, written once
 # --------------------------------------------------------------------------------------------
 
-# nanoGPT's small CPU model (its README's recipe for a laptop): no dropout, no biases, tied
-# embeddings, learned positions; GPTConfig's fields, all but vocab_size
-NANOGPT_CPU_MODEL = dict(
-    block_size=64,
-    d_model=128,
-    num_heads=4,
-    num_layers=4,
-    dropout=0.0,
-    bias=False,
-    tie_weights=True,
-    positions="learned",
-)
-
-# Every GPT that the course trains, in one place: lesson 09, benchmarks/train_gpt.py (its
-# --preset) and tools/train_checkpoint.py read their recipe from here. A recipe is
+# A GPT recipe, as a dict:
 #   model         GPTConfig's fields, all but vocab_size
 #   batch_size    windows of block_size tokens a step
 #   max_lr, min_lr, warmup_steps, schedule, decay_steps
@@ -245,85 +234,70 @@ NANOGPT_CPU_MODEL = dict(
 #                 AdamW's, the decay on the matrices only (`gpt_optimizer`)
 #   clip          the gradient-norm clipping
 #   steps         the length of the run where the recipe fixes it (None: the caller's budget)
+# nanoGPT's recipe for a CPU (its README): a small model with no dropout, no biases, tied
+# embeddings and learned positions; its cosine here ends with the run's budget.
+NANOGPT_CPU_RECIPE = dict(
+    model=dict(
+        block_size=64,
+        d_model=128,
+        num_heads=4,
+        num_layers=4,
+        dropout=0.0,
+        bias=False,
+        tie_weights=True,
+        positions="learned",
+    ),
+    batch_size=12,
+    max_lr=1e-3,
+    min_lr=1e-4,
+    warmup_steps=100,
+    schedule="cosine",
+    decay_steps=None,
+    betas=(0.9, 0.99),
+    weight_decay=0.1,
+    clip=1.0,
+    steps=None,
+)
+NANOGPT_CPU_MODEL = NANOGPT_CPU_RECIPE["model"]
+
+# the benchmark's default: nanoGPT's model with the two changes that lesson 09's ablation
+# ladder measures (rotary positions, ReLU squared), twice the context at half the batch, a
+# higher peak and a straight line to zero
+_LESSON_RECIPE = dict(
+    NANOGPT_CPU_RECIPE,
+    model=dict(NANOGPT_CPU_MODEL, block_size=128, positions="rope", activation="relu2"),
+    batch_size=8,
+    max_lr=3e-3,
+    min_lr=0.0,
+    warmup_steps=20,
+    schedule="linear",
+)
+
+# Every GPT the course trains, each written as how it differs from another: lesson 09,
+# benchmarks/train_gpt.py (its --preset) and tools/train_checkpoint.py read theirs from here.
 GPT_RECIPES = {
-    # lesson 09's live run: nanoGPT's model, 700 steps of 16 windows (about a minute)
+    "nanogpt-fitted": NANOGPT_CPU_RECIPE,
+    # nanoGPT's own fixed cosine (its --lr_decay_iters=2000), whatever the budget
+    "nanogpt-cpu": dict(NANOGPT_CPU_RECIPE, decay_steps=2000),
+    # lesson 09's live run: 700 steps of 16 windows (about a minute) at a higher peak
     "lesson-09": dict(
-        model=NANOGPT_CPU_MODEL,
+        NANOGPT_CPU_RECIPE,
         batch_size=16,
         max_lr=3e-3,
         min_lr=3e-4,
         warmup_steps=50,
-        schedule="cosine",
-        decay_steps=None,
-        betas=(0.9, 0.99),
-        weight_decay=0.1,
-        clip=1.0,
         steps=700,
     ),
-    # the benchmark's default: the two changes that lesson 09's ablation ladder measures
-    # (rotary positions, ReLU squared), twice the context at half the batch, a line to zero
-    "lesson": dict(
-        model=dict(NANOGPT_CPU_MODEL, block_size=128, positions="rope", activation="relu2"),
-        batch_size=8,
-        max_lr=3e-3,
-        min_lr=0.0,
-        warmup_steps=20,
-        schedule="linear",
-        decay_steps=None,
-        betas=(0.9, 0.99),
-        weight_decay=0.1,
-        clip=1.0,
-        steps=None,
-    ),
-    # nanoGPT's CPU recipe, its cosine fitted to the budget
-    "nanogpt-fitted": dict(
-        model=NANOGPT_CPU_MODEL,
-        batch_size=12,
-        max_lr=1e-3,
-        min_lr=1e-4,
-        warmup_steps=100,
-        schedule="cosine",
-        decay_steps=None,
-        betas=(0.9, 0.99),
-        weight_decay=0.1,
-        clip=1.0,
-        steps=None,
-    ),
-    # the same with nanoGPT's own fixed cosine (--lr_decay_iters=2000), whatever the budget
-    "nanogpt-cpu": dict(
-        model=NANOGPT_CPU_MODEL,
-        batch_size=12,
-        max_lr=1e-3,
-        min_lr=1e-4,
-        warmup_steps=100,
-        schedule="cosine",
-        decay_steps=2000,
-        betas=(0.9, 0.99),
-        weight_decay=0.1,
-        clip=1.0,
-        steps=None,
-    ),
-    # the GPT shipped in course_lib/data (lesson 09's last section): 6 blocks of width 192,
-    # a context of 256 characters, 3,500 steps (tools/train_checkpoint.py says why these)
+    "lesson": _LESSON_RECIPE,
+    # the GPT shipped in course_lib/data (lesson 09's last section): the benchmark's model, wider,
+    # deeper and with a context of 256, 3,500 steps at weight decay 0.3 (tools/train_checkpoint.py
+    # says why these)
     "checkpoint": dict(
-        model=dict(
-            NANOGPT_CPU_MODEL,
-            block_size=256,
-            d_model=192,
-            num_heads=6,
-            num_layers=6,
-            positions="rope",
-            activation="relu2",
-        ),
-        batch_size=8,
+        _LESSON_RECIPE,
+        model=dict(_LESSON_RECIPE["model"], block_size=256, d_model=192, num_heads=6, num_layers=6),
         max_lr=2e-3,
-        min_lr=0.0,
         warmup_steps=100,
-        schedule="linear",
-        decay_steps=None,
-        betas=(0.9, 0.99),
         weight_decay=0.3,
-        clip=1.0,
         steps=3500,
     ),
 }
@@ -359,6 +333,19 @@ def gpt_schedule(
         total_steps=total_steps,
         total_seconds=total_seconds,
     )
+
+
+def build_gpt(
+    recipe: dict,
+    vocab_size: int,
+    total_steps: int | None = None,
+    total_seconds: float | None = None,
+) -> tuple[GPT, torch.optim.AdamW, WarmupCosine]:
+    """-> (model, optimizer, schedule) as `recipe` says, for a run of `total_steps` steps or
+    `total_seconds` seconds (the schedule's budget); seed torch first for a repeatable model."""
+    model = GPT(GPTConfig(vocab_size=vocab_size, **recipe["model"]))
+    optimizer = gpt_optimizer(model, recipe)
+    return model, optimizer, gpt_schedule(optimizer, recipe, total_steps, total_seconds)
 
 
 # --------------------------------------------------------------------------------------------

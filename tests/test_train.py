@@ -284,6 +284,7 @@ def test_gpt_recipes_build_the_optimizer_and_schedule_they_write():
         GPT_RECIPES,
         WarmupCosine,
         WarmupLinear,
+        build_gpt,
         gpt_optimizer,
         gpt_schedule,
     )
@@ -307,9 +308,10 @@ def test_gpt_recipes_build_the_optimizer_and_schedule_they_write():
     fixed = gpt_schedule(gpt_optimizer(model, cpu), cpu, total_seconds=5.0)
     assert (fixed.total_steps, fixed.total_seconds) == (2000, None)
     shipped = GPT_RECIPES["checkpoint"]
-    assert type(gpt_schedule(gpt_optimizer(model, shipped), shipped, total_steps=10)) is (
-        WarmupLinear
-    )
+    model, optimizer, schedule = build_gpt(shipped, vocab_size=65, total_steps=7)
+    assert (model.config.d_model, model.config.num_layers, model.config.block_size) == (192, 6, 256)
+    assert optimizer.param_groups[0]["weight_decay"] == 0.3
+    assert type(schedule) is WarmupLinear and schedule.total_steps == 7
 
 
 def test_lesson_09_trains_its_recipe_from_gpt_recipes():

@@ -36,16 +36,9 @@ sys.path.insert(0, str(ROOT))
 
 from course_lib.blocks import count_parameters  # noqa: E402
 from course_lib.datasets import load_shakespeare, train_val_split, window_batches  # noqa: E402
-from course_lib.gpt import CHECKPOINT_PATH, GPT, GPTConfig  # noqa: E402
+from course_lib.gpt import CHECKPOINT_PATH  # noqa: E402
 from course_lib.text import CharTokenizer  # noqa: E402
-from course_lib.train import (  # noqa: E402
-    GPT_RECIPES,
-    evaluate_loss,
-    gpt_optimizer,
-    gpt_schedule,
-    lm_loss,
-    train,
-)
+from course_lib.train import GPT_RECIPES, build_gpt, evaluate_loss, lm_loss, train  # noqa: E402
 
 # the recipe (course_lib.train.GPT_RECIPES["checkpoint"]): 6 pre-norm blocks of width 192, 6
 # heads of 32, a context of 256 characters, rotary positions, ReLU squared; 3,500 steps of 8
@@ -98,8 +91,10 @@ def main(argv: list[str] | None = None) -> dict:
     train_ids, val_ids = train_val_split(ids)  # lesson 09's split
 
     torch.manual_seed(recipe["seed"])
-    config = GPTConfig(vocab_size=tokenizer.vocab_size, **recipe["model"])
-    model = GPT(config)
+    model, optimizer, schedule = build_gpt(
+        recipe, tokenizer.vocab_size, total_steps=recipe["steps"]
+    )  # AdamW with weight decay on the matrices only, a straight line to 0
+    config = model.config
     # Runs of this script on a 2-core machine (validation loss over the whole split; the
     # first 20,000 validation characters, "slice", every 500 or 1,000 steps):
     #   5,000 steps, no dropout: 1.615 after 37 min; it over-fits the million characters
@@ -117,8 +112,6 @@ def main(argv: list[str] | None = None) -> dict:
     #     steps at this schedule's mean lr, three times the run: the decay barely acted against
     #     the over-fitting; with 0.3 it is about the length of the run. At the same training
     #     loss as the 0.1 run, the validation loss is 0.019 lower.
-    optimizer = gpt_optimizer(model, recipe)  # weight decay on the matrices only
-    schedule = gpt_schedule(optimizer, recipe, total_steps=recipe["steps"])
     batches = window_batches(
         train_ids,
         config.block_size,
