@@ -9,7 +9,8 @@
                           encoder and a classifier on an extra [CLS] token: `VisionTransformer`
 
 `MaskedLM` and `VisionTransformer` are lesson 07's `Encoder` of pre-norm `EncoderLayer`s with an
-embedding in front and a linear layer behind, nothing more.
+embedding and lesson 04's `LearnedPositionalEmbedding` in front and a linear layer behind,
+nothing more.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from .blocks import Encoder, EncoderLayer, LayerNorm
+from .positional import LearnedPositionalEmbedding
 from .validation import check_floating, check_ids, check_positive_int, check_tensor
 
 __all__ = ["IGNORE_INDEX", "mlm_mask", "patchify", "MaskedLM", "VisionTransformer"]
@@ -109,9 +111,10 @@ def _pre_norm_encoder(
 class MaskedLM(nn.Module):
     """An encoder-only (BERT-style) model: ids (batch, seq) -> logits (batch, seq, vocab_size).
 
-    Token embedding + learned positions, pre-norm encoder layers with NO causal mask (each
-    position sees both sides), a final LayerNorm and a linear layer to the vocabulary. Trained
-    on `mlm_mask`'d inputs, the logits at a masked position guess the hidden token.
+    Token embedding + learned positions (both initialised N(0, 0.02²), as in BERT), pre-norm
+    encoder layers with NO causal mask (each position sees both sides), a final LayerNorm and a
+    linear layer to the vocabulary. Trained on `mlm_mask`'d inputs, the logits at a masked
+    position guess the hidden token.
     """
 
     def __init__(
@@ -129,7 +132,10 @@ class MaskedLM(nn.Module):
         check_positive_int(max_len, "max_len")
         self.vocab_size, self.max_len = vocab_size, max_len
         self.token_embedding = nn.Embedding(vocab_size, d_model)
-        self.position_embedding = nn.Embedding(max_len, d_model)
+        # BERT's init, N(0, 0.02²), the scale of the position table: an encoder sees order only
+        # through the positions, and under N(0, 1) token vectors they would start drowned out
+        nn.init.normal_(self.token_embedding.weight, std=0.02)
+        self.position_embedding = LearnedPositionalEmbedding(max_len, d_model)
         self.encoder = _pre_norm_encoder(d_model, num_heads, num_layers, d_ff, dropout)
         self.lm_head = nn.Linear(d_model, vocab_size)
 
@@ -137,8 +143,7 @@ class MaskedLM(nn.Module):
         check_ids(ids, "ids")
         if ids.shape[1] > self.max_len:
             raise ValueError(f"ids has {ids.shape[1]} tokens but max_len={self.max_len}")
-        positions = torch.arange(ids.shape[1], device=ids.device)  # (seq,)
-        x = self.token_embedding(ids) + self.position_embedding(positions)  # (batch, seq, d)
+        x = self.position_embedding(self.token_embedding(ids))  # + positions: (batch, seq, d)
         return self.lm_head(self.encoder(x, mask))  # bidirectional: (batch, seq, vocab_size)
 
 
@@ -179,7 +184,7 @@ class VisionTransformer(nn.Module):
         self.num_patches = (image_size // patch_size) ** 2
         self.patch_embedding = nn.Linear(channels * patch_size**2, d_model)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, d_model))
-        self.position_embedding = nn.Parameter(torch.randn(1, self.num_patches + 1, d_model) * 0.02)
+        self.position_embedding = LearnedPositionalEmbedding(self.num_patches + 1, d_model)
         self.encoder = _pre_norm_encoder(d_model, num_heads, num_layers, d_ff, dropout)
         self.head = nn.Linear(d_model, num_classes)
 
@@ -194,5 +199,5 @@ class VisionTransformer(nn.Module):
             )
         tokens = self.patch_embedding(patchify(images, self.patch_size))  # (b, patches, d)
         cls = self.cls_token.expand(images.shape[0], -1, -1)  # (batch, 1, d_model)
-        x = torch.cat([cls, tokens], dim=1) + self.position_embedding  # (b, 1 + patches, d)
+        x = self.position_embedding(torch.cat([cls, tokens], dim=1))  # (b, 1 + patches, d)
         return self.head(self.encoder(x)[:, 0])  # (batch, num_classes) from [CLS]

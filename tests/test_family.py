@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from course_lib.blocks import Encoder, EncoderLayer
 from course_lib.family import IGNORE_INDEX, MaskedLM, VisionTransformer, mlm_mask, patchify
+from course_lib.positional import LearnedPositionalEmbedding
 
 
 def test_mlm_proportions_over_many_draws():
@@ -59,6 +61,31 @@ def test_models_shapes():
         image_size=8, patch_size=4, num_classes=5, channels=1, d_model=16, num_heads=2, num_layers=1
     )
     assert vit(torch.randn(2, 1, 8, 8)).shape == (2, 5)
+
+
+def test_the_family_is_built_from_the_lessons_pieces():
+    """BERT and ViT contain lesson 04's learned positions and lesson 07's encoder, no copies."""
+    bert = MaskedLM(vocab_size=30, max_len=16, d_model=32, num_heads=2, num_layers=2)
+    vit = VisionTransformer(8, 4, 5, channels=1, d_model=16, num_heads=2, num_layers=1)
+    for model, positions in ((bert, 16), (vit, 1 + 4)):
+        assert isinstance(model.position_embedding, LearnedPositionalEmbedding)
+        assert model.position_embedding.max_len == positions
+        assert isinstance(model.encoder, Encoder)
+        assert all(isinstance(layer, EncoderLayer) for layer in model.encoder.layers)
+    # tokens start at the positions' scale (BERT's N(0, 0.02²)), so order is not drowned out
+    token_std = bert.token_embedding.weight.std().item()
+    assert token_std == pytest.approx(
+        bert.position_embedding.embedding.weight.std().item(), rel=0.2
+    )
+    # the table is added: zeroing it changes the output, and without it order is invisible
+    ids = torch.randint(0, 30, (1, 16), generator=torch.Generator().manual_seed(0))
+    perm = torch.randperm(16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        before = bert(ids)
+        bert.position_embedding.embedding.weight.zero_()
+        after = bert(ids)
+        assert not torch.allclose(before, after)
+        torch.testing.assert_close(bert(ids[:, perm]), after[:, perm])  # now only equivariant
 
 
 def test_bert_sees_both_sides_and_gpt_style_would_not():
