@@ -75,31 +75,62 @@ class LayerCache:
 
     `append(k, v)` adds the new tokens' keys and values (batch, heads, n, d_head) and returns
     all of them (batch, heads, t + n, d_head). `len(cache)` is t, the number of cached tokens.
+
+    The tensors live in a buffer with room to spare (its capacity doubles when full), so an
+    append writes only the n new positions: a `torch.cat` would copy all t old ones each step.
+    `keys` and `values` are views of the first t positions. Copies of a cache share the buffer
+    until one appends where another already wrote; that one moves to a buffer of its own, so
+    no cache's tokens ever change.
     """
 
     def __init__(self, keys: Tensor | None = None, values: Tensor | None = None):
-        self.keys, self.values = keys, values
+        self._k, self._v = keys, values  # buffers (batch, heads, capacity, d_head)
+        self._len = 0 if keys is None else keys.shape[2]
+        self._filled = [self._len]  # positions written in the buffer, shared with copies
+
+    @property
+    def keys(self) -> Tensor | None:
+        return None if self._k is None else self._k[:, :, : self._len]
+
+    @property
+    def values(self) -> Tensor | None:
+        return None if self._v is None else self._v[:, :, : self._len]
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        if self.keys is not None:  # a new tensor: a copy of the cache keeps its old contents
-            k = torch.cat([self.keys, k], dim=2)  # (batch, heads, t + n, d_head)
-            v = torch.cat([self.values, v], dim=2)
-        self.keys, self.values = k, v
-        return k, v
+        t, n = self._len, k.shape[2]
+        if self._k is None or t + n > self._k.shape[2] or self._filled[0] != t:
+            self._k, self._v = self._grown(self._k, k, t + n), self._grown(self._v, v, t + n)
+            self._filled = [t]  # a buffer of its own: earlier copies keep the old one
+        self._k[:, :, t : t + n], self._v[:, :, t : t + n] = k, v
+        self._len = self._filled[0] = t + n
+        return self.keys, self.values
+
+    def _grown(self, old: Tensor | None, new: Tensor, needed: int) -> Tensor:
+        """A buffer with room for twice `needed` positions, holding the first t of `old`."""
+        shape = (*new.shape[:2], 2 * needed, new.shape[3])
+        buffer = new.new_empty(shape)
+        if old is not None:
+            buffer[:, :, : self._len] = old[:, :, : self._len]
+        return buffer
+
+    def copy(self) -> LayerCache:
+        twin = LayerCache()
+        twin._k, twin._v, twin._len, twin._filled = self._k, self._v, self._len, self._filled
+        return twin
 
     def __len__(self) -> int:
-        return 0 if self.keys is None else self.keys.shape[2]
+        return self._len
 
     def __repr__(self) -> str:
-        shape = None if self.keys is None else tuple(self.keys.shape)
+        shape = None if self._k is None else tuple(self.keys.shape)
         return f"LayerCache(keys: {shape})"
 
 
 class KVCache(list):
     """One `LayerCache` per layer: `KVCache.empty(num_layers)`; `len(cache[0])` tokens cached.
 
-    `copy()` gives a cache that can grow without changing this one (the tensors are shared
-    until the next append makes new ones), so a caller's old cache stays as it was.
+    `copy()` gives a cache that can grow without changing this one (`LayerCache.copy`), so a
+    caller's old cache stays as it was.
     """
 
     @classmethod
@@ -107,7 +138,7 @@ class KVCache(list):
         return cls(LayerCache() for _ in range(num_layers))
 
     def copy(self) -> KVCache:
-        return KVCache(LayerCache(layer.keys, layer.values) for layer in self)
+        return KVCache(layer.copy() for layer in self)
 
     @property
     def num_tokens(self) -> int:

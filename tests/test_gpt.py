@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from course_lib.blocks import EncoderLayer
 from course_lib.gpt import GPT, BigramLM, GPTConfig, generate
+from course_lib.kv_cache import LayerCache
 from course_lib.masking import causal_mask
 from course_lib.multihead import MultiHeadAttention
 from course_lib.train import WarmupCosine, WarmupLinear, evaluate_loss, lm_loss
@@ -82,6 +83,34 @@ def test_forward_cached_equals_forward(dtype, atol):
     assert len(cache) == 2 and cache[0].keys.shape == (2, 4, 16, 8)
     with pytest.raises(ValueError, match="block_size"):
         model.forward_cached(ids[:, :1], cache)
+
+
+def test_layer_cache_appends_in_place_and_copies_never_change():
+    cache, k, v = LayerCache(), torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)
+    keys, _ = cache.append(k, v)
+    again, _ = cache.append(k[:, :, :1], v[:, :, :1])  # room to spare: the same buffer
+    assert again.data_ptr() == keys.data_ptr() and len(cache) == 4
+    assert torch.equal(again, torch.cat([k, k[:, :, :1]], dim=2))
+    left, right = cache.copy(), cache.copy()  # two continuations of the same 4 tokens
+    left.append(torch.ones(1, 2, 1, 4), torch.ones(1, 2, 1, 4))
+    right.append(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4))
+    assert len(cache) == 4 and torch.equal(cache.keys, again)  # the original is unchanged
+    assert torch.all(left.keys[:, :, 4] == 1) and torch.all(right.keys[:, :, 4] == 0)
+    for _ in range(20):  # past the capacity: a larger buffer, the same tokens
+        left.append(torch.ones(1, 2, 1, 4), torch.ones(1, 2, 1, 4))
+    assert torch.equal(left.keys[:, :, :4], again) and left.keys.shape == (1, 2, 25, 4)
+
+
+def test_forward_cached_leaves_the_callers_cache_as_it_was():
+    torch.manual_seed(0)
+    model = small()
+    ids = torch.randint(11, (2, 8))
+    _, cache = model.forward_cached(ids[:, :5])
+    one, _ = model.forward_cached(ids[:, 5:6], cache)  # two branches from the same cache
+    other, _ = model.forward_cached(ids[:, 6:7], cache)
+    assert cache.num_tokens == 5
+    assert torch.allclose(one, model(ids[:, :6])[:, -1:], atol=1e-5)
+    assert torch.allclose(other, model(torch.cat([ids[:, :5], ids[:, 6:7]], 1))[:, -1:], atol=1e-5)
 
 
 @pytest.mark.parametrize(
