@@ -326,7 +326,9 @@ class DecoderLayer(_ResidualLayer):
         memory_mask: Tensor | None = None,
     ) -> Tensor:
         if at_the_door():
-            check_decoder_inputs(x, "x", memory, tgt_mask, memory_mask, self.num_heads)
+            check_decoder_inputs(
+                x, "x", memory, tgt_mask, memory_mask, self.d_model, self.num_heads
+            )
         x = self._sublayer(
             x, self.norm1, self.dropout1, lambda h: self._self_attention(h, tgt_mask)
         )
@@ -502,8 +504,9 @@ class EncoderDecoder(nn.Module):
     ) -> Tensor:
         """(batch, n_tgt, d_model) and memory (batch, n_src, d_model) -> (batch, n_tgt, d_model)."""
         if at_the_door():
-            check_sequence(tgt, "tgt", self.d_model, "n_tgt")
-            check_decoder_inputs(tgt, "tgt", memory, tgt_mask, memory_mask, self.num_heads)
+            check_decoder_inputs(
+                tgt, "tgt", memory, tgt_mask, memory_mask, self.d_model, self.num_heads
+            )
         return self.decoder(tgt, memory, tgt_mask, memory_mask)
 
     @door
@@ -519,7 +522,9 @@ class EncoderDecoder(nn.Module):
             check_source(src, src_mask, self.d_model, self.num_heads)
             check_sequence(tgt, "tgt", self.d_model, "n_tgt")
             check_same_batch(src, "src", tgt, "tgt")
-            check_decoder_inputs(tgt, "tgt", src, tgt_mask, memory_mask, self.num_heads)
+            check_decoder_inputs(
+                tgt, "tgt", src, tgt_mask, memory_mask, self.d_model, self.num_heads
+            )
         memory = self.encode(src, src_mask)
         return self.decode(tgt, memory, tgt_mask, memory_mask)
 

@@ -301,11 +301,11 @@ def check_decoder_inputs(
     memory: object,
     tgt_mask: object,
     memory_mask: object,
+    d_model: int,
     num_heads: int,
 ) -> None:
     """A decoder's inputs: tgt (batch, n_tgt, d_model), memory (batch, n_src, d_model) and
     the masks of its self-attention (n_tgt x n_tgt) and cross-attention (n_tgt x n_src)."""
-    d_model = tgt.shape[-1] if isinstance(tgt, Tensor) and tgt.dim() else 0
     check_sequence(tgt, name, d_model, "n_tgt")
     check_sequence(memory, "memory", d_model, "n_src")
     check_same_batch(tgt, name, memory, "memory")

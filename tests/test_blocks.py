@@ -366,6 +366,8 @@ def test_layer_bad_inputs():
         enc(torch.randn(2, 4, D_MODEL), torch.ones(5, 5, dtype=torch.bool))
     with pytest.raises(ValueError, match="memory has 8 features"):
         dec(torch.randn(2, 4, D_MODEL), torch.randn(2, 6, 8))
+    with pytest.raises(ValueError, match="x has 8 features but this layer has d_model=16"):
+        dec(torch.randn(2, 4, 8), torch.randn(2, 6, 8))  # both the wrong width, not just memory
     with pytest.raises(ValueError, match="x has batch=2 but memory has batch=3"):
         dec(torch.randn(2, 4, D_MODEL), torch.randn(3, 6, D_MODEL))
     with pytest.raises(ValueError, match="not divisible by num_heads"):
