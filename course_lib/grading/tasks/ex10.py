@@ -27,7 +27,9 @@ from .common import randn
 LESSON = "lesson 10"
 MEMORY_HINT = (
     "your code builds a tensor as large as the full matrix of scores, which the "
-    "tiles exist to avoid: compute the scores of one block of keys at a time"
+    "tiles exist to avoid: compute the scores of one block of keys at a time, and with "
+    "causal=True that block's mask too, from the positions of its keys (a full (n, n) mask "
+    "is as large as the scores)"
 )
 
 
@@ -84,6 +86,7 @@ def _tiles(
     scale=True,
     diagonal=True,
     buffer_dtype=None,
+    mask_per_tile=True,
 ):
     """The textbook loop over key blocks; the mistakes below switch one piece of it off."""
     buffer_dtype = q.dtype if buffer_dtype is None else buffer_dtype
@@ -95,11 +98,15 @@ def _tiles(
     total = torch.zeros(*shape, n_q, 1, dtype=buffer_dtype)
     out = torch.zeros(*shape, n_q, v.shape[-1], dtype=buffer_dtype)
     rows = torch.arange(n_q)[:, None]
+    if causal and not mask_per_tile:  # one (n_q, n_k) mask, sliced for each tile
+        full_mask = torch.arange(n_k) > rows
     for start in range(0, n_k, block_size):
         s = q @ k[..., start : start + block_size, :].transpose(-2, -1)
         if causal:
             cols = torch.arange(start, start + s.shape[-1])
             blocked = cols > rows if diagonal else cols >= rows
+            if not mask_per_tile:
+                blocked = full_mask[:, start : start + s.shape[-1]]
             s = s.masked_fill(blocked, float("-inf"))
         if subtract_max:
             new_m = torch.maximum(m, s.amax(-1, keepdim=True))
@@ -297,6 +304,9 @@ class TiledAttention(Task):
                 parts.append(torch.nan_to_num(s.softmax(-1)) @ vb)
             return sum(parts) / len(parts)
 
+        def full_causal_mask(q, k, v, block_size=128, causal=False):
+            return _tiles(q, k, v, block_size, causal, mask_per_tile=False)
+
         def full_matrix(q, k, v, block_size=128, causal=False):
             s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
             if causal:
@@ -343,6 +353,7 @@ class TiledAttention(Task):
                 "keys: keep one running maximum and one running sum across the blocks",
             ),
             (full_matrix, MEMORY_HINT),
+            (full_causal_mask, MEMORY_HINT),
         ]
 
     def diagnose(self, got, want, case):
