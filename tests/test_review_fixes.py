@@ -77,6 +77,16 @@ def test_two_mistakes_at_once_are_named_as_such():
     assert "more than one thing may be wrong" in result.feedback
 
 
+def test_a_dtype_mismatch_alone_is_named_as_one_mistake():
+    def shift_right(targets, bos_id):  # lesson 08's cell: torch.full makes int64
+        bos = torch.full((targets.shape[0], 1), bos_id)
+        return torch.cat([bos, targets[:, :-1]], dim=1)
+
+    result = check_result("ex08.shift_right", shift_right)
+    assert result.status == "failed" and "dtype int64, expected int32" in result.feedback
+    assert "full_like" in result.feedback and "more than one thing" not in result.feedback
+
+
 def test_a_missing_bias_is_not_called_a_naming_problem():
     from torch import nn
 

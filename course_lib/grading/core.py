@@ -540,6 +540,14 @@ def _fix_first(
     return None
 
 
+_DTYPE_ONLY = re.compile(r"has dtype \w+, expected \w+$")  # compare_values' dtype message
+DTYPE_HINT = (
+    "the values are compared once the dtype is right; a tensor you create gets PyTorch's "
+    "default dtype (int64 for integers, float32 for floats) unless you pass dtype= or build it "
+    "from the input (torch.full_like, torch.zeros_like, .to(x.dtype))"
+)
+
+
 def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) -> str | None:
     status = outcome.get("status")
     if status == "harness":
@@ -566,6 +574,8 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
     hint = _hint_from_mistakes(task, got, case) or task.diagnose(got, want, case)
     if hint:
         return f"{message}. Hint: {hint}"
+    if _DTYPE_ONLY.search(message):  # one thing is wrong, and the message names it
+        return f"{message}. Hint: {DTYPE_HINT}"
     if task.mistakes():  # EX02-3: no single known mistake explains it
         return (
             f"{message}. None of the usual single mistakes gives this result, so more than "
