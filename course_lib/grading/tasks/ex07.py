@@ -474,8 +474,9 @@ class _DecoderMistake(nn.Module):
         def ca(h):
             if kind == "cross_on_x":  # keys and values from the target instead of memory
                 return self.multihead_attn(h, h, h, mask=None)[0]
-            if kind == "cross_on_raw":  # pre-norm: keys/values from the un-normalised x
-                return self.multihead_attn(h, x_now, x_now, mask=None)[0]
+            if kind == "memory_normed":  # norm2 applied to memory too, not only the queries
+                m = norm2(memory)
+                return self.multihead_attn(h, m, m, mask=memory_mask)[0]
             return self.multihead_attn(h, memory, memory, mask=memory_mask)[0]
 
         def ff(h):
@@ -483,11 +484,9 @@ class _DecoderMistake(nn.Module):
 
         if pre:
             x = x + sa(self.norm1(x))
-            x_now = x
             x = x + ca(norm2(x))
             return x + ff(norm3(x))
         x = self.norm1(x + sa(x))
-        x_now = x
         x = norm2(x + ca(x))
         return norm3(x + ff(x))
 
@@ -510,6 +509,10 @@ class _DecMasksSwapped(_DecoderMistake):
 
 class _DecNoSelfMask(_DecoderMistake):
     kind = "no_self_mask"
+
+
+class _DecMemoryNormed(_DecoderMistake):
+    kind = "memory_normed"
 
 
 @register
@@ -673,6 +676,12 @@ class DecoderLayerTask(ModuleTask):
                 _DecNoSelfMask,
                 "the self-attention ignores self_mask: without the causal mask "
                 "every target position sees the future tokens it must predict",
+            ),
+            (
+                _DecMemoryNormed,
+                "memory goes into the cross-attention as it is: norm2 normalises the target "
+                "side only (in pre-norm, the queries; memory was already normalised by the "
+                "encoder's final LayerNorm), as in lesson 06's cross-attention sub-layer",
             ),
         ]
 
