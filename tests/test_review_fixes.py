@@ -87,6 +87,19 @@ def test_a_dtype_mismatch_alone_is_named_as_one_mistake():
     assert "full_like" in result.feedback and "more than one thing" not in result.feedback
 
 
+def test_a_message_that_names_the_mistake_is_not_called_several_mistakes():
+    def output_only(x, memory, w_q, w_k, w_v, memory_mask=None):  # forgets the weights
+        q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+        if memory_mask is not None:
+            scores = scores.masked_fill(~memory_mask, float("-inf"))
+        return scores.softmax(-1) @ v
+
+    result = check_result("ex06.cross_attention", output_only)
+    assert result.status == "failed" and "should be a tuple of 2 values" in result.feedback
+    assert "more than one thing" not in result.feedback
+
+
 def test_a_missing_bias_is_not_called_a_naming_problem():
     from torch import nn
 

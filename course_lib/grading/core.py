@@ -540,6 +540,9 @@ def _fix_first(
     return None
 
 
+# compare_values' messages for values that differ; other messages (a type, a shape, a task's own
+# words) already name what is wrong, and "more than one thing" would send the learner astray
+_VALUES_DIFFER = re.compile(r"differs? from the expected values")
 _DTYPE_ONLY = re.compile(r"has dtype \w+, expected \w+$")  # compare_values' dtype message
 DTYPE_HINT = (
     "the values are compared once the dtype is right; a tensor you create gets PyTorch's "
@@ -576,7 +579,7 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
         return f"{message}. Hint: {hint}"
     if _DTYPE_ONLY.search(message):  # one thing is wrong, and the message names it
         return f"{message}. Hint: {DTYPE_HINT}"
-    if task.mistakes():  # EX02-3: no single known mistake explains it
+    if task.mistakes() and _VALUES_DIFFER.search(message):  # EX02-3: no known mistake fits
         return (
             f"{message}. None of the usual single mistakes gives this result, so more than "
             "one thing may be wrong: test your function on a small input you can check by "
