@@ -214,3 +214,14 @@ def test_cases_cover_the_brief():
         [[True, True, True, False]],
         [[True, False, False, False]],
     ]
+
+
+def test_no_hidden_case_leaves_a_query_with_nothing_to_attend_to():
+    # the statement does not ask what such a query returns, so no seed may draw one: a correct
+    # by-hand solution (masked_fill with -inf, then softmax) must not get NaN from the grader
+    task = get_task("ex06.cross_attention")
+    for seed in range(200):
+        for case in task.cases(torch.Generator().manual_seed(seed)):
+            mask = case.kwargs.get("memory_mask")
+            if mask is not None:
+                assert mask.any(-1).all(), (seed, case.description)

@@ -27,6 +27,13 @@ def padded_ids(
     return ids
 
 
+def _around_pad(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """`ids` with its first two real ids set to pad_id - 1 and pad_id + 1 (both sides of it)."""
+    ids = ids.clone()
+    ids[0, 0], ids[0, 1] = pad_id - 1, pad_id + 1
+    return ids
+
+
 @register
 class CausalMask(Task):
     id = "ex05.causal_mask"
@@ -75,8 +82,9 @@ class PaddingMask(Task):
         return [
             Case("ids (3, 6), lengths [6, 4, 2], pad_id=0", (padded_ids(gen, [6, 4, 2], 6, 0), 0)),
             Case(
-                "ids (2, 5), lengths [3, 5], pad_id=1 (padding need not be 0)",
-                (padded_ids(gen, [3, 5], 5, 1), 1),
+                "ids (2, 5), lengths [3, 5], pad_id=5 (padding need not be 0; real ids on both "
+                "sides of it)",
+                (_around_pad(padded_ids(gen, [3, 5], 5, 5), 5), 5),
             ),
             Case("ids (1, 4) without padding, pad_id=0", (padded_ids(gen, [4], 4, 0), 0)),
             Case(
@@ -109,6 +117,11 @@ class PaddingMask(Task):
             (
                 lambda ids, pad_id: (ids != 0).unsqueeze(1),
                 "you compared with 0; compare with the pad_id argument",
+            ),
+            (
+                lambda ids, pad_id: (ids > pad_id).unsqueeze(1),
+                "a real id can be smaller than pad_id: mark the padding with ids != pad_id, "
+                "not ids > pad_id",
             ),
         ]
 
@@ -223,6 +236,11 @@ class MaskedAttention(Task):
             w = torch.softmax(scores.masked_fill(~any_key, 0.0), -1).masked_fill(~mask, 0.0)
             return w @ v, w
 
+        def scaled_by_d_v(q, k, v, mask):
+            scores = (q @ k.transpose(-2, -1) / math.sqrt(v.shape[-1])).masked_fill(~mask, -1e30)
+            w = torch.softmax(scores, -1).masked_fill(~mask.any(-1, keepdim=True), 0.0)
+            return w @ v, w.masked_fill(~mask, 0.0)
+
         return [
             (
                 zero_after,
@@ -251,6 +269,11 @@ class MaskedAttention(Task):
                 "F.scaled_dot_product_attention), not 'blocked' (as in nn.MultiheadAttention)",
             ),
             (unscaled, "the scores are not divided by sqrt(d_k)"),
+            (
+                scaled_by_d_v,
+                "the scores are divided by sqrt(d_v); the scale is sqrt(d_k), the length of the "
+                "vectors in each dot product q . k (the values may have another length)",
+            ),
         ]
 
     def diagnose(self, got, want, case):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -41,6 +43,23 @@ def _mask_inverted(x, memory, w_q, w_k, w_v, memory_mask=None):
     return scaled_dot_product_attention(x @ w_q, memory @ w_k, memory @ w_v, mask)
 
 
+def _scaled_by_d_v(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    scores = q @ k.transpose(-2, -1) / math.sqrt(v.shape[-1])
+    if memory_mask is not None:
+        scores = scores.masked_fill(~memory_mask, float("-inf"))
+    weights = scores.softmax(-1)
+    return weights @ v, weights
+
+
+def _random_mask(gen: torch.Generator, batch: int, n_q: int, n_kv: int) -> torch.Tensor:
+    """A random (batch, n_q, n_kv) mask, True = may attend, in which every query keeps at least
+    one key: the task does not ask what a query with nothing to attend to returns."""
+    mask = torch.rand(batch, n_q, n_kv, generator=gen) > 0.3
+    mask[..., 0] |= ~mask.any(-1)
+    return mask
+
+
 @register
 class CrossAttention(Task):
     id = "ex06.cross_attention"
@@ -69,7 +88,7 @@ class CrossAttention(Task):
             Case(
                 "x (2, 5, 6), memory (2, 3, 6), a full (2, 5, 3) memory_mask",
                 (randn(gen, 2, 5, 6), randn(gen, 2, 3, 6), *_weights(gen, 6, 6, 4, 4)),
-                {"memory_mask": torch.rand(2, 5, 3, generator=gen) > 0.3},
+                {"memory_mask": _random_mask(gen, 2, 5, 3)},
             ),
             Case(
                 "extra batch dimensions: x (2, 3, 4, 8), memory (2, 3, 6, 8)",
@@ -103,6 +122,11 @@ class CrossAttention(Task):
                 _mask_inverted,
                 "the mask is inverted: in course_lib a mask means True = may attend, so padded "
                 "positions (False) are the ones to block",
+            ),
+            (
+                _scaled_by_d_v,
+                "the scores are divided by sqrt(d_v); the scale is sqrt(d_k), the length of the "
+                "vectors in each dot product q . k (w_v may project to another length)",
             ),
         ]
 

@@ -460,6 +460,11 @@ class CachedAttentionStepTask(Task):
             )
             return output, torch.cat([k_cache, k_t], 2), torch.cat([v_cache, v_t], 2)
 
+        def _scaled_by_d_v(q_t, k_t, v_t, k_cache, v_cache):
+            keys, values = torch.cat([k_cache, k_t], 2), torch.cat([v_cache, v_t], 2)
+            weights = stable_softmax(q_t @ keys.transpose(-2, -1) / math.sqrt(v_t.shape[-1]))
+            return weights @ values, keys, values
+
         def _wrong_axis(q_t, k_t, v_t, k_cache, v_cache):
             keys, values = torch.cat([k_cache, k_t], -1), torch.cat([v_cache, v_t], -1)
             return _attend(q_t, keys, values), keys, values
@@ -472,6 +477,11 @@ class CachedAttentionStepTask(Task):
                 "BEFORE computing the attention",
             ),
             (_wrong_axis, _AXIS_HINT),
+            (
+                _scaled_by_d_v,
+                "the scores are divided by sqrt(d_v); the scale is sqrt(d_k), the length of the "
+                "query and key vectors in each dot product",
+            ),
         ]
 
 
