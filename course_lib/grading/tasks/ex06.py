@@ -218,6 +218,22 @@ class _MemoryNormalised(_WrongSublayer):
         return self.norm(x + self._attend(x, self.norm(memory), memory_mask))
 
 
+class _MaskInverted(_WrongSublayer):  # PyTorch's convention (True = blocked), as for nn.*
+    def forward(self, x, memory, memory_mask=None):
+        mask = None if memory_mask is None else ~memory_mask
+        if self.norm_first:
+            return x + self._attend(self.norm(x), memory, mask)
+        return self.norm(x + self._attend(x, memory, mask))
+
+
+class _ResidualOfNormed(_WrongSublayer):  # pre-norm: h = norm(x); h + attn(h, ...)
+    def forward(self, x, memory, memory_mask=None):
+        if self.norm_first:
+            h = self.norm(x)
+            return h + self._attend(h, memory, memory_mask)
+        return self.norm(x + self._attend(x, memory, memory_mask))
+
+
 class _MaskIgnored(_WrongSublayer):
     def forward(self, x, memory, memory_mask=None):
         if self.norm_first:
@@ -334,6 +350,17 @@ class CrossAttentionSublayerTask(ModuleTask):
                 _MaskIgnored,
                 "memory_mask was ignored: pass it on to self.attn so that padded source positions "
                 "get zero weight",
+            ),
+            (
+                _MaskInverted,
+                "the mask is inverted: course_lib's attention takes True = may attend, so pass "
+                "memory_mask as it is (nn.MultiheadAttention, which takes True = blocked, is "
+                "the one that needs ~memory_mask)",
+            ),
+            (
+                _ResidualOfNormed,
+                "in pre-norm the residual adds the attention to x itself, not to norm(x): "
+                "x + attn(norm(x), memory)",
             ),
         ]
 

@@ -294,6 +294,12 @@ class PerplexityTask(Task):
         def _mean_after_exp(logits, targets):
             return torch.exp(_nll(logits, targets)).mean()
 
+        def _sum_not_mean(logits, targets):
+            return torch.exp(_nll(logits, targets).sum())
+
+        def _no_minus(logits, targets):
+            return torch.exp(-_nll(logits, targets).mean())
+
         return [
             (
                 _base_2,
@@ -309,6 +315,16 @@ class PerplexityTask(Task):
                 _mean_after_exp,
                 "you averaged the per-token perplexities; take the MEAN of the "
                 "cross-entropy first, then one exponential",
+            ),
+            (
+                _sum_not_mean,
+                "you summed the cross-entropy over the positions; the perplexity is the "
+                "exponential of its MEAN (per token), so it does not grow with the length",
+            ),
+            (
+                _no_minus,
+                "the cross-entropy is MINUS the log-probability of the target: without the "
+                "minus sign the perplexity comes out below 1",
             ),
         ]
 
@@ -743,6 +759,11 @@ def _mistake_gpt(kind: str):
         def forward(self, x):
             n = x.shape[1]
             mask = None if kind == "no_causal" else torch.ones(n, n, dtype=torch.bool).tril()
+            if kind == "torch_mask":  # nn.MultiheadAttention's convention: True = blocked
+                mask = torch.ones(n, n, dtype=torch.bool).triu(1)
+            if kind == "attend_raw":  # the attention reads x, only the residual is normalised
+                x = x + self.self_attn(x, x, x, mask=mask)[0]
+                return x + self.linear2(F.gelu(self.linear1(self.norm2(x))))
             if kind == "post_norm":
                 x = self.norm1(x + self.self_attn(x, x, x, mask=mask)[0])
                 return self.norm2(x + self.linear2(F.gelu(self.linear1(x))))
@@ -925,6 +946,16 @@ class CapstoneGPT(ModuleTask):
                 _mistake_gpt("post_norm"),
                 "the GPT's blocks are pre-norm: x = x + attn(norm1(x)), "
                 "then x = x + ffn(norm2(x)); you normalised after adding (post-norm)",
+            ),
+            (
+                _mistake_gpt("torch_mask"),
+                "the causal mask is inverted: here True means 'may attend' (True on and below "
+                "the diagonal, tril); PyTorch's nn.MultiheadAttention uses True = blocked",
+            ),
+            (
+                _mistake_gpt("attend_raw"),
+                "the self-attention must read the normalised input: h = norm1(x), then "
+                "x = x + self_attn(h, h, h, ...)",
             ),
             (_mistake_gpt("relu"), "the GPT's feed-forward uses GELU (F.gelu), not ReLU"),
             (
