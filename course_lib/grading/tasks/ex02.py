@@ -159,6 +159,21 @@ def _attention(q, k, v, scale, softmax_dim=-1):
     return weights @ v, weights
 
 
+def _all_close(got, want, rtol: float, atol: float) -> bool:
+    """got == want within (rtol, atol): tensors, or tuples of tensors, of the same shapes."""
+    if isinstance(want, (tuple, list)):
+        if not isinstance(got, (tuple, list)) or len(got) != len(want):
+            return False
+        return all(_all_close(g, w, rtol, atol) for g, w in zip(got, want, strict=True))
+    return (
+        isinstance(got, torch.Tensor)
+        and isinstance(want, torch.Tensor)
+        and got.shape == want.shape
+        and got.dtype == want.dtype
+        and torch.allclose(got, want, rtol=rtol, atol=atol)
+    )
+
+
 @register
 class ScaledDotProductAttention(HintOnError):
     id = "ex02.scaled_dot_product_attention"
@@ -166,6 +181,14 @@ class ScaledDotProductAttention(HintOnError):
     reference = "course_lib.attention.scaled_dot_product_attention"
     depends_on = ("softmax",)
     forbidden = ("torch.nn.functional.scaled_dot_product_attention",)
+
+    def compare(self, got, want, case):
+        # float32 scores of size ~4500 carry rounding errors of ~3e-4, so two correct orders
+        # of the operations ((q / sqrt(d_k)) @ k or (q @ k) / sqrt(d_k)) differ by up to ~4e-4
+        # in the output: this case checks that nothing overflows, not the last digits
+        if case.data.get("ill_conditioned") and _all_close(got, want, rtol=1e-3, atol=1e-3):
+            return None
+        return super().compare(got, want, case)
 
     def cases(self, gen):
         f64 = torch.float64
@@ -197,6 +220,7 @@ class ScaledDotProductAttention(HintOnError):
                     randn(gen, 2, 6, 8, scale=40.0),
                     randn(gen, 2, 6, 3),
                 ),
+                data={"ill_conditioned": True},
             ),
             Case(
                 "one query: q (1, 1, 4), k (1, 3, 4), v (1, 3, 2)",
@@ -365,7 +389,10 @@ def _biased(q, k, v, slope, *, mistake=""):
     j = torch.arange(n_k)[None, :]
     distance = (i - j) if mistake == "no_abs" else (i - j).abs()
     sign = 1.0 if mistake == "plus" else -1.0
-    bias = sign * slope * distance.to(q.dtype)
+    if mistake == "float32_bias":  # integer distances times a Python float: float32
+        bias = (sign * slope * distance).to(q.dtype)
+    else:
+        bias = sign * slope * distance.to(q.dtype)
     raw = q @ k.transpose(-2, -1)
     d_k = q.shape[-1]
     if mistake == "bias_scaled":  # bias added before dividing by sqrt(d_k)
@@ -482,6 +509,12 @@ class DistanceBiasedAttention(Task):
                 _biased_mistake("no_bias"),
                 "that is plain attention: add -slope * |i - j| to each "
                 "score, with i the query's position (row) and j the key's (column)",
+            ),
+            (
+                _biased_mistake("float32_bias"),
+                "your bias was computed in float32: integer distances times a Python float "
+                "give float32, which loses digits against float64 scores; build the distances "
+                "in q's dtype (torch.arange(n, dtype=q.dtype))",
             ),
         ]
 

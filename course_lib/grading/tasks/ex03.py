@@ -148,6 +148,8 @@ class _WrongMultiHeadAttention(nn.Module):
                 mask = mask.unsqueeze(1)
             scores = scores.masked_fill(~mask, float("-inf"))
         weights = scores.softmax(dim=-1)
+        if self.mistake == "zero_blocked_rows":  # lesson 02's guard: a row with no key -> 0
+            weights = weights.nan_to_num(0.0)
         if self.mistake == "averaged_heads":  # one averaged map applied to the full values
             merged = weights.mean(dim=1) @ v_full  # (batch, n_q, d_model)
         else:
@@ -539,14 +541,20 @@ class _FlippedMask(_WrongMultiHeadAttention):
         return super().forward(query, key, value, None if mask is None else ~mask)
 
 
+class _FlippedMaskThroughSDPA(_FlippedMask):  # the same, via lesson 02's function
+    mistake = "zero_blocked_rows"
+
+
+_FLIPPED_HINT = (
+    "your mask is read the other way round: in this course True means 'may "
+    "attend' (as in F.scaled_dot_product_attention), so fill the scores with -inf where "
+    "the mask is False (nn.MultiheadAttention's masks mean the opposite)"
+)
+
 extend_task(
     MultiHeadAttentionTask,
     mistakes=[
-        (
-            _FlippedMask,
-            "your mask is read the other way round: in this course True means 'may "
-            "attend' (as in F.scaled_dot_product_attention), so fill the scores with -inf where "
-            "the mask is False (nn.MultiheadAttention's masks mean the opposite)",
-        ),
+        (_FlippedMaskThroughSDPA, _FLIPPED_HINT),
+        (_FlippedMask, _FLIPPED_HINT),
     ],
 )

@@ -13,7 +13,7 @@ LESSON = "lesson 04, section "
 def _frequencies(d_model: int, exponent: str = "2i") -> torch.Tensor:
     """(d_model / 2,) float64 frequencies; `exponent` picks the right one or a wrong one."""
     pair = torch.arange(d_model // 2, dtype=torch.float64)
-    power = {"2i": 2 * pair, "i": pair}[exponent]
+    power = {"2i": 2 * pair, "i": pair, "4i": 4 * pair}[exponent]  # 4i: the 2 taken twice
     return 10000.0 ** (-power / d_model)
 
 
@@ -107,6 +107,11 @@ class SinusoidalPositionalEncoding(Task):
                 lambda n, d: _table(n, d, exponent="i"),
                 "the exponent uses the pair index i; it is 2i/d_model, i.e. 10000^(-2i/d_model), "
                 "so the slowest pair has wavelength close to 10000·2π",
+            ),
+            (
+                lambda n, d: _table(n, d, exponent="4i"),
+                "the exponent counts the 2 twice: with the even column index 2i = 0, 2, 4, ... "
+                "the frequency is 10000^(-2i/d_model), not 10000^(-2·2i/d_model)",
             ),
             (
                 _column_index_exponent,
@@ -226,10 +231,13 @@ def _rope_variant(
     angles = (
         torch.ones_like(positions, dtype=torch.float64) if constant else positions.to(torch.float64)
     )[:, None] * frequencies  # (seq, d / 2)
-    if pairing == "adjacent":
+    if pairing in ("adjacent", "adjacent_out_halves"):
         cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
         x0, x1 = x[..., 0::2], x[..., 1::2]
-        return torch.stack((x0 * cos - sign * x1 * sin, sign * x0 * sin + x1 * cos), -1).flatten(-2)
+        r0, r1 = x0 * cos - sign * x1 * sin, sign * x0 * sin + x1 * cos
+        if pairing == "adjacent_out_halves":  # right pairs, output written as two halves
+            return torch.cat((r0, r1), -1)
+        return torch.stack((r0, r1), -1).flatten(-2)
     # "halves": feature i is paired with feature i + d/2 (the rotate_half layout)
     full = (
         angles.repeat_interleave(2, dim=-1)
@@ -377,6 +385,12 @@ class ApplyRope(Task):
                 lambda x, p=None: _rope_variant(x, p, ignore_positions=True),
                 "you ignored `positions` and used 0, 1, ..., seq-1; use the positions you are "
                 "given (arange only when positions is None)",
+            ),
+            (
+                lambda x, p=None: _rope_variant(x, p, pairing="adjacent_out_halves"),
+                "the rotation is right but the output is laid out as two halves (all rotated "
+                "first features, then all second ones): write each rotated pair back where it "
+                "came from, features 2i and 2i+1 (torch.stack((r0, r1), -1).flatten(-2))",
             ),
         ]
 
