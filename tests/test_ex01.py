@@ -261,15 +261,6 @@ def merge_pair_with_a_skip_flag(ids, pair, new_id):
     return out
 
 
-def merge_pair_in_place(ids, pair, new_id):
-    i = 0
-    while i < len(ids) - 1:  # edits its argument, which the grader copies for every case
-        if (ids[i], ids[i + 1]) == tuple(pair):
-            ids[i : i + 2] = [new_id]
-        i += 1
-    return ids
-
-
 def bpe_encode_lowest_rank_first(ids, merges):
     # minbpe's way: repeatedly merge the present pair that was learned earliest
     rank = {pair: r for r, pair in enumerate(merges)}
@@ -286,7 +277,6 @@ BPE_ALTERNATIVES = [
     ("ex01.pair_counts", pair_counts_counter),
     ("ex01.pair_counts", pair_counts_defaultdict),
     ("ex01.merge_pair", merge_pair_with_a_skip_flag),
-    ("ex01.merge_pair", merge_pair_in_place),
     ("ex01.bpe_encode", bpe_encode_lowest_rank_first),
 ]
 
@@ -457,3 +447,16 @@ def test_bpe_cases_cover_the_edges():
         for _, merges in encode_cases
         for r, pair in enumerate(merges)
     )
+
+
+def test_merge_pair_that_changes_its_input_is_caught():
+    def in_place(ids, pair, new_id):  # right output, but the caller's list is gone
+        i = 0
+        while i < len(ids) - 1:
+            if (ids[i], ids[i + 1]) == tuple(pair):
+                ids[i : i + 2] = [new_id]
+            i += 1
+        return ids
+
+    result = check_result("ex01.merge_pair", in_place)
+    assert result.status == "failed" and "changed the list it was given" in result.feedback

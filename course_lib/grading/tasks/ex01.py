@@ -188,6 +188,15 @@ class CosineSimilarityMatrix(Task):
         ]
 
 
+def _with_parallel_row(E: torch.Tensor, row: int, of: int) -> torch.Tensor:
+    """E with row `row` a copy of row `of`: another row exactly as similar as `of` is to itself,
+    so "skip the first of the sorted similarities" drops it (row < of sorts first among the
+    tied) and keeps `of` instead."""
+    E = E.clone()
+    E[row] = E[of]
+    return E
+
+
 @register
 class NearestNeighbours(Task):
     id = "ex01.nearest_neighbours"
@@ -208,6 +217,11 @@ class NearestNeighbours(Task):
                 (randn(gen, 8, 16) * lengths, 1, 4),
             ),
             Case("E (12, 8), index 5, k 1", (randn(gen, 12, 8), 5, 1)),
+            Case(
+                "E (7, 4) in which row 1 is a copy of row 5 (cosine 1, as high as a row's own), "
+                "index 5, k 3",
+                (_with_parallel_row(randn(gen, 7, 4), 1, 5), 5, 3),
+            ),
         ]
 
     def mistakes(self):
@@ -224,6 +238,10 @@ class NearestNeighbours(Task):
             sims[index] = float("inf")
             return sims.argsort()[:k]
 
+        def skip_the_first(E, index, k):  # assumes the row itself sorts first
+            sims = _unit_rows(E) @ _unit_rows(E)[index]
+            return sims.argsort(descending=True, stable=True)[1 : k + 1]
+
         def by_dot_product(E, index, k):
             sims = E @ E[index]
             sims[index] = float("-inf")
@@ -234,6 +252,13 @@ class NearestNeighbours(Task):
                 including_itself,
                 "a vector is always most similar to itself; exclude `index` "
                 "(e.g. set its similarity to -inf before ranking)",
+            ),
+            (
+                skip_the_first,
+                "skipping the first of the sorted similarities assumes the row itself comes "
+                "first, but a copy (or any parallel row) ties with it at cosine 1 and may come "
+                "first instead: "
+                "exclude `index` itself (set its similarity to -inf before ranking)",
             ),
             (
                 ascending,
@@ -462,7 +487,20 @@ class MergePair(Task):
 
     def call(self, obj, case):
         ids, pair, new_id = case.args
-        return obj(list(ids), tuple(pair), new_id)
+        given = list(ids)
+        merged = obj(given, tuple(pair), new_id)
+        if given != list(ids):  # the statement: "Leave ids itself unchanged"
+            return {"changed_input": given}
+        return merged
+
+    def compare(self, got, want, case):
+        if isinstance(got, dict) and "changed_input" in got:
+            return (
+                f"your function changed the list it was given (ids became "
+                f"{got['changed_input']}): build a new list and leave ids as it was; a caller "
+                "may still need it"
+            )
+        return super().compare(got, want, case)
 
     def mistakes(self):
         def overlapping(ids, pair, new_id):
