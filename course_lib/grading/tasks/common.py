@@ -33,6 +33,13 @@ __all__ = [
 ]
 
 
+# The hint for attention scaled by sqrt(d_v), shared by every task whose cases have d_v != d_k
+D_V_SCALE_HINT = (
+    "the scores are divided by sqrt(d_v); the scale is sqrt(d_k), the length of the query and "
+    "key vectors in each dot product q . k (the values may have another length)"
+)
+
+
 def randn(
     gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32, scale: float = 1.0
 ) -> Tensor:

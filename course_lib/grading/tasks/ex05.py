@@ -7,7 +7,7 @@ import math
 import torch
 
 from ..core import Case, Task, register
-from .common import lengths_mask, randn
+from .common import D_V_SCALE_HINT, lengths_mask, randn
 
 LESSON = "lesson 05"
 
@@ -271,8 +271,7 @@ class MaskedAttention(Task):
             (unscaled, "the scores are not divided by sqrt(d_k)"),
             (
                 scaled_by_d_v,
-                "the scores are divided by sqrt(d_v); the scale is sqrt(d_k), the length of the "
-                "vectors in each dot product q . k (the values may have another length)",
+                D_V_SCALE_HINT,
             ),
         ]
 

@@ -10,7 +10,7 @@ from torch import nn
 from ...attention import scaled_dot_product_attention
 from ...multihead import MultiHeadAttention
 from ..core import Case, GradingError, Task, register
-from .common import ModuleTask, randn
+from .common import D_V_SCALE_HINT, ModuleTask, randn
 from .common import lengths_mask as source_padding_mask
 
 # --------------------------------------------------------------------------------------------
@@ -125,8 +125,7 @@ class CrossAttention(Task):
             ),
             (
                 _scaled_by_d_v,
-                "the scores are divided by sqrt(d_v); the scale is sqrt(d_k), the length of the "
-                "vectors in each dot product q . k (w_v may project to another length)",
+                D_V_SCALE_HINT,
             ),
         ]
 

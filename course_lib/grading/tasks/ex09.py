@@ -16,7 +16,7 @@ from torch import nn
 
 from ...sampling import sampling_distribution
 from ..core import Case, GradingError, Task, compare_values, exercise_state, register
-from .common import ModuleTask, OpRecorder, randn, stable_softmax
+from .common import D_V_SCALE_HINT, ModuleTask, OpRecorder, randn, stable_softmax
 
 DRAWS = 6000  # per row of a case: a standard error of at most 0.0065 on every frequency
 
@@ -495,8 +495,7 @@ class CachedAttentionStepTask(Task):
             (_wrong_axis, _AXIS_HINT),
             (
                 _scaled_by_d_v,
-                "the scores are divided by sqrt(d_v); the scale is sqrt(d_k), the length of the "
-                "query and key vectors in each dot product",
+                D_V_SCALE_HINT,
             ),
         ]
 
