@@ -356,3 +356,71 @@ def test_a_partial_score_says_what_scores_are_and_why_the_grader_may_differ(caps
     assert passed.startswith("✅") and SCORE_NOTE not in passed
     row = {"submission": "a.ipynb", "score": 1.0, "max_score": 3.0, "error": None, "tasks": {}}
     assert format_table([row]).splitlines()[-1] == SCORE_NOTE
+
+
+# ---------------------------------------------------------------- feedback on a crash
+
+
+@pytest.mark.parametrize(
+    "task_id, wrong, hint",
+    [
+        pytest.param(task.id, wrong, hint, id=f"{task.id}-{getattr(wrong, '__name__', '?')}")
+        for task in all_tasks()
+        for wrong, hint in task.mistakes()
+    ],
+)
+def test_every_listed_mistake_of_every_task_fails_with_its_own_hint(task_id, wrong, hint):
+    result = check_result(task_id, wrong)
+    assert not isinstance(result, str), result
+    assert result.status == "failed" and hint in result.feedback, result.feedback
+
+
+def _softmax_without_keepdim(x, dim=-1):
+    e = (x - x.amax(dim=dim, keepdim=True)).exp()
+    return e / e.sum(dim)
+
+
+def _split_heads_with_float_d_head(x, num_heads):
+    if x.shape[-1] % num_heads:
+        raise ValueError("d_model must be divisible by num_heads")
+    batch, seq, d_model = x.shape
+    d_head = d_model / num_heads
+    return x.view(batch, seq, num_heads, d_head).permute(0, 2, 1, 3)
+
+
+def _perplexity_on_3d_logits(logits, targets):
+    if logits.shape[:-1] != targets.shape:
+        raise ValueError("targets must be logits.shape[:-1]")
+    return torch.nn.functional.cross_entropy(logits, targets).exp()
+
+
+def _embed_with_float32_one_hot(ids, table):
+    if (ids < 0).any() or (ids >= table.shape[0]).any():
+        raise ValueError("an id is out of range")
+    return torch.nn.functional.one_hot(ids, table.shape[0]).float() @ table
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex02.softmax", _softmax_without_keepdim, "keepdim=True"),
+        ("ex03.split_heads", _split_heads_with_float_d_head, "d_model // num_heads"),
+        ("ex09.perplexity", _perplexity_on_3d_logits, "flatten the positions"),
+        ("ex01.embed", _embed_with_float32_one_hot, ".to(table.dtype)"),
+    ],
+)
+def test_a_crash_gets_the_hint_of_the_mistake_that_raises_the_same_error(task_id, learner, words):
+    # written differently from the listed mistakes (view, permute, F.one_hot, .exp()): what
+    # matches is the error they raise on the failing case, not the code
+    result = check_result(task_id, learner)
+    assert result.status == "failed", result.feedback
+    assert "your code raised" in result.feedback and "Hint:" in result.feedback, result.feedback
+    assert words in result.feedback, result.feedback
+
+
+def test_a_crash_no_listed_mistake_explains_gets_no_hint():
+    def crashes(x, dim=-1):
+        raise RuntimeError("something else entirely")
+
+    feedback = check_result("ex02.softmax", crashes).feedback
+    assert "your code raised RuntimeError: something else entirely (see" in feedback, feedback

@@ -2,7 +2,9 @@
 
 A `Task` knows how to make test cases (`cases`), how to run a learner's function or class on one
 case (`call`), what the right answer is (`expected`, by default the reference in `course_lib`),
-and how to explain a wrong answer (`mistakes`: wrong implementations with the hint each deserves).
+and how to explain a wrong answer (`mistakes`: wrong implementations with the hint each deserves;
+a learner's result that equals a mistake's, or an error that is the one a mistake raises on the
+same case, gets that mistake's hint).
 
 Running and judging are separate on purpose. `run_cases` runs the learner's object and returns
 plain outcomes (values or the exception raised, plus any forbidden call it made); `judge`
@@ -265,10 +267,15 @@ def _outcome_of(fn: Callable[[], Any]) -> dict:
         return {
             "status": "raised",
             "types": names,
-            "message": f"{type(e).__name__}: {e}"[:2000],
+            "message": _raised_message(e),
             "not_implemented": False,
         }
     return {"status": "ok", "value": _plain(value)}
+
+
+def _raised_message(e: BaseException) -> str:
+    """How an exception is reported, and compared with the errors of the listed mistakes."""
+    return f"{type(e).__name__}: {e}"[:2000]
 
 
 USES = "uses:"  # in `seen`, "uses:one_hot": the learner's code called the learner's one_hot
@@ -457,6 +464,21 @@ def _hint_from_mistakes(task: Task, got: Any, case: Case) -> str | None:
     return None
 
 
+def _hint_from_raised(task: Task, message: str, case: Case) -> str | None:
+    """The hint of the listed mistake that raises the very error the learner's code raised on
+    this case (the same exception and text), or None. So a crash is explained by its cause
+    (a float d_head, a sum without keepdim) without matching PyTorch's wording anywhere."""
+    for wrong, hint in task.mistakes():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                task.call(wrong, case)
+        except Exception as e:  # noqa: BLE001  (the point: which mistakes raise, and what)
+            if _raised_message(e) == message:
+                return hint
+    return None
+
+
 def judge(
     task: Task,
     cases: list[Case],
@@ -564,7 +586,9 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
     if status == "raised":
         if outcome.get("not_implemented"):
             return "not implemented yet (NotImplementedError)"
-        return f"your code raised {outcome['message']}"
+        hint = _hint_from_raised(task, outcome["message"], case) if want_hint else None
+        raised = f"your code raised {outcome['message']}"
+        return f"{raised}. Hint: {hint}" if hint else raised
     if status != "ok":
         return outcome.get("message", "your code did not return a result")
     got = outcome["value"]

@@ -111,6 +111,9 @@ class Embed(Task):
         def float32_always(ids, table):
             return _unchecked_one_hot(ids, table.shape[0]) @ table.float()
 
+        def float32_one_hot(ids, table):  # one_hot's float32 times a float64 table: it raises
+            return _unchecked_one_hot(ids, table.shape[0]).float() @ table
+
         return [
             (
                 transposed,
@@ -118,6 +121,12 @@ class Embed(Task):
                 "per token, so the product is one_hot(ids, vocab_size) @ table",
             ),
             (float32_always, "keep the table's dtype: make the one-hot vectors in table.dtype"),
+            (
+                float32_one_hot,
+                "one_hot gives float32 vectors, and a matrix product needs both sides in one "
+                "dtype: convert them to the table's, one_hot(ids, vocab_size).to(table.dtype) "
+                "@ table",
+            ),
         ]
 
     def diagnose(self, got, want, case):

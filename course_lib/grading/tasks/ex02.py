@@ -106,6 +106,10 @@ class Softmax(Task):
             e = (x - x.amin(dim=dim, keepdim=True)).exp()
             return e / e.sum(dim=dim, keepdim=True)
 
+        def no_keepdim(x, dim=-1):  # the sums lose their axis: a crash, or a wrong division
+            e = (x - x.amax(dim=dim, keepdim=True)).exp()
+            return e / e.sum(dim=dim)
+
         return [
             (
                 no_max,
@@ -136,6 +140,13 @@ class Softmax(Task):
                 "you subtracted the minimum: exp(x - min) overflows to inf when a row's "
                 "values are spread widely. Subtract the maximum along dim, so every "
                 "exponent is <= 0",
+            ),
+            (
+                no_keepdim,
+                "sum(dim=dim) drops that axis, so the sums no longer line up with x: "
+                "PyTorch broadcasts from the last axis, and either the shapes clash or each "
+                "value is divided by another slice's sum. Keep the axis: "
+                "sum(dim=dim, keepdim=True)",
             ),
         ]
 

@@ -26,6 +26,24 @@ def _split_interleaved(x: Tensor, num_heads: int) -> Tensor:
     return x.reshape(batch, seq, d_model // num_heads, num_heads).permute(0, 3, 1, 2)
 
 
+def _split_float_d_head(x: Tensor, num_heads: int) -> Tensor:
+    batch, seq, d_model = x.shape
+    # d_model / num_heads is a float (12 / 3 = 4.0), and reshape wants ints: it raises
+    return x.reshape(batch, seq, num_heads, d_model / num_heads).transpose(1, 2)
+
+
+def _view_float_d_head(x: Tensor, num_heads: int) -> Tensor:
+    batch, seq, d_model = x.shape
+    # the same with view, which words its error differently
+    return x.view(batch, seq, num_heads, d_model / num_heads).transpose(1, 2)
+
+
+_FLOAT_D_HEAD_HINT = (
+    "d_model / num_heads is a float (12 / 3 = 4.0) even when it divides evenly, and a shape "
+    "needs ints: use d_model // num_heads"
+)
+
+
 @register
 class SplitHeads(Task):
     id = "ex03.split_heads"
@@ -64,6 +82,8 @@ class SplitHeads(Task):
                 "you gave it every num_heads-th feature. Reshape to (batch, seq, num_heads, "
                 "d_head)",
             ),
+            (_split_float_d_head, _FLOAT_D_HEAD_HINT),
+            (_view_float_d_head, _FLOAT_D_HEAD_HINT),
         ]
 
 

@@ -300,6 +300,9 @@ class PerplexityTask(Task):
         def _no_minus(logits, targets):
             return torch.exp(-_nll(logits, targets).mean())
 
+        def _cross_entropy_unflattened(logits, targets):  # raises on (batch, seq, vocab)
+            return torch.exp(nn.functional.cross_entropy(logits, targets))
+
         return [
             (
                 _base_2,
@@ -325,6 +328,12 @@ class PerplexityTask(Task):
                 _no_minus,
                 "the cross-entropy is MINUS the log-probability of the target: without the "
                 "minus sign the perplexity comes out below 1",
+            ),
+            (
+                _cross_entropy_unflattened,
+                "F.cross_entropy reads dim 1 as the classes, so (batch, seq, vocab) logits "
+                "look like seq classes to it; flatten the positions first: "
+                "F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))",
             ),
         ]
 
