@@ -10,9 +10,6 @@ from helpers import ROOT
 FOLDERS = ["course_lib", "tests", "tools", "benchmarks", "notebooks", "solutions", "exercises"]
 
 
-PYTHON_FOLDERS = ["course_lib", "tests", "tools", "benchmarks"]
-
-
 def _ruff() -> str:
     beside_python = Path(sys.executable).parent / "ruff"  # a virtual environment's own ruff
     ruff = shutil.which("ruff") or (str(beside_python) if beside_python.exists() else None)
@@ -21,9 +18,13 @@ def _ruff() -> str:
 
 
 def test_ruff_format_is_clean():
-    """The Python files are `ruff format`-clean (one layout, no formatting noise in diffs)."""
+    """The Python files and the notebooks' code cells are `ruff format`-clean (one layout, no
+    formatting noise in diffs). Exercises are written from the solutions by
+    `python tools/notebooks.py exercises`: format the solution, then write the exercise again."""
+    folders = [f for f in FOLDERS if (ROOT / f).is_dir()]
+    assert {"course_lib", "notebooks", "solutions", "exercises"} <= set(folders)
     proc = subprocess.run(
-        [_ruff(), "format", "--check", *PYTHON_FOLDERS], cwd=ROOT, capture_output=True, text=True
+        [_ruff(), "format", "--check", *folders], cwd=ROOT, capture_output=True, text=True
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
 
