@@ -7,6 +7,7 @@ from tools.notebooks import (
     OUTCOMES,
     ROOT,
     SETUP_SOURCE,
+    code_statements,
     from_py,
     make_exercise,
     stamp,
@@ -79,7 +80,15 @@ def test_study_time_counts_prose_and_code_but_not_the_setup_cell(tmp_path):
     stamp(nb, "notebooks/99_test.ipynb")  # adds the badge and the long setup cell
     path = tmp_path / "99_test.ipynb"
     nbformat.write(nb, path)
-    assert study_minutes(path) == 5  # 4 minutes, rounded up to 5
+    assert study_minutes(path) == 5  # 4.2 minutes, rounded up to 5
+
+
+def test_code_is_counted_in_statements_so_the_layout_does_not_change_the_estimate():
+    one_line = "print(f'{x}', sorted(y), sep=', ')  # a comment\n"
+    spread = "print(\n    f'{x}',\n    sorted(y),\n    sep=', ',\n)\n\n# a comment\n"
+    assert code_statements(one_line) == code_statements(spread) == 1
+    assert code_statements("def f(x):\n    y = x + 1\n    return y\n") == 3
+    assert code_statements("%matplotlib inline\nx = (\n") == 2  # untokenizable: lines
 
 
 def test_every_lesson_has_an_outcome_line_for_the_syllabus():
