@@ -149,14 +149,6 @@ def test_named_mistakes_fail_with_their_hint(task_id, wrong, hint):
     assert hint in feedback, feedback
 
 
-@pytest.mark.parametrize("task_id", ["ex06.cross_attention", "ex06.CrossAttentionSublayer"])
-def test_each_task_mistake_is_caught(task_id):
-    """Every wrong implementation the task itself lists fails (so its hint can ever show)."""
-    for wrong, hint in get_task(task_id).mistakes():
-        status, feedback = _status(task_id, wrong)
-        assert status == "failed" and hint in feedback, (hint, feedback)
-
-
 def test_queries_from_memory_hint_also_comes_from_the_shape():
     task = get_task("ex06.cross_attention")
     case = task.cases(torch.Generator().manual_seed(0))[0]

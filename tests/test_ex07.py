@@ -169,13 +169,6 @@ def _mistake_params():
     return mistake_params("ex07.layer_norm", "ex07.FeedForward", "ex07.EncoderLayer")
 
 
-@pytest.mark.parametrize("task_id, wrong, hint", _mistake_params())
-def test_each_mistake_fails_with_its_hint(task_id, wrong, hint):
-    result = status(task_id, wrong)
-    assert result.status == "failed", result.feedback
-    assert hint in result.feedback
-
-
 def test_every_named_mistake_is_covered():
     names = {w.__name__ for _, w, _ in (p.values for p in _mistake_params())}
     assert {"_ln_wrong_axis", "_ln_unbiased", "_ln_eps_outside"} <= names

@@ -128,19 +128,6 @@ def test_alternative_correct_implementation_passes(task_id, impl):
     assert result.status == "passed", result.feedback
 
 
-MISTAKES = [
-    (task_id, i) for task_id in REFERENCES for i in range(len(get_task(task_id).mistakes()))
-]
-
-
-@pytest.mark.parametrize("task_id,index", MISTAKES)
-def test_each_mistake_fails_with_its_hint(task_id, index):
-    wrong, hint = get_task(task_id).mistakes()[index]
-    result = status(task_id, wrong)
-    assert result.status == "failed", result.feedback
-    assert hint in result.feedback
-
-
 def test_exercise_names_its_mistakes():
     """The mistakes EXERCISES.md names are among the graded ones."""
     hints = {

@@ -150,13 +150,6 @@ def _mistake_params():
     return mistake_params("ex09.sample_next", "ex09.perplexity", "ex09.cached_attention_step")
 
 
-@pytest.mark.parametrize("task_id, wrong, hint", _mistake_params())
-def test_each_mistake_fails_with_its_hint(task_id, wrong, hint):
-    result = status(task_id, wrong)
-    assert result.status == "failed", result.feedback
-    assert hint in result.feedback
-
-
 def test_every_named_mistake_is_covered():
     names = {p.values[1].__name__ for p in _mistake_params()}
     assert {

@@ -9,7 +9,6 @@ import types
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import mistake_params
 
 from course_lib.efficient_attention import sliding_window_mask, tiled_attention
 from course_lib.family import mlm_mask, patchify
@@ -40,13 +39,6 @@ def test_reference_logic_passes(task_id):
 @pytest.mark.parametrize("task_id", TASKS)
 def test_calling_the_reference_is_forbidden(task_id):
     assert check_result(task_id, REFERENCES[task_id]).status == "forbidden"
-
-
-@pytest.mark.parametrize("task_id,wrong,hint", mistake_params(*TASKS))
-def test_each_mistake_fails_with_its_hint(task_id, wrong, hint):
-    result = check_result(task_id, wrong)
-    assert result.status == "failed", result.feedback
-    assert hint in result.feedback
 
 
 @pytest.mark.parametrize("task_id", TASKS)
