@@ -418,3 +418,62 @@ def test_a_crash_no_listed_mistake_explains_gets_no_hint():
 
     feedback = check_result("ex02.softmax", crashes).feedback
     assert "your code raised RuntimeError: something else entirely (see" in feedback, feedback
+
+
+# ---------------------------------------------------------------- code that changes its inputs
+
+
+def _centred_distances(x, y):  # right values, but it shifts the caller's x and y
+    c = x.mean()
+    x -= c
+    y -= c
+    return ((x.unsqueeze(-2) - y.unsqueeze(-3)) ** 2).sum(-1)
+
+
+def _shift_by_filling(targets, bos_id):  # its "expected" was computed on the filled targets
+    targets.fill_(bos_id)
+    return targets.clone()
+
+
+def _matmul_unsqueezing_a(a, b):  # the reference could not run on the changed a
+    a.unsqueeze_(-1)
+    return (a * b.unsqueeze(-3)).sum(-2)
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, names",
+    [
+        ("ex00.pairwise_sq_distances", _centred_distances, "`x` and `y`"),
+        ("ex08.shift_right", _shift_by_filling, "`targets`"),
+        ("ex00.batched_matmul", _matmul_unsqueezing_a, "`a`"),
+    ],
+)
+def test_code_that_changes_its_inputs_in_place_fails_and_is_told_which(task_id, learner, names):
+    # each passed, or was blamed on the checker, while the grader computed the expected answer
+    # on the inputs the learner's code had already changed
+    result = check_result(task_id, learner)
+    assert result.status == "failed", result
+    assert f"your code changed its input {names} in place" in result.feedback, result.feedback
+
+
+def test_the_batch_grader_sees_an_input_changed_in_place_too(tmp_path):
+    from course_lib.grading import batch, harness
+
+    task = get_task("ex00.pairwise_sq_distances")
+    cases = task.cases(torch.Generator().manual_seed(5))
+    torch.save(cases, tmp_path / "cases.pt")
+    namespace = {"pairwise_sq_distances": _centred_distances}
+    harness.run_task(namespace, task.id, str(tmp_path / "cases.pt"), str(tmp_path / "out.pt"))
+    run = torch.load(tmp_path / "out.pt", weights_only=True)["run"]
+    result = batch._judge_task(task, cases, run, None, {})
+    assert result.passed == 0 and "changed its input `x` and `y` in place" in result.feedback
+
+
+def test_inputs_that_are_one_tensor_stay_one_tensor_for_the_learner():
+    # self-attention passes one x as query, key and value: the copies keep that identity
+    from course_lib.grading.core import _own_copy
+
+    x = torch.randn(2, 3)
+    own = _own_copy(Case("x three times", (x, x, x), {"also": x}))
+    assert own.args[0] is own.args[1] is own.args[2] is own.kwargs["also"]
+    assert own.args[0] is not x and torch.equal(own.args[0], x)

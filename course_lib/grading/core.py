@@ -11,6 +11,9 @@ plain outcomes (values or the exception raised, plus any forbidden call it made)
 compares those outcomes with the reference. In a notebook, `check` does both in the learner's
 kernel for instant feedback. The batch grader runs only `run_cases` inside the learner's kernel
 and `judge` in its own process, so nothing a notebook redefines can change a grade.
+
+The learner's code gets copies of a case's tensors and lists, so the reference always answers
+the case as drawn; code that changes an input in place fails that case and is told which.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import sys
 import types
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -323,9 +326,70 @@ def run_cases(task: Task, obj: Any, cases: list[Case], namespace: dict | None = 
     outcomes = []
     watcher = _Watcher(watched)
     for case in cases:
+        own = _own_copy(case)
         with watcher:
-            outcomes.append(_outcome_of(lambda case=case: task.call(obj, case)))
+            outcome = _outcome_of(lambda own=own: task.call(obj, own))
+        changed = _changed_inputs(obj, case, own)
+        if changed and outcome["status"] == "ok":
+            outcome["changed"] = changed
+        outcomes.append(outcome)
     return {"outcomes": outcomes, "seen": list(watcher.seen)}
+
+
+def _copy_input(value: Any, memo: dict[int, Any]) -> Any:
+    if id(value) not in memo:  # one copy per object, so inputs that were one tensor still are
+        if isinstance(value, Tensor):
+            memo[id(value)] = value.detach().clone().requires_grad_(value.requires_grad)
+        else:
+            memo[id(value)] = list(value) if isinstance(value, list) else value
+    return memo[id(value)]
+
+
+def _own_copy(case: Case) -> Case:
+    """`case` with copies of its tensors and lists: what the learner's code gets, so code that
+    changes its inputs in place cannot change the case the reference answers."""
+    memo: dict[int, Any] = {}
+    return replace(
+        case,
+        args=tuple(_copy_input(a, memo) for a in case.args),
+        kwargs={k: _copy_input(v, memo) for k, v in case.kwargs.items()},
+    )
+
+
+def _same_input(before: Any, after: Any) -> bool:
+    if isinstance(before, Tensor):
+        return (
+            before.shape == after.shape
+            and before.dtype == after.dtype
+            and bool(((before == after) | (before.isnan() & after.isnan())).all())
+            if before.is_floating_point() or before.is_complex()
+            else before.shape == after.shape and torch.equal(before, after)
+        )
+    return before == after if isinstance(before, list) else True
+
+
+def _input_names(obj: Any) -> list[str]:
+    """The learner's names of its positional parameters (a module's: those of `forward`)."""
+    target = obj.forward if isinstance(obj, type) else obj
+    try:
+        params = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):
+        return []
+    if isinstance(obj, type) and params and params[0].name == "self":
+        params = params[1:]
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in params if p.kind in kinds]
+
+
+def _changed_inputs(obj: Any, case: Case, own: Case) -> list[str]:
+    """The names of the inputs the learner's code changed in place (compared with `case`)."""
+    names = _input_names(obj)
+    changed = [
+        names[i] if i < len(names) else f"argument {i + 1}"
+        for i, (before, after) in enumerate(zip(case.args, own.args, strict=True))
+        if not _same_input(before, after)
+    ]
+    return changed + [k for k in case.kwargs if not _same_input(case.kwargs[k], own.kwargs[k])]
 
 
 # --------------------------------------------------------------------------------------------
@@ -456,7 +520,7 @@ def _hint_from_mistakes(task: Task, got: Any, case: Case) -> str | None:
         try:
             with warnings.catch_warnings():  # a wrong version may warn; the learner's did not
                 warnings.simplefilter("ignore")
-                wrong_value = _plain(task.call(wrong, case))
+                wrong_value = _plain(task.call(wrong, _own_copy(case)))
         except Exception:  # noqa: BLE001  (a mistake may not even run on this case)
             continue
         if task.compare(got, wrong_value, case) is None:
@@ -472,7 +536,7 @@ def _hint_from_raised(task: Task, message: str, case: Case) -> str | None:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                task.call(wrong, case)
+                task.call(wrong, _own_copy(case))
         except Exception as e:  # noqa: BLE001  (the point: which mistakes raise, and what)
             if _raised_message(e) == message:
                 return hint
@@ -573,6 +637,16 @@ DTYPE_HINT = (
 )
 
 
+def _changed_message(names: list[str]) -> str:
+    which = " and ".join(f"`{n}`" for n in names)
+    return (
+        f"your code changed its input {which} in place (its values after the call differ from "
+        "those it was given); whoever calls it may still need them: write `x = x - c`, not "
+        "`x -= c`, avoid methods ending in `_` (`unsqueeze_`, `add_`) on an input, or work on "
+        "a copy (`x.clone()`)"
+    )
+
+
 def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) -> str | None:
     status = outcome.get("status")
     if status == "harness":
@@ -591,6 +665,8 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
         return f"{raised}. Hint: {hint}" if hint else raised
     if status != "ok":
         return outcome.get("message", "your code did not return a result")
+    if outcome.get("changed"):
+        return _changed_message(outcome["changed"])
     got = outcome["value"]
     with warnings.catch_warnings():  # the reference's own warnings are not the learner's
         warnings.simplefilter("ignore")
