@@ -191,3 +191,56 @@ def test_memory_limit_lets_one_row_of_tiles_through():
     q, k, _ = biggest.args
     n = k.shape[-2]
     assert n >= 2048 and biggest.data["limit"] < q.shape[0] * n * n
+
+
+def attention_by_query_blocks(q, k, v, block_size=128, causal=False):
+    # exact softmax over ALL keys for each block of queries: no online softmax, and with few
+    # queries each block's scores are the full matrix (found by a fresh reader: it passed)
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ValueError("block_size")
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    outs = []
+    for start in range(0, n_q, block_size):
+        s = q[..., start : start + block_size, :] @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            rows = torch.arange(start, start + s.shape[-2])[:, None]
+            s = s.masked_fill(torch.arange(n_k) > rows, -math.inf)
+        outs.append(s.softmax(-1) @ v)
+    return torch.cat(outs, dim=-2)
+
+
+def attention_keeping_every_tile(q, k, v, block_size=128, causal=False):
+    # one key block at a time, but every tile kept in a list for a two-pass softmax: all the
+    # tiles alive together are the full matrix (found by a fresh reader: it passed)
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ValueError("block_size")
+    rows = torch.arange(q.shape[-2])[:, None]
+    tiles = []
+    for start in range(0, k.shape[-2], block_size):
+        s = q @ k[..., start : start + block_size, :].transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            s = s.masked_fill(torch.arange(start, start + s.shape[-1]) > rows, -math.inf)
+        tiles.append(s)
+    m = tiles[0].amax(-1, keepdim=True)
+    for s in tiles[1:]:
+        m = torch.maximum(m, s.amax(-1, keepdim=True))
+    total = sum(torch.exp(s - m).sum(-1, keepdim=True) for s in tiles)
+    out = sum(
+        torch.exp(s - m) @ v[..., i * block_size : (i + 1) * block_size, :]
+        for i, s in enumerate(tiles)
+    )
+    return out / total
+
+
+@pytest.mark.parametrize(
+    "impl, words",
+    [
+        (attention_by_query_blocks, "as large as the full matrix of scores"),
+        (attention_keeping_every_tile, "keeps every tile of scores alive at once"),
+    ],
+)
+def test_tiles_that_store_the_full_matrix_another_way_fail_the_memory_check(impl, words):
+    result = check_result("ex10.tiled_attention", impl)
+    assert result.status == "failed", result.feedback
+    assert words in result.feedback, result.feedback
+    assert result.passed >= result.total - 3  # right values: only memory-limited cases fail

@@ -57,6 +57,7 @@ def test_forbidden_calls_are_caught_however_they_are_imported():
         lambda a, b: a @ b,
         lambda a, b: renamed(a, b),
         lambda a, b: torch.einsum("...nk,...km->...nm", a, b),
+        lambda a, b: torch.linalg.matmul(a, b),  # passed 4/4, found by a fresh reader
     ):
         result = check_result("ex00.batched_matmul", impl)
         assert result.status == "forbidden" and result.score == 0, result.feedback
@@ -394,6 +395,10 @@ def _embed_with_float32_one_hot(ids, table):
     return torch.nn.functional.one_hot(ids, table.shape[0]).float() @ table
 
 
+def _last_token_at_length(x, lengths):  # found by a fresh reader: a raw IndexError, no hint
+    return x[torch.arange(len(lengths)), lengths]
+
+
 @pytest.mark.parametrize(
     "task_id, learner, words",
     [
@@ -401,6 +406,7 @@ def _embed_with_float32_one_hot(ids, table):
         ("ex03.split_heads", _split_heads_with_float_d_head, "d_model // num_heads"),
         ("ex09.perplexity", _perplexity_on_3d_logits, "flatten the positions"),
         ("ex01.embed", _embed_with_float32_one_hot, ".to(table.dtype)"),
+        ("ex00.last_token", _last_token_at_length, "ends at index L - 1"),
     ],
 )
 def test_a_crash_gets_the_hint_of_the_mistake_that_raises_the_same_error(task_id, learner, words):

@@ -330,7 +330,7 @@ def run_cases(task: Task, obj: Any, cases: list[Case], namespace: dict | None = 
         with watcher:
             outcome = _outcome_of(lambda own=own: task.call(obj, own))
         changed = _changed_inputs(obj, case, own)
-        if changed and outcome["status"] == "ok":
+        if changed and outcome["status"] in ("ok", "harness"):  # not when it raised itself
             outcome["changed"] = changed
         outcomes.append(outcome)
     return {"outcomes": outcomes, "seen": list(watcher.seen)}
@@ -649,6 +649,8 @@ def _changed_message(names: list[str]) -> str:
 
 def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) -> str | None:
     status = outcome.get("status")
+    if outcome.get("changed"):  # the first thing to fix: later checks ran on changed inputs
+        return _changed_message(outcome["changed"])
     if status == "harness":
         return outcome.get("message", "the check could not run your code")
     if case.raises is not None:
@@ -665,8 +667,6 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
         return f"{raised}. Hint: {hint}" if hint else raised
     if status != "ok":
         return outcome.get("message", "your code did not return a result")
-    if outcome.get("changed"):
-        return _changed_message(outcome["changed"])
     got = outcome["value"]
     with warnings.catch_warnings():  # the reference's own warnings are not the learner's
         warnings.simplefilter("ignore")

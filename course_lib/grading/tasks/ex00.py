@@ -26,6 +26,9 @@ class BatchedMatmul(Task):
         "torch.tensordot",
         "torch.baddbmm",
         "torch.nn.functional.linear",
+        "torch.linalg.matmul",
+        "torch.addmm",
+        "torch.Tensor.addmm",
     )
 
     def cases(self, gen):
@@ -63,7 +66,7 @@ class PairwiseSqDistances(Task):
     id = "ex00.pairwise_sq_distances"
     lesson = "lesson 00, section 'Tensors, shapes and broadcasting'"
     reference = "course_lib.tensor_basics.pairwise_sq_distances"
-    forbidden = ("torch.cdist", "torch.nn.functional.pairwise_distance", "torch.cdist")
+    forbidden = ("torch.cdist", "torch.nn.functional.pairwise_distance")
 
     def cases(self, gen):
         return [
@@ -85,8 +88,16 @@ class PairwiseSqDistances(Task):
         def dot_only(x, y):
             return (x.unsqueeze(-2) * y.unsqueeze(-3)).sum(-1)
 
+        def mean_not_sum(x, y):
+            return ((x.unsqueeze(-2) - y.unsqueeze(-3)) ** 2).mean(-1)
+
         return [
             (not_squared, "that is the distance itself; the task asks for its square (no sqrt)"),
+            (
+                mean_not_sum,
+                "you averaged the squared differences over the features; the squared distance "
+                "is their sum",
+            ),
             (dot_only, "that is the dot product x·y; the squared distance is |x|² - 2x·y + |y|²"),
         ]
 
@@ -116,6 +127,10 @@ class LastToken(Task):
             (
                 lambda x, lengths: x[:, -1],
                 "that is the last position, padding included; use each sequence's own length",
+            ),
+            (
+                lambda x, lengths: x[torch.arange(x.shape[0]), lengths],
+                "off by one: a sequence of length L ends at index L - 1",
             ),
             (
                 lambda x, lengths: x[torch.arange(x.shape[0]), (lengths % x.shape[1])],

@@ -2,10 +2,12 @@
 image patches.
 
 `tiled_attention` runs under a memory check: in the cases where keys come in several blocks,
-no tensor the learner's code creates may hold more than batch x max(n_q, n_k) x block_size
-numbers, one row of tiles (or the size of the inputs, when d_k or d_v exceeds
-block_size). The full (n_q, n_k) matrix of scores breaks that limit; at the
-check's longest length it is what would not fit the grader's memory.
+no tensor the learner's code creates may hold more than batch x n_q x block_size numbers,
+one row of tiles (or the size of an input, when that is larger), and those alive at once may
+not hold more than 8 times that together. The full (n_q, n_k) matrix of scores breaks the
+first limit, and so do the scores of all keys for a block of queries when n_q is small; a
+list of every tile breaks the second. At the check's longest length the full matrix is what
+would not fit the grader's memory.
 
 `mlm_mask` is random, so its check is statistical (as for ex09.sample_next): one call on about
 200,000 positions with a seeded generator, and the proportions (chosen, <mask>, random,
@@ -16,6 +18,7 @@ position; the labels exactly the original ids at the chosen positions and -100 e
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -38,23 +41,55 @@ MEMORY_HINT = (
 # --------------------------------------------------------------------------------------------
 
 
+# In the cases whose keys span at least 2 x ALIVE blocks, the tensors alive at once may hold
+# ALIVE rows of tiles: a loop over key tiles keeps a few alive at a time, a list keeps them all.
+ALIVE = 8
+
+
 class _MemoryLimit(TorchFunctionMode):
     """Raises GradingError as soon as a torch call returns a tensor whose storage holds more
-    than `limit` elements (views of a smaller storage, e.g. expand, do not count)."""
+    than `limit` elements (views of a smaller storage, e.g. expand, do not count), or when the
+    tensors it created that are still alive hold more than `alive` together (every tile kept in
+    a list is the full matrix again, one piece at a time)."""
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, alive: int | None = None):
         super().__init__()
-        self.limit = limit
+        self.limit, self.alive_limit = limit, alive
+        self.alive: dict[int, list[int]] = {}  # storage address -> [numbers, live tensors]
+        self.total = 0
+
+    def _release(self, address: int) -> None:
+        entry = self.alive.get(address)
+        if entry is not None:
+            entry[1] -= 1
+            if entry[1] == 0:
+                self.total -= entry[0]
+                del self.alive[address]
 
     def __torch_function__(self, func, types_, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         for leaf in tree_leaves(out):
             if isinstance(leaf, torch.Tensor) and leaf.element_size():
-                stored = leaf.untyped_storage().nbytes() // leaf.element_size()
+                storage = leaf.untyped_storage()
+                stored = storage.nbytes() // leaf.element_size()
                 if stored > self.limit:
                     raise GradingError(
                         f"{MEMORY_HINT} (a tensor of shape {tuple(leaf.shape)} appeared; the "
                         f"limit here is {self.limit:,} numbers, one row of tiles)"
+                    )
+                address = storage.data_ptr()
+                if address not in self.alive:
+                    self.alive[address] = [stored, 0]
+                    self.total += stored
+                self.alive[address][1] += 1
+                weakref.finalize(leaf, self._release, address)
+                if self.alive_limit is not None and self.total > self.alive_limit:
+                    raise GradingError(
+                        "your code keeps every tile of scores alive at once (in a list, say), "
+                        "which stores the full matrix again, piece by piece: tensors of "
+                        f"{self.total:,} numbers were alive together, more than {ALIVE} rows of "
+                        f"tiles ({self.limit:,} numbers each); fold each tile into the running "
+                        "maximum, sum and output, then let it go"
                     )
         return out
 
@@ -62,14 +97,18 @@ class _MemoryLimit(TorchFunctionMode):
 def _tiled_case(description, q, k, v, block_size, causal=False, raises=None):
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]).numel()
     n_q, n_k = q.shape[-2], k.shape[-2]
-    limit = None
+    limit = alive = None
     if raises is None and n_k > block_size:
-        limit = batch * max(n_q, n_k) * max(block_size, q.shape[-1], v.shape[-1])
+        # one row of tiles, (n_q, block_size) per batch entry, or the size of an input
+        row = batch * n_q * max(block_size, q.shape[-1], v.shape[-1])
+        limit = max(row, *(batch * t.shape[-2] * t.shape[-1] for t in (q, k, v)))
+        if n_k >= 2 * ALIVE * block_size:
+            alive = ALIVE * limit
     return Case(
         description,
         (q, k, v),
         {"block_size": block_size, "causal": causal},
-        data={"limit": limit},
+        data={"limit": limit, "alive": alive},
         raises=raises,
     )
 
@@ -87,6 +126,7 @@ def _tiles(
     diagonal=True,
     buffer_dtype=None,
     mask_per_tile=True,
+    partial_last=True,
 ):
     """The textbook loop over key blocks; the mistakes below switch one piece of it off."""
     buffer_dtype = q.dtype if buffer_dtype is None else buffer_dtype
@@ -100,7 +140,8 @@ def _tiles(
     rows = torch.arange(n_q)[:, None]
     if causal and not mask_per_tile:  # one (n_q, n_k) mask, sliced for each tile
         full_mask = torch.arange(n_k) > rows
-    for start in range(0, n_k, block_size):
+    last = n_k if partial_last else n_k - block_size + 1
+    for start in range(0, last, block_size):
         s = q @ k[..., start : start + block_size, :].transpose(-2, -1)
         if causal:
             cols = torch.arange(start, start + s.shape[-1])
@@ -205,6 +246,14 @@ class TiledAttention(Task):
                 128,
             ),
             _tiled_case(
+                "few queries, many keys: q (2, 64, 8), k and v (2, 4096, 8), block_size=128 "
+                "(the (64, 4096) scores of all keys at once are not allowed)",
+                randn(gen, 2, 64, 8),
+                randn(gen, 2, 4096, 8),
+                randn(gen, 2, 4096, 8),
+                128,
+            ),
+            _tiled_case(
                 "the same limit with causal=True: q, k, v (1, 1024, 16), block_size=64",
                 randn(gen, 1, 1024, 16),
                 randn(gen, 1, 1024, 16),
@@ -265,7 +314,7 @@ class TiledAttention(Task):
     def call(self, obj, case):
         if case.data.get("limit") is None:
             return obj(*case.args, **case.kwargs)
-        with _MemoryLimit(case.data["limit"]):
+        with _MemoryLimit(case.data["limit"], case.data.get("alive")):
             return obj(*case.args, **case.kwargs)
 
     def mistakes(self):
@@ -274,6 +323,12 @@ class TiledAttention(Task):
 
         def output_not_rescaled(q, k, v, block_size=128, causal=False):
             return _tiles(q, k, v, block_size, causal, rescale_out=False)
+
+        def nothing_rescaled(q, k, v, block_size=128, causal=False):
+            return _tiles(q, k, v, block_size, causal, rescale_sum=False, rescale_out=False)
+
+        def last_block_dropped(q, k, v, block_size=128, causal=False):
+            return _tiles(q, k, v, block_size, causal, partial_last=False)
 
         def no_max(q, k, v, block_size=128, causal=False):
             return _tiles(q, k, v, block_size, causal, subtract_max=False)
@@ -327,6 +382,17 @@ class TiledAttention(Task):
                 "the weighted sum of values collected so far by exp(m - m'), as you do the sum",
             ),
             (
+                nothing_rescaled,
+                "neither the running sum nor the running output is rescaled: when a block brings "
+                "a larger maximum m', multiply both by exp(m - m') before adding the new block's "
+                "terms",
+            ),
+            (
+                last_block_dropped,
+                "the last keys are left out when n_k is not a multiple of block_size: the last "
+                "tile is shorter, so loop with range(0, n_k, block_size) and slice to the end",
+            ),
+            (
                 no_max,
                 "exp of large scores overflows to inf: keep a running maximum and subtract it "
                 "before exp, rescaling what was summed when it grows",
@@ -370,11 +436,11 @@ class TiledAttention(Task):
 # --------------------------------------------------------------------------------------------
 
 
-def _band(n, window, causal=False, width_offset=0, future=False):
+def _band(n, window, causal=False, width_offset=0, future=False, diagonal=True):
     offset = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # i - j
     mask = offset.abs() <= window + width_offset
     if causal:
-        mask &= (offset <= 0) if future else (offset >= 0)
+        mask &= (offset <= 0) if future else (offset >= 0 if diagonal else offset > 0)
     return mask
 
 
@@ -420,6 +486,10 @@ class SlidingWindowMask(Task):
                 "causal=True is ignored: keep only the keys j with i - window <= j <= i",
             ),
             (
+                lambda n, window, causal=False: _band(n, window, causal, diagonal=False),
+                "with causal=True a token may still attend to itself: keep j <= i, not j < i",
+            ),
+            (
                 lambda n, window, causal=False: ~_band(n, window, causal),
                 "your mask is inverted: True means 'may attend' in this course",
             ),
@@ -457,7 +527,7 @@ def _mlm_stats(ids, inputs, labels, mask_id, vocab_size, pad_id):
     counts = torch.bincount(replaced.clamp(0, vocab_size), minlength=vocab_size + 1)
     return {
         "exact": {
-            "padding chosen": int((chosen & ~real).sum()),
+            "padding positions whose label is not -100": int((chosen & ~real).sum()),
             "padding changed": int(((inputs != ids) & ~real).sum()),
             "labels of chosen positions that are not the original id": int(
                 (labels[chosen] != original).sum()
@@ -594,16 +664,16 @@ class MlmMask(Task):
             return obj(ids, mask_id, vocab_size, **case.kwargs)
         pad_id = case.kwargs.get("pad_id")
 
-        def run(seed):
+        def run(seed, given=None):
             return obj(
-                ids.clone(),
+                ids.clone() if given is None else given,
                 mask_id,
                 vocab_size,
                 **case.kwargs,
                 generator=torch.Generator().manual_seed(seed),
             )
 
-        first = run(1234)
+        first = run(1234, given=ids)  # the learner's own copy: the grader sees it changed
         if not (
             isinstance(first, (tuple, list))
             and len(first) == 2
@@ -617,11 +687,12 @@ class MlmMask(Task):
                     f"{name} has shape {tuple(t.shape)}, expected the shape of "
                     f"ids {tuple(ids.shape)}"
                 )
-        if inputs.dtype != ids.dtype:
-            raise GradingError(
-                f"inputs has dtype {str(inputs.dtype)[6:]}; keep the dtype of "
-                f"ids ({str(ids.dtype)[6:]})"
-            )
+        for name, t in (("inputs", inputs), ("labels", labels)):
+            if t.dtype != ids.dtype:
+                raise GradingError(
+                    f"{name} has dtype {str(t.dtype)[6:]}; keep the dtype of ids "
+                    f"({str(ids.dtype)[6:]}): F.cross_entropy takes integer class labels"
+                )
         again = run(1234)
         if not all(torch.equal(a, b) for a, b in zip(first, again, strict=True)):
             raise GradingError(
@@ -654,7 +725,7 @@ class MlmMask(Task):
         return _mlm_compare(got, want, case.kwargs.get("mask_prob", 0.15), case.args[2])
 
     def mistakes(self):
-        def make(pads=False, split=(0.8, 0.9), labels_everywhere=False, fixed_prob=None):
+        def make(pads=False, split=(0.8, 0.9), labels_everywhere=False, fixed_prob=None, high=0):
             def wrong(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=None):
                 if not 0 < mask_prob <= 1:
                     raise ValueError("mask_prob")
@@ -665,7 +736,7 @@ class MlmMask(Task):
                 labels = ids.clone() if labels_everywhere else ids.masked_fill(~chosen, -100)
                 action = torch.rand(ids.shape, generator=generator)
                 random_ids = torch.randint(
-                    0, vocab_size, ids.shape, generator=generator, dtype=ids.dtype
+                    0, vocab_size + high, ids.shape, generator=generator, dtype=ids.dtype
                 )
                 inputs = ids.masked_fill(chosen & (action < split[0]), mask_id)
                 swap = chosen & (action >= split[0]) & (action < split[1])
@@ -702,6 +773,11 @@ class MlmMask(Task):
                 "skips them; only the chosen positions keep their original id",
             ),
             (make(fixed_prob=0.15), "use the mask_prob argument (0.15 is only its default)"),
+            (
+                make(high=1),
+                "the random ids include vocab_size, which is mask_id here: draw them from "
+                "[0, vocab_size) (torch.randint's `high` is already excluded)",
+            ),
             (global_rng, "pass `generator=generator` to every random draw"),
         ]
 
