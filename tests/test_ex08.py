@@ -245,3 +245,53 @@ def test_gathering_at_an_out_of_range_ignore_index_gets_its_hint():
     assert result.status == "failed" and 0 < result.score < result.max_score
     assert "ignore_index -100" in result.feedback
     assert "replace the ignored targets by a valid id" in result.feedback
+
+
+# ---- found by a fresh reader: wrong answers that passed -------------------------------------
+
+
+def _own(fn):
+    """The reference's logic under a code object of its own (the grader does not see it)."""
+    import types
+
+    code = fn.__code__.replace(co_name=fn.__name__ + "_copy")
+    return types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
+def test_a_loss_without_a_gradient_fails_with_its_reason():
+    # passed 6/6 under torch.no_grad() or .detach(); it broke only train_step's backward()
+    own = _own(label_smoothing_loss)
+    for wrong in (torch.no_grad()(own), lambda *a: own(*a).detach()):
+        result = status("ex08.label_smoothing_loss", wrong)
+        assert result.status == "failed", result
+        assert "your loss carries no gradient" in result.feedback, result
+
+
+def test_a_train_step_that_leaves_the_model_in_eval_mode_fails():
+    # passed 7/7: the graded model has no dropout, so eval mode changed no number
+    from course_lib.train import train_step
+
+    own = _own(train_step)
+
+    def step_in_eval_mode(model, *args, **kwargs):
+        out = own(model, *args, **kwargs)
+        model.eval()
+        return out
+
+    result = status("ex08.train_step", step_in_eval_mode)
+    assert result.passed == 0 and "leaves the model in eval mode" in result.feedback, result
+
+
+def test_log_softmax_over_dim_2_is_not_told_about_ignore_index():
+    # logits (12, 5) with ignore_index -100 and no padding: the IndexError comes from dim=2
+    def dim_two(logits, target, smoothing, ignore_index):
+        log_probs = torch.log_softmax(logits, dim=2)
+        keep = target != ignore_index
+        safe = target.masked_fill(~keep, 0)
+        nll = -log_probs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+        per = (1 - smoothing) * nll - smoothing * log_probs.mean(-1)
+        return per.masked_fill(~keep, 0).sum() / keep.sum()
+
+    result = status("ex08.label_smoothing_loss", dim_two)
+    assert "ignore_index need not be a class id" not in result.feedback, result.feedback
+    assert "log_softmax over dim=-1" in result.feedback, result.feedback

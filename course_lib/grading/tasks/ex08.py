@@ -104,6 +104,11 @@ class NoamLr(Task):
 
 def _per_token(logits, target, smoothing, ignore_index, spread=None):
     vocab = logits.shape[-1]
+    if spread == "sum":  # smoothing times the SUM of -log p over the vocabulary
+        log_probs = torch.log_softmax(logits, dim=-1)
+        safe = target.masked_fill(target == ignore_index, 0)
+        nll = -log_probs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+        return (1 - smoothing) * nll + smoothing * -log_probs.sum(dim=-1)
     log_probs = torch.log_softmax(logits, dim=-1)
     safe = target.masked_fill(target == ignore_index, 0)
     nll = -log_probs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
@@ -136,6 +141,27 @@ def _ls_sum(logits, target, smoothing, ignore_index):
 
 def _ls_other_classes(logits, target, smoothing, ignore_index):
     per = _per_token(logits, target, smoothing, ignore_index, spread="others")
+    keep = target != ignore_index
+    return per.masked_fill(~keep, 0).sum() / keep.sum()
+
+
+def _ls_vocab_sum(logits, target, smoothing, ignore_index):
+    per = _per_token(logits, target, smoothing, ignore_index, spread="sum")
+    keep = target != ignore_index
+    return per.masked_fill(~keep, 0).sum() / keep.sum()
+
+
+def _ls_pad_zero(logits, target, smoothing, ignore_index):
+    return _ls_right(logits, target, smoothing, 0)
+
+
+def _ls_last_dim_two(logits, target, smoothing, ignore_index):
+    torch.log_softmax(logits, dim=2)  # written for (batch, seq, vocab) logits only
+    return _ls_right(logits, target, smoothing, ignore_index)
+
+
+def _ls_right(logits, target, smoothing, ignore_index):
+    per = _per_token(logits, target, smoothing, ignore_index)
     keep = target != ignore_index
     return per.masked_fill(~keep, 0).sum() / keep.sum()
 
@@ -226,15 +252,26 @@ class LabelSmoothingLoss(Task):
         ]
 
     def call(self, obj, case):
+        logits, target, _, ignore_index = case.args
+        logits.requires_grad_(True)  # the case's own copy: the loss must carry a gradient
         try:
-            return obj(*case.args, **case.kwargs)
+            loss = obj(*case.args, **case.kwargs)
         except (IndexError, RuntimeError) as error:
-            logits, ignore_index = case.args[0], case.args[3]
+            ignored = bool((target == ignore_index).any())
             if isinstance(error, NotImplementedError) or 0 <= ignore_index < logits.shape[-1]:
+                raise
+            if not ignored:  # nothing to ignore in this case: the error has another cause
                 raise
             raise GradingError(
                 f"your code raised {type(error).__name__}: {error}. Hint: {_IGNORE_HINT}"
             ) from None
+        if isinstance(loss, torch.Tensor) and not loss.requires_grad:
+            raise GradingError(
+                "your loss carries no gradient (it was computed under torch.no_grad(), "
+                "detached, or rebuilt from plain numbers): backward() in the training step "
+                "needs it, so compute it from the logits with tensor operations only"
+            )
+        return loss
 
     def mistakes(self):
         return [
@@ -265,6 +302,20 @@ class LabelSmoothingLoss(Task):
                 "-log p over the whole vocabulary",
             ),
             (_ls_probs_not_log, "use log-probabilities (log_softmax), not probabilities"),
+            (
+                _ls_vocab_sum,
+                "the smoothing term is the MEAN of -log p over the vocabulary (smoothing / vocab "
+                "on every class), not its sum",
+            ),
+            (
+                _ls_pad_zero,
+                "use the ignore_index argument: the padding id is not always 0",
+            ),
+            (
+                _ls_last_dim_two,
+                "the logits may be (positions, vocab) as well as (batch, seq, vocab): take "
+                "log_softmax over dim=-1, the last axis, whatever the number of axes",
+            ),
         ]
 
 
@@ -321,6 +372,15 @@ class ShiftRight(Task):
             (
                 lambda t, b: t[:, :-1],
                 "the decoder input starts with <bos> and has the same length as the targets",
+            ),
+            (
+                lambda t, b: torch.cat([bos_first(t, 1), t[:, :-1]], dim=1),
+                "use the bos_id argument: <bos> is not always 1",
+            ),
+            (
+                lambda t, b: t.roll(1, dims=1),
+                "torch.roll moves the last target token to the front: put <bos> there instead "
+                "(torch.cat of a column of bos_id and targets[:, :-1])",
             ),
         ]
 
@@ -538,13 +598,20 @@ def _wrong_step(
         ignore_index=ignore,
         label_smoothing=smooth,
     )
-    if mistake != "no_zero_grad":
+    if mistake not in ("no_zero_grad", "zero_after_backward"):
         optimizer.zero_grad()
     loss.backward()
-    if mistake != "no_clip":
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    if mistake == "zero_after_backward":
+        optimizer.zero_grad()
+    if mistake == "clip_per_parameter":
+        for p in model.parameters():
+            torch.nn.utils.clip_grad_norm_([p], clip)
+    elif mistake != "no_clip":
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0 if mistake == "clip_1" else clip)
+    if scheduler is not None and mistake == "schedule_first":
+        scheduler.step()
     optimizer.step()
-    if scheduler is not None and mistake != "no_schedule":
+    if scheduler is not None and mistake not in ("no_schedule", "schedule_first"):
         scheduler.step()
     return loss.item()
 
@@ -723,6 +790,11 @@ class TrainStep(Task):
         losses = [
             obj(model, optimizer, scheduler, src, tgt, **d["kwargs"]) for src, tgt in d["batches"]
         ]
+        if not model.training:
+            raise GradingError(
+                "your train_step leaves the model in eval mode: a training step runs the model "
+                "with model.train() (dropout on); keep model.eval() for evaluation"
+            )
         params = torch.cat([p.detach().flatten() for p in model.parameters()])
         return losses, params, float(optimizer.param_groups[0]["lr"])
 
@@ -784,6 +856,25 @@ class TrainStep(Task):
                 _mistake("no_schedule"),
                 "the schedule never moves: call scheduler.step() after "
                 "optimizer.step() (when scheduler is not None)",
+            ),
+            (
+                _mistake("zero_after_backward"),
+                "optimizer.zero_grad() after loss.backward() erases the gradients just computed, "
+                "so the step changes nothing: call it before backward()",
+            ),
+            (
+                _mistake("clip_1"),
+                "use the clip argument as the largest gradient norm (1.0 is only its default)",
+            ),
+            (
+                _mistake("clip_per_parameter"),
+                "clip the norm of all the gradients together, "
+                "clip_grad_norm_(model.parameters(), clip), not of each parameter on its own",
+            ),
+            (
+                _mistake("schedule_first"),
+                "scheduler.step() comes after optimizer.step(): stepped first, it gives this step "
+                "the next step's learning rate",
             ),
             (
                 _mistake("no_smoothing"),
