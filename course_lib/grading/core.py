@@ -637,7 +637,7 @@ DTYPE_HINT = (
 )
 
 
-def _changed_message(names: list[str]) -> str:
+def changed_message(names: list[str]) -> str:
     which = " and ".join(f"`{n}`" for n in names)
     return (
         f"your code changed its input {which} in place (its values after the call differ from "
@@ -650,7 +650,7 @@ def _changed_message(names: list[str]) -> str:
 def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) -> str | None:
     status = outcome.get("status")
     if outcome.get("changed"):  # the first thing to fix: later checks ran on changed inputs
-        return _changed_message(outcome["changed"])
+        return changed_message(outcome["changed"])
     if status == "harness":
         return outcome.get("message", "the check could not run your code")
     if case.raises is not None:

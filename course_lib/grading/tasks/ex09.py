@@ -10,12 +10,21 @@ probability.
 from __future__ import annotations
 
 import math
+import types
 
 import torch
 from torch import nn
 
 from ...sampling import sampling_distribution
-from ..core import Case, GradingError, Task, compare_values, exercise_state, register
+from ..core import (
+    Case,
+    GradingError,
+    Task,
+    changed_message,
+    compare_values,
+    exercise_state,
+    register,
+)
 from .common import D_V_SCALE_HINT, ModuleTask, OpRecorder, randn, stable_softmax
 
 DRAWS = 6000  # per row of a case: a standard error of at most 0.0065 on every frequency
@@ -133,6 +142,8 @@ class SampleNextTask(Task):
             )
         if first.min() < 0 or first.max() >= vocab:
             raise GradingError(f"your tokens include ids outside [0, {vocab})")
+        if not torch.equal(batch, logits.repeat(DRAWS, 1)):
+            raise GradingError(changed_message(["logits"]))
         again = obj(batch, **case.kwargs, generator=torch.Generator().manual_seed(1234))
         if not torch.equal(first, again):
             raise GradingError(
@@ -278,8 +289,19 @@ class PerplexityTask(Task):
                 (uniform, torch.randint(10, (3, 4), generator=gen)),
             ),
             Case(
+                "a target 120 nats below the best logit, float32 (softmax gives it probability "
+                "0, so log(softmax) is -inf; log_softmax stays exact)",
+                (torch.tensor([[0.0, -120.0], [0.0, 0.0]]), torch.tensor([1, 0])),
+            ),
+            Case(
                 "targets (2, 6) for logits (2, 5, 11)",
                 (torch.randn(2, 5, 11, generator=gen), torch.zeros(2, 6, dtype=torch.long)),
+                raises=ValueError,
+            ),
+            Case(
+                "targets (10,) for logits (2, 5, 11): as many targets as positions, but not the "
+                "same shape",
+                (torch.randn(2, 5, 11, generator=gen), torch.zeros(10, dtype=torch.long)),
                 raises=ValueError,
             ),
         ]
@@ -303,7 +325,17 @@ class PerplexityTask(Task):
         def _cross_entropy_unflattened(logits, targets):  # raises on (batch, seq, vocab)
             return torch.exp(nn.functional.cross_entropy(logits, targets))
 
+        def _log_of_softmax(logits, targets):
+            probs = torch.softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1))
+            return torch.exp(-probs.log().mean())
+
         return [
+            (
+                _log_of_softmax,
+                "a probability that underflows to 0 in softmax gives log(0) = -inf: take "
+                "log_softmax(logits, dim=-1), which computes the log-probabilities without "
+                "forming the probabilities",
+            ),
             (
                 _base_2,
                 "the cross-entropy of log_softmax is in nats (natural log), so the "
@@ -553,11 +585,21 @@ def _build_gpt(cls, state, dtype):
     return model.eval()
 
 
+def _own_sample_next():
+    """course_lib's sample_next under a code object of its own: generate may not call the
+    finished version, and the listed mistakes stand for a learner who wrote their own."""
+    from ...sampling import sample_next
+
+    code = sample_next.__code__.replace(co_name="sample_next_of_a_learner")
+    return types.FunctionType(
+        code, sample_next.__globals__, "sample_next", sample_next.__defaults__
+    )
+
+
 def _wrong_generate(
     model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None, *, mistake=""
 ):
-    from ...sampling import sample_next
-
+    sample_next = _own_sample_next()
     with torch.no_grad():
         if mistake == "no_prompt":  # the prompt is never fed; only its last token
             logits, cache = model.forward_cached(ids[:, -1:], None, ids.shape[1] - 1)
@@ -592,7 +634,7 @@ class Generate(Task):
     lesson = "lesson 09, sections 'Sampling strategies' and 'A KV cache'"
     reference = "course_lib.gpt.generate_with_cache"
     depends_on = ("sample_next",)
-    forbidden = ("course_lib.gpt.generate",)
+    forbidden = ("course_lib.gpt.generate", "course_lib.sampling.sample_next")
 
     def cases(self, gen):
         from ...gpt import GPT, GPTConfig
