@@ -210,3 +210,29 @@ def test_cases_cover_what_exercises_md_asks():
     for case in fully_masked:
         out, weights = scaled_dot_product_attention(*case.args)
         assert not out.isnan().any() and not weights.isnan().any()
+
+
+# ---- found by a fresh reader: wrong answers that passed -------------------------------------
+
+
+def test_nan_gradients_through_a_fully_masked_row_fail():
+    # -inf added to every score of the row, then nan_to_num: the output is right, but the
+    # backward pass carries the NaN of the all -inf softmax into q and k
+    def additive_mask(q, k, v, mask):
+        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+        add = torch.zeros(mask.shape, dtype=q.dtype).masked_fill(~mask, float("-inf"))
+        weights = torch.nan_to_num(torch.softmax(scores + add, dim=-1))
+        return weights @ v, weights
+
+    result = check_result("ex05.masked_attention", additive_mask)
+    assert result.status == "failed", result.feedback
+    assert "the gradients through a fully masked row are NaN" in result.feedback
+
+
+def test_a_mask_built_from_lengths_fails_on_left_padding():
+    def from_lengths(ids, pad_id):
+        lengths = (ids != pad_id).sum(1, keepdim=True)
+        return (torch.arange(ids.shape[1]) < lengths).unsqueeze(1)
+
+    result = check_result("ex05.padding_mask", from_lengths)
+    assert result.status == "failed" and "assumes the padding comes last" in result.feedback

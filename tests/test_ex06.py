@@ -217,3 +217,34 @@ def test_no_hidden_case_leaves_a_query_with_nothing_to_attend_to():
             mask = case.kwargs.get("memory_mask")
             if mask is not None:
                 assert mask.any(-1).all(), (seed, case.description)
+
+
+# ---- found by a fresh reader: wrong answers that passed -------------------------------------
+
+
+def _sublayer(dropout=0.0, default_norm_first=False):
+    from course_lib.multihead import MultiHeadAttention
+
+    class Sublayer(torch.nn.Module):
+        def __init__(self, d_model, num_heads, norm_first=default_norm_first):
+            super().__init__()
+            self.norm_first = norm_first
+            self.attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+            self.norm = torch.nn.LayerNorm(d_model)
+
+        def forward(self, x, memory, memory_mask=None):
+            if self.norm_first:
+                return x + self.attn(self.norm(x), memory, memory, memory_mask)[0]
+            return self.norm(x + self.attn(x, memory, memory, memory_mask)[0])
+
+    return Sublayer
+
+
+def test_the_sublayer_is_built_right_and_alternatives_that_differ_fail():
+    assert check_result("ex06.CrossAttentionSublayer", _sublayer()).status == "passed"
+    # dropout the task does not ask for was invisible in eval mode (passed 7/7)
+    dropped = check_result("ex06.CrossAttentionSublayer", _sublayer(dropout=0.1))
+    assert dropped.status == "failed" and "dropout the task does not ask for" in dropped.feedback
+    # a default of norm_first=True was never built (every case passed norm_first)
+    pre = check_result("ex06.CrossAttentionSublayer", _sublayer(default_norm_first=True))
+    assert pre.status == "failed" and "built without norm_first" in pre.feedback

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ..core import Case, Task, register
+from ..core import Case, GradingError, Task, register
 from .common import D_V_SCALE_HINT, lengths_mask, randn
 
 LESSON = "lesson 05"
@@ -91,6 +91,11 @@ class PaddingMask(Task):
                 "int32 ids (4, 7), lengths [7, 1, 3, 0] (the last sequence is all padding)",
                 (padded_ids(gen, [7, 1, 3, 0], 7, 0, dtype=torch.int32), 0),
             ),
+            Case(
+                "ids (2, 6) padded on the LEFT, lengths [4, 6], pad_id=0 (some tokenizers pad "
+                "in front)",
+                (padded_ids(gen, [4, 6], 6, 0).flip(-1), 0),
+            ),
         ]
 
     def mistakes(self):
@@ -99,6 +104,13 @@ class PaddingMask(Task):
                 lambda ids, pad_id: (ids == pad_id).unsqueeze(1),
                 "your mask is inverted: True must mark the real tokens (may be attended to) and "
                 "False the padding; use ids != pad_id",
+            ),
+            (
+                lambda ids, pad_id: (
+                    torch.arange(ids.shape[1]) < (ids != pad_id).sum(1, keepdim=True)
+                ).unsqueeze(1),
+                "a mask built from each row's number of real tokens assumes the padding comes "
+                "last; compare every id with pad_id instead (ids != pad_id), wherever it sits",
             ),
             (
                 lambda ids, pad_id: ids != pad_id,
@@ -136,6 +148,12 @@ def _reference_attention(q, k, v, mask, fill=float("-inf"), after=None, scale=Tr
     else:
         weights = torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)
     return weights @ v, weights
+
+
+def _right_output(out, q, k, v, mask) -> bool:
+    with torch.no_grad():  # not the course's function: the learner's call is being watched
+        want = _reference_attention(q, k, v, mask)[0].nan_to_num(0.0)
+    return out.shape == want.shape and torch.allclose(out.detach(), want, rtol=1e-4, atol=1e-5)
 
 
 @register
@@ -212,6 +230,26 @@ class MaskedAttention(Task):
                 ),
             ),
         ]
+
+    def call(self, obj, case):
+        q, k, v, mask = case.args  # the learner's own copies: gradients may flow into them
+        for t in (q, k, v):
+            t.requires_grad_(True)
+        result = obj(q, k, v, mask)
+        out = result[0] if isinstance(result, (tuple, list)) and result else None
+        if isinstance(out, torch.Tensor) and out.requires_grad and bool(out.isfinite().all()):
+            out.sum().backward()
+            nan_grad = not all(
+                bool(t.grad.isfinite().all()) for t in (q, k, v) if t.grad is not None
+            )
+            if nan_grad and _right_output(out, q, k, v, mask):
+                raise GradingError(
+                    "your outputs are right, but the gradients through a fully masked row are "
+                    "NaN, so one such row would poison a whole training step: the -inf must "
+                    "reach only the masked scores (scores.masked_fill(~mask, -inf)), and the "
+                    "NaN of an all -inf softmax must be replaced before anything else uses it"
+                )
+        return result
 
     def mistakes(self):
         def zero_after(q, k, v, mask):
@@ -312,13 +350,18 @@ def _prefix_variant(ids, prefix_lengths, pad_id, *, mistake=""):
     p = prefix_lengths[:, None, None]
     if mistake == "off_by_one":
         in_prefix = j <= p
+    elif mistake == "one_short":
+        in_prefix = j < p - 1
+    elif mistake == "first_row":  # every row gets the first row's prefix
+        in_prefix = j < prefix_lengths[0]
     elif mistake == "queries":  # a query in the prefix sees every key, also the future
         in_prefix = i < p
     elif mistake == "no_prefix":
         in_prefix = torch.zeros(1, 1, 1, dtype=torch.bool)
     else:
         in_prefix = j < p
-    allowed = in_prefix | (j <= i)
+    causal = (j < i) if mistake == "no_diagonal" else (j <= i)
+    allowed = (in_prefix & causal) if mistake == "and" else (in_prefix | causal)
     if mistake == "no_padding":
         return allowed
     real = (ids != pad_id)[:, None, :]
@@ -382,6 +425,26 @@ class PrefixLMMask(Task):
                 lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="off_by_one"),
                 "the prefix is one key too long: with prefix length P the prefix is keys 0 .. P-1, "
                 "so key j is in it when j < P, not j <= P",
+            ),
+            (
+                lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="one_short"),
+                "the prefix is one key too short: with prefix length P the prefix is keys 0 .. "
+                "P-1, so key j is in it when j < P, not j < P - 1",
+            ),
+            (
+                lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="no_diagonal"),
+                "after the prefix a query may still attend to itself: the causal part allows "
+                "j <= i, not j < i",
+            ),
+            (
+                lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="and"),
+                "a key is allowed when it is in the prefix OR not in the future (j < P or "
+                "j <= i): you combined the two with AND",
+            ),
+            (
+                lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="first_row"),
+                "every row has its own prefix length: compare the keys with "
+                "prefix_lengths[:, None, None], not with one row's length",
             ),
             (
                 lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="no_padding"),

@@ -52,6 +52,24 @@ def _scaled_by_d_v(x, memory, w_q, w_k, w_v, memory_mask=None):
     return weights @ v, weights
 
 
+def _masked_with_zero(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if memory_mask is not None:
+        scores = scores.masked_fill(~memory_mask, 0.0)
+    weights = scores.softmax(-1)
+    return weights @ v, weights
+
+
+def _softmax_over_queries(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if memory_mask is not None:
+        scores = scores.masked_fill(~memory_mask, float("-inf"))
+    weights = scores.softmax(-2).nan_to_num(0.0)
+    return weights @ v, weights
+
+
 def _random_mask(gen: torch.Generator, batch: int, n_q: int, n_kv: int) -> torch.Tensor:
     """A random (batch, n_q, n_kv) mask, True = may attend, in which every query keeps at least
     one key: the task does not ask what a query with nothing to attend to returns."""
@@ -127,6 +145,16 @@ class CrossAttention(Task):
                 _scaled_by_d_v,
                 D_V_SCALE_HINT,
             ),
+            (
+                _masked_with_zero,
+                "a masked score of 0 still gets weight exp(0) after the softmax: fill the "
+                "masked scores with -inf (float('-inf')), as in lesson 05",
+            ),
+            (
+                _softmax_over_queries,
+                "the softmax runs over the keys (the memory positions, the last axis, dim=-1): "
+                "each query's weights sum to 1",
+            ),
         ]
 
     def diagnose(self, got, want, case):
@@ -168,6 +196,7 @@ def _sublayer_case(
     norm_first,
     lengths=None,
     dtype=torch.float32,
+    default_norm_first=False,
 ):
     # x is far from normalised, so LayerNorm before and after the residual give different results.
     x = 2.0 * randn(gen, batch, n_q, d_model, dtype=dtype) + 1.0
@@ -177,6 +206,7 @@ def _sublayer_case(
         "d_model": d_model,
         "num_heads": num_heads,
         "norm_first": norm_first,
+        "default_norm_first": default_norm_first,
         "state": _random_state(gen, d_model, dtype),
     }
     mode = "pre-norm (norm_first=True)" if norm_first else "post-norm (norm_first=False)"
@@ -250,7 +280,16 @@ class CrossAttentionSublayerTask(ModuleTask):
         f64 = torch.float64
         return [
             _sublayer_case(
-                gen, "x (2, 3, 8), memory (2, 5, 8), 2 heads, no mask", 2, 3, 5, 8, 2, False
+                gen,
+                "x (2, 3, 8), memory (2, 5, 8), 2 heads, no mask, built without norm_first (its "
+                "default is False)",
+                2,
+                3,
+                5,
+                8,
+                2,
+                False,
+                default_norm_first=True,
             ),
             _sublayer_case(
                 gen, "x (2, 3, 8), memory (2, 5, 8), 2 heads, no mask", 2, 3, 5, 8, 2, True
@@ -312,20 +351,31 @@ class CrossAttentionSublayerTask(ModuleTask):
             )
         return super().call(obj, case)
 
-    def init_args(self, case):
-        data = case.data
-        return (data["d_model"], data["num_heads"]), {"norm_first": data["norm_first"]}
-
     def weights(self, case):
         return case.data["state"]
 
+    def init_args(self, case):
+        data = case.data
+        if data.get("default_norm_first"):  # the statement's default, norm_first=False
+            return (data["d_model"], data["num_heads"]), {}
+        return (data["d_model"], data["num_heads"]), {"norm_first": data["norm_first"]}
+
     def run(self, module, case):
-        module.eval()
         args = list(case.args)
         if "memory_mask" in case.kwargs:
             args.append(case.kwargs["memory_mask"])
         with torch.no_grad():
-            return module(*args)
+            out = module.train()(*args)
+            module.eval()
+            evaluated = module(*args)
+        if isinstance(out, torch.Tensor) and isinstance(evaluated, torch.Tensor):
+            if out.shape == evaluated.shape and not torch.allclose(out, evaluated, atol=1e-6):
+                raise GradingError(
+                    "your sub-layer gives other outputs in training mode than in eval mode, so "
+                    "it has dropout the task does not ask for: MultiHeadAttention(d_model, "
+                    "num_heads), with no dropout"
+                )
+        return evaluated
 
     def mistakes(self):
         return [
@@ -376,10 +426,12 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
     else:
         q = queries.expand(x.shape[0], -1, -1)
     scores = q @ k.transpose(-2, -1)
+    scale = {"d_v": v.shape[-1], "d_model": x.shape[-1]}.get(mistake, q.shape[-1])
     if mistake != "no_scale":
-        scores = scores / q.shape[-1] ** 0.5
+        scores = scores / scale**0.5
     if mask is not None and mistake != "mask_ignored":
-        scores = scores.masked_fill(~mask.unsqueeze(-2), float("-inf"))
+        blocked = mask.unsqueeze(-2) if mistake == "mask_inverted" else ~mask.unsqueeze(-2)
+        scores = scores.masked_fill(blocked, float("-inf"))
     weights = scores.softmax(dim=-2 if mistake == "softmax_over_queries" else -1)
     return weights @ v, weights
 
@@ -480,6 +532,17 @@ class AttentionPool(Task):
             (
                 _pool_mistake("no_scale"),
                 "divide the scores by sqrt(d_k), the size of the queries and keys",
+            ),
+            (_pool_mistake("d_v"), D_V_SCALE_HINT),
+            (
+                _pool_mistake("d_model"),
+                "divide the scores by sqrt(d_k), the size of the queries and keys, not by "
+                "sqrt(d_model), the size of x",
+            ),
+            (
+                _pool_mistake("mask_inverted"),
+                "the mask is inverted: True = a real token, which may be attended to; block "
+                "the positions where the mask is False (~mask)",
             ),
         ]
 
