@@ -11,6 +11,7 @@ from torch import nn
 from course_lib.blocks import EncoderLayer, FeedForward, layer_norm
 from course_lib.grading import NOTEBOOK_SEED, check_result, get_task
 from course_lib.grading.core import judge, run_cases
+from course_lib.grading.tasks import ex07
 from course_lib.multihead import MultiHeadAttention
 
 
@@ -225,3 +226,38 @@ def test_badly_named_submodules_get_a_clear_message():
     result = status("ex07.FeedForward", Misnamed)
     assert result.status == "failed"
     assert "no parameter named 'linear1.weight'" in result.feedback
+
+
+# ---- found by a fresh reader: wrong answers that passed -------------------------------------
+
+
+class _DecoderSlicingMasks(ex07._DecoderMistake):
+    """Right for (n, n) and (batch, 1, n_src) masks, the only shapes the check used to pass;
+    wrong for per-sequence masks, which the statement allows (passed 7/7)."""
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if self_mask is not None and self_mask.dim() == 3:
+            self_mask = self_mask[0]  # the first sequence's mask for every sequence
+        if memory_mask is not None and memory_mask.dim() == 3:
+            memory_mask = memory_mask[:, :1, :]  # the first query's mask for every query
+        return super().forward(x, memory, self_mask, memory_mask)
+
+
+def test_a_decoder_that_handles_only_the_usual_mask_shapes_fails():
+    result = status("ex07.DecoderLayer", _DecoderSlicingMasks)
+    assert result.status == "failed" and "per-sequence masks" in result.feedback, result
+
+
+def test_a_feed_forward_that_also_holds_its_layers_in_a_sequential_passes():
+    # the same two layers under a second name are not extra parameters (it failed 0/7)
+    class FeedForward(nn.Module):
+        def __init__(self, d_model, d_ff, dropout=0.0):
+            super().__init__()
+            self.linear1 = nn.Linear(d_model, d_ff)
+            self.linear2 = nn.Linear(d_ff, d_model)
+            self.net = nn.Sequential(self.linear1, nn.ReLU(), nn.Dropout(dropout), self.linear2)
+
+        def forward(self, x):
+            return self.net(x)
+
+    assert status("ex07.FeedForward", FeedForward).status == "passed"

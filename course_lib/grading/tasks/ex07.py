@@ -472,6 +472,8 @@ class _DecoderMistake(nn.Module):
             return self.self_attn(h, h, h, mask=None if kind == "no_self_mask" else self_mask)[0]
 
         def ca(h):
+            if kind == "no_memory_mask":
+                return self.multihead_attn(h, memory, memory, mask=None)[0]
             if kind == "cross_on_x":  # keys and values from the target instead of memory
                 return self.multihead_attn(h, h, h, mask=None)[0]
             if kind == "memory_normed":  # norm2 applied to memory too, not only the queries
@@ -482,6 +484,13 @@ class _DecoderMistake(nn.Module):
         def ff(h):
             return self.linear2(F.relu(self.linear1(h)))
 
+        if pre and kind == "residual_of_normed":  # h = norm(x); h + sublayer(h)
+            h = self.norm1(x)
+            x = h + sa(h)
+            h = norm2(x)
+            x = h + ca(h)
+            h = norm3(x)
+            return h + ff(h)
         if pre:
             x = x + sa(self.norm1(x))
             x = x + ca(norm2(x))
@@ -513,6 +522,14 @@ class _DecNoSelfMask(_DecoderMistake):
 
 class _DecMemoryNormed(_DecoderMistake):
     kind = "memory_normed"
+
+
+class _DecNoMemoryMask(_DecoderMistake):
+    kind = "no_memory_mask"
+
+
+class _DecResidualOfNormed(_DecoderMistake):
+    kind = "residual_of_normed"
 
 
 @register
@@ -629,6 +646,22 @@ class DecoderLayerTask(ModuleTask):
                 self_mask=causal_mask(6),
             ),
             case(
+                "pre-norm with per-sequence masks: self_mask (3, 5, 5) causal and padded "
+                "differently in each row, memory_mask (3, 5, 6) different for each query, "
+                "x (3, 5, 8), memory (3, 6, 8), 2 heads",
+                8,
+                2,
+                16,
+                3,
+                5,
+                6,
+                True,
+                self_mask=causal_mask(5)
+                & (torch.arange(5)[None, None, :] < torch.tensor([5, 3, 4])[:, None, None]),
+                memory_mask=(torch.rand(3, 5, 6, generator=gen) > 0.4)
+                | (torch.arange(6) == 0)[None, None, :],
+            ),
+            case(
                 "float64, pre-norm, x (2, 4, 8), memory (2, 3, 8), causal self_mask",
                 8,
                 2,
@@ -676,6 +709,16 @@ class DecoderLayerTask(ModuleTask):
                 _DecNoSelfMask,
                 "the self-attention ignores self_mask: without the causal mask "
                 "every target position sees the future tokens it must predict",
+            ),
+            (
+                _DecNoMemoryMask,
+                "the cross-attention ignores memory_mask: the padding positions of the source "
+                "must get zero weight, multihead_attn(x, memory, memory, mask=memory_mask)",
+            ),
+            (
+                _DecResidualOfNormed,
+                "in pre-norm the residual adds the sub-layer's output to x itself, "
+                "x + sublayer(norm(x)), not to the normalised norm(x)",
             ),
             (
                 _DecMemoryNormed,
