@@ -283,3 +283,57 @@ def test_a_cache_appended_on_the_wrong_axis_gets_the_axis_hint_from_what_it_did(
     result = status("ex09.cached_attention_step", _cached_step_along(2, broadcast_bug=True))
     assert "your code raised RuntimeError" in result.feedback, result.feedback
     assert "along the sequence axis" not in result.feedback, result.feedback
+
+
+# ---- found by a fresh reader: wrong answers that passed -------------------------------------
+
+
+def test_feeding_the_prompt_token_by_token_fails_with_its_reason():
+    # the statement says "Feed the whole prompt once"; positions alone could not tell
+    own_sample_next = ex09._own_sample_next()
+
+    def one_by_one(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+        with torch.no_grad():
+            cache = None
+            for t in range(ids.shape[1]):
+                logits, cache = model.forward_cached(ids[:, t : t + 1], cache, t)
+            for _ in range(max_new_tokens):
+                token = own_sample_next(logits[:, -1], temperature, top_k, None, generator)
+                ids = torch.cat([ids, token[:, None]], dim=1)
+                logits, cache = model.forward_cached(ids[:, -1:], cache, ids.shape[1] - 1)
+        return ids
+
+    result = status("ex09.generate", one_by_one)
+    assert result.status == "failed", result.feedback
+    assert "feed the whole prompt in one call" in result.feedback, result.feedback
+
+
+def test_a_sample_next_that_changes_the_callers_logits_fails():
+    def scales_in_place(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+        if temperature == 0:
+            return logits.argmax(dim=-1)
+        logits /= temperature  # the caller's logits change
+        if top_k is not None and top_k < logits.shape[-1]:
+            kth = torch.topk(logits, top_k).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        probs = torch.softmax(logits, dim=-1)
+        if top_p is not None:
+            sorted_probs, order = probs.sort(dim=-1, descending=True)
+            keep = (sorted_probs.cumsum(-1) - sorted_probs) < top_p
+            probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs * keep)
+        probs = probs / probs.sum(-1, keepdim=True)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+    result = status("ex09.sample_next", scales_in_place)
+    assert result.status == "failed" and "changed its input `logits` in place" in result.feedback
+
+
+def test_log_of_softmax_is_told_to_use_log_softmax():
+    def unstable(logits, targets):
+        if logits.shape[:-1] != targets.shape:
+            raise ValueError("shapes")
+        probs = torch.softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1))
+        return torch.exp(-probs.log().mean())
+
+    result = status("ex09.perplexity", unstable)
+    assert result.status == "failed" and "take log_softmax" in result.feedback, result.feedback

@@ -560,6 +560,7 @@ def _cache_only_gpt_class():
         """The course's GPT, but its full forward is switched off and cached positions counted."""
 
         positions_computed = 0
+        calls = 0
 
         def forward(self, ids):
             raise GradingError(
@@ -570,6 +571,7 @@ def _cache_only_gpt_class():
 
         def forward_cached(self, ids, cache=None, start=None):
             self.positions_computed += ids.shape[1]
+            self.calls += 1
             return super().forward_cached(ids, cache, start)
 
     return CacheOnlyGPT
@@ -712,8 +714,11 @@ class Generate(Task):
         model, tokens = self._run(obj, case, _cache_only_gpt_class())
         d = case.data
         # the prompt once, then each new token once (the last one may be fed or not)
-        cached = model.positions_computed <= d["ids"].shape[1] + d["new"]
-        return tokens, cached
+        if model.positions_computed > d["ids"].shape[1] + d["new"]:
+            return tokens, "positions"
+        if model.calls > 1 + d["new"]:
+            return tokens, "calls"
+        return tokens, True
 
     def expected(self, case):
         from ...gpt import GPT, generate
@@ -725,6 +730,12 @@ class Generate(Task):
         message = compare_values(got[0], want[0], "your tokens")
         if message:
             return message
+        if got[1] == "calls":
+            return (
+                "your tokens are right, but the model was called more often than once for the "
+                "prompt and once per new token: feed the whole prompt in one call "
+                "(forward_cached(ids, None, 0)), not token by token"
+            )
         if got[1] is not True:
             return (
                 "your tokens are right, but the model computed more positions than the "
