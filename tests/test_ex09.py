@@ -337,3 +337,19 @@ def test_log_of_softmax_is_told_to_use_log_softmax():
 
     result = status("ex09.perplexity", unstable)
     assert result.status == "failed" and "take log_softmax" in result.feedback, result.feedback
+
+
+def test_a_capstone_gpt_with_pytorchs_default_init_fails():
+    # the check loads the reference's weights, so the model's own init went unseen (passed 6/6)
+    right = ex09._mistake_gpt("")  # a right GPT, GPT-2's init included
+
+    class DefaultInit(right):
+        def __init__(self, *args):
+            super().__init__(*args)
+            for module in self.modules():  # back to PyTorch's defaults
+                if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+                    module.reset_parameters()
+
+    assert status("ex09.GPT", right).status == "passed"
+    result = status("ex09.GPT", DefaultInit)
+    assert result.status == "failed" and "GPT-2's init" in result.feedback, result.feedback

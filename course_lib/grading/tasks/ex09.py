@@ -843,6 +843,9 @@ def _mistake_gpt(kind: str):
             self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
             if kind != "untied":
                 self.lm_head.weight = self.token_embedding.weight
+            for param in self.parameters():  # GPT-2's init, which the statement asks for
+                if param.dim() == 2:
+                    nn.init.normal_(param, std=0.02)
 
         def forward(self, ids):
             x = self.token_embedding(ids)
@@ -874,6 +877,21 @@ def _sgd_step(model, ids, lr=0.5):
                 p -= lr * p.grad
     state = exercise_state(model.state_dict())  # the exercise's names, in the same order
     return float(loss.detach()), torch.cat([state[k].flatten() for k in sorted(state)])
+
+
+def _check_gpt2_init(model: nn.Module) -> None:
+    """The statement asks for GPT-2's N(0, 0.02^2) init of the token embedding and of the
+    feed-forward's first layer (the layers writing into the residual stream may be smaller)."""
+    for name, param in model.named_parameters():
+        if name == "token_embedding.weight" or name.endswith("linear1.weight"):
+            std = float(param.detach().double().std())
+            if not 0.015 <= std <= 0.025:
+                raise GradingError(
+                    f"your {name} starts with standard deviation {std:.3g}: initialise every "
+                    "weight matrix (nn.Linear and nn.Embedding) from N(0, 0.02^2), GPT-2's "
+                    "init (nn.init.normal_(weight, std=0.02)); PyTorch's defaults start the "
+                    "tied logits far too large"
+                )
 
 
 @register
@@ -959,7 +977,10 @@ class CapstoneGPT(ModuleTask):
 
     def build(self, obj, case):
         with torch.random.fork_rng(devices=[]):  # a model's own init draws from the global RNG
-            return super().build(obj, case)
+            torch.manual_seed(0)
+            model = super().build(obj, case)
+        _check_gpt2_init(model)  # before the reference's weights replace the model's own
+        return model
 
     def weights(self, case):
         return case.data["state"]
