@@ -444,3 +444,23 @@ def test_reference_grouped_query_attention_is_multi_head_attention_with_repeated
     assert torch.allclose(gqa(x, x, x)[0], mha(x, x, x)[0], atol=1e-6)
     with pytest.raises(ValueError, match="multiple"):
         GroupedQueryAttention(12, 3, 2)
+
+
+# ---- found by a fresh reader: a wrong answer that passed ------------------------------------
+
+
+def test_multi_head_attention_that_takes_keys_from_the_query_when_shapes_match_fails():
+    # no cross-attention case had n_q == n_k, so this special case passed every check
+    from course_lib.grading.tasks import ex03
+
+    class KeysFromQuery(ex03._WrongMultiHeadAttention):
+        mistake = ""
+
+        def forward(self, query, key, value, mask=None):
+            if query.shape == key.shape:
+                key = query
+            return super().forward(query, key, value, mask)
+
+    result = check_result("ex03.MultiHeadAttention", KeysFromQuery)
+    assert result.status == "failed", result.feedback
+    assert "as many keys as queries" in result.feedback, result.feedback

@@ -162,12 +162,14 @@ class _WrongMultiHeadAttention(nn.Module):
         v_full = self.v_proj(value)  # (batch, n_k, d_model)
         v = self._split(v_full)  # (batch, heads, n_k, d_head)
         scale = math.sqrt(d_model if self.mistake == "scale_d_model" else self.d_head)
+        if self.mistake == "no_scale":
+            scale = 1.0
         scores = q @ k.transpose(-2, -1) / scale  # (batch, heads, n_q, n_k)
-        if mask is not None:
+        if mask is not None and self.mistake != "mask_ignored":
             if mask.dim() == 3:
                 mask = mask.unsqueeze(1)
             scores = scores.masked_fill(~mask, float("-inf"))
-        weights = scores.softmax(dim=-1)
+        weights = scores.softmax(dim=-2 if self.mistake == "softmax_over_queries" else -1)
         if self.mistake == "zero_blocked_rows":  # lesson 02's guard: a row with no key -> 0
             weights = weights.nan_to_num(0.0)
         if self.mistake == "averaged_heads":  # one averaged map applied to the full values
@@ -194,6 +196,18 @@ class _AveragedWeights(_WrongMultiHeadAttention):
 
 class _ScaledByDModel(_WrongMultiHeadAttention):
     mistake = "scale_d_model"
+
+
+class _NotScaled(_WrongMultiHeadAttention):
+    mistake = "no_scale"
+
+
+class _MaskIgnored(_WrongMultiHeadAttention):
+    mistake = "mask_ignored"
+
+
+class _SoftmaxOverQueries(_WrongMultiHeadAttention):
+    mistake = "softmax_over_queries"
 
 
 def _state_dict(gen: torch.Generator, d_model: int, dtype: torch.dtype) -> dict[str, Tensor]:
@@ -311,6 +325,17 @@ class MultiHeadAttentionTask(ModuleTask):
             ),
             self._case(
                 gen,
+                "cross-attention with as many keys as queries: query (2, 4, 8), key/value "
+                "(2, 4, 8) another sequence, num_heads=2",
+                batch=2,
+                n_q=4,
+                n_k=4,
+                d_model=8,
+                num_heads=2,
+                self_attention=False,
+            ),
+            self._case(
+                gen,
                 "one head: x (2, 3, 4), num_heads=1",
                 batch=2,
                 n_q=3,
@@ -353,6 +378,17 @@ class MultiHeadAttentionTask(ModuleTask):
                 _ScaledByDModel,
                 "each head's scores are q·k over d_head features, so divide by sqrt(d_head), not "
                 "sqrt(d_model)",
+            ),
+            (_NotScaled, "divide each head's scores by sqrt(d_head) before the softmax"),
+            (
+                _MaskIgnored,
+                "the mask is ignored: blocked positions (False) must get weight 0; a (batch, "
+                "n_q, n_k) mask needs unsqueeze(1) to reach every head",
+            ),
+            (
+                _SoftmaxOverQueries,
+                "the softmax runs over the keys (the last axis, dim=-1), so that each query's "
+                "weights sum to 1",
             ),
         ]
 
