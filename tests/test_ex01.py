@@ -452,3 +452,29 @@ def test_merge_pair_that_changes_its_input_is_caught():
 
     result = check_result("ex01.merge_pair", in_place)
     assert result.status == "failed" and "changed the list it was given" in result.feedback
+
+
+# ---- found by a fresh reader ----------------------------------------------------------------
+
+
+def test_an_embedding_that_slices_the_table_is_a_one_hot_product_all_the_same():
+    # table[:, :] or table[0] is no lookup by id; it was reported as "indexing the table"
+    def embed(ids, table):
+        if (ids < 0).any() or (ids >= table.shape[0]).any():
+            raise ValueError(f"an id is outside [0, {table.shape[0]})")
+        one_hot = (ids.unsqueeze(-1) == torch.arange(table.shape[0])).to(table[0].dtype)
+        return one_hot @ table[:, :]
+
+    assert check_result("ex01.embed", embed).status == "passed"
+
+
+def test_pair_counts_that_empties_its_input_fails():
+    def popping(ids):
+        counts = {}
+        while len(ids) > 1:
+            first = ids.pop(0)
+            counts[(first, ids[0])] = counts.get((first, ids[0]), 0) + 1
+        return counts
+
+    result = check_result("ex01.pair_counts", popping)
+    assert result.status == "failed" and "changed its input `ids`" in result.feedback

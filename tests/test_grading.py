@@ -483,3 +483,29 @@ def test_inputs_that_are_one_tensor_stay_one_tensor_for_the_learner():
     own = _own_copy(Case("x three times", (x, x, x), {"also": x}))
     assert own.args[0] is own.args[1] is own.args[2] is own.kwargs["also"]
     assert own.args[0] is not x and torch.equal(own.args[0], x)
+
+
+@pytest.mark.parametrize(
+    "task_id, learner",
+    [
+        ("ex01.one_hot", lambda ids, n: torch.ops.aten.one_hot(ids.long(), n).float()),
+        ("ex02.softmax", lambda x, dim=-1: torch.ops.aten._softmax(x, dim, False)),
+        ("ex02.softmax", lambda x, dim=-1: torch.ops.aten.softmax.int(x, dim)),
+    ],
+)
+def test_pytorchs_internal_operators_called_directly_are_not_allowed(task_id, learner):
+    # torch.ops.aten.* bypassed the watch on the forbidden functions (found by a fresh reader)
+    result = check_result(task_id, learner)
+    assert result.status == "forbidden", result.feedback
+    assert "one of PyTorch's internal operators" in result.feedback
+
+
+def test_pytorchs_own_python_code_may_use_its_operators():
+    # torch.nn.grad.conv1d_input is Python that calls torch.ops.aten.convolution_backward:
+    # only the operators the learner's own code calls count
+    def with_torch_internals(x, dim=-1):
+        torch.nn.grad.conv1d_input((1, 1, 3), torch.ones(1, 1, 1), torch.ones(1, 1, 3))
+        e = torch.exp(x - x.amax(dim=dim, keepdim=True))
+        return e / e.sum(dim=dim, keepdim=True)
+
+    assert check_result("ex02.softmax", with_torch_internals).status == "passed"

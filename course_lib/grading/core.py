@@ -175,6 +175,25 @@ def _code_objects(obj: Any) -> Iterable[types.CodeType]:
                     yield inspect.unwrap(value).__code__
 
 
+# PyTorch's operators called directly (torch.ops.aten.softmax(...)) bypass the functions a task
+# forbids; a learner's code that calls one is reported as "torch.ops.aten.softmax".
+OPERATOR = "torch.ops."
+_OPERATOR_CALLS = {
+    torch._ops.OpOverloadPacket.__call__.__code__,
+    torch._ops.OpOverload.__call__.__code__,
+}
+_TORCH_DIR = str(__import__("pathlib").Path(torch.__file__).resolve().parent)
+
+
+def _inside_torch(frame) -> bool:
+    """True when `frame` runs PyTorch's own Python code (which may call its operators), or the
+    watcher's own dispatch of an operator call it intercepted."""
+    return frame is not None and (
+        frame.f_code.co_filename.startswith(_TORCH_DIR)
+        or frame.f_code is _Watcher.__torch_function__.__code__
+    )
+
+
 class _Watcher(TorchFunctionMode):
     """Records calls to the given objects while learner code runs.
 
@@ -208,6 +227,11 @@ class _Watcher(TorchFunctionMode):
             name = self.by_code.get(frame.f_code)
             if name is not None:
                 self._note(name)
+            elif frame.f_code in _OPERATOR_CALLS and not _inside_torch(frame.f_back):
+                op = getattr(frame.f_locals.get("self"), "_qualified_op_name", None) or getattr(
+                    frame.f_locals.get("self"), "_name", "?"
+                )
+                self._note(OPERATOR + str(op).replace("::", "."))
         elif event == "c_call":
             name = self.by_id.get(id(arg))
             if name is not None:
@@ -573,6 +597,15 @@ def judge(
             f"your code calls {task.reference}, the course's finished version of this task; "
             "write it yourself (0 points).",
         )
+    operators = [name for name in seen if name.startswith(OPERATOR)]
+    if operators:
+        return result(
+            "forbidden",
+            0,
+            f"your code calls {', '.join(operators)}, one of PyTorch's internal operators, "
+            "directly: the graded tasks ask you to build the computation from ordinary tensor "
+            f"operations (see {task.lesson}).",
+        )
     bad = [name for name in seen if name in task.forbidden]
     if bad:
         return result(
@@ -641,9 +674,9 @@ def changed_message(names: list[str]) -> str:
     which = " and ".join(f"`{n}`" for n in names)
     return (
         f"your code changed its input {which} in place (its values after the call differ from "
-        "those it was given); whoever calls it may still need them: write `x = x - c`, not "
-        "`x -= c`, avoid methods ending in `_` (`unsqueeze_`, `add_`) on an input, or work on "
-        "a copy (`x.clone()`)"
+        "those it was given); whoever calls it may still need them: build new values instead "
+        "(`x = x - c`, not `x -= c`; no methods ending in `_` such as `add_`, and no `pop` or "
+        "`append` on a list you were given), or work on a copy (`x.clone()`, `list(ids)`)"
     )
 
 

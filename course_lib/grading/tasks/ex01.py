@@ -365,8 +365,8 @@ class PairCounts(Task):
         ]
 
     def call(self, obj, case):
-        (ids,) = case.args
-        return obj(list(ids))  # a copy: a function that edits its input changes no other case
+        (ids,) = case.args  # the learner's own copy: the grader sees it changed
+        return obj(ids)
 
     def compare(self, got, want, case):
         if not isinstance(got, dict) or "__repr__" in got:
@@ -652,8 +652,8 @@ class BpeEncode(Task):
         ]
 
     def call(self, obj, case):
-        ids, merges = case.args
-        return obj(list(ids), dict(merges))
+        ids, merges = case.args  # ids: the learner's own copy, the grader sees it changed
+        return obj(ids, dict(merges))
 
     def mistakes(self):
         def by_frequency(ids, merges):
@@ -796,6 +796,14 @@ def _one_hot_cases_with_named_id(self, gen):
 OneHot.cases = _one_hot_cases_with_named_id
 
 
+def _by_ids(index) -> bool:
+    """True for an index that looks rows up by id (a tensor or a list of them), not for the
+    slices and single positions a one-hot product may use (table[:, :], table[0])."""
+    if isinstance(index, (torch.Tensor, list)):
+        return True
+    return isinstance(index, tuple) and any(isinstance(i, (torch.Tensor, list)) for i in index)
+
+
 def _embed_call(self, obj, case, _inner=Embed.call):
     from torch.overrides import TorchFunctionMode
 
@@ -806,7 +814,7 @@ def _embed_call(self, obj, case, _inner=Embed.call):
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             if func is torch.Tensor.__getitem__ and args and args[0] is table:
-                Indexing.used = True
+                Indexing.used = Indexing.used or _by_ids(args[1] if len(args) > 1 else None)
             elif (
                 func
                 in (

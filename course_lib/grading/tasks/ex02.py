@@ -65,14 +65,14 @@ class Softmax(Task):
             ),
             Case(
                 "rows on very different scales, x (3, 6): one row around 200, one around 0, "
-                "one spread from 140 to 260 (subtract each row's own maximum)",
+                "one spread from 100 to 300 (subtract each row's own maximum)",
                 (
                     torch.stack(
                         [
                             200.0 + randn(gen, 6),
                             randn(gen, 6),
                             200.0
-                            + torch.linspace(-60.0, 60.0, 6)[torch.randperm(6, generator=gen)],
+                            + torch.linspace(-100.0, 100.0, 6)[torch.randperm(6, generator=gen)],
                         ]
                     ),
                 ),
@@ -82,6 +82,10 @@ class Softmax(Task):
     def mistakes(self):
         def no_max(x, dim=-1):
             e = x.exp()
+            return e / e.sum(dim=dim, keepdim=True)
+
+        def minus_mean(x, dim=-1):
+            e = (x - x.mean(dim=dim, keepdim=True)).exp()
             return e / e.sum(dim=dim, keepdim=True)
 
         def last_axis(x, dim=-1):
@@ -111,6 +115,11 @@ class Softmax(Task):
             return e / e.sum(dim=dim)
 
         return [
+            (
+                minus_mean,
+                "subtract the maximum along dim, not the mean: exp(x - mean) still overflows "
+                "when the largest value lies far above the mean",
+            ),
             (
                 no_max,
                 "exp overflows to inf (inf/inf = NaN) or underflows to 0 (0/0 = NaN) for "
