@@ -323,3 +323,17 @@ def test_a_correct_attention_passes_the_large_values_case_under_every_seed():
             weights = (scores - scores.amax(-1, keepdim=True)).exp()
             weights = weights / weights.sum(-1, keepdim=True)
             assert task.compare((weights @ v, weights), task.expected(case), case) is None, seed
+
+
+def test_distance_biased_attention_with_a_naive_softmax_fails_on_large_scores():
+    # no case had large scores, so exp without the maximum passed (found by a fresh reader)
+    def naive(q, k, v, slope):
+        n_q, n_k = q.shape[-2], k.shape[-2]
+        distance = (torch.arange(n_q)[:, None] - torch.arange(n_k)[None, :]).abs().to(q.dtype)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) - slope * distance
+        e = scores.exp()
+        weights = e / e.sum(-1, keepdim=True)
+        return weights @ v, weights
+
+    result = check_result("ex02.distance_biased_attention", naive)
+    assert result.status == "failed" and "use your stable softmax" in result.feedback

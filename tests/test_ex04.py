@@ -300,3 +300,20 @@ def test_rope_positions_none_reads_the_sequence_axis():
     result = status("apply_rope", seq_from_first_axis)
     assert result.status == "failed"
     assert "seq = x.shape[-2]" in result.feedback, result.feedback
+
+
+def test_rope_that_writes_into_x_is_told_so_first():
+    # the q·k case ran on the case's own tensors, so the change gave a q·k message instead
+    def in_place(x, positions=None):
+        d, seq = x.shape[-1], x.shape[-2]
+        if d % 2:
+            raise ValueError("the last dimension must be even")
+        pos = torch.arange(seq, dtype=x.dtype) if positions is None else positions.to(x.dtype)
+        angle = pos[..., None] * 10000.0 ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+        x0, x1 = x[..., 0::2].clone(), x[..., 1::2].clone()
+        x[..., 0::2] = x0 * angle.cos() - x1 * angle.sin()
+        x[..., 1::2] = x0 * angle.sin() + x1 * angle.cos()
+        return x
+
+    result = check_result("ex04.apply_rope", in_place)
+    assert result.status == "failed" and "changed its input `x` in place" in result.feedback

@@ -423,6 +423,9 @@ def _biased(q, k, v, slope, *, mistake=""):
         scores = raw / math.sqrt(d_k) + bias
     if mistake == "after_softmax":
         weights = stable_softmax(raw / math.sqrt(d_k), dim=-1) + bias
+    elif mistake == "no_max":
+        e = scores.exp()
+        weights = e / e.sum(dim=-1, keepdim=True)
     else:
         weights = stable_softmax(scores, dim=-1)
     return weights @ v, weights
@@ -445,10 +448,12 @@ class DistanceBiasedAttention(Task):
     forbidden = ("torch.nn.functional.scaled_dot_product_attention",)
 
     def cases(self, gen):
-        def case(description, shape_q, n_k, d_v, slope, dtype=torch.float32, raises=None):
+        def case(
+            description, shape_q, n_k, d_v, slope, dtype=torch.float32, raises=None, scale=1.0
+        ):
             *batch, n_q, d_k = shape_q
-            q = randn(gen, *shape_q, dtype=dtype)
-            k = randn(gen, *batch, n_k, d_k, dtype=dtype)
+            q = randn(gen, *shape_q, dtype=dtype, scale=scale)
+            k = randn(gen, *batch, n_k, d_k, dtype=dtype, scale=scale)
             v = randn(gen, *batch, n_k, d_v, dtype=dtype)
             return Case(description, (q, k, v, slope), raises=raises)
 
@@ -494,6 +499,17 @@ class DistanceBiasedAttention(Task):
                 "q, k, v (4, 4) without a batch dimension, slope 1 given as an int", (4, 4), 4, 4, 1
             ),
             case(
+                "float64, large scores (q and k scaled by 40, scores in the thousands: exp "
+                "overflows even in float64 without subtracting the maximum), q, k, v (2, 5, 8), "
+                "slope 0.5",
+                (2, 5, 8),
+                5,
+                8,
+                0.5,
+                dtype=torch.float64,
+                scale=40.0,
+            ),
+            case(
                 "float64 q (2, 6, 8), k, v (2, 9, 8), slope 0.3 (not a power of two: the bias "
                 "must be computed in float64 too)",
                 (2, 6, 8),
@@ -510,6 +526,11 @@ class DistanceBiasedAttention(Task):
                 _biased_mistake("plus"),
                 "the penalty must LOWER the scores of distant keys: add "
                 "-slope * |i - j|, not +slope * |i - j|",
+            ),
+            (
+                _biased_mistake("no_max"),
+                "exp of large scores overflows (inf / inf = NaN): use your stable softmax from "
+                "task 1, which subtracts each row's maximum first",
             ),
             (
                 _biased_mistake("no_abs"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..core import Case, GradingError, Task, compare_values, register
+from ..core import Case, GradingError, Task, changed_message, compare_values, register
 from .common import randn
 
 LESSON = "lesson 04, section "
@@ -324,7 +324,11 @@ class ApplyRope(Task):
     def call(self, obj, case):
         if "shifts" in case.data:
             d = case.data
-            return _scores_under_shifts(obj, d["q"], d["k"], d["base"], d["shifts"])
+            q, k = d["q"].clone(), d["k"].clone()  # copies, compared after the call
+            scores = _scores_under_shifts(obj, q, k, d["base"], d["shifts"])
+            if not (torch.equal(q, d["q"]) and torch.equal(k, d["k"])):
+                raise GradingError(changed_message(["x"]))
+            return scores
         try:
             return obj(*case.args, **case.kwargs)
         except RuntimeError as error:
@@ -462,7 +466,11 @@ class ApplyRopeHalf(Task):
     def call(self, obj, case):
         if "shifts" in case.data:
             d = case.data
-            return _scores_under_shifts(obj, d["q"], d["k"], d["base"], d["shifts"])
+            q, k = d["q"].clone(), d["k"].clone()  # copies, compared after the call
+            scores = _scores_under_shifts(obj, q, k, d["base"], d["shifts"])
+            if not (torch.equal(q, d["q"]) and torch.equal(k, d["k"])):
+                raise GradingError(changed_message(["x"]))
+            return scores
         return obj(*case.args, **case.kwargs)
 
     def compare(self, got, want, case):
