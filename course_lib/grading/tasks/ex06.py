@@ -43,31 +43,26 @@ def _mask_inverted(x, memory, w_q, w_k, w_v, memory_mask=None):
     return scaled_dot_product_attention(x @ w_q, memory @ w_k, memory @ w_v, mask)
 
 
-def _scaled_by_d_v(x, memory, w_q, w_k, w_v, memory_mask=None):
+def _wrong_cross(x, memory, w_q, w_k, w_v, memory_mask, *, d=None, fill="-inf", dim=-1):
+    """Cross-attention by hand with one piece changed: the scale's d, the fill, the axis."""
     q, k, v = x @ w_q, memory @ w_k, memory @ w_v
-    scores = q @ k.transpose(-2, -1) / math.sqrt(v.shape[-1])
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1] if d is None else d(v))
     if memory_mask is not None:
-        scores = scores.masked_fill(~memory_mask, float("-inf"))
-    weights = scores.softmax(-1)
+        scores = scores.masked_fill(~memory_mask, float(fill))
+    weights = scores.softmax(dim).nan_to_num(0.0)
     return weights @ v, weights
+
+
+def _scaled_by_d_v(x, memory, w_q, w_k, w_v, memory_mask=None):
+    return _wrong_cross(x, memory, w_q, w_k, w_v, memory_mask, d=lambda v: v.shape[-1])
 
 
 def _masked_with_zero(x, memory, w_q, w_k, w_v, memory_mask=None):
-    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if memory_mask is not None:
-        scores = scores.masked_fill(~memory_mask, 0.0)
-    weights = scores.softmax(-1)
-    return weights @ v, weights
+    return _wrong_cross(x, memory, w_q, w_k, w_v, memory_mask, fill=0.0)
 
 
 def _softmax_over_queries(x, memory, w_q, w_k, w_v, memory_mask=None):
-    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if memory_mask is not None:
-        scores = scores.masked_fill(~memory_mask, float("-inf"))
-    weights = scores.softmax(-2).nan_to_num(0.0)
-    return weights @ v, weights
+    return _wrong_cross(x, memory, w_q, w_k, w_v, memory_mask, dim=-2)
 
 
 def _random_mask(gen: torch.Generator, batch: int, n_q: int, n_kv: int) -> torch.Tensor:
