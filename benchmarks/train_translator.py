@@ -1,6 +1,6 @@
 """Benchmark: train lesson 08's date translator from scratch on the CPU, then score it.
 
-    python benchmarks/train_translator.py [--threads 2] [--steps N] [--seed 0]
+    python benchmarks/train_translator.py [--threads 2] [--steps N] [--seed 0] [--factor F]
 
 Trains the configuration of lesson 08 (`course_lib.translator.TRANSLATOR_CONFIG`, which the
 notebook uses too) on seeded random dates of the training split, then greedy-decodes the 1,000
@@ -75,10 +75,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=CONFIG["steps"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--factor",
+        type=float,
+        default=CONFIG["factor"],
+        help="height of the learning-rate schedule (lesson 08 compares 0.7, 1, 2 and 4)",
+    )
     parser.add_argument("--progress", action="store_true", help="show a progress bar")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    config = {**CONFIG, "steps": args.steps}
+    config = {**CONFIG, "steps": args.steps, "factor": args.factor}
 
     tokenizer = date_tokenizer()
     splits = date_splits(seed=0)
