@@ -31,7 +31,7 @@ def one_hot_scatter(ids, vocab_size):
 def one_hot_eye(ids, vocab_size):
     if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
         raise TypeError("ids must be integers")
-    if ids.min() < 0 or ids.max() >= vocab_size:
+    if ids.numel() and (ids.min() < 0 or ids.max() >= vocab_size):
         raise ValueError(f"ids out of range: {ids.min().item()} .. {ids.max().item()}")
     return torch.eye(vocab_size)[ids.long()]
 
@@ -66,7 +66,7 @@ def cosine_outer(E):
 
 
 def neighbours_topk_plus_one(E, index, k):
-    unit = E / E.norm(dim=1, keepdim=True)
+    unit = E / E.norm(dim=1, keepdim=True).clamp_min(1e-12)  # a zero row: similarity 0
     sims = unit @ unit[index]
     order = sims.topk(k + 1).indices
     return order[order != index][:k]
@@ -74,7 +74,7 @@ def neighbours_topk_plus_one(E, index, k):
 
 def neighbours_argsort(E, index, k):
     sims = torch.einsum("nd,d->n", E, E[index]) / (E.norm(dim=1) * E[index].norm())
-    order = sims.argsort(descending=True)
+    order = torch.nan_to_num(sims, nan=0.0).argsort(descending=True)  # a zero row: 0, not NaN
     return order[order != index][:k]
 
 
@@ -478,3 +478,126 @@ def test_pair_counts_that_empties_its_input_fails():
 
     result = check_result("ex01.pair_counts", popping)
     assert result.status == "failed" and "changed its input `ids`" in result.feedback
+
+
+# ---- single mistakes that got "more than one thing may be wrong" (or passed) -------------------
+# Written here, differently from the listed mistakes that now explain them.
+
+
+def one_hot_checks_the_largest_id_first(ids, vocab_size):
+    if ids.dtype in (torch.float16, torch.float32, torch.float64, torch.bool):
+        raise TypeError("ids must be integer token ids")
+    largest, smallest = int(ids.max()), int(ids.min())  # both raise on empty ids
+    if largest >= vocab_size or smallest < 0:
+        raise ValueError(f"id {largest if largest >= vocab_size else smallest} is out of range")
+    return torch.eye(vocab_size)[ids]
+
+
+def one_hot_refusing_empty_ids(ids, vocab_size):
+    if ids.numel() == 0:
+        raise ValueError("no ids given")
+    return one_hot_scatter(ids, vocab_size)
+
+
+def cosine_over_the_whole_matrix(E):
+    unit = E / torch.linalg.norm(E)
+    return unit @ unit.T
+
+
+def cosine_with_flat_norms(E):
+    norms = torch.sqrt((E**2).sum(dim=1)).clamp(min=1e-12)
+    unit = E / norms
+    return unit @ unit.T
+
+
+def cosine_distance_matrix(E):
+    norms = E.norm(dim=1)
+    return 1 - (E @ E.T) / torch.outer(norms, norms).clamp_min(1e-12)
+
+
+def cosine_ones_on_the_diagonal(E):
+    sims = cosine_where(E)
+    sims.fill_diagonal_(1.0)
+    return sims
+
+
+def neighbours_sorted_similarities(E, index, k):
+    sims = cosine_where(E)[index]
+    sims[index] = -float("inf")
+    return sims.sort(descending=True).values[:k]
+
+
+def neighbours_own_similarity_zeroed(E, index, k):
+    sims = cosine_where(E)[index]
+    sims = torch.where(torch.arange(len(sims)) == index, torch.zeros_like(sims), sims)
+    return sims.topk(k).indices
+
+
+def neighbours_dropped_after_ranking(E, index, k):
+    order = cosine_where(E)[index].argsort(descending=True)[:k]
+    return order[order != index]
+
+
+def neighbours_dividing_by_zero(E, index, k):
+    sims = (E @ E[index]) / (E.norm(dim=1) * E[index].norm())  # 0/0 for a zero row
+    sims[index] = -float("inf")
+    return sims.argsort(descending=True)[:k]
+
+
+def neighbours_by_euclidean_distance(E, index, k):
+    distances = torch.cdist(E[index : index + 1], E)[0]
+    order = distances.argsort()
+    return order[order != index][:k]
+
+
+def merge_pair_as_comma_text(ids, pair, new_id):
+    if not ids:
+        return []
+    text = ",".join(map(str, ids)).replace(f"{pair[0]},{pair[1]}", str(new_id))
+    return [int(part) for part in text.split(",")]
+
+
+FOUND_LATER = [
+    ("ex01.one_hot", one_hot_checks_the_largest_id_first, "ids.min() and ids.max() raise"),
+    ("ex01.one_hot", one_hot_refusing_empty_ids, "empty ids (no ids at all) are valid"),
+    ("ex01.cosine_similarity_matrix", cosine_over_the_whole_matrix, "E.norm() without dim"),
+    ("ex01.cosine_similarity_matrix", cosine_with_flat_norms, "keepdim=True) of shape (n, 1)"),
+    ("ex01.cosine_similarity_matrix", cosine_distance_matrix, "the cosine distance"),
+    ("ex01.cosine_similarity_matrix", cosine_ones_on_the_diagonal, "with itself is 0 too"),
+    ("ex01.nearest_neighbours", neighbours_sorted_similarities, "return the rows"),
+    ("ex01.nearest_neighbours", neighbours_own_similarity_zeroed, "a similarity of 0 does not"),
+    ("ex01.nearest_neighbours", neighbours_dropped_after_ranking, "leaves k - 1 rows"),
+    ("ex01.nearest_neighbours", neighbours_dividing_by_zero, "topk ranks NaN above"),
+    ("ex01.nearest_neighbours", neighbours_by_euclidean_distance, "Euclidean distance"),
+    ("ex01.merge_pair", merge_pair_as_comma_text, "ids written as text"),
+]
+
+
+@pytest.mark.parametrize(
+    ("task_id", "impl", "hint"), FOUND_LATER, ids=lambda x: getattr(x, "__name__", None)
+)
+def test_single_mistakes_found_later_get_their_hint(task_id, impl, hint):
+    result = check_result(task_id, impl)
+    assert result.status == "failed", result.feedback
+    assert hint in result.feedback, result.feedback
+    assert "more than one thing" not in result.feedback
+
+
+def test_merge_pair_by_text_passed_every_case_but_the_multi_digit_one():
+    # str.replace on " ".join(ids) reads left to right without overlaps, like merge_pair
+    result = check_result("ex01.merge_pair", merge_pair_as_comma_text)
+    assert result.passed == result.total - 1, result.feedback
+
+
+def test_the_new_edge_cases_are_there():
+    gen = torch.Generator().manual_seed(0)
+    one_hot_ids = [c.args[0] for c in get_task("ex01.one_hot").cases(gen)]
+    assert any(ids.numel() == 0 for ids in one_hot_ids)
+    neighbour_cases = get_task("ex01.nearest_neighbours").cases(gen)
+    # a zero row that is not the query row (a zero query row ties everything at 0: undefined)
+    assert any(
+        (E.norm(dim=1) == 0).any() and E[index].norm() > 0
+        for E, index, _ in (c.args for c in neighbour_cases)
+    )
+    merges = [c.args for c in get_task("ex01.merge_pair").cases(gen)]
+    assert any(any(i >= 10 for i in ids) and max(pair) < 10 for ids, pair, _ in merges)

@@ -842,3 +842,208 @@ def _embed_call(self, obj, case, _inner=Embed.call):
 
 
 Embed.call = _embed_call
+
+
+# --------------------------------------------------------------------------------------------
+# Review 2026-11-25 (a fresh reader's single mistakes), kept apart like the block above
+# --------------------------------------------------------------------------------------------
+
+
+_EMPTY_IDS_HINT = (
+    "empty ids (no ids at all) are valid: the result is an empty (0, vocab_size) tensor. "
+    "ids.min() and ids.max() raise on an empty tensor; test the range with "
+    "((ids < 0) | (ids >= vocab_size)).any(), or check ids.numel() first"
+)
+
+
+def _one_hot_min_max(ids, vocab_size):  # min() and max() of an empty tensor raise
+    if ids.is_floating_point() or ids.dtype == torch.bool:
+        raise TypeError(f"ids must be integers, got {ids.dtype}")
+    if ids.min() < 0 or ids.max() >= vocab_size:
+        bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
+        raise ValueError(f"id {bad} is outside [0, {vocab_size})")
+    return _unchecked_one_hot(ids, vocab_size)
+
+
+def _empty_ids_case(gen):
+    return [
+        Case(
+            "empty ids (shape (0,)) with vocab_size=4: no ids, so a (0, 4) result",
+            (torch.zeros(0, dtype=torch.long), 4),
+        )
+    ]
+
+
+_one_hot_call_before_empty_ids = OneHot.call
+
+
+def _one_hot_call_on_empty_ids(self, obj, case):
+    """Any error on empty ids (ids.min() of nothing, a learner's own "empty" check) gets the
+    hint, whatever function raised it: min, max, amin, aminmax and Python's min word it apart."""
+    try:
+        return _one_hot_call_before_empty_ids(self, obj, case)
+    except Exception as error:  # noqa: BLE001  (a learner's code may raise anything)
+        ids = case.args[0]
+        if isinstance(error, (NotImplementedError, GradingError)) or ids.numel():
+            raise
+        raise GradingError(
+            f"your code raised {type(error).__name__}: {error}. Hint: {_EMPTY_IDS_HINT}"
+        ) from None
+
+
+OneHot.call = _one_hot_call_on_empty_ids
+extend_task(
+    OneHot,
+    cases=_empty_ids_case,
+    mistakes=[(_one_hot_min_max, _EMPTY_IDS_HINT)],
+)
+
+
+def _cosine_whole_norm(E):  # the length of the whole matrix, not of each row
+    unit = E / E.norm().clamp_min(1e-12)
+    return unit @ unit.T
+
+
+def _cosine_norm_without_keepdim(E):  # (n, d) / (n,): raises unless n == d
+    unit = E / E.norm(dim=-1).clamp_min(1e-12)
+    return unit @ unit.T
+
+
+def _cosine_distance(E):
+    unit = _unit_rows(E)
+    return 1 - unit @ unit.T
+
+
+def _cosine_diagonal_one(E):  # "every vector is similar to itself", zero vectors included
+    return _unit_rows(E) @ _unit_rows(E).T + torch.diag((E.norm(dim=-1) == 0).to(E.dtype))
+
+
+extend_task(
+    CosineSimilarityMatrix,
+    mistakes=[
+        (
+            _cosine_whole_norm,
+            "E.norm() without dim is the length of the whole matrix; divide every row by its "
+            "own length, E.norm(dim=-1, keepdim=True)",
+        ),
+        (
+            _cosine_norm_without_keepdim,
+            "the row lengths E.norm(dim=-1) have shape (n,), which lines up with the LAST "
+            "axis of E (d); keep the axis, E.norm(dim=-1, keepdim=True) of shape (n, 1), so "
+            "each row is divided by its own length",
+        ),
+        (
+            _cosine_distance,
+            "that is 1 - cosine similarity (the cosine distance); return the similarity itself",
+        ),
+        (
+            _cosine_diagonal_one,
+            "a zero vector has no direction, so its similarity with itself is 0 too (not 1)",
+        ),
+    ],
+)
+
+
+def _zero_row_case(gen):
+    E = randn(gen, 6, 4)
+    E[1] = E[0] + 0.3 * E[1]  # a row close to row 0, so the zero row is not the first answer
+    E[3] = 0.0
+    return [
+        Case(
+            "E (6, 4) whose row 3 is all zeros (its cosine similarity with any row is 0, as in "
+            "task 3, not NaN), index 0, k 4",
+            (E, 0, 4),
+        )
+    ]
+
+
+def _neighbours_similarities(E, index, k):
+    sims = _unit_rows(E) @ _unit_rows(E)[index]
+    sims[index] = float("-inf")
+    return sims.topk(k).values
+
+
+def _neighbours_itself_at_zero(E, index, k):
+    sims = _unit_rows(E) @ _unit_rows(E)[index]
+    sims[index] = 0.0
+    return sims.topk(k).indices
+
+
+def _neighbours_removed_after(E, index, k):
+    top = (_unit_rows(E) @ _unit_rows(E)[index]).topk(k).indices
+    return top[top != index]
+
+
+def _neighbours_nan_for_zero_rows(E, index, k):
+    sims = (E / E.norm(dim=-1, keepdim=True)) @ (E[index] / E[index].norm())
+    sims[index] = float("-inf")
+    return sims.topk(k).indices
+
+
+def _neighbours_by_distance(E, index, k):
+    distances = (E - E[index]).norm(dim=-1)
+    distances[index] = float("inf")
+    return distances.topk(k, largest=False).indices
+
+
+extend_task(
+    NearestNeighbours,
+    cases=_zero_row_case,
+    mistakes=[
+        (
+            _neighbours_similarities,
+            "topk gives the similarities (.values) and their rows (.indices); return the rows, "
+            "topk(k).indices",
+        ),
+        (
+            _neighbours_itself_at_zero,
+            "a similarity of 0 does not exclude the row itself: cosine similarity goes down to "
+            "-1, so rows less similar than 0 rank below it; set its similarity to -inf",
+        ),
+        (
+            _neighbours_removed_after,
+            "you took the top k and then removed `index`, which leaves k - 1 rows; exclude "
+            "`index` before ranking (set its similarity to -inf)",
+        ),
+        (
+            _neighbours_nan_for_zero_rows,
+            "a zero row's similarity came out as NaN (0/0), and topk ranks NaN above every "
+            "number; clamp the lengths as in cosine_similarity_matrix (or call yours), so a "
+            "zero vector has similarity 0",
+        ),
+        (
+            _neighbours_by_distance,
+            "you ranked by Euclidean distance, which depends on the vectors' lengths; rank by "
+            "cosine similarity (the angle between them)",
+        ),
+    ],
+)
+
+
+def _merged_as_text(ids, pair, new_id):
+    text = " ".join(str(i) for i in ids).replace(f"{pair[0]} {pair[1]}", str(new_id))
+    return [int(i) for i in text.split()]
+
+
+def _multi_digit_case(gen):
+    return [
+        Case(
+            "ids [11, 2, 1, 2, 1, 22], pair (1, 2), new_id 9: ids of two digits next to the "
+            "pair's ids",
+            ([11, 2, 1, 2, 1, 22], (1, 2), 9),
+        )
+    ]
+
+
+extend_task(
+    MergePair,
+    cases=_multi_digit_case,
+    mistakes=[
+        (
+            _merged_as_text,
+            "you replaced the pair in the ids written as text, where '11 2' contains '1 2' "
+            "although no id there is 1; compare the ids themselves, (ids[i], ids[i + 1]) == "
+            "pair",
+        ),
+    ],
+)
