@@ -184,6 +184,272 @@ ROPE_MISTAKES = {
 }
 
 
+# ------------------------------------------------------------------ single mistakes, written as a
+# learner would (loops, the exp/log route, block_diag, complex numbers): before they had their
+# hints, each got "more than one thing may be wrong"
+
+
+def pe_exp_route(seq_len, d_model, *, log=math.log, base=10000.0, scale_outside=False):
+    require_even(d_model)
+    position = torch.arange(seq_len, dtype=torch.float32).unsqueeze(1)
+    two_i = torch.arange(0, d_model, 2).float()
+    if scale_outside:  # exp(...) / d_model
+        div_term = torch.exp(two_i * -log(base)) / d_model
+    else:
+        div_term = torch.exp(two_i * (-log(base) / d_model))
+    pe = torch.zeros(seq_len, d_model)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+
+
+def pe_loop(seq_len, d_model, angle):
+    require_even(d_model)
+    pe = torch.zeros(seq_len, d_model)
+    for pos in range(seq_len):
+        for i in range(d_model // 2):
+            a = angle(pos, i, seq_len, d_model)
+            pe[pos, 2 * i], pe[pos, 2 * i + 1] = math.sin(a), math.cos(a)
+    return pe
+
+
+def pe_sin_twice(seq_len, d_model):
+    require_even(d_model)
+    angles = torch.arange(seq_len)[:, None] * frequencies(d_model).float()
+    pe = torch.zeros(seq_len, d_model)
+    pe[:, 0::2] = torch.sin(angles)
+    pe[:, 1::2] = torch.sin(angles)  # copied from the line above
+    return pe
+
+
+SINUSOIDAL_MISTAKES.update(
+    {
+        "base 1000": (lambda n, d: pe_exp_route(n, d, base=1000.0), "the base is 10000, not 1000"),
+        "exponent not over d_model": (
+            lambda n, d: pe_loop(n, d, lambda p, i, s, d: p / 10000 ** (2 * i)),
+            "the exponent is not divided by d_model",
+        ),
+        "exp(...) / d_model": (
+            lambda n, d: pe_exp_route(n, d, scale_outside=True),
+            "the division by d_model belongs inside the exponent",
+        ),
+        "log10 for ln": (
+            lambda n, d: pe_exp_route(n, d, log=math.log10),
+            "math.log10(10000) = 4 is not the natural logarithm",
+        ),
+        "integer division in the exponent": (
+            lambda n, d: pe_loop(n, d, lambda p, i, s, d: p / 10000 ** (2 * i // d)),
+            "2 * i // d_model is integer division",
+        ),
+        "exponent over seq_len": (
+            lambda n, d: pe_loop(n, d, lambda p, i, s, d: p / 10000 ** (2 * i / s)),
+            "the exponent is divided by seq_len",
+        ),
+        "position and pair swapped": (
+            lambda n, d: pe_loop(n, d, lambda p, i, s, d: i / 10000 ** (2 * p / d)),
+            "the position and the pair index trade places",
+        ),
+        "sin in the odd columns too": (pe_sin_twice, "the odd columns hold sin too"),
+    }
+)
+
+
+def shift_block_diag(offset, d_model, block=lambda c, s: [[c, s], [-s, c]], two_i_scale=None):
+    require_even(d_model)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
+    w = 10000.0 ** (-two_i / d_model) if two_i_scale is None else two_i_scale(two_i, d_model)
+    blocks = []
+    for wi in w.tolist():
+        c, s = math.cos(offset * wi), math.sin(offset * wi)
+        blocks.append(torch.tensor(block(c, s)))
+    return torch.block_diag(*blocks)
+
+
+SHIFT_MISTAKES.update(
+    {
+        "no minus sign in the block": (
+            lambda k, d: shift_block_diag(k, d, block=lambda c, s: [[c, s], [s, c]]),
+            "the block has no minus sign",
+        ),
+        "cos and sin swapped in the block": (
+            lambda k, d: shift_block_diag(k, d, block=lambda c, s: [[s, c], [-c, s]]),
+            "cos and sin are swapped in the block",
+        ),
+        "base 1000": (
+            lambda k, d: shift_block_diag(k, d, two_i_scale=lambda t, d: 1000.0 ** (-t / d)),
+            "the base is 10000, not 1000",
+        ),
+        "no minus sign in the exponent": (
+            lambda k, d: shift_block_diag(k, d, two_i_scale=lambda t, d: 10000.0 ** (t / d)),
+            "the frequency grows with the pair index",
+        ),
+        "exponent not over d_model": (
+            lambda k, d: shift_block_diag(k, d, two_i_scale=lambda t, d: 10000.0 ** (-t)),
+            "the exponent is not divided by d_model",
+        ),
+        "2 counted twice": (
+            lambda k, d: shift_block_diag(k, d, two_i_scale=lambda t, d: 10000.0 ** (-2 * t / d)),
+            "the 2 counted twice",
+        ),
+    }
+)
+
+
+def rope_by_complex(
+    x, positions=None, *, two_i_scale=None, first=0, as_int=False, conjugate_cos=False
+):
+    """RoPE with complex numbers, with one thing changed (as a learner might get it wrong)."""
+    seq, d = x.shape[-2], x.shape[-1]
+    require_even(d)
+    if positions is None:
+        positions = torch.arange(first, first + seq)
+    if as_int:
+        positions = positions.int()
+    two_i = torch.arange(0, d, 2, dtype=torch.float64)
+    w = 10000.0 ** (-two_i / d) if two_i_scale is None else two_i_scale(two_i, d)
+    angles = positions.double()[:, None] * w
+    pairs = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d // 2, 2).contiguous())
+    if conjugate_cos:  # cos and sin trade places: e^{i(pi/2 - a)}
+        angles = math.pi / 2 - angles
+    return (
+        torch.view_as_real(pairs * torch.polar(torch.ones_like(angles), angles))
+        .flatten(-2)
+        .to(x.dtype)
+    )
+
+
+def rope_reflected(x, positions=None):
+    seq, d = x.shape[-2], x.shape[-1]
+    require_even(d)
+    positions = torch.arange(seq) if positions is None else positions
+    angles = positions.double()[:, None] * frequencies(d)
+    c, s = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    out = torch.empty_like(x)
+    out[..., 0::2] = x[..., 0::2] * c - x[..., 1::2] * s
+    out[..., 1::2] = x[..., 0::2] * s - x[..., 1::2] * c  # the sign of the last term
+    return out
+
+
+ROPE_MISTAKES.update(
+    {
+        "base 1000": (
+            lambda x, p=None: rope_by_complex(x, p, two_i_scale=lambda t, d: 1000.0 ** (-t / d)),
+            "the base is 10000, not 1000",
+        ),
+        "2i over d/2": (
+            lambda x, p=None: rope_by_complex(
+                x, p, two_i_scale=lambda t, d: 10000.0 ** (-t / (d // 2))
+            ),
+            "the 2 counted twice (or 2i divided by d / 2)",
+        ),
+        "no minus sign in the exponent": (
+            lambda x, p=None: rope_by_complex(x, p, two_i_scale=lambda t, d: 10000.0 ** (t / d)),
+            "the frequency grows with the pair index",
+        ),
+        "exponent not over d": (
+            lambda x, p=None: rope_by_complex(x, p, two_i_scale=lambda t, d: 10000.0 ** (-t)),
+            "the exponent is not divided by d",
+        ),
+        "positions from 1": (
+            lambda x, p=None: rope_by_complex(x, p, first=1),
+            "with positions=None your positions start at 1",
+        ),
+        "positions cut to integers": (
+            lambda x, p=None: rope_by_complex(x, p, as_int=True),
+            "converting them to integers",
+        ),
+        "reflected pair": (rope_reflected, "the pair is reflected, not rotated"),
+        # the same q·k as rotating the other way, so the hint names both
+        "cos and sin swapped": (
+            lambda x, p=None: rope_by_complex(x, p, conjugate_cos=True),
+            "or swapped cos and sin",
+        ),
+    }
+)
+
+
+def rope_half_learner(
+    x,
+    positions=None,
+    *,
+    base=10000.0,
+    two=2,
+    over=None,
+    first=0,
+    as_int=False,
+    swap_cos_sin=False,
+    reflect=False,
+    interleave_out=False,
+    per_column=False,
+):
+    """The rotate-half layout written out pair by pair, with one thing changed."""
+    seq, d = x.shape[-2], x.shape[-1]
+    require_even(d)
+    if positions is None:
+        positions = torch.arange(first, first + seq)
+    pos = (positions.long() if as_int else positions).to(torch.float64)
+    if per_column:
+        w = base ** (-torch.arange(d, dtype=torch.float64) / d)
+        c, s = (pos[:, None] * w).cos().to(x.dtype), (pos[:, None] * w).sin().to(x.dtype)
+        rotated = torch.cat((-x[..., d // 2 :], x[..., : d // 2]), -1)
+        return x * c + rotated * s
+    i = torch.arange(d // 2, dtype=torch.float64)
+    w = base ** (-two * i / (d if over is None else over(d)))
+    a = pos[:, None] * w
+    c, s = a.cos().to(x.dtype), a.sin().to(x.dtype)
+    if swap_cos_sin:
+        c, s = s, c
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+    y1, y2 = x1 * c - x2 * s, (x1 * s - x2 * c) if reflect else (x1 * s + x2 * c)
+    if interleave_out:
+        return torch.stack((y1, y2), -1).flatten(-2)
+    return torch.cat((y1, y2), -1)
+
+
+ROPE_HALF_MISTAKES = {
+    "cos and sin swapped": (
+        lambda x, p=None: rope_half_learner(x, p, swap_cos_sin=True),
+        "cos and sin are swapped",
+    ),
+    "reflected pair": (
+        lambda x, p=None: rope_half_learner(x, p, reflect=True),
+        "the pair is reflected, not rotated",
+    ),
+    "halves in, interleaved out": (
+        lambda x, p=None: rope_half_learner(x, p, interleave_out=True),
+        "wrote the rotated pairs back interleaved",
+    ),
+    "a frequency per column": (
+        lambda x, p=None: rope_half_learner(x, p, per_column=True),
+        "each feature got its own frequency",
+    ),
+    "base 1000": (
+        lambda x, p=None: rope_half_learner(x, p, base=1000.0),
+        "the base is 10000, not 1000",
+    ),
+    "2i over d/2": (
+        lambda x, p=None: rope_half_learner(x, p, over=lambda d: d // 2),
+        "the 2 counted twice",
+    ),
+    "no minus sign in the exponent": (
+        lambda x, p=None: rope_half_learner(x, p, two=-2),
+        "the frequency grows with the pair index",
+    ),
+    "exponent not over d": (
+        lambda x, p=None: rope_half_learner(x, p, over=lambda d: 1),
+        "the exponent is not divided by d",
+    ),
+    "positions from 1": (
+        lambda x, p=None: rope_half_learner(x, p, first=1),
+        "with positions=None your positions start at 1",
+    ),
+    "positions cut to integers": (
+        lambda x, p=None: rope_half_learner(x, p, as_int=True),
+        "converting them to integers",
+    ),
+}
+
+
 # ------------------------------------------------------------------ tests
 
 
@@ -243,13 +509,15 @@ def test_alternative_correct_implementations_pass(task, impl):
     "task, name",
     [("sinusoidal_positional_encoding", n) for n in SINUSOIDAL_MISTAKES]
     + [("relative_shift_matrix", n) for n in SHIFT_MISTAKES]
-    + [("apply_rope", n) for n in ROPE_MISTAKES],
+    + [("apply_rope", n) for n in ROPE_MISTAKES]
+    + [("apply_rope_half", n) for n in ROPE_HALF_MISTAKES],
 )
 def test_mistakes_fail_with_their_hint(task, name):
     table = {
         "sinusoidal_positional_encoding": SINUSOIDAL_MISTAKES,
         "relative_shift_matrix": SHIFT_MISTAKES,
         "apply_rope": ROPE_MISTAKES,
+        "apply_rope_half": ROPE_HALF_MISTAKES,
     }[task]
     wrong, hint = table[name]
     result = status(task, wrong)

@@ -13,6 +13,16 @@ LESSON = "lesson 04, section "
 def _frequencies(d_model: int, exponent: str = "2i") -> torch.Tensor:
     """(d_model / 2,) float64 frequencies; `exponent` picks the right one or a wrong one."""
     pair = torch.arange(d_model // 2, dtype=torch.float64)
+    wrong_formula = {
+        "base 1000": lambda: 1000.0 ** (-2 * pair / d_model),
+        "base e^4": lambda: torch.exp(-2 * pair * 4.0 / d_model),  # math.log10(10000) for ln
+        "inverted": lambda: 10000.0 ** (2 * pair / d_model),  # the minus sign dropped
+        "not over d": lambda: 10000.0 ** (-2 * pair),  # the exponent not divided by d_model
+        "divided outside": lambda: 10000.0 ** (-2 * pair) / d_model,  # exp(...) / d_model
+        "zero": lambda: torch.ones_like(pair),  # 2 * i // d_model: integer division, 0
+    }.get(exponent)
+    if wrong_formula is not None:
+        return wrong_formula()
     power = {"2i": 2 * pair, "i": pair, "4i": 4 * pair}[exponent]  # 4i: the 2 taken twice
     return 10000.0 ** (-power / d_model)
 
@@ -44,10 +54,20 @@ def _close_or_explain(got, want) -> str | None:
 # --------------------------------------------------------------------------------------------
 
 
-def _table(seq_len, d_model, *, first_position=0, exponent="2i", layout="interleaved", even="sin"):
+def _table(
+    seq_len,
+    d_model,
+    *,
+    first_position=0,
+    exponent="2i",
+    layout="interleaved",
+    even="sin",
+    odd=None,
+):
     positions = torch.arange(first_position, first_position + seq_len, dtype=torch.float64)
     angles = positions[:, None] * _frequencies(d_model, exponent)[None, :]
     first, second = (torch.sin, torch.cos) if even == "sin" else (torch.cos, torch.sin)
+    second = {"sin": torch.sin, None: second}[odd]  # "sin": sin in the odd columns too
     if layout == "halves":
         pe = torch.cat((first(angles), second(angles)), dim=-1)
     else:
@@ -111,7 +131,8 @@ class SinusoidalPositionalEncoding(Task):
             (
                 lambda n, d: _table(n, d, exponent="4i"),
                 "the exponent counts the 2 twice: with the even column index 2i = 0, 2, 4, ... "
-                "the frequency is 10000^(-2i/d_model), not 10000^(-2·2i/d_model)",
+                "the frequency is 10000^(-2i/d_model), not 10000^(-2·2i/d_model) (dividing 2i "
+                "by d_model / 2 instead of d_model does the same)",
             ),
             (
                 _column_index_exponent,
@@ -141,14 +162,18 @@ class SinusoidalPositionalEncoding(Task):
 # --------------------------------------------------------------------------------------------
 
 
-def _shift_matrix(offset, d_model, *, angle="offset*frequency", transpose=False):
-    frequencies = _frequencies(d_model, "i" if angle == "exponent i" else "2i")
+def _shift_matrix(
+    offset, d_model, *, angle="offset*frequency", transpose=False, exponent="2i", block="rotation"
+):
+    frequencies = _frequencies(d_model, "i" if angle == "exponent i" else exponent)
     angles = offset * (torch.ones_like(frequencies) if angle == "no frequency" else frequencies)
     cos, sin = torch.cos(angles), torch.sin(angles)
+    if block == "cos and sin swapped":
+        cos, sin = sin, cos
     m = torch.zeros(d_model, d_model, dtype=torch.float64)
     even = torch.arange(0, d_model, 2)
     m[even, even], m[even, even + 1] = cos, sin
-    m[even + 1, even], m[even + 1, even + 1] = -sin, cos
+    m[even + 1, even], m[even + 1, even + 1] = sin if block == "no minus" else -sin, cos
     return (m.T if transpose else m).float()
 
 
@@ -223,19 +248,32 @@ def _rope_variant(
     constant=False,
     ignore_positions=False,
     mixed_frequencies=False,
+    first_position=0,
+    integer_positions=False,
+    cos_sin_swapped=False,
+    reflect=False,
 ):
     d = x.shape[-1]
     if ignore_positions or positions is None:
-        positions = torch.arange(x.shape[-2])
+        positions = torch.arange(first_position, first_position + x.shape[-2])
+    elif integer_positions:  # .long() rounds 0.5 towards 0
+        positions = positions.long()
     frequencies = _frequencies(d, exponent)  # (d / 2,)
     angles = (
         torch.ones_like(positions, dtype=torch.float64) if constant else positions.to(torch.float64)
     )[:, None] * frequencies  # (seq, d / 2)
-    if pairing in ("adjacent", "adjacent_out_halves"):
+    if cos_sin_swapped:
+        angles = torch.pi / 2 - angles  # cos and sin trade places
+    if reflect or pairing in ("adjacent", "adjacent_out_halves", "halves_out_adjacent"):
         cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
-        x0, x1 = x[..., 0::2], x[..., 1::2]
+        if pairing in ("adjacent", "adjacent_out_halves"):
+            x0, x1 = x[..., 0::2], x[..., 1::2]
+        else:
+            x0, x1 = x[..., : d // 2], x[..., d // 2 :]
         r0, r1 = x0 * cos - sign * x1 * sin, sign * x0 * sin + x1 * cos
-        if pairing == "adjacent_out_halves":  # right pairs, output written as two halves
+        if reflect:  # the sign of the second component's x1 term flipped: not a rotation
+            r1 = x0 * sin - x1 * cos
+        if pairing in ("adjacent_out_halves", "halves"):  # the output as two halves
             return torch.cat((r0, r1), -1)
         return torch.stack((r0, r1), -1).flatten(-2)
     # "halves": feature i is paired with feature i + d/2 (the rotate_half layout)
@@ -378,7 +416,8 @@ class ApplyRope(Task):
             ),
             (
                 lambda x, p=None: _rope_variant(x, p, sign=-1.0),
-                "you rotated the other way; (x0, x1) -> (x0 cos a - x1 sin a, x0 sin a + x1 cos a)",
+                "you rotated the other way, or swapped cos and sin (both give these q·k scores); "
+                "(x0, x1) -> (x0 cos a - x1 sin a, x0 sin a + x1 cos a)",
             ),
             (
                 lambda x, p=None: _rope_variant(x, p, exponent="i"),
@@ -553,3 +592,190 @@ def _rope_cases_described(self, gen):
 
 
 ApplyRope.cases = _rope_cases_described
+
+
+# --------------------------------------------------------------------------------------------
+# Single mistakes that got "more than one thing may be wrong" (a frequency formula slightly off,
+# a sign or cos/sin misplaced, positions=None from 1, fractional positions cut to integers)
+# --------------------------------------------------------------------------------------------
+
+
+def _table_over_seq_len(seq_len, d_model):
+    """The exponent divided by seq_len instead of d_model."""
+    positions = torch.arange(seq_len, dtype=torch.float64)[:, None]
+    pair = torch.arange(d_model // 2, dtype=torch.float64)[None, :]
+    angles = positions * 10000.0 ** (-2 * pair / seq_len)
+    pe = torch.empty(seq_len, d_model, dtype=torch.float64)
+    pe[:, 0::2], pe[:, 1::2] = torch.sin(angles), torch.cos(angles)
+    return pe.float()
+
+
+def _table_position_and_pair_swapped(seq_len, d_model):
+    """angle[p, i] = i * 10000^(-2p/d_model): the pair index plays the position's part."""
+    positions = torch.arange(seq_len, dtype=torch.float64)[:, None]
+    pair = torch.arange(d_model // 2, dtype=torch.float64)[None, :]
+    angles = pair * 10000.0 ** (-2 * positions / d_model)
+    pe = torch.empty(seq_len, d_model, dtype=torch.float64)
+    pe[:, 0::2], pe[:, 1::2] = torch.sin(angles), torch.cos(angles)
+    return pe.float()
+
+
+def _base_1000(d="d_model"):
+    return f"the base is 10000, not 1000: pair i turns at the frequency 10000^(-2i/{d})"
+
+
+def _inverted(d="d_model"):
+    return (
+        f"the frequency grows with the pair index; it must shrink: 10000^(-2i/{d}) "
+        "(note the minus sign)"
+    )
+
+
+def _not_over_d(d="d_model"):
+    return (
+        f"the exponent is not divided by {d}: the frequency is 10000^(-2i/{d}), "
+        "not 10000^(-2i), so the pairs slow down gradually from 1 to about 1/10000"
+    )
+
+
+extend_task(
+    SinusoidalPositionalEncoding,
+    mistakes=[
+        (lambda n, d: _table(n, d, exponent="base 1000"), _base_1000()),
+        (lambda n, d: _table(n, d, exponent="not over d"), _not_over_d()),
+        (
+            lambda n, d: _table(n, d, exponent="divided outside"),
+            "the division by d_model belongs inside the exponent: "
+            "exp(-2i * math.log(10000) / d_model), not exp(-2i * math.log(10000)) / d_model",
+        ),
+        (
+            lambda n, d: _table(n, d, exponent="base e^4"),
+            "math.log10(10000) = 4 is not the natural logarithm: with exp, the frequency is "
+            "exp(-2i * math.log(10000) / d_model) (math.log is ln)",
+        ),
+        (
+            lambda n, d: _table(n, d, exponent="zero"),
+            "every pair has the frequency 1, so the exponent 2i/d_model became 0: 2 * i // "
+            "d_model is integer division; use /, 10000 ** (-2 * i / d_model)",
+        ),
+        (
+            _table_over_seq_len,
+            "the exponent is divided by seq_len; it is divided by d_model, 10000^(-2i/d_model): "
+            "the frequencies do not depend on the length of the sequence",
+        ),
+        (
+            _table_position_and_pair_swapped,
+            "the position and the pair index trade places: the angle in row p, pair i is "
+            "p * 10000^(-2i/d_model), the position times the pair's frequency",
+        ),
+        (
+            lambda n, d: _table(n, d, odd="sin"),
+            "the odd columns hold sin too: column 2i+1 is cos(p * w_i), so pe[:, 1::2] = "
+            "torch.cos(angles)",
+        ),
+    ],
+)
+
+extend_task(
+    RelativeShiftMatrix,
+    mistakes=[
+        (
+            lambda k, d: _shift_matrix(k, d, block="no minus"),
+            "the block has no minus sign: it is [[cos a, sin a], [-sin a, cos a]], from "
+            "cos(x+a) = cos x cos a - sin x sin a; with two plus signs it is not a rotation",
+        ),
+        (
+            lambda k, d: _shift_matrix(k, d, block="cos and sin swapped"),
+            "cos and sin are swapped in the block: cos a goes on the diagonal and ±sin a off it, "
+            "[[cos a, sin a], [-sin a, cos a]] (at offset 0 M is the identity)",
+        ),
+        (lambda k, d: _shift_matrix(k, d, exponent="base 1000"), _base_1000()),
+        (lambda k, d: _shift_matrix(k, d, exponent="inverted"), _inverted()),
+        (lambda k, d: _shift_matrix(k, d, exponent="not over d"), _not_over_d()),
+        (
+            lambda k, d: _shift_matrix(k, d, exponent="4i"),
+            "the rotation angle uses 10000^(-4i/d_model), the 2 counted twice; pair (2i, 2i+1) "
+            "turns by offset * 10000^(-2i/d_model), the same frequency as in the encoding",
+        ),
+    ],
+)
+
+_START_AT_1 = (
+    "with positions=None your positions start at 1; they are 0, 1, ..., seq-1 "
+    "(torch.arange(seq)): the vector at position 0 is not rotated"
+)
+_INTEGER_POSITIONS = (
+    "the positions may be fractional (0.5 apart here): converting them to integers (.long(), "
+    ".int()) cuts 0.5 to 0; convert them to floats, positions.to(torch.float64)"
+)
+_REFLECTED = (
+    "the second component has the wrong sign: (x0, x1) -> (x0 cos a - x1 sin a, "
+    "x0 sin a + x1 cos a); with x0 sin a - x1 cos a the pair is reflected, not rotated"
+)
+
+extend_task(
+    ApplyRope,
+    mistakes=[
+        (lambda x, p=None: _rope_variant(x, p, exponent="base 1000"), _base_1000("d")),
+        (
+            lambda x, p=None: _rope_variant(x, p, exponent="4i"),
+            "the frequency uses 10000^(-4i/d), the 2 counted twice (or 2i divided by d / 2); "
+            "pair (2i, 2i+1) turns by 10000^(-2i/d) per position",
+        ),
+        (lambda x, p=None: _rope_variant(x, p, exponent="inverted"), _inverted("d")),
+        (lambda x, p=None: _rope_variant(x, p, exponent="not over d"), _not_over_d("d")),
+        (lambda x, p=None: _rope_variant(x, p, reflect=True), _REFLECTED),
+        (lambda x, p=None: _rope_variant(x, p, first_position=1), _START_AT_1),
+        (lambda x, p=None: _rope_variant(x, p, integer_positions=True), _INTEGER_POSITIONS),
+    ],
+)
+
+
+def _half_column_frequencies(x, positions=None):
+    """Each of the d features turns at its own frequency 10000^(-j/d)."""
+    d = x.shape[-1]
+    if positions is None:
+        positions = torch.arange(x.shape[-2])
+    column = torch.arange(d, dtype=torch.float64)
+    angles = positions.to(torch.float64)[:, None] * 10000.0 ** (-column / d)  # (seq, d)
+    first, second = x[..., : d // 2], x[..., d // 2 :]
+    rotate_half = torch.cat((-second, first), dim=-1)
+    return x * torch.cos(angles).to(x.dtype) + rotate_half * torch.sin(angles).to(x.dtype)
+
+
+extend_task(
+    ApplyRopeHalf,
+    mistakes=[
+        (
+            lambda x, p=None: _half(x, p, cos_sin_swapped=True),
+            "cos and sin are swapped: x * cos + cat(-second_half, first_half) * sin (at "
+            "position 0 nothing turns, so the first vector stays as it is)",
+        ),
+        (
+            lambda x, p=None: _half(x, p, reflect=True),
+            _REFLECTED.replace("x0", "x_i").replace("x1", "x_{i+d/2}"),
+        ),
+        (
+            lambda x, p=None: _rope_variant(x, p, pairing="halves_out_adjacent"),
+            "you paired feature i with feature i + d/2, right, but wrote the rotated pairs back "
+            "interleaved (x_i', x_{i+d/2}' side by side): the rotated first features go back to "
+            "the first half, the second ones to the second half",
+        ),
+        (
+            _half_column_frequencies,
+            "each feature got its own frequency 10000^(-j/d), j = 0 .. d-1; pair i (features i "
+            "and i + d/2) turns by one angle, p * 10000^(-2i/d): the (seq, d) table is "
+            "cat((angles, angles), dim=-1) of the (seq, d/2) one",
+        ),
+        (lambda x, p=None: _half(x, p, exponent="base 1000"), _base_1000("d")),
+        (
+            lambda x, p=None: _half(x, p, exponent="4i"),
+            "the frequency uses 10000^(-4i/d), the 2 counted twice (or 2i divided by d / 2); "
+            "pair i turns by 10000^(-2i/d) per position",
+        ),
+        (lambda x, p=None: _half(x, p, exponent="inverted"), _inverted("d")),
+        (lambda x, p=None: _half(x, p, exponent="not over d"), _not_over_d("d")),
+        (lambda x, p=None: _half(x, p, first_position=1), _START_AT_1),
+        (lambda x, p=None: _half(x, p, integer_positions=True), _INTEGER_POSITIONS),
+    ],
+)
