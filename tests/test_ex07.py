@@ -261,3 +261,361 @@ def test_a_feed_forward_that_also_holds_its_layers_in_a_sequential_passes():
             return self.net(x)
 
     assert status("ex07.FeedForward", FeedForward).status == "passed"
+
+
+# ---- single mistakes, written as a learner would: before they had their hints, each got "more
+# than one thing may be wrong" (or the hint of another mistake), and keep-probability dropout
+# passed every check ------------------------------------------------------------------------
+
+
+def _ln_stats(x):
+    var, mu = torch.var_mean(x, dim=-1, keepdim=True, correction=0)
+    return mu, var
+
+
+def ln_eps_fixed(x, gamma, beta, eps=1e-5):
+    mu, var = _ln_stats(x)
+    return gamma * (x - mu) * torch.rsqrt(var + 1e-5) + beta
+
+
+def ln_bert_eps(x, gamma, beta, eps=1e-6):
+    mu, var = _ln_stats(x)
+    return gamma * (x - mu) * torch.rsqrt(var + eps) + beta
+
+
+def ln_without_eps(x, gamma, beta, eps=1e-5):
+    mu, var = _ln_stats(x)
+    return gamma * (x - mu) / var.sqrt() + beta
+
+
+def ln_gamma_beta_swapped(x, gamma, beta, eps=1e-5):
+    mu, var = _ln_stats(x)
+    return beta * (x - mu) / (var + eps).sqrt() + gamma
+
+
+def ln_not_centred(x, gamma, beta, eps=1e-5):
+    mu, var = _ln_stats(x)
+    return gamma * x / (var + eps).sqrt() + beta
+
+
+def ln_mean_of_squares(x, gamma, beta, eps=1e-5):
+    mu = x.mean(-1, keepdim=True)
+    return gamma * (x - mu) / ((x * x).mean(-1, keepdim=True) + eps).sqrt() + beta
+
+
+def ln_by_variance(x, gamma, beta, eps=1e-5):
+    mu, var = _ln_stats(x)
+    return gamma * (x - mu) / (var + eps) + beta
+
+
+def ln_no_shift(x, gamma, beta, eps=1e-5):
+    mu, var = _ln_stats(x)
+    return gamma * (x - mu) / (var + eps).sqrt()
+
+
+def ln_global(x, gamma, beta, eps=1e-5):
+    mu, sigma2 = x.mean(), x.var(unbiased=False)
+    return gamma * (x - mu) / (sigma2 + eps).sqrt() + beta
+
+
+def ln_dim_one(x, gamma, beta, eps=1e-5):
+    mu = torch.mean(x, 1, keepdim=True)
+    var = torch.mean((x - mu) ** 2, 1, keepdim=True)
+    return gamma * (x - mu) / (var + eps).sqrt() + beta
+
+
+def ln_no_keepdim(x, gamma, beta, eps=1e-5):
+    centred = x - torch.mean(x, -1)
+    return gamma * centred / (torch.mean(centred**2, -1) + eps).sqrt() + beta
+
+
+def _ms(x):
+    return torch.mean(x * x, dim=-1, keepdim=True)
+
+
+def rms_eps_fixed(x, weight, eps=1e-6):
+    return weight * x * torch.rsqrt(_ms(x) + 1e-6)
+
+
+def rms_layer_norm_eps(x, weight, eps=1e-5):
+    return weight * x * torch.rsqrt(_ms(x) + eps)
+
+
+def rms_without_eps(x, weight, eps=1e-6):
+    return weight * x / _ms(x).sqrt()
+
+
+def rms_plus_weight(x, weight, eps=1e-6):
+    return x * torch.rsqrt(_ms(x) + eps) + weight
+
+
+def rms_unweighted(x, weight, eps=1e-6):
+    return x * torch.rsqrt(_ms(x) + eps)
+
+
+def rms_sum_of_squares(x, weight, eps=1e-6):
+    return weight * x / torch.sqrt((x * x).sum(-1, keepdim=True) + eps)
+
+
+def rms_divided_by_rsqrt(x, weight, eps=1e-6):
+    return weight * x / torch.rsqrt(_ms(x) + eps)
+
+
+def rms_square_of_mean(x, weight, eps=1e-6):
+    return weight * x / torch.sqrt(x.mean(-1, keepdim=True) ** 2 + eps)
+
+
+def rms_no_keepdim(x, weight, eps=1e-6):
+    return weight * x / torch.sqrt(torch.mean(x**2, -1) + eps)
+
+
+class FFLearner(nn.Module):
+    """linear1, ReLU, dropout, linear2 as a learner writes it; subclasses change one thing."""
+
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.activation = nn.ReLU()
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.linear2(self.drop(self.activation(self.linear1(x))))
+
+
+class FFKeepProb(FFLearner):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__(d_model, d_ff, dropout)
+        self.drop = nn.Dropout(1.0 - dropout)  # TensorFlow 1's keep_prob
+
+
+class FFOwnRate(FFLearner):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__(d_model, d_ff, dropout)
+        self.drop = nn.Dropout(0.1)
+
+
+class FFDropsInput(FFLearner):
+    def forward(self, x):
+        return self.linear2(self.activation(self.linear1(self.drop(x))))
+
+
+class FFGelu(FFLearner):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__(d_model, d_ff, dropout)
+        self.activation = nn.GELU()
+
+
+class FFWithResidual(FFLearner):
+    def forward(self, x):
+        return super().forward(x) + x
+
+
+class EncLearner(EncoderLayerByHand):
+    """A learner's encoder layer written out step by step; subclasses change one thing."""
+
+    mask_inverted = ff_on_input = always_post = always_pre = norms_swapped = False
+    attn_residual = ff_residual = True
+
+    def forward(self, x, mask=None):
+        if self.mask_inverted and mask is not None:
+            mask = mask.logical_not()
+        n_a, n_f = (self.norm2, self.norm1) if self.norms_swapped else (self.norm1, self.norm2)
+        pre = self.norm_first
+        pre = False if self.always_post else True if self.always_pre else pre
+        source = x
+        if pre:
+            h = n_a(x)
+            a = self.self_attn(h, h, h, mask=mask)[0]
+            x = x + a if self.attn_residual else a
+            f = self.linear2(F.relu(self.linear1(n_f(source if self.ff_on_input else x))))
+            return x + f if self.ff_residual else f
+        a = self.self_attn(x, x, x, mask=mask)[0]
+        x = n_a(x + a if self.attn_residual else a)
+        f = self.linear2(F.relu(self.linear1(source if self.ff_on_input else x)))
+        return n_f(x + f if self.ff_residual else f)
+
+
+def _enc(name, **attrs):
+    return type(name, (EncLearner,), attrs)
+
+
+class EncEps(EncLearner):
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, norm_first)
+        self.norm1 = nn.LayerNorm(d_model, eps=1e-6)
+        self.norm2 = nn.LayerNorm(d_model, eps=1e-6)
+
+
+class DecLearner(nn.Module):
+    """A learner's decoder layer written out step by step; subclasses change one thing."""
+
+    masks_inverted = queries_from_memory = gelu = one_norm = no_residual = False
+    residual_normed = no_final_norm = cross_first = always_post = False
+    eps = 1e-5
+
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, num_heads)
+        self.multihead_attn = MultiHeadAttention(d_model, num_heads)
+        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.norm1 = nn.LayerNorm(d_model, eps=self.eps)
+        self.norm2 = nn.LayerNorm(d_model, eps=self.eps)
+        self.norm3 = nn.LayerNorm(d_model, eps=self.eps)
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if self.masks_inverted:
+            self_mask = None if self_mask is None else self_mask.logical_not()
+            memory_mask = None if memory_mask is None else memory_mask.logical_not()
+
+        def attend_self(h):
+            return self.self_attn(h, h, h, mask=self_mask)[0]
+
+        def attend_memory(h):
+            if self.queries_from_memory:
+                return self.multihead_attn(memory, h, h, mask=memory_mask)[0]
+            return self.multihead_attn(h, memory, memory, mask=memory_mask)[0]
+
+        def ffn(h):
+            return self.linear2((F.gelu if self.gelu else F.relu)(self.linear1(h)))
+
+        steps = [(self.norm1, attend_self), (self.norm2, attend_memory), (self.norm3, ffn)]
+        if self.cross_first:
+            steps[0], steps[1] = (self.norm1, attend_memory), (self.norm2, attend_self)
+        if self.one_norm:
+            steps = [(self.norm1, f) for _, f in steps]
+        for k, (norm, f) in enumerate(steps):
+            if self.norm_first and not self.always_post:
+                x = f(norm(x)) if self.no_residual else x + f(norm(x))
+            elif self.no_residual:
+                x = norm(f(x))
+            elif self.residual_normed:
+                x = x + norm(f(x))
+            elif self.no_final_norm and k == 2:
+                x = x + f(x)
+            else:
+                x = norm(x + f(x))
+        return x
+
+
+def _dec(name, **attrs):
+    return type(name, (DecLearner,), attrs)
+
+
+class SwiGLULearner(nn.Module):
+    combine = "silu_gate"
+
+    def __init__(self, d_model, d_ff=None):
+        super().__init__()
+        d_ff = d_ff or 8 * d_model // 3
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=False)
+
+    def forward(self, x):
+        g, u = self.gate_proj(x), self.up_proj(x)
+        if self.combine == "relu":
+            h = torch.relu(g) * u
+        elif self.combine == "silu_of_product":
+            h = torch.nn.functional.silu(g * u)
+        else:  # "plus"
+            h = g * torch.sigmoid(g) + u
+        return self.down_proj(h)
+
+
+SINGLE_MISTAKES = [
+    ("ex07.layer_norm", ln_eps_fixed, "the eps argument is ignored"),
+    ("ex07.layer_norm", ln_bert_eps, "the default eps is 1e-5"),
+    ("ex07.layer_norm", ln_without_eps, "your result is LayerNorm without eps"),
+    ("ex07.layer_norm", ln_gamma_beta_swapped, "gamma and beta are swapped"),
+    ("ex07.layer_norm", ln_not_centred, "the mean is not subtracted from x"),
+    ("ex07.layer_norm", ln_mean_of_squares, "the variance is the mean of (x - mean) ** 2"),
+    ("ex07.layer_norm", ln_by_variance, "divide by the standard deviation"),
+    ("ex07.layer_norm", ln_no_shift, "beta is missing"),
+    ("ex07.layer_norm", ln_global, "taken over the whole tensor"),
+    ("ex07.layer_norm", ln_dim_one, "the statistics are taken over dim=1"),
+    ("ex07.layer_norm", ln_no_keepdim, "without keepdim=True drops the last axis"),
+    ("ex07.rms_norm", rms_eps_fixed, "the eps argument is ignored"),
+    ("ex07.rms_norm", rms_layer_norm_eps, "the default eps of rms_norm is 1e-6"),
+    ("ex07.rms_norm", rms_without_eps, "your result is RMSNorm without eps"),
+    ("ex07.rms_norm", rms_plus_weight, "multiply by it, x / rms * weight, do not add it"),
+    ("ex07.rms_norm", rms_unweighted, "weight is missing"),
+    ("ex07.rms_norm", rms_sum_of_squares, "not the sum"),
+    ("ex07.rms_norm", rms_divided_by_rsqrt, "you multiplied by the root mean square"),
+    ("ex07.rms_norm", rms_square_of_mean, "is not the square of the mean"),
+    ("ex07.rms_norm", rms_no_keepdim, "without keepdim=True drops the last axis"),
+    ("ex07.FeedForward", FFKeepProb, "not nn.Dropout(1 - dropout)"),
+    ("ex07.FeedForward", FFOwnRate, "the dropout probability is the `dropout` argument"),
+    ("ex07.FeedForward", FFDropsInput, "not on the input x"),
+    ("ex07.FeedForward", FFGelu, "ReLU (F.relu), not GELU"),
+    ("ex07.FeedForward", FFWithResidual, "no residual connection of its own"),
+    ("ex07.EncoderLayer", _enc("EncPost", always_post=True), "norm_first is ignored"),
+    ("ex07.EncoderLayer", _enc("EncPre", always_pre=True), "always pre-norm"),
+    ("ex07.EncoderLayer", _enc("EncNotMask", mask_inverted=True), "the mask is inverted"),
+    ("ex07.EncoderLayer", _enc("EncNorms", norms_swapped=True), "norm1 and norm2 are swapped"),
+    ("ex07.EncoderLayer", _enc("EncFFIn", ff_on_input=True), "reads the layer's input x"),
+    (
+        "ex07.EncoderLayer",
+        _enc("EncNoRes1", attn_residual=False),
+        "the residual connection around the self-attention is missing",
+    ),
+    (
+        "ex07.EncoderLayer",
+        _enc("EncNoRes2", ff_residual=False),
+        "the residual connection around the feed-forward network is missing",
+    ),
+    ("ex07.EncoderLayer", EncEps, "your LayerNorms use another eps"),
+    ("ex07.DecoderLayer", _dec("DecPost", always_post=True), "norm_first is ignored"),
+    ("ex07.DecoderLayer", _dec("DecNotMasks", masks_inverted=True), "the masks are inverted"),
+    (
+        "ex07.DecoderLayer",
+        _dec("DecQ", queries_from_memory=True),
+        "the cross-attention takes its queries from memory",
+    ),
+    ("ex07.DecoderLayer", _dec("DecGelu", gelu=True), "ReLU (F.relu), not GELU"),
+    ("ex07.DecoderLayer", _dec("DecOneNorm", one_norm=True), "norm1 is used for every sub-layer"),
+    (
+        "ex07.DecoderLayer",
+        _dec("DecNoRes", no_residual=True),
+        "the residual connections are missing",
+    ),
+    (
+        "ex07.DecoderLayer",
+        _dec("DecResNormed", residual_normed=True),
+        "not x + norm(sublayer(x))",
+    ),
+    ("ex07.DecoderLayer", _dec("DecNoNorm3", no_final_norm=True), "has no LayerNorm"),
+    ("ex07.DecoderLayer", _dec("DecOrder", cross_first=True), "in the wrong order"),
+    ("ex07.DecoderLayer", _dec("DecEps", eps=1e-6), "your LayerNorms use another eps"),
+    ("ex07.SwiGLU", type("ReGLU", (SwiGLULearner,), {"combine": "relu"}), "not ReLU"),
+    (
+        "ex07.SwiGLU",
+        type("SiluAfter", (SwiGLULearner,), {"combine": "silu_of_product"}),
+        "SiLU goes on the gate alone",
+    ),
+    (
+        "ex07.SwiGLU",
+        type("GatePlus", (SwiGLULearner,), {"combine": "plus"}),
+        "the gate multiplies the up branch",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "task_id, obj, hint",
+    SINGLE_MISTAKES,
+    ids=[f"{t}-{getattr(o, '__name__', o)}" for t, o, _ in SINGLE_MISTAKES],
+)
+def test_a_single_learner_mistake_gets_its_own_hint(task_id, obj, hint):
+    result = status(task_id, obj)
+    assert result.status == "failed", result.feedback
+    assert hint in result.feedback, result.feedback
+    assert "more than one thing may be wrong" not in result.feedback
+
+
+def test_dropout_given_as_the_keep_probability_fails_the_new_case():
+    # passed all 7 checks before: the only dropout rate in the cases was 0.5 = 1 - 0.5
+    result = status("ex07.FeedForward", FFKeepProb)
+    assert result.passed == result.total - 1
+    assert "dropout=0.2 in train mode" in result.feedback

@@ -416,7 +416,8 @@ class EncoderLayerTask(ModuleTask):
                 _EncSwapped,
                 "post-norm and pre-norm are swapped: norm_first=False (post-norm) is "
                 "x = norm(x + sublayer(x)); norm_first=True (pre-norm) is "
-                "x = x + sublayer(norm(x))",
+                "x = x + sublayer(norm(x)) (a layer that is always pre-norm, whatever "
+                "norm_first says, gets this hint too)",
             ),
             (
                 _EncResidualNormed,
@@ -697,7 +698,8 @@ class DecoderLayerTask(ModuleTask):
                 _DecPrePostSwapped,
                 "post-norm and pre-norm are swapped: norm_first=False "
                 "(post-norm) is x = norm(x + sublayer(x)); norm_first=True (pre-norm) is "
-                "x = x + sublayer(norm(x))",
+                "x = x + sublayer(norm(x)) (a layer that is always pre-norm, whatever "
+                "norm_first says, gets this hint too)",
             ),
             (
                 _DecMasksSwapped,
@@ -1026,6 +1028,562 @@ extend_task(
             _FFDropoutAlways,
             "the dropout also drops in eval mode: F.dropout needs "
             "training=self.training (nn.Dropout does this for you)",
+        ),
+    ],
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Single mistakes that got "more than one thing may be wrong" (or the hint of another mistake):
+# eps ignored or with another default, gamma and beta swapped, a residual or a norm misplaced,
+# masks inverted, norm_first ignored, another activation; and dropout given as the probability
+# of keeping a unit, which passed every check (no case had a dropout other than 0.5)
+# --------------------------------------------------------------------------------------------
+
+
+def _ln_no_keepdim(x, gamma, beta, eps=1e-5):
+    mean = x.mean(dim=-1)
+    var = ((x - mean) ** 2).mean(dim=-1)
+    return (x - mean) / torch.sqrt(var + eps) * gamma + beta
+
+
+def _ln_parts(x, eps, *, centre=True, second_moment=False, sqrt=True, dim=-1):
+    """(x - mean) / sqrt(var + eps) over `dim`, or a version with one piece changed."""
+    if dim is None:  # statistics of the whole tensor
+        mean = x.mean()
+        var = ((x - mean) ** 2).mean()
+    else:
+        mean = x.mean(dim=dim, keepdim=True)
+        var = (x**2 if second_moment else (x - mean) ** 2).mean(dim=dim, keepdim=True)
+    spread = torch.sqrt(var + eps) if sqrt else var + eps
+    return (x - mean if centre else x) / spread
+
+
+def _ln_gamma_beta_swapped(x, gamma, beta, eps=1e-5):
+    return _ln_parts(x, eps) * beta + gamma
+
+
+def _ln_not_centred(x, gamma, beta, eps=1e-5):
+    return _ln_parts(x, eps, centre=False) * gamma + beta
+
+
+def _ln_second_moment(x, gamma, beta, eps=1e-5):
+    return _ln_parts(x, eps, second_moment=True) * gamma + beta
+
+
+def _ln_divided_by_variance(x, gamma, beta, eps=1e-5):
+    return _ln_parts(x, eps, sqrt=False) * gamma + beta
+
+
+def _ln_no_beta(x, gamma, beta, eps=1e-5):
+    return _ln_parts(x, eps) * gamma
+
+
+def _ln_whole_tensor(x, gamma, beta, eps=1e-5):
+    return _ln_parts(x, eps, dim=None) * gamma + beta
+
+
+def _ln_dim1(x, gamma, beta, eps=1e-5):
+    return _ln_parts(x, eps, dim=1) * gamma + beta
+
+
+def _ln_eps_ignored(x, gamma, beta, eps=1e-5):
+    return _ln_parts(x, 1e-5) * gamma + beta
+
+
+def _ln_default_eps(x, gamma, beta, eps=1e-6):
+    return _ln_parts(x, eps) * gamma + beta
+
+
+def _ln_no_eps(x, gamma, beta, eps=1e-5):
+    return _ln_parts(x, 0.0) * gamma + beta
+
+
+_NO_KEEPDIM = (
+    "mean(dim=-1) without keepdim=True drops the last axis, so x - mean does not line up "
+    "with x: keep it, x.mean(dim=-1, keepdim=True), shape (..., 1)"
+)
+
+extend_task(
+    LayerNormTask,
+    mistakes=[
+        (_ln_no_keepdim, _NO_KEEPDIM),
+        (
+            _ln_gamma_beta_swapped,
+            "gamma and beta are swapped: gamma scales the normalised x and beta shifts it, "
+            "x_hat * gamma + beta",
+        ),
+        (
+            _ln_not_centred,
+            "the mean is not subtracted from x: the result is (x - mean) / sqrt(var + eps), "
+            "not x / sqrt(var + eps)",
+        ),
+        (
+            _ln_second_moment,
+            "the variance is the mean of (x - mean) ** 2; the mean of x ** 2 is the variance "
+            "only when the mean is 0",
+        ),
+        (
+            _ln_divided_by_variance,
+            "divide by the standard deviation sqrt(var + eps), not by the variance var + eps",
+        ),
+        (_ln_no_beta, "beta is missing: the result is x_hat * gamma + beta"),
+        (
+            _ln_whole_tensor,
+            "the mean and variance are taken over the whole tensor (no dim); each vector gets "
+            "its own, over the last dimension: x.mean(dim=-1, keepdim=True)",
+        ),
+        (
+            _ln_dim1,
+            "the statistics are taken over dim=1, the last dimension only when x is 2-D: "
+            "use dim=-1 (keepdim=True), whatever the batch dimensions",
+        ),
+        (
+            _ln_eps_ignored,
+            "the eps argument is ignored (a fixed 1e-5 is used instead): with eps=0.5 the result "
+            "must change; use the eps you are given, sqrt(var + eps)",
+        ),
+        (
+            _ln_default_eps,
+            "the default eps is 1e-5 (nn.LayerNorm's), not 1e-6: "
+            "def layer_norm(x, gamma, beta, eps=1e-5)",
+        ),
+        (
+            _ln_no_eps,
+            "your result is LayerNorm without eps (or with a far smaller one): add eps to the "
+            "variance inside the square root, sqrt(var + eps), with the default eps=1e-5",
+        ),
+    ],
+)
+
+
+def _rms_parts(x, eps, *, squares="mean", keepdim=True):
+    """sqrt(mean(x**2) + eps) over the last dimension, or a version with one piece changed."""
+    if squares == "sum":
+        ms = x.pow(2).sum(dim=-1, keepdim=keepdim)
+    elif squares == "mean squared":  # the square of the mean
+        ms = x.mean(dim=-1, keepdim=keepdim).pow(2)
+    else:
+        ms = x.pow(2).mean(dim=-1, keepdim=keepdim)
+    return torch.sqrt(ms + eps)
+
+
+def _rms_no_keepdim(x, weight, eps=1e-6):
+    return x / _rms_parts(x, eps, keepdim=False) * weight
+
+
+def _rms_weight_added(x, weight, eps=1e-6):
+    return x / _rms_parts(x, eps) + weight
+
+
+def _rms_no_weight(x, weight, eps=1e-6):
+    return x / _rms_parts(x, eps)
+
+
+def _rms_sum(x, weight, eps=1e-6):
+    return x / _rms_parts(x, eps, squares="sum") * weight
+
+
+def _rms_times_rms(x, weight, eps=1e-6):
+    return x * _rms_parts(x, eps) * weight
+
+
+def _rms_mean_squared(x, weight, eps=1e-6):
+    return x / _rms_parts(x, eps, squares="mean squared") * weight
+
+
+def _rms_eps_ignored(x, weight, eps=1e-6):
+    return x / _rms_parts(x, 1e-6) * weight
+
+
+def _rms_default_eps(x, weight, eps=1e-5):
+    return x / _rms_parts(x, eps) * weight
+
+
+def _rms_no_eps(x, weight, eps=1e-6):
+    return x / _rms_parts(x, 0.0) * weight
+
+
+extend_task(
+    RMSNormTask,
+    mistakes=[
+        (_rms_no_keepdim, _NO_KEEPDIM.replace("x - mean does", "x / rms does")),
+        (
+            _rms_weight_added,
+            "weight scales the normalised x: multiply by it, x / rms * weight, do not add it",
+        ),
+        (_rms_no_weight, "weight is missing: multiply the normalised x by it, x / rms * weight"),
+        (
+            _rms_sum,
+            "divide by the root MEAN square: the mean of x**2 over the d features, not the sum "
+            "(which would give every vector length 1 instead of RMS 1)",
+        ),
+        (
+            _rms_times_rms,
+            "you multiplied by the root mean square instead of dividing by it: "
+            "x / sqrt(mean(x**2) + eps), or x * torch.rsqrt(mean(x**2) + eps) (rsqrt is already "
+            "1 / sqrt)",
+        ),
+        (
+            _rms_mean_squared,
+            "the mean of the squares, mean(x**2), is not the square of the mean, mean(x)**2: "
+            "square x first, then average",
+        ),
+        (
+            _rms_eps_ignored,
+            "the eps argument is ignored (a fixed 1e-6 is used instead): with eps=0.5 the result "
+            "must change; use the eps you are given, sqrt(mean(x**2) + eps)",
+        ),
+        (
+            _rms_default_eps,
+            "the default eps of rms_norm is 1e-6 (Llama's), not 1e-5 (LayerNorm's): "
+            "def rms_norm(x, weight, eps=1e-6)",
+        ),
+        (
+            _rms_no_eps,
+            "your result is RMSNorm without eps (or with a far smaller one): add eps inside the "
+            "square root, sqrt(mean(x**2) + eps), with the default eps=1e-6",
+        ),
+    ],
+)
+
+
+class _FFVariant(_FFDropoutVariant):
+    """linear2(dropout(relu(linear1(x)))) with one piece changed, chosen by `kind`."""
+
+    def forward(self, x):
+        kind = self.kind
+        p = {"fixed_p": 0.1, "keep_probability": 1 - self.p}.get(kind, self.p)
+        act = F.gelu if kind == "gelu" else F.relu
+        if kind == "input_dropout":
+            x_in = F.dropout(x, p, training=self.training)
+            return self.linear2(act(self.linear1(x_in)))
+        out = self.linear2(F.dropout(act(self.linear1(x)), p, training=self.training))
+        return x + out if kind == "residual" else out
+
+
+class _FFGelu(_FFVariant):
+    kind = "gelu"
+
+
+class _FFFixedDropout(_FFVariant):
+    kind = "fixed_p"
+
+
+class _FFInputDropout(_FFVariant):
+    kind = "input_dropout"
+
+
+class _FFResidual(_FFVariant):
+    kind = "residual"
+
+
+class _FFKeepProbability(_FFVariant):
+    kind = "keep_probability"
+
+
+def _dropout_rate_case(gen):
+    from ...blocks import FeedForward
+
+    data = {
+        "sizes": (6, 16, 0.2),
+        "state_dict": _random_state(FeedForward(6, 16), gen),
+        "mode": "train",
+        "seed": int(torch.randint(0, 2**31 - 1, (1,), generator=gen)),
+    }
+    return [
+        Case(
+            "dropout=0.2 in train mode (same random seed as the reference): each hidden unit "
+            "dropped with probability 0.2, the others scaled by 1 / 0.8",
+            (randn(gen, 3, 4, 6),),
+            data=data,
+        )
+    ]
+
+
+extend_task(
+    FeedForwardTask,
+    cases=_dropout_rate_case,
+    mistakes=[
+        (
+            _FFKeepProbability,
+            "nn.Dropout(p) takes the probability of dropping a unit, not of keeping it: "
+            "nn.Dropout(dropout), not nn.Dropout(1 - dropout)",
+        ),
+        (
+            _FFFixedDropout,
+            "the dropout probability is the `dropout` argument, not a number of your own: "
+            "nn.Dropout(dropout)",
+        ),
+        (
+            _FFInputDropout,
+            "dropout belongs on the hidden units, between the ReLU and linear2, not on the "
+            "input x: linear2(dropout(relu(linear1(x))))",
+        ),
+        (_FFGelu, "the activation of this feed-forward network is ReLU (F.relu), not GELU"),
+        (
+            _FFResidual,
+            "the feed-forward network has no residual connection of its own: return "
+            "linear2(dropout(relu(linear1(x)))); the layer that uses it adds x",
+        ),
+    ],
+)
+
+
+_ALWAYS_POST_NORM = (
+    "norm_first is ignored: your layer is post-norm even with norm_first=True, which asks "
+    "for pre-norm, x = x + sublayer(norm(x)); keep self.norm_first = norm_first and branch on "
+    "it in forward"
+)
+_MASK_INVERTED = (
+    "the mask is inverted: here True means 'may attend' (nn.MultiheadAttention's masks mean "
+    "the opposite), so pass the mask as it is, not ~mask"
+)
+_LAYER_NORM_EPS = (
+    "your LayerNorms use another eps than nn.LayerNorm's default 1e-5 (some tutorials use "
+    "1e-6): create them as nn.LayerNorm(d_model)"
+)
+
+
+class _EncoderMore(_EncoderMistake):
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, norm_first)
+        if self.kind == "norm_eps":
+            self.norm1, self.norm2 = nn.LayerNorm(d_model, 1e-6), nn.LayerNorm(d_model, 1e-6)
+
+    def forward(self, x, mask=None):
+        kind = self.kind
+        if kind == "mask_inverted" and mask is not None:
+            mask = ~mask
+        norm1, norm2 = (
+            (self.norm2, self.norm1) if kind == "norms_swapped" else (self.norm1, self.norm2)
+        )
+        keep_attn, keep_ff = kind != "no_attn_residual", kind != "no_ff_residual"
+        if self.norm_first and kind != "always_post":
+            h = self._sa(norm1(x), mask) + (x if keep_attn else 0)
+            return self._ff(norm2(x if kind == "ff_on_input" else h)) + (h if keep_ff else 0)
+        h = norm1(self._sa(x, mask) + (x if keep_attn else 0))
+        return norm2(self._ff(x if kind == "ff_on_input" else h) + (h if keep_ff else 0))
+
+
+class _EncAlwaysPostNorm(_EncoderMore):
+    kind = "always_post"
+
+
+class _EncMaskInverted(_EncoderMore):
+    kind = "mask_inverted"
+
+
+class _EncNormsSwapped(_EncoderMore):
+    kind = "norms_swapped"
+
+
+class _EncFFOnInput(_EncoderMore):
+    kind = "ff_on_input"
+
+
+class _EncNoAttnResidual(_EncoderMore):
+    kind = "no_attn_residual"
+
+
+class _EncNoFFResidual(_EncoderMore):
+    kind = "no_ff_residual"
+
+
+class _EncLayerNormEps(_EncoderMore):
+    kind = "norm_eps"
+
+
+extend_task(
+    EncoderLayerTask,
+    mistakes_first=[(_EncAlwaysPostNorm, _ALWAYS_POST_NORM)],
+    mistakes=[
+        (_EncMaskInverted, _MASK_INVERTED),
+        (
+            _EncNormsSwapped,
+            "norm1 and norm2 are swapped: norm1 goes with the self-attention, norm2 with the "
+            "feed-forward network",
+        ),
+        (
+            _EncFFOnInput,
+            "the feed-forward sub-layer reads the layer's input x instead of the output of the "
+            "attention sub-layer: the two run one after the other, x = x + attention(...), then "
+            "the feed-forward network on that new x",
+        ),
+        (
+            _EncNoAttnResidual,
+            "the residual connection around the self-attention is missing: add its input, "
+            "x + attention(...), as you did around the feed-forward network",
+        ),
+        (
+            _EncNoFFResidual,
+            "the residual connection around the feed-forward network is missing: add its input, "
+            "x + ffn(...), as you did around the self-attention",
+        ),
+        (_EncLayerNormEps, _LAYER_NORM_EPS),
+    ],
+)
+
+
+class _DecoderMore(_DecoderMistake):
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, norm_first)
+        if self.kind == "norm_eps":
+            self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model, 1e-6) for _ in range(3))
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        kind = self.kind
+        if kind == "masks_inverted":
+            self_mask = None if self_mask is None else ~self_mask
+            memory_mask = None if memory_mask is None else ~memory_mask
+        act = F.gelu if kind == "gelu" else F.relu
+        norms = (
+            [self.norm1] * 3 if kind == "norm1_everywhere" else [self.norm1, self.norm2, self.norm3]
+        )
+
+        def sa(h):
+            return self.self_attn(h, h, h, mask=self_mask)[0]
+
+        def ca(h):
+            if kind == "queries_from_memory":
+                return self.multihead_attn(memory, h, h, mask=memory_mask)[0]
+            return self.multihead_attn(h, memory, memory, mask=memory_mask)[0]
+
+        def ff(h):
+            return self.linear2(act(self.linear1(h)))
+
+        sublayers = [ca, sa, ff] if kind == "cross_first" else [sa, ca, ff]
+        for i, (norm, sublayer) in enumerate(zip(norms, sublayers, strict=True)):
+            if kind == "no_residual":
+                x = sublayer(norm(x)) if self.norm_first else norm(sublayer(x))
+            elif self.norm_first and kind != "always_post":
+                x = x + sublayer(norm(x))
+            elif kind == "residual_normed":
+                x = x + norm(sublayer(x))
+            elif kind == "no_final_norm" and i == 2:
+                x = x + sublayer(x)
+            else:
+                x = norm(x + sublayer(x))
+        return x
+
+
+class _DecAlwaysPostNorm(_DecoderMore):
+    kind = "always_post"
+
+
+class _DecMasksInverted(_DecoderMore):
+    kind = "masks_inverted"
+
+
+class _DecQueriesFromMemory(_DecoderMore):
+    kind = "queries_from_memory"
+
+
+class _DecGelu(_DecoderMore):
+    kind = "gelu"
+
+
+class _DecNorm1Everywhere(_DecoderMore):
+    kind = "norm1_everywhere"
+
+
+class _DecNoResidual(_DecoderMore):
+    kind = "no_residual"
+
+
+class _DecResidualNormed(_DecoderMore):
+    kind = "residual_normed"
+
+
+class _DecNoFinalNorm(_DecoderMore):
+    kind = "no_final_norm"
+
+
+class _DecCrossFirst(_DecoderMore):
+    kind = "cross_first"
+
+
+class _DecLayerNormEps(_DecoderMore):
+    kind = "norm_eps"
+
+
+extend_task(
+    DecoderLayerTask,
+    mistakes_first=[(_DecAlwaysPostNorm, _ALWAYS_POST_NORM)],
+    mistakes=[
+        (_DecMasksInverted, _MASK_INVERTED.replace("the mask is", "the masks are")),
+        (
+            _DecQueriesFromMemory,
+            "the cross-attention takes its queries from memory: the queries come from the "
+            "target x, the keys and values from memory, multihead_attn(x, memory, memory, "
+            "mask=memory_mask)",
+        ),
+        (_DecGelu, "the feed-forward network of this layer uses ReLU (F.relu), not GELU"),
+        (
+            _DecNorm1Everywhere,
+            "norm1 is used for every sub-layer: norm1 goes with the self-attention, norm2 with "
+            "the cross-attention, norm3 with the feed-forward network (each has its own weights)",
+        ),
+        (
+            _DecNoResidual,
+            "the residual connections are missing: add each sub-layer's input to its output "
+            "(x + sublayer(...)) around all three sub-layers",
+        ),
+        (
+            _DecResidualNormed,
+            "the residual must carry x itself around the sub-layer: post-norm is "
+            "norm(x + sublayer(x)), not x + norm(sublayer(x))",
+        ),
+        (
+            _DecNoFinalNorm,
+            "the feed-forward sub-layer has no LayerNorm: in post-norm the last step is "
+            "x = norm3(x + ffn(x))",
+        ),
+        (
+            _DecCrossFirst,
+            "the sub-layers are in the wrong order: self-attention over the target first, then "
+            "the cross-attention to memory, then the feed-forward network",
+        ),
+        (_DecLayerNormEps, _LAYER_NORM_EPS),
+    ],
+)
+
+
+class _SwiGLUMore(_SwiGLUMistake):
+    def forward(self, x):
+        gate, up = self.gate_proj(x), self.up_proj(x)
+        if self.kind == "relu":
+            return self.down_proj(F.relu(gate) * up)
+        if self.kind == "silu_of_product":
+            return self.down_proj(F.silu(gate * up))
+        return self.down_proj(F.silu(gate) + up)  # "sum"
+
+
+class _ReluGate(_SwiGLUMore):
+    kind = "relu"
+
+
+class _SiluOfProduct(_SwiGLUMore):
+    kind = "silu_of_product"
+
+
+class _SumGate(_SwiGLUMore):
+    kind = "sum"
+
+
+extend_task(
+    SwiGLUTask,
+    mistakes=[
+        (_ReluGate, "the gate goes through SiLU (F.silu), not ReLU (that would be ReGLU)"),
+        (
+            _SiluOfProduct,
+            "SiLU goes on the gate alone, before the product: "
+            "silu(gate_proj(x)) * up_proj(x), not silu(gate_proj(x) * up_proj(x))",
+        ),
+        (
+            _SumGate,
+            "the gate multiplies the up branch element-wise: silu(gate_proj(x)) * up_proj(x), "
+            "not silu(gate_proj(x)) + up_proj(x)",
         ),
     ],
 )
