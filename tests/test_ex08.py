@@ -295,3 +295,241 @@ def test_log_softmax_over_dim_2_is_not_told_about_ignore_index():
     result = status("ex08.label_smoothing_loss", dim_two)
     assert "ignore_index need not be a class id" not in result.feedback, result.feedback
     assert "log_softmax over dim=-1" in result.feedback, result.feedback
+
+
+# ---- single mistakes that got "more than one thing may be wrong" (or no hint) ---------------
+# Written here, differently from the listed mistakes that now explain them.
+
+
+def greedy_writes_zero_after_eos(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
+    rows = [[bos_id] for _ in range(batch_size)]
+    for _ in range(max_new_tokens):
+        logits = step_fn(torch.tensor(rows))
+        for i, row in enumerate(rows):
+            row.append(0 if eos_id in row[1:] else int(logits[i, -1].argmax()))
+    return torch.tensor([row[1:] for row in rows])
+
+
+def greedy_pads_with_zero(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
+    out = torch.zeros(batch_size, max_new_tokens, dtype=torch.long)  # the rest stays 0
+    prefix = torch.full((batch_size, 1), bos_id)
+    done = torch.zeros(batch_size, dtype=torch.bool)
+    step = 0
+    while step < max_new_tokens and not bool(done.all()):
+        token = torch.where(done, eos_id, step_fn(prefix)[:, -1, :].argmax(-1))
+        out[:, step] = token
+        done = done | (token == eos_id)
+        prefix = torch.cat([prefix, token[:, None]], dim=-1)
+        step += 1
+    return out
+
+
+def greedy_forced_one_step_late(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
+    prefix = torch.full((batch_size, 1), bos_id)
+    for _ in range(max_new_tokens):
+        token = step_fn(prefix)[:, -1, :].argmax(-1)
+        if prefix.shape[1] > 2:  # a row is finished when its eos is behind the last token
+            finished = (prefix[:, 1:-1] == eos_id).any(dim=1)
+            token = torch.where(finished, eos_id, token)
+        prefix = torch.cat([prefix, token[:, None]], dim=-1)
+    return prefix[:, 1:]
+
+
+def greedy_finished_from_the_model(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
+    prefix = torch.full((batch_size, 1), bos_id)
+    just_ended = torch.zeros(batch_size, dtype=torch.bool)
+    for _ in range(max_new_tokens):
+        best = step_fn(prefix)[:, -1, :].argmax(-1)
+        prefix = torch.cat([prefix, torch.where(just_ended, eos_id, best)[:, None]], dim=-1)
+        just_ended = best == eos_id
+    return prefix[:, 1:]
+
+
+def greedy_stops_at_the_first_eos(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
+    tokens = []
+    prefix = torch.full((batch_size, 1), bos_id)
+    for _ in range(max_new_tokens):
+        token = step_fn(prefix)[:, -1, :].argmax(-1)
+        tokens.append(token)
+        prefix = torch.cat([prefix, token[:, None]], dim=-1)
+        if (token == eos_id).any():
+            break
+    tokens += [torch.full((batch_size,), eos_id)] * (max_new_tokens - len(tokens))
+    return torch.stack(tokens, dim=1)
+
+
+def greedy_not_forced_but_stopping(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
+    prefix = torch.full((batch_size, 1), bos_id)
+    for _ in range(max_new_tokens):
+        if (prefix[:, 1:] == eos_id).any(dim=1).all():
+            break
+        prefix = torch.cat([prefix, step_fn(prefix)[:, -1:, :].argmax(-1)], dim=-1)
+    rest = torch.full((batch_size, max_new_tokens + 1 - prefix.shape[1]), eos_id)
+    return torch.cat([prefix[:, 1:], rest], dim=-1)
+
+
+def ls_scatter_overwrites_the_target(logits, target, smoothing, ignore_index):
+    vocab = logits.shape[-1]
+    keep = target != ignore_index
+    log_probs = logits[keep].log_softmax(dim=-1)  # (n_real, vocab)
+    wanted = torch.full_like(log_probs, smoothing / vocab)
+    wanted.scatter_(-1, target[keep].unsqueeze(-1), 1 - smoothing)  # overwrites smoothing / V
+    return -(wanted * log_probs).sum(dim=-1).mean()
+
+
+def ls_full_weight_on_the_target(logits, target, smoothing, ignore_index):
+    keep = target != ignore_index
+    log_probs = logits[keep].log_softmax(dim=-1)
+    picked = log_probs[torch.arange(log_probs.shape[0]), target[keep]]
+    return (-picked - smoothing * log_probs.mean(dim=-1)).mean()
+
+
+def ls_minus_sign_lost(logits, target, smoothing, ignore_index):
+    keep = target != ignore_index
+    log_probs = logits[keep].log_softmax(dim=-1)
+    picked = log_probs[torch.arange(log_probs.shape[0]), target[keep]]
+    return (-(1 - smoothing) * picked + smoothing * log_probs.mean(dim=-1)).mean()
+
+
+def ls_smoothing_term_over_every_position(logits, target, smoothing, ignore_index):
+    keep = target != ignore_index
+    log_probs = logits.log_softmax(dim=-1)
+    picked = torch.where(keep, target, torch.zeros_like(target))
+    nll = -log_probs.gather(-1, picked[..., None])[..., 0] * keep
+    smooth = -log_probs.mean(dim=-1)  # pads not masked here
+    return ((1 - smoothing) * nll.sum() + smoothing * smooth.sum()) / keep.sum()
+
+
+def ls_smoothed_model_probabilities(logits, target, smoothing, ignore_index):
+    keep = target != ignore_index
+    probs = logits[keep].softmax(dim=-1)
+    mixed = (1 - smoothing) * probs + smoothing / probs.shape[-1]
+    return -mixed[torch.arange(probs.shape[0]), target[keep]].log().mean()
+
+
+def ls_log_softmax_over_dim_one(logits, target, smoothing, ignore_index):
+    keep = (target != ignore_index).to(logits.dtype)
+    log_probs = F.log_softmax(logits, 1)
+    safe = torch.where(target == ignore_index, 0, target)
+    nll = -torch.gather(log_probs, -1, safe.unsqueeze(-1)).squeeze(-1)
+    per = (1 - smoothing) * nll - smoothing * log_probs.mean(-1)
+    return (per * keep).sum() / keep.sum()
+
+
+def ls_mean_per_sequence(logits, target, smoothing, ignore_index):
+    keep = (target != ignore_index).to(logits.dtype)
+    log_probs = logits.log_softmax(-1)
+    safe = torch.where(target == ignore_index, 0, target)
+    nll = -torch.gather(log_probs, -1, safe.unsqueeze(-1)).squeeze(-1)
+    per = ((1 - smoothing) * nll - smoothing * log_probs.mean(-1)) * keep
+    if per.dim() == 1:
+        return per.sum() / keep.sum()
+    return (per.sum(-1) / keep.sum(-1).clamp(min=1)).mean()
+
+
+def noam_lr_counting_from_zero(step, d_model, warmup):
+    step = step + 1  # "the first step is step 0"
+    return (d_model**-0.5) * min(step**-0.5, step / warmup**1.5)
+
+
+def noam_lr_one_step_behind(step, d_model, warmup):
+    n = step - 1
+    return d_model**-0.5 * min(n**-0.5, n * warmup**-1.5)
+
+
+def noam_lr_minus_one_half(step, d_model, warmup):
+    return d_model**-1 / 2 * min(step**-1 / 2, step * warmup**-3 / 2)
+
+
+def train_step_scored_on_its_input(
+    model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0
+):
+    tgt_in = torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], dim=1)
+    optimizer.zero_grad()
+    logits = model(src, tgt_in)
+    loss = F.cross_entropy(
+        logits.flatten(0, 1), tgt_in.flatten(), ignore_index=pad_id, label_smoothing=smoothing
+    )
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return loss.item()
+
+
+def train_step_shifted_in_pad(
+    model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0
+):
+    tgt_in = torch.full_like(tgt, pad_id)
+    tgt_in[:, 1:] = tgt[:, :-1]
+    optimizer.zero_grad()
+    logits = model(src, tgt_in)
+    loss = F.cross_entropy(
+        logits.flatten(0, 1), tgt.flatten(), ignore_index=pad_id, label_smoothing=smoothing
+    )
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return loss.item()
+
+
+FOUND_LATER = [
+    ("ex08.greedy_decode", greedy_writes_zero_after_eos, "keeps emitting eos_id itself, not 0"),
+    ("ex08.greedy_decode", greedy_pads_with_zero, "fill the remaining positions with eos_id"),
+    ("ex08.greedy_decode", greedy_forced_one_step_late, "one more of the model's tokens"),
+    ("ex08.greedy_decode", greedy_finished_from_the_model, "went back to the model's tokens"),
+    ("ex08.greedy_decode", greedy_stops_at_the_first_eos, "as soon as ONE row finished"),
+    ("ex08.greedy_decode", greedy_not_forced_but_stopping, "it must keep emitting eos_id"),
+    ("ex08.label_smoothing_loss", ls_scatter_overwrites_the_target, "do not write it over"),
+    ("ex08.label_smoothing_loss", ls_full_weight_on_the_target, "weighted by 1 - smoothing"),
+    ("ex08.label_smoothing_loss", ls_minus_sign_lost, "mind the sign"),
+    (
+        "ex08.label_smoothing_loss",
+        ls_smoothing_term_over_every_position,
+        "still count in the smoothing term",
+    ),
+    ("ex08.label_smoothing_loss", ls_smoothed_model_probabilities, "model's probabilities"),
+    ("ex08.label_smoothing_loss", ls_log_softmax_over_dim_one, "log_softmax over dim=1"),
+    ("ex08.label_smoothing_loss", ls_mean_per_sequence, "averaged the loss of each sequence"),
+    (
+        "ex08.shift_right",
+        lambda targets, bos_id: F.pad(targets[:, :-1], (1, 0)),
+        "bos_id, not 0",
+    ),
+    ("ex08.shift_right", lambda targets, bos_id: torch.roll(targets, 1), "torch.roll moves"),
+    (
+        "ex08.shift_right",
+        lambda targets, bos_id: torch.cat([torch.full_like(targets[:1], bos_id), targets[:-1]]),
+        "along the batch axis",
+    ),
+    ("ex08.noam_lr", noam_lr_counting_from_zero, "one step ahead"),
+    ("ex08.noam_lr", noam_lr_one_step_behind, "step - 1 is 0 at the first step"),
+    ("ex08.noam_lr", noam_lr_minus_one_half, "** binds tighter than /"),
+    ("ex08.train_step", train_step_scored_on_its_input, "against the decoder's input"),
+    ("ex08.train_step", train_step_shifted_in_pad, "starts with bos_id, not pad_id"),
+]
+
+
+@pytest.mark.parametrize(
+    ("task_id", "impl", "hint"),
+    FOUND_LATER,
+    ids=[f"{t}-{getattr(f, '__name__', 'lambda')}-{i}" for i, (t, f, _) in enumerate(FOUND_LATER)],
+)
+def test_single_mistakes_found_later_get_their_hint(task_id, impl, hint):
+    result = status(task_id, impl)
+    assert result.status == "failed", result.feedback
+    assert hint in result.feedback, result.feedback
+    assert "more than one thing" not in result.feedback
+
+
+def test_greedy_tokens_after_eos_are_eos_by_the_statement():
+    # "from then on it keeps emitting eos_id": not a pad id, not the model's tokens
+    task = get_task("ex08.greedy_decode")
+    for case in task.cases(torch.Generator().manual_seed(0)):
+        got = task.call(greedy_decode, case)
+        eos = case.data["eos_id"]
+        seen = (got == eos).long().cummax(dim=1).values.bool()
+        assert bool((got[seen] == eos).all())

@@ -451,6 +451,12 @@ def _greedy_variant(pick, keep_bos=False, pad=True):
     return greedy
 
 
+_GREEDY_NO_STOP_HINT = (
+    "a row that has produced eos_id is finished: it must keep emitting eos_id (force it with "
+    "masked_fill on a `finished` mask) instead of what the model says next"
+)
+
+
 @register
 class GreedyDecode(Task):
     id = "ex08.greedy_decode"
@@ -536,11 +542,7 @@ class GreedyDecode(Task):
 
     def mistakes(self):
         return [
-            (
-                _greedy_no_stop,
-                "a row that has produced eos_id is finished: it must keep emitting eos_id (force "
-                "it with masked_fill on a `finished` mask) instead of what the model says next",
-            ),
+            (_greedy_no_stop, _GREEDY_NO_STOP_HINT),
             (
                 _greedy_variant(lambda logits: logits.argmax(dim=1)[:, -1]),
                 "argmax over the wrong axis: pick the most likely token over the vocabulary, "
@@ -588,13 +590,15 @@ def _wrong_step(
     elif mistake == "shift_drops_first":
         tgt_in = torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, 1:]], dim=1)
     else:
-        tgt_in = torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], dim=1)
+        first = pad_id if mistake == "shift_with_pad" else bos_id
+        tgt_in = torch.cat([torch.full_like(tgt[:, :1], first), tgt[:, :-1]], dim=1)
     logits = model(src, tgt_in)
     ignore = -100 if mistake == "pads_in_loss" else pad_id
     smooth = 0.0 if mistake == "no_smoothing" else smoothing
+    labels = tgt_in if mistake == "scored_on_input" else tgt
     loss = F.cross_entropy(
         logits.reshape(-1, logits.shape[-1]),
-        tgt.reshape(-1),
+        labels.reshape(-1),
         ignore_index=ignore,
         label_smoothing=smooth,
     )
@@ -912,6 +916,264 @@ extend_task(
             lambda step, d_model, warmup: min(step**-0.5, step * warmup**-1.5),
             "the factor d_model^-0.5 is missing: lr = d_model^-0.5 * min(step^-0.5, "
             "step * warmup^-1.5)",
+        ),
+    ],
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Review 2026-11-25 (a fresh reader's single mistakes that got "more than one thing may be
+# wrong"), kept apart like the block above
+# --------------------------------------------------------------------------------------------
+
+
+def _noam_one_step_ahead(step, d_model, warmup):  # counts the steps from 0
+    return d_model**-0.5 * min((step + 1) ** -0.5, (step + 1) * warmup**-1.5)
+
+
+def _noam_one_step_behind(step, d_model, warmup):  # step 1 becomes 0: 0 ** -0.5 raises
+    return d_model**-0.5 * min((step - 1) ** -0.5, (step - 1) * warmup**-1.5)
+
+
+def _noam_minus_one_half(step, d_model, warmup):  # x**-1/2 is (x**-1) / 2
+    return d_model**-1 / 2 * min(step**-1 / 2, step * warmup**-3 / 2)
+
+
+extend_task(
+    NoamLr,
+    mistakes=[
+        (
+            _noam_one_step_ahead,
+            "your schedule is one step ahead: the steps count from 1 (the first step is "
+            "step=1), so use step as it is given, not step + 1",
+        ),
+        (
+            _noam_one_step_behind,
+            "the steps already count from 1 (the first step is step=1): use step as it is "
+            "given; step - 1 is 0 at the first step, and 0^-0.5 is infinite",
+        ),
+        (
+            _noam_minus_one_half,
+            "** binds tighter than /: x**-1/2 is (x**-1) / 2, not x^-0.5; write x**-0.5 and "
+            "warmup**-1.5 (or x**(-1/2))",
+        ),
+    ],
+)
+
+
+def _ls_parts(logits, target, ignore_index):
+    """log-probabilities, the kept positions, -log p of each target, -log p summed over V."""
+    log_probs = torch.log_softmax(logits, dim=-1)
+    keep = target != ignore_index
+    safe = target.masked_fill(~keep, 0)
+    nll = -log_probs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+    return log_probs, keep, nll, -log_probs.sum(dim=-1)
+
+
+def _ls_mean_over_kept(per, keep):
+    return per.masked_fill(~keep, 0).sum() / keep.sum()
+
+
+def _ls_target_overwritten(logits, target, smoothing, ignore_index):
+    # the target distribution filled with smoothing / V, then 1 - smoothing written over the
+    # target's entry: the target loses its smoothing / V share
+    _, keep, nll, total = _ls_parts(logits, target, ignore_index)
+    vocab = logits.shape[-1]
+    per = (1 - smoothing) * nll + smoothing / vocab * (total - nll)
+    return _ls_mean_over_kept(per, keep)
+
+
+def _ls_target_unweighted(logits, target, smoothing, ignore_index):
+    _, keep, nll, total = _ls_parts(logits, target, ignore_index)
+    return _ls_mean_over_kept(nll + smoothing * total / logits.shape[-1], keep)
+
+
+def _ls_plus_log_probs(logits, target, smoothing, ignore_index):
+    log_probs, keep, nll, _ = _ls_parts(logits, target, ignore_index)
+    return _ls_mean_over_kept((1 - smoothing) * nll + smoothing * log_probs.mean(dim=-1), keep)
+
+
+def _ls_pads_in_smoothing_term(logits, target, smoothing, ignore_index):
+    _, keep, nll, total = _ls_parts(logits, target, ignore_index)
+    uniform = total / logits.shape[-1]
+    summed = (1 - smoothing) * nll.masked_fill(~keep, 0).sum() + smoothing * uniform.sum()
+    return summed / keep.sum()
+
+
+def _ls_smoothed_probabilities(logits, target, smoothing, ignore_index):
+    keep = target != ignore_index
+    probs = torch.softmax(logits, dim=-1)
+    picked = probs.gather(-1, target.masked_fill(~keep, 0).unsqueeze(-1)).squeeze(-1)
+    per = -torch.log((1 - smoothing) * picked + smoothing / logits.shape[-1])
+    return _ls_mean_over_kept(per, keep)
+
+
+def _ls_log_softmax_dim_one(logits, target, smoothing, ignore_index):
+    log_probs = torch.log_softmax(logits, dim=1)
+    keep = target != ignore_index
+    nll = -log_probs.gather(-1, target.masked_fill(~keep, 0).unsqueeze(-1)).squeeze(-1)
+    per = (1 - smoothing) * nll - smoothing * log_probs.mean(dim=-1)
+    return _ls_mean_over_kept(per, keep)
+
+
+def _ls_mean_of_sequence_means(logits, target, smoothing, ignore_index):
+    _, keep, nll, total = _ls_parts(logits, target, ignore_index)
+    per = ((1 - smoothing) * nll + smoothing * total / logits.shape[-1]).masked_fill(~keep, 0)
+    return (per.sum(dim=-1) / keep.sum(dim=-1).clamp_min(1)).mean()
+
+
+extend_task(
+    LabelSmoothingLoss,
+    mistakes=[
+        (
+            _ls_target_overwritten,
+            "the correct class gets its smoothing / vocab share too: the target distribution "
+            "is smoothing / vocab on every class plus 1 - smoothing on the target (add it, do "
+            "not write it over), so the smoothing term is smoothing * the mean of -log p over "
+            "ALL the classes",
+        ),
+        (
+            _ls_target_unweighted,
+            "the target's -log p is weighted by 1 - smoothing: per position "
+            "(1 - smoothing) * (-log p_target) + smoothing * mean(-log p)",
+        ),
+        (
+            _ls_plus_log_probs,
+            "mind the sign of the smoothing term: it is smoothing * the mean of -log p (a "
+            "positive number), not of log p",
+        ),
+        (
+            _ls_pads_in_smoothing_term,
+            "the padded positions still count in the smoothing term: leave the whole loss of "
+            "a position (both terms) out where target == ignore_index",
+        ),
+        (
+            _ls_smoothed_probabilities,
+            "you smoothed the model's probabilities (-log((1 - smoothing) p + smoothing / "
+            "vocab)); label smoothing changes the TARGET distribution: (1 - smoothing) * "
+            "(-log p_target) + smoothing * mean(-log p)",
+        ),
+        (
+            _ls_log_softmax_dim_one,
+            "log_softmax over dim=1 normalises over the positions when the logits are "
+            "(batch, seq, vocab); take it over dim=-1, the vocabulary",
+        ),
+        (
+            _ls_mean_of_sequence_means,
+            "you averaged the loss of each sequence, then the sequences; the mean is over all "
+            "the real tokens together (a longer sequence counts for more)",
+        ),
+    ],
+)
+
+
+def _bos_column(targets, bos_id):
+    return torch.full_like(targets[:, :1], bos_id)
+
+
+extend_task(
+    ShiftRight,
+    mistakes=[
+        (
+            lambda t, b: torch.cat([torch.zeros_like(t[:, :1]), t[:, :-1]], dim=1),
+            "the first column is bos_id, not 0 (0 is often the padding id)",
+        ),
+        (
+            lambda t, b: t.roll(1),
+            "torch.roll moves the last target token to the front (without dims, of the "
+            "flattened tensor: the previous row's last token); put <bos> there instead "
+            "(torch.cat of a column of bos_id and targets[:, :-1])",
+        ),
+        (
+            lambda t, b: torch.cat([torch.full_like(t[:1], b), t[:-1]], dim=0),
+            "you shifted along the batch axis (dim 0); a sequence runs along dim 1: bos_id in "
+            "the first column, then targets[:, :-1]",
+        ),
+    ],
+)
+
+
+def _greedy_wrong(step_fn, batch_size, bos_id, eos_id, max_new_tokens, *, mistake):
+    prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
+    finished = torch.zeros(batch_size, dtype=torch.bool)
+    for _ in range(max_new_tokens):
+        if (mistake == "stop_at_any" and finished.any()) or (
+            mistake in ("zero_fill", "not_forced") and finished.all()
+        ):
+            break
+        chosen = step_fn(prefix)[:, -1].argmax(dim=-1)
+        token = chosen.masked_fill(finished, 0 if mistake == "zero_after_eos" else eos_id)
+        if mistake == "not_forced":  # finished rows tracked (to stop early), never forced
+            token = chosen
+        if mistake == "one_step_late":  # finished from the token already in the prefix
+            finished = finished | (prefix[:, -1] == eos_id)
+        prefix = torch.cat([prefix, token[:, None]], dim=1)
+        if mistake == "released":  # from the model's choice alone, forgetting earlier eos
+            finished = chosen == eos_id
+        elif mistake != "one_step_late":
+            finished = finished | (token == eos_id)
+    tokens = prefix[:, 1:]
+    fill = 0 if mistake == "zero_fill" else eos_id
+    rest = torch.full((batch_size, max_new_tokens - tokens.shape[1]), fill, dtype=torch.long)
+    return torch.cat([tokens, rest], dim=1)
+
+
+def _greedy_mistake(name):
+    def greedy(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
+        return _greedy_wrong(step_fn, batch_size, bos_id, eos_id, max_new_tokens, mistake=name)
+
+    greedy.__name__ = f"greedy_{name}"
+    return greedy
+
+
+extend_task(
+    GreedyDecode,
+    mistakes=[
+        # _greedy_no_stop with an early stop once every row has finished: another result
+        # whenever every row finishes before max_new_tokens
+        (_greedy_mistake("not_forced"), _GREEDY_NO_STOP_HINT),
+        (
+            _greedy_mistake("zero_after_eos"),
+            "after its eos_id a finished row keeps emitting eos_id itself, not 0 (or a pad "
+            "id): everything after the first eos_id is eos_id, masked_fill(finished, eos_id)",
+        ),
+        (
+            _greedy_mistake("zero_fill"),
+            "when you stop early, fill the remaining positions with eos_id, not 0: a finished "
+            "row keeps emitting eos_id",
+        ),
+        (
+            _greedy_mistake("one_step_late"),
+            "a finished row got one more of the model's tokens after its eos_id before eos_id "
+            "was forced: mark it finished from the token just chosen, finished | "
+            "(next_token == eos_id), not from the token before it",
+        ),
+        (
+            _greedy_mistake("released"),
+            "a finished row went back to the model's tokens after one forced eos_id: once a "
+            "row has produced eos_id it stays finished, so update the mask as finished | "
+            "(next_token == eos_id) with the forced token, not from the model's choice alone",
+        ),
+        (
+            _greedy_mistake("stop_at_any"),
+            "you stopped as soon as ONE row finished; stop early only when every row is "
+            "finished (finished.all()): the others still have tokens to produce",
+        ),
+    ],
+)
+
+extend_task(
+    TrainStep,
+    mistakes=[
+        (
+            _mistake("scored_on_input"),
+            "you scored the logits against the decoder's input (the shifted targets); score "
+            "them against tgt itself: position t reads <bos> tgt[:, :t] and must predict "
+            "tgt[:, t]",
+        ),
+        (
+            _mistake("shift_with_pad"),
+            "the shifted decoder input starts with bos_id, not pad_id: shift_right(tgt, bos_id)",
         ),
     ],
 )
