@@ -1,6 +1,7 @@
 """Benchmark: train lesson 08's date translator from scratch on the CPU, then score it.
 
-    python benchmarks/train_translator.py [--threads 2] [--steps N] [--seed 0] [--factor F]
+    python benchmarks/train_translator.py [--threads 2] [--steps N] [--seed 0]
+                                          [--factor F] [--cooldown C]
 
 Trains the configuration of lesson 08 (`course_lib.translator.TRANSLATOR_CONFIG`, which the
 notebook uses too) on seeded random dates of the training split, then greedy-decodes the 1,000
@@ -81,10 +82,16 @@ def main(argv: list[str] | None = None) -> dict:
         default=CONFIG["factor"],
         help="height of the learning-rate schedule (lesson 08 compares 0.7, 1, 2 and 4)",
     )
+    parser.add_argument(
+        "--cooldown",
+        type=float,
+        default=CONFIG["cooldown"],
+        help="fraction of the run at the end whose rate falls linearly to 0 (0: none)",
+    )
     parser.add_argument("--progress", action="store_true", help="show a progress bar")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    config = {**CONFIG, "steps": args.steps, "factor": args.factor}
+    config = {**CONFIG, "steps": args.steps, "factor": args.factor, "cooldown": args.cooldown}
 
     tokenizer = date_tokenizer()
     splits = date_splits(seed=0)

@@ -57,11 +57,11 @@ def test_train_translator_prints_its_result_line():
     assert result["params"] == model.num_parameters()  # the lesson's configuration, no other
 
 
-def test_train_translator_factor_sets_the_height_of_the_schedule():
-    """Lesson 08 quotes runs with --factor 1, 2 and 4: the flag must reach the schedule."""
+def test_train_translator_schedule_flags_reach_the_config():
+    """Lesson 08 quotes runs with --factor 1, 2 and 4 and with --cooldown 0."""
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "train_translator.py"), "--steps", "1"]
-        + ["--threads", "1", "--factor", "2"],
+        + ["--threads", "1", "--factor", "2", "--cooldown", "0"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -69,7 +69,8 @@ def test_train_translator_factor_sets_the_height_of_the_schedule():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     config_line = next(line for line in done.stdout.splitlines() if line.startswith("config: "))
-    assert json.loads(config_line.removeprefix("config: "))["factor"] == 2.0
+    config = json.loads(config_line.removeprefix("config: "))
+    assert (config["factor"], config["cooldown"]) == (2.0, 0.0)
 
 
 # -- train_gpt.py ------------------------------------------------------------------------------
