@@ -370,6 +370,13 @@ def _prefix_variant(ids, prefix_lengths, pad_id, *, mistake=""):
     return allowed & real
 
 
+def _prefix_mistake(mistake):
+    """_prefix_variant with one named mistake, as a listed mistake of the task."""
+    return lambda ids, prefix_lengths, pad_id: _prefix_variant(
+        ids, prefix_lengths, pad_id, mistake=mistake
+    )
+
+
 @register
 class PrefixLMMask(Task):
     id = "ex05.prefix_lm_mask"
@@ -422,48 +429,48 @@ class PrefixLMMask(Task):
     def mistakes(self):
         return [
             (
-                lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="off_by_one"),
+                _prefix_mistake("off_by_one"),
                 "the prefix is one key too long: with prefix length P the prefix is keys 0 .. P-1, "
                 "so key j is in it when j < P, not j <= P",
             ),
             (
-                lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="one_short"),
+                _prefix_mistake("one_short"),
                 "the prefix is one key too short: with prefix length P the prefix is keys 0 .. "
                 "P-1, so key j is in it when j < P, not j < P - 1",
             ),
             (
-                lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="no_diagonal"),
+                _prefix_mistake("no_diagonal"),
                 "after the prefix a query may still attend to itself: the causal part allows "
                 "j <= i, not j < i",
             ),
             (
-                lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="and"),
+                _prefix_mistake("and"),
                 "a key is allowed when it is in the prefix OR not in the future (j < P or "
                 "j <= i): you combined the two with AND",
             ),
             (
-                lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="first_row"),
+                _prefix_mistake("first_row"),
                 "every row has its own prefix length: compare the keys with "
                 "prefix_lengths[:, None, None], not with one row's length",
             ),
             (
-                lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="no_padding"),
+                _prefix_mistake("no_padding"),
                 "padding is ignored: no query may attend a key that is padding; AND your mask "
                 "with (ids != pad_id) over the key axis, shape (batch, 1, seq)",
             ),
             (
-                lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="queries"),
+                _prefix_mistake("queries"),
                 "you tested the query's position against the prefix, so a query inside the prefix "
                 "sees every later key (the text it must predict); what is bidirectional is the "
                 "prefix's keys: query i may attend key j when j < P or j <= i",
             ),
             (
-                lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="padding_on_queries"),
+                _prefix_mistake("padding_on_queries"),
                 "the padding mask belongs on the key axis (the last one): (ids != pad_id) of shape "
                 "(batch, 1, seq), not (batch, seq, 1)",
             ),
             (
-                lambda ids, pl, pad: _prefix_variant(ids, pl, pad, mistake="no_prefix"),
+                _prefix_mistake("no_prefix"),
                 "that is the causal mask with padding; inside its prefix a row is bidirectional: "
                 "every query may attend every key j < prefix_lengths[b]",
             ),
