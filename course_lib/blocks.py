@@ -342,7 +342,14 @@ class Encoder(_Stack):
 
     _kind = EncoderLayer
 
+    @door
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        first = self.layers[0]
+        if at_the_door() and isinstance(first, EncoderLayer):  # once, not in every layer
+            check_sequence(x, "x", first.d_model)
+            if mask is not None:
+                n = x.shape[1]
+                check_attention_mask(mask, "mask", len(x), first.num_heads, n, n)
         for layer in self.layers:
             x = layer(x, mask)
         return x if self.norm is None else self.norm(x)
@@ -357,6 +364,7 @@ class Decoder(_Stack):
 
     _kind = DecoderLayer
 
+    @door
     def forward(
         self,
         x: Tensor,
@@ -364,6 +372,11 @@ class Decoder(_Stack):
         tgt_mask: Tensor | None = None,
         memory_mask: Tensor | None = None,
     ) -> Tensor:
+        first = self.layers[0]
+        if at_the_door() and isinstance(first, DecoderLayer):  # once, not in every layer
+            check_decoder_inputs(
+                x, "x", memory, tgt_mask, memory_mask, first.d_model, first.num_heads
+            )
         for layer in self.layers:
             x = layer(x, memory, tgt_mask, memory_mask)
         return x if self.norm is None else self.norm(x)
@@ -453,9 +466,9 @@ class EncoderDecoder(nn.Module):
         if at_the_door():
             check_source(src, src_mask, self.d_model, self.num_heads)
             check_sequence(tgt, "tgt", self.d_model, "n_tgt")
-            check_same_batch(src, "src", tgt, "tgt")
+            check_same_batch(src, "src", tgt, "tgt")  # named as the learner passed them
             check_decoder_inputs(
-                tgt, "tgt", src, tgt_mask, memory_mask, self.d_model, self.num_heads
+                tgt, "tgt", src, tgt_mask, memory_mask, self.d_model, self.num_heads, "src"
             )
         memory = self.encode(src, src_mask)
         return self.decode(tgt, memory, tgt_mask, memory_mask)
