@@ -215,7 +215,7 @@ class EncoderLayer(_ResidualLayer):
             check_sequence(x, "x", self.d_model)
             if mask is not None:
                 check_attention_mask(mask, "mask", len(x), self.num_heads, x.shape[1], x.shape[1])
-        attend = lambda h: self._self_attention(h, mask, is_causal, cache)  # noqa: E731
+        attend = lambda h: self._self_attention(h, mask, is_causal, cache)
         x = residual(x, attend, self.norm1, self.dropout1, self.norm_first)  # (b, seq, d)
         return residual(x, self.feed_forward, self.norm2, self.dropout2, self.norm_first)
 
@@ -262,7 +262,7 @@ class DecoderLayer(_ResidualLayer):
             check_decoder_inputs(
                 x, "x", memory, tgt_mask, memory_mask, self.d_model, self.num_heads
             )
-        attend = lambda h: self._self_attention(h, tgt_mask)  # noqa: E731
+        attend = lambda h: self._self_attention(h, tgt_mask)
         x = residual(x, attend, self.norm1, self.dropout1, self.norm_first)  # (b, n_tgt, d)
         x = self.cross_attn(x, memory, memory_mask)  # its own residual and norm (lesson 06)
         return residual(x, self.feed_forward, self.norm3, self.dropout3, self.norm_first)
