@@ -115,6 +115,17 @@ def test_exercises_have_no_outputs_and_a_marked_link_to_their_solution(built):
         assert "Spoiler: worked solutions." in solved
 
 
+def test_pages_link_to_the_previous_and_next_step_and_list_every_lesson(built):
+    """A lesson leads to its exercise, an exercise to the next lesson; the sidebar lists all."""
+    lesson = (built / "notebooks" / "02_self_attention.html").read_text()
+    assert 'rel="prev" href="../exercises/01_tokens_and_embeddings.html"' in lesson
+    assert 'rel="next" href="../exercises/02_self_attention.html"' in lesson
+    exercise = (built / "exercises" / "02_self_attention.html").read_text()
+    assert 'rel="next" href="../notebooks/03_multi_head_attention.html"' in exercise
+    for other in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        assert f'href="../notebooks/{other.stem}.html"' in lesson, f"no {other.stem} in the list"
+
+
 def test_widgets_are_drawn_from_their_saved_state(built):
     """Each saved widget output becomes a live explorer, a progress bar in its final state, or
     (a widget that needs Python) its text summary with run-it links; the counts match the
