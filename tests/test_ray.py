@@ -42,9 +42,10 @@ def _grade(paths, out, *extra, wait=True):
 
 
 def test_a_class_graded_on_ray_with_a_node_killed_mid_run_loses_nothing(tmp_path):
+    import psutil  # a dependency of Ray
     from ray.cluster_utils import Cluster
 
-    learners = {f"learner{i}": "solutions" if i % 2 == 0 else "exercises" for i in range(5)}
+    learners = {f"learner{i}": "solutions" if i % 2 == 0 else "exercises" for i in range(4)}
     folder = _class(tmp_path / "class", learners)
     local = _class(tmp_path / "local", {"learner0": "solutions", "learner1": "exercises"})
     memory = 80 * 1024**2
@@ -55,17 +56,36 @@ def test_a_class_graded_on_ray_with_a_node_killed_mid_run_loses_nothing(tmp_path
     try:
         worker = cluster.add_node(num_cpus=1, object_store_memory=memory)
         cluster.wait_for_nodes()
+        raylet = psutil.Process(worker.all_processes["raylet"][0].process.pid)
+
+        def grading_on_the_worker():  # the grader's worker processes under the worker node
+            return [
+                p
+                for p in raylet.children(recursive=True)
+                if "course_lib.grading.batch" in " ".join(p.cmdline())
+            ]
+
         out = tmp_path / "out"
         proc = _grade([folder], out, "--ray", cluster.address, wait=False)
         # the local run to compare with, meanwhile (same seed, two of the notebooks)
         _, local_err, local_rc = _grade([local], tmp_path / "local_out", "--jobs", "1")
         assert local_rc == 0, local_err[-2000:]
+        # kill the worker node in the middle of the batch: a notebook is graded, and the worker
+        # node is grading one
         deadline = time.monotonic() + 240
-        while not list((out / "submissions").glob("*.json")) and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             assert proc.poll() is None, proc.communicate()
-            time.sleep(0.2)
-        # one notebook is graded, the others are on the two nodes or waiting: kill a node
+            try:
+                busy = grading_on_the_worker()
+            except psutil.Error:
+                busy = []
+            if busy and list((out / "submissions").glob("*.json")):
+                break
+            time.sleep(0.1)
+        assert busy, "the worker node never graded while another notebook was done"
         cluster.remove_node(worker, allow_graceful=False)
+        _, alive = psutil.wait_procs(busy, timeout=20)
+        assert not alive, "a grading process outlived its node"
         stdout, stderr = proc.communicate(timeout=300)
         assert proc.returncode == 0, stderr[-3000:]
     finally:
@@ -87,4 +107,4 @@ def test_a_class_graded_on_ray_with_a_node_killed_mid_run_loses_nothing(tmp_path
         }, (row, same)
     per_learner = json.loads((out / "learners.json").read_text())
     assert [r["learner"] for r in per_learner] == sorted(learners)
-    assert [r["score"] for r in per_learner] == [3.0 if i % 2 == 0 else 0.0 for i in range(5)]
+    assert [r["score"] for r in per_learner] == [3.0 if i % 2 == 0 else 0.0 for i in range(4)]
