@@ -263,3 +263,17 @@ def test_a_killed_batch_run_again_grades_only_what_is_missing(tmp_path):
     third = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert "3 of 3 submissions were graded by an earlier run" in third.stdout
     assert "grading the other 0" in third.stdout
+
+
+def test_the_throughput_benchmark_prints_its_figures():
+    # plumbing only, one learner and one set; the figures in the README come from a full run
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "grading_throughput.py"), "--copies", "1",
+         "--sets", "ex00", "--no-ray"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["submissions"] == 1 and set(result["seconds_per_submission"]) == {"ex00"}
+    assert result["jobs1_per_minute"] > 0 and result["class_of_300_8_cores_minutes"] > 0
+    assert "Ray, 2 nodes of 1 CPU: skipped (--no-ray)" in done.stdout

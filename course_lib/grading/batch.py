@@ -611,7 +611,8 @@ def grade(
                 future.result()
     graded = [r for r in rows if r is not None]
     if out_dir is not None:
-        write_scores(graded, out_dir, learners=names)
+        who = [name for name, row in zip(names, rows, strict=True) if row is not None]
+        write_scores(graded, out_dir, learners=who)
     if not quiet:
         print(format_table(graded))
     return graded
