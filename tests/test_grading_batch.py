@@ -49,14 +49,18 @@ def _notebook(path, metadata=None, first_cell="import torch"):
     return path
 
 
-def test_a_learner_is_named_by_a_field_then_by_a_folder_then_by_the_notebook(tmp_path):
+def test_a_learner_is_named_by_a_folder_then_by_a_field_then_by_the_notebook(tmp_path):
     given = tmp_path / "class"
     in_folder = _notebook(given / "ada" / "week1" / "00_warmup.ipynb")
-    named = _notebook(given / "ada" / "00_x.ipynb", {"learner": "grace@example.org"})
+    # the folder, which the instructor made, wins over a name the learner wrote
+    claims = _notebook(given / "ada" / "00_x.ipynb", {"learner": "grace@example.org"})
+    named = _notebook(given / "00_w.ipynb", {"learner": "grace@example.org"})
     by_line = _notebook(given / "00_y.ipynb", first_cell='LEARNER = "Alan Turing"\nimport torch')
     loose = _notebook(given / "00_z.ipynb")
     assert learners.learner_of(given, in_folder, "s1") == "ada"
+    assert learners.learner_of(given, claims, "s2") == "ada"
     assert learners.learner_of(given, named, "s2") == "grace@example.org"
+    assert learners.learner_of(named, named, "s2") == "grace@example.org"  # a file given
     assert learners.learner_of(given, by_line, "s3") == "Alan Turing"
     assert learners.learner_of(given, loose, "class/00_z.ipynb") == "class/00_z.ipynb"
     assert learners.learner_of(loose, loose, "00_z.ipynb") == "00_z.ipynb"  # a file given

@@ -2,10 +2,11 @@
 
 A learner is named, in this order of precedence, by
 
-1. a name field in the notebook: `metadata.course.learner`, or a code line `LEARNER = "name"`
-   (read as text, never run);
-2. a folder per learner: the first folder under the folder given to the grader
-   (`submissions/ada/02_self_attention.ipynb` is Ada's);
+1. a folder per learner: the first folder under the folder given to the grader
+   (`submissions/ada/02_self_attention.ipynb` is Ada's). It comes first because the instructor
+   (or the LMS's download) makes the folders, while a learner writes the name field;
+2. a name field in the notebook: `metadata.course.learner`, or a code line `LEARNER = "name"`
+   (read as text, never run), for notebooks collected in one folder;
 3. otherwise the notebook itself (its submission name): one learner per notebook.
 
 `by_learner` turns the per-submission rows of scores.json into one record per learner: a score
@@ -49,14 +50,11 @@ def name_field(path: Path) -> str | None:
 
 def learner_of(given: Path, path: Path, submission: str) -> str:
     """Who wrote `path`, found under the file or folder `given` (see the module's docstring)."""
-    named = name_field(path)
-    if named:
-        return named
     if given.is_dir():
         parts = path.relative_to(given).parts
         if len(parts) > 1:
             return parts[0]
-    return submission
+    return name_field(path) or submission
 
 
 def _exercise(task_id: str) -> str:
