@@ -820,7 +820,8 @@ class _SwiGLUMistake(nn.Module):
 
     def __init__(self, d_model, d_ff=None):
         super().__init__()
-        d_ff = 2 * (4 * d_model) // 3 if d_ff is None else d_ff
+        if d_ff is None:  # "regrouped" rounds 4 * d_model / 3 down before doubling
+            d_ff = 2 * (4 * d_model // 3) if self.kind == "regrouped" else 8 * d_model // 3
         self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
         self.up_proj = nn.Linear(d_model, d_ff, bias=False)
         self.down_proj = nn.Linear(d_ff, d_model, bias=False)
@@ -860,6 +861,10 @@ class _SiluOnBoth(_SwiGLUMistake):
     kind = "both"
 
 
+class _SwiGLURegrouped(_SwiGLUMistake):
+    kind = "regrouped"
+
+
 @register
 class SwiGLUTask(ModuleTask):
     id = "ex07.SwiGLU"
@@ -868,7 +873,7 @@ class SwiGLUTask(ModuleTask):
 
     def cases(self, gen):
         def case(description, d_model, d_ff, shape, dtype=torch.float32):
-            hidden = 2 * (4 * d_model) // 3 if d_ff is None else d_ff
+            hidden = 8 * d_model // 3 if d_ff is None else d_ff
             state = {
                 "gate_proj.weight": randn(gen, hidden, d_model, dtype=dtype) * d_model**-0.5,
                 "up_proj.weight": randn(gen, hidden, d_model, dtype=dtype) * d_model**-0.5,
@@ -881,7 +886,7 @@ class SwiGLUTask(ModuleTask):
         return [
             case("d_model=8, d_ff=12, x (2, 5, 8)", 8, 12, (2, 5)),
             case(
-                "d_model=12 and d_ff left out: d_ff = 2 * (4 * 12) // 3 = 32, x (3, 12)",
+                "d_model=12 and d_ff left out: d_ff = 8 * 12 // 3 = 32, x (3, 12)",
                 12,
                 None,
                 (3,),
@@ -895,7 +900,32 @@ class SwiGLUTask(ModuleTask):
                 dtype=torch.float64,
             ),
             case("d_model=4, d_ff=1, x (5, 4)", 4, 1, (5,)),
+            # where 8 * d_model // 3 and 2 * (4 * d_model // 3) differ (d_model % 3 == 2)
+            case(
+                "d_model=8 and d_ff left out: d_ff = 8 * 8 // 3 = 21, x (2, 3, 8)", 8, None, (2, 3)
+            ),
+            case(
+                "d_model=128 (the course's GPT width) and d_ff left out: d_ff = 8 * 128 // 3 "
+                "= 341, x (2, 128)",
+                128,
+                None,
+                (2,),
+            ),
         ]
+
+    def build(self, obj, case):
+        """A default width that differs from the rule, named by the mistake that builds it."""
+        module = super().build(obj, case)
+        if len(case.data["sizes"]) == 1:
+            width = getattr(getattr(module, "gate_proj", None), "out_features", None)
+            if width is not None and width != 8 * case.data["sizes"][0] // 3:
+                for wrong, hint in self.mistakes():
+                    if wrong(*case.data["sizes"]).gate_proj.out_features == width:
+                        raise GradingError(
+                            f"with d_ff left out your d_ff is {width}, expected "
+                            f"{8 * case.data['sizes'][0] // 3}. Hint: {hint}"
+                        )
+        return module
 
     def mistakes(self):
         return [
@@ -912,6 +942,13 @@ class SwiGLUTask(ModuleTask):
             (_SigmoidGate, "SiLU (swish) is x * sigmoid(x), not sigmoid(x): use F.silu"),
             (_GeluGate, "SwiGLU uses SiLU (swish), F.silu, not GELU (that would be GeGLU)"),
             (_SiluOnBoth, "only the gate branch goes through SiLU; up_proj(x) stays linear"),
+            (
+                _SwiGLURegrouped,
+                "the default d_ff is 8 * d_model // 3: multiply first, then round down once. "
+                "2 * (4 * d_model // 3) groups the same operators otherwise: it rounds "
+                "4 * d_model / 3 down before doubling and comes out one short whenever d_model "
+                "% 3 == 2 (340 instead of 341 at the course's d_model = 128)",
+            ),
         ]
 
 
