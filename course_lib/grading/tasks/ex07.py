@@ -1462,6 +1462,12 @@ extend_task(
 )
 
 
+_WRONG_ORDER = (
+    "the sub-layers are in the wrong order: self-attention over the target first, then "
+    "the cross-attention to memory, then the feed-forward network"
+)
+
+
 class _DecoderMore(_DecoderMistake):
     def __init__(self, d_model, num_heads, d_ff, norm_first=False):
         super().__init__(d_model, num_heads, d_ff, norm_first)
@@ -1490,8 +1496,19 @@ class _DecoderMore(_DecoderMistake):
             return self.linear2(act(self.linear1(h)))
 
         sublayers = [ca, sa, ff] if kind == "cross_first" else [sa, ca, ff]
-        for i, (norm, sublayer) in enumerate(zip(norms, sublayers, strict=True)):
-            if kind == "no_residual":
+        pairs = list(zip(norms, sublayers, strict=True))
+        if kind in ("lines_cross_first", "lines_ff_before_cross"):  # whole lines moved
+            order = (1, 0, 2) if kind == "lines_cross_first" else (0, 2, 1)
+            pairs = [pairs[i] for i in order]
+        layer_input = x
+        for i, (norm, sublayer) in enumerate(pairs):
+            if kind == "cross_reads_input" and i == 1:  # the cross-attention reads the stale x
+                x = (
+                    x + sublayer(norm(layer_input))
+                    if self.norm_first
+                    else norm(x + sublayer(layer_input))
+                )
+            elif kind == "no_residual":
                 x = sublayer(norm(x)) if self.norm_first else norm(sublayer(x))
             elif self.norm_first and kind != "always_post":
                 x = x + sublayer(norm(x))
@@ -1544,6 +1561,18 @@ class _DecLayerNormEps(_DecoderMore):
     kind = "norm_eps"
 
 
+class _DecCrossReadsInput(_DecoderMore):
+    kind = "cross_reads_input"
+
+
+class _DecLinesCrossFirst(_DecoderMore):
+    kind = "lines_cross_first"
+
+
+class _DecLinesFFBeforeCross(_DecoderMore):
+    kind = "lines_ff_before_cross"
+
+
 extend_task(
     DecoderLayerTask,
     mistakes_first=[(_DecAlwaysPostNorm, _ALWAYS_POST_NORM)],
@@ -1576,12 +1605,16 @@ extend_task(
             "the feed-forward sub-layer has no LayerNorm: in post-norm the last step is "
             "x = norm3(x + ffn(x))",
         ),
-        (
-            _DecCrossFirst,
-            "the sub-layers are in the wrong order: self-attention over the target first, then "
-            "the cross-attention to memory, then the feed-forward network",
-        ),
+        (_DecCrossFirst, _WRONG_ORDER),
         (_DecLayerNormEps, _LAYER_NORM_EPS),
+        (
+            _DecCrossReadsInput,
+            "the cross-attention reads the layer's input x instead of the output of the "
+            "self-attention sub-layer: the three sub-layers run one after the other, each on "
+            "the x the previous one returned (keep assigning x = ...)",
+        ),
+        (_DecLinesCrossFirst, _WRONG_ORDER),
+        (_DecLinesFFBeforeCross, _WRONG_ORDER),
     ],
 )
 

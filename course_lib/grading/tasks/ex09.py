@@ -222,6 +222,12 @@ class SampleNextTask(Task):
                 probs = probs.masked_fill(~keep, 0.0)
             return torch.multinomial(probs.float(), 1, generator=generator).squeeze(-1)
 
+        def _top_k_after_top_p(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+            if temperature == 0:
+                return logits.argmax(-1)
+            probs = _filter(_filter(stable_softmax(logits / temperature), None, top_p), top_k, None)
+            return torch.multinomial(probs.float(), 1, generator=generator).squeeze(-1)
+
         return [
             (
                 _temperature_after_softmax,
@@ -239,6 +245,13 @@ class SampleNextTask(Task):
                 "you drop the token that makes the total probability cross top_p: keep the "
                 "smallest set of most likely tokens whose total REACHES top_p, crossing token "
                 "included (keep a token when the mass BEFORE it is below top_p)",
+            ),
+            (
+                _top_k_after_top_p,
+                "top-k comes before top-p (steps 3 and 5 of the statement): keep the top_k "
+                "largest logits first, take the softmax of those, and only then keep the "
+                "smallest set whose mass reaches top_p; the other order measures top_p on the "
+                "unfiltered distribution and keeps other tokens",
             ),
         ]
 
@@ -325,6 +338,9 @@ class PerplexityTask(Task):
         def _cross_entropy_unflattened(logits, targets):  # raises on (batch, seq, vocab)
             return torch.exp(nn.functional.cross_entropy(logits, targets))
 
+        def _per_row(logits, targets):  # one perplexity per sequence, then their mean
+            return torch.exp(_nll(logits, targets).mean(-1)).mean()
+
         def _log_of_softmax(logits, targets):
             probs = torch.softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1))
             return torch.exp(-probs.log().mean())
@@ -367,6 +383,11 @@ class PerplexityTask(Task):
                 "look like seq classes to it; flatten the positions first: "
                 "F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))",
             ),
+            (
+                _per_row,
+                "you averaged one perplexity per sequence; the perplexity of the batch is one "
+                "exponential of the mean cross-entropy over EVERY position of every sequence",
+            ),
         ]
 
 
@@ -384,6 +405,11 @@ _STALE_HINT = (
 )
 
 
+_ATTEND_BEFORE_APPEND_HINT = (
+    "the newest token must attend to itself too: append k_t and v_t to the cache BEFORE "
+    "computing the attention (attending over the old cache, then appending, is the classic "
+    "off-by-one of a KV cache)"
+)
 _CONCATENATIONS = (torch.cat, torch.concat, torch.concatenate)
 
 
@@ -447,15 +473,19 @@ class CachedAttentionStepTask(Task):
         try:
             with recorder:
                 out = obj(q_t, k_t, v_t, k_cache, v_cache)
-        except RuntimeError as error:
-            if isinstance(error, NotImplementedError) or not any(
+        except Exception as error:
+            if isinstance(error, (NotImplementedError, GradingError)):
+                raise
+            if isinstance(error, RuntimeError) and any(
                 _appends_off_axis(args, kwargs, ((k_cache, k_t), (v_cache, v_t)))
                 for _, args, kwargs in recorder.calls
             ):
-                raise
-            raise GradingError(
-                f"your code raised RuntimeError: {error}. Hint: {_AXIS_HINT}"
-            ) from None
+                raise GradingError(
+                    f"your code raised RuntimeError: {error}. Hint: {_AXIS_HINT}"
+                ) from None
+            if t == 0:
+                self._attends_before_appending(obj, error, q_t, k_t, v_t)
+            raise
         if not isinstance(out, (tuple, list)) or len(out) != 3:
             raise GradingError(
                 "cached_attention_step should return a tuple (output_t, k_cache, v_cache)"
@@ -476,6 +506,23 @@ class CachedAttentionStepTask(Task):
                     f"shape {tuple(cache.shape)}, expected {want}: {_AXIS_HINT}"
                 )
         return output_t, new_k, new_v
+
+    @staticmethod
+    def _attends_before_appending(obj, error, q_t, k_t, v_t):
+        """Raise the named hint when a step that failed on an empty cache attends over the old
+        cache alone once the cache holds a token (so attending before appending crashed)."""
+        k_old, v_old = k_t + 1.0, v_t - 1.0  # one earlier token
+        try:
+            with torch.no_grad():
+                output = obj(q_t, k_t, v_t, k_old, v_old)[0]
+        except Exception:  # noqa: BLE001  (it fails anyway: no hint from this)
+            return
+        if isinstance(output, torch.Tensor) and output.shape == v_old.shape:
+            if torch.allclose(output, v_old, atol=1e-5) and not torch.allclose(v_old, v_t):
+                raise GradingError(
+                    f"your code raised {type(error).__name__}: {error} on the first step, with "
+                    f"an empty cache. Hint: {_ATTEND_BEFORE_APPEND_HINT}"
+                ) from None
 
     def call(self, obj, case):
         if case.raises is not None or case.data.get("mode") != "sequence":
@@ -522,16 +569,32 @@ class CachedAttentionStepTask(Task):
             weights = stable_softmax(q_t @ keys.transpose(-2, -1) / math.sqrt(v_t.shape[-1]))
             return weights @ values, keys, values
 
+        def _softmax_over_queries(q_t, k_t, v_t, k_cache, v_cache):
+            keys, values = torch.cat([k_cache, k_t], 2), torch.cat([v_cache, v_t], 2)
+            weights = stable_softmax(q_t @ keys.transpose(-2, -1) / math.sqrt(q_t.shape[-1]), -2)
+            return weights @ values, keys, values
+
+        def _prepended(q_t, k_t, v_t, k_cache, v_cache):
+            keys, values = torch.cat([k_t, k_cache], 2), torch.cat([v_t, v_cache], 2)
+            return _attend(q_t, keys, values), keys, values
+
         def _wrong_axis(q_t, k_t, v_t, k_cache, v_cache):
             keys, values = torch.cat([k_cache, k_t], -1), torch.cat([v_cache, v_t], -1)
             return _attend(q_t, keys, values), keys, values
 
         return [
             (_stale_cache, _STALE_HINT),
+            (_without_the_new_token, _ATTEND_BEFORE_APPEND_HINT),
             (
-                _without_the_new_token,
-                "the newest token must attend to itself too: append k_t and v_t to the cache "
-                "BEFORE computing the attention",
+                _softmax_over_queries,
+                "the softmax runs over the keys, the last axis (dim=-1) of the (batch, heads, 1, "
+                "t + 1) scores; over dim=-2, which holds the one query, every weight is 1",
+            ),
+            (
+                _prepended,
+                "the new key and value go at the END of the caches, torch.cat([k_cache, k_t], "
+                "dim=2): the cache keeps the tokens in their order (position t is row t); "
+                "prepending gives the same output but caches in reverse order",
             ),
             (_wrong_axis, _AXIS_HINT),
             (
@@ -609,7 +672,9 @@ def _wrong_generate(
             logits, cache = model.forward_cached(ids, None, 0)
         for _ in range(max_new_tokens):
             row = logits[:, 0] if mistake == "first_position" else logits[:, -1]
-            next_id = sample_next(row, temperature, top_k, None, generator)  # (batch,)
+            temp = 1.0 if mistake == "no_temperature" else temperature  # sample_next's default
+            k = None if mistake == "no_top_k" else top_k
+            next_id = sample_next(row, temp, k, None, generator)  # (batch,)
             ids = torch.cat([ids, next_id[:, None]], dim=1)
             start = {"restart": 0, "off_by_one": ids.shape[1]}.get(mistake, ids.shape[1] - 1)
             if ids.shape[1] >= model.config.block_size:
@@ -713,6 +778,14 @@ class Generate(Task):
     def call(self, obj, case):
         model, tokens = self._run(obj, case, _cache_only_gpt_class())
         d = case.data
+        if d["kwargs"]["temperature"] != 0 and d["new"] > 0:  # a draw: is it the generator's?
+            _, again = self._run(obj, case, _cache_only_gpt_class())
+            if isinstance(tokens, torch.Tensor) and not torch.equal(tokens, again):
+                raise GradingError(
+                    "two runs with generators in the same state gave different tokens: pass "
+                    "`generator` on to your sample_next (which passes it to torch.multinomial); "
+                    "without it the draws come from PyTorch's global random state"
+                )
         # the prompt once, then each new token once (the last one may be fed or not)
         if model.positions_computed > d["ids"].shape[1] + d["new"]:
             return tokens, "positions"
@@ -769,6 +842,17 @@ class Generate(Task):
                 "logits[:, -1]: they predict the next token",
             ),
             (
+                _wrong("no_temperature"),
+                "temperature is not passed on to sample_next, which then samples at its default "
+                "1.0: at temperature 0 (greedy) the tokens must be the arg-max; pass "
+                "temperature, top_k and generator on",
+            ),
+            (
+                _wrong("no_top_k"),
+                "top_k is not passed on to sample_next, so every token may be drawn: pass "
+                "temperature, top_k and generator on",
+            ),
+            (
                 _wrong("no_prompt"),
                 "feed the whole prompt first (start 0, an empty cache): its "
                 "keys and values are what the new tokens attend to",
@@ -822,6 +906,8 @@ def _mistake_gpt(kind: str):
             mask = None if kind == "no_causal" else torch.ones(n, n, dtype=torch.bool).tril()
             if kind == "torch_mask":  # nn.MultiheadAttention's convention: True = blocked
                 mask = torch.ones(n, n, dtype=torch.bool).triu(1)
+            if kind == "triu":  # the upper triangle with its diagonal: the future and itself
+                mask = torch.ones(n, n, dtype=torch.bool).triu()
             if kind == "attend_raw":  # the attention reads x, only the residual is normalised
                 x = x + self.self_attn(x, x, x, mask=mask)[0]
                 return x + self.linear2(F.gelu(self.linear1(self.norm2(x))))
@@ -830,7 +916,7 @@ def _mistake_gpt(kind: str):
                 return self.norm2(x + self.linear2(F.gelu(self.linear1(x))))
             h = self.norm1(x)
             x = x + self.self_attn(h, h, h, mask=mask)[0]
-            act = F.relu if kind == "relu" else F.gelu
+            act = {"relu": F.relu, "tanh_gelu": _tanh_gelu}.get(kind, F.gelu)
             return x + self.linear2(act(self.linear1(self.norm2(x))))
 
     class WrongGPT(nn.Module):
@@ -848,8 +934,11 @@ def _mistake_gpt(kind: str):
                     nn.init.normal_(param, std=0.02)
 
         def forward(self, ids):
-            x = self.token_embedding(ids)
-            if kind != "no_positions":
+            if kind == "lesson_positions":  # lesson 09's module that adds positions, copied
+                x = self.position_embedding(self.token_embedding(ids))
+            else:
+                x = self.token_embedding(ids)
+            if kind not in ("no_positions", "lesson_positions"):
                 x = x + self.position_embedding(torch.arange(ids.shape[1]))
             for layer in self.layers:
                 x = layer(x)
@@ -859,6 +948,10 @@ def _mistake_gpt(kind: str):
 
     WrongGPT.__name__ = f"GPT_{kind}"
     return WrongGPT
+
+
+def _tanh_gelu(x):
+    return torch.nn.functional.gelu(x, approximate="tanh")
 
 
 def _sgd_step(model, ids, lr=0.5):
@@ -968,6 +1061,14 @@ class CapstoneGPT(ModuleTask):
                 dtype=torch.float64,
                 new=8,
             ),
+            case(
+                "GPT-2's init: right after GPT(...) is built (before any weights are loaded), "
+                "token_embedding.weight and every linear1.weight have standard deviation 0.02",
+                "init",
+                small,
+                1,
+                1,
+            ),
         ]
 
     def init_args(self, case):
@@ -978,9 +1079,13 @@ class CapstoneGPT(ModuleTask):
     def build(self, obj, case):
         with torch.random.fork_rng(devices=[]):  # a model's own init draws from the global RNG
             torch.manual_seed(0)
-            model = super().build(obj, case)
-        _check_gpt2_init(model)  # before the reference's weights replace the model's own
-        return model
+            return super().build(obj, case)
+
+    def call(self, obj, case):
+        if case.data["kind"] != "init":
+            return super().call(obj, case)
+        _check_gpt2_init(self.build(obj, case))  # the model's own weights, none loaded
+        return "GPT-2's init"
 
     def weights(self, case):
         return case.data["state"]
@@ -1040,6 +1145,25 @@ class CapstoneGPT(ModuleTask):
                 "x = x + self_attn(h, h, h, ...)",
             ),
             (_mistake_gpt("relu"), "the GPT's feed-forward uses GELU (F.gelu), not ReLU"),
+            (
+                _mistake_gpt("triu"),
+                "the causal mask is the upper triangle (triu): each position would see the "
+                "future and not the past. True must be on and below the diagonal (key j <= "
+                "query i): torch.ones(n, n, dtype=torch.bool).tril()",
+            ),
+            (
+                _mistake_gpt("tanh_gelu"),
+                "this GELU is the tanh approximation (approximate='tanh'), which GPT-2's own code "
+                "used; the task asks for the exact GELU, F.gelu(x), as course_lib's GPT uses: "
+                "the two differ by up to about 1e-3, more than the check allows",
+            ),
+            (
+                _mistake_gpt("lesson_positions"),
+                "lesson 09's position_embedding is a module that ADDS positions to its input; "
+                "here position_embedding is an nn.Embedding of the positions 0 .. seq-1, so "
+                "look them up and add them: token_embedding(ids) + "
+                "position_embedding(torch.arange(seq))",
+            ),
             (
                 _mistake_gpt("no_positions"),
                 "add the position embedding of positions 0 .. seq-1 to the token embedding",
