@@ -283,3 +283,19 @@ def test_a_capstone_without_gpt2_init_keeps_the_points_of_its_right_forward():
     result = check_result("ex09.GPT", DefaultInit)
     assert result.passed == result.total - 1, result.feedback
     assert "GPT-2's init" in result.feedback
+
+
+def test_a_capstone_that_shrinks_linear1_is_told_which_layers_shrink():
+    # learner A put the residual scaling on linear1: 0 of 6 with the generic init message
+    right = _gpt("")
+
+    class ShrunkLinear1(right):
+        def __init__(self, vocab_size, block_size, d_model, num_heads, num_layers):
+            super().__init__(vocab_size, block_size, d_model, num_heads, num_layers)
+            with torch.no_grad():
+                for layer in self.layers:
+                    layer.linear1.weight /= (2 * num_layers) ** 0.5
+
+    result = check_result("ex09.GPT", ShrunkLinear1)
+    assert result.passed == result.total - 1, result.feedback
+    assert "linear2 and the attention's out_proj, not linear1" in result.feedback

@@ -164,11 +164,18 @@ def _check_gpt2_init(model: nn.Module) -> None:
         if name == "token_embedding.weight" or name.endswith("linear1.weight"):
             std = float(param.detach().double().std())
             if not 0.015 <= std <= 0.025:
+                shrunk = name.endswith("linear1.weight") and std < 0.015
                 raise GradingError(
                     f"your {name} starts with standard deviation {std:.3g}: initialise every "
                     "weight matrix (nn.Linear and nn.Embedding) from N(0, 0.02^2), GPT-2's "
-                    "init (nn.init.normal_(weight, std=0.02)); PyTorch's defaults start the "
-                    "tied logits far too large"
+                    "init (nn.init.normal_(weight, std=0.02)); "
+                    + (
+                        "the optional 1/sqrt(2 * num_layers) shrinks only the layers that write "
+                        "into the residual stream, linear2 and the attention's out_proj, not "
+                        "linear1"
+                        if shrunk
+                        else "PyTorch's defaults start the tied logits far too large"
+                    )
                 )
 
 
