@@ -369,12 +369,31 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
     return weights @ v, weights
 
 
-def _pool_mistake(name):
-    def wrong(x, queries, w_k, w_v, mask=None):
-        return _pool(x, queries, w_k, w_v, mask, mistake=name)
-
-    wrong.__name__ = f"pool_{name}"
-    return wrong
+POOL_MISTAKES = {
+    "queries_from_x": (
+        "the queries are the learned `queries`, the same for every sequence in the batch; you "
+        "computed them from x (that is self-attention, with one output per token instead of one"
+        " per query)"
+    ),
+    "mask_ignored": (
+        "the mask is ignored: padded tokens (mask False) must get weight 0; turn the (batch, n)"
+        " mask into (batch, 1, n) so it applies to every query"
+    ),
+    "softmax_over_queries": (
+        "the softmax runs over the keys (the last axis, the tokens of x), so that each query's "
+        "weights sum to 1"
+    ),
+    "no_scale": ("divide the scores by sqrt(d_k), the size of the queries and keys"),
+    "d_v": (D_V_SCALE_HINT),
+    "d_model": (
+        "divide the scores by sqrt(d_k), the size of the queries and keys, not by "
+        "sqrt(d_model), the size of x"
+    ),
+    "mask_inverted": (
+        "the mask is inverted: True = a real token, which may be attended to; block the "
+        "positions where the mask is False (~mask)"
+    ),
+}
 
 
 @register
@@ -444,41 +463,9 @@ class AttentionPool(Task):
         ]
 
     def mistakes(self):
-        return [
-            (
-                _pool_mistake("queries_from_x"),
-                "the queries are the learned `queries`, the same "
-                "for every sequence in the batch; you computed them from x (that is "
-                "self-attention, with one output per token instead of one per query)",
-            ),
-            (
-                _pool_mistake("mask_ignored"),
-                "the mask is ignored: padded tokens (mask False) "
-                "must get weight 0; turn the (batch, n) mask into (batch, 1, n) so it applies to "
-                "every query",
-            ),
-            (
-                _pool_mistake("softmax_over_queries"),
-                "the softmax runs over the keys (the last "
-                "axis, the tokens of x), so that each query's weights sum to 1",
-            ),
-            (
-                _pool_mistake("no_scale"),
-                "divide the scores by sqrt(d_k), the size of the queries and keys",
-            ),
-            (_pool_mistake("d_v"), D_V_SCALE_HINT),
-            (
-                _pool_mistake("d_model"),
-                "divide the scores by sqrt(d_k), the size of the queries and keys, not by "
-                "sqrt(d_model), the size of x",
-            ),
-            (
-                _pool_mistake("mask_inverted"),
-                "the mask is inverted: True = a real token, which may be attended to; block "
-                "the positions where the mask is False (~mask)",
-            ),
-        ]
+        return _POOL_MISTAKES
 
 
 _CROSS_MISTAKES = mistakes_of(wrong_cross_attention, CROSS_MISTAKES)
 _SUBLAYER_MISTAKES = mistakes_of(WrongSublayer, SUBLAYER_MISTAKES)
+_POOL_MISTAKES = mistakes_of(_pool, POOL_MISTAKES)
