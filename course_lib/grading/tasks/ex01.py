@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from ..core import Case, Task, register
-from .common import randint, randn
+from .common import OpRecorder, failure_of, randint, randn
 
 LESSON = "lesson 01"
 
@@ -532,6 +532,13 @@ class MergePair(Task):
                     i += 1
             return out
 
+        def one_step_after_a_merge(ids, pair, new_id):
+            out, i = [], 0
+            while i < len(ids):
+                out.append(new_id if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair else ids[i])
+                i += 1
+            return out
+
         def first_only(ids, pair, new_id):
             for i in range(len(ids) - 1):
                 if (ids[i], ids[i + 1]) == pair:
@@ -573,6 +580,11 @@ class MergePair(Task):
                 "an id can be merged only once: after a merge, skip both ids of the "
                 "pair, so [a, a, a] with (a, a) gives [X, a], not [X, X]",
             ),
+            (
+                one_step_after_a_merge,
+                "after a merge you moved on by one id, so the pair's second id was copied "
+                "(or merged) again: new_id stands for both ids, so step over both, i += 2",
+            ),
             (first_only, "replace every occurrence of the pair, not only the first"),
             (right_to_left, "read left to right: [a, a, a] with (a, a) gives [X, a], not [a, X]"),
             (
@@ -596,7 +608,7 @@ class MergePair(Task):
 @register
 class BpeEncode(Task):
     id = "ex01.bpe_encode"
-    lesson = BPE_LESSON
+    lesson = f"{LESSON}, section 'Encoding with the learned merges'"
     reference = "course_lib.bpe.bpe_encode"
     depends_on = ("merge_pair",)
     forbidden = _BPE_FINISHED  # the reference among them is reported as such
@@ -810,6 +822,28 @@ def _by_ids(index) -> bool:
     return isinstance(index, tuple) and any(isinstance(i, (torch.Tensor, list)) for i in index)
 
 
+def _one_hot_over_d(ids, table):
+    return _unchecked_one_hot(ids, table.shape[-1]).to(table.dtype) @ table
+
+
+def _wrong_axis_hint(case: Case, error: Exception, failure: tuple | None) -> str | None:
+    """The hint for vocab_size taken from the table's last axis, when the learner's code raised
+    on ids that are all valid rows of the table: one_hot(ids, d) refuses ids >= d, or makes
+    (..., d) vectors that cannot multiply a (vocab_size, d) table."""
+    ids, table = case.args
+    vocab_size, d = table.shape[0], table.shape[-1]
+    if vocab_size == d or not ids.numel() or ids.min() < 0 or ids.max() >= vocab_size:
+        return None
+    refused = isinstance(error, ValueError) and ids.max() >= d  # one_hot(ids, d) refused them
+    if not refused and (failure is None or failure != failure_of(_one_hot_over_d, ids, table)):
+        return None
+    return (
+        f"every id here is a row of the table (vocab_size = table.shape[0] = {vocab_size}); "
+        f"did you take vocab_size from the wrong axis? table.shape[1] = {d} is d, the length "
+        "of each embedding: one_hot(ids, table.shape[0]) @ table"
+    )
+
+
 def _embed_call(self, obj, case, _inner=Embed.call):
     from torch.overrides import TorchFunctionMode
 
@@ -836,8 +870,20 @@ def _embed_call(self, obj, case, _inner=Embed.call):
                 Indexing.used = True
             return func(*args, **(kwargs or {}))
 
+    recorder = OpRecorder()
     with Indexing():
-        value = _inner(self, obj, case)
+        try:
+            with recorder:
+                value = _inner(self, obj, case)
+        except (NotImplementedError, GradingError):
+            raise
+        except Exception as error:  # noqa: BLE001  (a learner's code may raise anything)
+            hint = _wrong_axis_hint(case, error, recorder.failure)
+            if hint is None:
+                raise
+            raise GradingError(
+                f"your code raised {type(error).__name__}: {error}. Hint: {hint}"
+            ) from None
     if Indexing.used:
         raise GradingError(
             "you looked the rows up by indexing the table (table[ids]); the "
@@ -915,6 +961,15 @@ def _cosine_norm_without_keepdim(E):  # (n, d) / (n,): raises unless n == d
     return unit @ unit.T
 
 
+def _cosine_columns_by_flat_norms(E):  # (n, n) / (n,): column j divided by |E_j|
+    return (E @ E.T) / E.norm(dim=-1).clamp_min(1e-12)
+
+
+def _cosine_by_squared_flat_norms(E):  # (n, n) / (n,)²: column j divided by |E_j|²
+    norms = E.norm(dim=-1).clamp_min(1e-12)
+    return (E @ E.T) / (norms * norms)
+
+
 def _cosine_distance(E):
     unit = _unit_rows(E)
     return 1 - unit @ unit.T
@@ -937,6 +992,17 @@ extend_task(
             "the row lengths E.norm(dim=-1) have shape (n,), which lines up with the LAST "
             "axis of E (d); keep the axis, E.norm(dim=-1, keepdim=True) of shape (n, 1), so "
             "each row is divided by its own length",
+        ),
+        (
+            _cosine_columns_by_flat_norms,
+            "(E @ E.T) / norms with 1-D norms (n,) divides column j by |E_j| only (the norms "
+            "line up with the last axis); divide by both lengths, the outer product "
+            "norms[:, None] * norms[None, :]",
+        ),
+        (
+            _cosine_by_squared_flat_norms,
+            "norms * norms with 1-D norms is |E_j|² for column j, not |E_i| |E_j|; divide by "
+            "the outer product norms[:, None] * norms[None, :]",
         ),
         (
             _cosine_distance,
