@@ -18,6 +18,7 @@ the case as drawn; code that changes an input in place fails that case and is to
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import math
@@ -48,6 +49,7 @@ __all__ = [
     "load_weights",
     "learner_namespace",
     "GradingError",
+    "with_fault",
 ]
 
 
@@ -494,6 +496,14 @@ def compare_values(got: Any, want: Any, where: str = "your result") -> str | Non
 class Task:
     """One graded task. Subclass it, set the attributes, write `cases`; register it.
 
+    A task is data around one reference and one wrong implementation: `faults` is the table of
+    named mistakes, {name: the hint a learner who made it needs}, and `wrong` is the reference
+    written once more as straight code that takes the mistake's name as `fault=` and changes
+    only the place where it bites (a function, or an nn.Module class for a module task).
+    `mistakes()` pairs the two; listing a newly found mistake is one row and, at most, one
+    conditional in `wrong`. Rows are tried in order: the first whose result (or error) equals
+    the learner's gives the hint.
+
     Attributes:
         id: "exNN.name", where name is the function or class the learner writes.
         lesson: where to read up, e.g. "lesson 02, section 3 (a numerically stable softmax)".
@@ -512,6 +522,7 @@ class Task:
     forbidden: tuple[str, ...] = ()
     points: float = 1.0
     depends_on: tuple[str, ...] = ()
+    faults: dict[str, str] = {}
 
     @property
     def name(self) -> str:
@@ -530,9 +541,21 @@ class Task:
     def compare(self, got: Any, want: Any, case: Case) -> str | None:
         return compare_values(got, want)
 
+    def wrong(self, *args: Any, fault: str, **kwargs: Any) -> Any:
+        """The one wrong implementation: the reference with the named fault (see `faults`)."""
+        raise NotImplementedError(f"{self.id} lists faults but has no wrong implementation")
+
     def mistakes(self) -> list[tuple[Callable, str]]:
-        """Wrong implementations, each with the hint a learner who wrote it needs."""
-        return []
+        """Wrong implementations, each with the hint a learner who wrote it needs: the `wrong`
+        implementation with each fault of the table."""
+        return [(with_fault(self.wrong, fault), hint) for fault, hint in self.faults.items()]
+
+
+def with_fault(wrong: Callable, fault: str) -> Callable:
+    """`wrong` with its fault fixed, named after it (what tests and reports show)."""
+    made = functools.partial(wrong, fault=fault)
+    made.__name__ = fault  # type: ignore[attr-defined]
+    return made
 
     def diagnose(self, got: Any, want: Any, case: Case) -> str | None:
         """A hint from the wrong value itself, when no listed mistake matches it."""
