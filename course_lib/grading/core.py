@@ -550,16 +550,16 @@ class Task:
         implementation with each fault of the table."""
         return [(with_fault(self.wrong, fault), hint) for fault, hint in self.faults.items()]
 
+    def diagnose(self, got: Any, want: Any, case: Case) -> str | None:
+        """A hint from the wrong value itself, when no listed mistake matches it."""
+        return None
+
 
 def with_fault(wrong: Callable, fault: str) -> Callable:
     """`wrong` with its fault fixed, named after it (what tests and reports show)."""
     made = functools.partial(wrong, fault=fault)
     made.__name__ = fault  # type: ignore[attr-defined]
     return made
-
-    def diagnose(self, got: Any, want: Any, case: Case) -> str | None:
-        """A hint from the wrong value itself, when no listed mistake matches it."""
-        return None
 
 
 def _hint_from_mistakes(task: Task, got: Any, case: Case) -> str | None:
