@@ -289,6 +289,24 @@ def _scores_under_shifts(rope, q, k, base, shifts):
     return torch.stack(out)
 
 
+def _positions_cases(gen) -> list[Case]:
+    """Three cases both layouts share: heads, random positions, negative positions."""
+    return [
+        Case(
+            "x (2, 3, 7, 8) (batch, heads, seq, d), positions 0..6",
+            (randn(gen, 2, 3, 7, 8), torch.arange(7)),
+        ),
+        Case(
+            "float64 x (2, 6, 16), random positions up to 100",
+            (randn(gen, 2, 6, 16, dtype=F64), torch.randint(0, 100, (6,), generator=gen)),
+        ),
+        Case(
+            "float64 x (3, 4, 5, 32), negative positions [-3, 0, 2, 10, 11]",
+            (randn(gen, 3, 4, 5, 32, dtype=F64), torch.tensor([-3, 0, 2, 10, 11])),
+        ),
+    ]
+
+
 def _scores_or_call(obj, case):
     """The q·k scores under shifted positions for a shift case; else obj on the case."""
     if "shifts" not in case.data:
@@ -384,18 +402,7 @@ class ApplyRope(Task):
                 "(0, 1, ..., 4; the sequence axis is x.shape[-2], not the first one)",
                 (randn(gen, 3, 5, 8), None),
             ),
-            Case(
-                "x (2, 3, 7, 8) (batch, heads, seq, d), positions 0..6",
-                (randn(gen, 2, 3, 7, 8), torch.arange(7)),
-            ),
-            Case(
-                "float64 x (2, 6, 16), random positions up to 100",
-                (randn(gen, 2, 6, 16, dtype=d64), torch.randint(0, 100, (6,), generator=gen)),
-            ),
-            Case(
-                "float64 x (3, 4, 5, 32), negative positions [-3, 0, 2, 10, 11]",
-                (randn(gen, 3, 4, 5, 32, dtype=d64), torch.tensor([-3, 0, 2, 10, 11])),
-            ),
+            *_positions_cases(gen),
             Case(
                 "x (1, 6, 2) (one pair), positions 0.5 apart",
                 (randn(gen, 1, 6, 2), torch.arange(6) * 0.5),
@@ -498,18 +505,7 @@ class ApplyRopeHalf(Task):
                 "x (1, 6, 2) (one pair (0, 1)), positions 0.5 apart",
                 (randn(gen, 1, 6, 2), torch.arange(6) * 0.5),
             ),
-            Case(
-                "x (2, 3, 7, 8) (batch, heads, seq, d), positions 0..6",
-                (randn(gen, 2, 3, 7, 8), torch.arange(7)),
-            ),
-            Case(
-                "float64 x (2, 6, 16), random positions up to 100",
-                (randn(gen, 2, 6, 16, dtype=d64), torch.randint(0, 100, (6,), generator=gen)),
-            ),
-            Case(
-                "float64 x (3, 4, 5, 32), negative positions [-3, 0, 2, 10, 11]",
-                (randn(gen, 3, 4, 5, 32, dtype=d64), torch.tensor([-3, 0, 2, 10, 11])),
-            ),
+            *_positions_cases(gen),
             Case(
                 "float64 x (1, 2, 3, 12) (batch 1) with positions [40, 41, 42] given as floats",
                 (randn(gen, 1, 2, 3, 12, dtype=d64), torch.tensor([40.0, 41.0, 42.0], dtype=d64)),
