@@ -47,6 +47,8 @@ Operators (each applies to one node of the learner's lines; identical mutants ar
              softmax/log_softmax
     stmt     a statement deleted (replaced by `pass`)
 
+(`--operators order,regroup,arg` grades only the named operators.)
+
 Operators that model what learners do rather than single-point slips:
 
     order    two neighbouring statements of one block swapped, where the order matters (one
@@ -322,19 +324,33 @@ def _regrouped(node: ast.BinOp) -> Iterator[tuple[str, ast.AST]]:
         yield "regroup", ast.BinOp(inner, right.op.__class__(), copy.deepcopy(right.right))
 
 
-def _names(node: ast.AST, context: type) -> set[str]:
-    found = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, context)}
-    if context is ast.Store:  # x += 1 and x[i] = v write x too
-        for n in ast.walk(node):
-            if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name):
-                found.add(n.target.id)
-            if isinstance(n, (ast.Assign, ast.AugAssign)):
-                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-                for t in targets:
-                    while isinstance(t, (ast.Subscript, ast.Attribute)):
-                        t = t.value
-                    if isinstance(t, ast.Name):
-                        found.add(t.id)
+def _writes(stmt: ast.stmt) -> set[str]:
+    """What a statement assigns: a name, or an element or attribute by its text (`pe[:, 0::2]`,
+    `self.q_proj`), so writes to two different parts of one object are independent."""
+    found = set()
+    for node in ast.walk(stmt):
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For)):
+            targets = [node.target]
+        for target in targets:
+            for t in ast.walk(target):
+                if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store):
+                    found.add(t.id)
+                elif isinstance(t, (ast.Subscript, ast.Attribute)) and isinstance(t.ctx, ast.Store):
+                    found.add(ast.unparse(t))
+    return found
+
+
+def _reads(stmt: ast.stmt) -> set[str]:
+    """The names a statement reads, and the attributes and elements it reads by their text."""
+    found = set()
+    for node in ast.walk(stmt):
+        if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and isinstance(
+            node.ctx, ast.Load
+        ):
+            found.add(node.id if isinstance(node, ast.Name) else ast.unparse(node))
     return found
 
 
@@ -343,8 +359,7 @@ def _order_matters(a: ast.stmt, b: ast.stmt) -> bool:
     name the other reads or writes, or one of them leaves the block (return, raise, ...)."""
     if any(isinstance(s, (ast.Return, ast.Raise, ast.Break, ast.Continue)) for s in (a, b)):
         return True
-    wa, wb = _names(a, ast.Store), _names(b, ast.Store)
-    ra, rb = _names(a, ast.Load), _names(b, ast.Load)
+    wa, wb, ra, rb = _writes(a), _writes(b), _reads(a), _reads(b)
     return bool(wa & (rb | wb) or wb & ra)
 
 
@@ -948,6 +963,7 @@ def run_task(
     timeout: float | None = None,
     equivalents: dict | None = None,
     root: Path = ROOT,
+    operators: set[str] | None = None,
 ) -> Report:
     report = Report(task.id)
     start = time.perf_counter()
@@ -967,7 +983,7 @@ def run_task(
             if failure:
                 raise RuntimeError(f"the solution itself fails with seed {suite.seed} {failure}")
         limit = timeout or max(MIN_TIMEOUT, 20 * (time.perf_counter() - t0))
-        all_mutants = make_mutants(cell)
+        all_mutants = [m for m in make_mutants(cell) if operators is None or m.op in operators]
     except Exception as e:  # noqa: BLE001  (reported, and the command fails)
         report.error = f"{type(e).__name__}: {e}"
         report.seconds = time.perf_counter() - start
@@ -989,7 +1005,7 @@ def run_task(
             report.missed_by_notebook.append(mutant)
         if reason:
             report.equivalent_but_killed.append(mutant.key)
-    if report.sampled_from is None:
+    if report.sampled_from is None and operators is None:
         keys = {m.key for m in all_mutants}
         report.stale = [k for (t, k) in equivalents if t == task.id and k not in keys]
     report.seconds = time.perf_counter() - start
@@ -1047,6 +1063,7 @@ def run(
     out=None,
     list_equivalent: bool = False,
     equivalents: dict | None = None,
+    operators: set[str] | None = None,
 ) -> list[Report]:
     """Run every selected task, print the reports to `out`, return them."""
     out = out or sys.stdout
@@ -1063,6 +1080,7 @@ def run(
                 sample=sample,
                 timeout=timeout,
                 equivalents=equivalents,
+                operators=operators,
             )
             _print_report(report, equivalents, out, list_equivalent)
             reports.append(report)
@@ -1167,6 +1185,13 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=None,
         help="seconds per mutant (default: max(0.25, 20 x the solution's time))",
+    )
+    parser.add_argument(
+        "--operators",
+        type=lambda text: set(text.split(",")),
+        default=None,
+        metavar="OP,OP",
+        help="only these operators (e.g. order,regroup,arg); default all",
     )
     parser.add_argument(
         "--list-equivalent",
