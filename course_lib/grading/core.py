@@ -18,7 +18,6 @@ the case as drawn; code that changes an input in place fails that case and is to
 
 from __future__ import annotations
 
-import functools
 import importlib
 import inspect
 import math
@@ -49,7 +48,6 @@ __all__ = [
     "load_weights",
     "learner_namespace",
     "GradingError",
-    "with_fault",
 ]
 
 
@@ -496,13 +494,13 @@ def compare_values(got: Any, want: Any, where: str = "your result") -> str | Non
 class Task:
     """One graded task. Subclass it, set the attributes, write `cases`; register it.
 
-    A task is data around one reference and one wrong implementation: `faults` is the table of
-    named mistakes, {name: the hint a learner who made it needs}, and `wrong` is the reference
-    written once more as straight code that takes the mistake's name as `fault=` and changes
-    only the place where it bites (a function, or an nn.Module class for a module task).
-    `mistakes()` pairs the two; listing a newly found mistake is one row and, at most, one
-    conditional in `wrong`. Rows are tried in order: the first whose result (or error) equals
-    the learner's gives the hint.
+    A task is data around one reference and one wrong implementation: `mistake_table` is the
+    table of named mistakes, {name: the hint a learner who made it needs}, and `wrong` is the
+    reference written once more as straight code that takes the mistake's name (a keyword-only
+    `mistake` argument, or, for an nn.Module class, a `mistake` attribute) and changes only the
+    place where it bites. `mistakes()` pairs the two (`tasks.mistake_table.mistakes_of`);
+    listing a newly found mistake is one row and, at most, one conditional in `wrong`. Rows are
+    tried in order: the first whose result (or error) equals the learner's gives the hint.
 
     Attributes:
         id: "exNN.name", where name is the function or class the learner writes.
@@ -522,7 +520,7 @@ class Task:
     forbidden: tuple[str, ...] = ()
     points: float = 1.0
     depends_on: tuple[str, ...] = ()
-    faults: dict[str, str] = {}
+    mistake_table: dict[str, str] = {}
 
     @property
     def name(self) -> str:
@@ -541,25 +539,20 @@ class Task:
     def compare(self, got: Any, want: Any, case: Case) -> str | None:
         return compare_values(got, want)
 
-    def wrong(self, *args: Any, fault: str, **kwargs: Any) -> Any:
-        """The one wrong implementation: the reference with the named fault (see `faults`)."""
-        raise NotImplementedError(f"{self.id} lists faults but has no wrong implementation")
+    def wrong(self, *args: Any, mistake: str, **kwargs: Any) -> Any:
+        """The one wrong implementation: the reference with the named mistake."""
+        raise NotImplementedError(f"{self.id} lists mistakes but has no wrong implementation")
 
     def mistakes(self) -> list[tuple[Callable, str]]:
         """Wrong implementations, each with the hint a learner who wrote it needs: the `wrong`
-        implementation with each fault of the table."""
-        return [(with_fault(self.wrong, fault), hint) for fault, hint in self.faults.items()]
+        implementation with each mistake of `mistake_table`, in its order."""
+        from .tasks.mistake_table import mistakes_of
+
+        return mistakes_of(self.wrong, self.mistake_table)
 
     def diagnose(self, got: Any, want: Any, case: Case) -> str | None:
         """A hint from the wrong value itself, when no listed mistake matches it."""
         return None
-
-
-def with_fault(wrong: Callable, fault: str) -> Callable:
-    """`wrong` with its fault fixed, named after it (what tests and reports show)."""
-    made = functools.partial(wrong, fault=fault)
-    made.__name__ = fault  # type: ignore[attr-defined]
-    return made
 
 
 def _hint_from_mistakes(task: Task, got: Any, case: Case) -> str | None:

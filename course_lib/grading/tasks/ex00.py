@@ -33,7 +33,7 @@ class BatchedMatmul(Task):
         "torch.addmm",
         "torch.Tensor.addmm",
     )
-    faults = {
+    mistake_table = {
         "sum_over_m": "you summed over the last axis (m); the matrix product sums over the "
         "shared axis k",
         "sum_over_n": "you summed over the n axis; the matrix product sums over the shared axis k",
@@ -56,9 +56,9 @@ class BatchedMatmul(Task):
             ),
         ]
 
-    def wrong(self, a, b, *, fault):
+    def wrong(self, a, b, *, mistake):
         products = a.unsqueeze(-1) * b.unsqueeze(-3)  # (..., n, k, m)
-        return products.sum({"sum_over_m": -1, "sum_over_n": -3}.get(fault, -2))
+        return products.sum({"sum_over_m": -1, "sum_over_n": -3}.get(mistake, -2))
 
 
 @register
@@ -67,7 +67,7 @@ class PairwiseSqDistances(Task):
     lesson = BROADCASTING
     reference = "course_lib.tensor_basics.pairwise_sq_distances"
     forbidden = ("torch.cdist", "torch.nn.functional.pairwise_distance")
-    faults = {
+    mistake_table = {
         "not_squared": "that is the distance itself; the task asks for its square (no sqrt)",
         "mean_not_sum": "you averaged the squared differences over the features; the squared "
         "distance is their sum",
@@ -89,13 +89,13 @@ class PairwiseSqDistances(Task):
             ),
         ]
 
-    def wrong(self, x, y, *, fault):
+    def wrong(self, x, y, *, mistake):
         x, y = x.unsqueeze(-2), y.unsqueeze(-3)  # (..., n, 1, d), (..., 1, m, d)
-        if fault == "dot_only":
+        if mistake == "dot_only":
             return (x * y).sum(-1)
-        per_feature = (x - y).abs() if fault == "l1" else (x - y) ** 2
-        total = per_feature.mean(-1) if fault == "mean_not_sum" else per_feature.sum(-1)
-        return total.sqrt() if fault == "not_squared" else total
+        per_feature = (x - y).abs() if mistake == "l1" else (x - y) ** 2
+        total = per_feature.mean(-1) if mistake == "mean_not_sum" else per_feature.sum(-1)
+        return total.sqrt() if mistake == "not_squared" else total
 
 
 @register
@@ -103,7 +103,7 @@ class LastToken(Task):
     id = "ex00.last_token"
     lesson = "lesson 00, section 'Indexing a batch'"
     reference = "course_lib.tensor_basics.last_token"
-    faults = {
+    mistake_table = {
         "last_position": "that is the last position, padding included; use each sequence's "
         "own length",
         "at_length": OFF_BY_ONE,
@@ -125,11 +125,11 @@ class LastToken(Task):
             ),
         ]
 
-    def wrong(self, x, lengths, *, fault):
+    def wrong(self, x, lengths, *, mistake):
         position = {
             "last_position": torch.full_like(lengths, -1),
             "at_length": lengths,
             "at_length_wrapped": lengths % x.shape[1],
             "first_token": torch.zeros_like(lengths),
-        }[fault]
+        }[mistake]
         return x[torch.arange(x.shape[0]), position]

@@ -40,7 +40,7 @@ class Softmax(Task):
     lesson = SOFTMAX_LESSON
     reference = "course_lib.attention.softmax"
     forbidden = ALL_SOFTMAXES
-    faults = {
+    mistake_table = {
         "minus_mean": "subtract the maximum along dim, not the mean: exp(x - mean) still "
         "overflows when the largest value lies far above the mean",
         "no_max": "exp overflows to inf (inf/inf = NaN) or underflows to 0 (0/0 = NaN) for "
@@ -104,24 +104,24 @@ class Softmax(Task):
             ),
         ]
 
-    def wrong(self, x, dim=-1, *, fault):
-        axis = {"last_axis": -1, "first_axis": 0}.get(fault, dim)
-        if fault == "no_max":
+    def wrong(self, x, dim=-1, *, mistake):
+        axis = {"last_axis": -1, "first_axis": 0}.get(mistake, dim)
+        if mistake == "no_max":
             shifted = x
-        elif fault == "minus_mean":
+        elif mistake == "minus_mean":
             shifted = x - x.mean(dim=axis, keepdim=True)
-        elif fault in ("global_max", "whole_tensor"):
+        elif mistake in ("global_max", "whole_tensor"):
             shifted = x - x.max()
-        elif fault == "min_shift":
+        elif mistake == "min_shift":
             shifted = x - x.amin(dim=axis, keepdim=True)
         else:
             shifted = x - x.amax(dim=axis, keepdim=True)
-        if fault == "log_softmax":
+        if mistake == "log_softmax":
             return shifted - shifted.exp().sum(dim=axis, keepdim=True).log()
         e = shifted.exp()
-        if fault == "whole_tensor":
+        if mistake == "whole_tensor":
             return e / e.sum()
-        return e / e.sum(dim=axis, keepdim=fault != "no_keepdim")  # no keepdim: a crash or worse
+        return e / e.sum(dim=axis, keepdim=mistake != "no_keepdim")  # no keepdim: a crash or worse
 
     def diagnose(self, got, want, case):
         if isinstance(got, torch.Tensor) and got.shape == want.shape and got.is_floating_point():
@@ -160,7 +160,7 @@ class ScaledDotProductAttention(HintOnError):
     reference = "course_lib.attention.scaled_dot_product_attention"
     depends_on = ("softmax",)
     forbidden = ("torch.nn.functional.scaled_dot_product_attention",)
-    faults = {
+    mistake_table = {
         "no_scaling": "the scores are not scaled: divide q @ k^T by sqrt(d_k)",
         "by_d_k": "you divided by d_k; divide by its square root, sqrt(d_k)",
         "by_sqrt_d_v": "you scaled by sqrt(d_v) (the last dimension of v); the scale is "
@@ -221,23 +221,23 @@ class ScaledDotProductAttention(HintOnError):
             ),
         ]
 
-    def wrong(self, q, k, v, *, fault):
+    def wrong(self, q, k, v, *, mistake):
         d_k, d_v = q.shape[-1], v.shape[-1]
         scale = {
             "no_scaling": 1.0,
             "by_d_k": d_k,
             "by_sqrt_d_v": math.sqrt(d_v),
             "by_d_v": d_v,
-        }.get(fault, math.sqrt(d_k))
-        if fault == "dot_t":
+        }.get(mistake, math.sqrt(d_k))
+        if mistake == "dot_t":
             k_t = k.T
-        elif fault == "method_t":
+        elif mistake == "method_t":
             k_t = k.t()
         else:
             k_t = k.transpose(-2, -1)
-        weights = stable_softmax(q @ k_t / scale, dim=-2 if fault == "query_axis" else -1)
+        weights = stable_softmax(q @ k_t / scale, dim=-2 if mistake == "query_axis" else -1)
         output = weights @ v
-        return (weights, output) if fault == "swapped" else (output, weights)
+        return (weights, output) if mistake == "swapped" else (output, weights)
 
 
 # --------------------------------------------------------------------------------------------
@@ -258,12 +258,12 @@ class SelfAttention(HintOnError):
     lesson = SELF_LESSON
     reference = "course_lib.attention.self_attention"
     depends_on = ("scaled_dot_product_attention",)
-    faults = {
+    mistake_table = {
         **dict.fromkeys(("linear_side", "left_side", "left_side_transposed"), _WRONG_SIDE),
         **{
-            f"attention: {fault}": "the projections are right, but the attention step is not: "
+            f"attention: {mistake}": "the projections are right, but the attention step is not: "
             f"{hint} (check ex02.scaled_dot_product_attention)"
-            for fault, hint in ScaledDotProductAttention.faults.items()
+            for mistake, hint in ScaledDotProductAttention.mistake_table.items()
         },
     }
 
@@ -312,18 +312,18 @@ class SelfAttention(HintOnError):
             ),
         ]
 
-    def wrong(self, x, w_q, w_k, w_v, *, fault):
-        if fault == "linear_side":
+    def wrong(self, x, w_q, w_k, w_v, *, mistake):
+        if mistake == "linear_side":
             q, k, v = (x @ w.transpose(-2, -1) for w in (w_q, w_k, w_v))
-        elif fault == "left_side":
+        elif mistake == "left_side":
             q, k, v = w_q @ x, w_k @ x, w_v @ x
-        elif fault == "left_side_transposed":
+        elif mistake == "left_side_transposed":
             xt = x.transpose(-2, -1)
             q, k, v = w_q @ xt, w_k @ xt, w_v @ xt
         else:
             q, k, v = x @ w_q, x @ w_k, x @ w_v
         # a right projection feeding a wrong attention (e.g. the learner's own task 2)
-        return _SDPA.wrong(q, k, v, fault=fault.removeprefix("attention: "))
+        return _SDPA.wrong(q, k, v, mistake=mistake.removeprefix("attention: "))
 
 
 # --------------------------------------------------------------------------------------------
@@ -338,7 +338,7 @@ class DistanceBiasedAttention(Task):
     reference = "course_lib.attention.distance_biased_attention"
     depends_on = ("softmax",)
     forbidden = ("torch.nn.functional.scaled_dot_product_attention",)
-    faults = {
+    mistake_table = {
         "plus": "the penalty must LOWER the scores of distant keys: add -slope * |i - j|, not "
         "+slope * |i - j|",
         "no_max": "exp of large scores overflows (inf / inf = NaN): use your stable softmax from "
@@ -429,27 +429,27 @@ class DistanceBiasedAttention(Task):
             ),
         ]
 
-    def wrong(self, q, k, v, slope, *, fault):
+    def wrong(self, q, k, v, slope, *, mistake):
         n_q, n_k = q.shape[-2], k.shape[-2]
         i = torch.arange(n_q)[:, None]
         j = torch.arange(n_k)[None, :]
-        distance = (i - j) if fault == "no_abs" else (i - j).abs()
-        sign = 1.0 if fault == "plus" else -1.0
-        if fault == "float32_bias":  # integer distances times a Python float: float32
+        distance = (i - j) if mistake == "no_abs" else (i - j).abs()
+        sign = 1.0 if mistake == "plus" else -1.0
+        if mistake == "float32_bias":  # integer distances times a Python float: float32
             bias = (sign * slope * distance).to(q.dtype)
         else:
             bias = sign * slope * distance.to(q.dtype)
         raw = q @ k.transpose(-2, -1)
         d_k = q.shape[-1]
-        if fault == "bias_scaled":  # bias added before dividing by sqrt(d_k)
+        if mistake == "bias_scaled":  # bias added before dividing by sqrt(d_k)
             scores = (raw + bias) / math.sqrt(d_k)
-        elif fault == "no_bias":
+        elif mistake == "no_bias":
             scores = raw / math.sqrt(d_k)
         else:
             scores = raw / math.sqrt(d_k) + bias
-        if fault == "after_softmax":
+        if mistake == "after_softmax":
             weights = stable_softmax(raw / math.sqrt(d_k), dim=-1) + bias
-        elif fault == "no_max":
+        elif mistake == "no_max":
             e = scores.exp()
             weights = e / e.sum(dim=-1, keepdim=True)
         else:

@@ -26,7 +26,7 @@ class SplitHeads(Task):
     id = "ex03.split_heads"
     lesson = "lesson 03, section 'Splitting d_model into heads'"
     reference = "course_lib.multihead.split_heads"
-    faults = {
+    mistake_table = {
         "no_transpose": "a reshape straight to (batch, num_heads, seq, d_head) mixes tokens: it "
         "cuts the flat memory of each sequence into num_heads blocks, so one 'token' row of head "
         "0 holds features of several tokens. Reshape to (batch, seq, num_heads, d_head) first, "
@@ -55,15 +55,15 @@ class SplitHeads(Task):
             ),
         ]
 
-    def wrong(self, x, num_heads, *, fault):
+    def wrong(self, x, num_heads, *, mistake):
         batch, seq, d_model = x.shape
-        float_d_head = fault in ("float_d_head", "view_float_d_head")
+        float_d_head = mistake in ("float_d_head", "view_float_d_head")
         d_head = d_model / num_heads if float_d_head else d_model // num_heads  # a float raises
-        if fault == "no_transpose":
+        if mistake == "no_transpose":
             return x.reshape(batch, num_heads, seq, d_head)
-        if fault == "interleaved":  # (batch, seq, d_head, heads): head h gets every h-th feature
+        if mistake == "interleaved":  # (batch, seq, d_head, heads): head h gets every h-th feature
             return x.reshape(batch, seq, d_head, num_heads).permute(0, 3, 1, 2)
-        if fault == "view_float_d_head":  # view words its error differently from reshape
+        if mistake == "view_float_d_head":  # view words its error differently from reshape
             return x.view(batch, seq, num_heads, d_head).transpose(1, 2)
         return x.reshape(batch, seq, num_heads, d_head).transpose(1, 2)
 
@@ -78,7 +78,7 @@ class MergeHeads(Task):
     id = "ex03.merge_heads"
     lesson = "lesson 03, section 'Merging the heads back'"
     reference = "course_lib.multihead.merge_heads"
-    faults = {
+    mistake_table = {
         "no_transpose": "the reshape needs the heads next to d_head: transpose(1, 2) to "
         "(batch, seq, num_heads, d_head) first, then reshape to (batch, seq, d_model). Without "
         "the transpose the tokens get mixed, exactly the split_heads mistake",
@@ -95,11 +95,11 @@ class MergeHeads(Task):
             Case("x (2, 8, 3, 1): d_head = 1", (randn(gen, 2, 8, 3, 1),)),
         ]
 
-    def wrong(self, x, *, fault):
+    def wrong(self, x, *, mistake):
         batch, num_heads, seq, d_head = x.shape
-        if fault == "interleaved":
+        if mistake == "interleaved":
             x = x.permute(0, 2, 3, 1)  # (batch, seq, d_head, num_heads)
-        elif fault != "no_transpose":
+        elif mistake != "no_transpose":
             x = x.transpose(1, 2)  # (batch, seq, num_heads, d_head)
         return x.reshape(batch, seq, num_heads * d_head)
 
@@ -110,11 +110,12 @@ class MergeHeads(Task):
 
 
 class _WrongMultiHeadAttention(nn.Module):
-    """A multi-head attention with one deliberate mistake, named by `fault` ("": none)."""
+    """A multi-head attention with one deliberate mistake, named by `mistake` ("": none)."""
 
-    def __init__(self, d_model: int, num_heads: int, fault: str = ""):
+    mistake = ""
+
+    def __init__(self, d_model: int, num_heads: int):
         super().__init__()
-        self.mistake = fault
         self.num_heads, self.d_head = num_heads, d_model // num_heads
         self.q_proj = nn.Linear(d_model, d_model)
         self.k_proj = nn.Linear(d_model, d_model)
@@ -181,7 +182,7 @@ class MultiHeadAttentionTask(ModuleTask):
         "torch.nn.functional.multi_head_attention_forward",
     )
     wrong = _WrongMultiHeadAttention
-    faults = {
+    mistake_table = {
         "no_out_proj": "the merged heads must go through the output projection: "
         "output = out_proj(merge_heads(heads))",
         "averaged_heads": "you averaged the heads' attention maps into one; each head must "
@@ -337,14 +338,14 @@ class MultiHeadAttentionTask(ModuleTask):
 # --------------------------------------------------------------------------------------------
 
 
-def _gqa(q: Tensor, k: Tensor, v: Tensor, mask=None, *, fault: str = "") -> Tensor:
+def _gqa(q: Tensor, k: Tensor, v: Tensor, mask=None, *, mistake: str = "") -> Tensor:
     num_heads, num_kv_heads = q.shape[1], k.shape[1]
     if num_heads % num_kv_heads:
         raise ValueError("not a multiple")
     group = num_heads // num_kv_heads
-    if fault == "tiled":  # kv head h % num_kv_heads instead of h // group
+    if mistake == "tiled":  # kv head h % num_kv_heads instead of h // group
         k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
-    elif fault == "seq_axis":  # repeated along the keys, not the heads
+    elif mistake == "seq_axis":  # repeated along the keys, not the heads
         k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
     else:
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
@@ -365,7 +366,7 @@ class GroupedQueryAttentionTask(Task):
         "course_lib.multihead.repeat_kv",
         "course_lib.llama.GroupedQueryAttention",
     )
-    faults = {
+    mistake_table = {
         "seq_axis": "repeat the kv heads along the head axis (dim=1 of (batch, num_kv_heads, "
         "n_k, d_head)), not along the keys: repeating the keys makes n_k * group keys",
         "tiled": "the heads are grouped wrongly: query head h must use kv head h // group "
@@ -373,8 +374,8 @@ class GroupedQueryAttentionTask(Task):
         ".repeat(1, group, 1, 1) tiles the kv heads, so head h gets kv head h % num_kv_heads",
     }
 
-    def wrong(self, q, k, v, mask=None, *, fault):
-        return _gqa(q, k, v, mask, fault=fault)
+    def wrong(self, q, k, v, mask=None, *, mistake):
+        return _gqa(q, k, v, mask, mistake=mistake)
 
     def _case(
         self,

@@ -1,6 +1,6 @@
 """ex04, positional encoding: the sinusoidal table, a shift as a rotation, and RoPE.
 
-The four tasks share one source of wrong frequencies, `_frequencies(d, fault)`: a frequency
+The four tasks share one source of wrong frequencies, `_frequencies(d, mistake)`: a frequency
 formula slightly off is the same slip in the table, the shift matrix and both RoPE layouts.
 """
 
@@ -15,22 +15,22 @@ LESSON = "lesson 04, section "
 F64 = torch.float64
 
 
-def _frequencies(d: int, fault: str = "") -> torch.Tensor:
-    """(d / 2,) float64 frequencies 10000^(-2i/d), or the ones a named fault gives."""
+def _frequencies(d: int, mistake: str = "") -> torch.Tensor:
+    """(d / 2,) float64 frequencies 10000^(-2i/d), or the ones a named mistake gives."""
     pair = torch.arange(d // 2, dtype=F64)
-    if fault == "base_1000":
+    if mistake == "base_1000":
         return 1000.0 ** (-2 * pair / d)
-    if fault == "base_e4":  # math.log10(10000) taken for ln
+    if mistake == "base_e4":  # math.log10(10000) taken for ln
         return torch.exp(-2 * pair * 4.0 / d)
-    if fault == "inverted":  # the minus sign dropped
+    if mistake == "inverted":  # the minus sign dropped
         return 10000.0 ** (2 * pair / d)
-    if fault == "not_over_d":
+    if mistake == "not_over_d":
         return 10000.0 ** (-2 * pair)
-    if fault == "divided_outside":  # exp(...) / d
+    if mistake == "divided_outside":  # exp(...) / d
         return 10000.0 ** (-2 * pair) / d
-    if fault == "zero":  # 2 * i // d: integer division, 0
+    if mistake == "zero":  # 2 * i // d: integer division, 0
         return torch.ones_like(pair)
-    power = {"exponent_i": pair, "exponent_4i": 4 * pair}.get(fault, 2 * pair)
+    power = {"exponent_i": pair, "exponent_4i": 4 * pair}.get(mistake, 2 * pair)
     return 10000.0 ** (-power / d)
 
 
@@ -84,7 +84,7 @@ class SinusoidalPositionalEncoding(Task):
     id = "ex04.sinusoidal_positional_encoding"
     lesson = LESSON + "'The sinusoidal encoding'"
     reference = "course_lib.positional.sinusoidal_positional_encoding"
-    faults = {
+    mistake_table = {
         "cos_sin_swapped": "sin and cos are swapped: sin goes on the even columns (0, 2, ...), "
         "cos on the odd ones, so row 0 is [0, 1, 0, 1, ...]",
         "exponent_i": "the exponent uses the pair index i; it is 2i/d_model, i.e. "
@@ -135,24 +135,24 @@ class SinusoidalPositionalEncoding(Task):
     def compare(self, got, want, case):
         return _close_or_explain(got, want)
 
-    def wrong(self, seq_len, d_model, *, fault):
-        positions = torch.arange(seq_len, dtype=F64)[:, None] + (fault == "from_1")  # (seq, 1)
+    def wrong(self, seq_len, d_model, *, mistake):
+        positions = torch.arange(seq_len, dtype=F64)[:, None] + (mistake == "from_1")  # (seq, 1)
         pair = torch.arange(d_model // 2, dtype=F64)[None, :]  # (1, d_model / 2)
-        if fault == "over_seq_len":
+        if mistake == "over_seq_len":
             angles = positions * 10000.0 ** (-2 * pair / seq_len)
-        elif fault == "position_and_pair_swapped":
+        elif mistake == "position_and_pair_swapped":
             angles = pair * 10000.0 ** (-2 * positions / d_model)
         else:
-            angles = positions * _frequencies(d_model, fault)[None, :]  # (seq, d_model / 2)
+            angles = positions * _frequencies(d_model, mistake)[None, :]  # (seq, d_model / 2)
         odd_angles = angles
-        if fault == "column_index_exponent":  # column 2i + 1 at 10000^(-(2i + 1)/d_model)
+        if mistake == "column_index_exponent":  # column 2i + 1 at 10000^(-(2i + 1)/d_model)
             odd_angles = positions * 10000.0 ** (-(2 * pair + 1) / d_model)
         even, odd = torch.sin(angles), torch.cos(odd_angles)
-        if fault == "cos_sin_swapped":
+        if mistake == "cos_sin_swapped":
             even, odd = torch.cos(angles), torch.sin(angles)
-        elif fault == "odd_sin":
+        elif mistake == "odd_sin":
             odd = torch.sin(angles)
-        if fault == "halves":
+        if mistake == "halves":
             return torch.cat((even, odd), dim=-1).float()
         pe = torch.empty(seq_len, d_model, dtype=F64)
         pe[:, 0::2], pe[:, 1::2] = even, odd
@@ -169,7 +169,7 @@ class RelativeShiftMatrix(Task):
     id = "ex04.relative_shift_matrix"
     lesson = LESSON + "'A shift in position is a rotation'"
     reference = "course_lib.positional.relative_shift_matrix"
-    faults = {
+    mistake_table = {
         # abs(offset) is right for positive offsets and looks like the transpose for negative
         # ones: it comes first, or the transpose hint would break the positive offsets
         "abs_offset": "your matrix is right for positive offsets only: for a negative offset it "
@@ -222,19 +222,19 @@ class RelativeShiftMatrix(Task):
                 )
         return None
 
-    def wrong(self, offset, d_model, *, fault):
-        offset = abs(offset) if fault == "abs_offset" else offset
-        frequencies = _frequencies(d_model, fault)  # (d_model / 2,)
-        if fault == "no_frequency":
+    def wrong(self, offset, d_model, *, mistake):
+        offset = abs(offset) if mistake == "abs_offset" else offset
+        frequencies = _frequencies(d_model, mistake)  # (d_model / 2,)
+        if mistake == "no_frequency":
             frequencies = torch.ones_like(frequencies)
         cos, sin = torch.cos(offset * frequencies), torch.sin(offset * frequencies)
-        if fault == "cos_sin_swapped":
+        if mistake == "cos_sin_swapped":
             cos, sin = sin, cos
         m = torch.zeros(d_model, d_model, dtype=F64)
         even = torch.arange(0, d_model, 2)
         m[even, even], m[even, even + 1] = cos, sin
-        m[even + 1, even], m[even + 1, even + 1] = sin if fault == "no_minus" else -sin, cos
-        return (m.T if fault == "transposed" else m).float()
+        m[even + 1, even], m[even + 1, even + 1] = sin if mistake == "no_minus" else -sin, cos
+        return (m.T if mistake == "transposed" else m).float()
 
 
 # --------------------------------------------------------------------------------------------
@@ -242,27 +242,27 @@ class RelativeShiftMatrix(Task):
 # --------------------------------------------------------------------------------------------
 
 
-def _rope_variant(x, positions=None, *, layout="adjacent", fault=""):
-    """RoPE with the named fault ("": none). `layout` is the task's: "adjacent" rotates pairs
+def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
+    """RoPE with the named mistake ("": none). `layout` is the task's: "adjacent" rotates pairs
     (2i, 2i+1), "halves" pairs (i, i + d/2) (the rotate-half layout of GPT-NeoX and Llama)."""
     d = x.shape[-1]
-    if fault in ("halves", "halves_mixed_frequencies", "adjacent"):  # the other task's layout
-        layout = fault.removesuffix("_mixed_frequencies")
+    if mistake in ("halves", "halves_mixed_frequencies", "adjacent"):  # the other task's layout
+        layout = mistake.removesuffix("_mixed_frequencies")
     out_layout = {"adjacent_out_halves": "halves", "halves_out_adjacent": "adjacent"}
-    if fault == "ignore_positions" or positions is None:
-        positions = torch.arange(x.shape[-2]) + (fault == "from_1")
-    elif fault == "integer_positions":  # .long() rounds 0.5 towards 0
+    if mistake == "ignore_positions" or positions is None:
+        positions = torch.arange(x.shape[-2]) + (mistake == "from_1")
+    elif mistake == "integer_positions":  # .long() rounds 0.5 towards 0
         positions = positions.long()
     positions = positions.to(F64)[:, None]  # (seq, 1)
-    if fault == "constant":
+    if mistake == "constant":
         positions = torch.ones_like(positions)
-    angles = positions * _frequencies(d, fault)  # (seq, d / 2)
+    angles = positions * _frequencies(d, mistake)  # (seq, d / 2)
     first = second = angles  # the angles of each pair's first and second feature
-    if fault in ("mixed_frequencies", "halves_mixed_frequencies"):  # repeat_interleave'd table
+    if mistake in ("mixed_frequencies", "halves_mixed_frequencies"):  # repeat_interleave'd table
         first, second = angles.repeat_interleave(2, dim=-1).chunk(2, dim=-1)
-    elif fault == "column_frequencies":  # feature j at its own 10000^(-j/d)
+    elif mistake == "column_frequencies":  # feature j at its own 10000^(-j/d)
         first, second = (positions * 10000.0 ** (-torch.arange(d, dtype=F64) / d)).chunk(2, -1)
-    if fault == "cos_sin_swapped":
+    if mistake == "cos_sin_swapped":
         first, second = torch.pi / 2 - first, torch.pi / 2 - second
     cos0, sin0 = torch.cos(first).to(x.dtype), torch.sin(first).to(x.dtype)
     cos1, sin1 = torch.cos(second).to(x.dtype), torch.sin(second).to(x.dtype)
@@ -270,12 +270,12 @@ def _rope_variant(x, positions=None, *, layout="adjacent", fault=""):
         x0, x1 = x[..., 0::2], x[..., 1::2]
     else:
         x0, x1 = x[..., : d // 2], x[..., d // 2 :]
-    sign = -1.0 if fault == "sign" else 1.0
+    sign = -1.0 if mistake == "sign" else 1.0
     r0 = x0 * cos0 - sign * x1 * sin0
     r1 = sign * x0 * sin1 + x1 * cos1
-    if fault == "reflect":  # the sign of the second component's x1 term flipped
+    if mistake == "reflect":  # the sign of the second component's x1 term flipped
         r1 = x0 * sin1 - x1 * cos1
-    if out_layout.get(fault, layout) == "halves":
+    if out_layout.get(mistake, layout) == "halves":
         return torch.cat((r0, r1), -1)
     return torch.stack((r0, r1), -1).flatten(-2)
 
@@ -346,7 +346,7 @@ class ApplyRope(Task):
     id = "ex04.apply_rope"
     lesson = LESSON + "'RoPE: rotate the queries and keys'"
     reference = "course_lib.positional.apply_rope"
-    faults = {
+    mistake_table = {
         "constant": _CONSTANT,
         "halves_mixed_frequencies": "you paired feature i with feature i + d/2 but took the "
         "frequencies of adjacent pairs, so the two features of a pair turn by different angles: "
@@ -448,8 +448,8 @@ class ApplyRope(Task):
                 )
         return None
 
-    def wrong(self, x, positions=None, *, fault):
-        return _rope_variant(x, positions, fault=fault)
+    def wrong(self, x, positions=None, *, mistake):
+        return _rope_variant(x, positions, mistake=mistake)
 
 
 @register
@@ -457,7 +457,7 @@ class ApplyRopeHalf(Task):
     id = "ex04.apply_rope_half"
     lesson = LESSON + "'RoPE: rotate the queries and keys'"
     reference = "course_lib.positional.apply_rope_half"
-    faults = {
+    mistake_table = {
         "adjacent": "you rotated adjacent pairs (2i, 2i+1), the lesson's interleaved layout; "
         "this task pairs feature i with feature i + d/2: first half x[..., :d//2], second half "
         "x[..., d//2:]",
@@ -533,5 +533,5 @@ class ApplyRopeHalf(Task):
     def compare(self, got, want, case):
         return _close_or_explain(got, want)
 
-    def wrong(self, x, positions=None, *, fault):
-        return _rope_variant(x, positions, layout="halves", fault=fault)
+    def wrong(self, x, positions=None, *, mistake):
+        return _rope_variant(x, positions, layout="halves", mistake=mistake)

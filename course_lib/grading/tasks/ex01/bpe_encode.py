@@ -13,7 +13,7 @@ class BpeEncode(Task):
     reference = "course_lib.bpe.bpe_encode"
     depends_on = ("merge_pair",)
     forbidden = BPE_FINISHED  # the reference among them is reported as such
-    faults = {
+    mistake_table = {
         "leftmost_first": "you merged the leftmost pair that has a merge; apply the "
         "earliest-learned merge first, wherever its pair is",
         "not_chained": "each merge must work on the result of the merges before it (so a merge "
@@ -86,23 +86,23 @@ class BpeEncode(Task):
         ids, merges = case.args  # ids: the learner's own copy, the grader sees it changed
         return obj(ids, dict(merges))
 
-    def wrong(self, ids, merges, *, fault):
+    def wrong(self, ids, merges, *, mistake):
         ranks, ids = list(merges), list(ids)
-        while fault in ("leftmost_first", "by_frequency"):  # one merge at a time, picked anew
+        while mistake in ("leftmost_first", "by_frequency"):  # one merge at a time, picked anew
             found = [(i, pair) for i, pair in enumerate(adjacent(ids)) if pair in merges]
             if not found:
                 return ids
-            if fault == "leftmost_first":
+            if mistake == "leftmost_first":
                 i, pair = found[0]
                 ids = ids[:i] + [merges[pair]] + ids[i + 2 :]
             else:
                 present = [pair for _, pair in found]
                 pair = max(set(present), key=lambda p: (present.count(p), -ranks.index(p)))
                 ids = merged(ids, pair, merges[pair])
-        order = {"reversed_order": ranks[::-1], "sorted_by_pair": sorted(ranks)}.get(fault, ranks)
+        order = {"reversed_order": ranks[::-1], "sorted_by_pair": sorted(ranks)}.get(mistake, ranks)
         result = ids
         for pair in order:
-            if fault == "not_chained":  # each merge applied to the original ids
+            if mistake == "not_chained":  # each merge applied to the original ids
                 result = merged(ids, pair, merges[pair]) if pair in adjacent(ids) else result
             else:
                 result = merged(result, pair, merges[pair])

@@ -21,7 +21,7 @@ class CosineSimilarityMatrix(Task):
         "torch.cosine_similarity",
         "torch.nn.CosineSimilarity",
     )
-    faults = {
+    mistake_table = {
         "raw_dot": "those are raw dot products; divide by the lengths |E_i| |E_j| (normalise "
         "every row to length 1 first)",
         "no_guard": "a zero vector has length 0 and 0/0 = NaN; clamp the lengths (e.g. "
@@ -68,24 +68,24 @@ class CosineSimilarityMatrix(Task):
             Case("a single vector E (1, 5)", (randn(gen, 1, 5),)),
         ]
 
-    def wrong(self, E, *, fault):
-        if fault == "raw_dot":
+    def wrong(self, E, *, mistake):
+        if mistake == "raw_dot":
             return E @ E.T
-        if fault == "whole_norm":
+        if mistake == "whole_norm":
             norms = E.norm()
         else:
-            norms = E.norm(dim=0 if fault == "columns" else -1, keepdim=fault not in _FLAT)
-        if fault not in ("no_guard", "squared_norms"):
+            norms = E.norm(dim=0 if mistake == "columns" else -1, keepdim=mistake not in _FLAT)
+        if mistake not in ("no_guard", "squared_norms"):
             norms = norms.clamp_min(1e-12)
-        if fault in ("one_length", "columns_by_flat_norms"):
+        if mistake in ("one_length", "columns_by_flat_norms"):
             return (E @ E.T) / norms
-        if fault in ("squared_norms", "squared_flat_norms"):
+        if mistake in ("squared_norms", "squared_flat_norms"):
             squared = norms * norms
-            return (E @ E.T) / (squared if fault == "squared_flat_norms" else squared * squared.T)
+            return (E @ E.T) / (squared if mistake == "squared_flat_norms" else squared * squared.T)
         unit = E / norms
         similarity = unit @ unit.T
-        if fault == "distance":
+        if mistake == "distance":
             return 1 - similarity
-        if fault == "diagonal_one":  # "every vector is similar to itself", zero vectors included
+        if mistake == "diagonal_one":  # "every vector is similar to itself", zero vectors included
             return similarity + torch.diag((E.norm(dim=-1) == 0).to(E.dtype))
         return similarity

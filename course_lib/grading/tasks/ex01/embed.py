@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from ...core import Case, GradingError, register, with_fault
+from ...core import Case, GradingError, register
 from ..common import HintOnError, failure_of, randint, randn
 from ._shared import LESSON, unchecked_one_hot
 
@@ -47,7 +49,7 @@ class Embed(HintOnError):
     depends_on = ("one_hot",)
     forbidden = ("torch.nn.Embedding", "torch.nn.functional.embedding", "torch.embedding")
     watch = (torch.Tensor.__getitem__, *_LOOK_UPS)
-    faults = {
+    mistake_table = {
         "transposed": "you treated the table as (d, vocab_size); it is (vocab_size, d), one row "
         "per token, so the product is one_hot(ids, vocab_size) @ table",
         "float32_always": "keep the table's dtype: make the one-hot vectors in table.dtype",
@@ -91,7 +93,7 @@ class Embed(HintOnError):
         vocab_size, d = table.shape[0], table.shape[-1]
         if vocab_size == d or not ids.numel() or ids.min() < 0 or ids.max() >= vocab_size:
             return None
-        over_d = with_fault(self.wrong, "vocab_from_last_axis")
+        over_d = functools.partial(self.wrong, mistake="vocab_from_last_axis")
         refused = isinstance(error, ValueError) and ids.max() >= d  # one_hot(ids, d) refused
         if not refused and (failure is None or failure != failure_of(over_d, ids, table)):
             return None
@@ -100,14 +102,14 @@ class Embed(HintOnError):
             + _WRONG_AXIS
         )
 
-    def wrong(self, ids, table, *, fault):
-        over_d = fault in ("transposed", "vocab_from_last_axis")
+    def wrong(self, ids, table, *, mistake):
+        over_d = mistake in ("transposed", "vocab_from_last_axis")
         hot = unchecked_one_hot(ids, table.shape[-1] if over_d else table.shape[0])  # float32
-        if fault == "transposed":  # the table used as (d, vocab_size)
+        if mistake == "transposed":  # the table used as (d, vocab_size)
             return hot.to(table.dtype) @ table.T
-        if fault == "float32_always":
+        if mistake == "float32_always":
             return hot @ table.float()
-        if fault == "float32_one_hot":  # float32 times a float64 table: it raises
+        if mistake == "float32_one_hot":  # float32 times a float64 table: it raises
             return hot @ table
         return hot.to(table.dtype) @ table
 

@@ -12,7 +12,7 @@ class MergePair(Task):
     lesson = BPE_LESSON
     reference = "course_lib.bpe.merge_pair"
     forbidden = BPE_FINISHED  # the reference among them is reported as such
-    faults = {
+    mistake_table = {
         "overlapping": "an id can be merged only once: after a merge, skip both ids of the pair, "
         "so [a, a, a] with (a, a) gives [X, a], not [X, X]",
         "one_step_after_a_merge": "after a merge you moved on by one id, so the pair's second id "
@@ -86,16 +86,16 @@ class MergePair(Task):
             )
         return super().compare(got, want, case)
 
-    def wrong(self, ids, pair, new_id, *, fault):
-        if fault == "as_text":
+    def wrong(self, ids, pair, new_id, *, mistake):
+        if mistake == "as_text":
             text = " ".join(str(i) for i in ids).replace(f"{pair[0]} {pair[1]}", str(new_id))
             return [int(i) for i in text.split()]
-        if fault == "right_to_left":
+        if mistake == "right_to_left":
             return merged(ids[::-1], pair[::-1], new_id)[::-1]
         out, i = [], 0
-        while i < len(ids) - (fault == "last_id_lost"):
+        while i < len(ids) - (mistake == "last_id_lost"):
             here = tuple(ids[i : i + 2])
-            if fault == "either_order":
+            if mistake == "either_order":
                 found = len(here) == 2 and sorted(here) == sorted(pair)
             else:
                 found = here == tuple(pair)
@@ -104,10 +104,10 @@ class MergePair(Task):
                 i += 1
                 continue
             out.append(new_id)
-            if fault == "first_only":
+            if mistake == "first_only":
                 return out + list(ids[i + 2 :])
-            again = fault == "overlapping" and tuple(ids[i + 1 : i + 3]) == tuple(pair)
-            i += 1 if again or fault == "one_step_after_a_merge" else 2
+            again = mistake == "overlapping" and tuple(ids[i + 1 : i + 3]) == tuple(pair)
+            i += 1 if again or mistake == "one_step_after_a_merge" else 2
         return out
 
     def diagnose(self, got, want, case):

@@ -45,7 +45,7 @@ class NearestNeighbours(Task):
     lesson = f"{LESSON}, section 'Nearest neighbours'"
     reference = "course_lib.embeddings.nearest_neighbours"
     depends_on = ("cosine_similarity_matrix",)
-    faults = {
+    mistake_table = {
         "including_itself": "a vector is always most similar to itself; exclude `index` (e.g. "
         "set its similarity to -inf before ranking)",
         "skip_the_first": "skipping the first of the sorted similarities assumes the row itself "
@@ -87,28 +87,28 @@ class NearestNeighbours(Task):
             _zero_row_case(gen),
         ]
 
-    def wrong(self, E, index, k, *, fault):
-        if fault == "by_distance":
+    def wrong(self, E, index, k, *, mistake):
+        if mistake == "by_distance":
             distances = (E - E[index]).norm(dim=-1)
             distances[index] = float("inf")
             return distances.topk(k, largest=False).indices
-        if fault == "by_dot_product":
+        if mistake == "by_dot_product":
             similarity = E @ E[index]
-        elif fault == "nan_for_zero_rows":
+        elif mistake == "nan_for_zero_rows":
             similarity = (E / E.norm(dim=-1, keepdim=True)) @ (E[index] / E[index].norm())
         else:
             similarity = unit_rows(E) @ unit_rows(E)[index]  # (n,)
-        if fault == "skip_the_first":  # assumes the row itself sorts first
+        if mistake == "skip_the_first":  # assumes the row itself sorts first
             return similarity.argsort(descending=True, stable=True)[1 : k + 1]
-        if fault == "removed_after":
+        if mistake == "removed_after":
             top = similarity.topk(k).indices
             return top[top != index]
-        if fault == "least_similar":
+        if mistake == "least_similar":
             similarity[index] = float("inf")
             return similarity.argsort()[:k]
-        if fault != "including_itself":
-            similarity[index] = 0.0 if fault == "itself_at_zero" else float("-inf")
+        if mistake != "including_itself":
+            similarity[index] = 0.0 if mistake == "itself_at_zero" else float("-inf")
         top = similarity.topk(k)
-        if fault == "similarities":
+        if mistake == "similarities":
             return top.values
-        return top.indices.flip(0) if fault == "ascending" else top.indices
+        return top.indices.flip(0) if mistake == "ascending" else top.indices

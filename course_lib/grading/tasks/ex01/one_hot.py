@@ -21,7 +21,7 @@ class OneHot(Task):
     lesson = f"{LESSON}, section 'One-hot vectors'"
     reference = "course_lib.embeddings.one_hot"
     forbidden = ("torch.nn.functional.one_hot",)
-    faults = {
+    mistake_table = {
         "long": "your one-hot vectors are integers (int64); return floats (float32), so they "
         "can be multiplied with a float embedding table",
         "bool": "your one-hot vectors are booleans; return floats (float32) with .float()",
@@ -92,14 +92,14 @@ class OneHot(Task):
                 f"your code raised {type(error).__name__}: {error}. Hint: {_EMPTY_IDS_HINT}"
             ) from None
 
-    def wrong(self, ids, vocab_size, *, fault):
-        if fault == "min_max_on_empty":  # min() and max() of an empty tensor raise
+    def wrong(self, ids, vocab_size, *, mistake):
+        if mistake == "min_max_on_empty":  # min() and max() of an empty tensor raise
             if ids.is_floating_point() or ids.dtype == torch.bool:
                 raise TypeError(f"ids must be integers, got {ids.dtype}")
             if ids.min() < 0 or ids.max() >= vocab_size:
                 bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
                 raise ValueError(f"id {bad} is outside [0, {vocab_size})")
         hot = ids.unsqueeze(-1) == torch.arange(vocab_size)  # (..., vocab_size) bool
-        if fault == "vocab_not_last" and ids.dim() >= 1:
+        if mistake == "vocab_not_last" and ids.dim() >= 1:
             hot = hot.transpose(-2, -1)
-        return {"long": hot.long(), "bool": hot, "double": hot.double()}.get(fault, hot.float())
+        return {"long": hot.long(), "bool": hot, "double": hot.double()}.get(mistake, hot.float())

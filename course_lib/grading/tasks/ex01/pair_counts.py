@@ -12,7 +12,7 @@ class PairCounts(Task):
     lesson = BPE_LESSON
     reference = "course_lib.bpe.pair_counts"
     forbidden = BPE_FINISHED  # the reference among them is reported as such
-    faults = {
+    mistake_table = {
         "non_overlapping": "overlapping pairs count: [a, a, a] holds (a, a) twice, at positions "
         "0-1 and 1-2 (merging skips; counting does not)",
         "distinct_pairs": "you counted each distinct pair once; count every position at which "
@@ -68,24 +68,24 @@ class PairCounts(Task):
                 )
         return None
 
-    def wrong(self, ids, *, fault):
-        if fault == "distinct_pairs":
+    def wrong(self, ids, *, mistake):
+        if mistake == "distinct_pairs":
             return dict.fromkeys(adjacent(ids), 1)
-        if fault == "even_positions_only":
+        if mistake == "even_positions_only":
             pairs = list(zip(ids[::2], ids[1::2], strict=False))
-        elif fault == "non_overlapping":  # skips on, as merging does
+        elif mistake == "non_overlapping":  # skips on, as merging does
             pairs, i = [], 0
             while i < len(ids) - 1:
                 pairs.append((ids[i], ids[i + 1]))
                 i += 2 if ids[i] == ids[i + 1] else 1
         else:
             pairs = adjacent(ids)
-        if fault == "last_pair_missed":
+        if mistake == "last_pair_missed":
             pairs = pairs[:-1]
-        if fault == "wraps_around" and ids:
+        if mistake == "wraps_around" and ids:
             pairs.append((ids[-1], ids[0]))
         counts = {}
         for pair in pairs:
-            pair = tuple(sorted(pair)) if fault == "unordered" else pair
+            pair = tuple(sorted(pair)) if mistake == "unordered" else pair
             counts[pair] = counts.get(pair, 0) + 1
         return counts
