@@ -799,32 +799,3 @@ def load_weights(module: Any, state_dict: dict[str, Tensor], what: str = "your m
     if extra:
         raise GradingError(f"{what} has parameters the task does not ask for: {', '.join(extra)}")
     module.load_state_dict(state_dict, strict=False)  # every name checked above; aliases follow
-
-
-def extend_task(
-    cls: type[Task],
-    *,
-    mistakes_first: Iterable = (),
-    mistakes: Iterable = (),
-    cases: Callable[[torch.Generator], list[Case]] | None = None,
-) -> type[Task]:
-    """Add known mistakes (checked before or after the task's own) and extra cases to a task.
-
-    The fixes from a review are kept in a block of their own at the end of an exercise module,
-    so that they merge cleanly with concurrent work on the task itself. Extra cases are drawn
-    after the task's own, from the same generator, so the existing cases do not change.
-    """
-    first, last = list(mistakes_first), list(mistakes)
-    original_mistakes, original_cases = cls.mistakes, cls.cases
-
-    def extended_mistakes(self):
-        return first + original_mistakes(self) + last
-
-    cls.mistakes = extended_mistakes
-    if cases is not None:
-
-        def extended_cases(self, gen):
-            return original_cases(self, gen) + cases(gen)
-
-        cls.cases = extended_cases
-    return cls
