@@ -412,7 +412,9 @@ def attention_dropdown(tokens: Sequence[str], weights: object, *, head: int = 0)
 __all__ += ["ModelExplorer"]
 
 
-import ipywidgets  # noqa: E402  (lesson 11's explorer is made of plain ipywidgets)
+import html  # noqa: E402  (lesson 11's explorer: below the lesson-02 explorer, on purpose)
+
+import ipywidgets  # noqa: E402
 
 
 class ModelExplorer(ipywidgets.VBox):
@@ -459,7 +461,7 @@ class ModelExplorer(ipywidgets.VBox):
             layout=ipywidgets.Layout(grid_template_columns=f"repeat({c.num_heads}, 80px)"),
         )
         self._status = ipywidgets.HTML()
-        self._figure = ipywidgets.Output()
+        self._picture = ipywidgets.HTML()
         super().__init__(
             [
                 self._text,
@@ -467,7 +469,7 @@ class ModelExplorer(ipywidgets.VBox):
                 ipywidgets.Label("click a head to ablate it:"),
                 grid,
                 self._status,
-                self._figure,
+                self._picture,
             ]
         )
         self._busy = True
@@ -568,18 +570,27 @@ class ModelExplorer(ipywidgets.VBox):
     def _refresh(self) -> None:
         if self._busy:
             return
-        import matplotlib.pyplot as plt
+        self._status.value = f"<code>{html.escape(self.status_text())}</code>"
+        self._picture.value = self._pattern_html()
 
-        self._status.value = f"<code>{self.status_text()}</code>"
-        chars = [repr(ch)[1:-1] for ch in self.text]
-        self._figure.clear_output(wait=True)
-        with self._figure:
-            size = max(3.0, 0.22 * len(chars))
-            fig, ax = plt.subplots(figsize=(size + 1, size))
-            ax.imshow(self.pattern().numpy(), cmap="Blues", vmin=0, vmax=1)
-            ax.set_xticks(range(len(chars)), chars, fontsize=7)
-            ax.set_yticks(range(len(chars)), chars, fontsize=7)
-            ax.set_xlabel("key (attended to)")
-            ax.set_ylabel("query")
-            ax.set_title(f"layer {self.layer}, head {self.head}")
-            plt.show()
+    def _pattern_html(self) -> str:
+        """The shown head's attention as an HTML grid (query rows, key columns): plain HTML, so
+        it renders offline in any frontend and draws nothing outside the widget."""
+        chars = [html.escape(repr(ch)[1:-1]) for ch in self.text]
+        weights = self.pattern().tolist()
+        cell = "width:9px;height:9px;padding:0;"
+        head = "".join(
+            f'<th style="{cell}font-size:7px;font-weight:normal">{ch}</th>' for ch in chars
+        )
+        rows = [f"<tr><th></th>{head}</tr>"]
+        for ch, row in zip(chars, weights, strict=True):
+            cells = "".join(
+                f'<td style="{cell}background:rgba(31,119,180,{w:.2f})" title="{w:.2f}"></td>'
+                for w in row
+            )
+            rows.append(f'<tr><th style="font-size:7px;font-weight:normal">{ch}</th>{cells}</tr>')
+        caption = (
+            f"<caption>layer {self.layer}, head {self.head}: row = query, column = key "
+            "(darker = more attention)</caption>"
+        )
+        return f'<table style="border-collapse:collapse">{caption}{"".join(rows)}</table>'
