@@ -16,7 +16,7 @@ import torch
 
 from course_lib import inspection
 from course_lib.grading import check_result
-from course_lib.grading.core import get_task, run_cases
+from course_lib.grading.core import get_task, judge, run_cases
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = "11_inside_the_model.ipynb"
@@ -61,6 +61,16 @@ def test_the_solution_passes(solution, task_id):
 def test_the_reference_logic_passes():
     # the other references call course_lib helpers that their tasks do not allow
     result = check_result("ex11.attention_patterns", _copy(inspection.attention_patterns))
+    assert result.status == "passed", result.feedback
+
+
+@pytest.mark.parametrize("seed", [1, 123])
+@pytest.mark.parametrize("task_id", TASKS)
+def test_the_solution_passes_the_hidden_cases(solution, task_id, seed):
+    # other seeds put the hand-built circuits' heads elsewhere
+    task = get_task(task_id)
+    cases = task.cases(torch.Generator().manual_seed(seed))
+    result = judge(task, cases, run_cases(task, solution[task.name], cases))
     assert result.status == "passed", result.feedback
 
 
