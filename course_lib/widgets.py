@@ -402,3 +402,195 @@ def attention_dropdown(tokens: Sequence[str], weights: object, *, head: int = 0)
     dropdown.observe(show, names="value")
     show()
     return ipywidgets.VBox([dropdown, output])
+
+
+# --------------------------------------------------------------------------------------------
+# Lesson 11: the explorer driven by a trained GPT
+# --------------------------------------------------------------------------------------------
+
+
+__all__ += ["ModelExplorer"]
+
+
+import html  # noqa: E402  (lesson 11's explorer: below the lesson-02 explorer, on purpose)
+
+import ipywidgets  # noqa: E402
+
+
+class ModelExplorer(ipywidgets.VBox):
+    """A trained character-level GPT, opened up: type text, choose a layer and a head, see
+    where each character attends; click a head's button to ablate it and see the loss change.
+
+        explorer = ModelExplorer(model, vocabulary, "ROMEO:\\nBut soft")
+        explorer                           # shows the widget (text box, layer, head, heads grid)
+        explorer.select(0, 2)              # what choosing layer 0, head 2 does, from Python
+        explorer.toggle(0, 2)              # what a click on head L0H2's button does
+        explorer.loss, explorer.clean_loss, explorer.status_text()
+
+    `vocabulary` is the string of the model's characters in id order (load_shakespeare_gpt's).
+    The loss is the mean next-character cross-entropy (nats) on the text, with the ablated
+    heads' outputs set to zero (course_lib.inspection.ablate_heads). Where widgets cannot
+    render, the cell shows `status_text()`.
+    """
+
+    def __init__(self, model, vocabulary: str, text: str, layer: int = 0, head: int = 0):
+        from .gpt import GPT
+
+        if not isinstance(model, GPT):
+            raise TypeError(f"model must be a course_lib GPT, got {type(model).__name__}")
+        if not isinstance(vocabulary, str) or len(vocabulary) != model.config.vocab_size:
+            raise ValueError(
+                f"vocabulary must be a string of the model's {model.config.vocab_size} "
+                f"characters in id order, got {vocabulary!r:.40}"
+            )
+        self.model, self.vocabulary = model, vocabulary
+        self.ablated: set[tuple[int, int]] = set()
+        c = model.config
+        self._text = ipywidgets.Text(description="text", continuous_update=False)
+        self._layer = ipywidgets.Dropdown(options=list(range(c.num_layers)), description="layer")
+        self._head = ipywidgets.Dropdown(options=list(range(c.num_heads)), description="head")
+        self._buttons = {
+            (lay, h): ipywidgets.ToggleButton(
+                description=f"L{lay}H{h}", tooltip="ablate this head (zero its output)"
+            )
+            for lay in range(c.num_layers)
+            for h in range(c.num_heads)
+        }
+        grid = ipywidgets.GridBox(
+            list(self._buttons.values()),
+            layout=ipywidgets.Layout(grid_template_columns=f"repeat({c.num_heads}, 80px)"),
+        )
+        self._status = ipywidgets.HTML()
+        self._picture = ipywidgets.HTML()
+        super().__init__(
+            [
+                self._text,
+                ipywidgets.HBox([self._layer, self._head]),
+                ipywidgets.Label("click a head to ablate it:"),
+                grid,
+                self._status,
+                self._picture,
+            ]
+        )
+        self._busy = True
+        self.set_text(text)
+        self.select(layer, head)
+        self._busy = False
+        self._text.observe(lambda change: self.set_text(change["new"]), names="value")
+        self._layer.observe(lambda _: self._refresh(), names="value")
+        self._head.observe(lambda _: self._refresh(), names="value")
+        for key, button in self._buttons.items():
+            button.observe(lambda change, key=key: self._clicked(key, change["new"]), names="value")
+        self._refresh()
+
+    # -- what Python can ask and do --------------------------------------------------------------
+
+    def set_text(self, text: str) -> ModelExplorer:
+        """Show another text (at least 2 characters, at most block_size, all in the vocabulary)."""
+        if not isinstance(text, str) or not 2 <= len(text) <= self.model.config.block_size:
+            raise ValueError(
+                f"text must be a string of 2 to {self.model.config.block_size} characters, "
+                f"got {text!r:.40}"
+            )
+        unknown = sorted(set(text) - set(self.vocabulary))
+        if unknown:
+            raise ValueError(f"text has characters the model does not know: {unknown}")
+        self.ids = torch.tensor([[self.vocabulary.index(ch) for ch in text]])
+        self._busy, was = True, self._busy
+        self._text.value = text
+        self._busy = was
+        self._compute()
+        return self
+
+    @property
+    def text(self) -> str:
+        return self._text.value
+
+    @property
+    def layer(self) -> int:
+        return self._layer.value
+
+    @property
+    def head(self) -> int:
+        return self._head.value
+
+    def select(self, layer: int, head: int) -> ModelExplorer:
+        """Show head `head` of layer `layer`, as the two dropdowns do."""
+        from .inspection import _check_head
+
+        _check_head(self.model, layer, head)
+        self._busy, was = True, self._busy
+        self._layer.value, self._head.value = layer, head
+        self._busy = was
+        self._refresh()
+        return self
+
+    def toggle(self, layer: int, head: int) -> ModelExplorer:
+        """Ablate the head, or restore it if it was ablated: what a click on its button does."""
+        from .inspection import _check_head
+
+        _check_head(self.model, layer, head)
+        self._buttons[(layer, head)].value = (layer, head) not in self.ablated
+        return self
+
+    def pattern(self) -> Tensor:
+        """The shown head's attention (seq, seq) on the text, with the ablated heads ablated."""
+        return self._patterns[self.layer, 0, self.head]
+
+    def status_text(self) -> str:
+        ablated = ", ".join(f"L{lay}H{h}" for lay, h in sorted(self.ablated)) or "none"
+        change = self.loss - self.clean_loss
+        last = self.pattern()[-1]
+        top = int(last.argmax())
+        return (
+            f"{len(self.text)} characters; layer {self.layer}, head {self.head}: the last "
+            f"character {self.text[-1]!r} attends most to {self.text[top]!r} (position {top}, "
+            f"weight {float(last[top]):.2f}). Ablated heads: {ablated}; loss {self.loss:.3f} "
+            f"nats (without ablation {self.clean_loss:.3f}, change {change:+.3f})"
+        )
+
+    def __repr__(self) -> str:
+        return f"ModelExplorer: {self.status_text()}"
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _clicked(self, key: tuple[int, int], on: bool) -> None:
+        (self.ablated.add if on else self.ablated.discard)(key)
+        self._compute()
+        self._refresh()
+
+    def _compute(self) -> None:
+        from .inspection import ablate_heads, attention_patterns, next_token_losses
+
+        self.clean_loss = next_token_losses(self.model, self.ids).mean().item()
+        with ablate_heads(self.model, sorted(self.ablated)):
+            self.loss = next_token_losses(self.model, self.ids).mean().item()
+            self._patterns = attention_patterns(self.model, self.ids)
+
+    def _refresh(self) -> None:
+        if self._busy:
+            return
+        self._status.value = f"<code>{html.escape(self.status_text())}</code>"
+        self._picture.value = self._pattern_html()
+
+    def _pattern_html(self) -> str:
+        """The shown head's attention as an HTML grid (query rows, key columns): plain HTML, so
+        it renders offline in any frontend and draws nothing outside the widget."""
+        chars = [html.escape(repr(ch)[1:-1]) for ch in self.text]
+        weights = self.pattern().tolist()
+        cell = "width:9px;height:9px;padding:0;"
+        head = "".join(
+            f'<th style="{cell}font-size:7px;font-weight:normal">{ch}</th>' for ch in chars
+        )
+        rows = [f"<tr><th></th>{head}</tr>"]
+        for ch, row in zip(chars, weights, strict=True):
+            cells = "".join(
+                f'<td style="{cell}background:rgba(31,119,180,{w:.2f})" title="{w:.2f}"></td>'
+                for w in row
+            )
+            rows.append(f'<tr><th style="font-size:7px;font-weight:normal">{ch}</th>{cells}</tr>')
+        caption = (
+            f"<caption>layer {self.layer}, head {self.head}: row = query, column = key "
+            "(darker = more attention)</caption>"
+        )
+        return f'<table style="border-collapse:collapse">{caption}{"".join(rows)}</table>'

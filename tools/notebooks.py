@@ -348,6 +348,7 @@ PLANNED = {  # lessons of the syllabus, shown in the README before their noteboo
     "08": "Training an encoder-decoder",
     "09": "A GPT from scratch",
     "10": "The family and the cost",
+    "11": "Inside the model you trained",
 }
 OUTCOMES = {  # one line per lesson in the README's syllabus: what a learner comes away with
     "00": "how the course works, the map of the Transformer, and why attention replaced "
@@ -374,6 +375,9 @@ OUTCOMES = {  # one line per lesson in the README's syllabus: what a learner com
     "are mostly real",
     "10": "BERT, GPT and T5 side by side; attention's cost measured, exact tiled attention, "
     "and cheaper approximations",
+    "11": "hooks that read and change a trained GPT; induction heads found by their scores and "
+    "watched forming; head ablation, direct logit attribution that sums to the logits, a logit "
+    "lens",
 }
 SYLLABUS_START, SYLLABUS_END = "<!-- syllabus:start -->", "<!-- syllabus:end -->"
 

@@ -1,0 +1,169 @@
+"""ex11 (inside the model): the references and the solution notebook's functions pass, every
+named mistake fails with its hint, the solutions get full marks and the untouched exercise
+zero in the batch grader, and an ablation that is never undone loses points."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from course_lib import inspection
+from course_lib.grading import check_result
+from course_lib.grading.core import get_task, judge, run_cases
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = "11_inside_the_model.ipynb"
+TASKS = [
+    "ex11.attention_patterns",
+    "ex11.induction_scores",
+    "ex11.ablate_head",
+    "ex11.direct_logit_attribution",
+    "ex11.patch_head",
+]
+
+
+def _copy(fn):
+    """The reference's logic under a code object of its own (the grader does not see it)."""
+    fn = getattr(fn, "__wrapped__", fn)
+    fn = getattr(fn, "__wrapped__", fn)
+    code = fn.__code__.replace(co_name=fn.__name__ + "_copy")
+    return types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
+@pytest.fixture(scope="module")
+def solution():
+    """The solution notebook's functions, defined as a learner's notebook defines them."""
+    nb = nbformat.read(ROOT / "solutions" / NOTEBOOK, as_version=4)
+    namespace: dict = {}
+    for cell in nb.cells:
+        if (
+            cell.cell_type == "code"
+            and "check(" not in cell.source
+            and "course-setup" not in (cell.metadata.get("tags", []))
+        ):
+            exec(compile(cell.source, NOTEBOOK, "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("task_id", TASKS)
+def test_the_solution_passes(solution, task_id):
+    result = check_result(task_id, solution[task_id.split(".")[1]])
+    assert result.status == "passed", result.feedback
+
+
+def test_the_reference_logic_passes():
+    # the other references call course_lib helpers that their tasks do not allow
+    result = check_result("ex11.attention_patterns", _copy(inspection.attention_patterns))
+    assert result.status == "passed", result.feedback
+
+
+@pytest.mark.parametrize("seed", [1, 123])
+@pytest.mark.parametrize("task_id", TASKS)
+def test_the_solution_passes_the_hidden_cases(solution, task_id, seed):
+    # other seeds put the hand-built circuits' heads elsewhere
+    task = get_task(task_id)
+    cases = task.cases(torch.Generator().manual_seed(seed))
+    result = judge(task, cases, run_cases(task, solution[task.name], cases))
+    assert result.status == "passed", result.feedback
+
+
+@pytest.mark.parametrize("task_id", TASKS)
+def test_calling_the_reference_is_forbidden(task_id):
+    reference = getattr(inspection, task_id.split(".")[1])
+    assert check_result(task_id, reference).status == "forbidden"
+
+
+@pytest.mark.parametrize("task_id", TASKS)
+def test_every_named_mistake_fails_with_its_hint(task_id):
+    task = get_task(task_id)
+    for wrong, hint in task.mistakes():
+        result = check_result(task_id, wrong)
+        assert result.status == "failed", (task_id, hint)
+        assert hint in result.feedback, (task_id, hint, result.feedback)
+
+
+def test_an_ablation_left_in_place_is_caught_even_though_its_number_is_right():
+    task = get_task("ex11.ablate_head")
+    wrong = task.mistakes()[0][0]
+    cases = task.cases(torch.Generator().manual_seed(0))
+    outcome = run_cases(task, wrong, cases[:1])["outcomes"][0]
+    want = task.expected(cases[0])
+    assert outcome["value"][0] == pytest.approx(want[0], abs=1e-5)  # the number is right
+    assert outcome["value"][1] != "unchanged"
+    assert "left the model changed" in check_result("ex11.ablate_head", wrong).feedback
+
+
+def test_an_ablation_by_zeroing_value_rows_and_restoring_them_passes():
+    def ablate_by_values(model, ids, layer, head):
+        attn = model.layers[layer].self_attn
+        d_head = attn.d_model // attn.num_heads
+        rows = slice(head * d_head, (head + 1) * d_head)
+        saved = attn.v_proj.weight.detach().clone()
+
+        def loss():
+            with torch.no_grad():
+                logits = model(ids)
+            return torch.nn.functional.cross_entropy(
+                logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()
+            ).item()
+
+        clean = loss()
+        try:
+            with torch.no_grad():
+                attn.v_proj.weight[rows] = 0.0  # no value, no output: the same ablation
+            return loss() - clean
+        finally:
+            with torch.no_grad():
+                attn.v_proj.weight.copy_(saved)
+
+    result = check_result("ex11.ablate_head", ablate_by_values)
+    assert result.status == "passed", result.feedback
+
+
+def test_the_detector_is_graded_on_circuits_whose_heads_move_with_the_seed():
+    from course_lib.grading.tasks.ex11 import circuit_heads
+
+    placements = {circuit_heads(seed) for seed in range(20)}
+    assert len(placements) > 5
+    task = get_task("ex11.induction_scores")
+    for seed in (0, 1):
+        case = task.cases(torch.Generator().manual_seed(seed))[0]
+        spec = case.data["model"]
+        _, induction = circuit_heads(spec["seed"], spec["layers"], spec["heads"])
+        scores, state = task.expected(case)
+        assert state == "unchanged"
+        assert tuple((scores == scores.max()).nonzero()[0].tolist()) == induction
+
+
+def test_solutions_get_full_marks_and_the_untouched_exercise_zero(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "course_lib.grading",
+            str(ROOT / "solutions" / NOTEBOOK),
+            str(ROOT / "exercises" / NOTEBOOK),
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {
+        Path(r["submission"]).parent.name: r
+        for r in json.loads((tmp_path / "scores.json").read_text())
+    }
+    assert set(rows["solutions"]["tasks"]) == set(TASKS)
+    assert rows["solutions"]["score"] == rows["solutions"]["max_score"] == len(TASKS)
+    assert rows["exercises"]["score"] == 0
+    assert all("not implemented yet" in t["feedback"] for t in rows["exercises"]["tasks"].values())
