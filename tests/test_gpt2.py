@@ -12,9 +12,12 @@ import hashlib
 import json
 
 import pytest
+import torch
 
 from course_lib.bpe import GPT2_FILES, BPETokenizer, _gpt2_bytes_to_unicode
 from course_lib.datasets import load_shakespeare
+from course_lib.gpt import GPT, generate, generate_with_cache
+from course_lib.gpt2 import gpt2_config, gpt2_to_course, load_gpt2
 
 transformers = pytest.importorskip("transformers")
 
@@ -87,3 +90,111 @@ def test_end_of_text_is_one_token_where_allowed(gpt2_tokenizer, reference_tokeni
     assert ids.count(50256) == 2 and gpt2_tokenizer.decode(ids) == text
     plain = gpt2_tokenizer.encode(text)  # not allowed: ordinary text, "<", "|", "end", ...
     assert 50256 not in plain and gpt2_tokenizer.decode(plain) == text
+
+
+# ---- the weights -------------------------------------------------------------------------------
+
+SMALL = dict(vocab_size=50257, n_positions=128, n_embd=64, n_layer=2, n_head=4)  # theirs
+SMALL_SIZES = dict(vocab_size=50257, block_size=128, d_model=64, num_heads=4, num_layers=2)
+
+
+@pytest.fixture(scope="module")
+def random_gpt2():
+    """A small GPT-2 with random weights, built by Hugging Face's own code (no download).
+    initializer_range 0.2 (GPT-2's is 0.02) spreads the logits, so that greedy decoding
+    walks through many different tokens instead of repeating one."""
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(**SMALL, initializer_range=0.2)
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+def _ids(seed: int, shape: tuple[int, int]) -> torch.Tensor:
+    return torch.randint(
+        0, SMALL["vocab_size"], shape, generator=torch.Generator().manual_seed(seed)
+    )
+
+
+def test_logits_equal_hugging_faces(random_gpt2):
+    ours = GPT.from_gpt2(random_gpt2.state_dict(), num_heads=4)
+    assert ours.config == gpt2_config(**SMALL_SIZES)
+    assert ours.lm_head.weight is ours.token_embedding.weight and not ours.training
+    ids = _ids(0, (3, 128))  # the whole context
+    with torch.no_grad():
+        theirs = random_gpt2(ids).logits  # (3, 128, vocab)
+        mine = ours(ids)
+        first, cache = ours.forward_cached(ids[:, :50])  # the same, 50 tokens then 78
+        rest, _ = ours.forward_cached(ids[:, 50:], cache)
+    assert theirs.abs().max() > 1  # logits that are not all near zero
+    assert (mine - theirs).abs().max() < 1e-5
+    assert (torch.cat([first, rest], dim=1) - theirs).abs().max() < 1e-5
+
+
+def test_greedy_tokens_equal_hugging_faces_with_and_without_the_cache(random_gpt2, gpt2_tokenizer):
+    ours = GPT.from_gpt2(random_gpt2.state_dict(), num_heads=4)
+    prompt = torch.tensor([gpt2_tokenizer.encode("To be, or not to be, that is the question:")])
+    n = 20
+    theirs = {
+        cached: random_gpt2.generate(
+            prompt, max_new_tokens=n, do_sample=False, use_cache=cached, pad_token_id=50256
+        )
+        for cached in (False, True)
+    }
+    mine = {
+        "no cache": generate(ours, prompt, n, temperature=0.0),
+        "cache": generate(ours, prompt, n, temperature=0.0, use_cache=True),
+        "the exercise's loop": generate_with_cache(ours, prompt, n, temperature=0.0),
+    }
+    reference = theirs[False]
+    assert reference.shape == (1, prompt.shape[1] + n) and torch.equal(theirs[True], reference)
+    assert len(set(reference[0, -n:].tolist())) >= 10  # a walk through many tokens
+    for name, tokens in mine.items():
+        assert torch.equal(tokens, reference), name
+
+
+def test_the_lessons_loader_reads_hugging_faces_files(tmp_path, random_gpt2):
+    # save_pretrained writes Hugging Face's file (model.safetensors, "transformer." keys); the
+    # original pytorch_model.bin of openai-community/gpt2, the file the lesson downloads, has
+    # the keys without the prefix, each layer's causal mask as h.{i}.attn.bias (and
+    # masked_bias), no lm_head, in PyTorch's older (non-zip) format: build both, read both
+    safetensors = pytest.importorskip("safetensors.torch")
+    random_gpt2.save_pretrained(tmp_path / "saved")
+    saved = safetensors.load_file(tmp_path / "saved" / "model.safetensors")
+    assert "transformer.wte.weight" in saved
+    original = {k.removeprefix("transformer."): v for k, v in saved.items() if "lm_head" not in k}
+    n = SMALL["n_positions"]
+    for i in range(SMALL["n_layer"]):
+        original[f"h.{i}.attn.bias"] = torch.tril(torch.ones(n, n)).view(1, 1, n, n)
+        original[f"h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
+    path = tmp_path / "pytorch_model.bin"
+    torch.save(original, path, _use_new_zipfile_serialization=False)
+    ids = _ids(1, (2, 30))
+    with torch.no_grad():
+        theirs = random_gpt2(ids).logits
+        from_file = load_gpt2(path, num_heads=4)(ids)
+        from_saved = GPT.from_gpt2(saved, num_heads=4)(ids)
+    assert (from_file - theirs).abs().max() < 1e-5
+    assert (from_saved - theirs).abs().max() < 1e-5
+
+
+def test_the_key_map_transposes_and_splits(random_gpt2):
+    theirs = random_gpt2.state_dict()
+    ours = gpt2_to_course(theirs)
+    c_attn = theirs["transformer.h.1.attn.c_attn.weight"]  # (d, 3 d): x @ W, q | k | v
+    assert torch.equal(ours["layers.1.self_attn.k_proj.weight"], c_attn[:, 64:128].t())
+    assert torch.equal(
+        ours["layers.1.feed_forward.linear2.weight"],
+        theirs["transformer.h.1.mlp.c_proj.weight"].t(),
+    )
+    assert set(ours) == set(GPT(gpt2_config(**SMALL_SIZES)).state_dict())
+
+
+def test_a_state_dict_that_is_not_gpt2s_is_refused(random_gpt2):
+    state = dict(random_gpt2.state_dict())
+    with pytest.raises(ValueError, match="no 'wte.weight'.*not a GPT-2 state dict"):
+        gpt2_to_course({"weight": torch.zeros(2)})
+    with pytest.raises(ValueError, match=r"keys that GPT-2 does not have: \['h.0.attn.q.weight'\]"):
+        gpt2_to_course({**state, "h.0.attn.q.weight": torch.zeros(2)})
+    with pytest.raises(ValueError, match="lm_head.weight differs from wte.weight"):
+        gpt2_to_course({**state, "lm_head.weight": torch.zeros_like(state["lm_head.weight"])})
+    with pytest.raises(TypeError, match="state_dict must be a dict"):
+        gpt2_to_course([1, 2])
