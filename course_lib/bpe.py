@@ -6,11 +6,11 @@
 Training starts from the 256 byte values and repeatedly merges the most frequent adjacent pair
 of ids into a new id (256, 257, ...), until the vocabulary has `vocab_size` entries. Ties
 between equally frequent pairs go to the lexicographically greatest pair of byte strings,
-compared as (bytes of the first token, bytes of the second): the rule of the reference
-trainers (Stanford CS336's, which reproduces GPT-2's tie-breaking), so the same text gives the
-same merges here and there, and training is deterministic. Merges never cross a chunk
-boundary: the text is first cut into words, numbers, punctuation runs and white space
-(`pre_tokenize`), so "the" and " the" can become tokens, but "e." or "d t" cannot.
+compared as (bytes of the first token, bytes of the second): the rule of Stanford CS336's
+reference trainer, so the same text gives the same merges here and there, and training is
+deterministic. Merges never cross a chunk boundary: the text is first cut into words, numbers,
+punctuation runs and white space (`pre_tokenize`), so "the" and " the" can become tokens, but
+"e." or "d t" cannot.
 
 Special tokens (GPT-2's "<|endoftext|>") are whole strings with ids of their own after the
 merges: training never merges them with anything (the text is cut at each one first), and
