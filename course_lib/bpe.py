@@ -142,7 +142,7 @@ def bpe_encode(ids: Sequence[int], merges: dict[tuple[int, int], int]) -> list[i
 class BPETokenizer:
     """A byte-level BPE tokenizer: a list of merges, `merges[r] = (a, b)` makes id 256 + r.
 
-    >>> tok = BPETokenizer.train("low lower lowest", vocab_size=259)
+    >>> tok = BPETokenizer.train("low lower lowest", vocab_size=258)  # merges "ow", "low"
     >>> [tok.vocab[i] for i in tok.encode("lowest")]
     [b'low', b'e', b's', b't']
     >>> tok.decode(tok.encode("naïve café — 東京"))
