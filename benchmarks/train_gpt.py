@@ -32,7 +32,7 @@ its loss per token is higher while its loss per character may be lower. (The mod
 is block_size TOKENS: a BPE model sees more characters of context.)
 
 Presets (all run the same course_lib code, only the recipe differs; each is written once, in
-course_lib.train.GPT_RECIPES, where lesson 09 and tools/train_checkpoint.py read theirs too):
+course_lib.recipes.GPT_RECIPES, where lesson 09 and tools/train_checkpoint.py read theirs too):
   lesson-09       lesson 09's live run: nanoGPT's model, batch 16, AdamW lr 3e-3, 50 warm-up
                   steps, a cosine to 3e-4; `--preset lesson-09 --steps 700` is the lesson's run.
   checkpoint      the GPT shipped in course_lib/data: 6 blocks of width 192, context 256, batch
@@ -116,12 +116,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from course_lib.blocks import count_parameters  # noqa: E402
 from course_lib.bpe import BPETokenizer  # noqa: E402
 from course_lib.datasets import load_shakespeare, window_batches  # noqa: E402
+from course_lib.recipes import GPT_RECIPES, build_gpt  # noqa: E402
 from course_lib.text import CharTokenizer  # noqa: E402
-from course_lib.train import GPT_RECIPES, build_gpt, evaluate_loss, lm_loss, train  # noqa: E402
+from course_lib.train import evaluate_loss, lm_loss, train  # noqa: E402
 
-# the presets are course_lib.train.GPT_RECIPES: lesson 09 and tools/train_checkpoint.py read theirs
-# from the same place (decay_steps: the step at which the schedule reaches min_lr; None fits it
-# to the budget, the time or --steps when given)
+# the presets are course_lib.recipes.GPT_RECIPES: lesson 09 and tools/train_checkpoint.py read
+# theirs from the same place (decay_steps: the step at which the schedule reaches min_lr; None
+# fits it to the budget, the time or --steps when given)
 PRESETS = GPT_RECIPES
 
 VAL_FRACTION = 0.1

@@ -1,4 +1,7 @@
-"""Transformer blocks (lesson 07): feed-forward, LayerNorm, encoder and decoder layers, stacks.
+"""Transformer blocks (lesson 07): feed-forward, encoder and decoder layers, stacks.
+
+LayerNorm and the residual wrapping live in `course_lib.norms` (lesson 07 too), so that lesson
+06's cross-attention sub-layer uses the same ones; they are imported here under the same names.
 
 Every sub-layer is wrapped in a residual connection and a LayerNorm, in one of two orders:
 
@@ -29,7 +32,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -43,20 +45,18 @@ from .from_torch import (
 )
 from .kv_cache import LayerCache
 from .multihead import MultiHeadAttention
+from .norms import LayerNorm, layer_norm, residual
 from .validation import (
     at_the_door,
     check_attention_mask,
     check_choice,
     check_decoder_inputs,
     check_dropout,
-    check_eps,
     check_features,
-    check_floating,
     check_positive_int,
     check_same_batch,
     check_sequence,
     check_source,
-    check_tensor,
     door,
 )
 
@@ -90,65 +90,6 @@ _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "relu2": relu_squared,
     "gelu_tanh": gelu_tanh,
 }
-
-
-# --------------------------------------------------------------------------------------------
-# LayerNorm
-# --------------------------------------------------------------------------------------------
-
-
-@door
-def layer_norm(x: Tensor, gamma: Tensor, beta: Tensor | None, eps: float = 1e-5) -> Tensor:
-    """Normalise each vector along the last dimension, then scale and shift.
-
-    x (..., d), gamma (d,), beta (d,) or None -> (..., d):
-        (x - mean) / sqrt(var + eps) * gamma + beta, with the biased variance (divide by d),
-    the statistics taken per token, over its d features.
-    """
-    if at_the_door():
-        check_tensor(x, "x", min_ndim=1, shape_hint="(..., d)")
-        check_floating(x, "x")
-        d = x.shape[-1]
-        for t, name in ((gamma, "gamma"), (beta, "beta")):
-            if t is None and name == "beta":
-                continue
-            check_tensor(t, name, ndim=1, shape_hint=f"(d={d},)")
-            if t.shape[0] != d:
-                raise ValueError(
-                    f"{name} has {t.shape[0]} entries but x has d={d} features in its last "
-                    f"dimension (x shape {tuple(x.shape)}); {name} needs one entry per feature"
-                )
-        check_eps(eps)
-    mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
-    var = (x - mean).pow(2).mean(dim=-1, keepdim=True)  # (..., 1), biased: divide by d
-    out = (x - mean) / torch.sqrt(var + eps) * gamma  # (..., d)
-    return out if beta is None else out + beta
-
-
-class LayerNorm(nn.Module):
-    """`layer_norm` with learned `weight` (gamma, ones at init) and `bias` (beta, zeros).
-
-    Same parameter names and results as `torch.nn.LayerNorm(d_model)`. The forward pass runs
-    PyTorch's fused kernel (`F.layer_norm`), which computes what `layer_norm` above spells
-    out, up to float rounding (tests/test_blocks.py checks it), in one kernel instead of nine,
-    forward and backward (lesson 07 times the two on one CPU thread).
-    """
-
-    def __init__(self, d_model: int, eps: float = 1e-5, bias: bool = True):
-        super().__init__()
-        check_positive_int(d_model, "d_model")
-        self.d_model, self.eps = d_model, check_eps(eps)
-        self.weight = nn.Parameter(torch.ones(d_model))
-        self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None
-
-    @door
-    def forward(self, x: Tensor) -> Tensor:
-        if at_the_door():
-            check_features(x, "x", self.d_model, "this LayerNorm")
-        return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
-
-    def extra_repr(self) -> str:
-        return f"{self.d_model}, eps={self.eps}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -237,13 +178,6 @@ class _ResidualLayer(nn.Module):
         rename_torch_keys(state_dict, prefix, self._TORCH_NAMES)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
-    def _sublayer(
-        self, x: Tensor, norm: nn.Module, dropout: nn.Module, sublayer: Callable[[Tensor], Tensor]
-    ) -> Tensor:
-        if self.norm_first:  # x + Sublayer(LayerNorm(x))
-            return x + dropout(sublayer(norm(x)))
-        return norm(x + dropout(sublayer(x)))  # LayerNorm(x + Sublayer(x))
-
     def _self_attention(
         self,
         h: Tensor,
@@ -287,10 +221,9 @@ class EncoderLayer(_ResidualLayer):
             check_sequence(x, "x", self.d_model)
             if mask is not None:
                 check_attention_mask(mask, "mask", len(x), self.num_heads, x.shape[1], x.shape[1])
-        x = self._sublayer(
-            x, self.norm1, self.dropout1, lambda h: self._self_attention(h, mask, is_causal, cache)
-        )
-        return self._sublayer(x, self.norm2, self.dropout2, self.feed_forward)  # (b, seq, d)
+        attend = lambda h: self._self_attention(h, mask, is_causal, cache)
+        x = residual(x, attend, self.norm1, self.dropout1, self.norm_first)  # (b, seq, d)
+        return residual(x, self.feed_forward, self.norm2, self.dropout2, self.norm_first)
 
     @classmethod
     def from_torch(cls, module: nn.TransformerEncoderLayer) -> EncoderLayer:
@@ -335,11 +268,10 @@ class DecoderLayer(_ResidualLayer):
             check_decoder_inputs(
                 x, "x", memory, tgt_mask, memory_mask, self.d_model, self.num_heads
             )
-        x = self._sublayer(
-            x, self.norm1, self.dropout1, lambda h: self._self_attention(h, tgt_mask)
-        )
-        x = self.cross_attn(x, memory, memory_mask)
-        return self._sublayer(x, self.norm3, self.dropout3, self.feed_forward)  # (b, n_tgt, d)
+        attend = lambda h: self._self_attention(h, tgt_mask)
+        x = residual(x, attend, self.norm1, self.dropout1, self.norm_first)  # (b, n_tgt, d)
+        x = self.cross_attn(x, memory, memory_mask)  # its own residual and norm (lesson 06)
+        return residual(x, self.feed_forward, self.norm3, self.dropout3, self.norm_first)
 
     @classmethod
     def from_torch(cls, module: nn.TransformerDecoderLayer) -> DecoderLayer:
@@ -416,7 +348,14 @@ class Encoder(_Stack):
 
     _kind = EncoderLayer
 
+    @door
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        first = self.layers[0]
+        if at_the_door() and isinstance(first, EncoderLayer):  # once, not in every layer
+            check_sequence(x, "x", first.d_model)
+            if mask is not None:
+                n = x.shape[1]
+                check_attention_mask(mask, "mask", len(x), first.num_heads, n, n)
         for layer in self.layers:
             x = layer(x, mask)
         return x if self.norm is None else self.norm(x)
@@ -431,6 +370,7 @@ class Decoder(_Stack):
 
     _kind = DecoderLayer
 
+    @door
     def forward(
         self,
         x: Tensor,
@@ -438,6 +378,11 @@ class Decoder(_Stack):
         tgt_mask: Tensor | None = None,
         memory_mask: Tensor | None = None,
     ) -> Tensor:
+        first = self.layers[0]
+        if at_the_door() and isinstance(first, DecoderLayer):  # once, not in every layer
+            check_decoder_inputs(
+                x, "x", memory, tgt_mask, memory_mask, first.d_model, first.num_heads
+            )
         for layer in self.layers:
             x = layer(x, memory, tgt_mask, memory_mask)
         return x if self.norm is None else self.norm(x)
@@ -527,9 +472,9 @@ class EncoderDecoder(nn.Module):
         if at_the_door():
             check_source(src, src_mask, self.d_model, self.num_heads)
             check_sequence(tgt, "tgt", self.d_model, "n_tgt")
-            check_same_batch(src, "src", tgt, "tgt")
+            check_same_batch(src, "src", tgt, "tgt")  # named as the learner passed them
             check_decoder_inputs(
-                tgt, "tgt", src, tgt_mask, memory_mask, self.d_model, self.num_heads
+                tgt, "tgt", src, tgt_mask, memory_mask, self.d_model, self.num_heads, "src"
             )
         memory = self.encode(src, src_mask)
         return self.decode(tgt, memory, tgt_mask, memory_mask)

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from .attention import scaled_dot_product_attention
 from .multihead import MultiHeadAttention
+from .norms import LayerNorm, residual
 from .validation import (
     at_the_door,
     check_bool_mask,
@@ -94,8 +95,9 @@ class CrossAttentionSublayer(nn.Module):
     """The cross-attention sub-layer of a decoder layer: attention to memory, residual, LayerNorm.
 
     Sub-modules: `attn` (MultiHeadAttention: q_proj, k_proj, v_proj, out_proj), `norm`
-    (nn.LayerNorm(d_model)) and `dropout` (on the attention output). Lesson 07's `DecoderLayer`
-    contains one as `cross_attn`.
+    (lesson 07's LayerNorm, from `course_lib.norms`) and `dropout` (on the attention output).
+    Lesson 07's `DecoderLayer` contains one as `cross_attn`. The residual wrapping is
+    `course_lib.norms.residual`, the same function the encoder and decoder layers use.
 
     post-norm (norm_first=False, the original paper):  x = norm(x + attn(x, memory))
     pre-norm  (norm_first=True, most modern models):   x = x + attn(norm(x), memory)
@@ -123,7 +125,7 @@ class CrossAttentionSublayer(nn.Module):
             raise TypeError(f"norm_first must be True or False, got {norm_first!r}")
         self.d_model, self.num_heads, self.norm_first = d_model, num_heads, norm_first
         self.attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
-        self.norm = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.norm = LayerNorm(d_model, layer_norm_eps, bias=bias)
         self.dropout = nn.Dropout(dropout)  # on the attention output, as nn.TransformerDecoderLayer
         self.record_attention = False
         self.attention: Tensor | None = None
@@ -133,15 +135,14 @@ class CrossAttentionSublayer(nn.Module):
             query, memory, memory, memory_mask, need_weights=self.record_attention
         )
         self.attention = None if weights is None else weights.detach()
-        return self.dropout(output)  # (batch, n_q, d_model)
+        return output  # (batch, n_q, d_model)
 
     @door
     def forward(self, x: Tensor, memory: Tensor, memory_mask: Tensor | None = None) -> Tensor:
         if at_the_door():
             check_cross_attention_inputs(x, memory, memory_mask, self.d_model)
-        if self.norm_first:
-            return x + self._attend(self.norm(x), memory, memory_mask)  # (batch, n_q, d_model)
-        return self.norm(x + self._attend(x, memory, memory_mask))  # (batch, n_q, d_model)
+        attend = lambda h: self._attend(h, memory, memory_mask)
+        return residual(x, attend, self.norm, self.dropout, self.norm_first)  # (b, n_q, d_model)
 
 
 def attention_pool(

@@ -18,11 +18,12 @@ import torch
 from torch import Tensor
 
 from .attention import scaled_dot_product_attention
-from .validation import check_floating, check_tensor
+from .validation import at_the_door, check_floating, check_tensor, door
 
 __all__ = ["cached_attention_step", "LayerCache", "KVCache"]
 
 
+@door
 def cached_attention_step(
     q_t: Tensor, k_t: Tensor, v_t: Tensor, k_cache: Tensor, v_cache: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -35,35 +36,36 @@ def cached_attention_step(
     sequence axis. output_t equals the last row of full causal attention over all t + 1
     tokens: the newest token may attend to every earlier one and to itself, so no mask.
     """
-    for t, name in ((q_t, "q_t"), (k_t, "k_t"), (v_t, "v_t")):
-        check_tensor(t, name, ndim=4, shape_hint="(batch, heads, 1, d_head)")
-        check_floating(t, name)
-        if t.shape[2] != 1:
+    if at_the_door():
+        for t, name in ((q_t, "q_t"), (k_t, "k_t"), (v_t, "v_t")):
+            check_tensor(t, name, ndim=4, shape_hint="(batch, heads, 1, d_head)")
+            check_floating(t, name)
+            if t.shape[2] != 1:
+                raise ValueError(
+                    f"{name} must hold one token, shape (batch, heads, 1, d_head), "
+                    f"got shape {tuple(t.shape)}"
+                )
+        for t, name in ((k_cache, "k_cache"), (v_cache, "v_cache")):
+            check_tensor(t, name, ndim=4, shape_hint="(batch, heads, t, d_head)", allow_empty=True)
+        if (
+            k_t.shape != q_t.shape
+            or tuple(k_cache.shape[:2]) != tuple(q_t.shape[:2])
+            or k_cache.shape[-1] != q_t.shape[-1]
+        ):
             raise ValueError(
-                f"{name} must hold one token, shape (batch, heads, 1, d_head), "
-                f"got shape {tuple(t.shape)}"
+                f"q_t {tuple(q_t.shape)}, k_t {tuple(k_t.shape)} and k_cache "
+                f"{tuple(k_cache.shape)} must share batch, heads and d_head"
             )
-    for t, name in ((k_cache, "k_cache"), (v_cache, "v_cache")):
-        check_tensor(t, name, ndim=4, shape_hint="(batch, heads, t, d_head)", allow_empty=True)
-    if (
-        k_t.shape != q_t.shape
-        or tuple(k_cache.shape[:2]) != tuple(q_t.shape[:2])
-        or k_cache.shape[-1] != q_t.shape[-1]
-    ):
-        raise ValueError(
-            f"q_t {tuple(q_t.shape)}, k_t {tuple(k_t.shape)} and k_cache "
-            f"{tuple(k_cache.shape)} must share batch, heads and d_head"
-        )
-    if (
-        v_t.shape[:3] != q_t.shape[:3]
-        or tuple(v_cache.shape[:3]) != tuple(k_cache.shape[:3])
-        or v_cache.shape[-1] != v_t.shape[-1]
-    ):
-        raise ValueError(
-            f"v_t {tuple(v_t.shape)} and v_cache {tuple(v_cache.shape)} must match "
-            f"k_t {tuple(k_t.shape)} and k_cache {tuple(k_cache.shape)} in batch, "
-            "heads and length, and share their d_head"
-        )
+        if (
+            v_t.shape[:3] != q_t.shape[:3]
+            or tuple(v_cache.shape[:3]) != tuple(k_cache.shape[:3])
+            or v_cache.shape[-1] != v_t.shape[-1]
+        ):
+            raise ValueError(
+                f"v_t {tuple(v_t.shape)} and v_cache {tuple(v_cache.shape)} must match "
+                f"k_t {tuple(k_t.shape)} and k_cache {tuple(k_cache.shape)} in batch, "
+                "heads and length, and share their d_head"
+            )
     k_cache = torch.cat([k_cache, k_t], dim=-2)  # (batch, heads, t + 1, d_head)
     v_cache = torch.cat([v_cache, v_t], dim=-2)  # (batch, heads, t + 1, d_head)
     output_t, _ = scaled_dot_product_attention(q_t, k_cache, v_cache)  # (batch, heads, 1, d_head)

@@ -17,7 +17,15 @@ from torch import Tensor, nn
 
 from .attention import scaled_dot_product_attention
 from .multihead import MultiHeadAttention, repeat_kv
-from .validation import check_eps, check_floating, check_positive_int, check_tensor
+from .validation import (
+    at_the_door,
+    check_eps,
+    check_features,
+    check_floating,
+    check_positive_int,
+    check_tensor,
+    door,
+)
 
 __all__ = [
     "rms_norm",
@@ -28,21 +36,23 @@ __all__ = [
 ]
 
 
+@door
 def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
     """RMSNorm (Zhang & Sennrich 2019; Llama): x (..., d), weight (d,) -> (..., d).
 
     x / sqrt(mean(x**2) + eps) * weight, over the last dimension. Unlike LayerNorm it does not
     subtract the mean and has no bias: it only rescales each vector to root-mean-square 1.
     """
-    check_tensor(x, "x", min_ndim=1, shape_hint="(..., d)")
-    check_floating(x, "x")
-    check_tensor(weight, "weight", ndim=1, shape_hint=f"(d={x.shape[-1]},)")
-    if weight.shape[0] != x.shape[-1]:
-        raise ValueError(
-            f"weight has {weight.shape[0]} entries but x has d={x.shape[-1]} "
-            "features in its last dimension"
-        )
-    check_eps(eps)
+    if at_the_door():
+        check_tensor(x, "x", min_ndim=1, shape_hint="(..., d)")
+        check_floating(x, "x")
+        check_tensor(weight, "weight", ndim=1, shape_hint=f"(d={x.shape[-1]},)")
+        if weight.shape[0] != x.shape[-1]:
+            raise ValueError(
+                f"weight has {weight.shape[0]} entries but x has d={x.shape[-1]} "
+                "features in its last dimension"
+            )
+        check_eps(eps)
     mean_square = x.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
     return x / torch.sqrt(mean_square + eps) * weight
 
@@ -75,8 +85,10 @@ class SwiGLU(nn.Module):
         self.up_proj = nn.Linear(d_model, d_ff, bias=False)
         self.down_proj = nn.Linear(d_ff, d_model, bias=False)
 
+    @door
     def forward(self, x: Tensor) -> Tensor:
-        check_tensor(x, "x", min_ndim=1, shape_hint=f"(..., d_model={self.d_model})")
+        if at_the_door():
+            check_features(x, "x", self.d_model, "this SwiGLU")
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))  # (..., d_model)
 
 

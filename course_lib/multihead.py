@@ -151,8 +151,11 @@ class MultiHeadAttention(nn.Module):
         v = split_heads(self.v_proj(value), self.num_kv_heads)  # (batch, kv_heads, n_k, d_head)
         if self.rope:  # rotate by position; the new tokens come after the cached ones
             past = 0 if cache is None else len(cache)
-            q = apply_rope(q, torch.arange(past, past + q.shape[2]))
-            k = apply_rope(k, torch.arange(past, past + k.shape[2]))
+            if past == 0:  # positions 0 .. n - 1: apply_rope's kept table
+                q, k = apply_rope(q), apply_rope(k)
+            else:
+                q = apply_rope(q, torch.arange(past, past + q.shape[2], device=q.device))
+                k = apply_rope(k, torch.arange(past, past + k.shape[2], device=k.device))
         if cache is not None:  # the earlier tokens' keys and values come first
             k, v = cache.append(k, v)  # (batch, kv_heads, t + n_k, d_head)
         if self.num_kv_heads != self.num_heads:  # grouped-query attention: share the kv heads

@@ -16,6 +16,7 @@ put in by hand. Three ways:
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -46,13 +47,15 @@ __all__ = [
 BASE = 10000.0
 
 
+@door
 def sinusoid_frequencies(d_model: int) -> Tensor:
     """(d_model / 2,) float64: the angular frequency 10000^(-2i/d_model) of pair (2i, 2i+1).
 
     Pair 0 turns by 1 radian per position (wavelength 2π); the last pair turns slowest
     (wavelength close to 10000·2π).
     """
-    check_even(d_model)
+    if at_the_door():
+        check_even(d_model)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d_model / 2,) = 0, 2, 4, ...
     return BASE ** (-two_i / d_model)
 
@@ -101,6 +104,15 @@ def relative_shift_matrix(
     return m.to(dtype=dtype, device=device)
 
 
+@functools.lru_cache(maxsize=64)
+def _rope_table(seq_len: int, d: int, device: torch.device, dtype: torch.dtype):
+    """cos and sin (seq_len, d / 2) of the angles p * 10000^(-2i/d) for p = 0 .. seq_len - 1,
+    computed once per length, width, device and dtype (every layer of a model reuses them)."""
+    angles = torch.arange(seq_len, dtype=torch.float64)[:, None] * sinusoid_frequencies(d)
+    return torch.cos(angles).to(device, dtype), torch.sin(angles).to(device, dtype)
+
+
+@door
 def apply_rope(x: Tensor, positions: Tensor | None = None) -> Tensor:
     """Rotary position embedding: (..., seq, d) -> (..., seq, d), same dtype as x.
 
@@ -109,21 +121,24 @@ def apply_rope(x: Tensor, positions: Tensor | None = None) -> Tensor:
     `positions` is a 1-D tensor of length seq (ints or floats), or None for 0, 1, ..., seq-1.
     Apply it to queries and keys (not values): then q·k depends only on the offset.
     """
-    check_tensor(x, "x", min_ndim=2, shape_hint="(..., seq, d)")
-    check_floating(x, "x")
+    if at_the_door():
+        check_tensor(x, "x", min_ndim=2, shape_hint="(..., seq, d)")
+        check_floating(x, "x")
+        seq_len, d = x.shape[-2], x.shape[-1]
+        check_even(d, "the last dimension d of x")
+        if positions is not None:
+            check_tensor(positions, "positions", ndim=1, shape_hint="(seq,)")
+            why = f"x has seq={seq_len} (x has shape {tuple(x.shape)}); give one position per token"
+            check_size(positions, "positions", 0, seq_len, "entries", why)
+            if positions.dtype == torch.bool or positions.is_complex():
+                raise TypeError(f"positions must hold ints or floats, got {positions.dtype}")
     seq_len, d = x.shape[-2], x.shape[-1]
-    check_even(d, "the last dimension d of x")
-    if positions is None:
-        positions = torch.arange(seq_len)
-    else:
-        check_tensor(positions, "positions", ndim=1, shape_hint="(seq,)")
-        why = f"x has seq={seq_len} (x has shape {tuple(x.shape)}); give one position per token"
-        check_size(positions, "positions", 0, seq_len, "entries", why)
-        if positions.dtype == torch.bool or positions.is_complex():
-            raise TypeError(f"positions must hold ints or floats, got {positions.dtype}")
-    angles = positions.detach().to("cpu", torch.float64)[:, None] * sinusoid_frequencies(d)
-    cos = torch.cos(angles).to(x.device, x.dtype)  # (seq, d / 2)
-    sin = torch.sin(angles).to(x.device, x.dtype)  # (seq, d / 2)
+    if positions is None:  # 0, 1, ..., seq-1: the table is computed once and kept
+        cos, sin = _rope_table(seq_len, d, x.device, x.dtype)  # (seq, d / 2) each
+    else:  # computed where x is, with no copy from the CPU
+        freqs = sinusoid_frequencies(d).to(x.device)  # (d / 2,) float64
+        angles = positions.detach().to(x.device, torch.float64)[:, None] * freqs  # (seq, d / 2)
+        cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
     x0, x1 = x[..., 0::2], x[..., 1::2]  # (..., seq, d / 2) each
     rotated = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)  # (..., seq, d/2, 2)
     return rotated.flatten(-2)  # (..., seq, d), pairs interleaved again

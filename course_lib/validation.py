@@ -303,12 +303,14 @@ def check_decoder_inputs(
     memory_mask: object,
     d_model: int,
     num_heads: int,
+    memory_name: str = "memory",
 ) -> None:
     """A decoder's inputs: tgt (batch, n_tgt, d_model), memory (batch, n_src, d_model) and
-    the masks of its self-attention (n_tgt x n_tgt) and cross-attention (n_tgt x n_src)."""
+    the masks of its self-attention (n_tgt x n_tgt) and cross-attention (n_tgt x n_src).
+    `memory_name` is what the caller calls memory (an EncoderDecoder's `src`)."""
     check_sequence(tgt, name, d_model, "n_tgt")
-    check_sequence(memory, "memory", d_model, "n_src")
-    check_same_batch(tgt, name, memory, "memory")
+    check_sequence(memory, memory_name, d_model, "n_src")
+    check_same_batch(tgt, name, memory, memory_name)
     batch, n_tgt, n_src = len(tgt), tgt.shape[1], memory.shape[1]
     if tgt_mask is not None:
         check_attention_mask(tgt_mask, "tgt_mask", batch, num_heads, n_tgt, n_tgt)

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.grading import check_result
+from course_lib.grading import NOTEBOOK_SEED, check, check_result
 from course_lib.grading.core import get_task, judge, resolve, run_cases
 
 TASKS = ["ex01.one_hot", "ex01.embed", "ex01.cosine_similarity_matrix", "ex01.nearest_neighbours"]
@@ -601,3 +601,98 @@ def test_the_new_edge_cases_are_there():
     )
     merges = [c.args for c in get_task("ex01.merge_pair").cases(gen)]
     assert any(any(i >= 10 for i in ids) and max(pair) < 10 for ids, pair, _ in merges)
+
+
+# ---- learner B's false pass: "skip the first, it's me" ----------------------------------------
+
+
+def _learners_cosine(E):
+    unit = E / E.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    return unit @ unit.T
+
+
+def neighbours_skipping_the_first_topk(E, index, k):
+    return _learners_cosine(E)[index].topk(k + 1).indices[1:]
+
+
+def neighbours_skipping_the_first_argsort(E, index, k):
+    return _learners_cosine(E)[index].argsort(descending=True)[1 : k + 1]
+
+
+def neighbours_skipping_the_first_sort(E, index, k):
+    return torch.sort(_learners_cosine(E)[index], descending=True).indices[1 : k + 1]
+
+
+@pytest.mark.parametrize(
+    "impl",
+    [
+        neighbours_skipping_the_first_topk,
+        neighbours_skipping_the_first_argsort,
+        neighbours_skipping_the_first_sort,
+    ],
+)
+def test_skipping_the_first_neighbour_fails_in_the_notebook_and_under_every_seed(impl, capsys):
+    # The notebook's check (its fixed seed), as a learner sees it: no ✅, the hint names it.
+    check("ex01.nearest_neighbours", impl)
+    shown = capsys.readouterr().out
+    assert shown.startswith("❌") and "skipping the first of the sorted" in shown, shown
+    # The batch grader's hidden seeds: the same case fails the same way under each of them.
+    task = get_task("ex01.nearest_neighbours")
+    for seed in (NOTEBOOK_SEED, 1, 2, 3, 4, 5, 6, 1234):
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        result = judge(task, cases, run_cases(task, impl, cases))
+        assert result.status == "failed", (seed, result.feedback)
+        assert result.passed == result.total - 1, (seed, result.feedback)
+        assert "skipping the first of the sorted" in result.feedback, (seed, result.feedback)
+
+
+# ---- learner B's slips that got no hint --------------------------------------------------------
+
+
+def _one_hot_with_checks(ids, vocab_size):
+    if ids.is_floating_point() or ids.dtype == torch.bool:
+        raise TypeError("ids must be integers")
+    if ids.numel() and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise ValueError(f"id {int(ids.max())} is outside [0, {vocab_size})")
+    return (ids.unsqueeze(-1) == torch.arange(vocab_size)).float()
+
+
+def embed_vocab_from_the_last_axis(ids, table):
+    return _one_hot_with_checks(ids, table.shape[1]).to(table.dtype) @ table
+
+
+def merge_pair_one_step_after_a_merge(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+        else:
+            out.append(ids[i])
+        i += 1
+    return out
+
+
+def cosine_over_flat_norms(E):
+    return (E @ E.T) / E.norm(dim=1)
+
+
+def cosine_over_flat_norms_squared(E):
+    norms = E.norm(dim=1)
+    return (E @ E.T) / (norms * norms)
+
+
+@pytest.mark.parametrize(
+    ("task_id", "impl", "hint"),
+    [
+        ("ex01.embed", embed_vocab_from_the_last_axis, "vocab_size from the wrong axis"),
+        ("ex01.merge_pair", merge_pair_one_step_after_a_merge, "step over both, i += 2"),
+        ("ex01.cosine_similarity_matrix", cosine_over_flat_norms, "divides column j by |E_j|"),
+        ("ex01.cosine_similarity_matrix", cosine_over_flat_norms_squared, "|E_j|² for column j"),
+    ],
+    ids=lambda x: getattr(x, "__name__", None),
+)
+def test_learner_bs_generic_slips_are_named(task_id, impl, hint):
+    result = check_result(task_id, impl)
+    assert result.status == "failed", result.feedback
+    assert hint in result.feedback, result.feedback
+    assert "more than one thing" not in result.feedback

@@ -172,9 +172,13 @@ def _mistake_params():
 
 def test_every_named_mistake_is_covered():
     names = {w.__name__ for _, w, _ in (p.values for p in _mistake_params())}
-    assert {"_ln_wrong_axis", "_ln_unbiased", "_ln_eps_outside"} <= names
-    assert {"_FFNoActivation", "_FFActivationAfter", "_FFNoDropout", "_FFDropoutOnOutput"} <= names
-    assert {"_EncSwapped", "_EncResidualNormed"} <= names
+    # one wrong implementation per task, named by its mistake (e.g. wrong_layer_norm_unbiased)
+    assert {f"wrong_layer_norm_{m}" for m in ("batch_axis", "unbiased", "eps_outside")} <= names
+    assert {
+        f"WrongFeedForward_{m}"
+        for m in ("no_activation", "activation_after", "no_dropout", "dropout_on_output")
+    } <= names
+    assert {"WrongEncoderLayer_pre_post_swapped", "WrongEncoderLayer_residual_normed"} <= names
 
 
 @pytest.mark.parametrize(
@@ -231,7 +235,7 @@ def test_badly_named_submodules_get_a_clear_message():
 # ---- found by a fresh reader: wrong answers that passed -------------------------------------
 
 
-class _DecoderSlicingMasks(ex07._DecoderMistake):
+class _DecoderSlicingMasks(ex07.decoder_layer.WrongDecoderLayer):
     """Right for (n, n) and (batch, 1, n_src) masks, the only shapes the check used to pass;
     wrong for per-sequence masks, which the statement allows (passed 7/7)."""
 

@@ -152,13 +152,16 @@ def _mistake_params():
 
 def test_every_named_mistake_is_covered():
     names = {p.values[1].__name__ for p in _mistake_params()}
+    # one wrong implementation per task, named by its mistake
     assert {
-        "_temperature_after_softmax",
-        "_top_k_keeps_k_minus_1",
-        "_top_p_drops_crossing_token",
+        "wrong_sample_next_temperature_after_softmax",
+        "wrong_sample_next_top_k_keeps_k_minus_1",
+        "wrong_sample_next_top_p_drops_crossing_token",
     } <= names
-    assert {"_base_2", "_log2_then_exp", "_mean_after_exp"} <= names
-    assert {"_stale_cache", "_wrong_axis", "_without_the_new_token"} <= names
+    assert {f"wrong_perplexity_{m}" for m in ("base_2", "log2_then_exp", "mean_after_exp")} <= names
+    assert {
+        f"wrong_step_{m}" for m in ("stale_cache", "wrong_axis", "attend_before_append")
+    } <= names
 
 
 def test_sampling_ignoring_the_generator_fails():

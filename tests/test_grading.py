@@ -205,7 +205,8 @@ def test_solutions_get_full_marks_and_untouched_exercises_get_zero(tmp_path):
             assert row["error"] is None, row
     csv_lines = (tmp_path / "scores.csv").read_text().splitlines()
     assert (
-        csv_lines[0].startswith("submission,score,max_score,") and len(csv_lines) == len(rows) + 1
+        # one row per learner: here every notebook is a learner of its own (no folders per learner)
+        csv_lines[0].startswith("learner,score,max_score,") and len(csv_lines) == len(rows) + 1
     )
     assert "solutions/00_warmup.ipynb" in stdout and "wrote" in stdout
     assert all(Path(r["submission"]).parent.name in ("solutions", "exercises") for r in rows)

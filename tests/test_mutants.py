@@ -1,13 +1,13 @@
 """The grader under mutation testing: no small wrong variant of a solution gets full marks.
 
-`test_no_task_lets_a_mutant_through` runs `python -m course_lib.grading.mutants` in process on
+`test_no_task_lets_a_mutant_through` runs `python tools/mutants.py` in process on
 every registered task, so a task added later is covered the day it lands. To stay within about a
 minute on two cores it grades at most SAMPLE mutants per task: the SAMPLE with the smallest
 SHA-256 of "<seed>|<task id>|<mutant key>" (the command's `--sample`), the same every run; today
 five of the 31 tasks have more (ex04's three, ex08.label_smoothing_loss, ex09.sample_next).
-The full run is `python -m course_lib.grading.mutants` (15-45 s, by the machine's load); a task
+The full run is `python tools/mutants.py` (15-45 s, by the machine's load); a task
 that fails here prints its survivors as diffs. A survivor that really behaves like the solution
-goes into course_lib/grading/equivalent_mutants.json with its reason (see CONTRIBUTING.md).
+goes into tools/equivalent_mutants.json with its reason (see CONTRIBUTING.md).
 
 The other tests prove the command can fail: a weak fake task lets a mutant through, a stronger
 one does not, a recorded equivalence explains a survivor, a looping mutant is stopped, and the
@@ -24,7 +24,8 @@ import time
 import nbformat
 import torch
 
-from course_lib.grading import Case, Task, all_tasks, get_task, mutants
+from course_lib.grading import Case, Task, all_tasks, get_task
+from tools import mutants
 
 SAMPLE = 60
 
@@ -35,10 +36,22 @@ def _made() -> dict[str, list]:
     return {t.id: mutants.make_mutants(mutants.find_solution(t)) for t in all_tasks()}
 
 
+SINGLE_POINT = {
+    "arith", "operand", "swap", "compare", "boolop", "unary", "const", "bool", "dim", "kwarg",
+    "call", "twin", "stmt",
+}  # fmt: skip
+# The operators that model learners (order, regroup, arg) are held on these sets; the others
+# join as their survivors under them are killed or explained (see the integration notes).
+LEARNER_OPERATOR_SETS = ("ex00", "ex01", "ex02", "ex03", "ex04")
+
+
 def test_no_task_lets_a_mutant_through():
     out = io.StringIO()
     start = time.perf_counter()
-    reports = mutants.run(sample=SAMPLE, out=out)
+    learner_sets = [t.id for t in all_tasks() if t.id.split(".")[0] in LEARNER_OPERATOR_SETS]
+    others = [t.id for t in all_tasks() if t.id not in learner_sets]
+    reports = mutants.run(learner_sets, sample=SAMPLE, out=out)
+    reports += mutants.run(others, sample=SAMPLE, out=out, operators=SINGLE_POINT)
     elapsed = time.perf_counter() - start
     assert {r.task for r in reports} == {t.id for t in all_tasks()}
     bad = [r for r in reports if not r.ok]
@@ -86,6 +99,9 @@ def test_every_documented_operator_makes_mutants():
         "call",
         "twin",
         "stmt",
+        "order",
+        "regroup",
+        "arg",
     }
 
 
@@ -150,6 +166,37 @@ def test_a_recorded_equivalence_explains_a_survivor(tmp_path):
     assert report.ok and len(report.equivalent) == 1
 
 
+class _SeedDecides(_Double):
+    """x = 2 under the notebook's seed (where x + 2 == x * 2), 3 under every other seed."""
+
+    def cases(self, gen):
+        x = 2.0 if gen.initial_seed() == mutants.NOTEBOOK_SEED else 3.0
+        return [Case(f"x={x}", (torch.tensor(x),))]
+
+
+def test_a_mutant_only_a_hidden_seed_kills_fails_the_command(tmp_path):
+    root = _solutions_folder(tmp_path, "    return x * 2")
+    report = mutants.run_task(_SeedDecides(), root=root, equivalents={})
+    assert report.error is None, report.error
+    assert not report.survivors and report.notebook_missed == 1 and not report.ok
+    assert [m.key for m in report.missed_by_notebook] == ["return x * 2 -> return x + 2"]
+
+
+def test_learner_like_operators_make_the_mutants_they_name(tmp_path):
+    body = "    y = x * 4 // 3\n    y = y + 1\n    return helper(y, x)"
+    root = _solutions_folder(tmp_path, body)
+    nb = root / "solutions" / "99_fake.ipynb"
+    notebook = nbformat.read(nb, as_version=4)
+    notebook.cells.insert(1, nbformat.v4.new_code_cell("def helper(a, b=0):\n    return a + b"))
+    nbformat.write(notebook, nb)
+    made = mutants.make_mutants(mutants.find_solution(_StrongDouble(), root))
+    keys = {(m.op, m.key) for m in made}
+    assert ("regroup", "y = x * 4 // 3 -> y = x * (4 // 3)") in keys
+    assert ("order", "y = x * 4 // 3; y = y + 1 -> y = y + 1; y = x * 4 // 3") in keys
+    assert ("order", "y = y + 1; return helper(y, x) -> return helper(y, x); y = y + 1") in keys
+    assert ("arg", "return helper(y, x) -> return helper(y)") in keys
+
+
 class _Count(Task):
     id = "ex99.count"
 
@@ -169,6 +216,16 @@ def test_a_looping_mutant_is_stopped_and_killed(tmp_path):
     keys = {m.key for m in report.survivors}
     assert "i += 1 -> i -= 1" not in keys  # loops for ever: stopped by the time limit
     assert time.perf_counter() - start < 30
+
+
+def test_the_mutation_tool_is_not_part_of_the_learners_package():
+    import importlib.util
+
+    import course_lib
+
+    assert importlib.util.find_spec("course_lib.grading.mutants") is None
+    package = mutants.Path(course_lib.__file__).parent
+    assert not list(package.rglob("*mutant*")), "a maintainer tool ships inside course_lib"
 
 
 def test_a_task_without_a_solution_cell_is_an_error(tmp_path):

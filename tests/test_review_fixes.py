@@ -125,3 +125,177 @@ def test_the_grader_prints_no_warning_of_its_own():
     assert not [w for w in caught if "course_lib" in str(w.filename)], [
         (w.filename, str(w.message)) for w in caught
     ]
+
+
+# ---- review of 2026-11-26, learner A: slips that got "None of the usual single mistakes" ----
+
+
+def _step_attending_first(q_t, k_t, v_t, k_cache, v_cache, *, stable=False):
+    """Attends over the old cache, then appends (the classic off-by-one); its stable softmax
+    (amax over an empty axis) raises on the first step."""
+    if q_t.shape[-2] != 1:
+        raise ValueError("q_t must hold one token")
+    scores = q_t @ k_cache.transpose(-2, -1) / k_cache.shape[-1] ** 0.5
+    if stable:
+        scores = scores - scores.amax(-1, keepdim=True)
+    out = scores.softmax(-1) @ v_cache
+    return out, torch.cat([k_cache, k_t], 2), torch.cat([v_cache, v_t], 2)
+
+
+def _step(q_t, k_t, v_t, k_cache, v_cache, *, softmax_dim=-1, prepend=False):
+    if q_t.shape[-2] != 1:
+        raise ValueError("q_t must hold one token")
+    pairs = ((k_t, k_cache), (v_t, v_cache)) if prepend else ((k_cache, k_t), (v_cache, v_t))
+    keys, values = (torch.cat(pair, 2) for pair in pairs)
+    weights = (q_t @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5).softmax(softmax_dim)
+    return weights @ values, keys, values
+
+
+def _generate_dropping(dropped):
+    from course_lib.grading.tasks.ex09 import _own_sample_next
+
+    own_sample_next = _own_sample_next()
+
+    def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+        passed = {"temperature": temperature, "top_k": top_k, "generator": generator}
+        passed.pop(dropped)
+        with torch.no_grad():
+            logits, cache = model.forward_cached(ids, None, 0)
+            for _ in range(max_new_tokens):
+                token = own_sample_next(logits[:, -1], **passed)
+                ids = torch.cat([ids, token[:, None]], dim=1)
+                logits, cache = model.forward_cached(ids[:, -1:], cache, ids.shape[1] - 1)
+        return ids
+
+    return generate
+
+
+def _sample_next_top_k_last(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    if temperature < 0 or (top_k is not None and top_k < 1):
+        raise ValueError("bad temperature or top_k")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError("bad top_p")
+    if temperature == 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits / temperature, -1)
+    if top_p is not None:
+        sorted_probs, order = probs.sort(-1, descending=True)
+        keep = (sorted_probs.cumsum(-1) - sorted_probs) < top_p
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs * keep)
+    if top_k is not None:  # after top-p: the wrong order
+        kth = torch.topk(probs, min(top_k, probs.shape[-1])).values[:, -1:]
+        probs = probs.masked_fill(probs < kth, 0.0)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def _perplexity_per_row(logits, targets):
+    if logits.shape[:-1] != targets.shape:
+        raise ValueError("targets must have the shape of logits without the last axis")
+    nll = -torch.log_softmax(logits, -1).gather(-1, targets[..., None])[..., 0]
+    return torch.exp(nll.mean(-1)).mean()
+
+
+def _decoder(stale=False, ff_before_cross=False):
+    import torch.nn.functional as F
+    from torch import nn
+
+    from course_lib.multihead import MultiHeadAttention
+
+    class Decoder(nn.Module):
+        def __init__(self, d_model, num_heads, d_ff, norm_first=False):
+            super().__init__()
+            self.norm_first = norm_first
+            self.self_attn = MultiHeadAttention(d_model, num_heads)
+            self.multihead_attn = MultiHeadAttention(d_model, num_heads)
+            self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+            self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+
+        def forward(self, x, memory, self_mask=None, memory_mask=None):
+            def sa(h):
+                return self.self_attn(h, h, h, mask=self_mask)[0]
+
+            def ca(h):
+                return self.multihead_attn(h, memory, memory, mask=memory_mask)[0]
+
+            def ff(h):
+                return self.linear2(F.relu(self.linear1(h)))
+
+            if self.norm_first:
+                h = x + sa(self.norm1(x))
+                h = h + ca(self.norm2(x if stale else h))
+                return h + ff(self.norm3(h))
+            h = self.norm1(x + sa(x))
+            if ff_before_cross:
+                h = self.norm3(h + ff(h))
+                return self.norm2(h + ca(h))
+            h = self.norm2(h + ca(x if stale else h))
+            return self.norm3(h + ff(h))
+
+    return Decoder
+
+
+def _gpt(kind):
+    from course_lib.grading.tasks.ex09 import _mistake_gpt
+
+    return _mistake_gpt(kind)
+
+
+NAMED_SLIPS = [
+    ("ex09.cached_attention_step", _step_attending_first, "the classic off-by-one"),
+    (
+        "ex09.cached_attention_step",
+        lambda *a: _step_attending_first(*a, stable=True),
+        "the classic off-by-one",
+    ),
+    ("ex09.cached_attention_step", lambda *a: _step(*a, softmax_dim=-2), "over dim=-2"),
+    ("ex09.cached_attention_step", lambda *a: _step(*a, prepend=True), "at the END of the caches"),
+    ("ex09.generate", _generate_dropping("temperature"), "temperature is not passed on"),
+    ("ex09.generate", _generate_dropping("top_k"), "top_k is not passed on"),
+    ("ex09.generate", _generate_dropping("generator"), "pass `generator` on"),
+    ("ex09.sample_next", _sample_next_top_k_last, "top-k comes before top-p"),
+    ("ex09.perplexity", _perplexity_per_row, "one perplexity per sequence"),
+    ("ex09.GPT", _gpt("triu"), "the upper triangle (triu)"),
+    ("ex09.GPT", _gpt("tanh_gelu"), "approximate='tanh'"),
+    ("ex09.GPT", _gpt("lesson_positions"), "a module that ADDS positions"),
+    ("ex07.DecoderLayer", _decoder(stale=True), "reads the layer's input x"),
+    ("ex07.DecoderLayer", _decoder(ff_before_cross=True), "in the wrong order"),
+]
+
+
+def test_each_named_slip_fails_with_its_own_hint():
+    for task_id, wrong, hint in NAMED_SLIPS:
+        result = check_result(task_id, wrong)
+        assert result.status == "failed", (task_id, hint, result.feedback)
+        assert hint in result.feedback, (task_id, hint, result.feedback)
+
+
+def test_a_capstone_without_gpt2_init_keeps_the_points_of_its_right_forward():
+    # one init mistake scored 0 of 6; the init is now a check of its own
+    right = _gpt("")
+
+    class DefaultInit(right):
+        def __init__(self, *args):
+            super().__init__(*args)
+            for module in self.modules():
+                if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+                    module.reset_parameters()
+
+    result = check_result("ex09.GPT", DefaultInit)
+    assert result.passed == result.total - 1, result.feedback
+    assert "GPT-2's init" in result.feedback
+
+
+def test_a_capstone_that_shrinks_linear1_is_told_which_layers_shrink():
+    # learner A put the residual scaling on linear1: 0 of 6 with the generic init message
+    right = _gpt("")
+
+    class ShrunkLinear1(right):
+        def __init__(self, vocab_size, block_size, d_model, num_heads, num_layers):
+            super().__init__(vocab_size, block_size, d_model, num_heads, num_layers)
+            with torch.no_grad():
+                for layer in self.layers:
+                    layer.linear1.weight /= (2 * num_layers) ** 0.5
+
+    result = check_result("ex09.GPT", ShrunkLinear1)
+    assert result.passed == result.total - 1, result.feedback
+    assert "linear2 and the attention's out_proj, not linear1" in result.feedback

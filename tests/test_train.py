@@ -280,14 +280,8 @@ def test_noam_scheduler_with_cooldown():
 
 def test_gpt_recipes_build_the_optimizer_and_schedule_they_write():
     from course_lib.gpt import GPT, GPTConfig
-    from course_lib.train import (
-        GPT_RECIPES,
-        WarmupCosine,
-        WarmupLinear,
-        build_gpt,
-        gpt_optimizer,
-        gpt_schedule,
-    )
+    from course_lib.recipes import GPT_RECIPES, build_gpt, gpt_optimizer, gpt_schedule
+    from course_lib.train import WarmupCosine, WarmupLinear
 
     recipe = GPT_RECIPES["lesson-09"]
     model = GPT(GPTConfig(vocab_size=65, **recipe["model"]))
@@ -312,6 +306,22 @@ def test_gpt_recipes_build_the_optimizer_and_schedule_they_write():
     assert (model.config.d_model, model.config.num_layers, model.config.block_size) == (192, 6, 256)
     assert optimizer.param_groups[0]["weight_decay"] == 0.3
     assert type(schedule) is WarmupLinear and schedule.total_steps == 7
+
+
+def test_the_training_loop_imports_no_model():
+    """course_lib.train is lesson 08's generic loop: the GPT recipes that join it to a model
+    live in course_lib.recipes, so train sits below the models it trains."""
+    import ast
+    from pathlib import Path
+
+    source = (Path(__file__).resolve().parents[1] / "course_lib" / "train.py").read_text()
+    imported = {
+        node.module
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
+    models = {"gpt", "translator", "family", "blocks", "multihead", "recipes"}
+    assert not imported & models, imported & models
 
 
 def test_lesson_09_trains_its_recipe_from_gpt_recipes():

@@ -483,3 +483,33 @@ def test_the_references_themselves_pass(task_id):
     run = run_cases(task, resolve(task.reference), cases)
     run["seen"] = []
     assert judge(task, cases, run).status == "passed"
+
+
+class SwiGLURoundedFirst(torch.nn.Module):
+    """Right but for the default width: 2 * (4 * d_model // 3) rounds before doubling."""
+
+    def __init__(self, d_model, d_ff=None):
+        super().__init__()
+        d_ff = d_ff or 2 * (4 * d_model // 3)
+        self.gate_proj = torch.nn.Linear(d_model, d_ff, bias=False)
+        self.up_proj = torch.nn.Linear(d_model, d_ff, bias=False)
+        self.down_proj = torch.nn.Linear(d_ff, d_model, bias=False)
+
+    def forward(self, x):
+        gate = torch.nn.functional.silu(self.gate_proj(x))
+        return self.down_proj(gate * self.up_proj(x))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 2026])  # 0 is the notebook's seed
+def test_swiglu_width_rounded_first_fails_with_its_hint_under_every_seed(seed):
+    # full marks before: the default width was only tried at d_model 12 and 64, where
+    # 2 * (4 * d_model // 3) and 8 * d_model // 3 agree
+    from course_lib.grading import NOTEBOOK_SEED
+
+    assert NOTEBOOK_SEED == 0
+    task = get_task("ex07.SwiGLU")
+    cases = task.cases(torch.Generator().manual_seed(seed))
+    result = judge(task, cases, run_cases(task, SwiGLURoundedFirst, cases))
+    assert result.status == "failed" and result.passed == result.total - 2, result.feedback
+    assert "your d_ff is 20, expected 21" in result.feedback
+    assert "2 * (4 * d_model // 3) groups the same operators otherwise" in result.feedback

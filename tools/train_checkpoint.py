@@ -37,10 +37,11 @@ sys.path.insert(0, str(ROOT))
 from course_lib.blocks import count_parameters  # noqa: E402
 from course_lib.datasets import load_shakespeare, train_val_split, window_batches  # noqa: E402
 from course_lib.gpt import CHECKPOINT_PATH  # noqa: E402
+from course_lib.recipes import GPT_RECIPES, build_gpt  # noqa: E402
 from course_lib.text import CharTokenizer  # noqa: E402
-from course_lib.train import GPT_RECIPES, build_gpt, evaluate_loss, lm_loss, train  # noqa: E402
+from course_lib.train import evaluate_loss, lm_loss, train  # noqa: E402
 
-# the recipe (course_lib.train.GPT_RECIPES["checkpoint"]): 6 pre-norm blocks of width 192, 6
+# the recipe (course_lib.recipes.GPT_RECIPES["checkpoint"]): 6 pre-norm blocks of width 192, 6
 # heads of 32, a context of 256 characters, rotary positions, ReLU squared; 3,500 steps of 8
 # windows, AdamW lr 2e-3 with weight decay 0.3 on the matrices, a straight line to 0
 RECIPE = dict(GPT_RECIPES["checkpoint"], seed=0)

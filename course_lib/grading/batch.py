@@ -1,6 +1,6 @@
 """Batch grading: one command grades one notebook or folders of submitted notebooks.
 
-    python -m course_lib.grading PATH [PATH ...] --out DIR [--timeout SECONDS]
+    python -m course_lib.grading PATH [PATH ...] --out DIR [--timeout SECONDS] [--ray ADDRESS]
 
 Every submission is graded by a worker process of its own, which runs the notebook in a fresh
 kernel with a time limit, a memory limit and a cap on captured output, then sends one cell per
@@ -8,12 +8,16 @@ task that runs the learner's object on hidden inputs (drawn from a seed the lear
 and saves the raw outcomes. The worker, not the kernel, compares them with the references.
 A submission that raises, loops, exits, kills its kernel or floods its output still gets a row,
 with what it earned and the reason; the others are unaffected.
+
+DIR gets `scores.json` (one row per submission, the contract of EXERCISES.md), `scores.csv` and
+`learners.json` (one row per learner: see `learners.py`), and `submissions/`, one file per graded
+submission, written as soon as it is graded: a batch that was stopped and is run again with the
+same DIR grades only the submissions that have no file there yet (`resume.py`).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import hashlib
 import json
 import os
@@ -29,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .core import SCORE_NOTE
+from .resume import Store, batch_seed
 
 DEFAULT_TIMEOUT = 300.0  # seconds per submission
 DEFAULT_MEMORY_MB = 4096  # address space of a learner's kernel beyond what it starts with
@@ -129,8 +134,7 @@ class _Kernel:
             COURSE_BATCH_GRADING="1",  # long demonstrations (training runs) skip themselves
         )
         # The kernel imports the same course_lib as the grader, installed or not.
-        package_root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
         limit = self.memory_mb
 
         def limit_memory() -> None:  # runs in the kernel process, before Python starts
@@ -447,6 +451,26 @@ def _worker_main() -> None:
 # --------------------------------------------------------------------------------------------
 
 
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def die_with_parent() -> None:
+    """In a child process, before it runs: ask Linux to kill it when its parent dies.
+
+    A grader that is killed (`kill -9`, a Ray node that goes down) then leaves no worker running
+    on (a kernel already ends with its worker: ipykernel polls its parent). The child must be
+    started from a thread that waits for it, as `_grade_in_worker` does. Elsewhere than on
+    Linux it does nothing.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
 def _kill_all(proc: subprocess.Popen, pid_file: Path) -> None:
     pids = [proc.pid]
     if pid_file.exists():
@@ -480,6 +504,8 @@ def _grade_in_worker(
             "result": str(result_file),
             "pid_file": str(pid_file),
         }
+        env = dict(os.environ)  # the worker imports this very course_lib, installed or not
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
         proc = subprocess.Popen(
             [sys.executable, "-m", "course_lib.grading.batch", "--worker"],
             stdin=subprocess.PIPE,
@@ -487,7 +513,8 @@ def _grade_in_worker(
             stderr=subprocess.PIPE,
             start_new_session=True,
             text=True,
-            env=dict(os.environ),
+            env=env,
+            preexec_fn=die_with_parent,
         )
         try:
             _, stderr = proc.communicate(json.dumps(config), timeout=timeout + _GRACE)
@@ -523,53 +550,91 @@ def grade(
     max_output_kb: int = DEFAULT_MAX_OUTPUT_KB,
     cell_timeout: float | None = None,
     quiet: bool = False,
+    ray: str | None = None,
 ) -> list[dict]:
-    """Grade notebooks; write scores.json and scores.csv to `out_dir`; return the rows."""
-    submissions = collect(paths)
-    if seed is None:
-        seed = secrets.randbits(62)
-    jobs = max(1, jobs or os.cpu_count() or 1)
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [
-            pool.submit(
-                _grade_in_worker,
-                name,
-                path,
-                seed,
-                timeout,
-                memory_mb,
-                max_output_kb,
-                cell_timeout,
-            )
-            for name, path in submissions
-        ]
-        rows = [f.result() for f in futures]
+    """Grade notebooks; write the results to `out_dir`; return the rows of scores.json.
+
+    With `out_dir`, every submission is saved there as soon as it is graded, and one saved by an
+    earlier run with the same notebook and options is not graded again (`resume.py`). With
+    `ray` (an address, or "auto"), each notebook is graded by a Ray task (`distributed.py`).
+    """
+    from . import learners as learners_mod
+
+    say = (lambda *a: None) if quiet else print
+    given = _given(paths)
+    submissions = [(name, path) for _, name, path in given]
+    names = [learners_mod.learner_of(folder, path, name) for folder, name, path in given]
     if out_dir is not None:
-        write_scores(rows, out_dir)
+        seed = batch_seed(out_dir, seed, lambda: secrets.randbits(62))
+    elif seed is None:
+        seed = secrets.randbits(62)
+    options = {
+        "seed": seed,
+        "timeout": timeout,
+        "memory_mb": memory_mb,
+        "max_output_kb": max_output_kb,
+        "cell_timeout": cell_timeout,
+    }
+    rows: list[dict | None] = [None] * len(submissions)
+    store = Store(out_dir, options) if out_dir is not None else None
+    keys = [store.key(name, path) if store else "" for name, path in submissions]
+    if store is not None:
+        for i, key in enumerate(keys):
+            rows[i] = store.load(key)
+        done = sum(r is not None for r in rows)
+        if done:
+            say(
+                f"resuming in {out_dir}: {done} of {len(rows)} submissions were graded by an "
+                f"earlier run (same notebook, same options); grading the other {len(rows) - done}"
+            )
+    todo = [i for i, row in enumerate(rows) if row is None]
+
+    def finished(i: int, row: dict, seconds: float, keep: bool = True) -> None:
+        rows[i] = row
+        if store is not None and keep:
+            store.save(keys[i], row, learner=names[i], seconds=round(seconds, 3))
+
+    if ray:
+        from .distributed import grade_on_ray
+
+        grade_on_ray(ray, [(i, *submissions[i]) for i in todo], options, finished, say)
+    else:
+        jobs = max(1, jobs or os.cpu_count() or 1)
+
+        def one(i: int) -> None:
+            start = time.monotonic()
+            row = _grade_in_worker(*submissions[i], **options)
+            finished(i, row, time.monotonic() - start)
+
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            for future in [pool.submit(one, i) for i in todo]:
+                future.result()
+    graded = [r for r in rows if r is not None]
+    if out_dir is not None:
+        who = [name for name, row in zip(names, rows, strict=True) if row is not None]
+        write_scores(graded, out_dir, learners=who)
     if not quiet:
-        print(format_table(rows))
-    return rows
+        print(format_table(graded))
+    return graded
 
 
-def write_scores(rows: list[dict], out_dir: Path) -> None:
+def _given(paths: list[Path]) -> list[tuple[Path, str, Path]]:
+    """(the file or folder given, display name, path) of every notebook, in `collect`'s order."""
+    return [(p, name, path) for p in paths for name, path in collect([p])]
+
+
+def write_scores(rows: list[dict], out_dir: Path, learners: list[str] | None = None) -> None:
+    """scores.json (per submission), and scores.csv and learners.json (per learner).
+
+    Without `learners`, every submission is a learner of its own.
+    """
+    from . import learners as learners_mod
+
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "scores.json").write_text(json.dumps(rows, indent=2) + "\n")
-    task_ids: list[str] = []
-    for row in rows:
-        task_ids += [t for t in row["tasks"] if t not in task_ids]
-    with open(out_dir / "scores.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["submission", "score", "max_score", *task_ids, "error"])
-        for row in rows:
-            writer.writerow(
-                [
-                    row["submission"],
-                    row["score"],
-                    row["max_score"],
-                    *(row["tasks"].get(t, {}).get("score", "") for t in task_ids),
-                    row["error"] or "",
-                ]
-            )
+    if learners is None:
+        learners = [row["submission"] for row in rows]
+    learners_mod.write(learners_mod.by_learner(rows, learners), out_dir)
 
 
 def format_table(rows: list[dict]) -> str:
@@ -632,6 +697,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="seed for the hidden inputs (default: a fresh secret one)",
     )
+    parser.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        default=None,
+        help="grade on a Ray cluster (its address, or 'auto' for the one this machine is in): "
+        "each notebook in a Ray task of its own; needs the [ray] extra",
+    )
     args = parser.parse_args(argv)
     if args.cell_timeout is not None and not 0 < args.cell_timeout <= args.timeout:
         parser.error(
@@ -642,10 +714,13 @@ def main(argv: list[str] | None = None) -> int:
     paths, out = options.pop("paths"), options.pop("out")
     try:
         grade(paths, out, **options)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {out / 'scores.csv'} and {out / 'scores.json'}")
+    print(
+        f"wrote {out / 'scores.csv'} (one row per learner), {out / 'learners.json'} and "
+        f"{out / 'scores.json'} (one row per submission)"
+    )
     return 0
 
 

@@ -494,6 +494,14 @@ def compare_values(got: Any, want: Any, where: str = "your result") -> str | Non
 class Task:
     """One graded task. Subclass it, set the attributes, write `cases`; register it.
 
+    A task is data around one reference and one wrong implementation: `mistake_table` is the
+    table of named mistakes, {name: the hint a learner who made it needs}, and `wrong` is the
+    reference written once more as straight code that takes the mistake's name (a keyword-only
+    `mistake` argument, or, for an nn.Module class, a `mistake` attribute) and changes only the
+    place where it bites. `mistakes()` pairs the two (`tasks.mistake_table.mistakes_of`);
+    listing a newly found mistake is one row and, at most, one conditional in `wrong`. Rows are
+    tried in order: the first whose result (or error) equals the learner's gives the hint.
+
     Attributes:
         id: "exNN.name", where name is the function or class the learner writes.
         lesson: where to read up, e.g. "lesson 02, section 3 (a numerically stable softmax)".
@@ -512,6 +520,7 @@ class Task:
     forbidden: tuple[str, ...] = ()
     points: float = 1.0
     depends_on: tuple[str, ...] = ()
+    mistake_table: dict[str, str] = {}
 
     @property
     def name(self) -> str:
@@ -530,9 +539,16 @@ class Task:
     def compare(self, got: Any, want: Any, case: Case) -> str | None:
         return compare_values(got, want)
 
+    def wrong(self, *args: Any, mistake: str, **kwargs: Any) -> Any:
+        """The one wrong implementation: the reference with the named mistake."""
+        raise NotImplementedError(f"{self.id} lists mistakes but has no wrong implementation")
+
     def mistakes(self) -> list[tuple[Callable, str]]:
-        """Wrong implementations, each with the hint a learner who wrote it needs."""
-        return []
+        """Wrong implementations, each with the hint a learner who wrote it needs: the `wrong`
+        implementation with each mistake of `mistake_table`, in its order."""
+        from .tasks.mistake_table import mistakes_of
+
+        return mistakes_of(self.wrong, self.mistake_table)
 
     def diagnose(self, got: Any, want: Any, case: Case) -> str | None:
         """A hint from the wrong value itself, when no listed mistake matches it."""
@@ -783,32 +799,3 @@ def load_weights(module: Any, state_dict: dict[str, Tensor], what: str = "your m
     if extra:
         raise GradingError(f"{what} has parameters the task does not ask for: {', '.join(extra)}")
     module.load_state_dict(state_dict, strict=False)  # every name checked above; aliases follow
-
-
-def extend_task(
-    cls: type[Task],
-    *,
-    mistakes_first: Iterable = (),
-    mistakes: Iterable = (),
-    cases: Callable[[torch.Generator], list[Case]] | None = None,
-) -> type[Task]:
-    """Add known mistakes (checked before or after the task's own) and extra cases to a task.
-
-    The fixes from a review are kept in a block of their own at the end of an exercise module,
-    so that they merge cleanly with concurrent work on the task itself. Extra cases are drawn
-    after the task's own, from the same generator, so the existing cases do not change.
-    """
-    first, last = list(mistakes_first), list(mistakes)
-    original_mistakes, original_cases = cls.mistakes, cls.cases
-
-    def extended_mistakes(self):
-        return first + original_mistakes(self) + last
-
-    cls.mistakes = extended_mistakes
-    if cases is not None:
-
-        def extended_cases(self, gen):
-            return original_cases(self, gen) + cases(gen)
-
-        cls.cases = extended_cases
-    return cls

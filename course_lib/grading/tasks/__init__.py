@@ -1,4 +1,5 @@
-"""One module per exercise set (ex00, ex01, ...); importing this package registers them all."""
+"""One module (or, for a set with many tasks, a package with a module per task) per exercise
+set: ex00, ex01, ...; importing this package registers them all."""
 
 import importlib
 import pkgutil

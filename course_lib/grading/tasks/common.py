@@ -172,25 +172,34 @@ class HintOnError(Task):
     """A task whose mistakes may *raise* (e.g. `.T` on a batch): the error gets their hint.
 
     The learner's error matches a mistake when the mistake fails in the same torch operation,
-    on arguments of the same shapes, with the same exception type.
+    on arguments of the same shapes, with the same exception type. A subclass may also watch
+    the torch functions in `watch` and judge their calls in `checked` (e.g. a look-up where a
+    product was asked for), or find other hints for an error in `_hint_for_error`.
     """
 
+    watch: tuple = ()
+
     def call(self, obj, case):
-        recorder = OpRecorder()
+        recorder = OpRecorder(self.watch)
         try:
             with recorder:
-                return obj(*case.args, **case.kwargs)
+                value = obj(*case.args, **case.kwargs)
         except (NotImplementedError, GradingError):
             raise
         except Exception as error:  # noqa: BLE001  (a learner's code may raise anything)
-            hint = self._hint_for_error(obj, case, recorder.failure)
+            hint = self._hint_for_error(obj, case, recorder.failure, error)
             if hint is None:
                 raise
             raise GradingError(
                 f"your code raised {type(error).__name__}: {error}. Hint: {hint}"
             ) from None
+        return self.checked(value, case, recorder.calls)
 
-    def _hint_for_error(self, obj, case, failure: tuple | None) -> str | None:
+    def checked(self, value: Any, case: Case, calls: list) -> Any:
+        """The value to judge, given the watched calls that made it (default: the value)."""
+        return value
+
+    def _hint_for_error(self, obj, case, failure: tuple | None, error=None) -> str | None:
         if failure is None:
             return None
         for wrong, hint in self.mistakes():

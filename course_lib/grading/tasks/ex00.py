@@ -7,11 +7,14 @@ import torch
 from ..core import Case, Task, register
 from .common import randn
 
+BROADCASTING = "lesson 00, section 'Tensors, shapes and broadcasting'"
+OFF_BY_ONE = "off by one: a sequence of length L ends at index L - 1"
+
 
 @register
 class BatchedMatmul(Task):
     id = "ex00.batched_matmul"
-    lesson = "lesson 00, section 'Tensors, shapes and broadcasting'"
+    lesson = BROADCASTING
     reference = "course_lib.tensor_basics.batched_matmul"
     forbidden = (
         "torch.matmul",
@@ -30,6 +33,11 @@ class BatchedMatmul(Task):
         "torch.addmm",
         "torch.Tensor.addmm",
     )
+    mistake_table = {
+        "sum_over_m": "you summed over the last axis (m); the matrix product sums over the "
+        "shared axis k",
+        "sum_over_n": "you summed over the n axis; the matrix product sums over the shared axis k",
+    }
 
     def cases(self, gen):
         return [
@@ -48,25 +56,25 @@ class BatchedMatmul(Task):
             ),
         ]
 
-    def mistakes(self):
-        return [
-            (
-                lambda a, b: (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-1),
-                "you summed over the last axis (m); the matrix product sums over the shared axis k",
-            ),
-            (
-                lambda a, b: (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-3),
-                "you summed over the n axis; the matrix product sums over the shared axis k",
-            ),
-        ]
+    def wrong(self, a, b, *, mistake):
+        products = a.unsqueeze(-1) * b.unsqueeze(-3)  # (..., n, k, m)
+        return products.sum({"sum_over_m": -1, "sum_over_n": -3}.get(mistake, -2))
 
 
 @register
 class PairwiseSqDistances(Task):
     id = "ex00.pairwise_sq_distances"
-    lesson = "lesson 00, section 'Tensors, shapes and broadcasting'"
+    lesson = BROADCASTING
     reference = "course_lib.tensor_basics.pairwise_sq_distances"
     forbidden = ("torch.cdist", "torch.nn.functional.pairwise_distance")
+    mistake_table = {
+        "not_squared": "that is the distance itself; the task asks for its square (no sqrt)",
+        "mean_not_sum": "you averaged the squared differences over the features; the squared "
+        "distance is their sum",
+        "dot_only": "that is the dot product x·y; the squared distance is |x|² - 2x·y + |y|²",
+        "l1": "you summed the absolute differences (the L1 distance); square each difference "
+        "instead: ((x_i - y_j) ** 2).sum(-1)",
+    }
 
     def cases(self, gen):
         return [
@@ -81,25 +89,13 @@ class PairwiseSqDistances(Task):
             ),
         ]
 
-    def mistakes(self):
-        def not_squared(x, y):
-            return ((x.unsqueeze(-2) - y.unsqueeze(-3)) ** 2).sum(-1).sqrt()
-
-        def dot_only(x, y):
-            return (x.unsqueeze(-2) * y.unsqueeze(-3)).sum(-1)
-
-        def mean_not_sum(x, y):
-            return ((x.unsqueeze(-2) - y.unsqueeze(-3)) ** 2).mean(-1)
-
-        return [
-            (not_squared, "that is the distance itself; the task asks for its square (no sqrt)"),
-            (
-                mean_not_sum,
-                "you averaged the squared differences over the features; the squared distance "
-                "is their sum",
-            ),
-            (dot_only, "that is the dot product x·y; the squared distance is |x|² - 2x·y + |y|²"),
-        ]
+    def wrong(self, x, y, *, mistake):
+        x, y = x.unsqueeze(-2), y.unsqueeze(-3)  # (..., n, 1, d), (..., 1, m, d)
+        if mistake == "dot_only":
+            return (x * y).sum(-1)
+        per_feature = (x - y).abs() if mistake == "l1" else (x - y) ** 2
+        total = per_feature.mean(-1) if mistake == "mean_not_sum" else per_feature.sum(-1)
+        return total.sqrt() if mistake == "not_squared" else total
 
 
 @register
@@ -107,6 +103,13 @@ class LastToken(Task):
     id = "ex00.last_token"
     lesson = "lesson 00, section 'Indexing a batch'"
     reference = "course_lib.tensor_basics.last_token"
+    mistake_table = {
+        "last_position": "that is the last position, padding included; use each sequence's "
+        "own length",
+        "at_length": OFF_BY_ONE,
+        "at_length_wrapped": OFF_BY_ONE,
+        "first_token": "that is the first token of each sequence",
+    }
 
     def cases(self, gen):
         x = randn(gen, 3, 5, 4)
@@ -122,42 +125,11 @@ class LastToken(Task):
             ),
         ]
 
-    def mistakes(self):
-        return [
-            (
-                lambda x, lengths: x[:, -1],
-                "that is the last position, padding included; use each sequence's own length",
-            ),
-            (
-                lambda x, lengths: x[torch.arange(x.shape[0]), lengths],
-                "off by one: a sequence of length L ends at index L - 1",
-            ),
-            (
-                lambda x, lengths: x[torch.arange(x.shape[0]), (lengths % x.shape[1])],
-                "off by one: a sequence of length L ends at index L - 1",
-            ),
-            (lambda x, lengths: x[:, 0], "that is the first token of each sequence"),
-        ]
-
-
-# --------------------------------------------------------------------------------------------
-# Review 2026-11-23 (EX00-1), kept apart so that it merges with work on the cases above
-# --------------------------------------------------------------------------------------------
-
-from ..core import extend_task  # noqa: E402
-
-
-def _l1_distances(x, y):
-    return (x.unsqueeze(-2) - y.unsqueeze(-3)).abs().sum(-1)
-
-
-extend_task(
-    PairwiseSqDistances,
-    mistakes=[
-        (
-            _l1_distances,
-            "you summed the absolute differences (the L1 distance); square each "
-            "difference instead: ((x_i - y_j) ** 2).sum(-1)",
-        ),
-    ],
-)
+    def wrong(self, x, lengths, *, mistake):
+        position = {
+            "last_position": torch.full_like(lengths, -1),
+            "at_length": lengths,
+            "at_length_wrapped": lengths % x.shape[1],
+            "first_token": torch.zeros_like(lengths),
+        }[mistake]
+        return x[torch.arange(x.shape[0]), position]

@@ -40,6 +40,26 @@ class Softmax(Task):
     lesson = SOFTMAX_LESSON
     reference = "course_lib.attention.softmax"
     forbidden = ALL_SOFTMAXES
+    mistake_table = {
+        "minus_mean": "subtract the maximum along dim, not the mean: exp(x - mean) still "
+        "overflows when the largest value lies far above the mean",
+        "no_max": "exp overflows to inf (inf/inf = NaN) or underflows to 0 (0/0 = NaN) for "
+        "large inputs: subtract the maximum along dim before exp, it cancels in the ratio",
+        "last_axis": "you normalised over the last axis; use the `dim` argument",
+        "first_axis": "you normalised over the first axis; use the `dim` argument",
+        "whole_tensor": "you normalised over the whole tensor; sum only along `dim` "
+        "(keepdim=True), so each slice along dim sums to 1",
+        "log_softmax": "that is log-softmax (log-probabilities, all negative); softmax is "
+        "exp(x - max) / sum(exp(x - max))",
+        "global_max": "you subtracted the maximum of the whole tensor: in a row far below it "
+        "every exp underflows to 0 (0/0 = NaN). Subtract each slice's own maximum along dim "
+        "(x.amax(dim=dim, keepdim=True))",
+        "min_shift": "you subtracted the minimum: exp(x - min) overflows to inf when a row's "
+        "values are spread widely. Subtract the maximum along dim, so every exponent is <= 0",
+        "no_keepdim": "sum(dim=dim) drops that axis, so the sums no longer line up with x: "
+        "PyTorch broadcasts from the last axis, and either the shapes clash or each value is "
+        "divided by another slice's sum. Keep the axis: sum(dim=dim, keepdim=True)",
+    }
 
     def cases(self, gen):
         return [
@@ -77,87 +97,31 @@ class Softmax(Task):
                     ),
                 ),
             ),
+            Case(
+                "x (2, 3) whose first row is near 0 and second near -2000 (each row needs its "
+                "own maximum)",
+                (torch.stack([randn(gen, 3), -2000.0 + randn(gen, 3)]),),
+            ),
         ]
 
-    def mistakes(self):
-        def no_max(x, dim=-1):
-            e = x.exp()
-            return e / e.sum(dim=dim, keepdim=True)
-
-        def minus_mean(x, dim=-1):
-            e = (x - x.mean(dim=dim, keepdim=True)).exp()
-            return e / e.sum(dim=dim, keepdim=True)
-
-        def last_axis(x, dim=-1):
-            return stable_softmax(x, -1)
-
-        def first_axis(x, dim=-1):
-            return stable_softmax(x, 0)
-
-        def whole_tensor(x, dim=-1):
-            e = (x - x.max()).exp()
+    def wrong(self, x, dim=-1, *, mistake):
+        axis = {"last_axis": -1, "first_axis": 0}.get(mistake, dim)
+        if mistake == "no_max":
+            shifted = x
+        elif mistake == "minus_mean":
+            shifted = x - x.mean(dim=axis, keepdim=True)
+        elif mistake in ("global_max", "whole_tensor"):
+            shifted = x - x.max()
+        elif mistake == "min_shift":
+            shifted = x - x.amin(dim=axis, keepdim=True)
+        else:
+            shifted = x - x.amax(dim=axis, keepdim=True)
+        if mistake == "log_softmax":
+            return shifted - shifted.exp().sum(dim=axis, keepdim=True).log()
+        e = shifted.exp()
+        if mistake == "whole_tensor":
             return e / e.sum()
-
-        def log_softmax(x, dim=-1):
-            shifted = x - x.amax(dim=dim, keepdim=True)
-            return shifted - shifted.exp().sum(dim=dim, keepdim=True).log()
-
-        def global_max(x, dim=-1):
-            e = (x - x.max()).exp()
-            return e / e.sum(dim=dim, keepdim=True)
-
-        def min_shift(x, dim=-1):
-            e = (x - x.amin(dim=dim, keepdim=True)).exp()
-            return e / e.sum(dim=dim, keepdim=True)
-
-        def no_keepdim(x, dim=-1):  # the sums lose their axis: a crash, or a wrong division
-            e = (x - x.amax(dim=dim, keepdim=True)).exp()
-            return e / e.sum(dim=dim)
-
-        return [
-            (
-                minus_mean,
-                "subtract the maximum along dim, not the mean: exp(x - mean) still overflows "
-                "when the largest value lies far above the mean",
-            ),
-            (
-                no_max,
-                "exp overflows to inf (inf/inf = NaN) or underflows to 0 (0/0 = NaN) for "
-                "large inputs: subtract the maximum along dim before exp, it cancels in the "
-                "ratio",
-            ),
-            (last_axis, "you normalised over the last axis; use the `dim` argument"),
-            (first_axis, "you normalised over the first axis; use the `dim` argument"),
-            (
-                whole_tensor,
-                "you normalised over the whole tensor; sum only along `dim` "
-                "(keepdim=True), so each slice along dim sums to 1",
-            ),
-            (
-                log_softmax,
-                "that is log-softmax (log-probabilities, all negative); softmax is "
-                "exp(x - max) / sum(exp(x - max))",
-            ),
-            (
-                global_max,
-                "you subtracted the maximum of the whole tensor: in a row far below it "
-                "every exp underflows to 0 (0/0 = NaN). Subtract each slice's own "
-                "maximum along dim (x.amax(dim=dim, keepdim=True))",
-            ),
-            (
-                min_shift,
-                "you subtracted the minimum: exp(x - min) overflows to inf when a row's "
-                "values are spread widely. Subtract the maximum along dim, so every "
-                "exponent is <= 0",
-            ),
-            (
-                no_keepdim,
-                "sum(dim=dim) drops that axis, so the sums no longer line up with x: "
-                "PyTorch broadcasts from the last axis, and either the shapes clash or each "
-                "value is divided by another slice's sum. Keep the axis: "
-                "sum(dim=dim, keepdim=True)",
-            ),
-        ]
+        return e / e.sum(dim=axis, keepdim=mistake != "no_keepdim")  # no keepdim: a crash or worse
 
     def diagnose(self, got, want, case):
         if isinstance(got, torch.Tensor) and got.shape == want.shape and got.is_floating_point():
@@ -172,11 +136,6 @@ class Softmax(Task):
 # --------------------------------------------------------------------------------------------
 # ex02.scaled_dot_product_attention
 # --------------------------------------------------------------------------------------------
-
-
-def _attention(q, k, v, scale, softmax_dim=-1):
-    weights = stable_softmax(q @ k.transpose(-2, -1) * scale, softmax_dim)
-    return weights @ v, weights
 
 
 def _all_close(got, want, rtol: float, atol: float) -> bool:
@@ -201,6 +160,20 @@ class ScaledDotProductAttention(HintOnError):
     reference = "course_lib.attention.scaled_dot_product_attention"
     depends_on = ("softmax",)
     forbidden = ("torch.nn.functional.scaled_dot_product_attention",)
+    mistake_table = {
+        "no_scaling": "the scores are not scaled: divide q @ k^T by sqrt(d_k)",
+        "by_d_k": "you divided by d_k; divide by its square root, sqrt(d_k)",
+        "by_sqrt_d_v": "you scaled by sqrt(d_v) (the last dimension of v); the scale is "
+        "sqrt(d_k), the last dimension of q and k",
+        "by_d_v": "you divided by d_v; the scale is sqrt(d_k), the last dimension of q and k",
+        "query_axis": "the softmax runs over the query axis (dim=-2); each query's weights over "
+        "the keys must sum to 1, so use dim=-1",
+        "dot_t": "`.T` transposes only 2-D tensors correctly (on a batch it reverses every "
+        "axis); use k.transpose(-2, -1) (or k.mT) to swap the last two axes",
+        "method_t": "`.t()` works only on 2-D tensors; use k.transpose(-2, -1) (or k.mT) so "
+        "batches work too",
+        "swapped": "the return order is swapped: return (output, weights)",
+    }
 
     def compare(self, got, want, case):
         # float32 scores of size ~4500 carry rounding errors of ~3e-4, so two correct orders
@@ -248,65 +221,35 @@ class ScaledDotProductAttention(HintOnError):
             ),
         ]
 
-    def mistakes(self):
-        def no_scaling(q, k, v):
-            return _attention(q, k, v, 1.0)
-
-        def by_d_k(q, k, v):
-            return _attention(q, k, v, 1.0 / q.shape[-1])
-
-        def by_sqrt_d_v(q, k, v):
-            return _attention(q, k, v, 1.0 / math.sqrt(v.shape[-1]))
-
-        def by_d_v(q, k, v):
-            return _attention(q, k, v, 1.0 / v.shape[-1])
-
-        def query_axis(q, k, v):
-            return _attention(q, k, v, 1.0 / math.sqrt(q.shape[-1]), softmax_dim=-2)
-
-        def dot_t(q, k, v):
-            weights = stable_softmax(q @ k.T / math.sqrt(q.shape[-1]))
-            return weights @ v, weights
-
-        def method_t(q, k, v):
-            weights = stable_softmax(q @ k.t() / math.sqrt(q.shape[-1]))
-            return weights @ v, weights
-
-        def swapped(q, k, v):
-            output, weights = _attention(q, k, v, 1.0 / math.sqrt(q.shape[-1]))
-            return weights, output
-
-        return [
-            (no_scaling, "the scores are not scaled: divide q @ k^T by sqrt(d_k)"),
-            (by_d_k, "you divided by d_k; divide by its square root, sqrt(d_k)"),
-            (
-                by_sqrt_d_v,
-                "you scaled by sqrt(d_v) (the last dimension of v); the scale is "
-                "sqrt(d_k), the last dimension of q and k",
-            ),
-            (by_d_v, "you divided by d_v; the scale is sqrt(d_k), the last dimension of q and k"),
-            (
-                query_axis,
-                "the softmax runs over the query axis (dim=-2); each query's weights "
-                "over the keys must sum to 1, so use dim=-1",
-            ),
-            (
-                dot_t,
-                "`.T` transposes only 2-D tensors correctly (on a batch it reverses every "
-                "axis); use k.transpose(-2, -1) (or k.mT) to swap the last two axes",
-            ),
-            (
-                method_t,
-                "`.t()` works only on 2-D tensors; use k.transpose(-2, -1) (or k.mT) so "
-                "batches work too",
-            ),
-            (swapped, "the return order is swapped: return (output, weights)"),
-        ]
+    def wrong(self, q, k, v, *, mistake):
+        d_k, d_v = q.shape[-1], v.shape[-1]
+        scale = {
+            "no_scaling": 1.0,
+            "by_d_k": d_k,
+            "by_sqrt_d_v": math.sqrt(d_v),
+            "by_d_v": d_v,
+        }.get(mistake, math.sqrt(d_k))
+        if mistake == "dot_t":
+            k_t = k.T
+        elif mistake == "method_t":
+            k_t = k.t()
+        else:
+            k_t = k.transpose(-2, -1)
+        weights = stable_softmax(q @ k_t / scale, dim=-2 if mistake == "query_axis" else -1)
+        output = weights @ v
+        return (weights, output) if mistake == "swapped" else (output, weights)
 
 
 # --------------------------------------------------------------------------------------------
 # ex02.self_attention
 # --------------------------------------------------------------------------------------------
+
+
+_SDPA = ScaledDotProductAttention()
+_WRONG_SIDE = (
+    "the projections are applied on the wrong side: with x (..., n, d_model) and "
+    "w_q (d_model, d_k), compute q = x @ w_q (and the same for k and v)"
+)
 
 
 @register
@@ -315,6 +258,14 @@ class SelfAttention(HintOnError):
     lesson = SELF_LESSON
     reference = "course_lib.attention.self_attention"
     depends_on = ("scaled_dot_product_attention",)
+    mistake_table = {
+        **dict.fromkeys(("linear_side", "left_side", "left_side_transposed"), _WRONG_SIDE),
+        **{
+            f"attention: {mistake}": "the projections are right, but the attention step is not: "
+            f"{hint} (check ex02.scaled_dot_product_attention)"
+            for mistake, hint in ScaledDotProductAttention.mistake_table.items()
+        },
+    }
 
     def cases(self, gen):
         f64 = torch.float64
@@ -361,82 +312,23 @@ class SelfAttention(HintOnError):
             ),
         ]
 
-    def mistakes(self):
-        def linear_side(x, w_q, w_k, w_v):
+    def wrong(self, x, w_q, w_k, w_v, *, mistake):
+        if mistake == "linear_side":
             q, k, v = (x @ w.transpose(-2, -1) for w in (w_q, w_k, w_v))
-            return _attention(q, k, v, 1.0 / math.sqrt(q.shape[-1]))
-
-        def left_side(x, w_q, w_k, w_v):
+        elif mistake == "left_side":
             q, k, v = w_q @ x, w_k @ x, w_v @ x
-            return _attention(q, k, v, 1.0 / math.sqrt(q.shape[-1]))
-
-        def left_side_transposed(x, w_q, w_k, w_v):
+        elif mistake == "left_side_transposed":
             xt = x.transpose(-2, -1)
             q, k, v = w_q @ xt, w_k @ xt, w_v @ xt
-            return _attention(q, k, v, 1.0 / math.sqrt(q.shape[-1]))
-
-        hint = (
-            "the projections are applied on the wrong side: with x (..., n, d_model) and "
-            "w_q (d_model, d_k), compute q = x @ w_q (and the same for k and v)"
-        )
-        # A right projection feeding a wrong attention (e.g. the learner's own task 2).
-        in_attention = [
-            (
-                _projected(wrong),
-                f"the projections are right, but the attention step is not: "
-                f"{attention_hint} (check ex02.scaled_dot_product_attention)",
-            )
-            for wrong, attention_hint in ScaledDotProductAttention().mistakes()
-        ]
-        return [(linear_side, hint), (left_side, hint), (left_side_transposed, hint), *in_attention]
-
-
-def _projected(attention):
-    def self_attention_with(x, w_q, w_k, w_v):
-        return attention(x @ w_q, x @ w_k, x @ w_v)
-
-    return self_attention_with
+        else:
+            q, k, v = x @ w_q, x @ w_k, x @ w_v
+        # a right projection feeding a wrong attention (e.g. the learner's own task 2)
+        return _SDPA.wrong(q, k, v, mistake=mistake.removeprefix("attention: "))
 
 
 # --------------------------------------------------------------------------------------------
 # ex02.distance_biased_attention (transfer: a bias added to the scores, as in ALiBi)
 # --------------------------------------------------------------------------------------------
-
-
-def _biased(q, k, v, slope, *, mistake=""):
-    n_q, n_k = q.shape[-2], k.shape[-2]
-    i = torch.arange(n_q)[:, None]
-    j = torch.arange(n_k)[None, :]
-    distance = (i - j) if mistake == "no_abs" else (i - j).abs()
-    sign = 1.0 if mistake == "plus" else -1.0
-    if mistake == "float32_bias":  # integer distances times a Python float: float32
-        bias = (sign * slope * distance).to(q.dtype)
-    else:
-        bias = sign * slope * distance.to(q.dtype)
-    raw = q @ k.transpose(-2, -1)
-    d_k = q.shape[-1]
-    if mistake == "bias_scaled":  # bias added before dividing by sqrt(d_k)
-        scores = (raw + bias) / math.sqrt(d_k)
-    elif mistake == "no_bias":
-        scores = raw / math.sqrt(d_k)
-    else:
-        scores = raw / math.sqrt(d_k) + bias
-    if mistake == "after_softmax":
-        weights = stable_softmax(raw / math.sqrt(d_k), dim=-1) + bias
-    elif mistake == "no_max":
-        e = scores.exp()
-        weights = e / e.sum(dim=-1, keepdim=True)
-    else:
-        weights = stable_softmax(scores, dim=-1)
-    return weights @ v, weights
-
-
-def _biased_mistake(name):
-    def wrong(q, k, v, slope):
-        return _biased(q, k, v, slope, mistake=name)
-
-    wrong.__name__ = f"biased_{name}"
-    return wrong
 
 
 @register
@@ -446,6 +338,23 @@ class DistanceBiasedAttention(Task):
     reference = "course_lib.attention.distance_biased_attention"
     depends_on = ("softmax",)
     forbidden = ("torch.nn.functional.scaled_dot_product_attention",)
+    mistake_table = {
+        "plus": "the penalty must LOWER the scores of distant keys: add -slope * |i - j|, not "
+        "+slope * |i - j|",
+        "no_max": "exp of large scores overflows (inf / inf = NaN): use your stable softmax from "
+        "task 1, which subtracts each row's maximum first",
+        "no_abs": "use the distance |i - j|: without the absolute value the keys on one side of "
+        "the query get a bonus instead of a penalty",
+        "bias_scaled": "add the bias after dividing q·k by sqrt(d_k): scores = q k^T / sqrt(d_k) "
+        "- slope * |i - j|; the slope must not be divided too",
+        "after_softmax": "the bias goes into the scores BEFORE the softmax, so the weights still "
+        "sum to 1",
+        "no_bias": "that is plain attention: add -slope * |i - j| to each score, with i the "
+        "query's position (row) and j the key's (column)",
+        "float32_bias": "your bias was computed in float32: integer distances times a Python "
+        "float give float32, which loses digits against float64 scores; build the distances in "
+        "q's dtype (torch.arange(n, dtype=q.dtype))",
+    }
 
     def cases(self, gen):
         def case(
@@ -520,64 +429,29 @@ class DistanceBiasedAttention(Task):
             ),
         ]
 
-    def mistakes(self):
-        return [
-            (
-                _biased_mistake("plus"),
-                "the penalty must LOWER the scores of distant keys: add "
-                "-slope * |i - j|, not +slope * |i - j|",
-            ),
-            (
-                _biased_mistake("no_max"),
-                "exp of large scores overflows (inf / inf = NaN): use your stable softmax from "
-                "task 1, which subtracts each row's maximum first",
-            ),
-            (
-                _biased_mistake("no_abs"),
-                "use the distance |i - j|: without the absolute value "
-                "the keys on one side of the query get a bonus instead of a penalty",
-            ),
-            (
-                _biased_mistake("bias_scaled"),
-                "add the bias after dividing q·k by sqrt(d_k): "
-                "scores = q k^T / sqrt(d_k) - slope * |i - j|; the slope must not be divided too",
-            ),
-            (
-                _biased_mistake("after_softmax"),
-                "the bias goes into the scores BEFORE the softmax, so the weights still sum to 1",
-            ),
-            (
-                _biased_mistake("no_bias"),
-                "that is plain attention: add -slope * |i - j| to each "
-                "score, with i the query's position (row) and j the key's (column)",
-            ),
-            (
-                _biased_mistake("float32_bias"),
-                "your bias was computed in float32: integer distances times a Python float "
-                "give float32, which loses digits against float64 scores; build the distances "
-                "in q's dtype (torch.arange(n, dtype=q.dtype))",
-            ),
-        ]
-
-
-# --------------------------------------------------------------------------------------------
-# Review 2026-11-23 (EX02-1), kept apart so that it merges with work on the cases above
-# --------------------------------------------------------------------------------------------
-
-from ..core import extend_task  # noqa: E402
-
-
-def _mixed_scale_case(gen):
-    x = torch.stack([randn(gen, 3), -2000.0 + randn(gen, 3)])  # rows near 0 and near -2000
-    return [
-        Case(
-            "x (2, 3) whose first row is near 0 and second near -2000 (each row needs its "
-            "own maximum)",
-            (x,),
-        )
-    ]
-
-
-# The global-maximum mistake itself is in Softmax.mistakes() (with the case of rows on very
-# different scales); this case adds a row 2000 below the other.
-extend_task(Softmax, cases=_mixed_scale_case)
+    def wrong(self, q, k, v, slope, *, mistake):
+        n_q, n_k = q.shape[-2], k.shape[-2]
+        i = torch.arange(n_q)[:, None]
+        j = torch.arange(n_k)[None, :]
+        distance = (i - j) if mistake == "no_abs" else (i - j).abs()
+        sign = 1.0 if mistake == "plus" else -1.0
+        if mistake == "float32_bias":  # integer distances times a Python float: float32
+            bias = (sign * slope * distance).to(q.dtype)
+        else:
+            bias = sign * slope * distance.to(q.dtype)
+        raw = q @ k.transpose(-2, -1)
+        d_k = q.shape[-1]
+        if mistake == "bias_scaled":  # bias added before dividing by sqrt(d_k)
+            scores = (raw + bias) / math.sqrt(d_k)
+        elif mistake == "no_bias":
+            scores = raw / math.sqrt(d_k)
+        else:
+            scores = raw / math.sqrt(d_k) + bias
+        if mistake == "after_softmax":
+            weights = stable_softmax(raw / math.sqrt(d_k), dim=-1) + bias
+        elif mistake == "no_max":
+            e = scores.exp()
+            weights = e / e.sum(dim=-1, keepdim=True)
+        else:
+            weights = stable_softmax(scores, dim=-1)
+        return weights @ v, weights

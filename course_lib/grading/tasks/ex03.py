@@ -15,29 +15,6 @@ from .common import ModuleTask, randn
 # --------------------------------------------------------------------------------------------
 
 
-def _split_no_transpose(x: Tensor, num_heads: int) -> Tensor:
-    batch, seq, d_model = x.shape
-    return x.reshape(batch, num_heads, seq, d_model // num_heads)
-
-
-def _split_interleaved(x: Tensor, num_heads: int) -> Tensor:
-    batch, seq, d_model = x.shape
-    # (batch, seq, d_head, heads) -> (batch, heads, seq, d_head): head h gets every h-th feature
-    return x.reshape(batch, seq, d_model // num_heads, num_heads).permute(0, 3, 1, 2)
-
-
-def _split_float_d_head(x: Tensor, num_heads: int) -> Tensor:
-    batch, seq, d_model = x.shape
-    # d_model / num_heads is a float (12 / 3 = 4.0), and reshape wants ints: it raises
-    return x.reshape(batch, seq, num_heads, d_model / num_heads).transpose(1, 2)
-
-
-def _view_float_d_head(x: Tensor, num_heads: int) -> Tensor:
-    batch, seq, d_model = x.shape
-    # the same with view, which words its error differently
-    return x.view(batch, seq, num_heads, d_model / num_heads).transpose(1, 2)
-
-
 _FLOAT_D_HEAD_HINT = (
     "d_model / num_heads is a float (12 / 3 = 4.0) even when it divides evenly, and a shape "
     "needs ints: use d_model // num_heads"
@@ -49,6 +26,17 @@ class SplitHeads(Task):
     id = "ex03.split_heads"
     lesson = "lesson 03, section 'Splitting d_model into heads'"
     reference = "course_lib.multihead.split_heads"
+    mistake_table = {
+        "no_transpose": "a reshape straight to (batch, num_heads, seq, d_head) mixes tokens: it "
+        "cuts the flat memory of each sequence into num_heads blocks, so one 'token' row of head "
+        "0 holds features of several tokens. Reshape to (batch, seq, num_heads, d_head) first, "
+        "then transpose(1, 2)",
+        "interleaved": "head h must get the contiguous block of features h*d_head ... "
+        "(h+1)*d_head - 1; you gave it every num_heads-th feature. Reshape to (batch, seq, "
+        "num_heads, d_head)",
+        "float_d_head": _FLOAT_D_HEAD_HINT,
+        "view_float_d_head": _FLOAT_D_HEAD_HINT,
+    }
 
     def cases(self, gen):
         return [
@@ -67,24 +55,17 @@ class SplitHeads(Task):
             ),
         ]
 
-    def mistakes(self):
-        return [
-            (
-                _split_no_transpose,
-                "a reshape straight to (batch, num_heads, seq, d_head) mixes tokens: it cuts the "
-                "flat memory of each sequence into num_heads blocks, so one 'token' row of head 0 "
-                "holds features of several tokens. Reshape to (batch, seq, num_heads, d_head) "
-                "first, then transpose(1, 2)",
-            ),
-            (
-                _split_interleaved,
-                "head h must get the contiguous block of features h*d_head ... (h+1)*d_head - 1; "
-                "you gave it every num_heads-th feature. Reshape to (batch, seq, num_heads, "
-                "d_head)",
-            ),
-            (_split_float_d_head, _FLOAT_D_HEAD_HINT),
-            (_view_float_d_head, _FLOAT_D_HEAD_HINT),
-        ]
+    def wrong(self, x, num_heads, *, mistake):
+        batch, seq, d_model = x.shape
+        float_d_head = mistake in ("float_d_head", "view_float_d_head")
+        d_head = d_model / num_heads if float_d_head else d_model // num_heads  # a float raises
+        if mistake == "no_transpose":
+            return x.reshape(batch, num_heads, seq, d_head)
+        if mistake == "interleaved":  # (batch, seq, d_head, heads): head h gets every h-th feature
+            return x.reshape(batch, seq, d_head, num_heads).permute(0, 3, 1, 2)
+        if mistake == "view_float_d_head":  # view words its error differently from reshape
+            return x.view(batch, seq, num_heads, d_head).transpose(1, 2)
+        return x.reshape(batch, seq, num_heads, d_head).transpose(1, 2)
 
 
 # --------------------------------------------------------------------------------------------
@@ -92,21 +73,18 @@ class SplitHeads(Task):
 # --------------------------------------------------------------------------------------------
 
 
-def _merge_no_transpose(x: Tensor) -> Tensor:
-    batch, num_heads, seq, d_head = x.shape
-    return x.reshape(batch, seq, num_heads * d_head)
-
-
-def _merge_interleaved(x: Tensor) -> Tensor:
-    batch, num_heads, seq, d_head = x.shape
-    return x.permute(0, 2, 3, 1).reshape(batch, seq, num_heads * d_head)
-
-
 @register
 class MergeHeads(Task):
     id = "ex03.merge_heads"
     lesson = "lesson 03, section 'Merging the heads back'"
     reference = "course_lib.multihead.merge_heads"
+    mistake_table = {
+        "no_transpose": "the reshape needs the heads next to d_head: transpose(1, 2) to "
+        "(batch, seq, num_heads, d_head) first, then reshape to (batch, seq, d_model). Without "
+        "the transpose the tokens get mixed, exactly the split_heads mistake",
+        "interleaved": "the heads must be concatenated one after the other (all of head 0's "
+        "d_head features, then head 1's, ...); you interleaved them. Transpose only axes 1 and 2",
+    }
 
     def cases(self, gen):
         return [
@@ -117,20 +95,13 @@ class MergeHeads(Task):
             Case("x (2, 8, 3, 1): d_head = 1", (randn(gen, 2, 8, 3, 1),)),
         ]
 
-    def mistakes(self):
-        return [
-            (
-                _merge_no_transpose,
-                "the reshape needs the heads next to d_head: transpose(1, 2) to "
-                "(batch, seq, num_heads, d_head) first, then reshape to (batch, seq, d_model). "
-                "Without the transpose the tokens get mixed, exactly the split_heads mistake",
-            ),
-            (
-                _merge_interleaved,
-                "the heads must be concatenated one after the other (all of head 0's d_head "
-                "features, then head 1's, ...); you interleaved them. Transpose only axes 1 and 2",
-            ),
-        ]
+    def wrong(self, x, *, mistake):
+        batch, num_heads, seq, d_head = x.shape
+        if mistake == "interleaved":
+            x = x.permute(0, 2, 3, 1)  # (batch, seq, d_head, num_heads)
+        elif mistake != "no_transpose":
+            x = x.transpose(1, 2)  # (batch, seq, num_heads, d_head)
+        return x.reshape(batch, seq, num_heads * d_head)
 
 
 # --------------------------------------------------------------------------------------------
@@ -139,7 +110,7 @@ class MergeHeads(Task):
 
 
 class _WrongMultiHeadAttention(nn.Module):
-    """A multi-head attention with one deliberate mistake, named by `mistake`."""
+    """A multi-head attention with one deliberate mistake, named by `mistake` ("": none)."""
 
     mistake = ""
 
@@ -157,6 +128,8 @@ class _WrongMultiHeadAttention(nn.Module):
 
     def forward(self, query, key, value, mask=None):
         batch, n_q, d_model = query.shape
+        if mask is not None and self.mistake.startswith("flipped_mask"):  # True read as blocked
+            mask = ~mask
         q = self._split(self.q_proj(query))  # (batch, heads, n_q, d_head)
         k = self._split(self.k_proj(key))  # (batch, heads, n_k, d_head)
         v_full = self.v_proj(value)  # (batch, n_k, d_model)
@@ -170,7 +143,7 @@ class _WrongMultiHeadAttention(nn.Module):
                 mask = mask.unsqueeze(1)
             scores = scores.masked_fill(~mask, float("-inf"))
         weights = scores.softmax(dim=-2 if self.mistake == "softmax_over_queries" else -1)
-        if self.mistake == "zero_blocked_rows":  # lesson 02's guard: a row with no key -> 0
+        if self.mistake == "flipped_mask_through_sdpa":  # lesson 02's guard: no key -> 0
             weights = weights.nan_to_num(0.0)
         if self.mistake == "averaged_heads":  # one averaged map applied to the full values
             merged = weights.mean(dim=1) @ v_full  # (batch, n_q, d_model)
@@ -180,34 +153,6 @@ class _WrongMultiHeadAttention(nn.Module):
             weights = weights.mean(dim=1)  # (batch, n_q, n_k)
         output = merged if self.mistake == "no_out_proj" else self.out_proj(merged)
         return output, weights
-
-
-class _NoOutputProjection(_WrongMultiHeadAttention):
-    mistake = "no_out_proj"
-
-
-class _AveragedHeads(_WrongMultiHeadAttention):
-    mistake = "averaged_heads"
-
-
-class _AveragedWeights(_WrongMultiHeadAttention):
-    mistake = "averaged_weights"
-
-
-class _ScaledByDModel(_WrongMultiHeadAttention):
-    mistake = "scale_d_model"
-
-
-class _NotScaled(_WrongMultiHeadAttention):
-    mistake = "no_scale"
-
-
-class _MaskIgnored(_WrongMultiHeadAttention):
-    mistake = "mask_ignored"
-
-
-class _SoftmaxOverQueries(_WrongMultiHeadAttention):
-    mistake = "softmax_over_queries"
 
 
 def _state_dict(gen: torch.Generator, d_model: int, dtype: torch.dtype) -> dict[str, Tensor]:
@@ -236,6 +181,30 @@ class MultiHeadAttentionTask(ModuleTask):
         "torch.nn.functional.scaled_dot_product_attention",
         "torch.nn.functional.multi_head_attention_forward",
     )
+    wrong = _WrongMultiHeadAttention
+    mistake_table = {
+        "no_out_proj": "the merged heads must go through the output projection: "
+        "output = out_proj(merge_heads(heads))",
+        "averaged_heads": "you averaged the heads' attention maps into one; each head must "
+        "weight its own slice of the values, and the head outputs are concatenated "
+        "(merge_heads), not averaged",
+        "averaged_weights": "return the weights of every head, shape (batch, num_heads, n_q, "
+        "n_k), not their average over heads (nn.MultiheadAttention averages by default; this "
+        "task does not)",
+        "scale_d_model": "each head's scores are q·k over d_head features, so divide by "
+        "sqrt(d_head), not sqrt(d_model)",
+        "no_scale": "divide each head's scores by sqrt(d_head) before the softmax",
+        "mask_ignored": "the mask is ignored: blocked positions (False) must get weight 0; a "
+        "(batch, n_q, n_k) mask needs unsqueeze(1) to reach every head",
+        "softmax_over_queries": "the softmax runs over the keys (the last axis, dim=-1), so "
+        "that each query's weights sum to 1",
+        **dict.fromkeys(
+            ("flipped_mask_through_sdpa", "flipped_mask"),
+            "your mask is read the other way round: in this course True means 'may attend' (as "
+            "in F.scaled_dot_product_attention), so fill the scores with -inf where the mask is "
+            "False (nn.MultiheadAttention's masks mean the opposite)",
+        ),
+    }
 
     def _case(
         self,
@@ -355,43 +324,6 @@ class MultiHeadAttentionTask(ModuleTask):
             f"{type(built).__name__}; subclass nn.Module and call super().__init__()"
         )
 
-    def mistakes(self):
-        return [
-            (
-                _NoOutputProjection,
-                "the merged heads must go through the output projection: "
-                "output = out_proj(merge_heads(heads))",
-            ),
-            (
-                _AveragedHeads,
-                "you averaged the heads' attention maps into one; each head must weight its own "
-                "slice of the values, and the head outputs are concatenated (merge_heads), not "
-                "averaged",
-            ),
-            (
-                _AveragedWeights,
-                "return the weights of every head, shape (batch, num_heads, n_q, n_k), not their "
-                "average over heads (nn.MultiheadAttention averages by default; this task does "
-                "not)",
-            ),
-            (
-                _ScaledByDModel,
-                "each head's scores are q·k over d_head features, so divide by sqrt(d_head), not "
-                "sqrt(d_model)",
-            ),
-            (_NotScaled, "divide each head's scores by sqrt(d_head) before the softmax"),
-            (
-                _MaskIgnored,
-                "the mask is ignored: blocked positions (False) must get weight 0; a (batch, "
-                "n_q, n_k) mask needs unsqueeze(1) to reach every head",
-            ),
-            (
-                _SoftmaxOverQueries,
-                "the softmax runs over the keys (the last axis, dim=-1), so that each query's "
-                "weights sum to 1",
-            ),
-        ]
-
     def diagnose(self, got, want, case):
         if isinstance(got, Tensor):
             return (
@@ -424,22 +356,6 @@ def _gqa(q: Tensor, k: Tensor, v: Tensor, mask=None, *, mistake: str = "") -> Te
     return weights @ v, weights
 
 
-def _gqa_tiled(q, k, v, mask=None):
-    return _gqa(q, k, v, mask, mistake="tiled")
-
-
-def _gqa_along_keys(q, k, v, mask=None):
-    return _gqa(q, k, v, mask, mistake="seq_axis")
-
-
-def _gqa_no_kv_repeat(q, k, v, mask=None):  # relies on broadcasting: right only when kv = 1
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(dim=-1)
-    return weights @ v, weights
-
-
 @register
 class GroupedQueryAttentionTask(Task):
     id = "ex03.grouped_query_attention"
@@ -450,6 +366,16 @@ class GroupedQueryAttentionTask(Task):
         "course_lib.multihead.repeat_kv",
         "course_lib.llama.GroupedQueryAttention",
     )
+    mistake_table = {
+        "seq_axis": "repeat the kv heads along the head axis (dim=1 of (batch, num_kv_heads, "
+        "n_k, d_head)), not along the keys: repeating the keys makes n_k * group keys",
+        "tiled": "the heads are grouped wrongly: query head h must use kv head h // group "
+        "(heads 0..group-1 share kv head 0), which is repeat_interleave(group, dim=1); "
+        ".repeat(1, group, 1, 1) tiles the kv heads, so head h gets kv head h % num_kv_heads",
+    }
+
+    def wrong(self, q, k, v, mask=None, *, mistake):
+        return _gqa(q, k, v, mask, mistake=mistake)
 
     def _case(
         self,
@@ -567,50 +493,3 @@ class GroupedQueryAttentionTask(Task):
                 raises=ValueError,
             ),
         ]
-
-    def mistakes(self):
-        return [
-            (
-                _gqa_along_keys,
-                "repeat the kv heads along the head axis (dim=1 of (batch, num_kv_heads, n_k, "
-                "d_head)), not along the keys: repeating the keys makes n_k * group keys",
-            ),
-            (
-                _gqa_tiled,
-                "the heads are grouped wrongly: query head h must use kv head h // group "
-                "(heads 0..group-1 share kv head 0), which is repeat_interleave(group, dim=1); "
-                ".repeat(1, group, 1, 1) tiles the kv heads, so head h gets kv head "
-                "h % num_kv_heads",
-            ),
-        ]
-
-
-# --------------------------------------------------------------------------------------------
-# Review 2026-11-23 (EX03-2), kept apart so that it merges with work on the cases above
-# --------------------------------------------------------------------------------------------
-
-from ..core import extend_task  # noqa: E402
-
-
-class _FlippedMask(_WrongMultiHeadAttention):
-    def forward(self, query, key, value, mask=None):
-        return super().forward(query, key, value, None if mask is None else ~mask)
-
-
-class _FlippedMaskThroughSDPA(_FlippedMask):  # the same, via lesson 02's function
-    mistake = "zero_blocked_rows"
-
-
-_FLIPPED_HINT = (
-    "your mask is read the other way round: in this course True means 'may "
-    "attend' (as in F.scaled_dot_product_attention), so fill the scores with -inf where "
-    "the mask is False (nn.MultiheadAttention's masks mean the opposite)"
-)
-
-extend_task(
-    MultiHeadAttentionTask,
-    mistakes=[
-        (_FlippedMaskThroughSDPA, _FLIPPED_HINT),
-        (_FlippedMask, _FLIPPED_HINT),
-    ],
-)

@@ -1,4 +1,8 @@
-"""ex04, positional encoding: the sinusoidal table, a shift as a rotation, and RoPE."""
+"""ex04, positional encoding: the sinusoidal table, a shift as a rotation, and RoPE.
+
+The four tasks share one source of wrong frequencies, `_frequencies(d, mistake)`: a frequency
+formula slightly off is the same slip in the table, the shift matrix and both RoPE layouts.
+"""
 
 from __future__ import annotations
 
@@ -8,23 +12,44 @@ from ..core import Case, GradingError, Task, changed_message, compare_values, re
 from .common import randn
 
 LESSON = "lesson 04, section "
+F64 = torch.float64
 
 
-def _frequencies(d_model: int, exponent: str = "2i") -> torch.Tensor:
-    """(d_model / 2,) float64 frequencies; `exponent` picks the right one or a wrong one."""
-    pair = torch.arange(d_model // 2, dtype=torch.float64)
-    wrong_formula = {
-        "base 1000": lambda: 1000.0 ** (-2 * pair / d_model),
-        "base e^4": lambda: torch.exp(-2 * pair * 4.0 / d_model),  # math.log10(10000) for ln
-        "inverted": lambda: 10000.0 ** (2 * pair / d_model),  # the minus sign dropped
-        "not over d": lambda: 10000.0 ** (-2 * pair),  # the exponent not divided by d_model
-        "divided outside": lambda: 10000.0 ** (-2 * pair) / d_model,  # exp(...) / d_model
-        "zero": lambda: torch.ones_like(pair),  # 2 * i // d_model: integer division, 0
-    }.get(exponent)
-    if wrong_formula is not None:
-        return wrong_formula()
-    power = {"2i": 2 * pair, "i": pair, "4i": 4 * pair}[exponent]  # 4i: the 2 taken twice
-    return 10000.0 ** (-power / d_model)
+def _frequencies(d: int, mistake: str = "") -> torch.Tensor:
+    """(d / 2,) float64 frequencies 10000^(-2i/d), or the ones a named mistake gives."""
+    pair = torch.arange(d // 2, dtype=F64)
+    if mistake == "base_1000":
+        return 1000.0 ** (-2 * pair / d)
+    if mistake == "base_e4":  # math.log10(10000) taken for ln
+        return torch.exp(-2 * pair * 4.0 / d)
+    if mistake == "inverted":  # the minus sign dropped
+        return 10000.0 ** (2 * pair / d)
+    if mistake == "not_over_d":
+        return 10000.0 ** (-2 * pair)
+    if mistake == "divided_outside":  # exp(...) / d
+        return 10000.0 ** (-2 * pair) / d
+    if mistake == "zero":  # 2 * i // d: integer division, 0
+        return torch.ones_like(pair)
+    power = {"exponent_i": pair, "exponent_4i": 4 * pair}.get(mistake, 2 * pair)
+    return 10000.0 ** (-power / d)
+
+
+def _base_1000(d="d_model"):
+    return f"the base is 10000, not 1000: pair i turns at the frequency 10000^(-2i/{d})"
+
+
+def _inverted(d="d_model"):
+    return (
+        f"the frequency grows with the pair index; it must shrink: 10000^(-2i/{d}) "
+        "(note the minus sign)"
+    )
+
+
+def _not_over_d(d="d_model"):
+    return (
+        f"the exponent is not divided by {d}: the frequency is 10000^(-2i/{d}), "
+        "not 10000^(-2i), so the pairs slow down gradually from 1 to about 1/10000"
+    )
 
 
 def _close_or_explain(got, want) -> str | None:
@@ -54,49 +79,43 @@ def _close_or_explain(got, want) -> str | None:
 # --------------------------------------------------------------------------------------------
 
 
-def _table(
-    seq_len,
-    d_model,
-    *,
-    first_position=0,
-    exponent="2i",
-    layout="interleaved",
-    even="sin",
-    odd=None,
-):
-    positions = torch.arange(first_position, first_position + seq_len, dtype=torch.float64)
-    angles = positions[:, None] * _frequencies(d_model, exponent)[None, :]
-    first, second = (torch.sin, torch.cos) if even == "sin" else (torch.cos, torch.sin)
-    second = {"sin": torch.sin, None: second}[odd]  # "sin": sin in the odd columns too
-    if layout == "halves":
-        pe = torch.cat((first(angles), second(angles)), dim=-1)
-    else:
-        pe = torch.empty(seq_len, d_model, dtype=torch.float64)
-        pe[:, 0::2], pe[:, 1::2] = first(angles), second(angles)
-    return pe.float()
-
-
-def _column_index_exponent(seq_len, d_model):
-    positions = torch.arange(seq_len, dtype=torch.float64)[:, None]
-    column = torch.arange(d_model, dtype=torch.float64)[None, :]
-    angles = positions * 10000.0 ** (-column / d_model)
-    pe = torch.where(column.long() % 2 == 0, torch.sin(angles), torch.cos(angles))
-    return pe.float()
-
-
-def _inverted_frequency(seq_len, d_model):
-    positions = torch.arange(seq_len, dtype=torch.float64)[:, None]
-    angles = positions * (1.0 / _frequencies(d_model))[None, :]
-    pe = torch.empty(seq_len, d_model, dtype=torch.float64)
-    pe[:, 0::2], pe[:, 1::2] = torch.sin(angles), torch.cos(angles)
-    return pe.float()
-
-
 @register
 class SinusoidalPositionalEncoding(Task):
     id = "ex04.sinusoidal_positional_encoding"
     lesson = LESSON + "'The sinusoidal encoding'"
     reference = "course_lib.positional.sinusoidal_positional_encoding"
+    mistake_table = {
+        "cos_sin_swapped": "sin and cos are swapped: sin goes on the even columns (0, 2, ...), "
+        "cos on the odd ones, so row 0 is [0, 1, 0, 1, ...]",
+        "exponent_i": "the exponent uses the pair index i; it is 2i/d_model, i.e. "
+        "10000^(-2i/d_model), so the slowest pair has wavelength close to 10000·2π",
+        "exponent_4i": "the exponent counts the 2 twice: with the even column index 2i = 0, 2, "
+        "4, ... the frequency is 10000^(-2i/d_model), not 10000^(-2·2i/d_model) (dividing 2i by "
+        "d_model / 2 instead of d_model does the same)",
+        "column_index_exponent": "the exponent uses each column's own index, so cos in column "
+        "2i+1 gets a different frequency from sin in column 2i; both columns of a pair share "
+        "10000^(-2i/d_model)",
+        "halves": "you put all the sines in the first half and all the cosines in the second "
+        "half; here they are interleaved: sin in column 2i, cos in column 2i+1 (use pe[:, 0::2] "
+        "and pe[:, 1::2])",
+        "from_1": "positions start at 1; they start at 0, so the first row is sin(0)=0, cos(0)=1",
+        "inverted": "the frequency grows with the dimension; it must shrink: "
+        "10000^(-2i/d_model) (note the minus sign)",
+        "base_1000": _base_1000(),
+        "not_over_d": _not_over_d(),
+        "divided_outside": "the division by d_model belongs inside the exponent: "
+        "exp(-2i * math.log(10000) / d_model), not exp(-2i * math.log(10000)) / d_model",
+        "base_e4": "math.log10(10000) = 4 is not the natural logarithm: with exp, the frequency "
+        "is exp(-2i * math.log(10000) / d_model) (math.log is ln)",
+        "zero": "every pair has the frequency 1, so the exponent 2i/d_model became 0: 2 * i // "
+        "d_model is integer division; use /, 10000 ** (-2 * i / d_model)",
+        "over_seq_len": "the exponent is divided by seq_len; it is divided by d_model, "
+        "10000^(-2i/d_model): the frequencies do not depend on the length of the sequence",
+        "position_and_pair_swapped": "the position and the pair index trade places: the angle "
+        "in row p, pair i is p * 10000^(-2i/d_model), the position times the pair's frequency",
+        "odd_sin": "the odd columns hold sin too: column 2i+1 is cos(p * w_i), so pe[:, 1::2] = "
+        "torch.cos(angles)",
+    }
 
     def cases(self, gen):
         return [
@@ -116,45 +135,28 @@ class SinusoidalPositionalEncoding(Task):
     def compare(self, got, want, case):
         return _close_or_explain(got, want)
 
-    def mistakes(self):
-        return [
-            (
-                lambda n, d: _table(n, d, even="cos"),
-                "sin and cos are swapped: sin goes on the even columns (0, 2, ...), cos on the odd "
-                "ones, so row 0 is [0, 1, 0, 1, ...]",
-            ),
-            (
-                lambda n, d: _table(n, d, exponent="i"),
-                "the exponent uses the pair index i; it is 2i/d_model, i.e. 10000^(-2i/d_model), "
-                "so the slowest pair has wavelength close to 10000·2π",
-            ),
-            (
-                lambda n, d: _table(n, d, exponent="4i"),
-                "the exponent counts the 2 twice: with the even column index 2i = 0, 2, 4, ... "
-                "the frequency is 10000^(-2i/d_model), not 10000^(-2·2i/d_model) (dividing 2i "
-                "by d_model / 2 instead of d_model does the same)",
-            ),
-            (
-                _column_index_exponent,
-                "the exponent uses each column's own index, so cos in column 2i+1 gets a different "
-                "frequency from sin in column 2i; both columns of a pair share 10000^(-2i/d_model)",
-            ),
-            (
-                lambda n, d: _table(n, d, layout="halves"),
-                "you put all the sines in the first half and all the cosines in the second half; "
-                "here they are interleaved: sin in column 2i, cos in column 2i+1 (use pe[:, 0::2] "
-                "and pe[:, 1::2])",
-            ),
-            (
-                lambda n, d: _table(n, d, first_position=1),
-                "positions start at 1; they start at 0, so the first row is sin(0)=0, cos(0)=1",
-            ),
-            (
-                _inverted_frequency,
-                "the frequency grows with the dimension; it must shrink: 10000^(-2i/d_model) "
-                "(note the minus sign)",
-            ),
-        ]
+    def wrong(self, seq_len, d_model, *, mistake):
+        positions = torch.arange(seq_len, dtype=F64)[:, None] + (mistake == "from_1")  # (seq, 1)
+        pair = torch.arange(d_model // 2, dtype=F64)[None, :]  # (1, d_model / 2)
+        if mistake == "over_seq_len":
+            angles = positions * 10000.0 ** (-2 * pair / seq_len)
+        elif mistake == "position_and_pair_swapped":
+            angles = pair * 10000.0 ** (-2 * positions / d_model)
+        else:
+            angles = positions * _frequencies(d_model, mistake)[None, :]  # (seq, d_model / 2)
+        odd_angles = angles
+        if mistake == "column_index_exponent":  # column 2i + 1 at 10000^(-(2i + 1)/d_model)
+            odd_angles = positions * 10000.0 ** (-(2 * pair + 1) / d_model)
+        even, odd = torch.sin(angles), torch.cos(odd_angles)
+        if mistake == "cos_sin_swapped":
+            even, odd = torch.cos(angles), torch.sin(angles)
+        elif mistake == "odd_sin":
+            odd = torch.sin(angles)
+        if mistake == "halves":
+            return torch.cat((even, odd), dim=-1).float()
+        pe = torch.empty(seq_len, d_model, dtype=F64)
+        pe[:, 0::2], pe[:, 1::2] = even, odd
+        return pe.float()
 
 
 # --------------------------------------------------------------------------------------------
@@ -162,26 +164,34 @@ class SinusoidalPositionalEncoding(Task):
 # --------------------------------------------------------------------------------------------
 
 
-def _shift_matrix(
-    offset, d_model, *, angle="offset*frequency", transpose=False, exponent="2i", block="rotation"
-):
-    frequencies = _frequencies(d_model, "i" if angle == "exponent i" else exponent)
-    angles = offset * (torch.ones_like(frequencies) if angle == "no frequency" else frequencies)
-    cos, sin = torch.cos(angles), torch.sin(angles)
-    if block == "cos and sin swapped":
-        cos, sin = sin, cos
-    m = torch.zeros(d_model, d_model, dtype=torch.float64)
-    even = torch.arange(0, d_model, 2)
-    m[even, even], m[even, even + 1] = cos, sin
-    m[even + 1, even], m[even + 1, even + 1] = sin if block == "no minus" else -sin, cos
-    return (m.T if transpose else m).float()
-
-
 @register
 class RelativeShiftMatrix(Task):
     id = "ex04.relative_shift_matrix"
     lesson = LESSON + "'A shift in position is a rotation'"
     reference = "course_lib.positional.relative_shift_matrix"
+    mistake_table = {
+        # abs(offset) is right for positive offsets and looks like the transpose for negative
+        # ones: it comes first, or the transpose hint would break the positive offsets
+        "abs_offset": "your matrix is right for positive offsets only: for a negative offset it "
+        "shifts by |offset|. Use the offset with its sign in the angle offset * frequency (no "
+        "abs)",
+        "transposed": "your matrix shifts by -offset (it is the transpose, a rotation the other "
+        "way): with row vectors, PE[p + k] = PE[p] @ M.T needs the block [[cos a, sin a], "
+        "[-sin a, cos a]]; check sin(p+k) = sin p cos k + cos p sin k",
+        "no_frequency": "every pair is rotated by the same angle (offset radians); pair i turns "
+        "by offset * 10000^(-2i/d_model)",
+        "exponent_i": "the rotation angle uses 10000^(-i/d_model); the frequency of pair (2i, "
+        "2i+1) is 10000^(-2i/d_model), the same as in the encoding",
+        "no_minus": "the block has no minus sign: it is [[cos a, sin a], [-sin a, cos a]], from "
+        "cos(x+a) = cos x cos a - sin x sin a; with two plus signs it is not a rotation",
+        "cos_sin_swapped": "cos and sin are swapped in the block: cos a goes on the diagonal and "
+        "±sin a off it, [[cos a, sin a], [-sin a, cos a]] (at offset 0 M is the identity)",
+        "base_1000": _base_1000(),
+        "inverted": _inverted(),
+        "not_over_d": _not_over_d(),
+        "exponent_4i": "the rotation angle uses 10000^(-4i/d_model), the 2 counted twice; pair "
+        "(2i, 2i+1) turns by offset * 10000^(-2i/d_model), the same frequency as in the encoding",
+    }
 
     def cases(self, gen):
         return [
@@ -212,80 +222,62 @@ class RelativeShiftMatrix(Task):
                 )
         return None
 
-    def mistakes(self):
-        return [
-            (
-                lambda k, d: _shift_matrix(k, d, transpose=True),
-                "your matrix shifts by -offset (it is the transpose, a rotation the other way): "
-                "with row vectors, PE[p + k] = PE[p] @ M.T needs the block [[cos a, sin a], "
-                "[-sin a, cos a]]; check sin(p+k) = sin p cos k + cos p sin k",
-            ),
-            (
-                lambda k, d: _shift_matrix(k, d, angle="no frequency"),
-                "every pair is rotated by the same angle (offset radians); pair i turns by "
-                "offset * 10000^(-2i/d_model)",
-            ),
-            (
-                lambda k, d: _shift_matrix(k, d, angle="exponent i"),
-                "the rotation angle uses 10000^(-i/d_model); the frequency of pair (2i, 2i+1) is "
-                "10000^(-2i/d_model), the same as in the encoding",
-            ),
-        ]
+    def wrong(self, offset, d_model, *, mistake):
+        offset = abs(offset) if mistake == "abs_offset" else offset
+        frequencies = _frequencies(d_model, mistake)  # (d_model / 2,)
+        if mistake == "no_frequency":
+            frequencies = torch.ones_like(frequencies)
+        cos, sin = torch.cos(offset * frequencies), torch.sin(offset * frequencies)
+        if mistake == "cos_sin_swapped":
+            cos, sin = sin, cos
+        m = torch.zeros(d_model, d_model, dtype=F64)
+        even = torch.arange(0, d_model, 2)
+        m[even, even], m[even, even + 1] = cos, sin
+        m[even + 1, even], m[even + 1, even + 1] = sin if mistake == "no_minus" else -sin, cos
+        return (m.T if mistake == "transposed" else m).float()
 
 
 # --------------------------------------------------------------------------------------------
-# apply_rope
+# apply_rope and apply_rope_half (transfer: the layout of GPT-NeoX and Llama)
 # --------------------------------------------------------------------------------------------
 
 
-def _rope_variant(
-    x,
-    positions=None,
-    *,
-    pairing="adjacent",
-    exponent="2i",
-    sign=1.0,
-    constant=False,
-    ignore_positions=False,
-    mixed_frequencies=False,
-    first_position=0,
-    integer_positions=False,
-    cos_sin_swapped=False,
-    reflect=False,
-):
+def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
+    """RoPE with the named mistake ("": none). `layout` is the task's: "adjacent" rotates pairs
+    (2i, 2i+1), "halves" pairs (i, i + d/2) (the rotate-half layout of GPT-NeoX and Llama)."""
     d = x.shape[-1]
-    if ignore_positions or positions is None:
-        positions = torch.arange(first_position, first_position + x.shape[-2])
-    elif integer_positions:  # .long() rounds 0.5 towards 0
+    if mistake in ("halves", "halves_mixed_frequencies", "adjacent"):  # the other task's layout
+        layout = mistake.removesuffix("_mixed_frequencies")
+    out_layout = {"adjacent_out_halves": "halves", "halves_out_adjacent": "adjacent"}
+    if mistake == "ignore_positions" or positions is None:
+        positions = torch.arange(x.shape[-2]) + (mistake == "from_1")
+    elif mistake == "integer_positions":  # .long() rounds 0.5 towards 0
         positions = positions.long()
-    frequencies = _frequencies(d, exponent)  # (d / 2,)
-    angles = (
-        torch.ones_like(positions, dtype=torch.float64) if constant else positions.to(torch.float64)
-    )[:, None] * frequencies  # (seq, d / 2)
-    if cos_sin_swapped:
-        angles = torch.pi / 2 - angles  # cos and sin trade places
-    if reflect or pairing in ("adjacent", "adjacent_out_halves", "halves_out_adjacent"):
-        cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
-        if pairing in ("adjacent", "adjacent_out_halves"):
-            x0, x1 = x[..., 0::2], x[..., 1::2]
-        else:
-            x0, x1 = x[..., : d // 2], x[..., d // 2 :]
-        r0, r1 = x0 * cos - sign * x1 * sin, sign * x0 * sin + x1 * cos
-        if reflect:  # the sign of the second component's x1 term flipped: not a rotation
-            r1 = x0 * sin - x1 * cos
-        if pairing in ("adjacent_out_halves", "halves"):  # the output as two halves
-            return torch.cat((r0, r1), -1)
-        return torch.stack((r0, r1), -1).flatten(-2)
-    # "halves": feature i is paired with feature i + d/2 (the rotate_half layout)
-    full = (
-        angles.repeat_interleave(2, dim=-1)
-        if mixed_frequencies
-        else torch.cat((angles, angles), dim=-1)
-    )  # (seq, d)
-    cos, sin = torch.cos(full).to(x.dtype), torch.sin(full).to(x.dtype)
-    first, second = x[..., : d // 2], x[..., d // 2 :]
-    rotate_half = torch.cat((-second, first), dim=-1)
-    return x * cos + sign * rotate_half * sin
+    positions = positions.to(F64)[:, None]  # (seq, 1)
+    if mistake == "constant":
+        positions = torch.ones_like(positions)
+    angles = positions * _frequencies(d, mistake)  # (seq, d / 2)
+    first = second = angles  # the angles of each pair's first and second feature
+    if mistake in ("mixed_frequencies", "halves_mixed_frequencies"):  # repeat_interleave'd table
+        first, second = angles.repeat_interleave(2, dim=-1).chunk(2, dim=-1)
+    elif mistake == "column_frequencies":  # feature j at its own 10000^(-j/d)
+        first, second = (positions * 10000.0 ** (-torch.arange(d, dtype=F64) / d)).chunk(2, -1)
+    if mistake == "cos_sin_swapped":
+        first, second = torch.pi / 2 - first, torch.pi / 2 - second
+    cos0, sin0 = torch.cos(first).to(x.dtype), torch.sin(first).to(x.dtype)
+    cos1, sin1 = torch.cos(second).to(x.dtype), torch.sin(second).to(x.dtype)
+    if layout == "adjacent":
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+    else:
+        x0, x1 = x[..., : d // 2], x[..., d // 2 :]
+    sign = -1.0 if mistake == "sign" else 1.0
+    r0 = x0 * cos0 - sign * x1 * sin0
+    r1 = sign * x0 * sin1 + x1 * cos1
+    if mistake == "reflect":  # the sign of the second component's x1 term flipped
+        r1 = x0 * sin1 - x1 * cos1
+    if out_layout.get(mistake, layout) == "halves":
+        return torch.cat((r0, r1), -1)
+    return torch.stack((r0, r1), -1).flatten(-2)
 
 
 def _scores_under_shifts(rope, q, k, base, shifts):
@@ -297,19 +289,96 @@ def _scores_under_shifts(rope, q, k, base, shifts):
     return torch.stack(out)
 
 
+def _positions_cases(gen) -> list[Case]:
+    """Three cases both layouts share: heads, random positions, negative positions."""
+    return [
+        Case(
+            "x (2, 3, 7, 8) (batch, heads, seq, d), positions 0..6",
+            (randn(gen, 2, 3, 7, 8), torch.arange(7)),
+        ),
+        Case(
+            "float64 x (2, 6, 16), random positions up to 100",
+            (randn(gen, 2, 6, 16, dtype=F64), torch.randint(0, 100, (6,), generator=gen)),
+        ),
+        Case(
+            "float64 x (3, 4, 5, 32), negative positions [-3, 0, 2, 10, 11]",
+            (randn(gen, 3, 4, 5, 32, dtype=F64), torch.tensor([-3, 0, 2, 10, 11])),
+        ),
+    ]
+
+
+def _scores_or_call(obj, case):
+    """The q·k scores under shifted positions for a shift case; else obj on the case."""
+    if "shifts" not in case.data:
+        return obj(*case.args, **case.kwargs)
+    d = case.data
+    q, k = d["q"].clone(), d["k"].clone()  # copies, compared after the call
+    scores = _scores_under_shifts(obj, q, k, d["base"], d["shifts"])
+    if not (torch.equal(q, d["q"]) and torch.equal(k, d["k"])):
+        raise GradingError(changed_message(["x"]))
+    return scores
+
+
+_START_AT_1 = (
+    "with positions=None your positions start at 1; they are 0, 1, ..., seq-1 "
+    "(torch.arange(seq)): the vector at position 0 is not rotated"
+)
+_INTEGER_POSITIONS = (
+    "the positions may be fractional (0.5 apart here): converting them to integers (.long(), "
+    ".int()) cuts 0.5 to 0; convert them to floats, positions.to(torch.float64)"
+)
+_REFLECTED = (
+    "the second component has the wrong sign: (x0, x1) -> (x0 cos a - x1 sin a, "
+    "x0 sin a + x1 cos a); with x0 sin a - x1 cos a the pair is reflected, not rotated"
+)
+_IGNORED_POSITIONS = (
+    "you ignored `positions` and used 0, 1, ..., seq-1; use the positions you are given "
+    "(arange only when positions is None)"
+)
+_CONSTANT = (
+    "every position gets the same rotation, so positions change nothing; the angle is "
+    "position * 10000^(-2i/d) and grows with the position"
+)
+
+
 @register
 class ApplyRope(Task):
     id = "ex04.apply_rope"
     lesson = LESSON + "'RoPE: rotate the queries and keys'"
     reference = "course_lib.positional.apply_rope"
+    mistake_table = {
+        "constant": _CONSTANT,
+        "halves_mixed_frequencies": "you paired feature i with feature i + d/2 but took the "
+        "frequencies of adjacent pairs, so the two features of a pair turn by different angles: "
+        "that is not a rotation and q·k no longer depends only on the offset. Rotate adjacent "
+        "pairs (2i, 2i+1) by position * 10000^(-2i/d)",
+        "halves": "you paired feature i with feature i + d/2 (the 'rotate_half' layout of some "
+        "libraries); this task rotates adjacent pairs (2i, 2i+1): x[..., 0::2], x[..., 1::2]",
+        "sign": "you rotated the other way, or swapped cos and sin (both give these q·k scores); "
+        "(x0, x1) -> (x0 cos a - x1 sin a, x0 sin a + x1 cos a)",
+        "exponent_i": "the frequency uses 10000^(-i/d); pair (2i, 2i+1) turns by 10000^(-2i/d) "
+        "per position",
+        "ignore_positions": _IGNORED_POSITIONS,
+        "adjacent_out_halves": "the rotation is right but the output is laid out as two halves "
+        "(all rotated first features, then all second ones): write each rotated pair back where "
+        "it came from, features 2i and 2i+1 (torch.stack((r0, r1), -1).flatten(-2))",
+        "base_1000": _base_1000("d"),
+        "exponent_4i": "the frequency uses 10000^(-4i/d), the 2 counted twice (or 2i divided by "
+        "d / 2); pair (2i, 2i+1) turns by 10000^(-2i/d) per position",
+        "inverted": _inverted("d"),
+        "not_over_d": _not_over_d("d"),
+        "reflect": _REFLECTED,
+        "from_1": _START_AT_1,
+        "integer_positions": _INTEGER_POSITIONS,
+    }
 
     def cases(self, gen):
         d64 = torch.float64
         return [
             # The property that makes RoPE useful is checked first: its hint is the clearest.
             Case(
-                "q·k for q, k (2, 5, 16) float64, when both are moved by the same shift "
-                "(0, 7, -3, 50): the scores must not change",
+                "q·k for float64 q, k (2, 5, 16) after your rotation, at positions moved by 0, 7, "
+                "-3, 50, compared with the expected scores",
                 data={
                     "q": randn(gen, 2, 5, 16, dtype=d64),
                     "k": randn(gen, 2, 5, 16, dtype=d64),
@@ -318,7 +387,8 @@ class ApplyRope(Task):
                 },
             ),
             Case(
-                "q·k for q, k (3, 4, 8) float32, when both are moved by the same shift (0, 2, 11)",
+                "q·k for float32 q, k (3, 4, 8) after your rotation, at positions moved by 0, 2, "
+                "11, compared with the expected scores",
                 data={
                     "q": randn(gen, 3, 4, 8),
                     "k": randn(gen, 3, 4, 8),
@@ -332,18 +402,7 @@ class ApplyRope(Task):
                 "(0, 1, ..., 4; the sequence axis is x.shape[-2], not the first one)",
                 (randn(gen, 3, 5, 8), None),
             ),
-            Case(
-                "x (2, 3, 7, 8) (batch, heads, seq, d), positions 0..6",
-                (randn(gen, 2, 3, 7, 8), torch.arange(7)),
-            ),
-            Case(
-                "float64 x (2, 6, 16), random positions up to 100",
-                (randn(gen, 2, 6, 16, dtype=d64), torch.randint(0, 100, (6,), generator=gen)),
-            ),
-            Case(
-                "float64 x (3, 4, 5, 32), negative positions [-3, 0, 2, 10, 11]",
-                (randn(gen, 3, 4, 5, 32, dtype=d64), torch.tensor([-3, 0, 2, 10, 11])),
-            ),
+            *_positions_cases(gen),
             Case(
                 "x (1, 6, 2) (one pair), positions 0.5 apart",
                 (randn(gen, 1, 6, 2), torch.arange(6) * 0.5),
@@ -360,16 +419,11 @@ class ApplyRope(Task):
         ]
 
     def call(self, obj, case):
-        if "shifts" in case.data:
-            d = case.data
-            q, k = d["q"].clone(), d["k"].clone()  # copies, compared after the call
-            scores = _scores_under_shifts(obj, q, k, d["base"], d["shifts"])
-            if not (torch.equal(q, d["q"]) and torch.equal(k, d["k"])):
-                raise GradingError(changed_message(["x"]))
-            return scores
         try:
-            return obj(*case.args, **case.kwargs)
+            return _scores_or_call(obj, case)
         except RuntimeError as error:
+            if "shifts" in case.data:
+                raise
             x, positions = case.args
             if isinstance(error, NotImplementedError) or positions is not None or x.dim() < 3:
                 raise
@@ -394,57 +448,8 @@ class ApplyRope(Task):
                 )
         return None
 
-    def mistakes(self):
-        return [
-            (
-                lambda x, p=None: _rope_variant(x, p, constant=True),
-                "every position gets the same rotation, so positions change nothing; the angle is "
-                "position * 10000^(-2i/d) and grows with the position",
-            ),
-            (
-                lambda x, p=None: _rope_variant(x, p, pairing="halves", mixed_frequencies=True),
-                "you paired feature i with feature i + d/2 but took the frequencies of adjacent "
-                "pairs, so the two features of a pair turn by different angles: that is not a "
-                "rotation and q·k no longer depends only on the offset. Rotate adjacent pairs "
-                "(2i, 2i+1) by position * 10000^(-2i/d)",
-            ),
-            (
-                lambda x, p=None: _rope_variant(x, p, pairing="halves"),
-                "you paired feature i with feature i + d/2 (the 'rotate_half' layout of some "
-                "libraries); this task rotates adjacent pairs (2i, 2i+1): x[..., 0::2], x[..., "
-                "1::2]",
-            ),
-            (
-                lambda x, p=None: _rope_variant(x, p, sign=-1.0),
-                "you rotated the other way, or swapped cos and sin (both give these q·k scores); "
-                "(x0, x1) -> (x0 cos a - x1 sin a, x0 sin a + x1 cos a)",
-            ),
-            (
-                lambda x, p=None: _rope_variant(x, p, exponent="i"),
-                "the frequency uses 10000^(-i/d); pair (2i, 2i+1) turns by 10000^(-2i/d) per "
-                "position",
-            ),
-            (
-                lambda x, p=None: _rope_variant(x, p, ignore_positions=True),
-                "you ignored `positions` and used 0, 1, ..., seq-1; use the positions you are "
-                "given (arange only when positions is None)",
-            ),
-            (
-                lambda x, p=None: _rope_variant(x, p, pairing="adjacent_out_halves"),
-                "the rotation is right but the output is laid out as two halves (all rotated "
-                "first features, then all second ones): write each rotated pair back where it "
-                "came from, features 2i and 2i+1 (torch.stack((r0, r1), -1).flatten(-2))",
-            ),
-        ]
-
-
-# --------------------------------------------------------------------------------------------
-# apply_rope_half (transfer: the layout of GPT-NeoX and Llama, which the lesson does not show)
-# --------------------------------------------------------------------------------------------
-
-
-def _half(x, positions=None, **kwargs):
-    return _rope_variant(x, positions, pairing="halves", **kwargs)
+    def wrong(self, x, positions=None, *, mistake):
+        return _rope_variant(x, positions, mistake=mistake)
 
 
 @register
@@ -452,6 +457,37 @@ class ApplyRopeHalf(Task):
     id = "ex04.apply_rope_half"
     lesson = LESSON + "'RoPE: rotate the queries and keys'"
     reference = "course_lib.positional.apply_rope_half"
+    mistake_table = {
+        "adjacent": "you rotated adjacent pairs (2i, 2i+1), the lesson's interleaved layout; "
+        "this task pairs feature i with feature i + d/2: first half x[..., :d//2], second half "
+        "x[..., d//2:]",
+        "sign": "you rotated the other way (the sign of sin is flipped): (x_i, x_{i+d/2}) -> "
+        "(x_i cos - x_{i+d/2} sin, x_i sin + x_{i+d/2} cos), i.e. x * cos + cat(-second_half, "
+        "first_half) * sin",
+        "mixed_frequencies": "feature i and feature i + d/2 must turn by the same angle p * "
+        "10000^(-2i/d): the cos/sin table of shape (seq, d) is the (seq, d/2) table twice, "
+        "cat((angles, angles), dim=-1), not each angle repeated in place (repeat_interleave "
+        "belongs to the interleaved layout)",
+        "exponent_i": "the frequency uses 10000^(-i/d); pair i turns by 10000^(-2i/d) per position",
+        "constant": _CONSTANT,
+        "ignore_positions": _IGNORED_POSITIONS,
+        "cos_sin_swapped": "cos and sin are swapped: x * cos + cat(-second_half, first_half) * "
+        "sin (at position 0 nothing turns, so the first vector stays as it is)",
+        "reflect": _REFLECTED.replace("x0", "x_i").replace("x1", "x_{i+d/2}"),
+        "halves_out_adjacent": "you paired feature i with feature i + d/2, right, but wrote the "
+        "rotated pairs back interleaved (x_i', x_{i+d/2}' side by side): the rotated first "
+        "features go back to the first half, the second ones to the second half",
+        "column_frequencies": "each feature got its own frequency 10000^(-j/d), j = 0 .. d-1; "
+        "pair i (features i and i + d/2) turns by one angle, p * 10000^(-2i/d): the (seq, d) "
+        "table is cat((angles, angles), dim=-1) of the (seq, d/2) one",
+        "base_1000": _base_1000("d"),
+        "exponent_4i": "the frequency uses 10000^(-4i/d), the 2 counted twice (or 2i divided by "
+        "d / 2); pair i turns by 10000^(-2i/d) per position",
+        "inverted": _inverted("d"),
+        "not_over_d": _not_over_d("d"),
+        "from_1": _START_AT_1,
+        "integer_positions": _INTEGER_POSITIONS,
+    }
 
     def cases(self, gen):
         d64 = torch.float64
@@ -469,18 +505,7 @@ class ApplyRopeHalf(Task):
                 "x (1, 6, 2) (one pair (0, 1)), positions 0.5 apart",
                 (randn(gen, 1, 6, 2), torch.arange(6) * 0.5),
             ),
-            Case(
-                "x (2, 3, 7, 8) (batch, heads, seq, d), positions 0..6",
-                (randn(gen, 2, 3, 7, 8), torch.arange(7)),
-            ),
-            Case(
-                "float64 x (2, 6, 16), random positions up to 100",
-                (randn(gen, 2, 6, 16, dtype=d64), torch.randint(0, 100, (6,), generator=gen)),
-            ),
-            Case(
-                "float64 x (3, 4, 5, 32), negative positions [-3, 0, 2, 10, 11]",
-                (randn(gen, 3, 4, 5, 32, dtype=d64), torch.tensor([-3, 0, 2, 10, 11])),
-            ),
+            *_positions_cases(gen),
             Case(
                 "float64 x (1, 2, 3, 12) (batch 1) with positions [40, 41, 42] given as floats",
                 (randn(gen, 1, 2, 3, 12, dtype=d64), torch.tensor([40.0, 41.0, 42.0], dtype=d64)),
@@ -503,279 +528,10 @@ class ApplyRopeHalf(Task):
         ]
 
     def call(self, obj, case):
-        if "shifts" in case.data:
-            d = case.data
-            q, k = d["q"].clone(), d["k"].clone()  # copies, compared after the call
-            scores = _scores_under_shifts(obj, q, k, d["base"], d["shifts"])
-            if not (torch.equal(q, d["q"]) and torch.equal(k, d["k"])):
-                raise GradingError(changed_message(["x"]))
-            return scores
-        return obj(*case.args, **case.kwargs)
+        return _scores_or_call(obj, case)
 
     def compare(self, got, want, case):
         return _close_or_explain(got, want)
 
-    def mistakes(self):
-        return [
-            (
-                lambda x, p=None: _rope_variant(x, p),
-                "you rotated adjacent pairs (2i, 2i+1), the lesson's interleaved layout; this task "
-                "pairs feature i with feature i + d/2: first half x[..., :d//2], second half "
-                "x[..., d//2:]",
-            ),
-            (
-                lambda x, p=None: _half(x, p, sign=-1.0),
-                "you rotated the other way (the sign of sin is flipped): "
-                "(x_i, x_{i+d/2}) -> (x_i cos - x_{i+d/2} sin, x_i sin + x_{i+d/2} cos), i.e. "
-                "x * cos + cat(-second_half, first_half) * sin",
-            ),
-            (
-                lambda x, p=None: _half(x, p, mixed_frequencies=True),
-                "feature i and feature i + d/2 must turn by the same angle p * 10000^(-2i/d): "
-                "the cos/sin table of shape (seq, d) is the (seq, d/2) table twice, "
-                "cat((angles, angles), dim=-1), not each angle repeated in place "
-                "(repeat_interleave belongs to the interleaved layout)",
-            ),
-            (
-                lambda x, p=None: _half(x, p, exponent="i"),
-                "the frequency uses 10000^(-i/d); pair i turns by 10000^(-2i/d) per position",
-            ),
-            (
-                lambda x, p=None: _half(x, p, constant=True),
-                "every position gets the same rotation, so positions change nothing; the angle is "
-                "position * 10000^(-2i/d) and grows with the position",
-            ),
-            (
-                lambda x, p=None: _half(x, p, ignore_positions=True),
-                "you ignored `positions` and used 0, 1, ..., seq-1; use the positions you are "
-                "given (arange only when positions is None)",
-            ),
-        ]
-
-
-# --------------------------------------------------------------------------------------------
-# Review 2026-11-23 (EX04-1, EX04-2), kept apart so that it merges with work on the cases above
-# --------------------------------------------------------------------------------------------
-
-from ..core import extend_task  # noqa: E402
-
-# EX04-1: abs(offset) is right for positive offsets and looks like the transpose for negative
-# ones; it must be recognised first, or the transpose hint would break the positive offsets.
-extend_task(
-    RelativeShiftMatrix,
-    mistakes_first=[
-        (
-            lambda offset, d_model: _shift_matrix(abs(offset), d_model),
-            "your matrix is right for positive offsets only: for a negative offset it shifts by "
-            "|offset|. Use the offset with its sign in the angle offset * frequency (no abs)",
-        ),
-    ],
-)
-
-# EX04-2: the shift cases compare with the reference's scores; say so, since a wrong layout or
-# direction is shift-invariant too.
-_original_rope_cases = ApplyRope.cases
-
-
-def _rope_cases_described(self, gen):
-    cases = _original_rope_cases(self, gen)
-    for case in cases:
-        if "shifts" in case.data:
-            shifts = ", ".join(str(s) for s in case.data["shifts"])
-            shape = tuple(case.data["q"].shape)
-            dtype = str(case.data["q"].dtype)[6:]
-            case.description = (
-                f"q·k for {dtype} q, k {shape} after your rotation, at positions "
-                f"moved by {shifts}, compared with the expected scores"
-            )
-    return cases
-
-
-ApplyRope.cases = _rope_cases_described
-
-
-# --------------------------------------------------------------------------------------------
-# Single mistakes that got "more than one thing may be wrong" (a frequency formula slightly off,
-# a sign or cos/sin misplaced, positions=None from 1, fractional positions cut to integers)
-# --------------------------------------------------------------------------------------------
-
-
-def _table_over_seq_len(seq_len, d_model):
-    """The exponent divided by seq_len instead of d_model."""
-    positions = torch.arange(seq_len, dtype=torch.float64)[:, None]
-    pair = torch.arange(d_model // 2, dtype=torch.float64)[None, :]
-    angles = positions * 10000.0 ** (-2 * pair / seq_len)
-    pe = torch.empty(seq_len, d_model, dtype=torch.float64)
-    pe[:, 0::2], pe[:, 1::2] = torch.sin(angles), torch.cos(angles)
-    return pe.float()
-
-
-def _table_position_and_pair_swapped(seq_len, d_model):
-    """angle[p, i] = i * 10000^(-2p/d_model): the pair index plays the position's part."""
-    positions = torch.arange(seq_len, dtype=torch.float64)[:, None]
-    pair = torch.arange(d_model // 2, dtype=torch.float64)[None, :]
-    angles = pair * 10000.0 ** (-2 * positions / d_model)
-    pe = torch.empty(seq_len, d_model, dtype=torch.float64)
-    pe[:, 0::2], pe[:, 1::2] = torch.sin(angles), torch.cos(angles)
-    return pe.float()
-
-
-def _base_1000(d="d_model"):
-    return f"the base is 10000, not 1000: pair i turns at the frequency 10000^(-2i/{d})"
-
-
-def _inverted(d="d_model"):
-    return (
-        f"the frequency grows with the pair index; it must shrink: 10000^(-2i/{d}) "
-        "(note the minus sign)"
-    )
-
-
-def _not_over_d(d="d_model"):
-    return (
-        f"the exponent is not divided by {d}: the frequency is 10000^(-2i/{d}), "
-        "not 10000^(-2i), so the pairs slow down gradually from 1 to about 1/10000"
-    )
-
-
-extend_task(
-    SinusoidalPositionalEncoding,
-    mistakes=[
-        (lambda n, d: _table(n, d, exponent="base 1000"), _base_1000()),
-        (lambda n, d: _table(n, d, exponent="not over d"), _not_over_d()),
-        (
-            lambda n, d: _table(n, d, exponent="divided outside"),
-            "the division by d_model belongs inside the exponent: "
-            "exp(-2i * math.log(10000) / d_model), not exp(-2i * math.log(10000)) / d_model",
-        ),
-        (
-            lambda n, d: _table(n, d, exponent="base e^4"),
-            "math.log10(10000) = 4 is not the natural logarithm: with exp, the frequency is "
-            "exp(-2i * math.log(10000) / d_model) (math.log is ln)",
-        ),
-        (
-            lambda n, d: _table(n, d, exponent="zero"),
-            "every pair has the frequency 1, so the exponent 2i/d_model became 0: 2 * i // "
-            "d_model is integer division; use /, 10000 ** (-2 * i / d_model)",
-        ),
-        (
-            _table_over_seq_len,
-            "the exponent is divided by seq_len; it is divided by d_model, 10000^(-2i/d_model): "
-            "the frequencies do not depend on the length of the sequence",
-        ),
-        (
-            _table_position_and_pair_swapped,
-            "the position and the pair index trade places: the angle in row p, pair i is "
-            "p * 10000^(-2i/d_model), the position times the pair's frequency",
-        ),
-        (
-            lambda n, d: _table(n, d, odd="sin"),
-            "the odd columns hold sin too: column 2i+1 is cos(p * w_i), so pe[:, 1::2] = "
-            "torch.cos(angles)",
-        ),
-    ],
-)
-
-extend_task(
-    RelativeShiftMatrix,
-    mistakes=[
-        (
-            lambda k, d: _shift_matrix(k, d, block="no minus"),
-            "the block has no minus sign: it is [[cos a, sin a], [-sin a, cos a]], from "
-            "cos(x+a) = cos x cos a - sin x sin a; with two plus signs it is not a rotation",
-        ),
-        (
-            lambda k, d: _shift_matrix(k, d, block="cos and sin swapped"),
-            "cos and sin are swapped in the block: cos a goes on the diagonal and ±sin a off it, "
-            "[[cos a, sin a], [-sin a, cos a]] (at offset 0 M is the identity)",
-        ),
-        (lambda k, d: _shift_matrix(k, d, exponent="base 1000"), _base_1000()),
-        (lambda k, d: _shift_matrix(k, d, exponent="inverted"), _inverted()),
-        (lambda k, d: _shift_matrix(k, d, exponent="not over d"), _not_over_d()),
-        (
-            lambda k, d: _shift_matrix(k, d, exponent="4i"),
-            "the rotation angle uses 10000^(-4i/d_model), the 2 counted twice; pair (2i, 2i+1) "
-            "turns by offset * 10000^(-2i/d_model), the same frequency as in the encoding",
-        ),
-    ],
-)
-
-_START_AT_1 = (
-    "with positions=None your positions start at 1; they are 0, 1, ..., seq-1 "
-    "(torch.arange(seq)): the vector at position 0 is not rotated"
-)
-_INTEGER_POSITIONS = (
-    "the positions may be fractional (0.5 apart here): converting them to integers (.long(), "
-    ".int()) cuts 0.5 to 0; convert them to floats, positions.to(torch.float64)"
-)
-_REFLECTED = (
-    "the second component has the wrong sign: (x0, x1) -> (x0 cos a - x1 sin a, "
-    "x0 sin a + x1 cos a); with x0 sin a - x1 cos a the pair is reflected, not rotated"
-)
-
-extend_task(
-    ApplyRope,
-    mistakes=[
-        (lambda x, p=None: _rope_variant(x, p, exponent="base 1000"), _base_1000("d")),
-        (
-            lambda x, p=None: _rope_variant(x, p, exponent="4i"),
-            "the frequency uses 10000^(-4i/d), the 2 counted twice (or 2i divided by d / 2); "
-            "pair (2i, 2i+1) turns by 10000^(-2i/d) per position",
-        ),
-        (lambda x, p=None: _rope_variant(x, p, exponent="inverted"), _inverted("d")),
-        (lambda x, p=None: _rope_variant(x, p, exponent="not over d"), _not_over_d("d")),
-        (lambda x, p=None: _rope_variant(x, p, reflect=True), _REFLECTED),
-        (lambda x, p=None: _rope_variant(x, p, first_position=1), _START_AT_1),
-        (lambda x, p=None: _rope_variant(x, p, integer_positions=True), _INTEGER_POSITIONS),
-    ],
-)
-
-
-def _half_column_frequencies(x, positions=None):
-    """Each of the d features turns at its own frequency 10000^(-j/d)."""
-    d = x.shape[-1]
-    if positions is None:
-        positions = torch.arange(x.shape[-2])
-    column = torch.arange(d, dtype=torch.float64)
-    angles = positions.to(torch.float64)[:, None] * 10000.0 ** (-column / d)  # (seq, d)
-    first, second = x[..., : d // 2], x[..., d // 2 :]
-    rotate_half = torch.cat((-second, first), dim=-1)
-    return x * torch.cos(angles).to(x.dtype) + rotate_half * torch.sin(angles).to(x.dtype)
-
-
-extend_task(
-    ApplyRopeHalf,
-    mistakes=[
-        (
-            lambda x, p=None: _half(x, p, cos_sin_swapped=True),
-            "cos and sin are swapped: x * cos + cat(-second_half, first_half) * sin (at "
-            "position 0 nothing turns, so the first vector stays as it is)",
-        ),
-        (
-            lambda x, p=None: _half(x, p, reflect=True),
-            _REFLECTED.replace("x0", "x_i").replace("x1", "x_{i+d/2}"),
-        ),
-        (
-            lambda x, p=None: _rope_variant(x, p, pairing="halves_out_adjacent"),
-            "you paired feature i with feature i + d/2, right, but wrote the rotated pairs back "
-            "interleaved (x_i', x_{i+d/2}' side by side): the rotated first features go back to "
-            "the first half, the second ones to the second half",
-        ),
-        (
-            _half_column_frequencies,
-            "each feature got its own frequency 10000^(-j/d), j = 0 .. d-1; pair i (features i "
-            "and i + d/2) turns by one angle, p * 10000^(-2i/d): the (seq, d) table is "
-            "cat((angles, angles), dim=-1) of the (seq, d/2) one",
-        ),
-        (lambda x, p=None: _half(x, p, exponent="base 1000"), _base_1000("d")),
-        (
-            lambda x, p=None: _half(x, p, exponent="4i"),
-            "the frequency uses 10000^(-4i/d), the 2 counted twice (or 2i divided by d / 2); "
-            "pair i turns by 10000^(-2i/d) per position",
-        ),
-        (lambda x, p=None: _half(x, p, exponent="inverted"), _inverted("d")),
-        (lambda x, p=None: _half(x, p, exponent="not over d"), _not_over_d("d")),
-        (lambda x, p=None: _half(x, p, first_position=1), _START_AT_1),
-        (lambda x, p=None: _half(x, p, integer_positions=True), _INTEGER_POSITIONS),
-    ],
-)
+    def wrong(self, x, positions=None, *, mistake):
+        return _rope_variant(x, positions, layout="halves", mistake=mistake)

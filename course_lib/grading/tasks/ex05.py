@@ -8,6 +8,7 @@ import torch
 
 from ..core import Case, GradingError, Task, register
 from .common import D_V_SCALE_HINT, lengths_mask, randn
+from .mistake_table import mistakes_of
 
 LESSON = "lesson 05"
 
@@ -34,8 +35,39 @@ def _around_pad(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
     return ids
 
 
+CAUSAL_MISTAKES = {
+    "triu": (
+        "that is the upper triangle: position i would see the future. True must be on and below"
+        " the diagonal (key j <= query i), which is tril"
+    ),
+    "no_diagonal": (
+        "the diagonal is missing: a position may attend to itself (tril, not tril(-1)); without"
+        " it the first row has no key at all"
+    ),
+    "inverted": (
+        "your mask is inverted: in this course True means 'may attend' (the convention of "
+        "F.scaled_dot_product_attention), not 'blocked' as in nn.MultiheadAttention"
+    ),
+    "float": (
+        "the mask must be a bool tensor (True/False), not 1.0/0.0 floats: a float mask is ADDED"
+        " to the scores, so 1.0 and 0.0 would block nothing. Use dtype=torch.bool"
+    ),
+    "int": ("the mask must be a bool tensor (True/False), not integers; use dtype=torch.bool"),
+}
+
+
+def wrong_causal_mask(n, *, mistake=""):
+    """tril of ones, bool, with one named mistake."""
+    dtype = {"float": torch.float32, "int": torch.int64}.get(mistake, torch.bool)
+    ones = torch.ones(n, n, dtype=dtype)
+    mask = {"triu": ones.triu(), "no_diagonal": ones.tril(-1)}.get(mistake, ones.tril())
+    return ~mask if mistake == "inverted" else mask
+
+
 @register
 class CausalMask(Task):
+    """True on and below the diagonal, (n, n) bool."""
+
     id = "ex05.causal_mask"
     lesson = f"{LESSON}, section 'The causal mask'"
     reference = "course_lib.masking.causal_mask"
@@ -44,36 +76,52 @@ class CausalMask(Task):
         return [Case(f"n={n}", (n,)) for n in (5, 2, 8, 1)]
 
     def mistakes(self):
-        return [
-            (
-                lambda n: torch.ones(n, n, dtype=torch.bool).triu(),
-                "that is the upper triangle: position i would see the future. True must be on and "
-                "below the diagonal (key j <= query i), which is tril",
-            ),
-            (
-                lambda n: torch.ones(n, n, dtype=torch.bool).tril(-1),
-                "the diagonal is missing: a position may attend to itself (tril, not tril(-1)); "
-                "without it the first row has no key at all",
-            ),
-            (
-                lambda n: ~torch.ones(n, n, dtype=torch.bool).tril(),
-                "your mask is inverted: in this course True means 'may attend' (the convention of "
-                "F.scaled_dot_product_attention), not 'blocked' as in nn.MultiheadAttention",
-            ),
-            (
-                lambda n: torch.ones(n, n).tril(),
-                "the mask must be a bool tensor (True/False), not 1.0/0.0 floats: a float mask is "
-                "ADDED to the scores, so 1.0 and 0.0 would block nothing. Use dtype=torch.bool",
-            ),
-            (
-                lambda n: torch.ones(n, n, dtype=torch.int64).tril(),
-                "the mask must be a bool tensor (True/False), not integers; use dtype=torch.bool",
-            ),
-        ]
+        return _CAUSAL_MISTAKES
+
+
+PADDING_MISTAKES = {
+    "inverted": (
+        "your mask is inverted: True must mark the real tokens (may be attended to) and False "
+        "the padding; use ids != pad_id"
+    ),
+    "from_lengths": (
+        "a mask built from each row's number of real tokens assumes the padding comes last; "
+        "compare every id with pad_id instead (ids != pad_id), wherever it sits"
+    ),
+    "no_middle": (
+        "the middle dimension is missing: return shape (batch, 1, seq), so that the mask "
+        "broadcasts over the query axis of the (batch, n_q, n_k) scores (unsqueeze(1))"
+    ),
+    "wrong_axis": (
+        "the 1 is in the wrong place: (batch, seq, 1) would mask query ROWS; the padding tokens"
+        " are keys, so the shape is (batch, 1, seq)"
+    ),
+    "long": ("the mask must be a bool tensor (True/False), not integers"),
+    "zero": ("you compared with 0; compare with the pad_id argument"),
+    "greater": (
+        "a real id can be smaller than pad_id: mark the padding with ids != pad_id, not ids > "
+        "pad_id"
+    ),
+}
+
+
+def wrong_padding_mask(ids, pad_id, *, mistake=""):
+    """(ids != pad_id).unsqueeze(1) with one named mistake."""
+    if mistake == "from_lengths":  # assumes the padding comes last
+        real = torch.arange(ids.shape[1]) < (ids != pad_id).sum(1, keepdim=True)
+    else:
+        compare = {"inverted": ids == pad_id, "zero": ids != 0, "greater": ids > pad_id}
+        real = compare.get(mistake, ids != pad_id)
+    if mistake == "no_middle":
+        return real
+    mask = real.unsqueeze(-1 if mistake == "wrong_axis" else 1)
+    return mask.long() if mistake == "long" else mask
 
 
 @register
 class PaddingMask(Task):
+    """True at the real tokens, False at the padding, shape (batch, 1, seq)."""
+
     id = "ex05.padding_mask"
     lesson = f"{LESSON}, section 'Padding masks'"
     reference = "course_lib.masking.padding_mask"
@@ -99,61 +147,57 @@ class PaddingMask(Task):
         ]
 
     def mistakes(self):
-        return [
-            (
-                lambda ids, pad_id: (ids == pad_id).unsqueeze(1),
-                "your mask is inverted: True must mark the real tokens (may be attended to) and "
-                "False the padding; use ids != pad_id",
-            ),
-            (
-                lambda ids, pad_id: (
-                    torch.arange(ids.shape[1]) < (ids != pad_id).sum(1, keepdim=True)
-                ).unsqueeze(1),
-                "a mask built from each row's number of real tokens assumes the padding comes "
-                "last; compare every id with pad_id instead (ids != pad_id), wherever it sits",
-            ),
-            (
-                lambda ids, pad_id: ids != pad_id,
-                "the middle dimension is missing: return shape (batch, 1, seq), so that the mask "
-                "broadcasts over the query axis of the (batch, n_q, n_k) scores (unsqueeze(1))",
-            ),
-            (
-                lambda ids, pad_id: (ids != pad_id).unsqueeze(-1),
-                "the 1 is in the wrong place: (batch, seq, 1) would mask query ROWS; the padding "
-                "tokens are keys, so the shape is (batch, 1, seq)",
-            ),
-            (
-                lambda ids, pad_id: (ids != pad_id).unsqueeze(1).long(),
-                "the mask must be a bool tensor (True/False), not integers",
-            ),
-            (
-                lambda ids, pad_id: (ids != 0).unsqueeze(1),
-                "you compared with 0; compare with the pad_id argument",
-            ),
-            (
-                lambda ids, pad_id: (ids > pad_id).unsqueeze(1),
-                "a real id can be smaller than pad_id: mark the padding with ids != pad_id, "
-                "not ids > pad_id",
-            ),
-        ]
+        return _PADDING_MISTAKES
 
 
-def _reference_attention(q, k, v, mask, fill=float("-inf"), after=None, scale=True):
-    """The mistakes below are variations of this textbook version."""
-    scores = q @ k.transpose(-2, -1)
-    if scale:
-        scores = scores / math.sqrt(q.shape[-1])
-    if after is None:
-        weights = torch.softmax(scores.masked_fill(~mask, fill), dim=-1)
-    else:
+def wrong_masked_attention(q, k, v, mask, *, mistake=""):
+    """The textbook version, softmax(q k^T / sqrt(d_k) with -inf where masked) v, or one with a
+    named mistake; "" leaves a fully masked row NaN (the mistake "nan_rows"), the other
+    mistakes give such a row zero weights, as the task asks."""
+    if mistake == "inverted":
+        mask = ~mask
+    d = {"unscaled": 1, "scaled_by_d_v": v.shape[-1]}.get(mistake, q.shape[-1])
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d)
+    if mistake == "zero_after":
         weights = torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)
+    else:
+        fill = {"fill_zero": 0.0, "large_negative": -1e9}.get(mistake, float("-inf"))
+        weights = torch.softmax(scores.masked_fill(~mask, fill), dim=-1)
+        if mistake in ("inverted", "unscaled", "scaled_by_d_v"):
+            weights = weights.nan_to_num(0.0)
     return weights @ v, weights
 
 
 def _right_output(out, q, k, v, mask) -> bool:
     with torch.no_grad():  # not the course's function: the learner's call is being watched
-        want = _reference_attention(q, k, v, mask)[0].nan_to_num(0.0)
+        want = wrong_masked_attention(q, k, v, mask)[0].nan_to_num(0.0)
     return out.shape == want.shape and torch.allclose(out.detach(), want, rtol=1e-4, atol=1e-5)
+
+
+ATTENTION_MISTAKES = {
+    "zero_after": (
+        "you zeroed the masked weights AFTER the softmax without renormalising, so the rows no "
+        "longer sum to 1. Fill the masked SCORES with -inf before the softmax"
+    ),
+    "fill_zero": (
+        "you filled the masked scores with 0, but exp(0) = 1: masked keys still get weight. "
+        "Fill them with -inf, whose exp is exactly 0"
+    ),
+    "nan_rows": (
+        "a fully masked row is softmax of all -inf = 0/0 = NaN. Give such rows zero weights and"
+        " a zero output (e.g. softmax of a finite row, then zero the masked weights)"
+    ),
+    "large_negative": (
+        "a large negative fill (-1e9) works for partly masked rows, but a fully masked row "
+        "becomes uniform (1/n_k each); such a row must get zero weights and zero output"
+    ),
+    "inverted": (
+        "your mask is inverted: True means 'may attend' here (as in "
+        "F.scaled_dot_product_attention), not 'blocked' (as in nn.MultiheadAttention)"
+    ),
+    "unscaled": ("the scores are not divided by sqrt(d_k)"),
+    "scaled_by_d_v": (D_V_SCALE_HINT),
+}
 
 
 @register
@@ -252,66 +296,7 @@ class MaskedAttention(Task):
         return result
 
     def mistakes(self):
-        def zero_after(q, k, v, mask):
-            return _reference_attention(q, k, v, mask, after=True)
-
-        def fill_zero(q, k, v, mask):
-            return _reference_attention(q, k, v, mask, fill=0.0)
-
-        def nan_rows(q, k, v, mask):
-            return _reference_attention(q, k, v, mask)
-
-        def large_negative(q, k, v, mask):
-            return _reference_attention(q, k, v, mask, fill=-1e9)
-
-        def inverted(q, k, v, mask):
-            out, w = _reference_attention(q, k, v, ~mask)
-            return out.nan_to_num(0.0), w.nan_to_num(0.0)
-
-        def unscaled(q, k, v, mask):
-            scores = (q @ k.transpose(-2, -1)).masked_fill(~mask, float("-inf"))
-            any_key = mask.any(-1, keepdim=True)
-            w = torch.softmax(scores.masked_fill(~any_key, 0.0), -1).masked_fill(~mask, 0.0)
-            return w @ v, w
-
-        def scaled_by_d_v(q, k, v, mask):
-            scores = (q @ k.transpose(-2, -1) / math.sqrt(v.shape[-1])).masked_fill(~mask, -1e30)
-            w = torch.softmax(scores, -1).masked_fill(~mask.any(-1, keepdim=True), 0.0)
-            return w @ v, w.masked_fill(~mask, 0.0)
-
-        return [
-            (
-                zero_after,
-                "you zeroed the masked weights AFTER the softmax without renormalising, so the "
-                "rows no longer sum to 1. Fill the masked SCORES with -inf before the softmax",
-            ),
-            (
-                fill_zero,
-                "you filled the masked scores with 0, but exp(0) = 1: masked keys still get "
-                "weight. Fill them with -inf, whose exp is exactly 0",
-            ),
-            (
-                nan_rows,
-                "a fully masked row is softmax of all -inf = 0/0 = NaN. Give such rows zero "
-                "weights and a zero output (e.g. softmax of a finite row, then zero the masked "
-                "weights)",
-            ),
-            (
-                large_negative,
-                "a large negative fill (-1e9) works for partly masked rows, but a fully masked row "
-                "becomes uniform (1/n_k each); such a row must get zero weights and zero output",
-            ),
-            (
-                inverted,
-                "your mask is inverted: True means 'may attend' here (as in "
-                "F.scaled_dot_product_attention), not 'blocked' (as in nn.MultiheadAttention)",
-            ),
-            (unscaled, "the scores are not divided by sqrt(d_k)"),
-            (
-                scaled_by_d_v,
-                D_V_SCALE_HINT,
-            ),
-        ]
+        return _ATTENTION_MISTAKES
 
     def diagnose(self, got, want, case):
         if not (isinstance(got, (tuple, list)) and len(got) == 2):
@@ -370,11 +355,45 @@ def _prefix_variant(ids, prefix_lengths, pad_id, *, mistake=""):
     return allowed & real
 
 
-def _prefix_mistake(mistake):
-    """_prefix_variant with one named mistake, as a listed mistake of the task."""
-    return lambda ids, prefix_lengths, pad_id: _prefix_variant(
-        ids, prefix_lengths, pad_id, mistake=mistake
-    )
+PREFIX_MISTAKES = {
+    "off_by_one": (
+        "the prefix is one key too long: with prefix length P the prefix is keys 0 .. P-1, so "
+        "key j is in it when j < P, not j <= P"
+    ),
+    "one_short": (
+        "the prefix is one key too short: with prefix length P the prefix is keys 0 .. P-1, so "
+        "key j is in it when j < P, not j < P - 1"
+    ),
+    "no_diagonal": (
+        "after the prefix a query may still attend to itself: the causal part allows j <= i, "
+        "not j < i"
+    ),
+    "and": (
+        "a key is allowed when it is in the prefix OR not in the future (j < P or j <= i): you "
+        "combined the two with AND"
+    ),
+    "first_row": (
+        "every row has its own prefix length: compare the keys with prefix_lengths[:, None, "
+        "None], not with one row's length"
+    ),
+    "no_padding": (
+        "padding is ignored: no query may attend a key that is padding; AND your mask with (ids"
+        " != pad_id) over the key axis, shape (batch, 1, seq)"
+    ),
+    "queries": (
+        "you tested the query's position against the prefix, so a query inside the prefix sees "
+        "every later key (the text it must predict); what is bidirectional is the prefix's "
+        "keys: query i may attend key j when j < P or j <= i"
+    ),
+    "padding_on_queries": (
+        "the padding mask belongs on the key axis (the last one): (ids != pad_id) of shape "
+        "(batch, 1, seq), not (batch, seq, 1)"
+    ),
+    "no_prefix": (
+        "that is the causal mask with padding; inside its prefix a row is bidirectional: every "
+        "query may attend every key j < prefix_lengths[b]"
+    ),
+}
 
 
 @register
@@ -427,51 +446,10 @@ class PrefixLMMask(Task):
         ]
 
     def mistakes(self):
-        return [
-            (
-                _prefix_mistake("off_by_one"),
-                "the prefix is one key too long: with prefix length P the prefix is keys 0 .. P-1, "
-                "so key j is in it when j < P, not j <= P",
-            ),
-            (
-                _prefix_mistake("one_short"),
-                "the prefix is one key too short: with prefix length P the prefix is keys 0 .. "
-                "P-1, so key j is in it when j < P, not j < P - 1",
-            ),
-            (
-                _prefix_mistake("no_diagonal"),
-                "after the prefix a query may still attend to itself: the causal part allows "
-                "j <= i, not j < i",
-            ),
-            (
-                _prefix_mistake("and"),
-                "a key is allowed when it is in the prefix OR not in the future (j < P or "
-                "j <= i): you combined the two with AND",
-            ),
-            (
-                _prefix_mistake("first_row"),
-                "every row has its own prefix length: compare the keys with "
-                "prefix_lengths[:, None, None], not with one row's length",
-            ),
-            (
-                _prefix_mistake("no_padding"),
-                "padding is ignored: no query may attend a key that is padding; AND your mask "
-                "with (ids != pad_id) over the key axis, shape (batch, 1, seq)",
-            ),
-            (
-                _prefix_mistake("queries"),
-                "you tested the query's position against the prefix, so a query inside the prefix "
-                "sees every later key (the text it must predict); what is bidirectional is the "
-                "prefix's keys: query i may attend key j when j < P or j <= i",
-            ),
-            (
-                _prefix_mistake("padding_on_queries"),
-                "the padding mask belongs on the key axis (the last one): (ids != pad_id) of shape "
-                "(batch, 1, seq), not (batch, seq, 1)",
-            ),
-            (
-                _prefix_mistake("no_prefix"),
-                "that is the causal mask with padding; inside its prefix a row is bidirectional: "
-                "every query may attend every key j < prefix_lengths[b]",
-            ),
-        ]
+        return _PREFIX_MISTAKES
+
+
+_CAUSAL_MISTAKES = mistakes_of(wrong_causal_mask, CAUSAL_MISTAKES)
+_PADDING_MISTAKES = mistakes_of(wrong_padding_mask, PADDING_MISTAKES)
+_ATTENTION_MISTAKES = mistakes_of(wrong_masked_attention, ATTENTION_MISTAKES)
+_PREFIX_MISTAKES = mistakes_of(_prefix_variant, PREFIX_MISTAKES)

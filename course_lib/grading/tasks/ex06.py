@@ -7,11 +7,11 @@ import math
 import torch
 from torch import nn
 
-from ...attention import scaled_dot_product_attention
 from ...multihead import MultiHeadAttention
 from ..core import Case, GradingError, Task, register
 from .common import D_V_SCALE_HINT, ModuleTask, randn
 from .common import lengths_mask as source_padding_mask
+from .mistake_table import mistakes_of
 
 # --------------------------------------------------------------------------------------------
 # ex06.cross_attention
@@ -27,42 +27,43 @@ def _weights(gen, d_x, d_memory, d_k, d_v, dtype=torch.float32):
     )
 
 
-def _queries_from_memory(x, memory, w_q, w_k, w_v, memory_mask=None):
-    q, k, v = memory @ w_q, x @ w_k, x @ w_v
-    return scaled_dot_product_attention(
-        q, k, v, None if memory_mask is None else memory_mask.transpose(-2, -1)
-    )
+CROSS_MISTAKES = {
+    "queries_from_memory": "the queries come from x (the sequence that asks) and the keys and "
+    "values from memory (the sequence that is read): q = x @ w_q, k = memory @ w_k, "
+    "v = memory @ w_v. The output has one row per position of x",
+    "mask_ignored": "memory_mask was ignored: padded memory positions must get zero weight; pass "
+    "it on to the attention (True = may attend)",
+    "mask_inverted": "the mask is inverted: in course_lib a mask means True = may attend, so "
+    "padded positions (False) are the ones to block",
+    "scaled_by_d_v": D_V_SCALE_HINT,
+    "masked_with_zero": "a masked score of 0 still gets weight exp(0) after the softmax: fill the "
+    "masked scores with -inf (float('-inf')), as in lesson 05",
+    "softmax_over_queries": "the softmax runs over the keys (the memory positions, the last "
+    "axis, dim=-1): each query's weights sum to 1",
+    "unscaled": "the scores are not scaled: divide q·k by sqrt(d_k), d_k being the size "
+    "of the queries and keys (w_q.shape[1])",
+    "scaled_by_d_model": "divide by sqrt(d_k), the size of the queries and keys "
+    "(w_q.shape[1]), not by sqrt(d_model), the size of x: here they differ",
+}
 
 
-def _mask_ignored(x, memory, w_q, w_k, w_v, memory_mask=None):
-    return scaled_dot_product_attention(x @ w_q, memory @ w_k, memory @ w_v)
-
-
-def _mask_inverted(x, memory, w_q, w_k, w_v, memory_mask=None):
-    mask = None if memory_mask is None else ~memory_mask
-    return scaled_dot_product_attention(x @ w_q, memory @ w_k, memory @ w_v, mask)
-
-
-def _wrong_cross(x, memory, w_q, w_k, w_v, memory_mask, *, d=None, fill="-inf", dim=-1):
-    """Cross-attention by hand with one piece changed: the scale's d, the fill, the axis."""
-    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1] if d is None else d(v))
-    if memory_mask is not None:
-        scores = scores.masked_fill(~memory_mask, float(fill))
-    weights = scores.softmax(dim).nan_to_num(0.0)
+def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake=""):
+    """Cross-attention by hand, (output, weights), with one named mistake."""
+    q, k, v, mask = x @ w_q, memory @ w_k, memory @ w_v, memory_mask
+    if mistake == "queries_from_memory":
+        q, k, v = memory @ w_q, x @ w_k, x @ w_v
+        mask = None if mask is None else mask.transpose(-2, -1)
+    if mistake == "mask_ignored":
+        mask = None
+    if mistake == "mask_inverted" and mask is not None:
+        mask = ~mask
+    sizes = {"scaled_by_d_v": v.shape[-1], "scaled_by_d_model": x.shape[-1], "unscaled": 1}
+    scores = q @ k.transpose(-2, -1) / math.sqrt(sizes.get(mistake, q.shape[-1]))
+    if mask is not None:
+        fill = 0.0 if mistake == "masked_with_zero" else float("-inf")
+        scores = scores.masked_fill(~mask, fill)
+    weights = scores.softmax(-2 if mistake == "softmax_over_queries" else -1).nan_to_num(0.0)
     return weights @ v, weights
-
-
-def _scaled_by_d_v(x, memory, w_q, w_k, w_v, memory_mask=None):
-    return _wrong_cross(x, memory, w_q, w_k, w_v, memory_mask, d=lambda v: v.shape[-1])
-
-
-def _masked_with_zero(x, memory, w_q, w_k, w_v, memory_mask=None):
-    return _wrong_cross(x, memory, w_q, w_k, w_v, memory_mask, fill=0.0)
-
-
-def _softmax_over_queries(x, memory, w_q, w_k, w_v, memory_mask=None):
-    return _wrong_cross(x, memory, w_q, w_k, w_v, memory_mask, dim=-2)
 
 
 def _random_mask(gen: torch.Generator, batch: int, n_q: int, n_kv: int) -> torch.Tensor:
@@ -119,38 +120,7 @@ class CrossAttention(Task):
         ]
 
     def mistakes(self):
-        return [
-            (
-                _queries_from_memory,
-                "the queries come from x (the sequence that asks) and the keys and values from "
-                "memory (the sequence that is read): q = x @ w_q, k = memory @ w_k, "
-                "v = memory @ w_v. The output has one row per position of x",
-            ),
-            (
-                _mask_ignored,
-                "memory_mask was ignored: padded memory positions must get zero weight; pass it on "
-                "to the attention (True = may attend)",
-            ),
-            (
-                _mask_inverted,
-                "the mask is inverted: in course_lib a mask means True = may attend, so padded "
-                "positions (False) are the ones to block",
-            ),
-            (
-                _scaled_by_d_v,
-                D_V_SCALE_HINT,
-            ),
-            (
-                _masked_with_zero,
-                "a masked score of 0 still gets weight exp(0) after the softmax: fill the "
-                "masked scores with -inf (float('-inf')), as in lesson 05",
-            ),
-            (
-                _softmax_over_queries,
-                "the softmax runs over the keys (the memory positions, the last axis, dim=-1): "
-                "each query's weights sum to 1",
-            ),
-        ]
+        return _CROSS_MISTAKES
 
     def diagnose(self, got, want, case):
         if isinstance(got, (tuple, list)) and got and isinstance(got[0], torch.Tensor):
@@ -208,8 +178,33 @@ def _sublayer_case(
     return Case(f"{mode}, {description}", (x, memory), kwargs, data)
 
 
-class _WrongSublayer(nn.Module):
-    """Base of the wrong sub-layers below: the right parts, put together wrongly by `forward`."""
+SUBLAYER_MISTAKES = {
+    "no_residual": "the residual connection is missing: the sub-layer returns x + attention "
+    "(post-norm: norm(x + attn(x, memory)); pre-norm: x + attn(norm(x), memory))",
+    "norm_swapped": "the LayerNorm is in the wrong place: post-norm (norm_first=False) "
+    "normalises after the residual, norm(x + attn(x, memory)); pre-norm (norm_first=True) "
+    "normalises only the attention's input, x + attn(norm(x), memory)",
+    "memory_normalised": "memory was normalised: this sub-layer normalises only x (the encoder "
+    "already normalised its output); pass memory to the attention as it is",
+    "mask_ignored": "memory_mask was ignored: pass it on to self.attn so that padded source "
+    "positions get zero weight",
+    "mask_inverted": "the mask is inverted: course_lib's attention takes True = may attend, so "
+    "pass memory_mask as it is (nn.MultiheadAttention, which takes True = blocked, is "
+    "the one that needs ~memory_mask)",
+    "residual_of_normed": "in pre-norm the residual adds the attention to x itself, not to "
+    "norm(x): x + attn(norm(x), memory)",
+    "self_attends": "the keys and values must come from memory: attn(x, memory, memory, "
+    "memory_mask); attn(x, x, x) is self-attention and never reads the source",
+    "pre_norm_output_normalised": "pre-norm normalises only the sub-layer's input: "
+    "x + attn(norm(x), memory, memory); the sum is not normalised again (that is "
+    "post-norm)",
+}
+
+
+class WrongSublayer(nn.Module):
+    """The right parts of the sub-layer, put together with one named mistake (`mistake`)."""
+
+    mistake = ""
 
     def __init__(self, d_model, num_heads, norm_first=False):
         super().__init__()
@@ -217,52 +212,28 @@ class _WrongSublayer(nn.Module):
         self.attn = MultiHeadAttention(d_model, num_heads)
         self.norm = nn.LayerNorm(d_model)
 
-    def _attend(self, query, memory, memory_mask):
-        return self.attn(query, memory, memory, memory_mask)[0]
-
-
-class _NoResidual(_WrongSublayer):
     def forward(self, x, memory, memory_mask=None):
-        if self.norm_first:
-            return self._attend(self.norm(x), memory, memory_mask)
-        return self.norm(self._attend(x, memory, memory_mask))
+        mistake = self.mistake
+        if mistake == "mask_ignored":
+            memory_mask = None
+        if mistake == "mask_inverted" and memory_mask is not None:
+            memory_mask = ~memory_mask  # PyTorch's convention (True = blocked), as for nn.*
+        if mistake == "memory_normalised":
+            memory = self.norm(memory)
 
+        def attend(h):
+            if mistake == "self_attends":
+                return self.attn(h, h, h)[0]
+            return self.attn(h, memory, memory, memory_mask)[0]
 
-class _NormSwapped(_WrongSublayer):
-    def forward(self, x, memory, memory_mask=None):
-        if not self.norm_first:
-            return x + self._attend(self.norm(x), memory, memory_mask)
-        return self.norm(x + self._attend(x, memory, memory_mask))
-
-
-class _MemoryNormalised(_WrongSublayer):
-    def forward(self, x, memory, memory_mask=None):
-        if self.norm_first:
-            return x + self._attend(self.norm(x), self.norm(memory), memory_mask)
-        return self.norm(x + self._attend(x, self.norm(memory), memory_mask))
-
-
-class _MaskInverted(_WrongSublayer):  # PyTorch's convention (True = blocked), as for nn.*
-    def forward(self, x, memory, memory_mask=None):
-        mask = None if memory_mask is None else ~memory_mask
-        if self.norm_first:
-            return x + self._attend(self.norm(x), memory, mask)
-        return self.norm(x + self._attend(x, memory, mask))
-
-
-class _ResidualOfNormed(_WrongSublayer):  # pre-norm: h = norm(x); h + attn(h, ...)
-    def forward(self, x, memory, memory_mask=None):
-        if self.norm_first:
+        if self.norm_first != (mistake == "norm_swapped"):  # pre-norm
             h = self.norm(x)
-            return h + self._attend(h, memory, memory_mask)
-        return self.norm(x + self._attend(x, memory, memory_mask))
-
-
-class _MaskIgnored(_WrongSublayer):
-    def forward(self, x, memory, memory_mask=None):
-        if self.norm_first:
-            return x + self._attend(self.norm(x), memory, None)
-        return self.norm(x + self._attend(x, memory, None))
+            if mistake in ("no_residual", "residual_of_normed"):
+                return attend(h) + (h if mistake == "residual_of_normed" else 0)
+            out = x + attend(h)
+            return self.norm(out) if mistake == "pre_norm_output_normalised" else out
+        out = attend(x) + (0 if mistake == "no_residual" else x)
+        return self.norm(out)
 
 
 @register
@@ -373,40 +344,7 @@ class CrossAttentionSublayerTask(ModuleTask):
         return evaluated
 
     def mistakes(self):
-        return [
-            (
-                _NoResidual,
-                "the residual connection is missing: the sub-layer returns x + attention "
-                "(post-norm: norm(x + attn(x, memory)); pre-norm: x + attn(norm(x), memory))",
-            ),
-            (
-                _NormSwapped,
-                "the LayerNorm is in the wrong place: post-norm (norm_first=False) normalises "
-                "after the residual, norm(x + attn(x, memory)); pre-norm (norm_first=True) "
-                "normalises only the attention's input, x + attn(norm(x), memory)",
-            ),
-            (
-                _MemoryNormalised,
-                "memory was normalised: this sub-layer normalises only x (the encoder already "
-                "normalised its output); pass memory to the attention as it is",
-            ),
-            (
-                _MaskIgnored,
-                "memory_mask was ignored: pass it on to self.attn so that padded source positions "
-                "get zero weight",
-            ),
-            (
-                _MaskInverted,
-                "the mask is inverted: course_lib's attention takes True = may attend, so pass "
-                "memory_mask as it is (nn.MultiheadAttention, which takes True = blocked, is "
-                "the one that needs ~memory_mask)",
-            ),
-            (
-                _ResidualOfNormed,
-                "in pre-norm the residual adds the attention to x itself, not to norm(x): "
-                "x + attn(norm(x), memory)",
-            ),
-        ]
+        return _SUBLAYER_MISTAKES
 
 
 # --------------------------------------------------------------------------------------------
@@ -431,12 +369,31 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
     return weights @ v, weights
 
 
-def _pool_mistake(name):
-    def wrong(x, queries, w_k, w_v, mask=None):
-        return _pool(x, queries, w_k, w_v, mask, mistake=name)
-
-    wrong.__name__ = f"pool_{name}"
-    return wrong
+POOL_MISTAKES = {
+    "queries_from_x": (
+        "the queries are the learned `queries`, the same for every sequence in the batch; you "
+        "computed them from x (that is self-attention, with one output per token instead of one"
+        " per query)"
+    ),
+    "mask_ignored": (
+        "the mask is ignored: padded tokens (mask False) must get weight 0; turn the (batch, n)"
+        " mask into (batch, 1, n) so it applies to every query"
+    ),
+    "softmax_over_queries": (
+        "the softmax runs over the keys (the last axis, the tokens of x), so that each query's "
+        "weights sum to 1"
+    ),
+    "no_scale": ("divide the scores by sqrt(d_k), the size of the queries and keys"),
+    "d_v": (D_V_SCALE_HINT),
+    "d_model": (
+        "divide the scores by sqrt(d_k), the size of the queries and keys, not by "
+        "sqrt(d_model), the size of x"
+    ),
+    "mask_inverted": (
+        "the mask is inverted: True = a real token, which may be attended to; block the "
+        "positions where the mask is False (~mask)"
+    ),
+}
 
 
 @register
@@ -506,113 +463,9 @@ class AttentionPool(Task):
         ]
 
     def mistakes(self):
-        return [
-            (
-                _pool_mistake("queries_from_x"),
-                "the queries are the learned `queries`, the same "
-                "for every sequence in the batch; you computed them from x (that is "
-                "self-attention, with one output per token instead of one per query)",
-            ),
-            (
-                _pool_mistake("mask_ignored"),
-                "the mask is ignored: padded tokens (mask False) "
-                "must get weight 0; turn the (batch, n) mask into (batch, 1, n) so it applies to "
-                "every query",
-            ),
-            (
-                _pool_mistake("softmax_over_queries"),
-                "the softmax runs over the keys (the last "
-                "axis, the tokens of x), so that each query's weights sum to 1",
-            ),
-            (
-                _pool_mistake("no_scale"),
-                "divide the scores by sqrt(d_k), the size of the queries and keys",
-            ),
-            (_pool_mistake("d_v"), D_V_SCALE_HINT),
-            (
-                _pool_mistake("d_model"),
-                "divide the scores by sqrt(d_k), the size of the queries and keys, not by "
-                "sqrt(d_model), the size of x",
-            ),
-            (
-                _pool_mistake("mask_inverted"),
-                "the mask is inverted: True = a real token, which may be attended to; block "
-                "the positions where the mask is False (~mask)",
-            ),
-        ]
+        return _POOL_MISTAKES
 
 
-# --------------------------------------------------------------------------------------------
-# Review 2026-11-23 (EX06-1, EX06-2), kept apart so that it merges with work on the cases above
-# --------------------------------------------------------------------------------------------
-
-from ..core import extend_task  # noqa: E402
-
-
-def _cross_scaled_by(x, memory, w_q, w_k, w_v, memory_mask=None, *, scale):
-    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
-    scores = q @ k.transpose(-2, -1) / scale(x, q)
-    if memory_mask is not None:
-        scores = scores.masked_fill(~memory_mask, float("-inf"))
-    weights = scores.softmax(dim=-1)
-    return weights @ v, weights
-
-
-def _cross_unscaled(x, memory, w_q, w_k, w_v, memory_mask=None):
-    return _cross_scaled_by(x, memory, w_q, w_k, w_v, memory_mask, scale=lambda x, q: 1.0)
-
-
-def _cross_scaled_by_d_model(x, memory, w_q, w_k, w_v, memory_mask=None):
-    return _cross_scaled_by(
-        x, memory, w_q, w_k, w_v, memory_mask, scale=lambda x, q: x.shape[-1] ** 0.5
-    )
-
-
-extend_task(
-    CrossAttention,
-    mistakes=[
-        (
-            _cross_unscaled,
-            "the scores are not scaled: divide q·k by sqrt(d_k), d_k being the size "
-            "of the queries and keys (w_q.shape[1])",
-        ),
-        (
-            _cross_scaled_by_d_model,
-            "divide by sqrt(d_k), the size of the queries and keys "
-            "(w_q.shape[1]), not by sqrt(d_model), the size of x: here they differ",
-        ),
-    ],
-)
-
-
-class _SelfAttends(_WrongSublayer):
-    def forward(self, x, memory, memory_mask=None):
-        if self.norm_first:
-            h = self.norm(x)
-            return x + self.attn(h, h, h)[0]
-        return self.norm(x + self.attn(x, x, x)[0])
-
-
-class _PreNormOutputNormalised(_WrongSublayer):
-    def forward(self, x, memory, memory_mask=None):
-        if self.norm_first:
-            return self.norm(x + self._attend(self.norm(x), memory, memory_mask))
-        return self.norm(x + self._attend(x, memory, memory_mask))
-
-
-extend_task(
-    CrossAttentionSublayerTask,
-    mistakes=[
-        (
-            _SelfAttends,
-            "the keys and values must come from memory: attn(x, memory, memory, "
-            "memory_mask); attn(x, x, x) is self-attention and never reads the source",
-        ),
-        (
-            _PreNormOutputNormalised,
-            "pre-norm normalises only the sub-layer's input: "
-            "x + attn(norm(x), memory, memory); the sum is not normalised again (that is "
-            "post-norm)",
-        ),
-    ],
-)
+_CROSS_MISTAKES = mistakes_of(wrong_cross_attention, CROSS_MISTAKES)
+_SUBLAYER_MISTAKES = mistakes_of(WrongSublayer, SUBLAYER_MISTAKES)
+_POOL_MISTAKES = mistakes_of(_pool, POOL_MISTAKES)

@@ -1,6 +1,9 @@
 """Mutation testing of the grader: every small wrong variant of a solution must lose points.
 
-    python -m course_lib.grading.mutants [TASK ...] [--seed N] [--sample N] [--list-equivalent]
+    python tools/mutants.py [TASK ...] [--seed N] [--sample N] [--list-equivalent]
+
+A maintainer's tool: it reads `solutions/`, which a learner does not have, so it lives in
+`tools/`, not in the `course_lib` package learners install.
 
 TASK is a task id (`ex05.causal_mask`) or an exercise set (`ex05`); none means every registered
 task. For each task the command finds, in `solutions/`, the code cell that defines the task's
@@ -14,7 +17,10 @@ recorded in `equivalent_mutants.json` (next to this file) with a one-line reason
 like the solution under the task's contract, or it is an unexplained survivor: a wrong answer
 that gets full marks, and the command exits with status 1. "Killed by the notebook check
 alone" counts the mutants that a case of the notebook's seed already fails; the others were
-caught only by a hidden seed.
+caught only by a hidden seed: they would show ✅ in the learner's notebook and lose points in
+the batch grader. The summary prints their number per set as `notebook-missed`, and any such
+mutant fails the command like an unexplained survivor (the notebook must be as strict as the
+grader).
 
 Operators (each applies to one node of the learner's lines; identical mutants are made once):
 
@@ -41,6 +47,22 @@ Operators (each applies to one node of the learner's lines; identical mutants ar
              softmax/log_softmax
     stmt     a statement deleted (replaced by `pass`)
 
+(`--operators order,regroup,arg` grades only the named operators.)
+
+Operators that model what learners do rather than single-point slips:
+
+    order    two neighbouring statements of one block swapped, where the order matters (one
+             writes a name the other reads or writes): two right steps in the wrong order
+    regroup  the same operators grouped otherwise: `a * b // c` -> `a * (b // c)` and back,
+             for two operators of one family (* / // % @, or + -)
+    arg      the last positional argument of a call to a function of the notebook (one the
+             learner wrote, or an earlier task's) dropped: a mask, a temperature or a generator
+             not passed on through a call chain (keywords: `kwarg`)
+
+`<` vs `<=` at each comparison (`compare`) and `//` vs `/` (`arith`) are single-point operators
+above. A tie broken the other way has no operator: each task builds its tie cases so that no
+seed decides them (see `notebook-missed` below).
+
 Nothing inside an f-string is mutated. Each mutant is identified by a stable one-line key,
 `before -> after`: the statement that changes (the header, for an `if`/`for`/`while`), before and
 after the mutation, as `ast.unparse` writes it (no comments, normalised spacing); a second mutant
@@ -63,6 +85,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import builtins
 import copy
 import dataclasses
 import difflib
@@ -78,8 +101,12 @@ from typing import Any
 
 import torch
 
-from . import NOTEBOOK_SEED
-from .core import (
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python tools/mutants.py` from a checkout
+    sys.path.insert(0, str(ROOT))
+
+from course_lib.grading import NOTEBOOK_SEED  # noqa: E402
+from course_lib.grading.core import (  # noqa: E402
     Task,
     _judge_one,
     _outcome_of,
@@ -89,7 +116,6 @@ from .core import (
     watched_calls,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 EQUIVALENTS_PATH = Path(__file__).resolve().parent / "equivalent_mutants.json"
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 SETUP_TAG = "course-setup"
@@ -194,6 +220,11 @@ _DIM_POSITIONS: dict[str, tuple[int, ...]] = {
 }
 _SEQUENCE_FUNCTIONS = {"cat": (1,), "concat": (1,), "stack": (1,)}
 _MODULE_NAMES = {"torch", "F", "nn", "math", "np", "functional"}
+_FAMILIES = (
+    (ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.MatMult),
+    (ast.Add, ast.Sub),
+)
+_BUILTINS = set(dir(builtins))
 
 
 @dataclasses.dataclass
@@ -275,9 +306,67 @@ def _dim_variants(node: ast.expr) -> list[ast.expr]:
     return [_literal(-1), ast.Constant(0)]
 
 
+def _family(op: ast.operator) -> int | None:
+    return next((i for i, ops in enumerate(_FAMILIES) if isinstance(op, ops)), None)
+
+
+def _regrouped(node: ast.BinOp) -> Iterator[tuple[str, ast.AST]]:
+    """`(a op1 b) op2 c` <-> `a op1 (b op2 c)` for two operators of one family."""
+    family = _family(node.op)
+    if family is None:
+        return
+    left, right = node.left, node.right
+    if isinstance(left, ast.BinOp) and _family(left.op) == family:  # (a op1 b) op2 c
+        inner = ast.BinOp(copy.deepcopy(left.right), node.op.__class__(), copy.deepcopy(right))
+        yield "regroup", ast.BinOp(copy.deepcopy(left.left), left.op.__class__(), inner)
+    if isinstance(right, ast.BinOp) and _family(right.op) == family:  # a op1 (b op2 c)
+        inner = ast.BinOp(copy.deepcopy(left), node.op.__class__(), copy.deepcopy(right.left))
+        yield "regroup", ast.BinOp(inner, right.op.__class__(), copy.deepcopy(right.right))
+
+
+def _writes(stmt: ast.stmt) -> set[str]:
+    """What a statement assigns: a name, or an element or attribute by its text (`pe[:, 0::2]`,
+    `self.q_proj`), so writes to two different parts of one object are independent."""
+    found = set()
+    for node in ast.walk(stmt):
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For)):
+            targets = [node.target]
+        for target in targets:
+            for t in ast.walk(target):
+                if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store):
+                    found.add(t.id)
+                elif isinstance(t, (ast.Subscript, ast.Attribute)) and isinstance(t.ctx, ast.Store):
+                    found.add(ast.unparse(t))
+    return found
+
+
+def _reads(stmt: ast.stmt) -> set[str]:
+    """The names a statement reads, and the attributes and elements it reads by their text."""
+    found = set()
+    for node in ast.walk(stmt):
+        if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and isinstance(
+            node.ctx, ast.Load
+        ):
+            found.add(node.id if isinstance(node, ast.Name) else ast.unparse(node))
+    return found
+
+
+def _order_matters(a: ast.stmt, b: ast.stmt) -> bool:
+    """True when swapping the neighbouring statements a, b can change what runs: one writes a
+    name the other reads or writes, or one of them leaves the block (return, raise, ...)."""
+    if any(isinstance(s, (ast.Return, ast.Raise, ast.Break, ast.Continue)) for s in (a, b)):
+        return True
+    wa, wb, ra, rb = _writes(a), _writes(b), _reads(a), _reads(b)
+    return bool(wa & (rb | wb) or wb & ra)
+
+
 def _mutations(node: ast.AST, dims: set[int]) -> Iterator[tuple[str, ast.AST]]:
     """(operator, replacement node) for one node of the learner's lines."""
     if isinstance(node, ast.BinOp):
+        yield from _regrouped(node)
         for op in _BINOPS.get(type(node.op), ()):
             new = copy.deepcopy(node)
             new.op = op()
@@ -338,6 +427,16 @@ def _mutations(node: ast.AST, dims: set[int]) -> Iterator[tuple[str, ast.AST]]:
         elif node.args and not isinstance(node.args[0], ast.Starred):
             yield "call", copy.deepcopy(node.args[0])
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if (
+            isinstance(func, ast.Name)
+            and name not in _BUILTINS
+            and name not in _MODULE_NAMES
+            and len(node.args) >= 2
+            and not any(isinstance(a, ast.Starred) for a in node.args)
+        ):  # the notebook's own function: its last argument not passed on
+            new = copy.deepcopy(node)
+            del new.args[-1]
+            yield "arg", new
         if name in _TWINS:
             new = copy.deepcopy(node)
             if isinstance(func, ast.Attribute):
@@ -553,7 +652,47 @@ def make_mutants(cell: SolutionCell) -> list[Mutant]:
             if count > 1:
                 mutant.key += f" #{count}"
             mutants.append(mutant)
+    for index, node in enumerate(nodes):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if not isinstance(block, list) or id(node) in skip:
+                continue
+            for i in range(len(block) - 1):
+                a, b = block[i], block[i + 1]
+                inside = all(_in_learner_lines(s, cell.learner_lines) for s in (a, b))
+                if not inside or not _order_matters(a, b) or id(a) in skip or id(b) in skip:
+                    continue
+                new = copy.deepcopy(node)
+                swapped = getattr(new, field)
+                swapped[i], swapped[i + 1] = swapped[i + 1], swapped[i]
+                mutant = Mutant("order", index, new)
+                _describe_order(cell, a, b, mutant)
+                count = keys.get(mutant.key, 0) + 1
+                keys[mutant.key] = count
+                if count > 1:
+                    mutant.key += f" #{count}"
+                mutants.append(mutant)
     return mutants
+
+
+def _describe_order(cell: SolutionCell, a: ast.stmt, b: ast.stmt, mutant: Mutant) -> None:
+    """Key, text and diff of two neighbouring statements swapped: their lines trade places,
+    comments and layout kept."""
+    mutant.key = f"{_header(a)}; {_header(b)} -> {_header(b)}; {_header(a)}"
+    lines = cell.source.splitlines(keepends=True)
+    first_a, last_a = a.lineno - 1, a.end_lineno
+    first_b, last_b = b.lineno - 1, b.end_lineno
+    swapped = (
+        lines[:first_a] + lines[first_b:last_b] + lines[last_a:first_b] + lines[first_a:last_a]
+    )
+    mutant.source = "".join(swapped + lines[last_b:])
+    learner = [ln for lo, hi in cell.learner_lines for ln in range(lo - 1, hi)]
+    before = [cell.source.splitlines()[i] for i in learner]
+    after = [mutant.source.splitlines()[i] for i in learner]
+    mutant.diff = "".join(
+        line if line.endswith("\n") else line + "\n"
+        for line in difflib.unified_diff(before, after, "solution", "mutant", n=1, lineterm="")
+    )
 
 
 def _statement_of(node: ast.AST, parents: dict[int, ast.AST]) -> ast.stmt:
@@ -694,7 +833,7 @@ class Suite:
 
 
 def make_suite(task: Task, seed: int) -> Suite:
-    from .core import _plain
+    from course_lib.grading.core import _plain
 
     torch.manual_seed(0)
     cases = task.cases(torch.Generator().manual_seed(seed))
@@ -782,6 +921,7 @@ class Report:
     killed_by_notebook: int = 0
     equivalent: list[Mutant] = dataclasses.field(default_factory=list)
     survivors: list[Mutant] = dataclasses.field(default_factory=list)
+    missed_by_notebook: list[Mutant] = dataclasses.field(default_factory=list)
     equivalent_but_killed: list[str] = dataclasses.field(default_factory=list)
     stale: list[str] = dataclasses.field(default_factory=list)
     error: str | None = None
@@ -794,8 +934,13 @@ class Report:
         return 100.0 * self.killed / judged if judged else 100.0
 
     @property
+    def notebook_missed(self) -> int:
+        """Mutants killed only by a hidden seed: ✅ in the notebook, points lost in the grader."""
+        return self.killed - self.killed_by_notebook
+
+    @property
     def ok(self) -> bool:
-        return self.error is None and not self.survivors
+        return self.error is None and not self.survivors and not self.notebook_missed
 
 
 def _sample(task_id: str, mutants: list[Mutant], n: int | None, seed: int) -> list[Mutant]:
@@ -818,6 +963,7 @@ def run_task(
     timeout: float | None = None,
     equivalents: dict | None = None,
     root: Path = ROOT,
+    operators: set[str] | None = None,
 ) -> Report:
     report = Report(task.id)
     start = time.perf_counter()
@@ -837,7 +983,7 @@ def run_task(
             if failure:
                 raise RuntimeError(f"the solution itself fails with seed {suite.seed} {failure}")
         limit = timeout or max(MIN_TIMEOUT, 20 * (time.perf_counter() - t0))
-        all_mutants = make_mutants(cell)
+        all_mutants = [m for m in make_mutants(cell) if operators is None or m.op in operators]
     except Exception as e:  # noqa: BLE001  (reported, and the command fails)
         report.error = f"{type(e).__name__}: {e}"
         report.seconds = time.perf_counter() - start
@@ -855,9 +1001,11 @@ def run_task(
         report.killed += 1
         if verdict == "notebook":
             report.killed_by_notebook += 1
+        else:
+            report.missed_by_notebook.append(mutant)
         if reason:
             report.equivalent_but_killed.append(mutant.key)
-    if report.sampled_from is None:
+    if report.sampled_from is None and operators is None:
         keys = {m.key for m in all_mutants}
         report.stale = [k for (t, k) in equivalents if t == task.id and k not in keys]
     report.seconds = time.perf_counter() - start
@@ -915,6 +1063,7 @@ def run(
     out=None,
     list_equivalent: bool = False,
     equivalents: dict | None = None,
+    operators: set[str] | None = None,
 ) -> list[Report]:
     """Run every selected task, print the reports to `out`, return them."""
     out = out or sys.stdout
@@ -931,6 +1080,7 @@ def run(
                 sample=sample,
                 timeout=timeout,
                 equivalents=equivalents,
+                operators=operators,
             )
             _print_report(report, equivalents, out, list_equivalent)
             reports.append(report)
@@ -955,6 +1105,9 @@ def _print_report(report: Report, equivalents: dict, out, list_equivalent: bool)
     for mutant in report.survivors:
         print(f"  SURVIVOR ({mutant.op}) {mutant.key}", file=out)
         print("    " + mutant.diff.rstrip("\n").replace("\n", "\n    "), file=out)
+    for mutant in report.missed_by_notebook:
+        print(f"  NOTEBOOK-MISSED ({mutant.op}) {mutant.key}", file=out)
+        print("    " + mutant.diff.rstrip("\n").replace("\n", "\n    "), file=out)
     if list_equivalent:
         for mutant in report.equivalent:
             print(f"  equivalent ({mutant.op}) {mutant.key}", file=out)
@@ -970,7 +1123,11 @@ def _print_summary(reports: list[Report], out) -> None:
     sets: dict[str, list[Report]] = {}
     for r in reports:
         sets.setdefault(r.task.split(".")[0], []).append(r)
-    print("\nset    tasks  mutants  killed  (notebook)  equivalent  survivors  score", file=out)
+    print(
+        "\nset    tasks  mutants  killed  (notebook)  equivalent  survivors  notebook-missed"
+        "  score",
+        file=out,
+    )
     for name, rs in sets.items():
         m = sum(r.mutants for r in rs)
         k = sum(r.killed for r in rs)
@@ -979,7 +1136,9 @@ def _print_summary(reports: list[Report], out) -> None:
         s = sum(len(r.survivors) for r in rs)
         score = 100.0 * k / (m - e) if m - e else 100.0
         print(
-            f"{name:6} {len(rs):5}  {m:7}  {k:6}  {nb:10}  {e:10}  {s:9}  {score:5.1f}%", file=out
+            f"{name:6} {len(rs):5}  {m:7}  {k:6}  {nb:10}  {e:10}  {s:9}  {k - nb:15}  "
+            f"{score:5.1f}%",
+            file=out,
         )
     errors = [r for r in reports if r.error]
     survivors = sum(len(r.survivors) for r in reports)
@@ -992,7 +1151,7 @@ def _print_summary(reports: list[Report], out) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m course_lib.grading.mutants",
+        prog="python tools/mutants.py",
         description="Mutation testing of the grader: every small wrong variant of a solution "
         "must lose points.",
     )
@@ -1026,6 +1185,13 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=None,
         help="seconds per mutant (default: max(0.25, 20 x the solution's time))",
+    )
+    parser.add_argument(
+        "--operators",
+        type=lambda text: set(text.split(",")),
+        default=None,
+        metavar="OP,OP",
+        help="only these operators (e.g. order,regroup,arg); default all",
     )
     parser.add_argument(
         "--list-equivalent",

@@ -1,0 +1,197 @@
+"""A class's grades for an LMS gradebook: Canvas's and Moodle's CSV import formats.
+
+    python -m course_lib.grading.export grades/ --canvas canvas.csv --moodle moodle.csv
+        [--roster gradebook_export.csv]
+
+Reads `grades/learners.json` (written by `python -m course_lib.grading ... --out grades/`) and
+writes one gradebook column per exercise set (its total), one row per learner.
+
+- Canvas (Grades > Import): the columns of Canvas's own gradebook export, which its import
+  reads back: `Student`, `ID`, `SIS User ID`, `SIS Login ID`, `Section`, then one column per
+  assignment; the second row, `Points Possible`, gives each new assignment its maximum.
+- Moodle (Grade administration > Import > CSV file): the columns of Moodle's plain-text grade
+  export: `First name`, `Last name`, `ID number`, `Institution`, `Department`,
+  `Email address`, then one column per grade item and, next to it, its feedback (here: why each
+  task of the set lost points). On import, map "Email address" to useremail (or "ID number" to
+  useridnumber) and each column to its grade item.
+
+With `--roster`, a gradebook exported from the LMS, each learner is matched (case-insensitive)
+to its row by login, SIS id, email, id number or name, and the identity columns are copied from
+it; a learner the roster lacks is listed on stderr and exported with what is known. Without a
+roster, the learner's name from the grader (a folder per learner, or a name field) is the login
+(Canvas) and the email address or ID number (Moodle: an email when it contains "@").
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+CANVAS_IDENTITY = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+CANVAS_POINTS_ROW = "Points Possible"
+MOODLE_IDENTITY = [
+    "First name",
+    "Last name",
+    "ID number",
+    "Institution",
+    "Department",
+    "Email address",
+]
+
+
+def assignment_name(exercise: str) -> str:
+    """The gradebook column of an exercise set: "Exercise 02"."""
+    return f"Exercise {exercise.removeprefix('ex')}"
+
+
+def read_roster(path: Path) -> list[dict[str, str]]:
+    """The rows of a gradebook exported from Canvas or Moodle (a CSV with a header row)."""
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        rows = [
+            {k.strip(): (v or "").strip() for k, v in row.items() if k} for row in csv.DictReader(f)
+        ]
+    return [r for r in rows if "points possible" not in " ".join(r.values()).lower()]
+
+
+def _match(learner: str, roster: list[dict[str, str]], fields: list[str]) -> dict[str, str] | None:
+    key = learner.strip().lower()
+    for row in roster:
+        names = [row.get(f, "") for f in fields]
+        full = f"{row.get('First name', '')} {row.get('Last name', '')}".strip()
+        if key in {n.lower() for n in [*names, full] if n}:
+            return row
+    return None
+
+
+def canvas_rows(records: list[dict], roster: list[dict[str, str]] | None = None):
+    """(header, rows, learners not in the roster) of Canvas's gradebook import CSV."""
+    sets = list(records[0]["sets"]) if records else []
+    header = [*CANVAS_IDENTITY, *(assignment_name(s) for s in sets)]
+    points = [
+        CANVAS_POINTS_ROW,
+        "",
+        "",
+        "",
+        "",
+        *(records[0]["sets"][s]["max_score"] for s in sets),
+    ]
+    rows, missing = [points] if records else [], []
+    for r in records:
+        found = (
+            _match(r["learner"], roster, ["SIS Login ID", "SIS User ID", "ID", "Student"])
+            if roster
+            else None
+        )
+        if roster and found is None:
+            missing.append(r["learner"])
+        identity = (
+            [found.get(c, "") for c in CANVAS_IDENTITY]
+            if found
+            else [r["learner"], "", "", r["learner"], ""]
+        )
+        rows.append([*identity, *(r["sets"][s]["score"] for s in sets)])
+    return header, rows, missing
+
+
+def _set_feedback(record: dict, exercise: str) -> str:
+    lost = [
+        f"{task}: {t['score']:g}/{t['max_score']:g}: {t['feedback']}"
+        for task, t in record["tasks"].items()
+        if task.startswith(exercise + ".") and t["score"] < t["max_score"]
+    ]
+    return " | ".join(" ".join(x.split()) for x in lost)
+
+
+def moodle_rows(records: list[dict], roster: list[dict[str, str]] | None = None):
+    """(header, rows, learners not in the roster) of Moodle's grade import CSV."""
+    sets = list(records[0]["sets"]) if records else []
+    header = list(MOODLE_IDENTITY)
+    for s in sets:
+        header += [assignment_name(s), f"{assignment_name(s)} (feedback)"]
+    rows, missing = [], []
+    for r in records:
+        found = (
+            _match(r["learner"], roster, ["Email address", "ID number", "Username"])
+            if roster
+            else None
+        )
+        if roster and found is None:
+            missing.append(r["learner"])
+        if found:
+            identity = [found.get(c, "") for c in MOODLE_IDENTITY]
+        else:
+            email = r["learner"] if "@" in r["learner"] else ""
+            identity = ["", "", "" if email else r["learner"], "", "", email]
+        cells = list(identity)
+        for s in sets:
+            cells += [r["sets"][s]["score"], _set_feedback(r, s)]
+        rows.append(cells)
+    return header, rows, missing
+
+
+def _write(path: Path, header: list, rows: list) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+
+
+def export(
+    grades: Path,
+    canvas: Path | None = None,
+    moodle: Path | None = None,
+    roster: Path | None = None,
+) -> list[str]:
+    """Write the requested gradebook files from `grades`/learners.json; return the learners the
+    roster lacks (empty without a roster)."""
+    source = Path(grades) / "learners.json"
+    if not source.exists():
+        raise FileNotFoundError(
+            f"no learners.json in {grades}: run `python -m course_lib.grading ... --out {grades}` "
+            "first"
+        )
+    records = json.loads(source.read_text())
+    people = read_roster(roster) if roster else None
+    missing: list[str] = []
+    for path, make in ((canvas, canvas_rows), (moodle, moodle_rows)):
+        if path is not None:
+            header, rows, lacking = make(records, people)
+            _write(Path(path), header, rows)
+            missing += [m for m in lacking if m not in missing]
+    return missing
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m course_lib.grading.export",
+        description="Write a graded class's totals per exercise set as Canvas's or Moodle's "
+        "gradebook import CSV.",
+    )
+    parser.add_argument("grades", type=Path, help="the grader's --out folder (has learners.json)")
+    parser.add_argument("--canvas", type=Path, help="write Canvas's gradebook import CSV here")
+    parser.add_argument("--moodle", type=Path, help="write Moodle's grade import CSV here")
+    parser.add_argument(
+        "--roster", type=Path, help="a gradebook exported from the LMS, to match learners to it"
+    )
+    args = parser.parse_args(argv)
+    if args.canvas is None and args.moodle is None:
+        parser.error("give --canvas FILE, --moodle FILE or both")
+    try:
+        missing = export(args.grades, args.canvas, args.moodle, args.roster)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for name in missing:
+        print(f"warning: {name} is not in the roster; exported under that name", file=sys.stderr)
+    for path in (args.canvas, args.moodle):
+        if path is not None:
+            print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""A class's result per learner: who wrote each notebook, and one row per learner.
+
+A learner is named, in this order of precedence, by
+
+1. a folder per learner: the first folder under the folder given to the grader
+   (`submissions/ada/02_self_attention.ipynb` is Ada's). It comes first because the instructor
+   (or the LMS's download) makes the folders, while a learner writes the name field;
+2. a name field in the notebook: `metadata.course.learner`, or a code line `LEARNER = "name"`
+   (read as text, never run), for notebooks collected in one folder;
+3. otherwise the notebook itself (its submission name): one learner per notebook.
+
+`by_learner` turns the per-submission rows of scores.json into one record per learner: a score
+per task and a total per exercise set (a set the learner did not submit scores 0), the feedback
+of every task, and notes that say why each task scored 0. When a learner handed in two notebooks
+of one set, the better one counts and the notes say so.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+_LEARNER_LINE = re.compile(r"^\s*LEARNER\s*=\s*[\"']([^\"'\n]+)[\"']", re.MULTILINE)
+NOTE_CHARS = 160  # of each task's reason in the notes column
+
+
+def name_field(path: Path) -> str | None:
+    """The learner named inside the notebook (metadata or a `LEARNER = "..."` line), or None."""
+    try:
+        nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(nb, dict):
+        return None
+    metadata = nb.get("metadata")
+    course = metadata.get("course", {}) if isinstance(metadata, dict) else {}
+    if isinstance(course, dict) and isinstance(course.get("learner"), str) and course["learner"]:
+        return course["learner"].strip() or None
+    for cell in nb.get("cells", []) if isinstance(nb.get("cells"), list) else []:
+        if isinstance(cell, dict) and cell.get("cell_type") == "code":
+            source = cell.get("source", "")
+            m = _LEARNER_LINE.search("".join(source) if isinstance(source, list) else str(source))
+            if m and m.group(1).strip():
+                return m.group(1).strip()
+    return None
+
+
+def learner_of(given: Path, path: Path, submission: str) -> str:
+    """Who wrote `path`, found under the file or folder `given` (see the module's docstring)."""
+    if given.is_dir():
+        parts = path.relative_to(given).parts
+        if len(parts) > 1:
+            return parts[0]
+    return name_field(path) or submission
+
+
+def _exercise(task_id: str) -> str:
+    return task_id.split(".")[0]
+
+
+def _reason(feedback: str) -> str:
+    """The first part of a task's feedback: why it scored 0, short enough for a spreadsheet."""
+    text = " ".join(str(feedback).split())
+    if text.startswith("not implemented yet"):
+        return "not implemented yet"
+    return text if len(text) <= NOTE_CHARS else text[: NOTE_CHARS - 1].rstrip() + "…"
+
+
+def by_learner(rows: list[dict], learners: list[str]) -> list[dict]:
+    """One record per learner, in the order learners first appear (`learners[i]` wrote rows[i]).
+
+    A record: {"learner", "score", "max_score", "sets": {set: {"score", "max_score",
+    "submission"}}, "tasks": {task id: {"score", "max_score", "feedback", "submission"}},
+    "notes"}.
+    """
+    if len(rows) != len(learners):
+        raise ValueError(
+            f"rows and learners must have one entry each, got {len(rows)} and {len(learners)}"
+        )
+    task_max: dict[str, float] = {}  # every task any submission was graded on, in order
+    for row in rows:
+        for task_id, t in row["tasks"].items():
+            task_max.setdefault(task_id, t["max_score"])
+    sets = sorted({_exercise(t) for t in task_max})
+    order: list[str] = []
+    mine: dict[str, list[dict]] = {}
+    for row, learner in zip(rows, learners, strict=True):
+        if learner not in mine:
+            order.append(learner)
+            mine[learner] = []
+        mine[learner].append(row)
+    return [_record(name, mine[name], sets, task_max) for name in order]
+
+
+def _record(learner: str, rows: list[dict], sets: list[str], task_max: dict) -> dict:
+    notes: list[str] = []
+    record: dict[str, Any] = {"learner": learner, "sets": {}, "tasks": {}}
+    for row in rows:
+        if not row["tasks"] and row.get("error"):  # not gradable at all: say why
+            notes.append(f"{row['submission']}: {_reason(row['error'])}")
+    for exercise in sets:
+        ids = [t for t in task_max if _exercise(t) == exercise]
+        candidates = [r for r in rows if any(_exercise(t) == exercise for t in r["tasks"])]
+        best = None
+        for row in candidates:  # the better notebook counts; the first one on a tie
+            score = sum(row["tasks"][t]["score"] for t in row["tasks"] if _exercise(t) == exercise)
+            if best is None or score > best[0]:
+                best = (score, row)
+        set_max = sum(task_max[t] for t in ids)
+        if best is None:
+            record["sets"][exercise] = {"score": 0.0, "max_score": set_max, "submission": None}
+            for t in ids:
+                record["tasks"][t] = {
+                    "score": 0.0,
+                    "max_score": task_max[t],
+                    "feedback": f"no notebook of {exercise} was submitted",
+                    "submission": None,
+                }
+            notes.append(f"{exercise}: no notebook of this set was submitted")
+            continue
+        row = best[1]
+        if len(candidates) > 1:
+            names = ", ".join(r["submission"] for r in candidates)
+            notes.append(
+                f"{exercise}: {len(candidates)} notebooks ({names}); the better one, "
+                f"{row['submission']}, counts"
+            )
+        for t in ids:
+            task = row["tasks"].get(t) or {
+                "score": 0.0,
+                "max_score": task_max[t],
+                "feedback": "not graded: the notebook has no such task",
+            }
+            record["tasks"][t] = {**task, "submission": row["submission"]}
+            if task["score"] == 0:
+                notes.append(f"{t}: {_reason(task['feedback'])}")
+        record["sets"][exercise] = {
+            "score": round(sum(record["tasks"][t]["score"] for t in ids), 4),
+            "max_score": set_max,
+            "submission": row["submission"],
+        }
+        if row.get("error") and any(record["tasks"][t]["score"] == 0 for t in ids):
+            notes.append(f"{row['submission']}: {_reason(row['error'])}")
+    record["score"] = round(sum(s["score"] for s in record["sets"].values()), 4)
+    record["max_score"] = round(sum(s["max_score"] for s in record["sets"].values()), 4)
+    record["notes"] = " | ".join(notes)
+    return {k: record[k] for k in ("learner", "score", "max_score", "sets", "tasks", "notes")}
+
+
+def csv_header(records: list[dict]) -> list[str]:
+    """learner, score, max_score, then per set its total and its tasks, then notes."""
+    columns = ["learner", "score", "max_score"]
+    if records:
+        for exercise in records[0]["sets"]:
+            columns.append(exercise)
+            columns += [t for t in records[0]["tasks"] if _exercise(t) == exercise]
+    return [*columns, "notes"]
+
+
+def write(records: list[dict], out_dir: Path) -> None:
+    """learners.json (everything, feedback included) and scores.csv (one row per learner)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "learners.json").write_text(json.dumps(records, indent=2) + "\n")
+    header = csv_header(records)
+    with open(out_dir / "scores.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        for r in records:
+            cells = []
+            for column in header:
+                if column in ("learner", "score", "max_score", "notes"):
+                    cells.append(r[column])
+                elif column in r["sets"]:
+                    cells.append(r["sets"][column]["score"])
+                else:
+                    cells.append(r["tasks"][column]["score"])
+            writer.writerow(cells)

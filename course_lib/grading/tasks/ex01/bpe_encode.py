@@ -1,0 +1,109 @@
+"""ex01.bpe_encode: the merges applied in the order they were learned."""
+
+from __future__ import annotations
+
+from ...core import Case, Task, register
+from ._shared import BPE_FINISHED, HELLO, LESSON, adjacent, learned_merges, merged, random_ids
+
+
+@register
+class BpeEncode(Task):
+    id = "ex01.bpe_encode"
+    lesson = f"{LESSON}, section 'Encoding with the learned merges'"
+    reference = "course_lib.bpe.bpe_encode"
+    depends_on = ("merge_pair",)
+    forbidden = BPE_FINISHED  # the reference among them is reported as such
+    mistake_table = {
+        "leftmost_first": "you merged the leftmost pair that has a merge; apply the "
+        "earliest-learned merge first, wherever its pair is",
+        "not_chained": "each merge must work on the result of the merges before it (so a merge "
+        "of merged tokens can apply), not on the original ids",
+        "reversed_order": "you applied the merges last-learned first; apply them from the first "
+        "learned to the last",
+        "by_frequency": "you merged the most frequent pair first; apply the merges in the order "
+        "they were learned (the order of `merges`), however often each pair occurs",
+        "sorted_by_pair": "you applied the merges in sorted order of their pairs; keep the order "
+        "of `merges`, which is the order they were learned",
+    }
+
+    def cases(self, gen):
+        hello_merges = {(108, 108): 256, (101, 256): 257, (104, 257): 258, (258, 111): 259}
+        learned_from = random_ids(gen, 3, 60)
+        # The first five cases each catch one listed mistake first, in the order of mistakes(),
+        # so that the hint a learner reads is the one for their mistake.
+        return [
+            Case(
+                "ids [3, 4, 2, 3, 2, 3], merges {(2, 3): 10, (10, 2): 11}: (2, 3) is merged "
+                "everywhere before (10, 2) may apply",
+                ([3, 4, 2, 3, 2, 3], {(2, 3): 10, (10, 2): 11}),
+            ),
+            Case(
+                "ids [4, 3, 1, 1], merges {(1, 1): 10, (4, 3): 11}: both merges apply",
+                ([4, 3, 1, 1], {(1, 1): 10, (4, 3): 11}),
+            ),
+            Case(
+                "ids [1, 4, 2, 1, 4], merges {(1, 4): 10, (4, 2): 11}: the two pairs overlap",
+                ([1, 4, 2, 1, 4], {(1, 4): 10, (4, 2): 11}),
+            ),
+            Case(
+                "ids [2, 4, 4, 4, 4, 4, 3], merges {(2, 4): 10, (4, 4): 11, (11, 4): 12}: "
+                "(4, 4) is the most frequent pair, but (2, 4) was learned first",
+                ([2, 4, 4, 4, 4, 4, 3], {(2, 4): 10, (4, 4): 11, (11, 4): 12}),
+            ),
+            Case(
+                "ids [4, 1, 2, 4], merges {(1, 2): 10, (10, 4): 11, (4, 11): 12}: (4, 11) "
+                "sorts before (10, 4) but was learned after it",
+                ([4, 1, 2, 4], {(1, 2): 10, (10, 4): 11, (4, 11): 12}),
+            ),
+            Case(
+                "ids [1, 2, 3, 1, 2, 1, 2], merges {(2, 3): 10, (1, 2): 11}: (1, 2) is more "
+                "frequent, but (2, 3) was learned first",
+                ([1, 2, 3, 1, 2, 1, 2], {(2, 3): 10, (1, 2): 11}),
+            ),
+            Case(
+                "ids [1, 2, 3], merges {(1, 2): 10, (10, 3): 11}: a merge of a merged token",
+                ([1, 2, 3], {(1, 2): 10, (10, 3): 11}),
+            ),
+            Case(
+                "ids [4, 4, 4, 4, 4], merges {(4, 4): 10, (10, 10): 11}",
+                ([4, 4, 4, 4, 4], {(4, 4): 10, (10, 10): 11}),
+            ),
+            Case(
+                "the bytes of 'hello, hello' with four merges that build 'hello'",
+                (HELLO, hello_merges),
+            ),
+            Case("ids [5, 6, 7], merges {(1, 2): 10}: no merge applies", ([5, 6, 7], {(1, 2): 10})),
+            Case("ids [1, 2, 3] and no merges at all", ([1, 2, 3], {})),
+            Case("an empty list, merges {(1, 2): 10}", ([], {(1, 2): 10})),
+            Case("a single id [1], merges {(1, 2): 10}", ([1], {(1, 2): 10})),
+            Case(
+                "40 random ids from 0..2, with 6 merges learned from other random ids",
+                (random_ids(gen, 3, 40), learned_merges(learned_from, 6, 3)),
+            ),
+        ]
+
+    def call(self, obj, case):
+        ids, merges = case.args  # ids: the learner's own copy, the grader sees it changed
+        return obj(ids, dict(merges))
+
+    def wrong(self, ids, merges, *, mistake):
+        ranks, ids = list(merges), list(ids)
+        while mistake in ("leftmost_first", "by_frequency"):  # one merge at a time, picked anew
+            found = [(i, pair) for i, pair in enumerate(adjacent(ids)) if pair in merges]
+            if not found:
+                return ids
+            if mistake == "leftmost_first":
+                i, pair = found[0]
+                ids = ids[:i] + [merges[pair]] + ids[i + 2 :]
+            else:
+                present = [pair for _, pair in found]
+                pair = max(set(present), key=lambda p: (present.count(p), -ranks.index(p)))
+                ids = merged(ids, pair, merges[pair])
+        order = {"reversed_order": ranks[::-1], "sorted_by_pair": sorted(ranks)}.get(mistake, ranks)
+        result = ids
+        for pair in order:
+            if mistake == "not_chained":  # each merge applied to the original ids
+                result = merged(ids, pair, merges[pair]) if pair in adjacent(ids) else result
+            else:
+                result = merged(result, pair, merges[pair])
+        return result

@@ -1,0 +1,91 @@
+"""ex01.cosine_similarity_matrix: every pair of rows, zero vectors at similarity 0."""
+
+from __future__ import annotations
+
+import torch
+
+from ...core import Case, Task, register
+from ..common import randn
+from ._shared import LESSON
+
+_FLAT = ("no_keepdim", "columns_by_flat_norms", "squared_flat_norms")
+
+
+@register
+class CosineSimilarityMatrix(Task):
+    id = "ex01.cosine_similarity_matrix"
+    lesson = f"{LESSON}, section 'Cosine similarity'"
+    reference = "course_lib.embeddings.cosine_similarity_matrix"
+    forbidden = (
+        "torch.nn.functional.cosine_similarity",
+        "torch.cosine_similarity",
+        "torch.nn.CosineSimilarity",
+    )
+    mistake_table = {
+        "raw_dot": "those are raw dot products; divide by the lengths |E_i| |E_j| (normalise "
+        "every row to length 1 first)",
+        "no_guard": "a zero vector has length 0 and 0/0 = NaN; clamp the lengths (e.g. "
+        "norm.clamp_min(1e-12)) so a zero vector gets similarity 0",
+        "one_length": "you divided by the length of only one of the two vectors; divide by "
+        "|E_i| |E_j|",
+        "squared_norms": "divide by the lengths |E_i| |E_j|, not by the squared lengths",
+        "columns": "you normalised the columns (dim=0); each ROW is a vector: divide every row "
+        "by its own length, E.norm(dim=-1, keepdim=True)",
+        "whole_norm": "E.norm() without dim is the length of the whole matrix; divide every row "
+        "by its own length, E.norm(dim=-1, keepdim=True)",
+        "no_keepdim": "the row lengths E.norm(dim=-1) have shape (n,), which lines up with the "
+        "LAST axis of E (d); keep the axis, E.norm(dim=-1, keepdim=True) of shape (n, 1), so "
+        "each row is divided by its own length",
+        "columns_by_flat_norms": "(E @ E.T) / norms with 1-D norms (n,) divides column j by "
+        "|E_j| only (the norms line up with the last axis); divide by both lengths, the outer "
+        "product norms[:, None] * norms[None, :]",
+        "squared_flat_norms": "norms * norms with 1-D norms is |E_j|² for column j, not "
+        "|E_i| |E_j|; divide by the outer product norms[:, None] * norms[None, :]",
+        "distance": "that is 1 - cosine similarity (the cosine distance); return the similarity "
+        "itself",
+        "diagonal_one": "a zero vector has no direction, so its similarity with itself is 0 too "
+        "(not 1)",
+    }
+
+    def cases(self, gen):
+        with_zero = randn(gen, 5, 4)
+        with_zero[2] = 0.0
+        with_zero64 = randn(gen, 4, 6, dtype=torch.float64)
+        with_zero64[0] = 0.0
+        scales = torch.tensor([[0.01], [1.0], [30.0], [500.0]])
+        return [
+            Case("E (4, 3)", (randn(gen, 4, 3),)),
+            Case(
+                "E (6, 10) whose rows have very different lengths (0.01 to 500)",
+                (torch.cat([randn(gen, 4, 10) * scales, randn(gen, 2, 10)]),),
+            ),
+            Case("float64 E (5, 7)", (randn(gen, 5, 7, dtype=torch.float64),)),
+            Case(
+                "E (5, 4) whose row 2 is all zeros (its similarities must be 0, not NaN)",
+                (with_zero,),
+            ),
+            Case("float64 E (4, 6) whose row 0 is all zeros", (with_zero64,)),
+            Case("a single vector E (1, 5)", (randn(gen, 1, 5),)),
+        ]
+
+    def wrong(self, E, *, mistake):
+        if mistake == "raw_dot":
+            return E @ E.T
+        if mistake == "whole_norm":
+            norms = E.norm()
+        else:
+            norms = E.norm(dim=0 if mistake == "columns" else -1, keepdim=mistake not in _FLAT)
+        if mistake not in ("no_guard", "squared_norms"):
+            norms = norms.clamp_min(1e-12)
+        if mistake in ("one_length", "columns_by_flat_norms"):
+            return (E @ E.T) / norms
+        if mistake in ("squared_norms", "squared_flat_norms"):
+            squared = norms * norms
+            return (E @ E.T) / (squared if mistake == "squared_flat_norms" else squared * squared.T)
+        unit = E / norms
+        similarity = unit @ unit.T
+        if mistake == "distance":
+            return 1 - similarity
+        if mistake == "diagonal_one":  # "every vector is similar to itself", zero vectors included
+            return similarity + torch.diag((E.norm(dim=-1) == 0).to(E.dtype))
+        return similarity

@@ -1,0 +1,114 @@
+"""ex01.nearest_neighbours: the k rows most similar to one row, most similar first."""
+
+from __future__ import annotations
+
+import torch
+
+from ...core import Case, Task, register
+from ..common import randn
+from ._shared import LESSON, unit_rows
+
+
+def _parallel_copy_case() -> Case:
+    """E (6, 4) in which row 1 is parallel to row 4 (twice as long), index 4, k 3.
+
+    The same under every seed, so the notebook and the grader agree: every entry is a small
+    integer and every length a power of two or sqrt(2), so the two similarities of 1 are equal
+    to the last bit however they are computed, and the copy sits at the lower index, where a
+    stable sort and PyTorch's topk and argsort all put it first. "Skip the first of the sorted
+    similarities" then drops the copy and keeps the row itself.
+    """
+    E = torch.tensor(
+        [[1, 1, -1, -1], [2, 2, 2, 2], [1, 1, 1, -1], [1, -1, -1, -1], [1, 1, 1, 1], [1, 1, 0, 0]],
+        dtype=torch.float32,
+    )
+    return Case(
+        "E (6, 4) in which row 1 is row 4 times 2 (cosine 1, as high as a row's own), index 4, k 3",
+        (E, 4, 3),
+    )
+
+
+def _zero_row_case(gen) -> Case:
+    E = randn(gen, 6, 4)
+    E[1] = E[0] + 0.3 * E[1]  # a row close to row 0, so the zero row is not the first answer
+    E[3] = 0.0
+    return Case(
+        "E (6, 4) whose row 3 is all zeros (its cosine similarity with any row is 0, as in "
+        "task 3, not NaN), index 0, k 4",
+        (E, 0, 4),
+    )
+
+
+@register
+class NearestNeighbours(Task):
+    id = "ex01.nearest_neighbours"
+    lesson = f"{LESSON}, section 'Nearest neighbours'"
+    reference = "course_lib.embeddings.nearest_neighbours"
+    depends_on = ("cosine_similarity_matrix",)
+    mistake_table = {
+        "including_itself": "a vector is always most similar to itself; exclude `index` (e.g. "
+        "set its similarity to -inf before ranking)",
+        "skip_the_first": "skipping the first of the sorted similarities assumes the row itself "
+        "comes first, but a copy (or any parallel row) ties with it at cosine 1 and may come "
+        "first instead: exclude `index` itself (set its similarity to -inf before ranking)",
+        "ascending": "you return the right neighbours in ascending order; the most similar "
+        "comes first (descending similarity)",
+        "least_similar": "argsort sorts ascending, so you took the least similar rows; sort by "
+        "descending similarity (argsort(descending=True) or topk)",
+        "by_dot_product": "you ranked by dot product, which favours long vectors; rank by cosine "
+        "similarity",
+        "similarities": "topk gives the similarities (.values) and their rows (.indices); "
+        "return the rows, topk(k).indices",
+        "itself_at_zero": "a similarity of 0 does not exclude the row itself: cosine similarity "
+        "goes down to -1, so rows less similar than 0 rank below it; set its similarity to -inf",
+        "removed_after": "you took the top k and then removed `index`, which leaves k - 1 rows; "
+        "exclude `index` before ranking (set its similarity to -inf)",
+        "nan_for_zero_rows": "a zero row's similarity came out as NaN (0/0), and topk ranks NaN "
+        "above every number; clamp the lengths as in cosine_similarity_matrix (or call yours), "
+        "so a zero vector has similarity 0",
+        "by_distance": "you ranked by Euclidean distance, which depends on the vectors' lengths; "
+        "rank by cosine similarity (the angle between them)",
+    }
+
+    def cases(self, gen):
+        lengths = torch.tensor([[0.1], [5.0], [0.3], [9.0], [1.0], [0.05], [2.0], [40.0]])
+        return [
+            Case("E (8, 5), index 0, k 3", (randn(gen, 8, 5), 0, 3)),
+            Case("E (10, 4), index 7, k 5", (randn(gen, 10, 4), 7, 5)),
+            Case("float64 E (6, 3), index 2, k 2", (randn(gen, 6, 3, dtype=torch.float64), 2, 2)),
+            Case("E (5, 6), index 4, k 4 (every other row)", (randn(gen, 5, 6), 4, 4)),
+            Case(
+                "E (8, 16) whose rows have very different lengths, index 1, k 4 (rank by cosine "
+                "similarity, not by dot product)",
+                (randn(gen, 8, 16) * lengths, 1, 4),
+            ),
+            Case("E (12, 8), index 5, k 1", (randn(gen, 12, 8), 5, 1)),
+            _parallel_copy_case(),
+            _zero_row_case(gen),
+        ]
+
+    def wrong(self, E, index, k, *, mistake):
+        if mistake == "by_distance":
+            distances = (E - E[index]).norm(dim=-1)
+            distances[index] = float("inf")
+            return distances.topk(k, largest=False).indices
+        if mistake == "by_dot_product":
+            similarity = E @ E[index]
+        elif mistake == "nan_for_zero_rows":
+            similarity = (E / E.norm(dim=-1, keepdim=True)) @ (E[index] / E[index].norm())
+        else:
+            similarity = unit_rows(E) @ unit_rows(E)[index]  # (n,)
+        if mistake == "skip_the_first":  # assumes the row itself sorts first
+            return similarity.argsort(descending=True, stable=True)[1 : k + 1]
+        if mistake == "removed_after":
+            top = similarity.topk(k).indices
+            return top[top != index]
+        if mistake == "least_similar":
+            similarity[index] = float("inf")
+            return similarity.argsort()[:k]
+        if mistake != "including_itself":
+            similarity[index] = 0.0 if mistake == "itself_at_zero" else float("-inf")
+        top = similarity.topk(k)
+        if mistake == "similarities":
+            return top.values
+        return top.indices.flip(0) if mistake == "ascending" else top.indices

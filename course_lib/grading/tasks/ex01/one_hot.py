@@ -1,0 +1,105 @@
+"""ex01.one_hot: token ids -> float32 one-hot vectors, with the bad ids refused."""
+
+from __future__ import annotations
+
+import torch
+
+from ...core import Case, GradingError, Task, register
+from ..common import randint
+from ._shared import LESSON
+
+_EMPTY_IDS_HINT = (
+    "empty ids (no ids at all) are valid: the result is an empty (0, vocab_size) tensor. "
+    "ids.min() and ids.max() raise on an empty tensor; test the range with "
+    "((ids < 0) | (ids >= vocab_size)).any(), or check ids.numel() first"
+)
+
+
+@register
+class OneHot(Task):
+    id = "ex01.one_hot"
+    lesson = f"{LESSON}, section 'One-hot vectors'"
+    reference = "course_lib.embeddings.one_hot"
+    forbidden = ("torch.nn.functional.one_hot",)
+    mistake_table = {
+        "long": "your one-hot vectors are integers (int64); return floats (float32), so they "
+        "can be multiplied with a float embedding table",
+        "bool": "your one-hot vectors are booleans; return floats (float32) with .float()",
+        "double": "your one-hot vectors are float64; the task asks for float32",
+        "vocab_not_last": "the vocabulary axis must be the last one: (..., vocab_size)",
+        "min_max_on_empty": _EMPTY_IDS_HINT,
+    }
+
+    def cases(self, gen):
+        return [
+            Case("ids [2, 0, 1] with vocab_size=4", (torch.tensor([2, 0, 1]), 4)),
+            Case("a batch of ids (3, 5), vocab_size=7", (randint(gen, 7, 3, 5), 7)),
+            Case("ids (2, 3, 4), vocab_size=10", (randint(gen, 10, 2, 3, 4), 10)),
+            Case("int32 ids (6,), vocab_size=3", (randint(gen, 3, 6).to(torch.int32), 3)),
+            Case("a single id (a 0-d tensor) 4, vocab_size=5", (torch.tensor(4), 5)),
+            Case(
+                "ids [1, 5, 2] with vocab_size=5: id 5 is out of range, so it must raise "
+                "ValueError instead of giving an all-zero row",
+                (torch.tensor([1, 5, 2]), 5),
+                raises=ValueError,
+            ),
+            Case(
+                "ids [0, -1] with vocab_size=4: a negative id must raise ValueError",
+                (torch.tensor([0, -1]), 4),
+                raises=ValueError,
+            ),
+            Case(
+                "float ids [0.0, 2.0] with vocab_size=3: ids must be integers, so this must "
+                "raise TypeError instead of being accepted",
+                (torch.tensor([0.0, 2.0]), 3),
+                raises=TypeError,
+            ),
+            Case(
+                "bool ids (3,) (True/False are not token ids: must raise TypeError)",
+                (torch.tensor([True, False, True]), 2),
+                raises=TypeError,
+            ),
+            Case(
+                "ids (2, 3) holding 7 with vocab_size 5: a ValueError whose message names 7",
+                (torch.tensor([[0, 1, 2], [3, 7, 4]]), 5),
+                data={"bad_id": 7},
+                raises=ValueError,
+            ),
+            Case(
+                "empty ids (shape (0,)) with vocab_size=4: no ids, so a (0, 4) result",
+                (torch.zeros(0, dtype=torch.long), 4),
+            ),
+        ]
+
+    def call(self, obj, case):
+        """A ValueError for an id out of range must name that id; and any error on empty ids
+        (ids.min() of nothing, a learner's own "empty" check) gets the empty-ids hint, whatever
+        function raised it: min, max, amin, aminmax and Python's min word it apart."""
+        ids, bad = case.args[0], case.data.get("bad_id")
+        try:
+            return obj(*case.args, **case.kwargs)
+        except (NotImplementedError, GradingError):
+            raise
+        except Exception as error:  # noqa: BLE001  (a learner's code may raise anything)
+            if bad is not None and isinstance(error, ValueError) and str(bad) not in str(error):
+                raise GradingError(
+                    f"your ValueError says {str(error)!r}; name the id that is out of range "
+                    f"({bad}) so that whoever calls one_hot knows what to fix"
+                ) from None
+            if ids.numel():
+                raise
+            raise GradingError(
+                f"your code raised {type(error).__name__}: {error}. Hint: {_EMPTY_IDS_HINT}"
+            ) from None
+
+    def wrong(self, ids, vocab_size, *, mistake):
+        if mistake == "min_max_on_empty":  # min() and max() of an empty tensor raise
+            if ids.is_floating_point() or ids.dtype == torch.bool:
+                raise TypeError(f"ids must be integers, got {ids.dtype}")
+            if ids.min() < 0 or ids.max() >= vocab_size:
+                bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
+                raise ValueError(f"id {bad} is outside [0, {vocab_size})")
+        hot = ids.unsqueeze(-1) == torch.arange(vocab_size)  # (..., vocab_size) bool
+        if mistake == "vocab_not_last" and ids.dim() >= 1:
+            hot = hot.transpose(-2, -1)
+        return {"long": hot.long(), "bool": hot, "double": hot.double()}.get(mistake, hot.float())

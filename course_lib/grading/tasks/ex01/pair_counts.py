@@ -1,0 +1,91 @@
+"""ex01.pair_counts: how often each pair of neighbouring ids occurs."""
+
+from __future__ import annotations
+
+from ...core import Case, Task, register
+from ._shared import BPE_FINISHED, BPE_LESSON, HELLO, adjacent, random_ids
+
+
+@register
+class PairCounts(Task):
+    id = "ex01.pair_counts"
+    lesson = BPE_LESSON
+    reference = "course_lib.bpe.pair_counts"
+    forbidden = BPE_FINISHED  # the reference among them is reported as such
+    mistake_table = {
+        "non_overlapping": "overlapping pairs count: [a, a, a] holds (a, a) twice, at positions "
+        "0-1 and 1-2 (merging skips; counting does not)",
+        "distinct_pairs": "you counted each distinct pair once; count every position at which "
+        "it occurs",
+        "last_pair_missed": "you missed the last pair: ids of length n have n - 1 pairs, the "
+        "last one (ids[n - 2], ids[n - 1])",
+        "wraps_around": "the last id has no right neighbour: do not wrap around to the first",
+        "even_positions_only": "you only counted pairs that start at even positions; every "
+        "position but the last starts a pair",
+        "unordered": "(a, b) and (b, a) are different pairs: keep the order of the ids",
+    }
+
+    def cases(self, gen):
+        return [
+            Case("ids [3, 9]: one pair", ([3, 9],)),
+            Case("ids [1, 2, 3, 4, 1, 2]: (1, 2) at both ends", ([1, 2, 3, 4, 1, 2],)),
+            Case(
+                "ids [4, 4, 4]: a run of three equal ids holds the pair (4, 4) twice", ([4, 4, 4],)
+            ),
+            Case(
+                "ids [1, 1, 1, 1, 2, 1, 1, 1, 1, 1]: runs of four and five equal ids",
+                ([1, 1, 1, 1, 2, 1, 1, 1, 1, 1],),
+            ),
+            Case("ids [1, 2, 2, 1]: (1, 2) and (2, 1) are different pairs", ([1, 2, 2, 1],)),
+            Case("an empty list: no pairs", ([],)),
+            Case("a single id [7]: no pairs", ([7],)),
+            Case("the bytes of 'hello, hello'", (HELLO,)),
+            Case("40 random ids from 0..4", (random_ids(gen, 5, 40),)),
+            Case("25 random ids from 256..258 (merged tokens)", (random_ids(gen, 3, 25, 256),)),
+        ]
+
+    def call(self, obj, case):
+        (ids,) = case.args  # the learner's own copy: the grader sees it changed
+        return obj(ids)
+
+    def compare(self, got, want, case):
+        if not isinstance(got, dict) or "__repr__" in got:
+            kind = got["__repr__"] if isinstance(got, dict) else type(got).__name__
+            return f"your result should be a dict {{(a, b): count}}, got {kind}"
+        # outcomes carry their keys as text, "(1, 2)"; make sure both sides do
+        got = {str(key): count for key, count in got.items()}
+        want = {str(key): count for key, count in want.items()}
+        for key, count in want.items():
+            if key not in got:
+                return f"the pair {key} is missing from your counts (it occurs {count} times)"
+            if got[key] != count:
+                return f"the pair {key} has count {got[key]!r}, expected {count}"
+        for key in got:
+            if key not in want:
+                return (
+                    f"your counts have the pair {key} (count {got[key]!r}), but it is not "
+                    f"two neighbours in ids"
+                )
+        return None
+
+    def wrong(self, ids, *, mistake):
+        if mistake == "distinct_pairs":
+            return dict.fromkeys(adjacent(ids), 1)
+        if mistake == "even_positions_only":
+            pairs = list(zip(ids[::2], ids[1::2], strict=False))
+        elif mistake == "non_overlapping":  # skips on, as merging does
+            pairs, i = [], 0
+            while i < len(ids) - 1:
+                pairs.append((ids[i], ids[i + 1]))
+                i += 2 if ids[i] == ids[i + 1] else 1
+        else:
+            pairs = adjacent(ids)
+        if mistake == "last_pair_missed":
+            pairs = pairs[:-1]
+        if mistake == "wraps_around" and ids:
+            pairs.append((ids[-1], ids[0]))
+        counts = {}
+        for pair in pairs:
+            pair = tuple(sorted(pair)) if mistake == "unordered" else pair
+            counts[pair] = counts.get(pair, 0) + 1
+        return counts

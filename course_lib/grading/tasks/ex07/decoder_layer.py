@@ -1,0 +1,220 @@
+"""ex07.DecoderLayer (transfer: the lesson shows it, the learner wires three sub-layers)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ...core import Case, register
+from ..common import ModuleTask, randn
+from ..mistake_table import mistakes_of
+from . import _layers as layers
+
+WRONG_ORDER = (
+    "the sub-layers are in the wrong order: self-attention over the target first, then "
+    "the cross-attention to memory, then the feed-forward network"
+)
+
+MISTAKES = {
+    "always_post": layers.ALWAYS_POST_NORM,
+    "cross_on_x": "the cross-attention takes its keys and values from the target "
+    "x: that is a second self-attention. Queries come from x, keys and values from "
+    "memory (the encoder's output): multihead_attn(x, memory, memory, "
+    "mask=memory_mask)",
+    "norms_swapped": "norm2 and norm3 are swapped: norm1 goes with self-attention, "
+    "norm2 with cross-attention, norm3 with the feed-forward network (the names of "
+    "nn.TransformerDecoderLayer)",
+    "pre_post_swapped": layers.PRE_POST_SWAPPED,
+    "masks_swapped": "self_mask belongs to the self-attention (target to target, "
+    "causal) and memory_mask to the cross-attention (target to source padding); you "
+    "swapped them",
+    "no_self_mask": "the self-attention ignores self_mask: without the causal mask "
+    "every target position sees the future tokens it must predict",
+    "no_memory_mask": "the cross-attention ignores memory_mask: the padding positions of the "
+    "source must get zero weight, multihead_attn(x, memory, memory, mask=memory_mask)",
+    "residual_of_normed": "in pre-norm the residual adds the sub-layer's output to x itself, "
+    "x + sublayer(norm(x)), not to the normalised norm(x)",
+    "memory_normed": "memory goes into the cross-attention as it is: norm2 normalises the target "
+    "side only (in pre-norm, the queries; memory was already normalised by the "
+    "encoder's final LayerNorm), as in lesson 06's cross-attention sub-layer",
+    "masks_inverted": layers.MASK_INVERTED.replace("the mask is", "the masks are"),
+    "queries_from_memory": "the cross-attention takes its queries from memory: the queries come "
+    "from the target x, the keys and values from memory, multihead_attn(x, memory, memory, "
+    "mask=memory_mask)",
+    "gelu": layers.RELU_NOT_GELU,
+    "norm1_everywhere": "norm1 is used for every sub-layer: norm1 goes with the self-attention, "
+    "norm2 with the cross-attention, norm3 with the feed-forward network (each has its own "
+    "weights)",
+    "no_residual": "the residual connections are missing: add each sub-layer's input to its "
+    "output (x + sublayer(...)) around all three sub-layers",
+    "normed_sublayer": "the residual must carry x itself around the sub-layer: post-norm is "
+    "norm(x + sublayer(x)), not x + norm(sublayer(x))",
+    "no_final_norm": "the feed-forward sub-layer has no LayerNorm: in post-norm the last step is "
+    "x = norm3(x + ffn(x))",
+    "cross_first": WRONG_ORDER,  # the sub-layers moved, the norms left in place
+    "norm_eps": layers.LAYER_NORM_EPS,
+    "cross_reads_input": "the cross-attention reads the layer's input x instead of the output "
+    "of the self-attention sub-layer: the three sub-layers run one after the other, each on "
+    "the x the previous one returned (keep assigning x = ...)",
+    "lines_cross_first": WRONG_ORDER,  # whole lines moved: each sub-layer with its norm
+    "lines_ff_before_cross": WRONG_ORDER,
+}
+
+
+class WrongDecoderLayer(nn.Module):
+    """A decoder layer with one named mistake (`mistake`); "" is a right one."""
+
+    mistake = ""
+
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False):
+        super().__init__()
+        layers.add_parts(self, d_model, num_heads, d_ff, norm_first, cross=True)
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        mistake = self.mistake
+        if mistake == "masks_swapped":
+            self_mask, memory_mask = memory_mask, self_mask
+        if mistake == "masks_inverted":
+            self_mask = None if self_mask is None else ~self_mask
+            memory_mask = None if memory_mask is None else ~memory_mask
+        activation = F.gelu if mistake == "gelu" else F.relu
+        order = {
+            "norms_swapped": (self.norm1, self.norm3, self.norm2),
+            "norm1_everywhere": (self.norm1,) * 3,
+        }
+        norm1, norm2, norm3 = order.get(mistake, (self.norm1, self.norm2, self.norm3))
+
+        def attention(h):
+            return self.self_attn(h, h, h, mask=None if mistake == "no_self_mask" else self_mask)[0]
+
+        def cross_attention(h):
+            keys = {"cross_on_x": h, "memory_normed": self.norm2(memory)}.get(mistake, memory)
+            queries = memory if mistake == "queries_from_memory" else h
+            if mistake == "queries_from_memory":
+                keys = h
+            mask = None if mistake in ("no_memory_mask", "cross_on_x") else memory_mask
+            return self.multihead_attn(queries, keys, keys, mask=mask)[0]
+
+        def feed_forward(h):
+            return self.linear2(activation(self.linear1(h)))
+
+        sublayer_fns = [attention, cross_attention, feed_forward]
+        if mistake == "cross_first":
+            sublayer_fns = [cross_attention, attention, feed_forward]
+        steps = list(zip((norm1, norm2, norm3), sublayer_fns, strict=True))
+        if mistake in ("lines_cross_first", "lines_ff_before_cross"):
+            steps = [steps[i] for i in ((1, 0, 2) if mistake == "lines_cross_first" else (0, 2, 1))]
+        return layers.sublayers(x, steps, self.norm_first, mistake)
+
+
+@register
+class DecoderLayerTask(ModuleTask):
+    id = "ex07.DecoderLayer"
+    lesson = "lesson 07, section 'The decoder layer'"
+    reference = "course_lib.blocks.DecoderLayer"
+    forbidden = (
+        "torch.nn.TransformerDecoderLayer",
+        "torch.nn.TransformerDecoder",
+        "torch.nn.Transformer",
+    )
+
+    def cases(self, gen):
+        from ....blocks import DecoderLayer
+        from ....masking import causal_mask
+
+        def case(description, sizes, shape, norm_first, dtype=torch.float32, **masks):
+            batch, n_tgt, n_src = shape
+            ref = DecoderLayer(*sizes).to(dtype)
+            data = {
+                "sizes": sizes,
+                "norm_first": norm_first,
+                "state_dict": layers.random_state(ref, gen),
+            }
+            x = randn(gen, batch, n_tgt, sizes[0], dtype=dtype)
+            memory = randn(gen, batch, n_src, sizes[0], dtype=dtype)
+            args = (x, memory, masks.get("self_mask"), masks.get("memory_mask"))
+            return Case(description, args, data=data)
+
+        src_pad = (torch.arange(6)[None, :] < torch.tensor([6, 2, 4])[:, None]).unsqueeze(1)
+        f64 = torch.float64
+        return [
+            case(
+                "post-norm (norm_first=False), d_model=8, 2 heads, x (2, 4, 8), memory "
+                "(2, 6, 8), no masks",
+                (8, 2, 16),
+                (2, 4, 6),
+                False,
+            ),
+            case(
+                "pre-norm (norm_first=True), d_model=8, 2 heads, x (2, 4, 8), memory (2, 6, 8)",
+                (8, 2, 16),
+                (2, 4, 6),
+                True,
+            ),
+            case(
+                "post-norm with a causal self_mask (6, 6) and a source padding memory_mask "
+                "(3, 1, 6), x (3, 6, 8), memory (3, 6, 8) (as long as the target), 2 heads",
+                (8, 2, 16),
+                (3, 6, 6),
+                False,
+                self_mask=causal_mask(6),
+                memory_mask=src_pad,
+            ),
+            case(
+                "post-norm with a causal self_mask (5, 5) and a source padding memory_mask "
+                "(3, 1, 6), x (3, 5, 12), memory (3, 6, 12), 3 heads",
+                (12, 3, 24),
+                (3, 5, 6),
+                False,
+                self_mask=causal_mask(5),
+                memory_mask=src_pad,
+            ),
+            case(
+                "pre-norm with a causal self_mask (3, 3) and a memory_mask (3, 1, 6), x (3, 3, "
+                "8), memory (3, 6, 8), 4 heads",
+                (8, 4, 32),
+                (3, 3, 6),
+                True,
+                self_mask=causal_mask(3),
+                memory_mask=src_pad,
+            ),
+            case(
+                "float64, post-norm, batch 1, x (1, 6, 6), memory (1, 2, 6), 1 head, causal "
+                "self_mask",
+                (6, 1, 12),
+                (1, 6, 2),
+                False,
+                dtype=f64,
+                self_mask=causal_mask(6),
+            ),
+            case(
+                "pre-norm with per-sequence masks: self_mask (3, 5, 5) causal and padded "
+                "differently in each row, memory_mask (3, 5, 6) different for each query, "
+                "x (3, 5, 8), memory (3, 6, 8), 2 heads",
+                (8, 2, 16),
+                (3, 5, 6),
+                True,
+                self_mask=causal_mask(5)
+                & (torch.arange(5)[None, None, :] < torch.tensor([5, 3, 4])[:, None, None]),
+                memory_mask=(torch.rand(3, 5, 6, generator=gen) > 0.4)
+                | (torch.arange(6) == 0)[None, None, :],
+            ),
+            case(
+                "float64, pre-norm, x (2, 4, 8), memory (2, 3, 8), causal self_mask",
+                (8, 2, 8),
+                (2, 4, 3),
+                True,
+                dtype=f64,
+                self_mask=causal_mask(4),
+            ),
+        ]
+
+    def init_args(self, case):
+        return tuple(case.data["sizes"]), {"norm_first": case.data["norm_first"]}
+
+    def mistakes(self):
+        return _MISTAKES
+
+
+_MISTAKES = mistakes_of(WrongDecoderLayer, MISTAKES)

@@ -1,0 +1,158 @@
+"""ex07.EncoderLayer: self-attention and the feed-forward network, post-norm or pre-norm."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ...core import Case, register
+from ..common import ModuleTask, randn
+from ..mistake_table import mistakes_of
+from . import _layers as layers
+
+MISTAKES = {
+    "always_post": layers.ALWAYS_POST_NORM,
+    "pre_post_swapped": layers.PRE_POST_SWAPPED,
+    "residual_normed": "the residual must carry x itself around the sub-layer: "
+    "post-norm is norm1(x + attention(x)), not x + norm1(attention(x)); pre-norm is "
+    "x + attention(norm1(x)), not norm1(x) + attention(norm1(x))",
+    "no_residual": "the residual connections are missing: add the sub-layer's input "
+    "to its output (x + sublayer(...)) around both attention and feed-forward",
+    "residual_outside": "each sub-layer needs its own residual connection: one "
+    "around self-attention and one around the feed-forward network, not a single one "
+    "around the whole layer",
+    "mask_ignored": "the mask is ignored: pass it to the self-attention, "
+    "self_attn(h, h, h, mask=mask)",
+    "gelu": layers.RELU_NOT_GELU,
+    "norm1_twice": "norm1 is used twice: norm1 goes with the attention, norm2 with the "
+    "feed-forward network (each has its own weights)",
+    "mask_inverted": layers.MASK_INVERTED,
+    "norms_swapped": "norm1 and norm2 are swapped: norm1 goes with the self-attention, norm2 "
+    "with the feed-forward network",
+    "ff_on_input": "the feed-forward sub-layer reads the layer's input x instead of the output "
+    "of the attention sub-layer: the two run one after the other, x = x + attention(...), then "
+    "the feed-forward network on that new x",
+    "no_attn_residual": "the residual connection around the self-attention is missing: add its "
+    "input, x + attention(...), as you did around the feed-forward network",
+    "no_ff_residual": "the residual connection around the feed-forward network is missing: add "
+    "its input, x + ffn(...), as you did around the self-attention",
+    "norm_eps": layers.LAYER_NORM_EPS,
+}
+
+
+class WrongEncoderLayer(nn.Module):
+    """An encoder layer with one named mistake (`mistake`); "" is a right one."""
+
+    mistake = ""
+
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False):
+        super().__init__()
+        layers.add_parts(self, d_model, num_heads, d_ff, norm_first)
+
+    def forward(self, x, mask=None):
+        mistake = self.mistake
+        if mistake == "mask_ignored":
+            mask = None
+        if mistake == "mask_inverted" and mask is not None:
+            mask = ~mask
+        pair = {"norms_swapped": (self.norm2, self.norm1), "norm1_twice": (self.norm1,) * 2}
+        norm1, norm2 = pair.get(mistake, (self.norm1, self.norm2))
+        activation = F.gelu if mistake == "gelu" else F.relu
+
+        def attention(h):
+            return self.self_attn(h, h, h, mask=mask)[0]
+
+        def feed_forward(h):
+            return self.linear2(activation(self.linear1(h)))
+
+        steps = [(norm1, attention), (norm2, feed_forward)]
+        return layers.sublayers(x, steps, self.norm_first, mistake)
+
+
+@register
+class EncoderLayerTask(ModuleTask):
+    id = "ex07.EncoderLayer"
+    lesson = "lesson 07, sections 'Post-norm and pre-norm' and 'The encoder layer'"
+    reference = "course_lib.blocks.EncoderLayer"
+    forbidden = (
+        "torch.nn.TransformerEncoderLayer",
+        "torch.nn.TransformerEncoder",
+        "torch._transformer_encoder_layer_fwd",
+    )
+
+    def cases(self, gen):
+        from ....blocks import EncoderLayer
+        from ....masking import causal_mask
+
+        def case(description, sizes, batch, seq, norm_first, dtype=torch.float32, mask=None):
+            ref = EncoderLayer(*sizes).to(dtype)
+            data = {
+                "sizes": sizes,
+                "norm_first": norm_first,
+                "state_dict": layers.random_state(ref, gen),
+            }
+            x = randn(gen, batch, seq, sizes[0], dtype=dtype)
+            return Case(description, (x,), {} if mask is None else {"mask": mask}, data=data)
+
+        lengths = torch.tensor([6, 3, 1])
+        pad = (torch.arange(6)[None, :] < lengths[:, None]).unsqueeze(1)  # (3, 1, 6)
+        f64 = torch.float64
+        return [
+            case(
+                "post-norm (norm_first=False), d_model=8, 2 heads, x (2, 5, 8)",
+                (8, 2, 16),
+                2,
+                5,
+                False,
+            ),
+            case(
+                "pre-norm (norm_first=True), d_model=8, 2 heads, x (2, 5, 8)",
+                (8, 2, 16),
+                2,
+                5,
+                True,
+            ),
+            case(
+                "post-norm with a causal mask (4, 4), d_model=12, 3 heads",
+                (12, 3, 24),
+                2,
+                4,
+                False,
+                mask=causal_mask(4),
+            ),
+            case(
+                "pre-norm with a padding mask (3, 1, 6), lengths [6, 3, 1]",
+                (8, 4, 32),
+                3,
+                6,
+                True,
+                mask=pad,
+            ),
+            case(
+                "float64, post-norm, with a padding mask (3, 1, 6)",
+                (8, 2, 8),
+                3,
+                6,
+                False,
+                dtype=f64,
+                mask=pad,
+            ),
+            case(
+                "float64, pre-norm, d_model=6, 1 head, x (1, 3, 6)",
+                (6, 1, 12),
+                1,
+                3,
+                True,
+                dtype=f64,
+            ),
+        ]
+
+    def init_args(self, case):
+        return tuple(case.data["sizes"]), {"norm_first": case.data["norm_first"]}
+
+    def mistakes(self):
+        return _MISTAKES
+
+
+_MISTAKES = mistakes_of(WrongEncoderLayer, MISTAKES)

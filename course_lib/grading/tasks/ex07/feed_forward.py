@@ -1,0 +1,159 @@
+"""ex07.FeedForward: the position-wise feed-forward network, with dropout."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ...core import Case, GradingError, register
+from ..common import ModuleTask, randn
+from ..mistake_table import mistakes_of
+from ._layers import random_state
+
+# The dropout mistakes first: on the training-mode cases they are the specific ones.
+MISTAKES = {
+    "no_dropout": "the dropout argument is never applied: in training mode "
+    "linear2(dropout(relu(linear1(x)))) drops hidden units at random (self.dropout = "
+    "nn.Dropout(dropout), called between the ReLU and linear2)",
+    "dropout_on_output": "dropout belongs on the hidden units, between the ReLU and "
+    "linear2, not on the output: linear2(dropout(relu(linear1(x))))",
+    "no_activation": "there is no activation between the two linear layers, so the "
+    "network is one linear map: use linear2(relu(linear1(x)))",
+    "activation_after": "the ReLU belongs between linear1 and linear2, not after "
+    "linear2: use linear2(relu(linear1(x)))",
+    "activation_both": "apply the ReLU only between the two linear layers; the output "
+    "of linear2 is not passed through it (it must be able to be negative)",
+    "dropout_always": "the dropout also drops in eval mode: F.dropout needs "
+    "training=self.training (nn.Dropout does this for you)",
+    "keep_probability": "nn.Dropout(p) takes the probability of dropping a unit, not of keeping "
+    "it: nn.Dropout(dropout), not nn.Dropout(1 - dropout)",
+    "fixed_p": "the dropout probability is the `dropout` argument, not a number of your own: "
+    "nn.Dropout(dropout)",
+    "input_dropout": "dropout belongs on the hidden units, between the ReLU and linear2, not on "
+    "the input x: linear2(dropout(relu(linear1(x))))",
+    "gelu": "the activation of this feed-forward network is ReLU (F.relu), not GELU",
+    "residual": "the feed-forward network has no residual connection of its own: return "
+    "linear2(dropout(relu(linear1(x)))); the layer that uses it adds x",
+}
+
+
+class WrongFeedForward(nn.Module):
+    """linear2(dropout(relu(linear1(x)))) with one named mistake (`mistake`)."""
+
+    mistake = ""
+
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.p = {"keep_probability": 1 - dropout, "fixed_p": 0.1}.get(self.mistake, dropout)
+
+    def dropout(self, h, where):
+        at = {"no_dropout": None, "dropout_on_output": "output", "input_dropout": "input"}
+        if where != at.get(self.mistake, "hidden"):
+            return h
+        return F.dropout(h, self.p, training=self.training or self.mistake == "dropout_always")
+
+    def forward(self, x):
+        hidden = self.linear1(self.dropout(x, "input"))
+        if self.mistake not in ("no_activation", "activation_after"):
+            hidden = (F.gelu if self.mistake == "gelu" else F.relu)(hidden)
+        out = self.linear2(self.dropout(hidden, "hidden"))
+        if self.mistake in ("activation_after", "activation_both"):
+            out = F.relu(out)
+        out = self.dropout(out, "output")
+        return x + out if self.mistake == "residual" else out
+
+
+@register
+class FeedForwardTask(ModuleTask):
+    """The learner's module with the reference's weights; dropout judged with its seed."""
+
+    id = "ex07.FeedForward"
+    lesson = "lesson 07, section 'The position-wise feed-forward network'"
+    reference = "course_lib.blocks.FeedForward"
+
+    def cases(self, gen):
+        from ....blocks import FeedForward
+
+        def case(description, d_model, d_ff, shape, dtype=torch.float32):
+            ref = FeedForward(d_model, d_ff).to(dtype)
+            data = {"sizes": (d_model, d_ff), "state_dict": random_state(ref, gen)}
+            return Case(description, (randn(gen, *shape, d_model, dtype=dtype),), data=data)
+
+        def seeded(description, mode, d_model, d_ff, shape, dropout=0.5):
+            # EX07-1: dropout with the reference's random seed, in train or eval mode
+            data = {
+                "sizes": (d_model, d_ff, dropout),
+                "state_dict": random_state(FeedForward(d_model, d_ff), gen),
+                "mode": mode,
+                "seed": int(torch.randint(0, 2**31 - 1, (1,), generator=gen)),
+            }
+            return Case(description, (randn(gen, *shape, d_model),), data=data)
+
+        return [
+            case("d_model=8, d_ff=32, x (2, 5, 8)", 8, 32, (2, 5)),
+            case("d_model=6, d_ff=10, x (3, 6): a single sequence", 6, 10, (3,)),
+            case("d_model=4, d_ff=16, x (2, 3, 2, 4) with two batch dimensions", 4, 16, (2, 3, 2)),
+            case("float64, d_model=5, d_ff=7, x (1, 4, 5)", 5, 7, (1, 4), dtype=torch.float64),
+            Case(
+                "training mode, dropout=0.5, d_model=6, d_ff=24, x (4, 6): the hidden units "
+                "must be dropped at random (two passes differ), the output itself never",
+                (randn(gen, 4, 6),),
+                data={
+                    "sizes": (6, 24),
+                    "dropout": 0.5,
+                    "state_dict": random_state(FeedForward(6, 24), gen),
+                },
+            ),
+            seeded(
+                "dropout=0.5 in train mode (same random seed as the reference): dropout after "
+                "the activation, before linear2",
+                "train",
+                8,
+                16,
+                (2, 5),
+            ),
+            seeded("dropout=0.5 in eval mode: no dropout at all", "eval", 6, 12, (3, 4)),
+            # dropout given as the keep probability passed every check at 0.5 = 1 - 0.5
+            seeded(
+                "dropout=0.2 in train mode (same random seed as the reference): each hidden "
+                "unit dropped with probability 0.2, the others scaled by 1 / 0.8",
+                "train",
+                6,
+                16,
+                (3, 4),
+                dropout=0.2,
+            ),
+        ]
+
+    def init_args(self, case):
+        dropout = case.data.get("dropout")
+        return tuple(case.data["sizes"]), ({} if dropout is None else {"dropout": dropout})
+
+    def run(self, module, case):
+        mode = case.data.get("mode")
+        if mode is not None:
+            module.train(mode == "train")
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                torch.manual_seed(case.data["seed"])
+                out = module(*case.args)
+            if mode == "train" and not isinstance(out, torch.Tensor):
+                raise GradingError("forward should return a tensor")
+            return out
+        if case.data.get("dropout") is None:
+            return super().run(module, case)
+        module.train()  # dropout acts in training mode only: random, so judged by its effect
+        with torch.no_grad():
+            first, second = module(*case.args), module(*case.args)
+        return {
+            "two passes differ": not torch.equal(first, second),
+            "outputs exactly zero": bool((first == 0).any()),
+        }
+
+    def mistakes(self):
+        return _MISTAKES
+
+
+_MISTAKES = mistakes_of(WrongFeedForward, MISTAKES)

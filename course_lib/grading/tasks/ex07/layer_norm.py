@@ -1,0 +1,118 @@
+"""ex07.layer_norm: LayerNorm from scratch."""
+
+from __future__ import annotations
+
+import torch
+
+from ...core import Case, Task, register
+from ..common import randn
+from ..mistake_table import mistakes_of
+
+NO_KEEPDIM = (
+    "mean(dim=-1) without keepdim=True drops the last axis, so x - mean does not line up "
+    "with x: keep it, x.mean(dim=-1, keepdim=True), shape (..., 1)"
+)
+
+MISTAKES = {
+    "batch_axis": "the statistics must be taken per token, over the last dimension "
+    "(the d features): mean(dim=-1, keepdim=True), not over the batch or sequence",
+    "unbiased": "LayerNorm uses the biased variance (divide by d, not d - 1): "
+    "x.var(dim=-1, unbiased=False) or ((x - mean) ** 2).mean(-1)",
+    "eps_outside": "eps goes inside the square root: (x - mean) / sqrt(var + eps), "
+    "not (x - mean) / (sqrt(var) + eps)",
+    "no_keepdim": NO_KEEPDIM,
+    "gamma_beta_swapped": "gamma and beta are swapped: gamma scales the normalised x and beta "
+    "shifts it, x_hat * gamma + beta",
+    "not_centred": "the mean is not subtracted from x: the result is (x - mean) / "
+    "sqrt(var + eps), not x / sqrt(var + eps)",
+    "second_moment": "the variance is the mean of (x - mean) ** 2; the mean of x ** 2 is the "
+    "variance only when the mean is 0",
+    "by_variance": "divide by the standard deviation sqrt(var + eps), not by the variance "
+    "var + eps",
+    "no_beta": "beta is missing: the result is x_hat * gamma + beta",
+    "whole_tensor": "the mean and variance are taken over the whole tensor (no dim); each "
+    "vector gets its own, over the last dimension: x.mean(dim=-1, keepdim=True)",
+    "dim1": "the statistics are taken over dim=1, the last dimension only when x is 2-D: "
+    "use dim=-1 (keepdim=True), whatever the batch dimensions",
+    "eps_ignored": "the eps argument is ignored (a fixed 1e-5 is used instead): with eps=0.5 "
+    "the result must change; use the eps you are given, sqrt(var + eps)",
+    "default_eps": "the default eps is 1e-5 (nn.LayerNorm's), not 1e-6: "
+    "def layer_norm(x, gamma, beta, eps=1e-5)",
+    "no_eps": "your result is LayerNorm without eps (or with a far smaller one): add eps to the "
+    "variance inside the square root, sqrt(var + eps), with the default eps=1e-5",
+}
+
+
+def wrong_layer_norm(x, gamma, beta, eps=None, *, mistake=""):
+    """(x - mean) / sqrt(var + eps) * gamma + beta over the last axis, with one named mistake."""
+    if eps is None or mistake == "eps_ignored":
+        eps = 1e-6 if mistake == "default_eps" else 1e-5
+    eps = 0.0 if mistake == "no_eps" else eps
+    dim = {"batch_axis": 0, "dim1": 1, "whole_tensor": None}.get(mistake, -1)
+    keepdim = mistake != "no_keepdim"
+    if dim is None:
+        mean = x.mean()
+    else:
+        mean = x.mean(dim=dim, keepdim=keepdim)
+    spread = x if mistake == "second_moment" else x - mean
+    var = (spread**2).mean() if dim is None else (spread**2).mean(dim=dim, keepdim=keepdim)
+    if mistake == "unbiased":
+        var = x.var(dim=dim, unbiased=True, keepdim=True)
+    if mistake == "eps_outside":
+        x_hat = (x - mean) / (var.sqrt() + eps)
+    else:
+        root = var + eps if mistake == "by_variance" else torch.sqrt(var + eps)
+        x_hat = (x if mistake == "not_centred" else x - mean) / root
+    if mistake == "gamma_beta_swapped":
+        return x_hat * beta + gamma
+    return x_hat * gamma if mistake == "no_beta" else x_hat * gamma + beta
+
+
+@register
+class LayerNormTask(Task):
+    id = "ex07.layer_norm"
+    lesson = "lesson 07, section 'LayerNorm from scratch'"
+    reference = "course_lib.blocks.layer_norm"
+    forbidden = (
+        "torch.nn.functional.layer_norm",
+        "torch.layer_norm",
+        "torch.native_layer_norm",
+        "torch.nn.LayerNorm",
+        "torch.nn.functional.group_norm",
+        "torch.nn.functional.rms_norm",
+    )
+
+    def cases(self, gen):
+        def case(description, shape, dtype=torch.float32, scale=3.0, eps=None):
+            d = shape[-1]
+            # an offset, except for tiny rows (float32 cannot centre 1.5 + 1e-3 noise exactly)
+            x = scale * randn(gen, *shape, dtype=dtype) + (1.5 if scale >= 1 else 0.0)
+            gamma = 1 + randn(gen, d, dtype=dtype)
+            beta = randn(gen, d, dtype=dtype)
+            kwargs = {} if eps is None else {"eps": eps}
+            return Case(description, (x, gamma, beta), kwargs)
+
+        return [
+            case("x (4, 6), the default eps", (4, 6)),
+            case("a batch x (2, 5, 8)", (2, 5, 8)),
+            case("x (3, 4, 2, 6) with two batch dimensions", (3, 4, 2, 6)),
+            case("a single vector x (10,)", (10,)),
+            case("float64 x (2, 3, 7)", (2, 3, 7), dtype=torch.float64),
+            case("x (2, 4, 5) with eps=0.5", (2, 4, 5), eps=0.5),
+            case(
+                "nearly constant rows, x (3, 6) * 1e-3 (variance close to eps)", (3, 6), scale=1e-3
+            ),
+            case(
+                "float64 x (5, 5) * 1e-3 with eps=1e-4",
+                (5, 5),
+                dtype=torch.float64,
+                scale=1e-3,
+                eps=1e-4,
+            ),
+        ]
+
+    def mistakes(self):
+        return _MISTAKES
+
+
+_MISTAKES = mistakes_of(wrong_layer_norm, MISTAKES)

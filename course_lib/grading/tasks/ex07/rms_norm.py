@@ -1,0 +1,104 @@
+"""ex07.rms_norm (transfer: Llama's norm)."""
+
+from __future__ import annotations
+
+import torch
+
+from ...core import Case, Task, register
+from ..common import randn
+from ..mistake_table import mistakes_of
+from .layer_norm import NO_KEEPDIM
+
+MISTAKES = {
+    "mean_subtracted": "you subtracted the mean: that is LayerNorm without its bias. "
+    "RMSNorm only divides by the root mean square, sqrt(mean(x**2) + eps), and keeps "
+    "the mean",
+    "eps_outside": "eps goes inside the square root: sqrt(mean(x**2) + eps)",
+    "batch_axis": "the mean is over the last dimension (each vector's d features): "
+    "mean(dim=-1, keepdim=True)",
+    "no_sqrt": "divide by the ROOT mean square: take the square root of mean(x**2) + eps",
+    "no_keepdim": NO_KEEPDIM.replace("x - mean does", "x / rms does"),
+    "weight_added": "weight scales the normalised x: multiply by it, x / rms * weight, do not "
+    "add it",
+    "no_weight": "weight is missing: multiply the normalised x by it, x / rms * weight",
+    "sum": "divide by the root MEAN square: the mean of x**2 over the d features, not the sum "
+    "(which would give every vector length 1 instead of RMS 1)",
+    "times_rms": "you multiplied by the root mean square instead of dividing by it: "
+    "x / sqrt(mean(x**2) + eps), or x * torch.rsqrt(mean(x**2) + eps) (rsqrt is already "
+    "1 / sqrt)",
+    "mean_squared": "the mean of the squares, mean(x**2), is not the square of the mean, "
+    "mean(x)**2: square x first, then average",
+    "eps_ignored": "the eps argument is ignored (a fixed 1e-6 is used instead): with eps=0.5 the "
+    "result must change; use the eps you are given, sqrt(mean(x**2) + eps)",
+    "default_eps": "the default eps of rms_norm is 1e-6 (Llama's), not 1e-5 (LayerNorm's): "
+    "def rms_norm(x, weight, eps=1e-6)",
+    "no_eps": "your result is RMSNorm without eps (or with a far smaller one): add eps inside "
+    "the square root, sqrt(mean(x**2) + eps), with the default eps=1e-6",
+}
+
+
+def wrong_rms_norm(x, weight, eps=None, *, mistake=""):
+    """x / sqrt(mean(x**2) + eps) * weight over the last axis, with one named mistake."""
+    if eps is None or mistake == "eps_ignored":
+        eps = 1e-5 if mistake == "default_eps" else 1e-6
+    eps = 0.0 if mistake == "no_eps" else eps
+    if mistake == "mean_subtracted":
+        x = x - x.mean(dim=-1, keepdim=True)
+    dim, keepdim = (0 if mistake == "batch_axis" else -1), mistake != "no_keepdim"
+    if mistake == "sum":
+        mean_square = x.pow(2).sum(dim=dim, keepdim=keepdim)
+    elif mistake == "mean_squared":
+        mean_square = x.mean(dim=dim, keepdim=keepdim).pow(2)
+    else:
+        mean_square = x.pow(2).mean(dim=dim, keepdim=keepdim)
+    if mistake == "eps_outside":
+        rms = torch.sqrt(mean_square) + eps
+    else:
+        rms = mean_square + eps if mistake == "no_sqrt" else torch.sqrt(mean_square + eps)
+    normed = x * rms if mistake == "times_rms" else x / rms
+    if mistake == "no_weight":
+        return normed
+    return normed + weight if mistake == "weight_added" else normed * weight
+
+
+@register
+class RMSNormTask(Task):
+    id = "ex07.rms_norm"
+    lesson = "lesson 07, section 'LayerNorm from scratch'"
+    reference = "course_lib.llama.rms_norm"
+    forbidden = (
+        "torch.nn.functional.rms_norm",
+        "torch.nn.RMSNorm",
+        "torch.nn.functional.layer_norm",
+        "torch.nn.LayerNorm",
+        "torch.rms_norm",
+    )
+
+    def cases(self, gen):
+        def case(description, shape, dtype=torch.float32, scale=3.0, shift=0.0, eps=None):
+            d = shape[-1]
+            x = scale * randn(gen, *shape, dtype=dtype) + shift
+            weight = 1.0 + 0.5 * randn(gen, d, dtype=dtype)
+            kwargs = {} if eps is None else {"eps": eps}
+            return Case(description, (x, weight), kwargs)
+
+        return [
+            case(
+                "x (2, 5, 8) with a mean of 2 per feature (RMSNorm keeps the mean)",
+                (2, 5, 8),
+                shift=2.0,
+            ),
+            case("x (7, 4), one vector per row", (7, 4), shift=-1.0),
+            case("float64 x (2, 3, 4, 16)", (2, 3, 4, 16), dtype=torch.float64, shift=0.5),
+            case(
+                "x (1, 3, 6) of tiny values (about 1e-3), default eps = 1e-6", (1, 3, 6), scale=1e-3
+            ),
+            case("float64 x (3, 5) with eps=0.5 given", (3, 5), dtype=torch.float64, eps=0.5),
+            case("x (4, 1): a single feature", (4, 1), shift=1.0),
+        ]
+
+    def mistakes(self):
+        return _MISTAKES
+
+
+_MISTAKES = mistakes_of(wrong_rms_norm, MISTAKES)

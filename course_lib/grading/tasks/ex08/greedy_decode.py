@@ -1,0 +1,201 @@
+"""ex08.greedy_decode: greedy decoding over a step function, finished rows forced to eos."""
+
+from __future__ import annotations
+
+import torch
+
+from ...core import Case, Task, compare_values, register
+from ..common import randn
+from ..mistake_table import mistakes_of
+
+
+class TableStepFn:
+    """A stand-in model for grading: the next token's logits are read from a random table
+    indexed by (row, position, last token), so the result depends on the whole history."""
+
+    def __init__(self, table: torch.Tensor, bos_id: int):
+        self.table, self.bos_id = table, bos_id  # table (batch, max_new_tokens, vocab, vocab)
+
+    def __call__(self, prefix):
+        if not isinstance(prefix, torch.Tensor) or prefix.dim() != 2:
+            raise ValueError(
+                "step_fn expects prefix as a (batch, t) tensor of token ids, got "
+                f"{getattr(prefix, 'shape', type(prefix).__name__)}"
+            )
+        batch, t = prefix.shape
+        if batch != self.table.shape[0]:
+            raise ValueError(
+                f"step_fn expects a prefix with batch={self.table.shape[0]} rows, got {batch}"
+            )
+        if t > self.table.shape[1]:
+            raise ValueError(
+                f"step_fn got a prefix of length {t}, more than <bos> + max_new_tokens "
+                f"tokens: stop after max_new_tokens steps"
+            )
+        if (prefix[:, 0] != self.bos_id).any():
+            raise ValueError(f"every prefix must start with <bos> (id {self.bos_id})")
+        vocab = self.table.shape[-1]
+        if prefix.min() < 0 or prefix.max() >= vocab:
+            raise ValueError(f"the prefix holds token ids outside the vocabulary [0, {vocab})")
+        prefix = prefix.long()
+        rows = torch.arange(batch).unsqueeze(1)  # (batch, 1)
+        positions = torch.arange(t).unsqueeze(0)  # (1, t)
+        return self.table[rows, positions, prefix]  # (batch, t, vocab)
+
+
+_GREEDY_NO_STOP_HINT = (
+    "a row that has produced eos_id is finished: it must keep emitting eos_id (force it with "
+    "masked_fill on a `finished` mask) instead of what the model says next"
+)
+
+
+MISTAKES = {
+    "no_stop": _GREEDY_NO_STOP_HINT,
+    "argmax_wrong_axis": "argmax over the wrong axis: pick the most likely token over the "
+    "vocabulary, logits[:, -1].argmax(dim=-1)",
+    "first_position": "you used the logits of the first position; the next token is predicted "
+    "by the last one, logits[:, -1]",
+    "keep_bos": "return the generated tokens without the leading <bos> "
+    "(shape (batch, max_new_tokens))",
+    "no_fill": "when every row finishes early, fill the remaining positions with eos_id so that "
+    "the result is (batch, max_new_tokens)",
+    # no_stop with an early stop once every row has finished: another result whenever every
+    # row finishes before max_new_tokens
+    "not_forced": _GREEDY_NO_STOP_HINT,
+    "zero_after_eos": "after its eos_id a finished row keeps emitting eos_id itself, not 0 (or a "
+    "pad id): everything after the first eos_id is eos_id, masked_fill(finished, eos_id)",
+    "zero_fill": "when you stop early, fill the remaining positions with eos_id, not 0: a "
+    "finished row keeps emitting eos_id",
+    "one_step_late": "a finished row got one more of the model's tokens after its eos_id before "
+    "eos_id was forced: mark it finished from the token just chosen, finished | "
+    "(next_token == eos_id), not from the token before it",
+    "released": "a finished row went back to the model's tokens after one forced eos_id: once a "
+    "row has produced eos_id it stays finished, so update the mask as finished | "
+    "(next_token == eos_id) with the forced token, not from the model's choice alone",
+    "stop_at_any": "you stopped as soon as ONE row finished; stop early only when every row is "
+    "finished (finished.all()): the others still have tokens to produce",
+}
+
+
+def wrong_greedy_decode(step_fn, batch_size, bos_id, eos_id, max_new_tokens, *, mistake=""):
+    """Greedy decoding that forces finished rows to eos_id and may stop once every row has
+    finished, with one named mistake."""
+    prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
+    finished = torch.zeros(batch_size, dtype=torch.bool)
+    runs_on = ("no_stop", "zero_after_eos", "one_step_late", "released")  # no early stop
+    for _ in range(max_new_tokens):
+        if (mistake == "stop_at_any" and finished.any()) or (
+            mistake not in runs_on and finished.all()
+        ):
+            break
+        logits = step_fn(prefix)  # (batch, t, vocab)
+        if mistake == "argmax_wrong_axis":
+            chosen = logits.argmax(dim=1)[:, -1]
+        else:
+            chosen = logits[:, 0 if mistake == "first_position" else -1].argmax(dim=-1)
+        token = chosen.masked_fill(finished, 0 if mistake == "zero_after_eos" else eos_id)
+        if mistake in ("no_stop", "not_forced"):  # finished rows never forced
+            token = chosen
+        if mistake == "one_step_late":  # finished from the token already in the prefix
+            finished = finished | (prefix[:, -1] == eos_id)
+        prefix = torch.cat([prefix, token[:, None]], dim=1)
+        if mistake == "released":  # from the model's choice alone, forgetting earlier eos
+            finished = chosen == eos_id
+        elif mistake != "one_step_late":
+            finished = finished | (token == eos_id)
+    tokens = prefix if mistake == "keep_bos" else prefix[:, 1:]
+    if mistake == "no_fill":
+        return tokens
+    fill = 0 if mistake == "zero_fill" else eos_id
+    rest = torch.full((batch_size, max_new_tokens + 1 - prefix.shape[1]), fill, dtype=torch.long)
+    return torch.cat([tokens, rest], dim=1)
+
+
+@register
+class GreedyDecode(Task):
+    id = "ex08.greedy_decode"
+    lesson = "lesson 08, section 'Greedy decoding and beam search'"
+    reference = "course_lib.decoding.greedy_decode"
+
+    def cases(self, gen):
+        def case(
+            description,
+            batch,
+            vocab,
+            max_new_tokens,
+            bos_id=1,
+            eos_id=2,
+            eos_bias=0.0,
+            dtype=torch.float32,
+        ):
+            table = randn(gen, batch, max_new_tokens + 1, vocab, vocab, dtype=dtype)
+            table[..., eos_id] += eos_bias
+            table[:, :, eos_id, eos_id] -= 3.0  # after <eos> the table prefers other tokens
+            return Case(
+                description,
+                data={
+                    "table": table,
+                    "batch_size": batch,
+                    "bos_id": bos_id,
+                    "eos_id": eos_id,
+                    "max_new_tokens": max_new_tokens,
+                },
+            )
+
+        return [
+            case(
+                "batch 4, vocab 12, max_new_tokens 8: rows end at different steps",
+                4,
+                12,
+                8,
+                eos_bias=1.0,
+            ),
+            case(
+                "batch 6, vocab 13, max_new_tokens 10, bos 0 and eos 5",
+                6,
+                13,
+                10,
+                bos_id=0,
+                eos_id=5,
+                eos_bias=1.5,
+            ),
+            case(
+                "batch 3, vocab 8, max_new_tokens 6: <eos> is never chosen",
+                3,
+                8,
+                6,
+                eos_bias=-100.0,
+            ),
+            case(
+                "batch 5, vocab 15, max_new_tokens 12: every row ends early",
+                5,
+                15,
+                12,
+                eos_bias=4.0,
+            ),
+            case(
+                "float64 logits, batch 2, vocab 8, max_new_tokens 5",
+                2,
+                8,
+                5,
+                eos_bias=1.0,
+                dtype=torch.float64,
+            ),
+            case("batch 1, vocab 6, max_new_tokens 1", 1, 6, 1),
+        ]
+
+    def call(self, obj, case):
+        d = case.data
+        step_fn = TableStepFn(d["table"], d["bos_id"])
+        return obj(step_fn, d["batch_size"], d["bos_id"], d["eos_id"], d["max_new_tokens"])
+
+    def compare(self, got, want, case):
+        if isinstance(got, torch.Tensor) and got.dtype in (torch.int32, torch.int16):
+            return "your tokens should be a long (int64) tensor, got " + str(got.dtype)[6:]
+        return compare_values(got, want, "your tokens")
+
+    def mistakes(self):
+        return _MISTAKES
+
+
+_MISTAKES = mistakes_of(wrong_greedy_decode, MISTAKES)

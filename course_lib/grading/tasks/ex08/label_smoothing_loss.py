@@ -1,0 +1,190 @@
+"""ex08.label_smoothing_loss: label-smoothed cross-entropy that ignores padding."""
+
+from __future__ import annotations
+
+import torch
+
+from ...core import Case, GradingError, Task, register
+from ..common import randn
+from ..mistake_table import mistakes_of
+
+MISTAKES = {
+    "pads_counted": "you counted the padded positions: their loss must be left out, and the mean "
+    "taken over the real tokens only (target != ignore_index)",
+    "wrong_count": "you zeroed the padded positions but divided by all positions; divide by the "
+    "number of real tokens (target != ignore_index).sum()",
+    "batch_count": "you divided by the batch size; the mean is over the real tokens, "
+    "(target != ignore_index).sum()",
+    "sum": "that is the sum; the loss is the mean over the real tokens",
+    "other_classes": "you spread the smoothing over the vocab - 1 wrong classes; F.cross_entropy "
+    "spreads smoothing / vocab over every class, the correct one included",
+    "no_smoothing": "the smoothing is missing: mix in smoothing * the mean of "
+    "-log p over the whole vocabulary",
+    "probs_not_log": "use log-probabilities (log_softmax), not probabilities",
+    "vocab_sum": "the smoothing term is the MEAN of -log p over the vocabulary (smoothing / vocab "
+    "on every class), not its sum",
+    "pad_zero": "use the ignore_index argument: the padding id is not always 0",
+    "last_dim_two": "the logits may be (positions, vocab) as well as (batch, seq, vocab): take "
+    "log_softmax over dim=-1, the last axis, whatever the number of axes",
+    "target_overwritten": "the correct class gets its smoothing / vocab share too: the target "
+    "distribution is smoothing / vocab on every class plus 1 - smoothing on the target (add it, "
+    "do not write it over), so the smoothing term is smoothing * the mean of -log p over "
+    "ALL the classes",
+    "target_unweighted": "the target's -log p is weighted by 1 - smoothing: per position "
+    "(1 - smoothing) * (-log p_target) + smoothing * mean(-log p)",
+    "plus_log_probs": "mind the sign of the smoothing term: it is smoothing * the mean of -log p "
+    "(a positive number), not of log p",
+    "pads_in_smoothing_term": "the padded positions still count in the smoothing term: leave the "
+    "whole loss of a position (both terms) out where target == ignore_index",
+    "smoothed_probabilities": "you smoothed the model's probabilities (-log((1 - smoothing) p + "
+    "smoothing / vocab)); label smoothing changes the TARGET distribution: (1 - smoothing) * "
+    "(-log p_target) + smoothing * mean(-log p)",
+    "log_softmax_dim_one": "log_softmax over dim=1 normalises over the positions when the logits "
+    "are (batch, seq, vocab); take it over dim=-1, the vocabulary",
+    "mean_of_sequence_means": "you averaged the loss of each sequence, then the sequences; the "
+    "mean is over all the real tokens together (a longer sequence counts for more)",
+}
+
+
+def wrong_label_smoothing(logits, target, smoothing, ignore_index, *, mistake=""):
+    """Per real position (1 - smoothing) * -log p_target + smoothing * mean(-log p), averaged
+    over the real positions, with one named mistake."""
+    ignore_index = 0 if mistake == "pad_zero" else ignore_index
+    smoothing = 0.0 if mistake == "no_smoothing" else smoothing
+    if mistake == "last_dim_two":
+        torch.log_softmax(logits, dim=2)  # written for (batch, seq, vocab) logits only
+    vocab = logits.shape[-1]
+    keep = target != ignore_index
+    safe = target.masked_fill(~keep, 0)
+    if mistake in ("probs_not_log", "smoothed_probabilities"):
+        probs = torch.softmax(logits, dim=-1)
+        picked = probs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+        if mistake == "probs_not_log":
+            per = (1 - smoothing) * -picked + smoothing * -probs.mean(dim=-1)
+        else:
+            per = -torch.log((1 - smoothing) * picked + smoothing / vocab)
+    else:
+        log_probs = torch.log_softmax(logits, dim=1 if mistake == "log_softmax_dim_one" else -1)
+        nll = -log_probs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+        total = -log_probs.sum(dim=-1)
+        smooth = {
+            "other_classes": (total - nll) / (vocab - 1),  # smoothing / (vocab - 1) on the others
+            "no_smoothing": (total - nll) / (vocab - 1),
+            "vocab_sum": total,
+            "plus_log_probs": log_probs.mean(dim=-1),
+            "target_overwritten": (total - nll) / vocab,
+        }.get(mistake, -log_probs.mean(dim=-1))
+        if mistake == "pads_in_smoothing_term":
+            summed = (1 - smoothing) * nll.masked_fill(~keep, 0).sum() + smoothing * smooth.sum()
+            return summed / keep.sum()
+        per = (1.0 if mistake == "target_unweighted" else 1 - smoothing) * nll + smoothing * smooth
+    if mistake == "pads_counted":
+        return per.mean()
+    per = per.masked_fill(~keep, 0)
+    if mistake == "mean_of_sequence_means":
+        return (per.sum(dim=-1) / keep.sum(dim=-1).clamp_min(1)).mean()
+    if mistake == "sum":
+        return per.sum()
+    count = {"wrong_count": target.numel(), "batch_count": target.shape[0]}.get(mistake)
+    return per.sum() / (keep.sum() if count is None else count)
+
+
+_IGNORE_HINT = (
+    "ignore_index need not be a class id (F.cross_entropy's default is -100): "
+    "replace the ignored targets by a valid id (e.g. target.masked_fill(~keep, 0)) "
+    "before gather, then leave those positions out"
+)
+
+
+@register
+class LabelSmoothingLoss(Task):
+    id = "ex08.label_smoothing_loss"
+    lesson = "lesson 08, section 'Label smoothing'"
+    reference = "course_lib.train.label_smoothing_loss"
+    forbidden = (
+        "torch.nn.functional.cross_entropy",
+        "torch.nn.CrossEntropyLoss",
+        "torch.nn.functional.nll_loss",
+        "torch.nn.NLLLoss",
+    )
+
+    def cases(self, gen):
+        def case(
+            description,
+            shape,
+            vocab,
+            smoothing,
+            ignore_index,
+            pad_fraction=0.3,
+            dtype=torch.float32,
+        ):
+            logits = 2.0 * randn(gen, *shape, vocab, dtype=dtype)
+            target = torch.randint(0, vocab, shape, generator=gen)
+            if pad_fraction:
+                pads = torch.rand(shape, generator=gen) < pad_fraction
+                pads.view(-1)[0] = True  # at least one ignored position
+                pads.view(-1)[-1] = False  # and at least one real one
+                target = target.masked_fill(pads, ignore_index)
+            return Case(description, (logits, target, smoothing, ignore_index))
+
+        return [
+            case("logits (4, 7, 10), padded targets (pad id 0), smoothing 0.1", (4, 7), 10, 0.1, 0),
+            case(
+                "logits (12, 5) (flattened positions), no padding, ignore_index -100",
+                (12,),
+                5,
+                0.1,
+                -100,
+                pad_fraction=0,
+            ),
+            case(
+                "smoothing 0 (plain cross-entropy), logits (3, 6, 8), pad id 2", (3, 6), 8, 0.0, 2
+            ),
+            case(
+                "float64 logits (2, 9, 12), half of the targets padded, smoothing 0.25",
+                (2, 9),
+                12,
+                0.25,
+                0,
+                pad_fraction=0.5,
+                dtype=torch.float64,
+            ),
+            case("logits (5, 4, 7), pad id 6 (not 0), smoothing 0.1", (5, 4), 7, 0.1, 6),
+            case(
+                "logits (3, 5, 9), padded targets with ignore_index -100 (F.cross_entropy's "
+                "default, not a valid id: replace the ignored targets by a valid id before "
+                "gathering, then leave them out)",
+                (3, 5),
+                9,
+                0.1,
+                -100,
+            ),
+        ]
+
+    def call(self, obj, case):
+        logits, target, _, ignore_index = case.args
+        logits.requires_grad_(True)  # the case's own copy: the loss must carry a gradient
+        try:
+            loss = obj(*case.args, **case.kwargs)
+        except (IndexError, RuntimeError) as error:
+            ignored = bool((target == ignore_index).any())
+            if isinstance(error, NotImplementedError) or 0 <= ignore_index < logits.shape[-1]:
+                raise
+            if not ignored:  # nothing to ignore in this case: the error has another cause
+                raise
+            raise GradingError(
+                f"your code raised {type(error).__name__}: {error}. Hint: {_IGNORE_HINT}"
+            ) from None
+        if isinstance(loss, torch.Tensor) and not loss.requires_grad:
+            raise GradingError(
+                "your loss carries no gradient (it was computed under torch.no_grad(), "
+                "detached, or rebuilt from plain numbers): backward() in the training step "
+                "needs it, so compute it from the logits with tensor operations only"
+            )
+        return loss
+
+    def mistakes(self):
+        return _MISTAKES
+
+
+_MISTAKES = mistakes_of(wrong_label_smoothing, MISTAKES)

@@ -1,0 +1,109 @@
+"""ex08.noam_lr: the warm-up schedule of the original Transformer."""
+
+from __future__ import annotations
+
+import torch
+
+from ...core import Case, GradingError, Task, compare_values, register
+from ..mistake_table import mistakes_of
+
+MISTAKES = {
+    "no_warmup": "you left out the warm-up: take the min of step^-0.5 (decay) and "
+    "step * warmup^-1.5 (linear rise)",
+    "no_decay": "you left out the decay: take the min of step^-0.5 and step * warmup^-1.5",
+    "max": "that is the max of the two terms; the schedule is their min",
+    "warmup_exponent": "wrong exponent on warmup: the rising branch is step * warmup^-1.5, so "
+    "that both branches meet at step = warmup",
+    "d_model_exponent": "wrong exponent on d_model: the factor is d_model^-0.5 (bigger models, "
+    "smaller steps)",
+    "step_exponent": "wrong exponent on step: after the warm-up the rate decays as step^-0.5, "
+    "not 1/step",
+    "no_d_model_factor": "the factor d_model^-0.5 is missing: lr = d_model^-0.5 * "
+    "min(step^-0.5, step * warmup^-1.5)",
+    "one_step_ahead": "your schedule is one step ahead: the steps count from 1 (the first step "
+    "is step=1), so use step as it is given, not step + 1",
+    "one_step_behind": "the steps already count from 1 (the first step is step=1): use step as "
+    "it is given; step - 1 is 0 at the first step, and 0^-0.5 is infinite",
+    "minus_one_half": "** binds tighter than /: x**-1/2 is (x**-1) / 2, not x^-0.5; write "
+    "x**-0.5 and warmup**-1.5 (or x**(-1/2))",
+}
+
+
+def wrong_noam_lr(step, d_model, warmup, *, mistake=""):
+    """d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) with one named mistake."""
+    step = {"one_step_ahead": step + 1, "one_step_behind": step - 1}.get(mistake, step)
+    if mistake == "minus_one_half":  # x**-1/2 is (x**-1) / 2
+        return d_model**-1 / 2 * min(step**-1 / 2, step * warmup**-3 / 2)
+    decay = step ** (-1.0 if mistake == "step_exponent" else -0.5)
+    rise = step * warmup ** (-0.5 if mistake == "warmup_exponent" else -1.5)
+    scale = {"d_model_exponent": d_model**0.5, "no_d_model_factor": 1.0}.get(mistake, d_model**-0.5)
+    if mistake == "no_warmup":
+        return scale * decay
+    if mistake == "no_decay":
+        return scale * rise
+    return scale * (max if mistake == "max" else min)(decay, rise)
+
+
+def _steps_for(warmup: int) -> list[int]:
+    """Steps on both sides of the peak: early warm-up, just before/at/after warmup, the decay."""
+    return sorted(
+        {
+            1,
+            2,
+            max(1, warmup // 2),
+            max(1, warmup - 1),
+            warmup,
+            warmup + 1,
+            3 * warmup,
+            10 * warmup + 7,
+        }
+    )
+
+
+@register
+class NoamLr(Task):
+    """The learning rate at each step of a run; a case is one run's steps."""
+
+    id = "ex08.noam_lr"
+    lesson = "lesson 08, section 'The warm-up schedule'"
+    reference = "course_lib.train.noam_lr"
+
+    def cases(self, gen):
+        return [
+            Case(
+                f"d_model={d_model}, warmup={warmup}, steps {_steps_for(warmup)}",
+                data={"steps": _steps_for(warmup), "d_model": d_model, "warmup": warmup},
+            )
+            for d_model, warmup in ((512, 4000), (128, 100), (64, 1), (256, 30))
+        ]
+
+    def call(self, obj, case):
+        d_model, warmup = case.data["d_model"], case.data["warmup"]
+        if isinstance(obj(1, d_model, warmup), torch.Tensor):  # EX08-1
+            raise GradingError(
+                "noam_lr returns a tensor; the task asks for a Python float (use "
+                "math and plain numbers, or float(...))"
+            )
+        values = []
+        for step in case.data["steps"]:
+            value = obj(step, d_model, warmup)
+            values.append(float(value) if isinstance(value, torch.Tensor) else value)
+        return values
+
+    def compare(self, got, want, case):
+        message = compare_values(got, want, "your learning rates")
+        if message is None:
+            return None
+        if not isinstance(got, list) or len(got) != len(want):
+            return message
+        for step, g, w in zip(case.data["steps"], got, want, strict=True):
+            if compare_values(g, w) is not None:
+                shown = f"{g:.6g}" if isinstance(g, (int, float)) else repr(g)
+                return f"at step {step} your learning rate is {shown}, expected {w:.6g}"
+        return message
+
+    def mistakes(self):
+        return _MISTAKES
+
+
+_MISTAKES = mistakes_of(wrong_noam_lr, MISTAKES)

@@ -1,0 +1,73 @@
+"""ex08.shift_right: the decoder input of teacher forcing."""
+
+from __future__ import annotations
+
+import torch
+
+from ...core import Case, Task, register
+from ..mistake_table import mistakes_of
+
+MISTAKES = {
+    "drop_first": "you dropped the first target token; drop the LAST one: <bos> followed by "
+    "targets[:, :-1]",
+    "shift_left": "that shifts left; the decoder input starts with <bos>: <bos> then "
+    "targets[:, :-1]",
+    "bos_last": "<bos> goes at the start, not the end: <bos> then targets[:, :-1]",
+    "too_long": "the decoder input has the same length as the targets: drop the last target token",
+    "no_bos": "the decoder input starts with <bos> and has the same length as the targets",
+    "bos_1": "use the bos_id argument: <bos> is not always 1",
+    "roll": "torch.roll moves the last target token to the front: put <bos> there instead "
+    "(torch.cat of a column of bos_id and targets[:, :-1])",
+    "zero_first": "the first column is bos_id, not 0 (0 is often the padding id)",
+    "roll_flat": "torch.roll moves the last target token to the front (without dims, of the "
+    "flattened tensor: the previous row's last token); put <bos> there instead "
+    "(torch.cat of a column of bos_id and targets[:, :-1])",
+    "batch_axis": "you shifted along the batch axis (dim 0); a sequence runs along dim 1: bos_id "
+    "in the first column, then targets[:, :-1]",
+}
+
+
+def wrong_shift_right(targets, bos_id, *, mistake=""):
+    """<bos> then targets[:, :-1], with one named mistake."""
+    if mistake in ("roll", "roll_flat"):
+        return targets.roll(1, dims=1) if mistake == "roll" else targets.roll(1)
+    if mistake == "no_bos":
+        return targets[:, :-1]
+    if mistake == "batch_axis":
+        return torch.cat([torch.full_like(targets[:1], bos_id), targets[:-1]], dim=0)
+    first_id = {"bos_1": 1, "zero_first": 0}.get(mistake, bos_id)
+    first = torch.full_like(targets[:, :1], first_id)
+    rest = {"drop_first": targets[:, 1:], "shift_left": targets[:, 1:], "too_long": targets}
+    rest = rest.get(mistake, targets[:, :-1])
+    pieces = [rest, first] if mistake in ("shift_left", "bos_last") else [first, rest]
+    return torch.cat(pieces, dim=1)
+
+
+@register
+class ShiftRight(Task):
+    id = "ex08.shift_right"
+    lesson = "lesson 08, section 'Teacher forcing and shifted targets'"
+    reference = "course_lib.train.shift_right"
+
+    def cases(self, gen):
+        def ids(*shape, high=20, dtype=torch.long):
+            return torch.randint(3, high, shape, generator=gen).to(dtype)
+
+        return [
+            Case("targets (2, 5), bos_id 1", (ids(2, 5), 1)),
+            Case(
+                "targets (4, 11) ending in <eos>=2 and padding 0, bos_id 1",
+                (torch.cat([ids(4, 8), torch.tensor([[2, 0, 0]] * 4)], dim=1), 1),
+            ),
+            Case("targets (3, 1), a single token", (ids(3, 1), 1)),
+            Case("targets (1, 6), bos_id 7", (ids(1, 6), 7)),
+            Case(
+                "int32 targets (2, 4), bos_id 0 (keep the dtype)", (ids(2, 4, dtype=torch.int32), 0)
+            ),
+        ]
+
+    def mistakes(self):
+        return _MISTAKES
+
+
+_MISTAKES = mistakes_of(wrong_shift_right, MISTAKES)

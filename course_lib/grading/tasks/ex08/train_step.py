@@ -1,0 +1,299 @@
+"""ex08.train_step (transfer: the lesson imports its training loop; here the learner writes
+one step of it)."""
+
+from __future__ import annotations
+
+import torch
+
+from ...core import Case, GradingError, Task, compare_values, register
+from ..common import randn
+from ..mistake_table import mistakes_of
+
+MISTAKES = {
+    "pads_in_loss": "the padding positions count in your loss: pass "
+    "ignore_index=pad_id so that only real target tokens are scored",
+    "unshifted": "the decoder must read the targets shifted right "
+    "(<bos> first, the last token dropped), shift_right(tgt, bos_id); fed tgt itself "
+    "it sees the token it must predict",
+    "shift_drops_first": "the shifted input drops the wrong end: it is <bos> followed by "
+    "tgt[:, :-1]",
+    "no_zero_grad": "gradients accumulate: call optimizer.zero_grad() "
+    "before loss.backward(), or each step also applies the gradients of earlier ones",
+    "no_clip": "the gradients are not clipped: call "
+    "torch.nn.utils.clip_grad_norm_(model.parameters(), clip) after backward() and "
+    "before optimizer.step()",
+    "no_schedule": "the schedule never moves: call scheduler.step() after "
+    "optimizer.step() (when scheduler is not None)",
+    "zero_after_backward": "optimizer.zero_grad() after loss.backward() erases the gradients "
+    "just computed, so the step changes nothing: call it before backward()",
+    "clip_1": "use the clip argument as the largest gradient norm (1.0 is only its default)",
+    "clip_per_parameter": "clip the norm of all the gradients together, "
+    "clip_grad_norm_(model.parameters(), clip), not of each parameter on its own",
+    "schedule_first": "scheduler.step() comes after optimizer.step(): stepped first, it gives "
+    "this step the next step's learning rate",
+    "no_smoothing": "the loss must use label smoothing with the given "
+    "`smoothing` (label_smoothing=smoothing in F.cross_entropy, or your "
+    "label_smoothing_loss)",
+    "scored_on_input": "you scored the logits against the decoder's input (the shifted "
+    "targets); score them against tgt itself: position t reads <bos> tgt[:, :t] and must "
+    "predict tgt[:, t]",
+    "shift_with_pad": "the shifted decoder input starts with bos_id, not pad_id: "
+    "shift_right(tgt, bos_id)",
+}
+
+
+_SEQ2SEQ = {
+    "vocab_size": 12,
+    "d_model": 16,
+    "num_heads": 2,
+    "num_encoder_layers": 1,
+    "num_decoder_layers": 1,
+    "d_ff": 24,
+}
+
+
+def _wrong_step(
+    model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0, *, mistake=""
+):
+    import torch.nn.functional as F
+
+    if mistake == "unshifted":
+        tgt_in = tgt
+    elif mistake == "shift_drops_first":
+        tgt_in = torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, 1:]], dim=1)
+    else:
+        first = pad_id if mistake == "shift_with_pad" else bos_id
+        tgt_in = torch.cat([torch.full_like(tgt[:, :1], first), tgt[:, :-1]], dim=1)
+    logits = model(src, tgt_in)
+    ignore = -100 if mistake == "pads_in_loss" else pad_id
+    smooth = 0.0 if mistake == "no_smoothing" else smoothing
+    labels = tgt_in if mistake == "scored_on_input" else tgt
+    loss = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]),
+        labels.reshape(-1),
+        ignore_index=ignore,
+        label_smoothing=smooth,
+    )
+    if mistake not in ("no_zero_grad", "zero_after_backward"):
+        optimizer.zero_grad()
+    loss.backward()
+    if mistake == "zero_after_backward":
+        optimizer.zero_grad()
+    if mistake == "clip_per_parameter":
+        for p in model.parameters():
+            torch.nn.utils.clip_grad_norm_([p], clip)
+    elif mistake != "no_clip":
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0 if mistake == "clip_1" else clip)
+    if scheduler is not None and mistake == "schedule_first":
+        scheduler.step()
+    optimizer.step()
+    if scheduler is not None and mistake not in ("no_schedule", "schedule_first"):
+        scheduler.step()
+    return loss.item()
+
+
+def _seq2seq_batch(gen, lengths_src, lengths_tgt, bos_id, eos_id, pad_id):
+    """src (batch, max src len), tgt (batch, max tgt len + 1) ending in <eos>, padded."""
+    vocab = _SEQ2SEQ["vocab_size"]
+    special = {bos_id, eos_id, pad_id}
+    ordinary = torch.tensor([i for i in range(vocab) if i not in special])
+
+    def rows(lengths, eos):
+        width = max(lengths) + (1 if eos else 0)
+        out = torch.full((len(lengths), width), pad_id, dtype=torch.long)
+        for r, n in enumerate(lengths):
+            out[r, :n] = ordinary[torch.randint(len(ordinary), (n,), generator=gen)]
+            if eos:
+                out[r, n] = eos_id
+        return out
+
+    return rows(lengths_src, False), rows(lengths_tgt, True)
+
+
+class _SGD:
+    """SGD with momentum 0.9, duck-typed like torch.optim.SGD (zero_grad, step, param_groups).
+
+    torch.optim.Optimizer's first construction in a process imports torch._dynamo (seconds);
+    the grader builds a fresh optimizer for every case, so it uses this small stand-in.
+    """
+
+    def __init__(self, params, lr: float):
+        self.param_groups = [{"params": list(params), "lr": lr}]
+        self._velocity: dict[int, torch.Tensor] = {}
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.param_groups[0]["params"]:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+
+    @torch.no_grad()
+    def step(self) -> None:
+        group = self.param_groups[0]
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            v = self._velocity.get(id(p))
+            v = p.grad.clone() if v is None else v.mul_(0.9).add_(p.grad)
+            self._velocity[id(p)] = v
+            p.add_(v, alpha=-group["lr"])
+
+
+class _InverseSchedule:
+    """Like LambdaLR(optimizer, lambda i: 1 / (i + 1)): step() moves the rate to the next step."""
+
+    def __init__(self, optimizer: _SGD, base_lr: float):
+        self.optimizer, self.base_lr, self.count = optimizer, base_lr, 0
+
+    def step(self) -> None:
+        self.count += 1
+        self.optimizer.param_groups[0]["lr"] = self.base_lr / (self.count + 1)
+
+
+@register
+class TrainStep(Task):
+    """One or more steps on a small encoder-decoder, against the reference step."""
+
+    id = "ex08.train_step"
+    lesson = "lesson 08, sections 'Teacher forcing and shifted targets' and 'The training loop'"
+    reference = "course_lib.train.train_step"
+    depends_on = ("shift_right", "label_smoothing_loss")
+    forbidden = ("course_lib.train.train",)
+
+    def cases(self, gen):
+        from ....translator import Seq2SeqTransformer
+
+        def case(
+            description,
+            batches,
+            *,
+            bos_id=1,
+            eos_id=2,
+            pad_id=0,
+            dtype=torch.float64,
+            smoothing=0.1,
+            clip=0.5,
+            schedule=True,
+            stale=False,
+        ):
+            seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                model = Seq2SeqTransformer(**_SEQ2SEQ, pad_id=pad_id)
+            state = {
+                k: v.to(dtype) if v.is_floating_point() else v
+                for k, v in model.state_dict().items()
+            }
+            data = {
+                "state": state,
+                "pad_id": pad_id,
+                "dtype": dtype,
+                "schedule": schedule,
+                "kwargs": {
+                    "bos_id": bos_id,
+                    "pad_id": pad_id,
+                    "smoothing": smoothing,
+                    "clip": clip,
+                },
+                "batches": [_seq2seq_batch(gen, s, t, bos_id, eos_id, pad_id) for s, t in batches],
+            }
+            if stale:  # gradients left over from an earlier backward pass
+                data["stale"] = [randn(gen, *v.shape, dtype=dtype) for v in model.parameters()]
+            return Case(description, data=data)
+
+        return [
+            case(
+                "one step, batch 3, targets of lengths [4, 2, 5] padded with pad_id=0, "
+                "smoothing 0.1, clip 0.5",
+                [([5, 3, 4], [4, 2, 5])],
+            ),
+            case(
+                "two steps in a row on two batches (batch 2 then batch 4): the second step "
+                "must not reuse the first step's gradients",
+                [([3, 4], [3, 1]), ([2, 5, 5, 1], [4, 4, 2, 3])],
+            ),
+            case(
+                "one step on a model that arrives with gradients left over from an earlier "
+                "backward pass",
+                [([4, 2], [3, 5])],
+                stale=True,
+            ),
+            case(
+                "scheduler=None (no schedule to step), batch 2", [([4, 4], [2, 3])], schedule=False
+            ),
+            case(
+                "smoothing 0.0 and clip 1e6 (clipping never acts), batch 3",
+                [([3, 3, 2], [4, 1, 3])],
+                smoothing=0.0,
+                clip=1e6,
+            ),
+            case(
+                "batch 1 without padding, bos_id=3, eos_id=4, pad_id=5, smoothing 0.2, clip 0.2",
+                [([4], [3])],
+                bos_id=3,
+                eos_id=4,
+                pad_id=5,
+                smoothing=0.2,
+                clip=0.2,
+            ),
+            case(
+                "float32 model, three steps, batch 2, clip 1.0",
+                [([3, 2], [2, 3]), ([4, 1], [1, 4]), ([2, 2], [3, 3])],
+                clip=1.0,
+                dtype=torch.float32,
+            ),
+        ]
+
+    def call(self, obj, case):
+        from ....translator import Seq2SeqTransformer
+
+        d = case.data
+        model = Seq2SeqTransformer(**_SEQ2SEQ, pad_id=d["pad_id"]).to(d["dtype"])
+        model.load_state_dict(d["state"])
+        for p, g in zip(model.parameters(), d.get("stale", []), strict=False):
+            p.grad = g.clone()
+        optimizer = _SGD(model.parameters(), lr=0.1)
+        scheduler = _InverseSchedule(optimizer, 0.1) if d["schedule"] else None
+        losses = [
+            obj(model, optimizer, scheduler, src, tgt, **d["kwargs"]) for src, tgt in d["batches"]
+        ]
+        if not model.training:
+            raise GradingError(
+                "your train_step leaves the model in eval mode: a training step runs the model "
+                "with model.train() (dropout on); keep model.eval() for evaluation"
+            )
+        params = torch.cat([p.detach().flatten() for p in model.parameters()])
+        return losses, params, float(optimizer.param_groups[0]["lr"])
+
+    def compare(self, got, want, case):
+        losses, params, lr = got
+        if not all(isinstance(x, float) for x in losses):
+            kinds = ", ".join(
+                sorted(
+                    {
+                        type(x).__name__ if not isinstance(x, dict) else x.get("__repr__", "?")
+                        for x in losses
+                    }
+                )
+            )
+            return (
+                f"train_step should return the loss as a Python float, got {kinds} (use "
+                "loss.item())"
+            )
+        rel = 1e-5 if case.data["dtype"] == torch.float32 else 1e-9
+        for step, (g, w) in enumerate(zip(losses, want[0], strict=True), start=1):
+            if abs(g - w) > rel * max(1.0, abs(w)):
+                return f"the loss returned by step {step} is {g:.6g}, expected {w:.6g}"
+        message = compare_values(params, want[1], "the model's weights after your step(s)")
+        if message:
+            return message
+        if abs(lr - want[2]) > 1e-12:
+            return f"the learning rate after your step(s) is {lr:.6g}, expected {want[2]:.6g}"
+        return None
+
+    def mistakes(self):
+        return _MISTAKES
+
+
+_MISTAKES = mistakes_of(_wrong_step, MISTAKES)

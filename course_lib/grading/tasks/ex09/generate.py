@@ -1,0 +1,233 @@
+"""ex09.generate (transfer: the lesson imports its generation loop; the learner writes it,
+with a KV cache)."""
+
+from __future__ import annotations
+
+import types
+
+import torch
+
+from ...core import Case, GradingError, Task, compare_values, register
+from ..common import randn
+from ..mistake_table import mistakes_of
+
+MISTAKES = {
+    "stale": "the cache is stale: forward_cached returns the cache with the "
+    "new token's keys and values appended; keep it (logits, cache = "
+    "model.forward_cached(...)) or the next step forgets the tokens generated so far",
+    "restart": "the positions restart at 0: the newest token sits at position "
+    "(number of tokens so far) - 1, so pass start = ids.shape[1] - 1 after appending "
+    "it",
+    "off_by_one": "the new token's position is off by one: after appending it, "
+    "it sits at position ids.shape[1] - 1 (positions count from 0)",
+    "first_position": "sample from the logits of the LAST position, "
+    "logits[:, -1]: they predict the next token",
+    "no_temperature": "temperature is not passed on to sample_next, which then samples at its "
+    "default 1.0: at temperature 0 (greedy) the tokens must be the arg-max; pass "
+    "temperature, top_k and generator on",
+    "no_top_k": "top_k is not passed on to sample_next, so every token may be drawn: pass "
+    "temperature, top_k and generator on",
+    "no_prompt": "feed the whole prompt first (start 0, an empty cache): its "
+    "keys and values are what the new tokens attend to",
+}
+
+
+_GPT_SIZES = {"vocab_size": 11, "block_size": 16, "d_model": 16, "num_heads": 2, "num_layers": 2}
+
+
+def _cache_only_gpt_class():
+    from ....gpt import GPT
+
+    class CacheOnlyGPT(GPT):
+        """The course's GPT, but its full forward is switched off and cached positions counted."""
+
+        positions_computed = 0
+        calls = 0
+
+        def forward(self, ids):
+            raise GradingError(
+                "this check's model runs only with its KV cache: call "
+                "model.forward_cached(new_ids, cache, start) and feed each new token once, not "
+                "model(ids) on the whole sequence"
+            )
+
+        def forward_cached(self, ids, cache=None, start=None):
+            self.positions_computed += ids.shape[1]
+            self.calls += 1
+            return super().forward_cached(ids, cache, start)
+
+    return CacheOnlyGPT
+
+
+def _build_gpt(cls, state, dtype):
+    from ....gpt import GPTConfig
+
+    with torch.random.fork_rng(devices=[]):  # GPT's own init draws from the global generator
+        model = cls(GPTConfig(**_GPT_SIZES))
+    model = model.to(dtype)
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def _own_sample_next():
+    """course_lib's sample_next under a code object of its own: generate may not call the
+    finished version, and the listed mistakes stand for a learner who wrote their own."""
+    from ....sampling import sample_next
+
+    code = sample_next.__code__.replace(co_name="sample_next_of_a_learner")
+    return types.FunctionType(
+        code, sample_next.__globals__, "sample_next", sample_next.__defaults__
+    )
+
+
+def _wrong_generate(
+    model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None, *, mistake=""
+):
+    sample_next = _own_sample_next()
+    with torch.no_grad():
+        if mistake == "no_prompt":  # the prompt is never fed; only its last token
+            logits, cache = model.forward_cached(ids[:, -1:], None, ids.shape[1] - 1)
+        else:
+            logits, cache = model.forward_cached(ids, None, 0)
+        for _ in range(max_new_tokens):
+            row = logits[:, 0] if mistake == "first_position" else logits[:, -1]
+            temp = 1.0 if mistake == "no_temperature" else temperature  # sample_next's default
+            k = None if mistake == "no_top_k" else top_k
+            next_id = sample_next(row, temp, k, None, generator)  # (batch,)
+            ids = torch.cat([ids, next_id[:, None]], dim=1)
+            start = {"restart": 0, "off_by_one": ids.shape[1]}.get(mistake, ids.shape[1] - 1)
+            if ids.shape[1] >= model.config.block_size:
+                start = min(start, model.config.block_size - 1)
+            logits, new_cache = model.forward_cached(ids[:, -1:], cache, start)
+            if mistake != "stale":
+                cache = new_cache
+    return ids
+
+
+@register
+class Generate(Task):
+    id = "ex09.generate"
+    lesson = "lesson 09, sections 'Sampling strategies' and 'A KV cache'"
+    reference = "course_lib.gpt.generate_with_cache"
+    depends_on = ("sample_next",)
+    forbidden = ("course_lib.gpt.generate", "course_lib.sampling.sample_next")
+
+    def cases(self, gen):
+        from ....gpt import GPT, GPTConfig
+
+        def case(
+            description, batch, prompt, new, *, temperature=1.0, top_k=None, dtype=torch.float64
+        ):
+            with torch.random.fork_rng(devices=[]):
+                model = GPT(GPTConfig(**_GPT_SIZES))
+            state = {
+                k: (0.5 * randn(gen, *v.shape, dtype=torch.float64)).to(dtype)
+                for k, v in model.state_dict().items()
+            }
+            ids = torch.randint(0, _GPT_SIZES["vocab_size"], (batch, prompt), generator=gen)
+            seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
+            kwargs = {"temperature": temperature, "top_k": top_k}
+            return Case(
+                description,
+                data={
+                    "state": state,
+                    "dtype": dtype,
+                    "ids": ids,
+                    "new": new,
+                    "kwargs": kwargs,
+                    "seed": seed,
+                },
+            )
+
+        return [
+            case(
+                "greedy (temperature 0), batch 2, a prompt of 3 tokens, 6 new tokens",
+                2,
+                3,
+                6,
+                temperature=0.0,
+            ),
+            case(
+                "sampling at temperature 1.0, batch 3, a prompt of 1 token, 8 new tokens", 3, 1, 8
+            ),
+            case(
+                "top_k=3 at temperature 0.8, batch 1, a prompt of 5 tokens, 5 new tokens",
+                1,
+                5,
+                5,
+                temperature=0.8,
+                top_k=3,
+            ),
+            case("max_new_tokens=1, batch 2, a prompt of 4 tokens", 2, 4, 1),
+            case("max_new_tokens=0: the prompt comes back unchanged", 2, 3, 0),
+            case(
+                "a prompt of 10 and 6 new tokens: exactly the context of 16 (block_size)",
+                2,
+                10,
+                6,
+                temperature=0.7,
+            ),
+            case(
+                "float32 model, greedy, batch 4, a prompt of 2 tokens, 7 new tokens",
+                4,
+                2,
+                7,
+                temperature=0.0,
+                dtype=torch.float32,
+            ),
+        ]
+
+    def _run(self, obj, case, cls):
+        d = case.data
+        model = _build_gpt(cls, d["state"], d["dtype"])
+        generator = torch.Generator().manual_seed(d["seed"])
+        tokens = obj(model, d["ids"].clone(), d["new"], generator=generator, **d["kwargs"])
+        return model, tokens
+
+    def call(self, obj, case):
+        model, tokens = self._run(obj, case, _cache_only_gpt_class())
+        d = case.data
+        if d["kwargs"]["temperature"] != 0 and d["new"] > 0:  # a draw: is it the generator's?
+            _, again = self._run(obj, case, _cache_only_gpt_class())
+            if isinstance(tokens, torch.Tensor) and not torch.equal(tokens, again):
+                raise GradingError(
+                    "two runs with generators in the same state gave different tokens: pass "
+                    "`generator` on to your sample_next (which passes it to torch.multinomial); "
+                    "without it the draws come from PyTorch's global random state"
+                )
+        # the prompt once, then each new token once (the last one may be fed or not)
+        if model.positions_computed > d["ids"].shape[1] + d["new"]:
+            return tokens, "positions"
+        if model.calls > 1 + d["new"]:
+            return tokens, "calls"
+        return tokens, True
+
+    def expected(self, case):
+        from ....gpt import GPT, generate
+
+        _, tokens = self._run(generate, case, GPT)  # the lesson's cache-free loop
+        return tokens, True
+
+    def compare(self, got, want, case):
+        message = compare_values(got[0], want[0], "your tokens")
+        if message:
+            return message
+        if got[1] == "calls":
+            return (
+                "your tokens are right, but the model was called more often than once for the "
+                "prompt and once per new token: feed the whole prompt in one call "
+                "(forward_cached(ids, None, 0)), not token by token"
+            )
+        if got[1] is not True:
+            return (
+                "your tokens are right, but the model computed more positions than the "
+                "prompt plus one per new token: feed only the newest token at each step, "
+                "with the cache"
+            )
+        return None
+
+    def mistakes(self):
+        return _MISTAKES
+
+
+_MISTAKES = mistakes_of(_wrong_generate, MISTAKES)

@@ -1,0 +1,103 @@
+"""ex09.perplexity: exp of the mean cross-entropy, in nats."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ...core import Case, Task, register
+from ..mistake_table import mistakes_of
+
+MISTAKES = {
+    "log_of_softmax": "a probability that underflows to 0 in softmax gives log(0) = -inf: take "
+    "log_softmax(logits, dim=-1), which computes the log-probabilities without "
+    "forming the probabilities",
+    "base_2": "the cross-entropy of log_softmax is in nats (natural log), so the "
+    "perplexity is e ** mean, not 2 ** mean",
+    "log2_then_exp": "you measured the cross-entropy in bits (log base 2) but then "
+    "took exp: use the natural log throughout (or 2 ** bits)",
+    "mean_after_exp": "you averaged the per-token perplexities; take the MEAN of the "
+    "cross-entropy first, then one exponential",
+    "sum_not_mean": "you summed the cross-entropy over the positions; the perplexity is the "
+    "exponential of its MEAN (per token), so it does not grow with the length",
+    "no_minus": "the cross-entropy is MINUS the log-probability of the target: without the "
+    "minus sign the perplexity comes out below 1",
+    "cross_entropy_unflattened": "F.cross_entropy reads dim 1 as the classes, so (batch, seq, "
+    "vocab) logits look like seq classes to it; flatten the positions first: "
+    "F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))",
+    "per_row": "you averaged one perplexity per sequence; the perplexity of the batch is one "
+    "exponential of the mean cross-entropy over EVERY position of every sequence",
+}
+
+
+def _nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    log_probs = logits - logits.logsumexp(-1, keepdim=True)
+    return -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def wrong_perplexity(logits, targets, *, mistake=""):
+    """exp(mean cross-entropy) with one named mistake."""
+    if mistake == "cross_entropy_unflattened":  # raises on (batch, seq, vocab)
+        return torch.exp(nn.functional.cross_entropy(logits, targets))
+    if mistake == "log_of_softmax":
+        probs = torch.softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1))
+        return torch.exp(-probs.log().mean())
+    nll = _nll(logits, targets)
+    if mistake == "mean_after_exp":
+        return torch.exp(nll).mean()
+    if mistake == "per_row":  # one perplexity per sequence, then their mean
+        return torch.exp(nll.mean(-1)).mean()
+    mean = nll.sum() if mistake == "sum_not_mean" else nll.mean()
+    if mistake == "base_2":
+        return 2.0**mean
+    if mistake == "log2_then_exp":
+        mean = mean / math.log(2)
+    return torch.exp(-mean if mistake == "no_minus" else mean)
+
+
+@register
+class PerplexityTask(Task):
+    id = "ex09.perplexity"
+    lesson = "lesson 09, section 'The bigram baseline'"
+    reference = "course_lib.sampling.perplexity"
+
+    def cases(self, gen):
+        def make(shape, vocab, scale=1.0, dtype=torch.float32):
+            logits = torch.randn(*shape, vocab, generator=gen, dtype=torch.float64) * scale
+            return logits.to(dtype), torch.randint(vocab, shape, generator=gen)
+
+        uniform = torch.zeros(3, 4, 10)
+        return [
+            Case("logits (2, 5, 11) and targets (2, 5)", make((2, 5), 11)),
+            Case("logits (7, 4) and targets (7,): no batch dimension", make((7,), 4)),
+            Case("float64 logits (3, 6, 20)", make((3, 6), 20, dtype=torch.float64)),
+            Case("confident logits (scale 6), (4, 9, 13)", make((4, 9), 13, scale=6.0)),
+            Case(
+                "uniform logits over 10 tokens: perplexity 10",
+                (uniform, torch.randint(10, (3, 4), generator=gen)),
+            ),
+            Case(
+                "a target 120 nats below the best logit, float32 (softmax gives it probability "
+                "0, so log(softmax) is -inf; log_softmax stays exact)",
+                (torch.tensor([[0.0, -120.0], [0.0, 0.0]]), torch.tensor([1, 0])),
+            ),
+            Case(
+                "targets (2, 6) for logits (2, 5, 11)",
+                (torch.randn(2, 5, 11, generator=gen), torch.zeros(2, 6, dtype=torch.long)),
+                raises=ValueError,
+            ),
+            Case(
+                "targets (10,) for logits (2, 5, 11): as many targets as positions, but not the "
+                "same shape",
+                (torch.randn(2, 5, 11, generator=gen), torch.zeros(10, dtype=torch.long)),
+                raises=ValueError,
+            ),
+        ]
+
+    def mistakes(self):
+        return _MISTAKES
+
+
+_MISTAKES = mistakes_of(wrong_perplexity, MISTAKES)

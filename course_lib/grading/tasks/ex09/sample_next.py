@@ -1,0 +1,240 @@
+"""ex09.sample_next: temperature, top-k and top-p, then one draw per row.
+
+`sample_next` is random, so its check is statistical: each case draws thousands of tokens
+from the learner's function (one call on a batch of identical rows, with a seeded generator)
+and compares their frequencies with the exact filtered distribution: no token outside the
+allowed set may appear, and every frequency must be within a few standard errors of its
+probability.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ....sampling import sampling_distribution
+from ...core import Case, GradingError, Task, changed_message, register
+from ..common import stable_softmax
+from ..mistake_table import mistakes_of
+
+DRAWS = 6000  # per row of a case: a standard error of at most 0.0065 on every frequency
+
+
+def _logits_from_probs(probs: list[float], order: list[int], dtype=torch.float32) -> torch.Tensor:
+    """One row of logits whose softmax is `probs`, placed at the token ids in `order`."""
+    row = torch.empty(len(probs), dtype=torch.float64)
+    row[torch.tensor(order)] = torch.tensor(probs, dtype=torch.float64).log() + 1.7
+    return row.to(dtype)
+
+
+# Distinct probabilities, so that top-k and top-p sets are unambiguous.
+_P8 = [0.34, 0.22, 0.15, 0.11, 0.08, 0.05, 0.03, 0.02]
+_ORDER8 = [5, 2, 7, 0, 3, 6, 1, 4]
+_P6 = [0.4, 0.25, 0.15, 0.1, 0.06, 0.04]
+_ORDER6 = [3, 0, 5, 1, 4, 2]
+
+
+MISTAKES = {
+    "temperature_after_softmax": "temperature has no effect in your samples: divide the LOGITS "
+    "by the temperature before the softmax (dividing the probabilities afterwards is undone "
+    "when they are renormalised)",
+    "top_k_keeps_k_minus_1": "you keep only k - 1 tokens: the k-th largest logit must stay "
+    "(mask the logits strictly below it, `<` not `<=`)",
+    "top_p_drops_crossing_token": "you drop the token that makes the total probability cross "
+    "top_p: keep the smallest set of most likely tokens whose total REACHES top_p, crossing "
+    "token included (keep a token when the mass BEFORE it is below top_p)",
+    "top_k_after_top_p": "top-k comes before top-p (steps 3 and 5 of the statement): keep the "
+    "top_k largest logits first, take the softmax of those, and only then keep the smallest set "
+    "whose mass reaches top_p; the other order measures top_p on the unfiltered distribution "
+    "and keeps other tokens",
+}
+
+
+def wrong_sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None, *,
+                      mistake=""):  # fmt: skip
+    """Greedy at temperature 0, else temperature, top-k, softmax, top-p and one draw, with one
+    named mistake (no argument checks: the wrong versions only explain wrong values)."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    if mistake != "temperature_after_softmax":
+        logits = logits / temperature
+    if top_k is not None and mistake == "top_k_keeps_k_minus_1":
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits <= kth, float("-inf"))
+        top_k = None
+    probs = stable_softmax(logits)
+    if mistake == "top_k_after_top_p":
+        probs = _filter(_filter(probs, None, top_p), top_k, None)
+    elif mistake == "top_p_drops_crossing_token" and top_p is not None:
+        probs = _filter(probs, top_k, None)
+        sorted_probs, order = probs.sort(-1, descending=True)
+        keep_sorted = sorted_probs.cumsum(-1) <= top_p
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+        probs = probs.masked_fill(~keep, 0.0)
+    else:
+        probs = _filter(probs, top_k, top_p)
+    if mistake == "temperature_after_softmax":
+        probs = probs / temperature
+    return torch.multinomial(probs.float(), 1, generator=generator).squeeze(-1)
+
+
+def _filter(probs: torch.Tensor, top_k, top_p) -> torch.Tensor:
+    """Correct top-k / top-p filtering of probabilities (used by the wrong implementations)."""
+    if top_k is not None:
+        kth = torch.topk(probs, top_k, dim=-1).values[..., -1:]
+        probs = probs.masked_fill(probs < kth, 0.0)
+    if top_p is not None:
+        probs = probs / probs.sum(-1, keepdim=True)
+        sorted_probs, order = probs.sort(-1, descending=True)
+        keep_sorted = (sorted_probs.cumsum(-1) - sorted_probs) < top_p
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+        probs = probs.masked_fill(~keep, 0.0)
+    return probs
+
+
+@register
+class SampleNextTask(Task):
+    id = "ex09.sample_next"
+    lesson = "lesson 09, section 'Sampling strategies'"
+    reference = "course_lib.sampling.sample_next"
+    forbidden = ("course_lib.sampling.sampling_distribution",)
+
+    def cases(self, gen):
+        row8 = _logits_from_probs(_P8, _ORDER8)
+        row6 = _logits_from_probs(_P6, _ORDER6)
+        two = torch.stack([row8, row8.flip(0)])  # (2, 8)
+        rand = torch.randn(2, 7, generator=gen)
+        return [
+            Case(
+                "temperature=1: plain sampling from softmax(logits), logits (1, 8)", (row8[None],)
+            ),
+            Case(
+                "temperature=0.5 (sharper), logits (2, 8), float64",
+                (two.double(),),
+                {"temperature": 0.5},
+            ),
+            Case("temperature=2.0 (flatter), random logits (2, 7)", (rand,), {"temperature": 2.0}),
+            Case("top_k=3, logits (1, 8)", (row8[None],), {"top_k": 3}),
+            Case("top_k=1 (only the most likely token), logits (2, 7)", (rand,), {"top_k": 1}),
+            Case(
+                "top_p=0.7 with probabilities 0.4, 0.25, 0.15, ...: keeps 3 tokens",
+                (row6[None],),
+                {"top_p": 0.7},
+            ),
+            Case("top_p=0.5, logits (2, 8), float64", (two.double(),), {"top_p": 0.5}),
+            Case(
+                "temperature=0.8, top_k=5, top_p=0.9 together, logits (1, 8)",
+                (row8[None],),
+                {"temperature": 0.8, "top_k": 5, "top_p": 0.9},
+            ),
+            Case(
+                "temperature=0 means greedy: the arg-max of each row", (rand,), {"temperature": 0.0}
+            ),
+            Case(
+                "top_k=20, more than the 8 tokens of the vocabulary: every token is kept "
+                "(clamp k to the vocabulary size)",
+                (row8[None],),
+                {"top_k": 20},
+            ),
+            Case(
+                "top_p=1.0 (allowed: top_p is in (0, 1]) keeps every token, logits (2, 8)",
+                (two,),
+                {"top_p": 1.0},
+            ),
+            Case("a negative temperature", (rand,), {"temperature": -1.0}, raises=ValueError),
+            Case("top_k=0", (rand,), {"top_k": 0}, raises=ValueError),
+            Case("top_p=1.5", (rand,), {"top_p": 1.5}, raises=ValueError),
+            Case("top_p=0 (top_p must be in (0, 1])", (rand,), {"top_p": 0.0}, raises=ValueError),
+        ]
+
+    def call(self, obj, case):
+        logits = case.args[0]  # (rows, vocab)
+        if case.raises is not None:
+            return obj(logits, **case.kwargs)
+        rows, vocab = logits.shape
+        batch = logits.repeat(DRAWS, 1)  # (DRAWS * rows, vocab): row r repeats every `rows`
+        try:
+            first = obj(batch, **case.kwargs, generator=torch.Generator().manual_seed(1234))
+        except (RuntimeError, ValueError) as error:
+            hint = None
+            if isinstance(error, RuntimeError) and (case.kwargs.get("top_k") or 0) > vocab:
+                hint = (
+                    f"top_k={case.kwargs['top_k']} is more than the {vocab} tokens of the "
+                    "vocabulary, which keeps them all: clamp k, "
+                    "torch.topk(logits, min(top_k, vocab))"
+                )
+            elif isinstance(error, ValueError) and case.kwargs.get("top_p") == 1.0:
+                hint = (
+                    "top_p=1.0 is allowed (top_p lies in (0, 1], 1 included) and keeps every token"
+                )
+            if hint is None or isinstance(error, NotImplementedError):
+                raise
+            raise GradingError(
+                f"your code raised {type(error).__name__}: {error}. Hint: {hint}"
+            ) from None
+        if not isinstance(first, torch.Tensor) or tuple(first.shape) != (DRAWS * rows,):
+            shape = tuple(first.shape) if isinstance(first, torch.Tensor) else type(first).__name__
+            raise GradingError(
+                f"for logits of shape {(DRAWS * rows, vocab)} your function "
+                f"returned {shape}; it should return one token id per row, "
+                f"shape ({DRAWS * rows},)"
+            )
+        if first.dtype != torch.long:
+            raise GradingError(
+                f"your tokens have dtype {str(first.dtype)[6:]}; token ids are "
+                "long (int64), as torch.multinomial and argmax return them"
+            )
+        if first.min() < 0 or first.max() >= vocab:
+            raise GradingError(f"your tokens include ids outside [0, {vocab})")
+        if not torch.equal(batch, logits.repeat(DRAWS, 1)):
+            raise GradingError(changed_message(["logits"]))
+        again = obj(batch, **case.kwargs, generator=torch.Generator().manual_seed(1234))
+        if not torch.equal(first, again):
+            raise GradingError(
+                "two calls with generators in the same state gave different "
+                "tokens: pass `generator=generator` to torch.multinomial so "
+                "that sampling is reproducible"
+            )
+        tokens = first.reshape(DRAWS, rows)  # (draws, rows)
+        counts = torch.zeros(rows, vocab, dtype=torch.float64)
+        counts.scatter_add_(1, tokens.T, torch.ones(rows, DRAWS, dtype=torch.float64))
+        return {"freq": counts / DRAWS}  # (rows, vocab)
+
+    def expected(self, case):
+        if case.raises is not None:
+            return None
+        return {"exact": sampling_distribution(case.args[0], **case.kwargs).double()}
+
+    def compare(self, got, want, case):
+        if want is None:
+            return None
+        if not isinstance(got, dict) or "freq" not in got:
+            return "your function should return a tensor of token ids"
+        freq = got["freq"]
+        if "exact" in want:
+            probs = want["exact"]
+            outside = (freq > 0) & (probs == 0)
+            if outside.any():
+                row, token = (int(i) for i in outside.nonzero()[0])
+                return (
+                    f"token {token} was sampled {freq[row, token]:.1%} of the time in row "
+                    f"{row}, but it must never be (it is outside the allowed set)"
+                )
+            tolerance = 5 * (probs * (1 - probs) / DRAWS).sqrt() + 2e-3
+        else:  # comparing with a wrong implementation's own frequencies
+            probs = want["freq"]
+            tolerance = 5 * (2 * probs * (1 - probs) / DRAWS).sqrt() + 3e-3
+        bad = (freq - probs).abs() > tolerance
+        if bad.any():
+            row, token = (int(i) for i in bad.nonzero()[0])
+            return (
+                f"the frequencies of your samples do not match the distribution (row {row}, "
+                f"token {token}: sampled {freq[row, token]:.3f} of the time, expected "
+                f"{probs[row, token]:.3f})"
+            )
+        return None
+
+    def mistakes(self):
+        return _MISTAKES
+
+
+_MISTAKES = mistakes_of(wrong_sample_next, MISTAKES)

@@ -1,0 +1,95 @@
+"""Checks run once, at the door: a model's inner layers skip the checks its forward made.
+
+The counter wraps every `check_*` function of `course_lib.validation`, in every course_lib module
+that imported it, and counts the calls made during one forward pass.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+import course_lib.validation as validation
+from course_lib.blocks import Decoder, DecoderLayer, Encoder, EncoderLayer
+from course_lib.gpt import GPT, GPTConfig
+from course_lib.kv_cache import cached_attention_step
+from course_lib.llama import SwiGLU, rms_norm
+from course_lib.positional import apply_rope
+
+
+@pytest.fixture
+def checks(monkeypatch) -> list[str]:
+    """The names of the check_* functions called since the list was last cleared."""
+    calls: list[str] = []
+    originals = {name: getattr(validation, name) for name in validation.__all__}
+    for module in [m for n, m in list(sys.modules.items()) if n.startswith("course_lib")]:
+        for name, original in originals.items():
+            if name.startswith("check_") and getattr(module, name, None) is original:
+
+                def counted(*args, _name=name, _original=original, **kwargs):
+                    calls.append(_name)
+                    return _original(*args, **kwargs)
+
+                monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def _count(checks: list[str], module, *inputs) -> int:
+    checks.clear()
+    module(*inputs)
+    return len(checks)
+
+
+def test_a_gpt_with_rope_makes_as_many_checks_as_one_with_learned_positions(checks):
+    ids = torch.randint(0, 11, (2, 9))
+    counts = {}
+    for positions in ("learned", "rope"):
+        torch.manual_seed(0)
+        config = GPTConfig(
+            vocab_size=11, block_size=16, d_model=16, num_heads=2, num_layers=4, positions=positions
+        )
+        model = GPT(config).eval()
+        counts[positions] = _count(checks, model, ids)
+    assert counts["rope"] == counts["learned"], counts
+    assert 0 < counts["learned"] <= 6, counts  # a handful at the door, none per layer
+
+
+def test_stacks_check_once_whatever_their_depth(checks):
+    torch.manual_seed(0)
+    x, memory = torch.randn(2, 5, 8), torch.randn(2, 7, 8)
+    counts = {}
+    for depth in (1, 4):
+        encoder = Encoder(lambda: EncoderLayer(8, 2, 16), depth)
+        decoder = Decoder(lambda: DecoderLayer(8, 2, 16), depth)
+        counts[depth] = (
+            _count(checks, encoder, x),
+            _count(checks, decoder, x, memory),
+        )
+    assert counts[1] == counts[4], counts
+    assert all(n > 0 for n in counts[1]), counts  # the stack does check, once
+
+
+def test_doors_still_check_a_learners_call():
+    with pytest.raises(ValueError, match="d_model"):
+        Encoder(lambda: EncoderLayer(8, 2, 16), 2)(torch.randn(2, 5, 6))
+    with pytest.raises(ValueError, match="memory"):
+        Decoder(lambda: DecoderLayer(8, 2, 16), 2)(torch.randn(2, 5, 8), torch.randn(3, 7, 8))
+    with pytest.raises(ValueError, match="SwiGLU"):
+        SwiGLU(8)(torch.randn(2, 6))
+    with pytest.raises(ValueError, match="weight"):
+        rms_norm(torch.randn(2, 6), torch.ones(5))
+    with pytest.raises(ValueError, match="one token"):
+        q = torch.randn(1, 2, 2, 4)
+        cached_attention_step(q, q, q, torch.zeros(1, 2, 0, 4), torch.zeros(1, 2, 0, 4))
+    with pytest.raises(ValueError, match="even"):
+        apply_rope(torch.randn(3, 5))
+
+
+def test_rope_table_is_kept_and_equals_the_explicit_positions():
+    x = torch.randn(2, 3, 7, 8, dtype=torch.float64)
+    implicit, explicit = apply_rope(x), apply_rope(x, torch.arange(7))
+    torch.testing.assert_close(implicit, explicit, rtol=0, atol=1e-15)
+    shifted = apply_rope(x, torch.arange(5, 12))  # positions past 0: computed where x is
+    assert not torch.allclose(shifted, implicit)

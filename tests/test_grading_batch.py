@@ -1,0 +1,283 @@
+"""A class's results: one row per learner, a resumable batch, Canvas's and Moodle's gradebooks."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import nbformat
+import pytest
+from helpers import ROOT
+
+from course_lib.grading import export, learners
+
+
+def _row(submission, scores, error=None):
+    """A scores.json row: {task id: score} with every task worth 1."""
+    tasks = {
+        t: {
+            "score": s,
+            "max_score": 1.0,
+            "feedback": "passed all 4 checks." if s == 1 else f"{t} went wrong here",
+        }
+        for t, s in scores.items()
+    }
+    return {
+        "submission": submission,
+        "score": sum(scores.values()),
+        "max_score": float(len(scores)),
+        "error": error,
+        "tasks": tasks,
+    }
+
+
+# ---------------------------------------------------------------- who wrote a notebook
+
+
+def _notebook(path, metadata=None, first_cell="import torch"):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["course"] = {"exercise": "ex00", **(metadata or {})}
+    nb.cells.append(nbformat.v4.new_code_cell(first_cell))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+def test_a_learner_is_named_by_a_folder_then_by_a_field_then_by_the_notebook(tmp_path):
+    given = tmp_path / "class"
+    in_folder = _notebook(given / "ada" / "week1" / "00_warmup.ipynb")
+    # the folder, which the instructor made, wins over a name the learner wrote
+    claims = _notebook(given / "ada" / "00_x.ipynb", {"learner": "grace@example.org"})
+    named = _notebook(given / "00_w.ipynb", {"learner": "grace@example.org"})
+    by_line = _notebook(given / "00_y.ipynb", first_cell='LEARNER = "Alan Turing"\nimport torch')
+    loose = _notebook(given / "00_z.ipynb")
+    assert learners.learner_of(given, in_folder, "s1") == "ada"
+    assert learners.learner_of(given, claims, "s2") == "ada"
+    assert learners.learner_of(given, named, "s2") == "grace@example.org"
+    assert learners.learner_of(named, named, "s2") == "grace@example.org"  # a file given
+    assert learners.learner_of(given, by_line, "s3") == "Alan Turing"
+    assert learners.learner_of(given, loose, "class/00_z.ipynb") == "class/00_z.ipynb"
+    assert learners.learner_of(loose, loose, "00_z.ipynb") == "00_z.ipynb"  # a file given
+    (tmp_path / "broken.ipynb").write_text("{not json")
+    assert learners.name_field(tmp_path / "broken.ipynb") is None
+
+
+def test_one_record_per_learner_with_set_totals_and_notes_on_every_zero():
+    rows = [
+        _row("ada/00.ipynb", {"ex00.a": 1.0, "ex00.b": 0.0}),
+        _row("ada/02.ipynb", {"ex02.c": 0.5}, error="code cell 3 raised NameError: x"),
+        _row("bob/00.ipynb", {"ex00.a": 0.0, "ex00.b": 0.0}),
+        _row("bob/00_again.ipynb", {"ex00.a": 1.0, "ex00.b": 1.0}),
+        {
+            "submission": "eve/x.ipynb",
+            "score": 0.0,
+            "max_score": 0.0,
+            "tasks": {},
+            "error": "not a readable notebook: JSONDecodeError",
+        },
+    ]
+    records = learners.by_learner(rows, ["ada", "ada", "bob", "bob", "eve"])
+    assert [r["learner"] for r in records] == ["ada", "bob", "eve"]
+    ada, bob, eve = records
+    assert ada["sets"] == {
+        "ex00": {"score": 1.0, "max_score": 2.0, "submission": "ada/00.ipynb"},
+        "ex02": {"score": 0.5, "max_score": 1.0, "submission": "ada/02.ipynb"},
+    }
+    assert (ada["score"], ada["max_score"]) == (1.5, 3.0)
+    assert ada["notes"] == "ex00.b: ex00.b went wrong here"  # 0.5 is not 0; the error is not
+    # two notebooks of a set: the better one counts, and the notes say so
+    assert bob["sets"]["ex00"] == {
+        "score": 2.0,
+        "max_score": 2.0,
+        "submission": "bob/00_again.ipynb",
+    }
+    assert "ex00: 2 notebooks (bob/00.ipynb, bob/00_again.ipynb); the better one" in bob["notes"]
+    # a set not handed in scores 0 and says so
+    assert bob["tasks"]["ex02.c"]["score"] == 0
+    assert "ex02: no notebook of this set was submitted" in bob["notes"]
+    assert eve["score"] == 0 and "eve/x.ipynb: not a readable notebook" in eve["notes"]
+    assert all(set(r["tasks"]) == {"ex00.a", "ex00.b", "ex02.c"} for r in records)
+    with pytest.raises(ValueError, match="one entry each, got 5 and 1"):
+        learners.by_learner(rows, ["ada"])
+
+
+def test_scores_csv_has_a_row_per_learner_a_column_per_task_and_a_total_per_set(tmp_path):
+    rows = [
+        _row("ada/00.ipynb", {"ex00.a": 1.0, "ex00.b": 0.0}),
+        _row("bob/02.ipynb", {"ex02.c": 1.0}),
+    ]
+    learners.write(learners.by_learner(rows, ["ada", "bob"]), tmp_path)
+    with open(tmp_path / "scores.csv", newline="") as f:
+        table = list(csv.reader(f))
+    assert table[0] == [
+        "learner",
+        "score",
+        "max_score",
+        "ex00",
+        "ex00.a",
+        "ex00.b",
+        "ex02",
+        "ex02.c",
+        "notes",
+    ]
+    assert table[1][:8] == ["ada", "1.0", "3.0", "1.0", "1.0", "0.0", "0.0", "0.0"]
+    assert (
+        table[1][8]
+        == "ex00.b: ex00.b went wrong here | ex02: no notebook of this set was submitted"
+    )
+    feedback = json.loads((tmp_path / "learners.json").read_text())[1]["tasks"]["ex02.c"]
+    assert feedback == {
+        "score": 1.0,
+        "max_score": 1.0,
+        "feedback": "passed all 4 checks.",
+        "submission": "bob/02.ipynb",
+    }
+
+
+# ---------------------------------------------------------------- Canvas and Moodle
+
+
+def _records():
+    rows = [
+        _row("ada/00.ipynb", {"ex00.a": 1.0, "ex00.b": 0.0}),
+        _row("grace/00.ipynb", {"ex00.a": 1.0, "ex00.b": 1.0}),
+        _row("grace/02.ipynb", {"ex02.c": 0.25}),
+    ]
+    return learners.by_learner(rows, ["ada", "grace@example.org", "grace@example.org"])
+
+
+def _read(path):
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.reader(f))
+
+
+def test_canvas_gradebook_import_has_canvas_columns_and_points_possible(tmp_path):
+    learners.write(_records(), tmp_path)
+    export.export(tmp_path, canvas=tmp_path / "canvas.csv")
+    table = _read(tmp_path / "canvas.csv")
+    # Canvas's gradebook export/import columns: the five identity columns, then assignments
+    assert table[0] == [
+        "Student",
+        "ID",
+        "SIS User ID",
+        "SIS Login ID",
+        "Section",
+        "Exercise 00",
+        "Exercise 02",
+    ]
+    assert table[1] == ["Points Possible", "", "", "", "", "2.0", "1.0"]
+    assert table[2] == ["ada", "", "", "ada", "", "1.0", "0.0"]
+    assert table[3][-2:] == ["2.0", "0.25"]
+
+
+def test_moodle_grade_import_has_moodle_columns_and_feedback(tmp_path):
+    learners.write(_records(), tmp_path)
+    export.export(tmp_path, moodle=tmp_path / "moodle.csv")
+    table = _read(tmp_path / "moodle.csv")
+    # the user columns of Moodle's plain-text grade export, then a grade and a feedback column
+    assert table[0] == [
+        "First name", "Last name", "ID number", "Institution", "Department", "Email address",
+        "Exercise 00", "Exercise 00 (feedback)", "Exercise 02", "Exercise 02 (feedback)",
+    ]  # fmt: skip
+    ada, grace = table[1], table[2]
+    assert ada[2] == "ada" and ada[5] == "" and ada[6] == "1.0"
+    assert ada[7] == "ex00.b: 0/1: ex00.b went wrong here"
+    assert grace[2] == "" and grace[5] == "grace@example.org" and grace[8] == "0.25"
+
+
+def test_a_roster_from_the_lms_supplies_the_identity_columns(tmp_path):
+    learners.write(_records(), tmp_path)
+    roster = tmp_path / "roster.csv"
+    roster.write_text(
+        "Student,ID,SIS User ID,SIS Login ID,Section,Exercise 00\n"
+        "    Points Possible,,,,,2\n"
+        '"Lovelace, Ada",101,S-1,ADA,Section A,\n'
+    )
+    missing = export.export(tmp_path, canvas=tmp_path / "canvas.csv", roster=roster)
+    assert missing == ["grace@example.org"]
+    assert _read(tmp_path / "canvas.csv")[2][:5] == [
+        "Lovelace, Ada",
+        "101",
+        "S-1",
+        "ADA",
+        "Section A",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "course_lib.grading.export", str(tmp_path), "--canvas",
+         str(tmp_path / "c.csv"), "--roster", str(roster)],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "grace@example.org is not in the roster" in proc.stderr
+    with pytest.raises(FileNotFoundError, match="no learners.json"):
+        export.export(tmp_path / "nowhere", canvas=tmp_path / "x.csv")
+
+
+# ---------------------------------------------------------------- a batch killed and resumed
+
+
+def test_a_killed_batch_run_again_grades_only_what_is_missing(tmp_path):
+    folder = tmp_path / "class"
+    for i in range(3):
+        (folder / f"learner{i}").mkdir(parents=True)
+        shutil.copy(ROOT / "solutions" / "00_warmup.ipynb", folder / f"learner{i}")
+    out = tmp_path / "out"
+    command = [
+        sys.executable,
+        "-m",
+        "course_lib.grading",
+        str(folder),
+        "--out",
+        str(out),
+        "--jobs",
+        "1",
+    ]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    saved = out / "submissions"
+    deadline = time.monotonic() + 240
+    while not list(saved.glob("*.json")) and time.monotonic() < deadline:
+        assert proc.poll() is None
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGKILL)  # killed, as by a machine going down
+    proc.wait()
+    first = {f.name: f.stat().st_mtime_ns for f in saved.glob("*.json")}
+    assert 1 <= len(first) < 3 and not (out / "scores.json").exists()
+    seed = json.loads((out / "batch.json").read_text())["seed"]
+    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    done = len(first)
+    assert (
+        f"{done} of 3 submissions were graded by an earlier run (same notebook, same options); "
+        f"grading the other {3 - done}" in again.stdout
+    )
+    assert {f.name: f.stat().st_mtime_ns for f in saved.glob("*.json") if f.name in first} == first
+    assert len(list(saved.glob("*.json"))) == 3 and not list(saved.glob(".*"))
+    assert json.loads((out / "batch.json").read_text())["seed"] == seed  # the same hidden inputs
+    rows = json.loads((out / "scores.json").read_text())
+    assert [r["score"] for r in rows] == [3.0, 3.0, 3.0]
+    assert [r["learner"] for r in json.loads((out / "learners.json").read_text())] == [
+        "learner0", "learner1", "learner2",
+    ]  # fmt: skip
+    # and once more: nothing left to grade
+    third = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert "3 of 3 submissions were graded by an earlier run" in third.stdout
+    assert "grading the other 0" in third.stdout
+
+
+def test_the_throughput_benchmark_prints_its_figures():
+    # plumbing only, one learner and one set; the figures in the README come from a full run
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "grading_throughput.py"), "--copies", "1",
+         "--sets", "ex00", "--no-ray"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["submissions"] == 1 and set(result["seconds_per_submission"]) == {"ex00"}
+    assert result["jobs1_per_minute"] > 0 and result["class_of_300_8_cores_minutes"] > 0
+    assert "Ray, 2 nodes of 1 CPU: skipped (--no-ray)" in done.stdout
