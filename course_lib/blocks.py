@@ -79,10 +79,16 @@ def relu_squared(x: Tensor) -> Tensor:
     return F.relu(x).square()
 
 
+def gelu_tanh(x: Tensor) -> Tensor:
+    """GELU with the tanh approximation, GPT-2's activation (Hugging Face's "gelu_new")."""
+    return F.gelu(x, approximate="tanh")
+
+
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "relu": F.relu,
     "gelu": F.gelu,
     "relu2": relu_squared,
+    "gelu_tanh": gelu_tanh,
 }
 
 

@@ -73,7 +73,9 @@ class GPTConfig:
     # "rope": lesson 04's rotary positions, applied to every query and key (Llama);
     # "none": no positions at all (an ablation: causal attention still sees order a little)
     positions: str = "learned"
-    activation: str = "gelu"  # of the feed-forward: "gelu", "relu" or "relu2" (ReLU squared)
+    # of the feed-forward: "gelu", "relu", "relu2" (ReLU squared) or "gelu_tanh" (GPT-2's)
+    activation: str = "gelu"
+    layer_norm_eps: float = 1e-5  # every LayerNorm's (GPT-2's too)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "d_model", "num_heads", "num_layers"):
@@ -116,11 +118,12 @@ class GPT(nn.Module):
                 norm_first=True,
                 activation=c.activation,
                 bias=c.bias,
+                layer_norm_eps=c.layer_norm_eps,
                 rope=c.positions == "rope",
             )
             for _ in range(c.num_layers)
         )
-        self.norm = LayerNorm(c.d_model, bias=c.bias)
+        self.norm = LayerNorm(c.d_model, c.layer_norm_eps, bias=c.bias)
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_weights:
             self.lm_head.weight = self.token_embedding.weight
@@ -144,6 +147,16 @@ class GPT(nn.Module):
         if self.position_embedding is not None:  # + the vectors of positions start, start + 1..
             x = self.position_embedding(x, start)
         return self.dropout(x)
+
+    @classmethod
+    def from_gpt2(cls, state_dict: dict[str, Tensor], num_heads: int | None = None) -> GPT:
+        """A GPT with GPT-2's weights: `state_dict` as Hugging Face stores GPT-2 (its
+        pytorch_model.bin, with or without the "transformer." prefix). Sizes come from the
+        weights' shapes; num_heads (not in the shapes) defaults to d_model / 64, GPT-2's head
+        size at every scale. The key map is `course_lib.gpt2.gpt2_to_course`."""
+        from .gpt2 import gpt_from_gpt2
+
+        return gpt_from_gpt2(cls, state_dict, num_heads)
 
     @door
     def forward(self, ids: Tensor) -> Tensor:

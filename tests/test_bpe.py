@@ -35,21 +35,30 @@ def reference_merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[
     return out
 
 
-def reference_train(text: str, vocab_size: int) -> list[tuple[int, int]]:
+def reference_train(
+    text: str, vocab_size: int, special_tokens: tuple[str, ...] = ()
+) -> list[tuple[int, int]]:
     """Every chunk occurrence kept separately, all pairs recounted after each merge; the most
-    frequent pair wins, ties go to the smallest pair."""
-    words = [list(chunk.encode("utf-8")) for chunk in pre_tokenize(text)]
+    frequent pair wins, ties go to the greatest pair of byte strings (vocab[a], vocab[b]), as
+    in CS336's reference trainer. The text is cut at the special tokens, which are left out."""
+    if special_tokens:
+        pattern = "|".join(map(re.escape, sorted(special_tokens, key=len, reverse=True)))
+        pieces = [p for p in re.split(pattern, text) if p]
+    else:
+        pieces = [text]
+    words = [list(chunk.encode("utf-8")) for piece in pieces for chunk in pre_tokenize(piece)]
+    vocab = [bytes([b]) for b in range(256)]
     merges = []
-    for new_id in range(256, vocab_size):
+    for new_id in range(256, vocab_size - len(special_tokens)):
         counts = Counter()
         for word in words:
             for i in range(len(word) - 1):
                 counts[word[i], word[i + 1]] += 1
         if not counts:
             break
-        best = max(counts.values())
-        pair = min(p for p, c in counts.items() if c == best)
+        pair = max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))
         merges.append(pair)
+        vocab.append(vocab[pair[0]] + vocab[pair[1]])
         words = [reference_merge(word, pair, new_id) for word in words]
     return merges
 
@@ -87,11 +96,20 @@ def test_a_smaller_vocabulary_is_the_start_of_a_larger_one():
     assert BPETokenizer.train(text, 300).merges == BPETokenizer.train(text, 340).merges[:44]
 
 
-def test_ties_go_to_the_smallest_pair():
+def test_ties_go_to_the_greatest_pair_of_byte_strings():
     # "dc", "cd", "ba" and "ab" each occur twice (lines are chunks of their own): the first
-    # merge is the smallest pair, (97, 98) = "ab", though it is the last to appear
-    tok = BPETokenizer.train("dc\ncd\nba\nab\n" * 2, 258)
-    assert tok.merges == [(97, 98), (98, 97)]
+    # merge is the greatest pair of byte strings, (b"d", b"c"), though it is the first to appear
+    tok = BPETokenizer.train("ab\nba\ncd\ndc\n" * 2, 258)
+    assert tok.merges == [(100, 99), (99, 100)]
+
+
+def test_ties_compare_bytes_not_ids():
+    # Wikipedia's "aaabdaaabac": after "aa" (id 256), ("aa", "a") and ("a", "b") both occur
+    # twice. As ids, (97, 98) < (256, 97); as byte strings, (b"aa", b"a") > (b"a", b"b"), and
+    # the bytes decide (CS336's and GPT-2's rule), so the second merge is "aaa"
+    tok = BPETokenizer.train("aaabdaaabac", 259)
+    assert [tok.vocab[i] for i in range(256, 259)] == [b"aa", b"aaa", b"aaab"]
+    assert tok.merges == reference_train("aaabdaaabac", 259)
 
 
 def test_training_stops_when_nothing_is_left_to_merge():
@@ -397,3 +415,63 @@ def test_merges_are_checked(merges, message):
 
 def test_the_pattern_is_the_standard_library_one():
     assert isinstance(PRE_TOKENIZE_PATTERN, re.Pattern)  # no third-party `regex` needed
+
+
+# ---- special tokens --------------------------------------------------------------------------
+
+EOT = "<|endoftext|>"
+WITH_SPECIALS = ("ab <|x|> abab" + EOT + "ab<|x|>ab " + EOT) * 5 + "<|x|" + EOT[:-1]
+
+
+def test_special_tokens_are_never_merged():
+    # "<|", "|>" and "ab" are frequent inside and beside the special tokens; the trainer cuts
+    # the text at each special token first, exactly as the reference does
+    tok = BPETokenizer.train(WITH_SPECIALS, 266, special_tokens=[EOT, "<|x|>"])
+    assert tok.merges == reference_train(WITH_SPECIALS, 266, (EOT, "<|x|>"))
+    assert tok.vocab_size == 266 and tok.special_tokens == {EOT: 264, "<|x|>": 265}
+    assert tok.vocab[264:] == [EOT.encode(), b"<|x|>"]
+    # no learned token reaches across the edge of a special token ("b<", ">a" never occur in
+    # the text outside them): the trailing "<|x|" and "<|endoftext|" are ordinary text
+    assert not any(b"b<" in t or b">a" in t for t in tok.vocab[256:264])
+
+
+def test_special_tokens_are_encoded_whole_only_when_allowed():
+    tok = BPETokenizer.train(WITH_SPECIALS, 266, special_tokens=[EOT, "<|x|>"])
+    text = "ab<|x|>ab" + EOT
+    ordinary = tok.encode(text)
+    assert EOT.encode() not in [tok.vocab[i] for i in ordinary] and 264 not in ordinary
+    assert ordinary == tok.encode(text, allowed_special=())
+    only_eot = tok.encode(text, allowed_special=[EOT])
+    assert only_eot[-1] == 264 and 265 not in only_eot
+    both = tok.encode(text, allowed_special="all")
+    assert both == tok.encode("ab") + [265] + tok.encode("ab") + [264]
+    for ids in (ordinary, only_eot, both):
+        assert tok.decode(ids) == text
+
+
+def test_allowed_special_is_checked():
+    tok = BPETokenizer([], special_tokens=[EOT])
+    with pytest.raises(ValueError, match=r"allowed_special names '<\|x\|>', which is not"):
+        tok.encode("a", allowed_special=["<|x|>"])
+    with pytest.raises(ValueError, match=r"'all' or a collection.*write \['<\|endoftext\|>'\]"):
+        tok.encode("a", allowed_special=EOT)
+    with pytest.raises(ValueError, match=r"listed twice"):
+        BPETokenizer([], special_tokens=[EOT, EOT])
+    with pytest.raises(ValueError, match=r"vocab_size must be an int of at least 257"):
+        BPETokenizer.train("abc", 256, special_tokens=[EOT])
+
+
+def test_save_and_load_keep_special_tokens_and_byte_order(tmp_path):
+    tok = BPETokenizer.train(WITH_SPECIALS, 266, special_tokens=[EOT, "<|x|>"])
+    order = list(range(255, -1, -1))
+    reordered = BPETokenizer([(200, 200), (256, 200)], [EOT], byte_order=order)
+    assert reordered.vocab[:2] == [b"\xff", b"\xfe"] and reordered.vocab[256] == b"77"
+    assert reordered.encode("777") == [257] and reordered.encode("7") == [200]
+    for original in (tok, reordered):
+        original.save(tmp_path / "merges.txt")
+        loaded = BPETokenizer.load(tmp_path / "merges.txt")
+        assert loaded.merges == original.merges and loaded.vocab == original.vocab
+        assert loaded.special_tokens == original.special_tokens
+        assert loaded.encode(WITH_SPECIALS, "all") == original.encode(WITH_SPECIALS, "all")
+    with pytest.raises(ValueError, match="byte_order must list each byte value 0..255 once"):
+        BPETokenizer([], byte_order=[0] * 256)

@@ -279,3 +279,18 @@ def test_rope_gpt_uses_no_position_vectors_and_caches_correctly():
         torch.testing.assert_close(none(swapped)[:, -1], none(ids)[:, -1])
     with pytest.raises(ValueError, match="positions"):
         GPTConfig(vocab_size=11, positions="sinusoidal")
+
+
+def test_gpt2_switches_tanh_gelu_and_layer_norm_eps():
+    # GPT-2's options are configuration: the tanh GELU in every feed-forward, and one eps for
+    # every LayerNorm (the final one included)
+    config = GPTConfig(vocab_size=11, block_size=8, d_model=16, num_heads=2, num_layers=2)
+    config = dataclasses.replace(config, activation="gelu_tanh", layer_norm_eps=1e-3, bias=True)
+    model = GPT(config)
+    norms = [m for m in model.modules() if type(m).__name__ == "LayerNorm"]
+    assert len(norms) == 5 and all(norm.eps == 1e-3 for norm in norms)
+    ff = model.layers[0].feed_forward
+    x = 50 * torch.randn(3, 16)  # large enough for the two GELUs to differ
+    want = ff.linear2(F.gelu(ff.linear1(x), approximate="tanh"))
+    assert torch.allclose(ff(x), want, atol=1e-6)
+    assert not torch.allclose(ff(x), ff.linear2(F.gelu(ff.linear1(x))), atol=1e-6)
