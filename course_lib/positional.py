@@ -46,15 +46,17 @@ __all__ = [
 BASE = 10000.0
 
 
-def sinusoid_frequencies(d_model: int) -> Tensor:
-    """(d_model / 2,) float64: the angular frequency 10000^(-2i/d_model) of pair (2i, 2i+1).
+def sinusoid_frequencies(d_model: int, base: float = BASE) -> Tensor:
+    """(d_model / 2,) float64: the angular frequency base^(-2i/d_model) of pair (2i, 2i+1).
 
     Pair 0 turns by 1 radian per position (wavelength 2π); the last pair turns slowest
-    (wavelength close to 10000·2π).
+    (wavelength close to base·2π; base is 10000 unless given).
     """
     check_even(d_model)
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
+        raise ValueError(f"base must be a number > 1 (10000 by default), got {base!r}")
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d_model / 2,) = 0, 2, 4, ...
-    return BASE ** (-two_i / d_model)
+    return float(base) ** (-two_i / d_model)
 
 
 def sinusoidal_positional_encoding(
@@ -101,13 +103,15 @@ def relative_shift_matrix(
     return m.to(dtype=dtype, device=device)
 
 
-def apply_rope(x: Tensor, positions: Tensor | None = None) -> Tensor:
+def apply_rope(x: Tensor, positions: Tensor | None = None, base: float = BASE) -> Tensor:
     """Rotary position embedding: (..., seq, d) -> (..., seq, d), same dtype as x.
 
     Pair (2i, 2i+1) of the vector at position p is rotated by the angle
-    p * 10000^(-2i/d):  (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos).
+    p * base^(-2i/d):  (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos).
     `positions` is a 1-D tensor of length seq (ints or floats), or None for 0, 1, ..., seq-1.
-    Apply it to queries and keys (not values): then q·k depends only on the offset.
+    `base` is 10000 as in Su et al. (RoFormer) and Llama 1-2; Llama 3 uses 500000, and a larger
+    base turns the slow pairs more slowly, for longer contexts. Apply it to queries and keys
+    (not values): then q·k depends only on the offset.
     """
     check_tensor(x, "x", min_ndim=2, shape_hint="(..., seq, d)")
     check_floating(x, "x")
@@ -121,7 +125,8 @@ def apply_rope(x: Tensor, positions: Tensor | None = None) -> Tensor:
         check_size(positions, "positions", 0, seq_len, "entries", why)
         if positions.dtype == torch.bool or positions.is_complex():
             raise TypeError(f"positions must hold ints or floats, got {positions.dtype}")
-    angles = positions.detach().to("cpu", torch.float64)[:, None] * sinusoid_frequencies(d)
+    frequencies = sinusoid_frequencies(d, base)  # (d / 2,)
+    angles = positions.detach().to("cpu", torch.float64)[:, None] * frequencies
     cos = torch.cos(angles).to(x.device, x.dtype)  # (seq, d / 2)
     sin = torch.sin(angles).to(x.device, x.dtype)  # (seq, d / 2)
     x0, x1 = x[..., 0::2], x[..., 1::2]  # (..., seq, d / 2) each
@@ -129,12 +134,13 @@ def apply_rope(x: Tensor, positions: Tensor | None = None) -> Tensor:
     return rotated.flatten(-2)  # (..., seq, d), pairs interleaved again
 
 
-def apply_rope_half(x: Tensor, positions: Tensor | None = None) -> Tensor:
+def apply_rope_half(x: Tensor, positions: Tensor | None = None, base: float = BASE) -> Tensor:
     """RoPE in the rotate-half layout of GPT-NeoX and Llama: (..., seq, d) -> (..., seq, d).
 
     Feature i is paired with feature i + d/2 (not 2i with 2i+1), and pair i at position p is
-    rotated by p * 10000^(-2i/d):  (x_i, x_{i+d/2}) -> (x_i cos - x_{i+d/2} sin,
-    x_i sin + x_{i+d/2} cos). It is `apply_rope` up to a fixed permutation of the features:
+    rotated by p * base^(-2i/d) (base 10000 unless given):
+    (x_i, x_{i+d/2}) -> (x_i cos - x_{i+d/2} sin, x_i sin + x_{i+d/2} cos).
+    It is `apply_rope` up to a fixed permutation of the features:
     apply_rope_half(x)[..., perm] == apply_rope(x[..., perm]) with perm =
     rope_half_permutation(d), so q·k still depends only on the offset.
     """
@@ -144,7 +150,7 @@ def apply_rope_half(x: Tensor, positions: Tensor | None = None) -> Tensor:
     check_even(d, "the last dimension d of x")
     perm = rope_half_permutation(d).to(x.device)
     inverse = torch.argsort(perm)
-    return apply_rope(x[..., perm], positions)[..., inverse]
+    return apply_rope(x[..., perm], positions, base)[..., inverse]
 
 
 def rope_half_permutation(d: int) -> Tensor:
