@@ -98,6 +98,7 @@ def tiled_attention_forward(
     whose output is 0. Plain tensor operations: called directly under autograd, PyTorch keeps
     every tile for the backward pass (that is what `tiled_attention` avoids).
     """
+    _check_tiled(q, k, v, block_size, key_padding_mask)
     n_q, n_k = q.shape[-2], k.shape[-2]
     shift = n_k - n_q
     scale = 1.0 / math.sqrt(q.shape[-1])
@@ -154,8 +155,21 @@ def tiled_attention_backward(
     over blocks of keys outside and blocks of queries inside, so dk and dv of a key block are
     finished in one pass; causal=True skips the query blocks that cannot see the key block.
     The largest temporary is a few (block_size, block_size) tiles. The gradients have the
-    shapes of q, k and v (batch dimensions that were broadcast are summed).
+    shapes of q, k and v (batch dimensions that were broadcast are summed). `d_lse`
+    (..., n_q), a gradient on lse itself, adds p * d_lse to ds: D - d_lse takes D's place.
     """
+    _check_tiled(q, k, v, block_size, key_padding_mask)
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    for t, name, shape in (
+        (out, "out", (*batch, q.shape[-2], v.shape[-1])),
+        (d_out, "d_out", (*batch, q.shape[-2], v.shape[-1])),
+        (lse, "lse", (*batch, q.shape[-2])),
+    ):
+        check_tensor(t, name, shape_hint="as the forward pass gives it")
+        if tuple(t.shape) != shape:
+            raise ValueError(
+                f"{name} must have shape {shape} for these q, k, v, got {tuple(t.shape)}"
+            )
     n_q, n_k = q.shape[-2], k.shape[-2]
     shift = n_k - n_q
     scale = 1.0 / math.sqrt(q.shape[-1])
