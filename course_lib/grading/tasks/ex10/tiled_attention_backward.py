@@ -235,6 +235,14 @@ class TiledAttentionBackward(Task):
                 raises=ValueError,
             ),
             case(
+                "block_size=-1 must raise a ValueError",
+                (1, 4, 4),
+                (1, 4, 4),
+                4,
+                -1,
+                raises=ValueError,
+            ),
+            case(
                 "block_size=2.5 must raise a ValueError",
                 (1, 4, 4),
                 (1, 4, 4),
