@@ -103,7 +103,8 @@ def tiled_attention_forward(
     shift = n_k - n_q
     scale = 1.0 / math.sqrt(q.shape[-1])
     batch_shape = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    outs, lses = [], []
+    out = q.new_empty(*batch_shape, n_q, v.shape[-1])  # (..., n_q, d_v), filled block by block
+    lse = q.new_empty(*batch_shape, n_q)  # (..., n_q)
     for q_start in range(0, n_q, block_size):
         q_block = q[..., q_start : q_start + block_size, :] * scale  # (..., bq, d_k)
         rows = q_block.shape[-2]
@@ -126,11 +127,9 @@ def tiled_attention_forward(
             acc = acc * correction + p @ v_block
             running_max = new_max
         # a query with no allowed key has l = 0 and acc = 0: output 0, lse = -inf
-        outs.append(acc / running_sum.masked_fill(running_sum == 0, 1.0))
-        lses.append((running_max + running_sum.log()).squeeze(-1))
-    if not outs:  # n_q = 0
-        return q.new_zeros(*batch_shape, 0, v.shape[-1]), q.new_zeros(*batch_shape, 0)
-    return torch.cat(outs, dim=-2), torch.cat(lses, dim=-1)
+        out[..., q_start : q_start + rows, :] = acc / running_sum.masked_fill(running_sum == 0, 1)
+        lse[..., q_start : q_start + rows] = (running_max + running_sum.log()).squeeze(-1)
+    return out, lse
 
 
 def tiled_attention_backward(
