@@ -5,8 +5,14 @@ Three answers, one exact and two approximate:
 
     tiled_attention           exact. Keys and values are visited a block at a time; an online
                               softmax (a running max m, a running sum l and a running output,
-                              all rescaled by exp(m_old - m_new) when the max grows) gives the
-                              same result as the full softmax. The idea of FlashAttention.
+                              all rescaled by exp(m_old - m_new) when the max grows; Milakov &
+                              Gimelshein 2018, Rabe & Staats 2021) gives the same result as the
+                              full softmax. FlashAttention's algorithm (Dao et al. 2022, 2023),
+                              as an autograd.Function: it saves q, k, v, the output and one
+                              log-sum-exp per query, and its backward pass
+                              (`tiled_attention_backward`) recomputes the tiles, so memory is
+                              linear in n for training too. Not its speed: that needs one fused
+                              GPU kernel, which a loop of PyTorch operations is not.
     sliding_window_attention  approximate (Longformer): each query sees only its neighbours,
                               |i - j| <= window. Computed on the band, never on a masked n x n.
     performer_attention       approximate (Performer): exp(q.k) ~ phi(q).phi(k) with positive
