@@ -4,11 +4,19 @@
                             of several timed calls: one slow call (another program, a page
                             fault) does not move it
     peak_tensor_bytes(fn)   the most bytes of tensors alive at once while fn runs, counted from
-                            every tensor PyTorch creates during the call, the way
-                            torch.cuda.max_memory_allocated counts on a GPU. Inputs that
-                            existed before the call are not counted; scratch space that a
-                            kernel allocates outside tensors (e.g. inside a matrix multiply)
-                            is not seen.
+                            every tensor PyTorch creates during the call: on a GPU, what
+                            torch.cuda.max_memory_allocated reports after
+                            reset_peak_memory_stats, minus what was allocated before the call.
+                            Inputs that existed before the call are not counted; scratch
+                            space that a kernel allocates outside tensors (e.g. inside a
+                            matrix multiply) is not seen. grad=True runs fn with autograd on,
+                            so a fn that calls .backward() is measured forward + backward
+                            (the tensors autograd saves, the gradients, the backward's
+                            temporaries).
+    minor_page_faults(fn)   how many fresh memory pages the operating system handed the process
+                            while fn ran (resource.getrusage's ru_minflt): each is a 4 KiB page
+                            zero-filled on first touch, the cost the C allocator adds when a
+                            buffer is too large to be reused
     loglog_slope(ns, ys)    the exponent p of the best fit y ~ c * n^p (a straight line on
                             log-log axes): 1 for linear cost, 2 for quadratic
 
@@ -32,7 +40,13 @@ from torch.utils._pytree import tree_leaves
 
 from .validation import check_non_negative_int
 
-__all__ = ["median_seconds", "peak_tensor_bytes", "loglog_slope", "TensorMemoryCounter"]
+__all__ = [
+    "median_seconds",
+    "peak_tensor_bytes",
+    "minor_page_faults",
+    "loglog_slope",
+    "TensorMemoryCounter",
+]
 
 
 def median_seconds(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
@@ -89,13 +103,36 @@ class TensorMemoryCounter(TorchDispatchMode):
         return out
 
 
-def peak_tensor_bytes(fn: Callable[[], object]) -> int:
-    """The peak bytes of tensors created by fn() and alive at the same time (fn's result too)."""
+def peak_tensor_bytes(fn: Callable[[], object], grad: bool = False) -> int:
+    """The peak bytes of tensors created by fn() and alive at the same time (fn's result too).
+
+    grad=False runs fn under torch.no_grad() (inference: autograd keeps nothing); grad=True
+    with autograd on, for a fn that runs a forward and a backward pass. Gradients that fn
+    leaves in `.grad` stay alive after it and are counted; set them to None inside fn to
+    measure only the peak.
+    """
+    if not isinstance(grad, bool):
+        raise ValueError(f"grad must be True or False, got {grad!r}")
     counter = TensorMemoryCounter()
-    with torch.no_grad(), counter:
+    with torch.set_grad_enabled(grad), counter:
         result = fn()
     del result
     return counter.peak
+
+
+def minor_page_faults(fn: Callable[[], object]) -> int:
+    """The minor page faults of this process while fn() runs (Unix; resource.getrusage).
+
+    A minor fault is a page of memory the operating system maps in and zero-fills on its first
+    touch. A buffer the allocator reuses costs none; a large one that it returns to the system
+    after each call (glibc does so above its mmap threshold, at most 32 MiB) costs one per
+    4 KiB page, on every call.
+    """
+    import resource  # Unix only: imported here so that the module loads everywhere
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    fn()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
 
 def loglog_slope(ns: Sequence[float], ys: Sequence[float]) -> float:

@@ -3,8 +3,10 @@
     encoder-only  (BERT)  every token sees every token; trained to fill in masked tokens
                           (`mlm_mask` corrupts the input, `MaskedLM` predicts the originals)
     decoder-only  (GPT)   causal self-attention, next-token prediction: `course_lib.gpt.GPT`
-    encoder-decoder (T5)  text in, text out, the task named by a prefix in the input:
-                          `course_lib.translator.Seq2SeqTransformer`
+    encoder-decoder (T5)  text in, text out: `course_lib.translator.Seq2SeqTransformer`;
+                          pre-trained to restore dropped spans (`span_corrupt`: 15 % of the
+                          tokens, spans of mean length 3, each replaced by a sentinel), then
+                          trained on tasks named by a prefix in the input
     ViT                   an image cut into patches (`patchify`), each patch a token, an
                           encoder and a classifier on an extra [CLS] token: `VisionTransformer`
 
@@ -15,6 +17,9 @@ nothing more.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TypeVar
+
 import torch
 from torch import Tensor, nn
 
@@ -22,7 +27,16 @@ from .blocks import Encoder, EncoderLayer, LayerNorm
 from .positional import LearnedPositionalEmbedding
 from .validation import check_floating, check_ids, check_positive_int, check_tensor
 
-__all__ = ["IGNORE_INDEX", "mlm_mask", "patchify", "MaskedLM", "VisionTransformer"]
+__all__ = [
+    "IGNORE_INDEX",
+    "mlm_mask",
+    "span_corrupt",
+    "patchify",
+    "MaskedLM",
+    "VisionTransformer",
+]
+
+T = TypeVar("T")
 
 IGNORE_INDEX = -100  # the label of a position the loss skips (F.cross_entropy's default)
 
@@ -65,6 +79,62 @@ def mlm_mask(
     to_random = chosen & (action >= 0.8) & (action < 0.9)  # 10 %: a random token
     inputs = torch.where(to_random, random_ids, inputs)  # the last 10 %: unchanged
     return inputs, labels
+
+
+def span_corrupt(
+    tokens: Sequence[T],
+    sentinels: Sequence[T],
+    noise_density: float = 0.15,
+    mean_span_length: float = 3.0,
+    generator: torch.Generator | None = None,
+) -> tuple[list[T], list[T]]:
+    """T5's span corruption of one sequence: tokens -> (inputs, targets), two lists.
+
+    round(len * noise_density) tokens (at least 1) are dropped, in
+    round(noise / mean_span_length) spans (at least 1) of random lengths, separated by kept
+    runs of random lengths: kept, dropped, kept, ..., dropped, as in T5's
+    `random_spans_noise_mask` (Raffel et al. 2020, section 3.1.4), so the last span ends the
+    sequence. Span i is replaced in the input by sentinels[i]; the
+    target is each sentinel followed by the span it stands for, then one more sentinel:
+        "Thank you for inviting me to your party last week."
+        -> inputs  "Thank you <X> me to your party <Y> week."
+           targets "<X> for inviting <Y> last <Z>"
+    `sentinels` must hold at least spans + 1 tokens that never occur in `tokens`.
+    """
+    n = len(tokens)
+    if n < 2:
+        raise ValueError(f"tokens must hold at least 2 tokens, got {n}")
+    if isinstance(noise_density, bool) or not 0.0 < noise_density < 1.0:
+        raise ValueError(f"noise_density must be in (0, 1), got {noise_density!r}")
+    if isinstance(mean_span_length, bool) or not mean_span_length >= 1.0:
+        raise ValueError(f"mean_span_length must be a number >= 1, got {mean_span_length!r}")
+    num_noise = min(max(1, round(n * noise_density)), n - 1)
+    num_spans = min(max(1, round(num_noise / mean_span_length)), n - num_noise)
+    if len(sentinels) < num_spans + 1:
+        raise ValueError(
+            f"sentinels must hold at least {num_spans + 1} tokens (one per span and one to "
+            f"end the target), got {len(sentinels)}"
+        )
+
+    def split(total: int) -> list[int]:
+        """`total` items cut into num_spans runs of at least 1, cut points uniformly drawn."""
+        cuts = torch.randperm(total - 1, generator=generator)[: num_spans - 1] + 1
+        edges = [0, *sorted(cuts.tolist()), total]
+        return [b - a for a, b in zip(edges[:-1], edges[1:], strict=True)]
+
+    noise_lengths, kept_lengths = split(num_noise), split(n - num_noise)
+    inputs: list[T] = []
+    targets: list[T] = []
+    position = 0
+    for span, (kept, noise) in enumerate(zip(kept_lengths, noise_lengths, strict=True)):
+        inputs.extend(tokens[position : position + kept])
+        position += kept
+        inputs.append(sentinels[span])
+        targets.append(sentinels[span])
+        targets.extend(tokens[position : position + noise])
+        position += noise
+    targets.append(sentinels[num_spans])
+    return inputs, targets
 
 
 def patchify(images: Tensor, patch_size: int) -> Tensor:

@@ -47,17 +47,24 @@ __all__ = [
 BASE = 10000.0
 
 
+def _check_base(base: object) -> None:
+    """The base of the angles (10000 unless given) must be a number greater than 1."""
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
+        raise ValueError(f"base must be a number > 1 (10000 by default), got {base!r}")
+
+
 @door
-def sinusoid_frequencies(d_model: int) -> Tensor:
-    """(d_model / 2,) float64: the angular frequency 10000^(-2i/d_model) of pair (2i, 2i+1).
+def sinusoid_frequencies(d_model: int, base: float = BASE) -> Tensor:
+    """(d_model / 2,) float64: the angular frequency base^(-2i/d_model) of pair (2i, 2i+1).
 
     Pair 0 turns by 1 radian per position (wavelength 2π); the last pair turns slowest
-    (wavelength close to 10000·2π).
+    (wavelength close to base·2π; base is 10000 unless given).
     """
     if at_the_door():
         check_even(d_model)
+        _check_base(base)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d_model / 2,) = 0, 2, 4, ...
-    return BASE ** (-two_i / d_model)
+    return float(base) ** (-two_i / d_model)
 
 
 def sinusoidal_positional_encoding(
@@ -105,27 +112,30 @@ def relative_shift_matrix(
 
 
 @functools.lru_cache(maxsize=64)
-def _rope_table(seq_len: int, d: int, device: torch.device, dtype: torch.dtype):
-    """cos and sin (seq_len, d / 2) of the angles p * 10000^(-2i/d) for p = 0 .. seq_len - 1,
-    computed once per length, width, device and dtype (every layer of a model reuses them)."""
-    angles = torch.arange(seq_len, dtype=torch.float64)[:, None] * sinusoid_frequencies(d)
+def _rope_table(seq_len: int, d: int, base: float, device: torch.device, dtype: torch.dtype):
+    """cos and sin (seq_len, d / 2) of the angles p * base^(-2i/d) for p = 0 .. seq_len - 1,
+    computed once per length, width, base, device and dtype (every layer of a model reuses them)."""
+    angles = torch.arange(seq_len, dtype=torch.float64)[:, None] * sinusoid_frequencies(d, base)
     return torch.cos(angles).to(device, dtype), torch.sin(angles).to(device, dtype)
 
 
 @door
-def apply_rope(x: Tensor, positions: Tensor | None = None) -> Tensor:
+def apply_rope(x: Tensor, positions: Tensor | None = None, base: float = BASE) -> Tensor:
     """Rotary position embedding: (..., seq, d) -> (..., seq, d), same dtype as x.
 
     Pair (2i, 2i+1) of the vector at position p is rotated by the angle
-    p * 10000^(-2i/d):  (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos).
+    p * base^(-2i/d):  (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos).
     `positions` is a 1-D tensor of length seq (ints or floats), or None for 0, 1, ..., seq-1.
-    Apply it to queries and keys (not values): then q·k depends only on the offset.
+    `base` is 10000 as in Su et al. (RoFormer) and Llama 1-2; Llama 3 uses 500000, and a larger
+    base turns the slow pairs more slowly, for longer contexts. Apply it to queries and keys
+    (not values): then q·k depends only on the offset.
     """
     if at_the_door():
         check_tensor(x, "x", min_ndim=2, shape_hint="(..., seq, d)")
         check_floating(x, "x")
         seq_len, d = x.shape[-2], x.shape[-1]
         check_even(d, "the last dimension d of x")
+        _check_base(base)
         if positions is not None:
             check_tensor(positions, "positions", ndim=1, shape_hint="(seq,)")
             why = f"x has seq={seq_len} (x has shape {tuple(x.shape)}); give one position per token"
@@ -134,9 +144,9 @@ def apply_rope(x: Tensor, positions: Tensor | None = None) -> Tensor:
                 raise TypeError(f"positions must hold ints or floats, got {positions.dtype}")
     seq_len, d = x.shape[-2], x.shape[-1]
     if positions is None:  # 0, 1, ..., seq-1: the table is computed once and kept
-        cos, sin = _rope_table(seq_len, d, x.device, x.dtype)  # (seq, d / 2) each
+        cos, sin = _rope_table(seq_len, d, float(base), x.device, x.dtype)  # (seq, d / 2) each
     else:  # computed where x is, with no copy from the CPU
-        freqs = sinusoid_frequencies(d).to(x.device)  # (d / 2,) float64
+        freqs = sinusoid_frequencies(d, base).to(x.device)  # (d / 2,) float64
         angles = positions.detach().to(x.device, torch.float64)[:, None] * freqs  # (seq, d / 2)
         cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
     x0, x1 = x[..., 0::2], x[..., 1::2]  # (..., seq, d / 2) each
@@ -144,12 +154,13 @@ def apply_rope(x: Tensor, positions: Tensor | None = None) -> Tensor:
     return rotated.flatten(-2)  # (..., seq, d), pairs interleaved again
 
 
-def apply_rope_half(x: Tensor, positions: Tensor | None = None) -> Tensor:
+def apply_rope_half(x: Tensor, positions: Tensor | None = None, base: float = BASE) -> Tensor:
     """RoPE in the rotate-half layout of GPT-NeoX and Llama: (..., seq, d) -> (..., seq, d).
 
     Feature i is paired with feature i + d/2 (not 2i with 2i+1), and pair i at position p is
-    rotated by p * 10000^(-2i/d):  (x_i, x_{i+d/2}) -> (x_i cos - x_{i+d/2} sin,
-    x_i sin + x_{i+d/2} cos). It is `apply_rope` up to a fixed permutation of the features:
+    rotated by p * base^(-2i/d) (base 10000 unless given):
+    (x_i, x_{i+d/2}) -> (x_i cos - x_{i+d/2} sin, x_i sin + x_{i+d/2} cos).
+    It is `apply_rope` up to a fixed permutation of the features:
     apply_rope_half(x)[..., perm] == apply_rope(x[..., perm]) with perm =
     rope_half_permutation(d), so q·k still depends only on the offset.
     """
@@ -159,7 +170,7 @@ def apply_rope_half(x: Tensor, positions: Tensor | None = None) -> Tensor:
     check_even(d, "the last dimension d of x")
     perm = rope_half_permutation(d).to(x.device)
     inverse = torch.argsort(perm)
-    return apply_rope(x[..., perm], positions)[..., inverse]
+    return apply_rope(x[..., perm], positions, base)[..., inverse]
 
 
 def rope_half_permutation(d: int) -> Tensor:

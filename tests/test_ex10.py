@@ -10,14 +10,25 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.efficient_attention import sliding_window_mask, tiled_attention
+from course_lib.efficient_attention import (
+    sliding_window_mask,
+    tiled_attention,
+    tiled_attention_backward,
+)
 from course_lib.family import mlm_mask, patchify
 from course_lib.grading import check_result
 from course_lib.grading.core import get_task
 
-TASKS = ["ex10.tiled_attention", "ex10.sliding_window_mask", "ex10.mlm_mask", "ex10.patchify"]
+TASKS = [
+    "ex10.tiled_attention",
+    "ex10.tiled_attention_backward",
+    "ex10.sliding_window_mask",
+    "ex10.mlm_mask",
+    "ex10.patchify",
+]
 REFERENCES = {
     "ex10.tiled_attention": tiled_attention,
+    "ex10.tiled_attention_backward": tiled_attention_backward,
     "ex10.sliding_window_mask": sliding_window_mask,
     "ex10.mlm_mask": mlm_mask,
     "ex10.patchify": patchify,
@@ -61,7 +72,7 @@ def tiled_query_and_key_blocks(q, k, v, block_size=128, causal=False):
         for ks in range(0, n_k, block_size):
             s = torch.einsum("...qd,...kd->...qk", qb, k[..., ks : ks + block_size, :])
             if causal:
-                qi = torch.arange(qs, qs + qb.shape[-2]).unsqueeze(-1)
+                qi = torch.arange(qs, qs + qb.shape[-2]).unsqueeze(-1) + n_k - n_q
                 kj = torch.arange(ks, ks + s.shape[-1])
                 s = torch.where(kj <= qi, s, torch.tensor(-math.inf, dtype=s.dtype))
             block_max = s.amax(-1, keepdim=True)
@@ -156,7 +167,7 @@ def full_attention(q, k, v, block_size=128, causal=False):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if causal:
         n_q, n_k = scores.shape[-2:]
-        keep = torch.ones(n_q, n_k, dtype=torch.bool).tril()
+        keep = torch.ones(n_q, n_k, dtype=torch.bool).tril(n_k - n_q)
         scores = scores.masked_fill(~keep, -math.inf)
     return scores.softmax(-1) @ v
 
@@ -203,7 +214,7 @@ def attention_by_query_blocks(q, k, v, block_size=128, causal=False):
     for start in range(0, n_q, block_size):
         s = q[..., start : start + block_size, :] @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
         if causal:
-            rows = torch.arange(start, start + s.shape[-2])[:, None]
+            rows = torch.arange(start, start + s.shape[-2])[:, None] + n_k - n_q
             s = s.masked_fill(torch.arange(n_k) > rows, -math.inf)
         outs.append(s.softmax(-1) @ v)
     return torch.cat(outs, dim=-2)
@@ -214,7 +225,7 @@ def attention_keeping_every_tile(q, k, v, block_size=128, causal=False):
     # tiles alive together are the full matrix (found by a fresh reader: it passed)
     if not isinstance(block_size, int) or block_size < 1:
         raise ValueError("block_size")
-    rows = torch.arange(q.shape[-2])[:, None]
+    rows = torch.arange(q.shape[-2])[:, None] + k.shape[-2] - q.shape[-2]
     tiles = []
     for start in range(0, k.shape[-2], block_size):
         s = q @ k[..., start : start + block_size, :].transpose(-2, -1) / math.sqrt(q.shape[-1])
@@ -244,3 +255,118 @@ def test_tiles_that_store_the_full_matrix_another_way_fail_the_memory_check(impl
     assert result.status == "failed", result.feedback
     assert words in result.feedback, result.feedback
     assert result.passed >= result.total - 3  # right values: only memory-limited cases fail
+
+
+@pytest.mark.parametrize("task_id", TASKS)
+def test_every_listed_mistake_fails_with_its_own_hint(task_id):
+    """Each row of a task's FAULTS table: the wrong implementation that takes its name loses
+    points, and the feedback names that mistake (no generic message)."""
+    task = get_task(task_id)
+    for wrong, hint in task.mistakes():
+        result = check_result(task_id, wrong)
+        assert result.status == "failed", wrong.keywords
+        assert hint in result.feedback, (wrong.keywords, result.feedback)
+
+
+# Slips the learners' review found with a generic or misleading message, written as learners do.
+def tiled_in_tile_key_positions(q, k, v, block_size=128, causal=False):
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError("block_size")
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    q = q / math.sqrt(q.shape[-1])
+    m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=q.dtype)
+    total = torch.zeros_like(m)
+    out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
+    rows = torch.arange(n_q)[:, None] + n_k - n_q
+    for start in range(0, n_k, block_size):
+        s = q @ k[..., start : start + block_size, :].transpose(-2, -1)
+        if causal:  # the classic tiling bug: key positions 0 .. bk - 1 in every tile
+            s = s.masked_fill(torch.arange(s.shape[-1]) > rows, -math.inf)
+        new_m = torch.maximum(m, s.amax(-1, keepdim=True))
+        c = torch.exp(m - new_m)
+        p = torch.exp(s - new_m)
+        total = total * c + p.sum(-1, keepdim=True)
+        out = out * c + p @ v[..., start : start + block_size, :]
+        m = new_m
+    return out / total
+
+
+def window_without_abs(n, window, causal=False):
+    if n < 1 or window < 0:
+        raise ValueError("bad arguments")
+    i = torch.arange(n)
+    mask = (i[:, None] - i[None, :]) <= window
+    return mask & (i[:, None] >= i[None, :]) if causal else mask
+
+
+def mlm_labels_at_mask_only(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=None):
+    if not 0 < mask_prob <= 1:
+        raise ValueError("mask_prob")
+    chosen = torch.rand(ids.shape, generator=generator) < mask_prob
+    if pad_id is not None:
+        chosen = chosen & (ids != pad_id)
+    u = torch.rand(ids.shape, generator=generator)
+    inputs = ids.clone()
+    inputs[chosen & (u < 0.8)] = mask_id
+    swap = chosen & (u >= 0.8) & (u < 0.9)
+    inputs[swap] = torch.randint(vocab_size, (int(swap.sum()),), generator=generator).to(ids.dtype)
+    labels = torch.where(inputs == mask_id, ids, torch.full_like(ids, -100))
+    return inputs, labels
+
+
+def mlm_independent_draws(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=None):
+    if not 0 < mask_prob <= 1:
+        raise ValueError("mask_prob")
+    chosen = torch.rand(ids.shape, generator=generator) < mask_prob
+    if pad_id is not None:
+        chosen = chosen & (ids != pad_id)
+    masked = chosen & (torch.rand(ids.shape, generator=generator) < 0.8)
+    swap = chosen & ~masked & (torch.rand(ids.shape, generator=generator) < 0.1)
+    random_ids = torch.randint(vocab_size, ids.shape, generator=generator, dtype=ids.dtype)
+    inputs = torch.where(swap, random_ids, ids.masked_fill(masked, mask_id))
+    return inputs, torch.where(chosen, ids, torch.full_like(ids, -100))
+
+
+def backward_without_D(q, k, v, out, lse, d_out, block_size=128, causal=False):
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError("block_size")
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    scale = q.shape[-1] ** -0.5
+    rows = torch.arange(n_q)[:, None] + n_k - n_q
+    dq, dks, dvs = torch.zeros_like(q), [], []
+    for start in range(0, n_k, block_size):
+        kb, vb = k[..., start : start + block_size, :], v[..., start : start + block_size, :]
+        s = q @ kb.transpose(-2, -1) * scale
+        if causal:
+            s = s.masked_fill(torch.arange(start, start + s.shape[-1]) > rows, -math.inf)
+        p = torch.exp(s - lse[..., None])
+        dvs.append(p.transpose(-2, -1) @ d_out)
+        ds = p * (d_out @ vb.transpose(-2, -1))  # the softmax's Jacobian without D
+        dq = dq + ds @ kb * scale
+        dks.append(ds.transpose(-2, -1) @ q * scale)
+    return dq, torch.cat(dks, -2), torch.cat(dvs, -2)
+
+
+@pytest.mark.parametrize(
+    "task_id,impl,words",
+    [
+        ("ex10.tiled_attention", tiled_in_tile_key_positions, "inside the tile"),
+        ("ex10.sliding_window_mask", window_without_abs, "without abs"),
+        ("ex10.mlm_mask", mlm_labels_at_mask_only, "only the positions that became <mask>"),
+        ("ex10.mlm_mask", mlm_independent_draws, "separate draws"),
+        ("ex10.tiled_attention_backward", backward_without_D, "D is missing"),
+    ],
+)
+def test_reviewed_slips_get_a_named_hint(task_id, impl, words):
+    result = check_result(task_id, impl)
+    assert result.status == "failed", result.feedback
+    assert words in result.feedback, result.feedback
+
+
+def test_backward_may_not_use_autograd():
+    def with_autograd(q, k, v, out, lse, d_out, block_size=128, causal=False):
+        leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+        o = tiled_attention(*leaves, causal=causal, block_size=block_size)
+        return torch.autograd.grad(o, leaves, d_out)
+
+    assert check_result("ex10.tiled_attention_backward", with_autograd).status == "forbidden"

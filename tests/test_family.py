@@ -113,3 +113,56 @@ def test_bert_sees_both_sides_and_gpt_style_would_not():
 def test_input_checks(call, words):
     with pytest.raises((ValueError, TypeError), match=words):
         call()
+
+
+def test_span_corrupt_drops_15_percent_in_spans_and_targets_restore_them():
+    from course_lib.family import span_corrupt
+
+    tokens = list(range(100))
+    sentinels = [-1, -2, -3, -4, -5, -6, -7]
+    inputs, targets = span_corrupt(tokens, sentinels, generator=torch.Generator().manual_seed(0))
+    # 15 dropped tokens in round(15 / 3) = 5 spans: 5 sentinels in the input, 6 in the target
+    assert [t for t in inputs if t < 0] == sentinels[:5]
+    assert [t for t in targets if t < 0] == sentinels[:6] and targets[-1] == -6
+    assert len([t for t in targets if t >= 0]) == 15 and len([t for t in inputs if t >= 0]) == 85
+    # putting each span back at its sentinel gives the sequence again
+    spans, current = {}, None
+    for t in targets:
+        if t < 0:
+            current = t
+            spans[current] = []
+        else:
+            spans[current].append(t)
+    restored = [x for t in inputs for x in (spans[t] if t < 0 else [t])]
+    assert restored == tokens
+    assert all(spans[s] for s in sentinels[:5])  # every span holds at least one token
+
+
+def test_span_corrupt_mean_span_length_and_seeds():
+    from course_lib.family import span_corrupt
+
+    lengths = []
+    for seed in range(200):
+        _, targets = span_corrupt(
+            list(range(60)), list(range(-1, -20, -1)), generator=torch.Generator().manual_seed(seed)
+        )
+        run = 0
+        for t in targets:
+            if t < 0:
+                lengths.append(run) if run else None
+                run = 0
+            else:
+                run += 1
+    assert sum(lengths) / len(lengths) == pytest.approx(3.0)  # 9 tokens in 3 spans, exactly
+    assert len(set(lengths)) > 3  # but the spans' lengths vary
+    a = span_corrupt(
+        list(range(60)), list(range(-1, -9, -1)), generator=torch.Generator().manual_seed(1)
+    )
+    b = span_corrupt(
+        list(range(60)), list(range(-1, -9, -1)), generator=torch.Generator().manual_seed(1)
+    )
+    assert a == b
+    with pytest.raises(ValueError, match="sentinels"):
+        span_corrupt(list(range(100)), [-1, -2])
+    with pytest.raises(ValueError, match="noise_density"):
+        span_corrupt(list(range(10)), [-1, -2], noise_density=1.5)

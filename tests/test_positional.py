@@ -9,7 +9,9 @@ from course_lib.positional import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
     apply_rope,
+    apply_rope_half,
     relative_shift_matrix,
+    rope_half_permutation,
     sinusoid_frequencies,
     sinusoidal_positional_encoding,
 )
@@ -274,3 +276,25 @@ def test_module_constructor_errors():
         LearnedPositionalEmbedding(0, 8)
     with pytest.raises(ValueError, match="d_model"):
         LearnedPositionalEmbedding(8, -1)
+
+
+def test_rope_base_sets_the_frequencies():
+    """base=10000 is the default; another base turns pair i by p * base^(-2i/d)."""
+    x = torch.randn(2, 5, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(apply_rope(x), apply_rope(x, base=10000.0))
+    got = apply_rope(x, base=500000.0)
+    angles = torch.arange(5.0, dtype=torch.float64)[:, None] * 500000.0 ** (
+        -torch.arange(0, 8, 2, dtype=torch.float64) / 8
+    )
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    want = torch.stack(
+        (x0 * angles.cos() - x1 * angles.sin(), x0 * angles.sin() + x1 * angles.cos()), dim=-1
+    ).flatten(-2)
+    torch.testing.assert_close(got, want)
+    assert not torch.allclose(got, apply_rope(x))
+    perm = rope_half_permutation(8)
+    torch.testing.assert_close(
+        apply_rope_half(x, base=500000.0)[..., perm], apply_rope(x[..., perm], base=500000.0)
+    )
+    with pytest.raises(ValueError, match="base"):
+        apply_rope(x, base=1.0)

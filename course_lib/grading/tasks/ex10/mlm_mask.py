@@ -1,0 +1,311 @@
+"""ex10.mlm_mask: BERT's corruption, checked statistically (as ex09.sample_next): one call on
+about 200,000 positions with a seeded generator, and the proportions (chosen, <mask>, random,
+unchanged, by position) compared with BERT's within a few standard errors; never a padding
+position; the labels exactly the original ids at the chosen positions and -100 elsewhere."""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import torch
+
+from ...core import Case, GradingError, Task, register
+
+LESSON = "lesson 10"
+
+FAULTS = {
+    "pads_chosen": (
+        "padding positions get chosen: choose only among the positions where ids != pad_id"
+    ),
+    "all_masked": (
+        "every chosen position became <mask>: of the chosen positions, 80 % become <mask>, "
+        "10 % a random id and 10 % stay unchanged"
+    ),
+    "swapped": (
+        "the proportions are swapped: 80 % of the chosen positions become <mask> and 10 % "
+        "a random id, not the other way round"
+    ),
+    "none_unchanged": (
+        "no chosen position stays unchanged: keep 10 % of them as they are (80 % <mask>, "
+        "10 % random, 10 % unchanged)"
+    ),
+    "labels_everywhere": (
+        "labels must be -100 at the positions that were not chosen, so that the loss "
+        "skips them; only the chosen positions keep their original id"
+    ),
+    "labels_at_mask_only": (
+        "your labels mark only the positions that became <mask>: the model must also predict "
+        "the chosen positions given a random id or left unchanged (that is why they exist), "
+        "so every chosen position keeps its original id as its label"
+    ),
+    "independent_rest": (
+        "the random and unchanged shares come from separate draws on what is left: after 80 % "
+        "<mask>, half of the remaining 20 % (not 10 % of it) get a random id; simplest is one "
+        "uniform draw u per position: u < 0.8 <mask>, 0.8 <= u < 0.9 random, else unchanged"
+    ),
+    "independent_overwrite": (
+        "the <mask> and random-id draws are independent, so some positions are masked and then "
+        "overwritten by a random id (72 % <mask>, not 80 %): let one uniform draw per position "
+        "decide between the three outcomes"
+    ),
+    "fixed_prob": "use the mask_prob argument (0.15 is only its default)",
+    "mask_id_drawn": (
+        "the random ids include vocab_size, which is mask_id here: draw them from "
+        "[0, vocab_size) (torch.randint's `high` is already excluded)"
+    ),
+    "global_rng": "pass `generator=generator` to every random draw",
+}
+
+
+def wrong_mlm(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=None, *, mistake):
+    """BERT's corruption with one uniform draw per position, with the named mistake."""
+    if not 0 < mask_prob <= 1:
+        raise ValueError("mask_prob")
+    if mistake == "global_rng":
+        generator = None
+    p = 0.15 if mistake == "fixed_prob" else mask_prob
+    chosen = torch.rand(ids.shape, generator=generator) < p
+    if pad_id is not None and mistake != "pads_chosen":
+        chosen &= ids != pad_id
+    split = {"all_masked": (1.0, 1.0), "swapped": (0.1, 0.9), "none_unchanged": (0.8, 1.0)}
+    low, high = split.get(mistake, (0.8, 0.9))
+    action = torch.rand(ids.shape, generator=generator)
+    extra = 1 if mistake == "mask_id_drawn" else 0
+    random_ids = torch.randint(
+        0, vocab_size + extra, ids.shape, generator=generator, dtype=ids.dtype
+    )
+    masked = chosen & (action < low)
+    swap = chosen & (action >= low) & (action < high)
+    if mistake == "independent_rest":
+        swap = chosen & ~masked & (torch.rand(ids.shape, generator=generator) < 0.1)
+    elif mistake == "independent_overwrite":
+        swap = chosen & (torch.rand(ids.shape, generator=generator) < 0.1)
+    inputs = torch.where(swap, random_ids, ids.masked_fill(masked, mask_id))
+    labelled = masked if mistake == "labels_at_mask_only" else chosen
+    labels = ids.clone() if mistake == "labels_everywhere" else ids.masked_fill(~labelled, -100)
+    return inputs, labels
+
+
+_MLM_SHAPE = (400, 500)  # 200,000 positions per case
+
+
+def _mlm_ids(gen, vocab_size, pad_id=None, dtype=torch.int64):
+    ids = torch.randint(0, vocab_size, _MLM_SHAPE, generator=gen, dtype=dtype)
+    if pad_id is not None:
+        ids[ids == pad_id] = (pad_id + 1) % vocab_size
+        lengths = torch.randint(100, _MLM_SHAPE[1] + 1, (_MLM_SHAPE[0],), generator=gen)
+        ids[torch.arange(_MLM_SHAPE[1]) >= lengths[:, None]] = pad_id
+    return ids
+
+
+def _mlm_stats(ids, inputs, labels, mask_id, vocab_size, pad_id):
+    real = ids != pad_id if pad_id is not None else torch.ones_like(ids, dtype=torch.bool)
+    chosen = labels != -100
+    picked, original = inputs[chosen], ids[chosen]
+    replaced = picked[(picked != mask_id) & (picked != original)]
+    half = ids.shape[-1] // 2
+    first_real = real.clone()
+    first_real[..., half:] = False
+    counts = torch.bincount(replaced.clamp(0, vocab_size), minlength=vocab_size + 1)
+    return {
+        "exact": {
+            "padding positions whose label is not -100": int((chosen & ~real).sum()),
+            "padding changed": int(((inputs != ids) & ~real).sum()),
+            "labels of chosen positions that are not the original id": int(
+                (labels[chosen] != original).sum()
+            ),
+            "positions changed although not chosen": int((inputs != ids)[~chosen].sum()),
+            "random ids outside [0, vocab_size)": int(
+                ((replaced < 0) | (replaced >= vocab_size)).sum()
+            ),
+        },
+        "counts": {
+            "real": int(real.sum()),
+            "chosen": int(chosen.sum()),
+            "first half real": int(first_real.sum()),
+            "first half chosen": int((chosen & first_real).sum()),
+            "masked": int((picked == mask_id).sum()),
+            "unchanged": int((picked == original).sum()),
+            "random": int(replaced.numel()),
+        },
+        "random histogram": counts[:vocab_size].double(),
+    }
+
+
+_MLM_WHAT = {
+    "chosen": "the share of non-padding positions chosen",
+    "first half": "the share chosen in the first half of each row",
+    "masked": "the share of chosen positions that became <mask>",
+    "unchanged": "the share of chosen positions left unchanged",
+    "random": "the share of chosen positions given a random id",
+}
+
+
+def _mlm_shares(counts):
+    """name -> (share, number of positions it is a share of)."""
+    pairs = {
+        "chosen": ("chosen", "real"),
+        "first half": ("first half chosen", "first half real"),
+        "masked": ("masked", "chosen"),
+        "unchanged": ("unchanged", "chosen"),
+        "random": ("random", "chosen"),
+    }
+    return {
+        name: (counts[hits] / max(1, counts[total]), counts[total])
+        for name, (hits, total) in pairs.items()
+    }
+
+
+def _mlm_compare(got, want, mask_prob, vocab_size):
+    for name, value in want["exact"].items():
+        # against a wrong implementation, only whether it makes this kind of error matters
+        same = (
+            got["exact"][name] == value
+            if "expected" in want
+            else (got["exact"][name] > 0) == (value > 0)
+        )
+        if not same:
+            return f"{name}: {got['exact'][name]} (expected {value})"
+    if "expected" in want:  # against BERT's probabilities
+        targets = {
+            "chosen": mask_prob,
+            "first half": mask_prob,
+            "masked": 0.8,
+            "unchanged": 0.1 + 0.1 / vocab_size,
+            "random": 0.1 * (vocab_size - 1) / vocab_size,
+        }
+    else:  # against a wrong implementation's own proportions
+        targets = {name: share for name, (share, _) in _mlm_shares(want["counts"]).items()}
+    for name, (share, total) in _mlm_shares(got["counts"]).items():
+        if total == 0:
+            return f"{_MLM_WHAT[name]}: there is no position to count"
+        p = targets[name]
+        tolerance = 5 * math.sqrt(max(p * (1 - p), 1e-12) / total) + 1e-3
+        if abs(share - p) > tolerance:
+            return f"{_MLM_WHAT[name]} is {share:.3f}, expected {p:.3f}"
+    histogram = got["random histogram"]
+    if histogram.sum() > 0:
+        expected = histogram.sum() / vocab_size
+        worst = (histogram - expected).abs().max().item()
+        if worst > 6 * math.sqrt(expected) + 2:
+            return (
+                "the random ids are not uniform over [0, vocab_size): some id is drawn "
+                f"{worst:.0f} times more or less than the {expected:.0f} expected"
+            )
+    return None
+
+
+@register
+class MlmMask(Task):
+    id = "ex10.mlm_mask"
+    lesson = f"{LESSON}, section 'BERT: fill in the blanks'"
+    reference = "course_lib.family.mlm_mask"
+
+    def cases(self, gen):
+        return [
+            Case(
+                "ids (400, 500) with vocab_size=20, mask_id=20, pad_id=0 and padded rows",
+                (_mlm_ids(gen, 20, pad_id=0), 20, 20),
+                {"pad_id": 0},
+            ),
+            Case(
+                "no padding (pad_id=None), vocab_size=50, mask_id=50", (_mlm_ids(gen, 50), 50, 50)
+            ),
+            Case(
+                "mask_prob=0.3, pad_id=3 (padding need not be 0), vocab_size=10, mask_id=10",
+                (_mlm_ids(gen, 10, pad_id=3), 10, 10),
+                {"mask_prob": 0.3, "pad_id": 3},
+            ),
+            Case(
+                "mask_prob=1.0: every non-padding position is chosen, int32 ids",
+                (_mlm_ids(gen, 12, pad_id=0, dtype=torch.int32), 12, 12),
+                {"mask_prob": 1.0, "pad_id": 0},
+            ),
+            Case(
+                "mask_prob=0.05, vocab_size=4 (random ids often equal the original)",
+                (_mlm_ids(gen, 4, pad_id=1), 4, 4),
+                {"mask_prob": 0.05, "pad_id": 1},
+            ),
+            Case(
+                "mask_prob=0 must raise a ValueError",
+                (_mlm_ids(gen, 5)[:2], 5, 5),
+                {"mask_prob": 0.0},
+                raises=ValueError,
+            ),
+            Case(
+                "mask_prob=1.5 must raise a ValueError",
+                (_mlm_ids(gen, 5)[:2], 5, 5),
+                {"mask_prob": 1.5},
+                raises=ValueError,
+            ),
+        ]
+
+    def call(self, obj, case):
+        ids, mask_id, vocab_size = case.args
+        if case.raises is not None:
+            return obj(ids, mask_id, vocab_size, **case.kwargs)
+        pad_id = case.kwargs.get("pad_id")
+
+        def run(seed, given=None):
+            return obj(
+                ids.clone() if given is None else given,
+                mask_id,
+                vocab_size,
+                **case.kwargs,
+                generator=torch.Generator().manual_seed(seed),
+            )
+
+        first = run(1234, given=ids)  # the learner's own copy: the grader sees it changed
+        if not (
+            isinstance(first, (tuple, list))
+            and len(first) == 2
+            and all(isinstance(t, torch.Tensor) for t in first)
+        ):
+            raise GradingError("return a tuple (inputs, labels) of two tensors")
+        inputs, labels = first
+        for name, t in (("inputs", inputs), ("labels", labels)):
+            if t.shape != ids.shape:
+                raise GradingError(
+                    f"{name} has shape {tuple(t.shape)}, expected the shape of "
+                    f"ids {tuple(ids.shape)}"
+                )
+        for name, t in (("inputs", inputs), ("labels", labels)):
+            if t.dtype != ids.dtype:
+                raise GradingError(
+                    f"{name} has dtype {str(t.dtype)[6:]}; keep the dtype of ids "
+                    f"({str(ids.dtype)[6:]}): F.cross_entropy takes integer class labels"
+                )
+        again = run(1234)
+        if not all(torch.equal(a, b) for a, b in zip(first, again, strict=True)):
+            raise GradingError(
+                "two calls with generators in the same state gave different "
+                "results: pass `generator=generator` to every random draw "
+                "(torch.rand, torch.randint)"
+            )
+        if all(torch.equal(a, b) for a, b in zip(first, run(99), strict=True)):
+            raise GradingError(
+                "two calls with different generator seeds gave the same "
+                "result: draw the random numbers from `generator`"
+            )
+        return _mlm_stats(ids, inputs.long(), labels.long(), mask_id, vocab_size, pad_id)
+
+    def expected(self, case):
+        if case.raises is not None:
+            return None
+        ids, mask_id, vocab_size = case.args
+        pad_id = case.kwargs.get("pad_id")
+        # The exact counts are all zero; the proportions are BERT's, checked in `compare`.
+        stats = _mlm_stats(ids, ids, torch.full_like(ids, -100), mask_id, vocab_size, pad_id)
+        stats["expected"] = True
+        return stats
+
+    def compare(self, got, want, case):
+        if want is None:
+            return None
+        if not isinstance(got, dict) or "counts" not in got:
+            return "your function should return (inputs, labels)"
+        return _mlm_compare(got, want, case.kwargs.get("mask_prob", 0.15), case.args[2])
+
+    def mistakes(self):
+        return [(partial(wrong_mlm, mistake=name), hint) for name, hint in FAULTS.items()]

@@ -1,0 +1,90 @@
+"""ex10.patchify: images to a sequence of patches, row by row."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+
+from ...core import Case, Task, register
+from ..common import randn
+
+LESSON = "lesson 10"
+
+FAULTS = {
+    "plain_reshape": (
+        "a reshape alone reads pixels in memory order, so a 'patch' is a strip of rows, "
+        "not a square: split H and W into (H/p, p) and (W/p, p), then permute the "
+        "patch-grid axes in front"
+    ),
+    "column_major": (
+        "the patches are read column by column: read them row by row (all patches of the "
+        "top row, left to right, then the next row)"
+    ),
+    "channels_last": (
+        "inside a patch the channels come last; flatten each patch as (channels, row, "
+        "column), like a Conv2d kernel"
+    ),
+    "transposed": (
+        "each patch is transposed: flatten it row by row (the pixel row before the pixel column)"
+    ),
+}
+
+_ORDERS = {
+    "column_major": (0, 4, 2, 1, 3, 5),
+    "channels_last": (0, 2, 4, 3, 5, 1),
+    "transposed": (0, 2, 4, 1, 5, 3),
+}
+
+
+def wrong_patches(images, p, *, mistake):
+    """(batch, channels, H, W) -> (batch, patches, channels * p * p), with the named mistake."""
+    b, c, h, w = images.shape
+    if mistake == "plain_reshape":
+        return images.reshape(b, -1, c * p * p)
+    x = images.reshape(b, c, h // p, p, w // p, p).permute(*_ORDERS[mistake])
+    return x.reshape(b, (h // p) * (w // p), c * p * p)
+
+
+@register
+class Patchify(Task):
+    id = "ex10.patchify"
+    lesson = f"{LESSON}, section 'ViT: an image is a sequence of patches'"
+    reference = "course_lib.family.patchify"
+    forbidden = ("torch.nn.functional.unfold", "torch.nn.Unfold")
+
+    def cases(self, gen):
+        return [
+            Case(
+                "images (2, 3, 8, 12), patch_size=4 (2 x 3 patches)", (randn(gen, 2, 3, 8, 12), 4)
+            ),
+            Case("images (1, 1, 4, 4), patch_size=2", (randn(gen, 1, 1, 4, 4), 2)),
+            Case(
+                "images (3, 2, 6, 6), patch_size=3, float64",
+                (randn(gen, 3, 2, 6, 6, dtype=torch.float64), 3),
+            ),
+            Case(
+                "images (2, 3, 4, 6), patch_size=1 (every pixel a patch)",
+                (randn(gen, 2, 3, 4, 6), 1),
+            ),
+            Case("images (2, 2, 5, 5), patch_size=5 (one patch)", (randn(gen, 2, 2, 5, 5), 5)),
+            Case(
+                "images (1, 1, 4, 8), patch_size=2 (wider than tall)", (randn(gen, 1, 1, 4, 8), 2)
+            ),
+            Case(
+                "images (1, 4, 9, 3), patch_size=3 (taller than wide)", (randn(gen, 1, 4, 9, 3), 3)
+            ),
+            Case(
+                "H=10 is not a multiple of patch_size=4: must raise a ValueError",
+                (randn(gen, 1, 1, 10, 8), 4),
+                raises=ValueError,
+            ),
+            Case(
+                "W=6 is not a multiple of patch_size=4: must raise a ValueError",
+                (randn(gen, 1, 1, 8, 6), 4),
+                raises=ValueError,
+            ),
+        ]
+
+    def mistakes(self):
+        return [(partial(wrong_patches, mistake=name), hint) for name, hint in FAULTS.items()]

@@ -1,0 +1,74 @@
+"""ex10.sliding_window_mask: Longformer's band as a bool mask. Data: the cases, the named
+mistakes (FAULTS) and one wrong mask that takes a mistake's name."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+
+from ...core import Case, Task, register
+
+LESSON = "lesson 10"
+
+FAULTS = {
+    "too_narrow": (
+        "the window is one too narrow: key j is allowed when |i - j| <= window, so the "
+        "band is 2 * window + 1 wide (use <=, not <)"
+    ),
+    "too_wide": (
+        "the window is one too wide: key j is allowed when |i - j| <= window, not <= window + 1"
+    ),
+    "no_abs": (
+        "without abs, i - j <= window holds for every key after the query: the band must be "
+        "bounded on both sides, |i - j| <= window (offset.abs() <= window)"
+    ),
+    "future": "with causal=True the band keeps the past (j <= i), not the future",
+    "causal_ignored": "causal=True is ignored: keep only the keys j with i - window <= j <= i",
+    "diagonal_blocked": (
+        "with causal=True a token may still attend to itself: keep j <= i, not j < i"
+    ),
+    "inverted": "your mask is inverted: True means 'may attend' in this course",
+    "float": "the mask must be a bool tensor (True/False), not floats",
+}
+
+
+def wrong_band(n, window, causal=False, *, mistake):
+    """The band from two aranges, with the named mistake where it bites."""
+    offset = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # i - j
+    distance = offset if mistake == "no_abs" else offset.abs()
+    width = window + {"too_narrow": -1, "too_wide": 1}.get(mistake, 0)
+    mask = distance <= width
+    if causal and mistake != "causal_ignored":
+        if mistake == "future":
+            mask &= offset <= 0
+        else:
+            mask &= offset > 0 if mistake == "diagonal_blocked" else offset >= 0
+    if mistake == "inverted":
+        return ~mask
+    return mask.float() if mistake == "float" else mask
+
+
+@register
+class SlidingWindowMask(Task):
+    id = "ex10.sliding_window_mask"
+    lesson = f"{LESSON}, section 'Longformer: a sliding window'"
+    reference = "course_lib.efficient_attention.sliding_window_mask"
+
+    def cases(self, gen):
+        return [
+            Case("n=7, window=2", (7, 2)),
+            Case("n=7, window=2, causal=True", (7, 2), {"causal": True}),
+            Case("n=5, window=0 (each token sees only itself)", (5, 0)),
+            Case("n=4, window=0, causal=True", (4, 0), {"causal": True}),
+            Case("n=6, window=10 (wider than the sequence: everything allowed)", (6, 10)),
+            Case("n=6, window=10, causal=True (the plain causal mask)", (6, 10), {"causal": True}),
+            Case("n=1, window=3", (1, 3)),
+            Case("n=12, window=3, causal=False given by keyword", (12, 3), {"causal": False}),
+            Case("n=9, window=1, causal=True", (9, 1), {"causal": True}),
+            Case("window=-1 must raise a ValueError", (5, -1), raises=ValueError),
+            Case("n=0 must raise a ValueError", (0, 2), raises=ValueError),
+        ]
+
+    def mistakes(self):
+        return [(partial(wrong_band, mistake=name), hint) for name, hint in FAULTS.items()]

@@ -1,0 +1,304 @@
+"""ex10.tiled_attention: the online softmax, one block of keys at a time, under the memory
+rule of `_memory`. Data: the cases, the named mistakes (FAULTS) and one wrong loop that takes
+a mistake's name."""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import torch
+
+from ...core import Task, register
+from ..common import randn
+from ._memory import MEMORY_HINT, call_limited, limited_case
+
+LESSON = "lesson 10"
+
+CAUSAL_RULE = (
+    "query i is token n_k - n_q + i of the sequence (the newest tokens when there are fewer "
+    "queries than keys, as with is_causal=True) and may attend to the keys up to that token"
+)
+
+FAULTS = {
+    "sum_not_rescaled": (
+        "the running sum is not rescaled: when a block brings a larger maximum m', the sum "
+        "of exp(s - m) collected so far must be multiplied by exp(m - m') before the new "
+        "block's terms are added"
+    ),
+    "output_not_rescaled": (
+        "the running output is not rescaled: when the maximum grows from m to m', multiply "
+        "the weighted sum of values collected so far by exp(m - m'), as you do the sum"
+    ),
+    "nothing_rescaled": (
+        "neither the running sum nor the running output is rescaled: when a block brings "
+        "a larger maximum m', multiply both by exp(m - m') before adding the new block's "
+        "terms"
+    ),
+    "block_max": (
+        "each block's own maximum is used instead of the running one: the new maximum is "
+        "max(m, the block's maximum), so that exp(m - m') never exceeds 1; with the block's "
+        "own maximum, a block of small scores after a large one overflows exp"
+    ),
+    "key_offset_missing": (
+        "the causal mask compares the query positions with the key positions inside the tile "
+        "(0 .. block_size - 1): key j of the block that starts at `start` is key start + j, so "
+        "build the tile's key positions with torch.arange(start, start + tile width)"
+    ),
+    "top_left": (
+        "with fewer queries than keys, causal=True aligns the queries with the last keys: "
+        f"{CAUSAL_RULE}; your mask lets query i see keys j <= i only"
+    ),
+    "last_block_dropped": (
+        "the last keys are left out when n_k is not a multiple of block_size: the last "
+        "tile is shorter, so loop with range(0, n_k, block_size) and slice to the end"
+    ),
+    "no_max": (
+        "exp of large scores overflows to inf: keep a running maximum and subtract it "
+        "before exp, rescaling what was summed when it grows"
+    ),
+    "inverted_rescale": (
+        "the rescaling factor is inverted: what was summed relative to the old maximum m is "
+        "brought to the new maximum m' by exp(m - m') (at most 1), not exp(m' - m)"
+    ),
+    "unscaled": "the scores are not divided by sqrt(d_k)",
+    "diagonal_blocked": (
+        "with causal=True a query may attend to itself: block keys j > i, not j >= i"
+    ),
+    "causal_ignored": (
+        "causal=True is ignored: query i may only attend to keys j <= i (mask the later "
+        "keys of each tile with -inf)"
+    ),
+    "float32_buffers": (
+        "your output is not in q's dtype: torch.zeros makes float32 tensors unless told "
+        "otherwise, so create the running sum and output (and maximum) with "
+        "dtype=q.dtype"
+    ),
+    "softmax_per_block": (
+        "a softmax per block, then an average of the blocks, is not the softmax over all "
+        "keys: keep one running maximum and one running sum across the blocks"
+    ),
+    "full_matrix": MEMORY_HINT,
+    "full_causal_mask": MEMORY_HINT,
+}
+
+
+def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
+    """The exercise's loop over key blocks (all queries against one block of keys), with the
+    named mistake where it bites."""
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    dtype = torch.float32 if mistake == "float32_buffers" else q.dtype
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    if mistake == "full_matrix":
+        block_size = n_k  # one tile: the whole (n_q, n_k) matrix
+    if mistake != "unscaled":
+        q = q / math.sqrt(q.shape[-1])
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    m = torch.full((*batch, n_q, 1), float("-inf"), dtype=q.dtype)
+    total = torch.zeros((*batch, n_q, 1), dtype=dtype)
+    out = torch.zeros((*batch, n_q, v.shape[-1]), dtype=dtype)
+    shift = 0 if mistake == "top_left" else n_k - n_q
+    query_pos = torch.arange(n_q)[:, None] + shift  # (n_q, 1)
+    if mistake == "full_causal_mask":
+        full_mask = torch.arange(n_k) > query_pos  # (n_q, n_k), sliced for each tile
+    parts = []
+    last = n_k - block_size + 1 if mistake == "last_block_dropped" else n_k
+    for start in range(0, last, block_size):
+        s = q @ k[..., start : start + block_size, :].transpose(-2, -1)  # (..., n_q, bk)
+        v_block = v[..., start : start + block_size, :]
+        if causal and mistake != "causal_ignored":
+            first = 0 if mistake == "key_offset_missing" else start
+            key_pos = torch.arange(first, first + s.shape[-1])
+            blocked = key_pos >= query_pos if mistake == "diagonal_blocked" else key_pos > query_pos
+            if mistake == "full_causal_mask":
+                blocked = full_mask[:, start : start + s.shape[-1]]
+            s = s.masked_fill(blocked, float("-inf"))
+        if mistake == "softmax_per_block":
+            parts.append(torch.nan_to_num(s.softmax(-1)) @ v_block)
+            continue
+        if mistake == "no_max":
+            new_m = torch.zeros_like(m)
+        elif mistake == "block_max":
+            new_m = s.amax(-1, keepdim=True)
+        else:
+            new_m = torch.maximum(m, s.amax(-1, keepdim=True))
+        safe = new_m.masked_fill(new_m == float("-inf"), 0.0)
+        p = (s - safe).exp()
+        correction = (safe - m).exp() if mistake == "inverted_rescale" else (m - safe).exp()
+        if mistake == "no_max":
+            correction = torch.ones_like(m)
+        keep_sum = mistake in ("sum_not_rescaled", "nothing_rescaled")
+        keep_out = mistake in ("output_not_rescaled", "nothing_rescaled")
+        total = (total if keep_sum else total * correction) + p.sum(-1, keepdim=True)
+        out = (out if keep_out else out * correction) + p @ v_block
+        m = safe if mistake == "block_max" else new_m
+    if mistake == "softmax_per_block":
+        return sum(parts) / len(parts)
+    return out / total
+
+
+def _case(description, q, k, v, block_size, causal=False, raises=None):
+    return limited_case(
+        description,
+        (q, k, v),
+        {"block_size": block_size, "causal": causal},
+        q,
+        k,
+        v,
+        block_size,
+        raises=raises,
+    )
+
+
+@register
+class TiledAttention(Task):
+    id = "ex10.tiled_attention"
+    lesson = f"{LESSON}, section 'Exact attention in tiles: the online softmax'"
+    reference = "course_lib.efficient_attention.tiled_attention"
+    forbidden = (
+        "torch.nn.functional.scaled_dot_product_attention",
+        "torch.nn.MultiheadAttention",
+        "course_lib.attention.scaled_dot_product_attention",
+    )
+
+    def cases(self, gen):
+        f64 = torch.float64
+        bad = [(0, ""), (-3, ""), (-1, ""), (2.5, " (not an integer)")]
+        return [
+            _case(
+                "q, k, v (2, 3, 10, 8), block_size=4 (10 is not a multiple of 4)",
+                randn(gen, 2, 3, 10, 8),
+                randn(gen, 2, 3, 10, 8),
+                randn(gen, 2, 3, 10, 8),
+                4,
+            ),
+            _case(
+                "the same shapes with causal=True",
+                randn(gen, 2, 3, 10, 8),
+                randn(gen, 2, 3, 10, 8),
+                randn(gen, 2, 3, 10, 8),
+                4,
+                causal=True,
+            ),
+            _case(
+                "n_q=7 != n_k=13, d_v=5: q (2, 7, 6), k (2, 13, 6), v (2, 13, 5), block_size=4",
+                randn(gen, 2, 7, 6),
+                randn(gen, 2, 13, 6),
+                randn(gen, 2, 13, 5),
+                4,
+            ),
+            _case(
+                "float64, large scores (the maximum moves from block to block), "
+                "(3, 9, 6), block_size=3, causal=True",
+                randn(gen, 3, 9, 6, dtype=f64, scale=4.0),
+                randn(gen, 3, 9, 6, dtype=f64, scale=4.0),
+                randn(gen, 3, 9, 6, dtype=f64),
+                3,
+                causal=True,
+            ),
+            _case(
+                "scores near 900 (exp would overflow without subtracting the maximum), "
+                "(1, 6, 4), block_size=2",
+                randn(gen, 1, 6, 4, scale=30.0),
+                randn(gen, 1, 6, 4, scale=30.0),
+                randn(gen, 1, 6, 4),
+                2,
+            ),
+            _case(
+                "block_size=1 (every key its own block), (2, 6, 4), causal=True",
+                randn(gen, 2, 6, 4, scale=2.0),
+                randn(gen, 2, 6, 4, scale=2.0),
+                randn(gen, 2, 6, 4),
+                1,
+                causal=True,
+            ),
+            _case(
+                "block_size=16 larger than n=5: one block, (1, 5, 4)",
+                randn(gen, 1, 5, 4),
+                randn(gen, 1, 5, 4),
+                randn(gen, 1, 5, 4),
+                16,
+            ),
+            _case(
+                "batch smaller than the other sizes: q, k, v (1, 40, 16), block_size=8, float64",
+                randn(gen, 1, 40, 16, dtype=f64, scale=2.0),
+                randn(gen, 1, 40, 16, dtype=f64, scale=2.0),
+                randn(gen, 1, 40, 16, dtype=f64),
+                8,
+            ),
+            _case(
+                "a long sequence under a memory limit: q, k, v (2, 2048, 16), "
+                "block_size=128 (the full 2048 x 2048 scores are not allowed)",
+                randn(gen, 2, 2048, 16),
+                randn(gen, 2, 2048, 16),
+                randn(gen, 2, 2048, 16),
+                128,
+            ),
+            _case(
+                "few queries, many keys: q (2, 64, 8), k and v (2, 4096, 8), block_size=128 "
+                "(the (64, 4096) scores of all keys at once are not allowed)",
+                randn(gen, 2, 64, 8),
+                randn(gen, 2, 4096, 8),
+                randn(gen, 2, 4096, 8),
+                128,
+            ),
+            _case(
+                "the same limit with causal=True: q, k, v (1, 1024, 16), block_size=64",
+                randn(gen, 1, 1024, 16),
+                randn(gen, 1, 1024, 16),
+                randn(gen, 1, 1024, 16),
+                64,
+                causal=True,
+            ),
+            _case(
+                "bfloat16 q, k, v (2, 6, 8), block_size=2: the output keeps q's dtype",
+                randn(gen, 2, 6, 8, dtype=torch.bfloat16),
+                randn(gen, 2, 6, 8, dtype=torch.bfloat16),
+                randn(gen, 2, 6, 8, dtype=torch.bfloat16),
+                2,
+            ),
+            _case(
+                "batch dimensions broadcast, fewer queries than keys: q (3, 5, 4), k and v "
+                "(2, 3, 9, 4), block_size=4, causal=True (query i is token 4 + i)",
+                randn(gen, 3, 5, 4),
+                randn(gen, 2, 3, 9, 4),
+                randn(gen, 2, 3, 9, 4),
+                4,
+                causal=True,
+            ),
+            _case(
+                "one new query after 7 cached keys: q (2, 1, 8), k and v (2, 8, 8), "
+                "block_size=3, causal=True (the query sees all 8 keys)",
+                randn(gen, 2, 1, 8),
+                randn(gen, 2, 8, 8),
+                randn(gen, 2, 8, 8),
+                3,
+                causal=True,
+            ),
+            *(
+                _case(
+                    f"block_size={size}{why} must raise a ValueError",
+                    randn(gen, 1, 4, 4),
+                    randn(gen, 1, 4, 4),
+                    randn(gen, 1, 4, 4),
+                    size,
+                    raises=ValueError,
+                )
+                for size, why in bad
+            ),
+        ]
+
+    def call(self, obj, case):
+        return call_limited(obj, case)
+
+    def mistakes(self):
+        return [(partial(wrong_tiled, mistake=name), hint) for name, hint in FAULTS.items()]
+
+    def diagnose(self, got, want, case):
+        if isinstance(got, torch.Tensor) and not torch.isfinite(got).all():
+            return (
+                "your output has inf or NaN: subtract the running maximum before exp, and "
+                "rescale the sum and output when it grows"
+            )
+        return None

@@ -1,0 +1,281 @@
+"""ex10.tiled_attention_backward: FlashAttention-2's backward pass, one block of keys at a
+time, from the saved output and log-sum-exp; checked against autograd of full attention.
+Data: the cases, the named mistakes (FAULTS) and one wrong loop that takes a mistake's name."""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import torch
+
+from ...core import Task, register
+from ..common import randn
+from ._memory import MEMORY_HINT, call_limited, limited_case
+from .tiled_attention import CAUSAL_RULE
+
+LESSON = "lesson 10"
+
+FAULTS = {
+    "no_D": (
+        "D is missing: the softmax's backward is ds = p * (dp - D) with D = rowsum(d_out * out) "
+        "(..., n_q, 1), one number per query (it equals sum_j p_ij dp_ij over ALL keys); "
+        "ds = p * dp alone forgets that the weights of a row sum to 1"
+    ),
+    "D_per_block": (
+        "D is summed over one block of keys only: D_i = sum_j p_ij dp_ij runs over all the keys "
+        "of row i, which is why it is computed once, before the loop, as rowsum(d_out * out)"
+    ),
+    "block_softmax": (
+        "the weights are recomputed with a softmax over the block: the forward normalised each "
+        "row over all its keys, and that normaliser is the saved lse; p = exp(s - lse) gives "
+        "the forward's weights tile by tile, with no running maximum"
+    ),
+    "row_max": (
+        "the weights are exp(s - m) with a row's maximum: the forward's weights are "
+        "exp(s - lse), where lse = m + log(l) also holds the row's sum"
+    ),
+    "lse_not_column": (
+        "lse (..., n_q) must be a column, (..., n_q, 1), to be subtracted from a tile of scores "
+        "(..., n_q, block): lse.unsqueeze(-1); as it is, it lines up with the keys"
+    ),
+    "scores_unscaled": (
+        "the recomputed scores are not divided by sqrt(d_k): recompute them exactly as the "
+        "forward did, s = q k^T / sqrt(d_k), before exp(s - lse)"
+    ),
+    "grads_unscaled": (
+        "dq and dk are not scaled by 1 / sqrt(d_k): s = q k^T / sqrt(d_k), so dq = ds k / "
+        "sqrt(d_k) and dk = ds^T q / sqrt(d_k) (dv has no such factor)"
+    ),
+    "dv_scaled": ("dv is scaled by 1 / sqrt(d_k): only the scores were divided, so dv = p^T d_out"),
+    "causal_ignored": (
+        "causal=True is ignored in the backward pass: mask each recomputed tile exactly as the "
+        "forward did, so that the future keys get weight 0 and no gradient"
+    ),
+    "top_left": (
+        "with fewer queries than keys, causal=True aligns the queries with the last keys: "
+        f"{CAUSAL_RULE}; your mask lets query i see keys j <= i only"
+    ),
+    "key_offset_missing": (
+        "the causal mask compares the query positions with the key positions inside the tile "
+        "(0 .. block_size - 1): key j of the block that starts at `start` is key start + j"
+    ),
+    "last_block_dropped": (
+        "the last keys get no gradient when n_k is not a multiple of block_size: loop with "
+        "range(0, n_k, block_size) and slice to the end"
+    ),
+    "full_matrix": MEMORY_HINT,
+}
+
+
+def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mistake):
+    """The exercise's loop over key blocks, with the named mistake where it bites."""
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    if mistake == "full_matrix":
+        block_size = n_k
+    scale = 1 / math.sqrt(q.shape[-1])
+    grad_scale = 1.0 if mistake == "grads_unscaled" else scale
+    D = (d_out * out).sum(-1, keepdim=True)  # (..., n_q, 1)
+    row_lse = lse if mistake == "lse_not_column" else lse.unsqueeze(-1)
+    shift = 0 if mistake == "top_left" else n_k - n_q
+    query_pos = torch.arange(n_q)[:, None] + shift
+    dq = torch.zeros_like(q)
+    dks, dvs = [], []
+    last = n_k - block_size + 1 if mistake == "last_block_dropped" else n_k
+    for start in range(0, last, block_size):
+        k_block = k[..., start : start + block_size, :]
+        v_block = v[..., start : start + block_size, :]
+        s = q @ k_block.transpose(-2, -1)
+        if mistake != "scores_unscaled":
+            s = s * scale
+        if causal and mistake != "causal_ignored":
+            first = 0 if mistake == "key_offset_missing" else start
+            key_pos = torch.arange(first, first + s.shape[-1])
+            s = s.masked_fill(key_pos > query_pos, float("-inf"))
+        if mistake == "block_softmax":
+            p = torch.nan_to_num(s.softmax(-1))
+        elif mistake == "row_max":
+            p = (s - s.amax(-1, keepdim=True)).exp()
+        else:
+            p = (s - row_lse).exp()  # (..., n_q, bk)
+        dvs.append(p.transpose(-2, -1) @ d_out * (scale if mistake == "dv_scaled" else 1.0))
+        dp = d_out @ v_block.transpose(-2, -1)
+        if mistake == "no_D":
+            ds = p * dp
+        elif mistake == "D_per_block":
+            ds = p * (dp - (p * dp).sum(-1, keepdim=True))
+        else:
+            ds = p * (dp - D)
+        dq = dq + ds @ k_block * grad_scale
+        dks.append(ds.transpose(-2, -1) @ q * grad_scale)
+    dk, dv = torch.cat(dks, dim=-2), torch.cat(dvs, dim=-2)
+    if mistake == "last_block_dropped" and dk.shape[-2] < n_k:
+        pad = torch.zeros(*dk.shape[:-2], n_k - dk.shape[-2], dk.shape[-1], dtype=dk.dtype)
+        dk, dv = torch.cat([dk, pad], -2), torch.cat([dv, pad[..., : v.shape[-1]]], -2)
+    return dq, dk, dv
+
+
+def _full_gradients(q, k, v, d_out, causal):
+    """Autograd of full attention (the course's, bottom-right causal), in float64."""
+    from ....attention import scaled_dot_product_attention
+
+    leaves = [t.detach().double().requires_grad_(True) for t in (q, k, v)]
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    mask = torch.ones(n_q, n_k, dtype=torch.bool).tril(n_k - n_q) if causal else None
+    out, _ = scaled_dot_product_attention(*leaves, mask)
+    grads = torch.autograd.grad(out, leaves, d_out.double())
+    return tuple(g.to(q.dtype) for g in grads)
+
+
+@register
+class TiledAttentionBackward(Task):
+    id = "ex10.tiled_attention_backward"
+    lesson = f"{LESSON}, section 'The backward pass: recompute, do not store'"
+    reference = "course_lib.efficient_attention.tiled_attention_backward"
+    forbidden = (
+        "torch.nn.functional.scaled_dot_product_attention",
+        "torch.nn.MultiheadAttention",
+        "course_lib.attention.scaled_dot_product_attention",
+        "torch.autograd.grad",
+        "torch.Tensor.backward",
+        "torch.autograd.backward",
+    )
+
+    def cases(self, gen):
+        from ....efficient_attention import tiled_attention_forward
+
+        f64 = torch.float64
+
+        def case(description, shape_q, shape_k, d_v, block_size, causal=False, **kw):
+            dtype, scale = kw.get("dtype", f64), kw.get("scale", 1.0)
+            q = randn(gen, *shape_q, dtype=dtype, scale=scale)
+            k = randn(gen, *shape_k, dtype=dtype, scale=scale)
+            v = randn(gen, *shape_k[:-1], d_v, dtype=dtype)
+            d_out = randn(gen, *shape_q[:-1], d_v, dtype=dtype)
+            forward_block = block_size if isinstance(block_size, int) and block_size > 0 else 4
+            out, lse = tiled_attention_forward(q, k, v, causal=causal, block_size=forward_block)
+            return limited_case(
+                description,
+                (q, k, v, out, lse, d_out),
+                {"block_size": block_size, "causal": causal},
+                q,
+                k,
+                v,
+                block_size,
+                raises=kw.get("raises"),
+            )
+
+        return [
+            case(
+                "(2, 3, 10, 8), block_size=4 (10 is not a multiple of 4)",
+                (2, 3, 10, 8),
+                (2, 3, 10, 8),
+                8,
+                4,
+            ),
+            case("the same shapes with causal=True", (2, 3, 10, 8), (2, 3, 10, 8), 8, 4, True),
+            case("n_q=7 != n_k=13, d_v=5, block_size=4", (2, 7, 6), (2, 13, 6), 5, 4),
+            case(
+                "fewer queries than keys, causal=True: q (2, 5, 4), k (2, 9, 4), block_size=4 "
+                "(query i is token 4 + i)",
+                (2, 5, 4),
+                (2, 9, 4),
+                4,
+                4,
+                True,
+            ),
+            case(
+                "large scores (3, 9, 6), block_size=3, causal=True",
+                (3, 9, 6),
+                (3, 9, 6),
+                6,
+                3,
+                True,
+                scale=4.0,
+            ),
+            case("block_size=1, (2, 6, 4), causal=True", (2, 6, 4), (2, 6, 4), 4, 1, True),
+            case(
+                "block_size=16 larger than n=5: one block, (1, 5, 4)", (1, 5, 4), (1, 5, 4), 4, 16
+            ),
+            case(
+                "float32, (2, 12, 8), block_size=5, causal=True: the gradients keep q's dtype",
+                (2, 12, 8),
+                (2, 12, 8),
+                8,
+                5,
+                True,
+                dtype=torch.float32,
+            ),
+            case(
+                "a long sequence under a memory limit: (1, 1024, 16), block_size=128, "
+                "causal=True (no (1024, 1024) tensor is allowed)",
+                (1, 1024, 16),
+                (1, 1024, 16),
+                16,
+                128,
+                True,
+                dtype=torch.float32,
+            ),
+            case(
+                "few queries, many keys: q (2, 32, 8), k and v (2, 2048, 8), block_size=128",
+                (2, 32, 8),
+                (2, 2048, 8),
+                8,
+                128,
+                dtype=torch.float32,
+            ),
+            case(
+                "block_size=0 must raise a ValueError",
+                (1, 4, 4),
+                (1, 4, 4),
+                4,
+                0,
+                raises=ValueError,
+            ),
+            case(
+                "block_size=-1 must raise a ValueError",
+                (1, 4, 4),
+                (1, 4, 4),
+                4,
+                -1,
+                raises=ValueError,
+            ),
+            case(
+                "block_size=2.5 must raise a ValueError",
+                (1, 4, 4),
+                (1, 4, 4),
+                4,
+                2.5,
+                raises=ValueError,
+            ),
+        ]
+
+    def call(self, obj, case):
+        return call_limited(obj, case)
+
+    def expected(self, case):
+        if case.raises is not None:
+            return None
+        q, k, v, _, _, d_out = case.args
+        return _full_gradients(q, k, v, d_out, case.kwargs["causal"])
+
+    def mistakes(self):
+        return [(partial(wrong_backward, mistake=name), hint) for name, hint in FAULTS.items()]
+
+    def diagnose(self, got, want, case):
+        if isinstance(got, (tuple, list)) and len(got) == 3:
+            names = ("dq", "dk", "dv")
+            wrong = [
+                n
+                for n, g, w in zip(names, got, want, strict=True)
+                if not (
+                    isinstance(g, torch.Tensor)
+                    and g.shape == w.shape
+                    and torch.allclose(g.double(), w.double(), rtol=1e-4, atol=1e-5)
+                )
+            ]
+            if wrong and len(wrong) < 3:
+                return f"only {', '.join(wrong)} differ{'s' if len(wrong) == 1 else ''}"
+        return None
