@@ -25,7 +25,15 @@ from torch import Tensor, nn
 
 from .blocks import Encoder, EncoderLayer, LayerNorm
 from .positional import LearnedPositionalEmbedding
-from .validation import check_floating, check_ids, check_positive_int, check_tensor
+from .validation import (
+    at_the_door,
+    check_attention_mask,
+    check_floating,
+    check_ids,
+    check_positive_int,
+    check_tensor,
+    door,
+)
 
 __all__ = [
     "IGNORE_INDEX",
@@ -209,10 +217,15 @@ class MaskedLM(nn.Module):
         self.encoder = _pre_norm_encoder(d_model, num_heads, num_layers, d_ff, dropout)
         self.lm_head = nn.Linear(d_model, vocab_size)
 
+    @door
     def forward(self, ids: Tensor, mask: Tensor | None = None) -> Tensor:
-        check_ids(ids, "ids")
-        if ids.shape[1] > self.max_len:
-            raise ValueError(f"ids has {ids.shape[1]} tokens but max_len={self.max_len}")
+        if at_the_door():  # once here; the encoder and its layers then skip their checks
+            check_ids(ids, "ids")
+            if ids.shape[1] > self.max_len:
+                raise ValueError(f"ids has {ids.shape[1]} tokens but max_len={self.max_len}")
+            if mask is not None:
+                heads, n = self.encoder.layers[0].num_heads, ids.shape[1]
+                check_attention_mask(mask, "mask", len(ids), heads, n, n)
         x = self.position_embedding(self.token_embedding(ids))  # + positions: (batch, seq, d)
         return self.lm_head(self.encoder(x, mask))  # bidirectional: (batch, seq, vocab_size)
 
@@ -258,15 +271,17 @@ class VisionTransformer(nn.Module):
         self.encoder = _pre_norm_encoder(d_model, num_heads, num_layers, d_ff, dropout)
         self.head = nn.Linear(d_model, num_classes)
 
+    @door
     def forward(self, images: Tensor) -> Tensor:
-        check_tensor(images, "images", ndim=4, shape_hint="(batch, channels, H, W)")
-        check_floating(images, "images")
-        expected = (self.channels, self.image_size, self.image_size)
-        if tuple(images.shape[1:]) != expected:
-            raise ValueError(
-                f"images must be (batch, {', '.join(map(str, expected))}), got "
-                f"{tuple(images.shape)}"
-            )
+        if at_the_door():  # once here; patchify, the encoder and its layers skip their checks
+            check_tensor(images, "images", ndim=4, shape_hint="(batch, channels, H, W)")
+            check_floating(images, "images")
+            expected = (self.channels, self.image_size, self.image_size)
+            if tuple(images.shape[1:]) != expected:
+                raise ValueError(
+                    f"images must be (batch, {', '.join(map(str, expected))}), got "
+                    f"{tuple(images.shape)}"
+                )
         tokens = self.patch_embedding(patchify(images, self.patch_size))  # (b, patches, d)
         cls = self.cls_token.expand(images.shape[0], -1, -1)  # (batch, 1, d_model)
         x = self.position_embedding(torch.cat([cls, tokens], dim=1))  # (b, 1 + patches, d)

@@ -71,6 +71,21 @@ def test_stacks_check_once_whatever_their_depth(checks):
     assert all(n > 0 for n in counts[1]), counts  # the stack does check, once
 
 
+def test_bert_and_vit_check_once_whatever_their_depth(checks):
+    from course_lib.family import MaskedLM, VisionTransformer
+
+    torch.manual_seed(0)
+    ids, images = torch.randint(0, 10, (2, 6)), torch.randn(2, 3, 8, 8)
+    counts = {}
+    for depth in (1, 4):
+        bert = MaskedLM(10, 8, d_model=16, num_heads=2, num_layers=depth)
+        vit = VisionTransformer(8, 4, 3, d_model=16, num_heads=2, num_layers=depth)
+        counts[depth] = (_count(checks, bert, ids), _count(checks, vit, images))
+    assert counts[1] == counts[4], counts
+    with pytest.raises(ValueError, match="mask"):
+        MaskedLM(10, 8, d_model=16, num_heads=2)(ids, torch.ones(3, 5, 5, dtype=torch.bool))
+
+
 def test_doors_still_check_a_learners_call():
     with pytest.raises(ValueError, match="d_model"):
         Encoder(lambda: EncoderLayer(8, 2, 16), 2)(torch.randn(2, 5, 6))
