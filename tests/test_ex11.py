@@ -167,3 +167,117 @@ def test_solutions_get_full_marks_and_the_untouched_exercise_zero(tmp_path):
     assert rows["solutions"]["score"] == rows["solutions"]["max_score"] == len(TASKS)
     assert rows["exercises"]["score"] == 0
     assert all("not implemented yet" in t["feedback"] for t in rows["exercises"]["tasks"].values())
+
+
+# Wrong answers that an outside learner found getting full marks: each now loses points in the
+# notebook's own check (check_result uses its seed) with a hint that names it.
+
+
+def _patterns_without_finally(model, ids):
+    patterns, handles = [], []
+    for layer in model.layers:
+        handles.append(
+            layer.self_attn.register_forward_pre_hook(
+                lambda m, a, k: (a, {**k, "need_weights": True}), with_kwargs=True
+            )
+        )
+        handles.append(layer.self_attn.register_forward_hook(lambda m, a, o: patterns.append(o[1])))
+    with torch.no_grad():
+        model(ids)
+    for handle in handles:  # never reached when the forward raises
+        handle.remove()
+    return torch.stack(patterns)
+
+
+def _patterns_by_the_record_flag(model, ids):
+    for layer in model.layers:
+        layer.record_attention = True
+    with torch.no_grad():
+        model(ids)
+    return torch.stack([layer.attention for layer in model.layers])
+
+
+def _patterns_in_eval_mode(solution):
+    def attention_patterns(model, ids):
+        model.eval()
+        return solution["attention_patterns"](model, ids)
+
+    return attention_patterns
+
+
+def _ablate_in_eval_mode(solution):
+    def ablate_head(model, ids, layer, head):
+        model.eval()
+        return solution["ablate_head"](model, ids, layer, head)
+
+    return ablate_head
+
+
+def _attribution_with_eps_fixed(model, ids):
+    """The solution's attribution with the norm's eps written as 1e-5."""
+    original = model.norm.eps
+    embeddings, z_all, ff_all, final = [], [], [], []
+    d_head = model.config.d_model // model.config.num_heads
+    handles = [model.layers[0].register_forward_pre_hook(lambda m, a: embeddings.append(a[0]))]
+    for layer in model.layers:
+        handles.append(
+            layer.self_attn.out_proj.register_forward_pre_hook(lambda m, a: z_all.append(a[0]))
+        )
+        handles.append(layer.feed_forward.register_forward_hook(lambda m, a, o: ff_all.append(o)))
+    handles.append(model.norm.register_forward_pre_hook(lambda m, a: final.append(a[0])))
+    try:
+        with torch.no_grad():
+            model(ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+    parts = [embeddings[0]]
+    for layer, z, ff in zip(model.layers, z_all, ff_all, strict=True):
+        w_o = layer.self_attn.out_proj.weight
+        for h in range(model.config.num_heads):
+            cols = slice(h * d_head, (h + 1) * d_head)
+            parts.append(z[..., cols] @ w_o[:, cols].T)
+        parts.append(ff)
+    assert model.norm.eps == original
+    scale = (final[0].var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
+    with torch.no_grad():
+        return torch.stack(
+            [
+                model.lm_head((p - p.mean(-1, keepdim=True)) / scale * model.norm.weight)
+                for p in parts
+            ]
+        )
+
+
+@pytest.mark.parametrize(
+    "task_id, make, named",
+    [
+        ("ex11.attention_patterns", lambda s: _patterns_without_finally, "when the forward raises"),
+        ("ex11.attention_patterns", lambda s: _patterns_by_the_record_flag, "record_attention"),
+        ("ex11.attention_patterns", _patterns_in_eval_mode, "model.eval()"),
+        ("ex11.ablate_head", _ablate_in_eval_mode, "model.eval()"),
+        ("ex11.direct_logit_attribution", lambda s: _attribution_with_eps_fixed, "model.norm.eps"),
+    ],
+    ids=["no finally", "record flag", "patterns eval", "ablate eval", "eps 1e-5"],
+)
+def test_wrong_answers_that_once_got_full_marks_lose_points_with_a_named_hint(
+    solution, task_id, make, named
+):
+    result = check_result(task_id, make(solution))
+    assert result.status == "failed", result.feedback
+    assert result.score < result.max_score
+    assert named in result.feedback, result.feedback
+    task = get_task(task_id)  # and in the batch grader, on another seed
+    cases = task.cases(torch.Generator().manual_seed(7))
+    graded = judge(task, cases, run_cases(task, make(solution), cases))
+    assert graded.status == "failed" and graded.score < graded.max_score, graded.feedback
+
+
+def test_a_forward_that_raises_leaves_no_hook_with_the_solution(solution):
+    from course_lib.grading.tasks.ex11 import random_gpt
+
+    model = random_gpt(15)
+    too_long = torch.zeros(1, model.config.block_size + 1, dtype=torch.long)
+    with pytest.raises(ValueError):
+        solution["attention_patterns"](model, too_long)
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())

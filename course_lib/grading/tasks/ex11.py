@@ -26,13 +26,24 @@ LESSON = "lesson 11"
 
 
 def random_gpt(
-    seed, vocab=13, block=16, d_model=24, heads=3, layers=2, positions="learned", quiet=False
+    seed,
+    vocab=13,
+    block=16,
+    d_model=24,
+    heads=3,
+    layers=2,
+    positions="learned",
+    quiet=False,
+    norm_eps=1e-5,
+    training=False,
 ):
     """A course GPT whose weights are GPT-2's init plus N(0, 0.3): large enough that every
     head, feed-forward and norm weight changes the logits visibly. quiet=True: everything that
     writes into the residual stream is 1000 times smaller, so the final stream's variance is
     far below the LayerNorm's eps (which then decides the divisor), and the output layer has
-    its own weights (not tied to the shrunken embedding)."""
+    its own weights (not tied to the shrunken embedding). norm_eps: the LayerNorms' eps.
+    training=True: the model is returned in training mode (its dropout is 0, so its outputs
+    are the same as in eval mode)."""
     from course_lib.gpt import GPT, GPTConfig
 
     gen = torch.Generator().manual_seed(seed)
@@ -44,6 +55,7 @@ def random_gpt(
         num_layers=layers,
         positions=positions,
         tie_weights=not quiet,
+        layer_norm_eps=norm_eps,
     )
     with torch.random.fork_rng():  # the init draws from the global generator: seed it here
         torch.manual_seed(seed)
@@ -59,7 +71,7 @@ def random_gpt(
                 writers += [layer.self_attn.out_proj.weight, layer.feed_forward.linear2.weight]
             for weight in writers:
                 weight.mul_(1e-3)
-    return model.eval()
+    return model.train(training)
 
 
 def circuit_heads(seed, layers=2, heads=4):
@@ -87,10 +99,16 @@ def build(spec: dict):
 
 def describe(spec: dict) -> str:
     if spec.get("quiet"):
+        eps = spec.get("norm_eps", 1e-5)
         return (
             f"a random GPT ({spec.get('layers', 2)} layers x {spec.get('heads', 3)} heads) "
-            "whose final residual stream is tiny: its variance is far below the final norm's "
-            "eps, so eps matters"
+            f"whose final norm has eps={eps:g} and whose final residual stream is tiny: its "
+            "variance is far below that eps, so eps matters"
+        )
+    if spec.get("training"):
+        return (
+            f"a random GPT ({spec.get('layers', 2)} layers x {spec.get('heads', 3)} heads) "
+            "in TRAINING mode (model.train(), dropout 0)"
         )
     if spec["kind"] == "circuit":
         return (
@@ -113,30 +131,88 @@ def _hooks_left(model) -> bool:
     return any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
 
 
+def _snapshot(model) -> tuple:
+    """What a function may change on a model besides its weights: every module's mode, and
+    each layer's own attention recording flag. (Not the `.attention` a layer stores: a layer
+    keeps whatever weights its self_attn returned, so the hooks that ask for them, the
+    reference's included, leave it set.)"""
+    modes = tuple(m.training for m in model.modules())
+    recording = tuple(getattr(layer, "record_attention", None) for layer in model.layers)
+    return modes, recording
+
+
+# what a changed model looks like -> what the learner must do about it
+CHANGES = {
+    "hook": (
+        "a hook is still registered",
+        "keep the handles that register_forward_hook returns and call handle.remove() on "
+        "each, in a `finally`",
+    ),
+    "hook_after_error": (
+        "a hook is still registered after the forward raised an error (the ids were longer "
+        "than block_size)",
+        "put the forward in `try:` and every handle.remove() in its `finally:`, so the hooks "
+        "go even when the forward fails; let the error propagate",
+    ),
+    "mode": (
+        "its training mode changed (model.training, or a sub-module's, is not what it was)",
+        "do not call model.eval() or model.train(), or put the model back in the mode it was "
+        "in (`was = model.training` ... `model.train(was)`); torch.no_grad() is all you need",
+    ),
+    "recording": (
+        "its layers' own attention recording changed (a layer's record_attention flag is not "
+        "what it was)",
+        "read the weights with hooks, as the task asks, and leave each layer's "
+        "record_attention flag as it was",
+    ),
+    "outputs": (
+        "its outputs differ from those before the call",
+        "change activations with a hook that you remove in a `finally` (or restore the "
+        "weights you changed), and never leave a hook registered",
+    ),
+}
+
+
 CHANGED_MODEL = (
     "your function left the model changed after it returned: {what}. Whoever calls it next "
-    "gets a different model; change activations with a hook that you remove in a `finally` "
-    "(or restore what you changed), and never leave a hook registered"
+    "gets a different model; {fix}"
 )
 
 
 class ModelTask(Task):
     """A task whose function takes a model first: `call` builds the case's model, runs the
-    function, and returns (result, what the model looks like afterwards)."""
+    function, and returns (result, what the model looks like afterwards).
+
+    A case with data["fails"] gives ids that the model refuses (longer than block_size): the
+    forward raises, and only the model afterwards is compared (raising that ValueError or
+    reporting it are both fine; a hook left behind is not; any other error is the learner's)."""
 
     def call(self, obj, case):
         model = build(case.data["model"])
         probe = case.data.get("probe", case.args[0])
         with torch.no_grad():
             before = model(probe)
-        result = obj(model, *case.args, **case.kwargs)
+        snapshot = _snapshot(model)
+        fails = case.data.get("fails", False)
+        if fails:
+            try:
+                obj(model, *case.args, **case.kwargs)
+            except ValueError:  # the forward's error (ids too long), expected here
+                pass
+            result = None
+        else:
+            result = obj(model, *case.args, **case.kwargs)
         if _hooks_left(model):
-            state = "a hook is still registered"
+            state = "hook_after_error" if fails else "hook"
+        elif _snapshot(model)[0] != snapshot[0]:
+            state = "mode"
+        elif _snapshot(model)[1] != snapshot[1]:
+            state = "recording"
         else:
             with torch.no_grad():
                 after = model(probe)
             same = torch.allclose(after, before, rtol=1e-5, atol=1e-5)
-            state = "unchanged" if same else "its outputs differ from those before the call"
+            state = "unchanged" if same else "outputs"
         if isinstance(result, torch.Tensor):
             result = result.detach()
         return result, state
@@ -145,7 +221,10 @@ class ModelTask(Task):
         if not (isinstance(got, tuple) and len(got) == 2):
             return "your function did not return a result"
         if got[1] != want[1]:
-            return CHANGED_MODEL.format(what=got[1])
+            what, fix = CHANGES.get(got[1], (str(got[1]), ""))
+            return CHANGED_MODEL.format(what=what, fix=fix)
+        if case.data.get("fails"):
+            return None
         return self.compare_result(got[0], want[0])
 
     def compare_result(self, got, want):
@@ -177,6 +256,8 @@ def _close(got, want, atol=1e-4, rtol=1e-4):
 
 def _patterns_variant(model, ids, *, mistake=""):
     patterns, handles = [], []
+    if mistake == "eval_left":
+        model.eval()
 
     def ask(module, args, kwargs):
         return args, {**kwargs, "need_weights": mistake != "weights_not_asked"}
@@ -184,19 +265,32 @@ def _patterns_variant(model, ids, *, mistake=""):
     def keep(module, args, output):
         patterns.append(output[1])
 
+    if mistake == "record_flag":  # the layers' own recording instead of hooks, left on
+        for layer in model.layers:
+            layer.record_attention = True
+        with torch.no_grad():
+            model(ids)
+        return torch.stack([layer.attention for layer in model.layers])
     layers = model.layers[-1:] if mistake == "last_layer_only" else model.layers
-    for layer in layers:
-        handles.append(layer.self_attn.register_forward_pre_hook(ask, with_kwargs=True))
-        handles.append(layer.self_attn.register_forward_hook(keep))
-    with torch.no_grad():
-        model(ids)
-    if mistake != "hooks_left":
-        for handle in handles:
-            handle.remove()
+    try:
+        for layer in layers:
+            handles.append(layer.self_attn.register_forward_pre_hook(ask, with_kwargs=True))
+            handles.append(layer.self_attn.register_forward_hook(keep))
+        with torch.no_grad():
+            model(ids)
+        if mistake == "no_finally":  # removed after the forward, so never when it raises
+            for handle in handles:
+                handle.remove()
+    finally:
+        if mistake not in ("hooks_left", "no_finally"):
+            for handle in handles:
+                handle.remove()
     if mistake == "batch_first":
         return torch.stack(patterns, dim=1)
     if mistake == "heads_averaged":
         return torch.stack(patterns).mean(2)
+    if mistake == "transposed":
+        return torch.stack(patterns).transpose(-2, -1)
     if mistake == "list":
         return patterns
     return torch.stack(patterns)
@@ -229,14 +323,53 @@ class AttentionPatterns(ModelTask):
             cases.append(
                 Case(f"{describe(spec)}, ids {tuple(ids.shape)}", (ids,), data={"model": spec})
             )
+        spec = {"kind": "random", "seed": 14, "training": True}
+        ids = torch.randint(0, 13, (2, 6), generator=gen)
+        cases.append(
+            Case(f"{describe(spec)}, ids {tuple(ids.shape)}", (ids,), data={"model": spec})
+        )
+        spec = {"kind": "random", "seed": 15}
+        ids = torch.randint(0, 13, (2, 20), generator=gen)
+        cases.append(
+            Case(
+                f"{describe(spec)}, block_size 16, ids (2, 20): the forward raises, and no "
+                "hook may remain on the model afterwards",
+                (ids,),
+                data={"model": spec, "probe": ids[:, :16], "fails": True},
+            )
+        )
         return cases
 
     def mistakes(self):
         return [
             (
+                _patterns_mistake("no_finally"),
+                "your hooks stay on the model when the forward raises: handle.remove() runs "
+                "only after a forward that succeeded; register the hooks and run the forward "
+                "inside `try:`, and remove every handle in `finally:`",
+            ),
+            (
                 _patterns_mistake("hooks_left"),
                 "your hooks are still registered after the call: keep the handles that "
                 "register_forward_hook returns and call handle.remove() on each, in a `finally`",
+            ),
+            (
+                _patterns_mistake("record_flag"),
+                "you switched on the layers' own recording (layer.record_attention = True) and "
+                "read layer.attention: the task asks for hooks, and the model must be left as it "
+                "was (the flags off)",
+            ),
+            (
+                _patterns_mistake("eval_left"),
+                "you called model.eval() and left the model in eval mode: a model given in "
+                "training mode must come back in training mode; torch.no_grad() is enough here "
+                "(or restore the mode with model.train(was_training))",
+            ),
+            (
+                _patterns_mistake("transposed"),
+                "the query and key axes are swapped: [l, b, h, i, j] is how much QUERY i "
+                "attends to KEY j (each row i sums to 1, and the future j > i is 0); self_attn's "
+                "weights are already in that order, do not transpose them",
             ),
             (
                 _patterns_mistake("batch_first"),
@@ -286,6 +419,10 @@ def _induction_variant(model, ids, *, mistake=""):
         return queries.mean(dim=1)  # (layers, heads, T)
     if mistake == "sum":
         return queries.sum(dim=(1, 3))
+    if mistake == "max":
+        return queries.amax(dim=(1, 3))
+    if mistake == "over_t_minus_1":  # the queries' sum divided by T - 1 instead of T
+        return queries.sum(dim=3).mean(dim=1) / (period - 1)
     if mistake == "keys_axis":  # all of each query row, not the induction key
         rows = patterns[..., period:, :]
         return rows.mean(dim=(1, 3, 4))
@@ -376,6 +513,16 @@ class InductionScores(ModelTask):
                 "score is the weight on ONE key per query, i - T + 1",
             ),
             (_induction_mistake("sum"), "a score is a mean (between 0 and 1), not a sum"),
+            (
+                _induction_mistake("max"),
+                "a score is the MEAN weight on key i - T + 1 over the batch and the queries, "
+                "not its maximum",
+            ),
+            (
+                _induction_mistake("over_t_minus_1"),
+                "the second copy has T queries (i = T .. 2T - 1), not T - 1: average over all "
+                "T of them (.mean(), not a sum divided by T - 1)",
+            ),
         ]
 
 
@@ -384,31 +531,59 @@ class InductionScores(ModelTask):
 # --------------------------------------------------------------------------------------------
 
 
-def _mean_loss(model, ids, shifted=True):
+def _loss(model, ids, shifted="next", reduction="mean"):
+    """The next-token loss; shifted="none": logits against their own position's ids,
+    "back": logits[:, 1:] against ids[:, :-1]."""
     with torch.no_grad():
         logits = model(ids)
-    if not shifted:
-        return F.cross_entropy(logits.flatten(0, 1), ids.flatten())
-    return F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
+    if shifted == "none":
+        logits, targets = logits, ids
+    elif shifted == "back":
+        logits, targets = logits[:, 1:], ids[:, :-1]
+    else:
+        logits, targets = logits[:, :-1], ids[:, 1:]
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction=reduction)
 
 
 def _ablate_variant(model, ids, layer, head, *, mistake=""):
-    attn = model.layers[layer].self_attn
-    d_head = attn.d_model // attn.num_heads
+    if mistake == "eval_left":
+        model.eval()
+    shifted = {"unshifted": "none", "misaligned": "back"}.get(mistake, "next")
+    reduction = "sum" if mistake == "summed" else "mean"
+    if mistake == "layer_ignored":  # head `head` of every layer
+        attns = [lay.self_attn for lay in model.layers]
+    else:
+        attns = [model.layers[layer].self_attn]
+    d_head = attns[0].d_model // attns[0].num_heads
     which = head + 1 if mistake == "next_head" else head
     part = slice(which * d_head, (which + 1) * d_head)
-    clean = _mean_loss(model, ids, shifted=mistake != "unshifted")
-    weight = attn.q_proj.weight if mistake == "queries" else attn.out_proj.weight
-    saved = weight.detach().clone()
+    clean = _loss(model, ids, shifted, reduction)
+    if mistake == "mean":  # mean ablation: the head's mean output over these ids
+
+        def replace(module, args):
+            z = args[0].clone()
+            z[..., part] = z[..., part].mean(dim=(0, 1))
+            return (z,)
+
+        handle = attns[0].out_proj.register_forward_pre_hook(replace)
+        try:
+            ablated = _loss(model, ids, shifted, reduction)
+        finally:
+            handle.remove()
+        return (ablated - clean).item()
+    weights = [a.q_proj.weight if mistake == "queries" else a.out_proj.weight for a in attns]
+    saved = [weight.detach().clone() for weight in weights]
     with torch.no_grad():
-        if mistake in ("rows", "queries"):
-            weight[part, :] = 0.0
-        else:
-            weight[:, part] = 0.0
-    ablated = _mean_loss(model, ids, shifted=mistake != "unshifted")
+        for weight in weights:
+            if mistake in ("rows", "queries"):
+                weight[part, :] = 0.0
+            else:
+                weight[:, part] = 0.0
+    ablated = _loss(model, ids, shifted, reduction)
     if mistake != "in_place":
         with torch.no_grad():
-            weight.copy_(saved)
+            for weight, copy in zip(weights, saved, strict=True):
+                weight.copy_(copy)
     if mistake == "sign":
         return (clean - ablated).item()
     return (ablated - clean).item()
@@ -445,8 +620,12 @@ class AblateHead(ModelTask):
                     data={"model": spec},
                 )
             )
-        for seed, layer, head, shape in ((5, 1, 2, (3, 9)), (6, 0, 0, (2, 12))):
-            spec = {"kind": "random", "seed": seed}
+        for seed, layer, head, shape, training in (
+            (5, 1, 2, (3, 9), False),
+            (6, 0, 0, (2, 12), False),
+            (16, 1, 1, (2, 8), True),
+        ):
+            spec = {"kind": "random", "seed": seed, "training": training}
             ids = torch.randint(0, 13, shape, generator=gen)
             cases.append(
                 Case(
@@ -493,6 +672,33 @@ class AblateHead(ModelTask):
                 "the loss is the next-token loss: the logits at position t predict ids[:, t + 1] "
                 "(logits[:, :-1] against ids[:, 1:])",
             ),
+            (
+                _ablate_mistake("misaligned"),
+                "logits and targets are misaligned: the logits at position t predict the NEXT "
+                "token, so logits[:, :-1] go with ids[:, 1:] (not logits[:, 1:] with "
+                "ids[:, :-1])",
+            ),
+            (
+                _ablate_mistake("summed"),
+                "the loss is the MEAN cross-entropy over the batch and the positions, not the "
+                "sum (F.cross_entropy's default reduction)",
+            ),
+            (
+                _ablate_mistake("layer_ignored"),
+                "you ablated head `head` in every layer: ablate it in layer `layer` only "
+                "(model.layers[layer].self_attn.out_proj)",
+            ),
+            (
+                _ablate_mistake("mean"),
+                "you replaced the head's output by its mean (mean ablation); this task asks for "
+                "ZERO ablation: set the head's slice to 0",
+            ),
+            (
+                _ablate_mistake("eval_left"),
+                "you called model.eval() and left the model in eval mode: a model given in "
+                "training mode must come back in training mode; torch.no_grad() is enough here "
+                "(or restore the mode with model.train(was_training))",
+            ),
         ]
 
 
@@ -518,20 +724,29 @@ def _attribution_variant(model, ids, *, mistake=""):
         handle.remove()
     parts = [embed[0]]
     for layer, z_l, ff_l in zip(model.layers, z, ff, strict=True):
+        w_o = layer.self_attn.out_proj.weight  # (d_model, num_heads * d_head)
         heads = [
             z_l[..., h * d_head : (h + 1) * d_head]
-            @ layer.self_attn.out_proj.weight[:, h * d_head : (h + 1) * d_head].T
+            @ (
+                w_o[h * d_head : (h + 1) * d_head, :]  # rows: the wrong slice, no transpose
+                if mistake == "rows"
+                else w_o[:, h * d_head : (h + 1) * d_head].T
+            )
             for h in range(config.num_heads)
         ]
         parts += [ff_l, *heads] if mistake == "ff_first" else [*heads, ff_l]
     norm = model.norm
-    scale = (final[0].var(-1, unbiased=False, keepdim=True) + norm.eps).sqrt()
+    eps = 1e-5 if mistake == "eps_fixed" else norm.eps
+    scale = (final[0].var(-1, unbiased=mistake == "unbiased", keepdim=True) + eps).sqrt()
     out = []
     for part in parts:
         if mistake == "full_norm":
             normed = norm(part)
         elif mistake == "no_norm":
             normed = part
+        elif mistake == "weight_first":  # gamma before centring: the mean of part * gamma
+            weighted = part * norm.weight
+            normed = (weighted - weighted.mean(-1, keepdim=True)) / scale
         else:
             centred = part if mistake == "no_centre" else part - part.mean(-1, keepdim=True)
             divided = centred if mistake == "no_scale" else centred / scale
@@ -559,6 +774,7 @@ class DirectLogitAttribution(ModelTask):
             ({"kind": "random", "seed": 8, "layers": 3, "heads": 2, "positions": "rope"}, (1, 8)),
             ({"kind": "random", "seed": 9, "layers": 1, "heads": 4, "d_model": 16}, (3, 5)),
             ({"kind": "random", "seed": 13, "quiet": True}, (2, 5)),
+            ({"kind": "random", "seed": 17, "quiet": True, "norm_eps": 1e-3}, (2, 5)),
         ):
             ids = torch.randint(0, 13, shape, generator=gen)
             cases.append(Case(f"{describe(spec)}, ids {shape}", (ids,), data={"model": spec}))
@@ -603,6 +819,26 @@ class DirectLogitAttribution(ModelTask):
                 "the order of the parts: embeddings, then for each layer its heads 0 .. H-1 and "
                 "THEN its feed-forward",
             ),
+            (
+                _attribution_mistake("eps_fixed"),
+                "the final norm's eps is hard-coded: use the model's own, model.norm.eps (a "
+                "model may be built with another layer_norm_eps)",
+            ),
+            (
+                _attribution_mistake("unbiased"),
+                "the divisor uses the UNBIASED variance (or .std()): LayerNorm divides by "
+                "sqrt(var + eps) with the biased variance, var(-1, unbiased=False)",
+            ),
+            (
+                _attribution_mistake("weight_first"),
+                "you multiplied by model.norm.weight BEFORE centring: centre each part (minus "
+                "its mean over d_model), divide by the divisor, THEN multiply by the weight",
+            ),
+            (
+                _attribution_mistake("rows"),
+                "head h writes through the COLUMNS h*d_head .. (h+1)*d_head - 1 of "
+                "out_proj.weight, transposed (out_proj computes z @ W.T); you took its rows",
+            ),
         ]
 
 
@@ -630,9 +866,11 @@ def _patch_variant(model, clean_ids, corrupted_ids, layer, head, *, mistake=""):
         return (z,)
 
     handle = out_proj.register_forward_pre_hook(patch)
+    if mistake == "no_effect":  # the patch removed before the corrupted run
+        handle.remove()
     with torch.no_grad():
         logits = model(clean_ids if mistake == "reversed" else corrupted_ids)
-    if mistake != "hooks_left":
+    if mistake not in ("hooks_left", "no_effect"):
         handle.remove()
     return logits
 
@@ -703,5 +941,12 @@ class PatchHead(ModelTask):
             (
                 _patch_mistake("hooks_left"),
                 "the patching hook is still registered after your function returned: remove it",
+            ),
+            (
+                _patch_mistake("no_effect"),
+                "your patch never took effect: the logits equal those of the corrupted input "
+                "run unpatched. Was the patching hook removed before the corrupted run, or did "
+                "a recording hook still registered overwrite the clean output with the "
+                "corrupted one?",
             ),
         ]
