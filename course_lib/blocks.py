@@ -188,7 +188,8 @@ class _ResidualLayer(nn.Module):
         out, weights = self.self_attn(
             h, h, h, mask=mask, need_weights=self.record_attention, is_causal=is_causal, cache=cache
         )
-        self.attention = None if weights is None else weights.detach()
+        # kept only while recording is on (a hook that asks for the weights does not switch it on)
+        self.attention = weights.detach() if self.record_attention and weights is not None else None
         return out
 
 

@@ -134,7 +134,8 @@ class CrossAttentionSublayer(nn.Module):
         output, weights = self.attn(
             query, memory, memory, memory_mask, need_weights=self.record_attention
         )
-        self.attention = None if weights is None else weights.detach()
+        # kept only while recording is on (a hook that asks for the weights does not switch it on)
+        self.attention = weights.detach() if self.record_attention and weights is not None else None
         return output  # (batch, n_q, d_model)
 
     @door

@@ -197,6 +197,20 @@ def _patterns_by_the_record_flag(model, ids):
     return torch.stack([layer.attention for layer in model.layers])
 
 
+def _patterns_by_the_record_flag_switched_back(model, ids):
+    """The layers' own recording, switched on and back off: the flag is as it was, but each
+    layer keeps the weights it stored (found by the outside learner: full marks before)."""
+    for layer in model.layers:
+        layer.record_attention = True
+    try:
+        with torch.no_grad():
+            model(ids)
+        return torch.stack([layer.attention for layer in model.layers])
+    finally:
+        for layer in model.layers:
+            layer.record_attention = False
+
+
 def _patterns_in_eval_mode(solution):
     def attention_patterns(model, ids):
         model.eval()
@@ -254,11 +268,23 @@ def _attribution_with_eps_fixed(model, ids):
     [
         ("ex11.attention_patterns", lambda s: _patterns_without_finally, "when the forward raises"),
         ("ex11.attention_patterns", lambda s: _patterns_by_the_record_flag, "record_attention"),
+        (
+            "ex11.attention_patterns",
+            lambda s: _patterns_by_the_record_flag_switched_back,
+            "record_attention",
+        ),
         ("ex11.attention_patterns", _patterns_in_eval_mode, "model.eval()"),
         ("ex11.ablate_head", _ablate_in_eval_mode, "model.eval()"),
         ("ex11.direct_logit_attribution", lambda s: _attribution_with_eps_fixed, "model.norm.eps"),
     ],
-    ids=["no finally", "record flag", "patterns eval", "ablate eval", "eps 1e-5"],
+    ids=[
+        "no finally",
+        "record flag",
+        "record flag undone",
+        "patterns eval",
+        "ablate eval",
+        "eps 1e-5",
+    ],
 )
 def test_wrong_answers_that_once_got_full_marks_lose_points_with_a_named_hint(
     solution, task_id, make, named

@@ -133,11 +133,13 @@ def _hooks_left(model) -> bool:
 
 def _snapshot(model) -> tuple:
     """What a function may change on a model besides its weights: every module's mode, and
-    each layer's own attention recording flag. (Not the `.attention` a layer stores: a layer
-    keeps whatever weights its self_attn returned, so the hooks that ask for them, the
-    reference's included, leave it set.)"""
+    each layer's own attention recording: its flag, and whether it holds stored weights (a
+    layer keeps `.attention` only while its flag is on, so hooks leave it as it was)."""
     modes = tuple(m.training for m in model.modules())
-    recording = tuple(getattr(layer, "record_attention", None) for layer in model.layers)
+    recording = tuple(
+        (getattr(layer, "record_attention", None), getattr(layer, "attention", None) is None)
+        for layer in model.layers
+    )
     return modes, recording
 
 
@@ -160,8 +162,8 @@ CHANGES = {
         "in (`was = model.training` ... `model.train(was)`); torch.no_grad() is all you need",
     ),
     "recording": (
-        "its layers' own attention recording changed (a layer's record_attention flag is not "
-        "what it was)",
+        "its layers' own attention recording changed (a layer's record_attention flag, or "
+        "the .attention weights it stores while the flag is on, are not what they were)",
         "read the weights with hooks, as the task asks, and leave each layer's "
         "record_attention flag as it was",
     ),
