@@ -21,13 +21,12 @@ from pathlib import Path
 import nbformat
 import pytest
 from browser_support import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     ROOT,
     WIDGET_MIME,
     JupyterLab,
     browser_missing,
     check_explorer,
+    chromium,
     copy_tree_for_lab,
     require,
     strip_outputs,
@@ -148,14 +147,8 @@ def lab(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser(lab):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-        )
-        yield chromium
-        chromium.close()
+    with chromium() as browser:
+        yield browser
 
 
 @pytest.fixture(scope="module")

@@ -48,13 +48,12 @@ import colab_env
 import nbformat
 import pytest
 from browser_support import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     ROOT,
     WIDGET_MIME,
     ClassicNotebook,
     browser_missing,
     check_explorer,
+    chromium,
     require,
     strip_outputs,
 )
@@ -235,14 +234,8 @@ def colab_notebook(tmp_path_factory, pytestconfig):
 
 @pytest.fixture(scope="module")
 def browser(colab_notebook):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-        )
-        yield chromium
-        chromium.close()
+    with chromium() as browser:
+        yield browser
 
 
 @pytest.fixture(scope="module")

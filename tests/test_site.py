@@ -29,7 +29,7 @@ from urllib.parse import unquote, urldefrag, urlparse
 
 import nbformat
 import pytest
-from browser_support import CHROMIUM, CHROMIUM_ARGS, ROOT, WIDGET_MIME, browser_missing, require
+from browser_support import ROOT, WIDGET_MIME, browser_missing, chromium, require
 
 sys.path.insert(0, str(ROOT))
 import tools.site as site_tool  # noqa: E402
@@ -204,14 +204,8 @@ def server(built):
 def browser(server):
     reason = browser_missing()
     require(reason is None, reason or "")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-        )
-        yield chromium
-        chromium.close()
+    with chromium() as browser:
+        yield browser
 
 
 @pytest.fixture(scope="module")
