@@ -23,6 +23,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -133,6 +134,7 @@ class _Kernel:
             PYTHONHASHSEED="0",
             COURSE_BATCH_GRADING="1",  # long demonstrations (training runs) skip themselves
         )
+        env.pop("COURSE_MINE", None)  # the learner's library is the one copied beside the notebook
         # The kernel imports the same course_lib as the grader, installed or not.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
         limit = self.memory_mb
@@ -223,6 +225,7 @@ def grade_one(
     with tempfile.TemporaryDirectory(prefix="course-grading-") as tmp:
         workdir = Path(tmp)
         cases, case_files = _draw_cases(tasks, seed, workdir)
+        _copy_library(path, workdir / "run")
         submission = _Submission(
             nb,
             workdir / "run",
@@ -244,6 +247,17 @@ def grade_one(
         finally:
             submission.stop()
     return _build_row(row, tasks, results, problems)
+
+
+def _copy_library(path: Path, rundir: Path) -> None:
+    """The learner's own library (mine/, beside the notebook) goes with the notebook: later
+    exercises import the pieces a learner wrote in earlier ones (course_lib.mine)."""
+    library = path.parent / "mine"
+    rundir.mkdir(parents=True, exist_ok=True)
+    if library.is_dir():
+        shutil.copytree(
+            library, rundir / "mine", ignore=shutil.ignore_patterns("__pycache__", ".*")
+        )
 
 
 def _prepare(path: Path) -> tuple[Any, list, str | None]:
@@ -305,7 +319,7 @@ class _Submission:
         cell_timeout: float | None,
         problems: list[str],
     ):
-        rundir.mkdir()
+        rundir.mkdir(exist_ok=True)
         self.code_cells = [c for c in nb.cells if c.cell_type == "code"]
         self.kernel = _Kernel(nb, rundir, memory_mb, max_output_kb * 1024, pid_file)
         self.deadline, self.timeout, self.max_output_kb = deadline, timeout, max_output_kb
