@@ -5,7 +5,8 @@
     python tools/notebooks.py execute [PATH ...]   # re-run notebooks from a fresh kernel, save
                                                    # (refuses on a busy machine: --busy-ok)
     python tools/notebooks.py readme      # the syllabus table in README.md
-    python tools/notebooks.py all [PATH ...]       # all of the above, in that order
+    python tools/notebooks.py mine        # solutions/mine/ from the solutions' marked cells
+    python tools/notebooks.py all [PATH ...]       # all of the above (mine before execute)
     python tools/notebooks.py from-py DRAFT.py NOTEBOOK.ipynb   # draft a notebook from a script
 
 `execute` with no paths re-runs every lesson and solution notebook. Exercises are saved
@@ -175,6 +176,37 @@ def _write(nb, path: Path) -> bool:
         return False
     path.write_text(text)
     return True
+
+
+def solution_library() -> dict[str, str]:
+    """{file name: text} of the learner's library a learner who wrote every solution has:
+    each solution cell marked "# save in mine/NAME.py", saved in notebook order, exactly as
+    running the notebooks saves it (course_lib.mine.save_cell)."""
+    import tempfile
+
+    from course_lib.mine import marked_module, save_cell
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+            for cell in nbformat.read(path, as_version=4).cells:
+                if cell.cell_type == "code" and marked_module(cell.source):
+                    save_cell(cell.source, tmp)
+        return {p.name: p.read_text() for p in sorted(Path(tmp).glob("*.py"))}
+
+
+def cmd_mine() -> None:
+    """Write solutions/mine/ (the solutions' own library, which later solutions import)."""
+    folder = ROOT / "solutions" / "mine"
+    want = solution_library()
+    folder.mkdir(exist_ok=True)
+    for stale in set(p.name for p in folder.glob("*.py")) - set(want):
+        (folder / stale).unlink()
+        print(f"removed solutions/mine/{stale}")
+    for name, text in want.items():
+        target = folder / name
+        if not target.exists() or target.read_text() != text:
+            target.write_text(text)
+            print(f"wrote solutions/mine/{name}")
 
 
 def cmd_stamp(paths) -> None:
@@ -517,7 +549,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("command", choices=["stamp", "exercises", "execute", "readme", "all"])
+    commands = ["stamp", "exercises", "execute", "readme", "mine", "all"]
+    parser.add_argument("command", choices=commands)
     parser.add_argument("paths", nargs="*", type=Path)
     parser.add_argument(
         "--busy-ok",
@@ -532,6 +565,8 @@ def main(argv=None) -> None:
         cmd_exercises([p for p in paths if p.parent.name == "solutions"] if paths else [])
     if args.command in ("readme", "all"):
         cmd_readme()
+    if args.command in ("mine", "all"):
+        cmd_mine()
     if args.command in ("execute", "all"):
         cmd_execute(
             [p for p in paths if p.parent.name != "exercises"] if paths else [], args.busy_ok
