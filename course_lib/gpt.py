@@ -283,10 +283,11 @@ def generate_with_cache(
 
 
 def gpt_from_sizes(
-    vocab_size: int, block_size: int, d_model: int, num_heads: int, num_layers: int
+    vocab_size: int, block_size: int, d_model: int, num_heads: int, num_layers: int, **options
 ) -> GPT:
-    """The course's GPT built from the five sizes of exercise 09's capstone (d_ff = 4 d_model,
-    no biases, tied output layer, GELU, pre-norm)."""
+    """The course's GPT built as exercise 09's capstone is: the five sizes, then any of
+    GPTConfig's options by name (d_ff, bias, activation, positions, layer_norm_eps,
+    tie_weights); by default d_ff = 4 d_model, no biases, tied output layer, GELU, pre-norm."""
     return GPT(
         GPTConfig(
             vocab_size=vocab_size,
@@ -294,6 +295,7 @@ def gpt_from_sizes(
             d_model=d_model,
             num_heads=num_heads,
             num_layers=num_layers,
+            **options,
         )
     )
 

@@ -347,8 +347,8 @@ def test_a_capstone_gpt_with_pytorchs_default_init_fails():
     right = ex09._mistake_gpt("")  # a right GPT, GPT-2's init included
 
     class DefaultInit(right):
-        def __init__(self, *args):
-            super().__init__(*args)
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
             for module in self.modules():  # back to PyTorch's defaults
                 if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
                     module.reset_parameters()

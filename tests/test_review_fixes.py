@@ -274,8 +274,8 @@ def test_a_capstone_without_gpt2_init_keeps_the_points_of_its_right_forward():
     right = _gpt("")
 
     class DefaultInit(right):
-        def __init__(self, *args):
-            super().__init__(*args)
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
             for module in self.modules():
                 if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
                     module.reset_parameters()
@@ -290,11 +290,11 @@ def test_a_capstone_that_shrinks_linear1_is_told_which_layers_shrink():
     right = _gpt("")
 
     class ShrunkLinear1(right):
-        def __init__(self, vocab_size, block_size, d_model, num_heads, num_layers):
-            super().__init__(vocab_size, block_size, d_model, num_heads, num_layers)
+        def __init__(self, vocab_size, block_size, d_model, num_heads, num_layers, **options):
+            super().__init__(vocab_size, block_size, d_model, num_heads, num_layers, **options)
             with torch.no_grad():
                 for layer in self.layers:
-                    layer.linear1.weight /= (2 * num_layers) ** 0.5
+                    layer.feed_forward.linear1.weight /= (2 * num_layers) ** 0.5
 
     result = check_result("ex09.GPT", ShrunkLinear1)
     assert result.passed == result.total - 1, result.feedback

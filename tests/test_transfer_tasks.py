@@ -441,7 +441,7 @@ def test_handing_in_the_course_blocks_is_forbidden():
     from course_lib.blocks import EncoderLayer
 
     class UsesCourseBlocks(nn.Module):
-        def __init__(self, vocab_size, block_size, d_model, num_heads, num_layers):
+        def __init__(self, vocab_size, block_size, d_model, num_heads, num_layers, **options):
             super().__init__()
             self.token_embedding = nn.Embedding(vocab_size, d_model)
             self.position_embedding = nn.Embedding(block_size, d_model)
@@ -469,8 +469,10 @@ def test_wrapping_the_course_gpt_is_forbidden():
     from course_lib.gpt import GPT, GPTConfig
 
     class Wrapped(GPT):
-        def __init__(self, vocab_size, block_size, d_model, num_heads, num_layers):
-            super().__init__(GPTConfig(vocab_size, block_size, d_model, num_heads, num_layers))
+        def __init__(self, vocab_size, block_size, d_model, num_heads, num_layers, **options):
+            super().__init__(
+                GPTConfig(vocab_size, block_size, d_model, num_heads, num_layers, **options)
+            )
 
     status, feedback = status_and_feedback("ex09.GPT", Wrapped)
     assert status == "forbidden" and "course_lib.gpt.GPT" in feedback

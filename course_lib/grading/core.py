@@ -325,7 +325,7 @@ def watched_calls(task: Task) -> dict[str, Any]:
     """The functions a learner's code is watched calling: the task's forbidden ones and its
     reference, by dotted name (a name that does not resolve in this install is skipped)."""
     watched = {}
-    for name in (*task.forbidden, task.reference):
+    for name in (*task.forbidden, *task.borrowable, task.reference):
         if name:
             try:
                 watched[name] = resolve(name)
@@ -357,7 +357,12 @@ def run_cases(task: Task, obj: Any, cases: list[Case], namespace: dict | None = 
         if changed and outcome["status"] in ("ok", "harness"):  # not when it raised itself
             outcome["changed"] = changed
         outcomes.append(outcome)
-    return {"outcomes": outcomes, "seen": list(watcher.seen)}
+    run = {"outcomes": outcomes, "seen": list(watcher.seen)}
+    if task.borrowable:
+        from ..mine import ledger
+
+        run["ledger"] = {k: v for k, v in ledger().items() if v["whose"] == "borrowed"}
+    return run
 
 
 def _copy_input(value: Any, memo: dict[int, Any]) -> Any:
@@ -512,6 +517,9 @@ class Task:
             task's solution calls (ex01.embed calls one_hot). When the learner's code calls
             one of them and fails, and that one fails its own checks, the feedback says to fix
             it first.
+        borrowable: dotted paths of course pieces that may stand in for the learner's own
+            (exercise 09's capstone, built from the learner's library): when one is seen, the
+            feedback names it and the score is halved.
     """
 
     id: str = ""
@@ -521,6 +529,9 @@ class Task:
     points: float = 1.0
     depends_on: tuple[str, ...] = ()
     mistake_table: dict[str, str] = {}
+    # course pieces that may stand in for the learner's own earlier ones (course_lib.mine's
+    # "borrowed"): seen while the task runs, they are named and the score is halved, not zeroed
+    borrowable: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -601,7 +612,12 @@ def judge(
 
     def result(status: str, passed: int, feedback: str) -> TaskResult:
         score = round(task.points * passed / total, 4) if status in ("passed", "failed") else 0.0
+        if borrowed and status in ("passed", "failed"):
+            score = round(score / 2, 4)
+            feedback = f"{borrowed_message(borrowed, run)} {feedback}"
         return TaskResult(task.id, score, task.points, passed, total, feedback, status)
+
+    borrowed = [n for n in (run or {}).get("seen", []) if n in task.borrowable]
 
     if run is None:
         return result("missing", 0, missing or f"no `{task.name}` was found in the notebook")
@@ -655,6 +671,18 @@ def judge(
     if task.lesson:
         feedback += f" (see {task.lesson})"
     return result("failed", passed, feedback)
+
+
+def borrowed_message(names: list[str], run: dict | None) -> str:
+    """Names the course pieces a task was built with, and why each stands in (from the
+    learner's library's ledger, when the run recorded it)."""
+    ledger = (run or {}).get("ledger") or {}
+    reasons = [f"{task_id}: {entry['why']}" for task_id, entry in sorted(ledger.items())]
+    return (
+        f"Built with the course's {', '.join(names)}, borrowed instead of your own "
+        + (f"({'; '.join(reasons)}) " if reasons else "")
+        + "(half marks until your own versions pass their checks and stand in)."
+    )
 
 
 def _fix_first(

@@ -22,7 +22,6 @@ from .generate import (  # noqa: E402
     _wrong_generate,
 )
 from .gpt import (  # noqa: E402
-    _AsGPT,
     _check_gpt2_init,
     _gpt_state,
     _mistake_gpt,
@@ -35,7 +34,6 @@ from .sample_next import _ORDER6, _ORDER8, _P6, _P8, DRAWS, _filter, _logits_fro
 __all__ = [
     "DRAWS",
     "TASKS",
-    "_AsGPT",
     "_GPT_SIZES",
     "_ORDER6",
     "_ORDER8",

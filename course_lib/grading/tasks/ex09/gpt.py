@@ -1,133 +1,282 @@
-"""ex09.GPT, the capstone: the learner's own GPT with course_lib.gpt.GPT's parameter names.
-Graded without training: GPT-2's init, then forward, one optimisation step and generation
-against the reference, with the reference's weights loaded."""
+"""ex09.GPT, the capstone: the learner's GPT, built from the learner's own pieces (course_lib.mine),
+with course_lib.gpt.GPT's parameter names and a `forward_cached` for generation.
+
+Graded without training: GPT-2's init, then, with the reference's weights loaded, the logits
+(learned, rotary and no positions; GELU, ReLU^2 and GPT-2's tanh GELU; with and without biases),
+one optimisation step, `forward_cached` against `forward`, and the tokens a cached generation
+loop draws. A course piece that stands in for one of the learner's (borrowed) is named and
+halves the score (`Task.borrowable`).
+"""
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ....multihead import MultiHeadAttention
-from ...core import Case, GradingError, compare_values, exercise_state, register
+from ...core import Case, GradingError, compare_values, register
 from ..common import ModuleTask
 
 MISTAKES = {
     "no_causal": "a position sees the future: the self-attention needs "
     "the causal mask (True on and below the diagonal)",
     "post_norm": "the GPT's blocks are pre-norm: x = x + attn(norm1(x)), "
-    "then x = x + ffn(norm2(x)); you normalised after adding (post-norm)",
+    "then x = x + feed_forward(norm2(x)); you normalised after adding (post-norm)",
     "torch_mask": "the causal mask is inverted: here True means 'may attend' (True on and below "
     "the diagonal, tril); PyTorch's nn.MultiheadAttention uses True = blocked",
-    "attend_raw": "the self-attention must read the normalised input: h = norm1(x), then "
-    "x = x + self_attn(h, h, h, ...)",
-    "relu": "the GPT's feed-forward uses GELU (F.gelu), not ReLU",
+    "attend_raw": "the self-attention must read the normalised input: "
+    "x = x + self_attn(norm1(x)), not self_attn(x)",
+    "relu": 'the feed-forward\'s activation is the `activation` argument ("gelu" by default, '
+    '"relu2" for the course\'s checkpoint, "gelu_tanh" for GPT-2): pass it on to your '
+    "FeedForward instead of always using ReLU",
     "triu": "the causal mask is the upper triangle (triu): each position would see the "
     "future and not the past. True must be on and below the diagonal (key j <= "
-    "query i): torch.ones(n, n, dtype=torch.bool).tril()",
-    "tanh_gelu": "this GELU is the tanh approximation (approximate='tanh'), which GPT-2's own "
-    "code used; the task asks for the exact GELU, F.gelu(x), as course_lib's GPT uses: "
-    "the two differ by up to about 1e-3, more than the check allows",
+    "query i): your causal_mask(n) from exercise 05",
+    "tanh_gelu": "this GELU is the tanh approximation (approximate='tanh', GPT-2's); "
+    'activation="gelu" is the exact F.gelu(x), and "gelu_tanh" the approximation: they '
+    "differ by up to about 1e-3, more than the check allows",
     "lesson_positions": "lesson 09's position_embedding is a module that ADDS positions to its "
-    "input; here position_embedding is an nn.Embedding of the positions 0 .. seq-1, so "
+    "input; here position_embedding is an nn.Embedding of the positions, so "
     "look them up and add them: token_embedding(ids) + "
-    "position_embedding(torch.arange(seq))",
-    "no_positions": "add the position embedding of positions 0 .. seq-1 to the token embedding",
+    "position_embedding(torch.arange(start, start + seq))",
+    "no_positions": 'with positions="learned", add the position embedding of the positions '
+    "start .. start + seq - 1 to the token embedding",
+    "rope_ignored": 'with positions="rope", rotate the queries and the keys (not the values) '
+    "by their positions with your apply_rope, before the attention scores",
     "no_final_norm": "apply the final LayerNorm `norm` to the last block's output before lm_head",
-    "untied": "the output layer must share its matrix with the token "
-    "embedding: self.lm_head.weight = self.token_embedding.weight (the forward pass "
+    "untied": "with tie_weights (the default), the output layer must share its matrix with the "
+    "token embedding: self.lm_head.weight = self.token_embedding.weight (the forward pass "
     "agrees, but one step of training updates the two copies separately)",
+    "cache_positions_restart": "forward_cached gets `start`, the position of its first new "
+    "token: the new tokens sit at start, start + 1, ..., not at 0, 1, ... (learned positions "
+    "and rotary positions both need it)",
+    "cache_not_kept": "forward_cached must return the cache with the new tokens' keys and values "
+    "appended (your cached_attention_step returns the grown caches): a later token attends to "
+    "every earlier one",
 }
 
+# The course pieces a learner's GPT may be built with when its own version is missing: named
+# and half marks (Task.borrowable), not zero.
+BORROWABLE = (
+    "course_lib.multihead.MultiHeadAttention",
+    "course_lib.multihead.split_heads",
+    "course_lib.multihead.merge_heads",
+    "course_lib.positional.apply_rope",
+    "course_lib.masking.causal_mask",
+    "course_lib.attention.scaled_dot_product_attention",
+    "course_lib.norms.LayerNorm",
+    "course_lib.blocks.FeedForward",
+    "course_lib.kv_cache.cached_attention_step",
+)
 
-def _reference_gpt(sizes: dict):
+_SIZES = ("vocab_size", "block_size", "d_model", "num_heads", "num_layers")
+
+
+def capstone_name(key: str) -> str:
+    """A course_lib.gpt.GPT state-dict key -> the capstone's (learned positions are a plain
+    nn.Embedding there)."""
+    return key.replace("position_embedding.embedding.", "position_embedding.")
+
+
+def _reference_gpt(sizes: dict, options: dict | None = None):
     from ....gpt import GPT, GPTConfig
 
     with torch.random.fork_rng(devices=[]):
-        return GPT(GPTConfig(**sizes))
+        return GPT(GPTConfig(**sizes, **(options or {})))
 
 
-def _gpt_state(gen, sizes, dtype):
-    model = _reference_gpt(sizes)
+def _gpt_state(gen, sizes, dtype, options=None):
+    """Random weights (norm weights near 1) with the capstone's names; lm_head tied unless the
+    options untie it."""
+    model = _reference_gpt(sizes, options)
+    tied = (options or {}).get("tie_weights", True)
     state = {}
-    for name, value in exercise_state(model.state_dict()).items():
-        if name == "lm_head.weight":
-            continue  # tied: the same tensor as token_embedding.weight
+    for key, value in model.state_dict().items():
+        name = capstone_name(key)
+        if name == "lm_head.weight" and tied:
+            continue  # the same tensor as token_embedding.weight
         noise = torch.randn(value.shape, generator=gen, dtype=torch.float64)
-        state[name] = (1.0 + 0.2 * noise if "norm" in name else 0.3 * noise).to(dtype)
-    state["lm_head.weight"] = state["token_embedding.weight"]
+        state[name] = (
+            1.0 + 0.2 * noise if "norm" in name and name.endswith("weight") else 0.3 * noise
+        ).to(dtype)
+    if tied:
+        state["lm_head.weight"] = state["token_embedding.weight"]
     return state
 
 
-class WrongBlock(nn.Module):
-    """A pre-norm GPT block, written as a learner would, with one named mistake."""
+_ACTIVATIONS = {
+    "gelu": F.gelu,
+    "relu": F.relu,
+    "relu2": lambda x: F.relu(x).square(),
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
 
-    def __init__(self, d_model, num_heads, mistake=""):
+
+def _rope(x, positions):
+    """Rotary positions, pairs (2i, 2i + 1) rotated by position * 10000^(-2i/d)."""
+    d = x.shape[-1]
+    angles = positions[:, None].to(x.dtype) * 10000.0 ** (
+        -torch.arange(0, d, 2, dtype=x.dtype) / d
+    )  # (n, d/2)
+    cos, sin = angles.cos(), angles.sin()
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+
+
+class _FeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, activation, bias):
         super().__init__()
-        self.mistake = mistake
-        self.self_attn = MultiHeadAttention(d_model, num_heads, bias=False)
-        self.linear1 = nn.Linear(d_model, 4 * d_model, bias=False)
-        self.linear2 = nn.Linear(4 * d_model, d_model, bias=False)
-        self.norm1 = nn.LayerNorm(d_model, bias=False)
-        self.norm2 = nn.LayerNorm(d_model, bias=False)
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
+        self.activation = activation
 
     def forward(self, x):
-        n, mistake = x.shape[1], self.mistake
+        return self.linear2(_ACTIVATIONS[self.activation](self.linear1(x)))
+
+
+class _Attention(nn.Module):
+    def __init__(self, d_model, num_heads, bias):
+        super().__init__()
+        self.heads = num_heads
+        for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            setattr(self, name, nn.Linear(d_model, d_model, bias=bias))
+
+
+class WrongBlock(nn.Module):
+    """A pre-norm GPT block, written as a learner would (in plain PyTorch), with one named
+    mistake; forward(x, cache=None, start=0) -> (x, cache)."""
+
+    def __init__(self, d_model, num_heads, d_ff, bias, activation, rope, eps, mistake=""):
+        super().__init__()
+        self.mistake, self.rope = mistake, rope
+        if mistake == "relu":
+            activation = "relu"
+        elif mistake == "tanh_gelu" and activation == "gelu":
+            activation = "gelu_tanh"
+        self.self_attn = _Attention(d_model, num_heads, bias)
+        self.feed_forward = _FeedForward(d_model, d_ff, activation, bias)
+        self.norm1 = nn.LayerNorm(d_model, eps=eps, bias=bias)
+        self.norm2 = nn.LayerNorm(d_model, eps=eps, bias=bias)
+
+    def attend(self, h, cache, start):
+        a, mistake = self.self_attn, self.mistake
+        batch, n, d = h.shape
+
+        def heads(t):  # (batch, n, d) -> (batch, heads, n, d_head)
+            return t.view(batch, n, a.heads, d // a.heads).transpose(1, 2)
+
+        q, k, v = heads(a.q_proj(h)), heads(a.k_proj(h)), heads(a.v_proj(h))
+        if self.rope and mistake != "rope_ignored":
+            positions = torch.arange(start, start + n)
+            q, k = _rope(q, positions), _rope(k, positions)
+        if cache is not None:
+            k_all, v_all = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+            cache = cache if mistake == "cache_not_kept" else (k_all, v_all)
+            k, v = k_all, v_all
+        t = k.shape[2]
+        allowed = torch.ones(n, t, dtype=torch.bool).tril(t - n)  # query i sees keys <= its own
         masks = {
-            "no_causal": None,
-            "torch_mask": torch.ones(n, n, dtype=torch.bool).triu(1),  # True = blocked
-            "triu": torch.ones(n, n, dtype=torch.bool).triu(),  # the future and itself
+            "no_causal": torch.ones(n, t, dtype=torch.bool),
+            "torch_mask": ~allowed,
+            "triu": torch.ones(n, t, dtype=torch.bool).triu(t - n),
         }
-        mask = masks.get(mistake, torch.ones(n, n, dtype=torch.bool).tril())
-        activation = {"relu": F.relu, "tanh_gelu": _tanh_gelu}.get(mistake, F.gelu)
+        mask = masks.get(mistake, allowed)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1).nan_to_num(0.0)
+        merged = (weights @ v).transpose(1, 2).reshape(batch, n, d)
+        return a.out_proj(merged), cache
 
-        def attention(h):
-            return self.self_attn(h, h, h, mask=mask)[0]
-
-        def feed_forward(h):
-            return self.linear2(activation(self.linear1(h)))
-
-        if mistake == "post_norm":
-            x = self.norm1(x + attention(x))
-            return self.norm2(x + feed_forward(x))
-        h = x if mistake == "attend_raw" else self.norm1(x)  # attention reads the raw x
-        x = x + attention(h)
-        return x + feed_forward(self.norm2(x))
+    def forward(self, x, cache=None, start=0):
+        if self.mistake == "post_norm":
+            attended, cache = self.attend(x, cache, start)
+            x = self.norm1(x + attended)
+            return self.norm2(x + self.feed_forward(x)), cache
+        h = x if self.mistake == "attend_raw" else self.norm1(x)
+        attended, cache = self.attend(h, cache, start)
+        x = x + attended
+        return x + self.feed_forward(self.norm2(x)), cache
 
 
 class WrongGPT(nn.Module):
-    """A learner-style GPT with one named mistake (`mistake`); "" is a right one, GPT-2's
+    """A learner-style capstone GPT with one named mistake (`mistake`); "" is a right one, GPT-2's
     init included."""
 
     mistake = ""
 
-    def __init__(self, vocab_size, block_size, d_model, num_heads, num_layers):
+    def __init__(
+        self,
+        vocab_size,
+        block_size,
+        d_model,
+        num_heads,
+        num_layers,
+        d_ff=None,
+        bias=False,
+        activation="gelu",
+        positions="learned",
+        layer_norm_eps=1e-5,
+        tie_weights=True,
+    ):
         super().__init__()
+        self.positions = positions
         self.token_embedding = nn.Embedding(vocab_size, d_model)
-        self.position_embedding = nn.Embedding(block_size, d_model)
+        if positions == "learned":
+            self.position_embedding = nn.Embedding(block_size, d_model)
         self.layers = nn.ModuleList(
-            WrongBlock(d_model, num_heads, self.mistake) for _ in range(num_layers)
+            WrongBlock(
+                d_model,
+                num_heads,
+                d_ff or 4 * d_model,
+                bias,
+                activation,
+                positions == "rope",
+                layer_norm_eps,
+                self.mistake,
+            )
+            for _ in range(num_layers)
         )
-        self.norm = nn.LayerNorm(d_model, bias=False)
+        self.norm = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
-        if self.mistake != "untied":
+        if tie_weights and self.mistake != "untied":
             self.lm_head.weight = self.token_embedding.weight
-        for param in self.parameters():  # GPT-2's init, which the statement asks for
+        for name, param in self.named_parameters():  # GPT-2's init
             if param.dim() == 2:
-                nn.init.normal_(param, std=0.02)
+                residual = name.endswith(("out_proj.weight", "linear2.weight"))
+                nn.init.normal_(param, std=0.02 / math.sqrt(2 * num_layers) if residual else 0.02)
+            else:
+                nn.init.zeros_(param) if name.endswith("bias") else nn.init.ones_(param)
 
     def forward(self, ids):
-        if self.mistake == "lesson_positions":  # lesson 09's module that adds positions, copied
+        return self._run(ids, None, 0)[0]
+
+    def forward_cached(self, ids, cache, start):
+        if cache is None:
+            cache = [None] * len(self.layers)
+            heads = self.layers[0].self_attn.heads
+            d = self.token_embedding.weight.shape[1]
+            empty = self.token_embedding.weight.new_zeros(ids.shape[0], heads, 0, d // heads)
+            cache = [(empty, empty)] * len(self.layers)
+        if self.mistake == "cache_positions_restart":
+            start = 0
+        return self._run(ids, cache, start)
+
+    def _run(self, ids, cache, start):
+        mistake, n = self.mistake, ids.shape[1]
+        if mistake == "lesson_positions" and self.positions == "learned":  # lesson 09's module
             x = self.position_embedding(self.token_embedding(ids))
         else:
             x = self.token_embedding(ids)
-        if self.mistake not in ("no_positions", "lesson_positions"):
-            x = x + self.position_embedding(torch.arange(ids.shape[1]))
-        for layer in self.layers:
-            x = layer(x)
-        if self.mistake != "no_final_norm":
+        if self.positions == "learned" and mistake not in ("no_positions", "lesson_positions"):
+            x = x + self.position_embedding(torch.arange(start, start + n))
+        new_cache = []
+        for i, layer in enumerate(self.layers):
+            x, layer_cache = layer(x, None if cache is None else cache[i], start)
+            new_cache.append(layer_cache)
+        if mistake != "no_final_norm":
             x = self.norm(x)
-        return self.lm_head(x)
+        return self.lm_head(x), (None if cache is None else new_cache)
 
 
 def _mistake_gpt(mistake: str) -> type:
@@ -135,14 +284,8 @@ def _mistake_gpt(mistake: str) -> type:
     return type(f"GPT_{mistake}", (WrongGPT,), {"mistake": mistake})
 
 
-def _tanh_gelu(x):
-    return F.gelu(x, approximate="tanh")
-
-
 def _sgd_step(model, ids, lr=0.5):
     """One plain SGD step on the next-token loss; returns (loss, parameters after, by name)."""
-    import torch.nn.functional as F
-
     model.train()
     x, y = ids[:, :-1], ids[:, 1:]
     logits = model(x)
@@ -153,13 +296,37 @@ def _sgd_step(model, ids, lr=0.5):
         for p in model.parameters():  # parameters() lists a tied matrix once
             if p.grad is not None:
                 p -= lr * p.grad
-    state = exercise_state(model.state_dict())  # the exercise's names, in the same order
+    state = {capstone_name(k): v for k, v in model.state_dict().items()}
     return float(loss.detach()), torch.cat([state[k].flatten() for k in sorted(state)])
+
+
+def _cached_logits(model, ids, prompt):
+    """The logits of all of ids through forward_cached: the prompt at once, then one token at a
+    time at its own position."""
+    logits, cache = model.forward_cached(ids[:, :prompt], None, 0)
+    parts = [logits]
+    for t in range(prompt, ids.shape[1]):
+        logits, cache = model.forward_cached(ids[:, t : t + 1], cache, t)
+        parts.append(logits)
+    return torch.cat(parts, dim=1)
+
+
+def _generate_cached(model, ids, new, generator):
+    """Exercise 09's generation loop (course_lib.gpt.generate_with_cache) on any model with
+    forward_cached."""
+    from ....sampling import sample_next
+
+    logits, cache = model.forward_cached(ids, None, 0)
+    for _ in range(new):
+        next_id = sample_next(logits[:, -1], 1.0, None, None, generator)
+        ids = torch.cat([ids, next_id[:, None]], dim=1)
+        logits, cache = model.forward_cached(ids[:, -1:], cache, ids.shape[1] - 1)
+    return ids
 
 
 def _check_gpt2_init(model: nn.Module) -> None:
     """The statement asks for GPT-2's N(0, 0.02^2) init of the token embedding and of the
-    feed-forward's first layer (the layers writing into the residual stream may be smaller)."""
+    feed-forward's first layer (the layers writing into the residual stream are smaller)."""
     for name, param in model.named_parameters():
         if name == "token_embedding.weight" or name.endswith("linear1.weight"):
             std = float(param.detach().double().std())
@@ -170,7 +337,7 @@ def _check_gpt2_init(model: nn.Module) -> None:
                     "weight matrix (nn.Linear and nn.Embedding) from N(0, 0.02^2), GPT-2's "
                     "init (nn.init.normal_(weight, std=0.02)); "
                     + (
-                        "the optional 1/sqrt(2 * num_layers) shrinks only the layers that write "
+                        "the 1/sqrt(2 * num_layers) shrinks only the layers that write "
                         "into the residual stream, linear2 and the attention's out_proj, not "
                         "linear1"
                         if shrunk
@@ -191,9 +358,12 @@ class CapstoneGPT(ModuleTask):
         "torch.nn.TransformerEncoder",
         "torch.nn.TransformerDecoderLayer",
     )
+    borrowable = BORROWABLE
+    mistake_table = MISTAKES
+    wrong = WrongGPT
 
     def cases(self, gen):
-        def case(description, kind, sizes, batch, seq, dtype=torch.float32, new=0):
+        def case(description, kind, sizes, batch, seq, dtype=torch.float32, new=0, **options):
             ids = torch.randint(0, sizes["vocab_size"], (batch, seq), generator=gen)
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
             return Case(
@@ -201,8 +371,9 @@ class CapstoneGPT(ModuleTask):
                 data={
                     "kind": kind,
                     "sizes": sizes,
+                    "options": options,
                     "ids": ids,
-                    "state": _gpt_state(gen, sizes, dtype),
+                    "state": _gpt_state(gen, sizes, dtype, options),
                     "new": new,
                     "seed": seed,
                 },
@@ -228,6 +399,34 @@ class CapstoneGPT(ModuleTask):
             ),
             case("forward on a single token, ids (3, 1)", "forward", small, 3, 1),
             case(
+                "forward with positions='rope' and activation='relu2' (the course "
+                "checkpoint's), 2 layers, ids (2, 6)",
+                "forward",
+                deeper,
+                2,
+                6,
+                positions="rope",
+                activation="relu2",
+            ),
+            case(
+                "forward like GPT-2: bias=True, activation='gelu_tanh', ids (2, 5)",
+                "forward",
+                small,
+                2,
+                5,
+                bias=True,
+                activation="gelu_tanh",
+            ),
+            case(
+                "forward with positions='none' and tie_weights=False, ids (2, 5)",
+                "forward",
+                small,
+                2,
+                5,
+                positions="none",
+                tie_weights=False,
+            ),
+            case(
                 "one SGD step (lr 0.5) on the next-token loss of ids (3, 7), then the loss and "
                 "every parameter compared",
                 "step",
@@ -244,14 +443,35 @@ class CapstoneGPT(ModuleTask):
                 dtype=torch.float64,
             ),
             case(
-                "generation with course_lib.gpt.generate: prompt (2, 3), 8 new tokens "
-                "(beyond block_size, so the window slides), temperature 1.0, same seed",
+                "forward_cached: a prompt of 2 tokens, then 4 tokens one at a time at positions "
+                "2..5, against forward on all 6, float64",
+                "cached",
+                deeper,
+                2,
+                6,
+                dtype=torch.float64,
+                new=2,
+            ),
+            case(
+                "forward_cached with positions='rope': a prompt of 3, then 3 one at a time, "
+                "float64",
+                "cached",
+                deeper,
+                2,
+                6,
+                dtype=torch.float64,
+                new=3,
+                positions="rope",
+            ),
+            case(
+                "generation through your forward_cached (exercise 09's loop): prompt (2, 2), 4 "
+                "new tokens, temperature 1.0, same seed, float64",
                 "generate",
                 deeper,
                 2,
-                3,
+                2,
                 dtype=torch.float64,
-                new=8,
+                new=4,
             ),
             case(
                 "GPT-2's init: right after GPT(...) is built (before any weights are loaded), "
@@ -265,8 +485,7 @@ class CapstoneGPT(ModuleTask):
 
     def init_args(self, case):
         sizes = case.data["sizes"]
-        names = ("vocab_size", "block_size", "d_model", "num_heads", "num_layers")
-        return tuple(sizes[name] for name in names), {}
+        return tuple(sizes[name] for name in _SIZES), dict(case.data.get("options", {}))
 
     def build(self, obj, case):
         with torch.random.fork_rng(devices=[]):  # a model's own init draws from the global RNG
@@ -287,46 +506,34 @@ class CapstoneGPT(ModuleTask):
 
     def run(self, model, case):
         d = case.data
-        if d["kind"] == "forward":
-            model.eval()
-            with torch.no_grad():
-                return model(d["ids"])
         if d["kind"] == "step":
             return _sgd_step(model, d["ids"])
-        from ....gpt import generate
-
-        tokens = generate(
-            _AsGPT(model, d["sizes"]["block_size"]),
-            d["ids"],
-            d["new"],
-            generator=torch.Generator().manual_seed(d["seed"]),
-        )
-        return tokens
+        model.eval()
+        with torch.no_grad():
+            if d["kind"] == "forward":
+                return model(d["ids"])
+            if not callable(getattr(model, "forward_cached", None)):
+                raise GradingError(
+                    "your GPT has no forward_cached(ids, cache, start) method: your generate "
+                    "(task 4) calls it, with cache None the first time"
+                )
+            if d["kind"] == "cached":  # "new" is the prompt's length here
+                return _cached_logits(model, d["ids"], d["new"])
+            return _generate_cached(
+                model, d["ids"], d["new"], torch.Generator().manual_seed(d["seed"])
+            )
 
     def compare(self, got, want, case):
-        if case.data["kind"] == "step":
+        kind = case.data["kind"]
+        if kind == "step":
             if not isinstance(got, tuple):
                 return "the step could not run"
             if abs(got[0] - want[0]) > 1e-4 * max(1.0, abs(want[0])):
                 return f"the loss before the step is {got[0]:.6g}, expected {want[0]:.6g}"
             return compare_values(got[1], want[1], "your parameters after one step")
-        return compare_values(
-            got, want, "your logits" if case.data["kind"] == "forward" else "your generated tokens"
-        )
-
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = [(_mistake_gpt(name), hint) for name, hint in MISTAKES.items()]
-
-
-class _AsGPT(nn.Module):
-    """Any model that maps ids to logits, fed the last block_size tokens, for generate."""
-
-    def __init__(self, model, block_size):
-        super().__init__()
-        self.model, self.block_size = model, block_size
-
-    def forward(self, ids):
-        return self.model(ids[:, -self.block_size :])
+        what = {
+            "forward": "your logits",
+            "cached": "your logits through forward_cached",
+            "generate": "your generated tokens",
+        }.get(kind, "your result")
+        return compare_values(got, want, what)
