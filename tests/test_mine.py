@@ -3,6 +3,8 @@ borrowed pieces named, course_lib's model modules out of reach in own_code_only(
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -129,3 +131,51 @@ def test_committed_solution_library_is_what_the_solutions_marked_cells_save():
     want = notebooks.solution_library()
     have = {p.name: p.read_text() for p in sorted((ROOT / "solutions" / "mine").glob("*.py"))}
     assert have == want, "run: python tools/notebooks.py mine"
+
+
+BROKEN_MHA = """
+
+# >>> cell: MultiHeadAttention
+# save in mine/multihead.py
+_Right = MultiHeadAttention
+
+
+class MultiHeadAttention(_Right):
+    def forward(self, query, key, value, mask=None):
+        output, weights = super().forward(query, key, value, mask)
+        return 2 * output, weights  # a slip the check catches
+# <<< cell: MultiHeadAttention
+"""
+
+
+def test_the_batch_grader_names_a_broken_earlier_piece_and_halves_the_capstone(tmp_path):
+    from course_lib.grading.batch import grade
+
+    learner = tmp_path / "submissions" / "ada"
+    shutil.copytree(ROOT / "solutions" / "mine", learner / "mine")
+    shutil.copy(ROOT / "solutions" / "09_gpt_from_scratch.ipynb", learner)
+    with (learner / "mine" / "multihead.py").open("a") as f:
+        f.write(BROKEN_MHA)
+    grade([tmp_path / "submissions"], tmp_path / "grades", timeout=600, jobs=1)
+    (row,) = json.loads((tmp_path / "grades" / "scores.json").read_text())
+    capstone = row["tasks"]["ex09.GPT"]
+    assert capstone["score"] == capstone["max_score"] / 2, capstone
+    assert "course_lib.multihead.MultiHeadAttention" in capstone["feedback"]
+    assert (
+        "ex03.MultiHeadAttention: the version in mine/multihead.py does not pass"
+        in (capstone["feedback"])
+    )
+    others = {k: v for k, v in row["tasks"].items() if k != "ex09.GPT"}
+    assert all(t["score"] == t["max_score"] for t in others.values()), others
+
+
+def test_a_changed_library_grades_its_notebook_again(tmp_path):
+    from course_lib.grading.resume import Store
+
+    (tmp_path / "mine").mkdir()
+    notebook = tmp_path / "09_gpt_from_scratch.ipynb"
+    notebook.write_text("{}")
+    store = Store(tmp_path / "out", {"timeout": 300})
+    before = store.key("ada", notebook)
+    (tmp_path / "mine" / "multihead.py").write_text("x = 1\n")
+    assert store.key("ada", notebook) != before

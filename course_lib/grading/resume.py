@@ -27,9 +27,15 @@ class Store:
         self.options = json.dumps(options, sort_keys=True)
 
     def key(self, submission: str, path: Path) -> str:
+        """The notebook, the options and the learner's library beside it (mine/, which later
+        exercises import): a change to any of them grades the notebook again."""
         digest = hashlib.sha256()
         for part in (submission.encode(), Path(path).read_bytes(), self.options.encode()):
             digest.update(hashlib.sha256(part).digest())
+        library = Path(path).parent / "mine"
+        if library.is_dir():
+            for file in sorted(library.rglob("*.py")):
+                digest.update(hashlib.sha256(file.name.encode() + file.read_bytes()).digest())
         return digest.hexdigest()[:24]
 
     def load(self, key: str) -> dict | None:
