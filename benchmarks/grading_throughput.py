@@ -2,8 +2,8 @@
 
     python benchmarks/grading_throughput.py [--copies 20] [--sets ex00 ex02 ...] [--no-ray]
 
-Makes a class of `--copies` learners, each handing in every solution notebook (a folder per
-learner), and grades it three times with the same seed: locally with one kernel at a time
+Makes a class of `--copies` learners, each handing in every solution notebook and the
+solutions' library mine/ (a folder per learner), and grades it three times with the same seed: locally with one kernel at a time
 (--jobs 1), with two (--jobs 2), and on a local Ray cluster started here (a head node and a
 worker node, one CPU each; its start-up is timed apart). Every notebook must get full marks.
 Prints submissions per minute for each run and the per-submission cost of each exercise set
@@ -44,6 +44,9 @@ def make_class(folder: Path, copies: int, sets: list[str] | None) -> int:
         learner.mkdir(parents=True)
         for nb in notebooks:
             shutil.copy(nb, learner / nb.name)
+        library = ROOT / "solutions" / "mine"  # the learner's own library, beside the notebooks
+        if library.is_dir():
+            shutil.copytree(library, learner / "mine")
     return copies * len(notebooks)
 
 
