@@ -198,3 +198,66 @@ def test_a_state_dict_that_is_not_gpt2s_is_refused(random_gpt2):
         gpt2_to_course({**state, "lm_head.weight": torch.zeros_like(state["lm_head.weight"])})
     with pytest.raises(TypeError, match="state_dict must be a dict"):
         gpt2_to_course([1, 2])
+
+
+# ---- and into the learner's GPT (exercise 09's capstone, its task 8) ------------------------
+
+
+@pytest.fixture(scope="module")
+def solution_library(tmp_path_factory):
+    """The solution's own library (solutions/mine): its GPT class, key map and generate."""
+    import os
+    from pathlib import Path
+
+    from course_lib import mine as library
+
+    previous = os.environ.get("COURSE_MINE")
+    os.environ["COURSE_MINE"] = str(Path(__file__).resolve().parents[1] / "solutions" / "mine")
+    try:
+        pieces = {
+            "GPT": library.mine("ex09.GPT"),
+            "gpt2_to_mine": library.mine("ex09.gpt2_to_mine"),
+            "generate": library.mine("ex09.generate"),
+        }
+        assert not any(k.startswith("ex09") for k in library.borrowed()), library.borrowed()
+    finally:
+        if previous is None:
+            del os.environ["COURSE_MINE"]
+        else:
+            os.environ["COURSE_MINE"] = previous
+    return pieces
+
+
+def _learner_gpt2(pieces, random_gpt2):
+    model = pieces["GPT"](
+        50257, 128, 64, 4, 2, bias=True, activation="gelu_tanh", positions="learned"
+    )
+    model.load_state_dict(pieces["gpt2_to_mine"](random_gpt2.state_dict()))
+    return model.eval()
+
+
+def test_the_learners_gpt_holds_gpt2_logits_equal_hugging_faces(solution_library, random_gpt2):
+    mine = _learner_gpt2(solution_library, random_gpt2)
+    assert type(mine).__module__ == "mine.gpt"
+    ids = _ids(1, (2, 128))
+    with torch.no_grad():
+        theirs = random_gpt2(ids).logits
+        plain = mine(ids)
+        first, cache = mine.forward_cached(ids[:, :40], None, 0)
+        rest, _ = mine.forward_cached(ids[:, 40:44], cache, 40)
+    assert (plain - theirs).abs().max() < 1e-5
+    assert (torch.cat([first, rest], dim=1) - theirs[:, :44]).abs().max() < 1e-5
+
+
+def test_the_learners_generate_writes_gpt2s_greedy_tokens(
+    solution_library, random_gpt2, gpt2_tokenizer
+):
+    mine = _learner_gpt2(solution_library, random_gpt2)
+    prompt = torch.tensor([gpt2_tokenizer.encode("To be, or not to be, that is the question:")])
+    theirs = random_gpt2.generate(prompt, max_new_tokens=20, do_sample=False, pad_token_id=50256)
+    cached = solution_library["generate"](mine, prompt, 20, temperature=0.0)  # the KV cache
+    plain = prompt
+    with torch.no_grad():  # and without any cache: the whole sequence at every step
+        for _ in range(20):
+            plain = torch.cat([plain, mine(plain)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(cached, theirs) and torch.equal(plain, theirs)
