@@ -31,7 +31,8 @@ Checks:
   progress bars are widgets that end complete, and it prints
   exactly what the same short lesson prints in the main environment's kernel;
 - the exercise checks judge alike in both environments: every listed mistake (and the refused
-  reference) of ex02 and ex09, and solutions/02's check cells pass as committed.
+  reference) of ex02 and ex09, and solutions/02's check cells pass as committed (and its marked
+  cells are saved in the learner's library, mine/, by Colab's IPython).
 Widgets drawn in a real browser for this kernel are tests/test_colab_browser.py's: JupyterLab 4
 (the suite's browser test) cannot draw ipywidgets 7 models and Colab's own frontend is not
 available offline, so it opens lesson 02 (the explorer answers a click and a hover), a tqdm bar
@@ -501,6 +502,10 @@ def test_exercise_checks_judge_alike_in_both_environments(course_installed, pyte
     got = compared_outputs(nb)
     assert all("✅" in got[i] and "❌" not in got[i] for i in checks), [got[i] for i in checks]
     assert_same_outputs(nb, solution)
+    # its marked cells were saved in the learner's library by Colab's IPython (7.34), as they
+    # are by JupyterLab's: Colab's working folder now holds mine/attention.py
+    saved = (colab.content / "mine" / "attention.py").read_text()
+    assert "def softmax" in saved and "def scaled_dot_product_attention" in saved
     _say(
         pytestconfig,
         f"\ncolab env: {len(in_main)} exercise checks judged alike in both "
