@@ -226,10 +226,16 @@ def _defines(path: Path, name: str) -> bool:
         getattr(node, "name", None) == name
         or (
             isinstance(node, ast.Assign)
+            and not _uses_mine(node.value)  # `X = mine("exNN.X")` borrows X, it is no home of X
             and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
         )
         for node in tree.body
     )
+
+
+def _uses_mine(value: ast.expr) -> bool:
+    """Whether an assigned value is a call `mine(...)`: a piece taken from another file."""
+    return isinstance(value, ast.Call) and getattr(value.func, "id", None) == "mine"
 
 
 def _where(task: Any) -> Path:
