@@ -796,7 +796,9 @@ def load_weights(module: Any, state_dict: dict[str, Tensor], what: str = "your m
         for k in own
         if k not in state_dict and (own[k].data_ptr(), own[k].shape, own[k].stride()) not in asked
     ]
-    if extra and all(k.endswith(".bias") and k[:-5] + ".weight" in state_dict for k in extra):
+    if extra and all(
+        k.rpartition(".")[2] == "bias" and k[: -len("bias")] + "weight" in state_dict for k in extra
+    ):
         raise GradingError(
             f"{what} has parameters the task does not ask for: {', '.join(extra)}. This case "
             "asks for layers without biases (bias=False): pass bias=bias on to every layer that "
