@@ -35,6 +35,7 @@ import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -58,6 +59,8 @@ __all__ = [
     "reversal_pairs",
     "reversal_batches",
     "load_shakespeare",
+    "load_shakespeare_checkpoint",
+    "CHECKPOINT_PATH",
     "train_val_split",
     "random_windows",
     "window_batches",
@@ -256,6 +259,23 @@ def load_shakespeare() -> str:
     """The lesson's corpus as one string (about 1.1 MB, 72 distinct characters)."""
     data = (resources.files("course_lib") / "data" / _CORPUS).read_bytes()
     return gzip.decompress(data).decode("utf-8")
+
+
+CHECKPOINT_PATH = Path(__file__).resolve().parent / "data" / "gpt_shakespeare.pt"
+
+
+def load_shakespeare_checkpoint(path: str | Path | None = None) -> dict:
+    """Lesson 09's longer-trained GPT as data: {"config", "state_dict", "vocabulary",
+    "provenance"}. The weights have course_lib.gpt.GPT's names; any model with those names
+    loads them (exercise 09's capstone does). `course_lib.gpt.load_shakespeare_gpt` builds
+    course_lib's GPT from it."""
+    path = CHECKPOINT_PATH if path is None else Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no checkpoint at {path}; the course ships it in course_lib/data "
+            "(python tools/train_checkpoint.py writes it again)"
+        )
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def train_val_split(ids: Tensor, val_fraction: float = 0.1) -> tuple[Tensor, Tensor]:

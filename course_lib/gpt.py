@@ -28,6 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from .blocks import EncoderLayer, LayerNorm
+from .datasets import CHECKPOINT_PATH, load_shakespeare_checkpoint
 from .kv_cache import KVCache
 from .positional import LearnedPositionalEmbedding
 from .sampling import sample_next
@@ -53,7 +54,6 @@ __all__ = [
 ]
 
 # lesson 09's longer-trained GPT (tools/train_checkpoint.py writes it; its provenance is inside)
-CHECKPOINT_PATH = Path(__file__).resolve().parent / "data" / "gpt_shakespeare.pt"
 
 
 @dataclass
@@ -305,13 +305,7 @@ def load_shakespeare_gpt(path: str | Path | None = None) -> tuple[GPT, str, dict
     CharTokenizer.from_text(load_shakespeare(), specials=()) has the same ids); `provenance`
     says how it was trained: command, commit, steps, time, machine and validation loss.
     """
-    path = CHECKPOINT_PATH if path is None else Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"no checkpoint at {path}; the course ships it in course_lib/data "
-            "(python tools/train_checkpoint.py writes it again)"
-        )
-    saved = torch.load(path, map_location="cpu", weights_only=True)
+    saved = load_shakespeare_checkpoint(path)
     model = GPT(GPTConfig(**saved["config"]))
     model.load_state_dict(saved["state_dict"])
     return model.eval(), saved["vocabulary"], saved["provenance"]

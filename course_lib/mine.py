@@ -391,16 +391,12 @@ def own_code_only(namespace: dict | None = None) -> Iterator[None]:
     for module in list(sys.modules.values()):
         if getattr(module, "__name__", "").startswith("mine."):
             names += [f"{n} in {module.__name__}" for n in course_model_objects(vars(module))]
-    gone = borrowed()
+    gone = sorted(set(borrowed()) | set(names))
+    yours = sum(1 for v in _LEDGER.values() if v["whose"] == "yours")
     print(
-        "Inside this block course_lib's model modules (attention, multihead, positional, "
-        "masking, blocks, gpt, kv_cache, sampling, train, ...) cannot be imported."
+        "own_code_only: course_lib's model modules are out of reach; "
+        + (f"borrowed: {', '.join(gone)}" if gone else f"borrowed: nothing ({yours} pieces yours)")
     )
-    if names or gone:
-        print("Course code still in use, borrowed: " + ", ".join(sorted(set(gone) | set(names))))
-    else:
-        mine_count = sum(1 for v in _LEDGER.values() if v["whose"] == "yours")
-        print(f"Borrowed: nothing. Every piece is yours ({mine_count} from your library).")
     saved = {k: sys.modules.pop(k) for k in list(sys.modules) if _blocked(k)}
     package = sys.modules["course_lib"]  # `from course_lib import gpt` reads its attributes
     attributes = {n: vars(package).pop(n) for n in MODEL_MODULES if n in vars(package)}

@@ -291,6 +291,29 @@ def tiled_in_tile_key_positions(q, k, v, block_size=128, causal=False):
     return out / total
 
 
+def tiled_max_before_mask(q, k, v, block_size=128, causal=False):
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError("block_size")
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    q = q / math.sqrt(q.shape[-1])
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    m = torch.full((*batch, n_q, 1), -math.inf, dtype=q.dtype)
+    total = torch.zeros_like(m)
+    out = torch.zeros(*batch, n_q, v.shape[-1], dtype=q.dtype)
+    rows = torch.arange(n_q)[:, None] + n_k - n_q
+    for start in range(0, n_k, block_size):
+        s = q @ k[..., start : start + block_size, :].transpose(-2, -1)
+        new_m = torch.maximum(m, s.amax(-1, keepdim=True))  # before the mask: future keys count
+        if causal:
+            s = s.masked_fill(torch.arange(start, start + s.shape[-1]) > rows, -math.inf)
+        c = torch.exp(m - new_m)
+        p = torch.exp(s - new_m)
+        total = total * c + p.sum(-1, keepdim=True)
+        out = out * c + p @ v[..., start : start + block_size, :]
+        m = new_m
+    return out / total
+
+
 def window_without_abs(n, window, causal=False):
     if n < 1 or window < 0:
         raise ValueError("bad arguments")
@@ -351,6 +374,7 @@ def backward_without_D(q, k, v, out, lse, d_out, block_size=128, causal=False):
     "task_id,impl,words",
     [
         ("ex10.tiled_attention", tiled_in_tile_key_positions, "inside the tile"),
+        ("ex10.tiled_attention", tiled_max_before_mask, "before the causal mask"),
         ("ex10.sliding_window_mask", window_without_abs, "without abs"),
         ("ex10.mlm_mask", mlm_labels_at_mask_only, "only the positions that became <mask>"),
         ("ex10.mlm_mask", mlm_independent_draws, "separate draws"),

@@ -117,7 +117,7 @@ def test_own_code_only_names_course_objects_still_in_the_namespace(folder, capsy
     assert "borrowed: MultiHeadAttention (course_lib.multihead)" in capsys.readouterr().out
     with library.own_code_only({"x": 1}):
         pass
-    assert "Borrowed: nothing" in capsys.readouterr().out
+    assert "borrowed: nothing (0 pieces yours)" in capsys.readouterr().out
 
 
 def test_committed_solution_library_is_what_the_solutions_marked_cells_save():

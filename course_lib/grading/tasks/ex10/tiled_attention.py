@@ -65,6 +65,11 @@ FAULTS = {
     "diagonal_blocked": (
         "with causal=True a query may attend to itself: block keys j > i, not j >= i"
     ),
+    "max_before_mask": (
+        "the tile's maximum is taken before the causal mask: a later key's large score then "
+        "sets the running maximum, exp(s - m) underflows to 0 for every key the query may see, "
+        "and o / l is 0 / 0 = NaN; mask the tile first, then take its maximum"
+    ),
     "causal_ignored": (
         "causal=True is ignored: query i may only attend to keys j <= i (mask the later "
         "keys of each tile with -inf)"
@@ -107,6 +112,7 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
     for start in range(0, last, block_size):
         s = q @ k[..., start : start + block_size, :].transpose(-2, -1)  # (..., n_q, bk)
         v_block = v[..., start : start + block_size, :]
+        unmasked = s
         if causal and mistake != "causal_ignored":
             first = 0 if mistake == "key_offset_missing" else start
             key_pos = torch.arange(first, first + s.shape[-1])
@@ -122,7 +128,8 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
         elif mistake == "block_max":
             new_m = s.amax(-1, keepdim=True)
         else:
-            new_m = torch.maximum(m, s.amax(-1, keepdim=True))
+            tile = unmasked if mistake == "max_before_mask" else s
+            new_m = torch.maximum(m, tile.amax(-1, keepdim=True))
         safe = new_m.masked_fill(new_m == float("-inf"), 0.0)
         p = (s - safe).exp()
         correction = (safe - m).exp() if mistake == "inverted_rescale" else (m - safe).exp()
@@ -204,6 +211,19 @@ class TiledAttention(Task):
                 randn(gen, 1, 6, 4, scale=30.0),
                 randn(gen, 1, 6, 4),
                 2,
+            ),
+            _case(
+                "causal=True, float32, the last key scoring at least 196 above every other key "
+                "with every query (a key a query may not see must not set its maximum), "
+                "(2, 6, 4), block_size=2",
+                1.0 + torch.rand(2, 6, 4, generator=gen),  # q in [1, 2)
+                torch.cat(  # k in [-1, 1), the last key 100 everywhere: scores >= 200 vs < 4
+                    [2.0 * torch.rand(2, 5, 4, generator=gen) - 1.0, torch.full((2, 1, 4), 100.0)],
+                    dim=-2,
+                ),
+                randn(gen, 2, 6, 4),
+                2,
+                causal=True,
             ),
             _case(
                 "block_size=1 (every key its own block), (2, 6, 4), causal=True",
