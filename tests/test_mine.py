@@ -214,3 +214,57 @@ def test_a_piece_taken_with_mine_is_not_mistaken_for_its_home(folder, capsys):
 
     assert library.mine("ex03.MultiHeadAttention") is MultiHeadAttention
     assert "not written yet in mine/multihead.py" in capsys.readouterr().out
+
+
+def test_the_solutions_encoder_layer_equals_pytorchs_and_the_courses(monkeypatch):
+    # exercise 07's EncoderLayer as the library holds it (built from the learner's
+    # MultiHeadAttention, LayerNorm and activate): nn.TransformerEncoderLayer's results for the
+    # activations PyTorch names, course_lib's EncoderLayer's for all four
+    import torch
+    from torch import nn
+
+    from course_lib.blocks import EncoderLayer as CourseEncoderLayer
+    from course_lib.grading.core import exercise_state
+    from course_lib.multihead import torch_attention_state
+
+    monkeypatch.setenv("COURSE_MINE", str(ROOT / "solutions" / "mine"))
+    monkeypatch.setattr(library, "_LEDGER", {})
+    monkeypatch.setattr(library, "_MODULES", {})
+    monkeypatch.setattr(library, "_CHECKED", {})
+    EncoderLayer = library.mine("ex07.EncoderLayer")
+    assert EncoderLayer.__module__ == "mine.blocks" and library.borrowed() == []
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 5, 16, generator=gen, dtype=torch.float64)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    for activation in ("relu", "gelu", "gelu_tanh", "relu2"):
+        for bias in (True, False):
+            for norm_first in (False, True):
+                ours = EncoderLayer(16, 4, 32, norm_first, activation, bias).double().eval()
+                course = (
+                    CourseEncoderLayer(
+                        16, 4, 32, norm_first=norm_first, activation=activation, bias=bias
+                    )
+                    .double()
+                    .eval()
+                )
+                with torch.no_grad():
+                    for p in course.parameters():
+                        p.normal_(std=0.5, generator=gen)
+                ours.load_state_dict(exercise_state(course.state_dict()))
+                with torch.no_grad():
+                    torch.testing.assert_close(ours(x, causal), course(x, causal))
+                if activation in ("relu", "gelu"):
+                    theirs = nn.TransformerEncoderLayer(
+                        16,
+                        4,
+                        32,
+                        0.0,
+                        activation,
+                        bias=bias,
+                        norm_first=norm_first,
+                        batch_first=True,
+                        dtype=torch.float64,
+                    ).eval()
+                    ours.load_state_dict(torch_attention_state(theirs.state_dict()))
+                    with torch.no_grad():
+                        torch.testing.assert_close(ours(x), theirs(x))
