@@ -226,6 +226,7 @@ def _defines(path: Path, name: str) -> bool:
         getattr(node, "name", None) == name
         or (
             isinstance(node, ast.Assign)
+            and not _uses_mine(node.value)  # `X = mine("exNN.X")` borrows X, it is no home of X
             and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
         )
         for node in tree.body
@@ -241,6 +242,11 @@ _USUAL_FILE = {
     "ex09.evaluate": "train",
     "ex09.gpt2_to_mine": "gpt2",
 }
+
+
+def _uses_mine(value: ast.expr) -> bool:
+    """Whether an assigned value is a call `mine(...)`: a piece taken from another file."""
+    return isinstance(value, ast.Call) and getattr(value.func, "id", None) == "mine"
 
 
 def _where(task: Any) -> Path:

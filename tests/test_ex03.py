@@ -77,13 +77,13 @@ def merge_by_cat(x):
 class EinsumMultiHeadAttention(nn.Module):
     """A correct alternative: einsum for the products, masked_fill(-inf) and softmax."""
 
-    def __init__(self, d_model, num_heads):
+    def __init__(self, d_model, num_heads, bias=True):
         super().__init__()
         self.num_heads, self.d_head = num_heads, d_model // num_heads
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
     def forward(self, query, key, value, mask=None):
         def heads(t):  # (batch, seq, d_model) -> (batch, seq, heads, d_head)
@@ -162,13 +162,14 @@ class LearnerMultiHeadAttention(nn.Module):
 
     mistake = None
 
-    def __init__(self, d_model, num_heads):
+    def __init__(self, d_model, num_heads, bias=True):
         super().__init__()
         self.num_heads, self.d_model = num_heads, d_model
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
+        bias = bias or self.mistake == "bias"  # the mistake: biases whatever bias says
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
     def forward(self, query, key, value, mask=None):
         q = reference_like_split(self.q_proj(query), self.num_heads)
@@ -199,6 +200,10 @@ class ScaledByDModel(LearnerMultiHeadAttention):
     mistake = "d_model"
 
 
+class BiasIgnored(LearnerMultiHeadAttention):
+    mistake = "bias"
+
+
 class AveragedWeights(LearnerMultiHeadAttention):
     def forward(self, query, key, value, mask=None):
         output, weights = super().forward(query, key, value, mask)
@@ -227,6 +232,7 @@ class MissingOutProj(nn.Module):
         ("ex03.MultiHeadAttention", AveragedWeights, "not their average over heads"),
         ("ex03.MultiHeadAttention", ScaledByDModel, "divide by sqrt(d_head), not sqrt(d_model)"),
         ("ex03.MultiHeadAttention", MissingOutProj, "has no parameter named 'out_proj.weight'"),
+        ("ex03.MultiHeadAttention", BiasIgnored, "bias=False): pass bias=bias on to every layer"),
     ],
 )
 def test_mistakes_fail_with_their_hint(task_id, wrong, hint):
@@ -320,7 +326,7 @@ def stub_function(*args, **kwargs):
 
 
 class StubModule(nn.Module):
-    def __init__(self, d_model, num_heads):
+    def __init__(self, d_model, num_heads, bias=True):
         super().__init__()
         raise NotImplementedError()
 

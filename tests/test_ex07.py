@@ -36,39 +36,59 @@ def layer_norm_float64_path(x, gamma, beta, eps=1e-5):
     return (out * gamma.double() + beta.double()).to(x.dtype)
 
 
+def activation_module(name):
+    """The activation called `name` as a module, as a learner may write it (nn.ReLU, ...)."""
+
+    class ReLUSquared(nn.Module):
+        def forward(self, h):
+            return torch.relu(h).square()
+
+    makers = {
+        "relu": nn.ReLU,
+        "gelu": nn.GELU,
+        "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
+        "relu2": ReLUSquared,
+    }
+    if name not in makers:
+        raise ValueError(f"activation must be one of {sorted(makers)}, got {name!r}")
+    return makers[name]()
+
+
 class FeedForwardEinsum(nn.Module):
-    def __init__(self, d_model, d_ff, dropout=0.0):
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", bias=True):
         super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
+        self.act = activation_module(activation)
 
     def forward(self, x):
-        hidden = torch.einsum("...d,fd->...f", x, self.linear1.weight) + self.linear1.bias
-        return (
-            torch.einsum("...f,df->...d", self.dropout(hidden.clamp(min=0)), self.linear2.weight)
-            + self.linear2.bias
-        )
+        hidden = torch.einsum("...d,fd->...f", x, self.linear1.weight)
+        if self.linear1.bias is not None:
+            hidden = hidden + self.linear1.bias
+        out = torch.einsum("...f,df->...d", self.dropout(self.act(hidden)), self.linear2.weight)
+        return out if self.linear2.bias is None else out + self.linear2.bias
 
 
 class EncoderLayerByHand(nn.Module):
     """Uses course_lib's MultiHeadAttention (allowed) and nn.LayerNorm."""
 
-    def __init__(self, d_model, num_heads, d_ff, norm_first=False):
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False, activation="relu", bias=True):
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, num_heads)
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
-        self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, bias=bias)
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
+        self.norm1 = nn.LayerNorm(d_model, bias=bias)
+        self.norm2 = nn.LayerNorm(d_model, bias=bias)
+        self.act = activation_module(activation)
 
     def forward(self, x, mask=None):
         def sa(h):
             return self.self_attn(h, h, h, mask=mask, need_weights=False)[0]
 
         def ff(h):
-            return self.linear2(F.relu(self.linear1(h)))
+            return self.linear2(self.act(self.linear1(h)))
 
         if self.norm_first:
             x = x + sa(self.norm1(x))
@@ -98,6 +118,33 @@ class EncoderLayerCallsReference(EncoderLayerByHand):
         return self.ref(x, mask)
 
 
+class LayerNormByHand(nn.Module):
+    """A correct alternative: its own statistics (var_mean), no bias tensor when bias=False."""
+
+    def __init__(self, d_model, eps=1e-5, bias=True):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        if bias:
+            self.bias = nn.Parameter(torch.zeros(d_model))
+        else:
+            self.register_parameter("bias", None)
+
+    def forward(self, x):
+        out = layer_norm_var_mean(x, self.weight, torch.zeros_like(self.weight), self.eps)
+        return out if self.bias is None else out + self.bias
+
+
+class AlwaysBiasedLayerNorm(LayerNormByHand):
+    def __init__(self, d_model, eps=1e-5, bias=True):
+        super().__init__(d_model, eps, bias=True)
+
+
+class LayerNormViaF(LayerNormByHand):
+    def forward(self, x):
+        return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, self.eps)
+
+
 def ln_via_F(x, gamma, beta, eps=1e-5):
     return F.layer_norm(x, (x.shape[-1],), gamma, beta, eps)
 
@@ -115,13 +162,13 @@ def ln_via_reference(x, gamma, beta, eps=1e-5):
 
 
 class FeedForwardStub(nn.Module):
-    def __init__(self, d_model, d_ff, dropout=0.0):
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", bias=True):
         super().__init__()
         raise NotImplementedError()
 
 
 class EncoderLayerStub(nn.Module):
-    def __init__(self, d_model, num_heads, d_ff, norm_first=False):
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False, activation="relu", bias=True):
         super().__init__()
         raise NotImplementedError()
 
@@ -157,6 +204,7 @@ def test_reference_passes(task_id, obj):
     [
         ("ex07.layer_norm", layer_norm_var_mean),
         ("ex07.layer_norm", layer_norm_float64_path),
+        ("ex07.LayerNorm", LayerNormByHand),
         ("ex07.FeedForward", FeedForwardEinsum),
         ("ex07.EncoderLayer", EncoderLayerByHand),
     ],
@@ -167,7 +215,9 @@ def test_alternative_correct_implementations_pass(task_id, obj):
 
 
 def _mistake_params():
-    return mistake_params("ex07.layer_norm", "ex07.FeedForward", "ex07.EncoderLayer")
+    return mistake_params(
+        "ex07.layer_norm", "ex07.LayerNorm", "ex07.FeedForward", "ex07.EncoderLayer"
+    )
 
 
 def test_every_named_mistake_is_covered():
@@ -186,6 +236,7 @@ def test_every_named_mistake_is_covered():
     [
         ("ex07.layer_norm", ln_via_F, "torch.nn.functional.layer_norm"),
         ("ex07.layer_norm", ln_via_module, "torch.nn.LayerNorm"),
+        ("ex07.LayerNorm", LayerNormViaF, "torch.nn.functional.layer_norm"),
         ("ex07.EncoderLayer", EncoderLayerWrapsTorch, "torch.nn.TransformerEncoderLayer"),
     ],
 )
@@ -215,6 +266,52 @@ def test_calling_the_reference_is_forbidden(task_id, obj):
 )
 def test_stub_is_not_implemented(task_id, obj):
     assert status(task_id, obj).status == "not implemented"
+
+
+def test_layer_norm_module_equals_torch_and_names_its_mistakes():
+    # the learner's module, with and without bias, equals nn.LayerNorm loaded with its weights
+    for bias in (True, False):
+        theirs = nn.LayerNorm(6, eps=1e-3, bias=bias)
+        with torch.no_grad():
+            theirs.weight.normal_()
+            if bias:
+                theirs.bias.normal_()
+        ours = LayerNormByHand(6, eps=1e-3, bias=bias)
+        ours.load_state_dict(theirs.state_dict())
+        x = torch.randn(2, 3, 6)
+        torch.testing.assert_close(ours(x), theirs(x))
+    # a module that keeps its bias with bias=False is told to pass bias on
+    result = status("ex07.LayerNorm", AlwaysBiasedLayerNorm)
+    assert result.status == "failed" and "pass bias=bias on" in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_the_encoder_layer_by_hand_equals_torch_for_its_activations(activation, bias):
+    # what the task promises: equal to nn.TransformerEncoderLayer for the activations torch has
+    from course_lib.multihead import torch_attention_state
+
+    for norm_first in (False, True):
+        theirs = nn.TransformerEncoderLayer(
+            8, 2, 16, 0.0, activation, bias=bias, norm_first=norm_first, batch_first=True
+        ).eval()
+        ours = EncoderLayerByHand(8, 2, 16, norm_first, activation, bias).eval()
+        ours.load_state_dict(torch_attention_state(theirs.state_dict()))
+        x = torch.randn(2, 5, 8)
+        with torch.no_grad():
+            torch.testing.assert_close(ours(x), theirs(x), atol=1e-5, rtol=1e-5)
+    assert status("ex07.EncoderLayer", EncoderLayerByHand).status == "passed"
+
+
+def test_biases_left_on_with_bias_false_get_the_bias_hint():
+    class AlwaysBiased(EncoderLayerByHand):
+        def __init__(
+            self, d_model, num_heads, d_ff, norm_first=False, activation="relu", bias=True
+        ):
+            super().__init__(d_model, num_heads, d_ff, norm_first, activation, bias=True)
+
+    result = status("ex07.EncoderLayer", AlwaysBiased)
+    assert result.status == "failed" and "pass bias=bias on" in result.feedback, result.feedback
 
 
 def test_badly_named_submodules_get_a_clear_message():
@@ -255,11 +352,12 @@ def test_a_decoder_that_handles_only_the_usual_mask_shapes_fails():
 def test_a_feed_forward_that_also_holds_its_layers_in_a_sequential_passes():
     # the same two layers under a second name are not extra parameters (it failed 0/7)
     class FeedForward(nn.Module):
-        def __init__(self, d_model, d_ff, dropout=0.0):
+        def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", bias=True):
             super().__init__()
-            self.linear1 = nn.Linear(d_model, d_ff)
-            self.linear2 = nn.Linear(d_ff, d_model)
-            self.net = nn.Sequential(self.linear1, nn.ReLU(), nn.Dropout(dropout), self.linear2)
+            self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
+            self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
+            act = activation_module(activation)
+            self.net = nn.Sequential(self.linear1, act, nn.Dropout(dropout), self.linear2)
 
         def forward(self, x):
             return self.net(x)
@@ -376,11 +474,11 @@ def rms_no_keepdim(x, weight, eps=1e-6):
 class FFLearner(nn.Module):
     """linear1, ReLU, dropout, linear2 as a learner writes it; subclasses change one thing."""
 
-    def __init__(self, d_model, d_ff, dropout=0.0):
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", bias=True):
         super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
-        self.activation = nn.ReLU()
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
+        self.activation = activation_module(activation)
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x):
@@ -388,14 +486,14 @@ class FFLearner(nn.Module):
 
 
 class FFKeepProb(FFLearner):
-    def __init__(self, d_model, d_ff, dropout=0.0):
-        super().__init__(d_model, d_ff, dropout)
+    def __init__(self, d_model, d_ff, dropout=0.0, **kwargs):
+        super().__init__(d_model, d_ff, dropout, **kwargs)
         self.drop = nn.Dropout(1.0 - dropout)  # TensorFlow 1's keep_prob
 
 
 class FFOwnRate(FFLearner):
-    def __init__(self, d_model, d_ff, dropout=0.0):
-        super().__init__(d_model, d_ff, dropout)
+    def __init__(self, d_model, d_ff, dropout=0.0, **kwargs):
+        super().__init__(d_model, d_ff, dropout, **kwargs)
         self.drop = nn.Dropout(0.1)
 
 
@@ -405,9 +503,10 @@ class FFDropsInput(FFLearner):
 
 
 class FFGelu(FFLearner):
-    def __init__(self, d_model, d_ff, dropout=0.0):
-        super().__init__(d_model, d_ff, dropout)
-        self.activation = nn.GELU()
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", **kwargs):
+        super().__init__(d_model, d_ff, dropout, activation, **kwargs)
+        if activation == "relu":
+            self.activation = nn.GELU()
 
 
 class FFWithResidual(FFLearner):

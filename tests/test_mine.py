@@ -179,3 +179,142 @@ def test_a_changed_library_grades_its_notebook_again(tmp_path):
     before = store.key("ada", notebook)
     (tmp_path / "mine" / "multihead.py").write_text("x = 1\n")
     assert store.key("ada", notebook) != before
+
+
+# every piece the solutions of exercises 02-07 save, by task id
+SOLUTION_PIECES = {
+    "ex02.softmax",
+    "ex02.scaled_dot_product_attention",
+    "ex03.split_heads",
+    "ex03.merge_heads",
+    "ex03.MultiHeadAttention",
+    "ex04.sinusoidal_positional_encoding",
+    "ex04.apply_rope",
+    "ex05.causal_mask",
+    "ex05.padding_mask",
+    "ex05.masked_attention",
+    "ex07.layer_norm",
+    "ex07.LayerNorm",
+    "ex07.FeedForward",
+    "ex07.EncoderLayer",
+}
+
+
+def _marked_pieces() -> set[str]:
+    """The task ids of the solutions' marked cells (02-07): what a cell saves is named by the
+    last name it defines, and a helper that is no task (ex07's `activate`) is skipped."""
+    import nbformat
+
+    from course_lib.grading import get_task
+
+    found = set()
+    for path in sorted((ROOT / "solutions").glob("0[2-7]_*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "code" and library.marked_module(cell.source):
+                names = [n for n in library.defined_names(cell.source) if not n.startswith("_")]
+                task_id = f"ex{path.name[:2]}.{names[-1]}"
+                try:
+                    get_task(task_id)
+                except KeyError:
+                    continue
+                found.add(task_id)
+    return found
+
+
+def test_the_solutions_library_gives_the_learners_own_version_of_every_piece(monkeypatch, capsys):
+    monkeypatch.setenv("COURSE_MINE", str(ROOT / "solutions" / "mine"))
+    monkeypatch.setattr(library, "_LEDGER", {})
+    monkeypatch.setattr(library, "_MODULES", {})
+    monkeypatch.setattr(library, "_CHECKED", {})
+    assert _marked_pieces() == SOLUTION_PIECES
+    for task_id in sorted(SOLUTION_PIECES):
+        piece = library.mine(task_id)
+        assert piece.__module__.startswith("mine."), (task_id, piece.__module__)
+    assert library.borrowed() == [], capsys.readouterr().out
+    assert "borrowed" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["multihead.py", "blocks.py"])
+def test_the_solutions_attention_and_blocks_hold_no_course_code(name):
+    import ast
+
+    tree = ast.parse((ROOT / "solutions" / "mine" / name).read_text())
+    course_imports = [
+        ast.unparse(node)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        and any(
+            (getattr(node, "module", None) or alias.name).startswith("course_lib")
+            for alias in node.names
+        )
+    ]
+    assert course_imports == ["from course_lib.mine import mine"]
+
+
+def test_a_piece_taken_with_mine_is_not_mistaken_for_its_home(folder, capsys):
+    # blocks.py takes MultiHeadAttention from the library; with no multihead.py the piece is
+    # borrowed, not looked for in blocks.py (which would load blocks.py from inside itself)
+    cell = (
+        "# save in mine/blocks.py\n"
+        'MultiHeadAttention = mine("ex03.MultiHeadAttention")\n\n\n'
+        "class EncoderLayer:\n    pass\n"
+    )
+    library.save_cell(cell)
+    from course_lib.multihead import MultiHeadAttention
+
+    assert library.mine("ex03.MultiHeadAttention") is MultiHeadAttention
+    assert "not written yet in mine/multihead.py" in capsys.readouterr().out
+
+
+def test_the_solutions_encoder_layer_equals_pytorchs_and_the_courses(monkeypatch):
+    # exercise 07's EncoderLayer as the library holds it (built from the learner's
+    # MultiHeadAttention, LayerNorm and activate): nn.TransformerEncoderLayer's results for the
+    # activations PyTorch names, course_lib's EncoderLayer's for all four
+    import torch
+    from torch import nn
+
+    from course_lib.blocks import EncoderLayer as CourseEncoderLayer
+    from course_lib.grading.core import exercise_state
+    from course_lib.multihead import torch_attention_state
+
+    monkeypatch.setenv("COURSE_MINE", str(ROOT / "solutions" / "mine"))
+    monkeypatch.setattr(library, "_LEDGER", {})
+    monkeypatch.setattr(library, "_MODULES", {})
+    monkeypatch.setattr(library, "_CHECKED", {})
+    EncoderLayer = library.mine("ex07.EncoderLayer")
+    assert EncoderLayer.__module__ == "mine.blocks" and library.borrowed() == []
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 5, 16, generator=gen, dtype=torch.float64)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    for activation in ("relu", "gelu", "gelu_tanh", "relu2"):
+        for bias in (True, False):
+            for norm_first in (False, True):
+                ours = EncoderLayer(16, 4, 32, norm_first, activation, bias).double().eval()
+                course = (
+                    CourseEncoderLayer(
+                        16, 4, 32, norm_first=norm_first, activation=activation, bias=bias
+                    )
+                    .double()
+                    .eval()
+                )
+                with torch.no_grad():
+                    for p in course.parameters():
+                        p.normal_(std=0.5, generator=gen)
+                ours.load_state_dict(exercise_state(course.state_dict()))
+                with torch.no_grad():
+                    torch.testing.assert_close(ours(x, causal), course(x, causal))
+                if activation in ("relu", "gelu"):
+                    theirs = nn.TransformerEncoderLayer(
+                        16,
+                        4,
+                        32,
+                        0.0,
+                        activation,
+                        bias=bias,
+                        norm_first=norm_first,
+                        batch_first=True,
+                        dtype=torch.float64,
+                    ).eval()
+                    ours.load_state_dict(torch_attention_state(theirs.state_dict()))
+                    with torch.no_grad():
+                        torch.testing.assert_close(ours(x), theirs(x))

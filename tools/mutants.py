@@ -74,6 +74,8 @@ order, the top-level imports, function and class definitions, and assignments of
 of every earlier code cell of the solution notebook (the setup cell excepted; earlier solutions
 are run as they are, since later tasks may call them). Nothing else runs: no check cells, no
 plots, no training. The mutated cell itself contributes only its imports and definitions.
+Assignments `X = mine("exNN.X")` (a piece of the learner's library, course_lib.mine) run too,
+reading the solutions' library, solutions/mine/.
 
 Sampling: `--sample N` grades at most N mutants per task, those with the smallest
 SHA-256 of `"<seed>|<task id>|<key>"`, so a sample is the same on every run with the same seed.
@@ -86,11 +88,14 @@ from __future__ import annotations
 import argparse
 import ast
 import builtins
+import contextlib
 import copy
 import dataclasses
 import difflib
 import hashlib
+import io
 import json
+import os
 import signal
 import sys
 import threading
@@ -538,6 +543,8 @@ def _definitions_only(tree: ast.Module) -> ast.Module:
             stmt, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
         ):
             keep.append(stmt)
+        elif isinstance(stmt, ast.Assign) and _takes_from_library(stmt.value):
+            keep.append(stmt)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
             try:
                 ast.literal_eval(stmt.value)
@@ -547,13 +554,34 @@ def _definitions_only(tree: ast.Module) -> ast.Module:
     return ast.Module(body=keep, type_ignores=[])
 
 
+def _takes_from_library(value: ast.expr) -> bool:
+    """`mine("exNN.name")`: a piece of the learner's library (course_lib.mine)."""
+    return isinstance(value, ast.Call) and getattr(value.func, "id", None) == "mine"
+
+
+@contextlib.contextmanager
+def _solutions_library() -> Iterator[None]:
+    """While a cell's definitions run, `mine(...)` reads solutions/mine/ (unless COURSE_MINE
+    names another folder) and its "yours, from mine/..." lines stay out of the report."""
+    before = os.environ.get("COURSE_MINE")
+    if before is None:
+        os.environ["COURSE_MINE"] = str(ROOT / "solutions" / "mine")
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        if before is None:
+            os.environ.pop("COURSE_MINE", None)
+
+
 def base_namespace(cell: SolutionCell) -> dict:
     namespace: dict = {"__name__": "__mutant__"}
     for name, source in cell.earlier:
         if not source:
             continue
         code = compile(_definitions_only(ast.parse(source)), name, "exec")
-        exec(code, namespace)  # noqa: S102  (the course's own solution notebooks)
+        with _solutions_library():
+            exec(code, namespace)  # noqa: S102  (the course's own solution notebooks)
     return namespace
 
 
@@ -790,7 +818,8 @@ def mutant_namespace(cell: SolutionCell, base: dict, mutant: Mutant | None) -> d
             take()
         code = compile(ast.fix_missing_locations(module), "<mutant>", "exec")
     namespace = dict(base)
-    exec(code, namespace)  # noqa: S102
+    with _solutions_library():
+        exec(code, namespace)  # noqa: S102
     return namespace
 
 

@@ -824,6 +824,14 @@ def load_weights(module: Any, state_dict: dict[str, Tensor], what: str = "your m
         for k in own
         if k not in state_dict and (own[k].data_ptr(), own[k].shape, own[k].stride()) not in asked
     ]
+    if extra and all(
+        k.rpartition(".")[2] == "bias" and k[: -len("bias")] + "weight" in state_dict for k in extra
+    ):
+        raise GradingError(
+            f"{what} has parameters the task does not ask for: {', '.join(extra)}. This case "
+            "asks for layers without biases (bias=False): pass bias=bias on to every layer that "
+            "has one (nn.Linear(..., bias=bias), your LayerNorm(..., bias=bias))"
+        )
     if extra:
         raise GradingError(f"{what} has parameters the task does not ask for: {', '.join(extra)}")
     module.load_state_dict(state_dict, strict=False)  # every name checked above; aliases follow

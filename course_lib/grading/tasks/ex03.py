@@ -114,13 +114,13 @@ class _WrongMultiHeadAttention(nn.Module):
 
     mistake = ""
 
-    def __init__(self, d_model: int, num_heads: int):
+    def __init__(self, d_model: int, num_heads: int, bias: bool = True):
         super().__init__()
         self.num_heads, self.d_head = num_heads, d_model // num_heads
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
     def _split(self, x: Tensor) -> Tensor:
         batch, seq, _ = x.shape
@@ -155,11 +155,14 @@ class _WrongMultiHeadAttention(nn.Module):
         return output, weights
 
 
-def _state_dict(gen: torch.Generator, d_model: int, dtype: torch.dtype) -> dict[str, Tensor]:
+def _state_dict(
+    gen: torch.Generator, d_model: int, dtype: torch.dtype, bias: bool = True
+) -> dict[str, Tensor]:
     state = {}
     for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
         state[f"{name}.weight"] = randn(gen, d_model, d_model, dtype=dtype) / math.sqrt(d_model)
-        state[f"{name}.bias"] = 0.1 * randn(gen, d_model, dtype=dtype)
+        if bias:
+            state[f"{name}.bias"] = 0.1 * randn(gen, d_model, dtype=dtype)
     return state
 
 
@@ -219,6 +222,7 @@ class MultiHeadAttentionTask(ModuleTask):
         self_attention,
         mask=None,
         dtype=torch.float32,
+        bias=True,
     ) -> Case:
         query = randn(gen, batch, n_q, d_model, dtype=dtype)
         key = query if self_attention else randn(gen, batch, n_k, d_model, dtype=dtype)
@@ -226,7 +230,8 @@ class MultiHeadAttentionTask(ModuleTask):
         data = {
             "d_model": d_model,
             "num_heads": num_heads,
-            "state_dict": _state_dict(gen, d_model, dtype),
+            "state_dict": _state_dict(gen, d_model, dtype, bias),
+            "bias": bias,
         }
         kwargs = {} if mask is None else {"mask": mask}
         return Case(description, (query, key, value), kwargs, data)
@@ -313,10 +318,37 @@ class MultiHeadAttentionTask(ModuleTask):
                 num_heads=1,
                 self_attention=True,
             ),
+            self._case(
+                gen,
+                "bias=False (no projection has a bias): self-attention with a causal mask (4, 4), "
+                "x (2, 4, 8), num_heads=2",
+                batch=2,
+                n_q=4,
+                n_k=4,
+                d_model=8,
+                num_heads=2,
+                self_attention=True,
+                mask=torch.ones(4, 4, dtype=torch.bool).tril(),
+                bias=False,
+            ),
+            self._case(
+                gen,
+                "bias=False, float64 cross-attention, query (3, 2, 6), key/value (3, 5, 6), "
+                "num_heads=3",
+                batch=3,
+                n_q=2,
+                n_k=5,
+                d_model=6,
+                num_heads=3,
+                self_attention=False,
+                dtype=torch.float64,
+                bias=False,
+            ),
         ]
 
     def init_args(self, case):
-        return (case.data["d_model"], case.data["num_heads"]), {}
+        kwargs = {} if case.data["bias"] else {"bias": False}
+        return (case.data["d_model"], case.data["num_heads"]), kwargs
 
     def not_a_module(self, built):
         return (

@@ -42,7 +42,7 @@ MISTAKES = {
     "queries_from_memory": "the cross-attention takes its queries from memory: the queries come "
     "from the target x, the keys and values from memory, multihead_attn(x, memory, memory, "
     "mask=memory_mask)",
-    "gelu": layers.RELU_NOT_GELU,
+    "gelu": layers.RELU_ONLY,
     "norm1_everywhere": "norm1 is used for every sub-layer: norm1 goes with the self-attention, "
     "norm2 with the cross-attention, norm3 with the feed-forward network (each has its own "
     "weights)",

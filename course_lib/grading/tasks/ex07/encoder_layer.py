@@ -1,9 +1,10 @@
-"""ex07.EncoderLayer: self-attention and the feed-forward network, post-norm or pre-norm."""
+"""ex07.EncoderLayer: self-attention and the feed-forward network, post-norm or pre-norm, with
+a choice of activation and of biases (the learner builds it from their own MultiHeadAttention,
+LayerNorm and activation)."""
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ...core import Case, register
@@ -25,6 +26,10 @@ MISTAKES = {
     "mask_ignored": "the mask is ignored: pass it to the self-attention, "
     "self_attn(h, h, h, mask=mask)",
     "gelu": layers.RELU_NOT_GELU,
+    "relu2_as_relu": layers.RELU2_AS_RELU,
+    "gelu_tanh_as_gelu": layers.GELU_TANH_AS_GELU,
+    "gelu_as_tanh": layers.GELU_AS_TANH,
+    "activation_ignored": layers.ACTIVATION_IGNORED,
     "norm1_twice": "norm1 is used twice: norm1 goes with the attention, norm2 with the "
     "feed-forward network (each has its own weights)",
     "mask_inverted": layers.MASK_INVERTED,
@@ -46,9 +51,10 @@ class WrongEncoderLayer(nn.Module):
 
     mistake = ""
 
-    def __init__(self, d_model, num_heads, d_ff, norm_first=False):
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False, activation="relu", bias=True):
         super().__init__()
-        layers.add_parts(self, d_model, num_heads, d_ff, norm_first)
+        layers.add_parts(self, d_model, num_heads, d_ff, norm_first, bias=bias)
+        self.activation = activation
 
     def forward(self, x, mask=None):
         mistake = self.mistake
@@ -58,7 +64,7 @@ class WrongEncoderLayer(nn.Module):
             mask = ~mask
         pair = {"norms_swapped": (self.norm2, self.norm1), "norm1_twice": (self.norm1,) * 2}
         norm1, norm2 = pair.get(mistake, (self.norm1, self.norm2))
-        activation = F.gelu if mistake == "gelu" else F.relu
+        activation = layers.activation_with(self.activation, mistake)
 
         def attention(h):
             return self.self_attn(h, h, h, mask=mask)[0]
@@ -85,12 +91,15 @@ class EncoderLayerTask(ModuleTask):
         from ....blocks import EncoderLayer
         from ....masking import causal_mask
 
-        def case(description, sizes, batch, seq, norm_first, dtype=torch.float32, mask=None):
-            ref = EncoderLayer(*sizes).to(dtype)
+        def case(
+            description, sizes, batch, seq, norm_first, dtype=torch.float32, mask=None, **kwargs
+        ):
+            ref = EncoderLayer(*sizes, bias=kwargs.get("bias", True)).to(dtype)
             data = {
                 "sizes": sizes,
                 "norm_first": norm_first,
                 "state_dict": layers.random_state(ref, gen),
+                "kwargs": layers.layer_kwargs(**kwargs),
             }
             x = randn(gen, batch, seq, sizes[0], dtype=dtype)
             return Case(description, (x,), {} if mask is None else {"mask": mask}, data=data)
@@ -146,10 +155,51 @@ class EncoderLayerTask(ModuleTask):
                 True,
                 dtype=f64,
             ),
+            case(
+                "post-norm, activation='gelu' (as nn.TransformerEncoderLayer(activation='gelu')), "
+                "d_model=8, 2 heads, x (2, 5, 8)",
+                (8, 2, 16),
+                2,
+                5,
+                False,
+                activation="gelu",
+            ),
+            case(
+                "pre-norm, activation='gelu_tanh' (GPT-2's), float64, d_model=8, 4 heads, "
+                "x (2, 4, 8)",
+                (8, 4, 32),
+                2,
+                4,
+                True,
+                dtype=f64,
+                activation="gelu_tanh",
+            ),
+            case(
+                "pre-norm, activation='relu2', bias=False (no bias anywhere: attention, "
+                "linears, norms), causal mask (5, 5), d_model=8, 2 heads, x (2, 5, 8)",
+                (8, 2, 32),
+                2,
+                5,
+                True,
+                mask=causal_mask(5),
+                activation="relu2",
+                bias=False,
+            ),
+            case(
+                "post-norm, bias=False, float64, with a padding mask (3, 1, 6)",
+                (8, 2, 16),
+                3,
+                6,
+                False,
+                dtype=f64,
+                mask=pad,
+                bias=False,
+            ),
         ]
 
     def init_args(self, case):
-        return tuple(case.data["sizes"]), {"norm_first": case.data["norm_first"]}
+        kwargs = {"norm_first": case.data["norm_first"], **case.data["kwargs"]}
+        return tuple(case.data["sizes"]), kwargs
 
     def mistakes(self):
         return _MISTAKES

@@ -1,4 +1,5 @@
-"""ex07.FeedForward: the position-wise feed-forward network, with dropout."""
+"""ex07.FeedForward: the position-wise feed-forward network, with dropout, a choice of
+activation ("relu", "gelu", "gelu_tanh", "relu2") and of biases."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from torch import nn
 from ...core import Case, GradingError, register
 from ..common import ModuleTask, randn
 from ..mistake_table import mistakes_of
+from . import _layers as layers
 from ._layers import random_state
 
 # The dropout mistakes first: on the training-mode cases they are the specific ones.
@@ -32,22 +34,27 @@ MISTAKES = {
     "nn.Dropout(dropout)",
     "input_dropout": "dropout belongs on the hidden units, between the ReLU and linear2, not on "
     "the input x: linear2(dropout(relu(linear1(x))))",
-    "gelu": "the activation of this feed-forward network is ReLU (F.relu), not GELU",
+    "gelu": layers.RELU_NOT_GELU,
+    "relu2_as_relu": layers.RELU2_AS_RELU,
+    "gelu_tanh_as_gelu": layers.GELU_TANH_AS_GELU,
+    "gelu_as_tanh": layers.GELU_AS_TANH,
+    "activation_ignored": layers.ACTIVATION_IGNORED,
     "residual": "the feed-forward network has no residual connection of its own: return "
     "linear2(dropout(relu(linear1(x)))); the layer that uses it adds x",
 }
 
 
 class WrongFeedForward(nn.Module):
-    """linear2(dropout(relu(linear1(x)))) with one named mistake (`mistake`)."""
+    """linear2(dropout(activation(linear1(x)))) with one named mistake (`mistake`)."""
 
     mistake = ""
 
-    def __init__(self, d_model, d_ff, dropout=0.0):
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", bias=True):
         super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
         self.p = {"keep_probability": 1 - dropout, "fixed_p": 0.1}.get(self.mistake, dropout)
+        self.activation = activation
 
     def dropout(self, h, where):
         at = {"no_dropout": None, "dropout_on_output": "output", "input_dropout": "input"}
@@ -57,11 +64,12 @@ class WrongFeedForward(nn.Module):
 
     def forward(self, x):
         hidden = self.linear1(self.dropout(x, "input"))
+        activation = layers.activation_with(self.activation, self.mistake)
         if self.mistake not in ("no_activation", "activation_after"):
-            hidden = (F.gelu if self.mistake == "gelu" else F.relu)(hidden)
+            hidden = activation(hidden)
         out = self.linear2(self.dropout(hidden, "hidden"))
         if self.mistake in ("activation_after", "activation_both"):
-            out = F.relu(out)
+            out = activation(out)
         out = self.dropout(out, "output")
         return x + out if self.mistake == "residual" else out
 
@@ -77,10 +85,13 @@ class FeedForwardTask(ModuleTask):
     def cases(self, gen):
         from ....blocks import FeedForward
 
-        def case(description, d_model, d_ff, shape, dtype=torch.float32):
-            ref = FeedForward(d_model, d_ff).to(dtype)
+        def case(description, d_model, d_ff, shape, dtype=torch.float32, raises=None, **kwargs):
+            ref = FeedForward(d_model, d_ff, bias=kwargs.get("bias", True)).to(dtype)
             data = {"sizes": (d_model, d_ff), "state_dict": random_state(ref, gen)}
-            return Case(description, (randn(gen, *shape, d_model, dtype=dtype),), data=data)
+            if kwargs:
+                data["kwargs"] = layers.layer_kwargs(**kwargs)
+            x = randn(gen, *shape, d_model, dtype=dtype)
+            return Case(description, (x,), data=data, raises=raises)
 
         def seeded(description, mode, d_model, d_ff, shape, dropout=0.5):
             # EX07-1: dropout with the reference's random seed, in train or eval mode
@@ -126,11 +137,64 @@ class FeedForwardTask(ModuleTask):
                 (3, 4),
                 dropout=0.2,
             ),
+            # the activations and biases last: the dropout cases above name a dropout mistake
+            case(
+                "activation='gelu' (the exact GELU, BERT's), d_model=8, d_ff=16, x (2, 3, 8)",
+                8,
+                16,
+                (2, 3),
+                activation="gelu",
+            ),
+            case(
+                "activation='gelu_tanh' (GPT-2's tanh approximation of GELU), float64, "
+                "d_model=6, d_ff=24, x (2, 4, 6)",
+                6,
+                24,
+                (2, 4),
+                dtype=torch.float64,
+                activation="gelu_tanh",
+            ),
+            case(
+                "activation='relu2' (ReLU squared), d_model=6, d_ff=12, x (3, 5, 6)",
+                6,
+                12,
+                (3, 5),
+                activation="relu2",
+            ),
+            case(
+                "bias=False (neither linear has a bias), activation='relu2', d_model=8, d_ff=32, "
+                "x (2, 3, 8)",
+                8,
+                32,
+                (2, 3),
+                activation="relu2",
+                bias=False,
+            ),
+            case(
+                "bias=False, activation='gelu', float64, d_model=4, d_ff=8, x (5, 4)",
+                4,
+                8,
+                (5,),
+                dtype=torch.float64,
+                activation="gelu",
+                bias=False,
+            ),
+            case(
+                "activation='swish', a name the task does not list: a ValueError",
+                4,
+                8,
+                (2, 3),
+                raises=ValueError,
+                activation="swish",
+            ),
         ]
 
     def init_args(self, case):
         dropout = case.data.get("dropout")
-        return tuple(case.data["sizes"]), ({} if dropout is None else {"dropout": dropout})
+        kwargs = dict(case.data.get("kwargs", {}))
+        if dropout is not None:
+            kwargs["dropout"] = dropout
+        return tuple(case.data["sizes"]), kwargs
 
     def run(self, module, case):
         mode = case.data.get("mode")

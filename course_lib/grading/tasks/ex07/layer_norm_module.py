@@ -1,0 +1,151 @@
+"""ex07.LayerNorm: the learner's layer_norm as a module, with learned weight and optional bias."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ...core import Case, register
+from ..common import ModuleTask, randn
+from ..mistake_table import mistakes_of
+from .layer_norm import wrong_layer_norm
+
+INIT = (
+    "a fresh LayerNorm starts with weight = ones and bias = zeros (nn.Parameter(torch.ones("
+    "d_model)), nn.Parameter(torch.zeros(d_model))), as nn.LayerNorm does: untrained, it returns "
+    "the normalised x unchanged"
+)
+
+MISTAKES = {
+    "eps_not_passed": "the eps you were given is not used: pass it on to your layer_norm, "
+    "layer_norm(x, self.weight, beta, self.eps)",
+    "weight_bias_swapped": "weight is gamma (it scales) and bias is beta (it shifts): "
+    "layer_norm(x, self.weight, self.bias, self.eps)",
+    "weight_zeros": INIT,
+    "bias_ones": INIT,
+    "no_bias_shift_ones": "with bias=False there is no shift at all: pass zeros as beta "
+    "(torch.zeros_like(self.weight)), not ones",
+    "no_bias_passes_none": "with bias=False your layer_norm gets beta=None, and x_hat * gamma + "
+    "None fails: pass zeros instead (torch.zeros_like(self.weight))",
+}
+
+
+class WrongLayerNorm(nn.Module):
+    """weight (ones) and bias (zeros, or none) around layer_norm, with one named mistake."""
+
+    mistake = ""
+
+    def __init__(self, d_model, eps=1e-5, bias=True):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(
+            (torch.zeros if self.mistake == "weight_zeros" else torch.ones)(d_model)
+        )
+        fill = torch.ones if self.mistake == "bias_ones" else torch.zeros
+        self.bias = nn.Parameter(fill(d_model)) if bias else None
+
+    def forward(self, x):
+        if self.bias is not None:
+            beta = self.bias
+        elif self.mistake == "no_bias_passes_none":
+            beta = None
+        else:
+            beta = (torch.ones_like if self.mistake == "no_bias_shift_ones" else torch.zeros_like)(
+                self.weight
+            )
+        gamma = self.weight
+        if self.mistake == "weight_bias_swapped" and self.bias is not None:
+            gamma, beta = beta, gamma
+        eps = 1e-5 if self.mistake == "eps_not_passed" else self.eps
+        return wrong_layer_norm(x, gamma, beta, eps)
+
+
+@register
+class LayerNormModuleTask(ModuleTask):
+    """The learner's module with loaded weights, and once fresh (its initial weight and bias)."""
+
+    id = "ex07.LayerNorm"
+    lesson = "lesson 07, section 'LayerNorm from scratch'"
+    reference = "course_lib.norms.LayerNorm"
+    depends_on = ("layer_norm",)
+    forbidden = (
+        "torch.nn.functional.layer_norm",
+        "torch.layer_norm",
+        "torch.native_layer_norm",
+        "torch.nn.LayerNorm",
+        "torch.nn.functional.group_norm",
+        "torch.nn.functional.rms_norm",
+    )
+
+    def cases(self, gen):
+        def case(
+            description,
+            d,
+            shape,
+            *,
+            eps=None,
+            bias=True,
+            dtype=torch.float32,
+            scale=3.0,
+            fresh=False,
+        ):
+            x = scale * randn(gen, *shape, d, dtype=dtype) + 0.5
+            state = {"weight": 1 + randn(gen, d, dtype=dtype)}
+            if bias:
+                state["bias"] = randn(gen, d, dtype=dtype)
+            kwargs = {} if eps is None else {"eps": eps}
+            if not bias:
+                kwargs["bias"] = False
+            data = {"d_model": d, "kwargs": kwargs, "state_dict": state, "fresh": fresh}
+            return Case(description, (x,), data=data)
+
+        return [
+            case("d_model=6, x (2, 5, 6), with loaded weight and bias", 6, (2, 5)),
+            case("float64, d_model=4, x (3, 4)", 4, (3,), dtype=torch.float64),
+            case("a single vector x (7,)", 7, ()),
+            case(
+                "eps=0.1, x (2, 3, 5) with small values (variance close to eps)",
+                5,
+                (2, 3),
+                eps=0.1,
+                scale=0.3,
+            ),
+            case("bias=False (no bias parameter), d_model=8, x (2, 3, 8)", 8, (2, 3), bias=False),
+            case(
+                "bias=False, eps=1e-3, float64, x (4, 6) with small values",
+                6,
+                (4,),
+                eps=1e-3,
+                bias=False,
+                dtype=torch.float64,
+                scale=0.05,
+            ),
+            case(
+                "a fresh LayerNorm(5), no weights loaded: weight starts at ones, bias at zeros",
+                5,
+                (3, 2),
+                fresh=True,
+            ),
+            case(
+                "a fresh LayerNorm(4, bias=False), no weights loaded",
+                4,
+                (2, 3),
+                bias=False,
+                fresh=True,
+            ),
+        ]
+
+    def init_args(self, case):
+        return (case.data["d_model"],), dict(case.data["kwargs"])
+
+    def call(self, obj, case):
+        if not case.data["fresh"]:
+            return super().call(obj, case)
+        module = self.build(obj, case).to(case.args[0].dtype)
+        return self.run(module, case)
+
+    def mistakes(self):
+        return _MISTAKES
+
+
+_MISTAKES = mistakes_of(WrongLayerNorm, MISTAKES)
