@@ -49,21 +49,21 @@ def evaluate(model, ids, block_size, batch_size=64):
 
 def train(model, batches, steps, max_lr, warmup_steps, clip=1.0):
     """Train `model` for `steps` steps on `batches`; returns the loss of each step (floats)."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=max_lr, weight_decay=0.1)
+    optimizer = torch.optim.AdamW(model.parameters())  # the rate is set at every step below
     model.train()
     losses = []
     for step in range(steps):
         if step < warmup_steps:  # linear warm-up: max_lr / warmup_steps, ..., max_lr
             lr = max_lr * (step + 1) / warmup_steps
-        else:  # cosine from max_lr down to 0 at the last step
-            progress = (step - warmup_steps) / max(1, steps - 1 - warmup_steps)
+        else:  # cosine from max_lr towards 0 (progress 0 after the warm-up, near 1 at the end)
+            progress = (step - warmup_steps) / (steps - warmup_steps)
             lr = 0.5 * max_lr * (1 + math.cos(math.pi * progress))
         for group in optimizer.param_groups:
             group["lr"] = lr
         x, y = next(batches)  # (batch, seq) each
         logits = model(x)  # (batch, seq, vocab)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()

@@ -156,6 +156,7 @@ def wrong_train(model, batches, steps, max_lr, warmup_steps, clip=1.0, *, mistak
 # --------------------------------------------------------------------------------------------
 
 _SIZES = {"vocab_size": 8, "block_size": 16, "d_model": 32, "num_heads": 2, "num_layers": 1}
+_BATCH = 6  # sequences per batch (not the vocabulary's size: a reshape by the wrong one fails)
 
 
 def cyclic_batches(gen, vocab_size, batch, seq, count):
@@ -288,7 +289,7 @@ class TrainTask(Task):
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
             data = {
                 "seed": seed,
-                "batches": cyclic_batches(gen, _SIZES["vocab_size"], 8, 16, steps + 2),
+                "batches": cyclic_batches(gen, _SIZES["vocab_size"], _BATCH, 16, steps + 2),
                 "steps": steps,
                 "max_lr": max_lr,
                 "warmup_steps": warmup_steps,
@@ -301,7 +302,7 @@ class TrainTask(Task):
 
         return [
             case(
-                "a tiny GPT (vocab 8, d_model 32, 1 layer) trained 30 steps on batches of 8 "
+                "a tiny GPT (vocab 8, d_model 32, 1 layer) trained 30 steps on batches of 6 "
                 "sequences of 16 tokens in which each token is always followed by the same "
                 "next one; max_lr 1e-2, warmup_steps 5, clip 0.05 (below the gradients' norm, "
                 "so clipping acts)",
@@ -438,6 +439,9 @@ def verdict(run, d):
             f"above clip={clip:g}"
         )
     for step, lr in enumerate(lrs, start=1):
+        if lr < 0:
+            return "negative_lr", f"the learning rate of step {step} is {lr:.4g}, below 0"
+    for step, lr in enumerate(lrs, start=1):
         if lr > max_lr * (1 + 1e-6):
             return "above_max", f"the learning rate of step {step} is {lr:.4g}, above max_lr"
     if max(lrs) - min(lrs) <= 1e-12 * max_lr:
@@ -448,7 +452,7 @@ def verdict(run, d):
             f"max_lr={max_lr:g}: no warm-up"
         )
     for i in range(warmup):  # linear: step i + 1 of the warm-up at about (i + 1) / warmup
-        low, high = max_lr * (i - 1) / warmup, max_lr * (i + 2) / warmup
+        low, high = max(0.0, max_lr * (i - 1) / warmup), max_lr * (i + 2) / warmup
         if not low <= lrs[i] <= high:
             return "warmup_not_linear", (
                 f"during the warm-up the learning rate of step {i + 1} is {lrs[i]:.4g}, "
@@ -468,6 +472,13 @@ def verdict(run, d):
     if lrs[-1] > max_lr / 2:
         return "no_decay", (
             f"the learning rate of the last step is {lrs[-1]:.4g}, above max_lr / 2"
+        )
+    middle = warmup + (steps - 1 - warmup) // 2
+    if lrs[middle] > 0.9 * max_lr:
+        return "decays_late", (
+            f"halfway through the decay (step {middle + 1}) the learning rate is still "
+            f"{lrs[middle]:.4g}, above 0.9 * max_lr: decay steadily from the end of the warm-up "
+            "(a cosine or a straight line)"
         )
     if d["learns"] and sum(losses[-5:]) / 5 >= losses[0] / 2:
         return "no_learning", (
