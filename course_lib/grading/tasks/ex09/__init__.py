@@ -8,7 +8,16 @@ task modules.
 
 import importlib
 
-TASKS = ("sample_next", "perplexity", "cached_attention_step", "generate", "gpt")
+TASKS = (
+    "sample_next",
+    "perplexity",
+    "cached_attention_step",
+    "generate",
+    "gpt",
+    "evaluate",
+    "train",
+    "gpt2_to_mine",
+)
 
 for _module in TASKS:
     importlib.import_module(f"{__name__}.{_module}")

@@ -1,0 +1,307 @@
+"""ex09.evaluate: the mean cross-entropy of a language model over a whole text, every token
+after the first predicted once (course_lib.train.evaluate_loss's protocol).
+
+The model is a small course GPT with hidden weights and dropout, handed over in training mode
+(so evaluation mode matters). Besides the number, the check watches the forward passes (a
+forward pre-hook: training mode? gradients on? how many windows at once?), the mode the model
+is left in, and whether two runs give the same number (random windows do not).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ...core import Case, Task, register
+from ..mistake_table import mistakes_of
+
+MISTAKES = {
+    "tensor": "return a Python float: the total of the losses is a tensor until you take "
+    ".item() (or float(...)) of it",
+    "no_eval": "call model.eval() before the forward passes: in training mode dropout "
+    "drops activations at random, so the loss comes out noisy and too high",
+    "no_grad": "evaluation needs no gradients: run the forward passes inside "
+    "torch.no_grad() (or decorate evaluate with @torch.no_grad()), or every activation is "
+    "kept in memory for a backward pass that never comes",
+    "one_batch": "feed the windows to the model at most batch_size at a time "
+    "(for lo in range(0, n_windows, batch_size): x[lo:lo + batch_size]); a long text in "
+    "one forward pass may not fit in memory",
+    "stays_eval": "restore the model's mode at the end: remember was_training = "
+    "model.training before model.eval(), and call model.train(was_training) before returning",
+    "train_after": "leave the model in the mode it came in: model.train() at the end switches "
+    "a model that was in eval mode to training mode; use model.train(was_training)",
+    "random_windows": "read the text in consecutive windows (starting at 0, block_size, "
+    "2 * block_size, ...), not at random offsets: every token after the first must be "
+    "predicted exactly once, and the number must be the same on every run",
+    "batch_means": "you averaged the mean loss of each batch, but the batches hold different "
+    "numbers of tokens (the last batch and the last, shorter window): add up the "
+    "per-token losses (reduction='sum') and divide once by the number of tokens predicted",
+    "drop_last": "the last, shorter window is missing: after the full windows, the tokens "
+    "left over (ids[n_full * block_size:], if there are at least two) form one more window "
+    "whose targets count too",
+    "no_overlap": "windows of block_size + 1 tokens must overlap by one "
+    "(ids[i * block_size : (i + 1) * block_size + 1]): cut into windows of block_size that "
+    "do not overlap, each window's first token is never predicted",
+    "unshifted": "the targets are the inputs shifted by one: the logits at position t "
+    "predict token t + 1 (x = window[:-1], y = window[1:])",
+}
+
+
+def _windows(ids, block_size, overlap=True):
+    """[(x, y)] of the text cut into consecutive windows, the last one shorter."""
+    out = []
+    for start in range(0, len(ids) - 1, block_size):
+        window = ids[start : start + block_size + (1 if overlap else 0)]
+        if len(window) > 1:
+            out.append((window[:-1], window[1:]))
+    return out
+
+
+def wrong_evaluate(model, ids, block_size, batch_size=64, *, mistake=""):
+    """The mean cross-entropy over ALL of ids, with one named mistake ("" for none)."""
+    was_training = model.training
+    if mistake != "no_eval":
+        model.eval()
+    if mistake == "random_windows":
+        n_full = (len(ids) - 1) // block_size
+        high = max(len(ids) - block_size, 1)
+        starts = torch.randint(0, high, (max(n_full, 1),)).tolist()
+        windows = [(ids[s : s + block_size], ids[s + 1 : s + block_size + 1]) for s in starts]
+    else:
+        windows = _windows(ids, block_size, overlap=mistake != "no_overlap")
+    width = block_size if mistake != "no_overlap" else block_size - 1
+    full = [w for w in windows if len(w[0]) == width]
+    rest = windows[len(full) :]
+    if mistake == "drop_last":
+        rest = []
+    size = max(len(full), 1) if mistake == "one_batch" else batch_size
+    batches = [full[lo : lo + size] for lo in range(0, len(full), size)] + [[w] for w in rest]
+    total, count, means = 0.0, 0, []
+    with torch.set_grad_enabled(mistake == "no_grad"):
+        for batch in batches:
+            x = torch.stack([w[0] for w in batch])  # (b, window)
+            y = x if mistake == "unshifted" else torch.stack([w[1] for w in batch])
+            logits = model(x)  # (b, window, vocab)
+            loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum")
+            total += loss.item()
+            count += y.numel()
+            means.append(loss.item() / y.numel())
+    if mistake == "train_after":
+        model.train()
+    elif mistake != "stays_eval":
+        model.train(was_training)
+    if mistake == "batch_means":
+        return sum(means) / len(means)
+    return torch.tensor(total / count) if mistake == "tensor" else total / count
+
+
+_SIZES = {
+    "vocab_size": 11,
+    "block_size": 8,
+    "d_model": 16,
+    "num_heads": 2,
+    "num_layers": 1,
+    "dropout": 0.3,
+}
+
+
+def hidden_gpt_state(gen, sizes, dtype):
+    """Random weights for a course GPT of these sizes (norms near 1, the rest 0.3 * N(0, 1)),
+    drawn from `gen`, so the loss differs from window to window."""
+    from ....gpt import GPT, GPTConfig
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(**sizes))
+    state = {}
+    for name, value in model.state_dict().items():
+        if name == "lm_head.weight":
+            continue  # tied: the same tensor as token_embedding.weight
+        noise = torch.randn(value.shape, generator=gen, dtype=torch.float64)
+        state[name] = (1.0 + 0.2 * noise if "norm" in name else 0.3 * noise).to(dtype)
+    state["lm_head.weight"] = state["token_embedding.weight"]
+    return state
+
+
+def course_gpt(sizes, state):
+    """A course GPT of these sizes with these weights (the dtype of the weights)."""
+    from ....gpt import GPT, GPTConfig
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(**sizes))
+    model = model.to(state["token_embedding.weight"].dtype)
+    model.load_state_dict(state)
+    return model
+
+
+def _kind(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, torch.Tensor):
+            return "a tensor"
+        if isinstance(value, dict):
+            return value.get("__repr__", "a dict")
+        return f"a {type(value).__name__}"
+    return "float"
+
+
+@register
+class EvaluateTask(Task):
+    """The mean next-token cross-entropy over a whole text, watched while it runs."""
+
+    id = "ex09.evaluate"
+    lesson = "lesson 09, section 'Training it' (the validation loss: evaluate_loss)"
+    reference = "course_lib.train.evaluate_loss"
+    forbidden = ("course_lib.train.lm_loss",)
+
+    def cases(self, gen):
+        def case(description, n, block_size, batch_size=None, dtype=torch.float32, training=True):
+            sizes = dict(_SIZES)
+            data = {
+                "sizes": sizes,
+                "state": hidden_gpt_state(gen, sizes, dtype),
+                "ids": torch.randint(0, sizes["vocab_size"], (n,), generator=gen),
+                "block_size": block_size,
+                "batch_size": batch_size,
+                "training": training,
+            }
+            return Case(description, data=data)
+
+        return [
+            case(
+                "45 tokens, block_size 8, batch_size 2: 5 full windows in batches of 2, 2 and 1, "
+                "then a last window of 5 tokens (4 targets); model in training mode, dropout 0.3",
+                45,
+                8,
+                2,
+            ),
+            case(
+                "float64 model, 60 tokens, block_size 6 (shorter than the model's 8), "
+                "batch_size 4: 9 full windows (batches of 4, 4, 1) and a last window of 6 tokens",
+                60,
+                6,
+                4,
+                dtype=torch.float64,
+            ),
+            case(
+                "33 tokens, block_size 8, batch_size 3: exactly 4 full windows, no token left "
+                "over for a last window",
+                33,
+                8,
+                3,
+            ),
+            case(
+                "a text shorter than one window: 6 tokens, block_size 8, batch_size left at its "
+                "default (64): one window of 5 targets",
+                6,
+                8,
+            ),
+            case(
+                "a model handed over in eval mode (it must stay in eval mode), 30 tokens, "
+                "block_size 4, default batch_size: 7 full windows in one batch, then a last "
+                "window of 1 target",
+                30,
+                4,
+                training=False,
+            ),
+            case(
+                "18 tokens, block_size 8, batch_size 1: 2 full windows, one per batch, then a "
+                "last window of 1 target",
+                18,
+                8,
+                1,
+            ),
+        ]
+
+    def call(self, obj, case):
+        d = case.data
+        model = course_gpt(d["sizes"], d["state"])
+        seen = []  # (windows, training, gradients on) of every forward pass
+
+        def watch(module, args):
+            x = args[0] if args else None
+            rows = int(x.shape[0]) if isinstance(x, torch.Tensor) and x.dim() > 1 else 1
+            seen.append((rows, module.training, torch.is_grad_enabled()))
+
+        handle = model.register_forward_pre_hook(watch)
+        kwargs = {} if d["batch_size"] is None else {"batch_size": d["batch_size"]}
+        values, after = [], []
+        try:
+            for seed in (0, 1):  # twice: random windows or dropout give two different numbers
+                model.train(d["training"])
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(seed)
+                    values.append(obj(model, d["ids"].clone(), d["block_size"], **kwargs))
+                after.append(model.training)
+        finally:
+            handle.remove()
+        batch_size = 64 if d["batch_size"] is None else d["batch_size"]
+        return {
+            "value": values[0],
+            "again": values[1],
+            "training_after": after[0],
+            "train_forward": any(training for _, training, _ in seen),
+            "grad_forward": any(grad for _, _, grad in seen),
+            "max_windows": max((rows for rows, _, _ in seen), default=0),
+            "over_batch": any(rows > batch_size for rows, _, _ in seen),
+        }
+
+    def compare(self, got, want, case):
+        """The first of these that differs between got and want is the verdict; when both fail
+        the same way (a learner's result against a listed mistake's), they match."""
+        d = case.data
+        batch_size = 64 if d["batch_size"] is None else d["batch_size"]
+        mode = "training" if d["training"] else "eval"
+        checks = [
+            (
+                lambda r: _kind(r["value"]) != "float",
+                lambda r: f"evaluate should return a Python float, got {_kind(r['value'])}",
+            ),
+            (
+                lambda r: r["train_forward"],
+                lambda r: "the model ran in training mode during your evaluation (dropout on)",
+            ),
+            (
+                lambda r: r["grad_forward"],
+                lambda r: "the forward passes ran with gradients on",
+            ),
+            (
+                lambda r: r["over_batch"],
+                lambda r: (
+                    f"one forward pass got {r['max_windows']} windows, more than "
+                    f"batch_size={batch_size}"
+                ),
+            ),
+            (
+                lambda r: r["training_after"] != d["training"],
+                lambda r: (
+                    f"the model came in {mode} mode but your evaluate leaves it in "
+                    f"{'training' if r['training_after'] else 'eval'} mode"
+                ),
+            ),
+            (
+                lambda r: _kind(r["again"]) == "float" and r["again"] != r["value"],
+                lambda r: (
+                    f"two runs on the same model and text gave two numbers "
+                    f"({r['value']:.6g}, then {r['again']:.6g})"
+                ),
+            ),
+        ]
+        for failed, message in checks:
+            if failed(got) != failed(want):
+                return message(got) if failed(got) else "a different result"
+            if failed(got):
+                return None  # the same failure as `want` (a listed mistake's)
+        rel = 1e-9 if d["state"]["token_embedding.weight"].dtype == torch.float64 else 2e-5
+        g, w = got["value"], want["value"]
+        if math.isfinite(g) and abs(g - w) <= rel * max(1.0, abs(w)):
+            return None
+        return f"your loss is {g:.6g} nats per token, expected {w:.6g}"
+
+    def mistakes(self):
+        return _MISTAKES
+
+
+_MISTAKES = mistakes_of(wrong_evaluate, MISTAKES)

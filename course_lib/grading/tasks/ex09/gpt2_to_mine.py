@@ -1,0 +1,267 @@
+"""ex09.gpt2_to_mine: the key map that moves GPT-2's weights, as Hugging Face stores them, into
+the learner's GPT (the names of exercise 09's capstone).
+
+The cases are random state dicts in Hugging Face's layout, built here with the right names and
+shapes (no `transformers` at grading time): 1 or 2 layers, width 8 to 16, with and without the
+"transformer." prefix, with and without `lm_head.weight` and the causal-mask buffers.
+The result is compared key set first (the missing and unexpected names are listed), then tensor
+by tensor, exactly.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ...core import Case, Task, register
+from ..mistake_table import mistakes_of
+
+MISTAKES = {
+    "not_transposed": "GPT-2's Conv1D stores its weight as (in_features, out_features), the "
+    "transpose of nn.Linear's (out_features, in_features): take .t() of every c_attn, "
+    "c_proj and c_fc weight",
+    "split_wrong_axis": "c_attn's weight is (d, 3 * d) with W_Q, W_K, W_V side by side in its "
+    "COLUMNS: split it along dim 1 into three (d, d) blocks, then transpose each (or "
+    "transpose first and split along dim 0)",
+    "bias_not_split": "c_attn's bias (3 * d,) holds the three biases one after the other: "
+    "split it into three (d,) pieces for q_proj, k_proj and v_proj, like the weight",
+    "masks_kept": "attn.bias and attn.masked_bias are not weights: they are each layer's "
+    "causal mask, saved as a buffer; drop them (your attention builds its own mask)",
+    "prefix_kept": "the keys may start with 'transformer.' (GPT2LMHeadModel's state dict): "
+    "remove that prefix first, key.removeprefix('transformer.')",
+    "no_lm_head": "your GPT's lm_head.weight is the token embedding (tied): add "
+    "out['lm_head.weight'] = the tensor of wte.weight, whether or not the input has an "
+    "lm_head.weight",
+    "course_position_name": "in your GPT the learned positions are a plain nn.Embedding, so "
+    "the name is position_embedding.weight (course_lib's GPT wraps it: "
+    "position_embedding.embedding.weight)",
+    "ln_f_kept": "GPT-2's final LayerNorm ln_f is your GPT's `norm`: ln_f.weight -> "
+    "norm.weight, ln_f.bias -> norm.bias",
+}
+
+# Hugging Face's name inside block i -> the learner's, and whether the weight is a Conv1D's
+_BLOCK = {
+    "ln_1": ("norm1", False),
+    "ln_2": ("norm2", False),
+    "attn.c_proj": ("self_attn.out_proj", True),
+    "mlp.c_fc": ("feed_forward.linear1", True),
+    "mlp.c_proj": ("feed_forward.linear2", True),
+}
+
+
+def gpt2_to_mine(hf_state):
+    """The task's reference: course_lib's key map (course_lib.gpt2.gpt2_to_course), with the
+    learned positions under the learner's name, position_embedding.weight (a plain
+    nn.Embedding; course_lib's GPT wraps it in a module that adds positions)."""
+    from ....gpt2 import gpt2_to_course
+
+    out = {}
+    for key, value in gpt2_to_course(hf_state).items():
+        if key == "position_embedding.embedding.weight":
+            key = "position_embedding.weight"
+        out[key] = value
+    return out
+
+
+def wrong_gpt2_to_mine(hf_state, *, mistake=""):
+    """The key map written as a learner would, with one named mistake ("" for none)."""
+    if mistake == "prefix_kept":
+        sd = dict(hf_state)
+    else:
+        sd = {key.removeprefix("transformer."): value for key, value in hf_state.items()}
+    positions = "embedding." if mistake == "course_position_name" else ""
+    out = {
+        "token_embedding.weight": sd["wte.weight"],
+        f"position_embedding.{positions}weight": sd["wpe.weight"],
+    }
+    final = "ln_f" if mistake == "ln_f_kept" else "norm"
+    out[f"{final}.weight"], out[f"{final}.bias"] = sd["ln_f.weight"], sd["ln_f.bias"]
+    layers = 1 + max(int(key.split(".")[1]) for key in sd if key.startswith("h."))
+    for i in range(layers):
+        h, mine = f"h.{i}.", f"layers.{i}."
+        for theirs, (ours, conv) in _BLOCK.items():
+            weight = sd[f"{h}{theirs}.weight"]
+            flip = conv and mistake != "not_transposed"
+            out[f"{mine}{ours}.weight"] = weight.t() if flip else weight
+            out[f"{mine}{ours}.bias"] = sd[f"{h}{theirs}.bias"]
+        weight, bias = sd[f"{h}attn.c_attn.weight"], sd[f"{h}attn.c_attn.bias"]  # (d, 3d), (3d,)
+        if mistake == "split_wrong_axis":
+            parts = weight.chunk(3, dim=0)
+            weights = [p.t() for p in parts]
+        elif mistake == "not_transposed":
+            weights = weight.chunk(3, dim=1)
+        else:
+            weights = [p.t() for p in weight.chunk(3, dim=1)]  # three (d, d), (out, in)
+        biases = [bias] * 3 if mistake == "bias_not_split" else bias.chunk(3)
+        for name, w, b in zip("qkv", weights, biases, strict=True):
+            out[f"{mine}self_attn.{name}_proj.weight"] = w
+            out[f"{mine}self_attn.{name}_proj.bias"] = b
+        if mistake == "masks_kept":
+            for buffer in ("bias", "masked_bias"):
+                if f"{h}attn.{buffer}" in sd:
+                    out[f"{mine}attn.{buffer}"] = sd[f"{h}attn.{buffer}"]
+    if mistake != "no_lm_head":
+        out["lm_head.weight"] = sd["wte.weight"]
+    return out
+
+
+def hf_gpt2_state(gen, *, layers, d, vocab, positions, prefix, lm_head, masks, dtype):
+    """A random GPT-2 state dict in Hugging Face's layout (GPT2LMHeadModel's with prefix and
+    lm_head, GPT2Model's without), in its order; lm_head.weight is wte.weight (tied)."""
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype)
+
+    p = "transformer." if prefix else ""
+    state = {f"{p}wte.weight": randn(vocab, d), f"{p}wpe.weight": randn(positions, d)}
+    for i in range(layers):
+        h = f"{p}h.{i}."
+        state[f"{h}ln_1.weight"], state[f"{h}ln_1.bias"] = 1 + 0.1 * randn(d), randn(d)
+        if masks:
+            causal = torch.ones(positions, positions, dtype=torch.bool).tril()
+            state[f"{h}attn.bias"] = causal.view(1, 1, positions, positions)
+            state[f"{h}attn.masked_bias"] = torch.tensor(-1e4, dtype=dtype)
+        state[f"{h}attn.c_attn.weight"], state[f"{h}attn.c_attn.bias"] = (
+            randn(d, 3 * d),
+            randn(3 * d),
+        )
+        state[f"{h}attn.c_proj.weight"], state[f"{h}attn.c_proj.bias"] = randn(d, d), randn(d)
+        state[f"{h}ln_2.weight"], state[f"{h}ln_2.bias"] = 1 + 0.1 * randn(d), randn(d)
+        state[f"{h}mlp.c_fc.weight"], state[f"{h}mlp.c_fc.bias"] = randn(d, 4 * d), randn(4 * d)
+        state[f"{h}mlp.c_proj.weight"], state[f"{h}mlp.c_proj.bias"] = randn(4 * d, d), randn(d)
+    state[f"{p}ln_f.weight"], state[f"{p}ln_f.bias"] = 1 + 0.1 * randn(d), randn(d)
+    if lm_head:
+        state["lm_head.weight"] = state[f"{p}wte.weight"]
+    return state
+
+
+def _fresh_copy(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A copy of a state dict with its own tensors (tied tensors stay one tensor)."""
+    memo: dict[int, Tensor] = {}
+    return {k: memo.setdefault(id(v), v.clone()) for k, v in state.items()}
+
+
+def _names(keys) -> str:
+    keys = sorted(keys)
+    shown = ", ".join(repr(k) for k in keys[:4])
+    return shown + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+
+
+@register
+class Gpt2ToMineTask(Task):
+    id = "ex09.gpt2_to_mine"
+    lesson = "lesson 09, section on GPT-2's weights (course_lib.gpt2's key map)"
+    reference = "course_lib.grading.tasks.ex09.gpt2_to_mine.gpt2_to_mine"
+    forbidden = (
+        "course_lib.gpt2.gpt2_to_course",
+        "course_lib.gpt2.gpt_from_gpt2",
+        "course_lib.gpt2.load_gpt2",
+        "course_lib.gpt2.gpt2_config",
+        "course_lib.gpt.GPT.from_gpt2",
+    )
+
+    def cases(self, gen):
+        def case(description, **options):
+            options.setdefault("dtype", torch.float32)
+            return Case(description, data={"state": hf_gpt2_state(gen, **options)})
+
+        return [
+            case(
+                "GPT2LMHeadModel's layout: keys with the 'transformer.' prefix, lm_head.weight "
+                "and the mask buffers attn.bias and attn.masked_bias; 1 layer, d 8, vocab 11, "
+                "6 positions",
+                layers=1,
+                d=8,
+                vocab=11,
+                positions=6,
+                prefix=True,
+                lm_head=True,
+                masks=True,
+            ),
+            case(
+                "GPT2Model's layout: no prefix, no lm_head.weight, with the mask buffers; "
+                "2 layers, d 12, vocab 13, 7 positions",
+                layers=2,
+                d=12,
+                vocab=13,
+                positions=7,
+                prefix=False,
+                lm_head=False,
+                masks=True,
+            ),
+            case(
+                "as saved by recent versions of transformers: prefix and lm_head.weight, no "
+                "mask buffers; 2 layers, d 16, vocab 9, 5 positions",
+                layers=2,
+                d=16,
+                vocab=9,
+                positions=5,
+                prefix=True,
+                lm_head=True,
+                masks=False,
+            ),
+            case(
+                "float64, no prefix, no lm_head.weight, no mask buffers; 1 layer, d 8, "
+                "vocab 10, 4 positions",
+                layers=1,
+                d=8,
+                vocab=10,
+                positions=4,
+                prefix=False,
+                lm_head=False,
+                masks=False,
+                dtype=torch.float64,
+            ),
+        ]
+
+    def call(self, obj, case):
+        return obj(_fresh_copy(case.data["state"]))
+
+    def compare(self, got, want, case):
+        if not isinstance(got, dict) or "__repr__" in got:
+            kind = got.get("__repr__") if isinstance(got, dict) else type(got).__name__
+            return f"gpt2_to_mine should return a dict of tensors, got {kind}"
+        missing, unexpected = set(want) - set(got), set(got) - set(want)
+        if missing or unexpected:
+            parts = []
+            if missing:
+                parts.append(f"missing {_names(missing)}")
+            if unexpected:
+                parts.append(f"unexpected {_names(unexpected)}")
+            return "your state dict's keys differ from your GPT's: " + "; ".join(parts)
+        for key, w in want.items():
+            g = got[key]
+            if not isinstance(g, Tensor):
+                return f"your {key!r} should be a tensor, got {type(g).__name__}"
+            if g.shape != w.shape:
+                return (
+                    f"your {key!r} has shape ({', '.join(map(str, g.shape))}), expected "
+                    f"({', '.join(map(str, w.shape))})"
+                )
+            if g.dtype != w.dtype:
+                return f"your {key!r} has dtype {str(g.dtype)[6:]}, expected {str(w.dtype)[6:]}"
+            if not torch.equal(g, w):
+                return f"your {key!r} holds other numbers than GPT-2's weight that belongs there"
+        return None
+
+    def diagnose(self, got, want, case):
+        """A hint from the keys alone, when the learner's map differs from every listed
+        mistake in other ways too."""
+        if not isinstance(got, dict) or "__repr__" in got:
+            return None
+        unexpected = set(got) - set(want)
+        if any(key.startswith("transformer.") for key in unexpected):
+            return MISTAKES["prefix_kept"]
+        if any(key.split(".")[-2:] in (["attn", "bias"], ["attn", "masked_bias"]) for key in got):
+            return MISTAKES["masks_kept"]
+        if "position_embedding.embedding.weight" in unexpected:
+            return MISTAKES["course_position_name"]
+        if "lm_head.weight" not in got:
+            return MISTAKES["no_lm_head"]
+        return None
+
+    def mistakes(self):
+        return _MISTAKES
+
+
+_MISTAKES = mistakes_of(wrong_gpt2_to_mine, MISTAKES)
