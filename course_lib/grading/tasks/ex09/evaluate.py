@@ -152,7 +152,7 @@ class EvaluateTask(Task):
     """The mean next-token cross-entropy over a whole text, watched while it runs."""
 
     id = "ex09.evaluate"
-    lesson = "lesson 09, section 'Training it' (the validation loss: evaluate_loss)"
+    lesson = "lesson 09, section 'Training, with train and validation curves' (evaluate_loss)"
     reference = "course_lib.train.evaluate_loss"
     forbidden = ("course_lib.train.lm_loss",)
 

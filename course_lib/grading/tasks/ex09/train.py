@@ -21,7 +21,6 @@ check first.
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import torch
@@ -218,7 +217,9 @@ class _Watch:
         self.optimizers = []  # every optimizer seen stepping (kept, so that ids stay unique)
 
     def batches(self):
-        for x, y in itertools.cycle(self.data):
+        """The case's batches, two more than `steps` (a loop over all of them runs too long,
+        and stops)."""
+        for x, y in self.data:
             self.yielded.append((x, y))
             yield x.clone(), y.clone()
 
@@ -285,7 +286,7 @@ class TrainTask(Task):
     """The learner's training loop on a tiny GPT and learnable hidden data, watched."""
 
     id = "ex09.train"
-    lesson = "lesson 09, section 'Training it' (AdamW, warm-up and cosine decay, clipping)"
+    lesson = "lesson 09, section 'Training, with train and validation curves'"
     reference = "course_lib.grading.tasks.ex09.train.train"
     forbidden = (
         "course_lib.train.train",
