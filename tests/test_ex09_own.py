@@ -521,3 +521,21 @@ def test_the_map_runs_on_the_reference_adapters_output_names():
         for k in model.state_dict()
     }
     assert set(gpt2_task.gpt2_to_mine(copy.copy(case.data["state"]))) == names
+
+
+def test_a_loop_over_every_batch_stops_and_is_told_it_ran_too_long():
+    def every_batch(model, batches, steps, max_lr, warmup_steps, clip=1.0):
+        optimizer = torch.optim.AdamW(model.parameters(), lr=max_lr)
+        losses = []
+        for x, y in batches:  # no count of steps
+            loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            optimizer.step()
+            losses.append(loss.item())
+        return losses
+
+    result = result_of("ex09.train", every_batch)
+    assert result.status == "failed" and "losses for steps=30" in result.feedback
+    assert train_task.MISTAKES["one_too_many"] in result.feedback

@@ -1,6 +1,8 @@
 """ex09, a GPT from scratch: sampling the next token, perplexity, one step with a KV cache, the
-generation loop with a cache, and the capstone GPT; one module per task, imported (so
-registered) in the order of the exercise notebook.
+generation loop with a cache, the capstone GPT, and the pieces that make the capstone the
+learner's own: the validation loss (evaluate), the training loop (train) and the key map that
+loads GPT-2's weights (gpt2_to_mine); one module per task, imported (so registered) in the
+order of the exercise notebook.
 
 The names below are the helpers other modules and the tests use, re-exported from their
 task modules.

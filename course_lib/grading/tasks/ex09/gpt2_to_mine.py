@@ -150,7 +150,7 @@ def _names(keys) -> str:
 @register
 class Gpt2ToMineTask(Task):
     id = "ex09.gpt2_to_mine"
-    lesson = "lesson 09, section on GPT-2's weights (course_lib.gpt2's key map)"
+    lesson = "lesson 09, section 'GPT-2's weights in our GPT' (course_lib.gpt2's key map)"
     reference = "course_lib.grading.tasks.ex09.gpt2_to_mine.gpt2_to_mine"
     forbidden = (
         "course_lib.gpt2.gpt2_to_course",

@@ -21,7 +21,6 @@ check first.
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import torch
@@ -40,6 +39,9 @@ MISTAKES = {
     "sgd": "use an Adam-family optimizer as the task asks: "
     "torch.optim.AdamW(model.parameters(), lr=max_lr, weight_decay=0.1) (plain SGD needs a "
     "far larger learning rate and many more steps on a Transformer)",
+    "optimizer_in_loop": "build the optimizer once, before the loop: a new AdamW at every step "
+    "forgets its running averages of the gradients (its momentum), so every step is as crude "
+    "as the first",
     "no_train_mode": "call model.train() before the loop: the model may come from an "
     "evaluation in eval mode, and then dropout would stay off while it trains",
     "no_zero_grad": "call optimizer.zero_grad() every step before loss.backward(): "
@@ -107,17 +109,20 @@ def train(model, batches, steps, max_lr, warmup_steps, clip=1.0):
 
 def wrong_train(model, batches, steps, max_lr, warmup_steps, clip=1.0, *, mistake=""):
     """`train` with one named mistake ("" for none)."""
-    if mistake == "sgd":
-        optimizer = torch.optim.SGD(model.parameters(), lr=max_lr, momentum=0.9)
-    else:
-        optimizer = torch.optim.AdamW(
-            model.parameters(), lr=max_lr, betas=(0.9, 0.95), weight_decay=0.1
-        )
+
+    def new_optimizer():
+        if mistake == "sgd":
+            return torch.optim.SGD(model.parameters(), lr=max_lr, momentum=0.9)
+        return torch.optim.AdamW(model.parameters(), lr=max_lr, betas=(0.9, 0.95), weight_decay=0.1)
+
+    optimizer = new_optimizer()
     if mistake != "no_train_mode":
         model.train()
     losses = []
     count = {"one_too_few": steps - 1, "one_too_many": steps + 1}.get(mistake, steps)
     for step in range(count):
+        if mistake == "optimizer_in_loop":
+            optimizer = new_optimizer()
         if mistake == "no_warmup":
             lr = _lr_at(step + warmup_steps, steps + warmup_steps, max_lr, warmup_steps)
         elif mistake == "no_scheduler_step":
@@ -199,6 +204,7 @@ class _Watch:
         self.x = None  # the model's input in its latest forward pass
         self.record = {
             "optimizers": [],
+            "distinct_optimizers": 0,
             "lrs": [],
             "norms": [],
             "recomputed": [],
@@ -208,9 +214,12 @@ class _Watch:
             "eval_at": -1,
         }
         self.params = {id(p) for p in model.parameters()}
+        self.optimizers = []  # every optimizer seen stepping (kept, so that ids stay unique)
 
     def batches(self):
-        for x, y in itertools.cycle(self.data):
+        """The case's batches, two more than `steps` (a loop over all of them runs too long,
+        and stops)."""
+        for x, y in self.data:
             self.yielded.append((x, y))
             yield x.clone(), y.clone()
 
@@ -236,6 +245,9 @@ class _Watch:
         r = self.record
         params = [p for group in optimizer.param_groups for p in group["params"]]
         r["optimizers"].append(type(optimizer).__name__)
+        if not any(optimizer is seen for seen in self.optimizers):
+            self.optimizers.append(optimizer)
+            r["distinct_optimizers"] = len(self.optimizers)
         r["lrs"].append(max(float(group["lr"]) for group in optimizer.param_groups))
         r["all_params"] = r["all_params"] and self.params <= {id(p) for p in params}
         norm = _grad_norm(params)
@@ -266,6 +278,7 @@ class _Watch:
 
 
 _MARKER = {"the reference": "passes every check"}
+_RUNS: dict = {}  # (mistake, case seed, case description) -> that mistake's run of the case
 
 
 @register
@@ -273,7 +286,7 @@ class TrainTask(Task):
     """The learner's training loop on a tiny GPT and learnable hidden data, watched."""
 
     id = "ex09.train"
-    lesson = "lesson 09, section 'Training it' (AdamW, warm-up and cosine decay, clipping)"
+    lesson = "lesson 09, section 'Training, with train and validation curves'"
     reference = "course_lib.grading.tasks.ex09.train.train"
     forbidden = (
         "course_lib.train.train",
@@ -332,6 +345,16 @@ class TrainTask(Task):
         ]
 
     def call(self, obj, case):
+        # A listed mistake's run is deterministic: it is kept, as the hint search runs every
+        # mistake on a failing learner's case (only the task's own wrong versions are kept).
+        key = (getattr(obj, "__name__", ""), case.data["seed"], case.description)
+        if any(obj is wrong for wrong, _ in _MISTAKES):
+            if key not in _RUNS:
+                _RUNS[key] = self._run(obj, case)
+            return _RUNS[key]
+        return self._run(obj, case)
+
+    def _run(self, obj, case):
         d = case.data
         model = _tiny_gpt(d["seed"])
         model.train(d["training"])
@@ -406,6 +429,11 @@ def verdict(run, d):
     other = sorted({name for name in optimizers if name not in ADAM_FAMILY})
     if other:
         return "not_adam", f"the optimizer is {', '.join(other)}, not one of the Adam family"
+    if run["distinct_optimizers"] > 1:
+        return "new_optimizer", (
+            f"{run['distinct_optimizers']} different optimizers stepped in {steps} steps; build "
+            "one before the loop"
+        )
     if not run["all_params"]:
         return "params", "the optimizer does not update every parameter of the model"
     if run["eval_at"] >= 0:
