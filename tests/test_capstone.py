@@ -31,7 +31,7 @@ class Refuse(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Refuse())
 # The pieces' files, by name (mine() would check them with the grader, which imports the
 # references; here nothing may import them, so the learner's pieces are taken as they are).
-FILES = {"split_heads": "multihead", "merge_heads": "multihead",
+FILES = {"softmax": "attention", "split_heads": "multihead", "merge_heads": "multihead",
          "MultiHeadAttention": "multihead", "apply_rope": "positional",
          "causal_mask": "masking", "masked_attention": "masking", "LayerNorm": "blocks",
          "FeedForward": "blocks", "cached_attention_step": "kv_cache"}

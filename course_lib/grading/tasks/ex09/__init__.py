@@ -16,8 +16,8 @@ TASKS = (
     "cached_attention_step",
     "generate",
     "gpt",
-    "evaluate",
     "train",
+    "evaluate",
     "gpt2_to_mine",
 )
 

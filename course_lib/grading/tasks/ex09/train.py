@@ -22,6 +22,7 @@ check first.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import torch.nn.functional as F
@@ -367,6 +368,8 @@ class TrainTask(Task):
         handles += [p.register_hook(watch.new_gradient(p)) for p in model.parameters()]
         handles.append(register_optimizer_step_pre_hook(watch.optimizer_pre))
         kwargs = {} if d["clip"] is None else {"clip": d["clip"]}
+        quiet = os.environ.get("TQDM_DISABLE")
+        os.environ["TQDM_DISABLE"] = "1"  # a learner's progress bar stays out of the feedback
         try:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(d["seed"])
@@ -376,6 +379,10 @@ class TrainTask(Task):
         finally:
             for handle in handles:
                 handle.remove()
+            if quiet is None:
+                del os.environ["TQDM_DISABLE"]
+            else:
+                os.environ["TQDM_DISABLE"] = quiet
         return {"losses": losses, **watch.record, "final_norm": _grad_norm(model.parameters())}
 
     def expected(self, case):

@@ -1,0 +1,52 @@
+"""Your own code from the exercises: the cells marked `# save in mine/gpt2.py`.
+
+Edit those cells in their notebook, not this file: running a marked cell rewrites its part
+below (between its ">>> cell" and "<<< cell" lines) and keeps the others. Later exercises use
+these pieces through `mine("exNN.name")`, which checks them first.
+"""
+# ruff: noqa
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from course_lib.mine import mine
+
+
+# >>> cell: gpt2_to_mine
+# save in mine/gpt2.py
+def gpt2_to_mine(hf_state):
+    """Hugging Face's GPT-2 state dict -> the state dict of your GPT (your names and layouts).
+
+    Difficulty ★★☆, about 25 minutes.
+    """
+    ### BEGIN SOLUTION
+    renames = {"ln_1": "norm1", "ln_2": "norm2", "attn.c_proj": "self_attn.out_proj",
+               "mlp.c_fc": "feed_forward.linear1", "mlp.c_proj": "feed_forward.linear2"}
+    ours = {}
+    for key, value in hf_state.items():
+        key = key.removeprefix("transformer.")
+        if key == "lm_head.weight":
+            continue  # the output layer is tied: it is the token embedding (below)
+        if key == "wte.weight":
+            ours["token_embedding.weight"] = value
+        elif key == "wpe.weight":
+            ours["position_embedding.weight"] = value
+        elif key.startswith("ln_f."):
+            ours["norm." + key.removeprefix("ln_f.")] = value
+        else:
+            _, layer, rest = key.split(".", 2)  # "h", "3", "attn.c_attn.weight"
+            name, kind = rest.rsplit(".", 1)  # "attn.c_attn", "weight"
+            if name == "attn":
+                continue  # attn.bias and attn.masked_bias: the causal mask, a buffer
+            conv = value.t() if value.dim() == 2 else value  # Conv1D (in, out) -> (out, in)
+            if name == "attn.c_attn":
+                for proj, part in zip("qkv", conv.chunk(3, dim=0)):  # (3d, ...) -> 3 x (d, ...)
+                    ours[f"layers.{layer}.self_attn.{proj}_proj.{kind}"] = part
+            else:
+                ours[f"layers.{layer}.{renames[name]}.{kind}"] = conv
+    ours["lm_head.weight"] = ours["token_embedding.weight"]
+    return ours
+    ### END SOLUTION
+# <<< cell: gpt2_to_mine
