@@ -768,7 +768,10 @@ def _describe(
             take()
     mutant.key = f"{before} -> {after}"
     text = ast.unparse(mutant.new)
-    for candidate in (text, f"({text})"):  # parentheses only where precedence needs them
+    candidates = [text, f"({text})"]  # parentheses only where precedence needs them
+    if isinstance(old, ast.If) and isinstance(mutant.new, ast.stmt):  # an `elif` deleted:
+        candidates.append(f"else:\n{' ' * (old.col_offset + 4)}{text}")  # its branch kept empty
+    for candidate in candidates:
         mutant.source = _splice(cell.source, old, candidate)
         try:
             if ast.dump(ast.parse(mutant.source)) == mutated:  # the diff shown is what runs

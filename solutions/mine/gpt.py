@@ -16,11 +16,14 @@ from course_lib.mine import mine
 
 # >>> cell: cached_attention_step
 # save in mine/gpt.py
-split_heads, merge_heads = mine("ex03.split_heads"), mine("ex03.merge_heads")
+split_heads = mine("ex03.split_heads")
+merge_heads = mine("ex03.merge_heads")
 MultiHeadAttention = mine("ex03.MultiHeadAttention")
 apply_rope = mine("ex04.apply_rope")
-causal_mask, masked_attention = mine("ex05.causal_mask"), mine("ex05.masked_attention")
-LayerNorm, FeedForward = mine("ex07.LayerNorm"), mine("ex07.FeedForward")
+causal_mask = mine("ex05.causal_mask")
+masked_attention = mine("ex05.masked_attention")
+LayerNorm = mine("ex07.LayerNorm")
+FeedForward = mine("ex07.FeedForward")
 cached_attention_step = mine("ex09.cached_attention_step")
 # <<< cell: cached_attention_step
 
@@ -107,9 +110,6 @@ class GPT(nn.Module):
     ):
         super().__init__()
         ### BEGIN SOLUTION
-        if positions not in ("learned", "rope", "none"):
-            raise ValueError(f"positions must be 'learned', 'rope' or 'none', got {positions!r}")
-        self.block_size = block_size
         self.token_embedding = nn.Embedding(vocab_size, d_model)
         if positions == "learned":
             self.position_embedding = nn.Embedding(block_size, d_model)

@@ -22,30 +22,28 @@ def gpt2_to_mine(hf_state):
     Difficulty ★★☆, about 25 minutes.
     """
     ### BEGIN SOLUTION
-    renames = {"ln_1": "norm1", "ln_2": "norm2", "attn.c_proj": "self_attn.out_proj",
-               "mlp.c_fc": "feed_forward.linear1", "mlp.c_proj": "feed_forward.linear2"}
+    outside = {"wte.weight": "token_embedding.weight", "wpe.weight": "position_embedding.weight",
+               "ln_f.weight": "norm.weight", "ln_f.bias": "norm.bias"}
+    inside = {"ln_1": "norm1", "ln_2": "norm2", "attn.c_proj": "self_attn.out_proj",
+              "mlp.c_fc": "feed_forward.linear1", "mlp.c_proj": "feed_forward.linear2"}
     ours = {}
     for key, value in hf_state.items():
         key = key.removeprefix("transformer.")
-        if key == "lm_head.weight":
-            continue  # the output layer is tied: it is the token embedding (below)
-        if key == "wte.weight":
-            ours["token_embedding.weight"] = value
-        elif key == "wpe.weight":
-            ours["position_embedding.weight"] = value
-        elif key.startswith("ln_f."):
-            ours["norm." + key.removeprefix("ln_f.")] = value
-        else:
-            _, layer, rest = key.split(".", 2)  # "h", "3", "attn.c_attn.weight"
-            name, kind = rest.rsplit(".", 1)  # "attn.c_attn", "weight"
-            if name == "attn":
-                continue  # attn.bias and attn.masked_bias: the causal mask, a buffer
-            conv = value.t() if value.dim() == 2 else value  # Conv1D (in, out) -> (out, in)
-            if name == "attn.c_attn":
-                for proj, part in zip("qkv", conv.chunk(3, dim=0)):  # (3d, ...) -> 3 x (d, ...)
-                    ours[f"layers.{layer}.self_attn.{proj}_proj.{kind}"] = part
-            else:
-                ours[f"layers.{layer}.{renames[name]}.{kind}"] = conv
+        if key in outside:
+            ours[outside[key]] = value
+            continue
+        if not key.startswith("h."):
+            continue  # lm_head.weight: the output layer is tied to the token embedding (below)
+        _, layer, rest = key.split(".", 2)  # "h", "3", "attn.c_attn.weight"
+        name, kind = rest.rsplit(".", 1)  # "attn.c_attn", "weight"
+        if name == "attn":
+            continue  # attn.bias and attn.masked_bias: the causal mask, a buffer
+        value = value.t() if value.dim() == 2 else value  # Conv1D (in, out) -> Linear (out, in)
+        if name == "attn.c_attn":  # q | k | v side by side
+            for proj, part in zip("qkv", value.chunk(3, dim=0)):  # (3d, ...) -> 3 x (d, ...)
+                ours[f"layers.{layer}.self_attn.{proj}_proj.{kind}"] = part
+            continue
+        ours[f"layers.{layer}.{inside[name]}.{kind}"] = value
     ours["lm_head.weight"] = ours["token_embedding.weight"]
     return ours
     ### END SOLUTION

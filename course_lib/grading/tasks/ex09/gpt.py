@@ -324,10 +324,34 @@ def _generate_cached(model, ids, new, generator):
     return ids
 
 
-def _check_gpt2_init(model: nn.Module) -> None:
-    """The statement asks for GPT-2's N(0, 0.02^2) init of the token embedding and of the
-    feed-forward's first layer (the layers writing into the residual stream are smaller)."""
+def _check_gpt2_init(model: nn.Module, num_layers: int) -> None:
+    """The statement asks for GPT-2's init: N(0, 0.02^2) for the token embedding and the
+    feed-forward's first layer, N(0, (0.02 / sqrt(2 * num_layers))^2) for the two layers that
+    write into the residual stream (out_proj, linear2), zero biases."""
+    residual_std = 0.02 / math.sqrt(2 * num_layers)
     for name, param in model.named_parameters():
+        if name.endswith(("out_proj.weight", "linear2.weight")):
+            std = float(param.detach().double().std())
+            if not 0.9 * residual_std <= std <= 1.1 * residual_std:
+                raise GradingError(
+                    f"your {name} starts with standard deviation {std:.3g}, expected "
+                    f"0.02 / sqrt(2 * num_layers) = {residual_std:.3g} with num_layers="
+                    f"{num_layers}: GPT-2 shrinks the two layers that write into the residual "
+                    "stream (the attention's out_proj and linear2), so that the stream's "
+                    "variance does not grow with depth"
+                )
+        if name.endswith("proj.bias") or name.endswith(("linear1.bias", "linear2.bias")):
+            if bool(param.detach().abs().max() > 0):
+                raise GradingError(
+                    f"your {name} does not start at 0: GPT-2's init sets every bias to zero "
+                    "(nn.init.zeros_); nn.Linear's own init draws them at random"
+                )
+        if name.endswith(("norm.weight", "norm1.weight", "norm2.weight")):
+            if not bool((param.detach() == 1).all()):
+                raise GradingError(
+                    f"your {name} does not start at 1: a LayerNorm's scale starts at ones (its "
+                    "own init); initialise only the weight matrices and the biases"
+                )
         if name == "token_embedding.weight" or name.endswith("linear1.weight"):
             std = float(param.detach().double().std())
             if not 0.015 <= std <= 0.025:
@@ -381,6 +405,11 @@ class CapstoneGPT(ModuleTask):
 
         small = {"vocab_size": 13, "block_size": 8, "d_model": 16, "num_heads": 2, "num_layers": 1}
         deeper = {"vocab_size": 9, "block_size": 6, "d_model": 12, "num_heads": 3, "num_layers": 2}
+
+        def wide(layers):  # matrices big enough to measure a standard deviation within 10 %
+            sizes = {"vocab_size": 50, "block_size": 8, "d_model": 64, "num_heads": 4}
+            return {**sizes, "num_layers": layers}
+
         return [
             case(
                 "forward: vocab 13, block_size 8, d_model 16, 2 heads, 1 layer, ids (2, 5)",
@@ -464,20 +493,39 @@ class CapstoneGPT(ModuleTask):
                 positions="rope",
             ),
             case(
-                "generation through your forward_cached (exercise 09's loop): prompt (2, 2), 4 "
-                "new tokens, temperature 1.0, same seed, float64",
+                "generation through your forward_cached (exercise 09's loop): 1 layer, prompt "
+                "(2, 2), 5 new tokens, temperature 1.0, same seed, float64",
                 "generate",
-                deeper,
+                small,
                 2,
                 2,
                 dtype=torch.float64,
-                new=4,
+                new=5,
             ),
             case(
-                "GPT-2's init: right after GPT(...) is built (before any weights are loaded), "
-                "token_embedding.weight and every linear1.weight have standard deviation 0.02",
-                "init",
+                "forward with layer_norm_eps=0.01 (every LayerNorm's), ids (2, 5)",
+                "forward",
                 small,
+                2,
+                5,
+                layer_norm_eps=1e-2,
+            ),
+            case(
+                "GPT-2's init, 1 layer of width 64 with biases: right after GPT(...) is built "
+                "(before any weights are loaded), token_embedding.weight and linear1.weight "
+                "have standard deviation 0.02, out_proj.weight and linear2.weight "
+                "0.02 / sqrt(2), every bias 0, every LayerNorm's weight 1",
+                "init",
+                wide(1),
+                1,
+                1,
+                bias=True,
+            ),
+            case(
+                "GPT-2's init, 4 layers of width 64: out_proj.weight and linear2.weight have "
+                "standard deviation 0.02 / sqrt(8)",
+                "init",
+                wide(4),
                 1,
                 1,
             ),
@@ -495,7 +543,8 @@ class CapstoneGPT(ModuleTask):
     def call(self, obj, case):
         if case.data["kind"] != "init":
             return super().call(obj, case)
-        _check_gpt2_init(self.build(obj, case))  # the model's own weights, none loaded
+        # the model's own weights, none loaded
+        _check_gpt2_init(self.build(obj, case), case.data["sizes"]["num_layers"])
         return "GPT-2's init"
 
     def weights(self, case):

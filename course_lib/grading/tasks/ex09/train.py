@@ -21,8 +21,8 @@ check first.
 
 from __future__ import annotations
 
+import contextlib
 import math
-import os
 
 import torch
 import torch.nn.functional as F
@@ -67,6 +67,10 @@ MISTAKES = {
     "optimizer.step()",
     "no_decay": "after the warm-up the learning rate must decay, to at most max_lr / 2 by the "
     "last step (a cosine: min_lr + 0.5 * (max_lr - min_lr) * (1 + cos(pi * progress)))",
+    "abrupt_drop": "after the warm-up the learning rate must decay steadily, not fall at once: "
+    "progress = (step - warmup_steps) / (steps - warmup_steps) runs from 0 to 1 over the decay, "
+    "and the cosine of pi * progress starts at max_lr (no step lowers it by more than a quarter "
+    "of max_lr)",
 }
 
 # Optimizers of the Adam family (the statement's bound on the recipe).
@@ -130,6 +134,8 @@ def wrong_train(model, batches, steps, max_lr, warmup_steps, clip=1.0, *, mistak
             lr = _lr_at(0, steps, max_lr, warmup_steps)
         elif mistake == "no_decay":
             lr = _lr_at(min(step, warmup_steps - 1), steps, max_lr, warmup_steps)
+        elif mistake == "abrupt_drop" and step >= warmup_steps:  # the floor at once
+            lr = max_lr / 10
         else:
             lr = _lr_at(step, steps, max_lr, warmup_steps)
         for group in optimizer.param_groups:
@@ -192,6 +198,28 @@ def _grad_norm(params):
     """The total norm of the gradients of `params` (0.0 when none has one)."""
     grads = [p.grad.detach().double() for p in params if p.grad is not None]
     return math.sqrt(sum(float((g * g).sum()) for g in grads)) if grads else 0.0
+
+
+@contextlib.contextmanager
+def _no_progress_bars():
+    """A learner's tqdm bars (welcome in their notebook) stay out of the check's output: every
+    tqdm made meanwhile is disabled (tqdm.auto's notebook bar included, a subclass)."""
+    try:
+        from tqdm import std
+    except ImportError:
+        yield
+        return
+    original = std.tqdm.__init__
+
+    def disabled(self, *args, **kwargs):
+        kwargs["disable"] = True
+        original(self, *args, **kwargs)
+
+    std.tqdm.__init__ = disabled
+    try:
+        yield
+    finally:
+        std.tqdm.__init__ = original
 
 
 class _Watch:
@@ -368,10 +396,8 @@ class TrainTask(Task):
         handles += [p.register_hook(watch.new_gradient(p)) for p in model.parameters()]
         handles.append(register_optimizer_step_pre_hook(watch.optimizer_pre))
         kwargs = {} if d["clip"] is None else {"clip": d["clip"]}
-        quiet = os.environ.get("TQDM_DISABLE")
-        os.environ["TQDM_DISABLE"] = "1"  # a learner's progress bar stays out of the feedback
         try:
-            with torch.random.fork_rng(devices=[]):
+            with torch.random.fork_rng(devices=[]), _no_progress_bars():
                 torch.manual_seed(d["seed"])
                 losses = obj(
                     model, watch.batches(), d["steps"], d["max_lr"], d["warmup_steps"], **kwargs
@@ -379,10 +405,6 @@ class TrainTask(Task):
         finally:
             for handle in handles:
                 handle.remove()
-            if quiet is None:
-                del os.environ["TQDM_DISABLE"]
-            else:
-                os.environ["TQDM_DISABLE"] = quiet
         return {"losses": losses, **watch.record, "final_norm": _grad_norm(model.parameters())}
 
     def expected(self, case):
@@ -498,8 +520,13 @@ def verdict(run, d):
             f"the learning rate does not reach max_lr={max_lr:g} at the end of the warm-up "
             f"(step {warmup} or {warmup + 1})"
         )
-    for step in range(warmup + 1, steps):
-        if lrs[step] > lrs[step - 1] * (1 + 1e-9):
+    for step in range(warmup, steps):
+        if lrs[step] < lrs[step - 1] - max_lr / 4:
+            return "abrupt_drop", (
+                f"after the warm-up the learning rate falls from {lrs[step - 1]:.4g} at step "
+                f"{step} to {lrs[step]:.4g} at step {step + 1}, more than max_lr / 4 at once"
+            )
+        if step > warmup and lrs[step] > lrs[step - 1] * (1 + 1e-9):
             return "not_decaying", (
                 f"after the warm-up the learning rate rises again, from {lrs[step - 1]:.4g} "
                 f"at step {step} to {lrs[step]:.4g} at step {step + 1}"
