@@ -3,9 +3,10 @@
     python benchmarks/grading_throughput.py [--copies 20] [--sets ex00 ex02 ...] [--no-ray]
 
 Makes a class of `--copies` learners, each handing in every solution notebook and the
-solutions' library mine/ (a folder per learner), and grades it three times with the same seed: locally with one kernel at a time
-(--jobs 1), with two (--jobs 2), and on a local Ray cluster started here (a head node and a
-worker node, one CPU each; its start-up is timed apart). Every notebook must get full marks.
+solutions' library mine/ (a folder per learner), and grades it three times with the same seed:
+locally with one kernel at a time (--jobs 1), with two (--jobs 2), and on a local Ray cluster
+started here (a head node and a worker node, one CPU each; its start-up is timed apart).
+Every notebook must get full marks.
 Prints submissions per minute for each run and the per-submission cost of each exercise set
 (median seconds of one grading, one kernel at a time, from the --jobs 1 run), then the
 estimate for a class of 300 learners handing in every set on an 8-core machine with --jobs 8:

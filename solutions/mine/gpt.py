@@ -114,8 +114,15 @@ class GPT(nn.Module):
         if positions == "learned":
             self.position_embedding = nn.Embedding(block_size, d_model)
         self.layers = nn.ModuleList(
-            Block(d_model, num_heads, d_ff or 4 * d_model, bias, activation, positions == "rope",
-                  layer_norm_eps)
+            Block(
+                d_model,
+                num_heads,
+                d_ff or 4 * d_model,
+                bias,
+                activation,
+                positions == "rope",
+                layer_norm_eps,
+            )
             for _ in range(num_layers)
         )
         self.norm = LayerNorm(d_model, layer_norm_eps, bias=bias)

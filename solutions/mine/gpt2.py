@@ -22,10 +22,19 @@ def gpt2_to_mine(hf_state):
     Difficulty ★★☆, about 25 minutes.
     """
     ### BEGIN SOLUTION
-    outside = {"wte.weight": "token_embedding.weight", "wpe.weight": "position_embedding.weight",
-               "ln_f.weight": "norm.weight", "ln_f.bias": "norm.bias"}
-    inside = {"ln_1": "norm1", "ln_2": "norm2", "attn.c_proj": "self_attn.out_proj",
-              "mlp.c_fc": "feed_forward.linear1", "mlp.c_proj": "feed_forward.linear2"}
+    outside = {
+        "wte.weight": "token_embedding.weight",
+        "wpe.weight": "position_embedding.weight",
+        "ln_f.weight": "norm.weight",
+        "ln_f.bias": "norm.bias",
+    }
+    inside = {
+        "ln_1": "norm1",
+        "ln_2": "norm2",
+        "attn.c_proj": "self_attn.out_proj",
+        "mlp.c_fc": "feed_forward.linear1",
+        "mlp.c_proj": "feed_forward.linear2",
+    }
     ours = {}
     for key, value in hf_state.items():
         key = key.removeprefix("transformer.")
@@ -40,7 +49,7 @@ def gpt2_to_mine(hf_state):
             continue  # attn.bias and attn.masked_bias: the causal mask, a buffer
         value = value.t() if value.dim() == 2 else value  # Conv1D (in, out) -> Linear (out, in)
         if name == "attn.c_attn":  # q | k | v side by side
-            for proj, part in zip("qkv", value.chunk(3, dim=0)):  # (3d, ...) -> 3 x (d, ...)
+            for proj, part in zip("qkv", value.chunk(3, dim=0), strict=True):  # 3 x (d, ...)
                 ours[f"layers.{layer}.self_attn.{proj}_proj.{kind}"] = part
             continue
         ours[f"layers.{layer}.{inside[name]}.{kind}"] = value
