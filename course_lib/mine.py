@@ -136,7 +136,17 @@ def save_cell(source: str, where: str | Path | None = None) -> Path | None:
         return None
     if not names:
         return None
-    key = names[-1]  # the task's function or class is defined last (helpers come first)
+    try:
+        defs = [
+            node.name
+            for node in ast.parse(source).body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        ]
+    except SyntaxError:  # pragma: no cover  (parsed above)
+        defs = []
+    # the task's function or class is defined last (helpers come first); a cell that only
+    # takes pieces from other files (X = mine(...)) is their "pieces" part
+    key = defs[-1] if defs else "pieces"
     base = Path(where) if where is not None else folder()
     base.mkdir(parents=True, exist_ok=True)
     init = base / "__init__.py"

@@ -356,3 +356,29 @@ def test_a_capstone_gpt_with_pytorchs_default_init_fails():
     assert status("ex09.GPT", right).status == "passed"
     result = status("ex09.GPT", DefaultInit)
     assert result.status == "failed" and "GPT-2's init" in result.feedback, result.feedback
+
+
+def test_a_capstone_whose_position_embedding_keeps_pytorchs_init_fails():
+    # an outside learner's false pass: positions left at N(0, 1) passed all 14 checks, then
+    # trained to 3.32 nats instead of 2.01
+    right = ex09._mistake_gpt("")
+
+    class DefaultPositions(right):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if hasattr(self, "position_embedding"):
+                self.position_embedding.reset_parameters()
+
+    result = status("ex09.GPT", DefaultPositions)
+    assert result.status == "failed" and "position_embedding.weight" in result.feedback
+
+
+def test_a_capstone_that_ignores_d_ff_fails():
+    right = ex09._mistake_gpt("")
+
+    class FixedWidth(right):
+        def __init__(self, *args, d_ff=None, **kwargs):
+            super().__init__(*args, **kwargs)  # d_ff dropped: always 4 * d_model
+
+    result = status("ex09.GPT", FixedWidth)
+    assert result.status == "failed" and "expected (24, 16)" in result.feedback, result.feedback

@@ -92,6 +92,8 @@ class TaskResult:
     def render(self) -> str:
         """What `check` prints; a partial score comes with SCORE_NOTE on a line of its own."""
         mark = {"passed": "✅", "not implemented": "✏️ "}.get(self.status, "❌")
+        if self.status == "passed" and self.score < self.max_score:  # passed, with borrowed parts
+            mark = "⚠️ "
         note = f"\n   ({SCORE_NOTE})" if self.status == "failed" else ""
         return f"{mark} {self.task_id}: {self.feedback}{note}"
 
@@ -614,7 +616,7 @@ def judge(
         score = round(task.points * passed / total, 4) if status in ("passed", "failed") else 0.0
         if borrowed and status in ("passed", "failed"):
             score = round(score / 2, 4)
-            feedback = f"{borrowed_message(borrowed, run)} {feedback}"
+            feedback = f"{feedback} {borrowed_message(borrowed, run)}"
         return TaskResult(task.id, score, task.points, passed, total, feedback, status)
 
     borrowed = [n for n in (run or {}).get("seen", []) if n in task.borrowable]

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from course_lib.mine import mine
 
 
-# >>> cell: cached_attention_step
+# >>> cell: pieces
 # save in mine/gpt.py
 split_heads = mine("ex03.split_heads")
 merge_heads = mine("ex03.merge_heads")
@@ -25,7 +25,7 @@ masked_attention = mine("ex05.masked_attention")
 LayerNorm = mine("ex07.LayerNorm")
 FeedForward = mine("ex07.FeedForward")
 cached_attention_step = mine("ex09.cached_attention_step")
-# <<< cell: cached_attention_step
+# <<< cell: pieces
 
 
 # >>> cell: GPT
@@ -137,25 +137,35 @@ class GPT(nn.Module):
                 nn.init.zeros_(p)
         ### END SOLUTION
 
-    def forward(self, ids):
+    def embed(self, ids, start):
+        """Token embeddings, plus the learned positions start .. start + n - 1 if any."""
         ### BEGIN SOLUTION
-        return self.forward_cached(ids, None, 0, use_cache=False)[0]
-        ### END SOLUTION
-
-    def forward_cached(self, ids, cache, start, use_cache=True):
-        ### BEGIN SOLUTION
-        batch, n = ids.shape
         x = self.token_embedding(ids)  # (batch, n, d_model)
         if hasattr(self, "position_embedding"):
+            n = ids.shape[1]
             x = x + self.position_embedding(torch.arange(start, start + n, device=ids.device))
-        if use_cache and cache is None:  # the first call: an empty cache per layer
-            attention = self.layers[0].self_attn
-            empty = x.new_zeros(batch, attention.heads, 0, x.shape[-1] // attention.heads)
+        return x
+        ### END SOLUTION
+
+    def forward(self, ids):
+        ### BEGIN SOLUTION
+        x = self.embed(ids, 0)
+        for layer in self.layers:
+            x, _ = layer(x)  # no cache: the whole sequence, causal
+        return self.lm_head(self.norm(x))  # (batch, seq, vocab_size)
+        ### END SOLUTION
+
+    def forward_cached(self, ids, cache, start):
+        ### BEGIN SOLUTION
+        x = self.embed(ids, start)
+        if cache is None:  # the first call: an empty cache per layer
+            heads = self.layers[0].self_attn.heads
+            empty = x.new_zeros(ids.shape[0], heads, 0, x.shape[-1] // heads)
             cache = [(empty, empty)] * len(self.layers)
         new_cache = []
-        for i, layer in enumerate(self.layers):
-            x, layer_cache = layer(x, cache[i] if use_cache else None, start)
+        for layer, layer_cache in zip(self.layers, cache, strict=True):
+            x, layer_cache = layer(x, layer_cache, start)
             new_cache.append(layer_cache)
-        return self.lm_head(self.norm(x)), (new_cache if use_cache else None)
+        return self.lm_head(self.norm(x)), new_cache
         ### END SOLUTION
 # <<< cell: GPT

@@ -52,6 +52,10 @@ MISTAKES = {
     "cache_positions_restart": "forward_cached gets `start`, the position of its first new "
     "token: the new tokens sit at start, start + 1, ..., not at 0, 1, ... (learned positions "
     "and rotary positions both need it)",
+    "eps_ignored": "pass layer_norm_eps on to every LayerNorm (norm1, norm2 and the final norm): "
+    "LayerNorm(d_model, layer_norm_eps, bias=bias)",
+    "always_tied": "tie the output layer to the token embedding only when tie_weights is True: "
+    "with tie_weights=False, lm_head keeps its own matrix",
     "cache_not_kept": "forward_cached must return the cache with the new tokens' keys and values "
     "appended (your cached_attention_step returns the grown caches): a later token attends to "
     "every earlier one",
@@ -157,6 +161,7 @@ class WrongBlock(nn.Module):
             activation = "gelu_tanh"
         self.self_attn = _Attention(d_model, num_heads, bias)
         self.feed_forward = _FeedForward(d_model, d_ff, activation, bias)
+        eps = 1e-5 if mistake == "eps_ignored" else eps
         self.norm1 = nn.LayerNorm(d_model, eps=eps, bias=bias)
         self.norm2 = nn.LayerNorm(d_model, eps=eps, bias=bias)
 
@@ -237,8 +242,10 @@ class WrongGPT(nn.Module):
             )
             for _ in range(num_layers)
         )
-        self.norm = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        eps = 1e-5 if self.mistake == "eps_ignored" else layer_norm_eps
+        self.norm = nn.LayerNorm(d_model, eps=eps, bias=bias)
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
+        tie_weights = tie_weights or self.mistake == "always_tied"
         if tie_weights and self.mistake != "untied":
             self.lm_head.weight = self.token_embedding.weight
         for name, param in self.named_parameters():  # GPT-2's init
@@ -352,7 +359,9 @@ def _check_gpt2_init(model: nn.Module, num_layers: int) -> None:
                     f"your {name} does not start at 1: a LayerNorm's scale starts at ones (its "
                     "own init); initialise only the weight matrices and the biases"
                 )
-        if name == "token_embedding.weight" or name.endswith("linear1.weight"):
+        if name in ("token_embedding.weight", "position_embedding.weight") or name.endswith(
+            "linear1.weight"
+        ):
             std = float(param.detach().double().std())
             if not 0.015 <= std <= 0.025:
                 shrunk = name.endswith("linear1.weight") and std < 0.015
@@ -503,6 +512,14 @@ class CapstoneGPT(ModuleTask):
                 new=5,
             ),
             case(
+                "forward with d_ff=24 (not 4 * d_model), ids (2, 5)",
+                "forward",
+                small,
+                2,
+                5,
+                d_ff=24,
+            ),
+            case(
                 "forward with layer_norm_eps=0.01 (every LayerNorm's), ids (2, 5)",
                 "forward",
                 small,
@@ -513,8 +530,8 @@ class CapstoneGPT(ModuleTask):
             case(
                 "GPT-2's init, 1 layer of width 64 with biases: right after GPT(...) is built "
                 "(before any weights are loaded), token_embedding.weight and linear1.weight "
-                "have standard deviation 0.02, out_proj.weight and linear2.weight "
-                "0.02 / sqrt(2), every bias 0, every LayerNorm's weight 1",
+                "(and position_embedding.weight) have standard deviation 0.02, out_proj.weight "
+                "and linear2.weight 0.02 / sqrt(2), every bias 0, every LayerNorm's weight 1",
                 "init",
                 wide(1),
                 1,

@@ -37,6 +37,10 @@ MISTAKES = {
     "position_embedding.embedding.weight)",
     "ln_f_kept": "GPT-2's final LayerNorm ln_f is your GPT's `norm`: ln_f.weight -> "
     "norm.weight, ln_f.bias -> norm.bias",
+    "suffix_drops_c_attn_bias": "q_proj, k_proj and v_proj have no bias: a test such as "
+    "key.endswith('attn.bias'), meant for the causal-mask buffer h.{i}.attn.bias, also "
+    "matches h.{i}.attn.c_attn.bias; compare the whole name after the layer number "
+    "(rest == 'attn.bias')",
 }
 
 # Hugging Face's name inside block i -> the learner's, and whether the weight is a Conv1D's
@@ -95,7 +99,8 @@ def wrong_gpt2_to_mine(hf_state, *, mistake=""):
         biases = [bias] * 3 if mistake == "bias_not_split" else bias.chunk(3)
         for name, w, b in zip("qkv", weights, biases, strict=True):
             out[f"{mine}self_attn.{name}_proj.weight"] = w
-            out[f"{mine}self_attn.{name}_proj.bias"] = b
+            if mistake != "suffix_drops_c_attn_bias":
+                out[f"{mine}self_attn.{name}_proj.bias"] = b
         if mistake == "masks_kept":
             for buffer in ("bias", "masked_bias"):
                 if f"{h}attn.{buffer}" in sd:
