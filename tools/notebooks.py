@@ -405,7 +405,9 @@ OUTCOMES = {  # one line per lesson in the README's syllabus: what a learner com
     "that gives the same text faster; the same GPT on BPE tokens, compared in bits per "
     "character; an ablation ladder of what each piece buys; a longer-trained GPT whose words "
     "are mostly real; GPT-2's tokenizer (shipped) and weights (a 548 MB download, only on "
-    "request) in the same GPT, checked offline against a random GPT-2",
+    "request) in the same GPT, checked offline against a random GPT-2. The exercise: your own "
+    "GPT from your own library, trained by your loop, with one ablation, the course's "
+    "checkpoint and GPT-2's weights (through your key map) in it",
     "10": "BERT, GPT and T5 side by side; attention's cost measured, exact tiled attention, "
     "and cheaper approximations",
     "11": "hooks that read and change a trained GPT; induction heads found by their scores and "
