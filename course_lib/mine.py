@@ -315,6 +315,12 @@ def mine(task_id: str) -> Any:
                 _CHECKED[key] = (True, "")
             elif isinstance(result, TaskResult) and result.status == "not implemented":
                 _CHECKED[key] = (False, f"not written yet in {shown}")
+            elif isinstance(result, TaskResult):
+                _CHECKED[key] = (
+                    False,
+                    f"the version in {shown} does not pass its check yet ({result.status}, "
+                    f"{result.passed} of {result.total} cases; its check cell gives the hint)",
+                )
             else:
                 _CHECKED[key] = (False, f"the version in {shown} does not pass its check yet")
         passed, why = _CHECKED[key]
