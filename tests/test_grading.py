@@ -510,3 +510,15 @@ def test_pytorchs_own_python_code_may_use_its_operators():
         return e / e.sum(dim=dim, keepdim=True)
 
     assert check_result("ex02.softmax", with_torch_internals).status == "passed"
+
+
+def test_check_cells_leave_the_work_to_the_batch_grader(capsys, monkeypatch):
+    # in the grader's kernel a check cell only says so: the grader runs every task on its own
+    # hidden cases afterwards (the notebook's checks were the same work done twice)
+    monkeypatch.setenv("COURSE_BATCH_GRADING", "1")
+
+    def boom(*args):
+        raise AssertionError("a check cell ran the learner's code in the batch grader")
+
+    check("ex02.softmax", boom)
+    assert "checked by the batch grader" in capsys.readouterr().out

@@ -134,8 +134,9 @@ def test_hostile_and_broken_submissions_are_graded_and_do_not_disturb_the_others
     for name, (_, score, words) in HOSTILE.items():
         row = by_name[name]
         assert row["score"] == score, (name, row)
-        if words:
-            assert words in (row["error"] or ""), (name, row["error"])
+        if words:  # said in the row's error, or in the feedback of the task where it happened
+            said = (row["error"] or "") + " ".join(t["feedback"] for t in row["tasks"].values())
+            assert words in said, (name, row["error"], row["tasks"])
     assert by_name["correct"]["error"] is None
     cheat = by_name["cheats"]["tasks"]["ex00.last_token"]
     assert cheat["score"] == 0 and "First failure" in cheat["feedback"]

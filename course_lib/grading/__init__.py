@@ -61,6 +61,9 @@ def check(task_id: str, obj: Any = None) -> TaskResult | None:
     Returns None (so a notebook cell ending in `check(...)` shows only the printed feedback);
     use `check_result` for the `TaskResult` itself.
     """
+    if batch_grading():  # the batch grader runs every task on its own hidden cases afterwards
+        print(f"{task_id}: checked by the batch grader on its hidden cases")
+        return None
     result = check_result(task_id, obj)
     print(result.render() if isinstance(result, TaskResult) else result)
     return None
