@@ -1,10 +1,11 @@
-"""Sampling the next token, and perplexity (lesson 09).
+"""Sampling the next token (lesson 09).
 
     sampling_distribution  logits (batch, vocab) -> the probabilities a sampler draws from:
                            softmax(logits / temperature), then top-k, then top-p, renormalised
     sample_next            one draw per row from that distribution (greedy when temperature=0)
-    perplexity             exp(mean cross-entropy in nats): "as unsure as a fair die with
-                           this many faces"
+    perplexity             exp(mean cross-entropy in nats), defined in `course_lib.train` beside
+                           the language-model loss it exponentiates; named here too, where
+                           lesson 09 first reaches it (`sampling.perplexity`)
 
 Filtering order (as Hugging Face `generate` does): temperature first, then keep the `top_k`
 most likely tokens, then the smallest set of the most likely tokens whose probabilities add up
@@ -16,11 +17,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .validation import (
-    check_logits,
-    check_logits_target,
-    check_sampling_options,
-)
+from .train import perplexity
+from .validation import check_logits, check_sampling_options
 
 __all__ = ["sampling_distribution", "sample_next", "perplexity"]
 
@@ -73,18 +71,3 @@ def sample_next(
         return logits.argmax(dim=-1)  # (batch,)
     draws = torch.multinomial(probs.float(), num_samples=1, generator=generator)  # (batch, 1)
     return draws.squeeze(-1)  # (batch,)
-
-
-def perplexity(logits: Tensor, targets: Tensor) -> Tensor:
-    """exp(mean cross-entropy): logits (..., vocab), targets (...) long -> a scalar tensor.
-
-    The cross-entropy is in nats (natural log) and averaged over every position BEFORE the
-    exponential; a model that spreads its probability evenly over V tokens has perplexity V.
-    """
-    check_logits_target(logits, targets, "targets", allow_empty=False)
-    vocab = logits.shape[-1]
-    if targets.min() < 0 or targets.max() >= vocab:
-        raise ValueError(f"targets holds ids outside [0, {vocab}) (vocab={vocab})")
-    log_probs = torch.log_softmax(logits, dim=-1)  # (..., vocab), natural log
-    nll = -log_probs.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)  # (...)
-    return torch.exp(nll.mean())

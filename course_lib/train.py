@@ -3,6 +3,8 @@
     shift_right           targets (batch, seq) -> decoder input <bos> t0 t1 ... (teacher forcing)
     label_smoothing_loss  cross-entropy against (1 - eps) * one-hot + eps / vocab, pads ignored
     lm_loss               a language model's next-token cross-entropy on a batch (lesson 09)
+    perplexity            exp of that mean cross-entropy: "as unsure as a fair die with this
+                          many faces" (`course_lib.sampling` names it too)
     evaluate_loss         that cross-entropy over a whole split, every token predicted once
     noam_lr               the warm-up schedule of "Attention Is All You Need":
                           lr = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
@@ -52,6 +54,7 @@ __all__ = [
     "train",
     "train_step",
     "lm_loss",
+    "perplexity",
     "evaluate_loss",
     "WarmupCosine",
     "WarmupLinear",
@@ -286,6 +289,21 @@ def lm_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
     x, y = batch
     logits = model(x)  # (batch, seq, vocab)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+def perplexity(logits: Tensor, targets: Tensor) -> Tensor:
+    """exp(mean cross-entropy): logits (..., vocab), targets (...) long -> a scalar tensor.
+
+    The cross-entropy is in nats (natural log) and averaged over every position BEFORE the
+    exponential; a model that spreads its probability evenly over V tokens has perplexity V.
+    """
+    check_logits_target(logits, targets, "targets", allow_empty=False)
+    vocab = logits.shape[-1]
+    if targets.min() < 0 or targets.max() >= vocab:
+        raise ValueError(f"targets holds ids outside [0, {vocab}) (vocab={vocab})")
+    log_probs = torch.log_softmax(logits, dim=-1)  # (..., vocab), natural log
+    nll = -log_probs.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)  # (...)
+    return torch.exp(nll.mean())
 
 
 @torch.no_grad()
