@@ -3,7 +3,7 @@
     python benchmarks/train_translator.py [--threads 2] [--steps N] [--seed 0]
                                           [--factor F] [--cooldown C]
 
-Trains the configuration of lesson 08 (`course_lib.translator.TRANSLATOR_CONFIG`, which the
+Trains the recipe of lesson 08 (`course_lib.recipes.TRANSLATOR_RECIPE`, which the
 notebook uses too) on seeded random dates of the training split, then greedy-decodes the 1,000
 held-out test dates, which the model has never seen in any style. The last line printed is JSON:
 
@@ -27,31 +27,22 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from course_lib.datasets import date_batches, date_pairs, date_splits, date_tokenizer  # noqa: E402
 from course_lib.decoding import exact_match, translate  # noqa: E402
+from course_lib.recipes import TRANSLATOR_RECIPE as RECIPE  # noqa: E402
 from course_lib.train import label_smoothing_loss, noam_scheduler, shift_right, train  # noqa: E402
-from course_lib.translator import TRANSLATOR_CONFIG as CONFIG  # noqa: E402
 from course_lib.translator import Seq2SeqTransformer  # noqa: E402
 
 
 def build(config: dict, vocab_size: int, pad_id: int, seed: int = 0):
     """The model, its AdamW optimizer and the warm-up schedule of the original paper."""
     torch.manual_seed(seed)
-    model = Seq2SeqTransformer(
-        vocab_size,
-        config["d_model"],
-        config["num_heads"],
-        config["num_encoder_layers"],
-        config["num_decoder_layers"],
-        config["d_ff"],
-        dropout=config["dropout"],
-        pad_id=pad_id,
-    )
+    model = Seq2SeqTransformer(vocab_size, **config["model"], pad_id=pad_id)
     # fused: one kernel updates all parameters (many small tensors here), same maths
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0, fused=True
     )
     scheduler = noam_scheduler(
         optimizer,
-        config["d_model"],
+        config["model"]["d_model"],
         config["warmup"],
         config["factor"],
         total_steps=config["steps"],
@@ -74,24 +65,24 @@ def make_loss_fn(tokenizer, smoothing: float):
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=CONFIG["steps"])
+    parser.add_argument("--steps", type=int, default=RECIPE["steps"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--factor",
         type=float,
-        default=CONFIG["factor"],
+        default=RECIPE["factor"],
         help="height of the learning-rate schedule (lesson 08 compares 0.7, 1, 2 and 4)",
     )
     parser.add_argument(
         "--cooldown",
         type=float,
-        default=CONFIG["cooldown"],
+        default=RECIPE["cooldown"],
         help="fraction of the run at the end whose rate falls linearly to 0 (0: none)",
     )
     parser.add_argument("--progress", action="store_true", help="show a progress bar")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    config = {**CONFIG, "steps": args.steps, "factor": args.factor, "cooldown": args.cooldown}
+    config = {**RECIPE, "steps": args.steps, "factor": args.factor, "cooldown": args.cooldown}
 
     tokenizer = date_tokenizer()
     splits = date_splits(seed=0)

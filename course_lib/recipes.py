@@ -1,5 +1,10 @@
-"""Every GPT the course trains, written once (lesson 09, the benchmark, the shipped checkpoint).
+"""Every model the course trains, written once: lesson 08's translator and lesson 09's GPTs
+(the lessons, the benchmarks, the shipped checkpoint).
 
+A recipe is a dict in one style for every model: `model` holds the model's arguments (GPTConfig's
+fields for a GPT, Seq2SeqTransformer's for the translator); the other keys describe the run.
+
+    TRANSLATOR_RECIPE  lesson 08's date translator: its sizes, the batch, the Noam schedule
     GPT_RECIPES    name -> a recipe: the model's sizes, the batch, the optimizer and the schedule
     gpt_optimizer  AdamW with weight decay on the matrices only, as nanoGPT
     gpt_schedule   the recipe's warm-up and fall (`course_lib.train.WarmupCosine` or Linear)
@@ -18,6 +23,7 @@ from .gpt import GPT, GPTConfig
 from .train import WarmupCosine, WarmupLinear
 
 __all__ = [
+    "TRANSLATOR_RECIPE",
     "NANOGPT_CPU_MODEL",
     "NANOGPT_CPU_RECIPE",
     "GPT_RECIPES",
@@ -26,6 +32,36 @@ __all__ = [
     "build_gpt",
 ]
 
+
+# Lesson 08's date translator, sized for a 2-core laptop CPU (benchmarks/train_translator.py
+# trains exactly this):
+#   model         Seq2SeqTransformer's arguments, all but vocab_size and pad_id
+#   batch_size, bucket
+#                 dates a step, and how many batches' worth are drawn at once and sorted by
+#                 length (`datasets.date_batches`)
+#   steps, warmup, factor, cooldown
+#                 the run's length and its Noam schedule (`train.noam_scheduler`), with a
+#                 linear cool-down to 0 over the last `cooldown` of the run
+#   smoothing, clip
+#                 the label smoothing and the gradient-norm clipping
+TRANSLATOR_RECIPE = dict(
+    model=dict(
+        d_model=64,
+        num_heads=4,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        d_ff=256,
+        dropout=0.0,
+    ),
+    batch_size=64,
+    bucket=8,
+    steps=700,
+    warmup=100,
+    factor=0.7,
+    cooldown=0.3,
+    smoothing=0.1,
+    clip=1.0,
+)
 
 # A GPT recipe, as a dict:
 #   model         GPTConfig's fields, all but vocab_size

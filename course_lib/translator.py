@@ -9,7 +9,8 @@
 
 Source and target share one vocabulary, so they share one embedding table. `encode` runs once
 per source (memory, as `EncoderDecoder.encode`); `decode` then runs for every step of
-generation (see `course_lib.decoding`).
+generation (see `course_lib.decoding`). Lesson 08's sizes and training run are
+`course_lib.recipes.TRANSLATOR_RECIPE`.
 """
 
 from __future__ import annotations
@@ -23,26 +24,7 @@ from .masking import causal_mask, padding_mask
 from .positional import SinusoidalPositionalEncoding
 from .validation import at_the_door, check_ids, check_positive_int, door
 
-__all__ = ["Seq2SeqTransformer", "TRANSLATOR_CONFIG"]
-
-# Lesson 08's date translator, sized for a 2-core laptop CPU (benchmarks/train_translator.py
-# trains exactly this). Sizes of the model, then of the training run.
-TRANSLATOR_CONFIG = dict(
-    d_model=64,
-    num_heads=4,
-    num_encoder_layers=2,
-    num_decoder_layers=2,
-    d_ff=256,
-    dropout=0.0,
-    batch_size=64,
-    bucket=8,
-    steps=700,
-    warmup=100,
-    factor=0.7,
-    cooldown=0.3,
-    smoothing=0.1,
-    clip=1.0,
-)
+__all__ = ["Seq2SeqTransformer"]
 
 
 class Seq2SeqTransformer(nn.Module):

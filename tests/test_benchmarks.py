@@ -41,18 +41,12 @@ def test_train_translator_prints_its_result_line():
     assert result["train_seconds"] > 0
     assert result["threads"] == 1
     from course_lib.datasets import date_tokenizer
-    from course_lib.translator import TRANSLATOR_CONFIG, Seq2SeqTransformer
+    from course_lib.recipes import TRANSLATOR_RECIPE
+    from course_lib.translator import Seq2SeqTransformer
 
     tokenizer = date_tokenizer()
-    config = TRANSLATOR_CONFIG
     model = Seq2SeqTransformer(
-        tokenizer.vocab_size,
-        config["d_model"],
-        config["num_heads"],
-        config["num_encoder_layers"],
-        config["num_decoder_layers"],
-        config["d_ff"],
-        pad_id=tokenizer.pad_id,
+        tokenizer.vocab_size, **TRANSLATOR_RECIPE["model"], pad_id=tokenizer.pad_id
     )
     assert result["params"] == model.num_parameters()  # the lesson's configuration, no other
 
