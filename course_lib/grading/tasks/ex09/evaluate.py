@@ -46,13 +46,19 @@ MISTAKES = {
     "do not overlap, each window's first token is never predicted",
     "unshifted": "the targets are the inputs shifted by one: the logits at position t "
     "predict token t + 1 (x = window[:-1], y = window[1:])",
+    "disjoint_windows": "your windows of block_size + 1 tokens do not overlap: window i starts "
+    "at i * (block_size + 1), so the first token of every window after the first is only ever "
+    "an input, never a target (one token in every block_size + 1 is not predicted). Start "
+    "window i at i * block_size, ids[i * block_size : (i + 1) * block_size + 1]: consecutive "
+    "windows then share one token, the last target of one being the first input of the next, "
+    "and every token after the first is predicted exactly once",
 }
 
 
-def _windows(ids, block_size, overlap=True):
+def _windows(ids, block_size, overlap=True, stride=None):
     """[(x, y)] of the text cut into consecutive windows, the last one shorter."""
     out = []
-    for start in range(0, len(ids) - 1, block_size):
+    for start in range(0, len(ids) - 1, stride or block_size):
         window = ids[start : start + block_size + (1 if overlap else 0)]
         if len(window) > 1:
             out.append((window[:-1], window[1:]))
@@ -70,7 +76,8 @@ def wrong_evaluate(model, ids, block_size, batch_size=64, *, mistake=""):
         starts = torch.randint(0, high, (max(n_full, 1),)).tolist()
         windows = [(ids[s : s + block_size], ids[s + 1 : s + block_size + 1]) for s in starts]
     else:
-        windows = _windows(ids, block_size, overlap=mistake != "no_overlap")
+        stride = block_size + 1 if mistake == "disjoint_windows" else block_size
+        windows = _windows(ids, block_size, overlap=mistake != "no_overlap", stride=stride)
     width = block_size if mistake != "no_overlap" else block_size - 1
     full = [w for w in windows if len(w[0]) == width]
     rest = windows[len(full) :]

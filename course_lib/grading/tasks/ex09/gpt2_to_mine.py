@@ -41,6 +41,10 @@ MISTAKES = {
     "key.endswith('attn.bias'), meant for the causal-mask buffer h.{i}.attn.bias, also "
     "matches h.{i}.attn.c_attn.bias; compare the whole name after the layer number "
     "(rest == 'attn.bias')",
+    "qkv_order": "c_attn's three blocks come in the order query, key, value (W_Q | W_K | W_V): "
+    "the first block is q_proj's, the second k_proj's, the third v_proj's, for the weight and "
+    "the bias alike (q, k, v = ...chunk(3, ...)); your blocks went to the projections in "
+    "another order",
 }
 
 # Hugging Face's name inside block i -> the learner's, and whether the weight is a Conv1D's
@@ -97,7 +101,8 @@ def wrong_gpt2_to_mine(hf_state, *, mistake=""):
         else:
             weights = [p.t() for p in weight.chunk(3, dim=1)]  # three (d, d), (out, in)
         biases = [bias] * 3 if mistake == "bias_not_split" else bias.chunk(3)
-        for name, w, b in zip("qkv", weights, biases, strict=True):
+        order = "kqv" if mistake == "qkv_order" else "qkv"
+        for name, w, b in zip(order, weights, biases, strict=True):
             out[f"{mine}self_attn.{name}_proj.weight"] = w
             if mistake != "suffix_drops_c_attn_bias":
                 out[f"{mine}self_attn.{name}_proj.bias"] = b
@@ -150,6 +155,22 @@ def _names(keys) -> str:
     keys = sorted(keys)
     shown = ", ".join(repr(k) for k in keys[:4])
     return shown + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+
+
+def _permuted(got, want, layer):
+    """Whether layer `layer`'s q, k, v projections hold the right three tensors (weights or
+    biases) in another order."""
+    for kind in ("weight", "bias"):
+        keys = [f"layers.{layer}.self_attn.{n}_proj.{kind}" for n in "qkv"]
+        if not all(isinstance(got.get(k), Tensor) and got[k].shape == want[k].shape for k in keys):
+            continue
+        rights = [want[k] for k in keys]
+        found = [
+            next((i for i, w in enumerate(rights) if torch.equal(got[k], w)), None) for k in keys
+        ]
+        if sorted(i for i in found if i is not None) == [0, 1, 2] and found != [0, 1, 2]:
+            return True
+    return False
 
 
 @register
@@ -263,6 +284,11 @@ class Gpt2ToMineTask(Task):
             return MISTAKES["course_position_name"]
         if "lm_head.weight" not in got:
             return MISTAKES["no_lm_head"]
+        if any(
+            _permuted(got, want, layer)
+            for layer in {k.split(".")[1] for k in want if k.startswith("layers.")}
+        ):
+            return MISTAKES["qkv_order"]
         return None
 
     def mistakes(self):

@@ -52,6 +52,10 @@ MISTAKES = {
     "just computed, so the step has nothing to apply: zero them before backward()",
     "summed_loss": "the loss of a step is the MEAN cross-entropy over every position of the "
     "batch (F.cross_entropy's default reduction), not the sum",
+    "last_position": "the loss of a step is the mean cross-entropy over EVERY position of the "
+    "batch, not only the last one (logits[:, -1]): a GPT predicts the next token at each of "
+    "the seq positions of a sequence at once, and each of those predictions is a lesson for "
+    "it; flatten the positions: F.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1))",
     "unflattened": "F.cross_entropy reads dim 1 as the classes, so (batch, seq, vocab) logits "
     "look like seq classes to it; flatten the positions first: "
     "F.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1))",
@@ -144,6 +148,8 @@ def wrong_train(model, batches, steps, max_lr, warmup_steps, clip=1.0, *, mistak
         logits = model(x)  # (batch, seq, vocab)
         if mistake == "unflattened":
             loss = F.cross_entropy(logits, y)
+        elif mistake == "last_position":
+            loss = F.cross_entropy(logits[:, -1], y[:, -1])
         else:
             reduction = "sum" if mistake == "summed_loss" else "mean"
             loss = F.cross_entropy(
@@ -237,6 +243,7 @@ class _Watch:
             "lrs": [],
             "norms": [],
             "recomputed": [],
+            "last_position": [],
             "all_params": True,
             "stale_at": -1,
             "no_grad_at": -1,
@@ -283,27 +290,29 @@ class _Watch:
         r["norms"].append(norm)
         if norm == 0.0 and r["no_grad_at"] < 0:
             r["no_grad_at"] = self.step
-        r["recomputed"].append(self._loss_now())
+        loss, last = self._loss_now()
+        r["recomputed"].append(loss)
+        r["last_position"].append(last)
         self.step += 1
 
     def _loss_now(self):
-        """The loss of the latest forward pass's batch at the weights of this step (NaN when
-        that input is not one of the batches handed out)."""
+        """The loss of the latest forward pass's batch at the weights of this step, over every
+        position and at the last position only (NaNs when that input is not one of the batches
+        handed out)."""
         x = self.x
         if not isinstance(x, torch.Tensor):
-            return math.nan
+            return math.nan, math.nan
         for bx, by in reversed(self.yielded):
             if bx.shape == x.shape and torch.equal(bx, x):
                 self.quiet = True
                 try:
                     with torch.no_grad():
                         logits = self.model(bx)
-                    return float(
-                        F.cross_entropy(logits.reshape(-1, logits.shape[-1]), by.reshape(-1))
-                    )
+                    every = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), by.reshape(-1))
+                    return float(every), float(F.cross_entropy(logits[:, -1], by[:, -1]))
                 finally:
                     self.quiet = False
-        return math.nan
+        return math.nan, math.nan
 
 
 _MARKER = {"the reference": "passes every check"}
@@ -476,9 +485,14 @@ def verdict(run, d):
         return "no_gradient", (
             f"at step {run['no_grad_at'] + 1} the optimizer stepped with no gradient to apply"
         )
-    for step, (got, want) in enumerate(zip(losses, run["recomputed"], strict=True), start=1):
-        if not math.isnan(want) and not abs(got - want) <= 1e-4 * max(1.0, abs(want)):
-            return "loss_value", (
+
+    def close(got, want):
+        return abs(got - want) <= 1e-4 * max(1.0, abs(want))
+
+    recomputed = zip(losses, run["recomputed"], run["last_position"], strict=True)
+    for step, (got, want, last) in enumerate(recomputed, start=1):
+        if not math.isnan(want) and not close(got, want):
+            return "last_position" if close(got, last) else "loss_value", (
                 f"the loss returned for step {step} is {got:.6g}, but the mean cross-entropy "
                 f"over every position of that step's batch, at that step's weights, is {want:.6g}"
             )
