@@ -14,7 +14,6 @@ import torch
 from torch import Tensor
 
 from ...core import Case, Task, register
-from ..mistake_table import mistakes_of
 
 MISTAKES = {
     "not_transposed": "GPT-2's Conv1D stores its weight as (in_features, out_features), the "
@@ -122,24 +121,25 @@ def hf_gpt2_state(gen, *, layers, d, vocab, positions, prefix, lm_head, masks, d
     def randn(*shape):
         return torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype)
 
+    def layer(name, n_in, n_out):  # a Conv1D's (in, out) weight, or (n_in 0) a LayerNorm's
+        weight = randn(n_in, n_out) if n_in else 1 + 0.1 * randn(n_out)
+        state[f"{name}.weight"], state[f"{name}.bias"] = weight, randn(n_out)
+
     p = "transformer." if prefix else ""
     state = {f"{p}wte.weight": randn(vocab, d), f"{p}wpe.weight": randn(positions, d)}
     for i in range(layers):
         h = f"{p}h.{i}."
-        state[f"{h}ln_1.weight"], state[f"{h}ln_1.bias"] = 1 + 0.1 * randn(d), randn(d)
+        layer(f"{h}ln_1", 0, d)
         if masks:
             causal = torch.ones(positions, positions, dtype=torch.bool).tril()
             state[f"{h}attn.bias"] = causal.view(1, 1, positions, positions)
             state[f"{h}attn.masked_bias"] = torch.tensor(-1e4, dtype=dtype)
-        state[f"{h}attn.c_attn.weight"], state[f"{h}attn.c_attn.bias"] = (
-            randn(d, 3 * d),
-            randn(3 * d),
-        )
-        state[f"{h}attn.c_proj.weight"], state[f"{h}attn.c_proj.bias"] = randn(d, d), randn(d)
-        state[f"{h}ln_2.weight"], state[f"{h}ln_2.bias"] = 1 + 0.1 * randn(d), randn(d)
-        state[f"{h}mlp.c_fc.weight"], state[f"{h}mlp.c_fc.bias"] = randn(d, 4 * d), randn(4 * d)
-        state[f"{h}mlp.c_proj.weight"], state[f"{h}mlp.c_proj.bias"] = randn(4 * d, d), randn(d)
-    state[f"{p}ln_f.weight"], state[f"{p}ln_f.bias"] = 1 + 0.1 * randn(d), randn(d)
+        layer(f"{h}attn.c_attn", d, 3 * d)
+        layer(f"{h}attn.c_proj", d, d)
+        layer(f"{h}ln_2", 0, d)
+        layer(f"{h}mlp.c_fc", d, 4 * d)
+        layer(f"{h}mlp.c_proj", 4 * d, d)
+    layer(f"{p}ln_f", 0, d)
     if lm_head:
         state["lm_head.weight"] = state[f"{p}wte.weight"]
     return state
@@ -178,67 +178,32 @@ class Gpt2ToMineTask(Task):
     id = "ex09.gpt2_to_mine"
     lesson = "lesson 09, section 'GPT-2's weights in our GPT' (course_lib.gpt2's key map)"
     reference = "course_lib.grading.tasks.ex09.gpt2_to_mine.gpt2_to_mine"
-    forbidden = (
-        "course_lib.gpt2.gpt2_to_course",
-        "course_lib.gpt2.gpt_from_gpt2",
-        "course_lib.gpt2.load_gpt2",
-        "course_lib.gpt2.gpt2_config",
-        "course_lib.gpt.GPT.from_gpt2",
+    forbidden = tuple(
+        "course_lib.gpt2.gpt2_to_course course_lib.gpt2.gpt_from_gpt2 course_lib.gpt2.load_gpt2 "
+        "course_lib.gpt2.gpt2_config course_lib.gpt.GPT.from_gpt2".split()
     )
 
     def cases(self, gen):
-        def case(description, **options):
-            options.setdefault("dtype", torch.float32)
-            return Case(description, data={"state": hf_gpt2_state(gen, **options)})
+        def case(description, layers, d, vocab, positions, prefix, lm_head, masks, dtype):
+            sizes = {"layers": layers, "d": d, "vocab": vocab, "positions": positions}
+            flags = {"prefix": prefix, "lm_head": lm_head, "masks": masks, "dtype": dtype}
+            return Case(description, data={"state": hf_gpt2_state(gen, **sizes, **flags)})
 
-        return [
-            case(
-                "GPT2LMHeadModel's layout: keys with the 'transformer.' prefix, lm_head.weight "
-                "and the mask buffers attn.bias and attn.masked_bias; 1 layer, d 8, vocab 11, "
-                "6 positions",
-                layers=1,
-                d=8,
-                vocab=11,
-                positions=6,
-                prefix=True,
-                lm_head=True,
-                masks=True,
-            ),
-            case(
-                "GPT2Model's layout: no prefix, no lm_head.weight, with the mask buffers; "
-                "2 layers, d 12, vocab 13, 7 positions",
-                layers=2,
-                d=12,
-                vocab=13,
-                positions=7,
-                prefix=False,
-                lm_head=False,
-                masks=True,
-            ),
-            case(
-                "as saved by recent versions of transformers: prefix and lm_head.weight, no "
-                "mask buffers; 2 layers, d 16, vocab 9, 5 positions",
-                layers=2,
-                d=16,
-                vocab=9,
-                positions=5,
-                prefix=True,
-                lm_head=True,
-                masks=False,
-            ),
-            case(
-                "float64, no prefix, no lm_head.weight, no mask buffers; 1 layer, d 8, "
-                "vocab 10, 4 positions",
-                layers=1,
-                d=8,
-                vocab=10,
-                positions=4,
-                prefix=False,
-                lm_head=False,
-                masks=False,
-                dtype=torch.float64,
-            ),
+        f32, f64 = torch.float32, torch.float64
+        # fmt: off
+        return [  # layers, d, vocab, positions; prefix, lm_head, masks; dtype
+            case("GPT2LMHeadModel's layout: keys with the 'transformer.' prefix, lm_head.weight "
+                 "and the mask buffers attn.bias and attn.masked_bias; 1 layer, d 8, vocab 11, "
+                 "6 positions", 1, 8, 11, 6, True, True, True, f32),
+            case("GPT2Model's layout: no prefix, no lm_head.weight, with the mask buffers; "
+                 "2 layers, d 12, vocab 13, 7 positions", 2, 12, 13, 7, False, False, True, f32),
+            case("as saved by recent versions of transformers: prefix and lm_head.weight, no "
+                 "mask buffers; 2 layers, d 16, vocab 9, 5 positions",
+                 2, 16, 9, 5, True, True, False, f32),
+            case("float64, no prefix, no lm_head.weight, no mask buffers; 1 layer, d 8, "
+                 "vocab 10, 4 positions", 1, 8, 10, 4, False, False, False, f64),
         ]
+        # fmt: on
 
     def call(self, obj, case):
         return obj(_fresh_copy(case.data["state"]))
@@ -291,8 +256,4 @@ class Gpt2ToMineTask(Task):
             return MISTAKES["qkv_order"]
         return None
 
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(wrong_gpt2_to_mine, MISTAKES)
+    mistake_table, wrong = MISTAKES, staticmethod(wrong_gpt2_to_mine)
