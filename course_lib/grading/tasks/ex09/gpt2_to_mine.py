@@ -1,11 +1,7 @@
 """ex09.gpt2_to_mine: the key map that moves GPT-2's weights, as Hugging Face stores them, into
-the learner's GPT (the names of exercise 09's capstone).
-
-The cases are random state dicts in Hugging Face's layout, built here with the right names and
-shapes (no `transformers` at grading time): 1 or 2 layers, width 8 to 16, with and without the
-"transformer." prefix, with and without `lm_head.weight` and the causal-mask buffers.
-The result is compared key set first (the missing and unexpected names are listed), then tensor
-by tensor, exactly.
+the learner's GPT (the names of exercise 09's capstone). The cases are random state dicts in
+Hugging Face's layout (`hf_gpt2_state`: no `transformers` at grading time); the result is
+compared key set first (the missing and unexpected names listed), then tensor by tensor, exactly.
 """
 
 from __future__ import annotations
@@ -92,13 +88,8 @@ def wrong_gpt2_to_mine(hf_state, *, mistake=""):
             out[f"{mine}{ours}.weight"] = weight.t() if flip else weight
             out[f"{mine}{ours}.bias"] = sd[f"{h}{theirs}.bias"]
         weight, bias = sd[f"{h}attn.c_attn.weight"], sd[f"{h}attn.c_attn.bias"]  # (d, 3d), (3d,)
-        if mistake == "split_wrong_axis":
-            parts = weight.chunk(3, dim=0)
-            weights = [p.t() for p in parts]
-        elif mistake == "not_transposed":
-            weights = weight.chunk(3, dim=1)
-        else:
-            weights = [p.t() for p in weight.chunk(3, dim=1)]  # three (d, d), (out, in)
+        parts = weight.chunk(3, dim=0 if mistake == "split_wrong_axis" else 1)
+        weights = parts if mistake == "not_transposed" else [p.t() for p in parts]  # (out, in)
         biases = [bias] * 3 if mistake == "bias_not_split" else bias.chunk(3)
         order = "kqv" if mistake == "qkv_order" else "qkv"
         for name, w, b in zip(order, weights, biases, strict=True):
