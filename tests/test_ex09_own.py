@@ -14,6 +14,7 @@ from torch.optim.optimizer import _global_optimizer_pre_hooks
 
 from course_lib.grading import NOTEBOOK_SEED, check_result, get_task
 from course_lib.grading.core import judge, run_cases
+from course_lib.grading.tasks.ex09 import evaluate as evaluate_task
 from course_lib.grading.tasks.ex09 import gpt2_to_mine as gpt2_task
 from course_lib.grading.tasks.ex09 import train as train_task
 from course_lib.grading.tasks.ex09.evaluate import course_gpt, hidden_gpt_state, wrong_evaluate
@@ -539,3 +540,95 @@ def test_a_loop_over_every_batch_stops_and_is_told_it_ran_too_long():
     result = result_of("ex09.train", every_batch)
     assert result.status == "failed" and "losses for steps=30" in result.feedback
     assert train_task.MISTAKES["one_too_many"] in result.feedback
+
+
+# ---- named slips an outside learner found (issue #33, item 4) -------------------------------
+
+
+def evaluate_disjoint_windows(model, ids, block_size, batch_size=64):
+    """Windows of block_size + 1 tokens laid back to back (window i starts at
+    i * (block_size + 1)), not overlapping by one: every window's first token after the first
+    is never a target."""
+    was_training = model.training
+    model.eval()
+    width = block_size + 1
+    n_full = len(ids) // width
+    windows = ids[: n_full * width].reshape(n_full, width)  # (windows, block_size + 1)
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for lo in range(0, n_full, batch_size):
+            chunk = windows[lo : lo + batch_size]
+            logits = model(chunk[:, :-1])
+            total += F.cross_entropy(
+                logits.flatten(0, 1), chunk[:, 1:].flatten(), reduction="sum"
+            ).item()
+            count += chunk[:, 1:].numel()
+        rest = ids[n_full * width :]
+        if len(rest) > 1:
+            logits = model(rest[:-1].unsqueeze(0))
+            total += F.cross_entropy(logits[0], rest[1:], reduction="sum").item()
+            count += len(rest) - 1
+    model.train(was_training)
+    return total / count
+
+
+def gpt2_to_mine_in_order(order):
+    """The learner's map with c_attn's three blocks given to the projections in `order`."""
+
+    def gpt2_to_mine_reordered(hf_state):
+        out = gpt2_to_mine(hf_state)
+        sd = {key.removeprefix("transformer."): value for key, value in hf_state.items()}
+        for i in range(1 + max(int(key.split(".")[1]) for key in sd if key.startswith("h."))):
+            weights = sd[f"h.{i}.attn.c_attn.weight"].t().chunk(3, dim=0)
+            biases = sd[f"h.{i}.attn.c_attn.bias"].chunk(3)
+            for name, weight, bias in zip(order, weights, biases, strict=True):
+                out[f"layers.{i}.self_attn.{name}_proj.weight"] = weight
+                out[f"layers.{i}.self_attn.{name}_proj.bias"] = bias
+        return out
+
+    return gpt2_to_mine_reordered
+
+
+def train_last_position(model, batches, steps, max_lr, warmup_steps, clip=1.0):
+    """The learner's loop with the loss of the last position only."""
+    optimizer = torch.optim.AdamW(model.parameters())
+    model.train()
+    losses = []
+    for step in range(steps):
+        if step < warmup_steps:
+            lr = max_lr * (step + 1) / warmup_steps
+        else:
+            lr = (
+                0.5
+                * max_lr
+                * (1 + math.cos(math.pi * (step - warmup_steps) / (steps - warmup_steps)))
+            )
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        x, y = next(batches)
+        logits = model(x)  # (batch, seq, vocab)
+        loss = F.cross_entropy(logits[:, -1, :], y[:, -1])
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize(
+    "task_id, obj, mistake",
+    [
+        ("ex09.evaluate", evaluate_disjoint_windows, "disjoint_windows"),
+        ("ex09.gpt2_to_mine", gpt2_to_mine_in_order("kqv"), "qkv_order"),
+        ("ex09.gpt2_to_mine", gpt2_to_mine_in_order("vkq"), "qkv_order"),
+        ("ex09.gpt2_to_mine", gpt2_to_mine_in_order("kvq"), "qkv_order"),
+        ("ex09.train", train_last_position, "last_position"),
+    ],
+)
+def test_an_outside_learners_slip_gets_its_own_named_hint(task_id, obj, mistake):
+    # each got no hint, or another mistake's, before its row was listed
+    table = {"ex09.evaluate": evaluate_task, "ex09.train": train_task}.get(task_id, gpt2_task)
+    result = result_of(task_id, obj)
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert f"Hint: {table.MISTAKES[mistake]}" in result.feedback

@@ -8,7 +8,6 @@ import torch
 
 from ...core import Case, GradingError, Task, compare_values, register
 from ..common import D_V_SCALE_HINT, OpRecorder, stable_softmax
-from ..mistake_table import mistakes_of
 
 _AXIS_HINT = (
     "append the new key and value along the sequence axis (dim=2 of "
@@ -103,27 +102,19 @@ class CachedAttentionStepTask(Task):
         cache_k = torch.randn(2, 2, 6, 4, generator=gen)
         cache_v = torch.randn(2, 2, 6, 4, generator=gen)
         q1, k1, v1 = qkv(2, 2, 1, 4)
+        # fmt: off
         return [
-            Case(
-                "5 steps from an empty cache, q, k, v (2, 3, 5, 4): each step's output must "
-                "equal that row of full causal attention",
-                qkv(2, 3, 5, 4),
-                data=seq,
-            ),
-            Case(
-                "7 steps, float64, batch 1, one head, d_v=3 != d_k=5",
-                qkv(1, 1, 7, 5, 3, dtype=torch.float64),
-                data=seq,
-            ),
-            Case(
-                "one step after a cache of 6 tokens, (2, 2, 6, 4)", (q1, k1, v1, cache_k, cache_v)
-            ),
-            Case(
-                "q_t with 2 tokens",
-                (torch.randn(2, 2, 2, 4, generator=gen), k1, v1, cache_k, cache_v),
-                raises=ValueError,
-            ),
+            Case("5 steps from an empty cache, q, k, v (2, 3, 5, 4): each step's output must "
+                 "equal that row of full causal attention", qkv(2, 3, 5, 4), data=seq),
+            Case("7 steps, float64, batch 1, one head, d_v=3 != d_k=5",
+                 qkv(1, 1, 7, 5, 3, dtype=torch.float64), data=seq),
+            Case("one step after a cache of 6 tokens, (2, 2, 6, 4)",
+                 (q1, k1, v1, cache_k, cache_v)),
+            Case("q_t with 2 tokens",
+                 (torch.randn(2, 2, 2, 4, generator=gen), k1, v1, cache_k, cache_v),
+                 raises=ValueError),
         ]
+        # fmt: on
 
     def _step(self, obj, q_t, k_t, v_t, k_cache, v_cache):
         t = k_cache.shape[2]
@@ -183,9 +174,9 @@ class CachedAttentionStepTask(Task):
                 ) from None
 
     def call(self, obj, case):
-        if case.raises is not None or case.data.get("mode") != "sequence":
-            if case.raises is not None:
-                return obj(*case.args)
+        if case.raises is not None:
+            return obj(*case.args)
+        if case.data.get("mode") != "sequence":
             return self._step(obj, *case.args)
         q, k, v = case.args  # (batch, heads, n, d)
         batch, heads, n, _ = q.shape
@@ -209,8 +200,4 @@ class CachedAttentionStepTask(Task):
             return None
         return compare_values(got, want)
 
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(wrong_step, MISTAKES)
+    mistake_table, wrong = MISTAKES, staticmethod(wrong_step)

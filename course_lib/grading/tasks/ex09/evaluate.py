@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ...core import Case, Task, register
-from ..mistake_table import mistakes_of
+from ._shared import course_gpt, random_gpt_state
 
 MISTAKES = {
     "tensor": "return a Python float: the total of the losses is a tensor until you take "
@@ -46,13 +46,19 @@ MISTAKES = {
     "do not overlap, each window's first token is never predicted",
     "unshifted": "the targets are the inputs shifted by one: the logits at position t "
     "predict token t + 1 (x = window[:-1], y = window[1:])",
+    "disjoint_windows": "your windows of block_size + 1 tokens do not overlap: window i starts "
+    "at i * (block_size + 1), so the first token of every window after the first is only ever "
+    "an input, never a target (one token in every block_size + 1 is not predicted). Start "
+    "window i at i * block_size, ids[i * block_size : (i + 1) * block_size + 1]: consecutive "
+    "windows then share one token, the last target of one being the first input of the next, "
+    "and every token after the first is predicted exactly once",
 }
 
 
-def _windows(ids, block_size, overlap=True):
+def _windows(ids, block_size, overlap=True, stride=None):
     """[(x, y)] of the text cut into consecutive windows, the last one shorter."""
     out = []
-    for start in range(0, len(ids) - 1, block_size):
+    for start in range(0, len(ids) - 1, stride or block_size):
         window = ids[start : start + block_size + (1 if overlap else 0)]
         if len(window) > 1:
             out.append((window[:-1], window[1:]))
@@ -70,7 +76,8 @@ def wrong_evaluate(model, ids, block_size, batch_size=64, *, mistake=""):
         starts = torch.randint(0, high, (max(n_full, 1),)).tolist()
         windows = [(ids[s : s + block_size], ids[s + 1 : s + block_size + 1]) for s in starts]
     else:
-        windows = _windows(ids, block_size, overlap=mistake != "no_overlap")
+        stride = block_size + 1 if mistake == "disjoint_windows" else block_size
+        windows = _windows(ids, block_size, overlap=mistake != "no_overlap", stride=stride)
     width = block_size if mistake != "no_overlap" else block_size - 1
     full = [w for w in windows if len(w[0]) == width]
     rest = windows[len(full) :]
@@ -97,44 +104,14 @@ def wrong_evaluate(model, ids, block_size, batch_size=64, *, mistake=""):
     return torch.tensor(total / count) if mistake == "tensor" else total / count
 
 
-_SIZES = {
-    "vocab_size": 11,
-    "block_size": 8,
-    "d_model": 16,
-    "num_heads": 2,
-    "num_layers": 1,
-    "dropout": 0.3,
-}
+_SIZES = {"vocab_size": 11, "block_size": 8, "d_model": 16, "num_heads": 2, "num_layers": 1}
+_SIZES["dropout"] = 0.3
 
 
 def hidden_gpt_state(gen, sizes, dtype):
     """Random weights for a course GPT of these sizes (norms near 1, the rest 0.3 * N(0, 1)),
     drawn from `gen`, so the loss differs from window to window."""
-    from ....gpt import GPT, GPTConfig
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = GPT(GPTConfig(**sizes))
-    state = {}
-    for name, value in model.state_dict().items():
-        if name == "lm_head.weight":
-            continue  # tied: the same tensor as token_embedding.weight
-        noise = torch.randn(value.shape, generator=gen, dtype=torch.float64)
-        state[name] = (1.0 + 0.2 * noise if "norm" in name else 0.3 * noise).to(dtype)
-    state["lm_head.weight"] = state["token_embedding.weight"]
-    return state
-
-
-def course_gpt(sizes, state):
-    """A course GPT of these sizes with these weights (the dtype of the weights)."""
-    from ....gpt import GPT, GPTConfig
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = GPT(GPTConfig(**sizes))
-    model = model.to(state["token_embedding.weight"].dtype)
-    model.load_state_dict(state)
-    return model
+    return random_gpt_state(gen, sizes, dtype, name=lambda key: key, near_1=lambda k: "norm" in k)
 
 
 def _kind(value):
@@ -163,62 +140,30 @@ class EvaluateTask(Task):
 
     def cases(self, gen):
         def case(description, n, block_size, batch_size=None, dtype=torch.float32, training=True):
-            sizes = dict(_SIZES)
-            data = {
-                "sizes": sizes,
-                "state": hidden_gpt_state(gen, sizes, dtype),
-                "ids": torch.randint(0, sizes["vocab_size"], (n,), generator=gen),
-                "block_size": block_size,
-                "batch_size": batch_size,
-                "training": training,
-            }
-            return Case(description, data=data)
+            state = hidden_gpt_state(gen, _SIZES, dtype)
+            ids = torch.randint(0, _SIZES["vocab_size"], (n,), generator=gen)
+            data = {"sizes": dict(_SIZES), "state": state, "ids": ids, "block_size": block_size}
+            return Case(description, data=data | {"batch_size": batch_size, "training": training})
 
+        # fmt: off
         return [
-            case(
-                "45 tokens, block_size 8, batch_size 2: 5 full windows in batches of 2, 2 and 1, "
-                "then a last window of 5 tokens (4 targets); model in training mode, dropout 0.3",
-                45,
-                8,
-                2,
-            ),
-            case(
-                "float64 model, 60 tokens, block_size 6 (shorter than the model's 8), "
-                "batch_size 4: 9 full windows (batches of 4, 4, 1) and a last window of 6 tokens",
-                60,
-                6,
-                4,
-                dtype=torch.float64,
-            ),
-            case(
-                "33 tokens, block_size 8, batch_size 3: exactly 4 full windows, no token left "
-                "over for a last window",
-                33,
-                8,
-                3,
-            ),
-            case(
-                "a text shorter than one window: 6 tokens, block_size 8, batch_size left at its "
-                "default (64): one window of 5 targets",
-                6,
-                8,
-            ),
-            case(
-                "a model handed over in eval mode (it must stay in eval mode), 30 tokens, "
-                "block_size 4, default batch_size: 7 full windows in one batch, then a last "
-                "window of 1 target",
-                30,
-                4,
-                training=False,
-            ),
-            case(
-                "18 tokens, block_size 8, batch_size 1: 2 full windows, one per batch, then a "
-                "last window of 1 target",
-                18,
-                8,
-                1,
-            ),
+            case("45 tokens, block_size 8, batch_size 2: 5 full windows in batches of 2, 2 and 1, "
+                 "then a last window of 5 tokens (4 targets); model in training mode, dropout 0.3",
+                 45, 8, 2),
+            case("float64 model, 60 tokens, block_size 6 (shorter than the model's 8), "
+                 "batch_size 4: 9 full windows (batches of 4, 4, 1) and a last window of 6 tokens",
+                 60, 6, 4, dtype=torch.float64),
+            case("33 tokens, block_size 8, batch_size 3: exactly 4 full windows, no token left "
+                 "over for a last window", 33, 8, 3),
+            case("a text shorter than one window: 6 tokens, block_size 8, batch_size left at its "
+                 "default (64): one window of 5 targets", 6, 8),
+            case("a model handed over in eval mode (it must stay in eval mode), 30 tokens, "
+                 "block_size 4, default batch_size: 7 full windows in one batch, then a last "
+                 "window of 1 target", 30, 4, training=False),
+            case("18 tokens, block_size 8, batch_size 1: 2 full windows, one per batch, then a "
+                 "last window of 1 target", 18, 8, 1),
         ]
+        # fmt: on
 
     def call(self, obj, case):
         d = case.data
@@ -259,41 +204,26 @@ class EvaluateTask(Task):
         d = case.data
         batch_size = 64 if d["batch_size"] is None else d["batch_size"]
         mode = "training" if d["training"] else "eval"
-        checks = [
-            (
-                lambda r: _kind(r["value"]) != "float",
-                lambda r: f"evaluate should return a Python float, got {_kind(r['value'])}",
-            ),
-            (
-                lambda r: r["train_forward"],
-                lambda r: "the model ran in training mode during your evaluation (dropout on)",
-            ),
-            (
-                lambda r: r["grad_forward"],
-                lambda r: "the forward passes ran with gradients on",
-            ),
-            (
-                lambda r: r["over_batch"],
-                lambda r: (
-                    f"one forward pass got {r['max_windows']} windows, more than "
-                    f"batch_size={batch_size}"
-                ),
-            ),
-            (
-                lambda r: r["training_after"] != d["training"],
-                lambda r: (
-                    f"the model came in {mode} mode but your evaluate leaves it in "
-                    f"{'training' if r['training_after'] else 'eval'} mode"
-                ),
-            ),
-            (
-                lambda r: _kind(r["again"]) == "float" and not _same(r["again"], r["value"]),
-                lambda r: (
-                    f"two runs on the same model and text gave two numbers "
-                    f"({r['value']:.6g}, then {r['again']:.6g})"
-                ),
-            ),
-        ]
+
+        def left(r):
+            return "training" if r["training_after"] else "eval"
+
+        checks = [  # (failed, its message)
+            (lambda r: _kind(r["value"]) != "float",
+             lambda r: f"evaluate should return a Python float, got {_kind(r['value'])}"),
+            (lambda r: r["train_forward"],
+             lambda r: "the model ran in training mode during your evaluation (dropout on)"),
+            (lambda r: r["grad_forward"], lambda r: "the forward passes ran with gradients on"),
+            (lambda r: r["over_batch"],
+             lambda r: f"one forward pass got {r['max_windows']} windows, more than "
+             f"batch_size={batch_size}"),
+            (lambda r: r["training_after"] != d["training"],
+             lambda r: f"the model came in {mode} mode but your evaluate leaves it in "
+             f"{left(r)} mode"),
+            (lambda r: _kind(r["again"]) == "float" and not _same(r["again"], r["value"]),
+             lambda r: f"two runs on the same model and text gave two numbers "
+             f"({r['value']:.6g}, then {r['again']:.6g})"),
+        ]  # fmt: skip
         for failed, message in checks:
             if failed(got) != failed(want):
                 return message(got) if failed(got) else "a different result"
@@ -305,8 +235,4 @@ class EvaluateTask(Task):
             return None
         return f"your loss is {g:.6g} nats per token, expected {w:.6g}"
 
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(wrong_evaluate, MISTAKES)
+    mistake_table, wrong = MISTAKES, staticmethod(wrong_evaluate)

@@ -9,7 +9,7 @@ import torch
 
 from ...core import Case, GradingError, Task, compare_values, register
 from ..common import randn
-from ..mistake_table import mistakes_of
+from ._shared import course_gpt
 
 MISTAKES = {
     "stale": "the cache is stale: forward_cached returns the cache with the "
@@ -59,16 +59,6 @@ def _cache_only_gpt_class():
     return CacheOnlyGPT
 
 
-def _build_gpt(cls, state, dtype):
-    from ....gpt import GPTConfig
-
-    with torch.random.fork_rng(devices=[]):  # GPT's own init draws from the global generator
-        model = cls(GPTConfig(**_GPT_SIZES))
-    model = model.to(dtype)
-    model.load_state_dict(state)
-    return model.eval()
-
-
 def _own_sample_next():
     """course_lib's sample_next under a code object of its own: generate may not call the
     finished version, and the listed mistakes stand for a learner who wrote their own."""
@@ -113,73 +103,39 @@ class Generate(Task):
     forbidden = ("course_lib.gpt.generate", "course_lib.sampling.sample_next")
 
     def cases(self, gen):
-        from ....gpt import GPT, GPTConfig
+        shapes = {k: v.shape for k, v in course_gpt(_GPT_SIZES).state_dict().items()}
 
-        def case(
-            description, batch, prompt, new, *, temperature=1.0, top_k=None, dtype=torch.float64
-        ):
-            with torch.random.fork_rng(devices=[]):
-                model = GPT(GPTConfig(**_GPT_SIZES))
+        def case(description, batch, prompt, new, temperature=1.0, top_k=None, dtype=torch.float64):
             state = {
-                k: (0.5 * randn(gen, *v.shape, dtype=torch.float64)).to(dtype)
-                for k, v in model.state_dict().items()
+                k: (0.5 * randn(gen, *shape, dtype=torch.float64)).to(dtype)
+                for k, shape in shapes.items()
             }
             ids = torch.randint(0, _GPT_SIZES["vocab_size"], (batch, prompt), generator=gen)
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
             kwargs = {"temperature": temperature, "top_k": top_k}
-            return Case(
-                description,
-                data={
-                    "state": state,
-                    "dtype": dtype,
-                    "ids": ids,
-                    "new": new,
-                    "kwargs": kwargs,
-                    "seed": seed,
-                },
-            )
+            data = {"state": state, "dtype": dtype, "ids": ids, "new": new, "kwargs": kwargs}
+            return Case(description, data=data | {"seed": seed})
 
-        return [
-            case(
-                "greedy (temperature 0), batch 2, a prompt of 3 tokens, 6 new tokens",
-                2,
-                3,
-                6,
-                temperature=0.0,
-            ),
-            case(
-                "sampling at temperature 1.0, batch 3, a prompt of 1 token, 8 new tokens", 3, 1, 8
-            ),
-            case(
-                "top_k=3 at temperature 0.8, batch 1, a prompt of 5 tokens, 5 new tokens",
-                1,
-                5,
-                5,
-                temperature=0.8,
-                top_k=3,
-            ),
+        # fmt: off
+        return [  # batch, prompt, new tokens
+            case("greedy (temperature 0), batch 2, a prompt of 3 tokens, 6 new tokens",
+                 2, 3, 6, temperature=0.0),
+            case("sampling at temperature 1.0, batch 3, a prompt of 1 token, 8 new tokens",
+                 3, 1, 8),
+            case("top_k=3 at temperature 0.8, batch 1, a prompt of 5 tokens, 5 new tokens",
+                 1, 5, 5, temperature=0.8, top_k=3),
             case("max_new_tokens=1, batch 2, a prompt of 4 tokens", 2, 4, 1),
             case("max_new_tokens=0: the prompt comes back unchanged", 2, 3, 0),
-            case(
-                "a prompt of 10 and 6 new tokens: exactly the context of 16 (block_size)",
-                2,
-                10,
-                6,
-                temperature=0.7,
-            ),
-            case(
-                "float32 model, greedy, batch 4, a prompt of 2 tokens, 7 new tokens",
-                4,
-                2,
-                7,
-                temperature=0.0,
-                dtype=torch.float32,
-            ),
+            case("a prompt of 10 and 6 new tokens: exactly the context of 16 (block_size)",
+                 2, 10, 6, temperature=0.7),
+            case("float32 model, greedy, batch 4, a prompt of 2 tokens, 7 new tokens",
+                 4, 2, 7, temperature=0.0, dtype=torch.float32),
         ]
+        # fmt: on
 
     def _run(self, obj, case, cls):
         d = case.data
-        model = _build_gpt(cls, d["state"], d["dtype"])
+        model = course_gpt(_GPT_SIZES, d["state"], cls=cls).eval()
         generator = torch.Generator().manual_seed(d["seed"])
         tokens = obj(model, d["ids"].clone(), d["new"], generator=generator, **d["kwargs"])
         return model, tokens
@@ -226,8 +182,4 @@ class Generate(Task):
             )
         return None
 
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(_wrong_generate, MISTAKES)
+    mistake_table, wrong = MISTAKES, staticmethod(_wrong_generate)

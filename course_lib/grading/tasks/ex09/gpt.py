@@ -18,6 +18,7 @@ from torch import nn
 
 from ...core import Case, GradingError, compare_values, register
 from ..common import ModuleTask
+from ._shared import capstone_name, random_gpt_state
 
 MISTAKES = {
     "no_causal": "a position sees the future: the self-attention needs "
@@ -63,52 +64,17 @@ MISTAKES = {
 
 # The course pieces a learner's GPT may be built with when its own version is missing: named
 # and half marks (Task.borrowable), not zero.
-BORROWABLE = (
-    "course_lib.multihead.MultiHeadAttention",
-    "course_lib.multihead.split_heads",
-    "course_lib.multihead.merge_heads",
-    "course_lib.positional.apply_rope",
-    "course_lib.masking.causal_mask",
-    "course_lib.attention.scaled_dot_product_attention",
-    "course_lib.norms.LayerNorm",
-    "course_lib.blocks.FeedForward",
-    "course_lib.kv_cache.cached_attention_step",
+BORROWABLE = tuple(
+    "course_lib.multihead.MultiHeadAttention course_lib.multihead.split_heads "
+    "course_lib.multihead.merge_heads course_lib.positional.apply_rope "
+    "course_lib.masking.causal_mask course_lib.attention.scaled_dot_product_attention "
+    "course_lib.norms.LayerNorm course_lib.blocks.FeedForward "
+    "course_lib.kv_cache.cached_attention_step".split()
 )
 
 _SIZES = ("vocab_size", "block_size", "d_model", "num_heads", "num_layers")
-
-
-def capstone_name(key: str) -> str:
-    """A course_lib.gpt.GPT state-dict key -> the capstone's (learned positions are a plain
-    nn.Embedding there)."""
-    return key.replace("position_embedding.embedding.", "position_embedding.")
-
-
-def _reference_gpt(sizes: dict, options: dict | None = None):
-    from ....gpt import GPT, GPTConfig
-
-    with torch.random.fork_rng(devices=[]):
-        return GPT(GPTConfig(**sizes, **(options or {})))
-
-
-def _gpt_state(gen, sizes, dtype, options=None):
-    """Random weights (norm weights near 1) with the capstone's names; lm_head tied unless the
-    options untie it."""
-    model = _reference_gpt(sizes, options)
-    tied = (options or {}).get("tie_weights", True)
-    state = {}
-    for key, value in model.state_dict().items():
-        name = capstone_name(key)
-        if name == "lm_head.weight" and tied:
-            continue  # the same tensor as token_embedding.weight
-        noise = torch.randn(value.shape, generator=gen, dtype=torch.float64)
-        state[name] = (
-            1.0 + 0.2 * noise if "norm" in name and name.endswith("weight") else 0.3 * noise
-        ).to(dtype)
-    if tied:
-        state["lm_head.weight"] = state["token_embedding.weight"]
-    return state
-
+_OPTIONS = {"d_ff": None, "bias": False, "activation": "gelu", "positions": "learned"}
+_OPTIONS |= {"layer_norm_eps": 1e-5, "tie_weights": True}
 
 _ACTIVATIONS = {
     "gelu": F.gelu,
@@ -129,48 +95,43 @@ def _rope(x, positions):
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
 
 
-class _FeedForward(nn.Module):
-    def __init__(self, d_model, d_ff, activation, bias):
-        super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
-        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
-        self.activation = activation
-
-    def forward(self, x):
-        return self.linear2(_ACTIVATIONS[self.activation](self.linear1(x)))
-
-
-class _Attention(nn.Module):
-    def __init__(self, d_model, num_heads, bias):
-        super().__init__()
-        self.heads = num_heads
-        for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
-            setattr(self, name, nn.Linear(d_model, d_model, bias=bias))
+def _linears(module, names, n_in, n_out, bias):
+    for name in names:
+        setattr(module, name, nn.Linear(n_in, n_out, bias=bias))
 
 
 class WrongBlock(nn.Module):
     """A pre-norm GPT block, written as a learner would (in plain PyTorch), with one named
-    mistake; forward(x, cache=None, start=0) -> (x, cache)."""
+    mistake; forward(x, cache=None, start=0) -> (x, cache). `o`: the GPT's options."""
 
-    def __init__(self, d_model, num_heads, d_ff, bias, activation, rope, eps, mistake=""):
+    def __init__(self, d_model, num_heads, o, mistake):
         super().__init__()
-        self.mistake, self.rope = mistake, rope
+        self.mistake, self.rope, self.heads = mistake, o["positions"] == "rope", num_heads
+        activation, d_ff, bias = o["activation"], o["d_ff"] or 4 * d_model, o["bias"]
         if mistake == "relu":
             activation = "relu"
         elif mistake == "tanh_gelu" and activation == "gelu":
             activation = "gelu_tanh"
-        self.self_attn = _Attention(d_model, num_heads, bias)
-        self.feed_forward = _FeedForward(d_model, d_ff, activation, bias)
-        eps = 1e-5 if mistake == "eps_ignored" else eps
+        self.self_attn = nn.Module()
+        _linears(self.self_attn, ("q_proj", "k_proj", "v_proj", "out_proj"), d_model, d_model, bias)
+        self.feed_forward = nn.Module()
+        self.feed_forward.linear1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.feed_forward.linear2 = nn.Linear(d_ff, d_model, bias=bias)
+        self.activation = _ACTIVATIONS[activation]
+        eps = 1e-5 if mistake == "eps_ignored" else o["layer_norm_eps"]
         self.norm1 = nn.LayerNorm(d_model, eps=eps, bias=bias)
         self.norm2 = nn.LayerNorm(d_model, eps=eps, bias=bias)
+
+    def feed(self, x):
+        f = self.feed_forward
+        return f.linear2(self.activation(f.linear1(x)))
 
     def attend(self, h, cache, start):
         a, mistake = self.self_attn, self.mistake
         batch, n, d = h.shape
 
         def heads(t):  # (batch, n, d) -> (batch, heads, n, d_head)
-            return t.view(batch, n, a.heads, d // a.heads).transpose(1, 2)
+            return t.view(batch, n, self.heads, d // self.heads).transpose(1, 2)
 
         q, k, v = heads(a.q_proj(h)), heads(a.k_proj(h)), heads(a.v_proj(h))
         if self.rope and mistake != "rope_ignored":
@@ -197,11 +158,11 @@ class WrongBlock(nn.Module):
         if self.mistake == "post_norm":
             attended, cache = self.attend(x, cache, start)
             x = self.norm1(x + attended)
-            return self.norm2(x + self.feed_forward(x)), cache
+            return self.norm2(x + self.feed(x)), cache
         h = x if self.mistake == "attend_raw" else self.norm1(x)
         attended, cache = self.attend(h, cache, start)
         x = x + attended
-        return x + self.feed_forward(self.norm2(x)), cache
+        return x + self.feed(self.norm2(x)), cache
 
 
 class WrongGPT(nn.Module):
@@ -210,43 +171,19 @@ class WrongGPT(nn.Module):
 
     mistake = ""
 
-    def __init__(
-        self,
-        vocab_size,
-        block_size,
-        d_model,
-        num_heads,
-        num_layers,
-        d_ff=None,
-        bias=False,
-        activation="gelu",
-        positions="learned",
-        layer_norm_eps=1e-5,
-        tie_weights=True,
-    ):
+    def __init__(self, vocab_size, block_size, d_model, num_heads, num_layers, **options):
         super().__init__()
-        self.positions = positions
+        o, mistake = {**_OPTIONS, **options}, self.mistake
+        self.positions = o["positions"]
         self.token_embedding = nn.Embedding(vocab_size, d_model)
-        if positions == "learned":
+        if self.positions == "learned":
             self.position_embedding = nn.Embedding(block_size, d_model)
-        self.layers = nn.ModuleList(
-            WrongBlock(
-                d_model,
-                num_heads,
-                d_ff or 4 * d_model,
-                bias,
-                activation,
-                positions == "rope",
-                layer_norm_eps,
-                self.mistake,
-            )
-            for _ in range(num_layers)
-        )
-        eps = 1e-5 if self.mistake == "eps_ignored" else layer_norm_eps
-        self.norm = nn.LayerNorm(d_model, eps=eps, bias=bias)
+        blocks = (WrongBlock(d_model, num_heads, o, mistake) for _ in range(num_layers))
+        self.layers = nn.ModuleList(blocks)
+        eps = 1e-5 if mistake == "eps_ignored" else o["layer_norm_eps"]
+        self.norm = nn.LayerNorm(d_model, eps=eps, bias=o["bias"])
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
-        tie_weights = tie_weights or self.mistake == "always_tied"
-        if tie_weights and self.mistake != "untied":
+        if (o["tie_weights"] or mistake == "always_tied") and mistake != "untied":
             self.lm_head.weight = self.token_embedding.weight
         for name, param in self.named_parameters():  # GPT-2's init
             if param.dim() == 2:
@@ -260,8 +197,7 @@ class WrongGPT(nn.Module):
 
     def forward_cached(self, ids, cache, start):
         if cache is None:
-            cache = [None] * len(self.layers)
-            heads = self.layers[0].self_attn.heads
+            heads = self.layers[0].heads
             d = self.token_embedding.weight.shape[1]
             empty = self.token_embedding.weight.new_zeros(ids.shape[0], heads, 0, d // heads)
             cache = [(empty, empty)] * len(self.layers)
@@ -384,12 +320,9 @@ class CapstoneGPT(ModuleTask):
     id = "ex09.GPT"
     lesson = "lesson 09, section 'The GPT: the same blocks, a causal mask, no cross-attention'"
     reference = "course_lib.gpt.gpt_from_sizes"
-    forbidden = (
-        "course_lib.gpt.GPT",
-        "course_lib.blocks.EncoderLayer",
-        "torch.nn.TransformerEncoderLayer",
-        "torch.nn.TransformerEncoder",
-        "torch.nn.TransformerDecoderLayer",
+    forbidden = tuple(
+        "course_lib.gpt.GPT course_lib.blocks.EncoderLayer torch.nn.TransformerEncoderLayer "
+        "torch.nn.TransformerEncoder torch.nn.TransformerDecoderLayer".split()
     )
     borrowable = BORROWABLE
     mistake_table = MISTAKES
@@ -399,154 +332,57 @@ class CapstoneGPT(ModuleTask):
         def case(description, kind, sizes, batch, seq, dtype=torch.float32, new=0, **options):
             ids = torch.randint(0, sizes["vocab_size"], (batch, seq), generator=gen)
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
-            return Case(
-                description,
-                data={
-                    "kind": kind,
-                    "sizes": sizes,
-                    "options": options,
-                    "ids": ids,
-                    "state": _gpt_state(gen, sizes, dtype, options),
-                    "new": new,
-                    "seed": seed,
-                },
-            )
+            state = random_gpt_state(gen, sizes | options, dtype)
+            data = {"kind": kind, "sizes": sizes, "options": options, "ids": ids, "new": new}
+            return Case(description, data=data | {"state": state, "seed": seed})
 
         small = {"vocab_size": 13, "block_size": 8, "d_model": 16, "num_heads": 2, "num_layers": 1}
         deeper = {"vocab_size": 9, "block_size": 6, "d_model": 12, "num_heads": 3, "num_layers": 2}
-
-        def wide(layers):  # matrices big enough to measure a standard deviation within 10 %
-            sizes = {"vocab_size": 50, "block_size": 8, "d_model": 64, "num_heads": 4}
-            return {**sizes, "num_layers": layers}
-
-        return [
-            case(
-                "forward: vocab 13, block_size 8, d_model 16, 2 heads, 1 layer, ids (2, 5)",
-                "forward",
-                small,
-                2,
-                5,
-            ),
-            case(
-                "forward: 2 layers, 3 heads, ids (1, 6) filling block_size, float64",
-                "forward",
-                deeper,
-                1,
-                6,
-                dtype=torch.float64,
-            ),
-            case("forward on a single token, ids (3, 1)", "forward", small, 3, 1),
-            case(
-                "forward with positions='rope' and activation='relu2' (the course "
-                "checkpoint's), 2 layers, ids (2, 6)",
-                "forward",
-                deeper,
-                2,
-                6,
-                positions="rope",
-                activation="relu2",
-            ),
-            case(
-                "forward like GPT-2: bias=True, activation='gelu_tanh', ids (2, 5)",
-                "forward",
-                small,
-                2,
-                5,
-                bias=True,
-                activation="gelu_tanh",
-            ),
-            case(
-                "forward with positions='none' and tie_weights=False, ids (2, 5)",
-                "forward",
-                small,
-                2,
-                5,
-                positions="none",
-                tie_weights=False,
-            ),
-            case(
-                "one SGD step (lr 0.5) on the next-token loss of ids (3, 7), then the loss and "
-                "every parameter compared",
-                "step",
-                small,
-                3,
-                7,
-            ),
-            case(
-                "one SGD step, 2 layers, float64, ids (2, 7)",
-                "step",
-                deeper,
-                2,
-                7,
-                dtype=torch.float64,
-            ),
-            case(
-                "forward_cached: a prompt of 2 tokens, then 4 tokens one at a time at positions "
-                "2..5, against forward on all 6, float64",
-                "cached",
-                deeper,
-                2,
-                6,
-                dtype=torch.float64,
-                new=2,
-            ),
-            case(
-                "forward_cached with positions='rope': a prompt of 3, then 3 one at a time, "
-                "float64",
-                "cached",
-                deeper,
-                2,
-                6,
-                dtype=torch.float64,
-                new=3,
-                positions="rope",
-            ),
-            case(
-                "generation through your forward_cached (exercise 09's loop): 1 layer, prompt "
-                "(2, 2), 5 new tokens, temperature 1.0, same seed, float64",
-                "generate",
-                small,
-                2,
-                2,
-                dtype=torch.float64,
-                new=5,
-            ),
-            case(
-                "forward with d_ff=24 (not 4 * d_model), ids (2, 5)",
-                "forward",
-                small,
-                2,
-                5,
-                d_ff=24,
-            ),
-            case(
-                "forward with layer_norm_eps=0.01 (every LayerNorm's), ids (2, 5)",
-                "forward",
-                small,
-                2,
-                5,
-                layer_norm_eps=1e-2,
-            ),
-            case(
-                "GPT-2's init, 1 layer of width 64 with biases: right after GPT(...) is built "
-                "(before any weights are loaded), token_embedding.weight and linear1.weight "
-                "(and position_embedding.weight) have standard deviation 0.02, out_proj.weight "
-                "and linear2.weight 0.02 / sqrt(2), every bias 0, every LayerNorm's weight 1",
-                "init",
-                wide(1),
-                1,
-                1,
-                bias=True,
-            ),
-            case(
-                "GPT-2's init, 4 layers of width 64: out_proj.weight and linear2.weight have "
-                "standard deviation 0.02 / sqrt(8)",
-                "init",
-                wide(4),
-                1,
-                1,
-            ),
+        # matrices big enough to measure a standard deviation within 10 %
+        wide = {"vocab_size": 50, "block_size": 8, "d_model": 64, "num_heads": 4}
+        f64 = {"dtype": torch.float64}
+        # fmt: off
+        rows = [  # kind, sizes, batch, seq, options; the description
+            ("forward", small, 2, 5, {},
+             "forward: vocab 13, block_size 8, d_model 16, 2 heads, 1 layer, ids (2, 5)"),
+            ("forward", deeper, 1, 6, f64,
+             "forward: 2 layers, 3 heads, ids (1, 6) filling block_size, float64"),
+            ("forward", small, 3, 1, {}, "forward on a single token, ids (3, 1)"),
+            ("forward", deeper, 2, 6, {"positions": "rope", "activation": "relu2"},
+             "forward with positions='rope' and activation='relu2' (the course checkpoint's), "
+             "2 layers, ids (2, 6)"),
+            ("forward", small, 2, 5, {"bias": True, "activation": "gelu_tanh"},
+             "forward like GPT-2: bias=True, activation='gelu_tanh', ids (2, 5)"),
+            ("forward", small, 2, 5, {"positions": "none", "tie_weights": False},
+             "forward with positions='none' and tie_weights=False, ids (2, 5)"),
+            ("step", small, 3, 7, {},
+             "one SGD step (lr 0.5) on the next-token loss of ids (3, 7), then the loss and "
+             "every parameter compared"),
+            ("step", deeper, 2, 7, f64, "one SGD step, 2 layers, float64, ids (2, 7)"),
+            ("cached", deeper, 2, 6, f64 | {"new": 2},
+             "forward_cached: a prompt of 2 tokens, then 4 tokens one at a time at positions "
+             "2..5, against forward on all 6, float64"),
+            ("cached", deeper, 2, 6, f64 | {"new": 3, "positions": "rope"},
+             "forward_cached with positions='rope': a prompt of 3, then 3 one at a time, "
+             "float64"),
+            ("generate", small, 2, 2, f64 | {"new": 5},
+             "generation through your forward_cached (exercise 09's loop): 1 layer, prompt "
+             "(2, 2), 5 new tokens, temperature 1.0, same seed, float64"),
+            ("forward", small, 2, 5, {"d_ff": 24},
+             "forward with d_ff=24 (not 4 * d_model), ids (2, 5)"),
+            ("forward", small, 2, 5, {"layer_norm_eps": 1e-2},
+             "forward with layer_norm_eps=0.01 (every LayerNorm's), ids (2, 5)"),
+            ("init", wide | {"num_layers": 1}, 1, 1, {"bias": True},
+             "GPT-2's init, 1 layer of width 64 with biases: right after GPT(...) is built "
+             "(before any weights are loaded), token_embedding.weight and linear1.weight "
+             "(and position_embedding.weight) have standard deviation 0.02, out_proj.weight "
+             "and linear2.weight 0.02 / sqrt(2), every bias 0, every LayerNorm's weight 1"),
+            ("init", wide | {"num_layers": 4}, 1, 1, {},
+             "GPT-2's init, 4 layers of width 64: out_proj.weight and linear2.weight have "
+             "standard deviation 0.02 / sqrt(8)"),
         ]
+        # fmt: on
+        return [case(text, kind, *shape, **options) for kind, *shape, options, text in rows]
 
     def init_args(self, case):
         sizes = case.data["sizes"]

@@ -1,11 +1,7 @@
 """ex09.gpt2_to_mine: the key map that moves GPT-2's weights, as Hugging Face stores them, into
-the learner's GPT (the names of exercise 09's capstone).
-
-The cases are random state dicts in Hugging Face's layout, built here with the right names and
-shapes (no `transformers` at grading time): 1 or 2 layers, width 8 to 16, with and without the
-"transformer." prefix, with and without `lm_head.weight` and the causal-mask buffers.
-The result is compared key set first (the missing and unexpected names are listed), then tensor
-by tensor, exactly.
+the learner's GPT (the names of exercise 09's capstone). The cases are random state dicts in
+Hugging Face's layout (`hf_gpt2_state`: no `transformers` at grading time); the result is
+compared key set first (the missing and unexpected names listed), then tensor by tensor, exactly.
 """
 
 from __future__ import annotations
@@ -14,7 +10,6 @@ import torch
 from torch import Tensor
 
 from ...core import Case, Task, register
-from ..mistake_table import mistakes_of
 
 MISTAKES = {
     "not_transposed": "GPT-2's Conv1D stores its weight as (in_features, out_features), the "
@@ -41,6 +36,10 @@ MISTAKES = {
     "key.endswith('attn.bias'), meant for the causal-mask buffer h.{i}.attn.bias, also "
     "matches h.{i}.attn.c_attn.bias; compare the whole name after the layer number "
     "(rest == 'attn.bias')",
+    "qkv_order": "c_attn's three blocks come in the order query, key, value (W_Q | W_K | W_V): "
+    "the first block is q_proj's, the second k_proj's, the third v_proj's, for the weight and "
+    "the bias alike (q, k, v = ...chunk(3, ...)); your blocks went to the projections in "
+    "another order",
 }
 
 # Hugging Face's name inside block i -> the learner's, and whether the weight is a Conv1D's
@@ -89,15 +88,11 @@ def wrong_gpt2_to_mine(hf_state, *, mistake=""):
             out[f"{mine}{ours}.weight"] = weight.t() if flip else weight
             out[f"{mine}{ours}.bias"] = sd[f"{h}{theirs}.bias"]
         weight, bias = sd[f"{h}attn.c_attn.weight"], sd[f"{h}attn.c_attn.bias"]  # (d, 3d), (3d,)
-        if mistake == "split_wrong_axis":
-            parts = weight.chunk(3, dim=0)
-            weights = [p.t() for p in parts]
-        elif mistake == "not_transposed":
-            weights = weight.chunk(3, dim=1)
-        else:
-            weights = [p.t() for p in weight.chunk(3, dim=1)]  # three (d, d), (out, in)
+        parts = weight.chunk(3, dim=0 if mistake == "split_wrong_axis" else 1)
+        weights = parts if mistake == "not_transposed" else [p.t() for p in parts]  # (out, in)
         biases = [bias] * 3 if mistake == "bias_not_split" else bias.chunk(3)
-        for name, w, b in zip("qkv", weights, biases, strict=True):
+        order = "kqv" if mistake == "qkv_order" else "qkv"
+        for name, w, b in zip(order, weights, biases, strict=True):
             out[f"{mine}self_attn.{name}_proj.weight"] = w
             if mistake != "suffix_drops_c_attn_bias":
                 out[f"{mine}self_attn.{name}_proj.bias"] = b
@@ -117,24 +112,25 @@ def hf_gpt2_state(gen, *, layers, d, vocab, positions, prefix, lm_head, masks, d
     def randn(*shape):
         return torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype)
 
+    def layer(name, n_in, n_out):  # a Conv1D's (in, out) weight, or (n_in 0) a LayerNorm's
+        weight = randn(n_in, n_out) if n_in else 1 + 0.1 * randn(n_out)
+        state[f"{name}.weight"], state[f"{name}.bias"] = weight, randn(n_out)
+
     p = "transformer." if prefix else ""
     state = {f"{p}wte.weight": randn(vocab, d), f"{p}wpe.weight": randn(positions, d)}
     for i in range(layers):
         h = f"{p}h.{i}."
-        state[f"{h}ln_1.weight"], state[f"{h}ln_1.bias"] = 1 + 0.1 * randn(d), randn(d)
+        layer(f"{h}ln_1", 0, d)
         if masks:
             causal = torch.ones(positions, positions, dtype=torch.bool).tril()
             state[f"{h}attn.bias"] = causal.view(1, 1, positions, positions)
             state[f"{h}attn.masked_bias"] = torch.tensor(-1e4, dtype=dtype)
-        state[f"{h}attn.c_attn.weight"], state[f"{h}attn.c_attn.bias"] = (
-            randn(d, 3 * d),
-            randn(3 * d),
-        )
-        state[f"{h}attn.c_proj.weight"], state[f"{h}attn.c_proj.bias"] = randn(d, d), randn(d)
-        state[f"{h}ln_2.weight"], state[f"{h}ln_2.bias"] = 1 + 0.1 * randn(d), randn(d)
-        state[f"{h}mlp.c_fc.weight"], state[f"{h}mlp.c_fc.bias"] = randn(d, 4 * d), randn(4 * d)
-        state[f"{h}mlp.c_proj.weight"], state[f"{h}mlp.c_proj.bias"] = randn(4 * d, d), randn(d)
-    state[f"{p}ln_f.weight"], state[f"{p}ln_f.bias"] = 1 + 0.1 * randn(d), randn(d)
+        layer(f"{h}attn.c_attn", d, 3 * d)
+        layer(f"{h}attn.c_proj", d, d)
+        layer(f"{h}ln_2", 0, d)
+        layer(f"{h}mlp.c_fc", d, 4 * d)
+        layer(f"{h}mlp.c_proj", 4 * d, d)
+    layer(f"{p}ln_f", 0, d)
     if lm_head:
         state["lm_head.weight"] = state[f"{p}wte.weight"]
     return state
@@ -152,72 +148,53 @@ def _names(keys) -> str:
     return shown + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
 
 
+def _permuted(got, want, layer):
+    """Whether layer `layer`'s q, k, v projections hold the right three tensors (weights or
+    biases) in another order."""
+    for kind in ("weight", "bias"):
+        keys = [f"layers.{layer}.self_attn.{n}_proj.{kind}" for n in "qkv"]
+        if not all(isinstance(got.get(k), Tensor) and got[k].shape == want[k].shape for k in keys):
+            continue
+        rights = [want[k] for k in keys]
+        found = [
+            next((i for i, w in enumerate(rights) if torch.equal(got[k], w)), None) for k in keys
+        ]
+        if sorted(i for i in found if i is not None) == [0, 1, 2] and found != [0, 1, 2]:
+            return True
+    return False
+
+
 @register
 class Gpt2ToMineTask(Task):
     id = "ex09.gpt2_to_mine"
     lesson = "lesson 09, section 'GPT-2's weights in our GPT' (course_lib.gpt2's key map)"
     reference = "course_lib.grading.tasks.ex09.gpt2_to_mine.gpt2_to_mine"
-    forbidden = (
-        "course_lib.gpt2.gpt2_to_course",
-        "course_lib.gpt2.gpt_from_gpt2",
-        "course_lib.gpt2.load_gpt2",
-        "course_lib.gpt2.gpt2_config",
-        "course_lib.gpt.GPT.from_gpt2",
+    forbidden = tuple(
+        "course_lib.gpt2.gpt2_to_course course_lib.gpt2.gpt_from_gpt2 course_lib.gpt2.load_gpt2 "
+        "course_lib.gpt2.gpt2_config course_lib.gpt.GPT.from_gpt2".split()
     )
 
     def cases(self, gen):
-        def case(description, **options):
-            options.setdefault("dtype", torch.float32)
-            return Case(description, data={"state": hf_gpt2_state(gen, **options)})
+        def case(description, layers, d, vocab, positions, prefix, lm_head, masks, dtype):
+            sizes = {"layers": layers, "d": d, "vocab": vocab, "positions": positions}
+            flags = {"prefix": prefix, "lm_head": lm_head, "masks": masks, "dtype": dtype}
+            return Case(description, data={"state": hf_gpt2_state(gen, **sizes, **flags)})
 
-        return [
-            case(
-                "GPT2LMHeadModel's layout: keys with the 'transformer.' prefix, lm_head.weight "
-                "and the mask buffers attn.bias and attn.masked_bias; 1 layer, d 8, vocab 11, "
-                "6 positions",
-                layers=1,
-                d=8,
-                vocab=11,
-                positions=6,
-                prefix=True,
-                lm_head=True,
-                masks=True,
-            ),
-            case(
-                "GPT2Model's layout: no prefix, no lm_head.weight, with the mask buffers; "
-                "2 layers, d 12, vocab 13, 7 positions",
-                layers=2,
-                d=12,
-                vocab=13,
-                positions=7,
-                prefix=False,
-                lm_head=False,
-                masks=True,
-            ),
-            case(
-                "as saved by recent versions of transformers: prefix and lm_head.weight, no "
-                "mask buffers; 2 layers, d 16, vocab 9, 5 positions",
-                layers=2,
-                d=16,
-                vocab=9,
-                positions=5,
-                prefix=True,
-                lm_head=True,
-                masks=False,
-            ),
-            case(
-                "float64, no prefix, no lm_head.weight, no mask buffers; 1 layer, d 8, "
-                "vocab 10, 4 positions",
-                layers=1,
-                d=8,
-                vocab=10,
-                positions=4,
-                prefix=False,
-                lm_head=False,
-                masks=False,
-                dtype=torch.float64,
-            ),
+        f32, f64 = torch.float32, torch.float64
+        # fmt: off
+        return [  # layers, d, vocab, positions; prefix, lm_head, masks; dtype
+            case("GPT2LMHeadModel's layout: keys with the 'transformer.' prefix, lm_head.weight "
+                 "and the mask buffers attn.bias and attn.masked_bias; 1 layer, d 8, vocab 11, "
+                 "6 positions", 1, 8, 11, 6, True, True, True, f32),
+            case("GPT2Model's layout: no prefix, no lm_head.weight, with the mask buffers; "
+                 "2 layers, d 12, vocab 13, 7 positions", 2, 12, 13, 7, False, False, True, f32),
+            case("as saved by recent versions of transformers: prefix and lm_head.weight, no "
+                 "mask buffers; 2 layers, d 16, vocab 9, 5 positions",
+                 2, 16, 9, 5, True, True, False, f32),
+            case("float64, no prefix, no lm_head.weight, no mask buffers; 1 layer, d 8, "
+                 "vocab 10, 4 positions", 1, 8, 10, 4, False, False, False, f64),
         ]
+        # fmt: on
 
     def call(self, obj, case):
         return obj(_fresh_copy(case.data["state"]))
@@ -263,10 +240,11 @@ class Gpt2ToMineTask(Task):
             return MISTAKES["course_position_name"]
         if "lm_head.weight" not in got:
             return MISTAKES["no_lm_head"]
+        if any(
+            _permuted(got, want, layer)
+            for layer in {k.split(".")[1] for k in want if k.startswith("layers.")}
+        ):
+            return MISTAKES["qkv_order"]
         return None
 
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(wrong_gpt2_to_mine, MISTAKES)
+    mistake_table, wrong = MISTAKES, staticmethod(wrong_gpt2_to_mine)

@@ -8,7 +8,6 @@ import torch
 from torch import nn
 
 from ...core import Case, Task, register
-from ..mistake_table import mistakes_of
 
 MISTAKES = {
     "log_of_softmax": "a probability that underflows to 0 in softmax gives log(0) = -inf: take "
@@ -69,35 +68,25 @@ class PerplexityTask(Task):
             return logits.to(dtype), torch.randint(vocab, shape, generator=gen)
 
         uniform = torch.zeros(3, 4, 10)
+        # fmt: off
         return [
             Case("logits (2, 5, 11) and targets (2, 5)", make((2, 5), 11)),
             Case("logits (7, 4) and targets (7,): no batch dimension", make((7,), 4)),
             Case("float64 logits (3, 6, 20)", make((3, 6), 20, dtype=torch.float64)),
             Case("confident logits (scale 6), (4, 9, 13)", make((4, 9), 13, scale=6.0)),
-            Case(
-                "uniform logits over 10 tokens: perplexity 10",
-                (uniform, torch.randint(10, (3, 4), generator=gen)),
-            ),
-            Case(
-                "a target 120 nats below the best logit, float32 (softmax gives it probability "
-                "0, so log(softmax) is -inf; log_softmax stays exact)",
-                (torch.tensor([[0.0, -120.0], [0.0, 0.0]]), torch.tensor([1, 0])),
-            ),
-            Case(
-                "targets (2, 6) for logits (2, 5, 11)",
-                (torch.randn(2, 5, 11, generator=gen), torch.zeros(2, 6, dtype=torch.long)),
-                raises=ValueError,
-            ),
-            Case(
-                "targets (10,) for logits (2, 5, 11): as many targets as positions, but not the "
-                "same shape",
-                (torch.randn(2, 5, 11, generator=gen), torch.zeros(10, dtype=torch.long)),
-                raises=ValueError,
-            ),
+            Case("uniform logits over 10 tokens: perplexity 10",
+                 (uniform, torch.randint(10, (3, 4), generator=gen))),
+            Case("a target 120 nats below the best logit, float32 (softmax gives it probability "
+                 "0, so log(softmax) is -inf; log_softmax stays exact)",
+                 (torch.tensor([[0.0, -120.0], [0.0, 0.0]]), torch.tensor([1, 0]))),
+            Case("targets (2, 6) for logits (2, 5, 11)",
+                 (torch.randn(2, 5, 11, generator=gen), torch.zeros(2, 6, dtype=torch.long)),
+                 raises=ValueError),
+            Case("targets (10,) for logits (2, 5, 11): as many targets as positions, but not the "
+                 "same shape",
+                 (torch.randn(2, 5, 11, generator=gen), torch.zeros(10, dtype=torch.long)),
+                 raises=ValueError),
         ]
+        # fmt: on
 
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(wrong_perplexity, MISTAKES)
+    mistake_table, wrong = MISTAKES, staticmethod(wrong_perplexity)

@@ -14,7 +14,6 @@ import torch
 from ....sampling import sampling_distribution
 from ...core import Case, GradingError, Task, changed_message, register
 from ..common import stable_softmax
-from ..mistake_table import mistakes_of
 
 DRAWS = 6000  # per row of a case: a standard error of at most 0.0065 on every frequency
 
@@ -103,48 +102,32 @@ class SampleNextTask(Task):
         row6 = _logits_from_probs(_P6, _ORDER6)
         two = torch.stack([row8, row8.flip(0)])  # (2, 8)
         rand = torch.randn(2, 7, generator=gen)
+        # fmt: off
         return [
-            Case(
-                "temperature=1: plain sampling from softmax(logits), logits (1, 8)", (row8[None],)
-            ),
-            Case(
-                "temperature=0.5 (sharper), logits (2, 8), float64",
-                (two.double(),),
-                {"temperature": 0.5},
-            ),
+            Case("temperature=1: plain sampling from softmax(logits), logits (1, 8)",
+                 (row8[None],)),
+            Case("temperature=0.5 (sharper), logits (2, 8), float64", (two.double(),),
+                 {"temperature": 0.5}),
             Case("temperature=2.0 (flatter), random logits (2, 7)", (rand,), {"temperature": 2.0}),
             Case("top_k=3, logits (1, 8)", (row8[None],), {"top_k": 3}),
             Case("top_k=1 (only the most likely token), logits (2, 7)", (rand,), {"top_k": 1}),
-            Case(
-                "top_p=0.7 with probabilities 0.4, 0.25, 0.15, ...: keeps 3 tokens",
-                (row6[None],),
-                {"top_p": 0.7},
-            ),
+            Case("top_p=0.7 with probabilities 0.4, 0.25, 0.15, ...: keeps 3 tokens",
+                 (row6[None],), {"top_p": 0.7}),
             Case("top_p=0.5, logits (2, 8), float64", (two.double(),), {"top_p": 0.5}),
-            Case(
-                "temperature=0.8, top_k=5, top_p=0.9 together, logits (1, 8)",
-                (row8[None],),
-                {"temperature": 0.8, "top_k": 5, "top_p": 0.9},
-            ),
-            Case(
-                "temperature=0 means greedy: the arg-max of each row", (rand,), {"temperature": 0.0}
-            ),
-            Case(
-                "top_k=20, more than the 8 tokens of the vocabulary: every token is kept "
-                "(clamp k to the vocabulary size)",
-                (row8[None],),
-                {"top_k": 20},
-            ),
-            Case(
-                "top_p=1.0 (allowed: top_p is in (0, 1]) keeps every token, logits (2, 8)",
-                (two,),
-                {"top_p": 1.0},
-            ),
+            Case("temperature=0.8, top_k=5, top_p=0.9 together, logits (1, 8)", (row8[None],),
+                 {"temperature": 0.8, "top_k": 5, "top_p": 0.9}),
+            Case("temperature=0 means greedy: the arg-max of each row", (rand,),
+                 {"temperature": 0.0}),
+            Case("top_k=20, more than the 8 tokens of the vocabulary: every token is kept "
+                 "(clamp k to the vocabulary size)", (row8[None],), {"top_k": 20}),
+            Case("top_p=1.0 (allowed: top_p is in (0, 1]) keeps every token, logits (2, 8)",
+                 (two,), {"top_p": 1.0}),
             Case("a negative temperature", (rand,), {"temperature": -1.0}, raises=ValueError),
             Case("top_k=0", (rand,), {"top_k": 0}, raises=ValueError),
             Case("top_p=1.5", (rand,), {"top_p": 1.5}, raises=ValueError),
             Case("top_p=0 (top_p must be in (0, 1])", (rand,), {"top_p": 0.0}, raises=ValueError),
         ]
+        # fmt: on
 
     def call(self, obj, case):
         logits = case.args[0]  # (rows, vocab)
@@ -233,8 +216,4 @@ class SampleNextTask(Task):
             )
         return None
 
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(wrong_sample_next, MISTAKES)
+    mistake_table, wrong = MISTAKES, staticmethod(wrong_sample_next)

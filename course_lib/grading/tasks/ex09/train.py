@@ -3,33 +3,25 @@
 The recipe is the learner's within stated bounds (an Adam-family optimizer, a linear warm-up
 to max_lr, a decay to at most max_lr / 2 by the last step, the gradients zeroed every step and
 clipped before the optimizer's step, the cross-entropy over every position). The check trains
-a tiny course GPT on hidden, learnable sequences (each token followed by a fixed other one) and
-watches the loop from outside:
-
-- a global optimizer step pre-hook (torch.optim.optimizer.register_optimizer_step_pre_hook,
-  removed after the case) sees every step: its optimizer, its learning rate, the total norm of
-  the gradients it is about to apply, and the loss of that step's batch at the weights it
-  starts from (recomputed, so the reported loss can be compared with it);
-- a tensor hook on every parameter sees each new gradient arrive and whether .grad still held
-  an old one (gradients accumulated across steps);
-- a forward pre-hook sees the model's mode and input.
-
-`train` below is the task's own model answer (the reference); `wrong_train` is the same loop
-with one named mistake. A learner's result matches a listed mistake when it fails the same
-check first.
+a tiny course GPT on hidden, learnable sequences and watches the loop from outside through
+hooks (`_Watch`): every optimizer step (its optimizer, learning rate, gradient norm, and the
+loss of its batch recomputed at its weights), every new gradient (was an old one left on
+.grad?) and every forward pass (the model's mode). A listed mistake (`wrong_train`, the model
+answer `train` with one named mistake) matches a learner's run that fails the same check first.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from ...core import Case, Task, register
-from ..mistake_table import mistakes_of
+from ._shared import course_gpt
 
 MISTAKES = {
     "tensors": "append loss.item() (a Python float), not the loss tensor: a list of tensors "
@@ -52,6 +44,10 @@ MISTAKES = {
     "just computed, so the step has nothing to apply: zero them before backward()",
     "summed_loss": "the loss of a step is the MEAN cross-entropy over every position of the "
     "batch (F.cross_entropy's default reduction), not the sum",
+    "last_position": "the loss of a step is the mean cross-entropy over EVERY position of the "
+    "batch, not only the last one (logits[:, -1]): a GPT predicts the next token at each of "
+    "the seq positions of a sequence at once, and each of those predictions is a lesson for "
+    "it; flatten the positions: F.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1))",
     "unflattened": "F.cross_entropy reads dim 1 as the classes, so (batch, seq, vocab) logits "
     "look like seq classes to it; flatten the positions first: "
     "F.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1))",
@@ -144,6 +140,8 @@ def wrong_train(model, batches, steps, max_lr, warmup_steps, clip=1.0, *, mistak
         logits = model(x)  # (batch, seq, vocab)
         if mistake == "unflattened":
             loss = F.cross_entropy(logits, y)
+        elif mistake == "last_position":
+            loss = F.cross_entropy(logits[:, -1], y[:, -1])
         else:
             reduction = "sum" if mistake == "summed_loss" else "mean"
             loss = F.cross_entropy(
@@ -186,14 +184,6 @@ def cyclic_batches(gen, vocab_size, batch, seq, count):
     return out
 
 
-def _tiny_gpt(seed):
-    from ....gpt import GPT, GPTConfig
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return GPT(GPTConfig(**_SIZES))
-
-
 def _grad_norm(params):
     """The total norm of the gradients of `params` (0.0 when none has one)."""
     grads = [p.grad.detach().double() for p in params if p.grad is not None]
@@ -212,18 +202,15 @@ def _no_progress_bars():
     original = std.tqdm.__init__
 
     def disabled(self, *args, **kwargs):
-        kwargs["disable"] = True
-        original(self, *args, **kwargs)
+        original(self, *args, **{**kwargs, "disable": True})
 
-    std.tqdm.__init__ = disabled
-    try:
+    with mock.patch.object(std.tqdm, "__init__", disabled):
         yield
-    finally:
-        std.tqdm.__init__ = original
 
 
 class _Watch:
-    """What a training loop did, seen through hooks (see the module's docstring)."""
+    """What a training loop did, seen through a forward pre-hook, a hook on every parameter's
+    gradient and a global optimizer step pre-hook (removed after the case)."""
 
     def __init__(self, model, batches):
         self.model, self.data = model, batches
@@ -231,17 +218,9 @@ class _Watch:
         self.quiet = False  # True while the watch itself runs the model
         self.step = 0
         self.x = None  # the model's input in its latest forward pass
-        self.record = {
-            "optimizers": [],
-            "distinct_optimizers": 0,
-            "lrs": [],
-            "norms": [],
-            "recomputed": [],
-            "all_params": True,
-            "stale_at": -1,
-            "no_grad_at": -1,
-            "eval_at": -1,
-        }
+        self.record = {k: [] for k in ("optimizers", "lrs", "norms", "recomputed", "last_position")}
+        self.record |= {"distinct_optimizers": 0, "all_params": True}
+        self.record |= {"stale_at": -1, "no_grad_at": -1, "eval_at": -1}
         self.params = {id(p) for p in model.parameters()}
         self.optimizers = []  # every optimizer seen stepping (kept, so that ids stay unique)
 
@@ -283,27 +262,29 @@ class _Watch:
         r["norms"].append(norm)
         if norm == 0.0 and r["no_grad_at"] < 0:
             r["no_grad_at"] = self.step
-        r["recomputed"].append(self._loss_now())
+        loss, last = self._loss_now()
+        r["recomputed"].append(loss)
+        r["last_position"].append(last)
         self.step += 1
 
     def _loss_now(self):
-        """The loss of the latest forward pass's batch at the weights of this step (NaN when
-        that input is not one of the batches handed out)."""
+        """The loss of the latest forward pass's batch at the weights of this step, over every
+        position and at the last position only (NaNs when that input is not one of the batches
+        handed out)."""
         x = self.x
         if not isinstance(x, torch.Tensor):
-            return math.nan
+            return math.nan, math.nan
         for bx, by in reversed(self.yielded):
             if bx.shape == x.shape and torch.equal(bx, x):
                 self.quiet = True
                 try:
                     with torch.no_grad():
                         logits = self.model(bx)
-                    return float(
-                        F.cross_entropy(logits.reshape(-1, logits.shape[-1]), by.reshape(-1))
-                    )
+                    every = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), by.reshape(-1))
+                    return float(every), float(F.cross_entropy(logits[:, -1], by[:, -1]))
                 finally:
                     self.quiet = False
-        return math.nan
+        return math.nan, math.nan
 
 
 _MARKER = {"the reference": "passes every check"}
@@ -317,75 +298,48 @@ class TrainTask(Task):
     id = "ex09.train"
     lesson = "lesson 09, section 'Training, with train and validation curves'"
     reference = "course_lib.grading.tasks.ex09.train.train"
-    forbidden = (
-        "course_lib.train.train",
-        "course_lib.train.train_step",
-        "course_lib.train.WarmupCosine",
-        "course_lib.train.WarmupLinear",
-        "course_lib.recipes.gpt_optimizer",
-        "course_lib.recipes.gpt_schedule",
+    forbidden = tuple(
+        "course_lib.train.train course_lib.train.train_step course_lib.train.WarmupCosine "
+        "course_lib.train.WarmupLinear course_lib.recipes.gpt_optimizer "
+        "course_lib.recipes.gpt_schedule".split()
     )
 
     def cases(self, gen):
-        def case(description, steps, max_lr, warmup_steps, clip=None, **options):
+        def case(description, steps, max_lr, warmup_steps, clip=None, training=True, **flags):
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
-            data = {
-                "seed": seed,
-                "batches": cyclic_batches(gen, _SIZES["vocab_size"], _BATCH, 16, steps + 2),
-                "steps": steps,
-                "max_lr": max_lr,
-                "warmup_steps": warmup_steps,
-                "clip": clip,
-                "training": options.get("training", True),
-                "stale": options.get("stale", False),
-                "learns": options.get("learns", False),
-            }
-            return Case(description, data=data)
+            batches = cyclic_batches(gen, _SIZES["vocab_size"], _BATCH, 16, steps + 2)
+            data = {"seed": seed, "batches": batches, "steps": steps, "max_lr": max_lr}
+            data |= {"warmup_steps": warmup_steps, "clip": clip, "training": training}
+            return Case(description, data=data | {"stale": False, "learns": False} | flags)
 
+        # fmt: off
         return [
-            case(
-                "a tiny GPT (vocab 8, d_model 32, 1 layer) trained 30 steps on batches of 6 "
-                "sequences of 16 tokens in which each token is always followed by the same "
-                "next one; max_lr 1e-2, warmup_steps 5, clip 0.05 (below the gradients' norm, "
-                "so clipping acts)",
-                30,
-                1e-2,
-                5,
-                clip=0.05,
-            ),
-            case(
-                "40 steps, max_lr 1e-2, warmup_steps 8, clip left at its default (1.0): the "
-                "mean loss of the last 5 steps must be below half the first step's",
-                40,
-                1e-2,
-                8,
-                learns=True,
-            ),
-            case(
-                "12 steps, max_lr 3e-3, warmup_steps 4, clip 0.5, on a model handed over in "
-                "eval mode with gradients left on it by earlier work",
-                12,
-                3e-3,
-                4,
-                clip=0.5,
-                training=False,
-                stale=True,
-            ),
+            case("a tiny GPT (vocab 8, d_model 32, 1 layer) trained 30 steps on batches of 6 "
+                 "sequences of 16 tokens in which each token is always followed by the same "
+                 "next one; max_lr 1e-2, warmup_steps 5, clip 0.05 (below the gradients' norm, "
+                 "so clipping acts)", 30, 1e-2, 5, clip=0.05),
+            case("40 steps, max_lr 1e-2, warmup_steps 8, clip left at its default (1.0): the "
+                 "mean loss of the last 5 steps must be below half the first step's",
+                 40, 1e-2, 8, learns=True),
+            case("12 steps, max_lr 3e-3, warmup_steps 4, clip 0.5, on a model handed over in "
+                 "eval mode with gradients left on it by earlier work",
+                 12, 3e-3, 4, clip=0.5, training=False, stale=True),
         ]
+        # fmt: on
 
     def call(self, obj, case):
         # A listed mistake's run is deterministic: it is kept, as the hint search runs every
         # mistake on a failing learner's case (only the task's own wrong versions are kept).
-        key = (getattr(obj, "__name__", ""), case.data["seed"], case.description)
-        if any(obj is wrong for wrong, _ in _MISTAKES):
-            if key not in _RUNS:
-                _RUNS[key] = self._run(obj, case)
-            return _RUNS[key]
-        return self._run(obj, case)
+        if getattr(obj, "func", None) is not wrong_train:
+            return self._run(obj, case)
+        key = (obj.keywords["mistake"], case.data["seed"], case.description)
+        if key not in _RUNS:
+            _RUNS[key] = self._run(obj, case)
+        return _RUNS[key]
 
     def _run(self, obj, case):
         d = case.data
-        model = _tiny_gpt(d["seed"])
+        model = course_gpt(_SIZES, seed=d["seed"])
         model.train(d["training"])
         if d["stale"]:
             gen = torch.Generator().manual_seed(d["seed"])
@@ -421,8 +375,7 @@ class TrainTask(Task):
             return None
         return mine[1] if mine is not None else "passes the check that this mistake fails"
 
-    def mistakes(self):
-        return _MISTAKES
+    mistake_table, wrong = MISTAKES, staticmethod(wrong_train)
 
 
 def verdict(run, d):
@@ -476,9 +429,14 @@ def verdict(run, d):
         return "no_gradient", (
             f"at step {run['no_grad_at'] + 1} the optimizer stepped with no gradient to apply"
         )
-    for step, (got, want) in enumerate(zip(losses, run["recomputed"], strict=True), start=1):
-        if not math.isnan(want) and not abs(got - want) <= 1e-4 * max(1.0, abs(want)):
-            return "loss_value", (
+
+    def close(got, want):
+        return abs(got - want) <= 1e-4 * max(1.0, abs(want))
+
+    recomputed = zip(losses, run["recomputed"], run["last_position"], strict=True)
+    for step, (got, want, last) in enumerate(recomputed, start=1):
+        if not math.isnan(want) and not close(got, want):
+            return "last_position" if close(got, last) else "loss_value", (
                 f"the loss returned for step {step} is {got:.6g}, but the mean cross-entropy "
                 f"over every position of that step's batch, at that step's weights, is {want:.6g}"
             )
@@ -548,6 +506,3 @@ def verdict(run, d):
             f"{sum(losses[-5:]) / 5:.3f} on average over the last 5 (expected below half)"
         )
     return None
-
-
-_MISTAKES = mistakes_of(wrong_train, MISTAKES)

@@ -1,4 +1,4 @@
-"""The memory rule of ex10's tiled tasks, forward and backward.
+"""The memory rule of ex10's tiled tasks, forward and backward, and their random inputs.
 
 In the cases where keys come in several blocks, no tensor the learner's code creates may hold
 more than batch x n_q x block_size numbers, one row of tiles (or the size of an input, when
@@ -17,6 +17,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
 from ...core import Case, GradingError
+from ..common import randn
 
 MEMORY_HINT = (
     "your code builds a tensor as large as the full matrix of scores, which the "
@@ -78,8 +79,17 @@ class MemoryLimit(TorchFunctionMode):
         return out
 
 
-def limited_case(description, args, kwargs, q, k, v, block_size, raises=None, data=None):
-    """A Case whose run is under the memory rule when its keys come in several blocks."""
+def draw_qkv(gen, shape_q, shape_k, d_v, dtype=torch.float32, scale=1.0):
+    """q and k of these shapes times `scale`, v of k's shape but its last, d_v (unscaled)."""
+    q = randn(gen, *shape_q, dtype=dtype, scale=scale)
+    k = randn(gen, *shape_k, dtype=dtype, scale=scale)
+    return q, k, randn(gen, *shape_k[:-1], d_v, dtype=dtype)
+
+
+def limited_case(description, args, block_size, causal=False, raises=None):
+    """A Case (args starting with q, k, v) whose run is under the memory rule when its keys
+    come in several blocks."""
+    q, k, v = args[:3]
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]).numel()
     n_q, n_k = q.shape[-2], k.shape[-2]
     limit = alive = None
@@ -89,13 +99,8 @@ def limited_case(description, args, kwargs, q, k, v, block_size, raises=None, da
         limit = max(row, *(batch * t.shape[-2] * t.shape[-1] for t in (q, k, v)))
         if n_k >= 2 * ALIVE * block_size:
             alive = ALIVE * limit
-    return Case(
-        description,
-        args,
-        kwargs,
-        data={"limit": limit, "alive": alive, **(data or {})},
-        raises=raises,
-    )
+    kwargs = {"block_size": block_size, "causal": causal}
+    return Case(description, args, kwargs, data={"limit": limit, "alive": alive}, raises=raises)
 
 
 def call_limited(obj, case):

@@ -6,7 +6,6 @@ position; the labels exactly the original ids at the chosen positions and -100 e
 from __future__ import annotations
 
 import math
-from functools import partial
 
 import torch
 
@@ -133,27 +132,24 @@ def _mlm_stats(ids, inputs, labels, mask_id, vocab_size, pad_id):
     }
 
 
-_MLM_WHAT = {
-    "chosen": "the share of non-padding positions chosen",
-    "first half": "the share chosen in the first half of each row",
-    "masked": "the share of chosen positions that became <mask>",
-    "unchanged": "the share of chosen positions left unchanged",
-    "random": "the share of chosen positions given a random id",
+_SHARES = {  # name: (the count, of this count, what the learner reads)
+    "chosen": ("chosen", "real", "the share of non-padding positions chosen"),
+    "first half": (
+        "first half chosen",
+        "first half real",
+        "the share chosen in the first half of each row",
+    ),
+    "masked": ("masked", "chosen", "the share of chosen positions that became <mask>"),
+    "unchanged": ("unchanged", "chosen", "the share of chosen positions left unchanged"),
+    "random": ("random", "chosen", "the share of chosen positions given a random id"),
 }
 
 
 def _mlm_shares(counts):
     """name -> (share, number of positions it is a share of)."""
-    pairs = {
-        "chosen": ("chosen", "real"),
-        "first half": ("first half chosen", "first half real"),
-        "masked": ("masked", "chosen"),
-        "unchanged": ("unchanged", "chosen"),
-        "random": ("random", "chosen"),
-    }
     return {
         name: (counts[hits] / max(1, counts[total]), counts[total])
-        for name, (hits, total) in pairs.items()
+        for name, (hits, total, _) in _SHARES.items()
     }
 
 
@@ -179,11 +175,11 @@ def _mlm_compare(got, want, mask_prob, vocab_size):
         targets = {name: share for name, (share, _) in _mlm_shares(want["counts"]).items()}
     for name, (share, total) in _mlm_shares(got["counts"]).items():
         if total == 0:
-            return f"{_MLM_WHAT[name]}: there is no position to count"
+            return f"{_SHARES[name][2]}: there is no position to count"
         p = targets[name]
         tolerance = 5 * math.sqrt(max(p * (1 - p), 1e-12) / total) + 1e-3
         if abs(share - p) > tolerance:
-            return f"{_MLM_WHAT[name]} is {share:.3f}, expected {p:.3f}"
+            return f"{_SHARES[name][2]} is {share:.3f}, expected {p:.3f}"
     histogram = got["random histogram"]
     if histogram.sum() > 0:
         expected = histogram.sum() / vocab_size
@@ -203,43 +199,29 @@ class MlmMask(Task):
     reference = "course_lib.family.mlm_mask"
 
     def cases(self, gen):
-        return [
-            Case(
-                "ids (400, 500) with vocab_size=20, mask_id=20, pad_id=0 and padded rows",
-                (_mlm_ids(gen, 20, pad_id=0), 20, 20),
-                {"pad_id": 0},
-            ),
-            Case(
-                "no padding (pad_id=None), vocab_size=50, mask_id=50", (_mlm_ids(gen, 50), 50, 50)
-            ),
-            Case(
-                "mask_prob=0.3, pad_id=3 (padding need not be 0), vocab_size=10, mask_id=10",
-                (_mlm_ids(gen, 10, pad_id=3), 10, 10),
-                {"mask_prob": 0.3, "pad_id": 3},
-            ),
-            Case(
-                "mask_prob=1.0: every non-padding position is chosen, int32 ids",
-                (_mlm_ids(gen, 12, pad_id=0, dtype=torch.int32), 12, 12),
-                {"mask_prob": 1.0, "pad_id": 0},
-            ),
-            Case(
-                "mask_prob=0.05, vocab_size=4 (random ids often equal the original)",
-                (_mlm_ids(gen, 4, pad_id=1), 4, 4),
-                {"mask_prob": 0.05, "pad_id": 1},
-            ),
-            Case(
-                "mask_prob=0 must raise a ValueError",
-                (_mlm_ids(gen, 5)[:2], 5, 5),
-                {"mask_prob": 0.0},
-                raises=ValueError,
-            ),
-            Case(
-                "mask_prob=1.5 must raise a ValueError",
-                (_mlm_ids(gen, 5)[:2], 5, 5),
-                {"mask_prob": 1.5},
-                raises=ValueError,
-            ),
+        def case(description, vocab_size, pad_id=None, dtype=torch.int64, rows=None, **kwargs):
+            ids = _mlm_ids(gen, vocab_size, pad_id=pad_id, dtype=dtype)[:rows]
+            kwargs |= {} if pad_id is None else {"pad_id": pad_id}
+            raises = kwargs.pop("raises", None)
+            return Case(description, (ids, vocab_size, vocab_size), kwargs, raises=raises)
+
+        # fmt: off
+        return [  # vocab_size (= mask_id), pad_id, ...
+            case("ids (400, 500) with vocab_size=20, mask_id=20, pad_id=0 and padded rows",
+                 20, pad_id=0),
+            case("no padding (pad_id=None), vocab_size=50, mask_id=50", 50),
+            case("mask_prob=0.3, pad_id=3 (padding need not be 0), vocab_size=10, mask_id=10",
+                 10, pad_id=3, mask_prob=0.3),
+            case("mask_prob=1.0: every non-padding position is chosen, int32 ids",
+                 12, pad_id=0, dtype=torch.int32, mask_prob=1.0),
+            case("mask_prob=0.05, vocab_size=4 (random ids often equal the original)",
+                 4, pad_id=1, mask_prob=0.05),
+            case("mask_prob=0 must raise a ValueError", 5, rows=2, mask_prob=0.0,
+                 raises=ValueError),
+            case("mask_prob=1.5 must raise a ValueError", 5, rows=2, mask_prob=1.5,
+                 raises=ValueError),
         ]
+        # fmt: on
 
     def call(self, obj, case):
         ids, mask_id, vocab_size = case.args
@@ -307,5 +289,4 @@ class MlmMask(Task):
             return "your function should return (inputs, labels)"
         return _mlm_compare(got, want, case.kwargs.get("mask_prob", 0.15), case.args[2])
 
-    def mistakes(self):
-        return [(partial(wrong_mlm, mistake=name), hint) for name, hint in FAULTS.items()]
+    mistake_table, wrong = FAULTS, staticmethod(wrong_mlm)

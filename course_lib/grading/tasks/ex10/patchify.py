@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 import torch
 
 from ...core import Case, Task, register
@@ -54,37 +52,23 @@ class Patchify(Task):
     forbidden = ("torch.nn.functional.unfold", "torch.nn.Unfold")
 
     def cases(self, gen):
-        return [
-            Case(
-                "images (2, 3, 8, 12), patch_size=4 (2 x 3 patches)", (randn(gen, 2, 3, 8, 12), 4)
-            ),
-            Case("images (1, 1, 4, 4), patch_size=2", (randn(gen, 1, 1, 4, 4), 2)),
-            Case(
-                "images (3, 2, 6, 6), patch_size=3, float64",
-                (randn(gen, 3, 2, 6, 6, dtype=torch.float64), 3),
-            ),
-            Case(
-                "images (2, 3, 4, 6), patch_size=1 (every pixel a patch)",
-                (randn(gen, 2, 3, 4, 6), 1),
-            ),
-            Case("images (2, 2, 5, 5), patch_size=5 (one patch)", (randn(gen, 2, 2, 5, 5), 5)),
-            Case(
-                "images (1, 1, 4, 8), patch_size=2 (wider than tall)", (randn(gen, 1, 1, 4, 8), 2)
-            ),
-            Case(
-                "images (1, 4, 9, 3), patch_size=3 (taller than wide)", (randn(gen, 1, 4, 9, 3), 3)
-            ),
-            Case(
-                "H=10 is not a multiple of patch_size=4: must raise a ValueError",
-                (randn(gen, 1, 1, 10, 8), 4),
-                raises=ValueError,
-            ),
-            Case(
-                "W=6 is not a multiple of patch_size=4: must raise a ValueError",
-                (randn(gen, 1, 1, 8, 6), 4),
-                raises=ValueError,
-            ),
-        ]
+        def case(description, shape, patch_size, dtype=torch.float32, raises=None):
+            return Case(description, (randn(gen, *shape, dtype=dtype), patch_size), raises=raises)
 
-    def mistakes(self):
-        return [(partial(wrong_patches, mistake=name), hint) for name, hint in FAULTS.items()]
+        # fmt: off
+        return [
+            case("images (2, 3, 8, 12), patch_size=4 (2 x 3 patches)", (2, 3, 8, 12), 4),
+            case("images (1, 1, 4, 4), patch_size=2", (1, 1, 4, 4), 2),
+            case("images (3, 2, 6, 6), patch_size=3, float64", (3, 2, 6, 6), 3, torch.float64),
+            case("images (2, 3, 4, 6), patch_size=1 (every pixel a patch)", (2, 3, 4, 6), 1),
+            case("images (2, 2, 5, 5), patch_size=5 (one patch)", (2, 2, 5, 5), 5),
+            case("images (1, 1, 4, 8), patch_size=2 (wider than tall)", (1, 1, 4, 8), 2),
+            case("images (1, 4, 9, 3), patch_size=3 (taller than wide)", (1, 4, 9, 3), 3),
+            case("H=10 is not a multiple of patch_size=4: must raise a ValueError",
+                 (1, 1, 10, 8), 4, raises=ValueError),
+            case("W=6 is not a multiple of patch_size=4: must raise a ValueError",
+                 (1, 1, 8, 6), 4, raises=ValueError),
+        ]
+        # fmt: on
+
+    mistake_table, wrong = FAULTS, staticmethod(wrong_patches)

@@ -3,8 +3,6 @@ mistakes (FAULTS) and one wrong mask that takes a mistake's name."""
 
 from __future__ import annotations
 
-from functools import partial
-
 import torch
 
 from ...core import Case, Task, register
@@ -70,5 +68,4 @@ class SlidingWindowMask(Task):
             Case("n=0 must raise a ValueError", (0, 2), raises=ValueError),
         ]
 
-    def mistakes(self):
-        return [(partial(wrong_band, mistake=name), hint) for name, hint in FAULTS.items()]
+    mistake_table, wrong = FAULTS, staticmethod(wrong_band)

@@ -5,13 +5,12 @@ a mistake's name."""
 from __future__ import annotations
 
 import math
-from functools import partial
 
 import torch
 
 from ...core import Task, register
 from ..common import randn
-from ._memory import MEMORY_HINT, call_limited, limited_case
+from ._memory import MEMORY_HINT, call_limited, draw_qkv, limited_case
 
 LESSON = "lesson 10"
 
@@ -145,175 +144,75 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
     return out / total
 
 
-def _case(description, q, k, v, block_size, causal=False, raises=None):
-    return limited_case(
-        description,
-        (q, k, v),
-        {"block_size": block_size, "causal": causal},
-        q,
-        k,
-        v,
-        block_size,
-        raises=raises,
-    )
-
-
 @register
 class TiledAttention(Task):
     id = "ex10.tiled_attention"
     lesson = f"{LESSON}, section 'Exact attention in tiles: the online softmax'"
     reference = "course_lib.efficient_attention.tiled_attention"
-    forbidden = (
-        "torch.nn.functional.scaled_dot_product_attention",
-        "torch.nn.MultiheadAttention",
-        "course_lib.attention.scaled_dot_product_attention",
+    forbidden = tuple(
+        "torch.nn.functional.scaled_dot_product_attention torch.nn.MultiheadAttention "
+        "course_lib.attention.scaled_dot_product_attention".split()
     )
 
     def cases(self, gen):
-        f64 = torch.float64
+        def case(description, shape_q, shape_k, d_v, block_size, causal=False, **draw):
+            raises = draw.pop("raises", None)
+            qkv = draw_qkv(gen, shape_q, shape_k, d_v, **draw)
+            return limited_case(description, qkv, block_size, causal, raises)
+
+        f64, bf16 = torch.float64, torch.bfloat16
         bad = [(0, ""), (-3, ""), (-1, ""), (2.5, " (not an integer)")]
-        return [
-            _case(
-                "q, k, v (2, 3, 10, 8), block_size=4 (10 is not a multiple of 4)",
-                randn(gen, 2, 3, 10, 8),
-                randn(gen, 2, 3, 10, 8),
-                randn(gen, 2, 3, 10, 8),
-                4,
-            ),
-            _case(
-                "the same shapes with causal=True",
-                randn(gen, 2, 3, 10, 8),
-                randn(gen, 2, 3, 10, 8),
-                randn(gen, 2, 3, 10, 8),
-                4,
-                causal=True,
-            ),
-            _case(
-                "n_q=7 != n_k=13, d_v=5: q (2, 7, 6), k (2, 13, 6), v (2, 13, 5), block_size=4",
-                randn(gen, 2, 7, 6),
-                randn(gen, 2, 13, 6),
-                randn(gen, 2, 13, 5),
-                4,
-            ),
-            _case(
-                "float64, large scores (the maximum moves from block to block), "
-                "(3, 9, 6), block_size=3, causal=True",
-                randn(gen, 3, 9, 6, dtype=f64, scale=4.0),
-                randn(gen, 3, 9, 6, dtype=f64, scale=4.0),
-                randn(gen, 3, 9, 6, dtype=f64),
-                3,
-                causal=True,
-            ),
-            _case(
-                "scores near 900 (exp would overflow without subtracting the maximum), "
-                "(1, 6, 4), block_size=2",
-                randn(gen, 1, 6, 4, scale=30.0),
-                randn(gen, 1, 6, 4, scale=30.0),
-                randn(gen, 1, 6, 4),
-                2,
-            ),
-            _case(
+        # fmt: off
+        return [  # q's shape, k's shape, d_v, block_size, causal
+            case("q, k, v (2, 3, 10, 8), block_size=4 (10 is not a multiple of 4)",
+                 (2, 3, 10, 8), (2, 3, 10, 8), 8, 4),
+            case("the same shapes with causal=True", (2, 3, 10, 8), (2, 3, 10, 8), 8, 4, True),
+            case("n_q=7 != n_k=13, d_v=5: q (2, 7, 6), k (2, 13, 6), v (2, 13, 5), block_size=4",
+                 (2, 7, 6), (2, 13, 6), 5, 4),
+            case("float64, large scores (the maximum moves from block to block), "
+                 "(3, 9, 6), block_size=3, causal=True",
+                 (3, 9, 6), (3, 9, 6), 6, 3, True, dtype=f64, scale=4.0),
+            case("scores near 900 (exp would overflow without subtracting the maximum), "
+                 "(1, 6, 4), block_size=2", (1, 6, 4), (1, 6, 4), 4, 2, scale=30.0),
+            limited_case(
                 "causal=True, float32, the last key scoring at least 196 above every other key "
                 "with every query (a key a query may not see must not set its maximum), "
                 "(2, 6, 4), block_size=2",
-                1.0 + torch.rand(2, 6, 4, generator=gen),  # q in [1, 2)
-                torch.cat(  # k in [-1, 1), the last key 100 everywhere: scores >= 200 vs < 4
-                    [2.0 * torch.rand(2, 5, 4, generator=gen) - 1.0, torch.full((2, 1, 4), 100.0)],
-                    dim=-2,
-                ),
-                randn(gen, 2, 6, 4),
-                2,
-                causal=True,
-            ),
-            _case(
-                "block_size=1 (every key its own block), (2, 6, 4), causal=True",
-                randn(gen, 2, 6, 4, scale=2.0),
-                randn(gen, 2, 6, 4, scale=2.0),
-                randn(gen, 2, 6, 4),
-                1,
-                causal=True,
-            ),
-            _case(
-                "block_size=16 larger than n=5: one block, (1, 5, 4)",
-                randn(gen, 1, 5, 4),
-                randn(gen, 1, 5, 4),
-                randn(gen, 1, 5, 4),
-                16,
-            ),
-            _case(
-                "batch smaller than the other sizes: q, k, v (1, 40, 16), block_size=8, float64",
-                randn(gen, 1, 40, 16, dtype=f64, scale=2.0),
-                randn(gen, 1, 40, 16, dtype=f64, scale=2.0),
-                randn(gen, 1, 40, 16, dtype=f64),
-                8,
-            ),
-            _case(
-                "a long sequence under a memory limit: q, k, v (2, 2048, 16), "
-                "block_size=128 (the full 2048 x 2048 scores are not allowed)",
-                randn(gen, 2, 2048, 16),
-                randn(gen, 2, 2048, 16),
-                randn(gen, 2, 2048, 16),
-                128,
-            ),
-            _case(
-                "few queries, many keys: q (2, 64, 8), k and v (2, 4096, 8), block_size=128 "
-                "(the (64, 4096) scores of all keys at once are not allowed)",
-                randn(gen, 2, 64, 8),
-                randn(gen, 2, 4096, 8),
-                randn(gen, 2, 4096, 8),
-                128,
-            ),
-            _case(
-                "the same limit with causal=True: q, k, v (1, 1024, 16), block_size=64",
-                randn(gen, 1, 1024, 16),
-                randn(gen, 1, 1024, 16),
-                randn(gen, 1, 1024, 16),
-                64,
-                causal=True,
-            ),
-            _case(
-                "bfloat16 q, k, v (2, 6, 8), block_size=2: the output keeps q's dtype",
-                randn(gen, 2, 6, 8, dtype=torch.bfloat16),
-                randn(gen, 2, 6, 8, dtype=torch.bfloat16),
-                randn(gen, 2, 6, 8, dtype=torch.bfloat16),
-                2,
-            ),
-            _case(
-                "batch dimensions broadcast, fewer queries than keys: q (3, 5, 4), k and v "
-                "(2, 3, 9, 4), block_size=4, causal=True (query i is token 4 + i)",
-                randn(gen, 3, 5, 4),
-                randn(gen, 2, 3, 9, 4),
-                randn(gen, 2, 3, 9, 4),
-                4,
-                causal=True,
-            ),
-            _case(
-                "one new query after 7 cached keys: q (2, 1, 8), k and v (2, 8, 8), "
-                "block_size=3, causal=True (the query sees all 8 keys)",
-                randn(gen, 2, 1, 8),
-                randn(gen, 2, 8, 8),
-                randn(gen, 2, 8, 8),
-                3,
-                causal=True,
-            ),
-            *(
-                _case(
-                    f"block_size={size}{why} must raise a ValueError",
-                    randn(gen, 1, 4, 4),
-                    randn(gen, 1, 4, 4),
-                    randn(gen, 1, 4, 4),
-                    size,
-                    raises=ValueError,
-                )
-                for size, why in bad
-            ),
+                (1.0 + torch.rand(2, 6, 4, generator=gen),  # q in [1, 2)
+                 torch.cat(  # k in [-1, 1), the last key 100 everywhere: scores >= 200 vs < 4
+                     [2.0 * torch.rand(2, 5, 4, generator=gen) - 1.0, torch.full((2, 1, 4), 100.0)],
+                     dim=-2),
+                 randn(gen, 2, 6, 4)),
+                2, True),
+            case("block_size=1 (every key its own block), (2, 6, 4), causal=True",
+                 (2, 6, 4), (2, 6, 4), 4, 1, True, scale=2.0),
+            case("block_size=16 larger than n=5: one block, (1, 5, 4)",
+                 (1, 5, 4), (1, 5, 4), 4, 16),
+            case("batch smaller than the other sizes: q, k, v (1, 40, 16), block_size=8, float64",
+                 (1, 40, 16), (1, 40, 16), 16, 8, dtype=f64, scale=2.0),
+            case("a long sequence under a memory limit: q, k, v (2, 2048, 16), "
+                 "block_size=128 (the full 2048 x 2048 scores are not allowed)",
+                 (2, 2048, 16), (2, 2048, 16), 16, 128),
+            case("few queries, many keys: q (2, 64, 8), k and v (2, 4096, 8), block_size=128 "
+                 "(the (64, 4096) scores of all keys at once are not allowed)",
+                 (2, 64, 8), (2, 4096, 8), 8, 128),
+            case("the same limit with causal=True: q, k, v (1, 1024, 16), block_size=64",
+                 (1, 1024, 16), (1, 1024, 16), 16, 64, True),
+            case("bfloat16 q, k, v (2, 6, 8), block_size=2: the output keeps q's dtype",
+                 (2, 6, 8), (2, 6, 8), 8, 2, dtype=bf16),
+            case("batch dimensions broadcast, fewer queries than keys: q (3, 5, 4), k and v "
+                 "(2, 3, 9, 4), block_size=4, causal=True (query i is token 4 + i)",
+                 (3, 5, 4), (2, 3, 9, 4), 4, 4, True),
+            case("one new query after 7 cached keys: q (2, 1, 8), k and v (2, 8, 8), "
+                 "block_size=3, causal=True (the query sees all 8 keys)",
+                 (2, 1, 8), (2, 8, 8), 8, 3, True),
+            *(case(f"block_size={size}{why} must raise a ValueError",
+                   (1, 4, 4), (1, 4, 4), 4, size, raises=ValueError) for size, why in bad),
         ]
+        # fmt: on
 
     def call(self, obj, case):
         return call_limited(obj, case)
-
-    def mistakes(self):
-        return [(partial(wrong_tiled, mistake=name), hint) for name, hint in FAULTS.items()]
 
     def diagnose(self, got, want, case):
         if isinstance(got, torch.Tensor) and not torch.isfinite(got).all():
@@ -322,3 +221,5 @@ class TiledAttention(Task):
                 "rescale the sum and output when it grows"
             )
         return None
+
+    mistake_table, wrong = FAULTS, staticmethod(wrong_tiled)

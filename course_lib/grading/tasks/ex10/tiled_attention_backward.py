@@ -5,13 +5,12 @@ Data: the cases, the named mistakes (FAULTS) and one wrong loop that takes a mis
 from __future__ import annotations
 
 import math
-from functools import partial
 
 import torch
 
 from ...core import Task, register
 from ..common import randn
-from ._memory import MEMORY_HINT, call_limited, limited_case
+from ._memory import MEMORY_HINT, call_limited, draw_qkv, limited_case
 from .tiled_attention import CAUSAL_RULE
 
 LESSON = "lesson 10"
@@ -134,123 +133,49 @@ class TiledAttentionBackward(Task):
     id = "ex10.tiled_attention_backward"
     lesson = f"{LESSON}, section 'The backward pass: recompute, do not store'"
     reference = "course_lib.efficient_attention.tiled_attention_backward"
-    forbidden = (
-        "torch.nn.functional.scaled_dot_product_attention",
-        "torch.nn.MultiheadAttention",
-        "course_lib.attention.scaled_dot_product_attention",
-        "torch.autograd.grad",
-        "torch.Tensor.backward",
-        "torch.autograd.backward",
+    forbidden = tuple(
+        "torch.nn.functional.scaled_dot_product_attention torch.nn.MultiheadAttention "
+        "course_lib.attention.scaled_dot_product_attention torch.autograd.grad "
+        "torch.Tensor.backward torch.autograd.backward".split()
     )
 
     def cases(self, gen):
         from ....efficient_attention import tiled_attention_forward
 
-        f64 = torch.float64
-
         def case(description, shape_q, shape_k, d_v, block_size, causal=False, **kw):
-            dtype, scale = kw.get("dtype", f64), kw.get("scale", 1.0)
-            q = randn(gen, *shape_q, dtype=dtype, scale=scale)
-            k = randn(gen, *shape_k, dtype=dtype, scale=scale)
-            v = randn(gen, *shape_k[:-1], d_v, dtype=dtype)
+            dtype = kw.get("dtype", torch.float64)
+            q, k, v = draw_qkv(gen, shape_q, shape_k, d_v, dtype, kw.get("scale", 1.0))
             d_out = randn(gen, *shape_q[:-1], d_v, dtype=dtype)
             forward_block = block_size if isinstance(block_size, int) and block_size > 0 else 4
             out, lse = tiled_attention_forward(q, k, v, causal=causal, block_size=forward_block)
-            return limited_case(
-                description,
-                (q, k, v, out, lse, d_out),
-                {"block_size": block_size, "causal": causal},
-                q,
-                k,
-                v,
-                block_size,
-                raises=kw.get("raises"),
-            )
+            args = (q, k, v, out, lse, d_out)
+            return limited_case(description, args, block_size, causal, kw.get("raises"))
 
-        return [
-            case(
-                "(2, 3, 10, 8), block_size=4 (10 is not a multiple of 4)",
-                (2, 3, 10, 8),
-                (2, 3, 10, 8),
-                8,
-                4,
-            ),
+        f32 = torch.float32
+        # fmt: off
+        return [  # q's shape, k's shape, d_v, block_size, causal
+            case("(2, 3, 10, 8), block_size=4 (10 is not a multiple of 4)",
+                 (2, 3, 10, 8), (2, 3, 10, 8), 8, 4),
             case("the same shapes with causal=True", (2, 3, 10, 8), (2, 3, 10, 8), 8, 4, True),
             case("n_q=7 != n_k=13, d_v=5, block_size=4", (2, 7, 6), (2, 13, 6), 5, 4),
-            case(
-                "fewer queries than keys, causal=True: q (2, 5, 4), k (2, 9, 4), block_size=4 "
-                "(query i is token 4 + i)",
-                (2, 5, 4),
-                (2, 9, 4),
-                4,
-                4,
-                True,
-            ),
-            case(
-                "large scores (3, 9, 6), block_size=3, causal=True",
-                (3, 9, 6),
-                (3, 9, 6),
-                6,
-                3,
-                True,
-                scale=4.0,
-            ),
+            case("fewer queries than keys, causal=True: q (2, 5, 4), k (2, 9, 4), block_size=4 "
+                 "(query i is token 4 + i)", (2, 5, 4), (2, 9, 4), 4, 4, True),
+            case("large scores (3, 9, 6), block_size=3, causal=True",
+                 (3, 9, 6), (3, 9, 6), 6, 3, True, scale=4.0),
             case("block_size=1, (2, 6, 4), causal=True", (2, 6, 4), (2, 6, 4), 4, 1, True),
-            case(
-                "block_size=16 larger than n=5: one block, (1, 5, 4)", (1, 5, 4), (1, 5, 4), 4, 16
-            ),
-            case(
-                "float32, (2, 12, 8), block_size=5, causal=True: the gradients keep q's dtype",
-                (2, 12, 8),
-                (2, 12, 8),
-                8,
-                5,
-                True,
-                dtype=torch.float32,
-            ),
-            case(
-                "a long sequence under a memory limit: (1, 1024, 16), block_size=128, "
-                "causal=True (no (1024, 1024) tensor is allowed)",
-                (1, 1024, 16),
-                (1, 1024, 16),
-                16,
-                128,
-                True,
-                dtype=torch.float32,
-            ),
-            case(
-                "few queries, many keys: q (2, 32, 8), k and v (2, 2048, 8), block_size=128",
-                (2, 32, 8),
-                (2, 2048, 8),
-                8,
-                128,
-                dtype=torch.float32,
-            ),
-            case(
-                "block_size=0 must raise a ValueError",
-                (1, 4, 4),
-                (1, 4, 4),
-                4,
-                0,
-                raises=ValueError,
-            ),
-            case(
-                "block_size=-1 must raise a ValueError",
-                (1, 4, 4),
-                (1, 4, 4),
-                4,
-                -1,
-                raises=ValueError,
-            ),
-            case(
-                "block_size=2.5 must raise a ValueError",
-                (1, 4, 4),
-                (1, 4, 4),
-                4,
-                2.5,
-                raises=ValueError,
-            ),
+            case("block_size=16 larger than n=5: one block, (1, 5, 4)",
+                 (1, 5, 4), (1, 5, 4), 4, 16),
+            case("float32, (2, 12, 8), block_size=5, causal=True: the gradients keep q's dtype",
+                 (2, 12, 8), (2, 12, 8), 8, 5, True, dtype=f32),
+            case("a long sequence under a memory limit: (1, 1024, 16), block_size=128, "
+                 "causal=True (no (1024, 1024) tensor is allowed)",
+                 (1, 1024, 16), (1, 1024, 16), 16, 128, True, dtype=f32),
+            case("few queries, many keys: q (2, 32, 8), k and v (2, 2048, 8), block_size=128",
+                 (2, 32, 8), (2, 2048, 8), 8, 128, dtype=f32),
+            *(case(f"block_size={size} must raise a ValueError",
+                   (1, 4, 4), (1, 4, 4), 4, size, raises=ValueError) for size in (0, -1, 2.5)),
         ]
+        # fmt: on
 
     def call(self, obj, case):
         return call_limited(obj, case)
@@ -260,9 +185,6 @@ class TiledAttentionBackward(Task):
             return None
         q, k, v, _, _, d_out = case.args
         return _full_gradients(q, k, v, d_out, case.kwargs["causal"])
-
-    def mistakes(self):
-        return [(partial(wrong_backward, mistake=name), hint) for name, hint in FAULTS.items()]
 
     def diagnose(self, got, want, case):
         if isinstance(got, (tuple, list)) and len(got) == 3:
@@ -279,3 +201,5 @@ class TiledAttentionBackward(Task):
             if wrong and len(wrong) < 3:
                 return f"only {', '.join(wrong)} differ{'s' if len(wrong) == 1 else ''}"
         return None
+
+    mistake_table, wrong = FAULTS, staticmethod(wrong_backward)
