@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ..core import Case, GradingError, Task, register
-from .common import D_V_SCALE_HINT, lengths_mask, randn
-from .mistake_table import mistakes_of
+from .common import D_V_SCALE_HINT, lengths_mask, randn_each, wrong_attention
 
 LESSON = "lesson 05"
 
@@ -71,12 +68,11 @@ class CausalMask(Task):
     id = "ex05.causal_mask"
     lesson = f"{LESSON}, section 'The causal mask'"
     reference = "course_lib.masking.causal_mask"
+    mistake_table = CAUSAL_MISTAKES
+    wrong = staticmethod(wrong_causal_mask)
 
     def cases(self, gen):
         return [Case(f"n={n}", (n,)) for n in (5, 2, 8, 1)]
-
-    def mistakes(self):
-        return _CAUSAL_MISTAKES
 
 
 PADDING_MISTAKES = {
@@ -125,6 +121,8 @@ class PaddingMask(Task):
     id = "ex05.padding_mask"
     lesson = f"{LESSON}, section 'Padding masks'"
     reference = "course_lib.masking.padding_mask"
+    mistake_table = PADDING_MISTAKES
+    wrong = staticmethod(wrong_padding_mask)
 
     def cases(self, gen):
         return [
@@ -146,26 +144,22 @@ class PaddingMask(Task):
             ),
         ]
 
-    def mistakes(self):
-        return _PADDING_MISTAKES
-
 
 def wrong_masked_attention(q, k, v, mask, *, mistake=""):
     """The textbook version, softmax(q k^T / sqrt(d_k) with -inf where masked) v, or one with a
     named mistake; "" leaves a fully masked row NaN (the mistake "nan_rows"), the other
     mistakes give such a row zero weights, as the task asks."""
-    if mistake == "inverted":
-        mask = ~mask
-    d = {"unscaled": 1, "scaled_by_d_v": v.shape[-1]}.get(mistake, q.shape[-1])
-    scores = q @ k.transpose(-2, -1) / math.sqrt(d)
-    if mistake == "zero_after":
-        weights = torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)
-    else:
-        fill = {"fill_zero": 0.0, "large_negative": -1e9}.get(mistake, float("-inf"))
-        weights = torch.softmax(scores.masked_fill(~mask, fill), dim=-1)
-        if mistake in ("inverted", "unscaled", "scaled_by_d_v"):
-            weights = weights.nan_to_num(0.0)
-    return weights @ v, weights
+    return wrong_attention(
+        q,
+        k,
+        v,
+        mask,
+        scale={"unscaled": 1, "scaled_by_d_v": v.shape[-1]}.get(mistake),
+        fill={"fill_zero": 0.0, "large_negative": -1e9}.get(mistake, float("-inf")),
+        inverted=mistake == "inverted",
+        zero_after=mistake == "zero_after",
+        nan_to_zero=mistake in ("inverted", "unscaled", "scaled_by_d_v"),
+    )
 
 
 def _right_output(out, q, k, v, mask) -> bool:
@@ -205,6 +199,8 @@ class MaskedAttention(Task):
     id = "ex05.masked_attention"
     lesson = f"{LESSON}, sections '-inf before the softmax' and 'A fully masked row'"
     reference = "course_lib.attention.scaled_dot_product_attention"
+    mistake_table = ATTENTION_MISTAKES
+    wrong = staticmethod(wrong_masked_attention)
     forbidden = (
         "torch.nn.functional.scaled_dot_product_attention",
         "torch.nn.functional.multi_head_attention_forward",
@@ -219,57 +215,35 @@ class MaskedAttention(Task):
         return [
             Case(
                 "q, k, v (2, 4, 8), a causal mask (4, 4)",
-                (randn(gen, 2, 4, 8), randn(gen, 2, 4, 8), randn(gen, 2, 4, 8), causal4),
+                (*randn_each(gen, (2, 4, 8), (2, 4, 8), (2, 4, 8)), causal4),
             ),
             Case(
                 "n_q=3 != n_k=6: q (3, 3, 8), k (3, 6, 8), v (3, 6, 5), "
                 "a padding mask (3, 1, 6) with lengths [6, 4, 2]",
-                (
-                    randn(gen, 3, 3, 8),
-                    randn(gen, 3, 6, 8),
-                    randn(gen, 3, 6, 5),
-                    lengths_mask([6, 4, 2], 6),
-                ),
+                (*randn_each(gen, (3, 3, 8), (3, 6, 8), (3, 6, 5)), lengths_mask([6, 4, 2], 6)),
             ),
             Case(
                 "heads: q, k, v (2, 3, 5, 4) (batch, heads, seq, d_head), mask (2, 1, 1, 5)",
-                (
-                    randn(gen, 2, 3, 5, 4),
-                    randn(gen, 2, 3, 5, 4),
-                    randn(gen, 2, 3, 5, 4),
-                    lengths_mask([5, 3], 5).unsqueeze(1),
-                ),
+                (*randn_each(gen, *[(2, 3, 5, 4)] * 3), lengths_mask([5, 3], 5).unsqueeze(1)),
             ),
             Case(
                 "float64 q (2, 4, 6), k, v (2, 4, 6), causal mask (4, 4)",
-                (
-                    randn(gen, 2, 4, 6, dtype=f64),
-                    randn(gen, 2, 4, 6, dtype=f64),
-                    randn(gen, 2, 4, 6, dtype=f64),
-                    causal4,
-                ),
+                (*randn_each(gen, *[(2, 4, 6)] * 3, dtype=f64), causal4),
             ),
             Case(
                 "a fully masked row: q (2, 3, 4), k, v (2, 5, 4), mask (3, 5) whose row 1 is "
                 "all False",
-                (randn(gen, 2, 3, 4), randn(gen, 2, 5, 4), randn(gen, 2, 5, 4), some_rows_blocked),
+                (*randn_each(gen, (2, 3, 4), (2, 5, 4), (2, 5, 4)), some_rows_blocked),
             ),
             Case(
                 "a sequence that is all padding: q, k, v (3, 4, 4), mask (3, 1, 4) with "
                 "lengths [4, 0, 2] (every row of the second sequence is fully masked)",
-                (
-                    randn(gen, 3, 4, 4),
-                    randn(gen, 3, 4, 4),
-                    randn(gen, 3, 4, 4),
-                    lengths_mask([4, 0, 2], 4),
-                ),
+                (*randn_each(gen, *[(3, 4, 4)] * 3), lengths_mask([4, 0, 2], 4)),
             ),
             Case(
                 "float64, padding & causal combined (2, 5, 5), lengths [5, 3]",
                 (
-                    randn(gen, 2, 5, 8, dtype=f64),
-                    randn(gen, 2, 5, 8, dtype=f64),
-                    randn(gen, 2, 5, 3, dtype=f64),
+                    *randn_each(gen, (2, 5, 8), (2, 5, 8), (2, 5, 3), dtype=f64),
                     lengths_mask([5, 3], 5) & torch.ones(5, 5, dtype=torch.bool).tril(),
                 ),
             ),
@@ -294,9 +268,6 @@ class MaskedAttention(Task):
                     "NaN of an all -inf softmax must be replaced before anything else uses it"
                 )
         return result
-
-    def mistakes(self):
-        return _ATTENTION_MISTAKES
 
     def diagnose(self, got, want, case):
         if not (isinstance(got, (tuple, list)) and len(got) == 2):
@@ -401,6 +372,8 @@ class PrefixLMMask(Task):
     id = "ex05.prefix_lm_mask"
     lesson = f"{LESSON}, section 'Combining padding and causal masks'"
     reference = "course_lib.masking.prefix_lm_mask"
+    mistake_table = PREFIX_MISTAKES
+    wrong = staticmethod(_prefix_variant)
     depends_on = ("causal_mask", "padding_mask")
     forbidden = (
         "course_lib.masking.causal_mask",
@@ -444,12 +417,3 @@ class PrefixLMMask(Task):
                 raises=ValueError,
             ),
         ]
-
-    def mistakes(self):
-        return _PREFIX_MISTAKES
-
-
-_CAUSAL_MISTAKES = mistakes_of(wrong_causal_mask, CAUSAL_MISTAKES)
-_PADDING_MISTAKES = mistakes_of(wrong_padding_mask, PADDING_MISTAKES)
-_ATTENTION_MISTAKES = mistakes_of(wrong_masked_attention, ATTENTION_MISTAKES)
-_PREFIX_MISTAKES = mistakes_of(_prefix_variant, PREFIX_MISTAKES)

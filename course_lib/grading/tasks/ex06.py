@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
 from ...multihead import MultiHeadAttention
 from ..core import Case, GradingError, Task, register
-from .common import D_V_SCALE_HINT, ModuleTask, randn
+from .common import D_V_SCALE_HINT, ModuleTask, randn, residual_sublayers, wrong_attention
 from .common import lengths_mask as source_padding_mask
-from .mistake_table import mistakes_of
 
 # --------------------------------------------------------------------------------------------
 # ex06.cross_attention
@@ -49,21 +46,22 @@ CROSS_MISTAKES = {
 
 def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake=""):
     """Cross-attention by hand, (output, weights), with one named mistake."""
-    q, k, v, mask = x @ w_q, memory @ w_k, memory @ w_v, memory_mask
+    queries, read, mask = x, memory, memory_mask
     if mistake == "queries_from_memory":
-        q, k, v = memory @ w_q, x @ w_k, x @ w_v
+        queries, read = memory, x
         mask = None if mask is None else mask.transpose(-2, -1)
-    if mistake == "mask_ignored":
-        mask = None
-    if mistake == "mask_inverted" and mask is not None:
-        mask = ~mask
-    sizes = {"scaled_by_d_v": v.shape[-1], "scaled_by_d_model": x.shape[-1], "unscaled": 1}
-    scores = q @ k.transpose(-2, -1) / math.sqrt(sizes.get(mistake, q.shape[-1]))
-    if mask is not None:
-        fill = 0.0 if mistake == "masked_with_zero" else float("-inf")
-        scores = scores.masked_fill(~mask, fill)
-    weights = scores.softmax(-2 if mistake == "softmax_over_queries" else -1).nan_to_num(0.0)
-    return weights @ v, weights
+    sizes = {"scaled_by_d_v": w_v.shape[-1], "scaled_by_d_model": x.shape[-1], "unscaled": 1}
+    return wrong_attention(
+        queries @ w_q,
+        read @ w_k,
+        read @ w_v,
+        None if mistake == "mask_ignored" else mask,
+        scale=sizes.get(mistake),
+        fill=0.0 if mistake == "masked_with_zero" else float("-inf"),
+        dim=-2 if mistake == "softmax_over_queries" else -1,
+        inverted=mistake == "mask_inverted",
+        nan_to_zero=True,
+    )
 
 
 def _random_mask(gen: torch.Generator, batch: int, n_q: int, n_kv: int) -> torch.Tensor:
@@ -82,6 +80,8 @@ class CrossAttention(Task):
         "and 'A source padding mask'"
     )
     reference = "course_lib.cross_attention.cross_attention"
+    mistake_table = CROSS_MISTAKES
+    wrong = staticmethod(wrong_cross_attention)
 
     def cases(self, gen):
         f64 = torch.float64
@@ -119,9 +119,6 @@ class CrossAttention(Task):
             ),
         ]
 
-    def mistakes(self):
-        return _CROSS_MISTAKES
-
     def diagnose(self, got, want, case):
         if isinstance(got, (tuple, list)) and got and isinstance(got[0], torch.Tensor):
             n_q, n_kv = case.args[0].shape[-2], case.args[1].shape[-2]
@@ -148,34 +145,6 @@ def _random_state(gen, d_model, dtype):
     state["norm.weight"] = 1.0 + 0.5 * randn(gen, d_model, dtype=dtype)
     state["norm.bias"] = 0.5 * randn(gen, d_model, dtype=dtype)
     return state
-
-
-def _sublayer_case(
-    gen,
-    description,
-    batch,
-    n_q,
-    n_kv,
-    d_model,
-    num_heads,
-    norm_first,
-    lengths=None,
-    dtype=torch.float32,
-    default_norm_first=False,
-):
-    # x is far from normalised, so LayerNorm before and after the residual give different results.
-    x = 2.0 * randn(gen, batch, n_q, d_model, dtype=dtype) + 1.0
-    memory = 1.5 * randn(gen, batch, n_kv, d_model, dtype=dtype) - 0.5
-    kwargs = {} if lengths is None else {"memory_mask": source_padding_mask(lengths, n_kv)}
-    data = {
-        "d_model": d_model,
-        "num_heads": num_heads,
-        "norm_first": norm_first,
-        "default_norm_first": default_norm_first,
-        "state": _random_state(gen, d_model, dtype),
-    }
-    mode = "pre-norm (norm_first=True)" if norm_first else "post-norm (norm_first=False)"
-    return Case(f"{mode}, {description}", (x, memory), kwargs, data)
 
 
 SUBLAYER_MISTAKES = {
@@ -226,14 +195,8 @@ class WrongSublayer(nn.Module):
                 return self.attn(h, h, h)[0]
             return self.attn(h, memory, memory, memory_mask)[0]
 
-        if self.norm_first != (mistake == "norm_swapped"):  # pre-norm
-            h = self.norm(x)
-            if mistake in ("no_residual", "residual_of_normed"):
-                return attend(h) + (h if mistake == "residual_of_normed" else 0)
-            out = x + attend(h)
-            return self.norm(out) if mistake == "pre_norm_output_normalised" else out
-        out = attend(x) + (0 if mistake == "no_residual" else x)
-        return self.norm(out)
+        slip = "pre_post_swapped" if mistake == "norm_swapped" else mistake
+        return residual_sublayers(x, [(self.norm, attend)], self.norm_first, slip)
 
 
 @register
@@ -241,68 +204,60 @@ class CrossAttentionSublayerTask(ModuleTask):
     id = "ex06.CrossAttentionSublayer"
     lesson = "lesson 06, section 'Where cross-attention sits in the decoder'"
     reference = "course_lib.cross_attention.CrossAttentionSublayer"
+    mistake_table = SUBLAYER_MISTAKES
+    wrong = WrongSublayer
 
     def cases(self, gen):
+        def case(description, sizes, norm_first, lengths=None, dtype=torch.float32, default=False):
+            batch, n_q, n_kv, d_model, num_heads = sizes
+            # x far from normalised, so LayerNorm before and after the residual differ
+            x = 2.0 * randn(gen, batch, n_q, d_model, dtype=dtype) + 1.0
+            memory = 1.5 * randn(gen, batch, n_kv, d_model, dtype=dtype) - 0.5
+            kwargs = {} if lengths is None else {"memory_mask": source_padding_mask(lengths, n_kv)}
+            data = {
+                "d_model": d_model,
+                "num_heads": num_heads,
+                "norm_first": norm_first,
+                "default_norm_first": default,
+                "state": _random_state(gen, d_model, dtype),
+            }
+            mode = "pre-norm (norm_first=True)" if norm_first else "post-norm (norm_first=False)"
+            return Case(f"{mode}, {description}", (x, memory), kwargs, data)
+
         f64 = torch.float64
+        # sizes: (batch, n_q, n_kv, d_model, num_heads)
         return [
-            _sublayer_case(
-                gen,
+            case(
                 "x (2, 3, 8), memory (2, 5, 8), 2 heads, no mask, built without norm_first (its "
                 "default is False)",
-                2,
-                3,
-                5,
-                8,
-                2,
+                (2, 3, 5, 8, 2),
                 False,
-                default_norm_first=True,
+                default=True,
             ),
-            _sublayer_case(
-                gen, "x (2, 3, 8), memory (2, 5, 8), 2 heads, no mask", 2, 3, 5, 8, 2, True
-            ),
-            _sublayer_case(
-                gen,
+            case("x (2, 3, 8), memory (2, 5, 8), 2 heads, no mask", (2, 3, 5, 8, 2), True),
+            case(
                 "x (3, 4, 8), memory (3, 6, 8), 4 heads, source padding lengths [6, 3, 1]",
-                3,
-                4,
-                6,
-                8,
-                4,
+                (3, 4, 6, 8, 4),
                 False,
                 [6, 3, 1],
             ),
-            _sublayer_case(
-                gen,
+            case(
                 "x (3, 4, 8), memory (3, 6, 8), 4 heads, source padding lengths [2, 6, 5]",
-                3,
-                4,
-                6,
-                8,
-                4,
+                (3, 4, 6, 8, 4),
                 True,
                 [2, 6, 5],
             ),
-            _sublayer_case(gen, "x (1, 7, 12), memory (1, 2, 12), 3 heads", 1, 7, 2, 12, 3, True),
-            _sublayer_case(
-                gen,
+            case("x (1, 7, 12), memory (1, 2, 12), 3 heads", (1, 7, 2, 12, 3), True),
+            case(
                 "float64, x (2, 5, 8), memory (2, 4, 8), 2 heads, padding lengths [4, 2]",
-                2,
-                5,
-                4,
-                8,
-                2,
+                (2, 5, 4, 8, 2),
                 False,
                 [4, 2],
                 f64,
             ),
-            _sublayer_case(
-                gen,
+            case(
                 "float64, x (2, 5, 8), memory (2, 4, 8), 2 heads, padding lengths [1, 4]",
-                2,
-                5,
-                4,
-                8,
-                2,
+                (2, 5, 4, 8, 2),
                 True,
                 [1, 4],
                 f64,
@@ -343,9 +298,6 @@ class CrossAttentionSublayerTask(ModuleTask):
                 )
         return evaluated
 
-    def mistakes(self):
-        return _SUBLAYER_MISTAKES
-
 
 # --------------------------------------------------------------------------------------------
 # ex06.attention_pool (transfer: learned queries that do not come from any sequence)
@@ -353,20 +305,18 @@ class CrossAttentionSublayerTask(ModuleTask):
 
 
 def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
-    k, v = x @ w_k, x @ w_v  # (batch, n, d_k), (batch, n, d_v)
-    if mistake == "queries_from_x":
-        q = x @ w_k
-    else:
-        q = queries.expand(x.shape[0], -1, -1)
-    scores = q @ k.transpose(-2, -1)
-    scale = {"d_v": v.shape[-1], "d_model": x.shape[-1]}.get(mistake, q.shape[-1])
-    if mistake != "no_scale":
-        scores = scores / scale**0.5
-    if mask is not None and mistake != "mask_ignored":
-        blocked = mask.unsqueeze(-2) if mistake == "mask_inverted" else ~mask.unsqueeze(-2)
-        scores = scores.masked_fill(blocked, float("-inf"))
-    weights = scores.softmax(dim=-2 if mistake == "softmax_over_queries" else -1)
-    return weights @ v, weights
+    q = x @ w_k if mistake == "queries_from_x" else queries.expand(x.shape[0], -1, -1)
+    scale = {"d_v": w_v.shape[-1], "d_model": x.shape[-1], "no_scale": 1}.get(mistake)
+    mask = None if mask is None or mistake == "mask_ignored" else mask.unsqueeze(-2)
+    return wrong_attention(
+        q,
+        x @ w_k,
+        x @ w_v,
+        mask,
+        scale=scale,
+        dim=-2 if mistake == "softmax_over_queries" else -1,
+        inverted=mistake == "mask_inverted",
+    )
 
 
 POOL_MISTAKES = {
@@ -404,6 +354,8 @@ class AttentionPool(Task):
         "'A source padding mask'"
     )
     reference = "course_lib.cross_attention.attention_pool"
+    mistake_table = POOL_MISTAKES
+    wrong = staticmethod(_pool)
     forbidden = (
         "torch.nn.functional.scaled_dot_product_attention",
         "torch.nn.MultiheadAttention",
@@ -411,61 +363,38 @@ class AttentionPool(Task):
     )
 
     def cases(self, gen):
-        def case(description, batch, n, d_model, m, d_k, d_v, lengths=None, dtype=torch.float32):
+        def case(description, sizes, lengths=None, dtype=torch.float32):
+            batch, n, d_model, m, d_k, d_v = sizes
             x = randn(gen, batch, n, d_model, dtype=dtype)
             queries = randn(gen, m, d_k, dtype=dtype)
             w_k = randn(gen, d_model, d_k, dtype=dtype) / d_model**0.5
             w_v = randn(gen, d_model, d_v, dtype=dtype) / d_model**0.5
-            kwargs = {}
-            if lengths is not None:
-                kwargs["mask"] = torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]
+            kwargs = {} if lengths is None else {"mask": source_padding_mask(lengths, n)[:, 0]}
             return Case(description, (x, queries, w_k, w_v), kwargs)
 
+        # sizes: (batch, n, d_model, number of queries, d_k, d_v)
         return [
             case(
-                "x (2, 6, 8), 3 queries (3, 4), w_k (8, 4), w_v (8, 5), no mask", 2, 6, 8, 3, 4, 5
+                "x (2, 6, 8), 3 queries (3, 4), w_k (8, 4), w_v (8, 5), no mask", (2, 6, 8, 3, 4, 5)
             ),
             case(
                 "x (3, 5, 8), 2 queries (2, 8), mask (3, 5) of lengths [5, 2, 3]",
-                3,
-                5,
-                8,
-                2,
-                8,
-                8,
-                lengths=[5, 2, 3],
+                (3, 5, 8, 2, 8, 8),
+                [5, 2, 3],
             ),
             case(
                 "one query (1, 4) pooling x (4, 7, 6) into one vector per sequence, lengths "
                 "[7, 1, 4, 6]",
-                4,
-                7,
-                6,
-                1,
-                4,
-                3,
-                lengths=[7, 1, 4, 6],
+                (4, 7, 6, 1, 4, 3),
+                [7, 1, 4, 6],
             ),
             case(
-                "batch 1, more queries than tokens: x (1, 2, 4), queries (5, 4)", 1, 2, 4, 5, 4, 4
+                "batch 1, more queries than tokens: x (1, 2, 4), queries (5, 4)", (1, 2, 4, 5, 4, 4)
             ),
             case(
                 "float64 x (2, 9, 12), 4 queries (4, 6), w_v (12, 10), lengths [3, 9]",
-                2,
-                9,
-                12,
-                4,
-                6,
-                10,
-                lengths=[3, 9],
-                dtype=torch.float64,
+                (2, 9, 12, 4, 6, 10),
+                [3, 9],
+                torch.float64,
             ),
         ]
-
-    def mistakes(self):
-        return _POOL_MISTAKES
-
-
-_CROSS_MISTAKES = mistakes_of(wrong_cross_attention, CROSS_MISTAKES)
-_SUBLAYER_MISTAKES = mistakes_of(WrongSublayer, SUBLAYER_MISTAKES)
-_POOL_MISTAKES = mistakes_of(_pool, POOL_MISTAKES)
