@@ -9,7 +9,6 @@ from torch import nn
 
 from ...core import Case, GradingError, register
 from ..common import ModuleTask, randn
-from ..mistake_table import mistakes_of
 from . import _layers as layers
 from ._layers import random_state
 
@@ -81,6 +80,8 @@ class FeedForwardTask(ModuleTask):
     id = "ex07.FeedForward"
     lesson = "lesson 07, section 'The position-wise feed-forward network'"
     reference = "course_lib.blocks.FeedForward"
+    mistake_table = MISTAKES
+    wrong = WrongFeedForward
 
     def cases(self, gen):
         from ....blocks import FeedForward
@@ -215,9 +216,3 @@ class FeedForwardTask(ModuleTask):
             "two passes differ": not torch.equal(first, second),
             "outputs exactly zero": bool((first == 0).any()),
         }
-
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(WrongFeedForward, MISTAKES)

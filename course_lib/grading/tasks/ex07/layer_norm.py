@@ -6,7 +6,6 @@ import torch
 
 from ...core import Case, Task, register
 from ..common import randn
-from ..mistake_table import mistakes_of
 
 NO_KEEPDIM = (
     "mean(dim=-1) without keepdim=True drops the last axis, so x - mean does not line up "
@@ -73,6 +72,8 @@ class LayerNormTask(Task):
     id = "ex07.layer_norm"
     lesson = "lesson 07, section 'LayerNorm from scratch'"
     reference = "course_lib.blocks.layer_norm"
+    mistake_table = MISTAKES
+    wrong = staticmethod(wrong_layer_norm)
     forbidden = (
         "torch.nn.functional.layer_norm",
         "torch.layer_norm",
@@ -110,9 +111,3 @@ class LayerNormTask(Task):
                 eps=1e-4,
             ),
         ]
-
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(wrong_layer_norm, MISTAKES)

@@ -7,7 +7,6 @@ from torch import nn
 
 from ...core import Case, register
 from ..common import ModuleTask, randn
-from ..mistake_table import mistakes_of
 from .layer_norm import wrong_layer_norm
 
 INIT = (
@@ -67,6 +66,8 @@ class LayerNormModuleTask(ModuleTask):
     id = "ex07.LayerNorm"
     lesson = "lesson 07, section 'LayerNorm from scratch'"
     reference = "course_lib.norms.LayerNorm"
+    mistake_table = MISTAKES
+    wrong = WrongLayerNorm
     depends_on = ("layer_norm",)
     forbidden = (
         "torch.nn.functional.layer_norm",
@@ -143,9 +144,3 @@ class LayerNormModuleTask(ModuleTask):
             return super().call(obj, case)
         module = self.build(obj, case).to(case.args[0].dtype)
         return self.run(module, case)
-
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(WrongLayerNorm, MISTAKES)

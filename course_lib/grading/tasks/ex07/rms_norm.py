@@ -6,7 +6,6 @@ import torch
 
 from ...core import Case, Task, register
 from ..common import randn
-from ..mistake_table import mistakes_of
 from .layer_norm import NO_KEEPDIM
 
 MISTAKES = {
@@ -66,6 +65,8 @@ class RMSNormTask(Task):
     id = "ex07.rms_norm"
     lesson = "lesson 07, section 'LayerNorm from scratch'"
     reference = "course_lib.llama.rms_norm"
+    mistake_table = MISTAKES
+    wrong = staticmethod(wrong_rms_norm)
     forbidden = (
         "torch.nn.functional.rms_norm",
         "torch.nn.RMSNorm",
@@ -96,9 +97,3 @@ class RMSNormTask(Task):
             case("float64 x (3, 5) with eps=0.5 given", (3, 5), dtype=torch.float64, eps=0.5),
             case("x (4, 1): a single feature", (4, 1), shift=1.0),
         ]
-
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(wrong_rms_norm, MISTAKES)

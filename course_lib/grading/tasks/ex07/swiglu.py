@@ -8,7 +8,6 @@ from torch import nn
 
 from ...core import Case, GradingError, register
 from ..common import ModuleTask, randn
-from ..mistake_table import mistakes_of
 
 MISTAKES = {
     "gate_on_up": "the gate is on the wrong branch: SiLU goes on gate_proj(x), which then "
@@ -64,6 +63,8 @@ class SwiGLUTask(ModuleTask):
     id = "ex07.SwiGLU"
     lesson = "lesson 07, section 'The position-wise feed-forward network'"
     reference = "course_lib.llama.SwiGLU"
+    mistake_table = MISTAKES
+    wrong = WrongSwiGLU
 
     def cases(self, gen):
         def case(description, d_model, d_ff, shape, dtype=torch.float32):
@@ -118,9 +119,3 @@ class SwiGLUTask(ModuleTask):
                             f"Hint: {hint}"
                         )
         return module
-
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(WrongSwiGLU, MISTAKES)

@@ -6,7 +6,6 @@ import torch
 
 from ...core import Case, Task, compare_values, register
 from ..common import randn
-from ..mistake_table import mistakes_of
 
 
 class TableStepFn:
@@ -116,6 +115,8 @@ class GreedyDecode(Task):
     id = "ex08.greedy_decode"
     lesson = "lesson 08, section 'Greedy decoding and beam search'"
     reference = "course_lib.decoding.greedy_decode"
+    mistake_table = MISTAKES
+    wrong = staticmethod(wrong_greedy_decode)
 
     def cases(self, gen):
         def case(
@@ -193,9 +194,3 @@ class GreedyDecode(Task):
         if isinstance(got, torch.Tensor) and got.dtype in (torch.int32, torch.int16):
             return "your tokens should be a long (int64) tensor, got " + str(got.dtype)[6:]
         return compare_values(got, want, "your tokens")
-
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(wrong_greedy_decode, MISTAKES)

@@ -6,7 +6,6 @@ import torch
 
 from ...core import Case, GradingError, Task, register
 from ..common import randn
-from ..mistake_table import mistakes_of
 
 MISTAKES = {
     "pads_counted": "you counted the padded positions: their loss must be left out, and the mean "
@@ -101,6 +100,8 @@ class LabelSmoothingLoss(Task):
     id = "ex08.label_smoothing_loss"
     lesson = "lesson 08, section 'Label smoothing'"
     reference = "course_lib.train.label_smoothing_loss"
+    mistake_table = MISTAKES
+    wrong = staticmethod(wrong_label_smoothing)
     forbidden = (
         "torch.nn.functional.cross_entropy",
         "torch.nn.CrossEntropyLoss",
@@ -182,9 +183,3 @@ class LabelSmoothingLoss(Task):
                 "needs it, so compute it from the logits with tensor operations only"
             )
         return loss
-
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(wrong_label_smoothing, MISTAKES)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 
 from ...core import Case, GradingError, Task, compare_values, register
-from ..mistake_table import mistakes_of
 
 MISTAKES = {
     "no_warmup": "you left out the warm-up: take the min of step^-0.5 (decay) and "
@@ -67,6 +66,8 @@ class NoamLr(Task):
     id = "ex08.noam_lr"
     lesson = "lesson 08, section 'The warm-up schedule'"
     reference = "course_lib.train.noam_lr"
+    mistake_table = MISTAKES
+    wrong = staticmethod(wrong_noam_lr)
 
     def cases(self, gen):
         return [
@@ -101,9 +102,3 @@ class NoamLr(Task):
                 shown = f"{g:.6g}" if isinstance(g, (int, float)) else repr(g)
                 return f"at step {step} your learning rate is {shown}, expected {w:.6g}"
         return message
-
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(wrong_noam_lr, MISTAKES)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 
 from ...core import Case, Task, register
-from ..mistake_table import mistakes_of
 
 MISTAKES = {
     "drop_first": "you dropped the first target token; drop the LAST one: <bos> followed by "
@@ -48,6 +47,8 @@ class ShiftRight(Task):
     id = "ex08.shift_right"
     lesson = "lesson 08, section 'Teacher forcing and shifted targets'"
     reference = "course_lib.train.shift_right"
+    mistake_table = MISTAKES
+    wrong = staticmethod(wrong_shift_right)
 
     def cases(self, gen):
         def ids(*shape, high=20, dtype=torch.long):
@@ -65,9 +66,3 @@ class ShiftRight(Task):
                 "int32 targets (2, 4), bos_id 0 (keep the dtype)", (ids(2, 4, dtype=torch.int32), 0)
             ),
         ]
-
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(wrong_shift_right, MISTAKES)

@@ -7,7 +7,6 @@ import torch
 
 from ...core import Case, GradingError, Task, compare_values, register
 from ..common import randn
-from ..mistake_table import mistakes_of
 
 MISTAKES = {
     "pads_in_loss": "the padding positions count in your loss: pass "
@@ -158,6 +157,8 @@ class TrainStep(Task):
     id = "ex08.train_step"
     lesson = "lesson 08, sections 'Teacher forcing and shifted targets' and 'The training loop'"
     reference = "course_lib.train.train_step"
+    mistake_table = MISTAKES
+    wrong = staticmethod(_wrong_step)
     depends_on = ("shift_right", "label_smoothing_loss")
     forbidden = ("course_lib.train.train",)
 
@@ -291,9 +292,3 @@ class TrainStep(Task):
         if abs(lr - want[2]) > 1e-12:
             return f"the learning rate after your step(s) is {lr:.6g}, expected {want[2]:.6g}"
         return None
-
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(_wrong_step, MISTAKES)
