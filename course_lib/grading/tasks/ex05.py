@@ -10,13 +10,7 @@ from .common import D_V_SCALE_HINT, lengths_mask, randn_each, wrong_attention
 LESSON = "lesson 05"
 
 
-def padded_ids(
-    gen: torch.Generator,
-    lengths: list[int],
-    seq: int,
-    pad_id: int,
-    dtype: torch.dtype = torch.int64,
-) -> torch.Tensor:
+def padded_ids(gen, lengths: list[int], seq: int, pad_id: int, dtype=torch.int64) -> torch.Tensor:
     """(batch, seq) ids: random real ids (never pad_id) followed by padding."""
     ids = torch.randint(0, 20, (len(lengths), seq), generator=gen, dtype=dtype)
     ids[ids == pad_id] = pad_id + 1
@@ -33,23 +27,15 @@ def _around_pad(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
 
 
 CAUSAL_MISTAKES = {
-    "triu": (
-        "that is the upper triangle: position i would see the future. True must be on and below"
-        " the diagonal (key j <= query i), which is tril"
-    ),
-    "no_diagonal": (
-        "the diagonal is missing: a position may attend to itself (tril, not tril(-1)); without"
-        " it the first row has no key at all"
-    ),
-    "inverted": (
-        "your mask is inverted: in this course True means 'may attend' (the convention of "
-        "F.scaled_dot_product_attention), not 'blocked' as in nn.MultiheadAttention"
-    ),
-    "float": (
-        "the mask must be a bool tensor (True/False), not 1.0/0.0 floats: a float mask is ADDED"
-        " to the scores, so 1.0 and 0.0 would block nothing. Use dtype=torch.bool"
-    ),
-    "int": ("the mask must be a bool tensor (True/False), not integers; use dtype=torch.bool"),
+    "triu": "that is the upper triangle: position i would see the future. True must be on and below"
+    " the diagonal (key j <= query i), which is tril",
+    "no_diagonal": "the diagonal is missing: a position may attend to itself (tril, not "
+    "tril(-1)); without it the first row has no key at all",
+    "inverted": "your mask is inverted: in this course True means 'may attend' (the convention of "
+    "F.scaled_dot_product_attention), not 'blocked' as in nn.MultiheadAttention",
+    "float": "the mask must be a bool tensor (True/False), not 1.0/0.0 floats: a float mask is "
+    "ADDED to the scores, so 1.0 and 0.0 would block nothing. Use dtype=torch.bool",
+    "int": "the mask must be a bool tensor (True/False), not integers; use dtype=torch.bool",
 }
 
 
@@ -76,28 +62,18 @@ class CausalMask(Task):
 
 
 PADDING_MISTAKES = {
-    "inverted": (
-        "your mask is inverted: True must mark the real tokens (may be attended to) and False "
-        "the padding; use ids != pad_id"
-    ),
-    "from_lengths": (
-        "a mask built from each row's number of real tokens assumes the padding comes last; "
-        "compare every id with pad_id instead (ids != pad_id), wherever it sits"
-    ),
-    "no_middle": (
-        "the middle dimension is missing: return shape (batch, 1, seq), so that the mask "
-        "broadcasts over the query axis of the (batch, n_q, n_k) scores (unsqueeze(1))"
-    ),
-    "wrong_axis": (
-        "the 1 is in the wrong place: (batch, seq, 1) would mask query ROWS; the padding tokens"
-        " are keys, so the shape is (batch, 1, seq)"
-    ),
-    "long": ("the mask must be a bool tensor (True/False), not integers"),
-    "zero": ("you compared with 0; compare with the pad_id argument"),
-    "greater": (
-        "a real id can be smaller than pad_id: mark the padding with ids != pad_id, not ids > "
-        "pad_id"
-    ),
+    "inverted": "your mask is inverted: True must mark the real tokens (may be attended to) and "
+    "False the padding; use ids != pad_id",
+    "from_lengths": "a mask built from each row's number of real tokens assumes the padding comes "
+    "last; compare every id with pad_id instead (ids != pad_id), wherever it sits",
+    "no_middle": "the middle dimension is missing: return shape (batch, 1, seq), so that the mask "
+    "broadcasts over the query axis of the (batch, n_q, n_k) scores (unsqueeze(1))",
+    "wrong_axis": "the 1 is in the wrong place: (batch, seq, 1) would mask query ROWS; the "
+    "padding tokens are keys, so the shape is (batch, 1, seq)",
+    "long": "the mask must be a bool tensor (True/False), not integers",
+    "zero": "you compared with 0; compare with the pad_id argument",
+    "greater": "a real id can be smaller than pad_id: mark the padding with ids != pad_id, not "
+    "ids > pad_id",
 }
 
 
@@ -169,27 +145,17 @@ def _right_output(out, q, k, v, mask) -> bool:
 
 
 ATTENTION_MISTAKES = {
-    "zero_after": (
-        "you zeroed the masked weights AFTER the softmax without renormalising, so the rows no "
-        "longer sum to 1. Fill the masked SCORES with -inf before the softmax"
-    ),
-    "fill_zero": (
-        "you filled the masked scores with 0, but exp(0) = 1: masked keys still get weight. "
-        "Fill them with -inf, whose exp is exactly 0"
-    ),
-    "nan_rows": (
-        "a fully masked row is softmax of all -inf = 0/0 = NaN. Give such rows zero weights and"
-        " a zero output (e.g. softmax of a finite row, then zero the masked weights)"
-    ),
-    "large_negative": (
-        "a large negative fill (-1e9) works for partly masked rows, but a fully masked row "
-        "becomes uniform (1/n_k each); such a row must get zero weights and zero output"
-    ),
-    "inverted": (
-        "your mask is inverted: True means 'may attend' here (as in "
-        "F.scaled_dot_product_attention), not 'blocked' (as in nn.MultiheadAttention)"
-    ),
-    "unscaled": ("the scores are not divided by sqrt(d_k)"),
+    "zero_after": "you zeroed the masked weights AFTER the softmax without renormalising, so the "
+    "rows no longer sum to 1. Fill the masked SCORES with -inf before the softmax",
+    "fill_zero": "you filled the masked scores with 0, but exp(0) = 1: masked keys still get "
+    "weight. Fill them with -inf, whose exp is exactly 0",
+    "nan_rows": "a fully masked row is softmax of all -inf = 0/0 = NaN. Give such rows zero "
+    "weights and a zero output (e.g. softmax of a finite row, then zero the masked weights)",
+    "large_negative": "a large negative fill (-1e9) works for partly masked rows, but a fully "
+    "masked row becomes uniform (1/n_k each); such a row must get zero weights and zero output",
+    "inverted": "your mask is inverted: True means 'may attend' here (as in "
+    "F.scaled_dot_product_attention), not 'blocked' (as in nn.MultiheadAttention)",
+    "unscaled": "the scores are not divided by sqrt(d_k)",
     "scaled_by_d_v": (D_V_SCALE_HINT),
 }
 
@@ -304,66 +270,43 @@ def _prefix_variant(ids, prefix_lengths, pad_id, *, mistake=""):
     i = torch.arange(seq)[:, None]  # queries
     j = torch.arange(seq)[None, :]  # keys
     p = prefix_lengths[:, None, None]
-    if mistake == "off_by_one":
-        in_prefix = j <= p
-    elif mistake == "one_short":
-        in_prefix = j < p - 1
-    elif mistake == "first_row":  # every row gets the first row's prefix
-        in_prefix = j < prefix_lengths[0]
-    elif mistake == "queries":  # a query in the prefix sees every key, also the future
-        in_prefix = i < p
-    elif mistake == "no_prefix":
-        in_prefix = torch.zeros(1, 1, 1, dtype=torch.bool)
-    else:
-        in_prefix = j < p
+    in_prefix = {
+        "off_by_one": j <= p,
+        "one_short": j < p - 1,
+        "first_row": j < prefix_lengths[0],  # every row gets the first row's prefix
+        "queries": i < p,  # a query in the prefix sees every key, also the future
+        "no_prefix": torch.zeros(1, 1, 1, dtype=torch.bool),
+    }.get(mistake, j < p)
     causal = (j < i) if mistake == "no_diagonal" else (j <= i)
     allowed = (in_prefix & causal) if mistake == "and" else (in_prefix | causal)
     if mistake == "no_padding":
         return allowed
-    real = (ids != pad_id)[:, None, :]
-    if mistake == "padding_on_queries":
-        real = (ids != pad_id)[:, :, None]
+    real = (
+        (ids != pad_id)[:, :, None] if mistake == "padding_on_queries" else (ids != pad_id)[:, None]
+    )
     return allowed & real
 
 
 PREFIX_MISTAKES = {
-    "off_by_one": (
-        "the prefix is one key too long: with prefix length P the prefix is keys 0 .. P-1, so "
-        "key j is in it when j < P, not j <= P"
-    ),
-    "one_short": (
-        "the prefix is one key too short: with prefix length P the prefix is keys 0 .. P-1, so "
-        "key j is in it when j < P, not j < P - 1"
-    ),
-    "no_diagonal": (
-        "after the prefix a query may still attend to itself: the causal part allows j <= i, "
-        "not j < i"
-    ),
-    "and": (
-        "a key is allowed when it is in the prefix OR not in the future (j < P or j <= i): you "
-        "combined the two with AND"
-    ),
-    "first_row": (
-        "every row has its own prefix length: compare the keys with prefix_lengths[:, None, "
-        "None], not with one row's length"
-    ),
-    "no_padding": (
-        "padding is ignored: no query may attend a key that is padding; AND your mask with (ids"
-        " != pad_id) over the key axis, shape (batch, 1, seq)"
-    ),
-    "queries": (
-        "you tested the query's position against the prefix, so a query inside the prefix sees "
-        "every later key (the text it must predict); what is bidirectional is the prefix's "
-        "keys: query i may attend key j when j < P or j <= i"
-    ),
-    "padding_on_queries": (
-        "the padding mask belongs on the key axis (the last one): (ids != pad_id) of shape "
-        "(batch, 1, seq), not (batch, seq, 1)"
-    ),
-    "no_prefix": (
-        "that is the causal mask with padding; inside its prefix a row is bidirectional: every "
-        "query may attend every key j < prefix_lengths[b]"
-    ),
+    "off_by_one": "the prefix is one key too long: with prefix length P the prefix is keys 0 .. "
+    "P-1, so key j is in it when j < P, not j <= P",
+    "one_short": "the prefix is one key too short: with prefix length P the prefix is keys 0 .. "
+    "P-1, so key j is in it when j < P, not j < P - 1",
+    "no_diagonal": "after the prefix a query may still attend to itself: the causal part allows j "
+    "<= i, not j < i",
+    "and": "a key is allowed when it is in the prefix OR not in the future (j < P or j <= i): you "
+    "combined the two with AND",
+    "first_row": "every row has its own prefix length: compare the keys with prefix_lengths[:, "
+    "None, None], not with one row's length",
+    "no_padding": "padding is ignored: no query may attend a key that is padding; AND your mask "
+    "with (ids != pad_id) over the key axis, shape (batch, 1, seq)",
+    "queries": "you tested the query's position against the prefix, so a query inside the prefix "
+    "sees every later key (the text it must predict); what is bidirectional is the prefix's keys: "
+    "query i may attend key j when j < P or j <= i",
+    "padding_on_queries": "the padding mask belongs on the key axis (the last one): (ids != "
+    "pad_id) of shape (batch, 1, seq), not (batch, seq, 1)",
+    "no_prefix": "that is the causal mask with padding; inside its prefix a row is bidirectional: "
+    "every query may attend every key j < prefix_lengths[b]",
 }
 
 

@@ -15,15 +15,6 @@ from .common import lengths_mask as source_padding_mask
 # --------------------------------------------------------------------------------------------
 
 
-def _weights(gen, d_x, d_memory, d_k, d_v, dtype=torch.float32):
-    scale = d_x**-0.5
-    return (
-        randn(gen, d_x, d_k, dtype=dtype) * scale,
-        randn(gen, d_memory, d_k, dtype=dtype) * scale,
-        randn(gen, d_memory, d_v, dtype=dtype) * scale,
-    )
-
-
 CROSS_MISTAKES = {
     "queries_from_memory": "the queries come from x (the sequence that asks) and the keys and "
     "values from memory (the sequence that is read): q = x @ w_q, k = memory @ w_k, "
@@ -84,37 +75,39 @@ class CrossAttention(Task):
     wrong = staticmethod(wrong_cross_attention)
 
     def cases(self, gen):
-        f64 = torch.float64
+        def inputs(x_shape, memory_shape, d_k, d_v, dtype=torch.float32):
+            """x, memory, then w_q, w_k, w_v scaled by d_model ** -0.5 (x and memory share it)."""
+            d = x_shape[-1]
+            x, memory = randn(gen, *x_shape, dtype=dtype), randn(gen, *memory_shape, dtype=dtype)
+            shapes = [(d, d_k), (d, d_k), (d, d_v)]
+            return (x, memory, *(randn(gen, *s, dtype=dtype) * d**-0.5 for s in shapes))
+
         return [
             Case(
                 "x (2, 3, 8), memory (2, 5, 8): 3 queries read 5 memory positions, no mask",
-                (randn(gen, 2, 3, 8), randn(gen, 2, 5, 8), *_weights(gen, 8, 8, 4, 6)),
+                inputs((2, 3, 8), (2, 5, 8), 4, 6),
             ),
             Case(
                 "x (1, 6, 4), memory (1, 2, 4): more queries than memory positions",
-                (randn(gen, 1, 6, 4), randn(gen, 1, 2, 4), *_weights(gen, 4, 4, 4, 4)),
+                inputs((1, 6, 4), (1, 2, 4), 4, 4),
             ),
             Case(
                 "x (3, 4, 8), memory (3, 7, 8), source padding mask (3, 1, 7), lengths [7, 4, 2]",
-                (randn(gen, 3, 4, 8), randn(gen, 3, 7, 8), *_weights(gen, 8, 8, 5, 3)),
+                inputs((3, 4, 8), (3, 7, 8), 5, 3),
                 {"memory_mask": source_padding_mask([7, 4, 2], 7)},
             ),
             Case(
                 "x (2, 5, 6), memory (2, 3, 6), a full (2, 5, 3) memory_mask",
-                (randn(gen, 2, 5, 6), randn(gen, 2, 3, 6), *_weights(gen, 6, 6, 4, 4)),
+                inputs((2, 5, 6), (2, 3, 6), 4, 4),
                 {"memory_mask": _random_mask(gen, 2, 5, 3)},
             ),
             Case(
                 "extra batch dimensions: x (2, 3, 4, 8), memory (2, 3, 6, 8)",
-                (randn(gen, 2, 3, 4, 8), randn(gen, 2, 3, 6, 8), *_weights(gen, 8, 8, 4, 4)),
+                inputs((2, 3, 4, 8), (2, 3, 6, 8), 4, 4),
             ),
             Case(
                 "float64 x (2, 3, 8), memory (2, 9, 8), padding mask lengths [9, 5]",
-                (
-                    randn(gen, 2, 3, 8, dtype=f64),
-                    randn(gen, 2, 9, 8, dtype=f64),
-                    *_weights(gen, 8, 8, 4, 4, dtype=f64),
-                ),
+                inputs((2, 3, 8), (2, 9, 8), 4, 4, torch.float64),
                 {"memory_mask": source_padding_mask([9, 5], 9)},
             ),
         ]
@@ -215,11 +208,9 @@ class CrossAttentionSublayerTask(ModuleTask):
             memory = 1.5 * randn(gen, batch, n_kv, d_model, dtype=dtype) - 0.5
             kwargs = {} if lengths is None else {"memory_mask": source_padding_mask(lengths, n_kv)}
             data = {
-                "d_model": d_model,
-                "num_heads": num_heads,
-                "norm_first": norm_first,
-                "default_norm_first": default,
-                "state": _random_state(gen, d_model, dtype),
+                "sizes": (d_model, num_heads),
+                "kwargs": {} if default else {"norm_first": norm_first},  # default: False
+                "state_dict": _random_state(gen, d_model, dtype),
             }
             mode = "pre-norm (norm_first=True)" if norm_first else "post-norm (norm_first=False)"
             return Case(f"{mode}, {description}", (x, memory), kwargs, data)
@@ -272,19 +263,11 @@ class CrossAttentionSublayerTask(ModuleTask):
             )
         return super().call(obj, case)
 
-    def weights(self, case):
-        return case.data["state"]
-
     def init_args(self, case):
-        data = case.data
-        if data.get("default_norm_first"):  # the statement's default, norm_first=False
-            return (data["d_model"], data["num_heads"]), {}
-        return (data["d_model"], data["num_heads"]), {"norm_first": data["norm_first"]}
+        return case.data["sizes"], case.data["kwargs"]
 
     def run(self, module, case):
-        args = list(case.args)
-        if "memory_mask" in case.kwargs:
-            args.append(case.kwargs["memory_mask"])
+        args = [*case.args, *case.kwargs.values()]  # x, memory and memory_mask if given
         with torch.no_grad():
             out = module.train()(*args)
             module.eval()
@@ -320,29 +303,19 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
 
 
 POOL_MISTAKES = {
-    "queries_from_x": (
-        "the queries are the learned `queries`, the same for every sequence in the batch; you "
-        "computed them from x (that is self-attention, with one output per token instead of one"
-        " per query)"
-    ),
-    "mask_ignored": (
-        "the mask is ignored: padded tokens (mask False) must get weight 0; turn the (batch, n)"
-        " mask into (batch, 1, n) so it applies to every query"
-    ),
-    "softmax_over_queries": (
-        "the softmax runs over the keys (the last axis, the tokens of x), so that each query's "
-        "weights sum to 1"
-    ),
-    "no_scale": ("divide the scores by sqrt(d_k), the size of the queries and keys"),
+    "queries_from_x": "the queries are the learned `queries`, the same for every sequence in the "
+    "batch; you computed them from x (that is self-attention, with one output per token instead "
+    "of one per query)",
+    "mask_ignored": "the mask is ignored: padded tokens (mask False) must get weight 0; turn the "
+    "(batch, n) mask into (batch, 1, n) so it applies to every query",
+    "softmax_over_queries": "the softmax runs over the keys (the last axis, the tokens of x), so "
+    "that each query's weights sum to 1",
+    "no_scale": "divide the scores by sqrt(d_k), the size of the queries and keys",
     "d_v": (D_V_SCALE_HINT),
-    "d_model": (
-        "divide the scores by sqrt(d_k), the size of the queries and keys, not by "
-        "sqrt(d_model), the size of x"
-    ),
-    "mask_inverted": (
-        "the mask is inverted: True = a real token, which may be attended to; block the "
-        "positions where the mask is False (~mask)"
-    ),
+    "d_model": "divide the scores by sqrt(d_k), the size of the queries and keys, not by "
+    "sqrt(d_model), the size of x",
+    "mask_inverted": "the mask is inverted: True = a real token, which may be attended to; block "
+    "the positions where the mask is False (~mask)",
 }
 
 
