@@ -7,7 +7,7 @@ from torch import nn
 
 from ...core import Case, register
 from ..common import ModuleTask, randn
-from .layer_norm import wrong_layer_norm
+from .layer_norm import FORBIDDEN, wrong_layer_norm
 
 INIT = (
     "a fresh LayerNorm starts with weight = ones and bias = zeros (nn.Parameter(torch.ones("
@@ -37,22 +37,14 @@ class WrongLayerNorm(nn.Module):
     def __init__(self, d_model, eps=1e-5, bias=True):
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(
-            (torch.zeros if self.mistake == "weight_zeros" else torch.ones)(d_model)
-        )
-        fill = torch.ones if self.mistake == "bias_ones" else torch.zeros
-        self.bias = nn.Parameter(fill(d_model)) if bias else None
+        self.weight = nn.Parameter(torch.full((d_model,), float(self.mistake != "weight_zeros")))
+        fill = float(self.mistake == "bias_ones")
+        self.bias = nn.Parameter(torch.full((d_model,), fill)) if bias else None
 
     def forward(self, x):
-        if self.bias is not None:
-            beta = self.bias
-        elif self.mistake == "no_bias_passes_none":
-            beta = None
-        else:
-            beta = (torch.ones_like if self.mistake == "no_bias_shift_ones" else torch.zeros_like)(
-                self.weight
-            )
-        gamma = self.weight
+        gamma, beta = self.weight, self.bias
+        if beta is None and self.mistake != "no_bias_passes_none":
+            beta = torch.full_like(gamma, float(self.mistake == "no_bias_shift_ones"))
         if self.mistake == "weight_bias_swapped" and self.bias is not None:
             gamma, beta = beta, gamma
         eps = 1e-5 if self.mistake == "eps_not_passed" else self.eps
@@ -69,14 +61,7 @@ class LayerNormModuleTask(ModuleTask):
     mistake_table = MISTAKES
     wrong = WrongLayerNorm
     depends_on = ("layer_norm",)
-    forbidden = (
-        "torch.nn.functional.layer_norm",
-        "torch.layer_norm",
-        "torch.native_layer_norm",
-        "torch.nn.LayerNorm",
-        "torch.nn.functional.group_norm",
-        "torch.nn.functional.rms_norm",
-    )
+    forbidden = FORBIDDEN
 
     def cases(self, gen):
         def case(

@@ -110,22 +110,14 @@ class LabelSmoothingLoss(Task):
     )
 
     def cases(self, gen):
-        def case(
-            description,
-            shape,
-            vocab,
-            smoothing,
-            ignore_index,
-            pad_fraction=0.3,
-            dtype=torch.float32,
-        ):
+        def case(description, shape, vocab, smoothing, ignore_index, pads=0.3, dtype=torch.float32):
             logits = 2.0 * randn(gen, *shape, vocab, dtype=dtype)
             target = torch.randint(0, vocab, shape, generator=gen)
-            if pad_fraction:
-                pads = torch.rand(shape, generator=gen) < pad_fraction
-                pads.view(-1)[0] = True  # at least one ignored position
-                pads.view(-1)[-1] = False  # and at least one real one
-                target = target.masked_fill(pads, ignore_index)
+            if pads:
+                padded = torch.rand(shape, generator=gen) < pads
+                padded.view(-1)[0] = True  # at least one ignored position
+                padded.view(-1)[-1] = False  # and at least one real one
+                target = target.masked_fill(padded, ignore_index)
             return Case(description, (logits, target, smoothing, ignore_index))
 
         return [
@@ -136,7 +128,7 @@ class LabelSmoothingLoss(Task):
                 5,
                 0.1,
                 -100,
-                pad_fraction=0,
+                pads=0,
             ),
             case(
                 "smoothing 0 (plain cross-entropy), logits (3, 6, 8), pad id 2", (3, 6), 8, 0.0, 2
@@ -147,7 +139,7 @@ class LabelSmoothingLoss(Task):
                 12,
                 0.25,
                 0,
-                pad_fraction=0.5,
+                pads=0.5,
                 dtype=torch.float64,
             ),
             case("logits (5, 4, 7), pad id 6 (not 0), smoothing 0.1", (5, 4), 7, 0.1, 6),

@@ -43,20 +43,9 @@ def wrong_noam_lr(step, d_model, warmup, *, mistake=""):
     return scale * (max if mistake == "max" else min)(decay, rise)
 
 
-def _steps_for(warmup: int) -> list[int]:
+def _steps_for(w: int) -> list[int]:
     """Steps on both sides of the peak: early warm-up, just before/at/after warmup, the decay."""
-    return sorted(
-        {
-            1,
-            2,
-            max(1, warmup // 2),
-            max(1, warmup - 1),
-            warmup,
-            warmup + 1,
-            3 * warmup,
-            10 * warmup + 7,
-        }
-    )
+    return sorted({1, 2, max(1, w // 2), max(1, w - 1), w, w + 1, 3 * w, 10 * w + 7})
 
 
 @register

@@ -165,19 +165,10 @@ class TrainStep(Task):
     def cases(self, gen):
         from ....translator import Seq2SeqTransformer
 
-        def case(
-            description,
-            batches,
-            *,
-            bos_id=1,
-            eos_id=2,
-            pad_id=0,
-            dtype=torch.float64,
-            smoothing=0.1,
-            clip=0.5,
-            schedule=True,
-            stale=False,
-        ):
+        def case(description, batches, dtype=torch.float64, schedule=True, stale=False, **ids):
+            # ids: bos_id, eos_id, pad_id (1, 2, 0 unless given), smoothing and clip (0.1, 0.5)
+            kwargs = {"bos_id": 1, "pad_id": 0, "smoothing": 0.1, "clip": 0.5, **ids}
+            bos_id, pad_id, eos_id = kwargs["bos_id"], kwargs["pad_id"], kwargs.pop("eos_id", 2)
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
@@ -191,12 +182,7 @@ class TrainStep(Task):
                 "pad_id": pad_id,
                 "dtype": dtype,
                 "schedule": schedule,
-                "kwargs": {
-                    "bos_id": bos_id,
-                    "pad_id": pad_id,
-                    "smoothing": smoothing,
-                    "clip": clip,
-                },
+                "kwargs": kwargs,
                 "batches": [_seq2seq_batch(gen, s, t, bos_id, eos_id, pad_id) for s, t in batches],
             }
             if stale:  # gradients left over from an earlier backward pass
@@ -270,17 +256,12 @@ class TrainStep(Task):
     def compare(self, got, want, case):
         losses, params, lr = got
         if not all(isinstance(x, float) for x in losses):
-            kinds = ", ".join(
-                sorted(
-                    {
-                        type(x).__name__ if not isinstance(x, dict) else x.get("__repr__", "?")
-                        for x in losses
-                    }
-                )
-            )
+            kinds = {
+                x.get("__repr__", "?") if isinstance(x, dict) else type(x).__name__ for x in losses
+            }
             return (
-                f"train_step should return the loss as a Python float, got {kinds} (use "
-                "loss.item())"
+                f"train_step should return the loss as a Python float, got "
+                f"{', '.join(sorted(kinds))} (use loss.item())"
             )
         rel = 1e-5 if case.data["dtype"] == torch.float32 else 1e-9
         for step, (g, w) in enumerate(zip(losses, want[0], strict=True), start=1):
