@@ -209,7 +209,8 @@ class CrossAttentionSublayerTask(ModuleTask):
             kwargs = {} if lengths is None else {"memory_mask": source_padding_mask(lengths, n_kv)}
             data = {
                 "sizes": (d_model, num_heads),
-                "kwargs": {} if default else {"norm_first": norm_first},  # default: False
+                "norm_first": norm_first,
+                "default_norm_first": default,  # built without norm_first: its default, False
                 "state_dict": _random_state(gen, d_model, dtype),
             }
             mode = "pre-norm (norm_first=True)" if norm_first else "post-norm (norm_first=False)"
@@ -264,7 +265,10 @@ class CrossAttentionSublayerTask(ModuleTask):
         return super().call(obj, case)
 
     def init_args(self, case):
-        return case.data["sizes"], case.data["kwargs"]
+        data = case.data
+        return data["sizes"], {} if data["default_norm_first"] else {
+            "norm_first": data["norm_first"]
+        }
 
     def run(self, module, case):
         args = [*case.args, *case.kwargs.values()]  # x, memory and memory_mask if given

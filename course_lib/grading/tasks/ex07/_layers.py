@@ -153,11 +153,12 @@ class WrongLayer(nn.Module):
 
 
 def layer_case(gen, description, reference, sizes, norm_first, shapes, dtype, **options):
-    """A case of a layer task: random weights for `reference(*sizes)` under the exercise's
-    names, then one random input (..., d_model) per shape in `shapes`, followed by the
-    arguments in `options["tail"]` (the decoder's masks); `options["mask"]` is the encoder's
-    keyword, the other options the activation and bias, passed on to the learner's layer."""
-    tail, mask = options.pop("tail", ()), options.pop("mask", None)
+    """A case of a layer task (FeedForward's too, whose norm_first is None): random weights
+    for `reference(*sizes)` under the exercise's names, then one random input (..., d_model)
+    per shape in `shapes`, followed by the arguments in `options["tail"]` (the decoder's
+    masks); `options["mask"]` is the encoder's keyword, `options["raises"]` the error the
+    case expects, the other options the activation and bias, passed on to the learner's layer."""
+    tail, mask, raises = (options.pop(k, None) for k in ("tail", "mask", "raises"))
     ref = reference(*sizes, **({} if options.get("bias", True) else {"bias": False})).to(dtype)
     data = {
         "sizes": sizes,
@@ -165,8 +166,9 @@ def layer_case(gen, description, reference, sizes, norm_first, shapes, dtype, **
         "state_dict": random_state(ref, gen),
         "kwargs": layer_kwargs(**options),
     }
-    args = tuple(randn(gen, *shape, sizes[0], dtype=dtype) for shape in shapes) + tail
-    return Case(description, args, {} if mask is None else {"mask": mask}, data=data)
+    args = tuple(randn(gen, *shape, sizes[0], dtype=dtype) for shape in shapes) + (tail or ())
+    kwargs = {} if mask is None else {"mask": mask}
+    return Case(description, args, kwargs, data=data, raises=raises)
 
 
 class LayerTask(ModuleTask):

@@ -86,13 +86,10 @@ class FeedForwardTask(ModuleTask):
     def cases(self, gen):
         from ....blocks import FeedForward
 
-        def case(description, sizes, shape, dtype=torch.float32, raises=None, **kwargs):
-            ref = FeedForward(*sizes, bias=kwargs.get("bias", True)).to(dtype)
-            data = {"sizes": sizes, "state_dict": random_state(ref, gen)}
-            if kwargs:
-                data["kwargs"] = layers.layer_kwargs(**kwargs)
-            x = randn(gen, *shape, sizes[0], dtype=dtype)
-            return Case(description, (x,), data=data, raises=raises)
+        def case(description, sizes, shape, dtype=torch.float32, **options):
+            return layers.layer_case(
+                gen, description, FeedForward, sizes, None, [shape], dtype, **options
+            )
 
         def seeded(description, mode, sizes, shape, dropout=0.5):
             # EX07-1: dropout with the reference's random seed, in train or eval mode
