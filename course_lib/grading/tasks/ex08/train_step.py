@@ -7,6 +7,7 @@ import torch
 
 from ...core import Case, GradingError, Task, compare_values, register
 from ..common import randn
+from .shift_right import wrong_shift_right
 
 MISTAKES = {
     "pads_in_loss": "the padding positions count in your loss: pass "
@@ -58,21 +59,16 @@ def _wrong_step(
 
     if mistake == "unshifted":
         tgt_in = tgt
-    elif mistake == "shift_drops_first":
-        tgt_in = torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, 1:]], dim=1)
-    else:
+    else:  # shift_right's wrong version, dropping the first token or starting with pad_id
         first = pad_id if mistake == "shift_with_pad" else bos_id
-        tgt_in = torch.cat([torch.full_like(tgt[:, :1], first), tgt[:, :-1]], dim=1)
+        slip = "drop_first" if mistake == "shift_drops_first" else ""
+        tgt_in = wrong_shift_right(tgt, first, mistake=slip)
     logits = model(src, tgt_in)
     ignore = -100 if mistake == "pads_in_loss" else pad_id
     smooth = 0.0 if mistake == "no_smoothing" else smoothing
     labels = tgt_in if mistake == "scored_on_input" else tgt
-    loss = F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]),
-        labels.reshape(-1),
-        ignore_index=ignore,
-        label_smoothing=smooth,
-    )
+    flat = logits.reshape(-1, logits.shape[-1])
+    loss = F.cross_entropy(flat, labels.reshape(-1), ignore_index=ignore, label_smoothing=smooth)
     if mistake not in ("no_zero_grad", "zero_after_backward"):
         optimizer.zero_grad()
     loss.backward()
