@@ -103,22 +103,16 @@ class PaddingMask(Task):
     def cases(self, gen):
         return [
             Case("ids (3, 6), lengths [6, 4, 2], pad_id=0", (padded_ids(gen, [6, 4, 2], 6, 0), 0)),
-            Case(
-                "ids (2, 5), lengths [3, 5], pad_id=5 (padding need not be 0; real ids on both "
-                "sides of it)",
-                (_around_pad(padded_ids(gen, [3, 5], 5, 5), 5), 5),
-            ),
+            Case("ids (2, 5), lengths [3, 5], pad_id=5 (padding need not be 0; real ids on both "
+                 "sides of it)",
+                 (_around_pad(padded_ids(gen, [3, 5], 5, 5), 5), 5)),
             Case("ids (1, 4) without padding, pad_id=0", (padded_ids(gen, [4], 4, 0), 0)),
-            Case(
-                "int32 ids (4, 7), lengths [7, 1, 3, 0] (the last sequence is all padding)",
-                (padded_ids(gen, [7, 1, 3, 0], 7, 0, dtype=torch.int32), 0),
-            ),
-            Case(
-                "ids (2, 6) padded on the LEFT, lengths [4, 6], pad_id=0 (some tokenizers pad "
-                "in front)",
-                (padded_ids(gen, [4, 6], 6, 0).flip(-1), 0),
-            ),
-        ]
+            Case("int32 ids (4, 7), lengths [7, 1, 3, 0] (the last sequence is all padding)",
+                 (padded_ids(gen, [7, 1, 3, 0], 7, 0, dtype=torch.int32), 0)),
+            Case("ids (2, 6) padded on the LEFT, lengths [4, 6], pad_id=0 (some tokenizers pad "
+                 "in front)",
+                 (padded_ids(gen, [4, 6], 6, 0).flip(-1), 0)),
+        ]  # fmt: skip
 
 
 def wrong_masked_attention(q, k, v, mask, *, mistake=""):
@@ -179,41 +173,25 @@ class MaskedAttention(Task):
         some_rows_blocked = torch.ones(3, 5, dtype=torch.bool).tril(1)
         some_rows_blocked[1] = False  # query 1 may attend to nothing
         return [
-            Case(
-                "q, k, v (2, 4, 8), a causal mask (4, 4)",
-                (*randn_each(gen, (2, 4, 8), (2, 4, 8), (2, 4, 8)), causal4),
-            ),
-            Case(
-                "n_q=3 != n_k=6: q (3, 3, 8), k (3, 6, 8), v (3, 6, 5), "
-                "a padding mask (3, 1, 6) with lengths [6, 4, 2]",
-                (*randn_each(gen, (3, 3, 8), (3, 6, 8), (3, 6, 5)), lengths_mask([6, 4, 2], 6)),
-            ),
-            Case(
-                "heads: q, k, v (2, 3, 5, 4) (batch, heads, seq, d_head), mask (2, 1, 1, 5)",
-                (*randn_each(gen, *[(2, 3, 5, 4)] * 3), lengths_mask([5, 3], 5).unsqueeze(1)),
-            ),
-            Case(
-                "float64 q (2, 4, 6), k, v (2, 4, 6), causal mask (4, 4)",
-                (*randn_each(gen, *[(2, 4, 6)] * 3, dtype=f64), causal4),
-            ),
-            Case(
-                "a fully masked row: q (2, 3, 4), k, v (2, 5, 4), mask (3, 5) whose row 1 is "
-                "all False",
-                (*randn_each(gen, (2, 3, 4), (2, 5, 4), (2, 5, 4)), some_rows_blocked),
-            ),
-            Case(
-                "a sequence that is all padding: q, k, v (3, 4, 4), mask (3, 1, 4) with "
-                "lengths [4, 0, 2] (every row of the second sequence is fully masked)",
-                (*randn_each(gen, *[(3, 4, 4)] * 3), lengths_mask([4, 0, 2], 4)),
-            ),
-            Case(
-                "float64, padding & causal combined (2, 5, 5), lengths [5, 3]",
-                (
-                    *randn_each(gen, (2, 5, 8), (2, 5, 8), (2, 5, 3), dtype=f64),
-                    lengths_mask([5, 3], 5) & torch.ones(5, 5, dtype=torch.bool).tril(),
-                ),
-            ),
-        ]
+            Case("q, k, v (2, 4, 8), a causal mask (4, 4)",
+                 (*randn_each(gen, (2, 4, 8), (2, 4, 8), (2, 4, 8)), causal4)),
+            Case("n_q=3 != n_k=6: q (3, 3, 8), k (3, 6, 8), v (3, 6, 5), "
+                 "a padding mask (3, 1, 6) with lengths [6, 4, 2]",
+                 (*randn_each(gen, (3, 3, 8), (3, 6, 8), (3, 6, 5)), lengths_mask([6, 4, 2], 6))),
+            Case("heads: q, k, v (2, 3, 5, 4) (batch, heads, seq, d_head), mask (2, 1, 1, 5)",
+                 (*randn_each(gen, *[(2, 3, 5, 4)] * 3), lengths_mask([5, 3], 5).unsqueeze(1))),
+            Case("float64 q (2, 4, 6), k, v (2, 4, 6), causal mask (4, 4)",
+                 (*randn_each(gen, *[(2, 4, 6)] * 3, dtype=f64), causal4)),
+            Case("a fully masked row: q (2, 3, 4), k, v (2, 5, 4), mask (3, 5) whose row 1 is "
+                 "all False",
+                 (*randn_each(gen, (2, 3, 4), (2, 5, 4), (2, 5, 4)), some_rows_blocked)),
+            Case("a sequence that is all padding: q, k, v (3, 4, 4), mask (3, 1, 4) with "
+                 "lengths [4, 0, 2] (every row of the second sequence is fully masked)",
+                 (*randn_each(gen, *[(3, 4, 4)] * 3), lengths_mask([4, 0, 2], 4))),
+            Case("float64, padding & causal combined (2, 5, 5), lengths [5, 3]",
+                 (*randn_each(gen, (2, 5, 8), (2, 5, 8), (2, 5, 3), dtype=f64),
+                  lengths_mask([5, 3], 5) & torch.ones(5, 5, dtype=torch.bool).tril())),
+        ]  # fmt: skip
 
     def call(self, obj, case):
         q, k, v, mask = case.args  # the learner's own copies: gradients may flow into them
@@ -327,36 +305,20 @@ class PrefixLMMask(Task):
     def cases(self, gen):
         p = torch.tensor
         return [
-            Case(
-                "ids (2, 6), lengths [6, 6] (no padding), prefix_lengths [3, 2], pad_id=0",
-                (padded_ids(gen, [6, 6], 6, 0), p([3, 2]), 0),
-            ),
-            Case(
-                "ids (3, 7), lengths [7, 5, 3], prefix_lengths [2, 4, 1], pad_id=0",
-                (padded_ids(gen, [7, 5, 3], 7, 0), p([2, 4, 1]), 0),
-            ),
-            Case(
-                "ids (4, 5), lengths [5, 4, 5, 2], prefix_lengths [0, 5, 1, 2] (0 = causal, "
-                "5 = all bidirectional), pad_id=2",
-                (padded_ids(gen, [5, 4, 5, 2], 5, 2), p([0, 5, 1, 2]), 2),
-            ),
-            Case(
-                "int32 ids (1, 8), length 6, prefix_lengths [7] (the prefix covers padding), "
-                "pad_id=1",
-                (padded_ids(gen, [6], 8, 1, dtype=torch.int32), p([7]), 1),
-            ),
-            Case(
-                "ids (2, 1) (one token), lengths [1, 1], prefix_lengths [1, 0], pad_id=0",
-                (padded_ids(gen, [1, 1], 1, 0), p([1, 0]), 0),
-            ),
-            Case(
-                "ids (2, 4), prefix_lengths [2, 5]: 5 > seq=4, so a ValueError",
-                (padded_ids(gen, [4, 4], 4, 0), p([2, 5]), 0),
-                raises=ValueError,
-            ),
-            Case(
-                "ids (2, 4), prefix_lengths [-1, 2]: negative, so a ValueError",
-                (padded_ids(gen, [4, 4], 4, 0), p([-1, 2]), 0),
-                raises=ValueError,
-            ),
-        ]
+            Case("ids (2, 6), lengths [6, 6] (no padding), prefix_lengths [3, 2], pad_id=0",
+                 (padded_ids(gen, [6, 6], 6, 0), p([3, 2]), 0)),
+            Case("ids (3, 7), lengths [7, 5, 3], prefix_lengths [2, 4, 1], pad_id=0",
+                 (padded_ids(gen, [7, 5, 3], 7, 0), p([2, 4, 1]), 0)),
+            Case("ids (4, 5), lengths [5, 4, 5, 2], prefix_lengths [0, 5, 1, 2] (0 = causal, "
+                 "5 = all bidirectional), pad_id=2",
+                 (padded_ids(gen, [5, 4, 5, 2], 5, 2), p([0, 5, 1, 2]), 2)),
+            Case("int32 ids (1, 8), length 6, prefix_lengths [7] (the prefix covers padding), "
+                 "pad_id=1",
+                 (padded_ids(gen, [6], 8, 1, dtype=torch.int32), p([7]), 1)),
+            Case("ids (2, 1) (one token), lengths [1, 1], prefix_lengths [1, 0], pad_id=0",
+                 (padded_ids(gen, [1, 1], 1, 0), p([1, 0]), 0)),
+            Case("ids (2, 4), prefix_lengths [2, 5]: 5 > seq=4, so a ValueError",
+                 (padded_ids(gen, [4, 4], 4, 0), p([2, 5]), 0), raises=ValueError),
+            Case("ids (2, 4), prefix_lengths [-1, 2]: negative, so a ValueError",
+                 (padded_ids(gen, [4, 4], 4, 0), p([-1, 2]), 0), raises=ValueError),
+        ]  # fmt: skip

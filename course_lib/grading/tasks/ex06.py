@@ -83,34 +83,21 @@ class CrossAttention(Task):
             return (x, memory, *(randn(gen, *s, dtype=dtype) * d**-0.5 for s in shapes))
 
         return [
-            Case(
-                "x (2, 3, 8), memory (2, 5, 8): 3 queries read 5 memory positions, no mask",
-                inputs((2, 3, 8), (2, 5, 8), 4, 6),
-            ),
-            Case(
-                "x (1, 6, 4), memory (1, 2, 4): more queries than memory positions",
-                inputs((1, 6, 4), (1, 2, 4), 4, 4),
-            ),
-            Case(
-                "x (3, 4, 8), memory (3, 7, 8), source padding mask (3, 1, 7), lengths [7, 4, 2]",
-                inputs((3, 4, 8), (3, 7, 8), 5, 3),
-                {"memory_mask": source_padding_mask([7, 4, 2], 7)},
-            ),
-            Case(
-                "x (2, 5, 6), memory (2, 3, 6), a full (2, 5, 3) memory_mask",
-                inputs((2, 5, 6), (2, 3, 6), 4, 4),
-                {"memory_mask": _random_mask(gen, 2, 5, 3)},
-            ),
-            Case(
-                "extra batch dimensions: x (2, 3, 4, 8), memory (2, 3, 6, 8)",
-                inputs((2, 3, 4, 8), (2, 3, 6, 8), 4, 4),
-            ),
-            Case(
-                "float64 x (2, 3, 8), memory (2, 9, 8), padding mask lengths [9, 5]",
-                inputs((2, 3, 8), (2, 9, 8), 4, 4, torch.float64),
-                {"memory_mask": source_padding_mask([9, 5], 9)},
-            ),
-        ]
+            Case("x (2, 3, 8), memory (2, 5, 8): 3 queries read 5 memory positions, no mask",
+                 inputs((2, 3, 8), (2, 5, 8), 4, 6)),
+            Case("x (1, 6, 4), memory (1, 2, 4): more queries than memory positions",
+                 inputs((1, 6, 4), (1, 2, 4), 4, 4)),
+            Case("x (3, 4, 8), memory (3, 7, 8), source padding mask (3, 1, 7), lengths [7, 4, 2]",
+                 inputs((3, 4, 8), (3, 7, 8), 5, 3),
+                 {"memory_mask": source_padding_mask([7, 4, 2], 7)}),
+            Case("x (2, 5, 6), memory (2, 3, 6), a full (2, 5, 3) memory_mask",
+                 inputs((2, 5, 6), (2, 3, 6), 4, 4), {"memory_mask": _random_mask(gen, 2, 5, 3)}),
+            Case("extra batch dimensions: x (2, 3, 4, 8), memory (2, 3, 6, 8)",
+                 inputs((2, 3, 4, 8), (2, 3, 6, 8), 4, 4)),
+            Case("float64 x (2, 3, 8), memory (2, 9, 8), padding mask lengths [9, 5]",
+                 inputs((2, 3, 8), (2, 9, 8), 4, 4, torch.float64),
+                 {"memory_mask": source_padding_mask([9, 5], 9)}),
+        ]  # fmt: skip
 
     def diagnose(self, got, want, case):
         if isinstance(got, (tuple, list)) and got and isinstance(got[0], torch.Tensor):
@@ -219,42 +206,20 @@ class CrossAttentionSublayerTask(ModuleTask):
         f64 = torch.float64
         # sizes: (batch, n_q, n_kv, d_model, num_heads)
         return [
-            case(
-                "x (2, 3, 8), memory (2, 5, 8), 2 heads, no mask, built without norm_first (its "
-                "default is False)",
-                (2, 3, 5, 8, 2),
-                False,
-                default=True,
-            ),
+            case("x (2, 3, 8), memory (2, 5, 8), 2 heads, no mask, built without norm_first (its "
+                 "default is False)",
+                 (2, 3, 5, 8, 2), False, default=True),
             case("x (2, 3, 8), memory (2, 5, 8), 2 heads, no mask", (2, 3, 5, 8, 2), True),
-            case(
-                "x (3, 4, 8), memory (3, 6, 8), 4 heads, source padding lengths [6, 3, 1]",
-                (3, 4, 6, 8, 4),
-                False,
-                [6, 3, 1],
-            ),
-            case(
-                "x (3, 4, 8), memory (3, 6, 8), 4 heads, source padding lengths [2, 6, 5]",
-                (3, 4, 6, 8, 4),
-                True,
-                [2, 6, 5],
-            ),
+            case("x (3, 4, 8), memory (3, 6, 8), 4 heads, source padding lengths [6, 3, 1]",
+                 (3, 4, 6, 8, 4), False, [6, 3, 1]),
+            case("x (3, 4, 8), memory (3, 6, 8), 4 heads, source padding lengths [2, 6, 5]",
+                 (3, 4, 6, 8, 4), True, [2, 6, 5]),
             case("x (1, 7, 12), memory (1, 2, 12), 3 heads", (1, 7, 2, 12, 3), True),
-            case(
-                "float64, x (2, 5, 8), memory (2, 4, 8), 2 heads, padding lengths [4, 2]",
-                (2, 5, 4, 8, 2),
-                False,
-                [4, 2],
-                f64,
-            ),
-            case(
-                "float64, x (2, 5, 8), memory (2, 4, 8), 2 heads, padding lengths [1, 4]",
-                (2, 5, 4, 8, 2),
-                True,
-                [1, 4],
-                f64,
-            ),
-        ]
+            case("float64, x (2, 5, 8), memory (2, 4, 8), 2 heads, padding lengths [4, 2]",
+                 (2, 5, 4, 8, 2), False, [4, 2], f64),
+            case("float64, x (2, 5, 8), memory (2, 4, 8), 2 heads, padding lengths [1, 4]",
+                 (2, 5, 4, 8, 2), True, [1, 4], f64),
+        ]  # fmt: skip
 
     def call(self, obj, case):
         if not isinstance(obj, type) or not issubclass(obj, nn.Module):
@@ -351,27 +316,15 @@ class AttentionPool(Task):
 
         # sizes: (batch, n, d_model, number of queries, d_k, d_v)
         return [
-            case(
-                "x (2, 6, 8), 3 queries (3, 4), w_k (8, 4), w_v (8, 5), no mask", (2, 6, 8, 3, 4, 5)
-            ),
-            case(
-                "x (3, 5, 8), 2 queries (2, 8), mask (3, 5) of lengths [5, 2, 3]",
-                (3, 5, 8, 2, 8, 8),
-                [5, 2, 3],
-            ),
-            case(
-                "one query (1, 4) pooling x (4, 7, 6) into one vector per sequence, lengths "
-                "[7, 1, 4, 6]",
-                (4, 7, 6, 1, 4, 3),
-                [7, 1, 4, 6],
-            ),
-            case(
-                "batch 1, more queries than tokens: x (1, 2, 4), queries (5, 4)", (1, 2, 4, 5, 4, 4)
-            ),
-            case(
-                "float64 x (2, 9, 12), 4 queries (4, 6), w_v (12, 10), lengths [3, 9]",
-                (2, 9, 12, 4, 6, 10),
-                [3, 9],
-                torch.float64,
-            ),
-        ]
+            case("x (2, 6, 8), 3 queries (3, 4), w_k (8, 4), w_v (8, 5), no mask",
+                 (2, 6, 8, 3, 4, 5)),
+            case("x (3, 5, 8), 2 queries (2, 8), mask (3, 5) of lengths [5, 2, 3]",
+                 (3, 5, 8, 2, 8, 8), [5, 2, 3]),
+            case("one query (1, 4) pooling x (4, 7, 6) into one vector per sequence, lengths "
+                 "[7, 1, 4, 6]",
+                 (4, 7, 6, 1, 4, 3), [7, 1, 4, 6]),
+            case("batch 1, more queries than tokens: x (1, 2, 4), queries (5, 4)",
+                 (1, 2, 4, 5, 4, 4)),
+            case("float64 x (2, 9, 12), 4 queries (4, 6), w_v (12, 10), lengths [3, 9]",
+                 (2, 9, 12, 4, 6, 10), [3, 9], torch.float64),
+        ]  # fmt: skip

@@ -95,72 +95,31 @@ class DecoderLayerTask(layers.LayerTask):
         f64 = torch.float64
         # shape: (batch, target length, source length); masks: (self_mask, memory_mask)
         return [
-            case(
-                "post-norm (norm_first=False), d_model=8, 2 heads, x (2, 4, 8), memory "
-                "(2, 6, 8), no masks",
-                (8, 2, 16),
-                (2, 4, 6),
-                False,
-            ),
-            case(
-                "pre-norm (norm_first=True), d_model=8, 2 heads, x (2, 4, 8), memory (2, 6, 8)",
-                (8, 2, 16),
-                (2, 4, 6),
-                True,
-            ),
-            case(
-                "post-norm with a causal self_mask (6, 6) and a source padding memory_mask "
-                "(3, 1, 6), x (3, 6, 8), memory (3, 6, 8) (as long as the target), 2 heads",
-                (8, 2, 16),
-                (3, 6, 6),
-                False,
-                masks=(causal_mask(6), src_pad),
-            ),
-            case(
-                "post-norm with a causal self_mask (5, 5) and a source padding memory_mask "
-                "(3, 1, 6), x (3, 5, 12), memory (3, 6, 12), 3 heads",
-                (12, 3, 24),
-                (3, 5, 6),
-                False,
-                masks=(causal_mask(5), src_pad),
-            ),
-            case(
-                "pre-norm with a causal self_mask (3, 3) and a memory_mask (3, 1, 6), x (3, 3, "
-                "8), memory (3, 6, 8), 4 heads",
-                (8, 4, 32),
-                (3, 3, 6),
-                True,
-                masks=(causal_mask(3), src_pad),
-            ),
-            case(
-                "float64, post-norm, batch 1, x (1, 6, 6), memory (1, 2, 6), 1 head, causal "
-                "self_mask",
-                (6, 1, 12),
-                (1, 6, 2),
-                False,
-                f64,
-                (causal_mask(6), None),
-            ),
-            case(
-                "pre-norm with per-sequence masks: self_mask (3, 5, 5) causal and padded "
-                "differently in each row, memory_mask (3, 5, 6) different for each query, "
-                "x (3, 5, 8), memory (3, 6, 8), 2 heads",
-                (8, 2, 16),
-                (3, 5, 6),
-                True,
-                masks=(
-                    causal_mask(5)
-                    & (torch.arange(5)[None, None, :] < torch.tensor([5, 3, 4])[:, None, None]),
-                    (torch.rand(3, 5, 6, generator=gen) > 0.4)
-                    | (torch.arange(6) == 0)[None, None, :],
-                ),
-            ),
-            case(
-                "float64, pre-norm, x (2, 4, 8), memory (2, 3, 8), causal self_mask",
-                (8, 2, 8),
-                (2, 4, 3),
-                True,
-                f64,
-                (causal_mask(4), None),
-            ),
-        ]
+            case("post-norm (norm_first=False), d_model=8, 2 heads, x (2, 4, 8), memory "
+                 "(2, 6, 8), no masks",
+                 (8, 2, 16), (2, 4, 6), False),
+            case("pre-norm (norm_first=True), d_model=8, 2 heads, x (2, 4, 8), memory (2, 6, 8)",
+                 (8, 2, 16), (2, 4, 6), True),
+            case("post-norm with a causal self_mask (6, 6) and a source padding memory_mask "
+                 "(3, 1, 6), x (3, 6, 8), memory (3, 6, 8) (as long as the target), 2 heads",
+                 (8, 2, 16), (3, 6, 6), False, masks=(causal_mask(6), src_pad)),
+            case("post-norm with a causal self_mask (5, 5) and a source padding memory_mask "
+                 "(3, 1, 6), x (3, 5, 12), memory (3, 6, 12), 3 heads",
+                 (12, 3, 24), (3, 5, 6), False, masks=(causal_mask(5), src_pad)),
+            case("pre-norm with a causal self_mask (3, 3) and a memory_mask (3, 1, 6), x (3, 3, "
+                 "8), memory (3, 6, 8), 4 heads",
+                 (8, 4, 32), (3, 3, 6), True, masks=(causal_mask(3), src_pad)),
+            case("float64, post-norm, batch 1, x (1, 6, 6), memory (1, 2, 6), 1 head, causal "
+                 "self_mask",
+                 (6, 1, 12), (1, 6, 2), False, f64, (causal_mask(6), None)),
+            case("pre-norm with per-sequence masks: self_mask (3, 5, 5) causal and padded "
+                 "differently in each row, memory_mask (3, 5, 6) different for each query, "
+                 "x (3, 5, 8), memory (3, 6, 8), 2 heads",
+                 (8, 2, 16), (3, 5, 6), True,
+                 masks=(causal_mask(5)
+                        & (torch.arange(5)[None, None, :] < torch.tensor([5, 3, 4])[:, None, None]),
+                        (torch.rand(3, 5, 6, generator=gen) > 0.4)
+                        | (torch.arange(6) == 0)[None, None, :])),
+            case("float64, pre-norm, x (2, 4, 8), memory (2, 3, 8), causal self_mask",
+                 (8, 2, 8), (2, 4, 3), True, f64, (causal_mask(4), None)),
+        ]  # fmt: skip

@@ -75,78 +75,29 @@ class EncoderLayerTask(layers.LayerTask):
         lengths = torch.tensor([6, 3, 1])
         pad = (torch.arange(6)[None, :] < lengths[:, None]).unsqueeze(1)  # (3, 1, 6)
         f64 = torch.float64
+        # sizes: (d_model, num_heads, d_ff); shape: x's shape before d_model
         return [
-            case(
-                "post-norm (norm_first=False), d_model=8, 2 heads, x (2, 5, 8)",
-                (8, 2, 16),
-                (2, 5),
-                False,
-            ),
-            case(
-                "pre-norm (norm_first=True), d_model=8, 2 heads, x (2, 5, 8)",
-                (8, 2, 16),
-                (2, 5),
-                True,
-            ),
-            case(
-                "post-norm with a causal mask (4, 4), d_model=12, 3 heads",
-                (12, 3, 24),
-                (2, 4),
-                False,
-                mask=causal_mask(4),
-            ),
-            case(
-                "pre-norm with a padding mask (3, 1, 6), lengths [6, 3, 1]",
-                (8, 4, 32),
-                (3, 6),
-                True,
-                mask=pad,
-            ),
-            case(
-                "float64, post-norm, with a padding mask (3, 1, 6)",
-                (8, 2, 8),
-                (3, 6),
-                False,
-                f64,
-                mask=pad,
-            ),
-            case(
-                "float64, pre-norm, d_model=6, 1 head, x (1, 3, 6)", (6, 1, 12), (1, 3), True, f64
-            ),
-            case(
-                "post-norm, activation='gelu' (as nn.TransformerEncoderLayer(activation='gelu')), "
-                "d_model=8, 2 heads, x (2, 5, 8)",
-                (8, 2, 16),
-                (2, 5),
-                False,
-                activation="gelu",
-            ),
-            case(
-                "pre-norm, activation='gelu_tanh' (GPT-2's), float64, d_model=8, 4 heads, "
-                "x (2, 4, 8)",
-                (8, 4, 32),
-                (2, 4),
-                True,
-                f64,
-                activation="gelu_tanh",
-            ),
-            case(
-                "pre-norm, activation='relu2', bias=False (no bias anywhere: attention, "
-                "linears, norms), causal mask (5, 5), d_model=8, 2 heads, x (2, 5, 8)",
-                (8, 2, 32),
-                (2, 5),
-                True,
-                mask=causal_mask(5),
-                activation="relu2",
-                bias=False,
-            ),
-            case(
-                "post-norm, bias=False, float64, with a padding mask (3, 1, 6)",
-                (8, 2, 16),
-                (3, 6),
-                False,
-                f64,
-                mask=pad,
-                bias=False,
-            ),
-        ]
+            case("post-norm (norm_first=False), d_model=8, 2 heads, x (2, 5, 8)",
+                 (8, 2, 16), (2, 5), False),
+            case("pre-norm (norm_first=True), d_model=8, 2 heads, x (2, 5, 8)",
+                 (8, 2, 16), (2, 5), True),
+            case("post-norm with a causal mask (4, 4), d_model=12, 3 heads",
+                 (12, 3, 24), (2, 4), False, mask=causal_mask(4)),
+            case("pre-norm with a padding mask (3, 1, 6), lengths [6, 3, 1]",
+                 (8, 4, 32), (3, 6), True, mask=pad),
+            case("float64, post-norm, with a padding mask (3, 1, 6)",
+                 (8, 2, 8), (3, 6), False, f64, mask=pad),
+            case("float64, pre-norm, d_model=6, 1 head, x (1, 3, 6)",
+                 (6, 1, 12), (1, 3), True, f64),
+            case("post-norm, activation='gelu' (as nn.TransformerEncoderLayer(activation='gelu')), "
+                 "d_model=8, 2 heads, x (2, 5, 8)",
+                 (8, 2, 16), (2, 5), False, activation="gelu"),
+            case("pre-norm, activation='gelu_tanh' (GPT-2's), float64, d_model=8, 4 heads, "
+                 "x (2, 4, 8)",
+                 (8, 4, 32), (2, 4), True, f64, activation="gelu_tanh"),
+            case("pre-norm, activation='relu2', bias=False (no bias anywhere: attention, "
+                 "linears, norms), causal mask (5, 5), d_model=8, 2 heads, x (2, 5, 8)",
+                 (8, 2, 32), (2, 5), True, mask=causal_mask(5), activation="relu2", bias=False),
+            case("post-norm, bias=False, float64, with a padding mask (3, 1, 6)",
+                 (8, 2, 16), (3, 6), False, f64, mask=pad, bias=False),
+        ]  # fmt: skip

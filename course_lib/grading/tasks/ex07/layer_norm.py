@@ -99,14 +99,8 @@ class LayerNormTask(Task):
             case("a single vector x (10,)", (10,)),
             case("float64 x (2, 3, 7)", (2, 3, 7), dtype=torch.float64),
             case("x (2, 4, 5) with eps=0.5", (2, 4, 5), eps=0.5),
-            case(
-                "nearly constant rows, x (3, 6) * 1e-3 (variance close to eps)", (3, 6), scale=1e-3
-            ),
-            case(
-                "float64 x (5, 5) * 1e-3 with eps=1e-4",
-                (5, 5),
-                dtype=torch.float64,
-                scale=1e-3,
-                eps=1e-4,
-            ),
-        ]
+            case("nearly constant rows, x (3, 6) * 1e-3 (variance close to eps)",
+                 (3, 6), scale=1e-3),
+            case("float64 x (5, 5) * 1e-3 with eps=1e-4",
+                 (5, 5), dtype=torch.float64, scale=1e-3, eps=1e-4),
+        ]  # fmt: skip

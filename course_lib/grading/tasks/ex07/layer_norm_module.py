@@ -89,37 +89,16 @@ class LayerNormModuleTask(ModuleTask):
             case("d_model=6, x (2, 5, 6), with loaded weight and bias", 6, (2, 5)),
             case("float64, d_model=4, x (3, 4)", 4, (3,), dtype=torch.float64),
             case("a single vector x (7,)", 7, ()),
-            case(
-                "eps=0.1, x (2, 3, 5) with small values (variance close to eps)",
-                5,
-                (2, 3),
-                eps=0.1,
-                scale=0.3,
-            ),
+            case("eps=0.1, x (2, 3, 5) with small values (variance close to eps)",
+                 5, (2, 3), eps=0.1, scale=0.3),
             case("bias=False (no bias parameter), d_model=8, x (2, 3, 8)", 8, (2, 3), bias=False),
-            case(
-                "bias=False, eps=1e-3, float64, x (4, 6) with small values",
-                6,
-                (4,),
-                eps=1e-3,
-                bias=False,
-                dtype=torch.float64,
-                scale=0.05,
-            ),
-            case(
-                "a fresh LayerNorm(5), no weights loaded: weight starts at ones, bias at zeros",
-                5,
-                (3, 2),
-                fresh=True,
-            ),
-            case(
-                "a fresh LayerNorm(4, bias=False), no weights loaded",
-                4,
-                (2, 3),
-                bias=False,
-                fresh=True,
-            ),
-        ]
+            case("bias=False, eps=1e-3, float64, x (4, 6) with small values",
+                 6, (4,), eps=1e-3, bias=False, dtype=torch.float64, scale=0.05),
+            case("a fresh LayerNorm(5), no weights loaded: weight starts at ones, bias at zeros",
+                 5, (3, 2), fresh=True),
+            case("a fresh LayerNorm(4, bias=False), no weights loaded",
+                 4, (2, 3), bias=False, fresh=True),
+        ]  # fmt: skip
 
     def init_args(self, case):
         return (case.data["d_model"],), dict(case.data["kwargs"])

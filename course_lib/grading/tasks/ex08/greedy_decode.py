@@ -129,20 +129,15 @@ class GreedyDecode(Task):
 
         # sizes: (batch, vocab, max_new_tokens); ids: (bos_id, eos_id)
         return [
-            case(
-                "batch 4, vocab 12, max_new_tokens 8: rows end at different steps", (4, 12, 8), 1.0
-            ),
+            case("batch 4, vocab 12, max_new_tokens 8: rows end at different steps",
+                 (4, 12, 8), 1.0),
             case("batch 6, vocab 13, max_new_tokens 10, bos 0 and eos 5", (6, 13, 10), 1.5, (0, 5)),
             case("batch 3, vocab 8, max_new_tokens 6: <eos> is never chosen", (3, 8, 6), -100.0),
             case("batch 5, vocab 15, max_new_tokens 12: every row ends early", (5, 15, 12), 4.0),
-            case(
-                "float64 logits, batch 2, vocab 8, max_new_tokens 5",
-                (2, 8, 5),
-                1.0,
-                dtype=torch.float64,
-            ),
+            case("float64 logits, batch 2, vocab 8, max_new_tokens 5",
+                 (2, 8, 5), 1.0, dtype=torch.float64),
             case("batch 1, vocab 6, max_new_tokens 1", (1, 6, 1)),
-        ]
+        ]  # fmt: skip
 
     def call(self, obj, case):
         d = case.data

@@ -122,37 +122,18 @@ class LabelSmoothingLoss(Task):
 
         return [
             case("logits (4, 7, 10), padded targets (pad id 0), smoothing 0.1", (4, 7), 10, 0.1, 0),
-            case(
-                "logits (12, 5) (flattened positions), no padding, ignore_index -100",
-                (12,),
-                5,
-                0.1,
-                -100,
-                pads=0,
-            ),
-            case(
-                "smoothing 0 (plain cross-entropy), logits (3, 6, 8), pad id 2", (3, 6), 8, 0.0, 2
-            ),
-            case(
-                "float64 logits (2, 9, 12), half of the targets padded, smoothing 0.25",
-                (2, 9),
-                12,
-                0.25,
-                0,
-                pads=0.5,
-                dtype=torch.float64,
-            ),
+            case("logits (12, 5) (flattened positions), no padding, ignore_index -100",
+                 (12,), 5, 0.1, -100, pads=0),
+            case("smoothing 0 (plain cross-entropy), logits (3, 6, 8), pad id 2",
+                 (3, 6), 8, 0.0, 2),
+            case("float64 logits (2, 9, 12), half of the targets padded, smoothing 0.25",
+                 (2, 9), 12, 0.25, 0, pads=0.5, dtype=torch.float64),
             case("logits (5, 4, 7), pad id 6 (not 0), smoothing 0.1", (5, 4), 7, 0.1, 6),
-            case(
-                "logits (3, 5, 9), padded targets with ignore_index -100 (F.cross_entropy's "
-                "default, not a valid id: replace the ignored targets by a valid id before "
-                "gathering, then leave them out)",
-                (3, 5),
-                9,
-                0.1,
-                -100,
-            ),
-        ]
+            case("logits (3, 5, 9), padded targets with ignore_index -100 (F.cross_entropy's "
+                 "default, not a valid id: replace the ignored targets by a valid id before "
+                 "gathering, then leave them out)",
+                 (3, 5), 9, 0.1, -100),
+        ]  # fmt: skip
 
     def call(self, obj, case):
         logits, target, _, ignore_index = case.args

@@ -56,13 +56,10 @@ class ShiftRight(Task):
 
         return [
             Case("targets (2, 5), bos_id 1", (ids(2, 5), 1)),
-            Case(
-                "targets (4, 11) ending in <eos>=2 and padding 0, bos_id 1",
-                (torch.cat([ids(4, 8), torch.tensor([[2, 0, 0]] * 4)], dim=1), 1),
-            ),
+            Case("targets (4, 11) ending in <eos>=2 and padding 0, bos_id 1",
+                 (torch.cat([ids(4, 8), torch.tensor([[2, 0, 0]] * 4)], dim=1), 1)),
             Case("targets (3, 1), a single token", (ids(3, 1), 1)),
             Case("targets (1, 6), bos_id 7", (ids(1, 6), 7)),
-            Case(
-                "int32 targets (2, 4), bos_id 0 (keep the dtype)", (ids(2, 4, dtype=torch.int32), 0)
-            ),
-        ]
+            Case("int32 targets (2, 4), bos_id 0 (keep the dtype)",
+                 (ids(2, 4, dtype=torch.int32), 0)),
+        ]  # fmt: skip

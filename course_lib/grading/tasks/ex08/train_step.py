@@ -186,47 +186,25 @@ class TrainStep(Task):
             return Case(description, data=data)
 
         return [
-            case(
-                "one step, batch 3, targets of lengths [4, 2, 5] padded with pad_id=0, "
-                "smoothing 0.1, clip 0.5",
-                [([5, 3, 4], [4, 2, 5])],
-            ),
-            case(
-                "two steps in a row on two batches (batch 2 then batch 4): the second step "
-                "must not reuse the first step's gradients",
-                [([3, 4], [3, 1]), ([2, 5, 5, 1], [4, 4, 2, 3])],
-            ),
-            case(
-                "one step on a model that arrives with gradients left over from an earlier "
-                "backward pass",
-                [([4, 2], [3, 5])],
-                stale=True,
-            ),
-            case(
-                "scheduler=None (no schedule to step), batch 2", [([4, 4], [2, 3])], schedule=False
-            ),
-            case(
-                "smoothing 0.0 and clip 1e6 (clipping never acts), batch 3",
-                [([3, 3, 2], [4, 1, 3])],
-                smoothing=0.0,
-                clip=1e6,
-            ),
-            case(
-                "batch 1 without padding, bos_id=3, eos_id=4, pad_id=5, smoothing 0.2, clip 0.2",
-                [([4], [3])],
-                bos_id=3,
-                eos_id=4,
-                pad_id=5,
-                smoothing=0.2,
-                clip=0.2,
-            ),
-            case(
-                "float32 model, three steps, batch 2, clip 1.0",
-                [([3, 2], [2, 3]), ([4, 1], [1, 4]), ([2, 2], [3, 3])],
-                clip=1.0,
-                dtype=torch.float32,
-            ),
-        ]
+            case("one step, batch 3, targets of lengths [4, 2, 5] padded with pad_id=0, "
+                 "smoothing 0.1, clip 0.5",
+                 [([5, 3, 4], [4, 2, 5])]),
+            case("two steps in a row on two batches (batch 2 then batch 4): the second step "
+                 "must not reuse the first step's gradients",
+                 [([3, 4], [3, 1]), ([2, 5, 5, 1], [4, 4, 2, 3])]),
+            case("one step on a model that arrives with gradients left over from an earlier "
+                 "backward pass",
+                 [([4, 2], [3, 5])], stale=True),
+            case("scheduler=None (no schedule to step), batch 2",
+                 [([4, 4], [2, 3])], schedule=False),
+            case("smoothing 0.0 and clip 1e6 (clipping never acts), batch 3",
+                 [([3, 3, 2], [4, 1, 3])], smoothing=0.0, clip=1e6),
+            case("batch 1 without padding, bos_id=3, eos_id=4, pad_id=5, smoothing 0.2, clip 0.2",
+                 [([4], [3])], bos_id=3, eos_id=4, pad_id=5, smoothing=0.2, clip=0.2),
+            case("float32 model, three steps, batch 2, clip 1.0",
+                 [([3, 2], [2, 3]), ([4, 1], [1, 4]), ([2, 2], [3, 3])], clip=1.0,
+                 dtype=torch.float32),
+        ]  # fmt: skip
 
     def call(self, obj, case):
         from ....translator import Seq2SeqTransformer
