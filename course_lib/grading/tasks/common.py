@@ -206,3 +206,60 @@ class HintOnError(Task):
             if wrong is not obj and failure_of(wrong, *case.args, **case.kwargs) == failure:
                 return hint
         return None
+
+
+# --- g-mid ---
+
+
+def wrong_attention(q, k, v, mask=None, *, scale=None, fill=float("-inf"), dim=-1, **slips):
+    """softmax(q k^T / sqrt(d_k), masked where `mask` is False) v, as (output, weights), with
+    the pieces a wrong answer changes as arguments: `scale` the size under the root (1: none),
+    `fill` for the masked scores, `dim` the softmax's axis; the `slips` that are True: `inverted`
+    (~mask), `zero_after` (masked weights zeroed after the softmax), `nan_to_zero` (NaN weights of
+    a fully masked row made 0)."""
+    if mask is not None and slips.get("inverted"):
+        mask = ~mask
+    scores = q @ k.transpose(-2, -1) / (q.shape[-1] if scale is None else scale) ** 0.5
+    if mask is not None and not slips.get("zero_after"):
+        scores = scores.masked_fill(~mask, fill)
+    weights = scores.softmax(dim)
+    if mask is not None and slips.get("zero_after"):
+        weights = weights.masked_fill(~mask, 0.0)
+    weights = weights.nan_to_num(0.0) if slips.get("nan_to_zero") else weights
+    return weights @ v, weights
+
+
+def residual_sublayers(x, steps, norm_first, mistake=""):
+    """Run `steps`, (norm, sublayer) pairs, each in a residual connection, post-norm
+    (x = norm(x + sublayer(x))) or pre-norm (x = x + sublayer(norm(x))), with one named
+    mistake where it bites: the wrong sub-layers of ex06 and the wrong layers of ex07."""
+    pre = {"always_post": False, "pre_post_swapped": not norm_first}.get(mistake, norm_first)
+    layer_input, last = x, len(steps) - 1
+    for i, (norm, sublayer) in enumerate(steps):
+        stale = (mistake, i) in {("ff_on_input", last), ("cross_reads_input", 1)}
+        reads = layer_input if stale else x  # the sub-layer's input
+        no_residual = mistake == "no_residual" or (mistake, i) in {
+            ("no_attn_residual", 0),
+            ("no_ff_residual", last),
+        }
+        if mistake == "residual_outside":  # one residual around the whole layer
+            residual = layer_input if i == last else 0
+        else:
+            residual = 0 if no_residual else x
+        if pre:
+            h = norm(reads)
+            normed_residual = mistake in ("residual_normed", "residual_of_normed")
+            x = (h if normed_residual else residual) + sublayer(h)
+            x = norm(x) if mistake == "pre_norm_output_normalised" else x
+        elif mistake in ("residual_normed", "normed_sublayer"):
+            x = residual + norm(sublayer(reads))
+        elif mistake == "no_final_norm" and i == last:
+            x = residual + sublayer(reads)
+        else:
+            x = norm(residual + sublayer(reads))
+    return x
+
+
+def randn_each(gen: torch.Generator, *shapes: tuple, dtype: torch.dtype = torch.float32) -> tuple:
+    """One standard normal tensor per shape, drawn from `gen` in order (e.g. q, k, v)."""
+    return tuple(torch.randn(*shape, generator=gen, dtype=dtype) for shape in shapes)

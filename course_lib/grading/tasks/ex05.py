@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ..core import Case, GradingError, Task, register
-from .common import D_V_SCALE_HINT, lengths_mask, randn
-from .mistake_table import mistakes_of
+from .common import D_V_SCALE_HINT, lengths_mask, randn_each, wrong_attention
 
 LESSON = "lesson 05"
 
 
-def padded_ids(
-    gen: torch.Generator,
-    lengths: list[int],
-    seq: int,
-    pad_id: int,
-    dtype: torch.dtype = torch.int64,
-) -> torch.Tensor:
+def padded_ids(gen, lengths: list[int], seq: int, pad_id: int, dtype=torch.int64) -> torch.Tensor:
     """(batch, seq) ids: random real ids (never pad_id) followed by padding."""
     ids = torch.randint(0, 20, (len(lengths), seq), generator=gen, dtype=dtype)
     ids[ids == pad_id] = pad_id + 1
@@ -36,23 +27,15 @@ def _around_pad(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
 
 
 CAUSAL_MISTAKES = {
-    "triu": (
-        "that is the upper triangle: position i would see the future. True must be on and below"
-        " the diagonal (key j <= query i), which is tril"
-    ),
-    "no_diagonal": (
-        "the diagonal is missing: a position may attend to itself (tril, not tril(-1)); without"
-        " it the first row has no key at all"
-    ),
-    "inverted": (
-        "your mask is inverted: in this course True means 'may attend' (the convention of "
-        "F.scaled_dot_product_attention), not 'blocked' as in nn.MultiheadAttention"
-    ),
-    "float": (
-        "the mask must be a bool tensor (True/False), not 1.0/0.0 floats: a float mask is ADDED"
-        " to the scores, so 1.0 and 0.0 would block nothing. Use dtype=torch.bool"
-    ),
-    "int": ("the mask must be a bool tensor (True/False), not integers; use dtype=torch.bool"),
+    "triu": "that is the upper triangle: position i would see the future. True must be on and below"
+    " the diagonal (key j <= query i), which is tril",
+    "no_diagonal": "the diagonal is missing: a position may attend to itself (tril, not "
+    "tril(-1)); without it the first row has no key at all",
+    "inverted": "your mask is inverted: in this course True means 'may attend' (the convention of "
+    "F.scaled_dot_product_attention), not 'blocked' as in nn.MultiheadAttention",
+    "float": "the mask must be a bool tensor (True/False), not 1.0/0.0 floats: a float mask is "
+    "ADDED to the scores, so 1.0 and 0.0 would block nothing. Use dtype=torch.bool",
+    "int": "the mask must be a bool tensor (True/False), not integers; use dtype=torch.bool",
 }
 
 
@@ -71,37 +54,26 @@ class CausalMask(Task):
     id = "ex05.causal_mask"
     lesson = f"{LESSON}, section 'The causal mask'"
     reference = "course_lib.masking.causal_mask"
+    mistake_table = CAUSAL_MISTAKES
+    wrong = staticmethod(wrong_causal_mask)
 
     def cases(self, gen):
         return [Case(f"n={n}", (n,)) for n in (5, 2, 8, 1)]
 
-    def mistakes(self):
-        return _CAUSAL_MISTAKES
-
 
 PADDING_MISTAKES = {
-    "inverted": (
-        "your mask is inverted: True must mark the real tokens (may be attended to) and False "
-        "the padding; use ids != pad_id"
-    ),
-    "from_lengths": (
-        "a mask built from each row's number of real tokens assumes the padding comes last; "
-        "compare every id with pad_id instead (ids != pad_id), wherever it sits"
-    ),
-    "no_middle": (
-        "the middle dimension is missing: return shape (batch, 1, seq), so that the mask "
-        "broadcasts over the query axis of the (batch, n_q, n_k) scores (unsqueeze(1))"
-    ),
-    "wrong_axis": (
-        "the 1 is in the wrong place: (batch, seq, 1) would mask query ROWS; the padding tokens"
-        " are keys, so the shape is (batch, 1, seq)"
-    ),
-    "long": ("the mask must be a bool tensor (True/False), not integers"),
-    "zero": ("you compared with 0; compare with the pad_id argument"),
-    "greater": (
-        "a real id can be smaller than pad_id: mark the padding with ids != pad_id, not ids > "
-        "pad_id"
-    ),
+    "inverted": "your mask is inverted: True must mark the real tokens (may be attended to) and "
+    "False the padding; use ids != pad_id",
+    "from_lengths": "a mask built from each row's number of real tokens assumes the padding comes "
+    "last; compare every id with pad_id instead (ids != pad_id), wherever it sits",
+    "no_middle": "the middle dimension is missing: return shape (batch, 1, seq), so that the mask "
+    "broadcasts over the query axis of the (batch, n_q, n_k) scores (unsqueeze(1))",
+    "wrong_axis": "the 1 is in the wrong place: (batch, seq, 1) would mask query ROWS; the "
+    "padding tokens are keys, so the shape is (batch, 1, seq)",
+    "long": "the mask must be a bool tensor (True/False), not integers",
+    "zero": "you compared with 0; compare with the pad_id argument",
+    "greater": "a real id can be smaller than pad_id: mark the padding with ids != pad_id, not "
+    "ids > pad_id",
 }
 
 
@@ -125,47 +97,39 @@ class PaddingMask(Task):
     id = "ex05.padding_mask"
     lesson = f"{LESSON}, section 'Padding masks'"
     reference = "course_lib.masking.padding_mask"
+    mistake_table = PADDING_MISTAKES
+    wrong = staticmethod(wrong_padding_mask)
 
     def cases(self, gen):
         return [
             Case("ids (3, 6), lengths [6, 4, 2], pad_id=0", (padded_ids(gen, [6, 4, 2], 6, 0), 0)),
-            Case(
-                "ids (2, 5), lengths [3, 5], pad_id=5 (padding need not be 0; real ids on both "
-                "sides of it)",
-                (_around_pad(padded_ids(gen, [3, 5], 5, 5), 5), 5),
-            ),
+            Case("ids (2, 5), lengths [3, 5], pad_id=5 (padding need not be 0; real ids on both "
+                 "sides of it)",
+                 (_around_pad(padded_ids(gen, [3, 5], 5, 5), 5), 5)),
             Case("ids (1, 4) without padding, pad_id=0", (padded_ids(gen, [4], 4, 0), 0)),
-            Case(
-                "int32 ids (4, 7), lengths [7, 1, 3, 0] (the last sequence is all padding)",
-                (padded_ids(gen, [7, 1, 3, 0], 7, 0, dtype=torch.int32), 0),
-            ),
-            Case(
-                "ids (2, 6) padded on the LEFT, lengths [4, 6], pad_id=0 (some tokenizers pad "
-                "in front)",
-                (padded_ids(gen, [4, 6], 6, 0).flip(-1), 0),
-            ),
-        ]
-
-    def mistakes(self):
-        return _PADDING_MISTAKES
+            Case("int32 ids (4, 7), lengths [7, 1, 3, 0] (the last sequence is all padding)",
+                 (padded_ids(gen, [7, 1, 3, 0], 7, 0, dtype=torch.int32), 0)),
+            Case("ids (2, 6) padded on the LEFT, lengths [4, 6], pad_id=0 (some tokenizers pad "
+                 "in front)",
+                 (padded_ids(gen, [4, 6], 6, 0).flip(-1), 0)),
+        ]  # fmt: skip
 
 
 def wrong_masked_attention(q, k, v, mask, *, mistake=""):
     """The textbook version, softmax(q k^T / sqrt(d_k) with -inf where masked) v, or one with a
     named mistake; "" leaves a fully masked row NaN (the mistake "nan_rows"), the other
     mistakes give such a row zero weights, as the task asks."""
-    if mistake == "inverted":
-        mask = ~mask
-    d = {"unscaled": 1, "scaled_by_d_v": v.shape[-1]}.get(mistake, q.shape[-1])
-    scores = q @ k.transpose(-2, -1) / math.sqrt(d)
-    if mistake == "zero_after":
-        weights = torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)
-    else:
-        fill = {"fill_zero": 0.0, "large_negative": -1e9}.get(mistake, float("-inf"))
-        weights = torch.softmax(scores.masked_fill(~mask, fill), dim=-1)
-        if mistake in ("inverted", "unscaled", "scaled_by_d_v"):
-            weights = weights.nan_to_num(0.0)
-    return weights @ v, weights
+    return wrong_attention(
+        q,
+        k,
+        v,
+        mask,
+        scale={"unscaled": 1, "scaled_by_d_v": v.shape[-1]}.get(mistake),
+        fill={"fill_zero": 0.0, "large_negative": -1e9}.get(mistake, float("-inf")),
+        inverted=mistake == "inverted",
+        zero_after=mistake == "zero_after",
+        nan_to_zero=mistake in ("inverted", "unscaled", "scaled_by_d_v"),
+    )
 
 
 def _right_output(out, q, k, v, mask) -> bool:
@@ -175,27 +139,17 @@ def _right_output(out, q, k, v, mask) -> bool:
 
 
 ATTENTION_MISTAKES = {
-    "zero_after": (
-        "you zeroed the masked weights AFTER the softmax without renormalising, so the rows no "
-        "longer sum to 1. Fill the masked SCORES with -inf before the softmax"
-    ),
-    "fill_zero": (
-        "you filled the masked scores with 0, but exp(0) = 1: masked keys still get weight. "
-        "Fill them with -inf, whose exp is exactly 0"
-    ),
-    "nan_rows": (
-        "a fully masked row is softmax of all -inf = 0/0 = NaN. Give such rows zero weights and"
-        " a zero output (e.g. softmax of a finite row, then zero the masked weights)"
-    ),
-    "large_negative": (
-        "a large negative fill (-1e9) works for partly masked rows, but a fully masked row "
-        "becomes uniform (1/n_k each); such a row must get zero weights and zero output"
-    ),
-    "inverted": (
-        "your mask is inverted: True means 'may attend' here (as in "
-        "F.scaled_dot_product_attention), not 'blocked' (as in nn.MultiheadAttention)"
-    ),
-    "unscaled": ("the scores are not divided by sqrt(d_k)"),
+    "zero_after": "you zeroed the masked weights AFTER the softmax without renormalising, so the "
+    "rows no longer sum to 1. Fill the masked SCORES with -inf before the softmax",
+    "fill_zero": "you filled the masked scores with 0, but exp(0) = 1: masked keys still get "
+    "weight. Fill them with -inf, whose exp is exactly 0",
+    "nan_rows": "a fully masked row is softmax of all -inf = 0/0 = NaN. Give such rows zero "
+    "weights and a zero output (e.g. softmax of a finite row, then zero the masked weights)",
+    "large_negative": "a large negative fill (-1e9) works for partly masked rows, but a fully "
+    "masked row becomes uniform (1/n_k each); such a row must get zero weights and zero output",
+    "inverted": "your mask is inverted: True means 'may attend' here (as in "
+    "F.scaled_dot_product_attention), not 'blocked' (as in nn.MultiheadAttention)",
+    "unscaled": "the scores are not divided by sqrt(d_k)",
     "scaled_by_d_v": (D_V_SCALE_HINT),
 }
 
@@ -205,6 +159,8 @@ class MaskedAttention(Task):
     id = "ex05.masked_attention"
     lesson = f"{LESSON}, sections '-inf before the softmax' and 'A fully masked row'"
     reference = "course_lib.attention.scaled_dot_product_attention"
+    mistake_table = ATTENTION_MISTAKES
+    wrong = staticmethod(wrong_masked_attention)
     forbidden = (
         "torch.nn.functional.scaled_dot_product_attention",
         "torch.nn.functional.multi_head_attention_forward",
@@ -217,63 +173,25 @@ class MaskedAttention(Task):
         some_rows_blocked = torch.ones(3, 5, dtype=torch.bool).tril(1)
         some_rows_blocked[1] = False  # query 1 may attend to nothing
         return [
-            Case(
-                "q, k, v (2, 4, 8), a causal mask (4, 4)",
-                (randn(gen, 2, 4, 8), randn(gen, 2, 4, 8), randn(gen, 2, 4, 8), causal4),
-            ),
-            Case(
-                "n_q=3 != n_k=6: q (3, 3, 8), k (3, 6, 8), v (3, 6, 5), "
-                "a padding mask (3, 1, 6) with lengths [6, 4, 2]",
-                (
-                    randn(gen, 3, 3, 8),
-                    randn(gen, 3, 6, 8),
-                    randn(gen, 3, 6, 5),
-                    lengths_mask([6, 4, 2], 6),
-                ),
-            ),
-            Case(
-                "heads: q, k, v (2, 3, 5, 4) (batch, heads, seq, d_head), mask (2, 1, 1, 5)",
-                (
-                    randn(gen, 2, 3, 5, 4),
-                    randn(gen, 2, 3, 5, 4),
-                    randn(gen, 2, 3, 5, 4),
-                    lengths_mask([5, 3], 5).unsqueeze(1),
-                ),
-            ),
-            Case(
-                "float64 q (2, 4, 6), k, v (2, 4, 6), causal mask (4, 4)",
-                (
-                    randn(gen, 2, 4, 6, dtype=f64),
-                    randn(gen, 2, 4, 6, dtype=f64),
-                    randn(gen, 2, 4, 6, dtype=f64),
-                    causal4,
-                ),
-            ),
-            Case(
-                "a fully masked row: q (2, 3, 4), k, v (2, 5, 4), mask (3, 5) whose row 1 is "
-                "all False",
-                (randn(gen, 2, 3, 4), randn(gen, 2, 5, 4), randn(gen, 2, 5, 4), some_rows_blocked),
-            ),
-            Case(
-                "a sequence that is all padding: q, k, v (3, 4, 4), mask (3, 1, 4) with "
-                "lengths [4, 0, 2] (every row of the second sequence is fully masked)",
-                (
-                    randn(gen, 3, 4, 4),
-                    randn(gen, 3, 4, 4),
-                    randn(gen, 3, 4, 4),
-                    lengths_mask([4, 0, 2], 4),
-                ),
-            ),
-            Case(
-                "float64, padding & causal combined (2, 5, 5), lengths [5, 3]",
-                (
-                    randn(gen, 2, 5, 8, dtype=f64),
-                    randn(gen, 2, 5, 8, dtype=f64),
-                    randn(gen, 2, 5, 3, dtype=f64),
-                    lengths_mask([5, 3], 5) & torch.ones(5, 5, dtype=torch.bool).tril(),
-                ),
-            ),
-        ]
+            Case("q, k, v (2, 4, 8), a causal mask (4, 4)",
+                 (*randn_each(gen, (2, 4, 8), (2, 4, 8), (2, 4, 8)), causal4)),
+            Case("n_q=3 != n_k=6: q (3, 3, 8), k (3, 6, 8), v (3, 6, 5), "
+                 "a padding mask (3, 1, 6) with lengths [6, 4, 2]",
+                 (*randn_each(gen, (3, 3, 8), (3, 6, 8), (3, 6, 5)), lengths_mask([6, 4, 2], 6))),
+            Case("heads: q, k, v (2, 3, 5, 4) (batch, heads, seq, d_head), mask (2, 1, 1, 5)",
+                 (*randn_each(gen, *[(2, 3, 5, 4)] * 3), lengths_mask([5, 3], 5).unsqueeze(1))),
+            Case("float64 q (2, 4, 6), k, v (2, 4, 6), causal mask (4, 4)",
+                 (*randn_each(gen, *[(2, 4, 6)] * 3, dtype=f64), causal4)),
+            Case("a fully masked row: q (2, 3, 4), k, v (2, 5, 4), mask (3, 5) whose row 1 is "
+                 "all False",
+                 (*randn_each(gen, (2, 3, 4), (2, 5, 4), (2, 5, 4)), some_rows_blocked)),
+            Case("a sequence that is all padding: q, k, v (3, 4, 4), mask (3, 1, 4) with "
+                 "lengths [4, 0, 2] (every row of the second sequence is fully masked)",
+                 (*randn_each(gen, *[(3, 4, 4)] * 3), lengths_mask([4, 0, 2], 4))),
+            Case("float64, padding & causal combined (2, 5, 5), lengths [5, 3]",
+                 (*randn_each(gen, (2, 5, 8), (2, 5, 8), (2, 5, 3), dtype=f64),
+                  lengths_mask([5, 3], 5) & torch.ones(5, 5, dtype=torch.bool).tril())),
+        ]  # fmt: skip
 
     def call(self, obj, case):
         q, k, v, mask = case.args  # the learner's own copies: gradients may flow into them
@@ -294,9 +212,6 @@ class MaskedAttention(Task):
                     "NaN of an all -inf softmax must be replaced before anything else uses it"
                 )
         return result
-
-    def mistakes(self):
-        return _ATTENTION_MISTAKES
 
     def diagnose(self, got, want, case):
         if not (isinstance(got, (tuple, list)) and len(got) == 2):
@@ -333,66 +248,43 @@ def _prefix_variant(ids, prefix_lengths, pad_id, *, mistake=""):
     i = torch.arange(seq)[:, None]  # queries
     j = torch.arange(seq)[None, :]  # keys
     p = prefix_lengths[:, None, None]
-    if mistake == "off_by_one":
-        in_prefix = j <= p
-    elif mistake == "one_short":
-        in_prefix = j < p - 1
-    elif mistake == "first_row":  # every row gets the first row's prefix
-        in_prefix = j < prefix_lengths[0]
-    elif mistake == "queries":  # a query in the prefix sees every key, also the future
-        in_prefix = i < p
-    elif mistake == "no_prefix":
-        in_prefix = torch.zeros(1, 1, 1, dtype=torch.bool)
-    else:
-        in_prefix = j < p
+    in_prefix = {
+        "off_by_one": j <= p,
+        "one_short": j < p - 1,
+        "first_row": j < prefix_lengths[0],  # every row gets the first row's prefix
+        "queries": i < p,  # a query in the prefix sees every key, also the future
+        "no_prefix": torch.zeros(1, 1, 1, dtype=torch.bool),
+    }.get(mistake, j < p)
     causal = (j < i) if mistake == "no_diagonal" else (j <= i)
     allowed = (in_prefix & causal) if mistake == "and" else (in_prefix | causal)
     if mistake == "no_padding":
         return allowed
-    real = (ids != pad_id)[:, None, :]
-    if mistake == "padding_on_queries":
-        real = (ids != pad_id)[:, :, None]
+    real = (
+        (ids != pad_id)[:, :, None] if mistake == "padding_on_queries" else (ids != pad_id)[:, None]
+    )
     return allowed & real
 
 
 PREFIX_MISTAKES = {
-    "off_by_one": (
-        "the prefix is one key too long: with prefix length P the prefix is keys 0 .. P-1, so "
-        "key j is in it when j < P, not j <= P"
-    ),
-    "one_short": (
-        "the prefix is one key too short: with prefix length P the prefix is keys 0 .. P-1, so "
-        "key j is in it when j < P, not j < P - 1"
-    ),
-    "no_diagonal": (
-        "after the prefix a query may still attend to itself: the causal part allows j <= i, "
-        "not j < i"
-    ),
-    "and": (
-        "a key is allowed when it is in the prefix OR not in the future (j < P or j <= i): you "
-        "combined the two with AND"
-    ),
-    "first_row": (
-        "every row has its own prefix length: compare the keys with prefix_lengths[:, None, "
-        "None], not with one row's length"
-    ),
-    "no_padding": (
-        "padding is ignored: no query may attend a key that is padding; AND your mask with (ids"
-        " != pad_id) over the key axis, shape (batch, 1, seq)"
-    ),
-    "queries": (
-        "you tested the query's position against the prefix, so a query inside the prefix sees "
-        "every later key (the text it must predict); what is bidirectional is the prefix's "
-        "keys: query i may attend key j when j < P or j <= i"
-    ),
-    "padding_on_queries": (
-        "the padding mask belongs on the key axis (the last one): (ids != pad_id) of shape "
-        "(batch, 1, seq), not (batch, seq, 1)"
-    ),
-    "no_prefix": (
-        "that is the causal mask with padding; inside its prefix a row is bidirectional: every "
-        "query may attend every key j < prefix_lengths[b]"
-    ),
+    "off_by_one": "the prefix is one key too long: with prefix length P the prefix is keys 0 .. "
+    "P-1, so key j is in it when j < P, not j <= P",
+    "one_short": "the prefix is one key too short: with prefix length P the prefix is keys 0 .. "
+    "P-1, so key j is in it when j < P, not j < P - 1",
+    "no_diagonal": "after the prefix a query may still attend to itself: the causal part allows j "
+    "<= i, not j < i",
+    "and": "a key is allowed when it is in the prefix OR not in the future (j < P or j <= i): you "
+    "combined the two with AND",
+    "first_row": "every row has its own prefix length: compare the keys with prefix_lengths[:, "
+    "None, None], not with one row's length",
+    "no_padding": "padding is ignored: no query may attend a key that is padding; AND your mask "
+    "with (ids != pad_id) over the key axis, shape (batch, 1, seq)",
+    "queries": "you tested the query's position against the prefix, so a query inside the prefix "
+    "sees every later key (the text it must predict); what is bidirectional is the prefix's keys: "
+    "query i may attend key j when j < P or j <= i",
+    "padding_on_queries": "the padding mask belongs on the key axis (the last one): (ids != "
+    "pad_id) of shape (batch, 1, seq), not (batch, seq, 1)",
+    "no_prefix": "that is the causal mask with padding; inside its prefix a row is bidirectional: "
+    "every query may attend every key j < prefix_lengths[b]",
 }
 
 
@@ -401,6 +293,8 @@ class PrefixLMMask(Task):
     id = "ex05.prefix_lm_mask"
     lesson = f"{LESSON}, section 'Combining padding and causal masks'"
     reference = "course_lib.masking.prefix_lm_mask"
+    mistake_table = PREFIX_MISTAKES
+    wrong = staticmethod(_prefix_variant)
     depends_on = ("causal_mask", "padding_mask")
     forbidden = (
         "course_lib.masking.causal_mask",
@@ -411,45 +305,20 @@ class PrefixLMMask(Task):
     def cases(self, gen):
         p = torch.tensor
         return [
-            Case(
-                "ids (2, 6), lengths [6, 6] (no padding), prefix_lengths [3, 2], pad_id=0",
-                (padded_ids(gen, [6, 6], 6, 0), p([3, 2]), 0),
-            ),
-            Case(
-                "ids (3, 7), lengths [7, 5, 3], prefix_lengths [2, 4, 1], pad_id=0",
-                (padded_ids(gen, [7, 5, 3], 7, 0), p([2, 4, 1]), 0),
-            ),
-            Case(
-                "ids (4, 5), lengths [5, 4, 5, 2], prefix_lengths [0, 5, 1, 2] (0 = causal, "
-                "5 = all bidirectional), pad_id=2",
-                (padded_ids(gen, [5, 4, 5, 2], 5, 2), p([0, 5, 1, 2]), 2),
-            ),
-            Case(
-                "int32 ids (1, 8), length 6, prefix_lengths [7] (the prefix covers padding), "
-                "pad_id=1",
-                (padded_ids(gen, [6], 8, 1, dtype=torch.int32), p([7]), 1),
-            ),
-            Case(
-                "ids (2, 1) (one token), lengths [1, 1], prefix_lengths [1, 0], pad_id=0",
-                (padded_ids(gen, [1, 1], 1, 0), p([1, 0]), 0),
-            ),
-            Case(
-                "ids (2, 4), prefix_lengths [2, 5]: 5 > seq=4, so a ValueError",
-                (padded_ids(gen, [4, 4], 4, 0), p([2, 5]), 0),
-                raises=ValueError,
-            ),
-            Case(
-                "ids (2, 4), prefix_lengths [-1, 2]: negative, so a ValueError",
-                (padded_ids(gen, [4, 4], 4, 0), p([-1, 2]), 0),
-                raises=ValueError,
-            ),
-        ]
-
-    def mistakes(self):
-        return _PREFIX_MISTAKES
-
-
-_CAUSAL_MISTAKES = mistakes_of(wrong_causal_mask, CAUSAL_MISTAKES)
-_PADDING_MISTAKES = mistakes_of(wrong_padding_mask, PADDING_MISTAKES)
-_ATTENTION_MISTAKES = mistakes_of(wrong_masked_attention, ATTENTION_MISTAKES)
-_PREFIX_MISTAKES = mistakes_of(_prefix_variant, PREFIX_MISTAKES)
+            Case("ids (2, 6), lengths [6, 6] (no padding), prefix_lengths [3, 2], pad_id=0",
+                 (padded_ids(gen, [6, 6], 6, 0), p([3, 2]), 0)),
+            Case("ids (3, 7), lengths [7, 5, 3], prefix_lengths [2, 4, 1], pad_id=0",
+                 (padded_ids(gen, [7, 5, 3], 7, 0), p([2, 4, 1]), 0)),
+            Case("ids (4, 5), lengths [5, 4, 5, 2], prefix_lengths [0, 5, 1, 2] (0 = causal, "
+                 "5 = all bidirectional), pad_id=2",
+                 (padded_ids(gen, [5, 4, 5, 2], 5, 2), p([0, 5, 1, 2]), 2)),
+            Case("int32 ids (1, 8), length 6, prefix_lengths [7] (the prefix covers padding), "
+                 "pad_id=1",
+                 (padded_ids(gen, [6], 8, 1, dtype=torch.int32), p([7]), 1)),
+            Case("ids (2, 1) (one token), lengths [1, 1], prefix_lengths [1, 0], pad_id=0",
+                 (padded_ids(gen, [1, 1], 1, 0), p([1, 0]), 0)),
+            Case("ids (2, 4), prefix_lengths [2, 5]: 5 > seq=4, so a ValueError",
+                 (padded_ids(gen, [4, 4], 4, 0), p([2, 5]), 0), raises=ValueError),
+            Case("ids (2, 4), prefix_lengths [-1, 2]: negative, so a ValueError",
+                 (padded_ids(gen, [4, 4], 4, 0), p([-1, 2]), 0), raises=ValueError),
+        ]  # fmt: skip

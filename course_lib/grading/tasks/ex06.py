@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
 from ...multihead import MultiHeadAttention
 from ..core import Case, GradingError, Task, register
-from .common import D_V_SCALE_HINT, ModuleTask, randn
+from .common import D_V_SCALE_HINT, ModuleTask, randn, residual_sublayers, wrong_attention
 from .common import lengths_mask as source_padding_mask
-from .mistake_table import mistakes_of
 
 # --------------------------------------------------------------------------------------------
 # ex06.cross_attention
 # --------------------------------------------------------------------------------------------
-
-
-def _weights(gen, d_x, d_memory, d_k, d_v, dtype=torch.float32):
-    scale = d_x**-0.5
-    return (
-        randn(gen, d_x, d_k, dtype=dtype) * scale,
-        randn(gen, d_memory, d_k, dtype=dtype) * scale,
-        randn(gen, d_memory, d_v, dtype=dtype) * scale,
-    )
 
 
 CROSS_MISTAKES = {
@@ -49,21 +37,22 @@ CROSS_MISTAKES = {
 
 def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake=""):
     """Cross-attention by hand, (output, weights), with one named mistake."""
-    q, k, v, mask = x @ w_q, memory @ w_k, memory @ w_v, memory_mask
+    queries, read, mask = x, memory, memory_mask
     if mistake == "queries_from_memory":
-        q, k, v = memory @ w_q, x @ w_k, x @ w_v
+        queries, read = memory, x
         mask = None if mask is None else mask.transpose(-2, -1)
-    if mistake == "mask_ignored":
-        mask = None
-    if mistake == "mask_inverted" and mask is not None:
-        mask = ~mask
-    sizes = {"scaled_by_d_v": v.shape[-1], "scaled_by_d_model": x.shape[-1], "unscaled": 1}
-    scores = q @ k.transpose(-2, -1) / math.sqrt(sizes.get(mistake, q.shape[-1]))
-    if mask is not None:
-        fill = 0.0 if mistake == "masked_with_zero" else float("-inf")
-        scores = scores.masked_fill(~mask, fill)
-    weights = scores.softmax(-2 if mistake == "softmax_over_queries" else -1).nan_to_num(0.0)
-    return weights @ v, weights
+    sizes = {"scaled_by_d_v": w_v.shape[-1], "scaled_by_d_model": x.shape[-1], "unscaled": 1}
+    return wrong_attention(
+        queries @ w_q,
+        read @ w_k,
+        read @ w_v,
+        None if mistake == "mask_ignored" else mask,
+        scale=sizes.get(mistake),
+        fill=0.0 if mistake == "masked_with_zero" else float("-inf"),
+        dim=-2 if mistake == "softmax_over_queries" else -1,
+        inverted=mistake == "mask_inverted",
+        nan_to_zero=True,
+    )
 
 
 def _random_mask(gen: torch.Generator, batch: int, n_q: int, n_kv: int) -> torch.Tensor:
@@ -82,45 +71,33 @@ class CrossAttention(Task):
         "and 'A source padding mask'"
     )
     reference = "course_lib.cross_attention.cross_attention"
+    mistake_table = CROSS_MISTAKES
+    wrong = staticmethod(wrong_cross_attention)
 
     def cases(self, gen):
-        f64 = torch.float64
-        return [
-            Case(
-                "x (2, 3, 8), memory (2, 5, 8): 3 queries read 5 memory positions, no mask",
-                (randn(gen, 2, 3, 8), randn(gen, 2, 5, 8), *_weights(gen, 8, 8, 4, 6)),
-            ),
-            Case(
-                "x (1, 6, 4), memory (1, 2, 4): more queries than memory positions",
-                (randn(gen, 1, 6, 4), randn(gen, 1, 2, 4), *_weights(gen, 4, 4, 4, 4)),
-            ),
-            Case(
-                "x (3, 4, 8), memory (3, 7, 8), source padding mask (3, 1, 7), lengths [7, 4, 2]",
-                (randn(gen, 3, 4, 8), randn(gen, 3, 7, 8), *_weights(gen, 8, 8, 5, 3)),
-                {"memory_mask": source_padding_mask([7, 4, 2], 7)},
-            ),
-            Case(
-                "x (2, 5, 6), memory (2, 3, 6), a full (2, 5, 3) memory_mask",
-                (randn(gen, 2, 5, 6), randn(gen, 2, 3, 6), *_weights(gen, 6, 6, 4, 4)),
-                {"memory_mask": _random_mask(gen, 2, 5, 3)},
-            ),
-            Case(
-                "extra batch dimensions: x (2, 3, 4, 8), memory (2, 3, 6, 8)",
-                (randn(gen, 2, 3, 4, 8), randn(gen, 2, 3, 6, 8), *_weights(gen, 8, 8, 4, 4)),
-            ),
-            Case(
-                "float64 x (2, 3, 8), memory (2, 9, 8), padding mask lengths [9, 5]",
-                (
-                    randn(gen, 2, 3, 8, dtype=f64),
-                    randn(gen, 2, 9, 8, dtype=f64),
-                    *_weights(gen, 8, 8, 4, 4, dtype=f64),
-                ),
-                {"memory_mask": source_padding_mask([9, 5], 9)},
-            ),
-        ]
+        def inputs(x_shape, memory_shape, d_k, d_v, dtype=torch.float32):
+            """x, memory, then w_q, w_k, w_v scaled by d_model ** -0.5 (x and memory share it)."""
+            d = x_shape[-1]
+            x, memory = randn(gen, *x_shape, dtype=dtype), randn(gen, *memory_shape, dtype=dtype)
+            shapes = [(d, d_k), (d, d_k), (d, d_v)]
+            return (x, memory, *(randn(gen, *s, dtype=dtype) * d**-0.5 for s in shapes))
 
-    def mistakes(self):
-        return _CROSS_MISTAKES
+        return [
+            Case("x (2, 3, 8), memory (2, 5, 8): 3 queries read 5 memory positions, no mask",
+                 inputs((2, 3, 8), (2, 5, 8), 4, 6)),
+            Case("x (1, 6, 4), memory (1, 2, 4): more queries than memory positions",
+                 inputs((1, 6, 4), (1, 2, 4), 4, 4)),
+            Case("x (3, 4, 8), memory (3, 7, 8), source padding mask (3, 1, 7), lengths [7, 4, 2]",
+                 inputs((3, 4, 8), (3, 7, 8), 5, 3),
+                 {"memory_mask": source_padding_mask([7, 4, 2], 7)}),
+            Case("x (2, 5, 6), memory (2, 3, 6), a full (2, 5, 3) memory_mask",
+                 inputs((2, 5, 6), (2, 3, 6), 4, 4), {"memory_mask": _random_mask(gen, 2, 5, 3)}),
+            Case("extra batch dimensions: x (2, 3, 4, 8), memory (2, 3, 6, 8)",
+                 inputs((2, 3, 4, 8), (2, 3, 6, 8), 4, 4)),
+            Case("float64 x (2, 3, 8), memory (2, 9, 8), padding mask lengths [9, 5]",
+                 inputs((2, 3, 8), (2, 9, 8), 4, 4, torch.float64),
+                 {"memory_mask": source_padding_mask([9, 5], 9)}),
+        ]  # fmt: skip
 
     def diagnose(self, got, want, case):
         if isinstance(got, (tuple, list)) and got and isinstance(got[0], torch.Tensor):
@@ -148,34 +125,6 @@ def _random_state(gen, d_model, dtype):
     state["norm.weight"] = 1.0 + 0.5 * randn(gen, d_model, dtype=dtype)
     state["norm.bias"] = 0.5 * randn(gen, d_model, dtype=dtype)
     return state
-
-
-def _sublayer_case(
-    gen,
-    description,
-    batch,
-    n_q,
-    n_kv,
-    d_model,
-    num_heads,
-    norm_first,
-    lengths=None,
-    dtype=torch.float32,
-    default_norm_first=False,
-):
-    # x is far from normalised, so LayerNorm before and after the residual give different results.
-    x = 2.0 * randn(gen, batch, n_q, d_model, dtype=dtype) + 1.0
-    memory = 1.5 * randn(gen, batch, n_kv, d_model, dtype=dtype) - 0.5
-    kwargs = {} if lengths is None else {"memory_mask": source_padding_mask(lengths, n_kv)}
-    data = {
-        "d_model": d_model,
-        "num_heads": num_heads,
-        "norm_first": norm_first,
-        "default_norm_first": default_norm_first,
-        "state": _random_state(gen, d_model, dtype),
-    }
-    mode = "pre-norm (norm_first=True)" if norm_first else "post-norm (norm_first=False)"
-    return Case(f"{mode}, {description}", (x, memory), kwargs, data)
 
 
 SUBLAYER_MISTAKES = {
@@ -226,14 +175,8 @@ class WrongSublayer(nn.Module):
                 return self.attn(h, h, h)[0]
             return self.attn(h, memory, memory, memory_mask)[0]
 
-        if self.norm_first != (mistake == "norm_swapped"):  # pre-norm
-            h = self.norm(x)
-            if mistake in ("no_residual", "residual_of_normed"):
-                return attend(h) + (h if mistake == "residual_of_normed" else 0)
-            out = x + attend(h)
-            return self.norm(out) if mistake == "pre_norm_output_normalised" else out
-        out = attend(x) + (0 if mistake == "no_residual" else x)
-        return self.norm(out)
+        slip = "pre_post_swapped" if mistake == "norm_swapped" else mistake
+        return residual_sublayers(x, [(self.norm, attend)], self.norm_first, slip)
 
 
 @register
@@ -241,73 +184,42 @@ class CrossAttentionSublayerTask(ModuleTask):
     id = "ex06.CrossAttentionSublayer"
     lesson = "lesson 06, section 'Where cross-attention sits in the decoder'"
     reference = "course_lib.cross_attention.CrossAttentionSublayer"
+    mistake_table = SUBLAYER_MISTAKES
+    wrong = WrongSublayer
 
     def cases(self, gen):
+        def case(description, sizes, norm_first, lengths=None, dtype=torch.float32, default=False):
+            batch, n_q, n_kv, d_model, num_heads = sizes
+            # x far from normalised, so LayerNorm before and after the residual differ
+            x = 2.0 * randn(gen, batch, n_q, d_model, dtype=dtype) + 1.0
+            memory = 1.5 * randn(gen, batch, n_kv, d_model, dtype=dtype) - 0.5
+            kwargs = {} if lengths is None else {"memory_mask": source_padding_mask(lengths, n_kv)}
+            data = {
+                "sizes": (d_model, num_heads),
+                "norm_first": norm_first,
+                "default_norm_first": default,  # built without norm_first: its default, False
+                "state_dict": _random_state(gen, d_model, dtype),
+            }
+            mode = "pre-norm (norm_first=True)" if norm_first else "post-norm (norm_first=False)"
+            return Case(f"{mode}, {description}", (x, memory), kwargs, data)
+
         f64 = torch.float64
+        # sizes: (batch, n_q, n_kv, d_model, num_heads)
         return [
-            _sublayer_case(
-                gen,
-                "x (2, 3, 8), memory (2, 5, 8), 2 heads, no mask, built without norm_first (its "
-                "default is False)",
-                2,
-                3,
-                5,
-                8,
-                2,
-                False,
-                default_norm_first=True,
-            ),
-            _sublayer_case(
-                gen, "x (2, 3, 8), memory (2, 5, 8), 2 heads, no mask", 2, 3, 5, 8, 2, True
-            ),
-            _sublayer_case(
-                gen,
-                "x (3, 4, 8), memory (3, 6, 8), 4 heads, source padding lengths [6, 3, 1]",
-                3,
-                4,
-                6,
-                8,
-                4,
-                False,
-                [6, 3, 1],
-            ),
-            _sublayer_case(
-                gen,
-                "x (3, 4, 8), memory (3, 6, 8), 4 heads, source padding lengths [2, 6, 5]",
-                3,
-                4,
-                6,
-                8,
-                4,
-                True,
-                [2, 6, 5],
-            ),
-            _sublayer_case(gen, "x (1, 7, 12), memory (1, 2, 12), 3 heads", 1, 7, 2, 12, 3, True),
-            _sublayer_case(
-                gen,
-                "float64, x (2, 5, 8), memory (2, 4, 8), 2 heads, padding lengths [4, 2]",
-                2,
-                5,
-                4,
-                8,
-                2,
-                False,
-                [4, 2],
-                f64,
-            ),
-            _sublayer_case(
-                gen,
-                "float64, x (2, 5, 8), memory (2, 4, 8), 2 heads, padding lengths [1, 4]",
-                2,
-                5,
-                4,
-                8,
-                2,
-                True,
-                [1, 4],
-                f64,
-            ),
-        ]
+            case("x (2, 3, 8), memory (2, 5, 8), 2 heads, no mask, built without norm_first (its "
+                 "default is False)",
+                 (2, 3, 5, 8, 2), False, default=True),
+            case("x (2, 3, 8), memory (2, 5, 8), 2 heads, no mask", (2, 3, 5, 8, 2), True),
+            case("x (3, 4, 8), memory (3, 6, 8), 4 heads, source padding lengths [6, 3, 1]",
+                 (3, 4, 6, 8, 4), False, [6, 3, 1]),
+            case("x (3, 4, 8), memory (3, 6, 8), 4 heads, source padding lengths [2, 6, 5]",
+                 (3, 4, 6, 8, 4), True, [2, 6, 5]),
+            case("x (1, 7, 12), memory (1, 2, 12), 3 heads", (1, 7, 2, 12, 3), True),
+            case("float64, x (2, 5, 8), memory (2, 4, 8), 2 heads, padding lengths [4, 2]",
+                 (2, 5, 4, 8, 2), False, [4, 2], f64),
+            case("float64, x (2, 5, 8), memory (2, 4, 8), 2 heads, padding lengths [1, 4]",
+                 (2, 5, 4, 8, 2), True, [1, 4], f64),
+        ]  # fmt: skip
 
     def call(self, obj, case):
         if not isinstance(obj, type) or not issubclass(obj, nn.Module):
@@ -317,19 +229,14 @@ class CrossAttentionSublayerTask(ModuleTask):
             )
         return super().call(obj, case)
 
-    def weights(self, case):
-        return case.data["state"]
-
     def init_args(self, case):
         data = case.data
-        if data.get("default_norm_first"):  # the statement's default, norm_first=False
-            return (data["d_model"], data["num_heads"]), {}
-        return (data["d_model"], data["num_heads"]), {"norm_first": data["norm_first"]}
+        return data["sizes"], {} if data["default_norm_first"] else {
+            "norm_first": data["norm_first"]
+        }
 
     def run(self, module, case):
-        args = list(case.args)
-        if "memory_mask" in case.kwargs:
-            args.append(case.kwargs["memory_mask"])
+        args = [*case.args, *case.kwargs.values()]  # x, memory and memory_mask if given
         with torch.no_grad():
             out = module.train()(*args)
             module.eval()
@@ -343,9 +250,6 @@ class CrossAttentionSublayerTask(ModuleTask):
                 )
         return evaluated
 
-    def mistakes(self):
-        return _SUBLAYER_MISTAKES
-
 
 # --------------------------------------------------------------------------------------------
 # ex06.attention_pool (transfer: learned queries that do not come from any sequence)
@@ -353,46 +257,34 @@ class CrossAttentionSublayerTask(ModuleTask):
 
 
 def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
-    k, v = x @ w_k, x @ w_v  # (batch, n, d_k), (batch, n, d_v)
-    if mistake == "queries_from_x":
-        q = x @ w_k
-    else:
-        q = queries.expand(x.shape[0], -1, -1)
-    scores = q @ k.transpose(-2, -1)
-    scale = {"d_v": v.shape[-1], "d_model": x.shape[-1]}.get(mistake, q.shape[-1])
-    if mistake != "no_scale":
-        scores = scores / scale**0.5
-    if mask is not None and mistake != "mask_ignored":
-        blocked = mask.unsqueeze(-2) if mistake == "mask_inverted" else ~mask.unsqueeze(-2)
-        scores = scores.masked_fill(blocked, float("-inf"))
-    weights = scores.softmax(dim=-2 if mistake == "softmax_over_queries" else -1)
-    return weights @ v, weights
+    q = x @ w_k if mistake == "queries_from_x" else queries.expand(x.shape[0], -1, -1)
+    scale = {"d_v": w_v.shape[-1], "d_model": x.shape[-1], "no_scale": 1}.get(mistake)
+    mask = None if mask is None or mistake == "mask_ignored" else mask.unsqueeze(-2)
+    return wrong_attention(
+        q,
+        x @ w_k,
+        x @ w_v,
+        mask,
+        scale=scale,
+        dim=-2 if mistake == "softmax_over_queries" else -1,
+        inverted=mistake == "mask_inverted",
+    )
 
 
 POOL_MISTAKES = {
-    "queries_from_x": (
-        "the queries are the learned `queries`, the same for every sequence in the batch; you "
-        "computed them from x (that is self-attention, with one output per token instead of one"
-        " per query)"
-    ),
-    "mask_ignored": (
-        "the mask is ignored: padded tokens (mask False) must get weight 0; turn the (batch, n)"
-        " mask into (batch, 1, n) so it applies to every query"
-    ),
-    "softmax_over_queries": (
-        "the softmax runs over the keys (the last axis, the tokens of x), so that each query's "
-        "weights sum to 1"
-    ),
-    "no_scale": ("divide the scores by sqrt(d_k), the size of the queries and keys"),
+    "queries_from_x": "the queries are the learned `queries`, the same for every sequence in the "
+    "batch; you computed them from x (that is self-attention, with one output per token instead "
+    "of one per query)",
+    "mask_ignored": "the mask is ignored: padded tokens (mask False) must get weight 0; turn the "
+    "(batch, n) mask into (batch, 1, n) so it applies to every query",
+    "softmax_over_queries": "the softmax runs over the keys (the last axis, the tokens of x), so "
+    "that each query's weights sum to 1",
+    "no_scale": "divide the scores by sqrt(d_k), the size of the queries and keys",
     "d_v": (D_V_SCALE_HINT),
-    "d_model": (
-        "divide the scores by sqrt(d_k), the size of the queries and keys, not by "
-        "sqrt(d_model), the size of x"
-    ),
-    "mask_inverted": (
-        "the mask is inverted: True = a real token, which may be attended to; block the "
-        "positions where the mask is False (~mask)"
-    ),
+    "d_model": "divide the scores by sqrt(d_k), the size of the queries and keys, not by "
+    "sqrt(d_model), the size of x",
+    "mask_inverted": "the mask is inverted: True = a real token, which may be attended to; block "
+    "the positions where the mask is False (~mask)",
 }
 
 
@@ -404,6 +296,8 @@ class AttentionPool(Task):
         "'A source padding mask'"
     )
     reference = "course_lib.cross_attention.attention_pool"
+    mistake_table = POOL_MISTAKES
+    wrong = staticmethod(_pool)
     forbidden = (
         "torch.nn.functional.scaled_dot_product_attention",
         "torch.nn.MultiheadAttention",
@@ -411,61 +305,26 @@ class AttentionPool(Task):
     )
 
     def cases(self, gen):
-        def case(description, batch, n, d_model, m, d_k, d_v, lengths=None, dtype=torch.float32):
+        def case(description, sizes, lengths=None, dtype=torch.float32):
+            batch, n, d_model, m, d_k, d_v = sizes
             x = randn(gen, batch, n, d_model, dtype=dtype)
             queries = randn(gen, m, d_k, dtype=dtype)
             w_k = randn(gen, d_model, d_k, dtype=dtype) / d_model**0.5
             w_v = randn(gen, d_model, d_v, dtype=dtype) / d_model**0.5
-            kwargs = {}
-            if lengths is not None:
-                kwargs["mask"] = torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]
+            kwargs = {} if lengths is None else {"mask": source_padding_mask(lengths, n)[:, 0]}
             return Case(description, (x, queries, w_k, w_v), kwargs)
 
+        # sizes: (batch, n, d_model, number of queries, d_k, d_v)
         return [
-            case(
-                "x (2, 6, 8), 3 queries (3, 4), w_k (8, 4), w_v (8, 5), no mask", 2, 6, 8, 3, 4, 5
-            ),
-            case(
-                "x (3, 5, 8), 2 queries (2, 8), mask (3, 5) of lengths [5, 2, 3]",
-                3,
-                5,
-                8,
-                2,
-                8,
-                8,
-                lengths=[5, 2, 3],
-            ),
-            case(
-                "one query (1, 4) pooling x (4, 7, 6) into one vector per sequence, lengths "
-                "[7, 1, 4, 6]",
-                4,
-                7,
-                6,
-                1,
-                4,
-                3,
-                lengths=[7, 1, 4, 6],
-            ),
-            case(
-                "batch 1, more queries than tokens: x (1, 2, 4), queries (5, 4)", 1, 2, 4, 5, 4, 4
-            ),
-            case(
-                "float64 x (2, 9, 12), 4 queries (4, 6), w_v (12, 10), lengths [3, 9]",
-                2,
-                9,
-                12,
-                4,
-                6,
-                10,
-                lengths=[3, 9],
-                dtype=torch.float64,
-            ),
-        ]
-
-    def mistakes(self):
-        return _POOL_MISTAKES
-
-
-_CROSS_MISTAKES = mistakes_of(wrong_cross_attention, CROSS_MISTAKES)
-_SUBLAYER_MISTAKES = mistakes_of(WrongSublayer, SUBLAYER_MISTAKES)
-_POOL_MISTAKES = mistakes_of(_pool, POOL_MISTAKES)
+            case("x (2, 6, 8), 3 queries (3, 4), w_k (8, 4), w_v (8, 5), no mask",
+                 (2, 6, 8, 3, 4, 5)),
+            case("x (3, 5, 8), 2 queries (2, 8), mask (3, 5) of lengths [5, 2, 3]",
+                 (3, 5, 8, 2, 8, 8), [5, 2, 3]),
+            case("one query (1, 4) pooling x (4, 7, 6) into one vector per sequence, lengths "
+                 "[7, 1, 4, 6]",
+                 (4, 7, 6, 1, 4, 3), [7, 1, 4, 6]),
+            case("batch 1, more queries than tokens: x (1, 2, 4), queries (5, 4)",
+                 (1, 2, 4, 5, 4, 4)),
+            case("float64 x (2, 9, 12), 4 queries (4, 6), w_v (12, 10), lengths [3, 9]",
+                 (2, 9, 12, 4, 6, 10), [3, 9], torch.float64),
+        ]  # fmt: skip

@@ -1,5 +1,6 @@
-"""What ex07's module tasks share: random weights under the exercise's names, the residual
-sub-layers of a wrong encoder or decoder layer, and the hints both layers give."""
+"""What ex07's module tasks share: random weights under the exercise's names, the one wrong
+layer that is an encoder layer or (with `cross`) a decoder layer, their cases, and the hints
+both layers give."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ....multihead import MultiHeadAttention
-from ...core import exercise_name
-from ..common import randn
+from ...core import Case, exercise_name
+from ..common import ModuleTask, randn, residual_sublayers
 
 ALWAYS_POST_NORM = (
     "norm_first is ignored: your layer is post-norm even with norm_first=True, which asks "
@@ -92,45 +93,87 @@ def random_state(module: nn.Module, gen: torch.Generator) -> dict[str, torch.Ten
     }
 
 
-def add_parts(layer, d_model, num_heads, d_ff, norm_first, *, cross=False, bias=True):
-    """Give a wrong encoder (or, with `cross`, decoder) layer the task's sub-modules, under the
-    task's names; its LayerNorms get another eps for the mistake "norm_eps"."""
-    layer.norm_first = norm_first
-    layer.self_attn = MultiHeadAttention(d_model, num_heads, bias=bias)
-    if cross:
-        layer.multihead_attn = MultiHeadAttention(d_model, num_heads, bias=bias)
-    layer.linear1 = nn.Linear(d_model, d_ff, bias=bias)
-    layer.linear2 = nn.Linear(d_ff, d_model, bias=bias)
-    eps = 1e-6 if layer.mistake == "norm_eps" else 1e-5
-    for i in range(1, 4 if cross else 3):
-        setattr(layer, f"norm{i}", nn.LayerNorm(d_model, eps, bias=bias))
+class WrongLayer(nn.Module):
+    """An encoder layer, or with `cross` a decoder layer, with one named mistake (`mistake`)
+    of either task's table; "" is a right one. Its subclasses give `forward` each signature."""
+
+    mistake = ""
+    cross = False
+
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False, activation="relu", bias=True):
+        super().__init__()
+        self.norm_first, self.activation = norm_first, activation
+        self.self_attn = MultiHeadAttention(d_model, num_heads, bias=bias)
+        if self.cross:
+            self.multihead_attn = MultiHeadAttention(d_model, num_heads, bias=bias)
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
+        eps = 1e-6 if self.mistake == "norm_eps" else 1e-5
+        for i in range(1, 4 if self.cross else 3):
+            setattr(self, f"norm{i}", nn.LayerNorm(d_model, eps, bias=bias))
+
+    def layer(self, x, memory, self_mask, memory_mask):
+        mistake = self.mistake
+        if mistake == "masks_swapped":
+            self_mask, memory_mask = memory_mask, self_mask
+        if mistake in ("mask_inverted", "masks_inverted"):
+            self_mask, memory_mask = (m if m is None else ~m for m in (self_mask, memory_mask))
+        if mistake in ("mask_ignored", "no_self_mask"):
+            self_mask = None
+        norms = [self.norm1, self.norm2, self.norm3] if self.cross else [self.norm1, self.norm2]
+        if mistake == "norms_swapped":  # the last two
+            norms[-2:] = norms[-1], norms[-2]
+        if mistake in ("norm1_twice", "norm1_everywhere"):
+            norms = [self.norm1] * len(norms)
+        activation = activation_with(self.activation, mistake)
+
+        def attention(h):
+            return self.self_attn(h, h, h, mask=self_mask)[0]
+
+        def cross_attention(h):
+            keys = {"cross_on_x": h, "memory_normed": self.norm2(memory)}.get(mistake, memory)
+            queries = memory if mistake == "queries_from_memory" else h
+            if mistake == "queries_from_memory":
+                keys = h
+            mask = None if mistake in ("no_memory_mask", "cross_on_x") else memory_mask
+            return self.multihead_attn(queries, keys, keys, mask=mask)[0]
+
+        def feed_forward(h):
+            return self.linear2(activation(self.linear1(h)))
+
+        runs = (
+            [attention, cross_attention, feed_forward] if self.cross else [attention, feed_forward]
+        )
+        if mistake == "cross_first":  # the sub-layers moved, the norms left in place
+            runs[:2] = runs[1], runs[0]
+        steps = list(zip(norms, runs, strict=True))
+        order = {"lines_cross_first": (1, 0, 2), "lines_ff_before_cross": (0, 2, 1)}
+        steps = [steps[i] for i in order.get(mistake, range(len(steps)))]
+        return residual_sublayers(x, steps, self.norm_first, mistake)
 
 
-def sublayers(x, steps, norm_first, mistake):
-    """Run `steps`, (norm, sublayer) pairs, each in a residual connection, post-norm
-    (x = norm(x + sublayer(x))) or pre-norm (x = x + sublayer(norm(x))), with one named
-    mistake where it bites."""
-    pre = {"always_post": False, "pre_post_swapped": not norm_first}.get(mistake, norm_first)
-    layer_input, last = x, len(steps) - 1
-    for i, (norm, sublayer) in enumerate(steps):
-        stale = (mistake, i) in {("ff_on_input", last), ("cross_reads_input", 1)}
-        reads = layer_input if stale else x  # the sub-layer's input
-        no_residual = mistake == "no_residual" or (mistake, i) in {
-            ("no_attn_residual", 0),
-            ("no_ff_residual", last),
-        }
-        if mistake == "residual_outside":  # one residual around the whole layer
-            residual = layer_input if i == last else 0
-        else:
-            residual = 0 if no_residual else x
-        if pre:
-            h = norm(reads)
-            normed_residual = mistake in ("residual_normed", "residual_of_normed")
-            x = (h if normed_residual else residual) + sublayer(h)
-        elif mistake in ("residual_normed", "normed_sublayer"):
-            x = residual + norm(sublayer(reads))
-        elif mistake == "no_final_norm" and i == last:
-            x = residual + sublayer(reads)
-        else:
-            x = norm(residual + sublayer(reads))
-    return x
+def layer_case(gen, description, reference, sizes, norm_first, shapes, dtype, **options):
+    """A case of a layer task (FeedForward's too, whose norm_first is None): random weights
+    for `reference(*sizes)` under the exercise's names, then one random input (..., d_model)
+    per shape in `shapes`, followed by the arguments in `options["tail"]` (the decoder's
+    masks); `options["mask"]` is the encoder's keyword, `options["raises"]` the error the
+    case expects, the other options the activation and bias, passed on to the learner's layer."""
+    tail, mask, raises = (options.pop(k, None) for k in ("tail", "mask", "raises"))
+    ref = reference(*sizes, **({} if options.get("bias", True) else {"bias": False})).to(dtype)
+    data = {
+        "sizes": sizes,
+        "norm_first": norm_first,
+        "state_dict": random_state(ref, gen),
+        "kwargs": layer_kwargs(**options),
+    }
+    args = tuple(randn(gen, *shape, sizes[0], dtype=dtype) for shape in shapes) + (tail or ())
+    kwargs = {} if mask is None else {"mask": mask}
+    return Case(description, args, kwargs, data=data, raises=raises)
+
+
+class LayerTask(ModuleTask):
+    """An encoder or decoder layer task: built with its sizes, norm_first and options."""
+
+    def init_args(self, case):
+        kwargs = {"norm_first": case.data["norm_first"], **case.data["kwargs"]}
+        return tuple(case.data["sizes"]), kwargs

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from ...core import Case, register
-from ..common import ModuleTask, randn
-from ..mistake_table import mistakes_of
+from ...core import register
 from . import _layers as layers
 
 WRONG_ORDER = (
@@ -62,57 +58,22 @@ MISTAKES = {
 }
 
 
-class WrongDecoderLayer(nn.Module):
+class WrongDecoderLayer(layers.WrongLayer):
     """A decoder layer with one named mistake (`mistake`); "" is a right one."""
 
-    mistake = ""
-
-    def __init__(self, d_model, num_heads, d_ff, norm_first=False):
-        super().__init__()
-        layers.add_parts(self, d_model, num_heads, d_ff, norm_first, cross=True)
+    cross = True
 
     def forward(self, x, memory, self_mask=None, memory_mask=None):
-        mistake = self.mistake
-        if mistake == "masks_swapped":
-            self_mask, memory_mask = memory_mask, self_mask
-        if mistake == "masks_inverted":
-            self_mask = None if self_mask is None else ~self_mask
-            memory_mask = None if memory_mask is None else ~memory_mask
-        activation = F.gelu if mistake == "gelu" else F.relu
-        order = {
-            "norms_swapped": (self.norm1, self.norm3, self.norm2),
-            "norm1_everywhere": (self.norm1,) * 3,
-        }
-        norm1, norm2, norm3 = order.get(mistake, (self.norm1, self.norm2, self.norm3))
-
-        def attention(h):
-            return self.self_attn(h, h, h, mask=None if mistake == "no_self_mask" else self_mask)[0]
-
-        def cross_attention(h):
-            keys = {"cross_on_x": h, "memory_normed": self.norm2(memory)}.get(mistake, memory)
-            queries = memory if mistake == "queries_from_memory" else h
-            if mistake == "queries_from_memory":
-                keys = h
-            mask = None if mistake in ("no_memory_mask", "cross_on_x") else memory_mask
-            return self.multihead_attn(queries, keys, keys, mask=mask)[0]
-
-        def feed_forward(h):
-            return self.linear2(activation(self.linear1(h)))
-
-        sublayer_fns = [attention, cross_attention, feed_forward]
-        if mistake == "cross_first":
-            sublayer_fns = [cross_attention, attention, feed_forward]
-        steps = list(zip((norm1, norm2, norm3), sublayer_fns, strict=True))
-        if mistake in ("lines_cross_first", "lines_ff_before_cross"):
-            steps = [steps[i] for i in ((1, 0, 2) if mistake == "lines_cross_first" else (0, 2, 1))]
-        return layers.sublayers(x, steps, self.norm_first, mistake)
+        return self.layer(x, memory, self_mask, memory_mask)
 
 
 @register
-class DecoderLayerTask(ModuleTask):
+class DecoderLayerTask(layers.LayerTask):
     id = "ex07.DecoderLayer"
     lesson = "lesson 07, section 'The decoder layer'"
     reference = "course_lib.blocks.DecoderLayer"
+    mistake_table = MISTAKES
+    wrong = WrongDecoderLayer
     forbidden = (
         "torch.nn.TransformerDecoderLayer",
         "torch.nn.TransformerDecoder",
@@ -123,98 +84,42 @@ class DecoderLayerTask(ModuleTask):
         from ....blocks import DecoderLayer
         from ....masking import causal_mask
 
-        def case(description, sizes, shape, norm_first, dtype=torch.float32, **masks):
+        def case(description, sizes, shape, norm_first, dtype=torch.float32, masks=(None, None)):
             batch, n_tgt, n_src = shape
-            ref = DecoderLayer(*sizes).to(dtype)
-            data = {
-                "sizes": sizes,
-                "norm_first": norm_first,
-                "state_dict": layers.random_state(ref, gen),
-            }
-            x = randn(gen, batch, n_tgt, sizes[0], dtype=dtype)
-            memory = randn(gen, batch, n_src, sizes[0], dtype=dtype)
-            args = (x, memory, masks.get("self_mask"), masks.get("memory_mask"))
-            return Case(description, args, data=data)
+            shapes = [(batch, n_tgt), (batch, n_src)]  # x, memory
+            return layers.layer_case(
+                gen, description, DecoderLayer, sizes, norm_first, shapes, dtype, tail=masks
+            )
 
         src_pad = (torch.arange(6)[None, :] < torch.tensor([6, 2, 4])[:, None]).unsqueeze(1)
         f64 = torch.float64
+        # shape: (batch, target length, source length); masks: (self_mask, memory_mask)
         return [
-            case(
-                "post-norm (norm_first=False), d_model=8, 2 heads, x (2, 4, 8), memory "
-                "(2, 6, 8), no masks",
-                (8, 2, 16),
-                (2, 4, 6),
-                False,
-            ),
-            case(
-                "pre-norm (norm_first=True), d_model=8, 2 heads, x (2, 4, 8), memory (2, 6, 8)",
-                (8, 2, 16),
-                (2, 4, 6),
-                True,
-            ),
-            case(
-                "post-norm with a causal self_mask (6, 6) and a source padding memory_mask "
-                "(3, 1, 6), x (3, 6, 8), memory (3, 6, 8) (as long as the target), 2 heads",
-                (8, 2, 16),
-                (3, 6, 6),
-                False,
-                self_mask=causal_mask(6),
-                memory_mask=src_pad,
-            ),
-            case(
-                "post-norm with a causal self_mask (5, 5) and a source padding memory_mask "
-                "(3, 1, 6), x (3, 5, 12), memory (3, 6, 12), 3 heads",
-                (12, 3, 24),
-                (3, 5, 6),
-                False,
-                self_mask=causal_mask(5),
-                memory_mask=src_pad,
-            ),
-            case(
-                "pre-norm with a causal self_mask (3, 3) and a memory_mask (3, 1, 6), x (3, 3, "
-                "8), memory (3, 6, 8), 4 heads",
-                (8, 4, 32),
-                (3, 3, 6),
-                True,
-                self_mask=causal_mask(3),
-                memory_mask=src_pad,
-            ),
-            case(
-                "float64, post-norm, batch 1, x (1, 6, 6), memory (1, 2, 6), 1 head, causal "
-                "self_mask",
-                (6, 1, 12),
-                (1, 6, 2),
-                False,
-                dtype=f64,
-                self_mask=causal_mask(6),
-            ),
-            case(
-                "pre-norm with per-sequence masks: self_mask (3, 5, 5) causal and padded "
-                "differently in each row, memory_mask (3, 5, 6) different for each query, "
-                "x (3, 5, 8), memory (3, 6, 8), 2 heads",
-                (8, 2, 16),
-                (3, 5, 6),
-                True,
-                self_mask=causal_mask(5)
-                & (torch.arange(5)[None, None, :] < torch.tensor([5, 3, 4])[:, None, None]),
-                memory_mask=(torch.rand(3, 5, 6, generator=gen) > 0.4)
-                | (torch.arange(6) == 0)[None, None, :],
-            ),
-            case(
-                "float64, pre-norm, x (2, 4, 8), memory (2, 3, 8), causal self_mask",
-                (8, 2, 8),
-                (2, 4, 3),
-                True,
-                dtype=f64,
-                self_mask=causal_mask(4),
-            ),
-        ]
-
-    def init_args(self, case):
-        return tuple(case.data["sizes"]), {"norm_first": case.data["norm_first"]}
-
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(WrongDecoderLayer, MISTAKES)
+            case("post-norm (norm_first=False), d_model=8, 2 heads, x (2, 4, 8), memory "
+                 "(2, 6, 8), no masks",
+                 (8, 2, 16), (2, 4, 6), False),
+            case("pre-norm (norm_first=True), d_model=8, 2 heads, x (2, 4, 8), memory (2, 6, 8)",
+                 (8, 2, 16), (2, 4, 6), True),
+            case("post-norm with a causal self_mask (6, 6) and a source padding memory_mask "
+                 "(3, 1, 6), x (3, 6, 8), memory (3, 6, 8) (as long as the target), 2 heads",
+                 (8, 2, 16), (3, 6, 6), False, masks=(causal_mask(6), src_pad)),
+            case("post-norm with a causal self_mask (5, 5) and a source padding memory_mask "
+                 "(3, 1, 6), x (3, 5, 12), memory (3, 6, 12), 3 heads",
+                 (12, 3, 24), (3, 5, 6), False, masks=(causal_mask(5), src_pad)),
+            case("pre-norm with a causal self_mask (3, 3) and a memory_mask (3, 1, 6), x (3, 3, "
+                 "8), memory (3, 6, 8), 4 heads",
+                 (8, 4, 32), (3, 3, 6), True, masks=(causal_mask(3), src_pad)),
+            case("float64, post-norm, batch 1, x (1, 6, 6), memory (1, 2, 6), 1 head, causal "
+                 "self_mask",
+                 (6, 1, 12), (1, 6, 2), False, f64, (causal_mask(6), None)),
+            case("pre-norm with per-sequence masks: self_mask (3, 5, 5) causal and padded "
+                 "differently in each row, memory_mask (3, 5, 6) different for each query, "
+                 "x (3, 5, 8), memory (3, 6, 8), 2 heads",
+                 (8, 2, 16), (3, 5, 6), True,
+                 masks=(causal_mask(5)
+                        & (torch.arange(5)[None, None, :] < torch.tensor([5, 3, 4])[:, None, None]),
+                        (torch.rand(3, 5, 6, generator=gen) > 0.4)
+                        | (torch.arange(6) == 0)[None, None, :])),
+            case("float64, pre-norm, x (2, 4, 8), memory (2, 3, 8), causal self_mask",
+                 (8, 2, 8), (2, 4, 3), True, f64, (causal_mask(4), None)),
+        ]  # fmt: skip

@@ -5,11 +5,8 @@ LayerNorm and activation)."""
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from ...core import Case, register
-from ..common import ModuleTask, randn
-from ..mistake_table import mistakes_of
+from ...core import register
 from . import _layers as layers
 
 MISTAKES = {
@@ -46,41 +43,20 @@ MISTAKES = {
 }
 
 
-class WrongEncoderLayer(nn.Module):
+class WrongEncoderLayer(layers.WrongLayer):
     """An encoder layer with one named mistake (`mistake`); "" is a right one."""
 
-    mistake = ""
-
-    def __init__(self, d_model, num_heads, d_ff, norm_first=False, activation="relu", bias=True):
-        super().__init__()
-        layers.add_parts(self, d_model, num_heads, d_ff, norm_first, bias=bias)
-        self.activation = activation
-
     def forward(self, x, mask=None):
-        mistake = self.mistake
-        if mistake == "mask_ignored":
-            mask = None
-        if mistake == "mask_inverted" and mask is not None:
-            mask = ~mask
-        pair = {"norms_swapped": (self.norm2, self.norm1), "norm1_twice": (self.norm1,) * 2}
-        norm1, norm2 = pair.get(mistake, (self.norm1, self.norm2))
-        activation = layers.activation_with(self.activation, mistake)
-
-        def attention(h):
-            return self.self_attn(h, h, h, mask=mask)[0]
-
-        def feed_forward(h):
-            return self.linear2(activation(self.linear1(h)))
-
-        steps = [(norm1, attention), (norm2, feed_forward)]
-        return layers.sublayers(x, steps, self.norm_first, mistake)
+        return self.layer(x, None, mask, None)
 
 
 @register
-class EncoderLayerTask(ModuleTask):
+class EncoderLayerTask(layers.LayerTask):
     id = "ex07.EncoderLayer"
     lesson = "lesson 07, sections 'Post-norm and pre-norm' and 'The encoder layer'"
     reference = "course_lib.blocks.EncoderLayer"
+    mistake_table = MISTAKES
+    wrong = WrongEncoderLayer
     forbidden = (
         "torch.nn.TransformerEncoderLayer",
         "torch.nn.TransformerEncoder",
@@ -91,118 +67,37 @@ class EncoderLayerTask(ModuleTask):
         from ....blocks import EncoderLayer
         from ....masking import causal_mask
 
-        def case(
-            description, sizes, batch, seq, norm_first, dtype=torch.float32, mask=None, **kwargs
-        ):
-            ref = EncoderLayer(*sizes, bias=kwargs.get("bias", True)).to(dtype)
-            data = {
-                "sizes": sizes,
-                "norm_first": norm_first,
-                "state_dict": layers.random_state(ref, gen),
-                "kwargs": layers.layer_kwargs(**kwargs),
-            }
-            x = randn(gen, batch, seq, sizes[0], dtype=dtype)
-            return Case(description, (x,), {} if mask is None else {"mask": mask}, data=data)
+        def case(description, sizes, shape, norm_first, dtype=torch.float32, **options):
+            return layers.layer_case(
+                gen, description, EncoderLayer, sizes, norm_first, [shape], dtype, **options
+            )
 
         lengths = torch.tensor([6, 3, 1])
         pad = (torch.arange(6)[None, :] < lengths[:, None]).unsqueeze(1)  # (3, 1, 6)
         f64 = torch.float64
+        # sizes: (d_model, num_heads, d_ff); shape: x's shape before d_model
         return [
-            case(
-                "post-norm (norm_first=False), d_model=8, 2 heads, x (2, 5, 8)",
-                (8, 2, 16),
-                2,
-                5,
-                False,
-            ),
-            case(
-                "pre-norm (norm_first=True), d_model=8, 2 heads, x (2, 5, 8)",
-                (8, 2, 16),
-                2,
-                5,
-                True,
-            ),
-            case(
-                "post-norm with a causal mask (4, 4), d_model=12, 3 heads",
-                (12, 3, 24),
-                2,
-                4,
-                False,
-                mask=causal_mask(4),
-            ),
-            case(
-                "pre-norm with a padding mask (3, 1, 6), lengths [6, 3, 1]",
-                (8, 4, 32),
-                3,
-                6,
-                True,
-                mask=pad,
-            ),
-            case(
-                "float64, post-norm, with a padding mask (3, 1, 6)",
-                (8, 2, 8),
-                3,
-                6,
-                False,
-                dtype=f64,
-                mask=pad,
-            ),
-            case(
-                "float64, pre-norm, d_model=6, 1 head, x (1, 3, 6)",
-                (6, 1, 12),
-                1,
-                3,
-                True,
-                dtype=f64,
-            ),
-            case(
-                "post-norm, activation='gelu' (as nn.TransformerEncoderLayer(activation='gelu')), "
-                "d_model=8, 2 heads, x (2, 5, 8)",
-                (8, 2, 16),
-                2,
-                5,
-                False,
-                activation="gelu",
-            ),
-            case(
-                "pre-norm, activation='gelu_tanh' (GPT-2's), float64, d_model=8, 4 heads, "
-                "x (2, 4, 8)",
-                (8, 4, 32),
-                2,
-                4,
-                True,
-                dtype=f64,
-                activation="gelu_tanh",
-            ),
-            case(
-                "pre-norm, activation='relu2', bias=False (no bias anywhere: attention, "
-                "linears, norms), causal mask (5, 5), d_model=8, 2 heads, x (2, 5, 8)",
-                (8, 2, 32),
-                2,
-                5,
-                True,
-                mask=causal_mask(5),
-                activation="relu2",
-                bias=False,
-            ),
-            case(
-                "post-norm, bias=False, float64, with a padding mask (3, 1, 6)",
-                (8, 2, 16),
-                3,
-                6,
-                False,
-                dtype=f64,
-                mask=pad,
-                bias=False,
-            ),
-        ]
-
-    def init_args(self, case):
-        kwargs = {"norm_first": case.data["norm_first"], **case.data["kwargs"]}
-        return tuple(case.data["sizes"]), kwargs
-
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(WrongEncoderLayer, MISTAKES)
+            case("post-norm (norm_first=False), d_model=8, 2 heads, x (2, 5, 8)",
+                 (8, 2, 16), (2, 5), False),
+            case("pre-norm (norm_first=True), d_model=8, 2 heads, x (2, 5, 8)",
+                 (8, 2, 16), (2, 5), True),
+            case("post-norm with a causal mask (4, 4), d_model=12, 3 heads",
+                 (12, 3, 24), (2, 4), False, mask=causal_mask(4)),
+            case("pre-norm with a padding mask (3, 1, 6), lengths [6, 3, 1]",
+                 (8, 4, 32), (3, 6), True, mask=pad),
+            case("float64, post-norm, with a padding mask (3, 1, 6)",
+                 (8, 2, 8), (3, 6), False, f64, mask=pad),
+            case("float64, pre-norm, d_model=6, 1 head, x (1, 3, 6)",
+                 (6, 1, 12), (1, 3), True, f64),
+            case("post-norm, activation='gelu' (as nn.TransformerEncoderLayer(activation='gelu')), "
+                 "d_model=8, 2 heads, x (2, 5, 8)",
+                 (8, 2, 16), (2, 5), False, activation="gelu"),
+            case("pre-norm, activation='gelu_tanh' (GPT-2's), float64, d_model=8, 4 heads, "
+                 "x (2, 4, 8)",
+                 (8, 4, 32), (2, 4), True, f64, activation="gelu_tanh"),
+            case("pre-norm, activation='relu2', bias=False (no bias anywhere: attention, "
+                 "linears, norms), causal mask (5, 5), d_model=8, 2 heads, x (2, 5, 8)",
+                 (8, 2, 32), (2, 5), True, mask=causal_mask(5), activation="relu2", bias=False),
+            case("post-norm, bias=False, float64, with a padding mask (3, 1, 6)",
+                 (8, 2, 16), (3, 6), False, f64, mask=pad, bias=False),
+        ]  # fmt: skip

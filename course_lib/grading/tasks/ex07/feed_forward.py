@@ -9,7 +9,6 @@ from torch import nn
 
 from ...core import Case, GradingError, register
 from ..common import ModuleTask, randn
-from ..mistake_table import mistakes_of
 from . import _layers as layers
 from ._layers import random_state
 
@@ -81,113 +80,64 @@ class FeedForwardTask(ModuleTask):
     id = "ex07.FeedForward"
     lesson = "lesson 07, section 'The position-wise feed-forward network'"
     reference = "course_lib.blocks.FeedForward"
+    mistake_table = MISTAKES
+    wrong = WrongFeedForward
 
     def cases(self, gen):
         from ....blocks import FeedForward
 
-        def case(description, d_model, d_ff, shape, dtype=torch.float32, raises=None, **kwargs):
-            ref = FeedForward(d_model, d_ff, bias=kwargs.get("bias", True)).to(dtype)
-            data = {"sizes": (d_model, d_ff), "state_dict": random_state(ref, gen)}
-            if kwargs:
-                data["kwargs"] = layers.layer_kwargs(**kwargs)
-            x = randn(gen, *shape, d_model, dtype=dtype)
-            return Case(description, (x,), data=data, raises=raises)
+        def case(description, sizes, shape, dtype=torch.float32, **options):
+            return layers.layer_case(
+                gen, description, FeedForward, sizes, None, [shape], dtype, **options
+            )
 
-        def seeded(description, mode, d_model, d_ff, shape, dropout=0.5):
+        def seeded(description, mode, sizes, shape, dropout=0.5):
             # EX07-1: dropout with the reference's random seed, in train or eval mode
             data = {
-                "sizes": (d_model, d_ff, dropout),
-                "state_dict": random_state(FeedForward(d_model, d_ff), gen),
+                "sizes": (*sizes, dropout),
+                "state_dict": random_state(FeedForward(*sizes), gen),
                 "mode": mode,
                 "seed": int(torch.randint(0, 2**31 - 1, (1,), generator=gen)),
             }
-            return Case(description, (randn(gen, *shape, d_model),), data=data)
+            return Case(description, (randn(gen, *shape, sizes[0]),), data=data)
 
+        f64 = torch.float64
+        # sizes: (d_model, d_ff); shape: x's shape before its last axis, d_model
         return [
-            case("d_model=8, d_ff=32, x (2, 5, 8)", 8, 32, (2, 5)),
-            case("d_model=6, d_ff=10, x (3, 6): a single sequence", 6, 10, (3,)),
-            case("d_model=4, d_ff=16, x (2, 3, 2, 4) with two batch dimensions", 4, 16, (2, 3, 2)),
-            case("float64, d_model=5, d_ff=7, x (1, 4, 5)", 5, 7, (1, 4), dtype=torch.float64),
-            Case(
-                "training mode, dropout=0.5, d_model=6, d_ff=24, x (4, 6): the hidden units "
-                "must be dropped at random (two passes differ), the output itself never",
-                (randn(gen, 4, 6),),
-                data={
-                    "sizes": (6, 24),
-                    "dropout": 0.5,
-                    "state_dict": random_state(FeedForward(6, 24), gen),
-                },
-            ),
-            seeded(
-                "dropout=0.5 in train mode (same random seed as the reference): dropout after "
-                "the activation, before linear2",
-                "train",
-                8,
-                16,
-                (2, 5),
-            ),
-            seeded("dropout=0.5 in eval mode: no dropout at all", "eval", 6, 12, (3, 4)),
+            case("d_model=8, d_ff=32, x (2, 5, 8)", (8, 32), (2, 5)),
+            case("d_model=6, d_ff=10, x (3, 6): a single sequence", (6, 10), (3,)),
+            case("d_model=4, d_ff=16, x (2, 3, 2, 4) with two batch dimensions",
+                 (4, 16), (2, 3, 2)),
+            case("float64, d_model=5, d_ff=7, x (1, 4, 5)", (5, 7), (1, 4), f64),
+            Case("training mode, dropout=0.5, d_model=6, d_ff=24, x (4, 6): the hidden units "
+                 "must be dropped at random (two passes differ), the output itself never",
+                 (randn(gen, 4, 6),),
+                 data={"sizes": (6, 24), "dropout": 0.5,
+                       "state_dict": random_state(FeedForward(6, 24), gen)}),
+            seeded("dropout=0.5 in train mode (same random seed as the reference): dropout after "
+                   "the activation, before linear2",
+                   "train", (8, 16), (2, 5)),
+            seeded("dropout=0.5 in eval mode: no dropout at all", "eval", (6, 12), (3, 4)),
             # dropout given as the keep probability passed every check at 0.5 = 1 - 0.5
-            seeded(
-                "dropout=0.2 in train mode (same random seed as the reference): each hidden "
-                "unit dropped with probability 0.2, the others scaled by 1 / 0.8",
-                "train",
-                6,
-                16,
-                (3, 4),
-                dropout=0.2,
-            ),
+            seeded("dropout=0.2 in train mode (same random seed as the reference): each hidden "
+                   "unit dropped with probability 0.2, the others scaled by 1 / 0.8",
+                   "train", (6, 16), (3, 4), dropout=0.2),
             # the activations and biases last: the dropout cases above name a dropout mistake
-            case(
-                "activation='gelu' (the exact GELU, BERT's), d_model=8, d_ff=16, x (2, 3, 8)",
-                8,
-                16,
-                (2, 3),
-                activation="gelu",
-            ),
-            case(
-                "activation='gelu_tanh' (GPT-2's tanh approximation of GELU), float64, "
-                "d_model=6, d_ff=24, x (2, 4, 6)",
-                6,
-                24,
-                (2, 4),
-                dtype=torch.float64,
-                activation="gelu_tanh",
-            ),
-            case(
-                "activation='relu2' (ReLU squared), d_model=6, d_ff=12, x (3, 5, 6)",
-                6,
-                12,
-                (3, 5),
-                activation="relu2",
-            ),
-            case(
-                "bias=False (neither linear has a bias), activation='relu2', d_model=8, d_ff=32, "
-                "x (2, 3, 8)",
-                8,
-                32,
-                (2, 3),
-                activation="relu2",
-                bias=False,
-            ),
-            case(
-                "bias=False, activation='gelu', float64, d_model=4, d_ff=8, x (5, 4)",
-                4,
-                8,
-                (5,),
-                dtype=torch.float64,
-                activation="gelu",
-                bias=False,
-            ),
-            case(
-                "activation='swish', a name the task does not list: a ValueError",
-                4,
-                8,
-                (2, 3),
-                raises=ValueError,
-                activation="swish",
-            ),
-        ]
+            case("activation='gelu' (the exact GELU, BERT's), d_model=8, d_ff=16, x (2, 3, 8)",
+                 (8, 16), (2, 3), activation="gelu"),
+            case("activation='gelu_tanh' (GPT-2's tanh approximation of GELU), float64, "
+                 "d_model=6, d_ff=24, x (2, 4, 6)",
+                 (6, 24), (2, 4), f64, activation="gelu_tanh"),
+            case("activation='relu2' (ReLU squared), d_model=6, d_ff=12, x (3, 5, 6)",
+                 (6, 12), (3, 5), activation="relu2"),
+            case("bias=False (neither linear has a bias), activation='relu2', d_model=8, d_ff=32, "
+                 "x (2, 3, 8)",
+                 (8, 32), (2, 3), activation="relu2", bias=False),
+            case("bias=False, activation='gelu', float64, d_model=4, d_ff=8, x (5, 4)",
+                 (4, 8), (5,), f64, activation="gelu", bias=False),
+            case("activation='swish', a name the task does not list: a ValueError",
+                 (4, 8), (2, 3), raises=ValueError, activation="swish"),
+        ]  # fmt: skip
 
     def init_args(self, case):
         dropout = case.data.get("dropout")
@@ -215,9 +165,3 @@ class FeedForwardTask(ModuleTask):
             "two passes differ": not torch.equal(first, second),
             "outputs exactly zero": bool((first == 0).any()),
         }
-
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(WrongFeedForward, MISTAKES)

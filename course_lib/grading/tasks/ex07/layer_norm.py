@@ -6,11 +6,19 @@ import torch
 
 from ...core import Case, Task, register
 from ..common import randn
-from ..mistake_table import mistakes_of
 
 NO_KEEPDIM = (
     "mean(dim=-1) without keepdim=True drops the last axis, so x - mean does not line up "
     "with x: keep it, x.mean(dim=-1, keepdim=True), shape (..., 1)"
+)
+
+FORBIDDEN = (  # also for ex07.LayerNorm, which calls the learner's layer_norm
+    "torch.nn.functional.layer_norm",
+    "torch.layer_norm",
+    "torch.native_layer_norm",
+    "torch.nn.LayerNorm",
+    "torch.nn.functional.group_norm",
+    "torch.nn.functional.rms_norm",
 )
 
 MISTAKES = {
@@ -50,10 +58,7 @@ def wrong_layer_norm(x, gamma, beta, eps=None, *, mistake=""):
     eps = 0.0 if mistake == "no_eps" else eps
     dim = {"batch_axis": 0, "dim1": 1, "whole_tensor": None}.get(mistake, -1)
     keepdim = mistake != "no_keepdim"
-    if dim is None:
-        mean = x.mean()
-    else:
-        mean = x.mean(dim=dim, keepdim=keepdim)
+    mean = x.mean() if dim is None else x.mean(dim=dim, keepdim=keepdim)
     spread = x if mistake == "second_moment" else x - mean
     var = (spread**2).mean() if dim is None else (spread**2).mean(dim=dim, keepdim=keepdim)
     if mistake == "unbiased":
@@ -73,14 +78,9 @@ class LayerNormTask(Task):
     id = "ex07.layer_norm"
     lesson = "lesson 07, section 'LayerNorm from scratch'"
     reference = "course_lib.blocks.layer_norm"
-    forbidden = (
-        "torch.nn.functional.layer_norm",
-        "torch.layer_norm",
-        "torch.native_layer_norm",
-        "torch.nn.LayerNorm",
-        "torch.nn.functional.group_norm",
-        "torch.nn.functional.rms_norm",
-    )
+    mistake_table = MISTAKES
+    wrong = staticmethod(wrong_layer_norm)
+    forbidden = FORBIDDEN
 
     def cases(self, gen):
         def case(description, shape, dtype=torch.float32, scale=3.0, eps=None):
@@ -99,20 +99,8 @@ class LayerNormTask(Task):
             case("a single vector x (10,)", (10,)),
             case("float64 x (2, 3, 7)", (2, 3, 7), dtype=torch.float64),
             case("x (2, 4, 5) with eps=0.5", (2, 4, 5), eps=0.5),
-            case(
-                "nearly constant rows, x (3, 6) * 1e-3 (variance close to eps)", (3, 6), scale=1e-3
-            ),
-            case(
-                "float64 x (5, 5) * 1e-3 with eps=1e-4",
-                (5, 5),
-                dtype=torch.float64,
-                scale=1e-3,
-                eps=1e-4,
-            ),
-        ]
-
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(wrong_layer_norm, MISTAKES)
+            case("nearly constant rows, x (3, 6) * 1e-3 (variance close to eps)",
+                 (3, 6), scale=1e-3),
+            case("float64 x (5, 5) * 1e-3 with eps=1e-4",
+                 (5, 5), dtype=torch.float64, scale=1e-3, eps=1e-4),
+        ]  # fmt: skip

@@ -7,8 +7,7 @@ from torch import nn
 
 from ...core import Case, register
 from ..common import ModuleTask, randn
-from ..mistake_table import mistakes_of
-from .layer_norm import wrong_layer_norm
+from .layer_norm import FORBIDDEN, wrong_layer_norm
 
 INIT = (
     "a fresh LayerNorm starts with weight = ones and bias = zeros (nn.Parameter(torch.ones("
@@ -38,22 +37,14 @@ class WrongLayerNorm(nn.Module):
     def __init__(self, d_model, eps=1e-5, bias=True):
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(
-            (torch.zeros if self.mistake == "weight_zeros" else torch.ones)(d_model)
-        )
-        fill = torch.ones if self.mistake == "bias_ones" else torch.zeros
-        self.bias = nn.Parameter(fill(d_model)) if bias else None
+        self.weight = nn.Parameter(torch.full((d_model,), float(self.mistake != "weight_zeros")))
+        fill = float(self.mistake == "bias_ones")
+        self.bias = nn.Parameter(torch.full((d_model,), fill)) if bias else None
 
     def forward(self, x):
-        if self.bias is not None:
-            beta = self.bias
-        elif self.mistake == "no_bias_passes_none":
-            beta = None
-        else:
-            beta = (torch.ones_like if self.mistake == "no_bias_shift_ones" else torch.zeros_like)(
-                self.weight
-            )
-        gamma = self.weight
+        gamma, beta = self.weight, self.bias
+        if beta is None and self.mistake != "no_bias_passes_none":
+            beta = torch.full_like(gamma, float(self.mistake == "no_bias_shift_ones"))
         if self.mistake == "weight_bias_swapped" and self.bias is not None:
             gamma, beta = beta, gamma
         eps = 1e-5 if self.mistake == "eps_not_passed" else self.eps
@@ -67,15 +58,10 @@ class LayerNormModuleTask(ModuleTask):
     id = "ex07.LayerNorm"
     lesson = "lesson 07, section 'LayerNorm from scratch'"
     reference = "course_lib.norms.LayerNorm"
+    mistake_table = MISTAKES
+    wrong = WrongLayerNorm
     depends_on = ("layer_norm",)
-    forbidden = (
-        "torch.nn.functional.layer_norm",
-        "torch.layer_norm",
-        "torch.native_layer_norm",
-        "torch.nn.LayerNorm",
-        "torch.nn.functional.group_norm",
-        "torch.nn.functional.rms_norm",
-    )
+    forbidden = FORBIDDEN
 
     def cases(self, gen):
         def case(
@@ -103,37 +89,16 @@ class LayerNormModuleTask(ModuleTask):
             case("d_model=6, x (2, 5, 6), with loaded weight and bias", 6, (2, 5)),
             case("float64, d_model=4, x (3, 4)", 4, (3,), dtype=torch.float64),
             case("a single vector x (7,)", 7, ()),
-            case(
-                "eps=0.1, x (2, 3, 5) with small values (variance close to eps)",
-                5,
-                (2, 3),
-                eps=0.1,
-                scale=0.3,
-            ),
+            case("eps=0.1, x (2, 3, 5) with small values (variance close to eps)",
+                 5, (2, 3), eps=0.1, scale=0.3),
             case("bias=False (no bias parameter), d_model=8, x (2, 3, 8)", 8, (2, 3), bias=False),
-            case(
-                "bias=False, eps=1e-3, float64, x (4, 6) with small values",
-                6,
-                (4,),
-                eps=1e-3,
-                bias=False,
-                dtype=torch.float64,
-                scale=0.05,
-            ),
-            case(
-                "a fresh LayerNorm(5), no weights loaded: weight starts at ones, bias at zeros",
-                5,
-                (3, 2),
-                fresh=True,
-            ),
-            case(
-                "a fresh LayerNorm(4, bias=False), no weights loaded",
-                4,
-                (2, 3),
-                bias=False,
-                fresh=True,
-            ),
-        ]
+            case("bias=False, eps=1e-3, float64, x (4, 6) with small values",
+                 6, (4,), eps=1e-3, bias=False, dtype=torch.float64, scale=0.05),
+            case("a fresh LayerNorm(5), no weights loaded: weight starts at ones, bias at zeros",
+                 5, (3, 2), fresh=True),
+            case("a fresh LayerNorm(4, bias=False), no weights loaded",
+                 4, (2, 3), bias=False, fresh=True),
+        ]  # fmt: skip
 
     def init_args(self, case):
         return (case.data["d_model"],), dict(case.data["kwargs"])
@@ -143,9 +108,3 @@ class LayerNormModuleTask(ModuleTask):
             return super().call(obj, case)
         module = self.build(obj, case).to(case.args[0].dtype)
         return self.run(module, case)
-
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(WrongLayerNorm, MISTAKES)

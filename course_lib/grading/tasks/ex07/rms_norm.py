@@ -6,7 +6,6 @@ import torch
 
 from ...core import Case, Task, register
 from ..common import randn
-from ..mistake_table import mistakes_of
 from .layer_norm import NO_KEEPDIM
 
 MISTAKES = {
@@ -66,6 +65,8 @@ class RMSNormTask(Task):
     id = "ex07.rms_norm"
     lesson = "lesson 07, section 'LayerNorm from scratch'"
     reference = "course_lib.llama.rms_norm"
+    mistake_table = MISTAKES
+    wrong = staticmethod(wrong_rms_norm)
     forbidden = (
         "torch.nn.functional.rms_norm",
         "torch.nn.RMSNorm",
@@ -83,22 +84,12 @@ class RMSNormTask(Task):
             return Case(description, (x, weight), kwargs)
 
         return [
-            case(
-                "x (2, 5, 8) with a mean of 2 per feature (RMSNorm keeps the mean)",
-                (2, 5, 8),
-                shift=2.0,
-            ),
+            case("x (2, 5, 8) with a mean of 2 per feature (RMSNorm keeps the mean)",
+                 (2, 5, 8), shift=2.0),
             case("x (7, 4), one vector per row", (7, 4), shift=-1.0),
             case("float64 x (2, 3, 4, 16)", (2, 3, 4, 16), dtype=torch.float64, shift=0.5),
-            case(
-                "x (1, 3, 6) of tiny values (about 1e-3), default eps = 1e-6", (1, 3, 6), scale=1e-3
-            ),
+            case("x (1, 3, 6) of tiny values (about 1e-3), default eps = 1e-6",
+                 (1, 3, 6), scale=1e-3),
             case("float64 x (3, 5) with eps=0.5 given", (3, 5), dtype=torch.float64, eps=0.5),
             case("x (4, 1): a single feature", (4, 1), shift=1.0),
-        ]
-
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(wrong_rms_norm, MISTAKES)
+        ]  # fmt: skip

@@ -8,7 +8,6 @@ from torch import nn
 
 from ...core import Case, GradingError, register
 from ..common import ModuleTask, randn
-from ..mistake_table import mistakes_of
 
 MISTAKES = {
     "gate_on_up": "the gate is on the wrong branch: SiLU goes on gate_proj(x), which then "
@@ -64,6 +63,8 @@ class SwiGLUTask(ModuleTask):
     id = "ex07.SwiGLU"
     lesson = "lesson 07, section 'The position-wise feed-forward network'"
     reference = "course_lib.llama.SwiGLU"
+    mistake_table = MISTAKES
+    wrong = WrongSwiGLU
 
     def cases(self, gen):
         def case(description, d_model, d_ff, shape, dtype=torch.float32):
@@ -79,30 +80,19 @@ class SwiGLUTask(ModuleTask):
 
         return [
             case("d_model=8, d_ff=12, x (2, 5, 8)", 8, 12, (2, 5)),
-            case(
-                "d_model=12 and d_ff left out: d_ff = 8 * 12 // 3 = 32, x (3, 12)", 12, None, (3,)
-            ),
+            case("d_model=12 and d_ff left out: d_ff = 8 * 12 // 3 = 32, x (3, 12)",
+                 12, None, (3,)),
             case("d_model=64, d_ff left out (170), x (1, 2, 64)", 64, None, (1, 2)),
-            case(
-                "float64, d_model=6, d_ff=5 (d_ff < d_model), x (2, 2, 3, 6)",
-                6,
-                5,
-                (2, 2, 3),
-                dtype=torch.float64,
-            ),
+            case("float64, d_model=6, d_ff=5 (d_ff < d_model), x (2, 2, 3, 6)",
+                 6, 5, (2, 2, 3), dtype=torch.float64),
             case("d_model=4, d_ff=1, x (5, 4)", 4, 1, (5,)),
             # where 8 * d_model // 3 and 2 * (4 * d_model // 3) differ (d_model % 3 == 2)
-            case(
-                "d_model=8 and d_ff left out: d_ff = 8 * 8 // 3 = 21, x (2, 3, 8)", 8, None, (2, 3)
-            ),
-            case(
-                "d_model=128 (the course's GPT width) and d_ff left out: d_ff = 8 * 128 // 3 "
-                "= 341, x (2, 128)",
-                128,
-                None,
-                (2,),
-            ),
-        ]
+            case("d_model=8 and d_ff left out: d_ff = 8 * 8 // 3 = 21, x (2, 3, 8)",
+                 8, None, (2, 3)),
+            case("d_model=128 (the course's GPT width) and d_ff left out: d_ff = 8 * 128 // 3 "
+                 "= 341, x (2, 128)",
+                 128, None, (2,)),
+        ]  # fmt: skip
 
     def build(self, obj, case):
         """A default width that differs from the rule, named by the mistake that builds it."""
@@ -118,9 +108,3 @@ class SwiGLUTask(ModuleTask):
                             f"Hint: {hint}"
                         )
         return module
-
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(WrongSwiGLU, MISTAKES)

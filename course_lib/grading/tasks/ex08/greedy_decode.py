@@ -6,7 +6,6 @@ import torch
 
 from ...core import Case, Task, compare_values, register
 from ..common import randn
-from ..mistake_table import mistakes_of
 
 
 class TableStepFn:
@@ -116,73 +115,29 @@ class GreedyDecode(Task):
     id = "ex08.greedy_decode"
     lesson = "lesson 08, section 'Greedy decoding and beam search'"
     reference = "course_lib.decoding.greedy_decode"
+    mistake_table = MISTAKES
+    wrong = staticmethod(wrong_greedy_decode)
 
     def cases(self, gen):
-        def case(
-            description,
-            batch,
-            vocab,
-            max_new_tokens,
-            bos_id=1,
-            eos_id=2,
-            eos_bias=0.0,
-            dtype=torch.float32,
-        ):
+        def case(description, sizes, eos_bias=0.0, ids=(1, 2), dtype=torch.float32):
+            (batch, vocab, max_new_tokens), (bos_id, eos_id) = sizes, ids
             table = randn(gen, batch, max_new_tokens + 1, vocab, vocab, dtype=dtype)
             table[..., eos_id] += eos_bias
             table[:, :, eos_id, eos_id] -= 3.0  # after <eos> the table prefers other tokens
-            return Case(
-                description,
-                data={
-                    "table": table,
-                    "batch_size": batch,
-                    "bos_id": bos_id,
-                    "eos_id": eos_id,
-                    "max_new_tokens": max_new_tokens,
-                },
-            )
+            data = {"table": table, "batch_size": batch, "bos_id": bos_id, "eos_id": eos_id}
+            return Case(description, data={**data, "max_new_tokens": max_new_tokens})
 
+        # sizes: (batch, vocab, max_new_tokens); ids: (bos_id, eos_id)
         return [
-            case(
-                "batch 4, vocab 12, max_new_tokens 8: rows end at different steps",
-                4,
-                12,
-                8,
-                eos_bias=1.0,
-            ),
-            case(
-                "batch 6, vocab 13, max_new_tokens 10, bos 0 and eos 5",
-                6,
-                13,
-                10,
-                bos_id=0,
-                eos_id=5,
-                eos_bias=1.5,
-            ),
-            case(
-                "batch 3, vocab 8, max_new_tokens 6: <eos> is never chosen",
-                3,
-                8,
-                6,
-                eos_bias=-100.0,
-            ),
-            case(
-                "batch 5, vocab 15, max_new_tokens 12: every row ends early",
-                5,
-                15,
-                12,
-                eos_bias=4.0,
-            ),
-            case(
-                "float64 logits, batch 2, vocab 8, max_new_tokens 5",
-                2,
-                8,
-                5,
-                eos_bias=1.0,
-                dtype=torch.float64,
-            ),
-            case("batch 1, vocab 6, max_new_tokens 1", 1, 6, 1),
-        ]
+            case("batch 4, vocab 12, max_new_tokens 8: rows end at different steps",
+                 (4, 12, 8), 1.0),
+            case("batch 6, vocab 13, max_new_tokens 10, bos 0 and eos 5", (6, 13, 10), 1.5, (0, 5)),
+            case("batch 3, vocab 8, max_new_tokens 6: <eos> is never chosen", (3, 8, 6), -100.0),
+            case("batch 5, vocab 15, max_new_tokens 12: every row ends early", (5, 15, 12), 4.0),
+            case("float64 logits, batch 2, vocab 8, max_new_tokens 5",
+                 (2, 8, 5), 1.0, dtype=torch.float64),
+            case("batch 1, vocab 6, max_new_tokens 1", (1, 6, 1)),
+        ]  # fmt: skip
 
     def call(self, obj, case):
         d = case.data
@@ -193,9 +148,3 @@ class GreedyDecode(Task):
         if isinstance(got, torch.Tensor) and got.dtype in (torch.int32, torch.int16):
             return "your tokens should be a long (int64) tensor, got " + str(got.dtype)[6:]
         return compare_values(got, want, "your tokens")
-
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(wrong_greedy_decode, MISTAKES)

@@ -6,7 +6,6 @@ import torch
 
 from ...core import Case, GradingError, Task, register
 from ..common import randn
-from ..mistake_table import mistakes_of
 
 MISTAKES = {
     "pads_counted": "you counted the padded positions: their loss must be left out, and the mean "
@@ -101,6 +100,8 @@ class LabelSmoothingLoss(Task):
     id = "ex08.label_smoothing_loss"
     lesson = "lesson 08, section 'Label smoothing'"
     reference = "course_lib.train.label_smoothing_loss"
+    mistake_table = MISTAKES
+    wrong = staticmethod(wrong_label_smoothing)
     forbidden = (
         "torch.nn.functional.cross_entropy",
         "torch.nn.CrossEntropyLoss",
@@ -109,57 +110,30 @@ class LabelSmoothingLoss(Task):
     )
 
     def cases(self, gen):
-        def case(
-            description,
-            shape,
-            vocab,
-            smoothing,
-            ignore_index,
-            pad_fraction=0.3,
-            dtype=torch.float32,
-        ):
+        def case(description, shape, vocab, smoothing, ignore_index, pads=0.3, dtype=torch.float32):
             logits = 2.0 * randn(gen, *shape, vocab, dtype=dtype)
             target = torch.randint(0, vocab, shape, generator=gen)
-            if pad_fraction:
-                pads = torch.rand(shape, generator=gen) < pad_fraction
-                pads.view(-1)[0] = True  # at least one ignored position
-                pads.view(-1)[-1] = False  # and at least one real one
-                target = target.masked_fill(pads, ignore_index)
+            if pads:
+                padded = torch.rand(shape, generator=gen) < pads
+                padded.view(-1)[0] = True  # at least one ignored position
+                padded.view(-1)[-1] = False  # and at least one real one
+                target = target.masked_fill(padded, ignore_index)
             return Case(description, (logits, target, smoothing, ignore_index))
 
         return [
             case("logits (4, 7, 10), padded targets (pad id 0), smoothing 0.1", (4, 7), 10, 0.1, 0),
-            case(
-                "logits (12, 5) (flattened positions), no padding, ignore_index -100",
-                (12,),
-                5,
-                0.1,
-                -100,
-                pad_fraction=0,
-            ),
-            case(
-                "smoothing 0 (plain cross-entropy), logits (3, 6, 8), pad id 2", (3, 6), 8, 0.0, 2
-            ),
-            case(
-                "float64 logits (2, 9, 12), half of the targets padded, smoothing 0.25",
-                (2, 9),
-                12,
-                0.25,
-                0,
-                pad_fraction=0.5,
-                dtype=torch.float64,
-            ),
+            case("logits (12, 5) (flattened positions), no padding, ignore_index -100",
+                 (12,), 5, 0.1, -100, pads=0),
+            case("smoothing 0 (plain cross-entropy), logits (3, 6, 8), pad id 2",
+                 (3, 6), 8, 0.0, 2),
+            case("float64 logits (2, 9, 12), half of the targets padded, smoothing 0.25",
+                 (2, 9), 12, 0.25, 0, pads=0.5, dtype=torch.float64),
             case("logits (5, 4, 7), pad id 6 (not 0), smoothing 0.1", (5, 4), 7, 0.1, 6),
-            case(
-                "logits (3, 5, 9), padded targets with ignore_index -100 (F.cross_entropy's "
-                "default, not a valid id: replace the ignored targets by a valid id before "
-                "gathering, then leave them out)",
-                (3, 5),
-                9,
-                0.1,
-                -100,
-            ),
-        ]
+            case("logits (3, 5, 9), padded targets with ignore_index -100 (F.cross_entropy's "
+                 "default, not a valid id: replace the ignored targets by a valid id before "
+                 "gathering, then leave them out)",
+                 (3, 5), 9, 0.1, -100),
+        ]  # fmt: skip
 
     def call(self, obj, case):
         logits, target, _, ignore_index = case.args
@@ -182,9 +156,3 @@ class LabelSmoothingLoss(Task):
                 "needs it, so compute it from the logits with tensor operations only"
             )
         return loss
-
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(wrong_label_smoothing, MISTAKES)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 
 from ...core import Case, GradingError, Task, compare_values, register
-from ..mistake_table import mistakes_of
 
 MISTAKES = {
     "no_warmup": "you left out the warm-up: take the min of step^-0.5 (decay) and "
@@ -44,20 +43,9 @@ def wrong_noam_lr(step, d_model, warmup, *, mistake=""):
     return scale * (max if mistake == "max" else min)(decay, rise)
 
 
-def _steps_for(warmup: int) -> list[int]:
+def _steps_for(w: int) -> list[int]:
     """Steps on both sides of the peak: early warm-up, just before/at/after warmup, the decay."""
-    return sorted(
-        {
-            1,
-            2,
-            max(1, warmup // 2),
-            max(1, warmup - 1),
-            warmup,
-            warmup + 1,
-            3 * warmup,
-            10 * warmup + 7,
-        }
-    )
+    return sorted({1, 2, max(1, w // 2), max(1, w - 1), w, w + 1, 3 * w, 10 * w + 7})
 
 
 @register
@@ -67,6 +55,8 @@ class NoamLr(Task):
     id = "ex08.noam_lr"
     lesson = "lesson 08, section 'The warm-up schedule'"
     reference = "course_lib.train.noam_lr"
+    mistake_table = MISTAKES
+    wrong = staticmethod(wrong_noam_lr)
 
     def cases(self, gen):
         return [
@@ -101,9 +91,3 @@ class NoamLr(Task):
                 shown = f"{g:.6g}" if isinstance(g, (int, float)) else repr(g)
                 return f"at step {step} your learning rate is {shown}, expected {w:.6g}"
         return message
-
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(wrong_noam_lr, MISTAKES)

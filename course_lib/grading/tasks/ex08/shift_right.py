@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 
 from ...core import Case, Task, register
-from ..mistake_table import mistakes_of
 
 MISTAKES = {
     "drop_first": "you dropped the first target token; drop the LAST one: <bos> followed by "
@@ -48,6 +47,8 @@ class ShiftRight(Task):
     id = "ex08.shift_right"
     lesson = "lesson 08, section 'Teacher forcing and shifted targets'"
     reference = "course_lib.train.shift_right"
+    mistake_table = MISTAKES
+    wrong = staticmethod(wrong_shift_right)
 
     def cases(self, gen):
         def ids(*shape, high=20, dtype=torch.long):
@@ -55,19 +56,10 @@ class ShiftRight(Task):
 
         return [
             Case("targets (2, 5), bos_id 1", (ids(2, 5), 1)),
-            Case(
-                "targets (4, 11) ending in <eos>=2 and padding 0, bos_id 1",
-                (torch.cat([ids(4, 8), torch.tensor([[2, 0, 0]] * 4)], dim=1), 1),
-            ),
+            Case("targets (4, 11) ending in <eos>=2 and padding 0, bos_id 1",
+                 (torch.cat([ids(4, 8), torch.tensor([[2, 0, 0]] * 4)], dim=1), 1)),
             Case("targets (3, 1), a single token", (ids(3, 1), 1)),
             Case("targets (1, 6), bos_id 7", (ids(1, 6), 7)),
-            Case(
-                "int32 targets (2, 4), bos_id 0 (keep the dtype)", (ids(2, 4, dtype=torch.int32), 0)
-            ),
-        ]
-
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(wrong_shift_right, MISTAKES)
+            Case("int32 targets (2, 4), bos_id 0 (keep the dtype)",
+                 (ids(2, 4, dtype=torch.int32), 0)),
+        ]  # fmt: skip

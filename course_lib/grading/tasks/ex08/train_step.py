@@ -7,7 +7,7 @@ import torch
 
 from ...core import Case, GradingError, Task, compare_values, register
 from ..common import randn
-from ..mistake_table import mistakes_of
+from .shift_right import wrong_shift_right
 
 MISTAKES = {
     "pads_in_loss": "the padding positions count in your loss: pass "
@@ -59,21 +59,16 @@ def _wrong_step(
 
     if mistake == "unshifted":
         tgt_in = tgt
-    elif mistake == "shift_drops_first":
-        tgt_in = torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, 1:]], dim=1)
-    else:
+    else:  # shift_right's wrong version, dropping the first token or starting with pad_id
         first = pad_id if mistake == "shift_with_pad" else bos_id
-        tgt_in = torch.cat([torch.full_like(tgt[:, :1], first), tgt[:, :-1]], dim=1)
+        slip = "drop_first" if mistake == "shift_drops_first" else ""
+        tgt_in = wrong_shift_right(tgt, first, mistake=slip)
     logits = model(src, tgt_in)
     ignore = -100 if mistake == "pads_in_loss" else pad_id
     smooth = 0.0 if mistake == "no_smoothing" else smoothing
     labels = tgt_in if mistake == "scored_on_input" else tgt
-    loss = F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]),
-        labels.reshape(-1),
-        ignore_index=ignore,
-        label_smoothing=smooth,
-    )
+    flat = logits.reshape(-1, logits.shape[-1])
+    loss = F.cross_entropy(flat, labels.reshape(-1), ignore_index=ignore, label_smoothing=smooth)
     if mistake not in ("no_zero_grad", "zero_after_backward"):
         optimizer.zero_grad()
     loss.backward()
@@ -158,25 +153,18 @@ class TrainStep(Task):
     id = "ex08.train_step"
     lesson = "lesson 08, sections 'Teacher forcing and shifted targets' and 'The training loop'"
     reference = "course_lib.train.train_step"
+    mistake_table = MISTAKES
+    wrong = staticmethod(_wrong_step)
     depends_on = ("shift_right", "label_smoothing_loss")
     forbidden = ("course_lib.train.train",)
 
     def cases(self, gen):
         from ....translator import Seq2SeqTransformer
 
-        def case(
-            description,
-            batches,
-            *,
-            bos_id=1,
-            eos_id=2,
-            pad_id=0,
-            dtype=torch.float64,
-            smoothing=0.1,
-            clip=0.5,
-            schedule=True,
-            stale=False,
-        ):
+        def case(description, batches, dtype=torch.float64, schedule=True, stale=False, **ids):
+            # ids: bos_id, eos_id, pad_id (1, 2, 0 unless given), smoothing and clip (0.1, 0.5)
+            kwargs = {"bos_id": 1, "pad_id": 0, "smoothing": 0.1, "clip": 0.5, **ids}
+            bos_id, pad_id, eos_id = kwargs["bos_id"], kwargs["pad_id"], kwargs.pop("eos_id", 2)
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
@@ -190,12 +178,7 @@ class TrainStep(Task):
                 "pad_id": pad_id,
                 "dtype": dtype,
                 "schedule": schedule,
-                "kwargs": {
-                    "bos_id": bos_id,
-                    "pad_id": pad_id,
-                    "smoothing": smoothing,
-                    "clip": clip,
-                },
+                "kwargs": kwargs,
                 "batches": [_seq2seq_batch(gen, s, t, bos_id, eos_id, pad_id) for s, t in batches],
             }
             if stale:  # gradients left over from an earlier backward pass
@@ -203,47 +186,25 @@ class TrainStep(Task):
             return Case(description, data=data)
 
         return [
-            case(
-                "one step, batch 3, targets of lengths [4, 2, 5] padded with pad_id=0, "
-                "smoothing 0.1, clip 0.5",
-                [([5, 3, 4], [4, 2, 5])],
-            ),
-            case(
-                "two steps in a row on two batches (batch 2 then batch 4): the second step "
-                "must not reuse the first step's gradients",
-                [([3, 4], [3, 1]), ([2, 5, 5, 1], [4, 4, 2, 3])],
-            ),
-            case(
-                "one step on a model that arrives with gradients left over from an earlier "
-                "backward pass",
-                [([4, 2], [3, 5])],
-                stale=True,
-            ),
-            case(
-                "scheduler=None (no schedule to step), batch 2", [([4, 4], [2, 3])], schedule=False
-            ),
-            case(
-                "smoothing 0.0 and clip 1e6 (clipping never acts), batch 3",
-                [([3, 3, 2], [4, 1, 3])],
-                smoothing=0.0,
-                clip=1e6,
-            ),
-            case(
-                "batch 1 without padding, bos_id=3, eos_id=4, pad_id=5, smoothing 0.2, clip 0.2",
-                [([4], [3])],
-                bos_id=3,
-                eos_id=4,
-                pad_id=5,
-                smoothing=0.2,
-                clip=0.2,
-            ),
-            case(
-                "float32 model, three steps, batch 2, clip 1.0",
-                [([3, 2], [2, 3]), ([4, 1], [1, 4]), ([2, 2], [3, 3])],
-                clip=1.0,
-                dtype=torch.float32,
-            ),
-        ]
+            case("one step, batch 3, targets of lengths [4, 2, 5] padded with pad_id=0, "
+                 "smoothing 0.1, clip 0.5",
+                 [([5, 3, 4], [4, 2, 5])]),
+            case("two steps in a row on two batches (batch 2 then batch 4): the second step "
+                 "must not reuse the first step's gradients",
+                 [([3, 4], [3, 1]), ([2, 5, 5, 1], [4, 4, 2, 3])]),
+            case("one step on a model that arrives with gradients left over from an earlier "
+                 "backward pass",
+                 [([4, 2], [3, 5])], stale=True),
+            case("scheduler=None (no schedule to step), batch 2",
+                 [([4, 4], [2, 3])], schedule=False),
+            case("smoothing 0.0 and clip 1e6 (clipping never acts), batch 3",
+                 [([3, 3, 2], [4, 1, 3])], smoothing=0.0, clip=1e6),
+            case("batch 1 without padding, bos_id=3, eos_id=4, pad_id=5, smoothing 0.2, clip 0.2",
+                 [([4], [3])], bos_id=3, eos_id=4, pad_id=5, smoothing=0.2, clip=0.2),
+            case("float32 model, three steps, batch 2, clip 1.0",
+                 [([3, 2], [2, 3]), ([4, 1], [1, 4]), ([2, 2], [3, 3])], clip=1.0,
+                 dtype=torch.float32),
+        ]  # fmt: skip
 
     def call(self, obj, case):
         from ....translator import Seq2SeqTransformer
@@ -269,17 +230,12 @@ class TrainStep(Task):
     def compare(self, got, want, case):
         losses, params, lr = got
         if not all(isinstance(x, float) for x in losses):
-            kinds = ", ".join(
-                sorted(
-                    {
-                        type(x).__name__ if not isinstance(x, dict) else x.get("__repr__", "?")
-                        for x in losses
-                    }
-                )
-            )
+            kinds = {
+                x.get("__repr__", "?") if isinstance(x, dict) else type(x).__name__ for x in losses
+            }
             return (
-                f"train_step should return the loss as a Python float, got {kinds} (use "
-                "loss.item())"
+                f"train_step should return the loss as a Python float, got "
+                f"{', '.join(sorted(kinds))} (use loss.item())"
             )
         rel = 1e-5 if case.data["dtype"] == torch.float32 else 1e-9
         for step, (g, w) in enumerate(zip(losses, want[0], strict=True), start=1):
@@ -291,9 +247,3 @@ class TrainStep(Task):
         if abs(lr - want[2]) > 1e-12:
             return f"the learning rate after your step(s) is {lr:.6g}, expected {want[2]:.6g}"
         return None
-
-    def mistakes(self):
-        return _MISTAKES
-
-
-_MISTAKES = mistakes_of(_wrong_step, MISTAKES)
