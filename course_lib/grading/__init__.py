@@ -12,6 +12,7 @@ From a shell::
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -50,8 +51,6 @@ NOTEBOOK_SEED = 0
 def batch_grading() -> bool:
     """True inside the batch grader's kernel: a cell that only demonstrates (e.g. trains the
     learner's model for a minute) can skip itself there, since grading never needs it."""
-    import os
-
     return os.environ.get("COURSE_BATCH_GRADING") == "1"
 
 
@@ -69,19 +68,6 @@ def check(task_id: str, obj: Any = None) -> TaskResult | None:
     return None
 
 
-def _earlier_in(namespace: dict, task: Task):
-    """`judge`'s `earlier`: the check of an earlier task on the learner's version of it."""
-
-    def earlier(name: str) -> TaskResult | None:
-        own = namespace.get(name)
-        if own is None:
-            return None
-        result = check_result(f"{task.id.split('.')[0]}.{name}", own)
-        return result if isinstance(result, TaskResult) else None
-
-    return earlier
-
-
 def check_result(task_id: str, obj: Any = None) -> TaskResult | str:
     """Like `check`, but returns the `TaskResult` (or a message string) instead of printing."""
     try:
@@ -94,6 +80,12 @@ def check_result(task_id: str, obj: Any = None) -> TaskResult | str:
         cases = task.cases(torch.Generator().manual_seed(NOTEBOOK_SEED))
         namespace = learner_namespace(obj)
         run = run_cases(task, obj, cases, namespace)
-        return judge(task, cases, run, earlier=_earlier_in(namespace, task))
+
+        def earlier(name: str) -> TaskResult | None:  # the check of the learner's earlier task
+            own = namespace.get(name)
+            result = None if own is None else check_result(f"{task.id.split('.')[0]}.{name}", own)
+            return result if isinstance(result, TaskResult) else None
+
+        return judge(task, cases, run, earlier=earlier)
     except Exception as e:  # noqa: BLE001  (feedback must never crash a learner's notebook)
         return f"❌ {task_id}: the checker could not run ({type(e).__name__}: {e})"

@@ -33,18 +33,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .core import SCORE_NOTE
+from . import core, learners
 from .resume import Store, batch_seed
 
 DEFAULT_TIMEOUT = 300.0  # seconds per submission
 DEFAULT_MEMORY_MB = 4096  # address space of a learner's kernel beyond what it starts with
 DEFAULT_MAX_OUTPUT_KB = 1024  # captured output per cell
 _GRACE = 60.0  # extra seconds the parent allows a worker for kernel start and judging
-
-
-# --------------------------------------------------------------------------------------------
-# Finding submissions and their exercise set
-# --------------------------------------------------------------------------------------------
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def collect(paths: list[Path]) -> list[tuple[str, Path]]:
@@ -73,6 +69,14 @@ def exercise_of(nb: Any, path: Path) -> str | None:
             return m.group(1)
     m = re.match(r"(\d\d)_", path.name)
     return f"ex{m.group(1)}" if m else None
+
+
+def _environment(**extra: str) -> dict[str, str]:
+    """This process's environment with `extra`, importing the same course_lib as the grader
+    (installed or not)."""
+    env = dict(os.environ, **extra)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
+    return env
 
 
 # --------------------------------------------------------------------------------------------
@@ -106,12 +110,94 @@ def _capped_client_class():
     return CappedClient
 
 
-class _Kernel:
-    """Runs cells of one notebook in a kernel it can restart after a crash or a time-out."""
+def _first_error(cell) -> str | None:
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "error":
+            return f"{out.get('ename')}: {str(out.get('evalue'))[:300]}"
+    return None
 
-    def __init__(self, nb, workdir: Path, memory_mb: int, max_output_chars: int, pid_file: Path):
-        self.nb, self.workdir, self.memory_mb = nb, workdir, memory_mb
-        self.max_output_chars, self.pid_file = max_output_chars, pid_file
+
+def grade_one(path: Path, seed: int, pid_file: Path, **limits: Any) -> dict:
+    """Grade one notebook (runs in the worker process) and return its row of scores.json.
+
+    Reads the notebook and finds its exercise set, draws the hidden cases, runs the notebook in
+    a sandboxed kernel (`_Submission`, within `limits`: timeout, memory_mb, max_output_kb,
+    cell_timeout), runs each task's harness cell there and judges the outcomes in this process.
+    Whatever goes wrong, the row still has every task.
+    """
+    import nbformat
+    import torch
+
+    row: dict[str, Any] = {"score": 0.0, "max_score": 0.0, "error": None, "tasks": {}}
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception as e:  # noqa: BLE001
+        row["error"] = f"not a readable notebook: {type(e).__name__}: {str(e)[:200]}"
+        return row
+    exercise = exercise_of(nb, path)
+    tasks = core.tasks_for(exercise) if exercise else []
+    if not tasks:
+        row["error"] = (
+            "could not tell which exercise set this notebook is (no "
+            "metadata.course.exercise, no check('exNN...') call, no NN_ file name)"
+        )
+        return row
+    row["max_score"] = sum(t.points for t in tasks)
+    deadline = time.monotonic() + limits["timeout"]
+    results: dict[str, Any] = {}  # task id -> TaskResult, in the order the tasks were judged
+    with tempfile.TemporaryDirectory(prefix="course-grading-") as tmp:
+        cases = {}  # each task's hidden cases, from a seed of its own, saved for the harness
+        for task in tasks:
+            cases[task.id] = task.cases(torch.Generator().manual_seed(_task_seed(seed, task.id)))
+            torch.save(cases[task.id], Path(tmp) / f"{task.id}.cases.pt")
+        rundir = Path(tmp) / "run"
+        rundir.mkdir()
+        if (path.parent / "mine").is_dir():  # the learner's own library, which later
+            # exercises import (course_lib.mine), goes with the notebook
+            ignore = shutil.ignore_patterns("__pycache__", ".*")
+            shutil.copytree(path.parent / "mine", rundir / "mine", ignore=ignore)
+        submission = _Submission(nb, rundir, pid_file, deadline, **limits)
+        try:
+            submission.run_notebook()
+            for task in tasks:
+                run, note = submission.outcomes_of(task, Path(tmp) / f"{task.id}.cases.pt")
+                results[task.id] = _judge_task(task, cases[task.id], run, note, results)
+        except Exception as e:  # noqa: BLE001
+            submission.problems.append(f"grading stopped: {type(e).__name__}: {str(e)[:300]}")
+        finally:
+            submission.stop()
+    problems = submission.problems
+    for task in tasks:  # tasks never reached still get a row
+        result = results.get(task.id)
+        reason = "not graded: " + (problems[-1] if problems else "")
+        row["tasks"][task.id] = (
+            result.as_dict() if result else learners.zero_task(task.points, reason)
+        )
+    row["score"] = round(sum(t["score"] for t in row["tasks"].values()), 4)
+    row["error"] = "; ".join(problems) or None
+    return row
+
+
+class _Submission:
+    """One notebook in its sandboxed kernel, within its time limits.
+
+    `run_notebook` runs the code cells in order; a cell that times out or kills the kernel is
+    skipped, and the kernel restarted with the cells that finished replayed. `outcomes_of` then
+    runs one task's harness cell and reads back what it saved. What went wrong is appended to
+    `problems`, in words for the row's `error`.
+    """
+
+    def __init__(
+        self, nb, rundir, pid_file, deadline, *, timeout, memory_mb, max_output_kb, cell_timeout
+    ):
+        self.nb, self.rundir, self.pid_file, self.deadline = nb, rundir, pid_file, deadline
+        self.code_cells = [c for c in nb.cells if c.cell_type == "code"]
+        self.timeout, self.memory_mb, self.max_output_kb = timeout, memory_mb, max_output_kb
+        # one looping cell leaves time for what comes after it (a restart, the other cells)
+        self.cell_limit = cell_timeout or max(30.0, timeout / 4)
+        self.problems: list[str] = []
+        self.done: list[int] = []  # cells that ran to the end (they are replayed after a restart)
+        self.alive = False
         self.client = None
 
     def start(self) -> None:
@@ -122,12 +208,11 @@ class _Kernel:
             allow_errors=True,
             record_timing=False,
             store_widget_state=False,
-            resources={"metadata": {"path": str(self.workdir)}},
+            resources={"metadata": {"path": str(self.rundir)}},
         )
-        client.max_output_chars = self.max_output_chars
+        client.max_output_chars = self.max_output_kb * 1024
         client.km = client.create_kernel_manager()
-        env = dict(
-            os.environ,
+        env = _environment(
             COURSE_DEVICE="cpu",
             OMP_NUM_THREADS="1",
             MKL_NUM_THREADS="1",
@@ -135,8 +220,6 @@ class _Kernel:
             COURSE_BATCH_GRADING="1",  # long demonstrations (training runs) skip themselves
         )
         env.pop("COURSE_MINE", None)  # the learner's library is the one copied beside the notebook
-        # The kernel imports the same course_lib as the grader, installed or not.
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
         limit = self.memory_mb
 
         def limit_memory() -> None:  # runs in the kernel process, before Python starts
@@ -162,11 +245,12 @@ class _Kernel:
                 pass
             self.client = None
 
-    def run(self, cell, index: int, seconds: float) -> str | None:
-        """Execute one cell; None if it finished, else 'timeout' or 'dead'."""
+    def run(self, cell, index: int) -> str | None:
+        """Execute one cell within the cell limit, or less when the deadline is closer; None if
+        it finished, else 'timeout', 'dead' or 'error'."""
         from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-        self.client.timeout = max(1, int(seconds))
+        self.client.timeout = max(1, int(min(self.cell_limit, self.deadline - time.monotonic())))
         try:
             self.client.execute_cell(cell, index)
         except CellTimeoutError:
@@ -175,177 +259,19 @@ class _Kernel:
             return "dead"
         except RuntimeError as e:  # e.g. the kernel's channels closed because it exited
             return "dead" if "kernel" in str(e).lower() else "error"
-        if not self.client.kc.is_alive():
-            return "dead"
-        return None
-
-
-def _first_error(cell) -> str | None:
-    for out in cell.get("outputs", []):
-        if out.get("output_type") == "error":
-            return f"{out.get('ename')}: {str(out.get('evalue'))[:300]}"
-    return None
-
-
-def default_cell_timeout(timeout: float) -> float:
-    """How long one cell may run: a quarter of the submission's budget, at least 30 s.
-
-    One looping cell then leaves time for what comes after it (a restart, the other cells,
-    the checks).
-    """
-    return max(30.0, timeout / 4)
-
-
-def grade_one(
-    path: Path,
-    seed: int,
-    timeout: float,
-    memory_mb: int,
-    max_output_kb: int,
-    pid_file: Path,
-    cell_timeout: float | None = None,
-) -> dict:
-    """Grade one notebook (runs in the worker process) and return its row of scores.json.
-
-    The steps, in order: read the notebook and find its exercise set (`_prepare`); draw the
-    hidden cases (`_draw_cases`); run the notebook's cells in a sandboxed kernel
-    (`_Submission.run_notebook`); run each task's harness cell there to collect the raw outcomes
-    (`_Submission.outcomes_of`); judge them in this process (`_judge_task`); build the row
-    (`_build_row`). Whatever goes wrong, the row still has every task.
-    """
-    row: dict[str, Any] = {"score": 0.0, "max_score": 0.0, "error": None, "tasks": {}}
-    nb, tasks, error = _prepare(path)
-    if error is not None:
-        row["error"] = error
-        return row
-    row["max_score"] = sum(t.points for t in tasks)
-    deadline = time.monotonic() + timeout
-    problems: list[str] = []
-    results: dict[str, Any] = {}  # task id -> TaskResult, in the order the tasks were judged
-    with tempfile.TemporaryDirectory(prefix="course-grading-") as tmp:
-        workdir = Path(tmp)
-        cases, case_files = _draw_cases(tasks, seed, workdir)
-        _copy_library(path, workdir / "run")
-        submission = _Submission(
-            nb,
-            workdir / "run",
-            memory_mb=memory_mb,
-            max_output_kb=max_output_kb,
-            pid_file=pid_file,
-            deadline=deadline,
-            timeout=timeout,
-            cell_timeout=cell_timeout,
-            problems=problems,
-        )
-        try:
-            submission.run_notebook()
-            for task in tasks:
-                run, note = submission.outcomes_of(task, case_files[task.id])
-                results[task.id] = _judge_task(task, cases[task.id], run, note, results)
-        except Exception as e:  # noqa: BLE001
-            problems.append(f"grading stopped: {type(e).__name__}: {str(e)[:300]}")
-        finally:
-            submission.stop()
-    return _build_row(row, tasks, results, problems)
-
-
-def _copy_library(path: Path, rundir: Path) -> None:
-    """The learner's own library (mine/, beside the notebook) goes with the notebook: later
-    exercises import the pieces a learner wrote in earlier ones (course_lib.mine)."""
-    library = path.parent / "mine"
-    rundir.mkdir(parents=True, exist_ok=True)
-    if library.is_dir():
-        shutil.copytree(
-            library, rundir / "mine", ignore=shutil.ignore_patterns("__pycache__", ".*")
-        )
-
-
-def _prepare(path: Path) -> tuple[Any, list, str | None]:
-    """The notebook and the tasks of its exercise set, or the reason it cannot be graded."""
-    import nbformat
-
-    from . import core
-
-    try:
-        nb = nbformat.read(path, as_version=4)
-    except Exception as e:  # noqa: BLE001
-        return None, [], f"not a readable notebook: {type(e).__name__}: {str(e)[:200]}"
-    exercise = exercise_of(nb, path)
-    tasks = core.tasks_for(exercise) if exercise else []
-    if not tasks:
-        return (
-            nb,
-            [],
-            (
-                "could not tell which exercise set this notebook is (no "
-                "metadata.course.exercise, no check('exNN...') call, no NN_ file name)"
-            ),
-        )
-    return nb, tasks, None
-
-
-def _draw_cases(tasks: list, seed: int, workdir: Path) -> tuple[dict, dict]:
-    """Each task's hidden cases (a seed of its own) and the files the harness reads them from."""
-    import torch
-
-    cases: dict[str, list] = {}
-    case_files: dict[str, Path] = {}
-    for task in tasks:
-        cases[task.id] = task.cases(torch.Generator().manual_seed(_task_seed(seed, task.id)))
-        case_files[task.id] = workdir / f"{task.id}.cases.pt"
-        torch.save(cases[task.id], case_files[task.id])
-    return cases, case_files
-
-
-class _Submission:
-    """One notebook in its sandboxed kernel, within its time limits.
-
-    `run_notebook` runs the code cells in order; a cell that times out or kills the kernel is
-    skipped, and the kernel restarted with the cells that finished replayed. `outcomes_of` then
-    runs one task's harness cell and reads back what it saved. What went wrong is appended to
-    `problems`, in words for the row's `error`.
-    """
-
-    def __init__(
-        self,
-        nb,
-        rundir: Path,
-        *,
-        memory_mb: int,
-        max_output_kb: int,
-        pid_file: Path,
-        deadline: float,
-        timeout: float,
-        cell_timeout: float | None,
-        problems: list[str],
-    ):
-        rundir.mkdir(exist_ok=True)
-        self.code_cells = [c for c in nb.cells if c.cell_type == "code"]
-        self.kernel = _Kernel(nb, rundir, memory_mb, max_output_kb * 1024, pid_file)
-        self.deadline, self.timeout, self.max_output_kb = deadline, timeout, max_output_kb
-        self.cell_limit = cell_timeout if cell_timeout else default_cell_timeout(timeout)
-        self.problems = problems
-        self.done: list[int] = []  # cells that ran to the end (they are replayed after a restart)
-        self.alive = False
-
-    def seconds_left(self) -> float:
-        """What the next cell may take: the cell limit, or less when the deadline is closer."""
-        return min(self.cell_limit, self.deadline - time.monotonic())
+        return None if self.client.kc.is_alive() else "dead"
 
     def restart(self) -> bool:
         """A fresh kernel with the finished cells replayed; False when that is not possible."""
-        self.kernel.stop()
+        self.stop()
         if time.monotonic() > self.deadline:
             return False
-        self.kernel.start()
-        for j in self.done:
-            if self.kernel.run(self.code_cells[j], j, self.seconds_left()) is not None:
-                return False
-        return True
+        self.start()
+        return all(self.run(self.code_cells[j], j) is None for j in self.done)
 
     def run_notebook(self) -> None:
         """Start the kernel and run every code cell, noting errors, time-outs and crashes."""
-        self.kernel.start()
+        self.start()
         self.alive = True
         for i, cell in enumerate(self.code_cells):
             if self.deadline - time.monotonic() <= 0:
@@ -353,7 +279,7 @@ class _Submission:
                     f"the time limit of {self.timeout:.0f} s ran out before cell {i + 1}"
                 )
                 break
-            status = self.kernel.run(cell, i, self.seconds_left())
+            status = self.run(cell, i)
             if status is None:
                 self.done.append(i)
                 err = _first_error(cell)
@@ -369,7 +295,7 @@ class _Submission:
                 self.alive = False
                 self.problems.append("could not restart the kernel within the time limit")
                 break
-        flooded = getattr(self.kernel.client, "flooded", None) if self.kernel.client else None
+        flooded = getattr(self.client, "flooded", None)
         if flooded:
             cells = ", ".join(str(i + 1) for i in sorted(flooded))
             self.problems.append(
@@ -381,12 +307,15 @@ class _Submission:
         import nbformat
         import torch
 
+        from .harness import cell_source
+
         out_file = case_file.with_name(f"{task.id}.out.pt")
         run: dict | None = None
         note = None
         if self.alive and time.monotonic() < self.deadline:
-            harness_cell = nbformat.v4.new_code_cell(_harness_source(task.id, case_file, out_file))
-            status = self.kernel.run(harness_cell, len(self.code_cells), self.seconds_left())
+            source = cell_source(task.id, str(case_file), str(out_file))
+            harness_cell = nbformat.v4.new_code_cell(source)
+            status = self.run(harness_cell, len(self.code_cells))
             if status == "timeout":
                 note = "your code did not finish within the time limit"
             elif status == "dead":
@@ -403,9 +332,6 @@ class _Submission:
                 note = f"no `{task.name}` was defined in the notebook"
         return run, note
 
-    def stop(self) -> None:
-        self.kernel.stop()
-
 
 def _judge_task(task, cases: list, run: dict | None, note: str | None, earlier: dict):
     """Compare a task's outcomes with the reference (in this process, never in the kernel).
@@ -413,59 +339,22 @@ def _judge_task(task, cases: list, run: dict | None, note: str | None, earlier: 
     `earlier` holds the results of the tasks judged before, by id: when this task calls the
     learner's version of one of them (`depends_on`) and that one failed, the feedback says so.
     """
-    from . import core
-
     if note and run is None:
         return core.judge(task, cases, None, missing=note)
     exercise = task.id.split(".")[0]
     return core.judge(task, cases, run, earlier=lambda name: earlier.get(f"{exercise}.{name}"))
 
 
-def _build_row(row: dict, tasks: list, results: dict, problems: list[str]) -> dict:
-    """The row of scores.json: every task (those never reached at zero), the total, the error."""
-    for task_id, result in results.items():
-        row["tasks"][task_id] = result.as_dict()
-    for task in tasks:  # tasks never reached still get a row
-        row["tasks"].setdefault(
-            task.id,
-            {
-                "score": 0.0,
-                "max_score": task.points,
-                "feedback": "not graded: " + (problems[-1] if problems else ""),
-            },
-        )
-    row["score"] = round(sum(t["score"] for t in row["tasks"].values()), 4)
-    row["error"] = "; ".join(problems) or None
-    return row
-
-
-def _harness_source(task_id: str, cases: Path, out: Path) -> str:
-    from .harness import cell_source
-
-    return cell_source(task_id, str(cases), str(out))
-
-
 def _worker_main() -> None:
     config = json.loads(sys.stdin.read())
-    seed = int(config["seed"])
-    result = grade_one(
-        Path(config["path"]),
-        seed,
-        float(config["timeout"]),
-        int(config["memory_mb"]),
-        int(config["max_output_kb"]),
-        Path(config["pid_file"]),
-        config.get("cell_timeout"),
-    )
-    Path(config["result"]).write_text(json.dumps(result))
+    result = Path(config.pop("result"))
+    path, pid_file = Path(config.pop("path")), Path(config.pop("pid_file"))
+    result.write_text(json.dumps(grade_one(path, pid_file=pid_file, **config)))
 
 
 # --------------------------------------------------------------------------------------------
 # The parent: many submissions in parallel, a table at the end
 # --------------------------------------------------------------------------------------------
-
-
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def die_with_parent() -> None:
@@ -497,29 +386,15 @@ def _kill_all(proc: subprocess.Popen, pid_file: Path) -> None:
                 pass
 
 
-def _grade_in_worker(
-    name: str,
-    path: Path,
-    seed: int,
-    timeout: float,
-    memory_mb: int,
-    max_output_kb: int,
-    cell_timeout: float | None = None,
-) -> dict:
+def _grade_in_worker(name: str, path: Path, **options: Any) -> dict:
+    """Grade one notebook in a worker process of its own (`grade_one`, with `options`: seed,
+    timeout, memory_mb, max_output_kb, cell_timeout), killed with its kernels when it is done
+    or takes longer than the timeout allows."""
+    timeout = options["timeout"]
     with tempfile.TemporaryDirectory(prefix="course-grader-") as tmp:
         result_file, pid_file = Path(tmp) / "result.json", Path(tmp) / "kernel.pids"
-        config = {
-            "path": str(path.resolve()),
-            "seed": seed,
-            "timeout": timeout,
-            "memory_mb": memory_mb,
-            "max_output_kb": max_output_kb,
-            "cell_timeout": cell_timeout,
-            "result": str(result_file),
-            "pid_file": str(pid_file),
-        }
-        env = dict(os.environ)  # the worker imports this very course_lib, installed or not
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
+        config = {"path": str(path.resolve()), **options}
+        config.update(result=str(result_file), pid_file=str(pid_file))
         proc = subprocess.Popen(
             [sys.executable, "-m", "course_lib.grading.batch", "--worker"],
             stdin=subprocess.PIPE,
@@ -527,29 +402,24 @@ def _grade_in_worker(
             stderr=subprocess.PIPE,
             start_new_session=True,
             text=True,
-            env=env,
+            env=_environment(),  # the worker imports this very course_lib, installed or not
             preexec_fn=die_with_parent,
         )
         try:
             _, stderr = proc.communicate(json.dumps(config), timeout=timeout + _GRACE)
+            error = None
         except subprocess.TimeoutExpired:
             _kill_all(proc, pid_file)
             proc.communicate()
             stderr = ""
             error = f"grading did not finish within {timeout + _GRACE:.0f} s and was stopped"
-        else:
-            error = None
         _kill_all(proc, pid_file)  # no kernel outlives its submission
         if result_file.exists():
             result = json.loads(result_file.read_text())
         else:
             tail = (stderr or "").strip().splitlines()[-1:] or [""]
-            result = {
-                "score": 0.0,
-                "max_score": 0.0,
-                "tasks": {},
-                "error": error or f"the grader's worker failed: {tail[0][:300]}",
-            }
+            error = error or f"the grader's worker failed: {tail[0][:300]}"
+            result = {"score": 0.0, "max_score": 0.0, "tasks": {}, "error": error}
     return {"submission": name, **result}
 
 
@@ -572,12 +442,10 @@ def grade(
     earlier run with the same notebook and options is not graded again (`resume.py`). With
     `ray` (an address, or "auto"), each notebook is graded by a Ray task (`distributed.py`).
     """
-    from . import learners as learners_mod
-
     say = (lambda *a: None) if quiet else print
-    given = _given(paths)
+    given = [(p, name, path) for p in paths for name, path in collect([p])]
     submissions = [(name, path) for _, name, path in given]
-    names = [learners_mod.learner_of(folder, path, name) for folder, name, path in given]
+    names = [learners.learner_of(folder, path, name) for folder, name, path in given]
     if out_dir is not None:
         seed = batch_seed(out_dir, seed, lambda: secrets.randbits(62))
     elif seed is None:
@@ -589,18 +457,15 @@ def grade(
         "max_output_kb": max_output_kb,
         "cell_timeout": cell_timeout,
     }
-    rows: list[dict | None] = [None] * len(submissions)
     store = Store(out_dir, options) if out_dir is not None else None
     keys = [store.key(name, path) if store else "" for name, path in submissions]
-    if store is not None:
-        for i, key in enumerate(keys):
-            rows[i] = store.load(key)
-        done = sum(r is not None for r in rows)
-        if done:
-            say(
-                f"resuming in {out_dir}: {done} of {len(rows)} submissions were graded by an "
-                f"earlier run (same notebook, same options); grading the other {len(rows) - done}"
-            )
+    rows: list[dict | None] = [store.load(key) if store else None for key in keys]
+    done = sum(r is not None for r in rows)
+    if done:
+        say(
+            f"resuming in {out_dir}: {done} of {len(rows)} submissions were graded by an "
+            f"earlier run (same notebook, same options); grading the other {len(rows) - done}"
+        )
     todo = [i for i, row in enumerate(rows) if row is None]
 
     def finished(i: int, row: dict, seconds: float, keep: bool = True) -> None:
@@ -613,42 +478,23 @@ def grade(
 
         grade_on_ray(ray, [(i, *submissions[i]) for i in todo], options, finished, say)
     else:
-        jobs = max(1, jobs or os.cpu_count() or 1)
 
         def one(i: int) -> None:
             start = time.monotonic()
-            row = _grade_in_worker(*submissions[i], **options)
-            finished(i, row, time.monotonic() - start)
+            finished(i, _grade_in_worker(*submissions[i], **options), time.monotonic() - start)
 
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
+        with ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1)) as pool:
             for future in [pool.submit(one, i) for i in todo]:
                 future.result()
     graded = [r for r in rows if r is not None]
-    if out_dir is not None:
+    if out_dir is not None:  # scores.json (per submission), scores.csv and learners.json
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "scores.json").write_text(json.dumps(graded, indent=2) + "\n")
         who = [name for name, row in zip(names, rows, strict=True) if row is not None]
-        write_scores(graded, out_dir, learners=who)
+        learners.write(learners.by_learner(graded, who), out_dir)
     if not quiet:
         print(format_table(graded))
     return graded
-
-
-def _given(paths: list[Path]) -> list[tuple[Path, str, Path]]:
-    """(the file or folder given, display name, path) of every notebook, in `collect`'s order."""
-    return [(p, name, path) for p in paths for name, path in collect([p])]
-
-
-def write_scores(rows: list[dict], out_dir: Path, learners: list[str] | None = None) -> None:
-    """scores.json (per submission), and scores.csv and learners.json (per learner).
-
-    Without `learners`, every submission is a learner of its own.
-    """
-    from . import learners as learners_mod
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "scores.json").write_text(json.dumps(rows, indent=2) + "\n")
-    if learners is None:
-        learners = [row["submission"] for row in rows]
-    learners_mod.write(learners_mod.by_learner(rows, learners), out_dir)
 
 
 def format_table(rows: list[dict]) -> str:
@@ -660,7 +506,7 @@ def format_table(rows: list[dict]) -> str:
         score = f"{r['score']:g} / {r['max_score']:g}"
         note = (r["error"] or "")[:100]
         lines.append(f"{r['submission']:<{width}}  {score:>11}  {note}")
-    lines.append(SCORE_NOTE)
+    lines.append(core.SCORE_NOTE)
     return "\n".join(lines)
 
 
@@ -674,43 +520,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("paths", nargs="+", type=Path, help="notebooks or folders of notebooks")
     parser.add_argument("--out", type=Path, required=True, help="folder for scores.csv/.json")
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT,
-        help=f"seconds per submission (default {DEFAULT_TIMEOUT:g})",
-    )
-    parser.add_argument(
-        "--cell-timeout",
-        type=float,
-        default=None,
-        help="seconds one cell may run before it is stopped and skipped "
-        "(default: a quarter of --timeout, at least 30)",
-    )
-    parser.add_argument(
-        "--jobs",
-        type=int,
-        default=None,
-        help="submissions graded at once (default: number of cores)",
-    )
-    parser.add_argument(
-        "--memory-mb",
-        type=int,
-        default=DEFAULT_MEMORY_MB,
-        help=f"memory a kernel may allocate, MB (default {DEFAULT_MEMORY_MB})",
-    )
-    parser.add_argument(
-        "--max-output-kb",
-        type=int,
-        default=DEFAULT_MAX_OUTPUT_KB,
-        help=f"output kept per cell, KB (default {DEFAULT_MAX_OUTPUT_KB})",
-    )
-    parser.add_argument(
-        "--seed",
-        type=int,
-        default=None,
-        help="seed for the hidden inputs (default: a fresh secret one)",
-    )
+    for flag, kind, default, text in (
+        ("--timeout", float, DEFAULT_TIMEOUT, "seconds per submission"),
+        (
+            "--cell-timeout",
+            float,
+            None,
+            "seconds one cell may run before it is stopped and skipped "
+            "(default: a quarter of --timeout, at least 30)",
+        ),
+        ("--jobs", int, None, "submissions graded at once (default: number of cores)"),
+        ("--memory-mb", int, DEFAULT_MEMORY_MB, "memory a kernel may allocate, MB"),
+        ("--max-output-kb", int, DEFAULT_MAX_OUTPUT_KB, "output kept per cell, KB"),
+        ("--seed", int, None, "seed for the hidden inputs (default: a fresh secret one)"),
+    ):
+        text += f" (default {default:g})" if default else ""
+        parser.add_argument(flag, type=kind, default=default, help=text)
     parser.add_argument(
         "--ray",
         metavar="ADDRESS",

@@ -158,6 +158,15 @@ def resolve(dotted: str) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
+def _functions(klass: type) -> Iterable[types.FunctionType]:
+    """The plain functions a class defines itself (methods, static and class methods)."""
+    for value in vars(klass).values():
+        if isinstance(value, (staticmethod, classmethod)):
+            value = value.__func__
+        if isinstance(value, types.FunctionType):
+            yield value
+
+
 def _code_objects(obj: Any) -> Iterable[types.CodeType]:
     """The Python code objects that run when `obj` (function or class) is used.
 
@@ -168,13 +177,8 @@ def _code_objects(obj: Any) -> Iterable[types.CodeType]:
         yield inspect.unwrap(obj).__code__
     elif isinstance(obj, type):
         for klass in obj.__mro__:
-            if klass.__module__.startswith(("torch.nn.modules.module", "builtins")):
-                continue
-            for value in vars(klass).values():
-                if isinstance(value, (staticmethod, classmethod)):
-                    value = value.__func__
-                if isinstance(value, types.FunctionType):
-                    yield inspect.unwrap(value).__code__
+            if not klass.__module__.startswith(("torch.nn.modules.module", "builtins")):
+                yield from (inspect.unwrap(f).__code__ for f in _functions(klass))
 
 
 # PyTorch's operators called directly (torch.ops.aten.softmax(...)) bypass the functions a task
@@ -267,11 +271,8 @@ def _plain(value: Any, depth: int = 0) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (tuple, list)):
-        return (
-            [_plain(v, depth + 1) for v in value]
-            if isinstance(value, list)
-            else tuple(_plain(v, depth + 1) for v in value)
-        )
+        items = [_plain(v, depth + 1) for v in value]
+        return items if isinstance(value, list) else tuple(items)
     if isinstance(value, dict):
         return {str(k): _plain(v, depth + 1) for k, v in value.items()}
     return {"__repr__": f"<{type(value).__name__}>"}
@@ -280,24 +281,17 @@ def _plain(value: Any, depth: int = 0) -> Any:
 def _outcome_of(fn: Callable[[], Any]) -> dict:
     try:
         value = fn()
-    except NotImplementedError as e:
-        return {
-            "status": "raised",
-            "types": ["NotImplementedError"],
-            "message": str(e),
-            "not_implemented": True,
-        }
     except GradingError as e:
         return {"status": "harness", "message": str(e)}
     except BaseException as e:  # noqa: BLE001  (a learner's code may raise anything, even SystemExit)
         if isinstance(e, KeyboardInterrupt):
             raise
-        names = [k.__name__ for k in type(e).__mro__]
+        stub = isinstance(e, NotImplementedError)  # an untouched exercise
         return {
             "status": "raised",
-            "types": names,
-            "message": _raised_message(e),
-            "not_implemented": False,
+            "types": ["NotImplementedError"] if stub else [k.__name__ for k in type(e).__mro__],
+            "message": str(e) if stub else _raised_message(e),
+            "not_implemented": stub,
         }
     return {"status": "ok", "value": _plain(value)}
 
@@ -314,13 +308,7 @@ def learner_namespace(obj: Any) -> dict:
     """The globals a learner's function or class was defined in (its notebook's), or {}."""
     if isinstance(obj, types.FunctionType):
         return obj.__globals__
-    if isinstance(obj, type):
-        for value in vars(obj).values():
-            if isinstance(value, (staticmethod, classmethod)):
-                value = value.__func__
-            if isinstance(value, types.FunctionType):
-                return value.__globals__
-    return {}
+    return next((f.__globals__ for f in _functions(obj)), {}) if isinstance(obj, type) else {}
 
 
 def watched_calls(task: Task) -> dict[str, Any]:
@@ -531,8 +519,6 @@ class Task:
     points: float = 1.0
     depends_on: tuple[str, ...] = ()
     mistake_table: dict[str, str] = {}
-    # course pieces that may stand in for the learner's own earlier ones (course_lib.mine's
-    # "borrowed"): seen while the task runs, they are named and the score is halved, not zeroed
     borrowable: tuple[str, ...] = ()
 
     @property
@@ -557,8 +543,7 @@ class Task:
         raise NotImplementedError(f"{self.id} lists mistakes but has no wrong implementation")
 
     def mistakes(self) -> list[tuple[Callable, str]]:
-        """Wrong implementations, each with the hint a learner who wrote it needs: the `wrong`
-        implementation with each mistake of `mistake_table`, in its order."""
+        """(wrong implementation, the hint a learner who wrote it needs), in the table's order."""
         from .tasks.mistake_table import mistakes_of
 
         return mistakes_of(self.wrong, self.mistake_table)
@@ -568,31 +553,22 @@ class Task:
         return None
 
 
-def _hint_from_mistakes(task: Task, got: Any, case: Case) -> str | None:
+def _listed_hint(task: Task, case: Case, got: Any = None, raised: str | None = None) -> str | None:
+    """The hint of the first listed mistake whose result on this case equals the learner's
+    `got`, or, when the learner's code raised, whose error is the very `raised` one (the same
+    exception and text: a crash is explained by its cause, a float d_head, a sum without
+    keepdim, without matching PyTorch's wording anywhere); None when none does."""
     for wrong, hint in task.mistakes():
         try:
             with warnings.catch_warnings():  # a wrong version may warn; the learner's did not
                 warnings.simplefilter("ignore")
                 wrong_value = _plain(task.call(wrong, _own_copy(case)))
-        except Exception:  # noqa: BLE001  (a mistake may not even run on this case)
-            continue
-        if task.compare(got, wrong_value, case) is None:
-            return hint
-    return None
-
-
-def _hint_from_raised(task: Task, message: str, case: Case) -> str | None:
-    """The hint of the listed mistake that raises the very error the learner's code raised on
-    this case (the same exception and text), or None. So a crash is explained by its cause
-    (a float d_head, a sum without keepdim) without matching PyTorch's wording anywhere."""
-    for wrong, hint in task.mistakes():
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                task.call(wrong, _own_copy(case))
-        except Exception as e:  # noqa: BLE001  (the point: which mistakes raise, and what)
-            if _raised_message(e) == message:
+        except Exception as e:  # noqa: BLE001  (a mistake may not even run on this case)
+            if raised is not None and _raised_message(e) == raised:
                 return hint
+            continue
+        if raised is None and task.compare(got, wrong_value, case) is None:
+            return hint
     return None
 
 
@@ -624,29 +600,20 @@ def judge(
     if run is None:
         return result("missing", 0, missing or f"no `{task.name}` was found in the notebook")
     seen = run.get("seen", [])
+    operators = ", ".join(name for name in seen if name.startswith(OPERATOR))
+    bad = ", ".join(name for name in seen if name in task.forbidden)
     if task.reference and task.reference in seen:
-        return result(
-            "forbidden",
-            0,
-            f"your code calls {task.reference}, the course's finished version of this task; "
-            "write it yourself (0 points).",
+        why = "the course's finished version of this task; write it yourself (0 points)."
+        return result("forbidden", 0, f"your code calls {task.reference}, {why}")
+    if operators or bad:
+        why = (
+            "one of PyTorch's internal operators, directly: the graded tasks ask you to build "
+            "the computation from ordinary tensor operations"
+            if operators
+            else "which this exercise asks you not to use: the point is to build it yourself"
         )
-    operators = [name for name in seen if name.startswith(OPERATOR)]
-    if operators:
         return result(
-            "forbidden",
-            0,
-            f"your code calls {', '.join(operators)}, one of PyTorch's internal operators, "
-            "directly: the graded tasks ask you to build the computation from ordinary tensor "
-            f"operations (see {task.lesson}).",
-        )
-    bad = [name for name in seen if name in task.forbidden]
-    if bad:
-        return result(
-            "forbidden",
-            0,
-            f"your code calls {', '.join(bad)}, which this exercise asks you not to use: "
-            f"the point is to build it yourself (see {task.lesson}).",
+            "forbidden", 0, f"your code calls {operators or bad}, {why} (see {task.lesson})."
         )
     outcomes = run["outcomes"]
     if outcomes and all(o.get("not_implemented") for o in outcomes):
@@ -741,7 +708,7 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
     if status == "raised":
         if outcome.get("not_implemented"):
             return "not implemented yet (NotImplementedError)"
-        hint = _hint_from_raised(task, outcome["message"], case) if want_hint else None
+        hint = _listed_hint(task, case, raised=outcome["message"]) if want_hint else None
         raised = f"your code raised {outcome['message']}"
         return f"{raised}. Hint: {hint}" if hint else raised
     if status != "ok":
@@ -753,7 +720,7 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
     message = task.compare(got, want, case)
     if message is None or not want_hint:
         return message
-    hint = _hint_from_mistakes(task, got, case) or task.diagnose(got, want, case)
+    hint = _listed_hint(task, case, got) or task.diagnose(got, want, case)
     if hint:
         return f"{message}. Hint: {hint}"
     if _DTYPE_ONLY.search(message):  # one thing is wrong, and the message names it
@@ -796,9 +763,9 @@ def load_weights(module: Any, state_dict: dict[str, Tensor], what: str = "your m
     if not isinstance(module, torch.nn.Module):
         raise GradingError(f"{what} should be a torch.nn.Module, got {type(module).__name__}")
     own = module.state_dict()
-    if type(module).__module__.startswith("course_lib.") and not type(module).__module__.startswith(
-        "course_lib.grading"
-    ):  # the reference itself: the exercise's names -> its own
+    home = type(module).__module__
+    if home.startswith("course_lib.") and not home.startswith("course_lib.grading"):
+        # the reference itself: the exercise's names -> its own
         ours = {exercise_name(key): key for key in own}
         state_dict = {ours.get(key, key): value for key, value in state_dict.items()}
     missing = [k for k in state_dict if k not in own]
@@ -819,21 +786,25 @@ def load_weights(module: Any, state_dict: dict[str, Tensor], what: str = "your m
             raise GradingError(
                 f"{what}'s {key} has shape {_shape(own[key])}, expected {_shape(value)}"
             )
+
     # a second name for a tensor the task asks for (nn.Sequential(self.linear1, ...)) is no extra
-    asked = {(own[k].data_ptr(), own[k].shape, own[k].stride()) for k in state_dict}
-    extra = [
-        k
-        for k in own
-        if k not in state_dict and (own[k].data_ptr(), own[k].shape, own[k].stride()) not in asked
-    ]
-    if extra and all(
-        k.rpartition(".")[2] == "bias" and k[: -len("bias")] + "weight" in state_dict for k in extra
-    ):
-        raise GradingError(
-            f"{what} has parameters the task does not ask for: {', '.join(extra)}. This case "
-            "asks for layers without biases (bias=False): pass bias=bias on to every layer that "
-            "has one (nn.Linear(..., bias=bias), your LayerNorm(..., bias=bias))"
-        )
+    def storage(key: str) -> tuple:
+        return own[key].data_ptr(), own[key].shape, own[key].stride()
+
+    asked = {storage(k) for k in state_dict}
+    extra = [k for k in own if k not in state_dict and storage(k) not in asked]
     if extra:
-        raise GradingError(f"{what} has parameters the task does not ask for: {', '.join(extra)}")
+        biases = all(
+            k.rpartition(".")[2] == "bias" and k[:-4] + "weight" in state_dict for k in extra
+        )
+        raise GradingError(
+            f"{what} has parameters the task does not ask for: {', '.join(extra)}"
+            + (
+                ". This case asks for layers without biases (bias=False): pass bias=bias on to "
+                "every layer that has one (nn.Linear(..., bias=bias), your LayerNorm(..., "
+                "bias=bias))"
+                if biases
+                else ""
+            )
+        )
     module.load_state_dict(state_dict, strict=False)  # every name checked above; aliases follow

@@ -66,33 +66,34 @@ def _match(learner: str, roster: list[dict[str, str]], fields: list[str]) -> dic
     return None
 
 
+def _identities(records, roster, fields, columns, unknown) -> tuple[list[list], list[str]]:
+    """Each record's identity columns, from its row of the roster (matched by `fields`) or, for
+    a learner the roster lacks or without a roster, `unknown(learner)`; and the learners the
+    roster lacks."""
+    identities, missing = [], []
+    for r in records:
+        found = _match(r["learner"], roster, fields) if roster else None
+        if roster and found is None:
+            missing.append(r["learner"])
+        identities.append([found.get(c, "") for c in columns] if found else unknown(r["learner"]))
+    return identities, missing
+
+
 def canvas_rows(records: list[dict], roster: list[dict[str, str]] | None = None):
     """(header, rows, learners not in the roster) of Canvas's gradebook import CSV."""
     sets = list(records[0]["sets"]) if records else []
     header = [*CANVAS_IDENTITY, *(assignment_name(s) for s in sets)]
-    points = [
-        CANVAS_POINTS_ROW,
-        "",
-        "",
-        "",
-        "",
-        *(records[0]["sets"][s]["max_score"] for s in sets),
+    fields = ["SIS Login ID", "SIS User ID", "ID", "Student"]
+    identities, missing = _identities(
+        records, roster, fields, CANVAS_IDENTITY, lambda name: [name, "", "", name, ""]
+    )
+    rows = [
+        [*who, *(r["sets"][s]["score"] for s in sets)]
+        for who, r in zip(identities, records, strict=True)
     ]
-    rows, missing = [points] if records else [], []
-    for r in records:
-        found = (
-            _match(r["learner"], roster, ["SIS Login ID", "SIS User ID", "ID", "Student"])
-            if roster
-            else None
-        )
-        if roster and found is None:
-            missing.append(r["learner"])
-        identity = (
-            [found.get(c, "") for c in CANVAS_IDENTITY]
-            if found
-            else [r["learner"], "", "", r["learner"], ""]
-        )
-        rows.append([*identity, *(r["sets"][s]["score"] for s in sets)])
+    if records:
+        points = [records[0]["sets"][s]["max_score"] for s in sets]
+        rows.insert(0, [CANVAS_POINTS_ROW, "", "", "", "", *points])
     return header, rows, missing
 
 
@@ -111,24 +112,16 @@ def moodle_rows(records: list[dict], roster: list[dict[str, str]] | None = None)
     header = list(MOODLE_IDENTITY)
     for s in sets:
         header += [assignment_name(s), f"{assignment_name(s)} (feedback)"]
-    rows, missing = [], []
-    for r in records:
-        found = (
-            _match(r["learner"], roster, ["Email address", "ID number", "Username"])
-            if roster
-            else None
-        )
-        if roster and found is None:
-            missing.append(r["learner"])
-        if found:
-            identity = [found.get(c, "") for c in MOODLE_IDENTITY]
-        else:
-            email = r["learner"] if "@" in r["learner"] else ""
-            identity = ["", "", "" if email else r["learner"], "", "", email]
-        cells = list(identity)
-        for s in sets:
-            cells += [r["sets"][s]["score"], _set_feedback(r, s)]
-        rows.append(cells)
+
+    def unknown(name: str) -> list[str]:  # an email when it has "@", else the ID number
+        return ["", "", "", "", "", name] if "@" in name else ["", "", name, "", "", ""]
+
+    fields = ["Email address", "ID number", "Username"]
+    identities, missing = _identities(records, roster, fields, MOODLE_IDENTITY, unknown)
+    rows = [
+        [*who, *(x for s in sets for x in (r["sets"][s]["score"], _set_feedback(r, s)))]
+        for who, r in zip(identities, records, strict=True)
+    ]
     return header, rows, missing
 
 

@@ -33,6 +33,7 @@ import zipfile
 from pathlib import Path
 
 from . import core
+from .learners import best_row, zero_task
 
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")  # Gradescope's values
 TORCH = "torch==2.13.0"
@@ -107,15 +108,9 @@ def build(
 
 def results(rows: list[dict], exercises: list[str], visibility: str, seconds: float) -> dict:
     """Gradescope's results.json for one submission's graded notebooks (scores.json rows)."""
-    tests = []
-    notes = []
+    tests, notes = [], []
     for exercise in exercises:
-        rows_of_set = [r for r in rows if any(t.startswith(exercise + ".") for t in r["tasks"])]
-        best = max(
-            rows_of_set,
-            key=lambda r: sum(t["score"] for i, t in r["tasks"].items() if i.startswith(exercise)),
-            default=None,
-        )
+        rows_of_set, best = best_row(rows, exercise)
         if len(rows_of_set) > 1:
             notes.append(
                 f"{exercise}: {len(rows_of_set)} notebooks were handed in; "
@@ -123,41 +118,33 @@ def results(rows: list[dict], exercises: list[str], visibility: str, seconds: fl
             )
         for task in core.tasks_for(exercise):
             if best is None:
-                graded = {
-                    "score": 0.0,
-                    "max_score": task.points,
-                    "feedback": f"no notebook of {exercise} was found in the submission",
-                }
+                graded = zero_task(
+                    task.points, f"no notebook of {exercise} was found in the submission"
+                )
             else:
-                graded = best["tasks"].get(task.id) or {
-                    "score": 0.0,
-                    "max_score": task.points,
-                    "feedback": "not graded",
-                }
+                graded = best["tasks"].get(task.id) or zero_task(task.points, "not graded")
+            passed = graded["score"] >= graded["max_score"]
             tests.append(
                 {
                     "name": task.id,
                     "score": graded["score"],
                     "max_score": graded["max_score"],
-                    "status": "passed" if graded["score"] >= graded["max_score"] else "failed",
+                    "status": "passed" if passed else "failed",
                     "output": graded["feedback"],
                     "visibility": visibility,
                 }
             )
         if best is not None and best.get("error"):
             notes.append(f"{best['submission']}: {best['error']}")
-    for row in rows:
-        if not row["tasks"] and row.get("error"):
-            notes.append(f"{row['submission']}: {row['error']}")
+    notes += [f"{r['submission']}: {r['error']}" for r in rows if not r["tasks"] and r.get("error")]
     summary = f"graded: {', '.join(exercises)}. {core.SCORE_NOTE}"
-    out = {
+    return {
         "score": round(sum(t["score"] for t in tests), 4),
         "execution_time": round(seconds),
         "output": "\n".join([*notes, summary]),
         "visibility": visibility,
         "tests": tests,
     }
-    return out
 
 
 def run(root: Path) -> dict:
@@ -166,26 +153,19 @@ def run(root: Path) -> dict:
 
     start = time.monotonic()
     config = json.loads((root / "source" / CONFIG).read_text())
-    submission = root / "submission"
-    notebooks = sorted(
-        p for p in submission.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts
-    )
-    rows = []
-    if notebooks:
-        with tempfile.TemporaryDirectory(prefix="course-gradescope-") as tmp:
-            # the names the learner sees are relative to the submission folder
-            shown = Path(tmp) / "submission"
-            shutil.copytree(submission, shown)
-            rows = grade(
-                [shown / p.relative_to(submission) for p in notebooks],
-                None,
-                timeout=float(config["timeout"]),
-                jobs=1,
-                seed=config.get("seed"),
-                quiet=True,
-            )
-            for row in rows:
-                row["submission"] = str(Path(row["submission"]).relative_to(shown))
+    with tempfile.TemporaryDirectory(prefix="course-gradescope-") as tmp:
+        shown = Path(tmp) / "submission"  # the names the learner sees are relative to it
+        shutil.copytree(root / "submission", shown)
+        rows = grade(
+            [shown],
+            None,
+            timeout=float(config["timeout"]),
+            jobs=1,
+            seed=config.get("seed"),
+            quiet=True,
+        )
+    for row in rows:
+        row["submission"] = str(Path(row["submission"]).relative_to(shown))
     result = results(rows, config["exercises"], config["visibility"], time.monotonic() - start)
     (root / "results").mkdir(parents=True, exist_ok=True)
     (root / "results" / "results.json").write_text(json.dumps(result, indent=2) + "\n")

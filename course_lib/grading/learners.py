@@ -69,6 +69,22 @@ def _reason(feedback: str) -> str:
     return text if len(text) <= NOTE_CHARS else text[: NOTE_CHARS - 1].rstrip() + "…"
 
 
+def zero_task(max_score: float, feedback: str) -> dict:
+    """A task's entry in a row when it earned nothing, with why."""
+    return {"score": 0.0, "max_score": max_score, "feedback": feedback}
+
+
+def best_row(rows: list[dict], exercise: str) -> tuple[list[dict], dict | None]:
+    """(the rows graded on tasks of `exercise`, the better of them: the first on a tie)."""
+    candidates = [r for r in rows if any(_exercise(t) == exercise for t in r["tasks"])]
+    best = max(
+        candidates,
+        key=lambda r: sum(v["score"] for t, v in r["tasks"].items() if _exercise(t) == exercise),
+        default=None,
+    )
+    return candidates, best
+
+
 def by_learner(rows: list[dict], learners: list[str]) -> list[dict]:
     """One record per learner, in the order learners first appear (`learners[i]` wrote rows[i]).
 
@@ -85,69 +101,52 @@ def by_learner(rows: list[dict], learners: list[str]) -> list[dict]:
         for task_id, t in row["tasks"].items():
             task_max.setdefault(task_id, t["max_score"])
     sets = sorted({_exercise(t) for t in task_max})
-    order: list[str] = []
     mine: dict[str, list[dict]] = {}
     for row, learner in zip(rows, learners, strict=True):
-        if learner not in mine:
-            order.append(learner)
-            mine[learner] = []
-        mine[learner].append(row)
-    return [_record(name, mine[name], sets, task_max) for name in order]
+        mine.setdefault(learner, []).append(row)
+    return [_record(name, own, sets, task_max) for name, own in mine.items()]
 
 
 def _record(learner: str, rows: list[dict], sets: list[str], task_max: dict) -> dict:
-    notes: list[str] = []
-    record: dict[str, Any] = {"learner": learner, "sets": {}, "tasks": {}}
-    for row in rows:
-        if not row["tasks"] and row.get("error"):  # not gradable at all: say why
-            notes.append(f"{row['submission']}: {_reason(row['error'])}")
+    notes = [
+        f"{r['submission']}: {_reason(r['error'])}"
+        for r in rows
+        if not r["tasks"] and r.get("error")
+    ]
+    record: dict[str, Any] = {"learner": learner, "score": 0.0, "max_score": 0.0, "sets": {}}
+    tasks: dict[str, dict] = {}
     for exercise in sets:
         ids = [t for t in task_max if _exercise(t) == exercise]
-        candidates = [r for r in rows if any(_exercise(t) == exercise for t in r["tasks"])]
-        best = None
-        for row in candidates:  # the better notebook counts; the first one on a tie
-            score = sum(row["tasks"][t]["score"] for t in row["tasks"] if _exercise(t) == exercise)
-            if best is None or score > best[0]:
-                best = (score, row)
-        set_max = sum(task_max[t] for t in ids)
-        if best is None:
-            record["sets"][exercise] = {"score": 0.0, "max_score": set_max, "submission": None}
+        candidates, row = best_row(rows, exercise)
+        if row is None:
             for t in ids:
-                record["tasks"][t] = {
-                    "score": 0.0,
-                    "max_score": task_max[t],
-                    "feedback": f"no notebook of {exercise} was submitted",
-                    "submission": None,
-                }
+                lost = zero_task(task_max[t], f"no notebook of {exercise} was submitted")
+                tasks[t] = {**lost, "submission": None}
             notes.append(f"{exercise}: no notebook of this set was submitted")
-            continue
-        row = best[1]
-        if len(candidates) > 1:
-            names = ", ".join(r["submission"] for r in candidates)
-            notes.append(
-                f"{exercise}: {len(candidates)} notebooks ({names}); the better one, "
-                f"{row['submission']}, counts"
-            )
-        for t in ids:
-            task = row["tasks"].get(t) or {
-                "score": 0.0,
-                "max_score": task_max[t],
-                "feedback": "not graded: the notebook has no such task",
-            }
-            record["tasks"][t] = {**task, "submission": row["submission"]}
-            if task["score"] == 0:
-                notes.append(f"{t}: {_reason(task['feedback'])}")
+        else:
+            if len(candidates) > 1:
+                names = ", ".join(r["submission"] for r in candidates)
+                notes.append(
+                    f"{exercise}: {len(candidates)} notebooks ({names}); the better one, "
+                    f"{row['submission']}, counts"
+                )
+            for t in ids:
+                task = row["tasks"].get(t) or zero_task(
+                    task_max[t], "not graded: the notebook has no such task"
+                )
+                tasks[t] = {**task, "submission": row["submission"]}
+                if task["score"] == 0:
+                    notes.append(f"{t}: {_reason(task['feedback'])}")
+            if row.get("error") and any(tasks[t]["score"] == 0 for t in ids):
+                notes.append(f"{row['submission']}: {_reason(row['error'])}")
         record["sets"][exercise] = {
-            "score": round(sum(record["tasks"][t]["score"] for t in ids), 4),
-            "max_score": set_max,
-            "submission": row["submission"],
+            "score": round(sum(tasks[t]["score"] for t in ids), 4),
+            "max_score": sum(task_max[t] for t in ids),
+            "submission": row and row["submission"],
         }
-        if row.get("error") and any(record["tasks"][t]["score"] == 0 for t in ids):
-            notes.append(f"{row['submission']}: {_reason(row['error'])}")
     record["score"] = round(sum(s["score"] for s in record["sets"].values()), 4)
     record["max_score"] = round(sum(s["max_score"] for s in record["sets"].values()), 4)
-    record["notes"] = " | ".join(notes)
-    return {k: record[k] for k in ("learner", "score", "max_score", "sets", "tasks", "notes")}
+    return {**record, "tasks": tasks, "notes": " | ".join(notes)}
 
 
 def csv_header(records: list[dict]) -> list[str]:
@@ -169,12 +168,5 @@ def write(records: list[dict], out_dir: Path) -> None:
         writer = csv.writer(f)
         writer.writerow(header)
         for r in records:
-            cells = []
-            for column in header:
-                if column in ("learner", "score", "max_score", "notes"):
-                    cells.append(r[column])
-                elif column in r["sets"]:
-                    cells.append(r["sets"][column]["score"])
-                else:
-                    cells.append(r["tasks"][column]["score"])
-            writer.writerow(cells)
+            scores = {k: v["score"] for part in ("sets", "tasks") for k, v in r[part].items()}
+            writer.writerow([scores[c] if c in scores else r[c] for c in header])

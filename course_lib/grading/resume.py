@@ -47,10 +47,9 @@ class Store:
         return saved.get("row") if isinstance(saved, dict) else None
 
     def save(self, key: str, row: dict, **extra: Any) -> None:
-        target = self.folder / f"{key}.json"
-        tmp = target.with_name(f".{key}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"key": key, **extra, "row": row}, indent=1))
-        os.replace(tmp, target)
+        _write_whole(
+            self.folder / f"{key}.json", json.dumps({"key": key, **extra, "row": row}, indent=1)
+        )
 
     def saved(self) -> list[dict]:
         """Every whole file in the folder (for the throughput benchmark's timings)."""
@@ -75,7 +74,12 @@ def batch_seed(out_dir: Path, seed: int | None, fresh) -> int:
         seed = int(saved) if isinstance(saved, int) else fresh()
     if saved != seed:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        tmp = state.with_name(f".batch.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"seed": seed}) + "\n")
-        os.replace(tmp, state)
+        _write_whole(state, json.dumps({"seed": seed}) + "\n")
     return seed
+
+
+def _write_whole(target: Path, text: str) -> None:
+    """Write to a temporary name, then rename: a process killed meanwhile leaves no part file."""
+    tmp = target.with_name(f".{target.stem}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, target)

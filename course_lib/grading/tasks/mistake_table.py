@@ -1,11 +1,8 @@
-"""A task's mistakes as data: a table of named mistakes with their hints, and one wrong
-implementation, written once, that takes the mistake's name.
-
-`mistakes_of(wrong, TABLE)` turns the table into the `(wrong implementation, hint)` pairs a
-`Task.mistakes()` returns, in the table's order (the first mistake whose result matches the
-learner's gives the hint). `wrong` is a function with a keyword-only `mistake` argument, or a
-class with a `mistake` attribute (an nn.Module the check builds like the learner's); "" means
-no mistake, the right answer. Not an exercise module, so importing it registers nothing.
+"""`mistakes_of`: a task's table of named mistakes and its one wrong implementation (see
+`core.Task`) as the `(wrong implementation, hint)` pairs `Task.mistakes()` returns. `wrong` is
+a function with a keyword-only `mistake` argument, or a class with a `mistake` attribute (an
+nn.Module the check builds like the learner's); "" means no mistake. Not an exercise module,
+so importing it registers nothing.
 """
 
 from __future__ import annotations

@@ -1,0 +1,235 @@
+"""What every ex11 task shares: the models its cases name, and `ModelTask`, which builds a
+case's model afresh, runs the learner's function on it and checks that the model is as it
+was afterwards (same outputs, no hook left behind)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ...core import Case, Task, compare_values
+
+LESSON = "lesson 11"
+
+
+def random_gpt(
+    seed,
+    vocab=13,
+    block=16,
+    d_model=24,
+    heads=3,
+    layers=2,
+    positions="learned",
+    quiet=False,
+    norm_eps=1e-5,
+    training=False,
+):
+    """A course GPT whose weights are GPT-2's init plus N(0, 0.3): large enough that every
+    head, feed-forward and norm weight changes the logits visibly. quiet=True: everything that
+    writes into the residual stream is 1000 times smaller, so the final stream's variance is
+    far below the LayerNorm's eps (which then decides the divisor), and the output layer has
+    its own weights (not tied to the shrunken embedding). norm_eps: the LayerNorms' eps.
+    training=True: the model is returned in training mode (its dropout is 0, so its outputs
+    are the same as in eval mode)."""
+    from course_lib.gpt import GPT, GPTConfig
+
+    gen = torch.Generator().manual_seed(seed)
+    options = dict(positions=positions, tie_weights=not quiet, layer_norm_eps=norm_eps)
+    config = GPTConfig(vocab, block, d_model, heads, layers, **options)
+    with torch.random.fork_rng():  # the init draws from the global generator: seed it here
+        torch.manual_seed(seed)
+        model = GPT(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=gen))
+        if quiet:
+            writers = [model.token_embedding.weight]
+            if model.position_embedding is not None:
+                writers.append(model.position_embedding.embedding.weight)
+            for layer in model.layers:
+                writers += [layer.self_attn.out_proj.weight, layer.feed_forward.linear2.weight]
+            for weight in writers:
+                weight.mul_(1e-3)
+    return model.train(training)
+
+
+def circuit_heads(seed, layers=2, heads=4):
+    """Where the circuit of this seed puts its previous-token head and its induction head."""
+    gen = torch.Generator().manual_seed(1000 + seed)
+    first = int(torch.randint(0, layers - 1, (1,), generator=gen))
+    second = int(torch.randint(first + 1, layers, (1,), generator=gen))
+    prev = (first, int(torch.randint(0, heads, (1,), generator=gen)))
+    return prev, (second, int(torch.randint(0, heads, (1,), generator=gen)))
+
+
+def circuit_spec(gen, **sizes):
+    """A case's hand-built induction circuit, its seed drawn from `gen`."""
+    return {"kind": "circuit", "seed": int(torch.randint(0, 10**6, (1,), generator=gen)), **sizes}
+
+
+def build(spec: dict):
+    """The model a spec names: a hand-built induction circuit (course_lib.inspection's, its
+    previous-token head and induction head where `circuit_heads` puts them) or a random GPT."""
+    options = {k: v for k, v in spec.items() if k != "kind"}
+    if spec["kind"] != "circuit":
+        return random_gpt(**options)
+    from course_lib.inspection import induction_circuit
+
+    layers, heads = options.get("layers", 2), options.get("heads", 4)
+    prev, ind = circuit_heads(options["seed"], layers, heads)
+    return induction_circuit(
+        24, 24, prev, ind, num_layers=layers, num_heads=heads, seed=options["seed"]
+    )
+
+
+def describe(spec: dict) -> str:
+    size = f"{spec.get('layers', 2)} layers x {spec.get('heads', 3)} heads"
+    if spec.get("quiet"):
+        eps = spec.get("norm_eps", 1e-5)
+        return (
+            f"a random GPT ({size}) whose final norm has eps={eps:g} and whose final residual "
+            "stream is tiny: its variance is far below that eps, so eps matters"
+        )
+    if spec.get("training"):
+        return f"a random GPT ({size}) in TRAINING mode (model.train(), dropout 0)"
+    if spec["kind"] == "circuit":
+        return (
+            f"a hand-built induction circuit ({spec.get('layers', 2)} layers x "
+            f"{spec.get('heads', 4)} heads, its heads at hidden positions)"
+        )
+    return (
+        f"a random GPT ({size}, d_model={spec.get('d_model', 24)}, "
+        f"{spec.get('positions', 'learned')} positions)"
+    )
+
+
+def model_case(spec, ids, *args, note="", raises=None, **data):
+    """The case "<the model>, ids <shape><note>": the learner's function gets (model, ids,
+    *args); `data` adds to the model's spec what `ModelTask.call` reads (probe, fails)."""
+    description = f"{describe(spec)}, ids {tuple(ids.shape)}{note}"
+    return Case(description, (ids, *args), data={"model": spec, **data}, raises=raises)
+
+
+def repeated(gen, batch, period, vocab):
+    """(batch, 2 * period): distinct random tokens, then the same again."""
+    first = torch.stack([torch.randperm(vocab, generator=gen)[:period] for _ in range(batch)])
+    return torch.cat([first, first], dim=1)
+
+
+def _snapshot(model) -> tuple:
+    """What a function may change on a model besides its weights: every module's mode, and
+    each layer's own attention recording: its flag, and whether it holds stored weights (a
+    layer keeps `.attention` only while its flag is on, so hooks leave it as it was)."""
+    modes = tuple(m.training for m in model.modules())
+    recording = tuple(
+        (getattr(layer, "record_attention", None), getattr(layer, "attention", None) is None)
+        for layer in model.layers
+    )
+    return modes, recording
+
+
+# what a changed model looks like -> what the learner must do about it
+CHANGES = {
+    "hook": (
+        "a hook is still registered",
+        "keep the handles that register_forward_hook returns and call handle.remove() on "
+        "each, in a `finally`",
+    ),
+    "hook_after_error": (
+        "a hook is still registered after the forward raised an error (the ids were longer "
+        "than block_size)",
+        "put the forward in `try:` and every handle.remove() in its `finally:`, so the hooks "
+        "go even when the forward fails; let the error propagate",
+    ),
+    "mode": (
+        "its training mode changed (model.training, or a sub-module's, is not what it was)",
+        "do not call model.eval() or model.train(), or put the model back in the mode it was "
+        "in (`was = model.training` ... `model.train(was)`); torch.no_grad() is all you need",
+    ),
+    "recording": (
+        "its layers' own attention recording changed (a layer's record_attention flag, or "
+        "the .attention weights it stores while the flag is on, are not what they were)",
+        "read the weights with hooks, as the task asks, and leave each layer's "
+        "record_attention flag as it was",
+    ),
+    "outputs": (
+        "its outputs differ from those before the call",
+        "change activations with a hook that you remove in a `finally` (or restore the "
+        "weights you changed), and never leave a hook registered",
+    ),
+}
+
+
+CHANGED_MODEL = (
+    "your function left the model changed after it returned: {what}. Whoever calls it next "
+    "gets a different model; {fix}"
+)
+
+
+class ModelTask(Task):
+    """A task whose function takes a model first: `call` builds the case's model, runs the
+    function, and returns (result, what the model looks like afterwards).
+
+    A case with data["fails"] gives ids that the model refuses (longer than block_size): the
+    forward raises, and only the model afterwards is compared (raising that ValueError or
+    reporting it are both fine; a hook left behind is not; any other error is the learner's).
+    `atol` > 0: results are compared with that looser float tolerance (`close`)."""
+
+    atol = 0.0
+
+    def call(self, obj, case):
+        model = build(case.data["model"])
+        probe = case.data.get("probe", case.args[0])
+        with torch.no_grad():
+            before = model(probe)
+        snapshot = _snapshot(model)
+        fails = case.data.get("fails", False)
+        result = None
+        try:
+            result = obj(model, *case.args, **case.kwargs)
+        except ValueError:  # the forward's error (ids too long), expected here
+            if not fails:
+                raise
+        if any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()):
+            state = "hook_after_error" if fails else "hook"
+        elif _snapshot(model)[0] != snapshot[0]:
+            state = "mode"
+        elif _snapshot(model)[1] != snapshot[1]:
+            state = "recording"
+        else:
+            with torch.no_grad():
+                after = model(probe)
+            same = torch.allclose(after, before, rtol=1e-5, atol=1e-5)
+            state = "unchanged" if same else "outputs"
+        if isinstance(result, torch.Tensor):
+            result = result.detach()
+        return None if fails else result, state
+
+    def compare(self, got, want, case):
+        if not (isinstance(got, tuple) and len(got) == 2):
+            return "your function did not return a result"
+        if got[1] != want[1]:
+            what, fix = CHANGES.get(got[1], (str(got[1]), ""))
+            return CHANGED_MODEL.format(what=what, fix=fix)
+        if case.data.get("fails"):
+            return None
+        return close(got[0], want[0], self.atol) if self.atol else compare_values(got[0], want[0])
+
+
+def close(got, want, atol, rtol=1e-4):
+    """compare_values with a looser float tolerance: the same sum computed in another order."""
+    if isinstance(want, float):
+        if not isinstance(got, (int, float)) or isinstance(got, bool):
+            return (
+                f"your result should be a Python float (use .item() on a one-element tensor), "
+                f"got {type(got).__name__}"
+            )
+        if math.isclose(got, want, rel_tol=rtol, abs_tol=atol):
+            return None
+        return f"your result is {got:.6g}, expected {want:.6g}"
+    if isinstance(want, torch.Tensor) and isinstance(got, torch.Tensor):
+        if got.shape == want.shape and got.dtype == want.dtype:
+            if torch.allclose(got, want, rtol=rtol, atol=atol):
+                return None
+    return compare_values(got, want)

@@ -1,0 +1,139 @@
+"""ex11.ablate_head: the change in next-token loss when one head is switched off (zeroed)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ...core import register
+from ..common import randint
+from ._models import LESSON, ModelTask, circuit_heads, circuit_spec, model_case, repeated
+
+MISTAKES = {
+    "in_place": (
+        "the change in loss is right, but the head's weights are still zero after your "
+        "function returned: restore them (keep a copy and copy it back in a `finally`), "
+        "or zero the head's slice of out_proj's input with a pre-hook you remove"
+    ),
+    "sign": (
+        "the change is the ablated loss MINUS the clean loss (positive when the model "
+        "needs the head)"
+    ),
+    "rows": (
+        "you zeroed ROWS of out_proj.weight, which removes output features of every "
+        "head; head h is the COLUMNS h*d_head .. (h+1)*d_head - 1 (the slice of "
+        "out_proj's input that the head wrote)"
+    ),
+    "next_head": "the wrong head: head h is the slice h*d_head .. (h+1)*d_head - 1",
+    "queries": (
+        "zeroing the head's queries makes its attention uniform, it does not switch the "
+        "head off; zero what the head writes, its slice of out_proj's input"
+    ),
+    "unshifted": (
+        "the loss is the next-token loss: the logits at position t predict ids[:, t + 1] "
+        "(logits[:, :-1] against ids[:, 1:])"
+    ),
+    "misaligned": (
+        "logits and targets are misaligned: the logits at position t predict the NEXT "
+        "token, so logits[:, :-1] go with ids[:, 1:] (not logits[:, 1:] with "
+        "ids[:, :-1])"
+    ),
+    "summed": (
+        "the loss is the MEAN cross-entropy over the batch and the positions, not the "
+        "sum (F.cross_entropy's default reduction)"
+    ),
+    "layer_ignored": (
+        "you ablated head `head` in every layer: ablate it in layer `layer` only "
+        "(model.layers[layer].self_attn.out_proj)"
+    ),
+    "mean": (
+        "you replaced the head's output by its mean (mean ablation); this task asks for "
+        "ZERO ablation: set the head's slice to 0"
+    ),
+    "eval_left": (
+        "you called model.eval() and left the model in eval mode: a model given in "
+        "training mode must come back in training mode; torch.no_grad() is enough here "
+        "(or restore the mode with model.train(was_training))"
+    ),
+}
+
+
+def wrong_ablation(model, ids, layer, head, *, mistake):
+    """The ablated loss minus the clean one, with the named mistake."""
+    if mistake == "eval_left":
+        model.eval()
+
+    def loss():
+        with torch.no_grad():
+            logits = model(ids)
+        if mistake == "unshifted":  # logits against their own position's ids
+            logits, targets = logits, ids
+        elif mistake == "misaligned":
+            logits, targets = logits[:, 1:], ids[:, :-1]
+        else:
+            logits, targets = logits[:, :-1], ids[:, 1:]
+        reduction = "sum" if mistake == "summed" else "mean"
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction=reduction)
+
+    layers = model.layers if mistake == "layer_ignored" else [model.layers[layer]]
+    attns = [lay.self_attn for lay in layers]
+    d_head = attns[0].d_model // attns[0].num_heads
+    which = head + 1 if mistake == "next_head" else head
+    part = slice(which * d_head, (which + 1) * d_head)
+    clean = loss()
+    if mistake == "mean":  # mean ablation: the head's mean output over these ids
+
+        def replace(module, args):
+            z = args[0].clone()
+            z[..., part] = z[..., part].mean(dim=(0, 1))
+            return (z,)
+
+        handle = attns[0].out_proj.register_forward_pre_hook(replace)
+        try:
+            return (loss() - clean).item()
+        finally:
+            handle.remove()
+    weights = [a.q_proj.weight if mistake == "queries" else a.out_proj.weight for a in attns]
+    saved = [weight.detach().clone() for weight in weights]
+    with torch.no_grad():
+        for weight in weights:
+            if mistake in ("rows", "queries"):
+                weight[part, :] = 0.0
+            else:
+                weight[:, part] = 0.0
+    ablated = loss()
+    if mistake != "in_place":
+        with torch.no_grad():
+            for weight, copy in zip(weights, saved, strict=True):
+                weight.copy_(copy)
+    return (clean - ablated if mistake == "sign" else ablated - clean).item()
+
+
+@register
+class AblateHead(ModelTask):
+    id = "ex11.ablate_head"
+    lesson = f"{LESSON}, section 5 'Ablation'"
+    reference = "course_lib.inspection.ablate_head"
+    forbidden = ("course_lib.inspection.ablate_heads", "course_lib.inspection.ablation_effects")
+    mistake_table = MISTAKES
+    wrong = staticmethod(wrong_ablation)
+    atol = 1e-4
+
+    def cases(self, gen):
+        spec = circuit_spec(gen)
+        prev, ind = circuit_heads(spec["seed"])
+        ids = repeated(gen, 4, 10, 24)
+        heads = ((ind, "its induction head"), (prev, "its previous-token head"))
+        cases = [
+            model_case(spec, ids, layer, head, note=f", layer={layer}, head={head} ({what})")
+            for (layer, head), what in (*heads, ((1, (ind[1] + 1) % 4), "another head"))
+        ]
+        for seed, layer, head, shape, training in (
+            (5, 1, 2, (3, 9), False),
+            (6, 0, 0, (2, 12), False),
+            (16, 1, 1, (2, 8), True),
+        ):
+            spec = {"kind": "random", "seed": seed, "training": training}
+            ids = randint(gen, 13, *shape)
+            cases.append(model_case(spec, ids, layer, head, note=f", layer={layer}, head={head}"))
+        return cases

@@ -1,0 +1,123 @@
+"""ex11.attention_patterns: every layer's attention weights, read with hooks."""
+
+from __future__ import annotations
+
+import torch
+
+from ...core import Case, register
+from ..common import randint
+from ._models import LESSON, ModelTask, circuit_spec, describe, model_case, repeated
+
+MISTAKES = {
+    "no_finally": (
+        "your hooks stay on the model when the forward raises: handle.remove() runs "
+        "only after a forward that succeeded; register the hooks and run the forward "
+        "inside `try:`, and remove every handle in `finally:`"
+    ),
+    "hooks_left": (
+        "your hooks are still registered after the call: keep the handles that "
+        "register_forward_hook returns and call handle.remove() on each, in a `finally`"
+    ),
+    "record_flag": (
+        "you switched on the layers' own recording (layer.record_attention = True) and "
+        "read layer.attention: the task asks for hooks, and the model must be left as it "
+        "was (the flags off)"
+    ),
+    "eval_left": (
+        "you called model.eval() and left the model in eval mode: a model given in "
+        "training mode must come back in training mode; torch.no_grad() is enough here "
+        "(or restore the mode with model.train(was_training))"
+    ),
+    "transposed": (
+        "the query and key axes are swapped: [l, b, h, i, j] is how much QUERY i "
+        "attends to KEY j (each row i sums to 1, and the future j > i is 0); self_attn's "
+        "weights are already in that order, do not transpose them"
+    ),
+    "batch_first": (
+        "the layers must be the FIRST axis: (num_layers, batch, num_heads, seq, seq); "
+        "stack the per-layer patterns along dim 0"
+    ),
+    "heads_averaged": (
+        "keep every head: each layer's pattern is (batch, num_heads, seq, seq), not an "
+        "average over the heads"
+    ),
+    "last_layer_only": "every layer's pattern is needed, one hook per layer in model.layers",
+    "weights_not_asked": (
+        "the layers call self_attn with need_weights=False, so its second output is "
+        "None: a forward pre-hook registered with with_kwargs=True must set "
+        "kwargs['need_weights'] = True"
+    ),
+    "list": "return one tensor (torch.stack of the per-layer patterns), not a list",
+}
+
+
+def wrong_patterns(model, ids, *, mistake=""):
+    """(num_layers, batch, num_heads, seq, seq), with the named mistake ("": none)."""
+    patterns, handles = [], []
+    if mistake == "eval_left":
+        model.eval()
+
+    def ask(module, args, kwargs):
+        return args, {**kwargs, "need_weights": mistake != "weights_not_asked"}
+
+    def keep(module, args, output):
+        patterns.append(output[1])
+
+    if mistake == "record_flag":  # the layers' own recording instead of hooks, left on
+        for layer in model.layers:
+            layer.record_attention = True
+        with torch.no_grad():
+            model(ids)
+        return torch.stack([layer.attention for layer in model.layers])
+    layers = model.layers[-1:] if mistake == "last_layer_only" else model.layers
+    try:
+        for layer in layers:
+            handles.append(layer.self_attn.register_forward_pre_hook(ask, with_kwargs=True))
+            handles.append(layer.self_attn.register_forward_hook(keep))
+        with torch.no_grad():
+            model(ids)
+        if mistake == "no_finally":  # removed after the forward, so never when it raises
+            for handle in handles:
+                handle.remove()
+    finally:
+        if mistake not in ("hooks_left", "no_finally"):
+            for handle in handles:
+                handle.remove()
+    if mistake == "batch_first":
+        return torch.stack(patterns, dim=1)
+    if mistake == "heads_averaged":
+        return torch.stack(patterns).mean(2)
+    if mistake == "transposed":
+        return torch.stack(patterns).transpose(-2, -1)
+    return patterns if mistake == "list" else torch.stack(patterns)
+
+
+@register
+class AttentionPatterns(ModelTask):
+    id = "ex11.attention_patterns"
+    lesson = f"{LESSON}, section 1 'Reading activations without changing code: hooks'"
+    reference = "course_lib.inspection.attention_patterns"
+    forbidden = ("course_lib.blocks.record_attention",)
+    mistake_table = MISTAKES
+    wrong = staticmethod(wrong_patterns)
+
+    def cases(self, gen):
+        specs = [
+            ({"kind": "random", "seed": 1}, (2, 7)),
+            ({"kind": "random", "seed": 2, "layers": 3, "heads": 2, "positions": "rope"}, (3, 5)),
+            ({"kind": "random", "seed": 3, "layers": 1, "heads": 4, "d_model": 16}, (1, 9)),
+            (circuit_spec(gen), None),  # repeated tokens
+            ({"kind": "random", "seed": 14, "training": True}, (2, 6)),
+        ]
+        cases = [
+            model_case(spec, randint(gen, 13, *shape) if shape else repeated(gen, 2, 8, 24))
+            for spec, shape in specs
+        ]
+        spec = {"kind": "random", "seed": 15}
+        ids = randint(gen, 13, 2, 20)
+        description = (
+            f"{describe(spec)}, block_size 16, ids (2, 20): the forward raises, and no hook may "
+            "remain on the model afterwards"
+        )
+        data = {"model": spec, "probe": ids[:, :16], "fails": True}
+        return [*cases, Case(description, (ids,), data=data)]

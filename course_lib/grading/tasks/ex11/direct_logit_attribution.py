@@ -1,0 +1,125 @@
+"""ex11.direct_logit_attribution: the logits split into what the embeddings, each head and each
+feed-forward wrote, through the final norm's fixed divisor."""
+
+from __future__ import annotations
+
+import torch
+
+from ...core import register
+from ..common import randint
+from ._models import LESSON, ModelTask, circuit_spec, model_case, repeated
+
+MISTAKES = {
+    "no_scale": (
+        "the final norm's scale is missing: the parts must be divided by the norm's "
+        "divisor sqrt(var + eps) of the WHOLE final stream (computed once, from the "
+        "input of model.norm), or they do not sum to the logits"
+    ),
+    "full_norm": (
+        "each part went through the whole LayerNorm, so each was divided by its own "
+        "standard deviation: fix the divisor to the one of the whole final stream, "
+        "then centre, divide and multiply by norm.weight each part"
+    ),
+    "no_norm": (
+        "the final LayerNorm is left out: centre each part, divide by the final "
+        "stream's sqrt(var + eps) and multiply by model.norm.weight before lm_head"
+    ),
+    "no_centre": (
+        "each part must be centred (minus its mean over d_model) as the LayerNorm "
+        "centres the stream"
+    ),
+    "no_weight": "the final norm's weight (gamma, model.norm.weight) is missing",
+    "ff_first": (
+        "the order of the parts: embeddings, then for each layer its heads 0 .. H-1 and "
+        "THEN its feed-forward"
+    ),
+    "eps_fixed": (
+        "the final norm's eps is hard-coded: use the model's own, model.norm.eps (a "
+        "model may be built with another layer_norm_eps)"
+    ),
+    "unbiased": (
+        "the divisor uses the UNBIASED variance (or .std()): LayerNorm divides by "
+        "sqrt(var + eps) with the biased variance, var(-1, unbiased=False)"
+    ),
+    "weight_first": (
+        "you multiplied by model.norm.weight BEFORE centring: centre each part (minus "
+        "its mean over d_model), divide by the divisor, THEN multiply by the weight"
+    ),
+    "rows": (
+        "head h writes through the COLUMNS h*d_head .. (h+1)*d_head - 1 of "
+        "out_proj.weight, transposed (out_proj computes z @ W.T); you took its rows"
+    ),
+}
+
+
+def wrong_attribution(model, ids, *, mistake):
+    """(parts, batch, seq, vocab), with the named mistake."""
+    config = model.config
+    d_head = config.d_model // config.num_heads
+    embed, z, ff, final = [], [], [], []
+    handles = [model.layers[0].register_forward_pre_hook(lambda m, a: embed.append(a[0]))]
+    for layer in model.layers:
+        handles.append(
+            layer.self_attn.out_proj.register_forward_pre_hook(lambda m, a: z.append(a[0]))
+        )
+        handles.append(layer.feed_forward.register_forward_hook(lambda m, a, o: ff.append(o)))
+    handles.append(model.norm.register_forward_pre_hook(lambda m, a: final.append(a[0])))
+    with torch.no_grad():
+        model(ids)
+    for handle in handles:
+        handle.remove()
+    parts = [embed[0]]
+    for layer, z_l, ff_l in zip(model.layers, z, ff, strict=True):
+        w_o = layer.self_attn.out_proj.weight  # (d_model, num_heads * d_head)
+        heads = [
+            z_l[..., h * d_head : (h + 1) * d_head]
+            @ (
+                w_o[h * d_head : (h + 1) * d_head, :]  # rows: the wrong slice, no transpose
+                if mistake == "rows"
+                else w_o[:, h * d_head : (h + 1) * d_head].T
+            )
+            for h in range(config.num_heads)
+        ]
+        parts += [ff_l, *heads] if mistake == "ff_first" else [*heads, ff_l]
+    norm = model.norm
+    eps = 1e-5 if mistake == "eps_fixed" else norm.eps
+    scale = (final[0].var(-1, unbiased=mistake == "unbiased", keepdim=True) + eps).sqrt()
+    out = []
+    for part in parts:
+        if mistake == "full_norm":
+            normed = norm(part)
+        elif mistake == "no_norm":
+            normed = part
+        elif mistake == "weight_first":  # gamma before centring: the mean of part * gamma
+            weighted = part * norm.weight
+            normed = (weighted - weighted.mean(-1, keepdim=True)) / scale
+        else:
+            centred = part if mistake == "no_centre" else part - part.mean(-1, keepdim=True)
+            divided = centred if mistake == "no_scale" else centred / scale
+            normed = divided if mistake == "no_weight" else divided * norm.weight
+        out.append(model.lm_head(normed))
+    with torch.no_grad():
+        return torch.stack(out).detach()
+
+
+@register
+class DirectLogitAttribution(ModelTask):
+    id = "ex11.direct_logit_attribution"
+    lesson = f"{LESSON}, section 6 'Direct logit attribution'"
+    reference = "course_lib.inspection.direct_logit_attribution"
+    forbidden = ("course_lib.inspection.head_inputs", "course_lib.inspection.residual_stream")
+    mistake_table = MISTAKES
+    wrong = staticmethod(wrong_attribution)
+    atol = 1e-4
+
+    def cases(self, gen):
+        specs = (
+            ({"kind": "random", "seed": 7}, (2, 6)),
+            ({"kind": "random", "seed": 8, "layers": 3, "heads": 2, "positions": "rope"}, (1, 8)),
+            ({"kind": "random", "seed": 9, "layers": 1, "heads": 4, "d_model": 16}, (3, 5)),
+            ({"kind": "random", "seed": 13, "quiet": True}, (2, 5)),
+            ({"kind": "random", "seed": 17, "quiet": True, "norm_eps": 1e-3}, (2, 5)),
+        )
+        cases = [model_case(spec, randint(gen, 13, *shape)) for spec, shape in specs]
+        spec = circuit_spec(gen)
+        return [*cases, model_case(spec, repeated(gen, 2, 8, 24))]

@@ -1,0 +1,92 @@
+"""ex11.induction_scores: how much each head attends from a repeated token to the one after
+its earlier copy."""
+
+from __future__ import annotations
+
+from ...core import register
+from ..common import randint
+from ._models import LESSON, ModelTask, circuit_spec, model_case, repeated
+from .attention_patterns import wrong_patterns
+
+_AXIS = (
+    "scores averaged over the wrong axis: average over the batch and the queries (dims 1 and 3 "
+    "of the (num_layers, batch, num_heads, queries) stripe), keeping one score per layer and "
+    "head: shape (num_layers, num_heads)"
+)
+MISTAKES = {
+    "duplicate": (
+        "off by one: key i - T is the earlier copy of the SAME token (a duplicate-token "
+        "head); an induction head attends to the token AFTER it, key i - T + 1"
+    ),
+    "two_after": (
+        "off by one: the token after the earlier copy of query i's token is at "
+        "i - T + 1, not i - T + 2"
+    ),
+    "all_queries": (
+        "only the queries of the second copy (i = T .. 2T - 1) have an earlier copy to "
+        "look back to; the first copy's queries must not be averaged in"
+    ),
+    "over_heads": _AXIS,
+    "over_batch_only": _AXIS,
+    "keys_axis": (
+        "you averaged over the keys of each query row (which always sums to 1); the "
+        "score is the weight on ONE key per query, i - T + 1"
+    ),
+    "sum": "a score is a mean (between 0 and 1), not a sum",
+    "max": (
+        "a score is the MEAN weight on key i - T + 1 over the batch and the queries, "
+        "not its maximum"
+    ),
+    "over_t_minus_1": (
+        "the second copy has T queries (i = T .. 2T - 1), not T - 1: average over all "
+        "T of them (.mean(), not a sum divided by T - 1)"
+    ),
+}
+
+
+def wrong_scores(model, ids, *, mistake):
+    """(num_layers, num_heads) induction scores, with the named mistake."""
+    if ids.shape[1] % 2:
+        raise ValueError("ids must be a sequence repeated twice")
+    period = ids.shape[1] // 2
+    patterns = wrong_patterns(model, ids)  # (layers, batch, heads, 2T, 2T)
+    offset = {"duplicate": period, "two_after": period - 2}.get(mistake, period - 1)
+    stripe = patterns.diagonal(offset=-offset, dim1=-2, dim2=-1)  # (layers, batch, heads, k)
+    queries = stripe if mistake == "all_queries" else stripe[..., -period:]  # i = T .. 2T - 1
+    if mistake == "over_heads":
+        return queries.mean(dim=(2, 3))  # (layers, batch)
+    if mistake == "over_batch_only":
+        return queries.mean(dim=1)  # (layers, heads, T)
+    if mistake == "sum":
+        return queries.sum(dim=(1, 3))
+    if mistake == "max":
+        return queries.amax(dim=(1, 3))
+    if mistake == "over_t_minus_1":  # the queries' sum divided by T - 1 instead of T
+        return queries.sum(dim=3).mean(dim=1) / (period - 1)
+    if mistake == "keys_axis":  # all of each query row, not the induction key
+        return patterns[..., period:, :].mean(dim=(1, 3, 4))
+    return queries.mean(dim=(1, 3))
+
+
+@register
+class InductionScores(ModelTask):
+    id = "ex11.induction_scores"
+    lesson = f"{LESSON}, section 2 'Heads with a job'"
+    reference = "course_lib.inspection.induction_scores"
+    depends_on = ("attention_patterns",)
+    forbidden = ("course_lib.inspection.attention_patterns",)
+    mistake_table = MISTAKES
+    wrong = staticmethod(wrong_scores)
+    atol = 1e-5
+
+    def cases(self, gen):
+        cases = []
+        for layers, heads, batch, period in ((2, 4, 4, 10), (3, 4, 2, 7), (2, 5, 3, 11)):
+            spec = circuit_spec(gen, layers=layers, heads=heads)
+            note = f": random tokens, period {period}"
+            cases.append(model_case(spec, repeated(gen, batch, period, 24), note=note))
+        spec = {"kind": "random", "seed": 4, "positions": "rope"}
+        cases.append(model_case(spec, repeated(gen, 3, 6, 13), note=", period 6"))
+        odd = randint(gen, 13, 2, 9)
+        note = ": an odd length is no repeated sequence, so a ValueError"
+        return [*cases, model_case(spec, odd, note=note, raises=ValueError, probe=odd)]

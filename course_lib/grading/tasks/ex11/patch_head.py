@@ -1,0 +1,90 @@
+"""ex11.patch_head (transfer: activation patching, which the lesson does not do): the logits of
+the corrupted input with one head's output taken from the clean run."""
+
+from __future__ import annotations
+
+import torch
+
+from ...core import Case, register
+from ..common import randint
+from ._models import LESSON, ModelTask, circuit_spec, describe, repeated
+
+MISTAKES = {
+    "reversed": (
+        "the direction is reversed: run the CORRUPTED input, with this head's output "
+        "taken from the CLEAN run"
+    ),
+    "next_head": (
+        "the wrong head: head h is the slice h*d_head .. (h+1)*d_head - 1 of out_proj's input"
+    ),
+    "whole_layer": (
+        "you patched every head of the layer; only head `head`'s slice comes from the "
+        "clean run, the other heads keep their corrupted outputs"
+    ),
+    "hooks_left": "the patching hook is still registered after your function returned: remove it",
+    "no_effect": (
+        "your patch never took effect: the logits equal those of the corrupted input "
+        "run unpatched. Was the patching hook removed before the corrupted run, or did "
+        "a recording hook still registered overwrite the clean output with the "
+        "corrupted one?"
+    ),
+}
+
+
+def wrong_patch(model, clean_ids, corrupted_ids, layer, head, *, mistake):
+    """The patched run's logits, with the named mistake."""
+    out_proj = model.layers[layer].self_attn.out_proj
+    d_head = out_proj.in_features // model.config.num_heads
+    which = head + 1 if mistake == "next_head" else head
+    part = slice(which * d_head, (which + 1) * d_head)
+    saved = []
+    handle = out_proj.register_forward_pre_hook(lambda m, a: saved.append(a[0]))
+    with torch.no_grad():
+        model(corrupted_ids if mistake == "reversed" else clean_ids)
+    handle.remove()
+
+    def patch(module, args):
+        if mistake == "whole_layer":
+            return (saved[0],)
+        z = args[0].clone()
+        z[..., part] = saved[0][..., part]
+        return (z,)
+
+    handle = out_proj.register_forward_pre_hook(patch)
+    if mistake == "no_effect":  # the patch removed before the corrupted run
+        handle.remove()
+    with torch.no_grad():
+        logits = model(clean_ids if mistake == "reversed" else corrupted_ids)
+    if mistake not in ("hooks_left", "no_effect"):
+        handle.remove()
+    return logits
+
+
+@register
+class PatchHead(ModelTask):
+    id = "ex11.patch_head"
+    lesson = f"{LESSON}, sections 1 (hooks that change activations) and 5 (ablation)"
+    reference = "course_lib.inspection.patch_head"
+    forbidden = ("course_lib.inspection.head_inputs", "course_lib.inspection.ablate_heads")
+    mistake_table = MISTAKES
+    wrong = staticmethod(wrong_patch)
+    atol = 1e-4
+
+    def cases(self, gen):
+        cases = []
+        for spec, shape, layer, head in (
+            ({"kind": "random", "seed": 10}, (2, 7), 1, 1),
+            ({"kind": "random", "seed": 11, "layers": 3, "positions": "rope"}, (3, 6), 0, 2),
+            ({"kind": "random", "seed": 12, "heads": 4, "d_model": 16}, (1, 9), 1, 0),
+        ):
+            args = (randint(gen, 13, *shape), randint(gen, 13, *shape), layer, head)
+            where = f"clean and corrupted ids {shape}, layer={layer}, head={head}"
+            cases.append(Case(f"{describe(spec)}, {where}", args, data={"model": spec}))
+        spec = circuit_spec(gen)
+        clean = repeated(gen, 2, 8, 24)
+        corrupted = torch.cat([clean[:, :8], repeated(gen, 2, 8, 24)[:, :8]], dim=1)
+        description = (
+            f"{describe(spec)}: clean = a repeated sequence, corrupted = its first half "
+            "followed by other tokens, layer=1, head=3"
+        )
+        return [*cases, Case(description, (clean, corrupted, 1, 3), data={"model": spec})]
