@@ -206,3 +206,32 @@ class HintOnError(Task):
             if wrong is not obj and failure_of(wrong, *case.args, **case.kwargs) == failure:
                 return hint
         return None
+
+
+# --- g-early ---
+
+
+def randns(
+    gen: torch.Generator, *shapes: tuple[int, ...], dtype: torch.dtype = torch.float32, scale=1.0
+) -> tuple[Tensor, ...]:
+    """One `randn(gen, *shape, dtype=dtype, scale=scale)` per shape, drawn in that order."""
+    return tuple(randn(gen, *shape, dtype=dtype, scale=scale) for shape in shapes)
+
+
+def all_close(got: Any, want: Any, tol: float) -> bool:
+    """`got` equals `want` within rtol = atol = `tol`: float tensors of the same shape and dtype,
+    or tuples of them (for cases whose last digits a correct answer may compute otherwise)."""
+    if isinstance(want, (tuple, list)):
+        return (
+            isinstance(got, (tuple, list))
+            and len(got) == len(want)
+            and all(all_close(g, w, tol) for g, w in zip(got, want, strict=True))
+        )
+    return (
+        isinstance(got, Tensor)
+        and isinstance(want, Tensor)
+        and got.shape == want.shape
+        and got.dtype == want.dtype
+        and want.is_floating_point()
+        and torch.allclose(got, want, rtol=tol, atol=tol)
+    )
