@@ -23,8 +23,6 @@ ALL_SOFTMAXES = tuple(
 
 
 # --- ex02.softmax
-
-
 @register
 class Softmax(Task):
     id = "ex02.softmax"
@@ -119,8 +117,6 @@ class Softmax(Task):
 
 
 # --- ex02.scaled_dot_product_attention
-
-
 @register
 class ScaledDotProductAttention(HintOnError):
     id = "ex02.scaled_dot_product_attention"
@@ -200,8 +196,6 @@ class ScaledDotProductAttention(HintOnError):
 
 
 # --- ex02.self_attention
-
-
 _SDPA = ScaledDotProductAttention()
 _WRONG_SIDE = (
     "the projections are applied on the wrong side: with x (..., n, d_model) and "
@@ -263,8 +257,6 @@ class SelfAttention(HintOnError):
 
 
 # --- ex02.distance_biased_attention (transfer: a bias added to the scores, as in ALiBi)
-
-
 @register
 class DistanceBiasedAttention(Task):
     id = "ex02.distance_biased_attention"

@@ -14,8 +14,6 @@ F64 = torch.float64
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
 
 # --- ex03.split_heads
-
-
 _FLOAT_D_HEAD_HINT = (
     "d_model / num_heads is a float (12 / 3 = 4.0) even when it divides evenly, and a shape "
     "needs ints: use d_model // num_heads"
@@ -70,8 +68,6 @@ class SplitHeads(Task):
 
 
 # --- ex03.merge_heads
-
-
 @register
 class MergeHeads(Task):
     id = "ex03.merge_heads"
@@ -104,8 +100,6 @@ class MergeHeads(Task):
 
 
 # --- ex03.MultiHeadAttention
-
-
 class _WrongMultiHeadAttention(nn.Module):
     """A multi-head attention with one deliberate mistake, named by `mistake` ("": none)."""
 
@@ -286,8 +280,6 @@ class MultiHeadAttentionTask(ModuleTask):
 
 
 # --- ex03.grouped_query_attention (transfer: the lesson never shares k/v between heads)
-
-
 @register
 class GroupedQueryAttentionTask(Task):
     id = "ex03.grouped_query_attention"

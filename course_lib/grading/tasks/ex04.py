@@ -28,7 +28,7 @@ def _frequencies(d: int, mistake: str = "") -> torch.Tensor:
         return 10000.0 ** (-2 * pair)
     if mistake == "divided_outside":  # exp(...) / d
         return 10000.0 ** (-2 * pair) / d
-    if mistake == "zero":  # 2 * i // d: integer division, 0
+    if mistake in ("zero", "no_frequency"):  # zero: 2 * i // d, integer division, 0
         return torch.ones_like(pair)
     power = {"exponent_i": pair, "exponent_4i": 4 * pair}.get(mistake, 2 * pair)
     return 10000.0 ** (-power / d)
@@ -61,8 +61,6 @@ class _PositionalTask(Task):
 
 
 # --- sinusoidal_positional_encoding
-
-
 @register
 class SinusoidalPositionalEncoding(_PositionalTask):
     id = "ex04.sinusoidal_positional_encoding"
@@ -102,13 +100,10 @@ class SinusoidalPositionalEncoding(_PositionalTask):
     }
 
     def cases(self, gen):
+        sizes = [(10, 4), (7, 6), (33, 10), (50, 16), (64, 64)]  # (seq_len, d_model)
         return [
             Case("seq_len=1, d_model=2 (position 0 only)", (1, 2)),
-            Case("seq_len=10, d_model=4", (10, 4)),
-            Case("seq_len=7, d_model=6", (7, 6)),
-            Case("seq_len=33, d_model=10", (33, 10)),
-            Case("seq_len=50, d_model=16", (50, 16)),
-            Case("seq_len=64, d_model=64", (64, 64)),
+            *(Case(f"seq_len={n}, d_model={d}", (n, d)) for n, d in sizes),
             Case(
                 "an odd d_model=5 (must raise ValueError: features come in pairs)",
                 (4, 5),
@@ -141,8 +136,6 @@ class SinusoidalPositionalEncoding(_PositionalTask):
 
 
 # --- relative_shift_matrix
-
-
 @register
 class RelativeShiftMatrix(_PositionalTask):
     id = "ex04.relative_shift_matrix"
@@ -173,15 +166,11 @@ class RelativeShiftMatrix(_PositionalTask):
     }
 
     def cases(self, gen):
+        sizes = [(1, 8), (5, 16), (-3, 16), (25, 32), (-17, 64), (100, 6)]  # (offset, d_model)
         return [
             Case("offset=1, d_model=2 (one pair)", (1, 2)),
             Case("offset=0, d_model=4 (no shift: the identity)", (0, 4)),
-            Case("offset=1, d_model=8", (1, 8)),
-            Case("offset=5, d_model=16", (5, 16)),
-            Case("a negative offset=-3, d_model=16", (-3, 16)),
-            Case("offset=25, d_model=32", (25, 32)),
-            Case("a negative offset=-17, d_model=64", (-17, 64)),
-            Case("offset=100, d_model=6", (100, 6)),
+            *(Case(f"{'a negative ' * (o < 0)}offset={o}, d_model={d}", (o, d)) for o, d in sizes),
             Case("an odd d_model=7 (must raise ValueError)", (2, 7), raises=ValueError),
         ]
 
@@ -201,8 +190,6 @@ class RelativeShiftMatrix(_PositionalTask):
     def wrong(self, offset, d_model, *, mistake):
         offset = abs(offset) if mistake == "abs_offset" else offset
         frequencies = _frequencies(d_model, mistake)  # (d_model / 2,)
-        if mistake == "no_frequency":
-            frequencies = torch.ones_like(frequencies)
         cos, sin = torch.cos(offset * frequencies), torch.sin(offset * frequencies)
         if mistake == "cos_sin_swapped":
             cos, sin = sin, cos
@@ -214,8 +201,6 @@ class RelativeShiftMatrix(_PositionalTask):
 
 
 # --- apply_rope and apply_rope_half (transfer: the layout of GPT-NeoX and Llama)
-
-
 def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
     """RoPE with the named mistake ("": none). `layout` is the task's: "adjacent" rotates pairs
     (2i, 2i+1), "halves" pairs (i, i + d/2) (the rotate-half layout of GPT-NeoX and Llama)."""
@@ -254,15 +239,6 @@ def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
     return torch.stack((r0, r1), -1).flatten(-2)
 
 
-def _scores_under_shifts(rope, q, k, base, shifts):
-    """(shifts, ..., seq, seq): q·k after RoPE at positions base + s, for each shift s."""
-    out = []
-    for s in shifts:
-        positions = base + s
-        out.append(rope(q, positions) @ rope(k, positions).transpose(-2, -1))
-    return torch.stack(out)
-
-
 def _x(gen, description, shape, positions=None, dtype=torch.float32, raises=None) -> Case:
     """A case of x of `shape` drawn from `gen`, and the given positions."""
     return Case(description, (randn(gen, *shape, dtype=dtype), positions), raises=raises)
@@ -298,12 +274,14 @@ def _positions_cases(gen) -> list[Case]:
 
 
 def _scores_or_call(obj, case):
-    """The q·k scores under shifted positions for a shift case; else obj on the case."""
+    """For a shift case, (shifts, ..., seq, seq): q·k after `obj` (RoPE) at the positions
+    base + s, for each shift s; else obj on the case."""
     if "shifts" not in case.data:
         return obj(*case.args, **case.kwargs)
     d = case.data
     q, k = d["q"].clone(), d["k"].clone()  # copies, compared after the call
-    scores = _scores_under_shifts(obj, q, k, d["base"], d["shifts"])
+    positions = [d["base"] + s for s in d["shifts"]]
+    scores = torch.stack([obj(q, p) @ obj(k, p).transpose(-2, -1) for p in positions])
     if not (torch.equal(q, d["q"]) and torch.equal(k, d["k"])):
         raise GradingError(changed_message(["x"]))
     return scores
