@@ -178,12 +178,8 @@ class ScaledDotProductAttention(HintOnError):
 
     def wrong(self, q, k, v, *, mistake):
         d_k, d_v = q.shape[-1], v.shape[-1]
-        scale = {
-            "no_scaling": 1.0,
-            "by_d_k": d_k,
-            "by_sqrt_d_v": math.sqrt(d_v),
-            "by_d_v": d_v,
-        }.get(mistake, math.sqrt(d_k))
+        scales = {"no_scaling": 1.0, "by_d_k": d_k, "by_sqrt_d_v": math.sqrt(d_v), "by_d_v": d_v}
+        scale = scales.get(mistake, math.sqrt(d_k))
         if mistake == "dot_t":
             k_t = k.T
         elif mistake == "method_t":
@@ -243,15 +239,12 @@ class SelfAttention(HintOnError):
         ]
 
     def wrong(self, x, w_q, w_k, w_v, *, mistake):
-        if mistake == "linear_side":
-            q, k, v = (x @ w.transpose(-2, -1) for w in (w_q, w_k, w_v))
-        elif mistake == "left_side":
-            q, k, v = w_q @ x, w_k @ x, w_v @ x
-        elif mistake == "left_side_transposed":
-            xt = x.transpose(-2, -1)
-            q, k, v = w_q @ xt, w_k @ xt, w_v @ xt
-        else:
-            q, k, v = x @ w_q, x @ w_k, x @ w_v
+        project = {
+            "linear_side": lambda w: x @ w.transpose(-2, -1),
+            "left_side": lambda w: w @ x,
+            "left_side_transposed": lambda w: w @ x.transpose(-2, -1),
+        }.get(mistake, lambda w: x @ w)
+        q, k, v = project(w_q), project(w_k), project(w_v)
         # a right projection feeding a wrong attention (e.g. the learner's own task 2)
         return _SDPA.wrong(q, k, v, mistake=mistake.removeprefix("attention: "))
 

@@ -41,10 +41,7 @@ class SplitHeads(Task):
         return [
             Case("x (2, 5, 12) with num_heads=3", (randn(gen, 2, 5, 12), 3)),
             Case("x (1, 4, 8) with num_heads=2", (randn(gen, 1, 4, 8), 2)),
-            Case(
-                "float64 x (3, 6, 8) with num_heads=4",
-                (randn(gen, 3, 6, 8, dtype=F64), 4),
-            ),
+            Case("float64 x (3, 6, 8) with num_heads=4", (randn(gen, 3, 6, 8, dtype=F64), 4)),
             Case("x (2, 3, 6) with num_heads=6 (d_head = 1)", (randn(gen, 2, 3, 6), 6)),
             Case("x (2, 7, 4) with num_heads=1 (one wide head)", (randn(gen, 2, 7, 4), 1)),
             Case(
