@@ -2,6 +2,8 @@
 
 - `randn`, `randint`, `lengths_mask`, `stable_softmax`: inputs and small pieces of the wrong
   implementations (which must not call the graded references).
+- `randns` (several inputs in one call) and `all_close` (a comparison within a stated tolerance,
+  for cases whose last digits a correct answer may compute otherwise), at the end.
 - `ModuleTask`: a task whose learner writes an `nn.Module` class; its `call` builds the class
   with the case's sizes, loads the reference weights and runs `forward`.
 - `HintOnError`: a task whose known mistakes may *raise* (e.g. `.T` on a batch); when the
