@@ -244,8 +244,11 @@ def _x(gen, description, shape, positions=None, dtype=torch.float32, raises=None
     return Case(description, (randn(gen, *shape, dtype=dtype), positions), raises=raises)
 
 
-def _shift_case(gen, description, shape, base, shifts, dtype=torch.float32) -> Case:
-    """q·k of q and k of `shape` after RoPE at positions `base` moved by each of `shifts`."""
+def _shift_case(
+    gen, description, shape=(2, 5, 16), base=(0, 1, 3, 4, 9), shifts=(0, 7, -3, 50), dtype=F64
+) -> Case:
+    """q·k of q and k of `shape` after RoPE at positions `base` moved by each of `shifts` (by
+    default the float64 case both layouts check)."""
     q, k = randns(gen, shape, shape, dtype=dtype)
     return Case(description, data={"q": q, "k": k, "base": torch.tensor(base), "shifts": shifts})
 
@@ -358,18 +361,15 @@ class ApplyRope(_RopeTask):
                 gen,
                 "q·k for float64 q, k (2, 5, 16) after your rotation, at positions moved by 0, 7, "
                 "-3, 50, compared with the expected scores",
-                (2, 5, 16),
-                [0, 1, 3, 4, 9],
-                (0, 7, -3, 50),
-                F64,
             ),
             _shift_case(
                 gen,
                 "q·k for float32 q, k (3, 4, 8) after your rotation, at positions moved by 0, 2, "
                 "11, compared with the expected scores",
                 (3, 4, 8),
-                [2, 0, 5, 6],
+                (2, 0, 5, 6),
                 (0, 2, 11),
+                torch.float32,
             ),
             _x(gen, "x (5, 4), positions=None (0, 1, ..., 4)", (5, 4)),
             _x(
@@ -485,10 +485,6 @@ class ApplyRopeHalf(_RopeTask):
                 gen,
                 "q·k for q, k (2, 5, 16) float64 after your rotation, positions moved by "
                 "0, 7, -3 and 50, compared with the expected scores",
-                (2, 5, 16),
-                [0, 1, 3, 4, 9],
-                (0, 7, -3, 50),
-                F64,
             ),
             _x(gen, _ODD, (2, 3, 5), raises=ValueError),
         ]
