@@ -2,6 +2,8 @@
 
 - `randn`, `randint`, `lengths_mask`, `stable_softmax`: inputs and small pieces of the wrong
   implementations (which must not call the graded references).
+- `randns` (several inputs in one call) and `all_close` (a comparison within a stated tolerance,
+  for cases whose last digits a correct answer may compute otherwise), at the end.
 - `ModuleTask`: a task whose learner writes an `nn.Module` class; its `call` builds the class
   with the case's sizes, loads the reference weights and runs `forward`.
 - `HintOnError`: a task whose known mistakes may *raise* (e.g. `.T` on a batch); when the
@@ -208,6 +210,35 @@ class HintOnError(Task):
         return None
 
 
+# --- g-early ---
+
+
+def randns(
+    gen: torch.Generator, *shapes: tuple[int, ...], dtype: torch.dtype = torch.float32, scale=1.0
+) -> tuple[Tensor, ...]:
+    """One `randn(gen, *shape, dtype=dtype, scale=scale)` per shape, drawn in that order."""
+    return tuple(randn(gen, *shape, dtype=dtype, scale=scale) for shape in shapes)
+
+
+def all_close(got: Any, want: Any, tol: float) -> bool:
+    """`got` equals `want` within rtol = atol = `tol`: float tensors of the same shape and dtype,
+    or tuples of them (for cases whose last digits a correct answer may compute otherwise)."""
+    if isinstance(want, (tuple, list)):
+        return (
+            isinstance(got, (tuple, list))
+            and len(got) == len(want)
+            and all(all_close(g, w, tol) for g, w in zip(got, want, strict=True))
+        )
+    return (
+        isinstance(got, Tensor)
+        and isinstance(want, Tensor)
+        and got.shape == want.shape
+        and got.dtype == want.dtype
+        and want.is_floating_point()
+        and torch.allclose(got, want, rtol=tol, atol=tol)
+    )
+
+
 # --- g-mid ---
 
 
@@ -258,8 +289,3 @@ def residual_sublayers(x, steps, norm_first, mistake=""):
         else:
             x = norm(residual + sublayer(reads))
     return x
-
-
-def randn_each(gen: torch.Generator, *shapes: tuple, dtype: torch.dtype = torch.float32) -> tuple:
-    """One standard normal tensor per shape, drawn from `gen` in order (e.g. q, k, v)."""
-    return tuple(torch.randn(*shape, generator=gen, dtype=dtype) for shape in shapes)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 from ..core import Case, Task, register
-from .common import randn
+from .common import randn, randns
 
+F64 = torch.float64
 BROADCASTING = "lesson 00, section 'Tensors, shapes and broadcasting'"
 OFF_BY_ONE = "off by one: a sequence of length L ends at index L - 1"
 
@@ -16,22 +17,11 @@ class BatchedMatmul(Task):
     id = "ex00.batched_matmul"
     lesson = BROADCASTING
     reference = "course_lib.tensor_basics.batched_matmul"
-    forbidden = (
-        "torch.matmul",
-        "torch.Tensor.matmul",
-        "torch.Tensor.__matmul__",
-        "torch.Tensor.__rmatmul__",
-        "torch.bmm",
-        "torch.Tensor.bmm",
-        "torch.mm",
-        "torch.Tensor.mm",
-        "torch.einsum",
-        "torch.tensordot",
-        "torch.baddbmm",
-        "torch.nn.functional.linear",
-        "torch.linalg.matmul",
-        "torch.addmm",
-        "torch.Tensor.addmm",
+    forbidden = tuple(
+        "torch.matmul torch.Tensor.matmul torch.Tensor.__matmul__ torch.Tensor.__rmatmul__ "
+        "torch.bmm torch.Tensor.bmm torch.mm torch.Tensor.mm torch.einsum torch.tensordot "
+        "torch.baddbmm torch.nn.functional.linear torch.linalg.matmul torch.addmm "
+        "torch.Tensor.addmm".split()
     )
     mistake_table = {
         "sum_over_m": "you summed over the last axis (m); the matrix product sums over the "
@@ -41,19 +31,12 @@ class BatchedMatmul(Task):
 
     def cases(self, gen):
         return [
-            Case("2-D a (3, 4) and b (4, 5)", (randn(gen, 3, 4), randn(gen, 4, 5))),
-            Case("a batch: a (2, 3, 4), b (2, 4, 6)", (randn(gen, 2, 3, 4), randn(gen, 2, 4, 6))),
+            Case("2-D a (3, 4) and b (4, 5)", randns(gen, (3, 4), (4, 5))),
+            Case("a batch: a (2, 3, 4), b (2, 4, 6)", randns(gen, (2, 3, 4), (2, 4, 6))),
             Case(
-                "broadcast batch: a (2, 1, 3, 4), b (5, 4, 2)",
-                (randn(gen, 2, 1, 3, 4), randn(gen, 5, 4, 2)),
+                "broadcast batch: a (2, 1, 3, 4), b (5, 4, 2)", randns(gen, (2, 1, 3, 4), (5, 4, 2))
             ),
-            Case(
-                "float64 a (3, 2, 7), b (3, 7, 1)",
-                (
-                    randn(gen, 3, 2, 7, dtype=torch.float64),
-                    randn(gen, 3, 7, 1, dtype=torch.float64),
-                ),
-            ),
+            Case("float64 a (3, 2, 7), b (3, 7, 1)", randns(gen, (3, 2, 7), (3, 7, 1), dtype=F64)),
         ]
 
     def wrong(self, a, b, *, mistake):
@@ -78,15 +61,9 @@ class PairwiseSqDistances(Task):
 
     def cases(self, gen):
         return [
-            Case("x (4, 3), y (5, 3)", (randn(gen, 4, 3), randn(gen, 5, 3))),
-            Case("a batch: x (2, 3, 8), y (2, 6, 8)", (randn(gen, 2, 3, 8), randn(gen, 2, 6, 8))),
-            Case(
-                "float64 x (1, 2, 4), y (1, 1, 4)",
-                (
-                    randn(gen, 1, 2, 4, dtype=torch.float64),
-                    randn(gen, 1, 1, 4, dtype=torch.float64),
-                ),
-            ),
+            Case("x (4, 3), y (5, 3)", randns(gen, (4, 3), (5, 3))),
+            Case("a batch: x (2, 3, 8), y (2, 6, 8)", randns(gen, (2, 3, 8), (2, 6, 8))),
+            Case("float64 x (1, 2, 4), y (1, 1, 4)", randns(gen, (1, 2, 4), (1, 1, 4), dtype=F64)),
         ]
 
     def wrong(self, x, y, *, mistake):
@@ -121,7 +98,7 @@ class LastToken(Task):
             ),
             Case(
                 "float64 x (1, 3, 3), lengths [3]",
-                (randn(gen, 1, 3, 3, dtype=torch.float64), torch.tensor([3])),
+                (randn(gen, 1, 3, 3, dtype=F64), torch.tensor([3])),
             ),
         ]
 

@@ -7,33 +7,22 @@ import math
 import torch
 
 from ..core import Case, Task, register
-from .common import HintOnError, randn, stable_softmax
+from .common import HintOnError, all_close, randn, randns, stable_softmax
 
 SOFTMAX_LESSON = "lesson 02, section 'A numerically stable softmax'"
 SDPA_LESSON = "lesson 02, section 'Scaled dot-product attention, step by step'"
 SELF_LESSON = "lesson 02, section 'Learned projections: W_Q, W_K, W_V'"
+F64 = torch.float64
 
-ALL_SOFTMAXES = (
-    "torch.softmax",
-    "torch.Tensor.softmax",
-    "torch.nn.functional.softmax",
-    "torch.nn.Softmax",
-    "torch.special.softmax",
-    "torch._softmax",
-    "torch.log_softmax",
-    "torch.Tensor.log_softmax",
-    "torch.nn.functional.log_softmax",
-    "torch.nn.LogSoftmax",
-    "torch.special.log_softmax",
-    "torch._log_softmax",
+ALL_SOFTMAXES = tuple(
+    "torch.softmax torch.Tensor.softmax torch.nn.functional.softmax torch.nn.Softmax "
+    "torch.special.softmax torch._softmax torch.log_softmax torch.Tensor.log_softmax "
+    "torch.nn.functional.log_softmax torch.nn.LogSoftmax torch.special.log_softmax "
+    "torch._log_softmax".split()
 )
 
 
-# --------------------------------------------------------------------------------------------
-# ex02.softmax
-# --------------------------------------------------------------------------------------------
-
-
+# --- ex02.softmax
 @register
 class Softmax(Task):
     id = "ex02.softmax"
@@ -62,12 +51,15 @@ class Softmax(Task):
     }
 
     def cases(self, gen):
+        def spread(gen):  # -100 to 100 in a random order
+            return torch.linspace(-100.0, 100.0, 6)[torch.randperm(6, generator=gen)]
+
         return [
             Case("a 1-D x of shape (5,)", (randn(gen, 5),)),
             Case("x (3, 4, 6), default dim=-1", (randn(gen, 3, 4, 6),)),
             Case("x (2, 5, 3) with dim=1 (the middle axis)", (randn(gen, 2, 5, 3),), {"dim": 1}),
             Case("x (4, 3) with dim=0", (randn(gen, 4, 3),), {"dim": 0}),
-            Case("float64 x (2, 3, 7)", (randn(gen, 2, 3, 7, dtype=torch.float64),)),
+            Case("float64 x (2, 3, 7)", (randn(gen, 2, 3, 7, dtype=F64),)),
             Case(
                 "large inputs around 1000, x (3, 5) = 1000 + noise",
                 (1000.0 + randn(gen, 3, 5, scale=5.0),),
@@ -78,7 +70,7 @@ class Softmax(Task):
             ),
             Case(
                 "float64 inputs around 800 (exp(800) overflows even in float64), x (2, 6)",
-                (800.0 + randn(gen, 2, 6, dtype=torch.float64, scale=10.0),),
+                (800.0 + randn(gen, 2, 6, dtype=F64, scale=10.0),),
             ),
             Case(
                 "equal inputs, x (2, 4) all 3.0 (the answer is uniform)", (torch.full((2, 4), 3.0),)
@@ -86,16 +78,7 @@ class Softmax(Task):
             Case(
                 "rows on very different scales, x (3, 6): one row around 200, one around 0, "
                 "one spread from 100 to 300 (subtract each row's own maximum)",
-                (
-                    torch.stack(
-                        [
-                            200.0 + randn(gen, 6),
-                            randn(gen, 6),
-                            200.0
-                            + torch.linspace(-100.0, 100.0, 6)[torch.randperm(6, generator=gen)],
-                        ]
-                    ),
-                ),
+                (torch.stack([200.0 + randn(gen, 6), randn(gen, 6), 200.0 + spread(gen)]),),
             ),
             Case(
                 "x (2, 3) whose first row is near 0 and second near -2000 (each row needs its "
@@ -133,26 +116,7 @@ class Softmax(Task):
         return None
 
 
-# --------------------------------------------------------------------------------------------
-# ex02.scaled_dot_product_attention
-# --------------------------------------------------------------------------------------------
-
-
-def _all_close(got, want, rtol: float, atol: float) -> bool:
-    """got == want within (rtol, atol): tensors, or tuples of tensors, of the same shapes."""
-    if isinstance(want, (tuple, list)):
-        if not isinstance(got, (tuple, list)) or len(got) != len(want):
-            return False
-        return all(_all_close(g, w, rtol, atol) for g, w in zip(got, want, strict=True))
-    return (
-        isinstance(got, torch.Tensor)
-        and isinstance(want, torch.Tensor)
-        and got.shape == want.shape
-        and got.dtype == want.dtype
-        and torch.allclose(got, want, rtol=rtol, atol=atol)
-    )
-
-
+# --- ex02.scaled_dot_product_attention
 @register
 class ScaledDotProductAttention(HintOnError):
     id = "ex02.scaled_dot_product_attention"
@@ -179,56 +143,43 @@ class ScaledDotProductAttention(HintOnError):
         # float32 scores of size ~4500 carry rounding errors of ~3e-4, so two correct orders
         # of the operations ((q / sqrt(d_k)) @ k or (q @ k) / sqrt(d_k)) differ by up to ~4e-4
         # in the output: this case checks that nothing overflows, not the last digits
-        if case.data.get("ill_conditioned") and _all_close(got, want, rtol=1e-3, atol=1e-3):
+        if case.data.get("ill_conditioned") and all_close(got, want, 1e-3):
             return None
         return super().compare(got, want, case)
 
     def cases(self, gen):
-        f64 = torch.float64
         return [
             Case(
                 "2-D q (3, 4), k (5, 4), v (5, 6)  (n_q != n_k, d_k != d_v)",
-                (randn(gen, 3, 4), randn(gen, 5, 4), randn(gen, 5, 6)),
+                randns(gen, (3, 4), (5, 4), (5, 6)),
             ),
             Case(
                 "a batch: q (2, 3, 8), k (2, 5, 8), v (2, 5, 3)",
-                (randn(gen, 2, 3, 8), randn(gen, 2, 5, 8), randn(gen, 2, 5, 3)),
+                randns(gen, (2, 3, 8), (2, 5, 8), (2, 5, 3)),
             ),
             Case(
                 "batch and heads: q (2, 3, 4, 16), k (2, 3, 6, 16), v (2, 3, 6, 5)",
-                (randn(gen, 2, 3, 4, 16), randn(gen, 2, 3, 6, 16), randn(gen, 2, 3, 6, 5)),
+                randns(gen, (2, 3, 4, 16), (2, 3, 6, 16), (2, 3, 6, 5)),
             ),
             Case(
                 "float64: q (3, 2, 9), k (3, 7, 9), v (3, 7, 4)",
-                (
-                    randn(gen, 3, 2, 9, dtype=f64),
-                    randn(gen, 3, 7, 9, dtype=f64),
-                    randn(gen, 3, 7, 4, dtype=f64),
-                ),
+                randns(gen, (3, 2, 9), (3, 7, 9), (3, 7, 4), dtype=F64),
             ),
             Case(
                 "large values: q, k of size 40, q (2, 4, 8), k (2, 6, 8), v (2, 6, 3)",
-                (
-                    randn(gen, 2, 4, 8, scale=40.0),
-                    randn(gen, 2, 6, 8, scale=40.0),
-                    randn(gen, 2, 6, 3),
-                ),
+                (*randns(gen, (2, 4, 8), (2, 6, 8), scale=40.0), randn(gen, 2, 6, 3)),
                 data={"ill_conditioned": True},
             ),
             Case(
                 "one query: q (1, 1, 4), k (1, 3, 4), v (1, 3, 2)",
-                (randn(gen, 1, 1, 4), randn(gen, 1, 3, 4), randn(gen, 1, 3, 2)),
+                randns(gen, (1, 1, 4), (1, 3, 4), (1, 3, 2)),
             ),
         ]
 
     def wrong(self, q, k, v, *, mistake):
         d_k, d_v = q.shape[-1], v.shape[-1]
-        scale = {
-            "no_scaling": 1.0,
-            "by_d_k": d_k,
-            "by_sqrt_d_v": math.sqrt(d_v),
-            "by_d_v": d_v,
-        }.get(mistake, math.sqrt(d_k))
+        scales = {"no_scaling": 1.0, "by_d_k": d_k, "by_sqrt_d_v": math.sqrt(d_v), "by_d_v": d_v}
+        scale = scales.get(mistake, math.sqrt(d_k))
         if mistake == "dot_t":
             k_t = k.T
         elif mistake == "method_t":
@@ -240,11 +191,7 @@ class ScaledDotProductAttention(HintOnError):
         return (weights, output) if mistake == "swapped" else (output, weights)
 
 
-# --------------------------------------------------------------------------------------------
-# ex02.self_attention
-# --------------------------------------------------------------------------------------------
-
-
+# --- ex02.self_attention
 _SDPA = ScaledDotProductAttention()
 _WRONG_SIDE = (
     "the projections are applied on the wrong side: with x (..., n, d_model) and "
@@ -268,73 +215,45 @@ class SelfAttention(HintOnError):
     }
 
     def cases(self, gen):
-        f64 = torch.float64
         return [
             Case(
                 "x (5, 8), w_q (8, 4), w_k (8, 4), w_v (8, 6)",
-                (
-                    randn(gen, 5, 8),
-                    randn(gen, 8, 4, scale=0.3),
-                    randn(gen, 8, 4, scale=0.3),
-                    randn(gen, 8, 6, scale=0.3),
-                ),
+                (randn(gen, 5, 8), *randns(gen, (8, 4), (8, 4), (8, 6), scale=0.3)),
             ),
             Case(
                 "square weights, x (4, 4), w_q, w_k, w_v (4, 4)",
-                (randn(gen, 4, 4), randn(gen, 4, 4), randn(gen, 4, 4), randn(gen, 4, 4)),
+                randns(gen, (4, 4), (4, 4), (4, 4), (4, 4)),
             ),
             Case(
                 "a batch with square weights: x (2, 6, 8), w_q, w_k, w_v (8, 8)",
-                (
-                    randn(gen, 2, 6, 8),
-                    randn(gen, 8, 8, scale=0.3),
-                    randn(gen, 8, 8, scale=0.3),
-                    randn(gen, 8, 8, scale=0.3),
-                ),
+                (randn(gen, 2, 6, 8), *randns(gen, (8, 8), (8, 8), (8, 8), scale=0.3)),
             ),
             Case(
                 "a batch: x (3, 5, 6), w_q (6, 4), w_k (6, 4), w_v (6, 2)",
-                (
-                    randn(gen, 3, 5, 6),
-                    randn(gen, 6, 4, scale=0.4),
-                    randn(gen, 6, 4, scale=0.4),
-                    randn(gen, 6, 2, scale=0.4),
-                ),
+                (randn(gen, 3, 5, 6), *randns(gen, (6, 4), (6, 4), (6, 2), scale=0.4)),
             ),
             Case(
                 "float64: x (2, 2, 7, 5), w_q (5, 3), w_k (5, 3), w_v (5, 4)",
-                (
-                    randn(gen, 2, 2, 7, 5, dtype=f64),
-                    randn(gen, 5, 3, dtype=f64),
-                    randn(gen, 5, 3, dtype=f64),
-                    randn(gen, 5, 4, dtype=f64),
-                ),
+                randns(gen, (2, 2, 7, 5), (5, 3), (5, 3), (5, 4), dtype=F64),
             ),
         ]
 
     def wrong(self, x, w_q, w_k, w_v, *, mistake):
-        if mistake == "linear_side":
-            q, k, v = (x @ w.transpose(-2, -1) for w in (w_q, w_k, w_v))
-        elif mistake == "left_side":
-            q, k, v = w_q @ x, w_k @ x, w_v @ x
-        elif mistake == "left_side_transposed":
-            xt = x.transpose(-2, -1)
-            q, k, v = w_q @ xt, w_k @ xt, w_v @ xt
-        else:
-            q, k, v = x @ w_q, x @ w_k, x @ w_v
+        project = {
+            "linear_side": lambda w: x @ w.transpose(-2, -1),
+            "left_side": lambda w: w @ x,
+            "left_side_transposed": lambda w: w @ x.transpose(-2, -1),
+        }.get(mistake, lambda w: x @ w)
+        q, k, v = project(w_q), project(w_k), project(w_v)
         # a right projection feeding a wrong attention (e.g. the learner's own task 2)
         return _SDPA.wrong(q, k, v, mistake=mistake.removeprefix("attention: "))
 
 
-# --------------------------------------------------------------------------------------------
-# ex02.distance_biased_attention (transfer: a bias added to the scores, as in ALiBi)
-# --------------------------------------------------------------------------------------------
-
-
+# --- ex02.distance_biased_attention (transfer: a bias added to the scores, as in ALiBi)
 @register
 class DistanceBiasedAttention(Task):
     id = "ex02.distance_biased_attention"
-    lesson = "lesson 02, section 'Scaled dot-product attention, step by step'"
+    lesson = SDPA_LESSON
     reference = "course_lib.attention.distance_biased_attention"
     depends_on = ("softmax",)
     forbidden = ("torch.nn.functional.scaled_dot_product_attention",)
@@ -357,101 +276,73 @@ class DistanceBiasedAttention(Task):
     }
 
     def cases(self, gen):
-        def case(
-            description, shape_q, n_k, d_v, slope, dtype=torch.float32, raises=None, scale=1.0
-        ):
+        def case(description, spec, dtype=torch.float32, scale=1.0):
+            shape_q, n_k, d_v, slope = spec
             *batch, n_q, d_k = shape_q
             q = randn(gen, *shape_q, dtype=dtype, scale=scale)
             k = randn(gen, *batch, n_k, d_k, dtype=dtype, scale=scale)
             v = randn(gen, *batch, n_k, d_v, dtype=dtype)
-            return Case(description, (q, k, v, slope), raises=raises)
+            return Case(description, (q, k, v, slope))
 
         return [
-            case("q, k, v (2, 5, 8), slope 0.5", (2, 5, 8), 5, 8, 0.5),
+            case("q, k, v (2, 5, 8), slope 0.5", ((2, 5, 8), 5, 8, 0.5)),
             case(
                 "n_q=3 != n_k=6: q (2, 3, 4), k (2, 6, 4), v (2, 6, 5), slope 1.0",
-                (2, 3, 4),
-                6,
-                5,
-                1.0,
+                ((2, 3, 4), 6, 5, 1.0),
             ),
             case(
                 "n_q=6 > n_k=2: q (1, 6, 4), k (1, 2, 4), v (1, 2, 3), slope 0.25",
-                (1, 6, 4),
-                2,
-                3,
-                0.25,
+                ((1, 6, 4), 2, 3, 0.25),
             ),
             case(
                 "batch and heads: q, k, v (2, 3, 4, 16), slope 0.75 (d_k = 16)",
-                (2, 3, 4, 16),
-                4,
-                16,
-                0.75,
+                ((2, 3, 4, 16), 4, 16, 0.75),
             ),
-            case(
-                "float64 q (3, 5, 6), k, v (3, 7, 6), slope 2.0",
-                (3, 5, 6),
-                7,
-                6,
-                2.0,
-                dtype=torch.float64,
-            ),
+            case("float64 q (3, 5, 6), k, v (3, 7, 6), slope 2.0", ((3, 5, 6), 7, 6, 2.0), F64),
             case(
                 "slope 0: plain scaled dot-product attention, q, k, v (2, 4, 8)",
-                (2, 4, 8),
-                4,
-                8,
-                0.0,
+                ((2, 4, 8), 4, 8, 0.0),
             ),
             case(
-                "q, k, v (4, 4) without a batch dimension, slope 1 given as an int", (4, 4), 4, 4, 1
+                "q, k, v (4, 4) without a batch dimension, slope 1 given as an int",
+                ((4, 4), 4, 4, 1),
             ),
             case(
                 "float64, large scores (q and k scaled by 40, scores in the thousands: exp "
                 "overflows even in float64 without subtracting the maximum), q, k, v (2, 5, 8), "
                 "slope 0.5",
-                (2, 5, 8),
-                5,
-                8,
-                0.5,
-                dtype=torch.float64,
+                ((2, 5, 8), 5, 8, 0.5),
+                F64,
                 scale=40.0,
             ),
             case(
                 "float64 q (2, 6, 8), k, v (2, 9, 8), slope 0.3 (not a power of two: the bias "
                 "must be computed in float64 too)",
-                (2, 6, 8),
-                9,
-                8,
-                0.3,
-                dtype=torch.float64,
+                ((2, 6, 8), 9, 8, 0.3),
+                F64,
             ),
         ]
 
     def wrong(self, q, k, v, slope, *, mistake):
-        n_q, n_k = q.shape[-2], k.shape[-2]
-        i = torch.arange(n_q)[:, None]
-        j = torch.arange(n_k)[None, :]
+        i, j = torch.arange(q.shape[-2])[:, None], torch.arange(k.shape[-2])[None, :]
         distance = (i - j) if mistake == "no_abs" else (i - j).abs()
         sign = 1.0 if mistake == "plus" else -1.0
         if mistake == "float32_bias":  # integer distances times a Python float: float32
             bias = (sign * slope * distance).to(q.dtype)
         else:
             bias = sign * slope * distance.to(q.dtype)
-        raw = q @ k.transpose(-2, -1)
-        d_k = q.shape[-1]
+        raw, scale = q @ k.transpose(-2, -1), math.sqrt(q.shape[-1])
         if mistake == "bias_scaled":  # bias added before dividing by sqrt(d_k)
-            scores = (raw + bias) / math.sqrt(d_k)
-        elif mistake == "no_bias":
-            scores = raw / math.sqrt(d_k)
+            scores = (raw + bias) / scale
+        elif mistake in ("no_bias", "after_softmax"):
+            scores = raw / scale
         else:
-            scores = raw / math.sqrt(d_k) + bias
-        if mistake == "after_softmax":
-            weights = stable_softmax(raw / math.sqrt(d_k), dim=-1) + bias
-        elif mistake == "no_max":
+            scores = raw / scale + bias
+        if mistake == "no_max":
             e = scores.exp()
             weights = e / e.sum(dim=-1, keepdim=True)
         else:
             weights = stable_softmax(scores, dim=-1)
+        if mistake == "after_softmax":
+            weights = weights + bias
         return weights @ v, weights

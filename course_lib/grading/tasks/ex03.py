@@ -10,11 +10,10 @@ from torch import Tensor, nn
 from ..core import Case, Task, register
 from .common import ModuleTask, randn
 
-# --------------------------------------------------------------------------------------------
-# ex03.split_heads
-# --------------------------------------------------------------------------------------------
+F64 = torch.float64
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
 
-
+# --- ex03.split_heads
 _FLOAT_D_HEAD_HINT = (
     "d_model / num_heads is a float (12 / 3 = 4.0) even when it divides evenly, and a shape "
     "needs ints: use d_model // num_heads"
@@ -42,10 +41,7 @@ class SplitHeads(Task):
         return [
             Case("x (2, 5, 12) with num_heads=3", (randn(gen, 2, 5, 12), 3)),
             Case("x (1, 4, 8) with num_heads=2", (randn(gen, 1, 4, 8), 2)),
-            Case(
-                "float64 x (3, 6, 8) with num_heads=4",
-                (randn(gen, 3, 6, 8, dtype=torch.float64), 4),
-            ),
+            Case("float64 x (3, 6, 8) with num_heads=4", (randn(gen, 3, 6, 8, dtype=F64), 4)),
             Case("x (2, 3, 6) with num_heads=6 (d_head = 1)", (randn(gen, 2, 3, 6), 6)),
             Case("x (2, 7, 4) with num_heads=1 (one wide head)", (randn(gen, 2, 7, 4), 1)),
             Case(
@@ -68,11 +64,7 @@ class SplitHeads(Task):
         return x.reshape(batch, seq, num_heads, d_head).transpose(1, 2)
 
 
-# --------------------------------------------------------------------------------------------
-# ex03.merge_heads
-# --------------------------------------------------------------------------------------------
-
-
+# --- ex03.merge_heads
 @register
 class MergeHeads(Task):
     id = "ex03.merge_heads"
@@ -90,7 +82,7 @@ class MergeHeads(Task):
         return [
             Case("x (2, 3, 5, 4): 3 heads of d_head 4", (randn(gen, 2, 3, 5, 4),)),
             Case("x (1, 2, 6, 3)", (randn(gen, 1, 2, 6, 3),)),
-            Case("float64 x (3, 4, 2, 2)", (randn(gen, 3, 4, 2, 2, dtype=torch.float64),)),
+            Case("float64 x (3, 4, 2, 2)", (randn(gen, 3, 4, 2, 2, dtype=F64),)),
             Case("x (2, 1, 4, 8): one head", (randn(gen, 2, 1, 4, 8),)),
             Case("x (2, 8, 3, 1): d_head = 1", (randn(gen, 2, 8, 3, 1),)),
         ]
@@ -104,11 +96,7 @@ class MergeHeads(Task):
         return x.reshape(batch, seq, num_heads * d_head)
 
 
-# --------------------------------------------------------------------------------------------
-# ex03.MultiHeadAttention
-# --------------------------------------------------------------------------------------------
-
-
+# --- ex03.MultiHeadAttention
 class _WrongMultiHeadAttention(nn.Module):
     """A multi-head attention with one deliberate mistake, named by `mistake` ("": none)."""
 
@@ -117,10 +105,8 @@ class _WrongMultiHeadAttention(nn.Module):
     def __init__(self, d_model: int, num_heads: int, bias: bool = True):
         super().__init__()
         self.num_heads, self.d_head = num_heads, d_model // num_heads
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        for name in PROJECTIONS:
+            setattr(self, name, nn.Linear(d_model, d_model, bias=bias))
 
     def _split(self, x: Tensor) -> Tensor:
         batch, seq, _ = x.shape
@@ -134,9 +120,9 @@ class _WrongMultiHeadAttention(nn.Module):
         k = self._split(self.k_proj(key))  # (batch, heads, n_k, d_head)
         v_full = self.v_proj(value)  # (batch, n_k, d_model)
         v = self._split(v_full)  # (batch, heads, n_k, d_head)
-        scale = math.sqrt(d_model if self.mistake == "scale_d_model" else self.d_head)
-        if self.mistake == "no_scale":
-            scale = 1.0
+        scale = {"scale_d_model": math.sqrt(d_model), "no_scale": 1.0}.get(
+            self.mistake, math.sqrt(self.d_head)
+        )
         scores = q @ k.transpose(-2, -1) / scale  # (batch, heads, n_q, n_k)
         if mask is not None and self.mistake != "mask_ignored":
             if mask.dim() == 3:
@@ -155,11 +141,9 @@ class _WrongMultiHeadAttention(nn.Module):
         return output, weights
 
 
-def _state_dict(
-    gen: torch.Generator, d_model: int, dtype: torch.dtype, bias: bool = True
-) -> dict[str, Tensor]:
+def _state_dict(gen: torch.Generator, d_model: int, dtype: torch.dtype, bias: bool) -> dict:
     state = {}
-    for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+    for name in PROJECTIONS:
         state[f"{name}.weight"] = randn(gen, d_model, d_model, dtype=dtype) / math.sqrt(d_model)
         if bias:
             state[f"{name}.bias"] = 0.1 * randn(gen, d_model, dtype=dtype)
@@ -171,6 +155,10 @@ def _attend_somewhere(mask: Tensor) -> Tensor:
     mask = mask.clone()
     mask[..., 0] = True
     return mask
+
+
+def _causal(n: int) -> Tensor:
+    return torch.ones(n, n, dtype=torch.bool).tril()
 
 
 @register
@@ -209,139 +197,62 @@ class MultiHeadAttentionTask(ModuleTask):
         ),
     }
 
-    def _case(
-        self,
-        gen,
-        description,
-        *,
-        batch,
-        n_q,
-        n_k,
-        d_model,
-        num_heads,
-        self_attention,
-        mask=None,
-        dtype=torch.float32,
-        bias=True,
-    ) -> Case:
-        query = randn(gen, batch, n_q, d_model, dtype=dtype)
-        key = query if self_attention else randn(gen, batch, n_k, d_model, dtype=dtype)
-        value = query if self_attention else randn(gen, batch, n_k, d_model, dtype=dtype)
-        data = {
-            "d_model": d_model,
-            "num_heads": num_heads,
-            "state_dict": _state_dict(gen, d_model, dtype, bias),
-            "bias": bias,
-        }
-        kwargs = {} if mask is None else {"mask": mask}
-        return Case(description, (query, key, value), kwargs, data)
-
     def cases(self, gen):
+        def case(description, sizes, mask=None, dtype=torch.float32, bias=True):
+            batch, n_q, n_k, d_model, num_heads = sizes  # n_k None: self-attention
+            query = randn(gen, batch, n_q, d_model, dtype=dtype)
+            key = query if n_k is None else randn(gen, batch, n_k, d_model, dtype=dtype)
+            value = query if n_k is None else randn(gen, batch, n_k, d_model, dtype=dtype)
+            state = _state_dict(gen, d_model, dtype, bias)
+            data = {"d_model": d_model, "num_heads": num_heads, "state_dict": state, "bias": bias}
+            kwargs = {} if mask is None else {"mask": mask}
+            return Case(description, (query, key, value), kwargs, data)
+
         lengths = torch.tensor([4, 2, 6])
         padding = (torch.arange(6) < lengths[:, None]).unsqueeze(1)  # (3, 1, 6)
         random_mask = _attend_somewhere(torch.rand(2, 4, 5, generator=gen) > 0.5)
         return [
-            self._case(
-                gen,
-                "self-attention, x (2, 5, 8), num_heads=2",
-                batch=2,
-                n_q=5,
-                n_k=5,
-                d_model=8,
-                num_heads=2,
-                self_attention=True,
-            ),
-            self._case(
-                gen,
+            case("self-attention, x (2, 5, 8), num_heads=2", (2, 5, None, 8, 2)),
+            case(
                 "cross-attention, query (2, 3, 12), key/value (2, 6, 12), num_heads=3 (n_q != n_k)",
-                batch=2,
-                n_q=3,
-                n_k=6,
-                d_model=12,
-                num_heads=3,
-                self_attention=False,
+                (2, 3, 6, 12, 3),
             ),
-            self._case(
-                gen,
+            case(
                 "self-attention with a causal mask (5, 5), x (1, 5, 16), num_heads=4",
-                batch=1,
-                n_q=5,
-                n_k=5,
-                d_model=16,
-                num_heads=4,
-                self_attention=True,
-                mask=torch.ones(5, 5, dtype=torch.bool).tril(),
+                (1, 5, None, 16, 4),
+                _causal(5),
             ),
-            self._case(
-                gen,
+            case(
                 "cross-attention with a padding mask (3, 1, 6) (True = may attend), "
                 "query (3, 2, 8), key/value (3, 6, 8), num_heads=4",
-                batch=3,
-                n_q=2,
-                n_k=6,
-                d_model=8,
-                num_heads=4,
-                self_attention=False,
-                mask=padding,
+                (3, 2, 6, 8, 4),
+                padding,
             ),
-            self._case(
-                gen,
+            case(
                 "float64 cross-attention with a mask (2, 4, 5), query (2, 4, 6), "
                 "key/value (2, 5, 6), num_heads=3",
-                batch=2,
-                n_q=4,
-                n_k=5,
-                d_model=6,
-                num_heads=3,
-                self_attention=False,
-                mask=random_mask,
-                dtype=torch.float64,
+                (2, 4, 5, 6, 3),
+                random_mask,
+                F64,
             ),
-            self._case(
-                gen,
+            case(
                 "cross-attention with as many keys as queries: query (2, 4, 8), key/value "
                 "(2, 4, 8) another sequence, num_heads=2",
-                batch=2,
-                n_q=4,
-                n_k=4,
-                d_model=8,
-                num_heads=2,
-                self_attention=False,
+                (2, 4, 4, 8, 2),
             ),
-            self._case(
-                gen,
-                "one head: x (2, 3, 4), num_heads=1",
-                batch=2,
-                n_q=3,
-                n_k=3,
-                d_model=4,
-                num_heads=1,
-                self_attention=True,
-            ),
-            self._case(
-                gen,
+            case("one head: x (2, 3, 4), num_heads=1", (2, 3, None, 4, 1)),
+            case(
                 "bias=False (no projection has a bias): self-attention with a causal mask (4, 4), "
                 "x (2, 4, 8), num_heads=2",
-                batch=2,
-                n_q=4,
-                n_k=4,
-                d_model=8,
-                num_heads=2,
-                self_attention=True,
-                mask=torch.ones(4, 4, dtype=torch.bool).tril(),
+                (2, 4, None, 8, 2),
+                _causal(4),
                 bias=False,
             ),
-            self._case(
-                gen,
+            case(
                 "bias=False, float64 cross-attention, query (3, 2, 6), key/value (3, 5, 6), "
                 "num_heads=3",
-                batch=3,
-                n_q=2,
-                n_k=5,
-                d_model=6,
-                num_heads=3,
-                self_attention=False,
-                dtype=torch.float64,
+                (3, 2, 5, 6, 3),
+                dtype=F64,
                 bias=False,
             ),
         ]
@@ -365,29 +276,7 @@ class MultiHeadAttentionTask(ModuleTask):
         return None
 
 
-# --------------------------------------------------------------------------------------------
-# ex03.grouped_query_attention (transfer: the lesson never shares k/v between heads)
-# --------------------------------------------------------------------------------------------
-
-
-def _gqa(q: Tensor, k: Tensor, v: Tensor, mask=None, *, mistake: str = "") -> Tensor:
-    num_heads, num_kv_heads = q.shape[1], k.shape[1]
-    if num_heads % num_kv_heads:
-        raise ValueError("not a multiple")
-    group = num_heads // num_kv_heads
-    if mistake == "tiled":  # kv head h % num_kv_heads instead of h // group
-        k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
-    elif mistake == "seq_axis":  # repeated along the keys, not the heads
-        k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
-    else:
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(dim=-1)
-    return weights @ v, weights
-
-
+# --- ex03.grouped_query_attention (transfer: the lesson never shares k/v between heads)
 @register
 class GroupedQueryAttentionTask(Task):
     id = "ex03.grouped_query_attention"
@@ -407,121 +296,73 @@ class GroupedQueryAttentionTask(Task):
     }
 
     def wrong(self, q, k, v, mask=None, *, mistake):
-        return _gqa(q, k, v, mask, mistake=mistake)
-
-    def _case(
-        self,
-        gen,
-        description,
-        batch,
-        num_heads,
-        num_kv_heads,
-        n_q,
-        n_k,
-        d_head,
-        d_v,
-        mask=None,
-        dtype=torch.float32,
-        raises=None,
-    ) -> Case:
-        q = randn(gen, batch, num_heads, n_q, d_head, dtype=dtype)
-        k = randn(gen, batch, num_kv_heads, n_k, d_head, dtype=dtype)
-        v = randn(gen, batch, num_kv_heads, n_k, d_v, dtype=dtype)
-        kwargs = {} if mask is None else {"mask": mask}
-        return Case(description, (q, k, v), kwargs, raises=raises)
+        num_heads, num_kv_heads = q.shape[1], k.shape[1]
+        if num_heads % num_kv_heads:
+            raise ValueError("not a multiple")
+        group = num_heads // num_kv_heads
+        if mistake == "tiled":  # kv head h % num_kv_heads instead of h // group
+            k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
+        elif mistake == "seq_axis":  # repeated along the keys, not the heads
+            k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+        else:
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        return weights @ v, weights
 
     def cases(self, gen):
+        def case(description, sizes, mask=None, dtype=torch.float32, raises=None):
+            batch, num_heads, num_kv_heads, n_q, n_k, d_head, d_v = sizes
+            q = randn(gen, batch, num_heads, n_q, d_head, dtype=dtype)
+            k = randn(gen, batch, num_kv_heads, n_k, d_head, dtype=dtype)
+            v = randn(gen, batch, num_kv_heads, n_k, d_v, dtype=dtype)
+            kwargs = {} if mask is None else {"mask": mask}
+            return Case(description, (q, k, v), kwargs, raises=raises)
+
         padding = (torch.arange(5) < torch.tensor([5, 2])[:, None])[:, None, None, :]
         random_mask = _attend_somewhere(torch.rand(3, 1, 4, 6, generator=gen) > 0.5)
         per_head = _attend_somewhere(torch.rand(1, 6, 5, 3, generator=gen) > 0.4)
         return [
-            self._case(
-                gen,
+            case(
                 "multi-query attention: q (2, 4, 3, 8), k/v (2, 1, 5, 8) "
                 "(4 query heads, 1 kv head)",
-                2,
-                4,
-                1,
-                3,
-                5,
-                8,
-                8,
+                (2, 4, 1, 3, 5, 8, 8),
             ),
-            self._case(gen, "q (2, 4, 4, 8), k/v (2, 2, 6, 8): groups of 2", 2, 4, 2, 4, 6, 8, 8),
-            self._case(
-                gen,
+            case("q (2, 4, 4, 8), k/v (2, 2, 6, 8): groups of 2", (2, 4, 2, 4, 6, 8, 8)),
+            case(
                 "batch 1, q (1, 6, 5, 4), k (1, 2, 3, 4), v (1, 2, 3, 6): groups of "
                 "3, d_v != d_head",
-                1,
-                6,
-                2,
-                5,
-                3,
-                4,
-                6,
+                (1, 6, 2, 5, 3, 4, 6),
             ),
-            self._case(
-                gen,
+            case(
                 "q (2, 6, 2, 4), k/v (2, 3, 5, 4): groups of 2, with a padding mask (2, 1, 1, 5)",
-                2,
-                6,
-                3,
-                2,
-                5,
-                4,
-                4,
-                mask=padding,
+                (2, 6, 3, 2, 5, 4, 4),
+                padding,
             ),
-            self._case(
-                gen,
+            case(
                 "q (3, 2, 4, 8), k/v (3, 2, 4, 8): as many kv heads as query heads "
                 "(ordinary multi-head attention), causal mask (4, 4)",
-                3,
-                2,
-                2,
-                4,
-                4,
-                8,
-                8,
-                mask=torch.ones(4, 4, dtype=torch.bool).tril(),
+                (3, 2, 2, 4, 4, 8, 8),
+                _causal(4),
             ),
-            self._case(
-                gen,
+            case(
                 "float64 q (3, 8, 4, 4), k/v (3, 2, 6, 4): groups of 4, with a mask (3, 1, 4, 6)",
-                3,
-                8,
-                2,
-                4,
-                6,
-                4,
-                4,
-                mask=random_mask,
-                dtype=torch.float64,
+                (3, 8, 2, 4, 6, 4, 4),
+                random_mask,
+                F64,
             ),
-            self._case(
-                gen,
+            case(
                 "q (1, 6, 5, 4), k/v (1, 2, 3, 4) with a different mask per query "
                 "head (1, 6, 5, 3)",
-                1,
-                6,
-                2,
-                5,
-                3,
-                4,
-                4,
-                mask=per_head,
+                (1, 6, 2, 5, 3, 4, 4),
+                per_head,
             ),
-            self._case(
-                gen,
+            case(
                 "q (1, 4, 2, 4), k/v (1, 3, 2, 4): 4 query heads cannot be shared "
                 "out among 3 kv heads, so a ValueError",
-                1,
-                4,
-                3,
-                2,
-                2,
-                4,
-                4,
+                (1, 4, 3, 2, 2, 4, 4),
                 raises=ValueError,
             ),
         ]

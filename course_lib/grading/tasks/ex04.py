@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from ..core import Case, GradingError, Task, changed_message, compare_values, register
-from .common import randn
+from .common import all_close, randn, randns
 
 LESSON = "lesson 04, section "
 F64 = torch.float64
@@ -28,7 +28,7 @@ def _frequencies(d: int, mistake: str = "") -> torch.Tensor:
         return 10000.0 ** (-2 * pair)
     if mistake == "divided_outside":  # exp(...) / d
         return 10000.0 ** (-2 * pair) / d
-    if mistake == "zero":  # 2 * i // d: integer division, 0
+    if mistake in ("zero", "no_frequency"):  # zero: 2 * i // d, integer division, 0
         return torch.ones_like(pair)
     power = {"exponent_i": pair, "exponent_4i": 4 * pair}.get(mistake, 2 * pair)
     return 10000.0 ** (-power / d)
@@ -52,35 +52,17 @@ def _not_over_d(d="d_model"):
     )
 
 
-def _close_or_explain(got, want) -> str | None:
-    """compare_values with a tolerance of 1e-4, which allows float32 angles computed another way
-    (sin of p * frequency loses a few 1e-6 at the positions tested); wrong answers are O(1) off."""
-    if (
-        isinstance(got, torch.Tensor)
-        and isinstance(want, torch.Tensor)
-        and got.shape == want.shape
-        and got.dtype == want.dtype
-        and want.is_floating_point()
-        and torch.allclose(got, want, rtol=1e-4, atol=1e-4)
-    ):
-        return None
-    if (
-        isinstance(got, torch.Tensor)
-        and isinstance(want, torch.Tensor)
-        and got.shape == want.shape
-        and got.dtype != want.dtype
-    ):
-        return f"your result has dtype {str(got.dtype)[6:]}, expected {str(want.dtype)[6:]}"
-    return compare_values(got, want)
+class _PositionalTask(Task):
+    """Compared within 1e-4, which allows float32 angles computed another way (sin of
+    p * frequency loses a few 1e-6 at the positions tested); wrong answers are O(1) off."""
+
+    def compare(self, got, want, case):
+        return None if all_close(got, want, 1e-4) else compare_values(got, want)
 
 
-# --------------------------------------------------------------------------------------------
-# sinusoidal_positional_encoding
-# --------------------------------------------------------------------------------------------
-
-
+# --- sinusoidal_positional_encoding
 @register
-class SinusoidalPositionalEncoding(Task):
+class SinusoidalPositionalEncoding(_PositionalTask):
     id = "ex04.sinusoidal_positional_encoding"
     lesson = LESSON + "'The sinusoidal encoding'"
     reference = "course_lib.positional.sinusoidal_positional_encoding"
@@ -118,22 +100,16 @@ class SinusoidalPositionalEncoding(Task):
     }
 
     def cases(self, gen):
+        sizes = [(10, 4), (7, 6), (33, 10), (50, 16), (64, 64)]  # (seq_len, d_model)
         return [
             Case("seq_len=1, d_model=2 (position 0 only)", (1, 2)),
-            Case("seq_len=10, d_model=4", (10, 4)),
-            Case("seq_len=7, d_model=6", (7, 6)),
-            Case("seq_len=33, d_model=10", (33, 10)),
-            Case("seq_len=50, d_model=16", (50, 16)),
-            Case("seq_len=64, d_model=64", (64, 64)),
+            *(Case(f"seq_len={n}, d_model={d}", (n, d)) for n, d in sizes),
             Case(
                 "an odd d_model=5 (must raise ValueError: features come in pairs)",
                 (4, 5),
                 raises=ValueError,
             ),
         ]
-
-    def compare(self, got, want, case):
-        return _close_or_explain(got, want)
 
     def wrong(self, seq_len, d_model, *, mistake):
         positions = torch.arange(seq_len, dtype=F64)[:, None] + (mistake == "from_1")  # (seq, 1)
@@ -159,13 +135,9 @@ class SinusoidalPositionalEncoding(Task):
         return pe.float()
 
 
-# --------------------------------------------------------------------------------------------
-# relative_shift_matrix
-# --------------------------------------------------------------------------------------------
-
-
+# --- relative_shift_matrix
 @register
-class RelativeShiftMatrix(Task):
+class RelativeShiftMatrix(_PositionalTask):
     id = "ex04.relative_shift_matrix"
     lesson = LESSON + "'A shift in position is a rotation'"
     reference = "course_lib.positional.relative_shift_matrix"
@@ -194,20 +166,13 @@ class RelativeShiftMatrix(Task):
     }
 
     def cases(self, gen):
+        sizes = [(1, 8), (5, 16), (-3, 16), (25, 32), (-17, 64), (100, 6)]  # (offset, d_model)
         return [
             Case("offset=1, d_model=2 (one pair)", (1, 2)),
             Case("offset=0, d_model=4 (no shift: the identity)", (0, 4)),
-            Case("offset=1, d_model=8", (1, 8)),
-            Case("offset=5, d_model=16", (5, 16)),
-            Case("a negative offset=-3, d_model=16", (-3, 16)),
-            Case("offset=25, d_model=32", (25, 32)),
-            Case("a negative offset=-17, d_model=64", (-17, 64)),
-            Case("offset=100, d_model=6", (100, 6)),
+            *(Case(f"{'a negative ' * (o < 0)}offset={o}, d_model={d}", (o, d)) for o, d in sizes),
             Case("an odd d_model=7 (must raise ValueError)", (2, 7), raises=ValueError),
         ]
-
-    def compare(self, got, want, case):
-        return _close_or_explain(got, want)
 
     def diagnose(self, got, want, case):
         if isinstance(got, torch.Tensor) and got.shape == want.shape:
@@ -225,8 +190,6 @@ class RelativeShiftMatrix(Task):
     def wrong(self, offset, d_model, *, mistake):
         offset = abs(offset) if mistake == "abs_offset" else offset
         frequencies = _frequencies(d_model, mistake)  # (d_model / 2,)
-        if mistake == "no_frequency":
-            frequencies = torch.ones_like(frequencies)
         cos, sin = torch.cos(offset * frequencies), torch.sin(offset * frequencies)
         if mistake == "cos_sin_swapped":
             cos, sin = sin, cos
@@ -237,11 +200,7 @@ class RelativeShiftMatrix(Task):
         return (m.T if mistake == "transposed" else m).float()
 
 
-# --------------------------------------------------------------------------------------------
-# apply_rope and apply_rope_half (transfer: the layout of GPT-NeoX and Llama)
-# --------------------------------------------------------------------------------------------
-
-
+# --- apply_rope and apply_rope_half (transfer: the layout of GPT-NeoX and Llama)
 def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
     """RoPE with the named mistake ("": none). `layout` is the task's: "adjacent" rotates pairs
     (2i, 2i+1), "halves" pairs (i, i + d/2) (the rotate-half layout of GPT-NeoX and Llama)."""
@@ -280,45 +239,58 @@ def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
     return torch.stack((r0, r1), -1).flatten(-2)
 
 
-def _scores_under_shifts(rope, q, k, base, shifts):
-    """(shifts, ..., seq, seq): q·k after RoPE at positions base + s, for each shift s."""
-    out = []
-    for s in shifts:
-        positions = base + s
-        out.append(rope(q, positions) @ rope(k, positions).transpose(-2, -1))
-    return torch.stack(out)
+def _x(gen, description, shape, positions=None, dtype=torch.float32, raises=None) -> Case:
+    """A case of x of `shape` drawn from `gen`, and the given positions."""
+    return Case(description, (randn(gen, *shape, dtype=dtype), positions), raises=raises)
+
+
+def _shift_case(
+    gen, description, shape=(2, 5, 16), base=(0, 1, 3, 4, 9), shifts=(0, 7, -3, 50), dtype=F64
+) -> Case:
+    """q·k of q and k of `shape` after RoPE at positions `base` moved by each of `shifts` (by
+    default the float64 case both layouts check)."""
+    q, k = randns(gen, shape, shape, dtype=dtype)
+    return Case(description, data={"q": q, "k": k, "base": torch.tensor(base), "shifts": shifts})
 
 
 def _positions_cases(gen) -> list[Case]:
     """Three cases both layouts share: heads, random positions, negative positions."""
     return [
-        Case(
+        _x(
+            gen,
             "x (2, 3, 7, 8) (batch, heads, seq, d), positions 0..6",
-            (randn(gen, 2, 3, 7, 8), torch.arange(7)),
+            (2, 3, 7, 8),
+            torch.arange(7),
         ),
         Case(
             "float64 x (2, 6, 16), random positions up to 100",
             (randn(gen, 2, 6, 16, dtype=F64), torch.randint(0, 100, (6,), generator=gen)),
         ),
-        Case(
+        _x(
+            gen,
             "float64 x (3, 4, 5, 32), negative positions [-3, 0, 2, 10, 11]",
-            (randn(gen, 3, 4, 5, 32, dtype=F64), torch.tensor([-3, 0, 2, 10, 11])),
+            (3, 4, 5, 32),
+            torch.tensor([-3, 0, 2, 10, 11]),
+            F64,
         ),
     ]
 
 
 def _scores_or_call(obj, case):
-    """The q·k scores under shifted positions for a shift case; else obj on the case."""
+    """For a shift case, (shifts, ..., seq, seq): q·k after `obj` (RoPE) at the positions
+    base + s, for each shift s; else obj on the case."""
     if "shifts" not in case.data:
         return obj(*case.args, **case.kwargs)
     d = case.data
     q, k = d["q"].clone(), d["k"].clone()  # copies, compared after the call
-    scores = _scores_under_shifts(obj, q, k, d["base"], d["shifts"])
+    positions = [d["base"] + s for s in d["shifts"]]
+    scores = torch.stack([obj(q, p) @ obj(k, p).transpose(-2, -1) for p in positions])
     if not (torch.equal(q, d["q"]) and torch.equal(k, d["k"])):
         raise GradingError(changed_message(["x"]))
     return scores
 
 
+_ODD = "an odd last dimension, x (2, 3, 5) (must raise ValueError)"
 _START_AT_1 = (
     "with positions=None your positions start at 1; they are 0, 1, ..., seq-1 "
     "(torch.arange(seq)): the vector at position 0 is not rotated"
@@ -341,8 +313,18 @@ _CONSTANT = (
 )
 
 
+class _RopeTask(_PositionalTask):
+    layout = "adjacent"  # pairs (2i, 2i+1); "halves": pairs (i, i + d/2)
+
+    def call(self, obj, case):
+        return _scores_or_call(obj, case)
+
+    def wrong(self, x, positions=None, *, mistake):
+        return _rope_variant(x, positions, layout=self.layout, mistake=mistake)
+
+
 @register
-class ApplyRope(Task):
+class ApplyRope(_RopeTask):
     id = "ex04.apply_rope"
     lesson = LESSON + "'RoPE: rotate the queries and keys'"
     reference = "course_lib.positional.apply_rope"
@@ -373,68 +355,57 @@ class ApplyRope(Task):
     }
 
     def cases(self, gen):
-        d64 = torch.float64
         return [
             # The property that makes RoPE useful is checked first: its hint is the clearest.
-            Case(
+            _shift_case(
+                gen,
                 "q·k for float64 q, k (2, 5, 16) after your rotation, at positions moved by 0, 7, "
                 "-3, 50, compared with the expected scores",
-                data={
-                    "q": randn(gen, 2, 5, 16, dtype=d64),
-                    "k": randn(gen, 2, 5, 16, dtype=d64),
-                    "base": torch.tensor([0, 1, 3, 4, 9]),
-                    "shifts": (0, 7, -3, 50),
-                },
             ),
-            Case(
+            _shift_case(
+                gen,
                 "q·k for float32 q, k (3, 4, 8) after your rotation, at positions moved by 0, 2, "
                 "11, compared with the expected scores",
-                data={
-                    "q": randn(gen, 3, 4, 8),
-                    "k": randn(gen, 3, 4, 8),
-                    "base": torch.tensor([2, 0, 5, 6]),
-                    "shifts": (0, 2, 11),
-                },
+                (3, 4, 8),
+                (2, 0, 5, 6),
+                (0, 2, 11),
+                torch.float32,
             ),
-            Case("x (5, 4), positions=None (0, 1, ..., 4)", (randn(gen, 5, 4), None)),
-            Case(
+            _x(gen, "x (5, 4), positions=None (0, 1, ..., 4)", (5, 4)),
+            _x(
+                gen,
                 "x (3, 5, 8), positions=None: a batch of 3 sequences of 5 positions "
                 "(0, 1, ..., 4; the sequence axis is x.shape[-2], not the first one)",
-                (randn(gen, 3, 5, 8), None),
+                (3, 5, 8),
             ),
             *_positions_cases(gen),
-            Case(
-                "x (1, 6, 2) (one pair), positions 0.5 apart",
-                (randn(gen, 1, 6, 2), torch.arange(6) * 0.5),
+            _x(
+                gen, "x (1, 6, 2) (one pair), positions 0.5 apart", (1, 6, 2), torch.arange(6) * 0.5
             ),
-            Case(
+            _x(
+                gen,
                 "float64 x (2, 2, 3, 6) with positions [40, 41, 42] given as floats",
-                (randn(gen, 2, 2, 3, 6, dtype=d64), torch.tensor([40.0, 41.0, 42.0], dtype=d64)),
+                (2, 2, 3, 6),
+                torch.tensor([40.0, 41.0, 42.0], dtype=F64),
+                F64,
             ),
-            Case(
-                "an odd last dimension, x (2, 3, 5) (must raise ValueError)",
-                (randn(gen, 2, 3, 5), None),
-                raises=ValueError,
-            ),
+            _x(gen, _ODD, (2, 3, 5), raises=ValueError),
         ]
 
     def call(self, obj, case):
         try:
-            return _scores_or_call(obj, case)
+            return super().call(obj, case)
         except RuntimeError as error:
-            if "shifts" in case.data:
+            if "shifts" in case.data or isinstance(error, NotImplementedError):
                 raise
             x, positions = case.args
-            if isinstance(error, NotImplementedError) or positions is not None or x.dim() < 3:
+            if positions is not None or x.dim() < 3:
                 raise
             raise GradingError(
                 f"your code raised RuntimeError: {error}. Hint: with positions=None the "
                 "positions are 0, 1, ..., seq-1 where seq = x.shape[-2] (the second-to-last "
                 "axis), whatever batch dimensions come first"
             ) from None
-
-    def compare(self, got, want, case):
-        return _close_or_explain(got, want)
 
     def diagnose(self, got, want, case):
         if "shifts" in case.data and isinstance(got, torch.Tensor) and got.shape == want.shape:
@@ -448,12 +419,10 @@ class ApplyRope(Task):
                 )
         return None
 
-    def wrong(self, x, positions=None, *, mistake):
-        return _rope_variant(x, positions, mistake=mistake)
-
 
 @register
-class ApplyRopeHalf(Task):
+class ApplyRopeHalf(_RopeTask):
+    layout = "halves"
     id = "ex04.apply_rope_half"
     lesson = LESSON + "'RoPE: rotate the queries and keys'"
     reference = "course_lib.positional.apply_rope_half"
@@ -490,48 +459,32 @@ class ApplyRopeHalf(Task):
     }
 
     def cases(self, gen):
-        d64 = torch.float64
         return [
-            Case(
-                "x (5, 4), positions=None (0, 1, ..., 4): pairs (0, 2) and (1, 3)",
-                (randn(gen, 5, 4), None),
-            ),
-            Case(
+            _x(gen, "x (5, 4), positions=None (0, 1, ..., 4): pairs (0, 2) and (1, 3)", (5, 4)),
+            _x(
+                gen,
                 "x (3, 5, 8) with a batch of 3 and positions=None: the positions are "
                 "0..4 along the sequence axis (dim -2), whatever the batch",
-                (randn(gen, 3, 5, 8), None),
+                (3, 5, 8),
             ),
-            Case(
+            _x(
+                gen,
                 "x (1, 6, 2) (one pair (0, 1)), positions 0.5 apart",
-                (randn(gen, 1, 6, 2), torch.arange(6) * 0.5),
+                (1, 6, 2),
+                torch.arange(6) * 0.5,
             ),
             *_positions_cases(gen),
-            Case(
+            _x(
+                gen,
                 "float64 x (1, 2, 3, 12) (batch 1) with positions [40, 41, 42] given as floats",
-                (randn(gen, 1, 2, 3, 12, dtype=d64), torch.tensor([40.0, 41.0, 42.0], dtype=d64)),
+                (1, 2, 3, 12),
+                torch.tensor([40.0, 41.0, 42.0], dtype=F64),
+                F64,
             ),
-            Case(
+            _shift_case(
+                gen,
                 "q·k for q, k (2, 5, 16) float64 after your rotation, positions moved by "
                 "0, 7, -3 and 50, compared with the expected scores",
-                data={
-                    "q": randn(gen, 2, 5, 16, dtype=d64),
-                    "k": randn(gen, 2, 5, 16, dtype=d64),
-                    "base": torch.tensor([0, 1, 3, 4, 9]),
-                    "shifts": (0, 7, -3, 50),
-                },
             ),
-            Case(
-                "an odd last dimension, x (2, 3, 5) (must raise ValueError)",
-                (randn(gen, 2, 3, 5), None),
-                raises=ValueError,
-            ),
+            _x(gen, _ODD, (2, 3, 5), raises=ValueError),
         ]
-
-    def call(self, obj, case):
-        return _scores_or_call(obj, case)
-
-    def compare(self, got, want, case):
-        return _close_or_explain(got, want)
-
-    def wrong(self, x, positions=None, *, mistake):
-        return _rope_variant(x, positions, layout="halves", mistake=mistake)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..core import Case, GradingError, Task, register
-from .common import D_V_SCALE_HINT, lengths_mask, randn_each, wrong_attention
+from .common import D_V_SCALE_HINT, lengths_mask, randns, wrong_attention
 
 LESSON = "lesson 05"
 
@@ -174,22 +174,22 @@ class MaskedAttention(Task):
         some_rows_blocked[1] = False  # query 1 may attend to nothing
         return [
             Case("q, k, v (2, 4, 8), a causal mask (4, 4)",
-                 (*randn_each(gen, (2, 4, 8), (2, 4, 8), (2, 4, 8)), causal4)),
+                 (*randns(gen, (2, 4, 8), (2, 4, 8), (2, 4, 8)), causal4)),
             Case("n_q=3 != n_k=6: q (3, 3, 8), k (3, 6, 8), v (3, 6, 5), "
                  "a padding mask (3, 1, 6) with lengths [6, 4, 2]",
-                 (*randn_each(gen, (3, 3, 8), (3, 6, 8), (3, 6, 5)), lengths_mask([6, 4, 2], 6))),
+                 (*randns(gen, (3, 3, 8), (3, 6, 8), (3, 6, 5)), lengths_mask([6, 4, 2], 6))),
             Case("heads: q, k, v (2, 3, 5, 4) (batch, heads, seq, d_head), mask (2, 1, 1, 5)",
-                 (*randn_each(gen, *[(2, 3, 5, 4)] * 3), lengths_mask([5, 3], 5).unsqueeze(1))),
+                 (*randns(gen, *[(2, 3, 5, 4)] * 3), lengths_mask([5, 3], 5).unsqueeze(1))),
             Case("float64 q (2, 4, 6), k, v (2, 4, 6), causal mask (4, 4)",
-                 (*randn_each(gen, *[(2, 4, 6)] * 3, dtype=f64), causal4)),
+                 (*randns(gen, *[(2, 4, 6)] * 3, dtype=f64), causal4)),
             Case("a fully masked row: q (2, 3, 4), k, v (2, 5, 4), mask (3, 5) whose row 1 is "
                  "all False",
-                 (*randn_each(gen, (2, 3, 4), (2, 5, 4), (2, 5, 4)), some_rows_blocked)),
+                 (*randns(gen, (2, 3, 4), (2, 5, 4), (2, 5, 4)), some_rows_blocked)),
             Case("a sequence that is all padding: q, k, v (3, 4, 4), mask (3, 1, 4) with "
                  "lengths [4, 0, 2] (every row of the second sequence is fully masked)",
-                 (*randn_each(gen, *[(3, 4, 4)] * 3), lengths_mask([4, 0, 2], 4))),
+                 (*randns(gen, *[(3, 4, 4)] * 3), lengths_mask([4, 0, 2], 4))),
             Case("float64, padding & causal combined (2, 5, 5), lengths [5, 3]",
-                 (*randn_each(gen, (2, 5, 8), (2, 5, 8), (2, 5, 3), dtype=f64),
+                 (*randns(gen, (2, 5, 8), (2, 5, 8), (2, 5, 3), dtype=f64),
                   lengths_mask([5, 3], 5) & torch.ones(5, 5, dtype=torch.bool).tril())),
         ]  # fmt: skip
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import torch
 
+from ...core import Case
+
 LESSON = "lesson 01"
 BPE_LESSON = f"{LESSON}, section 'Byte-level BPE'"
-# Calling any of the course's finished BPE pieces skips the point of these tasks.
+# Calling any of the course's finished BPE pieces skips the point of these tasks (a task's own
+# reference among them is reported as such).
 BPE_FINISHED = (
     "course_lib.bpe.pair_counts",
     "course_lib.bpe.merge_pair",
@@ -15,6 +18,13 @@ BPE_FINISHED = (
     "course_lib.bpe.BPETokenizer",
 )
 HELLO = list(b"hello, hello")  # bytes: h=104 e=101 l=108 o=111 ","=44 " "=32
+
+
+def spelled(note: str = "", **inputs) -> Case:
+    """A case whose description spells out its inputs, "ids [4, 4, 4], pair (4, 4), new_id 9",
+    then `note` after a colon."""
+    text = ", ".join(f"{name} {value!r}" for name, value in inputs.items())
+    return Case(text + (f": {note}" if note else ""), tuple(inputs.values()))
 
 
 def unchecked_one_hot(ids, vocab_size):
@@ -45,18 +55,3 @@ def merged(ids, pair, new_id):
             out.append(ids[i])
             i += 1
     return out
-
-
-def learned_merges(ids: list[int], num_merges: int, first_id: int) -> dict:
-    """A merge table learned from `ids` the BPE way (most frequent pair, ties smallest)."""
-    merges = {}
-    for new_id in range(first_id, first_id + num_merges):
-        counts: dict = {}
-        for pair in adjacent(ids):
-            counts[pair] = counts.get(pair, 0) + 1
-        if not counts:
-            break
-        pair = min(counts, key=lambda p: (-counts[p], p))
-        merges[pair] = new_id
-        ids = merged(ids, pair, new_id)
-    return merges

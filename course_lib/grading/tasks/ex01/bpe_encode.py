@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from ...core import Case, Task, register
-from ._shared import BPE_FINISHED, HELLO, LESSON, adjacent, learned_merges, merged, random_ids
+from ._shared import BPE_FINISHED, HELLO, LESSON, adjacent, merged, random_ids, spelled
+
+
+def learned_merges(ids: list[int], num_merges: int, first_id: int) -> dict:
+    """A merge table learned from `ids` the BPE way (most frequent pair, ties smallest)."""
+    merges = {}
+    for new_id in range(first_id, first_id + num_merges):
+        counts = Counter(adjacent(ids))
+        if not counts:
+            break
+        pair = min(counts, key=lambda p: (-counts[p], p))
+        merges[pair] = new_id
+        ids = merged(ids, pair, new_id)
+    return merges
 
 
 @register
@@ -12,7 +27,7 @@ class BpeEncode(Task):
     lesson = f"{LESSON}, section 'Encoding with the learned merges'"
     reference = "course_lib.bpe.bpe_encode"
     depends_on = ("merge_pair",)
-    forbidden = BPE_FINISHED  # the reference among them is reported as such
+    forbidden = BPE_FINISHED
     mistake_table = {
         "leftmost_first": "you merged the leftmost pair that has a merge; apply the "
         "earliest-learned merge first, wherever its pair is",
@@ -32,47 +47,35 @@ class BpeEncode(Task):
         # The first five cases each catch one listed mistake first, in the order of mistakes(),
         # so that the hint a learner reads is the one for their mistake.
         return [
-            Case(
-                "ids [3, 4, 2, 3, 2, 3], merges {(2, 3): 10, (10, 2): 11}: (2, 3) is merged "
-                "everywhere before (10, 2) may apply",
-                ([3, 4, 2, 3, 2, 3], {(2, 3): 10, (10, 2): 11}),
+            spelled(
+                "(2, 3) is merged everywhere before (10, 2) may apply",
+                ids=[3, 4, 2, 3, 2, 3],
+                merges={(2, 3): 10, (10, 2): 11},
             ),
-            Case(
-                "ids [4, 3, 1, 1], merges {(1, 1): 10, (4, 3): 11}: both merges apply",
-                ([4, 3, 1, 1], {(1, 1): 10, (4, 3): 11}),
-            ),
-            Case(
-                "ids [1, 4, 2, 1, 4], merges {(1, 4): 10, (4, 2): 11}: the two pairs overlap",
-                ([1, 4, 2, 1, 4], {(1, 4): 10, (4, 2): 11}),
-            ),
-            Case(
-                "ids [2, 4, 4, 4, 4, 4, 3], merges {(2, 4): 10, (4, 4): 11, (11, 4): 12}: "
+            spelled("both merges apply", ids=[4, 3, 1, 1], merges={(1, 1): 10, (4, 3): 11}),
+            spelled("the two pairs overlap", ids=[1, 4, 2, 1, 4], merges={(1, 4): 10, (4, 2): 11}),
+            spelled(
                 "(4, 4) is the most frequent pair, but (2, 4) was learned first",
-                ([2, 4, 4, 4, 4, 4, 3], {(2, 4): 10, (4, 4): 11, (11, 4): 12}),
+                ids=[2, 4, 4, 4, 4, 4, 3],
+                merges={(2, 4): 10, (4, 4): 11, (11, 4): 12},
             ),
-            Case(
-                "ids [4, 1, 2, 4], merges {(1, 2): 10, (10, 4): 11, (4, 11): 12}: (4, 11) "
-                "sorts before (10, 4) but was learned after it",
-                ([4, 1, 2, 4], {(1, 2): 10, (10, 4): 11, (4, 11): 12}),
+            spelled(
+                "(4, 11) sorts before (10, 4) but was learned after it",
+                ids=[4, 1, 2, 4],
+                merges={(1, 2): 10, (10, 4): 11, (4, 11): 12},
             ),
-            Case(
-                "ids [1, 2, 3, 1, 2, 1, 2], merges {(2, 3): 10, (1, 2): 11}: (1, 2) is more "
-                "frequent, but (2, 3) was learned first",
-                ([1, 2, 3, 1, 2, 1, 2], {(2, 3): 10, (1, 2): 11}),
+            spelled(
+                "(1, 2) is more frequent, but (2, 3) was learned first",
+                ids=[1, 2, 3, 1, 2, 1, 2],
+                merges={(2, 3): 10, (1, 2): 11},
             ),
-            Case(
-                "ids [1, 2, 3], merges {(1, 2): 10, (10, 3): 11}: a merge of a merged token",
-                ([1, 2, 3], {(1, 2): 10, (10, 3): 11}),
-            ),
-            Case(
-                "ids [4, 4, 4, 4, 4], merges {(4, 4): 10, (10, 10): 11}",
-                ([4, 4, 4, 4, 4], {(4, 4): 10, (10, 10): 11}),
-            ),
+            spelled("a merge of a merged token", ids=[1, 2, 3], merges={(1, 2): 10, (10, 3): 11}),
+            spelled(ids=[4, 4, 4, 4, 4], merges={(4, 4): 10, (10, 10): 11}),
             Case(
                 "the bytes of 'hello, hello' with four merges that build 'hello'",
                 (HELLO, hello_merges),
             ),
-            Case("ids [5, 6, 7], merges {(1, 2): 10}: no merge applies", ([5, 6, 7], {(1, 2): 10})),
+            spelled("no merge applies", ids=[5, 6, 7], merges={(1, 2): 10}),
             Case("ids [1, 2, 3] and no merges at all", ([1, 2, 3], {})),
             Case("an empty list, merges {(1, 2): 10}", ([], {(1, 2): 10})),
             Case("a single id [1], merges {(1, 2): 10}", ([1], {(1, 2): 10})),

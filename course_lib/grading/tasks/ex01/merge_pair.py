@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...core import Case, Task, register
-from ._shared import BPE_FINISHED, BPE_LESSON, HELLO, merged, random_ids
+from ._shared import BPE_FINISHED, BPE_LESSON, HELLO, merged, random_ids, spelled
 
 
 @register
@@ -11,7 +11,7 @@ class MergePair(Task):
     id = "ex01.merge_pair"
     lesson = BPE_LESSON
     reference = "course_lib.bpe.merge_pair"
-    forbidden = BPE_FINISHED  # the reference among them is reported as such
+    forbidden = BPE_FINISHED
     mistake_table = {
         "overlapping": "an id can be merged only once: after a merge, skip both ids of the pair, "
         "so [a, a, a] with (a, a) gives [X, a], not [X, X]",
@@ -30,28 +30,14 @@ class MergePair(Task):
     def cases(self, gen):
         randoms = random_ids(gen, 4, 40)
         return [
-            Case(
-                "ids [1, 2, 3, 1, 2], pair (1, 2), new_id 9: the pair at both ends",
-                ([1, 2, 3, 1, 2], (1, 2), 9),
-            ),
-            Case(
-                "ids [4, 4, 4], pair (4, 4), new_id 9: a run of three gives [9, 4]",
-                ([4, 4, 4], (4, 4), 9),
-            ),
-            Case("ids [4, 4, 4, 4], pair (4, 4), new_id 9", ([4, 4, 4, 4], (4, 4), 9)),
-            Case("ids [4, 4, 4, 4, 4], pair (4, 4), new_id 9", ([4, 4, 4, 4, 4], (4, 4), 9)),
-            Case("ids [3, 3, 3, 5, 3, 3], pair (3, 3), new_id 7", ([3, 3, 3, 5, 3, 3], (3, 3), 7)),
-            Case(
-                "ids [2, 1, 2, 1], pair (1, 2), new_id 9: only the middle is (1, 2)",
-                ([2, 1, 2, 1], (1, 2), 9),
-            ),
-            Case(
-                "ids [8, 7, 8, 1, 7], pair (7, 8), new_id 9: ends on the pair's first id",
-                ([8, 7, 8, 1, 7], (7, 8), 9),
-            ),
-            Case(
-                "ids [1, 2, 3], pair (3, 1), new_id 9: the pair is absent", ([1, 2, 3], (3, 1), 9)
-            ),
+            spelled("the pair at both ends", ids=[1, 2, 3, 1, 2], pair=(1, 2), new_id=9),
+            spelled("a run of three gives [9, 4]", ids=[4, 4, 4], pair=(4, 4), new_id=9),
+            spelled(ids=[4, 4, 4, 4], pair=(4, 4), new_id=9),
+            spelled(ids=[4, 4, 4, 4, 4], pair=(4, 4), new_id=9),
+            spelled(ids=[3, 3, 3, 5, 3, 3], pair=(3, 3), new_id=7),
+            spelled("only the middle is (1, 2)", ids=[2, 1, 2, 1], pair=(1, 2), new_id=9),
+            spelled("ends on the pair's first id", ids=[8, 7, 8, 1, 7], pair=(7, 8), new_id=9),
+            spelled("the pair is absent", ids=[1, 2, 3], pair=(3, 1), new_id=9),
             Case("an empty list, pair (1, 2), new_id 9", ([], (1, 2), 9)),
             Case("a single id [5], pair (5, 6), new_id 9", ([5], (5, 6), 9)),
             Case(
@@ -62,10 +48,11 @@ class MergePair(Task):
                 f"40 random ids from 0..3, pair {tuple(randoms[5:7])}, new_id 300",
                 (randoms, tuple(randoms[5:7]), 300),
             ),
-            Case(
-                "ids [11, 2, 1, 2, 1, 22], pair (1, 2), new_id 9: ids of two digits next to the "
-                "pair's ids",
-                ([11, 2, 1, 2, 1, 22], (1, 2), 9),
+            spelled(
+                "ids of two digits next to the pair's ids",
+                ids=[11, 2, 1, 2, 1, 22],
+                pair=(1, 2),
+                new_id=9,
             ),
         ]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...core import Case, Task, register
-from ._shared import BPE_FINISHED, BPE_LESSON, HELLO, adjacent, random_ids
+from ._shared import BPE_FINISHED, BPE_LESSON, HELLO, adjacent, random_ids, spelled
 
 
 @register
@@ -11,7 +11,7 @@ class PairCounts(Task):
     id = "ex01.pair_counts"
     lesson = BPE_LESSON
     reference = "course_lib.bpe.pair_counts"
-    forbidden = BPE_FINISHED  # the reference among them is reported as such
+    forbidden = BPE_FINISHED
     mistake_table = {
         "non_overlapping": "overlapping pairs count: [a, a, a] holds (a, a) twice, at positions "
         "0-1 and 1-2 (merging skips; counting does not)",
@@ -27,16 +27,11 @@ class PairCounts(Task):
 
     def cases(self, gen):
         return [
-            Case("ids [3, 9]: one pair", ([3, 9],)),
-            Case("ids [1, 2, 3, 4, 1, 2]: (1, 2) at both ends", ([1, 2, 3, 4, 1, 2],)),
-            Case(
-                "ids [4, 4, 4]: a run of three equal ids holds the pair (4, 4) twice", ([4, 4, 4],)
-            ),
-            Case(
-                "ids [1, 1, 1, 1, 2, 1, 1, 1, 1, 1]: runs of four and five equal ids",
-                ([1, 1, 1, 1, 2, 1, 1, 1, 1, 1],),
-            ),
-            Case("ids [1, 2, 2, 1]: (1, 2) and (2, 1) are different pairs", ([1, 2, 2, 1],)),
+            spelled("one pair", ids=[3, 9]),
+            spelled("(1, 2) at both ends", ids=[1, 2, 3, 4, 1, 2]),
+            spelled("a run of three equal ids holds the pair (4, 4) twice", ids=[4, 4, 4]),
+            spelled("runs of four and five equal ids", ids=[1, 1, 1, 1, 2, 1, 1, 1, 1, 1]),
+            spelled("(1, 2) and (2, 1) are different pairs", ids=[1, 2, 2, 1]),
             Case("an empty list: no pairs", ([],)),
             Case("a single id [7]: no pairs", ([7],)),
             Case("the bytes of 'hello, hello'", (HELLO,)),
