@@ -314,6 +314,25 @@ def tiled_max_before_mask(q, k, v, block_size=128, causal=False):
     return out / total
 
 
+def tiled_each_block_own_max(q, k, v, block_size=128, causal=False):
+    """Each block's exp against its own maximum, the blocks added without rescaling."""
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError("block_size")
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    q = q / math.sqrt(q.shape[-1])
+    total, out = 0.0, 0.0
+    rows = torch.arange(n_q)[:, None] + n_k - n_q
+    for start in range(0, n_k, block_size):
+        s = q @ k[..., start : start + block_size, :].transpose(-2, -1)
+        if causal:
+            s = s.masked_fill(torch.arange(start, start + s.shape[-1]) > rows, -math.inf)
+        block_max = s.amax(-1, keepdim=True)
+        p = torch.exp(s - block_max.masked_fill(block_max == -math.inf, 0.0))
+        total = total + p.sum(-1, keepdim=True)
+        out = out + p @ v[..., start : start + block_size, :]
+    return out / total
+
+
 def window_without_abs(n, window, causal=False):
     if n < 1 or window < 0:
         raise ValueError("bad arguments")
@@ -375,6 +394,7 @@ def backward_without_D(q, k, v, out, lse, d_out, block_size=128, causal=False):
     [
         ("ex10.tiled_attention", tiled_in_tile_key_positions, "inside the tile"),
         ("ex10.tiled_attention", tiled_max_before_mask, "before the causal mask"),
+        ("ex10.tiled_attention", tiled_each_block_own_max, "against that block's own maximum"),
         ("ex10.sliding_window_mask", window_without_abs, "without abs"),
         ("ex10.mlm_mask", mlm_labels_at_mask_only, "only the positions that became <mask>"),
         ("ex10.mlm_mask", mlm_independent_draws, "separate draws"),

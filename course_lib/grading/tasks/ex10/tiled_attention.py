@@ -39,6 +39,12 @@ FAULTS = {
         "max(m, the block's maximum), so that exp(m - m') never exceeds 1; with the block's "
         "own maximum, a block of small scores after a large one overflows exp"
     ),
+    "block_max_unrescaled": (
+        "each block's exp(s - m) is taken against that block's own maximum m, and the blocks' "
+        "sums and outputs are added as they are: terms measured against different maxima do "
+        "not add up. Keep one running maximum; when a block raises it from m to m', multiply "
+        "the sum and output collected so far by exp(m - m') before adding the block's terms"
+    ),
     "key_offset_missing": (
         "the causal mask compares the query positions with the key positions inside the tile "
         "(0 .. block_size - 1): key j of the block that starts at `start` is key start + j, so "
@@ -124,7 +130,7 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
             continue
         if mistake == "no_max":
             new_m = torch.zeros_like(m)
-        elif mistake == "block_max":
+        elif mistake in ("block_max", "block_max_unrescaled"):
             new_m = s.amax(-1, keepdim=True)
         else:
             tile = unmasked if mistake == "max_before_mask" else s
@@ -132,7 +138,7 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
         safe = new_m.masked_fill(new_m == float("-inf"), 0.0)
         p = (s - safe).exp()
         correction = (safe - m).exp() if mistake == "inverted_rescale" else (m - safe).exp()
-        if mistake == "no_max":
+        if mistake in ("no_max", "block_max_unrescaled"):
             correction = torch.ones_like(m)
         keep_sum = mistake in ("sum_not_rescaled", "nothing_rescaled")
         keep_out = mistake in ("output_not_rescaled", "nothing_rescaled")
