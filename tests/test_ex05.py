@@ -85,6 +85,13 @@ def attention_nan_rows(q, k, v, mask):
     return weights @ v, weights
 
 
+def attention_softmax_over_queries(q, k, v, mask):
+    # a reviewer's slip: the softmax over dim -2, NaN rows then zeroed
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, -math.inf)
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-2))
+    return weights @ v, weights
+
+
 @pytest.mark.parametrize(
     "task_id,wrong,words",
     [
@@ -96,6 +103,7 @@ def attention_nan_rows(q, k, v, mask):
         ("ex05.masked_attention", attention_zero_after, "without renormalising"),
         ("ex05.masked_attention", attention_fill_zero, "filled the masked scores with 0"),
         ("ex05.masked_attention", attention_nan_rows, "0/0 = NaN"),
+        ("ex05.masked_attention", attention_softmax_over_queries, "over dim=-2 each key's column"),
     ],
 )
 def test_independent_mistakes_get_the_right_hint(task_id, wrong, words):

@@ -126,9 +126,10 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
         mask,
         scale={"unscaled": 1, "scaled_by_d_v": v.shape[-1]}.get(mistake),
         fill={"fill_zero": 0.0, "large_negative": -1e9}.get(mistake, float("-inf")),
+        dim=-2 if mistake == "softmax_over_queries" else -1,
         inverted=mistake == "inverted",
         zero_after=mistake == "zero_after",
-        nan_to_zero=mistake in ("inverted", "unscaled", "scaled_by_d_v"),
+        nan_to_zero=mistake in ("inverted", "unscaled", "scaled_by_d_v", "softmax_over_queries"),
     )
 
 
@@ -151,6 +152,9 @@ ATTENTION_MISTAKES = {
     "F.scaled_dot_product_attention), not 'blocked' (as in nn.MultiheadAttention)",
     "unscaled": "the scores are not divided by sqrt(d_k)",
     "scaled_by_d_v": (D_V_SCALE_HINT),
+    "softmax_over_queries": "the softmax runs over the keys, the last axis (dim=-1) of the "
+    "(..., n_q, n_k) scores, so that each query's weights sum to 1; over dim=-2 each key's "
+    "column sums to 1 instead",
 }
 
 
