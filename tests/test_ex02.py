@@ -337,3 +337,99 @@ def test_distance_biased_attention_with_a_naive_softmax_fails_on_large_scores():
 
     result = check_result("ex02.distance_biased_attention", naive)
     assert result.status == "failed" and "use your stable softmax" in result.feedback
+
+
+# ------------------------------------------------- #33: slips an outside learner found next
+# Each written as a learner would; the notebook's own check (its fixed seed) must not give full
+# marks, and the feedback must name the slip.
+
+
+def max_without_keepdim(x, dim=-1):
+    e = (x - x.max(dim=dim).values).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def max_pair_subtracted(x, dim=-1):
+    e = (x - x.max(dim=dim, keepdim=True)).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def max_over_last_axis(x, dim=-1):
+    e = (x - x.max(-1, keepdim=True).values).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def d_k_from_shape_1(q, k, v):
+    return _attn(q, k, v, 1 / math.sqrt(q.shape[1]))
+
+
+def power_half_bracketed(q, k, v):
+    d_k = q.shape[-1]
+    weights = softmax_max(q @ k.transpose(-2, -1) / (d_k**1 / 2))
+    return weights @ v, weights
+
+
+def power_half_unbracketed(q, k, v):
+    d_k = q.shape[-1]
+    weights = softmax_max(q @ k.transpose(-2, -1) / d_k**1 / 2)
+    return weights @ v, weights
+
+
+def scaled_after_softmax(q, k, v):
+    weights = softmax_max(q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    return weights @ v, weights
+
+
+def transpose_0_1(q, k, v):
+    weights = softmax_max(q @ k.transpose(0, 1) / math.sqrt(q.shape[-1]))
+    return weights @ v, weights
+
+
+def scaled_by_d_model(x, w_q, w_k, w_v):
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    weights = softmax_max(q @ k.transpose(-2, -1) / math.sqrt(x.shape[-1]))
+    return weights @ v, weights
+
+
+def _biased(q, k, v, slope, distance, scale):
+    scores = q @ k.transpose(-2, -1) / scale - slope * distance
+    weights = softmax_max(scores)
+    return weights @ v, weights
+
+
+def _positions(q, k):
+    return torch.arange(q.shape[-2], dtype=q.dtype)[:, None], torch.arange(
+        k.shape[-2], dtype=q.dtype
+    )
+
+
+def biased_without_scaling(q, k, v, slope):
+    i, j = _positions(q, k)
+    return _biased(q, k, v, slope, (i - j).abs(), 1.0)
+
+
+def biased_like_causal_alibi(q, k, v, slope):
+    i, j = _positions(q, k)
+    return _biased(q, k, v, slope, (i - j).clamp(min=0), math.sqrt(q.shape[-1]))
+
+
+NEXT_SLIPS = [
+    ("ex02.softmax", max_without_keepdim, "(or max(dim=dim)) drops that axis"),
+    ("ex02.softmax", max_pair_subtracted, "returns a pair (values, indices)"),
+    ("ex02.softmax", max_over_last_axis, "maximum over the last axis but normalised over"),
+    ("ex02.scaled_dot_product_attention", d_k_from_shape_1, "you took d_k from q.shape[1]"),
+    ("ex02.scaled_dot_product_attention", power_half_bracketed, "** binds tighter than /"),
+    ("ex02.scaled_dot_product_attention", power_half_unbracketed, "** binds tighter than /"),
+    ("ex02.scaled_dot_product_attention", scaled_after_softmax, "after the softmax"),
+    ("ex02.scaled_dot_product_attention", transpose_0_1, "k.transpose(0, 1) swaps"),
+    ("ex02.self_attention", scaled_by_d_model, "you scaled by sqrt(d_model)"),
+    ("ex02.distance_biased_attention", biased_without_scaling, "the scores are not scaled"),
+    ("ex02.distance_biased_attention", biased_like_causal_alibi, "only the keys before"),
+]
+
+
+@pytest.mark.parametrize("task_id, fn, hint", NEXT_SLIPS, ids=[m[1].__name__ for m in NEXT_SLIPS])
+def test_next_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint):
+    r = result(task_id, fn)
+    assert r.status == "failed" and r.score < r.max_score, r.feedback
+    assert hint in r.feedback, r.feedback

@@ -45,9 +45,15 @@ class Softmax(Task):
         "(x.amax(dim=dim, keepdim=True))",
         "min_shift": "you subtracted the minimum: exp(x - min) overflows to inf when a row's "
         "values are spread widely. Subtract the maximum along dim, so every exponent is <= 0",
-        "no_keepdim": "sum(dim=dim) drops that axis, so the sums no longer line up with x: "
-        "PyTorch broadcasts from the last axis, and either the shapes clash or each value is "
-        "divided by another slice's sum. Keep the axis: sum(dim=dim, keepdim=True)",
+        "no_keepdim": "sum(dim=dim) (or max(dim=dim)) drops that axis, so the sums (or maxima) "
+        "no longer line up with x: PyTorch broadcasts from the last axis, and either the shapes "
+        "clash or each value meets another slice's sum. Keep the axis: sum(dim=dim, "
+        "keepdim=True), x.amax(dim=dim, keepdim=True)",
+        "max_pair": "x.max(dim=...) returns a pair (values, indices), not a tensor: subtract its "
+        ".values, or use x.amax(dim=dim, keepdim=True)",
+        "max_last_axis": "you subtracted the maximum over the last axis but normalised over "
+        "`dim`: the shift cancels only when it is the same along dim; subtract the maximum along "
+        "dim, x.amax(dim=dim, keepdim=True)",
     }
 
     def cases(self, gen):
@@ -97,8 +103,10 @@ class Softmax(Task):
             shifted = x - x.max()
         elif mistake == "min_shift":
             shifted = x - x.amin(dim=axis, keepdim=True)
+        elif mistake == "max_pair":  # the (values, indices) pair itself: a TypeError
+            shifted = x - x.max(dim=axis, keepdim=True)
         else:
-            shifted = x - x.amax(dim=axis, keepdim=True)
+            shifted = x - x.amax(dim=-1 if mistake == "max_last_axis" else axis, keepdim=True)
         if mistake == "log_softmax":
             return shifted - shifted.exp().sum(dim=axis, keepdim=True).log()
         e = shifted.exp()
@@ -117,6 +125,12 @@ class Softmax(Task):
 
 
 # --- ex02.scaled_dot_product_attention
+POWER_HALF = (
+    "`d_k ** 1/2` is `(d_k ** 1) / 2`: ** binds tighter than /, so that divides by d_k / 2 "
+    "(or, written as `scores / d_k ** 1/2`, by 2 d_k); write d_k ** 0.5 or math.sqrt(d_k)"
+)
+
+
 @register
 class ScaledDotProductAttention(HintOnError):
     id = "ex02.scaled_dot_product_attention"
@@ -137,6 +151,14 @@ class ScaledDotProductAttention(HintOnError):
         "method_t": "`.t()` works only on 2-D tensors; use k.transpose(-2, -1) (or k.mT) so "
         "batches work too",
         "swapped": "the return order is swapped: return (output, weights)",
+        "d_k_from_shape_1": "you took d_k from q.shape[1], which is d_k only for a 2-D q; on a "
+        "batch it is another axis: d_k is the last dimension, q.shape[-1]",
+        "half_d_k": POWER_HALF,
+        "twice_d_k": POWER_HALF,
+        "scaled_after_softmax": "you divided the weights by sqrt(d_k) after the softmax, so "
+        "they no longer sum to 1; the scale goes on the scores, softmax(q k^T / sqrt(d_k))",
+        "transpose_0_1": "k.transpose(0, 1) swaps the first two axes, which are the last two "
+        "only in 2-D; use k.transpose(-2, -1) (or k.mT) so batches work too",
     }
 
     def compare(self, got, want, case):
@@ -154,8 +176,8 @@ class ScaledDotProductAttention(HintOnError):
                 randns(gen, (3, 4), (5, 4), (5, 6)),
             ),
             Case(
-                "a batch: q (2, 3, 8), k (2, 5, 8), v (2, 5, 3)",
-                randns(gen, (2, 3, 8), (2, 5, 8), (2, 5, 3)),
+                "a batch: q (2, 3, 8), k (2, 5, 8), v (2, 5, 6)",
+                randns(gen, (2, 3, 8), (2, 5, 8), (2, 5, 6)),
             ),
             Case(
                 "batch and heads: q (2, 3, 4, 16), k (2, 3, 6, 16), v (2, 3, 6, 5)",
@@ -179,14 +201,21 @@ class ScaledDotProductAttention(HintOnError):
     def wrong(self, q, k, v, *, mistake):
         d_k, d_v = q.shape[-1], v.shape[-1]
         scales = {"no_scaling": 1.0, "by_d_k": d_k, "by_sqrt_d_v": math.sqrt(d_v), "by_d_v": d_v}
+        scales |= {
+            "d_k_from_shape_1": math.sqrt(q.shape[1]),
+            "half_d_k": d_k / 2,
+            "twice_d_k": 2 * d_k,
+        }
         scale = scales.get(mistake, math.sqrt(d_k))
         if mistake == "dot_t":
             k_t = k.T
         elif mistake == "method_t":
             k_t = k.t()
         else:
-            k_t = k.transpose(-2, -1)
+            k_t = k.transpose(*{"transpose_0_1": (0, 1)}.get(mistake, (-2, -1)))
         weights = stable_softmax(q @ k_t / scale, dim=-2 if mistake == "query_axis" else -1)
+        if mistake == "scaled_after_softmax":
+            weights = stable_softmax(q @ k_t) / scale
         output = weights @ v
         return (weights, output) if mistake == "swapped" else (output, weights)
 
@@ -207,6 +236,8 @@ class SelfAttention(HintOnError):
     depends_on = ("scaled_dot_product_attention",)
     mistake_table = {
         **dict.fromkeys(("linear_side", "left_side", "left_side_transposed"), _WRONG_SIDE),
+        "by_sqrt_d_model": "you scaled by sqrt(d_model), the width of x; the scale is "
+        "sqrt(d_k), the width of the projected queries and keys (w_q.shape[-1])",
         **{
             f"attention: {mistake}": "the projections are right, but the attention step is not: "
             f"{hint} (check ex02.scaled_dot_product_attention)"
@@ -245,6 +276,8 @@ class SelfAttention(HintOnError):
             "left_side_transposed": lambda w: w @ x.transpose(-2, -1),
         }.get(mistake, lambda w: x @ w)
         q, k, v = project(w_q), project(w_k), project(w_v)
+        if mistake == "by_sqrt_d_model":  # q k^T / sqrt(d_k) becomes q k^T / sqrt(d_model)
+            q = q * math.sqrt(q.shape[-1] / x.shape[-1])
         # a right projection feeding a wrong attention (e.g. the learner's own task 2)
         return _SDPA.wrong(q, k, v, mistake=mistake.removeprefix("attention: "))
 
@@ -270,6 +303,10 @@ class DistanceBiasedAttention(Task):
         "sum to 1",
         "no_bias": "that is plain attention: add -slope * |i - j| to each score, with i the "
         "query's position (row) and j the key's (column)",
+        "no_scaling": "the scores are not scaled: divide q k^T by sqrt(d_k), then add the bias",
+        "earlier_keys_only": "you penalised only the keys before the query (causal ALiBi, where "
+        "the later keys are masked anyway); here every key is penalised by its distance on "
+        "either side, slope * |i - j|",
         "float32_bias": "your bias was computed in float32: integer distances times a Python "
         "float give float32, which loses digits against float64 scores; build the distances in "
         "q's dtype (torch.arange(n, dtype=q.dtype))",
@@ -325,13 +362,16 @@ class DistanceBiasedAttention(Task):
 
     def wrong(self, q, k, v, slope, *, mistake):
         i, j = torch.arange(q.shape[-2])[:, None], torch.arange(k.shape[-2])[None, :]
-        distance = (i - j) if mistake == "no_abs" else (i - j).abs()
+        distance = {"no_abs": i - j, "earlier_keys_only": (i - j).clamp_min(0)}.get(
+            mistake, (i - j).abs()
+        )
         sign = 1.0 if mistake == "plus" else -1.0
         if mistake == "float32_bias":  # integer distances times a Python float: float32
             bias = (sign * slope * distance).to(q.dtype)
         else:
             bias = sign * slope * distance.to(q.dtype)
         raw, scale = q @ k.transpose(-2, -1), math.sqrt(q.shape[-1])
+        scale = 1.0 if mistake == "no_scaling" else scale
         if mistake == "bias_scaled":  # bias added before dividing by sqrt(d_k)
             scores = (raw + bias) / scale
         elif mistake in ("no_bias", "after_softmax"):
