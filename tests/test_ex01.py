@@ -696,3 +696,102 @@ def test_learner_bs_generic_slips_are_named(task_id, impl, hint):
     assert result.status == "failed", result.feedback
     assert hint in result.feedback, result.feedback
     assert "more than one thing" not in result.feedback
+
+
+# ---- #33: the next slips an outside learner makes ----------------------------------------------
+
+
+def one_hot_refusing_only_float32(ids, vocab_size):
+    if ids.dtype == torch.float or ids.dtype == torch.bool:  # float64 ids slip through
+        raise TypeError("ids must be integers")
+    if ids.numel() and (ids.min() < 0 or ids.max() >= vocab_size):
+        bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
+        raise ValueError(f"id {bad} is outside [0, {vocab_size})")
+    return (ids.unsqueeze(-1) == torch.arange(vocab_size)).float()
+
+
+def embed_in_float32_cast_back(ids, table):
+    return (_one_hot_with_checks(ids, table.shape[0]) @ table.float()).to(table.dtype)
+
+
+def cosine_of_the_columns(E):
+    unit = E / E.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    return unit.T @ unit
+
+
+def neighbours_of_the_shortened_matrix(E, index, k):
+    others = torch.cat([E[:index], E[index + 1 :]])
+    return (_learners_cosine(torch.cat([E[index : index + 1], others]))[0, 1:]).topk(k).indices
+
+
+def neighbours_shifted_past_index_only(E, index, k):
+    top = neighbours_of_the_shortened_matrix(E, index, k)
+    return top + (top > index).long()
+
+
+def pair_counts_to_the_last_id(ids):
+    counts = {}
+    for i in range(len(ids)):
+        pair = (ids[i], ids[i + 1])
+        counts[pair] = counts.get(pair, 0) + 1
+    return counts
+
+
+def merge_pair_appending_the_last_id(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids) - 1:
+        if (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    if ids:
+        out.append(ids[-1])
+    return out
+
+
+def bpe_encode_stopping_at_an_absent_merge(ids, merges):
+    for pair, new_id in merges.items():
+        if pair not in zip(ids, ids[1:], strict=False):
+            break
+        ids = _merge(ids, pair, new_id)
+    return ids
+
+
+def _merge(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+NEXT_SLIPS = [
+    ("ex01.one_hot", one_hot_refusing_only_float32, "ids of any float dtype must raise"),
+    ("ex01.embed", embed_in_float32_cast_back, "multiplied in float32 and converted"),
+    ("ex01.cosine_similarity_matrix", cosine_of_the_columns, "E.T @ E compares the d columns"),
+    ("ex01.nearest_neighbours", neighbours_of_the_shortened_matrix, "are not rows of E"),
+    ("ex01.nearest_neighbours", neighbours_shifted_past_index_only, "not only > index"),
+    ("ex01.pair_counts", pair_counts_to_the_last_id, "ids[i + 1] is out of range"),
+    ("ex01.merge_pair", merge_pair_appending_the_last_id, "appended after the loop"),
+    ("ex01.bpe_encode", bpe_encode_stopping_at_an_absent_merge, "continue, not break"),
+]
+
+
+@pytest.mark.parametrize(
+    ("task_id", "impl", "hint"), NEXT_SLIPS, ids=[s[1].__name__ for s in NEXT_SLIPS]
+)
+def test_next_slips_fail_in_the_notebook_and_under_every_seed(task_id, impl, hint, capsys):
+    check(task_id, impl)
+    shown = capsys.readouterr().out
+    assert shown.startswith("❌") and hint in shown, shown
+    task = get_task(task_id)
+    for seed in (1, 2, 3, 4, 5, 6, 7, 1234):
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        result = judge(task, cases, run_cases(task, impl, cases))
+        assert result.status == "failed", (seed, result.feedback)

@@ -55,6 +55,10 @@ class PairwiseSqDistances(Task):
         "mean_not_sum": "you averaged the squared differences over the features; the squared "
         "distance is their sum",
         "dot_only": "that is the dot product x·y; the squared distance is |x|² - 2x·y + |y|²",
+        "expansion_no_2": "|x - y|² = |x|² - 2 x·y + |y|²: you left out the factor 2 of the "
+        "middle term",
+        "square_of_sum": "you squared the sum of the differences; square each difference first, "
+        "then sum: ((x_i - y_j) ** 2).sum(-1)",
         "l1": "you summed the absolute differences (the L1 distance); square each difference "
         "instead: ((x_i - y_j) ** 2).sum(-1)",
     }
@@ -68,8 +72,11 @@ class PairwiseSqDistances(Task):
 
     def wrong(self, x, y, *, mistake):
         x, y = x.unsqueeze(-2), y.unsqueeze(-3)  # (..., n, 1, d), (..., 1, m, d)
-        if mistake == "dot_only":
-            return (x * y).sum(-1)
+        if mistake in ("dot_only", "expansion_no_2"):
+            dot = (x * y).sum(-1)
+            return dot if mistake == "dot_only" else (x * x).sum(-1) - dot + (y * y).sum(-1)
+        if mistake == "square_of_sum":
+            return (x - y).sum(-1) ** 2
         per_feature = (x - y).abs() if mistake == "l1" else (x - y) ** 2
         total = per_feature.mean(-1) if mistake == "mean_not_sum" else per_feature.sum(-1)
         return total.sqrt() if mistake == "not_squared" else total
@@ -86,6 +93,11 @@ class LastToken(Task):
         "at_length": OFF_BY_ONE,
         "at_length_wrapped": OFF_BY_ONE,
         "first_token": "that is the first token of each sequence",
+        "all_positions": "x[:, lengths - 1] takes every sequence at every one of those "
+        "positions, a (batch, batch, d) grid; index both axes together, one position per "
+        "sequence: x[torch.arange(batch), lengths - 1]",
+        "batch_index_from_seq": "the batch index counts the sequences, torch.arange(batch) "
+        "with batch = x.shape[0]; torch.arange(x.shape[1]) counts the positions",
     }
 
     def cases(self, gen):
@@ -108,5 +120,7 @@ class LastToken(Task):
             "at_length": lengths,
             "at_length_wrapped": lengths % x.shape[1],
             "first_token": torch.zeros_like(lengths),
-        }[mistake]
-        return x[torch.arange(x.shape[0]), position]
+        }.get(mistake, lengths - 1)
+        if mistake == "all_positions":
+            return x[:, position]
+        return x[torch.arange(x.shape[1 if mistake == "batch_index_from_seq" else 0]), position]

@@ -37,6 +37,9 @@ class BpeEncode(Task):
         "learned to the last",
         "by_frequency": "you merged the most frequent pair first; apply the merges in the order "
         "they were learned (the order of `merges`), however often each pair occurs",
+        "stopped_at_absent": "you stopped at the first merge whose pair does not occur; a merge "
+        "that does not apply is skipped (continue, not break), and the merges after it still "
+        "apply",
         "sorted_by_pair": "you applied the merges in sorted order of their pairs; keep the order "
         "of `merges`, which is the order they were learned",
     }
@@ -79,6 +82,11 @@ class BpeEncode(Task):
             Case("ids [1, 2, 3] and no merges at all", ([1, 2, 3], {})),
             Case("an empty list, merges {(1, 2): 10}", ([], {(1, 2): 10})),
             Case("a single id [1], merges {(1, 2): 10}", ([1], {(1, 2): 10})),
+            spelled(
+                "(5, 6) does not occur, but the merges after it apply",
+                ids=[1, 2, 3, 1, 2],
+                merges={(5, 6): 10, (1, 2): 11, (11, 3): 12},
+            ),
             Case(
                 "40 random ids from 0..2, with 6 merges learned from other random ids",
                 (random_ids(gen, 3, 40), learned_merges(learned_from, 6, 3)),
@@ -105,6 +113,8 @@ class BpeEncode(Task):
         order = {"reversed_order": ranks[::-1], "sorted_by_pair": sorted(ranks)}.get(mistake, ranks)
         result = ids
         for pair in order:
+            if mistake == "stopped_at_absent" and pair not in adjacent(result):
+                break
             if mistake == "not_chained":  # each merge applied to the original ids
                 result = merged(ids, pair, merges[pair]) if pair in adjacent(ids) else result
             else:

@@ -43,6 +43,8 @@ class CosineSimilarityMatrix(Task):
         "|E_i| |E_j|; divide by the outer product norms[:, None] * norms[None, :]",
         "distance": "that is 1 - cosine similarity (the cosine distance); return the similarity "
         "itself",
+        "columns_gram": "E.T @ E compares the d columns (features) with each other; the "
+        "vectors are the rows, so the (n, n) matrix is unit @ unit.T, (n, d) @ (d, n)",
         "diagonal_one": "a zero vector has no direction, so its similarity with itself is 0 too "
         "(not 1)",
     }
@@ -83,7 +85,7 @@ class CosineSimilarityMatrix(Task):
             squared = norms * norms
             return (E @ E.T) / (squared if mistake == "squared_flat_norms" else squared * squared.T)
         unit = E / norms
-        similarity = unit @ unit.T
+        similarity = unit.T @ unit if mistake == "columns_gram" else unit @ unit.T
         if mistake == "distance":
             return 1 - similarity
         if mistake == "diagonal_one":  # "every vector is similar to itself", zero vectors included

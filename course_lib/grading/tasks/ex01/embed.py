@@ -57,6 +57,9 @@ class Embed(HintOnError):
         "in one dtype: convert them to the table's, one_hot(ids, vocab_size).to(table.dtype) @ "
         "table",
         "vocab_from_last_axis": _WRONG_AXIS,
+        "float32_product": "you multiplied in float32 and converted the result back: that loses "
+        "float64's digits, and its range (float32 ends near 3.4e38); convert the one-hot vectors "
+        "to the table's dtype instead, one_hot(ids, vocab_size).to(table.dtype) @ table",
     }
 
     def cases(self, gen):
@@ -67,6 +70,11 @@ class Embed(HintOnError):
             Case(
                 "float64 table (7, 4), ids (3, 6)",
                 (randint(gen, 4, 3, 6), randn(gen, 7, 4, dtype=torch.float64)),
+            ),
+            Case(
+                "float64 table (5, 3) with entries around 1e40, beyond float32's range (the "
+                "product must be done in float64), ids (2, 3)",
+                (randint(gen, 5, 2, 3), randn(gen, 5, 3, dtype=torch.float64, scale=1e40)),
             ),
             Case(
                 "ids [0, 4] with a table of 4 rows: id 4 is out of range, must raise ValueError",
@@ -111,6 +119,8 @@ class Embed(HintOnError):
             return hot @ table.float()
         if mistake == "float32_one_hot":  # float32 times a float64 table: it raises
             return hot @ table
+        if mistake == "float32_product":  # the product in float32, converted back
+            return (hot @ table.float()).to(table.dtype)
         return hot.to(table.dtype) @ table
 
     def diagnose(self, got, want, case):

@@ -21,6 +21,9 @@ class MergePair(Task):
         "right_to_left": "read left to right: [a, a, a] with (a, a) gives [X, a], not [a, X]",
         "last_id_lost": "the last id went missing: when it does not start a pair, copy it to the "
         "result as it is",
+        "last_id_appended": "the last id was appended after the loop even though the last pair "
+        "had been merged (new_id already stands for it): append ids[-1] only when the loop "
+        "did not consume it",
         "either_order": "(a, b) is ordered: the neighbours (b, a) are not an occurrence of it",
         "as_text": "you replaced the pair in the ids written as text, where '11 2' contains "
         "'1 2' although no id there is 1; compare the ids themselves, (ids[i], ids[i + 1]) == "
@@ -80,7 +83,7 @@ class MergePair(Task):
         if mistake == "right_to_left":
             return merged(ids[::-1], pair[::-1], new_id)[::-1]
         out, i = [], 0
-        while i < len(ids) - (mistake == "last_id_lost"):
+        while i < len(ids) - (mistake in ("last_id_lost", "last_id_appended")):
             here = tuple(ids[i : i + 2])
             if mistake == "either_order":
                 found = len(here) == 2 and sorted(here) == sorted(pair)
@@ -95,7 +98,7 @@ class MergePair(Task):
                 return out + list(ids[i + 2 :])
             again = mistake == "overlapping" and tuple(ids[i + 1 : i + 3]) == tuple(pair)
             i += 1 if again or mistake == "one_step_after_a_merge" else 2
-        return out
+        return out + list(ids[-1:]) if mistake == "last_id_appended" else out
 
     def diagnose(self, got, want, case):
         ids = case.args[0]

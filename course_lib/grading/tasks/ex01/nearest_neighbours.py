@@ -66,6 +66,12 @@ class NearestNeighbours(Task):
         "nan_for_zero_rows": "a zero row's similarity came out as NaN (0/0), and topk ranks NaN "
         "above every number; clamp the lengths as in cosine_similarity_matrix (or call yours), "
         "so a zero vector has similarity 0",
+        "row_removed": "after removing row `index`, the rows after it moved up by one, so "
+        "your positions are not rows of E: add 1 to those >= index (or keep every row and set "
+        "the similarity of `index` to -inf)",
+        "row_removed_shifted_past": "after removing row `index`, every row from `index` on moved "
+        "up by one: add 1 to the positions >= index, not only > index (or keep every row and "
+        "set the similarity of `index` to -inf)",
         "by_distance": "you ranked by Euclidean distance, which depends on the vectors' lengths; "
         "rank by cosine similarity (the angle between them)",
     }
@@ -100,6 +106,9 @@ class NearestNeighbours(Task):
             similarity = unit_rows(E) @ unit_rows(E)[index]  # (n,)
         if mistake == "skip_the_first":  # assumes the row itself sorts first
             return similarity.argsort(descending=True, stable=True)[1 : k + 1]
+        if mistake in ("row_removed", "row_removed_shifted_past"):  # ranked without the row
+            top = torch.cat([similarity[:index], similarity[index + 1 :]]).topk(k).indices
+            return top if mistake == "row_removed" else top + (top > index).long()
         if mistake == "removed_after":
             top = similarity.topk(k).indices
             return top[top != index]

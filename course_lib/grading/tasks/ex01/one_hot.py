@@ -55,6 +55,12 @@ class OneHot(Task):
                 raises=TypeError,
             ),
             Case(
+                "float64 ids [1.0, 0.0] with vocab_size=3: ids of any float dtype must raise "
+                "TypeError (test ids.is_floating_point(), not one dtype)",
+                (torch.tensor([1.0, 0.0], dtype=torch.float64), 3),
+                raises=TypeError,
+            ),
+            Case(
                 "bool ids (3,) (True/False are not token ids: must raise TypeError)",
                 (torch.tensor([True, False, True]), 2),
                 raises=TypeError,

@@ -22,6 +22,9 @@ class PairCounts(Task):
         "wraps_around": "the last id has no right neighbour: do not wrap around to the first",
         "even_positions_only": "you only counted pairs that start at even positions; every "
         "position but the last starts a pair",
+        "past_the_end": "your loop runs up to the last id, which has no right neighbour, so "
+        "ids[i + 1] is out of range: a list of n ids has n - 1 pairs, for i in "
+        "range(len(ids) - 1)",
         "unordered": "(a, b) and (b, a) are different pairs: keep the order of the ids",
     }
 
@@ -73,6 +76,8 @@ class PairCounts(Task):
             while i < len(ids) - 1:
                 pairs.append((ids[i], ids[i + 1]))
                 i += 2 if ids[i] == ids[i + 1] else 1
+        elif mistake == "past_the_end":  # IndexError at the last id
+            pairs = [(ids[i], ids[i + 1]) for i in range(len(ids))]
         else:
             pairs = adjacent(ids)
         if mistake == "last_pair_missed":

@@ -1,0 +1,48 @@
+"""ex00 (the warm-up): slips an outside learner makes, each written as a learner would; the
+notebook's own check (its fixed seed) must not give full marks, and the feedback names the slip
+(#33). The references, stubs and listed mistakes of ex00 are tested in test_grading.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_lib.grading import check_result
+from course_lib.grading.core import get_task, judge, run_cases
+
+
+def distances_by_expansion_without_the_2(x, y):
+    x2 = (x**2).sum(-1, keepdim=True)  # (..., n, 1)
+    y2 = (y**2).sum(-1).unsqueeze(-2)  # (..., 1, m)
+    return x2 - x @ y.transpose(-2, -1) + y2
+
+
+def square_of_the_summed_differences(x, y):
+    return (x.unsqueeze(-2) - y.unsqueeze(-3)).sum(-1) ** 2
+
+
+def last_token_of_every_sequence_at_every_length(x, lengths):
+    return x[:, lengths - 1]
+
+
+def last_token_batch_index_over_positions(x, lengths):
+    return x[torch.arange(x.shape[1]), lengths - 1]
+
+
+SLIPS = [
+    ("ex00.pairwise_sq_distances", distances_by_expansion_without_the_2, "the factor 2"),
+    ("ex00.pairwise_sq_distances", square_of_the_summed_differences, "squared the sum"),
+    ("ex00.last_token", last_token_of_every_sequence_at_every_length, "(batch, batch, d) grid"),
+    ("ex00.last_token", last_token_batch_index_over_positions, "counts the positions"),
+]
+
+
+@pytest.mark.parametrize(("task_id", "impl", "hint"), SLIPS, ids=[s[1].__name__ for s in SLIPS])
+def test_slips_fail_in_the_notebook_with_their_hint_and_under_every_seed(task_id, impl, hint):
+    result = check_result(task_id, impl)
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert hint in result.feedback, result.feedback
+    task = get_task(task_id)
+    for seed in (1, 2, 3, 1234):
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        assert judge(task, cases, run_cases(task, impl, cases)).status == "failed", seed
