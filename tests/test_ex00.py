@@ -29,7 +29,17 @@ def last_token_batch_index_over_positions(x, lengths):
     return x[torch.arange(x.shape[1]), lengths - 1]
 
 
+def matmul_with_the_axes_of_2d(a, b):
+    return (a[:, :, None] * b[None]).sum(1)
+
+
+def distances_with_the_axes_of_2d(x, y):
+    return ((x[:, None] - y[None]) ** 2).sum(-1)
+
+
 SLIPS = [
+    ("ex00.batched_matmul", matmul_with_the_axes_of_2d, "count the axes from the front"),
+    ("ex00.pairwise_sq_distances", distances_with_the_axes_of_2d, "count the axes from the front"),
     ("ex00.pairwise_sq_distances", distances_by_expansion_without_the_2, "the factor 2"),
     ("ex00.pairwise_sq_distances", square_of_the_summed_differences, "squared the sum"),
     ("ex00.last_token", last_token_of_every_sequence_at_every_length, "(batch, batch, d) grid"),

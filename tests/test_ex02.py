@@ -363,6 +363,15 @@ def d_k_from_shape_1(q, k, v):
     return _attn(q, k, v, 1 / math.sqrt(q.shape[1]))
 
 
+def d_k_from_k_size_1(q, k, v):
+    return _attn(q, k, v, 1 / math.sqrt(k.size(1)))
+
+
+def batched_by_bmm(q, k, v):
+    weights = softmax_max(torch.bmm(q, k.transpose(1, 2)) / math.sqrt(q.shape[-1]))
+    return torch.bmm(weights, v), weights
+
+
 def power_half_bracketed(q, k, v):
     d_k = q.shape[-1]
     weights = softmax_max(q @ k.transpose(-2, -1) / (d_k**1 / 2))
@@ -417,7 +426,9 @@ NEXT_SLIPS = [
     ("ex02.softmax", max_without_keepdim, "(or max(dim=dim)) drops that axis"),
     ("ex02.softmax", max_pair_subtracted, "returns a pair (values, indices)"),
     ("ex02.softmax", max_over_last_axis, "maximum over the last axis but normalised over"),
-    ("ex02.scaled_dot_product_attention", d_k_from_shape_1, "you took d_k from q.shape[1]"),
+    ("ex02.scaled_dot_product_attention", d_k_from_shape_1, "you took d_k from shape[1]"),
+    ("ex02.scaled_dot_product_attention", d_k_from_k_size_1, "you took d_k from shape[1]"),
+    ("ex02.scaled_dot_product_attention", batched_by_bmm, "k.transpose(1, 2) (like torch.bmm)"),
     ("ex02.scaled_dot_product_attention", power_half_bracketed, "** binds tighter than /"),
     ("ex02.scaled_dot_product_attention", power_half_unbracketed, "** binds tighter than /"),
     ("ex02.scaled_dot_product_attention", scaled_after_softmax, "after the softmax"),

@@ -8,6 +8,10 @@ from ..core import Case, Task, register
 from .common import randn, randns
 
 F64 = torch.float64
+FIRST_AXES = (
+    "count the axes from the front, which is right only without batch dimensions; count them "
+    "from the end instead: "
+)
 BROADCASTING = "lesson 00, section 'Tensors, shapes and broadcasting'"
 OFF_BY_ONE = "off by one: a sequence of length L ends at index L - 1"
 
@@ -27,6 +31,9 @@ class BatchedMatmul(Task):
         "sum_over_m": "you summed over the last axis (m); the matrix product sums over the "
         "shared axis k",
         "sum_over_n": "you summed over the n axis; the matrix product sums over the shared axis k",
+        "first_axes": "a[:, :, None] and b[None] (unsqueeze(2), unsqueeze(0)) "
+        + FIRST_AXES
+        + "a.unsqueeze(-1) * b.unsqueeze(-3), summed over dim -2",
     }
 
     def cases(self, gen):
@@ -40,6 +47,8 @@ class BatchedMatmul(Task):
         ]
 
     def wrong(self, a, b, *, mistake):
+        if mistake == "first_axes":  # right for 2-D a and b only
+            return (a.unsqueeze(2) * b.unsqueeze(0)).sum(1)
         products = a.unsqueeze(-1) * b.unsqueeze(-3)  # (..., n, k, m)
         return products.sum({"sum_over_m": -1, "sum_over_n": -3}.get(mistake, -2))
 
@@ -55,6 +64,9 @@ class PairwiseSqDistances(Task):
         "mean_not_sum": "you averaged the squared differences over the features; the squared "
         "distance is their sum",
         "dot_only": "that is the dot product x·y; the squared distance is |x|² - 2x·y + |y|²",
+        "first_axes": "x[:, None] and y[None] (unsqueeze(1), unsqueeze(0)) "
+        + FIRST_AXES
+        + "x.unsqueeze(-2) - y.unsqueeze(-3)",
         "expansion_no_2": "|x - y|² = |x|² - 2 x·y + |y|²: you left out the factor 2 of the "
         "middle term",
         "square_of_sum": "you squared the sum of the differences; square each difference first, "
@@ -71,7 +83,10 @@ class PairwiseSqDistances(Task):
         ]
 
     def wrong(self, x, y, *, mistake):
-        x, y = x.unsqueeze(-2), y.unsqueeze(-3)  # (..., n, 1, d), (..., 1, m, d)
+        if mistake == "first_axes":  # right for 2-D x and y only
+            x, y = x.unsqueeze(1), y.unsqueeze(0)
+        else:
+            x, y = x.unsqueeze(-2), y.unsqueeze(-3)  # (..., n, 1, d), (..., 1, m, d)
         if mistake in ("dot_only", "expansion_no_2"):
             dot = (x * y).sum(-1)
             return dot if mistake == "dot_only" else (x * x).sum(-1) - dot + (y * y).sum(-1)

@@ -125,6 +125,10 @@ class Softmax(Task):
 
 
 # --- ex02.scaled_dot_product_attention
+D_K_FROM_SHAPE_1 = (
+    "you took d_k from shape[1] of q (or k), which is d_k only in 2-D; on a batch it is another "
+    "axis: d_k is the last dimension, q.shape[-1]"
+)
 POWER_HALF = (
     "`d_k ** 1/2` is `(d_k ** 1) / 2`: ** binds tighter than /, so that divides by d_k / 2 "
     "(or, written as `scores / d_k ** 1/2`, by 2 d_k); write d_k ** 0.5 or math.sqrt(d_k)"
@@ -151,14 +155,17 @@ class ScaledDotProductAttention(HintOnError):
         "method_t": "`.t()` works only on 2-D tensors; use k.transpose(-2, -1) (or k.mT) so "
         "batches work too",
         "swapped": "the return order is swapped: return (output, weights)",
-        "d_k_from_shape_1": "you took d_k from q.shape[1], which is d_k only for a 2-D q; on a "
-        "batch it is another axis: d_k is the last dimension, q.shape[-1]",
+        "d_k_from_shape_1": D_K_FROM_SHAPE_1,
+        "d_k_from_k_shape_1": D_K_FROM_SHAPE_1,
         "half_d_k": POWER_HALF,
         "twice_d_k": POWER_HALF,
         "scaled_after_softmax": "you divided the weights by sqrt(d_k) after the softmax, so "
         "they no longer sum to 1; the scale goes on the scores, softmax(q k^T / sqrt(d_k))",
         "transpose_0_1": "k.transpose(0, 1) swaps the first two axes, which are the last two "
         "only in 2-D; use k.transpose(-2, -1) (or k.mT) so batches work too",
+        "transpose_1_2": "k.transpose(1, 2) (like torch.bmm) assumes exactly one batch axis; "
+        "count from the end, k.transpose(-2, -1) with @, so 2-D inputs and any number of batch "
+        "dimensions work",
     }
 
     def compare(self, got, want, case):
@@ -203,6 +210,7 @@ class ScaledDotProductAttention(HintOnError):
         scales = {"no_scaling": 1.0, "by_d_k": d_k, "by_sqrt_d_v": math.sqrt(d_v), "by_d_v": d_v}
         scales |= {
             "d_k_from_shape_1": math.sqrt(q.shape[1]),
+            "d_k_from_k_shape_1": math.sqrt(k.shape[1]),
             "half_d_k": d_k / 2,
             "twice_d_k": 2 * d_k,
         }
@@ -212,7 +220,9 @@ class ScaledDotProductAttention(HintOnError):
         elif mistake == "method_t":
             k_t = k.t()
         else:
-            k_t = k.transpose(*{"transpose_0_1": (0, 1)}.get(mistake, (-2, -1)))
+            k_t = k.transpose(
+                *{"transpose_0_1": (0, 1), "transpose_1_2": (1, 2)}.get(mistake, (-2, -1))
+            )
         weights = stable_softmax(q @ k_t / scale, dim=-2 if mistake == "query_axis" else -1)
         if mistake == "scaled_after_softmax":
             weights = stable_softmax(q @ k_t) / scale
