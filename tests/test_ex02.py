@@ -422,6 +422,17 @@ def biased_like_causal_alibi(q, k, v, slope):
     return _biased(q, k, v, slope, (i - j).clamp(min=0), math.sqrt(q.shape[-1]))
 
 
+def biased_with_queries_counted_twice(q, k, v, slope):
+    i = torch.arange(q.shape[-2], dtype=q.dtype)[:, None]
+    return _biased(q, k, v, slope, (i - i.T).abs(), math.sqrt(q.shape[-1]))
+
+
+def biased_with_lengths_from_shape_1(q, k, v, slope):
+    i = torch.arange(q.shape[1], dtype=q.dtype)[:, None]
+    j = torch.arange(k.shape[1], dtype=q.dtype)
+    return _biased(q, k, v, slope, (i - j).abs(), math.sqrt(q.shape[-1]))
+
+
 NEXT_SLIPS = [
     ("ex02.softmax", max_without_keepdim, "(or max(dim=dim)) drops that axis"),
     ("ex02.softmax", max_pair_subtracted, "returns a pair (values, indices)"),
@@ -436,6 +447,8 @@ NEXT_SLIPS = [
     ("ex02.self_attention", scaled_by_d_model, "you scaled by sqrt(d_model)"),
     ("ex02.distance_biased_attention", biased_without_scaling, "the scores are not scaled"),
     ("ex02.distance_biased_attention", biased_like_causal_alibi, "only the keys before"),
+    ("ex02.distance_biased_attention", biased_with_queries_counted_twice, "the scores' shape"),
+    ("ex02.distance_biased_attention", biased_with_lengths_from_shape_1, "lengths from shape[1]"),
 ]
 
 

@@ -317,6 +317,11 @@ class DistanceBiasedAttention(Task):
         "earlier_keys_only": "you penalised only the keys before the query (causal ALiBi, where "
         "the later keys are masked anyway); here every key is penalised by its distance on "
         "either side, slope * |i - j|",
+        "keys_counted_as_queries": "your distance matrix does not have the scores' shape (n_q, "
+        "n_k): i counts the queries (rows), torch.arange(n_q)[:, None], and j the keys "
+        "(columns), torch.arange(n_k) with n_k = k.shape[-2]; n_q and n_k may differ",
+        "lengths_from_shape_1": "you took the lengths from shape[1], which is n only for a 3-D "
+        "q; count from the end: n_q = q.shape[-2], n_k = k.shape[-2]",
         "float32_bias": "your bias was computed in float32: integer distances times a Python "
         "float give float32, which loses digits against float64 scores; build the distances in "
         "q's dtype (torch.arange(n, dtype=q.dtype))",
@@ -371,7 +376,11 @@ class DistanceBiasedAttention(Task):
         ]
 
     def wrong(self, q, k, v, slope, *, mistake):
-        i, j = torch.arange(q.shape[-2])[:, None], torch.arange(k.shape[-2])[None, :]
+        n_q, n_k = {  # the lengths, from the wrong axis (a crash on a batch) or both from q
+            "lengths_from_shape_1": (q.shape[1], k.shape[1]),
+            "keys_counted_as_queries": (q.shape[-2], q.shape[-2]),
+        }.get(mistake, (q.shape[-2], k.shape[-2]))
+        i, j = torch.arange(n_q)[:, None], torch.arange(n_k)[None, :]
         distance = {"no_abs": i - j, "earlier_keys_only": (i - j).clamp_min(0)}.get(
             mistake, (i - j).abs()
         )
