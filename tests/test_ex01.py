@@ -771,6 +771,19 @@ def _merge(ids, pair, new_id):
     return out
 
 
+def neighbours_by_the_lessons_top3(E, index, k):
+    scores = _learners_cosine(E)[index].clone()
+    scores[index] = float("-inf")
+    return scores.topk(3).indices
+
+
+def bpe_encode_copied_from_encode_chunk(ids, merges):
+    ids = list(ids.encode("utf-8"))
+    for pair, new_id in merges.items():
+        ids = _merge(ids, pair, new_id)
+    return ids
+
+
 NEXT_SLIPS = [
     ("ex01.one_hot", one_hot_refusing_only_float32, "ids of any float dtype must raise"),
     ("ex01.embed", embed_in_float32_cast_back, "multiplied in float32 and converted"),
@@ -780,6 +793,8 @@ NEXT_SLIPS = [
     ("ex01.pair_counts", pair_counts_to_the_last_id, "ids[i + 1] is out of range"),
     ("ex01.merge_pair", merge_pair_appending_the_last_id, "appended after the loop"),
     ("ex01.bpe_encode", bpe_encode_stopping_at_an_absent_merge, "continue, not break"),
+    ("ex01.nearest_neighbours", neighbours_by_the_lessons_top3, "lesson 01's top3"),
+    ("ex01.bpe_encode", bpe_encode_copied_from_encode_chunk, "lesson 01's encode_chunk"),
 ]
 
 

@@ -40,6 +40,9 @@ class BpeEncode(Task):
         "stopped_at_absent": "you stopped at the first merge whose pair does not occur; a merge "
         "that does not apply is skipped (continue, not break), and the merges after it still "
         "apply",
+        "encoded_again": "ids is already a list of ids (ints): lesson 01's encode_chunk starts "
+        "from a chunk of text, list(chunk.encode('utf-8')); here start from ids itself "
+        "(list(ids), a copy)",
         "sorted_by_pair": "you applied the merges in sorted order of their pairs; keep the order "
         "of `merges`, which is the order they were learned",
     }
@@ -98,6 +101,8 @@ class BpeEncode(Task):
         return obj(ids, dict(merges))
 
     def wrong(self, ids, merges, *, mistake):
+        if mistake == "encoded_again":  # lesson 01's encode_chunk, which starts from text
+            ids = list(ids.encode("utf-8"))
         ranks, ids = list(merges), list(ids)
         while mistake in ("leftmost_first", "by_frequency"):  # one merge at a time, picked anew
             found = [(i, pair) for i, pair in enumerate(adjacent(ids)) if pair in merges]

@@ -72,6 +72,8 @@ class NearestNeighbours(Task):
         "row_removed_shifted_past": "after removing row `index`, every row from `index` on moved "
         "up by one: add 1 to the positions >= index, not only > index (or keep every row and "
         "set the similarity of `index` to -inf)",
+        "top_three": "you return 3 rows whatever k is (lesson 01's top3 takes the top 3): "
+        "return the top k, topk(k)",
         "by_distance": "you ranked by Euclidean distance, which depends on the vectors' lengths; "
         "rank by cosine similarity (the angle between them)",
     }
@@ -117,7 +119,7 @@ class NearestNeighbours(Task):
             return similarity.argsort()[:k]
         if mistake != "including_itself":
             similarity[index] = 0.0 if mistake == "itself_at_zero" else float("-inf")
-        top = similarity.topk(k)
+        top = similarity.topk(3 if mistake == "top_three" else k)  # lesson 01's top3, copied
         if mistake == "similarities":
             return top.values
         return top.indices.flip(0) if mistake == "ascending" else top.indices
