@@ -400,6 +400,12 @@ def scaled_by_d_model(x, w_q, w_k, w_v):
     return weights @ v, weights
 
 
+def keys_projected_with_w_q(x, w_q, w_k, w_v):
+    q = x @ w_q
+    k = x @ w_q  # copied from the line above
+    return attention_transpose(q, k, x @ w_v)
+
+
 def _biased(q, k, v, slope, distance, scale):
     scores = q @ k.transpose(-2, -1) / scale - slope * distance
     weights = softmax_max(scores)
@@ -445,6 +451,7 @@ NEXT_SLIPS = [
     ("ex02.scaled_dot_product_attention", scaled_after_softmax, "after the softmax"),
     ("ex02.scaled_dot_product_attention", transpose_0_1, "k.transpose(0, 1) swaps"),
     ("ex02.self_attention", scaled_by_d_model, "you scaled by sqrt(d_model)"),
+    ("ex02.self_attention", keys_projected_with_w_q, "your keys were projected with w_q"),
     ("ex02.distance_biased_attention", biased_without_scaling, "the scores are not scaled"),
     ("ex02.distance_biased_attention", biased_like_causal_alibi, "only the keys before"),
     ("ex02.distance_biased_attention", biased_with_queries_counted_twice, "the scores' shape"),

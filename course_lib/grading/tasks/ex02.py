@@ -246,6 +246,9 @@ class SelfAttention(HintOnError):
     depends_on = ("scaled_dot_product_attention",)
     mistake_table = {
         **dict.fromkeys(("linear_side", "left_side", "left_side_transposed"), _WRONG_SIDE),
+        "keys_from_w_q": "your keys were projected with w_q, so each score is a query against a "
+        "query (the scores come out symmetric); project the keys with their own weights, "
+        "k = x @ w_k",
         "by_sqrt_d_model": "you scaled by sqrt(d_model), the width of x; the scale is "
         "sqrt(d_k), the width of the projected queries and keys (w_q.shape[-1])",
         **{
@@ -285,7 +288,7 @@ class SelfAttention(HintOnError):
             "left_side": lambda w: w @ x,
             "left_side_transposed": lambda w: w @ x.transpose(-2, -1),
         }.get(mistake, lambda w: x @ w)
-        q, k, v = project(w_q), project(w_k), project(w_v)
+        q, k, v = project(w_q), project(w_q if mistake == "keys_from_w_q" else w_k), project(w_v)
         if mistake == "by_sqrt_d_model":  # q k^T / sqrt(d_k) becomes q k^T / sqrt(d_model)
             q = q * math.sqrt(q.shape[-1] / x.shape[-1])
         # a right projection feeding a wrong attention (e.g. the learner's own task 2)
