@@ -36,6 +36,11 @@ CAUSAL_MISTAKES = {
     "float": "the mask must be a bool tensor (True/False), not 1.0/0.0 floats: a float mask is "
     "ADDED to the scores, so 1.0 and 0.0 would block nothing. Use dtype=torch.bool",
     "int": "the mask must be a bool tensor (True/False), not integers; use dtype=torch.bool",
+    "tril_above": "tril(1) keeps one diagonal above the main one, so query i also sees key i + 1, "
+    "the next token: the causal mask is tril() with the default diagonal=0 (key j <= query i)",
+    "additive": "that is an additive float mask (0 where allowed, -inf above the diagonal, as "
+    "nn.Transformer.generate_square_subsequent_mask makes); this course's masks are bool, True "
+    "= may attend: torch.ones(n, n, dtype=torch.bool).tril()",
 }
 
 
@@ -43,7 +48,11 @@ def wrong_causal_mask(n, *, mistake=""):
     """tril of ones, bool, with one named mistake."""
     dtype = {"float": torch.float32, "int": torch.int64}.get(mistake, torch.bool)
     ones = torch.ones(n, n, dtype=dtype)
-    mask = {"triu": ones.triu(), "no_diagonal": ones.tril(-1)}.get(mistake, ones.tril())
+    if mistake == "additive":  # 0 where allowed, -inf above the diagonal (PyTorch's float mask)
+        return torch.full((n, n), float("-inf")).triu(1)
+    mask = {"triu": ones.triu(), "no_diagonal": ones.tril(-1), "tril_above": ones.tril(1)}.get(
+        mistake, ones.tril()
+    )
     return ~mask if mistake == "inverted" else mask
 
 
@@ -119,18 +128,27 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
     """The textbook version, softmax(q k^T / sqrt(d_k) with -inf where masked) v, or one with a
     named mistake; "" leaves a fully masked row NaN (the mistake "nan_rows"), the other
     mistakes give such a row zero weights, as the task asks."""
-    return wrong_attention(
+    if mistake == "no_keepdim":  # the finite-row guard from mask.any(-1) without keepdim=True
+        scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf"))
+        weights = scores.masked_fill(~mask.any(-1), 0.0).softmax(-1).masked_fill(~mask, 0.0)
+        return weights @ v, weights
+    output, weights = wrong_attention(
         q,
         k,
         v,
         mask,
         scale={"unscaled": 1, "scaled_by_d_v": v.shape[-1]}.get(mistake),
-        fill={"fill_zero": 0.0, "large_negative": -1e9}.get(mistake, float("-inf")),
+        fill={"fill_zero": 0.0, "large_negative": -1e9, "output_first": -1e9}.get(
+            mistake, float("-inf")
+        ),
         dim=-2 if mistake == "softmax_over_queries" else -1,
         inverted=mistake == "inverted",
         zero_after=mistake == "zero_after",
         nan_to_zero=mistake in ("inverted", "unscaled", "scaled_by_d_v", "softmax_over_queries"),
     )
+    if mistake == "output_first":  # uniform rows already multiplied into the output
+        weights = weights.masked_fill(~mask, 0.0)
+    return output, weights
 
 
 def _right_output(out, q, k, v, mask) -> bool:
@@ -155,6 +173,12 @@ ATTENTION_MISTAKES = {
     "softmax_over_queries": "the softmax runs over the keys, the last axis (dim=-1) of the "
     "(..., n_q, n_k) scores, so that each query's weights sum to 1; over dim=-2 each key's "
     "column sums to 1 instead",
+    "output_first": "the weights of a fully masked row are zero, but the output was computed "
+    "before they were: two right steps in the wrong order. Fix the weights first (zero for a "
+    "row with no allowed key), then output = weights @ v",
+    "no_keepdim": "mask.any(dim=-1) drops the key axis, so it no longer lines up with the "
+    "(..., n_q, n_k) scores: mask.any(dim=-1, keepdim=True) is (..., n_q, 1), one flag per "
+    "query row",
 }
 
 
@@ -263,10 +287,8 @@ def _prefix_variant(ids, prefix_lengths, pad_id, *, mistake=""):
     allowed = (in_prefix & causal) if mistake == "and" else (in_prefix | causal)
     if mistake == "no_padding":
         return allowed
-    real = (
-        (ids != pad_id)[:, :, None] if mistake == "padding_on_queries" else (ids != pad_id)[:, None]
-    )
-    return allowed & real
+    real = ids != (0 if mistake == "pad_zero" else pad_id)  # (batch, seq)
+    return allowed & (real[:, :, None] if mistake == "padding_on_queries" else real[:, None])
 
 
 PREFIX_MISTAKES = {
@@ -286,7 +308,10 @@ PREFIX_MISTAKES = {
     "sees every later key (the text it must predict); what is bidirectional is the prefix's keys: "
     "query i may attend key j when j < P or j <= i",
     "padding_on_queries": "the padding mask belongs on the key axis (the last one): (ids != "
-    "pad_id) of shape (batch, 1, seq), not (batch, seq, 1)",
+    "pad_id) of shape (batch, 1, seq), not (batch, seq, 1), neither instead nor as well: a "
+    "padded query keeps the keys the prefix and causal rule give it",
+    "pad_zero": "the padding is compared with 0; compare the ids with the pad_id argument "
+    "(ids != pad_id), which need not be 0",
     "no_prefix": "that is the causal mask with padding; inside its prefix a row is bidirectional: "
     "every query may attend every key j < prefix_lengths[b]",
 }
