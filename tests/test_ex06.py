@@ -262,6 +262,28 @@ def _cross_attention_transposing_axes_1_2(x, memory, w_q, w_k, w_v, memory_mask=
     return weights @ v, weights
 
 
+def _cross_attention_zeroing_after_softmax(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    weights = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).softmax(dim=-1)
+    if memory_mask is not None:
+        weights = weights * memory_mask  # blocked keys get 0, but the rows no longer sum to 1
+    return weights @ v, weights
+
+
+def _pool(slip):
+    def attention_pool(x, queries, w_k, w_v, mask=None):
+        k, v = x @ w_k, x @ w_v
+        scores = queries @ k.transpose(-2, -1) / k.shape[-1] ** 0.5  # (batch, num_queries, n)
+        if mask is not None and slip == "fill 0":
+            scores = scores.masked_fill(~mask[:, None, :], 0.0)
+        weights = scores.softmax(dim=-1)
+        if mask is not None and slip == "zeroed after softmax":
+            weights = weights.masked_fill(~mask[:, None, :], 0.0)
+        return weights @ v, weights
+
+    return attention_pool
+
+
 class _SublayerNormalisingTheAttention(nn.Module):
     def __init__(self, d_model, num_heads, norm_first=False):
         super().__init__()
@@ -279,6 +301,9 @@ class _SublayerNormalisingTheAttention(nn.Module):
     [
         ("ex06.cross_attention", _cross_attention_transposing_axes_1_2, "k.transpose(-2, -1)"),
         ("ex06.CrossAttentionSublayer", _SublayerNormalisingTheAttention, "attention's output"),
+        ("ex06.cross_attention", _cross_attention_zeroing_after_softmax, "AFTER the softmax"),
+        ("ex06.attention_pool", _pool("fill 0"), "exp(0) = 1"),
+        ("ex06.attention_pool", _pool("zeroed after softmax"), "AFTER the softmax"),
     ],
 )
 def test_a_learners_slip_fails_the_notebook_check_with_its_own_hint(task_id, learner, words):

@@ -132,6 +132,10 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
         scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf"))
         weights = scores.masked_fill(~mask.any(-1), 0.0).softmax(-1).masked_fill(~mask, 0.0)
         return weights @ v, weights
+    if mistake == "no_max":  # a softmax by hand, exp / (sum + eps), without the max subtracted
+        e = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf")).exp()
+        weights = e / (e.sum(-1, keepdim=True) + 1e-9)
+        return weights @ v, weights
     output, weights = wrong_attention(
         q,
         k,
@@ -176,6 +180,9 @@ ATTENTION_MISTAKES = {
     "output_first": "the weights of a fully masked row are zero, but the output was computed "
     "before they were: two right steps in the wrong order. Fix the weights first (zero for a "
     "row with no allowed key), then output = weights @ v",
+    "no_max": "exp of a score near 200 overflows float32 to inf, and inf / inf is NaN: "
+    "subtract each row's maximum before exp (as your softmax of exercise 02 does), or use that "
+    "softmax",
     "no_keepdim": "mask.any(dim=-1) drops the key axis, so it no longer lines up with the "
     "(..., n_q, n_k) scores: mask.any(dim=-1, keepdim=True) is (..., n_q, 1), one flag per "
     "query row",
@@ -219,6 +226,10 @@ class MaskedAttention(Task):
             Case("float64, padding & causal combined (2, 5, 5), lengths [5, 3]",
                  (*randns(gen, (2, 5, 8), (2, 5, 8), (2, 5, 3), dtype=f64),
                   lengths_mask([5, 3], 5) & torch.ones(5, 5, dtype=torch.bool).tril())),
+            Case("large scores: q, k (2, 4, 4) near 10, so every score is about 200 (exp(200) "
+                 "overflows float32), v (2, 4, 4), causal mask (4, 4)",
+                 (*(10.0 + t for t in randns(gen, (2, 4, 4), (2, 4, 4))), randns(gen, (2, 4, 4))[0],
+                  causal4)),
         ]  # fmt: skip
 
     def call(self, obj, case):

@@ -32,6 +32,8 @@ CROSS_MISTAKES = {
     "of the queries and keys (w_q.shape[1])",
     "scaled_by_d_model": "divide by sqrt(d_k), the size of the queries and keys "
     "(w_q.shape[1]), not by sqrt(d_model), the size of x: here they differ",
+    "zero_after": "you zeroed the masked weights AFTER the softmax, so the rows no longer sum "
+    "to 1: fill the masked SCORES with -inf before the softmax",
     "transpose_1_2": "k.transpose(1, 2) swaps the last two axes only when k is 3-D; with extra "
     "batch dimensions it moves a batch axis instead: use k.transpose(-2, -1)",
 }
@@ -56,6 +58,7 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
         fill=0.0 if mistake == "masked_with_zero" else float("-inf"),
         dim=-2 if mistake == "softmax_over_queries" else -1,
         inverted=mistake == "mask_inverted",
+        zero_after=mistake == "zero_after",
         nan_to_zero=True,
     )
 
@@ -275,8 +278,10 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
         x @ w_v,
         mask,
         scale=scale,
+        fill=0.0 if mistake == "fill_zero" else float("-inf"),
         dim=-2 if mistake == "softmax_over_queries" else -1,
         inverted=mistake == "mask_inverted",
+        zero_after=mistake == "zero_after",
     )
 
 
@@ -294,6 +299,10 @@ POOL_MISTAKES = {
     "sqrt(d_model), the size of x",
     "mask_inverted": "the mask is inverted: True = a real token, which may be attended to; block "
     "the positions where the mask is False (~mask)",
+    "fill_zero": "you filled the scores of padded tokens with 0, but exp(0) = 1: they still get "
+    "weight. Fill them with float('-inf') before the softmax",
+    "zero_after": "you zeroed the weights of padded tokens AFTER the softmax, so the weights no "
+    "longer sum to 1: fill their SCORES with -inf before the softmax",
 }
 
 
