@@ -502,11 +502,8 @@ class _LearnerMHA(nn.Module):
         return x.view(batch, seq, self.num_heads, self.d_head).permute(0, 2, 1, 3)
 
     def forward(self, query, key, value, mask=None):
-        q, k, v = (
-            self.split(self.q_proj(query)),
-            self.split(self.k_proj(key)),
-            self.split(self.v_proj(value)),
-        )
+        q, k = self.split(self.q_proj(query)), self.split(self.k_proj(key))
+        v = self.split(self.v_proj(key if self.slip == "values from key" else value))
         scores = q @ k.transpose(-1, -2) / self.d_head**0.5
         if mask is not None:
             if mask.dim() == 3 and self.slip != "mask not unsqueezed":
@@ -536,8 +533,8 @@ def _learner_gqa(slip):
         num_heads, num_kv_heads = q.shape[1], k.shape[1]
         if num_heads % num_kv_heads:
             raise ValueError("num_heads must be a multiple of num_kv_heads")
-        k = k.repeat_interleave(num_heads // num_kv_heads, dim=1)
-        v = v.repeat_interleave(num_heads // num_kv_heads, dim=1)
+        times = num_kv_heads if slip == "repeated num_kv_heads times" else num_heads // num_kv_heads
+        k, v = k.repeat_interleave(times, dim=1), v.repeat_interleave(times, dim=1)
         scores = q @ k.transpose(-2, -1)
         if slip != "no scale":
             scores = scores / math.sqrt(v.shape[-1] if slip == "scaled by d_v" else q.shape[-1])
@@ -558,6 +555,12 @@ def _learner_gqa(slip):
         ("ex03.MultiHeadAttention", _learner_mha("fill 0"), "exp(0) = 1"),
         ("ex03.MultiHeadAttention", _learner_mha("zeroed after softmax"), "AFTER the softmax"),
         ("ex03.MultiHeadAttention", _learner_mha("mask not unsqueezed"), "an axis for the heads"),
+        ("ex03.MultiHeadAttention", _learner_mha("values from key"), "v_proj(value)"),
+        (
+            "ex03.grouped_query_attention",
+            _learner_gqa("repeated num_kv_heads times"),
+            "group = num_heads // num_kv_heads times",
+        ),
         ("ex03.grouped_query_attention", _learner_gqa("scaled by d_v"), "divided by sqrt(d_v)"),
         ("ex03.grouped_query_attention", _learner_gqa("no scale"), "divide the scores by sqrt"),
         ("ex03.grouped_query_attention", _learner_gqa("mask ignored"), "the mask is ignored"),

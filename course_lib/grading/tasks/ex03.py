@@ -124,7 +124,9 @@ class _WrongMultiHeadAttention(nn.Module):
         mistake = self.mistake
         q = self._split(self.q_proj(query))  # (batch, heads, n_q, d_head)
         k = self._split(self.k_proj(key))  # (batch, heads, n_k, d_head)
-        v_full = self.v_proj(value)  # (batch, n_k, d_model)
+        v_full = self.v_proj(
+            key if mistake == "values_from_key" else value
+        )  # (batch, n_k, d_model)
         v = self._split(v_full)  # (batch, heads, n_k, d_head)
         if mask is not None and mask.dim() == 3 and mistake != "mask_not_unsqueezed":
             mask = mask.unsqueeze(1)  # (batch, 1, n_q or 1, n_k): the same for every head
@@ -218,6 +220,8 @@ class MultiHeadAttentionTask(ModuleTask):
         "mask_not_unsqueezed": "a (batch, n_q or 1, n_k) mask must get an axis for the heads "
         "before it meets the (batch, num_heads, n_q, n_k) scores: mask.unsqueeze(1) (a 2-D "
         "(n_q, n_k) mask broadcasts as it is)",
+        "values_from_key": "the values are projected from `key`; they come from `value`: v = "
+        "v_proj(value) (in self-attention the two are the same tensor, in cross-attention not)",
     }
 
     def cases(self, gen):
@@ -317,6 +321,8 @@ class GroupedQueryAttentionTask(Task):
         "(heads 0..group-1 share kv head 0), which is repeat_interleave(group, dim=1); "
         ".repeat(1, group, 1, 1) tiles the kv heads, so head h gets kv head h % num_kv_heads",
         "scaled_by_d_v": D_V_SCALE_HINT,
+        "repeat_by_kv_heads": "each kv head is repeated num_kv_heads times; it must be repeated "
+        "group = num_heads // num_kv_heads times, so that there are num_heads of them",
         "no_scale": "divide the scores by sqrt(d_head), the size of the queries and keys, "
         "before the softmax, as in your MultiHeadAttention",
         "mask_ignored": "the mask is ignored: where it is False the scores must become -inf "
@@ -334,6 +340,8 @@ class GroupedQueryAttentionTask(Task):
             k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
         elif mistake == "seq_axis":  # repeated along the keys, not the heads
             k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+        elif mistake == "repeat_by_kv_heads":  # num_kv_heads copies instead of group
+            k, v = k.repeat_interleave(num_kv_heads, 1), v.repeat_interleave(num_kv_heads, 1)
         else:
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         return wrong_attention(
