@@ -494,6 +494,8 @@ class _LearnerMHA(nn.Module):
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        if self.slip == "one layer for q, k and v":
+            self.q_proj = self.k_proj = self.v_proj = nn.Linear(d_model, d_model, bias=bias)
 
     def split(self, x):
         batch, seq, _ = x.shape
@@ -556,6 +558,7 @@ def _learner_gqa(slip):
         ("ex03.MultiHeadAttention", _learner_mha("zeroed after softmax"), "AFTER the softmax"),
         ("ex03.MultiHeadAttention", _learner_mha("mask not unsqueezed"), "an axis for the heads"),
         ("ex03.MultiHeadAttention", _learner_mha("values from key"), "v_proj(value)"),
+        ("ex03.MultiHeadAttention", _learner_mha("one layer for q, k and v"), "one and the same"),
         (
             "ex03.grouped_query_attention",
             _learner_gqa("repeated num_kv_heads times"),

@@ -112,6 +112,8 @@ class _WrongMultiHeadAttention(nn.Module):
         self.num_heads, self.d_head = num_heads, d_model // num_heads
         for name in PROJECTIONS:
             setattr(self, name, nn.Linear(d_model, d_model, bias=bias))
+        if self.mistake == "shared_projections":  # q_proj = k_proj = v_proj = nn.Linear(...)
+            self.k_proj = self.v_proj = self.q_proj
 
     def _split(self, x: Tensor) -> Tensor:
         batch, seq, _ = x.shape
@@ -220,6 +222,9 @@ class MultiHeadAttentionTask(ModuleTask):
         "mask_not_unsqueezed": "a (batch, n_q or 1, n_k) mask must get an axis for the heads "
         "before it meets the (batch, num_heads, n_q, n_k) scores: mask.unsqueeze(1) (a 2-D "
         "(n_q, n_k) mask broadcasts as it is)",
+        "shared_projections": "q_proj, k_proj and v_proj are one and the same layer (q = k = v = "
+        "nn.Linear(...) makes one module with three names, so they share their weights): create "
+        "a separate nn.Linear for each projection",
         "values_from_key": "the values are projected from `key`; they come from `value`: v = "
         "v_proj(value) (in self-attention the two are the same tensor, in cross-attention not)",
     }
