@@ -541,7 +541,8 @@ def _learner_gqa(slip):
         if slip != "no scale":
             scores = scores / math.sqrt(v.shape[-1] if slip == "scaled by d_v" else q.shape[-1])
         if mask is not None and slip != "mask ignored":
-            scores = scores.masked_fill(mask if slip == "mask inverted" else ~mask, float("-inf"))
+            fill = 0.0 if slip == "fill 0" else float("-inf")
+            scores = scores.masked_fill(mask if slip == "mask inverted" else ~mask, fill)
         weights = scores.softmax(dim=-1)
         return weights @ v, weights
 
@@ -568,6 +569,7 @@ def _learner_gqa(slip):
         ("ex03.grouped_query_attention", _learner_gqa("no scale"), "divide the scores by sqrt"),
         ("ex03.grouped_query_attention", _learner_gqa("mask ignored"), "the mask is ignored"),
         ("ex03.grouped_query_attention", _learner_gqa("mask inverted"), "the other way round"),
+        ("ex03.grouped_query_attention", _learner_gqa("fill 0"), "exp(0) = 1"),
     ],
 )
 def test_a_learners_slip_fails_the_notebook_check_with_its_own_hint(task_id, learner, words):

@@ -334,6 +334,8 @@ class GroupedQueryAttentionTask(Task):
         "before the softmax (scores.masked_fill(~mask, float('-inf')))",
         "mask_inverted": "your mask is read the other way round: True means 'may attend', so "
         "fill the scores with -inf where the mask is False (~mask)",
+        "fill_zero": "you filled the masked scores with 0, but exp(0) = 1: blocked keys still get "
+        "weight. Fill them with float('-inf') before the softmax",
     }
 
     def wrong(self, q, k, v, mask=None, *, mistake):
@@ -355,6 +357,7 @@ class GroupedQueryAttentionTask(Task):
             v,
             None if mistake == "mask_ignored" else mask,
             scale={"scaled_by_d_v": v.shape[-1], "no_scale": 1}.get(mistake),
+            fill=0.0 if mistake == "fill_zero" else float("-inf"),
             inverted=mistake == "mask_inverted",
         )
 
