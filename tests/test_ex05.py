@@ -286,6 +286,16 @@ def _prefix_lm(pad_id_used=None):
     return prefix_lm_mask
 
 
+def _prefix_lm_one_axis_short(ids, prefix_lengths, pad_id):
+    seq = ids.shape[1]
+    if (prefix_lengths < 0).any() or (prefix_lengths > seq).any():
+        raise ValueError("prefix_lengths must lie in [0, seq]")
+    keys = torch.arange(seq)
+    in_prefix = keys < prefix_lengths[:, None]  # (batch, seq): one None short
+    causal = keys[None, :] <= keys[:, None]  # (seq, seq)
+    return (in_prefix | causal) & (ids != pad_id)[:, None, :]
+
+
 def _prefix_lm_padding_on_both_axes(ids, prefix_lengths, pad_id):
     real = ids != pad_id
     return _prefix_lm()(ids, prefix_lengths, pad_id) & real[:, :, None]
@@ -308,6 +318,7 @@ def _attention_softmax_by_hand_without_max(q, k, v, mask):
         ("ex05.masked_attention", _attention_output_before_zeroing, "two right steps"),
         ("ex05.masked_attention", _attention_any_without_keepdim, "keepdim=True"),
         ("ex05.prefix_lm_mask", _prefix_lm(pad_id_used=0), "compared with 0"),
+        ("ex05.prefix_lm_mask", _prefix_lm_one_axis_short, "prefix_lengths[:, None, None]"),
         ("ex05.prefix_lm_mask", _prefix_lm_padding_on_both_axes, "neither instead nor as well"),
     ],
 )

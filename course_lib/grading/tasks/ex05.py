@@ -292,6 +292,7 @@ def _prefix_variant(ids, prefix_lengths, pad_id, *, mistake=""):
         "one_short": j < p - 1,
         "first_row": j < prefix_lengths[0],  # every row gets the first row's prefix
         "queries": i < p,  # a query in the prefix sees every key, also the future
+        "one_axis_short": j < prefix_lengths[:, None],  # (batch, seq): meets (seq, seq) badly
         "no_prefix": torch.zeros(1, 1, 1, dtype=torch.bool),
     }.get(mistake, j < p)
     causal = (j < i) if mistake == "no_diagonal" else (j <= i)
@@ -321,6 +322,9 @@ PREFIX_MISTAKES = {
     "padding_on_queries": "the padding mask belongs on the key axis (the last one): (ids != "
     "pad_id) of shape (batch, 1, seq), not (batch, seq, 1), neither instead nor as well: a "
     "padded query keeps the keys the prefix and causal rule give it",
+    "one_axis_short": "prefix_lengths[:, None] is (batch, 1), so key < P gives a (batch, seq) "
+    "mask, which does not line up with the (seq, seq) causal one: give P a query axis as well, "
+    "prefix_lengths[:, None, None] of shape (batch, 1, 1)",
     "pad_zero": "the padding is compared with 0; compare the ids with the pad_id argument "
     "(ids != pad_id), which need not be 0",
     "no_prefix": "that is the causal mask with padding; inside its prefix a row is bidirectional: "
