@@ -505,6 +505,9 @@ class _LearnerMHA(nn.Module):
 
     def forward(self, query, key, value, mask=None):
         q, k = self.split(self.q_proj(query)), self.split(self.k_proj(key))
+        if self.slip == "keys split by n_q":  # the query's length used for the keys too
+            batch, n_q = query.shape[:2]
+            k = self.k_proj(key).view(batch, n_q, self.num_heads, self.d_head).transpose(1, 2)
         v = self.split(self.v_proj(key if self.slip == "values from key" else value))
         scores = q @ k.transpose(-1, -2) / self.d_head**0.5
         if mask is not None:
@@ -559,6 +562,7 @@ def _learner_gqa(slip):
         ("ex03.MultiHeadAttention", _learner_mha("zeroed after softmax"), "AFTER the softmax"),
         ("ex03.MultiHeadAttention", _learner_mha("mask not unsqueezed"), "an axis for the heads"),
         ("ex03.MultiHeadAttention", _learner_mha("values from key"), "v_proj(value)"),
+        ("ex03.MultiHeadAttention", _learner_mha("keys split by n_q"), "their own length n_k"),
         ("ex03.MultiHeadAttention", _learner_mha("one layer for q, k and v"), "one and the same"),
         (
             "ex03.grouped_query_attention",

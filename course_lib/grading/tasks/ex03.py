@@ -115,8 +115,9 @@ class _WrongMultiHeadAttention(nn.Module):
         if self.mistake == "shared_projections":  # q_proj = k_proj = v_proj = nn.Linear(...)
             self.k_proj = self.v_proj = self.q_proj
 
-    def _split(self, x: Tensor) -> Tensor:
+    def _split(self, x: Tensor, n_q: int = 0) -> Tensor:
         batch, seq, _ = x.shape
+        seq = n_q if self.mistake == "keys_split_by_n_q" and n_q else seq  # the query's length
         if self.mistake == "split_no_transpose":  # tokens mixed, as in split_heads
             return x.reshape(batch, self.num_heads, seq, self.d_head)
         return x.reshape(batch, seq, self.num_heads, self.d_head).transpose(1, 2)
@@ -125,7 +126,7 @@ class _WrongMultiHeadAttention(nn.Module):
         batch, n_q, d_model = query.shape
         mistake = self.mistake
         q = self._split(self.q_proj(query))  # (batch, heads, n_q, d_head)
-        k = self._split(self.k_proj(key))  # (batch, heads, n_k, d_head)
+        k = self._split(self.k_proj(key), n_q)  # (batch, heads, n_k, d_head)
         v_full = self.v_proj(
             key if mistake == "values_from_key" else value
         )  # (batch, n_k, d_model)
@@ -225,6 +226,9 @@ class MultiHeadAttentionTask(ModuleTask):
         "shared_projections": "q_proj, k_proj and v_proj are one and the same layer (q = k = v = "
         "nn.Linear(...) makes one module with three names, so they share their weights): create "
         "a separate nn.Linear for each projection",
+        "keys_split_by_n_q": "the keys were split into heads with the query length n_q; key and "
+        "value have their own length n_k = key.shape[1], which may differ: split each tensor by "
+        "its own shape",
         "values_from_key": "the values are projected from `key`; they come from `value`: v = "
         "v_proj(value) (in self-attention the two are the same tensor, in cross-attention not)",
     }
