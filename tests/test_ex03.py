@@ -511,7 +511,9 @@ class _LearnerMHA(nn.Module):
         v = self.split(self.v_proj(key if self.slip == "values from key" else value))
         scores = q @ k.transpose(-1, -2) / self.d_head**0.5
         if mask is not None:
-            if mask.dim() == 3 and self.slip != "mask not unsqueezed":
+            if self.slip == "mask always unsqueezed" or (
+                mask.dim() == 3 and self.slip != "mask not unsqueezed"
+            ):
                 mask = mask[:, None]
             if self.slip == "fill 0":
                 scores = scores.masked_fill(mask == 0, 0.0)
@@ -562,6 +564,7 @@ def _learner_gqa(slip):
         ("ex03.MultiHeadAttention", _learner_mha("zeroed after softmax"), "AFTER the softmax"),
         ("ex03.MultiHeadAttention", _learner_mha("mask not unsqueezed"), "an axis for the heads"),
         ("ex03.MultiHeadAttention", _learner_mha("values from key"), "v_proj(value)"),
+        ("ex03.MultiHeadAttention", _learner_mha("mask always unsqueezed"), "already broadcasts"),
         ("ex03.MultiHeadAttention", _learner_mha("keys split by n_q"), "their own length n_k"),
         ("ex03.MultiHeadAttention", _learner_mha("one layer for q, k and v"), "one and the same"),
         (

@@ -131,7 +131,8 @@ class _WrongMultiHeadAttention(nn.Module):
             key if mistake == "values_from_key" else value
         )  # (batch, n_k, d_model)
         v = self._split(v_full)  # (batch, heads, n_k, d_head)
-        if mask is not None and mask.dim() == 3 and mistake != "mask_not_unsqueezed":
+        unsqueeze = mask is not None and (mask.dim() == 3 or mistake == "always_unsqueezed")
+        if unsqueeze and mistake != "mask_not_unsqueezed":
             mask = mask.unsqueeze(1)  # (batch, 1, n_q or 1, n_k): the same for every head
         heads, weights = wrong_attention(
             q,
@@ -229,6 +230,8 @@ class MultiHeadAttentionTask(ModuleTask):
         "keys_split_by_n_q": "the keys were split into heads with the query length n_q; key and "
         "value have their own length n_k = key.shape[1], which may differ: split each tensor by "
         "its own shape",
+        "always_unsqueezed": "a 2-D (n_q, n_k) mask already broadcasts over batch and heads; "
+        "unsqueeze(1) only a 3-D (batch, n_q or 1, n_k) mask (if mask.dim() == 3)",
         "values_from_key": "the values are projected from `key`; they come from `value`: v = "
         "v_proj(value) (in self-attention the two are the same tensor, in cross-attention not)",
     }
