@@ -470,3 +470,116 @@ def test_multi_head_attention_that_takes_keys_from_the_query_when_shapes_match_f
     result = check_result("ex03.MultiHeadAttention", KeysFromQuery)
     assert result.status == "failed", result.feedback
     assert "as many keys as queries" in result.feedback, result.feedback
+
+
+# ---- #33: slips a learner makes, written as a learner would; each gets its own hint ---------
+
+
+def _split_transposed_first(x, num_heads):
+    batch, seq, d_model = x.shape
+    if d_model % num_heads:
+        raise ValueError("d_model must be divisible by num_heads")
+    return x.transpose(1, 2).reshape(batch, num_heads, seq, d_model // num_heads)
+
+
+class _LearnerMHA(nn.Module):
+    """A learner's module; `slip` names the one thing it gets wrong."""
+
+    slip = ""
+
+    def __init__(self, d_model, num_heads, bias=True):
+        super().__init__()
+        self.num_heads, self.d_head = num_heads, d_model // num_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        if self.slip == "one layer for q, k and v":
+            self.q_proj = self.k_proj = self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def split(self, x):
+        batch, seq, _ = x.shape
+        if self.slip == "split without transpose":
+            return x.view(batch, self.num_heads, seq, self.d_head)
+        return x.view(batch, seq, self.num_heads, self.d_head).permute(0, 2, 1, 3)
+
+    def forward(self, query, key, value, mask=None):
+        q, k = self.split(self.q_proj(query)), self.split(self.k_proj(key))
+        if self.slip == "keys split by n_q":  # the query's length used for the keys too
+            batch, n_q = query.shape[:2]
+            k = self.k_proj(key).view(batch, n_q, self.num_heads, self.d_head).transpose(1, 2)
+        v = self.split(self.v_proj(key if self.slip == "values from key" else value))
+        scores = q @ k.transpose(-1, -2) / self.d_head**0.5
+        if mask is not None:
+            if self.slip == "mask always unsqueezed" or (
+                mask.dim() == 3 and self.slip != "mask not unsqueezed"
+            ):
+                mask = mask[:, None]
+            if self.slip == "fill 0":
+                scores = scores.masked_fill(mask == 0, 0.0)
+            elif self.slip != "zeroed after softmax":
+                scores = scores.masked_fill(mask == 0, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        if mask is not None and self.slip == "zeroed after softmax":
+            weights = weights * mask
+        heads = weights @ v  # (batch, heads, n_q, d_head)
+        batch, n_q = query.shape[:2]
+        if self.slip == "merge without transpose":
+            merged = heads.reshape(batch, n_q, -1)
+        else:
+            merged = heads.transpose(1, 2).reshape(batch, n_q, -1)
+        return self.out_proj(merged), weights
+
+
+def _learner_mha(slip):
+    return type("MultiHeadAttention", (_LearnerMHA,), {"slip": slip})
+
+
+def _learner_gqa(slip):
+    def grouped_query_attention(q, k, v, mask=None):
+        num_heads, num_kv_heads = q.shape[1], k.shape[1]
+        if num_heads % num_kv_heads:
+            raise ValueError("num_heads must be a multiple of num_kv_heads")
+        times = num_kv_heads if slip == "repeated num_kv_heads times" else num_heads // num_kv_heads
+        k, v = k.repeat_interleave(times, dim=1), v.repeat_interleave(times, dim=1)
+        scores = q @ k.transpose(-2, -1)
+        if slip != "no scale":
+            scores = scores / math.sqrt(v.shape[-1] if slip == "scaled by d_v" else q.shape[-1])
+        if mask is not None and slip != "mask ignored":
+            fill = 0.0 if slip == "fill 0" else float("-inf")
+            scores = scores.masked_fill(mask if slip == "mask inverted" else ~mask, fill)
+        weights = scores.softmax(dim=-1)
+        return weights @ v, weights
+
+    return grouped_query_attention
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex03.split_heads", _split_transposed_first, "the two steps are in the wrong order"),
+        ("ex03.MultiHeadAttention", _learner_mha("split without transpose"), "split by a reshape"),
+        ("ex03.MultiHeadAttention", _learner_mha("merge without transpose"), "merged by a reshape"),
+        ("ex03.MultiHeadAttention", _learner_mha("fill 0"), "exp(0) = 1"),
+        ("ex03.MultiHeadAttention", _learner_mha("zeroed after softmax"), "AFTER the softmax"),
+        ("ex03.MultiHeadAttention", _learner_mha("mask not unsqueezed"), "an axis for the heads"),
+        ("ex03.MultiHeadAttention", _learner_mha("values from key"), "v_proj(value)"),
+        ("ex03.MultiHeadAttention", _learner_mha("mask always unsqueezed"), "already broadcasts"),
+        ("ex03.MultiHeadAttention", _learner_mha("keys split by n_q"), "their own length n_k"),
+        ("ex03.MultiHeadAttention", _learner_mha("one layer for q, k and v"), "one and the same"),
+        (
+            "ex03.grouped_query_attention",
+            _learner_gqa("repeated num_kv_heads times"),
+            "group = num_heads // num_kv_heads times",
+        ),
+        ("ex03.grouped_query_attention", _learner_gqa("scaled by d_v"), "divided by sqrt(d_v)"),
+        ("ex03.grouped_query_attention", _learner_gqa("no scale"), "divide the scores by sqrt"),
+        ("ex03.grouped_query_attention", _learner_gqa("mask ignored"), "the mask is ignored"),
+        ("ex03.grouped_query_attention", _learner_gqa("mask inverted"), "the other way round"),
+        ("ex03.grouped_query_attention", _learner_gqa("fill 0"), "exp(0) = 1"),
+    ],
+)
+def test_a_learners_slip_fails_the_notebook_check_with_its_own_hint(task_id, learner, words):
+    result = check_result(task_id, learner)
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert words in result.feedback, result.feedback

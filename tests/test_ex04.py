@@ -585,3 +585,59 @@ def test_rope_that_writes_into_x_is_told_so_first():
 
     result = check_result("ex04.apply_rope", in_place)
     assert result.status == "failed" and "changed its input `x` in place" in result.feedback
+
+
+# ---- #33: slips a learner makes, written as a learner would; each gets its own hint ---------
+
+
+def _sinusoid_from_the_blog(seq_len, d_model):
+    # the loop of a popular blog post: i steps over the even columns, and 2 * i is used again
+    if d_model % 2:
+        raise ValueError("d_model must be even")
+    pe = torch.zeros(seq_len, d_model)
+    for pos in range(seq_len):
+        for i in range(0, d_model, 2):
+            pe[pos, i] = math.sin(pos / (10000 ** ((2 * i) / d_model)))
+            pe[pos, i + 1] = math.cos(pos / (10000 ** ((2 * (i + 1)) / d_model)))
+    return pe
+
+
+def _rope(seq_axis=-2, raise_on_odd=True, half=False):
+    def apply_rope(x, positions=None):
+        d = x.shape[-1]
+        if raise_on_odd and d % 2:
+            raise ValueError("the last dimension must be even")
+        if positions is None:
+            positions = torch.arange(x.shape[seq_axis])
+        frequencies = 1.0 / 10000 ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+        angles = positions[:, None].double() * frequencies  # (seq, d / 2)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        if half:
+            x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+            return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+
+    return apply_rope
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex04.sinusoidal_positional_encoding", _sinusoid_from_the_blog, "a well-known blog"),
+        ("ex04.apply_rope", _rope(seq_axis=1), "x.shape[1] is seq only"),
+        ("ex04.apply_rope_half", _rope(seq_axis=1, half=True), "x.shape[1] is seq only"),
+    ],
+)
+def test_a_learners_slip_fails_the_notebook_check_with_its_own_hint(task_id, learner, words):
+    result = check_result(task_id, learner)
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert words in result.feedback, result.feedback
+
+
+def test_an_odd_d_without_a_valueerror_is_not_sent_to_the_positions_hint():
+    # it raised RuntimeError on the odd case and was told about positions=None (misleading)
+    result = check_result("ex04.apply_rope", _rope(raise_on_odd=False))
+    assert result.status == "failed", result.feedback
+    assert "expected a ValueError" in result.feedback, result.feedback
+    assert "positions=None" not in result.feedback.split("raised", 1)[1], result.feedback

@@ -244,3 +244,85 @@ def test_a_mask_built_from_lengths_fails_on_left_padding():
 
     result = check_result("ex05.padding_mask", from_lengths)
     assert result.status == "failed" and "assumes the padding comes last" in result.feedback
+
+
+# ---- #33: slips a learner makes, written as a learner would; each gets its own hint ---------
+
+
+def _causal_tril_1(n):
+    return torch.tril(torch.ones(n, n, dtype=torch.bool), diagonal=1)
+
+
+def _causal_additive(n):
+    return torch.triu(torch.full((n, n), float("-inf")), diagonal=1)
+
+
+def _attention_output_before_zeroing(q, k, v, mask):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    weights = torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1)
+    output = weights @ v
+    weights = weights.masked_fill(~mask, 0.0)  # too late for the output
+    return output, weights
+
+
+def _attention_any_without_keepdim(q, k, v, mask):
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf"))
+    any_key = mask.any(dim=-1)
+    weights = torch.softmax(scores.masked_fill(~any_key, 0.0), dim=-1).masked_fill(~mask, 0.0)
+    return weights @ v, weights
+
+
+def _prefix_lm(pad_id_used=None):
+    def prefix_lm_mask(ids, prefix_lengths, pad_id):
+        seq = ids.shape[1]
+        if (prefix_lengths < 0).any() or (prefix_lengths > seq).any():
+            raise ValueError("prefix_lengths must lie in [0, seq]")
+        pad = pad_id if pad_id_used is None else pad_id_used
+        query, key = torch.arange(seq)[:, None], torch.arange(seq)[None, :]
+        allowed = (key < prefix_lengths[:, None, None]) | (key <= query)
+        real = ids != pad
+        return allowed & real[:, None, :]
+
+    return prefix_lm_mask
+
+
+def _prefix_lm_one_axis_short(ids, prefix_lengths, pad_id):
+    seq = ids.shape[1]
+    if (prefix_lengths < 0).any() or (prefix_lengths > seq).any():
+        raise ValueError("prefix_lengths must lie in [0, seq]")
+    keys = torch.arange(seq)
+    in_prefix = keys < prefix_lengths[:, None]  # (batch, seq): one None short
+    causal = keys[None, :] <= keys[:, None]  # (seq, seq)
+    return (in_prefix | causal) & (ids != pad_id)[:, None, :]
+
+
+def _prefix_lm_padding_on_both_axes(ids, prefix_lengths, pad_id):
+    real = ids != pad_id
+    return _prefix_lm()(ids, prefix_lengths, pad_id) & real[:, :, None]
+
+
+def _attention_softmax_by_hand_without_max(q, k, v, mask):
+    # exp / (sum + eps) gives an empty row zeros, but exp(200) is inf in float32: it passed
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf"))
+    e = scores.exp()
+    weights = e / (e.sum(dim=-1, keepdim=True) + 1e-9)
+    return weights @ v, weights
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex05.masked_attention", _attention_softmax_by_hand_without_max, "overflows float32"),
+        ("ex05.causal_mask", _causal_tril_1, "tril(1) keeps one diagonal above"),
+        ("ex05.causal_mask", _causal_additive, "additive float mask"),
+        ("ex05.masked_attention", _attention_output_before_zeroing, "two right steps"),
+        ("ex05.masked_attention", _attention_any_without_keepdim, "keepdim=True"),
+        ("ex05.prefix_lm_mask", _prefix_lm(pad_id_used=0), "compared with 0"),
+        ("ex05.prefix_lm_mask", _prefix_lm_one_axis_short, "prefix_lengths[:, None, None]"),
+        ("ex05.prefix_lm_mask", _prefix_lm_padding_on_both_axes, "neither instead nor as well"),
+    ],
+)
+def test_a_learners_slip_fails_the_notebook_check_with_its_own_hint(task_id, learner, words):
+    result = check_result(task_id, learner)
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert words in result.feedback, result.feedback

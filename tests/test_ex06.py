@@ -248,3 +248,65 @@ def test_the_sublayer_is_built_right_and_alternatives_that_differ_fail():
     # a default of norm_first=True was never built (every case passed norm_first)
     pre = check_result("ex06.CrossAttentionSublayer", _sublayer(default_norm_first=True))
     assert pre.status == "failed" and "built without norm_first" in pre.feedback
+
+
+# ---- #33: slips a learner makes, written as a learner would; each gets its own hint ---------
+
+
+def _cross_attention_transposing_axes_1_2(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    scores = q @ k.transpose(1, 2) / q.shape[-1] ** 0.5
+    if memory_mask is not None:
+        scores = scores.masked_fill(~memory_mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+def _cross_attention_zeroing_after_softmax(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    weights = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).softmax(dim=-1)
+    if memory_mask is not None:
+        weights = weights * memory_mask  # blocked keys get 0, but the rows no longer sum to 1
+    return weights @ v, weights
+
+
+def _pool(slip):
+    def attention_pool(x, queries, w_k, w_v, mask=None):
+        k, v = x @ w_k, x @ w_v
+        scores = queries @ k.transpose(-2, -1) / k.shape[-1] ** 0.5  # (batch, num_queries, n)
+        if mask is not None and slip == "fill 0":
+            scores = scores.masked_fill(~mask[:, None, :], 0.0)
+        weights = scores.softmax(dim=-1)
+        if mask is not None and slip == "zeroed after softmax":
+            weights = weights.masked_fill(~mask[:, None, :], 0.0)
+        return weights @ v, weights
+
+    return attention_pool
+
+
+class _SublayerNormalisingTheAttention(nn.Module):
+    def __init__(self, d_model, num_heads, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.attn = MultiHeadAttention(d_model, num_heads)
+        self.norm = nn.LayerNorm(d_model)
+
+    def forward(self, x, memory, memory_mask=None):
+        attended = self.attn(x, memory, memory, memory_mask)[0]
+        return x + self.norm(attended)  # "norm, then add", in both modes
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex06.cross_attention", _cross_attention_transposing_axes_1_2, "k.transpose(-2, -1)"),
+        ("ex06.CrossAttentionSublayer", _SublayerNormalisingTheAttention, "attention's output"),
+        ("ex06.cross_attention", _cross_attention_zeroing_after_softmax, "AFTER the softmax"),
+        ("ex06.attention_pool", _pool("fill 0"), "exp(0) = 1"),
+        ("ex06.attention_pool", _pool("zeroed after softmax"), "AFTER the softmax"),
+    ],
+)
+def test_a_learners_slip_fails_the_notebook_check_with_its_own_hint(task_id, learner, words):
+    result = check_result(task_id, learner)
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert words in result.feedback, result.feedback

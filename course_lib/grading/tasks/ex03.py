@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from ..core import Case, Task, register
-from .common import ModuleTask, randn
+from .common import D_V_SCALE_HINT, ModuleTask, randn, wrong_attention
 
 F64 = torch.float64
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
@@ -35,6 +35,9 @@ class SplitHeads(Task):
         "num_heads, d_head)",
         "float_d_head": _FLOAT_D_HEAD_HINT,
         "view_float_d_head": _FLOAT_D_HEAD_HINT,
+        "transpose_first": "the two steps are in the wrong order: transposing x first puts "
+        "d_model before seq, and the reshape then cuts that memory into pieces of other tokens. "
+        "Reshape to (batch, seq, num_heads, d_head) first, then transpose(1, 2)",
     }
 
     def cases(self, gen):
@@ -57,6 +60,8 @@ class SplitHeads(Task):
         d_head = d_model / num_heads if float_d_head else d_model // num_heads  # a float raises
         if mistake == "no_transpose":
             return x.reshape(batch, num_heads, seq, d_head)
+        if mistake == "transpose_first":  # transpose, then reshape: the right steps reversed
+            return x.transpose(1, 2).reshape(batch, num_heads, seq, d_head)
         if mistake == "interleaved":  # (batch, seq, d_head, heads): head h gets every h-th feature
             return x.reshape(batch, seq, d_head, num_heads).permute(0, 3, 1, 2)
         if mistake == "view_float_d_head":  # view words its error differently from reshape
@@ -107,34 +112,45 @@ class _WrongMultiHeadAttention(nn.Module):
         self.num_heads, self.d_head = num_heads, d_model // num_heads
         for name in PROJECTIONS:
             setattr(self, name, nn.Linear(d_model, d_model, bias=bias))
+        if self.mistake == "shared_projections":  # q_proj = k_proj = v_proj = nn.Linear(...)
+            self.k_proj = self.v_proj = self.q_proj
 
-    def _split(self, x: Tensor) -> Tensor:
+    def _split(self, x: Tensor, n_q: int = 0) -> Tensor:
         batch, seq, _ = x.shape
+        seq = n_q if self.mistake == "keys_split_by_n_q" and n_q else seq  # the query's length
+        if self.mistake == "split_no_transpose":  # tokens mixed, as in split_heads
+            return x.reshape(batch, self.num_heads, seq, self.d_head)
         return x.reshape(batch, seq, self.num_heads, self.d_head).transpose(1, 2)
 
     def forward(self, query, key, value, mask=None):
         batch, n_q, d_model = query.shape
-        if mask is not None and self.mistake.startswith("flipped_mask"):  # True read as blocked
-            mask = ~mask
+        mistake = self.mistake
         q = self._split(self.q_proj(query))  # (batch, heads, n_q, d_head)
-        k = self._split(self.k_proj(key))  # (batch, heads, n_k, d_head)
-        v_full = self.v_proj(value)  # (batch, n_k, d_model)
+        k = self._split(self.k_proj(key), n_q)  # (batch, heads, n_k, d_head)
+        v_full = self.v_proj(
+            key if mistake == "values_from_key" else value
+        )  # (batch, n_k, d_model)
         v = self._split(v_full)  # (batch, heads, n_k, d_head)
-        scale = {"scale_d_model": math.sqrt(d_model), "no_scale": 1.0}.get(
-            self.mistake, math.sqrt(self.d_head)
-        )
-        scores = q @ k.transpose(-2, -1) / scale  # (batch, heads, n_q, n_k)
-        if mask is not None and self.mistake != "mask_ignored":
-            if mask.dim() == 3:
-                mask = mask.unsqueeze(1)
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = scores.softmax(dim=-2 if self.mistake == "softmax_over_queries" else -1)
-        if self.mistake == "flipped_mask_through_sdpa":  # lesson 02's guard: no key -> 0
-            weights = weights.nan_to_num(0.0)
-        if self.mistake == "averaged_heads":  # one averaged map applied to the full values
+        unsqueeze = mask is not None and (mask.dim() == 3 or mistake == "always_unsqueezed")
+        if unsqueeze and mistake != "mask_not_unsqueezed":
+            mask = mask.unsqueeze(1)  # (batch, 1, n_q or 1, n_k): the same for every head
+        heads, weights = wrong_attention(
+            q,
+            k,
+            v,
+            None if mistake == "mask_ignored" else mask,
+            scale={"scale_d_model": d_model, "no_scale": 1}.get(mistake),
+            fill=0.0 if mistake == "fill_zero" else float("-inf"),
+            dim=-2 if mistake == "softmax_over_queries" else -1,
+            inverted=mistake.startswith("flipped_mask"),  # True read as blocked
+            zero_after=mistake == "zero_after",
+            nan_to_zero=mistake == "flipped_mask_through_sdpa",  # lesson 02's guard: no key -> 0
+        )  # (batch, heads, n_q, d_head), (batch, heads, n_q, n_k)
+        if mistake == "averaged_heads":  # one averaged map applied to the full values
             merged = weights.mean(dim=1) @ v_full  # (batch, n_q, d_model)
         else:
-            merged = (weights @ v).transpose(1, 2).reshape(batch, n_q, d_model)
+            heads = heads if mistake == "merge_no_transpose" else heads.transpose(1, 2)
+            merged = heads.reshape(batch, n_q, d_model)
         if self.mistake == "averaged_weights":
             weights = weights.mean(dim=1)  # (batch, n_q, n_k)
         output = merged if self.mistake == "no_out_proj" else self.out_proj(merged)
@@ -195,6 +211,29 @@ class MultiHeadAttentionTask(ModuleTask):
             "in F.scaled_dot_product_attention), so fill the scores with -inf where the mask is "
             "False (nn.MultiheadAttention's masks mean the opposite)",
         ),
+        "split_no_transpose": "the heads are split by a reshape straight to (batch, num_heads, "
+        "seq, d_head), which mixes tokens: reshape to (batch, seq, num_heads, d_head), then "
+        "transpose(1, 2) (your split_heads)",
+        "merge_no_transpose": "the heads are merged by a reshape without the transpose, which "
+        "mixes tokens: transpose(1, 2) to (batch, n_q, num_heads, d_head) first, then reshape "
+        "to (batch, n_q, d_model) (your merge_heads)",
+        "fill_zero": "you filled the masked scores with 0, but exp(0) = 1: blocked keys still get "
+        "weight. Fill them with float('-inf') before the softmax",
+        "zero_after": "you zeroed the blocked weights AFTER the softmax, so the rows no longer "
+        "sum to 1: fill the blocked SCORES with -inf before the softmax",
+        "mask_not_unsqueezed": "a (batch, n_q or 1, n_k) mask must get an axis for the heads "
+        "before it meets the (batch, num_heads, n_q, n_k) scores: mask.unsqueeze(1) (a 2-D "
+        "(n_q, n_k) mask broadcasts as it is)",
+        "shared_projections": "q_proj, k_proj and v_proj are one and the same layer (q = k = v = "
+        "nn.Linear(...) makes one module with three names, so they share their weights): create "
+        "a separate nn.Linear for each projection",
+        "keys_split_by_n_q": "the keys were split into heads with the query length n_q; key and "
+        "value have their own length n_k = key.shape[1], which may differ: split each tensor by "
+        "its own shape",
+        "always_unsqueezed": "a 2-D (n_q, n_k) mask already broadcasts over batch and heads; "
+        "unsqueeze(1) only a 3-D (batch, n_q or 1, n_k) mask (if mask.dim() == 3)",
+        "values_from_key": "the values are projected from `key`; they come from `value`: v = "
+        "v_proj(value) (in self-attention the two are the same tensor, in cross-attention not)",
     }
 
     def cases(self, gen):
@@ -293,6 +332,17 @@ class GroupedQueryAttentionTask(Task):
         "tiled": "the heads are grouped wrongly: query head h must use kv head h // group "
         "(heads 0..group-1 share kv head 0), which is repeat_interleave(group, dim=1); "
         ".repeat(1, group, 1, 1) tiles the kv heads, so head h gets kv head h % num_kv_heads",
+        "scaled_by_d_v": D_V_SCALE_HINT,
+        "repeat_by_kv_heads": "each kv head is repeated num_kv_heads times; it must be repeated "
+        "group = num_heads // num_kv_heads times, so that there are num_heads of them",
+        "no_scale": "divide the scores by sqrt(d_head), the size of the queries and keys, "
+        "before the softmax, as in your MultiHeadAttention",
+        "mask_ignored": "the mask is ignored: where it is False the scores must become -inf "
+        "before the softmax (scores.masked_fill(~mask, float('-inf')))",
+        "mask_inverted": "your mask is read the other way round: True means 'may attend', so "
+        "fill the scores with -inf where the mask is False (~mask)",
+        "fill_zero": "you filled the masked scores with 0, but exp(0) = 1: blocked keys still get "
+        "weight. Fill them with float('-inf') before the softmax",
     }
 
     def wrong(self, q, k, v, mask=None, *, mistake):
@@ -304,13 +354,19 @@ class GroupedQueryAttentionTask(Task):
             k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
         elif mistake == "seq_axis":  # repeated along the keys, not the heads
             k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+        elif mistake == "repeat_by_kv_heads":  # num_kv_heads copies instead of group
+            k, v = k.repeat_interleave(num_kv_heads, 1), v.repeat_interleave(num_kv_heads, 1)
         else:
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = scores.softmax(dim=-1)
-        return weights @ v, weights
+        return wrong_attention(
+            q,
+            k,
+            v,
+            None if mistake == "mask_ignored" else mask,
+            scale={"scaled_by_d_v": v.shape[-1], "no_scale": 1}.get(mistake),
+            fill=0.0 if mistake == "fill_zero" else float("-inf"),
+            inverted=mistake == "mask_inverted",
+        )
 
     def cases(self, gen):
         def case(description, sizes, mask=None, dtype=torch.float32, raises=None):

@@ -30,7 +30,9 @@ def _frequencies(d: int, mistake: str = "") -> torch.Tensor:
         return 10000.0 ** (-2 * pair) / d
     if mistake in ("zero", "no_frequency"):  # zero: 2 * i // d, integer division, 0
         return torch.ones_like(pair)
-    power = {"exponent_i": pair, "exponent_4i": 4 * pair}.get(mistake, 2 * pair)
+    power = {"exponent_i": pair, "exponent_4i": 4 * pair, "blog_loop": 4 * pair}.get(
+        mistake, 2 * pair
+    )
     return 10000.0 ** (-power / d)
 
 
@@ -97,6 +99,10 @@ class SinusoidalPositionalEncoding(_PositionalTask):
         "in row p, pair i is p * 10000^(-2i/d_model), the position times the pair's frequency",
         "odd_sin": "the odd columns hold sin too: column 2i+1 is cos(p * w_i), so pe[:, 1::2] = "
         "torch.cos(angles)",
+        "blog_loop": "this is a well-known blog's loop: with i = 0, 2, 4, ... already the even "
+        "column, sin(p / 10000^(2i/d_model)) counts the 2 twice and cos(p / 10000^(2(i+1)/"
+        "d_model)) takes the next pair's frequency. With the column index i = 2k the exponent "
+        "is i/d_model, the same for sin in column i and cos in column i+1",
     }
 
     def cases(self, gen):
@@ -123,6 +129,8 @@ class SinusoidalPositionalEncoding(_PositionalTask):
         odd_angles = angles
         if mistake == "column_index_exponent":  # column 2i + 1 at 10000^(-(2i + 1)/d_model)
             odd_angles = positions * 10000.0 ** (-(2 * pair + 1) / d_model)
+        elif mistake == "blog_loop":  # i = 2k: sin at 10000^(-4k/d), cos at 10000^(-(4k+2)/d)
+            odd_angles = positions * 10000.0 ** (-(4 * pair + 2) / d_model)
         even, odd = torch.sin(angles), torch.cos(odd_angles)
         if mistake == "cos_sin_swapped":
             even, odd = torch.cos(angles), torch.sin(angles)
@@ -208,8 +216,9 @@ def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
     if mistake in ("halves", "halves_mixed_frequencies", "adjacent"):  # the other task's layout
         layout = mistake.removesuffix("_mixed_frequencies")
     out_layout = {"adjacent_out_halves": "halves", "halves_out_adjacent": "adjacent"}
-    if mistake == "ignore_positions" or positions is None:
-        positions = torch.arange(x.shape[-2]) + (mistake == "from_1")
+    if mistake == "ignore_positions" or positions is None:  # seq_axis_1: x.shape[1] as seq
+        positions = torch.arange(x.shape[1 if mistake == "seq_axis_1" else -2])
+        positions = positions + (mistake == "from_1")
     elif mistake == "integer_positions":  # .long() rounds 0.5 towards 0
         positions = positions.long()
     positions = positions.to(F64)[:, None]  # (seq, 1)
@@ -307,6 +316,11 @@ _IGNORED_POSITIONS = (
     "you ignored `positions` and used 0, 1, ..., seq-1; use the positions you are given "
     "(arange only when positions is None)"
 )
+_SEQ_AXIS_1 = (
+    "with positions=None the positions are 0, 1, ..., seq-1 with seq = x.shape[-2], the "
+    "second-to-last axis: x.shape[1] is seq only when x is (batch, seq, d); a 2-D x (seq, d) "
+    "has its sequence on axis 0"
+)
 _CONSTANT = (
     "every position gets the same rotation, so positions change nothing; the angle is "
     "position * 10000^(-2i/d) and grows with the position"
@@ -352,6 +366,7 @@ class ApplyRope(_RopeTask):
         "reflect": _REFLECTED,
         "from_1": _START_AT_1,
         "integer_positions": _INTEGER_POSITIONS,
+        "seq_axis_1": _SEQ_AXIS_1,
     }
 
     def cases(self, gen):
@@ -396,8 +411,8 @@ class ApplyRope(_RopeTask):
         try:
             return super().call(obj, case)
         except RuntimeError as error:
-            if "shifts" in case.data or isinstance(error, NotImplementedError):
-                raise
+            if "shifts" in case.data or case.raises or isinstance(error, NotImplementedError):
+                raise  # (an odd d that raised RuntimeError gets the ValueError message)
             x, positions = case.args
             if positions is not None or x.dim() < 3:
                 raise
@@ -456,6 +471,7 @@ class ApplyRopeHalf(_RopeTask):
         "not_over_d": _not_over_d("d"),
         "from_1": _START_AT_1,
         "integer_positions": _INTEGER_POSITIONS,
+        "seq_axis_1": _SEQ_AXIS_1,
     }
 
     def cases(self, gen):

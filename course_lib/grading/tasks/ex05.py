@@ -36,6 +36,11 @@ CAUSAL_MISTAKES = {
     "float": "the mask must be a bool tensor (True/False), not 1.0/0.0 floats: a float mask is "
     "ADDED to the scores, so 1.0 and 0.0 would block nothing. Use dtype=torch.bool",
     "int": "the mask must be a bool tensor (True/False), not integers; use dtype=torch.bool",
+    "tril_above": "tril(1) keeps one diagonal above the main one, so query i also sees key i + 1, "
+    "the next token: the causal mask is tril() with the default diagonal=0 (key j <= query i)",
+    "additive": "that is an additive float mask (0 where allowed, -inf above the diagonal, as "
+    "nn.Transformer.generate_square_subsequent_mask makes); this course's masks are bool, True "
+    "= may attend: torch.ones(n, n, dtype=torch.bool).tril()",
 }
 
 
@@ -43,7 +48,11 @@ def wrong_causal_mask(n, *, mistake=""):
     """tril of ones, bool, with one named mistake."""
     dtype = {"float": torch.float32, "int": torch.int64}.get(mistake, torch.bool)
     ones = torch.ones(n, n, dtype=dtype)
-    mask = {"triu": ones.triu(), "no_diagonal": ones.tril(-1)}.get(mistake, ones.tril())
+    if mistake == "additive":  # 0 where allowed, -inf above the diagonal (PyTorch's float mask)
+        return torch.full((n, n), float("-inf")).triu(1)
+    mask = {"triu": ones.triu(), "no_diagonal": ones.tril(-1), "tril_above": ones.tril(1)}.get(
+        mistake, ones.tril()
+    )
     return ~mask if mistake == "inverted" else mask
 
 
@@ -119,18 +128,31 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
     """The textbook version, softmax(q k^T / sqrt(d_k) with -inf where masked) v, or one with a
     named mistake; "" leaves a fully masked row NaN (the mistake "nan_rows"), the other
     mistakes give such a row zero weights, as the task asks."""
-    return wrong_attention(
+    if mistake == "no_keepdim":  # the finite-row guard from mask.any(-1) without keepdim=True
+        scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf"))
+        weights = scores.masked_fill(~mask.any(-1), 0.0).softmax(-1).masked_fill(~mask, 0.0)
+        return weights @ v, weights
+    if mistake == "no_max":  # a softmax by hand, exp / (sum + eps), without the max subtracted
+        e = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf")).exp()
+        weights = e / (e.sum(-1, keepdim=True) + 1e-9)
+        return weights @ v, weights
+    output, weights = wrong_attention(
         q,
         k,
         v,
         mask,
         scale={"unscaled": 1, "scaled_by_d_v": v.shape[-1]}.get(mistake),
-        fill={"fill_zero": 0.0, "large_negative": -1e9}.get(mistake, float("-inf")),
+        fill={"fill_zero": 0.0, "large_negative": -1e9, "output_first": -1e9}.get(
+            mistake, float("-inf")
+        ),
         dim=-2 if mistake == "softmax_over_queries" else -1,
         inverted=mistake == "inverted",
         zero_after=mistake == "zero_after",
         nan_to_zero=mistake in ("inverted", "unscaled", "scaled_by_d_v", "softmax_over_queries"),
     )
+    if mistake == "output_first":  # uniform rows already multiplied into the output
+        weights = weights.masked_fill(~mask, 0.0)
+    return output, weights
 
 
 def _right_output(out, q, k, v, mask) -> bool:
@@ -155,6 +177,15 @@ ATTENTION_MISTAKES = {
     "softmax_over_queries": "the softmax runs over the keys, the last axis (dim=-1) of the "
     "(..., n_q, n_k) scores, so that each query's weights sum to 1; over dim=-2 each key's "
     "column sums to 1 instead",
+    "output_first": "the weights of a fully masked row are zero, but the output was computed "
+    "before they were: two right steps in the wrong order. Fix the weights first (zero for a "
+    "row with no allowed key), then output = weights @ v",
+    "no_max": "exp of a score near 200 overflows float32 to inf, and inf / inf is NaN: "
+    "subtract each row's maximum before exp (as your softmax of exercise 02 does), or use that "
+    "softmax",
+    "no_keepdim": "mask.any(dim=-1) drops the key axis, so it no longer lines up with the "
+    "(..., n_q, n_k) scores: mask.any(dim=-1, keepdim=True) is (..., n_q, 1), one flag per "
+    "query row",
 }
 
 
@@ -195,6 +226,10 @@ class MaskedAttention(Task):
             Case("float64, padding & causal combined (2, 5, 5), lengths [5, 3]",
                  (*randns(gen, (2, 5, 8), (2, 5, 8), (2, 5, 3), dtype=f64),
                   lengths_mask([5, 3], 5) & torch.ones(5, 5, dtype=torch.bool).tril())),
+            Case("large scores: q, k (2, 4, 4) near 10, so every score is about 200 (exp(200) "
+                 "overflows float32), v (2, 4, 4), causal mask (4, 4)",
+                 (*(10.0 + t for t in randns(gen, (2, 4, 4), (2, 4, 4))), randns(gen, (2, 4, 4))[0],
+                  causal4)),
         ]  # fmt: skip
 
     def call(self, obj, case):
@@ -257,16 +292,15 @@ def _prefix_variant(ids, prefix_lengths, pad_id, *, mistake=""):
         "one_short": j < p - 1,
         "first_row": j < prefix_lengths[0],  # every row gets the first row's prefix
         "queries": i < p,  # a query in the prefix sees every key, also the future
+        "one_axis_short": j < prefix_lengths[:, None],  # (batch, seq): meets (seq, seq) badly
         "no_prefix": torch.zeros(1, 1, 1, dtype=torch.bool),
     }.get(mistake, j < p)
     causal = (j < i) if mistake == "no_diagonal" else (j <= i)
     allowed = (in_prefix & causal) if mistake == "and" else (in_prefix | causal)
     if mistake == "no_padding":
         return allowed
-    real = (
-        (ids != pad_id)[:, :, None] if mistake == "padding_on_queries" else (ids != pad_id)[:, None]
-    )
-    return allowed & real
+    real = ids != (0 if mistake == "pad_zero" else pad_id)  # (batch, seq)
+    return allowed & (real[:, :, None] if mistake == "padding_on_queries" else real[:, None])
 
 
 PREFIX_MISTAKES = {
@@ -286,7 +320,13 @@ PREFIX_MISTAKES = {
     "sees every later key (the text it must predict); what is bidirectional is the prefix's keys: "
     "query i may attend key j when j < P or j <= i",
     "padding_on_queries": "the padding mask belongs on the key axis (the last one): (ids != "
-    "pad_id) of shape (batch, 1, seq), not (batch, seq, 1)",
+    "pad_id) of shape (batch, 1, seq), not (batch, seq, 1), neither instead nor as well: a "
+    "padded query keeps the keys the prefix and causal rule give it",
+    "one_axis_short": "prefix_lengths[:, None] is (batch, 1), so key < P gives a (batch, seq) "
+    "mask, which does not line up with the (seq, seq) causal one: give P a query axis as well, "
+    "prefix_lengths[:, None, None] of shape (batch, 1, 1)",
+    "pad_zero": "the padding is compared with 0; compare the ids with the pad_id argument "
+    "(ids != pad_id), which need not be 0",
     "no_prefix": "that is the causal mask with padding; inside its prefix a row is bidirectional: "
     "every query may attend every key j < prefix_lengths[b]",
 }

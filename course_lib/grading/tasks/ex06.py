@@ -32,6 +32,10 @@ CROSS_MISTAKES = {
     "of the queries and keys (w_q.shape[1])",
     "scaled_by_d_model": "divide by sqrt(d_k), the size of the queries and keys "
     "(w_q.shape[1]), not by sqrt(d_model), the size of x: here they differ",
+    "zero_after": "you zeroed the masked weights AFTER the softmax, so the rows no longer sum "
+    "to 1: fill the masked SCORES with -inf before the softmax",
+    "transpose_1_2": "k.transpose(1, 2) swaps the last two axes only when k is 3-D; with extra "
+    "batch dimensions it moves a batch axis instead: use k.transpose(-2, -1)",
 }
 
 
@@ -42,15 +46,19 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
         queries, read = memory, x
         mask = None if mask is None else mask.transpose(-2, -1)
     sizes = {"scaled_by_d_v": w_v.shape[-1], "scaled_by_d_model": x.shape[-1], "unscaled": 1}
+    keys = read @ w_k
+    if mistake == "transpose_1_2":  # so that wrong_attention's k.transpose(-2, -1) is (1, 2)
+        keys = keys.transpose(1, 2).transpose(-2, -1)
     return wrong_attention(
         queries @ w_q,
-        read @ w_k,
+        keys,
         read @ w_v,
         None if mistake == "mask_ignored" else mask,
         scale=sizes.get(mistake),
         fill=0.0 if mistake == "masked_with_zero" else float("-inf"),
         dim=-2 if mistake == "softmax_over_queries" else -1,
         inverted=mistake == "mask_inverted",
+        zero_after=mistake == "zero_after",
         nan_to_zero=True,
     )
 
@@ -147,6 +155,9 @@ SUBLAYER_MISTAKES = {
     "pre_norm_output_normalised": "pre-norm normalises only the sub-layer's input: "
     "x + attn(norm(x), memory, memory); the sum is not normalised again (that is "
     "post-norm)",
+    "normed_sublayer": "you normalised the attention's output, x + norm(attn(x, memory)); "
+    "post-norm normalises the sum, norm(x + attn(x, memory)), and pre-norm the attention's "
+    "input, x + attn(norm(x), memory)",
 }
 
 
@@ -176,7 +187,8 @@ class WrongSublayer(nn.Module):
             return self.attn(h, memory, memory, memory_mask)[0]
 
         slip = "pre_post_swapped" if mistake == "norm_swapped" else mistake
-        return residual_sublayers(x, [(self.norm, attend)], self.norm_first, slip)
+        norm_first = self.norm_first and mistake != "normed_sublayer"  # x + norm(attn) in both
+        return residual_sublayers(x, [(self.norm, attend)], norm_first, slip)
 
 
 @register
@@ -266,8 +278,10 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
         x @ w_v,
         mask,
         scale=scale,
+        fill=0.0 if mistake == "fill_zero" else float("-inf"),
         dim=-2 if mistake == "softmax_over_queries" else -1,
         inverted=mistake == "mask_inverted",
+        zero_after=mistake == "zero_after",
     )
 
 
@@ -285,6 +299,10 @@ POOL_MISTAKES = {
     "sqrt(d_model), the size of x",
     "mask_inverted": "the mask is inverted: True = a real token, which may be attended to; block "
     "the positions where the mask is False (~mask)",
+    "fill_zero": "you filled the scores of padded tokens with 0, but exp(0) = 1: they still get "
+    "weight. Fill them with float('-inf') before the softmax",
+    "zero_after": "you zeroed the weights of padded tokens AFTER the softmax, so the weights no "
+    "longer sum to 1: fill their SCORES with -inf before the softmax",
 }
 
 
