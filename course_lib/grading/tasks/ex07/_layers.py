@@ -23,6 +23,10 @@ PRE_POST_SWAPPED = (
     "x = x + sublayer(norm(x)) (a layer that is always pre-norm, whatever "
     "norm_first says, gets this hint too)"
 )
+PRE_NORM_OUTPUT_NORMALISED = (
+    "pre-norm normalises only each sub-layer's input: x = x + sublayer(norm(x)); the sum is not "
+    "normalised again, as in norm(x + sublayer(norm(x))) (normalising the sum is post-norm)"
+)
 MASK_INVERTED = (
     "the mask is inverted: here True means 'may attend' (nn.MultiheadAttention's masks mean "
     "the opposite), so pass the mask as it is, not ~mask"
@@ -40,6 +44,10 @@ ACTIVATION_IGNORED = (
 RELU2_AS_RELU = (
     "activation='relu2' is ReLU squared, F.relu(h) ** 2 (Primer's activation, and the course's "
     "Shakespeare checkpoint's), not plain ReLU"
+)
+RELU2_SQUARE_FIRST = (
+    "activation='relu2' is the ReLU first, then the square, F.relu(h) ** 2: negative inputs "
+    "give 0; squaring first, F.relu(h ** 2) (or h ** 2 alone), turns them into positive values"
 )
 GELU_TANH_AS_GELU = (
     "activation='gelu_tanh' is GELU's tanh approximation, F.gelu(h, approximate='tanh') "
@@ -65,6 +73,8 @@ def activation_with(name: str, mistake: str):
         return F.relu
     if mistake == "gelu" and name == "relu":
         return F.gelu
+    if mistake == "relu2_square_first" and name == "relu2":
+        return torch.square
     if mistake == "gelu_tanh_as_gelu" and name == "gelu_tanh":
         return F.gelu
     if mistake == "gelu_as_tanh" and name == "gelu":
@@ -136,6 +146,7 @@ class WrongLayer(nn.Module):
             if mistake == "queries_from_memory":
                 keys = h
             mask = None if mistake in ("no_memory_mask", "cross_on_x") else memory_mask
+            mask = self_mask if mistake == "self_mask_in_cross" else mask
             return self.multihead_attn(queries, keys, keys, mask=mask)[0]
 
         def feed_forward(h):

@@ -40,6 +40,8 @@ MISTAKES = {
     "no_ff_residual": "the residual connection around the feed-forward network is missing: add "
     "its input, x + ffn(...), as you did around the self-attention",
     "norm_eps": layers.LAYER_NORM_EPS,
+    "relu2_square_first": layers.RELU2_SQUARE_FIRST,
+    "pre_norm_output_normalised": layers.PRE_NORM_OUTPUT_NORMALISED,
 }
 
 
