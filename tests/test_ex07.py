@@ -661,6 +661,18 @@ class DecSelfMaskInCross(DecLearner):
         return super().forward(x, memory, self_mask, self_mask)  # the self-attention line copied
 
 
+class EncOneNormModule(EncLearner):
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False, activation="relu", bias=True):
+        super().__init__(d_model, num_heads, d_ff, norm_first, activation, bias)
+        self.norm1 = self.norm2 = nn.LayerNorm(d_model, bias=bias)  # one module, two names
+
+
+class DecOneNormModule(DecLearner):
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, norm_first)
+        self.norm1 = self.norm2 = self.norm3 = nn.LayerNorm(d_model)
+
+
 class LayerNormBertEps(LayerNormByHand):
     def __init__(self, d_model, eps=1e-6, bias=True):
         super().__init__(d_model, eps, bias)
@@ -754,6 +766,8 @@ SINGLE_MISTAKES = [
     ("ex07.FeedForward", FFSquaredBeforeReLU, "is the ReLU first, then the square"),
     ("ex07.EncoderLayer", EncPreNormsTheSum, "the sum is not normalised again"),
     ("ex07.DecoderLayer", DecSelfMaskInCross, "the cross-attention got self_mask"),
+    ("ex07.EncoderLayer", EncOneNormModule, "one and the same module"),
+    ("ex07.DecoderLayer", DecOneNormModule, "one and the same module"),
     ("ex07.LayerNorm", LayerNormBertEps, "the default eps is 1e-5"),
     ("ex07.rms_norm", rms_dim_one, "the mean is taken over dim=1"),
     ("ex07.SwiGLU", SwiGLUWithoutSiLU, "the gate has no activation"),

@@ -27,6 +27,11 @@ PRE_NORM_OUTPUT_NORMALISED = (
     "pre-norm normalises only each sub-layer's input: x = x + sublayer(norm(x)); the sum is not "
     "normalised again, as in norm(x + sublayer(norm(x))) (normalising the sum is post-norm)"
 )
+ONE_NORM_MODULE = (
+    "your norms are one and the same module (as after self.norm1 = self.norm2 = LayerNorm(...)): "
+    "loading the weights leaves every name with the last one's. Create a LayerNorm per sub-layer, "
+    "each with its own weights"
+)
 MASK_INVERTED = (
     "the mask is inverted: here True means 'may attend' (nn.MultiheadAttention's masks mean "
     "the opposite), so pass the mask as it is, not ~mask"
@@ -135,6 +140,8 @@ class WrongLayer(nn.Module):
             norms[-2:] = norms[-1], norms[-2]
         if mistake in ("norm1_twice", "norm1_everywhere"):
             norms = [self.norm1] * len(norms)
+        if mistake == "one_norm_module":  # self.norm1 = self.norm2 = ...: the last loaded wins
+            norms = [norms[-1]] * len(norms)
         activation = activation_with(self.activation, mistake)
 
         def attention(h):

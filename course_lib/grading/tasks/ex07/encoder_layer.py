@@ -42,6 +42,7 @@ MISTAKES = {
     "norm_eps": layers.LAYER_NORM_EPS,
     "relu2_square_first": layers.RELU2_SQUARE_FIRST,
     "pre_norm_output_normalised": layers.PRE_NORM_OUTPUT_NORMALISED,
+    "one_norm_module": layers.ONE_NORM_MODULE,
 }
 
 
