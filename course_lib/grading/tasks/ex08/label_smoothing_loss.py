@@ -42,6 +42,8 @@ MISTAKES = {
     "are (batch, seq, vocab); take it over dim=-1, the vocabulary",
     "mean_of_sequence_means": "you averaged the loss of each sequence, then the sequences; the "
     "mean is over all the real tokens together (a longer sequence counts for more)",
+    "keep_inverted": "your mask is inverted: it keeps the padded positions and drops the real "
+    "ones; the positions to keep are target != ignore_index",
 }
 
 
@@ -55,6 +57,7 @@ def wrong_label_smoothing(logits, target, smoothing, ignore_index, *, mistake=""
     vocab = logits.shape[-1]
     keep = target != ignore_index
     safe = target.masked_fill(~keep, 0)
+    keep = ~keep if mistake == "keep_inverted" else keep
     if mistake in ("probs_not_log", "smoothed_probabilities"):
         probs = torch.softmax(logits, dim=-1)
         picked = probs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
