@@ -673,6 +673,29 @@ class DecOneNormModule(DecLearner):
         self.norm1 = self.norm2 = self.norm3 = nn.LayerNorm(d_model)
 
 
+class EncKeysNotNormed(EncLearner):
+    def forward(self, x, mask=None):
+        if not self.norm_first:
+            return super().forward(x, mask)
+        x = x + self.self_attn(self.norm1(x), x, x, mask=mask)[0]  # only the queries normalised
+        return x + self.linear2(F.relu(self.linear1(self.norm2(x))))
+
+
+class DecKeysNotNormed(DecLearner):
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if not self.norm_first:
+            return super().forward(x, memory, self_mask, memory_mask)
+        x = x + self.self_attn(self.norm1(x), x, x, mask=self_mask)[0]  # as in cross-attention
+        x = x + self.multihead_attn(self.norm2(x), memory, memory, mask=memory_mask)[0]
+        return x + self.linear2(F.relu(self.linear1(self.norm3(x))))
+
+
+def ln_eps_after_division(x, gamma, beta, eps=1e-5):
+    mean = x.mean(dim=-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+    return ((x - mean) / torch.sqrt(var) + eps) * gamma + beta
+
+
 class LayerNormBertEps(LayerNormByHand):
     def __init__(self, d_model, eps=1e-6, bias=True):
         super().__init__(d_model, eps, bias)
@@ -768,6 +791,9 @@ SINGLE_MISTAKES = [
     ("ex07.DecoderLayer", DecSelfMaskInCross, "the cross-attention got self_mask"),
     ("ex07.EncoderLayer", EncOneNormModule, "one and the same module"),
     ("ex07.DecoderLayer", DecOneNormModule, "one and the same module"),
+    ("ex07.EncoderLayer", EncKeysNotNormed, "for its queries, keys and values alike"),
+    ("ex07.DecoderLayer", DecKeysNotNormed, "for its queries, keys and values alike"),
+    ("ex07.layer_norm", ln_eps_after_division, "eps is added to the normalised x"),
     ("ex07.LayerNorm", LayerNormBertEps, "the default eps is 1e-5"),
     ("ex07.rms_norm", rms_dim_one, "the mean is taken over dim=1"),
     ("ex07.SwiGLU", SwiGLUWithoutSiLU, "the gate has no activation"),

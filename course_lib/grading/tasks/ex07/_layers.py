@@ -32,6 +32,11 @@ ONE_NORM_MODULE = (
     "loading the weights leaves every name with the last one's. Create a LayerNorm per sub-layer, "
     "each with its own weights"
 )
+KV_NOT_NORMED = (
+    "in pre-norm the self-attention reads norm1(x) for its queries, keys and values alike: "
+    "h = norm1(x), then self_attn(h, h, h, mask=...), not self_attn(norm1(x), x, x) (only the "
+    "cross-attention takes its keys and values from elsewhere: memory)"
+)
 MASK_INVERTED = (
     "the mask is inverted: here True means 'may attend' (nn.MultiheadAttention's masks mean "
     "the opposite), so pass the mask as it is, not ~mask"
@@ -144,8 +149,9 @@ class WrongLayer(nn.Module):
             norms = [norms[-1]] * len(norms)
         activation = activation_with(self.activation, mistake)
 
-        def attention(h):
-            return self.self_attn(h, h, h, mask=self_mask)[0]
+        def attention(h):  # the first sub-layer: x is its raw input
+            kv = x if mistake == "kv_not_normed" else h
+            return self.self_attn(h, kv, kv, mask=self_mask)[0]
 
         def cross_attention(h):
             keys = {"cross_on_x": h, "memory_normed": self.norm2(memory)}.get(mistake, memory)

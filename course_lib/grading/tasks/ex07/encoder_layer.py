@@ -43,6 +43,7 @@ MISTAKES = {
     "relu2_square_first": layers.RELU2_SQUARE_FIRST,
     "pre_norm_output_normalised": layers.PRE_NORM_OUTPUT_NORMALISED,
     "one_norm_module": layers.ONE_NORM_MODULE,
+    "kv_not_normed": layers.KV_NOT_NORMED,
 }
 
 
