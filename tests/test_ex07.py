@@ -690,6 +690,25 @@ class DecKeysNotNormed(DecLearner):
         return x + self.linear2(F.relu(self.linear1(self.norm3(x))))
 
 
+class EncPreFeedForwardUnnormed(EncLearner):
+    def forward(self, x, mask=None):
+        if not self.norm_first:
+            return super().forward(x, mask)
+        h = self.norm1(x)
+        x = x + self.self_attn(h, h, h, mask=mask)[0]
+        return x + self.linear2(F.relu(self.linear1(x)))  # norm2 left out
+
+
+class DecPreFeedForwardUnnormed(DecLearner):
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if not self.norm_first:
+            return super().forward(x, memory, self_mask, memory_mask)
+        h = self.norm1(x)
+        x = x + self.self_attn(h, h, h, mask=self_mask)[0]
+        x = x + self.multihead_attn(self.norm2(x), memory, memory, mask=memory_mask)[0]
+        return x + self.linear2(F.relu(self.linear1(x)))  # norm3 left out
+
+
 def ln_eps_after_division(x, gamma, beta, eps=1e-5):
     mean = x.mean(dim=-1, keepdim=True)
     var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
@@ -794,6 +813,8 @@ SINGLE_MISTAKES = [
     ("ex07.EncoderLayer", EncKeysNotNormed, "for its queries, keys and values alike"),
     ("ex07.DecoderLayer", DecKeysNotNormed, "for its queries, keys and values alike"),
     ("ex07.layer_norm", ln_eps_after_division, "eps is added to the normalised x"),
+    ("ex07.EncoderLayer", EncPreFeedForwardUnnormed, "the feed-forward network too"),
+    ("ex07.DecoderLayer", DecPreFeedForwardUnnormed, "the feed-forward network too"),
     ("ex07.LayerNorm", LayerNormBertEps, "the default eps is 1e-5"),
     ("ex07.rms_norm", rms_dim_one, "the mean is taken over dim=1"),
     ("ex07.SwiGLU", SwiGLUWithoutSiLU, "the gate has no activation"),

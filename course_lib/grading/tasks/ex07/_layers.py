@@ -37,6 +37,11 @@ KV_NOT_NORMED = (
     "h = norm1(x), then self_attn(h, h, h, mask=...), not self_attn(norm1(x), x, x) (only the "
     "cross-attention takes its keys and values from elsewhere: memory)"
 )
+PRE_NO_LAST_NORM = (
+    "in pre-norm every sub-layer reads its own LayerNorm's output, the feed-forward network "
+    "too: the last step is x = x + ffn(norm(x)) (norm2 in the encoder, norm3 in the decoder), "
+    "not x + ffn(x)"
+)
 MASK_INVERTED = (
     "the mask is inverted: here True means 'may attend' (nn.MultiheadAttention's masks mean "
     "the opposite), so pass the mask as it is, not ~mask"

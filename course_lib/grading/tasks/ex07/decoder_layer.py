@@ -58,6 +58,7 @@ MISTAKES = {
     "pre_norm_output_normalised": layers.PRE_NORM_OUTPUT_NORMALISED,
     "one_norm_module": layers.ONE_NORM_MODULE,
     "kv_not_normed": layers.KV_NOT_NORMED,
+    "pre_no_last_norm": layers.PRE_NO_LAST_NORM,
     "self_mask_in_cross": "the cross-attention got self_mask, the target's own (causal) mask: "
     "it takes memory_mask, which says which source positions are real, "
     "multihead_attn(x, memory, memory, mask=memory_mask)",

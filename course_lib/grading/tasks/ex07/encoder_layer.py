@@ -44,6 +44,7 @@ MISTAKES = {
     "pre_norm_output_normalised": layers.PRE_NORM_OUTPUT_NORMALISED,
     "one_norm_module": layers.ONE_NORM_MODULE,
     "kv_not_normed": layers.KV_NOT_NORMED,
+    "pre_no_last_norm": layers.PRE_NO_LAST_NORM,
 }
 
 
