@@ -503,6 +503,14 @@ def _step_with_loss(loss_of):
     return step
 
 
+def ls_gather_along_dim_two(logits, target, smoothing, ignore_index):
+    log_probs = logits.log_softmax(dim=-1)  # #33 hunt: the right axis here, dim=2 in gather
+    keep = target != ignore_index
+    nll = -log_probs.gather(2, target.masked_fill(~keep, 0).unsqueeze(-1)).squeeze(-1)
+    per_token = (1 - smoothing) * nll + smoothing * -log_probs.mean(dim=-1)
+    return (per_token * keep).sum() / keep.sum()
+
+
 # #33 hunt: ignore_index=0 written in (passed the notebook: its only pad_id != 0 had no padding)
 train_step_ignoring_id_0 = _step_with_loss(
     lambda logits, tgt, smoothing, pad_id: F.cross_entropy(
@@ -552,6 +560,7 @@ FOUND_LATER = [
     ("ex08.train_step", train_step_scored_on_its_input, "against the decoder's input"),
     ("ex08.train_step", train_step_shifted_in_pad, "starts with bos_id, not pad_id"),
     ("ex08.label_smoothing_loss", ls_mask_of_the_pads, "your mask is inverted"),
+    ("ex08.label_smoothing_loss", ls_gather_along_dim_two, "gather along dim=-1 too"),
     ("ex08.train_step", train_step_ignoring_id_0, "instead of the pad_id argument"),
     ("ex08.train_step", train_step_smoothing_0_1, "use the smoothing argument"),
 ]

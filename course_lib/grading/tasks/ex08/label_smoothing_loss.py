@@ -24,7 +24,8 @@ MISTAKES = {
     "on every class), not its sum",
     "pad_zero": "use the ignore_index argument: the padding id is not always 0",
     "last_dim_two": "the logits may be (positions, vocab) as well as (batch, seq, vocab): take "
-    "log_softmax over dim=-1, the last axis, whatever the number of axes",
+    "log_softmax over dim=-1, the last axis, whatever the number of axes (and gather along "
+    "dim=-1 too, not dim=2)",
     "target_overwritten": "the correct class gets its smoothing / vocab share too: the target "
     "distribution is smoothing / vocab on every class plus 1 - smoothing on the target (add it, "
     "do not write it over), so the smoothing term is smoothing * the mean of -log p over "
