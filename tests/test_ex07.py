@@ -627,6 +627,108 @@ class SwiGLULearner(nn.Module):
         return self.down_proj(h)
 
 
+# ---- found by the #33 hunt: a learner's slips that were generic or passed ----------------
+
+
+class FFDropoutBeforeActivation(FFLearner):
+    # passed all checks: with ReLU (every dropout case) the two orders give the same numbers
+    def forward(self, x):
+        return self.linear2(self.activation(self.drop(self.linear1(x))))
+
+
+class FFSquaredBeforeReLU(FFLearner):
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", bias=True):
+        super().__init__(d_model, d_ff, dropout, activation, bias)
+        self.squared = activation == "relu2"
+
+    def forward(self, x):
+        h = self.linear1(x)
+        h = F.relu(h**2) if self.squared else self.activation(h)
+        return self.linear2(self.drop(h))
+
+
+class EncPreNormsTheSum(EncLearner):
+    def forward(self, x, mask=None):
+        if not self.norm_first:
+            return super().forward(x, mask)
+        h = self.norm1(x)
+        x = self.norm1(x + self.self_attn(h, h, h, mask=mask)[0])
+        return self.norm2(x + self.linear2(F.relu(self.linear1(self.norm2(x)))))
+
+
+class DecSelfMaskInCross(DecLearner):
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        return super().forward(x, memory, self_mask, self_mask)  # the self-attention line copied
+
+
+class EncOneNormModule(EncLearner):
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False, activation="relu", bias=True):
+        super().__init__(d_model, num_heads, d_ff, norm_first, activation, bias)
+        self.norm1 = self.norm2 = nn.LayerNorm(d_model, bias=bias)  # one module, two names
+
+
+class DecOneNormModule(DecLearner):
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, norm_first)
+        self.norm1 = self.norm2 = self.norm3 = nn.LayerNorm(d_model)
+
+
+class EncKeysNotNormed(EncLearner):
+    def forward(self, x, mask=None):
+        if not self.norm_first:
+            return super().forward(x, mask)
+        x = x + self.self_attn(self.norm1(x), x, x, mask=mask)[0]  # only the queries normalised
+        return x + self.linear2(F.relu(self.linear1(self.norm2(x))))
+
+
+class DecKeysNotNormed(DecLearner):
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if not self.norm_first:
+            return super().forward(x, memory, self_mask, memory_mask)
+        x = x + self.self_attn(self.norm1(x), x, x, mask=self_mask)[0]  # as in cross-attention
+        x = x + self.multihead_attn(self.norm2(x), memory, memory, mask=memory_mask)[0]
+        return x + self.linear2(F.relu(self.linear1(self.norm3(x))))
+
+
+class EncPreFeedForwardUnnormed(EncLearner):
+    def forward(self, x, mask=None):
+        if not self.norm_first:
+            return super().forward(x, mask)
+        h = self.norm1(x)
+        x = x + self.self_attn(h, h, h, mask=mask)[0]
+        return x + self.linear2(F.relu(self.linear1(x)))  # norm2 left out
+
+
+class DecPreFeedForwardUnnormed(DecLearner):
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if not self.norm_first:
+            return super().forward(x, memory, self_mask, memory_mask)
+        h = self.norm1(x)
+        x = x + self.self_attn(h, h, h, mask=self_mask)[0]
+        x = x + self.multihead_attn(self.norm2(x), memory, memory, mask=memory_mask)[0]
+        return x + self.linear2(F.relu(self.linear1(x)))  # norm3 left out
+
+
+def ln_eps_after_division(x, gamma, beta, eps=1e-5):
+    mean = x.mean(dim=-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+    return ((x - mean) / torch.sqrt(var) + eps) * gamma + beta
+
+
+class LayerNormBertEps(LayerNormByHand):
+    def __init__(self, d_model, eps=1e-6, bias=True):
+        super().__init__(d_model, eps, bias)
+
+
+def rms_dim_one(x, weight, eps=1e-6):
+    return x / torch.sqrt(x.pow(2).mean(dim=1, keepdim=True) + eps) * weight
+
+
+class SwiGLUWithoutSiLU(SwiGLULearner):
+    def forward(self, x):
+        return self.down_proj(self.gate_proj(x) * self.up_proj(x))
+
+
 SINGLE_MISTAKES = [
     ("ex07.layer_norm", ln_eps_fixed, "the eps argument is ignored"),
     ("ex07.layer_norm", ln_bert_eps, "the default eps is 1e-5"),
@@ -702,6 +804,20 @@ SINGLE_MISTAKES = [
         type("GatePlus", (SwiGLULearner,), {"combine": "plus"}),
         "the gate multiplies the up branch",
     ),
+    ("ex07.FeedForward", FFDropoutBeforeActivation, "dropout goes after the activation"),
+    ("ex07.FeedForward", FFSquaredBeforeReLU, "is the ReLU first, then the square"),
+    ("ex07.EncoderLayer", EncPreNormsTheSum, "the sum is not normalised again"),
+    ("ex07.DecoderLayer", DecSelfMaskInCross, "the cross-attention got self_mask"),
+    ("ex07.EncoderLayer", EncOneNormModule, "one and the same module"),
+    ("ex07.DecoderLayer", DecOneNormModule, "one and the same module"),
+    ("ex07.EncoderLayer", EncKeysNotNormed, "for its queries, keys and values alike"),
+    ("ex07.DecoderLayer", DecKeysNotNormed, "for its queries, keys and values alike"),
+    ("ex07.layer_norm", ln_eps_after_division, "eps is added to the normalised x"),
+    ("ex07.EncoderLayer", EncPreFeedForwardUnnormed, "the feed-forward network too"),
+    ("ex07.DecoderLayer", DecPreFeedForwardUnnormed, "the feed-forward network too"),
+    ("ex07.LayerNorm", LayerNormBertEps, "the default eps is 1e-5"),
+    ("ex07.rms_norm", rms_dim_one, "the mean is taken over dim=1"),
+    ("ex07.SwiGLU", SwiGLUWithoutSiLU, "the gate has no activation"),
 ]
 
 

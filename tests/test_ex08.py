@@ -476,6 +476,55 @@ def train_step_shifted_in_pad(
     return loss.item()
 
 
+def ls_mask_of_the_pads(logits, target, smoothing, ignore_index):
+    mask = target == ignore_index  # #33 hunt: True at the pads, then used as "keep"
+    safe = target.masked_fill(~mask, 0)
+    log_probs = logits.log_softmax(dim=-1)
+    nll = -log_probs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+    per_token = (1 - smoothing) * nll + smoothing * -log_probs.mean(dim=-1)
+    return (per_token * mask).sum() / mask.sum()
+
+
+def _step_with_loss(loss_of):
+    """A learner's train_step whose loss line is `loss_of(logits, tgt, smoothing, pad_id)`."""
+
+    def step(model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0):
+        tgt_in = torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], dim=1)
+        logits = model(src, tgt_in)
+        loss = loss_of(logits.flatten(0, 1), tgt.flatten(), smoothing, pad_id)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        return loss.item()
+
+    return step
+
+
+def ls_gather_along_dim_two(logits, target, smoothing, ignore_index):
+    log_probs = logits.log_softmax(dim=-1)  # #33 hunt: the right axis here, dim=2 in gather
+    keep = target != ignore_index
+    nll = -log_probs.gather(2, target.masked_fill(~keep, 0).unsqueeze(-1)).squeeze(-1)
+    per_token = (1 - smoothing) * nll + smoothing * -log_probs.mean(dim=-1)
+    return (per_token * keep).sum() / keep.sum()
+
+
+# #33 hunt: ignore_index=0 written in (passed the notebook: its only pad_id != 0 had no padding)
+train_step_ignoring_id_0 = _step_with_loss(
+    lambda logits, tgt, smoothing, pad_id: F.cross_entropy(
+        logits, tgt, ignore_index=0, label_smoothing=smoothing
+    )
+)
+# #33 hunt: the smoothing argument not passed on to the loss (0.1 written in)
+train_step_smoothing_0_1 = _step_with_loss(
+    lambda logits, tgt, smoothing, pad_id: F.cross_entropy(
+        logits, tgt, ignore_index=pad_id, label_smoothing=0.1
+    )
+)
+
+
 FOUND_LATER = [
     ("ex08.greedy_decode", greedy_writes_zero_after_eos, "keeps emitting eos_id itself, not 0"),
     ("ex08.greedy_decode", greedy_pads_with_zero, "fill the remaining positions with eos_id"),
@@ -510,6 +559,10 @@ FOUND_LATER = [
     ("ex08.noam_lr", noam_lr_minus_one_half, "** binds tighter than /"),
     ("ex08.train_step", train_step_scored_on_its_input, "against the decoder's input"),
     ("ex08.train_step", train_step_shifted_in_pad, "starts with bos_id, not pad_id"),
+    ("ex08.label_smoothing_loss", ls_mask_of_the_pads, "your mask is inverted"),
+    ("ex08.label_smoothing_loss", ls_gather_along_dim_two, "gather along dim=-1 too"),
+    ("ex08.train_step", train_step_ignoring_id_0, "instead of the pad_id argument"),
+    ("ex08.train_step", train_step_smoothing_0_1, "use the smoothing argument"),
 ]
 
 

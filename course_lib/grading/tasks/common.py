@@ -278,7 +278,7 @@ def residual_sublayers(x, steps, norm_first, mistake=""):
         else:
             residual = 0 if no_residual else x
         if pre:
-            h = norm(reads)
+            h = reads if (mistake, i) == ("pre_no_last_norm", last) else norm(reads)
             normed_residual = mistake in ("residual_normed", "residual_of_normed")
             x = (h if normed_residual else residual) + sublayer(h)
             x = norm(x) if mistake == "pre_norm_output_normalised" else x

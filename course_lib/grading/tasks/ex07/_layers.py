@@ -23,6 +23,25 @@ PRE_POST_SWAPPED = (
     "x = x + sublayer(norm(x)) (a layer that is always pre-norm, whatever "
     "norm_first says, gets this hint too)"
 )
+PRE_NORM_OUTPUT_NORMALISED = (
+    "pre-norm normalises only each sub-layer's input: x = x + sublayer(norm(x)); the sum is not "
+    "normalised again, as in norm(x + sublayer(norm(x))) (normalising the sum is post-norm)"
+)
+ONE_NORM_MODULE = (
+    "your norms are one and the same module (as after self.norm1 = self.norm2 = LayerNorm(...)): "
+    "loading the weights leaves every name with the last one's. Create a LayerNorm per sub-layer, "
+    "each with its own weights"
+)
+KV_NOT_NORMED = (
+    "in pre-norm the self-attention reads norm1(x) for its queries, keys and values alike: "
+    "h = norm1(x), then self_attn(h, h, h, mask=...), not self_attn(norm1(x), x, x) (only the "
+    "cross-attention takes its keys and values from elsewhere: memory)"
+)
+PRE_NO_LAST_NORM = (
+    "in pre-norm every sub-layer reads its own LayerNorm's output, the feed-forward network "
+    "too: the last step is x = x + ffn(norm(x)) (norm2 in the encoder, norm3 in the decoder), "
+    "not x + ffn(x)"
+)
 MASK_INVERTED = (
     "the mask is inverted: here True means 'may attend' (nn.MultiheadAttention's masks mean "
     "the opposite), so pass the mask as it is, not ~mask"
@@ -40,6 +59,10 @@ ACTIVATION_IGNORED = (
 RELU2_AS_RELU = (
     "activation='relu2' is ReLU squared, F.relu(h) ** 2 (Primer's activation, and the course's "
     "Shakespeare checkpoint's), not plain ReLU"
+)
+RELU2_SQUARE_FIRST = (
+    "activation='relu2' is the ReLU first, then the square, F.relu(h) ** 2: negative inputs "
+    "give 0; squaring first, F.relu(h ** 2) (or h ** 2 alone), turns them into positive values"
 )
 GELU_TANH_AS_GELU = (
     "activation='gelu_tanh' is GELU's tanh approximation, F.gelu(h, approximate='tanh') "
@@ -65,6 +88,8 @@ def activation_with(name: str, mistake: str):
         return F.relu
     if mistake == "gelu" and name == "relu":
         return F.gelu
+    if mistake == "relu2_square_first" and name == "relu2":
+        return torch.square
     if mistake == "gelu_tanh_as_gelu" and name == "gelu_tanh":
         return F.gelu
     if mistake == "gelu_as_tanh" and name == "gelu":
@@ -125,10 +150,13 @@ class WrongLayer(nn.Module):
             norms[-2:] = norms[-1], norms[-2]
         if mistake in ("norm1_twice", "norm1_everywhere"):
             norms = [self.norm1] * len(norms)
+        if mistake == "one_norm_module":  # self.norm1 = self.norm2 = ...: the last loaded wins
+            norms = [norms[-1]] * len(norms)
         activation = activation_with(self.activation, mistake)
 
-        def attention(h):
-            return self.self_attn(h, h, h, mask=self_mask)[0]
+        def attention(h):  # the first sub-layer: x is its raw input
+            kv = x if mistake == "kv_not_normed" else h
+            return self.self_attn(h, kv, kv, mask=self_mask)[0]
 
         def cross_attention(h):
             keys = {"cross_on_x": h, "memory_normed": self.norm2(memory)}.get(mistake, memory)
@@ -136,6 +164,7 @@ class WrongLayer(nn.Module):
             if mistake == "queries_from_memory":
                 keys = h
             mask = None if mistake in ("no_memory_mask", "cross_on_x") else memory_mask
+            mask = self_mask if mistake == "self_mask_in_cross" else mask
             return self.multihead_attn(queries, keys, keys, mask=mask)[0]
 
         def feed_forward(h):

@@ -55,6 +55,13 @@ MISTAKES = {
     "the x the previous one returned (keep assigning x = ...)",
     "lines_cross_first": WRONG_ORDER,  # whole lines moved: each sub-layer with its norm
     "lines_ff_before_cross": WRONG_ORDER,
+    "pre_norm_output_normalised": layers.PRE_NORM_OUTPUT_NORMALISED,
+    "one_norm_module": layers.ONE_NORM_MODULE,
+    "kv_not_normed": layers.KV_NOT_NORMED,
+    "pre_no_last_norm": layers.PRE_NO_LAST_NORM,
+    "self_mask_in_cross": "the cross-attention got self_mask, the target's own (causal) mask: "
+    "it takes memory_mask, which says which source positions are real, "
+    "multihead_attn(x, memory, memory, mask=memory_mask)",
 }
 
 

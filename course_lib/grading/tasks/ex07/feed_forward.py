@@ -40,6 +40,11 @@ MISTAKES = {
     "activation_ignored": layers.ACTIVATION_IGNORED,
     "residual": "the feed-forward network has no residual connection of its own: return "
     "linear2(dropout(relu(linear1(x)))); the layer that uses it adds x",
+    "relu2_square_first": layers.RELU2_SQUARE_FIRST,
+    # with ReLU the two orders agree (dropout scales by a positive number): the GELU case shows it
+    "dropout_before_activation": "dropout goes after the activation, on the hidden units it "
+    "outputs: linear2(dropout(activation(linear1(x)))), not activation(dropout(linear1(x))) "
+    "(with ReLU both give the same numbers, with GELU they do not)",
 }
 
 
@@ -57,12 +62,13 @@ class WrongFeedForward(nn.Module):
 
     def dropout(self, h, where):
         at = {"no_dropout": None, "dropout_on_output": "output", "input_dropout": "input"}
+        at["dropout_before_activation"] = "pre-activation"
         if where != at.get(self.mistake, "hidden"):
             return h
         return F.dropout(h, self.p, training=self.training or self.mistake == "dropout_always")
 
     def forward(self, x):
-        hidden = self.linear1(self.dropout(x, "input"))
+        hidden = self.dropout(self.linear1(self.dropout(x, "input")), "pre-activation")
         activation = layers.activation_with(self.activation, self.mistake)
         if self.mistake not in ("no_activation", "activation_after"):
             hidden = activation(hidden)
@@ -91,10 +97,11 @@ class FeedForwardTask(ModuleTask):
                 gen, description, FeedForward, sizes, None, [shape], dtype, **options
             )
 
-        def seeded(description, mode, sizes, shape, dropout=0.5):
+        def seeded(description, mode, sizes, shape, dropout=0.5, activation="relu"):
             # EX07-1: dropout with the reference's random seed, in train or eval mode
             data = {
                 "sizes": (*sizes, dropout),
+                "kwargs": layers.layer_kwargs(activation),
                 "state_dict": random_state(FeedForward(*sizes), gen),
                 "mode": mode,
                 "seed": int(torch.randint(0, 2**31 - 1, (1,), generator=gen)),
@@ -137,6 +144,10 @@ class FeedForwardTask(ModuleTask):
                  (4, 8), (5,), f64, activation="gelu", bias=False),
             case("activation='swish', a name the task does not list: a ValueError",
                  (4, 8), (2, 3), raises=ValueError, activation="swish"),
+            # dropout before the activation matched every ReLU case (relu(c h) = c relu(h), c > 0)
+            seeded("activation='gelu', dropout=0.5 in train mode (same random seed as the "
+                   "reference): the GELU first, then dropout on its output, then linear2",
+                   "train", (6, 16), (2, 4), activation="gelu"),
         ]  # fmt: skip
 
     def init_args(self, case):

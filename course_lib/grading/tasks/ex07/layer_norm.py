@@ -46,6 +46,8 @@ MISTAKES = {
     "the result must change; use the eps you are given, sqrt(var + eps)",
     "default_eps": "the default eps is 1e-5 (nn.LayerNorm's), not 1e-6: "
     "def layer_norm(x, gamma, beta, eps=1e-5)",
+    "eps_after_division": "eps is added to the normalised x, (x - mean) / sqrt(var) + eps: it "
+    "belongs under the square root, (x - mean) / sqrt(var + eps) (mind the brackets)",
     "no_eps": "your result is LayerNorm without eps (or with a far smaller one): add eps to the "
     "variance inside the square root, sqrt(var + eps), with the default eps=1e-5",
 }
@@ -65,6 +67,8 @@ def wrong_layer_norm(x, gamma, beta, eps=None, *, mistake=""):
         var = x.var(dim=dim, unbiased=True, keepdim=True)
     if mistake == "eps_outside":
         x_hat = (x - mean) / (var.sqrt() + eps)
+    elif mistake == "eps_after_division":
+        x_hat = (x - mean) / var.sqrt() + eps
     else:
         root = var + eps if mistake == "by_variance" else torch.sqrt(var + eps)
         x_hat = (x if mistake == "not_centred" else x - mean) / root

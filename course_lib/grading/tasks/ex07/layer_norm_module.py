@@ -26,6 +26,8 @@ MISTAKES = {
     "(torch.zeros_like(self.weight)), not ones",
     "no_bias_passes_none": "with bias=False your layer_norm gets beta=None, and x_hat * gamma + "
     "None fails: pass zeros instead (torch.zeros_like(self.weight))",
+    "default_eps": "the default eps is 1e-5 (nn.LayerNorm's), not 1e-6: "
+    "def __init__(self, d_model, eps=1e-5, bias=True)",
 }
 
 
@@ -34,9 +36,9 @@ class WrongLayerNorm(nn.Module):
 
     mistake = ""
 
-    def __init__(self, d_model, eps=1e-5, bias=True):
+    def __init__(self, d_model, eps=None, bias=True):
         super().__init__()
-        self.eps = eps
+        self.eps = (1e-6 if self.mistake == "default_eps" else 1e-5) if eps is None else eps
         self.weight = nn.Parameter(torch.full((d_model,), float(self.mistake != "weight_zeros")))
         fill = float(self.mistake == "bias_ones")
         self.bias = nn.Parameter(torch.full((d_model,), fill)) if bias else None

@@ -31,6 +31,8 @@ MISTAKES = {
     "result must change; use the eps you are given, sqrt(mean(x**2) + eps)",
     "default_eps": "the default eps of rms_norm is 1e-6 (Llama's), not 1e-5 (LayerNorm's): "
     "def rms_norm(x, weight, eps=1e-6)",
+    "dim1": "the mean is taken over dim=1, the last dimension only when x is 2-D: use "
+    "dim=-1 (keepdim=True), whatever the batch dimensions",
     "no_eps": "your result is RMSNorm without eps (or with a far smaller one): add eps inside "
     "the square root, sqrt(mean(x**2) + eps), with the default eps=1e-6",
 }
@@ -43,7 +45,7 @@ def wrong_rms_norm(x, weight, eps=None, *, mistake=""):
     eps = 0.0 if mistake == "no_eps" else eps
     if mistake == "mean_subtracted":
         x = x - x.mean(dim=-1, keepdim=True)
-    dim, keepdim = (0 if mistake == "batch_axis" else -1), mistake != "no_keepdim"
+    dim, keepdim = {"batch_axis": 0, "dim1": 1}.get(mistake, -1), mistake != "no_keepdim"
     if mistake == "sum":
         mean_square = x.pow(2).sum(dim=dim, keepdim=keepdim)
     elif mistake == "mean_squared":

@@ -24,6 +24,8 @@ MISTAKES = {
     "relu": "the gate goes through SiLU (F.silu), not ReLU (that would be ReGLU)",
     "silu_of_product": "SiLU goes on the gate alone, before the product: "
     "silu(gate_proj(x)) * up_proj(x), not silu(gate_proj(x) * up_proj(x))",
+    "no_silu": "the gate has no activation: SiLU goes on the gate branch, "
+    "silu(gate_proj(x)) * up_proj(x); without it the product is a plain bilinear map",
     "sum": "the gate multiplies the up branch element-wise: silu(gate_proj(x)) * up_proj(x), "
     "not silu(gate_proj(x)) + up_proj(x)",
 }
@@ -48,7 +50,12 @@ class WrongSwiGLU(nn.Module):
             gate, up = up, gate
         if self.mistake == "silu_of_product":
             return self.down_proj(F.silu(gate * up))
-        activation = {"sigmoid": torch.sigmoid, "gelu": F.gelu, "relu": F.relu}
+        activation = {
+            "sigmoid": torch.sigmoid,
+            "gelu": F.gelu,
+            "relu": F.relu,
+            "no_silu": torch.clone,
+        }
         gate = activation.get(self.mistake, F.silu)(gate)
         up = F.silu(up) if self.mistake == "silu_on_both" else up
         if self.mistake == "no_up":

@@ -24,7 +24,8 @@ MISTAKES = {
     "on every class), not its sum",
     "pad_zero": "use the ignore_index argument: the padding id is not always 0",
     "last_dim_two": "the logits may be (positions, vocab) as well as (batch, seq, vocab): take "
-    "log_softmax over dim=-1, the last axis, whatever the number of axes",
+    "log_softmax over dim=-1, the last axis, whatever the number of axes (and gather along "
+    "dim=-1 too, not dim=2)",
     "target_overwritten": "the correct class gets its smoothing / vocab share too: the target "
     "distribution is smoothing / vocab on every class plus 1 - smoothing on the target (add it, "
     "do not write it over), so the smoothing term is smoothing * the mean of -log p over "
@@ -42,6 +43,8 @@ MISTAKES = {
     "are (batch, seq, vocab); take it over dim=-1, the vocabulary",
     "mean_of_sequence_means": "you averaged the loss of each sequence, then the sequences; the "
     "mean is over all the real tokens together (a longer sequence counts for more)",
+    "keep_inverted": "your mask is inverted: it keeps the padded positions and drops the real "
+    "ones; the positions to keep are target != ignore_index",
 }
 
 
@@ -55,6 +58,7 @@ def wrong_label_smoothing(logits, target, smoothing, ignore_index, *, mistake=""
     vocab = logits.shape[-1]
     keep = target != ignore_index
     safe = target.masked_fill(~keep, 0)
+    keep = ~keep if mistake == "keep_inverted" else keep
     if mistake in ("probs_not_log", "smoothed_probabilities"):
         probs = torch.softmax(logits, dim=-1)
         picked = probs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)

@@ -10,6 +10,9 @@ from ..common import randn
 from .shift_right import wrong_shift_right
 
 MISTAKES = {
+    # before pads_in_loss: where no real token is 0, ignoring 0 also counts every pad
+    "pad_zero": "the loss ignores id 0 instead of the pad_id argument: the padding id is not "
+    "always 0, so pass ignore_index=pad_id",
     "pads_in_loss": "the padding positions count in your loss: pass "
     "ignore_index=pad_id so that only real target tokens are scored",
     "unshifted": "the decoder must read the targets shifted right "
@@ -39,6 +42,8 @@ MISTAKES = {
     "predict tgt[:, t]",
     "shift_with_pad": "the shifted decoder input starts with bos_id, not pad_id: "
     "shift_right(tgt, bos_id)",
+    "smoothing_fixed": "use the smoothing argument in the loss (0.1 is only its default): "
+    "label_smoothing_loss(logits, tgt, smoothing, pad_id)",
 }
 
 
@@ -64,8 +69,8 @@ def _wrong_step(
         slip = "drop_first" if mistake == "shift_drops_first" else ""
         tgt_in = wrong_shift_right(tgt, first, mistake=slip)
     logits = model(src, tgt_in)
-    ignore = -100 if mistake == "pads_in_loss" else pad_id
-    smooth = 0.0 if mistake == "no_smoothing" else smoothing
+    ignore = {"pads_in_loss": -100, "pad_zero": 0}.get(mistake, pad_id)
+    smooth = {"no_smoothing": 0.0, "smoothing_fixed": 0.1}.get(mistake, smoothing)
     labels = tgt_in if mistake == "scored_on_input" else tgt
     flat = logits.reshape(-1, logits.shape[-1])
     loss = F.cross_entropy(flat, labels.reshape(-1), ignore_index=ignore, label_smoothing=smooth)
@@ -204,6 +209,10 @@ class TrainStep(Task):
             case("float32 model, three steps, batch 2, clip 1.0",
                  [([3, 2], [2, 3]), ([4, 1], [1, 4]), ([2, 2], [3, 3])], clip=1.0,
                  dtype=torch.float32),
+            # the only other pad_id != 0 has no padding: ignore_index=0 passed by luck
+            case("batch 3, targets of lengths [2, 4, 1] padded with pad_id=5 (not 0), bos_id=3, "
+                 "eos_id=4",
+                 [([3, 2, 4], [2, 4, 1])], bos_id=3, eos_id=4, pad_id=5),
         ]  # fmt: skip
 
     def call(self, obj, case):
