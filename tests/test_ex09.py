@@ -498,3 +498,29 @@ def test_the_init_hint_gives_a_reason_true_for_a_std_scaled_by_hand():
     assert result.status == "failed" and "N(0, 0.02^2)" in result.feedback, result.feedback
     assert "nor a std scaled with the width (1/sqrt(d_model))" in result.feedback
     assert "tied logits" not in result.feedback
+
+
+def test_a_top_p_mask_left_in_sorted_order_is_named():
+    # the mask of the sorted probabilities applied to the unsorted ones: "token 1 ... outside the
+    # allowed set", with no hint
+    def sample_next_unsorted_mask(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+        if temperature < 0 or (top_k is not None and top_k < 1):
+            raise ValueError("temperature >= 0 and top_k >= 1")
+        if top_p is not None and not 0 < top_p <= 1:
+            raise ValueError("top_p in (0, 1]")
+        if temperature == 0:
+            return logits.argmax(-1)
+        logits = logits / temperature
+        if top_k is not None:
+            kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        probs = torch.softmax(logits, -1)
+        if top_p is not None:
+            sorted_probs, _ = probs.sort(-1, descending=True)
+            keep = sorted_probs.cumsum(-1) - sorted_probs < top_p  # in sorted order
+            probs = probs.masked_fill(~keep, 0.0)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+    result = status("ex09.sample_next", sample_next_unsorted_mask)
+    assert result.status == "failed", result.feedback
+    assert f"Hint: {ex09.sample_next.MISTAKES['top_p_unsorted']}" in result.feedback
