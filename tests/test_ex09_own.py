@@ -692,3 +692,24 @@ def test_a_loss_against_the_wrong_targets_is_not_told_it_summed():
     result = result_of("ex09.train", targets_are_inputs)
     assert result.status == "failed" and "but the mean cross-entropy" in result.feedback
     assert "Hint" not in result.feedback, result.feedback
+
+
+def test_an_evaluate_that_divides_by_every_token_is_named():
+    # total / len(ids): the first token counted as a prediction ("your loss is ..., expected ...")
+    def evaluate_over_len(model, ids, block_size, batch_size=64):
+        was_training = model.training
+        model.eval()
+        total = 0.0
+        with torch.no_grad():
+            starts = range(0, len(ids) - 1, block_size)
+            windows = [ids[s : s + block_size + 1] for s in starts]
+            for lo in range(0, len(windows), batch_size):
+                for window in windows[lo : lo + batch_size]:  # one window at a time
+                    logits = model(window[None, :-1])[0]
+                    total += F.cross_entropy(logits, window[1:], reduction="sum").item()
+        model.train(was_training)
+        return total / len(ids)
+
+    result = result_of("ex09.evaluate", evaluate_over_len)
+    assert result.status == "failed", result.feedback
+    assert f"Hint: {evaluate_task.MISTAKES['count_all_tokens']}" in result.feedback
