@@ -524,3 +524,43 @@ def test_a_top_p_mask_left_in_sorted_order_is_named():
     result = status("ex09.sample_next", sample_next_unsorted_mask)
     assert result.status == "failed", result.feedback
     assert f"Hint: {ex09.sample_next.MISTAKES['top_p_unsorted']}" in result.feedback
+
+
+def test_a_kth_logit_without_its_axis_is_named():
+    # values[:, -1] is (batch,): a bare RuntimeError about sizes 8 and 6000 before its row
+    def sample_next_kth_flat(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+        if temperature < 0 or (top_k is not None and top_k < 1):
+            raise ValueError("temperature >= 0 and top_k >= 1")
+        if top_p is not None and not 0 < top_p <= 1:
+            raise ValueError("top_p in (0, 1]")
+        if temperature == 0:
+            return logits.argmax(-1)
+        logits = logits / temperature
+        if top_k is not None:
+            kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1]  # (batch,)
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        probs = torch.softmax(logits, -1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+    result = status("ex09.sample_next", sample_next_kth_flat)
+    assert result.status == "failed", result.feedback
+    assert f"Hint: {ex09.sample_next.MISTAKES['top_k_no_keepdim']}" in result.feedback
+
+
+def test_a_generate_that_feeds_every_new_token_at_one_position_is_named():
+    # the position computed once before the loop: "None of the usual single mistakes"
+    own_sample_next = ex09._own_sample_next()
+
+    def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+        position = ids.shape[1]  # where the first new token goes; never moved on
+        with torch.no_grad():
+            logits, cache = model.forward_cached(ids, None, 0)
+            for _ in range(max_new_tokens):
+                next_id = own_sample_next(logits[:, -1], temperature, top_k, None, generator)
+                ids = torch.cat([ids, next_id[:, None]], dim=1)
+                logits, cache = model.forward_cached(ids[:, -1:], cache, position)
+        return ids
+
+    result = status("ex09.generate", generate)
+    assert result.status == "failed", result.feedback
+    assert f"Hint: {ex09.generate.MISTAKES['stuck_position']}" in result.feedback
