@@ -382,3 +382,185 @@ def test_a_capstone_that_ignores_d_ff_fails():
 
     result = status("ex09.GPT", FixedWidth)
     assert result.status == "failed" and "expected (24, 16)" in result.feedback, result.feedback
+
+
+# ---- the capstone's slips a learner makes (issue #33: named, or caught in the notebook) -----
+
+
+def _block_forward(slip):
+    """A pre-norm block's forward as a learner writes it, with one slip."""
+
+    def forward(self, x, cache=None, start=0):
+        if slip == "normed_residual":  # x = norm1(x) first: the stream becomes its norm
+            x = self.norm1(x)
+            attended, cache = self.attend(x, cache, start)
+            x = self.norm2(x + attended)
+            return x + self.feed(x), cache
+        attended, cache = self.attend(self.norm1(x), cache, start)
+        x = x + attended
+        return x + self.feed(self.norm1(x)), cache  # norm1_twice
+
+    return forward
+
+
+def _attend(slip):
+    """A block's causal self-attention as a learner writes it, with one slip."""
+    from course_lib.kv_cache import cached_attention_step as step
+    from course_lib.masking import causal_mask
+    from course_lib.multihead import merge_heads, split_heads
+    from course_lib.positional import apply_rope
+
+    def attend(self, h, cache, start):
+        a, n = self.self_attn, h.shape[1]
+        q, k, v = (split_heads(p(h), self.heads) for p in (a.q_proj, a.k_proj, a.v_proj))
+        if self.rope:
+            positions = torch.arange(start, start + n)
+            q, k = apply_rope(q, positions), apply_rope(k, positions)
+            if slip == "rope_values":
+                v = apply_rope(v, positions)
+        if cache is None or (slip == "chunk_ignores_cache" and n > 1):  # the prompt at once
+            weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(
+                ~causal_mask(n), float("-inf")
+            )
+            out = weights.softmax(-1) @ v
+            if cache is not None:
+                cache = (torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2))
+        else:
+            k_cache, v_cache, outs = *cache, []
+            for t in range(n):
+                o, k_cache, v_cache = step(
+                    *(z[:, :, t : t + 1] for z in (q, k, v)), k_cache, v_cache
+                )
+                outs.append(o)
+            out, cache = torch.cat(outs, 2), (k_cache, v_cache)
+        return a.out_proj(merge_heads(out)), cache
+
+    return attend
+
+
+def _gpt_with(block_method, **methods):
+    """The right capstone GPT whose blocks' methods are the learner's (`block_method`: the
+    name of the block method and its function), and whose own methods are `methods`."""
+    name, function = block_method or (None, None)
+
+    def __init__(self, *args, **kwargs):
+        ex09._mistake_gpt("").__init__(self, *args, **kwargs)
+        for layer in self.layers if name else ():
+            setattr(layer, name, function.__get__(layer))
+
+    return type("LearnerGPT", (ex09._mistake_gpt(""),), {"__init__": __init__, **methods})
+
+
+def _forward_scaled(self, ids):
+    """Lesson 08's embedding copied: the tokens times sqrt(d_model), then the positions."""
+    x = self.token_embedding(ids) * math.sqrt(self.token_embedding.embedding_dim)
+    if hasattr(self, "position_embedding"):
+        x = x + self.position_embedding(torch.arange(ids.shape[1]))
+    for layer in self.layers:
+        x, _ = layer(x)
+    return self.lm_head(self.norm(x))
+
+
+class _GPTIgnoringActivation(ex09._mistake_gpt("")):
+    def __init__(self, *args, activation="gelu", **kwargs):
+        super().__init__(*args, **kwargs)  # activation not passed on: always GELU
+
+
+@pytest.mark.parametrize(
+    "learner, mistake",
+    [
+        (_gpt_with(("forward", _block_forward("normed_residual"))), "normed_residual"),
+        (_gpt_with(("forward", _block_forward("norm1_twice"))), "norm1_twice"),
+        (_gpt_with(None, forward=_forward_scaled), "scale_embed"),
+        (_gpt_with(("attend", _attend("rope_values"))), "rope_values"),
+        (_gpt_with(("attend", _attend("chunk_ignores_cache"))), "chunk_ignores_cache"),
+        (_GPTIgnoringActivation, "activation_ignored"),
+    ],
+)
+def test_a_capstone_slip_fails_in_the_notebook_with_its_own_hint(learner, mistake):
+    # each got "None of the usual single mistakes" (or, with several new tokens in one
+    # forward_cached call after a cache, passed every check) before its row and case
+    assert status("ex09.GPT", _gpt_with(("attend", _attend("")))).status != "failed"
+    result = status("ex09.GPT", learner)
+    assert result.score < result.max_score, result.feedback
+    assert f"Hint: {ex09.gpt.MISTAKES[mistake]}" in result.feedback, result.feedback
+
+
+def test_the_init_hint_gives_a_reason_true_for_a_std_scaled_by_hand():
+    # 1/sqrt(d_model) set by hand was told "PyTorch's defaults start the tied logits far too
+    # large", which it did not use
+    class ScaledByHand(ex09._mistake_gpt("")):
+        def __init__(self, vocab_size, block_size, d_model, num_heads, num_layers, **options):
+            super().__init__(vocab_size, block_size, d_model, num_heads, num_layers, **options)
+            torch.nn.init.normal_(self.token_embedding.weight, std=d_model**-0.5)
+
+    result = status("ex09.GPT", ScaledByHand)
+    assert result.status == "failed" and "N(0, 0.02^2)" in result.feedback, result.feedback
+    assert "nor a std scaled with the width (1/sqrt(d_model))" in result.feedback
+    assert "tied logits" not in result.feedback
+
+
+def test_a_top_p_mask_left_in_sorted_order_is_named():
+    # the mask of the sorted probabilities applied to the unsorted ones: "token 1 ... outside the
+    # allowed set", with no hint
+    def sample_next_unsorted_mask(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+        if temperature < 0 or (top_k is not None and top_k < 1):
+            raise ValueError("temperature >= 0 and top_k >= 1")
+        if top_p is not None and not 0 < top_p <= 1:
+            raise ValueError("top_p in (0, 1]")
+        if temperature == 0:
+            return logits.argmax(-1)
+        logits = logits / temperature
+        if top_k is not None:
+            kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        probs = torch.softmax(logits, -1)
+        if top_p is not None:
+            sorted_probs, _ = probs.sort(-1, descending=True)
+            keep = sorted_probs.cumsum(-1) - sorted_probs < top_p  # in sorted order
+            probs = probs.masked_fill(~keep, 0.0)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+    result = status("ex09.sample_next", sample_next_unsorted_mask)
+    assert result.status == "failed", result.feedback
+    assert f"Hint: {ex09.sample_next.MISTAKES['top_p_unsorted']}" in result.feedback
+
+
+def test_a_kth_logit_without_its_axis_is_named():
+    # values[:, -1] is (batch,): a bare RuntimeError about sizes 8 and 6000 before its row
+    def sample_next_kth_flat(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+        if temperature < 0 or (top_k is not None and top_k < 1):
+            raise ValueError("temperature >= 0 and top_k >= 1")
+        if top_p is not None and not 0 < top_p <= 1:
+            raise ValueError("top_p in (0, 1]")
+        if temperature == 0:
+            return logits.argmax(-1)
+        logits = logits / temperature
+        if top_k is not None:
+            kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1]  # (batch,)
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        probs = torch.softmax(logits, -1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+    result = status("ex09.sample_next", sample_next_kth_flat)
+    assert result.status == "failed", result.feedback
+    assert f"Hint: {ex09.sample_next.MISTAKES['top_k_no_keepdim']}" in result.feedback
+
+
+def test_a_generate_that_feeds_every_new_token_at_one_position_is_named():
+    # the position computed once before the loop: "None of the usual single mistakes"
+    own_sample_next = ex09._own_sample_next()
+
+    def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+        position = ids.shape[1]  # where the first new token goes; never moved on
+        with torch.no_grad():
+            logits, cache = model.forward_cached(ids, None, 0)
+            for _ in range(max_new_tokens):
+                next_id = own_sample_next(logits[:, -1], temperature, top_k, None, generator)
+                ids = torch.cat([ids, next_id[:, None]], dim=1)
+                logits, cache = model.forward_cached(ids[:, -1:], cache, position)
+        return ids
+
+    result = status("ex09.generate", generate)
+    assert result.status == "failed", result.feedback
+    assert f"Hint: {ex09.generate.MISTAKES['stuck_position']}" in result.feedback

@@ -616,9 +616,60 @@ def train_last_position(model, batches, steps, max_lr, warmup_steps, clip=1.0):
     return losses
 
 
+def gpt2_to_mine_c_attn_untransposed(hf_state):
+    """The learner's map with c_attn split along its columns but its blocks not transposed."""
+    out = gpt2_to_mine(hf_state)
+    sd = {key.removeprefix("transformer."): value for key, value in hf_state.items()}
+    for key, weight in sd.items():
+        if key.endswith("attn.c_attn.weight"):  # (d, 3 * d): W_Q | W_K | W_V, each (in, out)
+            layer = key.split(".")[1]
+            for name, block in zip("qkv", weight.chunk(3, dim=1), strict=True):
+                out[f"layers.{layer}.self_attn.{name}_proj.weight"] = block  # no .t()
+    return out
+
+
+def train_with(loss_of, clip_params=None):
+    """A learner's loop (AdamW, LambdaLR warm-up and cosine) with the loss `loss_of(logits, x,
+    y)`, clipping `clip_params(model, params)` (default: model.parameters())."""
+
+    def train(model, batches, steps, max_lr, warmup_steps, clip=1.0):
+        params = model.parameters()  # a generator: AdamW reads it to the end
+        optimizer = torch.optim.AdamW(params, lr=max_lr)
+
+        def factor(step):
+            if step < warmup_steps:
+                return (step + 1) / warmup_steps
+            progress = (step - warmup_steps) / (steps - warmup_steps)
+            return 0.5 * (1 + math.cos(math.pi * progress))
+
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        model.train()
+        losses = []
+        for _ in range(steps):
+            x, y = next(batches)
+            loss = loss_of(model(x), x, y)
+            optimizer.zero_grad()
+            loss.backward()
+            clipped = clip_params(model, params) if clip_params else model.parameters()
+            torch.nn.utils.clip_grad_norm_(clipped, clip)
+            optimizer.step()
+            schedule.step()
+            losses.append(loss.item())
+        return losses
+
+    return train
+
+
+def _every_position(logits, x, y):
+    return F.cross_entropy(logits.flatten(0, 1), y.flatten())
+
+
+@pytest.mark.filterwarnings("ignore:`parameters` is an empty generator")
 @pytest.mark.parametrize(
     "task_id, obj, mistake",
     [
+        ("ex09.gpt2_to_mine", gpt2_to_mine_c_attn_untransposed, "c_attn_not_transposed"),
+        ("ex09.train", train_with(_every_position, lambda model, used: used), "no_clip"),
         ("ex09.evaluate", evaluate_disjoint_windows, "disjoint_windows"),
         ("ex09.gpt2_to_mine", gpt2_to_mine_in_order("kqv"), "qkv_order"),
         ("ex09.gpt2_to_mine", gpt2_to_mine_in_order("vkq"), "qkv_order"),
@@ -632,3 +683,33 @@ def test_an_outside_learners_slip_gets_its_own_named_hint(task_id, obj, mistake)
     result = result_of(task_id, obj)
     assert result.status == "failed" and result.score < result.max_score, result.feedback
     assert f"Hint: {table.MISTAKES[mistake]}" in result.feedback
+
+
+def test_a_loss_against_the_wrong_targets_is_not_told_it_summed():
+    # the targets taken from x (not y) got the summed loss's hint, "the MEAN ... not the sum"
+    assert result_of("ex09.train", train_with(_every_position)).status == "passed"
+    targets_are_inputs = train_with(lambda logits, x, y: _every_position(logits, x, x))
+    result = result_of("ex09.train", targets_are_inputs)
+    assert result.status == "failed" and "but the mean cross-entropy" in result.feedback
+    assert "Hint" not in result.feedback, result.feedback
+
+
+def test_an_evaluate_that_divides_by_every_token_is_named():
+    # total / len(ids): the first token counted as a prediction ("your loss is ..., expected ...")
+    def evaluate_over_len(model, ids, block_size, batch_size=64):
+        was_training = model.training
+        model.eval()
+        total = 0.0
+        with torch.no_grad():
+            starts = range(0, len(ids) - 1, block_size)
+            windows = [ids[s : s + block_size + 1] for s in starts]
+            for lo in range(0, len(windows), batch_size):
+                for window in windows[lo : lo + batch_size]:  # one window at a time
+                    logits = model(window[None, :-1])[0]
+                    total += F.cross_entropy(logits, window[1:], reduction="sum").item()
+        model.train(was_training)
+        return total / len(ids)
+
+    result = result_of("ex09.evaluate", evaluate_over_len)
+    assert result.status == "failed", result.feedback
+    assert f"Hint: {evaluate_task.MISTAKES['count_all_tokens']}" in result.feedback

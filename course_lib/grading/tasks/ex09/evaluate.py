@@ -52,6 +52,8 @@ MISTAKES = {
     "window i at i * block_size, ids[i * block_size : (i + 1) * block_size + 1]: consecutive "
     "windows then share one token, the last target of one being the first input of the next, "
     "and every token after the first is predicted exactly once",
+    "count_all_tokens": "divide by the number of predictions, len(ids) - 1, not by len(ids): the "
+    "first token is never a target (nothing comes before it), every other token is one",
 }
 
 
@@ -101,6 +103,7 @@ def wrong_evaluate(model, ids, block_size, batch_size=64, *, mistake=""):
         model.train(was_training)
     if mistake == "batch_means":
         return sum(means) / len(means)
+    count += mistake == "count_all_tokens"  # len(ids), the first token counted as a target
     return torch.tensor(total / count) if mistake == "tensor" else total / count
 
 

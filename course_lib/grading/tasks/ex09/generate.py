@@ -29,6 +29,9 @@ MISTAKES = {
     "temperature, top_k and generator on",
     "no_prompt": "feed the whole prompt first (start 0, an empty cache): its "
     "keys and values are what the new tokens attend to",
+    "stuck_position": "every new token is fed at the same position, the prompt's length: the "
+    "position must move on by one at each step; compute it inside the loop, start = "
+    "ids.shape[1] - 1 after appending the new token",
 }
 
 
@@ -79,13 +82,15 @@ def _wrong_generate(
             logits, cache = model.forward_cached(ids[:, -1:], None, ids.shape[1] - 1)
         else:
             logits, cache = model.forward_cached(ids, None, 0)
-        for _ in range(max_new_tokens):
+        for step in range(max_new_tokens):
             row = logits[:, 0] if mistake == "first_position" else logits[:, -1]
             temp = 1.0 if mistake == "no_temperature" else temperature  # sample_next's default
             k = None if mistake == "no_top_k" else top_k
             next_id = sample_next(row, temp, k, None, generator)  # (batch,)
             ids = torch.cat([ids, next_id[:, None]], dim=1)
-            start = {"restart": 0, "off_by_one": ids.shape[1]}.get(mistake, ids.shape[1] - 1)
+            wrong_starts = {"restart": 0, "off_by_one": ids.shape[1]}
+            wrong_starts["stuck_position"] = ids.shape[1] - 1 - step  # the prompt's length
+            start = wrong_starts.get(mistake, ids.shape[1] - 1)
             if ids.shape[1] >= model.config.block_size:
                 start = min(start, model.config.block_size - 1)
             logits, new_cache = model.forward_cached(ids[:, -1:], cache, start)

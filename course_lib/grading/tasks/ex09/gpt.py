@@ -60,6 +60,22 @@ MISTAKES = {
     "cache_not_kept": "forward_cached must return the cache with the new tokens' keys and values "
     "appended (your cached_attention_step returns the grown caches): a later token attends to "
     "every earlier one",
+    "normed_residual": "pre-norm normalises only the input of each sub-layer: the residual adds "
+    "to the un-normalised x, x = x + self_attn(norm1(x)), then x = x + feed_forward(norm2(x)); "
+    "writing x = norm1(x) first replaces the residual stream by its normalised copy",
+    "norm1_twice": "each sub-layer has its own LayerNorm: the feed-forward reads norm2(x), "
+    "x = x + feed_forward(norm2(x)), not norm1(x) a second time",
+    "scale_embed": "a GPT adds the token and position embeddings as they are, x = "
+    "token_embedding(ids) + position_embedding(positions): the * sqrt(d_model) of lesson 08's "
+    "translator (and of the original Transformer) is not part of GPT-2",
+    "rope_values": "rotate only the queries and the keys with apply_rope: the scores q . k then "
+    "depend on the offset between two positions; the values are not rotated",
+    "chunk_ignores_cache": "with a cache, every new token attends to the cached keys and values "
+    "too, also when one call brings several new tokens: feed them one at a time to your "
+    "cached_attention_step, each with the caches grown by the tokens before it",
+    "activation_ignored": "the feed-forward's activation is the `activation` argument, not "
+    'always its default "gelu": "relu2" for the course\'s checkpoint, "gelu_tanh" for GPT-2; '
+    "pass it on to your FeedForward",
 }
 
 # The course pieces a learner's GPT may be built with when its own version is missing: named
@@ -112,6 +128,8 @@ class WrongBlock(nn.Module):
             activation = "relu"
         elif mistake == "tanh_gelu" and activation == "gelu":
             activation = "gelu_tanh"
+        elif mistake == "activation_ignored":
+            activation = "gelu"
         self.self_attn = nn.Module()
         _linears(self.self_attn, ("q_proj", "k_proj", "v_proj", "out_proj"), d_model, d_model, bias)
         self.feed_forward = nn.Module()
@@ -137,10 +155,12 @@ class WrongBlock(nn.Module):
         if self.rope and mistake != "rope_ignored":
             positions = torch.arange(start, start + n)
             q, k = _rope(q, positions), _rope(k, positions)
+            if mistake == "rope_values":
+                v = _rope(v, positions)
         if cache is not None:
             k_all, v_all = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
             cache = cache if mistake == "cache_not_kept" else (k_all, v_all)
-            k, v = k_all, v_all
+            k, v = (k, v) if mistake == "chunk_ignores_cache" and n > 1 else (k_all, v_all)
         t = k.shape[2]
         allowed = torch.ones(n, t, dtype=torch.bool).tril(t - n)  # query i sees keys <= its own
         masks = {
@@ -159,10 +179,16 @@ class WrongBlock(nn.Module):
             attended, cache = self.attend(x, cache, start)
             x = self.norm1(x + attended)
             return self.norm2(x + self.feed(x)), cache
+        if self.mistake == "normed_residual":  # x = norm1(x); x = x + attn(x); x = norm2(x); ...
+            x = self.norm1(x)
+            attended, cache = self.attend(x, cache, start)
+            x = self.norm2(x + attended)
+            return x + self.feed(x), cache
         h = x if self.mistake == "attend_raw" else self.norm1(x)
         attended, cache = self.attend(h, cache, start)
         x = x + attended
-        return x + self.feed(self.norm2(x)), cache
+        norm2 = self.norm1 if self.mistake == "norm1_twice" else self.norm2
+        return x + self.feed(norm2(x)), cache
 
 
 class WrongGPT(nn.Module):
@@ -211,6 +237,8 @@ class WrongGPT(nn.Module):
             x = self.position_embedding(self.token_embedding(ids))
         else:
             x = self.token_embedding(ids)
+        if mistake == "scale_embed":  # lesson 08's translator
+            x = x * math.sqrt(x.shape[-1])
         if self.positions == "learned" and mistake not in ("no_positions", "lesson_positions"):
             x = x + self.position_embedding(torch.arange(start, start + n))
         new_cache = []
@@ -243,13 +271,13 @@ def _sgd_step(model, ids, lr=0.5):
     return float(loss.detach()), torch.cat([state[k].flatten() for k in sorted(state)])
 
 
-def _cached_logits(model, ids, prompt):
-    """The logits of all of ids through forward_cached: the prompt at once, then one token at a
-    time at its own position."""
+def _cached_logits(model, ids, prompt, chunk=1):
+    """The logits of all of ids through forward_cached: the prompt at once, then `chunk` tokens
+    at a time at their own positions."""
     logits, cache = model.forward_cached(ids[:, :prompt], None, 0)
     parts = [logits]
-    for t in range(prompt, ids.shape[1]):
-        logits, cache = model.forward_cached(ids[:, t : t + 1], cache, t)
+    for t in range(prompt, ids.shape[1], chunk):
+        logits, cache = model.forward_cached(ids[:, t : t + chunk], cache, t)
         parts.append(logits)
     return torch.cat(parts, dim=1)
 
@@ -310,7 +338,11 @@ def _check_gpt2_init(model: nn.Module, num_layers: int) -> None:
                         "into the residual stream, linear2 and the attention's out_proj, not "
                         "linear1"
                         if shrunk
-                        else "PyTorch's defaults start the tied logits far too large"
+                        else "0.02 is one fixed number: not what PyTorch's layers draw by "
+                        "default (N(0, 1) for nn.Embedding, uniform within "
+                        "±1/sqrt(in_features) for nn.Linear), nor a std scaled with the width "
+                        "(1/sqrt(d_model)) or with the depth (1/sqrt(2 * num_layers) shrinks "
+                        "only out_proj and linear2)"
                     )
                 )
 
@@ -329,11 +361,14 @@ class CapstoneGPT(ModuleTask):
     wrong = WrongGPT
 
     def cases(self, gen):
-        def case(description, kind, sizes, batch, seq, dtype=torch.float32, new=0, **options):
+        def case(
+            description, kind, sizes, batch, seq, dtype=torch.float32, new=0, chunk=1, **options
+        ):
             ids = torch.randint(0, sizes["vocab_size"], (batch, seq), generator=gen)
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
             state = random_gpt_state(gen, sizes | options, dtype)
             data = {"kind": kind, "sizes": sizes, "options": options, "ids": ids, "new": new}
+            data["chunk"] = chunk
             return Case(description, data=data | {"state": state, "seed": seed})
 
         small = {"vocab_size": 13, "block_size": 8, "d_model": 16, "num_heads": 2, "num_layers": 1}
@@ -380,6 +415,9 @@ class CapstoneGPT(ModuleTask):
             ("init", wide | {"num_layers": 4}, 1, 1, {},
              "GPT-2's init, 4 layers of width 64: out_proj.weight and linear2.weight have "
              "standard deviation 0.02 / sqrt(8)"),
+            ("cached", deeper, 2, 6, f64 | {"new": 2, "chunk": 3},
+             "forward_cached with several new tokens in one call after a cache: a prompt of 2, "
+             "then the tokens at positions 2..4 in one call, then position 5, float64"),
         ]
         # fmt: on
         return [case(text, kind, *shape, **options) for kind, *shape, options, text in rows]
@@ -420,7 +458,7 @@ class CapstoneGPT(ModuleTask):
                     "(task 4) calls it, with cache None the first time"
                 )
             if d["kind"] == "cached":  # "new" is the prompt's length here
-                return _cached_logits(model, d["ids"], d["new"])
+                return _cached_logits(model, d["ids"], d["new"], d["chunk"])
             return _generate_cached(
                 model, d["ids"], d["new"], torch.Generator().manual_seed(d["seed"])
             )

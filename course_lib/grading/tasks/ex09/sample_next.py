@@ -45,6 +45,13 @@ MISTAKES = {
     "top_k largest logits first, take the softmax of those, and only then keep the smallest set "
     "whose mass reaches top_p; the other order measures top_p on the unfiltered distribution "
     "and keeps other tokens",
+    "top_k_no_keepdim": "the k-th largest logit of each row must keep its axis to be compared "
+    "with the (batch, vocab) logits: torch.topk(...).values[:, -1:], shape (batch, 1); "
+    "values[:, -1] has shape (batch,), which PyTorch lines up with the vocabulary axis instead",
+    "top_p_unsorted": "your top-p mask was computed on the SORTED probabilities but applied to "
+    "the unsorted ones, so it keeps the first token ids instead of the most likely tokens: "
+    "put it back in the tokens' order first, keep = torch.zeros_like(keep_sorted).scatter(-1, "
+    "order, keep_sorted)",
 }
 
 
@@ -56,6 +63,9 @@ def wrong_sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator
         return logits.argmax(-1)
     if mistake != "temperature_after_softmax":
         logits = logits / temperature
+    if top_k is not None and mistake == "top_k_no_keepdim":  # (batch,) against (batch, vocab)
+        kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_k is not None and mistake == "top_k_keeps_k_minus_1":
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits <= kth, float("-inf"))
@@ -63,6 +73,12 @@ def wrong_sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator
     probs = stable_softmax(logits)
     if mistake == "top_k_after_top_p":
         probs = _filter(_filter(probs, None, top_p), top_k, None)
+    elif (
+        mistake == "top_p_unsorted" and top_p is not None
+    ):  # kept: the first ids, not the likeliest
+        probs = _filter(probs, top_k, None)
+        kept = (_filter(probs, None, top_p) > 0).sum(-1, keepdim=True)  # (batch, 1)
+        probs = probs.masked_fill(torch.arange(probs.shape[-1]) >= kept, 0.0)
     elif mistake == "top_p_drops_crossing_token" and top_p is not None:
         probs = _filter(probs, top_k, None)
         sorted_probs, order = probs.sort(-1, descending=True)

@@ -52,7 +52,9 @@ MISTAKES = {
     "look like seq classes to it; flatten the positions first: "
     "F.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1))",
     "no_clip": "clip the gradients: torch.nn.utils.clip_grad_norm_(model.parameters(), clip) "
-    "after loss.backward() and before optimizer.step()",
+    "after loss.backward() and before optimizer.step() (call model.parameters() there: a "
+    "`params = model.parameters()` generator that the optimizer has already read is empty, "
+    "and clipping it clips nothing)",
     "clip_after_step": "clip the gradients BEFORE optimizer.step(): clipped after it, the "
     "step has already applied the unclipped gradients",
     "clip_1": "use the clip argument as the largest gradient norm (1.0 is only its default)",
@@ -436,7 +438,9 @@ def verdict(run, d):
     recomputed = zip(losses, run["recomputed"], run["last_position"], strict=True)
     for step, (got, want, last) in enumerate(recomputed, start=1):
         if not math.isnan(want) and not close(got, want):
-            return "last_position" if close(got, last) else "loss_value", (
+            summed = close(got, want * d["batches"][0][1].numel())  # every position's, added
+            code = "last_position" if close(got, last) else "summed" if summed else "loss_value"
+            return code, (
                 f"the loss returned for step {step} is {got:.6g}, but the mean cross-entropy "
                 f"over every position of that step's batch, at that step's weights, is {want:.6g}"
             )
