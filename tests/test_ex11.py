@@ -327,6 +327,11 @@ def _solution_with(solution, name, *edits):
 DIVISOR = "(final[0].var(-1, unbiased=False, keepdim=True) + model.norm.eps).sqrt()"
 HUNTED = [  # task, edits, a phrase of the hint
     (
+        "attention_patterns",
+        [('return args, {**kwargs, "need_weights": True}', 'return args, {"need_weights": True}')],
+        "other keyword arguments",
+    ),
+    (
         "induction_scores",
         [("patterns[..., queries, keys]", "patterns[..., keys, queries]")],
         "ABOVE the diagonal",
