@@ -341,6 +341,14 @@ HUNTED = [  # task, edits, a phrase of the hint
         [("arange(period, 2 * period)", "arange(period - 1, 2 * period - 1)")],
         "dropped query 2T - 1",
     ),
+    (
+        "induction_scores",
+        [
+            ("weights = patterns[..., queries, keys]", "weights = patterns[..., period:, :period]"),
+            ("weights.mean(dim=(1, 3))", "weights.diagonal(1, -2, -1).mean(dim=(1, 3))"),
+        ],
+        "the last query, 2T - 1, is missing",
+    ),
     ("ablate_head", [("return (z,)", "return None")], "your ablation changed nothing"),
     (
         "direct_logit_attribution",

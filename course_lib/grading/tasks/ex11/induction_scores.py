@@ -33,6 +33,11 @@ MISTAKES = {
         "second copy's are its LAST T (stripe[..., -T:]); you took query T - 1, whose key 0 "
         "is no induction key, and dropped query 2T - 1"
     ),
+    "last_query_dropped": (
+        "the last query, 2T - 1, is missing: its induction key is T, in the second copy, so "
+        "keys sliced to the first copy (patterns[..., T:, :T]) lose it; average over all T "
+        "queries i = T .. 2T - 1, each at key i - T + 1"
+    ),
     "all_queries": (
         "only the queries of the second copy (i = T .. 2T - 1) have an earlier copy to "
         "look back to; the first copy's queries must not be averaged in"
@@ -64,7 +69,11 @@ def wrong_scores(model, ids, *, mistake):
     offset = {"duplicate": period, "two_after": period - 2}.get(mistake, period - 1)
     sign = 1 if mistake == "upper_stripe" else -1  # +: above the diagonal, the future
     stripe = patterns.diagonal(offset=sign * offset, dim1=-2, dim2=-1)  # (layers, batch, heads, k)
-    queries = {"all_queries": stripe, "queries_off_by_one": stripe[..., :period]}.get(
+    queries = {
+        "all_queries": stripe,
+        "queries_off_by_one": stripe[..., :period],
+        "last_query_dropped": stripe[..., -period:-1],
+    }.get(
         mistake,
         stripe[..., -period:],  # i = T .. 2T - 1
     )
