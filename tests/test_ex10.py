@@ -469,6 +469,31 @@ HUNTED = [  # task, function, edits, a phrase of the hint
         "ONE number for the whole tile",
     ),
     (
+        "tiled_attention",
+        [
+            (
+                "out = torch.zeros((*batch, n_q, v.shape[-1]), dtype=q.dtype)",
+                "out = torch.zeros_like(q)",
+            )
+        ],
+        "not zeros_like(q)",
+    ),
+    (
+        "tiled_attention",
+        [("torch.arange(n_q).unsqueeze(-1)", "torch.arange(n_q)")],
+        "must be a column, (n_q, 1)",
+    ),
+    (
+        "tiled_attention",
+        [
+            (
+                "torch.arange(start, start + scores.shape[-1])",
+                "torch.arange(start, start + block_size)",
+            )
+        ],
+        "not from block_size",
+    ),
+    (
         "tiled_attention_backward",
         [("sum(dim=-1, keepdim=True)", "sum(dim=-1)")],
         "The same holds for D",

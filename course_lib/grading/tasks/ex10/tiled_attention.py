@@ -55,9 +55,23 @@ FAULTS = {
         "(0 .. block_size - 1): key j of the block that starts at `start` is key start + j, so "
         "build the tile's key positions with torch.arange(start, start + tile width)"
     ),
+    "query_pos_flat": (
+        "the query positions must be a column, (n_q, 1): compared with the tile's key "
+        "positions (block,), they then give the (n_q, block) mask; torch.arange(n_q) alone "
+        "lines up with the keys (use .unsqueeze(-1) or [:, None])"
+    ),
+    "key_pos_full_block": (
+        "the last block is shorter when n_k is not a multiple of block_size: build each "
+        "tile's key positions from its own width, torch.arange(start, start + "
+        "scores.shape[-1]), not from block_size"
+    ),
     "top_left": (
         "with fewer queries than keys, causal=True aligns the queries with the last keys: "
         f"{CAUSAL_RULE}; your mask lets query i see keys j <= i only"
+    ),
+    "out_like_q": (
+        "the output has v's last size, d_v, which may differ from q's d_k: create the "
+        "running output as (..., n_q, d_v), torch.zeros(..., v.shape[-1]), not zeros_like(q)"
     ),
     "last_block_dropped": (
         "the last keys are left out when n_k is not a multiple of block_size: the last "
@@ -130,8 +144,12 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
     m = torch.full((*batch, n_q, 1), start_max, dtype=q.dtype)
     total = torch.zeros((*batch, n_q, 1), dtype=dtype)
     out = torch.zeros((*batch, n_q, v.shape[-1]), dtype=dtype)
+    if mistake == "out_like_q":
+        out = torch.zeros_like(q)
     shift = 0 if mistake == "top_left" else n_k - n_q
     query_pos = torch.arange(n_q)[:, None] + shift  # (n_q, 1)
+    if mistake == "query_pos_flat":
+        query_pos = query_pos[:, 0]  # (n_q,): lines up with the keys
     if mistake == "full_causal_mask":
         full_mask = torch.arange(n_k) > query_pos  # (n_q, n_k), sliced for each tile
     parts = []
@@ -142,7 +160,8 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
         unmasked = s
         if causal and mistake != "causal_ignored":
             first = 0 if mistake == "key_offset_missing" else start
-            key_pos = torch.arange(first, first + s.shape[-1])
+            width = block_size if mistake == "key_pos_full_block" else s.shape[-1]
+            key_pos = torch.arange(first, first + width)
             blocked = key_pos >= query_pos if mistake == "diagonal_blocked" else key_pos > query_pos
             if mistake == "full_causal_mask":
                 blocked = full_mask[:, start : start + s.shape[-1]]
