@@ -504,6 +504,8 @@ HUNTED = [  # task, function, edits, a phrase of the hint
         "the window still applies",
     ),
     ("mlm_mask", [("if pad_id is not None:", "if pad_id:")], "`if pad_id:` is False"),
+    ("mlm_mask", [("randint(0, vocab_size,", "randint(0, vocab_size - 1,")], "never include"),
+    ("mlm_mask", [("randint(0, vocab_size,", "randint(1, vocab_size,")], "never include 0"),
     (
         "mlm_mask",
         [NO_LABELS, (RETURN, "return inputs, torch.where(chosen, inputs, -100)")],

@@ -204,6 +204,13 @@ def _mlm_compare(got, want, mask_prob, vocab_size):
     histogram = got["random histogram"]
     if histogram.sum() > 0:
         expected = histogram.sum() / vocab_size
+        never = (histogram == 0).nonzero().flatten().tolist()
+        if never and expected > 20:  # an id expected 20+ times that never came
+            return (
+                f"the random ids never include {', '.join(map(str, never[:3]))}: draw them "
+                "uniformly from [0, vocab_size), torch.randint(0, vocab_size, ...) (its `high` "
+                "is already excluded: no - 1, and low is 0)"
+            )
         worst = (histogram - expected).abs().max().item()
         if worst > 6 * math.sqrt(expected) + 2:
             return (
