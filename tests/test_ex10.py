@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -414,3 +415,125 @@ def test_backward_may_not_use_autograd():
         return torch.autograd.grad(o, leaves, d_out)
 
     assert check_result("ex10.tiled_attention_backward", with_autograd).status == "forbidden"
+
+
+# Slips an outside learner's hunt found (#33) with full marks, a generic or a misleading message:
+# the solution notebook's own function with one slip, as a learner writes it.
+def _solution_with(name, *edits):
+    """The solution notebook's `name` with each (old, new) text edit applied once."""
+    import nbformat
+
+    path = Path(__file__).resolve().parents[1] / "solutions" / "10_the_family_and_the_cost.ipynb"
+    cell = next(
+        c.source
+        for c in nbformat.read(path, as_version=4).cells
+        if c.cell_type == "code" and c.source.startswith(f"def {name}(")
+    )
+    for old, new in edits:
+        assert cell.count(old) == 1, old
+        cell = cell.replace(old, new)
+    namespace = {"math": math, "torch": torch}
+    exec(compile(cell, f"learner's {name}", "exec"), namespace)
+    return namespace[name]
+
+
+SUM = "running_sum = running_sum * correction + weights.sum(dim=-1, keepdim=True)"
+NO_LABELS = ("labels = torch.where(chosen, ids, torch.full_like(ids, -100))", "pass")
+RETURN = "return inputs, labels"
+HUNTED = [  # task, function, edits, a phrase of the hint
+    ("tiled_attention", [('float("-inf"), dtype=q.dtype)', "0.0, dtype=q.dtype)")], "starts at 0"),
+    (
+        "tiled_attention",
+        [("math.sqrt(q.shape[-1])", "math.sqrt(v.shape[-1])")],
+        "divided by sqrt(d_v)",
+    ),
+    (
+        "tiled_attention",
+        [
+            (SUM, "running_sum = (running_sum + weights.sum(dim=-1, keepdim=True)) * correction"),
+            (
+                "out = out * correction + weights @ v_block",
+                "out = (out + weights @ v_block) * correction",
+            ),
+        ],
+        "AFTER the block's terms are added",
+    ),
+    (
+        "tiled_attention",
+        [("scores.amax(dim=-1, keepdim=True)", "scores.amax(dim=-1)")],
+        "without keepdim=True",
+    ),
+    (
+        "tiled_attention",
+        [("scores.amax(dim=-1, keepdim=True)", "scores.max()")],
+        "ONE number for the whole tile",
+    ),
+    (
+        "tiled_attention",
+        [
+            (
+                "out = torch.zeros((*batch, n_q, v.shape[-1]), dtype=q.dtype)",
+                "out = torch.zeros_like(q)",
+            )
+        ],
+        "not zeros_like(q)",
+    ),
+    (
+        "tiled_attention",
+        [("torch.arange(n_q).unsqueeze(-1)", "torch.arange(n_q)")],
+        "must be a column, (n_q, 1)",
+    ),
+    (
+        "tiled_attention",
+        [
+            (
+                "torch.arange(start, start + scores.shape[-1])",
+                "torch.arange(start, start + block_size)",
+            )
+        ],
+        "not from block_size",
+    ),
+    (
+        "tiled_attention_backward",
+        [("sum(dim=-1, keepdim=True)", "sum(dim=-1)")],
+        "The same holds for D",
+    ),
+    (
+        "sliding_window_mask",
+        [("mask = mask & (offset >= 0)", "mask = offset >= 0")],
+        "the window still applies",
+    ),
+    ("mlm_mask", [("if pad_id is not None:", "if pad_id:")], "`if pad_id:` is False"),
+    ("mlm_mask", [("randint(0, vocab_size,", "randint(0, vocab_size - 1,")], "never include"),
+    ("mlm_mask", [("randint(0, vocab_size,", "randint(1, vocab_size,")], "never include 0"),
+    (
+        "mlm_mask",
+        [NO_LABELS, (RETURN, "return inputs, torch.where(chosen, inputs, -100)")],
+        "taken from the corrupted inputs",
+    ),
+    (
+        "mlm_mask",
+        [NO_LABELS, (RETURN, "return inputs, torch.where(inputs != ids, ids, -100)")],
+        "whose input changed",
+    ),
+    (
+        "mlm_mask",
+        [NO_LABELS, (RETURN, "return inputs, ids.masked_fill(ids == pad_id, -100)")],
+        "not every non-padding position",
+    ),
+    (
+        "patchify",
+        [
+            ("rows, patch_size, cols, patch_size)", "patch_size, rows, patch_size, cols)"),
+            ("permute(0, 2, 4, 1, 3, 5)", "permute(0, 3, 5, 1, 2, 4)"),
+        ],
+        "H/p apart",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,edits,words", HUNTED, ids=[h[2] for h in HUNTED])
+def test_hunted_slips_lose_points_in_the_notebook_with_a_named_hint(name, edits, words):
+    result = check_result(f"ex10.{name}", _solution_with(name, *edits))
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert words in result.feedback, result.feedback

@@ -307,3 +307,92 @@ def test_a_forward_that_raises_leaves_no_hook_with_the_solution(solution):
     with pytest.raises(ValueError):
         solution["attention_patterns"](model, too_long)
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+# Slips an outside learner's hunt found (#33) with a generic or a misleading message: the
+# solution notebook's own function with one slip, as a learner writes it.
+def _solution_with(solution, name, *edits):
+    """The solution notebook's `name` with each (old, new) text edit applied once, defined in
+    a copy of the notebook's namespace (so it calls the notebook's attention_patterns)."""
+    nb = nbformat.read(ROOT / "solutions" / NOTEBOOK, as_version=4)
+    cell = next(c.source for c in nb.cells if c.source.startswith(f"def {name}("))
+    for old, new in edits:
+        assert cell.count(old) == 1, old
+        cell = cell.replace(old, new)
+    namespace = dict(solution)
+    exec(compile(cell, f"learner's {name}", "exec"), namespace)
+    return namespace[name]
+
+
+DIVISOR = "(final[0].var(-1, unbiased=False, keepdim=True) + model.norm.eps).sqrt()"
+HUNTED = [  # task, edits, a phrase of the hint
+    (
+        "attention_patterns",
+        [('return args, {**kwargs, "need_weights": True}', 'return args, {"need_weights": True}')],
+        "other keyword arguments",
+    ),
+    (
+        "induction_scores",
+        [("patterns[..., queries, keys]", "patterns[..., keys, queries]")],
+        "ABOVE the diagonal",
+    ),
+    (
+        "induction_scores",
+        [("arange(period, 2 * period)", "arange(period - 1, 2 * period - 1)")],
+        "dropped query 2T - 1",
+    ),
+    (
+        "induction_scores",
+        [
+            ("weights = patterns[..., queries, keys]", "weights = patterns[..., period:, :period]"),
+            ("weights.mean(dim=(1, 3))", "weights.diagonal(1, -2, -1).mean(dim=(1, 3))"),
+        ],
+        "the last query, 2T - 1, is missing",
+    ),
+    ("ablate_head", [("return (z,)", "return None")], "your ablation changed nothing"),
+    (
+        "direct_logit_attribution",
+        [(DIVISOR, "final[0].std(-1, unbiased=False, keepdim=True) + model.norm.eps")],
+        "outside the square root",
+    ),
+    (
+        "direct_logit_attribution",
+        [("parts = [embeddings[0]]", "parts = [model.token_embedding(ids)]")],
+        "token AND position",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,edits,words", HUNTED, ids=[h[2] for h in HUNTED])
+def test_hunted_slips_lose_points_in_the_notebook_with_a_named_hint(solution, name, edits, words):
+    result = check_result(f"ex11.{name}", _solution_with(solution, name, *edits))
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert words in result.feedback, result.feedback
+
+
+def test_zeroing_the_heads_slice_of_the_attention_output_gets_the_rows_hint(solution):
+    def ablate_head(model, ids, layer, head):
+        d_head = model.config.d_model // model.config.num_heads
+
+        def loss():
+            with torch.no_grad():
+                logits = model(ids)
+            return torch.nn.functional.cross_entropy(
+                logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()
+            )
+
+        def zero_output(module, args, output):  # the slice of self_attn's OUTPUT, d_model wide
+            out = output[0].clone()
+            out[..., head * d_head : (head + 1) * d_head] = 0.0
+            return out, output[1]
+
+        clean = loss()
+        handle = model.layers[layer].self_attn.register_forward_hook(zero_output)
+        try:
+            return (loss() - clean).item()
+        finally:
+            handle.remove()
+
+    result = check_result("ex11.ablate_head", ablate_head)
+    assert result.status == "failed", result.feedback
+    assert "self_attn's OUTPUT" in result.feedback, result.feedback

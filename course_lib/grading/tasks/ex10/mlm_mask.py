@@ -15,7 +15,8 @@ LESSON = "lesson 10"
 
 FAULTS = {
     "pads_chosen": (
-        "padding positions get chosen: choose only among the positions where ids != pad_id"
+        "padding positions get chosen: choose only among the positions where ids != pad_id "
+        "(and test `pad_id is not None`: `if pad_id:` is False for pad_id=0)"
     ),
     "all_masked": (
         "every chosen position became <mask>: of the chosen positions, 80 % become <mask>, "
@@ -32,6 +33,21 @@ FAULTS = {
     "labels_everywhere": (
         "labels must be -100 at the positions that were not chosen, so that the loss "
         "skips them; only the chosen positions keep their original id"
+    ),
+    "labels_all_real": (
+        "labels must be -100 at the positions that were not chosen, so that the loss "
+        "skips them; only the chosen positions keep their original id (not every "
+        "non-padding position)"
+    ),
+    "labels_from_inputs": (
+        "your labels are taken from the corrupted inputs, so a <mask> or random position is "
+        "labelled with <mask> or the random id: the label is the ORIGINAL id, taken from ids "
+        "(torch.where(chosen, ids, -100))"
+    ),
+    "labels_where_changed": (
+        "your labels mark only the positions whose input changed: the chosen positions left "
+        "unchanged (10 %) are predicted too, so every chosen position keeps its original id "
+        "as its label, whatever happened to its input"
     ),
     "labels_at_mask_only": (
         "your labels mark only the positions that became <mask>: the model must also predict "
@@ -81,8 +97,13 @@ def wrong_mlm(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=N
     elif mistake == "independent_overwrite":
         swap = chosen & (torch.rand(ids.shape, generator=generator) < 0.1)
     inputs = torch.where(swap, random_ids, ids.masked_fill(masked, mask_id))
-    labelled = masked if mistake == "labels_at_mask_only" else chosen
-    labels = ids.clone() if mistake == "labels_everywhere" else ids.masked_fill(~labelled, -100)
+    labelled = {
+        "labels_at_mask_only": masked,
+        "labels_where_changed": chosen & (inputs != ids),
+        "labels_all_real": ids != pad_id if pad_id is not None else torch.ones_like(chosen),
+    }.get(mistake, chosen)
+    source = inputs if mistake == "labels_from_inputs" else ids
+    labels = ids.clone() if mistake == "labels_everywhere" else source.masked_fill(~labelled, -100)
     return inputs, labels
 
 
@@ -183,6 +204,13 @@ def _mlm_compare(got, want, mask_prob, vocab_size):
     histogram = got["random histogram"]
     if histogram.sum() > 0:
         expected = histogram.sum() / vocab_size
+        never = (histogram == 0).nonzero().flatten().tolist()
+        if never and expected > 20:  # an id expected 20+ times that never came
+            return (
+                f"the random ids never include {', '.join(map(str, never[:3]))}: draw them "
+                "uniformly from [0, vocab_size), torch.randint(0, vocab_size, ...) (its `high` "
+                "is already excluded: no - 1, and low is 0)"
+            )
         worst = (histogram - expected).abs().max().item()
         if worst > 6 * math.sqrt(expected) + 2:
             return (

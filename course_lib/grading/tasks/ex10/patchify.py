@@ -26,6 +26,11 @@ FAULTS = {
     "transposed": (
         "each patch is transposed: flatten it row by row (the pixel row before the pixel column)"
     ),
+    "strided": (
+        "your 'patches' gather pixels spread over the whole image, H/p apart: split H into "
+        "(H/p, p), the patch's row in the grid first and the pixel row inside it second, "
+        "reshape(b, c, H/p, p, W/p, p), not (p, H/p)"
+    ),
 }
 
 _ORDERS = {
@@ -40,7 +45,10 @@ def wrong_patches(images, p, *, mistake):
     b, c, h, w = images.shape
     if mistake == "plain_reshape":
         return images.reshape(b, -1, c * p * p)
-    x = images.reshape(b, c, h // p, p, w // p, p).permute(*_ORDERS[mistake])
+    if mistake == "strided":  # split as (p, H/p): pixels H/p apart in one "patch"
+        x = images.reshape(b, c, p, h // p, p, w // p).permute(0, 3, 5, 1, 2, 4)
+    else:
+        x = images.reshape(b, c, h // p, p, w // p, p).permute(*_ORDERS[mistake])
     return x.reshape(b, (h // p) * (w // p), c * p * p)
 
 

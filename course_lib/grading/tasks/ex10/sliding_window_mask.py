@@ -23,6 +23,10 @@ FAULTS = {
     ),
     "future": "with causal=True the band keeps the past (j <= i), not the future",
     "causal_ignored": "causal=True is ignored: keep only the keys j with i - window <= j <= i",
+    "plain_causal": (
+        "with causal=True the window still applies: keep the past half of the band, "
+        "i - window <= j <= i, not every key j <= i (that is the plain causal mask)"
+    ),
     "diagonal_blocked": (
         "with causal=True a token may still attend to itself: keep j <= i, not j < i"
     ),
@@ -36,6 +40,8 @@ def wrong_band(n, window, causal=False, *, mistake):
     offset = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # i - j
     distance = offset if mistake == "no_abs" else offset.abs()
     width = window + {"too_narrow": -1, "too_wide": 1}.get(mistake, 0)
+    if mistake == "plain_causal" and causal:  # the window forgotten on the causal side
+        width = n
     mask = distance <= width
     if causal and mistake != "causal_ignored":
         if mistake == "future":

@@ -9,7 +9,7 @@ import math
 import torch
 
 from ...core import Task, register
-from ..common import randn
+from ..common import D_V_SCALE_HINT, randn
 from ._memory import MEMORY_HINT, call_limited, draw_qkv, limited_case
 
 LESSON = "lesson 10"
@@ -32,7 +32,12 @@ FAULTS = {
     "nothing_rescaled": (
         "neither the running sum nor the running output is rescaled: when a block brings "
         "a larger maximum m', multiply both by exp(m - m') before adding the new block's "
-        "terms"
+        "terms (computed after m = m', the factor exp(m - m') is always 1)"
+    ),
+    "no_keepdim": (
+        "a maximum or sum over the keys without keepdim=True has shape (..., n_q), which lines "
+        "up with the last axis, not with the queries: keep the running maximum and sum as "
+        "columns (..., n_q, 1), with amax(-1, keepdim=True) and sum(-1, keepdim=True)"
     ),
     "block_max": (
         "each block's own maximum is used instead of the running one: the new maximum is "
@@ -50,23 +55,48 @@ FAULTS = {
         "(0 .. block_size - 1): key j of the block that starts at `start` is key start + j, so "
         "build the tile's key positions with torch.arange(start, start + tile width)"
     ),
+    "query_pos_flat": (
+        "the query positions must be a column, (n_q, 1): compared with the tile's key "
+        "positions (block,), they then give the (n_q, block) mask; torch.arange(n_q) alone "
+        "lines up with the keys (use .unsqueeze(-1) or [:, None])"
+    ),
+    "key_pos_full_block": (
+        "the last block is shorter when n_k is not a multiple of block_size: build each "
+        "tile's key positions from its own width, torch.arange(start, start + "
+        "scores.shape[-1]), not from block_size"
+    ),
     "top_left": (
         "with fewer queries than keys, causal=True aligns the queries with the last keys: "
         f"{CAUSAL_RULE}; your mask lets query i see keys j <= i only"
+    ),
+    "out_like_q": (
+        "the output has v's last size, d_v, which may differ from q's d_k: create the "
+        "running output as (..., n_q, d_v), torch.zeros(..., v.shape[-1]), not zeros_like(q)"
     ),
     "last_block_dropped": (
         "the last keys are left out when n_k is not a multiple of block_size: the last "
         "tile is shorter, so loop with range(0, n_k, block_size) and slice to the end"
     ),
+    "max_starts_at_zero": (
+        "the running maximum starts at 0: a query whose scores are all far below 0 keeps "
+        "m = 0, and exp(s - 0) underflows to 0 for every key, so o / l is 0 / 0 = NaN; start "
+        "it at -inf (torch.full(..., float('-inf'))) so that the first block sets it"
+    ),
     "no_max": (
         "exp of large scores overflows to inf: keep a running maximum and subtract it "
         "before exp, rescaling what was summed when it grows"
+    ),
+    "rescale_after_add": (
+        "the running sum and output are rescaled AFTER the block's terms are added: those "
+        "terms are already measured against the new maximum m', so multiply only what was "
+        "collected before by exp(m - m'), then add the block's terms"
     ),
     "inverted_rescale": (
         "the rescaling factor is inverted: what was summed relative to the old maximum m is "
         "brought to the new maximum m' by exp(m - m') (at most 1), not exp(m' - m)"
     ),
     "unscaled": "the scores are not divided by sqrt(d_k)",
+    "scaled_by_d_v": D_V_SCALE_HINT,
     "diagonal_blocked": (
         "with causal=True a query may attend to itself: block keys j > i, not j >= i"
     ),
@@ -74,6 +104,11 @@ FAULTS = {
         "the tile's maximum is taken before the causal mask: a later key's large score then "
         "sets the running maximum, exp(s - m) underflows to 0 for every key the query may see, "
         "and o / l is 0 / 0 = NaN; mask the tile first, then take its maximum"
+    ),
+    "tile_max": (
+        "scores.max() without a dim is ONE number for the whole tile, all queries (and the "
+        "batch) together: a query whose scores are far below another's underflows to 0 / 0; "
+        "keep a maximum per query, scores.amax(dim=-1, keepdim=True)"
     ),
     "causal_ignored": (
         "causal=True is ignored: query i may only attend to keys j <= i (mask the later "
@@ -103,13 +138,18 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
     if mistake == "full_matrix":
         block_size = n_k  # one tile: the whole (n_q, n_k) matrix
     if mistake != "unscaled":
-        q = q / math.sqrt(q.shape[-1])
+        q = q / math.sqrt((v if mistake == "scaled_by_d_v" else q).shape[-1])
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    m = torch.full((*batch, n_q, 1), float("-inf"), dtype=q.dtype)
+    start_max = 0.0 if mistake == "max_starts_at_zero" else float("-inf")
+    m = torch.full((*batch, n_q, 1), start_max, dtype=q.dtype)
     total = torch.zeros((*batch, n_q, 1), dtype=dtype)
     out = torch.zeros((*batch, n_q, v.shape[-1]), dtype=dtype)
+    if mistake == "out_like_q":
+        out = torch.zeros_like(q)
     shift = 0 if mistake == "top_left" else n_k - n_q
     query_pos = torch.arange(n_q)[:, None] + shift  # (n_q, 1)
+    if mistake == "query_pos_flat":
+        query_pos = query_pos[:, 0]  # (n_q,): lines up with the keys
     if mistake == "full_causal_mask":
         full_mask = torch.arange(n_k) > query_pos  # (n_q, n_k), sliced for each tile
     parts = []
@@ -120,7 +160,8 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
         unmasked = s
         if causal and mistake != "causal_ignored":
             first = 0 if mistake == "key_offset_missing" else start
-            key_pos = torch.arange(first, first + s.shape[-1])
+            width = block_size if mistake == "key_pos_full_block" else s.shape[-1]
+            key_pos = torch.arange(first, first + width)
             blocked = key_pos >= query_pos if mistake == "diagonal_blocked" else key_pos > query_pos
             if mistake == "full_causal_mask":
                 blocked = full_mask[:, start : start + s.shape[-1]]
@@ -134,15 +175,20 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
             new_m = s.amax(-1, keepdim=True)
         else:
             tile = unmasked if mistake == "max_before_mask" else s
-            new_m = torch.maximum(m, tile.amax(-1, keepdim=True))
+            tile_max = tile.amax() if mistake == "tile_max" else tile.amax(-1, keepdim=True)
+            new_m = torch.maximum(m, tile_max)
         safe = new_m.masked_fill(new_m == float("-inf"), 0.0)
         p = (s - safe).exp()
         correction = (safe - m).exp() if mistake == "inverted_rescale" else (m - safe).exp()
         if mistake in ("no_max", "block_max_unrescaled"):
             correction = torch.ones_like(m)
+        if mistake == "rescale_after_add":  # (l + sum p) * c = l * c + sum(p * c)
+            p = p * correction
         keep_sum = mistake in ("sum_not_rescaled", "nothing_rescaled")
         keep_out = mistake in ("output_not_rescaled", "nothing_rescaled")
-        total = (total if keep_sum else total * correction) + p.sum(-1, keepdim=True)
+        total = (total if keep_sum else total * correction) + p.sum(
+            -1, keepdim=mistake != "no_keepdim"
+        )
         out = (out if keep_out else out * correction) + p @ v_block
         m = safe if mistake == "block_max" else new_m
     if mistake == "softmax_per_block":
@@ -180,6 +226,13 @@ class TiledAttention(Task):
                  (3, 9, 6), (3, 9, 6), 6, 3, True, dtype=f64, scale=4.0),
             case("scores near 900 (exp would overflow without subtracting the maximum), "
                  "(1, 6, 4), block_size=2", (1, 6, 4), (1, 6, 4), 4, 2, scale=30.0),
+            limited_case(
+                "float32, every score below -200 (a maximum that starts at 0 instead of -inf "
+                "makes every exp(s - m) underflow to 0), (2, 5, 4), block_size=2",
+                (1.0 + torch.rand(2, 5, 4, generator=gen),  # q in [1, 2)
+                 -50.0 * (2.0 + torch.rand(2, 5, 4, generator=gen)),  # k in (-150, -100]
+                 randn(gen, 2, 5, 4)),
+                2),
             limited_case(
                 "causal=True, float32, the last key scoring at least 196 above every other key "
                 "with every query (a key a query may not see must not set its maximum), "

@@ -36,7 +36,8 @@ FAULTS = {
     ),
     "lse_not_column": (
         "lse (..., n_q) must be a column, (..., n_q, 1), to be subtracted from a tile of scores "
-        "(..., n_q, block): lse.unsqueeze(-1); as it is, it lines up with the keys"
+        "(..., n_q, block): lse.unsqueeze(-1); as it is, it lines up with the keys. The same "
+        "holds for D: rowsum(d_out * out) with keepdim=True, (..., n_q, 1)"
     ),
     "scores_unscaled": (
         "the recomputed scores are not divided by sqrt(d_k): recompute them exactly as the "

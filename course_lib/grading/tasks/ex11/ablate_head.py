@@ -20,9 +20,15 @@ MISTAKES = {
         "needs the head)"
     ),
     "rows": (
-        "you zeroed ROWS of out_proj.weight, which removes output features of every "
-        "head; head h is the COLUMNS h*d_head .. (h+1)*d_head - 1 (the slice of "
-        "out_proj's input that the head wrote)"
+        "you zeroed ROWS of out_proj.weight (or that slice of self_attn's OUTPUT), which "
+        "removes output features of every head; head h is the COLUMNS h*d_head .. "
+        "(h+1)*d_head - 1 (the slice of out_proj's input that the head wrote)"
+    ),
+    "no_effect": (
+        "your ablation changed nothing: the loss with the head zeroed equals the clean loss. "
+        "A forward pre-hook must RETURN the changed input (`return (z,)`; returning None "
+        "keeps the original), the hook must be registered for the ablated run only, and head "
+        "h is the slice h*d_head .. (h+1)*d_head - 1 of out_proj's input"
     ),
     "next_head": "the wrong head: head h is the slice h*d_head .. (h+1)*d_head - 1",
     "queries": (
@@ -78,7 +84,7 @@ def wrong_ablation(model, ids, layer, head, *, mistake):
     layers = model.layers if mistake == "layer_ignored" else [model.layers[layer]]
     attns = [lay.self_attn for lay in layers]
     d_head = attns[0].d_model // attns[0].num_heads
-    which = head + 1 if mistake == "next_head" else head
+    which = (head + 1) % attns[0].num_heads if mistake == "next_head" else head
     part = slice(which * d_head, (which + 1) * d_head)
     clean = loss()
     if mistake == "mean":  # mean ablation: the head's mean output over these ids
@@ -101,7 +107,7 @@ def wrong_ablation(model, ids, layer, head, *, mistake):
                 weight[part, :] = 0.0
             else:
                 weight[:, part] = 0.0
-    ablated = loss()
+    ablated = clean if mistake == "no_effect" else loss()
     if mistake != "in_place":
         with torch.no_grad():
             for weight, copy in zip(weights, saved, strict=True):

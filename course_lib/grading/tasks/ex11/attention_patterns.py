@@ -47,6 +47,11 @@ MISTAKES = {
         "None: a forward pre-hook registered with with_kwargs=True must set "
         "kwargs['need_weights'] = True"
     ),
+    "kwargs_dropped": (
+        "your pre-hook returns only {'need_weights': True}: the layer's other keyword "
+        "arguments (its mask, is_causal) are dropped, so every token also attends to the "
+        "future; keep them: return args, {**kwargs, 'need_weights': True}"
+    ),
     "list": "return one tensor (torch.stack of the per-layer patterns), not a list",
 }
 
@@ -58,7 +63,8 @@ def wrong_patterns(model, ids, *, mistake=""):
         model.eval()
 
     def ask(module, args, kwargs):
-        return args, {**kwargs, "need_weights": mistake != "weights_not_asked"}
+        kept = {} if mistake == "kwargs_dropped" else kwargs  # the mask, is_causal, ...
+        return args, {**kept, "need_weights": mistake != "weights_not_asked"}
 
     def keep(module, args, output):
         patterns.append(output[1])

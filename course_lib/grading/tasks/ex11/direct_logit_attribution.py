@@ -41,6 +41,14 @@ MISTAKES = {
         "the divisor uses the UNBIASED variance (or .std()): LayerNorm divides by "
         "sqrt(var + eps) with the biased variance, var(-1, unbiased=False)"
     ),
+    "eps_outside": (
+        "eps is added outside the square root: the divisor is sqrt(var + eps), as in "
+        "LayerNorm, not std + eps (the two differ where the stream's variance is small)"
+    ),
+    "token_only": (
+        "the first part is the input of model.layers[0], the token AND position embeddings "
+        "(read it with a forward pre-hook on model.layers[0]), not token_embedding(ids) alone"
+    ),
     "weight_first": (
         "you multiplied by model.norm.weight BEFORE centring: centre each part (minus "
         "its mean over d_model), divide by the divisor, THEN multiply by the weight"
@@ -68,7 +76,7 @@ def wrong_attribution(model, ids, *, mistake):
         model(ids)
     for handle in handles:
         handle.remove()
-    parts = [embed[0]]
+    parts = [model.token_embedding(ids) if mistake == "token_only" else embed[0]]
     for layer, z_l, ff_l in zip(model.layers, z, ff, strict=True):
         w_o = layer.self_attn.out_proj.weight  # (d_model, num_heads * d_head)
         heads = [
@@ -84,6 +92,8 @@ def wrong_attribution(model, ids, *, mistake):
     norm = model.norm
     eps = 1e-5 if mistake == "eps_fixed" else norm.eps
     scale = (final[0].var(-1, unbiased=mistake == "unbiased", keepdim=True) + eps).sqrt()
+    if mistake == "eps_outside":
+        scale = final[0].var(-1, unbiased=False, keepdim=True).sqrt() + eps
     out = []
     for part in parts:
         if mistake == "full_norm":

@@ -22,6 +22,22 @@ MISTAKES = {
         "off by one: the token after the earlier copy of query i's token is at "
         "i - T + 1, not i - T + 2"
     ),
+    "upper_stripe": (
+        "your scores are all 0: the stripe you read lies ABOVE the diagonal, among the future "
+        "keys that a causal model never attends to; rows are queries and columns keys, so "
+        "query i's key i - T + 1 lies below it: patterns.diagonal(offset=-(T - 1), dim1=-2, "
+        "dim2=-1)"
+    ),
+    "queries_off_by_one": (
+        "the stripe diagonal(offset=-(T - 1)) holds T + 1 queries, T - 1 .. 2T - 1: the "
+        "second copy's are its LAST T (stripe[..., -T:]); you took query T - 1, whose key 0 "
+        "is no induction key, and dropped query 2T - 1"
+    ),
+    "last_query_dropped": (
+        "the last query, 2T - 1, is missing: its induction key is T, in the second copy, so "
+        "keys sliced to the first copy (patterns[..., T:, :T]) lose it; average over all T "
+        "queries i = T .. 2T - 1, each at key i - T + 1"
+    ),
     "all_queries": (
         "only the queries of the second copy (i = T .. 2T - 1) have an earlier copy to "
         "look back to; the first copy's queries must not be averaged in"
@@ -51,8 +67,16 @@ def wrong_scores(model, ids, *, mistake):
     period = ids.shape[1] // 2
     patterns = wrong_patterns(model, ids)  # (layers, batch, heads, 2T, 2T)
     offset = {"duplicate": period, "two_after": period - 2}.get(mistake, period - 1)
-    stripe = patterns.diagonal(offset=-offset, dim1=-2, dim2=-1)  # (layers, batch, heads, k)
-    queries = stripe if mistake == "all_queries" else stripe[..., -period:]  # i = T .. 2T - 1
+    sign = 1 if mistake == "upper_stripe" else -1  # +: above the diagonal, the future
+    stripe = patterns.diagonal(offset=sign * offset, dim1=-2, dim2=-1)  # (layers, batch, heads, k)
+    queries = {
+        "all_queries": stripe,
+        "queries_off_by_one": stripe[..., :period],
+        "last_query_dropped": stripe[..., -period:-1],
+    }.get(
+        mistake,
+        stripe[..., -period:],  # i = T .. 2T - 1
+    )
     if mistake == "over_heads":
         return queries.mean(dim=(2, 3))  # (layers, batch)
     if mistake == "over_batch_only":
