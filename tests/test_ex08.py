@@ -2,6 +2,7 @@
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -563,6 +564,14 @@ FOUND_LATER = [
     ("ex08.label_smoothing_loss", ls_gather_along_dim_two, "gather along dim=-1 too"),
     ("ex08.train_step", train_step_ignoring_id_0, "instead of the pad_id argument"),
     ("ex08.train_step", train_step_smoothing_0_1, "use the smoothing argument"),
+    # a numpy scalar was shown as "{'__repr__': '<float32>'}"
+    (
+        "ex08.noam_lr",
+        lambda step, d_model, warmup: np.float32(
+            d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+        ),
+        "is a float32, not a Python float",
+    ),
 ]
 
 

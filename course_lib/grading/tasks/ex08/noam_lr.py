@@ -87,6 +87,11 @@ class NoamLr(Task):
         if not isinstance(got, list) or len(got) != len(want):
             return message
         for step, g, w in zip(case.data["steps"], got, want, strict=True):
+            if isinstance(g, dict) and "__repr__" in g:  # a numpy scalar, say
+                kind = g["__repr__"].strip("<>")
+                return (
+                    f"at step {step} your learning rate is a {kind}, not a Python float: float(lr)"
+                )
             if compare_values(g, w) is not None:
                 shown = f"{g:.6g}" if isinstance(g, (int, float)) else repr(g)
                 return f"at step {step} your learning rate is {shown}, expected {w:.6g}"
