@@ -248,6 +248,9 @@ def test_the_sublayer_is_built_right_and_alternatives_that_differ_fail():
     # a default of norm_first=True was never built (every case passed norm_first)
     pre = check_result("ex06.CrossAttentionSublayer", _sublayer(default_norm_first=True))
     assert pre.status == "failed" and "built without norm_first" in pre.feedback
+    # ... and is told the default, not "the LayerNorm is in the wrong place" (#33 hunt)
+    assert "the default is norm_first=False" in pre.feedback, pre.feedback
+    assert pre.passed == pre.total - 1
 
 
 # ---- #33: slips a learner makes, written as a learner would; each gets its own hint ---------

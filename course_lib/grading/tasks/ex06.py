@@ -138,6 +138,9 @@ def _random_state(gen, d_model, dtype):
 SUBLAYER_MISTAKES = {
     "no_residual": "the residual connection is missing: the sub-layer returns x + attention "
     "(post-norm: norm(x + attn(x, memory)); pre-norm: x + attn(norm(x), memory))",
+    "default_pre_norm": "built without norm_first, your sub-layer is pre-norm: the default is "
+    "norm_first=False (post-norm, as in the original Transformer and nn.TransformerDecoderLayer); "
+    "give __init__ norm_first=False as its default",
     "norm_swapped": "the LayerNorm is in the wrong place: post-norm (norm_first=False) "
     "normalises after the residual, norm(x + attn(x, memory)); pre-norm (norm_first=True) "
     "normalises only the attention's input, x + attn(norm(x), memory)",
@@ -166,9 +169,9 @@ class WrongSublayer(nn.Module):
 
     mistake = ""
 
-    def __init__(self, d_model, num_heads, norm_first=False):
+    def __init__(self, d_model, num_heads, norm_first=None):
         super().__init__()
-        self.norm_first = norm_first
+        self.norm_first = self.mistake == "default_pre_norm" if norm_first is None else norm_first
         self.attn = MultiHeadAttention(d_model, num_heads)
         self.norm = nn.LayerNorm(d_model)
 
@@ -217,7 +220,7 @@ class CrossAttentionSublayerTask(ModuleTask):
 
         f64 = torch.float64
         # sizes: (batch, n_q, n_kv, d_model, num_heads)
-        return [
+        cases = [
             case("x (2, 3, 8), memory (2, 5, 8), 2 heads, no mask, built without norm_first (its "
                  "default is False)",
                  (2, 3, 5, 8, 2), False, default=True),
@@ -232,6 +235,10 @@ class CrossAttentionSublayerTask(ModuleTask):
             case("float64, x (2, 5, 8), memory (2, 4, 8), 2 heads, padding lengths [1, 4]",
                  (2, 5, 4, 8, 2), True, [1, 4], f64),
         ]  # fmt: skip
+        # the default's case third, after both modes were asked for by name: a default of
+        # norm_first=True then fails there first, and a swapped norm earlier (each its own hint)
+        cases.insert(2, cases.pop(0))
+        return cases
 
     def call(self, obj, case):
         if not isinstance(obj, type) or not issubclass(obj, nn.Module):
