@@ -500,10 +500,10 @@ def test_the_init_hint_gives_a_reason_true_for_a_std_scaled_by_hand():
     assert "tied logits" not in result.feedback
 
 
-def test_a_top_p_mask_left_in_sorted_order_is_named():
-    # the mask of the sorted probabilities applied to the unsorted ones: "token 1 ... outside the
-    # allowed set", with no hint
-    def sample_next_unsorted_mask(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+def _learners_sample_next(slip):
+    """A learner's sample_next with one slip: "top_p_unsorted" or "kth_flat"."""
+
+    def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
         if temperature < 0 or (top_k is not None and top_k < 1):
             raise ValueError("temperature >= 0 and top_k >= 1")
         if top_p is not None and not 0 < top_p <= 1:
@@ -512,39 +512,33 @@ def test_a_top_p_mask_left_in_sorted_order_is_named():
             return logits.argmax(-1)
         logits = logits / temperature
         if top_k is not None:
-            kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
+            values = torch.topk(logits, min(top_k, logits.shape[-1])).values
+            kth = values[:, -1] if slip == "kth_flat" else values[:, -1:]  # (batch,): the slip
             logits = logits.masked_fill(logits < kth, float("-inf"))
         probs = torch.softmax(logits, -1)
-        if top_p is not None:
+        if top_p is not None and slip == "top_p_unsorted":
             sorted_probs, _ = probs.sort(-1, descending=True)
-            keep = sorted_probs.cumsum(-1) - sorted_probs < top_p  # in sorted order
+            keep = sorted_probs.cumsum(-1) - sorted_probs < top_p  # in sorted order: the slip
             probs = probs.masked_fill(~keep, 0.0)
         return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
-    result = status("ex09.sample_next", sample_next_unsorted_mask)
+    return sample_next
+
+
+@pytest.mark.parametrize(
+    ("slip", "row"),
+    [
+        # the mask of the sorted probabilities applied to the unsorted ones: "token 1 ...
+        # outside the allowed set", with no hint
+        ("top_p_unsorted", "top_p_unsorted"),
+        # values[:, -1] is (batch,): a bare RuntimeError about sizes 8 and 6000 before its row
+        ("kth_flat", "top_k_no_keepdim"),
+    ],
+)
+def test_sample_next_slips_are_named(slip, row):
+    result = status("ex09.sample_next", _learners_sample_next(slip))
     assert result.status == "failed", result.feedback
-    assert f"Hint: {ex09.sample_next.MISTAKES['top_p_unsorted']}" in result.feedback
-
-
-def test_a_kth_logit_without_its_axis_is_named():
-    # values[:, -1] is (batch,): a bare RuntimeError about sizes 8 and 6000 before its row
-    def sample_next_kth_flat(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
-        if temperature < 0 or (top_k is not None and top_k < 1):
-            raise ValueError("temperature >= 0 and top_k >= 1")
-        if top_p is not None and not 0 < top_p <= 1:
-            raise ValueError("top_p in (0, 1]")
-        if temperature == 0:
-            return logits.argmax(-1)
-        logits = logits / temperature
-        if top_k is not None:
-            kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1]  # (batch,)
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        probs = torch.softmax(logits, -1)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-
-    result = status("ex09.sample_next", sample_next_kth_flat)
-    assert result.status == "failed", result.feedback
-    assert f"Hint: {ex09.sample_next.MISTAKES['top_k_no_keepdim']}" in result.feedback
+    assert f"Hint: {ex09.sample_next.MISTAKES[row]}" in result.feedback
 
 
 def test_a_generate_that_feeds_every_new_token_at_one_position_is_named():
