@@ -516,9 +516,11 @@ def _learners_sample_next(slip):
             kth = values[:, -1] if slip == "kth_flat" else values[:, -1:]  # (batch,): the slip
             logits = logits.masked_fill(logits < kth, float("-inf"))
         probs = torch.softmax(logits, -1)
-        if top_p is not None and slip == "top_p_unsorted":
-            sorted_probs, _ = probs.sort(-1, descending=True)
-            keep = sorted_probs.cumsum(-1) - sorted_probs < top_p  # in sorted order: the slip
+        if top_p is not None:
+            sorted_probs, order = probs.sort(-1, descending=True)
+            keep = sorted_probs.cumsum(-1) - sorted_probs < top_p  # in sorted order
+            if slip != "top_p_unsorted":  # the slip: the sorted mask on the unsorted probs
+                keep = keep.scatter(-1, order, keep)
             probs = probs.masked_fill(~keep, 0.0)
         return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
@@ -536,6 +538,7 @@ def _learners_sample_next(slip):
     ],
 )
 def test_sample_next_slips_are_named(slip, row):
+    assert status("ex09.sample_next", _learners_sample_next("")).status == "passed"
     result = status("ex09.sample_next", _learners_sample_next(slip))
     assert result.status == "failed", result.feedback
     assert f"Hint: {ex09.sample_next.MISTAKES[row]}" in result.feedback
