@@ -153,6 +153,7 @@ class Colab:
             nb,
             km=km,
             timeout=timeout,
+            startup_timeout=300,  # a loaded CI machine can take more than the default 60 s
             record_timing=False,
             store_widget_state=True,
             resources={"metadata": {"path": str(self.content)}},

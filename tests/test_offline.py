@@ -75,7 +75,11 @@ def test_a_notebook_kernel_cannot_download(tmp_path):
         )
     )
     client = NotebookClient(
-        nb, timeout=60, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+        nb,
+        timeout=60,
+        startup_timeout=300,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
     )
     with pytest.raises(CellExecutionError, match="network access blocked: looking up 'pypi.org'"):
         client.execute()
