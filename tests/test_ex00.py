@@ -37,7 +37,38 @@ def distances_with_the_axes_of_2d(x, y):
     return ((x[:, None] - y[None]) ** 2).sum(-1)
 
 
+def matmul_summed_over_a_dim_minus_1(a, b):  # hunt 2: full marks while no b had more axes
+    return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(a.dim() - 1)
+
+
+def matmul_squeezed_after_keepdim(a, b):
+    return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2, keepdim=True).squeeze()
+
+
+def distances_with_the_norms_of_y_as_they_are(x, y):  # a bare broadcasting error before
+    return (x**2).sum(-1, keepdim=True) - 2 * x @ y.transpose(-2, -1) + (y**2).sum(-1)
+
+
+def distances_with_y_dot_T(x, y):  # a bare broadcasting error before
+    return (x**2).sum(-1, keepdim=True) - 2 * x @ y.T + (y**2).sum(-1)
+
+
+def last_token_gathered_then_squeezed(x, lengths):
+    index = (lengths - 1).view(-1, 1, 1).expand(-1, 1, x.shape[-1])
+    return x.gather(1, index).squeeze()
+
+
+def last_token_at_length_clamped_to_the_end(x, lengths):  # its IndexError "fixed"
+    return x[torch.arange(x.shape[0]), lengths.clamp(max=x.shape[1] - 1)]
+
+
 SLIPS = [
+    ("ex00.batched_matmul", matmul_summed_over_a_dim_minus_1, "more batch axes than a"),
+    ("ex00.batched_matmul", matmul_squeezed_after_keepdim, "squeeze(-2)"),
+    ("ex00.pairwise_sq_distances", distances_with_the_norms_of_y_as_they_are, "y's new axis"),
+    ("ex00.pairwise_sq_distances", distances_with_y_dot_T, "y.T reverses every axis"),
+    ("ex00.last_token", last_token_gathered_then_squeezed, "squeeze(1)"),
+    ("ex00.last_token", last_token_at_length_clamped_to_the_end, "ends at index L - 1"),
     ("ex00.batched_matmul", matmul_with_the_axes_of_2d, "count the axes from the front"),
     ("ex00.pairwise_sq_distances", distances_with_the_axes_of_2d, "count the axes from the front"),
     ("ex00.pairwise_sq_distances", distances_by_expansion_without_the_2, "the factor 2"),

@@ -16,6 +16,13 @@ BROADCASTING = "lesson 00, section 'Tensors, shapes and broadcasting'"
 OFF_BY_ONE = "off by one: a sequence of length L ends at index L - 1"
 
 
+def squeeze_all(axis: str, also: str) -> str:
+    return (
+        f"squeeze() without an axis drops every axis of length 1, here {also} too; name the "
+        f"axis: squeeze({axis})"
+    )
+
+
 @register
 class BatchedMatmul(Task):
     id = "ex00.batched_matmul"
@@ -28,12 +35,16 @@ class BatchedMatmul(Task):
         "torch.Tensor.addmm".split()
     )
     mistake_table = {
+        "k_from_front": "you summed over axis a.dim() - 1, counted from the front: when b has "
+        "more batch axes than a, the product has more axes in front and that one is not k; "
+        "sum over dim=-2",
         "sum_over_m": "you summed over the last axis (m); the matrix product sums over the "
         "shared axis k",
         "sum_over_n": "you summed over the n axis; the matrix product sums over the shared axis k",
         "first_axes": "a[:, :, None] and b[None] (unsqueeze(2), unsqueeze(0)) "
         + FIRST_AXES
         + "a.unsqueeze(-1) * b.unsqueeze(-3), summed over dim -2",
+        "squeeze_all": squeeze_all("-2", "m = 1"),
     }
 
     def cases(self, gen):
@@ -44,13 +55,17 @@ class BatchedMatmul(Task):
                 "broadcast batch: a (2, 1, 3, 4), b (5, 4, 2)", randns(gen, (2, 1, 3, 4), (5, 4, 2))
             ),
             Case("float64 a (3, 2, 7), b (3, 7, 1)", randns(gen, (3, 2, 7), (3, 7, 1), dtype=F64)),
+            Case("a (3, 4) without a batch, b (2, 4, 5)", randns(gen, (3, 4), (2, 4, 5))),
         ]
 
     def wrong(self, a, b, *, mistake):
         if mistake == "first_axes":  # right for 2-D a and b only
             return (a.unsqueeze(2) * b.unsqueeze(0)).sum(1)
         products = a.unsqueeze(-1) * b.unsqueeze(-3)  # (..., n, k, m)
-        return products.sum({"sum_over_m": -1, "sum_over_n": -3}.get(mistake, -2))
+        if mistake == "squeeze_all":
+            return products.sum(-2, keepdim=True).squeeze()
+        axis = {"sum_over_m": -1, "sum_over_n": -3, "k_from_front": a.dim() - 1}
+        return products.sum(axis.get(mistake, -2))
 
 
 @register
@@ -73,6 +88,11 @@ class PairwiseSqDistances(Task):
         "then sum: ((x_i - y_j) ** 2).sum(-1)",
         "l1": "you summed the absolute differences (the L1 distance); square each difference "
         "instead: ((x_i - y_j) ** 2).sum(-1)",
+        "y_from_front": "y's new axis went in front of the batch axes (y[None], unsqueeze(0), "
+        "or |y|² of shape (..., m) added as it is), which is right only without batch "
+        "dimensions; count from the end: y.unsqueeze(-3), |y|².unsqueeze(-2)",
+        "dot_T": "y.T reverses every axis of a batch (it is for 2-D matrices); swap only the "
+        "last two: y.transpose(-2, -1) or y.mT",
     }
 
     def cases(self, gen):
@@ -83,10 +103,12 @@ class PairwiseSqDistances(Task):
         ]
 
     def wrong(self, x, y, *, mistake):
+        if mistake == "dot_T":  # right for 2-D x and y only
+            return (x * x).sum(-1, keepdim=True) - 2 * x @ y.T + (y * y).sum(-1)
         if mistake == "first_axes":  # right for 2-D x and y only
             x, y = x.unsqueeze(1), y.unsqueeze(0)
-        else:
-            x, y = x.unsqueeze(-2), y.unsqueeze(-3)  # (..., n, 1, d), (..., 1, m, d)
+        else:  # (..., n, 1, d), (..., 1, m, d)
+            x, y = x.unsqueeze(-2), y.unsqueeze(0 if mistake == "y_from_front" else -3)
         if mistake in ("dot_only", "expansion_no_2"):
             dot = (x * y).sum(-1)
             return dot if mistake == "dot_only" else (x * x).sum(-1) - dot + (y * y).sum(-1)
@@ -113,6 +135,8 @@ class LastToken(Task):
         "sequence: x[torch.arange(batch), lengths - 1]",
         "batch_index_from_seq": "the batch index counts the sequences, torch.arange(batch) "
         "with batch = x.shape[0]; torch.arange(x.shape[1]) counts the positions",
+        "at_length_clamped": OFF_BY_ONE,
+        "squeeze_all": squeeze_all("1", "batch = 1"),
     }
 
     def cases(self, gen):
@@ -134,8 +158,11 @@ class LastToken(Task):
             "last_position": torch.full_like(lengths, -1),
             "at_length": lengths,
             "at_length_wrapped": lengths % x.shape[1],
+            "at_length_clamped": lengths.clamp(max=x.shape[1] - 1),
             "first_token": torch.zeros_like(lengths),
         }.get(mistake, lengths - 1)
         if mistake == "all_positions":
             return x[:, position]
+        if mistake == "squeeze_all":  # x.gather(1, index).squeeze(): (d,) when batch is 1
+            return x[torch.arange(x.shape[0]), position].unsqueeze(1).squeeze()
         return x[torch.arange(x.shape[1 if mistake == "batch_index_from_seq" else 0]), position]
