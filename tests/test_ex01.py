@@ -784,7 +784,32 @@ def bpe_encode_copied_from_encode_chunk(ids, merges):
     return ids
 
 
+def one_hot_naming_the_largest_id(ids, vocab_size):  # hunt 2: named 0 for [0, -1], full marks
+    return _one_hot_with_checks(ids, vocab_size)
+
+
+def embed_through_rows_of_the_identity(ids, table):  # hunt 2: eye[-1] is a row, full marks
+    if ids.numel() and ids.max() >= table.shape[0]:
+        raise ValueError(f"id {int(ids.max())} is not a row of the table")
+    return torch.eye(table.shape[0], dtype=table.dtype)[ids] @ table
+
+
+def merge_pair_stopping_before_the_last_pair(ids, pair, new_id):  # hunt 2: 'not only the first'
+    out, i = [], 0
+    while i < len(ids) - 2:
+        if (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out + list(ids[i:])
+
+
 NEXT_SLIPS = [
+    ("ex01.one_hot", one_hot_naming_the_largest_id, "name the id that is out of range (-2)"),
+    ("ex01.embed", embed_through_rows_of_the_identity, "a negative id is out of range too"),
+    ("ex01.merge_pair", merge_pair_stopping_before_the_last_pair, "the pair at the very end"),
     ("ex01.one_hot", one_hot_refusing_only_float32, "ids of any float dtype must raise"),
     ("ex01.embed", embed_in_float32_cast_back, "multiplied in float32 and converted"),
     ("ex01.cosine_similarity_matrix", cosine_of_the_columns, "E.T @ E compares the d columns"),

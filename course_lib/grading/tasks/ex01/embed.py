@@ -81,6 +81,12 @@ class Embed(HintOnError):
                 (torch.tensor([0, 4]), randn(gen, 4, 3)),
                 raises=ValueError,
             ),
+            Case(
+                "ids [1, -1] with a table of 4 rows: a negative id is out of range too (table[-1] "
+                "or eye[-1] would be the last row), so it must raise ValueError",
+                (torch.tensor([1, -1]), randn(gen, 4, 3)),
+                raises=ValueError,
+            ),
         ]
 
     def checked(self, value, case, calls):

@@ -25,6 +25,9 @@ class MergePair(Task):
         "had been merged (new_id already stands for it): append ids[-1] only when the loop "
         "did not consume it",
         "either_order": "(a, b) is ordered: the neighbours (b, a) are not an occurrence of it",
+        "end_pair_missed": "the pair at the very end was not merged: the last pair starts at "
+        "index len(ids) - 2, so loop while i < len(ids) - 1 (i + 1 < len(ids)), not "
+        "len(ids) - 2",
         "as_text": "you replaced the pair in the ids written as text, where '11 2' contains "
         "'1 2' although no id there is 1; compare the ids themselves, (ids[i], ids[i + 1]) == "
         "pair",
@@ -33,6 +36,9 @@ class MergePair(Task):
     def cases(self, gen):
         randoms = random_ids(gen, 4, 40)
         return [
+            spelled(
+                "three times, the last at the end", ids=[1, 2, 1, 2, 1, 2], pair=(1, 2), new_id=9
+            ),
             spelled("the pair at both ends", ids=[1, 2, 3, 1, 2], pair=(1, 2), new_id=9),
             spelled("a run of three gives [9, 4]", ids=[4, 4, 4], pair=(4, 4), new_id=9),
             spelled(ids=[4, 4, 4, 4], pair=(4, 4), new_id=9),
@@ -88,7 +94,7 @@ class MergePair(Task):
             if mistake == "either_order":
                 found = len(here) == 2 and sorted(here) == sorted(pair)
             else:
-                found = here == tuple(pair)
+                found = here == tuple(pair) and (mistake != "end_pair_missed" or i < len(ids) - 2)
             if not found:
                 out.append(ids[i])
                 i += 1

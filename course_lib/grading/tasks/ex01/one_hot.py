@@ -75,6 +75,12 @@ class OneHot(Task):
                 "empty ids (shape (0,)) with vocab_size=4: no ids, so a (0, 4) result",
                 (torch.zeros(0, dtype=torch.long), 4),
             ),
+            Case(
+                "ids [3, -2, 0] with vocab_size 4: a ValueError whose message names -2",
+                (torch.tensor([3, -2, 0]), 4),
+                data={"bad_id": -2},
+                raises=ValueError,
+            ),
         ]
 
     def call(self, obj, case):
