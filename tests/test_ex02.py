@@ -1,5 +1,6 @@
 """ex02: the references pass, every named mistake fails with its hint, shortcuts are forbidden."""
 
+import functools
 import math
 
 import pytest
@@ -464,3 +465,73 @@ def test_next_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint):
     r = result(task_id, fn)
     assert r.status == "failed" and r.score < r.max_score, r.feedback
     assert hint in r.feedback, r.feedback
+
+
+# ---------------------------- hunt 2: steps in the wrong order, arguments passed on in another
+
+
+def softmax_unsqueezed_last(x, dim=-1):
+    e = (x - x.max(dim=dim).values.unsqueeze(-1)).exp()
+    return e / e.sum(dim=dim).unsqueeze(-1)
+
+
+def _attention(q, k, v, slip=""):
+    """A learner's attention; `slip` is the one step written otherwise."""
+    k_t = k.permute(0, 2, 1) if slip == "permute" else k.transpose(-2, -1)
+    scores = k @ q.transpose(-2, -1) if slip == "k_q" else q @ k_t
+    d = len(k) if slip == "len" else q.shape[-1]
+    scores = scores if slip == "output" else scores * d**0.5 if slip == "times" else scores / d**0.5
+    weights = softmax_max(scores)
+    output = v @ weights if slip == "v_first" else weights @ v
+    return (output / d**0.5 if slip == "output" else output), weights
+
+
+def _self_attention(order, x, w_q, w_k, w_v):
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    return _attention(*({"q": q, "k": k, "v": v}[name] for name in order))
+
+
+def _biased_reusing(slip, q, k, v, slope):
+    i, j = _positions(q, k)
+    if slip == "softmax_again":  # the weights of task 2, biased and softmaxed again
+        weights = softmax_max(_attention(q, k, v)[1] - slope * (i - j).abs())
+        return weights @ v, weights
+    if slip == "tensor_slope":
+        slope = torch.tensor(slope)
+    return _biased(q, k, v, slope, (i - j).abs(), math.sqrt(q.shape[-1]))
+
+
+def _named(fn, name, *args, **kwargs):
+    one = functools.partial(fn, *args, **kwargs)
+    one.__name__ = name
+    return one
+
+
+SDPA = "ex02.scaled_dot_product_attention"
+HUNT2_SLIPS = [
+    ("ex02.softmax", softmax_unsqueezed_last, "unsqueeze(-1) puts the reduced axis back last"),
+    (SDPA, _named(_attention, "attention_v_first", slip="v_first"), "v @ weights multiplies"),
+    (SDPA, _named(_attention, "attention_k_q", slip="k_q"), "one row per key"),
+    (SDPA, _named(_attention, "attention_permute", slip="permute"), "k.permute(0, 2, 1) assumes"),
+    (SDPA, _named(_attention, "attention_len_k", slip="len"), "the number of keys"),
+    (SDPA, _named(_attention, "attention_times", slip="times"), "multiplied the scores"),
+    (SDPA, _named(_attention, "attention_output", slip="output"), "divided the output"),
+    ("ex02.self_attention", _named(_self_attention, "attention_qvk", "qvk"), "(q, k, v) in that"),
+    ("ex02.self_attention", _named(_self_attention, "attention_kqv", "kqv"), "queries and keys"),
+    ("ex02.self_attention", _named(_self_attention, "attention_qkk", "qkk"), "projected with w_k"),
+    (
+        "ex02.distance_biased_attention",
+        _named(_biased_reusing, "biased_softmax_of_weights", "softmax_again"),
+        "took a softmax again",
+    ),
+    (
+        "ex02.distance_biased_attention",
+        _named(_biased_reusing, "biased_by_a_tensor_slope", "tensor_slope"),
+        "torch.tensor(slope) is float32",
+    ),
+]
+
+
+@pytest.mark.parametrize("task_id, fn, hint", HUNT2_SLIPS, ids=[m[1].__name__ for m in HUNT2_SLIPS])
+def test_hunt2_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint):
+    test_next_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint)

@@ -54,6 +54,8 @@ class Softmax(Task):
         "max_last_axis": "you subtracted the maximum over the last axis but normalised over "
         "`dim`: the shift cancels only when it is the same along dim; subtract the maximum along "
         "dim, x.amax(dim=dim, keepdim=True)",
+        "unsqueeze_last": "unsqueeze(-1) puts the reduced axis back last, where it was only for "
+        "dim=-1; keep it where it was: x.amax(dim=dim, keepdim=True), sum(dim=dim, keepdim=True)",
     }
 
     def cases(self, gen):
@@ -105,6 +107,8 @@ class Softmax(Task):
             shifted = x - x.amin(dim=axis, keepdim=True)
         elif mistake == "max_pair":  # the (values, indices) pair itself: a TypeError
             shifted = x - x.max(dim=axis, keepdim=True)
+        elif mistake == "unsqueeze_last":  # a crash unless dim is the last axis
+            shifted = x - x.amax(dim=axis).unsqueeze(-1)
         else:
             shifted = x - x.amax(dim=-1 if mistake == "max_last_axis" else axis, keepdim=True)
         if mistake == "log_softmax":
@@ -166,6 +170,17 @@ class ScaledDotProductAttention(HintOnError):
         "transpose_1_2": "k.transpose(1, 2) (like torch.bmm) assumes exactly one batch axis; "
         "count from the end, k.transpose(-2, -1) with @, so 2-D inputs and any number of batch "
         "dimensions work",
+        "permute_0_2_1": "k.permute(0, 2, 1) assumes exactly one batch axis; swap the last two "
+        "axes, k.transpose(-2, -1), so 2-D inputs and any number of batch dimensions work",
+        "by_sqrt_n_k": "you scaled by the square root of the number of keys (k.shape[-2], or "
+        "len(k)); d_k is the length of each query and key vector, the last dimension q.shape[-1]",
+        "times_sqrt": "you multiplied the scores by sqrt(d_k); divide them by it",
+        "scaled_output": "you divided the output by sqrt(d_k); the scale goes on the scores, "
+        "before the softmax: softmax(q k^T / sqrt(d_k)) @ v",
+        "k_q_order": "your scores (or weights) are (n_k, n_q), one row per key: k @ q^T, or a "
+        "transpose; they are q @ k^T, (n_q, n_k), one row per query, and output = weights @ v",
+        "v_first": "the output is weights @ v, (n_q, n_k) @ (n_k, d_v): each query's weights mix "
+        "the rows of v; v @ weights multiplies in the wrong order",
     }
 
     def compare(self, got, want, case):
@@ -209,6 +224,8 @@ class ScaledDotProductAttention(HintOnError):
         d_k, d_v = q.shape[-1], v.shape[-1]
         scales = {"no_scaling": 1.0, "by_d_k": d_k, "by_sqrt_d_v": math.sqrt(d_v), "by_d_v": d_v}
         scales |= {
+            "by_sqrt_n_k": math.sqrt(k.shape[-2]),
+            "times_sqrt": 1 / math.sqrt(d_k),
             "d_k_from_shape_1": math.sqrt(q.shape[1]),
             "d_k_from_k_shape_1": math.sqrt(k.shape[1]),
             "half_d_k": d_k / 2,
@@ -219,14 +236,20 @@ class ScaledDotProductAttention(HintOnError):
             k_t = k.T
         elif mistake == "method_t":
             k_t = k.t()
+        elif mistake == "permute_0_2_1":
+            k_t = k.permute(0, 2, 1)
         else:
             k_t = k.transpose(
                 *{"transpose_0_1": (0, 1), "transpose_1_2": (1, 2)}.get(mistake, (-2, -1))
             )
-        weights = stable_softmax(q @ k_t / scale, dim=-2 if mistake == "query_axis" else -1)
+        if mistake == "scaled_output":  # the scale on the output instead of the scores
+            weights = stable_softmax(q @ k_t)
+            return weights @ v / scale, weights
+        scores = (k @ q.transpose(-2, -1) if mistake == "k_q_order" else q @ k_t) / scale
+        weights = stable_softmax(scores, dim=-2 if mistake == "query_axis" else -1)
         if mistake == "scaled_after_softmax":
             weights = stable_softmax(q @ k_t) / scale
-        output = weights @ v
+        output = v @ weights if mistake == "v_first" else weights @ v
         return (weights, output) if mistake == "swapped" else (output, weights)
 
 
@@ -251,10 +274,17 @@ class SelfAttention(HintOnError):
         "k = x @ w_k",
         "by_sqrt_d_model": "you scaled by sqrt(d_model), the width of x; the scale is "
         "sqrt(d_k), the width of the projected queries and keys (w_q.shape[-1])",
+        "values_from_w_k": "your values were projected with w_k, so they have the keys' width "
+        "d_k; project them with their own weights, v = x @ w_v",
+        "k_v_swapped": "the keys came out with the values' width: the attention takes (q, k, v) "
+        "in that order, the keys (x @ w_k) second and the values (x @ w_v) third",
+        "q_k_swapped": "the queries and keys are swapped (each row of the weights is a key's): "
+        "the attention takes (q, k, v), with q = x @ w_q first and k = x @ w_k second",
         **{
             f"attention: {mistake}": "the projections are right, but the attention step is not: "
             f"{hint} (check ex02.scaled_dot_product_attention)"
             for mistake, hint in ScaledDotProductAttention.mistake_table.items()
+            if mistake != "k_q_order"  # here the same as q_k_swapped
         },
     }
 
@@ -288,11 +318,13 @@ class SelfAttention(HintOnError):
             "left_side": lambda w: w @ x,
             "left_side_transposed": lambda w: w @ x.transpose(-2, -1),
         }.get(mistake, lambda w: x @ w)
-        q, k, v = project(w_q), project(w_q if mistake == "keys_from_w_q" else w_k), project(w_v)
+        q, k = project(w_q), project(w_q if mistake == "keys_from_w_q" else w_k)
+        v = project(w_k if mistake == "values_from_w_k" else w_v)
         if mistake == "by_sqrt_d_model":  # q k^T / sqrt(d_k) becomes q k^T / sqrt(d_model)
             q = q * math.sqrt(q.shape[-1] / x.shape[-1])
+        qkv = {"q_k_swapped": (k, q, v), "k_v_swapped": (q, v, k)}.get(mistake, (q, k, v))
         # a right projection feeding a wrong attention (e.g. the learner's own task 2)
-        return _SDPA.wrong(q, k, v, mistake=mistake.removeprefix("attention: "))
+        return _SDPA.wrong(*qkv, mistake=mistake.removeprefix("attention: "))
 
 
 # --- ex02.distance_biased_attention (transfer: a bias added to the scores, as in ALiBi)
@@ -328,6 +360,14 @@ class DistanceBiasedAttention(Task):
         "float32_bias": "your bias was computed in float32: integer distances times a Python "
         "float give float32, which loses digits against float64 scores; build the distances in "
         "q's dtype (torch.arange(n, dtype=q.dtype))",
+        "float32_slope": "torch.tensor(slope) is float32, so the slope lost its digits before "
+        "it met the float64 scores; multiply by the number slope itself",
+        "later_keys_only": "you penalised only the keys after the query; every key is penalised "
+        "by its distance on either side, slope * |i - j|",
+        "query_axis": ScaledDotProductAttention.mistake_table["query_axis"],
+        "softmax_twice": "you added the bias to the weights of plain attention (already a "
+        "softmax) and took a softmax again; add it to the scores q k^T / sqrt(d_k), before the "
+        "one softmax",
     }
 
     def cases(self, gen):
@@ -384,10 +424,14 @@ class DistanceBiasedAttention(Task):
             "keys_counted_as_queries": (q.shape[-2], q.shape[-2]),
         }.get(mistake, (q.shape[-2], k.shape[-2]))
         i, j = torch.arange(n_q)[:, None], torch.arange(n_k)[None, :]
-        distance = {"no_abs": i - j, "earlier_keys_only": (i - j).clamp_min(0)}.get(
-            mistake, (i - j).abs()
-        )
+        distance = {
+            "no_abs": i - j,
+            "earlier_keys_only": (i - j).clamp_min(0),
+            "later_keys_only": (j - i).clamp_min(0),
+        }.get(mistake, (i - j).abs())
         sign = 1.0 if mistake == "plus" else -1.0
+        if mistake == "float32_slope":  # torch.tensor(slope): float32
+            slope = torch.tensor(slope, dtype=torch.float32).item()
         if mistake == "float32_bias":  # integer distances times a Python float: float32
             bias = (sign * slope * distance).to(q.dtype)
         else:
@@ -398,13 +442,15 @@ class DistanceBiasedAttention(Task):
             scores = (raw + bias) / scale
         elif mistake in ("no_bias", "after_softmax"):
             scores = raw / scale
+        elif mistake == "softmax_twice":  # the bias on plain attention's weights
+            scores = stable_softmax(raw / scale) + bias
         else:
             scores = raw / scale + bias
         if mistake == "no_max":
             e = scores.exp()
             weights = e / e.sum(dim=-1, keepdim=True)
         else:
-            weights = stable_softmax(scores, dim=-1)
+            weights = stable_softmax(scores, dim=-2 if mistake == "query_axis" else -1)
         if mistake == "after_softmax":
             weights = weights + bias
         return weights @ v, weights
