@@ -507,8 +507,14 @@ def _named(fn, name, *args, **kwargs):
     return one
 
 
+def softmax_without_gradients(x, dim=-1):  # hunt 2: full marks, and a GPT that cannot learn
+    with torch.no_grad():
+        return softmax_max(x, dim)
+
+
 SDPA = "ex02.scaled_dot_product_attention"
 HUNT2_SLIPS = [
+    ("ex02.softmax", softmax_without_gradients, "your result carries no gradients"),
     ("ex02.softmax", softmax_unsqueezed_last, "unsqueeze(-1) puts the reduced axis back last"),
     (SDPA, _named(_attention, "attention_v_first", slip="v_first"), "v @ weights multiplies"),
     (SDPA, _named(_attention, "attention_k_q", slip="k_q"), "one row per key"),

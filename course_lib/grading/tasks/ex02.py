@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ..core import Case, Task, register
+from ..core import Case, GradingError, Task, register
 from .common import HintOnError, all_close, randn, randns, stable_softmax
 
 SOFTMAX_LESSON = "lesson 02, section 'A numerically stable softmax'"
@@ -19,6 +19,13 @@ ALL_SOFTMAXES = tuple(
     "torch.special.softmax torch._softmax torch.log_softmax torch.Tensor.log_softmax "
     "torch.nn.functional.log_softmax torch.nn.LogSoftmax torch.special.log_softmax "
     "torch._log_softmax".split()
+)
+
+
+NO_GRADIENTS = (
+    "your result carries no gradients (torch.no_grad(), .detach(), .data, .item() or NumPy "
+    "cut them), so nothing before a softmax could learn in a model: your softmax ends up in "
+    "the GPT you train in exercise 09. Compute it with tensor operations on x itself"
 )
 
 
@@ -56,6 +63,7 @@ class Softmax(Task):
         "dim, x.amax(dim=dim, keepdim=True)",
         "unsqueeze_last": "unsqueeze(-1) puts the reduced axis back last, where it was only for "
         "dim=-1; keep it where it was: x.amax(dim=dim, keepdim=True), sum(dim=dim, keepdim=True)",
+        "detached": NO_GRADIENTS,
     }
 
     def cases(self, gen):
@@ -93,7 +101,18 @@ class Softmax(Task):
                 "own maximum)",
                 (torch.stack([randn(gen, 3), -2000.0 + randn(gen, 3)]),),
             ),
+            Case(
+                "scores x (3, 5) of a model in training (x.requires_grad is True): the result "
+                "must carry gradients back to x",
+                (randn(gen, 3, 5).requires_grad_(),),
+            ),
         ]
+
+    def call(self, obj, case):
+        value = obj(*case.args, **case.kwargs)
+        if case.args[0].requires_grad and isinstance(value, torch.Tensor) and value.grad_fn is None:
+            raise GradingError(NO_GRADIENTS)
+        return value
 
     def wrong(self, x, dim=-1, *, mistake):
         axis = {"last_axis": -1, "first_axis": 0}.get(mistake, dim)
@@ -113,7 +132,7 @@ class Softmax(Task):
             shifted = x - x.amax(dim=-1 if mistake == "max_last_axis" else axis, keepdim=True)
         if mistake == "log_softmax":
             return shifted - shifted.exp().sum(dim=axis, keepdim=True).log()
-        e = shifted.exp()
+        e = shifted.exp() if mistake != "detached" else shifted.detach().exp()
         if mistake == "whole_tensor":
             return e / e.sum()
         return e / e.sum(dim=axis, keepdim=mistake != "no_keepdim")  # no keepdim: a crash or worse
