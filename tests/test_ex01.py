@@ -806,7 +806,13 @@ def merge_pair_stopping_before_the_last_pair(ids, pair, new_id):  # hunt 2: 'not
     return out + list(ids[i:])
 
 
+def cosine_with_an_epsilon_on_every_length(E):  # hunt 2: 'more than one thing may be wrong'
+    unit = E / (E.norm(dim=1, keepdim=True) + 1e-6)
+    return unit @ unit.T
+
+
 NEXT_SLIPS = [
+    ("ex01.cosine_similarity_matrix", cosine_with_an_epsilon_on_every_length, "clamp the lengths"),
     ("ex01.one_hot", one_hot_naming_the_largest_id, "name the id that is out of range (-2)"),
     ("ex01.embed", embed_through_rows_of_the_identity, "a negative id is out of range too"),
     ("ex01.merge_pair", merge_pair_stopping_before_the_last_pair, "the pair at the very end"),

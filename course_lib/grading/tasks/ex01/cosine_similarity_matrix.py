@@ -91,3 +91,16 @@ class CosineSimilarityMatrix(Task):
         if mistake == "diagonal_one":  # "every vector is similar to itself", zero vectors included
             return similarity + torch.diag((E.norm(dim=-1) == 0).to(E.dtype))
         return similarity
+
+    def diagnose(self, got, want, case):
+        """Close, but not to the dtype's precision: an epsilon added to every length (1e-6 to
+        float64 lengths, or to the product of short lengths) moves every similarity a little."""
+        if isinstance(got, torch.Tensor) and got.dtype == want.dtype and got.shape == want.shape:
+            if torch.allclose(got, want, rtol=1e-2, atol=1e-3):
+                return (
+                    "your similarities are close but not equal: an epsilon added to every length "
+                    "(norm + eps, or to the product of the lengths) changes every one a little, "
+                    "most for short vectors; clamp the lengths instead, norm.clamp_min(1e-12), "
+                    "which changes only the zero ones"
+                )
+        return None
