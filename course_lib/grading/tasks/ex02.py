@@ -347,6 +347,13 @@ class SelfAttention(HintOnError):
 
 
 # --- ex02.distance_biased_attention (transfer: a bias added to the scores, as in ALiBi)
+FLOAT32_BIAS = (
+    "your bias was computed in float32, which loses digits against float64 scores: integer "
+    "distances times a Python float give float32, and torch.tensor(slope) is float32; build the "
+    "distances in q's dtype (torch.arange(n, dtype=q.dtype)) and multiply by the number slope"
+)
+
+
 @register
 class DistanceBiasedAttention(Task):
     id = "ex02.distance_biased_attention"
@@ -376,11 +383,8 @@ class DistanceBiasedAttention(Task):
         "(columns), torch.arange(n_k) with n_k = k.shape[-2]; n_q and n_k may differ",
         "lengths_from_shape_1": "you took the lengths from shape[1], which is n only for a 3-D "
         "q; count from the end: n_q = q.shape[-2], n_k = k.shape[-2]",
-        "float32_bias": "your bias was computed in float32: integer distances times a Python "
-        "float give float32, which loses digits against float64 scores; build the distances in "
-        "q's dtype (torch.arange(n, dtype=q.dtype))",
-        "float32_slope": "torch.tensor(slope) is float32, so the slope lost its digits before "
-        "it met the float64 scores; multiply by the number slope itself",
+        "float32_bias": FLOAT32_BIAS,
+        "float32_slope": FLOAT32_BIAS,  # as close to float32_bias as seeds make it
         "later_keys_only": "you penalised only the keys after the query; every key is penalised "
         "by its distance on either side, slope * |i - j|",
         "query_axis": ScaledDotProductAttention.mistake_table["query_axis"],
