@@ -811,7 +811,20 @@ def cosine_with_an_epsilon_on_every_length(E):  # hunt 2: 'more than one thing m
     return unit @ unit.T
 
 
+def merge_pair_reading_past_the_end(ids, pair, new_id):  # hunt 2: a bare IndexError
+    out, i = [], 0
+    while i < len(ids):
+        if ids[i] == pair[0] and ids[i + 1] == pair[1]:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
 NEXT_SLIPS = [
+    ("ex01.merge_pair", merge_pair_reading_past_the_end, "ids[i + 1] is past the end"),
     ("ex01.cosine_similarity_matrix", cosine_with_an_epsilon_on_every_length, "clamp the lengths"),
     ("ex01.one_hot", one_hot_naming_the_largest_id, "name the id that is out of range (-2)"),
     ("ex01.embed", embed_through_rows_of_the_identity, "a negative id is out of range too"),

@@ -28,6 +28,8 @@ class MergePair(Task):
         "end_pair_missed": "the pair at the very end was not merged: the last pair starts at "
         "index len(ids) - 2, so loop while i < len(ids) - 1 (i + 1 < len(ids)), not "
         "len(ids) - 2",
+        "past_the_end": "at the last id, ids[i + 1] is past the end of the list: test "
+        "i + 1 < len(ids) before comparing the pair (an unmerged last id is copied as it is)",
         "as_text": "you replaced the pair in the ids written as text, where '11 2' contains "
         "'1 2' although no id there is 1; compare the ids themselves, (ids[i], ids[i + 1]) == "
         "pair",
@@ -90,7 +92,7 @@ class MergePair(Task):
             return merged(ids[::-1], pair[::-1], new_id)[::-1]
         out, i = [], 0
         while i < len(ids) - (mistake in ("last_id_lost", "last_id_appended")):
-            here = tuple(ids[i : i + 2])
+            here = (ids[i], ids[i + 1]) if mistake == "past_the_end" else tuple(ids[i : i + 2])
             if mistake == "either_order":
                 found = len(here) == 2 and sorted(here) == sorted(pair)
             else:
