@@ -62,7 +62,12 @@ def last_token_at_length_clamped_to_the_end(x, lengths):  # its IndexError "fixe
     return x[torch.arange(x.shape[0]), lengths.clamp(max=x.shape[1] - 1)]
 
 
+def last_token_positions_in_the_batch_axis(x, lengths):  # hunt 2: a bare IndexError
+    return x[lengths - 1, torch.arange(x.shape[0])]
+
+
 SLIPS = [
+    ("ex00.last_token", last_token_positions_in_the_batch_axis, "the batch index comes first"),
     ("ex00.batched_matmul", matmul_summed_over_a_dim_minus_1, "more batch axes than a"),
     ("ex00.batched_matmul", matmul_squeezed_after_keepdim, "squeeze(-2)"),
     ("ex00.pairwise_sq_distances", distances_with_the_norms_of_y_as_they_are, "y's new axis"),

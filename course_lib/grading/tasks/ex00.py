@@ -136,6 +136,9 @@ class LastToken(Task):
         "batch_index_from_seq": "the batch index counts the sequences, torch.arange(batch) "
         "with batch = x.shape[0]; torch.arange(x.shape[1]) counts the positions",
         "at_length_clamped": OFF_BY_ONE,
+        "positions_first": "the positions lengths - 1 went into the first axis, which counts "
+        "the sequences (x[lengths - 1], x[lengths - 1, batch_index]); the batch index comes "
+        "first: x[torch.arange(batch), lengths - 1]",
         "squeeze_all": squeeze_all("1", "batch = 1"),
     }
 
@@ -163,6 +166,8 @@ class LastToken(Task):
         }.get(mistake, lengths - 1)
         if mistake == "all_positions":
             return x[:, position]
+        if mistake == "positions_first":
+            return x[position, torch.arange(x.shape[0])]
         if mistake == "squeeze_all":  # x.gather(1, index).squeeze(): (d,) when batch is 1
             return x[torch.arange(x.shape[0]), position].unsqueeze(1).squeeze()
         return x[torch.arange(x.shape[1 if mistake == "batch_index_from_seq" else 0]), position]

@@ -132,7 +132,7 @@ class Softmax(Task):
             shifted = x - x.amax(dim=-1 if mistake == "max_last_axis" else axis, keepdim=True)
         if mistake == "log_softmax":
             return shifted - shifted.exp().sum(dim=axis, keepdim=True).log()
-        e = shifted.exp() if mistake != "detached" else shifted.detach().exp()
+        e = shifted.detach().exp() if mistake == "detached" else shifted.exp()
         if mistake == "whole_tensor":
             return e / e.sum()
         return e / e.sum(dim=axis, keepdim=mistake != "no_keepdim")  # no keepdim: a crash or worse
