@@ -823,7 +823,15 @@ def merge_pair_reading_past_the_end(ids, pair, new_id):  # hunt 2: a bare IndexE
     return out
 
 
+def pair_counts_back_to_front(ids):  # hunt 2: '(3, 9) is missing', no word why
+    counts = {}
+    for left, right in zip(ids, ids[1:], strict=False):
+        counts[right, left] = counts.get((right, left), 0) + 1
+    return counts
+
+
 NEXT_SLIPS = [
+    ("ex01.pair_counts", pair_counts_back_to_front, "your pairs are back to front"),
     ("ex01.merge_pair", merge_pair_reading_past_the_end, "ids[i + 1] is past the end"),
     ("ex01.cosine_similarity_matrix", cosine_with_an_epsilon_on_every_length, "clamp the lengths"),
     ("ex01.one_hot", one_hot_naming_the_largest_id, "name the id that is out of range (-2)"),

@@ -26,6 +26,8 @@ class PairCounts(Task):
         "ids[i + 1] is out of range: a list of n ids has n - 1 pairs, for i in "
         "range(len(ids) - 1)",
         "unordered": "(a, b) and (b, a) are different pairs: keep the order of the ids",
+        "reversed": "your pairs are back to front: each pair is (ids[i], ids[i + 1]), the left "
+        "id first",
     }
 
     def cases(self, gen):
@@ -87,5 +89,6 @@ class PairCounts(Task):
         counts = {}
         for pair in pairs:
             pair = tuple(sorted(pair)) if mistake == "unordered" else pair
+            pair = pair[::-1] if mistake == "reversed" else pair
             counts[pair] = counts.get(pair, 0) + 1
         return counts
