@@ -483,6 +483,7 @@ def _attention(q, k, v, slip=""):
     scores = scores if slip == "output" else scores * d**0.5 if slip == "times" else scores / d**0.5
     weights = softmax_max(scores)
     output = v @ weights if slip == "v_first" else weights @ v
+    output = (weights * v).sum(-1) if slip == "elementwise" else output
     return (output / d**0.5 if slip == "output" else output), weights
 
 
@@ -512,12 +513,19 @@ def softmax_without_gradients(x, dim=-1):  # hunt 2: full marks, and a GPT that 
         return softmax_max(x, dim)
 
 
+def biased_by_one_dimensional_distances(q, k, v, slope):  # equal lengths: a bias of zeros
+    i, j = torch.arange(q.shape[-2], dtype=q.dtype), torch.arange(k.shape[-2], dtype=q.dtype)
+    return _biased(q, k, v, slope, (i - j).abs(), math.sqrt(q.shape[-1]))
+
+
 SDPA = "ex02.scaled_dot_product_attention"
 HUNT2_SLIPS = [
+    ("ex02.distance_biased_attention", biased_by_one_dimensional_distances, "two 1-D aranges"),
     ("ex02.softmax", softmax_without_gradients, "your result carries no gradients"),
     ("ex02.softmax", softmax_unsqueezed_last, "unsqueeze(-1) puts the reduced axis back last"),
     (SDPA, _named(_attention, "attention_v_first", slip="v_first"), "v @ weights multiplies"),
     (SDPA, _named(_attention, "attention_k_q", slip="k_q"), "one row per key"),
+    (SDPA, _named(_attention, "attention_elementwise", slip="elementwise"), "entry by entry"),
     (SDPA, _named(_attention, "attention_permute", slip="permute"), "k.permute(0, 2, 1) assumes"),
     (SDPA, _named(_attention, "attention_len_k", slip="len"), "the number of keys"),
     (SDPA, _named(_attention, "attention_times", slip="times"), "multiplied the scores"),

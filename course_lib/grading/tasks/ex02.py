@@ -200,6 +200,8 @@ class ScaledDotProductAttention(HintOnError):
         "transpose; they are q @ k^T, (n_q, n_k), one row per query, and output = weights @ v",
         "v_first": "the output is weights @ v, (n_q, n_k) @ (n_k, d_v): each query's weights mix "
         "the rows of v; v @ weights multiplies in the wrong order",
+        "elementwise": "weights * v multiplies entry by entry; the weighted sum of the values is "
+        "the matrix product weights @ v, (n_q, n_k) @ (n_k, d_v)",
     }
 
     def compare(self, got, want, case):
@@ -268,6 +270,8 @@ class ScaledDotProductAttention(HintOnError):
         weights = stable_softmax(scores, dim=-2 if mistake == "query_axis" else -1)
         if mistake == "scaled_after_softmax":
             weights = stable_softmax(q @ k_t) / scale
+        if mistake == "elementwise":  # a crash unless the shapes happen to broadcast
+            return (weights * v).sum(-1), weights
         output = v @ weights if mistake == "v_first" else weights @ v
         return (weights, output) if mistake == "swapped" else (output, weights)
 
@@ -373,7 +377,8 @@ class DistanceBiasedAttention(Task):
         "after_softmax": "the bias goes into the scores BEFORE the softmax, so the weights still "
         "sum to 1",
         "no_bias": "that is plain attention: add -slope * |i - j| to each score, with i the "
-        "query's position (row) and j the key's (column)",
+        "query's position (row) and j the key's (column), an (n_q, n_k) matrix: "
+        "torch.arange(n_q)[:, None] - torch.arange(n_k) (two 1-D aranges subtract to zeros)",
         "no_scaling": "the scores are not scaled: divide q k^T by sqrt(d_k), then add the bias",
         "earlier_keys_only": "you penalised only the keys before the query (causal ALiBi, where "
         "the later keys are masked anyway); here every key is penalised by its distance on "
