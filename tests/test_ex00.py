@@ -66,7 +66,12 @@ def last_token_positions_in_the_batch_axis(x, lengths):  # hunt 2: a bare IndexE
     return x[lengths - 1, torch.arange(x.shape[0])]
 
 
+def matmul_by_rows_of_b_dot_T(a, b):  # hunt 2: a bare broadcasting error
+    return (a.unsqueeze(-2) * b.T.unsqueeze(-3)).sum(-1)
+
+
 SLIPS = [
+    ("ex00.batched_matmul", matmul_by_rows_of_b_dot_T, "b.T reverses every axis"),
     ("ex00.last_token", last_token_positions_in_the_batch_axis, "the batch index comes first"),
     ("ex00.batched_matmul", matmul_summed_over_a_dim_minus_1, "more batch axes than a"),
     ("ex00.batched_matmul", matmul_squeezed_after_keepdim, "squeeze(-2)"),

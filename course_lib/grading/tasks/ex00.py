@@ -16,6 +16,13 @@ BROADCASTING = "lesson 00, section 'Tensors, shapes and broadcasting'"
 OFF_BY_ONE = "off by one: a sequence of length L ends at index L - 1"
 
 
+def dot_t(name: str) -> str:
+    return (
+        f"{name}.T reverses every axis of a batch (it is for 2-D matrices); swap only the last "
+        f"two: {name}.transpose(-2, -1) or {name}.mT"
+    )
+
+
 def squeeze_all(axis: str, also: str) -> str:
     return (
         f"squeeze() without an axis drops every axis of length 1, here {also} too; name the "
@@ -45,6 +52,7 @@ class BatchedMatmul(Task):
         + FIRST_AXES
         + "a.unsqueeze(-1) * b.unsqueeze(-3), summed over dim -2",
         "squeeze_all": squeeze_all("-2", "m = 1"),
+        "dot_T": dot_t("b"),
     }
 
     def cases(self, gen):
@@ -61,6 +69,8 @@ class BatchedMatmul(Task):
     def wrong(self, a, b, *, mistake):
         if mistake == "first_axes":  # right for 2-D a and b only
             return (a.unsqueeze(2) * b.unsqueeze(0)).sum(1)
+        if mistake == "dot_T":  # rows of a times rows of b.T: right for 2-D b only
+            return (a.unsqueeze(-2) * b.T.unsqueeze(-3)).sum(-1)
         products = a.unsqueeze(-1) * b.unsqueeze(-3)  # (..., n, k, m)
         if mistake == "squeeze_all":
             return products.sum(-2, keepdim=True).squeeze()
@@ -91,8 +101,7 @@ class PairwiseSqDistances(Task):
         "y_from_front": "y's new axis went in front of the batch axes (y[None], unsqueeze(0), "
         "or |y|² of shape (..., m) added as it is), which is right only without batch "
         "dimensions; count from the end: y.unsqueeze(-3), |y|².unsqueeze(-2)",
-        "dot_T": "y.T reverses every axis of a batch (it is for 2-D matrices); swap only the "
-        "last two: y.transpose(-2, -1) or y.mT",
+        "dot_T": dot_t("y"),
     }
 
     def cases(self, gen):
