@@ -618,9 +618,11 @@ class _HuntMHA(nn.Module):
         }.get(slip, math.sqrt(self.d_head))
         scores = q @ k_t / scale
         if mask is not None:
-            scores = scores.masked_fill(
-                ~(mask.unsqueeze(1) if mask.dim() == 3 else mask), -math.inf
-            )
+            mask = mask.unsqueeze(1) if mask.dim() == 3 else mask
+            if slip == "scores[mask == 0] = -inf":
+                scores[mask == 0] = -math.inf
+            else:
+                scores = scores.masked_fill(~mask, -math.inf)
         weights = scores.softmax(dim=-1)
         if slip == "F.dropout without training=":
             weights = F.dropout(weights, 0.1)
@@ -644,6 +646,7 @@ class _HuntMHA(nn.Module):
         ("k.transpose(1, 2)", "transpose its last two axes"),
         ("d_model // h ** 0.5", "** binds tighter"),
         ("/ d_head ** -0.5", "multiplied the scores by sqrt(d_head)"),
+        ("scores[mask == 0] = -inf", "boolean indexing does not broadcast"),
     ],
 )
 def test_a_second_hunt_slip_fails_the_notebook_check_with_its_own_hint(slip, words):

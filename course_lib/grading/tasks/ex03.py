@@ -136,6 +136,8 @@ class _WrongMultiHeadAttention(nn.Module):
         unsqueeze = mask is not None and (mask.dim() == 3 or mistake == "always_unsqueezed")
         if unsqueeze and mistake != "mask_not_unsqueezed":
             mask = mask.unsqueeze(1)  # (batch, 1, n_q or 1, n_k): the same for every head
+        if mistake == "boolean_index" and mask is not None:  # scores[~mask] = -inf: no broadcast
+            (q @ k.transpose(-2, -1))[~mask] = float("-inf")
         heads, weights = wrong_attention(
             q,
             k,
@@ -266,6 +268,9 @@ class MultiHeadAttentionTask(ModuleTask):
         "scale_inverted": "you multiplied the scores by sqrt(d_head) (dividing by d_head ** -0.5 "
         "does that): divide by sqrt(d_head), or multiply by d_head ** -0.5",
         "attention_dropout": _DROPOUT_HINT,
+        "boolean_index": "scores[~mask] = float('-inf') needs a mask of exactly the scores' "
+        "shape (batch, num_heads, n_q, n_k): boolean indexing does not broadcast. Use "
+        "scores.masked_fill(~mask, float('-inf'))",
     }
 
     def cases(self, gen):
