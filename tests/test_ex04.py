@@ -661,6 +661,9 @@ def _rope_slip(slip, half=False):
         d = x.shape[-1]
         if d % 2:
             raise ValueError("the last dimension must be even")
+        shape = x.shape
+        if slip == "batch axes flattened with view":
+            x = x.view(-1, *shape[-2:])  # (batch, seq, d), whatever axes came first
         if slip == "positions or arange":
             positions = positions or torch.arange(x.shape[-2])
         elif positions is None:
@@ -679,7 +682,7 @@ def _rope_slip(slip, half=False):
         else:
             out[..., a] = x[..., a] * cos - x[..., b] * sin
             out[..., b] = x[..., a] * sin + x[..., b] * cos
-        return out
+        return out.reshape(shape)
 
     return apply_rope
 
@@ -695,6 +698,12 @@ def _rope_slip(slip, half=False):
         ("ex04.apply_rope", _rope_slip("positions or arange"), "if positions is None"),
         ("ex04.apply_rope_half", _rope_slip("positions or arange", True), "if positions is None"),
         ("ex04.apply_rope", _rope_slip("written in place, then read"), "already rotated"),
+        ("ex04.apply_rope", _rope_slip("batch axes flattened with view"), "cannot regroup"),
+        (
+            "ex04.apply_rope_half",
+            _rope_slip("batch axes flattened with view", True),
+            "cannot regroup",
+        ),
         (
             "ex04.apply_rope_half",
             _rope_slip("written in place, then read", True),

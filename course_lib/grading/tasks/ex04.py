@@ -222,6 +222,8 @@ def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
     """RoPE with the named mistake ("": none). `layout` is the task's: "adjacent" rotates pairs
     (2i, 2i+1), "halves" pairs (i, i + d/2) (the rotate-half layout of GPT-NeoX and Llama)."""
     d = x.shape[-1]
+    if mistake == "view":  # x.view(-1, seq, d) and the like: a transposed x cannot be viewed
+        x.view(-1)
     if mistake in ("halves", "halves_mixed_frequencies", "adjacent"):  # the other task's layout
         layout = mistake.removesuffix("_mixed_frequencies")
     out_layout = {"adjacent_out_halves": "halves", "halves_out_adjacent": "adjacent"}
@@ -276,7 +278,7 @@ def _shift_case(
 
 
 def _positions_cases(gen) -> list[Case]:
-    """Three cases both layouts share: heads, random positions, negative positions."""
+    """Four cases both layouts share: heads, random and negative positions, a transposed x."""
     return [
         _x(
             gen,
@@ -294,6 +296,11 @@ def _positions_cases(gen) -> list[Case]:
             (3, 4, 5, 32),
             torch.tensor([-3, 0, 2, 10, 11]),
             F64,
+        ),
+        Case(
+            "x (2, 3, 7, 8) that is not contiguous, as split heads are (a (2, 7, 3, 8) "
+            ".transpose(1, 2), which your GPT's attention rotates), positions 0..6",
+            (randn(gen, 2, 7, 3, 8).transpose(1, 2), torch.arange(7)),
         ),
     ]
 
@@ -342,6 +349,11 @@ _OVERWRITTEN = (
     "the second feature of each pair was computed from the already rotated first one: the "
     "rotated first features were written into the tensor before the second line read them. "
     "Compute both from the original features (torch.stack or torch.cat the two results)"
+)
+_VIEW = (
+    "x may be a view that is not contiguous (split heads are a transpose, and your GPT's "
+    "attention rotates them): .view cannot regroup its axes. Use .reshape, or let the (seq, "
+    "d/2) angles broadcast over the leading axes"
 )
 _CONSTANT = (
     "every position gets the same rotation, so positions change nothing; the angle is "
@@ -392,6 +404,7 @@ class ApplyRope(_RopeTask):
         "positions_1d": _POSITIONS_1D,
         "positions_or": _POSITIONS_OR,
         "overwritten": _OVERWRITTEN,
+        "view": _VIEW,
     }
 
     def cases(self, gen):
@@ -500,6 +513,7 @@ class ApplyRopeHalf(_RopeTask):
         "positions_1d": _POSITIONS_1D,
         "positions_or": _POSITIONS_OR,
         "overwritten": _OVERWRITTEN,
+        "view": _VIEW,
     }
 
     def cases(self, gen):
