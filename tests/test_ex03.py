@@ -659,6 +659,37 @@ def test_a_second_hunt_slip_fails_the_notebook_check_with_its_own_hint(slip, wor
     assert words in result.feedback, result.feedback
 
 
+class _HeadByHead(nn.Module):
+    """A learner's module that attends head by head, and stacks the heads' maps on dim=0."""
+
+    def __init__(self, d_model, num_heads, bias=True):
+        super().__init__()
+        self.num_heads, self.d_head = num_heads, d_model // num_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        outputs, maps = [], []
+        for h in range(self.num_heads):
+            part = slice(h * self.d_head, (h + 1) * self.d_head)
+            scores = q[..., part] @ k[..., part].transpose(-2, -1) / math.sqrt(self.d_head)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, -math.inf)
+            maps.append(scores.softmax(dim=-1))
+            outputs.append(maps[-1] @ v[..., part])
+        return self.out_proj(torch.cat(outputs, dim=-1)), torch.stack(maps)  # dim=0
+
+
+def test_weights_stacked_heads_first_are_told_so_where_batch_equals_heads():
+    # the first case has batch = num_heads = 2, so the shapes agreed: 'None of the usual'
+    result = check_result("ex03.MultiHeadAttention", _HeadByHead)
+    assert result.status == "failed", result.feedback
+    assert "stack the heads' maps on dim=1" in result.feedback, result.feedback
+
+
 def test_grouped_query_attention_that_forgets_to_repeat_v_is_told_so():
     # it was told 'not along the keys', a mistake it did not make
     def grouped_query_attention(q, k, v, mask=None):

@@ -165,6 +165,8 @@ class _WrongMultiHeadAttention(nn.Module):
             merged = heads.reshape(batch, n_q, d_model)
         if self.mistake == "averaged_weights":
             weights = weights.mean(dim=1)  # (batch, n_q, n_k)
+        elif mistake == "weights_heads_first":  # per-head maps torch.stack'ed on dim=0
+            weights = weights.transpose(0, 1)  # (heads, batch, n_q, n_k)
         output = merged if self.mistake == "no_out_proj" else self.out_proj(merged)
         return output, weights
 
@@ -268,6 +270,8 @@ class MultiHeadAttentionTask(ModuleTask):
         "scale_inverted": "you multiplied the scores by sqrt(d_head) (dividing by d_head ** -0.5 "
         "does that): divide by sqrt(d_head), or multiply by d_head ** -0.5",
         "attention_dropout": _DROPOUT_HINT,
+        "weights_heads_first": "your weights are (num_heads, batch, n_q, n_k); the batch axis "
+        "comes first, (batch, num_heads, n_q, n_k): stack the heads' maps on dim=1",
         "boolean_index": "scores[~mask] = float('-inf') needs a mask of exactly the scores' "
         "shape (batch, num_heads, n_q, n_k): boolean indexing does not broadcast. Use "
         "scores.masked_fill(~mask, float('-inf'))",
