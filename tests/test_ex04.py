@@ -672,9 +672,8 @@ def _rope_slip(slip, half=False):
         positions = positions.double() if slip == "1-D positions" else positions[:, None].double()
         angles = positions * frequencies
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-        a, b = (
-            (slice(None, d // 2), slice(d // 2, None)) if half else (slice(0, d, 2), slice(1, d, 2))
-        )
+        h = d / 2 if slip == "d / 2 in the slices" else d // 2
+        a, b = (slice(None, h), slice(h, None)) if half else (slice(0, d, 2), slice(1, d, 2))
         out = x.clone()
         if slip == "written in place, then read":
             out[..., a] = out[..., a] * cos - out[..., b] * sin
@@ -699,6 +698,7 @@ def _rope_slip(slip, half=False):
         ("ex04.apply_rope_half", _rope_slip("positions or arange", True), "if positions is None"),
         ("ex04.apply_rope", _rope_slip("written in place, then read"), "already rotated"),
         ("ex04.apply_rope", _rope_slip("batch axes flattened with view"), "cannot regroup"),
+        ("ex04.apply_rope_half", _rope_slip("d / 2 in the slices", True), "d // 2"),
         (
             "ex04.apply_rope_half",
             _rope_slip("batch axes flattened with view", True),

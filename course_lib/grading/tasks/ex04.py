@@ -250,7 +250,8 @@ def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
     if layout == "adjacent":
         x0, x1 = x[..., 0::2], x[..., 1::2]
     else:
-        x0, x1 = x[..., : d // 2], x[..., d // 2 :]
+        half = d / 2 if mistake == "float_half" else d // 2  # a float slice index raises
+        x0, x1 = x[..., :half], x[..., half:]
     sign = -1.0 if mistake == "sign" else 1.0
     r0 = x0 * cos0 - sign * x1 * sin0
     if mistake == "overwritten":  # r0 written into x before the second line read x0 from it
@@ -514,6 +515,8 @@ class ApplyRopeHalf(_RopeTask):
         "positions_or": _POSITIONS_OR,
         "overwritten": _OVERWRITTEN,
         "view": _VIEW,
+        "float_half": "d / 2 is a float (8 / 2 = 4.0) even when d is even, and a slice needs "
+        "ints: x[..., : d // 2] and x[..., d // 2 :]",
     }
 
     def cases(self, gen):
