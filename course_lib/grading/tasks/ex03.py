@@ -366,15 +366,8 @@ class MultiHeadAttentionTask(ModuleTask):
                 "forward must return a tuple (output, weights), with weights of shape "
                 "(batch, num_heads, n_q, n_k)"
             )
-        if case.data["train"]:  # the last case, after every eval-mode one passed
-            return _DROPOUT_HINT
-        weights, right = got[1] if len(got) == 2 else None, want[1]  # F.dropout, p != 0.1
-        if isinstance(weights, Tensor) and weights.shape == right.shape:
-            kept = weights != 0
-            ratio = weights[kept] / right[kept]  # dropout scales what it keeps by 1 / (1 - p)
-            if (~kept & (right > 0)).any() and torch.allclose(ratio, ratio.mean()):
-                return _DROPOUT_HINT
-        return None
+        # the last case, after every eval-mode one passed: dropout of any p, anywhere
+        return _DROPOUT_HINT if case.data["train"] else None
 
 
 # --- ex03.grouped_query_attention (transfer: the lesson never shares k/v between heads)
