@@ -583,3 +583,124 @@ def test_a_learners_slip_fails_the_notebook_check_with_its_own_hint(task_id, lea
     result = check_result(task_id, learner)
     assert result.status == "failed" and result.score < result.max_score, result.feedback
     assert words in result.feedback, result.feedback
+
+
+# ---- second hunt: slips a learner makes, written as a learner would -------------------------
+
+
+class _HuntMHA(nn.Module):
+    """A learner's module; `slip` names the one thing it gets wrong ("" for none)."""
+
+    slip = ""
+
+    def __init__(self, d_model, num_heads, bias=True, dropout=0.1):
+        super().__init__()
+        self.num_heads, self.d_model, self.d_head = num_heads, d_model, d_model // num_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout if "dropout" in self.slip else 0.0)
+
+    def forward(self, query, key, value, mask=None):
+        slip = self.slip
+        q = reference_like_split(self.q_proj(query), self.num_heads)
+        k = reference_like_split(
+            self.k_proj(value if slip == "k from value" else key), self.num_heads
+        )
+        v = reference_like_split(
+            self.v_proj(query if slip == "v from query" else value), self.num_heads
+        )
+        k_t = k.transpose(1, 2) if slip == "k.transpose(1, 2)" else k.transpose(-2, -1)
+        scale = {
+            "d_model // h ** 0.5": self.d_model // self.num_heads**0.5,
+            "/ d_head ** -0.5": self.d_head**-0.5,
+        }.get(slip, math.sqrt(self.d_head))
+        scores = q @ k_t / scale
+        if mask is not None:
+            mask = mask.unsqueeze(1) if mask.dim() == 3 else mask
+            if slip == "scores[mask == 0] = -inf":
+                scores[mask == 0] = -math.inf
+            else:
+                scores = scores.masked_fill(~mask, -math.inf)
+        weights = scores.softmax(dim=-1)
+        if slip == "F.dropout without training=":
+            weights = F.dropout(weights, 0.1)
+        else:
+            weights = self.dropout(weights)  # p = 0 without a dropout slip
+        merged = (weights @ v).transpose(1, 2).flatten(-2)
+        if slip == "dropout 0.2 on the output":
+            return F.dropout(self.out_proj(merged), 0.2, self.training), weights
+        return self.out_proj(merged), weights
+
+
+@pytest.mark.parametrize(
+    "slip, words",
+    [
+        ("", None),
+        ("dropout 0.1 on the weights", "drops values at random (dropout)"),
+        ("F.dropout without training=", "unless training=self.training"),
+        ("dropout 0.2 on the output", "in training mode either"),
+        ("k from value", "k = k_proj(key)"),
+        ("v from query", "v = v_proj(value)"),
+        ("k.transpose(1, 2)", "transpose its last two axes"),
+        ("d_model // h ** 0.5", "** binds tighter"),
+        ("/ d_head ** -0.5", "multiplied the scores by sqrt(d_head)"),
+        ("scores[mask == 0] = -inf", "boolean indexing does not broadcast"),
+    ],
+)
+def test_a_second_hunt_slip_fails_the_notebook_check_with_its_own_hint(slip, words):
+    # dropout passed every eval-mode check; the others got no hint or a bare PyTorch error
+    result = check_result("ex03.MultiHeadAttention", type("MHA", (_HuntMHA,), {"slip": slip}))
+    if words is None:
+        assert result.status == "passed", result.feedback
+        return
+    assert result.status == "failed", result.feedback
+    assert words in result.feedback, result.feedback
+
+
+class _HeadByHead(nn.Module):
+    """A learner's module that attends head by head, and stacks the heads' maps on dim=0."""
+
+    def __init__(self, d_model, num_heads, bias=True):
+        super().__init__()
+        self.num_heads, self.d_head = num_heads, d_model // num_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        outputs, maps = [], []
+        for h in range(self.num_heads):
+            part = slice(h * self.d_head, (h + 1) * self.d_head)
+            scores = q[..., part] @ k[..., part].transpose(-2, -1) / math.sqrt(self.d_head)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, -math.inf)
+            maps.append(scores.softmax(dim=-1))
+            outputs.append(maps[-1] @ v[..., part])
+        return self.out_proj(torch.cat(outputs, dim=-1)), torch.stack(maps)  # dim=0
+
+
+def test_weights_stacked_heads_first_are_told_so_where_batch_equals_heads():
+    # the first case has batch = num_heads = 2, so the shapes agreed: 'None of the usual'
+    result = check_result("ex03.MultiHeadAttention", _HeadByHead)
+    assert result.status == "failed", result.feedback
+    assert "stack the heads' maps on dim=1" in result.feedback, result.feedback
+
+
+def test_grouped_query_attention_that_forgets_to_repeat_v_is_told_so():
+    # it was told 'not along the keys', a mistake it did not make
+    def grouped_query_attention(q, k, v, mask=None):
+        if q.shape[1] % k.shape[1]:
+            raise ValueError("num_heads must be a multiple of num_kv_heads")
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)  # v forgotten
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~mask, -math.inf)
+        weights = scores.softmax(dim=-1)
+        return weights @ v, weights
+
+    result = check_result("ex03.grouped_query_attention", grouped_query_attention)
+    assert result.status == "failed" and "a v not repeated" in result.feedback, result.feedback

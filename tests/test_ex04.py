@@ -641,3 +641,81 @@ def test_an_odd_d_without_a_valueerror_is_not_sent_to_the_positions_hint():
     assert result.status == "failed", result.feedback
     assert "expected a ValueError" in result.feedback, result.feedback
     assert "positions=None" not in result.feedback.split("raised", 1)[1], result.feedback
+
+
+# ---- second hunt: slips a learner makes, written as a learner would -------------------------
+
+
+def _sinusoid_with_1d_positions(seq_len, d_model):
+    if d_model % 2:
+        raise ValueError("d_model must be even")
+    positions = torch.arange(seq_len)  # (seq_len,): the [:, None] forgotten
+    angles = positions * 10000 ** (-torch.arange(0, d_model, 2) / d_model)
+    pe = torch.zeros(seq_len, d_model)
+    pe[:, 0::2], pe[:, 1::2] = angles.sin(), angles.cos()
+    return pe
+
+
+def _rope_slip(slip, half=False):
+    def apply_rope(x, positions=None):
+        d = x.shape[-1]
+        if d % 2:
+            raise ValueError("the last dimension must be even")
+        shape = x.shape
+        if slip == "batch axes flattened with view":
+            x = x.view(-1, *shape[-2:])  # (batch, seq, d), whatever axes came first
+        if slip == "positions or arange":
+            positions = positions or torch.arange(x.shape[-2])
+        elif positions is None:
+            positions = torch.arange(x.shape[-2])
+        frequencies = 10000 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+        positions = positions.double() if slip == "1-D positions" else positions[:, None].double()
+        angles = positions * frequencies
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        h = d / 2 if slip == "d / 2 in the slices" else d // 2
+        a, b = (slice(None, h), slice(h, None)) if half else (slice(0, d, 2), slice(1, d, 2))
+        out = x.clone()
+        if slip == "written in place, then read":
+            out[..., a] = out[..., a] * cos - out[..., b] * sin
+            out[..., b] = out[..., a] * sin + out[..., b] * cos
+        else:
+            out[..., a] = x[..., a] * cos - x[..., b] * sin
+            out[..., b] = x[..., a] * sin + x[..., b] * cos
+        return out.reshape(shape)
+
+    return apply_rope
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex04.sinusoidal_positional_encoding", _sinusoid_with_1d_positions, "positions[:, None]"),
+        ("ex04.apply_rope", _rope_slip(""), None),
+        ("ex04.apply_rope_half", _rope_slip("", half=True), None),
+        ("ex04.apply_rope", _rope_slip("1-D positions"), "positions[:, None]"),
+        ("ex04.apply_rope_half", _rope_slip("1-D positions", half=True), "positions[:, None]"),
+        ("ex04.apply_rope", _rope_slip("positions or arange"), "if positions is None"),
+        ("ex04.apply_rope_half", _rope_slip("positions or arange", True), "if positions is None"),
+        ("ex04.apply_rope", _rope_slip("written in place, then read"), "already rotated"),
+        ("ex04.apply_rope", _rope_slip("batch axes flattened with view"), "cannot regroup"),
+        ("ex04.apply_rope_half", _rope_slip("d / 2 in the slices", True), "d // 2"),
+        (
+            "ex04.apply_rope_half",
+            _rope_slip("batch axes flattened with view", True),
+            "cannot regroup",
+        ),
+        (
+            "ex04.apply_rope_half",
+            _rope_slip("written in place, then read", True),
+            "already rotated",
+        ),
+    ],
+)
+def test_a_second_hunt_slip_fails_the_notebook_check_with_its_own_hint(task_id, learner, words):
+    # each raised a bare PyTorch error, or got a hint about the angles or 'None of the usual'
+    result = check_result(task_id, learner)
+    if words is None:
+        assert result.status == "passed", result.feedback
+        return
+    assert result.status == "failed", result.feedback
+    assert words in result.feedback, result.feedback

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..core import Case, Task, register
@@ -126,26 +127,37 @@ class _WrongMultiHeadAttention(nn.Module):
         batch, n_q, d_model = query.shape
         mistake = self.mistake
         q = self._split(self.q_proj(query))  # (batch, heads, n_q, d_head)
-        k = self._split(self.k_proj(key), n_q)  # (batch, heads, n_k, d_head)
-        v_full = self.v_proj(
-            key if mistake == "values_from_key" else value
-        )  # (batch, n_k, d_model)
+        k = self._split(self.k_proj(value if mistake == "keys_from_value" else key), n_q)
+        inputs = {"values_from_key": key, "values_from_query": query}  # (batch, n, d_model)
+        v_full = self.v_proj(inputs.get(mistake, value))  # (batch, n_k, d_model)
         v = self._split(v_full)  # (batch, heads, n_k, d_head)
+        if mistake == "keys_transpose_1_2":  # exercise 02's k.transpose(1, 2) on 4-D keys
+            k = k.permute(0, 2, 3, 1)  # so that wrong_attention's k.transpose(-2, -1) is it
         unsqueeze = mask is not None and (mask.dim() == 3 or mistake == "always_unsqueezed")
         if unsqueeze and mistake != "mask_not_unsqueezed":
             mask = mask.unsqueeze(1)  # (batch, 1, n_q or 1, n_k): the same for every head
+        if mistake == "boolean_index" and mask is not None:  # scores[~mask] = -inf: no broadcast
+            (q @ k.transpose(-2, -1))[~mask] = float("-inf")
         heads, weights = wrong_attention(
             q,
             k,
             v,
             None if mistake == "mask_ignored" else mask,
-            scale={"scale_d_model": d_model, "no_scale": 1}.get(mistake),
+            scale={
+                "scale_d_model": d_model,
+                "no_scale": 1,
+                "scale_precedence": (d_model // self.num_heads**0.5) ** 2,  # ** before //
+                "scale_inverted": 1 / self.d_head,  # divided by d_head ** -0.5
+            }.get(mistake),
             fill=0.0 if mistake == "fill_zero" else float("-inf"),
             dim=-2 if mistake == "softmax_over_queries" else -1,
             inverted=mistake.startswith("flipped_mask"),  # True read as blocked
             zero_after=mistake == "zero_after",
             nan_to_zero=mistake == "flipped_mask_through_sdpa",  # lesson 02's guard: no key -> 0
         )  # (batch, heads, n_q, d_head), (batch, heads, n_q, n_k)
+        if mistake == "attention_dropout":  # nn.Dropout(0.1) on the weights, as tutorials do
+            weights = F.dropout(weights, 0.1)  # (F.dropout without training=: in eval mode too)
+            heads = weights @ v
         if mistake == "averaged_heads":  # one averaged map applied to the full values
             merged = weights.mean(dim=1) @ v_full  # (batch, n_q, d_model)
         else:
@@ -153,8 +165,18 @@ class _WrongMultiHeadAttention(nn.Module):
             merged = heads.reshape(batch, n_q, d_model)
         if self.mistake == "averaged_weights":
             weights = weights.mean(dim=1)  # (batch, n_q, n_k)
+        elif mistake == "weights_heads_first":  # per-head maps torch.stack'ed on dim=0
+            weights = weights.transpose(0, 1)  # (heads, batch, n_q, n_k)
         output = merged if self.mistake == "no_out_proj" else self.out_proj(merged)
         return output, weights
+
+
+_DROPOUT_HINT = (
+    "your module drops values at random (dropout): this MultiHeadAttention has none, in "
+    "training mode either (exercise 07 puts dropout around the sub-layers). Remove it, or "
+    "give it a dropout=0.0 default (F.dropout drops even in eval mode unless "
+    "training=self.training)"
+)
 
 
 def _state_dict(gen: torch.Generator, d_model: int, dtype: torch.dtype, bias: bool) -> dict:
@@ -234,16 +256,36 @@ class MultiHeadAttentionTask(ModuleTask):
         "unsqueeze(1) only a 3-D (batch, n_q or 1, n_k) mask (if mask.dim() == 3)",
         "values_from_key": "the values are projected from `key`; they come from `value`: v = "
         "v_proj(value) (in self-attention the two are the same tensor, in cross-attention not)",
+        "keys_from_value": "the keys are projected from `value`; they come from `key`: k = "
+        "k_proj(key) (in self-attention the two are the same tensor, in cross-attention not)",
+        "values_from_query": "weights (batch, heads, n_q, n_k) @ v needs the values of the n_k "
+        "keys: v = v_proj(value), split by its own length n_k = value.shape[1] (not the "
+        "query's tensor or length)",
+        "keys_transpose_1_2": "with heads, k is (batch, heads, n_k, d_head): transpose its last "
+        "two axes, k.transpose(-2, -1). transpose(1, 2), right for exercise 02's 3-D keys, "
+        "swaps heads and keys here (and k.T reverses all four axes)",
+        "scale_precedence": "** binds tighter than // and /: d_model // num_heads ** 0.5 is "
+        "d_model // sqrt(num_heads). Divide by (d_model // num_heads) ** 0.5, i.e. "
+        "math.sqrt(d_head)",
+        "scale_inverted": "you multiplied the scores by sqrt(d_head) (dividing by d_head ** -0.5 "
+        "does that): divide by sqrt(d_head), or multiply by d_head ** -0.5",
+        "attention_dropout": _DROPOUT_HINT,
+        "weights_heads_first": "your weights are (num_heads, batch, n_q, n_k); the batch axis "
+        "comes first, (batch, num_heads, n_q, n_k): stack the heads' maps on dim=1",
+        "boolean_index": "scores[~mask] = float('-inf') needs a mask of exactly the scores' "
+        "shape (batch, num_heads, n_q, n_k): boolean indexing does not broadcast. Use "
+        "scores.masked_fill(~mask, float('-inf'))",
     }
 
     def cases(self, gen):
-        def case(description, sizes, mask=None, dtype=torch.float32, bias=True):
+        def case(description, sizes, mask=None, dtype=torch.float32, bias=True, train=False):
             batch, n_q, n_k, d_model, num_heads = sizes  # n_k None: self-attention
             query = randn(gen, batch, n_q, d_model, dtype=dtype)
             key = query if n_k is None else randn(gen, batch, n_k, d_model, dtype=dtype)
             value = query if n_k is None else randn(gen, batch, n_k, d_model, dtype=dtype)
             state = _state_dict(gen, d_model, dtype, bias)
             data = {"d_model": d_model, "num_heads": num_heads, "state_dict": state, "bias": bias}
+            data["train"] = train
             kwargs = {} if mask is None else {"mask": mask}
             return Case(description, (query, key, value), kwargs, data)
 
@@ -294,7 +336,19 @@ class MultiHeadAttentionTask(ModuleTask):
                 dtype=F64,
                 bias=False,
             ),
+            case(
+                "training mode (module.train()), where it must give the same result (no "
+                "dropout): cross-attention, query (2, 4, 8), key/value (2, 6, 8), num_heads=2",
+                (2, 4, 6, 8, 2),
+                train=True,
+            ),
         ]
+
+    def run(self, module, case):
+        module.train(case.data["train"])
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)  # a dropout draws the same mask in a learner's module and a row
+            return module(*case.args, **case.kwargs)
 
     def init_args(self, case):
         kwargs = {} if case.data["bias"] else {"bias": False}
@@ -312,7 +366,8 @@ class MultiHeadAttentionTask(ModuleTask):
                 "forward must return a tuple (output, weights), with weights of shape "
                 "(batch, num_heads, n_q, n_k)"
             )
-        return None
+        # the last case, after every eval-mode one passed: dropout of any p, anywhere
+        return _DROPOUT_HINT if case.data["train"] else None
 
 
 # --- ex03.grouped_query_attention (transfer: the lesson never shares k/v between heads)
@@ -327,8 +382,10 @@ class GroupedQueryAttentionTask(Task):
         "course_lib.llama.GroupedQueryAttention",
     )
     mistake_table = {
-        "seq_axis": "repeat the kv heads along the head axis (dim=1 of (batch, num_kv_heads, "
-        "n_k, d_head)), not along the keys: repeating the keys makes n_k * group keys",
+        # a v left unrepeated raises the same error, so the hint names both
+        "seq_axis": "repeat the kv heads of k and of v (both) along the head axis (dim=1 of "
+        "(batch, num_kv_heads, n_k, d_head)), not along the keys: repeating the keys makes "
+        "n_k * group keys, and a v not repeated keeps num_kv_heads heads",
         "tiled": "the heads are grouped wrongly: query head h must use kv head h // group "
         "(heads 0..group-1 share kv head 0), which is repeat_interleave(group, dim=1); "
         ".repeat(1, group, 1, 1) tiles the kv heads, so head h gets kv head h % num_kv_heads",

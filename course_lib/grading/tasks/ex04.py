@@ -54,6 +54,13 @@ def _not_over_d(d="d_model"):
     )
 
 
+_POSITIONS_1D = (
+    "the positions and the frequencies are both 1-D, so * pairs them element by element: make "
+    "the positions a column, positions[:, None] of shape (seq, 1), which times the (d/2,) "
+    "frequencies broadcasts to the (seq, d/2) angles"
+)
+
+
 class _PositionalTask(Task):
     """Compared within 1e-4, which allows float32 angles computed another way (sin of
     p * frequency loses a few 1e-6 at the positions tested); wrong answers are O(1) off."""
@@ -91,6 +98,7 @@ class SinusoidalPositionalEncoding(_PositionalTask):
         "exp(-2i * math.log(10000) / d_model), not exp(-2i * math.log(10000)) / d_model",
         "base_e4": "math.log10(10000) = 4 is not the natural logarithm: with exp, the frequency "
         "is exp(-2i * math.log(10000) / d_model) (math.log is ln)",
+        "positions_1d": _POSITIONS_1D,
         "zero": "every pair has the frequency 1, so the exponent 2i/d_model became 0: 2 * i // "
         "d_model is integer division; use /, 10000 ** (-2 * i / d_model)",
         "over_seq_len": "the exponent is divided by seq_len; it is divided by d_model, "
@@ -125,7 +133,8 @@ class SinusoidalPositionalEncoding(_PositionalTask):
         elif mistake == "position_and_pair_swapped":
             angles = pair * 10000.0 ** (-2 * positions / d_model)
         else:
-            angles = positions * _frequencies(d_model, mistake)[None, :]  # (seq, d_model / 2)
+            positions = positions[:, 0] if mistake == "positions_1d" else positions  # (seq,)
+            angles = positions * _frequencies(d_model, mistake)  # (seq, d_model / 2)
         odd_angles = angles
         if mistake == "column_index_exponent":  # column 2i + 1 at 10000^(-(2i + 1)/d_model)
             odd_angles = positions * 10000.0 ** (-(2 * pair + 1) / d_model)
@@ -213,15 +222,19 @@ def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
     """RoPE with the named mistake ("": none). `layout` is the task's: "adjacent" rotates pairs
     (2i, 2i+1), "halves" pairs (i, i + d/2) (the rotate-half layout of GPT-NeoX and Llama)."""
     d = x.shape[-1]
+    if mistake == "view":  # x.view(-1, seq, d) and the like: a transposed x cannot be viewed
+        x.view(-1)
     if mistake in ("halves", "halves_mixed_frequencies", "adjacent"):  # the other task's layout
         layout = mistake.removesuffix("_mixed_frequencies")
     out_layout = {"adjacent_out_halves": "halves", "halves_out_adjacent": "adjacent"}
+    if mistake == "positions_or":  # a tensor of several values has no truth value: raises
+        positions = positions or torch.arange(x.shape[-2])
     if mistake == "ignore_positions" or positions is None:  # seq_axis_1: x.shape[1] as seq
         positions = torch.arange(x.shape[1 if mistake == "seq_axis_1" else -2])
         positions = positions + (mistake == "from_1")
     elif mistake == "integer_positions":  # .long() rounds 0.5 towards 0
         positions = positions.long()
-    positions = positions.to(F64)[:, None]  # (seq, 1)
+    positions = positions.to(F64) if mistake == "positions_1d" else positions.to(F64)[:, None]
     if mistake == "constant":
         positions = torch.ones_like(positions)
     angles = positions * _frequencies(d, mistake)  # (seq, d / 2)
@@ -237,9 +250,12 @@ def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
     if layout == "adjacent":
         x0, x1 = x[..., 0::2], x[..., 1::2]
     else:
-        x0, x1 = x[..., : d // 2], x[..., d // 2 :]
+        half = d / 2 if mistake == "float_half" else d // 2  # a float slice index raises
+        x0, x1 = x[..., :half], x[..., half:]
     sign = -1.0 if mistake == "sign" else 1.0
     r0 = x0 * cos0 - sign * x1 * sin0
+    if mistake == "overwritten":  # r0 written into x before the second line read x0 from it
+        x0 = r0
     r1 = sign * x0 * sin1 + x1 * cos1
     if mistake == "reflect":  # the sign of the second component's x1 term flipped
         r1 = x0 * sin1 - x1 * cos1
@@ -263,7 +279,7 @@ def _shift_case(
 
 
 def _positions_cases(gen) -> list[Case]:
-    """Three cases both layouts share: heads, random positions, negative positions."""
+    """Four cases both layouts share: heads, random and negative positions, a transposed x."""
     return [
         _x(
             gen,
@@ -281,6 +297,11 @@ def _positions_cases(gen) -> list[Case]:
             (3, 4, 5, 32),
             torch.tensor([-3, 0, 2, 10, 11]),
             F64,
+        ),
+        Case(
+            "x (2, 3, 7, 8) that is not contiguous, as split heads are (a (2, 7, 3, 8) "
+            ".transpose(1, 2), which your GPT's attention rotates), positions 0..6",
+            (randn(gen, 2, 7, 3, 8).transpose(1, 2), torch.arange(7)),
         ),
     ]
 
@@ -320,6 +341,20 @@ _SEQ_AXIS_1 = (
     "with positions=None the positions are 0, 1, ..., seq-1 with seq = x.shape[-2], the "
     "second-to-last axis: x.shape[1] is seq only when x is (batch, seq, d); a 2-D x (seq, d) "
     "has its sequence on axis 0"
+)
+_POSITIONS_OR = (
+    "`positions or torch.arange(...)` asks a tensor of several values for its truth value, "
+    "which it has not: test `if positions is None:`"
+)
+_OVERWRITTEN = (
+    "the second feature of each pair was computed from the already rotated first one: the "
+    "rotated first features were written into the tensor before the second line read them. "
+    "Compute both from the original features (torch.stack or torch.cat the two results)"
+)
+_VIEW = (
+    "x may be a view that is not contiguous (split heads are a transpose, and your GPT's "
+    "attention rotates them): .view cannot regroup its axes. Use .reshape, or let the (seq, "
+    "d/2) angles broadcast over the leading axes"
 )
 _CONSTANT = (
     "every position gets the same rotation, so positions change nothing; the angle is "
@@ -367,6 +402,10 @@ class ApplyRope(_RopeTask):
         "from_1": _START_AT_1,
         "integer_positions": _INTEGER_POSITIONS,
         "seq_axis_1": _SEQ_AXIS_1,
+        "positions_1d": _POSITIONS_1D,
+        "positions_or": _POSITIONS_OR,
+        "overwritten": _OVERWRITTEN,
+        "view": _VIEW,
     }
 
     def cases(self, gen):
@@ -472,6 +511,12 @@ class ApplyRopeHalf(_RopeTask):
         "from_1": _START_AT_1,
         "integer_positions": _INTEGER_POSITIONS,
         "seq_axis_1": _SEQ_AXIS_1,
+        "positions_1d": _POSITIONS_1D,
+        "positions_or": _POSITIONS_OR,
+        "overwritten": _OVERWRITTEN,
+        "view": _VIEW,
+        "float_half": "d / 2 is a float (8 / 2 = 4.0) even when d is even, and a slice needs "
+        "ints: x[..., : d // 2] and x[..., d // 2 :]",
     }
 
     def cases(self, gen):
