@@ -537,3 +537,21 @@ def test_hunted_slips_lose_points_in_the_notebook_with_a_named_hint(name, edits,
     result = check_result(f"ex10.{name}", _solution_with(name, *edits))
     assert result.status == "failed" and result.score < result.max_score, result.feedback
     assert words in result.feedback, result.feedback
+
+
+# Slips a second hunt found: the solution notebook's function with one slip, as a learner
+# writes it, and a phrase of the feedback it now gets.
+HUNTED_2 = [
+    (  # PyTorch's NotImplementedError (& of bool and float) was "not implemented yet"
+        "sliding_window_mask",
+        [("mask = mask & (offset >= 0)", "mask = mask & torch.tril(torch.ones(n, n))")],
+        "bitwise_and",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,edits,words", HUNTED_2, ids=[h[2] for h in HUNTED_2])
+def test_second_hunt_slips_lose_points_in_the_notebook_with_a_named_hint(name, edits, words):
+    result = check_result(f"ex10.{name}", _solution_with(name, *edits))
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert words in result.feedback and "not implemented yet" not in result.feedback
