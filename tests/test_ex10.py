@@ -547,6 +547,16 @@ HUNTED_2 = [
         [("mask = mask & (offset >= 0)", "mask = mask & torch.tril(torch.ones(n, n))")],
         "bitwise_and",
     ),
+    (  # mask_id was always vocab_size: randint's high taken from mask_id had full marks
+        "mlm_mask",
+        [("randint(0, vocab_size,", "randint(0, mask_id,")],
+        "never include",
+    ),
+    (  # the random ids' range inside the <mask> range: the shares, without a hint
+        "mlm_mask",
+        [("(action >= 0.8) & (action < 0.9)", "(action < 0.1)")],
+        "overlaps the <mask> range",
+    ),
 ]
 
 
