@@ -557,6 +557,69 @@ HUNTED_2 = [
         [("(action >= 0.8) & (action < 0.9)", "(action < 0.1)")],
         "overlaps the <mask> range",
     ),
+    (  # the queries' shift n_q - n_k: NaN, and "subtract the running maximum before exp"
+        "tiled_attention",
+        [
+            (
+                "torch.arange(n_q).unsqueeze(-1) + n_k - n_q",
+                "torch.arange(n_q).unsqueeze(-1) + n_q - n_k",
+            )
+        ],
+        "sign reversed",
+    ),
+    (
+        "tiled_attention_backward",
+        [
+            (
+                "torch.arange(n_q).unsqueeze(-1) + n_k - n_q",
+                "torch.arange(n_q).unsqueeze(-1) + n_q - n_k",
+            )
+        ],
+        "sign reversed",
+    ),
+    (  # a block that ends at block_size: a bare IndexError from amax
+        "tiled_attention",
+        [
+            ("k[..., start : start + block_size, :]", "k[..., start:block_size, :]"),
+            ("v[..., start : start + block_size, :]", "v[..., start:block_size, :]"),
+        ],
+        "is empty once start >= block_size",
+    ),
+    (  # .max's (values, indices): a bare TypeError from torch.maximum
+        "tiled_attention",
+        [("scores.amax(dim=-1, keepdim=True)", "scores.max(dim=-1, keepdim=True)")],
+        "returns a pair",
+    ),
+    (  # q / d ** 1/2 is q / (2 d): generic
+        "tiled_attention",
+        [("q = q / math.sqrt(q.shape[-1])", "q = q / q.shape[-1] ** 1/2")],
+        "binds tighter",
+    ),
+    (  # (dq, dv, dk): "only dk, dv differ"
+        "tiled_attention_backward",
+        [
+            (
+                "return dq, torch.cat(dk_blocks, dim=-2), torch.cat(dv_blocks, dim=-2)",
+                "return dq, torch.cat(dv_blocks, dim=-2), torch.cat(dk_blocks, dim=-2)",
+            )
+        ],
+        "dk and dv are swapped",
+    ),
+    (  # the grid split as (W/p, H/p): "None of the usual single mistakes"
+        "patchify",
+        [
+            (
+                "channels, rows, patch_size, cols, patch_size)",
+                "channels, cols, patch_size, rows, patch_size)",
+            )
+        ],
+        "a square image hides the swap",
+    ),
+    (  # H / p: a bare TypeError from reshape
+        "patchify",
+        [("height // patch_size, width // patch_size", "height / patch_size, width / patch_size")],
+        "integer division",
+    ),
 ]
 
 
