@@ -605,6 +605,11 @@ HUNTED_2 = [
         ],
         "dk and dv are swapped",
     ),
+    (  # the running maximum without dtype=: a bare dtype error on bfloat16
+        "tiled_attention",
+        [('float("-inf"), dtype=q.dtype)', 'float("-inf"))')],
+        "your running maximum is float32",
+    ),
     (  # the grid split as (W/p, H/p): "None of the usual single mistakes"
         "patchify",
         [

@@ -136,6 +136,11 @@ FAULTS = {
         "otherwise, so create the running sum and output (and maximum) with "
         "dtype=q.dtype"
     ),
+    "max_float32": (
+        "your running maximum is float32 (torch.full's default) while q is not: the weights "
+        "exp(s - m) become float32 and cannot multiply v; create the maximum with "
+        "dtype=q.dtype too"
+    ),
     "softmax_per_block": (
         "a softmax per block, then an average of the blocks, is not the softmax over all "
         "keys: keep one running maximum and one running sum across the blocks"
@@ -160,7 +165,8 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
         q = q / math.sqrt((v if mistake == "scaled_by_d_v" else q).shape[-1])
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     start_max = 0.0 if mistake == "max_starts_at_zero" else float("-inf")
-    m = torch.full((*batch, n_q, 1), start_max, dtype=q.dtype)
+    m_dtype = torch.float32 if mistake == "max_float32" else q.dtype
+    m = torch.full((*batch, n_q, 1), start_max, dtype=m_dtype)
     total = torch.zeros((*batch, n_q, 1), dtype=dtype)
     out = torch.zeros((*batch, n_q, v.shape[-1]), dtype=dtype)
     if mistake == "out_like_q":
