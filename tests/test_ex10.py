@@ -537,3 +537,99 @@ def test_hunted_slips_lose_points_in_the_notebook_with_a_named_hint(name, edits,
     result = check_result(f"ex10.{name}", _solution_with(name, *edits))
     assert result.status == "failed" and result.score < result.max_score, result.feedback
     assert words in result.feedback, result.feedback
+
+
+# Slips a second hunt found: the solution notebook's function with one slip, as a learner
+# writes it, and a phrase of the feedback it now gets.
+HUNTED_2 = [
+    (  # PyTorch's NotImplementedError (& of bool and float) was "not implemented yet"
+        "sliding_window_mask",
+        [("mask = mask & (offset >= 0)", "mask = mask & torch.tril(torch.ones(n, n))")],
+        "bitwise_and",
+    ),
+    (  # mask_id was always vocab_size: randint's high taken from mask_id had full marks
+        "mlm_mask",
+        [("randint(0, vocab_size,", "randint(0, mask_id,")],
+        "never include",
+    ),
+    (  # the random ids' range inside the <mask> range: the shares, without a hint
+        "mlm_mask",
+        [("(action >= 0.8) & (action < 0.9)", "(action < 0.1)")],
+        "overlaps the <mask> range",
+    ),
+    (  # the queries' shift n_q - n_k: NaN, and "subtract the running maximum before exp"
+        "tiled_attention",
+        [
+            (
+                "torch.arange(n_q).unsqueeze(-1) + n_k - n_q",
+                "torch.arange(n_q).unsqueeze(-1) + n_q - n_k",
+            )
+        ],
+        "sign reversed",
+    ),
+    (
+        "tiled_attention_backward",
+        [
+            (
+                "torch.arange(n_q).unsqueeze(-1) + n_k - n_q",
+                "torch.arange(n_q).unsqueeze(-1) + n_q - n_k",
+            )
+        ],
+        "sign reversed",
+    ),
+    (  # a block that ends at block_size: a bare IndexError from amax
+        "tiled_attention",
+        [
+            ("k[..., start : start + block_size, :]", "k[..., start:block_size, :]"),
+            ("v[..., start : start + block_size, :]", "v[..., start:block_size, :]"),
+        ],
+        "is empty once start >= block_size",
+    ),
+    (  # .max's (values, indices): a bare TypeError from torch.maximum
+        "tiled_attention",
+        [("scores.amax(dim=-1, keepdim=True)", "scores.max(dim=-1, keepdim=True)")],
+        "returns a pair",
+    ),
+    (  # q / d ** 1/2 is q / (2 d): generic
+        "tiled_attention",
+        [("q = q / math.sqrt(q.shape[-1])", "q = q / q.shape[-1] ** 1/2")],
+        "binds tighter",
+    ),
+    (  # (dq, dv, dk): "only dk, dv differ"
+        "tiled_attention_backward",
+        [
+            (
+                "return dq, torch.cat(dk_blocks, dim=-2), torch.cat(dv_blocks, dim=-2)",
+                "return dq, torch.cat(dv_blocks, dim=-2), torch.cat(dk_blocks, dim=-2)",
+            )
+        ],
+        "dk and dv are swapped",
+    ),
+    (  # the running maximum without dtype=: a bare dtype error on bfloat16
+        "tiled_attention",
+        [('float("-inf"), dtype=q.dtype)', 'float("-inf"))')],
+        "your running maximum is float32",
+    ),
+    (  # the grid split as (W/p, H/p): "None of the usual single mistakes"
+        "patchify",
+        [
+            (
+                "channels, rows, patch_size, cols, patch_size)",
+                "channels, cols, patch_size, rows, patch_size)",
+            )
+        ],
+        "a square image hides the swap",
+    ),
+    (  # H / p: a bare TypeError from reshape
+        "patchify",
+        [("height // patch_size, width // patch_size", "height / patch_size, width / patch_size")],
+        "integer division",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,edits,words", HUNTED_2, ids=[h[2] for h in HUNTED_2])
+def test_second_hunt_slips_lose_points_in_the_notebook_with_a_named_hint(name, edits, words):
+    result = check_result(f"ex10.{name}", _solution_with(name, *edits))
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert words in result.feedback and "not implemented yet" not in result.feedback

@@ -396,3 +396,74 @@ def test_zeroing_the_heads_slice_of_the_attention_output_gets_the_rows_hint(solu
     result = check_result("ex11.ablate_head", ablate_head)
     assert result.status == "failed", result.feedback
     assert "self_attn's OUTPUT" in result.feedback, result.feedback
+
+
+# Slips a second hunt found, with a generic or misleading message before: the solution
+# notebook's function with one slip, as a learner writes it, and a phrase of its hint now.
+FF_HOOK = "layer.feed_forward.register_forward_hook(lambda m, a, o: ff_outputs.append(o))"
+NORM_HOOK = "model.norm.register_forward_pre_hook(lambda m, a: final.append(a[0]))"
+HUNTED_2 = [
+    (  # a hook per layer storing into patterns[i]: "one hook per layer" (it had one)
+        "attention_patterns",
+        [
+            ("    def keep(module, args, output):\n        patterns.append(output[1])\n", ""),
+            ("patterns, handles = [], []", "patterns, handles = {}, []"),
+            ("for layer in model.layers:", "for i, layer in enumerate(model.layers):"),
+            (
+                "register_forward_hook(keep)",
+                "register_forward_hook(lambda m, a, o: patterns.update({i: o[1]}))",
+            ),
+            ("torch.stack(patterns)", "torch.stack(list(patterns.values()))"),
+        ],
+        "reads i when it runs",
+    ),
+    (  # the token before the earlier copy: "None of the usual single mistakes"
+        "induction_scores",
+        [("keys = queries - period + 1", "keys = queries - period - 1")],
+        "BEFORE the earlier copy",
+    ),
+    (  # F.cross_entropy on (batch, seq, vocab): a bare "Expected target size" error
+        "ablate_head",
+        [
+            (
+                "F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())",
+                "F.cross_entropy(logits[:, :-1], ids[:, 1:])",
+            )
+        ],
+        "classes on dim 1",
+    ),
+    (  # the feed-forward's input: generic
+        "direct_logit_attribution",
+        [
+            (
+                FF_HOOK,
+                "layer.feed_forward.register_forward_pre_hook("
+                "lambda m, a: ff_outputs.append(a[0]))",
+            )
+        ],
+        "feed-forward's part is its OUTPUT",
+    ),
+    (  # the divisor from the norm's output: generic
+        "direct_logit_attribution",
+        [(NORM_HOOK, "model.norm.register_forward_hook(lambda m, a, o: final.append(o))")],
+        "INPUT of model.norm",
+    ),
+    (  # the clean run's hook never removed: "the patching hook is still registered"
+        "patch_head",
+        [
+            (
+                "    try:\n        with torch.no_grad():\n            model(clean_ids)\n"
+                "    finally:\n        handle.remove()\n",
+                "    with torch.no_grad():\n        model(clean_ids)\n",
+            )
+        ],
+        "the clean run's recording hook",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,edits,words", HUNTED_2, ids=[h[2] for h in HUNTED_2])
+def test_second_hunt_slips_lose_points_with_a_named_hint(solution, name, edits, words):
+    result = check_result(f"ex11.{name}", _solution_with(solution, name, *edits))
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert words in result.feedback, result.feedback

@@ -64,6 +64,11 @@ FAULTS = {
         "overwritten by a random id (72 % <mask>, not 80 %): let one uniform draw per position "
         "decide between the three outcomes"
     ),
+    "overlapping": (
+        "the random-id range overlaps the <mask> range (u < 0.8, then u < 0.1): a tenth of the "
+        "masked positions get a random id instead, so 70 % <mask> and 20 % unchanged; give "
+        "the random ids their own range, 0.8 <= u < 0.9"
+    ),
     "fixed_prob": "use the mask_prob argument (0.15 is only its default)",
     "mask_id_drawn": (
         "the random ids include vocab_size, which is mask_id here: draw them from "
@@ -96,6 +101,8 @@ def wrong_mlm(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=N
         swap = chosen & ~masked & (torch.rand(ids.shape, generator=generator) < 0.1)
     elif mistake == "independent_overwrite":
         swap = chosen & (torch.rand(ids.shape, generator=generator) < 0.1)
+    elif mistake == "overlapping":  # u < 0.1 is inside u < 0.8
+        swap = chosen & (action < 0.1)
     inputs = torch.where(swap, random_ids, ids.masked_fill(masked, mask_id))
     labelled = {
         "labels_at_mask_only": masked,
@@ -174,7 +181,7 @@ def _mlm_shares(counts):
     }
 
 
-def _mlm_compare(got, want, mask_prob, vocab_size):
+def _mlm_compare(got, want, mask_prob, vocab_size, mask_id):
     for name, value in want["exact"].items():
         # against a wrong implementation, only whether it makes this kind of error matters
         same = (
@@ -184,13 +191,15 @@ def _mlm_compare(got, want, mask_prob, vocab_size):
         )
         if not same:
             return f"{name}: {got['exact'][name]} (expected {value})"
+    inside = mask_id < vocab_size  # a random id may then be mask_id: it counts as masked
     if "expected" in want:  # against BERT's probabilities
+        hit = 0.1 / vocab_size  # a random id that is the original (or mask_id)
         targets = {
             "chosen": mask_prob,
             "first half": mask_prob,
-            "masked": 0.8,
-            "unchanged": 0.1 + 0.1 / vocab_size,
-            "random": 0.1 * (vocab_size - 1) / vocab_size,
+            "masked": 0.8 + hit * inside,
+            "unchanged": 0.1 + hit,
+            "random": 0.1 - hit * (1 + inside),
         }
     else:  # against a wrong implementation's own proportions
         targets = {name: share for name, (share, _) in _mlm_shares(want["counts"]).items()}
@@ -202,16 +211,17 @@ def _mlm_compare(got, want, mask_prob, vocab_size):
         if abs(share - p) > tolerance:
             return f"{_SHARES[name][2]} is {share:.3f}, expected {p:.3f}"
     histogram = got["random histogram"]
+    others = torch.arange(vocab_size) != mask_id  # a random mask_id is counted as masked
     if histogram.sum() > 0:
-        expected = histogram.sum() / vocab_size
-        never = (histogram == 0).nonzero().flatten().tolist()
+        expected = histogram.sum() / others.sum()
+        never = ((histogram == 0) & others).nonzero().flatten().tolist()
         if never and expected > 20:  # an id expected 20+ times that never came
             return (
                 f"the random ids never include {', '.join(map(str, never[:3]))}: draw them "
                 "uniformly from [0, vocab_size), torch.randint(0, vocab_size, ...) (its `high` "
                 "is already excluded: no - 1, and low is 0)"
             )
-        worst = (histogram - expected).abs().max().item()
+        worst = (histogram - expected)[others].abs().max().item()
         if worst > 6 * math.sqrt(expected) + 2:
             return (
                 "the random ids are not uniform over [0, vocab_size): some id is drawn "
@@ -229,9 +239,11 @@ class MlmMask(Task):
     def cases(self, gen):
         def case(description, vocab_size, pad_id=None, dtype=torch.int64, rows=None, **kwargs):
             ids = _mlm_ids(gen, vocab_size, pad_id=pad_id, dtype=dtype)[:rows]
+            mask_id = kwargs.pop("mask_id", vocab_size)
+            ids[ids == mask_id] = (mask_id + 1) % vocab_size  # no input holds <mask> already
             kwargs |= {} if pad_id is None else {"pad_id": pad_id}
             raises = kwargs.pop("raises", None)
-            return Case(description, (ids, vocab_size, vocab_size), kwargs, raises=raises)
+            return Case(description, (ids, mask_id, vocab_size), kwargs, raises=raises)
 
         # fmt: off
         return [  # vocab_size (= mask_id), pad_id, ...
@@ -244,6 +256,8 @@ class MlmMask(Task):
                  12, pad_id=0, dtype=torch.int32, mask_prob=1.0),
             case("mask_prob=0.05, vocab_size=4 (random ids often equal the original)",
                  4, pad_id=1, mask_prob=0.05),
+            case("mask_id=3 inside the vocabulary (vocab_size=30), as BERT's [MASK] is one of "
+                 "its ids: random ids come from [0, vocab_size), not [0, mask_id)", 30, mask_id=3),
             case("mask_prob=0 must raise a ValueError", 5, rows=2, mask_prob=0.0,
                  raises=ValueError),
             case("mask_prob=1.5 must raise a ValueError", 5, rows=2, mask_prob=1.5,
@@ -315,6 +329,7 @@ class MlmMask(Task):
             return None
         if not isinstance(got, dict) or "counts" not in got:
             return "your function should return (inputs, labels)"
-        return _mlm_compare(got, want, case.kwargs.get("mask_prob", 0.15), case.args[2])
+        mask_prob = case.kwargs.get("mask_prob", 0.15)
+        return _mlm_compare(got, want, mask_prob, case.args[2], case.args[1])
 
     mistake_table, wrong = FAULTS, staticmethod(wrong_mlm)

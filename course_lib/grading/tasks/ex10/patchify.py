@@ -31,6 +31,14 @@ FAULTS = {
         "(H/p, p), the patch's row in the grid first and the pixel row inside it second, "
         "reshape(b, c, H/p, p, W/p, p), not (p, H/p)"
     ),
+    "grid_swapped": (
+        "the patch grid is split as (W/p, H/p): images are (batch, channels, H, W), so H "
+        "(shape[2]) splits into (H/p, p) first and W (shape[3]) into (W/p, p) after it; a "
+        "square image hides the swap"
+    ),
+    "true_division": (
+        "H / p is a float in Python 3, and reshape takes ints: use integer division, H // p"
+    ),
 }
 
 _ORDERS = {
@@ -48,7 +56,12 @@ def wrong_patches(images, p, *, mistake):
     if mistake == "strided":  # split as (p, H/p): pixels H/p apart in one "patch"
         x = images.reshape(b, c, p, h // p, p, w // p).permute(0, 3, 5, 1, 2, 4)
     else:
-        x = images.reshape(b, c, h // p, p, w // p, p).permute(*_ORDERS[mistake])
+        rows, cols = (w // p, h // p) if mistake == "grid_swapped" else (h // p, w // p)
+        if mistake == "true_division":
+            rows = h / p
+        x = images.reshape(b, c, rows, p, cols, p).permute(
+            *_ORDERS.get(mistake, (0, 2, 4, 1, 3, 5))
+        )
     return x.reshape(b, (h // p) * (w // p), c * p * p)
 
 

@@ -18,6 +18,10 @@ CAUSAL_RULE = (
     "query i is token n_k - n_q + i of the sequence (the newest tokens when there are fewer "
     "queries than keys, as with is_causal=True) and may attend to the keys up to that token"
 )
+SHIFT_REVERSED = (
+    f"the queries' shift has its sign reversed: {CAUSAL_RULE}, i + n_k - n_q, not i + n_q - n_k "
+    "(with fewer queries than keys, your first queries see no key at all: 0 / 0 = NaN)"
+)
 
 FAULTS = {
     "sum_not_rescaled": (
@@ -95,6 +99,19 @@ FAULTS = {
         "the rescaling factor is inverted: what was summed relative to the old maximum m is "
         "brought to the new maximum m' by exp(m - m') (at most 1), not exp(m' - m)"
     ),
+    "shift_reversed": SHIFT_REVERSED,
+    "slice_to_block_size": (
+        "k[..., start : block_size] is empty once start >= block_size: a block of keys ends at "
+        "start + block_size, k[..., start : start + block_size, :] (and the same for v)"
+    ),
+    "max_pair": (
+        "scores.max(dim=-1, keepdim=True) returns a pair (values, indices), not a tensor: take "
+        "its .values, or use scores.amax(dim=-1, keepdim=True)"
+    ),
+    "power_half": (
+        "`d_k ** 1/2` is `(d_k ** 1) / 2`: ** binds tighter than /, so `q / d_k ** 1/2` divides "
+        "by 2 d_k; write d_k ** 0.5 or math.sqrt(d_k)"
+    ),
     "unscaled": "the scores are not divided by sqrt(d_k)",
     "scaled_by_d_v": D_V_SCALE_HINT,
     "diagonal_blocked": (
@@ -119,6 +136,11 @@ FAULTS = {
         "otherwise, so create the running sum and output (and maximum) with "
         "dtype=q.dtype"
     ),
+    "max_float32": (
+        "your running maximum is float32 (torch.full's default) while q is not: the weights "
+        "exp(s - m) become float32 and cannot multiply v; create the maximum with "
+        "dtype=q.dtype too"
+    ),
     "softmax_per_block": (
         "a softmax per block, then an average of the blocks, is not the softmax over all "
         "keys: keep one running maximum and one running sum across the blocks"
@@ -137,16 +159,19 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
     n_q, n_k = q.shape[-2], k.shape[-2]
     if mistake == "full_matrix":
         block_size = n_k  # one tile: the whole (n_q, n_k) matrix
-    if mistake != "unscaled":
+    if mistake == "power_half":  # q / d ** 1/2 is q / d / 2
+        q = q / q.shape[-1] ** 1 / 2
+    elif mistake != "unscaled":
         q = q / math.sqrt((v if mistake == "scaled_by_d_v" else q).shape[-1])
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     start_max = 0.0 if mistake == "max_starts_at_zero" else float("-inf")
-    m = torch.full((*batch, n_q, 1), start_max, dtype=q.dtype)
+    m_dtype = torch.float32 if mistake == "max_float32" else q.dtype
+    m = torch.full((*batch, n_q, 1), start_max, dtype=m_dtype)
     total = torch.zeros((*batch, n_q, 1), dtype=dtype)
     out = torch.zeros((*batch, n_q, v.shape[-1]), dtype=dtype)
     if mistake == "out_like_q":
         out = torch.zeros_like(q)
-    shift = 0 if mistake == "top_left" else n_k - n_q
+    shift = {"top_left": 0, "shift_reversed": n_q - n_k}.get(mistake, n_k - n_q)
     query_pos = torch.arange(n_q)[:, None] + shift  # (n_q, 1)
     if mistake == "query_pos_flat":
         query_pos = query_pos[:, 0]  # (n_q,): lines up with the keys
@@ -155,8 +180,9 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
     parts = []
     last = n_k - block_size + 1 if mistake == "last_block_dropped" else n_k
     for start in range(0, last, block_size):
-        s = q @ k[..., start : start + block_size, :].transpose(-2, -1)  # (..., n_q, bk)
-        v_block = v[..., start : start + block_size, :]
+        end = block_size if mistake == "slice_to_block_size" else start + block_size
+        s = q @ k[..., start:end, :].transpose(-2, -1)  # (..., n_q, bk)
+        v_block = v[..., start:end, :]
         unmasked = s
         if causal and mistake != "causal_ignored":
             first = 0 if mistake == "key_offset_missing" else start
@@ -176,6 +202,8 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
         else:
             tile = unmasked if mistake == "max_before_mask" else s
             tile_max = tile.amax() if mistake == "tile_max" else tile.amax(-1, keepdim=True)
+            if mistake == "max_pair":  # (values, indices): torch.maximum refuses it
+                tile_max = tile.max(-1, keepdim=True)
             new_m = torch.maximum(m, tile_max)
         safe = new_m.masked_fill(new_m == float("-inf"), 0.0)
         p = (s - safe).exp()

@@ -11,7 +11,7 @@ import torch
 from ...core import Task, register
 from ..common import randn
 from ._memory import MEMORY_HINT, call_limited, draw_qkv, limited_case
-from .tiled_attention import CAUSAL_RULE
+from .tiled_attention import CAUSAL_RULE, SHIFT_REVERSED
 
 LESSON = "lesson 10"
 
@@ -56,6 +56,8 @@ FAULTS = {
         "with fewer queries than keys, causal=True aligns the queries with the last keys: "
         f"{CAUSAL_RULE}; your mask lets query i see keys j <= i only"
     ),
+    "shift_reversed": SHIFT_REVERSED,
+    "dk_dv_swapped": "dk and dv are swapped: return (dq, dk, dv), in the order of q, k, v",
     "key_offset_missing": (
         "the causal mask compares the query positions with the key positions inside the tile "
         "(0 .. block_size - 1): key j of the block that starts at `start` is key start + j"
@@ -79,7 +81,7 @@ def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mi
     grad_scale = 1.0 if mistake == "grads_unscaled" else scale
     D = (d_out * out).sum(-1, keepdim=True)  # (..., n_q, 1)
     row_lse = lse if mistake == "lse_not_column" else lse.unsqueeze(-1)
-    shift = 0 if mistake == "top_left" else n_k - n_q
+    shift = {"top_left": 0, "shift_reversed": n_q - n_k}.get(mistake, n_k - n_q)
     query_pos = torch.arange(n_q)[:, None] + shift
     dq = torch.zeros_like(q)
     dks, dvs = [], []
@@ -114,7 +116,7 @@ def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mi
     if mistake == "last_block_dropped" and dk.shape[-2] < n_k:
         pad = torch.zeros(*dk.shape[:-2], n_k - dk.shape[-2], dk.shape[-1], dtype=dk.dtype)
         dk, dv = torch.cat([dk, pad], -2), torch.cat([dv, pad[..., : v.shape[-1]]], -2)
-    return dq, dk, dv
+    return (dq, dv, dk) if mistake == "dk_dv_swapped" else (dq, dk, dv)
 
 
 def _full_gradients(q, k, v, d_out, causal):

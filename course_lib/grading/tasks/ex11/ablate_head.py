@@ -44,6 +44,11 @@ MISTAKES = {
         "token, so logits[:, :-1] go with ids[:, 1:] (not logits[:, 1:] with "
         "ids[:, :-1])"
     ),
+    "classes_last": (
+        "F.cross_entropy takes the classes on dim 1: (N, vocab) logits against (N,) targets, "
+        "so flatten the batch and the positions, logits[:, :-1].flatten(0, 1) against "
+        "ids[:, 1:].flatten() (or move vocab to dim 1 with .transpose(1, 2))"
+    ),
     "summed": (
         "the loss is the MEAN cross-entropy over the batch and the positions, not the "
         "sum (F.cross_entropy's default reduction)"
@@ -78,6 +83,8 @@ def wrong_ablation(model, ids, layer, head, *, mistake):
             logits, targets = logits[:, 1:], ids[:, :-1]
         else:
             logits, targets = logits[:, :-1], ids[:, 1:]
+        if mistake == "classes_last":  # (batch, seq - 1, vocab) read as (N, C, d)
+            return F.cross_entropy(logits, targets)
         reduction = "sum" if mistake == "summed" else "mean"
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction=reduction)
 

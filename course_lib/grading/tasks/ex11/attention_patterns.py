@@ -41,7 +41,11 @@ MISTAKES = {
         "keep every head: each layer's pattern is (batch, num_heads, seq, seq), not an "
         "average over the heads"
     ),
-    "last_layer_only": "every layer's pattern is needed, one hook per layer in model.layers",
+    "last_layer_only": (
+        "every layer's pattern is needed, one hook per layer in model.layers (a hook made in "
+        "a loop that stores into patterns[i] reads i when it runs, after the loop: every layer "
+        "then writes the last layer's slot; append in order, or bind it, lambda m, a, o, i=i:)"
+    ),
     "weights_not_asked": (
         "the layers call self_attn with need_weights=False, so its second output is "
         "None: a forward pre-hook registered with with_kwargs=True must set "

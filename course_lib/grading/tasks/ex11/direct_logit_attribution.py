@@ -49,6 +49,14 @@ MISTAKES = {
         "the first part is the input of model.layers[0], the token AND position embeddings "
         "(read it with a forward pre-hook on model.layers[0]), not token_embedding(ids) alone"
     ),
+    "ff_input": (
+        "the feed-forward's part is its OUTPUT (a forward hook on layer.feed_forward, reading "
+        "`output`); a pre-hook sees its input, the normed stream going in"
+    ),
+    "norm_output": (
+        "the divisor comes from the INPUT of model.norm (a forward pre-hook), the stream before "
+        "the norm; its output is already normalised"
+    ),
     "weight_first": (
         "you multiplied by model.norm.weight BEFORE centring: centre each part (minus "
         "its mean over d_model), divide by the divisor, THEN multiply by the weight"
@@ -70,8 +78,14 @@ def wrong_attribution(model, ids, *, mistake):
         handles.append(
             layer.self_attn.out_proj.register_forward_pre_hook(lambda m, a: z.append(a[0]))
         )
-        handles.append(layer.feed_forward.register_forward_hook(lambda m, a, o: ff.append(o)))
-    handles.append(model.norm.register_forward_pre_hook(lambda m, a: final.append(a[0])))
+        ff_hook = (lambda m, a, o: ff.append(a[0])) if mistake == "ff_input" else None
+        handles.append(
+            layer.feed_forward.register_forward_hook(ff_hook or (lambda m, a, o: ff.append(o)))
+        )
+    if mistake == "norm_output":  # the norm's output, already normalised
+        handles.append(model.norm.register_forward_hook(lambda m, a, o: final.append(o)))
+    else:
+        handles.append(model.norm.register_forward_pre_hook(lambda m, a: final.append(a[0])))
     with torch.no_grad():
         model(ids)
     for handle in handles:

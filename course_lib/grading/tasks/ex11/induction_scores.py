@@ -3,6 +3,8 @@ its earlier copy."""
 
 from __future__ import annotations
 
+import torch.nn.functional as F
+
 from ...core import register
 from ..common import randint
 from ._models import LESSON, ModelTask, circuit_spec, model_case, repeated
@@ -17,6 +19,10 @@ MISTAKES = {
     "duplicate": (
         "off by one: key i - T is the earlier copy of the SAME token (a duplicate-token "
         "head); an induction head attends to the token AFTER it, key i - T + 1"
+    ),
+    "one_before": (
+        "off by one the other way: key i - T - 1 is the token BEFORE the earlier copy of "
+        "query i's token; an induction head attends to the token AFTER it, key i - T + 1"
     ),
     "two_after": (
         "off by one: the token after the earlier copy of query i's token is at "
@@ -66,13 +72,17 @@ def wrong_scores(model, ids, *, mistake):
         raise ValueError("ids must be a sequence repeated twice")
     period = ids.shape[1] // 2
     patterns = wrong_patterns(model, ids)  # (layers, batch, heads, 2T, 2T)
-    offset = {"duplicate": period, "two_after": period - 2}.get(mistake, period - 1)
+    offset = {"duplicate": period, "two_after": period - 2, "one_before": period + 1}.get(
+        mistake, period - 1
+    )
     sign = 1 if mistake == "upper_stripe" else -1  # +: above the diagonal, the future
     stripe = patterns.diagonal(offset=sign * offset, dim1=-2, dim2=-1)  # (layers, batch, heads, k)
     queries = {
         "all_queries": stripe,
         "queries_off_by_one": stripe[..., :period],
         "last_query_dropped": stripe[..., -period:-1],
+        # query T's key -1 is key 2T - 1, in its future: weight 0
+        "one_before": F.pad(stripe, (1, 0)),
     }.get(
         mistake,
         stripe[..., -period:],  # i = T .. 2T - 1

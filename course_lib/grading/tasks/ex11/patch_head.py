@@ -21,7 +21,10 @@ MISTAKES = {
         "you patched every head of the layer; only head `head`'s slice comes from the "
         "clean run, the other heads keep their corrupted outputs"
     ),
-    "hooks_left": "the patching hook is still registered after your function returned: remove it",
+    "hooks_left": (
+        "a hook is still registered after your function returned (the clean run's recording "
+        "hook or the patching hook): remove each one, in a `finally`"
+    ),
     "no_effect": (
         "your patch never took effect: the logits equal those of the corrupted input "
         "run unpatched. Was the patching hook removed before the corrupted run, or did "
