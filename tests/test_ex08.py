@@ -623,7 +623,7 @@ FOUND_LATER = [
     ("ex08.label_smoothing_loss", ls_of_a_learner("gathered from the logits"), "raw logits; ga"),
     ("ex08.label_smoothing_loss", ls_of_a_learner("mean of the logits"), "mean of the raw logits"),
     ("ex08.label_smoothing_loss", ls_of_a_learner("not squeezed"), "squeeze(-1) it"),
-    ("ex08.label_smoothing_loss", ls_of_a_learner("keepdim"), "without keepdim=True"),
+    ("ex08.label_smoothing_loss", ls_of_a_learner("keepdim"), "is (...) without keepdim"),
     (
         "ex08.shift_right",
         lambda targets, bos_id: torch.cat(

@@ -101,9 +101,10 @@ def wrong_label_smoothing(logits, target, smoothing, ignore_index, *, mistake=""
 
 
 _SHAPE_HINT = (
-    "two per-position terms have different shapes, which broadcast: gather(-1, ...) returns "
-    "(..., 1), so squeeze(-1) it, and take the mean over the vocabulary without keepdim=True: "
-    "every per-position term has the shape of target"
+    "two tensors whose shapes do not line up were broadcast: gather(-1, ...) returns (..., 1), "
+    "so squeeze(-1) it; a mean over the vocabulary is (...) without keepdim; only what is "
+    "subtracted from the (..., vocab) logits keeps that axis (logsumexp(-1, keepdim=True)). "
+    "Every per-position term has the shape of target"
 )
 _IGNORE_HINT = (
     "ignore_index need not be a class id (F.cross_entropy's default is -100): "
