@@ -526,6 +526,47 @@ train_step_smoothing_0_1 = _step_with_loss(
 )
 
 
+def ls_of_a_learner(slip):
+    """#hunt2: a learner's label smoothing whose one slip is `slip`."""
+
+    def loss(logits, target, smoothing, ignore_index):
+        keep = target != ignore_index
+        log_probs = logits.log_softmax(dim=-1)
+        picked = logits if slip == "gathered from the logits" else log_probs
+        nll = -picked.gather(-1, target.masked_fill(~keep, 0).unsqueeze(-1))
+        nll = nll if slip == "not squeezed" else nll.squeeze(-1)
+        uniform = -(logits if slip == "mean of the logits" else log_probs).mean(dim=-1)
+        uniform = -log_probs.mean(dim=-1, keepdim=True) if slip == "keepdim" else uniform
+        weights = (smoothing, 1 - smoothing) if slip == "swapped" else (1 - smoothing, smoothing)
+        per_token = weights[0] * nll + weights[1] * uniform
+        return (per_token * keep).sum() / keep.sum()
+
+    return loss
+
+
+def train_step_of_a_learner(slip):
+    """#hunt2: a learner's train_step whose one slip is `slip`."""
+
+    def step(model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0):
+        tgt_in = torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], dim=1)
+        logits = model(src, tgt_in)
+        if slip != "classes last":
+            logits, tgt = logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1)
+        loss = F.cross_entropy(logits, tgt, ignore_index=pad_id, label_smoothing=smoothing)
+        optimizer.zero_grad()
+        loss.backward()
+        if slip == "by value":
+            torch.nn.utils.clip_grad_value_(model.parameters(), clip)
+        else:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        if scheduler is not None or slip == "None stepped":
+            scheduler.step()
+        return loss.item()
+
+    return step
+
+
 FOUND_LATER = [
     ("ex08.greedy_decode", greedy_writes_zero_after_eos, "keeps emitting eos_id itself, not 0"),
     ("ex08.greedy_decode", greedy_pads_with_zero, "fill the remaining positions with eos_id"),
@@ -572,7 +613,33 @@ FOUND_LATER = [
         ),
         "is a float32, not a Python float",
     ),
+    # #hunt2: warmup**1.5 (a positive exponent) was told it "left out the warm-up"
+    (
+        "ex08.noam_lr",
+        lambda step, d_model, warmup: d_model**-0.5 * min(step**-0.5, step * warmup**1.5),
+        "not warmup^1.5",
+    ),
+    ("ex08.label_smoothing_loss", ls_of_a_learner("swapped"), "the two weights are swapped"),
+    ("ex08.label_smoothing_loss", ls_of_a_learner("gathered from the logits"), "raw logits; ga"),
+    ("ex08.label_smoothing_loss", ls_of_a_learner("mean of the logits"), "mean of the raw logits"),
+    ("ex08.label_smoothing_loss", ls_of_a_learner("not squeezed"), "squeeze(-1) it"),
+    ("ex08.label_smoothing_loss", ls_of_a_learner("keepdim"), "is (...) without keepdim"),
+    (
+        "ex08.shift_right",
+        lambda targets, bos_id: torch.cat(
+            [torch.full_like(targets[:, :1], bos_id), targets[:, :-1]]
+        ),
+        "torch.cat joins along dim 0",
+    ),
+    ("ex08.train_step", train_step_of_a_learner("None stepped"), "scheduler may be None"),
+    ("ex08.train_step", train_step_of_a_learner("classes last"), "reads the classes on dim 1"),
+    ("ex08.train_step", train_step_of_a_learner("by value"), "clip_grad_value_ clips each entry"),
 ]
+
+
+def test_the_learner_of_the_second_hunt_passes_without_a_slip():
+    assert status("ex08.label_smoothing_loss", ls_of_a_learner("")).status == "passed"
+    assert status("ex08.train_step", train_step_of_a_learner("")).status == "passed"
 
 
 @pytest.mark.parametrize(

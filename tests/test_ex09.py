@@ -561,3 +561,99 @@ def test_a_generate_that_feeds_every_new_token_at_one_position_is_named():
     result = status("ex09.generate", generate)
     assert result.status == "failed", result.feedback
     assert f"Hint: {ex09.generate.MISTAKES['stuck_position']}" in result.feedback
+
+
+def _learners_step(slip):
+    """#hunt2: a learner's cached_attention_step with one slip."""
+
+    def cached_attention_step(q_t, k_t, v_t, k_cache, v_cache):
+        if q_t.shape[-2] != 1:
+            raise ValueError("q_t must hold one token")
+        k_cache, v_cache = torch.cat([k_cache, k_t], dim=2), torch.cat([v_cache, v_t], dim=2)
+        if slip == "is_causal":
+            return (
+                F.scaled_dot_product_attention(q_t, k_cache, v_cache, is_causal=True),
+                k_cache,
+                v_cache,
+            )
+        d = k_cache.shape[-2] if slip == "shape[-2]" else k_cache.shape[-1]
+        weights = torch.softmax(q_t @ k_cache.transpose(-2, -1) / math.sqrt(d), dim=-1)
+        return weights @ v_cache, k_cache, v_cache
+
+    return cached_attention_step
+
+
+def _learners_perplexity(dim):
+    def perplexity(logits, targets):
+        if targets.shape != logits.shape[:-1]:
+            raise ValueError("the shapes do not fit")
+        log_probs = logits.log_softmax(dim=dim)
+        nll = -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        return nll.mean().exp()
+
+    return perplexity
+
+
+def _learners_evaluate(float32_sum):
+    """#hunt2: the losses added up in a float, or (the slip) in a float32 tensor."""
+
+    def evaluate(model, ids, block_size, batch_size=64):
+        was_training, count = model.training, 0
+        total = torch.zeros(()) if float32_sum else 0.0
+        model.eval()
+        with torch.no_grad():
+            for start in range(0, len(ids) - 1, block_size):
+                window = ids[start : start + block_size + 1]
+                logits = model(window[None, :-1])[0]
+                total += F.cross_entropy(logits, window[1:], reduction="sum")
+                count += len(window) - 1
+        model.train(was_training)
+        return float(total) / count
+
+    return evaluate
+
+
+@pytest.mark.parametrize(
+    ("task_id", "learner", "hint"),
+    [
+        # #hunt2: each got "None of the usual single mistakes gives this result"
+        ("ex09.cached_attention_step", _learners_step("is_causal"), "the OLDEST token"),
+        ("ex09.cached_attention_step", _learners_step("shape[-2]"), "the number of keys"),
+        ("ex09.perplexity", _learners_perplexity(1), "log_softmax over dim=1"),
+        # #hunt2: "your loss is 3.03797 nats per token, expected 3.03797"
+        ("ex09.evaluate", _learners_evaluate(True), "in a float32 tensor"),
+    ],
+)
+def test_second_hunt_slips_are_named(task_id, learner, hint):
+    result = status(task_id, learner)
+    assert result.status == "failed", result.feedback
+    assert hint in result.feedback, result.feedback
+    assert "more than one thing" not in result.feedback
+
+
+def test_the_second_hunts_learners_pass_without_their_slip():
+    assert status("ex09.cached_attention_step", _learners_step("")).status == "passed"
+    assert status("ex09.perplexity", _learners_perplexity(-1)).status == "passed"
+    assert status("ex09.evaluate", _learners_evaluate(False)).status == "passed"
+
+
+def test_a_generate_that_drops_top_k_fails_on_every_seed():
+    # #hunt2: top_k not passed on got full marks on hidden seeds 1, 14, 15 and 26 of 30 (the
+    # top_k case drew 5 tokens of one row at temperature 0.8, all among the top 3 by chance)
+    own_sample_next = ex09._own_sample_next()
+
+    def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+        with torch.no_grad():
+            logits, cache = model.forward_cached(ids, None, 0)
+            for _ in range(max_new_tokens):
+                next_id = own_sample_next(logits[:, -1], temperature, None, None, generator)
+                ids = torch.cat([ids, next_id[:, None]], dim=1)
+                logits, cache = model.forward_cached(ids[:, -1:], cache, ids.shape[1] - 1)
+        return ids
+
+    task = get_task("ex09.generate")
+    for seed in (1, 14):
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        result = judge(task, cases, run_cases(task, generate, cases))
+        assert result.status == "failed", (seed, result.feedback)
+        assert "top_k is not passed on" in result.feedback

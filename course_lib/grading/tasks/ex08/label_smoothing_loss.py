@@ -45,6 +45,12 @@ MISTAKES = {
     "mean is over all the real tokens together (a longer sequence counts for more)",
     "keep_inverted": "your mask is inverted: it keeps the padded positions and drops the real "
     "ones; the positions to keep are target != ignore_index",
+    "weights_swapped": "the two weights are swapped: 1 - smoothing goes with -log p_target, "
+    "smoothing with the mean of -log p over the vocabulary",
+    "nll_from_logits": "the target's term is gathered from the raw logits; gather it from "
+    "log_softmax(logits): -log p_target",
+    "smoothing_from_logits": "the smoothing term is the mean of the raw logits; take the mean of "
+    "-log_softmax(logits) over the vocabulary",
 }
 
 
@@ -52,7 +58,7 @@ def wrong_label_smoothing(logits, target, smoothing, ignore_index, *, mistake=""
     """Per real position (1 - smoothing) * -log p_target + smoothing * mean(-log p), averaged
     over the real positions, with one named mistake."""
     ignore_index = 0 if mistake == "pad_zero" else ignore_index
-    smoothing = 0.0 if mistake == "no_smoothing" else smoothing
+    smoothing = {"no_smoothing": 0.0, "weights_swapped": 1 - smoothing}.get(mistake, smoothing)
     if mistake == "last_dim_two":
         torch.log_softmax(logits, dim=2)  # written for (batch, seq, vocab) logits only
     vocab = logits.shape[-1]
@@ -68,7 +74,8 @@ def wrong_label_smoothing(logits, target, smoothing, ignore_index, *, mistake=""
             per = -torch.log((1 - smoothing) * picked + smoothing / vocab)
     else:
         log_probs = torch.log_softmax(logits, dim=1 if mistake == "log_softmax_dim_one" else -1)
-        nll = -log_probs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+        picked = logits if mistake == "nll_from_logits" else log_probs
+        nll = -picked.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
         total = -log_probs.sum(dim=-1)
         smooth = {
             "other_classes": (total - nll) / (vocab - 1),  # smoothing / (vocab - 1) on the others
@@ -76,6 +83,7 @@ def wrong_label_smoothing(logits, target, smoothing, ignore_index, *, mistake=""
             "vocab_sum": total,
             "plus_log_probs": log_probs.mean(dim=-1),
             "target_overwritten": (total - nll) / vocab,
+            "smoothing_from_logits": -logits.mean(dim=-1),
         }.get(mistake, -log_probs.mean(dim=-1))
         if mistake == "pads_in_smoothing_term":
             summed = (1 - smoothing) * nll.masked_fill(~keep, 0).sum() + smoothing * smooth.sum()
@@ -92,6 +100,12 @@ def wrong_label_smoothing(logits, target, smoothing, ignore_index, *, mistake=""
     return per.sum() / (keep.sum() if count is None else count)
 
 
+_SHAPE_HINT = (
+    "two tensors whose shapes do not line up were broadcast: gather(-1, ...) returns (..., 1), "
+    "so squeeze(-1) it; a mean over the vocabulary is (...) without keepdim; only what is "
+    "subtracted from the (..., vocab) logits keeps that axis (logsumexp(-1, keepdim=True)). "
+    "Every per-position term has the shape of target"
+)
 _IGNORE_HINT = (
     "ignore_index need not be a class id (F.cross_entropy's default is -100): "
     "replace the ignored targets by a valid id (e.g. target.masked_fill(~keep, 0)) "
@@ -145,6 +159,10 @@ class LabelSmoothingLoss(Task):
         try:
             loss = obj(*case.args, **case.kwargs)
         except (IndexError, RuntimeError) as error:
+            if "must match the size of tensor" in str(error):
+                raise GradingError(
+                    f"your code raised {type(error).__name__}: {error}. Hint: {_SHAPE_HINT}"
+                ) from None
             ignored = bool((target == ignore_index).any())
             if isinstance(error, NotImplementedError) or 0 <= ignore_index < logits.shape[-1]:
                 raise

@@ -7,8 +7,9 @@ import torch
 from ...core import Case, GradingError, Task, compare_values, register
 
 MISTAKES = {
-    "no_warmup": "you left out the warm-up: take the min of step^-0.5 (decay) and "
-    "step * warmup^-1.5 (linear rise)",
+    "no_warmup": "your rate does not rise during the warm-up: the rising branch is missing or "
+    "too large (warmup^-1.5 = 1 / warmup^1.5, not warmup^1.5); take the min of step^-0.5 "
+    "(decay) and step * warmup^-1.5 (linear rise)",
     "no_decay": "you left out the decay: take the min of step^-0.5 and step * warmup^-1.5",
     "max": "that is the max of the two terms; the schedule is their min",
     "warmup_exponent": "wrong exponent on warmup: the rising branch is step * warmup^-1.5, so "

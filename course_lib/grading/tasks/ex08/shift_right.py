@@ -21,6 +21,8 @@ MISTAKES = {
     "roll_flat": "torch.roll moves the last target token to the front (without dims, of the "
     "flattened tensor: the previous row's last token); put <bos> there instead "
     "(torch.cat of a column of bos_id and targets[:, :-1])",
+    "cat_dim0": "torch.cat joins along dim 0 (the batch) unless told otherwise: the <bos> column "
+    "goes before targets[:, :-1] along the sequence, torch.cat([...], dim=1)",
     "batch_axis": "you shifted along the batch axis (dim 0); a sequence runs along dim 1: bos_id "
     "in the first column, then targets[:, :-1]",
 }
@@ -39,7 +41,7 @@ def wrong_shift_right(targets, bos_id, *, mistake=""):
     rest = {"drop_first": targets[:, 1:], "shift_left": targets[:, 1:], "too_long": targets}
     rest = rest.get(mistake, targets[:, :-1])
     pieces = [rest, first] if mistake in ("shift_left", "bos_last") else [first, rest]
-    return torch.cat(pieces, dim=1)
+    return torch.cat(pieces, dim=0 if mistake == "cat_dim0" else 1)
 
 
 @register

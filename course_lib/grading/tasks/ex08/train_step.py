@@ -22,9 +22,9 @@ MISTAKES = {
     "tgt[:, :-1]",
     "no_zero_grad": "gradients accumulate: call optimizer.zero_grad() "
     "before loss.backward(), or each step also applies the gradients of earlier ones",
-    "no_clip": "the gradients are not clipped: call "
+    "no_clip": "the gradients are not clipped (by their total norm): call "
     "torch.nn.utils.clip_grad_norm_(model.parameters(), clip) after backward() and "
-    "before optimizer.step()",
+    "before optimizer.step() (clip_grad_value_ clips each entry, not the norm)",
     "no_schedule": "the schedule never moves: call scheduler.step() after "
     "optimizer.step() (when scheduler is not None)",
     "zero_after_backward": "optimizer.zero_grad() after loss.backward() erases the gradients "
@@ -44,6 +44,11 @@ MISTAKES = {
     "shift_right(tgt, bos_id)",
     "smoothing_fixed": "use the smoothing argument in the loss (0.1 is only its default): "
     "label_smoothing_loss(logits, tgt, smoothing, pad_id)",
+    "scheduler_none": "scheduler may be None (no schedule): step it only when there is one, "
+    "if scheduler is not None: scheduler.step()",
+    "classes_last": "F.cross_entropy reads the classes on dim 1, so (batch, n_tgt, vocab) logits "
+    "do not fit: flatten them to (batch * n_tgt, vocab) and tgt to (batch * n_tgt,), or pass "
+    "logits.transpose(1, 2)",
 }
 
 
@@ -72,8 +77,9 @@ def _wrong_step(
     ignore = {"pads_in_loss": -100, "pad_zero": 0}.get(mistake, pad_id)
     smooth = {"no_smoothing": 0.0, "smoothing_fixed": 0.1}.get(mistake, smoothing)
     labels = tgt_in if mistake == "scored_on_input" else tgt
-    flat = logits.reshape(-1, logits.shape[-1])
-    loss = F.cross_entropy(flat, labels.reshape(-1), ignore_index=ignore, label_smoothing=smooth)
+    shape = logits.shape if mistake == "classes_last" else (-1, logits.shape[-1])
+    flat, labels = logits.reshape(shape), labels.reshape(shape[:-1])
+    loss = F.cross_entropy(flat, labels, ignore_index=ignore, label_smoothing=smooth)
     if mistake not in ("no_zero_grad", "zero_after_backward"):
         optimizer.zero_grad()
     loss.backward()
@@ -87,7 +93,8 @@ def _wrong_step(
     if scheduler is not None and mistake == "schedule_first":
         scheduler.step()
     optimizer.step()
-    if scheduler is not None and mistake not in ("no_schedule", "schedule_first"):
+    stepped = scheduler is not None or mistake == "scheduler_none"
+    if stepped and mistake not in ("no_schedule", "schedule_first"):
         scheduler.step()
     return loss.item()
 

@@ -52,6 +52,11 @@ MISTAKES = {
     "wrong_axis": _AXIS_HINT,
     "scaled_by_d_v": D_V_SCALE_HINT,
     "unscaled": "the scores are not scaled: divide q_t·k by sqrt(d_head), as in full attention",
+    "scaled_by_length": "the scores are divided by the root of the number of keys (shape[-2]); "
+    "the scale is sqrt(d_head), the last axis of q_t: q_t.shape[-1]",
+    "first_key_only": "your query attends to the first key only: is_causal=True (or a causal mask "
+    "of shape (1, t + 1)) lines the one query up with the OLDEST token; the newest token may "
+    "attend to every cached key, so no mask is needed",
 }
 
 
@@ -78,7 +83,10 @@ def wrong_step(q_t, k_t, v_t, k_cache, v_cache, *, mistake=""):
         )
     else:
         scale = {"scaled_by_d_v": math.sqrt(v_t.shape[-1]), "unscaled": 1.0}.get(mistake)
-        output = _attend(q_t, keys, values, scale, -2 if mistake == "softmax_over_queries" else -1)
+        scale = math.sqrt(keys.shape[-2]) if mistake == "scaled_by_length" else scale
+        seen = 1 if mistake == "first_key_only" else keys.shape[2]
+        dim = -2 if mistake == "softmax_over_queries" else -1
+        output = _attend(q_t, keys[:, :, :seen], values[:, :, :seen], scale, dim)
     if mistake == "stale_cache":
         return output, k_cache, v_cache
     return output, keys, values

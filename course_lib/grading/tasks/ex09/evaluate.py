@@ -236,6 +236,12 @@ class EvaluateTask(Task):
         g, w = got["value"], want["value"]
         if math.isfinite(g) and abs(g - w) <= rel * max(1.0, abs(w)):
             return None
+        if abs(g - w) <= 1e-6 * max(1.0, abs(w)):  # the last digits: float32 sums of float64
+            return (
+                f"your loss is {g:.12g} nats per token, expected {w:.12g}: off in the last "
+                "digits, as when the losses are added up in a float32 tensor; add them as "
+                "Python floats (loss.item()), which keep the model's float64 precision"
+            )
         return f"your loss is {g:.6g} nats per token, expected {w:.6g}"
 
     mistake_table, wrong = MISTAKES, staticmethod(wrong_evaluate)

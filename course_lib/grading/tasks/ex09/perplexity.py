@@ -28,11 +28,13 @@ MISTAKES = {
     "F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))",
     "per_row": "you averaged one perplexity per sequence; the perplexity of the batch is one "
     "exponential of the mean cross-entropy over EVERY position of every sequence",
+    "log_softmax_dim_one": "log_softmax over dim=1 normalises over the positions when the logits "
+    "are (batch, seq, vocab); take it over dim=-1, the vocabulary",
 }
 
 
-def _nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    log_probs = logits - logits.logsumexp(-1, keepdim=True)
+def _nll(logits: torch.Tensor, targets: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    log_probs = logits - logits.logsumexp(dim, keepdim=True)
     return -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
@@ -43,7 +45,7 @@ def wrong_perplexity(logits, targets, *, mistake=""):
     if mistake == "log_of_softmax":
         probs = torch.softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1))
         return torch.exp(-probs.log().mean())
-    nll = _nll(logits, targets)
+    nll = _nll(logits, targets, 1 if mistake == "log_softmax_dim_one" else -1)
     if mistake == "mean_after_exp":
         return torch.exp(nll).mean()
     if mistake == "per_row":  # one perplexity per sequence, then their mean
