@@ -445,6 +445,7 @@ def noam_lr_minus_one_half(step, d_model, warmup):
 def train_step_scored_on_its_input(
     model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0
 ):
+    model.train()
     tgt_in = torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], dim=1)
     optimizer.zero_grad()
     logits = model(src, tgt_in)
@@ -462,6 +463,7 @@ def train_step_scored_on_its_input(
 def train_step_shifted_in_pad(
     model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0
 ):
+    model.train()
     tgt_in = torch.full_like(tgt, pad_id)
     tgt_in[:, 1:] = tgt[:, :-1]
     optimizer.zero_grad()
@@ -490,6 +492,7 @@ def _step_with_loss(loss_of):
     """A learner's train_step whose loss line is `loss_of(logits, tgt, smoothing, pad_id)`."""
 
     def step(model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0):
+        model.train()
         tgt_in = torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], dim=1)
         logits = model(src, tgt_in)
         loss = loss_of(logits.flatten(0, 1), tgt.flatten(), smoothing, pad_id)
@@ -548,6 +551,8 @@ def train_step_of_a_learner(slip):
     """#hunt2: a learner's train_step whose one slip is `slip`."""
 
     def step(model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0):
+        if slip != "no train":  # the model may arrive in eval mode
+            model.train()
         tgt_in = torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], dim=1)
         logits = model(src, tgt_in)
         if slip != "classes last":
@@ -633,6 +638,8 @@ FOUND_LATER = [
     ),
     ("ex08.train_step", train_step_of_a_learner("None stepped"), "scheduler may be None"),
     ("ex08.train_step", train_step_of_a_learner("classes last"), "reads the classes on dim 1"),
+    # passed 8/8: every case handed over a model in training mode
+    ("ex08.train_step", train_step_of_a_learner("no train"), "may arrive in eval mode"),
     ("ex08.train_step", train_step_of_a_learner("by value"), "clip_grad_value_ clips each entry"),
 ]
 

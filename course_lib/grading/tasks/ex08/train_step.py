@@ -67,6 +67,7 @@ def _wrong_step(
 ):
     import torch.nn.functional as F
 
+    model.train()
     if mistake == "unshifted":
         tgt_in = tgt
     else:  # shift_right's wrong version, dropping the first token or starting with pad_id
@@ -173,7 +174,8 @@ class TrainStep(Task):
     def cases(self, gen):
         from ....translator import Seq2SeqTransformer
 
-        def case(description, batches, dtype=torch.float64, schedule=True, stale=False, **ids):
+        def case(description, batches, dtype=torch.float64, schedule=True, stale=False,
+                 in_eval=False, **ids):  # fmt: skip
             # ids: bos_id, eos_id, pad_id (1, 2, 0 unless given), smoothing and clip (0.1, 0.5)
             kwargs = {"bos_id": 1, "pad_id": 0, "smoothing": 0.1, "clip": 0.5, **ids}
             bos_id, pad_id, eos_id = kwargs["bos_id"], kwargs["pad_id"], kwargs.pop("eos_id", 2)
@@ -190,6 +192,7 @@ class TrainStep(Task):
                 "pad_id": pad_id,
                 "dtype": dtype,
                 "schedule": schedule,
+                "in_eval": in_eval,
                 "kwargs": kwargs,
                 "batches": [_seq2seq_batch(gen, s, t, bos_id, eos_id, pad_id) for s, t in batches],
             }
@@ -207,6 +210,8 @@ class TrainStep(Task):
             case("one step on a model that arrives with gradients left over from an earlier "
                  "backward pass",
                  [([4, 2], [3, 5])], stale=True),
+            case("a model that arrives in eval mode (as it is after an evaluation), batch 2",
+                 [([3, 5], [4, 2])], in_eval=True),
             case("scheduler=None (no schedule to step), batch 2",
                  [([4, 4], [2, 3])], schedule=False),
             case("smoothing 0.0 and clip 1e6 (clipping never acts), batch 3",
@@ -228,6 +233,7 @@ class TrainStep(Task):
         d = case.data
         model = Seq2SeqTransformer(**_SEQ2SEQ, pad_id=d["pad_id"]).to(d["dtype"])
         model.load_state_dict(d["state"])
+        model.train(not d["in_eval"])
         for p, g in zip(model.parameters(), d.get("stale", []), strict=False):
             p.grad = g.clone()
         optimizer = _SGD(model.parameters(), lr=0.1)
@@ -237,8 +243,9 @@ class TrainStep(Task):
         ]
         if not model.training:
             raise GradingError(
-                "your train_step leaves the model in eval mode: a training step runs the model "
-                "with model.train() (dropout on); keep model.eval() for evaluation"
+                "your train_step leaves the model in eval mode: a model may arrive in eval mode "
+                "(after an evaluation), so call model.train() at the start of the step (dropout "
+                "on while it learns); keep model.eval() for evaluation"
             )
         params = torch.cat([p.detach().flatten() for p in model.parameters()])
         return losses, params, float(optimizer.param_groups[0]["lr"])
