@@ -838,3 +838,43 @@ def test_dropout_given_as_the_keep_probability_fails_the_new_case():
     result = status("ex07.FeedForward", FFKeepProb)
     assert result.passed == result.total - 1
     assert "dropout=0.2 in train mode" in result.feedback
+
+
+# ---- hunt 2: slips that passed (dropout, seen only in training mode) or got a bare error ------
+
+
+class EncDropout(EncLearner):  # nn.TransformerEncoderLayer's default dropout=0.1, copied
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False, activation="relu", bias=True):
+        super().__init__(d_model, num_heads, d_ff, norm_first, activation, bias)
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, x, mask=None):
+        return self.dropout(super().forward(x, mask))
+
+
+class DecDropout(DecLearner):
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, norm_first)
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        return self.dropout(super().forward(x, memory, self_mask, memory_mask))
+
+
+class EncPairAdded(EncLearner):
+    def forward(self, x, mask=None):
+        x = self.norm1(x + self.self_attn(x, x, x, mask=mask))  # the (output, weights) pair
+        return self.norm2(x + self.linear2(F.relu(self.linear1(x))))
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex07.EncoderLayer", EncDropout, "dropout the task does not ask for"),
+        ("ex07.DecoderLayer", DecDropout, "dropout the task does not ask for"),
+        ("ex07.EncoderLayer", EncPairAdded, "returns a pair (output, weights)"),
+    ],
+)
+def test_hunt2_slips_get_their_own_hint(task_id, learner, words):
+    result = status(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback

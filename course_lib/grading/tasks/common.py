@@ -114,6 +114,22 @@ class ModuleTask(Task):
             return module(*case.args, **case.kwargs)
 
 
+def without_dropout(module: nn.Module, args: list, kwargs: dict, what: str) -> Any:
+    """`module(*args, **kwargs)` in eval mode, without gradients, once it gave the same in
+    training mode: a layer whose statement has no dropout must not drop anything there either."""
+    with torch.no_grad():
+        trained = module.train()(*args, **kwargs)
+        evaluated = module.eval()(*args, **kwargs)
+    if isinstance(trained, Tensor) and isinstance(evaluated, Tensor):
+        if trained.shape == evaluated.shape and not torch.allclose(trained, evaluated, atol=1e-6):
+            raise GradingError(
+                f"your {what} gives other outputs in training mode than in eval mode, so it has "
+                "dropout the task does not ask for (PyTorch's layers default to dropout=0.1; "
+                "this one has none): leave out nn.Dropout, MultiHeadAttention without dropout"
+            )
+    return evaluated
+
+
 # --------------------------------------------------------------------------------------------
 # Tasks whose mistakes may raise
 # --------------------------------------------------------------------------------------------

@@ -7,8 +7,16 @@ from torch import nn
 
 from ...multihead import MultiHeadAttention
 from ..core import Case, GradingError, Task, register
-from .common import D_V_SCALE_HINT, ModuleTask, randn, residual_sublayers, wrong_attention
+from .common import (
+    D_V_SCALE_HINT,
+    ModuleTask,
+    randn,
+    residual_sublayers,
+    without_dropout,
+    wrong_attention,
+)
 from .common import lengths_mask as source_padding_mask
+from .ex07._layers import LAYER_NORM_EPS
 
 # --------------------------------------------------------------------------------------------
 # ex06.cross_attention
@@ -34,6 +42,9 @@ CROSS_MISTAKES = {
     "(w_q.shape[1]), not by sqrt(d_model), the size of x: here they differ",
     "zero_after": "you zeroed the masked weights AFTER the softmax, so the rows no longer sum "
     "to 1: fill the masked SCORES with -inf before the softmax",
+    "weights_transposed": "w_q, w_k and w_v are (d_model, d_k) and (d_model, d_v): project with "
+    "them as they are, x @ w_q; x @ w_q.T (or F.linear(x, w_q)) is nn.Linear's convention, "
+    "whose weight is (out, in)",
     "transpose_1_2": "k.transpose(1, 2) swaps the last two axes only when k is 3-D; with extra "
     "batch dimensions it moves a batch axis instead: use k.transpose(-2, -1)",
 }
@@ -42,6 +53,9 @@ CROSS_MISTAKES = {
 def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake=""):
     """Cross-attention by hand, (output, weights), with one named mistake."""
     queries, read, mask = x, memory, memory_mask
+    if mistake == "weights_transposed":  # x @ w.T, nn.Linear's (out, in) convention
+        w_q, w_k, w_v = w_q.mT, w_k.mT, w_v.mT
+        queries @ w_q  # q first, as a learner's does: a crash is then the same one
     if mistake == "queries_from_memory":
         queries, read = memory, x
         mask = None if mask is None else mask.transpose(-2, -1)
@@ -158,6 +172,9 @@ SUBLAYER_MISTAKES = {
     "pre_norm_output_normalised": "pre-norm normalises only the sub-layer's input: "
     "x + attn(norm(x), memory, memory); the sum is not normalised again (that is "
     "post-norm)",
+    "output_tuple": "self.attn returns a pair (output, weights): add its first element to x, "
+    "self.attn(...)[0] (or attended, _ = self.attn(...)), not the pair",
+    "norm_eps": LAYER_NORM_EPS,
     "normed_sublayer": "you normalised the attention's output, x + norm(attn(x, memory)); "
     "post-norm normalises the sum, norm(x + attn(x, memory)), and pre-norm the attention's "
     "input, x + attn(norm(x), memory)",
@@ -173,7 +190,7 @@ class WrongSublayer(nn.Module):
         super().__init__()
         self.norm_first = self.mistake == "default_pre_norm" if norm_first is None else norm_first
         self.attn = MultiHeadAttention(d_model, num_heads)
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = nn.LayerNorm(d_model, 1e-6 if self.mistake == "norm_eps" else 1e-5)
 
     def forward(self, x, memory, memory_mask=None):
         mistake = self.mistake
@@ -187,7 +204,8 @@ class WrongSublayer(nn.Module):
         def attend(h):
             if mistake == "self_attends":
                 return self.attn(h, h, h)[0]
-            return self.attn(h, memory, memory, memory_mask)[0]
+            pair = self.attn(h, memory, memory, memory_mask)
+            return pair if mistake == "output_tuple" else pair[0]
 
         slip = "pre_post_swapped" if mistake == "norm_swapped" else mistake
         norm_first = self.norm_first and mistake != "normed_sublayer"  # x + norm(attn) in both
@@ -256,18 +274,7 @@ class CrossAttentionSublayerTask(ModuleTask):
 
     def run(self, module, case):
         args = [*case.args, *case.kwargs.values()]  # x, memory and memory_mask if given
-        with torch.no_grad():
-            out = module.train()(*args)
-            module.eval()
-            evaluated = module(*args)
-        if isinstance(out, torch.Tensor) and isinstance(evaluated, torch.Tensor):
-            if out.shape == evaluated.shape and not torch.allclose(out, evaluated, atol=1e-6):
-                raise GradingError(
-                    "your sub-layer gives other outputs in training mode than in eval mode, so "
-                    "it has dropout the task does not ask for: MultiHeadAttention(d_model, "
-                    "num_heads), with no dropout"
-                )
-        return evaluated
+        return without_dropout(module, args, {}, "sub-layer")
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from torch import nn
 
 from ....multihead import MultiHeadAttention
 from ...core import Case, exercise_name
-from ..common import ModuleTask, randn, residual_sublayers
+from ..common import ModuleTask, randn, residual_sublayers, without_dropout
 
 ALWAYS_POST_NORM = (
     "norm_first is ignored: your layer is post-norm even with norm_first=True, which asks "
@@ -45,6 +45,10 @@ PRE_NO_LAST_NORM = (
 MASK_INVERTED = (
     "the mask is inverted: here True means 'may attend' (nn.MultiheadAttention's masks mean "
     "the opposite), so pass the mask as it is, not ~mask"
+)
+OUTPUT_TUPLE = (
+    "MultiHeadAttention returns a pair (output, weights): add its first element to x, "
+    "self.self_attn(h, h, h, mask=mask)[0] (or out, _ = ...), not the pair"
 )
 LAYER_NORM_EPS = (
     "your LayerNorms use another eps than nn.LayerNorm's default 1e-5 (some tutorials use "
@@ -156,7 +160,8 @@ class WrongLayer(nn.Module):
 
         def attention(h):  # the first sub-layer: x is its raw input
             kv = x if mistake == "kv_not_normed" else h
-            return self.self_attn(h, kv, kv, mask=self_mask)[0]
+            pair = self.self_attn(h, kv, kv, mask=self_mask)
+            return pair if mistake == "output_tuple" else pair[0]
 
         def cross_attention(h):
             keys = {"cross_on_x": h, "memory_normed": self.norm2(memory)}.get(mistake, memory)
@@ -206,3 +211,6 @@ class LayerTask(ModuleTask):
     def init_args(self, case):
         kwargs = {"norm_first": case.data["norm_first"], **case.data["kwargs"]}
         return tuple(case.data["sizes"]), kwargs
+
+    def run(self, module, case):
+        return without_dropout(module, list(case.args), case.kwargs, "layer")

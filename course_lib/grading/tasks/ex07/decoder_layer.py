@@ -50,6 +50,7 @@ MISTAKES = {
     "x = norm3(x + ffn(x))",
     "cross_first": WRONG_ORDER,  # the sub-layers moved, the norms left in place
     "norm_eps": layers.LAYER_NORM_EPS,
+    "output_tuple": layers.OUTPUT_TUPLE,
     "cross_reads_input": "the cross-attention reads the layer's input x instead of the output "
     "of the self-attention sub-layer: the three sub-layers run one after the other, each on "
     "the x the previous one returned (keep assigning x = ...)",

@@ -40,6 +40,7 @@ MISTAKES = {
     "no_ff_residual": "the residual connection around the feed-forward network is missing: add "
     "its input, x + ffn(...), as you did around the self-attention",
     "norm_eps": layers.LAYER_NORM_EPS,
+    "output_tuple": layers.OUTPUT_TUPLE,
     "relu2_square_first": layers.RELU2_SQUARE_FIRST,
     "pre_norm_output_normalised": layers.PRE_NORM_OUTPUT_NORMALISED,
     "one_norm_module": layers.ONE_NORM_MODULE,
