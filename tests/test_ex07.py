@@ -878,3 +878,68 @@ class EncPairAdded(EncLearner):
 def test_hunt2_slips_get_their_own_hint(task_id, learner, words):
     result = status(task_id, learner)
     assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+class LayerNormUsingData(LayerNormByHand):  # passed every check: .data cuts the gradient
+    def forward(self, x):
+        out = layer_norm_var_mean(x, self.weight.data, torch.zeros_like(self.weight), self.eps)
+        return out if self.bias is None else out + self.bias.data
+
+
+class LayerNormOfPlainTensors(LayerNormByHand):
+    def __init__(self, d_model, eps=1e-5, bias=True):
+        super().__init__(d_model, eps, bias)
+        del self.weight
+        self.weight = torch.ones(d_model)  # not an nn.Parameter
+
+
+def _ln(denominator):
+    def layer_norm(x, gamma, beta, eps=1e-5):
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return denominator(x, mean, var + eps) * gamma + beta
+
+    return layer_norm
+
+
+def _rms(mean_square, dtype=None):
+    def rms_norm(x, weight, eps=1e-6):
+        h = x if dtype is None else x.to(dtype)  # Hugging Face Llama's float32 upcast
+        return (h * torch.rsqrt(mean_square(h) + eps)).type_as(x) * weight
+
+    return rms_norm
+
+
+def _ln_unbracketed(x, gamma, beta, eps=1e-5):
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)
+    return x - mean / torch.sqrt(var + eps) * gamma + beta
+
+
+class DecCausalByDefault(DecLearner):
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if self_mask is None:  # "a decoder is causal"
+            self_mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()
+        return super().forward(x, memory, self_mask, memory_mask)
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex07.LayerNorm", LayerNormUsingData, "no gradient reaches your weight and bias"),
+        ("ex07.LayerNorm", LayerNormOfPlainTensors, "plain tensor, not a parameter"),
+        ("ex07.layer_norm", _ln_unbracketed, "bracket the centred x"),
+        ("ex07.layer_norm", _ln(lambda x, mean, v: (x - mean) / v**1 / 2), "binds tighter"),
+        ("ex07.rms_norm", _rms(lambda h: h.pow(2).mean()), "over the whole tensor"),
+        ("ex07.rms_norm", _rms(lambda h: h.pow(2).mean(-1, True), torch.float32), "precision"),
+        ("ex07.DecoderLayer", DecCausalByDefault, "causal all the same"),
+    ],
+)
+def test_hunt2_slips_that_passed_or_got_the_generic_hint(task_id, learner, words):
+    result = status(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+def test_hunt2_learners_without_their_slip_pass():
+    assert status("ex07.rms_norm", _rms(lambda h: h.pow(2).mean(-1, True))).status == "passed"
+    assert status("ex07.layer_norm", _ln(lambda x, mean, v: (x - mean) / v**0.5)).status == "passed"

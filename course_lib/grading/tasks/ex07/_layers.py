@@ -149,6 +149,8 @@ class WrongLayer(nn.Module):
             self_mask, memory_mask = (m if m is None else ~m for m in (self_mask, memory_mask))
         if mistake in ("mask_ignored", "no_self_mask"):
             self_mask = None
+        if mistake == "causal_default" and self_mask is None:  # a causal mask of its own
+            self_mask = torch.ones(x.shape[-2], x.shape[-2], dtype=torch.bool).tril()
         norms = [self.norm1, self.norm2, self.norm3] if self.cross else [self.norm1, self.norm2]
         if mistake == "norms_swapped":  # the last two
             norms[-2:] = norms[-1], norms[-2]

@@ -27,6 +27,9 @@ MISTAKES = {
     "swapped them",
     "no_self_mask": "the self-attention ignores self_mask: without the causal mask "
     "every target position sees the future tokens it must predict",
+    "causal_default": "with self_mask=None your self-attention is causal all the same: the layer "
+    "masks only with the self_mask it is given (the model that calls it passes the causal "
+    "one), so pass self_mask on as it is, None included",
     "no_memory_mask": "the cross-attention ignores memory_mask: the padding positions of the "
     "source must get zero weight, multihead_attn(x, memory, memory, mask=memory_mask)",
     "residual_of_normed": "in pre-norm the residual adds the sub-layer's output to x itself, "
