@@ -335,8 +335,7 @@ def _attention(scale=None, k_t=lambda k: k.transpose(-2, -1), index=False, cut=N
     """A learner's masked attention; each argument other than the default is one slip."""
 
     def masked_attention(q, k, v, mask):
-        d_k = q.shape[-1]
-        scores = q @ k_t(k) / (math.sqrt(d_k) if scale is None else scale(d_k))
+        scores = q @ k_t(k) / (math.sqrt(q.shape[-1]) if scale is None else scale(q))
         if index:
             scores[~mask] = float("-inf")
         else:
@@ -358,9 +357,11 @@ def _attention_renormalised(q, k, v, mask):
 @pytest.mark.parametrize(
     "task_id, learner, words",
     [
-        ("ex05.masked_attention", _attention(scale=lambda d: d**1 / 2), "binds tighter"),
+        ("ex05.masked_attention", _attention(scale=lambda q: q.size(-1) ** 1 / 2), "binds tighter"),
         ("ex05.masked_attention", _attention(k_t=lambda k: k.transpose(1, 2)), "heads axis"),
         ("ex05.masked_attention", _attention(index=True), "does not broadcast"),
+        ("ex05.masked_attention", _attention(scale=lambda q: q.size(2) ** 0.5), "shape[2]"),
+        ("ex05.masked_attention", _attention(scale=lambda q: q.size(1) ** 0.5), "shape[1]"),
         ("ex05.masked_attention", _attention(cut=torch.Tensor.detach), "carries no gradient"),
         ("ex05.masked_attention", _attention_renormalised, "underflow to 0"),
         ("ex05.causal_mask", lambda n: torch.ones(n, n, dtype=torch.uint8).tril(), "not uint8"),

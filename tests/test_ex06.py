@@ -1,5 +1,7 @@
 """ex06 grading: the reference passes, each named mistake fails with its hint, alternatives pass."""
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -323,9 +325,19 @@ def _cross_attention_linear_convention(x, memory, w_q, w_k, w_v, memory_mask=Non
     return scaled_dot_product_attention(q, k, v, memory_mask)
 
 
+def _cross_attention_d_k_from_shape_2(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[2])  # passed: n_q = d_k = 4 in 4-D
+    if memory_mask is not None:
+        scores = scores.masked_fill(~memory_mask, float("-inf"))
+    weights = scores.softmax(-1)
+    return weights @ v, weights
+
+
 @pytest.mark.parametrize(
     "task_id, learner, words",
     [
+        ("ex06.cross_attention", _cross_attention_d_k_from_shape_2, "d_k from shape[2]"),
         ("ex06.cross_attention", _cross_attention_linear_convention, "nn.Linear's convention"),
         ("ex06.CrossAttentionSublayer", _sublayer(first=lambda pair: pair), "returns a pair"),
         ("ex06.CrossAttentionSublayer", _sublayer(eps=1e-6), "another eps"),

@@ -42,6 +42,13 @@ D_V_SCALE_HINT = (
 )
 
 
+# The hint for d_k read from shape[2] of q or k: the last axis of a 3-D tensor only
+D_K_FROM_SHAPE_2 = (
+    "you took d_k from shape[2], which is d_k only when q is 3-D; with more batch dimensions it "
+    "is another axis: d_k is the last dimension, q.shape[-1]"
+)
+
+
 def randn(
     gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32, scale: float = 1.0
 ) -> Tensor:

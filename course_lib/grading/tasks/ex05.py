@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from ..core import Case, GradingError, Task, register
-from .common import D_V_SCALE_HINT, lengths_mask, randns, wrong_attention
-from .ex02 import POWER_HALF
+from .common import D_K_FROM_SHAPE_2, D_V_SCALE_HINT, lengths_mask, randns, wrong_attention
+from .ex02 import D_K_FROM_SHAPE_1, POWER_HALF
 
 LESSON = "lesson 05"
 
@@ -167,6 +167,8 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
             "scaled_by_d_v": v.shape[-1],
             "half_d_k": (q.shape[-1] / 2) ** 2,
             "twice_d_k": (2 * q.shape[-1]) ** 2,
+            "d_k_from_shape_1": q.shape[1],
+            "d_k_from_shape_2": q.shape[2],
         }.get(mistake),
         fill={"fill_zero": 0.0, "large_negative": -1e9, "output_first": -1e9}.get(
             mistake, float("-inf")
@@ -214,6 +216,8 @@ ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives t
     "softmax",
     "half_d_k": POWER_HALF,
     "twice_d_k": POWER_HALF,
+    "d_k_from_shape_1": D_K_FROM_SHAPE_1,
+    "d_k_from_shape_2": D_K_FROM_SHAPE_2,
     "bool_index": "scores[~mask] = -inf needs a mask of exactly the scores' shape (boolean "
     "indexing does not broadcast): scores.masked_fill(~mask, float('-inf')) broadcasts it",
     "transpose_1_2": "k.transpose(1, 2) swaps the last two axes only when k is 3-D; with heads, "

@@ -8,6 +8,7 @@ from torch import nn
 from ...multihead import MultiHeadAttention
 from ..core import Case, GradingError, Task, register
 from .common import (
+    D_K_FROM_SHAPE_2,
     D_V_SCALE_HINT,
     ModuleTask,
     randn,
@@ -45,6 +46,7 @@ CROSS_MISTAKES = {
     "weights_transposed": "w_q, w_k and w_v are (d_model, d_k) and (d_model, d_v): project with "
     "them as they are, x @ w_q; x @ w_q.T (or F.linear(x, w_q)) is nn.Linear's convention, "
     "whose weight is (out, in)",
+    "d_k_from_shape_2": D_K_FROM_SHAPE_2,
     "transpose_1_2": "k.transpose(1, 2) swaps the last two axes only when k is 3-D; with extra "
     "batch dimensions it moves a batch axis instead: use k.transpose(-2, -1)",
 }
@@ -60,6 +62,7 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
         queries, read = memory, x
         mask = None if mask is None else mask.transpose(-2, -1)
     sizes = {"scaled_by_d_v": w_v.shape[-1], "scaled_by_d_model": x.shape[-1], "unscaled": 1}
+    sizes["d_k_from_shape_2"] = (queries @ w_q).shape[2]
     keys = read @ w_k
     if mistake == "transpose_1_2":  # so that wrong_attention's k.transpose(-2, -1) is (1, 2)
         keys = keys.transpose(1, 2).transpose(-2, -1)
@@ -119,6 +122,10 @@ class CrossAttention(Task):
             Case("float64 x (2, 3, 8), memory (2, 9, 8), padding mask lengths [9, 5]",
                  inputs((2, 3, 8), (2, 9, 8), 4, 4, torch.float64),
                  {"memory_mask": source_padding_mask([9, 5], 9)}),
+            # the extra batch case above has n_q = d_k: q.shape[2] passed it as d_k
+            Case("extra batch dimensions, d_k=3 unlike n_q and n_kv: x (2, 2, 5, 6), memory "
+                 "(2, 2, 4, 6)",
+                 inputs((2, 2, 5, 6), (2, 2, 4, 6), 3, 2)),
         ]  # fmt: skip
 
     def diagnose(self, got, want, case):
