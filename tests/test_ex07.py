@@ -916,6 +916,14 @@ def _ln_unbracketed(x, gamma, beta, eps=1e-5):
     return x - mean / torch.sqrt(var + eps) * gamma + beta
 
 
+class SwiGLUTrueDivision(SwiGLULearner):  # a bare TypeError from nn.Linear before
+    def __init__(self, d_model, d_ff=None):
+        super().__init__(d_model, d_ff or 8 * d_model / 3)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
 class DecCausalByDefault(DecLearner):
     def forward(self, x, memory, self_mask=None, memory_mask=None):
         if self_mask is None:  # "a decoder is causal"
@@ -933,6 +941,7 @@ class DecCausalByDefault(DecLearner):
         ("ex07.rms_norm", _rms(lambda h: h.pow(2).mean()), "over the whole tensor"),
         ("ex07.rms_norm", _rms(lambda h: h.pow(2).mean(-1, True), torch.float32), "precision"),
         ("ex07.DecoderLayer", DecCausalByDefault, "causal all the same"),
+        ("ex07.SwiGLU", SwiGLUTrueDivision, "a float (true division)"),
     ],
 )
 def test_hunt2_slips_that_passed_or_got_the_generic_hint(task_id, learner, words):
