@@ -348,6 +348,13 @@ def _attention(scale=None, k_t=lambda k: k.transpose(-2, -1), index=False, cut=N
     return masked_attention
 
 
+def _attention_output_from_unmasked_weights(q, k, v, mask):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    output = torch.softmax(scores, dim=-1) @ v  # a first try, kept by mistake
+    weights = _attention()(q, k, v, mask)[1]
+    return output, weights
+
+
 def _attention_renormalised(q, k, v, mask):
     weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) * mask
     weights = weights / weights.sum(-1, keepdim=True).clamp_min(1e-12)
@@ -364,6 +371,7 @@ def _attention_renormalised(q, k, v, mask):
         ("ex05.masked_attention", _attention(scale=lambda q: q.size(1) ** 0.5), "shape[1]"),
         ("ex05.masked_attention", _attention(cut=torch.Tensor.detach), "carries no gradient"),
         ("ex05.masked_attention", _attention_renormalised, "underflow to 0"),
+        ("ex05.masked_attention", _attention_output_from_unmasked_weights, "weights are right"),
         ("ex05.causal_mask", lambda n: torch.ones(n, n, dtype=torch.uint8).tril(), "not uint8"),
         ("ex05.padding_mask", lambda ids, pad_id: (ids != pad_id).int()[:, None], "not int32"),
         ("ex05.prefix_lm_mask", _prefix_lm(causal=lambda q, k: k >= q), "upper triangle"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..core import Case, GradingError, Task, register
+from ..core import Case, GradingError, Task, compare_values, register
 from .common import D_K_FROM_SHAPE_2, D_V_SCALE_HINT, lengths_mask, randns, wrong_attention
 from .ex02 import D_K_FROM_SHAPE_1, POWER_HALF
 
@@ -320,6 +320,11 @@ class MaskedAttention(Task):
             return "the rows that have at least one allowed key must sum to 1"
         if (sums[~any_key].abs() > 1e-6).any():
             return "a fully masked row must have all-zero weights"
+        if compare_values(weights, want[1]) is None:  # the output came from other weights
+            return (
+                "your weights are right but your output is not: output = weights @ v, with "
+                "these final weights (masked, zero for a fully masked row)"
+            )
         return None
 
 
