@@ -924,6 +924,14 @@ class SwiGLUTrueDivision(SwiGLULearner):  # a bare TypeError from nn.Linear befo
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+class FFHandMadeDropout(FFLearner):  # the statement warns; it got "more than one thing"
+    def forward(self, x):
+        h = self.activation(self.linear1(x))
+        if self.training:
+            h = h * (torch.rand_like(h) > self.drop.p) / (1 - self.drop.p)
+        return self.linear2(h)
+
+
 class DecCausalByDefault(DecLearner):
     def forward(self, x, memory, self_mask=None, memory_mask=None):
         if self_mask is None:  # "a decoder is causal"
@@ -942,6 +950,7 @@ class DecCausalByDefault(DecLearner):
         ("ex07.rms_norm", _rms(lambda h: h.pow(2).mean(-1, True), torch.float32), "precision"),
         ("ex07.DecoderLayer", DecCausalByDefault, "causal all the same"),
         ("ex07.SwiGLU", SwiGLUTrueDivision, "a float (true division)"),
+        ("ex07.FeedForward", FFHandMadeDropout, "a hand-made mask draws"),
     ],
 )
 def test_hunt2_slips_that_passed_or_got_the_generic_hint(task_id, learner, words):

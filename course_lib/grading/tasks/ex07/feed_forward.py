@@ -157,6 +157,16 @@ class FeedForwardTask(ModuleTask):
             kwargs["dropout"] = dropout
         return tuple(case.data["sizes"]), kwargs
 
+    def diagnose(self, got, want, case):
+        if case.data.get("mode") == "train":  # no listed mistake: the dropout itself differs
+            return (
+                "in training mode your output is not nn.Dropout's with the same random seed: a "
+                "hand-made mask draws its random numbers differently (and the kept units are "
+                "scaled by 1 / (1 - dropout)); use nn.Dropout(dropout) or F.dropout(h, dropout, "
+                "self.training) between the activation and linear2"
+            )
+        return None
+
     def run(self, module, case):
         mode = case.data.get("mode")
         if mode is not None:
