@@ -369,6 +369,7 @@ def _attention_renormalised(q, k, v, mask):
         ("ex05.masked_attention", _attention(index=True), "does not broadcast"),
         ("ex05.masked_attention", _attention(scale=lambda q: q.size(2) ** 0.5), "shape[2]"),
         ("ex05.masked_attention", _attention(scale=lambda q: q.size(1) ** 0.5), "shape[1]"),
+        ("ex05.masked_attention", _attention(scale=lambda q: q.size(-1) ** -0.5), "multiplied"),
         ("ex05.masked_attention", _attention(cut=torch.Tensor.detach), "carries no gradient"),
         ("ex05.masked_attention", _attention_renormalised, "underflow to 0"),
         ("ex05.masked_attention", _attention_output_from_unmasked_weights, "weights are right"),

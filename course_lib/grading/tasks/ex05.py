@@ -169,6 +169,7 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
             "twice_d_k": (2 * q.shape[-1]) ** 2,
             "d_k_from_shape_1": q.shape[1],
             "d_k_from_shape_2": q.shape[2],
+            "times_sqrt": 1 / q.shape[-1],  # scores * sqrt(d_k)
         }.get(mistake),
         fill={"fill_zero": 0.0, "large_negative": -1e9, "output_first": -1e9}.get(
             mistake, float("-inf")
@@ -218,6 +219,8 @@ ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives t
     "twice_d_k": POWER_HALF,
     "d_k_from_shape_1": D_K_FROM_SHAPE_1,
     "d_k_from_shape_2": D_K_FROM_SHAPE_2,
+    "times_sqrt": "you multiplied the scores by sqrt(d_k); divide them: q k^T / sqrt(d_k) (or "
+    "multiply by d_k ** -0.5)",
     "bool_index": "scores[~mask] = -inf needs a mask of exactly the scores' shape (boolean "
     "indexing does not broadcast): scores.masked_fill(~mask, float('-inf')) broadcasts it",
     "transpose_1_2": "k.transpose(1, 2) swaps the last two axes only when k is 3-D; with heads, "
