@@ -932,6 +932,16 @@ class FFHandMadeDropout(FFLearner):  # the statement warns; it got "more than on
         return self.linear2(h)
 
 
+class EncPreNormByDefault(EncLearner):  # passed: every case gave norm_first explicitly
+    def __init__(self, d_model, num_heads, d_ff, norm_first=True, activation="relu", bias=True):
+        super().__init__(d_model, num_heads, d_ff, norm_first, activation, bias)
+
+
+class DecPreNormByDefault(DecLearner):
+    def __init__(self, d_model, num_heads, d_ff, norm_first=True):
+        super().__init__(d_model, num_heads, d_ff, norm_first)
+
+
 class DecCausalByDefault(DecLearner):
     def forward(self, x, memory, self_mask=None, memory_mask=None):
         if self_mask is None:  # "a decoder is causal"
@@ -951,6 +961,8 @@ class DecCausalByDefault(DecLearner):
         ("ex07.DecoderLayer", DecCausalByDefault, "causal all the same"),
         ("ex07.SwiGLU", SwiGLUTrueDivision, "a float (true division)"),
         ("ex07.FeedForward", FFHandMadeDropout, "a hand-made mask draws"),
+        ("ex07.EncoderLayer", EncPreNormByDefault, "built without norm_first"),
+        ("ex07.DecoderLayer", DecPreNormByDefault, "built without norm_first"),
     ],
 )
 def test_hunt2_slips_that_passed_or_got_the_generic_hint(task_id, learner, words):

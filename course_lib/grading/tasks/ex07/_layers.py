@@ -17,6 +17,11 @@ ALWAYS_POST_NORM = (
     "for pre-norm, x = x + sublayer(norm(x)); keep self.norm_first = norm_first and branch on "
     "it in forward"
 )
+DEFAULT_PRE_NORM = (
+    "built without norm_first, your layer is pre-norm: the default is norm_first=False "
+    "(post-norm, as in nn.TransformerEncoderLayer and nn.TransformerDecoderLayer); give "
+    "__init__ norm_first=False as its default"
+)
 PRE_POST_SWAPPED = (
     "post-norm and pre-norm are swapped: norm_first=False (post-norm) is "
     "x = norm(x + sublayer(x)); norm_first=True (pre-norm) is "
@@ -129,8 +134,10 @@ class WrongLayer(nn.Module):
     mistake = ""
     cross = False
 
-    def __init__(self, d_model, num_heads, d_ff, norm_first=False, activation="relu", bias=True):
+    def __init__(self, d_model, num_heads, d_ff, norm_first=None, activation="relu", bias=True):
         super().__init__()
+        if norm_first is None:  # built without it: the default, False
+            norm_first = self.mistake == "default_pre_norm"
         self.norm_first, self.activation = norm_first, activation
         self.self_attn = MultiHeadAttention(d_model, num_heads, bias=bias)
         if self.cross:
@@ -211,7 +218,9 @@ class LayerTask(ModuleTask):
     """An encoder or decoder layer task: built with its sizes, norm_first and options."""
 
     def init_args(self, case):
-        kwargs = {"norm_first": case.data["norm_first"], **case.data["kwargs"]}
+        norm_first = case.data["norm_first"]  # None: built without it (its default, False)
+        kwargs = {} if norm_first is None else {"norm_first": norm_first}
+        kwargs.update(case.data["kwargs"])
         return tuple(case.data["sizes"]), kwargs
 
     def run(self, module, case):
