@@ -836,7 +836,8 @@ def test_a_single_learner_mistake_gets_its_own_hint(task_id, obj, hint):
 def test_dropout_given_as_the_keep_probability_fails_the_new_case():
     # passed all 7 checks before: the only dropout rate in the cases was 0.5 = 1 - 0.5
     result = status("ex07.FeedForward", FFKeepProb)
-    assert result.passed == result.total - 1
+    # and the case built without dropout (hunt 2): nn.Dropout(1 - 0.0) drops every unit
+    assert result.passed == result.total - 2
     assert "dropout=0.2 in train mode" in result.feedback
 
 
@@ -932,6 +933,11 @@ class FFHandMadeDropout(FFLearner):  # the statement warns; it got "more than on
         return self.linear2(h)
 
 
+class FFDropoutByDefault(FFLearner):  # passed: only the dropout cases ran in training mode
+    def __init__(self, d_model, d_ff, dropout=0.1, activation="relu", bias=True):
+        super().__init__(d_model, d_ff, dropout, activation, bias)
+
+
 class EncPreNormByDefault(EncLearner):  # passed: every case gave norm_first explicitly
     def __init__(self, d_model, num_heads, d_ff, norm_first=True, activation="relu", bias=True):
         super().__init__(d_model, num_heads, d_ff, norm_first, activation, bias)
@@ -961,6 +967,7 @@ class DecCausalByDefault(DecLearner):
         ("ex07.DecoderLayer", DecCausalByDefault, "causal all the same"),
         ("ex07.SwiGLU", SwiGLUTrueDivision, "a float (true division)"),
         ("ex07.FeedForward", FFHandMadeDropout, "a hand-made mask draws"),
+        ("ex07.FeedForward", FFDropoutByDefault, "the default is dropout=0.0"),
         ("ex07.EncoderLayer", EncPreNormByDefault, "built without norm_first"),
         ("ex07.DecoderLayer", DecPreNormByDefault, "built without norm_first"),
     ],
