@@ -272,14 +272,14 @@ def _attention_any_without_keepdim(q, k, v, mask):
     return weights @ v, weights
 
 
-def _prefix_lm(pad_id_used=None):
+def _prefix_lm(pad_id_used=None, causal=lambda query, key: key <= query):
     def prefix_lm_mask(ids, prefix_lengths, pad_id):
         seq = ids.shape[1]
         if (prefix_lengths < 0).any() or (prefix_lengths > seq).any():
             raise ValueError("prefix_lengths must lie in [0, seq]")
         pad = pad_id if pad_id_used is None else pad_id_used
         query, key = torch.arange(seq)[:, None], torch.arange(seq)[None, :]
-        allowed = (key < prefix_lengths[:, None, None]) | (key <= query)
+        allowed = (key < prefix_lengths[:, None, None]) | causal(query, key)
         real = ids != pad
         return allowed & real[:, None, :]
 
@@ -326,3 +326,64 @@ def test_a_learners_slip_fails_the_notebook_check_with_its_own_hint(task_id, lea
     result = check_result(task_id, learner)
     assert result.status == "failed" and result.score < result.max_score, result.feedback
     assert words in result.feedback, result.feedback
+
+
+# ---- hunt 2: slips written as a learner would; each failed generically or passed before -----
+
+
+def _attention(scale=None, k_t=lambda k: k.transpose(-2, -1), index=False, cut=None):
+    """A learner's masked attention; each argument other than the default is one slip."""
+
+    def masked_attention(q, k, v, mask):
+        scores = q @ k_t(k) / (math.sqrt(q.shape[-1]) if scale is None else scale(q))
+        if index:
+            scores[~mask] = float("-inf")
+        else:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        any_key = mask.any(dim=-1, keepdim=True)
+        weights = torch.softmax(scores.masked_fill(~any_key, 0.0), -1).masked_fill(~mask, 0.0)
+        output = weights @ v
+        return (output if cut is None else cut(output)), weights
+
+    return masked_attention
+
+
+def _attention_output_from_unmasked_weights(q, k, v, mask):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    output = torch.softmax(scores, dim=-1) @ v  # a first try, kept by mistake
+    weights = _attention()(q, k, v, mask)[1]
+    return output, weights
+
+
+def _attention_renormalised(q, k, v, mask):
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) * mask
+    weights = weights / weights.sum(-1, keepdim=True).clamp_min(1e-12)
+    return weights @ v, weights
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex05.masked_attention", _attention(scale=lambda q: q.size(-1) ** 1 / 2), "binds tighter"),
+        ("ex05.masked_attention", _attention(k_t=lambda k: k.transpose(1, 2)), "heads axis"),
+        ("ex05.masked_attention", _attention(index=True), "does not broadcast"),
+        ("ex05.masked_attention", _attention(scale=lambda q: q.size(2) ** 0.5), "shape[2]"),
+        ("ex05.masked_attention", _attention(scale=lambda q: q.size(1) ** 0.5), "shape[1]"),
+        ("ex05.masked_attention", _attention(scale=lambda q: q.size(-1) ** -0.5), "multiplied"),
+        ("ex05.masked_attention", _attention(cut=torch.Tensor.detach), "carries no gradient"),
+        ("ex05.masked_attention", _attention_renormalised, "underflow to 0"),
+        ("ex05.masked_attention", _attention_output_from_unmasked_weights, "weights are right"),
+        ("ex05.causal_mask", lambda n: torch.ones(n, n, dtype=torch.uint8).tril(), "not uint8"),
+        ("ex05.padding_mask", lambda ids, pad_id: (ids != pad_id).int()[:, None], "not int32"),
+        ("ex05.prefix_lm_mask", _prefix_lm(causal=lambda q, k: k >= q), "upper triangle"),
+    ],
+)
+def test_hunt2_slips_fail_the_notebook_check_with_their_own_hint(task_id, learner, words):
+    result = check_result(task_id, learner)
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert words in result.feedback, result.feedback
+
+
+def test_hunt2_learner_without_a_slip_passes():
+    assert check_result("ex05.masked_attention", _attention()).status == "passed"
+    assert check_result("ex05.prefix_lm_mask", _prefix_lm()).status == "passed"

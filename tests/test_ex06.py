@@ -1,5 +1,7 @@
 """ex06 grading: the reference passes, each named mistake fails with its hint, alternatives pass."""
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -222,7 +224,7 @@ def test_no_hidden_case_leaves_a_query_with_nothing_to_attend_to():
 # ---- found by a fresh reader: wrong answers that passed -------------------------------------
 
 
-def _sublayer(dropout=0.0, default_norm_first=False):
+def _sublayer(dropout=0.0, default_norm_first=False, eps=1e-5, first=lambda pair: pair[0]):
     from course_lib.multihead import MultiHeadAttention
 
     class Sublayer(torch.nn.Module):
@@ -230,12 +232,12 @@ def _sublayer(dropout=0.0, default_norm_first=False):
             super().__init__()
             self.norm_first = norm_first
             self.attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
-            self.norm = torch.nn.LayerNorm(d_model)
+            self.norm = torch.nn.LayerNorm(d_model, eps=eps)
 
         def forward(self, x, memory, memory_mask=None):
             if self.norm_first:
-                return x + self.attn(self.norm(x), memory, memory, memory_mask)[0]
-            return self.norm(x + self.attn(x, memory, memory, memory_mask)[0])
+                return x + first(self.attn(self.norm(x), memory, memory, memory_mask))
+            return self.norm(x + first(self.attn(x, memory, memory, memory_mask)))
 
     return Sublayer
 
@@ -313,3 +315,34 @@ def test_a_learners_slip_fails_the_notebook_check_with_its_own_hint(task_id, lea
     result = check_result(task_id, learner)
     assert result.status == "failed" and result.score < result.max_score, result.feedback
     assert words in result.feedback, result.feedback
+
+
+# ---- hunt 2: slips that got a bare error or the generic hint ----------------------------------
+
+
+def _cross_attention_linear_convention(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q, k, v = x @ w_q.T, memory @ w_k.T, memory @ w_v.T  # as nn.Linear stores its weight
+    return scaled_dot_product_attention(q, k, v, memory_mask)
+
+
+def _cross_attention_d_k_from_shape_2(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[2])  # passed: n_q = d_k = 4 in 4-D
+    if memory_mask is not None:
+        scores = scores.masked_fill(~memory_mask, float("-inf"))
+    weights = scores.softmax(-1)
+    return weights @ v, weights
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex06.cross_attention", _cross_attention_d_k_from_shape_2, "d_k from shape[2]"),
+        ("ex06.cross_attention", _cross_attention_linear_convention, "nn.Linear's convention"),
+        ("ex06.CrossAttentionSublayer", _sublayer(first=lambda pair: pair), "returns a pair"),
+        ("ex06.CrossAttentionSublayer", _sublayer(eps=1e-6), "another eps"),
+    ],
+)
+def test_hunt2_slips_get_their_own_hint(task_id, learner, words):
+    result = check_result(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback

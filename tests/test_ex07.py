@@ -836,5 +836,147 @@ def test_a_single_learner_mistake_gets_its_own_hint(task_id, obj, hint):
 def test_dropout_given_as_the_keep_probability_fails_the_new_case():
     # passed all 7 checks before: the only dropout rate in the cases was 0.5 = 1 - 0.5
     result = status("ex07.FeedForward", FFKeepProb)
-    assert result.passed == result.total - 1
+    # and the case built without dropout (hunt 2): nn.Dropout(1 - 0.0) drops every unit
+    assert result.passed == result.total - 2
     assert "dropout=0.2 in train mode" in result.feedback
+
+
+# ---- hunt 2: slips that passed (dropout, seen only in training mode) or got a bare error ------
+
+
+class EncDropout(EncLearner):  # nn.TransformerEncoderLayer's default dropout=0.1, copied
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False, activation="relu", bias=True):
+        super().__init__(d_model, num_heads, d_ff, norm_first, activation, bias)
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, x, mask=None):
+        return self.dropout(super().forward(x, mask))
+
+
+class DecDropout(DecLearner):
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, norm_first)
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        return self.dropout(super().forward(x, memory, self_mask, memory_mask))
+
+
+class EncPairAdded(EncLearner):
+    def forward(self, x, mask=None):
+        x = self.norm1(x + self.self_attn(x, x, x, mask=mask))  # the (output, weights) pair
+        return self.norm2(x + self.linear2(F.relu(self.linear1(x))))
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex07.EncoderLayer", EncDropout, "dropout the task does not ask for"),
+        ("ex07.DecoderLayer", DecDropout, "dropout the task does not ask for"),
+        ("ex07.EncoderLayer", EncPairAdded, "returns a pair (output, weights)"),
+    ],
+)
+def test_hunt2_slips_get_their_own_hint(task_id, learner, words):
+    result = status(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+class LayerNormUsingData(LayerNormByHand):  # passed every check: .data cuts the gradient
+    def forward(self, x):
+        out = layer_norm_var_mean(x, self.weight.data, torch.zeros_like(self.weight), self.eps)
+        return out if self.bias is None else out + self.bias.data
+
+
+class LayerNormOfPlainTensors(LayerNormByHand):
+    def __init__(self, d_model, eps=1e-5, bias=True):
+        super().__init__(d_model, eps, bias)
+        del self.weight
+        self.weight = torch.ones(d_model)  # not an nn.Parameter
+
+
+def _ln(denominator):
+    def layer_norm(x, gamma, beta, eps=1e-5):
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return denominator(x, mean, var + eps) * gamma + beta
+
+    return layer_norm
+
+
+def _rms(mean_square, dtype=None):
+    def rms_norm(x, weight, eps=1e-6):
+        h = x if dtype is None else x.to(dtype)  # Hugging Face Llama's float32 upcast
+        return (h * torch.rsqrt(mean_square(h) + eps)).type_as(x) * weight
+
+    return rms_norm
+
+
+def _ln_unbracketed(x, gamma, beta, eps=1e-5):
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)
+    return x - mean / torch.sqrt(var + eps) * gamma + beta
+
+
+class SwiGLUTrueDivision(SwiGLULearner):  # a bare TypeError from nn.Linear before
+    def __init__(self, d_model, d_ff=None):
+        super().__init__(d_model, d_ff or 8 * d_model / 3)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class FFHandMadeDropout(FFLearner):  # the statement warns; it got "more than one thing"
+    def forward(self, x):
+        h = self.activation(self.linear1(x))
+        if self.training:
+            h = h * (torch.rand_like(h) > self.drop.p) / (1 - self.drop.p)
+        return self.linear2(h)
+
+
+class FFDropoutByDefault(FFLearner):  # passed: only the dropout cases ran in training mode
+    def __init__(self, d_model, d_ff, dropout=0.1, activation="relu", bias=True):
+        super().__init__(d_model, d_ff, dropout, activation, bias)
+
+
+class EncPreNormByDefault(EncLearner):  # passed: every case gave norm_first explicitly
+    def __init__(self, d_model, num_heads, d_ff, norm_first=True, activation="relu", bias=True):
+        super().__init__(d_model, num_heads, d_ff, norm_first, activation, bias)
+
+
+class DecPreNormByDefault(DecLearner):
+    def __init__(self, d_model, num_heads, d_ff, norm_first=True):
+        super().__init__(d_model, num_heads, d_ff, norm_first)
+
+
+class DecCausalByDefault(DecLearner):
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if self_mask is None:  # "a decoder is causal"
+            self_mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()
+        return super().forward(x, memory, self_mask, memory_mask)
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex07.LayerNorm", LayerNormUsingData, "no gradient reaches your weight and bias"),
+        ("ex07.LayerNorm", LayerNormOfPlainTensors, "plain tensor, not a parameter"),
+        ("ex07.layer_norm", _ln_unbracketed, "bracket the centred x"),
+        ("ex07.layer_norm", _ln(lambda x, mean, v: (x - mean) / v**1 / 2), "binds tighter"),
+        ("ex07.rms_norm", _rms(lambda h: h.pow(2).mean()), "over the whole tensor"),
+        ("ex07.rms_norm", _rms(lambda h: h.pow(2).mean(-1, True), torch.float32), "precision"),
+        ("ex07.DecoderLayer", DecCausalByDefault, "causal all the same"),
+        ("ex07.SwiGLU", SwiGLUTrueDivision, "a float (true division)"),
+        ("ex07.FeedForward", FFHandMadeDropout, "a hand-made mask draws"),
+        ("ex07.FeedForward", FFDropoutByDefault, "the default is dropout=0.0"),
+        ("ex07.EncoderLayer", EncPreNormByDefault, "built without norm_first"),
+        ("ex07.DecoderLayer", DecPreNormByDefault, "built without norm_first"),
+    ],
+)
+def test_hunt2_slips_that_passed_or_got_the_generic_hint(task_id, learner, words):
+    result = status(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+def test_hunt2_learners_without_their_slip_pass():
+    assert status("ex07.rms_norm", _rms(lambda h: h.pow(2).mean(-1, True))).status == "passed"
+    assert status("ex07.layer_norm", _ln(lambda x, mean, v: (x - mean) / v**0.5)).status == "passed"

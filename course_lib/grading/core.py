@@ -778,6 +778,13 @@ def load_weights(module: Any, state_dict: dict[str, Tensor], what: str = "your m
             f"{what}'s {layer} has no bias, but the task's layers have one: create it with "
             f"bias=True (the default of nn.Linear)"
         )
+    parent, _, name = missing[0].rpartition(".") if missing else ("", "", "")
+    owner = dict(module.named_modules()).get(parent)
+    if isinstance(getattr(owner, name, None), Tensor):  # self.weight = torch.ones(d_model)
+        raise GradingError(
+            f"{what}'s {missing[0]} is a plain tensor, not a parameter: wrap it in "
+            "nn.Parameter(...), so that it is learned, saved and loaded"
+        )
     if missing:
         raise GradingError(
             f"{what} has no parameter named {missing[0]!r}; it has "

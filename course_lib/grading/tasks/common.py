@@ -42,6 +42,13 @@ D_V_SCALE_HINT = (
 )
 
 
+# The hint for d_k read from shape[2] of q or k: the last axis of a 3-D tensor only
+D_K_FROM_SHAPE_2 = (
+    "you took d_k from shape[2], which is d_k only when q is 3-D; with more batch dimensions it "
+    "is another axis: d_k is the last dimension, q.shape[-1]"
+)
+
+
 def randn(
     gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32, scale: float = 1.0
 ) -> Tensor:
@@ -112,6 +119,22 @@ class ModuleTask(Task):
         module.eval()
         with torch.no_grad():
             return module(*case.args, **case.kwargs)
+
+
+def without_dropout(module: nn.Module, args: list, kwargs: dict, what: str) -> Any:
+    """`module(*args, **kwargs)` in eval mode, without gradients, once it gave the same in
+    training mode: a layer whose statement has no dropout must not drop anything there either."""
+    with torch.no_grad():
+        trained = module.train()(*args, **kwargs)
+        evaluated = module.eval()(*args, **kwargs)
+    if isinstance(trained, Tensor) and isinstance(evaluated, Tensor):
+        if trained.shape == evaluated.shape and not torch.allclose(trained, evaluated, atol=1e-6):
+            raise GradingError(
+                f"your {what} gives other outputs in training mode than in eval mode, so it has "
+                "dropout the task does not ask for (PyTorch's layers default to dropout=0.1; "
+                "this one has none): leave out nn.Dropout, MultiHeadAttention without dropout"
+            )
+    return evaluated
 
 
 # --------------------------------------------------------------------------------------------

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from ..core import Case, GradingError, Task, register
-from .common import D_V_SCALE_HINT, lengths_mask, randns, wrong_attention
+from ..core import Case, GradingError, Task, compare_values, register
+from .common import D_K_FROM_SHAPE_2, D_V_SCALE_HINT, lengths_mask, randns, wrong_attention
+from .ex02 import D_K_FROM_SHAPE_1, POWER_HALF
 
 LESSON = "lesson 05"
 
@@ -44,6 +45,16 @@ CAUSAL_MISTAKES = {
 }
 
 
+def _not_bool(self, got, want, case):
+    """The hint for a mask of another dtype than the listed ones (uint8, int32, float64...)."""
+    if isinstance(got, torch.Tensor) and got.dtype != torch.bool:
+        return (
+            f"a mask is a bool tensor (True = may attend), not {str(got.dtype)[6:]}: build it "
+            "from a comparison (ids != pad_id, j <= i) or with dtype=torch.bool"
+        )
+    return None
+
+
 def wrong_causal_mask(n, *, mistake=""):
     """tril of ones, bool, with one named mistake."""
     dtype = {"float": torch.float32, "int": torch.int64}.get(mistake, torch.bool)
@@ -65,6 +76,7 @@ class CausalMask(Task):
     reference = "course_lib.masking.causal_mask"
     mistake_table = CAUSAL_MISTAKES
     wrong = staticmethod(wrong_causal_mask)
+    diagnose = _not_bool
 
     def cases(self, gen):
         return [Case(f"n={n}", (n,)) for n in (5, 2, 8, 1)]
@@ -108,6 +120,7 @@ class PaddingMask(Task):
     reference = "course_lib.masking.padding_mask"
     mistake_table = PADDING_MISTAKES
     wrong = staticmethod(wrong_padding_mask)
+    diagnose = _not_bool
 
     def cases(self, gen):
         return [
@@ -132,6 +145,14 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
         scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf"))
         weights = scores.masked_fill(~mask.any(-1), 0.0).softmax(-1).masked_fill(~mask, 0.0)
         return weights @ v, weights
+    if mistake == "renormalised":  # softmax over every key, masked ones zeroed, rows rescaled
+        weights = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).softmax(-1) * mask
+        weights = weights / weights.sum(-1, keepdim=True).clamp_min(1e-30)
+        return weights @ v, weights
+    if mistake == "bool_index":  # boolean indexing does not broadcast the mask: it raises
+        (q @ k.transpose(-2, -1))[~mask] = float("-inf")
+    if mistake == "transpose_1_2":  # so that wrong_attention's k.transpose(-2, -1) is (1, 2)
+        k = k.transpose(1, 2).transpose(-2, -1)
     if mistake == "no_max":  # a softmax by hand, exp / (sum + eps), without the max subtracted
         e = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf")).exp()
         weights = e / (e.sum(-1, keepdim=True) + 1e-9)
@@ -141,7 +162,15 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
         k,
         v,
         mask,
-        scale={"unscaled": 1, "scaled_by_d_v": v.shape[-1]}.get(mistake),
+        scale={
+            "unscaled": 1,
+            "scaled_by_d_v": v.shape[-1],
+            "half_d_k": (q.shape[-1] / 2) ** 2,
+            "twice_d_k": (2 * q.shape[-1]) ** 2,
+            "d_k_from_shape_1": q.shape[1],
+            "d_k_from_shape_2": q.shape[2],
+            "times_sqrt": 1 / q.shape[-1],  # scores * sqrt(d_k)
+        }.get(mistake),
         fill={"fill_zero": 0.0, "large_negative": -1e9, "output_first": -1e9}.get(
             mistake, float("-inf")
         ),
@@ -161,7 +190,10 @@ def _right_output(out, q, k, v, mask) -> bool:
     return out.shape == want.shape and torch.allclose(out.detach(), want, rtol=1e-4, atol=1e-5)
 
 
-ATTENTION_MISTAKES = {
+ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives the same
+    "renormalised": "you took the softmax over every key, then zeroed the masked ones and "
+    "rescaled the rows: when a masked key scores far above the allowed ones, their weights "
+    "underflow to 0 before you rescale. Fill the masked SCORES with -inf before the softmax",
     "zero_after": "you zeroed the masked weights AFTER the softmax without renormalising, so the "
     "rows no longer sum to 1. Fill the masked SCORES with -inf before the softmax",
     "fill_zero": "you filled the masked scores with 0, but exp(0) = 1: masked keys still get "
@@ -183,6 +215,16 @@ ATTENTION_MISTAKES = {
     "no_max": "exp of a score near 200 overflows float32 to inf, and inf / inf is NaN: "
     "subtract each row's maximum before exp (as your softmax of exercise 02 does), or use that "
     "softmax",
+    "half_d_k": POWER_HALF,
+    "twice_d_k": POWER_HALF,
+    "d_k_from_shape_1": D_K_FROM_SHAPE_1,
+    "d_k_from_shape_2": D_K_FROM_SHAPE_2,
+    "times_sqrt": "you multiplied the scores by sqrt(d_k); divide them: q k^T / sqrt(d_k) (or "
+    "multiply by d_k ** -0.5)",
+    "bool_index": "scores[~mask] = -inf needs a mask of exactly the scores' shape (boolean "
+    "indexing does not broadcast): scores.masked_fill(~mask, float('-inf')) broadcasts it",
+    "transpose_1_2": "k.transpose(1, 2) swaps the last two axes only when k is 3-D; with heads, "
+    "(batch, heads, seq, d), it moves the heads axis: use k.transpose(-2, -1)",
     "no_keepdim": "mask.any(dim=-1) drops the key axis, so it no longer lines up with the "
     "(..., n_q, n_k) scores: mask.any(dim=-1, keepdim=True) is (..., n_q, 1), one flag per "
     "query row",
@@ -230,6 +272,10 @@ class MaskedAttention(Task):
                  "overflows float32), v (2, 4, 4), causal mask (4, 4)",
                  (*(10.0 + t for t in randns(gen, (2, 4, 4), (2, 4, 4))), randns(gen, (2, 4, 4))[0],
                   causal4)),
+            Case("a blocked key scoring 300 above the allowed one: q (1, 2, 4) of 10s, keys 0 "
+                 "and 15s, causal mask (2, 2) (query 0 may attend key 0 only)",
+                 (torch.full((1, 2, 4), 10.0), torch.tensor([[[0.0] * 4, [15.0] * 4]]),
+                  torch.arange(6.0).view(1, 2, 3), torch.ones(2, 2, dtype=torch.bool).tril())),
         ]  # fmt: skip
 
     def call(self, obj, case):
@@ -238,6 +284,11 @@ class MaskedAttention(Task):
             t.requires_grad_(True)
         result = obj(q, k, v, mask)
         out = result[0] if isinstance(result, (tuple, list)) and result else None
+        if isinstance(out, torch.Tensor) and out.is_floating_point() and not out.requires_grad:
+            raise GradingError(
+                "your output carries no gradient (torch.no_grad(), .detach() or .item() cut it "
+                "from q, k and v): training back-propagates through this function"
+            )
         if isinstance(out, torch.Tensor) and out.requires_grad and bool(out.isfinite().all()):
             out.sum().backward()
             nan_grad = not all(
@@ -272,6 +323,11 @@ class MaskedAttention(Task):
             return "the rows that have at least one allowed key must sum to 1"
         if (sums[~any_key].abs() > 1e-6).any():
             return "a fully masked row must have all-zero weights"
+        if compare_values(weights, want[1]) is None:  # the output came from other weights
+            return (
+                "your weights are right but your output is not: output = weights @ v, with "
+                "these final weights (masked, zero for a fully masked row)"
+            )
         return None
 
 
@@ -295,7 +351,7 @@ def _prefix_variant(ids, prefix_lengths, pad_id, *, mistake=""):
         "one_axis_short": j < prefix_lengths[:, None],  # (batch, seq): meets (seq, seq) badly
         "no_prefix": torch.zeros(1, 1, 1, dtype=torch.bool),
     }.get(mistake, j < p)
-    causal = (j < i) if mistake == "no_diagonal" else (j <= i)
+    causal = {"no_diagonal": j < i, "triu": j >= i}.get(mistake, j <= i)
     allowed = (in_prefix & causal) if mistake == "and" else (in_prefix | causal)
     if mistake == "no_padding":
         return allowed
@@ -327,6 +383,8 @@ PREFIX_MISTAKES = {
     "prefix_lengths[:, None, None] of shape (batch, 1, 1)",
     "pad_zero": "the padding is compared with 0; compare the ids with the pad_id argument "
     "(ids != pad_id), which need not be 0",
+    "triu": "your causal part is the upper triangle (j >= i), so a query after the prefix sees "
+    "the future: it may attend key j <= i (and the keys of the prefix)",
     "no_prefix": "that is the causal mask with padding; inside its prefix a row is bidirectional: "
     "every query may attend every key j < prefix_lengths[b]",
 }
@@ -339,6 +397,7 @@ class PrefixLMMask(Task):
     reference = "course_lib.masking.prefix_lm_mask"
     mistake_table = PREFIX_MISTAKES
     wrong = staticmethod(_prefix_variant)
+    diagnose = _not_bool
     depends_on = ("causal_mask", "padding_mask")
     forbidden = (
         "course_lib.masking.causal_mask",

@@ -7,8 +7,17 @@ from torch import nn
 
 from ...multihead import MultiHeadAttention
 from ..core import Case, GradingError, Task, register
-from .common import D_V_SCALE_HINT, ModuleTask, randn, residual_sublayers, wrong_attention
+from .common import (
+    D_K_FROM_SHAPE_2,
+    D_V_SCALE_HINT,
+    ModuleTask,
+    randn,
+    residual_sublayers,
+    without_dropout,
+    wrong_attention,
+)
 from .common import lengths_mask as source_padding_mask
+from .ex07._layers import LAYER_NORM_EPS
 
 # --------------------------------------------------------------------------------------------
 # ex06.cross_attention
@@ -34,6 +43,10 @@ CROSS_MISTAKES = {
     "(w_q.shape[1]), not by sqrt(d_model), the size of x: here they differ",
     "zero_after": "you zeroed the masked weights AFTER the softmax, so the rows no longer sum "
     "to 1: fill the masked SCORES with -inf before the softmax",
+    "weights_transposed": "w_q, w_k and w_v are (d_model, d_k) and (d_model, d_v): project with "
+    "them as they are, x @ w_q; x @ w_q.T (or F.linear(x, w_q)) is nn.Linear's convention, "
+    "whose weight is (out, in)",
+    "d_k_from_shape_2": D_K_FROM_SHAPE_2,
     "transpose_1_2": "k.transpose(1, 2) swaps the last two axes only when k is 3-D; with extra "
     "batch dimensions it moves a batch axis instead: use k.transpose(-2, -1)",
 }
@@ -42,10 +55,14 @@ CROSS_MISTAKES = {
 def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake=""):
     """Cross-attention by hand, (output, weights), with one named mistake."""
     queries, read, mask = x, memory, memory_mask
+    if mistake == "weights_transposed":  # x @ w.T, nn.Linear's (out, in) convention
+        w_q, w_k, w_v = w_q.mT, w_k.mT, w_v.mT
+        queries @ w_q  # q first, as a learner's does: a crash is then the same one
     if mistake == "queries_from_memory":
         queries, read = memory, x
         mask = None if mask is None else mask.transpose(-2, -1)
     sizes = {"scaled_by_d_v": w_v.shape[-1], "scaled_by_d_model": x.shape[-1], "unscaled": 1}
+    sizes["d_k_from_shape_2"] = (queries @ w_q).shape[2]
     keys = read @ w_k
     if mistake == "transpose_1_2":  # so that wrong_attention's k.transpose(-2, -1) is (1, 2)
         keys = keys.transpose(1, 2).transpose(-2, -1)
@@ -105,6 +122,10 @@ class CrossAttention(Task):
             Case("float64 x (2, 3, 8), memory (2, 9, 8), padding mask lengths [9, 5]",
                  inputs((2, 3, 8), (2, 9, 8), 4, 4, torch.float64),
                  {"memory_mask": source_padding_mask([9, 5], 9)}),
+            # the extra batch case above has n_q = d_k: q.shape[2] passed it as d_k
+            Case("extra batch dimensions, d_k=3 unlike n_q and n_kv: x (2, 2, 5, 6), memory "
+                 "(2, 2, 4, 6)",
+                 inputs((2, 2, 5, 6), (2, 2, 4, 6), 3, 2)),
         ]  # fmt: skip
 
     def diagnose(self, got, want, case):
@@ -158,6 +179,9 @@ SUBLAYER_MISTAKES = {
     "pre_norm_output_normalised": "pre-norm normalises only the sub-layer's input: "
     "x + attn(norm(x), memory, memory); the sum is not normalised again (that is "
     "post-norm)",
+    "output_tuple": "self.attn returns a pair (output, weights): add its first element to x, "
+    "self.attn(...)[0] (or attended, _ = self.attn(...)), not the pair",
+    "norm_eps": LAYER_NORM_EPS,
     "normed_sublayer": "you normalised the attention's output, x + norm(attn(x, memory)); "
     "post-norm normalises the sum, norm(x + attn(x, memory)), and pre-norm the attention's "
     "input, x + attn(norm(x), memory)",
@@ -173,7 +197,7 @@ class WrongSublayer(nn.Module):
         super().__init__()
         self.norm_first = self.mistake == "default_pre_norm" if norm_first is None else norm_first
         self.attn = MultiHeadAttention(d_model, num_heads)
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = nn.LayerNorm(d_model, 1e-6 if self.mistake == "norm_eps" else 1e-5)
 
     def forward(self, x, memory, memory_mask=None):
         mistake = self.mistake
@@ -187,7 +211,8 @@ class WrongSublayer(nn.Module):
         def attend(h):
             if mistake == "self_attends":
                 return self.attn(h, h, h)[0]
-            return self.attn(h, memory, memory, memory_mask)[0]
+            pair = self.attn(h, memory, memory, memory_mask)
+            return pair if mistake == "output_tuple" else pair[0]
 
         slip = "pre_post_swapped" if mistake == "norm_swapped" else mistake
         norm_first = self.norm_first and mistake != "normed_sublayer"  # x + norm(attn) in both
@@ -256,18 +281,7 @@ class CrossAttentionSublayerTask(ModuleTask):
 
     def run(self, module, case):
         args = [*case.args, *case.kwargs.values()]  # x, memory and memory_mask if given
-        with torch.no_grad():
-            out = module.train()(*args)
-            module.eval()
-            evaluated = module(*args)
-        if isinstance(out, torch.Tensor) and isinstance(evaluated, torch.Tensor):
-            if out.shape == evaluated.shape and not torch.allclose(out, evaluated, atol=1e-6):
-                raise GradingError(
-                    "your sub-layer gives other outputs in training mode than in eval mode, so "
-                    "it has dropout the task does not ask for: MultiHeadAttention(d_model, "
-                    "num_heads), with no dropout"
-                )
-        return evaluated
+        return without_dropout(module, args, {}, "sub-layer")
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,12 +10,17 @@ from torch import nn
 
 from ....multihead import MultiHeadAttention
 from ...core import Case, exercise_name
-from ..common import ModuleTask, randn, residual_sublayers
+from ..common import ModuleTask, randn, residual_sublayers, without_dropout
 
 ALWAYS_POST_NORM = (
     "norm_first is ignored: your layer is post-norm even with norm_first=True, which asks "
     "for pre-norm, x = x + sublayer(norm(x)); keep self.norm_first = norm_first and branch on "
     "it in forward"
+)
+DEFAULT_PRE_NORM = (
+    "built without norm_first, your layer is pre-norm: the default is norm_first=False "
+    "(post-norm, as in nn.TransformerEncoderLayer and nn.TransformerDecoderLayer); give "
+    "__init__ norm_first=False as its default"
 )
 PRE_POST_SWAPPED = (
     "post-norm and pre-norm are swapped: norm_first=False (post-norm) is "
@@ -45,6 +50,10 @@ PRE_NO_LAST_NORM = (
 MASK_INVERTED = (
     "the mask is inverted: here True means 'may attend' (nn.MultiheadAttention's masks mean "
     "the opposite), so pass the mask as it is, not ~mask"
+)
+OUTPUT_TUPLE = (
+    "MultiHeadAttention returns a pair (output, weights): add its first element to x, "
+    "self.self_attn(h, h, h, mask=mask)[0] (or out, _ = ...), not the pair"
 )
 LAYER_NORM_EPS = (
     "your LayerNorms use another eps than nn.LayerNorm's default 1e-5 (some tutorials use "
@@ -125,8 +134,10 @@ class WrongLayer(nn.Module):
     mistake = ""
     cross = False
 
-    def __init__(self, d_model, num_heads, d_ff, norm_first=False, activation="relu", bias=True):
+    def __init__(self, d_model, num_heads, d_ff, norm_first=None, activation="relu", bias=True):
         super().__init__()
+        if norm_first is None:  # built without it: the default, False
+            norm_first = self.mistake == "default_pre_norm"
         self.norm_first, self.activation = norm_first, activation
         self.self_attn = MultiHeadAttention(d_model, num_heads, bias=bias)
         if self.cross:
@@ -145,6 +156,8 @@ class WrongLayer(nn.Module):
             self_mask, memory_mask = (m if m is None else ~m for m in (self_mask, memory_mask))
         if mistake in ("mask_ignored", "no_self_mask"):
             self_mask = None
+        if mistake == "causal_default" and self_mask is None:  # a causal mask of its own
+            self_mask = torch.ones(x.shape[-2], x.shape[-2], dtype=torch.bool).tril()
         norms = [self.norm1, self.norm2, self.norm3] if self.cross else [self.norm1, self.norm2]
         if mistake == "norms_swapped":  # the last two
             norms[-2:] = norms[-1], norms[-2]
@@ -156,7 +169,8 @@ class WrongLayer(nn.Module):
 
         def attention(h):  # the first sub-layer: x is its raw input
             kv = x if mistake == "kv_not_normed" else h
-            return self.self_attn(h, kv, kv, mask=self_mask)[0]
+            pair = self.self_attn(h, kv, kv, mask=self_mask)
+            return pair if mistake == "output_tuple" else pair[0]
 
         def cross_attention(h):
             keys = {"cross_on_x": h, "memory_normed": self.norm2(memory)}.get(mistake, memory)
@@ -204,5 +218,10 @@ class LayerTask(ModuleTask):
     """An encoder or decoder layer task: built with its sizes, norm_first and options."""
 
     def init_args(self, case):
-        kwargs = {"norm_first": case.data["norm_first"], **case.data["kwargs"]}
+        norm_first = case.data["norm_first"]  # None: built without it (its default, False)
+        kwargs = {} if norm_first is None else {"norm_first": norm_first}
+        kwargs.update(case.data["kwargs"])
         return tuple(case.data["sizes"]), kwargs
+
+    def run(self, module, case):
+        return without_dropout(module, list(case.args), case.kwargs, "layer")

@@ -12,7 +12,8 @@ WRONG_ORDER = (
     "the cross-attention to memory, then the feed-forward network"
 )
 
-MISTAKES = {
+MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives the same
+    "default_pre_norm": layers.DEFAULT_PRE_NORM,
     "always_post": layers.ALWAYS_POST_NORM,
     "cross_on_x": "the cross-attention takes its keys and values from the target "
     "x: that is a second self-attention. Queries come from x, keys and values from "
@@ -27,6 +28,9 @@ MISTAKES = {
     "swapped them",
     "no_self_mask": "the self-attention ignores self_mask: without the causal mask "
     "every target position sees the future tokens it must predict",
+    "causal_default": "with self_mask=None your self-attention is causal all the same: the layer "
+    "masks only with the self_mask it is given (the model that calls it passes the causal "
+    "one), so pass self_mask on as it is, None included",
     "no_memory_mask": "the cross-attention ignores memory_mask: the padding positions of the "
     "source must get zero weight, multihead_attn(x, memory, memory, mask=memory_mask)",
     "residual_of_normed": "in pre-norm the residual adds the sub-layer's output to x itself, "
@@ -50,6 +54,7 @@ MISTAKES = {
     "x = norm3(x + ffn(x))",
     "cross_first": WRONG_ORDER,  # the sub-layers moved, the norms left in place
     "norm_eps": layers.LAYER_NORM_EPS,
+    "output_tuple": layers.OUTPUT_TUPLE,
     "cross_reads_input": "the cross-attention reads the layer's input x instead of the output "
     "of the self-attention sub-layer: the three sub-layers run one after the other, each on "
     "the x the previous one returned (keep assigning x = ...)",
@@ -107,9 +112,10 @@ class DecoderLayerTask(layers.LayerTask):
                  (8, 2, 16), (2, 4, 6), False),
             case("pre-norm (norm_first=True), d_model=8, 2 heads, x (2, 4, 8), memory (2, 6, 8)",
                  (8, 2, 16), (2, 4, 6), True),
-            case("post-norm with a causal self_mask (6, 6) and a source padding memory_mask "
-                 "(3, 1, 6), x (3, 6, 8), memory (3, 6, 8) (as long as the target), 2 heads",
-                 (8, 2, 16), (3, 6, 6), False, masks=(causal_mask(6), src_pad)),
+            case("post-norm, built without norm_first (its default is False), with a causal "
+                 "self_mask (6, 6) and a source padding memory_mask (3, 1, 6), x (3, 6, 8), "
+                 "memory (3, 6, 8) (as long as the target), 2 heads",
+                 (8, 2, 16), (3, 6, 6), None, masks=(causal_mask(6), src_pad)),
             case("post-norm with a causal self_mask (5, 5) and a source padding memory_mask "
                  "(3, 1, 6), x (3, 5, 12), memory (3, 6, 12), 3 heads",
                  (12, 3, 24), (3, 5, 6), False, masks=(causal_mask(5), src_pad)),

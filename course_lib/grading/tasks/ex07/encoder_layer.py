@@ -9,7 +9,8 @@ import torch
 from ...core import register
 from . import _layers as layers
 
-MISTAKES = {
+MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives the same
+    "default_pre_norm": layers.DEFAULT_PRE_NORM,
     "always_post": layers.ALWAYS_POST_NORM,
     "pre_post_swapped": layers.PRE_POST_SWAPPED,
     "residual_normed": "the residual must carry x itself around the sub-layer: "
@@ -40,6 +41,7 @@ MISTAKES = {
     "no_ff_residual": "the residual connection around the feed-forward network is missing: add "
     "its input, x + ffn(...), as you did around the self-attention",
     "norm_eps": layers.LAYER_NORM_EPS,
+    "output_tuple": layers.OUTPUT_TUPLE,
     "relu2_square_first": layers.RELU2_SQUARE_FIRST,
     "pre_norm_output_normalised": layers.PRE_NORM_OUTPUT_NORMALISED,
     "one_norm_module": layers.ONE_NORM_MODULE,
@@ -86,8 +88,9 @@ class EncoderLayerTask(layers.LayerTask):
                  (8, 2, 16), (2, 5), False),
             case("pre-norm (norm_first=True), d_model=8, 2 heads, x (2, 5, 8)",
                  (8, 2, 16), (2, 5), True),
-            case("post-norm with a causal mask (4, 4), d_model=12, 3 heads",
-                 (12, 3, 24), (2, 4), False, mask=causal_mask(4)),
+            case("post-norm, built without norm_first (its default is False), with a causal "
+                 "mask (4, 4), d_model=12, 3 heads",
+                 (12, 3, 24), (2, 4), None, mask=causal_mask(4)),
             case("pre-norm with a padding mask (3, 1, 6), lengths [6, 3, 1]",
                  (8, 4, 32), (3, 6), True, mask=pad),
             case("float64, post-norm, with a padding mask (3, 1, 6)",

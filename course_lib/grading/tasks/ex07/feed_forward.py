@@ -29,6 +29,8 @@ MISTAKES = {
     "training=self.training (nn.Dropout does this for you)",
     "keep_probability": "nn.Dropout(p) takes the probability of dropping a unit, not of keeping "
     "it: nn.Dropout(dropout), not nn.Dropout(1 - dropout)",
+    "default_dropout": "built without the dropout argument, your network drops units in "
+    "training mode: the default is dropout=0.0 (0.1 is nn.TransformerEncoderLayer's)",
     "fixed_p": "the dropout probability is the `dropout` argument, not a number of your own: "
     "nn.Dropout(dropout)",
     "input_dropout": "dropout belongs on the hidden units, between the ReLU and linear2, not on "
@@ -53,8 +55,10 @@ class WrongFeedForward(nn.Module):
 
     mistake = ""
 
-    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", bias=True):
+    def __init__(self, d_model, d_ff, dropout=None, activation="relu", bias=True):
         super().__init__()
+        if dropout is None:  # built without it: its default, 0.0
+            dropout = 0.1 if self.mistake == "default_dropout" else 0.0
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
         self.p = {"keep_probability": 1 - dropout, "fixed_p": 0.1}.get(self.mistake, dropout)
@@ -100,7 +104,7 @@ class FeedForwardTask(ModuleTask):
         def seeded(description, mode, sizes, shape, dropout=0.5, activation="relu"):
             # EX07-1: dropout with the reference's random seed, in train or eval mode
             data = {
-                "sizes": (*sizes, dropout),
+                "sizes": sizes if dropout is None else (*sizes, dropout),
                 "kwargs": layers.layer_kwargs(activation),
                 "state_dict": random_state(FeedForward(*sizes), gen),
                 "mode": mode,
@@ -148,6 +152,10 @@ class FeedForwardTask(ModuleTask):
             seeded("activation='gelu', dropout=0.5 in train mode (same random seed as the "
                    "reference): the GELU first, then dropout on its output, then linear2",
                    "train", (6, 16), (2, 4), activation="gelu"),
+            # only the cases above that pass dropout ran in train mode: a default of 0.1 passed
+            seeded("built without dropout, in train mode: the default is dropout=0.0, so "
+                   "nothing is dropped",
+                   "train", (6, 12), (2, 3), dropout=None),
         ]  # fmt: skip
 
     def init_args(self, case):
@@ -156,6 +164,16 @@ class FeedForwardTask(ModuleTask):
         if dropout is not None:
             kwargs["dropout"] = dropout
         return tuple(case.data["sizes"]), kwargs
+
+    def diagnose(self, got, want, case):
+        if case.data.get("mode") == "train":  # no listed mistake: the dropout itself differs
+            return (
+                "in training mode your output is not nn.Dropout's with the same random seed: a "
+                "hand-made mask draws its random numbers differently (and the kept units are "
+                "scaled by 1 / (1 - dropout)); use nn.Dropout(dropout) or F.dropout(h, dropout, "
+                "self.training) between the activation and linear2"
+            )
+        return None
 
     def run(self, module, case):
         mode = case.data.get("mode")

@@ -12,6 +12,12 @@ NO_KEEPDIM = (
     "with x: keep it, x.mean(dim=-1, keepdim=True), shape (..., 1)"
 )
 
+POWER_HALF = (
+    "(var + eps) ** 1/2 is ((var + eps) ** 1) / 2: ** binds tighter than /, so that divides by "
+    "(var + eps) / 2 (or, inline in x / (var + eps) ** 1/2, by 2 (var + eps)); write "
+    "(var + eps) ** 0.5 or torch.sqrt(var + eps)"
+)
+
 FORBIDDEN = (  # also for ex07.LayerNorm, which calls the learner's layer_norm
     "torch.nn.functional.layer_norm",
     "torch.layer_norm",
@@ -48,6 +54,10 @@ MISTAKES = {
     "def layer_norm(x, gamma, beta, eps=1e-5)",
     "eps_after_division": "eps is added to the normalised x, (x - mean) / sqrt(var) + eps: it "
     "belongs under the square root, (x - mean) / sqrt(var + eps) (mind the brackets)",
+    "unbracketed": "x - mean / sqrt(var + eps) divides only the mean: / binds tighter than -, "
+    "so bracket the centred x, (x - mean) / sqrt(var + eps) * gamma + beta",
+    "power_half": POWER_HALF,
+    "power_half_inline": POWER_HALF,
     "no_eps": "your result is LayerNorm without eps (or with a far smaller one): add eps to the "
     "variance inside the square root, sqrt(var + eps), with the default eps=1e-5",
 }
@@ -70,7 +80,11 @@ def wrong_layer_norm(x, gamma, beta, eps=None, *, mistake=""):
     elif mistake == "eps_after_division":
         x_hat = (x - mean) / var.sqrt() + eps
     else:
-        root = var + eps if mistake == "by_variance" else torch.sqrt(var + eps)
+        halves = {"power_half": (var + eps) / 2, "power_half_inline": 2 * (var + eps)}
+        root = {"by_variance": var + eps, **halves}.get(mistake)
+        root = torch.sqrt(var + eps) if root is None else root
+        if mistake == "unbracketed":  # x - mean / sqrt(var + eps) * gamma + beta
+            return x - mean / root * gamma + beta
         x_hat = (x if mistake == "not_centred" else x - mean) / root
     if mistake == "gamma_beta_swapped":
         return x_hat * beta + gamma

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ...core import Case, register
+from ...core import Case, GradingError, register
 from ..common import ModuleTask, randn
 from .layer_norm import FORBIDDEN, wrong_layer_norm
 
@@ -110,3 +110,19 @@ class LayerNormModuleTask(ModuleTask):
             return super().call(obj, case)
         module = self.build(obj, case).to(case.args[0].dtype)
         return self.run(module, case)
+
+    def run(self, module, case):
+        out = module.eval()(*case.args)  # with gradients: the weight and bias are learned
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        grads = [None] * len(named)
+        if isinstance(out, torch.Tensor) and out.requires_grad and named:
+            grads = torch.autograd.grad(out.sum(), [p for _, p in named], allow_unused=True)
+        reached = {n for (n, _), grad in zip(named, grads, strict=True) if grad is not None}
+        unreached = [n for n, _ in module.named_parameters() if n not in reached]
+        if unreached:
+            raise GradingError(
+                f"no gradient reaches your {' and '.join(unreached)} (.data, .detach(), "
+                "torch.no_grad() or requires_grad=False cut it): training could never change "
+                "them; use the parameters themselves in forward"
+            )
+        return out.detach() if isinstance(out, torch.Tensor) else out

@@ -33,6 +33,8 @@ MISTAKES = {
     "def rms_norm(x, weight, eps=1e-6)",
     "dim1": "the mean is taken over dim=1, the last dimension only when x is 2-D: use "
     "dim=-1 (keepdim=True), whatever the batch dimensions",
+    "whole_tensor": "the mean square is taken over the whole tensor (no dim); each vector gets "
+    "its own, over the last dimension: x.pow(2).mean(dim=-1, keepdim=True)",
     "no_eps": "your result is RMSNorm without eps (or with a far smaller one): add eps inside "
     "the square root, sqrt(mean(x**2) + eps), with the default eps=1e-6",
 }
@@ -48,6 +50,8 @@ def wrong_rms_norm(x, weight, eps=None, *, mistake=""):
     dim, keepdim = {"batch_axis": 0, "dim1": 1}.get(mistake, -1), mistake != "no_keepdim"
     if mistake == "sum":
         mean_square = x.pow(2).sum(dim=dim, keepdim=keepdim)
+    elif mistake == "whole_tensor":
+        mean_square = x.pow(2).mean()
     elif mistake == "mean_squared":
         mean_square = x.mean(dim=dim, keepdim=keepdim).pow(2)
     else:
@@ -95,3 +99,12 @@ class RMSNormTask(Task):
             case("float64 x (3, 5) with eps=0.5 given", (3, 5), dtype=torch.float64, eps=0.5),
             case("x (4, 1): a single feature", (4, 1), shift=1.0),
         ]  # fmt: skip
+
+    def diagnose(self, got, want, case):
+        if isinstance(got, torch.Tensor) and got.dtype == want.dtype == torch.float64:
+            if got.shape == want.shape and torch.allclose(got, want, rtol=1e-5, atol=1e-6):
+                return (
+                    "your float64 result has float32's precision: compute in x's dtype (the "
+                    "float32 upcast of Llama's code, x.float(), is for float16 and bfloat16 input)"
+                )
+        return None

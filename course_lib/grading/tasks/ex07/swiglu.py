@@ -21,6 +21,8 @@ MISTAKES = {
     "2 * (4 * d_model // 3) groups the same operators otherwise: it rounds "
     "4 * d_model / 3 down before doubling and comes out one short whenever d_model "
     "% 3 == 2 (340 instead of 341 at the course's d_model = 128)",
+    "true_division": "8 * d_model / 3 is a float (true division), and a layer's size must be an "
+    "int: d_ff = 8 * d_model // 3, multiply first, then floor-divide",
     "relu": "the gate goes through SiLU (F.silu), not ReLU (that would be ReGLU)",
     "silu_of_product": "SiLU goes on the gate alone, before the product: "
     "silu(gate_proj(x)) * up_proj(x), not silu(gate_proj(x) * up_proj(x))",
@@ -39,7 +41,8 @@ class WrongSwiGLU(nn.Module):
     def __init__(self, d_model, d_ff=None):
         super().__init__()
         if d_ff is None:  # "regrouped" rounds 4 * d_model / 3 down before doubling
-            d_ff = 2 * (4 * d_model // 3) if self.mistake == "regrouped" else 8 * d_model // 3
+            rules = {"regrouped": 2 * (4 * d_model // 3), "true_division": 8 * d_model / 3}
+            d_ff = rules.get(self.mistake, 8 * d_model // 3)
         self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
         self.up_proj = nn.Linear(d_model, d_ff, bias=False)
         self.down_proj = nn.Linear(d_ff, d_model, bias=False)
@@ -109,7 +112,11 @@ class SwiGLUTask(ModuleTask):
             want = 8 * case.data["sizes"][0] // 3
             if width is not None and width != want:
                 for wrong, hint in self.mistakes():
-                    if wrong(*case.data["sizes"]).gate_proj.out_features == width:
+                    try:
+                        wrong_width = wrong(*case.data["sizes"]).gate_proj.out_features
+                    except TypeError:  # "true_division": a float size
+                        continue
+                    if wrong_width == width:
                         raise GradingError(
                             f"with d_ff left out your d_ff is {width}, expected {want}. "
                             f"Hint: {hint}"
