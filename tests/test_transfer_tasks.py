@@ -236,6 +236,7 @@ def train_step_cross_entropy(
     """A correct alternative: F.cross_entropy, model.zero_grad, the shift by hand."""
     import torch.nn.functional as F
 
+    model.train()
     model.zero_grad()
     tgt_in = torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], dim=1)
     logits = model(src, tgt_in)
