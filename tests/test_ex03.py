@@ -659,16 +659,9 @@ def test_a_second_hunt_slip_fails_the_notebook_check_with_its_own_hint(slip, wor
     assert words in result.feedback, result.feedback
 
 
-class _HeadByHead(nn.Module):
-    """A learner's module that attends head by head, and stacks the heads' maps on dim=0."""
-
-    def __init__(self, d_model, num_heads, bias=True):
-        super().__init__()
-        self.num_heads, self.d_head = num_heads, d_model // num_heads
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+class _HeadByHead(EinsumMultiHeadAttention):
+    """A learner's module that attends head by head, and stacks the heads' maps on dim=0
+    (the same projections as the einsum alternative above, its own forward)."""
 
     def forward(self, query, key, value, mask=None):
         q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
