@@ -830,7 +830,15 @@ def pair_counts_back_to_front(ids):  # hunt 2: '(3, 9) is missing', no word why
     return counts
 
 
+def bpe_encode_popping_the_merges(ids, merges):  # right order, but the caller's merges are gone
+    while merges:
+        pair = next(iter(merges))
+        ids = _merge(ids, pair, merges.pop(pair))
+    return ids
+
+
 NEXT_SLIPS = [
+    ("ex01.bpe_encode", bpe_encode_popping_the_merges, "your code changed its input `merges`"),
     ("ex01.pair_counts", pair_counts_back_to_front, "your pairs are back to front"),
     ("ex01.merge_pair", merge_pair_reading_past_the_end, "ids[i + 1] is past the end"),
     ("ex01.cosine_similarity_matrix", cosine_with_an_epsilon_on_every_length, "clamp the lengths"),

@@ -362,13 +362,14 @@ def _copy_input(value: Any, memo: dict[int, Any]) -> Any:
         if isinstance(value, Tensor):
             memo[id(value)] = value.detach().clone().requires_grad_(value.requires_grad)
         else:
-            memo[id(value)] = list(value) if isinstance(value, list) else value
+            copy = {list: list, dict: dict}.get(type(value))
+            memo[id(value)] = copy(value) if copy else value
     return memo[id(value)]
 
 
 def _own_copy(case: Case) -> Case:
-    """`case` with copies of its tensors and lists: what the learner's code gets, so code that
-    changes its inputs in place cannot change the case the reference answers."""
+    """`case` with copies of its tensors, lists and dicts: what the learner's code gets, so code
+    that changes its inputs in place cannot change the case the reference answers."""
     memo: dict[int, Any] = {}
     return replace(
         case,
@@ -386,6 +387,8 @@ def _same_input(before: Any, after: Any) -> bool:
             if before.is_floating_point() or before.is_complex()
             else before.shape == after.shape and torch.equal(before, after)
         )
+    if isinstance(before, dict):  # a shallow copy: the same values, unless one was replaced
+        return list(before) == list(after) and all(before[k] is after[k] for k in before)
     return before == after if isinstance(before, list) else True
 
 
@@ -691,7 +694,8 @@ def changed_message(names: list[str]) -> str:
         f"your code changed its input {which} in place (its values after the call differ from "
         "those it was given); whoever calls it may still need them: build new values instead "
         "(`x = x - c`, not `x -= c`; no methods ending in `_` such as `add_`, and no `pop` or "
-        "`append` on a list you were given), or work on a copy (`x.clone()`, `list(ids)`)"
+        "`append` on a list you were given, no `pop` or `del` on a dict), or work on a copy "
+        "(`x.clone()`, `list(ids)`, `dict(merges)`)"
     )
 
 
