@@ -14,6 +14,7 @@ class TableStepFn:
 
     def __init__(self, table: torch.Tensor, bos_id: int):
         self.table, self.bos_id = table, bos_id  # table (batch, max_new_tokens, vocab, vocab)
+        self.length = 0  # the length of the last prefix seen
 
     def __call__(self, prefix):
         if not isinstance(prefix, torch.Tensor) or prefix.dim() != 2:
@@ -31,12 +32,19 @@ class TableStepFn:
                 f"step_fn got a prefix of length {t}, more than <bos> + max_new_tokens "
                 f"tokens: stop after max_new_tokens steps"
             )
+        if self.length and t > self.length + 1:
+            raise ValueError(
+                f"step_fn got a prefix of length {t} after one of length {self.length}: each step "
+                "appends ONE token to every row, a (batch, 1) column. Check the shape of your next "
+                "token: logits[:, -1].argmax(dim=-1) is (batch,), and next_token[:, None] makes "
+                "the column; a (batch, 1) tensor and a (batch,) mask broadcast to (batch, batch)"
+            )
         if (prefix[:, 0] != self.bos_id).any():
             raise ValueError(f"every prefix must start with <bos> (id {self.bos_id})")
         vocab = self.table.shape[-1]
         if prefix.min() < 0 or prefix.max() >= vocab:
             raise ValueError(f"the prefix holds token ids outside the vocabulary [0, {vocab})")
-        prefix = prefix.long()
+        prefix, self.length = prefix.long(), t
         rows = torch.arange(batch).unsqueeze(1)  # (batch, 1)
         positions = torch.arange(t).unsqueeze(0)  # (1, t)
         return self.table[rows, positions, prefix]  # (batch, t, vocab)
