@@ -38,7 +38,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from .validation import check_non_negative_int
+from .validation import check_flag, check_non_negative_int, check_positive_int
 
 __all__ = [
     "median_seconds",
@@ -51,8 +51,7 @@ __all__ = [
 
 def median_seconds(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
     """Median wall-clock seconds of `repeats` calls of fn(), after `warmup` untimed calls."""
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    check_positive_int(repeats, "repeats")
     check_non_negative_int(warmup, "warmup")
     for _ in range(warmup):
         fn()
@@ -111,8 +110,7 @@ def peak_tensor_bytes(fn: Callable[[], object], grad: bool = False) -> int:
     leaves in `.grad` stay alive after it and are counted; set them to None inside fn to
     measure only the peak.
     """
-    if not isinstance(grad, bool):
-        raise ValueError(f"grad must be True or False, got {grad!r}")
+    check_flag(grad, "grad")
     counter = TensorMemoryCounter()
     with torch.set_grad_enabled(grad), counter:
         result = fn()

@@ -28,6 +28,7 @@ from .validation import (
     at_the_door,
     check_bool_mask,
     check_cross_attention_inputs,
+    check_flag,
     check_floating,
     check_memory_mask,
     check_positive_int,
@@ -121,8 +122,7 @@ class CrossAttentionSublayer(nn.Module):
         super().__init__()
         check_positive_int(d_model, "d_model")
         check_positive_int(num_heads, "num_heads")
-        if not isinstance(norm_first, bool):
-            raise TypeError(f"norm_first must be True or False, got {norm_first!r}")
+        check_flag(norm_first, "norm_first")
         self.d_model, self.num_heads, self.norm_first = d_model, num_heads, norm_first
         self.attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
         self.norm = LayerNorm(d_model, layer_norm_eps, bias=bias)

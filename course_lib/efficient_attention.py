@@ -33,6 +33,7 @@ from torch.autograd.function import once_differentiable
 
 from .validation import (
     check_bool_mask,
+    check_flag,
     check_non_negative_int,
     check_positive_int,
     check_qkv,
@@ -260,8 +261,7 @@ def tiled_attention(
     temporary is a few (block_size, block_size) tiles per batch element, forward and backward.
     """
     _check_tiled(q, k, v, block_size, key_padding_mask)
-    if not isinstance(causal, bool):
-        raise ValueError(f"causal must be True or False, got {causal!r}")
+    check_flag(causal, "causal")
     out, lse = _FlashAttention.apply(q, k, v, causal, block_size, key_padding_mask)
     return (out, lse) if return_lse else out
 
@@ -388,8 +388,7 @@ def performer_features(
     overflow. Attention's normalisation cancels it, but phi(q).phi(k) is then exp(q.k) times
     an unknown factor: use stabilize=False for the unbiased estimate itself.
     """
-    if not isinstance(stabilize, bool):
-        raise ValueError(f"stabilize must be True or False, got {stabilize!r}")
+    check_flag(stabilize, "stabilize")
     projected = x @ projection.T  # (..., n, m)
     exponent = projected - (x * x).sum(dim=-1, keepdim=True) / 2
     if stabilize and is_query:

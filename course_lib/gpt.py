@@ -36,6 +36,7 @@ from .validation import (
     at_the_door,
     check_choice,
     check_context,
+    check_heads_divide,
     check_ids,
     check_non_negative_int,
     check_positive_int,
@@ -84,10 +85,7 @@ class GPTConfig:
         if self.d_ff is None:
             self.d_ff = 4 * self.d_model
         check_positive_int(self.d_ff, "d_ff")
-        if self.d_model % self.num_heads != 0:
-            raise ValueError(
-                f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}"
-            )
+        check_heads_divide(self.d_model, self.num_heads)
 
 
 class GPT(nn.Module):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .validation import check_boolean, check_positive_int, check_tensor
+from .validation import check_boolean, check_positive_int, check_tensor, check_token_id
 
 __all__ = [
     "causal_mask",
@@ -45,8 +45,7 @@ def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
     The middle 1 broadcasts over the query axis, so the mask applies to every query row.
     """
     check_tensor(ids, "ids", ndim=2, shape_hint="(batch, seq)", dtype=(torch.int64, torch.int32))
-    if isinstance(pad_id, bool) or not isinstance(pad_id, int):
-        raise TypeError(f"pad_id must be an int (the id of the padding token), got {pad_id!r}")
+    check_token_id(pad_id, "pad_id", "the id of the padding token")
     return (ids != pad_id).unsqueeze(-2)  # (batch, 1, seq)
 
 

@@ -20,6 +20,7 @@ from .validation import (
     at_the_door,
     check_attention_inputs,
     check_dropout,
+    check_heads_divide,
     check_positive_int,
     check_tensor,
     door,
@@ -48,12 +49,7 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
     if at_the_door():
         check_tensor(x, "x", ndim=3, shape_hint="(batch, seq, d_model)")
         check_positive_int(num_heads, "num_heads")
-        if x.shape[-1] % num_heads != 0:
-            raise ValueError(
-                f"d_model={x.shape[-1]} is not divisible by num_heads={num_heads}; each head "
-                f"gets d_model / num_heads features, so choose num_heads among the divisors "
-                f"of {x.shape[-1]}"
-            )
+        check_heads_divide(x.shape[-1], num_heads)
     batch, seq, d_model = x.shape
     x = x.reshape(batch, seq, num_heads, d_model // num_heads)  # (batch, seq, heads, d_head)
     return x.transpose(1, 2)  # (batch, num_heads, seq, d_head)
@@ -101,11 +97,7 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         check_positive_int(d_model, "d_model")
         check_positive_int(num_heads, "num_heads")
-        if d_model % num_heads != 0:
-            raise ValueError(
-                f"d_model={d_model} is not divisible by num_heads={num_heads}; "
-                f"each head gets d_model / num_heads features"
-            )
+        check_heads_divide(d_model, num_heads)
         check_dropout(dropout)
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         check_positive_int(num_kv_heads, "num_kv_heads")

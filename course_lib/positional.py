@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from .validation import (
     at_the_door,
+    check_dropout,
     check_even,
     check_floating,
     check_positions_input,
@@ -192,8 +193,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         super().__init__()
         check_even(d_model)
         check_positive_int(max_len, "max_len")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        check_dropout(dropout)
         self.d_model, self.max_len = d_model, max_len
         self.dropout = nn.Dropout(dropout)
         self.register_buffer(

@@ -9,7 +9,7 @@ import random
 import numpy as np
 import torch
 
-from .validation import check_non_negative_int
+from .validation import check_non_negative_int, check_positive_int
 
 __all__ = [
     "seed_everything",
@@ -104,8 +104,7 @@ def set_threads(threads: int | None = None) -> int:
             threads = int(raw)
         except ValueError:
             raise ValueError(f"COURSE_THREADS must be a positive integer, got {raw!r}") from None
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"threads must be a positive integer, got {threads!r}")
+    check_positive_int(threads, "threads")
     torch.set_num_threads(threads)
     return threads
 

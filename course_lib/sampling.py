@@ -35,7 +35,7 @@ def sampling_distribution(
     """
     check_logits(logits)
     vocab = logits.shape[-1]
-    check_sampling_options(temperature, top_k, top_p, vocab)
+    check_sampling_options(temperature, top_k, top_p)
     if temperature == 0:  # greedy: a one-hot on the arg-max
         return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
     logits = logits / temperature  # (batch, vocab): temperature acts BEFORE the softmax

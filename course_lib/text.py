@@ -22,6 +22,8 @@ from importlib import resources
 import torch
 from torch import Tensor
 
+from .validation import check_positive_int
+
 __all__ = [
     "CharTokenizer",
     "WordTokenizer",
@@ -240,8 +242,7 @@ class WordTokenizer(_Tokenizer):
     ) -> WordTokenizer:
         """A vocabulary of every word seen at least `min_count` times, most frequent first
         (ties alphabetical, so the ids never depend on the order of a set)."""
-        if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
-            raise ValueError(f"min_count must be a positive int, got {min_count!r}")
+        check_positive_int(min_count, "min_count")
         if isinstance(texts, str):
             texts = [texts]
         counts: Counter[str] = Counter()
@@ -382,8 +383,7 @@ def embedding_corpus(num_sentences: int = 3000, seed: int = 0) -> list[str]:
     "apple" is both a fruit and a company, "cat" is both a pet and part of "cat scan": the two
     ambiguities the lesson uses to show what a static embedding cannot do.
     """
-    if isinstance(num_sentences, bool) or not isinstance(num_sentences, int) or num_sentences < 1:
-        raise ValueError(f"num_sentences must be a positive int, got {num_sentences!r}")
+    check_positive_int(num_sentences, "num_sentences")
     rng = random.Random(seed)
     topics = list(_TOPIC_WEIGHTS)
     weights = [_TOPIC_WEIGHTS[t] for t in topics]

@@ -41,6 +41,7 @@ from .validation import (
     check_positive_int,
     check_smoothing,
     check_tensor,
+    check_token_id,
 )
 
 __all__ = [
@@ -231,8 +232,7 @@ def shift_right(targets: Tensor, bos_id: int) -> Tensor:
     check_tensor(
         targets, "targets", ndim=2, shape_hint="(batch, seq)", dtype=(torch.int64, torch.int32)
     )
-    if isinstance(bos_id, bool) or not isinstance(bos_id, int):
-        raise TypeError(f"bos_id must be an int (the id of the <bos> token), got {bos_id!r}")
+    check_token_id(bos_id, "bos_id", "the id of the <bos> token")
     bos = torch.full_like(targets[:, :1], bos_id)  # (batch, 1)
     return torch.cat([bos, targets[:, :-1]], dim=1)  # (batch, seq)
 
@@ -267,8 +267,7 @@ def label_smoothing_loss(
     """
     check_logits_target(logits, target)
     smoothing = check_smoothing(smoothing)
-    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
-        raise TypeError(f"ignore_index must be an int (usually the pad id), got {ignore_index!r}")
+    check_token_id(ignore_index, "ignore_index", "usually the pad id")
     vocab = logits.shape[-1]
     keep = target != ignore_index  # (...) True = a real token that counts
     if keep.any() and (target[keep].min() < 0 or target[keep].max() >= vocab):

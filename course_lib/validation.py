@@ -33,6 +33,9 @@ __all__ = [
     "check_choice",
     "check_same_last_dim",
     "check_positive_int",
+    "check_heads_divide",
+    "check_flag",
+    "check_token_id",
     "check_bool_mask",
     "check_floating",
     "check_features",
@@ -197,6 +200,29 @@ def check_positive_int(value: object, name: str) -> int:
     """Check that `value` is a positive int (a size, a count of heads, a length)."""
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def check_heads_divide(d_model: int, num_heads: int) -> None:
+    """Check that num_heads divides d_model: each head gets d_model / num_heads features."""
+    if d_model % num_heads != 0:
+        raise ValueError(
+            f"d_model={d_model} is not divisible by num_heads={num_heads}; each head gets "
+            f"d_model / num_heads features, so choose num_heads among the divisors of {d_model}"
+        )
+
+
+def check_flag(value: object, name: str) -> bool:
+    """Check that a switch is True or False (1, 0 and None are refused: they hide a typo)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def check_token_id(value: object, name: str, meaning: str) -> int:
+    """Check that a special token's id (`meaning`, e.g. "the id of the <bos> token") is an int."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int ({meaning}), got {value!r}")
     return value
 
 
@@ -424,13 +450,7 @@ def check_even(d_model: int, name: str = "d_model") -> int:
 
 def check_positions_input(x: Tensor, d_model: int, max_len: int, start_pos: int) -> None:
     """The input of a positional encoding (lesson 04) and the positions it asks for."""
-    check_tensor(x, "x", ndim=3, shape_hint=f"(batch, seq, d_model={d_model})")
-    check_floating(x, "x")
-    if x.shape[-1] != d_model:
-        raise ValueError(
-            f"x has {x.shape[-1]} features but this positional encoding has d_model={d_model} "
-            f"(x has shape {tuple(x.shape)})"
-        )
+    check_sequence(x, "x", d_model, owner="this positional encoding")
     check_non_negative_int(start_pos, "start_pos")
     if start_pos + x.shape[1] > max_len:
         raise ValueError(
@@ -440,7 +460,7 @@ def check_positions_input(x: Tensor, d_model: int, max_len: int, start_pos: int)
         )
 
 
-def check_sampling_options(temperature: object, top_k: object, top_p: object, vocab: int) -> None:
+def check_sampling_options(temperature: object, top_k: object, top_p: object) -> None:
     """Temperature, top-k and top-p of sampling (lesson 09)."""
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
         raise TypeError(f"temperature must be a number >= 0, got {temperature!r}")
@@ -532,11 +552,7 @@ def check_cross_attention_inputs(
     """The inputs of lesson 06's cross-attention sub-layer."""
     check_sequence(x, "x", d_model, "n_q", "this sub-layer")
     check_sequence(memory, "memory", d_model, "n_kv", "this sub-layer")
-    if x.shape[0] != memory.shape[0]:
-        raise ValueError(
-            f"x has batch={x.shape[0]} but memory has batch={memory.shape[0]}; each target "
-            "sequence reads its own source sequence"
-        )
+    check_same_batch(x, "x", memory, "memory")
     if memory_mask is not None:
         check_memory_mask(
             memory_mask, (x.shape[0], x.shape[1], memory.shape[1]), "(batch, n_q, n_kv)"

@@ -145,10 +145,6 @@ def test_cost_helpers():
         ),
         (lambda: sliding_window_mask(3, 1, n_k=5, global_tokens=[0]), "global_tokens"),
         (lambda: sliding_window_mask(3, 1, n_k=0), "n_k"),
-        (
-            lambda: performer_features(torch.randn(3, 4), torch.randn(8, 4), stabilize=1),
-            "stabilize",
-        ),
         (lambda: performer_attention(*qkv(3, 4), projection=torch.randn(8, 5)), "columns"),
         (lambda: random_feature_projection(0, 4), "num_features"),
         (lambda: median_seconds(lambda: None, repeats=0), "repeats"),
@@ -158,6 +154,13 @@ def test_cost_helpers():
 def test_input_checks_name_the_argument(call, words):
     with pytest.raises(ValueError, match=words):
         call()
+
+
+def test_a_switch_must_be_true_or_false():
+    with pytest.raises(TypeError, match="stabilize must be True or False, got 1"):
+        performer_features(torch.randn(3, 4), torch.randn(8, 4), stabilize=1)
+    with pytest.raises(TypeError, match="causal must be True or False, got None"):
+        tiled_attention(torch.randn(2, 4), torch.randn(2, 4), torch.randn(2, 4), causal=None)
 
 
 def test_peak_memory_does_not_count_views_of_the_inputs():
@@ -310,7 +313,7 @@ def test_cost_counts_the_backward_pass_and_page_faults():
     assert peak_tensor_bytes(lambda: torch.autograd.grad(x.exp().sum(), x), grad=True) >= 8000
     assert peak_tensor_bytes(lambda: x.exp().sum()) == 4004
     assert minor_page_faults(lambda: None) >= 0
-    with pytest.raises(ValueError, match="grad"):
+    with pytest.raises(TypeError, match="grad must be True or False"):
         peak_tensor_bytes(lambda: None, grad=1)
 
 

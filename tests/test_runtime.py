@@ -79,7 +79,7 @@ def test_set_threads_defaults_to_one_and_follows_course_threads(monkeypatch):
         with pytest.raises(ValueError, match="COURSE_THREADS must be a positive integer"):
             set_threads()
         for bad in (0, -1, 1.5, True):
-            with pytest.raises(ValueError, match="threads must be a positive integer"):
+            with pytest.raises(ValueError, match="threads must be a positive int"):
                 set_threads(bad)
     finally:
         torch.set_num_threads(before)
