@@ -358,8 +358,11 @@ def test_a_partial_score_says_what_scores_are_and_why_the_grader_may_differ(caps
     failed, passed = capsys.readouterr().out.strip().split("\n   ")[-1].split("\n")
     assert failed == f"({SCORE_NOTE})"  # one line, under the partial score only
     assert passed.startswith("✅") and SCORE_NOTE not in passed
-    row = {"submission": "a.ipynb", "score": 1.0, "max_score": 3.0, "error": None, "tasks": {}}
-    assert format_table([row]).splitlines()[-1] == SCORE_NOTE
+    learner = {"learner": "ada", "score": 1.0, "max_score": 3.0, "notes": "ex00.a: " + "x" * 200}
+    table = format_table([learner]).splitlines()
+    assert table[-1] == SCORE_NOTE
+    assert table[2].startswith("ada ") and "1 / 3  ex00.a: xxx" in table[2]
+    assert table[2].endswith("…") and len(table[2]) < 150  # scores.csv has the notes in full
 
 
 # ---------------------------------------------------------------- feedback on a crash

@@ -490,25 +490,28 @@ def grade(
             for future in [pool.submit(one, i) for i in todo]:
                 future.result()
     graded = [r for r in rows if r is not None]
+    who = [name for name, row in zip(names, rows, strict=True) if row is not None]
+    records = learners.by_learner(graded, who)
     if out_dir is not None:  # scores.json (per submission), scores.csv and learners.json
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "scores.json").write_text(json.dumps(graded, indent=2) + "\n")
-        who = [name for name, row in zip(names, rows, strict=True) if row is not None]
-        learners.write(learners.by_learner(graded, who), out_dir)
+        learners.write(records, out_dir)
     if not quiet:
-        print(format_table(graded))
+        print(format_table(records))
     return graded
 
 
-def format_table(rows: list[dict]) -> str:
-    if not rows:
+def format_table(records: list[dict]) -> str:
+    """The class at a glance: a line per learner (`learners.by_learner`), their score and the
+    start of their notes (why a task scored 0); scores.csv has the notes in full."""
+    if not records:
         return "no notebooks found"
-    width = max(10, *(len(r["submission"]) for r in rows))
-    lines = [f"{'submission':<{width}}  {'score':>11}  notes", "-" * (width + 40)]
-    for r in rows:
+    width = max(7, *(len(r["learner"]) for r in records))
+    lines = [f"{'learner':<{width}}  {'score':>11}  why a task scored 0", "-" * (width + 60)]
+    for r in records:
         score = f"{r['score']:g} / {r['max_score']:g}"
-        note = (r["error"] or "")[:100]
-        lines.append(f"{r['submission']:<{width}}  {score:>11}  {note}")
+        note = r["notes"] if len(r["notes"]) <= 120 else r["notes"][:119].rstrip() + "…"
+        lines.append(f"{r['learner']:<{width}}  {score:>11}  {note}")
     lines.append(core.SCORE_NOTE)
     return "\n".join(lines)
 
