@@ -806,9 +806,13 @@ def merge_pair_stopping_before_the_last_pair(ids, pair, new_id):  # hunt 2: 'not
     return out + list(ids[i:])
 
 
-def cosine_with_an_epsilon_on_every_length(E):  # hunt 2: 'more than one thing may be wrong'
-    unit = E / (E.norm(dim=1, keepdim=True) + 1e-6)
+def cosine_with_an_epsilon_on_every_length(E, eps=1e-6):  # hunt 2: 'more than one thing...'
+    unit = E / (E.norm(dim=1, keepdim=True) + eps)
     return unit @ unit.T
+
+
+def cosine_with_a_tiny_epsilon(E):  # hunt 3: norm + 1e-8 had full marks (all rows were long)
+    return cosine_with_an_epsilon_on_every_length(E, eps=1e-8)
 
 
 def merge_pair_reading_past_the_end(ids, pair, new_id):  # hunt 2: a bare IndexError
@@ -830,6 +834,13 @@ def pair_counts_back_to_front(ids):  # hunt 2: '(3, 9) is missing', no word why
     return counts
 
 
+def pair_counts_keyed_by_text(ids):  # hunt 3: str keys, "(3, 9)", had full marks
+    counts = {}
+    for left, right in zip(ids, ids[1:], strict=False):
+        counts[f"({left}, {right})"] = counts.get(f"({left}, {right})", 0) + 1
+    return counts
+
+
 def bpe_encode_popping_the_merges(ids, merges):  # right order, but the caller's merges are gone
     while merges:
         pair = next(iter(merges))
@@ -842,6 +853,8 @@ NEXT_SLIPS = [
     ("ex01.pair_counts", pair_counts_back_to_front, "your pairs are back to front"),
     ("ex01.merge_pair", merge_pair_reading_past_the_end, "ids[i + 1] is past the end"),
     ("ex01.cosine_similarity_matrix", cosine_with_an_epsilon_on_every_length, "clamp the lengths"),
+    ("ex01.cosine_similarity_matrix", cosine_with_a_tiny_epsilon, "clamp the lengths"),
+    ("ex01.pair_counts", pair_counts_keyed_by_text, "with the key '(3, 9)', a str, not a tuple"),
     ("ex01.one_hot", one_hot_naming_the_largest_id, "name the id that is out of range (-2)"),
     ("ex01.embed", embed_through_rows_of_the_identity, "a negative id is out of range too"),
     ("ex01.merge_pair", merge_pair_stopping_before_the_last_pair, "the pair at the very end"),
