@@ -78,7 +78,12 @@ def distances_of_unsquared_differences(x, y):  # hunt 3: 'none of the usual mist
     return (x.unsqueeze(-2) - y.unsqueeze(-3)).sum(-1)
 
 
+def last_token_with_the_lessons_batch_of_2(x, lengths):  # hunt 3: a bare IndexError
+    return x[torch.arange(2), lengths - 1]
+
+
 SLIPS = [
+    ("ex00.last_token", last_token_with_the_lessons_batch_of_2, "the lesson's batch of 2"),
     ("ex00.batched_matmul", matmul_with_b_unsqueezed_in_front, "b's new axis went in front"),
     ("ex00.pairwise_sq_distances", distances_of_unsquared_differences, "positive and negative"),
     ("ex00.batched_matmul", matmul_by_rows_of_b_dot_T, "b.T reverses every axis"),

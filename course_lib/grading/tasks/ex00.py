@@ -153,6 +153,8 @@ class LastToken(Task):
         "the sequences (x[lengths - 1], x[lengths - 1, batch_index]); the batch index comes "
         "first: x[torch.arange(batch), lengths - 1]",
         "squeeze_all": squeeze_all("1", "batch = 1"),
+        "lesson_batch": "torch.arange(2) counts the lesson's batch of 2 sequences; count this "
+        "one's: torch.arange(x.shape[0])",
     }
 
     def cases(self, gen):
@@ -183,4 +185,5 @@ class LastToken(Task):
             return x[position, torch.arange(x.shape[0])]
         if mistake == "squeeze_all":  # x.gather(1, index).squeeze(): (d,) when batch is 1
             return x[torch.arange(x.shape[0]), position].unsqueeze(1).squeeze()
-        return x[torch.arange(x.shape[1 if mistake == "batch_index_from_seq" else 0]), position]
+        batch = {"batch_index_from_seq": x.shape[1], "lesson_batch": 2}.get(mistake, x.shape[0])
+        return x[torch.arange(batch), position]
