@@ -563,7 +563,18 @@ def biased_by_a_bias_filled_in_a_loop(q, k, v, slope):  # hunt 3: 'none of the u
     return weights @ v, weights
 
 
+def biased_scaled_by_the_number_of_keys(q, k, v, slope):  # hunt 3: 'none of the usual'
+    i, j = _positions(q, k)
+    return _biased(q, k, v, slope, (i - j).abs(), math.sqrt(k.shape[-2]))
+
+
+def self_attention_through_f_linear(x, w_q, w_k, w_v):  # hunt 3: a bare RuntimeError
+    return _attention(F.linear(x, w_q), F.linear(x, w_k), F.linear(x, w_v))
+
+
 HUNT3_SLIPS = [
+    ("ex02.distance_biased_attention", biased_scaled_by_the_number_of_keys, "number of keys"),
+    ("ex02.self_attention", self_attention_through_f_linear, "F.linear(x, w) computes x @ w.T"),
     ("ex02.distance_biased_attention", biased_by_a_bias_filled_in_a_loop, "torch.zeros(n_q, n_k)"),
 ]
 
