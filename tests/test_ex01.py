@@ -840,6 +840,10 @@ def neighbours_by_argsort_ascending(E, index, k):  # hunt 3: 'none of the usual 
     return scores.argsort()[:k]
 
 
+def bpe_encode_as_a_tensor(ids, merges):  # hunt 3: told 'should be a tuple', asked a list
+    return torch.tensor(_merge(ids, *next(iter(merges.items()))))
+
+
 def pair_counts_keyed_by_text(ids):  # hunt 3: str keys, "(3, 9)", had full marks
     counts = {}
     for left, right in zip(ids, ids[1:], strict=False):
@@ -861,6 +865,7 @@ NEXT_SLIPS = [
     ("ex01.cosine_similarity_matrix", cosine_with_an_epsilon_on_every_length, "clamp the lengths"),
     ("ex01.cosine_similarity_matrix", cosine_with_a_tiny_epsilon, "clamp the lengths"),
     ("ex01.nearest_neighbours", neighbours_by_argsort_ascending, "(at -inf) came first"),
+    ("ex01.bpe_encode", bpe_encode_as_a_tensor, "should be a list of"),
     ("ex01.pair_counts", pair_counts_keyed_by_text, "with the key '(3, 9)', a str, not a tuple"),
     ("ex01.one_hot", one_hot_naming_the_largest_id, "name the id that is out of range (-2)"),
     ("ex01.embed", embed_through_rows_of_the_identity, "a negative id is out of range too"),
