@@ -844,6 +844,12 @@ def bpe_encode_as_a_tensor(ids, merges):  # hunt 3: told 'should be a tuple', as
     return torch.tensor(_merge(ids, *next(iter(merges.items()))))
 
 
+def one_hot_of_int64_only(ids, vocab_size):  # hunt 3: 'your code raised TypeError', no hint
+    if ids.dtype != torch.long:
+        raise TypeError("ids must be a LongTensor")
+    return _one_hot_with_checks(ids, vocab_size)
+
+
 def pair_counts_keyed_by_text(ids):  # hunt 3: str keys, "(3, 9)", had full marks
     counts = {}
     for left, right in zip(ids, ids[1:], strict=False):
@@ -866,6 +872,7 @@ NEXT_SLIPS = [
     ("ex01.cosine_similarity_matrix", cosine_with_a_tiny_epsilon, "clamp the lengths"),
     ("ex01.nearest_neighbours", neighbours_by_argsort_ascending, "(at -inf) came first"),
     ("ex01.bpe_encode", bpe_encode_as_a_tensor, "should be a list of"),
+    ("ex01.one_hot", one_hot_of_int64_only, "torch.int32 ids are integers too"),
     ("ex01.pair_counts", pair_counts_keyed_by_text, "with the key '(3, 9)', a str, not a tuple"),
     ("ex01.one_hot", one_hot_naming_the_largest_id, "name the id that is out of range (-2)"),
     ("ex01.embed", embed_through_rows_of_the_identity, "a negative id is out of range too"),
