@@ -70,7 +70,22 @@ def matmul_by_rows_of_b_dot_T(a, b):  # hunt 2: a bare broadcasting error
     return (a.unsqueeze(-2) * b.T.unsqueeze(-3)).sum(-1)
 
 
+def matmul_with_b_unsqueezed_in_front(a, b):  # hunt 3: a bare broadcasting error
+    return (a.unsqueeze(-1) * b.unsqueeze(0)).sum(-2)
+
+
+def distances_of_unsquared_differences(x, y):  # hunt 3: 'none of the usual mistakes'
+    return (x.unsqueeze(-2) - y.unsqueeze(-3)).sum(-1)
+
+
+def last_token_with_the_lessons_batch_of_2(x, lengths):  # hunt 3: a bare IndexError
+    return x[torch.arange(2), lengths - 1]
+
+
 SLIPS = [
+    ("ex00.last_token", last_token_with_the_lessons_batch_of_2, "the lesson's batch of 2"),
+    ("ex00.batched_matmul", matmul_with_b_unsqueezed_in_front, "b's new axis went in front"),
+    ("ex00.pairwise_sq_distances", distances_of_unsquared_differences, "positive and negative"),
     ("ex00.batched_matmul", matmul_by_rows_of_b_dot_T, "b.T reverses every axis"),
     ("ex00.last_token", last_token_positions_in_the_batch_axis, "the batch index comes first"),
     ("ex00.batched_matmul", matmul_summed_over_a_dim_minus_1, "more batch axes than a"),

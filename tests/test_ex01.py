@@ -806,9 +806,13 @@ def merge_pair_stopping_before_the_last_pair(ids, pair, new_id):  # hunt 2: 'not
     return out + list(ids[i:])
 
 
-def cosine_with_an_epsilon_on_every_length(E):  # hunt 2: 'more than one thing may be wrong'
-    unit = E / (E.norm(dim=1, keepdim=True) + 1e-6)
+def cosine_with_an_epsilon_on_every_length(E, eps=1e-6):  # hunt 2: 'more than one thing...'
+    unit = E / (E.norm(dim=1, keepdim=True) + eps)
     return unit @ unit.T
+
+
+def cosine_with_a_tiny_epsilon(E):  # hunt 3: norm + 1e-8 had full marks (all rows were long)
+    return cosine_with_an_epsilon_on_every_length(E, eps=1e-8)
 
 
 def merge_pair_reading_past_the_end(ids, pair, new_id):  # hunt 2: a bare IndexError
@@ -830,6 +834,29 @@ def pair_counts_back_to_front(ids):  # hunt 2: '(3, 9) is missing', no word why
     return counts
 
 
+def neighbours_by_argsort_ascending(E, index, k):  # hunt 3: 'none of the usual mistakes'
+    scores = _learners_cosine(E)[index].clone()
+    scores[index] = float("-inf")
+    return scores.argsort()[:k]
+
+
+def bpe_encode_as_a_tensor(ids, merges):  # hunt 3: told 'should be a tuple', asked a list
+    return torch.tensor(_merge(ids, *next(iter(merges.items()))))
+
+
+def one_hot_of_int64_only(ids, vocab_size):  # hunt 3: 'your code raised TypeError', no hint
+    if ids.dtype != torch.long:
+        raise TypeError("ids must be a LongTensor")
+    return _one_hot_with_checks(ids, vocab_size)
+
+
+def pair_counts_keyed_by_text(ids):  # hunt 3: str keys, "(3, 9)", had full marks
+    counts = {}
+    for left, right in zip(ids, ids[1:], strict=False):
+        counts[f"({left}, {right})"] = counts.get(f"({left}, {right})", 0) + 1
+    return counts
+
+
 def bpe_encode_popping_the_merges(ids, merges):  # right order, but the caller's merges are gone
     while merges:
         pair = next(iter(merges))
@@ -842,6 +869,11 @@ NEXT_SLIPS = [
     ("ex01.pair_counts", pair_counts_back_to_front, "your pairs are back to front"),
     ("ex01.merge_pair", merge_pair_reading_past_the_end, "ids[i + 1] is past the end"),
     ("ex01.cosine_similarity_matrix", cosine_with_an_epsilon_on_every_length, "clamp the lengths"),
+    ("ex01.cosine_similarity_matrix", cosine_with_a_tiny_epsilon, "clamp the lengths"),
+    ("ex01.nearest_neighbours", neighbours_by_argsort_ascending, "(at -inf) came first"),
+    ("ex01.bpe_encode", bpe_encode_as_a_tensor, "should be a list of"),
+    ("ex01.one_hot", one_hot_of_int64_only, "torch.int32 ids are integers too"),
+    ("ex01.pair_counts", pair_counts_keyed_by_text, "with the key '(3, 9)', a str, not a tuple"),
     ("ex01.one_hot", one_hot_naming_the_largest_id, "name the id that is out of range (-2)"),
     ("ex01.embed", embed_through_rows_of_the_identity, "a negative id is out of range too"),
     ("ex01.merge_pair", merge_pair_stopping_before_the_last_pair, "the pair at the very end"),

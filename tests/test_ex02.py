@@ -549,3 +549,36 @@ HUNT2_SLIPS = [
 @pytest.mark.parametrize("task_id, fn, hint", HUNT2_SLIPS, ids=[m[1].__name__ for m in HUNT2_SLIPS])
 def test_hunt2_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint):
     test_next_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint)
+
+
+# ---------------------------- hunt 3: a learner's own way to a slip the rows do not reproduce
+
+
+def biased_by_a_bias_filled_in_a_loop(q, k, v, slope):  # hunt 3: 'none of the usual mistakes'
+    bias = torch.zeros(q.shape[-2], k.shape[-2])  # float32: no dtype=
+    for i in range(q.shape[-2]):
+        for j in range(k.shape[-2]):
+            bias[i, j] = -slope * abs(i - j)
+    weights = softmax_max(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + bias)
+    return weights @ v, weights
+
+
+def biased_scaled_by_the_number_of_keys(q, k, v, slope):  # hunt 3: 'none of the usual'
+    i, j = _positions(q, k)
+    return _biased(q, k, v, slope, (i - j).abs(), math.sqrt(k.shape[-2]))
+
+
+def self_attention_through_f_linear(x, w_q, w_k, w_v):  # hunt 3: a bare RuntimeError
+    return _attention(F.linear(x, w_q), F.linear(x, w_k), F.linear(x, w_v))
+
+
+HUNT3_SLIPS = [
+    ("ex02.distance_biased_attention", biased_scaled_by_the_number_of_keys, "number of keys"),
+    ("ex02.self_attention", self_attention_through_f_linear, "F.linear(x, w) computes x @ w.T"),
+    ("ex02.distance_biased_attention", biased_by_a_bias_filled_in_a_loop, "torch.zeros(n_q, n_k)"),
+]
+
+
+@pytest.mark.parametrize("task_id, fn, hint", HUNT3_SLIPS, ids=[m[1].__name__ for m in HUNT3_SLIPS])
+def test_hunt3_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint):
+    test_next_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint)

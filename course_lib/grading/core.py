@@ -467,7 +467,8 @@ def compare_values(got: Any, want: Any, where: str = "your result") -> str | Non
         return f"{_differ(where)} from the expected values (largest difference {diff:.3g})"
     if isinstance(want, (tuple, list)):
         if not isinstance(got, (tuple, list)):
-            return f"{where} should be a tuple of {len(want)} values, got {type(got).__name__}"
+            kind = "list" if isinstance(want, list) else "tuple"
+            return f"{where} should be a {kind} of {len(want)} values, got {type(got).__name__}"
         if len(got) != len(want):
             return f"{where} should have {len(want)} values, got {len(got)}"
         for i, (g, w) in enumerate(zip(got, want, strict=True)):

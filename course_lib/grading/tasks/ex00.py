@@ -52,6 +52,8 @@ class BatchedMatmul(Task):
         + FIRST_AXES
         + "a.unsqueeze(-1) * b.unsqueeze(-3), summed over dim -2",
         "squeeze_all": squeeze_all("-2", "m = 1"),
+        "b_from_front": "b's new axis went in front of its batch axes (b[None], unsqueeze(0)), "
+        "which is right only without batch dimensions; count from the end: b.unsqueeze(-3)",
         "dot_T": dot_t("b"),
     }
 
@@ -71,7 +73,7 @@ class BatchedMatmul(Task):
             return (a.unsqueeze(2) * b.unsqueeze(0)).sum(1)
         if mistake == "dot_T":  # rows of a times rows of b.T: right for 2-D b only
             return (a.unsqueeze(-2) * b.T.unsqueeze(-3)).sum(-1)
-        products = a.unsqueeze(-1) * b.unsqueeze(-3)  # (..., n, k, m)
+        products = a.unsqueeze(-1) * b.unsqueeze(0 if mistake == "b_from_front" else -3)
         if mistake == "squeeze_all":
             return products.sum(-2, keepdim=True).squeeze()
         axis = {"sum_over_m": -1, "sum_over_n": -3, "k_from_front": a.dim() - 1}
@@ -96,6 +98,8 @@ class PairwiseSqDistances(Task):
         "middle term",
         "square_of_sum": "you squared the sum of the differences; square each difference first, "
         "then sum: ((x_i - y_j) ** 2).sum(-1)",
+        "unsquared": "you summed the differences themselves, so positive and negative ones "
+        "cancel; square each difference, then sum: ((x_i - y_j) ** 2).sum(-1)",
         "l1": "you summed the absolute differences (the L1 distance); square each difference "
         "instead: ((x_i - y_j) ** 2).sum(-1)",
         "y_from_front": "y's new axis went in front of the batch axes (y[None], unsqueeze(0), "
@@ -123,7 +127,7 @@ class PairwiseSqDistances(Task):
             return dot if mistake == "dot_only" else (x * x).sum(-1) - dot + (y * y).sum(-1)
         if mistake == "square_of_sum":
             return (x - y).sum(-1) ** 2
-        per_feature = (x - y).abs() if mistake == "l1" else (x - y) ** 2
+        per_feature = {"l1": (x - y).abs(), "unsquared": x - y}.get(mistake, (x - y) ** 2)
         total = per_feature.mean(-1) if mistake == "mean_not_sum" else per_feature.sum(-1)
         return total.sqrt() if mistake == "not_squared" else total
 
@@ -149,6 +153,8 @@ class LastToken(Task):
         "the sequences (x[lengths - 1], x[lengths - 1, batch_index]); the batch index comes "
         "first: x[torch.arange(batch), lengths - 1]",
         "squeeze_all": squeeze_all("1", "batch = 1"),
+        "lesson_batch": "torch.arange(2) counts the lesson's batch of 2 sequences; count this "
+        "one's: torch.arange(x.shape[0])",
     }
 
     def cases(self, gen):
@@ -179,4 +185,5 @@ class LastToken(Task):
             return x[position, torch.arange(x.shape[0])]
         if mistake == "squeeze_all":  # x.gather(1, index).squeeze(): (d,) when batch is 1
             return x[torch.arange(x.shape[0]), position].unsqueeze(1).squeeze()
-        return x[torch.arange(x.shape[1 if mistake == "batch_index_from_seq" else 0]), position]
+        batch = {"batch_index_from_seq": x.shape[1], "lesson_batch": 2}.get(mistake, x.shape[0])
+        return x[torch.arange(batch), position]

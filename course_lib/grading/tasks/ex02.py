@@ -292,6 +292,8 @@ class SelfAttention(HintOnError):
     depends_on = ("scaled_dot_product_attention",)
     mistake_table = {
         **dict.fromkeys(("linear_side", "left_side", "left_side_transposed"), _WRONG_SIDE),
+        "f_linear": "F.linear(x, w) computes x @ w.T, for nn.Linear's weights of shape (out, in); "
+        "w_q here is (d_model, d_k): q = x @ w_q",
         "keys_from_w_q": "your keys were projected with w_q, so each score is a query against a "
         "query (the scores come out symmetric); project the keys with their own weights, "
         "k = x @ w_k",
@@ -340,6 +342,7 @@ class SelfAttention(HintOnError):
             "linear_side": lambda w: x @ w.transpose(-2, -1),
             "left_side": lambda w: w @ x,
             "left_side_transposed": lambda w: w @ x.transpose(-2, -1),
+            "f_linear": lambda w: torch.nn.functional.linear(x, w),
         }.get(mistake, lambda w: x @ w)
         q, k = project(w_q), project(w_q if mistake == "keys_from_w_q" else w_k)
         v = project(w_k if mistake == "values_from_w_k" else w_v)
@@ -353,8 +356,9 @@ class SelfAttention(HintOnError):
 # --- ex02.distance_biased_attention (transfer: a bias added to the scores, as in ALiBi)
 FLOAT32_BIAS = (
     "your bias was computed in float32, which loses digits against float64 scores: integer "
-    "distances times a Python float give float32, and torch.tensor(slope) is float32; build the "
-    "distances in q's dtype (torch.arange(n, dtype=q.dtype)) and multiply by the number slope"
+    "distances times a Python float give float32, as does torch.zeros(n_q, n_k) without dtype=, "
+    "and torch.tensor(slope) is float32; build the distances in q's dtype "
+    "(torch.arange(n, dtype=q.dtype)) and multiply by the number slope"
 )
 
 
@@ -393,6 +397,7 @@ class DistanceBiasedAttention(Task):
         "later_keys_only": "you penalised only the keys after the query; every key is penalised "
         "by its distance on either side, slope * |i - j|",
         "query_axis": ScaledDotProductAttention.mistake_table["query_axis"],
+        "by_sqrt_n_k": ScaledDotProductAttention.mistake_table["by_sqrt_n_k"],
         "softmax_twice": "you added the bias to the weights of plain attention (already a "
         "softmax) and took a softmax again; add it to the scores q k^T / sqrt(d_k), before the "
         "one softmax",
@@ -446,6 +451,11 @@ class DistanceBiasedAttention(Task):
             ),
         ]
 
+    def diagnose(self, got, want, case):
+        """float64 inputs, right to float32's digits only: a bias made in float32 some other way
+        than the rows (a torch.zeros filled in a loop, a float32 arange) rounds otherwise."""
+        return FLOAT32_BIAS if case.args[0].dtype == F64 and all_close(got, want, 1e-5) else None
+
     def wrong(self, q, k, v, slope, *, mistake):
         n_q, n_k = {  # the lengths, from the wrong axis (a crash on a batch) or both from q
             "lengths_from_shape_1": (q.shape[1], k.shape[1]),
@@ -465,7 +475,7 @@ class DistanceBiasedAttention(Task):
         else:
             bias = sign * slope * distance.to(q.dtype)
         raw, scale = q @ k.transpose(-2, -1), math.sqrt(q.shape[-1])
-        scale = 1.0 if mistake == "no_scaling" else scale
+        scale = {"no_scaling": 1.0, "by_sqrt_n_k": math.sqrt(k.shape[-2])}.get(mistake, scale)
         if mistake == "bias_scaled":  # bias added before dividing by sqrt(d_k)
             scores = (raw + bias) / scale
         elif mistake in ("no_bias", "after_softmax"):

@@ -68,6 +68,10 @@ class CosineSimilarityMatrix(Task):
             ),
             Case("float64 E (4, 6) whose row 0 is all zeros", (with_zero64,)),
             Case("a single vector E (1, 5)", (randn(gen, 1, 5),)),
+            Case(  # norm + 1e-8 moves these by 1e-5, far beyond float64's 7 digits
+                "float64 E (4, 5) of short vectors (lengths about 0.002)",
+                (randn(gen, 4, 5, dtype=torch.float64) * 1e-3,),
+            ),
         ]
 
     def wrong(self, E, *, mistake):

@@ -55,6 +55,9 @@ class NearestNeighbours(Task):
         "comes first (descending similarity)",
         "least_similar": "argsort sorts ascending, so you took the least similar rows; sort by "
         "descending similarity (argsort(descending=True) or topk)",
+        "least_similar_itself_first": "argsort sorts ascending, so `index` (at -inf) came "
+        "first and the least similar rows after it; sort by descending similarity "
+        "(argsort(descending=True) or topk)",
         "by_dot_product": "you ranked by dot product, which favours long vectors; rank by cosine "
         "similarity",
         "similarities": "topk gives the similarities (.values) and their rows (.indices); "
@@ -114,8 +117,8 @@ class NearestNeighbours(Task):
         if mistake == "removed_after":
             top = similarity.topk(k).indices
             return top[top != index]
-        if mistake == "least_similar":
-            similarity[index] = float("inf")
+        if mistake in ("least_similar", "least_similar_itself_first"):
+            similarity[index] = float("inf" if mistake == "least_similar" else "-inf")
             return similarity.argsort()[:k]
         if mistake != "including_itself":
             similarity[index] = 0.0 if mistake == "itself_at_zero" else float("-inf")

@@ -84,7 +84,8 @@ class OneHot(Task):
         ]
 
     def call(self, obj, case):
-        """A ValueError for an id out of range must name that id; and any error on empty ids
+        """A ValueError for an id out of range must name that id; a TypeError for int32 ids
+        refused more than floats and bools; and any error on empty ids
         (ids.min() of nothing, a learner's own "empty" check) gets the empty-ids hint, whatever
         function raised it: min, max, amin, aminmax and Python's min word it apart."""
         ids, bad = case.args[0], case.data.get("bad_id")
@@ -97,6 +98,11 @@ class OneHot(Task):
                 raise GradingError(
                     f"your ValueError says {str(error)!r}; name the id that is out of range "
                     f"({bad}) so that whoever calls one_hot knows what to fix"
+                ) from None
+            if isinstance(error, TypeError) and ids.dtype in (torch.int32, torch.int16):
+                raise GradingError(
+                    f"your code raised TypeError: {error}. Hint: {ids.dtype} ids are integers "
+                    "too; refuse only float and bool ids (ids.is_floating_point(), torch.bool)"
                 ) from None
             if ids.numel():
                 raise
