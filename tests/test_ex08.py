@@ -653,6 +653,12 @@ FOUND_LATER = [
     # passed 8/8: every case handed over a model in training mode
     ("ex08.train_step", train_step_of_a_learner("no train"), "may arrive in eval mode"),
     ("ex08.train_step", train_step_of_a_learner("by value"), "clip_grad_value_ clips each entry"),
+    # #hunt3: the lesson's formula copied with its factor (0.7, the recipe's) got no hint at all
+    (
+        "ex08.noam_lr",
+        lambda step, d_model, warmup: 0.7 * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5),
+        "the task's formula has no factor",
+    ),
 ]
 
 
