@@ -541,6 +541,8 @@ def ls_of_a_learner(slip):
         uniform = -(logits if slip == "mean of the logits" else log_probs).mean(dim=-1)
         uniform = -log_probs.mean(dim=-1, keepdim=True) if slip == "keepdim" else uniform
         weights = (smoothing, 1 - smoothing) if slip == "swapped" else (1 - smoothing, smoothing)
+        if slip == "uniform over every position":  # #hunt3: the two terms averaged apart
+            return weights[0] * (nll * keep).sum() / keep.sum() + weights[1] * uniform.mean()
         per_token = weights[0] * nll + weights[1] * uniform
         return (per_token * keep).sum() / keep.sum()
 
@@ -653,6 +655,11 @@ FOUND_LATER = [
     # passed 8/8: every case handed over a model in training mode
     ("ex08.train_step", train_step_of_a_learner("no train"), "may arrive in eval mode"),
     ("ex08.train_step", train_step_of_a_learner("by value"), "clip_grad_value_ clips each entry"),
+    (
+        "ex08.label_smoothing_loss",
+        ls_of_a_learner("uniform over every position"),
+        "still count in the smoothing term",
+    ),
     # #hunt3: the lesson's formula copied with its factor (0.7, the recipe's) got no hint at all
     (
         "ex08.noam_lr",
