@@ -556,6 +556,8 @@ def train_step_of_a_learner(slip):
         if slip != "no train":  # the model may arrive in eval mode
             model.train()
         tgt_in = torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], dim=1)
+        if slip == "sliced":  # #hunt3: the other tutorials' convention, for a tgt with <bos>
+            tgt_in, tgt = tgt[:, :-1], tgt[:, 1:]
         logits = model(src, tgt_in)
         if slip != "classes last":
             logits, tgt = logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1)
@@ -660,6 +662,7 @@ FOUND_LATER = [
         ls_of_a_learner("uniform over every position"),
         "still count in the smoothing term",
     ),
+    ("ex08.train_step", train_step_of_a_learner("sliced"), "tgt does not start with <bos>"),
     # #hunt3: the lesson's formula copied with its factor (0.7, the recipe's) got no hint at all
     (
         "ex08.noam_lr",
