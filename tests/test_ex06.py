@@ -369,9 +369,15 @@ def _pool_inverted_through_sdpa(x, queries, w_k, w_v, mask=None):
     return scaled_dot_product_attention(queries, x @ w_k, x @ w_v, mask)
 
 
+def _pool_zeroing_the_pads(x, queries, w_k, w_v, mask=None):
+    x = x if mask is None else x * mask.unsqueeze(-1)  # the pads made 0, "so they count 0"
+    return scaled_dot_product_attention(queries, x @ w_k, x @ w_v)
+
+
 @pytest.mark.parametrize(
     "task_id, learner, words",
     [
+        ("ex06.attention_pool", _pool_zeroing_the_pads, "zeroing the padded tokens"),
         ("ex06.cross_attention", _cross_by_hand("mask"), "masked_fill(~memory_mask"),
         ("ex06.cross_attention", _cross_by_hand("k with w_q"), "projected with w_q"),
         ("ex06.attention_pool", _pool_inverted_through_sdpa, "the mask is inverted"),

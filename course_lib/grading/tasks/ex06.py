@@ -295,6 +295,8 @@ class CrossAttentionSublayerTask(ModuleTask):
 
 
 def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
+    if mistake == "x_zeroed" and mask is not None:  # the padded tokens zeroed, nothing masked
+        x, mask = x * mask[..., None], None
     q = x @ w_k if mistake == "queries_from_x" else queries.expand(x.shape[0], -1, -1)
     scale = {"d_v": w_v.shape[-1], "d_model": x.shape[-1], "no_scale": 1}.get(mistake)
     mask = None if mask is None or mistake == "mask_ignored" else mask.unsqueeze(-2)
@@ -333,6 +335,8 @@ POOL_MISTAKES = {
     "weight. Fill them with float('-inf') before the softmax",
     "zero_after": "you zeroed the weights of padded tokens AFTER the softmax, so the weights no "
     "longer sum to 1: fill their SCORES with -inf before the softmax",
+    "x_zeroed": "zeroing the padded tokens of x still gives each a score of 0, and exp(0) = 1: "
+    "they keep weight. Fill their SCORES with -inf before the softmax",
 }
 
 
