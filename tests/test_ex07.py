@@ -1002,9 +1002,21 @@ class DecAttentionsSwapped(DecLearner):  # multihead_attn read as "the" (self-)a
         return x
 
 
+class EncResidualSetOnce(EncLearner):  # "residual = x" once, as in Hugging Face's layers
+    def forward(self, x, mask=None):
+        residual = x
+        h = self.norm1(x) if self.norm_first else x
+        x = residual + self.self_attn(h, h, h, mask=mask)[0]
+        x = x if self.norm_first else self.norm1(x)
+        h = self.norm2(x) if self.norm_first else x
+        x = residual + self.linear2(F.relu(self.linear1(h)))  # residual not set again
+        return x if self.norm_first else self.norm2(x)
+
+
 @pytest.mark.parametrize(
     "task_id, learner, words",
     [
+        ("ex07.EncoderLayer", EncResidualSetOnce, "set residual = x again"),
         ("ex07.LayerNorm", LayerNormBiasLeftOut, "forward leaves it out"),
         ("ex07.DecoderLayer", DecAttentionsSwapped, "self_attn and multihead_attn are swapped"),
     ],

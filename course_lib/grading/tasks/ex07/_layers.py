@@ -47,6 +47,10 @@ PRE_NO_LAST_NORM = (
     "too: the last step is x = x + ffn(norm(x)) (norm2 in the encoder, norm3 in the decoder), "
     "not x + ffn(x)"
 )
+STALE_RESIDUAL = (
+    "every sub-layer but the first adds the layer's input x, not its own input: set "
+    "residual = x again before each sub-layer (or write x = x + sublayer(...) each time)"
+)
 MASK_INVERTED = (
     "the mask is inverted: here True means 'may attend' (nn.MultiheadAttention's masks mean "
     "the opposite), so pass the mask as it is, not ~mask"
