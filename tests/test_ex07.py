@@ -1002,6 +1002,12 @@ class DecAttentionsSwapped(DecLearner):  # multihead_attn read as "the" (self-)a
         return x
 
 
+class LayerNormBiasTruthTest(LayerNormByHand):  # a bare "Boolean value of Tensor ..." error
+    def forward(self, x):
+        beta = self.bias if self.bias else torch.zeros_like(self.weight)
+        return layer_norm_var_mean(x, self.weight, beta, self.eps)
+
+
 class EncResidualSetOnce(EncLearner):  # "residual = x" once, as in Hugging Face's layers
     def forward(self, x, mask=None):
         residual = x
@@ -1018,6 +1024,7 @@ class EncResidualSetOnce(EncLearner):  # "residual = x" once, as in Hugging Face
     [
         ("ex07.EncoderLayer", EncResidualSetOnce, "set residual = x again"),
         ("ex07.LayerNorm", LayerNormBiasLeftOut, "forward leaves it out"),
+        ("ex07.LayerNorm", LayerNormBiasTruthTest, "if self.bias is not None"),
         ("ex07.DecoderLayer", DecAttentionsSwapped, "self_attn and multihead_attn are swapped"),
     ],
 )
