@@ -374,9 +374,15 @@ def _pool_zeroing_the_pads(x, queries, w_k, w_v, mask=None):
     return scaled_dot_product_attention(queries, x @ w_k, x @ w_v)
 
 
+def _pool_mask_truth_test(x, queries, w_k, w_v, mask=None):
+    mask = mask.unsqueeze(1) if mask else None  # a bare "Boolean value of Tensor ..." error
+    return scaled_dot_product_attention(queries, x @ w_k, x @ w_v, mask)
+
+
 @pytest.mark.parametrize(
     "task_id, learner, words",
     [
+        ("ex06.attention_pool", _pool_mask_truth_test, "if t is not None"),
         ("ex06.attention_pool", _pool_zeroing_the_pads, "zeroing the padded tokens"),
         ("ex06.cross_attention", _cross_by_hand("mask"), "masked_fill(~memory_mask"),
         ("ex06.cross_attention", _cross_by_hand("k with w_q"), "projected with w_q"),

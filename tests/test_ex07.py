@@ -1024,7 +1024,7 @@ class EncResidualSetOnce(EncLearner):  # "residual = x" once, as in Hugging Face
     [
         ("ex07.EncoderLayer", EncResidualSetOnce, "set residual = x again"),
         ("ex07.LayerNorm", LayerNormBiasLeftOut, "forward leaves it out"),
-        ("ex07.LayerNorm", LayerNormBiasTruthTest, "if self.bias is not None"),
+        ("ex07.LayerNorm", LayerNormBiasTruthTest, "if t is not None"),
         ("ex07.DecoderLayer", DecAttentionsSwapped, "self_attn and multihead_attn are swapped"),
     ],
 )

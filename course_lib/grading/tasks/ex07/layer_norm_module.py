@@ -26,8 +26,6 @@ MISTAKES = {
     "(torch.zeros_like(self.weight)), not ones",
     "no_bias_passes_none": "with bias=False your layer_norm gets beta=None, and x_hat * gamma + "
     "None fails: pass zeros instead (torch.zeros_like(self.weight))",
-    "bias_truth_test": "`if self.bias:` asks a tensor of d_model values for one truth value, "
-    "which PyTorch refuses: test `if self.bias is not None:`",
     "default_eps": "the default eps is 1e-5 (nn.LayerNorm's), not 1e-6: "
     "def __init__(self, d_model, eps=1e-5, bias=True)",
 }
@@ -47,8 +45,6 @@ class WrongLayerNorm(nn.Module):
 
     def forward(self, x):
         gamma, beta = self.weight, self.bias
-        if self.mistake == "bias_truth_test" and beta is not None:
-            bool(beta)  # `if self.bias:` asks d_model values for one truth value: it raises
         if beta is None and self.mistake != "no_bias_passes_none":
             beta = torch.full_like(gamma, float(self.mistake == "no_bias_shift_ones"))
         if self.mistake == "weight_bias_swapped" and self.bias is not None:
