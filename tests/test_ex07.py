@@ -1019,10 +1019,24 @@ class EncResidualSetOnce(EncLearner):  # "residual = x" once, as in Hugging Face
         return x if self.norm_first else self.norm2(x)
 
 
+class DecResidualSetOnce(DecLearner):
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        residual, kv = x, (memory, memory, memory_mask)
+        steps = [
+            (self.norm1, lambda h: self.self_attn(h, h, h, mask=self_mask)[0]),
+            (self.norm2, lambda h: self.multihead_attn(h, *kv[:2], mask=kv[2])[0]),
+            (self.norm3, lambda h: self.linear2(F.relu(self.linear1(h)))),
+        ]
+        for norm, sublayer in steps:  # residual is never set again
+            x = residual + sublayer(norm(x)) if self.norm_first else norm(residual + sublayer(x))
+        return x
+
+
 @pytest.mark.parametrize(
     "task_id, learner, words",
     [
         ("ex07.EncoderLayer", EncResidualSetOnce, "set residual = x again"),
+        ("ex07.DecoderLayer", DecResidualSetOnce, "set residual = x again"),
         ("ex07.LayerNorm", LayerNormBiasLeftOut, "forward leaves it out"),
         ("ex07.LayerNorm", LayerNormBiasTruthTest, "if t is not None"),
         ("ex07.DecoderLayer", DecAttentionsSwapped, "self_attn and multihead_attn are swapped"),
