@@ -355,7 +355,8 @@ def _cross_by_hand(slip):
     def learner(x, memory, w_q, w_k, w_v, memory_mask=None):
         q, v = x @ w_q, memory @ w_v
         k = memory @ (w_q if slip == "k with w_q" else w_k)  # copy-paste of the q line
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        k_t = {"k.T": lambda: k.T, "bmm": lambda: k.transpose(1, 2)}.get(slip, lambda: k.mT)()
+        scores = (torch.bmm(q, k_t) if slip == "bmm" else q @ k_t) / math.sqrt(q.shape[-1])
         if memory_mask is not None:  # "mask": filled where True, the ~ forgotten
             scores = scores.masked_fill(memory_mask if slip == "mask" else ~memory_mask, -math.inf)
         weights = scores.softmax(-1)
@@ -386,6 +387,8 @@ def _pool_mask_truth_test(x, queries, w_k, w_v, mask=None):
         ("ex06.attention_pool", _pool_zeroing_the_pads, "zeroing the padded tokens"),
         ("ex06.cross_attention", _cross_by_hand("mask"), "masked_fill(~memory_mask"),
         ("ex06.cross_attention", _cross_by_hand("k with w_q"), "projected with w_q"),
+        ("ex06.cross_attention", _cross_by_hand("k.T"), "k.T reverses every axis"),
+        ("ex06.cross_attention", _cross_by_hand("bmm"), "torch.bmm takes 3-D tensors only"),
         ("ex06.attention_pool", _pool_inverted_through_sdpa, "the mask is inverted"),
     ],
 )

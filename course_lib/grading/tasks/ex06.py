@@ -54,6 +54,11 @@ CROSS_MISTAKES = {
     "its own matrix)",
     "transpose_1_2": "k.transpose(1, 2) swaps the last two axes only when k is 3-D; with extra "
     "batch dimensions it moves a batch axis instead: use k.transpose(-2, -1)",
+    # after transpose_1_2, whose 4-D crash k.T's reproduces
+    "k_dot_T": "k.T reverses every axis of k, the batch's too: transpose the last two only, "
+    "k.transpose(-2, -1) (or k.mT)",
+    "bmm": "torch.bmm takes 3-D tensors only; with extra batch dimensions use @ (torch.matmul), "
+    "which broadcasts over every leading dimension",
 }
 
 
@@ -71,6 +76,10 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
     keys = read @ (w_q if mistake == "keys_with_w_q" else w_k)
     if mistake == "transpose_1_2":  # so that wrong_attention's k.transpose(-2, -1) is (1, 2)
         keys = keys.transpose(1, 2).transpose(-2, -1)
+    if mistake == "k_dot_T":  # wrong_attention's k.transpose(-2, -1) is then k.T, every axis
+        keys = keys.permute(*range(keys.dim() - 1, -1, -1)).transpose(-2, -1)
+    if mistake == "bmm":  # torch.bmm(q, k.transpose(1, 2)): right, but 3-D only
+        torch.bmm(queries @ w_q, keys.transpose(-2, -1))
     return wrong_attention(
         queries @ w_q,
         keys,
