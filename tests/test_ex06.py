@@ -346,3 +346,52 @@ def _cross_attention_d_k_from_shape_2(x, memory, w_q, w_k, w_v, memory_mask=None
 def test_hunt2_slips_get_their_own_hint(task_id, learner, words):
     result = check_result(task_id, learner)
     assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+# ---- hunt 3: slips a learner without the grader made, that got the generic hint or NaN --------
+
+
+def _cross_by_hand(slip):
+    def learner(x, memory, w_q, w_k, w_v, memory_mask=None):
+        q, v = x @ w_q, memory @ w_v
+        k = memory @ (w_q if slip == "k with w_q" else w_k)  # copy-paste of the q line
+        k_t = {"k.T": lambda: k.T, "bmm": lambda: k.transpose(1, 2)}.get(slip, lambda: k.mT)()
+        scores = (torch.bmm(q, k_t) if slip == "bmm" else q @ k_t) / math.sqrt(q.shape[-1])
+        if memory_mask is not None:  # "mask": filled where True, the ~ forgotten
+            scores = scores.masked_fill(memory_mask if slip == "mask" else ~memory_mask, -math.inf)
+        weights = scores.softmax(-1)
+        return weights @ v, weights
+
+    return learner
+
+
+def _pool_inverted_through_sdpa(x, queries, w_k, w_v, mask=None):
+    mask = None if mask is None else ~mask.unsqueeze(1)  # True = real was read as True = pad
+    return scaled_dot_product_attention(queries, x @ w_k, x @ w_v, mask)
+
+
+def _pool_zeroing_the_pads(x, queries, w_k, w_v, mask=None):
+    x = x if mask is None else x * mask.unsqueeze(-1)  # the pads made 0, "so they count 0"
+    return scaled_dot_product_attention(queries, x @ w_k, x @ w_v)
+
+
+def _pool_mask_truth_test(x, queries, w_k, w_v, mask=None):
+    mask = mask.unsqueeze(1) if mask else None  # a bare "Boolean value of Tensor ..." error
+    return scaled_dot_product_attention(queries, x @ w_k, x @ w_v, mask)
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex06.attention_pool", _pool_mask_truth_test, "if t is not None"),
+        ("ex06.attention_pool", _pool_zeroing_the_pads, "zeroing the padded tokens"),
+        ("ex06.cross_attention", _cross_by_hand("mask"), "masked_fill(~memory_mask"),
+        ("ex06.cross_attention", _cross_by_hand("k with w_q"), "projected with w_q"),
+        ("ex06.cross_attention", _cross_by_hand("k.T"), "k.T reverses every axis"),
+        ("ex06.cross_attention", _cross_by_hand("bmm"), "torch.bmm takes 3-D tensors only"),
+        ("ex06.attention_pool", _pool_inverted_through_sdpa, "the mask is inverted"),
+    ],
+)
+def test_hunt3_slips_get_their_own_hint(task_id, learner, words):
+    result = check_result(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback

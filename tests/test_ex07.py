@@ -980,3 +980,68 @@ def test_hunt2_slips_that_passed_or_got_the_generic_hint(task_id, learner, words
 def test_hunt2_learners_without_their_slip_pass():
     assert status("ex07.rms_norm", _rms(lambda h: h.pow(2).mean(-1, True))).status == "passed"
     assert status("ex07.layer_norm", _ln(lambda x, mean, v: (x - mean) / v**0.5)).status == "passed"
+
+
+# ---- hunt 3: slips a learner without the grader made, that got a misleading or generic hint ----
+
+
+class LayerNormBiasLeftOut(LayerNormByHand):  # was told ".data, .detach() ... cut it"
+    def forward(self, x):
+        return layer_norm_var_mean(x, self.weight, torch.zeros_like(self.weight), self.eps)
+
+
+class DecAttentionsSwapped(DecLearner):  # multihead_attn read as "the" (self-)attention
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        steps = [
+            (self.norm1, lambda h: self.multihead_attn(h, h, h, mask=self_mask)[0]),
+            (self.norm2, lambda h: self.self_attn(h, memory, memory, mask=memory_mask)[0]),
+            (self.norm3, lambda h: self.linear2(F.relu(self.linear1(h)))),
+        ]
+        for norm, sublayer in steps:
+            x = x + sublayer(norm(x)) if self.norm_first else norm(x + sublayer(x))
+        return x
+
+
+class LayerNormBiasTruthTest(LayerNormByHand):  # a bare "Boolean value of Tensor ..." error
+    def forward(self, x):
+        beta = self.bias if self.bias else torch.zeros_like(self.weight)
+        return layer_norm_var_mean(x, self.weight, beta, self.eps)
+
+
+class EncResidualSetOnce(EncLearner):  # "residual = x" once, as in Hugging Face's layers
+    def forward(self, x, mask=None):
+        residual = x
+        h = self.norm1(x) if self.norm_first else x
+        x = residual + self.self_attn(h, h, h, mask=mask)[0]
+        x = x if self.norm_first else self.norm1(x)
+        h = self.norm2(x) if self.norm_first else x
+        x = residual + self.linear2(F.relu(self.linear1(h)))  # residual not set again
+        return x if self.norm_first else self.norm2(x)
+
+
+class DecResidualSetOnce(DecLearner):
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        residual, kv = x, (memory, memory, memory_mask)
+        steps = [
+            (self.norm1, lambda h: self.self_attn(h, h, h, mask=self_mask)[0]),
+            (self.norm2, lambda h: self.multihead_attn(h, *kv[:2], mask=kv[2])[0]),
+            (self.norm3, lambda h: self.linear2(F.relu(self.linear1(h)))),
+        ]
+        for norm, sublayer in steps:  # residual is never set again
+            x = residual + sublayer(norm(x)) if self.norm_first else norm(residual + sublayer(x))
+        return x
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex07.EncoderLayer", EncResidualSetOnce, "set residual = x again"),
+        ("ex07.DecoderLayer", DecResidualSetOnce, "set residual = x again"),
+        ("ex07.LayerNorm", LayerNormBiasLeftOut, "forward leaves it out"),
+        ("ex07.LayerNorm", LayerNormBiasTruthTest, "if t is not None"),
+        ("ex07.DecoderLayer", DecAttentionsSwapped, "self_attn and multihead_attn are swapped"),
+    ],
+)
+def test_hunt3_slips_get_a_hint_that_names_them(task_id, learner, words):
+    result = status(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback

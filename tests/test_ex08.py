@@ -541,6 +541,8 @@ def ls_of_a_learner(slip):
         uniform = -(logits if slip == "mean of the logits" else log_probs).mean(dim=-1)
         uniform = -log_probs.mean(dim=-1, keepdim=True) if slip == "keepdim" else uniform
         weights = (smoothing, 1 - smoothing) if slip == "swapped" else (1 - smoothing, smoothing)
+        if slip == "uniform over every position":  # #hunt3: the two terms averaged apart
+            return weights[0] * (nll * keep).sum() / keep.sum() + weights[1] * uniform.mean()
         per_token = weights[0] * nll + weights[1] * uniform
         return (per_token * keep).sum() / keep.sum()
 
@@ -554,6 +556,8 @@ def train_step_of_a_learner(slip):
         if slip != "no train":  # the model may arrive in eval mode
             model.train()
         tgt_in = torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], dim=1)
+        if slip == "sliced":  # #hunt3: the other tutorials' convention, for a tgt with <bos>
+            tgt_in, tgt = tgt[:, :-1], tgt[:, 1:]
         logits = model(src, tgt_in)
         if slip != "classes last":
             logits, tgt = logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1)
@@ -653,6 +657,18 @@ FOUND_LATER = [
     # passed 8/8: every case handed over a model in training mode
     ("ex08.train_step", train_step_of_a_learner("no train"), "may arrive in eval mode"),
     ("ex08.train_step", train_step_of_a_learner("by value"), "clip_grad_value_ clips each entry"),
+    (
+        "ex08.label_smoothing_loss",
+        ls_of_a_learner("uniform over every position"),
+        "still count in the smoothing term",
+    ),
+    ("ex08.train_step", train_step_of_a_learner("sliced"), "tgt does not start with <bos>"),
+    # #hunt3: the lesson's formula copied with its factor (0.7, the recipe's) got no hint at all
+    (
+        "ex08.noam_lr",
+        lambda step, d_model, warmup: 0.7 * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5),
+        "the task's formula has no factor",
+    ),
 ]
 
 

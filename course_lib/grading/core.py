@@ -689,6 +689,12 @@ DTYPE_HINT = (
 )
 
 
+TRUTH_HINT = (
+    "`if t:` (or `t or ...`) asks a tensor of many values for one truth value, which PyTorch "
+    "refuses: for an argument or attribute that may be None, test `if t is not None:`"
+)
+
+
 def changed_message(names: list[str]) -> str:
     which = " and ".join(f"`{n}`" for n in names)
     return (
@@ -716,6 +722,8 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
         if outcome.get("not_implemented"):
             return "not implemented yet (NotImplementedError)"
         hint = _listed_hint(task, case, raised=outcome["message"]) if want_hint else None
+        if want_hint and "Boolean value of Tensor with more than one" in outcome["message"]:
+            hint = hint or TRUTH_HINT  # `if mask:`, `self.bias or zeros`: any set, any task
         raised = f"your code raised {outcome['message']}"
         return f"{raised}. Hint: {hint}" if hint else raised
     if status != "ok":

@@ -298,8 +298,8 @@ def residual_sublayers(x, steps, norm_first, mistake=""):
         }
         if mistake == "residual_outside":  # one residual around the whole layer
             residual = layer_input if i == last else 0
-        else:
-            residual = 0 if no_residual else x
+        else:  # stale_residual: residual = x set once, before the first sub-layer
+            residual = 0 if no_residual else layer_input if mistake == "stale_residual" else x
         if pre:
             h = reads if (mistake, i) == ("pre_no_last_norm", last) else norm(reads)
             normed_residual = mistake in ("residual_normed", "residual_of_normed")

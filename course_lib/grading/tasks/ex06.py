@@ -32,6 +32,9 @@ CROSS_MISTAKES = {
     "it on to the attention (True = may attend)",
     "mask_inverted": "the mask is inverted: in course_lib a mask means True = may attend, so "
     "padded positions (False) are the ones to block",
+    # by hand, masked_fill(memory_mask, -inf): a sentence with no padding is blocked whole, NaN
+    "mask_inverted_nan": "the mask is inverted: in course_lib a mask means True = may attend, so "
+    "fill the scores where it is False, masked_fill(~memory_mask, float('-inf'))",
     "scaled_by_d_v": D_V_SCALE_HINT,
     "masked_with_zero": "a masked score of 0 still gets weight exp(0) after the softmax: fill the "
     "masked scores with -inf (float('-inf')), as in lesson 05",
@@ -47,8 +50,15 @@ CROSS_MISTAKES = {
     "them as they are, x @ w_q; x @ w_q.T (or F.linear(x, w_q)) is nn.Linear's convention, "
     "whose weight is (out, in)",
     "d_k_from_shape_2": D_K_FROM_SHAPE_2,
+    "keys_with_w_q": "the keys are projected with w_q: k = memory @ w_k (each of q, k and v has "
+    "its own matrix)",
     "transpose_1_2": "k.transpose(1, 2) swaps the last two axes only when k is 3-D; with extra "
     "batch dimensions it moves a batch axis instead: use k.transpose(-2, -1)",
+    # after transpose_1_2, whose 4-D crash k.T's reproduces
+    "k_dot_T": "k.T reverses every axis of k, the batch's too: transpose the last two only, "
+    "k.transpose(-2, -1) (or k.mT)",
+    "bmm": "torch.bmm takes 3-D tensors only; with extra batch dimensions use @ (torch.matmul), "
+    "which broadcasts over every leading dimension",
 }
 
 
@@ -63,9 +73,13 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
         mask = None if mask is None else mask.transpose(-2, -1)
     sizes = {"scaled_by_d_v": w_v.shape[-1], "scaled_by_d_model": x.shape[-1], "unscaled": 1}
     sizes["d_k_from_shape_2"] = (queries @ w_q).shape[2]
-    keys = read @ w_k
+    keys = read @ (w_q if mistake == "keys_with_w_q" else w_k)
     if mistake == "transpose_1_2":  # so that wrong_attention's k.transpose(-2, -1) is (1, 2)
         keys = keys.transpose(1, 2).transpose(-2, -1)
+    if mistake == "k_dot_T":  # wrong_attention's k.transpose(-2, -1) is then k.T, every axis
+        keys = keys.permute(*range(keys.dim() - 1, -1, -1)).transpose(-2, -1)
+    if mistake == "bmm":  # torch.bmm(q, k.transpose(1, 2)): right, but 3-D only
+        torch.bmm(queries @ w_q, keys.transpose(-2, -1))
     return wrong_attention(
         queries @ w_q,
         keys,
@@ -74,9 +88,9 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
         scale=sizes.get(mistake),
         fill=0.0 if mistake == "masked_with_zero" else float("-inf"),
         dim=-2 if mistake == "softmax_over_queries" else -1,
-        inverted=mistake == "mask_inverted",
+        inverted=mistake.startswith("mask_inverted"),
         zero_after=mistake == "zero_after",
-        nan_to_zero=True,
+        nan_to_zero=mistake != "mask_inverted_nan",
     )
 
 
@@ -290,6 +304,8 @@ class CrossAttentionSublayerTask(ModuleTask):
 
 
 def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
+    if mistake == "x_zeroed" and mask is not None:  # the padded tokens zeroed, nothing masked
+        x, mask = x * mask[..., None], None
     q = x @ w_k if mistake == "queries_from_x" else queries.expand(x.shape[0], -1, -1)
     scale = {"d_v": w_v.shape[-1], "d_model": x.shape[-1], "no_scale": 1}.get(mistake)
     mask = None if mask is None or mistake == "mask_ignored" else mask.unsqueeze(-2)
@@ -301,8 +317,9 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
         scale=scale,
         fill=0.0 if mistake == "fill_zero" else float("-inf"),
         dim=-2 if mistake == "softmax_over_queries" else -1,
-        inverted=mistake == "mask_inverted",
+        inverted=mistake.startswith("mask_inverted"),
         zero_after=mistake == "zero_after",
+        nan_to_zero=mistake == "mask_inverted_zeroed",
     )
 
 
@@ -320,10 +337,15 @@ POOL_MISTAKES = {
     "sqrt(d_model), the size of x",
     "mask_inverted": "the mask is inverted: True = a real token, which may be attended to; block "
     "the positions where the mask is False (~mask)",
+    # the same, through scaled_dot_product_attention, which gives a fully blocked row zeros
+    "mask_inverted_zeroed": "the mask is inverted: True = a real token, which may be attended "
+    "to; pass it on as it is (mask.unsqueeze(-2)), not ~mask",
     "fill_zero": "you filled the scores of padded tokens with 0, but exp(0) = 1: they still get "
     "weight. Fill them with float('-inf') before the softmax",
     "zero_after": "you zeroed the weights of padded tokens AFTER the softmax, so the weights no "
     "longer sum to 1: fill their SCORES with -inf before the softmax",
+    "x_zeroed": "zeroing the padded tokens of x still gives each a score of 0, and exp(0) = 1: "
+    "they keep weight. Fill their SCORES with -inf before the softmax",
 }
 
 

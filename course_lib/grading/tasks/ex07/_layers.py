@@ -47,6 +47,10 @@ PRE_NO_LAST_NORM = (
     "too: the last step is x = x + ffn(norm(x)) (norm2 in the encoder, norm3 in the decoder), "
     "not x + ffn(x)"
 )
+STALE_RESIDUAL = (
+    "every sub-layer but the first adds the layer's input x, not its own input: set "
+    "residual = x again before each sub-layer (or write x = x + sublayer(...) each time)"
+)
 MASK_INVERTED = (
     "the mask is inverted: here True means 'may attend' (nn.MultiheadAttention's masks mean "
     "the opposite), so pass the mask as it is, not ~mask"
@@ -166,10 +170,12 @@ class WrongLayer(nn.Module):
         if mistake == "one_norm_module":  # self.norm1 = self.norm2 = ...: the last loaded wins
             norms = [norms[-1]] * len(norms)
         activation = activation_with(self.activation, mistake)
+        attns = [self.self_attn, getattr(self, "multihead_attn", None)]
+        self_attn, cross_attn = attns[::-1] if mistake == "attns_swapped" else attns
 
         def attention(h):  # the first sub-layer: x is its raw input
             kv = x if mistake == "kv_not_normed" else h
-            pair = self.self_attn(h, kv, kv, mask=self_mask)
+            pair = self_attn(h, kv, kv, mask=self_mask)
             return pair if mistake == "output_tuple" else pair[0]
 
         def cross_attention(h):
@@ -179,7 +185,7 @@ class WrongLayer(nn.Module):
                 keys = h
             mask = None if mistake in ("no_memory_mask", "cross_on_x") else memory_mask
             mask = self_mask if mistake == "self_mask_in_cross" else mask
-            return self.multihead_attn(queries, keys, keys, mask=mask)[0]
+            return cross_attn(queries, keys, keys, mask=mask)[0]
 
         def feed_forward(h):
             return self.linear2(activation(self.linear1(h)))

@@ -64,6 +64,10 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "one_norm_module": layers.ONE_NORM_MODULE,
     "kv_not_normed": layers.KV_NOT_NORMED,
     "pre_no_last_norm": layers.PRE_NO_LAST_NORM,
+    "stale_residual": layers.STALE_RESIDUAL,
+    "attns_swapped": "self_attn and multihead_attn are swapped: self_attn is the masked "
+    "self-attention, multihead_attn the cross-attention to memory (nn.TransformerDecoderLayer's "
+    "names, under which the check loads the weights)",
     "self_mask_in_cross": "the cross-attention got self_mask, the target's own (causal) mask: "
     "it takes memory_mask, which says which source positions are real, "
     "multihead_attn(x, memory, memory, mask=memory_mask)",

@@ -47,6 +47,7 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "one_norm_module": layers.ONE_NORM_MODULE,
     "kv_not_normed": layers.KV_NOT_NORMED,
     "pre_no_last_norm": layers.PRE_NO_LAST_NORM,
+    "stale_residual": layers.STALE_RESIDUAL,
 }
 
 

@@ -121,8 +121,9 @@ class LayerNormModuleTask(ModuleTask):
         unreached = [n for n, _ in module.named_parameters() if n not in reached]
         if unreached:
             raise GradingError(
-                f"no gradient reaches your {' and '.join(unreached)} (.data, .detach(), "
-                "torch.no_grad() or requires_grad=False cut it): training could never change "
-                "them; use the parameters themselves in forward"
+                f"no gradient reaches your {' and '.join(unreached)}: forward leaves it out "
+                "or cuts it off (.data, .detach(), torch.no_grad(), requires_grad=False), so "
+                "training could never change it; use the parameters themselves in forward, "
+                "layer_norm(x, self.weight, self.bias, self.eps)"
             )
         return out.detach() if isinstance(out, torch.Tensor) else out

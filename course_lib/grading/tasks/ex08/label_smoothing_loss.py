@@ -7,6 +7,10 @@ import torch
 from ...core import Case, GradingError, Task, register
 from ..common import randn
 
+PADS_IN_SMOOTHING = (
+    "the padded positions still count in the smoothing term: leave the whole loss of a position "
+    "(both terms) out where target == ignore_index"
+)
 MISTAKES = {
     "pads_counted": "you counted the padded positions: their loss must be left out, and the mean "
     "taken over the real tokens only (target != ignore_index)",
@@ -34,8 +38,8 @@ MISTAKES = {
     "(1 - smoothing) * (-log p_target) + smoothing * mean(-log p)",
     "plus_log_probs": "mind the sign of the smoothing term: it is smoothing * the mean of -log p "
     "(a positive number), not of log p",
-    "pads_in_smoothing_term": "the padded positions still count in the smoothing term: leave the "
-    "whole loss of a position (both terms) out where target == ignore_index",
+    "pads_in_smoothing_term": PADS_IN_SMOOTHING,
+    "pads_in_smoothing_mean": PADS_IN_SMOOTHING,  # (1 - s) * nll over the real + s * uniform.mean()
     "smoothed_probabilities": "you smoothed the model's probabilities (-log((1 - smoothing) p + "
     "smoothing / vocab)); label smoothing changes the TARGET distribution: (1 - smoothing) * "
     "(-log p_target) + smoothing * mean(-log p)",
@@ -85,9 +89,10 @@ def wrong_label_smoothing(logits, target, smoothing, ignore_index, *, mistake=""
             "target_overwritten": (total - nll) / vocab,
             "smoothing_from_logits": -logits.mean(dim=-1),
         }.get(mistake, -log_probs.mean(dim=-1))
-        if mistake == "pads_in_smoothing_term":
-            summed = (1 - smoothing) * nll.masked_fill(~keep, 0).sum() + smoothing * smooth.sum()
-            return summed / keep.sum()
+        if mistake.startswith("pads_in_smoothing"):  # the term summed, or averaged, over all
+            n = keep.sum()
+            smoothed = smooth.sum() / n if mistake == "pads_in_smoothing_term" else smooth.mean()
+            return (1 - smoothing) * nll.masked_fill(~keep, 0).sum() / n + smoothing * smoothed
         per = (1.0 if mistake == "target_unweighted" else 1 - smoothing) * nll + smoothing * smooth
     if mistake == "pads_counted":
         return per.mean()

@@ -40,6 +40,9 @@ MISTAKES = {
     "scored_on_input": "you scored the logits against the decoder's input (the shifted "
     "targets); score them against tgt itself: position t reads <bos> tgt[:, :t] and must "
     "predict tgt[:, t]",
+    "sliced": "tgt does not start with <bos>: tgt[:, :-1] in and tgt[:, 1:] scored is for "
+    "targets that do, and here never scores the first token. Feed shift_right(tgt, bos_id) and "
+    "score the logits on all of tgt",
     "shift_with_pad": "the shifted decoder input starts with bos_id, not pad_id: "
     "shift_right(tgt, bos_id)",
     "smoothing_fixed": "use the smoothing argument in the loss (0.1 is only its default): "
@@ -68,8 +71,8 @@ def _wrong_step(
     import torch.nn.functional as F
 
     model.train()
-    if mistake == "unshifted":
-        tgt_in = tgt
+    if mistake in ("unshifted", "sliced"):  # sliced: tgt[:, :-1] in, tgt[:, 1:] scored
+        tgt_in = tgt if mistake == "unshifted" else tgt[:, :-1]
     else:  # shift_right's wrong version, dropping the first token or starting with pad_id
         first = pad_id if mistake == "shift_with_pad" else bos_id
         slip = "drop_first" if mistake == "shift_drops_first" else ""
@@ -77,7 +80,7 @@ def _wrong_step(
     logits = model(src, tgt_in)
     ignore = {"pads_in_loss": -100, "pad_zero": 0}.get(mistake, pad_id)
     smooth = {"no_smoothing": 0.0, "smoothing_fixed": 0.1}.get(mistake, smoothing)
-    labels = tgt_in if mistake == "scored_on_input" else tgt
+    labels = {"scored_on_input": tgt_in, "sliced": tgt[:, 1:]}.get(mistake, tgt)
     shape = logits.shape if mistake == "classes_last" else (-1, logits.shape[-1])
     flat, labels = logits.reshape(shape), labels.reshape(shape[:-1])
     loss = F.cross_entropy(flat, labels, ignore_index=ignore, label_smoothing=smooth)
