@@ -605,16 +605,16 @@ class _HuntMHA(nn.Module):
     def forward(self, query, key, value, mask=None):
         slip = self.slip
         q = reference_like_split(self.q_proj(query), self.num_heads)
-        k = reference_like_split(
-            self.k_proj(value if slip == "k from value" else key), self.num_heads
-        )
-        v = reference_like_split(
-            self.v_proj(query if slip == "v from query" else value), self.num_heads
-        )
+        k_proj = self.q_proj if slip == "k = self.q_proj(key)" else self.k_proj
+        k_in = {"k from value": value, "k from query": query}.get(slip, key)
+        k = reference_like_split(k_proj(k_in), self.num_heads)
+        v_proj = self.k_proj if slip == "v = self.k_proj(value)" else self.v_proj
+        v = reference_like_split(v_proj(query if slip == "v from query" else value), self.num_heads)
         k_t = k.transpose(1, 2) if slip == "k.transpose(1, 2)" else k.transpose(-2, -1)
         scale = {
             "d_model // h ** 0.5": self.d_model // self.num_heads**0.5,
             "/ d_head ** -0.5": self.d_head**-0.5,
+            "/ d_head": self.d_head,
         }.get(slip, math.sqrt(self.d_head))
         scores = q @ k_t / scale
         if mask is not None:
@@ -647,6 +647,11 @@ class _HuntMHA(nn.Module):
         ("d_model // h ** 0.5", "** binds tighter"),
         ("/ d_head ** -0.5", "multiplied the scores by sqrt(d_head)"),
         ("scores[mask == 0] = -inf", "boolean indexing does not broadcast"),
+        # third hunt: these got 'None of the usual single mistakes' or a bare PyTorch error
+        ("k from query", "the keys are projected from `query`"),
+        ("k = self.q_proj(key)", "the keys go through q_proj"),
+        ("v = self.k_proj(value)", "the values go through k_proj"),
+        ("/ d_head", "divide by its square root"),
     ],
 )
 def test_a_second_hunt_slip_fails_the_notebook_check_with_its_own_hint(slip, words):

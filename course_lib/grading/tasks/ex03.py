@@ -127,9 +127,12 @@ class _WrongMultiHeadAttention(nn.Module):
         batch, n_q, d_model = query.shape
         mistake = self.mistake
         q = self._split(self.q_proj(query))  # (batch, heads, n_q, d_head)
-        k = self._split(self.k_proj(value if mistake == "keys_from_value" else key), n_q)
+        k_proj = self.q_proj if mistake == "keys_through_q_proj" else self.k_proj  # a copied line
+        k_in = {"keys_from_value": value, "keys_from_query": query}.get(mistake, key)
+        k = self._split(k_proj(k_in), n_q)
+        v_proj = self.k_proj if mistake == "values_through_k_proj" else self.v_proj
         inputs = {"values_from_key": key, "values_from_query": query}  # (batch, n, d_model)
-        v_full = self.v_proj(inputs.get(mistake, value))  # (batch, n_k, d_model)
+        v_full = v_proj(inputs.get(mistake, value))  # (batch, n_k, d_model)
         v = self._split(v_full)  # (batch, heads, n_k, d_head)
         if mistake == "keys_transpose_1_2":  # exercise 02's k.transpose(1, 2) on 4-D keys
             k = k.permute(0, 2, 3, 1)  # so that wrong_attention's k.transpose(-2, -1) is it
@@ -146,6 +149,7 @@ class _WrongMultiHeadAttention(nn.Module):
             scale={
                 "scale_d_model": d_model,
                 "no_scale": 1,
+                "scale_no_root": self.d_head**2,  # divided by d_head itself
                 "scale_precedence": (d_model // self.num_heads**0.5) ** 2,  # ** before //
                 "scale_inverted": 1 / self.d_head,  # divided by d_head ** -0.5
             }.get(mistake),
@@ -223,6 +227,8 @@ class MultiHeadAttentionTask(ModuleTask):
         "scale_d_model": "each head's scores are q·k over d_head features, so divide by "
         "sqrt(d_head), not sqrt(d_model)",
         "no_scale": "divide each head's scores by sqrt(d_head) before the softmax",
+        "scale_no_root": "you divided the scores by d_head; divide by its square root, "
+        "math.sqrt(d_head)",
         "mask_ignored": "the mask is ignored: blocked positions (False) must get weight 0; a "
         "(batch, n_q, n_k) mask needs unsqueeze(1) to reach every head",
         "softmax_over_queries": "the softmax runs over the keys (the last axis, dim=-1), so "
@@ -258,6 +264,12 @@ class MultiHeadAttentionTask(ModuleTask):
         "v_proj(value) (in self-attention the two are the same tensor, in cross-attention not)",
         "keys_from_value": "the keys are projected from `value`; they come from `key`: k = "
         "k_proj(key) (in self-attention the two are the same tensor, in cross-attention not)",
+        "keys_from_query": "the keys are projected from `query`; they come from `key`: k = "
+        "k_proj(key) (only in self-attention are the two the same tensor)",
+        "keys_through_q_proj": "the keys go through q_proj; they have their own layer: k = "
+        "self.k_proj(key) (a copied line kept q_proj)",
+        "values_through_k_proj": "the values go through k_proj; they have their own layer: v = "
+        "self.v_proj(value) (a copied line kept k_proj)",
         "values_from_query": "weights (batch, heads, n_q, n_k) @ v needs the values of the n_k "
         "keys: v = v_proj(value), split by its own length n_k = value.shape[1] (not the "
         "query's tensor or length)",
