@@ -286,14 +286,15 @@ def _prefix_lm(pad_id_used=None, causal=lambda query, key: key <= query):
     return prefix_lm_mask
 
 
-def _prefix_lm_one_axis_short(ids, prefix_lengths, pad_id):
+def _prefix_lm_one_axis_short(ids, prefix_lengths, pad_id, causal_first=False):
     seq = ids.shape[1]
     if (prefix_lengths < 0).any() or (prefix_lengths > seq).any():
         raise ValueError("prefix_lengths must lie in [0, seq]")
     keys = torch.arange(seq)
     in_prefix = keys < prefix_lengths[:, None]  # (batch, seq): one None short
     causal = keys[None, :] <= keys[:, None]  # (seq, seq)
-    return (in_prefix | causal) & (ids != pad_id)[:, None, :]
+    allowed = (causal | in_prefix) if causal_first else (in_prefix | causal)
+    return allowed & (ids != pad_id)[:, None, :]
 
 
 def _prefix_lm_padding_on_both_axes(ids, prefix_lengths, pad_id):
@@ -301,11 +302,14 @@ def _prefix_lm_padding_on_both_axes(ids, prefix_lengths, pad_id):
     return _prefix_lm()(ids, prefix_lengths, pad_id) & real[:, :, None]
 
 
-def _attention_softmax_by_hand_without_max(q, k, v, mask):
+def _attention_softmax_by_hand_without_max(q, k, v, mask, nan_to_num=False):
     # exp / (sum + eps) gives an empty row zeros, but exp(200) is inf in float32: it passed
     scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf"))
     e = scores.exp()
-    weights = e / (e.sum(dim=-1, keepdim=True) + 1e-9)
+    if nan_to_num:  # exp / sum, then lesson 05's torch.nan_to_num for the empty rows
+        weights = torch.nan_to_num(e / e.sum(dim=-1, keepdim=True))
+    else:
+        weights = e / (e.sum(dim=-1, keepdim=True) + 1e-9)
     return weights @ v, weights
 
 
@@ -387,3 +391,29 @@ def test_hunt2_slips_fail_the_notebook_check_with_their_own_hint(task_id, learne
 def test_hunt2_learner_without_a_slip_passes():
     assert check_result("ex05.masked_attention", _attention()).status == "passed"
     assert check_result("ex05.prefix_lm_mask", _prefix_lm()).status == "passed"
+
+
+# ---- hunt 3: a fresh reader's slips that got a hint for another slip or none ----------------
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        # 'the rows that have at least one allowed key must sum to 1': not what went wrong
+        (
+            "ex05.masked_attention",
+            lambda q, k, v, mask: _attention_softmax_by_hand_without_max(q, k, v, mask, True),
+            "nan_to_num turned those NaN into zero weights",
+        ),
+        # causal | in_prefix names the sizes the other way round: a bare PyTorch error
+        (
+            "ex05.prefix_lm_mask",
+            lambda ids, lengths, pad_id: _prefix_lm_one_axis_short(ids, lengths, pad_id, True),
+            "prefix_lengths[:, None, None]",
+        ),
+    ],
+)
+def test_hunt3_slips_fail_the_notebook_check_with_their_own_hint(task_id, learner, words):
+    result = check_result(task_id, learner)
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert words in result.feedback, result.feedback

@@ -153,9 +153,10 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
         (q @ k.transpose(-2, -1))[~mask] = float("-inf")
     if mistake == "transpose_1_2":  # so that wrong_attention's k.transpose(-2, -1) is (1, 2)
         k = k.transpose(1, 2).transpose(-2, -1)
-    if mistake == "no_max":  # a softmax by hand, exp / (sum + eps), without the max subtracted
+    if mistake.startswith("no_max"):  # a softmax by hand, exp / (sum + eps), no max subtracted
         e = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf")).exp()
         weights = e / (e.sum(-1, keepdim=True) + 1e-9)
+        weights = weights.nan_to_num(0.0) if mistake == "no_max_nan_to_num" else weights
         return weights @ v, weights
     output, weights = wrong_attention(
         q,
@@ -212,9 +213,15 @@ ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives t
     "output_first": "the weights of a fully masked row are zero, but the output was computed "
     "before they were: two right steps in the wrong order. Fix the weights first (zero for a "
     "row with no allowed key), then output = weights @ v",
-    "no_max": "exp of a score near 200 overflows float32 to inf, and inf / inf is NaN: "
-    "subtract each row's maximum before exp (as your softmax of exercise 02 does), or use that "
-    "softmax",
+    **{
+        mistake: "exp of a score near 200 overflows float32 to inf, and inf / inf is NaN: "
+        "subtract each row's maximum before exp (as your softmax of exercise 02 does), or use "
+        f"that softmax{tail}"
+        for mistake, tail in [
+            ("no_max", ""),
+            ("no_max_nan_to_num", " (nan_to_num turned those NaN into zero weights)"),
+        ]
+    },
     "half_d_k": POWER_HALF,
     "twice_d_k": POWER_HALF,
     "d_k_from_shape_1": D_K_FROM_SHAPE_1,
