@@ -702,3 +702,25 @@ def test_grouped_query_attention_that_forgets_to_repeat_v_is_told_so():
 
     result = check_result("ex03.grouped_query_attention", grouped_query_attention)
     assert result.status == "failed" and "a v not repeated" in result.feedback, result.feedback
+
+
+def test_grouped_query_attention_head_by_head_with_h_over_num_kv_heads_is_told_so():
+    # hunt 3: 'index 1 is out of bounds for dimension 1 with size 1', and no hint
+    def grouped_query_attention(q, k, v, mask=None):
+        num_heads, num_kv_heads = q.shape[1], k.shape[1]
+        if num_heads % num_kv_heads:
+            raise ValueError("num_heads must be a multiple of num_kv_heads")
+        outputs, maps = [], []
+        for h in range(num_heads):
+            kv = h // num_kv_heads  # the slip: h // group
+            scores = q[:, h] @ k[:, kv].transpose(-2, -1) / math.sqrt(q.shape[-1])
+            if mask is not None:
+                full = mask.expand(q.shape[0], num_heads, q.shape[2], k.shape[2])
+                scores = scores.masked_fill(~full[:, h], -math.inf)
+            maps.append(scores.softmax(dim=-1))
+            outputs.append(maps[-1] @ v[:, kv])
+        return torch.stack(outputs, dim=1), torch.stack(maps, dim=1)
+
+    result = check_result("ex03.grouped_query_attention", grouped_query_attention)
+    assert result.status == "failed", result.feedback
+    assert "h // num_kv_heads is that only when" in result.feedback, result.feedback

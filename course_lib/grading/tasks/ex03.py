@@ -404,6 +404,9 @@ class GroupedQueryAttentionTask(Task):
         "scaled_by_d_v": D_V_SCALE_HINT,
         "repeat_by_kv_heads": "each kv head is repeated num_kv_heads times; it must be repeated "
         "group = num_heads // num_kv_heads times, so that there are num_heads of them",
+        "index_by_kv_heads": "query head h uses kv head h // group, group = num_heads // "
+        "num_kv_heads; h // num_kv_heads is that only when num_kv_heads == group, and otherwise "
+        "runs past the last kv head",
         "no_scale": "divide the scores by sqrt(d_head), the size of the queries and keys, "
         "before the softmax, as in your MultiHeadAttention",
         "mask_ignored": "the mask is ignored: where it is False the scores must become -inf "
@@ -425,6 +428,10 @@ class GroupedQueryAttentionTask(Task):
             k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
         elif mistake == "repeat_by_kv_heads":  # num_kv_heads copies instead of group
             k, v = k.repeat_interleave(num_kv_heads, 1), v.repeat_interleave(num_kv_heads, 1)
+        elif mistake == "index_by_kv_heads":  # head by head, kv head h // num_kv_heads
+            k, v = (
+                torch.stack([t[:, h // num_kv_heads] for h in range(num_heads)], 1) for t in (k, v)
+            )
         else:
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         return wrong_attention(
