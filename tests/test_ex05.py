@@ -396,6 +396,31 @@ def test_hunt2_learner_without_a_slip_passes():
 # ---- hunt 3: a fresh reader's slips that got a hint for another slip or none ----------------
 
 
+def _attention_hunt3(q, k, v, mask, slip):
+    k_t = k.T if slip == "k.T" else k.transpose(-2, -1)
+    weights = torch.softmax((q @ k_t / math.sqrt(q.shape[-1])).masked_fill(~mask, -math.inf), -1)
+    if slip == "weights[nan] = 0":  # in place on the softmax's output: backward cannot run
+        weights[weights.isnan()] = 0.0
+    else:
+        weights = torch.nan_to_num(weights)
+    return weights @ v, weights
+
+
+@pytest.mark.parametrize(
+    "slip, words",
+    [
+        ("k.T", "k.T reverses every axis"),  # a bare broadcast error
+        ("weights[nan] = 0", "changes in place a tensor"),  # autograd's own error, every case
+    ],
+)
+def test_hunt3_attention_slips_get_their_own_hint(slip, words):
+    result = check_result(
+        "ex05.masked_attention", lambda q, k, v, mask: _attention_hunt3(q, k, v, mask, slip)
+    )
+    assert result.status == "failed", result.feedback
+    assert words in result.feedback, result.feedback
+
+
 @pytest.mark.parametrize(
     "task_id, learner, words",
     [

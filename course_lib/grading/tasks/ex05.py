@@ -153,6 +153,8 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
         (q @ k.transpose(-2, -1))[~mask] = float("-inf")
     if mistake == "transpose_1_2":  # so that wrong_attention's k.transpose(-2, -1) is (1, 2)
         k = k.transpose(1, 2).transpose(-2, -1)
+    if mistake == "dot_t":  # k.T, exercise 02's 2-D habit: every axis reversed
+        k = k.permute(*reversed(range(k.dim()))).transpose(-2, -1)
     if mistake.startswith("no_max"):  # a softmax by hand, exp / (sum + eps), no max subtracted
         e = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf")).exp()
         weights = e / (e.sum(-1, keepdim=True) + 1e-9)
@@ -232,6 +234,8 @@ ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives t
     "indexing does not broadcast): scores.masked_fill(~mask, float('-inf')) broadcasts it",
     "transpose_1_2": "k.transpose(1, 2) swaps the last two axes only when k is 3-D; with heads, "
     "(batch, heads, seq, d), it moves the heads axis: use k.transpose(-2, -1)",
+    "dot_t": "k.T reverses every axis of a batch of keys (the batch axis ends up last): "
+    "transpose only the last two, k.transpose(-2, -1)",
     "no_keepdim": "mask.any(dim=-1) drops the key axis, so it no longer lines up with the "
     "(..., n_q, n_k) scores: mask.any(dim=-1, keepdim=True) is (..., n_q, 1), one flag per "
     "query row",
@@ -297,7 +301,17 @@ class MaskedAttention(Task):
                 "from q, k and v): training back-propagates through this function"
             )
         if isinstance(out, torch.Tensor) and out.requires_grad and bool(out.isfinite().all()):
-            out.sum().backward()
+            try:
+                out.sum().backward()
+            except RuntimeError as error:  # weights[weights.isnan()] = 0 on the softmax's output
+                if "modified by an inplace operation" not in str(error):
+                    raise
+                raise GradingError(
+                    "your code changes in place a tensor that the backward pass still needs "
+                    "(weights[...] = 0 or a method ending in _ on the softmax's output), so "
+                    "training cannot back-propagate through it: build a new tensor instead, "
+                    "torch.nan_to_num(weights) or weights.masked_fill(...)"
+                ) from None
             nan_grad = not all(
                 bool(t.grad.isfinite().all()) for t in (q, k, v) if t.grad is not None
             )
