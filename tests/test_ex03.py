@@ -615,7 +615,11 @@ class _HuntMHA(nn.Module):
             "d_model // h ** 0.5": self.d_model // self.num_heads**0.5,
             "/ d_head ** -0.5": self.d_head**-0.5,
             "/ d_head": self.d_head,
+            "/ sqrt(q.shape[1])": math.sqrt(q.shape[1]),  # exercise 02's 2-D d_k: num_heads
+            "/ sqrt(q.shape[2])": math.sqrt(q.shape[2]),  # exercise 02's 3-D d_k: n_q
         }.get(slip, math.sqrt(self.d_head))
+        if slip == "/ d_head ** 1/2":
+            scale = self.d_head**1 * 2  # how Python reads scores / d_head ** 1/2
         scores = q @ k_t / scale
         if mask is not None:
             mask = mask.unsqueeze(1) if mask.dim() == 3 else mask
@@ -652,6 +656,9 @@ class _HuntMHA(nn.Module):
         ("k = self.q_proj(key)", "the keys go through q_proj"),
         ("v = self.k_proj(value)", "the values go through k_proj"),
         ("/ d_head", "divide by its square root"),
+        ("/ sqrt(q.shape[1])", "d_k from shape[1]"),
+        ("/ sqrt(q.shape[2])", "d_k from shape[2]"),
+        ("/ d_head ** 1/2", "** binds tighter than /"),
     ],
 )
 def test_a_second_hunt_slip_fails_the_notebook_check_with_its_own_hint(slip, words):

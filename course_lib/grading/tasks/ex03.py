@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..core import Case, Task, register
-from .common import D_V_SCALE_HINT, ModuleTask, randn, wrong_attention
+from .common import D_K_FROM_SHAPE_2, D_V_SCALE_HINT, ModuleTask, randn, wrong_attention
+from .ex02 import D_K_FROM_SHAPE_1, POWER_HALF
 
 F64 = torch.float64
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
@@ -150,6 +151,9 @@ class _WrongMultiHeadAttention(nn.Module):
                 "scale_d_model": d_model,
                 "no_scale": 1,
                 "scale_no_root": self.d_head**2,  # divided by d_head itself
+                "d_k_from_shape_1": self.num_heads,  # q.shape[1] of (batch, heads, n_q, d_head)
+                "d_k_from_shape_2": n_q,  # q.shape[2], right for exercise 02's 3-D q
+                "twice_d_k": (2 * self.d_head) ** 2,  # scores / d_head ** 1/2 divides by 2 d_head
                 "scale_precedence": (d_model // self.num_heads**0.5) ** 2,  # ** before //
                 "scale_inverted": 1 / self.d_head,  # divided by d_head ** -0.5
             }.get(mistake),
@@ -229,6 +233,9 @@ class MultiHeadAttentionTask(ModuleTask):
         "no_scale": "divide each head's scores by sqrt(d_head) before the softmax",
         "scale_no_root": "you divided the scores by d_head; divide by its square root, "
         "math.sqrt(d_head)",
+        "d_k_from_shape_1": D_K_FROM_SHAPE_1,
+        "d_k_from_shape_2": D_K_FROM_SHAPE_2,
+        "twice_d_k": POWER_HALF,  # not "half": d_head / 2 is sqrt(d_head) at 4, no_scale at 2
         "mask_ignored": "the mask is ignored: blocked positions (False) must get weight 0; a "
         "(batch, n_q, n_k) mask needs unsqueeze(1) to reach every head",
         "softmax_over_queries": "the softmax runs over the keys (the last axis, dim=-1), so "
