@@ -272,10 +272,10 @@ def _attention_any_without_keepdim(q, k, v, mask):
     return weights @ v, weights
 
 
-def _prefix_lm(pad_id_used=None, causal=lambda query, key: key <= query):
+def _prefix_lm(pad_id_used=None, causal=lambda query, key: key <= query, last=0):
     def prefix_lm_mask(ids, prefix_lengths, pad_id):
         seq = ids.shape[1]
-        if (prefix_lengths < 0).any() or (prefix_lengths > seq).any():
+        if (prefix_lengths < 0).any() or (prefix_lengths > seq - last).any():
             raise ValueError("prefix_lengths must lie in [0, seq]")
         pad = pad_id if pad_id_used is None else pad_id_used
         query, key = torch.arange(seq)[:, None], torch.arange(seq)[None, :]
@@ -430,6 +430,8 @@ def test_hunt3_attention_slips_get_their_own_hint(slip, words):
             lambda q, k, v, mask: _attention_softmax_by_hand_without_max(q, k, v, mask, True),
             "nan_to_num turned those NaN into zero weights",
         ),
+        # `P > seq - 1` rejected the allowed P = seq: 'your code raised ValueError', no hint
+        ("ex05.prefix_lm_mask", _prefix_lm(last=1), "raise only when P < 0 or P > seq"),
         # causal | in_prefix names the sizes the other way round: a bare PyTorch error
         (
             "ex05.prefix_lm_mask",
