@@ -666,7 +666,7 @@ def _rope_slip(slip, half=False):
             x = x.view(-1, *shape[-2:])  # (batch, seq, d), whatever axes came first
         if slip == "positions or arange":
             positions = positions or torch.arange(x.shape[-2])
-        elif positions is None:
+        elif positions is None and slip != "positions=None forgotten":  # rope_by_hand copied
             positions = torch.arange(x.shape[-2])
         frequencies = 10000 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
         positions = positions.double() if slip == "1-D positions" else positions[:, None].double()
@@ -699,6 +699,9 @@ def _rope_slip(slip, half=False):
         ("ex04.apply_rope", _rope_slip("written in place, then read"), "already rotated"),
         ("ex04.apply_rope", _rope_slip("batch axes flattened with view"), "cannot regroup"),
         ("ex04.apply_rope_half", _rope_slip("d / 2 in the slices", True), "d // 2"),
+        # hunt 3: 'your code raised TypeError: 'NoneType' object is not subscriptable', no hint
+        ("ex04.apply_rope", _rope_slip("positions=None forgotten"), "positions=None means"),
+        ("ex04.apply_rope_half", _rope_slip("positions=None forgotten", True), "None means"),
         (
             "ex04.apply_rope_half",
             _rope_slip("batch axes flattened with view", True),

@@ -366,7 +366,17 @@ class _RopeTask(_PositionalTask):
     layout = "adjacent"  # pairs (2i, 2i+1); "halves": pairs (i, i + d/2)
 
     def call(self, obj, case):
-        return _scores_or_call(obj, case)
+        try:
+            return _scores_or_call(obj, case)
+        except (AttributeError, TypeError) as error:  # positions.double() with positions=None
+            if "shifts" in case.data or case.raises or case.args[1] is not None:
+                raise
+            if "NoneType" not in str(error):
+                raise
+            raise GradingError(
+                f"your code raised {type(error).__name__}: {error}. Hint: positions=None means "
+                "0, 1, ..., seq-1: if positions is None: positions = torch.arange(x.shape[-2])"
+            ) from None
 
     def wrong(self, x, positions=None, *, mistake):
         return _rope_variant(x, positions, layout=self.layout, mistake=mistake)
