@@ -107,11 +107,34 @@ class Float64MultiHeadAttention(EinsumMultiHeadAttention):
         q = reference_like_split(self.q_proj(query).double(), self.num_heads)
         k = reference_like_split(self.k_proj(key).double(), self.num_heads)
         v = reference_like_split(self.v_proj(value).double(), self.num_heads)
-        if mask is not None and mask.dim() == 3:
-            mask = mask.unsqueeze(1)
-        heads, weights = scaled_dot_product_attention(q, k, v, mask)
-        merged = heads.transpose(1, 2).reshape(batch, n_q, d_model).to(query.dtype)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(
+                ~(mask.unsqueeze(1) if mask.dim() == 3 else mask), -math.inf
+            )
+        weights = scores.softmax(dim=-1)
+        merged = (weights @ v).transpose(1, 2).reshape(batch, n_q, d_model).to(query.dtype)
         return self.out_proj(merged), weights.to(query.dtype)
+
+
+class LessonCopyMultiHeadAttention(Float64MultiHeadAttention):
+    """Lesson 03's step by step, which attends with the course's scaled_dot_product_attention."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (
+            reference_like_split(proj(t), self.num_heads)
+            for proj, t in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
+        )
+        mask = mask.unsqueeze(1) if mask is not None and mask.dim() == 3 else mask
+        heads, weights = scaled_dot_product_attention(q, k, v, mask)
+        return self.out_proj(heads.transpose(1, 2).flatten(-2)), weights
+
+
+def test_multi_head_attention_that_calls_the_course_attention_is_borrowed():
+    # hunt 3: full marks, though the task says to write the attention out in the cell
+    result = check_result("ex03.MultiHeadAttention", LessonCopyMultiHeadAttention)
+    assert result.passed == result.total and result.score == result.max_score / 2, result.feedback
+    assert "course_lib.attention.scaled_dot_product_attention, borrowed" in result.feedback
 
 
 def reference_like_split(x, num_heads):

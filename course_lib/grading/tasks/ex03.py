@@ -218,6 +218,7 @@ class MultiHeadAttentionTask(ModuleTask):
         "torch.nn.functional.scaled_dot_product_attention",
         "torch.nn.functional.multi_head_attention_forward",
     )
+    borrowable = ("course_lib.attention.scaled_dot_product_attention",)  # lesson 03 calls it
     wrong = _WrongMultiHeadAttention
     mistake_table = {
         "no_out_proj": "the merged heads must go through the output projection: "
