@@ -722,3 +722,19 @@ def test_a_second_hunt_slip_fails_the_notebook_check_with_its_own_hint(task_id, 
         return
     assert result.status == "failed", result.feedback
     assert words in result.feedback, result.feedback
+
+
+def test_apply_rope_half_through_the_course_apply_rope_is_borrowed():
+    # hunt 3: the permutation the notebook shows, around the course's apply_rope: full marks
+    from course_lib.positional import apply_rope
+
+    def apply_rope_half(x, positions=None):
+        d = x.shape[-1]
+        if d % 2:
+            raise ValueError("d must be even")
+        order = torch.arange(d).view(2, d // 2).t().reshape(d)  # [0, d/2, 1, d/2 + 1, ...]
+        return apply_rope(x[..., order], positions)[..., torch.argsort(order)]
+
+    result = check_result("ex04.apply_rope_half", apply_rope_half)
+    assert result.passed == result.total and result.score == result.max_score / 2, result.feedback
+    assert "course_lib.positional.apply_rope, borrowed" in result.feedback, result.feedback

@@ -218,7 +218,11 @@ class MultiHeadAttentionTask(ModuleTask):
         "torch.nn.functional.scaled_dot_product_attention",
         "torch.nn.functional.multi_head_attention_forward",
     )
-    borrowable = ("course_lib.attention.scaled_dot_product_attention",)  # lesson 03 calls it
+    borrowable = (  # the pieces lesson 03's multi_head_attention_by_hand calls
+        "course_lib.attention.scaled_dot_product_attention",
+        "course_lib.multihead.split_heads",
+        "course_lib.multihead.merge_heads",
+    )
     wrong = _WrongMultiHeadAttention
     mistake_table = {
         "no_out_proj": "the merged heads must go through the output projection: "

@@ -490,6 +490,7 @@ class ApplyRopeHalf(_RopeTask):
     id = "ex04.apply_rope_half"
     lesson = LESSON + "'RoPE: rotate the queries and keys'"
     reference = "course_lib.positional.apply_rope_half"
+    borrowable = ("course_lib.positional.apply_rope",)  # through the permutation: task 3's
     mistake_table = {
         "adjacent": "you rotated adjacent pairs (2i, 2i+1), the lesson's interleaved layout; "
         "this task pairs feature i with feature i + d/2: first half x[..., :d//2], second half "
