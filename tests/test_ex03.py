@@ -669,6 +669,8 @@ class _HuntMHA(nn.Module):
         }.get(slip, math.sqrt(self.d_head))
         if slip == "/ d_head ** 1/2":
             scale = self.d_head**1 * 2  # how Python reads scores / d_head ** 1/2
+        elif slip == "scale = d_head ** 1/2":  # d_head / 2: the root at d_head = 4 only
+            scale = self.d_head**1 / 2
         scores = q @ k_t / scale
         if mask is not None:
             mask = mask.unsqueeze(1) if mask.dim() == 3 else mask
@@ -708,6 +710,7 @@ class _HuntMHA(nn.Module):
         ("/ sqrt(q.shape[1])", "d_k from shape[1]"),
         ("/ sqrt(q.shape[2])", "d_k from shape[2]"),
         ("/ d_head ** 1/2", "** binds tighter than /"),
+        ("scale = d_head ** 1/2", "** binds tighter than /"),  # was 'divide ... by sqrt(d_head)'
     ],
 )
 def test_a_second_hunt_slip_fails_the_notebook_check_with_its_own_hint(slip, words):

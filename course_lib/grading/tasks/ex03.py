@@ -153,6 +153,7 @@ class _WrongMultiHeadAttention(nn.Module):
                 "scale_no_root": self.d_head**2,  # divided by d_head itself
                 "d_k_from_shape_1": self.num_heads,  # q.shape[1] of (batch, heads, n_q, d_head)
                 "d_k_from_shape_2": n_q,  # q.shape[2], right for exercise 02's 3-D q
+                "half_d_k": (self.d_head / 2) ** 2,  # scale = d_head ** 1/2, d_head / 2
                 "twice_d_k": (2 * self.d_head) ** 2,  # scores / d_head ** 1/2 divides by 2 d_head
                 "scale_precedence": (d_model // self.num_heads**0.5) ** 2,  # ** before //
                 "scale_inverted": 1 / self.d_head,  # divided by d_head ** -0.5
@@ -235,12 +236,13 @@ class MultiHeadAttentionTask(ModuleTask):
         "task does not)",
         "scale_d_model": "each head's scores are q·k over d_head features, so divide by "
         "sqrt(d_head), not sqrt(d_model)",
+        "half_d_k": POWER_HALF,  # before no_scale: at d_head = 2, d_head / 2 is 1 as well
         "no_scale": "divide each head's scores by sqrt(d_head) before the softmax",
         "scale_no_root": "you divided the scores by d_head; divide by its square root, "
         "math.sqrt(d_head)",
         "d_k_from_shape_1": D_K_FROM_SHAPE_1,
         "d_k_from_shape_2": D_K_FROM_SHAPE_2,
-        "twice_d_k": POWER_HALF,  # not "half": d_head / 2 is sqrt(d_head) at 4, no_scale at 2
+        "twice_d_k": POWER_HALF,
         "mask_ignored": "the mask is ignored: blocked positions (False) must get weight 0; a "
         "(batch, n_q, n_k) mask needs unsqueeze(1) to reach every head",
         "softmax_over_queries": "the softmax runs over the keys (the last axis, dim=-1), so "
