@@ -107,11 +107,60 @@ class Float64MultiHeadAttention(EinsumMultiHeadAttention):
         q = reference_like_split(self.q_proj(query).double(), self.num_heads)
         k = reference_like_split(self.k_proj(key).double(), self.num_heads)
         v = reference_like_split(self.v_proj(value).double(), self.num_heads)
-        if mask is not None and mask.dim() == 3:
-            mask = mask.unsqueeze(1)
-        heads, weights = scaled_dot_product_attention(q, k, v, mask)
-        merged = heads.transpose(1, 2).reshape(batch, n_q, d_model).to(query.dtype)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(
+                ~(mask.unsqueeze(1) if mask.dim() == 3 else mask), -math.inf
+            )
+        weights = scores.softmax(dim=-1)
+        merged = (weights @ v).transpose(1, 2).reshape(batch, n_q, d_model).to(query.dtype)
         return self.out_proj(merged), weights.to(query.dtype)
+
+
+class LessonCopyMultiHeadAttention(Float64MultiHeadAttention):
+    """Lesson 03's step by step, which attends with the course's scaled_dot_product_attention."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (
+            reference_like_split(proj(t), self.num_heads)
+            for proj, t in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
+        )
+        mask = mask.unsqueeze(1) if mask is not None and mask.dim() == 3 else mask
+        heads, weights = scaled_dot_product_attention(q, k, v, mask)
+        return self.out_proj(heads.transpose(1, 2).flatten(-2)), weights
+
+
+class LessonSplitMultiHeadAttention(Float64MultiHeadAttention):
+    """Its own attention, but the course's split_heads and merge_heads, as lesson 03 calls them."""
+
+    def forward(self, query, key, value, mask=None):
+        from course_lib.multihead import merge_heads, split_heads
+
+        q, k, v = (
+            split_heads(proj(t), self.num_heads)
+            for proj, t in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
+        )
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(
+                ~(mask.unsqueeze(1) if mask.dim() == 3 else mask), -math.inf
+            )
+        weights = scores.softmax(dim=-1)
+        return self.out_proj(merge_heads(weights @ v)), weights
+
+
+@pytest.mark.parametrize(
+    "module, borrowed",
+    [
+        (LessonCopyMultiHeadAttention, "course_lib.attention.scaled_dot_product_attention"),
+        (LessonSplitMultiHeadAttention, "course_lib.multihead.split_heads"),
+    ],
+)
+def test_multi_head_attention_built_on_the_course_pieces_is_borrowed(module, borrowed):
+    # hunt 3: full marks, though the task says to write the attention out in the cell
+    result = check_result("ex03.MultiHeadAttention", module)
+    assert result.passed == result.total and result.score == result.max_score / 2, result.feedback
+    assert borrowed in result.feedback and "borrowed" in result.feedback, result.feedback
 
 
 def reference_like_split(x, num_heads):
@@ -605,17 +654,23 @@ class _HuntMHA(nn.Module):
     def forward(self, query, key, value, mask=None):
         slip = self.slip
         q = reference_like_split(self.q_proj(query), self.num_heads)
-        k = reference_like_split(
-            self.k_proj(value if slip == "k from value" else key), self.num_heads
-        )
-        v = reference_like_split(
-            self.v_proj(query if slip == "v from query" else value), self.num_heads
-        )
+        k_proj = self.q_proj if slip == "k = self.q_proj(key)" else self.k_proj
+        k_in = {"k from value": value, "k from query": query}.get(slip, key)
+        k = reference_like_split(k_proj(k_in), self.num_heads)
+        v_proj = self.k_proj if slip == "v = self.k_proj(value)" else self.v_proj
+        v = reference_like_split(v_proj(query if slip == "v from query" else value), self.num_heads)
         k_t = k.transpose(1, 2) if slip == "k.transpose(1, 2)" else k.transpose(-2, -1)
         scale = {
             "d_model // h ** 0.5": self.d_model // self.num_heads**0.5,
             "/ d_head ** -0.5": self.d_head**-0.5,
+            "/ d_head": self.d_head,
+            "/ sqrt(q.shape[1])": math.sqrt(q.shape[1]),  # exercise 02's 2-D d_k: num_heads
+            "/ sqrt(q.shape[2])": math.sqrt(q.shape[2]),  # exercise 02's 3-D d_k: n_q
         }.get(slip, math.sqrt(self.d_head))
+        if slip == "/ d_head ** 1/2":
+            scale = self.d_head**1 * 2  # how Python reads scores / d_head ** 1/2
+        elif slip == "scale = d_head ** 1/2":  # d_head / 2: the root at d_head = 4 only
+            scale = self.d_head**1 / 2
         scores = q @ k_t / scale
         if mask is not None:
             mask = mask.unsqueeze(1) if mask.dim() == 3 else mask
@@ -647,6 +702,15 @@ class _HuntMHA(nn.Module):
         ("d_model // h ** 0.5", "** binds tighter"),
         ("/ d_head ** -0.5", "multiplied the scores by sqrt(d_head)"),
         ("scores[mask == 0] = -inf", "boolean indexing does not broadcast"),
+        # third hunt: these got 'None of the usual single mistakes' or a bare PyTorch error
+        ("k from query", "the keys are projected from `query`"),
+        ("k = self.q_proj(key)", "the keys go through q_proj"),
+        ("v = self.k_proj(value)", "the values go through k_proj"),
+        ("/ d_head", "divide by its square root"),
+        ("/ sqrt(q.shape[1])", "d_k from shape[1]"),
+        ("/ sqrt(q.shape[2])", "d_k from shape[2]"),
+        ("/ d_head ** 1/2", "** binds tighter than /"),
+        ("scale = d_head ** 1/2", "** binds tighter than /"),  # was 'divide ... by sqrt(d_head)'
     ],
 )
 def test_a_second_hunt_slip_fails_the_notebook_check_with_its_own_hint(slip, words):
@@ -697,3 +761,25 @@ def test_grouped_query_attention_that_forgets_to_repeat_v_is_told_so():
 
     result = check_result("ex03.grouped_query_attention", grouped_query_attention)
     assert result.status == "failed" and "a v not repeated" in result.feedback, result.feedback
+
+
+def test_grouped_query_attention_head_by_head_with_h_over_num_kv_heads_is_told_so():
+    # hunt 3: 'index 1 is out of bounds for dimension 1 with size 1', and no hint
+    def grouped_query_attention(q, k, v, mask=None):
+        num_heads, num_kv_heads = q.shape[1], k.shape[1]
+        if num_heads % num_kv_heads:
+            raise ValueError("num_heads must be a multiple of num_kv_heads")
+        outputs, maps = [], []
+        for h in range(num_heads):
+            kv = h // num_kv_heads  # the slip: h // group
+            scores = q[:, h] @ k[:, kv].transpose(-2, -1) / math.sqrt(q.shape[-1])
+            if mask is not None:
+                full = mask.expand(q.shape[0], num_heads, q.shape[2], k.shape[2])
+                scores = scores.masked_fill(~full[:, h], -math.inf)
+            maps.append(scores.softmax(dim=-1))
+            outputs.append(maps[-1] @ v[:, kv])
+        return torch.stack(outputs, dim=1), torch.stack(maps, dim=1)
+
+    result = check_result("ex03.grouped_query_attention", grouped_query_attention)
+    assert result.status == "failed", result.feedback
+    assert "h // num_kv_heads is that only when" in result.feedback, result.feedback

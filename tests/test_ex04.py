@@ -666,7 +666,7 @@ def _rope_slip(slip, half=False):
             x = x.view(-1, *shape[-2:])  # (batch, seq, d), whatever axes came first
         if slip == "positions or arange":
             positions = positions or torch.arange(x.shape[-2])
-        elif positions is None:
+        elif positions is None and slip != "positions=None forgotten":  # rope_by_hand copied
             positions = torch.arange(x.shape[-2])
         frequencies = 10000 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
         positions = positions.double() if slip == "1-D positions" else positions[:, None].double()
@@ -699,6 +699,9 @@ def _rope_slip(slip, half=False):
         ("ex04.apply_rope", _rope_slip("written in place, then read"), "already rotated"),
         ("ex04.apply_rope", _rope_slip("batch axes flattened with view"), "cannot regroup"),
         ("ex04.apply_rope_half", _rope_slip("d / 2 in the slices", True), "d // 2"),
+        # hunt 3: 'your code raised TypeError: 'NoneType' object is not subscriptable', no hint
+        ("ex04.apply_rope", _rope_slip("positions=None forgotten"), "positions=None means"),
+        ("ex04.apply_rope_half", _rope_slip("positions=None forgotten", True), "None means"),
         (
             "ex04.apply_rope_half",
             _rope_slip("batch axes flattened with view", True),
@@ -718,4 +721,52 @@ def test_a_second_hunt_slip_fails_the_notebook_check_with_its_own_hint(task_id, 
         assert result.status == "passed", result.feedback
         return
     assert result.status == "failed", result.feedback
+    assert words in result.feedback, result.feedback
+
+
+def _half_through_course_rope(x, positions=None):
+    """The permutation the notebook shows, around the course's apply_rope."""
+    from course_lib.positional import apply_rope
+
+    d = x.shape[-1]
+    if d % 2:
+        raise ValueError("d must be even")
+    order = torch.arange(d).view(2, d // 2).t().reshape(d)  # [0, d/2, 1, d/2 + 1, ...]
+    return apply_rope(x[..., order], positions)[..., torch.argsort(order)]
+
+
+def _rope_through_course_shift(x, positions=None):
+    """Each position's vector times the course's shift matrix: x @ M(p) turns it by p."""
+    from course_lib.positional import relative_shift_matrix
+
+    if x.shape[-1] % 2:
+        raise ValueError("d must be even")
+    positions = torch.arange(x.shape[-2]) if positions is None else positions
+    m = torch.stack([relative_shift_matrix(float(p), x.shape[-1]) for p in positions])
+    return (x.unsqueeze(-2) @ m.to(x.dtype)).squeeze(-2)
+
+
+def _table_through_course_shift(seq_len, d_model):
+    """Row p = row 0 @ M(p).T: the course's task-2 answer builds the task-1 table."""
+    from course_lib.positional import relative_shift_matrix
+
+    if d_model % 2:
+        raise ValueError("d_model must be even")
+    row_0 = torch.tensor([0.0, 1.0] * (d_model // 2))  # sin 0, cos 0, ...
+    return torch.stack([row_0 @ relative_shift_matrix(p, d_model).T for p in range(seq_len)])
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, score, words",
+    [
+        ("ex04.apply_rope_half", _half_through_course_rope, 0.5, "positional.apply_rope, borrowed"),
+        ("ex04.apply_rope", _rope_through_course_shift, 0.5, "relative_shift_matrix, borrowed"),
+        ("ex04.sinusoidal_positional_encoding", _table_through_course_shift, 0.0, "not to use"),
+    ],
+)
+def test_the_course_positional_pieces_are_borrowed_or_not_allowed(task_id, learner, score, words):
+    # hunt 3: full marks, though ex04 says 'not the finished versions in course_lib.positional';
+    # an earlier task's piece stands in at half marks, a later one's scores 0
+    result = check_result(task_id, learner)
+    assert result.score == score * result.max_score, result.feedback
     assert words in result.feedback, result.feedback

@@ -272,10 +272,10 @@ def _attention_any_without_keepdim(q, k, v, mask):
     return weights @ v, weights
 
 
-def _prefix_lm(pad_id_used=None, causal=lambda query, key: key <= query):
+def _prefix_lm(pad_id_used=None, causal=lambda query, key: key <= query, last=0):
     def prefix_lm_mask(ids, prefix_lengths, pad_id):
         seq = ids.shape[1]
-        if (prefix_lengths < 0).any() or (prefix_lengths > seq).any():
+        if (prefix_lengths < 0).any() or (prefix_lengths > seq - last).any():
             raise ValueError("prefix_lengths must lie in [0, seq]")
         pad = pad_id if pad_id_used is None else pad_id_used
         query, key = torch.arange(seq)[:, None], torch.arange(seq)[None, :]
@@ -286,14 +286,15 @@ def _prefix_lm(pad_id_used=None, causal=lambda query, key: key <= query):
     return prefix_lm_mask
 
 
-def _prefix_lm_one_axis_short(ids, prefix_lengths, pad_id):
+def _prefix_lm_one_axis_short(ids, prefix_lengths, pad_id, causal_first=False):
     seq = ids.shape[1]
     if (prefix_lengths < 0).any() or (prefix_lengths > seq).any():
         raise ValueError("prefix_lengths must lie in [0, seq]")
     keys = torch.arange(seq)
     in_prefix = keys < prefix_lengths[:, None]  # (batch, seq): one None short
     causal = keys[None, :] <= keys[:, None]  # (seq, seq)
-    return (in_prefix | causal) & (ids != pad_id)[:, None, :]
+    allowed = (causal | in_prefix) if causal_first else (in_prefix | causal)
+    return allowed & (ids != pad_id)[:, None, :]
 
 
 def _prefix_lm_padding_on_both_axes(ids, prefix_lengths, pad_id):
@@ -301,11 +302,14 @@ def _prefix_lm_padding_on_both_axes(ids, prefix_lengths, pad_id):
     return _prefix_lm()(ids, prefix_lengths, pad_id) & real[:, :, None]
 
 
-def _attention_softmax_by_hand_without_max(q, k, v, mask):
+def _attention_softmax_by_hand_without_max(q, k, v, mask, nan_to_num=False):
     # exp / (sum + eps) gives an empty row zeros, but exp(200) is inf in float32: it passed
     scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf"))
     e = scores.exp()
-    weights = e / (e.sum(dim=-1, keepdim=True) + 1e-9)
+    if nan_to_num:  # exp / sum, then lesson 05's torch.nan_to_num for the empty rows
+        weights = torch.nan_to_num(e / e.sum(dim=-1, keepdim=True))
+    else:
+        weights = e / (e.sum(dim=-1, keepdim=True) + 1e-9)
     return weights @ v, weights
 
 
@@ -387,3 +391,56 @@ def test_hunt2_slips_fail_the_notebook_check_with_their_own_hint(task_id, learne
 def test_hunt2_learner_without_a_slip_passes():
     assert check_result("ex05.masked_attention", _attention()).status == "passed"
     assert check_result("ex05.prefix_lm_mask", _prefix_lm()).status == "passed"
+
+
+# ---- hunt 3: a fresh reader's slips that got a hint for another slip or none ----------------
+
+
+def _attention_hunt3(q, k, v, mask, slip):
+    k_t = k.T if slip == "k.T" else k.transpose(-2, -1)
+    weights = torch.softmax((q @ k_t / math.sqrt(q.shape[-1])).masked_fill(~mask, -math.inf), -1)
+    if slip == "weights[nan] = 0":  # in place on the softmax's output: backward cannot run
+        weights[weights.isnan()] = 0.0
+    else:
+        weights = torch.nan_to_num(weights)
+    return weights @ v, weights
+
+
+@pytest.mark.parametrize(
+    "slip, words",
+    [
+        ("k.T", "k.T reverses every axis"),  # a bare broadcast error
+        ("weights[nan] = 0", "changes in place a tensor"),  # autograd's own error, every case
+    ],
+)
+def test_hunt3_attention_slips_get_their_own_hint(slip, words):
+    result = check_result(
+        "ex05.masked_attention", lambda q, k, v, mask: _attention_hunt3(q, k, v, mask, slip)
+    )
+    assert result.status == "failed", result.feedback
+    assert words in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        # 'the rows that have at least one allowed key must sum to 1': not what went wrong
+        (
+            "ex05.masked_attention",
+            lambda q, k, v, mask: _attention_softmax_by_hand_without_max(q, k, v, mask, True),
+            "nan_to_num turned those NaN into zero weights",
+        ),
+        # `P > seq - 1` rejected the allowed P = seq: 'your code raised ValueError', no hint
+        ("ex05.prefix_lm_mask", _prefix_lm(last=1), "raise only when P < 0 or P > seq"),
+        # causal | in_prefix names the sizes the other way round: a bare PyTorch error
+        (
+            "ex05.prefix_lm_mask",
+            lambda ids, lengths, pad_id: _prefix_lm_one_axis_short(ids, lengths, pad_id, True),
+            "prefix_lengths[:, None, None]",
+        ),
+    ],
+)
+def test_hunt3_slips_fail_the_notebook_check_with_their_own_hint(task_id, learner, words):
+    result = check_result(task_id, learner)
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert words in result.feedback, result.feedback

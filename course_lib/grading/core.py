@@ -559,6 +559,14 @@ class Task:
         return None
 
 
+_SIZES = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
+
+
+def _unordered(message: str) -> str:
+    """A broadcast error names the two sizes in operand order: `a | b` and `b | a` are one slip."""
+    return _SIZES.sub(lambda m: f"sizes {sorted(m.groups())}", message)
+
+
 def _listed_hint(task: Task, case: Case, got: Any = None, raised: str | None = None) -> str | None:
     """The hint of the first listed mistake whose result on this case equals the learner's
     `got`, or, when the learner's code raised, whose error is the very `raised` one (the same
@@ -570,7 +578,7 @@ def _listed_hint(task: Task, case: Case, got: Any = None, raised: str | None = N
                 warnings.simplefilter("ignore")
                 wrong_value = _plain(task.call(wrong, _own_copy(case)))
         except Exception as e:  # noqa: BLE001  (a mistake may not even run on this case)
-            if raised is not None and _raised_message(e) == raised:
+            if raised is not None and _unordered(_raised_message(e)) == _unordered(raised):
                 return hint
             continue
         if raised is None and task.compare(got, wrong_value, case) is None:

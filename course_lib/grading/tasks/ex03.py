@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..core import Case, Task, register
-from .common import D_V_SCALE_HINT, ModuleTask, randn, wrong_attention
+from .common import D_K_FROM_SHAPE_2, D_V_SCALE_HINT, ModuleTask, randn, wrong_attention
+from .ex02 import D_K_FROM_SHAPE_1, POWER_HALF
 
 F64 = torch.float64
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
@@ -127,9 +128,12 @@ class _WrongMultiHeadAttention(nn.Module):
         batch, n_q, d_model = query.shape
         mistake = self.mistake
         q = self._split(self.q_proj(query))  # (batch, heads, n_q, d_head)
-        k = self._split(self.k_proj(value if mistake == "keys_from_value" else key), n_q)
+        k_proj = self.q_proj if mistake == "keys_through_q_proj" else self.k_proj  # a copied line
+        k_in = {"keys_from_value": value, "keys_from_query": query}.get(mistake, key)
+        k = self._split(k_proj(k_in), n_q)
+        v_proj = self.k_proj if mistake == "values_through_k_proj" else self.v_proj
         inputs = {"values_from_key": key, "values_from_query": query}  # (batch, n, d_model)
-        v_full = self.v_proj(inputs.get(mistake, value))  # (batch, n_k, d_model)
+        v_full = v_proj(inputs.get(mistake, value))  # (batch, n_k, d_model)
         v = self._split(v_full)  # (batch, heads, n_k, d_head)
         if mistake == "keys_transpose_1_2":  # exercise 02's k.transpose(1, 2) on 4-D keys
             k = k.permute(0, 2, 3, 1)  # so that wrong_attention's k.transpose(-2, -1) is it
@@ -146,6 +150,11 @@ class _WrongMultiHeadAttention(nn.Module):
             scale={
                 "scale_d_model": d_model,
                 "no_scale": 1,
+                "scale_no_root": self.d_head**2,  # divided by d_head itself
+                "d_k_from_shape_1": self.num_heads,  # q.shape[1] of (batch, heads, n_q, d_head)
+                "d_k_from_shape_2": n_q,  # q.shape[2], right for exercise 02's 3-D q
+                "half_d_k": (self.d_head / 2) ** 2,  # scale = d_head ** 1/2, d_head / 2
+                "twice_d_k": (2 * self.d_head) ** 2,  # scores / d_head ** 1/2 divides by 2 d_head
                 "scale_precedence": (d_model // self.num_heads**0.5) ** 2,  # ** before //
                 "scale_inverted": 1 / self.d_head,  # divided by d_head ** -0.5
             }.get(mistake),
@@ -210,6 +219,11 @@ class MultiHeadAttentionTask(ModuleTask):
         "torch.nn.functional.scaled_dot_product_attention",
         "torch.nn.functional.multi_head_attention_forward",
     )
+    borrowable = (  # the pieces lesson 03's multi_head_attention_by_hand calls
+        "course_lib.attention.scaled_dot_product_attention",
+        "course_lib.multihead.split_heads",
+        "course_lib.multihead.merge_heads",
+    )
     wrong = _WrongMultiHeadAttention
     mistake_table = {
         "no_out_proj": "the merged heads must go through the output projection: "
@@ -222,7 +236,13 @@ class MultiHeadAttentionTask(ModuleTask):
         "task does not)",
         "scale_d_model": "each head's scores are q·k over d_head features, so divide by "
         "sqrt(d_head), not sqrt(d_model)",
+        "half_d_k": POWER_HALF,  # before no_scale: at d_head = 2, d_head / 2 is 1 as well
         "no_scale": "divide each head's scores by sqrt(d_head) before the softmax",
+        "scale_no_root": "you divided the scores by d_head; divide by its square root, "
+        "math.sqrt(d_head)",
+        "d_k_from_shape_1": D_K_FROM_SHAPE_1,
+        "d_k_from_shape_2": D_K_FROM_SHAPE_2,
+        "twice_d_k": POWER_HALF,
         "mask_ignored": "the mask is ignored: blocked positions (False) must get weight 0; a "
         "(batch, n_q, n_k) mask needs unsqueeze(1) to reach every head",
         "softmax_over_queries": "the softmax runs over the keys (the last axis, dim=-1), so "
@@ -258,6 +278,12 @@ class MultiHeadAttentionTask(ModuleTask):
         "v_proj(value) (in self-attention the two are the same tensor, in cross-attention not)",
         "keys_from_value": "the keys are projected from `value`; they come from `key`: k = "
         "k_proj(key) (in self-attention the two are the same tensor, in cross-attention not)",
+        "keys_from_query": "the keys are projected from `query`; they come from `key`: k = "
+        "k_proj(key) (only in self-attention are the two the same tensor)",
+        "keys_through_q_proj": "the keys go through q_proj; they have their own layer: k = "
+        "self.k_proj(key) (a copied line kept q_proj)",
+        "values_through_k_proj": "the values go through k_proj; they have their own layer: v = "
+        "self.v_proj(value) (a copied line kept k_proj)",
         "values_from_query": "weights (batch, heads, n_q, n_k) @ v needs the values of the n_k "
         "keys: v = v_proj(value), split by its own length n_k = value.shape[1] (not the "
         "query's tensor or length)",
@@ -392,6 +418,9 @@ class GroupedQueryAttentionTask(Task):
         "scaled_by_d_v": D_V_SCALE_HINT,
         "repeat_by_kv_heads": "each kv head is repeated num_kv_heads times; it must be repeated "
         "group = num_heads // num_kv_heads times, so that there are num_heads of them",
+        "index_by_kv_heads": "query head h uses kv head h // group, group = num_heads // "
+        "num_kv_heads; h // num_kv_heads is that only when num_kv_heads == group, and otherwise "
+        "runs past the last kv head",
         "no_scale": "divide the scores by sqrt(d_head), the size of the queries and keys, "
         "before the softmax, as in your MultiHeadAttention",
         "mask_ignored": "the mask is ignored: where it is False the scores must become -inf "
@@ -413,6 +442,10 @@ class GroupedQueryAttentionTask(Task):
             k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
         elif mistake == "repeat_by_kv_heads":  # num_kv_heads copies instead of group
             k, v = k.repeat_interleave(num_kv_heads, 1), v.repeat_interleave(num_kv_heads, 1)
+        elif mistake == "index_by_kv_heads":  # head by head, kv head h // num_kv_heads
+            k, v = (
+                torch.stack([t[:, h // num_kv_heads] for h in range(num_heads)], 1) for t in (k, v)
+            )
         else:
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         return wrong_attention(

@@ -61,6 +61,24 @@ _POSITIONS_1D = (
 )
 
 
+_FINISHED = tuple(
+    f"course_lib.positional.{name}"
+    for name in (
+        "sinusoidal_positional_encoding",
+        "relative_shift_matrix",
+        "apply_rope",
+        "apply_rope_half",
+    )
+)
+
+
+def _pieces(reference: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(borrowable, forbidden): the course's pieces of the set's earlier tasks stand in for the
+    learner's own at half marks; those of its later tasks are not allowed."""
+    i = _FINISHED.index(reference)
+    return _FINISHED[:i], _FINISHED[i + 1 :]
+
+
 class _PositionalTask(Task):
     """Compared within 1e-4, which allows float32 angles computed another way (sin of
     p * frequency loses a few 1e-6 at the positions tested); wrong answers are O(1) off."""
@@ -75,6 +93,7 @@ class SinusoidalPositionalEncoding(_PositionalTask):
     id = "ex04.sinusoidal_positional_encoding"
     lesson = LESSON + "'The sinusoidal encoding'"
     reference = "course_lib.positional.sinusoidal_positional_encoding"
+    borrowable, forbidden = _pieces(reference)
     mistake_table = {
         "cos_sin_swapped": "sin and cos are swapped: sin goes on the even columns (0, 2, ...), "
         "cos on the odd ones, so row 0 is [0, 1, 0, 1, ...]",
@@ -158,6 +177,7 @@ class RelativeShiftMatrix(_PositionalTask):
     id = "ex04.relative_shift_matrix"
     lesson = LESSON + "'A shift in position is a rotation'"
     reference = "course_lib.positional.relative_shift_matrix"
+    borrowable, forbidden = _pieces(reference)
     mistake_table = {
         # abs(offset) is right for positive offsets and looks like the transpose for negative
         # ones: it comes first, or the transpose hint would break the positive offsets
@@ -366,7 +386,17 @@ class _RopeTask(_PositionalTask):
     layout = "adjacent"  # pairs (2i, 2i+1); "halves": pairs (i, i + d/2)
 
     def call(self, obj, case):
-        return _scores_or_call(obj, case)
+        try:
+            return _scores_or_call(obj, case)
+        except (AttributeError, TypeError) as error:  # positions.double() with positions=None
+            if "shifts" in case.data or case.raises or case.args[1] is not None:
+                raise
+            if "NoneType" not in str(error):
+                raise
+            raise GradingError(
+                f"your code raised {type(error).__name__}: {error}. Hint: positions=None means "
+                "0, 1, ..., seq-1: if positions is None: positions = torch.arange(x.shape[-2])"
+            ) from None
 
     def wrong(self, x, positions=None, *, mistake):
         return _rope_variant(x, positions, layout=self.layout, mistake=mistake)
@@ -377,6 +407,7 @@ class ApplyRope(_RopeTask):
     id = "ex04.apply_rope"
     lesson = LESSON + "'RoPE: rotate the queries and keys'"
     reference = "course_lib.positional.apply_rope"
+    borrowable, forbidden = _pieces(reference)
     mistake_table = {
         "constant": _CONSTANT,
         "halves_mixed_frequencies": "you paired feature i with feature i + d/2 but took the "
@@ -480,6 +511,7 @@ class ApplyRopeHalf(_RopeTask):
     id = "ex04.apply_rope_half"
     lesson = LESSON + "'RoPE: rotate the queries and keys'"
     reference = "course_lib.positional.apply_rope_half"
+    borrowable, forbidden = _pieces(reference)
     mistake_table = {
         "adjacent": "you rotated adjacent pairs (2i, 2i+1), the lesson's interleaved layout; "
         "this task pairs feature i with feature i + d/2: first half x[..., :d//2], second half "

@@ -153,9 +153,12 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
         (q @ k.transpose(-2, -1))[~mask] = float("-inf")
     if mistake == "transpose_1_2":  # so that wrong_attention's k.transpose(-2, -1) is (1, 2)
         k = k.transpose(1, 2).transpose(-2, -1)
-    if mistake == "no_max":  # a softmax by hand, exp / (sum + eps), without the max subtracted
+    if mistake == "dot_t":  # k.T, exercise 02's 2-D habit: every axis reversed
+        k = k.permute(*reversed(range(k.dim()))).transpose(-2, -1)
+    if mistake.startswith("no_max"):  # a softmax by hand, exp / (sum + eps), no max subtracted
         e = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf")).exp()
         weights = e / (e.sum(-1, keepdim=True) + 1e-9)
+        weights = weights.nan_to_num(0.0) if mistake == "no_max_nan_to_num" else weights
         return weights @ v, weights
     output, weights = wrong_attention(
         q,
@@ -212,9 +215,15 @@ ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives t
     "output_first": "the weights of a fully masked row are zero, but the output was computed "
     "before they were: two right steps in the wrong order. Fix the weights first (zero for a "
     "row with no allowed key), then output = weights @ v",
-    "no_max": "exp of a score near 200 overflows float32 to inf, and inf / inf is NaN: "
-    "subtract each row's maximum before exp (as your softmax of exercise 02 does), or use that "
-    "softmax",
+    **{
+        mistake: "exp of a score near 200 overflows float32 to inf, and inf / inf is NaN: "
+        "subtract each row's maximum before exp (as your softmax of exercise 02 does), or use "
+        f"that softmax{tail}"
+        for mistake, tail in [
+            ("no_max", ""),
+            ("no_max_nan_to_num", " (nan_to_num turned those NaN into zero weights)"),
+        ]
+    },
     "half_d_k": POWER_HALF,
     "twice_d_k": POWER_HALF,
     "d_k_from_shape_1": D_K_FROM_SHAPE_1,
@@ -225,6 +234,8 @@ ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives t
     "indexing does not broadcast): scores.masked_fill(~mask, float('-inf')) broadcasts it",
     "transpose_1_2": "k.transpose(1, 2) swaps the last two axes only when k is 3-D; with heads, "
     "(batch, heads, seq, d), it moves the heads axis: use k.transpose(-2, -1)",
+    "dot_t": "k.T reverses every axis of a batch of keys (the batch axis ends up last): "
+    "transpose only the last two, k.transpose(-2, -1)",
     "no_keepdim": "mask.any(dim=-1) drops the key axis, so it no longer lines up with the "
     "(..., n_q, n_k) scores: mask.any(dim=-1, keepdim=True) is (..., n_q, 1), one flag per "
     "query row",
@@ -290,7 +301,17 @@ class MaskedAttention(Task):
                 "from q, k and v): training back-propagates through this function"
             )
         if isinstance(out, torch.Tensor) and out.requires_grad and bool(out.isfinite().all()):
-            out.sum().backward()
+            try:
+                out.sum().backward()
+            except RuntimeError as error:  # weights[weights.isnan()] = 0 on the softmax's output
+                if "modified by an inplace operation" not in str(error):
+                    raise
+                raise GradingError(
+                    "your code changes in place a tensor that the backward pass still needs "
+                    "(weights[...] = 0 or a method ending in _ on the softmax's output), so "
+                    "training cannot back-propagate through it: build a new tensor instead, "
+                    "torch.nan_to_num(weights) or weights.masked_fill(...)"
+                ) from None
             nan_grad = not all(
                 bool(t.grad.isfinite().all()) for t in (q, k, v) if t.grad is not None
             )
@@ -404,6 +425,18 @@ class PrefixLMMask(Task):
         "course_lib.masking.padding_mask",
         "course_lib.masking.combine_masks",
     )
+
+    def call(self, obj, case):
+        try:
+            return super().call(obj, case)
+        except ValueError:  # a check `P >= seq` for `P > seq`: the boundary is allowed
+            ids, prefix_lengths, _ = case.args
+            if case.raises or not bool((prefix_lengths == ids.shape[1]).any()):
+                raise
+            raise GradingError(
+                "your code raised a ValueError for a prefix length equal to seq, which is "
+                "allowed (the whole row is the prefix): raise only when P < 0 or P > seq"
+            ) from None
 
     def cases(self, gen):
         p = torch.tensor
