@@ -657,3 +657,26 @@ def test_a_generate_that_drops_top_k_fails_on_every_seed():
         result = judge(task, cases, run_cases(task, generate, cases))
         assert result.status == "failed", (seed, result.feedback)
         assert "top_k is not passed on" in result.feedback
+
+
+def _learners_cross_entropy_perplexity(move_classes):
+    """#hunt3: F.cross_entropy with the vocabulary moved to dim 1, written for (batch, seq)."""
+
+    def perplexity(logits, targets):
+        if targets.shape != logits.shape[:-1]:
+            raise ValueError("the shapes do not fit")
+        if logits.dim() == 3:
+            logits = move_classes(logits)
+        return F.cross_entropy(logits, targets).exp()
+
+    return perplexity
+
+
+@pytest.mark.parametrize(
+    "move_classes", [lambda x: x.transpose(1, 2), lambda x: x.permute(0, 2, 1)]
+)
+def test_a_perplexity_for_3d_logits_only_fails_on_4d_logits(move_classes):
+    # #hunt3: it passed all 8 checks (no case had two leading axes)
+    result = status("ex09.perplexity", _learners_cross_entropy_perplexity(move_classes))
+    assert result.status == "failed", result.feedback
+    assert "two leading axes" in result.feedback and "reshape(-1, vocab)" in result.feedback
