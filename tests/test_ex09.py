@@ -680,3 +680,30 @@ def test_a_perplexity_for_3d_logits_only_fails_on_4d_logits(move_classes):
     result = status("ex09.perplexity", _learners_cross_entropy_perplexity(move_classes))
     assert result.status == "failed", result.feedback
     assert "two leading axes" in result.feedback and "reshape(-1, vocab)" in result.feedback
+
+
+def _learners_sample_next_tempered_last(logits, temperature=1.0, top_k=None, top_p=None,
+                                        generator=None):  # fmt: skip
+    """#hunt3: filters the untempered distribution, then applies the temperature."""
+    if temperature < 0 or (top_k or 1) < 1 or (top_p is not None and not 0 < top_p <= 1):
+        raise ValueError("bad option")
+    if temperature == 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits, dim=-1)
+    if top_k is not None:
+        kth = torch.topk(probs, min(top_k, probs.shape[-1]), dim=-1).values[..., -1:]
+        probs = probs.masked_fill(probs < kth, 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
+    if top_p is not None:
+        sorted_probs, order = probs.sort(-1, descending=True)
+        drop = sorted_probs.cumsum(-1) - sorted_probs >= top_p
+        probs = probs.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), 0.0)
+    probs = probs ** (1 / temperature)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def test_a_temperature_applied_after_top_p_fails_with_its_hint():
+    # #hunt3: it passed all 15 checks (no case's top-p set depended on the temperature)
+    result = status("ex09.sample_next", _learners_sample_next_tempered_last)
+    assert result.status == "failed", result.feedback
+    assert "TEMPERED distribution" in result.feedback, result.feedback
