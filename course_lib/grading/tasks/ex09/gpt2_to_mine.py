@@ -257,9 +257,9 @@ class Gpt2ToMineTask(Task):
         if "lm_head.weight" not in got:
             return MISTAKES["no_lm_head"]
         for key, w in want.items():  # a Conv1D weight left as (in, out)
-            g = got[key]
-            if w.dim() == 2 and key.startswith("layers.") and not torch.equal(g, w):
-                if isinstance(g, Tensor) and g.shape == w.t().shape and torch.equal(g, w.t()):
+            g = got.get(key)
+            if isinstance(g, Tensor) and w.dim() == 2 and key.startswith("layers."):
+                if g.shape == w.t().shape and torch.equal(g, w.t()) and not torch.equal(g, w):
                     return MISTAKES["not_transposed"]
         if any(
             _permuted(got, want, layer)
