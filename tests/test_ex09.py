@@ -707,3 +707,21 @@ def test_a_temperature_applied_after_top_p_fails_with_its_hint():
     result = status("ex09.sample_next", _learners_sample_next_tempered_last)
     assert result.status == "failed", result.feedback
     assert "TEMPERED distribution" in result.feedback, result.feedback
+
+
+def test_a_generate_that_feeds_each_token_at_its_step_number_is_named():
+    # #hunt3: start = the loop's step (the prompt forgotten): "None of the usual single mistakes"
+    own_sample_next = ex09._own_sample_next()
+
+    def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+        with torch.no_grad():
+            logits, cache = model.forward_cached(ids, None, 0)
+            for step in range(max_new_tokens):
+                next_id = own_sample_next(logits[:, -1], temperature, top_k, None, generator)
+                ids = torch.cat([ids, next_id[:, None]], dim=1)
+                logits, cache = model.forward_cached(next_id[:, None], cache, step)
+        return ids
+
+    result = status("ex09.generate", generate)
+    assert result.status == "failed", result.feedback
+    assert f"Hint: {ex09.generate.MISTAKES['step_number']}" in result.feedback
