@@ -469,7 +469,7 @@ def test_second_hunt_slips_lose_points_with_a_named_hint(solution, name, edits, 
     assert words in result.feedback, result.feedback
 
 
-HUNTED_3 = [  # #hunt3: each got "None of the usual single mistakes gives this result"
+HUNTED_3 = [  # #hunt3: each got "None of the usual single mistakes" or a bare PyTorch error
     (  # the head's slice of out_proj's OUTPUT, recorded and patched with forward hooks
         "patch_head",
         [
@@ -488,6 +488,16 @@ HUNTED_3 = [  # #hunt3: each got "None of the usual single mistakes gives this r
         "patch_head",
         [("return model(corrupted_ids)", "return model(clean_ids)")],
         "the clean run's logits",
+    ),
+    (  # the weight's columns without the transpose: a bare "cannot be multiplied"
+        "direct_logit_attribution",
+        [("z[..., cols] @ w_o[:, cols].T", "z[..., cols] @ w_o[:, cols]")],
+        "matching COLUMNS of out_proj.weight, transposed",
+    ),
+    (  # its rows, transposed
+        "direct_logit_attribution",
+        [("z[..., cols] @ w_o[:, cols].T", "z[..., cols] @ w_o[cols, :].T")],
+        "(d_head, d_model)",
     ),
 ]
 
