@@ -466,6 +466,13 @@ class _GPTIgnoringActivation(ex09._mistake_gpt("")):
         super().__init__(*args, **kwargs)  # activation not passed on: always GELU
 
 
+class _GPTWithDefaultBlockEps(ex09._mistake_gpt("")):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for layer in self.layers:  # #hunt3: Block's norms built without its eps
+            layer.norm1.eps = layer.norm2.eps = 1e-5
+
+
 @pytest.mark.parametrize(
     "learner, mistake",
     [
@@ -475,6 +482,7 @@ class _GPTIgnoringActivation(ex09._mistake_gpt("")):
         (_gpt_with(("attend", _attend("rope_values"))), "rope_values"),
         (_gpt_with(("attend", _attend("chunk_ignores_cache"))), "chunk_ignores_cache"),
         (_GPTIgnoringActivation, "activation_ignored"),
+        (_GPTWithDefaultBlockEps, "block_eps_ignored"),
     ],
 )
 def test_a_capstone_slip_fails_in_the_notebook_with_its_own_hint(learner, mistake):

@@ -55,6 +55,8 @@ MISTAKES = {
     "and rotary positions both need it)",
     "eps_ignored": "pass layer_norm_eps on to every LayerNorm (norm1, norm2 and the final norm): "
     "LayerNorm(d_model, layer_norm_eps, bias=bias)",
+    "block_eps_ignored": "pass layer_norm_eps on to the blocks' LayerNorms too (norm1 and norm2 "
+    "in Block, through its `eps`), not only to the final norm",
     "always_tied": "tie the output layer to the token embedding only when tie_weights is True: "
     "with tie_weights=False, lm_head keeps its own matrix",
     "cache_not_kept": "forward_cached must return the cache with the new tokens' keys and values "
@@ -136,7 +138,7 @@ class WrongBlock(nn.Module):
         self.feed_forward.linear1 = nn.Linear(d_model, d_ff, bias=bias)
         self.feed_forward.linear2 = nn.Linear(d_ff, d_model, bias=bias)
         self.activation = _ACTIVATIONS[activation]
-        eps = 1e-5 if mistake == "eps_ignored" else o["layer_norm_eps"]
+        eps = 1e-5 if mistake in ("eps_ignored", "block_eps_ignored") else o["layer_norm_eps"]
         self.norm1 = nn.LayerNorm(d_model, eps=eps, bias=bias)
         self.norm2 = nn.LayerNorm(d_model, eps=eps, bias=bias)
 
