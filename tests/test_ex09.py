@@ -733,3 +733,18 @@ def test_a_generate_that_feeds_each_token_at_its_step_number_is_named():
     result = status("ex09.generate", generate)
     assert result.status == "failed", result.feedback
     assert f"Hint: {ex09.generate.MISTAKES['step_number']}" in result.feedback
+
+
+class _GPTWithABiasedHead(ex09._mistake_gpt("")):
+    def __init__(self, vocab_size, block_size, d_model, *args, bias=False, **kwargs):
+        super().__init__(vocab_size, block_size, d_model, *args, bias=bias, **kwargs)
+        if kwargs.get("tie_weights", True):  # #hunt3: lm_head built with bias=bias
+            self.lm_head.bias = torch.nn.Parameter(torch.zeros(vocab_size)) if bias else None
+
+
+def test_a_biased_lm_head_is_not_told_that_the_case_wants_no_biases():
+    # #hunt3: on the bias=True case it was told "This case asks for layers without biases"
+    result = status("ex09.GPT", _GPTWithABiasedHead)
+    assert result.status == "failed", result.feedback
+    assert "lm_head.bias" in result.feedback and "without biases" not in result.feedback
+    assert "build them with bias=False" in result.feedback
