@@ -748,3 +748,44 @@ def test_a_biased_lm_head_is_not_told_that_the_case_wants_no_biases():
     assert result.status == "failed", result.feedback
     assert "lm_head.bias" in result.feedback and "without biases" not in result.feedback
     assert "build them with bias=False" in result.feedback
+
+
+def _forward_cached_with(empty_shape=None, positions=None):
+    """#hunt3: a learner's forward_cached with its empty cache of `empty_shape(batch, heads,
+    d_model)`, or its positions `positions(start, n)` (learned positions only)."""
+
+    def forward_cached(self, ids, cache, start):
+        n = ids.shape[1]
+        x = self.token_embedding(ids)
+        if positions is not None:
+            x = x + self.position_embedding.weight[positions(start, n)]
+        if cache is None:
+            heads = self.layers[0].heads
+            shape = (empty_shape or (lambda b, h, d: (b, h, 0, d // h)))(
+                len(ids), heads, x.shape[-1]
+            )
+            cache = [(x.new_zeros(shape), x.new_zeros(shape))] * len(self.layers)
+        new_cache = []
+        for layer, layer_cache in zip(self.layers, cache, strict=True):
+            x, layer_cache = layer(x, layer_cache, start)
+            new_cache.append(layer_cache)
+        return self.lm_head(self.norm(x)), new_cache
+
+    return _gpt_with(None, forward_cached=forward_cached)
+
+
+@pytest.mark.parametrize(
+    "learner, hint",
+    [
+        (
+            _forward_cached_with(empty_shape=lambda b, h, d: (b, h, 0, d)),
+            "(batch, heads, 0, d_head)",
+        ),
+        (_forward_cached_with(empty_shape=lambda b, h, d: (b, 0, d)), "(batch, heads, 0, d_head)"),
+        (_forward_cached_with(positions=lambda start, n: torch.arange(start, n)), "start + n)"),
+    ],
+)
+def test_a_crash_in_forward_cached_gets_a_hint(learner, hint):
+    # #hunt3: each got a bare PyTorch error ("Sizes of tensors must match", "upper bound ...")
+    result = status("ex09.GPT", learner)
+    assert result.status == "failed" and hint in result.feedback, result.feedback

@@ -273,13 +273,28 @@ def _sgd_step(model, ids, lr=0.5):
     return float(loss.detach()), torch.cat([state[k].flatten() for k in sorted(state)])
 
 
+_CACHED_ERRORS = {  # words of PyTorch's error -> what a crash in forward_cached means there
+    "must match": "with cache None, each layer starts from an empty cache of keys and values "
+    "(batch, heads, 0, d_head) each, the shape cached_attention_step appends to",
+    "same number of dimensions": "with cache None, each layer starts from an empty cache of keys "
+    "and values (batch, heads, 0, d_head) each, the shape cached_attention_step appends to",
+    "bound": "the positions of n new tokens from `start` are torch.arange(start, start + n)",
+}
+
+
 def _cached_logits(model, ids, prompt, chunk=1):
     """The logits of all of ids through forward_cached: the prompt at once, then `chunk` tokens
     at a time at their own positions."""
-    logits, cache = model.forward_cached(ids[:, :prompt], None, 0)
-    parts = [logits]
-    for t in range(prompt, ids.shape[1], chunk):
-        logits, cache = model.forward_cached(ids[:, t : t + chunk], cache, t)
+    cache, parts = None, []
+    for t, stop in [(0, prompt), *((t, t + chunk) for t in range(prompt, ids.shape[1], chunk))]:
+        try:
+            logits, cache = model.forward_cached(ids[:, t:stop], cache, t)
+        except RuntimeError as error:
+            hint = next((h for w, h in _CACHED_ERRORS.items() if w in str(error)), None)
+            if hint is None:
+                raise
+            message = f"your code raised RuntimeError: {error}. Hint: {hint}"
+            raise GradingError(message) from None
         parts.append(logits)
     return torch.cat(parts, dim=1)
 
