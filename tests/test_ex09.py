@@ -466,6 +466,13 @@ class _GPTIgnoringActivation(ex09._mistake_gpt("")):
         super().__init__(*args, **kwargs)  # activation not passed on: always GELU
 
 
+class _GPTWithDefaultBlockEps(ex09._mistake_gpt("")):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for layer in self.layers:  # #hunt3: Block's norms built without its eps
+            layer.norm1.eps = layer.norm2.eps = 1e-5
+
+
 @pytest.mark.parametrize(
     "learner, mistake",
     [
@@ -475,6 +482,7 @@ class _GPTIgnoringActivation(ex09._mistake_gpt("")):
         (_gpt_with(("attend", _attend("rope_values"))), "rope_values"),
         (_gpt_with(("attend", _attend("chunk_ignores_cache"))), "chunk_ignores_cache"),
         (_GPTIgnoringActivation, "activation_ignored"),
+        (_GPTWithDefaultBlockEps, "block_eps_ignored"),
     ],
 )
 def test_a_capstone_slip_fails_in_the_notebook_with_its_own_hint(learner, mistake):
@@ -657,3 +665,127 @@ def test_a_generate_that_drops_top_k_fails_on_every_seed():
         result = judge(task, cases, run_cases(task, generate, cases))
         assert result.status == "failed", (seed, result.feedback)
         assert "top_k is not passed on" in result.feedback
+
+
+def _learners_cross_entropy_perplexity(move_classes):
+    """#hunt3: F.cross_entropy with the vocabulary moved to dim 1, written for (batch, seq)."""
+
+    def perplexity(logits, targets):
+        if targets.shape != logits.shape[:-1]:
+            raise ValueError("the shapes do not fit")
+        if logits.dim() == 3:
+            logits = move_classes(logits)
+        return F.cross_entropy(logits, targets).exp()
+
+    return perplexity
+
+
+@pytest.mark.parametrize(
+    "move_classes", [lambda x: x.transpose(1, 2), lambda x: x.permute(0, 2, 1)]
+)
+def test_a_perplexity_for_3d_logits_only_fails_on_4d_logits(move_classes):
+    # #hunt3: it passed all 8 checks (no case had two leading axes)
+    result = status("ex09.perplexity", _learners_cross_entropy_perplexity(move_classes))
+    assert result.status == "failed", result.feedback
+    assert "two leading axes" in result.feedback and "reshape(-1, vocab)" in result.feedback
+
+
+def _learners_sample_next_tempered_last(logits, temperature=1.0, top_k=None, top_p=None,
+                                        generator=None):  # fmt: skip
+    """#hunt3: filters the untempered distribution, then applies the temperature."""
+    if temperature < 0 or (top_k or 1) < 1 or (top_p is not None and not 0 < top_p <= 1):
+        raise ValueError("bad option")
+    if temperature == 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits, dim=-1)
+    if top_k is not None:
+        kth = torch.topk(probs, min(top_k, probs.shape[-1]), dim=-1).values[..., -1:]
+        probs = probs.masked_fill(probs < kth, 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
+    if top_p is not None:
+        sorted_probs, order = probs.sort(-1, descending=True)
+        drop = sorted_probs.cumsum(-1) - sorted_probs >= top_p
+        probs = probs.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), 0.0)
+    probs = probs ** (1 / temperature)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def test_a_temperature_applied_after_top_p_fails_with_its_hint():
+    # #hunt3: it passed all 15 checks (no case's top-p set depended on the temperature)
+    result = status("ex09.sample_next", _learners_sample_next_tempered_last)
+    assert result.status == "failed", result.feedback
+    assert "TEMPERED distribution" in result.feedback, result.feedback
+
+
+def test_a_generate_that_feeds_each_token_at_its_step_number_is_named():
+    # #hunt3: start = the loop's step (the prompt forgotten): "None of the usual single mistakes"
+    own_sample_next = ex09._own_sample_next()
+
+    def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+        with torch.no_grad():
+            logits, cache = model.forward_cached(ids, None, 0)
+            for step in range(max_new_tokens):
+                next_id = own_sample_next(logits[:, -1], temperature, top_k, None, generator)
+                ids = torch.cat([ids, next_id[:, None]], dim=1)
+                logits, cache = model.forward_cached(next_id[:, None], cache, step)
+        return ids
+
+    result = status("ex09.generate", generate)
+    assert result.status == "failed", result.feedback
+    assert f"Hint: {ex09.generate.MISTAKES['step_number']}" in result.feedback
+
+
+class _GPTWithABiasedHead(ex09._mistake_gpt("")):
+    def __init__(self, vocab_size, block_size, d_model, *args, bias=False, **kwargs):
+        super().__init__(vocab_size, block_size, d_model, *args, bias=bias, **kwargs)
+        if kwargs.get("tie_weights", True):  # #hunt3: lm_head built with bias=bias
+            self.lm_head.bias = torch.nn.Parameter(torch.zeros(vocab_size)) if bias else None
+
+
+def test_a_biased_lm_head_is_not_told_that_the_case_wants_no_biases():
+    # #hunt3: on the bias=True case it was told "This case asks for layers without biases"
+    result = status("ex09.GPT", _GPTWithABiasedHead)
+    assert result.status == "failed", result.feedback
+    assert "lm_head.bias" in result.feedback and "without biases" not in result.feedback
+    assert "build them with bias=False" in result.feedback
+
+
+def _forward_cached_with(empty_shape=None, positions=None):
+    """#hunt3: a learner's forward_cached with its empty cache of `empty_shape(batch, heads,
+    d_model)`, or its positions `positions(start, n)` (learned positions only)."""
+
+    def forward_cached(self, ids, cache, start):
+        n = ids.shape[1]
+        x = self.token_embedding(ids)
+        if positions is not None:
+            x = x + self.position_embedding.weight[positions(start, n)]
+        if cache is None:
+            heads = self.layers[0].heads
+            shape = (empty_shape or (lambda b, h, d: (b, h, 0, d // h)))(
+                len(ids), heads, x.shape[-1]
+            )
+            cache = [(x.new_zeros(shape), x.new_zeros(shape))] * len(self.layers)
+        new_cache = []
+        for layer, layer_cache in zip(self.layers, cache, strict=True):
+            x, layer_cache = layer(x, layer_cache, start)
+            new_cache.append(layer_cache)
+        return self.lm_head(self.norm(x)), new_cache
+
+    return _gpt_with(None, forward_cached=forward_cached)
+
+
+@pytest.mark.parametrize(
+    "learner, hint",
+    [
+        (
+            _forward_cached_with(empty_shape=lambda b, h, d: (b, h, 0, d)),
+            "(batch, heads, 0, d_head)",
+        ),
+        (_forward_cached_with(empty_shape=lambda b, h, d: (b, 0, d)), "(batch, heads, 0, d_head)"),
+        (_forward_cached_with(positions=lambda start, n: torch.arange(start, n)), "start + n)"),
+    ],
+)
+def test_a_crash_in_forward_cached_gets_a_hint(learner, hint):
+    # #hunt3: each got a bare PyTorch error ("Sizes of tensors must match", "upper bound ...")
+    result = status("ex09.GPT", learner)
+    assert result.status == "failed" and hint in result.feedback, result.feedback

@@ -713,3 +713,29 @@ def test_an_evaluate_that_divides_by_every_token_is_named():
     result = result_of("ex09.evaluate", evaluate_over_len)
     assert result.status == "failed", result.feedback
     assert f"Hint: {evaluate_task.MISTAKES['count_all_tokens']}" in result.feedback
+
+
+def gpt2_to_mine_with(slip):
+    """#hunt3: the learner's map with one slip: "prefix" (lm_head's tensor looked up by its
+    bare name) or "linear_untransposed" (c_attn transposed, c_proj and c_fc left (in, out))."""
+
+    def gpt2_to_mine_slipped(hf_state):
+        if slip == "prefix":  # KeyError: 'wte.weight' when the keys start with 'transformer.'
+            return {**gpt2_to_mine(hf_state), "lm_head.weight": hf_state["wte.weight"]}
+        out = gpt2_to_mine(hf_state)
+        for key in out:
+            if key.endswith(("out_proj.weight", "linear1.weight", "linear2.weight")):
+                out[key] = out[key].t()
+        return out
+
+    return gpt2_to_mine_slipped
+
+
+@pytest.mark.parametrize(
+    "slip, mistake", [("prefix", "prefix_kept"), ("linear_untransposed", "not_transposed")]
+)
+def test_third_hunt_map_slips_are_named(slip, mistake):
+    # #hunt3: "your code raised KeyError: 'wte.weight'" / "holds other numbers", without a hint
+    result = result_of("ex09.gpt2_to_mine", gpt2_to_mine_with(slip))
+    assert result.status == "failed", result.feedback
+    assert f"Hint: {gpt2_task.MISTAKES[mistake]}" in result.feedback, result.feedback

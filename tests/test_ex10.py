@@ -633,3 +633,35 @@ def test_second_hunt_slips_lose_points_in_the_notebook_with_a_named_hint(name, e
     result = check_result(f"ex10.{name}", _solution_with(name, *edits))
     assert result.status == "failed" and result.score < result.max_score, result.feedback
     assert words in result.feedback and "not implemented yet" not in result.feedback
+
+
+HUNTED_3 = [  # #hunt3: a learner's slip that got a bare PyTorch error, and now its hint
+    (  # int64 random ids put into int32 ids by indexing
+        "mlm_mask",
+        [
+            (", generator=generator, dtype=ids.dtype)", ", generator=generator)"),
+            (
+                "inputs = torch.where(to_random, random_ids, inputs)",
+                "inputs[to_random] = random_ids[to_random]",
+            ),
+        ],
+        "dtype=ids.dtype",
+    ),
+    (  # one patch count for both sides: n = H // p
+        "patchify",
+        [("rows, patch_size, cols, patch_size)", "rows, patch_size, rows, patch_size)")],
+        "H and W may differ",
+    ),
+    (  # the lesson's grey images: one channel
+        "patchify",
+        [("(batch, channels, rows,", "(batch, 1, rows,")],
+        "take c from",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,edits,words", HUNTED_3, ids=[h[2] for h in HUNTED_3])
+def test_third_hunt_slips_get_their_hint_instead_of_a_bare_error(name, edits, words):
+    result = check_result(f"ex10.{name}", _solution_with(name, *edits))
+    assert result.status == "failed", result.feedback
+    assert words in result.feedback and "raised RuntimeError" in result.feedback

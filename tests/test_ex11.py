@@ -467,3 +467,43 @@ def test_second_hunt_slips_lose_points_with_a_named_hint(solution, name, edits, 
     result = check_result(f"ex11.{name}", _solution_with(solution, name, *edits))
     assert result.status == "failed" and result.score < result.max_score, result.feedback
     assert words in result.feedback, result.feedback
+
+
+HUNTED_3 = [  # #hunt3: each got "None of the usual single mistakes" or a bare PyTorch error
+    (  # the head's slice of out_proj's OUTPUT, recorded and patched with forward hooks
+        "patch_head",
+        [
+            (
+                "register_forward_pre_hook(lambda m, a: clean.append(a[0][..., cols]))",
+                "register_forward_hook(lambda m, a, o: clean.append(o[..., cols]))",
+            ),
+            ("def patch(module, args):", "def patch(module, args, output):"),
+            ("z = args[0].clone()", "z = output.clone()"),
+            ("return (z,)", "return z"),
+            ("out_proj.register_forward_pre_hook(patch)", "out_proj.register_forward_hook(patch)"),
+        ],
+        "out_proj's OUTPUT",
+    ),
+    (  # the patched run given the clean ids
+        "patch_head",
+        [("return model(corrupted_ids)", "return model(clean_ids)")],
+        "the clean run's logits",
+    ),
+    (  # the weight's columns without the transpose: a bare "cannot be multiplied"
+        "direct_logit_attribution",
+        [("z[..., cols] @ w_o[:, cols].T", "z[..., cols] @ w_o[:, cols]")],
+        "matching COLUMNS of out_proj.weight, transposed",
+    ),
+    (  # its rows, transposed
+        "direct_logit_attribution",
+        [("z[..., cols] @ w_o[:, cols].T", "z[..., cols] @ w_o[cols, :].T")],
+        "(d_head, d_model)",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,edits,words", HUNTED_3, ids=[h[2] for h in HUNTED_3])
+def test_third_hunt_slips_get_a_named_hint(solution, name, edits, words):
+    result = check_result(f"ex11.{name}", _solution_with(solution, name, *edits))
+    assert result.status == "failed", result.feedback
+    assert words in result.feedback and "None of the usual" not in result.feedback

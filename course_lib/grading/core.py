@@ -827,11 +827,15 @@ def load_weights(module: Any, state_dict: dict[str, Tensor], what: str = "your m
         biases = all(
             k.rpartition(".")[2] == "bias" and k[:-4] + "weight" in state_dict for k in extra
         )
+        others = any(k.rpartition(".")[2] == "bias" for k in state_dict)  # bias=True asked
         raise GradingError(
             f"{what} has parameters the task does not ask for: {', '.join(extra)}"
             + (
-                ". This case asks for layers without biases (bias=False): pass bias=bias on to "
-                "every layer that has one (nn.Linear(..., bias=bias), your LayerNorm(..., "
+                ". These layers have no bias even when the others have one: build them with "
+                "bias=False"
+                if biases and others
+                else ". This case asks for layers without biases (bias=False): pass bias=bias on "
+                "to every layer that has one (nn.Linear(..., bias=bias), your LayerNorm(..., "
                 "bias=bias))"
                 if biases
                 else ""

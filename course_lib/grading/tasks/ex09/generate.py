@@ -29,6 +29,8 @@ MISTAKES = {
     "temperature, top_k and generator on",
     "no_prompt": "feed the whole prompt first (start 0, an empty cache): its "
     "keys and values are what the new tokens attend to",
+    "step_number": "the new token's position is its place in the whole sequence, after the "
+    "prompt's tokens: start = ids.shape[1] - 1 after appending it, not the loop's step number",
     "stuck_position": "every new token is fed at the same position, the prompt's length: the "
     "position must move on by one at each step; compute it inside the loop, start = "
     "ids.shape[1] - 1 after appending the new token",
@@ -88,7 +90,7 @@ def _wrong_generate(
             k = None if mistake == "no_top_k" else top_k
             next_id = sample_next(row, temp, k, None, generator)  # (batch,)
             ids = torch.cat([ids, next_id[:, None]], dim=1)
-            wrong_starts = {"restart": 0, "off_by_one": ids.shape[1]}
+            wrong_starts = {"restart": 0, "off_by_one": ids.shape[1], "step_number": step}
             wrong_starts["stuck_position"] = ids.shape[1] - 1 - step  # the prompt's length
             start = wrong_starts.get(mistake, ids.shape[1] - 1)
             if ids.shape[1] >= model.config.block_size:

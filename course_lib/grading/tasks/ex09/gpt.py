@@ -55,6 +55,8 @@ MISTAKES = {
     "and rotary positions both need it)",
     "eps_ignored": "pass layer_norm_eps on to every LayerNorm (norm1, norm2 and the final norm): "
     "LayerNorm(d_model, layer_norm_eps, bias=bias)",
+    "block_eps_ignored": "pass layer_norm_eps on to the blocks' LayerNorms too (norm1 and norm2 "
+    "in Block, through its `eps`), not only to the final norm",
     "always_tied": "tie the output layer to the token embedding only when tie_weights is True: "
     "with tie_weights=False, lm_head keeps its own matrix",
     "cache_not_kept": "forward_cached must return the cache with the new tokens' keys and values "
@@ -136,7 +138,7 @@ class WrongBlock(nn.Module):
         self.feed_forward.linear1 = nn.Linear(d_model, d_ff, bias=bias)
         self.feed_forward.linear2 = nn.Linear(d_ff, d_model, bias=bias)
         self.activation = _ACTIVATIONS[activation]
-        eps = 1e-5 if mistake == "eps_ignored" else o["layer_norm_eps"]
+        eps = 1e-5 if mistake in ("eps_ignored", "block_eps_ignored") else o["layer_norm_eps"]
         self.norm1 = nn.LayerNorm(d_model, eps=eps, bias=bias)
         self.norm2 = nn.LayerNorm(d_model, eps=eps, bias=bias)
 
@@ -271,13 +273,28 @@ def _sgd_step(model, ids, lr=0.5):
     return float(loss.detach()), torch.cat([state[k].flatten() for k in sorted(state)])
 
 
+_CACHED_ERRORS = {  # words of PyTorch's error -> what a crash in forward_cached means there
+    "must match": "with cache None, each layer starts from an empty cache of keys and values "
+    "(batch, heads, 0, d_head) each, the shape cached_attention_step appends to",
+    "same number of dimensions": "with cache None, each layer starts from an empty cache of keys "
+    "and values (batch, heads, 0, d_head) each, the shape cached_attention_step appends to",
+    "bound": "the positions of n new tokens from `start` are torch.arange(start, start + n)",
+}
+
+
 def _cached_logits(model, ids, prompt, chunk=1):
     """The logits of all of ids through forward_cached: the prompt at once, then `chunk` tokens
     at a time at their own positions."""
-    logits, cache = model.forward_cached(ids[:, :prompt], None, 0)
-    parts = [logits]
-    for t in range(prompt, ids.shape[1], chunk):
-        logits, cache = model.forward_cached(ids[:, t : t + chunk], cache, t)
+    cache, parts = None, []
+    for t, stop in [(0, prompt), *((t, t + chunk) for t in range(prompt, ids.shape[1], chunk))]:
+        try:
+            logits, cache = model.forward_cached(ids[:, t:stop], cache, t)
+        except RuntimeError as error:
+            hint = next((h for w, h in _CACHED_ERRORS.items() if w in str(error)), None)
+            if hint is None:
+                raise
+            message = f"your code raised RuntimeError: {error}. Hint: {hint}"
+            raise GradingError(message) from None
         parts.append(logits)
     return torch.cat(parts, dim=1)
 

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from ...core import Case, Task, register
+from ...core import Case, GradingError, Task, register
 
 MISTAKES = {
     "log_of_softmax": "a probability that underflows to 0 in softmax gives log(0) = -inf: take "
@@ -30,6 +30,9 @@ MISTAKES = {
     "exponential of the mean cross-entropy over EVERY position of every sequence",
     "log_softmax_dim_one": "log_softmax over dim=1 normalises over the positions when the logits "
     "are (batch, seq, vocab); take it over dim=-1, the vocabulary",
+    "classes_transposed": "the logits may have any number of leading axes, (..., vocab), not only "
+    "(batch, seq, vocab): moving the vocabulary to dim 1 for F.cross_entropy works for 3-D "
+    "logits only; flatten instead, logits.reshape(-1, vocab) and targets.reshape(-1)",
 }
 
 
@@ -41,6 +44,9 @@ def _nll(logits: torch.Tensor, targets: torch.Tensor, dim: int = -1) -> torch.Te
 def wrong_perplexity(logits, targets, *, mistake=""):
     """exp(mean cross-entropy) with one named mistake."""
     if mistake == "cross_entropy_unflattened":  # raises on (batch, seq, vocab)
+        return torch.exp(nn.functional.cross_entropy(logits, targets))
+    if mistake == "classes_transposed":  # (batch, vocab, seq) for F.cross_entropy: 3-D only
+        logits = logits.transpose(1, -1) if logits.dim() > 2 else logits
         return torch.exp(nn.functional.cross_entropy(logits, targets))
     if mistake == "log_of_softmax":
         probs = torch.softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1))
@@ -65,7 +71,7 @@ class PerplexityTask(Task):
     reference = "course_lib.sampling.perplexity"
 
     def cases(self, gen):
-        def make(shape, vocab, scale=1.0, dtype=torch.float32):
+        def make(shape, vocab, scale=1.0, dtype=torch.float32, gen=gen):
             logits = torch.randn(*shape, vocab, generator=gen, dtype=torch.float64) * scale
             return logits.to(dtype), torch.randint(vocab, shape, generator=gen)
 
@@ -81,6 +87,8 @@ class PerplexityTask(Task):
             Case("a target 120 nats below the best logit, float32 (softmax gives it probability "
                  "0, so log(softmax) is -inf; log_softmax stays exact)",
                  (torch.tensor([[0.0, -120.0], [0.0, 0.0]]), torch.tensor([1, 0]))),
+            Case("logits (2, 3, 4, 7) and targets (2, 3, 4): two leading axes",
+                 make((2, 3, 4), 7, gen=torch.Generator().manual_seed(4))),
             Case("targets (2, 6) for logits (2, 5, 11)",
                  (torch.randn(2, 5, 11, generator=gen), torch.zeros(2, 6, dtype=torch.long)),
                  raises=ValueError),
@@ -90,5 +98,14 @@ class PerplexityTask(Task):
                  raises=ValueError),
         ]
         # fmt: on
+
+    def call(self, obj, case):
+        try:
+            return obj(*case.args)
+        except Exception as e:  # noqa: BLE001  (any error on 2-D or 4-D logits, ValueError too)
+            if case.raises or case.args[0].dim() == 3 or isinstance(e, NotImplementedError):
+                raise
+            hint = MISTAKES["classes_transposed"]
+            raise GradingError(f"your code raised {type(e).__name__}: {e}. Hint: {hint}") from None
 
     mistake_table, wrong = MISTAKES, staticmethod(wrong_perplexity)

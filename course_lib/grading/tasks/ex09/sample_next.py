@@ -30,6 +30,7 @@ _P8 = [0.34, 0.22, 0.15, 0.11, 0.08, 0.05, 0.03, 0.02]
 _ORDER8 = [5, 2, 7, 0, 3, 6, 1, 4]
 _P6 = [0.4, 0.25, 0.15, 0.1, 0.06, 0.04]
 _ORDER6 = [3, 0, 5, 1, 4, 2]
+_P4 = [0.5, 0.3, 0.15, 0.05]  # at temperature 2: 0.38, 0.29, 0.21, 0.12
 
 
 MISTAKES = {
@@ -38,6 +39,9 @@ MISTAKES = {
     "when they are renormalised)",
     "top_k_keeps_k_minus_1": "you keep only k - 1 tokens: the k-th largest logit must stay "
     "(mask the logits strictly below it, `<` not `<=`)",
+    "temperature_after_top_p": "divide the logits by the temperature first (step 2), then "
+    "filter: top-p measures the mass of the TEMPERED distribution (at temperature 2 it keeps "
+    "3 tokens here, at 1 only 2), so tempering after the filter keeps another set",
     "top_p_drops_crossing_token": "you drop the token that makes the total probability cross "
     "top_p: keep the smallest set of most likely tokens whose total REACHES top_p, crossing "
     "token included (keep a token when the mass BEFORE it is below top_p)",
@@ -87,6 +91,9 @@ def wrong_sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator
         probs = probs.masked_fill(~keep, 0.0)
     else:
         probs = _filter(probs, top_k, top_p)
+    if mistake == "temperature_after_top_p":  # the set of the untempered distribution
+        kept = _filter(stable_softmax(logits * temperature), top_k, top_p) > 0
+        probs = stable_softmax(logits).masked_fill(~kept, 0.0)
     if mistake == "temperature_after_softmax":
         probs = probs / temperature
     return torch.multinomial(probs.float(), 1, generator=generator).squeeze(-1)
@@ -116,6 +123,7 @@ class SampleNextTask(Task):
     def cases(self, gen):
         row8 = _logits_from_probs(_P8, _ORDER8)
         row6 = _logits_from_probs(_P6, _ORDER6)
+        row4 = _logits_from_probs(_P4, [2, 0, 3, 1])
         two = torch.stack([row8, row8.flip(0)])  # (2, 8)
         rand = torch.randn(2, 7, generator=gen)
         # fmt: off
@@ -132,6 +140,9 @@ class SampleNextTask(Task):
             Case("top_p=0.5, logits (2, 8), float64", (two.double(),), {"top_p": 0.5}),
             Case("temperature=0.8, top_k=5, top_p=0.9 together, logits (1, 8)", (row8[None],),
                  {"temperature": 0.8, "top_k": 5, "top_p": 0.9}),
+            Case("temperature=2.0 then top_p=0.75 with probabilities 0.5, 0.3, 0.15, 0.05: "
+                 "keeps 3 tokens (at temperature 1 it would keep 2)", (row4[None],),
+                 {"temperature": 2.0, "top_p": 0.75}),
             Case("temperature=0 means greedy: the arg-max of each row", (rand,),
                  {"temperature": 0.0}),
             Case("top_k=20, more than the 8 tokens of the vocabulary: every token is kept "

@@ -75,6 +75,10 @@ FAULTS = {
         "[0, vocab_size) (torch.randint's `high` is already excluded)"
     ),
     "global_rng": "pass `generator=generator` to every random draw",
+    "random_ids_int64": (
+        "torch.randint gives int64 ids, and these ids are int32: draw the random ids with "
+        "dtype=ids.dtype (or .to(ids.dtype)) before putting them into the inputs"
+    ),
 }
 
 
@@ -104,6 +108,9 @@ def wrong_mlm(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=N
     elif mistake == "overlapping":  # u < 0.1 is inside u < 0.8
         swap = chosen & (action < 0.1)
     inputs = torch.where(swap, random_ids, ids.masked_fill(masked, mask_id))
+    if mistake == "random_ids_int64":  # index put of int64 ids into int32 inputs: raises
+        inputs = ids.masked_fill(masked, mask_id)
+        inputs[swap] = random_ids.long()[swap]
     labelled = {
         "labels_at_mask_only": masked,
         "labels_where_changed": chosen & (inputs != ids),

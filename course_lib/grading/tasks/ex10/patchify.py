@@ -36,6 +36,14 @@ FAULTS = {
         "(shape[2]) splits into (H/p, p) first and W (shape[3]) into (W/p, p) after it; a "
         "square image hides the swap"
     ),
+    "square_grid": (
+        "H and W may differ (the first images are 8 x 12): count the patches down, H // p, "
+        "and across, W // p, separately, reshape(b, c, H // p, p, W // p, p)"
+    ),
+    "one_channel": (
+        "the images may have several channels (the first ones have 3): take c from "
+        "images.shape, not the 1 of the lesson's grey images"
+    ),
     "true_division": (
         "H / p is a float in Python 3, and reshape takes ints: use integer division, H // p"
     ),
@@ -51,6 +59,7 @@ _ORDERS = {
 def wrong_patches(images, p, *, mistake):
     """(batch, channels, H, W) -> (batch, patches, channels * p * p), with the named mistake."""
     b, c, h, w = images.shape
+    c = 1 if mistake == "one_channel" else c
     if mistake == "plain_reshape":
         return images.reshape(b, -1, c * p * p)
     if mistake == "strided":  # split as (p, H/p): pixels H/p apart in one "patch"
@@ -59,6 +68,8 @@ def wrong_patches(images, p, *, mistake):
         rows, cols = (w // p, h // p) if mistake == "grid_swapped" else (h // p, w // p)
         if mistake == "true_division":
             rows = h / p
+        if mistake == "square_grid":  # one count for both sides
+            cols = rows
         x = images.reshape(b, c, rows, p, cols, p).permute(
             *_ORDERS.get(mistake, (0, 2, 4, 1, 3, 5))
         )

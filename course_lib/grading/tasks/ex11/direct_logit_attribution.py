@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ...core import register
+from ...core import GradingError, register
 from ..common import randint
 from ._models import LESSON, ModelTask, circuit_spec, model_case, repeated
 
@@ -66,6 +66,10 @@ MISTAKES = {
         "out_proj.weight, transposed (out_proj computes z @ W.T); you took its rows"
     ),
 }
+HEAD_PRODUCT = (  # for a product whose shapes do not fit: rows, or columns not transposed
+    "head h's part is its slice of out_proj's input, (..., d_head), times the matching COLUMNS "
+    "of out_proj.weight, transposed: w[:, h * d_head : (h + 1) * d_head].T, (d_head, d_model)"
+)
 
 
 def wrong_attribution(model, ids, *, mistake):
@@ -135,6 +139,15 @@ class DirectLogitAttribution(ModelTask):
     mistake_table = MISTAKES
     wrong = staticmethod(wrong_attribution)
     atol = 1e-4
+
+    def call(self, obj, case):
+        try:
+            return super().call(obj, case)
+        except RuntimeError as error:
+            if "cannot be multiplied" not in str(error):
+                raise
+            message = f"your code raised RuntimeError: {error}. Hint: {HEAD_PRODUCT}"
+            raise GradingError(message) from None
 
     def cases(self, gen):
         specs = (

@@ -25,6 +25,15 @@ MISTAKES = {
         "a hook is still registered after your function returned (the clean run's recording "
         "hook or the patching hook): remove each one, in a `finally`"
     ),
+    "output_slice": (
+        "you patched a slice of out_proj's OUTPUT (or self_attn's), where every feature mixes "
+        "all the heads; head h's output is the slice h*d_head .. (h+1)*d_head - 1 of "
+        "out_proj's INPUT (a forward pre-hook)"
+    ),
+    "clean_logits": (
+        "you returned the clean run's logits: the patched run is the CORRUPTED input, "
+        "with only this head's slice taken from the clean run"
+    ),
     "no_effect": (
         "your patch never took effect: the logits equal those of the corrupted input "
         "run unpatched. Was the patching hook removed before the corrupted run, or did "
@@ -41,6 +50,20 @@ def wrong_patch(model, clean_ids, corrupted_ids, layer, head, *, mistake):
     which = head + 1 if mistake == "next_head" else head
     part = slice(which * d_head, (which + 1) * d_head)
     saved = []
+    if mistake == "output_slice":  # out_proj's output, whose every feature mixes the heads
+        handle = out_proj.register_forward_hook(lambda m, a, o: saved.append(o))
+        with torch.no_grad():
+            model(clean_ids)
+        handle.remove()
+        handle = out_proj.register_forward_hook(
+            lambda m, a, o: torch.cat(
+                [o[..., : part.start], saved[0][..., part], o[..., part.stop :]], dim=-1
+            )
+        )
+        with torch.no_grad():
+            logits = model(corrupted_ids)
+        handle.remove()
+        return logits
     handle = out_proj.register_forward_pre_hook(lambda m, a: saved.append(a[0]))
     with torch.no_grad():
         model(corrupted_ids if mistake == "reversed" else clean_ids)
@@ -57,7 +80,7 @@ def wrong_patch(model, clean_ids, corrupted_ids, layer, head, *, mistake):
     if mistake == "no_effect":  # the patch removed before the corrupted run
         handle.remove()
     with torch.no_grad():
-        logits = model(clean_ids if mistake == "reversed" else corrupted_ids)
+        logits = model(clean_ids if mistake in ("reversed", "clean_logits") else corrupted_ids)
     if mistake not in ("hooks_left", "no_effect"):
         handle.remove()
     return logits
