@@ -499,6 +499,18 @@ HUNTED_3 = [  # #hunt3: each got "None of the usual single mistakes" or a bare P
         [("z[..., cols] @ w_o[:, cols].T", "z[..., cols] @ w_o[cols, :].T")],
         "(d_head, d_model)",
     ),
+    (  # the forward's error caught and reported, not propagated: full marks before
+        "attention_patterns",
+        [
+            (
+                "        with torch.no_grad():\n            model(ids)\n    finally:",
+                "        with torch.no_grad():\n            model(ids)\n"
+                "    except ValueError as error:\n        print(error)\n        return None\n"
+                "    finally:",
+            )
+        ],
+        "let the error propagate",
+    ),
 ]
 
 

@@ -172,8 +172,8 @@ class ModelTask(Task):
     function, and returns (result, what the model looks like afterwards).
 
     A case with data["fails"] gives ids that the model refuses (longer than block_size): the
-    forward raises, and only the model afterwards is compared (raising that ValueError or
-    reporting it are both fine; a hook left behind is not; any other error is the learner's).
+    forward raises, the learner's function must let that ValueError through, and only the
+    model afterwards is compared (a hook left behind fails; any other error is the learner's).
     `atol` > 0: results are compared with that looser float tolerance (`close`)."""
 
     atol = 0.0
@@ -185,12 +185,15 @@ class ModelTask(Task):
             before = model(probe)
         snapshot = _snapshot(model)
         fails = case.data.get("fails", False)
-        result = None
+        result, raised = None, False
         try:
             result = obj(model, *case.args, **case.kwargs)
         except ValueError:  # the forward's error (ids too long), expected here
             if not fails:
                 raise
+            raised = True
+        if fails and not raised:
+            return None, "swallowed"
         if any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()):
             state = "hook_after_error" if fails else "hook"
         elif _snapshot(model)[0] != snapshot[0]:
@@ -209,6 +212,8 @@ class ModelTask(Task):
     def compare(self, got, want, case):
         if not (isinstance(got, tuple) and len(got) == 2):
             return "your function did not return a result"
+        if got[1] != want[1] and got[1] == "swallowed":
+            return "your function returned a result where the forward raised"
         if got[1] != want[1]:
             what, fix = CHANGES.get(got[1], (str(got[1]), ""))
             return CHANGED_MODEL.format(what=what, fix=fix)

@@ -56,6 +56,11 @@ MISTAKES = {
         "arguments (its mask, is_causal) are dropped, so every token also attends to the "
         "future; keep them: return args, {**kwargs, 'need_weights': True}"
     ),
+    "swallowed": (
+        "the forward raised ValueError (the ids are longer than block_size) and your function "
+        "caught it and returned: let the error propagate, so the caller learns their ids do "
+        "not fit; `try:` ... `finally:` removes the hooks without an `except`"
+    ),
     "list": "return one tensor (torch.stack of the per-layer patterns), not a list",
 }
 
@@ -89,6 +94,10 @@ def wrong_patterns(model, ids, *, mistake=""):
         if mistake == "no_finally":  # removed after the forward, so never when it raises
             for handle in handles:
                 handle.remove()
+    except ValueError:  # the ids do not fit: "swallowed" returns instead of raising
+        if mistake != "swallowed":
+            raise
+        return None
     finally:
         if mistake not in ("hooks_left", "no_finally"):
             for handle in handles:
