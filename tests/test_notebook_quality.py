@@ -247,3 +247,20 @@ def test_the_heuristics_catch_what_they_should():
         "draw"
     }
     assert (ROOT / "notebooks").is_dir()
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=rel)
+def test_every_task_states_its_difficulty_in_bold_before_its_code(path):
+    """A learner sees the stars and minutes of a task before reading it, in the same place in
+    every set: one bold line in the text above the task, none in the code they edit."""
+    cells = read(path).cells
+    checks = [m for c in cells if c.cell_type == "code" for m in re.findall(r'check\("', c.source)]
+    bold = [
+        line
+        for c in cells
+        if c.cell_type == "markdown"
+        for line in c.source.splitlines()
+        if re.fullmatch(r"\*\*Difficulty ★+☆*, about \d+ minutes[^*]*\.\*\*", line)
+    ]
+    in_code = [c.source[:60] for c in cells if c.cell_type == "code" and "Difficulty" in c.source]
+    assert len(bold) == len(checks) and not in_code, (len(bold), len(checks), in_code)

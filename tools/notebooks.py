@@ -439,10 +439,10 @@ DIFFICULTY = re.compile(r"Difficulty (★+)☆*, about (\d+) minutes")
 
 def exercise_effort(solution: Path) -> tuple[int, int, str]:
     """(number of tasks, total minutes, stars per task) from a solution notebook: each task says
-    "Difficulty ★★☆, about 15 minutes" once, in its docstring or in the text above it."""
+    "Difficulty ★★☆, about 15 minutes" once, in bold under its heading."""
     found = [
         (len(m.group(1)), int(m.group(2)))
-        for cell in nbformat.read(solution, as_version=4).cells  # docstrings or task text
+        for cell in nbformat.read(solution, as_version=4).cells
         for m in DIFFICULTY.finditer(cell.source)
     ]
     return len(found), sum(minutes for _, minutes in found), " ".join("★" * s for s, _ in found)
