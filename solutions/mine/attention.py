@@ -17,10 +17,7 @@ from course_lib.mine import mine
 # >>> cell: softmax
 # save in mine/attention.py
 def softmax(x, dim=-1):
-    """Stable softmax along `dim`. x: (...) floating point -> (...) same shape, sums to 1 on dim.
-
-    Difficulty ★☆☆, about 10 minutes.
-    """
+    """Stable softmax along `dim`. x: (...) floating point -> (...) same shape, sums to 1 on dim."""
     ### BEGIN SOLUTION
     shifted = x - x.amax(dim=dim, keepdim=True)
     exp = shifted.exp()
@@ -34,8 +31,6 @@ def softmax(x, dim=-1):
 def scaled_dot_product_attention(q, k, v):
     """q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v)
     -> (output (..., n_q, d_v), weights (..., n_q, n_k)).
-
-    Difficulty ★☆☆, about 10 minutes.
     """
     ### BEGIN SOLUTION
     d_k = q.shape[-1]

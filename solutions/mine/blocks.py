@@ -17,10 +17,7 @@ from course_lib.mine import mine
 # >>> cell: layer_norm
 # save in mine/blocks.py
 def layer_norm(x, gamma, beta, eps=1e-5):
-    """x (..., d), gamma (d,), beta (d,) -> (..., d), normalised over the last dimension.
-
-    Difficulty ★☆☆, about 10 minutes.
-    """
+    """x (..., d), gamma (d,), beta (d,) -> (..., d), normalised over the last dimension."""
     ### BEGIN SOLUTION
     mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
     var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)  # (..., 1), biased
@@ -34,8 +31,6 @@ def layer_norm(x, gamma, beta, eps=1e-5):
 class LayerNorm(nn.Module):
     """x (..., d_model) -> (..., d_model): your layer_norm with a learned weight (gamma, ones at
     the start) and bias (beta, zeros; none with bias=False).
-
-    Difficulty ★☆☆, about 10 minutes.
     """
 
     def __init__(self, d_model, eps=1e-5, bias=True):
@@ -72,10 +67,7 @@ def activate(h, name):
 
 
 class FeedForward(nn.Module):
-    """x (..., d_model) -> (..., d_model): linear2(dropout(activation(linear1(x)))).
-
-    Difficulty ★★☆, about 20 minutes (with activate).
-    """
+    """x (..., d_model) -> (..., d_model): linear2(dropout(activation(linear1(x))))."""
 
     def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", bias=True):
         super().__init__()
@@ -101,10 +93,7 @@ MultiHeadAttention = mine("ex03.MultiHeadAttention")
 
 
 class EncoderLayer(nn.Module):
-    """x (batch, seq, d_model), bool mask (True = may attend) -> (batch, seq, d_model).
-
-    Difficulty ★★☆, about 30 minutes.
-    """
+    """x (batch, seq, d_model), bool mask (True = may attend) -> (batch, seq, d_model)."""
 
     def __init__(self, d_model, num_heads, d_ff, norm_first=False, activation="relu", bias=True):
         super().__init__()

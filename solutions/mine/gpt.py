@@ -90,8 +90,6 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """ids (batch, seq <= block_size) -> logits (batch, seq, vocab_size), built from your pieces,
     with course_lib.gpt.GPT's parameter names; forward_cached for generation with a KV cache.
-
-    Difficulty ★★★, about 60 minutes.
     """
 
     def __init__(

@@ -17,10 +17,7 @@ from course_lib.mine import mine
 # >>> cell: gpt2_to_mine
 # save in mine/gpt2.py
 def gpt2_to_mine(hf_state):
-    """Hugging Face's GPT-2 state dict -> the state dict of your GPT (your names and layouts).
-
-    Difficulty ★★☆, about 25 minutes.
-    """
+    """Hugging Face's GPT-2 state dict -> the state dict of your GPT (your names and layouts)."""
     ### BEGIN SOLUTION
     outside = {
         "wte.weight": "token_embedding.weight",

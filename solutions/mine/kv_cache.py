@@ -17,10 +17,7 @@ from course_lib.mine import mine
 # >>> cell: cached_attention_step
 # save in mine/kv_cache.py
 def cached_attention_step(q_t, k_t, v_t, k_cache, v_cache):
-    """(batch, heads, 1, d) x3 and caches (batch, heads, t, d) -> (output_t, k_cache, v_cache).
-
-    Difficulty ★★☆, about 15 minutes.
-    """
+    """(batch, heads, 1, d) x3 and caches (batch, heads, t, d) -> (output_t, k_cache, v_cache)."""
     ### BEGIN SOLUTION
     if q_t.shape[-2] != 1:
         raise ValueError(f"q_t must hold one token, got shape {tuple(q_t.shape)}")

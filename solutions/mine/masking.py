@@ -17,10 +17,7 @@ from course_lib.mine import mine
 # >>> cell: causal_mask
 # save in mine/masking.py
 def causal_mask(n):
-    """n -> bool (n, n), True on and below the diagonal (query i may attend to keys j <= i).
-
-    Difficulty ★☆☆, about 5 minutes.
-    """
+    """n -> bool (n, n), True on and below the diagonal (query i may attend to keys j <= i)."""
     ### BEGIN SOLUTION
     positions = torch.arange(n)
     return positions.unsqueeze(1) >= positions.unsqueeze(0)  # (n, 1) >= (1, n) -> (n, n)
@@ -31,10 +28,7 @@ def causal_mask(n):
 # >>> cell: padding_mask
 # save in mine/masking.py
 def padding_mask(ids, pad_id):
-    """ids (batch, seq) -> bool (batch, 1, seq), True = a real token, False = padding.
-
-    Difficulty ★☆☆, about 5 minutes.
-    """
+    """ids (batch, seq) -> bool (batch, 1, seq), True = a real token, False = padding."""
     ### BEGIN SOLUTION
     return (ids != pad_id).unsqueeze(1)  # (batch, seq) -> (batch, 1, seq)
     ### END SOLUTION
@@ -49,8 +43,6 @@ softmax = mine("ex02.softmax")  # yours from exercise 02 (the course's until it 
 def masked_attention(q, k, v, mask):
     """q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), mask bool (..., n_q, n_k)
     broadcastable, True = may attend -> (output (..., n_q, d_v), weights (..., n_q, n_k)).
-
-    Difficulty ★★☆, about 20 minutes.
     """
     ### BEGIN SOLUTION
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., n_q, n_k)

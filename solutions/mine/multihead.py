@@ -20,8 +20,6 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
     """(batch, seq, d_model) -> (batch, num_heads, seq, d_head), d_head = d_model / num_heads.
 
     Raises ValueError when d_model is not divisible by num_heads.
-
-    Difficulty ★☆☆, about 10 minutes.
     """
     ### BEGIN SOLUTION
     batch, seq, d_model = x.shape
@@ -37,10 +35,7 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
 # >>> cell: merge_heads
 # save in mine/multihead.py
 def merge_heads(x: Tensor) -> Tensor:
-    """(batch, num_heads, seq, d_head) -> (batch, seq, num_heads * d_head).
-
-    Difficulty ★☆☆, about 5 minutes.
-    """
+    """(batch, num_heads, seq, d_head) -> (batch, seq, num_heads * d_head)."""
     ### BEGIN SOLUTION
     batch, num_heads, seq, d_head = x.shape
     x = x.transpose(1, 2)  # (batch, seq, num_heads, d_head)
@@ -58,8 +53,6 @@ class MultiHeadAttention(nn.Module):
     mask bool (n_q, n_k) or (batch, n_q or 1, n_k), True = may attend)
     -> (output (batch, n_q, d_model), weights (batch, num_heads, n_q, n_k)).
     bias=False: the four projections have no biases.
-
-    Difficulty ★★☆, about 20 minutes.
     """
 
     def __init__(self, d_model: int, num_heads: int, bias: bool = True):

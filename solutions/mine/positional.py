@@ -19,8 +19,6 @@ from course_lib.mine import mine
 def sinusoidal_positional_encoding(seq_len, d_model):
     """(seq_len, d_model) float32: PE[p, 2i] = sin(p w_i), PE[p, 2i+1] = cos(p w_i),
     w_i = 10000^(-2i/d_model), positions p = 0 .. seq_len-1.
-
-    Difficulty ★☆☆, about 15 minutes.
     """
     ### BEGIN SOLUTION
     if d_model % 2 != 0:
@@ -41,8 +39,6 @@ def sinusoidal_positional_encoding(seq_len, d_model):
 def apply_rope(x, positions=None):
     """(..., seq, d) -> (..., seq, d), same dtype: pair (2i, 2i+1) at position p rotated by
     p * 10000^(-2i/d); positions (seq,) or None for 0 .. seq-1.
-
-    Difficulty ★☆☆, about 15 minutes.
     """
     ### BEGIN SOLUTION
     seq_len, d = x.shape[-2], x.shape[-1]

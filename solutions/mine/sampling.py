@@ -17,10 +17,7 @@ from course_lib.mine import mine
 # >>> cell: sample_next
 # save in mine/sampling.py
 def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
-    """logits (batch, vocab) -> next token ids, long (batch,).
-
-    Difficulty ★★☆, about 20 minutes.
-    """
+    """logits (batch, vocab) -> next token ids, long (batch,)."""
     ### BEGIN SOLUTION
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
@@ -49,10 +46,7 @@ def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None)
 # >>> cell: perplexity
 # save in mine/sampling.py
 def perplexity(logits, targets):
-    """logits (..., vocab), targets (...) long -> scalar tensor exp(mean cross-entropy).
-
-    Difficulty ★☆☆, about 10 minutes.
-    """
+    """logits (..., vocab), targets (...) long -> scalar tensor exp(mean cross-entropy)."""
     ### BEGIN SOLUTION
     if tuple(targets.shape) != tuple(logits.shape[:-1]):
         raise ValueError(
@@ -70,8 +64,6 @@ def perplexity(logits, targets):
 def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
     """ids (batch, t) -> (batch, t + max_new_tokens): the prompt and the sampled continuation,
     one new token per model call through model.forward_cached(new_ids, cache, start).
-
-    Difficulty ★★☆, about 20 minutes.
     """
     ### BEGIN SOLUTION
     with torch.no_grad():

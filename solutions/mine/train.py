@@ -19,8 +19,6 @@ from course_lib.mine import mine
 def train(model, batches, steps, max_lr, warmup_steps, clip=1.0):
     """Train `model` for `steps` steps on `batches` ((x, y) long (batch, seq) pairs).
     Returns the `steps` losses, floats.
-
-    Difficulty ★★☆, about 25 minutes.
     """
     ### BEGIN SOLUTION
     from tqdm.auto import tqdm
@@ -60,10 +58,7 @@ def train(model, batches, steps, max_lr, warmup_steps, clip=1.0):
 # >>> cell: evaluate
 # save in mine/train.py
 def evaluate(model, ids, block_size, batch_size=64):
-    """Mean cross-entropy (nats per token) of model's next-token predictions over all of ids.
-
-    Difficulty ★★☆, about 20 minutes.
-    """
+    """Mean cross-entropy (nats per token) of model's next-token predictions over all of ids."""
     ### BEGIN SOLUTION
     was_training = model.training
     model.eval()
