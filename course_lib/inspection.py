@@ -2,7 +2,9 @@
 
 Everything here works on the course's `GPT` (lesson 09) from the outside, with PyTorch hooks:
 no line of the model changes. A forward hook sees a module's output (and may replace it); a
-forward pre-hook sees, and may replace, its input. Three places are enough:
+forward pre-hook sees, and may replace, its input. Three places in each layer are enough for
+the heads (`residual_stream` and `direct_logit_attribution` also hook each layer, the first
+layer's input and the final norm's input):
 
     layer.self_attn            pre-hook: ask for the attention weights; hook: read them
     layer.self_attn.out_proj   pre-hook: its input is every head's output side by side,
@@ -265,7 +267,9 @@ def in_context_score(model: GPT, ids: Tensor) -> float:
 
     The first copy's tokens (targets 1 .. T - 1) cannot be predicted; the second copy's
     (targets T + 1 .. 2T - 1; target T follows a token seen only once) can, by copying. A model
-    without induction scores about 0; one that copies perfectly scores about log(vocab_size).
+    without induction scores about 0; one that copies perfectly and is at chance on the first
+    copy scores about log(vocab_size), and more if it is worse than chance there (lesson 11's
+    hand-built circuit: 5.6 with 24 tokens).
     """
     _check_input(model, ids)
     period = _period(ids)
@@ -300,7 +304,7 @@ def head_means(model: GPT, ids: Tensor) -> Tensor:
 def ablate_heads(
     model: GPT, heads: Iterable, kind: str = "zero", means: Tensor | None = None
 ) -> Iterator[GPT]:
-    """Inside the `with` block, the given (layer, head) pairs add nothing to the residual stream.
+    """Inside the `with` block, the given (layer, head) pairs add nothing (or only their mean).
 
     kind="zero" replaces a head's output by zeros; kind="mean" by its mean output `means`
     (from `head_means`, on other text), which keeps the average the next layers are used to and
