@@ -6,8 +6,9 @@ put in by hand. Three ways:
 
 - `sinusoidal_positional_encoding` / `SinusoidalPositionalEncoding` (the original Transformer):
   pair (2i, 2i+1) of the encoding is (sin, cos) of position * 10000^(-2i/d_model). The frequency
-  changes across the *dimensions* (columns), from 1 down to 1/10000; every position uses all of
-  them. Shifting the position by k rotates each pair by a fixed angle: `relative_shift_matrix`.
+  changes across the *dimensions* (columns), from 1 down to nearly 1/10000; every position uses
+  all of them. Shifting the position by k rotates each pair by a fixed angle:
+  `relative_shift_matrix`.
 - `LearnedPositionalEmbedding` (BERT, GPT-2): one trained vector per position, nothing beyond
   max_len.
 - `apply_rope` (rotary embeddings, most modern LLMs): rotate q and k themselves, so that the
