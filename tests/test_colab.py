@@ -417,7 +417,7 @@ def short_lesson_09():
         "SHORT_TRAINING in tests/test_colab.py"
     )
     cells[0].source = cells[0].source.replace(TRAINING_LINE, SHORT_TRAINING)
-    # The ablation ladder (seven more trainings) and the longer-trained checkpoint come after
+    # The ablation ladder (eight more trainings) and the longer-trained checkpoint come after
     # the BPE section: they exercise nothing that differs between the environments (no
     # progress bars; matplotlib is drawn before them), and their asserts compare models that
     # 20 steps do not train. They are left out here; the main suite runs them.
