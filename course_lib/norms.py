@@ -65,8 +65,8 @@ class LayerNorm(nn.Module):
 
     Same parameter names and results as `torch.nn.LayerNorm(d_model)`. The forward pass runs
     PyTorch's fused kernel (`F.layer_norm`), which computes what `layer_norm` above spells
-    out, up to float rounding (tests/test_blocks.py checks it), in one kernel instead of nine,
-    forward and backward (lesson 07 times the two on one CPU thread).
+    out, up to float rounding (tests/test_blocks.py checks it), in one kernel instead of ten
+    separate operations, forward and backward (lesson 07 times the two on one CPU thread).
     """
 
     def __init__(self, d_model: int, eps: float = 1e-5, bias: bool = True):
