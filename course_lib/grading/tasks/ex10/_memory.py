@@ -1,10 +1,10 @@
 """The memory rule of ex10's tiled tasks, forward and backward, and their random inputs.
 
 In the cases where keys come in several blocks, no tensor the learner's code creates may hold
-more than batch x n_q x block_size numbers, one row of tiles (or the size of an input, when
+more than batch x n_q x block_size numbers, one column of tiles (or the size of an input, when
 that is larger), and those alive at once may not hold more than ALIVE times that together.
 The course's own `tiled_attention` also splits the queries into blocks (128 x 128 tiles); a
-row of tiles, all queries against one block of keys, is the simpler loop the exercise asks
+column of tiles, all queries against one block of keys, is the simpler loop the exercise asks
 for, and its memory also grows linearly with n.
 """
 
@@ -60,7 +60,7 @@ class MemoryLimit(TorchFunctionMode):
                 if stored > self.limit:
                     raise GradingError(
                         f"{MEMORY_HINT} (a tensor of shape {tuple(leaf.shape)} appeared; the "
-                        f"limit here is {self.limit:,} numbers, one row of tiles)"
+                        f"limit here is {self.limit:,} numbers, one column of tiles)"
                     )
                 address = storage.data_ptr()
                 if address not in self.alive:
@@ -94,7 +94,7 @@ def limited_case(description, args, block_size, causal=False, raises=None):
     n_q, n_k = q.shape[-2], k.shape[-2]
     limit = alive = None
     if raises is None and n_k > block_size:
-        # one row of tiles, (n_q, block_size) per batch entry, or the size of an input
+        # one column of tiles, (n_q, block_size) per batch entry, or the size of an input
         row = batch * n_q * max(block_size, q.shape[-1], v.shape[-1])
         limit = max(row, *(batch * t.shape[-2] * t.shape[-1] for t in (q, k, v)))
         if n_k >= 2 * ALIVE * block_size:
