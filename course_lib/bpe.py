@@ -1,4 +1,4 @@
-"""Byte-level BPE (byte-pair encoding), the tokenizer of GPT-2 and most models since (lesson 01).
+"""Byte-level BPE (byte-pair encoding), the tokenizer of GPT-2 and many models since (lesson 01).
 
     text --pre-tokenize--> chunks --UTF-8--> bytes (ids 0..255) --merges, in order--> ids
     ids  --vocab--> bytes --UTF-8--> text

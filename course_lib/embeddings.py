@@ -7,7 +7,8 @@
 The embeddings the lesson learns come from counting: which words appear near which
 (`cooccurrence_matrix`), how much more often than chance (`ppmi`), compressed to a few dimensions
 with an SVD (`svd_embeddings`). Word2vec's skip-gram with negative sampling learns, in effect, a
-factorisation of the same shifted PMI matrix (Levy and Goldberg, 2014); counting gives the same
+factorisation of a closely related matrix, the PMI before clipping shifted down by log k for k
+negative samples (Levy and Goldberg, 2014); counting gives the same
 kind of space, deterministically and in well under a second.
 """
 
@@ -125,8 +126,8 @@ def ppmi(counts: Tensor, alpha: float = 0.75) -> Tensor:
 
     PMI(i, j) = log P(i, j) / (P(i) P(j)): how much more often i and j meet than if words were
     scattered at random. Negative values (met less than chance) are clipped to 0. `alpha`
-    smooths the context distribution (P(j) ~ count^alpha), which stops rare words from
-    getting huge PMI values.
+    smooths the context distribution (P(j) ~ count^alpha), which stops rare contexts from
+    giving huge PMI values.
     """
     check_tensor(counts, "counts", ndim=2, shape_hint="(vocab_size, vocab_size)")
     check_floating(counts, "counts")
