@@ -1045,3 +1045,16 @@ class DecResidualSetOnce(DecLearner):
 def test_hunt3_slips_get_a_hint_that_names_them(task_id, learner, words):
     result = status(task_id, learner)
     assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+class FFBareError(FFLearner):  # right, but its ValueError for an unknown activation says nothing
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", bias=True):
+        if activation not in ("relu", "gelu", "gelu_tanh", "relu2"):
+            raise ValueError()
+        super().__init__(d_model, d_ff, dropout, activation, bias)
+
+
+def test_a_value_error_without_a_message_fails_its_case():
+    result = status("ex07.FeedForward", FFBareError)
+    assert result.status == "failed" and result.passed == result.total - 1, result.feedback
+    assert "your ValueError carries no message: say what was expected" in result.feedback

@@ -703,6 +703,12 @@ TRUTH_HINT = (
 )
 
 
+EMPTY_ERROR = (  # a bare `raise ValueError` (or `ValueError()`) where an error case is checked
+    "your {name} carries no message: say what was expected and what came, "
+    'e.g. raise {name}(f"x must be ..., got {{x!r}}")'
+)
+
+
 def changed_message(names: list[str]) -> str:
     which = " and ".join(f"`{n}`" for n in names)
     return (
@@ -722,7 +728,8 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
         return outcome.get("message", "the check could not run your code")
     if case.raises is not None:
         if status == "raised" and case.raises.__name__ in outcome.get("types", []):
-            return None
+            name, _, said = outcome["message"].partition(": ")  # each statement asks for a message
+            return None if said.strip() else EMPTY_ERROR.format(name=name)
         if status == "raised":
             return f"expected a {case.raises.__name__}, but your code raised {outcome['message']}"
         return f"expected your code to raise a {case.raises.__name__} with a clear message"
