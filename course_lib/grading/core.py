@@ -659,6 +659,11 @@ def judge(
 def borrowed_message(names: list[str], run: dict | None) -> str:
     """Names the course pieces a task was built with, and why each stands in (from the
     learner's library's ledger, when the run recorded it)."""
+    if all(name.startswith("torch.") for name in names):  # PyTorch's, not a stand-in of mine()
+        return (
+            f"Built with PyTorch's {', '.join(names)} (a class of yours that subclasses it counts "
+            "too) instead of your own (half marks until your code uses yours)."
+        )
     ledger = (run or {}).get("ledger") or {}
     reasons = [f"{task_id}: {entry['why']}" for task_id, entry in sorted(ledger.items())]
     return (
