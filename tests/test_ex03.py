@@ -783,3 +783,16 @@ def test_grouped_query_attention_head_by_head_with_h_over_num_kv_heads_is_told_s
     result = check_result("ex03.grouped_query_attention", grouped_query_attention)
     assert result.status == "failed", result.feedback
     assert "h // num_kv_heads is that only when" in result.feedback, result.feedback
+
+
+def split_with_a_bare_error(x, num_heads):  # right, but its ValueError says nothing
+    batch, seq, d_model = x.shape
+    if d_model % num_heads:
+        raise ValueError
+    return x.reshape(batch, seq, num_heads, d_model // num_heads).transpose(1, 2)
+
+
+def test_a_value_error_without_a_message_fails_its_case():
+    result = check_result("ex03.split_heads", split_with_a_bare_error)
+    assert result.status == "failed" and result.passed == result.total - 1, result.feedback
+    assert "your ValueError carries no message: say what was expected" in result.feedback

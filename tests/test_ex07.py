@@ -13,6 +13,7 @@ from course_lib.grading import NOTEBOOK_SEED, check_result, get_task
 from course_lib.grading.core import judge, run_cases
 from course_lib.grading.tasks import ex07
 from course_lib.multihead import MultiHeadAttention
+from course_lib.norms import LayerNorm as CourseLayerNorm
 
 
 def status(task_id, obj):
@@ -71,7 +72,10 @@ class FeedForwardEinsum(nn.Module):
 
 
 class EncoderLayerByHand(nn.Module):
-    """Uses course_lib's MultiHeadAttention (allowed) and nn.LayerNorm."""
+    """Uses course_lib's MultiHeadAttention (allowed) and its own LayerNorm (`norm_class`: the
+    learner's, LayerNormByHand, unless a subclass says otherwise)."""
+
+    norm_class = None
 
     def __init__(self, d_model, num_heads, d_ff, norm_first=False, activation="relu", bias=True):
         super().__init__()
@@ -79,8 +83,9 @@ class EncoderLayerByHand(nn.Module):
         self.self_attn = MultiHeadAttention(d_model, num_heads, bias=bias)
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
-        self.norm1 = nn.LayerNorm(d_model, bias=bias)
-        self.norm2 = nn.LayerNorm(d_model, bias=bias)
+        norm_class = self.norm_class or LayerNormByHand
+        self.norm1 = norm_class(d_model, bias=bias)
+        self.norm2 = norm_class(d_model, bias=bias)
         self.act = activation_module(activation)
 
     def forward(self, x, mask=None):
@@ -193,6 +198,7 @@ def test_reference_passes(task_id, obj):
     task = get_task(task_id)
     unwatched = copy.copy(task)
     unwatched.reference = ""
+    unwatched.borrowable = ()  # its norms are the course's LayerNorm, borrowed in a learner's layer
     cases = task.cases(torch.Generator().manual_seed(NOTEBOOK_SEED))
     result = judge(task, cases, run_cases(unwatched, obj, cases))
     assert result.status == "passed", result.feedback
@@ -1045,3 +1051,42 @@ class DecResidualSetOnce(DecLearner):
 def test_hunt3_slips_get_a_hint_that_names_them(task_id, learner, words):
     result = status(task_id, learner)
     assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+class LayerNormOnTorchs(nn.LayerNorm):  # the learner's own forward on nn.LayerNorm's parameters
+    def forward(self, x):
+        beta = torch.zeros_like(self.weight) if self.bias is None else self.bias
+        return layer_norm_var_mean(x, self.weight, beta, self.eps)
+
+
+@pytest.mark.parametrize(
+    "norm_class, named",
+    [
+        (None, None),  # the learner's own LayerNorm, as the statement asks: full marks
+        (nn.LayerNorm, "PyTorch's torch.nn.LayerNorm"),
+        (LayerNormOnTorchs, "PyTorch's torch.nn.LayerNorm"),  # a subclass is nn.LayerNorm too
+        (CourseLayerNorm, "the course's course_lib.norms.LayerNorm"),
+    ],
+)
+def test_an_encoder_layer_whose_norms_are_not_the_learners_own_gets_half_marks(norm_class, named):
+    learner = type("EncoderLayer", (EncoderLayerByHand,), {"norm_class": norm_class})
+    result = status("ex07.EncoderLayer", learner)
+    assert result.status == "passed", result.feedback
+    if named is None:
+        assert result.score == result.max_score and "Built with" not in result.feedback
+    else:
+        assert result.score == result.max_score / 2 and named in result.feedback, result.feedback
+        assert "half marks" in result.feedback
+
+
+class FFBareError(FFLearner):  # right, but its ValueError for an unknown activation says nothing
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", bias=True):
+        if activation not in ("relu", "gelu", "gelu_tanh", "relu2"):
+            raise ValueError()
+        super().__init__(d_model, d_ff, dropout, activation, bias)
+
+
+def test_a_value_error_without_a_message_fails_its_case():
+    result = status("ex07.FeedForward", FFBareError)
+    assert result.status == "failed" and result.passed == result.total - 1, result.feedback
+    assert "your ValueError carries no message: say what was expected" in result.feedback

@@ -519,3 +519,17 @@ def test_third_hunt_slips_get_a_named_hint(solution, name, edits, words):
     result = check_result(f"ex11.{name}", _solution_with(solution, name, *edits))
     assert result.status == "failed", result.feedback
     assert words in result.feedback and "None of the usual" not in result.feedback
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 7, 123])  # 0: the notebook's; 1 named layer_ignored
+def test_an_ablation_whose_loss_reads_row_0_only_is_told_so_under_every_seed(solution, seed):
+    learner = _solution_with(
+        solution,
+        "ablate_head",
+        ("logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()", "logits[0, :-1], ids[0, 1:]"),
+    )
+    task = get_task("ex11.ablate_head")
+    cases = task.cases(torch.Generator().manual_seed(seed))
+    result = judge(task, cases, run_cases(task, learner, cases))
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert "the loss over the whole batch, not row 0" in result.feedback, result.feedback

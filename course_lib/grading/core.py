@@ -659,6 +659,11 @@ def judge(
 def borrowed_message(names: list[str], run: dict | None) -> str:
     """Names the course pieces a task was built with, and why each stands in (from the
     learner's library's ledger, when the run recorded it)."""
+    if all(name.startswith("torch.") for name in names):  # PyTorch's, not a stand-in of mine()
+        return (
+            f"Built with PyTorch's {', '.join(names)} (a class of yours that subclasses it counts "
+            "too) instead of your own (half marks until your code uses yours)."
+        )
     ledger = (run or {}).get("ledger") or {}
     reasons = [f"{task_id}: {entry['why']}" for task_id, entry in sorted(ledger.items())]
     return (
@@ -703,6 +708,12 @@ TRUTH_HINT = (
 )
 
 
+EMPTY_ERROR = (  # a bare `raise ValueError` (or `ValueError()`) where an error case is checked
+    "your {name} carries no message: say what was expected and what came, "
+    'e.g. raise {name}(f"x must be ..., got {{x!r}}")'
+)
+
+
 def changed_message(names: list[str]) -> str:
     which = " and ".join(f"`{n}`" for n in names)
     return (
@@ -722,7 +733,8 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
         return outcome.get("message", "the check could not run your code")
     if case.raises is not None:
         if status == "raised" and case.raises.__name__ in outcome.get("types", []):
-            return None
+            name, _, said = outcome["message"].partition(": ")  # each statement asks for a message
+            return None if said.strip() else EMPTY_ERROR.format(name=name)
         if status == "raised":
             return f"expected a {case.raises.__name__}, but your code raised {outcome['message']}"
         return f"expected your code to raise a {case.raises.__name__} with a clear message"

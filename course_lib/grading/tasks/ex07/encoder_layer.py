@@ -70,6 +70,8 @@ class EncoderLayerTask(layers.LayerTask):
         "torch.nn.TransformerEncoder",
         "torch._transformer_encoder_layer_fwd",
     )
+    # norms that are not the learner's own LayerNorm (task 1), as the statement asks: half marks
+    borrowable = ("torch.nn.LayerNorm", "course_lib.norms.LayerNorm")
 
     def cases(self, gen):
         from ....blocks import EncoderLayer

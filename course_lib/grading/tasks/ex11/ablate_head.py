@@ -61,6 +61,10 @@ MISTAKES = {
         "you replaced the head's output by its mean (mean ablation); this task asks for "
         "ZERO ablation: set the head's slice to 0"
     ),
+    "row0": (
+        "your loss reads row 0 of the batch only: it is the loss over the whole batch, not row "
+        "0, the mean over every row and position, logits[:, :-1] against ids[:, 1:] (flattened)"
+    ),
     "eval_left": (
         "you called model.eval() and left the model in eval mode: a model given in "
         "training mode must come back in training mode; torch.no_grad() is enough here "
@@ -81,6 +85,8 @@ def wrong_ablation(model, ids, layer, head, *, mistake):
             logits, targets = logits, ids
         elif mistake == "misaligned":
             logits, targets = logits[:, 1:], ids[:, :-1]
+        elif mistake == "row0":  # the first sequence of the batch only
+            logits, targets = logits[:1, :-1], ids[:1, 1:]
         else:
             logits, targets = logits[:, :-1], ids[:, 1:]
         if mistake == "classes_last":  # (batch, seq - 1, vocab) read as (N, C, d)
@@ -149,4 +155,14 @@ class AblateHead(ModelTask):
             spec = {"kind": "random", "seed": seed, "training": training}
             ids = randint(gen, 13, *shape)
             cases.append(model_case(spec, ids, layer, head, note=f", layer={layer}, head={head}"))
-        return cases
+        # first, drawn last (the cases above stay as they were): only row 0 repeats, so the
+        # induction head's effect on row 0 is far from the batch's mean (a loss of row 0 only
+        # gets its hint); the circuit's two heads have different numbers, so that ablating the
+        # head in every layer (layer_ignored) does not also remove the previous-token head
+        circuit = circuit_spec(gen)
+        while len({head for _, head in circuit_heads(circuit["seed"])}) == 1:
+            circuit = circuit_spec(gen)
+        ids = torch.cat([repeated(gen, 1, 10, 24), randint(gen, 24, 1, 20)])
+        ind = circuit_heads(circuit["seed"])[1]
+        note = f", layer={ind[0]}, head={ind[1]} (its induction head; only row 0 repeats itself)"
+        return [model_case(circuit, ids, *ind, note=note), *cases]
