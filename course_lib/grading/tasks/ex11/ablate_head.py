@@ -9,6 +9,8 @@ from ...core import register
 from ..common import randint
 from ._models import LESSON, ModelTask, circuit_heads, circuit_spec, model_case, repeated
 
+# "no_effect" comes before "rows": zeroing rows can also change nothing on a drawn case, and this
+# hint (which names the columns) is then true for both.
 MISTAKES = {
     "in_place": (
         "the change in loss is right, but the head's weights are still zero after your "
@@ -19,16 +21,17 @@ MISTAKES = {
         "the change is the ablated loss MINUS the clean loss (positive when the model "
         "needs the head)"
     ),
-    "rows": (
-        "you zeroed ROWS of out_proj.weight (or that slice of self_attn's OUTPUT), which "
-        "removes output features of every head; head h is the COLUMNS h*d_head .. "
-        "(h+1)*d_head - 1 (the slice of out_proj's input that the head wrote)"
-    ),
     "no_effect": (
         "your ablation changed nothing: the loss with the head zeroed equals the clean loss. "
         "A forward pre-hook must RETURN the changed input (`return (z,)`; returning None "
         "keeps the original), the hook must be registered for the ablated run only, and head "
-        "h is the slice h*d_head .. (h+1)*d_head - 1 of out_proj's input"
+        "h is the slice h*d_head .. (h+1)*d_head - 1 of out_proj's input (its weight's "
+        "COLUMNS, not its rows)"
+    ),
+    "rows": (
+        "you zeroed ROWS of out_proj.weight (or that slice of self_attn's OUTPUT), which "
+        "removes output features of every head; head h is the COLUMNS h*d_head .. "
+        "(h+1)*d_head - 1 (the slice of out_proj's input that the head wrote)"
     ),
     "next_head": "the wrong head: head h is the slice h*d_head .. (h+1)*d_head - 1",
     "queries": (
