@@ -669,7 +669,11 @@ def borrowed_message(names: list[str], run: dict | None) -> str:
     return (
         f"Built with the course's {', '.join(names)}, borrowed instead of your own "
         + (f"({'; '.join(reasons)}) " if reasons else "")
-        + "(half marks until your own versions pass their checks and stand in)."
+        + (
+            "(half marks until your own versions pass their checks and stand in)."
+            if reasons
+            else "(half marks until your code uses your own)."
+        )
     )
 
 
