@@ -126,6 +126,21 @@ def test_pages_link_to_the_previous_and_next_step_and_list_every_lesson(built):
         assert f'href="../notebooks/{other.stem}.html"' in lesson, f"no {other.stem} in the list"
 
 
+def test_a_page_opens_on_its_title_with_its_sections_listed_not_on_the_setup_cell(built):
+    """The setup cell must run first in the notebook, but the page shows the lesson's title and
+    introduction first; an "On this page" list links to every section; the browser tab names
+    the page and the course."""
+    text = (built / "notebooks" / "02_self_attention.html").read_text()
+    assert "<title>Lesson 02: Self-attention (Q, K, V) · Transformers from Scratch</title>" in text
+    title, setup = text.index("<h1"), text.index("celltag_course-setup")
+    assert title < setup, "the setup cell comes before the lesson's title"
+    toc = re.search(r'<details class="page-toc">.*?</details>', text, re.DOTALL)
+    assert toc, "no list of the page's sections"
+    anchors = re.findall(r'href="#([^"]+)"', toc.group(0))
+    assert anchors == re.findall(r'<h2 id="([^"]+)"', text) and len(anchors) > 5
+    assert "anchor-link" not in toc.group(0) and "¶" not in toc.group(0)
+
+
 def test_widgets_are_drawn_from_their_saved_state(built):
     """Each saved widget output becomes a live explorer, a progress bar in its final state, or
     (a widget that needs Python) its text summary with run-it links; the counts match the

@@ -261,6 +261,14 @@ def prepare_notebook(page: Page):
             counts[kind] = counts.get(kind, 0) + 1
             output["data"] = {"text/html": markup, "text/plain": text}
         kept.append(cell)
+    # The setup cell comes first in the notebook (it must run first); on the page, the title and
+    # introduction come first, so that a visitor does not open a lesson onto setup code.
+    if (
+        len(kept) > 1
+        and SETUP_TAG in kept[0].get("metadata", {}).get("tags", [])
+        and kept[1].cell_type == "markdown"
+    ):
+        kept[0], kept[1] = kept[1], kept[0]
     nb.cells = kept
     nb.metadata.pop("widgets", None)
     return nb, counts
@@ -487,6 +495,23 @@ def notice(page: Page) -> str:
     return ""
 
 
+H2 = re.compile(r'<h2 id="([^"]+)">(.*?)</h2>', re.DOTALL)
+
+
+def page_toc(body: str) -> str:
+    """"On this page": the page's sections (its h2 headings), folded, above the notebook."""
+    items = []
+    for anchor, inner in H2.findall(body):
+        text = re.sub(r"<[^>]+>", "", re.sub(r'<a class="anchor-link".*?</a>', "", inner))
+        items.append(f'<li><a href="#{anchor}">{text.strip()}</a></li>')
+    if len(items) < 2:
+        return ""
+    return (
+        '<details class="page-toc"><summary>On this page: '
+        f"{len(items)} sections</summary><ol>{''.join(items)}</ol></details>"
+    )
+
+
 def pager(page: Page) -> str:
     parts = []
     if page.prev:
@@ -507,7 +532,7 @@ def shell(page: Page, pages: list[Page], body: str, *, math: bool, widgets: bool
     head = [
         '<meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{_h(page.title if page.kind != 'home' else TITLE)}</title>",
+        f"<title>{_h(page.title + ' · ' + TITLE if page.kind != 'home' else TITLE)}</title>",
         f'<link rel="icon" href="{root}assets/favicon.svg" type="image/svg+xml">',
         f'<link rel="stylesheet" href="{root}assets/jupyterlab/index.css">',
         f'<link rel="stylesheet" href="{root}assets/jupyterlab/theme-light.css">',
@@ -545,6 +570,7 @@ def shell(page: Page, pages: list[Page], body: str, *, math: bool, widgets: bool
 <main class="site-main">
 {launch_bar(page)}
 {notice(page)}
+{page_toc(body) if page.source else ""}
 <div class="page-content jp-Notebook">
 {body}
 </div>
