@@ -350,6 +350,23 @@ def test_every_page_loads_cleanly_and_every_internal_link_resolves(built, server
     print(f"{len(pages)} pages read in the browser in {time.perf_counter() - started:.1f} s")
 
 
+def test_no_page_is_wider_than_a_phone(built, server, browser):
+    """At 390 px, wide things (code, outputs, tables, formulas) scroll inside their own box: the
+    page itself never scrolls sideways."""
+    visit = Visit(browser, server)
+    visit.page.set_viewport_size({"width": 390, "height": 844})
+    wide = []
+    try:
+        for rel in page_paths(built):
+            visit.open(rel)
+            width = visit.page.evaluate("document.documentElement.scrollWidth")
+            if width > 390:
+                wide.append(f"{rel}: {width} px")
+    finally:
+        visit.close()
+    assert not wide, "pages wider than a 390 px phone:\n" + "\n".join(wide)
+
+
 def saved_explorer() -> tuple[list[str], list]:
     """The tokens and weights of lesson 02's explorer, as saved in the notebook."""
     nb = nbformat.read(ROOT / "notebooks" / "02_self_attention.ipynb", as_version=4)
