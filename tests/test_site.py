@@ -101,6 +101,8 @@ def test_landing_page_has_the_syllabus_with_study_times_and_links_to_every_lesso
         assert f'href="notebooks/{lesson.stem}.html"' in home, f"no link to {lesson.stem}"
         assert f"about {minutes} min" in home, f"{lesson.stem}: no study time on the landing page"
     assert "In all: about" in home  # the syllabus totals
+    # the README's Binder and Colab badges are the launch bar's two links: shown once, not twice
+    assert home.count("mybinder.org/v2/gh/") == 1, "the Binder link is on the landing page twice"
 
 
 def test_exercises_have_no_outputs_and_a_marked_link_to_their_solution(built):

@@ -586,8 +586,13 @@ page loads from outside the site.</footer>
 """
 
 
+BADGE_LINE = re.compile(r"^\[!\[[^\]]*\]\([^)]*\)\]\([^)]*\)\n", re.MULTILINE)
+
+
 def landing_body() -> str:
-    text = (ROOT / "README.md").read_text()
+    """The README, less its Binder and Colab badges under the title: the page's launch bar
+    above it has the same two links (the syllabus keeps its Colab links)."""
+    text = BADGE_LINE.sub("", (ROOT / "README.md").read_text())
     return (
         f'<div class="jp-RenderedHTMLCommon jp-RenderedMarkdown readme">{markdown_html(text)}</div>'
     )
