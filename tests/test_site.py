@@ -487,3 +487,15 @@ def test_the_site_records_the_search_index_of_every_page(built):
     assert pages == set(page_paths(built)), set(page_paths(built)) - pages
     setup_line = "makes `course_lib` importable here"
     assert not any(setup_line in e["text"] for e in index), "the setup cell is in the index"
+    # search snippets are plain text: their formulas are made readable, not left as TeX
+    assert not [e["url"] for e in index if "$" in e["text"]], "TeX left in the search snippets"
+
+
+def test_search_snippets_read_formulas_as_text():
+    plain = site_tool.plain_math
+    assert plain(r"divided by $\sqrt{d_k}$ here") == "divided by √d_k here"
+    assert plain(r"$M_{ij} = [\, j \le i \,]$") == "M_ij = [ j ≤ i ]"
+    assert plain(r"$$\mathrm{softmax}(x)_i = \frac{e^{x_i}}{\sum_j e^{x_j}}$$") == (
+        "softmax(x)_i = (e^x_i)/(Σ_j e^x_j)"
+    )
+    assert plain("no formula here") == "no formula here"

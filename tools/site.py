@@ -391,13 +391,47 @@ class SectionText(HTMLParser):
             self._add(data)
 
 
+# TeX commands as text; any other command reads as its name (\sin as sin)
+TEX_SYMBOLS = dict(
+    pair.split()
+    for pair in re.findall(
+        r"\S+ \S+",
+        "cdot · times × sqrt √ top ᵀ sum Σ le ≤ leq ≤ ge ≥ geq ≥ ne ≠ neq ≠ approx ≈ in ∈ infty ∞ "
+        "to → leftarrow ← rightarrow → odot ⊙ partial ∂ ell ℓ lVert ‖ rVert ‖ alpha α beta β "
+        "gamma γ epsilon ε varepsilon ε theta θ mu μ pi π sigma σ phi φ omega ω lambda λ Delta Δ "
+        "dots … ldots … ",
+    )
+)
+TEX_COMMAND = re.compile(r"\\([a-zA-Z]+)|\\[,;:! ]")
+TEX_INLINE = re.compile(r"\$\$(.+?)\$\$|\$([^$]{1,400}?)\$")
+
+
+def plain_math(text: str) -> str:
+    """TeX in a search snippet, made readable as text: "$\\sqrt{d_k}$" becomes "√d_k" (the
+    page itself typesets it with MathJax; the snippet is plain text)."""
+
+    def formula(match: re.Match) -> str:
+        tex = match.group(1) or match.group(2)
+        tex = re.sub(r"\\(?:text|mathrm|mathbf|mathit|operatorname)\{([^{}]*)\}", r"\1", tex)
+        for _ in range(4):  # inner groups first: x_{ij} -> x_ij, then \frac{a}{b} -> (a)/(b)
+            tex = re.sub(r"([_^])\{([^{}]*)\}", r"\1\2", tex)
+            tex = re.sub(r"\\frac\{([^{}]*)\}\{([^{}]*)\}", r"(\1)/(\2)", tex)
+        tex = re.sub(r"\\(?:left|right|big|Big|bigg|qquad|quad)\b", " ", tex)
+        tex = TEX_COMMAND.sub(
+            lambda m: TEX_SYMBOLS.get(m.group(1), m.group(1)) if m.group(1) else " ", tex
+        )
+        return " ".join(tex.replace("{", "").replace("}", "").split())
+
+    return TEX_INLINE.sub(formula, text)
+
+
 def search_entries(page: Page, body: str) -> list[dict]:
     parser = SectionText()
     parser.feed(body)
     entries = []
     for anchor, heading, text in parser.sections:
         heading = " ".join(heading.split()).rstrip("¶ ")
-        text = " ".join(text.split())
+        text = plain_math(" ".join(text.split()))
         if not (heading or text):
             continue
         entries.append(
@@ -499,7 +533,7 @@ H2 = re.compile(r'<h2 id="([^"]+)">(.*?)</h2>', re.DOTALL)
 
 
 def page_toc(body: str) -> str:
-    """"On this page": the page's sections (its h2 headings), folded, above the notebook."""
+    """The page's sections ("On this page", its h2 headings), folded, above the notebook."""
     items = []
     for anchor, inner in H2.findall(body):
         text = re.sub(r"<[^>]+>", "", re.sub(r'<a class="anchor-link".*?</a>', "", inner))
