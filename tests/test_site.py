@@ -101,6 +101,8 @@ def test_landing_page_has_the_syllabus_with_study_times_and_links_to_every_lesso
         assert f'href="notebooks/{lesson.stem}.html"' in home, f"no link to {lesson.stem}"
         assert f"about {minutes} min" in home, f"{lesson.stem}: no study time on the landing page"
     assert "In all: about" in home  # the syllabus totals
+    # the README's Binder and Colab badges are the launch bar's two links: shown once, not twice
+    assert home.count("mybinder.org/v2/gh/") == 1, "the Binder link is on the landing page twice"
 
 
 def test_exercises_have_no_outputs_and_a_marked_link_to_their_solution(built):
@@ -124,6 +126,21 @@ def test_pages_link_to_the_previous_and_next_step_and_list_every_lesson(built):
     assert 'rel="next" href="../notebooks/03_multi_head_attention.html"' in exercise
     for other in sorted((ROOT / "notebooks").glob("*.ipynb")):
         assert f'href="../notebooks/{other.stem}.html"' in lesson, f"no {other.stem} in the list"
+
+
+def test_a_page_opens_on_its_title_with_its_sections_listed_not_on_the_setup_cell(built):
+    """The setup cell must run first in the notebook, but the page shows the lesson's title and
+    introduction first; an "On this page" list links to every section; the browser tab names
+    the page and the course."""
+    text = (built / "notebooks" / "02_self_attention.html").read_text()
+    assert "<title>Lesson 02: Self-attention (Q, K, V) · Transformers from Scratch</title>" in text
+    title, setup = text.index("<h1"), text.index("celltag_course-setup")
+    assert title < setup, "the setup cell comes before the lesson's title"
+    toc = re.search(r'<details class="page-toc">.*?</details>', text, re.DOTALL)
+    assert toc, "no list of the page's sections"
+    anchors = re.findall(r'href="#([^"]+)"', toc.group(0))
+    assert anchors == re.findall(r'<h2 id="([^"]+)"', text) and len(anchors) > 5
+    assert "anchor-link" not in toc.group(0) and "¶" not in toc.group(0)
 
 
 def test_widgets_are_drawn_from_their_saved_state(built):
@@ -335,6 +352,23 @@ def test_every_page_loads_cleanly_and_every_internal_link_resolves(built, server
     print(f"{len(pages)} pages read in the browser in {time.perf_counter() - started:.1f} s")
 
 
+def test_no_page_is_wider_than_a_phone(built, server, browser):
+    """At 390 px, wide things (code, outputs, tables, formulas) scroll inside their own box: the
+    page itself never scrolls sideways."""
+    visit = Visit(browser, server)
+    visit.page.set_viewport_size({"width": 390, "height": 844})
+    wide = []
+    try:
+        for rel in page_paths(built):
+            visit.open(rel)
+            width = visit.page.evaluate("document.documentElement.scrollWidth")
+            if width > 390:
+                wide.append(f"{rel}: {width} px")
+    finally:
+        visit.close()
+    assert not wide, "pages wider than a 390 px phone:\n" + "\n".join(wide)
+
+
 def saved_explorer() -> tuple[list[str], list]:
     """The tokens and weights of lesson 02's explorer, as saved in the notebook."""
     nb = nbformat.read(ROOT / "notebooks" / "02_self_attention.ipynb", as_version=4)
@@ -453,3 +487,15 @@ def test_the_site_records_the_search_index_of_every_page(built):
     assert pages == set(page_paths(built)), set(page_paths(built)) - pages
     setup_line = "makes `course_lib` importable here"
     assert not any(setup_line in e["text"] for e in index), "the setup cell is in the index"
+    # search snippets are plain text: their formulas are made readable, not left as TeX
+    assert not [e["url"] for e in index if "$" in e["text"]], "TeX left in the search snippets"
+
+
+def test_search_snippets_read_formulas_as_text():
+    plain = site_tool.plain_math
+    assert plain(r"divided by $\sqrt{d_k}$ here") == "divided by √d_k here"
+    assert plain(r"$M_{ij} = [\, j \le i \,]$") == "M_ij = [ j ≤ i ]"
+    assert plain(r"$$\mathrm{softmax}(x)_i = \frac{e^{x_i}}{\sum_j e^{x_j}}$$") == (
+        "softmax(x)_i = (e^x_i)/(Σ_j e^x_j)"
+    )
+    assert plain("no formula here") == "no formula here"

@@ -261,6 +261,14 @@ def prepare_notebook(page: Page):
             counts[kind] = counts.get(kind, 0) + 1
             output["data"] = {"text/html": markup, "text/plain": text}
         kept.append(cell)
+    # The setup cell comes first in the notebook (it must run first); on the page, the title and
+    # introduction come first, so that a visitor does not open a lesson onto setup code.
+    if (
+        len(kept) > 1
+        and SETUP_TAG in kept[0].get("metadata", {}).get("tags", [])
+        and kept[1].cell_type == "markdown"
+    ):
+        kept[0], kept[1] = kept[1], kept[0]
     nb.cells = kept
     nb.metadata.pop("widgets", None)
     return nb, counts
@@ -383,13 +391,47 @@ class SectionText(HTMLParser):
             self._add(data)
 
 
+# TeX commands as text; any other command reads as its name (\sin as sin)
+TEX_SYMBOLS = dict(
+    pair.split()
+    for pair in re.findall(
+        r"\S+ \S+",
+        "cdot · times × sqrt √ top ᵀ sum Σ le ≤ leq ≤ ge ≥ geq ≥ ne ≠ neq ≠ approx ≈ in ∈ infty ∞ "
+        "to → leftarrow ← rightarrow → odot ⊙ partial ∂ ell ℓ lVert ‖ rVert ‖ alpha α beta β "
+        "gamma γ epsilon ε varepsilon ε theta θ mu μ pi π sigma σ phi φ omega ω lambda λ Delta Δ "
+        "dots … ldots … ",
+    )
+)
+TEX_COMMAND = re.compile(r"\\([a-zA-Z]+)|\\[,;:! ]")
+TEX_INLINE = re.compile(r"\$\$(.+?)\$\$|\$([^$]{1,400}?)\$")
+
+
+def plain_math(text: str) -> str:
+    """TeX in a search snippet, made readable as text: "$\\sqrt{d_k}$" becomes "√d_k" (the
+    page itself typesets it with MathJax; the snippet is plain text)."""
+
+    def formula(match: re.Match) -> str:
+        tex = match.group(1) or match.group(2)
+        tex = re.sub(r"\\(?:text|mathrm|mathbf|mathit|operatorname)\{([^{}]*)\}", r"\1", tex)
+        for _ in range(4):  # inner groups first: x_{ij} -> x_ij, then \frac{a}{b} -> (a)/(b)
+            tex = re.sub(r"([_^])\{([^{}]*)\}", r"\1\2", tex)
+            tex = re.sub(r"\\frac\{([^{}]*)\}\{([^{}]*)\}", r"(\1)/(\2)", tex)
+        tex = re.sub(r"\\(?:left|right|big|Big|bigg|qquad|quad)\b", " ", tex)
+        tex = TEX_COMMAND.sub(
+            lambda m: TEX_SYMBOLS.get(m.group(1), m.group(1)) if m.group(1) else " ", tex
+        )
+        return " ".join(tex.replace("{", "").replace("}", "").split())
+
+    return TEX_INLINE.sub(formula, text)
+
+
 def search_entries(page: Page, body: str) -> list[dict]:
     parser = SectionText()
     parser.feed(body)
     entries = []
     for anchor, heading, text in parser.sections:
         heading = " ".join(heading.split()).rstrip("¶ ")
-        text = " ".join(text.split())
+        text = plain_math(" ".join(text.split()))
         if not (heading or text):
             continue
         entries.append(
@@ -487,6 +529,23 @@ def notice(page: Page) -> str:
     return ""
 
 
+H2 = re.compile(r'<h2 id="([^"]+)">(.*?)</h2>', re.DOTALL)
+
+
+def page_toc(body: str) -> str:
+    """The page's sections ("On this page", its h2 headings), folded, above the notebook."""
+    items = []
+    for anchor, inner in H2.findall(body):
+        text = re.sub(r"<[^>]+>", "", re.sub(r'<a class="anchor-link".*?</a>', "", inner))
+        items.append(f'<li><a href="#{anchor}">{text.strip()}</a></li>')
+    if len(items) < 2:
+        return ""
+    return (
+        '<details class="page-toc"><summary>On this page: '
+        f"{len(items)} sections</summary><ol>{''.join(items)}</ol></details>"
+    )
+
+
 def pager(page: Page) -> str:
     parts = []
     if page.prev:
@@ -507,7 +566,7 @@ def shell(page: Page, pages: list[Page], body: str, *, math: bool, widgets: bool
     head = [
         '<meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{_h(page.title if page.kind != 'home' else TITLE)}</title>",
+        f"<title>{_h(page.title + ' · ' + TITLE if page.kind != 'home' else TITLE)}</title>",
         f'<link rel="icon" href="{root}assets/favicon.svg" type="image/svg+xml">',
         f'<link rel="stylesheet" href="{root}assets/jupyterlab/index.css">',
         f'<link rel="stylesheet" href="{root}assets/jupyterlab/theme-light.css">',
@@ -545,6 +604,7 @@ def shell(page: Page, pages: list[Page], body: str, *, math: bool, widgets: bool
 <main class="site-main">
 {launch_bar(page)}
 {notice(page)}
+{page_toc(body) if page.source else ""}
 <div class="page-content jp-Notebook">
 {body}
 </div>
@@ -560,8 +620,13 @@ page loads from outside the site.</footer>
 """
 
 
+BADGE_LINE = re.compile(r"^\[!\[[^\]]*\]\([^)]*\)\]\([^)]*\)\n", re.MULTILINE)
+
+
 def landing_body() -> str:
-    text = (ROOT / "README.md").read_text()
+    """The README, less its Binder and Colab badges under the title: the page's launch bar
+    above it has the same two links (the syllabus keeps its Colab links)."""
+    text = BADGE_LINE.sub("", (ROOT / "README.md").read_text())
     return (
         f'<div class="jp-RenderedHTMLCommon jp-RenderedMarkdown readme">{markdown_html(text)}</div>'
     )
