@@ -737,8 +737,9 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
         return outcome.get("message", "the check could not run your code")
     if case.raises is not None:
         if status == "raised" and case.raises.__name__ in outcome.get("types", []):
-            name, _, said = outcome["message"].partition(": ")  # each statement asks for a message
-            return None if said.strip() else EMPTY_ERROR.format(name=name)
+            name = (outcome.get("types") or [case.raises.__name__])[0]  # each asks for a message
+            said = outcome["message"].removeprefix(f"{name}:").strip()
+            return None if said else EMPTY_ERROR.format(name=name)
         if status == "raised":
             return f"expected a {case.raises.__name__}, but your code raised {outcome['message']}"
         return f"expected your code to raise a {case.raises.__name__} with a clear message"
