@@ -737,7 +737,7 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
         return outcome.get("message", "the check could not run your code")
     if case.raises is not None:
         if status == "raised" and case.raises.__name__ in outcome.get("types", []):
-            name = (outcome.get("types") or [case.raises.__name__])[0]  # each asks for a message
+            name = outcome["types"][0]  # the raised class; every statement asks for a message
             said = outcome["message"].removeprefix(f"{name}:").strip()
             return None if said else EMPTY_ERROR.format(name=name)
         if status == "raised":
