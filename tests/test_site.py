@@ -115,6 +115,9 @@ def test_exercises_have_no_outputs_and_a_marked_link_to_their_solution(built):
         assert "spoiler" in solution.group(2).lower()
         solved = (built / "solutions" / f"{exercise.stem}.html").read_text()
         assert "Spoiler: worked solutions." in solved
+        # the solution notebook is the exercises' source, but its page is titled as solutions
+        heading = re.search(r"<h1[^>]*>(.*?)</h1>", solved, re.DOTALL).group(1)
+        assert heading.startswith(f"Solutions {exercise.name[:2]}:"), heading[:60]
 
 
 def test_pages_link_to_the_previous_and_next_step_and_list_every_lesson(built):
@@ -367,6 +370,34 @@ def test_no_page_is_wider_than_a_phone(built, server, browser):
     finally:
         visit.close()
     assert not wide, "pages wider than a 390 px phone:\n" + "\n".join(wide)
+
+
+def test_on_a_phone_the_lesson_list_opens_and_closes(server, browser):
+    """At 390 px the lessons hide behind the menu button; a tap on a link in the list, a tap
+    outside it or Escape closes it again."""
+    visit = Visit(browser, server)
+    visit.page.set_viewport_size({"width": 390, "height": 844})
+    shown = "() => getComputedStyle(document.querySelector('.site-sidebar')).display !== 'none'"
+    try:
+        visit.open("notebooks/02_self_attention.html")
+        assert not visit.page.evaluate(shown), "the lesson list covers the page on a phone"
+        for close in ("tap outside", "Escape", "tap a link"):
+            visit.page.click(".nav-toggle")
+            assert visit.page.evaluate(shown), "the menu button does not show the lessons"
+            if close == "tap outside":
+                visit.page.mouse.click(380, 800)
+            elif close == "Escape":
+                visit.page.keyboard.press("Escape")
+            else:  # a same-page link, so that the page stays and the list's state can be read
+                visit.page.evaluate(
+                    "document.querySelector('.site-sidebar a.current')"
+                    ".addEventListener('click', e => e.preventDefault())"
+                )
+                visit.page.click(".site-sidebar a.current")
+            assert not visit.page.evaluate(shown), f"{close} leaves the lesson list open"
+        assert not visit.errors, visit.errors
+    finally:
+        visit.close()
 
 
 def saved_explorer() -> tuple[list[str], list]:

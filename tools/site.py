@@ -269,6 +269,11 @@ def prepare_notebook(page: Page):
         and kept[1].cell_type == "markdown"
     ):
         kept[0], kept[1] = kept[1], kept[0]
+    if page.kind == "solution":  # the notebook is the exercises' source: its title says so
+        for cell in kept:
+            if cell.cell_type == "markdown" and cell.source.startswith("# Exercises "):
+                cell.source = "# Solutions " + cell.source.removeprefix("# Exercises ")
+                break
     nb.cells = kept
     nb.metadata.pop("widgets", None)
     return nb, counts

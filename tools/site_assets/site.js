@@ -9,6 +9,15 @@
   const toggle = document.querySelector(".nav-toggle");
   if (toggle) {
     toggle.addEventListener("click", () => document.body.classList.toggle("nav-open"));
+    // a tap on a link in the list, or anywhere outside it, closes it; so does Escape
+    document.addEventListener("click", (event) => {
+      if (!document.body.classList.contains("nav-open") || toggle.contains(event.target)) return;
+      const inList = event.target.closest(".site-sidebar");
+      if (!inList || event.target.closest("a")) document.body.classList.remove("nav-open");
+    });
+    document.addEventListener("keydown", (event) => {
+      if (event.key === "Escape") document.body.classList.remove("nav-open");
+    });
   }
 
   // -- the setup cell: folded, a click unfolds it --
