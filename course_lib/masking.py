@@ -13,9 +13,14 @@ PyTorch has both conventions. `F.scaled_dot_product_attention` takes True = may 
 course_lib; `nn.MultiheadAttention` (`attn_mask`, `key_padding_mask`) and `nn.Transformer*`
 take True = blocked. Float masks are added to the scores (0 = attend, -inf = blocked).
 `to_torch_blocked`, `from_torch_blocked` and `to_additive` convert between them.
+
+`dependency_matrix(f, x)` tests what a mask is for: which input positions each output position
+of a function reads. A causal model gives a lower triangle.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -30,6 +35,7 @@ __all__ = [
     "to_torch_blocked",
     "from_torch_blocked",
     "to_additive",
+    "dependency_matrix",
 ]
 
 
@@ -142,3 +148,33 @@ def to_additive(mask: Tensor | None, dtype: torch.dtype = torch.float32) -> Tens
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
         ~mask, float("-inf")
     )
+
+
+def dependency_matrix(f: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
+    """Which input positions each output position of `f` depends on: lesson 05's causality
+    test, for every position at once.
+
+    f maps x (batch, seq, d) to a tensor (batch, seq, d_out) and gives the same output for the
+    same input (a module in eval mode). Returns bool (seq, seq) on x's device: entry [i, j] is
+    True when changing position j of x (in every batch row, every feature by its own amount)
+    changes output position i in some batch row. A causal f gives a lower triangle; x is left
+    as it was.
+    """
+    check_tensor(x, "x", ndim=3, shape_hint="(batch, seq, d)", dtype=(torch.float32, torch.float64))
+    batch, seq, d = x.shape
+    with torch.no_grad():
+        before = f(x)
+        if not isinstance(before, Tensor) or before.shape[:2] != (batch, seq):
+            got = tuple(before.shape) if isinstance(before, Tensor) else type(before).__name__
+            raise ValueError(f"f(x) must be a tensor (batch={batch}, seq={seq}, ...), got {got}")
+        # a different amount for every feature: adding the same number to each could be undone
+        # by a function that subtracts each position's mean, and scaling would miss a zero x
+        change = torch.randn(batch, d, generator=torch.Generator().manual_seed(0), dtype=x.dtype)
+        depends = torch.zeros(seq, seq, dtype=torch.bool, device=x.device)
+        for j in range(seq):
+            changed = x.clone()
+            changed[:, j] += change.to(x.device)
+            after = f(changed)
+            moved = (after != before) & ~(after.isnan() & before.isnan())  # NaN stays NaN
+            depends[:, j] = moved.flatten(2).any(-1).any(0)  # (seq,): output i moved, any row
+    return depends

@@ -444,3 +444,89 @@ def test_hunt3_slips_fail_the_notebook_check_with_their_own_hint(task_id, learne
     result = check_result(task_id, learner)
     assert result.status == "failed" and result.score < result.max_score, result.feedback
     assert words in result.feedback, result.feedback
+
+
+# ex05.dependency_matrix: learners' ways to write it, and their slips
+
+
+def dependency_by_jacobian(f, x):
+    """A correct learner who asks autograd instead of changing inputs."""
+    if x.dim() != 3:
+        raise ValueError(f"x must be (batch, seq, d), got {x.dim()} dimensions")
+    jacobian = torch.autograd.functional.jacobian(f, x)  # (batch, seq, d_out, batch, seq, d)
+    return jacobian.abs().amax(dim=(0, 2, 3, 5)) > 0
+
+
+def dependency_by_changes(f, x, slip=""):
+    """The lesson's test in a loop, position by position, with `slip` written in."""
+    if x.dim() != 3:
+        raise ValueError(f"x must be (batch, seq, d), got {x.dim()} dimensions")
+    seq = x.shape[1]
+    before = f(x)
+    result = torch.zeros(seq, seq, dtype=torch.bool)
+    for j in range(seq):
+        y = x if slip == "in place" else x.clone()  # "in place": the changes stay in x
+        if slip == "times two":
+            y[:, j] = y[:, j] * 2
+        elif slip == "first feature":
+            y[:, j, 0] += 1.0
+        elif slip == "first row":
+            y[0, j] += torch.randn(x.shape[2], dtype=x.dtype)
+        else:
+            y[:, j] += torch.randn(x.shape[0], x.shape[2], dtype=x.dtype)
+        after = f(y)
+        for i in range(seq):
+            rows = slice(0, 1) if slip == "first row" else slice(None)
+            moved = not torch.allclose(after[rows, i], before[rows, i])
+            if slip == "every feature":  # moved only when all of its features moved
+                moved = bool((after[rows, i] != before[rows, i]).all())
+            result[(j, i) if slip == "transposed" else (i, j)] = moved or (
+                slip == "diagonal" and i == j
+            )
+    return result
+
+
+@pytest.mark.parametrize("learner", [dependency_by_jacobian, dependency_by_changes])
+def test_dependency_matrix_by_autograd_or_by_changes_passes(learner):
+    result = check_result("ex05.dependency_matrix", learner)
+    assert result.status == "passed", result.feedback
+
+
+@pytest.mark.parametrize(
+    "slip, words",
+    [
+        ("times two", "multiplying position j"),
+        ("first feature", "change every feature"),
+        ("first row", "every batch row"),
+        ("transposed", "yours is the transpose"),
+        ("every feature", "not .all"),
+        ("diagonal", "test the diagonal"),
+        ("in place", "changed its input `x` in place"),
+    ],
+)
+def test_dependency_matrix_slips_get_their_own_hint(slip, words):
+    result = check_result("ex05.dependency_matrix", lambda f, x: dependency_by_changes(f, x, slip))
+    assert result.status == "failed"
+    assert words in result.feedback, result.feedback
+
+
+def test_dependency_matrix_reads_the_lessons_masks():
+    """The finished version: a causal mask gives the lower triangle, the lesson's inverted mask
+    the pattern lesson 05 describes (row 4 reads key 5 alone, row 5 nothing), x unchanged."""
+    from course_lib.masking import dependency_matrix
+    from course_lib.multihead import MultiHeadAttention
+
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 6, 16)
+    kept = x.clone()
+    causal = dependency_matrix(lambda t: attention(t, t, t, mask=causal_mask(6))[0], x)
+    assert torch.equal(causal, causal_mask(6))
+    inverted = dependency_matrix(lambda t: attention(t, t, t, mask=~causal_mask(6))[0], x)
+    want = ~causal_mask(6) | torch.eye(6, dtype=torch.bool)
+    want[4, 4] = False  # one key gets weight 1 whatever the query
+    want[5] = False  # no key at all: the output is the projection's bias alone
+    assert torch.equal(inverted, want)
+    assert torch.equal(x, kept)
+    with pytest.raises(ValueError, match="3 dimensions"):
+        dependency_matrix(lambda t: t, torch.zeros(6, 8))

@@ -17,6 +17,7 @@ TRANSFER = [
     "ex02.distance_biased_attention",
     "ex04.apply_rope_half",
     "ex05.prefix_lm_mask",
+    "ex05.dependency_matrix",
     "ex06.attention_pool",
     "ex07.DecoderLayer",
     "ex07.rms_norm",

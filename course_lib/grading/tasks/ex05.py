@@ -5,7 +5,14 @@ from __future__ import annotations
 import torch
 
 from ..core import Case, GradingError, Task, compare_values, register
-from .common import D_K_FROM_SHAPE_2, D_V_SCALE_HINT, lengths_mask, randns, wrong_attention
+from .common import (
+    D_K_FROM_SHAPE_2,
+    D_V_SCALE_HINT,
+    lengths_mask,
+    randn,
+    randns,
+    wrong_attention,
+)
 from .ex02 import D_K_FROM_SHAPE_1, POWER_HALF
 
 LESSON = "lesson 05"
@@ -457,4 +464,142 @@ class PrefixLMMask(Task):
                  (padded_ids(gen, [4, 4], 4, 0), p([2, 5]), 0), raises=ValueError),
             Case("ids (2, 4), prefix_lengths [-1, 2]: negative, so a ValueError",
                  (padded_ids(gen, [4, 4], 4, 0), p([-1, 2]), 0), raises=ValueError),
+        ]  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# ex05.dependency_matrix (transfer: the lesson's causality test, for every position at once)
+# --------------------------------------------------------------------------------------------
+
+
+class _Probe(torch.nn.Module):
+    """A function for the learner's dependency_matrix to read: one attention head over x
+    (batch, seq, d) -> (batch, seq, d_out) with a fixed bool mask, (seq, seq) or (batch, seq,
+    seq), True = may attend. A query that may attend to nothing gives 0 (and a gradient of 0);
+    with `skip_feature_0`, feature 0 of x is never read. A module, so that cases pickle."""
+
+    def __init__(self, mask, gen, d, d_out, dtype, skip_feature_0=False):
+        super().__init__()
+        self.register_buffer("mask", mask)
+        self.register_buffer("w_qkv", randn(gen, 3, d, d, dtype=dtype) * d**-0.5)
+        self.register_buffer("w_out", randn(gen, d, d_out, dtype=dtype) * d**-0.5)
+        self.skip_feature_0 = skip_feature_0
+
+    def forward(self, x):
+        if self.skip_feature_0:
+            x = torch.cat((torch.zeros_like(x[..., :1]), x[..., 1:]), dim=-1)
+        q, k, v = x @ self.w_qkv[0], x @ self.w_qkv[1], x @ self.w_qkv[2]
+        some = self.mask.any(-1, keepdim=True)  # a query that may attend to something
+        scores = (q @ k.transpose(-2, -1)).masked_fill(~(self.mask | ~some), float("-inf"))
+        return (scores.softmax(-1) * some) @ v @ self.w_out
+
+
+def _wrong_dependency_matrix(f, x, *, mistake=""):
+    """Change one position at a time and see which outputs move, with one named mistake."""
+    if x.dim() != 3:
+        raise ValueError("x must be (batch, seq, d)")
+    seq = x.shape[1]
+    before = f(x)
+    change = torch.randn(x.shape[0], x.shape[2], generator=torch.Generator().manual_seed(0))
+    depends = torch.zeros(seq, seq, dtype=torch.bool)
+    changed = x.clone()
+    for j in range(seq):
+        if mistake != "accumulated":  # each position's change starts again from x
+            changed = x.clone()
+        if mistake == "scaled":
+            changed[:, j] *= 2
+        elif mistake == "one_feature":
+            changed[:, j, 0] += 1
+        elif mistake == "first_row":
+            changed[0, j] += change[0].to(x.dtype)
+        else:
+            changed[:, j] += change.to(x.dtype)
+        moved = f(changed) != before  # (batch, seq, d_out)
+        if mistake == "all_features":  # an output moves only when every feature of it moves
+            moved = moved.all(-1, keepdim=True)
+        if mistake == "first_row":
+            moved = moved[:1]
+        if mistake == "own_output_only":
+            depends[j, j] = moved[:, j].any()
+        else:
+            depends[:, j] = moved.any(-1).any(0) | (mistake == "summed_outputs" and moved.any())
+    if mistake == "diagonal_assumed":
+        depends |= torch.eye(seq, dtype=torch.bool)
+    return {"transposed": depends.T, "float": depends.float()}.get(mistake, depends)
+
+
+DEPENDENCY_MISTAKES = {
+    "transposed": "entry [i, j] says whether OUTPUT position i depends on INPUT position j (a "
+    "row per output, a column per input); yours is the transpose: a causal f gives a lower "
+    "triangle",
+    "own_output_only": "after changing position j, compare every output position with its "
+    "value before, not only output j: row i of column j is about output i",
+    "summed_outputs": "compare each output position on its own: entry [i, j] is about output i "
+    "alone, and asking whether any output moved marks the whole column",
+    "accumulated": "each position's change must start again from the original x: yours pile up "
+    "(the test of position j still holds the changes of positions 0..j-1), so an output seems "
+    "to depend on positions it never reads",
+    "all_features": "an output position moves when any one of its features moves (here output "
+    "feature 0 is constant): reduce over the features with .any, not .all",
+    "scaled": "multiplying position j by a number changes nothing where x is 0 (here position 2 "
+    "is all zeros): add a change instead, such as x[:, j] + torch.randn(d)",
+    "one_feature": "change every feature of position j, not one: f need not read every feature "
+    "(this one never reads feature 0)",
+    "first_row": "change position j in every batch row and compare every row: a position can "
+    "matter in one row and not in another (here keys 3 and 4 are padding in row 0 only)",
+    "diagonal_assumed": "an output does not always depend on its own input: test the diagonal "
+    "as every other entry. Here position 0 may attend to nothing and gives 0, and position 1 "
+    "reads key 0 alone, which gets weight 1 whatever position 1's query is",
+    "float": "return a bool tensor, True = depends: build it from comparisons (!=) or with "
+    "dtype=torch.bool",
+}
+
+
+@register
+class DependencyMatrix(Task):
+    id = "ex05.dependency_matrix"
+    lesson = f"{LESSON}, section 'A causality test'"
+    reference = "course_lib.masking.dependency_matrix"
+    mistake_table = DEPENDENCY_MISTAKES
+    wrong = staticmethod(_wrong_dependency_matrix)
+    diagnose = _not_bool
+
+    def cases(self, gen):
+        def case(description, mask, batch=2, d=8, d_out=8, dtype=torch.float32, **options):
+            seq = mask.shape[-1]
+            probe = _Probe(mask, gen, d, d_out, dtype, **options).eval()
+            return Case(description, (probe, randn(gen, batch, seq, d, dtype=dtype)))
+
+        causal = torch.ones(6, 6, dtype=torch.bool).tril()
+        padded = torch.ones(2, 5, 5, dtype=torch.bool)
+        padded[0, :, 3:] = False  # keys 3 and 4 are padding in row 0 only
+        zero_at_2 = case(
+            "causal attention over x whose position 2 is all zeros, x (2, 6, 8)", causal
+        )
+        zero_at_2.args[1][:, 2] = 0
+        position_wise = case(
+            "each position reads only itself (position-wise), x (2, 4, 8), "
+            "d_out 3, output feature 0 constant",
+            torch.eye(4, dtype=torch.bool),
+            d_out=3,
+        )
+        position_wise.args[0].w_out[:, 0] = 0  # output feature 0 reads nothing
+        return [
+            position_wise,
+            case("causal attention, x (2, 6, 8)", causal),
+            case("no mask: every position reads every other, x (1, 4, 8)",
+                 torch.ones(4, 4, dtype=torch.bool), batch=1),
+            case("a mask that leaks one step into the future (tril(1)), x (2, 5, 8)",
+                 torch.ones(5, 5, dtype=torch.bool).tril(1)),
+            zero_at_2,
+            case("causal attention that never reads feature 0, x (2, 6, 8)", causal,
+                 skip_feature_0=True),
+            case("keys 3 and 4 are padding in batch row 0 only (no causal mask), x (2, 5, 8)",
+                 padded),
+            case("the strict past (tril(-1)): position 0 may attend to nothing and gives 0, "
+                 "float64 x (3, 5, 6)",
+                 torch.ones(5, 5, dtype=torch.bool).tril(-1), batch=3, d=6, dtype=torch.float64),
+            case("one position, x (2, 1, 8)", torch.ones(1, 1, dtype=torch.bool)),
+            Case("x of shape (6, 8), 2-D: a ValueError", (torch.nn.Identity(),
+                 torch.zeros(6, 8)), raises=ValueError),
         ]  # fmt: skip
