@@ -444,3 +444,17 @@ def test_hunt3_slips_fail_the_notebook_check_with_their_own_hint(task_id, learne
     result = check_result(task_id, learner)
     assert result.status == "failed" and result.score < result.max_score, result.feedback
     assert words in result.feedback, result.feedback
+
+
+def test_hunt4_output_cleaned_but_weights_nan_is_not_told_its_outputs_are_right():
+    # hunt 4: nan_to_num on the output only; the weights keep the NaN of the fully masked row.
+    # Before: 'your outputs are right, but the gradients ... are NaN'; the weights were not right
+    def output_cleaned(q, k, v, mask):
+        scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        return torch.nan_to_num(weights @ v), weights
+
+    result = check_result("ex05.masked_attention", output_cleaned)
+    assert result.status == "failed", result.feedback
+    assert "your outputs are right" not in result.feedback, result.feedback
+    assert "your weights contain NaN" in result.feedback, result.feedback

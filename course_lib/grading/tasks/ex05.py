@@ -187,7 +187,12 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
     return output, weights
 
 
-def _right_output(out, q, k, v, mask) -> bool:
+def _right_output(result, q, k, v, mask) -> bool:
+    """The output is right and the weights hold no NaN (a learner who cleaned only the output
+    is told about the NaN weights by `diagnose`, not that the outputs are right)."""
+    out, weights = result[0], result[1] if len(result) > 1 else None
+    if isinstance(weights, torch.Tensor) and weights.isnan().any():
+        return False
     with torch.no_grad():  # not the course's function: the learner's call is being watched
         want = wrong_masked_attention(q, k, v, mask)[0].nan_to_num(0.0)
     return out.shape == want.shape and torch.allclose(out.detach(), want, rtol=1e-4, atol=1e-5)
@@ -315,7 +320,7 @@ class MaskedAttention(Task):
             nan_grad = not all(
                 bool(t.grad.isfinite().all()) for t in (q, k, v) if t.grad is not None
             )
-            if nan_grad and _right_output(out, q, k, v, mask):
+            if nan_grad and _right_output(result, q, k, v, mask):
                 raise GradingError(
                     "your outputs are right, but the gradients through a fully masked row are "
                     "NaN, so one such row would poison a whole training step: the -inf must "
