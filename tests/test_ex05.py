@@ -458,3 +458,21 @@ def test_hunt4_output_cleaned_but_weights_nan_is_not_told_its_outputs_are_right(
     assert result.status == "failed", result.feedback
     assert "your outputs are right" not in result.feedback, result.feedback
     assert "your weights contain NaN" in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize("cut", ["detach", "no_grad", "tensor"])
+def test_hunt4_weights_cut_from_q_and_k_fail(cut):
+    # hunt 4: full marks before (the output still had a gradient, through v), though no
+    # gradient reached q or k: the statement asks for the gradients of q, k and v
+    def cleaned(q, k, v, mask):
+        with torch.no_grad() if cut == "no_grad" else torch.enable_grad():
+            scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+            weights = torch.nan_to_num(torch.softmax(scores.masked_fill(~mask, -math.inf), -1))
+        weights = weights.detach() if cut == "detach" else weights
+        if cut == "tensor":
+            weights = torch.tensor(weights.tolist(), dtype=q.dtype)
+        return weights @ v, weights
+
+    result = check_result("ex05.masked_attention", cleaned)
+    assert result.status == "failed" and result.score == 0, result.feedback
+    assert "no gradient back to q and k" in result.feedback, result.feedback

@@ -180,10 +180,14 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
         dim=-2 if mistake == "softmax_over_queries" else -1,
         inverted=mistake == "inverted",
         zero_after=mistake == "zero_after",
-        nan_to_zero=mistake in ("inverted", "unscaled", "scaled_by_d_v", "softmax_over_queries"),
+        nan_to_zero=mistake
+        in ("inverted", "unscaled", "scaled_by_d_v", "softmax_over_queries", "detached_weights"),
     )
     if mistake == "output_first":  # uniform rows already multiplied into the output
         weights = weights.masked_fill(~mask, 0.0)
+    if mistake == "detached_weights":  # the weights cut from q and k: only v would learn
+        weights = weights.detach()
+        output = weights @ v
     return output, weights
 
 
@@ -196,6 +200,14 @@ def _right_output(result, q, k, v, mask) -> bool:
     with torch.no_grad():  # not the course's function: the learner's call is being watched
         want = wrong_masked_attention(q, k, v, mask)[0].nan_to_num(0.0)
     return out.shape == want.shape and torch.allclose(out.detach(), want, rtol=1e-4, atol=1e-5)
+
+
+NO_QK_GRADIENT = (
+    "your weights carry no gradient back to q and k (torch.no_grad(), .detach() or a "
+    "torch.tensor(...) cut them), so in a model the queries and keys could never learn: compute "
+    "the weights with tensor operations on the scores, and replace the NaN of a fully masked row "
+    "with torch.nan_to_num or masked_fill, which keep the gradient"
+)
 
 
 ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives the same
@@ -241,6 +253,7 @@ ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives t
     "(batch, heads, seq, d), it moves the heads axis: use k.transpose(-2, -1)",
     "dot_t": "k.T reverses every axis of a batch of keys (the batch axis ends up last): "
     "transpose only the last two, k.transpose(-2, -1)",
+    "detached_weights": NO_QK_GRADIENT,
     "no_keepdim": "mask.any(dim=-1) drops the key axis, so it no longer lines up with the "
     "(..., n_q, n_k) scores: mask.any(dim=-1, keepdim=True) is (..., n_q, 1), one flag per "
     "query row",
@@ -317,6 +330,8 @@ class MaskedAttention(Task):
                     "training cannot back-propagate through it: build a new tensor instead, "
                     "torch.nan_to_num(weights) or weights.masked_fill(...)"
                 ) from None
+            if q.grad is None or k.grad is None:
+                raise GradingError(NO_QK_GRADIENT)
             nan_grad = not all(
                 bool(t.grad.isfinite().all()) for t in (q, k, v) if t.grad is not None
             )
