@@ -82,7 +82,12 @@ def last_token_with_the_lessons_batch_of_2(x, lengths):  # hunt 3: a bare IndexE
     return x[torch.arange(2), lengths - 1]
 
 
+def matmul_averaged_over_k(a, b):  # hunt 4: 'none of the usual mistakes'
+    return (a.unsqueeze(-1) * b.unsqueeze(-3)).mean(-2)
+
+
 SLIPS = [
+    ("ex00.batched_matmul", matmul_averaged_over_k, "you averaged over the shared axis k"),
     ("ex00.last_token", last_token_with_the_lessons_batch_of_2, "the lesson's batch of 2"),
     ("ex00.batched_matmul", matmul_with_b_unsqueezed_in_front, "b's new axis went in front"),
     ("ex00.pairwise_sq_distances", distances_of_unsquared_differences, "positive and negative"),

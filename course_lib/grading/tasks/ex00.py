@@ -48,6 +48,8 @@ class BatchedMatmul(Task):
         "sum_over_m": "you summed over the last axis (m); the matrix product sums over the "
         "shared axis k",
         "sum_over_n": "you summed over the n axis; the matrix product sums over the shared axis k",
+        "mean_over_k": "you averaged over the shared axis k; the matrix product sums the k "
+        "products: .sum(dim=-2), not .mean",
         "first_axes": "a[:, :, None] and b[None] (unsqueeze(2), unsqueeze(0)) "
         + FIRST_AXES
         + "a.unsqueeze(-1) * b.unsqueeze(-3), summed over dim -2",
@@ -76,6 +78,8 @@ class BatchedMatmul(Task):
         products = a.unsqueeze(-1) * b.unsqueeze(0 if mistake == "b_from_front" else -3)
         if mistake == "squeeze_all":
             return products.sum(-2, keepdim=True).squeeze()
+        if mistake == "mean_over_k":
+            return products.mean(-2)
         axis = {"sum_over_m": -1, "sum_over_n": -3, "k_from_front": a.dim() - 1}
         return products.sum(axis.get(mistake, -2))
 
