@@ -476,3 +476,15 @@ def test_hunt4_weights_cut_from_q_and_k_fail(cut):
     result = check_result("ex05.masked_attention", cleaned)
     assert result.status == "failed" and result.score == 0, result.feedback
     assert "no gradient back to q and k" in result.feedback, result.feedback
+
+
+def test_hunt4_a_prefix_length_of_0_rejected_is_not_called_p_equal_to_seq():
+    # hunt 4: `P <= 0` rejected the allowed P = 0 and was told 'a prefix length equal to seq'
+    def no_empty_prefix(ids, prefix_lengths, pad_id):
+        if (prefix_lengths <= 0).any() or (prefix_lengths > ids.shape[1]).any():
+            raise ValueError(f"prefix lengths must be in [1, seq], got {prefix_lengths.tolist()}")
+        return _prefix_lm()(ids, prefix_lengths, pad_id)
+
+    result = check_result("ex05.prefix_lm_mask", no_empty_prefix)
+    assert result.status == "failed", result.feedback
+    assert "P = 0 (a causal row)" in result.feedback, result.feedback

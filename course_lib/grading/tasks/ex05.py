@@ -449,13 +449,15 @@ class PrefixLMMask(Task):
     def call(self, obj, case):
         try:
             return super().call(obj, case)
-        except ValueError:  # a check `P >= seq` for `P > seq`: the boundary is allowed
+        except ValueError:  # a check `P >= seq` for `P > seq` (or `P <= 0`): boundaries allowed
             ids, prefix_lengths, _ = case.args
-            if case.raises or not bool((prefix_lengths == ids.shape[1]).any()):
+            edges = (prefix_lengths == 0) | (prefix_lengths == ids.shape[1])
+            if case.raises or not bool(edges.any()):
                 raise
             raise GradingError(
-                "your code raised a ValueError for a prefix length equal to seq, which is "
-                "allowed (the whole row is the prefix): raise only when P < 0 or P > seq"
+                "your code raised a ValueError for an allowed prefix length: P = 0 (a causal row) "
+                "and P = seq (the whole row is the prefix) are both allowed: raise only when "
+                "P < 0 or P > seq"
             ) from None
 
     def cases(self, gen):
