@@ -488,3 +488,15 @@ def test_hunt4_a_prefix_length_of_0_rejected_is_not_called_p_equal_to_seq():
     result = check_result("ex05.prefix_lm_mask", no_empty_prefix)
     assert result.status == "failed", result.feedback
     assert "P = 0 (a causal row)" in result.feedback, result.feedback
+
+
+def test_hunt4_a_mask_given_an_axis_for_heads_gets_a_hint():
+    # hunt 4: mask.unsqueeze(1) (lesson 03's (batch, 1, 1, n_k)) got a bare broadcasting error
+    def heads_axis(q, k, v, mask):
+        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+        weights = torch.softmax(scores.masked_fill(~mask.unsqueeze(1), -math.inf), dim=-1)
+        return torch.nan_to_num(weights) @ v, torch.nan_to_num(weights)
+
+    result = check_result("ex05.masked_attention", heads_axis)
+    assert result.status == "failed", result.feedback
+    assert "use it as it is" in result.feedback, result.feedback

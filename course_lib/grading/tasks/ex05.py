@@ -141,6 +141,8 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
     """The textbook version, softmax(q k^T / sqrt(d_k) with -inf where masked) v, or one with a
     named mistake; "" leaves a fully masked row NaN (the mistake "nan_rows"), the other
     mistakes give such a row zero weights, as the task asks."""
+    if mistake == "heads_axis":  # lesson 03's habit: an axis for the heads, (batch, 1, 1, n_k)
+        mask = mask.unsqueeze(1)
     if mistake == "no_keepdim":  # the finite-row guard from mask.any(-1) without keepdim=True
         scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf"))
         weights = scores.masked_fill(~mask.any(-1), 0.0).softmax(-1).masked_fill(~mask, 0.0)
@@ -254,6 +256,8 @@ ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives t
     "dot_t": "k.T reverses every axis of a batch of keys (the batch axis ends up last): "
     "transpose only the last two, k.transpose(-2, -1)",
     "detached_weights": NO_QK_GRADIENT,
+    "heads_axis": "the mask already lines up with the (..., n_q, n_k) scores from the right, as "
+    "given: use it as it is; mask.unsqueeze(1) moves its axes onto other ones of the scores",
     "no_keepdim": "mask.any(dim=-1) drops the key axis, so it no longer lines up with the "
     "(..., n_q, n_k) scores: mask.any(dim=-1, keepdim=True) is (..., n_q, 1), one flag per "
     "query row",
