@@ -602,7 +602,13 @@ def biased_by_key_minus_query(q, k, v, slope):  # hunt 4: 'none of the usual' (i
     return _biased(q, k, v, slope, j - i, math.sqrt(q.shape[-1]))
 
 
+def biased_by_squared_distance(q, k, v, slope):  # hunt 4: exercise 00's squares, 'none of the'
+    i, j = _positions(q, k)
+    return _biased(q, k, v, slope, (i - j) ** 2, math.sqrt(q.shape[-1]))
+
+
 HUNT4_SLIPS = [
+    ("ex02.distance_biased_attention", biased_by_squared_distance, "the squared distance"),
     ("ex02.softmax", softmax_squeezed, "squeeze() without an axis"),
     (SDPA, attention_scaled_by_the_number_of_queries, "the number of queries"),
     ("ex02.distance_biased_attention", biased_by_key_minus_query, "use the distance |i - j|"),

@@ -392,6 +392,8 @@ class DistanceBiasedAttention(Task):
             "use the distance |i - j|: without the absolute value the keys on one side of the "
             "query get a bonus instead of a penalty",
         ),
+        "squared_distance": "that is the squared distance (i - j)²; the penalty grows linearly "
+        "with the distance: slope * |i - j|",
         "bias_scaled": "add the bias after dividing q·k by sqrt(d_k): scores = q k^T / sqrt(d_k) "
         "- slope * |i - j|; the slope must not be divided too",
         "after_softmax": "the bias goes into the scores BEFORE the softmax, so the weights still "
@@ -481,6 +483,7 @@ class DistanceBiasedAttention(Task):
         distance = {
             "no_abs": i - j,
             "no_abs_reversed": j - i,
+            "squared_distance": (i - j) ** 2,
             "earlier_keys_only": (i - j).clamp_min(0),
             "later_keys_only": (j - i).clamp_min(0),
         }.get(mistake, (i - j).abs())
