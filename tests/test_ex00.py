@@ -82,7 +82,22 @@ def last_token_with_the_lessons_batch_of_2(x, lengths):  # hunt 3: a bare IndexE
     return x[torch.arange(2), lengths - 1]
 
 
+def matmul_averaged_over_k(a, b):  # hunt 4: 'none of the usual mistakes'
+    return (a.unsqueeze(-1) * b.unsqueeze(-3)).mean(-2)
+
+
+def matmul_with_the_axes_of_3d(a, b):  # hunt 4: a bare IndexError on 2-D inputs
+    return (a.unsqueeze(3) * b.unsqueeze(1)).sum(2)  # the lesson's (2, 3, 4, 1) * (2, 1, 4, 5)
+
+
+def distances_with_the_axes_of_3d(x, y):  # hunt 4: a bare broadcasting error on 2-D inputs
+    return ((x[:, :, None] - y[:, None]) ** 2).sum(-1)
+
+
 SLIPS = [
+    ("ex00.batched_matmul", matmul_with_the_axes_of_3d, "exactly one batch axis"),
+    ("ex00.pairwise_sq_distances", distances_with_the_axes_of_3d, "exactly one batch axis"),
+    ("ex00.batched_matmul", matmul_averaged_over_k, "you averaged over the shared axis k"),
     ("ex00.last_token", last_token_with_the_lessons_batch_of_2, "the lesson's batch of 2"),
     ("ex00.batched_matmul", matmul_with_b_unsqueezed_in_front, "b's new axis went in front"),
     ("ex00.pairwise_sq_distances", distances_of_unsquared_differences, "positive and negative"),

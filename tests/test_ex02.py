@@ -582,3 +582,39 @@ HUNT3_SLIPS = [
 @pytest.mark.parametrize("task_id, fn, hint", HUNT3_SLIPS, ids=[m[1].__name__ for m in HUNT3_SLIPS])
 def test_hunt3_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint):
     test_next_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint)
+
+
+# ---------------------------- hunt 4: a fresh learner's slips (a length-1 axis, j - i, n_q)
+
+
+def softmax_squeezed(x, dim=-1):  # hunt 4: full marks before (no case had an axis of length 1)
+    e = (x - x.amax(dim=dim, keepdim=True)).exp()
+    return (e / e.sum(dim=dim, keepdim=True)).squeeze()
+
+
+def attention_scaled_by_the_number_of_queries(q, k, v):  # hunt 4: 'none of the usual'
+    weights = softmax_max(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-2]))
+    return weights @ v, weights
+
+
+def biased_by_key_minus_query(q, k, v, slope):  # hunt 4: 'none of the usual' (i - j had a hint)
+    i, j = _positions(q, k)
+    return _biased(q, k, v, slope, j - i, math.sqrt(q.shape[-1]))
+
+
+def biased_by_squared_distance(q, k, v, slope):  # hunt 4: exercise 00's squares, 'none of the'
+    i, j = _positions(q, k)
+    return _biased(q, k, v, slope, (i - j) ** 2, math.sqrt(q.shape[-1]))
+
+
+HUNT4_SLIPS = [
+    ("ex02.distance_biased_attention", biased_by_squared_distance, "the squared distance"),
+    ("ex02.softmax", softmax_squeezed, "squeeze() without an axis"),
+    (SDPA, attention_scaled_by_the_number_of_queries, "the number of queries"),
+    ("ex02.distance_biased_attention", biased_by_key_minus_query, "use the distance |i - j|"),
+]
+
+
+@pytest.mark.parametrize("task_id, fn, hint", HUNT4_SLIPS, ids=[m[1].__name__ for m in HUNT4_SLIPS])
+def test_hunt4_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint):
+    test_next_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint)

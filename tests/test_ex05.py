@@ -530,3 +530,59 @@ def test_dependency_matrix_reads_the_lessons_masks():
     assert torch.equal(x, kept)
     with pytest.raises(ValueError, match="3 dimensions"):
         dependency_matrix(lambda t: t, torch.zeros(6, 8))
+
+
+def test_hunt4_output_cleaned_but_weights_nan_is_not_told_its_outputs_are_right():
+    # hunt 4: nan_to_num on the output only; the weights keep the NaN of the fully masked row.
+    # Before: 'your outputs are right, but the gradients ... are NaN'; the weights were not right
+    def output_cleaned(q, k, v, mask):
+        scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        return torch.nan_to_num(weights @ v), weights
+
+    result = check_result("ex05.masked_attention", output_cleaned)
+    assert result.status == "failed", result.feedback
+    assert "your outputs are right" not in result.feedback, result.feedback
+    assert "your weights contain NaN" in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize("cut", ["detach", "no_grad", "tensor"])
+def test_hunt4_weights_cut_from_q_and_k_fail(cut):
+    # hunt 4: full marks before (the output still had a gradient, through v), though no
+    # gradient reached q or k: the statement asks for the gradients of q, k and v
+    def cleaned(q, k, v, mask):
+        with torch.no_grad() if cut == "no_grad" else torch.enable_grad():
+            scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+            weights = torch.nan_to_num(torch.softmax(scores.masked_fill(~mask, -math.inf), -1))
+        weights = weights.detach() if cut == "detach" else weights
+        if cut == "tensor":
+            weights = torch.tensor(weights.tolist(), dtype=q.dtype)
+        return weights @ v, weights
+
+    result = check_result("ex05.masked_attention", cleaned)
+    assert result.status == "failed" and result.score == 0, result.feedback
+    assert "no gradient back to q and k" in result.feedback, result.feedback
+
+
+def test_hunt4_a_prefix_length_of_0_rejected_is_not_called_p_equal_to_seq():
+    # hunt 4: `P <= 0` rejected the allowed P = 0 and was told 'a prefix length equal to seq'
+    def no_empty_prefix(ids, prefix_lengths, pad_id):
+        if (prefix_lengths <= 0).any() or (prefix_lengths > ids.shape[1]).any():
+            raise ValueError(f"prefix lengths must be in [1, seq], got {prefix_lengths.tolist()}")
+        return _prefix_lm()(ids, prefix_lengths, pad_id)
+
+    result = check_result("ex05.prefix_lm_mask", no_empty_prefix)
+    assert result.status == "failed", result.feedback
+    assert "P = 0 (a causal row)" in result.feedback, result.feedback
+
+
+def test_hunt4_a_mask_given_an_axis_for_heads_gets_a_hint():
+    # hunt 4: mask.unsqueeze(1) (lesson 03's (batch, 1, 1, n_k)) got a bare broadcasting error
+    def heads_axis(q, k, v, mask):
+        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+        weights = torch.softmax(scores.masked_fill(~mask.unsqueeze(1), -math.inf), dim=-1)
+        return torch.nan_to_num(weights) @ v, torch.nan_to_num(weights)
+
+    result = check_result("ex05.masked_attention", heads_axis)
+    assert result.status == "failed", result.feedback
+    assert "use it as it is" in result.feedback, result.feedback

@@ -12,6 +12,10 @@ FIRST_AXES = (
     "count the axes from the front, which is right only without batch dimensions; count them "
     "from the end instead: "
 )
+ONE_BATCH_AXIS = (
+    "count the axes from the front of a 3-D (batch, rows, columns) tensor, which is right only "
+    "with exactly one batch axis; count them from the end instead: "
+)
 BROADCASTING = "lesson 00, section 'Tensors, shapes and broadcasting'"
 OFF_BY_ONE = "off by one: a sequence of length L ends at index L - 1"
 
@@ -48,8 +52,13 @@ class BatchedMatmul(Task):
         "sum_over_m": "you summed over the last axis (m); the matrix product sums over the "
         "shared axis k",
         "sum_over_n": "you summed over the n axis; the matrix product sums over the shared axis k",
+        "mean_over_k": "you averaged over the shared axis k; the matrix product sums the k "
+        "products: .sum(dim=-2), not .mean",
         "first_axes": "a[:, :, None] and b[None] (unsqueeze(2), unsqueeze(0)) "
         + FIRST_AXES
+        + "a.unsqueeze(-1) * b.unsqueeze(-3), summed over dim -2",
+        "one_batch_axis": "a.unsqueeze(3) and b.unsqueeze(1) "
+        + ONE_BATCH_AXIS
         + "a.unsqueeze(-1) * b.unsqueeze(-3), summed over dim -2",
         "squeeze_all": squeeze_all("-2", "m = 1"),
         "b_from_front": "b's new axis went in front of its batch axes (b[None], unsqueeze(0)), "
@@ -73,9 +82,13 @@ class BatchedMatmul(Task):
             return (a.unsqueeze(2) * b.unsqueeze(0)).sum(1)
         if mistake == "dot_T":  # rows of a times rows of b.T: right for 2-D b only
             return (a.unsqueeze(-2) * b.T.unsqueeze(-3)).sum(-1)
+        if mistake == "one_batch_axis":  # the lesson's 3-D axes: right for 3-D a and b only
+            return (a.unsqueeze(3) * b.unsqueeze(1)).sum(2)
         products = a.unsqueeze(-1) * b.unsqueeze(0 if mistake == "b_from_front" else -3)
         if mistake == "squeeze_all":
             return products.sum(-2, keepdim=True).squeeze()
+        if mistake == "mean_over_k":
+            return products.mean(-2)
         axis = {"sum_over_m": -1, "sum_over_n": -3, "k_from_front": a.dim() - 1}
         return products.sum(axis.get(mistake, -2))
 
@@ -93,6 +106,9 @@ class PairwiseSqDistances(Task):
         "dot_only": "that is the dot product x·y; the squared distance is |x|² - 2x·y + |y|²",
         "first_axes": "x[:, None] and y[None] (unsqueeze(1), unsqueeze(0)) "
         + FIRST_AXES
+        + "x.unsqueeze(-2) - y.unsqueeze(-3)",
+        "one_batch_axis": "x[:, :, None] and y[:, None] (unsqueeze(2), unsqueeze(1)) "
+        + ONE_BATCH_AXIS
         + "x.unsqueeze(-2) - y.unsqueeze(-3)",
         "expansion_no_2": "|x - y|² = |x|² - 2 x·y + |y|²: you left out the factor 2 of the "
         "middle term",
@@ -118,8 +134,9 @@ class PairwiseSqDistances(Task):
     def wrong(self, x, y, *, mistake):
         if mistake == "dot_T":  # right for 2-D x and y only
             return (x * x).sum(-1, keepdim=True) - 2 * x @ y.T + (y * y).sum(-1)
-        if mistake == "first_axes":  # right for 2-D x and y only
-            x, y = x.unsqueeze(1), y.unsqueeze(0)
+        if mistake in ("first_axes", "one_batch_axis"):  # right for 2-D (3-D) x and y only
+            front = 1 if mistake == "first_axes" else 2
+            x, y = x.unsqueeze(front), y.unsqueeze(front - 1)
         else:  # (..., n, 1, d), (..., 1, m, d)
             x, y = x.unsqueeze(-2), y.unsqueeze(0 if mistake == "y_from_front" else -3)
         if mistake in ("dot_only", "expansion_no_2"):

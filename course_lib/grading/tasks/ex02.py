@@ -64,6 +64,9 @@ class Softmax(Task):
         "unsqueeze_last": "unsqueeze(-1) puts the reduced axis back last, where it was only for "
         "dim=-1; keep it where it was: x.amax(dim=dim, keepdim=True), sum(dim=dim, keepdim=True)",
         "detached": NO_GRADIENTS,
+        "squeezed": "squeeze() without an axis drops every axis of length 1, also one of x's own: "
+        "the softmax keeps x's shape, so return exp / sum as it is (keepdim=True already lines "
+        "the sums up)",
     }
 
     def cases(self, gen):
@@ -106,6 +109,12 @@ class Softmax(Task):
                 "must carry gradients back to x",
                 (randn(gen, 3, 5).requires_grad_(),),
             ),
+            Case(
+                "x (2, 1, 4) with dim=1, an axis of length 1 (each slice is one number, of weight "
+                "1; the result keeps the shape (2, 1, 4))",
+                (randn(gen, 2, 1, 4),),
+                {"dim": 1},
+            ),
         ]
 
     def call(self, obj, case):
@@ -135,7 +144,8 @@ class Softmax(Task):
         e = shifted.detach().exp() if mistake == "detached" else shifted.exp()
         if mistake == "whole_tensor":
             return e / e.sum()
-        return e / e.sum(dim=axis, keepdim=mistake != "no_keepdim")  # no keepdim: a crash or worse
+        out = e / e.sum(dim=axis, keepdim=mistake != "no_keepdim")  # no keepdim: a crash or worse
+        return out.squeeze() if mistake == "squeezed" else out
 
     def diagnose(self, got, want, case):
         if isinstance(got, torch.Tensor) and got.shape == want.shape and got.is_floating_point():
@@ -193,6 +203,8 @@ class ScaledDotProductAttention(HintOnError):
         "axes, k.transpose(-2, -1), so 2-D inputs and any number of batch dimensions work",
         "by_sqrt_n_k": "you scaled by the square root of the number of keys (k.shape[-2], or "
         "len(k)); d_k is the length of each query and key vector, the last dimension q.shape[-1]",
+        "by_sqrt_n_q": "you scaled by the square root of the number of queries (q.shape[-2]); "
+        "d_k is the length of each query and key vector, the last dimension q.shape[-1]",
         "times_sqrt": "you multiplied the scores by sqrt(d_k); divide them by it",
         "scaled_output": "you divided the output by sqrt(d_k); the scale goes on the scores, "
         "before the softmax: softmax(q k^T / sqrt(d_k)) @ v",
@@ -246,6 +258,7 @@ class ScaledDotProductAttention(HintOnError):
         scales = {"no_scaling": 1.0, "by_d_k": d_k, "by_sqrt_d_v": math.sqrt(d_v), "by_d_v": d_v}
         scales |= {
             "by_sqrt_n_k": math.sqrt(k.shape[-2]),
+            "by_sqrt_n_q": math.sqrt(q.shape[-2]),
             "times_sqrt": 1 / math.sqrt(d_k),
             "d_k_from_shape_1": math.sqrt(q.shape[1]),
             "d_k_from_k_shape_1": math.sqrt(k.shape[1]),
@@ -309,7 +322,7 @@ class SelfAttention(HintOnError):
             f"attention: {mistake}": "the projections are right, but the attention step is not: "
             f"{hint} (check ex02.scaled_dot_product_attention)"
             for mistake, hint in ScaledDotProductAttention.mistake_table.items()
-            if mistake != "k_q_order"  # here the same as q_k_swapped
+            if mistake not in ("k_q_order", "by_sqrt_n_q")  # the same as q_k_swapped, by_sqrt_n_k
         },
     }
 
@@ -374,8 +387,13 @@ class DistanceBiasedAttention(Task):
         "+slope * |i - j|",
         "no_max": "exp of large scores overflows (inf / inf = NaN): use your stable softmax from "
         "task 1, which subtracts each row's maximum first",
-        "no_abs": "use the distance |i - j|: without the absolute value the keys on one side of "
-        "the query get a bonus instead of a penalty",
+        **dict.fromkeys(
+            ("no_abs", "no_abs_reversed"),
+            "use the distance |i - j|: without the absolute value the keys on one side of the "
+            "query get a bonus instead of a penalty",
+        ),
+        "squared_distance": "that is the squared distance (i - j)²; the penalty grows linearly "
+        "with the distance: slope * |i - j|",
         "bias_scaled": "add the bias after dividing q·k by sqrt(d_k): scores = q k^T / sqrt(d_k) "
         "- slope * |i - j|; the slope must not be divided too",
         "after_softmax": "the bias goes into the scores BEFORE the softmax, so the weights still "
@@ -464,6 +482,8 @@ class DistanceBiasedAttention(Task):
         i, j = torch.arange(n_q)[:, None], torch.arange(n_k)[None, :]
         distance = {
             "no_abs": i - j,
+            "no_abs_reversed": j - i,
+            "squared_distance": (i - j) ** 2,
             "earlier_keys_only": (i - j).clamp_min(0),
             "later_keys_only": (j - i).clamp_min(0),
         }.get(mistake, (i - j).abs())

@@ -148,6 +148,8 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
     """The textbook version, softmax(q k^T / sqrt(d_k) with -inf where masked) v, or one with a
     named mistake; "" leaves a fully masked row NaN (the mistake "nan_rows"), the other
     mistakes give such a row zero weights, as the task asks."""
+    if mistake == "heads_axis":  # lesson 03's habit: an axis for the heads, (batch, 1, 1, n_k)
+        mask = mask.unsqueeze(1)
     if mistake == "no_keepdim":  # the finite-row guard from mask.any(-1) without keepdim=True
         scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf"))
         weights = scores.masked_fill(~mask.any(-1), 0.0).softmax(-1).masked_fill(~mask, 0.0)
@@ -187,17 +189,34 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
         dim=-2 if mistake == "softmax_over_queries" else -1,
         inverted=mistake == "inverted",
         zero_after=mistake == "zero_after",
-        nan_to_zero=mistake in ("inverted", "unscaled", "scaled_by_d_v", "softmax_over_queries"),
+        nan_to_zero=mistake
+        in ("inverted", "unscaled", "scaled_by_d_v", "softmax_over_queries", "detached_weights"),
     )
     if mistake == "output_first":  # uniform rows already multiplied into the output
         weights = weights.masked_fill(~mask, 0.0)
+    if mistake == "detached_weights":  # the weights cut from q and k: only v would learn
+        weights = weights.detach()
+        output = weights @ v
     return output, weights
 
 
-def _right_output(out, q, k, v, mask) -> bool:
+def _right_output(result, q, k, v, mask) -> bool:
+    """The output is right and the weights hold no NaN (a learner who cleaned only the output
+    is told about the NaN weights by `diagnose`, not that the outputs are right)."""
+    out, weights = result[0], result[1] if len(result) > 1 else None
+    if isinstance(weights, torch.Tensor) and weights.isnan().any():
+        return False
     with torch.no_grad():  # not the course's function: the learner's call is being watched
         want = wrong_masked_attention(q, k, v, mask)[0].nan_to_num(0.0)
     return out.shape == want.shape and torch.allclose(out.detach(), want, rtol=1e-4, atol=1e-5)
+
+
+NO_QK_GRADIENT = (
+    "your weights carry no gradient back to q and k (torch.no_grad(), .detach() or a "
+    "torch.tensor(...) cut them), so in a model the queries and keys could never learn: compute "
+    "the weights with tensor operations on the scores, and replace the NaN of a fully masked row "
+    "with torch.nan_to_num or masked_fill, which keep the gradient"
+)
 
 
 ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives the same
@@ -243,6 +262,9 @@ ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives t
     "(batch, heads, seq, d), it moves the heads axis: use k.transpose(-2, -1)",
     "dot_t": "k.T reverses every axis of a batch of keys (the batch axis ends up last): "
     "transpose only the last two, k.transpose(-2, -1)",
+    "detached_weights": NO_QK_GRADIENT,
+    "heads_axis": "the mask already lines up with the (..., n_q, n_k) scores from the right, as "
+    "given: use it as it is; mask.unsqueeze(1) moves its axes onto other ones of the scores",
     "no_keepdim": "mask.any(dim=-1) drops the key axis, so it no longer lines up with the "
     "(..., n_q, n_k) scores: mask.any(dim=-1, keepdim=True) is (..., n_q, 1), one flag per "
     "query row",
@@ -319,10 +341,12 @@ class MaskedAttention(Task):
                     "training cannot back-propagate through it: build a new tensor instead, "
                     "torch.nan_to_num(weights) or weights.masked_fill(...)"
                 ) from None
+            if q.grad is None or k.grad is None:
+                raise GradingError(NO_QK_GRADIENT)
             nan_grad = not all(
                 bool(t.grad.isfinite().all()) for t in (q, k, v) if t.grad is not None
             )
-            if nan_grad and _right_output(out, q, k, v, mask):
+            if nan_grad and _right_output(result, q, k, v, mask):
                 raise GradingError(
                     "your outputs are right, but the gradients through a fully masked row are "
                     "NaN, so one such row would poison a whole training step: the -inf must "
@@ -436,13 +460,15 @@ class PrefixLMMask(Task):
     def call(self, obj, case):
         try:
             return super().call(obj, case)
-        except ValueError:  # a check `P >= seq` for `P > seq`: the boundary is allowed
+        except ValueError:  # a check `P >= seq` for `P > seq` (or `P <= 0`): boundaries allowed
             ids, prefix_lengths, _ = case.args
-            if case.raises or not bool((prefix_lengths == ids.shape[1]).any()):
+            edges = (prefix_lengths == 0) | (prefix_lengths == ids.shape[1])
+            if case.raises or not bool(edges.any()):
                 raise
             raise GradingError(
-                "your code raised a ValueError for a prefix length equal to seq, which is "
-                "allowed (the whole row is the prefix): raise only when P < 0 or P > seq"
+                "your code raised a ValueError for an allowed prefix length: P = 0 (a causal row) "
+                "and P = seq (the whole row is the prefix) are both allowed: raise only when "
+                "P < 0 or P > seq"
             ) from None
 
     def cases(self, gen):
