@@ -421,6 +421,16 @@ def ln_no_shift(x, gamma, beta, eps=1e-5):
     return gamma * (x - mu) / (var + eps).sqrt()
 
 
+def ln_no_affine(x, gamma, beta, eps=1e-5):  # the statement's gamma and beta forgotten
+    mu, var = _ln_stats(x)
+    return (x - mu) / (var + eps).sqrt()
+
+
+def ln_shift_then_scale(x, gamma, beta, eps=1e-5):
+    mu, var = _ln_stats(x)
+    return ((x - mu) / (var + eps).sqrt() + beta) * gamma
+
+
 def ln_global(x, gamma, beta, eps=1e-5):
     mu, sigma2 = x.mean(), x.var(unbiased=False)
     return gamma * (x - mu) / (sigma2 + eps).sqrt() + beta
@@ -471,6 +481,13 @@ def rms_divided_by_rsqrt(x, weight, eps=1e-6):
 
 def rms_square_of_mean(x, weight, eps=1e-6):
     return weight * x / torch.sqrt(x.mean(-1, keepdim=True) ** 2 + eps)
+
+
+def rms_by_std(unbiased):  # the "root mean square" taken as a standard deviation
+    def rms_norm(x, weight, eps=1e-6):
+        return x / torch.sqrt(x.var(dim=-1, keepdim=True, unbiased=unbiased) + eps) * weight
+
+    return rms_norm
 
 
 def rms_no_keepdim(x, weight, eps=1e-6):
@@ -744,6 +761,8 @@ SINGLE_MISTAKES = [
     ("ex07.layer_norm", ln_mean_of_squares, "the variance is the mean of (x - mean) ** 2"),
     ("ex07.layer_norm", ln_by_variance, "divide by the standard deviation"),
     ("ex07.layer_norm", ln_no_shift, "beta is missing"),
+    ("ex07.layer_norm", ln_no_affine, "gamma and beta are not applied"),
+    ("ex07.layer_norm", ln_shift_then_scale, "beta is added before gamma scales"),
     ("ex07.layer_norm", ln_global, "taken over the whole tensor"),
     ("ex07.layer_norm", ln_dim_one, "the statistics are taken over dim=1"),
     ("ex07.layer_norm", ln_no_keepdim, "without keepdim=True drops the last axis"),
@@ -756,6 +775,8 @@ SINGLE_MISTAKES = [
     ("ex07.rms_norm", rms_divided_by_rsqrt, "you multiplied by the root mean square"),
     ("ex07.rms_norm", rms_square_of_mean, "is not the square of the mean"),
     ("ex07.rms_norm", rms_no_keepdim, "without keepdim=True drops the last axis"),
+    ("ex07.rms_norm", rms_by_std(True), "you divided by the standard deviation"),
+    ("ex07.rms_norm", rms_by_std(False), "you divided by the standard deviation"),
     ("ex07.FeedForward", FFKeepProb, "not nn.Dropout(1 - dropout)"),
     ("ex07.FeedForward", FFOwnRate, "the dropout probability is the `dropout` argument"),
     ("ex07.FeedForward", FFDropsInput, "not on the input x"),
