@@ -408,9 +408,9 @@ def ls_smoothed_model_probabilities(logits, target, smoothing, ignore_index):
     return -mixed[torch.arange(probs.shape[0]), target[keep]].log().mean()
 
 
-def ls_log_softmax_over_dim_one(logits, target, smoothing, ignore_index):
+def ls_log_softmax_over_dim_one(logits, target, smoothing, ignore_index, dim=1):
     keep = (target != ignore_index).to(logits.dtype)
-    log_probs = F.log_softmax(logits, 1)
+    log_probs = F.log_softmax(logits, dim)
     safe = torch.where(target == ignore_index, 0, target)
     nll = -torch.gather(log_probs, -1, safe.unsqueeze(-1)).squeeze(-1)
     per = (1 - smoothing) * nll - smoothing * log_probs.mean(-1)
@@ -668,6 +668,20 @@ FOUND_LATER = [
         "ex08.noam_lr",
         lambda step, d_model, warmup: 0.7 * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5),
         "the task's formula has no factor",
+    ),
+    # #hunt4: the lesson's d_model=64 hard-coded was told "the task's formula has no factor"
+    (
+        "ex08.noam_lr",
+        lambda step, d_model, warmup: 64**-0.5 * min(step**-0.5, step * warmup**-1.5),
+        "those of d_model=64, the lesson's",
+    ),
+    # #hunt4: F.log_softmax(logits) without dim= (dim 0 on 3-D logits) got no hint
+    (
+        "ex08.label_smoothing_loss",
+        lambda logits, target, smoothing, ignore_index: ls_log_softmax_over_dim_one(
+            logits, target, smoothing, ignore_index, dim=None
+        ),
+        "log_softmax without dim=",
     ),
 ]
 
