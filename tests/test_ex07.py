@@ -629,6 +629,18 @@ def _dec(name, **attrs):
     return type(name, (DecLearner,), attrs)
 
 
+class EncFinalNorm(EncLearner):  # a pre-norm layer that ends with GPT-2's ln_f of its own
+    def forward(self, x, mask=None):
+        out = super().forward(x, mask)
+        return self.norm2(out) if self.norm_first else out
+
+
+class DecFinalNorm(DecLearner):
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        out = super().forward(x, memory, self_mask, memory_mask)
+        return self.norm3(out) if self.norm_first else out
+
+
 class SwiGLULearner(nn.Module):
     combine = "silu_gate"
 
@@ -798,6 +810,8 @@ SINGLE_MISTAKES = [
         "the residual connection around the feed-forward network is missing",
     ),
     ("ex07.EncoderLayer", EncEps, "your LayerNorms use another eps"),
+    ("ex07.EncoderLayer", EncFinalNorm, "normalises its output once more"),
+    ("ex07.DecoderLayer", DecFinalNorm, "normalises its output once more"),
     ("ex07.DecoderLayer", _dec("DecPost", always_post=True), "norm_first is ignored"),
     ("ex07.DecoderLayer", _dec("DecNotMasks", masks_inverted=True), "the masks are inverted"),
     (

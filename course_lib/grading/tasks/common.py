@@ -311,4 +311,4 @@ def residual_sublayers(x, steps, norm_first, mistake=""):
             x = residual + sublayer(reads)
         else:
             x = norm(residual + sublayer(reads))
-    return x
+    return steps[-1][0](x) if pre and mistake == "pre_final_norm" else x  # GPT-2's ln_f, inside

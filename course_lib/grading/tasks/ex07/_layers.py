@@ -32,6 +32,10 @@ PRE_NORM_OUTPUT_NORMALISED = (
     "pre-norm normalises only each sub-layer's input: x = x + sublayer(norm(x)); the sum is not "
     "normalised again, as in norm(x + sublayer(norm(x))) (normalising the sum is post-norm)"
 )
+PRE_FINAL_NORM = (
+    "your pre-norm layer normalises its output once more: the final LayerNorm of a pre-norm "
+    "model (GPT-2's ln_f) comes once, after the last layer; a layer ends with x + ffn(norm(x))"
+)
 ONE_NORM_MODULE = (
     "your norms are one and the same module (as after self.norm1 = self.norm2 = LayerNorm(...)): "
     "loading the weights leaves every name with the last one's. Create a LayerNorm per sub-layer, "

@@ -61,6 +61,7 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "lines_cross_first": WRONG_ORDER,  # whole lines moved: each sub-layer with its norm
     "lines_ff_before_cross": WRONG_ORDER,
     "pre_norm_output_normalised": layers.PRE_NORM_OUTPUT_NORMALISED,
+    "pre_final_norm": layers.PRE_FINAL_NORM,
     "one_norm_module": layers.ONE_NORM_MODULE,
     "kv_not_normed": layers.KV_NOT_NORMED,
     "pre_no_last_norm": layers.PRE_NO_LAST_NORM,
