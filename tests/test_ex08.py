@@ -559,6 +559,8 @@ def train_step_of_a_learner(slip):
         if slip == "sliced":  # #hunt3: the other tutorials' convention, for a tgt with <bos>
             tgt_in, tgt = tgt[:, :-1], tgt[:, 1:]
         logits = model(src, tgt_in)
+        if slip == "double shift":  # #hunt4: a language model's shift, on a shifted input
+            logits, tgt = logits[:, :-1], tgt[:, 1:]
         if slip != "classes last":
             logits, tgt = logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1)
         loss = F.cross_entropy(logits, tgt, ignore_index=pad_id, label_smoothing=smoothing)
@@ -663,6 +665,7 @@ FOUND_LATER = [
         "still count in the smoothing term",
     ),
     ("ex08.train_step", train_step_of_a_learner("sliced"), "tgt does not start with <bos>"),
+    ("ex08.train_step", train_step_of_a_learner("double shift"), "you shifted twice"),
     # #hunt3: the lesson's formula copied with its factor (0.7, the recipe's) got no hint at all
     (
         "ex08.noam_lr",
