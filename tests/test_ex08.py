@@ -589,8 +589,19 @@ def greedy_with_a_column_of_logits(step_fn, batch_size, bos_id, eos_id, max_new_
     return prefix[:, 1:]
 
 
+def greedy_counting_bos(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
+    prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
+    finished = torch.zeros(batch_size, dtype=torch.bool)
+    while prefix.shape[1] < max_new_tokens:  # #hunt4: <bos> counted among the new tokens
+        token = step_fn(prefix)[:, -1].argmax(dim=-1).masked_fill(finished, eos_id)
+        prefix = torch.cat([prefix, token[:, None]], dim=1)
+        finished = finished | (token == eos_id)
+    return prefix[:, 1:]
+
+
 FOUND_LATER = [
     ("ex08.greedy_decode", greedy_with_a_column_of_logits, "appends ONE token to every row"),
+    ("ex08.greedy_decode", greedy_counting_bos, "one token short"),
     ("ex08.greedy_decode", greedy_writes_zero_after_eos, "keeps emitting eos_id itself, not 0"),
     ("ex08.greedy_decode", greedy_pads_with_zero, "fill the remaining positions with eos_id"),
     ("ex08.greedy_decode", greedy_forced_one_step_late, "one more of the model's tokens"),
