@@ -335,6 +335,21 @@ def test_badly_named_submodules_get_a_clear_message():
     assert "no parameter named 'linear1.weight'" in result.feedback
 
 
+def test_a_feed_forward_nested_as_in_the_lesson_is_told_where_its_weights_go():
+    # #hunt4: the lesson's MyEncoderLayer keeps self.feed_forward = FeedForward(...); the task
+    # names linear1 and linear2 on the layer. It got only the list of its parameter names.
+    class Nested(EncoderLayerByHand):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.feed_forward = nn.Sequential()
+            self.feed_forward.linear1, self.feed_forward.linear2 = self.linear1, self.linear2
+            del self.linear1, self.linear2
+
+    result = status("ex07.EncoderLayer", Nested)
+    assert result.status == "failed"
+    assert "one level deeper, as 'feed_forward.linear1.weight'" in result.feedback
+
+
 # ---- found by a fresh reader: wrong answers that passed -------------------------------------
 
 
