@@ -650,6 +650,21 @@ class EncFinalNorm(EncLearner):  # a pre-norm layer that ends with GPT-2's ln_f 
         return self.norm2(out) if self.norm_first else out
 
 
+def dec_pre_norm_cross(slip):  # #hunt4: the cross-attention's queries in pre-norm
+    class DecPreCross(DecLearner):
+        def forward(self, x, memory, self_mask=None, memory_mask=None):
+            if not self.norm_first:
+                return super().forward(x, memory, self_mask, memory_mask)
+            h = self.norm1(x)
+            x = x + self.self_attn(h, h, h, mask=self_mask)[0]
+            if slip != "stale h":  # stale h: norm1(x) of before the self-attention, reused
+                h = x if slip == "unnormed" else (self.norm1 if slip == "norm1" else self.norm2)(x)
+            x = x + self.multihead_attn(h, memory, memory, mask=memory_mask)[0]
+            return x + self.linear2(F.relu(self.linear1(self.norm3(x))))
+
+    return DecPreCross
+
+
 class DecFinalNorm(DecLearner):
     def forward(self, x, memory, self_mask=None, memory_mask=None):
         out = super().forward(x, memory, self_mask, memory_mask)
@@ -837,6 +852,9 @@ SINGLE_MISTAKES = [
     ("ex07.SwiGLU", SwiGLURounded, "then round down (not round()"),
     ("ex07.EncoderLayer", EncFinalNorm, "normalises its output once more"),
     ("ex07.DecoderLayer", DecFinalNorm, "normalises its output once more"),
+    ("ex07.DecoderLayer", dec_pre_norm_cross("stale h"), "norm1(x) from before the self-att"),
+    ("ex07.DecoderLayer", dec_pre_norm_cross("unnormed"), "queries are normalised too"),
+    ("ex07.DecoderLayer", dec_pre_norm_cross("norm1"), "the cross-attention uses norm1 again"),
     ("ex07.DecoderLayer", _dec("DecPost", always_post=True), "norm_first is ignored"),
     ("ex07.DecoderLayer", _dec("DecNotMasks", masks_inverted=True), "the masks are inverted"),
     (

@@ -171,6 +171,8 @@ class WrongLayer(nn.Module):
             norms[-2:] = norms[-1], norms[-2]
         if mistake in ("norm1_twice", "norm1_everywhere"):
             norms = [self.norm1] * len(norms)
+        if mistake == "norm1_for_cross":
+            norms[1] = self.norm1
         if mistake == "one_norm_module":  # self.norm1 = self.norm2 = ...: the last loaded wins
             norms = [norms[-1]] * len(norms)
         activation = activation_with(self.activation, mistake)
@@ -185,6 +187,7 @@ class WrongLayer(nn.Module):
         def cross_attention(h):
             keys = {"cross_on_x": h, "memory_normed": self.norm2(memory)}.get(mistake, memory)
             queries = memory if mistake == "queries_from_memory" else h
+            queries = self.norm1(x) if mistake == "pre_stale_query" else queries  # h of sub-layer 1
             if mistake == "queries_from_memory":
                 keys = h
             mask = None if mistake in ("no_memory_mask", "cross_on_x") else memory_mask
