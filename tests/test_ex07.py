@@ -665,6 +665,15 @@ def dec_pre_norm_cross(slip):  # #hunt4: the cross-attention's queries in pre-no
     return DecPreCross
 
 
+class EncStaleH(EncLearner):  # #hunt4: pre-norm, h = norm1(x) reused by the feed-forward
+    def forward(self, x, mask=None):
+        if not self.norm_first:
+            return super().forward(x, mask)
+        h = self.norm1(x)
+        x = x + self.self_attn(h, h, h, mask=mask)[0]
+        return x + self.linear2(F.relu(self.linear1(h)))
+
+
 class DecFinalNorm(DecLearner):
     def forward(self, x, memory, self_mask=None, memory_mask=None):
         out = super().forward(x, memory, self_mask, memory_mask)
@@ -852,6 +861,7 @@ SINGLE_MISTAKES = [
     ("ex07.SwiGLU", SwiGLURounded, "then round down (not round()"),
     ("ex07.EncoderLayer", EncFinalNorm, "normalises its output once more"),
     ("ex07.DecoderLayer", DecFinalNorm, "normalises its output once more"),
+    ("ex07.EncoderLayer", EncStaleH, "the feed-forward network reads norm1(x) from before"),
     ("ex07.DecoderLayer", dec_pre_norm_cross("stale h"), "norm1(x) from before the self-att"),
     ("ex07.DecoderLayer", dec_pre_norm_cross("unnormed"), "queries are normalised too"),
     ("ex07.DecoderLayer", dec_pre_norm_cross("norm1"), "the cross-attention uses norm1 again"),

@@ -195,6 +195,7 @@ class WrongLayer(nn.Module):
             return cross_attn(queries, keys, keys, mask=mask)[0]
 
         def feed_forward(h):
+            h = self.norm1(x) if mistake == "pre_stale_h" else h  # the attention's h, reused
             return self.linear2(activation(self.linear1(h)))
 
         runs = (
