@@ -563,7 +563,10 @@ def train_step_of_a_learner(slip):
             logits, tgt = logits[:, :-1], tgt[:, 1:]
         if slip != "classes last":
             logits, tgt = logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1)
-        loss = F.cross_entropy(logits, tgt, ignore_index=pad_id, label_smoothing=smoothing)
+        if slip == "args swapped":  # #hunt4: their own loss, in train_step's (pad_id, smoothing)
+            loss = label_smoothing_by_distribution(logits, tgt, pad_id, smoothing)
+        else:
+            loss = F.cross_entropy(logits, tgt, ignore_index=pad_id, label_smoothing=smoothing)
         optimizer.zero_grad()
         loss.backward()
         if slip == "by value":
@@ -677,6 +680,7 @@ FOUND_LATER = [
     ),
     ("ex08.train_step", train_step_of_a_learner("sliced"), "tgt does not start with <bos>"),
     ("ex08.train_step", train_step_of_a_learner("double shift"), "you shifted twice"),
+    ("ex08.train_step", train_step_of_a_learner("args swapped"), "pad_id and smoothing in tra"),
     # #hunt3: the lesson's formula copied with its factor (0.7, the recipe's) got no hint at all
     (
         "ex08.noam_lr",
