@@ -335,6 +335,21 @@ def test_badly_named_submodules_get_a_clear_message():
     assert "no parameter named 'linear1.weight'" in result.feedback
 
 
+def test_a_feed_forward_nested_as_in_the_lesson_is_told_where_its_weights_go():
+    # #hunt4: the lesson's MyEncoderLayer keeps self.feed_forward = FeedForward(...); the task
+    # names linear1 and linear2 on the layer. It got only the list of its parameter names.
+    class Nested(EncoderLayerByHand):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.feed_forward = nn.Sequential()
+            self.feed_forward.linear1, self.feed_forward.linear2 = self.linear1, self.linear2
+            del self.linear1, self.linear2
+
+    result = status("ex07.EncoderLayer", Nested)
+    assert result.status == "failed"
+    assert "one level deeper, as 'feed_forward.linear1.weight'" in result.feedback
+
+
 # ---- found by a fresh reader: wrong answers that passed -------------------------------------
 
 
@@ -421,6 +436,16 @@ def ln_no_shift(x, gamma, beta, eps=1e-5):
     return gamma * (x - mu) / (var + eps).sqrt()
 
 
+def ln_no_affine(x, gamma, beta, eps=1e-5):  # the statement's gamma and beta forgotten
+    mu, var = _ln_stats(x)
+    return (x - mu) / (var + eps).sqrt()
+
+
+def ln_shift_then_scale(x, gamma, beta, eps=1e-5):
+    mu, var = _ln_stats(x)
+    return ((x - mu) / (var + eps).sqrt() + beta) * gamma
+
+
 def ln_global(x, gamma, beta, eps=1e-5):
     mu, sigma2 = x.mean(), x.var(unbiased=False)
     return gamma * (x - mu) / (sigma2 + eps).sqrt() + beta
@@ -471,6 +496,13 @@ def rms_divided_by_rsqrt(x, weight, eps=1e-6):
 
 def rms_square_of_mean(x, weight, eps=1e-6):
     return weight * x / torch.sqrt(x.mean(-1, keepdim=True) ** 2 + eps)
+
+
+def rms_by_std(unbiased):  # the "root mean square" taken as a standard deviation
+    def rms_norm(x, weight, eps=1e-6):
+        return x / torch.sqrt(x.var(dim=-1, keepdim=True, unbiased=unbiased) + eps) * weight
+
+    return rms_norm
 
 
 def rms_no_keepdim(x, weight, eps=1e-6):
@@ -612,6 +644,42 @@ def _dec(name, **attrs):
     return type(name, (DecLearner,), attrs)
 
 
+class EncFinalNorm(EncLearner):  # a pre-norm layer that ends with GPT-2's ln_f of its own
+    def forward(self, x, mask=None):
+        out = super().forward(x, mask)
+        return self.norm2(out) if self.norm_first else out
+
+
+def dec_pre_norm_cross(slip):  # #hunt4: the cross-attention's queries in pre-norm
+    class DecPreCross(DecLearner):
+        def forward(self, x, memory, self_mask=None, memory_mask=None):
+            if not self.norm_first:
+                return super().forward(x, memory, self_mask, memory_mask)
+            h = self.norm1(x)
+            x = x + self.self_attn(h, h, h, mask=self_mask)[0]
+            if slip != "stale h":  # stale h: norm1(x) of before the self-attention, reused
+                h = x if slip == "unnormed" else (self.norm1 if slip == "norm1" else self.norm2)(x)
+            x = x + self.multihead_attn(h, memory, memory, mask=memory_mask)[0]
+            return x + self.linear2(F.relu(self.linear1(self.norm3(x))))
+
+    return DecPreCross
+
+
+class EncStaleH(EncLearner):  # #hunt4: pre-norm, h = norm1(x) reused by the feed-forward
+    def forward(self, x, mask=None):
+        if not self.norm_first:
+            return super().forward(x, mask)
+        h = self.norm1(x)
+        x = x + self.self_attn(h, h, h, mask=mask)[0]
+        return x + self.linear2(F.relu(self.linear1(h)))
+
+
+class DecFinalNorm(DecLearner):
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        out = super().forward(x, memory, self_mask, memory_mask)
+        return self.norm3(out) if self.norm_first else out
+
+
 class SwiGLULearner(nn.Module):
     combine = "silu_gate"
 
@@ -730,6 +798,14 @@ def rms_dim_one(x, weight, eps=1e-6):
     return x / torch.sqrt(x.pow(2).mean(dim=1, keepdim=True) + eps) * weight
 
 
+class SwiGLURounded(SwiGLULearner):  # 8 * 64 / 3 = 170.67 rounded to the nearest, 171
+    def __init__(self, d_model, d_ff=None):
+        super().__init__(d_model, round(8 * d_model / 3) if d_ff is None else d_ff)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
 class SwiGLUWithoutSiLU(SwiGLULearner):
     def forward(self, x):
         return self.down_proj(self.gate_proj(x) * self.up_proj(x))
@@ -744,6 +820,8 @@ SINGLE_MISTAKES = [
     ("ex07.layer_norm", ln_mean_of_squares, "the variance is the mean of (x - mean) ** 2"),
     ("ex07.layer_norm", ln_by_variance, "divide by the standard deviation"),
     ("ex07.layer_norm", ln_no_shift, "beta is missing"),
+    ("ex07.layer_norm", ln_no_affine, "gamma and beta are not applied"),
+    ("ex07.layer_norm", ln_shift_then_scale, "beta is added before gamma scales"),
     ("ex07.layer_norm", ln_global, "taken over the whole tensor"),
     ("ex07.layer_norm", ln_dim_one, "the statistics are taken over dim=1"),
     ("ex07.layer_norm", ln_no_keepdim, "without keepdim=True drops the last axis"),
@@ -756,6 +834,8 @@ SINGLE_MISTAKES = [
     ("ex07.rms_norm", rms_divided_by_rsqrt, "you multiplied by the root mean square"),
     ("ex07.rms_norm", rms_square_of_mean, "is not the square of the mean"),
     ("ex07.rms_norm", rms_no_keepdim, "without keepdim=True drops the last axis"),
+    ("ex07.rms_norm", rms_by_std(True), "you divided by the standard deviation"),
+    ("ex07.rms_norm", rms_by_std(False), "you divided by the standard deviation"),
     ("ex07.FeedForward", FFKeepProb, "not nn.Dropout(1 - dropout)"),
     ("ex07.FeedForward", FFOwnRate, "the dropout probability is the `dropout` argument"),
     ("ex07.FeedForward", FFDropsInput, "not on the input x"),
@@ -777,6 +857,14 @@ SINGLE_MISTAKES = [
         "the residual connection around the feed-forward network is missing",
     ),
     ("ex07.EncoderLayer", EncEps, "your LayerNorms use another eps"),
+    # #hunt4: got only "gate_proj.weight has shape (171, 64), expected (170, 64)"
+    ("ex07.SwiGLU", SwiGLURounded, "then round down (not round()"),
+    ("ex07.EncoderLayer", EncFinalNorm, "normalises its output once more"),
+    ("ex07.DecoderLayer", DecFinalNorm, "normalises its output once more"),
+    ("ex07.EncoderLayer", EncStaleH, "the feed-forward network reads norm1(x) from before"),
+    ("ex07.DecoderLayer", dec_pre_norm_cross("stale h"), "norm1(x) from before the self-att"),
+    ("ex07.DecoderLayer", dec_pre_norm_cross("unnormed"), "queries are normalised too"),
+    ("ex07.DecoderLayer", dec_pre_norm_cross("norm1"), "the cross-attention uses norm1 again"),
     ("ex07.DecoderLayer", _dec("DecPost", always_post=True), "norm_first is ignored"),
     ("ex07.DecoderLayer", _dec("DecNotMasks", masks_inverted=True), "the masks are inverted"),
     (

@@ -408,9 +408,9 @@ def ls_smoothed_model_probabilities(logits, target, smoothing, ignore_index):
     return -mixed[torch.arange(probs.shape[0]), target[keep]].log().mean()
 
 
-def ls_log_softmax_over_dim_one(logits, target, smoothing, ignore_index):
+def ls_log_softmax_over_dim_one(logits, target, smoothing, ignore_index, dim=1):
     keep = (target != ignore_index).to(logits.dtype)
-    log_probs = F.log_softmax(logits, 1)
+    log_probs = F.log_softmax(logits, dim)
     safe = torch.where(target == ignore_index, 0, target)
     nll = -torch.gather(log_probs, -1, safe.unsqueeze(-1)).squeeze(-1)
     per = (1 - smoothing) * nll - smoothing * log_probs.mean(-1)
@@ -559,9 +559,14 @@ def train_step_of_a_learner(slip):
         if slip == "sliced":  # #hunt3: the other tutorials' convention, for a tgt with <bos>
             tgt_in, tgt = tgt[:, :-1], tgt[:, 1:]
         logits = model(src, tgt_in)
+        if slip == "double shift":  # #hunt4: a language model's shift, on a shifted input
+            logits, tgt = logits[:, :-1], tgt[:, 1:]
         if slip != "classes last":
             logits, tgt = logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1)
-        loss = F.cross_entropy(logits, tgt, ignore_index=pad_id, label_smoothing=smoothing)
+        if slip == "args swapped":  # #hunt4: their own loss, in train_step's (pad_id, smoothing)
+            loss = label_smoothing_by_distribution(logits, tgt, pad_id, smoothing)
+        else:
+            loss = F.cross_entropy(logits, tgt, ignore_index=pad_id, label_smoothing=smoothing)
         optimizer.zero_grad()
         loss.backward()
         if slip == "by value":
@@ -587,8 +592,19 @@ def greedy_with_a_column_of_logits(step_fn, batch_size, bos_id, eos_id, max_new_
     return prefix[:, 1:]
 
 
+def greedy_counting_bos(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
+    prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
+    finished = torch.zeros(batch_size, dtype=torch.bool)
+    while prefix.shape[1] < max_new_tokens:  # #hunt4: <bos> counted among the new tokens
+        token = step_fn(prefix)[:, -1].argmax(dim=-1).masked_fill(finished, eos_id)
+        prefix = torch.cat([prefix, token[:, None]], dim=1)
+        finished = finished | (token == eos_id)
+    return prefix[:, 1:]
+
+
 FOUND_LATER = [
     ("ex08.greedy_decode", greedy_with_a_column_of_logits, "appends ONE token to every row"),
+    ("ex08.greedy_decode", greedy_counting_bos, "one token short"),
     ("ex08.greedy_decode", greedy_writes_zero_after_eos, "keeps emitting eos_id itself, not 0"),
     ("ex08.greedy_decode", greedy_pads_with_zero, "fill the remaining positions with eos_id"),
     ("ex08.greedy_decode", greedy_forced_one_step_late, "one more of the model's tokens"),
@@ -663,11 +679,27 @@ FOUND_LATER = [
         "still count in the smoothing term",
     ),
     ("ex08.train_step", train_step_of_a_learner("sliced"), "tgt does not start with <bos>"),
+    ("ex08.train_step", train_step_of_a_learner("double shift"), "you shifted twice"),
+    ("ex08.train_step", train_step_of_a_learner("args swapped"), "pad_id and smoothing in tra"),
     # #hunt3: the lesson's formula copied with its factor (0.7, the recipe's) got no hint at all
     (
         "ex08.noam_lr",
         lambda step, d_model, warmup: 0.7 * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5),
         "the task's formula has no factor",
+    ),
+    # #hunt4: the lesson's d_model=64 hard-coded was told "the task's formula has no factor"
+    (
+        "ex08.noam_lr",
+        lambda step, d_model, warmup: 64**-0.5 * min(step**-0.5, step * warmup**-1.5),
+        "those of d_model=64, the lesson's",
+    ),
+    # #hunt4: F.log_softmax(logits) without dim= (dim 0 on 3-D logits) got no hint
+    (
+        "ex08.label_smoothing_loss",
+        lambda logits, target, smoothing, ignore_index: ls_log_softmax_over_dim_one(
+            logits, target, smoothing, ignore_index, dim=None
+        ),
+        "log_softmax without dim=",
     ),
 ]
 

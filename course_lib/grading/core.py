@@ -823,6 +823,13 @@ def load_weights(module: Any, state_dict: dict[str, Tensor], what: str = "your m
             f"{what}'s {missing[0]} is a plain tensor, not a parameter: wrap it in "
             "nn.Parameter(...), so that it is learned, saved and loaded"
         )
+    nested = [k for k in own if k.endswith("." + missing[0])] if missing else []
+    if nested:  # self.feed_forward = FeedForward(...): linear1 one level too deep
+        raise GradingError(
+            f"{what} has {missing[0]!r} one level deeper, as {nested[0]!r}: the task names it "
+            f"{missing[0]!r}, so create {missing[0].split('.')[0]} on the module itself, not "
+            "inside a sub-module (the check loads its weights by these names)"
+        )
     if missing:
         raise GradingError(
             f"{what} has no parameter named {missing[0]!r}; it has "

@@ -301,7 +301,8 @@ def residual_sublayers(x, steps, norm_first, mistake=""):
         else:  # stale_residual: residual = x set once, before the first sub-layer
             residual = 0 if no_residual else layer_input if mistake == "stale_residual" else x
         if pre:
-            h = reads if (mistake, i) == ("pre_no_last_norm", last) else norm(reads)
+            unnormed = (mistake, i) in {("pre_no_last_norm", last), ("pre_cross_unnormed", 1)}
+            h = reads if unnormed else norm(reads)
             normed_residual = mistake in ("residual_normed", "residual_of_normed")
             x = (h if normed_residual else residual) + sublayer(h)
             x = norm(x) if mistake == "pre_norm_output_normalised" else x
@@ -311,4 +312,4 @@ def residual_sublayers(x, steps, norm_first, mistake=""):
             x = residual + sublayer(reads)
         else:
             x = norm(residual + sublayer(reads))
-    return x
+    return steps[-1][0](x) if pre and mistake == "pre_final_norm" else x  # GPT-2's ln_f, inside

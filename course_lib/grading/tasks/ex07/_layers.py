@@ -32,6 +32,10 @@ PRE_NORM_OUTPUT_NORMALISED = (
     "pre-norm normalises only each sub-layer's input: x = x + sublayer(norm(x)); the sum is not "
     "normalised again, as in norm(x + sublayer(norm(x))) (normalising the sum is post-norm)"
 )
+PRE_FINAL_NORM = (
+    "your pre-norm layer normalises its output once more: the final LayerNorm of a pre-norm "
+    "model (GPT-2's ln_f) comes once, after the last layer; a layer ends with x + ffn(norm(x))"
+)
 ONE_NORM_MODULE = (
     "your norms are one and the same module (as after self.norm1 = self.norm2 = LayerNorm(...)): "
     "loading the weights leaves every name with the last one's. Create a LayerNorm per sub-layer, "
@@ -167,6 +171,8 @@ class WrongLayer(nn.Module):
             norms[-2:] = norms[-1], norms[-2]
         if mistake in ("norm1_twice", "norm1_everywhere"):
             norms = [self.norm1] * len(norms)
+        if mistake == "norm1_for_cross":
+            norms[1] = self.norm1
         if mistake == "one_norm_module":  # self.norm1 = self.norm2 = ...: the last loaded wins
             norms = [norms[-1]] * len(norms)
         activation = activation_with(self.activation, mistake)
@@ -181,6 +187,7 @@ class WrongLayer(nn.Module):
         def cross_attention(h):
             keys = {"cross_on_x": h, "memory_normed": self.norm2(memory)}.get(mistake, memory)
             queries = memory if mistake == "queries_from_memory" else h
+            queries = self.norm1(x) if mistake == "pre_stale_query" else queries  # h of sub-layer 1
             if mistake == "queries_from_memory":
                 keys = h
             mask = None if mistake in ("no_memory_mask", "cross_on_x") else memory_mask
@@ -188,6 +195,7 @@ class WrongLayer(nn.Module):
             return cross_attn(queries, keys, keys, mask=mask)[0]
 
         def feed_forward(h):
+            h = self.norm1(x) if mistake == "pre_stale_h" else h  # the attention's h, reused
             return self.linear2(activation(self.linear1(h)))
 
         runs = (

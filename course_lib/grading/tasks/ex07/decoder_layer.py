@@ -61,6 +61,7 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "lines_cross_first": WRONG_ORDER,  # whole lines moved: each sub-layer with its norm
     "lines_ff_before_cross": WRONG_ORDER,
     "pre_norm_output_normalised": layers.PRE_NORM_OUTPUT_NORMALISED,
+    "pre_final_norm": layers.PRE_FINAL_NORM,
     "one_norm_module": layers.ONE_NORM_MODULE,
     "kv_not_normed": layers.KV_NOT_NORMED,
     "pre_no_last_norm": layers.PRE_NO_LAST_NORM,
@@ -68,6 +69,13 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "attns_swapped": "self_attn and multihead_attn are swapped: self_attn is the masked "
     "self-attention, multihead_attn the cross-attention to memory (nn.TransformerDecoderLayer's "
     "names, under which the check loads the weights)",
+    "norm1_for_cross": "the cross-attention uses norm1 again: it has its own LayerNorm, norm2 "
+    "(norm1 goes with the self-attention, norm3 with the feed-forward network)",
+    "pre_stale_query": "in pre-norm the cross-attention's queries are norm1(x) from before the "
+    "self-attention: normalise the x it returned, h = norm2(x), then "
+    "multihead_attn(h, memory, memory, mask=memory_mask)",
+    "pre_cross_unnormed": "in pre-norm the cross-attention's queries are normalised too, "
+    "x = x + multihead_attn(norm2(x), memory, memory, ...): only memory goes in as it is",
     "self_mask_in_cross": "the cross-attention got self_mask, the target's own (causal) mask: "
     "it takes memory_mask, which says which source positions are real, "
     "multihead_attn(x, memory, memory, mask=memory_mask)",

@@ -44,6 +44,9 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "output_tuple": layers.OUTPUT_TUPLE,
     "relu2_square_first": layers.RELU2_SQUARE_FIRST,
     "pre_norm_output_normalised": layers.PRE_NORM_OUTPUT_NORMALISED,
+    "pre_final_norm": layers.PRE_FINAL_NORM,
+    "pre_stale_h": "in pre-norm the feed-forward network reads norm1(x) from before the "
+    "attention: normalise the x the attention sub-layer returned, x = x + ffn(norm2(x))",
     "one_norm_module": layers.ONE_NORM_MODULE,
     "kv_not_normed": layers.KV_NOT_NORMED,
     "pre_no_last_norm": layers.PRE_NO_LAST_NORM,

@@ -44,6 +44,10 @@ MISTAKES = {
     "by_variance": "divide by the standard deviation sqrt(var + eps), not by the variance "
     "var + eps",
     "no_beta": "beta is missing: the result is x_hat * gamma + beta",
+    "no_affine": "gamma and beta are not applied: scale and shift the normalised x, "
+    "x_hat * gamma + beta",
+    "shift_before_scale": "beta is added before gamma scales: scale first, then shift, "
+    "x_hat * gamma + beta, not (x_hat + beta) * gamma",
     "whole_tensor": "the mean and variance are taken over the whole tensor (no dim); each "
     "vector gets its own, over the last dimension: x.mean(dim=-1, keepdim=True)",
     "dim1": "the statistics are taken over dim=1, the last dimension only when x is 2-D: "
@@ -88,6 +92,10 @@ def wrong_layer_norm(x, gamma, beta, eps=None, *, mistake=""):
         x_hat = (x if mistake == "not_centred" else x - mean) / root
     if mistake == "gamma_beta_swapped":
         return x_hat * beta + gamma
+    if mistake == "no_affine":
+        return x_hat
+    if mistake == "shift_before_scale":
+        return (x_hat + beta) * gamma
     return x_hat * gamma if mistake == "no_beta" else x_hat * gamma + beta
 
 

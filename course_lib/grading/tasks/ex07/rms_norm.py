@@ -8,6 +8,11 @@ from ...core import Case, Task, register
 from ..common import randn
 from .layer_norm import NO_KEEPDIM
 
+STD = (
+    "you divided by the standard deviation (x.var and x.std subtract the mean first): RMSNorm "
+    "divides by sqrt(mean(x**2) + eps), the mean of the squares of x itself"
+)
+
 MISTAKES = {
     "mean_subtracted": "you subtracted the mean: that is LayerNorm without its bias. "
     "RMSNorm only divides by the root mean square, sqrt(mean(x**2) + eps), and keeps "
@@ -35,6 +40,8 @@ MISTAKES = {
     "dim=-1 (keepdim=True), whatever the batch dimensions",
     "whole_tensor": "the mean square is taken over the whole tensor (no dim); each vector gets "
     "its own, over the last dimension: x.pow(2).mean(dim=-1, keepdim=True)",
+    "variance": STD,
+    "variance_unbiased": STD,
     "no_eps": "your result is RMSNorm without eps (or with a far smaller one): add eps inside "
     "the square root, sqrt(mean(x**2) + eps), with the default eps=1e-6",
 }
@@ -52,6 +59,8 @@ def wrong_rms_norm(x, weight, eps=None, *, mistake=""):
         mean_square = x.pow(2).sum(dim=dim, keepdim=keepdim)
     elif mistake == "whole_tensor":
         mean_square = x.pow(2).mean()
+    elif mistake.startswith("variance"):  # x.var(-1, ...): the mean is subtracted inside
+        mean_square = x.var(dim=dim, keepdim=keepdim, unbiased=mistake == "variance_unbiased")
     elif mistake == "mean_squared":
         mean_square = x.mean(dim=dim, keepdim=keepdim).pow(2)
     else:

@@ -111,14 +111,19 @@ class SwiGLUTask(ModuleTask):
             width = getattr(getattr(module, "gate_proj", None), "out_features", None)
             want = 8 * case.data["sizes"][0] // 3
             if width is not None and width != want:
-                for wrong, hint in self.mistakes():
+                for wrong, hint in self.mistakes():  # noqa: B007  (the hint of the row found)
                     try:
                         wrong_width = wrong(*case.data["sizes"]).gate_proj.out_features
                     except TypeError:  # "true_division": a float size
                         continue
                     if wrong_width == width:
-                        raise GradingError(
-                            f"with d_ff left out your d_ff is {width}, expected {want}. "
-                            f"Hint: {hint}"
-                        )
+                        break
+                else:  # round(), math.ceil, 4 * d_model, a fixed number: no row of its own
+                    hint = (
+                        "the default d_ff is 8 * d_model // 3 with the d_model given: multiply "
+                        "first, then round down (not round() or math.ceil)"
+                    )
+                raise GradingError(
+                    f"with d_ff left out your d_ff is {width}, expected {want}. Hint: {hint}"
+                )
         return module

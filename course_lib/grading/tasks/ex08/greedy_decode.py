@@ -79,6 +79,8 @@ MISTAKES = {
     "released": "a finished row went back to the model's tokens after one forced eos_id: once a "
     "row has produced eos_id it stays finished, so update the mask as finished | "
     "(next_token == eos_id) with the forced token, not from the model's choice alone",
+    "one_short": "one token short: generate max_new_tokens tokens after <bos>, so the prefix "
+    "ends max_new_tokens + 1 long (<bos> is not one of the new tokens)",
     "stop_at_any": "you stopped as soon as ONE row finished; stop early only when every row is "
     "finished (finished.all()): the others still have tokens to produce",
 }
@@ -90,7 +92,7 @@ def wrong_greedy_decode(step_fn, batch_size, bos_id, eos_id, max_new_tokens, *, 
     prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
     finished = torch.zeros(batch_size, dtype=torch.bool)
     runs_on = ("no_stop", "zero_after_eos", "one_step_late", "released")  # no early stop
-    for _ in range(max_new_tokens):
+    for _ in range(max_new_tokens - (mistake == "one_short")):  # <bos> counted as a token
         if (mistake == "stop_at_any" and finished.any()) or (
             mistake not in runs_on and finished.all()
         ):
@@ -111,7 +113,7 @@ def wrong_greedy_decode(step_fn, batch_size, bos_id, eos_id, max_new_tokens, *, 
         elif mistake != "one_step_late":
             finished = finished | (token == eos_id)
     tokens = prefix if mistake == "keep_bos" else prefix[:, 1:]
-    if mistake == "no_fill":
+    if mistake in ("no_fill", "one_short"):
         return tokens
     fill = 0 if mistake == "zero_fill" else eos_id
     rest = torch.full((batch_size, max_new_tokens + 1 - prefix.shape[1]), fill, dtype=torch.long)

@@ -45,6 +45,8 @@ MISTAKES = {
     "(-log p_target) + smoothing * mean(-log p)",
     "log_softmax_dim_one": "log_softmax over dim=1 normalises over the positions when the logits "
     "are (batch, seq, vocab); take it over dim=-1, the vocabulary",
+    "log_softmax_no_dim": "log_softmax without dim= picks an axis for you: dim 0 (the batch) "
+    "for (batch, seq, vocab) logits, with a warning; pass dim=-1, the vocabulary",
     "mean_of_sequence_means": "you averaged the loss of each sequence, then the sequences; the "
     "mean is over all the real tokens together (a longer sequence counts for more)",
     "keep_inverted": "your mask is inverted: it keeps the padded positions and drops the real "
@@ -77,7 +79,8 @@ def wrong_label_smoothing(logits, target, smoothing, ignore_index, *, mistake=""
         else:
             per = -torch.log((1 - smoothing) * picked + smoothing / vocab)
     else:
-        log_probs = torch.log_softmax(logits, dim=1 if mistake == "log_softmax_dim_one" else -1)
+        dim = {"log_softmax_dim_one": 1, "log_softmax_no_dim": 0 if logits.dim() == 3 else -1}
+        log_probs = torch.log_softmax(logits, dim=dim.get(mistake, -1))
         picked = logits if mistake == "nll_from_logits" else log_probs
         nll = -picked.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
         total = -log_probs.sum(dim=-1)

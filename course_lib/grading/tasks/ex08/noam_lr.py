@@ -102,6 +102,9 @@ class NoamLr(Task):
         if not (isinstance(got, list) and all(isinstance(g, float) for g in got)):
             return None
         ratios = {round(g / w, 6) for g, w in zip(got, want, strict=False)}
+        d_model = case.data["d_model"]
+        if ratios == {round((d_model / 64) ** 0.5, 6)} and d_model != 64:
+            return "your rates are those of d_model=64, the lesson's: use the d_model argument"
         if len(ratios) == 1 and len(got) == len(want):  # the lesson's factor, kept
             return (
                 f"every rate is {ratios.pop():g} times the expected one: the task's formula "

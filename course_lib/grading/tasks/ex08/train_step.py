@@ -43,6 +43,12 @@ MISTAKES = {
     "sliced": "tgt does not start with <bos>: tgt[:, :-1] in and tgt[:, 1:] scored is for "
     "targets that do, and here never scores the first token. Feed shift_right(tgt, bos_id) and "
     "score the logits on all of tgt",
+    "double_shift": "you shifted twice: the decoder already reads shift_right(tgt, bos_id), so "
+    "logits[:, t] predicts tgt[:, t]; score all the logits on all of tgt, not logits[:, :-1] "
+    "on tgt[:, 1:] (that is for a decoder fed tgt itself)",
+    "loss_args_swapped": "the loss got pad_id and smoothing in train_step's order: "
+    "label_smoothing_loss(logits, tgt, smoothing, pad_id) takes smoothing first, so yours "
+    "smoothed by pad_id and ignored no position (name them: smoothing=..., ignore_index=...)",
     "shift_with_pad": "the shifted decoder input starts with bos_id, not pad_id: "
     "shift_right(tgt, bos_id)",
     "smoothing_fixed": "use the smoothing argument in the loss (0.1 is only its default): "
@@ -78,9 +84,14 @@ def _wrong_step(
         slip = "drop_first" if mistake == "shift_drops_first" else ""
         tgt_in = wrong_shift_right(tgt, first, mistake=slip)
     logits = model(src, tgt_in)
-    ignore = {"pads_in_loss": -100, "pad_zero": 0}.get(mistake, pad_id)
-    smooth = {"no_smoothing": 0.0, "smoothing_fixed": 0.1}.get(mistake, smoothing)
-    labels = {"scored_on_input": tgt_in, "sliced": tgt[:, 1:]}.get(mistake, tgt)
+    ignore = {"pads_in_loss": -100, "pad_zero": 0, "loss_args_swapped": -100}.get(mistake, pad_id)
+    # loss_args_swapped smooths by pad_id: F.cross_entropy takes at most 1 (first case: pad_id 0)
+    swapped = min(float(pad_id), 1.0)
+    smooth = {"no_smoothing": 0.0, "smoothing_fixed": 0.1, "loss_args_swapped": swapped}
+    smooth = smooth.get(mistake, smoothing)
+    labels = {"scored_on_input": tgt_in, "sliced": tgt[:, 1:], "double_shift": tgt[:, 1:]}
+    labels = labels.get(mistake, tgt)
+    logits = logits[:, :-1] if mistake == "double_shift" else logits
     shape = logits.shape if mistake == "classes_last" else (-1, logits.shape[-1])
     flat, labels = logits.reshape(shape), labels.reshape(shape[:-1])
     loss = F.cross_entropy(flat, labels, ignore_index=ignore, label_smoothing=smooth)
