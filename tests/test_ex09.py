@@ -416,6 +416,7 @@ def _attend(slip):
         if self.rope:
             positions = torch.arange(start, start + n)
             q, k = apply_rope(q, positions), apply_rope(k, positions)
+            k = k if slip != "rope_queries_only" else split_heads(a.k_proj(h), self.heads)
             if slip == "rope_values":
                 v = apply_rope(v, positions)
         if cache is None or (slip == "chunk_ignores_cache" and n > 1):  # the prompt at once
@@ -473,6 +474,12 @@ class _GPTWithDefaultBlockEps(ex09._mistake_gpt("")):
             layer.norm1.eps = layer.norm2.eps = 1e-5
 
 
+class _GPTWithDefaultFinalEps(ex09._mistake_gpt("")):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.norm.eps = 1e-5  # #hunt4: the final norm built without layer_norm_eps
+
+
 @pytest.mark.parametrize(
     "learner, mistake",
     [
@@ -483,6 +490,9 @@ class _GPTWithDefaultBlockEps(ex09._mistake_gpt("")):
         (_gpt_with(("attend", _attend("chunk_ignores_cache"))), "chunk_ignores_cache"),
         (_GPTIgnoringActivation, "activation_ignored"),
         (_GPTWithDefaultBlockEps, "block_eps_ignored"),
+        # #hunt4: both got "None of the usual single mistakes"
+        (_GPTWithDefaultFinalEps, "final_eps_ignored"),
+        (_gpt_with(("attend", _attend("rope_queries_only"))), "rope_queries_only"),
     ],
 )
 def test_a_capstone_slip_fails_in_the_notebook_with_its_own_hint(learner, mistake):
@@ -522,6 +532,7 @@ def _learners_sample_next(slip):
         if top_k is not None:
             values = torch.topk(logits, min(top_k, logits.shape[-1])).values
             kth = values[:, -1] if slip == "kth_flat" else values[:, -1:]  # (batch,): the slip
+            kth = values.min() if slip == "kth_min" else kth  # #hunt4: one threshold for all
             logits = logits.masked_fill(logits < kth, float("-inf"))
         probs = torch.softmax(logits, -1)
         if top_p is not None:
@@ -543,6 +554,9 @@ def _learners_sample_next(slip):
         ("top_p_unsorted", "top_p_unsorted"),
         # values[:, -1] is (batch,): a bare RuntimeError about sizes 8 and 6000 before its row
         ("kth_flat", "top_k_no_keepdim"),
+        # the lowest k-th logit of the batch for every row: full marks under seed 2 (its random
+        # rows happened to agree), a bare "outside the allowed set" under seed 0
+        ("kth_min", "top_k_one_threshold"),
     ],
 )
 def test_sample_next_slips_are_named(slip, row):
