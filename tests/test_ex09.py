@@ -398,6 +398,8 @@ def _block_forward(slip):
             return x + self.feed(x), cache
         attended, cache = self.attend(self.norm1(x), cache, start)
         x = x + attended
+        if slip == "feed_raw":  # #hunt4: norm2 built, never called
+            return x + self.feed(x), cache
         return x + self.feed(self.norm1(x)), cache  # norm1_twice
 
     return forward
@@ -485,6 +487,7 @@ class _GPTWithDefaultFinalEps(ex09._mistake_gpt("")):
     [
         (_gpt_with(("forward", _block_forward("normed_residual"))), "normed_residual"),
         (_gpt_with(("forward", _block_forward("norm1_twice"))), "norm1_twice"),
+        (_gpt_with(("forward", _block_forward("feed_raw"))), "feed_raw"),
         (_gpt_with(None, forward=_forward_scaled), "scale_embed"),
         (_gpt_with(("attend", _attend("rope_values"))), "rope_values"),
         (_gpt_with(("attend", _attend("chunk_ignores_cache"))), "chunk_ignores_cache"),
@@ -599,16 +602,19 @@ def _learners_step(slip):
                 v_cache,
             )
         d = k_cache.shape[-2] if slip == "shape[-2]" else k_cache.shape[-1]
-        weights = torch.softmax(q_t @ k_cache.transpose(-2, -1) / math.sqrt(d), dim=-1)
+        scale = d if slip == "no sqrt" else math.sqrt(d)
+        weights = torch.softmax(q_t @ k_cache.transpose(-2, -1) / scale, dim=-1)
         return weights @ v_cache, k_cache, v_cache
 
     return cached_attention_step
 
 
-def _learners_perplexity(dim):
+def _learners_perplexity(dim, shift=False):
     def perplexity(logits, targets):
         if targets.shape != logits.shape[:-1]:
             raise ValueError("the shapes do not fit")
+        if shift:  # #hunt4: the language model's shift, on targets that are already shifted
+            logits, targets = logits[..., :-1, :], targets[..., 1:]
         log_probs = logits.log_softmax(dim=dim)
         nll = -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         return nll.mean().exp()
@@ -642,6 +648,9 @@ def _learners_evaluate(float32_sum):
         ("ex09.cached_attention_step", _learners_step("is_causal"), "the OLDEST token"),
         ("ex09.cached_attention_step", _learners_step("shape[-2]"), "the number of keys"),
         ("ex09.perplexity", _learners_perplexity(1), "log_softmax over dim=1"),
+        # #hunt4: these two got "None of the usual single mistakes" too
+        ("ex09.perplexity", _learners_perplexity(-1, shift=True), "with no shift"),
+        ("ex09.cached_attention_step", _learners_step("no sqrt"), "divided by d_head itself"),
         # #hunt2: "your loss is 3.03797 nats per token, expected 3.03797"
         ("ex09.evaluate", _learners_evaluate(True), "in a float32 tensor"),
     ],

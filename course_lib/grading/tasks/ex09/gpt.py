@@ -67,6 +67,8 @@ MISTAKES = {
     "normed_residual": "pre-norm normalises only the input of each sub-layer: the residual adds "
     "to the un-normalised x, x = x + self_attn(norm1(x)), then x = x + feed_forward(norm2(x)); "
     "writing x = norm1(x) first replaces the residual stream by its normalised copy",
+    "feed_raw": "the feed-forward must read the normalised stream too: x = x + "
+    "feed_forward(norm2(x)); norm2 is built but never used",
     "norm1_twice": "each sub-layer has its own LayerNorm: the feed-forward reads norm2(x), "
     "x = x + feed_forward(norm2(x)), not norm1(x) a second time",
     "scale_embed": "a GPT adds the token and position embeddings as they are, x = "
@@ -194,7 +196,7 @@ class WrongBlock(nn.Module):
         attended, cache = self.attend(h, cache, start)
         x = x + attended
         norm2 = self.norm1 if self.mistake == "norm1_twice" else self.norm2
-        return x + self.feed(norm2(x)), cache
+        return x + self.feed(x if self.mistake == "feed_raw" else norm2(x)), cache
 
 
 class WrongGPT(nn.Module):
