@@ -398,6 +398,8 @@ def _block_forward(slip):
             return x + self.feed(x), cache
         attended, cache = self.attend(self.norm1(x), cache, start)
         x = x + attended
+        if slip == "feed_raw":  # #hunt4: norm2 built, never called
+            return x + self.feed(x), cache
         return x + self.feed(self.norm1(x)), cache  # norm1_twice
 
     return forward
@@ -416,6 +418,7 @@ def _attend(slip):
         if self.rope:
             positions = torch.arange(start, start + n)
             q, k = apply_rope(q, positions), apply_rope(k, positions)
+            k = k if slip != "rope_queries_only" else split_heads(a.k_proj(h), self.heads)
             if slip == "rope_values":
                 v = apply_rope(v, positions)
         if cache is None or (slip == "chunk_ignores_cache" and n > 1):  # the prompt at once
@@ -473,16 +476,26 @@ class _GPTWithDefaultBlockEps(ex09._mistake_gpt("")):
             layer.norm1.eps = layer.norm2.eps = 1e-5
 
 
+class _GPTWithDefaultFinalEps(ex09._mistake_gpt("")):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.norm.eps = 1e-5  # #hunt4: the final norm built without layer_norm_eps
+
+
 @pytest.mark.parametrize(
     "learner, mistake",
     [
         (_gpt_with(("forward", _block_forward("normed_residual"))), "normed_residual"),
         (_gpt_with(("forward", _block_forward("norm1_twice"))), "norm1_twice"),
+        (_gpt_with(("forward", _block_forward("feed_raw"))), "feed_raw"),
         (_gpt_with(None, forward=_forward_scaled), "scale_embed"),
         (_gpt_with(("attend", _attend("rope_values"))), "rope_values"),
         (_gpt_with(("attend", _attend("chunk_ignores_cache"))), "chunk_ignores_cache"),
         (_GPTIgnoringActivation, "activation_ignored"),
         (_GPTWithDefaultBlockEps, "block_eps_ignored"),
+        # #hunt4: both got "None of the usual single mistakes"
+        (_GPTWithDefaultFinalEps, "final_eps_ignored"),
+        (_gpt_with(("attend", _attend("rope_queries_only"))), "rope_queries_only"),
     ],
 )
 def test_a_capstone_slip_fails_in_the_notebook_with_its_own_hint(learner, mistake):
@@ -522,6 +535,7 @@ def _learners_sample_next(slip):
         if top_k is not None:
             values = torch.topk(logits, min(top_k, logits.shape[-1])).values
             kth = values[:, -1] if slip == "kth_flat" else values[:, -1:]  # (batch,): the slip
+            kth = values.min() if slip == "kth_min" else kth  # #hunt4: one threshold for all
             logits = logits.masked_fill(logits < kth, float("-inf"))
         probs = torch.softmax(logits, -1)
         if top_p is not None:
@@ -543,6 +557,9 @@ def _learners_sample_next(slip):
         ("top_p_unsorted", "top_p_unsorted"),
         # values[:, -1] is (batch,): a bare RuntimeError about sizes 8 and 6000 before its row
         ("kth_flat", "top_k_no_keepdim"),
+        # the lowest k-th logit of the batch for every row: full marks under seed 2 (its random
+        # rows happened to agree), a bare "outside the allowed set" under seed 0
+        ("kth_min", "top_k_one_threshold"),
     ],
 )
 def test_sample_next_slips_are_named(slip, row):
@@ -585,16 +602,19 @@ def _learners_step(slip):
                 v_cache,
             )
         d = k_cache.shape[-2] if slip == "shape[-2]" else k_cache.shape[-1]
-        weights = torch.softmax(q_t @ k_cache.transpose(-2, -1) / math.sqrt(d), dim=-1)
+        scale = d if slip == "no sqrt" else math.sqrt(d)
+        weights = torch.softmax(q_t @ k_cache.transpose(-2, -1) / scale, dim=-1)
         return weights @ v_cache, k_cache, v_cache
 
     return cached_attention_step
 
 
-def _learners_perplexity(dim):
+def _learners_perplexity(dim, shift=False):
     def perplexity(logits, targets):
         if targets.shape != logits.shape[:-1]:
             raise ValueError("the shapes do not fit")
+        if shift:  # #hunt4: the language model's shift, on targets that are already shifted
+            logits, targets = logits[..., :-1, :], targets[..., 1:]
         log_probs = logits.log_softmax(dim=dim)
         nll = -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         return nll.mean().exp()
@@ -628,6 +648,9 @@ def _learners_evaluate(float32_sum):
         ("ex09.cached_attention_step", _learners_step("is_causal"), "the OLDEST token"),
         ("ex09.cached_attention_step", _learners_step("shape[-2]"), "the number of keys"),
         ("ex09.perplexity", _learners_perplexity(1), "log_softmax over dim=1"),
+        # #hunt4: these two got "None of the usual single mistakes" too
+        ("ex09.perplexity", _learners_perplexity(-1, shift=True), "with no shift"),
+        ("ex09.cached_attention_step", _learners_step("no sqrt"), "divided by d_head itself"),
         # #hunt2: "your loss is 3.03797 nats per token, expected 3.03797"
         ("ex09.evaluate", _learners_evaluate(True), "in a float32 tensor"),
     ],

@@ -739,3 +739,22 @@ def test_third_hunt_map_slips_are_named(slip, mistake):
     result = result_of("ex09.gpt2_to_mine", gpt2_to_mine_with(slip))
     assert result.status == "failed", result.feedback
     assert f"Hint: {gpt2_task.MISTAKES[mistake]}" in result.feedback, result.feedback
+
+
+def gpt2_to_mine_qkv_reshaped(hf_state):
+    """#hunt4: the fused c_attn weight (d, 3d) cut with reshape(3, d, d), no transpose."""
+    out = gpt2_to_mine(hf_state)
+    for key, weight in hf_state.items():
+        if key.endswith("attn.c_attn.weight"):
+            layer = key.removeprefix("transformer.").split(".")[1]
+            blocks = weight.reshape(3, weight.shape[0], weight.shape[0])
+            for name, block in zip("qkv", blocks, strict=True):
+                out[f"layers.{layer}.self_attn.{name}_proj.weight"] = block
+    return out
+
+
+def test_a_fused_qkv_cut_by_reshape_is_named():
+    # #hunt4: "holds other numbers than GPT-2's weight", without a hint
+    result = result_of("ex09.gpt2_to_mine", gpt2_to_mine_qkv_reshaped)
+    assert result.status == "failed", result.feedback
+    assert f"Hint: {gpt2_task.MISTAKES['qkv_reshaped']}" in result.feedback, result.feedback

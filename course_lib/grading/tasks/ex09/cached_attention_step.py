@@ -52,6 +52,8 @@ MISTAKES = {
     "wrong_axis": _AXIS_HINT,
     "scaled_by_d_v": D_V_SCALE_HINT,
     "unscaled": "the scores are not scaled: divide q_t·k by sqrt(d_head), as in full attention",
+    "scaled_by_d": "the scores are divided by d_head itself; the scale is its square root, "
+    "math.sqrt(q_t.shape[-1])",
     "scaled_by_length": "the scores are divided by the root of the number of keys (shape[-2]); "
     "the scale is sqrt(d_head), the last axis of q_t: q_t.shape[-1]",
     "first_key_only": "your query attends to the first key only: is_causal=True (or a causal mask "
@@ -83,6 +85,7 @@ def wrong_step(q_t, k_t, v_t, k_cache, v_cache, *, mistake=""):
         )
     else:
         scale = {"scaled_by_d_v": math.sqrt(v_t.shape[-1]), "unscaled": 1.0}.get(mistake)
+        scale = q_t.shape[-1] if mistake == "scaled_by_d" else scale
         scale = math.sqrt(keys.shape[-2]) if mistake == "scaled_by_length" else scale
         seen = 1 if mistake == "first_key_only" else keys.shape[2]
         dim = -2 if mistake == "softmax_over_queries" else -1

@@ -55,6 +55,8 @@ MISTAKES = {
     "and rotary positions both need it)",
     "eps_ignored": "pass layer_norm_eps on to every LayerNorm (norm1, norm2 and the final norm): "
     "LayerNorm(d_model, layer_norm_eps, bias=bias)",
+    "final_eps_ignored": "pass layer_norm_eps on to the final norm too (GPT's self.norm), not "
+    "only to the blocks' LayerNorms",
     "block_eps_ignored": "pass layer_norm_eps on to the blocks' LayerNorms too (norm1 and norm2 "
     "in Block, through its `eps`), not only to the final norm",
     "always_tied": "tie the output layer to the token embedding only when tie_weights is True: "
@@ -65,11 +67,15 @@ MISTAKES = {
     "normed_residual": "pre-norm normalises only the input of each sub-layer: the residual adds "
     "to the un-normalised x, x = x + self_attn(norm1(x)), then x = x + feed_forward(norm2(x)); "
     "writing x = norm1(x) first replaces the residual stream by its normalised copy",
+    "feed_raw": "the feed-forward must read the normalised stream too: x = x + "
+    "feed_forward(norm2(x)); norm2 is built but never used",
     "norm1_twice": "each sub-layer has its own LayerNorm: the feed-forward reads norm2(x), "
     "x = x + feed_forward(norm2(x)), not norm1(x) a second time",
     "scale_embed": "a GPT adds the token and position embeddings as they are, x = "
     "token_embedding(ids) + position_embedding(positions): the * sqrt(d_model) of lesson 08's "
     "translator (and of the original Transformer) is not part of GPT-2",
+    "rope_queries_only": "rotate the keys too, with the same positions as the queries: the "
+    "score q . k depends on the offset between two positions only when both are rotated",
     "rope_values": "rotate only the queries and the keys with apply_rope: the scores q . k then "
     "depend on the offset between two positions; the values are not rotated",
     "chunk_ignores_cache": "with a cache, every new token attends to the cached keys and values "
@@ -156,7 +162,7 @@ class WrongBlock(nn.Module):
         q, k, v = heads(a.q_proj(h)), heads(a.k_proj(h)), heads(a.v_proj(h))
         if self.rope and mistake != "rope_ignored":
             positions = torch.arange(start, start + n)
-            q, k = _rope(q, positions), _rope(k, positions)
+            q, k = _rope(q, positions), k if mistake == "rope_queries_only" else _rope(k, positions)
             if mistake == "rope_values":
                 v = _rope(v, positions)
         if cache is not None:
@@ -190,7 +196,7 @@ class WrongBlock(nn.Module):
         attended, cache = self.attend(h, cache, start)
         x = x + attended
         norm2 = self.norm1 if self.mistake == "norm1_twice" else self.norm2
-        return x + self.feed(norm2(x)), cache
+        return x + self.feed(x if self.mistake == "feed_raw" else norm2(x)), cache
 
 
 class WrongGPT(nn.Module):
@@ -208,7 +214,7 @@ class WrongGPT(nn.Module):
             self.position_embedding = nn.Embedding(block_size, d_model)
         blocks = (WrongBlock(d_model, num_heads, o, mistake) for _ in range(num_layers))
         self.layers = nn.ModuleList(blocks)
-        eps = 1e-5 if mistake == "eps_ignored" else o["layer_norm_eps"]
+        eps = 1e-5 if mistake in ("eps_ignored", "final_eps_ignored") else o["layer_norm_eps"]
         self.norm = nn.LayerNorm(d_model, eps=eps, bias=o["bias"])
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
         if (o["tie_weights"] or mistake == "always_tied") and mistake != "untied":

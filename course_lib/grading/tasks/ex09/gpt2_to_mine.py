@@ -40,6 +40,9 @@ MISTAKES = {
     "the first block is q_proj's, the second k_proj's, the third v_proj's, for the weight and "
     "the bias alike (q, k, v = ...chunk(3, ...)); your blocks went to the projections in "
     "another order",
+    "qkv_reshaped": "c_attn's weight (d, 3 * d) holds W_Q | W_K | W_V side by side in its "
+    "COLUMNS; reshape(3, d, d) cuts it in memory order, by rows, and mixes the three: split it "
+    "along dim 1, weight.split(d, dim=1), then transpose each block",
     "c_attn_not_transposed": "c_attn is a Conv1D too: its three (d, d) blocks are stored as "
     "(in_features, out_features) like every Conv1D weight; after splitting it along dim 1, "
     "transpose each block (.t()) for q_proj, k_proj and v_proj",
@@ -92,7 +95,8 @@ def wrong_gpt2_to_mine(hf_state, *, mistake=""):
             out[f"{mine}{ours}.bias"] = sd[f"{h}{theirs}.bias"]
         weight, bias = sd[f"{h}attn.c_attn.weight"], sd[f"{h}attn.c_attn.bias"]  # (d, 3d), (3d,)
         parts = weight.chunk(3, dim=0 if mistake == "split_wrong_axis" else 1)
-        flat = mistake in ("not_transposed", "c_attn_not_transposed")
+        parts = weight.reshape(3, -1, weight.shape[0]) if mistake == "qkv_reshaped" else parts
+        flat = mistake in ("not_transposed", "c_attn_not_transposed", "qkv_reshaped")
         weights = parts if flat else [p.t() for p in parts]  # (out, in)
         biases = [bias] * 3 if mistake == "bias_not_split" else bias.chunk(3)
         order = "kqv" if mistake == "qkv_order" else "qkv"

@@ -28,6 +28,8 @@ MISTAKES = {
     "F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))",
     "per_row": "you averaged one perplexity per sequence; the perplexity of the batch is one "
     "exponential of the mean cross-entropy over EVERY position of every sequence",
+    "shifted": "the targets are already the next tokens: targets[..., i] is what logits[..., i, :] "
+    "must predict, so compare every position with its own target, with no shift",
     "log_softmax_dim_one": "log_softmax over dim=1 normalises over the positions when the logits "
     "are (batch, seq, vocab); take it over dim=-1, the vocabulary",
     "classes_transposed": "the logits may have any number of leading axes, (..., vocab), not only "
@@ -51,6 +53,8 @@ def wrong_perplexity(logits, targets, *, mistake=""):
     if mistake == "log_of_softmax":
         probs = torch.softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1))
         return torch.exp(-probs.log().mean())
+    if mistake == "shifted":  # a language model's shift, applied to targets already shifted
+        logits, targets = logits[..., :-1, :], targets[..., 1:]
     nll = _nll(logits, targets, 1 if mistake == "log_softmax_dim_one" else -1)
     if mistake == "mean_after_exp":
         return torch.exp(nll).mean()

@@ -52,6 +52,9 @@ MISTAKES = {
     "top_k_no_keepdim": "the k-th largest logit of each row must keep its axis to be compared "
     "with the (batch, vocab) logits: torch.topk(...).values[:, -1:], shape (batch, 1); "
     "values[:, -1] has shape (batch,), which PyTorch lines up with the vocabulary axis instead",
+    "top_k_one_threshold": "each row has its own k-th largest logit: compare every row with "
+    "its own, torch.topk(logits, k, dim=-1).values[:, -1:] of shape (batch, 1), not with one "
+    "number for the whole batch (the .min() of those values)",
     "top_p_unsorted": "your top-p mask was computed on the SORTED probabilities but applied to "
     "the unsorted ones, so it keeps the first token ids instead of the most likely tokens: "
     "put it back in the tokens' order first, keep = torch.zeros_like(keep_sorted).scatter(-1, "
@@ -67,9 +70,11 @@ def wrong_sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator
         return logits.argmax(-1)
     if mistake != "temperature_after_softmax":
         logits = logits / temperature
-    if top_k is not None and mistake == "top_k_no_keepdim":  # (batch,) against (batch, vocab)
+    if top_k is not None and mistake in ("top_k_no_keepdim", "top_k_one_threshold"):
         kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1]
+        kth = kth.min() if mistake == "top_k_one_threshold" else kth  # (batch,) or the lowest
         logits = logits.masked_fill(logits < kth, float("-inf"))
+        top_k = None  # filtered here, not again below
     if top_k is not None and mistake == "top_k_keeps_k_minus_1":
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits <= kth, float("-inf"))
@@ -135,6 +140,8 @@ class SampleNextTask(Task):
             Case("temperature=2.0 (flatter), random logits (2, 7)", (rand,), {"temperature": 2.0}),
             Case("top_k=3, logits (1, 8)", (row8[None],), {"top_k": 3}),
             Case("top_k=1 (only the most likely token), logits (2, 7)", (rand,), {"top_k": 1}),
+            Case("top_k=2, two rows whose 2nd largest logits differ by 1, logits (2, 8)",
+                 (torch.stack([row8, row8 - 1.0]),), {"top_k": 2}),
             Case("top_p=0.7 with probabilities 0.4, 0.25, 0.15, ...: keeps 3 tokens",
                  (row6[None],), {"top_p": 0.7}),
             Case("top_p=0.5, logits (2, 8), float64", (two.double(),), {"top_p": 0.5}),
