@@ -516,7 +516,8 @@ class _Probe(torch.nn.Module):
             x = torch.cat((torch.zeros_like(x[..., :1]), x[..., 1:]), dim=-1)
         q, k, v = x @ self.w_qkv[0], x @ self.w_qkv[1], x @ self.w_qkv[2]
         some = self.mask.any(-1, keepdim=True)  # a query that may attend to something
-        scores = (q @ k.transpose(-2, -1)).masked_fill(~(self.mask | ~some), float("-inf"))
+        scores = (q @ k.transpose(-2, -1)) * x.shape[-1] ** -0.5  # no near one-hot rows: an
+        scores = scores.masked_fill(~(self.mask | ~some), float("-inf"))  # input matters clearly
         return (scores.softmax(-1) * some) @ v @ self.w_out
 
 
