@@ -470,6 +470,8 @@ def dependency_by_changes(f, x, slip=""):
             y[:, j] = y[:, j] * 2
         elif slip == "first feature":
             y[:, j, 0] += 1.0
+        elif slip == "plus one":  # the same amount in every feature
+            y[:, j] += 1.0
         elif slip == "first row":
             y[0, j] += torch.randn(x.shape[2], dtype=x.dtype)
         else:
@@ -508,6 +510,7 @@ def test_dependency_matrix_hidden_probes_do_not_saturate(monkeypatch):
     [
         ("times two", "multiplying position j"),
         ("first feature", "change every feature"),
+        ("plus one", "different amount to each feature"),
         ("first row", "every batch row"),
         ("transposed", "yours is the transpose"),
         ("every feature", "not .all"),
