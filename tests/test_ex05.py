@@ -468,6 +468,8 @@ def dependency_by_changes(f, x, slip=""):
         y = x if slip == "in place" else x.clone()  # "in place": the changes stay in x
         if slip == "times two":
             y[:, j] = y[:, j] * 2
+        elif slip == "zeroed":
+            y[:, j] = 0.0
         elif slip == "first feature":
             y[:, j, 0] += 1.0
         elif slip == "plus one":  # the same amount in every feature
@@ -485,7 +487,7 @@ def dependency_by_changes(f, x, slip=""):
             result[(j, i) if slip == "transposed" else (i, j)] = moved or (
                 slip == "diagonal" and i == j
             )
-    return result
+    return result.int() if slip == "int" else result
 
 
 @pytest.mark.parametrize("learner", [dependency_by_jacobian, dependency_by_changes])
@@ -509,6 +511,7 @@ def test_dependency_matrix_hidden_probes_do_not_saturate(monkeypatch):
     "slip, words",
     [
         ("times two", "multiplying position j"),
+        ("zeroed", "setting it to 0"),
         ("first feature", "change every feature"),
         ("plus one", "different amount to each feature"),
         ("first row", "every batch row"),
@@ -516,6 +519,7 @@ def test_dependency_matrix_hidden_probes_do_not_saturate(monkeypatch):
         ("every feature", "not .all"),
         ("diagonal", "test the diagonal"),
         ("in place", "changed its input `x` in place"),
+        ("int", "return a bool tensor, True = depends"),
     ],
 )
 def test_dependency_matrix_slips_get_their_own_hint(slip, words):

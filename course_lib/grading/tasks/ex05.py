@@ -573,8 +573,8 @@ DEPENDENCY_MISTAKES = {
     "to depend on positions it never reads",
     "all_features": "an output position moves when any one of its features moves (here output "
     "feature 0 is constant): reduce over the features with .any, not .all",
-    "scaled": "multiplying position j by a number changes nothing where x is 0 (here position 2 "
-    "is all zeros): add a change instead, such as x[:, j] + torch.randn(d)",
+    "scaled": "multiplying position j by a number (or setting it to 0) changes nothing where x is "
+    "0 (here position 2 is all zeros): add a change instead, such as x[:, j] + torch.randn(d)",
     "one_feature": "change every feature of position j, not one: f need not read every feature "
     "(this one never reads feature 0)",
     "constant": "add a different amount to each feature (torch.randn(d)): adding the same number "
@@ -597,7 +597,9 @@ class DependencyMatrix(Task):
     reference = "course_lib.masking.dependency_matrix"
     mistake_table = DEPENDENCY_MISTAKES
     wrong = staticmethod(_wrong_dependency_matrix)
-    diagnose = _not_bool
+
+    def diagnose(self, got, want, case):  # int32 too: this result is no mask
+        return DEPENDENCY_MISTAKES["float"] if _not_bool(self, got, want, case) else None
 
     def cases(self, gen):
         def case(description, mask, batch=2, d=8, d_out=8, dtype=torch.float32, **options):
