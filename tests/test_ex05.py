@@ -462,6 +462,8 @@ def dependency_by_changes(f, x, slip=""):
     if x.dim() != 3:
         raise ValueError(f"x must be (batch, seq, d), got {x.dim()} dimensions")
     seq = x.shape[1]
+    if slip == "one row at a time":  # f called on a batch of one
+        f = (lambda g: lambda t: torch.cat([g(row[None]) for row in t]))(f)
     before = f(x)
     result = torch.zeros(seq, seq, dtype=torch.bool)
     for j in range(seq):
@@ -519,6 +521,7 @@ def test_dependency_matrix_hidden_probes_do_not_saturate(monkeypatch):
         ("every feature", "not .all"),
         ("diagonal", "test the diagonal"),
         ("in place", "changed its input `x` in place"),
+        ("one row at a time", "holds a mask for each of 2 batch rows"),
         ("int", "return a bool tensor, True = depends"),
     ],
 )

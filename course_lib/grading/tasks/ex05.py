@@ -513,6 +513,9 @@ class _Probe(torch.nn.Module):
         self.skip_feature_0, self.centred = skip_feature_0, centred
 
     def forward(self, x):
+        if self.mask.dim() == 3 and len(x) != len(self.mask):  # else it broadcasts silently
+            n = len(self.mask)
+            raise ValueError(f"this f holds a mask for each of {n} batch rows: call it on all {n}")
         if self.skip_feature_0:
             x = torch.cat((torch.zeros_like(x[..., :1]), x[..., 1:]), dim=-1)
         if self.centred:
