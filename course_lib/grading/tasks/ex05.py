@@ -502,8 +502,8 @@ class _Probe(torch.nn.Module):
     """A function for the learner's dependency_matrix to read: one attention head over x
     (batch, seq, d) -> (batch, seq, d_out) with a fixed bool mask, (seq, seq) or (batch, seq,
     seq), True = may attend. A query that may attend to nothing gives 0 (and a gradient of 0);
-    with `skip_feature_0`, feature 0 of x is never read; with `centred`, each position's mean
-    over its features is subtracted first (as LayerNorm does). A module, so that cases pickle."""
+    with `skip_feature_0`, feature 0 of x is never read; with `centred`, only differences of
+    features (x - x.flip(-1)), blind to adding one number to all. A module, so cases pickle."""
 
     def __init__(self, mask, gen, d, d_out, dtype, skip_feature_0=False, centred=False):
         super().__init__()
@@ -519,7 +519,7 @@ class _Probe(torch.nn.Module):
         if self.skip_feature_0:
             x = torch.cat((torch.zeros_like(x[..., :1]), x[..., 1:]), dim=-1)
         if self.centred:
-            x = x - x.mean(-1, keepdim=True)
+            x = x - x.flip(-1)
         q, k, v = x @ self.w_qkv[0], x @ self.w_qkv[1], x @ self.w_qkv[2]
         some = self.mask.any(-1, keepdim=True)  # a query that may attend to something
         scores = (q @ k.transpose(-2, -1)) * x.shape[-1] ** -0.5  # no near one-hot rows: an
@@ -581,8 +581,8 @@ DEPENDENCY_MISTAKES = {
     "one_feature": "change every feature of position j, not one: f need not read every feature "
     "(this one never reads feature 0)",
     "constant": "add a different amount to each feature (torch.randn(d)): adding the same number "
-    "to every feature of position j is undone by an f that subtracts each position's mean over "
-    "its features, as LayerNorm does (this one does)",
+    "to every feature of position j is invisible to an f that reads only differences of features "
+    "(this one; LayerNorm, which subtracts the mean, too)",
     "first_row": "change position j in every batch row and compare every row: a position can "
     "matter in one row and not in another (here keys 3 and 4 are padding in row 0 only)",
     "diagonal_assumed": "an output does not always depend on its own input: test the diagonal "
@@ -643,9 +643,8 @@ class DependencyMatrix(Task):
             case("the strict past (tril(-1)): position 0 may attend to nothing and gives 0, "
                  "float64 x (3, 5, 6)",
                  torch.ones(5, 5, dtype=torch.bool).tril(-1), batch=3, d=6, dtype=torch.float64),
-            on_grid(case("causal attention after subtracting each position's mean over its "
-                         "features (as LayerNorm does), x (2, 6, 8) on a grid of 1/16", causal,
-                         centred=True)),
+            on_grid(case("causal attention that reads only differences of features (x - "
+                         "x.flip(-1)), x (2, 6, 8) on a grid of 1/16", causal, centred=True)),
             case("one position, x (2, 1, 8)", torch.ones(1, 1, dtype=torch.bool)),
             Case("x of shape (6, 8), 2-D: a ValueError", (torch.nn.Identity(),
                  torch.zeros(6, 8)), raises=ValueError),
