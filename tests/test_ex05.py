@@ -509,6 +509,18 @@ def test_dependency_matrix_hidden_probes_do_not_saturate(monkeypatch):
         assert result.status == "passed", result.feedback
 
 
+def test_dependency_matrix_signed_gradient_sum_fails_the_notebook_check():
+    """Hunt 4: summing signed gradients cancels on an f blind to adding one number to every
+    feature; it passed seed 0 by rounding noise and failed most hidden seeds."""
+
+    def learner(f, x):
+        if x.dim() != 3:
+            raise ValueError(f"x must be (batch, seq, d), got {x.dim()} dimensions")
+        return torch.autograd.functional.jacobian(f, x).sum(dim=(0, 2, 3, 5)) != 0
+
+    assert check_result("ex05.dependency_matrix", learner).status == "failed"
+
+
 @pytest.mark.parametrize(
     "slip, words",
     [
