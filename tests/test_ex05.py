@@ -476,6 +476,8 @@ def dependency_by_changes(f, x, slip=""):
             y[:, j, 0] += 1.0
         elif slip == "plus one":  # the same amount in every feature
             y[:, j] += 1.0
+        elif slip == "plus a tenth":
+            y[:, j] += 0.1
         elif slip == "first row":
             y[0, j] += torch.randn(x.shape[2], dtype=x.dtype)
         else:
@@ -518,7 +520,8 @@ def test_dependency_matrix_signed_gradient_sum_fails_the_notebook_check():
             raise ValueError(f"x must be (batch, seq, d), got {x.dim()} dimensions")
         return torch.autograd.functional.jacobian(f, x).sum(dim=(0, 2, 3, 5)) != 0
 
-    assert check_result("ex05.dependency_matrix", learner).status == "failed"
+    result = check_result("ex05.dependency_matrix", learner)
+    assert result.status == "failed" and "not a signed sum" in result.feedback, result.feedback
 
 
 @pytest.mark.parametrize(
@@ -528,6 +531,7 @@ def test_dependency_matrix_signed_gradient_sum_fails_the_notebook_check():
         ("zeroed", "setting it to 0"),
         ("first feature", "change every feature"),
         ("plus one", "different amount to each feature"),
+        ("plus a tenth", "torch.randn(d)"),
         ("first row", "every batch row"),
         ("transposed", "yours is the transpose"),
         ("every feature", "not .all"),

@@ -602,7 +602,16 @@ class DependencyMatrix(Task):
     wrong = staticmethod(_wrong_dependency_matrix)
 
     def diagnose(self, got, want, case):  # int32 too: this result is no mask
-        return DEPENDENCY_MISTAKES["float"] if _not_bool(self, got, want, case) else None
+        if _not_bool(self, got, want, case):
+            return DEPENDENCY_MISTAKES["float"]
+        want = torch.as_tensor(want)
+        if case.args[0].centred and got.shape == want.shape and not (got & ~want).any():
+            return (  # x[:, j] += 0.1 (rounding noise), grad.sum(-1) != 0: dependencies missed
+                "dependencies cancel on this f, which reads only differences of features: change "
+                "each feature by its own amount (torch.randn(d)) and compare with != or .abs(), "
+                "not a signed sum over features"
+            )
+        return None
 
     def cases(self, gen):
         def case(description, mask, batch=2, d=8, d_out=8, dtype=torch.float32, **options):
