@@ -462,14 +462,22 @@ def dependency_by_changes(f, x, slip=""):
     if x.dim() != 3:
         raise ValueError(f"x must be (batch, seq, d), got {x.dim()} dimensions")
     seq = x.shape[1]
+    if slip == "one row at a time":  # f called on a batch of one
+        f = (lambda g: lambda t: torch.cat([g(row[None]) for row in t]))(f)
     before = f(x)
     result = torch.zeros(seq, seq, dtype=torch.bool)
     for j in range(seq):
         y = x if slip == "in place" else x.clone()  # "in place": the changes stay in x
         if slip == "times two":
             y[:, j] = y[:, j] * 2
+        elif slip == "zeroed":
+            y[:, j] = 0.0
         elif slip == "first feature":
             y[:, j, 0] += 1.0
+        elif slip == "plus one":  # the same amount in every feature
+            y[:, j] += 1.0
+        elif slip == "plus a tenth":
+            y[:, j] += 0.1
         elif slip == "first row":
             y[0, j] += torch.randn(x.shape[2], dtype=x.dtype)
         else:
@@ -483,7 +491,7 @@ def dependency_by_changes(f, x, slip=""):
             result[(j, i) if slip == "transposed" else (i, j)] = moved or (
                 slip == "diagonal" and i == j
             )
-    return result
+    return result.int() if slip == "int" else result
 
 
 @pytest.mark.parametrize("learner", [dependency_by_jacobian, dependency_by_changes])
@@ -492,16 +500,45 @@ def test_dependency_matrix_by_autograd_or_by_changes_passes(learner):
     assert result.status == "passed", result.feedback
 
 
+def test_dependency_matrix_hidden_probes_do_not_saturate(monkeypatch):
+    """Hunt 4: with seed 12 a probe's softmax was near one-hot in float32, so a tiny dependency
+    (gradient 1e-9) counted or not by chance: autograd and the lesson's atol=1e-6 both failed."""
+    import course_lib.grading
+
+    monkeypatch.setattr(course_lib.grading, "NOTEBOOK_SEED", 12)
+    for learner in (dependency_by_jacobian, dependency_by_changes):
+        result = check_result("ex05.dependency_matrix", learner)
+        assert result.status == "passed", result.feedback
+
+
+def test_dependency_matrix_signed_gradient_sum_fails_the_notebook_check():
+    """Hunt 4: summing signed gradients cancels on an f blind to adding one number to every
+    feature; it passed seed 0 by rounding noise and failed most hidden seeds."""
+
+    def learner(f, x):
+        if x.dim() != 3:
+            raise ValueError(f"x must be (batch, seq, d), got {x.dim()} dimensions")
+        return torch.autograd.functional.jacobian(f, x).sum(dim=(0, 2, 3, 5)) != 0
+
+    result = check_result("ex05.dependency_matrix", learner)
+    assert result.status == "failed" and "not a signed sum" in result.feedback, result.feedback
+
+
 @pytest.mark.parametrize(
     "slip, words",
     [
         ("times two", "multiplying position j"),
+        ("zeroed", "setting it to 0"),
         ("first feature", "change every feature"),
+        ("plus one", "different amount to each feature"),
+        ("plus a tenth", "torch.randn(d)"),
         ("first row", "every batch row"),
         ("transposed", "yours is the transpose"),
         ("every feature", "not .all"),
         ("diagonal", "test the diagonal"),
         ("in place", "changed its input `x` in place"),
+        ("one row at a time", "holds a mask for each of 2 batch rows"),
+        ("int", "return a bool tensor, True = depends"),
     ],
 )
 def test_dependency_matrix_slips_get_their_own_hint(slip, words):

@@ -502,21 +502,28 @@ class _Probe(torch.nn.Module):
     """A function for the learner's dependency_matrix to read: one attention head over x
     (batch, seq, d) -> (batch, seq, d_out) with a fixed bool mask, (seq, seq) or (batch, seq,
     seq), True = may attend. A query that may attend to nothing gives 0 (and a gradient of 0);
-    with `skip_feature_0`, feature 0 of x is never read. A module, so that cases pickle."""
+    with `skip_feature_0`, feature 0 of x is never read; with `centred`, only differences of
+    features (x - x.flip(-1)), blind to adding one number to all. A module, so cases pickle."""
 
-    def __init__(self, mask, gen, d, d_out, dtype, skip_feature_0=False):
+    def __init__(self, mask, gen, d, d_out, dtype, skip_feature_0=False, centred=False):
         super().__init__()
         self.register_buffer("mask", mask)
         self.register_buffer("w_qkv", randn(gen, 3, d, d, dtype=dtype) * d**-0.5)
         self.register_buffer("w_out", randn(gen, d, d_out, dtype=dtype) * d**-0.5)
-        self.skip_feature_0 = skip_feature_0
+        self.skip_feature_0, self.centred = skip_feature_0, centred
 
     def forward(self, x):
+        if self.mask.dim() == 3 and len(x) != len(self.mask):  # else it broadcasts silently
+            n = len(self.mask)
+            raise ValueError(f"this f holds a mask for each of {n} batch rows: call it on all {n}")
         if self.skip_feature_0:
             x = torch.cat((torch.zeros_like(x[..., :1]), x[..., 1:]), dim=-1)
+        if self.centred:
+            x = x - x.flip(-1)
         q, k, v = x @ self.w_qkv[0], x @ self.w_qkv[1], x @ self.w_qkv[2]
         some = self.mask.any(-1, keepdim=True)  # a query that may attend to something
-        scores = (q @ k.transpose(-2, -1)).masked_fill(~(self.mask | ~some), float("-inf"))
+        scores = (q @ k.transpose(-2, -1)) * x.shape[-1] ** -0.5  # no near one-hot rows: an
+        scores = scores.masked_fill(~(self.mask | ~some), float("-inf"))  # input matters clearly
         return (scores.softmax(-1) * some) @ v @ self.w_out
 
 
@@ -534,6 +541,8 @@ def _wrong_dependency_matrix(f, x, *, mistake=""):
             changed = x.clone()
         if mistake == "scaled":
             changed[:, j] *= 2
+        elif mistake == "constant":
+            changed[:, j] += 1
         elif mistake == "one_feature":
             changed[:, j, 0] += 1
         elif mistake == "first_row":
@@ -567,10 +576,13 @@ DEPENDENCY_MISTAKES = {
     "to depend on positions it never reads",
     "all_features": "an output position moves when any one of its features moves (here output "
     "feature 0 is constant): reduce over the features with .any, not .all",
-    "scaled": "multiplying position j by a number changes nothing where x is 0 (here position 2 "
-    "is all zeros): add a change instead, such as x[:, j] + torch.randn(d)",
+    "scaled": "multiplying position j by a number (or setting it to 0) changes nothing where x is "
+    "0 (here position 2 is all zeros): add a change instead, such as x[:, j] + torch.randn(d)",
     "one_feature": "change every feature of position j, not one: f need not read every feature "
     "(this one never reads feature 0)",
+    "constant": "add a different amount to each feature (torch.randn(d)): adding the same number "
+    "to every feature of position j is invisible to an f that reads only differences of features "
+    "(this one; LayerNorm, which subtracts the mean, too)",
     "first_row": "change position j in every batch row and compare every row: a position can "
     "matter in one row and not in another (here keys 3 and 4 are padding in row 0 only)",
     "diagonal_assumed": "an output does not always depend on its own input: test the diagonal "
@@ -588,13 +600,28 @@ class DependencyMatrix(Task):
     reference = "course_lib.masking.dependency_matrix"
     mistake_table = DEPENDENCY_MISTAKES
     wrong = staticmethod(_wrong_dependency_matrix)
-    diagnose = _not_bool
+
+    def diagnose(self, got, want, case):  # int32 too: this result is no mask
+        if _not_bool(self, got, want, case):
+            return DEPENDENCY_MISTAKES["float"]
+        want = torch.as_tensor(want)
+        if case.args[0].centred and got.shape == want.shape and not (got & ~want).any():
+            return (  # x[:, j] += 0.1 (rounding noise), grad.sum(-1) != 0: dependencies missed
+                "dependencies cancel on this f, which reads only differences of features: change "
+                "each feature by its own amount (torch.randn(d)) and compare with != or .abs(), "
+                "not a signed sum over features"
+            )
+        return None
 
     def cases(self, gen):
         def case(description, mask, batch=2, d=8, d_out=8, dtype=torch.float32, **options):
             seq = mask.shape[-1]
             probe = _Probe(mask, gen, d, d_out, dtype, **options).eval()
             return Case(description, (probe, randn(gen, batch, seq, d, dtype=dtype)))
+
+        def on_grid(c):  # x + 1 and each position's mean are exact: no rounding noise
+            c.args[1].mul_(16).round_().div_(16)
+            return c
 
         causal = torch.ones(6, 6, dtype=torch.bool).tril()
         padded = torch.ones(2, 5, 5, dtype=torch.bool)
@@ -625,6 +652,8 @@ class DependencyMatrix(Task):
             case("the strict past (tril(-1)): position 0 may attend to nothing and gives 0, "
                  "float64 x (3, 5, 6)",
                  torch.ones(5, 5, dtype=torch.bool).tril(-1), batch=3, d=6, dtype=torch.float64),
+            on_grid(case("causal attention that reads only differences of features (x - "
+                         "x.flip(-1)), x (2, 6, 8) on a grid of 1/16", causal, centred=True)),
             case("one position, x (2, 1, 8)", torch.ones(1, 1, dtype=torch.bool)),
             Case("x of shape (6, 8), 2-D: a ValueError", (torch.nn.Identity(),
                  torch.zeros(6, 8)), raises=ValueError),
