@@ -902,3 +902,24 @@ def test_next_slips_fail_in_the_notebook_and_under_every_seed(task_id, impl, hin
         cases = task.cases(torch.Generator().manual_seed(seed))
         result = judge(task, cases, run_cases(task, impl, cases))
         assert result.status == "failed", (seed, result.feedback)
+
+
+# ---- fourth hunt (a fresh reader): slips the cases above let through ---------------------
+
+
+def neighbours_own_similarity_at_minus_one(E, index, k, *, rank="topk"):
+    sims = cosine_where(E)[index]
+    sims[index] = -1.0  # "the lowest a cosine can be", but a row pointing away ties with it
+    if rank == "topk":
+        return sims.topk(k).indices
+    return sims.argsort(descending=True)[:k]
+
+
+@pytest.mark.parametrize("rank", ["topk", "argsort"])
+def test_own_similarity_at_minus_one_fails_on_the_opposite_row(rank):
+    def impl(E, index, k):
+        return neighbours_own_similarity_at_minus_one(E, index, k, rank=rank)
+
+    result = check_result("ex01.nearest_neighbours", impl)
+    assert result.status == "failed", result.feedback
+    assert "-1 does not exclude the row itself" in result.feedback, result.feedback
