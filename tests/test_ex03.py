@@ -796,3 +796,53 @@ def test_a_value_error_without_a_message_fails_its_case():
     result = check_result("ex03.split_heads", split_with_a_bare_error)
     assert result.status == "failed" and result.passed == result.total - 1, result.feedback
     assert "your ValueError carries no message: say what was expected" in result.feedback
+
+
+# ---- fourth hunt (a fresh reader) --------------------------------------------------------
+
+
+def _renormalised_attention(q, k, v, keep):
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(dim=-1)
+    if keep is not None:  # "zero the blocked keys, then make each row sum to 1 again"
+        weights = weights * keep
+        weights = weights / weights.sum(-1, keepdim=True)
+    return weights @ v, weights
+
+
+class RenormalisingMultiHeadAttention(nn.Module):
+    def __init__(self, d_model, num_heads, bias=True):
+        super().__init__()
+        self.num_heads = num_heads
+        for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            setattr(self, name, nn.Linear(d_model, d_model, bias=bias))
+
+    def forward(self, query, key, value, mask=None):
+        batch, n_q, d_model = query.shape
+        q, k, v = (
+            proj(t).view(batch, -1, self.num_heads, d_model // self.num_heads).transpose(1, 2)
+            for proj, t in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
+        )
+        keep = mask.unsqueeze(1) if mask is not None and mask.dim() == 3 else mask
+        heads, weights = _renormalised_attention(q, k, v, keep)
+        return self.out_proj(heads.transpose(1, 2).reshape(batch, n_q, d_model)), weights
+
+
+def gqa_renormalised(q, k, v, mask=None):
+    if q.shape[1] % k.shape[1]:
+        raise ValueError("num_heads must be a multiple of num_kv_heads")
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    return _renormalised_attention(q, k, v, mask)
+
+
+@pytest.mark.parametrize(
+    "task_id, learner",
+    [
+        ("ex03.MultiHeadAttention", RenormalisingMultiHeadAttention),
+        ("ex03.grouped_query_attention", gqa_renormalised),
+    ],
+)
+def test_zeroing_after_the_softmax_and_rescaling_fails(task_id, learner):
+    result = check_result(task_id, learner)
+    assert result.status == "failed", result.feedback
+    assert "underflow to 0 before you rescale" in result.feedback, result.feedback

@@ -9,7 +9,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..core import Case, Task, register
-from .common import D_K_FROM_SHAPE_2, D_V_SCALE_HINT, ModuleTask, randn, wrong_attention
+from .common import (
+    D_K_FROM_SHAPE_2,
+    D_V_SCALE_HINT,
+    RENORMALISED_HINT,
+    ModuleTask,
+    far_blocked_key,
+    randn,
+    wrong_attention,
+)
 from .ex02 import D_K_FROM_SHAPE_1, POWER_HALF
 
 F64 = torch.float64
@@ -161,8 +169,9 @@ class _WrongMultiHeadAttention(nn.Module):
             fill=0.0 if mistake == "fill_zero" else float("-inf"),
             dim=-2 if mistake == "softmax_over_queries" else -1,
             inverted=mistake.startswith("flipped_mask"),  # True read as blocked
-            zero_after=mistake == "zero_after",
+            zero_after=mistake in ("zero_after", "renormalised"),
             nan_to_zero=mistake == "flipped_mask_through_sdpa",  # lesson 02's guard: no key -> 0
+            renormalised=mistake == "renormalised",
         )  # (batch, heads, n_q, d_head), (batch, heads, n_q, n_k)
         if mistake == "attention_dropout":  # nn.Dropout(0.1) on the weights, as tutorials do
             weights = F.dropout(weights, 0.1)  # (F.dropout without training=: in eval mode too)
@@ -263,6 +272,7 @@ class MultiHeadAttentionTask(ModuleTask):
         "weight. Fill them with float('-inf') before the softmax",
         "zero_after": "you zeroed the blocked weights AFTER the softmax, so the rows no longer "
         "sum to 1: fill the blocked SCORES with -inf before the softmax",
+        "renormalised": RENORMALISED_HINT,
         "mask_not_unsqueezed": "a (batch, n_q or 1, n_k) mask must get an axis for the heads "
         "before it meets the (batch, num_heads, n_q, n_k) scores: mask.unsqueeze(1) (a 2-D "
         "(n_q, n_k) mask broadcasts as it is)",
@@ -318,6 +328,7 @@ class MultiHeadAttentionTask(ModuleTask):
         lengths = torch.tensor([4, 2, 6])
         padding = (torch.arange(6) < lengths[:, None]).unsqueeze(1)  # (3, 1, 6)
         random_mask = _attend_somewhere(torch.rand(2, 4, 5, generator=gen) > 0.5)
+        query, memory, keep = far_blocked_key()
         return [
             case("self-attention, x (2, 5, 8), num_heads=2", (2, 5, None, 8, 2)),
             case(
@@ -361,6 +372,20 @@ class MultiHeadAttentionTask(ModuleTask):
                 (3, 2, 5, 6, 3),
                 dtype=F64,
                 bias=False,
+            ),
+            Case(
+                "one head, identity projections without biases: query (1, 1, 4) of 10s, "
+                "key/value (1, 2, 4), mask (1, 2) = [True, False]: the blocked key scores 300 "
+                "above the allowed one",
+                (query, memory, memory),
+                {"mask": keep},
+                {
+                    "d_model": 4,
+                    "num_heads": 1,
+                    "bias": False,
+                    "train": False,
+                    "state_dict": {f"{name}.weight": torch.eye(4) for name in PROJECTIONS},
+                },
             ),
             case(
                 "training mode (module.train()), where it must give the same result (no "
@@ -429,6 +454,7 @@ class GroupedQueryAttentionTask(Task):
         "fill the scores with -inf where the mask is False (~mask)",
         "fill_zero": "you filled the masked scores with 0, but exp(0) = 1: blocked keys still get "
         "weight. Fill them with float('-inf') before the softmax",
+        "renormalised": RENORMALISED_HINT,
     }
 
     def wrong(self, q, k, v, mask=None, *, mistake):
@@ -456,6 +482,8 @@ class GroupedQueryAttentionTask(Task):
             scale={"scaled_by_d_v": v.shape[-1], "no_scale": 1}.get(mistake),
             fill=0.0 if mistake == "fill_zero" else float("-inf"),
             inverted=mistake == "mask_inverted",
+            zero_after=mistake == "renormalised",
+            renormalised=mistake == "renormalised",
         )
 
     def cases(self, gen):
@@ -470,6 +498,7 @@ class GroupedQueryAttentionTask(Task):
         padding = (torch.arange(5) < torch.tensor([5, 2])[:, None])[:, None, None, :]
         random_mask = _attend_somewhere(torch.rand(3, 1, 4, 6, generator=gen) > 0.5)
         per_head = _attend_somewhere(torch.rand(1, 6, 5, 3, generator=gen) > 0.4)
+        query, memory, keep = far_blocked_key()
         return [
             case(
                 "multi-query attention: q (2, 4, 3, 8), k/v (2, 1, 5, 8) "
@@ -504,6 +533,12 @@ class GroupedQueryAttentionTask(Task):
                 "head (1, 6, 5, 3)",
                 (1, 6, 2, 5, 3, 4, 4),
                 per_head,
+            ),
+            Case(
+                "q (1, 2, 1, 4) of 10s, k (1, 1, 2, 4), v (1, 1, 2, 3), mask (1, 2) = "
+                "[True, False]: the blocked key scores 300 above the allowed one",
+                (query.expand(1, 2, 1, 4), memory[:, None], memory[:, None, :, :3]),
+                {"mask": keep},
             ),
             case(
                 "q (1, 4, 2, 4), k/v (1, 3, 2, 4): 4 query heads cannot be shared "

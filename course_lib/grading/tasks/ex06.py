@@ -10,7 +10,9 @@ from ..core import Case, GradingError, Task, register
 from .common import (
     D_K_FROM_SHAPE_2,
     D_V_SCALE_HINT,
+    RENORMALISED_HINT,
     ModuleTask,
+    far_blocked_key,
     randn,
     residual_sublayers,
     without_dropout,
@@ -47,7 +49,7 @@ CROSS_MISTAKES = {
     "(w_q.shape[1]), not by sqrt(d_model), the size of x: here they differ",
     "zero_after": "you zeroed the masked weights AFTER the softmax, so the rows no longer sum "
     "to 1: fill the masked SCORES with -inf before the softmax",
-    "renormalised": ATTENTION_MISTAKES["renormalised"],
+    "renormalised": RENORMALISED_HINT,
     "heads_axis": ATTENTION_MISTAKES["heads_axis"],
     "weights_transposed": "w_q, w_k and w_v are (d_model, d_k) and (d_model, d_v): project with "
     "them as they are, x @ w_q; x @ w_q.T (or F.linear(x, w_q)) is nn.Linear's convention, "
@@ -100,14 +102,6 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
     )
 
 
-def _far_blocked_key():
-    """x (1, 1, 4) of 10s reading memory (1, 2, 4) whose blocked second row, of 15s, scores 300
-    with identity projections, the allowed first one 0: softmax before masking underflows the
-    allowed weight to 0 (float32), so rescaling the zeroed rows divides 0 by 0. No random draw."""
-    memory = torch.tensor([[[1.0, -1.0, 1.0, -1.0], [15.0] * 4]])
-    return torch.full((1, 1, 4), 10.0), memory, torch.eye(4), torch.tensor([[True, False]])
-
-
 FAR_BLOCKED = "the blocked memory position scores 300 above the allowed one"
 
 
@@ -138,7 +132,7 @@ class CrossAttention(Task):
             shapes = [(d, d_k), (d, d_k), (d, d_v)]
             return (x, memory, *(randn(gen, *s, dtype=dtype) * d**-0.5 for s in shapes))
 
-        x, memory, eye, keep = _far_blocked_key()
+        (x, memory, keep), eye = far_blocked_key(), torch.eye(4)
         return [
             Case("x (2, 3, 8), memory (2, 5, 8): 3 queries read 5 memory positions, no mask",
                  inputs((2, 3, 8), (2, 5, 8), 4, 6)),
@@ -366,7 +360,7 @@ POOL_MISTAKES = {
     "weight. Fill them with float('-inf') before the softmax",
     "zero_after": "you zeroed the weights of padded tokens AFTER the softmax, so the weights no "
     "longer sum to 1: fill their SCORES with -inf before the softmax",
-    "renormalised": ATTENTION_MISTAKES["renormalised"],
+    "renormalised": RENORMALISED_HINT,
     "values_with_w_k": "the values are projected with w_k: v = x @ w_v (the keys and the values "
     "have a matrix each)",
     "x_zeroed": "zeroing the padded tokens of x still gives each a score of 0, and exp(0) = 1: "
@@ -400,7 +394,7 @@ class AttentionPool(Task):
             kwargs = {} if lengths is None else {"mask": source_padding_mask(lengths, n)[:, 0]}
             return Case(description, (x, queries, w_k, w_v), kwargs)
 
-        queries, memory, eye, keep = _far_blocked_key()
+        (queries, memory, keep), eye = far_blocked_key(), torch.eye(4)
         # sizes: (batch, n, d_model, number of queries, d_k, d_v)
         return [
             case("x (2, 6, 8), 3 queries (3, 4), w_k (8, 4), w_v (8, 5), no mask",
