@@ -846,3 +846,33 @@ def test_zeroing_after_the_softmax_and_rescaling_fails(task_id, learner):
     result = check_result(task_id, learner)
     assert result.status == "failed", result.feedback
     assert "underflow to 0 before you rescale" in result.feedback, result.feedback
+
+
+def gqa_with_a_slip(q, k, v, mask=None, *, slip):
+    if q.shape[1] % k.shape[1]:
+        raise ValueError("num_heads must be a multiple of num_kv_heads")
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat(1, group, 1, 1) if slip == "v tiled" else v.repeat_interleave(group, dim=1)
+    d_k = {"shape[1]": q.shape[1], "shape[2]": q.shape[2]}.get(slip, q.shape[-1])
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+@pytest.mark.parametrize(
+    "slip, words",
+    [
+        ("v tiled", "k and v are repeated differently"),
+        ("shape[1]", "d_k from shape[1]"),
+        ("shape[2]", "d_k from shape[2]"),
+    ],
+)
+def test_gqa_slips_that_got_no_hint(slip, words):
+    def learner(q, k, v, mask=None):
+        return gqa_with_a_slip(q, k, v, mask, slip=slip)
+
+    result = check_result("ex03.grouped_query_attention", learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback

@@ -455,6 +455,11 @@ class GroupedQueryAttentionTask(Task):
         "fill_zero": "you filled the masked scores with 0, but exp(0) = 1: blocked keys still get "
         "weight. Fill them with float('-inf') before the softmax",
         "renormalised": RENORMALISED_HINT,
+        "d_k_from_shape_1": D_K_FROM_SHAPE_1,
+        "d_k_from_shape_2": D_K_FROM_SHAPE_2,
+        "values_tiled": "k and v are repeated differently: v.repeat(1, group, 1, 1) tiles the kv "
+        "heads, so query head h reads the keys of kv head h // group but the values of kv head "
+        "h % num_kv_heads; repeat v as k, repeat_interleave(group, dim=1)",
     }
 
     def wrong(self, q, k, v, mask=None, *, mistake):
@@ -474,12 +479,19 @@ class GroupedQueryAttentionTask(Task):
             )
         else:
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        if mistake == "values_tiled":  # the keys right, the values .repeat'ed
+            v = v[:, ::group].repeat(1, group, 1, 1)
         return wrong_attention(
             q,
             k,
             v,
             None if mistake == "mask_ignored" else mask,
-            scale={"scaled_by_d_v": v.shape[-1], "no_scale": 1}.get(mistake),
+            scale={
+                "scaled_by_d_v": v.shape[-1],
+                "no_scale": 1,
+                "d_k_from_shape_1": q.shape[1],  # num_heads
+                "d_k_from_shape_2": q.shape[2],  # n_q: exercise 02's 3-D habit
+            }.get(mistake),
             fill=0.0 if mistake == "fill_zero" else float("-inf"),
             inverted=mistake == "mask_inverted",
             zero_after=mistake == "renormalised",
