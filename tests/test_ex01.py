@@ -923,3 +923,14 @@ def test_own_similarity_at_minus_one_fails_on_the_opposite_row(rank):
     result = check_result("ex01.nearest_neighbours", impl)
     assert result.status == "failed", result.feedback
     assert "-1 does not exclude the row itself" in result.feedback, result.feedback
+
+
+def test_excluding_every_row_at_cosine_one_gets_its_hint():
+    def nearest_neighbours(E, index, k):
+        sims = cosine_where(E)[index]
+        sims[sims > 0.9999] = -float("inf")  # "the row itself is the one at similarity 1"
+        return sims.topk(k).indices
+
+    result = check_result("ex01.nearest_neighbours", nearest_neighbours)
+    assert result.status == "failed", result.feedback
+    assert "a copy or any parallel row also scores 1" in result.feedback, result.feedback

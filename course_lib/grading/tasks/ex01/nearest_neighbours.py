@@ -65,6 +65,9 @@ class NearestNeighbours(Task):
         "skip_the_first": "skipping the first of the sorted similarities assumes the row itself "
         "comes first, but a copy (or any parallel row) ties with it at cosine 1 and may come "
         "first instead: exclude `index` itself (set its similarity to -inf before ranking)",
+        "excluded_by_value": "you excluded the rows whose similarity is (close to) 1, but a copy "
+        "or any parallel row also scores 1 and is a neighbour: exclude `index` itself (set its "
+        "similarity to -inf), whatever the others score",
         "ascending": "you return the right neighbours in ascending order; the most similar "
         "comes first (descending similarity)",
         "least_similar": "argsort sorts ascending, so you took the least similar rows; sort by "
@@ -137,6 +140,8 @@ class NearestNeighbours(Task):
         if mistake in ("least_similar", "least_similar_itself_first"):
             similarity[index] = float("inf" if mistake == "least_similar" else "-inf")
             return similarity.argsort()[:k]
+        if mistake == "excluded_by_value":  # every row at cosine ~1, the copies too
+            similarity[similarity > 0.9999] = float("-inf")
         if mistake != "including_itself":
             own = {"itself_at_zero": 0.0, "itself_at_minus_one": -1.0}  # else -inf
             similarity[index] = own.get(mistake, float("-inf"))
