@@ -934,3 +934,19 @@ def test_excluding_every_row_at_cosine_one_gets_its_hint():
     result = check_result("ex01.nearest_neighbours", nearest_neighbours)
     assert result.status == "failed", result.feedback
     assert "a copy or any parallel row also scores 1" in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize("guard", ["clamp 1e-8", "clamp 1e-6", "squared 1e-12", "product 1e-12"])
+def test_a_clamp_above_tiny_lengths_fails_with_its_hint(guard):
+    def cosine_similarity_matrix(E):
+        norms = E.norm(dim=-1, keepdim=True)
+        if guard == "squared 1e-12":
+            norms = (E * E).sum(-1, keepdim=True).clamp_min(1e-12).sqrt()
+        if guard == "product 1e-12":
+            return (E @ E.T) / (norms * norms.T).clamp_min(1e-12)
+        unit = E / norms.clamp_min(float(guard.split()[-1]))
+        return unit @ unit.T
+
+    result = check_result("ex01.cosine_similarity_matrix", cosine_similarity_matrix)
+    assert result.status == "failed", result.feedback
+    assert "tiny vectors (lengths about 1e-9, not zero)" in result.feedback, result.feedback
