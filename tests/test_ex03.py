@@ -876,3 +876,33 @@ def test_gqa_slips_that_got_no_hint(slip, words):
 
     result = check_result("ex03.grouped_query_attention", learner)
     assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+class AttentionWithWeightsByHand(nn.Module):
+    """Exercise 02's x @ w_q carried over to nn.Linear's weights, (out, in): not transposed."""
+
+    def __init__(self, d_model, num_heads, bias=True):
+        super().__init__()
+        self.num_heads = num_heads
+        for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            setattr(self, name, nn.Linear(d_model, d_model, bias=bias))
+
+    def project(self, layer, x):
+        return x @ layer.weight + (0 if layer.bias is None else layer.bias)
+
+    def forward(self, query, key, value, mask=None):
+        batch, n_q, d_model = query.shape
+        q, k, v = (
+            self.project(proj, t).view(batch, -1, self.num_heads, d_model // self.num_heads)
+            for proj, t in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
+        )
+        keep = mask.unsqueeze(1) if mask is not None and mask.dim() == 3 else mask
+        heads, weights = scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), keep)
+        merged = heads.transpose(1, 2).reshape(batch, n_q, d_model)
+        return self.project(self.out_proj, merged), weights
+
+
+def test_nn_linear_weights_used_untransposed_get_their_hint():
+    result = check_result("ex03.MultiHeadAttention", AttentionWithWeightsByHand)
+    assert result.status == "failed", result.feedback
+    assert "nn.Linear's weight is (out_features, in_features)" in result.feedback, result.feedback

@@ -125,6 +125,11 @@ class _WrongMultiHeadAttention(nn.Module):
         if self.mistake == "shared_projections":  # q_proj = k_proj = v_proj = nn.Linear(...)
             self.k_proj = self.v_proj = self.q_proj
 
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        if self.mistake == "weight_untransposed":  # x @ layer.weight, exercise 02's x @ w_q habit
+            state_dict = {k: v.mT if k.endswith("weight") else v for k, v in state_dict.items()}
+        return super().load_state_dict(state_dict, strict, assign)
+
     def _split(self, x: Tensor, n_q: int = 0) -> Tensor:
         batch, seq, _ = x.shape
         seq = n_q if self.mistake == "keys_split_by_n_q" and n_q else seq  # the query's length
@@ -273,6 +278,9 @@ class MultiHeadAttentionTask(ModuleTask):
         "zero_after": "you zeroed the blocked weights AFTER the softmax, so the rows no longer "
         "sum to 1: fill the blocked SCORES with -inf before the softmax",
         "renormalised": RENORMALISED_HINT,
+        "weight_untransposed": "nn.Linear's weight is (out_features, in_features), applied as x "
+        "@ weight.T + bias: x @ self.q_proj.weight multiplies by its transpose (exercise 02's "
+        "w_q was (d_model, d_k)); call the layer itself, self.q_proj(query)",
         "mask_not_unsqueezed": "a (batch, n_q or 1, n_k) mask must get an axis for the heads "
         "before it meets the (batch, num_heads, n_q, n_k) scores: mask.unsqueeze(1) (a 2-D "
         "(n_q, n_k) mask broadcasts as it is)",
