@@ -854,7 +854,9 @@ def gqa_with_a_slip(q, k, v, mask=None, *, slip):
     group = q.shape[1] // k.shape[1]
     k = k.repeat_interleave(group, dim=1)
     v = v.repeat(1, group, 1, 1) if slip == "v tiled" else v.repeat_interleave(group, dim=1)
-    d_k = {"shape[1]": q.shape[1], "shape[2]": q.shape[2]}.get(slip, q.shape[-1])
+    d_k = {"shape[1]": q.shape[1], "shape[2]": q.shape[2], "num_heads": q.shape[1]}.get(
+        slip, q.shape[-1]
+    )
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -868,6 +870,7 @@ def gqa_with_a_slip(q, k, v, mask=None, *, slip):
         ("v tiled", "k and v are repeated differently"),
         ("shape[1]", "d_k from shape[1]"),
         ("shape[2]", "d_k from shape[2]"),
+        ("num_heads", "or divided by sqrt(num_heads)"),  # ex02's text named only shape[1]
     ],
 )
 def test_gqa_slips_that_got_no_hint(slip, words):

@@ -18,10 +18,16 @@ from .common import (
     randn,
     wrong_attention,
 )
-from .ex02 import D_K_FROM_SHAPE_1, POWER_HALF
+from .ex02 import POWER_HALF
 
 F64 = torch.float64
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
+# q.shape[1] of (batch, num_heads, n_q, d_head) and sqrt(num_heads) are the same number
+D_K_FROM_HEADS = (
+    "you took d_k from shape[1] of q, or divided by sqrt(num_heads): the same number, as the "
+    "split q is (batch, num_heads, n_q, d_head); each head's dot products run over its d_head "
+    "features: divide by sqrt(d_head), q.shape[-1]"
+)
 
 # --- ex03.split_heads
 _FLOAT_D_HEAD_HINT = (
@@ -254,7 +260,7 @@ class MultiHeadAttentionTask(ModuleTask):
         "no_scale": "divide each head's scores by sqrt(d_head) before the softmax",
         "scale_no_root": "you divided the scores by d_head; divide by its square root, "
         "math.sqrt(d_head)",
-        "d_k_from_shape_1": D_K_FROM_SHAPE_1,
+        "d_k_from_shape_1": D_K_FROM_HEADS,
         "d_k_from_shape_2": D_K_FROM_SHAPE_2,
         "twice_d_k": POWER_HALF,
         "mask_ignored": "the mask is ignored: blocked positions (False) must get weight 0; a "
@@ -463,7 +469,7 @@ class GroupedQueryAttentionTask(Task):
         "fill_zero": "you filled the masked scores with 0, but exp(0) = 1: blocked keys still get "
         "weight. Fill them with float('-inf') before the softmax",
         "renormalised": RENORMALISED_HINT,
-        "d_k_from_shape_1": D_K_FROM_SHAPE_1,
+        "d_k_from_shape_1": D_K_FROM_HEADS,
         "d_k_from_shape_2": D_K_FROM_SHAPE_2,
         "values_tiled": "k and v are repeated differently: v.repeat(1, group, 1, 1) tiles the kv "
         "heads, so query head h reads the keys of kv head h // group but the values of kv head "
