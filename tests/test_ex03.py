@@ -909,3 +909,31 @@ def test_nn_linear_weights_used_untransposed_get_their_hint():
     result = check_result("ex03.MultiHeadAttention", AttentionWithWeightsByHand)
     assert result.status == "failed", result.feedback
     assert "nn.Linear's weight is (out_features, in_features)" in result.feedback, result.feedback
+
+
+class HeadByHeadWithStridedFeatures(nn.Module):
+    """One head at a time, head h taking every num_heads-th feature, the heads concatenated."""
+
+    def __init__(self, d_model, num_heads, bias=True):
+        super().__init__()
+        self.num_heads = num_heads
+        for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            setattr(self, name, nn.Linear(d_model, d_model, bias=bias))
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        outputs, maps = [], []
+        for h in range(self.num_heads):  # 3-D scores: the mask as it is
+            pick = slice(h, None, self.num_heads)  # the slip: h*d_head:(h+1)*d_head
+            out, weights = scaled_dot_product_attention(
+                q[..., pick], k[..., pick], v[..., pick], mask
+            )
+            outputs.append(out)
+            maps.append(weights)
+        return self.out_proj(torch.cat(outputs, dim=-1)), torch.stack(maps, dim=1)
+
+
+def test_head_by_head_with_strided_features_gets_its_hint():
+    result = check_result("ex03.MultiHeadAttention", HeadByHeadWithStridedFeatures)
+    assert result.status == "failed", result.feedback
+    assert "you gave it every num_heads-th feature" in result.feedback, result.feedback

@@ -141,6 +141,8 @@ class _WrongMultiHeadAttention(nn.Module):
         seq = n_q if self.mistake == "keys_split_by_n_q" and n_q else seq  # the query's length
         if self.mistake == "split_no_transpose":  # tokens mixed, as in split_heads
             return x.reshape(batch, self.num_heads, seq, self.d_head)
+        if self.mistake == "strided_heads":  # head h of features h, h + num_heads, ...
+            return x.reshape(batch, seq, self.d_head, self.num_heads).permute(0, 3, 1, 2)
         return x.reshape(batch, seq, self.num_heads, self.d_head).transpose(1, 2)
 
     def forward(self, query, key, value, mask=None):
@@ -284,6 +286,9 @@ class MultiHeadAttentionTask(ModuleTask):
         "zero_after": "you zeroed the blocked weights AFTER the softmax, so the rows no longer "
         "sum to 1: fill the blocked SCORES with -inf before the softmax",
         "renormalised": RENORMALISED_HINT,
+        "strided_heads": "head h must hold the contiguous features h*d_head .. (h+1)*d_head - 1, "
+        "x[..., h*d_head:(h+1)*d_head] (your split_heads); you gave it every num_heads-th "
+        "feature, x[..., h::num_heads]",
         "weight_untransposed": "nn.Linear's weight is (out_features, in_features), applied as x "
         "@ weight.T + bias: x @ self.q_proj.weight multiplies by its transpose (exercise 02's "
         "w_q was (d_model, d_k)); call the layer itself, self.q_proj(query)",
