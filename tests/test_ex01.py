@@ -902,3 +902,51 @@ def test_next_slips_fail_in_the_notebook_and_under_every_seed(task_id, impl, hin
         cases = task.cases(torch.Generator().manual_seed(seed))
         result = judge(task, cases, run_cases(task, impl, cases))
         assert result.status == "failed", (seed, result.feedback)
+
+
+# ---- fourth hunt (a fresh reader): slips the cases above let through ---------------------
+
+
+def neighbours_own_similarity_at_minus_one(E, index, k, *, rank="topk"):
+    sims = cosine_where(E)[index]
+    sims[index] = -1.0  # "the lowest a cosine can be", but a row pointing away ties with it
+    if rank == "topk":
+        return sims.topk(k).indices
+    return sims.argsort(descending=True)[:k]
+
+
+@pytest.mark.parametrize("rank", ["topk", "argsort"])
+def test_own_similarity_at_minus_one_fails_on_the_opposite_row(rank):
+    def impl(E, index, k):
+        return neighbours_own_similarity_at_minus_one(E, index, k, rank=rank)
+
+    result = check_result("ex01.nearest_neighbours", impl)
+    assert result.status == "failed", result.feedback
+    assert "-1 does not exclude the row itself" in result.feedback, result.feedback
+
+
+def test_excluding_every_row_at_cosine_one_gets_its_hint():
+    def nearest_neighbours(E, index, k):
+        sims = cosine_where(E)[index]
+        sims[sims > 0.9999] = -float("inf")  # "the row itself is the one at similarity 1"
+        return sims.topk(k).indices
+
+    result = check_result("ex01.nearest_neighbours", nearest_neighbours)
+    assert result.status == "failed", result.feedback
+    assert "a copy or any parallel row also scores 1" in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize("guard", ["clamp 1e-8", "clamp 1e-6", "squared 1e-12", "product 1e-12"])
+def test_a_clamp_above_tiny_lengths_fails_with_its_hint(guard):
+    def cosine_similarity_matrix(E):
+        norms = E.norm(dim=-1, keepdim=True)
+        if guard == "squared 1e-12":
+            norms = (E * E).sum(-1, keepdim=True).clamp_min(1e-12).sqrt()
+        if guard == "product 1e-12":
+            return (E @ E.T) / (norms * norms.T).clamp_min(1e-12)
+        unit = E / norms.clamp_min(float(guard.split()[-1]))
+        return unit @ unit.T
+
+    result = check_result("ex01.cosine_similarity_matrix", cosine_similarity_matrix)
+    assert result.status == "failed", result.feedback
+    assert "tiny vectors (lengths about 1e-9, not zero)" in result.feedback, result.feedback

@@ -796,3 +796,144 @@ def test_a_value_error_without_a_message_fails_its_case():
     result = check_result("ex03.split_heads", split_with_a_bare_error)
     assert result.status == "failed" and result.passed == result.total - 1, result.feedback
     assert "your ValueError carries no message: say what was expected" in result.feedback
+
+
+# ---- fourth hunt (a fresh reader) --------------------------------------------------------
+
+
+def _renormalised_attention(q, k, v, keep):
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(dim=-1)
+    if keep is not None:  # "zero the blocked keys, then make each row sum to 1 again"
+        weights = weights * keep
+        weights = weights / weights.sum(-1, keepdim=True)
+    return weights @ v, weights
+
+
+class RenormalisingMultiHeadAttention(nn.Module):
+    def __init__(self, d_model, num_heads, bias=True):
+        super().__init__()
+        self.num_heads = num_heads
+        for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            setattr(self, name, nn.Linear(d_model, d_model, bias=bias))
+
+    def forward(self, query, key, value, mask=None):
+        batch, n_q, d_model = query.shape
+        q, k, v = (
+            proj(t).view(batch, -1, self.num_heads, d_model // self.num_heads).transpose(1, 2)
+            for proj, t in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
+        )
+        keep = mask.unsqueeze(1) if mask is not None and mask.dim() == 3 else mask
+        heads, weights = _renormalised_attention(q, k, v, keep)
+        return self.out_proj(heads.transpose(1, 2).reshape(batch, n_q, d_model)), weights
+
+
+def gqa_renormalised(q, k, v, mask=None):
+    if q.shape[1] % k.shape[1]:
+        raise ValueError("num_heads must be a multiple of num_kv_heads")
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    return _renormalised_attention(q, k, v, mask)
+
+
+@pytest.mark.parametrize(
+    "task_id, learner",
+    [
+        ("ex03.MultiHeadAttention", RenormalisingMultiHeadAttention),
+        ("ex03.grouped_query_attention", gqa_renormalised),
+    ],
+)
+def test_zeroing_after_the_softmax_and_rescaling_fails(task_id, learner):
+    result = check_result(task_id, learner)
+    assert result.status == "failed", result.feedback
+    assert "underflow to 0 before you rescale" in result.feedback, result.feedback
+
+
+def gqa_with_a_slip(q, k, v, mask=None, *, slip):
+    if q.shape[1] % k.shape[1]:
+        raise ValueError("num_heads must be a multiple of num_kv_heads")
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat(1, group, 1, 1) if slip == "v tiled" else v.repeat_interleave(group, dim=1)
+    d_k = {"shape[1]": q.shape[1], "shape[2]": q.shape[2], "num_heads": q.shape[1]}.get(
+        slip, q.shape[-1]
+    )
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+@pytest.mark.parametrize(
+    "slip, words",
+    [
+        ("v tiled", "k and v are repeated differently"),
+        ("shape[1]", "d_k from shape[1]"),
+        ("shape[2]", "d_k from shape[2]"),
+        ("num_heads", "or divided by sqrt(num_heads)"),  # ex02's text named only shape[1]
+    ],
+)
+def test_gqa_slips_that_got_no_hint(slip, words):
+    def learner(q, k, v, mask=None):
+        return gqa_with_a_slip(q, k, v, mask, slip=slip)
+
+    result = check_result("ex03.grouped_query_attention", learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+class AttentionWithWeightsByHand(nn.Module):
+    """Exercise 02's x @ w_q carried over to nn.Linear's weights, (out, in): not transposed."""
+
+    def __init__(self, d_model, num_heads, bias=True):
+        super().__init__()
+        self.num_heads = num_heads
+        for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            setattr(self, name, nn.Linear(d_model, d_model, bias=bias))
+
+    def project(self, layer, x):
+        return x @ layer.weight + (0 if layer.bias is None else layer.bias)
+
+    def forward(self, query, key, value, mask=None):
+        batch, n_q, d_model = query.shape
+        q, k, v = (
+            self.project(proj, t).view(batch, -1, self.num_heads, d_model // self.num_heads)
+            for proj, t in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
+        )
+        keep = mask.unsqueeze(1) if mask is not None and mask.dim() == 3 else mask
+        heads, weights = scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), keep)
+        merged = heads.transpose(1, 2).reshape(batch, n_q, d_model)
+        return self.project(self.out_proj, merged), weights
+
+
+def test_nn_linear_weights_used_untransposed_get_their_hint():
+    result = check_result("ex03.MultiHeadAttention", AttentionWithWeightsByHand)
+    assert result.status == "failed", result.feedback
+    assert "nn.Linear's weight is (out_features, in_features)" in result.feedback, result.feedback
+
+
+class HeadByHeadWithStridedFeatures(nn.Module):
+    """One head at a time, head h taking every num_heads-th feature, the heads concatenated."""
+
+    def __init__(self, d_model, num_heads, bias=True):
+        super().__init__()
+        self.num_heads = num_heads
+        for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            setattr(self, name, nn.Linear(d_model, d_model, bias=bias))
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        outputs, maps = [], []
+        for h in range(self.num_heads):  # 3-D scores: the mask as it is
+            pick = slice(h, None, self.num_heads)  # the slip: h*d_head:(h+1)*d_head
+            out, weights = scaled_dot_product_attention(
+                q[..., pick], k[..., pick], v[..., pick], mask
+            )
+            outputs.append(out)
+            maps.append(weights)
+        return self.out_proj(torch.cat(outputs, dim=-1)), torch.stack(maps, dim=1)
+
+
+def test_head_by_head_with_strided_features_gets_its_hint():
+    result = check_result("ex03.MultiHeadAttention", HeadByHeadWithStridedFeatures)
+    assert result.status == "failed", result.feedback
+    assert "you gave it every num_heads-th feature" in result.feedback, result.feedback

@@ -770,3 +770,21 @@ def test_the_course_positional_pieces_are_borrowed_or_not_allowed(task_id, learn
     result = check_result(task_id, learner)
     assert result.score == score * result.max_score, result.feedback
     assert words in result.feedback, result.feedback
+
+
+def rope_half_with_the_lessons_pairs(x, positions=None):
+    d = x.shape[-1]
+    if d % 2:
+        raise ValueError(f"d must be even, got {d}")
+    if positions is None:
+        positions = torch.arange(x.shape[-2])
+    angles = positions.to(torch.float64)[:, None] * 10000.0 ** (-torch.arange(0, d, 2) / d)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    first, second = x[..., 0::2], x[..., 1::2]  # copied from apply_rope
+    return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
+
+
+def test_rope_half_reading_strided_pairs_gets_its_hint():
+    result = check_result("ex04.apply_rope_half", rope_half_with_the_lessons_pairs)
+    assert result.status == "failed", result.feedback
+    assert "you read the pairs with a stride" in result.feedback, result.feedback

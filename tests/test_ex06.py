@@ -395,3 +395,47 @@ def _pool_mask_truth_test(x, queries, w_k, w_v, mask=None):
 def test_hunt3_slips_get_their_own_hint(task_id, learner, words):
     result = check_result(task_id, learner)
     assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+# ---- fourth hunt (a fresh reader) --------------------------------------------------------
+
+
+def _attend_then_renormalise(q, k, v, keep):
+    weights = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).softmax(-1)
+    if keep is not None:  # "zero the blocked keys, then make the rows sum to 1 again"
+        weights = weights * keep
+        weights = weights / weights.sum(-1, keepdim=True)
+    return weights @ v, weights
+
+
+def _cross_renormalised(x, memory, w_q, w_k, w_v, memory_mask=None):
+    return _attend_then_renormalise(x @ w_q, memory @ w_k, memory @ w_v, memory_mask)
+
+
+def _pool_renormalised(x, queries, w_k, w_v, mask=None):
+    keep = None if mask is None else mask.unsqueeze(1)
+    return _attend_then_renormalise(queries, x @ w_k, x @ w_v, keep)
+
+
+def _cross_mask_with_a_heads_axis(x, memory, w_q, w_k, w_v, memory_mask=None):
+    mask = None if memory_mask is None else memory_mask.unsqueeze(1)  # lesson 03's habit
+    return scaled_dot_product_attention(x @ w_q, memory @ w_k, memory @ w_v, mask)
+
+
+def _pool_values_with_w_k(x, queries, w_k, w_v, mask=None):
+    mask = None if mask is None else mask.unsqueeze(1)
+    return scaled_dot_product_attention(queries, x @ w_k, x @ w_k, mask)  # copied the k line
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex06.cross_attention", _cross_renormalised, "underflow to 0 before you rescale"),
+        ("ex06.attention_pool", _pool_renormalised, "underflow to 0 before you rescale"),
+        ("ex06.cross_attention", _cross_mask_with_a_heads_axis, "mask.unsqueeze(1) moves"),
+        ("ex06.attention_pool", _pool_values_with_w_k, "v = x @ w_v"),
+    ],
+)
+def test_hunt4_slips_fail_with_their_own_hint(task_id, learner, words):
+    result = check_result(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback

@@ -62,6 +62,23 @@ def randint(gen: torch.Generator, high: int, *shape: int) -> Tensor:
     return torch.randint(0, high, shape, generator=gen)
 
 
+# Softmax over every key, the masked weights zeroed, the rows rescaled: right in exact arithmetic
+RENORMALISED_HINT = (
+    "you took the softmax over every key, then zeroed the masked ones and rescaled the rows: "
+    "when a masked key scores far above the allowed ones, their weights underflow to 0 before "
+    "you rescale. Fill the masked SCORES with -inf before the softmax"
+)
+
+
+def far_blocked_key() -> tuple[Tensor, Tensor, Tensor]:
+    """query (1, 1, 4) of 10s and memory (1, 2, 4) whose second row, of 15s, scores 300 through
+    identity projections (d_k 4), the first 0; keep (1, 2) = [True, False] blocks the second.
+    Softmax before masking underflows the allowed weight to 0 in float32, and rescaling the
+    zeroed row divides 0 by 0. No random draw: the notebook's check fails it too."""
+    memory = torch.tensor([[[1.0, -1.0, 1.0, -1.0], [15.0] * 4]])
+    return torch.full((1, 1, 4), 10.0), memory, torch.tensor([[True, False]])
+
+
 def lengths_mask(lengths: list[int], n_k: int) -> Tensor:
     """(batch, 1, n_k) bool, True for the first `length` keys of each row (a padding mask)."""
     return (torch.arange(n_k) < torch.tensor(lengths).unsqueeze(-1)).unsqueeze(-2)
@@ -270,7 +287,7 @@ def wrong_attention(q, k, v, mask=None, *, scale=None, fill=float("-inf"), dim=-
     the pieces a wrong answer changes as arguments: `scale` the size under the root (1: none),
     `fill` for the masked scores, `dim` the softmax's axis; the `slips` that are True: `inverted`
     (~mask), `zero_after` (masked weights zeroed after the softmax), `nan_to_zero` (NaN weights of
-    a fully masked row made 0)."""
+    a fully masked row made 0), `renormalised` (with zero_after, the rows rescaled)."""
     if mask is not None and slips.get("inverted"):
         mask = ~mask
     scores = q @ k.transpose(-2, -1) / (q.shape[-1] if scale is None else scale) ** 0.5
@@ -280,6 +297,8 @@ def wrong_attention(q, k, v, mask=None, *, scale=None, fill=float("-inf"), dim=-
     if mask is not None and slips.get("zero_after"):
         weights = weights.masked_fill(~mask, 0.0)
     weights = weights.nan_to_num(0.0) if slips.get("nan_to_zero") else weights
+    if slips.get("renormalised"):  # after zero_after: the rows rescaled to sum to 1 (or 0/0)
+        weights = weights / weights.sum(dim, keepdim=True)
     return weights @ v, weights
 
 

@@ -9,11 +9,25 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..core import Case, Task, register
-from .common import D_K_FROM_SHAPE_2, D_V_SCALE_HINT, ModuleTask, randn, wrong_attention
-from .ex02 import D_K_FROM_SHAPE_1, POWER_HALF
+from .common import (
+    D_K_FROM_SHAPE_2,
+    D_V_SCALE_HINT,
+    RENORMALISED_HINT,
+    ModuleTask,
+    far_blocked_key,
+    randn,
+    wrong_attention,
+)
+from .ex02 import POWER_HALF
 
 F64 = torch.float64
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
+# q.shape[1] of (batch, num_heads, n_q, d_head) and sqrt(num_heads) are the same number
+D_K_FROM_HEADS = (
+    "you took d_k from shape[1] of q, or divided by sqrt(num_heads): the same number, as the "
+    "split q is (batch, num_heads, n_q, d_head); each head's dot products run over its d_head "
+    "features: divide by sqrt(d_head), q.shape[-1]"
+)
 
 # --- ex03.split_heads
 _FLOAT_D_HEAD_HINT = (
@@ -117,11 +131,18 @@ class _WrongMultiHeadAttention(nn.Module):
         if self.mistake == "shared_projections":  # q_proj = k_proj = v_proj = nn.Linear(...)
             self.k_proj = self.v_proj = self.q_proj
 
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        if self.mistake == "weight_untransposed":  # x @ layer.weight, exercise 02's x @ w_q habit
+            state_dict = {k: v.mT if k.endswith("weight") else v for k, v in state_dict.items()}
+        return super().load_state_dict(state_dict, strict, assign)
+
     def _split(self, x: Tensor, n_q: int = 0) -> Tensor:
         batch, seq, _ = x.shape
         seq = n_q if self.mistake == "keys_split_by_n_q" and n_q else seq  # the query's length
         if self.mistake == "split_no_transpose":  # tokens mixed, as in split_heads
             return x.reshape(batch, self.num_heads, seq, self.d_head)
+        if self.mistake == "strided_heads":  # head h of features h, h + num_heads, ...
+            return x.reshape(batch, seq, self.d_head, self.num_heads).permute(0, 3, 1, 2)
         return x.reshape(batch, seq, self.num_heads, self.d_head).transpose(1, 2)
 
     def forward(self, query, key, value, mask=None):
@@ -161,8 +182,9 @@ class _WrongMultiHeadAttention(nn.Module):
             fill=0.0 if mistake == "fill_zero" else float("-inf"),
             dim=-2 if mistake == "softmax_over_queries" else -1,
             inverted=mistake.startswith("flipped_mask"),  # True read as blocked
-            zero_after=mistake == "zero_after",
+            zero_after=mistake in ("zero_after", "renormalised"),
             nan_to_zero=mistake == "flipped_mask_through_sdpa",  # lesson 02's guard: no key -> 0
+            renormalised=mistake == "renormalised",
         )  # (batch, heads, n_q, d_head), (batch, heads, n_q, n_k)
         if mistake == "attention_dropout":  # nn.Dropout(0.1) on the weights, as tutorials do
             weights = F.dropout(weights, 0.1)  # (F.dropout without training=: in eval mode too)
@@ -240,7 +262,7 @@ class MultiHeadAttentionTask(ModuleTask):
         "no_scale": "divide each head's scores by sqrt(d_head) before the softmax",
         "scale_no_root": "you divided the scores by d_head; divide by its square root, "
         "math.sqrt(d_head)",
-        "d_k_from_shape_1": D_K_FROM_SHAPE_1,
+        "d_k_from_shape_1": D_K_FROM_HEADS,
         "d_k_from_shape_2": D_K_FROM_SHAPE_2,
         "twice_d_k": POWER_HALF,
         "mask_ignored": "the mask is ignored: blocked positions (False) must get weight 0; a "
@@ -263,6 +285,13 @@ class MultiHeadAttentionTask(ModuleTask):
         "weight. Fill them with float('-inf') before the softmax",
         "zero_after": "you zeroed the blocked weights AFTER the softmax, so the rows no longer "
         "sum to 1: fill the blocked SCORES with -inf before the softmax",
+        "renormalised": RENORMALISED_HINT,
+        "strided_heads": "head h must hold the contiguous features h*d_head .. (h+1)*d_head - 1, "
+        "x[..., h*d_head:(h+1)*d_head] (your split_heads); you gave it every num_heads-th "
+        "feature, x[..., h::num_heads]",
+        "weight_untransposed": "nn.Linear's weight is (out_features, in_features), applied as x "
+        "@ weight.T + bias: x @ self.q_proj.weight multiplies by its transpose (exercise 02's "
+        "w_q was (d_model, d_k)); call the layer itself, self.q_proj(query)",
         "mask_not_unsqueezed": "a (batch, n_q or 1, n_k) mask must get an axis for the heads "
         "before it meets the (batch, num_heads, n_q, n_k) scores: mask.unsqueeze(1) (a 2-D "
         "(n_q, n_k) mask broadcasts as it is)",
@@ -318,6 +347,7 @@ class MultiHeadAttentionTask(ModuleTask):
         lengths = torch.tensor([4, 2, 6])
         padding = (torch.arange(6) < lengths[:, None]).unsqueeze(1)  # (3, 1, 6)
         random_mask = _attend_somewhere(torch.rand(2, 4, 5, generator=gen) > 0.5)
+        query, memory, keep = far_blocked_key()
         return [
             case("self-attention, x (2, 5, 8), num_heads=2", (2, 5, None, 8, 2)),
             case(
@@ -361,6 +391,20 @@ class MultiHeadAttentionTask(ModuleTask):
                 (3, 2, 5, 6, 3),
                 dtype=F64,
                 bias=False,
+            ),
+            Case(
+                "one head, identity projections without biases: query (1, 1, 4) of 10s, "
+                "key/value (1, 2, 4), mask (1, 2) = [True, False]: the blocked key scores 300 "
+                "above the allowed one",
+                (query, memory, memory),
+                {"mask": keep},
+                {
+                    "d_model": 4,
+                    "num_heads": 1,
+                    "bias": False,
+                    "train": False,
+                    "state_dict": {f"{name}.weight": torch.eye(4) for name in PROJECTIONS},
+                },
             ),
             case(
                 "training mode (module.train()), where it must give the same result (no "
@@ -429,6 +473,12 @@ class GroupedQueryAttentionTask(Task):
         "fill the scores with -inf where the mask is False (~mask)",
         "fill_zero": "you filled the masked scores with 0, but exp(0) = 1: blocked keys still get "
         "weight. Fill them with float('-inf') before the softmax",
+        "renormalised": RENORMALISED_HINT,
+        "d_k_from_shape_1": D_K_FROM_HEADS,
+        "d_k_from_shape_2": D_K_FROM_SHAPE_2,
+        "values_tiled": "k and v are repeated differently: v.repeat(1, group, 1, 1) tiles the kv "
+        "heads, so query head h reads the keys of kv head h // group but the values of kv head "
+        "h % num_kv_heads; repeat v as k, repeat_interleave(group, dim=1)",
     }
 
     def wrong(self, q, k, v, mask=None, *, mistake):
@@ -448,14 +498,23 @@ class GroupedQueryAttentionTask(Task):
             )
         else:
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        if mistake == "values_tiled":  # the keys right, the values .repeat'ed
+            v = v[:, ::group].repeat(1, group, 1, 1)
         return wrong_attention(
             q,
             k,
             v,
             None if mistake == "mask_ignored" else mask,
-            scale={"scaled_by_d_v": v.shape[-1], "no_scale": 1}.get(mistake),
+            scale={
+                "scaled_by_d_v": v.shape[-1],
+                "no_scale": 1,
+                "d_k_from_shape_1": q.shape[1],  # num_heads
+                "d_k_from_shape_2": q.shape[2],  # n_q: exercise 02's 3-D habit
+            }.get(mistake),
             fill=0.0 if mistake == "fill_zero" else float("-inf"),
             inverted=mistake == "mask_inverted",
+            zero_after=mistake == "renormalised",
+            renormalised=mistake == "renormalised",
         )
 
     def cases(self, gen):
@@ -470,6 +529,7 @@ class GroupedQueryAttentionTask(Task):
         padding = (torch.arange(5) < torch.tensor([5, 2])[:, None])[:, None, None, :]
         random_mask = _attend_somewhere(torch.rand(3, 1, 4, 6, generator=gen) > 0.5)
         per_head = _attend_somewhere(torch.rand(1, 6, 5, 3, generator=gen) > 0.4)
+        query, memory, keep = far_blocked_key()
         return [
             case(
                 "multi-query attention: q (2, 4, 3, 8), k/v (2, 1, 5, 8) "
@@ -504,6 +564,12 @@ class GroupedQueryAttentionTask(Task):
                 "head (1, 6, 5, 3)",
                 (1, 6, 2, 5, 3, 4, 4),
                 per_head,
+            ),
+            Case(
+                "q (1, 2, 1, 4) of 10s, k (1, 1, 2, 4), v (1, 1, 2, 3), mask (1, 2) = "
+                "[True, False]: the blocked key scores 300 above the allowed one",
+                (query.expand(1, 2, 1, 4), memory[:, None], memory[:, None, :, :3]),
+                {"mask": keep},
             ),
             case(
                 "q (1, 4, 2, 4), k/v (1, 3, 2, 4): 4 query heads cannot be shared "

@@ -244,9 +244,10 @@ def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
     d = x.shape[-1]
     if mistake == "view":  # x.view(-1, seq, d) and the like: a transposed x cannot be viewed
         x.view(-1)
-    if mistake in ("halves", "halves_mixed_frequencies", "adjacent"):  # the other task's layout
-        layout = mistake.removesuffix("_mixed_frequencies")
+    if mistake in ("halves", "halves_mixed_frequencies", "adjacent", "adjacent_in_halves_out"):
+        layout = mistake.removesuffix("_mixed_frequencies").removesuffix("_in_halves_out")
     out_layout = {"adjacent_out_halves": "halves", "halves_out_adjacent": "adjacent"}
+    out_layout["adjacent_in_halves_out"] = "halves"  # the lesson's pairs, this task's output
     if mistake == "positions_or":  # a tensor of several values has no truth value: raises
         positions = positions or torch.arange(x.shape[-2])
     if mistake == "ignore_positions" or positions is None:  # seq_axis_1: x.shape[1] as seq
@@ -529,6 +530,9 @@ class ApplyRopeHalf(_RopeTask):
         "cos_sin_swapped": "cos and sin are swapped: x * cos + cat(-second_half, first_half) * "
         "sin (at position 0 nothing turns, so the first vector stays as it is)",
         "reflect": _REFLECTED.replace("x0", "x_i").replace("x1", "x_{i+d/2}"),
+        "adjacent_in_halves_out": "you read the pairs with a stride, x[..., 0::2] and "
+        "x[..., 1::2] (the lesson's adjacent pairs), and wrote them back as halves: here pair i "
+        "is (x_i, x_{i+d/2}), read from the halves x[..., :d//2] and x[..., d//2:] too",
         "halves_out_adjacent": "you paired feature i with feature i + d/2, right, but wrote the "
         "rotated pairs back interleaved (x_i', x_{i+d/2}' side by side): the rotated first "
         "features go back to the first half, the second ones to the second half",

@@ -8,6 +8,7 @@ from ..core import Case, GradingError, Task, compare_values, register
 from .common import (
     D_K_FROM_SHAPE_2,
     D_V_SCALE_HINT,
+    RENORMALISED_HINT,
     lengths_mask,
     randn,
     randns,
@@ -220,9 +221,7 @@ NO_QK_GRADIENT = (
 
 
 ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives the same
-    "renormalised": "you took the softmax over every key, then zeroed the masked ones and "
-    "rescaled the rows: when a masked key scores far above the allowed ones, their weights "
-    "underflow to 0 before you rescale. Fill the masked SCORES with -inf before the softmax",
+    "renormalised": RENORMALISED_HINT,
     "zero_after": "you zeroed the masked weights AFTER the softmax without renormalising, so the "
     "rows no longer sum to 1. Fill the masked SCORES with -inf before the softmax",
     "fill_zero": "you filled the masked scores with 0, but exp(0) = 1: masked keys still get "

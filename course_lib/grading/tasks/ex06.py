@@ -10,13 +10,16 @@ from ..core import Case, GradingError, Task, register
 from .common import (
     D_K_FROM_SHAPE_2,
     D_V_SCALE_HINT,
+    RENORMALISED_HINT,
     ModuleTask,
+    far_blocked_key,
     randn,
     residual_sublayers,
     without_dropout,
     wrong_attention,
 )
 from .common import lengths_mask as source_padding_mask
+from .ex05 import ATTENTION_MISTAKES
 from .ex07._layers import LAYER_NORM_EPS
 
 # --------------------------------------------------------------------------------------------
@@ -46,6 +49,8 @@ CROSS_MISTAKES = {
     "(w_q.shape[1]), not by sqrt(d_model), the size of x: here they differ",
     "zero_after": "you zeroed the masked weights AFTER the softmax, so the rows no longer sum "
     "to 1: fill the masked SCORES with -inf before the softmax",
+    "renormalised": RENORMALISED_HINT,
+    "heads_axis": ATTENTION_MISTAKES["heads_axis"],
     "weights_transposed": "w_q, w_k and w_v are (d_model, d_k) and (d_model, d_v): project with "
     "them as they are, x @ w_q; x @ w_q.T (or F.linear(x, w_q)) is nn.Linear's convention, "
     "whose weight is (out, in)",
@@ -68,6 +73,8 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
     if mistake == "weights_transposed":  # x @ w.T, nn.Linear's (out, in) convention
         w_q, w_k, w_v = w_q.mT, w_k.mT, w_v.mT
         queries @ w_q  # q first, as a learner's does: a crash is then the same one
+    if mistake == "heads_axis" and mask is not None:  # lesson 03's habit, mask.unsqueeze(1)
+        mask = mask.unsqueeze(1)
     if mistake == "queries_from_memory":
         queries, read = memory, x
         mask = None if mask is None else mask.transpose(-2, -1)
@@ -89,9 +96,13 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
         fill=0.0 if mistake == "masked_with_zero" else float("-inf"),
         dim=-2 if mistake == "softmax_over_queries" else -1,
         inverted=mistake.startswith("mask_inverted"),
-        zero_after=mistake == "zero_after",
+        zero_after=mistake in ("zero_after", "renormalised"),
         nan_to_zero=mistake != "mask_inverted_nan",
+        renormalised=mistake == "renormalised",
     )
+
+
+FAR_BLOCKED = "the blocked memory position scores 300 above the allowed one"
 
 
 def _random_mask(gen: torch.Generator, batch: int, n_q: int, n_kv: int) -> torch.Tensor:
@@ -121,6 +132,7 @@ class CrossAttention(Task):
             shapes = [(d, d_k), (d, d_k), (d, d_v)]
             return (x, memory, *(randn(gen, *s, dtype=dtype) * d**-0.5 for s in shapes))
 
+        (x, memory, keep), eye = far_blocked_key(), torch.eye(4)
         return [
             Case("x (2, 3, 8), memory (2, 5, 8): 3 queries read 5 memory positions, no mask",
                  inputs((2, 3, 8), (2, 5, 8), 4, 6)),
@@ -140,6 +152,9 @@ class CrossAttention(Task):
             Case("extra batch dimensions, d_k=3 unlike n_q and n_kv: x (2, 2, 5, 6), memory "
                  "(2, 2, 4, 6)",
                  inputs((2, 2, 5, 6), (2, 2, 4, 6), 3, 2)),
+            Case(f"x (1, 1, 4) of 10s, memory (1, 2, 4), identity w_q, w_k, w_v, memory_mask "
+                 f"(1, 1, 2) = [True, False]: {FAR_BLOCKED}",
+                 (x, memory, eye, eye, eye), {"memory_mask": keep[:, None]}),
         ]  # fmt: skip
 
     def diagnose(self, got, want, case):
@@ -312,14 +327,15 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
     return wrong_attention(
         q,
         x @ w_k,
-        x @ w_v,
+        x @ (w_k if mistake == "values_with_w_k" else w_v),
         mask,
         scale=scale,
         fill=0.0 if mistake == "fill_zero" else float("-inf"),
         dim=-2 if mistake == "softmax_over_queries" else -1,
         inverted=mistake.startswith("mask_inverted"),
-        zero_after=mistake == "zero_after",
+        zero_after=mistake in ("zero_after", "renormalised"),
         nan_to_zero=mistake == "mask_inverted_zeroed",
+        renormalised=mistake == "renormalised",
     )
 
 
@@ -344,6 +360,9 @@ POOL_MISTAKES = {
     "weight. Fill them with float('-inf') before the softmax",
     "zero_after": "you zeroed the weights of padded tokens AFTER the softmax, so the weights no "
     "longer sum to 1: fill their SCORES with -inf before the softmax",
+    "renormalised": RENORMALISED_HINT,
+    "values_with_w_k": "the values are projected with w_k: v = x @ w_v (the keys and the values "
+    "have a matrix each)",
     "x_zeroed": "zeroing the padded tokens of x still gives each a score of 0, and exp(0) = 1: "
     "they keep weight. Fill their SCORES with -inf before the softmax",
 }
@@ -375,6 +394,7 @@ class AttentionPool(Task):
             kwargs = {} if lengths is None else {"mask": source_padding_mask(lengths, n)[:, 0]}
             return Case(description, (x, queries, w_k, w_v), kwargs)
 
+        (queries, memory, keep), eye = far_blocked_key(), torch.eye(4)
         # sizes: (batch, n, d_model, number of queries, d_k, d_v)
         return [
             case("x (2, 6, 8), 3 queries (3, 4), w_k (8, 4), w_v (8, 5), no mask",
@@ -388,4 +408,7 @@ class AttentionPool(Task):
                  (1, 2, 4, 5, 4, 4)),
             case("float64 x (2, 9, 12), 4 queries (4, 6), w_v (12, 10), lengths [3, 9]",
                  (2, 9, 12, 4, 6, 10), [3, 9], torch.float64),
+            Case(f"x (1, 2, 4), one query (1, 4) of 10s, identity w_k and w_v, mask (1, 2) = "
+                 f"[True, False]: {FAR_BLOCKED.replace('memory position', 'token')}",
+                 (memory, queries[0], eye, eye), {"mask": keep}),
         ]  # fmt: skip

@@ -26,6 +26,10 @@ class CosineSimilarityMatrix(Task):
         "every row to length 1 first)",
         "no_guard": "a zero vector has length 0 and 0/0 = NaN; clamp the lengths (e.g. "
         "norm.clamp_min(1e-12)) so a zero vector gets similarity 0",
+        "clamp_too_large": "the similarities of tiny vectors (lengths about 1e-9, not zero) "
+        "are wrong: clamp_min(1e-8) (F.cosine_similarity's eps), or a clamp of the squared "
+        "lengths or of their product, changes every length below it; guard only the zeros, "
+        "norm.clamp_min(1e-12) on the lengths (or torch.where(norm > 0, ...))",
         "one_length": "you divided by the length of only one of the two vectors; divide by "
         "|E_i| |E_j|",
         "squared_norms": "divide by the lengths |E_i| |E_j|, not by the squared lengths",
@@ -72,6 +76,11 @@ class CosineSimilarityMatrix(Task):
                 "float64 E (4, 5) of short vectors (lengths about 0.002)",
                 (randn(gen, 4, 5, dtype=torch.float64) * 1e-3,),
             ),
+            Case(  # lengths about 2e-9 under every seed: any clamp from 1e-8 up changes them all
+                "float64 E (3, 4) of tiny vectors (lengths about 1e-9: not zero, so their "
+                "similarities are those of any vectors with these directions)",
+                (randn(gen, 3, 4, dtype=torch.float64) * 1e-9,),
+            ),
         ]
 
     def wrong(self, E, *, mistake):
@@ -82,7 +91,7 @@ class CosineSimilarityMatrix(Task):
         else:
             norms = E.norm(dim=0 if mistake == "columns" else -1, keepdim=mistake not in _FLAT)
         if mistake not in ("no_guard", "squared_norms"):
-            norms = norms.clamp_min(1e-12)
+            norms = norms.clamp_min(1e-8 if mistake == "clamp_too_large" else 1e-12)
         if mistake in ("one_length", "columns_by_flat_norms"):
             return (E @ E.T) / norms
         if mistake in ("squared_norms", "squared_flat_norms"):
@@ -107,4 +116,6 @@ class CosineSimilarityMatrix(Task):
                     "most for short vectors; clamp the lengths instead, norm.clamp_min(1e-12), "
                     "which changes only the zero ones"
                 )
+            if case.args[0].norm(dim=-1).amax() < 1e-6:  # the tiny vectors: any clamp above them
+                return self.mistake_table["clamp_too_large"]
         return None

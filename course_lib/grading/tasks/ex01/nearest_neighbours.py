@@ -28,6 +28,20 @@ def _parallel_copy_case() -> Case:
     )
 
 
+def _opposite_row_case() -> Case:
+    """E (5, 4) whose last row points away from row 0 (cosine exactly -1), index 0, k 4.
+
+    Every other row is a neighbour, so setting row 0's own similarity to -1 (the lowest cosine)
+    ties it with the opposite row, and topk, argsort and sort all keep row 0 instead of row 4.
+    Lengths 2 and 4 make the -1 exact; the same under every seed.
+    """
+    E = torch.tensor(
+        [[1, 1, 1, 1], [2, 0, 1, -1], [1, -1, -1, 0], [0, 2, 1, 0], [-2, -2, -2, -2]],
+        dtype=torch.float32,
+    )
+    return Case("E (5, 4) whose row 4 is row 0 times -2 (cosine -1), index 0, k 4", (E, 0, 4))
+
+
 def _zero_row_case(gen) -> Case:
     E = randn(gen, 6, 4)
     E[1] = E[0] + 0.3 * E[1]  # a row close to row 0, so the zero row is not the first answer
@@ -51,6 +65,9 @@ class NearestNeighbours(Task):
         "skip_the_first": "skipping the first of the sorted similarities assumes the row itself "
         "comes first, but a copy (or any parallel row) ties with it at cosine 1 and may come "
         "first instead: exclude `index` itself (set its similarity to -inf before ranking)",
+        "excluded_by_value": "you excluded the rows whose similarity is (close to) 1, but a copy "
+        "or any parallel row also scores 1 and is a neighbour: exclude `index` itself (set its "
+        "similarity to -inf), whatever the others score",
         "ascending": "you return the right neighbours in ascending order; the most similar "
         "comes first (descending similarity)",
         "least_similar": "argsort sorts ascending, so you took the least similar rows; sort by "
@@ -64,6 +81,8 @@ class NearestNeighbours(Task):
         "return the rows, topk(k).indices",
         "itself_at_zero": "a similarity of 0 does not exclude the row itself: cosine similarity "
         "goes down to -1, so rows less similar than 0 rank below it; set its similarity to -inf",
+        "itself_at_minus_one": "-1 does not exclude the row itself: a row pointing the opposite "
+        "way also has cosine -1, and the tie kept `index`; set its similarity to -inf",
         "removed_after": "you took the top k and then removed `index`, which leaves k - 1 rows; "
         "exclude `index` before ranking (set its similarity to -inf)",
         "nan_for_zero_rows": "a zero row's similarity came out as NaN (0/0), and topk ranks NaN "
@@ -96,6 +115,7 @@ class NearestNeighbours(Task):
             Case("E (12, 8), index 5, k 1", (randn(gen, 12, 8), 5, 1)),
             _parallel_copy_case(),
             _zero_row_case(gen),
+            _opposite_row_case(),
         ]
 
     def wrong(self, E, index, k, *, mistake):
@@ -120,8 +140,11 @@ class NearestNeighbours(Task):
         if mistake in ("least_similar", "least_similar_itself_first"):
             similarity[index] = float("inf" if mistake == "least_similar" else "-inf")
             return similarity.argsort()[:k]
+        if mistake == "excluded_by_value":  # every row at cosine ~1, the copies too
+            similarity[similarity > 0.9999] = float("-inf")
         if mistake != "including_itself":
-            similarity[index] = 0.0 if mistake == "itself_at_zero" else float("-inf")
+            own = {"itself_at_zero": 0.0, "itself_at_minus_one": -1.0}  # else -inf
+            similarity[index] = own.get(mistake, float("-inf"))
         top = similarity.topk(3 if mistake == "top_three" else k)  # lesson 01's top3, copied
         if mistake == "similarities":
             return top.values
