@@ -646,7 +646,16 @@ HUNTED_3 = [  # #hunt3: a learner's slip that got a bare PyTorch error, and now 
 ]
 
 
-ALL_HUNTED = HUNTED + HUNTED_2 + HUNTED_3
+HUNTED_4 = [  # #hunt4: a hint that named no mistake
+    (  # dq assigned, not accumulated: "only dq differs"
+        "tiled_attention_backward",
+        [("dq = dq + d_scores @ k_block * scale", "dq = d_scores @ k_block * scale")],
+        "dq is overwritten by each block",
+    ),
+]
+
+
+ALL_HUNTED = HUNTED + HUNTED_2 + HUNTED_3 + HUNTED_4
 
 
 @pytest.mark.parametrize("name,edits,words", ALL_HUNTED, ids=[h[2] for h in ALL_HUNTED])
