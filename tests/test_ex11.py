@@ -533,3 +533,29 @@ def test_an_ablation_whose_loss_reads_row_0_only_is_told_so_under_every_seed(sol
     result = judge(task, cases, run_cases(task, learner, cases))
     assert result.status == "failed" and result.score < result.max_score, result.feedback
     assert "the loss over the whole batch, not row 0" in result.feedback, result.feedback
+
+
+HUNTED_4 = [  # #hunt4: each got "None of the usual single mistakes" or no hint at all
+    (  # summed over the queries (averaged over the batch)
+        "induction_scores",
+        [("weights.mean(dim=(1, 3))", "weights.sum(dim=3).mean(dim=1)")],
+        "not a sum",
+    ),
+    (  # the stripe one below: diagonal(-(T + 1)), queries T + 1 .. 2T - 1
+        "induction_scores",
+        [("patterns[..., queries, keys]", "patterns.diagonal(-(period + 1), -2, -1)")],
+        "the token BEFORE the earlier copy",
+    ),
+    (  # z[:, a:b] on (batch, seq, features): positions zeroed, no hint
+        "ablate_head",
+        [("z[..., head * d_head", "z[:, head * d_head")],
+        "you zeroed sequence POSITIONS",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,edits,words", HUNTED_4, ids=[h[2] for h in HUNTED_4])
+def test_fourth_hunt_slips_get_a_named_hint(solution, name, edits, words):
+    result = check_result(f"ex11.{name}", _solution_with(solution, name, *edits))
+    assert result.status == "failed", result.feedback
+    assert words in result.feedback and "None of the usual" not in result.feedback
