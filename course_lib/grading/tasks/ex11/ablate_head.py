@@ -60,6 +60,10 @@ MISTAKES = {
         "you ablated head `head` in every layer: ablate it in layer `layer` only "
         "(model.layers[layer].self_attn.out_proj)"
     ),
+    "positions": (
+        "you zeroed sequence POSITIONS: z[:, a:b] slices dim 1 of (batch, seq, num_heads * "
+        "d_head), the positions; head h's features are the LAST dim, z[..., h*d_head:(h+1)*d_head]"
+    ),
     "mean": (
         "you replaced the head's output by its mean (mean ablation); this task asks for "
         "ZERO ablation: set the head's slice to 0"
@@ -103,11 +107,14 @@ def wrong_ablation(model, ids, layer, head, *, mistake):
     which = (head + 1) % attns[0].num_heads if mistake == "next_head" else head
     part = slice(which * d_head, (which + 1) * d_head)
     clean = loss()
-    if mistake == "mean":  # mean ablation: the head's mean output over these ids
+    if mistake in ("mean", "positions"):  # mean ablation: the head's mean output over these ids
 
         def replace(module, args):
             z = args[0].clone()
-            z[..., part] = z[..., part].mean(dim=(0, 1))
+            if mistake == "positions":  # the slice on dim 1, the positions
+                z[:, part] = 0.0
+            else:
+                z[..., part] = z[..., part].mean(dim=(0, 1))
             return (z,)
 
         handle = attns[0].out_proj.register_forward_pre_hook(replace)
