@@ -551,6 +551,24 @@ HUNTED_4 = [  # #hunt4: each got "None of the usual single mistakes" or no hint 
         [("z[..., head * d_head", "z[:, head * d_head")],
         "you zeroed sequence POSITIONS",
     ),
+    (
+        "ablate_head",
+        [("z[..., head * d_head : (head + 1) * d_head]", "z[..., head]")],
+        "(h+1)*d_head",
+    ),
+    (
+        "patch_head",
+        [("slice(head * d_head, (head + 1) * d_head)", "slice(head, head + 1)")],
+        "not the single feature h",
+    ),
+    (  # the slice on the positions, empty when seq <= head * d_head: "hook removed?" only
+        "patch_head",
+        [
+            ("a[0][..., cols]", "a[0][:, cols]"),
+            ("z[..., cols] = clean[0]", "z[:, cols] = clean[0]"),
+        ],
+        "slices the positions",
+    ),
 ]
 
 

@@ -129,6 +129,12 @@ def _snapshot(model) -> tuple:
     return modes, recording
 
 
+ONE_COLUMN = (
+    "head h is d_head features wide: the slice h*d_head .. (h+1)*d_head - 1 of out_proj's "
+    "input, not the single feature h (slice(h, h + 1))"
+)
+
+
 # what a changed model looks like -> what the learner must do about it
 CHANGES = {
     "hook": (

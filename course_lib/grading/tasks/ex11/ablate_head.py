@@ -7,7 +7,15 @@ import torch.nn.functional as F
 
 from ...core import register
 from ..common import randint
-from ._models import LESSON, ModelTask, circuit_heads, circuit_spec, model_case, repeated
+from ._models import (
+    LESSON,
+    ONE_COLUMN,
+    ModelTask,
+    circuit_heads,
+    circuit_spec,
+    model_case,
+    repeated,
+)
 
 # "no_effect" comes before "rows": zeroing rows can also change nothing on a drawn case, and this
 # hint (which names the columns) is then true for both.
@@ -34,6 +42,7 @@ MISTAKES = {
         "(h+1)*d_head - 1 (the slice of out_proj's input that the head wrote)"
     ),
     "next_head": "the wrong head: head h is the slice h*d_head .. (h+1)*d_head - 1",
+    "one_column": ONE_COLUMN,
     "queries": (
         "zeroing the head's queries makes its attention uniform, it does not switch the "
         "head off; zero what the head writes, its slice of out_proj's input"
@@ -105,7 +114,11 @@ def wrong_ablation(model, ids, layer, head, *, mistake):
     attns = [lay.self_attn for lay in layers]
     d_head = attns[0].d_model // attns[0].num_heads
     which = (head + 1) % attns[0].num_heads if mistake == "next_head" else head
-    part = slice(which * d_head, (which + 1) * d_head)
+    part = (
+        slice(which, which + 1)
+        if mistake == "one_column"
+        else slice(which * d_head, (which + 1) * d_head)
+    )
     clean = loss()
     if mistake in ("mean", "positions"):  # mean ablation: the head's mean output over these ids
 
