@@ -652,6 +652,16 @@ HUNTED_4 = [  # #hunt4: a hint that named no mistake
         [("dq = dq + d_scores @ k_block * scale", "dq = d_scores @ k_block * scale")],
         "dq is overwritten by each block",
     ),
+    (  # the lesson's "blocks above the diagonal are skipped", past the FIRST query's token
+        "tiled_attention",
+        [
+            (
+                "        k_block = k[",
+                "        if causal and start > n_k - n_q:\n            break\n        k_block = k[",
+            )
+        ],
+        "your loop stops too early",
+    ),
 ]
 
 
