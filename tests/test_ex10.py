@@ -662,6 +662,18 @@ HUNTED_4 = [  # #hunt4: a hint that named no mistake
         ],
         "your loop stops too early",
     ),
+    (  # q scaled once before the loop, as the forward does, and dk scaled again
+        "tiled_attention_backward",
+        [
+            (
+                "    dq = torch.zeros_like(q)\n",
+                "    dq = torch.zeros_like(q)\n    qs = q * scale\n",
+            ),
+            ("scores = q @ k_block.transpose(-2, -1) * scale", "scores = qs @ k_block.mT"),
+            ("d_scores.transpose(-2, -1) @ q * scale", "d_scores.mT @ qs * scale"),
+        ],
+        "dk is divided by sqrt(d_k) twice",
+    ),
 ]
 
 
