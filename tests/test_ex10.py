@@ -674,6 +674,18 @@ HUNTED_4 = [  # #hunt4: a hint that named no mistake
         ],
         "dk is divided by sqrt(d_k) twice",
     ),
+    (  # a random id made to differ from the token: the shares only, no hint
+        "mlm_mask",
+        [
+            (
+                "random_ids = torch.randint(0, vocab_size,",
+                "random_ids = (ids + torch.randint(1, vocab_size, ids.shape, "
+                "generator=generator, dtype=ids.dtype)) % vocab_size\n"
+                "    unused = torch.randint(0, vocab_size,",
+            )
+        ],
+        "never equal the original token",
+    ),
 ]
 
 
