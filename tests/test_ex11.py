@@ -569,6 +569,16 @@ HUNTED_4 = [  # #hunt4: each got "None of the usual single mistakes" or no hint 
         ],
         "slices the positions",
     ),
+    (  # RMSNorm's divisor: no mean subtracted
+        "direct_logit_attribution",
+        [(DIVISOR, "(final[0].pow(2).mean(-1, keepdim=True) + model.norm.eps).sqrt()")],
+        "not RMSNorm's root mean square",
+    ),
+    (  # every part centred by the stream's mean
+        "direct_logit_attribution",
+        [("(p - p.mean(-1, keepdim=True))", "(p - final[0].mean(-1, keepdim=True))")],
+        "centred by ITS OWN mean",
+    ),
 ]
 
 
