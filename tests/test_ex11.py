@@ -587,3 +587,27 @@ def test_fourth_hunt_slips_get_a_named_hint(solution, name, edits, words):
     result = check_result(f"ex11.{name}", _solution_with(solution, name, *edits))
     assert result.status == "failed", result.feedback
     assert words in result.feedback and "None of the usual" not in result.feedback
+
+
+NO_FINALLY_EDITS = [  # #hunt4: full marks before, though a raising forward left the hooks on
+    (
+        "patch_head",
+        "    try:\n        with torch.no_grad():\n            model(clean_ids)\n"
+        "    finally:\n        handle.remove()\n",
+        "    with torch.no_grad():\n        model(clean_ids)\n    handle.remove()\n",
+    ),
+    (
+        "direct_logit_attribution",
+        "    try:\n        with torch.no_grad():\n            model(ids)\n"
+        "    finally:\n        for handle in handles:\n            handle.remove()\n",
+        "    with torch.no_grad():\n        model(ids)\n    for handle in handles:\n"
+        "        handle.remove()\n",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,old,new", NO_FINALLY_EDITS, ids=[e[0] for e in NO_FINALLY_EDITS])
+def test_hooks_removed_without_finally_fail_when_the_forward_raises(solution, name, old, new):
+    result = check_result(f"ex11.{name}", _solution_with(solution, name, (old, new)))
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert "your hooks stay on the model when the forward raises" in result.feedback

@@ -7,9 +7,18 @@ import torch
 
 from ...core import GradingError, register
 from ..common import randint
-from ._models import LESSON, ModelTask, circuit_spec, model_case, repeated
+from ._models import (
+    LESSON,
+    NO_FINALLY,
+    ModelTask,
+    circuit_spec,
+    model_case,
+    raising_case,
+    repeated,
+)
 
 MISTAKES = {
+    "no_finally": NO_FINALLY,  # first: every wrong below leaves its hooks when the forward raises
     "no_scale": (
         "the final norm's scale is missing: the parts must be divided by the norm's "
         "divisor sqrt(var + eps) of the WHOLE final stream (computed once, from the "
@@ -170,4 +179,5 @@ class DirectLogitAttribution(ModelTask):
         )
         cases = [model_case(spec, randint(gen, 13, *shape)) for spec, shape in specs]
         spec = circuit_spec(gen)
-        return [*cases, model_case(spec, repeated(gen, 2, 8, 24))]
+        # last, so that the cases above stay as they were
+        return [*cases, model_case(spec, repeated(gen, 2, 8, 24)), raising_case(gen, "ids")]

@@ -7,9 +7,19 @@ import torch
 
 from ...core import Case, register
 from ..common import randint
-from ._models import LESSON, ONE_COLUMN, ModelTask, circuit_spec, describe, repeated
+from ._models import (
+    LESSON,
+    NO_FINALLY,
+    ONE_COLUMN,
+    ModelTask,
+    circuit_spec,
+    describe,
+    raising_case,
+    repeated,
+)
 
 MISTAKES = {
+    "no_finally": NO_FINALLY,  # first: every wrong below leaves its hooks when the forward raises
     "reversed": (
         "the direction is reversed: run the CORRUPTED input, with this head's output "
         "taken from the CLEAN run"
@@ -119,4 +129,7 @@ class PatchHead(ModelTask):
             f"{describe(spec)}: clean = a repeated sequence, corrupted = its first half "
             "followed by other tokens, layer=1, head=3"
         )
-        return [*cases, Case(description, (clean, corrupted, 1, 3), data={"model": spec})]
+        last = raising_case(
+            gen, "clean and corrupted ids", lambda ids: (randint(gen, 13, 2, 20), 1, 1)
+        )
+        return [*cases, Case(description, (clean, corrupted, 1, 3), data={"model": spec}), last]
