@@ -646,7 +646,50 @@ HUNTED_3 = [  # #hunt3: a learner's slip that got a bare PyTorch error, and now 
 ]
 
 
-ALL_HUNTED = HUNTED + HUNTED_2 + HUNTED_3
+HUNTED_4 = [  # #hunt4: a hint that named no mistake
+    (  # dq assigned, not accumulated: "only dq differs"
+        "tiled_attention_backward",
+        [("dq = dq + d_scores @ k_block * scale", "dq = d_scores @ k_block * scale")],
+        "dq is overwritten by each block",
+    ),
+    (  # the lesson's "blocks above the diagonal are skipped", past the FIRST query's token
+        "tiled_attention",
+        [
+            (
+                "        k_block = k[",
+                "        if causal and start > n_k - n_q:\n            break\n        k_block = k[",
+            )
+        ],
+        "your loop stops too early",
+    ),
+    (  # q scaled once before the loop, as the forward does, and dk scaled again
+        "tiled_attention_backward",
+        [
+            (
+                "    dq = torch.zeros_like(q)\n",
+                "    dq = torch.zeros_like(q)\n    qs = q * scale\n",
+            ),
+            ("scores = q @ k_block.transpose(-2, -1) * scale", "scores = qs @ k_block.mT"),
+            ("d_scores.transpose(-2, -1) @ q * scale", "d_scores.mT @ qs * scale"),
+        ],
+        "dk is divided by sqrt(d_k) twice",
+    ),
+    (  # a random id made to differ from the token: the shares only, no hint
+        "mlm_mask",
+        [
+            (
+                "random_ids = torch.randint(0, vocab_size,",
+                "random_ids = (ids + torch.randint(1, vocab_size, ids.shape, "
+                "generator=generator, dtype=ids.dtype)) % vocab_size\n"
+                "    unused = torch.randint(0, vocab_size,",
+            )
+        ],
+        "never equal the original token",
+    ),
+]
+
+
+ALL_HUNTED = HUNTED + HUNTED_2 + HUNTED_3 + HUNTED_4
 
 
 @pytest.mark.parametrize("name,edits,words", ALL_HUNTED, ids=[h[2] for h in ALL_HUNTED])

@@ -533,3 +533,81 @@ def test_an_ablation_whose_loss_reads_row_0_only_is_told_so_under_every_seed(sol
     result = judge(task, cases, run_cases(task, learner, cases))
     assert result.status == "failed" and result.score < result.max_score, result.feedback
     assert "the loss over the whole batch, not row 0" in result.feedback, result.feedback
+
+
+HUNTED_4 = [  # #hunt4: each got "None of the usual single mistakes" or no hint at all
+    (  # summed over the queries (averaged over the batch)
+        "induction_scores",
+        [("weights.mean(dim=(1, 3))", "weights.sum(dim=3).mean(dim=1)")],
+        "not a sum",
+    ),
+    (  # the stripe one below: diagonal(-(T + 1)), queries T + 1 .. 2T - 1
+        "induction_scores",
+        [("patterns[..., queries, keys]", "patterns.diagonal(-(period + 1), -2, -1)")],
+        "the token BEFORE the earlier copy",
+    ),
+    (  # z[:, a:b] on (batch, seq, features): positions zeroed, no hint
+        "ablate_head",
+        [("z[..., head * d_head", "z[:, head * d_head")],
+        "you zeroed sequence POSITIONS",
+    ),
+    (
+        "ablate_head",
+        [("z[..., head * d_head : (head + 1) * d_head]", "z[..., head]")],
+        "(h+1)*d_head",
+    ),
+    (
+        "patch_head",
+        [("slice(head * d_head, (head + 1) * d_head)", "slice(head, head + 1)")],
+        "not the single feature h",
+    ),
+    (  # the slice on the positions, empty when seq <= head * d_head: "hook removed?" only
+        "patch_head",
+        [
+            ("a[0][..., cols]", "a[0][:, cols]"),
+            ("z[..., cols] = clean[0]", "z[:, cols] = clean[0]"),
+        ],
+        "slices the positions",
+    ),
+    (  # RMSNorm's divisor: no mean subtracted
+        "direct_logit_attribution",
+        [(DIVISOR, "(final[0].pow(2).mean(-1, keepdim=True) + model.norm.eps).sqrt()")],
+        "not RMSNorm's root mean square",
+    ),
+    (  # every part centred by the stream's mean
+        "direct_logit_attribution",
+        [("(p - p.mean(-1, keepdim=True))", "(p - final[0].mean(-1, keepdim=True))")],
+        "centred by ITS OWN mean",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,edits,words", HUNTED_4, ids=[h[2] for h in HUNTED_4])
+def test_fourth_hunt_slips_get_a_named_hint(solution, name, edits, words):
+    result = check_result(f"ex11.{name}", _solution_with(solution, name, *edits))
+    assert result.status == "failed", result.feedback
+    assert words in result.feedback and "None of the usual" not in result.feedback
+
+
+NO_FINALLY_EDITS = [  # #hunt4: full marks before, though a raising forward left the hooks on
+    (
+        "patch_head",
+        "    try:\n        with torch.no_grad():\n            model(clean_ids)\n"
+        "    finally:\n        handle.remove()\n",
+        "    with torch.no_grad():\n        model(clean_ids)\n    handle.remove()\n",
+    ),
+    (
+        "direct_logit_attribution",
+        "    try:\n        with torch.no_grad():\n            model(ids)\n"
+        "    finally:\n        for handle in handles:\n            handle.remove()\n",
+        "    with torch.no_grad():\n        model(ids)\n    for handle in handles:\n"
+        "        handle.remove()\n",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,old,new", NO_FINALLY_EDITS, ids=[e[0] for e in NO_FINALLY_EDITS])
+def test_hooks_removed_without_finally_fail_when_the_forward_raises(solution, name, old, new):
+    result = check_result(f"ex11.{name}", _solution_with(solution, name, (old, new)))
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert "your hooks stay on the model when the forward raises" in result.feedback

@@ -75,6 +75,11 @@ FAULTS = {
         "[0, vocab_size) (torch.randint's `high` is already excluded)"
     ),
     "global_rng": "pass `generator=generator` to every random draw",
+    "random_never_original": (
+        "your random ids never equal the original token: draw them uniformly from "
+        "[0, vocab_size), which gives the token back 1 time in vocab_size (BERT's unchanged "
+        "10 % comes on top of that)"
+    ),
     "random_ids_int64": (
         "torch.randint gives int64 ids, and these ids are int32: draw the random ids with "
         "dtype=ids.dtype (or .to(ids.dtype)) before putting them into the inputs"
@@ -99,6 +104,8 @@ def wrong_mlm(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=N
     random_ids = torch.randint(
         0, vocab_size + extra, ids.shape, generator=generator, dtype=ids.dtype
     )
+    if mistake == "random_never_original":  # a shift of 1 .. vocab_size - 1: never the token
+        random_ids = (ids + random_ids.clamp(min=1)) % vocab_size
     masked = chosen & (action < low)
     swap = chosen & (action >= low) & (action < high)
     if mistake == "independent_rest":

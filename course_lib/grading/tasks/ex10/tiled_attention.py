@@ -147,6 +147,12 @@ FAULTS = {
     ),
     "full_matrix": MEMORY_HINT,
     "full_causal_mask": MEMORY_HINT,
+    "stopped_early": (
+        "with causal=True your loop stops too early: a block of keys may be skipped only when "
+        "EVERY query comes before it, and your column of tiles holds all the queries, the last "
+        "of them token n_k - 1, which sees every key: no block can be skipped here (the "
+        "lesson's version skips tiles because it splits the queries too)"
+    ),
 }
 
 
@@ -180,6 +186,8 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
     parts = []
     last = n_k - block_size + 1 if mistake == "last_block_dropped" else n_k
     for start in range(0, last, block_size):
+        if causal and mistake == "stopped_early" and start > n_k - n_q:  # the first query's
+            break
         end = block_size if mistake == "slice_to_block_size" else start + block_size
         s = q @ k[..., start:end, :].transpose(-2, -1)  # (..., n_q, bk)
         v_block = v[..., start:end, :]

@@ -66,6 +66,14 @@ FAULTS = {
         "the last keys get no gradient when n_k is not a multiple of block_size: loop with "
         "range(0, n_k, block_size) and slice to the end"
     ),
+    "dk_scaled_twice": (
+        "dk is divided by sqrt(d_k) twice: a q already scaled before the loop (as the forward "
+        "scales it once) carries the factor, so dk = ds^T (q / sqrt(d_k)), with no second one"
+    ),
+    "dq_overwritten": (
+        "dq is overwritten by each block: every block of keys adds its part, so start from "
+        "zeros and accumulate, dq = dq + ds K_j / sqrt(d_k) (only the last block's part is left)"
+    ),
     "full_matrix": MEMORY_HINT,
 }
 
@@ -110,8 +118,9 @@ def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mi
             ds = p * (dp - (p * dp).sum(-1, keepdim=True))
         else:
             ds = p * (dp - D)
-        dq = dq + ds @ k_block * grad_scale
-        dks.append(ds.transpose(-2, -1) @ q * grad_scale)
+        dq = (0 if mistake == "dq_overwritten" else dq) + ds @ k_block * grad_scale
+        twice = scale if mistake == "dk_scaled_twice" else 1.0  # q pre-scaled, then again
+        dks.append(ds.transpose(-2, -1) @ q * grad_scale * twice)
     dk, dv = torch.cat(dks, dim=-2), torch.cat(dvs, dim=-2)
     if mistake == "last_block_dropped" and dk.shape[-2] < n_k:
         pad = torch.zeros(*dk.shape[:-2], n_k - dk.shape[-2], dk.shape[-1], dtype=dk.dtype)

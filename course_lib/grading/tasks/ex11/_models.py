@@ -9,6 +9,7 @@ import math
 import torch
 
 from ...core import Case, Task, compare_values
+from ..common import randint
 
 LESSON = "lesson 11"
 
@@ -111,6 +112,20 @@ def model_case(spec, ids, *args, note="", raises=None, **data):
     return Case(description, (ids, *args), data={"model": spec, **data}, raises=raises)
 
 
+def raising_case(gen, name, more=lambda ids: ()):
+    """A case whose ids (2, 20) are longer than the model's block_size (16): the forward
+    raises, the function must let the ValueError through, and no hook may remain. `more(ids)`:
+    the function's other arguments."""
+    spec = {"kind": "random", "seed": 15}
+    ids = randint(gen, 13, 2, 20)
+    description = (
+        f"{describe(spec)}, block_size 16, {name} (2, 20): the forward raises, and no hook may "
+        "remain on the model afterwards"
+    )
+    data = {"model": spec, "probe": ids[:, :16], "fails": True}
+    return Case(description, (ids, *more(ids)), data=data)
+
+
 def repeated(gen, batch, period, vocab):
     """(batch, 2 * period): distinct random tokens, then the same again."""
     first = torch.stack([torch.randperm(vocab, generator=gen)[:period] for _ in range(batch)])
@@ -127,6 +142,17 @@ def _snapshot(model) -> tuple:
         for layer in model.layers
     )
     return modes, recording
+
+
+NO_FINALLY = (
+    "your hooks stay on the model when the forward raises: handle.remove() runs only after a "
+    "forward that succeeded; register the hooks and run the forward inside `try:`, and remove "
+    "every handle in `finally:`"
+)
+ONE_COLUMN = (
+    "head h is d_head features wide: the slice h*d_head .. (h+1)*d_head - 1 of out_proj's "
+    "input, not the single feature h (slice(h, h + 1))"
+)
 
 
 # what a changed model looks like -> what the learner must do about it

@@ -7,7 +7,15 @@ import torch.nn.functional as F
 
 from ...core import register
 from ..common import randint
-from ._models import LESSON, ModelTask, circuit_heads, circuit_spec, model_case, repeated
+from ._models import (
+    LESSON,
+    ONE_COLUMN,
+    ModelTask,
+    circuit_heads,
+    circuit_spec,
+    model_case,
+    repeated,
+)
 
 # "no_effect" comes before "rows": zeroing rows can also change nothing on a drawn case, and this
 # hint (which names the columns) is then true for both.
@@ -34,6 +42,7 @@ MISTAKES = {
         "(h+1)*d_head - 1 (the slice of out_proj's input that the head wrote)"
     ),
     "next_head": "the wrong head: head h is the slice h*d_head .. (h+1)*d_head - 1",
+    "one_column": ONE_COLUMN,
     "queries": (
         "zeroing the head's queries makes its attention uniform, it does not switch the "
         "head off; zero what the head writes, its slice of out_proj's input"
@@ -59,6 +68,10 @@ MISTAKES = {
     "layer_ignored": (
         "you ablated head `head` in every layer: ablate it in layer `layer` only "
         "(model.layers[layer].self_attn.out_proj)"
+    ),
+    "positions": (
+        "you zeroed sequence POSITIONS: z[:, a:b] slices dim 1 of (batch, seq, num_heads * "
+        "d_head), the positions; head h's features are the LAST dim, z[..., h*d_head:(h+1)*d_head]"
     ),
     "mean": (
         "you replaced the head's output by its mean (mean ablation); this task asks for "
@@ -101,13 +114,20 @@ def wrong_ablation(model, ids, layer, head, *, mistake):
     attns = [lay.self_attn for lay in layers]
     d_head = attns[0].d_model // attns[0].num_heads
     which = (head + 1) % attns[0].num_heads if mistake == "next_head" else head
-    part = slice(which * d_head, (which + 1) * d_head)
+    part = (
+        slice(which, which + 1)
+        if mistake == "one_column"
+        else slice(which * d_head, (which + 1) * d_head)
+    )
     clean = loss()
-    if mistake == "mean":  # mean ablation: the head's mean output over these ids
+    if mistake in ("mean", "positions"):  # mean ablation: the head's mean output over these ids
 
         def replace(module, args):
             z = args[0].clone()
-            z[..., part] = z[..., part].mean(dim=(0, 1))
+            if mistake == "positions":  # the slice on dim 1, the positions
+                z[:, part] = 0.0
+            else:
+                z[..., part] = z[..., part].mean(dim=(0, 1))
             return (z,)
 
         handle = attns[0].out_proj.register_forward_pre_hook(replace)

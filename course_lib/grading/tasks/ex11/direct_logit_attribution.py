@@ -7,9 +7,18 @@ import torch
 
 from ...core import GradingError, register
 from ..common import randint
-from ._models import LESSON, ModelTask, circuit_spec, model_case, repeated
+from ._models import (
+    LESSON,
+    NO_FINALLY,
+    ModelTask,
+    circuit_spec,
+    model_case,
+    raising_case,
+    repeated,
+)
 
 MISTAKES = {
+    "no_finally": NO_FINALLY,  # first: every wrong below leaves its hooks when the forward raises
     "no_scale": (
         "the final norm's scale is missing: the parts must be divided by the norm's "
         "divisor sqrt(var + eps) of the WHOLE final stream (computed once, from the "
@@ -60,6 +69,14 @@ MISTAKES = {
     "weight_first": (
         "you multiplied by model.norm.weight BEFORE centring: centre each part (minus "
         "its mean over d_model), divide by the divisor, THEN multiply by the weight"
+    ),
+    "stream_mean": (
+        "each part is centred by ITS OWN mean over d_model, part - part.mean(-1): the stream's "
+        "mean subtracted from every part is subtracted once per part in the sum"
+    ),
+    "rms_divisor": (
+        "the divisor is LayerNorm's, sqrt(var + eps) of the stream with its mean subtracted "
+        "(var(-1, unbiased=False)), not RMSNorm's root mean square sqrt(mean(x**2) + eps)"
     ),
     "rows": (
         "head h writes through the COLUMNS h*d_head .. (h+1)*d_head - 1 of "
@@ -112,6 +129,8 @@ def wrong_attribution(model, ids, *, mistake):
     scale = (final[0].var(-1, unbiased=mistake == "unbiased", keepdim=True) + eps).sqrt()
     if mistake == "eps_outside":
         scale = final[0].var(-1, unbiased=False, keepdim=True).sqrt() + eps
+    if mistake == "rms_divisor":  # no mean subtracted
+        scale = (final[0].pow(2).mean(-1, keepdim=True) + eps).sqrt()
     out = []
     for part in parts:
         if mistake == "full_norm":
@@ -122,7 +141,8 @@ def wrong_attribution(model, ids, *, mistake):
             weighted = part * norm.weight
             normed = (weighted - weighted.mean(-1, keepdim=True)) / scale
         else:
-            centred = part if mistake == "no_centre" else part - part.mean(-1, keepdim=True)
+            mean = (final[0] if mistake == "stream_mean" else part).mean(-1, keepdim=True)
+            centred = part if mistake == "no_centre" else part - mean
             divided = centred if mistake == "no_scale" else centred / scale
             normed = divided if mistake == "no_weight" else divided * norm.weight
         out.append(model.lm_head(normed))
@@ -159,4 +179,5 @@ class DirectLogitAttribution(ModelTask):
         )
         cases = [model_case(spec, randint(gen, 13, *shape)) for spec, shape in specs]
         spec = circuit_spec(gen)
-        return [*cases, model_case(spec, repeated(gen, 2, 8, 24))]
+        # last, so that the cases above stay as they were
+        return [*cases, model_case(spec, repeated(gen, 2, 8, 24)), raising_case(gen, "ids")]

@@ -15,15 +15,18 @@ _AXIS = (
     "of the (num_layers, batch, num_heads, queries) stripe), keeping one score per layer and "
     "head: shape (num_layers, num_heads)"
 )
+_BEFORE = (
+    "off by one the other way: key i - T - 1 is the token BEFORE the earlier copy of "
+    "query i's token; an induction head attends to the token AFTER it, key i - T + 1"
+)
+_SUM = "a score is a mean (between 0 and 1), not a sum"
 MISTAKES = {
     "duplicate": (
         "off by one: key i - T is the earlier copy of the SAME token (a duplicate-token "
         "head); an induction head attends to the token AFTER it, key i - T + 1"
     ),
-    "one_before": (
-        "off by one the other way: key i - T - 1 is the token BEFORE the earlier copy of "
-        "query i's token; an induction head attends to the token AFTER it, key i - T + 1"
-    ),
+    "one_before": _BEFORE,
+    "one_before_stripe": _BEFORE,  # diagonal(-(T + 1)): queries T + 1 .. 2T - 1 only
     "two_after": (
         "off by one: the token after the earlier copy of query i's token is at "
         "i - T + 1, not i - T + 2"
@@ -54,7 +57,8 @@ MISTAKES = {
         "you averaged over the keys of each query row (which always sums to 1); the "
         "score is the weight on ONE key per query, i - T + 1"
     ),
-    "sum": "a score is a mean (between 0 and 1), not a sum",
+    "sum": _SUM,
+    "sum_queries": _SUM,  # summed over the queries, averaged over the batch
     "max": (
         "a score is the MEAN weight on key i - T + 1 over the batch and the queries, "
         "not its maximum"
@@ -72,9 +76,12 @@ def wrong_scores(model, ids, *, mistake):
         raise ValueError("ids must be a sequence repeated twice")
     period = ids.shape[1] // 2
     patterns = wrong_patterns(model, ids)  # (layers, batch, heads, 2T, 2T)
-    offset = {"duplicate": period, "two_after": period - 2, "one_before": period + 1}.get(
-        mistake, period - 1
-    )
+    offset = {
+        "duplicate": period,
+        "two_after": period - 2,
+        "one_before": period + 1,
+        "one_before_stripe": period + 1,
+    }.get(mistake, period - 1)
     sign = 1 if mistake == "upper_stripe" else -1  # +: above the diagonal, the future
     stripe = patterns.diagonal(offset=sign * offset, dim1=-2, dim2=-1)  # (layers, batch, heads, k)
     queries = {
@@ -93,6 +100,8 @@ def wrong_scores(model, ids, *, mistake):
         return queries.mean(dim=1)  # (layers, heads, T)
     if mistake == "sum":
         return queries.sum(dim=(1, 3))
+    if mistake == "sum_queries":
+        return queries.sum(dim=3).mean(dim=1)
     if mistake == "max":
         return queries.amax(dim=(1, 3))
     if mistake == "over_t_minus_1":  # the queries' sum divided by T - 1 instead of T

@@ -7,9 +7,19 @@ import torch
 
 from ...core import Case, register
 from ..common import randint
-from ._models import LESSON, ModelTask, circuit_spec, describe, repeated
+from ._models import (
+    LESSON,
+    NO_FINALLY,
+    ONE_COLUMN,
+    ModelTask,
+    circuit_spec,
+    describe,
+    raising_case,
+    repeated,
+)
 
 MISTAKES = {
+    "no_finally": NO_FINALLY,  # first: every wrong below leaves its hooks when the forward raises
     "reversed": (
         "the direction is reversed: run the CORRUPTED input, with this head's output "
         "taken from the CLEAN run"
@@ -17,6 +27,7 @@ MISTAKES = {
     "next_head": (
         "the wrong head: head h is the slice h*d_head .. (h+1)*d_head - 1 of out_proj's input"
     ),
+    "one_column": ONE_COLUMN,
     "whole_layer": (
         "you patched every head of the layer; only head `head`'s slice comes from the "
         "clean run, the other heads keep their corrupted outputs"
@@ -38,7 +49,8 @@ MISTAKES = {
         "your patch never took effect: the logits equal those of the corrupted input "
         "run unpatched. Was the patching hook removed before the corrupted run, or did "
         "a recording hook still registered overwrite the clean output with the "
-        "corrupted one?"
+        "corrupted one? Or did your slice pick nothing: z[:, a:b] slices the positions (dim "
+        "1), head h's features are the last dim, z[..., h*d_head:(h+1)*d_head]"
     ),
 }
 
@@ -48,7 +60,11 @@ def wrong_patch(model, clean_ids, corrupted_ids, layer, head, *, mistake):
     out_proj = model.layers[layer].self_attn.out_proj
     d_head = out_proj.in_features // model.config.num_heads
     which = head + 1 if mistake == "next_head" else head
-    part = slice(which * d_head, (which + 1) * d_head)
+    part = (
+        slice(which, which + 1)
+        if mistake == "one_column"
+        else slice(which * d_head, (which + 1) * d_head)
+    )
     saved = []
     if mistake == "output_slice":  # out_proj's output, whose every feature mixes the heads
         handle = out_proj.register_forward_hook(lambda m, a, o: saved.append(o))
@@ -113,4 +129,7 @@ class PatchHead(ModelTask):
             f"{describe(spec)}: clean = a repeated sequence, corrupted = its first half "
             "followed by other tokens, layer=1, head=3"
         )
-        return [*cases, Case(description, (clean, corrupted, 1, 3), data={"model": spec})]
+        last = raising_case(
+            gen, "clean and corrupted ids", lambda ids: (randint(gen, 13, 2, 20), 1, 1)
+        )
+        return [*cases, Case(description, (clean, corrupted, 1, 3), data={"model": spec}), last]
