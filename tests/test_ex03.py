@@ -809,13 +809,17 @@ def _renormalised_attention(q, k, v, keep):
     return weights @ v, weights
 
 
-class RenormalisingMultiHeadAttention(nn.Module):
+class _FourProjections(nn.Module):
+    """A learner's MultiHeadAttention __init__: the four projections, named as the task asks."""
+
     def __init__(self, d_model, num_heads, bias=True):
         super().__init__()
         self.num_heads = num_heads
         for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
             setattr(self, name, nn.Linear(d_model, d_model, bias=bias))
 
+
+class RenormalisingMultiHeadAttention(_FourProjections):
     def forward(self, query, key, value, mask=None):
         batch, n_q, d_model = query.shape
         q, k, v = (
@@ -881,14 +885,8 @@ def test_gqa_slips_that_got_no_hint(slip, words):
     assert result.status == "failed" and words in result.feedback, result.feedback
 
 
-class AttentionWithWeightsByHand(nn.Module):
+class AttentionWithWeightsByHand(_FourProjections):
     """Exercise 02's x @ w_q carried over to nn.Linear's weights, (out, in): not transposed."""
-
-    def __init__(self, d_model, num_heads, bias=True):
-        super().__init__()
-        self.num_heads = num_heads
-        for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
-            setattr(self, name, nn.Linear(d_model, d_model, bias=bias))
 
     def project(self, layer, x):
         return x @ layer.weight + (0 if layer.bias is None else layer.bias)
@@ -911,14 +909,8 @@ def test_nn_linear_weights_used_untransposed_get_their_hint():
     assert "nn.Linear's weight is (out_features, in_features)" in result.feedback, result.feedback
 
 
-class HeadByHeadWithStridedFeatures(nn.Module):
+class HeadByHeadWithStridedFeatures(_FourProjections):
     """One head at a time, head h taking every num_heads-th feature, the heads concatenated."""
-
-    def __init__(self, d_model, num_heads, bias=True):
-        super().__init__()
-        self.num_heads = num_heads
-        for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
-            setattr(self, name, nn.Linear(d_model, d_model, bias=bias))
 
     def forward(self, query, key, value, mask=None):
         q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
