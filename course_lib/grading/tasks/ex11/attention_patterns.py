@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from ...core import Case, register
+from ...core import register
 from ..common import randint
-from ._models import LESSON, ModelTask, circuit_spec, describe, model_case, repeated
+from ._models import LESSON, ModelTask, circuit_spec, model_case, raising_case, repeated
 
 MISTAKES = {
     "no_finally": (
@@ -132,11 +132,4 @@ class AttentionPatterns(ModelTask):
             model_case(spec, randint(gen, 13, *shape) if shape else repeated(gen, 2, 8, 24))
             for spec, shape in specs
         ]
-        spec = {"kind": "random", "seed": 15}
-        ids = randint(gen, 13, 2, 20)
-        description = (
-            f"{describe(spec)}, block_size 16, ids (2, 20): the forward raises, and no hook may "
-            "remain on the model afterwards"
-        )
-        data = {"model": spec, "probe": ids[:, :16], "fails": True}
-        return [*cases, Case(description, (ids,), data=data)]
+        return [*cases, raising_case(gen, "ids")]
