@@ -25,6 +25,7 @@ from .validation import (
     check_qkv,
     check_tensor,
     door,
+    is_number,
 )
 
 __all__ = ["softmax", "scaled_dot_product_attention", "self_attention", "distance_biased_attention"]
@@ -140,7 +141,7 @@ def distance_biased_attention(
     Returns (output (..., n_q, d_v), weights (..., n_q, n_k)).
     """
     check_qkv(q, k, v)
-    if isinstance(slope, bool) or not isinstance(slope, (int, float)) or slope < 0:
+    if not is_number(slope) or slope < 0:
         raise ValueError(f"slope must be a number >= 0, got {slope!r}")
     n_q, n_k = q.shape[-2], k.shape[-2]
     i = torch.arange(n_q, device=q.device)[:, None]  # (n_q, 1) query positions

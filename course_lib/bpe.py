@@ -48,7 +48,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .validation import check_text
+from .validation import check_text, is_int
 
 __all__ = [
     "PRE_TOKENIZE_PATTERN",
@@ -167,7 +167,7 @@ class BPETokenizer:
             if (
                 not isinstance(pair, (tuple, list))
                 or len(pair) != 2
-                or any(isinstance(i, bool) or not isinstance(i, int) for i in pair)
+                or any(not is_int(i) for i in pair)
             ):
                 raise ValueError(f"merges[{rank}] must be a pair of two int ids, got {pair!r}")
             if not all(0 <= i < NUM_BYTES + rank for i in pair):
@@ -234,11 +234,7 @@ class BPETokenizer:
         specials = list(special_tokens) if not isinstance(special_tokens, str) else None
         if specials is None:
             raise TypeError("special_tokens must be a list of strings, got one str")
-        if (
-            isinstance(vocab_size, bool)
-            or not isinstance(vocab_size, int)
-            or vocab_size < NUM_BYTES + len(specials)
-        ):
+        if not is_int(vocab_size) or vocab_size < NUM_BYTES + len(specials):
             raise ValueError(
                 f"vocab_size must be an int of at least {NUM_BYTES + len(specials)} (one token "
                 f"per byte value and per special token, before any merge), got {vocab_size!r}"
@@ -432,7 +428,7 @@ class BPETokenizer:
         vocab, size = self.vocab, len(self.vocab)
         pieces = []
         for i in ids:
-            if isinstance(i, bool) or not isinstance(i, int):
+            if not is_int(i):
                 raise TypeError(f"ids must be ints, got {i!r} ({type(i).__name__})")
             if not 0 <= i < size:
                 raise ValueError(f"id {i} is outside the vocabulary [0, {size})")

@@ -286,8 +286,7 @@ def train_val_split(ids: Tensor, val_fraction: float = 0.1) -> tuple[Tensor, Ten
     """
     check_tensor(ids, "ids", ndim=1, shape_hint="(n,)")
     if (
-        isinstance(val_fraction, bool)
-        or not isinstance(val_fraction, float)
+        not isinstance(val_fraction, float)  # a bool or an int is refused
         or not 0.0 < val_fraction < 1.0
     ):
         raise ValueError(f"val_fraction must be a float in (0, 1), got {val_fraction!r}")

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from .validation import check_ids, check_non_negative_int, check_positive_int
+from .validation import check_ids, check_non_negative_int, check_positive_int, is_number
 
 __all__ = [
     "greedy_decode",
@@ -116,7 +116,7 @@ def beam_search(
     check_non_negative_int(eos_id, "eos_id", " (a token id)")
     check_positive_int(max_new_tokens, "max_new_tokens")
     check_positive_int(beam_size, "beam_size")
-    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
+    if not is_number(length_penalty):
         raise TypeError(f"length_penalty must be a number, got {length_penalty!r}")
 
     def score(log_prob: float, length: int) -> float:

@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 import torch
 from torch import Tensor
 
-from .validation import check_floating, check_positive_int, check_tensor, check_token_ids
+from .validation import check_floating, check_positive_int, check_tensor, check_token_ids, is_int
 from .viz import as_float_tensor
 
 __all__ = [
@@ -88,7 +88,7 @@ def nearest_neighbours(E: Tensor, index: int, k: int) -> Tensor:
     n = E.shape[0]
     if isinstance(index, Tensor) and index.dim() == 0 and not index.is_floating_point():
         index = int(index)
-    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n:
+    if not is_int(index) or not 0 <= index < n:
         raise ValueError(f"index must be an int in [0, n) = [0, {n}), got {index!r}")
     check_positive_int(k, "k")
     if k > n - 1:

@@ -33,6 +33,7 @@ from .validation import (
     check_positive_int,
     check_tensor,
     door,
+    is_number,
 )
 
 __all__ = [
@@ -69,11 +70,7 @@ def mlm_mask(
         ids, "ids", min_ndim=1, shape_hint="(...) of token ids", dtype=(torch.int64, torch.int32)
     )
     check_positive_int(vocab_size, "vocab_size")
-    if (
-        isinstance(mask_prob, bool)
-        or not isinstance(mask_prob, (int, float))
-        or not 0.0 < mask_prob <= 1.0
-    ):
+    if not is_number(mask_prob) or not 0.0 < mask_prob <= 1.0:
         raise ValueError(f"mask_prob must be a probability in (0, 1], got {mask_prob!r}")
     chosen = torch.rand(ids.shape, generator=generator, device=ids.device) < mask_prob
     if pad_id is not None:
@@ -112,9 +109,9 @@ def span_corrupt(
     n = len(tokens)
     if n < 2:
         raise ValueError(f"tokens must hold at least 2 tokens, got {n}")
-    if isinstance(noise_density, bool) or not 0.0 < noise_density < 1.0:
+    if not is_number(noise_density) or not 0.0 < noise_density < 1.0:
         raise ValueError(f"noise_density must be in (0, 1), got {noise_density!r}")
-    if isinstance(mean_span_length, bool) or not mean_span_length >= 1.0:
+    if not is_number(mean_span_length) or not mean_span_length >= 1.0:
         raise ValueError(f"mean_span_length must be a number >= 1, got {mean_span_length!r}")
     num_noise = min(max(1, round(n * noise_density)), n - 1)
     num_spans = min(max(1, round(num_noise / mean_span_length)), n - num_noise)

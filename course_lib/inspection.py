@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .gpt import GPT, GPTConfig
-from .validation import check_choice, check_ids, check_positive_int, door
+from .validation import check_choice, check_ids, check_positive_int, door, is_int
 
 __all__ = [
     "hooked",
@@ -120,7 +120,7 @@ def _check_head(model: GPT, layer: object, head: object) -> tuple[int, int]:
         (layer, "layer", c.num_layers, "num_layers"),
         (head, "head", c.num_heads, "num_heads"),
     ):
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < size:
+        if not is_int(value) or not 0 <= value < size:
             raise ValueError(
                 f"{name} must be an int in 0..{size - 1} ({what}={size}), got {value!r}"
             )

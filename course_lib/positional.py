@@ -33,6 +33,7 @@ from .validation import (
     check_size,
     check_tensor,
     door,
+    is_number,
 )
 
 __all__ = [
@@ -51,7 +52,7 @@ BASE = 10000.0
 
 def _check_base(base: object) -> None:
     """The base of the angles (10000 unless given) must be a number greater than 1."""
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
+    if not is_number(base) or not base > 1:
         raise ValueError(f"base must be a number > 1 (10000 by default), got {base!r}")
 
 
@@ -95,7 +96,7 @@ def relative_shift_matrix(
     M is block-diagonal: for pair (2i, 2i+1), with angle a = offset * 10000^(-2i/d_model),
     the block is [[cos a, sin a], [-sin a, cos a]] (a rotation; it does not depend on p).
     """
-    if isinstance(offset, bool) or not isinstance(offset, (int, float)):
+    if not is_number(offset):
         raise TypeError(
             f"offset must be an int or float (a shift in positions), got {type(offset).__name__}"
         )

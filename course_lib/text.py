@@ -22,7 +22,7 @@ from importlib import resources
 import torch
 from torch import Tensor
 
-from .validation import check_positive_int
+from .validation import check_positive_int, is_int
 
 __all__ = [
     "CharTokenizer",
@@ -134,7 +134,7 @@ class _Tokenizer:
             ids = ids.tolist()
         tokens = []
         for i in ids:
-            if isinstance(i, bool) or not isinstance(i, int):
+            if not is_int(i):
                 raise TypeError(f"ids must be ints, got {i!r} ({type(i).__name__})")
             if not 0 <= i < self.vocab_size:
                 raise ValueError(f"id {i} is outside the vocabulary [0, {self.vocab_size})")

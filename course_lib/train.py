@@ -42,6 +42,7 @@ from .validation import (
     check_smoothing,
     check_tensor,
     check_token_id,
+    is_number,
 )
 
 __all__ = [
@@ -90,11 +91,7 @@ def cooldown_factor(step: int, total_steps: int, cooldown: float) -> float:
     """
     check_positive_int(step, "step")
     check_positive_int(total_steps, "total_steps")
-    if (
-        isinstance(cooldown, bool)
-        or not isinstance(cooldown, (int, float))
-        or not 0 <= cooldown <= 1
-    ):
+    if not is_number(cooldown) or not 0 <= cooldown <= 1:
         raise ValueError(f"cooldown must be a fraction in [0, 1], got {cooldown!r}")
     start = total_steps * (1.0 - cooldown)
     if step <= start:

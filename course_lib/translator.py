@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from .blocks import EncoderDecoder, count_parameters
 from .masking import causal_mask, padding_mask
 from .positional import SinusoidalPositionalEncoding
-from .validation import at_the_door, check_ids, check_positive_int, door
+from .validation import at_the_door, check_ids, check_positive_int, door, is_int
 
 __all__ = ["Seq2SeqTransformer"]
 
@@ -53,7 +53,7 @@ class Seq2SeqTransformer(nn.Module):
     ):
         super().__init__()
         check_positive_int(vocab_size, "vocab_size")
-        if isinstance(pad_id, bool) or not isinstance(pad_id, int) or not 0 <= pad_id < vocab_size:
+        if not is_int(pad_id) or not 0 <= pad_id < vocab_size:
             raise ValueError(
                 f"pad_id must be an int in [0, vocab_size={vocab_size}), got {pad_id!r}"
             )

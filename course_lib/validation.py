@@ -25,6 +25,8 @@ from torch import Tensor
 __all__ = [
     "door",
     "at_the_door",
+    "is_int",
+    "is_number",
     "check_tensor",
     "check_sequence",
     "check_ids",
@@ -89,6 +91,16 @@ def at_the_door() -> bool:
     return _depth <= 1
 
 
+def is_int(value: object) -> bool:
+    """An int, and not a bool: Python counts True and False as ints, and neither is a size."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: object) -> bool:
+    """An int or a float, and not a bool (see is_int)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _shape(x: Tensor) -> str:
     return "(" + ", ".join(str(s) for s in x.shape) + ")"
 
@@ -140,14 +152,14 @@ def check_sequence(
 
 def check_dropout(dropout: object) -> float:
     """Check that `dropout` is a probability in [0, 1)."""
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+    if not is_number(dropout) or not 0 <= dropout < 1:
         raise ValueError(f"dropout must be in [0, 1) (a probability), got {dropout!r}")
     return float(dropout)
 
 
 def check_eps(eps: object) -> float:
     """Check that `eps` (a norm's small constant) is a non-negative number."""
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
+    if not is_number(eps) or eps < 0:
         raise ValueError(f"eps must be a non-negative number, got {eps!r}")
     return float(eps)
 
@@ -198,7 +210,7 @@ def check_same_last_dim(a: Tensor, a_name: str, b: Tensor, b_name: str, what: st
 
 def check_positive_int(value: object, name: str) -> int:
     """Check that `value` is a positive int (a size, a count of heads, a length)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    if not is_int(value) or value <= 0:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return value
 
@@ -221,7 +233,7 @@ def check_flag(value: object, name: str) -> bool:
 
 def check_token_id(value: object, name: str, meaning: str) -> int:
     """Check that a special token's id (`meaning`, e.g. "the id of the <bos> token") is an int."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise TypeError(f"{name} must be an int ({meaning}), got {value!r}")
     return value
 
@@ -462,21 +474,21 @@ def check_positions_input(x: Tensor, d_model: int, max_len: int, start_pos: int)
 
 def check_sampling_options(temperature: object, top_k: object, top_p: object) -> None:
     """Temperature, top-k and top-p of sampling (lesson 09)."""
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+    if not is_number(temperature):
         raise TypeError(f"temperature must be a number >= 0, got {temperature!r}")
     if not math.isfinite(temperature) or temperature < 0:
         raise ValueError(
             f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}"
         )
     if top_k is not None:
-        if isinstance(top_k, bool) or not isinstance(top_k, int):
+        if not is_int(top_k):
             raise TypeError(f"top_k must be None or a positive int, got {top_k!r}")
         if top_k < 1:
             raise ValueError(
                 f"top_k must be None or at least 1 (keep the k most likely tokens), got {top_k}"
             )
     if top_p is not None:
-        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)):
+        if not is_number(top_p):
             raise TypeError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
         if not 0.0 < top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1] (a cumulative probability), got {top_p}")
@@ -491,7 +503,7 @@ def check_logits(logits: object) -> Tensor:
 
 def check_number(value: object, name: str, positive: bool = True) -> float:
     """A finite number (lesson 08's schedules and training loop), positive unless told."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not is_number(value) or not math.isfinite(value):
         raise TypeError(f"{name} must be a finite number, got {value!r}")
     if positive and value <= 0:
         raise ValueError(f"{name} must be positive, got {value!r}")
@@ -520,7 +532,7 @@ def check_logits_target(
 
 def check_smoothing(smoothing: object) -> float:
     """Label smoothing (lesson 08): a number in [0, 1]."""
-    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)):
+    if not is_number(smoothing):
         raise TypeError(f"smoothing must be a number in [0, 1], got {smoothing!r}")
     if not 0.0 <= smoothing <= 1.0:
         raise ValueError(f"smoothing must be in [0, 1], got {smoothing!r}")
@@ -529,7 +541,7 @@ def check_smoothing(smoothing: object) -> float:
 
 def check_non_negative_int(value: object, name: str, meaning: str = "") -> int:
     """Check that `value` is an int >= 0 (a bool is not accepted); `meaning` ends the message."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if not is_int(value) or value < 0:
         raise ValueError(f"{name} must be an int >= 0{meaning}, got {value!r}")
     return value
 

@@ -30,6 +30,8 @@ import torch
 import traitlets
 from torch import Tensor
 
+from .validation import check_positive_int, is_int
+
 __all__ = ["AttentionExplorer", "attention_dropdown", "as_attention_weights"]
 
 NO_SELECTION_TEXT = "Hover over a query token to see where it attends; click to lock it."
@@ -280,8 +282,7 @@ class AttentionExplorer(anywidget.AnyWidget):
         title: str = "",
     ) -> None:
         tokens, w = as_attention_weights(tokens, weights)
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k <= 0:
-            raise ValueError(f"top_k must be a positive int, got {top_k!r}")
+        check_positive_int(top_k, "top_k")
         # Rounded so the notebook stays small; the weights shown carry two decimals anyway.
         nested = [[[round(float(v), 4) for v in row] for row in mat] for mat in w]
         super().__init__(tokens=tokens, weights=nested, top_k=top_k, title=str(title))
@@ -386,7 +387,7 @@ def attention_dropdown(tokens: Sequence[str], weights: object, *, head: int = 0)
     from .viz import query_weights_bar
 
     tokens, w = as_attention_weights(tokens, weights)
-    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < w.shape[0]:
+    if not is_int(head) or not 0 <= head < w.shape[0]:
         raise ValueError(f"head must be an int in 0..{w.shape[0] - 1}, got {head!r}")
     dropdown = ipywidgets.Dropdown(
         options=[(f"{i}: {t}", i) for i, t in enumerate(tokens)], value=0, description="query"
