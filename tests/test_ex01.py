@@ -950,3 +950,29 @@ def test_a_clamp_above_tiny_lengths_fails_with_its_hint(guard):
     result = check_result("ex01.cosine_similarity_matrix", cosine_similarity_matrix)
     assert result.status == "failed", result.feedback
     assert "tiny vectors (lengths about 1e-9, not zero)" in result.feedback, result.feedback
+
+
+# ---- fifth hunt (a fresh reader, two-step and contract slips) ----------------------------
+
+
+def merge_pair_returning_ids_when_absent(ids, pair, new_id):  # "Return a **new** list"
+    if pair not in zip(ids, ids[1:], strict=False):
+        return ids  # nothing to merge: hand back the same list, which had full marks
+    return merge_pair_with_a_skip_flag(ids, pair, new_id)
+
+
+def test_merge_pair_returning_the_given_list_fails_with_its_hint():
+    result = check_result("ex01.merge_pair", merge_pair_returning_ids_when_absent)
+    assert result.status == "failed", result.feedback
+    assert "you returned the list you were given" in result.feedback, result.feedback
+
+
+def test_a_threshold_that_zeroes_tiny_vectors_gets_its_hint():  # was told 'raw dot products'
+    def cosine_similarity_matrix(E):
+        norms = E.norm(dim=-1, keepdim=True)
+        unit = torch.where(norms > 1e-6, E / norms, torch.zeros_like(E))
+        return unit @ unit.T
+
+    result = check_result("ex01.cosine_similarity_matrix", cosine_similarity_matrix)
+    assert result.status == "failed", result.feedback
+    assert "a threshold such as norm > 1e-6" in result.feedback, result.feedback
