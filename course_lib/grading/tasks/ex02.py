@@ -29,6 +29,12 @@ NO_GRADIENTS = (
 )
 
 
+FLOAT32_DIGITS = (
+    "your float64 result is right only to float32's digits: part of it was computed in float32 "
+    "(a .float(), or a tensor made without dtype=); keep the inputs' dtype throughout"
+)
+
+
 # --- ex02.softmax
 @register
 class Softmax(Task):
@@ -251,7 +257,15 @@ class ScaledDotProductAttention(HintOnError):
                 "one query: q (1, 1, 4), k (1, 3, 4), v (1, 3, 2)",
                 randns(gen, (1, 1, 4), (1, 3, 4), (1, 3, 2)),
             ),
+            Case(  # a .view() of q, k or v fails on these, and exercise 03 passes such views
+                "q (2, 3, 4, 8), k, v (2, 3, 5, 8) made by .transpose(1, 2), as multi-head "
+                "attention passes them (not contiguous: reshape, not view)",
+                tuple(t.transpose(1, 2) for t in randns(gen, (2, 4, 3, 8), *[(2, 5, 3, 8)] * 2)),
+            ),
         ]
+
+    def diagnose(self, got, want, case):
+        return FLOAT32_DIGITS if case.args[0].dtype == F64 and all_close(got, want, 1e-5) else None
 
     def wrong(self, q, k, v, *, mistake):
         d_k, d_v = q.shape[-1], v.shape[-1]
@@ -419,6 +433,12 @@ class DistanceBiasedAttention(Task):
         "softmax_twice": "you added the bias to the weights of plain attention (already a "
         "softmax) and took a softmax again; add it to the scores q k^T / sqrt(d_k), before the "
         "one softmax",
+        "by_sqrt_d_v": ScaledDotProductAttention.mistake_table["by_sqrt_d_v"],
+        "plain_output": "your weights carry the bias but your output does not (plain "
+        "attention's, e.g. from scaled_dot_product_attention(q, k, v)): the output is the "
+        "biased weights @ v",
+        "plain_weights": "your output carries the bias but the weights you return do not (plain "
+        "attention's): return the biased weights, the ones that made the output",
     }
 
     def cases(self, gen):
@@ -495,7 +515,11 @@ class DistanceBiasedAttention(Task):
         else:
             bias = sign * slope * distance.to(q.dtype)
         raw, scale = q @ k.transpose(-2, -1), math.sqrt(q.shape[-1])
-        scale = {"no_scaling": 1.0, "by_sqrt_n_k": math.sqrt(k.shape[-2])}.get(mistake, scale)
+        scale = {
+            "no_scaling": 1.0,
+            "by_sqrt_n_k": math.sqrt(k.shape[-2]),
+            "by_sqrt_d_v": math.sqrt(v.shape[-1]),
+        }.get(mistake, scale)
         if mistake == "bias_scaled":  # bias added before dividing by sqrt(d_k)
             scores = (raw + bias) / scale
         elif mistake in ("no_bias", "after_softmax"):
@@ -511,4 +535,7 @@ class DistanceBiasedAttention(Task):
             weights = stable_softmax(scores, dim=-2 if mistake == "query_axis" else -1)
         if mistake == "after_softmax":
             weights = weights + bias
+        if mistake in ("plain_output", "plain_weights"):  # the bias in one result only
+            plain = stable_softmax(raw / scale)
+            return (plain @ v, weights) if mistake == "plain_output" else (weights @ v, plain)
         return weights @ v, weights
