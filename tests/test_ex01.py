@@ -976,3 +976,14 @@ def test_a_threshold_that_zeroes_tiny_vectors_gets_its_hint():  # was told 'raw 
     result = check_result("ex01.cosine_similarity_matrix", cosine_similarity_matrix)
     assert result.status == "failed", result.feedback
     assert "a threshold such as norm > 1e-6" in result.feedback, result.feedback
+
+
+def test_new_ids_numbered_from_256_as_in_the_lesson_get_their_hint():  # was a bare 'result[2]'
+    def bpe_encode(ids, merges):
+        for rank, pair in enumerate(merges):
+            ids = merge_pair_with_a_skip_flag(ids, pair, 256 + rank)
+        return ids
+
+    result = check_result("ex01.bpe_encode", bpe_encode)
+    assert result.status == "failed", result.feedback
+    assert "the new ids are the values of `merges`" in result.feedback, result.feedback

@@ -45,6 +45,8 @@ class BpeEncode(Task):
         "(list(ids), a copy)",
         "sorted_by_pair": "you applied the merges in sorted order of their pairs; keep the order "
         "of `merges`, which is the order they were learned",
+        "new_ids_from_256": "256 + the merge's rank numbers lesson 01's own merges; the new ids "
+        "are the values of `merges` (here 10, 11, ...): for pair, new_id in merges.items()",
     }
 
     def cases(self, gen):
@@ -122,6 +124,7 @@ class BpeEncode(Task):
                 break
             if mistake == "not_chained":  # each merge applied to the original ids
                 result = merged(ids, pair, merges[pair]) if pair in adjacent(ids) else result
-            else:
-                result = merged(result, pair, merges[pair])
+            else:  # the lesson's training numbered its merges 256, 257, ...
+                new_id = 256 + ranks.index(pair) if mistake == "new_ids_from_256" else merges[pair]
+                result = merged(result, pair, new_id)
         return result
