@@ -642,6 +642,11 @@ def attention_through_a_view(q, k, v):  # hunt 5: full marks, crashes on exercis
     return output.reshape(*q.shape[:-1], -1), weights.reshape(*q.shape[:-1], -1)
 
 
+def self_attention_unprojected(x, w_q, w_k, w_v, *, unprojected):  # hunt 5: bare errors
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    return _attention(q, x if unprojected == "k" else k, x if unprojected == "v" else v)
+
+
 HUNT5_SLIPS = [
     (
         "ex02.distance_biased_attention",
@@ -662,6 +667,21 @@ HUNT5_SLIPS = [
     ),
     (SDPA, attention_in_float32, "right only to float32's digits"),
     (SDPA, attention_through_a_view, "reshape, not view"),
+    (
+        "ex02.self_attention",
+        functools.partial(self_attention_unprojected, unprojected="k"),
+        "your keys are x itself",
+    ),
+    (
+        "ex02.self_attention",
+        functools.partial(self_attention_unprojected, unprojected="v"),
+        "your values are x itself",
+    ),
+    (
+        "ex02.self_attention",
+        lambda x, w_q, w_k, w_v: _attention(x @ w_v, x @ w_k, x @ w_q),
+        "the queries and values are swapped",
+    ),
 ]
 
 

@@ -332,6 +332,12 @@ class SelfAttention(HintOnError):
         "in that order, the keys (x @ w_k) second and the values (x @ w_v) third",
         "q_k_swapped": "the queries and keys are swapped (each row of the weights is a key's): "
         "the attention takes (q, k, v), with q = x @ w_q first and k = x @ w_k second",
+        "keys_unprojected": "your keys are x itself: project them too, k = x @ w_k (the "
+        "queries, keys and values each have their own weights)",
+        "values_unprojected": "your values are x itself: project them too, v = x @ w_v (the "
+        "queries, keys and values each have their own weights)",
+        "q_v_swapped": "the queries and values are swapped: the attention takes (q, k, v), with "
+        "q = x @ w_q first and v = x @ w_v third",
         **{
             f"attention: {mistake}": "the projections are right, but the attention step is not: "
             f"{hint} (check ex02.scaled_dot_product_attention)"
@@ -375,7 +381,13 @@ class SelfAttention(HintOnError):
         v = project(w_k if mistake == "values_from_w_k" else w_v)
         if mistake == "by_sqrt_d_model":  # q k^T / sqrt(d_k) becomes q k^T / sqrt(d_model)
             q = q * math.sqrt(q.shape[-1] / x.shape[-1])
-        qkv = {"q_k_swapped": (k, q, v), "k_v_swapped": (q, v, k)}.get(mistake, (q, k, v))
+        qkv = {
+            "q_k_swapped": (k, q, v),
+            "k_v_swapped": (q, v, k),
+            "keys_unprojected": (q, x, v),
+            "values_unprojected": (q, k, x),
+            "q_v_swapped": (v, k, q),
+        }.get(mistake, (q, k, v))
         # a right projection feeding a wrong attention (e.g. the learner's own task 2)
         return _SDPA.wrong(*qkv, mistake=mistake.removeprefix("attention: "))
 
