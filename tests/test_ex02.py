@@ -665,6 +665,18 @@ HUNT5_SLIPS = [
         ),
         "you scaled by sqrt(d_v)",
     ),
+    (
+        "ex02.distance_biased_attention",
+        lambda q, k, v, slope: _biased(
+            q,
+            k,
+            v,
+            slope,
+            (_positions(q, k)[0] + k.shape[-2] - q.shape[-2] - _positions(q, k)[1]).abs(),
+            math.sqrt(q.shape[-1]),
+        ),
+        "you placed the queries at the last n_q positions",
+    ),
     (SDPA, attention_in_float32, "right only to float32's digits"),
     (SDPA, attention_through_a_view, "reshape, not view"),
     (

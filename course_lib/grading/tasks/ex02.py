@@ -446,6 +446,8 @@ class DistanceBiasedAttention(Task):
         "softmax) and took a softmax again; add it to the scores q k^T / sqrt(d_k), before the "
         "one softmax",
         "by_sqrt_d_v": ScaledDotProductAttention.mistake_table["by_sqrt_d_v"],
+        "queries_at_the_end": "you placed the queries at the last n_q positions (as decoding "
+        "with a cache does); here query i is at position i, counted from 0 like the keys",
         "plain_output": "your weights carry the bias but your output does not (plain "
         "attention's, e.g. from scaled_dot_product_attention(q, k, v)): the output is the "
         "biased weights @ v",
@@ -512,6 +514,8 @@ class DistanceBiasedAttention(Task):
             "keys_counted_as_queries": (q.shape[-2], q.shape[-2]),
         }.get(mistake, (q.shape[-2], k.shape[-2]))
         i, j = torch.arange(n_q)[:, None], torch.arange(n_k)[None, :]
+        if mistake == "queries_at_the_end":  # aligned to the last keys, as with a KV cache
+            i = i + n_k - n_q
         distance = {
             "no_abs": i - j,
             "no_abs_reversed": j - i,
