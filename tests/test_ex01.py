@@ -987,3 +987,14 @@ def test_new_ids_numbered_from_256_as_in_the_lesson_get_their_hint():  # was a b
     result = check_result("ex01.bpe_encode", bpe_encode)
     assert result.status == "failed", result.feedback
     assert "the new ids are the values of `merges`" in result.feedback, result.feedback
+
+
+def test_dropping_merge_pairs_result_gets_its_hint():  # hunt 5: 'should have 4 values, got 6'
+    def bpe_encode(ids, merges):
+        for pair, new_id in merges.items():
+            merge_pair_with_a_skip_flag(ids, pair, new_id)  # the new list is thrown away
+        return ids
+
+    result = check_result("ex01.bpe_encode", bpe_encode)
+    assert result.status == "failed", result.feedback
+    assert "so keep its result, ids = merge_pair" in result.feedback, result.feedback

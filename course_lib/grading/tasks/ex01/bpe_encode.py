@@ -47,6 +47,8 @@ class BpeEncode(Task):
         "of `merges`, which is the order they were learned",
         "new_ids_from_256": "256 + the merge's rank numbers lesson 01's own merges; the new ids "
         "are the values of `merges` (here 10, 11, ...): for pair, new_id in merges.items()",
+        "result_dropped": "nothing was merged: merge_pair returns a new list and leaves the one "
+        "it is given as it was, so keep its result, ids = merge_pair(ids, pair, new_id)",
     }
 
     def cases(self, gen):
@@ -105,6 +107,8 @@ class BpeEncode(Task):
     def wrong(self, ids, merges, *, mistake):
         if mistake == "encoded_again":  # lesson 01's encode_chunk, which starts from text
             ids = list(ids.encode("utf-8"))
+        if mistake == "result_dropped":  # merge_pair(ids, pair, new_id) without ids =
+            return list(ids)
         ranks, ids = list(merges), list(ids)
         while mistake in ("leftmost_first", "by_frequency"):  # one merge at a time, picked anew
             found = [(i, pair) for i, pair in enumerate(adjacent(ids)) if pair in merges]
