@@ -17,6 +17,14 @@ def distances_by_expansion_without_the_2(x, y):
     return x2 - x @ y.transpose(-2, -1) + y2
 
 
+def distances_by_expansion_plus_2xy(x, y):  # hunt 5: 'none of the usual single mistakes'
+    return (x * x).sum(-1)[..., :, None] + (y * y).sum(-1)[..., None, :] + 2 * x @ y.mT
+
+
+def last_token_of_left_padded_sequences(x, lengths):  # hunt 5: 'none of the usual'
+    return x[torch.arange(x.shape[0]), -lengths]
+
+
 def square_of_the_summed_differences(x, y):
     return (x.unsqueeze(-2) - y.unsqueeze(-3)).sum(-1) ** 2
 
@@ -115,6 +123,8 @@ SLIPS = [
     ("ex00.pairwise_sq_distances", square_of_the_summed_differences, "squared the sum"),
     ("ex00.last_token", last_token_of_every_sequence_at_every_length, "(batch, batch, d) grid"),
     ("ex00.last_token", last_token_batch_index_over_positions, "counts the positions"),
+    ("ex00.pairwise_sq_distances", distances_by_expansion_plus_2xy, "subtracted, not added"),
+    ("ex00.last_token", last_token_of_left_padded_sequences, "padded at the start"),
 ]
 
 

@@ -950,3 +950,51 @@ def test_a_clamp_above_tiny_lengths_fails_with_its_hint(guard):
     result = check_result("ex01.cosine_similarity_matrix", cosine_similarity_matrix)
     assert result.status == "failed", result.feedback
     assert "tiny vectors (lengths about 1e-9, not zero)" in result.feedback, result.feedback
+
+
+# ---- fifth hunt (a fresh reader, two-step and contract slips) ----------------------------
+
+
+def merge_pair_returning_ids_when_absent(ids, pair, new_id):  # "Return a **new** list"
+    if pair not in zip(ids, ids[1:], strict=False):
+        return ids  # nothing to merge: hand back the same list, which had full marks
+    return merge_pair_with_a_skip_flag(ids, pair, new_id)
+
+
+def test_merge_pair_returning_the_given_list_fails_with_its_hint():
+    result = check_result("ex01.merge_pair", merge_pair_returning_ids_when_absent)
+    assert result.status == "failed", result.feedback
+    assert "you returned the list you were given" in result.feedback, result.feedback
+
+
+def test_a_threshold_that_zeroes_tiny_vectors_gets_its_hint():  # was told 'raw dot products'
+    def cosine_similarity_matrix(E):
+        norms = E.norm(dim=-1, keepdim=True)
+        unit = torch.where(norms > 1e-6, E / norms, torch.zeros_like(E))
+        return unit @ unit.T
+
+    result = check_result("ex01.cosine_similarity_matrix", cosine_similarity_matrix)
+    assert result.status == "failed", result.feedback
+    assert "a threshold such as norm > 1e-6" in result.feedback, result.feedback
+
+
+def test_new_ids_numbered_from_256_as_in_the_lesson_get_their_hint():  # was a bare 'result[2]'
+    def bpe_encode(ids, merges):
+        for rank, pair in enumerate(merges):
+            ids = merge_pair_with_a_skip_flag(ids, pair, 256 + rank)
+        return ids
+
+    result = check_result("ex01.bpe_encode", bpe_encode)
+    assert result.status == "failed", result.feedback
+    assert "the new ids are the values of `merges`" in result.feedback, result.feedback
+
+
+def test_dropping_merge_pairs_result_gets_its_hint():  # hunt 5: 'should have 4 values, got 6'
+    def bpe_encode(ids, merges):
+        for pair, new_id in merges.items():
+            merge_pair_with_a_skip_flag(ids, pair, new_id)  # the new list is thrown away
+        return ids
+
+    result = check_result("ex01.bpe_encode", bpe_encode)
+    assert result.status == "failed", result.feedback
+    assert "so keep its result, ids = merge_pair" in result.feedback, result.feedback

@@ -618,3 +618,87 @@ HUNT4_SLIPS = [
 @pytest.mark.parametrize("task_id, fn, hint", HUNT4_SLIPS, ids=[m[1].__name__ for m in HUNT4_SLIPS])
 def test_hunt4_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint):
     test_next_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint)
+
+
+# ---------------------------- hunt 5: the bias in one result only, float32 inside, a .view()
+
+
+def biased_half_way(q, k, v, slope, *, slip):
+    i, j = _positions(q, k)
+    output, weights = _biased(q, k, v, slope, (i - j).abs(), math.sqrt(q.shape[-1]))
+    plain_output, plain_weights = _attention(q, k, v)  # task 2's attention, called for one half
+    return (plain_output, weights) if slip == "plain output" else (output, plain_weights)
+
+
+def attention_in_float32(q, k, v):  # hunt 5: 'none of the usual' on the float64 case
+    weights = softmax_max((q @ k.transpose(-2, -1)).float() / math.sqrt(q.shape[-1]))
+    return (weights @ v.float()).to(q.dtype), weights.to(q.dtype)
+
+
+def attention_through_a_view(q, k, v):  # hunt 5: full marks, crashes on exercise 03's heads
+    flat = q.view(-1, *q.shape[-2:])
+    weights = softmax_max(flat @ k.reshape(flat.shape[0], *k.shape[-2:]).mT / q.shape[-1] ** 0.5)
+    output = weights @ v.reshape(flat.shape[0], *v.shape[-2:])
+    return output.reshape(*q.shape[:-1], -1), weights.reshape(*q.shape[:-1], -1)
+
+
+def self_attention_unprojected(x, w_q, w_k, w_v, *, unprojected):  # hunt 5: bare errors
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    return _attention(q, x if unprojected == "k" else k, x if unprojected == "v" else v)
+
+
+HUNT5_SLIPS = [
+    (
+        "ex02.distance_biased_attention",
+        functools.partial(biased_half_way, slip="plain output"),
+        "your weights carry the bias but your output does not",
+    ),
+    (
+        "ex02.distance_biased_attention",
+        functools.partial(biased_half_way, slip="plain weights"),
+        "your output carries the bias but the weights you return do not",
+    ),
+    (
+        "ex02.distance_biased_attention",
+        lambda q, k, v, slope: _biased(
+            q, k, v, slope, (_positions(q, k)[0] - _positions(q, k)[1]).abs(), v.shape[-1] ** 0.5
+        ),
+        "you scaled by sqrt(d_v)",
+    ),
+    (
+        "ex02.distance_biased_attention",
+        lambda q, k, v, slope: _biased(
+            q,
+            k,
+            v,
+            slope,
+            (_positions(q, k)[0] + k.shape[-2] - q.shape[-2] - _positions(q, k)[1]).abs(),
+            math.sqrt(q.shape[-1]),
+        ),
+        "you placed the queries at the last n_q positions",
+    ),
+    (SDPA, attention_in_float32, "right only to float32's digits"),
+    (SDPA, attention_through_a_view, "reshape, not view"),
+    (
+        "ex02.self_attention",
+        functools.partial(self_attention_unprojected, unprojected="k"),
+        "your keys are x itself",
+    ),
+    (
+        "ex02.self_attention",
+        functools.partial(self_attention_unprojected, unprojected="v"),
+        "your values are x itself",
+    ),
+    (
+        "ex02.self_attention",
+        lambda x, w_q, w_k, w_v: _attention(x @ w_v, x @ w_k, x @ w_q),
+        "the queries and values are swapped",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "task_id, fn, hint", HUNT5_SLIPS, ids=lambda m: str(getattr(m, "__name__", ""))
+)
+def test_hunt5_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint):
+    test_next_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint)

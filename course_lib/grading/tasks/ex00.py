@@ -112,6 +112,8 @@ class PairwiseSqDistances(Task):
         + "x.unsqueeze(-2) - y.unsqueeze(-3)",
         "expansion_no_2": "|x - y|² = |x|² - 2 x·y + |y|²: you left out the factor 2 of the "
         "middle term",
+        "expansion_plus": "|x - y|² = |x|² - 2 x·y + |y|²: the middle term is subtracted, "
+        "not added",
         "square_of_sum": "you squared the sum of the differences; square each difference first, "
         "then sum: ((x_i - y_j) ** 2).sum(-1)",
         "unsquared": "you summed the differences themselves, so positive and negative ones "
@@ -139,8 +141,8 @@ class PairwiseSqDistances(Task):
             x, y = x.unsqueeze(front), y.unsqueeze(front - 1)
         else:  # (..., n, 1, d), (..., 1, m, d)
             x, y = x.unsqueeze(-2), y.unsqueeze(0 if mistake == "y_from_front" else -3)
-        if mistake in ("dot_only", "expansion_no_2"):
-            dot = (x * y).sum(-1)
+        if mistake in ("dot_only", "expansion_no_2", "expansion_plus"):
+            dot = (x * y).sum(-1) * (-2 if mistake == "expansion_plus" else 1)
             return dot if mistake == "dot_only" else (x * x).sum(-1) - dot + (y * y).sum(-1)
         if mistake == "square_of_sum":
             return (x - y).sum(-1) ** 2
@@ -170,6 +172,9 @@ class LastToken(Task):
         "the sequences (x[lengths - 1], x[lengths - 1, batch_index]); the batch index comes "
         "first: x[torch.arange(batch), lengths - 1]",
         "squeeze_all": squeeze_all("1", "batch = 1"),
+        "left_padded": "x.shape[1] - lengths (or -lengths) is where a sequence padded at the "
+        "start would begin; here the padding is at the end, so the last real token is at "
+        "lengths - 1",
         "lesson_batch": "torch.arange(2) counts the lesson's batch of 2 sequences; count this "
         "one's: torch.arange(x.shape[0])",
     }
@@ -195,6 +200,7 @@ class LastToken(Task):
             "at_length_wrapped": lengths % x.shape[1],
             "at_length_clamped": lengths.clamp(max=x.shape[1] - 1),
             "first_token": torch.zeros_like(lengths),
+            "left_padded": x.shape[1] - lengths,
         }.get(mistake, lengths - 1)
         if mistake == "all_positions":
             return x[:, position]

@@ -29,6 +29,12 @@ NO_GRADIENTS = (
 )
 
 
+FLOAT32_DIGITS = (
+    "your float64 result is right only to float32's digits: part of it was computed in float32 "
+    "(a .float(), or a tensor made without dtype=); keep the inputs' dtype throughout"
+)
+
+
 # --- ex02.softmax
 @register
 class Softmax(Task):
@@ -251,7 +257,15 @@ class ScaledDotProductAttention(HintOnError):
                 "one query: q (1, 1, 4), k (1, 3, 4), v (1, 3, 2)",
                 randns(gen, (1, 1, 4), (1, 3, 4), (1, 3, 2)),
             ),
+            Case(  # a .view() of q, k or v fails on these, and exercise 03 passes such views
+                "q (2, 3, 4, 8), k, v (2, 3, 5, 8) made by .transpose(1, 2), as multi-head "
+                "attention passes them (not contiguous: reshape, not view)",
+                tuple(t.transpose(1, 2) for t in randns(gen, (2, 4, 3, 8), *[(2, 5, 3, 8)] * 2)),
+            ),
         ]
+
+    def diagnose(self, got, want, case):
+        return FLOAT32_DIGITS if case.args[0].dtype == F64 and all_close(got, want, 1e-5) else None
 
     def wrong(self, q, k, v, *, mistake):
         d_k, d_v = q.shape[-1], v.shape[-1]
@@ -318,6 +332,12 @@ class SelfAttention(HintOnError):
         "in that order, the keys (x @ w_k) second and the values (x @ w_v) third",
         "q_k_swapped": "the queries and keys are swapped (each row of the weights is a key's): "
         "the attention takes (q, k, v), with q = x @ w_q first and k = x @ w_k second",
+        "keys_unprojected": "your keys are x itself: project them too, k = x @ w_k (the "
+        "queries, keys and values each have their own weights)",
+        "values_unprojected": "your values are x itself: project them too, v = x @ w_v (the "
+        "queries, keys and values each have their own weights)",
+        "q_v_swapped": "the queries and values are swapped: the attention takes (q, k, v), with "
+        "q = x @ w_q first and v = x @ w_v third",
         **{
             f"attention: {mistake}": "the projections are right, but the attention step is not: "
             f"{hint} (check ex02.scaled_dot_product_attention)"
@@ -361,7 +381,13 @@ class SelfAttention(HintOnError):
         v = project(w_k if mistake == "values_from_w_k" else w_v)
         if mistake == "by_sqrt_d_model":  # q k^T / sqrt(d_k) becomes q k^T / sqrt(d_model)
             q = q * math.sqrt(q.shape[-1] / x.shape[-1])
-        qkv = {"q_k_swapped": (k, q, v), "k_v_swapped": (q, v, k)}.get(mistake, (q, k, v))
+        qkv = {
+            "q_k_swapped": (k, q, v),
+            "k_v_swapped": (q, v, k),
+            "keys_unprojected": (q, x, v),
+            "values_unprojected": (q, k, x),
+            "q_v_swapped": (v, k, q),
+        }.get(mistake, (q, k, v))
         # a right projection feeding a wrong attention (e.g. the learner's own task 2)
         return _SDPA.wrong(*qkv, mistake=mistake.removeprefix("attention: "))
 
@@ -419,6 +445,14 @@ class DistanceBiasedAttention(Task):
         "softmax_twice": "you added the bias to the weights of plain attention (already a "
         "softmax) and took a softmax again; add it to the scores q k^T / sqrt(d_k), before the "
         "one softmax",
+        "by_sqrt_d_v": ScaledDotProductAttention.mistake_table["by_sqrt_d_v"],
+        "queries_at_the_end": "you placed the queries at the last n_q positions (as decoding "
+        "with a cache does); here query i is at position i, counted from 0 like the keys",
+        "plain_output": "your weights carry the bias but your output does not (plain "
+        "attention's, e.g. from scaled_dot_product_attention(q, k, v)): the output is the "
+        "biased weights @ v",
+        "plain_weights": "your output carries the bias but the weights you return do not (plain "
+        "attention's): return the biased weights, the ones that made the output",
     }
 
     def cases(self, gen):
@@ -480,6 +514,8 @@ class DistanceBiasedAttention(Task):
             "keys_counted_as_queries": (q.shape[-2], q.shape[-2]),
         }.get(mistake, (q.shape[-2], k.shape[-2]))
         i, j = torch.arange(n_q)[:, None], torch.arange(n_k)[None, :]
+        if mistake == "queries_at_the_end":  # aligned to the last keys, as with a KV cache
+            i = i + n_k - n_q
         distance = {
             "no_abs": i - j,
             "no_abs_reversed": j - i,
@@ -495,7 +531,11 @@ class DistanceBiasedAttention(Task):
         else:
             bias = sign * slope * distance.to(q.dtype)
         raw, scale = q @ k.transpose(-2, -1), math.sqrt(q.shape[-1])
-        scale = {"no_scaling": 1.0, "by_sqrt_n_k": math.sqrt(k.shape[-2])}.get(mistake, scale)
+        scale = {
+            "no_scaling": 1.0,
+            "by_sqrt_n_k": math.sqrt(k.shape[-2]),
+            "by_sqrt_d_v": math.sqrt(v.shape[-1]),
+        }.get(mistake, scale)
         if mistake == "bias_scaled":  # bias added before dividing by sqrt(d_k)
             scores = (raw + bias) / scale
         elif mistake in ("no_bias", "after_softmax"):
@@ -511,4 +551,7 @@ class DistanceBiasedAttention(Task):
             weights = stable_softmax(scores, dim=-2 if mistake == "query_axis" else -1)
         if mistake == "after_softmax":
             weights = weights + bias
+        if mistake in ("plain_output", "plain_weights"):  # the bias in one result only
+            plain = stable_softmax(raw / scale)
+            return (plain @ v, weights) if mistake == "plain_output" else (weights @ v, plain)
         return weights @ v, weights

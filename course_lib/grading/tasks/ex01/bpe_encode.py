@@ -45,6 +45,10 @@ class BpeEncode(Task):
         "(list(ids), a copy)",
         "sorted_by_pair": "you applied the merges in sorted order of their pairs; keep the order "
         "of `merges`, which is the order they were learned",
+        "new_ids_from_256": "256 + the merge's rank numbers lesson 01's own merges; the new ids "
+        "are the values of `merges` (here 10, 11, ...): for pair, new_id in merges.items()",
+        "result_dropped": "nothing was merged: merge_pair returns a new list and leaves the one "
+        "it is given as it was, so keep its result, ids = merge_pair(ids, pair, new_id)",
     }
 
     def cases(self, gen):
@@ -103,6 +107,8 @@ class BpeEncode(Task):
     def wrong(self, ids, merges, *, mistake):
         if mistake == "encoded_again":  # lesson 01's encode_chunk, which starts from text
             ids = list(ids.encode("utf-8"))
+        if mistake == "result_dropped":  # merge_pair(ids, pair, new_id) without ids =
+            return list(ids)
         ranks, ids = list(merges), list(ids)
         while mistake in ("leftmost_first", "by_frequency"):  # one merge at a time, picked anew
             found = [(i, pair) for i, pair in enumerate(adjacent(ids)) if pair in merges]
@@ -122,6 +128,7 @@ class BpeEncode(Task):
                 break
             if mistake == "not_chained":  # each merge applied to the original ids
                 result = merged(ids, pair, merges[pair]) if pair in adjacent(ids) else result
-            else:
-                result = merged(result, pair, merges[pair])
+            else:  # the lesson's training numbered its merges 256, 257, ...
+                new_id = 256 + ranks.index(pair) if mistake == "new_ids_from_256" else merges[pair]
+                result = merged(result, pair, new_id)
         return result

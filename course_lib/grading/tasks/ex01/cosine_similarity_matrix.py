@@ -22,6 +22,9 @@ class CosineSimilarityMatrix(Task):
         "torch.nn.CosineSimilarity",
     )
     mistake_table = {
+        "tiny_as_zero": "the tiny vectors (lengths about 1e-9) are not zero vectors: a threshold "
+        "such as norm > 1e-6 treats them as zero; guard only the zero lengths, "
+        "torch.where(norm > 0, ...) or norm.clamp_min(1e-12)",
         "raw_dot": "those are raw dot products; divide by the lengths |E_i| |E_j| (normalise "
         "every row to length 1 first)",
         "no_guard": "a zero vector has length 0 and 0/0 = NaN; clamp the lengths (e.g. "
@@ -84,6 +87,8 @@ class CosineSimilarityMatrix(Task):
         ]
 
     def wrong(self, E, *, mistake):
+        if mistake == "tiny_as_zero":  # before raw_dot: E @ E.T of tiny rows is about 0 too
+            E = E * (E.norm(dim=-1, keepdim=True) > 1e-6)
         if mistake == "raw_dot":
             return E @ E.T
         if mistake == "whole_norm":

@@ -73,7 +73,7 @@ class MergePair(Task):
         merged = obj(given, tuple(pair), new_id)
         if given != list(ids):  # the statement: "Leave ids itself unchanged"
             return {"changed_input": given}
-        return merged
+        return {"the_same_list": merged} if merged is given else merged  # "a **new** list"
 
     def compare(self, got, want, case):
         if isinstance(got, dict) and "changed_input" in got:
@@ -81,6 +81,12 @@ class MergePair(Task):
                 f"your function changed the list it was given (ids became "
                 f"{got['changed_input']}): build a new list and leave ids as it was; a caller "
                 "may still need it"
+            )
+        if isinstance(got, dict) and "the_same_list" in got:
+            return (
+                "you returned the list you were given (`return ids` where nothing is merged), "
+                "not a new one: a caller that changes one would change the other; return a "
+                "copy, list(ids)"
             )
         return super().compare(got, want, case)
 
