@@ -137,3 +137,17 @@ def test_slips_fail_in_the_notebook_with_their_hint_and_under_every_seed(task_id
     for seed in (1, 2, 3, 1234):
         cases = task.cases(torch.Generator().manual_seed(seed))
         assert judge(task, cases, run_cases(task, impl, cases)).status == "failed", seed
+
+
+@pytest.mark.parametrize(
+    "product",
+    [
+        lambda a, b: torch.linalg.vecdot(a.unsqueeze(-1), b.unsqueeze(-3), dim=-2),
+        lambda a, b: torch.inner(a, b.transpose(-2, -1)),
+    ],
+    ids=["vecdot", "inner"],
+)
+def test_batched_matmul_by_a_multiply_and_sum_in_one_call_is_not_built(product):
+    # hunt 5: torch.linalg.vecdot passed, though it is the multiply and the sum in one call
+    result = check_result("ex00.batched_matmul", product)
+    assert result.status == "forbidden" and result.score == 0, result.feedback
