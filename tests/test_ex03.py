@@ -673,7 +673,10 @@ class _HuntMHA(nn.Module):
             scale = self.d_head**1 / 2
         scores = q @ k_t / scale
         if mask is not None:
-            mask = mask.unsqueeze(1) if mask.dim() == 3 else mask
+            per_example = mask.dim() == 3
+            if slip == "per example if mask.shape[0] == batch":
+                per_example = mask.shape[0] == query.shape[0]
+            mask = mask.unsqueeze(1) if per_example else mask
             if slip == "scores[mask == 0] = -inf":
                 scores[mask == 0] = -math.inf
             else:
@@ -711,6 +714,8 @@ class _HuntMHA(nn.Module):
         ("/ sqrt(q.shape[2])", "d_k from shape[2]"),
         ("/ d_head ** 1/2", "** binds tighter than /"),
         ("scale = d_head ** 1/2", "** binds tighter than /"),  # was 'divide ... by sqrt(d_head)'
+        # fifth hunt: full marks before, as no 2-D mask had n_q == batch
+        ("per example if mask.shape[0] == batch", "tell it by mask.dim() == 3"),
     ],
 )
 def test_a_second_hunt_slip_fails_the_notebook_check_with_its_own_hint(slip, words):
@@ -863,6 +868,8 @@ def gqa_with_a_slip(q, k, v, mask=None, *, slip):
     )
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
     if mask is not None:
+        if slip == "mask.unsqueeze(1) as in MHA" and mask.dim() == 3:
+            mask = mask.unsqueeze(1)
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)
     return weights @ v, weights
@@ -872,6 +879,8 @@ def gqa_with_a_slip(q, k, v, mask=None, *, slip):
     "slip, words",
     [
         ("v tiled", "k and v are repeated differently"),
+        # fifth hunt: MultiHeadAttention's 3-D mask code copied had full marks (no 3-D mask case)
+        ("mask.unsqueeze(1) as in MHA", "one per query head"),
         ("shape[1]", "d_k from shape[1]"),
         ("shape[2]", "d_k from shape[2]"),
         ("num_heads", "or divided by sqrt(num_heads)"),  # ex02's text named only shape[1]

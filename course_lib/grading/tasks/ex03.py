@@ -159,6 +159,8 @@ class _WrongMultiHeadAttention(nn.Module):
         if mistake == "keys_transpose_1_2":  # exercise 02's k.transpose(1, 2) on 4-D keys
             k = k.permute(0, 2, 3, 1)  # so that wrong_attention's k.transpose(-2, -1) is it
         unsqueeze = mask is not None and (mask.dim() == 3 or mistake == "always_unsqueezed")
+        if mistake == "mask_by_batch" and mask is not None:  # per example if its first size is
+            unsqueeze = mask.shape[0] == batch  # the batch's: so is a 2-D mask with n_q == batch
         if unsqueeze and mistake != "mask_not_unsqueezed":
             mask = mask.unsqueeze(1)  # (batch, 1, n_q or 1, n_k): the same for every head
         if mistake == "boolean_index" and mask is not None:  # scores[~mask] = -inf: no broadcast
@@ -301,6 +303,9 @@ class MultiHeadAttentionTask(ModuleTask):
         "keys_split_by_n_q": "the keys were split into heads with the query length n_q; key and "
         "value have their own length n_k = key.shape[1], which may differ: split each tensor by "
         "its own shape",
+        "mask_by_batch": "a 2-D (n_q, n_k) mask whose n_q equals the batch size got an axis "
+        "for the heads too: you told a per-example mask by mask.shape[0] == batch; tell it by "
+        "mask.dim() == 3 (a 2-D mask broadcasts as it is)",
         "always_unsqueezed": "a 2-D (n_q, n_k) mask already broadcasts over batch and heads; "
         "unsqueeze(1) only a 3-D (batch, n_q or 1, n_k) mask (if mask.dim() == 3)",
         "values_from_key": "the values are projected from `key`; they come from `value`: v = "
@@ -348,7 +353,7 @@ class MultiHeadAttentionTask(ModuleTask):
         padding = (torch.arange(6) < lengths[:, None]).unsqueeze(1)  # (3, 1, 6)
         random_mask = _attend_somewhere(torch.rand(2, 4, 5, generator=gen) > 0.5)
         query, memory, keep = far_blocked_key()
-        return [
+        cases = [
             case("self-attention, x (2, 5, 8), num_heads=2", (2, 5, None, 8, 2)),
             case(
                 "cross-attention, query (2, 3, 12), key/value (2, 6, 12), num_heads=3 (n_q != n_k)",
@@ -413,6 +418,13 @@ class MultiHeadAttentionTask(ModuleTask):
                 train=True,
             ),
         ]
+        square_case = case(
+            "self-attention with a causal mask (2, 2), x (2, 2, 8), num_heads=2: a 2-D mask "
+            "whose n_q equals the batch size",
+            (2, 2, None, 8, 2),
+            _causal(2),
+        )
+        return [*cases[:-1], square_case, cases[-1]]  # drawn last; training mode stays last
 
     def run(self, module, case):
         module.train(case.data["train"])
@@ -476,6 +488,9 @@ class GroupedQueryAttentionTask(Task):
         "renormalised": RENORMALISED_HINT,
         "d_k_from_shape_1": D_K_FROM_HEADS,
         "d_k_from_shape_2": D_K_FROM_SHAPE_2,
+        "mask_unsqueezed": "the mask broadcasts to (batch, num_heads, n_q, n_k) as it is: a 3-D "
+        "mask here is (num_heads or 1, n_q, n_k), one per query head, not MultiHeadAttention's "
+        "(batch, n_q, n_k); do not unsqueeze(1) it",
         "values_tiled": "k and v are repeated differently: v.repeat(1, group, 1, 1) tiles the kv "
         "heads, so query head h reads the keys of kv head h // group but the values of kv head "
         "h % num_kv_heads; repeat v as k, repeat_interleave(group, dim=1)",
@@ -500,6 +515,8 @@ class GroupedQueryAttentionTask(Task):
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         if mistake == "values_tiled":  # the keys right, the values .repeat'ed
             v = v[:, ::group].repeat(1, group, 1, 1)
+        if mistake == "mask_unsqueezed" and mask is not None and mask.dim() == 3:  # as in MHA
+            mask = mask.unsqueeze(1)
         return wrong_attention(
             q,
             k,
@@ -530,7 +547,7 @@ class GroupedQueryAttentionTask(Task):
         random_mask = _attend_somewhere(torch.rand(3, 1, 4, 6, generator=gen) > 0.5)
         per_head = _attend_somewhere(torch.rand(1, 6, 5, 3, generator=gen) > 0.4)
         query, memory, keep = far_blocked_key()
-        return [
+        cases = [
             case(
                 "multi-query attention: q (2, 4, 3, 8), k/v (2, 1, 5, 8) "
                 "(4 query heads, 1 kv head)",
@@ -578,3 +595,11 @@ class GroupedQueryAttentionTask(Task):
                 raises=ValueError,
             ),
         ]
+        per_head_3d = _attend_somewhere(torch.rand(4, 3, 5, generator=gen) > 0.4)
+        three_d = case(
+            "q (2, 4, 3, 4), k/v (2, 2, 5, 4): groups of 2, a 3-D mask (4, 3, 5), one per "
+            "query head, broadcast over the batch",
+            (2, 4, 2, 3, 5, 4, 4),
+            per_head_3d,
+        )
+        return [*cases[:-1], three_d, cases[-1]]  # drawn last; the ValueError case stays last
