@@ -671,7 +671,7 @@ class _HuntMHA(nn.Module):
             scale = self.d_head**1 * 2  # how Python reads scores / d_head ** 1/2
         elif slip == "scale = d_head ** 1/2":  # d_head / 2: the root at d_head = 4 only
             scale = self.d_head**1 / 2
-        scores = q @ k_t / scale
+        scores = q @ k_t / (1 if slip == "softmax(scores) / sqrt(d_head)" else scale)
         if mask is not None:
             per_example = mask.dim() == 3
             if slip == "per example if mask.shape[0] == batch":
@@ -682,6 +682,8 @@ class _HuntMHA(nn.Module):
             else:
                 scores = scores.masked_fill(~mask, -math.inf)
         weights = scores.softmax(dim=-1)
+        if slip == "softmax(scores) / sqrt(d_head)":
+            weights = weights / scale
         if slip == "F.dropout without training=":
             weights = F.dropout(weights, 0.1)
         else:
@@ -716,6 +718,7 @@ class _HuntMHA(nn.Module):
         ("scale = d_head ** 1/2", "** binds tighter than /"),  # was 'divide ... by sqrt(d_head)'
         # fifth hunt: full marks before, as no 2-D mask had n_q == batch
         ("per example if mask.shape[0] == batch", "tell it by mask.dim() == 3"),
+        ("softmax(scores) / sqrt(d_head)", "after the softmax, so they no longer sum to 1"),
     ],
 )
 def test_a_second_hunt_slip_fails_the_notebook_check_with_its_own_hint(slip, words):
@@ -861,17 +864,20 @@ def gqa_with_a_slip(q, k, v, mask=None, *, slip):
     if q.shape[1] % k.shape[1]:
         raise ValueError("num_heads must be a multiple of num_kv_heads")
     group = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(group, dim=1)
-    v = v.repeat(1, group, 1, 1) if slip == "v tiled" else v.repeat_interleave(group, dim=1)
+    dim = 0 if slip == "repeated on dim=0" else 1
+    k = k.repeat_interleave(group, dim=dim)
+    v = v.repeat(1, group, 1, 1) if slip == "v tiled" else v.repeat_interleave(group, dim=dim)
     d_k = {"shape[1]": q.shape[1], "shape[2]": q.shape[2], "num_heads": q.shape[1]}.get(
         slip, q.shape[-1]
     )
-    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
+    after = slip == "scaled after the softmax"
+    scores = q @ k.transpose(-2, -1) / (1 if after else math.sqrt(d_k))
     if mask is not None:
         if slip == "mask.unsqueeze(1) as in MHA" and mask.dim() == 3:
             mask = mask.unsqueeze(1)
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)
+    weights = weights / math.sqrt(d_k) if after else weights
     return weights @ v, weights
 
 
@@ -881,6 +887,9 @@ def gqa_with_a_slip(q, k, v, mask=None, *, slip):
         ("v tiled", "k and v are repeated differently"),
         # fifth hunt: MultiHeadAttention's 3-D mask code copied had full marks (no 3-D mask case)
         ("mask.unsqueeze(1) as in MHA", "one per query head"),
+        # fifth hunt: 'None of the usual single mistakes' and a bare PyTorch error before
+        ("scaled after the softmax", "after the softmax, so they no longer sum to 1"),
+        ("repeated on dim=0", "dim=0 repeats the batch"),
         ("shape[1]", "d_k from shape[1]"),
         ("shape[2]", "d_k from shape[2]"),
         ("num_heads", "or divided by sqrt(num_heads)"),  # ex02's text named only shape[1]

@@ -18,7 +18,7 @@ from .common import (
     randn,
     wrong_attention,
 )
-from .ex02 import POWER_HALF
+from .ex02 import POWER_HALF, SCALED_AFTER_SOFTMAX
 
 F64 = torch.float64
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
@@ -180,6 +180,7 @@ class _WrongMultiHeadAttention(nn.Module):
                 "twice_d_k": (2 * self.d_head) ** 2,  # scores / d_head ** 1/2 divides by 2 d_head
                 "scale_precedence": (d_model // self.num_heads**0.5) ** 2,  # ** before //
                 "scale_inverted": 1 / self.d_head,  # divided by d_head ** -0.5
+                "scaled_after_softmax": 1,  # the weights divided below
             }.get(mistake),
             fill=0.0 if mistake == "fill_zero" else float("-inf"),
             dim=-2 if mistake == "softmax_over_queries" else -1,
@@ -190,6 +191,9 @@ class _WrongMultiHeadAttention(nn.Module):
         )  # (batch, heads, n_q, d_head), (batch, heads, n_q, n_k)
         if mistake == "attention_dropout":  # nn.Dropout(0.1) on the weights, as tutorials do
             weights = F.dropout(weights, 0.1)  # (F.dropout without training=: in eval mode too)
+            heads = weights @ v
+        if mistake == "scaled_after_softmax":  # softmax(q k^T) / sqrt(d_head)
+            weights = weights / self.d_head**0.5
             heads = weights @ v
         if mistake == "averaged_heads":  # one averaged map applied to the full values
             merged = weights.mean(dim=1) @ v_full  # (batch, n_q, d_model)
@@ -330,6 +334,7 @@ class MultiHeadAttentionTask(ModuleTask):
         "scale_inverted": "you multiplied the scores by sqrt(d_head) (dividing by d_head ** -0.5 "
         "does that): divide by sqrt(d_head), or multiply by d_head ** -0.5",
         "attention_dropout": _DROPOUT_HINT,
+        "scaled_after_softmax": SCALED_AFTER_SOFTMAX,
         "weights_heads_first": "your weights are (num_heads, batch, n_q, n_k); the batch axis "
         "comes first, (batch, num_heads, n_q, n_k): stack the heads' maps on dim=1",
         "boolean_index": "scores[~mask] = float('-inf') needs a mask of exactly the scores' "
@@ -471,7 +476,10 @@ class GroupedQueryAttentionTask(Task):
         "tiled": "the heads are grouped wrongly: query head h must use kv head h // group "
         "(heads 0..group-1 share kv head 0), which is repeat_interleave(group, dim=1); "
         ".repeat(1, group, 1, 1) tiles the kv heads, so head h gets kv head h % num_kv_heads",
+        "batch_axis": "repeat the kv heads along the head axis, dim=1 of (batch, num_kv_heads, "
+        "n_k, d_head): dim=0 repeats the batch, so k and v no longer match q's batch",
         "scaled_by_d_v": D_V_SCALE_HINT,
+        "scaled_after_softmax": SCALED_AFTER_SOFTMAX,
         "repeat_by_kv_heads": "each kv head is repeated num_kv_heads times; it must be repeated "
         "group = num_heads // num_kv_heads times, so that there are num_heads of them",
         "index_by_kv_heads": "query head h uses kv head h // group, group = num_heads // "
@@ -503,8 +511,9 @@ class GroupedQueryAttentionTask(Task):
         group = num_heads // num_kv_heads
         if mistake == "tiled":  # kv head h % num_kv_heads instead of h // group
             k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
-        elif mistake == "seq_axis":  # repeated along the keys, not the heads
-            k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+        elif mistake in ("seq_axis", "batch_axis"):  # along the keys or the batch: not the heads
+            axis = 2 if mistake == "seq_axis" else 0
+            k, v = k.repeat_interleave(group, dim=axis), v.repeat_interleave(group, dim=axis)
         elif mistake == "repeat_by_kv_heads":  # num_kv_heads copies instead of group
             k, v = k.repeat_interleave(num_kv_heads, 1), v.repeat_interleave(num_kv_heads, 1)
         elif mistake == "index_by_kv_heads":  # head by head, kv head h // num_kv_heads
@@ -517,7 +526,7 @@ class GroupedQueryAttentionTask(Task):
             v = v[:, ::group].repeat(1, group, 1, 1)
         if mistake == "mask_unsqueezed" and mask is not None and mask.dim() == 3:  # as in MHA
             mask = mask.unsqueeze(1)
-        return wrong_attention(
+        output, weights = wrong_attention(
             q,
             k,
             v,
@@ -525,6 +534,7 @@ class GroupedQueryAttentionTask(Task):
             scale={
                 "scaled_by_d_v": v.shape[-1],
                 "no_scale": 1,
+                "scaled_after_softmax": 1,  # the weights divided below
                 "d_k_from_shape_1": q.shape[1],  # num_heads
                 "d_k_from_shape_2": q.shape[2],  # n_q: exercise 02's 3-D habit
             }.get(mistake),
@@ -533,6 +543,10 @@ class GroupedQueryAttentionTask(Task):
             zero_after=mistake == "renormalised",
             renormalised=mistake == "renormalised",
         )
+        if mistake == "scaled_after_softmax":  # softmax(q k^T) / sqrt(d_head)
+            weights = weights / q.shape[-1] ** 0.5
+            output = weights @ v
+        return output, weights
 
     def cases(self, gen):
         def case(description, sizes, mask=None, dtype=torch.float32, raises=None):
