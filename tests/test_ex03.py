@@ -657,6 +657,8 @@ class _HuntMHA(nn.Module):
         k_proj = self.q_proj if slip == "k = self.q_proj(key)" else self.k_proj
         k_in = {"k from value": value, "k from query": query}.get(slip, key)
         k = reference_like_split(k_proj(k_in), self.num_heads)
+        if slip == "k.view(batch, n_q, heads, -1)":  # the query's length, d_head inferred
+            k = k_proj(k_in).view(*query.shape[:2], self.num_heads, -1).transpose(1, 2)
         v_proj = self.k_proj if slip == "v = self.k_proj(value)" else self.v_proj
         v = reference_like_split(v_proj(query if slip == "v from query" else value), self.num_heads)
         k_t = k.transpose(1, 2) if slip == "k.transpose(1, 2)" else k.transpose(-2, -1)
@@ -719,6 +721,7 @@ class _HuntMHA(nn.Module):
         # fifth hunt: full marks before, as no 2-D mask had n_q == batch
         ("per example if mask.shape[0] == batch", "tell it by mask.dim() == 3"),
         ("softmax(scores) / sqrt(d_head)", "after the softmax, so they no longer sum to 1"),
+        ("k.view(batch, n_q, heads, -1)", "split each tensor by its own shape"),  # PyTorch's error
     ],
 )
 def test_a_second_hunt_slip_fails_the_notebook_check_with_its_own_hint(slip, words):

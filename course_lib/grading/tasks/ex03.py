@@ -138,12 +138,13 @@ class _WrongMultiHeadAttention(nn.Module):
 
     def _split(self, x: Tensor, n_q: int = 0) -> Tensor:
         batch, seq, _ = x.shape
-        seq = n_q if self.mistake == "keys_split_by_n_q" and n_q else seq  # the query's length
+        seq = n_q if self.mistake.startswith("keys_split_by_n_q") and n_q else seq  # the query's
+        d_head = -1 if self.mistake == "keys_split_by_n_q_d_head_inferred" else self.d_head
         if self.mistake == "split_no_transpose":  # tokens mixed, as in split_heads
             return x.reshape(batch, self.num_heads, seq, self.d_head)
         if self.mistake == "strided_heads":  # head h of features h, h + num_heads, ...
             return x.reshape(batch, seq, self.d_head, self.num_heads).permute(0, 3, 1, 2)
-        return x.reshape(batch, seq, self.num_heads, self.d_head).transpose(1, 2)
+        return x.reshape(batch, seq, self.num_heads, d_head).transpose(1, 2)
 
     def forward(self, query, key, value, mask=None):
         batch, n_q, d_model = query.shape
@@ -304,9 +305,11 @@ class MultiHeadAttentionTask(ModuleTask):
         "shared_projections": "q_proj, k_proj and v_proj are one and the same layer (q = k = v = "
         "nn.Linear(...) makes one module with three names, so they share their weights): create "
         "a separate nn.Linear for each projection",
-        "keys_split_by_n_q": "the keys were split into heads with the query length n_q; key and "
-        "value have their own length n_k = key.shape[1], which may differ: split each tensor by "
-        "its own shape",
+        **dict.fromkeys(  # with d_head the reshape raises; with -1 for it, the product does
+            ("keys_split_by_n_q", "keys_split_by_n_q_d_head_inferred"),
+            "the keys were split into heads with the query length n_q; key and value have their "
+            "own length n_k = key.shape[1], which may differ: split each tensor by its own shape",
+        ),
         "mask_by_batch": "a 2-D (n_q, n_k) mask whose n_q equals the batch size got an axis "
         "for the heads too: you told a per-example mask by mask.shape[0] == batch; tell it by "
         "mask.dim() == 3 (a 2-D mask broadcasts as it is)",
