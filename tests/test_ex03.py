@@ -691,6 +691,8 @@ class _HuntMHA(nn.Module):
         else:
             weights = self.dropout(weights)  # p = 0 without a dropout slip
         merged = (weights @ v).transpose(1, 2).flatten(-2)
+        if slip == "transpose(1, 2).view(batch, n_q, d_model)":
+            merged = (weights @ v).transpose(1, 2).view(*query.shape)
         if slip == "dropout 0.2 on the output":
             return F.dropout(self.out_proj(merged), 0.2, self.training), weights
         return self.out_proj(merged), weights
@@ -722,6 +724,7 @@ class _HuntMHA(nn.Module):
         ("per example if mask.shape[0] == batch", "tell it by mask.dim() == 3"),
         ("softmax(scores) / sqrt(d_head)", "after the softmax, so they no longer sum to 1"),
         ("k.view(batch, n_q, heads, -1)", "split each tensor by its own shape"),  # PyTorch's error
+        ("transpose(1, 2).view(batch, n_q, d_model)", "merged with .view"),  # PyTorch's error
     ],
 )
 def test_a_second_hunt_slip_fails_the_notebook_check_with_its_own_hint(slip, words):
@@ -950,3 +953,14 @@ def test_head_by_head_with_strided_features_gets_its_hint():
     result = check_result("ex03.MultiHeadAttention", HeadByHeadWithStridedFeatures)
     assert result.status == "failed", result.feedback
     assert "you gave it every num_heads-th feature" in result.feedback, result.feedback
+
+
+def merge_with_view(x):
+    batch, num_heads, seq, d_head = x.shape
+    return x.transpose(1, 2).view(batch, seq, num_heads * d_head)  # the slip: reshape
+
+
+def test_merge_heads_with_view_gets_its_hint():
+    # fifth hunt: PyTorch's bare error, though lesson 03 shows this very slip
+    result = check_result("ex03.merge_heads", merge_with_view)
+    assert result.status == "failed" and "not contiguous" in result.feedback, result.feedback

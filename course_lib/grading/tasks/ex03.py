@@ -97,6 +97,9 @@ class MergeHeads(Task):
         "the transpose the tokens get mixed, exactly the split_heads mistake",
         "interleaved": "the heads must be concatenated one after the other (all of head 0's "
         "d_head features, then head 1's, ...); you interleaved them. Transpose only axes 1 and 2",
+        "view": "after transpose(1, 2) the tensor is a view that is not contiguous, so .view "
+        "cannot merge its last two axes (lesson 03 shows this): use .reshape, which copies when "
+        "it has to",
     }
 
     def cases(self, gen):
@@ -114,7 +117,7 @@ class MergeHeads(Task):
             x = x.permute(0, 2, 3, 1)  # (batch, seq, d_head, num_heads)
         elif mistake != "no_transpose":
             x = x.transpose(1, 2)  # (batch, seq, num_heads, d_head)
-        return x.reshape(batch, seq, num_heads * d_head)
+        return (x.view if mistake == "view" else x.reshape)(batch, seq, num_heads * d_head)
 
 
 # --- ex03.MultiHeadAttention
@@ -200,7 +203,7 @@ class _WrongMultiHeadAttention(nn.Module):
             merged = weights.mean(dim=1) @ v_full  # (batch, n_q, d_model)
         else:
             heads = heads if mistake == "merge_no_transpose" else heads.transpose(1, 2)
-            merged = heads.reshape(batch, n_q, d_model)
+            merged = (heads.view if mistake == "merge_view" else heads.reshape)(batch, n_q, d_model)
         if self.mistake == "averaged_weights":
             weights = weights.mean(dim=1)  # (batch, n_q, n_k)
         elif mistake == "weights_heads_first":  # per-head maps torch.stack'ed on dim=0
@@ -288,6 +291,9 @@ class MultiHeadAttentionTask(ModuleTask):
         "merge_no_transpose": "the heads are merged by a reshape without the transpose, which "
         "mixes tokens: transpose(1, 2) to (batch, n_q, num_heads, d_head) first, then reshape "
         "to (batch, n_q, d_model) (your merge_heads)",
+        "merge_view": "the heads are merged with .view after transpose(1, 2): the transposed "
+        "tensor is not contiguous, so .view cannot merge its axes: use .reshape (your "
+        "merge_heads)",
         "fill_zero": "you filled the masked scores with 0, but exp(0) = 1: blocked keys still get "
         "weight. Fill them with float('-inf') before the softmax",
         "zero_after": "you zeroed the blocked weights AFTER the softmax, so the rows no longer "
