@@ -657,6 +657,8 @@ class _HuntMHA(nn.Module):
         k_proj = self.q_proj if slip == "k = self.q_proj(key)" else self.k_proj
         k_in = {"k from value": value, "k from query": query}.get(slip, key)
         k = reference_like_split(k_proj(k_in), self.num_heads)
+        if slip == "k.view(batch, n_q, heads, -1)":  # the query's length, d_head inferred
+            k = k_proj(k_in).view(*query.shape[:2], self.num_heads, -1).transpose(1, 2)
         v_proj = self.k_proj if slip == "v = self.k_proj(value)" else self.v_proj
         v = reference_like_split(v_proj(query if slip == "v from query" else value), self.num_heads)
         k_t = k.transpose(1, 2) if slip == "k.transpose(1, 2)" else k.transpose(-2, -1)
@@ -671,19 +673,26 @@ class _HuntMHA(nn.Module):
             scale = self.d_head**1 * 2  # how Python reads scores / d_head ** 1/2
         elif slip == "scale = d_head ** 1/2":  # d_head / 2: the root at d_head = 4 only
             scale = self.d_head**1 / 2
-        scores = q @ k_t / scale
+        scores = q @ k_t / (1 if slip == "softmax(scores) / sqrt(d_head)" else scale)
         if mask is not None:
-            mask = mask.unsqueeze(1) if mask.dim() == 3 else mask
+            per_example = mask.dim() == 3
+            if slip == "per example if mask.shape[0] == batch":
+                per_example = mask.shape[0] == query.shape[0]
+            mask = mask.unsqueeze(1) if per_example else mask
             if slip == "scores[mask == 0] = -inf":
                 scores[mask == 0] = -math.inf
             else:
                 scores = scores.masked_fill(~mask, -math.inf)
         weights = scores.softmax(dim=-1)
+        if slip == "softmax(scores) / sqrt(d_head)":
+            weights = weights / scale
         if slip == "F.dropout without training=":
             weights = F.dropout(weights, 0.1)
         else:
             weights = self.dropout(weights)  # p = 0 without a dropout slip
         merged = (weights @ v).transpose(1, 2).flatten(-2)
+        if slip == "transpose(1, 2).view(batch, n_q, d_model)":
+            merged = (weights @ v).transpose(1, 2).view(*query.shape)
         if slip == "dropout 0.2 on the output":
             return F.dropout(self.out_proj(merged), 0.2, self.training), weights
         return self.out_proj(merged), weights
@@ -711,6 +720,11 @@ class _HuntMHA(nn.Module):
         ("/ sqrt(q.shape[2])", "d_k from shape[2]"),
         ("/ d_head ** 1/2", "** binds tighter than /"),
         ("scale = d_head ** 1/2", "** binds tighter than /"),  # was 'divide ... by sqrt(d_head)'
+        # fifth hunt: full marks before, as no 2-D mask had n_q == batch
+        ("per example if mask.shape[0] == batch", "tell it by mask.dim() == 3"),
+        ("softmax(scores) / sqrt(d_head)", "after the softmax, so they no longer sum to 1"),
+        ("k.view(batch, n_q, heads, -1)", "split each tensor by its own shape"),  # PyTorch's error
+        ("transpose(1, 2).view(batch, n_q, d_model)", "merged with .view"),  # PyTorch's error
     ],
 )
 def test_a_second_hunt_slip_fails_the_notebook_check_with_its_own_hint(slip, words):
@@ -856,15 +870,20 @@ def gqa_with_a_slip(q, k, v, mask=None, *, slip):
     if q.shape[1] % k.shape[1]:
         raise ValueError("num_heads must be a multiple of num_kv_heads")
     group = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(group, dim=1)
-    v = v.repeat(1, group, 1, 1) if slip == "v tiled" else v.repeat_interleave(group, dim=1)
+    dim = 0 if slip == "repeated on dim=0" else 1
+    k = k.repeat_interleave(group, dim=dim)
+    v = v.repeat(1, group, 1, 1) if slip == "v tiled" else v.repeat_interleave(group, dim=dim)
     d_k = {"shape[1]": q.shape[1], "shape[2]": q.shape[2], "num_heads": q.shape[1]}.get(
         slip, q.shape[-1]
     )
-    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
+    after = slip == "scaled after the softmax"
+    scores = q @ k.transpose(-2, -1) / (1 if after else math.sqrt(d_k))
     if mask is not None:
+        if slip == "mask.unsqueeze(1) as in MHA" and mask.dim() == 3:
+            mask = mask.unsqueeze(1)
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)
+    weights = weights / math.sqrt(d_k) if after else weights
     return weights @ v, weights
 
 
@@ -872,6 +891,11 @@ def gqa_with_a_slip(q, k, v, mask=None, *, slip):
     "slip, words",
     [
         ("v tiled", "k and v are repeated differently"),
+        # fifth hunt: MultiHeadAttention's 3-D mask code copied had full marks (no 3-D mask case)
+        ("mask.unsqueeze(1) as in MHA", "one per query head"),
+        # fifth hunt: 'None of the usual single mistakes' and a bare PyTorch error before
+        ("scaled after the softmax", "after the softmax, so they no longer sum to 1"),
+        ("repeated on dim=0", "dim=0 repeats the batch"),
         ("shape[1]", "d_k from shape[1]"),
         ("shape[2]", "d_k from shape[2]"),
         ("num_heads", "or divided by sqrt(num_heads)"),  # ex02's text named only shape[1]
@@ -929,3 +953,14 @@ def test_head_by_head_with_strided_features_gets_its_hint():
     result = check_result("ex03.MultiHeadAttention", HeadByHeadWithStridedFeatures)
     assert result.status == "failed", result.feedback
     assert "you gave it every num_heads-th feature" in result.feedback, result.feedback
+
+
+def merge_with_view(x):
+    batch, num_heads, seq, d_head = x.shape
+    return x.transpose(1, 2).view(batch, seq, num_heads * d_head)  # the slip: reshape
+
+
+def test_merge_heads_with_view_gets_its_hint():
+    # fifth hunt: PyTorch's bare error, though lesson 03 shows this very slip
+    result = check_result("ex03.merge_heads", merge_with_view)
+    assert result.status == "failed" and "not contiguous" in result.feedback, result.feedback

@@ -788,3 +788,40 @@ def test_rope_half_reading_strided_pairs_gets_its_hint():
     result = check_result("ex04.apply_rope_half", rope_half_with_the_lessons_pairs)
     assert result.status == "failed", result.feedback
     assert "you read the pairs with a stride" in result.feedback, result.feedback
+
+
+# ---- fifth hunt: slips that got 'None of the usual single mistakes' ------------------------
+_own_rope = _rope()  # the learner's task-3 answer
+
+
+def _half_through_perm(x, positions=None):
+    """Task 4 through task 3, as the cell under it suggests, undone with perm itself."""
+    d = x.shape[-1]
+    if d % 2:
+        raise ValueError(f"d must be even, got {d}")
+    perm = torch.arange(d).view(2, d // 2).t().reshape(d)
+    return _own_rope(x[..., perm], positions)[..., perm]  # the slip: torch.argsort(perm)
+
+
+def _shift_blocks_at_pair_index(offset, d_model):
+    if d_model % 2:
+        raise ValueError(f"d_model must be even, got {d_model}")
+    m = torch.zeros(d_model, d_model)
+    for i in range(d_model // 2):
+        a = offset * 10000 ** (-2 * i / d_model)
+        block = torch.tensor([[math.cos(a), math.sin(a)], [-math.sin(a), math.cos(a)]])
+        m[i : i + 2, i : i + 2] = block  # the slip: 2 * i
+    return m
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex04.apply_rope_half", _half_through_perm, "you read the result back through perm"),
+        ("ex04.relative_shift_matrix", _shift_blocks_at_pair_index, "rows and columns 2i and 2i+1"),
+    ],
+)
+def test_a_fifth_hunt_slip_fails_the_notebook_check_with_its_own_hint(task_id, learner, words):
+    result = check_result(task_id, learner)
+    assert result.status == "failed", result.feedback
+    assert words in result.feedback, result.feedback

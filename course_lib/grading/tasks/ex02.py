@@ -168,6 +168,10 @@ D_K_FROM_SHAPE_1 = (
     "you took d_k from shape[1] of q (or k), which is d_k only in 2-D; on a batch it is another "
     "axis: d_k is the last dimension, q.shape[-1]"
 )
+SCALED_AFTER_SOFTMAX = (
+    "you divided the weights by sqrt(d_k) after the softmax, so they no longer sum to 1; the "
+    "scale goes on the scores, softmax(q k^T / sqrt(d_k))"
+)
 POWER_HALF = (
     "`d_k ** 1/2` is `(d_k ** 1) / 2`: ** binds tighter than /, so that divides by d_k / 2 "
     "(or, written as `scores / d_k ** 1/2`, by 2 d_k); write d_k ** 0.5 or math.sqrt(d_k)"
@@ -198,8 +202,7 @@ class ScaledDotProductAttention(HintOnError):
         "d_k_from_k_shape_1": D_K_FROM_SHAPE_1,
         "half_d_k": POWER_HALF,
         "twice_d_k": POWER_HALF,
-        "scaled_after_softmax": "you divided the weights by sqrt(d_k) after the softmax, so "
-        "they no longer sum to 1; the scale goes on the scores, softmax(q k^T / sqrt(d_k))",
+        "scaled_after_softmax": SCALED_AFTER_SOFTMAX,
         "transpose_0_1": "k.transpose(0, 1) swaps the first two axes, which are the last two "
         "only in 2-D; use k.transpose(-2, -1) (or k.mT) so batches work too",
         "transpose_1_2": "k.transpose(1, 2) (like torch.bmm) assumes exactly one batch axis; "

@@ -18,7 +18,7 @@ from .common import (
     randn,
     wrong_attention,
 )
-from .ex02 import POWER_HALF
+from .ex02 import POWER_HALF, SCALED_AFTER_SOFTMAX
 
 F64 = torch.float64
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
@@ -97,6 +97,9 @@ class MergeHeads(Task):
         "the transpose the tokens get mixed, exactly the split_heads mistake",
         "interleaved": "the heads must be concatenated one after the other (all of head 0's "
         "d_head features, then head 1's, ...); you interleaved them. Transpose only axes 1 and 2",
+        "view": "after transpose(1, 2) the tensor is a view that is not contiguous, so .view "
+        "cannot merge its last two axes (lesson 03 shows this): use .reshape, which copies when "
+        "it has to",
     }
 
     def cases(self, gen):
@@ -114,7 +117,7 @@ class MergeHeads(Task):
             x = x.permute(0, 2, 3, 1)  # (batch, seq, d_head, num_heads)
         elif mistake != "no_transpose":
             x = x.transpose(1, 2)  # (batch, seq, num_heads, d_head)
-        return x.reshape(batch, seq, num_heads * d_head)
+        return (x.view if mistake == "view" else x.reshape)(batch, seq, num_heads * d_head)
 
 
 # --- ex03.MultiHeadAttention
@@ -138,12 +141,13 @@ class _WrongMultiHeadAttention(nn.Module):
 
     def _split(self, x: Tensor, n_q: int = 0) -> Tensor:
         batch, seq, _ = x.shape
-        seq = n_q if self.mistake == "keys_split_by_n_q" and n_q else seq  # the query's length
+        seq = n_q if self.mistake.startswith("keys_split_by_n_q") and n_q else seq  # the query's
+        d_head = -1 if self.mistake == "keys_split_by_n_q_d_head_inferred" else self.d_head
         if self.mistake == "split_no_transpose":  # tokens mixed, as in split_heads
             return x.reshape(batch, self.num_heads, seq, self.d_head)
         if self.mistake == "strided_heads":  # head h of features h, h + num_heads, ...
             return x.reshape(batch, seq, self.d_head, self.num_heads).permute(0, 3, 1, 2)
-        return x.reshape(batch, seq, self.num_heads, self.d_head).transpose(1, 2)
+        return x.reshape(batch, seq, self.num_heads, d_head).transpose(1, 2)
 
     def forward(self, query, key, value, mask=None):
         batch, n_q, d_model = query.shape
@@ -159,6 +163,8 @@ class _WrongMultiHeadAttention(nn.Module):
         if mistake == "keys_transpose_1_2":  # exercise 02's k.transpose(1, 2) on 4-D keys
             k = k.permute(0, 2, 3, 1)  # so that wrong_attention's k.transpose(-2, -1) is it
         unsqueeze = mask is not None and (mask.dim() == 3 or mistake == "always_unsqueezed")
+        if mistake == "mask_by_batch" and mask is not None:  # per example if its first size is
+            unsqueeze = mask.shape[0] == batch  # the batch's: so is a 2-D mask with n_q == batch
         if unsqueeze and mistake != "mask_not_unsqueezed":
             mask = mask.unsqueeze(1)  # (batch, 1, n_q or 1, n_k): the same for every head
         if mistake == "boolean_index" and mask is not None:  # scores[~mask] = -inf: no broadcast
@@ -178,6 +184,7 @@ class _WrongMultiHeadAttention(nn.Module):
                 "twice_d_k": (2 * self.d_head) ** 2,  # scores / d_head ** 1/2 divides by 2 d_head
                 "scale_precedence": (d_model // self.num_heads**0.5) ** 2,  # ** before //
                 "scale_inverted": 1 / self.d_head,  # divided by d_head ** -0.5
+                "scaled_after_softmax": 1,  # the weights divided below
             }.get(mistake),
             fill=0.0 if mistake == "fill_zero" else float("-inf"),
             dim=-2 if mistake == "softmax_over_queries" else -1,
@@ -189,11 +196,14 @@ class _WrongMultiHeadAttention(nn.Module):
         if mistake == "attention_dropout":  # nn.Dropout(0.1) on the weights, as tutorials do
             weights = F.dropout(weights, 0.1)  # (F.dropout without training=: in eval mode too)
             heads = weights @ v
+        if mistake == "scaled_after_softmax":  # softmax(q k^T) / sqrt(d_head)
+            weights = weights / self.d_head**0.5
+            heads = weights @ v
         if mistake == "averaged_heads":  # one averaged map applied to the full values
             merged = weights.mean(dim=1) @ v_full  # (batch, n_q, d_model)
         else:
             heads = heads if mistake == "merge_no_transpose" else heads.transpose(1, 2)
-            merged = heads.reshape(batch, n_q, d_model)
+            merged = (heads.view if mistake == "merge_view" else heads.reshape)(batch, n_q, d_model)
         if self.mistake == "averaged_weights":
             weights = weights.mean(dim=1)  # (batch, n_q, n_k)
         elif mistake == "weights_heads_first":  # per-head maps torch.stack'ed on dim=0
@@ -281,6 +291,9 @@ class MultiHeadAttentionTask(ModuleTask):
         "merge_no_transpose": "the heads are merged by a reshape without the transpose, which "
         "mixes tokens: transpose(1, 2) to (batch, n_q, num_heads, d_head) first, then reshape "
         "to (batch, n_q, d_model) (your merge_heads)",
+        "merge_view": "the heads are merged with .view after transpose(1, 2): the transposed "
+        "tensor is not contiguous, so .view cannot merge its axes: use .reshape (your "
+        "merge_heads)",
         "fill_zero": "you filled the masked scores with 0, but exp(0) = 1: blocked keys still get "
         "weight. Fill them with float('-inf') before the softmax",
         "zero_after": "you zeroed the blocked weights AFTER the softmax, so the rows no longer "
@@ -298,9 +311,14 @@ class MultiHeadAttentionTask(ModuleTask):
         "shared_projections": "q_proj, k_proj and v_proj are one and the same layer (q = k = v = "
         "nn.Linear(...) makes one module with three names, so they share their weights): create "
         "a separate nn.Linear for each projection",
-        "keys_split_by_n_q": "the keys were split into heads with the query length n_q; key and "
-        "value have their own length n_k = key.shape[1], which may differ: split each tensor by "
-        "its own shape",
+        **dict.fromkeys(  # with d_head the reshape raises; with -1 for it, the product does
+            ("keys_split_by_n_q", "keys_split_by_n_q_d_head_inferred"),
+            "the keys were split into heads with the query length n_q; key and value have their "
+            "own length n_k = key.shape[1], which may differ: split each tensor by its own shape",
+        ),
+        "mask_by_batch": "a 2-D (n_q, n_k) mask whose n_q equals the batch size got an axis "
+        "for the heads too: you told a per-example mask by mask.shape[0] == batch; tell it by "
+        "mask.dim() == 3 (a 2-D mask broadcasts as it is)",
         "always_unsqueezed": "a 2-D (n_q, n_k) mask already broadcasts over batch and heads; "
         "unsqueeze(1) only a 3-D (batch, n_q or 1, n_k) mask (if mask.dim() == 3)",
         "values_from_key": "the values are projected from `key`; they come from `value`: v = "
@@ -325,6 +343,7 @@ class MultiHeadAttentionTask(ModuleTask):
         "scale_inverted": "you multiplied the scores by sqrt(d_head) (dividing by d_head ** -0.5 "
         "does that): divide by sqrt(d_head), or multiply by d_head ** -0.5",
         "attention_dropout": _DROPOUT_HINT,
+        "scaled_after_softmax": SCALED_AFTER_SOFTMAX,
         "weights_heads_first": "your weights are (num_heads, batch, n_q, n_k); the batch axis "
         "comes first, (batch, num_heads, n_q, n_k): stack the heads' maps on dim=1",
         "boolean_index": "scores[~mask] = float('-inf') needs a mask of exactly the scores' "
@@ -348,7 +367,7 @@ class MultiHeadAttentionTask(ModuleTask):
         padding = (torch.arange(6) < lengths[:, None]).unsqueeze(1)  # (3, 1, 6)
         random_mask = _attend_somewhere(torch.rand(2, 4, 5, generator=gen) > 0.5)
         query, memory, keep = far_blocked_key()
-        return [
+        cases = [
             case("self-attention, x (2, 5, 8), num_heads=2", (2, 5, None, 8, 2)),
             case(
                 "cross-attention, query (2, 3, 12), key/value (2, 6, 12), num_heads=3 (n_q != n_k)",
@@ -413,6 +432,13 @@ class MultiHeadAttentionTask(ModuleTask):
                 train=True,
             ),
         ]
+        square_case = case(
+            "self-attention with a causal mask (2, 2), x (2, 2, 8), num_heads=2: a 2-D mask "
+            "whose n_q equals the batch size",
+            (2, 2, None, 8, 2),
+            _causal(2),
+        )
+        return [*cases[:-1], square_case, cases[-1]]  # drawn last; training mode stays last
 
     def run(self, module, case):
         module.train(case.data["train"])
@@ -459,7 +485,10 @@ class GroupedQueryAttentionTask(Task):
         "tiled": "the heads are grouped wrongly: query head h must use kv head h // group "
         "(heads 0..group-1 share kv head 0), which is repeat_interleave(group, dim=1); "
         ".repeat(1, group, 1, 1) tiles the kv heads, so head h gets kv head h % num_kv_heads",
+        "batch_axis": "repeat the kv heads along the head axis, dim=1 of (batch, num_kv_heads, "
+        "n_k, d_head): dim=0 repeats the batch, so k and v no longer match q's batch",
         "scaled_by_d_v": D_V_SCALE_HINT,
+        "scaled_after_softmax": SCALED_AFTER_SOFTMAX,
         "repeat_by_kv_heads": "each kv head is repeated num_kv_heads times; it must be repeated "
         "group = num_heads // num_kv_heads times, so that there are num_heads of them",
         "index_by_kv_heads": "query head h uses kv head h // group, group = num_heads // "
@@ -476,6 +505,9 @@ class GroupedQueryAttentionTask(Task):
         "renormalised": RENORMALISED_HINT,
         "d_k_from_shape_1": D_K_FROM_HEADS,
         "d_k_from_shape_2": D_K_FROM_SHAPE_2,
+        "mask_unsqueezed": "the mask broadcasts to (batch, num_heads, n_q, n_k) as it is: a 3-D "
+        "mask here is (num_heads or 1, n_q, n_k), one per query head, not MultiHeadAttention's "
+        "(batch, n_q, n_k); do not unsqueeze(1) it",
         "values_tiled": "k and v are repeated differently: v.repeat(1, group, 1, 1) tiles the kv "
         "heads, so query head h reads the keys of kv head h // group but the values of kv head "
         "h % num_kv_heads; repeat v as k, repeat_interleave(group, dim=1)",
@@ -488,8 +520,9 @@ class GroupedQueryAttentionTask(Task):
         group = num_heads // num_kv_heads
         if mistake == "tiled":  # kv head h % num_kv_heads instead of h // group
             k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
-        elif mistake == "seq_axis":  # repeated along the keys, not the heads
-            k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+        elif mistake in ("seq_axis", "batch_axis"):  # along the keys or the batch: not the heads
+            axis = 2 if mistake == "seq_axis" else 0
+            k, v = k.repeat_interleave(group, dim=axis), v.repeat_interleave(group, dim=axis)
         elif mistake == "repeat_by_kv_heads":  # num_kv_heads copies instead of group
             k, v = k.repeat_interleave(num_kv_heads, 1), v.repeat_interleave(num_kv_heads, 1)
         elif mistake == "index_by_kv_heads":  # head by head, kv head h // num_kv_heads
@@ -500,7 +533,9 @@ class GroupedQueryAttentionTask(Task):
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         if mistake == "values_tiled":  # the keys right, the values .repeat'ed
             v = v[:, ::group].repeat(1, group, 1, 1)
-        return wrong_attention(
+        if mistake == "mask_unsqueezed" and mask is not None and mask.dim() == 3:  # as in MHA
+            mask = mask.unsqueeze(1)
+        output, weights = wrong_attention(
             q,
             k,
             v,
@@ -508,6 +543,7 @@ class GroupedQueryAttentionTask(Task):
             scale={
                 "scaled_by_d_v": v.shape[-1],
                 "no_scale": 1,
+                "scaled_after_softmax": 1,  # the weights divided below
                 "d_k_from_shape_1": q.shape[1],  # num_heads
                 "d_k_from_shape_2": q.shape[2],  # n_q: exercise 02's 3-D habit
             }.get(mistake),
@@ -516,6 +552,10 @@ class GroupedQueryAttentionTask(Task):
             zero_after=mistake == "renormalised",
             renormalised=mistake == "renormalised",
         )
+        if mistake == "scaled_after_softmax":  # softmax(q k^T) / sqrt(d_head)
+            weights = weights / q.shape[-1] ** 0.5
+            output = weights @ v
+        return output, weights
 
     def cases(self, gen):
         def case(description, sizes, mask=None, dtype=torch.float32, raises=None):
@@ -530,7 +570,7 @@ class GroupedQueryAttentionTask(Task):
         random_mask = _attend_somewhere(torch.rand(3, 1, 4, 6, generator=gen) > 0.5)
         per_head = _attend_somewhere(torch.rand(1, 6, 5, 3, generator=gen) > 0.4)
         query, memory, keep = far_blocked_key()
-        return [
+        cases = [
             case(
                 "multi-query attention: q (2, 4, 3, 8), k/v (2, 1, 5, 8) "
                 "(4 query heads, 1 kv head)",
@@ -578,3 +618,11 @@ class GroupedQueryAttentionTask(Task):
                 raises=ValueError,
             ),
         ]
+        per_head_3d = _attend_somewhere(torch.rand(4, 3, 5, generator=gen) > 0.4)
+        three_d = case(
+            "q (2, 4, 3, 4), k/v (2, 2, 5, 4): groups of 2, a 3-D mask (4, 3, 5), one per "
+            "query head, broadcast over the batch",
+            (2, 4, 2, 3, 5, 4, 4),
+            per_head_3d,
+        )
+        return [*cases[:-1], three_d, cases[-1]]  # drawn last; the ValueError case stays last

@@ -200,6 +200,9 @@ class RelativeShiftMatrix(_PositionalTask):
         "not_over_d": _not_over_d(),
         "exponent_4i": "the rotation angle uses 10000^(-4i/d_model), the 2 counted twice; pair "
         "(2i, 2i+1) turns by offset * 10000^(-2i/d_model), the same frequency as in the encoding",
+        "block_at_pair_index": "pair i's 2x2 block goes at rows and columns 2i and 2i+1, "
+        "M[2*i : 2*i + 2, 2*i : 2*i + 2]; at M[i : i + 2, i : i + 2] the blocks overlap and the "
+        "last rows stay 0",
     }
 
     def cases(self, gen):
@@ -232,6 +235,8 @@ class RelativeShiftMatrix(_PositionalTask):
             cos, sin = sin, cos
         m = torch.zeros(d_model, d_model, dtype=F64)
         even = torch.arange(0, d_model, 2)
+        if mistake == "block_at_pair_index":  # M[i : i + 2, i : i + 2] with i the pair index
+            even = torch.arange(d_model // 2)
         m[even, even], m[even, even + 1] = cos, sin
         m[even + 1, even], m[even + 1, even + 1] = sin if mistake == "no_minus" else -sin, cos
         return (m.T if mistake == "transposed" else m).float()
@@ -281,8 +286,13 @@ def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
     if mistake == "reflect":  # the sign of the second component's x1 term flipped
         r1 = x0 * sin1 - x1 * cos1
     if out_layout.get(mistake, layout) == "halves":
-        return torch.cat((r0, r1), -1)
-    return torch.stack((r0, r1), -1).flatten(-2)
+        out = torch.cat((r0, r1), -1)
+    else:
+        out = torch.stack((r0, r1), -1).flatten(-2)
+    if mistake == "perm_not_inverted":  # apply_rope(x[..., perm])[..., perm]: perm read twice
+        perm = torch.arange(d).view(2, d // 2).t().reshape(d)  # [0, d/2, 1, d/2 + 1, ...]
+        out = out[..., perm[perm]]
+    return out
 
 
 def _x(gen, description, shape, positions=None, dtype=torch.float32, raises=None) -> Case:
@@ -551,6 +561,9 @@ class ApplyRopeHalf(_RopeTask):
         "positions_or": _POSITIONS_OR,
         "overwritten": _OVERWRITTEN,
         "view": _VIEW,
+        "perm_not_inverted": "you read the result back through perm itself: apply_rope(x[..., "
+        "perm]) lays the features out as perm does, and undoing that needs perm's inverse, "
+        "torch.argsort(perm) ([0, 2, 4, ..., 1, 3, ...]); perm is its own inverse only for d = 4",
         "float_half": "d / 2 is a float (8 / 2 = 4.0) even when d is even, and a slice needs "
         "ints: x[..., : d // 2] and x[..., d // 2 :]",
     }
