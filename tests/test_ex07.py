@@ -1178,3 +1178,14 @@ def test_a_value_error_without_a_message_fails_its_case():
     result = status("ex07.FeedForward", FFBareError)
     assert result.status == "failed" and result.passed == result.total - 1, result.feedback
     assert "your ValueError carries no message: say what was expected" in result.feedback
+
+
+class DecCausalInvertedLikeTorch(DecLearner):  # ~causal, as the tgt_mask of PyTorch's layer
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        self_mask = None if self_mask is None else ~self_mask
+        return super().forward(x, memory, self_mask, memory_mask)
+
+
+def test_hunt5_a_self_mask_inverted_alone_is_named():  # got "None of the usual single mistakes"
+    result = status("ex07.DecoderLayer", DecCausalInvertedLikeTorch)
+    assert result.status == "failed" and "self_mask is inverted" in result.feedback, result.feedback
