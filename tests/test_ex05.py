@@ -623,3 +623,15 @@ def test_hunt4_a_mask_given_an_axis_for_heads_gets_a_hint():
     result = check_result("ex05.masked_attention", heads_axis)
     assert result.status == "failed", result.feedback
     assert "use it as it is" in result.feedback, result.feedback
+
+
+def _attention_by_hand_plus_eps(q, k, v, mask):  # the 1e-9 keeps a fully masked row at 0
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    e = torch.exp(scores - scores.max(-1, keepdim=True).values) * mask
+    weights = e / (e.sum(-1, keepdim=True) + 1e-9)
+    return weights @ v, weights
+
+
+def test_hunt5_an_eps_in_the_row_sums_is_named():  # got "None of the usual single mistakes"
+    result = check_result("ex05.masked_attention", _attention_by_hand_plus_eps)
+    assert result.status == "failed" and "1e-9 added to the row sums" in result.feedback
