@@ -1189,3 +1189,19 @@ class DecCausalInvertedLikeTorch(DecLearner):  # ~causal, as the tgt_mask of PyT
 def test_hunt5_a_self_mask_inverted_alone_is_named():  # got "None of the usual single mistakes"
     result = status("ex07.DecoderLayer", DecCausalInvertedLikeTorch)
     assert result.status == "failed" and "self_mask is inverted" in result.feedback, result.feedback
+
+
+class LayerNormWithoutABiasAttribute(LayerNormByHand):  # passed: `if bias:` and nothing else
+    def __init__(self, d_model, eps=1e-5, bias=True):
+        super().__init__(d_model, eps, bias)
+        if not bias:
+            del self.bias  # as if only `if bias: self.bias = nn.Parameter(...)` had been written
+
+    def forward(self, x):
+        out = layer_norm_var_mean(x, self.weight, torch.zeros_like(self.weight), self.eps)
+        return out + self.bias if hasattr(self, "bias") else out
+
+
+def test_hunt5_a_layer_norm_without_bias_none_fails():
+    result = status("ex07.LayerNorm", LayerNormWithoutABiasAttribute)
+    assert result.status == "failed" and "set self.bias = None" in result.feedback, result.feedback
