@@ -635,3 +635,15 @@ def _attention_by_hand_plus_eps(q, k, v, mask):  # the 1e-9 keeps a fully masked
 def test_hunt5_an_eps_in_the_row_sums_is_named():  # got "None of the usual single mistakes"
     result = check_result("ex05.masked_attention", _attention_by_hand_plus_eps)
     assert result.status == "failed" and "1e-9 added to the row sums" in result.feedback
+
+
+def _causal_by_rows_from_1(n):  # the loop starts at 1, as if row 0 had nothing to attend to
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    for i in range(1, n):
+        mask[i, : i + 1] = True
+    return mask
+
+
+def test_hunt5_a_causal_loop_from_row_1_is_named():  # got "None of the usual single mistakes"
+    result = check_result("ex05.causal_mask", _causal_by_rows_from_1)
+    assert result.status == "failed" and "must start at i = 0" in result.feedback, result.feedback

@@ -47,6 +47,8 @@ CAUSAL_MISTAKES = {
     "int": "the mask must be a bool tensor (True/False), not integers; use dtype=torch.bool",
     "tril_above": "tril(1) keeps one diagonal above the main one, so query i also sees key i + 1, "
     "the next token: the causal mask is tril() with the default diagonal=0 (key j <= query i)",
+    "first_row_empty": "row 0 is all False, but query 0 may attend key 0, itself: a loop that "
+    "fills m[i, :i + 1] must start at i = 0, not 1",
     "additive": "that is an additive float mask (0 where allowed, -inf above the diagonal, as "
     "nn.Transformer.generate_square_subsequent_mask makes); this course's masks are bool, True "
     "= may attend: torch.ones(n, n, dtype=torch.bool).tril()",
@@ -69,9 +71,12 @@ def wrong_causal_mask(n, *, mistake=""):
     ones = torch.ones(n, n, dtype=dtype)
     if mistake == "additive":  # 0 where allowed, -inf above the diagonal (PyTorch's float mask)
         return torch.full((n, n), float("-inf")).triu(1)
-    mask = {"triu": ones.triu(), "no_diagonal": ones.tril(-1), "tril_above": ones.tril(1)}.get(
-        mistake, ones.tril()
-    )
+    mask = {
+        "triu": ones.triu(),
+        "no_diagonal": ones.tril(-1),
+        "tril_above": ones.tril(1),
+        "first_row_empty": ones.tril() * (torch.arange(n) > 0)[:, None],  # a loop from i = 1
+    }.get(mistake, ones.tril())
     return ~mask if mistake == "inverted" else mask
 
 
