@@ -1205,3 +1205,21 @@ class LayerNormWithoutABiasAttribute(LayerNormByHand):  # passed: `if bias:` and
 def test_hunt5_a_layer_norm_without_bias_none_fails():
     result = status("ex07.LayerNorm", LayerNormWithoutABiasAttribute)
     assert result.status == "failed" and "set self.bias = None" in result.feedback, result.feedback
+
+
+class EncActivationAfterLinear2(EncLearner):  # the feed-forward network written anew, act last
+    def forward(self, x, mask=None):
+        def ffn(h):
+            return F.relu(self.linear2(self.linear1(h)))
+
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.self_attn(h, h, h, mask=mask)[0]
+            return x + ffn(self.norm2(x))
+        x = self.norm1(x + self.self_attn(x, x, x, mask=mask)[0])
+        return self.norm2(x + ffn(x))
+
+
+def test_hunt5_an_encoder_activation_after_linear2_is_named():  # got "None of the usual ..."
+    result = status("ex07.EncoderLayer", EncActivationAfterLinear2)
+    assert result.status == "failed" and "not after linear2" in result.feedback, result.feedback

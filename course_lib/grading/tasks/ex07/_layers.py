@@ -198,6 +198,8 @@ class WrongLayer(nn.Module):
 
         def feed_forward(h):
             h = self.norm1(x) if mistake == "pre_stale_h" else h  # the attention's h, reused
+            if mistake == "activation_after":  # FeedForward's slip, in the layer written anew
+                return activation(self.linear2(self.linear1(h)))
             return self.linear2(activation(self.linear1(h)))
 
         runs = (
