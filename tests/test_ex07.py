@@ -1223,3 +1223,19 @@ class EncActivationAfterLinear2(EncLearner):  # the feed-forward network written
 def test_hunt5_an_encoder_activation_after_linear2_is_named():  # got "None of the usual ..."
     result = status("ex07.EncoderLayer", EncActivationAfterLinear2)
     assert result.status == "failed" and "not after linear2" in result.feedback, result.feedback
+
+
+class FFSquaredInPlace(FFLearner):  # passed all 16 checks; training then fails in exercise 09
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", bias=True):
+        super().__init__(d_model, d_ff, dropout, activation, bias)
+        self.relu2 = activation == "relu2"
+
+    def forward(self, x):
+        h = self.linear1(x)
+        h = F.relu(h).pow_(2) if self.relu2 else self.activation(h)
+        return self.linear2(self.drop(h))
+
+
+def test_hunt5_relu_squared_in_place_fails_as_training_would():
+    result = status("ex07.FeedForward", FFSquaredInPlace)
+    assert result.status == "failed" and "in-place" in result.feedback, result.feedback
