@@ -623,3 +623,27 @@ def test_hunt4_a_mask_given_an_axis_for_heads_gets_a_hint():
     result = check_result("ex05.masked_attention", heads_axis)
     assert result.status == "failed", result.feedback
     assert "use it as it is" in result.feedback, result.feedback
+
+
+def _attention_by_hand_plus_eps(q, k, v, mask):  # the 1e-9 keeps a fully masked row at 0
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    e = torch.exp(scores - scores.max(-1, keepdim=True).values) * mask
+    weights = e / (e.sum(-1, keepdim=True) + 1e-9)
+    return weights @ v, weights
+
+
+def test_hunt5_an_eps_in_the_row_sums_is_named():  # got "None of the usual single mistakes"
+    result = check_result("ex05.masked_attention", _attention_by_hand_plus_eps)
+    assert result.status == "failed" and "1e-9 added to the row sums" in result.feedback
+
+
+def _causal_by_rows_from_1(n):  # the loop starts at 1, as if row 0 had nothing to attend to
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    for i in range(1, n):
+        mask[i, : i + 1] = True
+    return mask
+
+
+def test_hunt5_a_causal_loop_from_row_1_is_named():  # got "None of the usual single mistakes"
+    result = check_result("ex05.causal_mask", _causal_by_rows_from_1)
+    assert result.status == "failed" and "must start at i = 0" in result.feedback, result.feedback

@@ -278,7 +278,8 @@ def _cross_attention_zeroing_after_softmax(x, memory, w_q, w_k, w_v, memory_mask
 def _pool(slip):
     def attention_pool(x, queries, w_k, w_v, mask=None):
         k, v = x @ w_k, x @ w_v
-        scores = queries @ k.transpose(-2, -1) / k.shape[-1] ** 0.5  # (batch, num_queries, n)
+        d_k = queries.shape[0] if slip == "scale by num_queries" else k.shape[-1]
+        scores = queries @ k.transpose(-2, -1) / d_k**0.5  # (batch, num_queries, n)
         if mask is not None and slip == "fill 0":
             scores = scores.masked_fill(~mask[:, None, :], 0.0)
         weights = scores.softmax(dim=-1)
@@ -437,5 +438,24 @@ def _pool_values_with_w_k(x, queries, w_k, w_v, mask=None):
     ],
 )
 def test_hunt4_slips_fail_with_their_own_hint(task_id, learner, words):
+    result = check_result(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+class _SublayerAskingFromMemory(SublayerFunctional):
+    def forward(self, x, memory, memory_mask=None):  # attn(query, key, value) read backwards
+        h = self.norm(x) if self.norm_first else x
+        out = x + self.attn(memory, h, h, memory_mask)[0]
+        return out if self.norm_first else self.norm(out)
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex06.attention_pool", _pool("scale by num_queries"), "not by sqrt(queries.shape[0])"),
+        ("ex06.CrossAttentionSublayer", _SublayerAskingFromMemory, "not attn(memory, x, x"),
+    ],
+)
+def test_hunt5_slips_fail_with_their_own_hint(task_id, learner, words):
     result = check_result(task_id, learner)
     assert result.status == "failed" and words in result.feedback, result.feedback

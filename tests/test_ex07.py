@@ -1178,3 +1178,64 @@ def test_a_value_error_without_a_message_fails_its_case():
     result = status("ex07.FeedForward", FFBareError)
     assert result.status == "failed" and result.passed == result.total - 1, result.feedback
     assert "your ValueError carries no message: say what was expected" in result.feedback
+
+
+class DecCausalInvertedLikeTorch(DecLearner):  # ~causal, as the tgt_mask of PyTorch's layer
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        self_mask = None if self_mask is None else ~self_mask
+        return super().forward(x, memory, self_mask, memory_mask)
+
+
+def test_hunt5_a_self_mask_inverted_alone_is_named():  # got "None of the usual single mistakes"
+    result = status("ex07.DecoderLayer", DecCausalInvertedLikeTorch)
+    assert result.status == "failed" and "self_mask is inverted" in result.feedback, result.feedback
+
+
+class LayerNormWithoutABiasAttribute(LayerNormByHand):  # passed: `if bias:` and nothing else
+    def __init__(self, d_model, eps=1e-5, bias=True):
+        super().__init__(d_model, eps, bias)
+        if not bias:
+            del self.bias  # as if only `if bias: self.bias = nn.Parameter(...)` had been written
+
+    def forward(self, x):
+        out = layer_norm_var_mean(x, self.weight, torch.zeros_like(self.weight), self.eps)
+        return out + self.bias if hasattr(self, "bias") else out
+
+
+def test_hunt5_a_layer_norm_without_bias_none_fails():
+    result = status("ex07.LayerNorm", LayerNormWithoutABiasAttribute)
+    assert result.status == "failed" and "set self.bias = None" in result.feedback, result.feedback
+
+
+class EncActivationAfterLinear2(EncLearner):  # the feed-forward network written anew, act last
+    def forward(self, x, mask=None):
+        def ffn(h):
+            return F.relu(self.linear2(self.linear1(h)))
+
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.self_attn(h, h, h, mask=mask)[0]
+            return x + ffn(self.norm2(x))
+        x = self.norm1(x + self.self_attn(x, x, x, mask=mask)[0])
+        return self.norm2(x + ffn(x))
+
+
+def test_hunt5_an_encoder_activation_after_linear2_is_named():  # got "None of the usual ..."
+    result = status("ex07.EncoderLayer", EncActivationAfterLinear2)
+    assert result.status == "failed" and "not after linear2" in result.feedback, result.feedback
+
+
+class FFSquaredInPlace(FFLearner):  # passed all 16 checks; training then fails in exercise 09
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", bias=True):
+        super().__init__(d_model, d_ff, dropout, activation, bias)
+        self.relu2 = activation == "relu2"
+
+    def forward(self, x):
+        h = self.linear1(x)
+        h = F.relu(h).pow_(2) if self.relu2 else self.activation(h)
+        return self.linear2(self.drop(h))
+
+
+def test_hunt5_relu_squared_in_place_fails_as_training_would():
+    result = status("ex07.FeedForward", FFSquaredInPlace)
+    assert result.status == "failed" and "in-place" in result.feedback, result.feedback

@@ -47,6 +47,8 @@ CAUSAL_MISTAKES = {
     "int": "the mask must be a bool tensor (True/False), not integers; use dtype=torch.bool",
     "tril_above": "tril(1) keeps one diagonal above the main one, so query i also sees key i + 1, "
     "the next token: the causal mask is tril() with the default diagonal=0 (key j <= query i)",
+    "first_row_empty": "row 0 is all False, but query 0 may attend key 0, itself: a loop that "
+    "fills m[i, :i + 1] must start at i = 0, not 1",
     "additive": "that is an additive float mask (0 where allowed, -inf above the diagonal, as "
     "nn.Transformer.generate_square_subsequent_mask makes); this course's masks are bool, True "
     "= may attend: torch.ones(n, n, dtype=torch.bool).tril()",
@@ -69,9 +71,12 @@ def wrong_causal_mask(n, *, mistake=""):
     ones = torch.ones(n, n, dtype=dtype)
     if mistake == "additive":  # 0 where allowed, -inf above the diagonal (PyTorch's float mask)
         return torch.full((n, n), float("-inf")).triu(1)
-    mask = {"triu": ones.triu(), "no_diagonal": ones.tril(-1), "tril_above": ones.tril(1)}.get(
-        mistake, ones.tril()
-    )
+    mask = {
+        "triu": ones.triu(),
+        "no_diagonal": ones.tril(-1),
+        "tril_above": ones.tril(1),
+        "first_row_empty": ones.tril() * (torch.arange(n) > 0)[:, None],  # a loop from i = 1
+    }.get(mistake, ones.tril())
     return ~mask if mistake == "inverted" else mask
 
 
@@ -165,6 +170,11 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
         k = k.transpose(1, 2).transpose(-2, -1)
     if mistake == "dot_t":  # k.T, exercise 02's 2-D habit: every axis reversed
         k = k.permute(*reversed(range(k.dim()))).transpose(-2, -1)
+    if mistake == "eps_in_sum":  # exp(s - max) * mask by hand, + 1e-9 for fully masked rows
+        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+        e = (scores - scores.amax(-1, keepdim=True)).exp() * mask
+        weights = e / (e.sum(-1, keepdim=True) + 1e-9)
+        return weights @ v, weights
     if mistake.startswith("no_max"):  # a softmax by hand, exp / (sum + eps), no max subtracted
         e = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf")).exp()
         weights = e / (e.sum(-1, keepdim=True) + 1e-9)
@@ -249,6 +259,9 @@ ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives t
             ("no_max_nan_to_num", " (nan_to_num turned those NaN into zero weights)"),
         ]
     },
+    "eps_in_sum": "the 1e-9 added to the row sums keeps a fully masked row at 0 / 1e-9 = 0, but "
+    "every other row then sums to a little less than 1, which float64 sees: fill the masked "
+    "scores with -inf before the softmax, then turn a fully masked row's NaN into 0 (nan_to_num)",
     "half_d_k": POWER_HALF,
     "twice_d_k": POWER_HALF,
     "d_k_from_shape_1": D_K_FROM_SHAPE_1,

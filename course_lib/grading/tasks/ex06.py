@@ -205,6 +205,9 @@ SUBLAYER_MISTAKES = {
     "norm(x): x + attn(norm(x), memory)",
     "self_attends": "the keys and values must come from memory: attn(x, memory, memory, "
     "memory_mask); attn(x, x, x) is self-attention and never reads the source",
+    "queries_from_memory": "the queries come from x, the keys and values from memory: "
+    "attn(x, memory, memory, memory_mask) (in pre-norm attn(norm(x), memory, memory, ...)), not "
+    "attn(memory, x, x, ...), whose output has one row per source position",
     "pre_norm_output_normalised": "pre-norm normalises only the sub-layer's input: "
     "x + attn(norm(x), memory, memory); the sum is not normalised again (that is "
     "post-norm)",
@@ -240,6 +243,8 @@ class WrongSublayer(nn.Module):
         def attend(h):
             if mistake == "self_attends":
                 return self.attn(h, h, h)[0]
+            if mistake == "queries_from_memory":  # raises: memory's length is not x's
+                return self.attn(memory, h, h, memory_mask)[0]
             pair = self.attn(h, memory, memory, memory_mask)
             return pair if mistake == "output_tuple" else pair[0]
 
@@ -322,7 +327,12 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
     if mistake == "x_zeroed" and mask is not None:  # the padded tokens zeroed, nothing masked
         x, mask = x * mask[..., None], None
     q = x @ w_k if mistake == "queries_from_x" else queries.expand(x.shape[0], -1, -1)
-    scale = {"d_v": w_v.shape[-1], "d_model": x.shape[-1], "no_scale": 1}.get(mistake)
+    scale = {
+        "d_v": w_v.shape[-1],
+        "d_model": x.shape[-1],
+        "no_scale": 1,
+        "num_queries": len(queries),
+    }.get(mistake)
     mask = None if mask is None or mistake == "mask_ignored" else mask.unsqueeze(-2)
     return wrong_attention(
         q,
@@ -351,6 +361,8 @@ POOL_MISTAKES = {
     "d_v": (D_V_SCALE_HINT),
     "d_model": "divide the scores by sqrt(d_k), the size of the queries and keys, not by "
     "sqrt(d_model), the size of x",
+    "num_queries": "divide the scores by sqrt(d_k), queries.shape[-1] (the size of each query), "
+    "not by sqrt(queries.shape[0]), the number of queries",
     "mask_inverted": "the mask is inverted: True = a real token, which may be attended to; block "
     "the positions where the mask is False (~mask)",
     # the same, through scaled_dot_product_attention, which gives a fully blocked row zeros

@@ -160,8 +160,10 @@ class WrongLayer(nn.Module):
         mistake = self.mistake
         if mistake == "masks_swapped":
             self_mask, memory_mask = memory_mask, self_mask
-        if mistake in ("mask_inverted", "masks_inverted"):
-            self_mask, memory_mask = (m if m is None else ~m for m in (self_mask, memory_mask))
+        if mistake in ("mask_inverted", "masks_inverted", "self_mask_inverted"):
+            self_mask = self_mask if self_mask is None else ~self_mask
+            if mistake != "self_mask_inverted" and memory_mask is not None:
+                memory_mask = ~memory_mask
         if mistake in ("mask_ignored", "no_self_mask"):
             self_mask = None
         if mistake == "causal_default" and self_mask is None:  # a causal mask of its own
@@ -196,6 +198,8 @@ class WrongLayer(nn.Module):
 
         def feed_forward(h):
             h = self.norm1(x) if mistake == "pre_stale_h" else h  # the attention's h, reused
+            if mistake == "activation_after":  # FeedForward's slip, in the layer written anew
+                return activation(self.linear2(self.linear1(h)))
             return self.linear2(activation(self.linear1(h)))
 
         runs = (

@@ -39,6 +39,8 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "side only (in pre-norm, the queries; memory was already normalised by the "
     "encoder's final LayerNorm), as in lesson 06's cross-attention sub-layer",
     "masks_inverted": layers.MASK_INVERTED.replace("the mask is", "the masks are"),
+    "self_mask_inverted": "self_mask is inverted (~causal is PyTorch's tgt_mask, True = "
+    "blocked): here True means 'may attend', so pass the causal mask as it is, like memory_mask",
     "queries_from_memory": "the cross-attention takes its queries from memory: the queries come "
     "from the target x, the keys and values from memory, multihead_attn(x, memory, memory, "
     "mask=memory_mask)",

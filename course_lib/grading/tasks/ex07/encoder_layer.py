@@ -51,6 +51,8 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "kv_not_normed": layers.KV_NOT_NORMED,
     "pre_no_last_norm": layers.PRE_NO_LAST_NORM,
     "stale_residual": layers.STALE_RESIDUAL,
+    "activation_after": "the activation belongs between linear1 and linear2, not after linear2: "
+    "linear2(activate(linear1(x), activation)), as in your FeedForward",
 }
 
 

@@ -112,6 +112,12 @@ class LayerNormModuleTask(ModuleTask):
         return self.run(module, case)
 
     def run(self, module, case):
+        if "bias" not in case.data["state_dict"] and getattr(module, "bias", "absent") is not None:
+            bias = repr(module.bias) if hasattr(module, "bias") else "missing"
+            raise GradingError(  # a caller reads layer.bias, as of nn.LayerNorm(d, bias=False)
+                f"with bias=False your LayerNorm's bias is {bias}: set self.bias = None, as the "
+                "task says (code that reads layer.bias, like nn.LayerNorm's users, expects None)"
+            )
         out = module.eval()(*case.args)  # with gradients: the weight and bias are learned
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         grads = [None] * len(named)
