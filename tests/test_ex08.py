@@ -540,6 +540,7 @@ def ls_of_a_learner(slip):
         nll = nll if slip == "not squeezed" else nll.squeeze(-1)
         uniform = -(logits if slip == "mean of the logits" else log_probs).mean(dim=-1)
         uniform = -log_probs.mean(dim=-1, keepdim=True) if slip == "keepdim" else uniform
+        uniform = uniform.detach() if slip == "detached" else uniform  # #hunt5: the value only
         weights = (smoothing, 1 - smoothing) if slip == "swapped" else (1 - smoothing, smoothing)
         if slip == "uniform over every position":  # #hunt3: the two terms averaged apart
             return weights[0] * (nll * keep).sum() / keep.sum() + weights[1] * uniform.mean()
@@ -701,6 +702,8 @@ FOUND_LATER = [
         ),
         "log_softmax without dim=",
     ),
+    # #hunt5: a detached smoothing term (right value, wrong gradient) passed 6/6
+    ("ex08.label_smoothing_loss", ls_of_a_learner("detached"), "no gradient flows through it"),
 ]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ...core import Case, GradingError, Task, register
+from ...core import Case, GradingError, Task, compare_values, register
 from ..common import randn
 
 PADS_IN_SMOOTHING = (
@@ -57,6 +57,9 @@ MISTAKES = {
     "log_softmax(logits): -log p_target",
     "smoothing_from_logits": "the smoothing term is the mean of the raw logits; take the mean of "
     "-log_softmax(logits) over the vocabulary",
+    "smoothing_detached": "a term of your loss is detached (.detach(), .item(), torch.no_grad()): "
+    "its value is right, but no gradient flows through it, so training would not feel it; "
+    "compute every term from the logits with tensor operations",
 }
 
 
@@ -91,6 +94,7 @@ def wrong_label_smoothing(logits, target, smoothing, ignore_index, *, mistake=""
             "plus_log_probs": log_probs.mean(dim=-1),
             "target_overwritten": (total - nll) / vocab,
             "smoothing_from_logits": -logits.mean(dim=-1),
+            "smoothing_detached": -log_probs.detach().mean(dim=-1),
         }.get(mistake, -log_probs.mean(dim=-1))
         if mistake.startswith("pads_in_smoothing"):  # the term summed, or averaged, over all
             n = keep.sum()
@@ -185,4 +189,13 @@ class LabelSmoothingLoss(Task):
                 "detached, or rebuilt from plain numbers): backward() in the training step "
                 "needs it, so compute it from the logits with tensor operations only"
             )
-        return loss
+        if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+            return loss, None
+        return loss, torch.autograd.grad(loss.sum(), logits, allow_unused=True)[0]
+
+    def compare(self, got, want, case):
+        """The loss first (as before), then its gradient with respect to the logits."""
+        got, got_grad = got if isinstance(got, tuple) else (got, None)
+        return compare_values(got, want[0]) or compare_values(
+            got_grad, want[1], "your loss has the right value, but its gradient"
+        )
