@@ -216,6 +216,7 @@ def _sample_next_variant(
     *,
     clamp=True,
     top_p_closed=True,
+    top_p_le=False,
 ):
     """A correct sample_next, or one with an edge of its arguments wrong."""
     if (
@@ -234,7 +235,8 @@ def _sample_next_variant(
     probs = torch.softmax(logits, -1)
     if top_p is not None:
         sorted_probs, order = probs.sort(-1, descending=True)
-        keep_sorted = sorted_probs.cumsum(-1) - sorted_probs < top_p
+        before = sorted_probs.cumsum(-1) - sorted_probs  # #hunt5: `<=` kept one token too many
+        keep_sorted = before <= top_p if top_p_le else before < top_p
         probs = probs * torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
@@ -244,6 +246,7 @@ def _sample_next_variant(
     [
         ({"clamp": False}, "clamp k"),
         ({"top_p_closed": False}, "top_p=1.0 is allowed"),
+        ({"top_p_le": True}, "strictly below top_p"),
     ],
 )
 def test_argument_edges_are_checked_with_a_hint(options, hint):
