@@ -814,3 +814,20 @@ def test_a_crash_in_forward_cached_gets_a_hint(learner, hint):
     # #hunt3: each got a bare PyTorch error ("Sizes of tensors must match", "upper bound ...")
     result = status("ex09.GPT", learner)
     assert result.status == "failed" and hint in result.feedback, result.feedback
+
+
+def test_generate_that_drops_the_cache_after_the_prompt_gets_its_hint():
+    # #hunt5: the cache not passed on (None at every step) got "None of the usual single mistakes"
+    own_sample_next = ex09._own_sample_next()
+
+    def no_cache(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+        with torch.no_grad():
+            logits, _ = model.forward_cached(ids, None, 0)
+            for _ in range(max_new_tokens):
+                token = own_sample_next(logits[:, -1], temperature, top_k, None, generator)
+                ids = torch.cat([ids, token[:, None]], dim=1)
+                logits, _ = model.forward_cached(ids[:, -1:], None, ids.shape[1] - 1)
+        return ids
+
+    result = status("ex09.generate", no_cache)
+    assert result.status == "failed" and "fed with cache=None" in result.feedback, result.feedback
