@@ -535,6 +535,7 @@ def ls_of_a_learner(slip):
     def loss(logits, target, smoothing, ignore_index):
         keep = target != ignore_index
         log_probs = logits.log_softmax(dim=-1)
+        log_probs = logits.softmax(-1).log() if slip == "log of softmax" else log_probs  # #hunt5
         picked = logits if slip == "gathered from the logits" else log_probs
         nll = -picked.gather(-1, target.masked_fill(~keep, 0).unsqueeze(-1))
         nll = nll if slip == "not squeezed" else nll.squeeze(-1)
@@ -704,6 +705,8 @@ FOUND_LATER = [
     ),
     # #hunt5: a detached smoothing term (right value, wrong gradient) passed 6/6
     ("ex08.label_smoothing_loss", ls_of_a_learner("detached"), "no gradient flows through it"),
+    # #hunt5: softmax(...).log() (-inf where a probability underflows) passed 6/6
+    ("ex08.label_smoothing_loss", ls_of_a_learner("log of softmax"), "gives log(0) = -inf"),
 ]
 
 

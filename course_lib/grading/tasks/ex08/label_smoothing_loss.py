@@ -57,6 +57,8 @@ MISTAKES = {
     "log_softmax(logits): -log p_target",
     "smoothing_from_logits": "the smoothing term is the mean of the raw logits; take the mean of "
     "-log_softmax(logits) over the vocabulary",
+    "log_of_softmax": "a probability that underflows to 0 in softmax gives log(0) = -inf: take "
+    "log_softmax(logits, dim=-1), which never forms the probabilities",
     "smoothing_detached": "a term of your loss is detached (.detach(), .item(), torch.no_grad()): "
     "its value is right, but no gradient flows through it, so training would not feel it; "
     "compute every term from the logits with tensor operations",
@@ -84,6 +86,7 @@ def wrong_label_smoothing(logits, target, smoothing, ignore_index, *, mistake=""
     else:
         dim = {"log_softmax_dim_one": 1, "log_softmax_no_dim": 0 if logits.dim() == 3 else -1}
         log_probs = torch.log_softmax(logits, dim=dim.get(mistake, -1))
+        log_probs = logits.softmax(-1).log() if mistake == "log_of_softmax" else log_probs
         picked = logits if mistake == "nll_from_logits" else log_probs
         nll = -picked.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
         total = -log_probs.sum(dim=-1)
@@ -163,6 +166,10 @@ class LabelSmoothingLoss(Task):
                  "default, not a valid id: replace the ignored targets by a valid id before "
                  "gathering, then leave them out)",
                  (3, 5), 9, 0.1, -100),
+            Case("a logit 120 below the others, float32: softmax gives it probability 0, so "
+                 "log(softmax) is -inf there; log_softmax stays finite",
+                 (torch.tensor([[0.0, -120.0, 0.0], [0.0, 0.0, 0.0]]), torch.tensor([1, 0]),
+                  0.1, -100)),
         ]  # fmt: skip
 
     def call(self, obj, case):
