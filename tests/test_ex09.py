@@ -844,3 +844,12 @@ def test_a_cached_step_with_the_lessons_d_head_gets_its_hint():
 
     result = status("ex09.cached_attention_step", lesson_scale)
     assert result.status == "failed" and "the lesson's sqrt(32)" in result.feedback, result
+
+
+def test_a_sample_next_that_squeezes_a_batch_of_one_fails():
+    # #hunt5: .squeeze() instead of .squeeze(-1) returned () for one row and passed 17/17
+    def squeezes_all(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+        return _sample_next_variant(logits, temperature, top_k, top_p, generator)[:, None].squeeze()
+
+    result = status("ex09.sample_next", squeezes_all)
+    assert result.status == "failed" and "not squeeze()" in result.feedback, result.feedback

@@ -213,6 +213,13 @@ class SampleNextTask(Task):
             raise GradingError(f"your tokens include ids outside [0, {vocab})")
         if not torch.equal(batch, logits.repeat(DRAWS, 1)):
             raise GradingError(changed_message(["logits"]))
+        one = obj(logits.clone(), **case.kwargs, generator=torch.Generator()) if rows == 1 else None
+        if isinstance(one, torch.Tensor) and one.shape != (1,):  # #hunt5: the case's own row
+            raise GradingError(
+                f"for logits of shape (1, {vocab}) your function returned {tuple(one.shape)}; a "
+                "batch of one row needs shape (1,): squeeze(-1), not squeeze(), which also drops "
+                "the batch axis"
+            )
         again = obj(batch, **case.kwargs, generator=torch.Generator().manual_seed(1234))
         if not torch.equal(first, again):
             raise GradingError(
