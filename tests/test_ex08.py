@@ -707,6 +707,18 @@ FOUND_LATER = [
     ("ex08.label_smoothing_loss", ls_of_a_learner("detached"), "no gradient flows through it"),
     # #hunt5: softmax(...).log() (-inf where a probability underflows) passed 6/6
     ("ex08.label_smoothing_loss", ls_of_a_learner("log of softmax"), "gives log(0) = -inf"),
+    # #hunt5: d_model ** (-1 // 2) (that is d_model^-1) was told "the formula has no factor"
+    (
+        "ex08.noam_lr",
+        lambda step, d_model, warmup: d_model ** (-1 // 2) * min(step**-0.5, step * warmup**-1.5),
+        "not 1 / d_model",
+    ),
+    # #hunt5: the lesson's warmup (100) hard-coded got no hint
+    (
+        "ex08.noam_lr",
+        lambda step, d_model, warmup: d_model**-0.5 * min(step**-0.5, step * 100**-1.5),
+        "warmup=100, the lesson's",
+    ),
 ]
 
 
