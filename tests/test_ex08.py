@@ -529,6 +529,13 @@ train_step_smoothing_0_1 = _step_with_loss(
 )
 
 
+def shift_right_in_place_on_a_copy(targets, bos_id):
+    out = targets.clone()
+    out[:, 1:] = out[:, :-1]  # reads what it has just written
+    out[:, 0] = bos_id
+    return out
+
+
 def ls_of_a_learner(slip):
     """#hunt2: a learner's label smoothing whose one slip is `slip`."""
 
@@ -713,6 +720,8 @@ FOUND_LATER = [
         lambda step, d_model, warmup: d_model ** (-1 // 2) * min(step**-0.5, step * warmup**-1.5),
         "not 1 / d_model",
     ),
+    # #hunt5: a shift in place on a copy (out[:, 1:] = out[:, :-1]) got "None of the usual..."
+    ("ex08.shift_right", shift_right_in_place_on_a_copy, "overlapping view of itself"),
     # #hunt5: the lesson's warmup (100) hard-coded got no hint
     (
         "ex08.noam_lr",
