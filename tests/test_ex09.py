@@ -833,17 +833,22 @@ def test_generate_that_drops_the_cache_after_the_prompt_gets_its_hint():
     assert result.status == "failed" and "fed with cache=None" in result.feedback, result.feedback
 
 
-def test_a_cached_step_with_the_lessons_d_head_gets_its_hint():
-    # #hunt5: the lesson's d_head (32) hard-coded in the scale got "None of the usual..."
-    def lesson_scale(q_t, k_t, v_t, k_cache, v_cache):
+@pytest.mark.parametrize(
+    "slip, needle", [("lesson's d_head", "the lesson's sqrt(32)"), ("swapped", "come back swapped")]
+)
+def test_a_cached_step_with_a_hunt5_slip_gets_its_hint(slip, needle):
+    # #hunt5: both got "None of the usual single mistakes"
+    def step(q_t, k_t, v_t, k_cache, v_cache):
         if q_t.shape[2] != 1:
             raise ValueError("q_t must hold one token")
         k_cache, v_cache = torch.cat([k_cache, k_t], dim=2), torch.cat([v_cache, v_t], dim=2)
-        weights = (q_t @ k_cache.transpose(-2, -1) / 32**0.5).softmax(dim=-1)
-        return weights @ v_cache, k_cache, v_cache
+        d_head = 32 if slip == "lesson's d_head" else q_t.shape[-1]
+        weights = (q_t @ k_cache.transpose(-2, -1) / d_head**0.5).softmax(dim=-1)
+        caches = (v_cache, k_cache) if slip == "swapped" else (k_cache, v_cache)
+        return weights @ v_cache, *caches
 
-    result = status("ex09.cached_attention_step", lesson_scale)
-    assert result.status == "failed" and "the lesson's sqrt(32)" in result.feedback, result
+    result = status("ex09.cached_attention_step", step)
+    assert result.status == "failed" and needle in result.feedback, result.feedback
 
 
 def test_a_sample_next_that_squeezes_a_batch_of_one_fails():
