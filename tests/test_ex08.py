@@ -585,6 +585,10 @@ def train_step_of_a_learner(slip):
         optimizer.step()
         if scheduler is not None or slip == "None stepped":
             scheduler.step()
+        if slip == "loss after the step":  # #hunt5: the updated model's loss got no hint
+            with torch.no_grad():
+                out = model(src, tgt_in).reshape(-1, logits.shape[-1])
+                loss = F.cross_entropy(out, tgt, ignore_index=pad_id, label_smoothing=smoothing)
         return loss.item()
 
     return step
@@ -722,6 +726,7 @@ FOUND_LATER = [
     ),
     # #hunt5: a shift in place on a copy (out[:, 1:] = out[:, :-1]) got "None of the usual..."
     ("ex08.shift_right", shift_right_in_place_on_a_copy, "overlapping view of itself"),
+    ("ex08.train_step", train_step_of_a_learner("loss after the step"), "not a loss computed"),
     # #hunt5: the lesson's warmup (100) hard-coded got no hint
     (
         "ex08.noam_lr",
