@@ -529,17 +529,26 @@ train_step_smoothing_0_1 = _step_with_loss(
 )
 
 
+def shift_right_in_place_on_a_copy(targets, bos_id):
+    out = targets.clone()
+    out[:, 1:] = out[:, :-1]  # reads what it has just written
+    out[:, 0] = bos_id
+    return out
+
+
 def ls_of_a_learner(slip):
     """#hunt2: a learner's label smoothing whose one slip is `slip`."""
 
     def loss(logits, target, smoothing, ignore_index):
         keep = target != ignore_index
         log_probs = logits.log_softmax(dim=-1)
+        log_probs = logits.softmax(-1).log() if slip == "log of softmax" else log_probs  # #hunt5
         picked = logits if slip == "gathered from the logits" else log_probs
         nll = -picked.gather(-1, target.masked_fill(~keep, 0).unsqueeze(-1))
         nll = nll if slip == "not squeezed" else nll.squeeze(-1)
         uniform = -(logits if slip == "mean of the logits" else log_probs).mean(dim=-1)
         uniform = -log_probs.mean(dim=-1, keepdim=True) if slip == "keepdim" else uniform
+        uniform = uniform.detach() if slip == "detached" else uniform  # #hunt5: the value only
         weights = (smoothing, 1 - smoothing) if slip == "swapped" else (1 - smoothing, smoothing)
         if slip == "uniform over every position":  # #hunt3: the two terms averaged apart
             return weights[0] * (nll * keep).sum() / keep.sum() + weights[1] * uniform.mean()
@@ -576,6 +585,10 @@ def train_step_of_a_learner(slip):
         optimizer.step()
         if scheduler is not None or slip == "None stepped":
             scheduler.step()
+        if slip == "loss after the step":  # #hunt5: the updated model's loss got no hint
+            with torch.no_grad():
+                out = model(src, tgt_in).reshape(-1, logits.shape[-1])
+                loss = F.cross_entropy(out, tgt, ignore_index=pad_id, label_smoothing=smoothing)
         return loss.item()
 
     return step
@@ -700,6 +713,25 @@ FOUND_LATER = [
             logits, target, smoothing, ignore_index, dim=None
         ),
         "log_softmax without dim=",
+    ),
+    # #hunt5: a detached smoothing term (right value, wrong gradient) passed 6/6
+    ("ex08.label_smoothing_loss", ls_of_a_learner("detached"), "no gradient flows through it"),
+    # #hunt5: softmax(...).log() (-inf where a probability underflows) passed 6/6
+    ("ex08.label_smoothing_loss", ls_of_a_learner("log of softmax"), "gives log(0) = -inf"),
+    # #hunt5: d_model ** (-1 // 2) (that is d_model^-1) was told "the formula has no factor"
+    (
+        "ex08.noam_lr",
+        lambda step, d_model, warmup: d_model ** (-1 // 2) * min(step**-0.5, step * warmup**-1.5),
+        "not 1 / d_model",
+    ),
+    # #hunt5: a shift in place on a copy (out[:, 1:] = out[:, :-1]) got "None of the usual..."
+    ("ex08.shift_right", shift_right_in_place_on_a_copy, "overlapping view of itself"),
+    ("ex08.train_step", train_step_of_a_learner("loss after the step"), "not a loss computed"),
+    # #hunt5: the lesson's warmup (100) hard-coded got no hint
+    (
+        "ex08.noam_lr",
+        lambda step, d_model, warmup: d_model**-0.5 * min(step**-0.5, step * 100**-1.5),
+        "warmup=100, the lesson's",
     ),
 ]
 

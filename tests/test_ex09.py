@@ -216,6 +216,7 @@ def _sample_next_variant(
     *,
     clamp=True,
     top_p_closed=True,
+    top_p_le=False,
 ):
     """A correct sample_next, or one with an edge of its arguments wrong."""
     if (
@@ -234,7 +235,8 @@ def _sample_next_variant(
     probs = torch.softmax(logits, -1)
     if top_p is not None:
         sorted_probs, order = probs.sort(-1, descending=True)
-        keep_sorted = sorted_probs.cumsum(-1) - sorted_probs < top_p
+        before = sorted_probs.cumsum(-1) - sorted_probs  # #hunt5: `<=` kept one token too many
+        keep_sorted = before <= top_p if top_p_le else before < top_p
         probs = probs * torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
@@ -244,6 +246,7 @@ def _sample_next_variant(
     [
         ({"clamp": False}, "clamp k"),
         ({"top_p_closed": False}, "top_p=1.0 is allowed"),
+        ({"top_p_le": True}, "strictly below top_p"),
     ],
 )
 def test_argument_edges_are_checked_with_a_hint(options, hint):
@@ -811,3 +814,47 @@ def test_a_crash_in_forward_cached_gets_a_hint(learner, hint):
     # #hunt3: each got a bare PyTorch error ("Sizes of tensors must match", "upper bound ...")
     result = status("ex09.GPT", learner)
     assert result.status == "failed" and hint in result.feedback, result.feedback
+
+
+def test_generate_that_drops_the_cache_after_the_prompt_gets_its_hint():
+    # #hunt5: the cache not passed on (None at every step) got "None of the usual single mistakes"
+    own_sample_next = ex09._own_sample_next()
+
+    def no_cache(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+        with torch.no_grad():
+            logits, _ = model.forward_cached(ids, None, 0)
+            for _ in range(max_new_tokens):
+                token = own_sample_next(logits[:, -1], temperature, top_k, None, generator)
+                ids = torch.cat([ids, token[:, None]], dim=1)
+                logits, _ = model.forward_cached(ids[:, -1:], None, ids.shape[1] - 1)
+        return ids
+
+    result = status("ex09.generate", no_cache)
+    assert result.status == "failed" and "fed with cache=None" in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize(
+    "slip, needle", [("lesson's d_head", "the lesson's sqrt(32)"), ("swapped", "come back swapped")]
+)
+def test_a_cached_step_with_a_hunt5_slip_gets_its_hint(slip, needle):
+    # #hunt5: both got "None of the usual single mistakes"
+    def step(q_t, k_t, v_t, k_cache, v_cache):
+        if q_t.shape[2] != 1:
+            raise ValueError("q_t must hold one token")
+        k_cache, v_cache = torch.cat([k_cache, k_t], dim=2), torch.cat([v_cache, v_t], dim=2)
+        d_head = 32 if slip == "lesson's d_head" else q_t.shape[-1]
+        weights = (q_t @ k_cache.transpose(-2, -1) / d_head**0.5).softmax(dim=-1)
+        caches = (v_cache, k_cache) if slip == "swapped" else (k_cache, v_cache)
+        return weights @ v_cache, *caches
+
+    result = status("ex09.cached_attention_step", step)
+    assert result.status == "failed" and needle in result.feedback, result.feedback
+
+
+def test_a_sample_next_that_squeezes_a_batch_of_one_fails():
+    # #hunt5: .squeeze() instead of .squeeze(-1) returned () for one row and passed 17/17
+    def squeezes_all(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+        return _sample_next_variant(logits, temperature, top_k, top_p, generator)[:, None].squeeze()
+
+    result = status("ex09.sample_next", squeezes_all)
+    assert result.status == "failed" and "not squeeze()" in result.feedback, result.feedback

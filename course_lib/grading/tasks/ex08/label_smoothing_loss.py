@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ...core import Case, GradingError, Task, register
+from ...core import Case, GradingError, Task, compare_values, register
 from ..common import randn
 
 PADS_IN_SMOOTHING = (
@@ -57,6 +57,11 @@ MISTAKES = {
     "log_softmax(logits): -log p_target",
     "smoothing_from_logits": "the smoothing term is the mean of the raw logits; take the mean of "
     "-log_softmax(logits) over the vocabulary",
+    "log_of_softmax": "a probability that underflows to 0 in softmax gives log(0) = -inf: take "
+    "log_softmax(logits, dim=-1), which never forms the probabilities",
+    "smoothing_detached": "a term of your loss is detached (.detach(), .item(), torch.no_grad()): "
+    "its value is right, but no gradient flows through it, so training would not feel it; "
+    "compute every term from the logits with tensor operations",
 }
 
 
@@ -81,6 +86,7 @@ def wrong_label_smoothing(logits, target, smoothing, ignore_index, *, mistake=""
     else:
         dim = {"log_softmax_dim_one": 1, "log_softmax_no_dim": 0 if logits.dim() == 3 else -1}
         log_probs = torch.log_softmax(logits, dim=dim.get(mistake, -1))
+        log_probs = logits.softmax(-1).log() if mistake == "log_of_softmax" else log_probs
         picked = logits if mistake == "nll_from_logits" else log_probs
         nll = -picked.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
         total = -log_probs.sum(dim=-1)
@@ -91,6 +97,7 @@ def wrong_label_smoothing(logits, target, smoothing, ignore_index, *, mistake=""
             "plus_log_probs": log_probs.mean(dim=-1),
             "target_overwritten": (total - nll) / vocab,
             "smoothing_from_logits": -logits.mean(dim=-1),
+            "smoothing_detached": -log_probs.detach().mean(dim=-1),
         }.get(mistake, -log_probs.mean(dim=-1))
         if mistake.startswith("pads_in_smoothing"):  # the term summed, or averaged, over all
             n = keep.sum()
@@ -159,6 +166,10 @@ class LabelSmoothingLoss(Task):
                  "default, not a valid id: replace the ignored targets by a valid id before "
                  "gathering, then leave them out)",
                  (3, 5), 9, 0.1, -100),
+            Case("a logit 120 below the others, float32: softmax gives it probability 0, so "
+                 "log(softmax) is -inf there; log_softmax stays finite",
+                 (torch.tensor([[0.0, -120.0, 0.0], [0.0, 0.0, 0.0]]), torch.tensor([1, 0]),
+                  0.1, -100)),
         ]  # fmt: skip
 
     def call(self, obj, case):
@@ -185,4 +196,13 @@ class LabelSmoothingLoss(Task):
                 "detached, or rebuilt from plain numbers): backward() in the training step "
                 "needs it, so compute it from the logits with tensor operations only"
             )
-        return loss
+        if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+            return loss, None
+        return loss, torch.autograd.grad(loss.sum(), logits, allow_unused=True)[0]
+
+    def compare(self, got, want, case):
+        """The loss first (as before), then its gradient with respect to the logits."""
+        got, got_grad = got if isinstance(got, tuple) else (got, None)
+        return compare_values(got, want[0]) or compare_values(
+            got_grad, want[1], "your loss has the right value, but its gradient"
+        )

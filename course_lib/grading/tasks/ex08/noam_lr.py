@@ -16,6 +16,9 @@ MISTAKES = {
     "that both branches meet at step = warmup",
     "d_model_exponent": "wrong exponent on d_model: the factor is d_model^-0.5 (bigger models, "
     "smaller steps)",
+    "d_model_inverse": "wrong exponent on d_model: the factor is d_model^-0.5, its inverse "
+    "square root, not 1 / d_model",
+    "lesson_warmup": "your rates are those of warmup=100, the lesson's: use the warmup argument",
     "step_exponent": "wrong exponent on step: after the warm-up the rate decays as step^-0.5, "
     "not 1/step",
     "no_d_model_factor": "the factor d_model^-0.5 is missing: lr = d_model^-0.5 * "
@@ -32,11 +35,17 @@ MISTAKES = {
 def wrong_noam_lr(step, d_model, warmup, *, mistake=""):
     """d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) with one named mistake."""
     step = {"one_step_ahead": step + 1, "one_step_behind": step - 1}.get(mistake, step)
+    warmup = 100 if mistake == "lesson_warmup" else warmup  # the lesson's recipe
     if mistake == "minus_one_half":  # x**-1/2 is (x**-1) / 2
         return d_model**-1 / 2 * min(step**-1 / 2, step * warmup**-3 / 2)
     decay = step ** (-1.0 if mistake == "step_exponent" else -0.5)
     rise = step * warmup ** (-0.5 if mistake == "warmup_exponent" else -1.5)
-    scale = {"d_model_exponent": d_model**0.5, "no_d_model_factor": 1.0}.get(mistake, d_model**-0.5)
+    scale = {
+        "d_model_exponent": d_model**0.5,
+        "no_d_model_factor": 1.0,
+        "d_model_inverse": 1 / d_model,
+    }
+    scale = scale.get(mistake, d_model**-0.5)
     if mistake == "no_warmup":
         return scale * decay
     if mistake == "no_decay":

@@ -23,6 +23,9 @@ MISTAKES = {
     "(torch.cat of a column of bos_id and targets[:, :-1])",
     "cat_dim0": "torch.cat joins along dim 0 (the batch) unless told otherwise: the <bos> column "
     "goes before targets[:, :-1] along the sequence, torch.cat([...], dim=1)",
+    "overlapping_copy": "out[:, 1:] = out[:, :-1] copies a tensor onto an overlapping view of "
+    "itself, so values are overwritten before they are read: read from targets instead, "
+    "out[:, 1:] = targets[:, :-1] (or torch.cat a column of bos_id and targets[:, :-1])",
     "batch_axis": "you shifted along the batch axis (dim 0); a sequence runs along dim 1: bos_id "
     "in the first column, then targets[:, :-1]",
 }
@@ -34,6 +37,10 @@ def wrong_shift_right(targets, bos_id, *, mistake=""):
         return targets.roll(1, dims=1) if mistake == "roll" else targets.roll(1)
     if mistake == "no_bos":
         return targets[:, :-1]
+    if mistake == "overlapping_copy":  # a shift in place, onto an overlapping view of itself
+        out = targets.clone()
+        out[:, 1:] = out[:, :-1]
+        return out.index_fill(1, torch.tensor([0]), bos_id)
     if mistake == "batch_axis":
         return torch.cat([torch.full_like(targets[:1], bos_id), targets[:-1]], dim=0)
     first_id = {"bos_1": 1, "zero_first": 0}.get(mistake, bos_id)

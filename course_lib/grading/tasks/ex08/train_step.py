@@ -29,6 +29,8 @@ MISTAKES = {
     "optimizer.step() (when scheduler is not None)",
     "zero_after_backward": "optimizer.zero_grad() after loss.backward() erases the gradients "
     "just computed, so the step changes nothing: call it before backward()",
+    "loss_after_step": "return the loss of this step's forward pass, the one you "
+    "back-propagated (loss.item()), not a loss computed again after optimizer.step()",
     "clip_1": "use the clip argument as the largest gradient norm (1.0 is only its default)",
     "clip_per_parameter": "clip the norm of all the gradients together, "
     "clip_grad_norm_(model.parameters(), clip), not of each parameter on its own",
@@ -111,6 +113,9 @@ def _wrong_step(
     stepped = scheduler is not None or mistake == "scheduler_none"
     if stepped and mistake not in ("no_schedule", "schedule_first"):
         scheduler.step()
+    if mistake == "loss_after_step":  # the loss of the updated weights, computed once more
+        loss = F.cross_entropy(model(src, tgt_in).reshape(shape), labels, ignore_index=ignore,
+                               label_smoothing=smooth)  # fmt: skip
     return loss.item()
 
 

@@ -56,6 +56,10 @@ MISTAKES = {
     "math.sqrt(q_t.shape[-1])",
     "scaled_by_length": "the scores are divided by the root of the number of keys (shape[-2]); "
     "the scale is sqrt(d_head), the last axis of q_t: q_t.shape[-1]",
+    "caches_swapped": "the two caches come back swapped: return (output_t, k_cache, v_cache), "
+    "the keys second and the values third",
+    "lesson_d_head": "the scale is the lesson's sqrt(32), hard-coded; its d_head was 32, the "
+    "inputs' need not be: divide by math.sqrt(q_t.shape[-1])",
     "first_key_only": "your query attends to the first key only: is_causal=True (or a causal mask "
     "of shape (1, t + 1)) lines the one query up with the OLDEST token; the newest token may "
     "attend to every cached key, so no mask is needed",
@@ -85,13 +89,14 @@ def wrong_step(q_t, k_t, v_t, k_cache, v_cache, *, mistake=""):
         )
     else:
         scale = {"scaled_by_d_v": math.sqrt(v_t.shape[-1]), "unscaled": 1.0}.get(mistake)
+        scale = math.sqrt(32) if mistake == "lesson_d_head" else scale  # the lesson's example
         scale = q_t.shape[-1] if mistake == "scaled_by_d" else scale
         scale = math.sqrt(keys.shape[-2]) if mistake == "scaled_by_length" else scale
         seen = 1 if mistake == "first_key_only" else keys.shape[2]
         dim = -2 if mistake == "softmax_over_queries" else -1
         output = _attend(q_t, keys[:, :, :seen], values[:, :, :seen], scale, dim)
-    if mistake == "stale_cache":
-        return output, k_cache, v_cache
+    if mistake in ("stale_cache", "caches_swapped"):  # the old caches, or the new ones swapped
+        return (output, k_cache, v_cache) if mistake == "stale_cache" else (output, values, keys)
     return output, keys, values
 
 

@@ -31,6 +31,9 @@ MISTAKES = {
     "keys and values are what the new tokens attend to",
     "step_number": "the new token's position is its place in the whole sequence, after the "
     "prompt's tokens: start = ids.shape[1] - 1 after appending it, not the loop's step number",
+    "no_cache": "the new token is fed with cache=None, so it attends only to itself: pass on "
+    "the cache that the previous forward_cached returned (logits, cache = "
+    "model.forward_cached(new_ids, cache, start))",
     "stuck_position": "every new token is fed at the same position, the prompt's length: the "
     "position must move on by one at each step; compute it inside the loop, start = "
     "ids.shape[1] - 1 after appending the new token",
@@ -95,7 +98,8 @@ def _wrong_generate(
             start = wrong_starts.get(mistake, ids.shape[1] - 1)
             if ids.shape[1] >= model.config.block_size:
                 start = min(start, model.config.block_size - 1)
-            logits, new_cache = model.forward_cached(ids[:, -1:], cache, start)
+            past = None if mistake == "no_cache" else cache  # no_cache: None at every step
+            logits, new_cache = model.forward_cached(ids[:, -1:], past, start)
             if mistake != "stale":
                 cache = new_cache
     return ids

@@ -31,6 +31,7 @@ _ORDER8 = [5, 2, 7, 0, 3, 6, 1, 4]
 _P6 = [0.4, 0.25, 0.15, 0.1, 0.06, 0.04]
 _ORDER6 = [3, 0, 5, 1, 4, 2]
 _P4 = [0.5, 0.3, 0.15, 0.05]  # at temperature 2: 0.38, 0.29, 0.21, 0.12
+_P5 = [0.5, 0.25, 0.125, 0.0625, 0.0625]  # powers of 2: softmax and cumsum are exact
 
 
 MISTAKES = {
@@ -55,6 +56,8 @@ MISTAKES = {
     "top_k_one_threshold": "each row has its own k-th largest logit: compare every row with "
     "its own, torch.topk(logits, k, dim=-1).values[:, -1:] of shape (batch, 1), not with one "
     "number for the whole batch (the .min() of those values)",
+    "top_p_past_exact_total": "when the most likely tokens add up to top_p EXACTLY, the set "
+    "ends there: keep a token while the mass before it is strictly below top_p (`<`, not `<=`)",
     "top_p_unsorted": "your top-p mask was computed on the SORTED probabilities but applied to "
     "the unsorted ones, so it keeps the first token ids instead of the most likely tokens: "
     "put it back in the tokens' order first, keep = torch.zeros_like(keep_sorted).scatter(-1, "
@@ -88,10 +91,13 @@ def wrong_sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator
         probs = _filter(probs, top_k, None)
         kept = (_filter(probs, None, top_p) > 0).sum(-1, keepdim=True)  # (batch, 1)
         probs = probs.masked_fill(torch.arange(probs.shape[-1]) >= kept, 0.0)
-    elif mistake == "top_p_drops_crossing_token" and top_p is not None:
+    elif mistake in ("top_p_drops_crossing_token", "top_p_past_exact_total") and top_p is not None:
         probs = _filter(probs, top_k, None)
+        probs = probs / probs.sum(-1, keepdim=True)  # the softmax of the top-k logits
         sorted_probs, order = probs.sort(-1, descending=True)
-        keep_sorted = sorted_probs.cumsum(-1) <= top_p
+        mass = sorted_probs.cumsum(-1)  # up to each token; past_exact_total: before it
+        mass = mass if mistake == "top_p_drops_crossing_token" else mass - sorted_probs
+        keep_sorted = mass <= top_p
         keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
         probs = probs.masked_fill(~keep, 0.0)
     else:
@@ -150,6 +156,9 @@ class SampleNextTask(Task):
             Case("temperature=2.0 then top_p=0.75 with probabilities 0.5, 0.3, 0.15, 0.05: "
                  "keeps 3 tokens (at temperature 1 it would keep 2)", (row4[None],),
                  {"temperature": 2.0, "top_p": 0.75}),
+            Case("top_p=0.75 with probabilities 0.5, 0.25, 0.125, 0.0625, 0.0625 (exact in "
+                 "float32): the first two tokens reach 0.75 exactly, so only they are kept",
+                 (_logits_from_probs(_P5, [3, 0, 4, 1, 2])[None],), {"top_p": 0.75}),
             Case("temperature=0 means greedy: the arg-max of each row", (rand,),
                  {"temperature": 0.0}),
             Case("top_k=20, more than the 8 tokens of the vocabulary: every token is kept "
@@ -204,6 +213,13 @@ class SampleNextTask(Task):
             raise GradingError(f"your tokens include ids outside [0, {vocab})")
         if not torch.equal(batch, logits.repeat(DRAWS, 1)):
             raise GradingError(changed_message(["logits"]))
+        one = obj(logits.clone(), **case.kwargs, generator=torch.Generator()) if rows == 1 else None
+        if isinstance(one, torch.Tensor) and one.shape != (1,):  # #hunt5: the case's own row
+            raise GradingError(
+                f"for logits of shape (1, {vocab}) your function returned {tuple(one.shape)}; a "
+                "batch of one row needs shape (1,): squeeze(-1), not squeeze(), which also drops "
+                "the batch axis"
+            )
         again = obj(batch, **case.kwargs, generator=torch.Generator().manual_seed(1234))
         if not torch.equal(first, again):
             raise GradingError(
