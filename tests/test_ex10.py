@@ -689,7 +689,26 @@ HUNTED_4 = [  # #hunt4: a hint that named no mistake
 ]
 
 
-ALL_HUNTED = HUNTED + HUNTED_2 + HUNTED_3 + HUNTED_4
+HUNTED_5 = [  # #hunt5: one bullet's "/ sqrt(d_k)" left out: "only dq differs", no mistake named
+    (
+        "tiled_attention_backward",
+        [("dq = dq + d_scores @ k_block * scale", "dq = dq + d_scores @ k_block")],
+        "dq is sqrt(d_k) times too large",
+    ),
+    (
+        "tiled_attention_backward",
+        [("d_scores.transpose(-2, -1) @ q * scale", "d_scores.transpose(-2, -1) @ q")],
+        "dk is sqrt(d_k) times too large",
+    ),
+    (  # the grid axes permuted last, then reshaped without the transpose: no mistake named
+        "patchify",
+        [("x.permute(0, 2, 4, 1, 3, 5)", "x.permute(0, 1, 3, 5, 2, 4)")],
+        "your patch-grid axes come last",
+    ),
+]
+
+
+ALL_HUNTED = HUNTED + HUNTED_2 + HUNTED_3 + HUNTED_4 + HUNTED_5
 
 
 @pytest.mark.parametrize("name,edits,words", ALL_HUNTED, ids=[h[2] for h in ALL_HUNTED])

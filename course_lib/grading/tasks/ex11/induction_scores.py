@@ -47,6 +47,11 @@ MISTAKES = {
         "keys sliced to the first copy (patterns[..., T:, :T]) lose it; average over all T "
         "queries i = T .. 2T - 1, each at key i - T + 1"
     ),
+    "first_query_dropped": (
+        "the first query of the second copy, i = T, is missing (range(T + 1, 2T), or the "
+        "stripe's last T - 1): its induction key is 1, the token after position 0; average "
+        "over all T queries i = T .. 2T - 1"
+    ),
     "all_queries": (
         "only the queries of the second copy (i = T .. 2T - 1) have an earlier copy to "
         "look back to; the first copy's queries must not be averaged in"
@@ -88,6 +93,7 @@ def wrong_scores(model, ids, *, mistake):
         "all_queries": stripe,
         "queries_off_by_one": stripe[..., :period],
         "last_query_dropped": stripe[..., -period:-1],
+        "first_query_dropped": stripe[..., 1 - period :],
         # query T's key -1 is key 2T - 1, in its future: weight 0
         "one_before": F.pad(stripe, (1, 0)),
     }.get(
