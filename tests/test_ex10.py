@@ -705,6 +705,11 @@ HUNTED_5 = [  # #hunt5: one bullet's "/ sqrt(d_k)" left out: "only dq differs", 
         [("x.permute(0, 2, 4, 1, 3, 5)", "x.permute(0, 1, 3, 5, 2, 4)")],
         "your patch-grid axes come last",
     ),
+    (  # the past half of the band whatever `causal` says: "None of the usual single mistakes"
+        "sliding_window_mask",
+        [("if causal:", "if True:")],
+        "the band is two-sided",
+    ),
 ]
 
 

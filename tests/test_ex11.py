@@ -588,6 +588,11 @@ HUNTED_5 = [  # #hunt5: a boundary slip that got "None of the usual single mista
         [("torch.arange(period, 2 * period)", "torch.arange(period + 1, 2 * period)")],
         "the first query of the second copy, i = T, is missing",
     ),
+    (  # "that slice (and only that slice)" left out: the other heads zeroed
+        "patch_head",
+        [("z = args[0].clone()", "z = torch.zeros_like(args[0])")],
+        "the other heads' outputs became 0",
+    ),
 ]
 
 
