@@ -710,6 +710,16 @@ HUNTED_5 = [  # #hunt5: one bullet's "/ sqrt(d_k)" left out: "only dq differs", 
         [("if causal:", "if True:")],
         "the band is two-sided",
     ),
+    (  # ids unpacked as (batch, seq): full marks before, as every case was 2-D
+        "mlm_mask",
+        [
+            (
+                "    chosen = torch.rand(ids.shape,",
+                "    batch, seq = ids.shape\n    chosen = torch.rand((batch, seq),",
+            )
+        ],
+        "ids may have any shape",
+    ),
 ]
 
 
