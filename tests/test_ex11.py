@@ -593,6 +593,16 @@ HUNTED_5 = [  # #hunt5: a boundary slip that got "None of the usual single mista
         [("z = args[0].clone()", "z = torch.zeros_like(args[0])")],
         "the other heads' outputs became 0",
     ),
+    (  # the stripe sliced as if its index were the query's: only queries 2T - 2, 2T - 1
+        "induction_scores",
+        [
+            (
+                "patterns[..., queries, keys]",
+                "patterns.diagonal(-(period - 1), -2, -1)[..., period - 1 :]",
+            )
+        ],
+        "is indexed from ITS first query",
+    ),
 ]
 
 
