@@ -689,7 +689,46 @@ HUNTED_4 = [  # #hunt4: a hint that named no mistake
 ]
 
 
-ALL_HUNTED = HUNTED + HUNTED_2 + HUNTED_3 + HUNTED_4
+HUNTED_5 = [  # #hunt5: one bullet's "/ sqrt(d_k)" left out: "only dq differs", no mistake named
+    (
+        "tiled_attention_backward",
+        [("dq = dq + d_scores @ k_block * scale", "dq = dq + d_scores @ k_block")],
+        "dq is sqrt(d_k) times too large",
+    ),
+    (
+        "tiled_attention_backward",
+        [("d_scores.transpose(-2, -1) @ q * scale", "d_scores.transpose(-2, -1) @ q")],
+        "dk is sqrt(d_k) times too large",
+    ),
+    (  # the grid axes permuted last, then reshaped without the transpose: no mistake named
+        "patchify",
+        [("x.permute(0, 2, 4, 1, 3, 5)", "x.permute(0, 1, 3, 5, 2, 4)")],
+        "your patch-grid axes come last",
+    ),
+    (  # the past half of the band whatever `causal` says: "None of the usual single mistakes"
+        "sliding_window_mask",
+        [("if causal:", "if True:")],
+        "the band is two-sided",
+    ),
+    (  # ids unpacked as (batch, seq): full marks before, as every case was 2-D
+        "mlm_mask",
+        [
+            (
+                "    chosen = torch.rand(ids.shape,",
+                "    batch, seq = ids.shape\n    chosen = torch.rand((batch, seq),",
+            )
+        ],
+        "ids may have any shape",
+    ),
+    (  # the lesson's 3-D k.transpose(1, 2) on 4-D inputs: a bare PyTorch error
+        "tiled_attention",
+        [("scores = q @ k_block.transpose(-2, -1)", "scores = q @ k_block.transpose(1, 2)")],
+        "swaps the wrong axes",
+    ),
+]
+
+
+ALL_HUNTED = HUNTED + HUNTED_2 + HUNTED_3 + HUNTED_4 + HUNTED_5
 
 
 @pytest.mark.parametrize("name,edits,words", ALL_HUNTED, ids=[h[2] for h in ALL_HUNTED])

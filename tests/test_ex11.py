@@ -582,7 +582,33 @@ HUNTED_4 = [  # #hunt4: each got "None of the usual single mistakes" or no hint 
 ]
 
 
-@pytest.mark.parametrize("name,edits,words", HUNTED_4, ids=[h[2] for h in HUNTED_4])
+HUNTED_5 = [  # #hunt5: a boundary slip that got "None of the usual single mistakes"
+    (  # range(T + 1, 2T): the first query of the second copy left out
+        "induction_scores",
+        [("torch.arange(period, 2 * period)", "torch.arange(period + 1, 2 * period)")],
+        "the first query of the second copy, i = T, is missing",
+    ),
+    (  # "that slice (and only that slice)" left out: the other heads zeroed
+        "patch_head",
+        [("z = args[0].clone()", "z = torch.zeros_like(args[0])")],
+        "the other heads' outputs became 0",
+    ),
+    (  # the stripe sliced as if its index were the query's: only queries 2T - 2, 2T - 1
+        "induction_scores",
+        [
+            (
+                "patterns[..., queries, keys]",
+                "patterns.diagonal(-(period - 1), -2, -1)[..., period - 1 :]",
+            )
+        ],
+        "is indexed from ITS first query",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "name,edits,words", HUNTED_4 + HUNTED_5, ids=[h[2] for h in HUNTED_4 + HUNTED_5]
+)
 def test_fourth_hunt_slips_get_a_named_hint(solution, name, edits, words):
     result = check_result(f"ex11.{name}", _solution_with(solution, name, *edits))
     assert result.status == "failed", result.feedback

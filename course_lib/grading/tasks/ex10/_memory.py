@@ -21,7 +21,8 @@ from ..common import randn
 
 MEMORY_HINT = (
     "your code builds a tensor as large as the full matrix of scores, which the "
-    "tiles exist to avoid: compute the scores of one block of keys at a time, and with "
+    "tiles exist to avoid: compute the scores of one block of keys at a time (block_size "
+    "keys, the argument you were given), and with "
     "causal=True that block's mask too, from the positions of its keys (a full (n, n) mask "
     "is as large as the scores)"
 )

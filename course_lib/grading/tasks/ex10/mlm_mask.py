@@ -75,6 +75,10 @@ FAULTS = {
         "[0, vocab_size) (torch.randint's `high` is already excluded)"
     ),
     "global_rng": "pass `generator=generator` to every random draw",
+    "two_dims": (
+        "ids may have any shape (...), not only (batch, seq): draw with the shape of ids, "
+        "torch.rand(ids.shape, generator=generator), instead of unpacking batch, seq = ids.shape"
+    ),
     "random_never_original": (
         "your random ids never equal the original token: draw them uniformly from "
         "[0, vocab_size), which gives the token back 1 time in vocab_size (BERT's unchanged "
@@ -93,6 +97,9 @@ def wrong_mlm(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=N
         raise ValueError("mask_prob")
     if mistake == "global_rng":
         generator = None
+    if mistake == "two_dims":  # `batch, length = ids.shape`: only 2-D ids unpack
+        batch, length = ids.shape
+        ids = ids.reshape(batch, length)
     p = 0.15 if mistake == "fixed_prob" else mask_prob
     chosen = torch.rand(ids.shape, generator=generator) < p
     if pad_id is not None and mistake != "pads_chosen":
@@ -253,6 +260,7 @@ class MlmMask(Task):
     def cases(self, gen):
         def case(description, vocab_size, pad_id=None, dtype=torch.int64, rows=None, **kwargs):
             ids = _mlm_ids(gen, vocab_size, pad_id=pad_id, dtype=dtype)[:rows]
+            ids = ids.reshape(kwargs.pop("shape", ids.shape))
             mask_id = kwargs.pop("mask_id", vocab_size)
             ids[ids == mask_id] = (mask_id + 1) % vocab_size  # no input holds <mask> already
             kwargs |= {} if pad_id is None else {"pad_id": pad_id}
@@ -272,6 +280,8 @@ class MlmMask(Task):
                  4, pad_id=1, mask_prob=0.05),
             case("mask_id=3 inside the vocabulary (vocab_size=30), as BERT's [MASK] is one of "
                  "its ids: random ids come from [0, vocab_size), not [0, mask_id)", 30, mask_id=3),
+            case("ids (8, 50, 500): ids of any shape, here three dimensions, pad_id=0", 20,
+                 pad_id=0, shape=(8, 50, 500)),
             case("mask_prob=0 must raise a ValueError", 5, rows=2, mask_prob=0.0,
                  raises=ValueError),
             case("mask_prob=1.5 must raise a ValueError", 5, rows=2, mask_prob=1.5,

@@ -26,6 +26,11 @@ FAULTS = {
     "transposed": (
         "each patch is transposed: flatten it row by row (the pixel row before the pixel column)"
     ),
+    "grid_last": (
+        "your patch-grid axes come last, (b, c, p, p, H/p, W/p), and a reshape of that to "
+        "(b, num_patches, c * p * p) mixes pixels of different patches: bring the grid axes to "
+        "the front, permute(0, 2, 4, 1, 3, 5) (or transpose a (b, c * p * p, num_patches))"
+    ),
     "strided": (
         "your 'patches' gather pixels spread over the whole image, H/p apart: split H into "
         "(H/p, p), the patch's row in the grid first and the pixel row inside it second, "
@@ -53,6 +58,7 @@ _ORDERS = {
     "column_major": (0, 4, 2, 1, 3, 5),
     "channels_last": (0, 2, 4, 3, 5, 1),
     "transposed": (0, 2, 4, 1, 5, 3),
+    "grid_last": (0, 1, 3, 5, 2, 4),
 }
 
 

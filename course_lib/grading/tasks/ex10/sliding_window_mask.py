@@ -23,6 +23,10 @@ FAULTS = {
     ),
     "future": "with causal=True the band keeps the past (j <= i), not the future",
     "causal_ignored": "causal=True is ignored: keep only the keys j with i - window <= j <= i",
+    "always_causal": (
+        "without causal=True the band is two-sided, |i - j| <= window: the keys up to "
+        "`window` AFTER the query too; keep only j <= i when causal=True"
+    ),
     "plain_causal": (
         "with causal=True the window still applies: keep the past half of the band, "
         "i - window <= j <= i, not every key j <= i (that is the plain causal mask)"
@@ -43,7 +47,7 @@ def wrong_band(n, window, causal=False, *, mistake):
     if mistake == "plain_causal" and causal:  # the window forgotten on the causal side
         width = n
     mask = distance <= width
-    if causal and mistake != "causal_ignored":
+    if (causal or mistake == "always_causal") and mistake != "causal_ignored":
         if mistake == "future":
             mask &= offset <= 0
         else:

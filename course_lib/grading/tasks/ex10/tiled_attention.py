@@ -146,6 +146,10 @@ FAULTS = {
         "keys: keep one running maximum and one running sum across the blocks"
     ),
     "full_matrix": MEMORY_HINT,
+    "transpose_12": (
+        "k.transpose(1, 2) swaps the wrong axes when k has batch dimensions in front, "
+        "(..., n_k, d_k): transpose the last two, k.transpose(-2, -1) (or k.mT)"
+    ),
     "full_causal_mask": MEMORY_HINT,
     "stopped_early": (
         "with causal=True your loop stops too early: a block of keys may be skipped only when "
@@ -189,7 +193,8 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
         if causal and mistake == "stopped_early" and start > n_k - n_q:  # the first query's
             break
         end = block_size if mistake == "slice_to_block_size" else start + block_size
-        s = q @ k[..., start:end, :].transpose(-2, -1)  # (..., n_q, bk)
+        axes = (1, 2) if mistake == "transpose_12" else (-2, -1)  # (1, 2): 3-D k only
+        s = q @ k[..., start:end, :].transpose(*axes)  # (..., n_q, bk)
         v_block = v[..., start:end, :]
         unmasked = s
         if causal and mistake != "causal_ignored":

@@ -15,6 +15,10 @@ from .tiled_attention import CAUSAL_RULE, SHIFT_REVERSED
 
 LESSON = "lesson 10"
 
+GRAD_SCALE = (
+    "s = q k^T / sqrt(d_k), so dq = ds k / sqrt(d_k) and dk = ds^T q / sqrt(d_k) (dv has no "
+    "such factor)"
+)
 FAULTS = {
     "no_D": (
         "D is missing: the softmax's backward is ds = p * (dp - D) with D = rowsum(d_out * out) "
@@ -43,10 +47,7 @@ FAULTS = {
         "the recomputed scores are not divided by sqrt(d_k): recompute them exactly as the "
         "forward did, s = q k^T / sqrt(d_k), before exp(s - lse)"
     ),
-    "grads_unscaled": (
-        "dq and dk are not scaled by 1 / sqrt(d_k): s = q k^T / sqrt(d_k), so dq = ds k / "
-        "sqrt(d_k) and dk = ds^T q / sqrt(d_k) (dv has no such factor)"
-    ),
+    "grads_unscaled": f"dq and dk are not scaled by 1 / sqrt(d_k): {GRAD_SCALE}",
     "dv_scaled": ("dv is scaled by 1 / sqrt(d_k): only the scores were divided, so dv = p^T d_out"),
     "causal_ignored": (
         "causal=True is ignored in the backward pass: mask each recomputed tile exactly as the "
@@ -210,6 +211,10 @@ class TiledAttentionBackward(Task):
                     and torch.allclose(g.double(), w.double(), rtol=1e-4, atol=1e-5)
                 )
             ]
+            root = math.sqrt(case.args[0].shape[-1])  # a bullet's "/ sqrt(d_k)" left out
+            for name, g, w in zip(names[:2], got[:2], want[:2], strict=True):
+                if wrong == [name] and torch.allclose(g.double(), w.double() * root, 1e-4, 1e-5):
+                    return f"{name} is sqrt(d_k) times too large: {GRAD_SCALE}"
             if wrong and len(wrong) < 3:
                 return f"only {', '.join(wrong)} differ{'s' if len(wrong) == 1 else ''}"
         return None

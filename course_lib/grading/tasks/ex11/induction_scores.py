@@ -47,6 +47,16 @@ MISTAKES = {
         "keys sliced to the first copy (patterns[..., T:, :T]) lose it; average over all T "
         "queries i = T .. 2T - 1, each at key i - T + 1"
     ),
+    "stripe_as_queries": (
+        "the stripe diagonal(offset=-(T - 1)) is indexed from ITS first query, T - 1, not from "
+        "query 0: stripe[..., T - 1:] keeps only queries 2T - 2 and 2T - 1; the second copy's "
+        "queries are the stripe's last T, stripe[..., 1:]"
+    ),
+    "first_query_dropped": (
+        "the first query of the second copy, i = T, is missing (range(T + 1, 2T), or the "
+        "stripe's last T - 1): its induction key is 1, the token after position 0; average "
+        "over all T queries i = T .. 2T - 1"
+    ),
     "all_queries": (
         "only the queries of the second copy (i = T .. 2T - 1) have an earlier copy to "
         "look back to; the first copy's queries must not be averaged in"
@@ -88,6 +98,8 @@ def wrong_scores(model, ids, *, mistake):
         "all_queries": stripe,
         "queries_off_by_one": stripe[..., :period],
         "last_query_dropped": stripe[..., -period:-1],
+        "first_query_dropped": stripe[..., 1 - period :],
+        "stripe_as_queries": stripe[..., period - 1 :],
         # query T's key -1 is key 2T - 1, in its future: weight 0
         "one_before": F.pad(stripe, (1, 0)),
     }.get(

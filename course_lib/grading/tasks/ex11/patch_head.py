@@ -32,6 +32,10 @@ MISTAKES = {
         "you patched every head of the layer; only head `head`'s slice comes from the "
         "clean run, the other heads keep their corrupted outputs"
     ),
+    "others_zeroed": (
+        "the other heads' outputs became 0: replace only head `head`'s slice of out_proj's "
+        "input and keep the other heads' corrupted outputs (clone the input, assign the slice)"
+    ),
     "hooks_left": (
         "a hook is still registered after your function returned (the clean run's recording "
         "hook or the patching hook): remove each one, in a `finally`"
@@ -88,7 +92,7 @@ def wrong_patch(model, clean_ids, corrupted_ids, layer, head, *, mistake):
     def patch(module, args):
         if mistake == "whole_layer":
             return (saved[0],)
-        z = args[0].clone()
+        z = args[0].clone() * (mistake != "others_zeroed")  # the other heads zeroed
         z[..., part] = saved[0][..., part]
         return (z,)
 
