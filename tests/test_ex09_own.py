@@ -758,3 +758,30 @@ def test_a_fused_qkv_cut_by_reshape_is_named():
     result = result_of("ex09.gpt2_to_mine", gpt2_to_mine_qkv_reshaped)
     assert result.status == "failed", result.feedback
     assert f"Hint: {gpt2_task.MISTAKES['qkv_reshaped']}" in result.feedback, result.feedback
+
+
+def gpt2_to_mine_in_place(slip):
+    """#hunt5: a map that pops the mask buffers from hf_state, or transposes c_fc in place."""
+
+    def learner(hf_state):
+        for key in list(hf_state):
+            rest = key.removeprefix("transformer.").split(".", 2)[-1]
+            if slip == "pop" and rest in ("attn.bias", "attn.masked_bias"):
+                hf_state.pop(key)
+            elif slip == "t_" and rest == "mlp.c_fc.weight":
+                hf_state[key].t_()  # now (out, in): nn.Linear's layout
+        out = gpt2_to_mine(hf_state)
+        for key in out:
+            if slip == "t_" and key.endswith("linear1.weight"):
+                out[key] = out[key].t()  # this learner's map leaves c_fc as it finds it
+        return out
+
+    return learner
+
+
+@pytest.mark.parametrize("slip", ["pop", "t_"])
+def test_a_map_that_changes_the_state_dict_it_was_given_fails(slip):
+    # #hunt5: both passed all 4 checks (each case got a copy, never compared after the call)
+    result = result_of("ex09.gpt2_to_mine", gpt2_to_mine_in_place(slip))
+    assert result.status == "failed", result.feedback
+    assert "changed its input `hf_state` in place" in result.feedback
