@@ -785,3 +785,34 @@ def test_a_map_that_changes_the_state_dict_it_was_given_fails(slip):
     result = result_of("ex09.gpt2_to_mine", gpt2_to_mine_in_place(slip))
     assert result.status == "failed", result.feedback
     assert "changed its input `hf_state` in place" in result.feedback
+
+
+def evaluate_window_by_window(slip):
+    """#hunt5: one window at a time, with the mean of the window means or the loss in bits."""
+
+    def learner(model, ids, block_size, batch_size=64):
+        was_training = model.training
+        model.eval()
+        losses, count = [], 0
+        with torch.no_grad():
+            for start in range(0, len(ids) - 1, block_size):
+                window = ids[start : start + block_size + 1]
+                logits = model(window[None, :-1])[0]  # (n, vocab)
+                losses.append(F.cross_entropy(logits, window[1:], reduction="sum").item())
+                count += len(window) - 1
+                if slip == "window_means":
+                    losses[-1] /= len(window) - 1
+        model.train(was_training)
+        if slip == "window_means":
+            return sum(losses) / len(losses)
+        return sum(losses) / count / math.log(2)
+
+    return learner
+
+
+@pytest.mark.parametrize("slip", ["window_means", "bits"])
+def test_an_evaluate_in_bits_or_by_window_means_is_named(slip):
+    # #hunt5: each got only "your loss is ..., expected ..." with no hint
+    result = result_of("ex09.evaluate", evaluate_window_by_window(slip))
+    assert result.status == "failed", result.feedback
+    assert f"Hint: {evaluate_task.MISTAKES[slip]}" in result.feedback, result.feedback
