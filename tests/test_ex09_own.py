@@ -816,3 +816,22 @@ def test_an_evaluate_in_bits_or_by_window_means_is_named(slip):
     result = result_of("ex09.evaluate", evaluate_window_by_window(slip))
     assert result.status == "failed", result.feedback
     assert f"Hint: {evaluate_task.MISTAKES[slip]}" in result.feedback, result.feedback
+
+
+def test_a_loop_that_takes_two_batches_a_step_is_told_to_take_one():
+    # #hunt5: x from one next(batches), y from another: a bare "raised StopIteration"
+    def two_batches_a_step(model, batches, steps, max_lr, warmup_steps, clip=1.0):
+        optimizer = torch.optim.AdamW(model.parameters(), lr=max_lr)
+        losses = []
+        for _ in range(steps):
+            x, y = next(batches)[0], next(batches)[1]
+            loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        return losses
+
+    result = result_of("ex09.train", two_batches_a_step)
+    assert result.status == "failed", result.feedback
+    assert "exactly one batch per step" in result.feedback, result.feedback
