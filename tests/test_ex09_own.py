@@ -758,3 +758,80 @@ def test_a_fused_qkv_cut_by_reshape_is_named():
     result = result_of("ex09.gpt2_to_mine", gpt2_to_mine_qkv_reshaped)
     assert result.status == "failed", result.feedback
     assert f"Hint: {gpt2_task.MISTAKES['qkv_reshaped']}" in result.feedback, result.feedback
+
+
+def gpt2_to_mine_in_place(slip):
+    """#hunt5: a map that pops the mask buffers from hf_state, or transposes c_fc in place."""
+
+    def learner(hf_state):
+        for key in list(hf_state):
+            rest = key.removeprefix("transformer.").split(".", 2)[-1]
+            if slip == "pop" and rest in ("attn.bias", "attn.masked_bias"):
+                hf_state.pop(key)
+            elif slip == "t_" and rest == "mlp.c_fc.weight":
+                hf_state[key].t_()  # now (out, in): nn.Linear's layout
+        out = gpt2_to_mine(hf_state)
+        for key in out:
+            if slip == "t_" and key.endswith("linear1.weight"):
+                out[key] = out[key].t()  # this learner's map leaves c_fc as it finds it
+        return out
+
+    return learner
+
+
+@pytest.mark.parametrize("slip", ["pop", "t_"])
+def test_a_map_that_changes_the_state_dict_it_was_given_fails(slip):
+    # #hunt5: both passed all 4 checks (each case got a copy, never compared after the call)
+    result = result_of("ex09.gpt2_to_mine", gpt2_to_mine_in_place(slip))
+    assert result.status == "failed", result.feedback
+    assert "changed its input `hf_state` in place" in result.feedback
+
+
+def evaluate_window_by_window(slip):
+    """#hunt5: one window at a time, with the mean of the window means or the loss in bits."""
+
+    def learner(model, ids, block_size, batch_size=64):
+        was_training = model.training
+        model.eval()
+        losses, count = [], 0
+        with torch.no_grad():
+            for start in range(0, len(ids) - 1, block_size):
+                window = ids[start : start + block_size + 1]
+                logits = model(window[None, :-1])[0]  # (n, vocab)
+                losses.append(F.cross_entropy(logits, window[1:], reduction="sum").item())
+                count += len(window) - 1
+                if slip == "window_means":
+                    losses[-1] /= len(window) - 1
+        model.train(was_training)
+        if slip == "window_means":
+            return sum(losses) / len(losses)
+        return sum(losses) / count / math.log(2)
+
+    return learner
+
+
+@pytest.mark.parametrize("slip", ["window_means", "bits"])
+def test_an_evaluate_in_bits_or_by_window_means_is_named(slip):
+    # #hunt5: each got only "your loss is ..., expected ..." with no hint
+    result = result_of("ex09.evaluate", evaluate_window_by_window(slip))
+    assert result.status == "failed", result.feedback
+    assert f"Hint: {evaluate_task.MISTAKES[slip]}" in result.feedback, result.feedback
+
+
+def test_a_loop_that_takes_two_batches_a_step_is_told_to_take_one():
+    # #hunt5: x from one next(batches), y from another: a bare "raised StopIteration"
+    def two_batches_a_step(model, batches, steps, max_lr, warmup_steps, clip=1.0):
+        optimizer = torch.optim.AdamW(model.parameters(), lr=max_lr)
+        losses = []
+        for _ in range(steps):
+            x, y = next(batches)[0], next(batches)[1]
+            loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        return losses
+
+    result = result_of("ex09.train", two_batches_a_step)
+    assert result.status == "failed", result.feedback
+    assert "exactly one batch per step" in result.feedback, result.feedback

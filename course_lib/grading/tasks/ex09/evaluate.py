@@ -52,6 +52,11 @@ MISTAKES = {
     "window i at i * block_size, ids[i * block_size : (i + 1) * block_size + 1]: consecutive "
     "windows then share one token, the last target of one being the first input of the next, "
     "and every token after the first is predicted exactly once",
+    "window_means": "you averaged the mean loss of each window, but the last window is shorter "
+    "(fewer targets): add up the per-token losses (reduction='sum') and divide once by the "
+    "number of tokens predicted",
+    "bits": "return nats, as F.cross_entropy gives them (natural log): dividing by log(2) "
+    "turns them into bits",
     "count_all_tokens": "divide by the number of predictions, len(ids) - 1, not by len(ids): the "
     "first token is never a target (nothing comes before it), every other token is one",
 }
@@ -85,7 +90,7 @@ def wrong_evaluate(model, ids, block_size, batch_size=64, *, mistake=""):
     rest = windows[len(full) :]
     if mistake == "drop_last":
         rest = []
-    size = max(len(full), 1) if mistake == "one_batch" else batch_size
+    size = {"one_batch": max(len(full), 1), "window_means": 1}.get(mistake, batch_size)
     batches = [full[lo : lo + size] for lo in range(0, len(full), size)] + [[w] for w in rest]
     total, count, means = 0.0, 0, []
     with torch.set_grad_enabled(mistake == "no_grad"):
@@ -101,9 +106,10 @@ def wrong_evaluate(model, ids, block_size, batch_size=64, *, mistake=""):
         model.train()
     elif mistake != "stays_eval":
         model.train(was_training)
-    if mistake == "batch_means":
+    if mistake.endswith("_means"):  # batch_means, window_means
         return sum(means) / len(means)
     count += mistake == "count_all_tokens"  # len(ids), the first token counted as a target
+    count *= math.log(2) if mistake == "bits" else 1
     return torch.tensor(total / count) if mistake == "tensor" else total / count
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ...core import Case, GradingError, Task, register
+from ...core import Case, GradingError, Task, changed_message, register
 
 MISTAKES = {
     "not_transposed": "GPT-2's Conv1D stores its weight as (in_features, out_features), the "
@@ -150,6 +150,15 @@ def _fresh_copy(state: dict[str, Tensor]) -> dict[str, Tensor]:
     return {k: memo.setdefault(id(v), v.clone()) for k, v in state.items()}
 
 
+def _call_on_copy(obj, state: dict[str, Tensor]):
+    """obj on a fresh copy of `state`, which must come back as it was (keys and tensors)."""
+    given = _fresh_copy(state)
+    out = obj(given)
+    if list(given) != list(state) or any(not torch.equal(given[k], v) for k, v in state.items()):
+        raise GradingError(changed_message(["hf_state"]))
+    return out
+
+
 def _names(keys) -> str:
     keys = sorted(keys)
     shown = ", ".join(repr(k) for k in keys[:4])
@@ -207,7 +216,9 @@ class Gpt2ToMineTask(Task):
     def call(self, obj, case):
         state = case.data["state"]
         try:
-            return obj(_fresh_copy(state))
+            return _call_on_copy(obj, state)
+        except GradingError:
+            raise
         except Exception as error:
             if isinstance(error, NotImplementedError) or "transformer.wte.weight" not in state:
                 raise

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from ...core import Case, Task, register
+from ...core import Case, GradingError, Task, register
 from ._shared import course_gpt
 
 MISTAKES = {
@@ -358,6 +358,12 @@ class TrainTask(Task):
                 losses = obj(
                     model, watch.batches(), d["steps"], d["max_lr"], d["warmup_steps"], **kwargs
                 )
+        except StopIteration:  # next(batches) past the last: more than one batch a step
+            raise GradingError(
+                f"your code asked for a batch after all {len(d['batches'])} were used, in "
+                f"steps={d['steps']}. Hint: take exactly one batch per step, x, y = "
+                "next(batches), and use that pair for both the forward pass and the loss"
+            ) from None
         finally:
             for handle in handles:
                 handle.remove()
