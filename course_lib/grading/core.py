@@ -33,6 +33,8 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
+from course_lib.validation import is_number
+
 __all__ = [
     "Case",
     "Task",
@@ -477,7 +479,7 @@ def compare_values(got: Any, want: Any, where: str = "your result") -> str | Non
                 return msg
         return None
     if isinstance(want, float):
-        if not isinstance(got, (int, float)) or isinstance(got, bool):
+        if not is_number(got):
             return f"{where} should be a number, got {type(got).__name__}"
         if math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9):
             return None

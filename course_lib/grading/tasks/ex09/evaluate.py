@@ -14,6 +14,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from course_lib.validation import is_number
+
 from ...core import Case, Task, register
 from ._shared import course_gpt, random_gpt_state
 
@@ -124,7 +126,7 @@ def hidden_gpt_state(gen, sizes, dtype):
 
 
 def _kind(value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         if isinstance(value, torch.Tensor):
             return "a tensor"
         if isinstance(value, dict):

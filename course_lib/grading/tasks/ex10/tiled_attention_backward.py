@@ -8,6 +8,8 @@ import math
 
 import torch
 
+from course_lib.validation import check_positive_int
+
 from ...core import Task, register
 from ..common import randn
 from ._memory import MEMORY_HINT, call_limited, draw_qkv, limited_case
@@ -81,8 +83,7 @@ FAULTS = {
 
 def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mistake):
     """The exercise's loop over key blocks, with the named mistake where it bites."""
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    check_positive_int(block_size, "block_size")
     n_q, n_k = q.shape[-2], k.shape[-2]
     if mistake == "full_matrix":
         block_size = n_k

@@ -8,6 +8,8 @@ import math
 
 import torch
 
+from course_lib.validation import is_number
+
 from ...core import Case, Task, compare_values
 from ..common import randint
 
@@ -251,7 +253,7 @@ class ModelTask(Task):
 def close(got, want, atol, rtol=1e-4):
     """compare_values with a looser float tolerance: the same sum computed in another order."""
     if isinstance(want, float):
-        if not isinstance(got, (int, float)) or isinstance(got, bool):
+        if not is_number(got):
             return (
                 f"your result should be a Python float (use .item() on a one-element tensor), "
                 f"got {type(got).__name__}"
