@@ -217,6 +217,7 @@ def _sample_next_variant(
     clamp=True,
     top_p_closed=True,
     top_p_le=False,
+    kth=-1,
 ):
     """A correct sample_next, or one with an edge of its arguments wrong."""
     if (
@@ -230,8 +231,8 @@ def _sample_next_variant(
     logits = logits / temperature
     if top_k is not None:
         k = min(top_k, logits.shape[-1]) if clamp else top_k
-        kth = torch.topk(logits, k, dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
+        threshold = torch.topk(logits, k, dim=-1).values[:, kth : kth + 1 or None]
+        logits = logits.masked_fill(logits < threshold, float("-inf"))
     probs = torch.softmax(logits, -1)
     if top_p is not None:
         sorted_probs, order = probs.sort(-1, descending=True)
@@ -247,6 +248,7 @@ def _sample_next_variant(
         ({"clamp": False}, "clamp k"),
         ({"top_p_closed": False}, "top_p=1.0 is allowed"),
         ({"top_p_le": True}, "strictly below top_p"),
+        ({"kth": 0}, "the k-th largest is the LAST of them"),  # after hunt 5: no hint before
     ],
 )
 def test_argument_edges_are_checked_with_a_hint(options, hint):

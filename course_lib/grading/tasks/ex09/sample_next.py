@@ -56,6 +56,9 @@ MISTAKES = {
     "top_k_one_threshold": "each row has its own k-th largest logit: compare every row with "
     "its own, torch.topk(logits, k, dim=-1).values[:, -1:] of shape (batch, 1), not with one "
     "number for the whole batch (the .min() of those values)",
+    "top_k_top1": "only the most likely token is ever kept: torch.topk's values come sorted "
+    "from the largest, so the k-th largest is the LAST of them, values[:, -1:], not the first, "
+    "values[:, :1]",
     "top_p_past_exact_total": "when the most likely tokens add up to top_p EXACTLY, the set "
     "ends there: keep a token while the mass before it is strictly below top_p (`<`, not `<=`)",
     "top_p_unsorted": "your top-p mask was computed on the SORTED probabilities but applied to "
@@ -73,8 +76,9 @@ def wrong_sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator
         return logits.argmax(-1)
     if mistake != "temperature_after_softmax":
         logits = logits / temperature
-    if top_k is not None and mistake in ("top_k_no_keepdim", "top_k_one_threshold"):
-        kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1]
+    if top_k is not None and mistake in ("top_k_no_keepdim", "top_k_one_threshold", "top_k_top1"):
+        values = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values
+        kth = values[:, :1] if mistake == "top_k_top1" else values[:, -1]  # :1, the largest
         kth = kth.min() if mistake == "top_k_one_threshold" else kth  # (batch,) or the lowest
         logits = logits.masked_fill(logits < kth, float("-inf"))
         top_k = None  # filtered here, not again below
