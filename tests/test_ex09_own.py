@@ -72,7 +72,7 @@ def train(model, batches, steps, max_lr, warmup_steps, clip=1.0):
     return losses
 
 
-def gpt2_to_mine(hf_state):
+def gpt2_to_mine(hf_state, num_layers=None):
     """Hugging Face's GPT-2 state dict -> the state dict of your GPT (a new dict)."""
     sd = {key.removeprefix("transformer."): value for key, value in hf_state.items()}
     out = {
@@ -82,7 +82,7 @@ def gpt2_to_mine(hf_state):
         "norm.bias": sd["ln_f.bias"],
         "lm_head.weight": sd["wte.weight"],  # tied to the token embedding
     }
-    num_layers = 1 + max(int(key.split(".")[1]) for key in sd if key.startswith("h."))
+    num_layers = num_layers or 1 + max(int(key.split(".")[1]) for key in sd if key.startswith("h."))
     for i in range(num_layers):
         h, mine = f"h.{i}.", f"layers.{i}."
         # c_attn: (d, 3d) = W_Q | W_K | W_V; transposed (3d, d), then three (d, d) blocks
@@ -835,3 +835,10 @@ def test_a_loop_that_takes_two_batches_a_step_is_told_to_take_one():
     result = result_of("ex09.train", two_batches_a_step)
     assert result.status == "failed", result.feedback
     assert "exactly one batch per step" in result.feedback, result.feedback
+
+
+def test_gpt2_small_s_12_layers_hard_coded_are_told_to_count_the_layers():
+    # hunt 5: range(12) got a bare "KeyError: 'h.1.ln_1.weight'"
+    result = check_result("ex09.gpt2_to_mine", functools.partial(gpt2_to_mine, num_layers=12))
+    assert result.status == "failed", result.feedback
+    assert "this state dict has 1 layer (h.0): count the layers" in result.feedback

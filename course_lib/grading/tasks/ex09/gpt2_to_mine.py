@@ -6,6 +6,8 @@ compared key set first (the missing and unexpected names listed), then tensor by
 
 from __future__ import annotations
 
+import re
+
 import torch
 from torch import Tensor
 
@@ -220,7 +222,19 @@ class Gpt2ToMineTask(Task):
         except GradingError:
             raise
         except Exception as error:
-            if isinstance(error, NotImplementedError) or "transformer.wte.weight" not in state:
+            if isinstance(error, NotImplementedError):
+                raise
+            layers = {re.sub(r"^(transformer\.)?h\.(\d+)\..*", r"\2", k) for k in state}
+            count = sum(k.isdigit() for k in layers)
+            asked = re.search(r"h\.(\d+)\.", str(error)) if isinstance(error, KeyError) else None
+            if asked and int(asked[1]) >= count:  # range(12), GPT-2 small's layers, hard-coded
+                raise GradingError(
+                    f"your code raised KeyError: {error}. Hint: this state dict has {count} "
+                    f"layer{'s' * (count > 1)} (h.0{f' to h.{count - 1}' * (count > 1)}): count "
+                    "the layers from its keys, not from GPT-2 small's 12 (the check's models "
+                    "have 1 or 2)"
+                ) from None
+            if "transformer.wte.weight" not in state:
                 raise
             try:  # the same map on the keys without their prefix
                 obj(_fresh_copy({k.removeprefix("transformer."): v for k, v in state.items()}))
