@@ -1239,3 +1239,21 @@ class FFSquaredInPlace(FFLearner):  # passed all 16 checks; training then fails 
 def test_hunt5_relu_squared_in_place_fails_as_training_would():
     result = status("ex07.FeedForward", FFSquaredInPlace)
     assert result.status == "failed" and "in-place" in result.feedback, result.feedback
+
+
+class DecSelfAttnTwice(DecLearner):  # hunt 5: self_attn copied into the cross-attention line
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        steps = [
+            (self.norm1, lambda h: self.self_attn(h, h, h, mask=self_mask)[0]),
+            (self.norm2, lambda h: self.self_attn(h, memory, memory, mask=memory_mask)[0]),
+            (self.norm3, lambda h: self.linear2(F.relu(self.linear1(h)))),
+        ]
+        for norm, sublayer in steps:
+            x = x + sublayer(norm(x)) if self.norm_first else norm(x + sublayer(x))
+        return x
+
+
+def test_hunt5_self_attn_used_for_the_cross_attention_is_named():  # got "None of the usual"
+    result = status("ex07.DecoderLayer", DecSelfAttnTwice)
+    assert result.status == "failed", result.feedback
+    assert "runs self_attn again" in result.feedback, result.feedback

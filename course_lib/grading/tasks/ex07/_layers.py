@@ -179,7 +179,10 @@ class WrongLayer(nn.Module):
             norms = [norms[-1]] * len(norms)
         activation = activation_with(self.activation, mistake)
         attns = [self.self_attn, getattr(self, "multihead_attn", None)]
-        self_attn, cross_attn = attns[::-1] if mistake == "attns_swapped" else attns
+        self_attn, cross_attn = {
+            "attns_swapped": attns[::-1],
+            "self_attn_twice": attns[:1] * 2,
+        }.get(mistake, attns)
 
         def attention(h):  # the first sub-layer: x is its raw input
             kv = x if mistake == "kv_not_normed" else h

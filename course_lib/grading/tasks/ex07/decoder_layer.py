@@ -71,6 +71,9 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "attns_swapped": "self_attn and multihead_attn are swapped: self_attn is the masked "
     "self-attention, multihead_attn the cross-attention to memory (nn.TransformerDecoderLayer's "
     "names, under which the check loads the weights)",
+    "self_attn_twice": "the cross-attention runs self_attn again, with the self-attention's "
+    "weights: it has its own module, multihead_attn(x, memory, memory, mask=memory_mask), "
+    "whose weights the check loads apart",
     "norm1_for_cross": "the cross-attention uses norm1 again: it has its own LayerNorm, norm2 "
     "(norm1 goes with the self-attention, norm3 with the feed-forward network)",
     "pre_stale_query": "in pre-norm the cross-attention's queries are norm1(x) from before the "
