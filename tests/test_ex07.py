@@ -1085,10 +1085,13 @@ class LayerNormBiasLeftOut(LayerNormByHand):  # was told ".data, .detach() ... c
 
 
 class DecAttentionsSwapped(DecLearner):  # multihead_attn read as "the" (self-)attention
+    attentions = ("multihead_attn", "self_attn")  # the modules of the two attention lines
+
     def forward(self, x, memory, self_mask=None, memory_mask=None):
+        first, second = (getattr(self, name) for name in self.attentions)
         steps = [
-            (self.norm1, lambda h: self.multihead_attn(h, h, h, mask=self_mask)[0]),
-            (self.norm2, lambda h: self.self_attn(h, memory, memory, mask=memory_mask)[0]),
+            (self.norm1, lambda h: first(h, h, h, mask=self_mask)[0]),
+            (self.norm2, lambda h: second(h, memory, memory, mask=memory_mask)[0]),
             (self.norm3, lambda h: self.linear2(F.relu(self.linear1(h)))),
         ]
         for norm, sublayer in steps:
@@ -1241,16 +1244,8 @@ def test_hunt5_relu_squared_in_place_fails_as_training_would():
     assert result.status == "failed" and "in-place" in result.feedback, result.feedback
 
 
-class DecSelfAttnTwice(DecLearner):  # hunt 5: self_attn copied into the cross-attention line
-    def forward(self, x, memory, self_mask=None, memory_mask=None):
-        steps = [
-            (self.norm1, lambda h: self.self_attn(h, h, h, mask=self_mask)[0]),
-            (self.norm2, lambda h: self.self_attn(h, memory, memory, mask=memory_mask)[0]),
-            (self.norm3, lambda h: self.linear2(F.relu(self.linear1(h)))),
-        ]
-        for norm, sublayer in steps:
-            x = x + sublayer(norm(x)) if self.norm_first else norm(x + sublayer(x))
-        return x
+class DecSelfAttnTwice(DecAttentionsSwapped):  # hunt 5: self_attn copied into the cross line
+    attentions = ("self_attn", "self_attn")
 
 
 def test_hunt5_self_attn_used_for_the_cross_attention_is_named():  # got "None of the usual"
