@@ -102,6 +102,18 @@ def distances_with_the_axes_of_3d(x, y):  # hunt 4: a bare broadcasting error on
     return ((x[:, :, None] - y[:, None]) ** 2).sum(-1)
 
 
+def distances_of_x_minus_y(x, y):  # hunt 6: the hint of x[:, :, None] - y[:, None] before
+    return ((x - y) ** 2).sum(-1)
+
+
+def matmul_entry_by_entry(a, b):  # hunt 6: a bare broadcasting error before
+    return (a * b).sum(-1)
+
+
+def matmul_with_b_unsqueezed_before_m(a, b):  # hunt 6: a bare broadcasting error before
+    return (a.unsqueeze(-1) * b.unsqueeze(-2)).sum(-2)
+
+
 SLIPS = [
     ("ex00.batched_matmul", matmul_with_the_axes_of_3d, "exactly one batch axis"),
     ("ex00.pairwise_sq_distances", distances_with_the_axes_of_3d, "exactly one batch axis"),
@@ -125,6 +137,9 @@ SLIPS = [
     ("ex00.last_token", last_token_batch_index_over_positions, "counts the positions"),
     ("ex00.pairwise_sq_distances", distances_by_expansion_plus_2xy, "subtracted, not added"),
     ("ex00.last_token", last_token_of_left_padded_sequences, "padded at the start"),
+    ("ex00.pairwise_sq_distances", distances_of_x_minus_y, "point i of y only"),
+    ("ex00.batched_matmul", matmul_entry_by_entry, "entry by entry"),
+    ("ex00.batched_matmul", matmul_with_b_unsqueezed_before_m, "between k and m"),
 ]
 
 
