@@ -998,3 +998,16 @@ def test_dropping_merge_pairs_result_gets_its_hint():  # hunt 5: 'should have 4 
     result = check_result("ex01.bpe_encode", bpe_encode)
     assert result.status == "failed", result.feedback
     assert "so keep its result, ids = merge_pair" in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize("eps", [1e-8, 1e-6])
+def test_neighbours_by_lengths_plus_an_epsilon_get_their_hint(eps):  # hunt 6: full marks
+    def nearest_neighbours(E, index, k):
+        unit = E / (E.norm(dim=1, keepdim=True) + eps)  # also no NaN for a zero row
+        sims = unit @ unit[index]
+        sims[index] = float("-inf")
+        return sims.topk(k).indices
+
+    result = check_result("ex01.nearest_neighbours", nearest_neighbours)
+    assert result.status == "failed", result.feedback
+    assert "an epsilon added to every length" in result.feedback, result.feedback
