@@ -1011,3 +1011,13 @@ def test_neighbours_by_lengths_plus_an_epsilon_get_their_hint(eps):  # hunt 6: f
     result = check_result("ex01.nearest_neighbours", nearest_neighbours)
     assert result.status == "failed", result.feedback
     assert "an epsilon added to every length" in result.feedback, result.feedback
+
+
+def test_embed_with_the_lessons_vocab_size_gets_its_hint():  # hunt 6: a bare RuntimeError
+    def embed(ids, table):
+        hot = (ids.unsqueeze(-1) == torch.arange(10)).to(table.dtype)  # lesson 01's vocab_size
+        return hot @ table
+
+    result = check_result("ex01.embed", embed)
+    assert result.status == "failed", result.feedback
+    assert "the lesson's 10 columns" in result.feedback, result.feedback
