@@ -1021,3 +1021,18 @@ def test_embed_with_the_lessons_vocab_size_gets_its_hint():  # hunt 6: a bare Ru
     result = check_result("ex01.embed", embed)
     assert result.status == "failed", result.feedback
     assert "the lesson's 10 columns" in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize("slip", ["topk unsorted", "indices sorted"])
+def test_neighbours_in_another_order_get_a_hint(slip):  # hunt 6: 'none of the usual'
+    def nearest_neighbours(E, index, k):
+        unit = E / E.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        sims = unit @ unit[index]
+        sims[index] = float("-inf")
+        if slip == "topk unsorted":
+            return sims.topk(k, sorted=False).indices
+        return sims.topk(k).indices.sort().values
+
+    result = check_result("ex01.nearest_neighbours", nearest_neighbours)
+    assert result.status == "failed", result.feedback
+    assert "the right rows, but not most similar first" in result.feedback, result.feedback

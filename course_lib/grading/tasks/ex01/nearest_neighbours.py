@@ -138,6 +138,16 @@ class NearestNeighbours(Task):
             _short_row_case(),
         ]
 
+    def diagnose(self, got, want, case):
+        """The right rows in another order: topk(k, sorted=False), or the indices sorted."""
+        if isinstance(got, torch.Tensor) and got.shape == want.shape and not got.equal(want):
+            if got.sort().values.equal(want.sort().values):
+                return (
+                    "these are the right rows, but not most similar first: keep the order of "
+                    "topk (sorted=True, its default), and do not sort the indices themselves"
+                )
+        return None
+
     def wrong(self, E, index, k, *, mistake):
         if mistake == "by_distance":
             distances = (E - E[index]).norm(dim=-1)
