@@ -114,6 +114,10 @@ def matmul_with_b_unsqueezed_before_m(a, b):  # hunt 6: a bare broadcasting erro
     return (a.unsqueeze(-1) * b.unsqueeze(-2)).sum(-2)
 
 
+def last_token_gathered_without_expanding(x, lengths):  # hunt 6: a bare shape message before
+    return x.gather(1, (lengths - 1).view(-1, 1, 1)).squeeze(1)
+
+
 SLIPS = [
     ("ex00.batched_matmul", matmul_with_the_axes_of_3d, "exactly one batch axis"),
     ("ex00.pairwise_sq_distances", distances_with_the_axes_of_3d, "exactly one batch axis"),
@@ -140,6 +144,7 @@ SLIPS = [
     ("ex00.pairwise_sq_distances", distances_of_x_minus_y, "point i of y only"),
     ("ex00.batched_matmul", matmul_entry_by_entry, "entry by entry"),
     ("ex00.batched_matmul", matmul_with_b_unsqueezed_before_m, "between k and m"),
+    ("ex00.last_token", last_token_gathered_without_expanding, "expand it over d"),
 ]
 
 

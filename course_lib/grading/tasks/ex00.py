@@ -196,6 +196,9 @@ class LastToken(Task):
         "lengths - 1",
         "lesson_batch": "torch.arange(2) counts the lesson's batch of 2 sequences; count this "
         "one's: torch.arange(x.shape[0])",
+        "gather_not_expanded": "x.gather(1, index) returns the shape of its index, so an index "
+        "of shape (batch, 1, 1) picks one number per sequence; expand it over d first: "
+        "index.expand(-1, 1, x.shape[-1])",
     }
 
     def cases(self, gen):
@@ -223,6 +226,8 @@ class LastToken(Task):
         }.get(mistake, lengths - 1)
         if mistake == "all_positions":
             return x[:, position]
+        if mistake == "gather_not_expanded":  # (batch, 1, 1): the first feature only
+            return x.gather(1, position.view(-1, 1, 1)).squeeze(1)
         if mistake == "positions_first":
             return x[position, torch.arange(x.shape[0])]
         if mistake == "squeeze_all":  # x.gather(1, index).squeeze(): (d,) when batch is 1
