@@ -118,6 +118,17 @@ def last_token_gathered_without_expanding(x, lengths):  # hunt 6: a bare shape m
     return x.gather(1, (lengths - 1).view(-1, 1, 1)).squeeze(1)
 
 
+def matmul_row_by_column(a, b, dot):  # every row of a times every column of b, in loops
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a2 = a.expand(*batch, *a.shape[-2:]).reshape(-1, *a.shape[-2:])
+    b2 = b.expand(*batch, *b.shape[-2:]).reshape(-1, *b.shape[-2:])
+    out = [
+        torch.stack([torch.stack([dot(r, c) for c in y.mT]) for r in x])
+        for x, y in zip(a2, b2, strict=True)
+    ]
+    return torch.stack(out).reshape(*batch, a.shape[-2], b.shape[-1])
+
+
 SLIPS = [
     ("ex00.batched_matmul", matmul_with_the_axes_of_3d, "exactly one batch axis"),
     ("ex00.pairwise_sq_distances", distances_with_the_axes_of_3d, "exactly one batch axis"),
@@ -164,8 +175,12 @@ def test_slips_fail_in_the_notebook_with_their_hint_and_under_every_seed(task_id
     [
         lambda a, b: torch.linalg.vecdot(a.unsqueeze(-1), b.unsqueeze(-3), dim=-2),
         lambda a, b: torch.inner(a, b.transpose(-2, -1)),
+        lambda a, b: torch.linalg.multi_dot([a, b]),  # hunt 6: these passed too
+        lambda a, b: torch.stack([a.mv(column) for column in b.mT], -1),
+        lambda a, b: matmul_row_by_column(a, b, torch.dot),
+        lambda a, b: matmul_row_by_column(a, b, torch.Tensor.dot),
     ],
-    ids=["vecdot", "inner"],
+    ids=["vecdot", "inner", "multi_dot", "mv", "dot", "Tensor.dot"],
 )
 def test_batched_matmul_by_a_multiply_and_sum_in_one_call_is_not_built(product):
     # hunt 5: torch.linalg.vecdot passed, though it is the multiply and the sum in one call

@@ -43,7 +43,9 @@ class BatchedMatmul(Task):
         "torch.matmul torch.Tensor.matmul torch.Tensor.__matmul__ torch.Tensor.__rmatmul__ "
         "torch.bmm torch.Tensor.bmm torch.mm torch.Tensor.mm torch.einsum torch.tensordot "
         "torch.baddbmm torch.nn.functional.linear torch.linalg.matmul torch.addmm "
-        "torch.Tensor.addmm torch.linalg.vecdot torch.inner torch.Tensor.inner".split()
+        "torch.Tensor.addmm torch.linalg.vecdot torch.inner torch.Tensor.inner torch.dot "
+        "torch.Tensor.dot torch.vdot torch.mv torch.Tensor.mv torch.addmv torch.addbmm "
+        "torch.Tensor.addbmm torch.Tensor.baddbmm torch.linalg.multi_dot torch.chain_matmul".split()
     )
     mistake_table = {
         "k_from_front": "you summed over axis a.dim() - 1, counted from the front: when b has "
