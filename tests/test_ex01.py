@@ -1036,3 +1036,17 @@ def test_neighbours_in_another_order_get_a_hint(slip):  # hunt 6: 'none of the u
     result = check_result("ex01.nearest_neighbours", nearest_neighbours)
     assert result.status == "failed", result.feedback
     assert "the right rows, but not most similar first" in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize("method", [False, True])
+def test_embed_by_take_along_dim_is_a_look_up(method):  # hunt 6: full marks, not a product
+    def embed(ids, table):
+        if ((ids < 0) | (ids >= table.shape[0])).any():
+            raise ValueError(f"ids must be in [0, {table.shape[0]})")
+        index = ids.reshape(-1, 1).expand(-1, table.shape[1])
+        rows = table.take_along_dim(index, 0) if method else torch.take_along_dim(table, index, 0)
+        return rows.reshape(*ids.shape, table.shape[1])
+
+    result = check_result("ex01.embed", embed)
+    assert result.status == "failed", result.feedback
+    assert "you looked the rows up by indexing the table" in result.feedback, result.feedback

@@ -18,6 +18,9 @@ _LOOK_UPS = (
     torch.index_select,
     torch.Tensor.index_select,
     torch.take,
+    torch.Tensor.take,
+    torch.take_along_dim,
+    torch.Tensor.take_along_dim,
     torch.gather,
     torch.Tensor.gather,
 )
