@@ -1050,3 +1050,17 @@ def test_embed_by_take_along_dim_is_a_look_up(method):  # hunt 6: full marks, no
     result = check_result("ex01.embed", embed)
     assert result.status == "failed", result.feedback
     assert "you looked the rows up by indexing the table" in result.feedback, result.feedback
+
+
+def test_one_hot_refusing_two_float_dtypes_only_fails():  # hunt 6: full marks
+    def one_hot(ids, vocab_size):
+        if ids.dtype in (torch.float32, torch.float64) or ids.dtype == torch.bool:
+            raise TypeError(f"ids must be integers, got {ids.dtype}")
+        bad = ids[(ids < 0) | (ids >= vocab_size)]
+        if bad.numel():
+            raise ValueError(f"id {bad[0].item()} is outside [0, {vocab_size})")
+        return (ids.unsqueeze(-1) == torch.arange(vocab_size)).float()
+
+    result = check_result("ex01.one_hot", one_hot)
+    assert result.status == "failed", result.feedback
+    assert "ids.is_floating_point() covers every float dtype" in result.feedback, result.feedback
