@@ -102,6 +102,33 @@ def distances_with_the_axes_of_3d(x, y):  # hunt 4: a bare broadcasting error on
     return ((x[:, :, None] - y[:, None]) ** 2).sum(-1)
 
 
+def distances_of_x_minus_y(x, y):  # hunt 6: the hint of x[:, :, None] - y[:, None] before
+    return ((x - y) ** 2).sum(-1)
+
+
+def matmul_entry_by_entry(a, b):  # hunt 6: a bare broadcasting error before
+    return (a * b).sum(-1)
+
+
+def matmul_with_b_unsqueezed_before_m(a, b):  # hunt 6: a bare broadcasting error before
+    return (a.unsqueeze(-1) * b.unsqueeze(-2)).sum(-2)
+
+
+def last_token_gathered_without_expanding(x, lengths):  # hunt 6: a bare shape message before
+    return x.gather(1, (lengths - 1).view(-1, 1, 1)).squeeze(1)
+
+
+def matmul_row_by_column(a, b, dot):  # every row of a times every column of b, in loops
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a2 = a.expand(*batch, *a.shape[-2:]).reshape(-1, *a.shape[-2:])
+    b2 = b.expand(*batch, *b.shape[-2:]).reshape(-1, *b.shape[-2:])
+    out = [
+        torch.stack([torch.stack([dot(r, c) for c in y.mT]) for r in x])
+        for x, y in zip(a2, b2, strict=True)
+    ]
+    return torch.stack(out).reshape(*batch, a.shape[-2], b.shape[-1])
+
+
 SLIPS = [
     ("ex00.batched_matmul", matmul_with_the_axes_of_3d, "exactly one batch axis"),
     ("ex00.pairwise_sq_distances", distances_with_the_axes_of_3d, "exactly one batch axis"),
@@ -125,6 +152,10 @@ SLIPS = [
     ("ex00.last_token", last_token_batch_index_over_positions, "counts the positions"),
     ("ex00.pairwise_sq_distances", distances_by_expansion_plus_2xy, "subtracted, not added"),
     ("ex00.last_token", last_token_of_left_padded_sequences, "padded at the start"),
+    ("ex00.pairwise_sq_distances", distances_of_x_minus_y, "point i of y only"),
+    ("ex00.batched_matmul", matmul_entry_by_entry, "entry by entry"),
+    ("ex00.batched_matmul", matmul_with_b_unsqueezed_before_m, "between k and m"),
+    ("ex00.last_token", last_token_gathered_without_expanding, "expand it over d"),
 ]
 
 
@@ -144,8 +175,12 @@ def test_slips_fail_in_the_notebook_with_their_hint_and_under_every_seed(task_id
     [
         lambda a, b: torch.linalg.vecdot(a.unsqueeze(-1), b.unsqueeze(-3), dim=-2),
         lambda a, b: torch.inner(a, b.transpose(-2, -1)),
+        lambda a, b: torch.linalg.multi_dot([a, b]),  # hunt 6: these passed too
+        lambda a, b: torch.stack([a.mv(column) for column in b.mT], -1),
+        lambda a, b: matmul_row_by_column(a, b, torch.dot),
+        lambda a, b: matmul_row_by_column(a, b, torch.Tensor.dot),
     ],
-    ids=["vecdot", "inner"],
+    ids=["vecdot", "inner", "multi_dot", "mv", "dot", "Tensor.dot"],
 )
 def test_batched_matmul_by_a_multiply_and_sum_in_one_call_is_not_built(product):
     # hunt 5: torch.linalg.vecdot passed, though it is the multiply and the sum in one call

@@ -998,3 +998,69 @@ def test_dropping_merge_pairs_result_gets_its_hint():  # hunt 5: 'should have 4 
     result = check_result("ex01.bpe_encode", bpe_encode)
     assert result.status == "failed", result.feedback
     assert "so keep its result, ids = merge_pair" in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize("eps", [1e-8, 1e-6])
+def test_neighbours_by_lengths_plus_an_epsilon_get_their_hint(eps):  # hunt 6: full marks
+    def nearest_neighbours(E, index, k):
+        unit = E / (E.norm(dim=1, keepdim=True) + eps)  # also no NaN for a zero row
+        sims = unit @ unit[index]
+        sims[index] = float("-inf")
+        return sims.topk(k).indices
+
+    result = check_result("ex01.nearest_neighbours", nearest_neighbours)
+    assert result.status == "failed", result.feedback
+    assert "an epsilon added to every length" in result.feedback, result.feedback
+
+
+def test_embed_with_the_lessons_vocab_size_gets_its_hint():  # hunt 6: a bare RuntimeError
+    def embed(ids, table):
+        hot = (ids.unsqueeze(-1) == torch.arange(10)).to(table.dtype)  # lesson 01's vocab_size
+        return hot @ table
+
+    result = check_result("ex01.embed", embed)
+    assert result.status == "failed", result.feedback
+    assert "the lesson's 10 columns" in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize("slip", ["topk unsorted", "indices sorted"])
+def test_neighbours_in_another_order_get_a_hint(slip):  # hunt 6: 'none of the usual'
+    def nearest_neighbours(E, index, k):
+        unit = E / E.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        sims = unit @ unit[index]
+        sims[index] = float("-inf")
+        if slip == "topk unsorted":
+            return sims.topk(k, sorted=False).indices
+        return sims.topk(k).indices.sort().values
+
+    result = check_result("ex01.nearest_neighbours", nearest_neighbours)
+    assert result.status == "failed", result.feedback
+    assert "the right rows, but not most similar first" in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize("method", [False, True])
+def test_embed_by_take_along_dim_is_a_look_up(method):  # hunt 6: full marks, not a product
+    def embed(ids, table):
+        if ((ids < 0) | (ids >= table.shape[0])).any():
+            raise ValueError(f"ids must be in [0, {table.shape[0]})")
+        index = ids.reshape(-1, 1).expand(-1, table.shape[1])
+        rows = table.take_along_dim(index, 0) if method else torch.take_along_dim(table, index, 0)
+        return rows.reshape(*ids.shape, table.shape[1])
+
+    result = check_result("ex01.embed", embed)
+    assert result.status == "failed", result.feedback
+    assert "you looked the rows up by indexing the table" in result.feedback, result.feedback
+
+
+def test_one_hot_refusing_two_float_dtypes_only_fails():  # hunt 6: full marks
+    def one_hot(ids, vocab_size):
+        if ids.dtype in (torch.float32, torch.float64) or ids.dtype == torch.bool:
+            raise TypeError(f"ids must be integers, got {ids.dtype}")
+        bad = ids[(ids < 0) | (ids >= vocab_size)]
+        if bad.numel():
+            raise ValueError(f"id {bad[0].item()} is outside [0, {vocab_size})")
+        return (ids.unsqueeze(-1) == torch.arange(vocab_size)).float()
+
+    result = check_result("ex01.one_hot", one_hot)
+    assert result.status == "failed", result.feedback
+    assert "ids.is_floating_point() covers every float dtype" in result.feedback, result.feedback

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..core import Case, Task, register
-from .common import randn, randns
+from .common import HintOnError, _shapes, randn, randns
 
 F64 = torch.float64
 FIRST_AXES = (
@@ -43,7 +43,9 @@ class BatchedMatmul(Task):
         "torch.matmul torch.Tensor.matmul torch.Tensor.__matmul__ torch.Tensor.__rmatmul__ "
         "torch.bmm torch.Tensor.bmm torch.mm torch.Tensor.mm torch.einsum torch.tensordot "
         "torch.baddbmm torch.nn.functional.linear torch.linalg.matmul torch.addmm "
-        "torch.Tensor.addmm torch.linalg.vecdot torch.inner torch.Tensor.inner".split()
+        "torch.Tensor.addmm torch.linalg.vecdot torch.inner torch.Tensor.inner torch.dot "
+        "torch.Tensor.dot torch.vdot torch.mv torch.Tensor.mv torch.addmv torch.addbmm "
+        "torch.Tensor.addbmm torch.Tensor.baddbmm torch.linalg.multi_dot torch.chain_matmul".split()
     )
     mistake_table = {
         "k_from_front": "you summed over axis a.dim() - 1, counted from the front: when b has "
@@ -64,6 +66,11 @@ class BatchedMatmul(Task):
         "b_from_front": "b's new axis went in front of its batch axes (b[None], unsqueeze(0)), "
         "which is right only without batch dimensions; count from the end: b.unsqueeze(-3)",
         "dot_T": dot_t("b"),
+        "no_new_axes": "a * b multiplies entry by entry, which needs equal shapes; give a and b "
+        "a new axis each so that every row of a meets every column of b: a.unsqueeze(-1) * "
+        "b.unsqueeze(-3), summed over dim -2",
+        "b_axis_before_m": "b.unsqueeze(-2) puts b's new axis between k and m, so b's k meets "
+        "a's n; it goes before k, b.unsqueeze(-3): (..., 1, k, m) against a's (..., n, k, 1)",
     }
 
     def cases(self, gen):
@@ -84,7 +91,10 @@ class BatchedMatmul(Task):
             return (a.unsqueeze(-2) * b.T.unsqueeze(-3)).sum(-1)
         if mistake == "one_batch_axis":  # the lesson's 3-D axes: right for 3-D a and b only
             return (a.unsqueeze(3) * b.unsqueeze(1)).sum(2)
-        products = a.unsqueeze(-1) * b.unsqueeze(0 if mistake == "b_from_front" else -3)
+        if mistake == "no_new_axes":  # entry by entry: right only when a and b have one shape
+            return (a * b).sum(-1)
+        b_axis = {"b_from_front": 0, "b_axis_before_m": -2}.get(mistake, -3)
+        products = a.unsqueeze(-1) * b.unsqueeze(b_axis)
         if mistake == "squeeze_all":
             return products.sum(-2, keepdim=True).squeeze()
         if mistake == "mean_over_k":
@@ -94,7 +104,7 @@ class BatchedMatmul(Task):
 
 
 @register
-class PairwiseSqDistances(Task):
+class PairwiseSqDistances(HintOnError):
     id = "ex00.pairwise_sq_distances"
     lesson = BROADCASTING
     reference = "course_lib.tensor_basics.pairwise_sq_distances"
@@ -132,6 +142,17 @@ class PairwiseSqDistances(Task):
             Case("a batch: x (2, 3, 8), y (2, 6, 8)", randns(gen, (2, 3, 8), (2, 6, 8))),
             Case("float64 x (1, 2, 4), y (1, 1, 4)", randns(gen, (1, 2, 4), (1, 1, 4), dtype=F64)),
         ]
+
+    def _hint_for_error(self, obj, case, failure, error=None):
+        """x - y with no new axes fails with the message of x[:, :, None] - y[:, None] (a
+        listed mistake): it is told apart by the failing operation getting x and y as given."""
+        if failure is not None and failure[2] == _shapes(case.args):
+            return (
+                "x - y pairs point i of x with point i of y only (and fails when n and m "
+                "differ); give each a new axis so that every point of x meets every point of "
+                "y: x.unsqueeze(-2) - y.unsqueeze(-3)"
+            )
+        return None
 
     def wrong(self, x, y, *, mistake):
         if mistake == "dot_T":  # right for 2-D x and y only
@@ -177,6 +198,9 @@ class LastToken(Task):
         "lengths - 1",
         "lesson_batch": "torch.arange(2) counts the lesson's batch of 2 sequences; count this "
         "one's: torch.arange(x.shape[0])",
+        "gather_not_expanded": "x.gather(1, index) returns the shape of its index, so an index "
+        "of shape (batch, 1, 1) picks one number per sequence; expand it over d first: "
+        "index.expand(-1, 1, x.shape[-1])",
     }
 
     def cases(self, gen):
@@ -204,6 +228,8 @@ class LastToken(Task):
         }.get(mistake, lengths - 1)
         if mistake == "all_positions":
             return x[:, position]
+        if mistake == "gather_not_expanded":  # (batch, 1, 1): the first feature only
+            return x.gather(1, position.view(-1, 1, 1)).squeeze(1)
         if mistake == "positions_first":
             return x[position, torch.arange(x.shape[0])]
         if mistake == "squeeze_all":  # x.gather(1, index).squeeze(): (d,) when batch is 1

@@ -18,6 +18,9 @@ _LOOK_UPS = (
     torch.index_select,
     torch.Tensor.index_select,
     torch.take,
+    torch.Tensor.take,
+    torch.take_along_dim,
+    torch.Tensor.take_along_dim,
     torch.gather,
     torch.Tensor.gather,
 )
@@ -60,6 +63,8 @@ class Embed(HintOnError):
         "float32_product": "you multiplied in float32 and converted the result back: that loses "
         "float64's digits, and its range (float32 ends near 3.4e38); convert the one-hot vectors "
         "to the table's dtype instead, one_hot(ids, vocab_size).to(table.dtype) @ table",
+        "lesson_vocab": "one_hot(ids, 10) makes the lesson's 10 columns; this table has "
+        "table.shape[0] rows, so one_hot(ids, table.shape[0]) @ table",
     }
 
     def cases(self, gen):
@@ -118,7 +123,8 @@ class Embed(HintOnError):
 
     def wrong(self, ids, table, *, mistake):
         over_d = mistake in ("transposed", "vocab_from_last_axis")
-        hot = unchecked_one_hot(ids, table.shape[-1] if over_d else table.shape[0])  # float32
+        vocab_size = 10 if mistake == "lesson_vocab" else table.shape[-1 if over_d else 0]
+        hot = unchecked_one_hot(ids, vocab_size)  # float32
         if mistake == "transposed":  # the table used as (d, vocab_size)
             return hot.to(table.dtype) @ table.T
         if mistake == "float32_always":

@@ -53,6 +53,22 @@ def _zero_row_case(gen) -> Case:
     )
 
 
+def _short_row_case() -> Case:
+    """E (4, 4) whose row 1, of length 1e-7, points almost as row 0 does, index 0, k 3.
+
+    An epsilon added to every length (norm + 1e-8, up to 1e-5) shrinks row 1's similarity
+    below row 2's, so it comes second, not first; lengths only guarded at zero (clamp_min(1e-12),
+    F.normalize, or F.cosine_similarity's 1e-8 clamp) keep it first. A dot product or a distance
+    ranks the rows otherwise (2, 3, 1 and 1, 2, 3). The same under every seed.
+    """
+    E = torch.tensor([[1, 0, 0, 0], [1e-7, 1e-8, 0, 0], [3, 0.9, 0, 0], [0.05, 0, 0, 10]])
+    return Case(
+        "E (4, 4) whose row 1 is short (length 1e-7, not zero: its cosine with row 0 is 0.995), "
+        "index 0, k 3",
+        (E, 0, 3),
+    )
+
+
 @register
 class NearestNeighbours(Task):
     id = "ex01.nearest_neighbours"
@@ -98,6 +114,9 @@ class NearestNeighbours(Task):
         "return the top k, topk(k)",
         "by_distance": "you ranked by Euclidean distance, which depends on the vectors' lengths; "
         "rank by cosine similarity (the angle between them)",
+        "eps_in_length": "an epsilon added to every length (norm + 1e-8) shrinks the similarity "
+        "of a short row, enough to move it down the ranking; guard only the zero lengths, "
+        "norm.clamp_min(1e-12), as in cosine_similarity_matrix",
     }
 
     def cases(self, gen):
@@ -116,7 +135,18 @@ class NearestNeighbours(Task):
             _parallel_copy_case(),
             _zero_row_case(gen),
             _opposite_row_case(),
+            _short_row_case(),
         ]
+
+    def diagnose(self, got, want, case):
+        """The right rows in another order: topk(k, sorted=False), or the indices sorted."""
+        if isinstance(got, torch.Tensor) and got.shape == want.shape and not got.equal(want):
+            if got.sort().values.equal(want.sort().values):
+                return (
+                    "these are the right rows, but not most similar first: keep the order of "
+                    "topk (sorted=True, its default), and do not sort the indices themselves"
+                )
+        return None
 
     def wrong(self, E, index, k, *, mistake):
         if mistake == "by_distance":
@@ -125,8 +155,9 @@ class NearestNeighbours(Task):
             return distances.topk(k, largest=False).indices
         if mistake == "by_dot_product":
             similarity = E @ E[index]
-        elif mistake == "nan_for_zero_rows":
-            similarity = (E / E.norm(dim=-1, keepdim=True)) @ (E[index] / E[index].norm())
+        elif mistake in ("nan_for_zero_rows", "eps_in_length"):
+            lengths = E.norm(dim=-1, keepdim=True) + (1e-8 if mistake == "eps_in_length" else 0)
+            similarity = (E / lengths) @ (E / lengths)[index]
         else:
             similarity = unit_rows(E) @ unit_rows(E)[index]  # (n,)
         if mistake == "skip_the_first":  # assumes the row itself sorts first

@@ -61,6 +61,13 @@ class OneHot(Task):
                 raises=TypeError,
             ),
             Case(
+                "float16 ids [2.0, 1.0] with vocab_size=3: half precision is a float dtype too, "
+                "so this must raise TypeError (a list such as (float32, float64) misses it; "
+                "ids.is_floating_point() covers every float dtype)",
+                (torch.tensor([2.0, 1.0], dtype=torch.float16), 3),
+                raises=TypeError,
+            ),
+            Case(
                 "bool ids (3,) (True/False are not token ids: must raise TypeError)",
                 (torch.tensor([True, False, True]), 2),
                 raises=TypeError,
