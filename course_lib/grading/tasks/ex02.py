@@ -172,6 +172,11 @@ SCALED_AFTER_SOFTMAX = (
     "you divided the weights by sqrt(d_k) after the softmax, so they no longer sum to 1; the "
     "scale goes on the scores, softmax(q k^T / sqrt(d_k))"
 )
+FLOAT32_SCALE = (
+    "your scale is a float32 tensor (torch.sqrt(torch.tensor(d_k)) is float32): its root of a "
+    "d_k that is not a perfect square has float32's 7 digits, too few for float64 scores; "
+    "divide by math.sqrt(d_k) (or d_k ** 0.5), a Python float"
+)
 POWER_HALF = (
     "`d_k ** 1/2` is `(d_k ** 1) / 2`: ** binds tighter than /, so that divides by d_k / 2 "
     "(or, written as `scores / d_k ** 1/2`, by 2 d_k); write d_k ** 0.5 or math.sqrt(d_k)"
@@ -223,6 +228,7 @@ class ScaledDotProductAttention(HintOnError):
         "the rows of v; v @ weights multiplies in the wrong order",
         "elementwise": "weights * v multiplies entry by entry; the weighted sum of the values is "
         "the matrix product weights @ v, (n_q, n_k) @ (n_k, d_v)",
+        "float32_scale": FLOAT32_SCALE,
     }
 
     def compare(self, got, want, case):
@@ -265,6 +271,10 @@ class ScaledDotProductAttention(HintOnError):
                 "attention passes them (not contiguous: reshape, not view)",
                 tuple(t.transpose(1, 2) for t in randns(gen, (2, 4, 3, 8), *[(2, 5, 3, 8)] * 2)),
             ),
+            Case(  # sqrt(9) above is exact in float32; sqrt(6) is not
+                "float64 with d_k = 6: q (2, 3, 6), k (2, 4, 6), v (2, 4, 5)",
+                randns(gen, (2, 3, 6), (2, 4, 6), (2, 4, 5), dtype=F64),
+            ),
         ]
 
     def diagnose(self, got, want, case):
@@ -281,6 +291,7 @@ class ScaledDotProductAttention(HintOnError):
             "d_k_from_k_shape_1": math.sqrt(k.shape[1]),
             "half_d_k": d_k / 2,
             "twice_d_k": 2 * d_k,
+            "float32_scale": torch.sqrt(torch.tensor(d_k, dtype=torch.float32)),
         }
         scale = scales.get(mistake, math.sqrt(d_k))
         if mistake == "dot_t":
@@ -456,6 +467,7 @@ class DistanceBiasedAttention(Task):
         "biased weights @ v",
         "plain_weights": "your output carries the bias but the weights you return do not (plain "
         "attention's): return the biased weights, the ones that made the output",
+        "float32_scale": FLOAT32_SCALE,
     }
 
     def cases(self, gen):
@@ -538,6 +550,7 @@ class DistanceBiasedAttention(Task):
             "no_scaling": 1.0,
             "by_sqrt_n_k": math.sqrt(k.shape[-2]),
             "by_sqrt_d_v": math.sqrt(v.shape[-1]),
+            "float32_scale": torch.sqrt(torch.tensor(q.shape[-1], dtype=torch.float32)),
         }.get(mistake, scale)
         if mistake == "bias_scaled":  # bias added before dividing by sqrt(d_k)
             scores = (raw + bias) / scale
