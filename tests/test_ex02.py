@@ -769,3 +769,15 @@ def test_hunt6_correct_idioms_pass_under_every_seed(task_id, fn, seed, monkeypat
     monkeypatch.setattr(course_lib.grading, "NOTEBOOK_SEED", seed)
     r = result(task_id, fn)
     assert r.score == r.max_score, r.feedback
+
+
+def softmax_with_an_epsilon(x, dim=-1):  # an assistant's guard against a zero sum
+    e = (x - x.amax(dim=dim, keepdim=True)).exp()
+    return e / (e.sum(dim=dim, keepdim=True) + 1e-6)
+
+
+def test_an_epsilon_in_the_softmax_sum_is_named():
+    # sixth hunt: 'None of the usual single mistakes' on the float64 case
+    test_next_slips_fail_in_the_notebook_with_their_hint(
+        "ex02.softmax", softmax_with_an_epsilon, "an epsilon added to the sum"
+    )

@@ -160,6 +160,12 @@ class Softmax(Task):
                 return "NaN appears: did you subtract the maximum before exp?"
             if not torch.allclose(got.sum(dim=dim), torch.ones_like(got.sum(dim=dim)), atol=1e-4):
                 return f"your values do not sum to 1 along dim={dim}"
+            if got.dtype == F64 and (got.sum(dim=dim) < 1 - 1e-12).all():  # e / (e.sum() + 1e-6)
+                return (
+                    "your slices sum to a little less than 1: an epsilon added to the sum? Once "
+                    "the maximum is subtracted, the sum is at least exp(0) = 1, never 0: divide "
+                    "by the sum itself"
+                )
         return None
 
 
