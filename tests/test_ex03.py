@@ -585,7 +585,8 @@ class _LearnerMHA(nn.Module):
             merged = heads.reshape(batch, n_q, -1)
         else:
             merged = heads.transpose(1, 2).reshape(batch, n_q, -1)
-        return self.out_proj(merged), weights
+        output = self.out_proj(merged)
+        return (output.detach() if self.slip == "output detached" else output), weights
 
 
 def _learner_mha(slip):
@@ -983,6 +984,7 @@ def test_merge_heads_with_view_gets_its_hint():
         ("keys and values from query", "the keys and values are projected from `query`"),
         ("float32 scale", "your scale is a float32 tensor"),
         ("float32 buffer", "right only to float32's digits"),
+        ("output detached", "your output carries no gradients"),  # full marks (run in no_grad)
     ],
 )
 def test_a_sixth_hunt_slip_is_named(slip, words):

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..core import Case, Task, register
+from ..core import Case, GradingError, Task, register
 from .common import (
     D_K_FROM_SHAPE_2,
     D_V_SCALE_HINT,
@@ -212,6 +212,8 @@ class _WrongMultiHeadAttention(nn.Module):
         elif mistake == "weights_heads_first":  # per-head maps torch.stack'ed on dim=0
             weights = weights.transpose(0, 1)  # (heads, batch, n_q, n_k)
         output = merged if self.mistake == "no_out_proj" else self.out_proj(merged)
+        if mistake == "no_gradients":  # @torch.no_grad() on forward, or a .detach()
+            output = output.detach()
         return output, weights
 
 
@@ -220,6 +222,13 @@ _DROPOUT_HINT = (
     "training mode either (exercise 07 puts dropout around the sub-layers). Remove it, or "
     "give it a dropout=0.0 default (F.dropout drops even in eval mode unless "
     "training=self.training)"
+)
+
+
+_NO_GRADIENTS = (
+    "your output carries no gradients in training mode (torch.no_grad() or .detach() cut them), "
+    "so the projections could not learn: your module is the attention of the GPT you train in "
+    "exercise 09"
 )
 
 
@@ -356,6 +365,7 @@ class MultiHeadAttentionTask(ModuleTask):
         "shape (batch, num_heads, n_q, n_k): boolean indexing does not broadcast. Use "
         "scores.masked_fill(~mask, float('-inf'))",
         "float32_scale": FLOAT32_SCALE,
+        "no_gradients": _NO_GRADIENTS,
     }
 
     def cases(self, gen):
@@ -434,7 +444,8 @@ class MultiHeadAttentionTask(ModuleTask):
             ),
             case(
                 "training mode (module.train()), where it must give the same result (no "
-                "dropout): cross-attention, query (2, 4, 8), key/value (2, 6, 8), num_heads=2",
+                "dropout) and carry gradients: cross-attention, query (2, 4, 8), key/value "
+                "(2, 6, 8), num_heads=2",
                 (2, 4, 6, 8, 2),
                 train=True,
             ),
@@ -448,10 +459,17 @@ class MultiHeadAttentionTask(ModuleTask):
         return [*cases[:-1], square_case, cases[-1]]  # drawn last; training mode stays last
 
     def run(self, module, case):
-        module.train(case.data["train"])
-        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        train = case.data["train"]
+        module.train(train)
+        with torch.set_grad_enabled(train), torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)  # a dropout draws the same mask in a learner's module and a row
-            return module(*case.args, **case.kwargs)
+            got = module(*case.args, **case.kwargs)
+        first = got[0] if isinstance(got, (tuple, list)) else got
+        if train and isinstance(first, Tensor) and first.grad_fn is None:
+            raise GradingError(_NO_GRADIENTS)
+        if isinstance(got, (tuple, list)):
+            return type(got)(t.detach() if isinstance(t, Tensor) else t for t in got)
+        return got.detach() if isinstance(got, Tensor) else got
 
     def init_args(self, case):
         kwargs = {} if case.data["bias"] else {"bias": False}
