@@ -781,3 +781,15 @@ def test_an_epsilon_in_the_softmax_sum_is_named():
     test_next_slips_fail_in_the_notebook_with_their_hint(
         "ex02.softmax", softmax_with_an_epsilon, "an epsilon added to the sum"
     )
+
+
+def attention_returning_the_scores(q, k, v):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return softmax_max(scores) @ v, scores  # the slip: the weights are softmax(scores)
+
+
+def test_returning_the_scores_for_the_weights_is_named():
+    # sixth hunt: 'None of the usual single mistakes'
+    test_next_slips_fail_in_the_notebook_with_their_hint(
+        SDPA, attention_returning_the_scores, "the second result is the weights"
+    )

@@ -235,6 +235,8 @@ class ScaledDotProductAttention(HintOnError):
         "elementwise": "weights * v multiplies entry by entry; the weighted sum of the values is "
         "the matrix product weights @ v, (n_q, n_k) @ (n_k, d_v)",
         "float32_scale": FLOAT32_SCALE,
+        "scores_returned": "the second result is the weights, softmax(scores) (each row sums to "
+        "1), not the scores q k^T / sqrt(d_k) before the softmax",
     }
 
     def compare(self, got, want, case):
@@ -320,6 +322,7 @@ class ScaledDotProductAttention(HintOnError):
         if mistake == "elementwise":  # a crash unless the shapes happen to broadcast
             return (weights * v).sum(-1), weights
         output = v @ weights if mistake == "v_first" else weights @ v
+        weights = scores if mistake == "scores_returned" else weights
         return (weights, output) if mistake == "swapped" else (output, weights)
 
 
