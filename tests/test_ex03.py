@@ -889,7 +889,7 @@ def gqa_with_a_slip(q, k, v, mask=None, *, slip):
     root = torch.tensor(d_k).sqrt() if slip == "float32 scale" else math.sqrt(d_k)
     scores = q @ k.transpose(-2, -1) / (1 if after else root)
     if mask is not None:
-        if slip == "mask.unsqueeze(1) as in MHA" and mask.dim() == 3:
+        if slip == "mask.unsqueeze(1) as in MHA" and mask.dim() == 3 or slip == "unsqueeze(1)":
             mask = mask.unsqueeze(1)
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)
@@ -911,6 +911,7 @@ def gqa_with_a_slip(q, k, v, mask=None, *, slip):
         ("num_heads", "or divided by sqrt(num_heads)"),  # ex02's text named only shape[1]
         # sixth hunt: full marks (the float64 case's d_head 4 has an exact float32 root)
         ("float32 scale", "your scale is a float32 tensor"),
+        ("unsqueeze(1)", "whatever its number of axes"),  # a bare shape message before
     ],
 )
 def test_gqa_slips_that_got_no_hint(slip, words):

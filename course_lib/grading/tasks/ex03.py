@@ -539,6 +539,9 @@ class GroupedQueryAttentionTask(Task):
         "heads, so query head h reads the keys of kv head h // group but the values of kv head "
         "h % num_kv_heads; repeat v as k, repeat_interleave(group, dim=1)",
         "float32_scale": FLOAT32_SCALE,
+        "mask_always_unsqueezed": "the mask broadcasts to (batch, num_heads, n_q, n_k) as it is, "
+        "whatever its number of axes: use it without unsqueeze(1) (which puts an axis inside "
+        "it, and a 4-D mask becomes 5-D)",
     }
 
     def wrong(self, q, k, v, mask=None, *, mistake):
@@ -561,7 +564,10 @@ class GroupedQueryAttentionTask(Task):
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         if mistake == "values_tiled":  # the keys right, the values .repeat'ed
             v = v[:, ::group].repeat(1, group, 1, 1)
-        if mistake == "mask_unsqueezed" and mask is not None and mask.dim() == 3:  # as in MHA
+        if mask is not None and (  # MultiHeadAttention's unsqueeze(1), with or without its if
+            mistake == "mask_always_unsqueezed"
+            or (mistake == "mask_unsqueezed" and mask.dim() == 3)
+        ):
             mask = mask.unsqueeze(1)
         output, weights = wrong_attention(
             q,
