@@ -702,3 +702,94 @@ HUNT5_SLIPS = [
 )
 def test_hunt5_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint):
     test_next_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint)
+
+
+# ---------------------------- hunt 6: an assistant's float32 scale; correct answers in other idioms
+
+
+def torch_sqrt_scale(q, k):  # what assistants write: a float32 root, whatever the inputs' dtype
+    return torch.sqrt(torch.tensor(k.size(-1)))
+
+
+HUNT6_SLIPS = [
+    (SDPA, lambda q, k, v: _attention_f32(q, k, v)),
+    ("ex02.self_attention", lambda x, w_q, w_k, w_v: _attention_f32(x @ w_q, x @ w_k, x @ w_v)),
+    (
+        "ex02.distance_biased_attention",
+        lambda q, k, v, slope: _biased(
+            q,
+            k,
+            v,
+            slope,
+            (_positions(q, k)[0] - _positions(q, k)[1]).abs(),
+            torch_sqrt_scale(q, k),
+        ),
+    ),
+]
+
+
+def _attention_f32(q, k, v):
+    return _biased(q, k, v, 0.0, 0.0, torch_sqrt_scale(q, k))
+
+
+@pytest.mark.parametrize("task_id, fn", HUNT6_SLIPS, ids=[s[0] for s in HUNT6_SLIPS])
+def test_a_float32_scale_fails_in_the_notebook_and_is_named(task_id, fn):
+    test_next_slips_fail_in_the_notebook_with_their_hint(task_id, fn, "your scale is a float32")
+
+
+def biased_by_cdist(q, k, v, slope):  # correct: the distances as an L1 cdist, the scale on q
+    i, j = (torch.arange(n, dtype=q.dtype)[:, None] for n in (q.shape[-2], k.shape[-2]))
+    q = q / math.sqrt(q.shape[-1])
+    return _biased(q, k, v, slope, torch.cdist(i, j, p=1), 1.0)
+
+
+def attention_broadcast_sum(q, k, v):  # correct: products broadcast and summed, no matmul
+    weights = softmax_max((q.unsqueeze(-2) * k.unsqueeze(-3)).sum(-1) / q.shape[-1] ** 0.5)
+    return (weights.unsqueeze(-1) * v.unsqueeze(-3)).sum(-2), weights
+
+
+def self_attention_fused(x, w_q, w_k, w_v):  # correct: one product with the three matrices cat'ed
+    widths = [w.shape[1] for w in (w_q, w_k, w_v)]
+    q, k, v = (x @ torch.cat([w_q, w_k, w_v], -1)).split(widths, -1)
+    return attention_transpose(q, k, v)
+
+
+@pytest.mark.parametrize(
+    "task_id, fn",
+    [
+        ("ex02.distance_biased_attention", biased_by_cdist),
+        (SDPA, attention_broadcast_sum),
+        ("ex02.self_attention", self_attention_fused),
+    ],
+)
+@pytest.mark.parametrize("seed", [0, 1, 5])
+def test_hunt6_correct_idioms_pass_under_every_seed(task_id, fn, seed, monkeypatch):
+    import course_lib.grading
+
+    monkeypatch.setattr(course_lib.grading, "NOTEBOOK_SEED", seed)
+    r = result(task_id, fn)
+    assert r.score == r.max_score, r.feedback
+
+
+def softmax_with_an_epsilon(x, dim=-1):  # an assistant's guard against a zero sum
+    e = (x - x.amax(dim=dim, keepdim=True)).exp()
+    return e / (e.sum(dim=dim, keepdim=True) + 1e-6)
+
+
+def test_an_epsilon_in_the_softmax_sum_is_named():
+    # sixth hunt: 'None of the usual single mistakes' on the float64 case
+    test_next_slips_fail_in_the_notebook_with_their_hint(
+        "ex02.softmax", softmax_with_an_epsilon, "an epsilon added to the sum"
+    )
+
+
+def attention_returning_the_scores(q, k, v):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return softmax_max(scores) @ v, scores  # the slip: the weights are softmax(scores)
+
+
+def test_returning_the_scores_for_the_weights_is_named():
+    # sixth hunt: 'None of the usual single mistakes'
+    test_next_slips_fail_in_the_notebook_with_their_hint(
+        SDPA, attention_returning_the_scores, "the second result is the weights"
+    )

@@ -545,6 +545,8 @@ class _LearnerMHA(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         if self.slip == "one layer for q, k and v":
             self.q_proj = self.k_proj = self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        if self.slip == "float32 buffer":  # .to(float64) keeps its float32-rounded value
+            self.register_buffer("scale", torch.tensor(1 / math.sqrt(self.d_head)))
 
     def split(self, x):
         batch, seq, _ = x.shape
@@ -553,12 +555,18 @@ class _LearnerMHA(nn.Module):
         return x.view(batch, seq, self.num_heads, self.d_head).permute(0, 2, 1, 3)
 
     def forward(self, query, key, value, mask=None):
-        q, k = self.split(self.q_proj(query)), self.split(self.k_proj(key))
+        from_query = self.slip == "keys and values from query"  # as in self-attention
+        q, k = self.split(self.q_proj(query)), self.split(self.k_proj(query if from_query else key))
         if self.slip == "keys split by n_q":  # the query's length used for the keys too
             batch, n_q = query.shape[:2]
             k = self.k_proj(key).view(batch, n_q, self.num_heads, self.d_head).transpose(1, 2)
-        v = self.split(self.v_proj(key if self.slip == "values from key" else value))
+        v = self.v_proj(key if self.slip == "values from key" else query if from_query else value)
+        v = self.split(v)
         scores = q @ k.transpose(-1, -2) / self.d_head**0.5
+        if self.slip.startswith("float32"):  # an assistant's torch.sqrt(torch.tensor(d_head))
+            root = torch.sqrt(torch.tensor(self.d_head))
+            scores = q @ k.transpose(-1, -2)
+            scores = scores * self.scale if self.slip == "float32 buffer" else scores / root
         if mask is not None:
             if self.slip == "mask always unsqueezed" or (
                 mask.dim() == 3 and self.slip != "mask not unsqueezed"
@@ -577,7 +585,8 @@ class _LearnerMHA(nn.Module):
             merged = heads.reshape(batch, n_q, -1)
         else:
             merged = heads.transpose(1, 2).reshape(batch, n_q, -1)
-        return self.out_proj(merged), weights
+        output = self.out_proj(merged)
+        return (output.detach() if self.slip == "output detached" else output), weights
 
 
 def _learner_mha(slip):
@@ -877,9 +886,10 @@ def gqa_with_a_slip(q, k, v, mask=None, *, slip):
         slip, q.shape[-1]
     )
     after = slip == "scaled after the softmax"
-    scores = q @ k.transpose(-2, -1) / (1 if after else math.sqrt(d_k))
+    root = torch.tensor(d_k).sqrt() if slip == "float32 scale" else math.sqrt(d_k)
+    scores = q @ k.transpose(-2, -1) / (1 if after else root)
     if mask is not None:
-        if slip == "mask.unsqueeze(1) as in MHA" and mask.dim() == 3:
+        if slip == "mask.unsqueeze(1) as in MHA" and mask.dim() == 3 or slip == "unsqueeze(1)":
             mask = mask.unsqueeze(1)
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)
@@ -899,6 +909,9 @@ def gqa_with_a_slip(q, k, v, mask=None, *, slip):
         ("shape[1]", "d_k from shape[1]"),
         ("shape[2]", "d_k from shape[2]"),
         ("num_heads", "or divided by sqrt(num_heads)"),  # ex02's text named only shape[1]
+        # sixth hunt: full marks (the float64 case's d_head 4 has an exact float32 root)
+        ("float32 scale", "your scale is a float32 tensor"),
+        ("unsqueeze(1)", "whatever its number of axes"),  # a bare shape message before
     ],
 )
 def test_gqa_slips_that_got_no_hint(slip, words):
@@ -964,3 +977,31 @@ def test_merge_heads_with_view_gets_its_hint():
     # fifth hunt: PyTorch's bare error, though lesson 03 shows this very slip
     result = check_result("ex03.merge_heads", merge_with_view)
     assert result.status == "failed" and "not contiguous" in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize(
+    "slip, words",
+    [  # sixth hunt: 'None of the usual single mistakes' before
+        ("keys and values from query", "the keys and values are projected from `query`"),
+        ("float32 scale", "your scale is a float32 tensor"),
+        ("float32 buffer", "right only to float32's digits"),
+        ("output detached", "your output carries no gradients"),  # full marks (run in no_grad)
+    ],
+)
+def test_a_sixth_hunt_slip_is_named(slip, words):
+    result = check_result("ex03.MultiHeadAttention", _learner_mha(slip))
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+class MultiHeadAttentionWithABuffer(_LearnerMHA):
+    """Right, with a persistent buffer of its own (a causal mask kept for later, as GPTs do)."""
+
+    def __init__(self, d_model, num_heads, bias=True):
+        super().__init__(d_model, num_heads, bias)
+        self.register_buffer("causal", torch.ones(8, 8, dtype=torch.bool).tril())
+
+
+def test_a_buffer_of_the_learners_own_is_no_extra_parameter():
+    # sixth hunt: 0 of 12, "parameters the task does not ask for: causal"
+    result = check_result("ex03.MultiHeadAttention", MultiHeadAttentionWithABuffer)
+    assert result.status == "passed", result.feedback

@@ -160,6 +160,12 @@ class Softmax(Task):
                 return "NaN appears: did you subtract the maximum before exp?"
             if not torch.allclose(got.sum(dim=dim), torch.ones_like(got.sum(dim=dim)), atol=1e-4):
                 return f"your values do not sum to 1 along dim={dim}"
+            if got.dtype == F64 and (got.sum(dim=dim) < 1 - 1e-12).all():  # e / (e.sum() + 1e-6)
+                return (
+                    "your slices sum to a little less than 1: an epsilon added to the sum? Once "
+                    "the maximum is subtracted, the sum is at least exp(0) = 1, never 0: divide "
+                    "by the sum itself"
+                )
         return None
 
 
@@ -171,6 +177,11 @@ D_K_FROM_SHAPE_1 = (
 SCALED_AFTER_SOFTMAX = (
     "you divided the weights by sqrt(d_k) after the softmax, so they no longer sum to 1; the "
     "scale goes on the scores, softmax(q k^T / sqrt(d_k))"
+)
+FLOAT32_SCALE = (
+    "your scale is a float32 tensor (torch.sqrt(torch.tensor(d_k)) is float32): its root of a "
+    "d_k that is not a perfect square has float32's 7 digits, too few for float64 scores; "
+    "divide by math.sqrt(d_k) (or d_k ** 0.5), a Python float"
 )
 POWER_HALF = (
     "`d_k ** 1/2` is `(d_k ** 1) / 2`: ** binds tighter than /, so that divides by d_k / 2 "
@@ -223,6 +234,9 @@ class ScaledDotProductAttention(HintOnError):
         "the rows of v; v @ weights multiplies in the wrong order",
         "elementwise": "weights * v multiplies entry by entry; the weighted sum of the values is "
         "the matrix product weights @ v, (n_q, n_k) @ (n_k, d_v)",
+        "float32_scale": FLOAT32_SCALE,
+        "scores_returned": "the second result is the weights, softmax(scores) (each row sums to "
+        "1), not the scores q k^T / sqrt(d_k) before the softmax",
     }
 
     def compare(self, got, want, case):
@@ -265,6 +279,10 @@ class ScaledDotProductAttention(HintOnError):
                 "attention passes them (not contiguous: reshape, not view)",
                 tuple(t.transpose(1, 2) for t in randns(gen, (2, 4, 3, 8), *[(2, 5, 3, 8)] * 2)),
             ),
+            Case(  # sqrt(9) above is exact in float32; sqrt(6) is not
+                "float64 with d_k = 6: q (2, 3, 6), k (2, 4, 6), v (2, 4, 5)",
+                randns(gen, (2, 3, 6), (2, 4, 6), (2, 4, 5), dtype=F64),
+            ),
         ]
 
     def diagnose(self, got, want, case):
@@ -281,6 +299,7 @@ class ScaledDotProductAttention(HintOnError):
             "d_k_from_k_shape_1": math.sqrt(k.shape[1]),
             "half_d_k": d_k / 2,
             "twice_d_k": 2 * d_k,
+            "float32_scale": torch.sqrt(torch.tensor(d_k, dtype=torch.float32)),
         }
         scale = scales.get(mistake, math.sqrt(d_k))
         if mistake == "dot_t":
@@ -303,6 +322,7 @@ class ScaledDotProductAttention(HintOnError):
         if mistake == "elementwise":  # a crash unless the shapes happen to broadcast
             return (weights * v).sum(-1), weights
         output = v @ weights if mistake == "v_first" else weights @ v
+        weights = scores if mistake == "scores_returned" else weights
         return (weights, output) if mistake == "swapped" else (output, weights)
 
 
@@ -456,6 +476,7 @@ class DistanceBiasedAttention(Task):
         "biased weights @ v",
         "plain_weights": "your output carries the bias but the weights you return do not (plain "
         "attention's): return the biased weights, the ones that made the output",
+        "float32_scale": FLOAT32_SCALE,
     }
 
     def cases(self, gen):
@@ -538,6 +559,7 @@ class DistanceBiasedAttention(Task):
             "no_scaling": 1.0,
             "by_sqrt_n_k": math.sqrt(k.shape[-2]),
             "by_sqrt_d_v": math.sqrt(v.shape[-1]),
+            "float32_scale": torch.sqrt(torch.tensor(q.shape[-1], dtype=torch.float32)),
         }.get(mistake, scale)
         if mistake == "bias_scaled":  # bias added before dividing by sqrt(d_k)
             scores = (raw + bias) / scale

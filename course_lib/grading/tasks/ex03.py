@@ -8,17 +8,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..core import Case, Task, register
+from ..core import Case, GradingError, Task, register
 from .common import (
     D_K_FROM_SHAPE_2,
     D_V_SCALE_HINT,
     RENORMALISED_HINT,
     ModuleTask,
+    all_close,
     far_blocked_key,
     randn,
     wrong_attention,
 )
-from .ex02 import POWER_HALF, SCALED_AFTER_SOFTMAX
+from .ex02 import FLOAT32_DIGITS, FLOAT32_SCALE, POWER_HALF, SCALED_AFTER_SOFTMAX
 
 F64 = torch.float64
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
@@ -154,10 +155,11 @@ class _WrongMultiHeadAttention(nn.Module):
         mistake = self.mistake
         q = self._split(self.q_proj(query))  # (batch, heads, n_q, d_head)
         k_proj = self.q_proj if mistake == "keys_through_q_proj" else self.k_proj  # a copied line
-        k_in = {"keys_from_value": value, "keys_from_query": query}.get(mistake, key)
+        from_query = ("keys_from_query", "kv_from_query")  # a self-attention habit
+        k_in = query if mistake in from_query else value if mistake == "keys_from_value" else key
         k = self._split(k_proj(k_in), n_q)
         v_proj = self.k_proj if mistake == "values_through_k_proj" else self.v_proj
-        inputs = {"values_from_key": key, "values_from_query": query}  # (batch, n, d_model)
+        inputs = {"values_from_key": key, "values_from_query": query, "kv_from_query": query}
         v_full = v_proj(inputs.get(mistake, value))  # (batch, n_k, d_model)
         v = self._split(v_full)  # (batch, heads, n_k, d_head)
         if mistake == "keys_transpose_1_2":  # exercise 02's k.transpose(1, 2) on 4-D keys
@@ -185,6 +187,7 @@ class _WrongMultiHeadAttention(nn.Module):
                 "scale_precedence": (d_model // self.num_heads**0.5) ** 2,  # ** before //
                 "scale_inverted": 1 / self.d_head,  # divided by d_head ** -0.5
                 "scaled_after_softmax": 1,  # the weights divided below
+                "float32_scale": torch.tensor(self.d_head, dtype=torch.float32),
             }.get(mistake),
             fill=0.0 if mistake == "fill_zero" else float("-inf"),
             dim=-2 if mistake == "softmax_over_queries" else -1,
@@ -209,6 +212,8 @@ class _WrongMultiHeadAttention(nn.Module):
         elif mistake == "weights_heads_first":  # per-head maps torch.stack'ed on dim=0
             weights = weights.transpose(0, 1)  # (heads, batch, n_q, n_k)
         output = merged if self.mistake == "no_out_proj" else self.out_proj(merged)
+        if mistake == "no_gradients":  # @torch.no_grad() on forward, or a .detach()
+            output = output.detach()
         return output, weights
 
 
@@ -217,6 +222,13 @@ _DROPOUT_HINT = (
     "training mode either (exercise 07 puts dropout around the sub-layers). Remove it, or "
     "give it a dropout=0.0 default (F.dropout drops even in eval mode unless "
     "training=self.training)"
+)
+
+
+_NO_GRADIENTS = (
+    "your output carries no gradients in training mode (torch.no_grad() or .detach() cut them), "
+    "so the projections could not learn: your module is the attention of the GPT you train in "
+    "exercise 09"
 )
 
 
@@ -327,6 +339,9 @@ class MultiHeadAttentionTask(ModuleTask):
         "k_proj(key) (in self-attention the two are the same tensor, in cross-attention not)",
         "keys_from_query": "the keys are projected from `query`; they come from `key`: k = "
         "k_proj(key) (only in self-attention are the two the same tensor)",
+        "kv_from_query": "the keys and values are projected from `query`, as in self-attention; "
+        "they come from `key` and `value`: k = k_proj(key), v = v_proj(value), which may be "
+        "another sequence (cross-attention)",
         "keys_through_q_proj": "the keys go through q_proj; they have their own layer: k = "
         "self.k_proj(key) (a copied line kept q_proj)",
         "values_through_k_proj": "the values go through k_proj; they have their own layer: v = "
@@ -349,6 +364,8 @@ class MultiHeadAttentionTask(ModuleTask):
         "boolean_index": "scores[~mask] = float('-inf') needs a mask of exactly the scores' "
         "shape (batch, num_heads, n_q, n_k): boolean indexing does not broadcast. Use "
         "scores.masked_fill(~mask, float('-inf'))",
+        "float32_scale": FLOAT32_SCALE,
+        "no_gradients": _NO_GRADIENTS,
     }
 
     def cases(self, gen):
@@ -427,7 +444,8 @@ class MultiHeadAttentionTask(ModuleTask):
             ),
             case(
                 "training mode (module.train()), where it must give the same result (no "
-                "dropout): cross-attention, query (2, 4, 8), key/value (2, 6, 8), num_heads=2",
+                "dropout) and carry gradients: cross-attention, query (2, 4, 8), key/value "
+                "(2, 6, 8), num_heads=2",
                 (2, 4, 6, 8, 2),
                 train=True,
             ),
@@ -441,10 +459,17 @@ class MultiHeadAttentionTask(ModuleTask):
         return [*cases[:-1], square_case, cases[-1]]  # drawn last; training mode stays last
 
     def run(self, module, case):
-        module.train(case.data["train"])
-        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        train = case.data["train"]
+        module.train(train)
+        with torch.set_grad_enabled(train), torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)  # a dropout draws the same mask in a learner's module and a row
-            return module(*case.args, **case.kwargs)
+            got = module(*case.args, **case.kwargs)
+        first = got[0] if isinstance(got, (tuple, list)) else got
+        if train and isinstance(first, Tensor) and first.grad_fn is None:
+            raise GradingError(_NO_GRADIENTS)
+        if isinstance(got, (tuple, list)):
+            return type(got)(t.detach() if isinstance(t, Tensor) else t for t in got)
+        return got.detach() if isinstance(got, Tensor) else got
 
     def init_args(self, case):
         kwargs = {} if case.data["bias"] else {"bias": False}
@@ -462,6 +487,8 @@ class MultiHeadAttentionTask(ModuleTask):
                 "forward must return a tuple (output, weights), with weights of shape "
                 "(batch, num_heads, n_q, n_k)"
             )
+        if case.args[0].dtype == F64 and all_close(got, want, 1e-5):  # e.g. a float32 buffer
+            return FLOAT32_DIGITS
         # the last case, after every eval-mode one passed: dropout of any p, anywhere
         return _DROPOUT_HINT if case.data["train"] else None
 
@@ -511,6 +538,10 @@ class GroupedQueryAttentionTask(Task):
         "values_tiled": "k and v are repeated differently: v.repeat(1, group, 1, 1) tiles the kv "
         "heads, so query head h reads the keys of kv head h // group but the values of kv head "
         "h % num_kv_heads; repeat v as k, repeat_interleave(group, dim=1)",
+        "float32_scale": FLOAT32_SCALE,
+        "mask_always_unsqueezed": "the mask broadcasts to (batch, num_heads, n_q, n_k) as it is, "
+        "whatever its number of axes: use it without unsqueeze(1) (which puts an axis inside "
+        "it, and a 4-D mask becomes 5-D)",
     }
 
     def wrong(self, q, k, v, mask=None, *, mistake):
@@ -533,7 +564,10 @@ class GroupedQueryAttentionTask(Task):
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         if mistake == "values_tiled":  # the keys right, the values .repeat'ed
             v = v[:, ::group].repeat(1, group, 1, 1)
-        if mistake == "mask_unsqueezed" and mask is not None and mask.dim() == 3:  # as in MHA
+        if mask is not None and (  # MultiHeadAttention's unsqueeze(1), with or without its if
+            mistake == "mask_always_unsqueezed"
+            or (mistake == "mask_unsqueezed" and mask.dim() == 3)
+        ):
             mask = mask.unsqueeze(1)
         output, weights = wrong_attention(
             q,
@@ -546,6 +580,7 @@ class GroupedQueryAttentionTask(Task):
                 "scaled_after_softmax": 1,  # the weights divided below
                 "d_k_from_shape_1": q.shape[1],  # num_heads
                 "d_k_from_shape_2": q.shape[2],  # n_q: exercise 02's 3-D habit
+                "float32_scale": torch.tensor(q.shape[-1], dtype=torch.float32),
             }.get(mistake),
             fill=0.0 if mistake == "fill_zero" else float("-inf"),
             inverted=mistake == "mask_inverted",
@@ -625,4 +660,9 @@ class GroupedQueryAttentionTask(Task):
             (2, 4, 2, 3, 5, 4, 4),
             per_head_3d,
         )
-        return [*cases[:-1], three_d, cases[-1]]  # drawn last; the ValueError case stays last
+        irrational = case(  # d_head 4 above has a root float32 holds exactly; 6 has not
+            "float64 q (2, 4, 3, 6), k/v (2, 2, 5, 6): groups of 2, d_head = 6",
+            (2, 4, 2, 3, 5, 6, 6),
+            dtype=F64,
+        )
+        return [*cases[:-1], three_d, irrational, cases[-1]]  # the ValueError case stays last
