@@ -486,6 +486,8 @@ def dependency_by_changes(f, x, slip=""):
         for i in range(seq):
             rows = slice(0, 1) if slip == "first row" else slice(None)
             moved = not torch.allclose(after[rows, i], before[rows, i])
+            if slip == "summed features":  # one number per output position
+                moved = not torch.allclose(after[:, i].sum(-1), before[:, i].sum(-1))
             if slip == "every feature":  # moved only when all of its features moved
                 moved = bool((after[rows, i] != before[rows, i]).all())
             result[(j, i) if slip == "transposed" else (i, j)] = moved or (
@@ -524,6 +526,24 @@ def test_dependency_matrix_signed_gradient_sum_fails_the_notebook_check():
     assert result.status == "failed" and "not a signed sum" in result.feedback, result.feedback
 
 
+def test_hunt6_gradient_of_each_outputs_summed_features_fails():
+    """Hunt 6: autograd on y[:, i].sum(), one gradient per output position, got full marks;
+    its output features can cancel (here feature 1 is minus feature 0)."""
+
+    def learner(f, x):
+        if x.dim() != 3:
+            raise ValueError(f"x must be (batch, seq, d), got {x.dim()} dimensions")
+        x = x.detach().clone().requires_grad_(True)
+        y = f(x)
+        rows = [
+            torch.autograd.grad(y[:, i].sum(), x, retain_graph=True)[0] for i in range(x.shape[1])
+        ]
+        return torch.stack([(g != 0).any(-1).any(0) for g in rows])
+
+    result = check_result("ex05.dependency_matrix", learner)
+    assert result.status == "failed" and "not their sum" in result.feedback, result.feedback
+
+
 @pytest.mark.parametrize(
     "slip, words",
     [
@@ -539,6 +559,7 @@ def test_dependency_matrix_signed_gradient_sum_fails_the_notebook_check():
         ("in place", "changed its input `x` in place"),
         ("one row at a time", "holds a mask for each of 2 batch rows"),
         ("int", "return a bool tensor, True = depends"),
+        ("summed features", "not their sum"),  # hunt 6: passed every check before
     ],
 )
 def test_dependency_matrix_slips_get_their_own_hint(slip, words):

@@ -561,7 +561,10 @@ def _wrong_dependency_matrix(f, x, *, mistake=""):
             changed[0, j] += change[0].to(x.dtype)
         else:
             changed[:, j] += change.to(x.dtype)
-        moved = f(changed) != before  # (batch, seq, d_out)
+        after = f(changed)
+        if mistake == "summed_features":  # one number per output position: features cancel
+            after, before = after.sum(-1, keepdim=True), before.sum(-1, keepdim=True)
+        moved = after != before  # (batch, seq, d_out)
         if mistake == "all_features":  # an output moves only when every feature of it moves
             moved = moved.all(-1, keepdim=True)
         if mistake == "first_row":
@@ -602,6 +605,9 @@ DEPENDENCY_MISTAKES = {
     "reads key 0 alone, which gets weight 1 whatever position 1's query is",
     "float": "return a bool tensor, True = depends: build it from comparisons (!=) or with "
     "dtype=torch.bool",
+    "summed_features": "compare every feature of an output, not their sum: here output feature 1 "
+    "is minus feature 0, so the sum never moves (the gradient of y[:, i].sum() is 0 too); use "
+    "!= or .abs() per feature, or one gradient per output feature",
 }
 
 
@@ -649,7 +655,7 @@ class DependencyMatrix(Task):
             d_out=3,
         )
         position_wise.args[0].w_out[:, 0] = 0  # output feature 0 reads nothing
-        return [
+        cases = [
             position_wise,
             case("causal attention, x (2, 6, 8)", causal),
             case("no mask: every position reads every other, x (1, 4, 8)",
@@ -670,3 +676,10 @@ class DependencyMatrix(Task):
             Case("x of shape (6, 8), 2-D: a ValueError", (torch.nn.Identity(),
                  torch.zeros(6, 8)), raises=ValueError),
         ]  # fmt: skip
+        opposed = case(  # drawn last: the cases above keep their values
+            "causal attention, x (2, 5, 8), d_out 2: output feature 1 is minus feature 0",
+            causal[:5, :5],
+            d_out=2,
+        )
+        opposed.args[0].w_out[:, 1] = -opposed.args[0].w_out[:, 0]  # features sum to exactly 0
+        return [*cases[:-1], opposed, cases[-1]]
