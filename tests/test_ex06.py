@@ -282,6 +282,8 @@ def _pool(slip):
         scores = queries @ k.transpose(-2, -1) / d_k**0.5  # (batch, num_queries, n)
         if mask is not None and slip == "fill 0":
             scores = scores.masked_fill(~mask[:, None, :], 0.0)
+        if mask is not None and slip == "flat mask":  # (batch, n) used as it is given
+            scores = scores.masked_fill(~mask, float("-inf"))
         weights = scores.softmax(dim=-1)
         if mask is not None and slip == "zeroed after softmax":
             weights = weights.masked_fill(~mask[:, None, :], 0.0)
@@ -354,7 +356,7 @@ def test_hunt2_slips_get_their_own_hint(task_id, learner, words):
 
 def _cross_by_hand(slip):
     def learner(x, memory, w_q, w_k, w_v, memory_mask=None):
-        q, v = x @ w_q, memory @ w_v
+        q, v = x @ w_q, memory @ (w_k if slip == "v with w_k" else w_v)
         k = memory @ (w_q if slip == "k with w_q" else w_k)  # copy-paste of the q line
         k_t = {"k.T": lambda: k.T, "bmm": lambda: k.transpose(1, 2)}.get(slip, lambda: k.mT)()
         scores = (torch.bmm(q, k_t) if slip == "bmm" else q @ k_t) / math.sqrt(q.shape[-1])
@@ -394,6 +396,18 @@ def _pool_mask_truth_test(x, queries, w_k, w_v, mask=None):
     ],
 )
 def test_hunt3_slips_get_their_own_hint(task_id, learner, words):
+    result = check_result(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [  # hunt 6: a bare broadcast error, and only a shape, before
+        ("ex06.attention_pool", _pool("flat mask"), "mask[:, None, :]"),
+        ("ex06.cross_attention", _cross_by_hand("v with w_k"), "values are projected with w_k"),
+    ],
+)
+def test_hunt6_slips_get_their_own_hint(task_id, learner, words):
     result = check_result(task_id, learner)
     assert result.status == "failed" and words in result.feedback, result.feedback
 

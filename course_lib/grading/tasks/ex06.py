@@ -64,6 +64,8 @@ CROSS_MISTAKES = {
     "k.transpose(-2, -1) (or k.mT)",
     "bmm": "torch.bmm takes 3-D tensors only; with extra batch dimensions use @ (torch.matmul), "
     "which broadcasts over every leading dimension",
+    "values_with_w_k": "the values are projected with w_k: v = memory @ w_v (the keys and the "
+    "values have a matrix each)",
 }
 
 
@@ -90,7 +92,7 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
     return wrong_attention(
         queries @ w_q,
         keys,
-        read @ w_v,
+        read @ (w_k if mistake == "values_with_w_k" else w_v),
         None if mistake == "mask_ignored" else mask,
         scale=sizes.get(mistake),
         fill=0.0 if mistake == "masked_with_zero" else float("-inf"),
@@ -333,7 +335,9 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
         "no_scale": 1,
         "num_queries": len(queries),
     }.get(mistake)
-    mask = None if mask is None or mistake == "mask_ignored" else mask.unsqueeze(-2)
+    if mask is not None and mistake != "flat_mask":  # else (batch, n) against (batch, m, n)
+        mask = mask.unsqueeze(-2)
+    mask = None if mistake == "mask_ignored" else mask
     return wrong_attention(
         q,
         x @ w_k,
@@ -355,6 +359,8 @@ POOL_MISTAKES = {
     "of one per query)",
     "mask_ignored": "the mask is ignored: padded tokens (mask False) must get weight 0; turn the "
     "(batch, n) mask into (batch, 1, n) so it applies to every query",
+    "flat_mask": "the (batch, n) mask does not line up with the (batch, num_queries, n) scores "
+    "(it would pair the batch axis with the queries'): use mask[:, None, :], (batch, 1, n)",
     "softmax_over_queries": "the softmax runs over the keys (the last axis, the tokens of x), so "
     "that each query's weights sum to 1",
     "no_scale": "divide the scores by sqrt(d_k), the size of the queries and keys",
