@@ -224,7 +224,9 @@ def test_no_hidden_case_leaves_a_query_with_nothing_to_attend_to():
 # ---- found by a fresh reader: wrong answers that passed -------------------------------------
 
 
-def _sublayer(dropout=0.0, default_norm_first=False, eps=1e-5, first=lambda pair: pair[0]):
+def _sublayer(
+    dropout=0.0, default_norm_first=False, eps=1e-5, first=lambda pair: pair[0], read=None
+):
     from course_lib.multihead import MultiHeadAttention
 
     class Sublayer(torch.nn.Module):
@@ -235,6 +237,7 @@ def _sublayer(dropout=0.0, default_norm_first=False, eps=1e-5, first=lambda pair
             self.norm = torch.nn.LayerNorm(d_model, eps=eps)
 
         def forward(self, x, memory, memory_mask=None):
+            memory = memory if read is None else read(memory)
             if self.norm_first:
                 return x + first(self.attn(self.norm(x), memory, memory, memory_mask))
             return self.norm(x + first(self.attn(x, memory, memory, memory_mask)))
@@ -253,6 +256,13 @@ def test_the_sublayer_is_built_right_and_alternatives_that_differ_fail():
     # ... and is told the default, not "the LayerNorm is in the wrong place" (#33 hunt)
     assert "the default is norm_first=False" in pre.feedback, pre.feedback
     assert pre.passed == pre.total - 1
+
+
+def test_hunt6_a_sublayer_that_detaches_memory_fails():
+    # hunt 6: full marks before (outputs only were compared), though the encoder below it would
+    # never learn through the cross-attention
+    detached = check_result("ex06.CrossAttentionSublayer", _sublayer(read=lambda m: m.detach()))
+    assert detached.status == "failed" and "no gradient reaches memory" in detached.feedback
 
 
 # ---- #33: slips a learner makes, written as a learner would; each gets its own hint ---------

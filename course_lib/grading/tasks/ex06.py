@@ -219,6 +219,8 @@ SUBLAYER_MISTAKES = {
     "normed_sublayer": "you normalised the attention's output, x + norm(attn(x, memory)); "
     "post-norm normalises the sum, norm(x + attn(x, memory)), and pre-norm the attention's "
     "input, x + attn(norm(x), memory)",
+    "memory_detached": "no gradient reaches memory (.detach() or torch.no_grad() cut it): the "
+    "encoder learns through this sub-layer, so memory must stay in the graph",
 }
 
 
@@ -241,6 +243,8 @@ class WrongSublayer(nn.Module):
             memory_mask = ~memory_mask  # PyTorch's convention (True = blocked), as for nn.*
         if mistake == "memory_normalised":
             memory = self.norm(memory)
+        if mistake == "memory_detached":  # "the encoder's output is fixed here"
+            memory = memory.detach()
 
         def attend(h):
             if mistake == "self_attends":
@@ -317,6 +321,17 @@ class CrossAttentionSublayerTask(ModuleTask):
 
     def run(self, module, case):
         args = [*case.args, *case.kwargs.values()]  # x, memory and memory_mask if given
+        memory = args[1] = args[1].detach().requires_grad_(True)  # the encoder learns through it
+        out = module.eval()(*args)
+        if isinstance(out, torch.Tensor) and (
+            not out.requires_grad
+            or torch.autograd.grad(out.sum(), memory, allow_unused=True)[0] is None
+        ):
+            with torch.no_grad():  # memory is read (its values matter), but cut from the graph
+                moved = module(args[0], memory + 1, *args[2:])
+            if moved.shape == out.shape and not torch.equal(moved, out.detach()):
+                raise GradingError(SUBLAYER_MISTAKES["memory_detached"])
+        args[1] = memory.detach()
         return without_dropout(module, args, {}, "sub-layer")
 
 
