@@ -668,3 +668,16 @@ def _causal_by_rows_from_1(n):  # the loop starts at 1, as if row 0 had nothing 
 def test_hunt5_a_causal_loop_from_row_1_is_named():  # got "None of the usual single mistakes"
     result = check_result("ex05.causal_mask", _causal_by_rows_from_1)
     assert result.status == "failed" and "must start at i = 0" in result.feedback, result.feedback
+
+
+def test_hunt6_a_fully_masked_row_let_attend_every_key_is_told_so():
+    # hunt 6: "some masked positions get non-zero weight: block them before the softmax" before,
+    # though every partly masked row was blocked; only the fully masked row read every key
+    def learner(q, k, v, mask):
+        mask = mask | ~mask.any(-1, keepdim=True)  # "so that no row is all -inf"
+        scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, -math.inf)
+        weights = scores.softmax(-1)
+        return weights @ v, weights
+
+    result = check_result("ex05.masked_attention", learner)
+    assert result.status == "failed" and "only your fully masked rows" in result.feedback

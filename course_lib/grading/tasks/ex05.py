@@ -379,7 +379,14 @@ class MaskedAttention(Task):
                 "your weights contain NaN: a fully masked row needs zero weights, not "
                 "softmax of all -inf"
             )
-        if (weights.masked_select(~mask).abs() > 1e-6).any():
+        leaks = (weights.abs() > 1e-6) & ~mask
+        if leaks.any() and not leaks[mask.any(-1)].any():  # mask | ~mask.any(-1): every key
+            return (
+                "only your fully masked rows give weight to blocked keys: such a row gets zero "
+                "weights and a zero output, not weights over every key (fill -inf, then make "
+                "that row's NaN 0)"
+            )
+        if leaks.any():
             return "some masked positions get non-zero weight: block them before the softmax"
         sums = weights.double().sum(-1)
         any_key = mask.any(-1)
