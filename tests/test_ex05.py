@@ -488,6 +488,8 @@ def dependency_by_changes(f, x, slip=""):
             moved = not torch.allclose(after[rows, i], before[rows, i])
             if slip == "summed features":  # one number per output position
                 moved = not torch.allclose(after[:, i].sum(-1), before[:, i].sum(-1))
+            if slip == "signed":  # (after - before) > tol: only the outputs that went up
+                moved = bool(((after[:, i] - before[:, i]) > 1e-6).any())
             if slip == "every feature":  # moved only when all of its features moved
                 moved = bool((after[rows, i] != before[rows, i]).all())
             result[(j, i) if slip == "transposed" else (i, j)] = moved or (
@@ -681,3 +683,17 @@ def test_hunt6_a_fully_masked_row_let_attend_every_key_is_told_so():
 
     result = check_result("ex05.masked_attention", learner)
     assert result.status == "failed" and "only your fully masked rows" in result.feedback
+
+
+def test_hunt6_a_signed_comparison_is_told_a_change_counts_either_way():
+    # hunt 6: (after - before) > tol got "None of the usual single mistakes"; it misses an output
+    # only when the learner's own random change moved it down in every feature, so by chance
+    outcomes = []
+    for seed in range(5):
+        torch.manual_seed(seed)
+        result = check_result(
+            "ex05.dependency_matrix", lambda f, x: dependency_by_changes(f, x, "signed")
+        )
+        outcomes.append(result.status)
+        assert result.status == "passed" or "moves in either direction" in result.feedback
+    assert "failed" in outcomes

@@ -630,11 +630,17 @@ class DependencyMatrix(Task):
         if _not_bool(self, got, want, case):
             return DEPENDENCY_MISTAKES["float"]
         want = torch.as_tensor(want)
-        if case.args[0].centred and got.shape == want.shape and not (got & ~want).any():
+        missed_only = got.shape == want.shape and not (got & ~want).any()
+        if case.args[0].centred and missed_only:
             return (  # x[:, j] += 0.1 (rounding noise), grad.sum(-1) != 0: dependencies missed
                 "dependencies cancel on this f, which reads only differences of features: change "
                 "each feature by its own amount (torch.randn(d)) and compare with != or .abs(), "
                 "not a signed sum over features"
+            )
+        if missed_only:  # (after - before) > tol: an output that moved down was not counted
+            return (
+                "you missed dependencies (and marked none too many): an output that moves in "
+                "either direction counts, so compare with != or (after - before).abs() > tol"
             )
         return None
 
