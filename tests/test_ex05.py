@@ -486,6 +486,10 @@ def dependency_by_changes(f, x, slip=""):
         for i in range(seq):
             rows = slice(0, 1) if slip == "first row" else slice(None)
             moved = not torch.allclose(after[rows, i], before[rows, i])
+            if slip == "summed features":  # one number per output position
+                moved = not torch.allclose(after[:, i].sum(-1), before[:, i].sum(-1))
+            if slip == "signed":  # (after - before) > tol: only the outputs that went up
+                moved = bool(((after[:, i] - before[:, i]) > 1e-6).any())
             if slip == "every feature":  # moved only when all of its features moved
                 moved = bool((after[rows, i] != before[rows, i]).all())
             result[(j, i) if slip == "transposed" else (i, j)] = moved or (
@@ -524,6 +528,24 @@ def test_dependency_matrix_signed_gradient_sum_fails_the_notebook_check():
     assert result.status == "failed" and "not a signed sum" in result.feedback, result.feedback
 
 
+def test_hunt6_gradient_of_each_outputs_summed_features_fails():
+    """Hunt 6: autograd on y[:, i].sum(), one gradient per output position, got full marks;
+    its output features can cancel (here feature 1 is minus feature 0)."""
+
+    def learner(f, x):
+        if x.dim() != 3:
+            raise ValueError(f"x must be (batch, seq, d), got {x.dim()} dimensions")
+        x = x.detach().clone().requires_grad_(True)
+        y = f(x)
+        rows = [
+            torch.autograd.grad(y[:, i].sum(), x, retain_graph=True)[0] for i in range(x.shape[1])
+        ]
+        return torch.stack([(g != 0).any(-1).any(0) for g in rows])
+
+    result = check_result("ex05.dependency_matrix", learner)
+    assert result.status == "failed" and "not their sum" in result.feedback, result.feedback
+
+
 @pytest.mark.parametrize(
     "slip, words",
     [
@@ -539,6 +561,7 @@ def test_dependency_matrix_signed_gradient_sum_fails_the_notebook_check():
         ("in place", "changed its input `x` in place"),
         ("one row at a time", "holds a mask for each of 2 batch rows"),
         ("int", "return a bool tensor, True = depends"),
+        ("summed features", "not their sum"),  # hunt 6: passed every check before
     ],
 )
 def test_dependency_matrix_slips_get_their_own_hint(slip, words):
@@ -647,3 +670,30 @@ def _causal_by_rows_from_1(n):  # the loop starts at 1, as if row 0 had nothing 
 def test_hunt5_a_causal_loop_from_row_1_is_named():  # got "None of the usual single mistakes"
     result = check_result("ex05.causal_mask", _causal_by_rows_from_1)
     assert result.status == "failed" and "must start at i = 0" in result.feedback, result.feedback
+
+
+def test_hunt6_a_fully_masked_row_let_attend_every_key_is_told_so():
+    # hunt 6: "some masked positions get non-zero weight: block them before the softmax" before,
+    # though every partly masked row was blocked; only the fully masked row read every key
+    def learner(q, k, v, mask):
+        mask = mask | ~mask.any(-1, keepdim=True)  # "so that no row is all -inf"
+        scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, -math.inf)
+        weights = scores.softmax(-1)
+        return weights @ v, weights
+
+    result = check_result("ex05.masked_attention", learner)
+    assert result.status == "failed" and "only your fully masked rows" in result.feedback
+
+
+def test_hunt6_a_signed_comparison_is_told_a_change_counts_either_way():
+    # hunt 6: (after - before) > tol got "None of the usual single mistakes"; it misses an output
+    # only when the learner's own random change moved it down in every feature, so by chance
+    outcomes = []
+    for seed in range(5):
+        torch.manual_seed(seed)
+        result = check_result(
+            "ex05.dependency_matrix", lambda f, x: dependency_by_changes(f, x, "signed")
+        )
+        outcomes.append(result.status)
+        assert result.status == "passed" or "moves in either direction" in result.feedback
+    assert "failed" in outcomes

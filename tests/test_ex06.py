@@ -224,7 +224,9 @@ def test_no_hidden_case_leaves_a_query_with_nothing_to_attend_to():
 # ---- found by a fresh reader: wrong answers that passed -------------------------------------
 
 
-def _sublayer(dropout=0.0, default_norm_first=False, eps=1e-5, first=lambda pair: pair[0]):
+def _sublayer(
+    dropout=0.0, default_norm_first=False, eps=1e-5, first=lambda pair: pair[0], read=None
+):
     from course_lib.multihead import MultiHeadAttention
 
     class Sublayer(torch.nn.Module):
@@ -235,6 +237,7 @@ def _sublayer(dropout=0.0, default_norm_first=False, eps=1e-5, first=lambda pair
             self.norm = torch.nn.LayerNorm(d_model, eps=eps)
 
         def forward(self, x, memory, memory_mask=None):
+            memory = memory if read is None else read(memory)
             if self.norm_first:
                 return x + first(self.attn(self.norm(x), memory, memory, memory_mask))
             return self.norm(x + first(self.attn(x, memory, memory, memory_mask)))
@@ -253,6 +256,13 @@ def test_the_sublayer_is_built_right_and_alternatives_that_differ_fail():
     # ... and is told the default, not "the LayerNorm is in the wrong place" (#33 hunt)
     assert "the default is norm_first=False" in pre.feedback, pre.feedback
     assert pre.passed == pre.total - 1
+
+
+def test_hunt6_a_sublayer_that_detaches_memory_fails():
+    # hunt 6: full marks before (outputs only were compared), though the encoder below it would
+    # never learn through the cross-attention
+    detached = check_result("ex06.CrossAttentionSublayer", _sublayer(read=lambda m: m.detach()))
+    assert detached.status == "failed" and "no gradient reaches memory" in detached.feedback
 
 
 # ---- #33: slips a learner makes, written as a learner would; each gets its own hint ---------
@@ -282,6 +292,8 @@ def _pool(slip):
         scores = queries @ k.transpose(-2, -1) / d_k**0.5  # (batch, num_queries, n)
         if mask is not None and slip == "fill 0":
             scores = scores.masked_fill(~mask[:, None, :], 0.0)
+        if mask is not None and slip == "flat mask":  # (batch, n) used as it is given
+            scores = scores.masked_fill(~mask, float("-inf"))
         weights = scores.softmax(dim=-1)
         if mask is not None and slip == "zeroed after softmax":
             weights = weights.masked_fill(~mask[:, None, :], 0.0)
@@ -354,7 +366,7 @@ def test_hunt2_slips_get_their_own_hint(task_id, learner, words):
 
 def _cross_by_hand(slip):
     def learner(x, memory, w_q, w_k, w_v, memory_mask=None):
-        q, v = x @ w_q, memory @ w_v
+        q, v = x @ w_q, memory @ (w_k if slip == "v with w_k" else w_v)
         k = memory @ (w_q if slip == "k with w_q" else w_k)  # copy-paste of the q line
         k_t = {"k.T": lambda: k.T, "bmm": lambda: k.transpose(1, 2)}.get(slip, lambda: k.mT)()
         scores = (torch.bmm(q, k_t) if slip == "bmm" else q @ k_t) / math.sqrt(q.shape[-1])
@@ -394,6 +406,18 @@ def _pool_mask_truth_test(x, queries, w_k, w_v, mask=None):
     ],
 )
 def test_hunt3_slips_get_their_own_hint(task_id, learner, words):
+    result = check_result(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [  # hunt 6: a bare broadcast error, and only a shape, before
+        ("ex06.attention_pool", _pool("flat mask"), "mask[:, None, :]"),
+        ("ex06.cross_attention", _cross_by_hand("v with w_k"), "values are projected with w_k"),
+    ],
+)
+def test_hunt6_slips_get_their_own_hint(task_id, learner, words):
     result = check_result(task_id, learner)
     assert result.status == "failed" and words in result.feedback, result.feedback
 

@@ -379,7 +379,14 @@ class MaskedAttention(Task):
                 "your weights contain NaN: a fully masked row needs zero weights, not "
                 "softmax of all -inf"
             )
-        if (weights.masked_select(~mask).abs() > 1e-6).any():
+        leaks = (weights.abs() > 1e-6) & ~mask
+        if leaks.any() and not leaks[mask.any(-1)].any():  # mask | ~mask.any(-1): every key
+            return (
+                "only your fully masked rows give weight to blocked keys: such a row gets zero "
+                "weights and a zero output, not weights over every key (fill -inf, then make "
+                "that row's NaN 0)"
+            )
+        if leaks.any():
             return "some masked positions get non-zero weight: block them before the softmax"
         sums = weights.double().sum(-1)
         any_key = mask.any(-1)
@@ -561,7 +568,10 @@ def _wrong_dependency_matrix(f, x, *, mistake=""):
             changed[0, j] += change[0].to(x.dtype)
         else:
             changed[:, j] += change.to(x.dtype)
-        moved = f(changed) != before  # (batch, seq, d_out)
+        after = f(changed)
+        if mistake == "summed_features":  # one number per output position: features cancel
+            after, before = after.sum(-1, keepdim=True), before.sum(-1, keepdim=True)
+        moved = after != before  # (batch, seq, d_out)
         if mistake == "all_features":  # an output moves only when every feature of it moves
             moved = moved.all(-1, keepdim=True)
         if mistake == "first_row":
@@ -602,6 +612,9 @@ DEPENDENCY_MISTAKES = {
     "reads key 0 alone, which gets weight 1 whatever position 1's query is",
     "float": "return a bool tensor, True = depends: build it from comparisons (!=) or with "
     "dtype=torch.bool",
+    "summed_features": "compare every feature of an output, not their sum: here output feature 1 "
+    "is minus feature 0, so the sum never moves (the gradient of y[:, i].sum() is 0 too); use "
+    "!= or .abs() per feature, or one gradient per output feature",
 }
 
 
@@ -617,11 +630,17 @@ class DependencyMatrix(Task):
         if _not_bool(self, got, want, case):
             return DEPENDENCY_MISTAKES["float"]
         want = torch.as_tensor(want)
-        if case.args[0].centred and got.shape == want.shape and not (got & ~want).any():
+        missed_only = got.shape == want.shape and not (got & ~want).any()
+        if case.args[0].centred and missed_only:
             return (  # x[:, j] += 0.1 (rounding noise), grad.sum(-1) != 0: dependencies missed
                 "dependencies cancel on this f, which reads only differences of features: change "
                 "each feature by its own amount (torch.randn(d)) and compare with != or .abs(), "
                 "not a signed sum over features"
+            )
+        if missed_only:  # (after - before) > tol: an output that moved down was not counted
+            return (
+                "you missed dependencies (and marked none too many): an output that moves in "
+                "either direction counts, so compare with != or (after - before).abs() > tol"
             )
         return None
 
@@ -649,7 +668,7 @@ class DependencyMatrix(Task):
             d_out=3,
         )
         position_wise.args[0].w_out[:, 0] = 0  # output feature 0 reads nothing
-        return [
+        cases = [
             position_wise,
             case("causal attention, x (2, 6, 8)", causal),
             case("no mask: every position reads every other, x (1, 4, 8)",
@@ -670,3 +689,10 @@ class DependencyMatrix(Task):
             Case("x of shape (6, 8), 2-D: a ValueError", (torch.nn.Identity(),
                  torch.zeros(6, 8)), raises=ValueError),
         ]  # fmt: skip
+        opposed = case(  # drawn last: the cases above keep their values
+            "causal attention, x (2, 5, 8), d_out 2: output feature 1 is minus feature 0",
+            causal[:5, :5],
+            d_out=2,
+        )
+        opposed.args[0].w_out[:, 1] = -opposed.args[0].w_out[:, 0]  # features sum to exactly 0
+        return [*cases[:-1], opposed, cases[-1]]

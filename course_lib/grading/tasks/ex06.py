@@ -64,6 +64,8 @@ CROSS_MISTAKES = {
     "k.transpose(-2, -1) (or k.mT)",
     "bmm": "torch.bmm takes 3-D tensors only; with extra batch dimensions use @ (torch.matmul), "
     "which broadcasts over every leading dimension",
+    "values_with_w_k": "the values are projected with w_k: v = memory @ w_v (the keys and the "
+    "values have a matrix each)",
 }
 
 
@@ -90,7 +92,7 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
     return wrong_attention(
         queries @ w_q,
         keys,
-        read @ w_v,
+        read @ (w_k if mistake == "values_with_w_k" else w_v),
         None if mistake == "mask_ignored" else mask,
         scale=sizes.get(mistake),
         fill=0.0 if mistake == "masked_with_zero" else float("-inf"),
@@ -217,6 +219,8 @@ SUBLAYER_MISTAKES = {
     "normed_sublayer": "you normalised the attention's output, x + norm(attn(x, memory)); "
     "post-norm normalises the sum, norm(x + attn(x, memory)), and pre-norm the attention's "
     "input, x + attn(norm(x), memory)",
+    "memory_detached": "no gradient reaches memory (.detach() or torch.no_grad() cut it): the "
+    "encoder learns through this sub-layer, so memory must stay in the graph",
 }
 
 
@@ -239,6 +243,8 @@ class WrongSublayer(nn.Module):
             memory_mask = ~memory_mask  # PyTorch's convention (True = blocked), as for nn.*
         if mistake == "memory_normalised":
             memory = self.norm(memory)
+        if mistake == "memory_detached":  # "the encoder's output is fixed here"
+            memory = memory.detach()
 
         def attend(h):
             if mistake == "self_attends":
@@ -315,6 +321,17 @@ class CrossAttentionSublayerTask(ModuleTask):
 
     def run(self, module, case):
         args = [*case.args, *case.kwargs.values()]  # x, memory and memory_mask if given
+        memory = args[1] = args[1].detach().requires_grad_(True)  # the encoder learns through it
+        out = module.eval()(*args)
+        if isinstance(out, torch.Tensor) and (
+            not out.requires_grad
+            or torch.autograd.grad(out.sum(), memory, allow_unused=True)[0] is None
+        ):
+            with torch.no_grad():  # memory is read (its values matter), but cut from the graph
+                moved = module(args[0], memory + 1, *args[2:])
+            if moved.shape == out.shape and not torch.equal(moved, out.detach()):
+                raise GradingError(SUBLAYER_MISTAKES["memory_detached"])
+        args[1] = memory.detach()
         return without_dropout(module, args, {}, "sub-layer")
 
 
@@ -333,7 +350,9 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
         "no_scale": 1,
         "num_queries": len(queries),
     }.get(mistake)
-    mask = None if mask is None or mistake == "mask_ignored" else mask.unsqueeze(-2)
+    if mask is not None and mistake != "flat_mask":  # else (batch, n) against (batch, m, n)
+        mask = mask.unsqueeze(-2)
+    mask = None if mistake == "mask_ignored" else mask
     return wrong_attention(
         q,
         x @ w_k,
@@ -355,6 +374,8 @@ POOL_MISTAKES = {
     "of one per query)",
     "mask_ignored": "the mask is ignored: padded tokens (mask False) must get weight 0; turn the "
     "(batch, n) mask into (batch, 1, n) so it applies to every query",
+    "flat_mask": "the (batch, n) mask does not line up with the (batch, num_queries, n) scores "
+    "(it would pair the batch axis with the queries'): use mask[:, None, :], (batch, 1, n)",
     "softmax_over_queries": "the softmax runs over the keys (the last axis, the tokens of x), so "
     "that each query's weights sum to 1",
     "no_scale": "divide the scores by sqrt(d_k), the size of the queries and keys",
