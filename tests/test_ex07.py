@@ -426,6 +426,12 @@ def ln_mean_of_squares(x, gamma, beta, eps=1e-5):
     return gamma * (x - mu) / ((x * x).mean(-1, keepdim=True) + eps).sqrt() + beta
 
 
+def ln_statistics_without_gradient(x, gamma, beta, eps=1e-5):  # #hunt6: passed 8/8
+    with torch.no_grad():
+        mu, var = _ln_stats(x)
+    return gamma * (x - mu) / (var + eps).sqrt() + beta
+
+
 def ln_by_variance(x, gamma, beta, eps=1e-5):
     mu, var = _ln_stats(x)
     return gamma * (x - mu) / (var + eps) + beta
@@ -819,6 +825,7 @@ SINGLE_MISTAKES = [
     ("ex07.layer_norm", ln_not_centred, "the mean is not subtracted from x"),
     ("ex07.layer_norm", ln_mean_of_squares, "the variance is the mean of (x - mean) ** 2"),
     ("ex07.layer_norm", ln_by_variance, "divide by the standard deviation"),
+    ("ex07.layer_norm", ln_statistics_without_gradient, "no gradient flows through them"),
     ("ex07.layer_norm", ln_no_shift, "beta is missing"),
     ("ex07.layer_norm", ln_no_affine, "gamma and beta are not applied"),
     ("ex07.layer_norm", ln_shift_then_scale, "beta is added before gamma scales"),
