@@ -795,6 +795,12 @@ def ln_eps_after_division(x, gamma, beta, eps=1e-5):
     return ((x - mean) / torch.sqrt(var) + eps) * gamma + beta
 
 
+class LayerNormDrawnWeight(LayerNormByHand):  # #hunt6: "None of the usual single mistakes"
+    def __init__(self, d_model, eps=1e-5, bias=True):
+        super().__init__(d_model, eps, bias)
+        self.weight = nn.Parameter(torch.randn(d_model))
+
+
 class LayerNormBertEps(LayerNormByHand):
     def __init__(self, d_model, eps=1e-6, bias=True):
         super().__init__(d_model, eps, bias)
@@ -917,6 +923,7 @@ SINGLE_MISTAKES = [
     ("ex07.EncoderLayer", EncPreFeedForwardUnnormed, "the feed-forward network too"),
     ("ex07.DecoderLayer", DecPreFeedForwardUnnormed, "the feed-forward network too"),
     ("ex07.LayerNorm", LayerNormBertEps, "the default eps is 1e-5"),
+    ("ex07.LayerNorm", LayerNormDrawnWeight, "starts with weight = ones"),
     ("ex07.rms_norm", rms_dim_one, "the mean is taken over dim=1"),
     ("ex07.SwiGLU", SwiGLUWithoutSiLU, "the gate has no activation"),
 ]
