@@ -587,6 +587,21 @@ def _enc(name, **attrs):
     return type(name, (EncLearner,), attrs)
 
 
+class NaNWhereAllMasked(MultiHeadAttention):  # like ex03's own: no guard for a masked-out row
+    def forward(self, query, key, value, mask=None):
+        out, weights = super().forward(query, key, value, mask=mask)
+        dead = torch.zeros(1, dtype=torch.bool) if mask is None else ~mask.any(-1)
+        return out.masked_fill(dead[..., None], float("nan")), weights
+
+
+class EncNotMaskNaN(EncLearner):  # #hunt6: the NaN rows were told "it has dropout"
+    mask_inverted = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.self_attn.__class__ = NaNWhereAllMasked
+
+
 class EncEps(EncLearner):
     def __init__(self, d_model, num_heads, d_ff, norm_first=False):
         super().__init__(d_model, num_heads, d_ff, norm_first)
@@ -857,6 +872,7 @@ SINGLE_MISTAKES = [
     ("ex07.EncoderLayer", _enc("EncPost", always_post=True), "norm_first is ignored"),
     ("ex07.EncoderLayer", _enc("EncPre", always_pre=True), "always pre-norm"),
     ("ex07.EncoderLayer", _enc("EncNotMask", mask_inverted=True), "the mask is inverted"),
+    ("ex07.EncoderLayer", EncNotMaskNaN, "keys are all masked, as when the mask is inverted"),
     ("ex07.EncoderLayer", _enc("EncNorms", norms_swapped=True), "norm1 and norm2 are swapped"),
     ("ex07.EncoderLayer", _enc("EncFFIn", ff_on_input=True), "reads the layer's input x"),
     (
