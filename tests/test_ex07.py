@@ -613,7 +613,7 @@ class DecLearner(nn.Module):
     """A learner's decoder layer written out step by step; subclasses change one thing."""
 
     masks_inverted = queries_from_memory = gelu = one_norm = no_residual = False
-    residual_normed = no_final_norm = cross_first = always_post = False
+    residual_normed = no_final_norm = cross_first = always_post = norm2_for_ffn = False
     eps = 1e-5
 
     def __init__(self, d_model, num_heads, d_ff, norm_first=False):
@@ -647,6 +647,8 @@ class DecLearner(nn.Module):
             steps[0], steps[1] = (self.norm1, attend_memory), (self.norm2, attend_self)
         if self.one_norm:
             steps = [(self.norm1, f) for _, f in steps]
+        if self.norm2_for_ffn:  # #hunt6: "None of the usual single mistakes"
+            steps[2] = (self.norm2, ffn)
         for k, (norm, f) in enumerate(steps):
             if self.norm_first and not self.always_post:
                 x = f(norm(x)) if self.no_residual else x + f(norm(x))
@@ -903,6 +905,7 @@ SINGLE_MISTAKES = [
     ),
     ("ex07.DecoderLayer", _dec("DecGelu", gelu=True), "ReLU (F.relu), not GELU"),
     ("ex07.DecoderLayer", _dec("DecOneNorm", one_norm=True), "norm1 is used for every sub-layer"),
+    ("ex07.DecoderLayer", _dec("DecNorm2Twice", norm2_for_ffn=True), "uses norm2 again"),
     (
         "ex07.DecoderLayer",
         _dec("DecNoRes", no_residual=True),

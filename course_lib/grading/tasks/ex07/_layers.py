@@ -175,6 +175,8 @@ class WrongLayer(nn.Module):
             norms = [self.norm1] * len(norms)
         if mistake == "norm1_for_cross":
             norms[1] = self.norm1
+        if mistake == "norm2_for_ffn":  # the cross-attention's line copied, norm2 kept
+            norms[-1] = self.norm2
         if mistake == "one_norm_module":  # self.norm1 = self.norm2 = ...: the last loaded wins
             norms = [norms[-1]] * len(norms)
         activation = activation_with(self.activation, mistake)
