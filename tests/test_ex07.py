@@ -602,6 +602,12 @@ class EncNotMaskNaN(EncLearner):  # #hunt6: the NaN rows were told "it has dropo
         self.self_attn.__class__ = NaNWhereAllMasked
 
 
+class EncWithABuffer(EncLearner):  # #hunt6: its buffer was called a parameter
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register_buffer("scale", torch.ones(1))
+
+
 class EncEps(EncLearner):
     def __init__(self, d_model, num_heads, d_ff, norm_first=False):
         super().__init__(d_model, num_heads, d_ff, norm_first)
@@ -874,6 +880,7 @@ SINGLE_MISTAKES = [
     ("ex07.EncoderLayer", _enc("EncPost", always_post=True), "norm_first is ignored"),
     ("ex07.EncoderLayer", _enc("EncPre", always_pre=True), "always pre-norm"),
     ("ex07.EncoderLayer", _enc("EncNotMask", mask_inverted=True), "the mask is inverted"),
+    ("ex07.EncoderLayer", EncWithABuffer, "persistent=False"),
     ("ex07.EncoderLayer", EncNotMaskNaN, "keys are all masked, as when the mask is inverted"),
     ("ex07.EncoderLayer", _enc("EncNorms", norms_swapped=True), "norm1 and norm2 are swapped"),
     ("ex07.EncoderLayer", _enc("EncFFIn", ff_on_input=True), "reads the layer's input x"),
