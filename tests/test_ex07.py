@@ -426,6 +426,12 @@ def ln_mean_of_squares(x, gamma, beta, eps=1e-5):
     return gamma * (x - mu) / ((x * x).mean(-1, keepdim=True) + eps).sqrt() + beta
 
 
+def ln_statistics_without_gradient(x, gamma, beta, eps=1e-5):  # #hunt6: passed 8/8
+    with torch.no_grad():
+        mu, var = _ln_stats(x)
+    return gamma * (x - mu) / (var + eps).sqrt() + beta
+
+
 def ln_by_variance(x, gamma, beta, eps=1e-5):
     mu, var = _ln_stats(x)
     return gamma * (x - mu) / (var + eps) + beta
@@ -581,6 +587,27 @@ def _enc(name, **attrs):
     return type(name, (EncLearner,), attrs)
 
 
+class NaNWhereAllMasked(MultiHeadAttention):  # like ex03's own: no guard for a masked-out row
+    def forward(self, query, key, value, mask=None):
+        out, weights = super().forward(query, key, value, mask=mask)
+        dead = torch.zeros(1, dtype=torch.bool) if mask is None else ~mask.any(-1)
+        return out.masked_fill(dead[..., None], float("nan")), weights
+
+
+class EncNotMaskNaN(EncLearner):  # #hunt6: the NaN rows were told "it has dropout"
+    mask_inverted = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.self_attn.__class__ = NaNWhereAllMasked
+
+
+class EncWithABuffer(EncLearner):  # #hunt6: its buffer was called a parameter
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register_buffer("scale", torch.ones(1))
+
+
 class EncEps(EncLearner):
     def __init__(self, d_model, num_heads, d_ff, norm_first=False):
         super().__init__(d_model, num_heads, d_ff, norm_first)
@@ -592,7 +619,7 @@ class DecLearner(nn.Module):
     """A learner's decoder layer written out step by step; subclasses change one thing."""
 
     masks_inverted = queries_from_memory = gelu = one_norm = no_residual = False
-    residual_normed = no_final_norm = cross_first = always_post = False
+    residual_normed = no_final_norm = cross_first = always_post = norm2_for_ffn = False
     eps = 1e-5
 
     def __init__(self, d_model, num_heads, d_ff, norm_first=False):
@@ -626,6 +653,8 @@ class DecLearner(nn.Module):
             steps[0], steps[1] = (self.norm1, attend_memory), (self.norm2, attend_self)
         if self.one_norm:
             steps = [(self.norm1, f) for _, f in steps]
+        if self.norm2_for_ffn:  # #hunt6: "None of the usual single mistakes"
+            steps[2] = (self.norm2, ffn)
         for k, (norm, f) in enumerate(steps):
             if self.norm_first and not self.always_post:
                 x = f(norm(x)) if self.no_residual else x + f(norm(x))
@@ -789,6 +818,12 @@ def ln_eps_after_division(x, gamma, beta, eps=1e-5):
     return ((x - mean) / torch.sqrt(var) + eps) * gamma + beta
 
 
+class LayerNormDrawnWeight(LayerNormByHand):  # #hunt6: "None of the usual single mistakes"
+    def __init__(self, d_model, eps=1e-5, bias=True):
+        super().__init__(d_model, eps, bias)
+        self.weight = nn.Parameter(torch.randn(d_model))
+
+
 class LayerNormBertEps(LayerNormByHand):
     def __init__(self, d_model, eps=1e-6, bias=True):
         super().__init__(d_model, eps, bias)
@@ -819,6 +854,7 @@ SINGLE_MISTAKES = [
     ("ex07.layer_norm", ln_not_centred, "the mean is not subtracted from x"),
     ("ex07.layer_norm", ln_mean_of_squares, "the variance is the mean of (x - mean) ** 2"),
     ("ex07.layer_norm", ln_by_variance, "divide by the standard deviation"),
+    ("ex07.layer_norm", ln_statistics_without_gradient, "no gradient flows through them"),
     ("ex07.layer_norm", ln_no_shift, "beta is missing"),
     ("ex07.layer_norm", ln_no_affine, "gamma and beta are not applied"),
     ("ex07.layer_norm", ln_shift_then_scale, "beta is added before gamma scales"),
@@ -844,6 +880,8 @@ SINGLE_MISTAKES = [
     ("ex07.EncoderLayer", _enc("EncPost", always_post=True), "norm_first is ignored"),
     ("ex07.EncoderLayer", _enc("EncPre", always_pre=True), "always pre-norm"),
     ("ex07.EncoderLayer", _enc("EncNotMask", mask_inverted=True), "the mask is inverted"),
+    ("ex07.EncoderLayer", EncWithABuffer, "persistent=False"),
+    ("ex07.EncoderLayer", EncNotMaskNaN, "keys are all masked, as when the mask is inverted"),
     ("ex07.EncoderLayer", _enc("EncNorms", norms_swapped=True), "norm1 and norm2 are swapped"),
     ("ex07.EncoderLayer", _enc("EncFFIn", ff_on_input=True), "reads the layer's input x"),
     (
@@ -874,6 +912,7 @@ SINGLE_MISTAKES = [
     ),
     ("ex07.DecoderLayer", _dec("DecGelu", gelu=True), "ReLU (F.relu), not GELU"),
     ("ex07.DecoderLayer", _dec("DecOneNorm", one_norm=True), "norm1 is used for every sub-layer"),
+    ("ex07.DecoderLayer", _dec("DecNorm2Twice", norm2_for_ffn=True), "uses norm2 again"),
     (
         "ex07.DecoderLayer",
         _dec("DecNoRes", no_residual=True),
@@ -910,6 +949,7 @@ SINGLE_MISTAKES = [
     ("ex07.EncoderLayer", EncPreFeedForwardUnnormed, "the feed-forward network too"),
     ("ex07.DecoderLayer", DecPreFeedForwardUnnormed, "the feed-forward network too"),
     ("ex07.LayerNorm", LayerNormBertEps, "the default eps is 1e-5"),
+    ("ex07.LayerNorm", LayerNormDrawnWeight, "starts with weight = ones"),
     ("ex07.rms_norm", rms_dim_one, "the mean is taken over dim=1"),
     ("ex07.SwiGLU", SwiGLUWithoutSiLU, "the gate has no activation"),
 ]

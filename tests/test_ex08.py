@@ -576,6 +576,10 @@ def train_step_of_a_learner(slip):
             loss = label_smoothing_by_distribution(logits, tgt, pad_id, smoothing)
         else:
             loss = F.cross_entropy(logits, tgt, ignore_index=pad_id, label_smoothing=smoothing)
+        if slip == "float32 loss":  # #hunt6: "2.70303, expected 2.70303" on a float64 model
+            loss = F.cross_entropy(
+                logits.float(), tgt, ignore_index=pad_id, label_smoothing=smoothing
+            )
         optimizer.zero_grad()
         loss.backward()
         if slip == "by value":
@@ -592,6 +596,16 @@ def train_step_of_a_learner(slip):
         return loss.item()
 
     return step
+
+
+def greedy_argmax_without_dim(step_fn, batch_size, bos_id, eos_id, max_new_tokens):  # #hunt6
+    prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
+    finished = torch.zeros(batch_size, dtype=torch.bool)
+    for _ in range(max_new_tokens):
+        token = torch.where(finished, eos_id, step_fn(prefix)[:, -1].argmax())
+        finished = finished | (token == eos_id)
+        prefix = torch.cat([prefix, token[:, None]], dim=1)
+    return prefix[:, 1:]
 
 
 def greedy_with_a_column_of_logits(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
@@ -727,6 +741,9 @@ FOUND_LATER = [
     # #hunt5: a shift in place on a copy (out[:, 1:] = out[:, :-1]) got "None of the usual..."
     ("ex08.shift_right", shift_right_in_place_on_a_copy, "overlapping view of itself"),
     ("ex08.train_step", train_step_of_a_learner("loss after the step"), "not a loss computed"),
+    ("ex08.train_step", train_step_of_a_learner("float32 loss"), "no .float() on the logits"),
+    # #hunt6: argmax() without dim= got "None of the usual single mistakes"
+    ("ex08.greedy_decode", greedy_argmax_without_dim, "argmax without dim= returns one index"),
     # #hunt5: the lesson's warmup (100) hard-coded got no hint
     (
         "ex08.noam_lr",

@@ -855,8 +855,16 @@ def load_weights(module: Any, state_dict: dict[str, Tensor], what: str = "your m
             k.rpartition(".")[2] == "bias" and k[:-4] + "weight" in state_dict for k in extra
         )
         others = any(k.rpartition(".")[2] == "bias" for k in state_dict)  # bias=True asked
+        buffers = set(extra) & {name for name, _ in module.named_buffers()}
         raise GradingError(
-            f"{what} has parameters the task does not ask for: {', '.join(extra)}"
+            f"{what} has {'buffers' if buffers else 'parameters'} the task does not ask for: "
+            f"{', '.join(extra)}"
+            + (
+                ". A buffer of your own stays out of the loaded weights with "
+                "register_buffer(name, tensor, persistent=False)"
+                if buffers
+                else ""
+            )
             + (
                 ". These layers have no bias even when the others have one: build them with "
                 "bias=False"

@@ -145,7 +145,8 @@ def without_dropout(module: nn.Module, args: list, kwargs: dict, what: str) -> A
         trained = module.train()(*args, **kwargs)
         evaluated = module.eval()(*args, **kwargs)
     if isinstance(trained, Tensor) and isinstance(evaluated, Tensor):
-        if trained.shape == evaluated.shape and not torch.allclose(trained, evaluated, atol=1e-6):
+        same = torch.allclose(trained, evaluated, atol=1e-6, equal_nan=True)  # NaN: not dropout
+        if trained.shape == evaluated.shape and not same:
             raise GradingError(
                 f"your {what} gives other outputs in training mode than in eval mode, so it has "
                 "dropout the task does not ask for (PyTorch's layers default to dropout=0.1; "

@@ -175,6 +175,8 @@ class WrongLayer(nn.Module):
             norms = [self.norm1] * len(norms)
         if mistake == "norm1_for_cross":
             norms[1] = self.norm1
+        if mistake == "norm2_for_ffn":  # the cross-attention's line copied, norm2 kept
+            norms[-1] = self.norm2
         if mistake == "one_norm_module":  # self.norm1 = self.norm2 = ...: the last loaded wins
             norms = [norms[-1]] * len(norms)
         activation = activation_with(self.activation, mistake)
@@ -246,3 +248,10 @@ class LayerTask(ModuleTask):
 
     def run(self, module, case):
         return without_dropout(module, list(case.args), case.kwargs, "layer")
+
+    def diagnose(self, got, want, case):  # the course's attention gives 0, not NaN, there
+        if isinstance(got, torch.Tensor) and got.isnan().any() and not want.isnan().any():
+            return "NaN comes from a query whose keys are all masked, as when the mask is " + (
+                "inverted: " + MASK_INVERTED.split(": ", 1)[1]
+            )
+        return None

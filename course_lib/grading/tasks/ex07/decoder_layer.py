@@ -48,6 +48,8 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "norm1_everywhere": "norm1 is used for every sub-layer: norm1 goes with the self-attention, "
     "norm2 with the cross-attention, norm3 with the feed-forward network (each has its own "
     "weights)",
+    "norm2_for_ffn": "the feed-forward sub-layer uses norm2 again: norm2 goes with the "
+    "cross-attention, norm3 with the feed-forward network (each has its own weights)",
     "no_residual": "the residual connections are missing: add each sub-layer's input to its "
     "output (x + sublayer(...)) around all three sub-layers",
     "normed_sublayer": "the residual must carry x itself around the sub-layer: post-norm is "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ...core import Case, Task, register
+from ...core import Case, Task, compare_values, register
 from ..common import randn
 
 NO_KEEPDIM = (
@@ -62,6 +62,9 @@ MISTAKES = {
     "so bracket the centred x, (x - mean) / sqrt(var + eps) * gamma + beta",
     "power_half": POWER_HALF,
     "power_half_inline": POWER_HALF,
+    "stats_detached": "the mean and variance are detached (.detach() or torch.no_grad()): the "
+    "values are right, but no gradient flows through them, so training differs from "
+    "nn.LayerNorm's; compute them from x with tensor operations",
     "no_eps": "your result is LayerNorm without eps (or with a far smaller one): add eps to the "
     "variance inside the square root, sqrt(var + eps), with the default eps=1e-5",
 }
@@ -77,6 +80,8 @@ def wrong_layer_norm(x, gamma, beta, eps=None, *, mistake=""):
     mean = x.mean() if dim is None else x.mean(dim=dim, keepdim=keepdim)
     spread = x if mistake == "second_moment" else x - mean
     var = (spread**2).mean() if dim is None else (spread**2).mean(dim=dim, keepdim=keepdim)
+    if mistake == "stats_detached":
+        mean, var = mean.detach(), var.detach()
     if mistake == "unbiased":
         var = x.var(dim=dim, unbiased=True, keepdim=True)
     if mistake == "eps_outside":
@@ -109,14 +114,15 @@ class LayerNormTask(Task):
     forbidden = FORBIDDEN
 
     def cases(self, gen):
-        def case(description, shape, dtype=torch.float32, scale=3.0, eps=None):
+        def case(description, shape, dtype=torch.float32, scale=3.0, eps=None, grad=False):
             d = shape[-1]
             # an offset, except for tiny rows (float32 cannot centre 1.5 + 1e-3 noise exactly)
             x = scale * randn(gen, *shape, dtype=dtype) + (1.5 if scale >= 1 else 0.0)
             gamma = 1 + randn(gen, d, dtype=dtype)
             beta = randn(gen, d, dtype=dtype)
             kwargs = {} if eps is None else {"eps": eps}
-            return Case(description, (x, gamma, beta), kwargs)
+            data = {"grad_weights": randn(gen, *shape, dtype=dtype)} if grad else {}
+            return Case(description, (x, gamma, beta), kwargs, data=data)
 
         return [
             case("x (4, 6), the default eps", (4, 6)),
@@ -129,4 +135,25 @@ class LayerNormTask(Task):
                  (3, 6), scale=1e-3),
             case("float64 x (5, 5) * 1e-3 with eps=1e-4",
                  (5, 5), dtype=torch.float64, scale=1e-3, eps=1e-4),
+            # the values alone passed with the mean and variance detached
+            case("the gradient with respect to x, float64 x (3, 6)", (3, 6), torch.float64,
+                 grad=True),
         ]  # fmt: skip
+
+    def call(self, obj, case):
+        if "grad_weights" not in case.data:
+            return super().call(obj, case)
+        x = case.args[0].requires_grad_(True)  # the case's own copy: training back-propagates
+        out = obj(*case.args, **case.kwargs)
+        if not isinstance(out, torch.Tensor) or not out.requires_grad:
+            return out, None
+        weights = case.data["grad_weights"]
+        return out.detach(), torch.autograd.grad((out * weights).sum(), x, allow_unused=True)[0]
+
+    def compare(self, got, want, case):
+        if "grad_weights" not in case.data:
+            return super().compare(got, want, case)
+        got, got_grad = got if isinstance(got, tuple) else (got, None)
+        return compare_values(got, want[0]) or compare_values(
+            got_grad, want[1], "your result has the right values, but its gradient"
+        )

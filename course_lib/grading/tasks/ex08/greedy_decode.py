@@ -60,6 +60,8 @@ MISTAKES = {
     "no_stop": _GREEDY_NO_STOP_HINT,
     "argmax_wrong_axis": "argmax over the wrong axis: pick the most likely token over the "
     "vocabulary, logits[:, -1].argmax(dim=-1)",
+    "argmax_no_dim": "argmax without dim= returns one index into the flattened scores, the same "
+    "for every row (and often past the vocabulary): logits[:, -1].argmax(dim=-1), one per row",
     "first_position": "you used the logits of the first position; the next token is predicted "
     "by the last one, logits[:, -1]",
     "keep_bos": "return the generated tokens without the leading <bos> "
@@ -100,6 +102,8 @@ def wrong_greedy_decode(step_fn, batch_size, bos_id, eos_id, max_new_tokens, *, 
         logits = step_fn(prefix)  # (batch, t, vocab)
         if mistake == "argmax_wrong_axis":
             chosen = logits.argmax(dim=1)[:, -1]
+        elif mistake == "argmax_no_dim":  # one index into the flattened (batch, vocab) scores
+            chosen = logits[:, -1].argmax().expand(batch_size)
         else:
             chosen = logits[:, 0 if mistake == "first_position" else -1].argmax(dim=-1)
         token = chosen.masked_fill(finished, 0 if mistake == "zero_after_eos" else eos_id)

@@ -282,6 +282,12 @@ class TrainStep(Task):
         rel = 1e-5 if case.data["dtype"] == torch.float32 else 1e-9
         for step, (g, w) in enumerate(zip(losses, want[0], strict=True), start=1):
             if abs(g - w) > rel * max(1.0, abs(w)):
+                if abs(g - w) < 1e-5 * max(1.0, abs(w)):  # float32's precision on a float64 model
+                    return (
+                        f"the loss returned by step {step} is {g:.12g}, expected {w:.12g}: "
+                        "float32's precision, on a float64 model; compute the loss in the "
+                        "logits' dtype (no .float() on the logits or the loss)"
+                    )
                 return f"the loss returned by step {step} is {g:.6g}, expected {w:.6g}"
         message = compare_values(params, want[1], "the model's weights after your step(s)")
         if message:
