@@ -546,7 +546,9 @@ class _LearnerMHA(nn.Module):
         if self.slip == "one layer for q, k and v":
             self.q_proj = self.k_proj = self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         if self.slip == "float32 buffer":  # .to(float64) keeps its float32-rounded value
-            self.register_buffer("scale", torch.tensor(1 / math.sqrt(self.d_head)))
+            self.register_buffer(
+                "scale", torch.tensor(1 / math.sqrt(self.d_head)), persistent=False
+            )
 
     def split(self, x):
         batch, seq, _ = x.shape
@@ -1001,7 +1003,10 @@ class MultiHeadAttentionWithABuffer(_LearnerMHA):
         self.register_buffer("causal", torch.ones(8, 8, dtype=torch.bool).tril())
 
 
-def test_a_buffer_of_the_learners_own_is_no_extra_parameter():
-    # sixth hunt: 0 of 12, "parameters the task does not ask for: causal"
+def test_a_buffer_of_the_learners_own_is_named_a_buffer():
+    # sixth hunt: it was told "parameters the task does not ask for: causal"; exercise 09 loads
+    # GPT-2 strictly into the learner's model, so the buffer must stay out of the state dict
     result = check_result("ex03.MultiHeadAttention", MultiHeadAttentionWithABuffer)
-    assert result.status == "passed", result.feedback
+    assert result.status == "failed", result.feedback
+    assert "buffers the task does not ask for" in result.feedback
+    assert "persistent=False" in result.feedback
