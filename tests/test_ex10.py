@@ -751,6 +751,11 @@ HUNTED_5 = [  # #hunt5: one bullet's "/ sqrt(d_k)" left out: "only dq differs", 
         ],
         "ids may have any shape",
     ),
+    (  # #hunt6: divided by d_k instead of its square root: "None of the usual" before
+        "tiled_attention",
+        [("math.sqrt(q.shape[-1])", "q.shape[-1]")],
+        "divided by d_k",
+    ),
     (  # the lesson's 3-D k.transpose(1, 2) on 4-D inputs: a bare PyTorch error
         "tiled_attention",
         [("scores = q @ k_block.transpose(-2, -1)", "scores = q @ k_block.transpose(1, 2)")],
