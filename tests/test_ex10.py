@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import types
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -370,7 +371,7 @@ def mlm_independent_draws(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None,
     return inputs, torch.where(chosen, ids, torch.full_like(ids, -100))
 
 
-def backward_without_D(q, k, v, out, lse, d_out, block_size=128, causal=False):
+def backward_without_D(q, k, v, out, lse, d_out, block_size=128, causal=False, d=0, kept=None):
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError("block_size")
     n_q, n_k = q.shape[-2], k.shape[-2]
@@ -382,9 +383,9 @@ def backward_without_D(q, k, v, out, lse, d_out, block_size=128, causal=False):
         s = q @ kb.transpose(-2, -1) * scale
         if causal:
             s = s.masked_fill(torch.arange(start, start + s.shape[-1]) > rows, -math.inf)
-        p = torch.exp(s - lse[..., None])
+        p = torch.exp(s - lse[..., None]) if kept is None else kept[start // block_size]
         dvs.append(p.transpose(-2, -1) @ d_out)
-        ds = p * (d_out @ vb.transpose(-2, -1))  # the softmax's Jacobian without D
+        ds = p * (d_out @ vb.transpose(-2, -1) - d)  # d=0: the softmax's Jacobian without D
         dq = dq + ds @ kb * scale
         dks.append(ds.transpose(-2, -1) @ q * scale)
     return dq, torch.cat(dks, -2), torch.cat(dvs, -2)
@@ -406,6 +407,36 @@ def test_reviewed_slips_get_a_named_hint(task_id, impl, words):
     result = check_result(task_id, impl)
     assert result.status == "failed", result.feedback
     assert words in result.feedback, result.feedback
+
+
+def backward_in_float64(q, k, v, out, lse, d_out, block_size=128, causal=False, keep=False):
+    # a learner's backward done in float64 and cast back, dk and dv as blocks in lists, then cat
+    # (memory linear in n: lost a check before, as "every tile kept"); keep=True keeps every
+    # block's weights for a second pass, which stores the full matrix (it passed before)
+    dtypes = (q.dtype, k.dtype, v.dtype)
+    q, k, v, out, lse, d_out = (t.double() for t in (q, k, v, out, lse, d_out))
+    grads = (backward_two_passes if keep else backward_without_D)(
+        q, k, v, out, lse, d_out, block_size, causal, d=(d_out * out).sum(-1, keepdim=True)
+    )
+    return tuple(g.to(dt) for g, dt in zip(grads, dtypes, strict=True))
+
+
+def backward_two_passes(q, k, v, out, lse, d_out, block_size, causal, d):
+    rows = torch.arange(q.shape[-2])[:, None] + k.shape[-2] - q.shape[-2]
+    weights = []  # pass 1 keeps them all, pass 2 reads them instead of recomputing them
+    for start in range(0, k.shape[-2], block_size):
+        s = q @ k[..., start : start + block_size, :].transpose(-2, -1) * q.shape[-1] ** -0.5
+        if causal:
+            s = s.masked_fill(torch.arange(start, start + s.shape[-1]) > rows, -math.inf)
+        weights.append(torch.exp(s - lse[..., None]))
+    return backward_without_D(q, k, v, out, lse, d_out, block_size, causal, d=d, kept=weights)
+
+
+@pytest.mark.parametrize("keep, passes", [(False, True), (True, False)])
+def test_backward_may_copy_its_inputs_but_not_keep_every_block_of_weights(keep, passes):
+    result = check_result("ex10.tiled_attention_backward", partial(backward_in_float64, keep=keep))
+    assert (result.status == "passed") == passes, result.feedback
+    assert passes or "keeps every tile of scores alive" in result.feedback, result.feedback
 
 
 def test_backward_may_not_use_autograd():
@@ -719,6 +750,11 @@ HUNTED_5 = [  # #hunt5: one bullet's "/ sqrt(d_k)" left out: "only dq differs", 
             )
         ],
         "ids may have any shape",
+    ),
+    (  # #hunt6: divided by d_k instead of its square root: "None of the usual" before
+        "tiled_attention",
+        [("math.sqrt(q.shape[-1])", "q.shape[-1]")],
+        "divided by d_k",
     ),
     (  # the lesson's 3-D k.transpose(1, 2) on 4-D inputs: a bare PyTorch error
         "tiled_attention",

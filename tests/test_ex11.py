@@ -603,6 +603,16 @@ HUNTED_5 = [  # #hunt5: a boundary slip that got "None of the usual single mista
         ],
         "is indexed from ITS first query",
     ),
+    (  # #hunt6: nn.MultiheadAttention's average_attn_weights=False added: a bare TypeError
+        "attention_patterns",
+        [
+            (
+                '{**kwargs, "need_weights": True}',
+                '{**kwargs, "need_weights": True, "average_attn_weights": False}',
+            )
+        ],
+        "takes no average_attn_weights",
+    ),
 ]
 
 

@@ -29,7 +29,9 @@ MEMORY_HINT = (
 
 # In the cases whose keys span at least 2 x ALIVE blocks, the tensors alive at once may hold
 # ALIVE rows of tiles: a loop over key tiles keeps a few alive at a time, a list keeps them all.
-ALIVE = 8
+# Besides, COPIES times the inputs: copies that grow with n, not n^2 (a cast to float64 and
+# back, dk and dv built from a list of blocks, then cat).
+ALIVE, COPIES = 8, 6
 
 
 class MemoryLimit(TorchFunctionMode):
@@ -73,9 +75,10 @@ class MemoryLimit(TorchFunctionMode):
                     raise GradingError(
                         "your code keeps every tile of scores alive at once (in a list, say), "
                         "which stores the full matrix again, piece by piece: tensors of "
-                        f"{self.total:,} numbers were alive together, more than {ALIVE} rows of "
-                        f"tiles ({self.limit:,} numbers each); fold each tile into the running "
-                        "maximum, sum and output, then let it go"
+                        f"{self.total:,} numbers were alive together, more than "
+                        f"{self.alive_limit:,} ({ALIVE} columns of tiles and a few copies of the "
+                        "inputs); fold each tile into the running maximum, sum and output, then "
+                        "let it go"
                     )
         return out
 
@@ -99,7 +102,7 @@ def limited_case(description, args, block_size, causal=False, raises=None):
         row = batch * n_q * max(block_size, q.shape[-1], v.shape[-1])
         limit = max(row, *(batch * t.shape[-2] * t.shape[-1] for t in (q, k, v)))
         if n_k >= 2 * ALIVE * block_size:
-            alive = ALIVE * limit
+            alive = ALIVE * row + COPIES * sum(t.numel() for t in args)
     kwargs = {"block_size": block_size, "causal": causal}
     return Case(description, args, kwargs, data={"limit": limit, "alive": alive}, raises=raises)
 

@@ -115,6 +115,7 @@ FAULTS = {
         "by 2 d_k; write d_k ** 0.5 or math.sqrt(d_k)"
     ),
     "unscaled": "the scores are not divided by sqrt(d_k)",
+    "scaled_by_d": "the scores are divided by d_k: divide them by sqrt(d_k)",
     "scaled_by_d_v": D_V_SCALE_HINT,
     "diagonal_blocked": (
         "with causal=True a query may attend to itself: block keys j > i, not j >= i"
@@ -170,8 +171,8 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
     n_q, n_k = q.shape[-2], k.shape[-2]
     if mistake == "full_matrix":
         block_size = n_k  # one tile: the whole (n_q, n_k) matrix
-    if mistake == "power_half":  # q / d ** 1/2 is q / d / 2
-        q = q / q.shape[-1] ** 1 / 2
+    if mistake in ("power_half", "scaled_by_d"):  # q / d ** 1/2 is q / d / 2
+        q = q / q.shape[-1] ** 1 / (2 if mistake == "power_half" else 1)
     elif mistake != "unscaled":
         q = q / math.sqrt((v if mistake == "scaled_by_d_v" else q).shape[-1])
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])

@@ -186,6 +186,9 @@ class TiledAttentionBackward(Task):
                  (1, 1024, 16), (1, 1024, 16), 16, 128, True, dtype=f32),
             case("few queries, many keys: q (2, 32, 8), k and v (2, 2048, 8), block_size=128",
                  (2, 32, 8), (2, 2048, 8), 8, 128, dtype=f32),
+            case("q (1, 256, 8), k and v (1, 4096, 8), block_size=128: the weights of all the "
+                 "blocks may not be kept (in a list) for a second pass",
+                 (1, 256, 8), (1, 4096, 8), 8, 128, dtype=f32),
             *(case(f"block_size={size} must raise a ValueError",
                    (1, 4, 4), (1, 4, 4), 4, size, raises=ValueError) for size in (0, -1, 2.5)),
         ]

@@ -62,6 +62,11 @@ MISTAKES = {
         "not fit; `try:` ... `finally:` removes the hooks without an `except`"
     ),
     "list": "return one tensor (torch.stack of the per-layer patterns), not a list",
+    "average_kwarg": (
+        "the course's self_attn is not nn.MultiheadAttention and takes no "
+        "average_attn_weights: its weights already come per head, (batch, num_heads, seq, "
+        "seq); set only kwargs['need_weights'] = True"
+    ),
 }
 
 
@@ -73,6 +78,8 @@ def wrong_patterns(model, ids, *, mistake=""):
 
     def ask(module, args, kwargs):
         kept = {} if mistake == "kwargs_dropped" else kwargs  # the mask, is_causal, ...
+        if mistake == "average_kwarg":  # nn.MultiheadAttention's keyword, unknown here
+            kept = {**kwargs, "average_attn_weights": False}
         return args, {**kept, "need_weights": mistake != "weights_not_asked"}
 
     def keep(module, args, output):
