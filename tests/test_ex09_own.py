@@ -842,3 +842,31 @@ def test_gpt2_small_s_12_layers_hard_coded_are_told_to_count_the_layers():
     result = check_result("ex09.gpt2_to_mine", functools.partial(gpt2_to_mine, num_layers=12))
     assert result.status == "failed", result.feedback
     assert "this state dict has 1 layer (h.0): count the layers" in result.feedback
+
+
+def _gpt2_to_mine_layers_by(slip):
+    """The learner's map, with each layer's number read from its key as the slip reads it."""
+
+    def gpt2_to_mine_by_layer_names(hf_state):
+        right = gpt2_to_mine(hf_state)
+        out = {k: v for k, v in right.items() if not k.startswith("layers.")}
+        names = sorted({k.split(".")[1] for k in right if k.startswith("layers.")})  # as text
+        for i, name in enumerate(names):
+            if slip == "one digit" and len(name) > 1:  # re.match(r"h\.(\d)\.", key)
+                continue
+            sources = [n for n in names if n.startswith(name)] if slip == "startswith" else [name]
+            index = i if slip == "sorted" else int(name)
+            for n in sources:  # key.startswith(f"h.{name}"): the last layer read wins
+                layer = {k: v for k, v in right.items() if k.startswith(f"layers.{n}.")}
+                out |= {k.replace(f"layers.{n}.", f"layers.{index}."): v for k, v in layer.items()}
+        return out
+
+    return gpt2_to_mine_by_layer_names
+
+
+@pytest.mark.parametrize("slip", ["sorted", "startswith", "one digit"])
+def test_gpt2_small_s_two_digit_layers_are_read_as_numbers(slip):
+    # hunt 6: with the checks' 1 or 2 layers, these three maps got full marks
+    result = result_of("ex09.gpt2_to_mine", _gpt2_to_mine_layers_by(slip))
+    assert result.status == "failed" and "int(key.split('.')[1])" in result.feedback, result
+    assert result_of("ex09.gpt2_to_mine", _gpt2_to_mine_layers_by("")).status == "passed"
