@@ -870,3 +870,16 @@ def test_gpt2_small_s_two_digit_layers_are_read_as_numbers(slip):
     result = result_of("ex09.gpt2_to_mine", _gpt2_to_mine_layers_by(slip))
     assert result.status == "failed" and "int(key.split('.')[1])" in result.feedback, result
     assert result_of("ex09.gpt2_to_mine", _gpt2_to_mine_layers_by("")).status == "passed"
+
+
+def evaluate_padding_the_last_window(model, ids, block_size, batch_size=64):
+    """The learner's evaluate on the text with token 0 appended to fill the last window."""
+    missing = -(len(ids) - 1) % block_size  # to make the last window block_size + 1 long
+    return evaluate(model, F.pad(ids, (0, missing)), block_size, batch_size)
+
+
+def test_a_last_window_padded_to_full_length_is_named():
+    # hunt 6: "your loss is 2.90461 nats per token, expected 2.95669" with no hint
+    result = result_of("ex09.evaluate", evaluate_padding_the_last_window)
+    assert result.status == "failed", result.feedback
+    assert evaluate_task.MISTAKES["padded_last"] in result.feedback, result.feedback
