@@ -426,6 +426,11 @@ def _attend(slip):
             k = k if slip != "rope_queries_only" else split_heads(a.k_proj(h), self.heads)
             if slip == "rope_values":
                 v = apply_rope(v, positions)
+            if slip == "rope_before_split":  # (batch, n, d_model) rotated, then split
+                q, k = (
+                    split_heads(apply_rope(p(h), positions), self.heads)
+                    for p in (a.q_proj, a.k_proj)
+                )
         if cache is None or (slip == "chunk_ignores_cache" and n > 1):  # the prompt at once
             weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(
                 ~causal_mask(n), float("-inf")
@@ -501,6 +506,8 @@ class _GPTWithDefaultFinalEps(ex09._mistake_gpt("")):
         # #hunt4: both got "None of the usual single mistakes"
         (_GPTWithDefaultFinalEps, "final_eps_ignored"),
         (_gpt_with(("attend", _attend("rope_queries_only"))), "rope_queries_only"),
+        # hunt 6: "None of the usual single mistakes"
+        (_gpt_with(("attend", _attend("rope_before_split"))), "rope_before_split"),
     ],
 )
 def test_a_capstone_slip_fails_in_the_notebook_with_its_own_hint(learner, mistake):
@@ -527,7 +534,7 @@ def test_the_init_hint_gives_a_reason_true_for_a_std_scaled_by_hand():
 
 
 def _learners_sample_next(slip):
-    """A learner's sample_next with one slip: "top_p_unsorted" or "kth_flat"."""
+    """A learner's sample_next with one slip ("top_p_unsorted", "kth_flat", ...)."""
 
     def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
         if temperature < 0 or (top_k is not None and top_k < 1):
@@ -546,6 +553,8 @@ def _learners_sample_next(slip):
         if top_p is not None:
             sorted_probs, order = probs.sort(-1, descending=True)
             keep = sorted_probs.cumsum(-1) - sorted_probs < top_p  # in sorted order
+            if slip == "sorted_ids":  # #hunt6: a position among the sorted probabilities
+                return torch.multinomial(sorted_probs * keep, 1, generator=generator).squeeze(-1)
             if slip != "top_p_unsorted":  # the slip: the sorted mask on the unsorted probs
                 keep = keep.scatter(-1, order, keep)
             probs = probs.masked_fill(~keep, 0.0)
@@ -565,6 +574,8 @@ def _learners_sample_next(slip):
         # the lowest k-th logit of the batch for every row: full marks under seed 2 (its random
         # rows happened to agree), a bare "outside the allowed set" under seed 0
         ("kth_min", "top_k_one_threshold"),
+        # the drawn position in the sorted order returned as the token: no hint
+        ("sorted_ids", "top_p_sorted_ids"),
     ],
 )
 def test_sample_next_slips_are_named(slip, row):
@@ -860,3 +871,31 @@ def test_a_sample_next_that_squeezes_a_batch_of_one_fails():
 
     result = status("ex09.sample_next", squeezes_all)
     assert result.status == "failed" and "not squeeze()" in result.feedback, result.feedback
+
+
+class _GPTWithHeadBias(ex09._mistake_gpt("")):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)  # hunt 6: nn.Linear's default bias=True on the head
+        self.lm_head.bias = torch.nn.Parameter(torch.zeros(self.lm_head.out_features))
+
+
+def test_an_lm_head_with_a_bias_is_told_it_never_has_one():
+    # before: "pass bias=bias on to every layer", which fails the bias=True case next
+    result = status("ex09.GPT", _GPTWithHeadBias)
+    assert result.status == "failed" and "lm_head.bias" in result.feedback, result.feedback
+    assert "no bias even when the others have one" in result.feedback, result.feedback
+
+
+class _GPTWithDropout(ex09._mistake_gpt("")):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)  # hunt 6: an assistant's dropout=0.1 in every block
+        for layer in self.layers:  # dropout after linear1, as nn.Dropout(0.1) would
+            layer.feed_forward.linear1.register_forward_hook(
+                lambda module, _, out: F.dropout(out, 0.1, module.training)
+            )
+
+
+def test_a_capstone_with_dropout_is_told_it_has_none():
+    # before: "the loss before the step is 2.657, expected 2.682" with no hint
+    result = status("ex09.GPT", _GPTWithDropout)
+    assert result.status == "failed" and "dropout the task does not ask for" in result.feedback

@@ -842,3 +842,69 @@ def test_gpt2_small_s_12_layers_hard_coded_are_told_to_count_the_layers():
     result = check_result("ex09.gpt2_to_mine", functools.partial(gpt2_to_mine, num_layers=12))
     assert result.status == "failed", result.feedback
     assert "this state dict has 1 layer (h.0): count the layers" in result.feedback
+
+
+def _gpt2_to_mine_layers_by(slip):
+    """The learner's map, with each layer's number read from its key as the slip reads it."""
+
+    def gpt2_to_mine_by_layer_names(hf_state):
+        right = gpt2_to_mine(hf_state)
+        out = {k: v for k, v in right.items() if not k.startswith("layers.")}
+        names = sorted({k.split(".")[1] for k in right if k.startswith("layers.")})  # as text
+        for i, name in enumerate(names):
+            if slip == "one digit" and len(name) > 1:  # re.match(r"h\.(\d)\.", key)
+                continue
+            sources = [n for n in names if n.startswith(name)] if slip == "startswith" else [name]
+            index = i if slip == "sorted" else int(name)
+            for n in sources:  # key.startswith(f"h.{name}"): the last layer read wins
+                layer = {k: v for k, v in right.items() if k.startswith(f"layers.{n}.")}
+                out |= {k.replace(f"layers.{n}.", f"layers.{index}."): v for k, v in layer.items()}
+        return out
+
+    return gpt2_to_mine_by_layer_names
+
+
+@pytest.mark.parametrize("slip", ["sorted", "startswith", "one digit"])
+def test_gpt2_small_s_two_digit_layers_are_read_as_numbers(slip):
+    # hunt 6: with the checks' 1 or 2 layers, these three maps got full marks
+    result = result_of("ex09.gpt2_to_mine", _gpt2_to_mine_layers_by(slip))
+    assert result.status == "failed" and "int(key.split('.')[1])" in result.feedback, result
+    assert result_of("ex09.gpt2_to_mine", _gpt2_to_mine_layers_by("")).status == "passed"
+
+
+def evaluate_padding_the_last_window(model, ids, block_size, batch_size=64):
+    """The learner's evaluate on the text with token 0 appended to fill the last window."""
+    missing = -(len(ids) - 1) % block_size  # to make the last window block_size + 1 long
+    return evaluate(model, F.pad(ids, (0, missing)), block_size, batch_size)
+
+
+def test_a_last_window_padded_to_full_length_is_named():
+    # hunt 6: "your loss is 2.90461 nats per token, expected 2.95669" with no hint
+    result = result_of("ex09.evaluate", evaluate_padding_the_last_window)
+    assert result.status == "failed", result.feedback
+    assert evaluate_task.MISTAKES["padded_last"] in result.feedback, result.feedback
+
+
+def evaluate_unfold_and_split(model, ids, block_size, batch_size=64):
+    """Another right answer: unfold the full windows, split them into batches (a text shorter
+    than one window gives one empty batch), then the rest."""
+    was_training, n_full = model.training, (len(ids) - 1) // block_size
+    full = ids[: n_full * block_size + 1]
+    windows = (
+        full.unfold(0, block_size + 1, block_size) if n_full else full.new_zeros(0, block_size + 1)
+    )
+    rest, total = ids[n_full * block_size :], 0.0
+    model.eval()
+    with torch.no_grad():
+        for batch in (
+            [*windows.split(batch_size), rest[None]] if len(rest) > 1 else windows.split(batch_size)
+        ):
+            logits = model(batch[:, :-1])
+            total += F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten(), reduction="sum")
+    model.train(was_training)
+    return total.item() / (len(ids) - 1)
+
+
+def test_an_empty_batch_of_no_full_windows_is_no_error():
+    # hunt 6: the check's model refused the empty batch ("ids is empty"): 5/6 for a right answer
+    assert result_of("ex09.evaluate", evaluate_unfold_and_split).status == "passed"

@@ -43,6 +43,9 @@ MISTAKES = {
     "drop_last": "the last, shorter window is missing: after the full windows, the tokens "
     "left over (ids[n_full * block_size:], if there are at least two) form one more window "
     "whose targets count too",
+    "padded_last": "the last window is shorter: run it as it is, ids[n_full * block_size:], "
+    "without padding it to block_size + 1 tokens; padded, its made-up targets are counted and "
+    "change the mean",
     "no_overlap": "windows of block_size + 1 tokens must overlap by one "
     "(ids[i * block_size : (i + 1) * block_size + 1]): cut into windows of block_size that "
     "do not overlap, each window's first token is never predicted",
@@ -92,6 +95,9 @@ def wrong_evaluate(model, ids, block_size, batch_size=64, *, mistake=""):
     rest = windows[len(full) :]
     if mistake == "drop_last":
         rest = []
+    if mistake == "padded_last":  # token 0 appended to the last window, and its targets counted
+        padded = [F.pad(torch.cat([x, y[-1:]]), (0, width - len(x))) for x, y in rest]
+        rest = [(window[:-1], window[1:]) for window in padded]
     size = {"one_batch": max(len(full), 1), "window_means": 1}.get(mistake, batch_size)
     batches = [full[lo : lo + size] for lo in range(0, len(full), size)] + [[w] for w in rest]
     total, count, means = 0.0, 0, []
@@ -179,6 +185,11 @@ class EvaluateTask(Task):
     def call(self, obj, case):
         d = case.data
         model = course_gpt(d["sizes"], d["state"])
+        dtype = model.token_embedding.weight.dtype
+        forward, logits = model.forward, torch.zeros(d["sizes"]["vocab_size"], dtype=dtype)
+        model.forward = lambda ids, *a: (  # an empty batch (a split of no windows) is no error
+            forward(ids, *a) if ids.numel() else logits.expand(*ids.shape, -1)
+        )
         seen = []  # (windows, training, gradients on) of every forward pass
 
         def watch(module, args):

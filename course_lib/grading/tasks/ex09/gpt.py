@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...core import Case, GradingError, compare_values, register
-from ..common import ModuleTask
+from ..common import ModuleTask, without_dropout
 from ._shared import capstone_name, random_gpt_state
 
 MISTAKES = {
@@ -76,6 +76,9 @@ MISTAKES = {
     "translator (and of the original Transformer) is not part of GPT-2",
     "rope_queries_only": "rotate the keys too, with the same positions as the queries: the "
     "score q . k depends on the offset between two positions only when both are rotated",
+    "rope_before_split": "split the heads first, then rotate: apply_rope on the (batch, n, "
+    "d_model) projections pairs the features across the whole width with d_model's "
+    "frequencies; each head is rotated on its own, apply_rope on (batch, heads, n, d_head)",
     "rope_values": "rotate only the queries and the keys with apply_rope: the scores q . k then "
     "depend on the offset between two positions; the values are not rotated",
     "chunk_ignores_cache": "with a cache, every new token attends to the cached keys and values "
@@ -163,6 +166,8 @@ class WrongBlock(nn.Module):
         if self.rope and mistake != "rope_ignored":
             positions = torch.arange(start, start + n)
             q, k = _rope(q, positions), k if mistake == "rope_queries_only" else _rope(k, positions)
+            if mistake == "rope_before_split":  # pairs and frequencies over all of d_model
+                q, k = heads(_rope(a.q_proj(h), positions)), heads(_rope(a.k_proj(h), positions))
             if mistake == "rope_values":
                 v = _rope(v, positions)
         if cache is not None:
@@ -469,7 +474,8 @@ class CapstoneGPT(ModuleTask):
 
     def run(self, model, case):
         d = case.data
-        if d["kind"] == "step":
+        if d["kind"] == "step":  # a dropout the statement has not would change the loss
+            without_dropout(model, [d["ids"][:, :-1]], {}, "GPT")
             return _sgd_step(model, d["ids"])
         model.eval()
         with torch.no_grad():

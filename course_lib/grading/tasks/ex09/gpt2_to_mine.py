@@ -45,6 +45,9 @@ MISTAKES = {
     "qkv_reshaped": "c_attn's weight (d, 3 * d) holds W_Q | W_K | W_V side by side in its "
     "COLUMNS; reshape(3, d, d) cuts it in memory order, by rows, and mixes the three: split it "
     "along dim 1, weight.split(d, dim=1), then transpose each block",
+    "layers_as_text": "GPT-2 small has 12 layers, h.0 to h.11: read a layer's number as a whole "
+    "integer, int(key.split('.')[1]); sorted as text h.10 comes before h.2, a one-digit pattern "
+    "reads h.10 as h.1, and startswith('h.1') matches h.10 and h.11 too",
     "c_attn_not_transposed": "c_attn is a Conv1D too: its three (d, d) blocks are stored as "
     "(in_features, out_features) like every Conv1D weight; after splitting it along dim 1, "
     "transpose each block (.t()) for q_proj, k_proj and v_proj",
@@ -88,8 +91,9 @@ def wrong_gpt2_to_mine(hf_state, *, mistake=""):
     final = "ln_f" if mistake == "ln_f_kept" else "norm"
     out[f"{final}.weight"], out[f"{final}.bias"] = sd["ln_f.weight"], sd["ln_f.bias"]
     layers = 1 + max(int(key.split(".")[1]) for key in sd if key.startswith("h."))
-    for i in range(layers):
-        h, mine = f"h.{i}.", f"layers.{i}."
+    source = sorted(range(layers), key=str) if mistake == "layers_as_text" else range(layers)
+    for i, j in enumerate(source):  # as text, h.10 comes after h.1: layers.2 gets h.10
+        h, mine = f"h.{j}.", f"layers.{i}."
         for theirs, (ours, conv) in _BLOCK.items():
             weight = sd[f"{h}{theirs}.weight"]
             flip = conv and mistake != "not_transposed"
@@ -212,6 +216,8 @@ class Gpt2ToMineTask(Task):
                  2, 16, 9, 5, True, True, False, f32),
             case("float64, no prefix, no lm_head.weight, no mask buffers; 1 layer, d 8, "
                  "vocab 10, 4 positions", 1, 8, 10, 4, False, False, False, f64),
+            case("GPT-2 small's 12 layers, h.0 to h.11 (layers 10 and 11 have two digits); "
+                 "d 4, vocab 5, 3 positions, no prefix", 12, 4, 5, 3, False, False, True, f32),
         ]
         # fmt: on
 
@@ -290,6 +296,15 @@ class Gpt2ToMineTask(Task):
             if isinstance(g, Tensor) and w.dim() == 2 and key.startswith("layers."):
                 if g.shape == w.t().shape and torch.equal(g, w.t()) and not torch.equal(g, w):
                     return MISTAKES["not_transposed"]
+        missing = set(want) - set(got)  # only layers 10 and 11: a one-digit pattern skipped them
+        if missing and all(re.match(r"layers\.\d\d\.", key) for key in missing):
+            return MISTAKES["layers_as_text"]
+        for key, g in got.items():  # a layer holding another layer's tensor: h.10 read as text
+            rest = key.split(".", 2)[-1]
+            if key.startswith("layers.") and isinstance(g, Tensor) and key in want:
+                others = (w for k, w in want.items() if k != key and k.endswith("." + rest))
+                if not torch.equal(g, want[key]) and any(torch.equal(g, w) for w in others):
+                    return MISTAKES["layers_as_text"]
         if any(
             _permuted(got, want, layer)
             for layer in {k.split(".")[1] for k in want if k.startswith("layers.")}

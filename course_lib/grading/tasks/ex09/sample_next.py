@@ -35,6 +35,9 @@ _P5 = [0.5, 0.25, 0.125, 0.0625, 0.0625]  # powers of 2: softmax and cumsum are 
 
 
 MISTAKES = {
+    "top_p_sorted_ids": "with top_p you drew a position in the SORTED probabilities, not a "
+    "token id: map it back through the sort's order, order.gather(-1, drawn), or scatter "
+    "the kept mask back to the vocabulary's order before drawing",
     "temperature_after_softmax": "temperature has no effect in your samples: divide the LOGITS "
     "by the temperature before the softmax (dividing the probabilities afterwards is undone "
     "when they are renormalised)",
@@ -111,6 +114,8 @@ def wrong_sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator
         probs = stable_softmax(logits).masked_fill(~kept, 0.0)
     if mistake == "temperature_after_softmax":
         probs = probs / temperature
+    if mistake == "top_p_sorted_ids" and top_p is not None:  # drawn from the sorted order
+        probs = probs.sort(-1, descending=True).values
     return torch.multinomial(probs.float(), 1, generator=generator).squeeze(-1)
 
 
