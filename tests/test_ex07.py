@@ -1059,6 +1059,15 @@ class SwiGLUTrueDivision(SwiGLULearner):  # a bare TypeError from nn.Linear befo
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+class SwiGLUWithBiases(SwiGLULearner):  # #hunt6: was told to "pass bias=bias on", no such arg
+    def __init__(self, d_model, d_ff=None):
+        super().__init__(d_model, d_ff)
+        self.gate_proj, self.up_proj, self.down_proj = (
+            nn.Linear(m.in_features, m.out_features)
+            for m in (self.gate_proj, self.up_proj, self.down_proj)
+        )
+
+
 class FFHandMadeDropout(FFLearner):  # the statement warns; it got "more than one thing"
     def forward(self, x):
         h = self.activation(self.linear1(x))
@@ -1100,6 +1109,7 @@ class DecCausalByDefault(DecLearner):
         ("ex07.rms_norm", _rms(lambda h: h.pow(2).mean(-1, True), torch.float32), "precision"),
         ("ex07.DecoderLayer", DecCausalByDefault, "causal all the same"),
         ("ex07.SwiGLU", SwiGLUTrueDivision, "a float (true division)"),
+        ("ex07.SwiGLU", SwiGLUWithBiases, "These layers have no bias: build them with bias=False"),
         ("ex07.FeedForward", FFHandMadeDropout, "a hand-made mask draws"),
         ("ex07.FeedForward", FFDropoutByDefault, "the default is dropout=0.0"),
         ("ex07.EncoderLayer", EncPreNormByDefault, "built without norm_first"),

@@ -866,9 +866,15 @@ def load_weights(module: Any, state_dict: dict[str, Tensor], what: str = "your m
                 else ""
             )
             + (
-                ". These layers have no bias even when the others have one: build them with "
-                "bias=False"
-                if biases and (others or all(k.startswith("lm_head.") for k in extra))
+                ". These layers have no bias"
+                + (" even when the others have one" if others or "lm_head.bias" in extra else "")
+                + ": build them with bias=False"
+                if biases
+                and (
+                    others
+                    or all(k.startswith("lm_head.") for k in extra)
+                    or "bias" not in inspect.signature(type(module)).parameters  # SwiGLU
+                )
                 else ". This case asks for layers without biases (bias=False): pass bias=bias on "
                 "to every layer that has one (nn.Linear(..., bias=bias), your LayerNorm(..., "
                 "bias=bias))"
