@@ -856,30 +856,25 @@ def load_weights(module: Any, state_dict: dict[str, Tensor], what: str = "your m
         )
         others = any(k.rpartition(".")[2] == "bias" for k in state_dict)  # bias=True asked
         buffers = set(extra) & {name for name, _ in module.named_buffers()}
-        raise GradingError(
-            f"{what} has {'buffers' if buffers else 'parameters'} the task does not ask for: "
-            f"{', '.join(extra)}"
-            + (
+        message = f"{what} has {'buffers' if buffers else 'parameters'} the task does not ask for: "
+        message += ", ".join(extra)
+        if buffers:
+            message += (
                 ". A buffer of your own stays out of the loaded weights with "
                 "register_buffer(name, tensor, persistent=False)"
-                if buffers
-                else ""
             )
-            + (
-                ". These layers have no bias"
-                + (" even when the others have one" if others or "lm_head.bias" in extra else "")
-                + ": build them with bias=False"
-                if biases
-                and (
-                    others
-                    or all(k.startswith("lm_head.") for k in extra)
-                    or "bias" not in inspect.signature(type(module)).parameters  # SwiGLU
-                )
-                else ". This case asks for layers without biases (bias=False): pass bias=bias on "
-                "to every layer that has one (nn.Linear(..., bias=bias), your LayerNorm(..., "
+        lm_head = extra == ["lm_head.bias"]  # a GPT's head never has a bias
+        if biases and (
+            others or lm_head or "bias" not in inspect.signature(type(module)).parameters
+        ):
+            # these layers never have a bias (SwiGLU takes no bias argument at all)
+            even = " even when the others have one" if others or lm_head else ""
+            message += f". These layers have no bias{even}: build them with bias=False"
+        elif biases:
+            message += (
+                ". This case asks for layers without biases (bias=False): pass bias=bias on to "
+                "every layer that has one (nn.Linear(..., bias=bias), your LayerNorm(..., "
                 "bias=bias))"
-                if biases
-                else ""
             )
-        )
+        raise GradingError(message)
     module.load_state_dict(state_dict, strict=False)  # every name checked above; aliases follow
