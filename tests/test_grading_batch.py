@@ -281,3 +281,47 @@ def test_the_throughput_benchmark_prints_its_figures():
     assert result["submissions"] == 1 and set(result["seconds_per_submission"]) == {"ex00"}
     assert result["jobs1_per_minute"] > 0 and result["class_of_300_8_cores_minutes"] > 0
     assert "Ray, 2 nodes of 1 CPU: skipped (--no-ray)" in done.stdout
+
+
+def test_a_kernel_that_dies_before_it_answers_is_started_again(tmp_path, monkeypatch):
+    """The first kernel is killed before it answers, as one whose port another process took
+    (the CI run where a Ray node went down): the learner still gets the row a quiet machine
+    writes, and no error."""
+    from course_lib.grading import batch
+
+    real, started = batch._capped_client_class, []
+
+    def flaky_client_class():
+        class Flaky(real()):
+            def start_new_kernel(self, **kwargs):
+                super().start_new_kernel(**kwargs)
+                started.append(self.km.provisioner.pid)
+                if len(started) == 1:
+                    self.km.provisioner.process.kill()
+
+        return Flaky
+
+    monkeypatch.setattr(batch, "_capped_client_class", flaky_client_class)
+    limits = {"timeout": 240.0, "memory_mb": 4096, "max_output_kb": 1024, "cell_timeout": None}
+    path = ROOT / "solutions" / "00_warmup.ipynb"
+    row = batch.grade_one(path, seed=11, pid_file=tmp_path / "pids", **limits)
+    assert len(started) == 2, started
+    assert row["error"] is None, row["error"]
+    assert row["score"] == row["max_score"] == 3.0, row
+    # with every start killed, the row says why instead of crashing
+    started.clear()
+
+    def dead_client_class():
+        class Dead(real()):
+            def start_new_kernel(self, **kwargs):
+                super().start_new_kernel(**kwargs)
+                started.append(self.km.provisioner.pid)
+                self.km.provisioner.process.kill()
+
+        return Dead
+
+    monkeypatch.setattr(batch, "_capped_client_class", dead_client_class)
+    row = batch.grade_one(path, seed=11, pid_file=tmp_path / "pids", **limits)
+    assert len(started) == batch._KERNEL_STARTS
+    assert row["score"] == 0.0 and "Kernel died before replying" in row["error"], row
+    assert all("not graded" in t["feedback"] for t in row["tasks"].values()), row

@@ -178,6 +178,9 @@ def grade_one(path: Path, seed: int, pid_file: Path, **limits: Any) -> dict:
     return row
 
 
+_KERNEL_STARTS = 3  # tries to start a kernel that dies before it answers
+
+
 class _Submission:
     """One notebook in its sandboxed kernel, within its time limits.
 
@@ -201,6 +204,23 @@ class _Submission:
         self.client = None
 
     def start(self) -> None:
+        """A fresh kernel and its client. A kernel that dies before it answers is started
+        again, up to `_KERNEL_STARTS` times: no learner code has run in it yet, so the cause is
+        the machine's. The usual one is a port race (jupyter_client#154): the ports are chosen
+        and released, and another process (a busy machine, a Ray node starting its workers)
+        takes one before the kernel binds it."""
+        for attempt in range(1, _KERNEL_STARTS + 1):
+            try:
+                self._start_once()
+                return
+            except RuntimeError as e:  # nbclient has already cleaned up the dead kernel
+                if "died" not in str(e) or attempt == _KERNEL_STARTS:
+                    raise
+                if time.monotonic() + attempt > self.deadline:
+                    raise
+                time.sleep(attempt)
+
+    def _start_once(self) -> None:
         client = _capped_client_class()(
             self.nb,
             timeout=60,
