@@ -793,3 +793,27 @@ def test_returning_the_scores_for_the_weights_is_named():
     test_next_slips_fail_in_the_notebook_with_their_hint(
         SDPA, attention_returning_the_scores, "the second result is the weights"
     )
+
+
+# ---------------------------- hunt 7: ALiBi with a decoder's mask; distances cut from (n_k, n_k)
+
+
+def biased_hunt7(q, k, v, slope, *, slip):
+    i, j = _positions(q, k)
+    if slip == "square from the keys":  # right while n_q <= n_k
+        i = j[:, None][: q.shape[-2]]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) - slope * (i - j).abs()
+    if slip == "causal mask":  # the predict cell's 'decoders' read as: mask the later keys
+        scores = scores.masked_fill(j > i, float("-inf"))
+    weights = softmax_max(scores)
+    return weights @ v, weights
+
+
+@pytest.mark.parametrize(
+    "slip, hint",
+    [("causal mask", "you masked the keys after each"), ("square from the keys", "n_q > n_k")],
+)
+def test_hunt7_distance_slips_are_named(slip, hint):
+    # seventh hunt: 'None of the usual single mistakes' and a bare RuntimeError before
+    fn = functools.partial(biased_hunt7, slip=slip)
+    test_next_slips_fail_in_the_notebook_with_their_hint("ex02.distance_biased_attention", fn, hint)

@@ -477,6 +477,11 @@ class DistanceBiasedAttention(Task):
         "plain_weights": "your output carries the bias but the weights you return do not (plain "
         "attention's): return the biased weights, the ones that made the output",
         "float32_scale": FLOAT32_SCALE,
+        "keys_square_cut": "you cut the queries' rows from an (n_k, n_k) distance matrix, which "
+        "has too few rows when n_q > n_k; build the (n_q, n_k) one from torch.arange(n_q)[:, "
+        "None] and torch.arange(n_k)",
+        "causal_mask": "you masked the keys after each query (a causal mask, as in a decoder); "
+        "this task has no mask: every key keeps a weight, its score lowered by slope * |i - j|",
     }
 
     def cases(self, gen):
@@ -536,6 +541,7 @@ class DistanceBiasedAttention(Task):
         n_q, n_k = {  # the lengths, from the wrong axis (a crash on a batch) or both from q
             "lengths_from_shape_1": (q.shape[1], k.shape[1]),
             "keys_counted_as_queries": (q.shape[-2], q.shape[-2]),
+            "keys_square_cut": (min(q.shape[-2], k.shape[-2]), k.shape[-2]),  # [:n_q] of (n_k, n_k)
         }.get(mistake, (q.shape[-2], k.shape[-2]))
         i, j = torch.arange(n_q)[:, None], torch.arange(n_k)[None, :]
         if mistake == "queries_at_the_end":  # aligned to the last keys, as with a KV cache
@@ -569,6 +575,8 @@ class DistanceBiasedAttention(Task):
             scores = stable_softmax(raw / scale) + bias
         else:
             scores = raw / scale + bias
+        if mistake == "causal_mask":  # ALiBi as decoders use it, with the future masked
+            scores = scores.masked_fill(j > i, float("-inf"))
         if mistake == "no_max":
             e = scores.exp()
             weights = e / e.sum(dim=-1, keepdim=True)
