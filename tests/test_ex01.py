@@ -1064,3 +1064,26 @@ def test_one_hot_refusing_two_float_dtypes_only_fails():  # hunt 6: full marks
     result = check_result("ex01.one_hot", one_hot)
     assert result.status == "failed", result.feedback
     assert "ids.is_floating_point() covers every float dtype" in result.feedback, result.feedback
+
+
+def _squeezed_one_hot(ids, vocab_size):
+    if ids.is_floating_point() or ids.dtype == torch.bool:
+        raise TypeError(f"ids must be integers, got {ids.dtype}")
+    bad = ids[(ids < 0) | (ids >= vocab_size)]
+    if bad.numel():
+        raise ValueError(f"id {bad[0].item()} is outside [0, {vocab_size})")
+    return (ids.unsqueeze(-1) == torch.arange(vocab_size)).float().squeeze()  # the slip
+
+
+@pytest.mark.parametrize(
+    "task_id, fn",
+    [
+        ("ex01.one_hot", _squeezed_one_hot),
+        ("ex01.embed", lambda ids, table: _squeezed_one_hot(ids, len(table)).to(table) @ table),
+    ],
+)
+def test_a_squeeze_that_drops_one_sequences_batch_axis_fails(task_id, fn):
+    # seventh hunt: full marks before (no case had an axis of length 1)
+    result = check_result(task_id, fn)
+    assert result.status == "failed", result.feedback
+    assert "squeeze() drops every axis of length 1" in result.feedback, result.feedback

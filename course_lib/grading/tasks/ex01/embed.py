@@ -65,6 +65,8 @@ class Embed(HintOnError):
         "to the table's dtype instead, one_hot(ids, vocab_size).to(table.dtype) @ table",
         "lesson_vocab": "one_hot(ids, 10) makes the lesson's 10 columns; this table has "
         "table.shape[0] rows, so one_hot(ids, table.shape[0]) @ table",
+        "squeezed": "squeeze() drops every axis of length 1, here the one sequence's batch axis "
+        "too; the result is (..., d), one vector per id, with the axes of ids kept",
     }
 
     def cases(self, gen):
@@ -91,6 +93,10 @@ class Embed(HintOnError):
                 "or eye[-1] would be the last row), so it must raise ValueError",
                 (torch.tensor([1, -1]), randn(gen, 4, 3)),
                 raises=ValueError,
+            ),
+            Case(
+                "one sequence: ids (1, 3) and a table (4, 2)",
+                (randint(gen, 4, 1, 3), randn(gen, 4, 2)),
             ),
         ]
 
@@ -133,6 +139,10 @@ class Embed(HintOnError):
             return hot @ table
         if mistake == "float32_product":  # the product in float32, converted back
             return (hot @ table.float()).to(table.dtype)
+        if mistake == "squeezed":  # the ids checked as the task asks, the result squeezed
+            if ((ids < 0) | (ids >= vocab_size)).any():
+                raise ValueError(f"ids must be in [0, {vocab_size})")
+            return (hot.to(table.dtype) @ table).squeeze()
         return hot.to(table.dtype) @ table
 
     def diagnose(self, got, want, case):

@@ -28,6 +28,8 @@ class OneHot(Task):
         "double": "your one-hot vectors are float64; the task asks for float32",
         "vocab_not_last": "the vocabulary axis must be the last one: (..., vocab_size)",
         "min_max_on_empty": _EMPTY_IDS_HINT,
+        "squeezed": "squeeze() drops every axis of length 1, here the one sequence's batch axis "
+        "too; one_hot only adds the last axis: (..., vocab_size)",
     }
 
     def cases(self, gen):
@@ -88,6 +90,7 @@ class OneHot(Task):
                 data={"bad_id": -2},
                 raises=ValueError,
             ),
+            Case("one sequence: ids (1, 4), vocab_size=6", (randint(gen, 6, 1, 4), 6)),
         ]
 
     def call(self, obj, case):
@@ -118,7 +121,8 @@ class OneHot(Task):
             ) from None
 
     def wrong(self, ids, vocab_size, *, mistake):
-        if mistake == "min_max_on_empty":  # min() and max() of an empty tensor raise
+        if mistake == "min_max_on_empty" or (mistake == "squeezed" and ids.numel()):
+            # min() and max() of an empty tensor raise
             if ids.is_floating_point() or ids.dtype == torch.bool:
                 raise TypeError(f"ids must be integers, got {ids.dtype}")
             if ids.min() < 0 or ids.max() >= vocab_size:
@@ -127,4 +131,6 @@ class OneHot(Task):
         hot = ids.unsqueeze(-1) == torch.arange(vocab_size)  # (..., vocab_size) bool
         if mistake == "vocab_not_last" and ids.dim() >= 1:
             hot = hot.transpose(-2, -1)
-        return {"long": hot.long(), "bool": hot, "double": hot.double()}.get(mistake, hot.float())
+        wrong = {"long": hot.long(), "bool": hot, "double": hot.double()}
+        wrong["squeezed"] = hot.float().squeeze()
+        return wrong.get(mistake, hot.float())
