@@ -817,3 +817,14 @@ def test_hunt7_distance_slips_are_named(slip, hint):
     # seventh hunt: 'None of the usual single mistakes' and a bare RuntimeError before
     fn = functools.partial(biased_hunt7, slip=slip)
     test_next_slips_fail_in_the_notebook_with_their_hint("ex02.distance_biased_attention", fn, hint)
+
+
+def test_self_attention_squeezed_fails_on_one_sentence():
+    # seventh hunt: full marks before (no case had a batch of one)
+    def self_attention(x, w_q, w_k, w_v):
+        output, weights = _attention(x @ w_q, x @ w_k, x @ w_v)
+        return output.squeeze(), weights.squeeze()
+
+    test_next_slips_fail_in_the_notebook_with_their_hint(
+        "ex02.self_attention", self_attention, "the batch axis of one sentence"
+    )

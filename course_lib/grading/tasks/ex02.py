@@ -361,6 +361,8 @@ class SelfAttention(HintOnError):
         "queries, keys and values each have their own weights)",
         "q_v_swapped": "the queries and values are swapped: the attention takes (q, k, v), with "
         "q = x @ w_q first and v = x @ w_v third",
+        "squeezed_batch": "squeeze() drops every axis of length 1, here the batch axis of one "
+        "sentence too; keep x's batch axes: output (..., n, d_v), weights (..., n, n)",
         **{
             f"attention: {mistake}": "the projections are right, but the attention step is not: "
             f"{hint} (check ex02.scaled_dot_product_attention)"
@@ -391,6 +393,10 @@ class SelfAttention(HintOnError):
                 "float64: x (2, 2, 7, 5), w_q (5, 3), w_k (5, 3), w_v (5, 4)",
                 randns(gen, (2, 2, 7, 5), (5, 3), (5, 3), (5, 4), dtype=F64),
             ),
+            Case(
+                "one sentence: x (1, 5, 6), w_q (6, 4), w_k (6, 4), w_v (6, 3)",
+                randns(gen, (1, 5, 6), (6, 4), (6, 4), (6, 3), scale=0.4),
+            ),
         ]
 
     def wrong(self, x, w_q, w_k, w_v, *, mistake):
@@ -412,7 +418,8 @@ class SelfAttention(HintOnError):
             "q_v_swapped": (v, k, q),
         }.get(mistake, (q, k, v))
         # a right projection feeding a wrong attention (e.g. the learner's own task 2)
-        return _SDPA.wrong(*qkv, mistake=mistake.removeprefix("attention: "))
+        results = _SDPA.wrong(*qkv, mistake=mistake.removeprefix("attention: "))
+        return tuple(r.squeeze() for r in results) if mistake == "squeezed_batch" else results
 
 
 # --- ex02.distance_biased_attention (transfer: a bias added to the scores, as in ALiBi)
