@@ -186,3 +186,11 @@ def test_batched_matmul_by_a_multiply_and_sum_in_one_call_is_not_built(product):
     # hunt 5: torch.linalg.vecdot passed, though it is the multiply and the sum in one call
     result = check_result("ex00.batched_matmul", product)
     assert result.status == "forbidden" and result.score == 0, result.feedback
+
+
+def test_the_dot_product_hint_points_to_subtracting_first():
+    # seventh hunt: the hint taught |x|² - 2x·y + |y|², the formula the predict cell after the
+    # task shows losing every digit far from 0
+    result = check_result("ex00.pairwise_sq_distances", lambda x, y: x @ y.transpose(-2, -1))
+    assert result.status == "failed", result.feedback
+    assert "sums the squared differences" in result.feedback, result.feedback

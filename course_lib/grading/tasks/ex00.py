@@ -113,7 +113,8 @@ class PairwiseSqDistances(HintOnError):
         "not_squared": "that is the distance itself; the task asks for its square (no sqrt)",
         "mean_not_sum": "you averaged the squared differences over the features; the squared "
         "distance is their sum",
-        "dot_only": "that is the dot product x·y; the squared distance is |x|² - 2x·y + |y|²",
+        "dot_only": "that is the dot product x·y; the squared distance sums the squared "
+        "differences, ((x_i - y_j) ** 2).sum(-1)",
         "first_axes": "x[:, None] and y[None] (unsqueeze(1), unsqueeze(0)) "
         + FIRST_AXES
         + "x.unsqueeze(-2) - y.unsqueeze(-3)",
