@@ -828,3 +828,14 @@ def test_self_attention_squeezed_fails_on_one_sentence():
     test_next_slips_fail_in_the_notebook_with_their_hint(
         "ex02.self_attention", self_attention, "the batch axis of one sentence"
     )
+
+
+def test_attention_with_a_causal_mask_is_named():
+    # seventh hunt: 'None of the usual single mistakes' (an assistant's GPT-style attention)
+    def attention(q, k, v):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        future = torch.triu(torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool), diagonal=1)
+        weights = softmax_max(scores.masked_fill(future, float("-inf")))
+        return weights @ v, weights
+
+    test_next_slips_fail_in_the_notebook_with_their_hint(SDPA, attention, "a causal mask")

@@ -197,6 +197,8 @@ class ScaledDotProductAttention(HintOnError):
     depends_on = ("softmax",)
     forbidden = ("torch.nn.functional.scaled_dot_product_attention",)
     mistake_table = {
+        "causal_mask": "you masked the keys after each query (a causal mask, as a GPT has); this "
+        "task has no mask: every query attends to every key",
         "no_scaling": "the scores are not scaled: divide q @ k^T by sqrt(d_k)",
         "by_d_k": "you divided by d_k; divide by its square root, sqrt(d_k)",
         "by_sqrt_d_v": "you scaled by sqrt(d_v) (the last dimension of v); the scale is "
@@ -316,6 +318,9 @@ class ScaledDotProductAttention(HintOnError):
             weights = stable_softmax(q @ k_t)
             return weights @ v / scale, weights
         scores = (k @ q.transpose(-2, -1) if mistake == "k_q_order" else q @ k_t) / scale
+        if mistake == "causal_mask":  # a GPT's mask, which this task does not have
+            later = torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1)
+            scores = scores.masked_fill(later, -math.inf)
         weights = stable_softmax(scores, dim=-2 if mistake == "query_axis" else -1)
         if mistake == "scaled_after_softmax":
             weights = stable_softmax(q @ k_t) / scale
