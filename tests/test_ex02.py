@@ -839,3 +839,13 @@ def test_attention_with_a_causal_mask_is_named():
         return weights @ v, weights
 
     test_next_slips_fail_in_the_notebook_with_their_hint(SDPA, attention, "a causal mask")
+
+
+def test_a_softmax_computed_in_float32_is_named():
+    # seventh hunt: 'None of the usual single mistakes' on the float64 case
+    def softmax(x, dim=-1):
+        e = (x - x.amax(dim=dim, keepdim=True)).float().exp()
+        return (e / e.sum(dim=dim, keepdim=True)).to(x.dtype)
+
+    hint = "float32's digits"
+    test_next_slips_fail_in_the_notebook_with_their_hint("ex02.softmax", softmax, hint)

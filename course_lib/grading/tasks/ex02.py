@@ -166,6 +166,8 @@ class Softmax(Task):
                     "the maximum is subtracted, the sum is at least exp(0) = 1, never 0: divide "
                     "by the sum itself"
                 )
+            if got.dtype == F64 and all_close(got, want, 1e-5):  # x.float() inside
+                return FLOAT32_DIGITS
         return None
 
 
