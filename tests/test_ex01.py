@@ -1087,3 +1087,14 @@ def test_a_squeeze_that_drops_one_sequences_batch_axis_fails(task_id, fn):
     result = check_result(task_id, fn)
     assert result.status == "failed", result.feedback
     assert "squeeze() drops every axis of length 1" in result.feedback, result.feedback
+
+
+def test_pair_counts_keyed_by_zero_d_tensors_is_named():
+    # seventh hunt: 'the pair (3, 9) is missing from your counts' though the learner had it
+    def pair_counts(ids):
+        t = torch.tensor(ids)
+        return dict(Counter(zip(t[:-1], t[1:], strict=True)))
+
+    result = check_result("ex01.pair_counts", pair_counts)
+    assert result.status == "failed", result.feedback
+    assert "of tensors, not ints" in result.feedback, result.feedback

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from ...core import Case, Task, register
 from ._shared import BPE_FINISHED, BPE_LESSON, HELLO, adjacent, random_ids, spelled
 
@@ -51,6 +53,9 @@ class PairCounts(Task):
         if isinstance(counts, dict) and not all(isinstance(key, tuple) for key in counts):
             key = next(key for key in counts if not isinstance(key, tuple))
             return {"__repr__": f"a dict with the key {key!r}, a {type(key).__name__}, not a tuple"}
+        for key in counts if isinstance(counts, dict) else ():  # zip over a tensor's 0-d ids,
+            if any(isinstance(i, torch.Tensor) for i in key):  # which hash by identity
+                return {"__repr__": f"the key {key!r}, of tensors, not ints (use .tolist())"}
         return counts
 
     def compare(self, got, want, case):
