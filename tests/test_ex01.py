@@ -1098,3 +1098,32 @@ def test_pair_counts_keyed_by_zero_d_tensors_is_named():
     result = check_result("ex01.pair_counts", pair_counts)
     assert result.status == "failed", result.feedback
     assert "of tensors, not ints" in result.feedback, result.feedback
+
+
+def _merge_through_a_tensor(ids, pair, new_id):
+    t, out, i = torch.tensor(ids, dtype=torch.long), [], 0
+    while i < len(t):
+        if i + 1 < len(t) and t[i] == pair[0] and t[i + 1] == pair[1]:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(t[i])  # the slip: a 0-d tensor, not t[i].item()
+            i += 1
+    return out
+
+
+def _encode_through_a_tensor(ids, merges):
+    for pair, new_id in merges.items():
+        ids = _merge_through_a_tensor(ids, pair, new_id)
+    return list(ids)
+
+
+@pytest.mark.parametrize(
+    "task_id, fn",
+    [("ex01.merge_pair", _merge_through_a_tensor), ("ex01.bpe_encode", _encode_through_a_tensor)],
+)
+def test_a_list_of_zero_d_tensors_fails(task_id, fn):
+    # seventh hunt: full marks before (tensor(3) == 3 is truthy, so each value compared equal)
+    result = check_result(task_id, fn)
+    assert result.status == "failed", result.feedback
+    assert "your list holds tensors" in result.feedback, result.feedback

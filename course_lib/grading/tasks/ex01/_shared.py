@@ -31,6 +31,17 @@ def unchecked_one_hot(ids, vocab_size):
     return (ids.unsqueeze(-1) == torch.arange(vocab_size)).float()
 
 
+def tensor_ids(got) -> str | None:
+    """A list holding 0-d tensors equals its ints value by value (tensor(3) == 3 is truthy)."""
+    found = [i for i in got if isinstance(i, torch.Tensor)] if isinstance(got, list) else []
+    if not found:
+        return None
+    return (
+        f"your list holds tensors ({found[0]!r}), not ints: later code uses the ids as dict keys, "
+        "where a tensor never matches the int; keep Python ints (.item(), .tolist())"
+    )
+
+
 def unit_rows(E):
     return E / E.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 
