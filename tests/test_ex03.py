@@ -222,8 +222,10 @@ class LearnerMultiHeadAttention(nn.Module):
 
     def forward(self, query, key, value, mask=None):
         q = reference_like_split(self.q_proj(query), self.num_heads)
-        k = reference_like_split(self.k_proj(key), self.num_heads)
-        v = reference_like_split(self.v_proj(value), self.num_heads)
+        k, v = self.k_proj(key), self.v_proj(value)
+        if self.mistake == "cache":
+            k, v = self.__dict__.setdefault("cache", (k, v))
+        k, v = reference_like_split(k, self.num_heads), reference_like_split(v, self.num_heads)
         d_scale = self.d_model if self.mistake == "d_model" else q.shape[-1]
         scores = q @ k.transpose(-2, -1) / math.sqrt(d_scale)
         if mask is not None:
@@ -259,6 +261,10 @@ class AveragedWeights(LearnerMultiHeadAttention):
         return output, weights.mean(dim=1)
 
 
+class KeyValueCache(LearnerMultiHeadAttention):
+    mistake = "cache"  # keys and values projected on the first call only, as for generation
+
+
 class MissingOutProj(nn.Module):
     def __init__(self, d_model, num_heads):
         super().__init__()
@@ -282,6 +288,7 @@ class MissingOutProj(nn.Module):
         ("ex03.MultiHeadAttention", ScaledByDModel, "divide by sqrt(d_head), not sqrt(d_model)"),
         ("ex03.MultiHeadAttention", MissingOutProj, "has no parameter named 'out_proj.weight'"),
         ("ex03.MultiHeadAttention", BiasIgnored, "bias=False): pass bias=bias on to every layer"),
+        ("ex03.MultiHeadAttention", KeyValueCache, "kept an input from an earlier call"),
     ],
 )
 def test_mistakes_fail_with_their_hint(task_id, wrong, hint):

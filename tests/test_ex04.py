@@ -825,3 +825,18 @@ def test_a_fifth_hunt_slip_fails_the_notebook_check_with_its_own_hint(task_id, l
     result = check_result(task_id, learner)
     assert result.status == "failed", result.feedback
     assert words in result.feedback, result.feedback
+
+
+_POSITIONS = torch.arange(16)  # a block_size's positions, made once
+
+
+@pytest.mark.parametrize("task", ["apply_rope", "apply_rope_half"])
+def test_positions_cut_from_a_fixed_length_table_fail_on_a_long_x(task):
+    def rope_from_table(x, positions=None):
+        if positions is None:
+            positions = _POSITIONS[: x.shape[-2]]  # the slip: too short past 16 positions
+        return _rope(half=task == "apply_rope_half")(x, positions)
+
+    result = check_result(f"ex04.{task}", rope_from_table)
+    assert result.status == "failed", result.feedback
+    assert "too short for a longer x" in result.feedback, result.feedback

@@ -302,6 +302,23 @@ def _prefix_lm_padding_on_both_axes(ids, prefix_lengths, pad_id):
     return _prefix_lm()(ids, prefix_lengths, pad_id) & real[:, :, None]
 
 
+_BLOCK = torch.ones(16, 16, dtype=torch.bool).tril()  # built once, as a GPT's buffer
+
+
+def _causal_from_a_block(n):
+    return _BLOCK[:n, :n]
+
+
+def _prefix_lm_padding_from_lengths(ids, prefix_lengths, pad_id):
+    seq = ids.shape[1]
+    if (prefix_lengths < 0).any() or (prefix_lengths > seq).any():
+        raise ValueError("prefix_lengths must lie in [0, seq]")
+    query, key = torch.arange(seq)[:, None], torch.arange(seq)
+    lengths = (ids != pad_id).sum(-1)  # the real tokens, assumed first
+    real = key < lengths[:, None]
+    return ((key < prefix_lengths[:, None, None]) | (key <= query)) & real[:, None, :]
+
+
 def _attention_softmax_by_hand_without_max(q, k, v, mask, nan_to_num=False):
     # exp / (sum + eps) gives an empty row zeros, but exp(200) is inf in float32: it passed
     scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf"))
@@ -319,6 +336,8 @@ def _attention_softmax_by_hand_without_max(q, k, v, mask, nan_to_num=False):
         ("ex05.masked_attention", _attention_softmax_by_hand_without_max, "overflows float32"),
         ("ex05.causal_mask", _causal_tril_1, "tril(1) keeps one diagonal above"),
         ("ex05.causal_mask", _causal_additive, "additive float mask"),
+        ("ex05.causal_mask", _causal_from_a_block, "a block_size table sliced"),
+        ("ex05.prefix_lm_mask", _prefix_lm_padding_from_lengths, "assumes the padding comes last"),
         ("ex05.masked_attention", _attention_output_before_zeroing, "two right steps"),
         ("ex05.masked_attention", _attention_any_without_keepdim, "keepdim=True"),
         ("ex05.prefix_lm_mask", _prefix_lm(pad_id_used=0), "compared with 0"),

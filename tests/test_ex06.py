@@ -134,6 +134,15 @@ class MemoryNormalised(SublayerFunctional):
         return super().forward(x, self.norm(memory), memory_mask)
 
 
+class MemoryKept(SublayerFunctional):
+    """The memory of the first call kept: "the source is the same at every decoding step"."""
+
+    def forward(self, x, memory, memory_mask=None):
+        if getattr(self, "memory", None) is None:
+            self.memory = memory
+        return super().forward(x, self.memory, memory_mask)
+
+
 @pytest.mark.parametrize(
     "task_id, wrong, hint",
     [
@@ -143,6 +152,7 @@ class MemoryNormalised(SublayerFunctional):
         ("ex06.CrossAttentionSublayer", AlwaysPostNorm, "the LayerNorm is in the wrong place"),
         ("ex06.CrossAttentionSublayer", AlwaysPreNorm, "the LayerNorm is in the wrong place"),
         ("ex06.CrossAttentionSublayer", MemoryNormalised, "memory was normalised"),
+        ("ex06.CrossAttentionSublayer", MemoryKept, "kept an input from an earlier call"),
     ],
 )
 def test_named_mistakes_fail_with_their_hint(task_id, wrong, hint):

@@ -138,6 +138,29 @@ class ModuleTask(Task):
             return module(*case.args, **case.kwargs)
 
 
+KEPT_INPUTS = (
+    "your module kept an input from an earlier call (a cache of key and value, or of the "
+    "memory): each call must attend to the inputs it is given, as a new batch brings new ones"
+)
+
+
+def call_on_other_inputs(module: nn.Module, args: list, kwargs: dict) -> None:
+    """A first call, its result dropped, on other values of the same shapes (float tensors
+    negated, bool masks reversed along the keys), so that a module that keeps inputs from its
+    first call gives the real call's result from the wrong ones."""
+
+    def other(a: Any) -> Any:
+        if not isinstance(a, Tensor):
+            return a
+        return -a if a.is_floating_point() else a.flip(-1)
+
+    try:  # an error here is the real call's to report
+        with torch.no_grad():
+            module(*[other(a) for a in args], **{k: other(v) for k, v in kwargs.items()})
+    except Exception:  # noqa: BLE001, S110
+        pass
+
+
 def without_dropout(module: nn.Module, args: list, kwargs: dict, what: str) -> Any:
     """`module(*args, **kwargs)` in eval mode, without gradients, once it gave the same in
     training mode: a layer whose statement has no dropout must not drop anything there either."""

@@ -12,9 +12,11 @@ from ..core import Case, GradingError, Task, register
 from .common import (
     D_K_FROM_SHAPE_2,
     D_V_SCALE_HINT,
+    KEPT_INPUTS,
     RENORMALISED_HINT,
     ModuleTask,
     all_close,
+    call_on_other_inputs,
     far_blocked_key,
     randn,
     wrong_attention,
@@ -153,6 +155,8 @@ class _WrongMultiHeadAttention(nn.Module):
     def forward(self, query, key, value, mask=None):
         batch, n_q, d_model = query.shape
         mistake = self.mistake
+        if mistake == "inputs_kept":  # a key/value cache filled on the first call
+            key, value = self.__dict__.setdefault("kept", (key, value))
         q = self._split(self.q_proj(query))  # (batch, heads, n_q, d_head)
         k_proj = self.q_proj if mistake == "keys_through_q_proj" else self.k_proj  # a copied line
         from_query = ("keys_from_query", "kv_from_query")  # a self-attention habit
@@ -366,6 +370,7 @@ class MultiHeadAttentionTask(ModuleTask):
         "scores.masked_fill(~mask, float('-inf'))",
         "float32_scale": FLOAT32_SCALE,
         "no_gradients": _NO_GRADIENTS,
+        "inputs_kept": KEPT_INPUTS,
     }
 
     def cases(self, gen):
@@ -461,6 +466,7 @@ class MultiHeadAttentionTask(ModuleTask):
     def run(self, module, case):
         train = case.data["train"]
         module.train(train)
+        call_on_other_inputs(module, case.args, case.kwargs)
         with torch.set_grad_enabled(train), torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)  # a dropout draws the same mask in a learner's module and a row
             got = module(*case.args, **case.kwargs)

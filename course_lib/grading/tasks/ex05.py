@@ -52,6 +52,8 @@ CAUSAL_MISTAKES = {
     "additive": "that is an additive float mask (0 where allowed, -inf above the diagonal, as "
     "nn.Transformer.generate_square_subsequent_mask makes); this course's masks are bool, True "
     "= may attend: torch.ones(n, n, dtype=torch.bool).tril()",
+    "fixed_size": "your mask is cut from a table of a fixed size (a block_size table sliced "
+    "[:n, :n]), too small for this n: build it for the n you are given",
 }
 
 
@@ -69,6 +71,8 @@ def wrong_causal_mask(n, *, mistake=""):
     """tril of ones, bool, with one named mistake."""
     dtype = {"float": torch.float32, "int": torch.int64}.get(mistake, torch.bool)
     ones = torch.ones(n, n, dtype=dtype)
+    if mistake == "fixed_size":  # a (16, 16) table built once (a block_size), sliced [:n, :n]
+        return wrong_causal_mask(16)[:n, :n]
     if mistake == "additive":  # 0 where allowed, -inf above the diagonal (PyTorch's float mask)
         return torch.full((n, n), float("-inf")).triu(1)
     mask = {
@@ -92,7 +96,7 @@ class CausalMask(Task):
     diagnose = _not_bool
 
     def cases(self, gen):
-        return [Case(f"n={n}", (n,)) for n in (5, 2, 8, 1)]
+        return [Case(f"n={n}", (n,)) for n in (5, 2, 8, 1, 40)]
 
 
 PADDING_MISTAKES = {
@@ -427,6 +431,8 @@ def _prefix_variant(ids, prefix_lengths, pad_id, *, mistake=""):
     if mistake == "no_padding":
         return allowed
     real = ids != (0 if mistake == "pad_zero" else pad_id)  # (batch, seq)
+    if mistake == "from_lengths":  # the padding assumed last: the first sum(real) keys
+        real = torch.arange(seq) < real.sum(1, keepdim=True)
     return allowed & (real[:, :, None] if mistake == "padding_on_queries" else real[:, None])
 
 
@@ -458,6 +464,7 @@ PREFIX_MISTAKES = {
     "the future: it may attend key j <= i (and the keys of the prefix)",
     "no_prefix": "that is the causal mask with padding; inside its prefix a row is bidirectional: "
     "every query may attend every key j < prefix_lengths[b]",
+    "from_lengths": PADDING_MISTAKES["from_lengths"],
 }
 
 
@@ -509,6 +516,9 @@ class PrefixLMMask(Task):
                  (padded_ids(gen, [4, 4], 4, 0), p([2, 5]), 0), raises=ValueError),
             Case("ids (2, 4), prefix_lengths [-1, 2]: negative, so a ValueError",
                  (padded_ids(gen, [4, 4], 4, 0), p([-1, 2]), 0), raises=ValueError),
+            Case("ids (2, 6) padded on the LEFT, lengths [4, 6], prefix_lengths [3, 2], "
+                 "pad_id=0 (some tokenizers pad in front)",
+                 (padded_ids(gen, [4, 6], 6, 0).flip(-1), p([3, 2]), 0)),
         ]  # fmt: skip
 
 

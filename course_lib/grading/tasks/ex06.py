@@ -10,8 +10,10 @@ from ..core import Case, GradingError, Task, register
 from .common import (
     D_K_FROM_SHAPE_2,
     D_V_SCALE_HINT,
+    KEPT_INPUTS,
     RENORMALISED_HINT,
     ModuleTask,
+    call_on_other_inputs,
     far_blocked_key,
     randn,
     residual_sublayers,
@@ -219,6 +221,7 @@ SUBLAYER_MISTAKES = {
     "normed_sublayer": "you normalised the attention's output, x + norm(attn(x, memory)); "
     "post-norm normalises the sum, norm(x + attn(x, memory)), and pre-norm the attention's "
     "input, x + attn(norm(x), memory)",
+    "memory_kept": KEPT_INPUTS,
     "memory_detached": "no gradient reaches memory (.detach() or torch.no_grad() cut it): the "
     "encoder learns through this sub-layer, so memory must stay in the graph",
 }
@@ -245,6 +248,8 @@ class WrongSublayer(nn.Module):
             memory = self.norm(memory)
         if mistake == "memory_detached":  # "the encoder's output is fixed here"
             memory = memory.detach()
+        if mistake == "memory_kept":  # the memory of the first call, kept for the next ones
+            memory = self.__dict__.setdefault("kept", memory)
 
         def attend(h):
             if mistake == "self_attends":
@@ -322,7 +327,8 @@ class CrossAttentionSublayerTask(ModuleTask):
     def run(self, module, case):
         args = [*case.args, *case.kwargs.values()]  # x, memory and memory_mask if given
         memory = args[1] = args[1].detach().requires_grad_(True)  # the encoder learns through it
-        out = module.eval()(*args)
+        call_on_other_inputs(module.eval(), args, {})
+        out = module(*args)
         if isinstance(out, torch.Tensor) and (
             not out.requires_grad
             or torch.autograd.grad(out.sum(), memory, allow_unused=True)[0] is None
