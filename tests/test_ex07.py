@@ -739,6 +739,12 @@ class FFDropoutBeforeActivation(FFLearner):
         return self.linear2(self.activation(self.drop(self.linear1(x))))
 
 
+class FFEvalScaled(FFLearner):  # #hunt7: "None of the usual single mistakes"
+    def forward(self, x):  # the Predict cell's belief: eval mode must make up for dropout
+        scale = 1.0 if self.training else 1.0 - self.drop.p
+        return self.linear2(self.drop(self.activation(self.linear1(x))) * scale)
+
+
 class FFSquaredBeforeReLU(FFLearner):
     def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", bias=True):
         super().__init__(d_model, d_ff, dropout, activation, bias)
@@ -939,6 +945,7 @@ SINGLE_MISTAKES = [
     ),
     ("ex07.FeedForward", FFDropoutBeforeActivation, "dropout goes after the activation"),
     ("ex07.FeedForward", FFSquaredBeforeReLU, "is the ReLU first, then the square"),
+    ("ex07.FeedForward", FFEvalScaled, "in eval mode nothing is rescaled"),
     ("ex07.EncoderLayer", EncPreNormsTheSum, "the sum is not normalised again"),
     ("ex07.DecoderLayer", DecSelfMaskInCross, "the cross-attention got self_mask"),
     ("ex07.EncoderLayer", EncOneNormModule, "one and the same module"),
