@@ -1105,9 +1105,24 @@ class DecCausalByDefault(DecLearner):
         return super().forward(x, memory, self_mask, memory_mask)
 
 
+def _ln_in_float32(x, gamma, beta, eps=1e-5):  # #hunt7: "None of the usual single mistakes"
+    h = x.float()  # Llama's RMSNorm upcast, copied into LayerNorm
+    h = (h - h.mean(-1, keepdim=True)) * torch.rsqrt(h.var(-1, unbiased=False, keepdim=True) + eps)
+    return h.to(x.dtype) * gamma + beta
+
+
+class LayerNormInFloat32(LayerNormByHand):
+    def forward(self, x):
+        return _ln_in_float32(x, self.weight, torch.zeros_like(self.weight), self.eps) + (
+            0 if self.bias is None else self.bias
+        )
+
+
 @pytest.mark.parametrize(
     "task_id, learner, words",
     [
+        ("ex07.layer_norm", _ln_in_float32, "float32 round trip"),
+        ("ex07.LayerNorm", LayerNormInFloat32, "float32 round trip"),
         ("ex07.LayerNorm", LayerNormUsingData, "no gradient reaches your weight and bias"),
         ("ex07.LayerNorm", LayerNormOfPlainTensors, "plain tensor, not a parameter"),
         ("ex07.layer_norm", _ln_unbracketed, "bracket the centred x"),
