@@ -770,6 +770,13 @@ class DecSelfMaskInCross(DecLearner):
         return super().forward(x, memory, self_mask, self_mask)  # the self-attention line copied
 
 
+class DecMemoryMaskAsColumn(DecLearner):  # #hunt7: "None of the usual single mistakes"
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if memory_mask is not None:  # "one flag per source position", made a column
+            memory_mask = memory_mask.mT
+        return super().forward(x, memory, self_mask, memory_mask)
+
+
 class EncOneNormModule(EncLearner):
     def __init__(self, d_model, num_heads, d_ff, norm_first=False, activation="relu", bias=True):
         super().__init__(d_model, num_heads, d_ff, norm_first, activation, bias)
@@ -948,6 +955,7 @@ SINGLE_MISTAKES = [
     ("ex07.FeedForward", FFEvalScaled, "in eval mode nothing is rescaled"),
     ("ex07.EncoderLayer", EncPreNormsTheSum, "the sum is not normalised again"),
     ("ex07.DecoderLayer", DecSelfMaskInCross, "the cross-attention got self_mask"),
+    ("ex07.DecoderLayer", DecMemoryMaskAsColumn, "memory_mask is transposed"),
     ("ex07.EncoderLayer", EncOneNormModule, "one and the same module"),
     ("ex07.DecoderLayer", DecOneNormModule, "one and the same module"),
     ("ex07.EncoderLayer", EncKeysNotNormed, "for its queries, keys and values alike"),

@@ -199,6 +199,8 @@ class WrongLayer(nn.Module):
                 keys = h
             mask = None if mistake in ("no_memory_mask", "cross_on_x") else memory_mask
             mask = self_mask if mistake == "self_mask_in_cross" else mask
+            if mistake == "memory_mask_transposed" and mask is not None:  # (batch, n_src, 1)
+                mask = mask.transpose(-1, -2)
             return cross_attn(queries, keys, keys, mask=mask)[0]
 
         def feed_forward(h):
