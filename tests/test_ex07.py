@@ -777,6 +777,16 @@ class DecMemoryMaskAsColumn(DecLearner):  # #hunt7: "None of the usual single mi
         return super().forward(x, memory, self_mask, memory_mask)
 
 
+class EncLessonHeads(EncLearner):  # #hunt7: "None of the usual single mistakes"
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False, activation="relu", bias=True):
+        super().__init__(d_model, 4, d_ff, norm_first, activation, bias)  # the lesson's 4 heads
+
+
+class DecLessonHeads(DecLearner):
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False):
+        super().__init__(d_model, 4, d_ff, norm_first)
+
+
 class EncOneNormModule(EncLearner):
     def __init__(self, d_model, num_heads, d_ff, norm_first=False, activation="relu", bias=True):
         super().__init__(d_model, num_heads, d_ff, norm_first, activation, bias)
@@ -956,6 +966,8 @@ SINGLE_MISTAKES = [
     ("ex07.EncoderLayer", EncPreNormsTheSum, "the sum is not normalised again"),
     ("ex07.DecoderLayer", DecSelfMaskInCross, "the cross-attention got self_mask"),
     ("ex07.DecoderLayer", DecMemoryMaskAsColumn, "memory_mask is transposed"),
+    ("ex07.EncoderLayer", EncLessonHeads, "4 heads, the lesson's"),
+    ("ex07.DecoderLayer", DecLessonHeads, "4 heads, the lesson's"),
     ("ex07.EncoderLayer", EncOneNormModule, "one and the same module"),
     ("ex07.DecoderLayer", DecOneNormModule, "one and the same module"),
     ("ex07.EncoderLayer", EncKeysNotNormed, "for its queries, keys and values alike"),

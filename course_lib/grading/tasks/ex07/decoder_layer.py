@@ -67,6 +67,7 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "pre_norm_output_normalised": layers.PRE_NORM_OUTPUT_NORMALISED,
     "pre_final_norm": layers.PRE_FINAL_NORM,
     "one_norm_module": layers.ONE_NORM_MODULE,
+    "lesson_heads": layers.LESSON_HEADS,
     "kv_not_normed": layers.KV_NOT_NORMED,
     "pre_no_last_norm": layers.PRE_NO_LAST_NORM,
     "stale_residual": layers.STALE_RESIDUAL,
