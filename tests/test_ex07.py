@@ -739,6 +739,12 @@ class FFDropoutBeforeActivation(FFLearner):
         return self.linear2(self.activation(self.drop(self.linear1(x))))
 
 
+class FFEvalScaled(FFLearner):  # #hunt7: "None of the usual single mistakes"
+    def forward(self, x):  # the Predict cell's belief: eval mode must make up for dropout
+        scale = 1.0 if self.training else 1.0 - self.drop.p
+        return self.linear2(self.drop(self.activation(self.linear1(x))) * scale)
+
+
 class FFSquaredBeforeReLU(FFLearner):
     def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", bias=True):
         super().__init__(d_model, d_ff, dropout, activation, bias)
@@ -762,6 +768,23 @@ class EncPreNormsTheSum(EncLearner):
 class DecSelfMaskInCross(DecLearner):
     def forward(self, x, memory, self_mask=None, memory_mask=None):
         return super().forward(x, memory, self_mask, self_mask)  # the self-attention line copied
+
+
+class DecMemoryMaskAsColumn(DecLearner):  # #hunt7: "None of the usual single mistakes"
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if memory_mask is not None:  # "one flag per source position", made a column
+            memory_mask = memory_mask.mT
+        return super().forward(x, memory, self_mask, memory_mask)
+
+
+class EncLessonHeads(EncLearner):  # #hunt7: "None of the usual single mistakes"
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False, activation="relu", bias=True):
+        super().__init__(d_model, 4, d_ff, norm_first, activation, bias)  # the lesson's 4 heads
+
+
+class DecLessonHeads(DecLearner):
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False):
+        super().__init__(d_model, 4, d_ff, norm_first)
 
 
 class EncOneNormModule(EncLearner):
@@ -939,8 +962,12 @@ SINGLE_MISTAKES = [
     ),
     ("ex07.FeedForward", FFDropoutBeforeActivation, "dropout goes after the activation"),
     ("ex07.FeedForward", FFSquaredBeforeReLU, "is the ReLU first, then the square"),
+    ("ex07.FeedForward", FFEvalScaled, "in eval mode nothing is rescaled"),
     ("ex07.EncoderLayer", EncPreNormsTheSum, "the sum is not normalised again"),
     ("ex07.DecoderLayer", DecSelfMaskInCross, "the cross-attention got self_mask"),
+    ("ex07.DecoderLayer", DecMemoryMaskAsColumn, "memory_mask is transposed"),
+    ("ex07.EncoderLayer", EncLessonHeads, "4 heads, the lesson's"),
+    ("ex07.DecoderLayer", DecLessonHeads, "4 heads, the lesson's"),
     ("ex07.EncoderLayer", EncOneNormModule, "one and the same module"),
     ("ex07.DecoderLayer", DecOneNormModule, "one and the same module"),
     ("ex07.EncoderLayer", EncKeysNotNormed, "for its queries, keys and values alike"),
@@ -1098,9 +1125,24 @@ class DecCausalByDefault(DecLearner):
         return super().forward(x, memory, self_mask, memory_mask)
 
 
+def _ln_in_float32(x, gamma, beta, eps=1e-5):  # #hunt7: "None of the usual single mistakes"
+    h = x.float()  # Llama's RMSNorm upcast, copied into LayerNorm
+    h = (h - h.mean(-1, keepdim=True)) * torch.rsqrt(h.var(-1, unbiased=False, keepdim=True) + eps)
+    return h.to(x.dtype) * gamma + beta
+
+
+class LayerNormInFloat32(LayerNormByHand):
+    def forward(self, x):
+        return _ln_in_float32(x, self.weight, torch.zeros_like(self.weight), self.eps) + (
+            0 if self.bias is None else self.bias
+        )
+
+
 @pytest.mark.parametrize(
     "task_id, learner, words",
     [
+        ("ex07.layer_norm", _ln_in_float32, "float32 round trip"),
+        ("ex07.LayerNorm", LayerNormInFloat32, "float32 round trip"),
         ("ex07.LayerNorm", LayerNormUsingData, "no gradient reaches your weight and bias"),
         ("ex07.LayerNorm", LayerNormOfPlainTensors, "plain tensor, not a parameter"),
         ("ex07.layer_norm", _ln_unbracketed, "bracket the centred x"),

@@ -629,6 +629,15 @@ def greedy_counting_bos(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
     return prefix[:, 1:]
 
 
+def greedy_finished_from_the_whole_prefix(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
+    prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
+    for _ in range(max_new_tokens):  # #hunt7: <bos> read as a produced eos when bos_id == eos_id
+        finished = (prefix == eos_id).any(dim=1)
+        token = step_fn(prefix)[:, -1].argmax(dim=-1).masked_fill(finished, eos_id)
+        prefix = torch.cat([prefix, token[:, None]], dim=1)
+    return prefix[:, 1:]
+
+
 FOUND_LATER = [
     ("ex08.greedy_decode", greedy_with_a_column_of_logits, "appends ONE token to every row"),
     ("ex08.greedy_decode", greedy_counting_bos, "one token short"),
@@ -638,6 +647,7 @@ FOUND_LATER = [
     ("ex08.greedy_decode", greedy_finished_from_the_model, "went back to the model's tokens"),
     ("ex08.greedy_decode", greedy_stops_at_the_first_eos, "as soon as ONE row finished"),
     ("ex08.greedy_decode", greedy_not_forced_but_stopping, "it must keep emitting eos_id"),
+    ("ex08.greedy_decode", greedy_finished_from_the_whole_prefix, "<bos> is not a generated"),
     ("ex08.label_smoothing_loss", ls_scatter_overwrites_the_target, "do not write it over"),
     ("ex08.label_smoothing_loss", ls_full_weight_on_the_target, "weighted by 1 - smoothing"),
     ("ex08.label_smoothing_loss", ls_minus_sign_lost, "mind the sign"),

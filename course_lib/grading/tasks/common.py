@@ -303,6 +303,16 @@ def all_close(got: Any, want: Any, tol: float) -> bool:
     )
 
 
+def float32_digits(got: Any, want: Any, hint: str = "") -> str | None:
+    """A hint when a float64 result has float32's digits only (x.float(), then back)."""
+    if isinstance(want, Tensor) and want.dtype == torch.float64 and all_close(got, want, 1e-5):
+        return (
+            "your float64 result has float32's precision: compute in x's dtype, without a "
+            "float32 round trip (x.float(), then back)" + hint
+        )
+    return None
+
+
 # --- g-mid ---
 
 

@@ -51,6 +51,12 @@ PRE_NO_LAST_NORM = (
     "too: the last step is x = x + ffn(norm(x)) (norm2 in the encoder, norm3 in the decoder), "
     "not x + ffn(x)"
 )
+LESSON_HEADS = (
+    "your attention has 4 heads, the lesson's, whatever num_heads says: build it with the "
+    "argument, MultiHeadAttention(d_model, num_heads, ...); the same weights split into "
+    "another number of heads give other outputs"
+)
+
 STALE_RESIDUAL = (
     "every sub-layer but the first adds the layer's input x, not its own input: set "
     "residual = x again before each sub-layer (or write x = x + sublayer(...) each time)"
@@ -147,6 +153,7 @@ class WrongLayer(nn.Module):
         if norm_first is None:  # built without it: the default, False
             norm_first = self.mistake == "default_pre_norm"
         self.norm_first, self.activation = norm_first, activation
+        num_heads = 4 if self.mistake == "lesson_heads" else num_heads
         self.self_attn = MultiHeadAttention(d_model, num_heads, bias=bias)
         if self.cross:
             self.multihead_attn = MultiHeadAttention(d_model, num_heads, bias=bias)
@@ -199,6 +206,8 @@ class WrongLayer(nn.Module):
                 keys = h
             mask = None if mistake in ("no_memory_mask", "cross_on_x") else memory_mask
             mask = self_mask if mistake == "self_mask_in_cross" else mask
+            if mistake == "memory_mask_transposed" and mask is not None:  # (batch, n_src, 1)
+                mask = mask.transpose(-1, -2)
             return cross_attn(queries, keys, keys, mask=mask)[0]
 
         def feed_forward(h):

@@ -67,6 +67,7 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "pre_norm_output_normalised": layers.PRE_NORM_OUTPUT_NORMALISED,
     "pre_final_norm": layers.PRE_FINAL_NORM,
     "one_norm_module": layers.ONE_NORM_MODULE,
+    "lesson_heads": layers.LESSON_HEADS,
     "kv_not_normed": layers.KV_NOT_NORMED,
     "pre_no_last_norm": layers.PRE_NO_LAST_NORM,
     "stale_residual": layers.STALE_RESIDUAL,
@@ -83,6 +84,9 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "multihead_attn(h, memory, memory, mask=memory_mask)",
     "pre_cross_unnormed": "in pre-norm the cross-attention's queries are normalised too, "
     "x = x + multihead_attn(norm2(x), memory, memory, ...): only memory goes in as it is",
+    "memory_mask_transposed": "memory_mask is transposed: its last axis is the source "
+    "positions, the keys, so pass it as it comes, (batch, 1, n_src); transposed it masks "
+    "target positions (and fails when n_src differs from n_tgt)",
     "self_mask_in_cross": "the cross-attention got self_mask, the target's own (causal) mask: "
     "it takes memory_mask, which says which source positions are real, "
     "multihead_attn(x, memory, memory, mask=memory_mask)",

@@ -48,6 +48,7 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "pre_stale_h": "in pre-norm the feed-forward network reads norm1(x) from before the "
     "attention: normalise the x the attention sub-layer returned, x = x + ffn(norm2(x))",
     "one_norm_module": layers.ONE_NORM_MODULE,
+    "lesson_heads": layers.LESSON_HEADS,
     "kv_not_normed": layers.KV_NOT_NORMED,
     "pre_no_last_norm": layers.PRE_NO_LAST_NORM,
     "stale_residual": layers.STALE_RESIDUAL,

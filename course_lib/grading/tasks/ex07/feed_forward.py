@@ -27,6 +27,9 @@ MISTAKES = {
     "of linear2 is not passed through it (it must be able to be negative)",
     "dropout_always": "the dropout also drops in eval mode: F.dropout needs "
     "training=self.training (nn.Dropout does this for you)",
+    "eval_scaled": "in eval mode nothing is rescaled: nn.Dropout already scales the kept units by "
+    "1 / (1 - dropout) in training (inverted dropout), so eval mode is "
+    "linear2(activation(linear1(x))) as it is, not times 1 - dropout",
     "keep_probability": "nn.Dropout(p) takes the probability of dropping a unit, not of keeping "
     "it: nn.Dropout(dropout), not nn.Dropout(1 - dropout)",
     "default_dropout": "built without the dropout argument, your network drops units in "
@@ -69,6 +72,8 @@ class WrongFeedForward(nn.Module):
         at["dropout_before_activation"] = "pre-activation"
         if where != at.get(self.mistake, "hidden"):
             return h
+        if self.mistake == "eval_scaled" and not self.training:  # the un-inverted dropout's rule
+            return h * (1 - self.p)
         return F.dropout(h, self.p, training=self.training or self.mistake == "dropout_always")
 
     def forward(self, x):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ...core import Case, Task, compare_values, register
-from ..common import randn
+from ..common import float32_digits, randn
 
 NO_KEEPDIM = (
     "mean(dim=-1) without keepdim=True drops the last axis, so x - mean does not line up "
@@ -149,6 +149,9 @@ class LayerNormTask(Task):
             return out, None
         weights = case.data["grad_weights"]
         return out.detach(), torch.autograd.grad((out * weights).sum(), x, allow_unused=True)[0]
+
+    def diagnose(self, got, want, case):  # x.float() and back: float32's digits
+        return float32_digits(got, want)
 
     def compare(self, got, want, case):
         if "grad_weights" not in case.data:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ...core import Case, Task, register
-from ..common import randn
+from ..common import float32_digits, randn
 from .layer_norm import NO_KEEPDIM
 
 STD = (
@@ -110,10 +110,4 @@ class RMSNormTask(Task):
         ]  # fmt: skip
 
     def diagnose(self, got, want, case):
-        if isinstance(got, torch.Tensor) and got.dtype == want.dtype == torch.float64:
-            if got.shape == want.shape and torch.allclose(got, want, rtol=1e-5, atol=1e-6):
-                return (
-                    "your float64 result has float32's precision: compute in x's dtype (the "
-                    "float32 upcast of Llama's code, x.float(), is for float16 and bfloat16 input)"
-                )
-        return None
+        return float32_digits(got, want, "; Llama's upcast is for float16 and bfloat16 input")

@@ -83,6 +83,9 @@ MISTAKES = {
     "(next_token == eos_id) with the forced token, not from the model's choice alone",
     "one_short": "one token short: generate max_new_tokens tokens after <bos>, so the prefix "
     "ends max_new_tokens + 1 long (<bos> is not one of the new tokens)",
+    "bos_finishes": "your rows are finished before they start: <bos> is not a generated token, "
+    "and with bos_id == eos_id (GPT-2 has one id, <|endoftext|>, for both) the prefix's first "
+    "column is eos_id; mark a row finished only from the tokens it generates",
     "stop_at_any": "you stopped as soon as ONE row finished; stop early only when every row is "
     "finished (finished.all()): the others still have tokens to produce",
 }
@@ -92,7 +95,7 @@ def wrong_greedy_decode(step_fn, batch_size, bos_id, eos_id, max_new_tokens, *, 
     """Greedy decoding that forces finished rows to eos_id and may stop once every row has
     finished, with one named mistake."""
     prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
-    finished = torch.zeros(batch_size, dtype=torch.bool)
+    finished = torch.full((batch_size,), mistake == "bos_finishes" and bos_id == eos_id)
     runs_on = ("no_stop", "zero_after_eos", "one_step_late", "released")  # no early stop
     for _ in range(max_new_tokens - (mistake == "one_short")):  # <bos> counted as a token
         if (mistake == "stop_at_any" and finished.any()) or (
@@ -151,6 +154,9 @@ class GreedyDecode(Task):
             case("float64 logits, batch 2, vocab 8, max_new_tokens 5",
                  (2, 8, 5), 1.0, dtype=torch.float64),
             case("batch 1, vocab 6, max_new_tokens 1", (1, 6, 1)),
+            # finished read from the whole prefix, <bos> included, passed every case above
+            case("batch 3, vocab 9, max_new_tokens 6, bos_id == eos_id == 4 (GPT-2's one "
+                 "<|endoftext|> id)", (3, 9, 6), 0.0, (4, 4)),
         ]  # fmt: skip
 
     def call(self, obj, case):
