@@ -899,3 +899,14 @@ def test_a_capstone_with_dropout_is_told_it_has_none():
     # before: "the loss before the step is 2.657, expected 2.682" with no hint
     result = status("ex09.GPT", _GPTWithDropout)
     assert result.status == "failed" and "dropout the task does not ask for" in result.feedback
+
+
+def test_an_evaluate_that_reads_the_models_block_size_is_told_so():
+    windows_of_the_model = _learners_evaluate(False)
+
+    def evaluate(model, ids, block_size, batch_size=64):  # hunt 7: the argument ignored
+        return windows_of_the_model(model, ids, model.config.block_size, batch_size)
+
+    # before: "your loss is 3.1862 nats per token, expected 3.03797" with no hint
+    result = status("ex09.evaluate", evaluate)
+    assert result.status == "failed" and "model.config.block_size" in result.feedback
