@@ -613,6 +613,11 @@ HUNTED_5 = [  # #hunt5: a boundary slip that got "None of the usual single mista
         ],
         "takes no average_attn_weights",
     ),
+    (  # #hunt7: the previous-token stripe scored as the induction one: "None of the usual"
+        "induction_scores",
+        [("keys = queries - period + 1", "keys = queries - 1")],
+        "the token just before",
+    ),
 ]
 
 
