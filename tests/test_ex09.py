@@ -899,3 +899,31 @@ def test_a_capstone_with_dropout_is_told_it_has_none():
     # before: "the loss before the step is 2.657, expected 2.682" with no hint
     result = status("ex09.GPT", _GPTWithDropout)
     assert result.status == "failed" and "dropout the task does not ask for" in result.feedback
+
+
+def test_an_evaluate_that_reads_the_models_block_size_is_told_so():
+    windows_of_the_model = _learners_evaluate(False)
+
+    def evaluate(model, ids, block_size, batch_size=64):  # hunt 7: the argument ignored
+        return windows_of_the_model(model, ids, model.config.block_size, batch_size)
+
+    # before: "your loss is 3.1862 nats per token, expected 3.03797" with no hint
+    result = status("ex09.evaluate", evaluate)
+    assert result.status == "failed" and "model.config.block_size" in result.feedback
+
+
+def test_a_key_map_that_reads_c_attn_as_a_linear_weight_is_told_its_layout():
+    from pathlib import Path
+
+    import nbformat
+
+    path = Path(__file__).resolve().parents[1] / "solutions" / "09_gpt_from_scratch.ipynb"
+    cell = next(c.source for c in nbformat.read(path, 4).cells if "def gpt2_to_mine" in c.source)
+    old = "value = value.t() if value.dim() == 2 else value"  # hunt 7: c_attn left (d, 3d)
+    assert cell.count(old) == 1
+    namespace = {"torch": torch}
+    new = "value = value.t() if value.dim() == 2 and name != 'attn.c_attn' else value"
+    exec(cell.replace(old, new), namespace)
+    # before: "'layers.0.self_attn.q_proj.weight' has shape (3, 24), expected (8, 8)", no hint
+    result = status("ex09.gpt2_to_mine", namespace["gpt2_to_mine"])
+    assert result.status == "failed" and "not nn.Linear's (3 * d, d)" in result.feedback

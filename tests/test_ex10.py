@@ -761,6 +761,11 @@ HUNTED_5 = [  # #hunt5: one bullet's "/ sqrt(d_k)" left out: "only dq differs", 
         [("scores = q @ k_block.transpose(-2, -1)", "scores = q @ k_block.transpose(1, 2)")],
         "swaps the wrong axes",
     ),
+    (  # #hunt7: the backward scaled by d_v (q, k and v were (d, d) in the lesson): no hint
+        "tiled_attention_backward",
+        [("math.sqrt(q.shape[-1])", "math.sqrt(v.shape[-1])")],
+        "divided by sqrt(d_v)",
+    ),
 ]
 
 

@@ -613,6 +613,11 @@ HUNTED_5 = [  # #hunt5: a boundary slip that got "None of the usual single mista
         ],
         "takes no average_attn_weights",
     ),
+    (  # #hunt7: the previous-token stripe scored as the induction one: "None of the usual"
+        "induction_scores",
+        [("keys = queries - period + 1", "keys = queries - 1")],
+        "the token just before",
+    ),
 ]
 
 
@@ -647,3 +652,35 @@ def test_hooks_removed_without_finally_fail_when_the_forward_raises(solution, na
     result = check_result(f"ex11.{name}", _solution_with(solution, name, (old, new)))
     assert result.status == "failed" and result.score < result.max_score, result.feedback
     assert "your hooks stay on the model when the forward raises" in result.feedback
+
+
+def _patch_with_a_cache(model, clean_ids, corrupted_ids, layer, head, _clean={}):  # noqa: B006
+    """#hunt7: the clean run recorded once per (layer, head), then reused on every later call."""
+    out_proj = model.layers[layer].self_attn.out_proj
+    part = slice(*(h * model.config.d_model // model.config.num_heads for h in (head, head + 1)))
+    with torch.no_grad():
+        if (layer, head) not in _clean:
+            handle = out_proj.register_forward_pre_hook(
+                lambda m, a: _clean.__setitem__((layer, head), a[0][..., part].clone())
+            )
+            try:
+                model(clean_ids)
+            finally:
+                handle.remove()
+        handle = out_proj.register_forward_pre_hook(
+            lambda m, a: (
+                torch.cat(
+                    [a[0][..., : part.start], _clean[layer, head], a[0][..., part.stop :]], -1
+                ),
+            )
+        )
+        try:
+            return model(corrupted_ids)
+        finally:
+            handle.remove()
+
+
+def test_a_patch_that_caches_the_clean_run_between_calls_is_told_so():
+    result = check_result("ex11.patch_head", _patch_with_a_cache)  # once got full marks
+    assert result.status == "failed", result.feedback
+    assert "an earlier call" in result.feedback, result.feedback

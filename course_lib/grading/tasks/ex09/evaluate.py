@@ -62,6 +62,8 @@ MISTAKES = {
     "number of tokens predicted",
     "bits": "return nats, as F.cross_entropy gives them (natural log): dividing by log(2) "
     "turns them into bits",
+    "model_block_size": "cut the windows with the `block_size` you are given, not the "
+    "model's own model.config.block_size: a caller may evaluate on shorter windows",
     "count_all_tokens": "divide by the number of predictions, len(ids) - 1, not by len(ids): the "
     "first token is never a target (nothing comes before it), every other token is one",
 }
@@ -80,6 +82,7 @@ def _windows(ids, block_size, overlap=True, stride=None):
 def wrong_evaluate(model, ids, block_size, batch_size=64, *, mistake=""):
     """The mean cross-entropy over ALL of ids, with one named mistake ("" for none)."""
     was_training = model.training
+    block_size = model.config.block_size if mistake == "model_block_size" else block_size
     if mistake != "no_eval":
         model.eval()
     if mistake == "random_windows":

@@ -20,6 +20,9 @@ MISTAKES = {
     "split_wrong_axis": "c_attn's weight is (d, 3 * d) with W_Q, W_K, W_V side by side in its "
     "COLUMNS: split it along dim 1 into three (d, d) blocks, then transpose each (or "
     "transpose first and split along dim 0)",
+    "split_rows": "c_attn's weight is (d, 3 * d), Conv1D's (in, out), not nn.Linear's "
+    "(3 * d, d): W_Q, W_K, W_V sit side by side in its COLUMNS, so split along dim 1, then "
+    "transpose each block",
     "bias_not_split": "c_attn's bias (3 * d,) holds the three biases one after the other: "
     "split it into three (d,) pieces for q_proj, k_proj and v_proj, like the weight",
     "masks_kept": "attn.bias and attn.masked_bias are not weights: they are each layer's "
@@ -100,9 +103,9 @@ def wrong_gpt2_to_mine(hf_state, *, mistake=""):
             out[f"{mine}{ours}.weight"] = weight.t() if flip else weight
             out[f"{mine}{ours}.bias"] = sd[f"{h}{theirs}.bias"]
         weight, bias = sd[f"{h}attn.c_attn.weight"], sd[f"{h}attn.c_attn.bias"]  # (d, 3d), (3d,)
-        parts = weight.chunk(3, dim=0 if mistake == "split_wrong_axis" else 1)
+        parts = weight.chunk(3, dim=0 if mistake in ("split_wrong_axis", "split_rows") else 1)
         parts = weight.reshape(3, -1, weight.shape[0]) if mistake == "qkv_reshaped" else parts
-        flat = mistake in ("not_transposed", "c_attn_not_transposed", "qkv_reshaped")
+        flat = mistake in ("not_transposed", "c_attn_not_transposed", "qkv_reshaped", "split_rows")
         weights = parts if flat else [p.t() for p in parts]  # (out, in)
         biases = [bias] * 3 if mistake == "bias_not_split" else bias.chunk(3)
         order = "kqv" if mistake == "qkv_order" else "qkv"

@@ -11,7 +11,7 @@ import torch
 from course_lib.validation import check_positive_int
 
 from ...core import Task, register
-from ..common import randn
+from ..common import D_V_SCALE_HINT, randn
 from ._memory import MEMORY_HINT, call_limited, draw_qkv, limited_case
 from .tiled_attention import CAUSAL_RULE, SHIFT_REVERSED
 
@@ -49,6 +49,7 @@ FAULTS = {
         "the recomputed scores are not divided by sqrt(d_k): recompute them exactly as the "
         "forward did, s = q k^T / sqrt(d_k), before exp(s - lse)"
     ),
+    "scaled_by_d_v": D_V_SCALE_HINT,
     "grads_unscaled": f"dq and dk are not scaled by 1 / sqrt(d_k): {GRAD_SCALE}",
     "dv_scaled": ("dv is scaled by 1 / sqrt(d_k): only the scores were divided, so dv = p^T d_out"),
     "causal_ignored": (
@@ -87,7 +88,7 @@ def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mi
     n_q, n_k = q.shape[-2], k.shape[-2]
     if mistake == "full_matrix":
         block_size = n_k
-    scale = 1 / math.sqrt(q.shape[-1])
+    scale = 1 / math.sqrt((v if mistake == "scaled_by_d_v" else q).shape[-1])
     grad_scale = 1.0 if mistake == "grads_unscaled" else scale
     D = (d_out * out).sum(-1, keepdim=True)  # (..., n_q, 1)
     row_lse = lse if mistake == "lse_not_column" else lse.unsqueeze(-1)

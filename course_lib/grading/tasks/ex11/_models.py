@@ -214,6 +214,8 @@ class ModelTask(Task):
         snapshot = _snapshot(model)
         fails = case.data.get("fails", False)
         result, raised = None, False
+        for earlier in case.data.get("earlier", ()):  # a call before, on the same model
+            obj(model, *earlier)
         try:
             result = obj(model, *case.args, **case.kwargs)
         except ValueError:  # the forward's error (ids too long), expected here

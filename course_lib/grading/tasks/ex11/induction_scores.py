@@ -25,6 +25,11 @@ MISTAKES = {
         "off by one: key i - T is the earlier copy of the SAME token (a duplicate-token "
         "head); an induction head attends to the token AFTER it, key i - T + 1"
     ),
+    "previous_token": (
+        "you scored key i - 1, the token just before (a previous-token head's stripe); an "
+        "induction head attends to the token after the earlier copy of query i's token, key "
+        "i - T + 1"
+    ),
     "one_before": _BEFORE,
     "one_before_stripe": _BEFORE,  # diagonal(-(T + 1)): queries T + 1 .. 2T - 1 only
     "two_after": (
@@ -91,6 +96,7 @@ def wrong_scores(model, ids, *, mistake):
         "two_after": period - 2,
         "one_before": period + 1,
         "one_before_stripe": period + 1,
+        "previous_token": 1,
     }.get(mistake, period - 1)
     sign = 1 if mistake == "upper_stripe" else -1  # +: above the diagonal, the future
     stripe = patterns.diagonal(offset=sign * offset, dim1=-2, dim2=-1)  # (layers, batch, heads, k)

@@ -3,6 +3,8 @@ the corrupted input with one head's output taken from the clean run."""
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from ...core import Case, register
@@ -49,6 +51,10 @@ MISTAKES = {
         "you returned the clean run's logits: the patched run is the CORRUPTED input, "
         "with only this head's slice taken from the clean run"
     ),
+    "stale": (
+        "the clean output came from an earlier call (a cache kept between calls, a mutable "
+        "default or a global): record the clean run on every call, with these clean_ids"
+    ),
     "no_effect": (
         "your patch never took effect: the logits equal those of the corrupted input "
         "run unpatched. Was the patching hook removed before the corrupted run, or did "
@@ -57,6 +63,9 @@ MISTAKES = {
         "1), head h's features are the last dim, z[..., h*d_head:(h+1)*d_head]"
     ),
 }
+
+
+_FIRST = weakref.WeakKeyDictionary()  # "stale": the clean output of a model's first call
 
 
 def wrong_patch(model, clean_ids, corrupted_ids, layer, head, *, mistake):
@@ -84,6 +93,7 @@ def wrong_patch(model, clean_ids, corrupted_ids, layer, head, *, mistake):
             logits = model(corrupted_ids)
         handle.remove()
         return logits
+    saved = _FIRST.setdefault(model, saved) if mistake == "stale" else saved
     handle = out_proj.register_forward_pre_hook(lambda m, a: saved.append(a[0]))
     with torch.no_grad():
         model(corrupted_ids if mistake == "reversed" else clean_ids)
@@ -136,4 +146,12 @@ class PatchHead(ModelTask):
         last = raising_case(
             gen, "clean and corrupted ids", lambda ids: (randint(gen, 13, 2, 20), 1, 1)
         )
-        return [*cases, Case(description, (clean, corrupted, 1, 3), data={"model": spec}), last]
+        # drawn last (the cases above stay as they were): a second call on the same model and
+        # head, with other ids, must not reuse the first call's clean output
+        twice = Case(
+            f"{cases[0].description}, called a second time with other ids",
+            (*(randint(gen, 13, 2, 7) for _ in range(2)), 1, 1),
+            data={"model": cases[0].data["model"], "earlier": [cases[0].args]},
+        )
+        circuit = Case(description, (clean, corrupted, 1, 3), data={"model": spec})
+        return [*cases, twice, circuit, last]
