@@ -291,36 +291,26 @@ def test_a_kernel_that_dies_before_it_answers_is_started_again(tmp_path, monkeyp
 
     real, started = batch._capped_client_class, []
 
-    def flaky_client_class():
-        class Flaky(real()):
+    def killing(kills):  # a client class whose first `kills` kernels die as they start
+        class Killing(real()):
             def start_new_kernel(self, **kwargs):
                 super().start_new_kernel(**kwargs)
                 started.append(self.km.provisioner.pid)
-                if len(started) == 1:
+                if len(started) <= kills:
                     self.km.provisioner.process.kill()
 
-        return Flaky
+        return lambda: Killing
 
-    monkeypatch.setattr(batch, "_capped_client_class", flaky_client_class)
     limits = {"timeout": 240.0, "memory_mb": 4096, "max_output_kb": 1024, "cell_timeout": None}
     path = ROOT / "solutions" / "00_warmup.ipynb"
+    monkeypatch.setattr(batch, "_capped_client_class", killing(1))
     row = batch.grade_one(path, seed=11, pid_file=tmp_path / "pids", **limits)
     assert len(started) == 2, started
     assert row["error"] is None, row["error"]
     assert row["score"] == row["max_score"] == 3.0, row
     # with every start killed, the row says why instead of crashing
     started.clear()
-
-    def dead_client_class():
-        class Dead(real()):
-            def start_new_kernel(self, **kwargs):
-                super().start_new_kernel(**kwargs)
-                started.append(self.km.provisioner.pid)
-                self.km.provisioner.process.kill()
-
-        return Dead
-
-    monkeypatch.setattr(batch, "_capped_client_class", dead_client_class)
+    monkeypatch.setattr(batch, "_capped_client_class", killing(batch._KERNEL_STARTS))
     row = batch.grade_one(path, seed=11, pid_file=tmp_path / "pids", **limits)
     assert len(started) == batch._KERNEL_STARTS
     assert row["score"] == 0.0 and "Kernel died before replying" in row["error"], row
