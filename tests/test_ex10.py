@@ -769,7 +769,16 @@ HUNTED_5 = [  # #hunt5: one bullet's "/ sqrt(d_k)" left out: "only dq differs", 
 ]
 
 
-ALL_HUNTED = HUNTED + HUNTED_2 + HUNTED_3 + HUNTED_4 + HUNTED_5
+HUNTED_8 = [  # eighth round: slips that got another slip's hint or a weak one
+    (  # a symmetric half-window was told to use <= (the same mask at window 2)
+        "sliding_window_mask",
+        [("offset.abs() <= window", "offset.abs() <= window // 2")],
+        "not window // 2",
+    ),
+]
+
+
+ALL_HUNTED = HUNTED + HUNTED_2 + HUNTED_3 + HUNTED_4 + HUNTED_5 + HUNTED_8
 
 
 @pytest.mark.parametrize("name,edits,words", ALL_HUNTED, ids=[h[2] for h in ALL_HUNTED])

@@ -17,6 +17,10 @@ FAULTS = {
     "too_wide": (
         "the window is one too wide: key j is allowed when |i - j| <= window, not <= window + 1"
     ),
+    "half_window": (
+        "the band is half as wide as it should be: `window` counts the keys on EACH side, key j "
+        "is allowed when |i - j| <= window, not window // 2 (2 * window + 1 keys in all)"
+    ),
     "no_abs": (
         "without abs, i - j <= window holds for every key after the query: the band must be "
         "bounded on both sides, |i - j| <= window (offset.abs() <= window)"
@@ -43,7 +47,8 @@ def wrong_band(n, window, causal=False, *, mistake):
     """The band from two aranges, with the named mistake where it bites."""
     offset = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # i - j
     distance = offset if mistake == "no_abs" else offset.abs()
-    width = window + {"too_narrow": -1, "too_wide": 1}.get(mistake, 0)
+    width = window // 2 if mistake == "half_window" else window  # a half-window each side
+    width += {"too_narrow": -1, "too_wide": 1}.get(mistake, 0)
     if mistake == "plain_causal" and causal:  # the window forgotten on the causal side
         width = n
     mask = distance <= width
@@ -65,6 +70,8 @@ class SlidingWindowMask(Task):
 
     def cases(self, gen):
         return [
+            # window // 2 on each side is window - 1 at window 2 (and 3, with (window + 1) // 2)
+            Case("n=9, window=4", (9, 4)),
             Case("n=7, window=2", (7, 2)),
             Case("n=7, window=2, causal=True", (7, 2), {"causal": True}),
             Case("n=5, window=0 (each token sees only itself)", (5, 0)),
