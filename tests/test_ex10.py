@@ -775,6 +775,11 @@ HUNTED_8 = [  # eighth round: slips that got another slip's hint or a weak one
         [("offset.abs() <= window", "offset.abs() <= window // 2")],
         "not window // 2",
     ),
+    (  # D as a mean over d_v: 'only dq, dk differ' before
+        "tiled_attention_backward",
+        [("D = (d_out * out).sum(dim=-1,", "D = (d_out * out).mean(dim=-1,")],
+        "D is the mean of d_out * out",
+    ),
 ]
 
 
