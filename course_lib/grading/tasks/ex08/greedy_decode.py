@@ -58,9 +58,9 @@ _GREEDY_NO_STOP_HINT = (
 
 _ONE_FOR_ALL = (
     "every row got the same tokens, one choice copied to the whole batch: argmax without dim= "
-    "returns one index into the flattened scores (often past the vocabulary), and logits[0, -1] "
-    "or tokens[0:1].expand(...) decodes row 0 alone; each row has its own next token: "
-    "logits[:, -1].argmax(dim=-1), one per row"
+    "returns one index into the flattened scores (often past the vocabulary), and one row's "
+    "scores (logits[0, -1]) or tokens[0:1].expand(...) decodes one row alone; each row has its "
+    "own next token: logits[:, -1].argmax(dim=-1), one per row"
 )
 
 
@@ -69,7 +69,6 @@ MISTAKES = {
     "argmax_wrong_axis": "argmax over the wrong axis: pick the most likely token over the "
     "vocabulary, logits[:, -1].argmax(dim=-1)",
     "argmax_no_dim": _ONE_FOR_ALL,
-    "one_row": _ONE_FOR_ALL,  # row 0 decoded alone and expanded; argmax() gives it too
     "first_position": "you used the logits of the first position; the next token is predicted "
     "by the last one, logits[:, -1]",
     "keep_bos": "return the generated tokens without the leading <bos> "
@@ -115,8 +114,6 @@ def wrong_greedy_decode(step_fn, batch_size, bos_id, eos_id, max_new_tokens, *, 
             chosen = logits.argmax(dim=1)[:, -1]
         elif mistake == "argmax_no_dim":  # one index into the flattened (batch, vocab) scores
             chosen = logits[:, -1].argmax().expand(batch_size)
-        elif mistake == "one_row":  # row 0's token for every row
-            chosen = logits[0, -1].argmax(dim=-1).expand(batch_size)
         else:
             chosen = logits[:, 0 if mistake == "first_position" else -1].argmax(dim=-1)
         token = chosen.masked_fill(finished, 0 if mistake == "zero_after_eos" else eos_id)
@@ -178,3 +175,8 @@ class GreedyDecode(Task):
         if isinstance(got, torch.Tensor) and got.dtype in (torch.int32, torch.int16):
             return "your tokens should be a long (int64) tensor, got " + str(got.dtype)[6:]
         return compare_values(got, want, "your tokens")
+
+    def diagnose(self, got, want, case):  # one row decoded (whichever) and copied to the batch
+        if isinstance(got, torch.Tensor) and got.shape == want.shape and len(got) > 1:
+            return _ONE_FOR_ALL if (got == got[:1]).all() and (want != want[:1]).any() else None
+        return None
