@@ -773,7 +773,7 @@ HUNTED_8 = [  # eighth round: slips that got another slip's hint or a weak one
     (  # a symmetric half-window was told to use <= (the same mask at window 2)
         "sliding_window_mask",
         [("offset.abs() <= window", "offset.abs() <= window // 2")],
-        "not window // 2",
+        "not window=4: `window` counts the keys on EACH side",
     ),
     (  # D as a mean over d_v: 'only dq, dk differ' before
         "tiled_attention_backward",

@@ -17,10 +17,6 @@ FAULTS = {
     "too_wide": (
         "the window is one too wide: key j is allowed when |i - j| <= window, not <= window + 1"
     ),
-    "half_window": (
-        "the band is half as wide as it should be: `window` counts the keys on EACH side, key j "
-        "is allowed when |i - j| <= window, not window // 2 (2 * window + 1 keys in all)"
-    ),
     "no_abs": (
         "without abs, i - j <= window holds for every key after the query: the band must be "
         "bounded on both sides, |i - j| <= window (offset.abs() <= window)"
@@ -47,8 +43,7 @@ def wrong_band(n, window, causal=False, *, mistake):
     """The band from two aranges, with the named mistake where it bites."""
     offset = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # i - j
     distance = offset if mistake == "no_abs" else offset.abs()
-    width = window // 2 if mistake == "half_window" else window  # a half-window each side
-    width += {"too_narrow": -1, "too_wide": 1}.get(mistake, 0)
+    width = window + {"too_narrow": -1, "too_wide": 1}.get(mistake, 0)
     if mistake == "plain_causal" and causal:  # the window forgotten on the causal side
         width = n
     mask = distance <= width
@@ -86,3 +81,16 @@ class SlidingWindowMask(Task):
         ]
 
     mistake_table, wrong = FAULTS, staticmethod(wrong_band)
+
+    def diagnose(self, got, want, case):  # a band of another width: window // 2, a number
+        n, window = case.args
+        causal = case.kwargs.get("causal", False)
+        for width in range(n if isinstance(got, torch.Tensor) else 0):
+            if torch.equal(got, wrong_band(n, width, causal, mistake="")):
+                keys = f"{width} key{'s' * (width != 1)}"
+                return (
+                    f"your band reaches {keys} on each side of the query, not window={window}: "
+                    "`window` counts the keys on EACH side, |i - j| <= window (2 * window + 1 "
+                    "keys in all), not window // 2"
+                )
+        return None
