@@ -780,6 +780,11 @@ HUNTED_8 = [  # eighth round: slips that got another slip's hint or a weak one
         [("D = (d_out * out).sum(dim=-1,", "D = (d_out * out).mean(dim=-1,")],
         "D is the mean of d_out * out",
     ),
+    (  # D summed without dim=, one number: 'only dq, dk differ' before
+        "tiled_attention_backward",
+        [("D = (d_out * out).sum(dim=-1, keepdim=True)", "D = (d_out * out).sum()")],
+        "sum() without dim= adds up every query",
+    ),
     (  # the forward's running sum from each block's mean: 'None of the usual' before
         "tiled_attention",
         [(SUM, SUM.replace("weights.sum(", "weights.mean("))],
