@@ -898,7 +898,8 @@ def gqa_with_a_slip(q, k, v, mask=None, *, slip):
     root = torch.tensor(d_k).sqrt() if slip == "float32 scale" else math.sqrt(d_k)
     scores = q @ k.transpose(-2, -1) / (1 if after else root)
     if mask is not None:
-        if slip == "mask.unsqueeze(1) as in MHA" and mask.dim() == 3 or slip == "unsqueeze(1)":
+        axes = {"mask.unsqueeze(1) as in MHA": (3,), "unsqueeze(1) unless 4-D": (2, 3)}
+        if slip == "unsqueeze(1)" or mask.dim() in axes.get(slip, ()):
             mask = mask.unsqueeze(1)
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)
@@ -921,6 +922,8 @@ def gqa_with_a_slip(q, k, v, mask=None, *, slip):
         # sixth hunt: full marks (the float64 case's d_head 4 has an exact float32 root)
         ("float32 scale", "your scale is a float32 tensor"),
         ("unsqueeze(1)", "whatever its number of axes"),  # a bare shape message before
+        # eighth round: 'each kv head is repeated num_kv_heads times' before (a row's error)
+        ("unsqueeze(1) unless 4-D", "whatever its number of axes"),
     ],
 )
 def test_gqa_slips_that_got_no_hint(slip, words):

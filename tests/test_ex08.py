@@ -1,6 +1,7 @@
 """The ex08 grader: references pass, each mistake fails with its hint, shortcuts are caught."""
 
 import copy
+from functools import partial
 
 import numpy as np
 import pytest
@@ -608,6 +609,20 @@ def greedy_argmax_without_dim(step_fn, batch_size, bos_id, eos_id, max_new_token
     return prefix[:, 1:]
 
 
+def greedy_of_one_row(step_fn, batch_size, bos_id, eos_id, max_new_tokens, *, row):
+    """Eighth round: one row decoded and copied to the batch ('None of the usual' before);
+    row None: the whole batch decoded, then row 0 of the result expanded."""
+    prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
+    finished = torch.zeros(batch_size, dtype=torch.bool)
+    for _ in range(max_new_tokens):
+        logits = step_fn(prefix)
+        token = logits[:, -1].argmax(dim=-1) if row is None else logits[row, -1].argmax()
+        token = token.expand(batch_size).masked_fill(finished, eos_id)
+        prefix = torch.cat([prefix, token[:, None]], dim=1)
+        finished = finished | (token == eos_id)
+    return prefix[:1, 1:].expand(batch_size, -1) if row is None else prefix[:, 1:]
+
+
 def greedy_with_a_column_of_logits(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
     prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
     finished = torch.zeros(batch_size, dtype=torch.bool)
@@ -754,6 +769,10 @@ FOUND_LATER = [
     ("ex08.train_step", train_step_of_a_learner("float32 loss"), "no .float() on the logits"),
     # #hunt6: argmax() without dim= got "None of the usual single mistakes"
     ("ex08.greedy_decode", greedy_argmax_without_dim, "argmax without dim= returns one index"),
+    *(
+        ("ex08.greedy_decode", partial(greedy_of_one_row, row=row), "decodes one row alone")
+        for row in (0, -1, None)
+    ),
     # #hunt5: the lesson's warmup (100) hard-coded got no hint
     (
         "ex08.noam_lr",

@@ -769,7 +769,31 @@ HUNTED_5 = [  # #hunt5: one bullet's "/ sqrt(d_k)" left out: "only dq differs", 
 ]
 
 
-ALL_HUNTED = HUNTED + HUNTED_2 + HUNTED_3 + HUNTED_4 + HUNTED_5
+HUNTED_8 = [  # eighth round: slips that got another slip's hint or a weak one
+    (  # a symmetric half-window was told to use <= (the same mask at window 2)
+        "sliding_window_mask",
+        [("offset.abs() <= window", "offset.abs() <= window // 2")],
+        "not window=4: `window` counts the keys on EACH side",
+    ),
+    (  # D as a mean over d_v: 'only dq, dk differ' before
+        "tiled_attention_backward",
+        [("D = (d_out * out).sum(dim=-1,", "D = (d_out * out).mean(dim=-1,")],
+        "D is the mean of d_out * out",
+    ),
+    (  # D summed without dim=, one number: 'only dq, dk differ' before
+        "tiled_attention_backward",
+        [("D = (d_out * out).sum(dim=-1, keepdim=True)", "D = (d_out * out).sum()")],
+        "sum() without dim= adds up every query",
+    ),
+    (  # the forward's running sum from each block's mean: 'None of the usual' before
+        "tiled_attention",
+        [(SUM, SUM.replace("weights.sum(", "weights.mean("))],
+        "MEAN of exp(s - m)",
+    ),
+]
+
+
+ALL_HUNTED = HUNTED + HUNTED_2 + HUNTED_3 + HUNTED_4 + HUNTED_5 + HUNTED_8
 
 
 @pytest.mark.parametrize("name,edits,words", ALL_HUNTED, ids=[h[2] for h in ALL_HUNTED])

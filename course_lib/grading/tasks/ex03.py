@@ -522,8 +522,6 @@ class GroupedQueryAttentionTask(Task):
         "n_k, d_head): dim=0 repeats the batch, so k and v no longer match q's batch",
         "scaled_by_d_v": D_V_SCALE_HINT,
         "scaled_after_softmax": SCALED_AFTER_SOFTMAX,
-        "repeat_by_kv_heads": "each kv head is repeated num_kv_heads times; it must be repeated "
-        "group = num_heads // num_kv_heads times, so that there are num_heads of them",
         "index_by_kv_heads": "query head h uses kv head h // group, group = num_heads // "
         "num_kv_heads; h // num_kv_heads is that only when num_kv_heads == group, and otherwise "
         "runs past the last kv head",
@@ -548,6 +546,10 @@ class GroupedQueryAttentionTask(Task):
         "mask_always_unsqueezed": "the mask broadcasts to (batch, num_heads, n_q, n_k) as it is, "
         "whatever its number of axes: use it without unsqueeze(1) (which puts an axis inside "
         "it, and a 4-D mask becomes 5-D)",
+        # after the mask rows: on the causal case a 2-D mask unsqueezed (`if mask.dim() < 4`)
+        # raises this row's broadcast error too, and this slip already failed an earlier case
+        "repeat_by_kv_heads": "each kv head is repeated num_kv_heads times; it must be repeated "
+        "group = num_heads // num_kv_heads times, so that there are num_heads of them",
     }
 
     def wrong(self, q, k, v, mask=None, *, mistake):

@@ -56,12 +56,19 @@ _GREEDY_NO_STOP_HINT = (
 )
 
 
+_ONE_FOR_ALL = (
+    "every row got the same tokens, one choice copied to the whole batch: argmax without dim= "
+    "returns one index into the flattened scores (often past the vocabulary), and one row's "
+    "scores (logits[0, -1]) or tokens[0:1].expand(...) decodes one row alone; each row has its "
+    "own next token: logits[:, -1].argmax(dim=-1), one per row"
+)
+
+
 MISTAKES = {
     "no_stop": _GREEDY_NO_STOP_HINT,
     "argmax_wrong_axis": "argmax over the wrong axis: pick the most likely token over the "
     "vocabulary, logits[:, -1].argmax(dim=-1)",
-    "argmax_no_dim": "argmax without dim= returns one index into the flattened scores, the same "
-    "for every row (and often past the vocabulary): logits[:, -1].argmax(dim=-1), one per row",
+    "argmax_no_dim": _ONE_FOR_ALL,
     "first_position": "you used the logits of the first position; the next token is predicted "
     "by the last one, logits[:, -1]",
     "keep_bos": "return the generated tokens without the leading <bos> "
@@ -168,3 +175,8 @@ class GreedyDecode(Task):
         if isinstance(got, torch.Tensor) and got.dtype in (torch.int32, torch.int16):
             return "your tokens should be a long (int64) tensor, got " + str(got.dtype)[6:]
         return compare_values(got, want, "your tokens")
+
+    def diagnose(self, got, want, case):  # one row decoded (whichever) and copied to the batch
+        if isinstance(got, torch.Tensor) and got.shape == want.shape and len(got) > 1:
+            return _ONE_FOR_ALL if (got == got[:1]).all() and (want != want[:1]).any() else None
+        return None

@@ -65,6 +65,8 @@ class SlidingWindowMask(Task):
 
     def cases(self, gen):
         return [
+            # window // 2 on each side is window - 1 at window 2 (and 3, with (window + 1) // 2)
+            Case("n=9, window=4", (9, 4)),
             Case("n=7, window=2", (7, 2)),
             Case("n=7, window=2, causal=True", (7, 2), {"causal": True}),
             Case("n=5, window=0 (each token sees only itself)", (5, 0)),
@@ -79,3 +81,16 @@ class SlidingWindowMask(Task):
         ]
 
     mistake_table, wrong = FAULTS, staticmethod(wrong_band)
+
+    def diagnose(self, got, want, case):  # a band of another width: window // 2, a number
+        n, window = case.args
+        causal = case.kwargs.get("causal", False)
+        for width in range(n if isinstance(got, torch.Tensor) else 0):
+            if torch.equal(got, wrong_band(n, width, causal, mistake="")):
+                keys = f"{width} key{'s' * (width != 1)}"
+                return (
+                    f"your band reaches {keys} on each side of the query, not window={window}: "
+                    "`window` counts the keys on EACH side, |i - j| <= window (2 * window + 1 "
+                    "keys in all), not window // 2"
+                )
+        return None

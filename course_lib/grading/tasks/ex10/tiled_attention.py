@@ -40,6 +40,11 @@ FAULTS = {
         "a larger maximum m', multiply both by exp(m - m') before adding the new block's "
         "terms (computed after m = m', the factor exp(m - m') is always 1)"
     ),
+    "sum_as_mean": (
+        "the running sum adds each block's MEAN of exp(s - m), not its sum: the softmax divides "
+        "by the sum over all the keys, so add weights.sum(dim=-1, keepdim=True) (a mean divides "
+        "each block by its own width)"
+    ),
     "no_keepdim": (
         "a maximum or sum over the keys without keepdim=True has shape (..., n_q), which lines "
         "up with the last axis, not with the queries: keep the running maximum and sum as "
@@ -229,7 +234,8 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
             p = p * correction
         keep_sum = mistake in ("sum_not_rescaled", "nothing_rescaled")
         keep_out = mistake in ("output_not_rescaled", "nothing_rescaled")
-        total = (total if keep_sum else total * correction) + p.sum(
+        reduce = p.mean if mistake == "sum_as_mean" else p.sum
+        total = (total if keep_sum else total * correction) + reduce(
             -1, keepdim=mistake != "no_keepdim"
         )
         out = (out if keep_out else out * correction) + p @ v_block

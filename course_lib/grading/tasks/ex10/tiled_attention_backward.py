@@ -31,6 +31,16 @@ FAULTS = {
         "D is summed over one block of keys only: D_i = sum_j p_ij dp_ij runs over all the keys "
         "of row i, which is why it is computed once, before the loop, as rowsum(d_out * out)"
     ),
+    "D_mean": (
+        "D is the mean of d_out * out over its last axis, not the sum: D_i = sum_j p_ij dp_ij = "
+        "rowsum(d_out_i * out_i), so (d_out * out).sum(dim=-1, keepdim=True); the mean divides "
+        "it by d_v"
+    ),
+    "D_total": (
+        "D is one number per query, (..., n_q, 1): (d_out * out).sum() without dim= adds up "
+        "every query of the batch into one number; sum over the last axis only, "
+        "(d_out * out).sum(dim=-1, keepdim=True)"
+    ),
     "block_softmax": (
         "the weights are recomputed with a softmax over the block: the forward normalised each "
         "row over all its keys, and that normaliser is the saved lse; p = exp(s - lse) gives "
@@ -91,6 +101,8 @@ def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mi
     scale = 1 / math.sqrt((v if mistake == "scaled_by_d_v" else q).shape[-1])
     grad_scale = 1.0 if mistake == "grads_unscaled" else scale
     D = (d_out * out).sum(-1, keepdim=True)  # (..., n_q, 1)
+    if mistake in ("D_mean", "D_total"):  # rowsum read as a mean over d_v; .sum() without dim
+        D = D / out.shape[-1] if mistake == "D_mean" else D.sum()
     row_lse = lse if mistake == "lse_not_column" else lse.unsqueeze(-1)
     shift = {"top_left": 0, "shift_reversed": n_q - n_k}.get(mistake, n_k - n_q)
     query_pos = torch.arange(n_q)[:, None] + shift
