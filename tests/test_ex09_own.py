@@ -908,3 +908,36 @@ def evaluate_unfold_and_split(model, ids, block_size, batch_size=64):
 def test_an_empty_batch_of_no_full_windows_is_no_error():
     # hunt 6: the check's model refused the empty batch ("ids is empty"): 5/6 for a right answer
     assert result_of("ex09.evaluate", evaluate_unfold_and_split).status == "passed"
+
+
+# ---- hunt 8 (h8b) ----------------------------------------------------------------------------
+
+
+def train_peeking_midway(model, batches, steps, max_lr, warmup_steps, clip=1.0):
+    """#hunt8: a look at the loss in eval mode halfway, as lesson 09's loop does, and no
+    model.train() after it."""
+    optimizer = torch.optim.AdamW(model.parameters())
+    model.train()
+    losses = []
+    for step in range(steps):
+        progress = max(0, step - warmup_steps) / (steps - warmup_steps)
+        for group in optimizer.param_groups:
+            group["lr"] = min((step + 1) / warmup_steps, 0.5 + 0.5 * math.cos(math.pi * progress))
+            group["lr"] *= max_lr
+        x, y = next(batches)
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        losses.append(loss.item())
+        if step == steps // 2:
+            model.eval()
+    return losses
+
+
+def test_a_loop_left_in_eval_mode_by_an_evaluation_is_told_so():
+    # before: "the model ran in eval mode at step 16", no hint
+    result = result_of("ex09.train", train_peeking_midway)
+    assert result.status == "failed", result.feedback
+    assert "a model.eval() inside the loop" in result.feedback, result.feedback

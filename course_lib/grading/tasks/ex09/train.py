@@ -426,8 +426,13 @@ def verdict(run, d):
         )
     if not run["all_params"]:
         return "params", "the optimizer does not update every parameter of the model"
-    if run["eval_at"] >= 0:
-        return "eval_mode", f"the model ran in eval mode at step {run['eval_at'] + 1}"
+    if run["eval_at"] == 0:
+        return "eval_mode", "the model ran in eval mode at step 1"
+    if run["eval_at"] > 0:
+        return "eval_later", (
+            f"the model ran in eval mode at step {run['eval_at'] + 1}: a model.eval() inside "
+            "the loop (an evaluation, a sample) left it there; call model.train() after it"
+        )
     if run["stale_at"] >= 0:
         return "accumulated", (
             f"at step {run['stale_at'] + 1} a new gradient arrived while .grad still held an "
