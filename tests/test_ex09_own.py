@@ -913,31 +913,53 @@ def test_an_empty_batch_of_no_full_windows_is_no_error():
 # ---- hunt 8 (h8b) ----------------------------------------------------------------------------
 
 
-def train_peeking_midway(model, batches, steps, max_lr, warmup_steps, clip=1.0):
-    """#hunt8: a look at the loss in eval mode halfway, as lesson 09's loop does, and no
-    model.train() after it."""
-    optimizer = torch.optim.AdamW(model.parameters())
-    model.train()
-    losses = []
-    for step in range(steps):
+def _h8_train(slip):
+    """#hunt8: a learner's loop with one slip: "peek", a look at the loss in eval mode halfway
+    (as lesson 09's loop does) and no model.train() after it; "late_lr", each step's rate set
+    after its optimizer.step(); "by_value", the gradients clipped entry by entry."""
+
+    def rate(step, steps, max_lr, warmup_steps):
         progress = max(0, step - warmup_steps) / (steps - warmup_steps)
-        for group in optimizer.param_groups:
-            group["lr"] = min((step + 1) / warmup_steps, 0.5 + 0.5 * math.cos(math.pi * progress))
-            group["lr"] *= max_lr
-        x, y = next(batches)
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        losses.append(loss.item())
-        if step == steps // 2:
-            model.eval()
-    return losses
+        return max_lr * min((step + 1) / warmup_steps, 0.5 + 0.5 * math.cos(math.pi * progress))
+
+    def train(model, batches, steps, max_lr, warmup_steps, clip=1.0):
+        optimizer = torch.optim.AdamW(model.parameters(), lr=max_lr)
+        model.train()
+        losses = []
+        for step in range(steps):
+            for group in optimizer.param_groups if slip != "late_lr" else ():
+                group["lr"] = rate(step, steps, max_lr, warmup_steps)
+            x, y = next(batches)
+            loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+            optimizer.zero_grad()
+            loss.backward()
+            if slip == "by_value":
+                torch.nn.utils.clip_grad_value_(model.parameters(), clip)
+            else:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            optimizer.step()
+            for group in optimizer.param_groups if slip == "late_lr" else ():
+                group["lr"] = rate(step + 1, steps, max_lr, warmup_steps)
+            losses.append(loss.item())
+            if slip == "peek" and step == steps // 2:
+                model.eval()
+        return losses
+
+    return train
 
 
-def test_a_loop_left_in_eval_mode_by_an_evaluation_is_told_so():
-    # before: "the model ran in eval mode at step 16", no hint
-    result = result_of("ex09.train", train_peeking_midway)
-    assert result.status == "failed", result.feedback
-    assert "a model.eval() inside the loop" in result.feedback, result.feedback
+@pytest.mark.parametrize(
+    "slip, words",
+    [  # before: no hint; "Hint: clip the gradients", "Hint: start with a warm-up", as if absent
+        ("peek", "a model.eval() inside the loop"),
+        ("by_value", "clip_grad_value_ caps each entry"),
+        ("late_lr", "set each step's rate before its optimizer.step()"),
+    ],
+)
+def test_a_loop_with_a_hunt8_slip_is_told_what_it_did(slip, words):
+    result = result_of("ex09.train", _h8_train(slip))
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+def test_the_hunt8_loop_without_its_slip_passes():
+    assert result_of("ex09.train", _h8_train("")).status == "passed"

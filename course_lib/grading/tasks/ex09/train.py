@@ -221,6 +221,7 @@ class _Watch:
         self.step = 0
         self.x = None  # the model's input in its latest forward pass
         self.record = {k: [] for k in ("optimizers", "lrs", "norms", "recomputed", "last_position")}
+        self.record["entries"] = []  # the largest |gradient entry| at each step
         self.record |= {"distinct_optimizers": 0, "all_params": True}
         self.record |= {"stale_at": -1, "no_grad_at": -1, "eval_at": -1}
         self.params = {id(p) for p in model.parameters()}
@@ -262,6 +263,8 @@ class _Watch:
         r["all_params"] = r["all_params"] and self.params <= {id(p) for p in params}
         norm = _grad_norm(params)
         r["norms"].append(norm)
+        grads = [float(p.grad.abs().max()) for p in params if p.grad is not None and p.grad.numel()]
+        r["entries"].append(max(grads, default=0.0))
         if norm == 0.0 and r["no_grad_at"] < 0:
             r["no_grad_at"] = self.step
         loss, last = self._loss_now()
@@ -464,9 +467,16 @@ def verdict(run, d):
             code = "clip_ignored"
         else:
             code = "not_clipped"
-        return code, (
+        by_value = code == "not_clipped" and run["entries"][at - 1] <= clip * (1 + 1e-3)
+        return "by_value" if by_value else code, (
             f"the gradients' total norm at step {at}'s optimizer step is {norms[at - 1]:.4g}, "
             f"above clip={clip:g}"
+            + (
+                ", though no entry is: clip_grad_value_ caps each entry; clip the total norm, "
+                "torch.nn.utils.clip_grad_norm_(model.parameters(), clip)"
+                if by_value
+                else ""
+            )
         )
     for step, lr in enumerate(lrs, start=1):
         if lr < 0:
@@ -477,9 +487,16 @@ def verdict(run, d):
     if max(lrs) - min(lrs) <= 1e-12 * max_lr:
         return "constant_lr", f"the learning rate is {lrs[0]:.4g} at every step"
     if lrs[0] > max_lr / 2:
-        return "no_warmup", (
+        late = warmup > 2 and lrs[1] <= max_lr / 2  # the warm-up starts one step late
+        return "lr_set_late" if late else "no_warmup", (
             f"the learning rate of the first step is {lrs[0]:.4g}, already near "
             f"max_lr={max_lr:g}: no warm-up"
+            + (
+                f" there, though step 2's is {lrs[1]:.4g}: the first step ran at the "
+                "optimizer's starting lr; set each step's rate before its optimizer.step()"
+                if late
+                else ""
+            )
         )
     for i in range(warmup):  # linear: step i + 1 of the warm-up at about (i + 1) / warmup
         low, high = max(0.0, max_lr * (i - 1) / warmup), max_lr * (i + 2) / warmup
