@@ -916,7 +916,8 @@ def test_an_empty_batch_of_no_full_windows_is_no_error():
 def _h8_train(slip):
     """#hunt8: a learner's loop with one slip: "peek", a look at the loss in eval mode halfway
     (as lesson 09's loop does) and no model.train() after it; "late_lr", each step's rate set
-    after its optimizer.step(); "by_value", the gradients clipped entry by entry."""
+    after its optimizer.step(); "by_value", the gradients clipped entry by entry; "shift", the
+    targets shifted once more."""
 
     def rate(step, steps, max_lr, warmup_steps):
         progress = max(0, step - warmup_steps) / (steps - warmup_steps)
@@ -930,7 +931,9 @@ def _h8_train(slip):
             for group in optimizer.param_groups if slip != "late_lr" else ():
                 group["lr"] = rate(step, steps, max_lr, warmup_steps)
             x, y = next(batches)
-            loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+            if slip == "shift":  # lesson 08's shift, on targets already shifted
+                y = y[:, 1:]
+            loss = F.cross_entropy(model(x)[:, : y.shape[1]].flatten(0, 1), y.flatten())
             optimizer.zero_grad()
             loss.backward()
             if slip == "by_value":
@@ -950,10 +953,11 @@ def _h8_train(slip):
 
 @pytest.mark.parametrize(
     "slip, words",
-    [  # before: no hint; "Hint: clip the gradients", "Hint: start with a warm-up", as if absent
+    [  # before: no hint; "clip the gradients", "start with a warm-up" (as if absent); no hint
         ("peek", "a model.eval() inside the loop"),
         ("by_value", "clip_grad_value_ caps each entry"),
         ("late_lr", "set each step's rate before its optimizer.step()"),
+        ("shift", "y is already x shifted by one token"),
     ],
 )
 def test_a_loop_with_a_hunt8_slip_is_told_what_it_did(slip, words):

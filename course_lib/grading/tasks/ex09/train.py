@@ -221,7 +221,7 @@ class _Watch:
         self.step = 0
         self.x = None  # the model's input in its latest forward pass
         self.record = {k: [] for k in ("optimizers", "lrs", "norms", "recomputed", "last_position")}
-        self.record["entries"] = []  # the largest |gradient entry| at each step
+        self.record |= {"entries": [], "shifted": []}  # the largest |gradient entry|; see below
         self.record |= {"distinct_optimizers": 0, "all_params": True}
         self.record |= {"stale_at": -1, "no_grad_at": -1, "eval_at": -1}
         self.params = {id(p) for p in model.parameters()}
@@ -267,18 +267,19 @@ class _Watch:
         r["entries"].append(max(grads, default=0.0))
         if norm == 0.0 and r["no_grad_at"] < 0:
             r["no_grad_at"] = self.step
-        loss, last = self._loss_now()
+        loss, last, shifted = self._loss_now()
         r["recomputed"].append(loss)
         r["last_position"].append(last)
+        r["shifted"].append(shifted)
         self.step += 1
 
     def _loss_now(self):
         """The loss of the latest forward pass's batch at the weights of this step, over every
-        position and at the last position only (NaNs when that input is not one of the batches
-        handed out)."""
+        position, at the last position only, and with y shifted once more (NaNs when that input
+        is not one of the batches handed out)."""
         x = self.x
         if not isinstance(x, torch.Tensor):
-            return math.nan, math.nan
+            return math.nan, math.nan, math.nan
         for bx, by in reversed(self.yielded):
             if bx.shape == x.shape and torch.equal(bx, x):
                 self.quiet = True
@@ -286,10 +287,12 @@ class _Watch:
                     with torch.no_grad():
                         logits = self.model(bx)
                     every = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), by.reshape(-1))
-                    return float(every), float(F.cross_entropy(logits[:, -1], by[:, -1]))
+                    twice = F.cross_entropy(logits[:, :-1].flatten(0, 1), by[:, 1:].flatten())
+                    last = F.cross_entropy(logits[:, -1], by[:, -1])
+                    return float(every), float(last), float(twice)
                 finally:
                     self.quiet = False
-        return math.nan, math.nan
+        return math.nan, math.nan, math.nan
 
 
 _MARKER = {"the reference": "passes every check"}
@@ -449,14 +452,19 @@ def verdict(run, d):
     def close(got, want):
         return abs(got - want) <= 1e-4 * max(1.0, abs(want))
 
-    recomputed = zip(losses, run["recomputed"], run["last_position"], strict=True)
-    for step, (got, want, last) in enumerate(recomputed, start=1):
+    recomputed = zip(losses, run["recomputed"], run["last_position"], run["shifted"], strict=True)
+    for step, (got, want, last, twice) in enumerate(recomputed, start=1):
         if not math.isnan(want) and not close(got, want):
             summed = close(got, want * d["batches"][0][1].numel())  # every position's, added
             code = "last_position" if close(got, last) else "summed" if summed else "loss_value"
             return code, (
                 f"the loss returned for step {step} is {got:.6g}, but the mean cross-entropy "
                 f"over every position of that step's batch, at that step's weights, is {want:.6g}"
+                + (
+                    ": y is already x shifted by one token, compare model(x) with y as it is"
+                    if close(got, twice)
+                    else ""
+                )
             )
     worst = max(norms)
     if worst > clip * (1 + 1e-3):
