@@ -917,7 +917,7 @@ def _h8_train(slip):
     """#hunt8: a learner's loop with one slip: "peek", a look at the loss in eval mode halfway
     (as lesson 09's loop does) and no model.train() after it; "late_lr", each step's rate set
     after its optimizer.step(); "by_value", the gradients clipped entry by entry; "shift", the
-    targets shifted once more."""
+    targets shifted once more; "lambda_rate", LambdaLR given the rate, not a factor."""
 
     def rate(step, steps, max_lr, warmup_steps):
         progress = max(0, step - warmup_steps) / (steps - warmup_steps)
@@ -925,10 +925,14 @@ def _h8_train(slip):
 
     def train(model, batches, steps, max_lr, warmup_steps, clip=1.0):
         optimizer = torch.optim.AdamW(model.parameters(), lr=max_lr)
+        if slip == "lambda_rate":  # the rate where LambdaLR wants a factor
+            scheduler = torch.optim.lr_scheduler.LambdaLR(
+                optimizer, lambda step: rate(step, steps, max_lr, warmup_steps)
+            )
         model.train()
         losses = []
         for step in range(steps):
-            for group in optimizer.param_groups if slip != "late_lr" else ():
+            for group in optimizer.param_groups if slip not in ("late_lr", "lambda_rate") else ():
                 group["lr"] = rate(step, steps, max_lr, warmup_steps)
             x, y = next(batches)
             if slip == "shift":  # lesson 08's shift, on targets already shifted
@@ -941,6 +945,8 @@ def _h8_train(slip):
             else:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
             optimizer.step()
+            if slip == "lambda_rate":
+                scheduler.step()
             for group in optimizer.param_groups if slip == "late_lr" else ():
                 group["lr"] = rate(step + 1, steps, max_lr, warmup_steps)
             losses.append(loss.item())
@@ -958,6 +964,7 @@ def _h8_train(slip):
         ("by_value", "clip_grad_value_ caps each entry"),
         ("late_lr", "set each step's rate before its optimizer.step()"),
         ("shift", "y is already x shifted by one token"),
+        ("lambda_rate", "return the factor, (step + 1) / warmup_steps, not the rate"),
     ],
 )
 def test_a_loop_with_a_hunt8_slip_is_told_what_it_did(slip, words):

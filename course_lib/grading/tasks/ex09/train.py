@@ -506,6 +506,12 @@ def verdict(run, d):
                 else ""
             )
         )
+    if max(lrs) <= max_lr * max_lr * (1 + 1e-6) < max_lr:  # LambdaLR given the rate
+        return "rate_squared", (
+            f"the learning rate never goes above {max(lrs):.4g}, max_lr * max_lr: LambdaLR "
+            "multiplies the optimizer's lr (max_lr) by what your function returns; return the "
+            "factor, (step + 1) / warmup_steps, not the rate"
+        )
     for i in range(warmup):  # linear: step i + 1 of the warm-up at about (i + 1) / warmup
         low, high = max(0.0, max_lr * (i - 1) / warmup), max_lr * (i + 2) / warmup
         if not low <= lrs[i] <= high:
