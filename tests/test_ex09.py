@@ -967,3 +967,17 @@ def test_a_capstone_right_on_the_lessons_sizes_only_fails_with_its_hint(slip):
     result = status("ex09.GPT", _gpt_with(("attend", _h8_attend(slip))))
     assert result.status == "failed", result.feedback
     assert ex09.gpt.MISTAKES[slip] in result.feedback, result.feedback
+
+
+def _forward_cached_prompt_uncached(self, ids, cache, start):
+    if cache is None:  # the prompt through the plain forward, its keys and values not kept
+        return self(ids), [None] * len(self.layers)
+    return ex09._mistake_gpt("").forward_cached(self, ids, cache, start)
+
+
+def test_a_forward_cached_that_keeps_no_cache_of_the_prompt_is_told_so():
+    # before: the cache_not_kept hint here, "None of the usual single mistakes" for a learner whose
+    # later calls start from an empty cache
+    result = status("ex09.GPT", _gpt_with(None, forward_cached=_forward_cached_prompt_uncached))
+    assert result.status == "failed", result.feedback
+    assert "returned the cache [None, None]" in result.feedback, result.feedback

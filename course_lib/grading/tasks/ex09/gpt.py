@@ -314,6 +314,12 @@ def _cached_logits(model, ids, prompt, chunk=1):
                 raise
             message = f"your code raised {type(error).__name__}: {error}. Hint: {hint}"
             raise GradingError(message) from None
+        if cache is None or isinstance(cache, (list, tuple)) and any(c is None for c in cache):
+            raise GradingError(
+                f"your forward_cached(ids, cache, start={t}) returned the cache {cache!r:.40}: "
+                "return the keys and values of every token so far, one (k_cache, v_cache) per "
+                "layer (also when it was given None), or later tokens cannot attend to them"
+            )
         parts.append(logits)
     return torch.cat(parts, dim=1)
 
