@@ -927,3 +927,57 @@ def test_a_key_map_that_reads_c_attn_as_a_linear_weight_is_told_its_layout():
     # before: "'layers.0.self_attn.q_proj.weight' has shape (3, 24), expected (8, 8)", no hint
     result = status("ex09.gpt2_to_mine", namespace["gpt2_to_mine"])
     assert result.status == "failed" and "not nn.Linear's (3 * d, d)" in result.feedback
+
+
+# ---- hunt 8 (h8b): the capstone as a learner uses it -------------------------------------------
+
+
+def _h8_attend(slip):
+    """A learner's causal self-attention: the mask cut from one built at lesson 09's block of 64,
+    or each cached token's output squeezed with a bare .squeeze()."""
+    from course_lib.kv_cache import cached_attention_step as step
+    from course_lib.masking import causal_mask
+    from course_lib.multihead import merge_heads, split_heads
+    from course_lib.positional import apply_rope
+
+    table = causal_mask(64)
+
+    def attend(self, h, cache, start):
+        a, n = self.self_attn, h.shape[1]
+        q, k, v = (split_heads(p(h), self.heads) for p in (a.q_proj, a.k_proj, a.v_proj))
+        if self.rope:
+            q, k = (apply_rope(z, torch.arange(start, start + n)) for z in (q, k))
+        if cache is None:
+            mask = table[:n, :n] if slip == "fixed_mask" else causal_mask(n)
+            scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, -1e9)
+            return a.out_proj(merge_heads(scores.softmax(-1) @ v)), None
+        k_cache, v_cache, outs = *cache, []
+        for t in range(n):
+            o, k_cache, v_cache = step(*(z[:, :, t : t + 1] for z in (q, k, v)), k_cache, v_cache)
+            outs.append(o.squeeze() if slip == "squeeze" else o[:, :, 0])
+        return a.out_proj(merge_heads(torch.stack(outs, 2))), (k_cache, v_cache)
+
+    return attend
+
+
+@pytest.mark.parametrize("slip", ["fixed_mask", "squeeze"])
+def test_a_capstone_right_on_the_lessons_sizes_only_fails_with_its_hint(slip):
+    # before: full marks (no case longer than 8 tokens, none cached with batch 1 and one head)
+    assert status("ex09.GPT", _gpt_with(("attend", _h8_attend("")))).status == "passed"
+    result = status("ex09.GPT", _gpt_with(("attend", _h8_attend(slip))))
+    assert result.status == "failed", result.feedback
+    assert ex09.gpt.MISTAKES[slip] in result.feedback, result.feedback
+
+
+def _forward_cached_prompt_uncached(self, ids, cache, start):
+    if cache is None:  # the prompt through the plain forward, its keys and values not kept
+        return self(ids), [None] * len(self.layers)
+    return ex09._mistake_gpt("").forward_cached(self, ids, cache, start)
+
+
+def test_a_forward_cached_that_keeps_no_cache_of_the_prompt_is_told_so():
+    # before: the cache_not_kept hint here, "None of the usual single mistakes" for a learner whose
+    # later calls start from an empty cache
+    result = status("ex09.GPT", _gpt_with(None, forward_cached=_forward_cached_prompt_uncached))
+    assert result.status == "failed", result.feedback
+    assert "returned the cache [None, None]" in result.feedback, result.feedback

@@ -908,3 +908,69 @@ def evaluate_unfold_and_split(model, ids, block_size, batch_size=64):
 def test_an_empty_batch_of_no_full_windows_is_no_error():
     # hunt 6: the check's model refused the empty batch ("ids is empty"): 5/6 for a right answer
     assert result_of("ex09.evaluate", evaluate_unfold_and_split).status == "passed"
+
+
+# ---- hunt 8 (h8b) ----------------------------------------------------------------------------
+
+
+def _h8_train(slip):
+    """#hunt8: a learner's loop with one slip: "peek", a look at the loss in eval mode halfway
+    (as lesson 09's loop does) and no model.train() after it; "late_lr", each step's rate set
+    after its optimizer.step(); "by_value", the gradients clipped entry by entry; "shift", the
+    targets shifted once more; "lambda_rate", LambdaLR given the rate, not a factor."""
+
+    def rate(step, steps, max_lr, warmup_steps):
+        progress = max(0, step - warmup_steps) / (steps - warmup_steps)
+        return max_lr * min((step + 1) / warmup_steps, 0.5 + 0.5 * math.cos(math.pi * progress))
+
+    def train(model, batches, steps, max_lr, warmup_steps, clip=1.0):
+        optimizer = torch.optim.AdamW(model.parameters(), lr=max_lr)
+        if slip == "lambda_rate":  # the rate where LambdaLR wants a factor
+            scheduler = torch.optim.lr_scheduler.LambdaLR(
+                optimizer, lambda step: rate(step, steps, max_lr, warmup_steps)
+            )
+        model.train()
+        losses = []
+        for step in range(steps):
+            for group in optimizer.param_groups if slip not in ("late_lr", "lambda_rate") else ():
+                group["lr"] = rate(step, steps, max_lr, warmup_steps)
+            x, y = next(batches)
+            if slip == "shift":  # lesson 08's shift, on targets already shifted
+                y = y[:, 1:]
+            loss = F.cross_entropy(model(x)[:, : y.shape[1]].flatten(0, 1), y.flatten())
+            optimizer.zero_grad()
+            loss.backward()
+            if slip == "by_value":
+                torch.nn.utils.clip_grad_value_(model.parameters(), clip)
+            else:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            optimizer.step()
+            if slip == "lambda_rate":
+                scheduler.step()
+            for group in optimizer.param_groups if slip == "late_lr" else ():
+                group["lr"] = rate(step + 1, steps, max_lr, warmup_steps)
+            losses.append(loss.item())
+            if slip == "peek" and step == steps // 2:
+                model.eval()
+        return losses
+
+    return train
+
+
+@pytest.mark.parametrize(
+    "slip, words",
+    [  # before: no hint; "clip the gradients", "start with a warm-up" (as if absent); no hint
+        ("peek", "a model.eval() inside the loop"),
+        ("by_value", "clip_grad_value_ caps each entry"),
+        ("late_lr", "set each step's rate before its optimizer.step()"),
+        ("shift", "y is already x shifted by one token"),
+        ("lambda_rate", "return the factor, (step + 1) / warmup_steps, not the rate"),
+    ],
+)
+def test_a_loop_with_a_hunt8_slip_is_told_what_it_did(slip, words):
+    result = result_of("ex09.train", _h8_train(slip))
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+def test_the_hunt8_loop_without_its_slip_passes():
+    assert result_of("ex09.train", _h8_train("")).status == "passed"

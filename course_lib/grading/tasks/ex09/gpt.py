@@ -84,6 +84,11 @@ MISTAKES = {
     "chunk_ignores_cache": "with a cache, every new token attends to the cached keys and values "
     "too, also when one call brings several new tokens: feed them one at a time to your "
     "cached_attention_step, each with the caches grown by the tokens before it",
+    "fixed_mask": "build the causal mask for the n tokens of each call, causal_mask(n) (or a "
+    "buffer of block_size cut to n): one built once at a fixed size, lesson 09's 64, breaks "
+    "on longer inputs, the course checkpoint's 256 tokens or GPT-2's 1,024",
+    "squeeze": "a bare .squeeze() drops every axis of length 1: with one sequence (batch 1) or "
+    "one head the batch or heads axis goes too; name the axis, .squeeze(2), or keep it",
     "activation_ignored": "the feed-forward's activation is the `activation` argument, not "
     'always its default "gelu": "relu2" for the course\'s checkpoint, "gelu_tanh" for GPT-2; '
     "pass it on to your FeedForward",
@@ -180,11 +185,13 @@ class WrongBlock(nn.Module):
             "no_causal": torch.ones(n, t, dtype=torch.bool),
             "torch_mask": ~allowed,
             "triu": torch.ones(n, t, dtype=torch.bool).triu(t - n),
+            "fixed_mask": torch.ones(64, 64, dtype=torch.bool).tril(t - n)[:n, :t],
         }
         mask = masks.get(mistake, allowed)
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
         weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1).nan_to_num(0.0)
-        merged = (weights @ v).transpose(1, 2).reshape(batch, n, d)
+        out = (weights @ v).squeeze() if mistake == "squeeze" else weights @ v
+        merged = out.transpose(1, 2).reshape(batch, n, d)
         return a.out_proj(merged), cache
 
     def forward(self, x, cache=None, start=0):
@@ -289,6 +296,7 @@ _CACHED_ERRORS = {  # words of PyTorch's error -> what a crash in forward_cached
     "(batch, heads, 0, d_head) each, the shape cached_attention_step appends to",
     "same number of dimensions": "with cache None, each layer starts from an empty cache of keys "
     "and values (batch, heads, 0, d_head) each, the shape cached_attention_step appends to",
+    "out of range": MISTAKES["squeeze"],
     "bound": "the positions of n new tokens from `start` are torch.arange(start, start + n)",
 }
 
@@ -300,12 +308,18 @@ def _cached_logits(model, ids, prompt, chunk=1):
     for t, stop in [(0, prompt), *((t, t + chunk) for t in range(prompt, ids.shape[1], chunk))]:
         try:
             logits, cache = model.forward_cached(ids[:, t:stop], cache, t)
-        except RuntimeError as error:
+        except (RuntimeError, IndexError) as error:
             hint = next((h for w, h in _CACHED_ERRORS.items() if w in str(error)), None)
             if hint is None:
                 raise
-            message = f"your code raised RuntimeError: {error}. Hint: {hint}"
+            message = f"your code raised {type(error).__name__}: {error}. Hint: {hint}"
             raise GradingError(message) from None
+        if cache is None or isinstance(cache, (list, tuple)) and any(c is None for c in cache):
+            raise GradingError(
+                f"your forward_cached(ids, cache, start={t}) returned the cache {cache!r:.40}: "
+                "return the keys and values of every token so far, one (k_cache, v_cache) per "
+                "layer (also when it was given None), or later tokens cannot attend to them"
+            )
         parts.append(logits)
     return torch.cat(parts, dim=1)
 
@@ -403,6 +417,7 @@ class CapstoneGPT(ModuleTask):
         deeper = {"vocab_size": 9, "block_size": 6, "d_model": 12, "num_heads": 3, "num_layers": 2}
         # matrices big enough to measure a standard deviation within 10 %
         wide = {"vocab_size": 50, "block_size": 8, "d_model": 64, "num_heads": 4}
+        long = {"vocab_size": 5, "block_size": 72, "d_model": 8, "num_heads": 1, "num_layers": 1}
         f64 = {"dtype": torch.float64}
         # fmt: off
         rows = [  # kind, sizes, batch, seq, options; the description
@@ -446,6 +461,11 @@ class CapstoneGPT(ModuleTask):
             ("cached", deeper, 2, 6, f64 | {"new": 2, "chunk": 3},
              "forward_cached with several new tokens in one call after a cache: a prompt of 2, "
              "then the tokens at positions 2..4 in one call, then position 5, float64"),
+            ("forward", long, 1, 70, {},
+             "forward on 70 tokens, more than lesson 09's 64 (block_size 72), batch 1, 1 head"),
+            ("cached", long, 1, 5, f64 | {"new": 2},
+             "forward_cached with batch 1 and one head (the notebook's generation): a prompt "
+             "of 2, then 3 tokens one at a time, float64"),
         ]
         # fmt: on
         return [case(text, kind, *shape, **options) for kind, *shape, options, text in rows]

@@ -221,6 +221,7 @@ class _Watch:
         self.step = 0
         self.x = None  # the model's input in its latest forward pass
         self.record = {k: [] for k in ("optimizers", "lrs", "norms", "recomputed", "last_position")}
+        self.record |= {"entries": [], "shifted": []}  # the largest |gradient entry|; see below
         self.record |= {"distinct_optimizers": 0, "all_params": True}
         self.record |= {"stale_at": -1, "no_grad_at": -1, "eval_at": -1}
         self.params = {id(p) for p in model.parameters()}
@@ -262,20 +263,23 @@ class _Watch:
         r["all_params"] = r["all_params"] and self.params <= {id(p) for p in params}
         norm = _grad_norm(params)
         r["norms"].append(norm)
+        grads = [float(p.grad.abs().max()) for p in params if p.grad is not None and p.grad.numel()]
+        r["entries"].append(max(grads, default=0.0))
         if norm == 0.0 and r["no_grad_at"] < 0:
             r["no_grad_at"] = self.step
-        loss, last = self._loss_now()
+        loss, last, shifted = self._loss_now()
         r["recomputed"].append(loss)
         r["last_position"].append(last)
+        r["shifted"].append(shifted)
         self.step += 1
 
     def _loss_now(self):
         """The loss of the latest forward pass's batch at the weights of this step, over every
-        position and at the last position only (NaNs when that input is not one of the batches
-        handed out)."""
+        position, at the last position only, and with y shifted once more (NaNs when that input
+        is not one of the batches handed out)."""
         x = self.x
         if not isinstance(x, torch.Tensor):
-            return math.nan, math.nan
+            return math.nan, math.nan, math.nan
         for bx, by in reversed(self.yielded):
             if bx.shape == x.shape and torch.equal(bx, x):
                 self.quiet = True
@@ -283,10 +287,12 @@ class _Watch:
                     with torch.no_grad():
                         logits = self.model(bx)
                     every = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), by.reshape(-1))
-                    return float(every), float(F.cross_entropy(logits[:, -1], by[:, -1]))
+                    twice = F.cross_entropy(logits[:, :-1].flatten(0, 1), by[:, 1:].flatten())
+                    last = F.cross_entropy(logits[:, -1], by[:, -1])
+                    return float(every), float(last), float(twice)
                 finally:
                     self.quiet = False
-        return math.nan, math.nan
+        return math.nan, math.nan, math.nan
 
 
 _MARKER = {"the reference": "passes every check"}
@@ -426,8 +432,13 @@ def verdict(run, d):
         )
     if not run["all_params"]:
         return "params", "the optimizer does not update every parameter of the model"
-    if run["eval_at"] >= 0:
-        return "eval_mode", f"the model ran in eval mode at step {run['eval_at'] + 1}"
+    if run["eval_at"] == 0:
+        return "eval_mode", "the model ran in eval mode at step 1"
+    if run["eval_at"] > 0:
+        return "eval_later", (
+            f"the model ran in eval mode at step {run['eval_at'] + 1}: a model.eval() inside "
+            "the loop (an evaluation, a sample) left it there; call model.train() after it"
+        )
     if run["stale_at"] >= 0:
         return "accumulated", (
             f"at step {run['stale_at'] + 1} a new gradient arrived while .grad still held an "
@@ -441,14 +452,19 @@ def verdict(run, d):
     def close(got, want):
         return abs(got - want) <= 1e-4 * max(1.0, abs(want))
 
-    recomputed = zip(losses, run["recomputed"], run["last_position"], strict=True)
-    for step, (got, want, last) in enumerate(recomputed, start=1):
+    recomputed = zip(losses, run["recomputed"], run["last_position"], run["shifted"], strict=True)
+    for step, (got, want, last, twice) in enumerate(recomputed, start=1):
         if not math.isnan(want) and not close(got, want):
             summed = close(got, want * d["batches"][0][1].numel())  # every position's, added
             code = "last_position" if close(got, last) else "summed" if summed else "loss_value"
             return code, (
                 f"the loss returned for step {step} is {got:.6g}, but the mean cross-entropy "
                 f"over every position of that step's batch, at that step's weights, is {want:.6g}"
+                + (
+                    ": y is already x shifted by one token, compare model(x) with y as it is"
+                    if close(got, twice)
+                    else ""
+                )
             )
     worst = max(norms)
     if worst > clip * (1 + 1e-3):
@@ -459,9 +475,16 @@ def verdict(run, d):
             code = "clip_ignored"
         else:
             code = "not_clipped"
-        return code, (
+        by_value = code == "not_clipped" and run["entries"][at - 1] <= clip * (1 + 1e-3)
+        return "by_value" if by_value else code, (
             f"the gradients' total norm at step {at}'s optimizer step is {norms[at - 1]:.4g}, "
             f"above clip={clip:g}"
+            + (
+                ", though no entry is: clip_grad_value_ caps each entry; clip the total norm, "
+                "torch.nn.utils.clip_grad_norm_(model.parameters(), clip)"
+                if by_value
+                else ""
+            )
         )
     for step, lr in enumerate(lrs, start=1):
         if lr < 0:
@@ -472,9 +495,22 @@ def verdict(run, d):
     if max(lrs) - min(lrs) <= 1e-12 * max_lr:
         return "constant_lr", f"the learning rate is {lrs[0]:.4g} at every step"
     if lrs[0] > max_lr / 2:
-        return "no_warmup", (
+        late = warmup > 2 and lrs[1] <= max_lr / 2  # the warm-up starts one step late
+        return "lr_set_late" if late else "no_warmup", (
             f"the learning rate of the first step is {lrs[0]:.4g}, already near "
             f"max_lr={max_lr:g}: no warm-up"
+            + (
+                f" there, though step 2's is {lrs[1]:.4g}: the first step ran at the "
+                "optimizer's starting lr; set each step's rate before its optimizer.step()"
+                if late
+                else ""
+            )
+        )
+    if max(lrs) <= max_lr * max_lr * (1 + 1e-6) < max_lr:  # LambdaLR given the rate
+        return "rate_squared", (
+            f"the learning rate never goes above {max(lrs):.4g}, max_lr * max_lr: LambdaLR "
+            "multiplies the optimizer's lr (max_lr) by what your function returns; return the "
+            "factor, (step + 1) / warmup_steps, not the rate"
         )
     for i in range(warmup):  # linear: step i + 1 of the warm-up at about (i + 1) / warmup
         low, high = max(0.0, max_lr * (i - 1) / warmup), max_lr * (i + 2) / warmup
