@@ -14,6 +14,7 @@ import torch
 from ....sampling import sampling_distribution
 from ...core import Case, GradingError, Task, changed_message, register
 from ..common import stable_softmax
+from ._shared import RESEEDS_GLOBAL_RNG, changes_global_rng
 
 DRAWS = 6000  # per row of a case: a standard error of at most 0.0065 on every frequency
 
@@ -170,6 +171,8 @@ class SampleNextTask(Task):
                  (_logits_from_probs(_P5, [3, 0, 4, 1, 2])[None],), {"top_p": 0.75}),
             Case("temperature=0 means greedy: the arg-max of each row", (rand,),
                  {"temperature": 0.0}),
+            Case("temperature=0 (greedy) on one row, logits (1, 8): shape (1,)", (row8[None],),
+                 {"temperature": 0.0}),
             Case("top_k=20, more than the 8 tokens of the vocabulary: every token is kept "
                  "(clamp k to the vocabulary size)", (row8[None],), {"top_k": 20}),
             Case("top_p=1.0 (allowed: top_p is in (0, 1]) keeps every token, logits (2, 8)",
@@ -188,7 +191,9 @@ class SampleNextTask(Task):
         rows, vocab = logits.shape
         batch = logits.repeat(DRAWS, 1)  # (DRAWS * rows, vocab): row r repeats every `rows`
         try:
-            first = obj(batch, **case.kwargs, generator=torch.Generator().manual_seed(1234))
+            first, reseeded = changes_global_rng(
+                lambda: obj(batch, **case.kwargs, generator=torch.Generator().manual_seed(1234))
+            )
         except (RuntimeError, ValueError) as error:
             hint = None
             if isinstance(error, RuntimeError) and (case.kwargs.get("top_k") or 0) > vocab:
@@ -229,6 +234,8 @@ class SampleNextTask(Task):
                 "batch of one row needs shape (1,): squeeze(-1), not squeeze(), which also drops "
                 "the batch axis"
             )
+        if reseeded:  # #hunt8
+            raise GradingError(RESEEDS_GLOBAL_RNG)
         again = obj(batch, **case.kwargs, generator=torch.Generator().manual_seed(1234))
         if not torch.equal(first, again):
             raise GradingError(
