@@ -927,3 +927,70 @@ def test_a_key_map_that_reads_c_attn_as_a_linear_weight_is_told_its_layout():
     # before: "'layers.0.self_attn.q_proj.weight' has shape (3, 24), expected (8, 8)", no hint
     result = status("ex09.gpt2_to_mine", namespace["gpt2_to_mine"])
     assert result.status == "failed" and "not nn.Linear's (3 * d, d)" in result.feedback
+
+
+# ---- hunt 8 (h8a): the capstone's sampling and evaluation, as a learner uses them -----------
+
+
+def _h8a_sample_next(slip):
+    """#hunt8: a learner's sample_next that reseeds PyTorch or squeezes its greedy answer."""
+    right = _learners_sample_next("")
+
+    def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+        if slip == "manual_seed":
+            torch.manual_seed(0)  # "for reproducibility"
+        if slip == "greedy squeeze" and temperature == 0:
+            return logits.argmax(-1, keepdim=True).squeeze()  # () for one row
+        return right(logits, temperature, top_k, top_p, generator)
+
+    return sample_next
+
+
+def _h8a_generate(slip):
+    """#hunt8: a learner's cached loop that reseeds PyTorch or squeezes the last logits."""
+    own_sample_next = ex09._own_sample_next()
+
+    def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+        if slip == "manual_seed":
+            torch.manual_seed(0)
+        with torch.no_grad():
+            logits, cache = model.forward_cached(ids, None, 0)
+            for _ in range(max_new_tokens):
+                last = logits[:, -1].squeeze() if slip == "squeeze" else logits[:, -1]
+                next_id = own_sample_next(last, temperature, top_k, None, generator)
+                ids = torch.cat([ids, next_id.view(ids.shape[0], 1)], dim=1)
+                logits, cache = model.forward_cached(ids[:, -1:], cache, ids.shape[1] - 1)
+        return ids
+
+    return generate
+
+
+def _h8a_evaluate(model, ids, block_size, batch_size=64):
+    """#hunt8: gradients switched off for good, not inside a `with` block."""
+    torch.set_grad_enabled(False)
+    return _learners_evaluate(False)(model, ids, block_size, batch_size)
+
+
+@pytest.mark.parametrize(
+    ("task_id", "learner", "hint"),
+    [
+        # before: full marks (the greedy case had two rows; shape () for one row)
+        ("ex09.sample_next", _h8a_sample_next("greedy squeeze"), "not squeeze()"),
+        # before: full marks; generate without a generator then draws the same tokens each call
+        ("ex09.sample_next", _h8a_sample_next("manual_seed"), "global random state"),
+        ("ex09.generate", _h8a_generate("manual_seed"), "global random state"),
+        # before: full marks (no case had batch 1, the notebook's prompt breaks it)
+        ("ex09.generate", _h8a_generate("squeeze"), ".squeeze() drops the batch axis"),
+        # before: full marks; the notebook's next train() then fails in backward()
+        ("ex09.evaluate", _h8a_evaluate, ex09.evaluate.MISTAKES["grad_left_off"]),
+    ],
+)
+def test_hunt8_global_state_and_batch_of_one_slips_fail_with_their_hint(task_id, learner, hint):
+    result = status(task_id, learner)
+    assert result.status == "failed" and hint in result.feedback, result.feedback
+    assert torch.is_grad_enabled()  # the check turns them back on for the next cell
+
+
+def test_hunt8_learners_pass_without_their_slip():
+    assert status("ex09.sample_next", _h8a_sample_next("")).status == "passed"
+    assert status("ex09.generate", _h8a_generate("")).status == "passed"
