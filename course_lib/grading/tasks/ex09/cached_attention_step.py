@@ -209,7 +209,9 @@ class CachedAttentionStepTask(Task):
     def compare(self, got, want, case):
         if isinstance(got, (tuple, list)) and len(got) == 3 and isinstance(want, (tuple, list)):
             names = ("your outputs", "your final k_cache", "your final v_cache")
-            for g, w, name in zip(got, want, names, strict=True):
+            triples = list(zip(got, want, names, strict=True))
+            dtypes = [t for t in triples if getattr(t[0], "dtype", None) != t[1].dtype]
+            for g, w, name in dtypes[:1] + triples:  # #hunt8: a cache in float32 first
                 message = compare_values(g, w, name)
                 if message:
                     return message
