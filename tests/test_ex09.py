@@ -947,7 +947,8 @@ def _h8a_sample_next(slip):
 
 
 def _h8a_generate(slip):
-    """#hunt8: a learner's cached loop that reseeds PyTorch or squeezes the last logits."""
+    """#hunt8: a learner's cached loop that reseeds PyTorch, squeezes the last logits or feeds
+    the new token at the position read before appending it."""
     own_sample_next = ex09._own_sample_next()
 
     def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
@@ -957,9 +958,11 @@ def _h8a_generate(slip):
             logits, cache = model.forward_cached(ids, None, 0)
             for _ in range(max_new_tokens):
                 last = logits[:, -1].squeeze() if slip == "squeeze" else logits[:, -1]
+                start = ids.shape[1] - 1  # the slip: read before appending (the last token's)
                 next_id = own_sample_next(last, temperature, top_k, None, generator)
                 ids = torch.cat([ids, next_id.view(ids.shape[0], 1)], dim=1)
-                logits, cache = model.forward_cached(ids[:, -1:], cache, ids.shape[1] - 1)
+                start = start if slip == "start before append" else ids.shape[1] - 1
+                logits, cache = model.forward_cached(ids[:, -1:], cache, start)
         return ids
 
     return generate
@@ -993,6 +996,8 @@ def _h8a_step_new_caches(q_t, k_t, v_t, k_cache, v_cache):
         ("ex09.generate", _h8a_generate("manual_seed"), "global random state"),
         # before: full marks (no case had batch 1, the notebook's prompt breaks it)
         ("ex09.generate", _h8a_generate("squeeze"), ".squeeze() drops the batch axis"),
+        # before: "None of the usual single mistakes gives this result"
+        ("ex09.generate", _h8a_generate("start before append"), "the token before it"),
         # before: full marks; the notebook's next train() then fails in backward()
         ("ex09.evaluate", _h8a_evaluate, ex09.evaluate.MISTAKES["grad_left_off"]),
     ],

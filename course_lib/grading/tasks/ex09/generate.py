@@ -31,6 +31,8 @@ MISTAKES = {
     "keys and values are what the new tokens attend to",
     "step_number": "the new token's position is its place in the whole sequence, after the "
     "prompt's tokens: start = ids.shape[1] - 1 after appending it, not the loop's step number",
+    "one_early": "the new token is fed at the position of the token before it (start taken "
+    "before appending it, as ids.shape[1] - 1): after appending, it sits at ids.shape[1] - 1",
     "no_cache": "the new token is fed with cache=None, so it attends only to itself: pass on "
     "the cache that the previous forward_cached returned (logits, cache = "
     "model.forward_cached(new_ids, cache, start))",
@@ -94,6 +96,7 @@ def _wrong_generate(
             next_id = sample_next(row, temp, k, None, generator)  # (batch,)
             ids = torch.cat([ids, next_id[:, None]], dim=1)
             wrong_starts = {"restart": 0, "off_by_one": ids.shape[1], "step_number": step}
+            wrong_starts["one_early"] = ids.shape[1] - 2  # the previous token's position
             wrong_starts["stuck_position"] = ids.shape[1] - 1 - step  # the prompt's length
             start = wrong_starts.get(mistake, ids.shape[1] - 1)
             if ids.shape[1] >= model.config.block_size:
