@@ -984,9 +984,19 @@ def _h8a_step_new_caches(q_t, k_t, v_t, k_cache, v_cache):
     return _learners_step("")(q_t, k_t, v_t, k_cache, v_cache)[0], keys, values
 
 
+def _h8a_perplexity(logits, targets):
+    """#hunt8: the summed cross-entropy divided by len(targets), the batch of 2-D targets."""
+    if targets.shape != logits.shape[:-1]:
+        raise ValueError("targets must be the logits' shape without the vocabulary")
+    nll = -torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None])
+    return torch.exp(nll.sum() / len(targets))
+
+
 @pytest.mark.parametrize(
     ("task_id", "learner", "hint"),
     [
+        # before: "None of the usual single mistakes gives this result"
+        ("ex09.perplexity", _h8a_perplexity, "len(targets), the size of the first axis"),
         # before: "outputs differ (3.1e-08). None of the usual single mistakes gives this result"
         ("ex09.cached_attention_step", _h8a_step_new_caches, "k_cache has dtype float32"),
         # before: full marks (the greedy case had two rows; shape () for one row)
