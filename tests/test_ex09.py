@@ -933,7 +933,8 @@ def test_a_key_map_that_reads_c_attn_as_a_linear_weight_is_told_its_layout():
 
 
 def _h8a_sample_next(slip):
-    """#hunt8: a learner's sample_next that reseeds PyTorch or squeezes its greedy answer."""
+    """#hunt8: a learner's sample_next that reseeds PyTorch, squeezes its greedy answer or takes
+    the softmax over the batch."""
     right = _learners_sample_next("")
 
     def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
@@ -941,6 +942,9 @@ def _h8a_sample_next(slip):
             torch.manual_seed(0)  # "for reproducibility"
         if slip == "greedy squeeze" and temperature == 0:
             return logits.argmax(-1, keepdim=True).squeeze()  # () for one row
+        if slip == "softmax dim 0" and temperature > 0 and top_k is None and top_p is None:
+            probs = torch.softmax(logits / temperature, 0)  # over the rows, not the vocabulary
+            return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
         return right(logits, temperature, top_k, top_p, generator)
 
     return sample_next
@@ -999,6 +1003,8 @@ def _h8a_perplexity(logits, targets):
         ("ex09.perplexity", _h8a_perplexity, "len(targets), the size of the first axis"),
         # before: "outputs differ (3.1e-08). None of the usual single mistakes gives this result"
         ("ex09.cached_attention_step", _h8a_step_new_caches, "k_cache has dtype float32"),
+        # before: "the frequencies of your samples do not match", with no hint
+        ("ex09.sample_next", _h8a_sample_next("softmax dim 0"), "over dim=0 it normalises"),
         # before: full marks (the greedy case had two rows; shape () for one row)
         ("ex09.sample_next", _h8a_sample_next("greedy squeeze"), "not squeeze()"),
         # before: full marks; generate without a generator then draws the same tokens each call

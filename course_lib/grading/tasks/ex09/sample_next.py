@@ -65,6 +65,9 @@ MISTAKES = {
     "values[:, :1]",
     "top_p_past_exact_total": "when the most likely tokens add up to top_p EXACTLY, the set "
     "ends there: keep a token while the mass before it is strictly below top_p (`<`, not `<=`)",
+    "softmax_over_rows": "the softmax runs over each row's vocabulary, dim=-1: over dim=0 it "
+    "normalises each token across the rows of the batch, so every token comes out about as "
+    "likely as the others",
     "top_p_unsorted": "your top-p mask was computed on the SORTED probabilities but applied to "
     "the unsorted ones, so it keeps the first token ids instead of the most likely tokens: "
     "put it back in the tokens' order first, keep = torch.zeros_like(keep_sorted).scatter(-1, "
@@ -90,7 +93,7 @@ def wrong_sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits <= kth, float("-inf"))
         top_k = None
-    probs = stable_softmax(logits)
+    probs = logits.softmax(0) if mistake == "softmax_over_rows" else stable_softmax(logits)
     if mistake == "top_k_after_top_p":
         probs = _filter(_filter(probs, None, top_p), top_k, None)
     elif (
