@@ -996,9 +996,29 @@ def _h8a_perplexity(logits, targets):
     return torch.exp(nll.sum() / len(targets))
 
 
+def _h8a_step_squeezed(where):
+    """#hunt8: a bare .squeeze() on the scores ("scores") or on the output ("output")."""
+
+    def cached_attention_step(q_t, k_t, v_t, k_cache, v_cache):
+        if q_t.shape[-2] != 1:
+            raise ValueError("q_t must hold one token")
+        keys, values = torch.cat([k_cache, k_t], dim=2), torch.cat([v_cache, v_t], dim=2)
+        scores = q_t @ keys.transpose(-2, -1) / math.sqrt(q_t.shape[-1])
+        if where == "scores":  # (batch, heads, t + 1) meant; the first step loses more axes
+            return (scores.squeeze().softmax(-1).unsqueeze(-2) @ values), keys, values
+        output = scores.softmax(-1) @ values
+        return (output.squeeze() if where == "output" else output), keys, values
+
+    return cached_attention_step
+
+
 @pytest.mark.parametrize(
     ("task_id", "learner", "hint"),
     [
+        # before: a bare RuntimeError about sizes 2 and 3, and "your outputs has shape (2, 3,
+        # 20)", with no hint
+        ("ex09.cached_attention_step", _h8a_step_squeezed("scores"), "a bare .squeeze() drops"),
+        ("ex09.cached_attention_step", _h8a_step_squeezed("output"), "a bare .squeeze() drops"),
         # before: "None of the usual single mistakes gives this result"
         ("ex09.perplexity", _h8a_perplexity, "len(targets), the size of the first axis"),
         # before: "outputs differ (3.1e-08). None of the usual single mistakes gives this result"
@@ -1027,3 +1047,4 @@ def test_hunt8_global_state_and_batch_of_one_slips_fail_with_their_hint(task_id,
 def test_hunt8_learners_pass_without_their_slip():
     assert status("ex09.sample_next", _h8a_sample_next("")).status == "passed"
     assert status("ex09.generate", _h8a_generate("")).status == "passed"
+    assert status("ex09.cached_attention_step", _h8a_step_squeezed("")).status == "passed"
