@@ -963,7 +963,10 @@ def _h8a_generate(slip):
             for _ in range(max_new_tokens):
                 last = logits[:, -1].squeeze() if slip == "squeeze" else logits[:, -1]
                 start = ids.shape[1] - 1  # the slip: read before appending (the last token's)
-                next_id = own_sample_next(last, temperature, top_k, None, generator)
+                if slip == "generator 4th":  # sample_next's 4th parameter is top_p
+                    next_id = own_sample_next(last, temperature, top_k, generator)
+                else:
+                    next_id = own_sample_next(last, temperature, top_k, None, generator)
                 ids = torch.cat([ids, next_id.view(ids.shape[0], 1)], dim=1)
                 start = start if slip == "start before append" else ids.shape[1] - 1
                 logits, cache = model.forward_cached(ids[:, -1:], cache, start)
@@ -1034,6 +1037,8 @@ def _h8a_step_squeezed(where):
         ("ex09.generate", _h8a_generate("squeeze"), ".squeeze() drops the batch axis"),
         # before: "None of the usual single mistakes gives this result"
         ("ex09.generate", _h8a_generate("start before append"), "the token before it"),
+        # before: a bare TypeError, "top_p must be None or a number in (0, 1], got <Generator>"
+        ("ex09.generate", _h8a_generate("generator 4th"), "generator=generator by name"),
         # before: full marks; the notebook's next train() then fails in backward()
         ("ex09.evaluate", _h8a_evaluate, ex09.evaluate.MISTAKES["grad_left_off"]),
     ],

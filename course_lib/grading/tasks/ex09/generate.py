@@ -162,13 +162,18 @@ class Generate(Task):
             (model, tokens), reseeded = changes_global_rng(
                 lambda: self._run(obj, case, _cache_only_gpt_class())
             )
-        except (IndexError, RuntimeError, ValueError) as error:
-            if d["ids"].shape[0] != 1 or isinstance(error, NotImplementedError):
+        except (IndexError, RuntimeError, TypeError, ValueError) as error:
+            hint = None  # #hunt8: two slips that the notebook's own calls run into
+            if isinstance(error, TypeError) and "Generator" in str(error):
+                hint = "sample_next got the generator as its top_p, its 4th parameter: pass "
+                hint += "generator=generator by name"
+            elif d["ids"].shape[0] == 1 and type(error) is not NotImplementedError:
+                hint = "with a batch of one prompt, .squeeze() drops the batch axis too: keep "
+                hint += "it, logits[:, -1] and next_id[:, None], or squeeze(-1) only"
+            if hint is None:
                 raise
-            raise GradingError(  # #hunt8: the notebook's prompts are one row
-                f"your code raised {type(error).__name__}: {error}. Hint: with a batch of one "
-                "prompt, .squeeze() drops the batch axis too: keep it, logits[:, -1] (batch, "
-                "vocab) and next_id[:, None] (batch, 1), or squeeze(-1) only"
+            raise GradingError(
+                f"your code raised {type(error).__name__}: {error}. Hint: {hint}"
             ) from None
         if reseeded:
             raise GradingError(RESEEDS_GLOBAL_RNG)
