@@ -981,3 +981,129 @@ def test_a_forward_cached_that_keeps_no_cache_of_the_prompt_is_told_so():
     result = status("ex09.GPT", _gpt_with(None, forward_cached=_forward_cached_prompt_uncached))
     assert result.status == "failed", result.feedback
     assert "returned the cache [None, None]" in result.feedback, result.feedback
+
+
+# ---- hunt 8 (h8a): the capstone's sampling and evaluation, as a learner uses them -----------
+
+
+def _h8a_sample_next(slip):
+    """#hunt8: a learner's sample_next that reseeds PyTorch, squeezes its greedy answer or takes
+    the softmax over the batch."""
+    right = _learners_sample_next("")
+
+    def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+        if slip == "manual_seed":
+            torch.manual_seed(0)  # "for reproducibility"
+        if slip == "greedy squeeze" and temperature == 0:
+            return logits.argmax(-1, keepdim=True).squeeze()  # () for one row
+        if slip == "softmax dim 0" and temperature > 0 and top_k is None and top_p is None:
+            probs = torch.softmax(logits / temperature, 0)  # over the rows, not the vocabulary
+            return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        return right(logits, temperature, top_k, top_p, generator)
+
+    return sample_next
+
+
+def _h8a_generate(slip):
+    """#hunt8: a learner's cached loop that reseeds PyTorch, squeezes the last logits or feeds
+    the new token at the position read before appending it."""
+    own_sample_next = ex09._own_sample_next()
+
+    def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+        if slip == "manual_seed":
+            torch.manual_seed(0)
+        with torch.no_grad():
+            logits, cache = model.forward_cached(ids, None, 0)
+            for _ in range(max_new_tokens):
+                last = logits[:, -1].squeeze() if slip == "squeeze" else logits[:, -1]
+                start = ids.shape[1] - 1  # the slip: read before appending (the last token's)
+                if slip == "generator 4th":  # sample_next's 4th parameter is top_p
+                    next_id = own_sample_next(last, temperature, top_k, generator)
+                else:
+                    next_id = own_sample_next(last, temperature, top_k, None, generator)
+                ids = torch.cat([ids, next_id.view(ids.shape[0], 1)], dim=1)
+                start = start if slip == "start before append" else ids.shape[1] - 1
+                logits, cache = model.forward_cached(ids[:, -1:], cache, start)
+        return ids
+
+    return generate
+
+
+def _h8a_evaluate(model, ids, block_size, batch_size=64):
+    """#hunt8: gradients switched off for good, not inside a `with` block."""
+    torch.set_grad_enabled(False)
+    return _learners_evaluate(False)(model, ids, block_size, batch_size)
+
+
+def _h8a_step_new_caches(q_t, k_t, v_t, k_cache, v_cache):
+    """#hunt8: the longer caches made with torch.zeros (float32 by default), then filled."""
+    batch, heads, t, _ = k_cache.shape
+    keys = torch.zeros(batch, heads, t + 1, k_t.shape[-1])
+    values = torch.zeros(batch, heads, t + 1, v_t.shape[-1])
+    keys[:, :, :t], keys[:, :, t:] = k_cache, k_t
+    values[:, :, :t], values[:, :, t:] = v_cache, v_t
+    return _learners_step("")(q_t, k_t, v_t, k_cache, v_cache)[0], keys, values
+
+
+def _h8a_perplexity(logits, targets):
+    """#hunt8: the summed cross-entropy divided by len(targets), the batch of 2-D targets."""
+    if targets.shape != logits.shape[:-1]:
+        raise ValueError("targets must be the logits' shape without the vocabulary")
+    nll = -torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None])
+    return torch.exp(nll.sum() / len(targets))
+
+
+def _h8a_step_squeezed(where):
+    """#hunt8: a bare .squeeze() on the scores ("scores") or on the output ("output")."""
+
+    def cached_attention_step(q_t, k_t, v_t, k_cache, v_cache):
+        if q_t.shape[-2] != 1:
+            raise ValueError("q_t must hold one token")
+        keys, values = torch.cat([k_cache, k_t], dim=2), torch.cat([v_cache, v_t], dim=2)
+        scores = q_t @ keys.transpose(-2, -1) / math.sqrt(q_t.shape[-1])
+        if where == "scores":  # (batch, heads, t + 1) meant; the first step loses more axes
+            return (scores.squeeze().softmax(-1).unsqueeze(-2) @ values), keys, values
+        output = scores.softmax(-1) @ values
+        return (output.squeeze() if where == "output" else output), keys, values
+
+    return cached_attention_step
+
+
+@pytest.mark.parametrize(
+    ("task_id", "learner", "hint"),
+    [
+        # before: a bare RuntimeError about sizes 2 and 3, and "your outputs has shape (2, 3,
+        # 20)", with no hint
+        ("ex09.cached_attention_step", _h8a_step_squeezed("scores"), "a bare .squeeze() drops"),
+        ("ex09.cached_attention_step", _h8a_step_squeezed("output"), "a bare .squeeze() drops"),
+        # before: "None of the usual single mistakes gives this result"
+        ("ex09.perplexity", _h8a_perplexity, "len(targets), the size of the first axis"),
+        # before: "outputs differ (3.1e-08). None of the usual single mistakes gives this result"
+        ("ex09.cached_attention_step", _h8a_step_new_caches, "k_cache has dtype float32"),
+        # before: "the frequencies of your samples do not match", with no hint
+        ("ex09.sample_next", _h8a_sample_next("softmax dim 0"), "over dim=0 it normalises"),
+        # before: full marks (the greedy case had two rows; shape () for one row)
+        ("ex09.sample_next", _h8a_sample_next("greedy squeeze"), "not squeeze()"),
+        # before: full marks; generate without a generator then draws the same tokens each call
+        ("ex09.sample_next", _h8a_sample_next("manual_seed"), "global random state"),
+        ("ex09.generate", _h8a_generate("manual_seed"), "global random state"),
+        # before: full marks (no case had batch 1, the notebook's prompt breaks it)
+        ("ex09.generate", _h8a_generate("squeeze"), ".squeeze() drops the batch axis"),
+        # before: "None of the usual single mistakes gives this result"
+        ("ex09.generate", _h8a_generate("start before append"), "the token before it"),
+        # before: a bare TypeError, "top_p must be None or a number in (0, 1], got <Generator>"
+        ("ex09.generate", _h8a_generate("generator 4th"), "generator=generator by name"),
+        # before: full marks; the notebook's next train() then fails in backward()
+        ("ex09.evaluate", _h8a_evaluate, ex09.evaluate.MISTAKES["grad_left_off"]),
+    ],
+)
+def test_hunt8_global_state_and_batch_of_one_slips_fail_with_their_hint(task_id, learner, hint):
+    result = status(task_id, learner)
+    assert result.status == "failed" and hint in result.feedback, result.feedback
+    assert torch.is_grad_enabled()  # the check turns them back on for the next cell
+
+
+def test_hunt8_learners_pass_without_their_slip():
+    assert status("ex09.sample_next", _h8a_sample_next("")).status == "passed"
+    assert status("ex09.generate", _h8a_generate("")).status == "passed"
+    assert status("ex09.cached_attention_step", _h8a_step_squeezed("")).status == "passed"

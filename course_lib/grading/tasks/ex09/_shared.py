@@ -4,6 +4,23 @@ from __future__ import annotations
 
 import torch
 
+RESEEDS_GLOBAL_RNG = (
+    "your code changed PyTorch's global random state although a generator was given (a "
+    "torch.manual_seed(...) inside it?): that resets the random draws of the whole program, and "
+    "with generator=None every call would draw the same tokens; draw only from `generator`"
+)
+
+
+def changes_global_rng(run):
+    """(run(), whether it changed the global random state), from a state that no
+    torch.manual_seed call gives (one draw past seed 0); the state is restored afterwards."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        torch.rand(1)
+        before = torch.random.get_rng_state()
+        out = run()
+        return out, not torch.equal(before, torch.random.get_rng_state())
+
 
 def capstone_name(key: str) -> str:
     """A course_lib.gpt.GPT state-dict key -> the capstone's (learned positions are a plain

@@ -64,6 +64,9 @@ MISTAKES = {
     "turns them into bits",
     "model_block_size": "cut the windows with the `block_size` you are given, not the "
     "model's own model.config.block_size: a caller may evaluate on shorter windows",
+    "grad_left_off": "torch.set_grad_enabled(False) stays in force after evaluate returns, so "
+    "the next training step's backward() fails: use `with torch.no_grad():` (or "
+    "@torch.no_grad()), which turns gradients back on when it ends",
     "count_all_tokens": "divide by the number of predictions, len(ids) - 1, not by len(ids): the "
     "first token is never a target (nothing comes before it), every other token is one",
 }
@@ -85,6 +88,8 @@ def wrong_evaluate(model, ids, block_size, batch_size=64, *, mistake=""):
     block_size = model.config.block_size if mistake == "model_block_size" else block_size
     if mistake != "no_eval":
         model.eval()
+    if mistake == "grad_left_off":
+        torch.set_grad_enabled(False)
     if mistake == "random_windows":
         n_full = (len(ids) - 1) // block_size
         high = max(len(ids) - block_size, 1)
@@ -202,21 +207,23 @@ class EvaluateTask(Task):
 
         handle = model.register_forward_pre_hook(watch)
         kwargs = {} if d["batch_size"] is None else {"batch_size": d["batch_size"]}
-        values, after = [], []
+        values, after, grad_on = [], [], torch.is_grad_enabled()
         try:
             for seed in (0, 1):  # twice: random windows or dropout give two different numbers
                 model.train(d["training"])
                 with torch.random.fork_rng(devices=[]):
                     torch.manual_seed(seed)
                     values.append(obj(model, d["ids"].clone(), d["block_size"], **kwargs))
-                after.append(model.training)
+                after.append((model.training, torch.is_grad_enabled()))
         finally:
             handle.remove()
+            torch.set_grad_enabled(grad_on)
         batch_size = 64 if d["batch_size"] is None else d["batch_size"]
         return {
             "value": values[0],
             "again": values[1],
-            "training_after": after[0],
+            "training_after": after[0][0],
+            "grad_left_off": after[0][1] != grad_on,
             "train_forward": any(training for _, training, _ in seen),
             "grad_forward": any(grad for _, _, grad in seen),
             "max_windows": max((rows for rows, _, _ in seen), default=0),
@@ -239,6 +246,7 @@ class EvaluateTask(Task):
             (lambda r: r["train_forward"],
              lambda r: "the model ran in training mode during your evaluation (dropout on)"),
             (lambda r: r["grad_forward"], lambda r: "the forward passes ran with gradients on"),
+            (lambda r: r["grad_left_off"], lambda r: "gradients are still off after your evaluate"),
             (lambda r: r["over_batch"],
              lambda r: f"one forward pass got {r['max_windows']} windows, more than "
              f"batch_size={batch_size}"),

@@ -21,6 +21,8 @@ MISTAKES = {
     "cross-entropy first, then one exponential",
     "sum_not_mean": "you summed the cross-entropy over the positions; the perplexity is the "
     "exponential of its MEAN (per token), so it does not grow with the length",
+    "sum_over_len": "you divided the summed cross-entropy by len(targets), the size of the "
+    "first axis only: divide by the number of predictions, targets.numel() (or take .mean())",
     "no_minus": "the cross-entropy is MINUS the log-probability of the target: without the "
     "minus sign the perplexity comes out below 1",
     "cross_entropy_unflattened": "F.cross_entropy reads dim 1 as the classes, so (batch, seq, "
@@ -61,6 +63,7 @@ def wrong_perplexity(logits, targets, *, mistake=""):
     if mistake == "per_row":  # one perplexity per sequence, then their mean
         return torch.exp(nll.mean(-1)).mean()
     mean = nll.sum() if mistake == "sum_not_mean" else nll.mean()
+    mean = nll.sum() / len(targets) if mistake == "sum_over_len" else mean  # the batch only
     if mistake == "base_2":
         return 2.0**mean
     if mistake == "log2_then_exp":

@@ -14,6 +14,7 @@ import torch
 from ....sampling import sampling_distribution
 from ...core import Case, GradingError, Task, changed_message, register
 from ..common import stable_softmax
+from ._shared import RESEEDS_GLOBAL_RNG, changes_global_rng
 
 DRAWS = 6000  # per row of a case: a standard error of at most 0.0065 on every frequency
 
@@ -64,6 +65,9 @@ MISTAKES = {
     "values[:, :1]",
     "top_p_past_exact_total": "when the most likely tokens add up to top_p EXACTLY, the set "
     "ends there: keep a token while the mass before it is strictly below top_p (`<`, not `<=`)",
+    "softmax_over_rows": "the softmax runs over each row's vocabulary, dim=-1: over dim=0 it "
+    "normalises each token across the rows of the batch, so every token comes out about as "
+    "likely as the others",
     "top_p_unsorted": "your top-p mask was computed on the SORTED probabilities but applied to "
     "the unsorted ones, so it keeps the first token ids instead of the most likely tokens: "
     "put it back in the tokens' order first, keep = torch.zeros_like(keep_sorted).scatter(-1, "
@@ -89,7 +93,7 @@ def wrong_sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits <= kth, float("-inf"))
         top_k = None
-    probs = stable_softmax(logits)
+    probs = logits.softmax(0) if mistake == "softmax_over_rows" else stable_softmax(logits)
     if mistake == "top_k_after_top_p":
         probs = _filter(_filter(probs, None, top_p), top_k, None)
     elif (
@@ -170,6 +174,8 @@ class SampleNextTask(Task):
                  (_logits_from_probs(_P5, [3, 0, 4, 1, 2])[None],), {"top_p": 0.75}),
             Case("temperature=0 means greedy: the arg-max of each row", (rand,),
                  {"temperature": 0.0}),
+            Case("temperature=0 (greedy) on one row, logits (1, 8): shape (1,)", (row8[None],),
+                 {"temperature": 0.0}),
             Case("top_k=20, more than the 8 tokens of the vocabulary: every token is kept "
                  "(clamp k to the vocabulary size)", (row8[None],), {"top_k": 20}),
             Case("top_p=1.0 (allowed: top_p is in (0, 1]) keeps every token, logits (2, 8)",
@@ -188,7 +194,9 @@ class SampleNextTask(Task):
         rows, vocab = logits.shape
         batch = logits.repeat(DRAWS, 1)  # (DRAWS * rows, vocab): row r repeats every `rows`
         try:
-            first = obj(batch, **case.kwargs, generator=torch.Generator().manual_seed(1234))
+            first, reseeded = changes_global_rng(
+                lambda: obj(batch, **case.kwargs, generator=torch.Generator().manual_seed(1234))
+            )
         except (RuntimeError, ValueError) as error:
             hint = None
             if isinstance(error, RuntimeError) and (case.kwargs.get("top_k") or 0) > vocab:
@@ -229,6 +237,8 @@ class SampleNextTask(Task):
                 "batch of one row needs shape (1,): squeeze(-1), not squeeze(), which also drops "
                 "the batch axis"
             )
+        if reseeded:  # #hunt8
+            raise GradingError(RESEEDS_GLOBAL_RNG)
         again = obj(batch, **case.kwargs, generator=torch.Generator().manual_seed(1234))
         if not torch.equal(first, again):
             raise GradingError(
