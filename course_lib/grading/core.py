@@ -18,6 +18,7 @@ the case as drawn; code that changes an input in place fails that case and is to
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import math
@@ -47,6 +48,7 @@ __all__ = [
     "judge",
     "resolve",
     "watched_calls",
+    "course_state",
     "load_weights",
     "learner_namespace",
     "GradingError",
@@ -345,7 +347,7 @@ def run_cases(task: Task, obj: Any, cases: list[Case], namespace: dict | None = 
     watcher = _Watcher(watched)
     for case in cases:
         own = _own_copy(case)
-        with watcher:
+        with course_state(), watcher:
             outcome = _outcome_of(lambda own=own: task.call(obj, own))
         changed = _changed_inputs(obj, case, own)
         if changed and outcome["status"] in ("ok", "harness"):  # not when it raised itself
@@ -357,6 +359,21 @@ def run_cases(task: Task, obj: Any, cases: list[Case], namespace: dict | None = 
 
         run["ledger"] = {k: v for k, v in ledger().items() if v["whose"] == "borrowed"}
     return run
+
+
+@contextlib.contextmanager
+def course_state():
+    """The state every check runs in, whatever a notebook's earlier cells set: float32 as the
+    default dtype (what the cases and references assume) and gradients on (a task that wants
+    none turns them off itself); those and the global RNG the checks draw from are restored
+    afterwards, so the learner's next cell sees the state and the random stream it left."""
+    dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    try:
+        with torch.enable_grad(), torch.random.fork_rng(devices=[]):
+            yield
+    finally:
+        torch.set_default_dtype(dtype)
 
 
 def _copy_input(value: Any, memo: dict[int, Any]) -> Any:
