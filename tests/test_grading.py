@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import nbformat
@@ -597,6 +598,23 @@ def test_a_notebooks_state_fails_no_right_answer_and_the_check_leaves_it_as_it_w
         torch.set_grad_enabled(saved[1])
     assert result.status == "passed" and result.score == result.max_score, result.feedback
     assert before[:2] == after[:2] and torch.equal(before[2], after[2])
+
+
+def test_a_check_run_in_inference_mode_still_back_propagates():
+    with torch.inference_mode():  # before: softmax's gradient case failed ('carries no gradients')
+        result = check_result("ex02.softmax", learner_softmax)
+    assert result.status == "passed", result.feedback
+
+
+def test_warnings_made_errors_in_the_notebook_fail_no_right_answer():
+    def last_token(x, lengths):  # torch.tensor of a tensor warns ('To copy construct ...')
+        return x[torch.arange(x.shape[0]), torch.tensor(lengths) - 1]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # before: 0/3, 'your code raised UserWarning: ...'
+        result = check_result("ex00.last_token", last_token)
+        assert warnings.filters[0][0] == "error"
+    assert result.status == "passed", result.feedback
 
 
 def test_a_module_built_from_the_class_is_told_to_pass_the_class():

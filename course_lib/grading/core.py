@@ -364,14 +364,18 @@ def run_cases(task: Task, obj: Any, cases: list[Case], namespace: dict | None = 
 @contextlib.contextmanager
 def course_state():
     """The state every check runs in, whatever a notebook's earlier cells set: float32 as the
-    default dtype (what the cases and references assume) and gradients on (a task that wants
-    none turns them off itself); those and the global RNG the checks draw from are restored
-    afterwards, so the learner's next cell sees the state and the random stream it left."""
+    default dtype (what the cases and references assume), gradients on and inference mode off (a
+    task that wants none turns them off itself), warnings not raised as errors; those and the
+    global RNG the checks draw from are restored afterwards, so the learner's next cell sees the
+    state and stream it left."""
     dtype = torch.get_default_dtype()
     torch.set_default_dtype(torch.float32)
     try:
-        with torch.enable_grad(), torch.random.fork_rng(devices=[]):
-            yield
+        with torch.inference_mode(False), torch.enable_grad(), torch.random.fork_rng(devices=[]):
+            with warnings.catch_warnings():  # warnings.simplefilter("error"): a warning still warns
+                warnings.filters[:] = [f for f in warnings.filters if f[0] != "error"]
+                warnings.simplefilter("default", append=True)  # Python's own last resort, re-read
+                yield
     finally:
         torch.set_default_dtype(dtype)
 
