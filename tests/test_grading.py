@@ -617,6 +617,18 @@ def test_warnings_made_errors_in_the_notebook_fail_no_right_answer():
     assert result.status == "passed", result.feedback
 
 
+def test_anomaly_detection_in_the_notebook_fails_no_right_answer():
+    def masked_attention(q, k, v, mask):  # a fully masked row's NaN weights zeroed after softmax
+        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+        weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1).nan_to_num()
+        return weights @ v, weights
+
+    with torch.autograd.detect_anomaly():  # before: 7/9, 'SoftmaxBackward0 returned nan values'
+        result = check_result("ex05.masked_attention", masked_attention)
+        assert torch.is_anomaly_enabled()
+    assert result.status == "passed", result.feedback
+
+
 def test_a_module_built_from_the_class_is_told_to_pass_the_class():
     result = check_result("ex07.FeedForward", LearnerFeedForward(8, 32))
     assert result.status == "failed" and 'pass the class itself, check("ex07.FeedForward"' in (

@@ -365,17 +365,23 @@ def run_cases(task: Task, obj: Any, cases: list[Case], namespace: dict | None = 
 def course_state():
     """The state every check runs in, whatever a notebook's earlier cells set: float32 as the
     default dtype (what the cases and references assume), gradients on and inference mode off (a
-    task that wants none turns them off itself), warnings not raised as errors; those and the
-    global RNG the checks draw from are restored afterwards, so the learner's next cell sees the
-    state and stream it left."""
+    task that wants none turns them off itself), no anomaly detection (it raises on the NaN
+    gradient of a fully masked row that a right answer then zeroes), warnings only printed, not
+    raised as errors. All of it, and the global RNG the checks draw from, is restored
+    afterwards: the learner's next cell sees the state and the random stream it left."""
     dtype = torch.get_default_dtype()
     torch.set_default_dtype(torch.float32)
     try:
-        with torch.inference_mode(False), torch.enable_grad(), torch.random.fork_rng(devices=[]):
-            with warnings.catch_warnings():  # warnings.simplefilter("error"): a warning still warns
-                warnings.filters[:] = [f for f in warnings.filters if f[0] != "error"]
-                warnings.simplefilter("default", append=True)  # Python's own last resort, re-read
-                yield
+        with (
+            torch.inference_mode(False),
+            torch.enable_grad(),
+            torch.random.fork_rng(devices=[]),
+            torch.autograd.set_detect_anomaly(False),
+            warnings.catch_warnings(),
+        ):
+            warnings.filters[:] = [f for f in warnings.filters if f[0] != "error"]
+            warnings.simplefilter("default", append=True)  # Python's own last resort, re-read
+            yield
     finally:
         torch.set_default_dtype(dtype)
 
