@@ -170,6 +170,20 @@ def test_sampling_ignoring_the_generator_fails():
     assert "generator" in result.feedback
 
 
+@pytest.mark.parametrize("own", ["seed", "generator"])
+def test_sampling_from_a_seed_of_its_own_fails(own):
+    # torch.manual_seed(0) inside (or a Generator seeded 0) passed all 18: the check only asked
+    # that one seed give the same tokens twice
+    def sample(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+        torch.manual_seed(0)
+        probs = torch.softmax(logits / temperature, -1)  # its first failure is the plain case
+        draw = torch.Generator().manual_seed(0) if own == "generator" else None
+        return torch.multinomial(probs, 1, generator=draw).squeeze(-1)
+
+    result = status("ex09.sample_next", sample)
+    assert result.status == "failed" and "seeded differently gave the same" in result.feedback
+
+
 @pytest.mark.parametrize(
     "task_id, obj, needle",
     [
@@ -687,11 +701,13 @@ def test_the_second_hunts_learners_pass_without_their_slip():
 
 def _learners_generate(slip):
     """A learner's cached sampling loop with one slip: "top_k dropped" (never passed on) or
-    "step number" (each new token fed at its step, the prompt's length forgotten)."""
+    "step number" (each new token fed at its step, the prompt's length forgotten), "own seed"
+    (a generator seeded 0 of its own, the given one ignored: 'None of the usual', hunt 8)."""
     own_sample_next = ex09._own_sample_next()
 
     def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
         top_k = None if slip == "top_k dropped" else top_k
+        generator = torch.Generator().manual_seed(0) if slip == "own seed" else generator
         with torch.no_grad():
             logits, cache = model.forward_cached(ids, None, 0)
             for step in range(max_new_tokens):
@@ -702,6 +718,11 @@ def _learners_generate(slip):
         return ids
 
     return generate
+
+
+def test_a_generate_that_samples_from_a_seed_of_its_own_is_named():
+    result = status("ex09.generate", _learners_generate("own seed"))
+    assert result.status == "failed" and "when the generator is seeded other" in result.feedback
 
 
 def test_a_generate_that_drops_top_k_fails_on_every_seed():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import nbformat
@@ -527,3 +528,109 @@ def test_check_cells_leave_the_work_to_the_batch_grader(capsys, monkeypatch):
 
     check("ex02.softmax", boom)
     assert "checked by the batch grader" in capsys.readouterr().out
+
+
+# ------------------------------------------------- the state a learner's earlier cells left on
+
+
+def learner_softmax(x, dim=-1):
+    e = (x - x.amax(dim=dim, keepdim=True)).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def learner_softmax_seeding(x, dim=-1):
+    torch.manual_seed(0)  # "for reproducibility": the learner's next cells must not be reseeded
+    return learner_softmax(x, dim)
+
+
+class LearnerFeedForward(torch.nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", bias=True):
+        super().__init__()
+        self.activation = activation
+        self.linear1 = torch.nn.Linear(d_model, d_ff, bias=bias)
+        self.dropout = torch.nn.Dropout(dropout)
+        self.linear2 = torch.nn.Linear(d_ff, d_model, bias=bias)
+
+    def forward(self, x):
+        h, act = self.linear1(x), self.activation
+        acts = {
+            "relu": h.relu,
+            "gelu": lambda: torch.nn.functional.gelu(h),
+            "relu2": lambda: h.relu() ** 2,
+        }
+        acts["gelu_tanh"] = lambda: torch.nn.functional.gelu(h, approximate="tanh")
+        if act not in acts:
+            raise ValueError(f"unknown activation {act!r}")
+        return self.linear2(self.dropout(acts[act]()))
+
+
+NOTEBOOK_STATES = {  # what a learner's earlier cell leaves on: the checks must not mind it
+    "float64 default": lambda: torch.set_default_dtype(torch.float64),
+    "grad off": lambda: torch.set_grad_enabled(False),
+    "seeded just before": lambda: torch.manual_seed(1234),
+}
+
+
+@pytest.mark.parametrize("state", NOTEBOOK_STATES)
+@pytest.mark.parametrize(
+    "task_id, learner",
+    [
+        ("ex02.softmax", learner_softmax),
+        ("ex02.softmax", learner_softmax_seeding),
+        ("ex07.FeedForward", LearnerFeedForward),
+    ],
+)
+def test_a_notebooks_state_fails_no_right_answer_and_the_check_leaves_it_as_it_was(
+    state, task_id, learner
+):
+    # before: grad off failed softmax's gradient case ('your result carries no gradients'), a
+    # float64 default failed FeedForward's dropout case (mat1 and mat2 must have the same dtype,
+    # with a dropout hint), a module's init drew from the learner's global RNG (so the next
+    # cell's torch.randn changed)
+    saved = torch.get_default_dtype(), torch.is_grad_enabled()
+    try:
+        NOTEBOOK_STATES[state]()
+        before = torch.get_default_dtype(), torch.is_grad_enabled(), torch.get_rng_state()
+        result = check_result(task_id, learner)
+        after = torch.get_default_dtype(), torch.is_grad_enabled(), torch.get_rng_state()
+    finally:
+        torch.set_default_dtype(saved[0])
+        torch.set_grad_enabled(saved[1])
+    assert result.status == "passed" and result.score == result.max_score, result.feedback
+    assert before[:2] == after[:2] and torch.equal(before[2], after[2])
+
+
+def test_a_check_run_in_inference_mode_still_back_propagates():
+    with torch.inference_mode():  # before: softmax's gradient case failed ('carries no gradients')
+        result = check_result("ex02.softmax", learner_softmax)
+    assert result.status == "passed", result.feedback
+
+
+def test_warnings_made_errors_in_the_notebook_fail_no_right_answer():
+    def last_token(x, lengths):  # torch.tensor of a tensor warns ('To copy construct ...')
+        return x[torch.arange(x.shape[0]), torch.tensor(lengths) - 1]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # before: 0/3, 'your code raised UserWarning: ...'
+        result = check_result("ex00.last_token", last_token)
+        assert warnings.filters[0][0] == "error"
+    assert result.status == "passed", result.feedback
+
+
+def test_anomaly_detection_in_the_notebook_fails_no_right_answer():
+    def masked_attention(q, k, v, mask):  # a fully masked row's NaN weights zeroed after softmax
+        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+        weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1).nan_to_num()
+        return weights @ v, weights
+
+    with torch.autograd.detect_anomaly():  # before: 7/9, 'SoftmaxBackward0 returned nan values'
+        result = check_result("ex05.masked_attention", masked_attention)
+        assert torch.is_anomaly_enabled()
+    assert result.status == "passed", result.feedback
+
+
+def test_a_module_built_from_the_class_is_told_to_pass_the_class():
+    result = check_result("ex07.FeedForward", LearnerFeedForward(8, 32))
+    assert result.status == "failed" and 'pass the class itself, check("ex07.FeedForward"' in (
+        result.feedback
+    )

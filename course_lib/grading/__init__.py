@@ -23,6 +23,7 @@ from .core import (
     Task,
     TaskResult,
     all_tasks,
+    course_state,
     get_task,
     judge,
     learner_namespace,
@@ -77,15 +78,18 @@ def check_result(task_id: str, obj: Any = None) -> TaskResult | str:
     try:
         if obj is None:
             return judge(task, [], None, missing=f"pass your `{task.name}` to check()")
-        cases = task.cases(torch.Generator().manual_seed(NOTEBOOK_SEED))
-        namespace = learner_namespace(obj)
-        run = run_cases(task, obj, cases, namespace)
+        with course_state():  # whatever dtype, grad mode or RNG the notebook left
+            cases = task.cases(torch.Generator().manual_seed(NOTEBOOK_SEED))
+            namespace = learner_namespace(obj)
+            run = run_cases(task, obj, cases, namespace)
 
-        def earlier(name: str) -> TaskResult | None:  # the check of the learner's earlier task
-            own = namespace.get(name)
-            result = None if own is None else check_result(f"{task.id.split('.')[0]}.{name}", own)
-            return result if isinstance(result, TaskResult) else None
+            def earlier(name: str) -> TaskResult | None:  # the check of the learner's earlier task
+                own = namespace.get(name)
+                result = (
+                    None if own is None else check_result(f"{task.id.split('.')[0]}.{name}", own)
+                )
+                return result if isinstance(result, TaskResult) else None
 
-        return judge(task, cases, run, earlier=earlier)
+            return judge(task, cases, run, earlier=earlier)
     except Exception as e:  # noqa: BLE001  (feedback must never crash a learner's notebook)
         return f"❌ {task_id}: the checker could not run ({type(e).__name__}: {e})"

@@ -18,6 +18,7 @@ the case as drawn; code that changes an input in place fails that case and is to
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import math
@@ -47,6 +48,7 @@ __all__ = [
     "judge",
     "resolve",
     "watched_calls",
+    "course_state",
     "load_weights",
     "learner_namespace",
     "GradingError",
@@ -345,7 +347,7 @@ def run_cases(task: Task, obj: Any, cases: list[Case], namespace: dict | None = 
     watcher = _Watcher(watched)
     for case in cases:
         own = _own_copy(case)
-        with watcher:
+        with course_state(), watcher:
             outcome = _outcome_of(lambda own=own: task.call(obj, own))
         changed = _changed_inputs(obj, case, own)
         if changed and outcome["status"] in ("ok", "harness"):  # not when it raised itself
@@ -357,6 +359,31 @@ def run_cases(task: Task, obj: Any, cases: list[Case], namespace: dict | None = 
 
         run["ledger"] = {k: v for k, v in ledger().items() if v["whose"] == "borrowed"}
     return run
+
+
+@contextlib.contextmanager
+def course_state():
+    """The state every check runs in, whatever a notebook's earlier cells set: float32 as the
+    default dtype (what the cases and references assume), gradients on and inference mode off (a
+    task that wants none turns them off itself), no anomaly detection (it raises on the NaN
+    gradient of a fully masked row that a right answer then zeroes), warnings only printed, not
+    raised as errors. All of it, and the global RNG the checks draw from, is restored
+    afterwards: the learner's next cell sees the state and the random stream it left."""
+    dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    try:
+        with (
+            torch.inference_mode(False),
+            torch.enable_grad(),
+            torch.random.fork_rng(devices=[]),
+            torch.autograd.set_detect_anomaly(False),
+            warnings.catch_warnings(),
+        ):
+            warnings.filters[:] = [f for f in warnings.filters if f[0] != "error"]
+            warnings.simplefilter("default", append=True)  # Python's own last resort, re-read
+            yield
+    finally:
+        torch.set_default_dtype(dtype)
 
 
 def _copy_input(value: Any, memo: dict[int, Any]) -> Any:

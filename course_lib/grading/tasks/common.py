@@ -118,6 +118,12 @@ class ModuleTask(Task):
         return f"your {self.name} should be a torch.nn.Module, got {type(built).__name__}"
 
     def build(self, obj: Any, case: Case) -> nn.Module:
+        if isinstance(obj, nn.Module):  # check("ex03.MultiHeadAttention", MultiHeadAttention(8, 2))
+            raise GradingError(
+                f"you passed a module built from your class (a {type(obj).__name__} instance); the "
+                f"check builds its own with each case's sizes: pass the class itself, "
+                f'check("{self.id}", {self.name})'
+            )
         args, kwargs = self.init_args(case)
         module = obj(*args, **kwargs)
         if not isinstance(module, nn.Module):

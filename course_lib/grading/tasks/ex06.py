@@ -310,14 +310,6 @@ class CrossAttentionSublayerTask(ModuleTask):
         cases.insert(2, cases.pop(0))
         return cases
 
-    def call(self, obj, case):
-        if not isinstance(obj, type) or not issubclass(obj, nn.Module):
-            raise GradingError(
-                f"CrossAttentionSublayer should be a class (an nn.Module subclass), got "
-                f"{type(obj).__name__}"
-            )
-        return super().call(obj, case)
-
     def init_args(self, case):
         data = case.data
         return data["sizes"], {} if data["default_norm_first"] else {

@@ -4,6 +4,7 @@ with a KV cache)."""
 from __future__ import annotations
 
 import types
+from dataclasses import replace
 
 import torch
 
@@ -185,6 +186,9 @@ class Generate(Task):
                     "`generator` on to your sample_next (which passes it to torch.multinomial); "
                     "without it the draws come from PyTorch's global random state"
                 )
+            other = replace(case, data=d | {"seed": d["seed"] + 1})
+            if torch.equal(tokens, self._run(obj, other, _cache_only_gpt_class())[1]):
+                return tokens, "same tokens for another seed"  # judged in diagnose
         # the prompt once, then each new token once (the last one may be fed or not)
         if model.positions_computed > d["ids"].shape[1] + d["new"]:
             return tokens, "positions"
@@ -208,11 +212,20 @@ class Generate(Task):
                 "prompt and once per new token: feed the whole prompt in one call "
                 "(forward_cached(ids, None, 0)), not token by token"
             )
-        if got[1] is not True:
+        if got[1] not in (True, "same tokens for another seed"):
             return (
                 "your tokens are right, but the model computed more positions than the "
                 "prompt plus one per new token: feed only the newest token at each step, "
                 "with the cache"
+            )
+        return None
+
+    def diagnose(self, got, want, case):
+        if got[1] == "same tokens for another seed":  # torch.manual_seed(0) inside, or its own
+            return (
+                "your tokens stay the same when the generator is seeded otherwise: draw them from "
+                "the `generator` you are given (pass it on to sample_next), not from a seed or "
+                "generator of your own"
             )
         return None
 

@@ -246,6 +246,12 @@ class SampleNextTask(Task):
                 "tokens: pass `generator=generator` to torch.multinomial so "
                 "that sampling is reproducible"
             )
+        random = bool((first.reshape(DRAWS, rows) != first[:rows]).any())  # not one token a row
+        if random and torch.equal(first, obj(batch, **case.kwargs, generator=torch.Generator())):
+            raise GradingError(  # torch.manual_seed(0) inside, or a generator of its own
+                "two calls with generators seeded differently gave the same tokens: draw them "
+                "from the `generator` you are given, not from a seed or generator of your own"
+            )
         tokens = first.reshape(DRAWS, rows)  # (draws, rows)
         counts = torch.zeros(rows, vocab, dtype=torch.float64)
         counts.scatter_add_(1, tokens.T, torch.ones(rows, DRAWS, dtype=torch.float64))
