@@ -176,9 +176,8 @@ class Generate(Task):
             raise GradingError(
                 f"your code raised {type(error).__name__}: {error}. Hint: {hint}"
             ) from None
-        if reseeded:
-            raise GradingError(RESEEDS_GLOBAL_RNG)
-        if d["kwargs"]["temperature"] != 0 and d["new"] > 0:  # a draw: is it the generator's?
+        draws = d["kwargs"]["temperature"] != 0 and d["new"] > 0  # is each draw the generator's?
+        if draws:
             _, again = self._run(obj, case, _cache_only_gpt_class())
             if isinstance(tokens, torch.Tensor) and not torch.equal(tokens, again):
                 raise GradingError(
@@ -186,6 +185,9 @@ class Generate(Task):
                     "`generator` on to your sample_next (which passes it to torch.multinomial); "
                     "without it the draws come from PyTorch's global random state"
                 )
+        if reseeded:  # after: drawing from the global stream changes it too, and is told above
+            raise GradingError(RESEEDS_GLOBAL_RNG)
+        if draws:
             other = replace(case, data=d | {"seed": d["seed"] + 1})
             if torch.equal(tokens, self._run(obj, other, _cache_only_gpt_class())[1]):
                 return tokens, "same tokens for another seed"  # judged in diagnose

@@ -237,8 +237,6 @@ class SampleNextTask(Task):
                 "batch of one row needs shape (1,): squeeze(-1), not squeeze(), which also drops "
                 "the batch axis"
             )
-        if reseeded:  # #hunt8
-            raise GradingError(RESEEDS_GLOBAL_RNG)
         again = obj(batch, **case.kwargs, generator=torch.Generator().manual_seed(1234))
         if not torch.equal(first, again):
             raise GradingError(
@@ -246,6 +244,8 @@ class SampleNextTask(Task):
                 "tokens: pass `generator=generator` to torch.multinomial so "
                 "that sampling is reproducible"
             )
+        if reseeded:  # #hunt8; after: drawing from the global stream changes it too (told above)
+            raise GradingError(RESEEDS_GLOBAL_RNG)
         random = bool((first.reshape(DRAWS, rows) != first[:rows]).any())  # not one token a row
         if random and torch.equal(first, obj(batch, **case.kwargs, generator=torch.Generator())):
             raise GradingError(  # torch.manual_seed(0) inside, or a generator of its own
