@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..core import Case, GradingError, Task, register
+from ..core import Case, GradingError, Task, _listed_hint, _raised_message, register
 from .common import (
     D_K_FROM_SHAPE_2,
     D_V_SCALE_HINT,
@@ -550,6 +551,12 @@ class GroupedQueryAttentionTask(Task):
         # raises this row's broadcast error too, and this slip already failed an earlier case
         "repeat_by_kv_heads": "each kv head is repeated num_kv_heads times; it must be repeated "
         "group = num_heads // num_kv_heads times, so that there are num_heads of them",
+        # #f9: also any other crash that only a mask brings (view, masked_fill_, ...): see call
+        "mask_reshaped": "your code fails only when it is given a mask, so its mask handling "
+        "breaks: the mask broadcasts to the scores' (batch, num_heads, n_q, n_k) as it comes, "
+        "whatever its number of axes; use it as it is, scores.masked_fill(~mask, "
+        "float('-inf')), without reshaping it as MultiHeadAttention's (batch, n_q, n_k) mask "
+        "(unsqueeze(1), view, expand_as; an in-place masked_fill_ cannot grow the scores either)",
     }
 
     def wrong(self, q, k, v, mask=None, *, mistake):
@@ -572,6 +579,8 @@ class GroupedQueryAttentionTask(Task):
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         if mistake == "values_tiled":  # the keys right, the values .repeat'ed
             v = v[:, ::group].repeat(1, group, 1, 1)
+        if mistake == "mask_reshaped" and mask is not None and mask.dim() == 3:  # expand_as
+            mask = mask.unsqueeze(1).expand(*q.shape[:3], k.shape[2])
         if mask is not None and (  # MultiHeadAttention's unsqueeze(1), with or without its if
             mistake == "mask_always_unsqueezed"
             or (mistake == "mask_unsqueezed" and mask.dim() == 3)
@@ -599,6 +608,31 @@ class GroupedQueryAttentionTask(Task):
             weights = weights / q.shape[-1] ** 0.5
             output = weights @ v
         return output, weights
+
+    def call(self, obj, case):
+        """The learner's function; a RuntimeError that only the mask brings (the same inputs
+        without it run) and that no listed mistake explains gets the mask_reshaped hint."""
+        try:
+            return obj(*case.args, **case.kwargs)
+        except RuntimeError as error:
+            mask = case.kwargs.get("mask")
+            if (
+                mask is None
+                or isinstance(obj, functools.partial)  # a listed mistake itself
+                or type(error) is NotImplementedError
+                or _listed_hint(self, case, raised=_raised_message(error))
+            ):
+                raise
+            try:
+                obj(*case.args)
+            except Exception:  # noqa: BLE001  (it fails without the mask too: no hint from this)
+                raise error from None
+            q, k = case.args[:2]
+            raise GradingError(
+                f"your code raised RuntimeError: {error}. Hint: "
+                f"{self.mistake_table['mask_reshaped']} (here the mask is {tuple(mask.shape)}, "
+                f"the scores {(*q.shape[:3], k.shape[2])})"
+            ) from None
 
     def cases(self, gen):
         def case(description, sizes, mask=None, dtype=torch.float32, raises=None):
