@@ -66,6 +66,9 @@ MISTAKES = {
     "the keys second and the values third",
     "lesson_d_head": "the scale is the lesson's sqrt(32), hard-coded; its d_head was 32, the "
     "inputs' need not be: divide by math.sqrt(q_t.shape[-1])",
+    "scaled_by_d_model": "the scores are divided by sqrt(heads * d_head), the model's width "
+    "d_model; each head's dot products run over its own d_head features: divide by "
+    "math.sqrt(q_t.shape[-1])",
     "first_key_only": "your query attends to the first key only: is_causal=True (or a causal mask "
     "of shape (1, t + 1)) lines the one query up with the OLDEST token; the newest token may "
     "attend to every cached key, so no mask is needed",
@@ -98,6 +101,7 @@ def wrong_step(q_t, k_t, v_t, k_cache, v_cache, *, mistake=""):
         scale = math.sqrt(32) if mistake == "lesson_d_head" else scale  # the lesson's example
         scale = q_t.shape[-1] if mistake == "scaled_by_d" else scale
         scale = math.sqrt(keys.shape[-2]) if mistake == "scaled_by_length" else scale
+        scale = math.sqrt(q_t.shape[1] * q_t.shape[-1]) if mistake == "scaled_by_d_model" else scale
         seen = 1 if mistake == "first_key_only" else keys.shape[2]
         dim = -2 if mistake == "softmax_over_queries" else -1
         output = _attend(q_t, keys[:, :, :seen], values[:, :, :seen], scale, dim)

@@ -59,6 +59,10 @@ MISTAKES = {
     "only to the blocks' LayerNorms",
     "block_eps_ignored": "pass layer_norm_eps on to the blocks' LayerNorms too (norm1 and norm2 "
     "in Block, through its `eps`), not only to the final norm",
+    "norm1_eps_ignored": "pass layer_norm_eps on to norm1 too: in Block, "
+    "LayerNorm(d_model, eps, bias=bias) for norm1 as for norm2; norm1 keeps the default 1e-5",
+    "norm2_eps_ignored": "pass layer_norm_eps on to norm2 too: in Block, "
+    "LayerNorm(d_model, eps, bias=bias) for norm2 as for norm1; norm2 keeps the default 1e-5",
     "always_tied": "tie the output layer to the token embedding only when tie_weights is True: "
     "with tie_weights=False, lm_head keeps its own matrix",
     "cache_not_kept": "forward_cached must return the cache with the new tokens' keys and values "
@@ -155,6 +159,8 @@ class WrongBlock(nn.Module):
         eps = 1e-5 if mistake in ("eps_ignored", "block_eps_ignored") else o["layer_norm_eps"]
         self.norm1 = nn.LayerNorm(d_model, eps=eps, bias=bias)
         self.norm2 = nn.LayerNorm(d_model, eps=eps, bias=bias)
+        if mistake in ("norm1_eps_ignored", "norm2_eps_ignored"):  # one of the two keeps 1e-5
+            getattr(self, mistake[:5]).eps = 1e-5
 
     def feed(self, x):
         f = self.feed_forward

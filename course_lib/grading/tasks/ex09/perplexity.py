@@ -34,6 +34,9 @@ MISTAKES = {
     "must predict, so compare every position with its own target, with no shift",
     "log_softmax_dim_one": "log_softmax over dim=1 normalises over the positions when the logits "
     "are (batch, seq, vocab); take it over dim=-1, the vocabulary",
+    "log_softmax_dim_zero": "log_softmax over dim=0 normalises over the first axis (the "
+    "sequences of the batch, or the positions of (seq, vocab) logits), not over the "
+    "vocabulary: take it over dim=-1",
     "classes_transposed": "the logits may have any number of leading axes, (..., vocab), not only "
     "(batch, seq, vocab): moving the vocabulary to dim 1 for F.cross_entropy works for 3-D "
     "logits only; flatten instead, logits.reshape(-1, vocab) and targets.reshape(-1)",
@@ -57,7 +60,9 @@ def wrong_perplexity(logits, targets, *, mistake=""):
         return torch.exp(-probs.log().mean())
     if mistake == "shifted":  # a language model's shift, applied to targets already shifted
         logits, targets = logits[..., :-1, :], targets[..., 1:]
-    nll = _nll(logits, targets, 1 if mistake == "log_softmax_dim_one" else -1)
+    nll = _nll(
+        logits, targets, {"log_softmax_dim_one": 1, "log_softmax_dim_zero": 0}.get(mistake, -1)
+    )
     if mistake == "mean_after_exp":
         return torch.exp(nll).mean()
     if mistake == "per_row":  # one perplexity per sequence, then their mean
