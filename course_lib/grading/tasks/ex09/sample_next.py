@@ -72,6 +72,12 @@ MISTAKES = {
     "the unsorted ones, so it keeps the first token ids instead of the most likely tokens: "
     "put it back in the tokens' order first, keep = torch.zeros_like(keep_sorted).scatter(-1, "
     "order, keep_sorted)",
+    "temperature_twice": "the logits are divided by the temperature twice (logits / t / t, "
+    "as at temperature t squared): divide them once, logits / temperature, before top-k and "
+    "the softmax",
+    "tiny_temperature_greedy": "only temperature=0 is greedy (step 1): any positive temperature, "
+    "however small, still samples from softmax(logits / temperature), where tokens tied for "
+    "the largest logit share the draws; the arg-max gives them all to one token",
 }
 
 
@@ -79,9 +85,11 @@ def wrong_sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator
                       mistake=""):  # fmt: skip
     """Greedy at temperature 0, else temperature, top-k, softmax, top-p and one draw, with one
     named mistake (no argument checks: the wrong versions only explain wrong values)."""
-    if temperature == 0:
+    if temperature == 0 or (mistake == "tiny_temperature_greedy" and temperature < 1e-3):
         return logits.argmax(-1)
     if mistake != "temperature_after_softmax":
+        logits = logits / temperature
+    if mistake == "temperature_twice":  # logits / t / t
         logits = logits / temperature
     if top_k is not None and mistake in ("top_k_no_keepdim", "top_k_one_threshold", "top_k_top1"):
         values = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values
@@ -184,6 +192,10 @@ class SampleNextTask(Task):
             Case("top_k=0", (rand,), {"top_k": 0}, raises=ValueError),
             Case("top_p=1.5", (rand,), {"top_p": 1.5}, raises=ValueError),
             Case("top_p=0 (top_p must be in (0, 1])", (rand,), {"top_p": 0.0}, raises=ValueError),
+            # #f9: last, so the lines above keep their place
+            Case("temperature=1e-4 (small, but not 0: still sampling) on logits (1, 4) whose "
+                 "two largest are equal: each of the two is drawn half the time",
+                 (torch.tensor([[0.0, 3.0, 3.0, 1.0]]),), {"temperature": 1e-4}),
         ]
         # fmt: on
 
