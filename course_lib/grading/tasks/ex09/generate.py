@@ -43,6 +43,13 @@ MISTAKES = {
 }
 
 
+_KEPT_BETWEEN_CALLS = (  # #f9: a counter in a default argument or at module level
+    "run once more on the same inputs, your generate fails otherwise (or not at all), so it "
+    "keeps something from one call to the next (a position counter in a default argument such "
+    "as pos=[0], or at module level?): each call starts afresh; compute the position inside "
+    "it, start = ids.shape[1] - 1 after appending the new token"
+)
+
 _GPT_SIZES = {"vocab_size": 11, "block_size": 16, "d_model": 16, "num_heads": 2, "num_layers": 2}
 
 
@@ -157,6 +164,14 @@ class Generate(Task):
         tokens = obj(model, d["ids"].clone(), d["new"], generator=generator, **d["kwargs"])
         return model, tokens
 
+    def _fails_otherwise(self, obj, case, error) -> bool:
+        """Whether the same case run once more fails with another error, or not at all."""
+        try:
+            self._run(obj, case, _cache_only_gpt_class())
+        except Exception as again:  # noqa: BLE001  (a learner's code may raise anything)
+            return f"{type(again).__name__}: {again}" != f"{type(error).__name__}: {error}"
+        return True
+
     def call(self, obj, case):
         d = case.data
         try:
@@ -168,6 +183,8 @@ class Generate(Task):
             if isinstance(error, TypeError) and "Generator" in str(error):
                 hint = "sample_next got the generator as its top_p, its 4th parameter: pass "
                 hint += "generator=generator by name"
+            elif type(error) is not NotImplementedError and self._fails_otherwise(obj, case, error):
+                hint = _KEPT_BETWEEN_CALLS
             elif d["ids"].shape[0] == 1 and type(error) is not NotImplementedError:
                 hint = "with a batch of one prompt, .squeeze() drops the batch axis too: keep "
                 hint += "it, logits[:, -1] and next_id[:, None], or squeeze(-1) only"
