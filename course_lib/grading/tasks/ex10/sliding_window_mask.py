@@ -10,6 +10,12 @@ from ...core import Case, Task, register
 LESSON = "lesson 10"
 
 FAULTS = {
+    # #f9: before too_narrow, which gives the same band at window=2, where this one first fails
+    "causal_halved": (
+        "with causal=True keep the whole past half of the band, i - window <= j <= i (window + 1 "
+        "keys, the query's own included): `window` counts the keys on ONE side, so the causal "
+        "band is not halved (window // 2) nor made narrower, only cut at j <= i"
+    ),
     "too_narrow": (
         "the window is one too narrow: key j is allowed when |i - j| <= window, so the "
         "band is 2 * window + 1 wide (use <=, not <)"
@@ -46,6 +52,8 @@ def wrong_band(n, window, causal=False, *, mistake):
     width = window + {"too_narrow": -1, "too_wide": 1}.get(mistake, 0)
     if mistake == "plain_causal" and causal:  # the window forgotten on the causal side
         width = n
+    if mistake == "causal_halved" and causal:  # 0 <= i - j <= window // 2
+        width = window // 2
     mask = distance <= width
     if (causal or mistake == "always_causal") and mistake != "causal_ignored":
         if mistake == "future":
