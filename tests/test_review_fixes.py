@@ -299,3 +299,154 @@ def test_a_capstone_that_shrinks_linear1_is_told_which_layers_shrink():
     result = check_result("ex09.GPT", ShrunkLinear1)
     assert result.passed == result.total - 2, result.feedback  # the two init cases
     assert "linear2 and the attention's out_proj, not linear1" in result.feedback
+
+
+# ---- F9: rare slips that lost marks with "None of the usual single mistakes", PyTorch's bare
+# error, or (temperature < 1e-3 as greedy) full marks; each is written as a learner would ----
+
+
+def _gqa_mask(form):
+    """Solution 03's grouped_query_attention with the mask used in one of several forms."""
+    import math
+
+    def grouped_query_attention(q, k, v, mask=None):
+        num_heads, num_kv_heads = q.shape[1], k.shape[1]
+        if num_heads % num_kv_heads != 0:
+            raise ValueError(f"num_heads={num_heads} is not a multiple of {num_kv_heads}")
+        group = num_heads // num_kv_heads
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            if form == "view":  # MultiHeadAttention's (batch, 1, n_q, n_k), by view
+                mask = mask.view(mask.shape[0], 1, *mask.shape[-2:]) if mask.dim() > 2 else mask
+            elif form == "unsqueeze, expand_as":
+                mask = (mask.unsqueeze(1) if mask.dim() == 3 else mask).expand_as(scores)
+            elif form == "expand_as":  # right: the mask broadcasts to the scores' shape
+                mask = mask.expand_as(scores)
+            if form.startswith("in place"):
+                scores.masked_fill_(~(mask.unsqueeze(1) if "unsqueeze" in form else mask), -1e30)
+            else:
+                scores = scores.masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        return weights @ v, weights
+
+    return grouped_query_attention
+
+
+def _gpt_eps_default_on(norm):
+    class GPT(_gpt("")):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            for layer in self.layers:
+                getattr(layer, norm).eps = 1e-5  # built without layer_norm_eps
+
+    return GPT
+
+
+def _sample_next(slip):
+    def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+        if temperature < 0 or (top_k is not None and top_k < 1):
+            raise ValueError("temperature must be >= 0 and top_k >= 1")
+        if top_p is not None and not 0 < top_p <= 1:
+            raise ValueError("top_p must be in (0, 1]")
+        if temperature == 0 or (slip == "tiny is greedy" and temperature < 1e-3):
+            return logits.argmax(dim=-1)
+        logits = logits / temperature
+        if slip == "twice":
+            logits = logits / temperature
+        if top_k is not None:
+            kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        probs = torch.softmax(logits, dim=-1)
+        if top_p is not None:
+            sorted_probs, order = probs.sort(dim=-1, descending=True)
+            kept = sorted_probs.cumsum(dim=-1) - sorted_probs < top_p
+            probs = probs.masked_fill(~torch.zeros_like(kept).scatter(-1, order, kept), 0.0)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+    return sample_next
+
+
+def _perplexity_dim0(logits, targets):
+    if targets.shape != logits.shape[:-1]:
+        raise ValueError("targets must have the shape of logits without the last axis")
+    nll = -torch.log_softmax(logits, dim=0).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return nll.mean().exp()
+
+
+def _step_scaled_by_d_model(q_t, k_t, v_t, k_cache, v_cache):
+    if q_t.shape[-2] != 1:
+        raise ValueError("q_t must hold one token")
+    k_cache, v_cache = torch.cat([k_cache, k_t], dim=2), torch.cat([v_cache, v_t], dim=2)
+    d_model = q_t.shape[1] * q_t.shape[-1]  # heads * d_head
+    weights = (q_t @ k_cache.transpose(-2, -1) / d_model**0.5).softmax(dim=-1)
+    return weights @ v_cache, k_cache, v_cache
+
+
+def _generate_counting_positions():
+    """A generate whose position counter, a default argument, lives on between calls."""
+    from course_lib.grading.tasks.ex09 import _own_sample_next
+
+    own_sample_next = _own_sample_next()
+
+    def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None, pos=[0]):  # noqa: B006
+        with torch.no_grad():
+            logits, cache = model.forward_cached(ids, None, 0)
+            pos[0] += ids.shape[1]
+            for _ in range(max_new_tokens):
+                token = own_sample_next(logits[:, -1], temperature, top_k, None, generator)
+                ids = torch.cat([ids, token[:, None]], dim=1)
+                logits, cache = model.forward_cached(ids[:, -1:], cache, pos[0])
+                pos[0] += 1
+        return ids
+
+    return generate
+
+
+def _window_halved_when_causal(n, window, causal=False):
+    if n < 1 or window < 0:
+        raise ValueError(f"n must be >= 1 and window >= 0, got {n}, {window}")
+    offset = torch.arange(n)[:, None] - torch.arange(n)[None, :]
+    if causal:
+        return (offset >= 0) & (offset <= window // 2)
+    return offset.abs() <= window
+
+
+F9_SLIPS = [
+    ("ex03.grouped_query_attention", _gqa_mask("view"), "its mask handling breaks"),
+    ("ex03.grouped_query_attention", _gqa_mask("unsqueeze, expand_as"), "its mask handling"),
+    ("ex03.grouped_query_attention", _gqa_mask("in place, unsqueeze"), "cannot grow the scores"),
+    ("ex09.GPT", _gpt_eps_default_on("norm1"), "pass layer_norm_eps on to norm1 too"),
+    ("ex09.GPT", _gpt_eps_default_on("norm2"), "pass layer_norm_eps on to norm2 too"),
+    ("ex09.sample_next", _sample_next("tiny is greedy"), "only temperature=0 is greedy"),
+    ("ex09.sample_next", _sample_next("twice"), "divided by the temperature twice"),
+    ("ex09.perplexity", _perplexity_dim0, "log_softmax over dim=0"),
+    ("ex09.cached_attention_step", _step_scaled_by_d_model, "sqrt(heads * d_head)"),
+    ("ex10.sliding_window_mask", _window_halved_when_causal, "not halved (window // 2)"),
+]
+
+
+def test_each_f9_slip_fails_with_its_own_hint():
+    for task_id, wrong, hint in F9_SLIPS:
+        result = check_result(task_id, wrong)
+        assert result.status == "failed", (task_id, hint, result.feedback)
+        assert hint in result.feedback, (task_id, hint, result.feedback)
+        assert "None of the usual" not in result.feedback, (task_id, result.feedback)
+
+
+def test_a_generate_that_keeps_its_position_counter_between_calls_is_told_so():
+    # a bare "ids has 1 tokens (after 16 cached ones)" from the model before
+    result = check_result("ex09.generate", _generate_counting_positions())
+    assert result.status == "failed", result.feedback
+    assert "keeps something from one call to the next" in result.feedback, result.feedback
+
+
+def test_the_f9_right_answers_keep_full_marks():
+    for task_id, right in [
+        ("ex03.grouped_query_attention", _gqa_mask("expand_as")),
+        ("ex03.grouped_query_attention", _gqa_mask("in place")),
+        ("ex09.sample_next", _sample_next("")),
+    ]:
+        result = check_result(task_id, right)
+        assert result.status == "passed", (task_id, result.feedback)
