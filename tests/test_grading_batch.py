@@ -66,6 +66,18 @@ def test_a_learner_is_named_by_a_folder_then_by_a_field_then_by_the_notebook(tmp
     assert learners.learner_of(loose, loose, "00_z.ipynb") == "00_z.ipynb"  # a file given
     (tmp_path / "broken.ipynb").write_text("{not json")
     assert learners.name_field(tmp_path / "broken.ipynb") is None
+    # a quote inside the name is read as Python reads the line: two learners O'... are two
+    for i, (line, name) in enumerate(
+        [
+            ('LEARNER = "Seán O\'Brien"  # me', "Seán O'Brien"),
+            ('LEARNER = "Seán O\'Neil"', "Seán O'Neil"),
+            ("LEARNER = 'Ana \"Nani\" Lee'", 'Ana "Nani" Lee'),
+            ('LEARNER = "Smith, John"', "Smith, John"),
+            ("LEARNER = name", None),
+        ]
+    ):
+        quoted = _notebook(given / f"00_q{i}.ipynb", first_cell=f"{line}\nimport torch")
+        assert learners.name_field(quoted) == name, line
 
 
 def test_one_record_per_learner_with_set_totals_and_notes_on_every_zero():
@@ -113,7 +125,7 @@ def test_scores_csv_has_a_row_per_learner_a_column_per_task_and_a_total_per_set(
         _row("bob/02.ipynb", {"ex02.c": 1.0}),
     ]
     learners.write(learners.by_learner(rows, ["ada", "bob"]), tmp_path)
-    with open(tmp_path / "scores.csv", newline="") as f:
+    with open(tmp_path / "scores.csv", newline="", encoding="utf-8-sig") as f:
         table = list(csv.reader(f))
     assert table[0] == [
         "learner",
@@ -131,6 +143,18 @@ def test_scores_csv_has_a_row_per_learner_a_column_per_task_and_a_total_per_set(
         table[1][8]
         == "ex00.b: ex00.b went wrong here | ex02: no notebook of this set was submitted"
     )
+    # Excel reads it right (a byte-order mark for the accents), and runs nothing in it: a
+    # learner named like a formula is shown as text
+    rows.append(
+        {**_row('=HYPERLINK("http://x")/00.ipynb', {}), "error": "not a readable notebook: x"}
+    )
+    names = ["ada", "bob", '=HYPERLINK("http://x")']
+    learners.write(learners.by_learner(rows, names), tmp_path)
+    assert (tmp_path / "scores.csv").read_bytes().startswith(b"\xef\xbb\xbflearner,")
+    with open(tmp_path / "scores.csv", newline="", encoding="utf-8-sig") as f:
+        evil = list(csv.reader(f))[3]
+    assert evil[0] == '\'=HYPERLINK("http://x")' and evil[1] == "0.0"
+    assert evil[-1].startswith('\'=HYPERLINK("http://x")/00.ipynb: not a readable notebook')
     feedback = json.loads((tmp_path / "learners.json").read_text())[1]["tasks"]["ex02.c"]
     assert feedback == {
         "score": 1.0,
@@ -174,6 +198,11 @@ def test_canvas_gradebook_import_has_canvas_columns_and_points_possible(tmp_path
     assert table[1] == ["Points Possible", "", "", "", "", "2.0", "1.0"]
     assert table[2] == ["ada", "", "", "ada", "", "1.0", "0.0"]
     assert table[3][-2:] == ["2.0", "0.25"]
+    # a name that starts like a formula stays text when the file is opened in a spreadsheet
+    evil = learners.by_learner([_row("x/00.ipynb", {"ex00.a": 1.0})], ["@SUM(1+1)"])
+    learners.write(evil, tmp_path)
+    export.export(tmp_path, canvas=tmp_path / "canvas.csv")
+    assert _read(tmp_path / "canvas.csv")[2][:4] == ["'@SUM(1+1)", "", "", "'@SUM(1+1)"]
 
 
 def test_moodle_grade_import_has_moodle_columns_and_feedback(tmp_path):

@@ -19,7 +19,8 @@ With `--roster`, a gradebook exported from the LMS, each learner is matched (cas
 to its row by login, SIS id, email, id number or name, and the identity columns are copied from
 it; a learner the roster lacks is listed on stderr and exported with what is known. Without a
 roster, the learner's name from the grader (a folder per learner, or a name field) is the login
-(Canvas) and the email address or ID number (Moodle: an email when it contains "@").
+(Canvas) and the email address or ID number (Moodle: an email when it contains "@"). A text
+cell that starts like a formula is written `spreadsheet_safe` (a leading `'`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import csv
 import json
 import sys
 from pathlib import Path
+
+from .learners import spreadsheet_safe
 
 CANVAS_IDENTITY = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 CANVAS_POINTS_ROW = "Points Possible"
@@ -130,7 +133,7 @@ def _write(path: Path, header: list, rows: list) -> None:
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(header)
-        writer.writerows(rows)
+        writer.writerows([spreadsheet_safe(x) for x in row] for row in rows)
 
 
 def export(

@@ -17,13 +17,14 @@ of one set, the better one counts and the notes say so.
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
 import re
 from pathlib import Path
 from typing import Any
 
-_LEARNER_LINE = re.compile(r"^\s*LEARNER\s*=\s*[\"']([^\"'\n]+)[\"']", re.MULTILINE)
+_LEARNER_LINE = re.compile(r"^[ \t]*LEARNER[ \t]*=.*$", re.MULTILINE)
 NOTE_CHARS = 160  # of each task's reason in the notes column
 
 
@@ -42,9 +43,23 @@ def name_field(path: Path) -> str | None:
     for cell in nb.get("cells", []) if isinstance(nb.get("cells"), list) else []:
         if isinstance(cell, dict) and cell.get("cell_type") == "code":
             source = cell.get("source", "")
-            m = _LEARNER_LINE.search("".join(source) if isinstance(source, list) else str(source))
-            if m and m.group(1).strip():
-                return m.group(1).strip()
+            text = "".join(source) if isinstance(source, list) else str(source)
+            for line in _LEARNER_LINE.findall(text):
+                name = _string_of(line)
+                if name:
+                    return name
+    return None
+
+
+def _string_of(line: str) -> str | None:
+    """The string a line `LEARNER = "..."` assigns, read as Python reads it (never run), so that
+    a quote inside the name (`"Seán O'Brien"`) does not cut it short; None for anything else."""
+    try:
+        value = ast.parse(line.strip()).body[0].value
+    except (SyntaxError, IndexError, AttributeError):
+        return None
+    if isinstance(value, ast.Constant) and isinstance(value.value, str):
+        return value.value.strip() or None
     return None
 
 
@@ -159,14 +174,26 @@ def csv_header(records: list[dict]) -> list[str]:
     return [*columns, "notes"]
 
 
+def spreadsheet_safe(value: Any) -> Any:
+    """A text cell a spreadsheet shows as text: one that starts like a formula (`=`, `+`, `-`,
+    `@`, a tab or a carriage return: a learner's name can) gets a leading `'`, so that Excel or
+    LibreOffice never runs it. Numbers are left as they are."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
 def write(records: list[dict], out_dir: Path) -> None:
-    """learners.json (everything, feedback included) and scores.csv (one row per learner)."""
+    """learners.json (everything, feedback included) and scores.csv (one row per learner).
+
+    scores.csv is UTF-8 with a byte-order mark, which Excel needs to read accented names right,
+    and its text cells are `spreadsheet_safe`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "learners.json").write_text(json.dumps(records, indent=2) + "\n")
     header = csv_header(records)
-    with open(out_dir / "scores.csv", "w", newline="", encoding="utf-8") as f:
+    with open(out_dir / "scores.csv", "w", newline="", encoding="utf-8-sig") as f:
         writer = csv.writer(f)
         writer.writerow(header)
         for r in records:
             scores = {k: v["score"] for part in ("sets", "tasks") for k, v in r[part].items()}
-            writer.writerow([scores[c] if c in scores else r[c] for c in header])
+            writer.writerow([spreadsheet_safe(scores[c] if c in scores else r[c]) for c in header])
