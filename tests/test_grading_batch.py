@@ -277,6 +277,20 @@ def test_a_killed_batch_run_again_grades_only_what_is_missing(tmp_path):
     first = {f.name: f.stat().st_mtime_ns for f in saved.glob("*.json")}
     assert 1 <= len(first) < 3 and not (out / "scores.json").exists()
     seed = json.loads((out / "batch.json").read_text())["seed"]
+    # Ctrl-C stops it at once: what was graded is kept, the notebooks queued are not graded,
+    # and the message says what to do (before, it went on grading the whole class first)
+    proc = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
+    )  # fmt: skip
+    while len(list(saved.glob("*.json"))) == len(first) and time.monotonic() < deadline:
+        assert proc.poll() is None
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    assert "run the same command again to grade the others" in proc.stderr.read()
+    first = {f.name: f.stat().st_mtime_ns for f in saved.glob("*.json")}
+    assert len(first) == 2 and not (out / "scores.json").exists()
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     done = len(first)

@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -40,6 +41,7 @@ DEFAULT_TIMEOUT = 300.0  # seconds per submission
 DEFAULT_MEMORY_MB = 4096  # address space of a learner's kernel beyond what it starts with
 DEFAULT_MAX_OUTPUT_KB = 1024  # captured output per cell
 _GRACE = 60.0  # extra seconds the parent allows a worker for kernel start and judging
+_RUNNING: dict[int, tuple[subprocess.Popen, Path]] = {}  # worker pid -> (worker, its kernels)
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
@@ -428,6 +430,7 @@ def _grade_in_worker(name: str, path: Path, **options: Any) -> dict:
             env=_environment(),  # the worker imports this very course_lib, installed or not
             preexec_fn=die_with_parent,
         )
+        _RUNNING[proc.pid] = (proc, pid_file)  # for `_stop_workers` when the batch is stopped
         try:
             _, stderr = proc.communicate(json.dumps(config), timeout=timeout + _GRACE)
             error = None
@@ -436,6 +439,8 @@ def _grade_in_worker(name: str, path: Path, **options: Any) -> dict:
             proc.communicate()
             stderr = ""
             error = f"grading did not finish within {timeout + _GRACE:.0f} s and was stopped"
+        finally:
+            _RUNNING.pop(proc.pid, None)
         _kill_all(proc, pid_file)  # no kernel outlives its submission
         if result_file.exists():
             result = json.loads(result_file.read_text())
@@ -502,13 +507,27 @@ def grade(
         grade_on_ray(ray, [(i, *submissions[i]) for i in todo], options, finished, say)
     else:
 
-        def one(i: int) -> None:
-            start = time.monotonic()
-            finished(i, _grade_in_worker(*submissions[i], **options), time.monotonic() - start)
+        stopped = threading.Event()
 
-        with ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1)) as pool:
+        def one(i: int) -> None:
+            if stopped.is_set():
+                return
+            start = time.monotonic()
+            row = _grade_in_worker(*submissions[i], **options)
+            if not stopped.is_set():  # a worker killed by Ctrl-C has no grade to keep
+                finished(i, row, time.monotonic() - start)
+
+        pool = ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1))
+        try:
             for future in [pool.submit(one, i) for i in todo]:
                 future.result()
+        except KeyboardInterrupt:  # Ctrl-C: stop now, not after the queued notebooks
+            stopped.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            for proc, pid_file in list(_RUNNING.values()):
+                _kill_all(proc, pid_file)
+            raise
+        pool.shutdown()
     graded = [r for r in rows if r is not None]
     who = [name for name, row in zip(names, rows, strict=True) if row is not None]
     records = learners.by_learner(graded, who)
@@ -582,6 +601,13 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(
+            f"\nstopped: the notebooks graded so far are saved in {out / 'submissions'}; run the "
+            "same command again to grade the others (scores.csv is written when all are done)",
+            file=sys.stderr,
+        )
+        return 130
     print(
         f"wrote {out / 'scores.csv'} (one row per learner), {out / 'learners.json'} and "
         f"{out / 'scores.json'} (one row per submission)"
