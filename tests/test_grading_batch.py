@@ -80,6 +80,35 @@ def test_a_learner_is_named_by_a_folder_then_by_a_field_then_by_the_notebook(tmp
         assert learners.name_field(quoted) == name, line
 
 
+def test_a_learner_folder_without_a_notebook_still_gets_a_row_and_mac_copies_are_skipped(
+    tmp_path,
+):
+    from course_lib.grading.batch import collect
+
+    given = tmp_path / "class"
+    ada = _notebook(given / "ada" / "00_warmup.ipynb")
+    (given / "zipper").mkdir()
+    (given / "zipper" / "homework.zip").write_bytes(b"PK\x03\x04")
+    (given / "nothing").mkdir()
+    for junk in ("ada/._00_warmup.ipynb", "__MACOSX/ada/._00_warmup.ipynb", ".hidden/0.ipynb"):
+        (given / junk).parent.mkdir(parents=True, exist_ok=True)
+        (given / junk).write_bytes(b"\x00\x05\x16\x07")  # a Mac's AppleDouble copy
+    assert collect([given]) == [(str(ada), ada)]
+    empty = learners.without_notebooks([given, ada], [ada])
+    assert list(empty) == ["nothing", "zipper"]
+    records = learners.by_learner(
+        [_row(str(ada), {"ex00.a": 1.0}), *empty.values()], ["ada", *empty]
+    )
+    assert [r["learner"] for r in records] == ["ada", "nothing", "zipper"]
+    zipper = records[2]
+    assert zipper["score"] == 0 and zipper["sets"]["ex00"]["max_score"] == 1.0
+    assert zipper["notes"].startswith(
+        f"{given / 'zipper'}: no notebook (.ipynb) in this folder; it holds homework.zip "
+        "(unzip an archive into the folder and grade again) | ex00: no notebook"
+    )
+    assert "in this folder; it is empty" in records[1]["notes"]
+
+
 def test_one_record_per_learner_with_set_totals_and_notes_on_every_zero():
     rows = [
         _row("ada/00.ipynb", {"ex00.a": 1.0, "ex00.b": 0.0}),
@@ -227,6 +256,7 @@ def test_a_roster_from_the_lms_supplies_the_identity_columns(tmp_path):
         "Student,ID,SIS User ID,SIS Login ID,Section,Exercise 00\n"
         "    Points Possible,,,,,2\n"
         '"Lovelace, Ada",101,S-1,ADA,Section A,\n'
+        '"Lin, Mei",102,S-2,mlin,Section A,\n'
     )
     missing = export.export(tmp_path, canvas=tmp_path / "canvas.csv", roster=roster)
     assert missing == ["grace@example.org"]
@@ -243,8 +273,39 @@ def test_a_roster_from_the_lms_supplies_the_identity_columns(tmp_path):
         capture_output=True, text=True, cwd=ROOT,
     )  # fmt: skip
     assert proc.returncode == 0 and "grace@example.org is not in the roster" in proc.stderr
+    # and the other way round: a student who handed in nothing is named, not passed over
+    assert "note: 1 of the roster's students matched no learner" in proc.stderr
+    assert proc.stderr.rstrip().endswith("their gradebook cells are left as they are: Lin, Mei")
     with pytest.raises(FileNotFoundError, match="no learners.json"):
         export.export(tmp_path / "nowhere", canvas=tmp_path / "x.csv")
+
+
+def test_a_roster_matches_names_as_lms_and_file_systems_write_them(tmp_path):
+    import unicodedata
+
+    rows = [_row(f"s{i}/00.ipynb", {"ex00.a": 1.0}) for i in range(3)]
+    names = [
+        unicodedata.normalize("NFD", "José  Álvarez"),  # a Mac's folder name, a double space
+        "seán o'brien",  # Canvas writes "Last, First"
+        "Mei Lin_1008_assignsubmission_file_",  # a folder of Moodle's "download submissions"
+    ]
+    learners.write(learners.by_learner(rows, names), tmp_path)
+    canvas = tmp_path / "canvas_roster.csv"
+    canvas.write_text(
+        "Student,ID,SIS User ID,SIS Login ID,Section\n"
+        '"Álvarez, José",1,S1,jalvarez,A\n"O\'Brien, Seán",2,S2,sobrien,A\n'
+    )
+    assert export.export(tmp_path, canvas=tmp_path / "c.csv", roster=canvas) == [names[2]]
+    assert [r[3] for r in _read(tmp_path / "c.csv")[2:]] == ["jalvarez", "sobrien", names[2]]
+    moodle = tmp_path / "moodle_roster.csv"
+    moodle.write_text(
+        "First name,Last name,ID number,Institution,Department,Email address\n"
+        "Mei,Lin,S3,Uni,CS,mei@uni.example\n"
+    )
+    assert export.export(tmp_path, moodle=tmp_path / "m.csv", roster=moodle) == names[:2]
+    assert _read(tmp_path / "m.csv")[3][:6] == ["Mei", "Lin", "S3", "Uni", "CS", "mei@uni.example"]
+    people = export.read_roster(canvas) + export.read_roster(moodle)
+    assert export.without_grades(json.loads((tmp_path / "learners.json").read_text()), people) == []
 
 
 # ---------------------------------------------------------------- a batch killed and resumed

@@ -51,7 +51,10 @@ def collect(paths: list[Path]) -> list[tuple[str, Path]]:
     for p in paths:
         if p.is_dir():
             for nb in sorted(p.rglob("*.ipynb")):
-                if ".ipynb_checkpoints" not in nb.parts:
+                # not hidden files or folders (.ipynb_checkpoints, a Mac's ._ copies) nor the
+                # __MACOSX folder a zip made on a Mac holds
+                parts = nb.relative_to(p).parts
+                if not any(part.startswith(".") or part == "__MACOSX" for part in parts):
                     found.append((str(p / nb.relative_to(p)), nb))
         elif p.exists():
             found.append((str(p), p))
@@ -506,7 +509,6 @@ def grade(
 
         grade_on_ray(ray, [(i, *submissions[i]) for i in todo], options, finished, say)
     else:
-
         stopped = threading.Event()
 
         def one(i: int) -> None:
@@ -530,7 +532,8 @@ def grade(
         pool.shutdown()
     graded = [r for r in rows if r is not None]
     who = [name for name, row in zip(names, rows, strict=True) if row is not None]
-    records = learners.by_learner(graded, who)
+    empty = learners.without_notebooks(paths, [path for _, _, path in given])
+    records = learners.by_learner(graded + list(empty.values()), who + list(empty))
     if out_dir is not None:  # scores.json (per submission), scores.csv and learners.json
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "scores.json").write_text(json.dumps(graded, indent=2) + "\n")

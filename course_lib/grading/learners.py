@@ -72,6 +72,27 @@ def learner_of(given: Path, path: Path, submission: str) -> str:
     return name_field(path) or submission
 
 
+def without_notebooks(given: list[Path], notebooks: list[Path]) -> dict[str, dict]:
+    """A row for each learner's folder (a folder under a folder given) that holds none of the
+    `notebooks`: a zip, a .py, nothing. Its learner still gets a record, which says what the
+    folder holds, rather than vanishing from scores.csv."""
+    rows, holders = {}, {folder for nb in notebooks for folder in nb.parents}
+    for folder in [f for g in given if g.is_dir() for f in sorted(g.iterdir()) if f.is_dir()]:
+        if folder in holders or folder.name.startswith(".") or folder.name == "__MACOSX":
+            continue
+        files = sorted(str(f.relative_to(folder)) for f in folder.rglob("*") if f.is_file())
+        held = "it holds " + ", ".join(files[:5]) + (", ..." if len(files) > 5 else "")
+        rows[folder.name] = {
+            "submission": str(folder),
+            "score": 0.0,
+            "max_score": 0.0,
+            "error": f"no notebook (.ipynb) in this folder; {held if files else 'it is empty'} "
+            "(unzip an archive into the folder and grade again)",
+            "tasks": {},
+        }
+    return rows
+
+
 def _exercise(task_id: str) -> str:
     return task_id.split(".")[0]
 
