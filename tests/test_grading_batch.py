@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import unicodedata
 
 import nbformat
 import pytest
@@ -66,6 +67,9 @@ def test_a_learner_is_named_by_a_folder_then_by_a_field_then_by_the_notebook(tmp
     assert learners.learner_of(loose, loose, "00_z.ipynb") == "00_z.ipynb"  # a file given
     (tmp_path / "broken.ipynb").write_text("{not json")
     assert learners.name_field(tmp_path / "broken.ipynb") is None
+    # a Mac names the folder "José" with "e" and an accent; it is the same learner as "José"
+    mac = _notebook(given / unicodedata.normalize("NFD", "José") / "00_warmup.ipynb")
+    assert learners.learner_of(given, mac, "s4") == unicodedata.normalize("NFC", "José")
     # a quote inside the name is read as Python reads the line: two learners O'... are two
     for i, (line, name) in enumerate(
         [
@@ -107,6 +111,28 @@ def test_a_learner_folder_without_a_notebook_still_gets_a_row_and_mac_copies_are
         "(unzip an archive into the folder and grade again) | ex00: no notebook"
     )
     assert "in this folder; it is empty" in records[1]["notes"]
+
+
+def test_an_unreadable_notebook_named_for_a_set_counts_as_that_set_handed_in(tmp_path):
+    from course_lib.grading import batch
+
+    broken = tmp_path / "bad" / "00_warmup.ipynb"
+    broken.parent.mkdir()
+    broken.write_text("")  # an empty file, as a failed upload leaves
+    limits = {"timeout": 60.0, "memory_mb": 1024, "max_output_kb": 64, "cell_timeout": None}
+    row = batch.grade_one(broken, seed=1, pid_file=tmp_path / "pids", **limits)
+    assert row["score"] == 0 and row["max_score"] == 3.0
+    assert list(row["tasks"]) == [
+        "ex00.batched_matmul",
+        "ex00.pairwise_sq_distances",
+        "ex00.last_token",
+    ]
+    assert all(
+        t["feedback"].startswith("not graded: not a readable notebook: NotJSONError")
+        for t in row["tasks"].values()
+    )
+    notes = learners.by_learner([{"submission": str(broken), **row}], ["bad"])[0]["notes"]
+    assert "no notebook of this set was submitted" not in notes  # it was: it cannot be read
 
 
 def test_one_record_per_learner_with_set_totals_and_notes_on_every_zero():

@@ -138,6 +138,10 @@ def grade_one(path: Path, seed: int, pid_file: Path, **limits: Any) -> dict:
         nb = nbformat.read(path, as_version=4)
     except Exception as e:  # noqa: BLE001
         row["error"] = f"not a readable notebook: {type(e).__name__}: {str(e)[:200]}"
+        exercise = exercise_of({}, path)  # its name may say which set it was handed in for
+        for task in core.tasks_for(exercise) if exercise else []:
+            row["tasks"][task.id] = learners.zero_task(task.points, f"not graded: {row['error']}")
+        row["max_score"] = sum(t["max_score"] for t in row["tasks"].values())
         return row
     exercise = exercise_of(nb, path)
     tasks = core.tasks_for(exercise) if exercise else []

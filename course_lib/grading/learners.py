@@ -21,6 +21,7 @@ import ast
 import csv
 import json
 import re
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -64,12 +65,15 @@ def _string_of(line: str) -> str | None:
 
 
 def learner_of(given: Path, path: Path, submission: str) -> str:
-    """Who wrote `path`, found under the file or folder `given` (see the module's docstring)."""
+    """Who wrote `path`, found under the file or folder `given` (see the module's docstring), in
+    one Unicode form: a Mac writes "é" in a file name as "e" and an accent, Linux and Windows as
+    one character, and both are the same learner."""
+    name = None
     if given.is_dir():
         parts = path.relative_to(given).parts
         if len(parts) > 1:
-            return parts[0]
-    return name_field(path) or submission
+            name = parts[0]
+    return unicodedata.normalize("NFC", name or name_field(path) or submission)
 
 
 def without_notebooks(given: list[Path], notebooks: list[Path]) -> dict[str, dict]:
@@ -82,7 +86,7 @@ def without_notebooks(given: list[Path], notebooks: list[Path]) -> dict[str, dic
             continue
         files = sorted(str(f.relative_to(folder)) for f in folder.rglob("*") if f.is_file())
         held = "it holds " + ", ".join(files[:5]) + (", ..." if len(files) > 5 else "")
-        rows[folder.name] = {
+        rows[unicodedata.normalize("NFC", folder.name)] = {
             "submission": str(folder),
             "score": 0.0,
             "max_score": 0.0,
