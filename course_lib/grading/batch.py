@@ -536,7 +536,7 @@ def grade(
         pool.shutdown()
     graded = [r for r in rows if r is not None]
     who = [name for name, row in zip(names, rows, strict=True) if row is not None]
-    empty = learners.without_notebooks(paths, [path for _, _, path in given])
+    empty = learners.without_notebooks(paths, [path for _, _, path in given], out_dir)
     records = learners.by_learner(graded + list(empty.values()), who + list(empty))
     if out_dir is not None:  # scores.json (per submission), scores.csv and learners.json
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -76,13 +76,17 @@ def learner_of(given: Path, path: Path, submission: str) -> str:
     return unicodedata.normalize("NFC", name or name_field(path) or submission)
 
 
-def without_notebooks(given: list[Path], notebooks: list[Path]) -> dict[str, dict]:
+def without_notebooks(
+    given: list[Path], notebooks: list[Path], out_dir: Path | None = None
+) -> dict[str, dict]:
     """A row for each learner's folder (a folder under a folder given) that holds none of the
     `notebooks`: a zip, a .py, nothing. Its learner still gets a record, which says what the
-    folder holds, rather than vanishing from scores.csv."""
+    folder holds, rather than vanishing from scores.csv. The grader's `out_dir` is no learner."""
     rows, holders = {}, {folder for nb in notebooks for folder in nb.parents}
     for folder in [f for g in given if g.is_dir() for f in sorted(g.iterdir()) if f.is_dir()]:
         if folder in holders or folder.name.startswith(".") or folder.name == "__MACOSX":
+            continue
+        if out_dir is not None and folder.resolve() == Path(out_dir).resolve():
             continue
         files = sorted(str(f.relative_to(folder)) for f in folder.rglob("*") if f.is_file())
         held = "it holds " + ", ".join(files[:5]) + (", ..." if len(files) > 5 else "")
