@@ -332,6 +332,13 @@ def test_a_roster_matches_names_as_lms_and_file_systems_write_them(tmp_path):
     )
     assert export.export(tmp_path, moodle=tmp_path / "m.csv", roster=moodle) == names[:2]
     assert _read(tmp_path / "m.csv")[3][:6] == ["Mei", "Lin", "S3", "Uni", "CS", "mei@uni.example"]
+    # the same roster once re-saved by Excel: Windows' encoding and `;` between the fields
+    moodle.write_bytes(moodle.read_text().replace(",", ";").encode("cp1252"))
+    assert export.export(tmp_path, moodle=tmp_path / "m.csv", roster=moodle) == names[:2]
+    moodle.write_bytes(moodle.read_text(encoding="cp1252").replace(";", "\t").encode())
+    assert export.read_roster(moodle)[0]["Email address"] == "mei@uni.example"
+    canvas.write_bytes(canvas.read_text().encode("cp1252"))  # "Álvarez, José" in cp1252
+    assert export.read_roster(canvas)[0]["Student"] == "Álvarez, José"
     people = export.read_roster(canvas) + export.read_roster(moodle)
     assert export.without_grades(json.loads((tmp_path / "learners.json").read_text()), people) == []
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import re
 import sys
@@ -54,11 +55,18 @@ def assignment_name(exercise: str) -> str:
 
 
 def read_roster(path: Path) -> list[dict[str, str]]:
-    """The rows of a gradebook exported from Canvas or Moodle (a CSV with a header row)."""
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        rows = [
-            {k.strip(): (v or "").strip() for k, v in row.items() if k} for row in csv.DictReader(f)
-        ]
+    """The rows of a gradebook exported from Canvas or Moodle (a CSV with a header row), also
+    once re-saved by a spreadsheet: in Windows' own encoding, or with `;` or tabs between the
+    fields (Moodle's export offers both; Excel writes `;` where the decimal mark is a comma)."""
+    raw = Path(path).read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:  # Excel's "CSV" on Windows, not its "CSV UTF-8"
+        text = raw.decode("cp1252", errors="replace")
+    header = text.split("\n", 1)[0]
+    delimiter = max(",;\t", key=header.count)
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
+    rows = [{k.strip(): (v or "").strip() for k, v in row.items() if k} for row in reader]
     return [r for r in rows if "points possible" not in " ".join(r.values()).lower()]
 
 
