@@ -408,6 +408,20 @@ def test_a_killed_batch_run_again_grades_only_what_is_missing(tmp_path):
     assert "grading the other 0" in third.stdout
 
 
+def test_a_cell_stopped_by_the_notebooks_time_limit_is_not_said_to_exceed_its_own(tmp_path):
+    from course_lib.grading import batch
+
+    nb = nbformat.read(ROOT / "solutions" / "00_warmup.ipynb", as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell("import time\ntime.sleep(600)"))
+    nbformat.write(nb, tmp_path / "00_warmup.ipynb")
+    # --timeout 25 leaves the cell less than its own limit (a quarter of it, at least 30 s)
+    limits = {"timeout": 25.0, "memory_mb": 4096, "max_output_kb": 64, "cell_timeout": None}
+    row = batch.grade_one(tmp_path / "00_warmup.ipynb", seed=1, pid_file=tmp_path / "p", **limits)
+    assert row["error"].startswith(
+        "code cell 1 did not finish before the notebook's time limit of 25 s ran out"
+    ), row["error"]
+
+
 def test_the_throughput_benchmark_prints_its_figures():
     # plumbing only, one learner and one set; the figures in the README come from a full run
     done = subprocess.run(

@@ -318,8 +318,13 @@ class _Submission:
                 if err and len(self.problems) < 5:
                     self.problems.append(f"code cell {i + 1} raised {err}")
                 continue
+            stopped_by = (  # the cell's own limit, or what was left of the notebook's
+                f"within its limit of {self.cell_limit:.0f} s"
+                if self.client.timeout >= int(self.cell_limit)
+                else f"before the notebook's time limit of {self.timeout:.0f} s ran out"
+            )
             what = {
-                "timeout": f"did not finish within its limit of {self.cell_limit:.0f} s",
+                "timeout": f"did not finish {stopped_by}",
                 "dead": "stopped the Python kernel (exit, crash or out of memory)",
             }
             self.problems.append(f"code cell {i + 1} {what.get(status, 'failed')}; it was skipped")
