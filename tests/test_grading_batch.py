@@ -129,8 +129,9 @@ def test_an_unreadable_notebook_named_for_a_set_counts_as_that_set_handed_in(tmp
         "ex00.pairwise_sq_distances",
         "ex00.last_token",
     ]
+    assert row["error"].startswith("not a readable notebook: NotJSONError")
     assert all(
-        t["feedback"].startswith("not graded: not a readable notebook: NotJSONError")
+        t["feedback"] == "not graded: not a readable notebook (empty, cut short or not JSON)"
         for t in row["tasks"].values()
     )
     notes = learners.by_learner([{"submission": str(broken), **row}], ["bad"])[0]["notes"]

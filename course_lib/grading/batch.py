@@ -140,7 +140,9 @@ def grade_one(path: Path, seed: int, pid_file: Path, **limits: Any) -> dict:
         row["error"] = f"not a readable notebook: {type(e).__name__}: {str(e)[:200]}"
         exercise = exercise_of({}, path)  # its name may say which set it was handed in for
         for task in core.tasks_for(exercise) if exercise else []:
-            row["tasks"][task.id] = learners.zero_task(task.points, f"not graded: {row['error']}")
+            row["tasks"][task.id] = learners.zero_task(
+                task.points, "not graded: not a readable notebook (empty, cut short or not JSON)"
+            )
         row["max_score"] = sum(t["max_score"] for t in row["tasks"].values())
         return row
     exercise = exercise_of(nb, path)
