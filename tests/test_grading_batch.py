@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gc
 import json
 import os
 import shutil
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 import unicodedata
+import warnings
 
 import nbformat
 import pytest
@@ -458,7 +460,12 @@ def test_a_kernel_that_dies_before_it_answers_is_started_again(tmp_path, monkeyp
     limits = {"timeout": 240.0, "memory_mb": 4096, "max_output_kb": 1024, "cell_timeout": None}
     path = ROOT / "solutions" / "00_warmup.ipynb"
     monkeypatch.setattr(batch, "_capped_client_class", killing(1))
-    row = batch.grade_one(path, seed=11, pid_file=tmp_path / "pids", **limits)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        row = batch.grade_one(path, seed=11, pid_file=tmp_path / "pids", **limits)
+        gc.collect()
+    # whether the kernel still lives after a cell is asked, not a coroutine left unawaited
+    assert not [w for w in caught if "never awaited" in str(w.message)], caught
     assert len(started) == 2, started
     assert row["error"] is None, row["error"]
     assert row["score"] == row["max_score"] == 3.0, row

@@ -283,6 +283,7 @@ class _Submission:
         """Execute one cell within the cell limit, or less when the deadline is closer; None if
         it finished, else 'timeout', 'dead' or 'error'."""
         from nbclient.exceptions import CellTimeoutError, DeadKernelError
+        from nbclient.util import ensure_async, run_sync
 
         self.client.timeout = max(1, int(min(self.cell_limit, self.deadline - time.monotonic())))
         try:
@@ -293,7 +294,9 @@ class _Submission:
             return "dead"
         except RuntimeError as e:  # e.g. the kernel's channels closed because it exited
             return "dead" if "kernel" in str(e).lower() else "error"
-        return None if self.client.kc.is_alive() else "dead"
+        # the client is asynchronous: is_alive() is a coroutine, which alone is always true
+        alive = run_sync(ensure_async)(self.client.kc.is_alive())
+        return None if alive else "dead"
 
     def restart(self) -> bool:
         """A fresh kernel with the finished cells replayed; False when that is not possible."""
