@@ -394,7 +394,8 @@ def test_a_killed_batch_run_again_grades_only_what_is_missing(tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
     done = len(first)
     assert (
-        f"{done} of 3 submissions were graded by an earlier run (same notebook, same options); "
+        f"{done} of 3 submissions were graded by an earlier run (same notebook, same options, "
+        "same course code); "
         f"grading the other {3 - done}" in again.stdout
     )
     assert {f.name: f.stat().st_mtime_ns for f in saved.glob("*.json") if f.name in first} == first
@@ -423,6 +424,26 @@ def test_a_cell_stopped_by_the_notebooks_time_limit_is_not_said_to_exceed_its_ow
     assert row["error"].startswith(
         "code cell 1 did not finish before the notebook's time limit of 25 s ran out"
     ), row["error"]
+
+
+def test_a_saved_result_is_not_reused_once_the_grading_code_changed(tmp_path, monkeypatch):
+    from course_lib.grading import batch
+
+    notebook = _notebook(tmp_path / "class" / "ada" / "00_warmup.ipynb")
+    graded = []
+
+    def worker(name, path, **options):  # a stand-in for the worker: no kernel, at once
+        graded.append(name)
+        return {"submission": name, **_row(name, {"ex00.a": len(graded) - 1.0})}
+
+    monkeypatch.setattr(batch, "_grade_in_worker", worker)
+    for _ in range(2):  # the same code: the second run reuses the first's result
+        batch.grade([notebook.parent.parent], tmp_path / "out", seed=3, quiet=True)
+    assert len(graded) == 1
+    # a task's checks fixed since (the course updated): its notebooks are graded again
+    monkeypatch.setattr(batch, "_grader_digest", lambda: "the course, updated", raising=False)
+    rows = batch.grade([notebook.parent.parent], tmp_path / "out", seed=3, quiet=True)
+    assert len(graded) == 2 and rows[0]["score"] == 1.0
 
 
 def test_the_throughput_benchmark_prints_its_figures():

@@ -502,14 +502,16 @@ def grade(
         "max_output_kb": max_output_kb,
         "cell_timeout": cell_timeout,
     }
-    store = Store(out_dir, options) if out_dir is not None else None
+    # a saved result is reused only when the grader is the same code too (a fixed check regrades)
+    store = None if out_dir is None else Store(out_dir, {**options, "grader": _grader_digest()})
     keys = [store.key(name, path) if store else "" for name, path in submissions]
     rows: list[dict | None] = [store.load(key) if store else None for key in keys]
     done = sum(r is not None for r in rows)
     if done:
         say(
             f"resuming in {out_dir}: {done} of {len(rows)} submissions were graded by an "
-            f"earlier run (same notebook, same options); grading the other {len(rows) - done}"
+            f"earlier run (same notebook, same options, same course code); grading the other "
+            f"{len(rows) - done}"
         )
     todo = [i for i, row in enumerate(rows) if row is None]
 
@@ -555,6 +557,17 @@ def grade(
     if not quiet:
         print(format_table(records))
     return graded
+
+
+def _grader_digest() -> str:
+    """A hash of the course's code (the tasks, their references, this grader)."""
+    digest = hashlib.sha256()
+    package = Path(__file__).resolve().parents[1]  # course_lib/
+    for f in sorted(package.rglob("*.py")):
+        digest.update(
+            hashlib.sha256(str(f.relative_to(package)).encode() + f.read_bytes()).digest()
+        )
+    return digest.hexdigest()[:16]
 
 
 def format_table(records: list[dict]) -> str:
