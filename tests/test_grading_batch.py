@@ -104,6 +104,9 @@ def test_a_learner_folder_without_a_notebook_still_gets_a_row_and_mac_copies_are
     (given / "grades" / "scores.json").write_text("[]")
     empty = learners.without_notebooks([given, ada], [ada], given / "grades")
     assert list(empty) == ["nothing", "zipper"]
+    (given / "ada" / "mine").mkdir()  # one learner's folder given: its library is no learner
+    (given / "ada" / "mine" / "attention.py").write_text("")
+    assert learners.without_notebooks([given / "ada"], [ada]) == {}
     records = learners.by_learner(
         [_row(str(ada), {"ex00.a": 1.0}), *empty.values()], ["ada", *empty]
     )

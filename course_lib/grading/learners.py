@@ -81,10 +81,13 @@ def without_notebooks(
 ) -> dict[str, dict]:
     """A row for each learner's folder (a folder under a folder given) that holds none of the
     `notebooks`: a zip, a .py, nothing. Its learner still gets a record, which says what the
-    folder holds, rather than vanishing from scores.csv. The grader's `out_dir` is no learner."""
+    folder holds, rather than vanishing from scores.csv. Neither the grader's `out_dir` nor a
+    `mine/` folder (a learner's library, when one learner's folder is given) is a learner."""
     rows, holders = {}, {folder for nb in notebooks for folder in nb.parents}
     for folder in [f for g in given if g.is_dir() for f in sorted(g.iterdir()) if f.is_dir()]:
         if folder in holders or folder.name.startswith(".") or folder.name == "__MACOSX":
+            continue
+        if folder.name == "mine":  # a learner's library, beside the notebooks of a folder given
             continue
         if out_dir is not None and folder.resolve() == Path(out_dir).resolve():
             continue
