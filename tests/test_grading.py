@@ -206,7 +206,7 @@ def test_solutions_get_full_marks_and_untouched_exercises_get_zero(tmp_path):
             assert row["score"] == 0, row
             assert all("not implemented yet" in t["feedback"] for t in row["tasks"].values()), row
             assert row["error"] is None, row
-    csv_lines = (tmp_path / "scores.csv").read_text().splitlines()
+    csv_lines = (tmp_path / "scores.csv").read_text(encoding="utf-8-sig").splitlines()
     assert (
         # one row per learner: here every notebook is a learner of its own (no folders per learner)
         csv_lines[0].startswith("learner,score,max_score,") and len(csv_lines) == len(rows) + 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gc
 import json
 import os
 import shutil
@@ -10,6 +11,8 @@ import signal
 import subprocess
 import sys
 import time
+import unicodedata
+import warnings
 
 import nbformat
 import pytest
@@ -66,6 +69,78 @@ def test_a_learner_is_named_by_a_folder_then_by_a_field_then_by_the_notebook(tmp
     assert learners.learner_of(loose, loose, "00_z.ipynb") == "00_z.ipynb"  # a file given
     (tmp_path / "broken.ipynb").write_text("{not json")
     assert learners.name_field(tmp_path / "broken.ipynb") is None
+    # a Mac names the folder "José" with "e" and an accent; it is the same learner as "José"
+    mac = _notebook(given / unicodedata.normalize("NFD", "José") / "00_warmup.ipynb")
+    assert learners.learner_of(given, mac, "s4") == unicodedata.normalize("NFC", "José")
+    # a quote inside the name is read as Python reads the line: two learners O'... are two
+    for i, (line, name) in enumerate(
+        [
+            ('LEARNER = "Seán O\'Brien"  # me', "Seán O'Brien"),
+            ('LEARNER = "Seán O\'Neil"', "Seán O'Neil"),
+            ("LEARNER = 'Ana \"Nani\" Lee'", 'Ana "Nani" Lee'),
+            ('LEARNER = "Smith, John"', "Smith, John"),
+            ("LEARNER = name", None),
+        ]
+    ):
+        quoted = _notebook(given / f"00_q{i}.ipynb", first_cell=f"{line}\nimport torch")
+        assert learners.name_field(quoted) == name, line
+
+
+def test_a_learner_folder_without_a_notebook_still_gets_a_row_and_mac_copies_are_skipped(
+    tmp_path,
+):
+    from course_lib.grading.batch import collect
+
+    given = tmp_path / "class"
+    ada = _notebook(given / "ada" / "00_warmup.ipynb")
+    (given / "zipper").mkdir()
+    (given / "zipper" / "homework.zip").write_bytes(b"PK\x03\x04")
+    (given / "nothing").mkdir()
+    for junk in ("ada/._00_warmup.ipynb", "__MACOSX/ada/._00_warmup.ipynb", ".hidden/0.ipynb"):
+        (given / junk).parent.mkdir(parents=True, exist_ok=True)
+        (given / junk).write_bytes(b"\x00\x05\x16\x07")  # a Mac's AppleDouble copy
+    assert collect([given]) == [(str(ada), ada)]
+    (given / "grades").mkdir()  # the grader's --out folder, put among the learners
+    (given / "grades" / "scores.json").write_text("[]")
+    empty = learners.without_notebooks([given, ada], [ada], given / "grades")
+    assert list(empty) == ["nothing", "zipper"]
+    (given / "ada" / "mine").mkdir()  # one learner's folder given: its library is no learner
+    (given / "ada" / "mine" / "attention.py").write_text("")
+    assert learners.without_notebooks([given / "ada"], [ada]) == {}
+    records = learners.by_learner(
+        [_row(str(ada), {"ex00.a": 1.0}), *empty.values()], ["ada", *empty]
+    )
+    assert [r["learner"] for r in records] == ["ada", "nothing", "zipper"]
+    zipper = records[2]
+    assert zipper["score"] == 0 and zipper["sets"]["ex00"]["max_score"] == 1.0
+    assert zipper["notes"].startswith(
+        f"{given / 'zipper'}: no notebook (.ipynb) in this folder; it holds homework.zip "
+        "(unzip an archive into the folder and grade again) | ex00: no notebook"
+    )
+    assert "in this folder; it is empty" in records[1]["notes"]
+
+
+def test_an_unreadable_notebook_named_for_a_set_counts_as_that_set_handed_in(tmp_path):
+    from course_lib.grading import batch
+
+    broken = tmp_path / "bad" / "00_warmup.ipynb"
+    broken.parent.mkdir()
+    broken.write_text("")  # an empty file, as a failed upload leaves
+    limits = {"timeout": 60.0, "memory_mb": 1024, "max_output_kb": 64, "cell_timeout": None}
+    row = batch.grade_one(broken, seed=1, pid_file=tmp_path / "pids", **limits)
+    assert row["score"] == 0 and row["max_score"] == 3.0
+    assert list(row["tasks"]) == [
+        "ex00.batched_matmul",
+        "ex00.pairwise_sq_distances",
+        "ex00.last_token",
+    ]
+    assert row["error"].startswith("not a readable notebook: NotJSONError")
+    assert all(
+        t["feedback"] == "not graded: not a readable notebook (empty, cut short or not JSON)"
+        for t in row["tasks"].values()
+    )
+    notes = learners.by_learner([{"submission": str(broken), **row}], ["bad"])[0]["notes"]
+    assert "no notebook of this set was submitted" not in notes  # it was: it cannot be read
 
 
 def test_one_record_per_learner_with_set_totals_and_notes_on_every_zero():
@@ -113,7 +188,7 @@ def test_scores_csv_has_a_row_per_learner_a_column_per_task_and_a_total_per_set(
         _row("bob/02.ipynb", {"ex02.c": 1.0}),
     ]
     learners.write(learners.by_learner(rows, ["ada", "bob"]), tmp_path)
-    with open(tmp_path / "scores.csv", newline="") as f:
+    with open(tmp_path / "scores.csv", newline="", encoding="utf-8-sig") as f:
         table = list(csv.reader(f))
     assert table[0] == [
         "learner",
@@ -131,6 +206,18 @@ def test_scores_csv_has_a_row_per_learner_a_column_per_task_and_a_total_per_set(
         table[1][8]
         == "ex00.b: ex00.b went wrong here | ex02: no notebook of this set was submitted"
     )
+    # Excel reads it right (a byte-order mark for the accents), and runs nothing in it: a
+    # learner named like a formula is shown as text
+    rows.append(
+        {**_row('=HYPERLINK("http://x")/00.ipynb', {}), "error": "not a readable notebook: x"}
+    )
+    names = ["ada", "bob", '=HYPERLINK("http://x")']
+    learners.write(learners.by_learner(rows, names), tmp_path)
+    assert (tmp_path / "scores.csv").read_bytes().startswith(b"\xef\xbb\xbflearner,")
+    with open(tmp_path / "scores.csv", newline="", encoding="utf-8-sig") as f:
+        evil = list(csv.reader(f))[3]
+    assert evil[0] == '\'=HYPERLINK("http://x")' and evil[1] == "0.0"
+    assert evil[-1].startswith('\'=HYPERLINK("http://x")/00.ipynb: not a readable notebook')
     feedback = json.loads((tmp_path / "learners.json").read_text())[1]["tasks"]["ex02.c"]
     assert feedback == {
         "score": 1.0,
@@ -174,6 +261,11 @@ def test_canvas_gradebook_import_has_canvas_columns_and_points_possible(tmp_path
     assert table[1] == ["Points Possible", "", "", "", "", "2.0", "1.0"]
     assert table[2] == ["ada", "", "", "ada", "", "1.0", "0.0"]
     assert table[3][-2:] == ["2.0", "0.25"]
+    # a name that starts like a formula stays text when the file is opened in a spreadsheet
+    evil = learners.by_learner([_row("x/00.ipynb", {"ex00.a": 1.0})], ["@SUM(1+1)"])
+    learners.write(evil, tmp_path)
+    export.export(tmp_path, canvas=tmp_path / "canvas.csv")
+    assert _read(tmp_path / "canvas.csv")[2][:4] == ["'@SUM(1+1)", "", "", "'@SUM(1+1)"]
 
 
 def test_moodle_grade_import_has_moodle_columns_and_feedback(tmp_path):
@@ -198,6 +290,7 @@ def test_a_roster_from_the_lms_supplies_the_identity_columns(tmp_path):
         "Student,ID,SIS User ID,SIS Login ID,Section,Exercise 00\n"
         "    Points Possible,,,,,2\n"
         '"Lovelace, Ada",101,S-1,ADA,Section A,\n'
+        '"Lin, Mei",102,S-2,mlin,Section A,\n'
     )
     missing = export.export(tmp_path, canvas=tmp_path / "canvas.csv", roster=roster)
     assert missing == ["grace@example.org"]
@@ -214,8 +307,46 @@ def test_a_roster_from_the_lms_supplies_the_identity_columns(tmp_path):
         capture_output=True, text=True, cwd=ROOT,
     )  # fmt: skip
     assert proc.returncode == 0 and "grace@example.org is not in the roster" in proc.stderr
+    # and the other way round: a student who handed in nothing is named, not passed over
+    assert "note: 1 of the roster's students matched no learner" in proc.stderr
+    assert proc.stderr.rstrip().endswith("their gradebook cells are left as they are: Lin, Mei")
     with pytest.raises(FileNotFoundError, match="no learners.json"):
         export.export(tmp_path / "nowhere", canvas=tmp_path / "x.csv")
+
+
+def test_a_roster_matches_names_as_lms_and_file_systems_write_them(tmp_path):
+    import unicodedata
+
+    rows = [_row(f"s{i}/00.ipynb", {"ex00.a": 1.0}) for i in range(3)]
+    names = [
+        unicodedata.normalize("NFD", "José  Álvarez"),  # a Mac's folder name, a double space
+        "seán o'brien",  # Canvas writes "Last, First"
+        "Mei Lin_1008_assignsubmission_file_",  # a folder of Moodle's "download submissions"
+    ]
+    learners.write(learners.by_learner(rows, names), tmp_path)
+    canvas = tmp_path / "canvas_roster.csv"
+    canvas.write_text(
+        "Student,ID,SIS User ID,SIS Login ID,Section\n"
+        '"Álvarez, José",1,S1,jalvarez,A\n"O\'Brien, Seán",2,S2,sobrien,A\n'
+    )
+    assert export.export(tmp_path, canvas=tmp_path / "c.csv", roster=canvas) == [names[2]]
+    assert [r[3] for r in _read(tmp_path / "c.csv")[2:]] == ["jalvarez", "sobrien", names[2]]
+    moodle = tmp_path / "moodle_roster.csv"
+    moodle.write_text(
+        "First name,Last name,ID number,Institution,Department,Email address\n"
+        "Mei,Lin,S3,Uni,CS,mei@uni.example\n"
+    )
+    assert export.export(tmp_path, moodle=tmp_path / "m.csv", roster=moodle) == names[:2]
+    assert _read(tmp_path / "m.csv")[3][:6] == ["Mei", "Lin", "S3", "Uni", "CS", "mei@uni.example"]
+    # the same roster once re-saved by Excel: Windows' encoding and `;` between the fields
+    moodle.write_bytes(moodle.read_text().replace(",", ";").encode("cp1252"))
+    assert export.export(tmp_path, moodle=tmp_path / "m.csv", roster=moodle) == names[:2]
+    moodle.write_bytes(moodle.read_text(encoding="cp1252").replace(";", "\t").encode())
+    assert export.read_roster(moodle)[0]["Email address"] == "mei@uni.example"
+    canvas.write_bytes(canvas.read_text().encode("cp1252"))  # "Álvarez, José" in cp1252
+    assert export.read_roster(canvas)[0]["Student"] == "Álvarez, José"
+    people = export.read_roster(canvas) + export.read_roster(moodle)
+    assert export.without_grades(json.loads((tmp_path / "learners.json").read_text()), people) == []
 
 
 # ---------------------------------------------------------------- a batch killed and resumed
@@ -248,11 +379,26 @@ def test_a_killed_batch_run_again_grades_only_what_is_missing(tmp_path):
     first = {f.name: f.stat().st_mtime_ns for f in saved.glob("*.json")}
     assert 1 <= len(first) < 3 and not (out / "scores.json").exists()
     seed = json.loads((out / "batch.json").read_text())["seed"]
+    # Ctrl-C stops it at once: what was graded is kept, the notebooks queued are not graded,
+    # and the message says what to do (before, it went on grading the whole class first)
+    proc = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
+    )  # fmt: skip
+    while len(list(saved.glob("*.json"))) == len(first) and time.monotonic() < deadline:
+        assert proc.poll() is None
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    assert "run the same command again to grade the others" in proc.stderr.read()
+    first = {f.name: f.stat().st_mtime_ns for f in saved.glob("*.json")}
+    assert len(first) == 2 and not (out / "scores.json").exists()
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     done = len(first)
     assert (
-        f"{done} of 3 submissions were graded by an earlier run (same notebook, same options); "
+        f"{done} of 3 submissions were graded by an earlier run (same notebook, same options, "
+        "same course code); "
         f"grading the other {3 - done}" in again.stdout
     )
     assert {f.name: f.stat().st_mtime_ns for f in saved.glob("*.json") if f.name in first} == first
@@ -267,6 +413,40 @@ def test_a_killed_batch_run_again_grades_only_what_is_missing(tmp_path):
     third = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert "3 of 3 submissions were graded by an earlier run" in third.stdout
     assert "grading the other 0" in third.stdout
+
+
+def test_a_cell_stopped_by_the_notebooks_time_limit_is_not_said_to_exceed_its_own(tmp_path):
+    from course_lib.grading import batch
+
+    nb = nbformat.read(ROOT / "solutions" / "00_warmup.ipynb", as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell("import time\ntime.sleep(600)"))
+    nbformat.write(nb, tmp_path / "00_warmup.ipynb")
+    # --timeout 25 leaves the cell less than its own limit (a quarter of it, at least 30 s)
+    limits = {"timeout": 25.0, "memory_mb": 4096, "max_output_kb": 64, "cell_timeout": None}
+    row = batch.grade_one(tmp_path / "00_warmup.ipynb", seed=1, pid_file=tmp_path / "p", **limits)
+    assert row["error"].startswith(
+        "code cell 1 did not finish before the notebook's time limit of 25 s ran out"
+    ), row["error"]
+
+
+def test_a_saved_result_is_not_reused_once_the_grading_code_changed(tmp_path, monkeypatch):
+    from course_lib.grading import batch
+
+    notebook = _notebook(tmp_path / "class" / "ada" / "00_warmup.ipynb")
+    graded = []
+
+    def worker(name, path, **options):  # a stand-in for the worker: no kernel, at once
+        graded.append(name)
+        return {"submission": name, **_row(name, {"ex00.a": len(graded) - 1.0})}
+
+    monkeypatch.setattr(batch, "_grade_in_worker", worker)
+    for _ in range(2):  # the same code: the second run reuses the first's result
+        batch.grade([notebook.parent.parent], tmp_path / "out", seed=3, quiet=True)
+    assert len(graded) == 1
+    # a task's checks fixed since (the course updated): its notebooks are graded again
+    monkeypatch.setattr(batch, "_grader_digest", lambda: "the course, updated", raising=False)
+    rows = batch.grade([notebook.parent.parent], tmp_path / "out", seed=3, quiet=True)
+    assert len(graded) == 2 and rows[0]["score"] == 1.0
 
 
 def test_the_throughput_benchmark_prints_its_figures():
@@ -304,7 +484,12 @@ def test_a_kernel_that_dies_before_it_answers_is_started_again(tmp_path, monkeyp
     limits = {"timeout": 240.0, "memory_mb": 4096, "max_output_kb": 1024, "cell_timeout": None}
     path = ROOT / "solutions" / "00_warmup.ipynb"
     monkeypatch.setattr(batch, "_capped_client_class", killing(1))
-    row = batch.grade_one(path, seed=11, pid_file=tmp_path / "pids", **limits)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        row = batch.grade_one(path, seed=11, pid_file=tmp_path / "pids", **limits)
+        gc.collect()
+    # whether the kernel still lives after a cell is asked, not a coroutine left unawaited
+    assert not [w for w in caught if "never awaited" in str(w.message)], caught
     assert len(started) == 2, started
     assert row["error"] is None, row["error"]
     assert row["score"] == row["max_score"] == 3.0, row

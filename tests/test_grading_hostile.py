@@ -7,6 +7,7 @@ grading tests instead of after them (it is the suite's longest test).
 from __future__ import annotations
 
 import copy
+import json
 
 import nbformat
 from helpers import ROOT
@@ -115,6 +116,11 @@ def test_hostile_and_broken_submissions_are_graded_and_do_not_disturb_the_others
     for name, (edit, _, _) in HOSTILE.items():
         _variant(folder, name, edit)
     (folder / "not_a_notebook.ipynb").write_text("{this is not json")
+    # a Mac's zip leaves ._ copies and a __MACOSX folder, not notebooks: they are not graded;
+    # a learner's folder with only a zip still gets a row that says so
+    for junk in ("._correct.ipynb", "__MACOSX/._correct.ipynb", "zipped/homework.zip"):
+        (folder / junk).parent.mkdir(exist_ok=True)
+        (folder / junk).write_bytes(b"\x00\x05\x16\x07")
     # A looping cell is stopped after --cell-timeout (default: a quarter of --timeout, at least
     # 30 s); 10 s proves the same and keeps the suite fast.
     _, rows = grade(
@@ -143,3 +149,5 @@ def test_hostile_and_broken_submissions_are_graded_and_do_not_disturb_the_others
     reference = by_name["uses_the_reference"]["tasks"]["ex00.last_token"]
     assert reference["score"] == 0 and "finished version" in reference["feedback"]
     assert "not a readable notebook" in by_name["not_a_notebook"]["error"]
+    zipped = json.loads((tmp_path / "out" / "learners.json").read_text())[-1]
+    assert zipped["learner"] == "zipped" and "it holds homework.zip" in zipped["notes"]

@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -40,6 +41,7 @@ DEFAULT_TIMEOUT = 300.0  # seconds per submission
 DEFAULT_MEMORY_MB = 4096  # address space of a learner's kernel beyond what it starts with
 DEFAULT_MAX_OUTPUT_KB = 1024  # captured output per cell
 _GRACE = 60.0  # extra seconds the parent allows a worker for kernel start and judging
+_RUNNING: dict[int, tuple[subprocess.Popen, Path]] = {}  # worker pid -> (worker, its kernels)
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
@@ -49,7 +51,10 @@ def collect(paths: list[Path]) -> list[tuple[str, Path]]:
     for p in paths:
         if p.is_dir():
             for nb in sorted(p.rglob("*.ipynb")):
-                if ".ipynb_checkpoints" not in nb.parts:
+                # not hidden files or folders (.ipynb_checkpoints, a Mac's ._ copies) nor the
+                # __MACOSX folder a zip made on a Mac holds
+                parts = nb.relative_to(p).parts
+                if not any(part.startswith(".") or part == "__MACOSX" for part in parts):
                     found.append((str(p / nb.relative_to(p)), nb))
         elif p.exists():
             found.append((str(p), p))
@@ -133,6 +138,12 @@ def grade_one(path: Path, seed: int, pid_file: Path, **limits: Any) -> dict:
         nb = nbformat.read(path, as_version=4)
     except Exception as e:  # noqa: BLE001
         row["error"] = f"not a readable notebook: {type(e).__name__}: {str(e)[:200]}"
+        exercise = exercise_of({}, path)  # its name may say which set it was handed in for
+        for task in core.tasks_for(exercise) if exercise else []:
+            row["tasks"][task.id] = learners.zero_task(
+                task.points, "not graded: not a readable notebook (empty, cut short or not JSON)"
+            )
+        row["max_score"] = sum(t["max_score"] for t in row["tasks"].values())
         return row
     exercise = exercise_of(nb, path)
     tasks = core.tasks_for(exercise) if exercise else []
@@ -272,6 +283,7 @@ class _Submission:
         """Execute one cell within the cell limit, or less when the deadline is closer; None if
         it finished, else 'timeout', 'dead' or 'error'."""
         from nbclient.exceptions import CellTimeoutError, DeadKernelError
+        from nbclient.util import ensure_async, run_sync
 
         self.client.timeout = max(1, int(min(self.cell_limit, self.deadline - time.monotonic())))
         try:
@@ -282,7 +294,9 @@ class _Submission:
             return "dead"
         except RuntimeError as e:  # e.g. the kernel's channels closed because it exited
             return "dead" if "kernel" in str(e).lower() else "error"
-        return None if self.client.kc.is_alive() else "dead"
+        # the client is asynchronous: is_alive() is a coroutine, which alone is always true
+        alive = run_sync(ensure_async)(self.client.kc.is_alive())
+        return None if alive else "dead"
 
     def restart(self) -> bool:
         """A fresh kernel with the finished cells replayed; False when that is not possible."""
@@ -309,8 +323,13 @@ class _Submission:
                 if err and len(self.problems) < 5:
                     self.problems.append(f"code cell {i + 1} raised {err}")
                 continue
+            stopped_by = (  # the cell's own limit, or what was left of the notebook's
+                f"within its limit of {self.cell_limit:.0f} s"
+                if self.client.timeout >= int(self.cell_limit)
+                else f"before the notebook's time limit of {self.timeout:.0f} s ran out"
+            )
             what = {
-                "timeout": f"did not finish within its limit of {self.cell_limit:.0f} s",
+                "timeout": f"did not finish {stopped_by}",
                 "dead": "stopped the Python kernel (exit, crash or out of memory)",
             }
             self.problems.append(f"code cell {i + 1} {what.get(status, 'failed')}; it was skipped")
@@ -428,6 +447,7 @@ def _grade_in_worker(name: str, path: Path, **options: Any) -> dict:
             env=_environment(),  # the worker imports this very course_lib, installed or not
             preexec_fn=die_with_parent,
         )
+        _RUNNING[proc.pid] = (proc, pid_file)  # for `_stop_workers` when the batch is stopped
         try:
             _, stderr = proc.communicate(json.dumps(config), timeout=timeout + _GRACE)
             error = None
@@ -436,6 +456,8 @@ def _grade_in_worker(name: str, path: Path, **options: Any) -> dict:
             proc.communicate()
             stderr = ""
             error = f"grading did not finish within {timeout + _GRACE:.0f} s and was stopped"
+        finally:
+            _RUNNING.pop(proc.pid, None)
         _kill_all(proc, pid_file)  # no kernel outlives its submission
         if result_file.exists():
             result = json.loads(result_file.read_text())
@@ -480,14 +502,16 @@ def grade(
         "max_output_kb": max_output_kb,
         "cell_timeout": cell_timeout,
     }
-    store = Store(out_dir, options) if out_dir is not None else None
+    # a saved result is reused only when the grader is the same code too (a fixed check regrades)
+    store = None if out_dir is None else Store(out_dir, {**options, "grader": _grader_digest()})
     keys = [store.key(name, path) if store else "" for name, path in submissions]
     rows: list[dict | None] = [store.load(key) if store else None for key in keys]
     done = sum(r is not None for r in rows)
     if done:
         say(
             f"resuming in {out_dir}: {done} of {len(rows)} submissions were graded by an "
-            f"earlier run (same notebook, same options); grading the other {len(rows) - done}"
+            f"earlier run (same notebook, same options, same course code); grading the other "
+            f"{len(rows) - done}"
         )
     todo = [i for i, row in enumerate(rows) if row is None]
 
@@ -501,17 +525,31 @@ def grade(
 
         grade_on_ray(ray, [(i, *submissions[i]) for i in todo], options, finished, say)
     else:
+        stopped = threading.Event()
 
         def one(i: int) -> None:
+            if stopped.is_set():
+                return
             start = time.monotonic()
-            finished(i, _grade_in_worker(*submissions[i], **options), time.monotonic() - start)
+            row = _grade_in_worker(*submissions[i], **options)
+            if not stopped.is_set():  # a worker killed by Ctrl-C has no grade to keep
+                finished(i, row, time.monotonic() - start)
 
-        with ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1)) as pool:
+        pool = ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1))
+        try:
             for future in [pool.submit(one, i) for i in todo]:
                 future.result()
+        except KeyboardInterrupt:  # Ctrl-C: stop now, not after the queued notebooks
+            stopped.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            for proc, pid_file in list(_RUNNING.values()):
+                _kill_all(proc, pid_file)
+            raise
+        pool.shutdown()
     graded = [r for r in rows if r is not None]
     who = [name for name, row in zip(names, rows, strict=True) if row is not None]
-    records = learners.by_learner(graded, who)
+    empty = learners.without_notebooks(paths, [path for _, _, path in given], out_dir)
+    records = learners.by_learner(graded + list(empty.values()), who + list(empty))
     if out_dir is not None:  # scores.json (per submission), scores.csv and learners.json
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "scores.json").write_text(json.dumps(graded, indent=2) + "\n")
@@ -519,6 +557,17 @@ def grade(
     if not quiet:
         print(format_table(records))
     return graded
+
+
+def _grader_digest() -> str:
+    """A hash of the course's code (the tasks, their references, this grader)."""
+    digest = hashlib.sha256()
+    package = Path(__file__).resolve().parents[1]  # course_lib/
+    for f in sorted(package.rglob("*.py")):
+        digest.update(
+            hashlib.sha256(str(f.relative_to(package)).encode() + f.read_bytes()).digest()
+        )
+    return digest.hexdigest()[:16]
 
 
 def format_table(records: list[dict]) -> str:
@@ -582,6 +631,13 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(
+            f"\nstopped: the notebooks graded so far are saved in {out / 'submissions'}; run the "
+            "same command again to grade the others (scores.csv is written when all are done)",
+            file=sys.stderr,
+        )
+        return 130
     print(
         f"wrote {out / 'scores.csv'} (one row per learner), {out / 'learners.json'} and "
         f"{out / 'scores.json'} (one row per submission)"

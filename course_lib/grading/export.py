@@ -16,19 +16,26 @@ writes one gradebook column per exercise set (its total), one row per learner.
   useridnumber) and each column to its grade item.
 
 With `--roster`, a gradebook exported from the LMS, each learner is matched (case-insensitive)
-to its row by login, SIS id, email, id number or name, and the identity columns are copied from
-it; a learner the roster lacks is listed on stderr and exported with what is known. Without a
-roster, the learner's name from the grader (a folder per learner, or a name field) is the login
-(Canvas) and the email address or ID number (Moodle: an email when it contains "@").
+to its row by login, SIS id, email, id number or name (Canvas's "Last, First" too), and the
+identity columns are copied from it; a learner the roster lacks is listed on stderr and
+exported with what is known. Without a roster, the learner's name from the grader (a folder per
+learner, or a name field) is the login (Canvas) and the email address or ID number (Moodle: an
+email when it contains "@"). A text cell that starts like a formula is written
+`spreadsheet_safe` (a leading `'`).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
+import re
 import sys
+import unicodedata
 from pathlib import Path
+
+from .learners import spreadsheet_safe
 
 CANVAS_IDENTITY = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 CANVAS_POINTS_ROW = "Points Possible"
@@ -48,20 +55,37 @@ def assignment_name(exercise: str) -> str:
 
 
 def read_roster(path: Path) -> list[dict[str, str]]:
-    """The rows of a gradebook exported from Canvas or Moodle (a CSV with a header row)."""
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        rows = [
-            {k.strip(): (v or "").strip() for k, v in row.items() if k} for row in csv.DictReader(f)
-        ]
+    """The rows of a gradebook exported from Canvas or Moodle (a CSV with a header row), also
+    once re-saved by a spreadsheet: in Windows' own encoding, or with `;` or tabs between the
+    fields (Moodle's export offers both; Excel writes `;` where the decimal mark is a comma)."""
+    raw = Path(path).read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:  # Excel's "CSV" on Windows, not its "CSV UTF-8"
+        text = raw.decode("cp1252", errors="replace")
+    header = text.split("\n", 1)[0]
+    delimiter = max(",;\t", key=header.count)
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
+    rows = [{k.strip(): (v or "").strip() for k, v in row.items() if k} for row in reader]
     return [r for r in rows if "points possible" not in " ".join(r.values()).lower()]
 
 
+def _key(name: str) -> str:
+    """A name as it is compared: one Unicode form (a Mac writes "é" in folder names as "e" and
+    an accent), one case, single spaces, and a Moodle download folder's suffix dropped
+    ("Ada Lovelace_1001_assignsubmission_file_" is Ada Lovelace)."""
+    name = re.sub(r"_\d+_assignsubmission_\w*$", "", unicodedata.normalize("NFC", name))
+    return " ".join(name.split()).casefold()
+
+
 def _match(learner: str, roster: list[dict[str, str]], fields: list[str]) -> dict[str, str] | None:
-    key = learner.strip().lower()
+    key = _key(learner)
     for row in roster:
         names = [row.get(f, "") for f in fields]
-        full = f"{row.get('First name', '')} {row.get('Last name', '')}".strip()
-        if key in {n.lower() for n in [*names, full] if n}:
+        names.append(f"{row.get('First name', '')} {row.get('Last name', '')}")
+        last, comma, first = row.get("Student", "").partition(",")  # Canvas: "Last, First"
+        names.append(f"{first} {last}" if comma else "")
+        if key in {_key(n) for n in names if n.strip()}:
             return row
     return None
 
@@ -79,11 +103,28 @@ def _identities(records, roster, fields, columns, unknown) -> tuple[list[list], 
     return identities, missing
 
 
+CANVAS_FIELDS = ["SIS Login ID", "SIS User ID", "ID", "Student"]  # what a learner matches
+MOODLE_FIELDS = ["Email address", "ID number", "Username"]
+
+
+def without_grades(records: list[dict], roster: list[dict[str, str]]) -> list[str]:
+    """The students of the roster that no learner matched (who handed in nothing, or under a
+    name the roster does not know), by name: their gradebook cells are left as they are."""
+    matched = [_match(r["learner"], roster, CANVAS_FIELDS + MOODLE_FIELDS) for r in records]
+    return [
+        row.get("Student")
+        or f"{row.get('First name', '')} {row.get('Last name', '')}".strip()
+        or row.get("Email address", "?")
+        for row in roster
+        if not any(row is m for m in matched)
+    ]
+
+
 def canvas_rows(records: list[dict], roster: list[dict[str, str]] | None = None):
     """(header, rows, learners not in the roster) of Canvas's gradebook import CSV."""
     sets = list(records[0]["sets"]) if records else []
     header = [*CANVAS_IDENTITY, *(assignment_name(s) for s in sets)]
-    fields = ["SIS Login ID", "SIS User ID", "ID", "Student"]
+    fields = CANVAS_FIELDS
     identities, missing = _identities(
         records, roster, fields, CANVAS_IDENTITY, lambda name: [name, "", "", name, ""]
     )
@@ -116,7 +157,7 @@ def moodle_rows(records: list[dict], roster: list[dict[str, str]] | None = None)
     def unknown(name: str) -> list[str]:  # an email when it has "@", else the ID number
         return ["", "", "", "", "", name] if "@" in name else ["", "", name, "", "", ""]
 
-    fields = ["Email address", "ID number", "Username"]
+    fields = MOODLE_FIELDS
     identities, missing = _identities(records, roster, fields, MOODLE_IDENTITY, unknown)
     rows = [
         [*who, *(x for s in sets for x in (r["sets"][s]["score"], _set_feedback(r, s)))]
@@ -130,7 +171,7 @@ def _write(path: Path, header: list, rows: list) -> None:
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(header)
-        writer.writerows(rows)
+        writer.writerows([spreadsheet_safe(x) for x in row] for row in rows)
 
 
 def export(
@@ -180,6 +221,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for name in missing:
         print(f"warning: {name} is not in the roster; exported under that name", file=sys.stderr)
+    if args.roster is not None:
+        records = json.loads((args.grades / "learners.json").read_text())
+        absent = without_grades(records, read_roster(args.roster))
+        if absent:
+            print(
+                f"note: {len(absent)} of the roster's students matched no learner (they handed in "
+                "nothing, or under a name the roster does not show); their gradebook cells are "
+                f"left as they are: {'; '.join(absent)}",
+                file=sys.stderr,
+            )
     for path in (args.canvas, args.moodle):
         if path is not None:
             print(f"wrote {path}")

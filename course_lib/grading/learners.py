@@ -17,13 +17,15 @@ of one set, the better one counts and the notes say so.
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
 import re
+import unicodedata
 from pathlib import Path
 from typing import Any
 
-_LEARNER_LINE = re.compile(r"^\s*LEARNER\s*=\s*[\"']([^\"'\n]+)[\"']", re.MULTILINE)
+_LEARNER_LINE = re.compile(r"^[ \t]*LEARNER[ \t]*=.*$", re.MULTILINE)
 NOTE_CHARS = 160  # of each task's reason in the notes column
 
 
@@ -42,19 +44,64 @@ def name_field(path: Path) -> str | None:
     for cell in nb.get("cells", []) if isinstance(nb.get("cells"), list) else []:
         if isinstance(cell, dict) and cell.get("cell_type") == "code":
             source = cell.get("source", "")
-            m = _LEARNER_LINE.search("".join(source) if isinstance(source, list) else str(source))
-            if m and m.group(1).strip():
-                return m.group(1).strip()
+            text = "".join(source) if isinstance(source, list) else str(source)
+            for line in _LEARNER_LINE.findall(text):
+                name = _string_of(line)
+                if name:
+                    return name
+    return None
+
+
+def _string_of(line: str) -> str | None:
+    """The string a line `LEARNER = "..."` assigns, read as Python reads it (never run), so that
+    a quote inside the name (`"Seán O'Brien"`) does not cut it short; None for anything else."""
+    try:
+        value = ast.parse(line.strip()).body[0].value
+    except (SyntaxError, IndexError, AttributeError):
+        return None
+    if isinstance(value, ast.Constant) and isinstance(value.value, str):
+        return value.value.strip() or None
     return None
 
 
 def learner_of(given: Path, path: Path, submission: str) -> str:
-    """Who wrote `path`, found under the file or folder `given` (see the module's docstring)."""
+    """Who wrote `path`, found under the file or folder `given` (see the module's docstring), in
+    one Unicode form: a Mac writes "é" in a file name as "e" and an accent, Linux and Windows as
+    one character, and both are the same learner."""
+    name = None
     if given.is_dir():
         parts = path.relative_to(given).parts
         if len(parts) > 1:
-            return parts[0]
-    return name_field(path) or submission
+            name = parts[0]
+    return unicodedata.normalize("NFC", name or name_field(path) or submission)
+
+
+def without_notebooks(
+    given: list[Path], notebooks: list[Path], out_dir: Path | None = None
+) -> dict[str, dict]:
+    """A row for each learner's folder (a folder under a folder given) that holds none of the
+    `notebooks`: a zip, a .py, nothing. Its learner still gets a record, which says what the
+    folder holds, rather than vanishing from scores.csv. Neither the grader's `out_dir` nor a
+    `mine/` folder (a learner's library, when one learner's folder is given) is a learner."""
+    rows, holders = {}, {folder for nb in notebooks for folder in nb.parents}
+    for folder in [f for g in given if g.is_dir() for f in sorted(g.iterdir()) if f.is_dir()]:
+        if folder in holders or folder.name.startswith(".") or folder.name == "__MACOSX":
+            continue
+        if folder.name == "mine":  # a learner's library, beside the notebooks of a folder given
+            continue
+        if out_dir is not None and folder.resolve() == Path(out_dir).resolve():
+            continue
+        files = sorted(str(f.relative_to(folder)) for f in folder.rglob("*") if f.is_file())
+        held = "it holds " + ", ".join(files[:5]) + (", ..." if len(files) > 5 else "")
+        rows[unicodedata.normalize("NFC", folder.name)] = {
+            "submission": str(folder),
+            "score": 0.0,
+            "max_score": 0.0,
+            "error": f"no notebook (.ipynb) in this folder; {held if files else 'it is empty'} "
+            "(unzip an archive into the folder and grade again)",
+            "tasks": {},
+        }
+    return rows
 
 
 def _exercise(task_id: str) -> str:
@@ -159,14 +206,26 @@ def csv_header(records: list[dict]) -> list[str]:
     return [*columns, "notes"]
 
 
+def spreadsheet_safe(value: Any) -> Any:
+    """A text cell a spreadsheet shows as text: one that starts like a formula (`=`, `+`, `-`,
+    `@`, a tab or a carriage return: a learner's name can) gets a leading `'`, so that Excel or
+    LibreOffice never runs it. Numbers are left as they are."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
 def write(records: list[dict], out_dir: Path) -> None:
-    """learners.json (everything, feedback included) and scores.csv (one row per learner)."""
+    """learners.json (everything, feedback included) and scores.csv (one row per learner).
+
+    scores.csv is UTF-8 with a byte-order mark, which Excel needs to read accented names right,
+    and its text cells are `spreadsheet_safe`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "learners.json").write_text(json.dumps(records, indent=2) + "\n")
     header = csv_header(records)
-    with open(out_dir / "scores.csv", "w", newline="", encoding="utf-8") as f:
+    with open(out_dir / "scores.csv", "w", newline="", encoding="utf-8-sig") as f:
         writer = csv.writer(f)
         writer.writerow(header)
         for r in records:
             scores = {k: v["score"] for part in ("sets", "tasks") for k, v in r[part].items()}
-            writer.writerow([scores[c] if c in scores else r[c] for c in header])
+            writer.writerow([spreadsheet_safe(scores[c] if c in scores else r[c]) for c in header])

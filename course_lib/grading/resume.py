@@ -2,11 +2,11 @@
 
 The output folder holds `submissions/KEY.json` per graded submission, written atomically (to a
 temporary name, then renamed), so a batch killed at any moment leaves only whole files. KEY is a
-hash of the submission's name, the notebook's bytes and the grading options (the seed among
-them): a batch run again with the same output folder reuses a file only for the same notebook
-graded the same way, and grades the rest. `batch.json` keeps the seed of a batch whose seed was
-not given, so that the rerun draws the same hidden inputs (keep the output folder to yourself:
-the seed lets one compute the hidden inputs).
+hash of the submission's name, the notebook's bytes and the grading options (the seed and a hash
+of the course's code among them): a batch run again with the same output folder reuses a file
+only for the same notebook graded the same way, and grades the rest. `batch.json` keeps the seed
+of a batch whose seed was not given, so that the rerun draws the same hidden inputs (keep the
+output folder to yourself: the seed lets one compute the hidden inputs).
 """
 
 from __future__ import annotations
