@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -1127,3 +1128,50 @@ def test_a_list_of_zero_d_tensors_fails(task_id, fn):
     result = check_result(task_id, fn)
     assert result.status == "failed", result.feedback
     assert "your list holds tensors" in result.feedback, result.feedback
+
+
+# ---- hunt s9: ids through a NumPy array ---------------------------------------------------------
+
+
+def _pair_counts_through_numpy(ids):
+    if len(ids) < 2:
+        return {}
+    a = np.array(ids)
+    pairs, counts = np.unique(np.stack([a[:-1], a[1:]], axis=1), axis=0, return_counts=True)
+    return {tuple(p): c for p, c in zip(pairs, counts, strict=True)}  # np.int64 keys and counts
+
+
+def _merge_through_numpy(ids, pair, new_id):
+    a, out, i = np.array(ids), [], 0
+    while i < len(a):
+        if i + 1 < len(a) and a[i] == pair[0] and a[i + 1] == pair[1]:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(a[i])  # the slip: an np.int64, not int(a[i]) or a.tolist()
+            i += 1
+    return out
+
+
+def _encode_through_numpy(ids, merges):
+    for pair, new_id in merges.items():
+        ids = _merge_through_numpy(ids, pair, new_id)
+    return ids
+
+
+@pytest.mark.parametrize(
+    "task_id, fn, named",
+    [
+        ("ex01.pair_counts", _pair_counts_through_numpy, "NumPy integers in {(np.int64(3)"),
+        ("ex01.merge_pair", _merge_through_numpy, "your list holds NumPy integers (int64"),
+        ("ex01.bpe_encode", _encode_through_numpy, "your list holds NumPy integers (int64"),
+    ],
+)
+def test_ids_that_went_through_a_numpy_array_are_named(task_id, fn, named):
+    # hunt s9: the pair_counts check said 'the pair (3, 9) is missing from your counts' though
+    # the learner's dict had it (np.int64 keys), and a count or id came out as
+    # "{'__repr__': '<int64>'}"; the statement asks for ints, so it still fails, now named
+    result = check_result(task_id, fn)
+    assert result.status == "failed", result.feedback
+    assert named in result.feedback and ".tolist()" in result.feedback, result.feedback
+    assert "__repr__" not in result.feedback and "is missing" not in result.feedback

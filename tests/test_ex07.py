@@ -1,6 +1,7 @@
 """The ex07 grader: references pass, each mistake fails with its hint, shortcuts are caught."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -430,6 +431,19 @@ def ln_statistics_without_gradient(x, gamma, beta, eps=1e-5):  # #hunt6: passed 
     with torch.no_grad():
         mu, var = _ln_stats(x)
     return gamma * (x - mu) / (var + eps).sqrt() + beta
+
+
+def ln_rows_with_math_sqrt(x, gamma, beta, eps=1e-5):  # #s9: "None of the usual" on 8/9
+    # a loop over the rows, each one's divisor taken with math.sqrt: a Python float, so the
+    # values are right but no gradient flows through the standard deviation (the statement
+    # now says that the check compares the gradient too)
+    rows = x.reshape(-1, x.shape[-1])
+    out = torch.empty_like(rows)
+    for i, row in enumerate(rows):
+        mu = row.sum() / row.numel()
+        var = ((row - mu) ** 2).sum() / row.numel()
+        out[i] = (row - mu) / math.sqrt(var + eps) * gamma + beta
+    return out.reshape(x.shape)
 
 
 def ln_by_variance(x, gamma, beta, eps=1e-5):
@@ -878,6 +892,7 @@ SINGLE_MISTAKES = [
     ("ex07.layer_norm", ln_mean_of_squares, "the variance is the mean of (x - mean) ** 2"),
     ("ex07.layer_norm", ln_by_variance, "divide by the standard deviation"),
     ("ex07.layer_norm", ln_statistics_without_gradient, "no gradient flows through them"),
+    ("ex07.layer_norm", ln_rows_with_math_sqrt, "no gradient flows through it"),
     ("ex07.layer_norm", ln_no_shift, "beta is missing"),
     ("ex07.layer_norm", ln_no_affine, "gamma and beta are not applied"),
     ("ex07.layer_norm", ln_shift_then_scale, "beta is added before gamma scales"),

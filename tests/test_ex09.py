@@ -1133,3 +1133,22 @@ def test_hunt8_learners_pass_without_their_slip():
     assert status("ex09.sample_next", _h8a_sample_next("")).status == "passed"
     assert status("ex09.generate", _h8a_generate("")).status == "passed"
     assert status("ex09.cached_attention_step", _h8a_step_squeezed("")).status == "passed"
+
+
+def test_sample_next_check_runs_a_loop_over_the_rows_in_time():
+    # hunt s9: a sample_next that loops over the rows (one multinomial per row) took about 35 s
+    # in the notebook: each case called it three times on DRAWS copies of its rows, twice only
+    # to see that the draws come from `generator`. Those two checks now draw FEW_DRAWS per row,
+    # so a case costs its one statistical call plus a few hundred rows; every mark as before.
+    seen = []
+
+    def counted(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+        seen.append(logits.shape[0])
+        return sample_next_inverse_cdf(logits, temperature, top_k, top_p, generator)
+
+    result = check_result("ex09.sample_next", counted)
+    assert result.status == "passed", result.feedback
+    cases = [c for c in get_task("ex09.sample_next").cases(torch.Generator()) if not c.raises]
+    big = [n for n in seen if n >= ex09.sample_next.DRAWS]
+    assert len(big) == len(cases), seen  # one statistical call per case, as before
+    assert sum(seen) - sum(big) <= len(cases) * 3 * 2 * ex09.sample_next.FEW_DRAWS, seen

@@ -801,3 +801,22 @@ def test_hunted_slips_lose_points_in_the_notebook_with_a_named_hint(name, edits,
     result = check_result(f"ex10.{name}", _solution_with(name, *edits))
     assert result.status == "failed" and result.score < result.max_score, result.feedback
     assert words in result.feedback and "not implemented yet" not in result.feedback
+
+
+def test_mlm_mask_check_runs_a_loop_over_the_positions_in_time():
+    # hunt s9: a loop over the positions (BERT's own create_masked_lm_predictions is one) took
+    # about 12 s in the notebook: each case ran it three times on 200,000 positions, twice only
+    # to see that the draws come from `generator`. Those two checks now run on the first rows
+    # (about 10,000 positions), so the positions a case costs are the statistical call's plus
+    # a few; a right answer still gets every mark.
+    seen = []
+
+    def counted(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=None):
+        seen.append(ids.numel())
+        return mlm_by_multinomial(ids, mask_id, vocab_size, mask_prob, pad_id, generator)
+
+    result = check_result("ex10.mlm_mask", counted)
+    assert result.status == "passed", result.feedback
+    big = [n for n in seen if n >= 200_000]
+    assert len(big) == 7, seen  # one statistical call per case, as before
+    assert sum(seen) - sum(big) <= 7 * 3 * 25_000, seen  # before: 14 more calls of 200,000

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from ...core import Case
@@ -31,9 +33,22 @@ def unchecked_one_hot(ids, vocab_size):
     return (ids.unsqueeze(-1) == torch.arange(vocab_size)).float()
 
 
+def numpy_number(value) -> bool:
+    """np.int64(3) and its kin: equal to the int, but not one (a NumPy array's items)."""
+    return isinstance(value, numbers.Number) and not isinstance(value, (int, float, torch.Tensor))
+
+
 def tensor_ids(got) -> str | None:
-    """A list holding 0-d tensors equals its ints value by value (tensor(3) == 3 is truthy)."""
-    found = [i for i in got if isinstance(i, torch.Tensor)] if isinstance(got, list) else []
+    """A list holding 0-d tensors equals its ints value by value (tensor(3) == 3 is truthy);
+    one holding NumPy integers reaches the check as "<int64>" (outcomes keep plain types)."""
+    items = got if isinstance(got, list) else []
+    numpy = [i["__repr__"] for i in items if isinstance(i, dict) and "__repr__" in i]
+    if numpy:
+        return (
+            f"your list holds NumPy integers ({numpy[0].strip('<>')}, from a NumPy array), not "
+            "Python ints: ids are a list of ints; convert with .tolist() (or int(...))"
+        )
+    found = [i for i in items if isinstance(i, torch.Tensor)]
     if not found:
         return None
     return (

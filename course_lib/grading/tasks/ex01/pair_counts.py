@@ -5,7 +5,15 @@ from __future__ import annotations
 import torch
 
 from ...core import Case, Task, register
-from ._shared import BPE_FINISHED, BPE_LESSON, HELLO, adjacent, random_ids, spelled
+from ._shared import (
+    BPE_FINISHED,
+    BPE_LESSON,
+    HELLO,
+    adjacent,
+    numpy_number,
+    random_ids,
+    spelled,
+)
 
 
 @register
@@ -56,6 +64,11 @@ class PairCounts(Task):
         for key in counts if isinstance(counts, dict) else ():  # zip over a tensor's 0-d ids,
             if any(isinstance(i, torch.Tensor) for i in key):  # which hash by identity
                 return {"__repr__": f"the key {key!r}, of tensors, not ints (use .tolist())"}
+            if any(numpy_number(i) for i in (*key, counts[key])):  # from a NumPy array
+                return {
+                    "__repr__": f"NumPy integers in {{{key!r}: {counts[key]!r}}}; the pairs and "
+                    "counts must be Python ints (convert with .tolist() or int(...))"
+                }
         return counts
 
     def compare(self, got, want, case):

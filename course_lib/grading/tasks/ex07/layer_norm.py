@@ -65,6 +65,9 @@ MISTAKES = {
     "stats_detached": "the mean and variance are detached (.detach() or torch.no_grad()): the "
     "values are right, but no gradient flows through them, so training differs from "
     "nn.LayerNorm's; compute them from x with tensor operations",
+    "std_as_number": "the standard deviation became a plain Python number (math.sqrt of a "
+    "tensor, .item() or float()): the values are right, but no gradient flows through it, so "
+    "training differs from nn.LayerNorm's; keep it a tensor, torch.sqrt(var + eps)",
     "no_eps": "your result is LayerNorm without eps (or with a far smaller one): add eps to the "
     "variance inside the square root, sqrt(var + eps), with the default eps=1e-5",
 }
@@ -92,6 +95,7 @@ def wrong_layer_norm(x, gamma, beta, eps=None, *, mistake=""):
         halves = {"power_half": (var + eps) / 2, "power_half_inline": 2 * (var + eps)}
         root = {"by_variance": var + eps, **halves}.get(mistake)
         root = torch.sqrt(var + eps) if root is None else root
+        root = root.detach() if mistake == "std_as_number" else root  # math.sqrt of each row
         if mistake == "unbracketed":  # x - mean / sqrt(var + eps) * gamma + beta
             return x - mean / root * gamma + beta
         x_hat = (x if mistake == "not_centred" else x - mean) / root
