@@ -135,7 +135,7 @@ def wrong_sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator
 def _filter(probs: torch.Tensor, top_k, top_p) -> torch.Tensor:
     """Correct top-k / top-p filtering of probabilities (used by the wrong implementations)."""
     if top_k is not None:
-        kth = torch.topk(probs, top_k, dim=-1).values[..., -1:]
+        kth = torch.topk(probs, min(top_k, probs.shape[-1]), dim=-1).values[..., -1:]
         probs = probs.masked_fill(probs < kth, 0.0)
     if top_p is not None:
         probs = probs / probs.sum(-1, keepdim=True)
@@ -189,14 +189,14 @@ class SampleNextTask(Task):
                  "(clamp k to the vocabulary size)", (row8[None],), {"top_k": 20}),
             Case("top_p=1.0 (allowed: top_p is in (0, 1]) keeps every token, logits (2, 8)",
                  (two,), {"top_p": 1.0}),
+            # #f9: before the error cases, which the wrong versions (no checks) fail first
+            Case("temperature=1e-4 (small, but not 0: still sampling) on logits (1, 4) whose "
+                 "two largest are equal: each of the two is drawn half the time",
+                 (torch.tensor([[0.0, 3.0, 3.0, 1.0]]),), {"temperature": 1e-4}),
             Case("a negative temperature", (rand,), {"temperature": -1.0}, raises=ValueError),
             Case("top_k=0", (rand,), {"top_k": 0}, raises=ValueError),
             Case("top_p=1.5", (rand,), {"top_p": 1.5}, raises=ValueError),
             Case("top_p=0 (top_p must be in (0, 1])", (rand,), {"top_p": 0.0}, raises=ValueError),
-            # #f9: last, so the lines above keep their place
-            Case("temperature=1e-4 (small, but not 0: still sampling) on logits (1, 4) whose "
-                 "two largest are equal: each of the two is drawn half the time",
-                 (torch.tensor([[0.0, 3.0, 3.0, 1.0]]),), {"temperature": 1e-4}),
         ]
         # fmt: on
 
