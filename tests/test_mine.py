@@ -90,6 +90,37 @@ def test_a_module_that_raises_on_import_is_named(folder, capsys):
     assert "mine/attention.py raises ZeroDivisionError when imported" in capsys.readouterr().out
 
 
+def _masked_attention_with(softmax):
+    def masked_attention(q, k, v, mask):
+        scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf"))
+        any_key = mask.any(dim=-1, keepdim=True)
+        weights = softmax(scores.masked_fill(~any_key, 0.0), dim=-1).masked_fill(~mask, 0.0)
+        return weights @ v, weights
+
+    return masked_attention
+
+
+def test_a_later_task_names_an_earlier_piece_that_stood_in_without_halving(folder, capsys):
+    from course_lib.grading import check_result
+
+    library.mine("ex03.MultiHeadAttention")  # borrowed too, but masked_attention never calls it
+    borrowed = check_result(
+        "ex05.masked_attention", _masked_attention_with(library.mine("ex02.softmax"))
+    )
+    assert borrowed.score == borrowed.max_score, borrowed.feedback
+    assert "Built with the course's ex02.softmax (not written yet in mine/attention.py)" in (
+        borrowed.feedback
+    )
+    assert "graded in exercise 02" in borrowed.feedback
+    assert "MultiHeadAttention" not in borrowed.feedback
+    library.save_cell(SOFTMAX)
+    own = check_result(
+        "ex05.masked_attention", _masked_attention_with(library.mine("ex02.softmax"))
+    )
+    assert own.feedback == "passed all 9 checks.", own.feedback
+    capsys.readouterr()
+
+
 def test_an_unknown_task_id_is_a_clear_error(folder):
     with pytest.raises(ValueError, match="expects a task id such as"):
         library.mine("ex03.multihead")

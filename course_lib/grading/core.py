@@ -308,6 +308,28 @@ def _raised_message(e: BaseException) -> str:
 
 
 USES = "uses:"  # in `seen`, "uses:one_hot": the learner's code called the learner's one_hot
+STAND_IN = "stand-in:"  # "stand-in:ex02.softmax": it called the course's, standing in via mine()
+
+
+def _stand_ins(task: Task, watched: dict[str, Any]) -> dict[str, Any]:
+    """The course pieces `mine()` gave out in this session in place of the learner's own (its
+    ledger), by STAND_IN + task id, that are not already watched: a task built on a piece from an
+    earlier exercise names it when the learner's code calls it (no marks lost here: that piece
+    is graded in its own exercise). Empty when the learner's library is not in use."""
+    library = sys.modules.get("course_lib.mine")  # importing it would switch saving on
+    if library is None:
+        return {}
+    stand_ins = {}
+    for task_id, entry in library.ledger().items():
+        if entry["whose"] != "borrowed" or task_id == task.id:
+            continue
+        try:
+            name = get_task(task_id).reference
+            if name and name not in watched:
+                stand_ins[STAND_IN + task_id] = resolve(name)
+        except (KeyError, ImportError, AttributeError):  # a task or piece this install lacks
+            continue
+    return stand_ins
 
 
 def learner_namespace(obj: Any) -> dict:
@@ -338,6 +360,7 @@ def run_cases(task: Task, obj: Any, cases: list[Case], namespace: dict | None = 
     defined in). This is the only part of grading that runs learner code. It makes no judgement.
     """
     watched = watched_calls(task)
+    watched.update(_stand_ins(task, watched))
     namespace = learner_namespace(obj) if namespace is None else namespace
     for name in task.depends_on:
         own = namespace.get(name)
@@ -354,10 +377,9 @@ def run_cases(task: Task, obj: Any, cases: list[Case], namespace: dict | None = 
             outcome["changed"] = changed
         outcomes.append(outcome)
     run = {"outcomes": outcomes, "seen": list(watcher.seen)}
-    if task.borrowable:
-        from ..mine import ledger
-
-        run["ledger"] = {k: v for k, v in ledger().items() if v["whose"] == "borrowed"}
+    library = sys.modules.get("course_lib.mine")
+    if library is not None:
+        run["ledger"] = {k: v for k, v in library.ledger().items() if v["whose"] == "borrowed"}
     return run
 
 
@@ -636,9 +658,12 @@ def judge(
         if borrowed and status in ("passed", "failed"):
             score = round(score / 2, 4)
             feedback = f"{feedback} {borrowed_message(borrowed, run)}"
+        elif stand_ins and status in ("passed", "failed"):
+            feedback = f"{feedback} {stand_in_message(stand_ins, run)}"
         return TaskResult(task.id, score, task.points, passed, total, feedback, status)
 
     borrowed = [n for n in (run or {}).get("seen", []) if n in task.borrowable]
+    stand_ins = [n[len(STAND_IN) :] for n in (run or {}).get("seen", []) if n.startswith(STAND_IN)]
 
     if run is None:
         return result("missing", 0, missing or f"no `{task.name}` was found in the notebook")
@@ -703,6 +728,17 @@ def borrowed_message(names: list[str], run: dict | None) -> str:
             if reasons
             else "(half marks until your code uses your own)."
         )
+    )
+
+
+def stand_in_message(task_ids: list[str], run: dict | None) -> str:
+    """Names the course pieces from earlier exercises that stood in for the learner's own."""
+    ledger = (run or {}).get("ledger") or {}
+    parts = [f"{t} ({ledger[t]['why']})" if t in ledger else t for t in task_ids]
+    sets = ", ".join(sorted({f"exercise {t[2:4]}" for t in task_ids}))
+    return (
+        f"Built with the course's {'; '.join(parts)}, standing in for yours: no marks are lost "
+        f"here, as it is graded in {sets}; once yours passes there, run this cell again."
     )
 
 
