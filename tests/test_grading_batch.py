@@ -100,6 +100,10 @@ def test_a_learner_folder_without_a_notebook_still_gets_a_row_and_mac_copies_are
         (given / junk).parent.mkdir(parents=True, exist_ok=True)
         (given / junk).write_bytes(b"\x00\x05\x16\x07")  # a Mac's AppleDouble copy
     assert collect([given]) == [(str(ada), ada)]
+    bea = _notebook(given / "bea" / "00_WARMUP.IPYNB")  # saved so on Windows
+    (given / "bea" / "notes.IPYNB").mkdir()  # a folder, not a notebook
+    assert collect([given]) == [(str(ada), ada), (str(bea), bea)]
+    shutil.rmtree(given / "bea")
     (given / "grades").mkdir()  # the grader's --out folder, put among the learners
     (given / "grades" / "scores.json").write_text("[]")
     empty = learners.without_notebooks([given, ada], [ada], given / "grades")

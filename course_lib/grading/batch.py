@@ -50,10 +50,12 @@ def collect(paths: list[Path]) -> list[tuple[str, Path]]:
     found: list[tuple[str, Path]] = []
     for p in paths:
         if p.is_dir():
-            for nb in sorted(p.rglob("*.ipynb")):
-                # not hidden files or folders (.ipynb_checkpoints, a Mac's ._ copies) nor the
-                # __MACOSX folder a zip made on a Mac holds
+            for nb in sorted(p.rglob("*")):
+                # .ipynb in any case (.IPYNB from Windows), not hidden files or folders
+                # (.ipynb_checkpoints, a Mac's ._ copies) nor the __MACOSX folder of a Mac's zip
                 parts = nb.relative_to(p).parts
+                if nb.suffix.lower() != ".ipynb" or not nb.is_file():
+                    continue
                 if not any(part.startswith(".") or part == "__MACOSX" for part in parts):
                     found.append((str(p / nb.relative_to(p)), nb))
         elif p.exists():
