@@ -52,3 +52,15 @@ def mistake_params(*task_ids: str) -> list:
         for task_id in task_ids
         for wrong, hint in get_task(task_id).mistakes()
     ]
+
+
+def task_statement(notebook: str, heading: str) -> str:
+    """The markdown cell of solutions/<notebook> that holds `heading` (one task's statement),
+    with its line breaks and runs of spaces made single spaces, so phrases match across lines."""
+    cells = [
+        c.source
+        for c in read(ROOT / "solutions" / notebook).cells
+        if c.cell_type == "markdown" and heading in c.source
+    ]
+    assert len(cells) == 1, f"{len(cells)} markdown cells of {notebook} hold {heading!r}"
+    return re.sub(r"\s+", " ", cells[0])

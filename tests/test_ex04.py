@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from helpers import task_statement
 
 import course_lib.positional as positional
 from course_lib.grading import check_result
@@ -840,3 +841,20 @@ def test_positions_cut_from_a_fixed_length_table_fail_on_a_long_x(task):
     result = check_result(f"ex04.{task}", rope_from_table)
     assert result.status == "failed", result.feedback
     assert "too short for a longer x" in result.feedback, result.feedback
+
+
+# ---- hunt T10: every case is one the statement announces ----------------------------------------
+
+
+def test_the_rope_statement_says_x_may_be_a_view_that_is_not_contiguous():
+    # the check passes a transposed x (split heads); the statement named only its shape, so
+    # x.view(-1, seq, d) lost a case no sentence of the task announced
+    result = check_result("ex04.apply_rope", _rope_slip("batch axes flattened with view"))
+    assert result.status == "failed" and "not contiguous" in result.feedback, result.feedback
+    statement = task_statement("04_positional_encoding.ipynb", "Task 3: rotary")
+    assert "a view that is not contiguous" in statement
+    assert "use `reshape`, not `view`" in statement
+    # task 4 takes "the same inputs" as apply_rope, this one included
+    assert "same inputs, output and errors as `apply_rope`" in task_statement(
+        "04_positional_encoding.ipynb", "Task 4: RoPE in the rotate-half layout"
+    )

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import mistake_params
+from helpers import mistake_params, task_statement
 from torch import nn
 
 from course_lib.blocks import EncoderLayer, FeedForward, layer_norm
@@ -1359,3 +1359,54 @@ def test_hunt5_self_attn_used_for_the_cross_attention_is_named():  # got "None o
     result = status("ex07.DecoderLayer", DecSelfAttnTwice)
     assert result.status == "failed", result.feedback
     assert "runs self_attn again" in result.feedback, result.feedback
+
+
+# ---- hunt T10: every case is one the statement announces ----------------------------------------
+
+
+class DecoderLayerLikePyTorch(nn.Module):
+    """A right decoder layer with PyTorch's default dropout of 0.1 after each sub-layer, as the
+    old statement's `nn.TransformerDecoderLayer(batch_first=True)` has it."""
+
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, num_heads)
+        self.multihead_attn = MultiHeadAttention(d_model, num_heads)
+        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        def attend(attn, h, kv, mask):
+            return self.dropout(attn(h, kv, kv, mask=mask)[0])
+
+        blocks = (
+            (self.norm1, lambda h: attend(self.self_attn, h, h, self_mask)),
+            (self.norm2, lambda h: attend(self.multihead_attn, h, memory, memory_mask)),
+            (self.norm3, lambda h: self.dropout(self.linear2(F.relu(self.linear1(h))))),
+        )
+        for norm, block in blocks:
+            x = x + block(norm(x)) if self.norm_first else norm(x + block(x))
+        return x
+
+
+def test_the_decoder_layer_statement_says_it_has_no_dropout():
+    # the statement said "equals nn.TransformerDecoderLayer(batch_first=True)", whose dropout
+    # is 0.1; the check runs the layer in training mode too, so that layer scored 0 of 8
+    result = status("ex07.DecoderLayer", DecoderLayerLikePyTorch)
+    assert result.status == "failed" and "dropout" in result.feedback, result.feedback
+    statement = task_statement("07_transformer_blocks.ipynb", "Task 4: `DecoderLayer`")
+    assert "dropout=0.0, batch_first=True" in statement
+    assert "No dropout" in statement and "training mode" in statement
+    # without its dropout the same layer passes: the dropout was its only difference
+    assert status("ex07.DecoderLayer", _without_dropout(DecoderLayerLikePyTorch)).score == 1.0
+
+
+def _without_dropout(layer_class):
+    class Layer(layer_class):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.dropout = nn.Identity()
+
+    return Layer

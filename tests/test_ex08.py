@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import task_statement
 from torch import nn
 
 from course_lib.decoding import greedy_decode
@@ -807,3 +808,41 @@ def test_greedy_tokens_after_eos_are_eos_by_the_statement():
         eos = case.data["eos_id"]
         seen = (got == eos).long().cummax(dim=1).values.bool()
         assert bool((got[seen] == eos).all())
+
+
+# ---- hunt T10: every case is one the statement announces ----------------------------------------
+
+
+def greedy_unfinished_rows_only(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
+    """Right for a real model: only the unfinished rows go through step_fn."""
+    prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
+    finished = torch.zeros(batch_size, dtype=torch.bool)
+    for _ in range(max_new_tokens):
+        next_token = torch.full((batch_size,), eos_id, dtype=torch.long)
+        if (~finished).any():
+            next_token[~finished] = step_fn(prefix[~finished])[:, -1].argmax(dim=-1)
+        prefix = torch.cat([prefix, next_token[:, None]], dim=1)
+        finished |= next_token == eos_id
+    return prefix[:, 1:]
+
+
+def greedy_finished_from_the_prefix(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
+    """Finished rows read from the whole prefix, <bos> included."""
+    prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
+    for _ in range(max_new_tokens):
+        finished = (prefix == eos_id).any(dim=1)
+        next_token = step_fn(prefix)[:, -1].argmax(dim=-1).masked_fill(finished, eos_id)
+        prefix = torch.cat([prefix, next_token[:, None]], dim=1)
+    return prefix[:, 1:]
+
+
+def test_the_greedy_statement_announces_the_whole_batch_and_bos_equal_to_eos():
+    # each lost checks the statement did not announce: the check's step_fn takes the whole
+    # batch only (4 of 7), and one case has bos_id == eos_id (6 of 7)
+    statement = task_statement("08_training_an_encoder_decoder.ipynb", "Task 4: greedy")
+    result = status("ex08.greedy_decode", greedy_unfinished_rows_only)
+    assert result.status == "failed" and "batch=4 rows, got 3" in result.feedback, result.feedback
+    assert "Call it on the whole batch every time, finished rows too" in statement
+    result = status("ex08.greedy_decode", greedy_finished_from_the_prefix)
+    assert result.status == "failed" and "bos_id == eos_id" in result.feedback, result.feedback
+    assert "`<bos>` is not produced: `bos_id` may equal `eos_id`" in statement
