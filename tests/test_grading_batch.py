@@ -184,6 +184,10 @@ def test_one_record_per_learner_with_set_totals_and_notes_on_every_zero():
     assert all(set(r["tasks"]) == {"ex00.a", "ex00.b", "ex02.c"} for r in records)
     with pytest.raises(ValueError, match="one entry each, got 5 and 1"):
         learners.by_learner(rows, ["ada"])
+    # a name field typed twice, once in lower case and with two spaces: one learner, noted
+    (ada,) = learners.by_learner(rows[:2], ["Ada Lovelace", "ada  lovelace"])
+    assert ada["learner"] == "Ada Lovelace" and ada["score"] == 1.5
+    assert ada["notes"].startswith("also named 'ada  lovelace' | ex00.b:")
 
 
 def test_scores_csv_has_a_row_per_learner_a_column_per_task_and_a_total_per_set(tmp_path):

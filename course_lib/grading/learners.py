@@ -9,7 +9,8 @@ A learner is named, in this order of precedence, by
    (read as text, never run), for notebooks collected in one folder;
 3. otherwise the notebook itself (its submission name): one learner per notebook.
 
-`by_learner` turns the per-submission rows of scores.json into one record per learner: a score
+`by_learner` turns the per-submission rows of scores.json into one record per learner (names
+that differ only in case or spacing, "Ada Lovelace" and "ada  lovelace", are one): a score
 per task and a total per exercise set (a set the learner did not submit scores 0), the feedback
 of every task, and notes that say why each task scored 0. When a learner handed in two notebooks
 of one set, the better one counts and the notes say so.
@@ -149,13 +150,19 @@ def by_learner(rows: list[dict], learners: list[str]) -> list[dict]:
             task_max.setdefault(task_id, t["max_score"])
     sets = sorted({_exercise(t) for t in task_max})
     mine: dict[str, list[dict]] = {}
+    spellings: dict[str, list[str]] = {}  # names that differ only in case or spaces: one learner
     for row, learner in zip(rows, learners, strict=True):
-        mine.setdefault(learner, []).append(row)
-    return [_record(name, own, sets, task_max) for name, own in mine.items()]
+        key = " ".join(learner.split()).casefold()
+        mine.setdefault(key, []).append(row)
+        if learner not in spellings.setdefault(key, []):
+            spellings[key].append(learner)
+    return [_record(spellings[key], own, sets, task_max) for key, own in mine.items()]
 
 
-def _record(learner: str, rows: list[dict], sets: list[str], task_max: dict) -> dict:
-    notes = [
+def _record(names: list[str], rows: list[dict], sets: list[str], task_max: dict) -> dict:
+    learner = names[0]
+    notes = [f"also named {', '.join(repr(n) for n in names[1:])}"] if len(names) > 1 else []
+    notes += [
         f"{r['submission']}: {_reason(r['error'])}"
         for r in rows
         if not r["tasks"] and r.get("error")
