@@ -38,6 +38,9 @@ from pathlib import Path
 from typing import Any
 
 MARKER = re.compile(r"^#\s*save in mine/([A-Za-z_]\w*)\.py\s*$")
+# a comment that looks meant as a marker but is not one: `# Save in mine/attention.py`,
+# `# save in mine/attention .py`, `# save in mine/attention.py  # mine`, or not the first line
+_NEAR_MARKER = re.compile(r"save\b.*\bmine\b|\bmine\s*[/\\]", re.I)
 
 # course_lib's model modules: the capstone's GPT is built without them (`own_code_only`).
 # Data, tokenizers, plots and progress bars stay available.
@@ -101,6 +104,16 @@ def marked_module(source: str) -> str | None:
         if line.strip():
             match = MARKER.match(line.strip())
             return match.group(1) if match else None
+    return None
+
+
+def near_marker(source: str) -> str | None:
+    """The comment line of an unmarked cell that looks meant as its marker, or None."""
+    if marked_module(source) is not None:
+        return None
+    for line in source.splitlines():
+        if line.strip().startswith("#") and _NEAR_MARKER.search(line):
+            return line.strip()
     return None
 
 
@@ -172,12 +185,29 @@ def _after_cell(result: Any) -> None:
     """IPython's post_run_cell hook: save the cell if it is marked and ran without an error."""
     info = getattr(result, "info", None)
     source = getattr(info, "raw_cell", None) or ""
-    if not source or not getattr(result, "success", False) or marked_module(source) is None:
+    if not source or not getattr(result, "success", False):
+        return
+    near = near_marker(source)
+    if near is not None:
+        what = "is not its first line" if MARKER.match(near) else "is not a marker"
+        print(
+            f"⚠️  this cell was not saved in your library: its line `{near}` {what}. To save "
+            "it, make its first line exactly `# save in mine/NAME.py` (NAME as the exercise "
+            "gives it), then run it again."
+        )
+        return
+    if marked_module(source) is None:
         return
     try:
-        save_cell(source)
+        saved = save_cell(source)
     except OSError as e:  # a read-only folder: say so, never break the notebook
         print(f"⚠️  could not save this cell in {folder()}: {e}")
+        return
+    if saved is None:
+        print(
+            "⚠️  nothing of this cell was saved in your library: it defines no function, "
+            "class or name (names starting with _ are private and not saved)."
+        )
 
 
 def _hook_into_ipython() -> None:
@@ -198,23 +228,41 @@ def _hook_into_ipython() -> None:
 # --------------------------------------------------------------------------------------------
 
 _LEDGER: dict[str, dict[str, str]] = {}  # task id -> {"whose": "yours"|"borrowed", "why": ...}
-_MODULES: dict[Path, tuple[tuple[int, int], types.ModuleType]] = {}
-_CHECKED: dict[tuple[str, Path, tuple[int, int]], tuple[bool, str]] = {}
+# path -> (the version it was imported at, the module, the pieces it took with mine() and
+# borrowed: {task id: why}). A version is the file's stamp and those of the files its mine()
+# calls read, so fixing exercise 02's softmax re-imports the masking.py that takes it.
+_MODULES: dict[Path, tuple[tuple, types.ModuleType, dict[str, str]]] = {}
+_CHECKED: dict[tuple[str, Path, tuple], tuple[bool, str]] = {}
 _depth = 0
+_importing: list[dict] = []  # one frame per module of the library being imported
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return (stat.st_mtime_ns, stat.st_size)
+
+
+def _current(version: tuple) -> bool:
+    """Whether a module imported at `version` is still what its files say."""
+    return all(_stamp(p) == stamp for p, stamp in version)
 
 
 def _load(path: Path) -> types.ModuleType:
-    """Import one module of your library (again only when its file changed)."""
-    stat = path.stat()
-    stamp = (stat.st_mtime_ns, stat.st_size)
+    """Import one module of your library (again only when its file, or a file one of its
+    mine() calls reads, changed)."""
     cached = _MODULES.get(path)
-    if cached is not None and cached[0] == stamp:
+    if cached is not None and _current(cached[0]):
         return cached[1]
     name = f"mine.{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     previous = sys.modules.get(name)
     sys.modules[name] = module
+    frame = {"version": {path: _stamp(path)}, "borrowed": {}}
+    _importing.append(frame)
     try:
         spec.loader.exec_module(module)
     except BaseException:
@@ -223,8 +271,37 @@ def _load(path: Path) -> types.ModuleType:
         else:
             sys.modules[name] = previous
         raise
-    _MODULES[path] = (stamp, module)
+    finally:
+        _importing.pop()
+    _MODULES[path] = (tuple(frame["version"].items()), module, frame["borrowed"])
     return module
+
+
+def _note_import(path: Path, borrowed: dict[str, str]) -> None:
+    """Inside a module of the library being imported: it read `path` (and what that module
+    read) through mine(), and took these pieces borrowed."""
+    if not _importing:
+        return
+    frame = _importing[-1]
+    frame["version"].setdefault(path, _stamp(path))
+    cached = _MODULES.get(path)
+    if cached is not None:
+        for p, stamp in cached[0]:
+            frame["version"].setdefault(p, stamp)
+    frame["borrowed"].update(borrowed)
+
+
+def _names_used(obj: Any) -> set[str]:
+    """The global names a function's or a class's own code reads."""
+    from .grading.core import _code_objects
+
+    names: set[str] = set()
+    todo = list(_code_objects(obj)) if isinstance(obj, (types.FunctionType, type)) else []
+    while todo:
+        code = todo.pop()
+        names.update(code.co_names)
+        todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return names
 
 
 def _defines(path: Path, name: str) -> bool:
@@ -277,6 +354,49 @@ def _exercise(task_id: str) -> str:
     return f"exercise {task_id[2:4]}"
 
 
+def _exercises(task_ids) -> str:
+    """ "exercise 02", or "exercises 02 and 03", for these tasks."""
+    numbers = sorted({task_id[2:4] for task_id in task_ids})
+    if len(numbers) == 1:
+        return f"exercise {numbers[0]}"
+    return f"exercises {', '.join(numbers[:-1])} and {numbers[-1]}"
+
+
+def _absent(path: Path, name: str, shown: str) -> str:
+    """Why your library holds no `name`: not written yet (and why, when that is not plain: no
+    folder, a function named otherwise), or its file is not valid Python."""
+    base = path.parent
+    if not base.is_dir():
+        return (
+            f"not written yet in {shown} (there is no folder {base.resolve()}: mine() looks "
+            "in the folder mine/ beside the notebook it runs in, or in the folder COURSE_MINE "
+            "names; run the notebooks from one folder, or set COURSE_MINE to your library's "
+            "folder)"
+        )
+    if not path.exists():
+        return f"not written yet in {shown}"
+    try:
+        tree = ast.parse(path.read_text())
+    except SyntaxError as e:
+        return (
+            f"{shown} is not valid Python (line {e.lineno}: {e.msg}), so none of it can be "
+            "used: fix the file, or run its exercise's marked cells again (each rewrites its part)"
+        )
+    except (OSError, ValueError) as e:
+        return f"{shown} cannot be read ({e})"
+    names = [
+        node.name
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        and not node.name.startswith("_")
+    ]
+    listed = ", ".join(names[:6]) if names else "nothing"
+    return (
+        f"not written yet in {shown}, which defines no `{name}` (it defines {listed}; the "
+        "name the check cell uses counts)"
+    )
+
+
 def mine(task_id: str) -> Any:
     """Your version of a graded piece, from your library, if it passes its check; otherwise
     the course's version, marked as borrowed. Prints which one it is.
@@ -295,9 +415,9 @@ def mine(task_id: str) -> Any:
         ) from e
     path = _where(task)
     shown = f"mine/{path.name}"
-    own, why = None, ""
+    own, why, under = None, "", {}
     if not path.exists() or not _defines(path, task.name):
-        why = f"not written yet in {shown}"
+        why = _absent(path, task.name, shown)
     else:
         _depth += 1
         try:
@@ -307,8 +427,8 @@ def mine(task_id: str) -> Any:
         finally:
             _depth -= 1
     if own is not None:
-        stat = path.stat()
-        key = (task_id, path, (stat.st_mtime_ns, stat.st_size))
+        version, _, took = _MODULES[path]
+        key = (task_id, path, version)
         if key not in _CHECKED:
             result = check_result(task_id, own)
             if isinstance(result, TaskResult) and result.status == "passed":
@@ -325,11 +445,22 @@ def mine(task_id: str) -> Any:
                 _CHECKED[key] = (False, f"the version in {shown} does not pass its check yet")
         passed, why = _CHECKED[key]
         if passed:
+            for name in sorted(_names_used(own) & set(took)):  # yours, on borrowed pieces
+                under.update(took[name])
             _LEDGER[task_id] = {"whose": "yours", "file": shown, "why": ""}
-            if _depth == 0:
+            _note_import(path, {task.name: under})
+            if _depth == 0 and under:
+                ids = ", ".join(sorted(under))
+                whys = "; ".join(f"{k}: {v}" for k, v in sorted(under.items()))
+                print(
+                    f"⚠️  {task_id}: yours, from {shown}, but it uses the course's {ids}, "
+                    f"borrowed ({whys}). Finish {_exercises(under)}, then run this cell again."
+                )
+            elif _depth == 0:
                 print(f"✅ {task_id}: yours, from {shown}")
             return own
     _LEDGER[task_id] = {"whose": "borrowed", "file": shown, "why": why}
+    _note_import(path, {task.name: {task_id: why}})
     if _depth == 0:
         print(
             f"⚠️  {task_id}: {why}. Finish it in {_exercise(task_id)} (run its cell and its "

@@ -318,3 +318,117 @@ def test_the_solutions_encoder_layer_equals_pytorchs_and_the_courses(monkeypatch
                     ours.load_state_dict(torch_attention_state(theirs.state_dict()))
                     with torch.no_grad():
                         torch.testing.assert_close(ours(x), theirs(x))
+
+
+def _ran(source: str, success: bool = True):
+    """What IPython hands its post_run_cell hook after running a cell."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(info=SimpleNamespace(raw_cell=source), success=success)
+
+
+@pytest.mark.parametrize(
+    "first, words",
+    [
+        ("# save in mine/attention .py", "is not a marker"),
+        ("# Save in mine/attention.py", "is not a marker"),
+        ("# save in mine/attention", "is not a marker"),
+        ("# save in mine/attention.py  # my softmax", "is not a marker"),
+        ("import torch\n# save in mine/attention.py", "is not its first line"),
+    ],
+)
+def test_a_marker_with_a_typo_says_the_cell_was_not_saved(folder, capsys, first, words):
+    # hunt m10: the cell ran, its check passed, and nothing said that mine/ never got it; a
+    # later exercise then borrowed the course's softmax, "not written yet"
+    library._after_cell(_ran(first + "\n" + SOFTMAX.split("\n", 1)[1]))
+    out = capsys.readouterr().out
+    assert not folder.exists()
+    assert "this cell was not saved in your library" in out and words in out
+    assert "`# save in mine/NAME.py`" in out
+
+
+def test_right_markers_save_quietly_and_other_cells_say_nothing(folder, capsys):
+    for first in (
+        "# save in mine/attention.py",
+        "#save in mine/attention.py  ",
+        "  # save in mine/attention.py",
+    ):
+        library._after_cell(_ran(first + "\r\n" + SOFTMAX.split("\n", 1)[1].replace("\n", "\r\n")))
+    library._after_cell(_ran("x = 1  # a plain cell\n"))
+    library._after_cell(_ran("# save in mine/attention .py\nx = 1 / 0\n", success=False))
+    assert capsys.readouterr().out == ""
+    assert list(library.sections((folder / "attention.py").read_text())) == ["softmax"]
+
+
+MASKED_ATTENTION = (
+    "# save in mine/masking.py\n"
+    + library.sections((ROOT / "solutions" / "mine" / "masking.py").read_text())[
+        "masked_attention"
+    ].split("\n", 1)[1]
+)
+
+
+def test_a_piece_built_on_a_borrowed_one_says_so_and_takes_the_fix(folder, capsys):
+    # hunt m10: masked_attention (exercise 05) takes softmax with mine(). With exercise 02's
+    # softmax failing, exercise 09 printed "✅ ex05.masked_attention: yours" and nothing else;
+    # after the learner fixed softmax, re-running the cell kept the course's softmax inside
+    # masking.py (imported once) and report() still said borrowed, until a kernel restart
+    from course_lib.attention import softmax as course_softmax
+
+    library.save_cell(WRONG_SOFTMAX)
+    library.save_cell(MASKED_ATTENTION)
+    masked_attention = library.mine("ex05.masked_attention")
+    out = capsys.readouterr().out
+    assert "⚠️  ex05.masked_attention: yours, from mine/masking.py, but it uses the course's "
+    assert "ex02.softmax, borrowed (ex02.softmax: the version in mine/attention.py does not" in out
+    assert "Finish exercise 02, then run this cell again." in out
+    assert masked_attention.__globals__["softmax"] is course_softmax
+    assert library.borrowed() == ["ex02.softmax"]
+    library.save_cell(SOFTMAX)  # exercise 02 fixed
+    masked_attention = library.mine("ex05.masked_attention")
+    assert masked_attention.__globals__["softmax"].__module__ == "mine.attention"
+    assert "✅ ex05.masked_attention: yours, from mine/masking.py" in capsys.readouterr().out
+    assert library.borrowed() == []
+    assert library.mine("ex05.causal_mask") is not None  # no masking.py piece: still borrowed
+    assert "uses the course's" not in capsys.readouterr().out
+
+
+def test_the_capstone_on_the_courses_softmax_is_named_and_halved(tmp_path, monkeypatch, capsys):
+    # hunt m10: a GPT whose masked_attention ran the course's softmax (exercise 02's failing)
+    # scored full marks, "passed all 18 checks", with no word of the borrowed softmax
+    from course_lib.grading import check_result
+
+    shutil.copytree(ROOT / "solutions" / "mine", tmp_path / "mine")
+    monkeypatch.setenv("COURSE_MINE", str(tmp_path / "mine"))
+    monkeypatch.setattr(library, "_LEDGER", {})
+    monkeypatch.setattr(library, "_MODULES", {})
+    monkeypatch.setattr(library, "_CHECKED", {})
+    attention = tmp_path / "mine" / "attention.py"
+    right = "shifted = x - x.amax(dim=dim, keepdim=True)"
+    attention.write_text(attention.read_text().replace(right, "shifted = x"))
+    result = check_result("ex09.GPT", library._load(tmp_path / "mine" / "gpt.py").GPT)
+    assert (result.status, result.score, result.max_score) == ("passed", 0.5, 1.0)
+    assert "Built with the course's course_lib.attention.softmax" in result.feedback
+    assert "ex02.softmax: the version in mine/attention.py does not pass" in result.feedback
+
+
+def test_a_piece_that_cannot_be_found_says_why(folder, capsys, monkeypatch, tmp_path):
+    # hunt m10: a file that is not valid Python, or a function named otherwise, was "not
+    # written yet"; a notebook run from another folder (Colab's /content, VS Code's workspace
+    # root) was told the same, with no word of where mine() looked
+    library.save_cell(STUB_MASK)
+    (folder / "masking.py").write_text((folder / "masking.py").read_text() + "\ndef oops(:\n")
+    library.mine("ex05.causal_mask")
+    out = capsys.readouterr().out
+    assert "ex05.causal_mask: mine/masking.py is not valid Python (line " in out
+    assert "not written yet" not in out
+    library.save_cell(SOFTMAX.replace("def softmax", "def my_softmax"))
+    library.mine("ex02.softmax")
+    out = capsys.readouterr().out
+    assert "not written yet in mine/attention.py, which defines no `softmax` (it defines " in out
+    assert "my_softmax" in out
+    monkeypatch.setenv("COURSE_MINE", str(tmp_path / "elsewhere" / "mine"))
+    library.mine("ex02.softmax")
+    out = capsys.readouterr().out
+    assert "not written yet in mine/attention.py (there is no folder " in out
+    assert str(tmp_path / "elsewhere" / "mine") in out and "COURSE_MINE" in out
