@@ -132,6 +132,13 @@ def defined_names(source: str) -> list[str]:
     return names
 
 
+def _public_names(source: str) -> list[str]:
+    try:
+        return [n for n in defined_names(source) if not n.startswith("_")]
+    except SyntaxError:
+        return []
+
+
 def sections(text: str) -> dict[str, str]:
     """{cell key: its code} of a saved module, in file order."""
     return {m.group(1): m.group(2) for m in _SECTION.finditer(text)}
@@ -167,6 +174,10 @@ def save_cell(source: str, where: str | Path | None = None) -> Path | None:
         _write(init, '"""Your own library, written by the exercises\' marked cells."""\n')
     path = base / f"{name}.py"
     parts = sections(path.read_text()) if path.exists() else {}
+    for other, code in list(parts.items()):  # this cell's earlier version, saved under another
+        # key (its last definition was another then): it would shadow this one, or be shadowed
+        if other != key and set(_public_names(code)) <= set(names):
+            del parts[other]
     parts[key] = source.rstrip("\n") + "\n"
     body = "".join(f"\n\n# >>> cell: {k}\n{code}# <<< cell: {k}\n" for k, code in parts.items())
     _write(path, _HEADER.format(name=name) + body)
@@ -221,6 +232,39 @@ def _hook_into_ipython() -> None:
     callbacks = shell.events.callbacks.get("post_run_cell", [])
     if not any(getattr(cb, "__name__", "") == "_after_cell" for cb in callbacks):
         shell.events.register("post_run_cell", _after_cell)
+        save_earlier_cells(shell.user_ns)
+
+
+def save_earlier_cells(namespace: dict) -> list[Path]:
+    """Save the marked cells that ran before saving was switched on: after a kernel restart, a
+    fixed cell run before the first cell's imports. They are found by the functions and classes
+    they defined in `namespace` (the notebook's), whose cells IPython keeps; returns the files."""
+    import linecache
+
+    done, saved = set(), []
+    for value in list(namespace.values()):
+        if isinstance(value, type):
+            code = next((f.__code__ for f in _plain_functions(value)), None)
+        else:
+            code = getattr(value, "__code__", None)
+        filename = getattr(code, "co_filename", None)
+        if getattr(value, "__module__", None) != "__main__" or filename in done:
+            continue
+        done.add(filename)
+        source = "".join(linecache.getlines(filename))
+        if marked_module(source) is not None:
+            with contextlib.suppress(OSError):
+                path = save_cell(source)
+                if path is not None:
+                    saved.append(path)
+    if saved:
+        files = ", ".join(sorted({f"mine/{p.name}" for p in saved}))
+        print(f"💾 saved in your library the marked cells that ran before this one: {files}")
+    return saved
+
+
+def _plain_functions(klass: type) -> list[types.FunctionType]:
+    return [f for f in vars(klass).values() if isinstance(f, types.FunctionType)]
 
 
 # --------------------------------------------------------------------------------------------

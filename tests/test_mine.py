@@ -432,3 +432,55 @@ def test_a_piece_that_cannot_be_found_says_why(folder, capsys, monkeypatch, tmp_
     out = capsys.readouterr().out
     assert "not written yet in mine/attention.py (there is no folder " in out
     assert str(tmp_path / "elsewhere" / "mine") in out and "COURSE_MINE" in out
+
+
+def test_a_cells_earlier_version_under_another_key_does_not_shadow_it(folder):
+    # hunt m10: a cell's key is its last definition. FeedForward's cell with a helper added
+    # below it was saved as "helper"; with the helper moved back up, as "FeedForward" again,
+    # and the "helper" part, later in the file, still held the older FeedForward: importing
+    # mine/blocks.py gave the older class, with no word
+    marker, helper = "# save in mine/blocks.py\n", "def helper():\n    pass\n"
+    first = marker + "class FeedForward:\n    version = 1\n"
+    second = marker + "class FeedForward:\n    version = 2\n\n\n" + helper
+    third = marker + helper + "\n\nclass FeedForward:\n    version = 3\n"
+    other = "# save in mine/blocks.py\ndef layer_norm(x):\n    return x\n"
+    for cell in (first, other, second, third):
+        path = library.save_cell(cell)
+    assert list(library.sections(path.read_text())) == ["layer_norm", "FeedForward"]
+    assert library._load(path).FeedForward.version == 3
+
+
+def _cell(source: str, number: int, namespace: dict) -> None:
+    """Run `source` as IPython runs a cell: compiled under a name whose lines linecache keeps."""
+    import linecache
+
+    filename = f"<ipython-input-{number}-m10>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+
+
+def test_marked_cells_run_before_the_imports_are_saved_when_saving_starts(folder, monkeypatch):
+    # hunt m10: after a kernel restart, the fixed softmax cell run before the first cell (whose
+    # import switches saving on) passed its check, ✅, but mine/attention.py kept the old
+    # version: exercise 05 then said "does not pass its check yet" of a piece shown passing
+    from types import SimpleNamespace
+
+    import IPython
+
+    library.save_cell(WRONG_SOFTMAX)  # last week's
+    namespace = {"__name__": "__main__"}
+    _cell(SOFTMAX, 1, namespace)  # this week's fix, run first
+    _cell(
+        "# save in mine/attention.py\nclass Helper:\n    def f(self):\n        pass\n", 2, namespace
+    )
+    _cell("def unmarked():\n    pass\n", 3, namespace)
+    registered = []
+    shell = SimpleNamespace(
+        user_ns=namespace,
+        events=SimpleNamespace(callbacks={}, register=lambda *a: registered.append(a)),
+    )
+    monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
+    library._hook_into_ipython()  # what `from course_lib.mine import ...` does
+    assert registered == [("post_run_cell", library._after_cell)]
+    parts = library.sections((folder / "attention.py").read_text())
+    assert list(parts) == ["softmax", "Helper"] and "amax" in parts["softmax"]
