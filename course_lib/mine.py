@@ -279,6 +279,7 @@ _MODULES: dict[Path, tuple[tuple, types.ModuleType, dict[str, str]]] = {}
 _CHECKED: dict[tuple[str, Path, tuple], tuple[bool, str]] = {}
 _depth = 0
 _importing: list[dict] = []  # one frame per module of the library being imported
+_TOLD: set[Path] = set()  # the folders a missing piece's message said mine() looks in
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
@@ -407,16 +408,8 @@ def _exercises(task_ids) -> str:
 
 
 def _absent(path: Path, name: str, shown: str) -> str:
-    """Why your library holds no `name`: not written yet (and why, when that is not plain: no
-    folder, a function named otherwise), or its file is not valid Python."""
-    base = path.parent
-    if not base.is_dir():
-        return (
-            f"not written yet in {shown} (there is no folder {base.resolve()}: mine() looks "
-            "in the folder mine/ beside the notebook it runs in, or in the folder COURSE_MINE "
-            "names; run the notebooks from one folder, or set COURSE_MINE to your library's "
-            "folder)"
-        )
+    """Why your library holds no `name`: not written yet (in a file that defines other names,
+    when it exists), or its file is not valid Python."""
     if not path.exists():
         return f"not written yet in {shown}"
     try:
@@ -511,6 +504,20 @@ def mine(task_id: str) -> Any:
             "check), then run this cell again. Until then the course's version stands in, "
             "borrowed."
         )
+        base = path.parent.resolve()
+        if not path.exists() and base not in _TOLD and not os.environ.get("COURSE_BATCH_GRADING"):
+            _TOLD.add(base)  # once a session: where the library was looked for
+            print(
+                f"   mine() looks for your library in {base}"
+                + ("" if base.is_dir() else " (no such folder)")
+                + (
+                    ", the folder COURSE_MINE names."
+                    if os.environ.get("COURSE_MINE")
+                    else ", mine/ in this notebook's working folder."
+                )
+                + " If yours is elsewhere (another folder, your Google Drive), set COURSE_MINE "
+                "to its folder before the first task, as the README says."
+            )
     return resolve(task.reference)
 
 

@@ -35,6 +35,7 @@ def folder(tmp_path, monkeypatch):
     monkeypatch.setattr(library, "_LEDGER", {})
     monkeypatch.setattr(library, "_MODULES", {})
     monkeypatch.setattr(library, "_CHECKED", {})
+    monkeypatch.setattr(library, "_TOLD", set())
     return tmp_path / "mine"
 
 
@@ -414,8 +415,8 @@ def test_the_capstone_on_the_courses_softmax_is_named_and_halved(tmp_path, monke
 
 def test_a_piece_that_cannot_be_found_says_why(folder, capsys, monkeypatch, tmp_path):
     # hunt m10: a file that is not valid Python, or a function named otherwise, was "not
-    # written yet"; a notebook run from another folder (Colab's /content, VS Code's workspace
-    # root) was told the same, with no word of where mine() looked
+    # written yet"; a notebook run from another folder (Colab's /content without COURSE_MINE,
+    # VS Code's workspace root) was told the same, with no word of where mine() looked
     library.save_cell(STUB_MASK)
     (folder / "masking.py").write_text((folder / "masking.py").read_text() + "\ndef oops(:\n")
     library.mine("ex05.causal_mask")
@@ -429,9 +430,15 @@ def test_a_piece_that_cannot_be_found_says_why(folder, capsys, monkeypatch, tmp_
     assert "my_softmax" in out
     monkeypatch.setenv("COURSE_MINE", str(tmp_path / "elsewhere" / "mine"))
     library.mine("ex02.softmax")
+    library.mine("ex03.MultiHeadAttention")
     out = capsys.readouterr().out
-    assert "not written yet in mine/attention.py (there is no folder " in out
-    assert str(tmp_path / "elsewhere" / "mine") in out and "COURSE_MINE" in out
+    assert "ex02.softmax: not written yet in mine/attention.py. Finish it in exercise 02" in out
+    where = f"mine() looks for your library in {tmp_path / 'elsewhere' / 'mine'} (no such folder)"
+    assert out.count(where) == 1 and "set COURSE_MINE to its folder" in out  # once a session
+    monkeypatch.setenv("COURSE_BATCH_GRADING", "1")  # the grader's copy: nothing to say there
+    monkeypatch.setattr(library, "_TOLD", set())
+    library.mine("ex02.softmax")
+    assert "looks for your library" not in capsys.readouterr().out
 
 
 def test_a_cells_earlier_version_under_another_key_does_not_shadow_it(folder):
