@@ -196,7 +196,15 @@ def _after_cell(result: Any) -> None:
     """IPython's post_run_cell hook: save the cell if it is marked and ran without an error."""
     info = getattr(result, "info", None)
     source = getattr(info, "raw_cell", None) or ""
-    if not source or not getattr(result, "success", False):
+    if not source:
+        return
+    if not getattr(result, "success", False):
+        name = marked_module(source)
+        if name is not None:  # the traceback shows why; say what it means for the library
+            print(
+                f"⚠️  this cell stopped with an error, so it was not saved: mine/{name}.py keeps "
+                "the version of its last run without one. Fix the error and run it again."
+            )
         return
     near = near_marker(source)
     if near is not None:

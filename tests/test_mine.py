@@ -361,6 +361,16 @@ def test_right_markers_save_quietly_and_other_cells_say_nothing(folder, capsys):
     assert list(library.sections((folder / "attention.py").read_text())) == ["softmax"]
 
 
+def test_a_marked_cell_that_stopped_with_an_error_says_it_was_not_saved(folder, capsys):
+    # hunt m10: a marked cell whose last line (a quick try of the function) raised left the
+    # function defined, its check passed, and mine/ kept the older version with no word
+    library.save_cell(WRONG_SOFTMAX)
+    library._after_cell(_ran(SOFTMAX + "softmax(torch.zeros(2)).sum(dim=3)\n", success=False))
+    out = capsys.readouterr().out
+    assert "this cell stopped with an error, so it was not saved: mine/attention.py keeps" in out
+    assert "x.exp() / x.exp()" in (folder / "attention.py").read_text()
+
+
 MASKED_ATTENTION = (
     "# save in mine/masking.py\n"
     + library.sections((ROOT / "solutions" / "mine" / "masking.py").read_text())[
