@@ -6,7 +6,9 @@ A task cell whose first line is ::
 
 is saved, every time it runs without an error, into the file ``mine/attention.py`` beside the
 notebook: the part that cell wrote before is replaced, the parts of other cells stay. (Importing
-this module switches the saving on; every exercise notebook does it in its first cell.)
+this module switches the saving on; every exercise notebook does it in its first cell, and
+marked cells that ran before it, after a kernel restart, are saved then.) A cell that is not
+saved says so: one that stopped with an error, or whose marker line has a typo.
 
 Later exercises use your pieces instead of the course's::
 
@@ -15,7 +17,9 @@ Later exercises use your pieces instead of the course's::
 finds ``MultiHeadAttention`` in ``mine/``, runs its task's check, and returns it. When it is
 missing, or does not pass its check yet, it says which exercise to finish and returns the
 course's version instead, marked as *borrowed*: the notebook says so, and so does the score of
-a task built from it. ``report()`` lists every piece a notebook used, yours or borrowed, and
+a task built from it. A piece of yours that uses a borrowed one (exercise 05's masked_attention
+on the course's softmax) says that too, and once the earlier piece is fixed, running the cell
+again takes the fix. ``report()`` lists every piece a notebook used, yours or borrowed, and
 ``own_code_only()`` proves it: inside it, course_lib's model modules cannot be imported.
 
 The folder is ``mine/`` in the notebook's working directory, or the one the environment
@@ -419,6 +423,8 @@ def _absent(path: Path, name: str, shown: str) -> str:
     """Why your library holds no `name`: not written yet (in a file that defines other names,
     when it exists), or its file is not valid Python."""
     if not path.exists():
+        if os.environ.get("COURSE_MINE_HANDED_IN") == "0":  # the batch grader's
+            return "not handed in (no mine/ folder beside the notebook)"
         return f"not written yet in {shown}"
     try:
         tree = ast.parse(path.read_text())

@@ -501,3 +501,41 @@ def test_marked_cells_run_before_the_imports_are_saved_when_saving_starts(folder
     assert registered == [("post_run_cell", library._after_cell)]
     parts = library.sections((folder / "attention.py").read_text())
     assert list(parts) == ["softmax", "Helper"] and "amax" in parts["softmax"]
+
+
+def test_the_batch_grader_says_a_library_was_not_handed_in(tmp_path):
+    # hunt m10: ex09 handed in without its mine/ folder scored half on the capstone with every
+    # piece "not written yet in mine/...", which blames the learner's work, not the hand-in
+    import nbformat
+
+    from course_lib.grading.batch import grade
+
+    probe = (
+        'split_heads = mine("ex03.split_heads")\n'
+        "import course_lib.mine as library\n"
+        'raise RuntimeError(library.ledger()["ex03.split_heads"]["why"])'
+    )
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in ("from course_lib.mine import mine", probe)]
+    for learner, library_too in (("ada", False), ("bob", True)):
+        folder = tmp_path / "submissions" / learner
+        folder.mkdir(parents=True)
+        nbformat.write(nb, folder / "09_gpt_from_scratch.ipynb")
+        if library_too:
+            (folder / "mine").mkdir()
+    grade([tmp_path / "submissions"], tmp_path / "grades", timeout=300, jobs=1)
+    rows = json.loads((tmp_path / "grades" / "scores.json").read_text())
+    errors = {Path(row["submission"]).parent.name: row["error"] for row in rows}
+    assert "RuntimeError: not handed in (no mine/ folder beside the notebook)" in errors["ada"]
+    assert "RuntimeError: not written yet in mine/multihead.py" in errors["bob"]
+
+
+def test_the_capstones_feedback_gives_a_reason_shared_by_pieces_once():
+    from course_lib.grading.core import borrowed_message
+
+    why = "not handed in (no mine/ folder beside the notebook)"
+    ledger = {t: {"whose": "borrowed", "why": why} for t in ("ex03.split_heads", "ex04.apply_rope")}
+    ledger["ex05.causal_mask"] = {"whose": "borrowed", "why": "not written yet in mine/masking.py"}
+    message = borrowed_message(["course_lib.positional.apply_rope"], {"ledger": ledger})
+    assert message.count(why) == 1
+    assert f"(ex03.split_heads, ex04.apply_rope: {why}; ex05.causal_mask: not written" in message

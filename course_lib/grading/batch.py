@@ -205,6 +205,7 @@ class _Submission:
         self, nb, rundir, pid_file, deadline, *, timeout, memory_mb, max_output_kb, cell_timeout
     ):
         self.nb, self.rundir, self.pid_file, self.deadline = nb, rundir, pid_file, deadline
+        self.library = (rundir / "mine").is_dir()  # handed in beside the notebook (course_lib.mine)
         self.code_cells = [c for c in nb.cells if c.cell_type == "code"]
         # where each sits among all the cells: nbclient stores a cell it ran at that index
         self.positions = [k for k, c in enumerate(nb.cells) if c.cell_type == "code"]
@@ -256,6 +257,7 @@ class _Submission:
             COURSE_BATCH_GRADING="1",  # long demonstrations (training runs) skip themselves
         )
         env.pop("COURSE_MINE", None)  # the learner's library is the one copied beside the notebook
+        env["COURSE_MINE_HANDED_IN"] = "1" if self.library else "0"  # mine() says which
         limit = self.memory_mb
 
         def limit_memory() -> None:  # runs in the kernel process, before Python starts
