@@ -419,6 +419,35 @@ def _exercises(task_ids) -> str:
     return f"exercises {', '.join(numbers[:-1])} and {numbers[-1]}"
 
 
+def _raised_at(error: BaseException, path: Path) -> str:
+    """Where in a file of your library its import raised: its line, the cell whose part holds
+    it, and the error (a NameError: the usual cause, a marked cell using the notebook's names)."""
+    line = None
+    tb = error.__traceback__
+    while tb is not None:
+        if Path(tb.tb_frame.f_code.co_filename) == path:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    text = f": {str(error)[:200]}"
+    if line is None:
+        return text
+    cell = None
+    with contextlib.suppress(OSError):
+        for number, row in enumerate(path.read_text().splitlines(), 1):
+            if number > line:
+                break
+            if row.startswith("# >>> cell: "):
+                cell = row.removeprefix("# >>> cell: ")
+    where = f" (line {line}" + (f", in the part saved by the cell of `{cell}`)" if cell else ")")
+    if isinstance(error, NameError):
+        text += (
+            ". A marked cell is saved whole, and its file knows only what it defines and "
+            "imports: move a line that tries your code on the notebook's names into a cell of "
+            "its own"
+        )
+    return where + text
+
+
 def _absent(path: Path, name: str, shown: str) -> str:
     """Why your library holds no `name`: not written yet (in a file that defines other names,
     when it exists), or its file is not valid Python."""
@@ -474,7 +503,7 @@ def mine(task_id: str) -> Any:
         try:
             own = getattr(_load(path), task.name)
         except Exception as e:  # noqa: BLE001  (a learner's module may raise anything)
-            why = f"{shown} raises {type(e).__name__} when imported: {str(e)[:200]}"
+            why = f"{shown} raises {type(e).__name__} when imported{_raised_at(e, path)}"
         finally:
             _depth -= 1
     if own is not None:

@@ -539,3 +539,17 @@ def test_the_capstones_feedback_gives_a_reason_shared_by_pieces_once():
     message = borrowed_message(["course_lib.positional.apply_rope"], {"ledger": ledger})
     assert message.count(why) == 1
     assert f"(ex03.split_heads, ex04.apply_rope: {why}; ex05.causal_mask: not written" in message
+
+
+def test_a_cell_that_tries_its_code_on_the_notebooks_names_is_told_where_and_why(folder, capsys):
+    # hunt m10: a softmax cell ending with `print(softmax(scores))` (the lesson's scores) is
+    # saved whole; every later import raised NameError, and exercise 05 said "mine/attention.py
+    # raises NameError when imported: name 'scores' is not defined. Finish it in exercise 02"
+    # of a piece exercise 02 showed passing, with no word of which line or why
+    library.save_cell(STUB_MASK)
+    library.save_cell(SOFTMAX + "\n\nprint(softmax(scores))  # trying it\n")
+    library.mine("ex02.softmax")
+    out = capsys.readouterr().out
+    assert "mine/attention.py raises NameError when imported (line " in out
+    assert "in the part saved by the cell of `softmax`): name 'scores' is not defined" in out
+    assert "move a line that tries your code on the notebook's names into a cell of its own" in out
