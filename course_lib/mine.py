@@ -94,7 +94,8 @@ _SECTION = re.compile(r"^# >>> cell: (\w+)\n(.*?)^# <<< cell: \1\n", re.M | re.S
 
 def folder() -> Path:
     """The folder that holds your library: $COURSE_MINE, or mine/ in the working directory."""
-    return Path(os.environ.get("COURSE_MINE") or Path.cwd() / "mine")
+    named = os.environ.get("COURSE_MINE")  # "~/course/mine" is the home folder's, not ./~
+    return Path(named).expanduser() if named else Path.cwd() / "mine"
 
 
 # --------------------------------------------------------------------------------------------

@@ -553,3 +553,13 @@ def test_a_cell_that_tries_its_code_on_the_notebooks_names_is_told_where_and_why
     assert "mine/attention.py raises NameError when imported (line " in out
     assert "in the part saved by the cell of `softmax`): name 'scores' is not defined" in out
     assert "move a line that tries your code on the notebook's names into a cell of its own" in out
+
+
+def test_a_library_folder_named_from_the_home_folder_is_found_there(tmp_path, monkeypatch):
+    # hunt m10: COURSE_MINE="~/course/mine" saved into a folder literally named "~" inside the
+    # notebook's folder, one per working directory, and mine() read from there
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("COURSE_MINE", "~/course/mine")
+    monkeypatch.chdir(tmp_path)
+    assert library.save_cell(SOFTMAX) == tmp_path / "home" / "course" / "mine" / "attention.py"
+    assert not (tmp_path / "~").exists()
