@@ -285,10 +285,11 @@ def _plain_functions(klass: type) -> list[types.FunctionType]:
 # --------------------------------------------------------------------------------------------
 
 _LEDGER: dict[str, dict[str, str]] = {}  # task id -> {"whose": "yours"|"borrowed", "why": ...}
-# path -> (the version it was imported at, the module, the pieces it took with mine() and
-# borrowed: {task id: why}). A version is the file's stamp and those of the files its mine()
-# calls read, so fixing exercise 02's softmax re-imports the masking.py that takes it.
-_MODULES: dict[Path, tuple[tuple, types.ModuleType, dict[str, str]]] = {}
+# path -> (the version it was imported at, the module, {name of a piece it took with mine():
+# the borrowed pieces under it, {task id: why}}). A version is the file's stamp and those of
+# the files its mine() calls read, so fixing exercise 02's softmax re-imports the masking.py
+# that takes it.
+_MODULES: dict[Path, tuple[tuple, types.ModuleType, dict[str, dict[str, str]]]] = {}
 _CHECKED: dict[tuple[str, Path, tuple], tuple[bool, str]] = {}
 _depth = 0
 _importing: list[dict] = []  # one frame per module of the library being imported
@@ -335,9 +336,9 @@ def _load(path: Path) -> types.ModuleType:
     return module
 
 
-def _note_import(path: Path, borrowed: dict[str, str]) -> None:
+def _note_import(path: Path, borrowed: dict[str, dict[str, str]]) -> None:
     """Inside a module of the library being imported: it read `path` (and what that module
-    read) through mine(), and took these pieces borrowed."""
+    read) through mine(), and took a piece, {its name: the borrowed pieces under it}."""
     if not _importing:
         return
     frame = _importing[-1]
