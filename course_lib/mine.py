@@ -6,7 +6,9 @@ A task cell whose first line is ::
 
 is saved, every time it runs without an error, into the file ``mine/attention.py`` beside the
 notebook: the part that cell wrote before is replaced, the parts of other cells stay. (Importing
-this module switches the saving on; every exercise notebook does it in its first cell.)
+this module switches the saving on; every exercise notebook does it in its first cell, and
+marked cells that ran before it, after a kernel restart, are saved then.) A cell that is not
+saved says so: one that stopped with an error, or whose marker line has a typo.
 
 Later exercises use your pieces instead of the course's::
 
@@ -15,7 +17,9 @@ Later exercises use your pieces instead of the course's::
 finds ``MultiHeadAttention`` in ``mine/``, runs its task's check, and returns it. When it is
 missing, or does not pass its check yet, it says which exercise to finish and returns the
 course's version instead, marked as *borrowed*: the notebook says so, and so does the score of
-a task built from it. ``report()`` lists every piece a notebook used, yours or borrowed, and
+a task built from it. A piece of yours that uses a borrowed one (exercise 05's masked_attention
+on the course's softmax) says that too, and once the earlier piece is fixed, running the cell
+again takes the fix. ``report()`` lists every piece a notebook used, yours or borrowed, and
 ``own_code_only()`` proves it: inside it, course_lib's model modules cannot be imported.
 
 The folder is ``mine/`` in the notebook's working directory, or the one the environment
@@ -38,6 +42,9 @@ from pathlib import Path
 from typing import Any
 
 MARKER = re.compile(r"^#\s*save in mine/([A-Za-z_]\w*)\.py\s*$")
+# a comment that looks meant as a marker but is not one: `# Save in mine/attention.py`,
+# `# save in mine/attention .py`, `# save in mine/attention.py  # mine`, or not the first line
+_NEAR_MARKER = re.compile(r"save\b.*\bmine\b|\bmine\s*[/\\]", re.I)
 
 # course_lib's model modules: the capstone's GPT is built without them (`own_code_only`).
 # Data, tokenizers, plots and progress bars stay available.
@@ -87,7 +94,8 @@ _SECTION = re.compile(r"^# >>> cell: (\w+)\n(.*?)^# <<< cell: \1\n", re.M | re.S
 
 def folder() -> Path:
     """The folder that holds your library: $COURSE_MINE, or mine/ in the working directory."""
-    return Path(os.environ.get("COURSE_MINE") or Path.cwd() / "mine")
+    named = os.environ.get("COURSE_MINE")  # "~/course/mine" is the home folder's, not ./~
+    return Path(named).expanduser() if named else Path.cwd() / "mine"
 
 
 # --------------------------------------------------------------------------------------------
@@ -104,6 +112,16 @@ def marked_module(source: str) -> str | None:
     return None
 
 
+def near_marker(source: str) -> str | None:
+    """The comment line of an unmarked cell that looks meant as its marker, or None."""
+    if marked_module(source) is not None:
+        return None
+    for line in source.splitlines():
+        if line.strip().startswith("#") and _NEAR_MARKER.search(line):
+            return line.strip()
+    return None
+
+
 def defined_names(source: str) -> list[str]:
     """The names a cell defines at its top level: functions, classes and assignments."""
     names: list[str] = []
@@ -117,6 +135,13 @@ def defined_names(source: str) -> list[str]:
                     if isinstance(leaf, ast.Name):
                         names.append(leaf.id)
     return names
+
+
+def _public_names(source: str) -> list[str]:
+    try:
+        return [n for n in defined_names(source) if not n.startswith("_")]
+    except SyntaxError:
+        return []
 
 
 def sections(text: str) -> dict[str, str]:
@@ -154,6 +179,10 @@ def save_cell(source: str, where: str | Path | None = None) -> Path | None:
         _write(init, '"""Your own library, written by the exercises\' marked cells."""\n')
     path = base / f"{name}.py"
     parts = sections(path.read_text()) if path.exists() else {}
+    for other, code in list(parts.items()):  # this cell's earlier version, saved under another
+        # key (its last definition was another then): it would shadow this one, or be shadowed
+        if other != key and set(_public_names(code)) <= set(names):
+            del parts[other]
     parts[key] = source.rstrip("\n") + "\n"
     body = "".join(f"\n\n# >>> cell: {k}\n{code}# <<< cell: {k}\n" for k, code in parts.items())
     _write(path, _HEADER.format(name=name) + body)
@@ -172,12 +201,37 @@ def _after_cell(result: Any) -> None:
     """IPython's post_run_cell hook: save the cell if it is marked and ran without an error."""
     info = getattr(result, "info", None)
     source = getattr(info, "raw_cell", None) or ""
-    if not source or not getattr(result, "success", False) or marked_module(source) is None:
+    if not source:
+        return
+    if not getattr(result, "success", False):
+        name = marked_module(source)
+        if name is not None:  # the traceback shows why; say what it means for the library
+            print(
+                f"⚠️  this cell stopped with an error, so it was not saved: mine/{name}.py keeps "
+                "the version of its last run without one. Fix the error and run it again."
+            )
+        return
+    near = near_marker(source)
+    if near is not None:
+        what = "is not its first line" if MARKER.match(near) else "is not a marker"
+        print(
+            f"⚠️  this cell was not saved in your library: its line `{near}` {what}. To save "
+            "it, make its first line exactly `# save in mine/NAME.py` (NAME as the exercise "
+            "gives it), then run it again."
+        )
+        return
+    if marked_module(source) is None:
         return
     try:
-        save_cell(source)
+        saved = save_cell(source)
     except OSError as e:  # a read-only folder: say so, never break the notebook
         print(f"⚠️  could not save this cell in {folder()}: {e}")
+        return
+    if saved is None:
+        print(
+            "⚠️  nothing of this cell was saved in your library: it defines no function, "
+            "class or name (names starting with _ are private and not saved)."
+        )
 
 
 def _hook_into_ipython() -> None:
@@ -191,6 +245,39 @@ def _hook_into_ipython() -> None:
     callbacks = shell.events.callbacks.get("post_run_cell", [])
     if not any(getattr(cb, "__name__", "") == "_after_cell" for cb in callbacks):
         shell.events.register("post_run_cell", _after_cell)
+        save_earlier_cells(shell.user_ns)
+
+
+def save_earlier_cells(namespace: dict) -> list[Path]:
+    """Save the marked cells that ran before saving was switched on: after a kernel restart, a
+    fixed cell run before the first cell's imports. They are found by the functions and classes
+    they defined in `namespace` (the notebook's), whose cells IPython keeps; returns the files."""
+    import linecache
+
+    done, saved = set(), []
+    for value in list(namespace.values()):
+        if isinstance(value, type):
+            code = next((f.__code__ for f in _plain_functions(value)), None)
+        else:
+            code = getattr(value, "__code__", None)
+        filename = getattr(code, "co_filename", None)
+        if getattr(value, "__module__", None) != "__main__" or filename in done:
+            continue
+        done.add(filename)
+        source = "".join(linecache.getlines(filename))
+        if marked_module(source) is not None:
+            with contextlib.suppress(OSError):
+                path = save_cell(source)
+                if path is not None:
+                    saved.append(path)
+    if saved:
+        files = ", ".join(sorted({f"mine/{p.name}" for p in saved}))
+        print(f"💾 saved in your library the marked cells that ran before this one: {files}")
+    return saved
+
+
+def _plain_functions(klass: type) -> list[types.FunctionType]:
+    return [f for f in vars(klass).values() if isinstance(f, types.FunctionType)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -198,23 +285,43 @@ def _hook_into_ipython() -> None:
 # --------------------------------------------------------------------------------------------
 
 _LEDGER: dict[str, dict[str, str]] = {}  # task id -> {"whose": "yours"|"borrowed", "why": ...}
-_MODULES: dict[Path, tuple[tuple[int, int], types.ModuleType]] = {}
-_CHECKED: dict[tuple[str, Path, tuple[int, int]], tuple[bool, str]] = {}
+# path -> (the version it was imported at, the module, {name of a piece it took with mine():
+# the borrowed pieces under it, {task id: why}}). A version is the file's stamp and those of
+# the files its mine() calls read, so fixing exercise 02's softmax re-imports the masking.py
+# that takes it.
+_MODULES: dict[Path, tuple[tuple, types.ModuleType, dict[str, dict[str, str]]]] = {}
+_CHECKED: dict[tuple[str, Path, tuple], tuple[bool, str]] = {}
 _depth = 0
+_importing: list[dict] = []  # one frame per module of the library being imported
+_TOLD: set[Path] = set()  # the folders a missing piece's message said mine() looks in
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return (stat.st_mtime_ns, stat.st_size)
+
+
+def _current(version: tuple) -> bool:
+    """Whether a module imported at `version` is still what its files say."""
+    return all(_stamp(p) == stamp for p, stamp in version)
 
 
 def _load(path: Path) -> types.ModuleType:
-    """Import one module of your library (again only when its file changed)."""
-    stat = path.stat()
-    stamp = (stat.st_mtime_ns, stat.st_size)
+    """Import one module of your library (again only when its file, or a file one of its
+    mine() calls reads, changed)."""
     cached = _MODULES.get(path)
-    if cached is not None and cached[0] == stamp:
+    if cached is not None and _current(cached[0]):
         return cached[1]
     name = f"mine.{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     previous = sys.modules.get(name)
     sys.modules[name] = module
+    frame = {"version": {path: _stamp(path)}, "borrowed": {}}
+    _importing.append(frame)
     try:
         spec.loader.exec_module(module)
     except BaseException:
@@ -223,8 +330,37 @@ def _load(path: Path) -> types.ModuleType:
         else:
             sys.modules[name] = previous
         raise
-    _MODULES[path] = (stamp, module)
+    finally:
+        _importing.pop()
+    _MODULES[path] = (tuple(frame["version"].items()), module, frame["borrowed"])
     return module
+
+
+def _note_import(path: Path, borrowed: dict[str, dict[str, str]]) -> None:
+    """Inside a module of the library being imported: it read `path` (and what that module
+    read) through mine(), and took a piece, {its name: the borrowed pieces under it}."""
+    if not _importing:
+        return
+    frame = _importing[-1]
+    frame["version"].setdefault(path, _stamp(path))
+    cached = _MODULES.get(path)
+    if cached is not None:
+        for p, stamp in cached[0]:
+            frame["version"].setdefault(p, stamp)
+    frame["borrowed"].update(borrowed)
+
+
+def _names_used(obj: Any) -> set[str]:
+    """The global names a function's or a class's own code reads."""
+    from .grading.core import _code_objects
+
+    names: set[str] = set()
+    todo = list(_code_objects(obj)) if isinstance(obj, (types.FunctionType, type)) else []
+    while todo:
+        code = todo.pop()
+        names.update(code.co_names)
+        todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return names
 
 
 def _defines(path: Path, name: str) -> bool:
@@ -277,6 +413,72 @@ def _exercise(task_id: str) -> str:
     return f"exercise {task_id[2:4]}"
 
 
+def _exercises(task_ids) -> str:
+    """ "exercise 02", or "exercises 02 and 03", for these tasks."""
+    numbers = sorted({task_id[2:4] for task_id in task_ids})
+    if len(numbers) == 1:
+        return f"exercise {numbers[0]}"
+    return f"exercises {', '.join(numbers[:-1])} and {numbers[-1]}"
+
+
+def _raised_at(error: BaseException, path: Path) -> str:
+    """Where in a file of your library its import raised: its line, the cell whose part holds
+    it, and the error (a NameError: the usual cause, a marked cell using the notebook's names)."""
+    line = None
+    tb = error.__traceback__
+    while tb is not None:
+        if Path(tb.tb_frame.f_code.co_filename) == path:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    text = f": {str(error)[:200]}"
+    if line is None:
+        return text
+    cell = None
+    with contextlib.suppress(OSError):
+        for number, row in enumerate(path.read_text().splitlines(), 1):
+            if number > line:
+                break
+            if row.startswith("# >>> cell: "):
+                cell = row.removeprefix("# >>> cell: ")
+    where = f" (line {line}" + (f", in the part saved by the cell of `{cell}`)" if cell else ")")
+    if isinstance(error, NameError):
+        text += (
+            ". A marked cell is saved whole, and its file knows only what it defines and "
+            "imports: move a line that tries your code on the notebook's names into a cell of "
+            "its own"
+        )
+    return where + text
+
+
+def _absent(path: Path, name: str, shown: str) -> str:
+    """Why your library holds no `name`: not written yet (in a file that defines other names,
+    when it exists), or its file is not valid Python."""
+    if not path.exists():
+        if os.environ.get("COURSE_MINE_HANDED_IN") == "0":  # the batch grader's
+            return "not handed in (no mine/ folder beside the notebook)"
+        return f"not written yet in {shown}"
+    try:
+        tree = ast.parse(path.read_text())
+    except SyntaxError as e:
+        return (
+            f"{shown} is not valid Python (line {e.lineno}: {e.msg}), so none of it can be "
+            "used: fix the file, or run its exercise's marked cells again (each rewrites its part)"
+        )
+    except (OSError, ValueError) as e:
+        return f"{shown} cannot be read ({e})"
+    names = [
+        node.name
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        and not node.name.startswith("_")
+    ]
+    listed = ", ".join(names[:6]) if names else "nothing"
+    return (
+        f"not written yet in {shown}, which defines no `{name}` (it defines {listed}; the "
+        "name the check cell uses counts)"
+    )
+
+
 def mine(task_id: str) -> Any:
     """Your version of a graded piece, from your library, if it passes its check; otherwise
     the course's version, marked as borrowed. Prints which one it is.
@@ -295,20 +497,20 @@ def mine(task_id: str) -> Any:
         ) from e
     path = _where(task)
     shown = f"mine/{path.name}"
-    own, why = None, ""
+    own, why, under = None, "", {}
     if not path.exists() or not _defines(path, task.name):
-        why = f"not written yet in {shown}"
+        why = _absent(path, task.name, shown)
     else:
         _depth += 1
         try:
             own = getattr(_load(path), task.name)
         except Exception as e:  # noqa: BLE001  (a learner's module may raise anything)
-            why = f"{shown} raises {type(e).__name__} when imported: {str(e)[:200]}"
+            why = f"{shown} raises {type(e).__name__} when imported{_raised_at(e, path)}"
         finally:
             _depth -= 1
     if own is not None:
-        stat = path.stat()
-        key = (task_id, path, (stat.st_mtime_ns, stat.st_size))
+        version, _, took = _MODULES[path]
+        key = (task_id, path, version)
         if key not in _CHECKED:
             result = check_result(task_id, own)
             if isinstance(result, TaskResult) and result.status == "passed":
@@ -325,17 +527,42 @@ def mine(task_id: str) -> Any:
                 _CHECKED[key] = (False, f"the version in {shown} does not pass its check yet")
         passed, why = _CHECKED[key]
         if passed:
+            for name in sorted(_names_used(own) & set(took)):  # yours, on borrowed pieces
+                under.update(took[name])
             _LEDGER[task_id] = {"whose": "yours", "file": shown, "why": ""}
-            if _depth == 0:
+            _note_import(path, {task.name: under})
+            if _depth == 0 and under:
+                ids = ", ".join(sorted(under))
+                whys = "; ".join(f"{k}: {v}" for k, v in sorted(under.items()))
+                print(
+                    f"⚠️  {task_id}: yours, from {shown}, but it uses the course's {ids}, "
+                    f"borrowed ({whys}). Finish {_exercises(under)}, then run this cell again."
+                )
+            elif _depth == 0:
                 print(f"✅ {task_id}: yours, from {shown}")
             return own
     _LEDGER[task_id] = {"whose": "borrowed", "file": shown, "why": why}
+    _note_import(path, {task.name: {task_id: why}})
     if _depth == 0:
         print(
             f"⚠️  {task_id}: {why}. Finish it in {_exercise(task_id)} (run its cell and its "
             "check), then run this cell again. Until then the course's version stands in, "
             "borrowed."
         )
+        base = path.parent.resolve()
+        if not path.exists() and base not in _TOLD and not os.environ.get("COURSE_BATCH_GRADING"):
+            _TOLD.add(base)  # once a session: where the library was looked for
+            print(
+                f"   mine() looks for your library in {base}"
+                + ("" if base.is_dir() else " (no such folder)")
+                + (
+                    ", the folder COURSE_MINE names."
+                    if os.environ.get("COURSE_MINE")
+                    else ", mine/ in this notebook's working folder."
+                )
+                + " If yours is elsewhere (another folder, your Google Drive), set COURSE_MINE "
+                "to its folder before the first task, as the README says."
+            )
     return resolve(task.reference)
 
 

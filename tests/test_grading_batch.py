@@ -508,3 +508,19 @@ def test_a_kernel_that_dies_before_it_answers_is_started_again(tmp_path, monkeyp
     assert len(started) == batch._KERNEL_STARTS
     assert row["score"] == 0.0 and "Kernel died before replying" in row["error"], row
     assert all("not graded" in t["feedback"] for t in row["tasks"].values()), row
+
+
+def test_a_notebook_of_code_cells_only_is_graded(tmp_path):
+    # hunt m10: nbclient stores a cell it ran at the index it is given among all the cells; the
+    # grader gave each task's harness cell the number of code cells, past the end of a notebook
+    # without markdown cells (a learner who deleted them, a notebook made from a script): every
+    # task then scored 0, "not graded: grading stopped: IndexError: list assignment index out
+    # of range", for a right solution
+    from course_lib.grading import batch
+
+    nb = nbformat.read(ROOT / "solutions" / "00_warmup.ipynb", as_version=4)
+    nb.cells = [c for c in nb.cells if c.cell_type == "code"]
+    nbformat.write(nb, tmp_path / "00_warmup.ipynb")
+    limits = {"timeout": 300.0, "memory_mb": 4096, "max_output_kb": 64, "cell_timeout": None}
+    row = batch.grade_one(tmp_path / "00_warmup.ipynb", seed=1, pid_file=tmp_path / "p", **limits)
+    assert row["error"] is None and row["score"] == row["max_score"] > 0, row

@@ -207,7 +207,10 @@ class _Submission:
         self, nb, rundir, pid_file, deadline, *, timeout, memory_mb, max_output_kb, cell_timeout
     ):
         self.nb, self.rundir, self.pid_file, self.deadline = nb, rundir, pid_file, deadline
+        self.library = (rundir / "mine").is_dir()  # handed in beside the notebook (course_lib.mine)
         self.code_cells = [c for c in nb.cells if c.cell_type == "code"]
+        # where each sits among all the cells: nbclient stores a cell it ran at that index
+        self.positions = [k for k, c in enumerate(nb.cells) if c.cell_type == "code"]
         self.timeout, self.memory_mb, self.max_output_kb = timeout, memory_mb, max_output_kb
         # one looping cell leaves time for what comes after it (a restart, the other cells)
         self.cell_limit = cell_timeout or max(30.0, timeout / 4)
@@ -256,6 +259,7 @@ class _Submission:
             COURSE_BATCH_GRADING="1",  # long demonstrations (training runs) skip themselves
         )
         env.pop("COURSE_MINE", None)  # the learner's library is the one copied beside the notebook
+        env["COURSE_MINE_HANDED_IN"] = "1" if self.library else "0"  # mine() says which
         limit = self.memory_mb
 
         def limit_memory() -> None:  # runs in the kernel process, before Python starts
@@ -288,14 +292,22 @@ class _Submission:
         from nbclient.util import ensure_async, run_sync
 
         self.client.timeout = max(1, int(min(self.cell_limit, self.deadline - time.monotonic())))
+        harness = index >= len(self.code_cells)  # a task's harness cell, after the notebook's
+        if harness:
+            self.nb.cells.append(cell)
         try:
-            self.client.execute_cell(cell, index)
+            self.client.execute_cell(
+                cell, len(self.nb.cells) - 1 if harness else self.positions[index]
+            )
         except CellTimeoutError:
             return "timeout"
         except DeadKernelError:
             return "dead"
         except RuntimeError as e:  # e.g. the kernel's channels closed because it exited
             return "dead" if "kernel" in str(e).lower() else "error"
+        finally:
+            if harness:
+                self.nb.cells.pop()
         # the client is asynchronous: is_alive() is a coroutine, which alone is always true
         alive = run_sync(ensure_async)(self.client.kc.is_alive())
         return None if alive else "dead"
@@ -341,7 +353,9 @@ class _Submission:
                 break
         flooded = getattr(self.client, "flooded", None)
         if flooded:
-            cells = ", ".join(str(i + 1) for i in sorted(flooded))
+            cells = ", ".join(  # numbered as code cells, as the other problems are
+                str(self.positions.index(k) + 1) for k in sorted(flooded) if k in self.positions
+            )
             self.problems.append(
                 f"output beyond {self.max_output_kb} KB per cell was dropped (cells {cells})"
             )

@@ -719,7 +719,10 @@ def borrowed_message(names: list[str], run: dict | None) -> str:
             "too) instead of your own (half marks until your code uses yours)."
         )
     ledger = (run or {}).get("ledger") or {}
-    reasons = [f"{task_id}: {entry['why']}" for task_id, entry in sorted(ledger.items())]
+    by_why: dict[str, list[str]] = {}  # one reason said once, for all the pieces it explains
+    for task_id, entry in sorted(ledger.items()):
+        by_why.setdefault(entry["why"], []).append(task_id)
+    reasons = [f"{', '.join(ids)}: {why}" for why, ids in by_why.items()]
     return (
         f"Built with the course's {', '.join(names)}, borrowed instead of your own "
         + (f"({'; '.join(reasons)}) " if reasons else "")

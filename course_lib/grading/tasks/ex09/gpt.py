@@ -99,12 +99,13 @@ MISTAKES = {
 }
 
 # The course pieces a learner's GPT may be built with when its own version is missing: named
-# and half marks (Task.borrowable), not zero.
+# and half marks (Task.borrowable), not zero. The softmax too: the learner's masked_attention
+# takes exercise 02's with mine(), the course's while the learner's fails its check.
 BORROWABLE = tuple(
     "course_lib.multihead.MultiHeadAttention course_lib.multihead.split_heads "
     "course_lib.multihead.merge_heads course_lib.positional.apply_rope "
     "course_lib.masking.causal_mask course_lib.attention.scaled_dot_product_attention "
-    "course_lib.norms.LayerNorm course_lib.blocks.FeedForward "
+    "course_lib.attention.softmax course_lib.norms.LayerNorm course_lib.blocks.FeedForward "
     "course_lib.kv_cache.cached_attention_step".split()
 )
 
