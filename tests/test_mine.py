@@ -454,6 +454,29 @@ def test_the_capstone_on_the_courses_softmax_is_named_and_halved(tmp_path, monke
     assert "ex02.softmax: the version in mine/attention.py does not pass" in result.feedback
 
 
+def test_the_capstone_names_the_borrowed_attention_not_the_softmax_it_calls(
+    tmp_path, monkeypatch, capsys
+):
+    # the course's attention, standing in for a missing masked_attention, calls the course's
+    # softmax: the learner's own softmax passes and was not borrowed, so it is not named
+    from course_lib.grading import check_result
+
+    shutil.copytree(ROOT / "solutions" / "mine", tmp_path / "mine")
+    monkeypatch.setenv("COURSE_MINE", str(tmp_path / "mine"))
+    monkeypatch.setattr(library, "_LEDGER", {})
+    monkeypatch.setattr(library, "_MODULES", {})
+    monkeypatch.setattr(library, "_CHECKED", {})
+    masking = tmp_path / "mine" / "masking.py"
+    masking.write_text(masking.read_text().replace("def masked_attention(", "def unused("))
+    result = check_result("ex09.GPT", library._load(tmp_path / "mine" / "gpt.py").GPT)
+    assert (result.status, result.score) == ("passed", 0.5), result.feedback
+    assert (
+        "Built with the course's course_lib.attention.scaled_dot_product_attention, borrowed"
+        in (result.feedback)
+    )
+    assert "softmax" not in result.feedback
+
+
 def test_a_piece_that_cannot_be_found_says_why(folder, capsys, monkeypatch, tmp_path):
     # hunt m10: a file that is not valid Python, or a function named otherwise, was "not
     # written yet"; a notebook run from another folder (Colab's /content without COURSE_MINE,

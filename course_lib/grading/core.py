@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
-from course_lib.validation import is_number
+from course_lib.validation import door, is_number
 
 __all__ = [
     "Case",
@@ -192,6 +192,7 @@ _OPERATOR_CALLS = {
     torch._ops.OpOverloadPacket.__call__.__code__,
     torch._ops.OpOverload.__call__.__code__,
 }
+_DOOR_CODE = door(lambda: None).__code__  # the wrapper every @door function runs through
 _TORCH_DIR = str(__import__("pathlib").Path(torch.__file__).resolve().parent)
 
 
@@ -232,10 +233,20 @@ class _Watcher(TorchFunctionMode):
             self._note(name)
         return func(*args, **(kwargs or {}))
 
+    def _inside_a_course_piece(self, frame) -> bool:
+        """Whether `frame` was called by a watched course piece (through doors and nn.Module's
+        call), not by the learner: the course's attention calls the course's softmax, and a
+        learner who borrowed the attention has not borrowed the softmax too."""
+        caller = frame.f_back
+        while caller is not None and (caller.f_code is _DOOR_CODE or _inside_torch(caller)):
+            caller = caller.f_back
+        outer = caller and self.by_code.get(caller.f_code)
+        return bool(outer) and not outer.startswith(USES)  # "uses:": the learner's own
+
     def _profile(self, frame, event, arg):
         if event == "call":
             name = self.by_code.get(frame.f_code)
-            if name is not None:
+            if name is not None and not self._inside_a_course_piece(frame):
                 self._note(name)
             elif frame.f_code in _OPERATOR_CALLS and not _inside_torch(frame.f_back):
                 op = getattr(frame.f_locals.get("self"), "_qualified_op_name", None) or getattr(
