@@ -217,7 +217,7 @@ class MaskedLM(nn.Module):
     @door
     def forward(self, ids: Tensor, mask: Tensor | None = None) -> Tensor:
         if at_the_door():  # once here; the encoder and its layers then skip their checks
-            check_ids(ids, "ids")
+            check_ids(ids, "ids", vocab_size=self.vocab_size)
             if ids.shape[1] > self.max_len:
                 raise ValueError(f"ids has {ids.shape[1]} tokens but max_len={self.max_len}")
             if mask is not None:

@@ -183,8 +183,13 @@ def check_ids(
         shape_hint=f"(batch, {seq}) of token ids",
         dtype=(torch.int64, torch.int32),
     )
-    if vocab_size is not None and (ids.min() < 0 or ids.max() >= vocab_size):
-        raise ValueError(f"{name} holds ids outside [0, vocab_size={vocab_size})")
+    if vocab_size is not None:
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= vocab_size:
+            raise ValueError(
+                f"{name} holds ids outside [0, vocab_size={vocab_size}): it contains "
+                f"{low if low < 0 else high}; every id must name a row of the embedding table"
+            )
     return ids
 
 
@@ -546,9 +551,10 @@ def check_non_negative_int(value: object, name: str, meaning: str = "") -> int:
     return value
 
 
-def check_context(ids: object, start: int, block_size: int) -> None:
-    """A GPT's input: (batch, t) ids that, after `start` cached tokens, fit in its block_size."""
-    check_ids(ids, "ids")
+def check_context(ids: object, start: int, block_size: int, vocab_size: int | None = None) -> None:
+    """A GPT's input: (batch, t) ids in [0, vocab_size) that, after `start` cached tokens, fit in
+    its block_size."""
+    check_ids(ids, "ids", vocab_size=vocab_size)
     check_non_negative_int(start, "start", " (the position of ids[:, 0])")
     if start + ids.shape[1] > block_size:
         raise ValueError(

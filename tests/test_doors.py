@@ -108,3 +108,22 @@ def test_rope_table_is_kept_and_equals_the_explicit_positions():
     torch.testing.assert_close(implicit, explicit, rtol=0, atol=1e-15)
     shifted = apply_rope(x, torch.arange(5, 12))  # positions past 0: computed where x is
     assert not torch.allclose(shifted, implicit)
+
+
+def test_generate_checks_its_prompt_once_not_at_every_step(checks):
+    from course_lib.gpt import BigramLM, generate, generate_with_cache
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, block_size=16, d_model=16, num_heads=2, num_layers=1))
+    ids = torch.randint(0, 11, (2, 3))
+    for call in (
+        lambda: generate(model, ids, 5),
+        lambda: generate(model, ids, 5, use_cache=True),
+        lambda: generate_with_cache(model, ids, 5),
+    ):
+        checks.clear()
+        call()
+        assert checks.count("check_ids") == 1, checks  # the prompt, at generate's door
+        assert "check_context" not in checks, checks  # the model's door is inside: skipped
+    with pytest.raises(ValueError, match="vocab_size=11"):
+        generate(BigramLM(11), torch.tensor([[11]]), 1)

@@ -1,6 +1,7 @@
 """The GPT of lesson 09: built from EncoderLayer, causal, KV cache, generation, schedule."""
 
 import dataclasses
+import functools
 import math
 
 import pytest
@@ -177,6 +178,23 @@ def test_forward_rejects_bad_ids():
         model(torch.zeros(1, 4))
     with pytest.raises(TypeError, match="config"):
         GPT({"vocab_size": 3})
+
+
+def test_ids_outside_the_vocabulary_are_refused_at_the_door():
+    # before: IndexError "index out of range in self" from deep inside nn.Embedding
+    model, bigram = small(), BigramLM(11)
+    for bad, value in ((11, "11"), (-1, "-1")):
+        ids = torch.tensor([[3, bad]])
+        for call, *args in (
+            (model, ids),
+            (model.forward_cached, ids),
+            (generate, model, ids, 2),
+            (functools.partial(generate, use_cache=True), model, ids, 2),
+            (bigram, ids),
+            (generate, bigram, ids, 2),
+        ):
+            with pytest.raises(ValueError, match=rf"vocab_size=11\): it contains {value};"):
+                call(*args)
 
 
 def test_gradients_reach_every_parameter():
