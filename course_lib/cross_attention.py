@@ -141,7 +141,9 @@ class CrossAttentionSublayer(nn.Module):
     @door
     def forward(self, x: Tensor, memory: Tensor, memory_mask: Tensor | None = None) -> Tensor:
         if at_the_door():
-            check_cross_attention_inputs(x, memory, memory_mask, self.d_model)
+            check_cross_attention_inputs(
+                x, memory, memory_mask, self.d_model, next(self.parameters())
+            )
         attend = lambda h: self._attend(h, memory, memory_mask)
         return residual(x, attend, self.norm, self.dropout, self.norm_first)  # (b, n_q, d_model)
 

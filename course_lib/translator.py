@@ -121,7 +121,9 @@ class Seq2SeqTransformer(nn.Module):
         """tgt_in (batch, n_tgt) and memory -> logits (batch, n_tgt, vocab_size)."""
         if at_the_door():
             self._check_ids(tgt_in, "tgt_in", "n_tgt")
-            check_sequence(memory, "memory", self.d_model, "n_src", "this model")
+            check_sequence(
+                memory, "memory", self.d_model, "n_src", "this model", self.output.weight
+            )
             check_same_batch(tgt_in, "tgt_in", memory, "memory")
             self._check_src_mask(src_mask, len(tgt_in), tgt_in.shape[1], memory.shape[1])
         n_tgt = tgt_in.shape[1]

@@ -142,12 +142,18 @@ def check_tensor(
 
 
 def check_sequence(
-    x: object, name: str, d_model: int, seq: str = "seq", owner: str = "this layer"
+    x: object,
+    name: str,
+    d_model: int,
+    seq: str = "seq",
+    owner: str = "this layer",
+    weights: Tensor | None = None,
 ) -> Tensor:
-    """Check that `x` is a floating (batch, seq, d_model) tensor with the d_model of `owner`."""
+    """Check that `x` is a floating (batch, seq, d_model) tensor with the d_model of `owner`
+    (and the dtype and device of its `weights`, see check_features)."""
     hint = f"(batch, {seq}, d_model={d_model})"
     check_tensor(x, name, ndim=3, shape_hint=hint)
-    return check_features(x, name, d_model, owner, hint)
+    return check_features(x, name, d_model, owner, hint, weights)
 
 
 def check_dropout(dropout: object) -> float:
@@ -266,10 +272,17 @@ def check_size(x: Tensor, name: str, dim: int, size: int, unit: str, reason: str
 
 
 def check_features(
-    x: object, name: str, d_model: int, owner: str = "this layer", shape_hint: str = ""
+    x: object,
+    name: str,
+    d_model: int,
+    owner: str = "this layer",
+    shape_hint: str = "",
+    weights: Tensor | None = None,
 ) -> Tensor:
     """Check that `x` is a floating tensor whose last dimension is the d_model of `owner` (a
-    per-token layer takes any (..., d_model); `shape_hint` names a stricter expected shape)."""
+    per-token layer takes any (..., d_model); `shape_hint` names a stricter expected shape).
+    `weights`, a parameter of `owner`: x must sit on its device and have its dtype, as a matrix
+    multiply with it needs (under torch.autocast, which casts for the multiply, any dtype)."""
     hint = shape_hint or f"(..., d_model={d_model})"
     check_tensor(x, name, min_ndim=1, shape_hint=hint)
     check_floating(x, name)
@@ -277,6 +290,19 @@ def check_features(
         raise ValueError(
             f"{name} has {x.shape[-1]} features but {owner} has d_model={d_model} "
             f"(expected {hint}, got shape {_shape(x)})"
+        )
+    if weights is None:
+        return x
+    if x.dtype != weights.dtype and not torch.is_autocast_enabled(x.device.type):
+        dtype, want = (str(t.dtype).replace("torch.", "") for t in (x, weights))
+        raise TypeError(
+            f"{name} has dtype {dtype} but the weights of {owner} are {want}; convert {name} "
+            f"with {name}.to(torch.{want}), or the model with model.to(torch.{dtype})"
+        )
+    if x.device != weights.device:
+        raise ValueError(
+            f"{name} is on {x.device} but the weights of {owner} are on {weights.device}; move "
+            f"{name} with {name}.to('{weights.device}'), or the model with model.to('{x.device}')"
         )
     return x
 
@@ -310,12 +336,13 @@ def check_attention_inputs(
     d_model: int,
     num_heads: int,
     cached: int = 0,
+    weights: Tensor | None = None,
 ) -> None:
     """The inputs of multi-head attention: query (batch, n_q, d_model), key and value
     (batch, n_k, d_model), a mask over the `cached` earlier keys and the new ones, or
-    is_causal=True with as many queries as keys."""
+    is_causal=True with as many queries as keys; all of the dtype and device of `weights`."""
     for t, name, seq in ((query, "query", "n_q"), (key, "key", "n_k"), (value, "value", "n_k")):
-        check_sequence(t, name, d_model, seq, "this attention")
+        check_sequence(t, name, d_model, seq, "this attention", weights)
     if key.shape[:2] != value.shape[:2]:
         raise ValueError(
             f"key {_shape(key)} and value {_shape(value)} must have the same "
@@ -347,12 +374,14 @@ def check_decoder_inputs(
     d_model: int,
     num_heads: int,
     memory_name: str = "memory",
+    weights: Tensor | None = None,
 ) -> None:
     """A decoder's inputs: tgt (batch, n_tgt, d_model), memory (batch, n_src, d_model) and
     the masks of its self-attention (n_tgt x n_tgt) and cross-attention (n_tgt x n_src).
-    `memory_name` is what the caller calls memory (an EncoderDecoder's `src`)."""
-    check_sequence(tgt, name, d_model, "n_tgt")
-    check_sequence(memory, memory_name, d_model, "n_src")
+    `memory_name` is what the caller calls memory (an EncoderDecoder's `src`); `weights` see
+    check_features."""
+    check_sequence(tgt, name, d_model, "n_tgt", weights=weights)
+    check_sequence(memory, memory_name, d_model, "n_src", weights=weights)
     check_same_batch(tgt, name, memory, memory_name)
     batch, n_tgt, n_src = len(tgt), tgt.shape[1], memory.shape[1]
     if tgt_mask is not None:
@@ -565,11 +594,15 @@ def check_context(ids: object, start: int, block_size: int, vocab_size: int | No
 
 
 def check_cross_attention_inputs(
-    x: Tensor, memory: Tensor, memory_mask: Tensor | None, d_model: int
+    x: Tensor,
+    memory: Tensor,
+    memory_mask: Tensor | None,
+    d_model: int,
+    weights: Tensor | None = None,
 ) -> None:
-    """The inputs of lesson 06's cross-attention sub-layer."""
-    check_sequence(x, "x", d_model, "n_q", "this sub-layer")
-    check_sequence(memory, "memory", d_model, "n_kv", "this sub-layer")
+    """The inputs of lesson 06's cross-attention sub-layer (`weights`: see check_features)."""
+    check_sequence(x, "x", d_model, "n_q", "this sub-layer", weights)
+    check_sequence(memory, "memory", d_model, "n_kv", "this sub-layer", weights)
     check_same_batch(x, "x", memory, "memory")
     if memory_mask is not None:
         check_memory_mask(
@@ -577,9 +610,16 @@ def check_cross_attention_inputs(
         )
 
 
-def check_source(src: Tensor, src_mask: Tensor | None, d_model: int, num_heads: int) -> None:
-    """The encoder's input of an EncoderDecoder: features and an optional source mask."""
-    check_sequence(src, "src", d_model, "n_src")
+def check_source(
+    src: Tensor,
+    src_mask: Tensor | None,
+    d_model: int,
+    num_heads: int,
+    weights: Tensor | None = None,
+) -> None:
+    """The encoder's input of an EncoderDecoder: features and an optional source mask
+    (`weights`: see check_features)."""
+    check_sequence(src, "src", d_model, "n_src", weights=weights)
     if src_mask is not None:
         n_src = src.shape[1]
         check_attention_mask(src_mask, "src_mask", len(src), num_heads, n_src, n_src)
