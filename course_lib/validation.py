@@ -156,10 +156,10 @@ def check_sequence(
     return check_features(x, name, d_model, owner, hint, weights)
 
 
-def check_dropout(dropout: object) -> float:
+def check_dropout(dropout: object, name: str = "dropout") -> float:
     """Check that `dropout` is a probability in [0, 1)."""
     if not is_number(dropout) or not 0 <= dropout < 1:
-        raise ValueError(f"dropout must be in [0, 1) (a probability), got {dropout!r}")
+        raise ValueError(f"{name} must be in [0, 1) (a probability), got {dropout!r}")
     return float(dropout)
 
 
@@ -250,18 +250,27 @@ def check_token_id(value: object, name: str, meaning: str) -> int:
 
 
 def check_bool_mask(mask: object, name: str, target_shape: Sequence[int], target: str) -> Tensor:
-    """Check that `mask` is a boolean tensor broadcastable to `target_shape` (True = may attend).
+    """Check that `mask` is a boolean tensor broadcastable to `target_shape` (True = may attend):
+    it may repeat along its size-1 dimensions but neither grow nor add any (that would make
+    more attention scores, and outputs, than the queries and keys have).
 
     `target` describes the shape in words, e.g. "(..., n_q, n_k)".
     """
     check_boolean(mask, name)
+    scores = "(" + ", ".join(str(s) for s in target_shape) + ")"
     try:
-        torch.broadcast_shapes(tuple(mask.shape), tuple(target_shape))
+        shape = torch.broadcast_shapes(tuple(mask.shape), tuple(target_shape))
     except RuntimeError:
         raise ValueError(
             f"{name} of shape {_shape(mask)} does not broadcast to the attention scores of shape "
-            f"({', '.join(str(s) for s in target_shape)}) {target}"
+            f"{scores} {target}"
         ) from None
+    if shape != torch.Size(target_shape):
+        raise ValueError(
+            f"{name} of shape {_shape(mask)} would enlarge the attention scores of shape "
+            f"{scores} {target} to {tuple(shape)}; a mask may only repeat along its size-1 "
+            "dimensions, e.g. a (batch, 1, n_k) padding mask"
+        )
     return mask
 
 
@@ -420,11 +429,6 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
 def check_memory_mask(memory_mask: Tensor, target: tuple[int, ...], words: str) -> None:
     """memory_mask must be bool and broadcast to the scores' shape without adding dimensions."""
     check_bool_mask(memory_mask, "memory_mask", target, words)
-    if torch.broadcast_shapes(tuple(memory_mask.shape), target) != torch.Size(target):
-        raise ValueError(
-            f"memory_mask of shape {tuple(memory_mask.shape)} would enlarge the attention scores "
-            f"of shape {target} {words}; use e.g. a (batch, 1, n_kv) source padding mask"
-        )
 
 
 def check_text(text: object) -> None:
