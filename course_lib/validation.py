@@ -190,7 +190,7 @@ def check_ids(
         dtype=(torch.int64, torch.int32),
     )
     if vocab_size is not None:
-        low, high = int(ids.min()), int(ids.max())
+        low, high = torch.stack((ids.min(), ids.max())).tolist()  # one sync on a GPU
         if low < 0 or high >= vocab_size:
             raise ValueError(
                 f"{name} holds ids outside [0, vocab_size={vocab_size}): it contains "

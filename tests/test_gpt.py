@@ -197,6 +197,20 @@ def test_ids_outside_the_vocabulary_are_refused_at_the_door():
                 call(*args)
 
 
+def test_lm_loss_names_targets_outside_the_vocabulary_or_of_the_wrong_shape():
+    # before: IndexError "Target 11 is out of bounds." from inside F.cross_entropy (on a GPU, a
+    # device-side assert that ends the session), or "Expected input batch_size (6) to match
+    # target batch_size (4)"
+    model, x = small(), torch.randint(0, 11, (2, 3))
+    with pytest.raises(
+        ValueError, match=r"y holds ids outside \[0, vocab_size=11\): it contains 11"
+    ):
+        lm_loss(model, (x, torch.full((2, 3), 11)))
+    with pytest.raises(ValueError, match=r"y has shape \(2, 2\) but logits has shape \(2, 3, 11\)"):
+        lm_loss(model, (x, x[:, :2]))
+    assert lm_loss(model, (x, x)).shape == ()
+
+
 def test_gradients_reach_every_parameter():
     torch.manual_seed(0)
     model = small(bias=True)
