@@ -81,11 +81,6 @@ def scaled_dot_product_attention(
                     "give either mask or is_causal=True, not both (combine the "
                     "causal mask into mask instead)"
                 )
-        if is_causal and q.shape[-2] > k.shape[-2]:
-            raise ValueError(
-                f"is_causal=True needs at least as many keys as queries (the queries are the "
-                f"newest n_q of the n_k tokens), got n_q={q.shape[-2]} and n_k={k.shape[-2]}"
-            )
         if dropout_p:
             check_dropout(dropout_p, "dropout_p")
     n_q, n_k = q.shape[-2], k.shape[-2]

@@ -218,9 +218,6 @@ def test_attention_refuses_what_it_would_silently_get_wrong():
         ValueError, match=r"would enlarge the attention scores of shape \(2, 5, 5\)"
     ):
         scaled_dot_product_attention(q, q, q, torch.ones(2, 1, 5, 5, dtype=torch.bool))
-    # more queries than keys under is_causal: the first queries saw no key and returned zeros
-    with pytest.raises(ValueError, match="is_causal=True needs at least as many keys"):
-        scaled_dot_product_attention(q, q[:, :3], q[:, :3], is_causal=True)
     # dropout_p outside [0, 1): ValueError from inside F.dropout, or silently no dropout
     for p in (1.5, -0.1):
         with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\)"):
@@ -230,6 +227,10 @@ def test_attention_refuses_what_it_would_silently_get_wrong():
     for mask in (row, torch.ones(2, 1, 5, dtype=torch.bool), causal_mask(5)):
         assert scaled_dot_product_attention(q, q, q, mask)[0].shape == (2, 5, 8)
     assert scaled_dot_product_attention(q[:, 3:], q, q, is_causal=True)[0].shape == (2, 2, 8)
+    # more queries than keys under is_causal: aligned bottom-right as tiled_attention, the first
+    # queries have no allowed key, a fully masked row (lesson 05): zero output, by design
+    out = scaled_dot_product_attention(q, q[:, :3], q[:, :3], is_causal=True)[0]
+    assert out.shape == (2, 5, 8) and not out[:, :2].any() and out[:, 2:].all()
     heads = randn(1, 2, 5, 4)
     mask = torch.ones(1, 1, 5, 5, dtype=torch.bool)
     assert scaled_dot_product_attention(heads, heads, heads, mask)[0].shape == (1, 2, 5, 4)
