@@ -174,3 +174,13 @@ def test_doors_refuse_an_input_of_another_dtype_or_device_than_the_weights():
             call(module.float(), x.bfloat16(), memory.bfloat16())
         with pytest.raises(ValueError, match=f"is on cpu but the weights of {owner} are on meta"):
             call(module.to("meta"), x, memory)
+
+
+def test_cached_attention_step_names_a_cache_of_another_dtype():
+    # before: "expected scalar type Float but found Double" from the matmul inside
+    q = torch.randn(1, 2, 1, 4)
+    cache = torch.zeros(1, 2, 3, 4, dtype=torch.float64)
+    with pytest.raises(TypeError, match="float32, float32, float32, float64, float64"):
+        cached_attention_step(q, q, q, cache, cache)
+    out, _, _ = cached_attention_step(q.double(), q.double(), q.double(), cache, cache)
+    assert out.dtype == torch.float64  # float64 end to end is right
