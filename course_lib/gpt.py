@@ -36,6 +36,8 @@ from .validation import (
     at_the_door,
     check_choice,
     check_context,
+    check_dropout,
+    check_flag,
     check_heads_divide,
     check_ids,
     check_non_negative_int,
@@ -86,6 +88,9 @@ class GPTConfig:
             self.d_ff = 4 * self.d_model
         check_positive_int(self.d_ff, "d_ff")
         check_heads_divide(self.d_model, self.num_heads)
+        check_dropout(self.dropout)
+        check_flag(self.bias, "bias")  # bias="no" would be truthy: biases on
+        check_flag(self.tie_weights, "tie_weights")
 
 
 class GPT(nn.Module):

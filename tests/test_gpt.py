@@ -163,6 +163,10 @@ def test_bigram_and_untied_and_positionless_models():
         (dict(vocab_size=0), ValueError, "vocab_size"),
         (dict(vocab_size=10, d_model=30, num_heads=4), ValueError, "num_heads"),
         (dict(vocab_size=10, block_size=-1), ValueError, "block_size"),
+        # switches that are not True or False were taken for their truth value: "no" = True
+        (dict(vocab_size=10, bias="no"), TypeError, "bias must be True or False, got 'no'"),
+        (dict(vocab_size=10, tie_weights=0), TypeError, "tie_weights must be True or False"),
+        (dict(vocab_size=10, dropout=1.5), ValueError, r"dropout must be in \[0, 1\)"),
     ],
 )
 def test_config_rejects_bad_sizes(kwargs, error, match):
