@@ -268,8 +268,10 @@ def check_bool_mask(mask: object, name: str, target_shape: Sequence[int], target
     if shape != torch.Size(target_shape):
         raise ValueError(
             f"{name} of shape {_shape(mask)} would enlarge the attention scores of shape "
-            f"{scores} {target} to {tuple(shape)}; a mask may only repeat along its size-1 "
-            "dimensions, e.g. a (batch, 1, n_k) padding mask"
+            f"{scores} {target} to {tuple(shape)}. A mask lines up with the scores from the "
+            "right and may only repeat along its size-1 dimensions, e.g. a (batch, 1, n_k) "
+            "padding mask; mask.unsqueeze(1) moves its axes onto other ones of the scores: use "
+            "the mask as it is"
         )
     return mask
 
