@@ -21,6 +21,7 @@ from torch import Tensor
 from .validation import (
     at_the_door,
     check_bool_mask,
+    check_dropout,
     check_floating,
     check_qkv,
     check_tensor,
@@ -80,6 +81,8 @@ def scaled_dot_product_attention(
                     "give either mask or is_causal=True, not both (combine the "
                     "causal mask into mask instead)"
                 )
+        if dropout_p:
+            check_dropout(dropout_p, "dropout_p")
     n_q, n_k = q.shape[-2], k.shape[-2]
     if is_causal and (need_weights or n_q != n_k):
         if n_q == 1:  # the newest token sees every key: no mask at all
@@ -118,12 +121,19 @@ def self_attention(
     Returns (output (..., n, d_v), weights (..., n, n)).
     """
     check_tensor(x, "x", min_ndim=2, shape_hint="(..., n, d_model)")
+    check_floating(x, "x")
     for w, name in ((w_q, "w_q"), (w_k, "w_k"), (w_v, "w_v")):
         check_tensor(w, name, ndim=2, shape_hint="(d_model, d_out)")
         if w.shape[0] != x.shape[-1]:
             raise ValueError(
                 f"{name} has {w.shape[0]} rows but x has d_model={x.shape[-1]}; {name} must be "
                 f"(d_model, d_out) so that x @ {name} works (got {tuple(w.shape)})"
+            )
+        if w.dtype != x.dtype:
+            raise TypeError(
+                f"{name} has dtype {str(w.dtype).replace('torch.', '')} but x has "
+                f"{str(x.dtype).replace('torch.', '')}; x @ {name} needs one dtype, e.g. "
+                f"{name}.to(x.dtype)"
             )
     q, k, v = x @ w_q, x @ w_k, x @ w_v  # (..., n, d_k), (..., n, d_k), (..., n, d_v)
     return scaled_dot_product_attention(q, k, v, mask)

@@ -124,7 +124,7 @@ class FeedForward(nn.Module):
     @door
     def forward(self, x: Tensor) -> Tensor:
         if at_the_door():
-            check_features(x, "x", self.d_model, "this feed-forward")
+            check_features(x, "x", self.d_model, "this feed-forward", weights=self.linear1.weight)
         hidden = _ACTIVATIONS[self.activation](self.linear1(x))  # (..., d_ff)
         return self.linear2(self.dropout(hidden))  # (..., d_model)
 
@@ -219,7 +219,7 @@ class EncoderLayer(_ResidualLayer):
         cache: LayerCache | None = None,
     ) -> Tensor:
         if at_the_door():
-            check_sequence(x, "x", self.d_model)
+            check_sequence(x, "x", self.d_model, weights=next(self.parameters()))
             if mask is not None:
                 check_attention_mask(mask, "mask", len(x), self.num_heads, x.shape[1], x.shape[1])
         attend = lambda h: self._self_attention(h, mask, is_causal, cache)
@@ -267,7 +267,14 @@ class DecoderLayer(_ResidualLayer):
     ) -> Tensor:
         if at_the_door():
             check_decoder_inputs(
-                x, "x", memory, tgt_mask, memory_mask, self.d_model, self.num_heads
+                x,
+                "x",
+                memory,
+                tgt_mask,
+                memory_mask,
+                self.d_model,
+                self.num_heads,
+                weights=next(self.parameters()),
             )
         attend = lambda h: self._self_attention(h, tgt_mask)
         x = residual(x, attend, self.norm1, self.dropout1, self.norm_first)  # (b, n_tgt, d)
@@ -353,7 +360,7 @@ class Encoder(_Stack):
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         first = self.layers[0]
         if at_the_door() and isinstance(first, EncoderLayer):  # once, not in every layer
-            check_sequence(x, "x", first.d_model)
+            check_sequence(x, "x", first.d_model, weights=next(first.parameters()))
             if mask is not None:
                 n = x.shape[1]
                 check_attention_mask(mask, "mask", len(x), first.num_heads, n, n)
@@ -382,7 +389,14 @@ class Decoder(_Stack):
         first = self.layers[0]
         if at_the_door() and isinstance(first, DecoderLayer):  # once, not in every layer
             check_decoder_inputs(
-                x, "x", memory, tgt_mask, memory_mask, first.d_model, first.num_heads
+                x,
+                "x",
+                memory,
+                tgt_mask,
+                memory_mask,
+                first.d_model,
+                first.num_heads,
+                weights=next(first.parameters()),
             )
         for layer in self.layers:
             x = layer(x, memory, tgt_mask, memory_mask)
@@ -443,7 +457,7 @@ class EncoderDecoder(nn.Module):
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """(batch, n_src, d_model) -> memory (batch, n_src, d_model)."""
         if at_the_door():
-            check_source(src, src_mask, self.d_model, self.num_heads)
+            check_source(src, src_mask, self.d_model, self.num_heads, next(self.parameters()))
         return self.encoder(src, src_mask)
 
     @door
@@ -457,7 +471,14 @@ class EncoderDecoder(nn.Module):
         """(batch, n_tgt, d_model) and memory (batch, n_src, d_model) -> (batch, n_tgt, d_model)."""
         if at_the_door():
             check_decoder_inputs(
-                tgt, "tgt", memory, tgt_mask, memory_mask, self.d_model, self.num_heads
+                tgt,
+                "tgt",
+                memory,
+                tgt_mask,
+                memory_mask,
+                self.d_model,
+                self.num_heads,
+                weights=next(self.parameters()),
             )
         return self.decoder(tgt, memory, tgt_mask, memory_mask)
 
@@ -471,11 +492,20 @@ class EncoderDecoder(nn.Module):
         memory_mask: Tensor | None = None,
     ) -> Tensor:
         if at_the_door():
-            check_source(src, src_mask, self.d_model, self.num_heads)
+            weights = next(self.parameters())
+            check_source(src, src_mask, self.d_model, self.num_heads, weights)
             check_sequence(tgt, "tgt", self.d_model, "n_tgt")
             check_same_batch(src, "src", tgt, "tgt")  # named as the learner passed them
             check_decoder_inputs(
-                tgt, "tgt", src, tgt_mask, memory_mask, self.d_model, self.num_heads, "src"
+                tgt,
+                "tgt",
+                src,
+                tgt_mask,
+                memory_mask,
+                self.d_model,
+                self.num_heads,
+                "src",
+                weights,
             )
         memory = self.encode(src, src_mask)
         return self.decode(tgt, memory, tgt_mask, memory_mask)

@@ -78,6 +78,7 @@ def cross_attention(
                 f"{source.shape[-1]}; {name} must be (d_model, d_out) so that "
                 f"{source_name} @ {name} works (got {tuple(w.shape)})"
             )
+        _check_same_dtype(w, name, source, source_name)
     if w_q.shape[1] != w_k.shape[1]:
         raise ValueError(
             f"w_q has d_k={w_q.shape[1]} columns but w_k has {w_k.shape[1]}; queries and keys "
@@ -141,9 +142,20 @@ class CrossAttentionSublayer(nn.Module):
     @door
     def forward(self, x: Tensor, memory: Tensor, memory_mask: Tensor | None = None) -> Tensor:
         if at_the_door():
-            check_cross_attention_inputs(x, memory, memory_mask, self.d_model)
+            check_cross_attention_inputs(
+                x, memory, memory_mask, self.d_model, next(self.parameters())
+            )
         attend = lambda h: self._attend(h, memory, memory_mask)
         return residual(x, attend, self.norm, self.dropout, self.norm_first)  # (b, n_q, d_model)
+
+
+def _check_same_dtype(w: Tensor, name: str, x: Tensor, x_name: str) -> None:
+    if w.dtype != x.dtype:
+        raise TypeError(
+            f"{name} has dtype {str(w.dtype).replace('torch.', '')} but {x_name} has "
+            f"{str(x.dtype).replace('torch.', '')}; {x_name} @ {name} needs one dtype, e.g. "
+            f"{name}.to({x_name}.dtype)"
+        )
 
 
 def attention_pool(
@@ -164,6 +176,8 @@ def attention_pool(
         check_tensor(w, name, ndim=2, shape_hint="(d_model, d_out)")
         if w.shape[0] != x.shape[-1]:
             raise ValueError(f"{name} has {w.shape[0]} rows but x has d_model={x.shape[-1]}")
+        _check_same_dtype(w, name, x, "x")
+    _check_same_dtype(queries, "queries", x, "x")
     if w_k.shape[1] != queries.shape[1]:
         raise ValueError(
             f"queries have d_k={queries.shape[1]} but w_k has {w_k.shape[1]} "

@@ -109,8 +109,15 @@ def cooccurrence_matrix(
     """(vocab_size, vocab_size) float64 counts: [i, j] = how often j is within `window` of i."""
     check_positive_int(vocab_size, "vocab_size")
     check_positive_int(window, "window")
+    if isinstance(sequences, str):
+        raise TypeError("sequences must be a list of token-id lists (one per sentence), got a str")
     counts = torch.zeros(vocab_size, vocab_size, dtype=torch.float64)
-    for seq in sequences:
+    for i, seq in enumerate(sequences):
+        if isinstance(seq, str) or getattr(seq, "ndim", 1) != 1 or not hasattr(seq, "__len__"):
+            raise TypeError(
+                f"sequences must be a list of token-id lists (one per sentence), but "
+                f"sequences[{i}] is {seq!r}; to count one sequence ids, pass [ids]"
+            )
         ids = torch.as_tensor(list(seq), dtype=torch.long)  # (seq_len,)
         check_token_ids(ids, vocab_size, "sequences")
         for offset in range(1, window + 1):

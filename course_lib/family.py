@@ -28,7 +28,7 @@ from .positional import LearnedPositionalEmbedding
 from .validation import (
     at_the_door,
     check_attention_mask,
-    check_floating,
+    check_features,
     check_ids,
     check_positive_int,
     check_tensor,
@@ -217,7 +217,7 @@ class MaskedLM(nn.Module):
     @door
     def forward(self, ids: Tensor, mask: Tensor | None = None) -> Tensor:
         if at_the_door():  # once here; the encoder and its layers then skip their checks
-            check_ids(ids, "ids")
+            check_ids(ids, "ids", vocab_size=self.vocab_size)
             if ids.shape[1] > self.max_len:
                 raise ValueError(f"ids has {ids.shape[1]} tokens but max_len={self.max_len}")
             if mask is not None:
@@ -270,16 +270,21 @@ class VisionTransformer(nn.Module):
 
     @door
     def forward(self, images: Tensor) -> Tensor:
-        if at_the_door():  # once here; patchify, the encoder and its layers skip their checks
+        # once here; patchify, the encoder and its layers skip their checks
+        checking = at_the_door()
+        if checking:
             check_tensor(images, "images", ndim=4, shape_hint="(batch, channels, H, W)")
-            check_floating(images, "images")
             expected = (self.channels, self.image_size, self.image_size)
             if tuple(images.shape[1:]) != expected:
                 raise ValueError(
                     f"images must be (batch, {', '.join(map(str, expected))}), got "
                     f"{tuple(images.shape)}"
                 )
-        tokens = self.patch_embedding(patchify(images, self.patch_size))  # (b, patches, d)
+        patches = patchify(images, self.patch_size)  # (batch, patches, channels * patch²)
+        if checking:  # floating, with the weights' dtype and device (numpy gives float64)
+            weights = self.patch_embedding.weight
+            check_features(patches, "images", weights.shape[1], "this ViT", weights=weights)
+        tokens = self.patch_embedding(patches)  # (batch, patches, d_model)
         cls = self.cls_token.expand(images.shape[0], -1, -1)  # (batch, 1, d_model)
         x = self.position_embedding(torch.cat([cls, tokens], dim=1))  # (b, 1 + patches, d)
         return self.head(self.encoder(x)[:, 0])  # (batch, num_classes) from [CLS]

@@ -36,6 +36,8 @@ from .validation import (
     at_the_door,
     check_choice,
     check_context,
+    check_dropout,
+    check_flag,
     check_heads_divide,
     check_ids,
     check_non_negative_int,
@@ -86,6 +88,9 @@ class GPTConfig:
             self.d_ff = 4 * self.d_model
         check_positive_int(self.d_ff, "d_ff")
         check_heads_divide(self.d_model, self.num_heads)
+        check_dropout(self.dropout)
+        check_flag(self.bias, "bias")  # bias="no" would be truthy: biases on
+        check_flag(self.tie_weights, "tie_weights")
 
 
 class GPT(nn.Module):
@@ -159,7 +164,7 @@ class GPT(nn.Module):
     @door
     def forward(self, ids: Tensor) -> Tensor:
         if at_the_door():
-            check_context(ids, 0, self.config.block_size)
+            check_context(ids, 0, self.config.block_size, self.config.vocab_size)
         x = self._embed(ids, 0)  # (batch, seq, d_model)
         for layer in self.layers:
             x = layer(x, is_causal=True)  # (batch, seq, d_model)
@@ -181,7 +186,7 @@ class GPT(nn.Module):
         cache = KVCache.empty(len(self.layers)) if cache is None else cache.copy()
         start = cache.num_tokens if start is None else start
         if at_the_door():
-            check_context(ids, start, self.config.block_size)
+            check_context(ids, start, self.config.block_size, self.config.vocab_size)
         x = self._embed(ids, start)  # (batch, n, d_model)
         for layer, layer_cache in zip(self.layers, cache, strict=True):
             x = layer(x, is_causal=True, cache=layer_cache)  # appends to layer_cache
@@ -201,12 +206,14 @@ class BigramLM(nn.Module):
         nn.init.zeros_(self.logits_table.weight)  # starts as the uniform distribution
 
     def forward(self, ids: Tensor) -> Tensor:
-        check_ids(ids, "ids")
+        check_ids(ids, "ids", vocab_size=self.logits_table.num_embeddings)
         return self.logits_table(ids)  # (batch, seq, vocab)
 
 
 # inference_mode, not just no_grad: it also skips autograd's version counters, which matters when
-# each generated token costs dozens of small operations (the KV-cache path)
+# each generated token costs dozens of small operations (the KV-cache path). A door: the prompt is
+# checked once here, and the model calls of each step skip their checks.
+@door
 @torch.inference_mode()
 def generate(
     model: GPT | BigramLM,
@@ -226,7 +233,8 @@ def generate(
     the tokens are identical. When the sequence outgrows block_size, the window slides and the
     learned positions shift, so the cache is rebuilt from the cropped window.
     """
-    check_ids(ids, "ids", "t")
+    vocab_size = model.config.vocab_size if isinstance(model, GPT) else None
+    check_ids(ids, "ids", "t", vocab_size)
     check_non_negative_int(max_new_tokens, "max_new_tokens")
     if use_cache and not isinstance(model, GPT):
         raise TypeError(f"use_cache=True needs a GPT, got {type(model).__name__}")
@@ -251,6 +259,7 @@ def generate(
     return ids
 
 
+@door
 @torch.inference_mode()
 def generate_with_cache(
     model: GPT,
@@ -266,6 +275,8 @@ def generate_with_cache(
     model call is forward_cached(new_ids, cache, start) with the new tokens' own position; the
     tokens equal those of generate(..., use_cache=False) under the same generator state.
     """
+    check_ids(ids, "ids", "t", model.config.vocab_size)
+    check_non_negative_int(max_new_tokens, "max_new_tokens")
     total = ids.shape[1] + max_new_tokens
     if total > model.config.block_size:
         raise ValueError(

@@ -88,7 +88,7 @@ class SwiGLU(nn.Module):
     @door
     def forward(self, x: Tensor) -> Tensor:
         if at_the_door():
-            check_features(x, "x", self.d_model, "this SwiGLU")
+            check_features(x, "x", self.d_model, "this SwiGLU", weights=self.gate_proj.weight)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))  # (..., d_model)
 
 

@@ -134,7 +134,15 @@ class MultiHeadAttention(nn.Module):
         if at_the_door():
             cached = 0 if cache is None else len(cache)
             check_attention_inputs(
-                query, key, value, mask, is_causal, self.d_model, self.num_heads, cached
+                query,
+                key,
+                value,
+                mask,
+                is_causal,
+                self.d_model,
+                self.num_heads,
+                cached,
+                self.q_proj.weight,
             )
         if mask is not None and mask.dim() == 3:  # (batch, n_q or 1, n_k): same for every head
             mask = mask.unsqueeze(1)  # (batch, 1, n_q or 1, n_k)

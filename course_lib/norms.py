@@ -79,7 +79,7 @@ class LayerNorm(nn.Module):
     @door
     def forward(self, x: Tensor) -> Tensor:
         if at_the_door():
-            check_features(x, "x", self.d_model, "this LayerNorm")
+            check_features(x, "x", self.d_model, "this LayerNorm", weights=self.weight)
         return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:

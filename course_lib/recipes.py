@@ -142,9 +142,20 @@ GPT_RECIPES = {
 }
 
 
+def _check_recipe(recipe: object) -> None:
+    if not isinstance(recipe, dict):
+        given = f"the name {recipe!r}" if isinstance(recipe, str) else type(recipe).__name__
+        name = recipe if isinstance(recipe, str) and recipe in GPT_RECIPES else "lesson-09"
+        raise TypeError(
+            f"recipe must be a dict such as GPT_RECIPES[{name!r}], got {given} (the recipes: "
+            f"{', '.join(GPT_RECIPES)})"
+        )
+
+
 def gpt_optimizer(model: nn.Module, recipe: dict) -> torch.optim.AdamW:
     """AdamW with the recipe's weight decay on the matrices only, as nanoGPT: the embeddings
     and the linear layers' weights decay; biases and LayerNorm gains (vectors) do not."""
+    _check_recipe(recipe)
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": recipe["weight_decay"]},
@@ -161,6 +172,7 @@ def gpt_schedule(
 ) -> WarmupCosine:
     """The recipe's warm-up and fall; it ends at recipe["decay_steps"] when the recipe fixes
     that step, otherwise with the run: after `total_steps` steps or `total_seconds` seconds."""
+    _check_recipe(recipe)
     shape = {"cosine": WarmupCosine, "linear": WarmupLinear}[recipe["schedule"]]
     if recipe["decay_steps"] is not None:
         total_steps, total_seconds = recipe["decay_steps"], None
@@ -182,6 +194,7 @@ def build_gpt(
 ) -> tuple[GPT, torch.optim.AdamW, WarmupCosine]:
     """-> (model, optimizer, schedule) as `recipe` says, for a run of `total_steps` steps or
     `total_seconds` seconds (the schedule's budget); seed torch first for a repeatable model."""
+    _check_recipe(recipe)
     model = GPT(GPTConfig(vocab_size=vocab_size, **recipe["model"]))
     optimizer = gpt_optimizer(model, recipe)
     return model, optimizer, gpt_schedule(optimizer, recipe, total_steps, total_seconds)

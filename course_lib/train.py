@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .validation import (
+    check_ids,
     check_logits_target,
     check_non_negative_int,
     check_number,
@@ -284,6 +285,8 @@ def lm_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
     """Mean next-token cross-entropy (nats) of `model` on a batch (x, y), both (batch, seq)."""
     x, y = batch
     logits = model(x)  # (batch, seq, vocab)
+    check_logits_target(logits, y, "y", allow_empty=False)
+    check_ids(y, "y", vocab_size=logits.shape[-1])
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
 

@@ -22,7 +22,16 @@ from torch import Tensor, nn
 from .blocks import EncoderDecoder, count_parameters
 from .masking import causal_mask, padding_mask
 from .positional import SinusoidalPositionalEncoding
-from .validation import at_the_door, check_ids, check_positive_int, door, is_int
+from .validation import (
+    at_the_door,
+    check_attention_mask,
+    check_ids,
+    check_positive_int,
+    check_same_batch,
+    check_sequence,
+    door,
+    is_int,
+)
 
 __all__ = ["Seq2SeqTransformer"]
 
@@ -82,12 +91,28 @@ class Seq2SeqTransformer(nn.Module):
         """src (batch, n_src) -> (batch, 1, n_src), True = a real character (not padding)."""
         return padding_mask(src, self.pad_id)
 
+    def _check_ids(self, ids: Tensor, name: str, seq: str) -> None:
+        """Token ids of this vocabulary, no longer than the positional encoding reaches."""
+        check_ids(ids, name, seq, self.vocab_size)
+        max_len = self.positions.max_len
+        if ids.shape[1] > max_len:
+            raise ValueError(
+                f"{name} has {ids.shape[1]} tokens but this model's max_len={max_len}: it has no "
+                f"positional encoding beyond position {max_len - 1}; build it with a larger "
+                "max_len or use shorter sequences"
+            )
+
+    def _check_src_mask(self, src_mask: Tensor | None, batch: int, n_q: int, n_src: int) -> None:
+        if src_mask is not None:
+            check_attention_mask(src_mask, "src_mask", batch, self.core.num_heads, n_q, n_src)
+
     @door
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """src (batch, n_src) -> memory (batch, n_src, d_model), as `EncoderDecoder.encode`;
         src_mask defaults to `source_mask(src)`."""
-        if at_the_door():
-            check_ids(src, "src", "n_src", self.vocab_size)
+        if at_the_door():  # once here: the core, its layers and the positions skip their checks
+            self._check_ids(src, "src", "n_src")
+            self._check_src_mask(src_mask, len(src), src.shape[1], src.shape[1])
         src_mask = self.source_mask(src) if src_mask is None else src_mask
         return self.core.encode(self.embed(src), src_mask)
 
@@ -95,7 +120,12 @@ class Seq2SeqTransformer(nn.Module):
     def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """tgt_in (batch, n_tgt) and memory -> logits (batch, n_tgt, vocab_size)."""
         if at_the_door():
-            check_ids(tgt_in, "tgt_in", "n_tgt", self.vocab_size)
+            self._check_ids(tgt_in, "tgt_in", "n_tgt")
+            check_sequence(
+                memory, "memory", self.d_model, "n_src", "this model", self.output.weight
+            )
+            check_same_batch(tgt_in, "tgt_in", memory, "memory")
+            self._check_src_mask(src_mask, len(tgt_in), tgt_in.shape[1], memory.shape[1])
         n_tgt = tgt_in.shape[1]
         tgt_mask = causal_mask(n_tgt, device=tgt_in.device)  # (n_tgt, n_tgt)
         hidden = self.core.decode(self.embed(tgt_in), memory, tgt_mask, src_mask)
@@ -104,8 +134,8 @@ class Seq2SeqTransformer(nn.Module):
     @door
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         if at_the_door():
-            check_ids(src, "src", "n_src", self.vocab_size)
-            check_ids(tgt_in, "tgt_in", "n_tgt", self.vocab_size)
+            self._check_ids(src, "src", "n_src")
+            self._check_ids(tgt_in, "tgt_in", "n_tgt")
             if tgt_in.shape[0] != src.shape[0]:
                 raise ValueError(
                     f"src has batch={src.shape[0]} but tgt_in has batch="

@@ -142,18 +142,24 @@ def check_tensor(
 
 
 def check_sequence(
-    x: object, name: str, d_model: int, seq: str = "seq", owner: str = "this layer"
+    x: object,
+    name: str,
+    d_model: int,
+    seq: str = "seq",
+    owner: str = "this layer",
+    weights: Tensor | None = None,
 ) -> Tensor:
-    """Check that `x` is a floating (batch, seq, d_model) tensor with the d_model of `owner`."""
+    """Check that `x` is a floating (batch, seq, d_model) tensor with the d_model of `owner`
+    (and the dtype and device of its `weights`, see check_features)."""
     hint = f"(batch, {seq}, d_model={d_model})"
     check_tensor(x, name, ndim=3, shape_hint=hint)
-    return check_features(x, name, d_model, owner, hint)
+    return check_features(x, name, d_model, owner, hint, weights)
 
 
-def check_dropout(dropout: object) -> float:
+def check_dropout(dropout: object, name: str = "dropout") -> float:
     """Check that `dropout` is a probability in [0, 1)."""
     if not is_number(dropout) or not 0 <= dropout < 1:
-        raise ValueError(f"dropout must be in [0, 1) (a probability), got {dropout!r}")
+        raise ValueError(f"{name} must be in [0, 1) (a probability), got {dropout!r}")
     return float(dropout)
 
 
@@ -183,8 +189,13 @@ def check_ids(
         shape_hint=f"(batch, {seq}) of token ids",
         dtype=(torch.int64, torch.int32),
     )
-    if vocab_size is not None and (ids.min() < 0 or ids.max() >= vocab_size):
-        raise ValueError(f"{name} holds ids outside [0, vocab_size={vocab_size})")
+    if vocab_size is not None:
+        low, high = torch.stack((ids.min(), ids.max())).tolist()  # one sync on a GPU
+        if low < 0 or high >= vocab_size:
+            raise ValueError(
+                f"{name} holds ids outside [0, vocab_size={vocab_size}): it contains "
+                f"{low if low < 0 else high}; every id must name a row of the embedding table"
+            )
     return ids
 
 
@@ -239,18 +250,29 @@ def check_token_id(value: object, name: str, meaning: str) -> int:
 
 
 def check_bool_mask(mask: object, name: str, target_shape: Sequence[int], target: str) -> Tensor:
-    """Check that `mask` is a boolean tensor broadcastable to `target_shape` (True = may attend).
+    """Check that `mask` is a boolean tensor broadcastable to `target_shape` (True = may attend):
+    it may repeat along its size-1 dimensions but neither grow nor add any (that would make
+    more attention scores, and outputs, than the queries and keys have).
 
     `target` describes the shape in words, e.g. "(..., n_q, n_k)".
     """
     check_boolean(mask, name)
+    scores = "(" + ", ".join(str(s) for s in target_shape) + ")"
     try:
-        torch.broadcast_shapes(tuple(mask.shape), tuple(target_shape))
+        shape = torch.broadcast_shapes(tuple(mask.shape), tuple(target_shape))
     except RuntimeError:
         raise ValueError(
             f"{name} of shape {_shape(mask)} does not broadcast to the attention scores of shape "
-            f"({', '.join(str(s) for s in target_shape)}) {target}"
+            f"{scores} {target}"
         ) from None
+    if shape != torch.Size(target_shape):
+        raise ValueError(
+            f"{name} of shape {_shape(mask)} would enlarge the attention scores of shape "
+            f"{scores} {target} to {tuple(shape)}. A mask lines up with the scores from the "
+            "right and may only repeat along its size-1 dimensions, e.g. a (batch, 1, n_k) "
+            "padding mask; mask.unsqueeze(1) moves its axes onto other ones of the scores: use "
+            "the mask as it is"
+        )
     return mask
 
 
@@ -261,10 +283,17 @@ def check_size(x: Tensor, name: str, dim: int, size: int, unit: str, reason: str
 
 
 def check_features(
-    x: object, name: str, d_model: int, owner: str = "this layer", shape_hint: str = ""
+    x: object,
+    name: str,
+    d_model: int,
+    owner: str = "this layer",
+    shape_hint: str = "",
+    weights: Tensor | None = None,
 ) -> Tensor:
     """Check that `x` is a floating tensor whose last dimension is the d_model of `owner` (a
-    per-token layer takes any (..., d_model); `shape_hint` names a stricter expected shape)."""
+    per-token layer takes any (..., d_model); `shape_hint` names a stricter expected shape).
+    `weights`, a parameter of `owner`: x must sit on its device and have its dtype, as a matrix
+    multiply with it needs (under torch.autocast, which casts for the multiply, any dtype)."""
     hint = shape_hint or f"(..., d_model={d_model})"
     check_tensor(x, name, min_ndim=1, shape_hint=hint)
     check_floating(x, name)
@@ -272,6 +301,19 @@ def check_features(
         raise ValueError(
             f"{name} has {x.shape[-1]} features but {owner} has d_model={d_model} "
             f"(expected {hint}, got shape {_shape(x)})"
+        )
+    if weights is None:
+        return x
+    if x.dtype != weights.dtype and not torch.is_autocast_enabled(x.device.type):
+        dtype, want = (str(t.dtype).replace("torch.", "") for t in (x, weights))
+        raise TypeError(
+            f"{name} has dtype {dtype} but the weights of {owner} are {want}; convert {name} "
+            f"with {name}.to(torch.{want}), or the model with model.to(torch.{dtype})"
+        )
+    if x.device != weights.device:
+        raise ValueError(
+            f"{name} is on {x.device} but the weights of {owner} are on {weights.device}; move "
+            f"{name} with {name}.to('{weights.device}'), or the model with model.to('{x.device}')"
         )
     return x
 
@@ -305,12 +347,13 @@ def check_attention_inputs(
     d_model: int,
     num_heads: int,
     cached: int = 0,
+    weights: Tensor | None = None,
 ) -> None:
     """The inputs of multi-head attention: query (batch, n_q, d_model), key and value
     (batch, n_k, d_model), a mask over the `cached` earlier keys and the new ones, or
-    is_causal=True with as many queries as keys."""
+    is_causal=True with as many queries as keys; all of the dtype and device of `weights`."""
     for t, name, seq in ((query, "query", "n_q"), (key, "key", "n_k"), (value, "value", "n_k")):
-        check_sequence(t, name, d_model, seq, "this attention")
+        check_sequence(t, name, d_model, seq, "this attention", weights)
     if key.shape[:2] != value.shape[:2]:
         raise ValueError(
             f"key {_shape(key)} and value {_shape(value)} must have the same "
@@ -342,12 +385,14 @@ def check_decoder_inputs(
     d_model: int,
     num_heads: int,
     memory_name: str = "memory",
+    weights: Tensor | None = None,
 ) -> None:
     """A decoder's inputs: tgt (batch, n_tgt, d_model), memory (batch, n_src, d_model) and
     the masks of its self-attention (n_tgt x n_tgt) and cross-attention (n_tgt x n_src).
-    `memory_name` is what the caller calls memory (an EncoderDecoder's `src`)."""
-    check_sequence(tgt, name, d_model, "n_tgt")
-    check_sequence(memory, memory_name, d_model, "n_src")
+    `memory_name` is what the caller calls memory (an EncoderDecoder's `src`); `weights` see
+    check_features."""
+    check_sequence(tgt, name, d_model, "n_tgt", weights=weights)
+    check_sequence(memory, memory_name, d_model, "n_src", weights=weights)
     check_same_batch(tgt, name, memory, memory_name)
     batch, n_tgt, n_src = len(tgt), tgt.shape[1], memory.shape[1]
     if tgt_mask is not None:
@@ -386,11 +431,6 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
 def check_memory_mask(memory_mask: Tensor, target: tuple[int, ...], words: str) -> None:
     """memory_mask must be bool and broadcast to the scores' shape without adding dimensions."""
     check_bool_mask(memory_mask, "memory_mask", target, words)
-    if torch.broadcast_shapes(tuple(memory_mask.shape), target) != torch.Size(target):
-        raise ValueError(
-            f"memory_mask of shape {tuple(memory_mask.shape)} would enlarge the attention scores "
-            f"of shape {target} {words}; use e.g. a (batch, 1, n_kv) source padding mask"
-        )
 
 
 def check_text(text: object) -> None:
@@ -546,9 +586,10 @@ def check_non_negative_int(value: object, name: str, meaning: str = "") -> int:
     return value
 
 
-def check_context(ids: object, start: int, block_size: int) -> None:
-    """A GPT's input: (batch, t) ids that, after `start` cached tokens, fit in its block_size."""
-    check_ids(ids, "ids")
+def check_context(ids: object, start: int, block_size: int, vocab_size: int | None = None) -> None:
+    """A GPT's input: (batch, t) ids in [0, vocab_size) that, after `start` cached tokens, fit in
+    its block_size."""
+    check_ids(ids, "ids", vocab_size=vocab_size)
     check_non_negative_int(start, "start", " (the position of ids[:, 0])")
     if start + ids.shape[1] > block_size:
         raise ValueError(
@@ -559,11 +600,15 @@ def check_context(ids: object, start: int, block_size: int) -> None:
 
 
 def check_cross_attention_inputs(
-    x: Tensor, memory: Tensor, memory_mask: Tensor | None, d_model: int
+    x: Tensor,
+    memory: Tensor,
+    memory_mask: Tensor | None,
+    d_model: int,
+    weights: Tensor | None = None,
 ) -> None:
-    """The inputs of lesson 06's cross-attention sub-layer."""
-    check_sequence(x, "x", d_model, "n_q", "this sub-layer")
-    check_sequence(memory, "memory", d_model, "n_kv", "this sub-layer")
+    """The inputs of lesson 06's cross-attention sub-layer (`weights`: see check_features)."""
+    check_sequence(x, "x", d_model, "n_q", "this sub-layer", weights)
+    check_sequence(memory, "memory", d_model, "n_kv", "this sub-layer", weights)
     check_same_batch(x, "x", memory, "memory")
     if memory_mask is not None:
         check_memory_mask(
@@ -571,9 +616,16 @@ def check_cross_attention_inputs(
         )
 
 
-def check_source(src: Tensor, src_mask: Tensor | None, d_model: int, num_heads: int) -> None:
-    """The encoder's input of an EncoderDecoder: features and an optional source mask."""
-    check_sequence(src, "src", d_model, "n_src")
+def check_source(
+    src: Tensor,
+    src_mask: Tensor | None,
+    d_model: int,
+    num_heads: int,
+    weights: Tensor | None = None,
+) -> None:
+    """The encoder's input of an EncoderDecoder: features and an optional source mask
+    (`weights`: see check_features)."""
+    check_sequence(src, "src", d_model, "n_src", weights=weights)
     if src_mask is not None:
         n_src = src.shape[1]
         check_attention_mask(src_mask, "src_mask", len(src), num_heads, n_src, n_src)

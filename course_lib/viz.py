@@ -171,10 +171,21 @@ def line_plot(
     ax: plt.Axes | None = None,
 ) -> plt.Axes:
     """Several named curves on one labelled axis (loss curves, schedules, measurements)."""
+    if not isinstance(series, dict):
+        raise TypeError(
+            "series must be a dict of named curves, e.g. {'train': losses}, got "
+            f"{type(series).__name__}"
+        )
+    x = None if x is None else list(x)
+    for label, ys in series.items():
+        if x is not None and len(x) != len(ys):
+            raise ValueError(
+                f"x has {len(x)} values but series[{label!r}] has {len(ys)}; give one x per value"
+            )
     if ax is None:
         _, ax = plt.subplots()
     for label, ys in series.items():
-        xs = list(x) if x is not None else list(range(1, len(ys) + 1))
+        xs = x if x is not None else list(range(1, len(ys) + 1))
         ax.plot(xs, list(ys), label=label, marker="o" if len(ys) <= 20 else None)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)

@@ -211,6 +211,31 @@ def test_attention_rejects_bad_inputs(q, k, v, mask, error, match):
         scaled_dot_product_attention(q, k, v, mask)
 
 
+def test_attention_refuses_what_it_would_silently_get_wrong():
+    q = randn(2, 5, 8)
+    # a 4-D (batch, 1, n_q, n_k) mask with 3-D q broadcast the OUTPUT to (2, 2, 5, 8)
+    with pytest.raises(
+        ValueError, match=r"would enlarge the attention scores of shape \(2, 5, 5\)"
+    ):
+        scaled_dot_product_attention(q, q, q, torch.ones(2, 1, 5, 5, dtype=torch.bool))
+    # dropout_p outside [0, 1): ValueError from inside F.dropout, or silently no dropout
+    for p in (1.5, -0.1):
+        with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\)"):
+            scaled_dot_product_attention(q, q, q, dropout_p=p)
+    # the right inputs still pass: broadcasting masks, fewer queries than keys, batch 1
+    row = torch.ones(1, 5, dtype=torch.bool)
+    for mask in (row, torch.ones(2, 1, 5, dtype=torch.bool), causal_mask(5)):
+        assert scaled_dot_product_attention(q, q, q, mask)[0].shape == (2, 5, 8)
+    assert scaled_dot_product_attention(q[:, 3:], q, q, is_causal=True)[0].shape == (2, 2, 8)
+    # more queries than keys under is_causal: aligned bottom-right as tiled_attention, the first
+    # queries have no allowed key, a fully masked row (lesson 05): zero output, by design
+    out = scaled_dot_product_attention(q, q[:, :3], q[:, :3], is_causal=True)[0]
+    assert out.shape == (2, 5, 8) and not out[:, :2].any() and out[:, 2:].all()
+    heads = randn(1, 2, 5, 4)
+    mask = torch.ones(1, 1, 5, 5, dtype=torch.bool)
+    assert scaled_dot_product_attention(heads, heads, heads, mask)[0].shape == (1, 2, 5, 4)
+
+
 # ------------------------------------------------------------------------------ self-attention
 
 
@@ -247,3 +272,12 @@ def test_self_attention_gradients_reach_every_weight():
 def test_self_attention_rejects_bad_weights(w_q, w_k, w_v, match):
     with pytest.raises(ValueError, match=match):
         self_attention(torch.ones(3, 8), w_q, w_k, w_v)
+
+
+def test_self_attention_names_a_dtype_mismatch():
+    # before: "expected m1 and m2 to have the same dtype" from inside x @ w_q
+    w = torch.ones(8, 2)
+    with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+        self_attention(torch.ones(3, 8, dtype=torch.long), w, w, w)
+    with pytest.raises(TypeError, match="w_q has dtype float32 but x has float64"):
+        self_attention(torch.ones(3, 8, dtype=torch.float64), w, w, w)

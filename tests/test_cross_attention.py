@@ -107,6 +107,16 @@ def test_gradients_flow():
             ValueError,
             "memory_mask of shape .* would enlarge",
         ),
+        (  # before: "expected m1 and m2 to have the same dtype" from x @ w_q
+            lambda a: {**a, "x": a["x"].double()},
+            TypeError,
+            "w_q has dtype float32 but x has float64",
+        ),
+        (
+            lambda a: {**a, "w_v": a["w_v"].double()},
+            TypeError,
+            "w_v has dtype float64 but memory has float32",
+        ),
     ],
 )
 def test_bad_inputs(change, error, match):
@@ -225,3 +235,15 @@ def test_sublayer_bad_inputs(x_shape, memory_shape, mask, error, match):
 def test_sublayer_bad_construction(kwargs, error, match):
     with pytest.raises(error, match=match):
         CrossAttentionSublayer(**kwargs)
+
+
+def test_attention_pool_names_a_dtype_mismatch():
+    from course_lib.cross_attention import attention_pool
+
+    x, queries, w = torch.randn(2, 5, 8), torch.randn(3, 4), torch.randn(8, 4)
+    with pytest.raises(TypeError, match="w_k has dtype float32 but x has float64"):
+        attention_pool(x.double(), queries, w, w)
+    with pytest.raises(TypeError, match="queries has dtype float64 but x has float32"):
+        attention_pool(x, queries.double(), w, w)
+    pooled, _ = attention_pool(x.double(), queries.double(), w.double(), w.double())
+    assert pooled.shape == (2, 3, 4) and pooled.dtype == torch.float64

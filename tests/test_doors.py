@@ -108,3 +108,79 @@ def test_rope_table_is_kept_and_equals_the_explicit_positions():
     torch.testing.assert_close(implicit, explicit, rtol=0, atol=1e-15)
     shifted = apply_rope(x, torch.arange(5, 12))  # positions past 0: computed where x is
     assert not torch.allclose(shifted, implicit)
+
+
+def test_generate_checks_its_prompt_once_not_at_every_step(checks):
+    from course_lib.gpt import BigramLM, generate, generate_with_cache
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, block_size=16, d_model=16, num_heads=2, num_layers=1))
+    ids = torch.randint(0, 11, (2, 3))
+    for call in (
+        lambda: generate(model, ids, 5),
+        lambda: generate(model, ids, 5, use_cache=True),
+        lambda: generate_with_cache(model, ids, 5),
+    ):
+        checks.clear()
+        call()
+        assert checks.count("check_ids") == 1, checks  # the prompt, at generate's door
+        assert "check_context" not in checks, checks  # the model's door is inside: skipped
+    with pytest.raises(ValueError, match="vocab_size=11"):
+        generate(BigramLM(11), torch.tensor([[11]]), 1)
+
+
+def test_doors_refuse_an_input_of_another_dtype_or_device_than_the_weights():
+    # before: "mat1 and mat2 must have the same dtype, but got Double and Float" from inside
+    # nn.Linear (or "mixed dtype (CPU)" from F.layer_norm), far from the learner's call
+    from course_lib.blocks import EncoderDecoder, FeedForward, LayerNorm
+    from course_lib.cross_attention import CrossAttentionSublayer
+    from course_lib.multihead import MultiHeadAttention
+
+    torch.manual_seed(0)
+    x, memory = torch.randn(2, 5, 8), torch.randn(2, 7, 8)
+    calls = {
+        "this attention": lambda m, a, b: m(a, a, a)[0],
+        "this feed-forward": lambda m, a, b: m(a),
+        "this LayerNorm": lambda m, a, b: m(a),
+        "this SwiGLU": lambda m, a, b: m(a),
+        "this sub-layer": lambda m, a, b: m(a, b),
+    }
+    modules = {
+        "this attention": lambda: MultiHeadAttention(8, 2),
+        "this feed-forward": lambda: FeedForward(8, 16),
+        "this LayerNorm": lambda: LayerNorm(8),
+        "this SwiGLU": lambda: SwiGLU(8),
+        "this sub-layer": lambda: CrossAttentionSublayer(8, 2),
+    }
+    layers = {  # the layers and stacks all say "this layer"
+        "encoder layer": (lambda: EncoderLayer(8, 2, 16), lambda m, a, b: m(a)),
+        "decoder layer": (lambda: DecoderLayer(8, 2, 16), lambda m, a, b: m(a, b)),
+        "encoder": (lambda: Encoder(lambda: EncoderLayer(8, 2, 16), 2), lambda m, a, b: m(a)),
+        "decoder": (
+            lambda: Decoder(lambda: DecoderLayer(8, 2, 16), 2),
+            lambda m, a, b: m(a, b),
+        ),
+        "encoder-decoder": (lambda: EncoderDecoder(8, 2, 1, 1, 16), lambda m, a, b: m(a, b)),
+    }
+    cases = [(owner, modules[owner], calls[owner]) for owner in modules]
+    cases += [("this layer", make, call) for make, call in layers.values()]
+    for owner, make, call in cases:
+        module = make().eval()
+        with pytest.raises(TypeError, match=f"float64 but the weights of {owner} are float32"):
+            call(module, x.double(), memory.double())
+        # the right inputs pass: float64 end to end, and any dtype under autocast
+        assert call(module.double(), x.double(), memory.double()).dtype == torch.float64
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            call(module.float(), x.bfloat16(), memory.bfloat16())
+        with pytest.raises(ValueError, match=f"is on cpu but the weights of {owner} are on meta"):
+            call(module.to("meta"), x, memory)
+
+
+def test_cached_attention_step_names_a_cache_of_another_dtype():
+    # before: "expected scalar type Float but found Double" from the matmul inside
+    q = torch.randn(1, 2, 1, 4)
+    cache = torch.zeros(1, 2, 3, 4, dtype=torch.float64)
+    with pytest.raises(TypeError, match="float32, float32, float32, float64, float64"):
+        cached_attention_step(q, q, q, cache, cache)
+    out, _, _ = cached_attention_step(q.double(), q.double(), q.double(), cache, cache)
+    assert out.dtype == torch.float64  # float64 end to end is right

@@ -136,6 +136,14 @@ def test_cooccurrence_counts_are_symmetric_and_windowed():
     assert cooccurrence_matrix([[0, 1, 2]], 4, window=2)[0, 2] == 1
     with pytest.raises(ValueError, match="sequences contains 9"):
         cooccurrence_matrix([[0, 9]], 4)
+    # one flat sequence instead of a list of them: "'int' object is not iterable" before
+    for flat in ([0, 1, 2], torch.tensor([0, 1, 2]), "the cat"):
+        with pytest.raises(TypeError, match="sequences must be a list of token-id lists"):
+            cooccurrence_matrix(flat, 4)
+    rows = (torch.tensor([[0, 1, 2]]), [torch.tensor([0, 1, 2])], [(0, 1, 2)])  # right inputs
+    assert all(
+        torch.equal(cooccurrence_matrix(r, 4), cooccurrence_matrix([[0, 1, 2]], 4)) for r in rows
+    )
 
 
 def test_ppmi_is_nonnegative_and_finite():

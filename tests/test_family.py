@@ -108,6 +108,11 @@ def test_bert_sees_both_sides_and_gpt_style_would_not():
         (lambda: patchify(torch.randn(2, 3, 8, 8), 0), "patch_size"),
         (lambda: VisionTransformer(10, 4, 2), "multiple"),
         (lambda: VisionTransformer(8, 4, 2, channels=1)(torch.randn(2, 3, 8, 8)), "images"),
+        (lambda: MaskedLM(10, 8, d_model=16, num_heads=2)(torch.tensor([[1, 10]])), "vocab_size"),
+        (  # numpy images are float64: "mat1 and mat2 must have the same dtype" before
+            lambda: VisionTransformer(8, 4, 2)(torch.rand(2, 3, 8, 8, dtype=torch.float64)),
+            "images has dtype float64 but the weights of this ViT are float32",
+        ),
     ],
 )
 def test_input_checks(call, words):

@@ -1,6 +1,7 @@
 """The GPT of lesson 09: built from EncoderLayer, causal, KV cache, generation, schedule."""
 
 import dataclasses
+import functools
 import math
 
 import pytest
@@ -162,6 +163,10 @@ def test_bigram_and_untied_and_positionless_models():
         (dict(vocab_size=0), ValueError, "vocab_size"),
         (dict(vocab_size=10, d_model=30, num_heads=4), ValueError, "num_heads"),
         (dict(vocab_size=10, block_size=-1), ValueError, "block_size"),
+        # switches that are not True or False were taken for their truth value: "no" = True
+        (dict(vocab_size=10, bias="no"), TypeError, "bias must be True or False, got 'no'"),
+        (dict(vocab_size=10, tie_weights=0), TypeError, "tie_weights must be True or False"),
+        (dict(vocab_size=10, dropout=1.5), ValueError, r"dropout must be in \[0, 1\)"),
     ],
 )
 def test_config_rejects_bad_sizes(kwargs, error, match):
@@ -177,6 +182,37 @@ def test_forward_rejects_bad_ids():
         model(torch.zeros(1, 4))
     with pytest.raises(TypeError, match="config"):
         GPT({"vocab_size": 3})
+
+
+def test_ids_outside_the_vocabulary_are_refused_at_the_door():
+    # before: IndexError "index out of range in self" from deep inside nn.Embedding
+    model, bigram = small(), BigramLM(11)
+    for bad, value in ((11, "11"), (-1, "-1")):
+        ids = torch.tensor([[3, bad]])
+        for call, *args in (
+            (model, ids),
+            (model.forward_cached, ids),
+            (generate, model, ids, 2),
+            (functools.partial(generate, use_cache=True), model, ids, 2),
+            (bigram, ids),
+            (generate, bigram, ids, 2),
+        ):
+            with pytest.raises(ValueError, match=rf"vocab_size=11\): it contains {value};"):
+                call(*args)
+
+
+def test_lm_loss_names_targets_outside_the_vocabulary_or_of_the_wrong_shape():
+    # before: IndexError "Target 11 is out of bounds." from inside F.cross_entropy (on a GPU, a
+    # device-side assert that ends the session), or "Expected input batch_size (6) to match
+    # target batch_size (4)"
+    model, x = small(), torch.randint(0, 11, (2, 3))
+    with pytest.raises(
+        ValueError, match=r"y holds ids outside \[0, vocab_size=11\): it contains 11"
+    ):
+        lm_loss(model, (x, torch.full((2, 3), 11)))
+    with pytest.raises(ValueError, match=r"y has shape \(2, 2\) but logits has shape \(2, 3, 11\)"):
+        lm_loss(model, (x, x[:, :2]))
+    assert lm_loss(model, (x, x)).shape == ()
 
 
 def test_gradients_reach_every_parameter():

@@ -278,6 +278,25 @@ def test_noam_scheduler_with_cooldown():
         noam_scheduler(optimizer, 64, 10, cooldown=0.3)
 
 
+def test_a_recipes_name_in_place_of_the_recipe_is_named():
+    # before: "string indices must be integers, not 'str'" from recipe["model"]
+    from course_lib.recipes import build_gpt, gpt_optimizer, gpt_schedule
+
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for call in (
+        lambda: build_gpt("lesson-09", 65),
+        lambda: gpt_optimizer(model, "lesson-09"),
+        lambda: gpt_schedule(optimizer, "lesson-09", total_steps=10),
+    ):
+        with pytest.raises(
+            TypeError, match=r"a dict such as GPT_RECIPES\['lesson-09'\], got the name"
+        ):
+            call()
+    with pytest.raises(TypeError, match="got list"):
+        build_gpt(["lesson-09"], 65)
+
+
 def test_gpt_recipes_build_the_optimizer_and_schedule_they_write():
     from course_lib.gpt import GPT, GPTConfig
     from course_lib.recipes import GPT_RECIPES, build_gpt, gpt_optimizer, gpt_schedule

@@ -104,3 +104,32 @@ def test_bad_input_is_rejected():
         Seq2SeqTransformer(10, pad_id=10)
     with pytest.raises(ValueError, match="vocab_size"):
         Seq2SeqTransformer(0)
+
+
+def test_encode_and_decode_check_memory_masks_and_length_at_their_door():
+    # Seq2SeqTransformer.encode/decode are the door: the EncoderDecoder, its layers and the
+    # positions inside skip their checks, so these once failed deep inside torch ("mat1 and
+    # mat2 shapes cannot be multiplied", "bitwise_or_cpu not implemented for 'Float'", "The
+    # size of tensor a (11) must match the size of tensor b (10)")
+    model = small_model(max_len=10)
+    src, tgt_in = torch.randint(1, 12, (2, 6)), torch.randint(1, 12, (2, 5))
+    memory = model.encode(src)
+    with pytest.raises(ValueError, match=r"memory has 8 features but this model has d_model=16"):
+        model.decode(tgt_in, torch.randn(2, 6, 8))
+    with pytest.raises(ValueError, match=r"memory must have 3 dimensions"):
+        model.decode(tgt_in, memory[0])
+    with pytest.raises(ValueError, match=r"tgt_in has batch=2 but memory has batch=3"):
+        model.decode(tgt_in, torch.randn(3, 6, 16))
+    with pytest.raises(TypeError, match=r"src_mask must have dtype bool"):
+        model.decode(tgt_in, memory, torch.ones(2, 1, 6))
+    with pytest.raises(ValueError, match=r"src_mask of shape \(2, 1, 5\) does not broadcast"):
+        model.encode(src, torch.ones(2, 1, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"src has 11 tokens but this model's max_len=10"):
+        model(torch.randint(1, 12, (2, 11)), tgt_in)
+    with pytest.raises(ValueError, match=r"tgt_in has 11 tokens but this model's max_len=10"):
+        model.decode(torch.randint(1, 12, (2, 11)), memory)
+    # the right inputs still pass: a padding mask, batch 1, a mask that broadcasts
+    mask = model.source_mask(src)
+    assert model.decode(tgt_in, model.encode(src, mask), mask).shape == (2, 5, 12)
+    assert model.decode(tgt_in[:1], memory[:1], mask[:1]).shape == (1, 5, 12)
+    assert model(src[:, :10], tgt_in).shape == (2, 5, 12)

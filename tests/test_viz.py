@@ -96,3 +96,13 @@ def test_line_plot_has_title_and_labels():
 def test_bad_input_gets_a_message_that_names_the_argument(call, error, words):
     with pytest.raises(error, match=words):
         call()
+
+
+def test_line_plot_names_a_list_in_place_of_the_dict_and_a_short_x():
+    # before: "'list' object has no attribute 'items'", and matplotlib's "x and y must have same
+    # first dimension, but have shapes (2,) and (3,)"
+    with pytest.raises(TypeError, match=r"series must be a dict of named curves, e.g. \{'train'"):
+        line_plot([3, 2, 1], xlabel="step", ylabel="loss", title="falls")
+    with pytest.raises(ValueError, match=r"x has 2 values but series\['loss'\] has 3"):
+        line_plot({"loss": [3, 2, 1]}, x=[1, 2], xlabel="step", ylabel="loss", title="falls")
+    plt.close("all")
