@@ -382,11 +382,12 @@ def bpe_encode_with_course_merge_pair(ids, merges):
             lambda ids: resolve("course_lib.bpe.pair_counts")(ids),
             "course_lib.bpe.pair_counts",
         ),
-        # bpe_encode calls the reference merge_pair inside, and that is what the feedback names
+        # bpe_encode calls the reference merge_pair inside; the feedback names what the
+        # learner's code called, bpe_encode (a course piece called by another is not counted)
         (
             "ex01.merge_pair",
             lambda ids, pair, new_id: resolve("course_lib.bpe.bpe_encode")(ids, {pair: new_id}),
-            "course_lib.bpe.merge_pair",
+            "your code calls course_lib.bpe.bpe_encode",
         ),
         ("ex01.bpe_encode", bpe_encode_with_course_merge_pair, "course_lib.bpe.merge_pair"),
         (
