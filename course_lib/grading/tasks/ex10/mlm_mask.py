@@ -246,8 +246,8 @@ def _mlm_compare(got, want, mask_prob, vocab_size, mask_id):
     if histogram.sum() > 0:
         # A random id equal to the original counts as unchanged, so id v stays in the histogram
         # in proportion to 1 - (its share of the chosen originals): the ids are not equally
-        # frequent (pad_id + 1 stands for pad_id), and a flat expectation failed right answers
-        # (#rand10: 1 run in 300 on the vocab_size=4 case)
+        # frequent (pad_id + 1 stands for pad_id), and a flat expectation failed about 1 right
+        # answer in 300 that draws in another order (#rand10, mostly the vocab_size=4 case)
         originals = got["chosen originals"]
         weight = others * (1 - originals / max(1.0, float(originals.sum())))
         expected = histogram.sum() * weight / weight.sum().clamp_min(1e-12)
