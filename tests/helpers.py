@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
 import nbformat
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -64,3 +66,17 @@ def task_statement(notebook: str, heading: str) -> str:
     ]
     assert len(cells) == 1, f"{len(cells)} markdown cells of {notebook} hold {heading!r}"
     return re.sub(r"\s+", " ", cells[0])
+
+
+def binomial_tail(n: int, p: float, tolerance: float) -> float:
+    """P(|X / n - p| > tolerance) for X ~ Binomial(n, p), summed exactly in float64: how often a
+    right answer's frequency of n draws leaves a statistical check's tolerance by chance."""
+    k = torch.arange(n + 1, dtype=torch.float64)
+    log_pmf = (
+        math.lgamma(n + 1)
+        - torch.lgamma(k + 1)
+        - torch.lgamma(n - k + 1)
+        + k * math.log(p)
+        + (n - k) * math.log1p(-p)
+    )
+    return float(log_pmf[(k / n - p).abs() > tolerance].exp().sum())

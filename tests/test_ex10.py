@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import binomial_tail
 
 from course_lib.efficient_attention import (
     sliding_window_mask,
@@ -19,7 +20,8 @@ from course_lib.efficient_attention import (
 )
 from course_lib.family import mlm_mask, patchify
 from course_lib.grading import check_result
-from course_lib.grading.core import get_task
+from course_lib.grading.core import Case, get_task
+from course_lib.grading.tasks.ex10.mlm_mask import share_tolerance
 
 TASKS = [
     "ex10.tiled_attention",
@@ -820,3 +822,44 @@ def test_mlm_mask_check_runs_a_loop_over_the_positions_in_time():
     big = [n for n in seen if n >= 200_000]
     assert len(big) == 7, seen  # one statistical call per case, as before
     assert sum(seen) - sum(big) <= 7 * 3 * 25_000, seen  # before: 14 more calls of 200,000
+
+
+def test_a_right_mlm_mask_fails_the_shares_by_chance_less_than_once_in_a_million_runs():
+    # #rand10: each case compares 5 shares (chosen, chosen in the first half, <mask>, unchanged,
+    # random) with BERT's probabilities; the union of their exact binomial tails bounds how often
+    # a right answer strays past one by chance: 1.3e-6 at 5 standard errors
+    bound = 0.0
+    for case in get_task("ex10.mlm_mask").cases(torch.Generator().manual_seed(0)):
+        if case.raises is None:
+            ids, mask_id, vocab_size = case.args
+            pad_id, p = case.kwargs.get("pad_id"), case.kwargs.get("mask_prob", 0.15)
+            real = ids != pad_id if pad_id is not None else torch.ones_like(ids, dtype=torch.bool)
+            first_half = int(real[..., : ids.shape[-1] // 2].sum())
+            chosen = round(int(real.sum()) * p)
+            hit, inside = 0.1 / vocab_size, mask_id < vocab_size  # a random id that is the original
+            for total, share in [
+                (int(real.sum()), p),
+                (first_half, p),
+                (chosen, 0.8 + hit * inside),
+                (chosen, 0.1 + hit),
+                (chosen, 0.1 - hit * (1 + inside)),
+            ]:
+                if share < 1:  # mask_prob=1.0 chooses every position: no chance in it
+                    bound += binomial_tail(total, share, share_tolerance(share, total))
+    assert bound < 1e-6, bound
+
+
+def test_random_ids_equal_to_the_original_are_expected_less_often_in_the_histogram():
+    # #rand10: a random id equal to the original counts as unchanged, so an id that is common
+    # among the originals comes less often among the random ids. The check expected every id
+    # equally often, and so failed about 1 right answer in 300 (each draws from the check's
+    # generator seeded 1234, so a draw order passes or fails on nearly every hidden seed alike;
+    # mostly the vocab_size=4 case, where pad_id + 1 stands for pad_id, twice as common); on ids
+    # half 2 and half 5 it said "id 2 is drawn 113 times more or less than the 269 expected"
+    # (id 2 stays a random id half as often as the others: about 150 times)
+    task = get_task("ex10.mlm_mask")
+    ids = torch.full((400, 500), 2)
+    ids[:, ::2] = 5
+    case = Case("ids that are all 2 or 5, vocab_size=10, mask_id=10", (ids, 10, 10))
+    got = task.call(mlm_mask, case)
+    assert task.compare(got, task.expected(case), case) is None

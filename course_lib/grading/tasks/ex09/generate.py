@@ -51,6 +51,25 @@ _KEPT_BETWEEN_CALLS = (  # #f9: a counter in a default argument or at module lev
 )
 
 _GPT_SIZES = {"vocab_size": 11, "block_size": 16, "d_model": 16, "num_heads": 2, "num_layers": 2}
+# #rand10: in float32 the cached logits differ from the cache-free loop's by up to ~2e-6, so a
+# greedy step whose two largest logits are closer than that may go either way: a right answer
+# failed about one hidden seed in 90,000. The float32 greedy case redraws its weights until
+# every step's two largest logits are this far apart.
+_GREEDY_MARGIN = 1e-3
+
+
+def _greedy_margin(state, ids, new) -> float:
+    """The smallest gap between the two largest logits over the cache-free greedy steps."""
+    from ....gpt import GPT
+
+    model, margin = course_gpt(_GPT_SIZES, state, cls=GPT).eval(), float("inf")
+    with torch.no_grad():
+        for _ in range(new):
+            logits = model(ids)[:, -1]  # (batch, vocab)
+            top = logits.topk(2, dim=-1).values
+            margin = min(margin, float((top[:, 0] - top[:, 1]).min()))
+            ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], dim=1)
+    return margin
 
 
 def _cache_only_gpt_class():
@@ -128,11 +147,16 @@ class Generate(Task):
         shapes = {k: v.shape for k, v in course_gpt(_GPT_SIZES).state_dict().items()}
 
         def case(description, batch, prompt, new, temperature=1.0, top_k=None, dtype=torch.float64):
-            state = {
-                k: (0.5 * randn(gen, *shape, dtype=torch.float64)).to(dtype)
-                for k, shape in shapes.items()
-            }
-            ids = torch.randint(0, _GPT_SIZES["vocab_size"], (batch, prompt), generator=gen)
+            while True:  # float32 greedy: until no step is a near-tie (_GREEDY_MARGIN)
+                state = {
+                    k: (0.5 * randn(gen, *shape, dtype=torch.float64)).to(dtype)
+                    for k, shape in shapes.items()
+                }
+                ids = torch.randint(0, _GPT_SIZES["vocab_size"], (batch, prompt), generator=gen)
+                if dtype == torch.float64 or temperature != 0:
+                    break
+                if _greedy_margin(state, ids, new) >= _GREEDY_MARGIN:
+                    break
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
             kwargs = {"temperature": temperature, "top_k": top_k}
             data = {"state": state, "dtype": dtype, "ids": ids, "new": new, "kwargs": kwargs}
