@@ -357,6 +357,32 @@ def test_a_roster_matches_names_as_lms_and_file_systems_write_them(tmp_path):
     assert export.without_grades(json.loads((tmp_path / "learners.json").read_text()), people) == []
 
 
+def test_the_export_command_reads_learners_json_and_the_roster_once(tmp_path, monkeypatch, capsys):
+    # it read both again for its note on the roster's students who matched no learner: a
+    # wasted read, and a learners.json rewritten in between (a regrade) made the note disagree
+    # with the gradebook file just written
+    learners.write(_records(), tmp_path)
+    roster = tmp_path / "roster.csv"
+    roster.write_text('Student,ID,SIS User ID,SIS Login ID,Section\n"Lin, Mei",102,S-2,mlin,A\n')
+    reads = []
+    read_text, read_bytes = export.Path.read_text, export.Path.read_bytes
+    monkeypatch.setattr(
+        export.Path,
+        "read_text",
+        lambda self, *a, **k: reads.append(self.name) or read_text(self, *a, **k),
+    )
+    monkeypatch.setattr(
+        export.Path, "read_bytes", lambda self: reads.append(self.name) or read_bytes(self)
+    )
+    argv = [str(tmp_path), "--canvas", str(tmp_path / "c.csv"), "--roster", str(roster)]
+    assert export.main(argv) == 0
+    assert sorted(reads) == ["learners.json", "roster.csv"]
+    err = capsys.readouterr().err
+    assert "ada is not in the roster" in err and "left as they are: Lin, Mei" in err
+    assert export.main([str(tmp_path / "nowhere"), "--canvas", str(tmp_path / "x.csv")]) == 2
+    assert "error: no learners.json in" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------- a batch killed and resumed
 
 

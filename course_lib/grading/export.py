@@ -174,6 +174,34 @@ def _write(path: Path, header: list, rows: list) -> None:
         writer.writerows([spreadsheet_safe(x) for x in row] for row in rows)
 
 
+def load(grades: Path) -> list[dict]:
+    """The records of `grades`/learners.json (one per learner, as the grader wrote them)."""
+    source = Path(grades) / "learners.json"
+    if not source.exists():
+        raise FileNotFoundError(
+            f"no learners.json in {grades}: run `python -m course_lib.grading ... --out {grades}` "
+            "first"
+        )
+    return json.loads(source.read_text())
+
+
+def write(
+    records: list[dict],
+    canvas: Path | None = None,
+    moodle: Path | None = None,
+    people: list[dict[str, str]] | None = None,
+) -> list[str]:
+    """Write the requested gradebook files from `records`, matched to the roster's rows
+    `people`; return the learners the roster lacks (empty without a roster)."""
+    missing: list[str] = []
+    for path, make in ((canvas, canvas_rows), (moodle, moodle_rows)):
+        if path is not None:
+            header, rows, lacking = make(records, people)
+            _write(Path(path), header, rows)
+            missing += [m for m in lacking if m not in missing]
+    return missing
+
+
 def export(
     grades: Path,
     canvas: Path | None = None,
@@ -182,21 +210,7 @@ def export(
 ) -> list[str]:
     """Write the requested gradebook files from `grades`/learners.json; return the learners the
     roster lacks (empty without a roster)."""
-    source = Path(grades) / "learners.json"
-    if not source.exists():
-        raise FileNotFoundError(
-            f"no learners.json in {grades}: run `python -m course_lib.grading ... --out {grades}` "
-            "first"
-        )
-    records = json.loads(source.read_text())
-    people = read_roster(roster) if roster else None
-    missing: list[str] = []
-    for path, make in ((canvas, canvas_rows), (moodle, moodle_rows)):
-        if path is not None:
-            header, rows, lacking = make(records, people)
-            _write(Path(path), header, rows)
-            missing += [m for m in lacking if m not in missing]
-    return missing
+    return write(load(grades), canvas, moodle, read_roster(roster) if roster else None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,16 +228,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.canvas is None and args.moodle is None:
         parser.error("give --canvas FILE, --moodle FILE or both")
-    try:
-        missing = export(args.grades, args.canvas, args.moodle, args.roster)
+    try:  # each file is read once: what is written and what is said come from one reading
+        records = load(args.grades)
+        people = read_roster(args.roster) if args.roster is not None else None
+        missing = write(records, args.canvas, args.moodle, people)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for name in missing:
         print(f"warning: {name} is not in the roster; exported under that name", file=sys.stderr)
-    if args.roster is not None:
-        records = json.loads((args.grades / "learners.json").read_text())
-        absent = without_grades(records, read_roster(args.roster))
+    if people is not None:
+        absent = without_grades(records, people)
         if absent:
             print(
                 f"note: {len(absent)} of the roster's students matched no learner (they handed in "
