@@ -21,7 +21,7 @@ identity columns are copied from it; a learner the roster lacks is listed on std
 exported with what is known. Without a roster, the learner's name from the grader (a folder per
 learner, or a name field) is the login (Canvas) and the email address or ID number (Moodle: an
 email when it contains "@"). A text cell that starts like a formula is written
-`spreadsheet_safe` (a leading `'`).
+`spreadsheet_safe` (a leading `'`). Both files are UTF-8 with a byte-order mark (`_write`).
 """
 
 from __future__ import annotations
@@ -167,8 +167,14 @@ def moodle_rows(records: list[dict], roster: list[dict[str, str]] | None = None)
 
 
 def _write(path: Path, header: list, rows: list) -> None:
+    """UTF-8 with a byte-order mark, as scores.csv: without one, Excel on Windows reads the file
+    in the machine's code page ("José" shows as "JosÃ©", "中" as "ä¸­"), and a file re-saved
+    from there reaches the LMS with those names. Both imports take the mark: Moodle's CSV
+    reader removes it before reading the header, and Canvas's gradebook export writes one itself
+    (a feature option of the user's), which its import reads back: it finds the header row by
+    "Student" within the first cell."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    with open(path, "w", newline="", encoding="utf-8-sig") as f:
         writer = csv.writer(f)
         writer.writerow(header)
         writer.writerows([spreadsheet_safe(x) for x in row] for row in rows)
