@@ -4,8 +4,9 @@ The class is built from the solutions: each independent learner writes every ans
 solution does, in a style of their own (their variable names, comments, layout, and a choice of
 idioms: `torch.matmul` or `@`, `x.exp()` or `torch.exp(x)`, `x.size(-1)` or `x.shape[-1]`, ...),
 which makes independent learners more alike than real ones, who also differ in how they go
-about a task: a threshold that names no pair of them names no real independent pair either. A few
-copy another learner's mine/ files, some of them re-commented and re-laid-out.
+about a task. A few copy another learner's mine/ files, some of them re-commented and
+re-laid-out. `python tests/test_similarity.py [LEARNERS] [SEEDS] [COPIES]` measures the
+thresholds on such classes (similarity.py's docstring gives what it printed).
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ class _Style(ast.NodeTransformer):
 
 
 def _answers():
-    """(notebook name, [(index of the cell, its source)]) of every solution notebook."""
+    """(notebook name, [the source of each code cell]) of every solution notebook."""
     found = []
     for path in sorted((ROOT / "solutions").glob("*.ipynb")):
         nb = json.loads(path.read_text())
@@ -304,3 +305,45 @@ def test_the_batch_puts_the_hint_in_the_instructors_notes_only(tmp_path, monkeyp
     table = (tmp_path / "out" / "scores.csv").read_text(encoding="utf-8-sig")
     assert table.count("same code as") == 2
     assert learners.same_learner(" Ada  ") == "ada"
+
+
+def measure(independent: int, seeds: list[int], copies: int) -> None:
+    """Build classes (`build_class`), let `copies` learners copy another's mine/ folder (every
+    other one: one file of it), and print the pairs named that did not copy, and the copies
+    named, at similarity.py's thresholds."""
+    import tempfile
+    from pathlib import Path
+
+    false = whole = whole_found = one = one_found = 0
+    for seed in seeds:
+        folder = Path(tempfile.mkdtemp(prefix="class-"))
+        names = build_class(folder, independent, seed)
+        rng = random.Random(seed)
+        pool = rng.sample(names, len(names))
+        copied = {}
+        for k in range(copies):
+            source, copier = pool.pop(), pool.pop()
+            files = sorted(p.name for p in (folder / source / "mine").glob("*.py"))
+            chosen = None if k % 2 == 0 else [rng.choice(files[1:])]  # files[0]: __init__.py
+            copy_mine(folder, source, copier, chosen, relayout=k % 3 == 0)
+            copied[tuple(sorted((source, copier)))] = chosen
+        named = {(a, b) for a, b, _, _ in similarity.pairs(_learners(folder, names))}
+        false += len(named - set(copied))
+        whole += sum(f is None for f in copied.values())
+        whole_found += sum(f is None for p, f in copied.items() if p in named)
+        one += sum(f is not None for f in copied.values())
+        one_found += sum(f is not None for p, f in copied.items() if p in named)
+        shutil.rmtree(folder)
+    pairs = len(seeds) * independent * (independent - 1) // 2
+    print(
+        f"{len(seeds)} classes of {independent}: {false} of {pairs} pairs named that did not "
+        f"copy; whole mine/ copies named {whole_found} of {whole}, one-file copies {one_found} "
+        f"of {one}"
+    )
+
+
+if __name__ == "__main__":  # e.g. python tests/test_similarity.py 40 1,2,3 6
+    import sys
+
+    args = sys.argv[1:] + ["40", "1,2,3", "6"][len(sys.argv[1:]) :]
+    measure(int(args[0]), [int(s) for s in args[1].split(",")], int(args[2]))

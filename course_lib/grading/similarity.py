@@ -146,7 +146,7 @@ def _own_code(notebooks: list[Path], course: dict[str, list[list[str]]], measure
     files: dict[str, list[str]] = {}
     folders = {nb.parent / "mine" for nb in notebooks if (nb.parent / "mine").is_dir()}
     sources = [
-        (f"mine/{p.name}", p.resolve(), [p.read_text(errors="replace")])
+        (f"mine/{p.name}", p.resolve(), [p.read_text(encoding="utf-8", errors="replace")])
         for folder in sorted(folders)
         for p in sorted(folder.glob("*.py"))
         if p.name != "__init__.py"
