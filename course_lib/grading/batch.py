@@ -583,7 +583,9 @@ def _similar(records, names, given, say) -> dict[str, list[str]]:
     shown = {learners.same_learner(r["learner"]): r["learner"] for r in records}
     notebooks: dict[str, list[Path]] = {}
     for name, (_, _, path) in zip(names, given, strict=True):
-        notebooks.setdefault(shown[learners.same_learner(name)], []).append(path)
+        who = shown.get(learners.same_learner(name))  # None: a notebook left ungraded
+        if who is not None:
+            notebooks.setdefault(who, []).append(path)
     if len(notebooks) < 2:
         return {}
     if similarity.course_code() is None:
