@@ -347,3 +347,23 @@ if __name__ == "__main__":  # e.g. python tests/test_similarity.py 40 1,2,3 6
 
     args = sys.argv[1:] + ["40", "1,2,3", "6"][len(sys.argv[1:]) :]
     measure(int(args[0]), [int(s) for s in args[1].split(",")], int(args[2]))
+
+
+def test_code_many_learners_share_is_an_idiom_and_two_is_a_pair(tmp_path):
+    # the same long function of their own: in 2 learners' notebooks a hint, in 5 an idiom
+    cell = (
+        _OWN_SOFTMAX.replace("# save in mine/attention.py\n", "")
+        + "\n\n\n"
+        + (_OWN_ATTENTION.replace("# save in mine/attention.py\n", ""))
+    )
+    for i in range(5):
+        _notebook(tmp_path / f"l{i}" / "02_self_attention.ipynb", [cell])
+    learners = _learners(tmp_path, [f"l{i}" for i in range(5)])
+    assert similarity.pairs(learners) == []
+    ((a, b, pieces, whole),) = similarity.pairs({k: learners[k] for k in ("l0", "l3")})
+    assert (a, b, whole) == ("l0", "l3", [])
+    assert [p[:3] for p in pieces] == [
+        ("02_self_attention.ipynb", "02_self_attention.ipynb", "scaled_dot_product_attention"),
+        ("02_self_attention.ipynb", "02_self_attention.ipynb", "softmax"),
+    ]
+    assert sum(p[3] for p in pieces) >= similarity.PAIR_TOKENS
