@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import gc
+import io
 import json
 import os
 import shutil
@@ -248,7 +249,7 @@ def _records():
 
 
 def _read(path):
-    with open(path, newline="", encoding="utf-8") as f:
+    with open(path, newline="", encoding="utf-8-sig") as f:
         return list(csv.reader(f))
 
 
@@ -289,6 +290,28 @@ def test_moodle_grade_import_has_moodle_columns_and_feedback(tmp_path):
     assert ada[2] == "ada" and ada[5] == "" and ada[6] == "1.0"
     assert ada[7] == "ex00.b: 0/1: ex00.b went wrong here"
     assert grace[2] == "" and grace[5] == "grace@example.org" and grace[8] == "0.25"
+
+
+def test_gradebook_files_keep_accented_names_in_excel_and_import_in_both_lms(tmp_path):
+    # without a byte-order mark, Excel on Windows reads a CSV in the machine's code page: the
+    # instructor checking canvas.csv saw "JosÃ©", "Å‚" and "ä¸­", and a file re-saved from
+    # there sent those names to the LMS. Both imports take the mark (export._write says how).
+    names = ["José Álvarez", "Michał Łukasz", "李中"]
+    rows = [_row(f"s{i}/00.ipynb", {"ex00.a": 1.0}) for i in range(3)]
+    learners.write(learners.by_learner(rows, names), tmp_path)
+    export.export(tmp_path, canvas=tmp_path / "c.csv", moodle=tmp_path / "m.csv")
+    for name in ("c.csv", "m.csv"):
+        raw = (tmp_path / name).read_bytes()
+        assert raw.startswith(b"\xef\xbb\xbf") and raw.count(b"\xef\xbb\xbf") == 1, name
+        assert "JosÃ©" in raw[3:].decode("cp1252", errors="replace")  # what the mark prevents
+    # Moodle's reader strips the mark, then reads the header and the names
+    moodle = list(csv.reader(io.StringIO((tmp_path / "m.csv").read_bytes()[3:].decode())))
+    assert moodle[0][:6] == export.MOODLE_IDENTITY and [r[2] for r in moodle[1:]] == names
+    # Canvas's importer finds its header by "Student" within the first cell, mark or not
+    canvas = list(csv.reader(io.StringIO((tmp_path / "c.csv").read_text(encoding="utf-8"))))
+    assert "Student" in canvas[0][0] and canvas[0][1] == "ID"
+    assert [r[0] for r in canvas[2:]] == names
+    assert _read(tmp_path / "c.csv")[0][0] == "Student"
 
 
 def test_a_roster_from_the_lms_supplies_the_identity_columns(tmp_path):
@@ -355,6 +378,32 @@ def test_a_roster_matches_names_as_lms_and_file_systems_write_them(tmp_path):
     assert export.read_roster(canvas)[0]["Student"] == "Álvarez, José"
     people = export.read_roster(canvas) + export.read_roster(moodle)
     assert export.without_grades(json.loads((tmp_path / "learners.json").read_text()), people) == []
+
+
+def test_the_export_command_reads_learners_json_and_the_roster_once(tmp_path, monkeypatch, capsys):
+    # it read both again for its note on the roster's students who matched no learner: a
+    # wasted read, and a learners.json rewritten in between (a regrade) made the note disagree
+    # with the gradebook file just written
+    learners.write(_records(), tmp_path)
+    roster = tmp_path / "roster.csv"
+    roster.write_text('Student,ID,SIS User ID,SIS Login ID,Section\n"Lin, Mei",102,S-2,mlin,A\n')
+    reads = []
+    read_text, read_bytes = export.Path.read_text, export.Path.read_bytes
+    monkeypatch.setattr(
+        export.Path,
+        "read_text",
+        lambda self, *a, **k: reads.append(self.name) or read_text(self, *a, **k),
+    )
+    monkeypatch.setattr(
+        export.Path, "read_bytes", lambda self: reads.append(self.name) or read_bytes(self)
+    )
+    argv = [str(tmp_path), "--canvas", str(tmp_path / "c.csv"), "--roster", str(roster)]
+    assert export.main(argv) == 0
+    assert sorted(reads) == ["learners.json", "roster.csv"]
+    err = capsys.readouterr().err
+    assert "ada is not in the roster" in err and "left as they are: Lin, Mei" in err
+    assert export.main([str(tmp_path / "nowhere"), "--canvas", str(tmp_path / "x.csv")]) == 2
+    assert "error: no learners.json in" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- a batch killed and resumed

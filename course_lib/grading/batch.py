@@ -10,9 +10,10 @@ A submission that raises, loops, exits, kills its kernel or floods its output st
 with what it earned and the reason; the others are unaffected.
 
 DIR gets `scores.json` (one row per submission, the contract of EXERCISES.md), `scores.csv` and
-`learners.json` (one row per learner: see `learners.py`), and `submissions/`, one file per graded
-submission, written as soon as it is graded: a batch that was stopped and is run again with the
-same DIR grades only the submissions that have no file there yet (`resume.py`).
+`learners.json` (one row per learner: see `learners.py`; their notes also name the learners whose
+code is the same, `similarity.py`), and `submissions/`, one file per graded submission, written
+as soon as it is graded: a batch that was stopped and is run again with the same DIR grades only
+the submissions that have no file there yet (`resume.py`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from . import core, learners
+from . import core, learners, similarity
 from .resume import Store, batch_seed
 
 DEFAULT_TIMEOUT = 300.0  # seconds per submission
@@ -566,6 +567,7 @@ def grade(
     who = [name for name, row in zip(names, rows, strict=True) if row is not None]
     empty = learners.without_notebooks(paths, [path for _, _, path in given], out_dir)
     records = learners.by_learner(graded + list(empty.values()), who + list(empty))
+    learners.add_notes(records, _similar(records, names, given, say))
     if out_dir is not None:  # scores.json (per submission), scores.csv and learners.json
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "scores.json").write_text(json.dumps(graded, indent=2) + "\n")
@@ -573,6 +575,24 @@ def grade(
     if not quiet:
         print(format_table(records))
     return graded
+
+
+def _similar(records, names, given, say) -> dict[str, list[str]]:
+    """The instructor's notes on code two learners share that the course does not explain
+    (`similarity.py`), by learner as `learners.same_learner` names them."""
+    shown = {learners.same_learner(r["learner"]): r["learner"] for r in records}
+    notebooks: dict[str, list[Path]] = {}
+    for name, (_, _, path) in zip(names, given, strict=True):
+        who = shown.get(learners.same_learner(name))  # None: a notebook left ungraded
+        if who is not None:
+            notebooks.setdefault(who, []).append(path)
+    if len(notebooks) < 2:
+        return {}
+    if similarity.course_code() is None:
+        say("learners' code was not compared: the course's solutions/ and exercises/ are not here")
+        return {}
+    said = similarity.notes(notebooks)
+    return {learners.same_learner(who): notes for who, notes in said.items()}
 
 
 def _grader_digest() -> str:

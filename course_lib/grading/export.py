@@ -21,7 +21,7 @@ identity columns are copied from it; a learner the roster lacks is listed on std
 exported with what is known. Without a roster, the learner's name from the grader (a folder per
 learner, or a name field) is the login (Canvas) and the email address or ID number (Moodle: an
 email when it contains "@"). A text cell that starts like a formula is written
-`spreadsheet_safe` (a leading `'`).
+`spreadsheet_safe` (a leading `'`). Both files are UTF-8 with a byte-order mark (`_write`).
 """
 
 from __future__ import annotations
@@ -167,11 +167,45 @@ def moodle_rows(records: list[dict], roster: list[dict[str, str]] | None = None)
 
 
 def _write(path: Path, header: list, rows: list) -> None:
+    """UTF-8 with a byte-order mark, as scores.csv: without one, Excel on Windows reads the file
+    in the machine's code page ("José" shows as "JosÃ©", "中" as "ä¸­"), and a file re-saved
+    from there reaches the LMS with those names. Both imports take the mark: Moodle's CSV
+    reader removes it before reading the header, and Canvas's gradebook export writes one itself
+    (a feature option of the user's), which its import reads back: it finds the header row by
+    "Student" within the first cell."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    with open(path, "w", newline="", encoding="utf-8-sig") as f:
         writer = csv.writer(f)
         writer.writerow(header)
         writer.writerows([spreadsheet_safe(x) for x in row] for row in rows)
+
+
+def load(grades: Path) -> list[dict]:
+    """The records of `grades`/learners.json (one per learner, as the grader wrote them)."""
+    source = Path(grades) / "learners.json"
+    if not source.exists():
+        raise FileNotFoundError(
+            f"no learners.json in {grades}: run `python -m course_lib.grading ... --out {grades}` "
+            "first"
+        )
+    return json.loads(source.read_text())
+
+
+def write(
+    records: list[dict],
+    canvas: Path | None = None,
+    moodle: Path | None = None,
+    people: list[dict[str, str]] | None = None,
+) -> list[str]:
+    """Write the requested gradebook files from `records`, matched to the roster's rows
+    `people`; return the learners the roster lacks (empty without a roster)."""
+    missing: list[str] = []
+    for path, make in ((canvas, canvas_rows), (moodle, moodle_rows)):
+        if path is not None:
+            header, rows, lacking = make(records, people)
+            _write(Path(path), header, rows)
+            missing += [m for m in lacking if m not in missing]
+    return missing
 
 
 def export(
@@ -182,21 +216,7 @@ def export(
 ) -> list[str]:
     """Write the requested gradebook files from `grades`/learners.json; return the learners the
     roster lacks (empty without a roster)."""
-    source = Path(grades) / "learners.json"
-    if not source.exists():
-        raise FileNotFoundError(
-            f"no learners.json in {grades}: run `python -m course_lib.grading ... --out {grades}` "
-            "first"
-        )
-    records = json.loads(source.read_text())
-    people = read_roster(roster) if roster else None
-    missing: list[str] = []
-    for path, make in ((canvas, canvas_rows), (moodle, moodle_rows)):
-        if path is not None:
-            header, rows, lacking = make(records, people)
-            _write(Path(path), header, rows)
-            missing += [m for m in lacking if m not in missing]
-    return missing
+    return write(load(grades), canvas, moodle, read_roster(roster) if roster else None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,16 +234,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.canvas is None and args.moodle is None:
         parser.error("give --canvas FILE, --moodle FILE or both")
-    try:
-        missing = export(args.grades, args.canvas, args.moodle, args.roster)
+    try:  # each file is read once: what is written and what is said come from one reading
+        records = load(args.grades)
+        people = read_roster(args.roster) if args.roster is not None else None
+        missing = write(records, args.canvas, args.moodle, people)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for name in missing:
         print(f"warning: {name} is not in the roster; exported under that name", file=sys.stderr)
-    if args.roster is not None:
-        records = json.loads((args.grades / "learners.json").read_text())
-        absent = without_grades(records, read_roster(args.roster))
+    if people is not None:
+        absent = without_grades(records, people)
         if absent:
             print(
                 f"note: {len(absent)} of the roster's students matched no learner (they handed in "

@@ -133,6 +133,19 @@ def best_row(rows: list[dict], exercise: str) -> tuple[list[dict], dict | None]:
     return candidates, best
 
 
+def same_learner(name: str) -> str:
+    """A learner's name as names are compared: one case, single spaces."""
+    return " ".join(name.split()).casefold()
+
+
+def add_notes(records: list[dict], notes: dict[str, list[str]]) -> None:
+    """Append `notes` ({learner: [note, ...]}, names as `same_learner` compares them) to the
+    records' notes."""
+    for r in records:
+        more = notes.get(same_learner(r["learner"]), [])
+        r["notes"] = " | ".join(filter(None, [r["notes"], *more]))
+
+
 def by_learner(rows: list[dict], learners: list[str]) -> list[dict]:
     """One record per learner, in the order learners first appear (`learners[i]` wrote rows[i]).
 
@@ -152,7 +165,7 @@ def by_learner(rows: list[dict], learners: list[str]) -> list[dict]:
     mine: dict[str, list[dict]] = {}
     spellings: dict[str, list[str]] = {}  # names that differ only in case or spaces: one learner
     for row, learner in zip(rows, learners, strict=True):
-        key = " ".join(learner.split()).casefold()
+        key = same_learner(learner)
         mine.setdefault(key, []).append(row)
         if learner not in spellings.setdefault(key, []):
             spellings[key].append(learner)
