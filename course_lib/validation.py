@@ -535,9 +535,24 @@ def check_sampling_options(temperature: object, top_k: object, top_p: object) ->
 
 
 def check_logits(logits: object) -> Tensor:
-    """Next-token logits to sample from (lesson 09): (batch, vocab), floating point."""
+    """Next-token logits to sample from (lesson 09): (batch, vocab), floating point, every row
+    with a largest logit that is a number: -inf masks a token out, but NaN, +inf or a row
+    masked out entirely leave no distribution to draw from (torch.multinomial would fail deep
+    inside, and the arg-max of temperature 0 would pick a token silently)."""
     check_tensor(logits, "logits", ndim=2, shape_hint="(batch, vocab)")
     check_floating(logits, "logits")
+    row_max = logits.detach().amax(dim=-1)  # (batch,): NaN when the row holds a NaN
+    if not bool(torch.isfinite(row_max).all()):  # one sync on a GPU
+        row = int((~torch.isfinite(row_max)).nonzero()[0])
+        what, why = {
+            "nan": ("NaN (not a number)", "often a model whose training diverged"),
+            "inf": ("+inf", "softmax turns it into NaN"),
+            "-inf": ("-inf everywhere", "every token is masked out, none is left to draw"),
+        }[str(float(row_max[row]))]
+        raise ValueError(
+            f"logits row {row} holds {what}: {why}; sampling needs at least one finite logit "
+            "per row and no NaN or +inf (mask a token out with -inf)"
+        )
     return logits
 
 
