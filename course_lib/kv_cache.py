@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from .attention import scaled_dot_product_attention
-from .validation import at_the_door, check_floating, check_tensor, door
+from .validation import at_the_door, check_floating, check_same_dtype, check_tensor, door
 
 __all__ = ["cached_attention_step", "LayerCache", "KVCache"]
 
@@ -66,12 +66,11 @@ def cached_attention_step(
                 f"k_t {tuple(k_t.shape)} and k_cache {tuple(k_cache.shape)} in batch, "
                 "heads and length, and share their d_head"
             )
-        dtypes = [str(t.dtype).replace("torch.", "") for t in (q_t, k_t, v_t, k_cache, v_cache)]
-        if len(set(dtypes)) > 1:
-            raise TypeError(
-                "q_t, k_t, v_t, k_cache and v_cache must share one dtype, got "
-                f"{', '.join(dtypes)}; convert the cache with k_cache.to(q_t.dtype)"
-            )
+        check_same_dtype(
+            (q_t, k_t, v_t, k_cache, v_cache),
+            ("q_t", "k_t", "v_t", "k_cache", "v_cache"),
+            "convert the cache with k_cache.to(q_t.dtype)",
+        )
     k_cache = torch.cat([k_cache, k_t], dim=-2)  # (batch, heads, t + 1, d_head)
     v_cache = torch.cat([v_cache, v_t], dim=-2)  # (batch, heads, t + 1, d_head)
     output_t, _ = scaled_dot_product_attention(q_t, k_cache, v_cache)  # (batch, heads, 1, d_head)

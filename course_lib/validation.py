@@ -40,6 +40,7 @@ __all__ = [
     "check_token_id",
     "check_bool_mask",
     "check_floating",
+    "check_same_dtype",
     "check_features",
     "check_size",
     "check_same_batch",
@@ -207,6 +208,21 @@ def check_floating(x: Tensor, name: str) -> Tensor:
             f"{str(x.dtype).replace('torch.', '')}; convert with {name}.float()"
         )
     return x
+
+
+def check_same_dtype(tensors: Sequence[Tensor], names: Sequence[str], fix: str) -> None:
+    """Check that tensors one operation combines (a matrix multiply, a concatenation) share
+    one dtype: "A has dtype a but B has b; FIX" for two, the list of dtypes for more. `fix`
+    says what to do, e.g. "convert w_q with w_q.to(x.dtype)"."""
+    dtypes = [str(t.dtype).replace("torch.", "") for t in tensors]
+    if len(set(dtypes)) == 1:
+        return
+    if len(dtypes) == 2:
+        problem = f"{names[0]} has dtype {dtypes[0]} but {names[1]} has {dtypes[1]}"
+    else:
+        listed = f"{', '.join(names[:-1])} and {names[-1]}"
+        problem = f"{listed} must share one dtype, got {', '.join(dtypes)}"
+    raise TypeError(f"{problem}; {fix}")
 
 
 def check_same_last_dim(a: Tensor, a_name: str, b: Tensor, b_name: str, what: str) -> None:
@@ -411,8 +427,7 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
     check_tensor(v, "v", min_ndim=2, shape_hint="(..., n_k, d_v)")
     for t, name in ((q, "q"), (k, "k"), (v, "v")):
         check_floating(t, name)
-    if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
+    check_same_dtype((q, k, v), ("q", "k", "v"), "convert them to one, e.g. k.to(q.dtype)")
     check_same_last_dim(q, "q", k, "k", "d_k")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(

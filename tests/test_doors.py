@@ -184,3 +184,34 @@ def test_cached_attention_step_names_a_cache_of_another_dtype():
         cached_attention_step(q, q, q, cache, cache)
     out, _, _ = cached_attention_step(q.double(), q.double(), q.double(), cache, cache)
     assert out.dtype == torch.float64  # float64 end to end is right
+
+
+def test_hand_written_dtype_checks_share_one_helper(checks):
+    # before: self_attention, attention_pool, cross_attention (a private copy) and
+    # cached_attention_step each wrote the check out, and check_qkv said "got torch.float32,
+    # torch.float32 and torch.float64" with no way out
+    from course_lib.attention import scaled_dot_product_attention, self_attention
+    from course_lib.cross_attention import attention_pool, cross_attention
+
+    x, w, w64 = torch.randn(2, 5, 8), torch.randn(8, 4), torch.randn(8, 4, dtype=torch.float64)
+    q, cache = torch.randn(1, 2, 1, 4), torch.zeros(1, 2, 3, 4, dtype=torch.float64)
+    calls = [
+        (lambda: self_attention(x, w, w64, w), "w_k has dtype float64 but x has float32; x @ w_k"),
+        (lambda: cross_attention(x, x, w, w, w64), "w_v has dtype float64 but memory has float32"),
+        (lambda: attention_pool(x, torch.randn(3, 4), w64, w), "w_k has dtype float64 but x"),
+        (lambda: attention_pool(x, torch.randn(3, 4).double(), w, w), "queries has dtype float64"),
+        (
+            lambda: scaled_dot_product_attention(x, x.double(), x),
+            r"q, k and v must share one dtype, got float32, float64, float32; convert them",
+        ),
+        (
+            lambda: cached_attention_step(q, q, q, cache, cache),
+            "q_t, k_t, v_t, k_cache and v_cache must share one dtype, got float32, float32, "
+            r"float32, float64, float64; convert the cache with k_cache.to\(q_t.dtype\)",
+        ),
+    ]
+    for call, match in calls:
+        checks.clear()
+        with pytest.raises(TypeError, match=match):
+            call()
+        assert checks[-1] == "check_same_dtype", checks
