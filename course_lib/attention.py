@@ -22,6 +22,7 @@ from .validation import (
     at_the_door,
     check_bool_mask,
     check_dropout,
+    check_flag,
     check_floating,
     check_qkv,
     check_same_dtype,
@@ -74,6 +75,8 @@ def scaled_dot_product_attention(
     """
     if at_the_door():
         check_qkv(q, k, v)
+        check_flag(is_causal, "is_causal")
+        check_flag(need_weights, "need_weights")
         target = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
         if mask is not None:
             check_bool_mask(mask, "mask", target, "(..., n_q, n_k)")

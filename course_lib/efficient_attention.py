@@ -77,8 +77,9 @@ def _mask_tile(scores, q_start, k_start, shift, causal, key_padding_mask) -> Ten
     return scores
 
 
-def _check_tiled(q, k, v, block_size, key_padding_mask):
+def _check_tiled(q, k, v, causal, block_size, key_padding_mask):
     check_qkv(q, k, v)
+    check_flag(causal, "causal")
     check_positive_int(block_size, "block_size")
     if key_padding_mask is not None:
         batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
@@ -105,7 +106,7 @@ def tiled_attention_forward(
     whose output is 0. Plain tensor operations: called directly under autograd, PyTorch keeps
     every tile for the backward pass (that is what `tiled_attention` avoids).
     """
-    _check_tiled(q, k, v, block_size, key_padding_mask)
+    _check_tiled(q, k, v, causal, block_size, key_padding_mask)
     n_q, n_k = q.shape[-2], k.shape[-2]
     shift = n_k - n_q
     scale = 1.0 / math.sqrt(q.shape[-1])
@@ -164,7 +165,7 @@ def tiled_attention_backward(
     shapes of q, k and v (batch dimensions that were broadcast are summed). `d_lse`
     (..., n_q), a gradient on lse itself, adds p * d_lse to ds: D - d_lse takes D's place.
     """
-    _check_tiled(q, k, v, block_size, key_padding_mask)
+    _check_tiled(q, k, v, causal, block_size, key_padding_mask)
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     for t, name, shape in (
         (out, "out", (*batch, q.shape[-2], v.shape[-1])),
@@ -260,8 +261,8 @@ def tiled_attention(
     (`tiled_attention_backward`) recomputes each tile's weights from lse. The largest
     temporary is a few (block_size, block_size) tiles per batch element, forward and backward.
     """
-    _check_tiled(q, k, v, block_size, key_padding_mask)
-    check_flag(causal, "causal")
+    _check_tiled(q, k, v, causal, block_size, key_padding_mask)
+    check_flag(return_lse, "return_lse")
     out, lse = _FlashAttention.apply(q, k, v, causal, block_size, key_padding_mask)
     return (out, lse) if return_lse else out
 
@@ -287,6 +288,7 @@ def sliding_window_mask(
     """
     check_positive_int(n, "n")
     check_non_negative_int(window, "window")
+    check_flag(causal, "causal")
     n_k = n if n_k is None else check_positive_int(n_k, "n_k")
     query_pos = torch.arange(n, device=device) + (n_k - n)
     offset = query_pos[:, None] - torch.arange(n_k, device=device)[None, :]  # (n, n_k): i - j
@@ -320,6 +322,7 @@ def sliding_window_attention(
     """
     check_qkv(q, k, v)
     check_non_negative_int(window, "window")
+    check_flag(causal, "causal")
     n_q, n_k = q.shape[-2], k.shape[-2]
     shift = n_k - n_q  # query i is token i + shift
     width = 2 * window + 1
@@ -358,6 +361,7 @@ def random_feature_projection(
     """
     check_positive_int(num_features, "num_features")
     check_positive_int(d_k, "d_k")
+    check_flag(orthogonal, "orthogonal")
     gaussian = torch.randn(num_features, d_k, generator=generator, dtype=torch.float64)
     if not orthogonal:
         return gaussian.to(dtype)

@@ -236,6 +236,7 @@ def generate(
     vocab_size = model.config.vocab_size if isinstance(model, GPT) else None
     check_ids(ids, "ids", "t", vocab_size)
     check_non_negative_int(max_new_tokens, "max_new_tokens")
+    check_flag(use_cache, "use_cache")
     if use_cache and not isinstance(model, GPT):
         raise TypeError(f"use_cache=True needs a GPT, got {type(model).__name__}")
     block_size = model.config.block_size if isinstance(model, GPT) else None

@@ -370,6 +370,7 @@ def check_attention_inputs(
     is_causal=True with as many queries as keys; all of the dtype and device of `weights`."""
     for t, name, seq in ((query, "query", "n_q"), (key, "key", "n_k"), (value, "value", "n_k")):
         check_sequence(t, name, d_model, seq, "this attention", weights)
+    check_flag(is_causal, "is_causal")
     if key.shape[:2] != value.shape[:2]:
         raise ValueError(
             f"key {_shape(key)} and value {_shape(value)} must have the same "

@@ -215,3 +215,58 @@ def test_hand_written_dtype_checks_share_one_helper(checks):
         with pytest.raises(TypeError, match=match):
             call()
         assert checks[-1] == "check_same_dtype", checks
+
+
+def _switch_calls():
+    """(what, call) for every switch a learner sets, each given a str where a bool goes."""
+    from course_lib.attention import scaled_dot_product_attention
+    from course_lib.blocks import EncoderDecoder, FeedForward, LayerNorm, record_attention
+    from course_lib.cross_attention import CrossAttentionSublayer
+    from course_lib.efficient_attention import (
+        random_feature_projection,
+        sliding_window_attention,
+        sliding_window_mask,
+        tiled_attention,
+    )
+    from course_lib.gpt import generate
+    from course_lib.llama import GroupedQueryAttention
+    from course_lib.multihead import MultiHeadAttention
+    from course_lib.translator import Seq2SeqTransformer
+
+    x = torch.randn(2, 5, 8)
+    gpt = GPT(GPTConfig(vocab_size=11, block_size=16, d_model=16, num_heads=2, num_layers=1))
+    return [
+        ("bias", lambda v: MultiHeadAttention(8, 2, bias=v)),
+        ("rope", lambda v: MultiHeadAttention(8, 2, rope=v)),
+        ("bias", lambda v: GroupedQueryAttention(8, 2, 1, bias=v)),
+        ("bias", lambda v: FeedForward(8, 16, bias=v)),
+        ("bias", lambda v: LayerNorm(8, bias=v)),
+        ("bias", lambda v: CrossAttentionSublayer(8, 2, bias=v)),
+        ("norm_first", lambda v: EncoderLayer(8, 2, 16, norm_first=v)),
+        ("norm_first", lambda v: DecoderLayer(8, 2, 16, norm_first=v)),
+        ("norm_first", lambda v: EncoderDecoder(8, 2, 1, 1, 16, norm_first=v)),
+        ("norm_first", lambda v: Seq2SeqTransformer(10, 8, 2, 1, 1, 16, norm_first=v)),
+        ("is_causal", lambda v: scaled_dot_product_attention(x, x, x, is_causal=v)),
+        ("need_weights", lambda v: scaled_dot_product_attention(x, x, x, need_weights=v)),
+        ("is_causal", lambda v: MultiHeadAttention(8, 2)(x, x, x, is_causal=v)),
+        ("need_weights", lambda v: MultiHeadAttention(8, 2)(x, x, x, need_weights=v)),
+        ("is_causal", lambda v: EncoderLayer(8, 2, 16)(x, is_causal=v)),
+        ("causal", lambda v: sliding_window_mask(5, 1, causal=v)),
+        ("causal", lambda v: sliding_window_attention(x, x, x, 1, causal=v)),
+        ("return_lse", lambda v: tiled_attention(x, x, x, return_lse=v)),
+        ("orthogonal", lambda v: random_feature_projection(4, 4, orthogonal=v)),
+        ("enabled", lambda v: record_attention(EncoderLayer(8, 2, 16), v)),
+        ("use_cache", lambda v: generate(gpt, torch.zeros(1, 2, dtype=torch.long), 1, use_cache=v)),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_switch_calls())))
+def test_switches_refuse_what_is_not_a_bool(case):
+    # before: bias="no", norm_first="no", causal="no" were truthy, so silently on (causal=1
+    # too); a str is refused now, as GPTConfig(bias="no") already was, and True/False pass
+    name, call = _switch_calls()[case]
+    for wrong in ("no", 1):
+        with pytest.raises(TypeError, match=f"{name} must be True or False, got {wrong!r}"):
+            call(wrong)
+    for right in (True, False):
+        call(right)
