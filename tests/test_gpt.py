@@ -102,6 +102,45 @@ def test_layer_cache_appends_in_place_and_copies_never_change():
     assert torch.equal(left.keys[:, :, :4], again) and left.keys.shape == (1, 2, 25, 4)
 
 
+@pytest.mark.parametrize(
+    "k, v, error, match",
+    [
+        ((2, 4, 8), (2, 4, 8), ValueError, r"k must have 4 dimensions \(batch, heads, n, d_head\)"),
+        ((2, 3, 3, 8), (2, 3, 1, 8), ValueError, "each key has one value"),  # v broadcast
+        ((1, 3, 1, 8), (1, 3, 1, 8), ValueError, "batch, heads and d_head"),  # batch broadcast
+        ((2, 1, 1, 8), (2, 1, 1, 8), ValueError, "batch, heads and d_head"),  # heads broadcast
+        (
+            (2, 3, 1, 6),
+            (2, 3, 1, 6),
+            ValueError,
+            r"the cache holds 4 tokens of shape \(2, 3, 4, 8\)",
+        ),
+        ((2, 3, 1, 8, "float64"), (2, 3, 1, 8, "float64"), TypeError, "the cache has float32"),
+        ((2, 3, 1, 8), (2, 3, 1, 8, "float64"), TypeError, "k has dtype float32 but v has float64"),
+        ((2, 3, 1, 8, "int64"), (2, 3, 1, 8, "int64"), TypeError, "floating-point"),
+        ((2, 3, 1, 8, "meta"), (2, 3, 1, 8, "meta"), ValueError, "k is on meta but the cache"),
+    ],
+)
+def test_layer_cache_refuses_keys_and_values_that_do_not_fit(k, v, error, match):
+    # before: a v or a batch of length 1 broadcast into the cache, float64 keys were cast to
+    # float32 and int keys stored, all silently; a 3-D k raised "tuple index out of range"
+    def tensor(spec):
+        *shape, kind = spec if isinstance(spec[-1], str) else (*spec, "float32")
+        if kind == "meta":
+            return torch.randn(shape, device="meta")
+        return torch.randn(shape).to(getattr(torch, kind))
+
+    cache = LayerCache()
+    cache.append(torch.randn(2, 3, 4, 8), torch.randn(2, 3, 4, 8))
+    with pytest.raises(error, match=match):
+        cache.append(tensor(k), tensor(v))
+    assert len(cache) == 4  # nothing was appended
+    cache.append(torch.randn(2, 3, 2, 8), torch.randn(2, 3, 2, 8))  # what fits still does
+    assert cache.keys.shape == (2, 3, 6, 8)
+    with pytest.raises(ValueError, match="both keys and values"):
+        LayerCache(torch.randn(2, 3, 4, 8))  # before: appending returned uninitialised values
+
+
 def test_forward_cached_leaves_the_callers_cache_as_it_was():
     torch.manual_seed(0)
     model = small()
