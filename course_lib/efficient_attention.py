@@ -32,13 +32,17 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .validation import (
+    at_the_door,
     check_bool_mask,
     check_flag,
+    check_floating,
     check_non_negative_int,
     check_positive_int,
     check_qkv,
+    check_same_dtype,
     check_size,
     check_tensor,
+    door,
 )
 
 __all__ = [
@@ -377,6 +381,7 @@ def random_feature_projection(
     return (directions * gaussian.norm(dim=-1, keepdim=True)).to(dtype)
 
 
+@door
 def performer_features(
     x: Tensor, projection: Tensor, is_query: bool = True, stabilize: bool = True
 ) -> Tensor:
@@ -392,7 +397,16 @@ def performer_features(
     overflow. Attention's normalisation cancels it, but phi(q).phi(k) is then exp(q.k) times
     an unknown factor: use stabilize=False for the unbiased estimate itself.
     """
-    check_flag(stabilize, "stabilize")
+    if at_the_door():  # performer_attention's own calls skip the checks it made
+        check_tensor(x, "x", min_ndim=2, shape_hint="(..., n, d_k)")
+        check_floating(x, "x")
+        check_tensor(projection, "projection", ndim=2, shape_hint="(num_features, d_k)")
+        why = f"x has d_k={x.shape[-1]}; it must be (num_features, d_k), one row per feature"
+        check_size(projection, "projection", 1, x.shape[-1], "columns", why)
+        fix = "convert it with projection.to(x.dtype)"
+        check_same_dtype((projection, x), ("projection", "x"), fix)
+        check_flag(is_query, "is_query")
+        check_flag(stabilize, "stabilize")
     projected = x @ projection.T  # (..., n, m)
     exponent = projected - (x * x).sum(dim=-1, keepdim=True) / 2
     if stabilize and is_query:
@@ -402,6 +416,7 @@ def performer_features(
     return exponent.exp() / math.sqrt(projection.shape[0])
 
 
+@door
 def performer_attention(
     q: Tensor,
     k: Tensor,
