@@ -52,6 +52,8 @@ __all__ = [
     "check_text",
     "check_date",
     "check_token_ids",
+    "check_id_list",
+    "check_id_pair",
     "check_boolean",
     "check_even",
     "check_positions_input",
@@ -490,6 +492,32 @@ def check_token_ids(ids: object, vocab_size: int, name: str = "ids") -> Tensor:
             "every id must name a row of the vocabulary"
         )
     return ids
+
+
+def check_id_list(ids: object, name: str = "ids") -> Sequence[int]:
+    """A list of int token ids (lesson 01's BPE pieces): a list, tuple or bytes of ints; not a
+    str (its characters are not ids) and not a tensor (a tensor is never equal to a dict key)."""
+    if isinstance(ids, str):
+        raise TypeError(
+            f"{name} must be a list of int ids, got a str; turn text into its byte ids first, "
+            "list(text.encode('utf-8'))"
+        )
+    if not isinstance(ids, Sequence):  # bytes are a Sequence of ints; a tensor is not one
+        hint = f"; convert it with {name}.tolist()" if hasattr(ids, "tolist") else ""
+        raise TypeError(f"{name} must be a list of int ids, got {type(ids).__name__}{hint}")
+    for i, value in enumerate(ids):
+        if not is_int(value):
+            raise TypeError(
+                f"{name}[{i}] is {value!r} ({type(value).__name__}); {name} must hold int ids"
+            )
+    return ids
+
+
+def check_id_pair(pair: object, name: str = "pair") -> tuple[int, int]:
+    """Two int ids (a, b), e.g. the pair a BPE merge joins."""
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2 or not all(is_int(i) for i in pair):
+        raise TypeError(f"{name} must be a pair of two int ids (a, b), got {pair!r}")
+    return pair[0], pair[1]
 
 
 def check_boolean(mask: object, name: str) -> Tensor:
