@@ -27,6 +27,30 @@ def test_device_follows_the_environment_variable(monkeypatch):
             get_device("cuda")
 
 
+def test_an_unknown_device_name_is_named(monkeypatch):
+    # before: get_device("tpu") raised torch's "Expected one of cpu, cuda, ipu, xpu, mkldnn,
+    # opengl, ... device type at start of device string: tpu"; get_device(0) silently gave the
+    # default device (0 is falsy) and get_device(torch.device("cpu")) an AttributeError
+    monkeypatch.delenv("COURSE_DEVICE", raising=False)
+    for name in ("tpu", "GPU", "cuda:x", "meta"):
+        with pytest.raises(ValueError, match=f"prefer='{name}' is not a device the course runs"):
+            get_device(name)
+    with pytest.raises(TypeError, match="prefer must be a device name"):
+        get_device(0)
+    assert get_device(torch.device("cpu")) == torch.device("cpu") == get_device("cpu")
+    monkeypatch.setenv("COURSE_DEVICE", "gpu")
+    with pytest.raises(ValueError, match="COURSE_DEVICE='gpu' is not a device"):
+        get_device()
+    monkeypatch.setenv("COURSE_DEVICE", "")  # set but empty: the default
+    assert get_device().type == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.backends.mps.is_available():
+        with pytest.raises(ValueError, match="no Apple GPU"):
+            get_device("mps")
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match="numbered from cuda:0"):
+            get_device(f"cuda:{torch.cuda.device_count()}")
+
+
 def test_environment_report_names_the_essentials():
     assert {"python", "torch", "device", "course_lib"} <= set(environment_report())
 
