@@ -37,6 +37,7 @@ __all__ = [
     "check_positive_int",
     "check_heads_divide",
     "check_flag",
+    "check_callable",
     "check_token_id",
     "check_bool_mask",
     "check_floating",
@@ -258,6 +259,17 @@ def check_flag(value: object, name: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {value!r}")
     return value
+
+
+def check_callable(fn: object, name: str = "fn") -> Callable:
+    """Check that `fn` is a function to call (a timing or a measurement calls it), not the
+    result of calling one."""
+    if not callable(fn):
+        raise TypeError(
+            f"{name} must be a function to call, e.g. lambda: model(x), got "
+            f"{type(fn).__name__}: pass the call itself, not its result"
+        )
+    return fn
 
 
 def check_token_id(value: object, name: str, meaning: str) -> int:

@@ -156,6 +156,15 @@ def test_input_checks_name_the_argument(call, words):
         call()
 
 
+def test_what_is_timed_or_measured_must_be_a_function():
+    # before: "'Tensor' object is not callable" when a learner passed model(x) for lambda: ...
+    from course_lib.cost import minor_page_faults
+
+    for measure in (median_seconds, peak_tensor_bytes, minor_page_faults):
+        with pytest.raises(TypeError, match="fn must be a function to call.* got Tensor"):
+            measure(torch.zeros(3))
+
+
 def test_a_switch_must_be_true_or_false():
     with pytest.raises(TypeError, match="stabilize must be True or False, got 1"):
         performer_features(torch.randn(3, 4), torch.randn(8, 4), stabilize=1)
