@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from course_lib.blocks import EncoderLayer
 from course_lib.gpt import GPT, BigramLM, GPTConfig, generate
-from course_lib.kv_cache import LayerCache
+from course_lib.kv_cache import KVCache, LayerCache
 from course_lib.masking import causal_mask
 from course_lib.multihead import MultiHeadAttention
 from course_lib.train import WarmupCosine, WarmupLinear, evaluate_loss, lm_loss
@@ -139,6 +139,28 @@ def test_layer_cache_refuses_keys_and_values_that_do_not_fit(k, v, error, match)
     assert cache.keys.shape == (2, 3, 6, 8)
     with pytest.raises(ValueError, match="both keys and values"):
         LayerCache(torch.randn(2, 3, 4, 8))  # before: appending returned uninitialised values
+
+
+def test_forward_cached_names_a_cache_that_does_not_continue_these_ids():
+    # before: a batch-2 cache with batch-1 ids broadcast and returned batch-2 logits silently;
+    # another model's cache raised "The expanded size of the tensor (16) must match ...", a
+    # cache of other depth "zip() argument 2 is longer than argument 1", a list an
+    # AttributeError
+    torch.manual_seed(0)
+    model = small()
+    ids = torch.randint(11, (2, 4))
+    _, cache = model.forward_cached(ids)
+    wider = GPT(GPTConfig(vocab_size=11, block_size=16, d_model=64, num_heads=4, num_layers=2))
+    _, other = wider.forward_cached(ids)
+    for bad, error, words in (
+        (cache, ValueError, r"cache holds keys of shape \(2, 4, 4, 8\).* but ids has batch=1"),
+        (other, ValueError, "this model has kv_heads=4, d_head=8"),
+        (KVCache.empty(3), ValueError, "cache has 3 layers but this model has num_layers=2"),
+        ([], TypeError, "cache must be the KVCache that forward_cached returned"),
+    ):
+        with pytest.raises(error, match=words):
+            model.forward_cached(ids[:1, :1] if bad is cache else ids[:, :1], bad)
+    assert model.forward_cached(ids[:, :1], cache)[0].shape == (2, 1, 11)  # the same batch
 
 
 def test_forward_cached_leaves_the_callers_cache_as_it_was():
