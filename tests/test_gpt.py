@@ -298,6 +298,10 @@ def test_evaluate_loss_is_the_mean_over_every_token():
         count += len(window) - 1
     assert count == 49 and math.isclose(got, total / count, rel_tol=1e-5)
     assert model.training  # left as it was
+    # before: "ids has 17 tokens (after 0 cached ones) but the model's context is block_size=16;
+    # crop it", about ids the learner never made
+    with pytest.raises(ValueError, match="block_size=17 is longer than the model's context"):
+        evaluate_loss(model, ids, block_size=17)
 
 
 def test_training_a_few_steps_lowers_the_loss():
