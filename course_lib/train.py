@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .validation import (
+    check_flag,
     check_ids,
     check_logits_target,
     check_non_negative_int,
@@ -425,6 +426,7 @@ def train(
     if clip is not None:
         clip = check_number(clip, "clip")
     check_positive_int(log_every, "log_every")
+    check_flag(progress, "progress")
     if not isinstance(batches, Iterable):
         raise TypeError(f"batches must be an iterable of batches, got {type(batches).__name__}")
 

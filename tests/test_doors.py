@@ -231,6 +231,7 @@ def _switch_calls():
     from course_lib.gpt import generate
     from course_lib.llama import GroupedQueryAttention
     from course_lib.multihead import MultiHeadAttention
+    from course_lib.train import train
     from course_lib.translator import Seq2SeqTransformer
 
     x = torch.randn(2, 5, 8)
@@ -257,6 +258,10 @@ def _switch_calls():
         ("orthogonal", lambda v: random_feature_projection(4, 4, orthogonal=v)),
         ("enabled", lambda v: record_attention(EncoderLayer(8, 2, 16), v)),
         ("use_cache", lambda v: generate(gpt, torch.zeros(1, 2, dtype=torch.long), 1, use_cache=v)),
+        (
+            "progress",
+            lambda v: train(gpt, [], lambda m, b: 0, torch.optim.SGD(gpt.parameters()), progress=v),
+        ),
     ]
 
 
