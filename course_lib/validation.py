@@ -34,6 +34,7 @@ __all__ = [
     "check_eps",
     "check_choice",
     "check_same_last_dim",
+    "check_batch_broadcast",
     "check_positive_int",
     "check_heads_divide",
     "check_flag",
@@ -236,6 +237,19 @@ def check_same_last_dim(a: Tensor, a_name: str, b: Tensor, b_name: str, what: st
             f"{a_name} and {b_name} must share their last dimension "
             f"(shapes {_shape(a)} and {_shape(b)})"
         )
+
+
+def check_batch_broadcast(a: Tensor, a_name: str, b: Tensor, b_name: str) -> None:
+    """Check that the batch dimensions of two (..., rows, cols) tensors, all but the last two,
+    broadcast together (as a matrix multiply of a batch needs)."""
+    try:
+        torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"the batch dimensions of {a_name} {tuple(a.shape[:-2])} and {b_name} "
+            f"{tuple(b.shape[:-2])} do not broadcast: each must be equal or 1, counted from the "
+            f"right (shapes {_shape(a)} and {_shape(b)})"
+        ) from None
 
 
 def check_positive_int(value: object, name: str) -> int:

@@ -88,6 +88,12 @@ def test_ex00_references_equal_torch(dtype):
         last_token(x, torch.tensor([0, 1, 2]))
     with pytest.raises(ValueError, match="must agree on k"):
         batched_matmul(torch.randn(2, 3), torch.randn(4, 5))
+    # before: "The size of tensor a (2) must match the size of tensor b (3) at non-singleton
+    # dimension 0", from the product inside
+    with pytest.raises(ValueError, match=r"batch dimensions of a \(2,\) and b \(3,\)"):
+        batched_matmul(torch.randn(2, 3, 4), torch.randn(3, 4, 6))
+    with pytest.raises(ValueError, match=r"batch dimensions of x \(2,\) and y \(3,\)"):
+        pairwise_sq_distances(torch.randn(2, 3, 4), torch.randn(3, 5, 4))
 
 
 def test_set_threads_defaults_to_one_and_follows_course_threads(monkeypatch):
