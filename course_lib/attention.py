@@ -22,8 +22,10 @@ from .validation import (
     at_the_door,
     check_bool_mask,
     check_dropout,
+    check_flag,
     check_floating,
     check_qkv,
+    check_same_dtype,
     check_tensor,
     door,
     is_number,
@@ -73,6 +75,8 @@ def scaled_dot_product_attention(
     """
     if at_the_door():
         check_qkv(q, k, v)
+        check_flag(is_causal, "is_causal")
+        check_flag(need_weights, "need_weights")
         target = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
         if mask is not None:
             check_bool_mask(mask, "mask", target, "(..., n_q, n_k)")
@@ -129,12 +133,9 @@ def self_attention(
                 f"{name} has {w.shape[0]} rows but x has d_model={x.shape[-1]}; {name} must be "
                 f"(d_model, d_out) so that x @ {name} works (got {tuple(w.shape)})"
             )
-        if w.dtype != x.dtype:
-            raise TypeError(
-                f"{name} has dtype {str(w.dtype).replace('torch.', '')} but x has "
-                f"{str(x.dtype).replace('torch.', '')}; x @ {name} needs one dtype, e.g. "
-                f"{name}.to(x.dtype)"
-            )
+        check_same_dtype(
+            (w, x), (name, "x"), f"x @ {name} needs one dtype, e.g. {name}.to(x.dtype)"
+        )
     q, k, v = x @ w_q, x @ w_k, x @ w_v  # (..., n, d_k), (..., n, d_k), (..., n, d_v)
     return scaled_dot_product_attention(q, k, v, mask)
 

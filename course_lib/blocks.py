@@ -53,6 +53,7 @@ from .validation import (
     check_decoder_inputs,
     check_dropout,
     check_features,
+    check_flag,
     check_positive_int,
     check_same_batch,
     check_sequence,
@@ -115,6 +116,7 @@ class FeedForward(nn.Module):
         super().__init__()
         check_positive_int(d_model, "d_model")
         check_positive_int(d_ff, "d_ff")
+        check_flag(bias, "bias")
         self.d_model, self.d_ff = d_model, d_ff
         self.activation = check_choice(activation, "activation", tuple(_ACTIVATIONS))
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
@@ -160,7 +162,7 @@ class _ResidualLayer(nn.Module):
         super().__init__()
         dropout = check_dropout(dropout)
         self.d_model, self.num_heads, self.d_ff = d_model, num_heads, d_ff
-        self.norm_first = bool(norm_first)
+        self.norm_first = check_flag(norm_first, "norm_first")
         self.self_attn = MultiHeadAttention(
             d_model, num_heads, dropout=dropout, bias=bias, rope=rope
         )
@@ -220,6 +222,7 @@ class EncoderLayer(_ResidualLayer):
     ) -> Tensor:
         if at_the_door():
             check_sequence(x, "x", self.d_model, weights=next(self.parameters()))
+            check_flag(is_causal, "is_causal")
             if mask is not None:
                 check_attention_mask(mask, "mask", len(x), self.num_heads, x.shape[1], x.shape[1])
         attend = lambda h: self._self_attention(h, mask, is_causal, cache)
@@ -297,9 +300,10 @@ def record_attention(model: nn.Module, enabled: bool = True) -> nn.Module:
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    check_flag(enabled, "enabled")
     for layer in model.modules():
         if isinstance(layer, (EncoderLayer, DecoderLayer, CrossAttentionSublayer)):
-            layer.record_attention = bool(enabled)
+            layer.record_attention = enabled
             if not enabled:
                 layer.attention = None
     return model

@@ -48,7 +48,15 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .validation import check_text, is_int
+from .validation import (
+    at_the_door,
+    check_id_list,
+    check_id_pair,
+    check_text,
+    check_token_id,
+    door,
+    is_int,
+)
 
 __all__ = [
     "PRE_TOKENIZE_PATTERN",
@@ -95,18 +103,22 @@ def pre_tokenize(text: str) -> list[str]:
     return PRE_TOKENIZE_PATTERN.findall(text)
 
 
+@door
 def pair_counts(ids: Sequence[int]) -> dict[tuple[int, int], int]:
     """How often each adjacent pair occurs in ids (n,); overlapping pairs all count.
 
     >>> pair_counts([5, 5, 5, 7])
     {(5, 5): 2, (5, 7): 1}
     """
+    if at_the_door():  # BPETokenizer's own calls skip the checks
+        check_id_list(ids)
     counts: dict[tuple[int, int], int] = {}
     for pair in _pairs(ids):
         counts[pair] = counts.get(pair, 0) + 1
     return counts
 
 
+@door
 def merge_pair(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[int]:
     """ids (n,) -> a new list (<= n,) with each occurrence of `pair` replaced by `new_id`.
 
@@ -114,6 +126,10 @@ def merge_pair(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[i
     >>> merge_pair([5, 5, 5], (5, 5), 9)
     [9, 5]
     """
+    if at_the_door():
+        check_id_list(ids)
+        check_id_pair(pair)
+        check_token_id(new_id, "new_id", "the id the pair becomes")
     first, second = pair
     merged: list[int] = []
     i = 0
@@ -127,12 +143,23 @@ def merge_pair(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[i
     return merged
 
 
+@door
 def bpe_encode(ids: Sequence[int], merges: dict[tuple[int, int], int]) -> list[int]:
     """ids (n,) -> ids (<= n,) after applying each merge {pair: new_id} in the order learned.
 
     The order matters, not how often a pair occurs in `ids`: training merged the pairs in this
     order, so encoding must too, or the same text would get different tokens.
     """
+    if at_the_door():
+        check_id_list(ids)
+        if not isinstance(merges, dict):
+            raise TypeError(
+                "merges must be a dict {(a, b): new_id} in the order the merges were learned, "
+                f"got {type(merges).__name__}"
+            )
+        for pair, new_id in merges.items():
+            check_id_pair(pair, "each key of merges")
+            check_token_id(new_id, f"merges[{pair!r}]", "the id the pair becomes")
     ids = list(ids)
     for pair, new_id in merges.items():
         ids = merge_pair(ids, pair, new_id)
@@ -218,6 +245,7 @@ class BPETokenizer:
 
     # -- training ----------------------------------------------------------------------------
     @classmethod
+    @door
     def train(cls, text: str, vocab_size: int, special_tokens: Sequence[str] = ()) -> BPETokenizer:
         """Learn vocab_size - 256 - len(special_tokens) merges from `text`: each time, the most
         frequent adjacent pair (summed over all chunks); ties go to the greatest pair of byte
@@ -355,6 +383,7 @@ class BPETokenizer:
             ids = merge_pair(ids, pair, NUM_BYTES + ranks[pair])
         return ids
 
+    @door
     def encode(self, text: str, allowed_special: str | Collection[str] = ()) -> list[int]:
         """Text -> list of token ids (any text: every byte has a token).
 
@@ -391,6 +420,7 @@ class BPETokenizer:
                 )
         return allowed
 
+    @door
     def encode_bytes(self, data: bytes) -> list[int]:
         """Any bytes -> list of token ids, even bytes that are not valid UTF-8:
         decode_bytes(encode_bytes(data)) == data."""

@@ -38,7 +38,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from .validation import check_flag, check_non_negative_int, check_positive_int
+from .validation import check_callable, check_flag, check_non_negative_int, check_positive_int
 
 __all__ = [
     "median_seconds",
@@ -51,6 +51,7 @@ __all__ = [
 
 def median_seconds(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
     """Median wall-clock seconds of `repeats` calls of fn(), after `warmup` untimed calls."""
+    check_callable(fn)
     check_positive_int(repeats, "repeats")
     check_non_negative_int(warmup, "warmup")
     for _ in range(warmup):
@@ -110,6 +111,7 @@ def peak_tensor_bytes(fn: Callable[[], object], grad: bool = False) -> int:
     leaves in `.grad` stay alive after it and are counted; set them to None inside fn to
     measure only the peak.
     """
+    check_callable(fn)
     check_flag(grad, "grad")
     counter = TensorMemoryCounter()
     with torch.set_grad_enabled(grad), counter:
@@ -127,6 +129,8 @@ def minor_page_faults(fn: Callable[[], object]) -> int:
     4 KiB page, on every call.
     """
     import resource  # Unix only: imported here so that the module loads everywhere
+
+    check_callable(fn)
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     fn()

@@ -32,6 +32,7 @@ from .validation import (
     check_floating,
     check_memory_mask,
     check_positive_int,
+    check_same_dtype,
     check_tensor,
     door,
 )
@@ -78,7 +79,8 @@ def cross_attention(
                 f"{source.shape[-1]}; {name} must be (d_model, d_out) so that "
                 f"{source_name} @ {name} works (got {tuple(w.shape)})"
             )
-        _check_same_dtype(w, name, source, source_name)
+        fix = f"{source_name} @ {name} needs one dtype, e.g. {name}.to({source_name}.dtype)"
+        check_same_dtype((w, source), (name, source_name), fix)
     if w_q.shape[1] != w_k.shape[1]:
         raise ValueError(
             f"w_q has d_k={w_q.shape[1]} columns but w_k has {w_k.shape[1]}; queries and keys "
@@ -149,15 +151,6 @@ class CrossAttentionSublayer(nn.Module):
         return residual(x, attend, self.norm, self.dropout, self.norm_first)  # (b, n_q, d_model)
 
 
-def _check_same_dtype(w: Tensor, name: str, x: Tensor, x_name: str) -> None:
-    if w.dtype != x.dtype:
-        raise TypeError(
-            f"{name} has dtype {str(w.dtype).replace('torch.', '')} but {x_name} has "
-            f"{str(x.dtype).replace('torch.', '')}; {x_name} @ {name} needs one dtype, e.g. "
-            f"{name}.to({x_name}.dtype)"
-        )
-
-
 def attention_pool(
     x: Tensor, queries: Tensor, w_k: Tensor, w_v: Tensor, mask: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
@@ -176,8 +169,11 @@ def attention_pool(
         check_tensor(w, name, ndim=2, shape_hint="(d_model, d_out)")
         if w.shape[0] != x.shape[-1]:
             raise ValueError(f"{name} has {w.shape[0]} rows but x has d_model={x.shape[-1]}")
-        _check_same_dtype(w, name, x, "x")
-    _check_same_dtype(queries, "queries", x, "x")
+        check_same_dtype(
+            (w, x), (name, "x"), f"x @ {name} needs one dtype, e.g. {name}.to(x.dtype)"
+        )
+    why = "queries @ keys needs one dtype, e.g. queries.to(x.dtype)"
+    check_same_dtype((queries, x), ("queries", "x"), why)
     if w_k.shape[1] != queries.shape[1]:
         raise ValueError(
             f"queries have d_k={queries.shape[1]} but w_k has {w_k.shape[1]} "

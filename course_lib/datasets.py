@@ -184,8 +184,27 @@ def encode_pairs(
     The source is the characters alone; the target ends with <eos> (the decoder must learn to
     stop). The decoder's input, <bos> + target[:-1], is made by `train.shift_right`.
     """
+    if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Sequence):
+        raise TypeError(
+            f"pairs must be a list of (source, target) pairs of strings, got {type(pairs).__name__}"
+        )
     if not pairs:
         raise ValueError("pairs is empty; give at least one (source, target) pair")
+    for i, pair in enumerate(pairs):
+        if (
+            not isinstance(pair, (tuple, list))
+            or len(pair) != 2
+            or not all(isinstance(text, str) for text in pair)
+        ):
+            one = (
+                isinstance(pairs, tuple)
+                and len(pairs) == 2
+                and all(isinstance(t, str) for t in pairs)
+            )
+            one = " (pairs looks like one pair: write [(source, target)])" if one else ""
+            raise TypeError(
+                f"pairs[{i}] must be a (source, target) pair of two strings, got {pair!r}{one}"
+            )
     sources, targets = zip(*pairs, strict=True)
     src, _ = tokenizer.encode_batch(list(sources))
     tgt, _ = tokenizer.encode_batch(list(targets), add_eos=True)

@@ -17,7 +17,14 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from .validation import check_ids, check_non_negative_int, check_positive_int, is_number
+from .validation import (
+    check_id_list,
+    check_ids,
+    check_non_negative_int,
+    check_positive_int,
+    check_token_id,
+    is_number,
+)
 
 __all__ = [
     "greedy_decode",
@@ -193,7 +200,20 @@ def model_step_fn(model: nn.Module, src: Tensor) -> StepFn:
 
 def strip_special(tokens: Sequence[int] | Tensor, eos_id: int) -> list[int]:
     """The tokens up to (not including) the first eos_id."""
-    tokens = tokens.tolist() if isinstance(tokens, Tensor) else list(tokens)
+    if isinstance(tokens, Tensor):
+        if tokens.dim() != 1:
+            raise ValueError(
+                f"tokens must be one sequence, a 1-D tensor (seq,), got shape "
+                f"{tuple(tokens.shape)}; strip each row: [strip_special(row, eos_id) for row in "
+                "tokens]"
+            )
+        tokens = tokens.tolist()
+    elif isinstance(tokens, str):
+        raise TypeError(
+            "tokens must be token ids, got a str: strip_special cuts ids, before decode"
+        )
+    tokens = list(check_id_list(tokens, "tokens"))
+    check_token_id(eos_id, "eos_id", "the id of the <eos> token")
     return tokens[: tokens.index(eos_id)] if eos_id in tokens else tokens
 
 
@@ -247,8 +267,18 @@ def translate(
 
 def exact_match(predictions: Sequence[str], references: Sequence[str]) -> float:
     """The fraction of predictions equal to their reference, character for character."""
+    for name, texts in (("predictions", predictions), ("references", references)):
+        if isinstance(texts, str):
+            raise TypeError(f"{name} must be a list of strings, got a single str; wrap it: [text]")
     if len(predictions) != len(references):
         raise ValueError(f"got {len(predictions)} predictions for {len(references)} references")
     if not predictions:
         raise ValueError("predictions is empty")
+    for i, pair in enumerate(zip(predictions, references, strict=True)):
+        for name, text in zip(("predictions", "references"), pair, strict=True):
+            if not isinstance(text, str):
+                raise TypeError(
+                    f"{name}[{i}] is {type(text).__name__}, not a str: exact_match compares "
+                    "texts, so decode token ids first (tokenizer.decode)"
+                )
     return sum(p == r for p, r in zip(predictions, references, strict=True)) / len(predictions)

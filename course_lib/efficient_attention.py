@@ -32,13 +32,17 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .validation import (
+    at_the_door,
     check_bool_mask,
     check_flag,
+    check_floating,
     check_non_negative_int,
     check_positive_int,
     check_qkv,
+    check_same_dtype,
     check_size,
     check_tensor,
+    door,
 )
 
 __all__ = [
@@ -77,8 +81,9 @@ def _mask_tile(scores, q_start, k_start, shift, causal, key_padding_mask) -> Ten
     return scores
 
 
-def _check_tiled(q, k, v, block_size, key_padding_mask):
+def _check_tiled(q, k, v, causal, block_size, key_padding_mask):
     check_qkv(q, k, v)
+    check_flag(causal, "causal")
     check_positive_int(block_size, "block_size")
     if key_padding_mask is not None:
         batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
@@ -105,7 +110,7 @@ def tiled_attention_forward(
     whose output is 0. Plain tensor operations: called directly under autograd, PyTorch keeps
     every tile for the backward pass (that is what `tiled_attention` avoids).
     """
-    _check_tiled(q, k, v, block_size, key_padding_mask)
+    _check_tiled(q, k, v, causal, block_size, key_padding_mask)
     n_q, n_k = q.shape[-2], k.shape[-2]
     shift = n_k - n_q
     scale = 1.0 / math.sqrt(q.shape[-1])
@@ -164,7 +169,7 @@ def tiled_attention_backward(
     shapes of q, k and v (batch dimensions that were broadcast are summed). `d_lse`
     (..., n_q), a gradient on lse itself, adds p * d_lse to ds: D - d_lse takes D's place.
     """
-    _check_tiled(q, k, v, block_size, key_padding_mask)
+    _check_tiled(q, k, v, causal, block_size, key_padding_mask)
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     for t, name, shape in (
         (out, "out", (*batch, q.shape[-2], v.shape[-1])),
@@ -260,8 +265,8 @@ def tiled_attention(
     (`tiled_attention_backward`) recomputes each tile's weights from lse. The largest
     temporary is a few (block_size, block_size) tiles per batch element, forward and backward.
     """
-    _check_tiled(q, k, v, block_size, key_padding_mask)
-    check_flag(causal, "causal")
+    _check_tiled(q, k, v, causal, block_size, key_padding_mask)
+    check_flag(return_lse, "return_lse")
     out, lse = _FlashAttention.apply(q, k, v, causal, block_size, key_padding_mask)
     return (out, lse) if return_lse else out
 
@@ -287,6 +292,7 @@ def sliding_window_mask(
     """
     check_positive_int(n, "n")
     check_non_negative_int(window, "window")
+    check_flag(causal, "causal")
     n_k = n if n_k is None else check_positive_int(n_k, "n_k")
     query_pos = torch.arange(n, device=device) + (n_k - n)
     offset = query_pos[:, None] - torch.arange(n_k, device=device)[None, :]  # (n, n_k): i - j
@@ -320,6 +326,7 @@ def sliding_window_attention(
     """
     check_qkv(q, k, v)
     check_non_negative_int(window, "window")
+    check_flag(causal, "causal")
     n_q, n_k = q.shape[-2], k.shape[-2]
     shift = n_k - n_q  # query i is token i + shift
     width = 2 * window + 1
@@ -358,6 +365,7 @@ def random_feature_projection(
     """
     check_positive_int(num_features, "num_features")
     check_positive_int(d_k, "d_k")
+    check_flag(orthogonal, "orthogonal")
     gaussian = torch.randn(num_features, d_k, generator=generator, dtype=torch.float64)
     if not orthogonal:
         return gaussian.to(dtype)
@@ -373,6 +381,7 @@ def random_feature_projection(
     return (directions * gaussian.norm(dim=-1, keepdim=True)).to(dtype)
 
 
+@door
 def performer_features(
     x: Tensor, projection: Tensor, is_query: bool = True, stabilize: bool = True
 ) -> Tensor:
@@ -388,7 +397,16 @@ def performer_features(
     overflow. Attention's normalisation cancels it, but phi(q).phi(k) is then exp(q.k) times
     an unknown factor: use stabilize=False for the unbiased estimate itself.
     """
-    check_flag(stabilize, "stabilize")
+    if at_the_door():  # performer_attention's own calls skip the checks it made
+        check_tensor(x, "x", min_ndim=2, shape_hint="(..., n, d_k)")
+        check_floating(x, "x")
+        check_tensor(projection, "projection", ndim=2, shape_hint="(num_features, d_k)")
+        why = f"x has d_k={x.shape[-1]}; it must be (num_features, d_k), one row per feature"
+        check_size(projection, "projection", 1, x.shape[-1], "columns", why)
+        fix = "convert it with projection.to(x.dtype)"
+        check_same_dtype((projection, x), ("projection", "x"), fix)
+        check_flag(is_query, "is_query")
+        check_flag(stabilize, "stabilize")
     projected = x @ projection.T  # (..., n, m)
     exponent = projected - (x * x).sum(dim=-1, keepdim=True) / 2
     if stabilize and is_query:
@@ -398,6 +416,7 @@ def performer_features(
     return exponent.exp() / math.sqrt(projection.shape[0])
 
 
+@door
 def performer_attention(
     q: Tensor,
     k: Tensor,

@@ -138,6 +138,8 @@ def ppmi(counts: Tensor, alpha: float = 0.75) -> Tensor:
     """
     check_tensor(counts, "counts", ndim=2, shape_hint="(vocab_size, vocab_size)")
     check_floating(counts, "counts")
+    if bool((counts < 0).any()):
+        raise ValueError("counts holds negative numbers; co-occurrence counts are >= 0")
     total = counts.sum()
     if total <= 0:
         raise ValueError("counts is all zeros; there is nothing to learn from")

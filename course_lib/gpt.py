@@ -183,14 +183,44 @@ class GPT(nn.Module):
         value (a caller that passes its own, as exercise 09's generation loop does, must count
         the same way).
         """
+        checks = at_the_door()
+        if checks and cache is not None:
+            self._check_cache(cache)
         cache = KVCache.empty(len(self.layers)) if cache is None else cache.copy()
         start = cache.num_tokens if start is None else start
-        if at_the_door():
+        if checks:
             check_context(ids, start, self.config.block_size, self.config.vocab_size)
+            self._check_cache(cache, len(ids))
         x = self._embed(ids, start)  # (batch, n, d_model)
         for layer, layer_cache in zip(self.layers, cache, strict=True):
             x = layer(x, is_causal=True, cache=layer_cache)  # appends to layer_cache
         return self.lm_head(self.norm(x)), cache  # (batch, n, vocab)
+
+    def _check_cache(self, cache: object, batch: int | None = None) -> None:
+        """A KVCache from this model's forward_cached, one LayerCache per layer, holding keys
+        (batch, kv_heads, t, d_head) of this model's heads and of the batch of `ids`: another
+        batch would broadcast into it silently."""
+        if not isinstance(cache, KVCache):
+            raise TypeError(
+                "cache must be the KVCache that forward_cached returned (or None to start), "
+                f"got {type(cache).__name__}"
+            )
+        if len(cache) != len(self.layers):
+            raise ValueError(
+                f"cache has {len(cache)} layers but this model has num_layers="
+                f"{len(self.layers)}; continue a cache with the model that made it"
+            )
+        keys = cache[0].keys
+        if batch is None or keys is None:
+            return
+        attn = self.layers[0].self_attn
+        if (keys.shape[0], keys.shape[1], keys.shape[3]) != (batch, attn.num_kv_heads, attn.d_head):
+            raise ValueError(
+                f"cache holds keys of shape {tuple(keys.shape)}, (batch, kv_heads, t, d_head), "
+                f"but ids has batch={batch} and this model has kv_heads={attn.num_kv_heads}, "
+                f"d_head={attn.d_head}; continue a cache with the same batch of sequences, "
+                "on the model that made it"
+            )
 
 
 class BigramLM(nn.Module):
@@ -236,6 +266,7 @@ def generate(
     vocab_size = model.config.vocab_size if isinstance(model, GPT) else None
     check_ids(ids, "ids", "t", vocab_size)
     check_non_negative_int(max_new_tokens, "max_new_tokens")
+    check_flag(use_cache, "use_cache")
     if use_cache and not isinstance(model, GPT):
         raise TypeError(f"use_cache=True needs a GPT, got {type(model).__name__}")
     block_size = model.config.block_size if isinstance(model, GPT) else None

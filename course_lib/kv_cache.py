@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from .attention import scaled_dot_product_attention
-from .validation import at_the_door, check_floating, check_tensor, door
+from .validation import at_the_door, check_floating, check_same_dtype, check_tensor, door
 
 __all__ = ["cached_attention_step", "LayerCache", "KVCache"]
 
@@ -66,12 +66,11 @@ def cached_attention_step(
                 f"k_t {tuple(k_t.shape)} and k_cache {tuple(k_cache.shape)} in batch, "
                 "heads and length, and share their d_head"
             )
-        dtypes = [str(t.dtype).replace("torch.", "") for t in (q_t, k_t, v_t, k_cache, v_cache)]
-        if len(set(dtypes)) > 1:
-            raise TypeError(
-                "q_t, k_t, v_t, k_cache and v_cache must share one dtype, got "
-                f"{', '.join(dtypes)}; convert the cache with k_cache.to(q_t.dtype)"
-            )
+        check_same_dtype(
+            (q_t, k_t, v_t, k_cache, v_cache),
+            ("q_t", "k_t", "v_t", "k_cache", "v_cache"),
+            "convert the cache with k_cache.to(q_t.dtype)",
+        )
     k_cache = torch.cat([k_cache, k_t], dim=-2)  # (batch, heads, t + 1, d_head)
     v_cache = torch.cat([v_cache, v_t], dim=-2)  # (batch, heads, t + 1, d_head)
     output_t, _ = scaled_dot_product_attention(q_t, k_cache, v_cache)  # (batch, heads, 1, d_head)
@@ -92,6 +91,11 @@ class LayerCache:
     """
 
     def __init__(self, keys: Tensor | None = None, values: Tensor | None = None):
+        self._k = self._v = None
+        if keys is not None or values is not None:
+            if keys is None or values is None:
+                raise ValueError("give both keys and values (or neither, for an empty cache)")
+            self._check_new(keys, values, "keys", "values")
         self._k, self._v = keys, values  # buffers (batch, heads, capacity, d_head)
         self._len = 0 if keys is None else keys.shape[2]
         self._filled = [self._len]  # positions written in the buffer, shared with copies
@@ -104,7 +108,10 @@ class LayerCache:
     def values(self) -> Tensor | None:
         return None if self._v is None else self._v[:, :, : self._len]
 
+    @door
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if at_the_door():  # a learner's call; MultiHeadAttention's own call skips the checks
+            self._check_new(k, v)
         t, n = self._len, k.shape[2]
         if self._k is None or t + n > self._k.shape[2] or self._filled[0] != t:
             self._k, self._v = self._grown(self._k, k, t + n), self._grown(self._v, v, t + n)
@@ -112,6 +119,39 @@ class LayerCache:
         self._k[:, :, t : t + n], self._v[:, :, t : t + n] = k, v
         self._len = self._filled[0] = t + n
         return self.keys, self.values
+
+    def _check_new(self, k: Tensor, v: Tensor, k_name: str = "k", v_name: str = "v") -> None:
+        """New keys and values: floating (batch, heads, n, d_head), one value per key, and the
+        batch, heads, d_head, dtype and device of the tokens already cached; a mismatch would
+        otherwise broadcast, or be cast, silently into the cache."""
+        hint = "(batch, heads, n, d_head)"
+        for t, name in ((k, k_name), (v, v_name)):
+            check_tensor(t, name, ndim=4, shape_hint=hint, allow_empty=True)
+            check_floating(t, name)
+        if k.shape[:3] != v.shape[:3]:
+            raise ValueError(
+                f"{k_name} {tuple(k.shape)} and {v_name} {tuple(v.shape)} must have the same "
+                "batch, heads and length n: each key has one value"
+            )
+        check_same_dtype((k, v), (k_name, v_name), f"convert {v_name} with .to({k_name}.dtype)")
+        if k.device != v.device:
+            raise ValueError(f"{k_name} is on {k.device} but {v_name} is on {v.device}")
+        if self._k is None:
+            return
+        for new, old, name in ((k, self.keys, k_name), (v, self.values, v_name)):
+            if new.shape[:2] != old.shape[:2] or new.shape[3] != old.shape[3]:
+                raise ValueError(
+                    f"{name} has shape {tuple(new.shape)} but the cache holds {len(self)} tokens "
+                    f"of shape {tuple(old.shape)}: new tokens must have its batch, heads and "
+                    f"d_head, {hint} with only n free"
+                )
+        fix = f"convert them with .to({self._k.dtype})"
+        check_same_dtype((k, self._k), (k_name, "the cache"), fix)
+        if k.device != self._k.device:
+            raise ValueError(
+                f"{k_name} is on {k.device} but the cache is on {self._k.device}; move "
+                f"them with .to('{self._k.device}')"
+            )
 
     def _grown(self, old: Tensor | None, new: Tensor, needed: int) -> Tensor:
         """A buffer with room for twice `needed` positions, holding the first t of `old`."""

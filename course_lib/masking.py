@@ -176,5 +176,6 @@ def dependency_matrix(f: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
             changed[:, j] += change.to(x.device)
             after = f(changed)
             moved = (after != before) & ~(after.isnan() & before.isnan())  # NaN stays NaN
-            depends[:, j] = moved.flatten(2).any(-1).any(0)  # (seq,): output i moved, any row
+            # (seq,): output i moved, in any row (an output of (batch, seq) has one feature)
+            depends[:, j] = moved.reshape(batch, seq, -1).any(-1).any(0)
     return depends

@@ -20,6 +20,7 @@ from .validation import (
     at_the_door,
     check_attention_inputs,
     check_dropout,
+    check_flag,
     check_heads_divide,
     check_positive_int,
     check_tensor,
@@ -99,6 +100,7 @@ class MultiHeadAttention(nn.Module):
         check_positive_int(num_heads, "num_heads")
         check_heads_divide(d_model, num_heads)
         check_dropout(dropout)
+        check_flag(bias, "bias")  # bias="no" would be truthy: biases on
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         check_positive_int(num_kv_heads, "num_kv_heads")
         if num_heads % num_kv_heads != 0:
@@ -109,7 +111,7 @@ class MultiHeadAttention(nn.Module):
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
         self.d_head = d_model // num_heads
         self.dropout = dropout
-        self.rope = bool(rope)
+        self.rope = check_flag(rope, "rope")
         if self.rope and self.d_head % 2:
             raise ValueError(
                 f"rope=True rotates pairs of features, so d_model / num_heads must be even, "
@@ -144,6 +146,7 @@ class MultiHeadAttention(nn.Module):
                 cached,
                 self.q_proj.weight,
             )
+            check_flag(need_weights, "need_weights")
         if mask is not None and mask.dim() == 3:  # (batch, n_q or 1, n_k): same for every head
             mask = mask.unsqueeze(1)  # (batch, 1, n_q or 1, n_k)
         q = split_heads(self.q_proj(query), self.num_heads)  # (batch, heads, n_q, d_head)

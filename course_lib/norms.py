@@ -23,6 +23,7 @@ from .validation import (
     at_the_door,
     check_eps,
     check_features,
+    check_flag,
     check_floating,
     check_positive_int,
     check_tensor,
@@ -73,6 +74,7 @@ class LayerNorm(nn.Module):
         super().__init__()
         check_positive_int(d_model, "d_model")
         self.d_model, self.eps = d_model, check_eps(eps)
+        check_flag(bias, "bias")
         self.weight = nn.Parameter(torch.ones(d_model))
         self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None
 

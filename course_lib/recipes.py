@@ -21,6 +21,7 @@ from torch import nn
 
 from .gpt import GPT, GPTConfig
 from .train import WarmupCosine, WarmupLinear
+from .validation import check_choice
 
 __all__ = [
     "TRANSLATOR_RECIPE",
@@ -142,7 +143,8 @@ GPT_RECIPES = {
 }
 
 
-def _check_recipe(recipe: object) -> None:
+def _check_recipe(recipe: object, *keys: str) -> None:
+    """A recipe dict holding `keys` (before: a hand-made dict without one raised KeyError)."""
     if not isinstance(recipe, dict):
         given = f"the name {recipe!r}" if isinstance(recipe, str) else type(recipe).__name__
         name = recipe if isinstance(recipe, str) and recipe in GPT_RECIPES else "lesson-09"
@@ -150,12 +152,18 @@ def _check_recipe(recipe: object) -> None:
             f"recipe must be a dict such as GPT_RECIPES[{name!r}], got {given} (the recipes: "
             f"{', '.join(GPT_RECIPES)})"
         )
+    missing = [key for key in keys if key not in recipe]
+    if missing:
+        raise ValueError(
+            f"recipe lacks {', '.join(map(repr, missing))}; start from a course recipe and "
+            "change what differs, e.g. dict(GPT_RECIPES['lesson-09'], max_lr=1e-3)"
+        )
 
 
 def gpt_optimizer(model: nn.Module, recipe: dict) -> torch.optim.AdamW:
     """AdamW with the recipe's weight decay on the matrices only, as nanoGPT: the embeddings
     and the linear layers' weights decay; biases and LayerNorm gains (vectors) do not."""
-    _check_recipe(recipe)
+    _check_recipe(recipe, "weight_decay", "max_lr", "betas")
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": recipe["weight_decay"]},
@@ -172,7 +180,8 @@ def gpt_schedule(
 ) -> WarmupCosine:
     """The recipe's warm-up and fall; it ends at recipe["decay_steps"] when the recipe fixes
     that step, otherwise with the run: after `total_steps` steps or `total_seconds` seconds."""
-    _check_recipe(recipe)
+    _check_recipe(recipe, "schedule", "decay_steps", "max_lr", "min_lr", "warmup_steps")
+    check_choice(recipe["schedule"], 'recipe["schedule"]', ("cosine", "linear"))
     shape = {"cosine": WarmupCosine, "linear": WarmupLinear}[recipe["schedule"]]
     if recipe["decay_steps"] is not None:
         total_steps, total_seconds = recipe["decay_steps"], None
@@ -194,7 +203,7 @@ def build_gpt(
 ) -> tuple[GPT, torch.optim.AdamW, WarmupCosine]:
     """-> (model, optimizer, schedule) as `recipe` says, for a run of `total_steps` steps or
     `total_seconds` seconds (the schedule's budget); seed torch first for a repeatable model."""
-    _check_recipe(recipe)
+    _check_recipe(recipe, "model")
     model = GPT(GPTConfig(vocab_size=vocab_size, **recipe["model"]))
     optimizer = gpt_optimizer(model, recipe)
     return model, optimizer, gpt_schedule(optimizer, recipe, total_steps, total_seconds)

@@ -33,18 +33,41 @@ def seed_everything(seed: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def get_device(prefer: str | None = None) -> torch.device:
+def get_device(prefer: str | torch.device | None = None) -> torch.device:
     """The device to compute on: `cuda` when a GPU is present, else `cpu`.
 
     `prefer` (or the environment variable COURSE_DEVICE) forces one, e.g. "cpu" to reproduce the
-    committed outputs exactly on a machine that has a GPU.
+    committed outputs exactly on a machine that has a GPU: "cpu", "cuda" (or "cuda:1", ...),
+    "mps" (an Apple GPU) or a torch.device.
     """
-    choice = prefer or os.environ.get("COURSE_DEVICE")
-    if choice is not None:
-        if choice.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(f"device {choice!r} was asked for, but no CUDA GPU is available")
-        return torch.device(choice)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if prefer is not None and not isinstance(prefer, (str, torch.device)):
+        raise TypeError(
+            f"prefer must be a device name such as 'cpu' or 'cuda', got {prefer!r} "
+            f"({type(prefer).__name__})"
+        )
+    source = "prefer" if prefer else "COURSE_DEVICE"
+    choice = str(prefer or os.environ.get("COURSE_DEVICE") or "")
+    if not choice:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(choice)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(
+            f"{source}={choice!r} is not a device the course runs on: use 'cpu', 'cuda' (or "
+            "'cuda:1', ...) or 'mps' (an Apple GPU)"
+        )
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {choice!r} was asked for, but no CUDA GPU is available")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise ValueError(
+            f"device {choice!r} was asked for, but this machine has "
+            f"{torch.cuda.device_count()} CUDA GPU(s), numbered from cuda:0"
+        )
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {choice!r} was asked for, but no Apple GPU (MPS) is available")
+    return device
 
 
 def use_course_style() -> None:

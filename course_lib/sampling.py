@@ -39,6 +39,12 @@ def sampling_distribution(
     if temperature == 0:  # greedy: a one-hot on the arg-max
         return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
     logits = logits / temperature  # (batch, vocab): temperature acts BEFORE the softmax
+    if temperature < 1 and not bool(torch.isfinite(logits.detach().amax(dim=-1)).all()):
+        raise ValueError(
+            f"temperature={temperature} is so small that logits / temperature overflow "
+            f"{str(logits.dtype).replace('torch.', '')} (beyond {torch.finfo(logits.dtype).max:.3g}"
+            "), which would make every probability NaN; use temperature=0 for greedy decoding"
+        )
     if top_k is not None and top_k < vocab:
         kth_largest = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # (batch, 1)
         logits = logits.masked_fill(logits < kth_largest, float("-inf"))  # ties at k are kept

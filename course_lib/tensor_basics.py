@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .validation import check_floating, check_tensor
+from .validation import check_batch_broadcast, check_floating, check_tensor
 
 __all__ = ["batched_matmul", "pairwise_sq_distances", "last_token"]
 
@@ -26,6 +26,7 @@ def batched_matmul(a: Tensor, b: Tensor) -> Tensor:
             f"a (..., n, k) and b (..., k, m) must agree on k "
             f"(shapes {tuple(a.shape)} and {tuple(b.shape)})"
         )
+    check_batch_broadcast(a, "a", b, "b")
     # (..., n, k, 1) * (..., 1, k, m) -> (..., n, k, m), summed over k -> (..., n, m)
     return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(dim=-2)
 
@@ -37,6 +38,7 @@ def pairwise_sq_distances(x: Tensor, y: Tensor) -> Tensor:
     check_floating(x, "x")
     if x.shape[-1] != y.shape[-1]:
         raise ValueError(f"x has d={x.shape[-1]} but y has d={y.shape[-1]}; they must share d")
+    check_batch_broadcast(x, "x", y, "y")
     # (..., n, 1, d) - (..., 1, m, d) -> (..., n, m, d)
     diff = x.unsqueeze(-2) - y.unsqueeze(-3)
     return (diff * diff).sum(dim=-1)

@@ -22,7 +22,7 @@ from importlib import resources
 import torch
 from torch import Tensor
 
-from .validation import check_positive_int, is_int
+from .validation import check_flag, check_positive_int, is_int
 
 __all__ = [
     "CharTokenizer",
@@ -113,6 +113,8 @@ class _Tokenizer:
         """Text -> list of ids, optionally wrapped in `<bos>` ... `<eos>`."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
+        check_flag(add_bos, "add_bos")  # add_eos="no" would be truthy: an <eos> added
+        check_flag(add_eos, "add_eos")
         ids = [self._token_id(token, text) for token in self.tokenize(text)]
         if add_bos:
             ids.insert(0, self._edge_id("<bos>", "add_bos"))
@@ -122,6 +124,7 @@ class _Tokenizer:
 
     def decode(self, ids: Sequence[int] | Tensor, skip_specials: bool = True) -> str:
         """List (or 1-D tensor) of ids -> text. `skip_specials` drops `<pad>`, `<bos>`, `<eos>`."""
+        check_flag(skip_specials, "skip_specials")
         if isinstance(ids, Tensor):
             if ids.dim() != 1:
                 raise ValueError(

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .validation import (
+    check_flag,
     check_ids,
     check_logits_target,
     check_non_negative_int,
@@ -315,6 +316,12 @@ def evaluate_loss(model: nn.Module, ids: Tensor, block_size: int, batch_size: in
     check_tensor(ids, "ids", ndim=1, shape_hint="(n,)", dtype=(torch.int64, torch.int32))
     check_positive_int(block_size, "block_size")
     check_positive_int(batch_size, "batch_size")
+    context = getattr(getattr(model, "config", None), "block_size", None)
+    if is_number(context) and block_size > context:
+        raise ValueError(
+            f"block_size={block_size} is longer than the model's context, block_size={context}: "
+            f"evaluate with windows the model can read, block_size <= {context}"
+        )
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -419,6 +426,7 @@ def train(
     if clip is not None:
         clip = check_number(clip, "clip")
     check_positive_int(log_every, "log_every")
+    check_flag(progress, "progress")
     if not isinstance(batches, Iterable):
         raise TypeError(f"batches must be an iterable of batches, got {type(batches).__name__}")
 

@@ -34,12 +34,15 @@ __all__ = [
     "check_eps",
     "check_choice",
     "check_same_last_dim",
+    "check_batch_broadcast",
     "check_positive_int",
     "check_heads_divide",
     "check_flag",
+    "check_callable",
     "check_token_id",
     "check_bool_mask",
     "check_floating",
+    "check_same_dtype",
     "check_features",
     "check_size",
     "check_same_batch",
@@ -51,6 +54,8 @@ __all__ = [
     "check_text",
     "check_date",
     "check_token_ids",
+    "check_id_list",
+    "check_id_pair",
     "check_boolean",
     "check_even",
     "check_positions_input",
@@ -209,6 +214,21 @@ def check_floating(x: Tensor, name: str) -> Tensor:
     return x
 
 
+def check_same_dtype(tensors: Sequence[Tensor], names: Sequence[str], fix: str) -> None:
+    """Check that tensors one operation combines (a matrix multiply, a concatenation) share
+    one dtype: "A has dtype a but B has b; FIX" for two, the list of dtypes for more. `fix`
+    says what to do, e.g. "convert w_q with w_q.to(x.dtype)"."""
+    dtypes = [str(t.dtype).replace("torch.", "") for t in tensors]
+    if len(set(dtypes)) == 1:
+        return
+    if len(dtypes) == 2:
+        problem = f"{names[0]} has dtype {dtypes[0]} but {names[1]} has {dtypes[1]}"
+    else:
+        listed = f"{', '.join(names[:-1])} and {names[-1]}"
+        problem = f"{listed} must share one dtype, got {', '.join(dtypes)}"
+    raise TypeError(f"{problem}; {fix}")
+
+
 def check_same_last_dim(a: Tensor, a_name: str, b: Tensor, b_name: str, what: str) -> None:
     """Check that two tensors share their last dimension (`what` names it, e.g. "d_k")."""
     if a.shape[-1] != b.shape[-1]:
@@ -217,6 +237,19 @@ def check_same_last_dim(a: Tensor, a_name: str, b: Tensor, b_name: str, what: st
             f"{a_name} and {b_name} must share their last dimension "
             f"(shapes {_shape(a)} and {_shape(b)})"
         )
+
+
+def check_batch_broadcast(a: Tensor, a_name: str, b: Tensor, b_name: str) -> None:
+    """Check that the batch dimensions of two (..., rows, cols) tensors, all but the last two,
+    broadcast together (as a matrix multiply of a batch needs)."""
+    try:
+        torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"the batch dimensions of {a_name} {tuple(a.shape[:-2])} and {b_name} "
+            f"{tuple(b.shape[:-2])} do not broadcast: each must be equal or 1, counted from the "
+            f"right (shapes {_shape(a)} and {_shape(b)})"
+        ) from None
 
 
 def check_positive_int(value: object, name: str) -> int:
@@ -240,6 +273,17 @@ def check_flag(value: object, name: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {value!r}")
     return value
+
+
+def check_callable(fn: object, name: str = "fn") -> Callable:
+    """Check that `fn` is a function to call (a timing or a measurement calls it), not the
+    result of calling one."""
+    if not callable(fn):
+        raise TypeError(
+            f"{name} must be a function to call, e.g. lambda: model(x), got "
+            f"{type(fn).__name__}: pass the call itself, not its result"
+        )
+    return fn
 
 
 def check_token_id(value: object, name: str, meaning: str) -> int:
@@ -354,6 +398,7 @@ def check_attention_inputs(
     is_causal=True with as many queries as keys; all of the dtype and device of `weights`."""
     for t, name, seq in ((query, "query", "n_q"), (key, "key", "n_k"), (value, "value", "n_k")):
         check_sequence(t, name, d_model, seq, "this attention", weights)
+    check_flag(is_causal, "is_causal")
     if key.shape[:2] != value.shape[:2]:
         raise ValueError(
             f"key {_shape(key)} and value {_shape(value)} must have the same "
@@ -411,8 +456,7 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
     check_tensor(v, "v", min_ndim=2, shape_hint="(..., n_k, d_v)")
     for t, name in ((q, "q"), (k, "k"), (v, "v")):
         check_floating(t, name)
-    if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
+    check_same_dtype((q, k, v), ("q", "k", "v"), "convert them to one, e.g. k.to(q.dtype)")
     check_same_last_dim(q, "q", k, "k", "d_k")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(
@@ -476,6 +520,32 @@ def check_token_ids(ids: object, vocab_size: int, name: str = "ids") -> Tensor:
     return ids
 
 
+def check_id_list(ids: object, name: str = "ids") -> Sequence[int]:
+    """A list of int token ids (lesson 01's BPE pieces): a list, tuple or bytes of ints; not a
+    str (its characters are not ids) and not a tensor (a tensor is never equal to a dict key)."""
+    if isinstance(ids, str):
+        raise TypeError(
+            f"{name} must be a list of int ids, got a str; turn text into its byte ids first, "
+            "list(text.encode('utf-8'))"
+        )
+    if not isinstance(ids, Sequence):  # bytes are a Sequence of ints; a tensor is not one
+        hint = f"; convert it with {name}.tolist()" if hasattr(ids, "tolist") else ""
+        raise TypeError(f"{name} must be a list of int ids, got {type(ids).__name__}{hint}")
+    for i, value in enumerate(ids):
+        if not is_int(value):
+            raise TypeError(
+                f"{name}[{i}] is {value!r} ({type(value).__name__}); {name} must hold int ids"
+            )
+    return ids
+
+
+def check_id_pair(pair: object, name: str = "pair") -> tuple[int, int]:
+    """Two int ids (a, b), e.g. the pair a BPE merge joins."""
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2 or not all(is_int(i) for i in pair):
+        raise TypeError(f"{name} must be a pair of two int ids (a, b), got {pair!r}")
+    return pair[0], pair[1]
+
+
 def check_boolean(mask: object, name: str) -> Tensor:
     """A mask (lesson 05): a torch.Tensor of dtype bool, True = may attend."""
     if not isinstance(mask, Tensor):
@@ -535,9 +605,24 @@ def check_sampling_options(temperature: object, top_k: object, top_p: object) ->
 
 
 def check_logits(logits: object) -> Tensor:
-    """Next-token logits to sample from (lesson 09): (batch, vocab), floating point."""
+    """Next-token logits to sample from (lesson 09): (batch, vocab), floating point, every row
+    with a largest logit that is a number: -inf masks a token out, but NaN, +inf or a row
+    masked out entirely leave no distribution to draw from (torch.multinomial would fail deep
+    inside, and the arg-max of temperature 0 would pick a token silently)."""
     check_tensor(logits, "logits", ndim=2, shape_hint="(batch, vocab)")
     check_floating(logits, "logits")
+    row_max = logits.detach().amax(dim=-1)  # (batch,): NaN when the row holds a NaN
+    if not bool(torch.isfinite(row_max).all()):  # one sync on a GPU
+        row = int((~torch.isfinite(row_max)).nonzero()[0])
+        what, why = {
+            "nan": ("NaN (not a number)", "often a model whose training diverged"),
+            "inf": ("+inf", "softmax turns it into NaN"),
+            "-inf": ("-inf everywhere", "every token is masked out, none is left to draw"),
+        }[str(float(row_max[row]))]
+        raise ValueError(
+            f"logits row {row} holds {what}: {why}; sampling needs at least one finite logit "
+            "per row and no NaN or +inf (mask a token out with -inf)"
+        )
     return logits
 
 

@@ -264,6 +264,35 @@ def test_bpe_encode_follows_the_order_learned_not_the_frequency():
     assert bpe_encode([1, 2, 3], {(1, 2): 10, (10, 3): 11}) == [11]  # a merge of a merge
 
 
+@pytest.mark.parametrize(
+    "call, words",
+    [
+        (lambda: pair_counts("hello"), r"got a str; turn text into its byte ids first"),
+        (lambda: merge_pair("hello", ("l", "l"), 256), "got a str"),
+        (lambda: bpe_encode("hello", {(108, 108): 256}), "got a str"),
+        (lambda: pair_counts(["h", "e", "l"]), r"ids\[0\] is 'h' \(str\); ids must hold int ids"),
+        (
+            lambda: pair_counts(torch.tensor([1, 2, 1, 2])),
+            r"got Tensor; convert it with ids.tolist",
+        ),
+        (lambda: merge_pair([1, 2], "ab", 9), r"pair must be a pair of two int ids \(a, b\)"),
+        (lambda: merge_pair([1, 2], (1, 2, 3), 9), "pair must be a pair of two int ids"),
+        (lambda: merge_pair([1, 2], (1, 2), "9"), "new_id must be an int"),
+        (lambda: bpe_encode([1, 2], [((1, 2), 10)]), "merges must be a dict"),
+        (lambda: bpe_encode([1, 2], {"ab": 10}), "each key of merges must be a pair"),
+    ],
+)
+def test_the_bpe_pieces_name_ids_that_are_not_a_list_of_ints(call, words):
+    # before: a str was read as ids silently (pair_counts("hello") counted ('h', 'e'), ...;
+    # bpe_encode("hello", ...) returned the letters), a tensor's pairs were tensors that never
+    # equal a dict key, merge_pair([1, 2], "ab", 9) merged nothing, and a list of merges raised
+    # "'list' object has no attribute 'items'"
+    with pytest.raises(TypeError, match=words):
+        call()
+    # the bytes of a text are ids too
+    assert pair_counts(b"lll") == {(108, 108): 2} and merge_pair(b"lll", (108, 108), 9) == [9, 108]
+
+
 # ---- encoding and decoding --------------------------------------------------------------------
 
 

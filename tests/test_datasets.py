@@ -127,6 +127,23 @@ def test_encode_pairs_pads_and_ends_targets_with_eos():
         encode_pairs([], tok)
 
 
+@pytest.mark.parametrize(
+    "pairs, words",
+    [
+        ("3 Mar 2021", "pairs must be a list of .* got str"),
+        (("3 Mar 2021", "2021-03-03"), r"pairs looks like one pair: write \[\(source, target\)\]"),
+        (["ab", "cd"], r"pairs\[0\] must be a \(source, target\) pair of two strings, got 'ab'"),
+        ([("a", "b"), ("a", "b", "c")], r"pairs\[1\] must be .* got \('a', 'b', 'c'\)"),
+        ([(b"12", b"2")], r"pairs\[0\] must be .* two strings"),
+    ],
+)
+def test_encode_pairs_names_what_is_not_a_list_of_pairs(pairs, words):
+    # before: "not enough values to unpack (expected 2, got 1)" for a str, and ["ab", "cd"]
+    # silently became the pairs ("a", "b") and ("c", "d")
+    with pytest.raises(TypeError, match=words):
+        encode_pairs(pairs, date_tokenizer())
+
+
 def test_date_batches_draw_only_from_the_given_dates_and_are_seeded():
     tok = date_tokenizer()
     splits = date_splits()

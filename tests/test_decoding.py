@@ -172,3 +172,23 @@ def test_exact_match():
         exact_match(["a"], ["a", "b"])
     assert strip_special([5, 6, 2, 2], 2) == [5, 6]
     assert strip_special(torch.tensor([5, 6]), 2) == [5, 6]
+
+
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda: exact_match("abc", "abd"), TypeError, "predictions must be a list of strings"),
+        (lambda: exact_match(["abc"], "a"), TypeError, "references must be a list of strings"),
+        (lambda: exact_match([[5, 6]], ["ab"]), TypeError, r"predictions\[0\] is list, not a str"),
+        (lambda: strip_special(torch.tensor([[5, 6, 2]]), 2), ValueError, "strip each row"),
+        (lambda: strip_special([[5, 6, 2]], 2), TypeError, r"tokens\[0\] is \[5, 6, 2\]"),
+        (lambda: strip_special("ab", 2), TypeError, "tokens must be token ids, got a str"),
+        (lambda: strip_special([5, 6], "2"), TypeError, "eos_id must be an int"),
+    ],
+)
+def test_exact_match_and_strip_special_name_what_is_not_a_list(call, error, words):
+    # before: exact_match("abc", "abd") compared letters and gave 0.667, a list of token ids
+    # never equals its text (0, silently), and strip_special kept a whole batch, stripping
+    # nothing
+    with pytest.raises(error, match=words):
+        call()

@@ -184,3 +184,94 @@ def test_cached_attention_step_names_a_cache_of_another_dtype():
         cached_attention_step(q, q, q, cache, cache)
     out, _, _ = cached_attention_step(q.double(), q.double(), q.double(), cache, cache)
     assert out.dtype == torch.float64  # float64 end to end is right
+
+
+def test_hand_written_dtype_checks_share_one_helper(checks):
+    # before: self_attention, attention_pool, cross_attention (a private copy) and
+    # cached_attention_step each wrote the check out, and check_qkv said "got torch.float32,
+    # torch.float32 and torch.float64" with no way out
+    from course_lib.attention import scaled_dot_product_attention, self_attention
+    from course_lib.cross_attention import attention_pool, cross_attention
+
+    x, w, w64 = torch.randn(2, 5, 8), torch.randn(8, 4), torch.randn(8, 4, dtype=torch.float64)
+    q, cache = torch.randn(1, 2, 1, 4), torch.zeros(1, 2, 3, 4, dtype=torch.float64)
+    calls = [
+        (lambda: self_attention(x, w, w64, w), "w_k has dtype float64 but x has float32; x @ w_k"),
+        (lambda: cross_attention(x, x, w, w, w64), "w_v has dtype float64 but memory has float32"),
+        (lambda: attention_pool(x, torch.randn(3, 4), w64, w), "w_k has dtype float64 but x"),
+        (lambda: attention_pool(x, torch.randn(3, 4).double(), w, w), "queries has dtype float64"),
+        (
+            lambda: scaled_dot_product_attention(x, x.double(), x),
+            r"q, k and v must share one dtype, got float32, float64, float32; convert them",
+        ),
+        (
+            lambda: cached_attention_step(q, q, q, cache, cache),
+            "q_t, k_t, v_t, k_cache and v_cache must share one dtype, got float32, float32, "
+            r"float32, float64, float64; convert the cache with k_cache.to\(q_t.dtype\)",
+        ),
+    ]
+    for call, match in calls:
+        checks.clear()
+        with pytest.raises(TypeError, match=match):
+            call()
+        assert checks[-1] == "check_same_dtype", checks
+
+
+def _switch_calls():
+    """(what, call) for every switch a learner sets, each given a str where a bool goes."""
+    from course_lib.attention import scaled_dot_product_attention
+    from course_lib.blocks import EncoderDecoder, FeedForward, LayerNorm, record_attention
+    from course_lib.cross_attention import CrossAttentionSublayer
+    from course_lib.efficient_attention import (
+        random_feature_projection,
+        sliding_window_attention,
+        sliding_window_mask,
+        tiled_attention,
+    )
+    from course_lib.gpt import generate
+    from course_lib.llama import GroupedQueryAttention
+    from course_lib.multihead import MultiHeadAttention
+    from course_lib.train import train
+    from course_lib.translator import Seq2SeqTransformer
+
+    x = torch.randn(2, 5, 8)
+    gpt = GPT(GPTConfig(vocab_size=11, block_size=16, d_model=16, num_heads=2, num_layers=1))
+    return [
+        ("bias", lambda v: MultiHeadAttention(8, 2, bias=v)),
+        ("rope", lambda v: MultiHeadAttention(8, 2, rope=v)),
+        ("bias", lambda v: GroupedQueryAttention(8, 2, 1, bias=v)),
+        ("bias", lambda v: FeedForward(8, 16, bias=v)),
+        ("bias", lambda v: LayerNorm(8, bias=v)),
+        ("bias", lambda v: CrossAttentionSublayer(8, 2, bias=v)),
+        ("norm_first", lambda v: EncoderLayer(8, 2, 16, norm_first=v)),
+        ("norm_first", lambda v: DecoderLayer(8, 2, 16, norm_first=v)),
+        ("norm_first", lambda v: EncoderDecoder(8, 2, 1, 1, 16, norm_first=v)),
+        ("norm_first", lambda v: Seq2SeqTransformer(10, 8, 2, 1, 1, 16, norm_first=v)),
+        ("is_causal", lambda v: scaled_dot_product_attention(x, x, x, is_causal=v)),
+        ("need_weights", lambda v: scaled_dot_product_attention(x, x, x, need_weights=v)),
+        ("is_causal", lambda v: MultiHeadAttention(8, 2)(x, x, x, is_causal=v)),
+        ("need_weights", lambda v: MultiHeadAttention(8, 2)(x, x, x, need_weights=v)),
+        ("is_causal", lambda v: EncoderLayer(8, 2, 16)(x, is_causal=v)),
+        ("causal", lambda v: sliding_window_mask(5, 1, causal=v)),
+        ("causal", lambda v: sliding_window_attention(x, x, x, 1, causal=v)),
+        ("return_lse", lambda v: tiled_attention(x, x, x, return_lse=v)),
+        ("orthogonal", lambda v: random_feature_projection(4, 4, orthogonal=v)),
+        ("enabled", lambda v: record_attention(EncoderLayer(8, 2, 16), v)),
+        ("use_cache", lambda v: generate(gpt, torch.zeros(1, 2, dtype=torch.long), 1, use_cache=v)),
+        (
+            "progress",
+            lambda v: train(gpt, [], lambda m, b: 0, torch.optim.SGD(gpt.parameters()), progress=v),
+        ),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_switch_calls())))
+def test_switches_refuse_what_is_not_a_bool(case):
+    # before: bias="no", norm_first="no", causal="no" were truthy, so silently on (causal=1
+    # too); a str is refused now, as GPTConfig(bias="no") already was, and True/False pass
+    name, call = _switch_calls()[case]
+    for wrong in ("no", 1):
+        with pytest.raises(TypeError, match=f"{name} must be True or False, got {wrong!r}"):
+            call(wrong)
+    for right in (True, False):
+        call(right)

@@ -156,11 +156,44 @@ def test_input_checks_name_the_argument(call, words):
         call()
 
 
+def test_what_is_timed_or_measured_must_be_a_function():
+    # before: "'Tensor' object is not callable" when a learner passed model(x) for lambda: ...
+    from course_lib.cost import minor_page_faults
+
+    for measure in (median_seconds, peak_tensor_bytes, minor_page_faults):
+        with pytest.raises(TypeError, match="fn must be a function to call.* got Tensor"):
+            measure(torch.zeros(3))
+
+
 def test_a_switch_must_be_true_or_false():
     with pytest.raises(TypeError, match="stabilize must be True or False, got 1"):
         performer_features(torch.randn(3, 4), torch.randn(8, 4), stabilize=1)
     with pytest.raises(TypeError, match="causal must be True or False, got None"):
         tiled_attention(torch.randn(2, 4), torch.randn(2, 4), torch.randn(2, 4), causal=None)
+
+
+@pytest.mark.parametrize(
+    "x, projection, error, words",
+    [
+        ((2, 5, 8), (16, 6), ValueError, "projection has 6 columns but x has d_k=8"),
+        ((2, 5, 8), (8, 16), ValueError, "projection has 16 columns but x has d_k=8"),
+        ((2, 5, 8), (8,), ValueError, r"projection must have 2 dimensions \(num_features, d_k\)"),
+        ((8,), (16, 8), ValueError, r"x must have at least 2 dimensions \(..., n, d_k\)"),
+        ((2, 5, 8, "int64"), (16, 8), TypeError, "x must be a floating-point tensor"),
+        ((2, 5, 8, "float64"), (16, 8), TypeError, "projection has dtype float32 but x has"),
+    ],
+)
+def test_performer_features_names_a_projection_that_does_not_fit(x, projection, error, words):
+    # before: "mat1 and mat2 shapes cannot be multiplied (10x8 and 6x16)", "expected m1 and m2
+    # to have the same dtype", or a broadcast error, from the matrix multiply inside
+    def tensor(spec):
+        *shape, dtype = spec if isinstance(spec[-1], str) else (*spec, "float32")
+        return torch.randn(shape).to(getattr(torch, dtype))
+
+    with pytest.raises(error, match=words):
+        performer_features(tensor(x), tensor(projection))
+    with pytest.raises(TypeError, match="is_query must be True or False, got 'no'"):
+        performer_features(torch.randn(5, 8), torch.randn(16, 8), is_query="no")
 
 
 def test_peak_memory_does_not_count_views_of_the_inputs():

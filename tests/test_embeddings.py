@@ -153,6 +153,9 @@ def test_ppmi_is_nonnegative_and_finite():
     assert values[4].abs().sum() == 0  # a word never seen has no associations
     with pytest.raises(ValueError, match="all zeros"):
         ppmi(torch.zeros(3, 3, dtype=torch.float64))
+    # before: negative counts were told "counts is all zeros"
+    with pytest.raises(ValueError, match="counts holds negative numbers"):
+        ppmi(-counts)
 
 
 def test_svd_embeddings_rank_and_sign_convention():

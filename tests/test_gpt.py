@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from course_lib.blocks import EncoderLayer
 from course_lib.gpt import GPT, BigramLM, GPTConfig, generate
-from course_lib.kv_cache import LayerCache
+from course_lib.kv_cache import KVCache, LayerCache
 from course_lib.masking import causal_mask
 from course_lib.multihead import MultiHeadAttention
 from course_lib.train import WarmupCosine, WarmupLinear, evaluate_loss, lm_loss
@@ -100,6 +100,67 @@ def test_layer_cache_appends_in_place_and_copies_never_change():
     for _ in range(20):  # past the capacity: a larger buffer, the same tokens
         left.append(torch.ones(1, 2, 1, 4), torch.ones(1, 2, 1, 4))
     assert torch.equal(left.keys[:, :, :4], again) and left.keys.shape == (1, 2, 25, 4)
+
+
+@pytest.mark.parametrize(
+    "k, v, error, match",
+    [
+        ((2, 4, 8), (2, 4, 8), ValueError, r"k must have 4 dimensions \(batch, heads, n, d_head\)"),
+        ((2, 3, 3, 8), (2, 3, 1, 8), ValueError, "each key has one value"),  # v broadcast
+        ((1, 3, 1, 8), (1, 3, 1, 8), ValueError, "batch, heads and d_head"),  # batch broadcast
+        ((2, 1, 1, 8), (2, 1, 1, 8), ValueError, "batch, heads and d_head"),  # heads broadcast
+        (
+            (2, 3, 1, 6),
+            (2, 3, 1, 6),
+            ValueError,
+            r"the cache holds 4 tokens of shape \(2, 3, 4, 8\)",
+        ),
+        ((2, 3, 1, 8, "float64"), (2, 3, 1, 8, "float64"), TypeError, "the cache has float32"),
+        ((2, 3, 1, 8), (2, 3, 1, 8, "float64"), TypeError, "k has dtype float32 but v has float64"),
+        ((2, 3, 1, 8, "int64"), (2, 3, 1, 8, "int64"), TypeError, "floating-point"),
+        ((2, 3, 1, 8, "meta"), (2, 3, 1, 8, "meta"), ValueError, "k is on meta but the cache"),
+    ],
+)
+def test_layer_cache_refuses_keys_and_values_that_do_not_fit(k, v, error, match):
+    # before: a v or a batch of length 1 broadcast into the cache, float64 keys were cast to
+    # float32 and int keys stored, all silently; a 3-D k raised "tuple index out of range"
+    def tensor(spec):
+        *shape, kind = spec if isinstance(spec[-1], str) else (*spec, "float32")
+        if kind == "meta":
+            return torch.randn(shape, device="meta")
+        return torch.randn(shape).to(getattr(torch, kind))
+
+    cache = LayerCache()
+    cache.append(torch.randn(2, 3, 4, 8), torch.randn(2, 3, 4, 8))
+    with pytest.raises(error, match=match):
+        cache.append(tensor(k), tensor(v))
+    assert len(cache) == 4  # nothing was appended
+    cache.append(torch.randn(2, 3, 2, 8), torch.randn(2, 3, 2, 8))  # what fits still does
+    assert cache.keys.shape == (2, 3, 6, 8)
+    with pytest.raises(ValueError, match="both keys and values"):
+        LayerCache(torch.randn(2, 3, 4, 8))  # before: appending returned uninitialised values
+
+
+def test_forward_cached_names_a_cache_that_does_not_continue_these_ids():
+    # before: a batch-2 cache with batch-1 ids broadcast and returned batch-2 logits silently;
+    # another model's cache raised "The expanded size of the tensor (16) must match ...", a
+    # cache of other depth "zip() argument 2 is longer than argument 1", a list an
+    # AttributeError
+    torch.manual_seed(0)
+    model = small()
+    ids = torch.randint(11, (2, 4))
+    _, cache = model.forward_cached(ids)
+    wider = GPT(GPTConfig(vocab_size=11, block_size=16, d_model=64, num_heads=4, num_layers=2))
+    _, other = wider.forward_cached(ids)
+    for bad, error, words in (
+        (cache, ValueError, r"cache holds keys of shape \(2, 4, 4, 8\).* but ids has batch=1"),
+        (other, ValueError, "this model has kv_heads=4, d_head=8"),
+        (KVCache.empty(3), ValueError, "cache has 3 layers but this model has num_layers=2"),
+        ([], TypeError, "cache must be the KVCache that forward_cached returned"),
+    ):
+        with pytest.raises(error, match=words):
+            model.forward_cached(ids[:1, :1] if bad is cache else ids[:, :1], bad)
+    assert model.forward_cached(ids[:, :1], cache)[0].shape == (2, 1, 11)  # the same batch
 
 
 def test_forward_cached_leaves_the_callers_cache_as_it_was():
@@ -237,6 +298,10 @@ def test_evaluate_loss_is_the_mean_over_every_token():
         count += len(window) - 1
     assert count == 49 and math.isclose(got, total / count, rel_tol=1e-5)
     assert model.training  # left as it was
+    # before: "ids has 17 tokens (after 0 cached ones) but the model's context is block_size=16;
+    # crop it", about ids the learner never made
+    with pytest.raises(ValueError, match="block_size=17 is longer than the model's context"):
+        evaluate_loss(model, ids, block_size=17)
 
 
 def test_training_a_few_steps_lowers_the_loss():

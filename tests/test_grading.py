@@ -42,6 +42,17 @@ def test_check_never_raises_whatever_the_learner_passes(capsys):
     assert "unknown task id 'ex99.nothing'" in out
 
 
+def test_a_name_in_quotes_or_swapped_arguments_are_named():
+    # before: check("ex00.batched_matmul", "batched_matmul") ran every case and failed each with
+    # "'str' object is not callable"; check(fn, "ex00...") said "unknown task id <function ...>"
+    result = check_result("ex00.batched_matmul", "batched_matmul")
+    assert result.score == 0 and result.status == "missing", result
+    assert "not a name in quotes: check('ex00.batched_matmul', batched_matmul)" in result.render()
+    assert check_result(right, "ex00.batched_matmul") == (
+        "❌ the task id comes first: check('ex00.batched_matmul', right)"
+    )
+
+
 def test_not_implemented_is_reported_as_such():
     def stub(a, b):
         raise NotImplementedError()

@@ -183,3 +183,14 @@ def test_masked_attention_gradient_reaches_only_allowed_keys():
     out[0, 1].sum().backward()  # query 1 may see keys 0 and 1 only
     touched = v.grad[0].abs().sum(-1) > 0
     assert touched.tolist() == [True, True, False, False, False]
+
+
+def test_dependency_matrix_reads_an_output_of_one_number_per_position():
+    # before: f returning (batch, seq), e.g. a per-position score, raised "IndexError:
+    # Dimension out of range (expected to be in range of [-2, 1], but got 2)"
+    from course_lib.masking import dependency_matrix
+
+    x = torch.randn(2, 4, 3)
+    prefix_sums = dependency_matrix(lambda t: t.sum(-1).cumsum(-1), x)  # (batch, seq)
+    assert torch.equal(prefix_sums, torch.ones(4, 4, dtype=torch.bool).tril())
+    assert torch.equal(dependency_matrix(lambda t: t.cumsum(1), x), prefix_sums)

@@ -27,6 +27,30 @@ def test_device_follows_the_environment_variable(monkeypatch):
             get_device("cuda")
 
 
+def test_an_unknown_device_name_is_named(monkeypatch):
+    # before: get_device("tpu") raised torch's "Expected one of cpu, cuda, ipu, xpu, mkldnn,
+    # opengl, ... device type at start of device string: tpu"; get_device(0) silently gave the
+    # default device (0 is falsy) and get_device(torch.device("cpu")) an AttributeError
+    monkeypatch.delenv("COURSE_DEVICE", raising=False)
+    for name in ("tpu", "GPU", "cuda:x", "meta"):
+        with pytest.raises(ValueError, match=f"prefer='{name}' is not a device the course runs"):
+            get_device(name)
+    with pytest.raises(TypeError, match="prefer must be a device name"):
+        get_device(0)
+    assert get_device(torch.device("cpu")) == torch.device("cpu") == get_device("cpu")
+    monkeypatch.setenv("COURSE_DEVICE", "gpu")
+    with pytest.raises(ValueError, match="COURSE_DEVICE='gpu' is not a device"):
+        get_device()
+    monkeypatch.setenv("COURSE_DEVICE", "")  # set but empty: the default
+    assert get_device().type == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.backends.mps.is_available():
+        with pytest.raises(ValueError, match="no Apple GPU"):
+            get_device("mps")
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match="numbered from cuda:0"):
+            get_device(f"cuda:{torch.cuda.device_count()}")
+
+
 def test_environment_report_names_the_essentials():
     assert {"python", "torch", "device", "course_lib"} <= set(environment_report())
 
@@ -64,6 +88,12 @@ def test_ex00_references_equal_torch(dtype):
         last_token(x, torch.tensor([0, 1, 2]))
     with pytest.raises(ValueError, match="must agree on k"):
         batched_matmul(torch.randn(2, 3), torch.randn(4, 5))
+    # before: "The size of tensor a (2) must match the size of tensor b (3) at non-singleton
+    # dimension 0", from the product inside
+    with pytest.raises(ValueError, match=r"batch dimensions of a \(2,\) and b \(3,\)"):
+        batched_matmul(torch.randn(2, 3, 4), torch.randn(3, 4, 6))
+    with pytest.raises(ValueError, match=r"batch dimensions of x \(2,\) and y \(3,\)"):
+        pairwise_sq_distances(torch.randn(2, 3, 4), torch.randn(3, 5, 4))
 
 
 def test_set_threads_defaults_to_one_and_follows_course_threads(monkeypatch):

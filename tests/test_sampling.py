@@ -84,6 +84,38 @@ def test_sample_next_rejects_bad_logits(logits, error):
         sample_next(logits)
 
 
+@pytest.mark.parametrize(
+    "row, match",
+    [
+        ([0.0, float("nan"), 1.0], "row 1 holds NaN"),
+        ([float("-inf")] * 3, "row 1 holds -inf everywhere"),
+        ([0.0, float("inf"), 1.0], r"row 1 holds \+inf"),
+    ],
+)
+@pytest.mark.parametrize("options", [{}, {"temperature": 0}, {"top_k": 2}, {"top_p": 0.5}])
+def test_sample_next_names_logits_with_nothing_to_draw(row, match, options):
+    # before: "probability tensor contains either `inf`, `nan` or element < 0" from inside
+    # torch.multinomial, and at temperature 0 a silent token (the NaN's, or token 0)
+    logits = torch.tensor([[0.0, 1.0, 2.0], row])
+    for function in (sample_next, sampling_distribution):
+        with pytest.raises(ValueError, match=match):
+            function(logits, **options)
+    masked = torch.tensor([[0.0, float("-inf"), 2.0]])  # -inf masks a token out: still fine
+    assert sample_next(masked, **options).item() in (0, 2)
+
+
+def test_a_temperature_so_small_that_the_logits_overflow_is_named():
+    # before: sampling_distribution returned NaN everywhere and sample_next failed inside
+    # torch.multinomial; temperature=0 is the greedy decoding such a learner wants
+    logits = torch.tensor([[1.0, 5.0, -3.0]])
+    for function in (sample_next, sampling_distribution):
+        with pytest.raises(ValueError, match=r"temperature=1e-39 is so small .* overflow float32"):
+            function(logits, temperature=1e-39)
+    with pytest.raises(ValueError, match="overflow float16"):
+        sample_next(logits.half() * 100, temperature=1e-3)
+    assert sample_next(logits, temperature=1e-30).item() == 1  # small but finite: the arg-max
+
+
 def test_perplexity_equals_exp_of_cross_entropy():
     logits, targets = torch.randn(3, 7, 13), torch.randint(13, (3, 7))
     want = F.cross_entropy(logits.reshape(-1, 13), targets.reshape(-1)).exp()

@@ -63,6 +63,21 @@ def test_decode_rejects_bad_ids():
         tok.decode(torch.zeros(3))
 
 
+def test_switches_of_encode_and_decode_must_be_true_or_false():
+    # before: add_eos="no" and skip_specials="no" were truthy, so <eos> was added and the
+    # specials dropped, silently
+    tok = CharTokenizer.from_text("abc")
+    for call, name in (
+        (lambda v: tok.encode("ab", add_bos=v), "add_bos"),
+        (lambda v: tok.encode("ab", add_eos=v), "add_eos"),
+        (lambda v: tok.encode_batch(["ab"], add_eos=v), "add_eos"),
+        (lambda v: tok.decode([1, 3], skip_specials=v), "skip_specials"),
+    ):
+        with pytest.raises(TypeError, match=f"{name} must be True or False, got 'no'"):
+            call("no")
+        call(False)
+
+
 def test_encode_batch_pads_and_reports_lengths():
     tok = CharTokenizer.from_text("abcdef")
     ids, lengths = tok.encode_batch(["abc", "a", "fedcba"], add_eos=True)

@@ -297,6 +297,20 @@ def test_a_recipes_name_in_place_of_the_recipe_is_named():
         build_gpt(["lesson-09"], 65)
 
 
+def test_a_hand_made_recipe_names_the_keys_it_lacks():
+    # before: KeyError: 'weight_decay' (or 'model', or 'cos' for a misspelt schedule)
+    from course_lib.recipes import GPT_RECIPES, build_gpt, gpt_optimizer, gpt_schedule
+
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="recipe lacks 'weight_decay', 'betas'; start from"):
+        gpt_optimizer(model, {"max_lr": 1e-3})
+    with pytest.raises(ValueError, match="recipe lacks 'model'"):
+        build_gpt({"max_lr": 1e-3}, 65)
+    with pytest.raises(ValueError, match="schedule.* must be 'cosine' or 'linear', got 'cos'"):
+        gpt_schedule(optimizer, dict(GPT_RECIPES["lesson-09"], schedule="cos"), total_steps=10)
+
+
 def test_gpt_recipes_build_the_optimizer_and_schedule_they_write():
     from course_lib.gpt import GPT, GPTConfig
     from course_lib.recipes import GPT_RECIPES, build_gpt, gpt_optimizer, gpt_schedule

@@ -71,6 +71,8 @@ def check(task_id: str, obj: Any = None) -> TaskResult | None:
 
 def check_result(task_id: str, obj: Any = None) -> TaskResult | str:
     """Like `check`, but returns the `TaskResult` (or a message string) instead of printing."""
+    if isinstance(obj, str) and not isinstance(task_id, str):  # check(fn, "ex02.softmax")
+        return f"❌ the task id comes first: check({obj!r}, {getattr(task_id, '__name__', '...')})"
     try:
         task = get_task(task_id)
     except KeyError as e:
@@ -78,6 +80,11 @@ def check_result(task_id: str, obj: Any = None) -> TaskResult | str:
     try:
         if obj is None:
             return judge(task, [], None, missing=f"pass your `{task.name}` to check()")
+        if isinstance(obj, str):  # its name in quotes: "'str' object is not callable" 13 times
+            hint = f"pass your `{task.name}` itself to check(), not a name in quotes: " + (
+                f"check({task_id!r}, {task.name})"
+            )
+            return judge(task, [], None, missing=hint)
         with course_state():  # whatever dtype, grad mode or RNG the notebook left
             cases = task.cases(torch.Generator().manual_seed(NOTEBOOK_SEED))
             namespace = learner_namespace(obj)
