@@ -33,6 +33,10 @@ FAULTS = {
         "without causal=True the band is two-sided, |i - j| <= window: the keys up to "
         "`window` AFTER the query too; keep only j <= i when causal=True"
     ),
+    "causal_no_upper": (
+        "with causal=True the band is i - window <= j <= i: j >= i - window alone lets each "
+        "query see every later key; keep j <= i as well (offset >= 0)"
+    ),
     "plain_causal": (
         "with causal=True the window still applies: keep the past half of the band, "
         "i - window <= j <= i, not every key j <= i (that is the plain causal mask)"
@@ -41,13 +45,18 @@ FAULTS = {
         "with causal=True a token may still attend to itself: keep j <= i, not j < i"
     ),
     "inverted": "your mask is inverted: True means 'may attend' in this course",
-    "float": "the mask must be a bool tensor (True/False), not floats",
+    "float": (
+        "the mask must be a bool tensor (True/False), not floats or integers: build it from "
+        "comparisons (<=, >=), which give bool, and combine them with &"
+    ),
 }
 
 
 def wrong_band(n, window, causal=False, *, mistake):
     """The band from two aranges, with the named mistake where it bites."""
     offset = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # i - j
+    if mistake == "causal_no_upper" and causal:  # only the lower bound, j >= i - window
+        return offset <= window
     distance = offset if mistake == "no_abs" else offset.abs()
     width = window + {"too_narrow": -1, "too_wide": 1}.get(mistake, 0)
     if mistake == "plain_causal" and causal:  # the window forgotten on the causal side
@@ -93,6 +102,8 @@ class SlidingWindowMask(Task):
     def diagnose(self, got, want, case):  # a band of another width: window // 2, a number
         n, window = case.args
         causal = case.kwargs.get("causal", False)
+        if isinstance(got, torch.Tensor) and got.dtype != torch.bool:  # torch.equal ignores it
+            return FAULTS["float"]
         for width in range(n if isinstance(got, torch.Tensor) else 0):
             if torch.equal(got, wrong_band(n, width, causal, mistake="")):
                 keys = f"{width} key{'s' * (width != 1)}"
