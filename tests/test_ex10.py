@@ -864,6 +864,22 @@ HUNTED_F10 = [  # #f10: a fresh learner's slips that got "None of the usual", no
         [("mask = mask & (offset >= 0)", "mask = offset <= window")],
         "j >= i - window alone",
     ),
+    (  # one draw both chooses and splits 80/10/10: told only "every chosen position became
+        # <mask>" before, which the learner believes their thresholds already prevent
+        "mlm_mask",
+        [
+            (
+                "chosen = torch.rand(ids.shape, generator=generator) < mask_prob",
+                "action = torch.rand(ids.shape, generator=generator)\n"
+                "    chosen = action < mask_prob",
+            ),
+            (
+                "    action = torch.rand(ids.shape, generator=generator)  # one draw decides",
+                "    #",
+            ),
+        ],
+        "draw a second u",
+    ),
 ]
 
 

@@ -20,7 +20,9 @@ FAULTS = {
     ),
     "all_masked": (
         "every chosen position became <mask>: of the chosen positions, 80 % become <mask>, "
-        "10 % a random id and 10 % stay unchanged"
+        "10 % a random id and 10 % stay unchanged (when the draw u that chose a position, "
+        "u < mask_prob, also picks <mask> with u < 0.8, every chosen u is below 0.8: draw a "
+        "second u for the 80/10/10 split)"
     ),
     "swapped": (
         "the proportions are swapped: 80 % of the chosen positions become <mask> and 10 % "
