@@ -880,6 +880,16 @@ HUNTED_F10 = [  # #f10: a fresh learner's slips that got "None of the usual", no
         ],
         "draw a second u",
     ),
+    (  # the triangles' offsets swapped, an empty band ("None of the usual" before)
+        "sliding_window_mask",
+        [
+            (
+                "mask = offset.abs() <= window",
+                "mask = torch.ones(n, n, dtype=torch.bool).tril(-window).triu(window)",
+            )
+        ],
+        "offsets of tril and triu are swapped",
+    ),
 ]
 
 

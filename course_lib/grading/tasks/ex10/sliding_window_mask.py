@@ -44,6 +44,11 @@ FAULTS = {
     "diagonal_blocked": (
         "with causal=True a token may still attend to itself: keep j <= i, not j < i"
     ),
+    "triangle_offsets_swapped": (
+        "the offsets of tril and triu are swapped: tril(d) keeps j <= i + d and triu(d) keeps "
+        "j >= i + d, so tril(-window).triu(window) keeps no key at all once window > 0; the "
+        "band is ones.tril(window).triu(-window)"
+    ),
     "inverted": "your mask is inverted: True means 'may attend' in this course",
     "float": (
         "the mask must be a bool tensor (True/False), not floats or integers: build it from "
@@ -64,6 +69,8 @@ def wrong_band(n, window, causal=False, *, mistake):
     if mistake == "causal_halved" and causal:  # 0 <= i - j <= window // 2
         width = window // 2
     mask = distance <= width
+    if mistake == "triangle_offsets_swapped":  # tril(-window).triu(window): j <= i - w, j >= i + w
+        mask = (offset >= window) & (offset <= -window)
     if (causal or mistake == "always_causal") and mistake != "causal_ignored":
         if mistake == "future":
             mask &= offset <= 0
