@@ -795,7 +795,105 @@ HUNTED_8 = [  # eighth round: slips that got another slip's hint or a weak one
 ]
 
 
-ALL_HUNTED = HUNTED + HUNTED_2 + HUNTED_3 + HUNTED_4 + HUNTED_5 + HUNTED_8
+HUNTED_F10 = [  # #f10: a fresh learner's slips that got "None of the usual", no hint or another's
+    (  # the loop's last line left out: the maximum stays -inf ("None of the usual" before)
+        "tiled_attention",
+        [("\n        running_max = new_max", "")],
+        "the running maximum is never updated",
+    ),
+    (  # an integer band: "your band reaches 4 keys on each side, not window=4" before
+        "sliding_window_mask",
+        [("    return mask\n", "    return mask.long()\n")],
+        "not floats or integers",
+    ),
+    (  # the grid axes put together but left behind the channel ("None of the usual" before)
+        "patchify",
+        [("x.permute(0, 2, 4, 1, 3, 5)", "x.permute(0, 1, 2, 4, 3, 5)")],
+        "still in front of the patch grid",
+    ),
+    (  # & binds tighter than != (only "the share ... chosen is 0.081" before)
+        "mlm_mask",
+        [("chosen & (ids != pad_id)", "chosen & ids != pad_id")],
+        "& binds tighter than !=",
+    ),
+    (  # if / elif thresholds as masks, the random ids written over the <mask>s (no hint before)
+        "mlm_mask",
+        [("chosen & (action >= 0.8) & (action < 0.9)", "chosen & (action < 0.9)")],
+        "so they overwrite them",
+    ),
+    (  # the backward's mask written afresh with >= ("None of the usual" before)
+        "tiled_attention_backward",
+        [("masked_fill(key_pos > query_pos", "masked_fill(key_pos >= query_pos")],
+        "may attend to itself, as in the forward pass",
+    ),
+    (  # the forward's named slip, a bare PyTorch error in the backward before
+        "tiled_attention_backward",
+        [
+            (
+                "torch.arange(start, start + scores.shape[-1])",
+                "torch.arange(start, start + block_size)",
+            )
+        ],
+        "from its own width",
+    ),
+    (  # lse read as the sum itself ("None of the usual" before)
+        "tiled_attention_backward",
+        [("torch.exp(scores - lse)", "torch.exp(scores) / lse")],
+        "not exp(s) / lse",
+    ),
+    (  # lse added, a sign slip ("None of the usual" before)
+        "tiled_attention_backward",
+        [("torch.exp(scores - lse)", "torch.exp(scores + lse)")],
+        "MINUS lse",
+    ),
+    (  # the brackets of p * (dp - D) dropped: "only dq, dk differ" before
+        "tiled_attention_backward",
+        [("weights * (d_weights - D)", "weights * d_weights - D")],
+        "inside the brackets",
+    ),
+    (  # 3-D slicing on 4-D k and v: the whole heads axis, told only "the full matrix" before
+        "tiled_attention",
+        [
+            ("k[..., start : start + block_size, :]", "k[:, start : start + block_size]"),
+            ("v[..., start : start + block_size, :]", "v[:, start : start + block_size]"),
+        ],
+        "k[:, start : ...] slices another axis",
+    ),
+    (  # the causal band's upper bound j <= i left out ("None of the usual" before)
+        "sliding_window_mask",
+        [("mask = mask & (offset >= 0)", "mask = offset <= window")],
+        "j >= i - window alone",
+    ),
+    (  # one draw both chooses and splits 80/10/10: told only "every chosen position became
+        # <mask>" before, which the learner believes their thresholds already prevent
+        "mlm_mask",
+        [
+            (
+                "chosen = torch.rand(ids.shape, generator=generator) < mask_prob",
+                "action = torch.rand(ids.shape, generator=generator)\n"
+                "    chosen = action < mask_prob",
+            ),
+            (
+                "    action = torch.rand(ids.shape, generator=generator)  # one draw decides",
+                "    #",
+            ),
+        ],
+        "draw a second u",
+    ),
+    (  # the triangles' offsets swapped, an empty band ("None of the usual" before)
+        "sliding_window_mask",
+        [
+            (
+                "mask = offset.abs() <= window",
+                "mask = torch.ones(n, n, dtype=torch.bool).tril(-window).triu(window)",
+            )
+        ],
+        "offsets of tril and triu are swapped",
+    ),
+]
+
+
+ALL_HUNTED = HUNTED + HUNTED_2 + HUNTED_3 + HUNTED_4 + HUNTED_5 + HUNTED_8 + HUNTED_F10
 
 
 @pytest.mark.parametrize("name,edits,words", ALL_HUNTED, ids=[h[2] for h in ALL_HUNTED])

@@ -24,7 +24,8 @@ MEMORY_HINT = (
     "tiles exist to avoid: compute the scores of one block of keys at a time (block_size "
     "keys, the argument you were given), and with "
     "causal=True that block's mask too, from the positions of its keys (a full (n, n) mask "
-    "is as large as the scores)"
+    "is as large as the scores). Slice the keys on their own axis, k[..., start : start + "
+    "block_size, :]: with batch dimensions in front, k[:, start : ...] slices another axis"
 )
 
 # In the cases whose keys span at least 2 x ALIVE blocks, the tensors alive at once may hold

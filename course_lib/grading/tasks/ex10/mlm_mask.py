@@ -20,7 +20,9 @@ FAULTS = {
     ),
     "all_masked": (
         "every chosen position became <mask>: of the chosen positions, 80 % become <mask>, "
-        "10 % a random id and 10 % stay unchanged"
+        "10 % a random id and 10 % stay unchanged (when the draw u that chose a position, "
+        "u < mask_prob, also picks <mask> with u < 0.8, every chosen u is below 0.8: draw a "
+        "second u for the 80/10/10 split)"
     ),
     "swapped": (
         "the proportions are swapped: 80 % of the chosen positions become <mask> and 10 % "
@@ -69,6 +71,16 @@ FAULTS = {
         "masked positions get a random id instead, so 70 % <mask> and 20 % unchanged; give "
         "the random ids their own range, 0.8 <= u < 0.9"
     ),
+    "random_range_open": (
+        "the random ids go to every chosen position with u < 0.9, and they are written after "
+        "the <mask>s, so they overwrite them (u < 0.8 is inside u < 0.9): no <mask> is left. "
+        "Give the random ids their own range, 0.8 <= u < 0.9"
+    ),
+    "pad_precedence": (
+        "`chosen & ids != pad_id` is `(chosen & ids) != pad_id`: in Python & binds tighter "
+        "than !=, so the bits of the ids decide which positions stay chosen; put the "
+        "comparison in brackets, chosen & (ids != pad_id)"
+    ),
     "fixed_prob": "use the mask_prob argument (0.15 is only its default)",
     "mask_id_drawn": (
         "the random ids include vocab_size, which is mask_id here: draw them from "
@@ -102,8 +114,10 @@ def wrong_mlm(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=N
         ids = ids.reshape(batch, length)
     p = 0.15 if mistake == "fixed_prob" else mask_prob
     chosen = torch.rand(ids.shape, generator=generator) < p
-    if pad_id is not None and mistake != "pads_chosen":
-        chosen &= ids != pad_id
+    if pad_id is not None and mistake != "pads_chosen":  # & before != without the brackets
+        chosen = (
+            (chosen & ids) != pad_id if mistake == "pad_precedence" else chosen & (ids != pad_id)
+        )
     split = {"all_masked": (1.0, 1.0), "swapped": (0.1, 0.9), "none_unchanged": (0.8, 1.0)}
     low, high = split.get(mistake, (0.8, 0.9))
     action = torch.rand(ids.shape, generator=generator)
@@ -119,8 +133,8 @@ def wrong_mlm(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=N
         swap = chosen & ~masked & (torch.rand(ids.shape, generator=generator) < 0.1)
     elif mistake == "independent_overwrite":
         swap = chosen & (torch.rand(ids.shape, generator=generator) < 0.1)
-    elif mistake == "overlapping":  # u < 0.1 is inside u < 0.8
-        swap = chosen & (action < 0.1)
+    elif mistake in ("overlapping", "random_range_open"):  # the random range overlaps u < 0.8
+        swap = chosen & (action < (0.1 if mistake == "overlapping" else high))
     inputs = torch.where(swap, random_ids, ids.masked_fill(masked, mask_id))
     if mistake == "random_ids_int64":  # index put of int64 ids into int32 inputs: raises
         inputs = ids.masked_fill(masked, mask_id)

@@ -31,6 +31,13 @@ FAULTS = {
         "(b, num_patches, c * p * p) mixes pixels of different patches: bring the grid axes to "
         "the front, permute(0, 2, 4, 1, 3, 5) (or transpose a (b, c * p * p, num_patches))"
     ),
+    "channels_before_grid": (
+        "the channel axis is still in front of the patch grid, (b, c, H/p, W/p, p, p), so a "
+        "reshape to (b, num_patches, c * p * p) cuts each channel's grid into 'patches' of "
+        "pixels from different patches: bring the grid axes before the channel, "
+        "permute(0, 2, 4, 1, 3, 5) after reshape(b, c, H/p, p, W/p, p) (after "
+        "Tensor.unfold twice, permute(0, 2, 3, 1, 4, 5))"
+    ),
     "strided": (
         "your 'patches' gather pixels spread over the whole image, H/p apart: split H into "
         "(H/p, p), the patch's row in the grid first and the pixel row inside it second, "
@@ -59,6 +66,7 @@ _ORDERS = {
     "channels_last": (0, 2, 4, 3, 5, 1),
     "transposed": (0, 2, 4, 1, 5, 3),
     "grid_last": (0, 1, 3, 5, 2, 4),
+    "channels_before_grid": (0, 1, 2, 4, 3, 5),
 }
 
 

@@ -33,6 +33,10 @@ FAULTS = {
         "without causal=True the band is two-sided, |i - j| <= window: the keys up to "
         "`window` AFTER the query too; keep only j <= i when causal=True"
     ),
+    "causal_no_upper": (
+        "with causal=True the band is i - window <= j <= i: j >= i - window alone lets each "
+        "query see every later key; keep j <= i as well (offset >= 0)"
+    ),
     "plain_causal": (
         "with causal=True the window still applies: keep the past half of the band, "
         "i - window <= j <= i, not every key j <= i (that is the plain causal mask)"
@@ -40,14 +44,24 @@ FAULTS = {
     "diagonal_blocked": (
         "with causal=True a token may still attend to itself: keep j <= i, not j < i"
     ),
+    "triangle_offsets_swapped": (
+        "the offsets of tril and triu are swapped: tril(d) keeps j <= i + d and triu(d) keeps "
+        "j >= i + d, so tril(-window).triu(window) keeps no key at all once window > 0; the "
+        "band is ones.tril(window).triu(-window)"
+    ),
     "inverted": "your mask is inverted: True means 'may attend' in this course",
-    "float": "the mask must be a bool tensor (True/False), not floats",
+    "float": (
+        "the mask must be a bool tensor (True/False), not floats or integers: build it from "
+        "comparisons (<=, >=), which give bool, and combine them with &"
+    ),
 }
 
 
 def wrong_band(n, window, causal=False, *, mistake):
     """The band from two aranges, with the named mistake where it bites."""
     offset = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # i - j
+    if mistake == "causal_no_upper" and causal:  # only the lower bound, j >= i - window
+        return offset <= window
     distance = offset if mistake == "no_abs" else offset.abs()
     width = window + {"too_narrow": -1, "too_wide": 1}.get(mistake, 0)
     if mistake == "plain_causal" and causal:  # the window forgotten on the causal side
@@ -55,6 +69,8 @@ def wrong_band(n, window, causal=False, *, mistake):
     if mistake == "causal_halved" and causal:  # 0 <= i - j <= window // 2
         width = window // 2
     mask = distance <= width
+    if mistake == "triangle_offsets_swapped":  # tril(-window).triu(window): j <= i - w, j >= i + w
+        mask = (offset >= window) & (offset <= -window)
     if (causal or mistake == "always_causal") and mistake != "causal_ignored":
         if mistake == "future":
             mask &= offset <= 0
@@ -93,6 +109,8 @@ class SlidingWindowMask(Task):
     def diagnose(self, got, want, case):  # a band of another width: window // 2, a number
         n, window = case.args
         causal = case.kwargs.get("causal", False)
+        if isinstance(got, torch.Tensor) and got.dtype != torch.bool:  # torch.equal ignores it
+            return FAULTS["float"]
         for width in range(n if isinstance(got, torch.Tensor) else 0):
             if torch.equal(got, wrong_band(n, width, causal, mistake="")):
                 keys = f"{width} key{'s' * (width != 1)}"

@@ -102,6 +102,11 @@ FAULTS = {
         "terms are already measured against the new maximum m', so multiply only what was "
         "collected before by exp(m - m'), then add the block's terms"
     ),
+    "max_not_kept": (
+        "the running maximum is never updated: end each block with m = m' (running_max = "
+        "new_max); left at -inf, the factor exp(m - m') is 0 on every block and wipes out all "
+        "that was collected before, so only the last block's keys count"
+    ),
     "inverted_rescale": (
         "the rescaling factor is inverted: what was summed relative to the old maximum m is "
         "brought to the new maximum m' by exp(m - m') (at most 1), not exp(m' - m)"
@@ -239,7 +244,7 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
             -1, keepdim=mistake != "no_keepdim"
         )
         out = (out if keep_out else out * correction) + p @ v_block
-        m = safe if mistake == "block_max" else new_m
+        m = {"block_max": safe, "max_not_kept": m}.get(mistake, new_m)
     if mistake == "softmax_per_block":
         return sum(parts) / len(parts)
     return out / total

@@ -14,6 +14,7 @@ from ...core import Task, register
 from ..common import D_V_SCALE_HINT, randn
 from ._memory import MEMORY_HINT, call_limited, draw_qkv, limited_case
 from .tiled_attention import CAUSAL_RULE, SHIFT_REVERSED
+from .tiled_attention import FAULTS as FORWARD_FAULTS
 
 LESSON = "lesson 10"
 
@@ -26,6 +27,10 @@ FAULTS = {
         "D is missing: the softmax's backward is ds = p * (dp - D) with D = rowsum(d_out * out) "
         "(..., n_q, 1), one number per query (it equals sum_j p_ij dp_ij over ALL keys); "
         "ds = p * dp alone forgets that the weights of a row sum to 1"
+    ),
+    "D_outside": (
+        "ds = p * (dp - D): D is subtracted inside the brackets, before the product with p; "
+        "p * dp - D takes D from every key, even the keys whose weight p is 0"
     ),
     "D_per_block": (
         "D is summed over one block of keys only: D_i = sum_j p_ij dp_ij runs over all the keys "
@@ -45,6 +50,14 @@ FAULTS = {
         "the weights are recomputed with a softmax over the block: the forward normalised each "
         "row over all its keys, and that normaliser is the saved lse; p = exp(s - lse) gives "
         "the forward's weights tile by tile, with no running maximum"
+    ),
+    "lse_as_sum": (
+        "lse is the LOG of the row's sum of exp(s): the weights are p = exp(s - lse), which is "
+        "exp(s) / exp(lse), not exp(s) / lse"
+    ),
+    "lse_added": (
+        "the log-sum-exp is added to the scores: the weights are p = exp(s - lse), the scores "
+        "MINUS lse (dividing by the row's sum of exp(s)), so that each row sums to 1"
     ),
     "row_max": (
         "the weights are exp(s - m) with a row's maximum: the forward's weights are "
@@ -72,6 +85,11 @@ FAULTS = {
     ),
     "shift_reversed": SHIFT_REVERSED,
     "dk_dv_swapped": "dk and dv are swapped: return (dq, dk, dv), in the order of q, k, v",
+    "diagonal_blocked": (
+        "with causal=True a query may attend to itself, as in the forward pass: block the keys "
+        "j > i, not j >= i"
+    ),
+    "key_pos_full_block": FORWARD_FAULTS["key_pos_full_block"],
     "key_offset_missing": (
         "the causal mask compares the query positions with the key positions inside the tile "
         "(0 .. block_size - 1): key j of the block that starts at `start` is key start + j"
@@ -117,10 +135,14 @@ def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mi
             s = s * scale
         if causal and mistake != "causal_ignored":
             first = 0 if mistake == "key_offset_missing" else start
-            key_pos = torch.arange(first, first + s.shape[-1])
-            s = s.masked_fill(key_pos > query_pos, float("-inf"))
+            width = block_size if mistake == "key_pos_full_block" else s.shape[-1]
+            key_pos = torch.arange(first, first + width)
+            blocked = key_pos >= query_pos if mistake == "diagonal_blocked" else key_pos > query_pos
+            s = s.masked_fill(blocked, float("-inf"))
         if mistake == "block_softmax":
             p = torch.nan_to_num(s.softmax(-1))
+        elif mistake in ("lse_as_sum", "lse_added"):  # exp(s) / lse; exp(s + lse)
+            p = s.exp() / row_lse if mistake == "lse_as_sum" else (s + row_lse).exp()
         elif mistake == "row_max":
             p = (s - s.amax(-1, keepdim=True)).exp()
         else:
@@ -129,6 +151,8 @@ def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mi
         dp = d_out @ v_block.transpose(-2, -1)
         if mistake == "no_D":
             ds = p * dp
+        elif mistake == "D_outside":
+            ds = p * dp - D
         elif mistake == "D_per_block":
             ds = p * (dp - (p * dp).sum(-1, keepdim=True))
         else:
