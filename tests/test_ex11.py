@@ -684,3 +684,39 @@ def test_a_patch_that_caches_the_clean_run_between_calls_is_told_so():
     result = check_result("ex11.patch_head", _patch_with_a_cache)  # once got full marks
     assert result.status == "failed", result.feedback
     assert "an earlier call" in result.feedback, result.feedback
+
+
+HUNTED_F11 = [  # #hunt-f11: a learner's slip that got "None of the usual single mistakes"
+    (  # len(ids) is the batch size, not the length: the period of a batch of 4 read as 2
+        "induction_scores",
+        [
+            ("period = ids.shape[1] // 2", "period = len(ids) // 2"),
+            (
+                "patterns[..., queries, keys]",
+                "patterns.diagonal(-(period - 1), -2, -1)[..., -period:]",
+            ),
+        ],
+        "len(ids) and ids.shape[0] are the batch size",
+    ),
+    (  # the scores of the batch's first sequence only
+        "induction_scores",
+        [("weights.mean(dim=(1, 3))", "weights[:, 0].mean(dim=-1)")],
+        "from the first sequence of the batch only",
+    ),
+    (  # the logits cut for the shift, the targets cut the same way: each position's own token
+        "ablate_head",
+        [("ids[:, 1:].flatten()", "ids[:, :-1].flatten()")],
+        "each position is scored on its own token",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,edits,words", HUNTED_F11, ids=[h[2] for h in HUNTED_F11])
+@pytest.mark.parametrize("seed", [0, 5])
+def test_f11_hunt_slips_get_a_named_hint_under_every_seed(solution, name, edits, words, seed):
+    task = get_task(f"ex11.{name}")
+    wrong = _solution_with(solution, name, *edits)
+    cases = task.cases(torch.Generator().manual_seed(seed))  # 0: the notebook's seed
+    result = judge(task, cases, run_cases(task, wrong, cases))
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert words in result.feedback and "None of the usual" not in result.feedback
