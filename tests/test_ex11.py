@@ -708,6 +708,11 @@ HUNTED_F11 = [  # #hunt-f11: a learner's slip that got "None of the usual single
         [("ids[:, 1:].flatten()", "ids[:, :-1].flatten()")],
         "each position is scored on its own token",
     ),
+    (  # keepdim forgotten: a broadcast error with no hint
+        "direct_logit_attribution",
+        [(DIVISOR, "(final[0].var(-1, unbiased=False) + model.norm.eps).sqrt()")],
+        "the divisor lost its last axis",
+    ),
 ]
 
 

@@ -50,6 +50,11 @@ MISTAKES = {
         "the divisor uses the UNBIASED variance (or .std()): LayerNorm divides by "
         "sqrt(var + eps) with the biased variance, var(-1, unbiased=False)"
     ),
+    "no_keepdim": (
+        "the divisor lost its last axis: var(-1, unbiased=False) without keepdim=True is "
+        "(batch, seq), which cannot divide a (batch, seq, d_model) part; keep it, "
+        "var(-1, unbiased=False, keepdim=True), (batch, seq, 1)"
+    ),
     "eps_outside": (
         "eps is added outside the square root: the divisor is sqrt(var + eps), as in "
         "LayerNorm, not std + eps (the two differ where the stream's variance is small)"
@@ -126,7 +131,8 @@ def wrong_attribution(model, ids, *, mistake):
         parts += [ff_l, *heads] if mistake == "ff_first" else [*heads, ff_l]
     norm = model.norm
     eps = 1e-5 if mistake == "eps_fixed" else norm.eps
-    scale = (final[0].var(-1, unbiased=mistake == "unbiased", keepdim=True) + eps).sqrt()
+    keep = mistake != "no_keepdim"  # (batch, seq) without it: no axis to broadcast over d_model
+    scale = (final[0].var(-1, unbiased=mistake == "unbiased", keepdim=keep) + eps).sqrt()
     if mistake == "eps_outside":
         scale = final[0].var(-1, unbiased=False, keepdim=True).sqrt() + eps
     if mistake == "rms_divisor":  # no mean subtracted
