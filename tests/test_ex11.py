@@ -713,6 +713,22 @@ HUNTED_F11 = [  # #hunt-f11: a learner's slip that got "None of the usual single
         [(DIVISOR, "(final[0].var(-1, unbiased=False) + model.norm.eps).sqrt()")],
         "the divisor lost its last axis",
     ),
+    (  # every layer's heads first, then every feed-forward
+        "direct_logit_attribution",
+        [
+            ("        parts.append(ff)\n", ""),
+            ("    scale = (", "    parts += ff_outputs\n    scale = ("),
+        ],
+        "the parts are in another order",
+    ),
+    (  # the embeddings last
+        "direct_logit_attribution",
+        [
+            ("parts = [embeddings[0]]", "parts = []"),
+            ("    scale = (", "    parts.append(embeddings[0])\n    scale = ("),
+        ],
+        "the parts are in another order",
+    ),
 ]
 
 
