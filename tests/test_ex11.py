@@ -729,6 +729,11 @@ HUNTED_F11 = [  # #hunt-f11: a learner's slip that got "None of the usual single
         ],
         "the parts are in another order",
     ),
+    (  # the clean output added to the corrupted one instead of replacing it
+        "patch_head",
+        [("z[..., cols] = clean[0]", "z[..., cols] += clean[0]")],
+        "you ADDED the clean output",
+    ),
 ]
 
 

@@ -38,6 +38,11 @@ MISTAKES = {
         "the other heads' outputs became 0: replace only head `head`'s slice of out_proj's "
         "input and keep the other heads' corrupted outputs (clone the input, assign the slice)"
     ),
+    "added": (
+        "you ADDED the clean output to the head's corrupted one (+=): patching replaces the "
+        "head's slice, z[..., cols] = clean (an assignment), so the head outputs exactly what "
+        "it output on the clean input"
+    ),
     "hooks_left": (
         "a hook is still registered after your function returned (the clean run's recording "
         "hook or the patching hook): remove each one, in a `finally`"
@@ -103,7 +108,8 @@ def wrong_patch(model, clean_ids, corrupted_ids, layer, head, *, mistake):
         if mistake == "whole_layer":
             return (saved[0],)
         z = args[0].clone() * (mistake != "others_zeroed")  # the other heads zeroed
-        z[..., part] = saved[0][..., part]
+        kept = z[..., part] if mistake == "added" else 0.0  # += instead of =
+        z[..., part] = kept + saved[0][..., part]
         return (z,)
 
     handle = out_proj.register_forward_pre_hook(patch)
