@@ -734,6 +734,11 @@ HUNTED_F11 = [  # #hunt-f11: a learner's slip that got "None of the usual single
         [("z[..., cols] = clean[0]", "z[..., cols] += clean[0]")],
         "you ADDED the clean output",
     ),
+    (  # the patching pre-hook changes a clone and returns nothing: "was the hook removed?"
+        "patch_head",
+        [("        return (z,)\n", "")],
+        "Does your pre-hook RETURN the patched input",
+    ),
 ]
 
 

@@ -62,10 +62,13 @@ MISTAKES = {
     ),
     "no_effect": (
         "your patch never took effect: the logits equal those of the corrupted input "
-        "run unpatched. Was the patching hook removed before the corrupted run, or did "
+        "run unpatched. Does your pre-hook RETURN the patched input (`return (z,)`; a hook "
+        "that returns None keeps the original, and a cloned z changed in it is lost)? Was "
+        "the patching hook removed before the corrupted run, or did "
         "a recording hook still registered overwrite the clean output with the "
         "corrupted one? Or did your slice pick nothing: z[:, a:b] slices the positions (dim "
-        "1), head h's features are the last dim, z[..., h*d_head:(h+1)*d_head]"
+        "1), head h's features are the last dim, z[..., h*d_head:(h+1)*d_head], with this "
+        "model's d_head = d_model // num_heads"
     ),
 }
 
