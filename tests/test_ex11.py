@@ -751,3 +751,23 @@ def test_f11_hunt_slips_get_a_named_hint_under_every_seed(solution, name, edits,
     result = judge(task, cases, run_cases(task, wrong, cases))
     assert result.status == "failed" and result.score < result.max_score, result.feedback
     assert words in result.feedback and "None of the usual" not in result.feedback
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_a_length_check_by_the_halves_alone_is_caught(solution, seed):
+    """#hunt-f11: checking only that ids[:, :T] equals ids[:, T : 2 * T] raised on the odd case's
+    random ids by luck (full marks); its ids now repeat before one token more."""
+    wrong = _solution_with(
+        solution,
+        "induction_scores",
+        (
+            "if ids.shape[1] % 2 != 0:",
+            "if not torch.equal(ids[:, : ids.shape[1] // 2], ids[:, ids.shape[1] // 2 : "
+            "ids.shape[1] // 2 * 2]):",
+        ),
+    )
+    task = get_task("ex11.induction_scores")
+    cases = task.cases(torch.Generator().manual_seed(seed))
+    result = judge(task, cases, run_cases(task, wrong, cases))
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert "expected your code to raise a ValueError" in result.feedback, result.feedback

@@ -3,6 +3,7 @@ its earlier copy."""
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 
 from ...core import register
@@ -157,6 +158,7 @@ class InductionScores(ModelTask):
             cases.append(model_case(spec, repeated(gen, batch, period, 24), note=note))
         spec = {"kind": "random", "seed": 4, "positions": "rope"}
         cases.append(model_case(spec, repeated(gen, 3, 6, 13), note=", period 6"))
-        odd = randint(gen, 13, 2, 9)
+        # a repeated sequence and one token more: a check of the halves alone does not raise
+        odd = torch.cat([repeated(gen, 2, 4, 13), randint(gen, 13, 2, 1)], dim=1)
         note = ": an odd length is no repeated sequence, so a ValueError"
         return [*cases, model_case(spec, odd, note=note, raises=ValueError, probe=odd)]
