@@ -739,6 +739,11 @@ HUNTED_F11 = [  # #hunt-f11: a learner's slip that got "None of the usual single
         [("        return (z,)\n", "")],
         "Does your pre-hook RETURN the patched input",
     ),
+    (  # the clean output of the batch's first sequence given to every corrupted sequence
+        "patch_head",
+        [("z[..., cols] = clean[0]", "z[..., cols] = clean[0][0]")],
+        "got the FIRST clean sequence's output",
+    ),
 ]
 
 

@@ -43,6 +43,11 @@ MISTAKES = {
         "head's slice, z[..., cols] = clean (an assignment), so the head outputs exactly what "
         "it output on the clean input"
     ),
+    "batch_row0": (
+        "every sequence of the corrupted batch got the FIRST clean sequence's output (row 0, "
+        "broadcast over the batch): sequence b takes its own clean output, so keep the whole "
+        "(batch, seq, d_head) slice, clean[..., cols], and assign it to z[..., cols]"
+    ),
     "hooks_left": (
         "a hook is still registered after your function returned (the clean run's recording "
         "hook or the patching hook): remove each one, in a `finally`"
@@ -112,7 +117,8 @@ def wrong_patch(model, clean_ids, corrupted_ids, layer, head, *, mistake):
             return (saved[0],)
         z = args[0].clone() * (mistake != "others_zeroed")  # the other heads zeroed
         kept = z[..., part] if mistake == "added" else 0.0  # += instead of =
-        z[..., part] = kept + saved[0][..., part]
+        clean = saved[0][:1] if mistake == "batch_row0" else saved[0]  # row 0, broadcast
+        z[..., part] = kept + clean[..., part]
         return (z,)
 
     handle = out_proj.register_forward_pre_hook(patch)
