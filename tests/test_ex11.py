@@ -744,6 +744,16 @@ HUNTED_F11 = [  # #hunt-f11: a learner's slip that got "None of the usual single
         [("z[..., cols] = clean[0]", "z[..., cols] = clean[0][0]")],
         "got the FIRST clean sequence's output",
     ),
+    (  # flattened, then shifted: each sequence's last position scored on the next one's first
+        "ablate_head",
+        [
+            (
+                "F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())",
+                "F.cross_entropy(logits.flatten(0, 1)[:-1], ids.flatten()[1:])",
+            )
+        ],
+        "you flattened before shifting",
+    ),
 ]
 
 
