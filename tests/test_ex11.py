@@ -786,3 +786,39 @@ def test_a_length_check_by_the_halves_alone_is_caught(solution, seed):
     result = judge(task, cases, run_cases(task, wrong, cases))
     assert result.status == "failed" and result.score < result.max_score, result.feedback
     assert "expected your code to raise a ValueError" in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize(
+    "old,new",
+    [  # #hunt-f11: a bare TypeError "ask_for_weights() missing 1 required positional argument"
+        (
+            "register_forward_pre_hook(ask_for_weights, with_kwargs=True)",
+            "register_forward_pre_hook(ask_for_weights)",
+        ),
+        (
+            "def ask_for_weights(module, args, kwargs):\n"
+            '        return args, {**kwargs, "need_weights": True}',
+            "def ask_for_weights(module, args):\n        return args",
+        ),
+    ],
+    ids=["with_kwargs left out", "a hook that takes other arguments"],
+)
+def test_a_hook_pytorch_cannot_call_gets_the_hook_signatures(solution, old, new):
+    result = check_result(
+        "ex11.attention_patterns", _solution_with(solution, "attention_patterns", (old, new))
+    )
+    assert result.status == "failed", result.feedback
+    assert "your code raised TypeError" in result.feedback
+    assert (
+        "when registered with register_forward_pre_hook(hook, with_kwargs=True)" in result.feedback
+    )
+
+
+def test_a_type_error_of_the_learners_own_code_gets_no_hook_hint(solution):
+    wrong = _solution_with(
+        solution,
+        "attention_patterns",
+        ("return torch.stack(patterns)", "return torch.stack(patterns, 0, 1)"),
+    )
+    result = check_result("ex11.attention_patterns", wrong)
+    assert "your code raised TypeError" in result.feedback and "hook(module" not in result.feedback
