@@ -684,3 +684,141 @@ def test_a_patch_that_caches_the_clean_run_between_calls_is_told_so():
     result = check_result("ex11.patch_head", _patch_with_a_cache)  # once got full marks
     assert result.status == "failed", result.feedback
     assert "an earlier call" in result.feedback, result.feedback
+
+
+HUNTED_F11 = [  # #hunt-f11: a learner's slip that got "None of the usual single mistakes"
+    (  # len(ids) is the batch size, not the length: the period of a batch of 4 read as 2
+        "induction_scores",
+        [
+            ("period = ids.shape[1] // 2", "period = len(ids) // 2"),
+            (
+                "patterns[..., queries, keys]",
+                "patterns.diagonal(-(period - 1), -2, -1)[..., -period:]",
+            ),
+        ],
+        "len(ids) and ids.shape[0] are the batch size",
+    ),
+    (  # the scores of the batch's first sequence only
+        "induction_scores",
+        [("weights.mean(dim=(1, 3))", "weights[:, 0].mean(dim=-1)")],
+        "from the first sequence of the batch only",
+    ),
+    (  # the logits cut for the shift, the targets cut the same way: each position's own token
+        "ablate_head",
+        [("ids[:, 1:].flatten()", "ids[:, :-1].flatten()")],
+        "each position is scored on its own token",
+    ),
+    (  # keepdim forgotten: a broadcast error with no hint
+        "direct_logit_attribution",
+        [(DIVISOR, "(final[0].var(-1, unbiased=False) + model.norm.eps).sqrt()")],
+        "the divisor lost its last axis",
+    ),
+    (  # every layer's heads first, then every feed-forward
+        "direct_logit_attribution",
+        [
+            ("        parts.append(ff)\n", ""),
+            ("    scale = (", "    parts += ff_outputs\n    scale = ("),
+        ],
+        "the parts are in another order",
+    ),
+    (  # the embeddings last
+        "direct_logit_attribution",
+        [
+            ("parts = [embeddings[0]]", "parts = []"),
+            ("    scale = (", "    parts.append(embeddings[0])\n    scale = ("),
+        ],
+        "the parts are in another order",
+    ),
+    (  # the clean output added to the corrupted one instead of replacing it
+        "patch_head",
+        [("z[..., cols] = clean[0]", "z[..., cols] += clean[0]")],
+        "you ADDED the clean output",
+    ),
+    (  # the patching pre-hook changes a clone and returns nothing: "was the hook removed?"
+        "patch_head",
+        [("        return (z,)\n", "")],
+        "Does your pre-hook RETURN the patched input",
+    ),
+    (  # the clean output of the batch's first sequence given to every corrupted sequence
+        "patch_head",
+        [("z[..., cols] = clean[0]", "z[..., cols] = clean[0][0]")],
+        "got the FIRST clean sequence's output",
+    ),
+    (  # flattened, then shifted: each sequence's last position scored on the next one's first
+        "ablate_head",
+        [
+            (
+                "F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())",
+                "F.cross_entropy(logits.flatten(0, 1)[:-1], ids.flatten()[1:])",
+            )
+        ],
+        "you flattened before shifting",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,edits,words", HUNTED_F11, ids=[h[2] for h in HUNTED_F11])
+@pytest.mark.parametrize("seed", [0, 5])
+def test_f11_hunt_slips_get_a_named_hint_under_every_seed(solution, name, edits, words, seed):
+    task = get_task(f"ex11.{name}")
+    wrong = _solution_with(solution, name, *edits)
+    cases = task.cases(torch.Generator().manual_seed(seed))  # 0: the notebook's seed
+    result = judge(task, cases, run_cases(task, wrong, cases))
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert words in result.feedback and "None of the usual" not in result.feedback
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_a_length_check_by_the_halves_alone_is_caught(solution, seed):
+    """#hunt-f11: checking only that ids[:, :T] equals ids[:, T : 2 * T] raised on the odd case's
+    random ids by luck (full marks); its ids now repeat before one token more."""
+    wrong = _solution_with(
+        solution,
+        "induction_scores",
+        (
+            "if ids.shape[1] % 2 != 0:",
+            "if not torch.equal(ids[:, : ids.shape[1] // 2], ids[:, ids.shape[1] // 2 : "
+            "ids.shape[1] // 2 * 2]):",
+        ),
+    )
+    task = get_task("ex11.induction_scores")
+    cases = task.cases(torch.Generator().manual_seed(seed))
+    result = judge(task, cases, run_cases(task, wrong, cases))
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert "expected your code to raise a ValueError" in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize(
+    "old,new",
+    [  # #hunt-f11: a bare TypeError "ask_for_weights() missing 1 required positional argument"
+        (
+            "register_forward_pre_hook(ask_for_weights, with_kwargs=True)",
+            "register_forward_pre_hook(ask_for_weights)",
+        ),
+        (
+            "def ask_for_weights(module, args, kwargs):\n"
+            '        return args, {**kwargs, "need_weights": True}',
+            "def ask_for_weights(module, args):\n        return args",
+        ),
+    ],
+    ids=["with_kwargs left out", "a hook that takes other arguments"],
+)
+def test_a_hook_pytorch_cannot_call_gets_the_hook_signatures(solution, old, new):
+    result = check_result(
+        "ex11.attention_patterns", _solution_with(solution, "attention_patterns", (old, new))
+    )
+    assert result.status == "failed", result.feedback
+    assert "your code raised TypeError" in result.feedback
+    assert (
+        "when registered with register_forward_pre_hook(hook, with_kwargs=True)" in result.feedback
+    )
+
+
+def test_a_type_error_of_the_learners_own_code_gets_no_hook_hint(solution):
+    wrong = _solution_with(
+        solution,
+        "attention_patterns",
+        ("return torch.stack(patterns)", "return torch.stack(patterns, 0, 1)"),
+    )
+    result = check_result("ex11.attention_patterns", wrong)
+    assert "your code raised TypeError" in result.feedback and "hook(module" not in result.feedback

@@ -5,12 +5,13 @@ was afterwards (same outputs, no hook left behind)."""
 from __future__ import annotations
 
 import math
+import traceback
 
 import torch
 
 from course_lib.validation import is_number
 
-from ...core import Case, Task, compare_values
+from ...core import Case, GradingError, Task, compare_values
 from ..common import randint
 
 LESSON = "lesson 11"
@@ -146,6 +147,12 @@ def _snapshot(model) -> tuple:
     return modes, recording
 
 
+HOOK_CALL = (
+    "PyTorch called one of your hooks with another number of arguments than it takes: a "
+    "forward pre-hook is hook(module, args), or hook(module, args, kwargs) when registered with "
+    "register_forward_pre_hook(hook, with_kwargs=True) (it then returns (args, kwargs)); a "
+    "forward hook is hook(module, args, output)"
+)
 NO_FINALLY = (
     "your hooks stay on the model when the forward raises: handle.remove() runs only after a "
     "forward that succeeded; register the hooks and run the forward inside `try:`, and remove "
@@ -222,6 +229,11 @@ class ModelTask(Task):
             if not fails:
                 raise
             raised = True
+        except TypeError as error:  # PyTorch's call of a hook that takes other arguments
+            frames = traceback.extract_tb(error.__traceback__)
+            if not frames or "hook(" not in (frames[-1].line or ""):
+                raise
+            raise GradingError(f"your code raised TypeError: {error}. Hint: {HOOK_CALL}") from None
         if fails and not raised:
             return None, "swallowed"
         if any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()):

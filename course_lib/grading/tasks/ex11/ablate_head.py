@@ -56,6 +56,15 @@ MISTAKES = {
         "token, so logits[:, :-1] go with ids[:, 1:] (not logits[:, 1:] with "
         "ids[:, :-1])"
     ),
+    "own_token": (
+        "the targets are the NEXT tokens: logits[:, :-1] go with ids[:, 1:]; against "
+        "ids[:, :-1] each position is scored on its own token"
+    ),
+    "flattened_first": (
+        "you flattened before shifting: logits.flatten(0, 1)[:-1] against ids.flatten()[1:] "
+        "scores the last position of each sequence on the first token of the NEXT sequence; "
+        "shift each sequence first, logits[:, :-1] against ids[:, 1:], then flatten"
+    ),
     "classes_last": (
         "F.cross_entropy takes the classes on dim 1: (N, vocab) logits against (N,) targets, "
         "so flatten the batch and the positions, logits[:, :-1].flatten(0, 1) against "
@@ -101,6 +110,10 @@ def wrong_ablation(model, ids, layer, head, *, mistake):
             logits, targets = logits, ids
         elif mistake == "misaligned":
             logits, targets = logits[:, 1:], ids[:, :-1]
+        elif mistake == "own_token":  # both sliced [:, :-1]: each position's own token
+            logits, targets = logits[:, :-1], ids[:, :-1]
+        elif mistake == "flattened_first":  # shifted across the sequences' boundaries
+            logits, targets = logits.flatten(0, 1)[None, :-1], ids.flatten()[None, 1:]
         elif mistake == "row0":  # the first sequence of the batch only
             logits, targets = logits[:1, :-1], ids[:1, 1:]
         else:

@@ -12,6 +12,7 @@ from ._models import (
     NO_FINALLY,
     ModelTask,
     circuit_spec,
+    close,
     model_case,
     raising_case,
     repeated,
@@ -50,6 +51,11 @@ MISTAKES = {
         "the divisor uses the UNBIASED variance (or .std()): LayerNorm divides by "
         "sqrt(var + eps) with the biased variance, var(-1, unbiased=False)"
     ),
+    "no_keepdim": (
+        "the divisor lost its last axis: var(-1, unbiased=False) without keepdim=True is "
+        "(batch, seq), which cannot divide a (batch, seq, d_model) part; keep it, "
+        "var(-1, unbiased=False, keepdim=True), (batch, seq, 1)"
+    ),
     "eps_outside": (
         "eps is added outside the square root: the divisor is sqrt(var + eps), as in "
         "LayerNorm, not std + eps (the two differ where the stream's variance is small)"
@@ -83,6 +89,11 @@ MISTAKES = {
         "out_proj.weight, transposed (out_proj computes z @ W.T); you took its rows"
     ),
 }
+ORDER = (  # the right parts in another order: no single listed slip, so `diagnose` finds it
+    "each part is right, but the parts are in another order: the embeddings first, then layer "
+    "by layer its heads 0 .. H-1 followed by its feed-forward (layer 0's heads, layer 0's "
+    "feed-forward, layer 1's heads, ...)"
+)
 HEAD_PRODUCT = (  # for a product whose shapes do not fit: rows, or columns not transposed
     "head h's part is its slice of out_proj's input, (..., d_head), times the matching COLUMNS "
     "of out_proj.weight, transposed: w[:, h * d_head : (h + 1) * d_head].T, (d_head, d_model)"
@@ -126,7 +137,8 @@ def wrong_attribution(model, ids, *, mistake):
         parts += [ff_l, *heads] if mistake == "ff_first" else [*heads, ff_l]
     norm = model.norm
     eps = 1e-5 if mistake == "eps_fixed" else norm.eps
-    scale = (final[0].var(-1, unbiased=mistake == "unbiased", keepdim=True) + eps).sqrt()
+    keep = mistake != "no_keepdim"  # (batch, seq) without it: no axis to broadcast over d_model
+    scale = (final[0].var(-1, unbiased=mistake == "unbiased", keepdim=keep) + eps).sqrt()
     if mistake == "eps_outside":
         scale = final[0].var(-1, unbiased=False, keepdim=True).sqrt() + eps
     if mistake == "rms_divisor":  # no mean subtracted
@@ -168,6 +180,18 @@ class DirectLogitAttribution(ModelTask):
                 raise
             message = f"your code raised RuntimeError: {error}. Hint: {HEAD_PRODUCT}"
             raise GradingError(message) from None
+
+    def diagnose(self, got, want, case):
+        got, want = got[0], want[0]  # (the result, the model's state afterwards)
+        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+            return None
+        found = [  # for each of the learner's parts, the first expected part it equals
+            next((j for j, w in enumerate(want) if close(g, w, self.atol) is None), None)
+            for g in got
+        ]
+        in_order = [*range(len(want))]
+        shuffled = None not in found and found != in_order and sorted(found) == in_order
+        return ORDER if shuffled else None
 
     def cases(self, gen):
         specs = (

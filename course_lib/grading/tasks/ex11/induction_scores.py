@@ -3,6 +3,7 @@ its earlier copy."""
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 
 from ...core import register
@@ -68,6 +69,14 @@ MISTAKES = {
     ),
     "over_heads": _AXIS,
     "over_batch_only": _AXIS,
+    "batch_row0": (
+        "your scores come from the first sequence of the batch only (patterns[:, 0]): average "
+        "over every sequence of the batch (dim 1) as well as over the queries of the second copy"
+    ),
+    "period_from_batch": (
+        "the period T is half the sequence LENGTH, ids.shape[1] // 2: len(ids) and "
+        "ids.shape[0] are the batch size"
+    ),
     "keys_axis": (
         "you averaged over the keys of each query row (which always sums to 1); the "
         "score is the weight on ONE key per query, i - T + 1"
@@ -89,7 +98,7 @@ def wrong_scores(model, ids, *, mistake):
     """(num_layers, num_heads) induction scores, with the named mistake."""
     if ids.shape[1] % 2:
         raise ValueError("ids must be a sequence repeated twice")
-    period = ids.shape[1] // 2
+    period = (len(ids) if mistake == "period_from_batch" else ids.shape[1]) // 2
     patterns = wrong_patterns(model, ids)  # (layers, batch, heads, 2T, 2T)
     offset = {
         "duplicate": period,
@@ -108,6 +117,7 @@ def wrong_scores(model, ids, *, mistake):
         "stripe_as_queries": stripe[..., period - 1 :],
         # query T's key -1 is key 2T - 1, in its future: weight 0
         "one_before": F.pad(stripe, (1, 0)),
+        "batch_row0": stripe[:, :1, :, -period:],  # the first sequence of the batch only
     }.get(
         mistake,
         stripe[..., -period:],  # i = T .. 2T - 1
@@ -148,6 +158,7 @@ class InductionScores(ModelTask):
             cases.append(model_case(spec, repeated(gen, batch, period, 24), note=note))
         spec = {"kind": "random", "seed": 4, "positions": "rope"}
         cases.append(model_case(spec, repeated(gen, 3, 6, 13), note=", period 6"))
-        odd = randint(gen, 13, 2, 9)
+        # a repeated sequence and one token more: a check of the halves alone does not raise
+        odd = torch.cat([repeated(gen, 2, 4, 13), randint(gen, 13, 2, 1)], dim=1)
         note = ": an odd length is no repeated sequence, so a ValueError"
         return [*cases, model_case(spec, odd, note=note, raises=ValueError, probe=odd)]

@@ -38,6 +38,16 @@ MISTAKES = {
         "the other heads' outputs became 0: replace only head `head`'s slice of out_proj's "
         "input and keep the other heads' corrupted outputs (clone the input, assign the slice)"
     ),
+    "added": (
+        "you ADDED the clean output to the head's corrupted one (+=): patching replaces the "
+        "head's slice, z[..., cols] = clean (an assignment), so the head outputs exactly what "
+        "it output on the clean input"
+    ),
+    "batch_row0": (
+        "every sequence of the corrupted batch got the FIRST clean sequence's output (row 0, "
+        "broadcast over the batch): sequence b takes its own clean output, so keep the whole "
+        "(batch, seq, d_head) slice, clean[..., cols], and assign it to z[..., cols]"
+    ),
     "hooks_left": (
         "a hook is still registered after your function returned (the clean run's recording "
         "hook or the patching hook): remove each one, in a `finally`"
@@ -57,10 +67,13 @@ MISTAKES = {
     ),
     "no_effect": (
         "your patch never took effect: the logits equal those of the corrupted input "
-        "run unpatched. Was the patching hook removed before the corrupted run, or did "
+        "run unpatched. Does your pre-hook RETURN the patched input (`return (z,)`; a hook "
+        "that returns None keeps the original, and a cloned z changed in it is lost)? Was "
+        "the patching hook removed before the corrupted run, or did "
         "a recording hook still registered overwrite the clean output with the "
         "corrupted one? Or did your slice pick nothing: z[:, a:b] slices the positions (dim "
-        "1), head h's features are the last dim, z[..., h*d_head:(h+1)*d_head]"
+        "1), head h's features are the last dim, z[..., h*d_head:(h+1)*d_head], with this "
+        "model's d_head = d_model // num_heads"
     ),
 }
 
@@ -103,7 +116,9 @@ def wrong_patch(model, clean_ids, corrupted_ids, layer, head, *, mistake):
         if mistake == "whole_layer":
             return (saved[0],)
         z = args[0].clone() * (mistake != "others_zeroed")  # the other heads zeroed
-        z[..., part] = saved[0][..., part]
+        kept = z[..., part] if mistake == "added" else 0.0  # += instead of =
+        clean = saved[0][:1] if mistake == "batch_row0" else saved[0]  # row 0, broadcast
+        z[..., part] = kept + clean[..., part]
         return (z,)
 
     handle = out_proj.register_forward_pre_hook(patch)
