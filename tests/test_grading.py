@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 import subprocess
 import sys
 import warnings
@@ -15,7 +17,7 @@ from helpers import ROOT, SOLUTIONS, mistake_params
 
 from course_lib.grading import all_tasks, check, check_result, get_task
 from course_lib.grading.batch import exercise_of
-from course_lib.grading.core import Case, Task, judge, run_cases
+from course_lib.grading.core import Case, Task, compare_values, judge, run_cases
 
 
 def right(a, b):
@@ -430,7 +432,44 @@ def test_a_crash_no_listed_mistake_explains_gets_no_hint():
         raise RuntimeError("something else entirely")
 
     feedback = check_result("ex02.softmax", crashes).feedback
-    assert "your code raised RuntimeError: something else entirely (see" in feedback, feedback
+    assert "your code raised RuntimeError: something else entirely. To see" in feedback, feedback
+    # no hint, but what to do: the check shows no traceback, so say how to get one (#h11)
+    assert "Hint:" not in feedback and "in a cell of its own" in feedback, feedback
+
+
+def test_values_that_differ_are_shown_where_with_both_entries():
+    # before (#h11): "your result differs from the expected values (largest difference 0.0486)"
+    # and "in 9 of 25 entries", with no entry to look at; now the entry, yours and the expected
+    def scaled(a, b):
+        return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2) * 1.01
+
+    feedback = check_result("ex00.batched_matmul", scaled).feedback
+    assert re.search(
+        r"largest difference [\d.]+, at \[\d, \d\]: yours -?[\d.]+, expected", feedback
+    )
+
+    def shifted(n):
+        return torch.ones(n, n, dtype=torch.bool).tril(-2)
+
+    feedback = check_result("ex05.causal_mask", shifted).feedback
+    assert "in 9 of 25 entries (the first at [0, 0]: yours False, expected True)" in feedback
+    assert compare_values(torch.tensor(1.5), torch.tensor(1.0)) == (
+        "your result differs from the expected values (largest difference 0.5, yours 1.5, "
+        "expected 1)"
+    )
+
+
+def test_a_number_where_a_tensor_is_due_says_what_to_return():
+    # before (#h11): "your result should be a tensor of shape (), got float", and no more
+    def as_float(logits, targets):
+        nll = -logits.log_softmax(-1).gather(-1, targets[..., None]).mean()
+        return math.exp(nll.item())
+
+    feedback = check_result("ex09.perplexity", as_float).feedback
+    assert "got float: return a tensor (torch.exp" in feedback, feedback
+    assert compare_values(torch.tensor(2.0), 2.5).endswith(
+        "return a Python number, e.g. its .item()"
+    )
 
 
 # ---------------------------------------------------------------- code that changes its inputs
