@@ -379,6 +379,44 @@ def test_every_listed_mistake_of_every_task_fails_with_its_own_hint(task_id, wro
     assert result.status == "failed" and hint in result.feedback, result.feedback
 
 
+# A hint names the mistake AND says what to do (EXERCISES.md). A necessary mark of the second
+# part, simple on purpose: an imperative at the start of a clause (use, pass, divide, ...), a
+# must/should/instead/", not", or a second clause after ';' or ':' that states the right form.
+# A bare description fails ("that is the first token of each sequence"); whether the fix it
+# gives is right is each mistake's own test's business, not this one's.
+_DO = (
+    r"add|append|apply|average|build|call|centre|change|check|choose|clamp|clip|clone|compare|"
+    r"compute|convert|copy|count|create|cut|divide|draw|drop|exclude|feed|fill|flatten|give|guard|"
+    r"keep|leave|let|make|mark|mask|move|multiply|name|normalise|pass|put|raise|read|record|"
+    r"register|remove|repeat|replace|reshape|restore|return|rotate|run|scale|set|shift|skip|slice|"
+    r"sort|split|start|stop|subtract|sum|swap|take|test|transpose|turn|unsqueeze|use|write|zero"
+)
+_SAYS_WHAT_TO_DO = re.compile(
+    rf"(?:^|[;:.,(]\s*|\b(?:then|so|and|or|instead|only)\s+)(?:{_DO})\b"
+    r"|\b(?:must|should|needs?|belongs?|goes|instead of|rather than)\b|, not |\(not "
+    r"|[;:]\s+\S|\.\s+[A-Z]",
+    re.I,
+)
+
+
+def test_every_hint_says_what_to_do():
+    # #h11: these hints said only what was wrong; each now ends with what to do instead
+    for before in (
+        "that is the first token of each sequence",
+        "the scores are not divided by sqrt(d_k)",
+        "the final norm's weight (gamma, model.norm.weight) is missing",
+        "the decoder input starts with <bos> and has the same length as the targets",
+    ):
+        assert not _SAYS_WHAT_TO_DO.search(before), before
+    silent = [
+        f"{task.id} {name}: {hint}"
+        for task in all_tasks()
+        for name, hint in task.mistake_table.items()
+        if not _SAYS_WHAT_TO_DO.search(hint)
+    ]
+    assert not silent, "hints that do not say what to do:\n" + "\n".join(silent)
+
+
 def _softmax_without_keepdim(x, dim=-1):
     e = (x - x.amax(dim=dim, keepdim=True)).exp()
     return e / e.sum(dim)

@@ -40,8 +40,8 @@ FAULTS = {
     "diagonal_blocked": (
         "with causal=True a token may still attend to itself: keep j <= i, not j < i"
     ),
-    "inverted": "your mask is inverted: True means 'may attend' in this course",
-    "float": "the mask must be a bool tensor (True/False), not floats",
+    "inverted": "your mask is inverted: True means 'may attend' in this course: keep the band True",
+    "float": "the mask must be a bool tensor (True/False), not floats: a comparison gives one",
 }
 
 
