@@ -497,6 +497,17 @@ def test_values_that_differ_are_shown_where_with_both_entries():
     )
 
 
+def test_showing_where_values_differ_imports_nothing():
+    # torch.unravel_index imports sympy on its first call: inside a run of checks (the mutation
+    # tool's) that left sympy half-imported, and every attention task after it then crashed
+    code = (
+        "import sys, torch; from course_lib.grading.core import compare_values; "
+        "compare_values(torch.ones(2, 3), torch.zeros(2, 3)); print('sympy' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.stdout.strip() == "False", proc.stdout + proc.stderr
+
+
 def test_a_number_where_a_tensor_is_due_says_what_to_return():
     # before (#h11): "your result should be a tensor of shape (), got float", and no more
     def as_float(logits, targets):

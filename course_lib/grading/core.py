@@ -508,9 +508,17 @@ NUMBER_NOT_TENSOR = (
 )
 
 
-def _where_first(
-    got: Tensor, want: Tensor, index: Tensor | None, which: str = "the first at"
-) -> str:
+def _index_of(flat: int, shape: torch.Size) -> list[int]:
+    """The index of entry `flat` of a tensor of `shape`, in row-major order (torch.unravel_index
+    imports sympy on its first call, and an import inside a running check can break it)."""
+    index = []
+    for size in reversed(shape):
+        flat, rest = divmod(flat, size)
+        index.append(rest)
+    return index[::-1]
+
+
+def _where_first(got: Tensor, want: Tensor, index: Any, which: str = "the first at") -> str:
     """Where two tensors differ, with both entries: "the first at [0, 2]: yours True, expected
     False", so a learner can look at that entry of a small input (no index for a 0-d tensor)."""
     spot = () if index is None else tuple(int(i) for i in index)
@@ -553,7 +561,7 @@ def compare_values(got: Any, want: Any, where: str = "your result") -> str | Non
         if torch.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True):
             return None
         gaps = (got.double() - want.double()).abs().nan_to_num(0.0)
-        at = torch.stack(torch.unravel_index(gaps.argmax(), gaps.shape)) if gaps.dim() else None
+        at = _index_of(int(gaps.argmax()), gaps.shape) if gaps.dim() else None
         diff = gaps.max().item()
         return (
             f"{_differ(where)} from the expected values (largest difference {diff:.3g}, "
