@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 import subprocess
 import sys
 import warnings
@@ -15,7 +17,7 @@ from helpers import ROOT, SOLUTIONS, mistake_params
 
 from course_lib.grading import all_tasks, check, check_result, get_task
 from course_lib.grading.batch import exercise_of
-from course_lib.grading.core import Case, Task, judge, run_cases
+from course_lib.grading.core import Case, Task, compare_values, judge, run_cases
 
 
 def right(a, b):
@@ -388,6 +390,44 @@ def test_every_listed_mistake_of_every_task_fails_with_its_own_hint(task_id, wro
     assert result.status == "failed" and hint in result.feedback, result.feedback
 
 
+# A hint names the mistake AND says what to do (EXERCISES.md). A necessary mark of the second
+# part, simple on purpose: an imperative at the start of a clause (use, pass, divide, ...), a
+# must/should/instead/", not", or a second clause after ';' or ':' that states the right form.
+# A bare description fails ("that is the first token of each sequence"); whether the fix it
+# gives is right is each mistake's own test's business, not this one's.
+_DO = (
+    r"add|append|apply|average|build|call|centre|change|check|choose|clamp|clip|clone|compare|"
+    r"compute|convert|copy|count|create|cut|divide|draw|drop|exclude|feed|fill|flatten|give|guard|"
+    r"keep|leave|let|make|mark|mask|move|multiply|name|normalise|pass|put|raise|read|record|"
+    r"register|remove|repeat|replace|reshape|restore|return|rotate|run|scale|set|shift|skip|slice|"
+    r"sort|split|start|stop|subtract|sum|swap|take|test|transpose|turn|unsqueeze|use|write|zero"
+)
+_SAYS_WHAT_TO_DO = re.compile(
+    rf"(?:^|[;:.,(]\s*|\b(?:then|so|and|or|instead|only)\s+)(?:{_DO})\b"
+    r"|\b(?:must|should|needs?|belongs?|goes|instead of|rather than)\b|, not |\(not "
+    r"|[;:]\s+\S|\.\s+[A-Z]",
+    re.I,
+)
+
+
+def test_every_hint_says_what_to_do():
+    # #h11: these hints said only what was wrong; each now ends with what to do instead
+    for before in (
+        "that is the first token of each sequence",
+        "the scores are not divided by sqrt(d_k)",
+        "the final norm's weight (gamma, model.norm.weight) is missing",
+        "the decoder input starts with <bos> and has the same length as the targets",
+    ):
+        assert not _SAYS_WHAT_TO_DO.search(before), before
+    silent = [
+        f"{task.id} {name}: {hint}"
+        for task in all_tasks()
+        for name, hint in task.mistake_table.items()
+        if not _SAYS_WHAT_TO_DO.search(hint)
+    ]
+    assert not silent, "hints that do not say what to do:\n" + "\n".join(silent)
+
+
 def _softmax_without_keepdim(x, dim=-1):
     e = (x - x.amax(dim=dim, keepdim=True)).exp()
     return e / e.sum(dim)
@@ -441,7 +481,55 @@ def test_a_crash_no_listed_mistake_explains_gets_no_hint():
         raise RuntimeError("something else entirely")
 
     feedback = check_result("ex02.softmax", crashes).feedback
-    assert "your code raised RuntimeError: something else entirely (see" in feedback, feedback
+    assert "your code raised RuntimeError: something else entirely. To see" in feedback, feedback
+    # no hint, but what to do: the check shows no traceback, so say how to get one (#h11)
+    assert "Hint:" not in feedback and "in a cell of its own" in feedback, feedback
+
+
+def test_values_that_differ_are_shown_where_with_both_entries():
+    # before (#h11): "your result differs from the expected values (largest difference 0.0486)"
+    # and "in 9 of 25 entries", with no entry to look at; now the entry, yours and the expected
+    def scaled(a, b):
+        return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2) * 1.01
+
+    feedback = check_result("ex00.batched_matmul", scaled).feedback
+    assert re.search(
+        r"largest difference [\d.]+, at \[\d, \d\]: yours -?[\d.]+, expected", feedback
+    )
+
+    def shifted(n):
+        return torch.ones(n, n, dtype=torch.bool).tril(-2)
+
+    feedback = check_result("ex05.causal_mask", shifted).feedback
+    assert "in 9 of 25 entries (the first at [0, 0]: yours False, expected True)" in feedback
+    assert compare_values(torch.tensor(1.5), torch.tensor(1.0)) == (
+        "your result differs from the expected values (largest difference 0.5, yours 1.5, "
+        "expected 1)"
+    )
+
+
+def test_showing_where_values_differ_imports_nothing():
+    # torch.unravel_index imports sympy on its first call: inside a run of checks (the mutation
+    # tool's) that left sympy half-imported, and every attention task after it then crashed
+    code = (
+        "import sys, torch; from course_lib.grading.core import compare_values; "
+        "compare_values(torch.ones(2, 3), torch.zeros(2, 3)); print('sympy' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.stdout.strip() == "False", proc.stdout + proc.stderr
+
+
+def test_a_number_where_a_tensor_is_due_says_what_to_return():
+    # before (#h11): "your result should be a tensor of shape (), got float", and no more
+    def as_float(logits, targets):
+        nll = -logits.log_softmax(-1).gather(-1, targets[..., None]).mean()
+        return math.exp(nll.item())
+
+    feedback = check_result("ex09.perplexity", as_float).feedback
+    assert "got float: return a tensor (torch.exp" in feedback, feedback
+    assert compare_values(torch.tensor(2.0), 2.5).endswith(
+        "return a Python number, e.g. its .item()"
+    )
 
 
 # ---------------------------------------------------------------- code that changes its inputs

@@ -501,13 +501,44 @@ def _differ(where: str) -> str:
     return f"{where} {'differ' if plural else 'differs'}"
 
 
+# a number where a tensor is expected: math.exp, .item() or float() made it one
+NUMBER_NOT_TENSOR = (
+    ": return a tensor (torch.exp, torch.log and the other tensor operations keep one; "
+    "math.exp, .item() and float() give a Python number)"
+)
+
+
+def _index_of(flat: int, shape: torch.Size) -> list[int]:
+    """The index of entry `flat` of a tensor of `shape`, in row-major order (torch.unravel_index
+    imports sympy on its first call, and an import inside a running check can break it)."""
+    index = []
+    for size in reversed(shape):
+        flat, rest = divmod(flat, size)
+        index.append(rest)
+    return index[::-1]
+
+
+def _where_first(got: Tensor, want: Tensor, index: Any, which: str = "the first at") -> str:
+    """Where two tensors differ, with both entries: "the first at [0, 2]: yours True, expected
+    False", so a learner can look at that entry of a small input (no index for a 0-d tensor)."""
+    spot = () if index is None else tuple(int(i) for i in index)
+    mine, right = got[spot].item(), want[spot].item()
+    if isinstance(right, float):
+        mine, right = f"{mine:.4g}", f"{right:.4g}"
+    at = f"{which} [{', '.join(str(i) for i in spot)}]: " if spot else ""
+    return f"{at}yours {mine}, expected {right}"
+
+
 def compare_values(got: Any, want: Any, where: str = "your result") -> str | None:
     """None when `got` matches `want` (within float tolerance), else what differs, in words."""
     if isinstance(want, Tensor):
         if isinstance(got, dict) and "__repr__" in got:
             return f"{where} should be a tensor, got {got['__repr__']}"
         if not isinstance(got, Tensor):
-            return f"{where} should be a tensor of shape {_shape(want)}, got {type(got).__name__}"
+            message = (
+                f"{where} should be a tensor of shape {_shape(want)}, got {type(got).__name__}"
+            )
+            return message + (NUMBER_NOT_TENSOR if is_number(got) else "")
         if got.shape != want.shape:
             return f"{where} has shape {_shape(got)}, expected {_shape(want)}"
         if got.dtype != want.dtype:
@@ -515,8 +546,12 @@ def compare_values(got: Any, want: Any, where: str = "your result") -> str | Non
         if want.dtype == torch.bool or not want.is_floating_point():
             if torch.equal(got, want):
                 return None
-            bad = (got != want).sum().item()
-            return f"{_differ(where)} from the expected values in {bad} of {want.numel()} entries"
+            wrong = got != want
+            first = _where_first(got, want, wrong.nonzero()[0])
+            return (
+                f"{_differ(where)} from the expected values in {wrong.sum().item()} of "
+                f"{want.numel()} entries ({first})"
+            )
         got_nan, want_nan = torch.isnan(got), torch.isnan(want)
         if got_nan.any() and not want_nan.any():
             return f"{where} contains NaN where the expected result has none"
@@ -525,8 +560,13 @@ def compare_values(got: Any, want: Any, where: str = "your result") -> str | Non
         rtol, atol = _TOLERANCES.get(want.dtype, (1e-4, 1e-5))
         if torch.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True):
             return None
-        diff = (got.double() - want.double()).abs().nan_to_num(0.0).max().item()
-        return f"{_differ(where)} from the expected values (largest difference {diff:.3g})"
+        gaps = (got.double() - want.double()).abs().nan_to_num(0.0)
+        at = _index_of(int(gaps.argmax()), gaps.shape) if gaps.dim() else None
+        diff = gaps.max().item()
+        return (
+            f"{_differ(where)} from the expected values (largest difference {diff:.3g}, "
+            f"{_where_first(got, want, at, 'at')})"
+        )
     if isinstance(want, (tuple, list)):
         if not isinstance(got, (tuple, list)):
             kind = "list" if isinstance(want, list) else "tuple"
@@ -540,7 +580,10 @@ def compare_values(got: Any, want: Any, where: str = "your result") -> str | Non
         return None
     if isinstance(want, float):
         if not is_number(got):
-            return f"{where} should be a number, got {type(got).__name__}"
+            tensor = isinstance(got, Tensor) and got.numel() == 1
+            return f"{where} should be a number, got {type(got).__name__}" + (
+                ": return a Python number, e.g. its .item()" if tensor else ""
+            )
         if math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9):
             return None
         return f"{where} is {got:.6g}, expected {want:.6g}"
@@ -791,6 +834,13 @@ TRUTH_HINT = (
 )
 
 
+# a crash no listed mistake explains: the check shows no traceback, so say how to get one
+TRACEBACK = (
+    "To see the line that fails, run your code in a cell of its own on an input like this "
+    "one: the traceback points at it"
+)
+
+
 EMPTY_ERROR = (  # a bare `raise ValueError` (or `ValueError()`) where an error case is checked
     "your {name} carries no message: say what was expected and what came, "
     'e.g. raise {name}(f"x must be ..., got {{x!r}}")'
@@ -829,7 +879,7 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
         if want_hint and "Boolean value of Tensor with more than one" in outcome["message"]:
             hint = hint or TRUTH_HINT  # `if mask:`, `self.bias or zeros`: any set, any task
         raised = f"your code raised {outcome['message']}"
-        return f"{raised}. Hint: {hint}" if hint else raised
+        return f"{raised}. Hint: {hint}" if hint else f"{raised.rstrip('.')}. {TRACEBACK}"
     if status != "ok":
         return outcome.get("message", "your code did not return a result")
     got = outcome["value"]

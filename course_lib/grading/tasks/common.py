@@ -146,7 +146,8 @@ class ModuleTask(Task):
 
 KEPT_INPUTS = (
     "your module kept an input from an earlier call (a cache of key and value, or of the "
-    "memory): each call must attend to the inputs it is given, as a new batch brings new ones"
+    "memory): each call must attend to the inputs it is given, as a new batch brings new ones; "
+    "keep no input on self between calls"
 )
 
 

@@ -183,7 +183,8 @@ class LastToken(Task):
         "own length",
         "at_length": OFF_BY_ONE,
         "at_length_wrapped": OFF_BY_ONE,
-        "first_token": "that is the first token of each sequence",
+        "first_token": "that is the first token of each sequence; take each one's last real "
+        "token, x[torch.arange(batch), lengths - 1]",
         "all_positions": "x[:, lengths - 1] takes every sequence at every one of those "
         "positions, a (batch, batch, d) grid; index both axes together, one position per "
         "sequence: x[torch.arange(batch), lengths - 1]",

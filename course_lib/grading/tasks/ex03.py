@@ -233,7 +233,8 @@ _DROPOUT_HINT = (
 _NO_GRADIENTS = (
     "your output carries no gradients in training mode (torch.no_grad() or .detach() cut them), "
     "so the projections could not learn: your module is the attention of the GPT you train in "
-    "exercise 09"
+    "exercise 09; compute the output with tensor operations only, without torch.no_grad() or "
+    ".detach()"
 )
 
 
@@ -295,7 +296,7 @@ class MultiHeadAttentionTask(ModuleTask):
         "mask_ignored": "the mask is ignored: blocked positions (False) must get weight 0; a "
         "(batch, n_q, n_k) mask needs unsqueeze(1) to reach every head",
         "softmax_over_queries": "the softmax runs over the keys (the last axis, dim=-1), so "
-        "that each query's weights sum to 1",
+        "that each query's weights sum to 1: take it with dim=-1, not dim=-2 (the queries)",
         **dict.fromkeys(
             ("flipped_mask_through_sdpa", "flipped_mask"),
             "your mask is read the other way round: in this course True means 'may attend' (as "

@@ -41,7 +41,8 @@ CAUSAL_MISTAKES = {
     "no_diagonal": "the diagonal is missing: a position may attend to itself (tril, not "
     "tril(-1)); without it the first row has no key at all",
     "inverted": "your mask is inverted: in this course True means 'may attend' (the convention of "
-    "F.scaled_dot_product_attention), not 'blocked' as in nn.MultiheadAttention",
+    "F.scaled_dot_product_attention), not 'blocked' as in nn.MultiheadAttention: True on and "
+    "below the diagonal (tril)",
     "float": "the mask must be a bool tensor (True/False), not 1.0/0.0 floats: a float mask is "
     "ADDED to the scores, so 1.0 and 0.0 would block nothing. Use dtype=torch.bool",
     "int": "the mask must be a bool tensor (True/False), not integers; use dtype=torch.bool",
@@ -108,7 +109,7 @@ PADDING_MISTAKES = {
     "broadcasts over the query axis of the (batch, n_q, n_k) scores (unsqueeze(1))",
     "wrong_axis": "the 1 is in the wrong place: (batch, seq, 1) would mask query ROWS; the "
     "padding tokens are keys, so the shape is (batch, 1, seq)",
-    "long": "the mask must be a bool tensor (True/False), not integers",
+    "long": "the mask must be a bool tensor (True/False), not integers: ids != pad_id is one",
     "zero": "you compared with 0; compare with the pad_id argument",
     "greater": "a real id can be smaller than pad_id: mark the padding with ids != pad_id, not "
     "ids > pad_id",
@@ -243,10 +244,12 @@ ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives t
     "nan_rows": "a fully masked row is softmax of all -inf = 0/0 = NaN. Give such rows zero "
     "weights and a zero output (e.g. softmax of a finite row, then zero the masked weights)",
     "large_negative": "a large negative fill (-1e9) works for partly masked rows, but a fully "
-    "masked row becomes uniform (1/n_k each); such a row must get zero weights and zero output",
+    "masked row becomes uniform (1/n_k each); such a row must get zero weights and zero output: "
+    "fill with -inf, then turn the NaN of a fully masked row into 0 (torch.nan_to_num)",
     "inverted": "your mask is inverted: True means 'may attend' here (as in "
-    "F.scaled_dot_product_attention), not 'blocked' (as in nn.MultiheadAttention)",
-    "unscaled": "the scores are not divided by sqrt(d_k)",
+    "F.scaled_dot_product_attention), not 'blocked' (as in nn.MultiheadAttention): fill the "
+    "scores with -inf where the mask is False",
+    "unscaled": "the scores are not divided by sqrt(d_k): divide q k^T by it before the softmax",
     "scaled_by_d_v": (D_V_SCALE_HINT),
     "softmax_over_queries": "the softmax runs over the keys, the last axis (dim=-1) of the "
     "(..., n_q, n_k) scores, so that each query's weights sum to 1; over dim=-2 each key's "

@@ -375,7 +375,7 @@ POOL_MISTAKES = {
     "flat_mask": "the (batch, n) mask does not line up with the (batch, num_queries, n) scores "
     "(it would pair the batch axis with the queries'): use mask[:, None, :], (batch, 1, n)",
     "softmax_over_queries": "the softmax runs over the keys (the last axis, the tokens of x), so "
-    "that each query's weights sum to 1",
+    "that each query's weights sum to 1: take it with dim=-1, not over the queries",
     "no_scale": "divide the scores by sqrt(d_k), the size of the queries and keys",
     "d_v": (D_V_SCALE_HINT),
     "d_model": "divide the scores by sqrt(d_k), the size of the queries and keys, not by "

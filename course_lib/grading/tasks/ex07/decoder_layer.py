@@ -27,7 +27,8 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "causal) and memory_mask to the cross-attention (target to source padding); you "
     "swapped them",
     "no_self_mask": "the self-attention ignores self_mask: without the causal mask "
-    "every target position sees the future tokens it must predict",
+    "every target position sees the future tokens it must predict; pass it on, "
+    "self_attn(h, h, h, mask=self_mask)",
     "causal_default": "with self_mask=None your self-attention is causal all the same: the layer "
     "masks only with the self_mask it is given (the model that calls it passes the causal "
     "one), so pass self_mask on as it is, None included",

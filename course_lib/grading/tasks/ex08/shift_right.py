@@ -13,7 +13,8 @@ MISTAKES = {
     "targets[:, :-1]",
     "bos_last": "<bos> goes at the start, not the end: <bos> then targets[:, :-1]",
     "too_long": "the decoder input has the same length as the targets: drop the last target token",
-    "no_bos": "the decoder input starts with <bos> and has the same length as the targets",
+    "no_bos": "the decoder input starts with <bos> and has the same length as the targets: "
+    "<bos> then targets[:, :-1]",
     "bos_1": "use the bos_id argument: <bos> is not always 1",
     "roll": "torch.roll moves the last target token to the front: put <bos> there instead "
     "(torch.cat of a column of bos_id and targets[:, :-1])",

@@ -64,7 +64,8 @@ MISTAKES = {
     "optimizer.param_groups: group['lr'] = lr), or call scheduler.step() after every "
     "optimizer.step()",
     "no_decay": "after the warm-up the learning rate must decay, to at most max_lr / 2 by the "
-    "last step (a cosine: min_lr + 0.5 * (max_lr - min_lr) * (1 + cos(pi * progress)))",
+    "last step (a cosine down to min_lr = max_lr / 10, say: min_lr + 0.5 * (max_lr - min_lr) * "
+    "(1 + cos(pi * progress)))",
     "abrupt_drop": "after the warm-up the learning rate must decay steadily, not fall at once: "
     "progress = (step - warmup_steps) / (steps - warmup_steps) runs from 0 to 1 over the decay, "
     "and the cosine of pi * progress starts at max_lr (no step lowers it by more than a quarter "

@@ -49,7 +49,9 @@ FAULTS = {
         "j >= i + d, so tril(-window).triu(window) keeps no key at all once window > 0; the "
         "band is ones.tril(window).triu(-window)"
     ),
-    "inverted": "your mask is inverted: True means 'may attend' in this course",
+    "inverted": (
+        "your mask is inverted: True means 'may attend' in this course: keep the band True"
+    ),
     "float": (
         "the mask must be a bool tensor (True/False), not floats or integers: build it from "
         "comparisons (<=, >=), which give bool, and combine them with &"

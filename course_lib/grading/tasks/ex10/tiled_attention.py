@@ -124,7 +124,7 @@ FAULTS = {
         "`d_k ** 1/2` is `(d_k ** 1) / 2`: ** binds tighter than /, so `q / d_k ** 1/2` divides "
         "by 2 d_k; write d_k ** 0.5 or math.sqrt(d_k)"
     ),
-    "unscaled": "the scores are not divided by sqrt(d_k)",
+    "unscaled": "the scores are not divided by sqrt(d_k): divide q k^T by it before the softmax",
     "scaled_by_d": "the scores are divided by d_k: divide them by sqrt(d_k)",
     "scaled_by_d_v": D_V_SCALE_HINT,
     "diagonal_blocked": (

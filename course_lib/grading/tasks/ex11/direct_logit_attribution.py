@@ -38,7 +38,8 @@ MISTAKES = {
         "each part must be centred (minus its mean over d_model) as the LayerNorm "
         "centres the stream"
     ),
-    "no_weight": "the final norm's weight (gamma, model.norm.weight) is missing",
+    "no_weight": "the final norm's weight (gamma, model.norm.weight) is missing: multiply "
+    "each part by it after centring and dividing",
     "ff_first": (
         "the order of the parts: embeddings, then for each layer its heads 0 .. H-1 and "
         "THEN its feed-forward"

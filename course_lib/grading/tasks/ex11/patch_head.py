@@ -63,7 +63,8 @@ MISTAKES = {
     ),
     "stale": (
         "the clean output came from an earlier call (a cache kept between calls, a mutable "
-        "default or a global): record the clean run on every call, with these clean_ids"
+        "default such as cache={}, made once and shared by every call, or a global): record the "
+        "clean run on every call, with these clean_ids"
     ),
     "no_effect": (
         "your patch never took effect: the logits equal those of the corrupted input "
