@@ -493,3 +493,60 @@ class _SublayerAskingFromMemory(SublayerFunctional):
 def test_hunt5_slips_fail_with_their_own_hint(task_id, learner, words):
     result = check_result(task_id, learner)
     assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+# ---- hunt F11 (a fresh learner): the scale's slips and a mask on the wrong axis --------------
+
+
+def _cross_scaled(scale_of):
+    def cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None):
+        q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+        scores = q @ k.transpose(-2, -1) / scale_of(q, k)
+        if memory_mask is not None:
+            scores = scores.masked_fill(~memory_mask, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        return weights @ v, weights
+
+    return cross_attention
+
+
+def _pool_by_hand(scale_of=lambda q, k: math.sqrt(q.shape[-1]), mask_axis=1):
+    def attention_pool(x, queries, w_k, w_v, mask=None):
+        k, v = x @ w_k, x @ w_v
+        scores = queries @ k.transpose(-2, -1) / scale_of(queries, k)
+        if mask is not None:
+            scores = scores.masked_fill(~mask.unsqueeze(mask_axis), float("-inf"))
+        weights = scores.softmax(dim=-1)
+        return weights @ v, weights
+
+    return attention_pool
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex06.cross_attention", _cross_scaled(lambda q, k: q.shape[-1]), "divided the scores "
+         "by d_k"),
+        ("ex06.cross_attention", _cross_scaled(lambda q, k: 1 / math.sqrt(q.shape[-1])),
+         "multiplied the scores by sqrt(d_k)"),
+        ("ex06.cross_attention", _cross_scaled(lambda q, k: math.sqrt(k.shape[1])),
+         "number of memory positions"),
+        ("ex06.cross_attention", _cross_scaled(lambda q, k: math.sqrt(q.shape[-2])),
+         "number of queries"),
+        ("ex06.attention_pool", _pool_by_hand(lambda q, k: q.shape[-1]), "divided the scores "
+         "by d_k"),
+        ("ex06.attention_pool", _pool_by_hand(lambda q, k: 1 / math.sqrt(q.shape[-1])),
+         "multiplied the scores by sqrt(d_k)"),
+        ("ex06.attention_pool", _pool_by_hand(lambda q, k: math.sqrt(k.shape[-2])),
+         "number of tokens"),
+        ("ex06.attention_pool", _pool_by_hand(mask_axis=-1), "mask.unsqueeze(-1) is (batch, n, 1)"),
+    ],
+)  # fmt: skip
+def test_hunt_f11_slips_get_their_own_hint(task_id, learner, words):
+    """Each got 'None of the usual single mistakes' (or a bare broadcast error) before."""
+    result = check_result(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+def test_hunt_f11_right_pool_by_hand_passes():
+    assert check_result("ex06.attention_pool", _pool_by_hand()).status == "passed"

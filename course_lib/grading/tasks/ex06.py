@@ -68,6 +68,15 @@ CROSS_MISTAKES = {
     "which broadcasts over every leading dimension",
     "values_with_w_k": "the values are projected with w_k: v = memory @ w_v (the keys and the "
     "values have a matrix each)",
+    "by_d_k": "you divided the scores by d_k; divide them by its square root, d_k ** 0.5 "
+    "(d_k = w_q.shape[1])",
+    "times_sqrt": "you multiplied the scores by sqrt(d_k); divide them by it, "
+    "q @ k.transpose(-2, -1) / d_k ** 0.5",
+    "by_sqrt_n_kv": "you scaled by the square root of the number of memory positions (n_kv, "
+    "k.shape[-2]); d_k is the length of each query and key vector, the last dimension "
+    "q.shape[-1]",
+    "by_sqrt_n_q": "you scaled by the square root of the number of queries (n_q, q.shape[-2]); "
+    "d_k is the length of each query and key vector, the last dimension q.shape[-1]",
 }
 
 
@@ -84,6 +93,9 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
         mask = None if mask is None else mask.transpose(-2, -1)
     sizes = {"scaled_by_d_v": w_v.shape[-1], "scaled_by_d_model": x.shape[-1], "unscaled": 1}
     sizes["d_k_from_shape_2"] = (queries @ w_q).shape[2]
+    d_k = w_q.shape[-1]  # the scale's slips: d_k unrooted, multiplied, a sequence's length
+    sizes |= {"by_d_k": d_k**2, "times_sqrt": 1 / d_k}
+    sizes |= {"by_sqrt_n_kv": read.shape[-2], "by_sqrt_n_q": queries.shape[-2]}
     keys = read @ (w_q if mistake == "keys_with_w_q" else w_k)
     if mistake == "transpose_1_2":  # so that wrong_attention's k.transpose(-2, -1) is (1, 2)
         keys = keys.transpose(1, 2).transpose(-2, -1)
@@ -347,9 +359,12 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
         "d_model": x.shape[-1],
         "no_scale": 1,
         "num_queries": len(queries),
+        "by_d_k": queries.shape[-1] ** 2,
+        "times_sqrt": 1 / queries.shape[-1],
+        "n_tokens": x.shape[-2],
     }.get(mistake)
     if mask is not None and mistake != "flat_mask":  # else (batch, n) against (batch, m, n)
-        mask = mask.unsqueeze(-2)
+        mask = mask.unsqueeze(-1 if mistake == "mask_last_axis" else -2)  # (batch, n, 1): slip
     mask = None if mistake == "mask_ignored" else mask
     return wrong_attention(
         q,
@@ -396,6 +411,14 @@ POOL_MISTAKES = {
     "have a matrix each)",
     "x_zeroed": "zeroing the padded tokens of x still gives each a score of 0, and exp(0) = 1: "
     "they keep weight. Fill their SCORES with -inf before the softmax",
+    "by_d_k": "you divided the scores by d_k; divide them by its square root, d_k ** 0.5 "
+    "(d_k = queries.shape[-1])",
+    "times_sqrt": "you multiplied the scores by sqrt(d_k); divide them by it, scores / d_k ** 0.5",
+    "n_tokens": "you scaled by the square root of the number of tokens (n, x.shape[1]); d_k is "
+    "the length of each query and key vector, queries.shape[-1]",
+    "mask_last_axis": "mask.unsqueeze(-1) is (batch, n, 1): it puts the tokens on the queries' "
+    "axis. The scores are (batch, num_queries, n), so add the axis in the middle: "
+    "mask.unsqueeze(1), or mask[:, None, :], (batch, 1, n)",
 }
 
 
