@@ -510,16 +510,32 @@ def _cross_scaled(scale_of):
     return cross_attention
 
 
-def _pool_by_hand(scale_of=lambda q, k: math.sqrt(q.shape[-1]), mask_axis=1):
+def _pool_by_hand(scale_of=lambda q, k: math.sqrt(q.shape[-1]), mask_axis=1, transpose=False):
     def attention_pool(x, queries, w_k, w_v, mask=None):
         k, v = x @ w_k, x @ w_v
-        scores = queries @ k.transpose(-2, -1) / scale_of(queries, k)
+        k_t = k.T if transpose else k.transpose(-2, -1)  # .T: every axis reversed
+        scores = queries @ k_t / scale_of(queries, k)
         if mask is not None:
             scores = scores.masked_fill(~mask.unsqueeze(mask_axis), float("-inf"))
         weights = scores.softmax(dim=-1)
         return weights @ v, weights
 
     return attention_pool
+
+
+class _SublayerNormingXThenAdding(SublayerFunctional):
+    def forward(self, x, memory, memory_mask=None):
+        if self.norm_first:
+            return x + self.attn(self.norm(x), memory, memory, memory_mask)[0]
+        return self.norm(x) + self.attn(x, memory, memory, memory_mask)[0]  # post: norm, then add
+
+
+class _SublayerWithKeyPaddingMask(SublayerFunctional):
+    def forward(self, x, memory, memory_mask=None):  # the lesson's nn.MultiheadAttention call
+        blocked = None if memory_mask is None else ~memory_mask.squeeze(1)
+        h = self.norm(x) if self.norm_first else x
+        out = x + self.attn(h, memory, memory, key_padding_mask=blocked)[0]
+        return out if self.norm_first else self.norm(out)
 
 
 @pytest.mark.parametrize(
@@ -540,6 +556,13 @@ def _pool_by_hand(scale_of=lambda q, k: math.sqrt(q.shape[-1]), mask_axis=1):
         ("ex06.attention_pool", _pool_by_hand(lambda q, k: math.sqrt(k.shape[-2])),
          "number of tokens"),
         ("ex06.attention_pool", _pool_by_hand(mask_axis=-1), "mask.unsqueeze(-1) is (batch, n, 1)"),
+        # the lesson's d_k = 4 kept: the first case with another d_k has n_q = 4, which named
+        # "the number of queries" once that row existed
+        ("ex06.cross_attention", _cross_scaled(lambda q, k: 2.0), "the lesson's d_k"),
+        ("ex06.attention_pool", _pool_by_hand(lambda q, k: math.sqrt(q.shape[-1]), transpose=True),
+         "k.T reverses every axis"),
+        ("ex06.CrossAttentionSublayer", _SublayerNormingXThenAdding, "not norm(x) + attn(x"),
+        ("ex06.CrossAttentionSublayer", _SublayerWithKeyPaddingMask, "fourth argument"),
     ],
 )  # fmt: skip
 def test_hunt_f11_slips_get_their_own_hint(task_id, learner, words):

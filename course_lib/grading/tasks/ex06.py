@@ -72,6 +72,9 @@ CROSS_MISTAKES = {
     "(d_k = w_q.shape[1])",
     "times_sqrt": "you multiplied the scores by sqrt(d_k); divide them by it, "
     "q @ k.transpose(-2, -1) / d_k ** 0.5",
+    # before by_sqrt_n_q: the case where d_k = 5 first tells the two apart has n_q = 4
+    "lesson_d_k": "you scaled by sqrt(4), the lesson's d_k, on inputs whose d_k is not 4: take "
+    "d_k from the inputs, q.shape[-1] (or w_q.shape[1])",
     "by_sqrt_n_kv": "you scaled by the square root of the number of memory positions (n_kv, "
     "k.shape[-2]); d_k is the length of each query and key vector, the last dimension "
     "q.shape[-1]",
@@ -94,7 +97,7 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
     sizes = {"scaled_by_d_v": w_v.shape[-1], "scaled_by_d_model": x.shape[-1], "unscaled": 1}
     sizes["d_k_from_shape_2"] = (queries @ w_q).shape[2]
     d_k = w_q.shape[-1]  # the scale's slips: d_k unrooted, multiplied, a sequence's length
-    sizes |= {"by_d_k": d_k**2, "times_sqrt": 1 / d_k}
+    sizes |= {"by_d_k": d_k**2, "times_sqrt": 1 / d_k, "lesson_d_k": 4}
     sizes |= {"by_sqrt_n_kv": read.shape[-2], "by_sqrt_n_q": queries.shape[-2]}
     keys = read @ (w_q if mistake == "keys_with_w_q" else w_k)
     if mistake == "transpose_1_2":  # so that wrong_attention's k.transpose(-2, -1) is (1, 2)
@@ -234,6 +237,11 @@ SUBLAYER_MISTAKES = {
     "post-norm normalises the sum, norm(x + attn(x, memory)), and pre-norm the attention's "
     "input, x + attn(norm(x), memory)",
     "memory_kept": KEPT_INPUTS,
+    "key_padding_mask": "key_padding_mask is nn.MultiheadAttention's argument (True = blocked); "
+    "course_lib's MultiHeadAttention takes the mask as its fourth argument, True = may attend: "
+    "self.attn(x, memory, memory, memory_mask)",
+    "post_norm_of_x": "post-norm normalises the sum, after the residual: norm(x + attn(x, "
+    "memory)), not norm(x) + attn(x, memory)",
     "memory_detached": "no gradient reaches memory (.detach() or torch.no_grad() cut it): the "
     "encoder learns through this sub-layer, so memory must stay in the graph",
 }
@@ -266,11 +274,15 @@ class WrongSublayer(nn.Module):
         def attend(h):
             if mistake == "self_attends":
                 return self.attn(h, h, h)[0]
+            if mistake == "key_padding_mask":  # the lesson's nn.MultiheadAttention call, copied
+                return self.attn(h, memory, memory, key_padding_mask=memory_mask)[0]
             if mistake == "queries_from_memory":  # raises: memory's length is not x's
                 return self.attn(memory, h, h, memory_mask)[0]
             pair = self.attn(h, memory, memory, memory_mask)
             return pair if mistake == "output_tuple" else pair[0]
 
+        if mistake == "post_norm_of_x" and not self.norm_first:  # norm(x) + attn(x, memory)
+            return self.norm(x) + attend(x)
         slip = "pre_post_swapped" if mistake == "norm_swapped" else mistake
         norm_first = self.norm_first and mistake != "normed_sublayer"  # x + norm(attn) in both
         return residual_sublayers(x, [(self.norm, attend)], norm_first, slip)
@@ -353,7 +365,10 @@ class CrossAttentionSublayerTask(ModuleTask):
 def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
     if mistake == "x_zeroed" and mask is not None:  # the padded tokens zeroed, nothing masked
         x, mask = x * mask[..., None], None
-    q = x @ w_k if mistake == "queries_from_x" else queries.expand(x.shape[0], -1, -1)
+    q = x @ w_k if mistake == "queries_from_x" else queries  # (m, d_k) broadcasts over batch
+    keys = x @ w_k
+    if mistake == "k_dot_T":  # wrong_attention's k.transpose(-2, -1) is then k.T, every axis
+        keys = keys.permute(*range(keys.dim() - 1, -1, -1)).transpose(-2, -1)
     scale = {
         "d_v": w_v.shape[-1],
         "d_model": x.shape[-1],
@@ -368,7 +383,7 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
     mask = None if mistake == "mask_ignored" else mask
     return wrong_attention(
         q,
-        x @ w_k,
+        keys,
         x @ (w_k if mistake == "values_with_w_k" else w_v),
         mask,
         scale=scale,
@@ -413,6 +428,7 @@ POOL_MISTAKES = {
     "they keep weight. Fill their SCORES with -inf before the softmax",
     "by_d_k": "you divided the scores by d_k; divide them by its square root, d_k ** 0.5 "
     "(d_k = queries.shape[-1])",
+    "k_dot_T": CROSS_MISTAKES["k_dot_T"],
     "times_sqrt": "you multiplied the scores by sqrt(d_k); divide them by it, scores / d_k ** 0.5",
     "n_tokens": "you scaled by the square root of the number of tokens (n, x.shape[1]); d_k is "
     "the length of each query and key vector, queries.shape[-1]",
