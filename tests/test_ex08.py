@@ -635,6 +635,21 @@ def greedy_with_a_column_of_logits(step_fn, batch_size, bos_id, eos_id, max_new_
     return prefix[:, 1:]
 
 
+def greedy_of_a_float_prefix(step_fn, batch_size, bos_id, eos_id, max_new_tokens, *, values=False):
+    """torch.ones(...) * bos_id (float) as the prefix, or the scores of max(dim=-1)[0] cast to
+    ids. #hunt-f08: the float prefix, cast to long at the end, passed 7/7 and then crashed in
+    the model's embedding; the cast scores got "None of the usual single mistakes"."""
+    prefix = torch.ones(batch_size, 1) * bos_id  # float32
+    finished = torch.zeros(batch_size, dtype=torch.bool)
+    for _ in range(max_new_tokens):
+        scores = step_fn(prefix.long() if values else prefix)[:, -1]
+        token = scores.max(dim=-1)[0].long() if values else scores.argmax(dim=-1)
+        token = torch.where(finished, torch.full_like(token, eos_id), token)
+        finished = finished | (token == eos_id)
+        prefix = torch.cat([prefix, token[:, None]], dim=1)
+    return prefix[:, 1:].long()
+
+
 def greedy_counting_bos(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
     prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
     finished = torch.zeros(batch_size, dtype=torch.bool)
@@ -773,6 +788,13 @@ FOUND_LATER = [
     *(
         ("ex08.greedy_decode", partial(greedy_of_one_row, row=row), "decodes one row alone")
         for row in (0, -1, None)
+    ),
+    # #hunt-f08: a float prefix passed 7/7 (the real model's embedding rejects float ids)
+    ("ex08.greedy_decode", greedy_of_a_float_prefix, "step_fn takes token ids, a long tensor"),
+    (
+        "ex08.greedy_decode",
+        partial(greedy_of_a_float_prefix, values=True),
+        "is the largest score, not the token",
     ),
     # #hunt5: the lesson's warmup (100) hard-coded got no hint
     (
