@@ -789,6 +789,12 @@ FOUND_LATER = [
         ("ex08.greedy_decode", partial(greedy_of_one_row, row=row), "decodes one row alone")
         for row in (0, -1, None)
     ),
+    # #hunt-f08: d_model**-0.5 inside the min, on the decay term only, got no hint
+    (
+        "ex08.noam_lr",
+        lambda step, d_model, warmup: min(d_model**-0.5 * step**-0.5, step * warmup**-1.5),
+        "multiplies only one term inside your min",
+    ),
     # #hunt-f08: a float prefix passed 7/7 (the real model's embedding rejects float ids)
     ("ex08.greedy_decode", greedy_of_a_float_prefix, "step_fn takes token ids, a long tensor"),
     (
