@@ -635,6 +635,12 @@ def greedy_with_a_column_of_logits(step_fn, batch_size, bos_id, eos_id, max_new_
     return prefix[:, 1:]
 
 
+def shift_right_without_its_bos(targets, bos_id):
+    out = targets.clone()
+    out[:, 1:] = targets[:, :-1]
+    return out
+
+
 def greedy_of_a_float_prefix(step_fn, batch_size, bos_id, eos_id, max_new_tokens, *, values=False):
     """torch.ones(...) * bos_id (float) as the prefix, or the scores of max(dim=-1)[0] cast to
     ids. #hunt-f08: the float prefix, cast to long at the end, passed 7/7 and then crashed in
@@ -795,6 +801,8 @@ FOUND_LATER = [
         lambda step, d_model, warmup: min(d_model**-0.5 * step**-0.5, step * warmup**-1.5),
         "multiplies only one term inside your min",
     ),
+    # #hunt-f08: a copy shifted without bos_id written in (its first column kept) got "None of..."
+    ("ex08.shift_right", shift_right_without_its_bos, "put bos_id in the first column too"),
     # #hunt-f08: a float prefix passed 7/7 (the real model's embedding rejects float ids)
     ("ex08.greedy_decode", greedy_of_a_float_prefix, "step_fn takes token ids, a long tensor"),
     (
