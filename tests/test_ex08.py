@@ -803,6 +803,14 @@ FOUND_LATER = [
     ),
     # #hunt-f08: a copy shifted without bos_id written in (its first column kept) got "None of..."
     ("ex08.shift_right", shift_right_without_its_bos, "put bos_id in the first column too"),
+    # #hunt-f08: logits.float() was told "a tensor you create gets PyTorch's default dtype"
+    (
+        "ex08.label_smoothing_loss",
+        lambda logits, target, smoothing, ignore_index: ls_of_a_learner("")(
+            logits.float(), target, smoothing, ignore_index
+        ),
+        "with no .float() on the logits",
+    ),
     # #hunt-f08: a float prefix passed 7/7 (the real model's embedding rejects float ids)
     ("ex08.greedy_decode", greedy_of_a_float_prefix, "step_fn takes token ids, a long tensor"),
     (
