@@ -641,6 +641,27 @@ def shift_right_without_its_bos(targets, bos_id):
     return out
 
 
+def train_step_summing_its_loss(
+    model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0
+):
+    model.train()
+    optimizer.zero_grad()
+    logits = model(src, torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], dim=1))
+    loss = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]),
+        tgt.reshape(-1),
+        ignore_index=pad_id,
+        label_smoothing=smoothing,
+        reduction="sum",
+    )
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return loss.item()
+
+
 def greedy_of_a_float_prefix(step_fn, batch_size, bos_id, eos_id, max_new_tokens, *, values=False):
     """torch.ones(...) * bos_id (float) as the prefix, or the scores of max(dim=-1)[0] cast to
     ids. #hunt-f08: the float prefix, cast to long at the end, passed 7/7 and then crashed in
@@ -811,6 +832,8 @@ FOUND_LATER = [
         ),
         "with no .float() on the logits",
     ),
+    # #hunt-f08: F.cross_entropy(..., reduction="sum") in the step got no hint
+    ("ex08.train_step", train_step_summing_its_loss, "it is their mean"),
     # #hunt-f08: a float prefix passed 7/7 (the real model's embedding rejects float ids)
     ("ex08.greedy_decode", greedy_of_a_float_prefix, "step_fn takes token ids, a long tensor"),
     (
