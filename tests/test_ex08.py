@@ -635,6 +635,48 @@ def greedy_with_a_column_of_logits(step_fn, batch_size, bos_id, eos_id, max_new_
     return prefix[:, 1:]
 
 
+def shift_right_without_its_bos(targets, bos_id):
+    out = targets.clone()
+    out[:, 1:] = targets[:, :-1]
+    return out
+
+
+def train_step_summing_its_loss(
+    model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0
+):
+    model.train()
+    optimizer.zero_grad()
+    logits = model(src, torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], dim=1))
+    loss = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]),
+        tgt.reshape(-1),
+        ignore_index=pad_id,
+        label_smoothing=smoothing,
+        reduction="sum",
+    )
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return loss.item()
+
+
+def greedy_of_a_float_prefix(step_fn, batch_size, bos_id, eos_id, max_new_tokens, *, values=False):
+    """torch.ones(...) * bos_id (float) as the prefix, or the scores of max(dim=-1)[0] cast to
+    ids. #hunt-f08: the float prefix, cast to long at the end, passed 7/7 and then crashed in
+    the model's embedding; the cast scores got "None of the usual single mistakes"."""
+    prefix = torch.ones(batch_size, 1) * bos_id  # float32
+    finished = torch.zeros(batch_size, dtype=torch.bool)
+    for _ in range(max_new_tokens):
+        scores = step_fn(prefix.long() if values else prefix)[:, -1]
+        token = scores.max(dim=-1)[0].long() if values else scores.argmax(dim=-1)
+        token = torch.where(finished, torch.full_like(token, eos_id), token)
+        finished = finished | (token == eos_id)
+        prefix = torch.cat([prefix, token[:, None]], dim=1)
+    return prefix[:, 1:].long()
+
+
 def greedy_counting_bos(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
     prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
     finished = torch.zeros(batch_size, dtype=torch.bool)
@@ -773,6 +815,31 @@ FOUND_LATER = [
     *(
         ("ex08.greedy_decode", partial(greedy_of_one_row, row=row), "decodes one row alone")
         for row in (0, -1, None)
+    ),
+    # #hunt-f08: d_model**-0.5 inside the min, on the decay term only, got no hint
+    (
+        "ex08.noam_lr",
+        lambda step, d_model, warmup: min(d_model**-0.5 * step**-0.5, step * warmup**-1.5),
+        "multiplies only one term inside your min",
+    ),
+    # #hunt-f08: a copy shifted without bos_id written in (its first column kept) got "None of..."
+    ("ex08.shift_right", shift_right_without_its_bos, "put bos_id in the first column too"),
+    # #hunt-f08: logits.float() was told "a tensor you create gets PyTorch's default dtype"
+    (
+        "ex08.label_smoothing_loss",
+        lambda logits, target, smoothing, ignore_index: ls_of_a_learner("")(
+            logits.float(), target, smoothing, ignore_index
+        ),
+        "with no .float() on the logits",
+    ),
+    # #hunt-f08: F.cross_entropy(..., reduction="sum") in the step got no hint
+    ("ex08.train_step", train_step_summing_its_loss, "it is their mean"),
+    # #hunt-f08: a float prefix passed 7/7 (the real model's embedding rejects float ids)
+    ("ex08.greedy_decode", greedy_of_a_float_prefix, "step_fn takes token ids, a long tensor"),
+    (
+        "ex08.greedy_decode",
+        partial(greedy_of_a_float_prefix, values=True),
+        "is the largest score, not the token",
     ),
     # #hunt5: the lesson's warmup (100) hard-coded got no hint
     (

@@ -22,6 +22,13 @@ class TableStepFn:
                 "step_fn expects prefix as a (batch, t) tensor of token ids, got "
                 f"{getattr(prefix, 'shape', type(prefix).__name__)}"
             )
+        if prefix.is_floating_point():  # a model's nn.Embedding raises on float ids
+            raise ValueError(
+                f"step_fn takes token ids, a long tensor; your prefix is {str(prefix.dtype)[6:]}, "
+                "which a model's embedding cannot look up: start from torch.full((batch_size, 1), "
+                "bos_id, dtype=torch.long) (torch.ones(...) * bos_id is float) and append the ids "
+                "of argmax(dim=-1), not the scores of max(dim=-1)[0]"
+            )
         batch, t = prefix.shape
         if batch != self.table.shape[0]:
             raise ValueError(
@@ -93,6 +100,8 @@ MISTAKES = {
     "bos_finishes": "your rows are finished before they start: <bos> is not a generated token, "
     "and with bos_id == eos_id (GPT-2 has one id, <|endoftext|>, for both) the prefix's first "
     "column is eos_id; mark a row finished only from the tokens it generates",
+    "max_values": "max(dim=-1)[0] (its .values) is the largest score, not the token: take the "
+    "token id, logits[:, -1].argmax(dim=-1) (or max(dim=-1).indices)",
     "stop_at_any": "you stopped as soon as ONE row finished; stop early only when every row is "
     "finished (finished.all()): the others still have tokens to produce",
 }
@@ -112,6 +121,8 @@ def wrong_greedy_decode(step_fn, batch_size, bos_id, eos_id, max_new_tokens, *, 
         logits = step_fn(prefix)  # (batch, t, vocab)
         if mistake == "argmax_wrong_axis":
             chosen = logits.argmax(dim=1)[:, -1]
+        elif mistake == "max_values":  # the largest score, cast to an id, not its index
+            chosen = logits[:, -1].max(dim=-1).values.long()
         elif mistake == "argmax_no_dim":  # one index into the flattened (batch, vocab) scores
             chosen = logits[:, -1].argmax().expand(batch_size)
         else:

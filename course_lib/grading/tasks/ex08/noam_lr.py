@@ -27,6 +27,8 @@ MISTAKES = {
     "is step=1), so use step as it is given, not step + 1",
     "one_step_behind": "the steps already count from 1 (the first step is step=1): use step as "
     "it is given; step - 1 is 0 at the first step, and 0^-0.5 is infinite",
+    "scale_in_min": "d_model^-0.5 multiplies only one term inside your min: it scales the whole "
+    "min, lr = d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)",
     "minus_one_half": "** binds tighter than /: x**-1/2 is (x**-1) / 2, not x^-0.5; write "
     "x**-0.5 and warmup**-1.5 (or x**(-1/2))",
 }
@@ -50,6 +52,8 @@ def wrong_noam_lr(step, d_model, warmup, *, mistake=""):
         return scale * decay
     if mistake == "no_decay":
         return scale * rise
+    if mistake == "scale_in_min":  # min(d_model**-0.5 * step**-0.5, step * warmup**-1.5)
+        return min(scale * decay, rise)
     return scale * (max if mistake == "max" else min)(decay, rise)
 
 

@@ -27,6 +27,8 @@ MISTAKES = {
     "overlapping_copy": "out[:, 1:] = out[:, :-1] copies a tensor onto an overlapping view of "
     "itself, so values are overwritten before they are read: read from targets instead, "
     "out[:, 1:] = targets[:, :-1] (or torch.cat a column of bos_id and targets[:, :-1])",
+    "first_kept": "the first column still holds the first target token: after out[:, 1:] = "
+    "targets[:, :-1], put bos_id in the first column too, out[:, 0] = bos_id",
     "batch_axis": "you shifted along the batch axis (dim 0); a sequence runs along dim 1: bos_id "
     "in the first column, then targets[:, :-1]",
 }
@@ -46,6 +48,8 @@ def wrong_shift_right(targets, bos_id, *, mistake=""):
         return torch.cat([torch.full_like(targets[:1], bos_id), targets[:-1]], dim=0)
     first_id = {"bos_1": 1, "zero_first": 0}.get(mistake, bos_id)
     first = torch.full_like(targets[:, :1], first_id)
+    if mistake == "first_kept":  # out = targets.clone(); out[:, 1:] = targets[:, :-1], no bos
+        first = targets[:, :1]
     rest = {"drop_first": targets[:, 1:], "shift_left": targets[:, 1:], "too_long": targets}
     rest = rest.get(mistake, targets[:, :-1])
     pieces = [rest, first] if mistake in ("shift_left", "bos_last") else [first, rest]

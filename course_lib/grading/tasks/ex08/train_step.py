@@ -57,6 +57,9 @@ MISTAKES = {
     "label_smoothing_loss(logits, tgt, smoothing, pad_id)",
     "scheduler_none": "scheduler may be None (no schedule): step it only when there is one, "
     "if scheduler is not None: scheduler.step()",
+    "loss_sum": "your loss is the sum over the real tokens (reduction='sum'); it is their mean: "
+    "leave F.cross_entropy's reduction at its default, 'mean' (or use your "
+    "label_smoothing_loss)",
     "classes_last": "F.cross_entropy reads the classes on dim 1, so (batch, n_tgt, vocab) logits "
     "do not fit: flatten them to (batch * n_tgt, vocab) and tgt to (batch * n_tgt,), or pass "
     "logits.transpose(1, 2)",
@@ -96,7 +99,9 @@ def _wrong_step(
     logits = logits[:, :-1] if mistake == "double_shift" else logits
     shape = logits.shape if mistake == "classes_last" else (-1, logits.shape[-1])
     flat, labels = logits.reshape(shape), labels.reshape(shape[:-1])
-    loss = F.cross_entropy(flat, labels, ignore_index=ignore, label_smoothing=smooth)
+    reduction = "sum" if mistake == "loss_sum" else "mean"
+    loss = F.cross_entropy(flat, labels, ignore_index=ignore, label_smoothing=smooth,
+                           reduction=reduction)  # fmt: skip
     if mistake not in ("no_zero_grad", "zero_after_backward"):
         optimizer.zero_grad()
     loss.backward()
