@@ -498,26 +498,31 @@ def test_hunt5_slips_fail_with_their_own_hint(task_id, learner, words):
 # ---- hunt F11 (a fresh learner): the scale's slips and a mask on the wrong axis --------------
 
 
-def _cross_scaled(scale_of):
+def _cross_scaled(scale_of, weigh=lambda scores: scores.softmax(dim=-1)):
     def cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None):
         q, k, v = x @ w_q, memory @ w_k, memory @ w_v
         scores = q @ k.transpose(-2, -1) / scale_of(q, k)
         if memory_mask is not None:
             scores = scores.masked_fill(~memory_mask, float("-inf"))
-        weights = scores.softmax(dim=-1)
+        weights = weigh(scores)
         return weights @ v, weights
 
     return cross_attention
 
 
-def _pool_by_hand(scale_of=lambda q, k: math.sqrt(q.shape[-1]), mask_axis=1, transpose=False):
+def _pool_by_hand(
+    scale_of=lambda q, k: math.sqrt(q.shape[-1]),
+    mask_axis=1,
+    transpose=False,
+    weigh=lambda scores: scores.softmax(dim=-1),
+):
     def attention_pool(x, queries, w_k, w_v, mask=None):
         k, v = x @ w_k, x @ w_v
         k_t = k.T if transpose else k.transpose(-2, -1)  # .T: every axis reversed
         scores = queries @ k_t / scale_of(queries, k)
         if mask is not None:
             scores = scores.masked_fill(~mask.unsqueeze(mask_axis), float("-inf"))
-        weights = scores.softmax(dim=-1)
+        weights = weigh(scores)
         return weights @ v, weights
 
     return attention_pool
@@ -573,3 +578,43 @@ def test_hunt_f11_slips_get_their_own_hint(task_id, learner, words):
 
 def test_hunt_f11_right_pool_by_hand_passes():
     assert check_result("ex06.attention_pool", _pool_by_hand()).status == "passed"
+
+
+def _mean_pool(x, queries, w_k, w_v, mask=None):
+    """Mean pooling over the real tokens: the queries never used."""
+    keep = torch.ones(x.shape[:2], dtype=torch.bool) if mask is None else mask
+    weights = keep.to(x.dtype) / keep.sum(-1, keepdim=True)  # (batch, n)
+    weights = weights[:, None, :].expand(-1, len(queries), -1)  # (batch, num_queries, n)
+    return weights @ (x @ w_v), weights
+
+
+class _SublayerWithFunctionalNorm(SublayerFunctional):
+    def forward(self, x, memory, memory_mask=None):  # F.layer_norm: self.norm's weights unused
+        def norm(h):
+            return nn.functional.layer_norm(h, h.shape[-1:])
+
+        if self.norm_first:
+            return x + self.attn(norm(x), memory, memory, memory_mask)[0]
+        return norm(x + self.attn(x, memory, memory, memory_mask)[0])
+
+
+_SQRT_D_K = lambda q, k: math.sqrt(q.shape[-1])  # noqa: E731
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex06.cross_attention", _cross_scaled(_SQRT_D_K, lambda s: s.log_softmax(-1)),
+         "you took log_softmax"),
+        ("ex06.cross_attention", _cross_scaled(_SQRT_D_K, lambda s: s.softmax(dim=0)),
+         "softmax(dim=0) normalises across the sequences"),
+        ("ex06.attention_pool", _pool_by_hand(weigh=lambda s: s.log_softmax(-1)),
+         "you took log_softmax"),
+        ("ex06.attention_pool", _mean_pool, "you averaged the tokens"),
+        ("ex06.CrossAttentionSublayer", _SublayerWithFunctionalNorm, "F.layer_norm(x, (d_model,))"),
+    ],
+)  # fmt: skip
+def test_rarer_slips_get_their_own_hint(task_id, learner, words):
+    """The rarer slips the last fresh learner left with 'None of the usual single mistakes'."""
+    result = check_result(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback

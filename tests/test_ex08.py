@@ -913,3 +913,50 @@ def test_the_greedy_statement_announces_the_whole_batch_and_bos_equal_to_eos():
     result = status("ex08.greedy_decode", greedy_finished_from_the_prefix)
     assert result.status == "failed" and "bos_id == eos_id" in result.feedback, result.feedback
     assert "`<bos>` is not produced: `bos_id` may equal `eos_id`" in statement
+
+
+def _greedy_bos_in_the_first_row(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
+    """out[0] = bos_id: the first ROW of a preallocated output, not its first column."""
+    out = torch.full((batch_size, max_new_tokens + 1), eos_id, dtype=torch.long)
+    out[0] = bos_id
+    finished = torch.zeros(batch_size, dtype=torch.bool)
+    for t in range(max_new_tokens):
+        next_token = step_fn(out[:, : t + 1])[:, -1].argmax(dim=-1).masked_fill(finished, eos_id)
+        out[:, t + 1] = next_token
+        finished |= next_token == eos_id
+    return out[:, 1:]
+
+
+def _noam_rise_swapped(step, d_model, warmup):
+    return d_model**-0.5 * min(step**-0.5, warmup * step**-1.5)
+
+
+def _step_with_model_args_swapped(model, optimizer, scheduler, src, tgt, bos_id, pad_id,
+                                  smoothing=0.1, clip=1.0):  # fmt: skip
+    model.train()
+    tgt_in = torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], dim=1)
+    logits = model(tgt_in, src)  # the decoder's input given as the source
+    loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten(), ignore_index=pad_id,
+                           label_smoothing=smoothing)  # fmt: skip
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return loss.item()
+
+
+@pytest.mark.parametrize(
+    "task_id, impl, words",
+    [
+        ("ex08.greedy_decode", _greedy_bos_in_the_first_row, "out[0] = bos_id fills the first row"),
+        ("ex08.noam_lr", _noam_rise_swapped, "warmup * step**-1.5 falls"),
+        ("ex08.train_step", _step_with_model_args_swapped, "model(src, tgt_in): swapped"),
+    ],
+)
+def test_rarer_slips_get_their_own_hint(task_id, impl, words):
+    """The rarer slips the last fresh learner left with a bare message or the generic one."""
+    result = check_result(task_id, impl)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+    assert ".. Hint" not in result.feedback  # an error's own full stop is not doubled

@@ -878,8 +878,8 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
         hint = _listed_hint(task, case, raised=outcome["message"]) if want_hint else None
         if want_hint and "Boolean value of Tensor with more than one" in outcome["message"]:
             hint = hint or TRUTH_HINT  # `if mask:`, `self.bias or zeros`: any set, any task
-        raised = f"your code raised {outcome['message']}"
-        return f"{raised}. Hint: {hint}" if hint else f"{raised.rstrip('.')}. {TRACEBACK}"
+        raised = f"your code raised {outcome['message']}".rstrip(".")
+        return f"{raised}. Hint: {hint}" if hint else f"{raised}. {TRACEBACK}"
     if status != "ok":
         return outcome.get("message", "your code did not return a result")
     got = outcome["value"]

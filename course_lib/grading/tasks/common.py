@@ -328,13 +328,14 @@ def wrong_attention(q, k, v, mask=None, *, scale=None, fill=float("-inf"), dim=-
     the pieces a wrong answer changes as arguments: `scale` the size under the root (1: none),
     `fill` for the masked scores, `dim` the softmax's axis; the `slips` that are True: `inverted`
     (~mask), `zero_after` (masked weights zeroed after the softmax), `nan_to_zero` (NaN weights of
-    a fully masked row made 0), `renormalised` (with zero_after, the rows rescaled)."""
+    a fully masked row made 0), `renormalised` (with zero_after, the rows rescaled), `log`
+    (log_softmax for softmax)."""
     if mask is not None and slips.get("inverted"):
         mask = ~mask
     scores = q @ k.transpose(-2, -1) / (q.shape[-1] if scale is None else scale) ** 0.5
     if mask is not None and not slips.get("zero_after"):
         scores = scores.masked_fill(~mask, fill)
-    weights = scores.softmax(dim)
+    weights = scores.log_softmax(dim) if slips.get("log") else scores.softmax(dim)
     if mask is not None and slips.get("zero_after"):
         weights = weights.masked_fill(~mask, 0.0)
     weights = weights.nan_to_num(0.0) if slips.get("nan_to_zero") else weights

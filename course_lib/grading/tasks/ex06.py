@@ -29,6 +29,12 @@ from .ex07._layers import LAYER_NORM_EPS
 # --------------------------------------------------------------------------------------------
 
 
+LOG_SOFTMAX = (
+    "you took log_softmax: the weights are softmax(scores, dim=-1), probabilities between 0 and "
+    "1 that sum to 1 over the keys (log_softmax gives their logarithms, negative numbers)"
+)
+
+
 CROSS_MISTAKES = {
     "queries_from_memory": "the queries come from x (the sequence that asks) and the keys and "
     "values from memory (the sequence that is read): q = x @ w_q, k = memory @ w_k, "
@@ -80,6 +86,9 @@ CROSS_MISTAKES = {
     "q.shape[-1]",
     "by_sqrt_n_q": "you scaled by the square root of the number of queries (n_q, q.shape[-2]); "
     "d_k is the length of each query and key vector, the last dimension q.shape[-1]",
+    "log_softmax": LOG_SOFTMAX,
+    "softmax_over_batch": "softmax(dim=0) normalises across the sequences of the batch; the "
+    "softmax runs over the keys, the memory positions, the last axis: softmax(dim=-1)",
 }
 
 
@@ -113,11 +122,12 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
         None if mistake == "mask_ignored" else mask,
         scale=sizes.get(mistake),
         fill=0.0 if mistake == "masked_with_zero" else float("-inf"),
-        dim=-2 if mistake == "softmax_over_queries" else -1,
+        dim={"softmax_over_queries": -2, "softmax_over_batch": 0}.get(mistake, -1),
         inverted=mistake.startswith("mask_inverted"),
         zero_after=mistake in ("zero_after", "renormalised"),
         nan_to_zero=mistake != "mask_inverted_nan",
         renormalised=mistake == "renormalised",
+        log=mistake == "log_softmax",
     )
 
 
@@ -244,6 +254,8 @@ SUBLAYER_MISTAKES = {
     "memory)), not norm(x) + attn(x, memory)",
     "memory_detached": "no gradient reaches memory (.detach() or torch.no_grad() cut it): the "
     "encoder learns through this sub-layer, so memory must stay in the graph",
+    "functional_norm": "F.layer_norm(x, (d_model,)) without weight and bias ignores self.norm's "
+    "learned scale and shift (the check loads them into self.norm): call self.norm(x)",
 }
 
 
@@ -285,7 +297,10 @@ class WrongSublayer(nn.Module):
             return self.norm(x) + attend(x)
         slip = "pre_post_swapped" if mistake == "norm_swapped" else mistake
         norm_first = self.norm_first and mistake != "normed_sublayer"  # x + norm(attn) in both
-        return residual_sublayers(x, [(self.norm, attend)], norm_first, slip)
+        norm = self.norm
+        if mistake == "functional_norm":  # F.layer_norm with no weight: the loaded ones unused
+            norm = lambda h: nn.functional.layer_norm(h, h.shape[-1:])  # noqa: E731
+        return residual_sublayers(x, [(norm, attend)], norm_first, slip)
 
 
 @register
@@ -366,6 +381,7 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
     if mistake == "x_zeroed" and mask is not None:  # the padded tokens zeroed, nothing masked
         x, mask = x * mask[..., None], None
     q = x @ w_k if mistake == "queries_from_x" else queries  # (m, d_k) broadcasts over batch
+    q = q * 0 if mistake == "mean_pooled" else q  # equal scores: the mean of the real tokens
     keys = x @ w_k
     if mistake == "k_dot_T":  # wrong_attention's k.transpose(-2, -1) is then k.T, every axis
         keys = keys.permute(*range(keys.dim() - 1, -1, -1)).transpose(-2, -1)
@@ -393,6 +409,7 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
         zero_after=mistake in ("zero_after", "renormalised"),
         nan_to_zero=mistake == "mask_inverted_zeroed",
         renormalised=mistake == "renormalised",
+        log=mistake == "log_softmax",
     )
 
 
@@ -435,6 +452,10 @@ POOL_MISTAKES = {
     "mask_last_axis": "mask.unsqueeze(-1) is (batch, n, 1): it puts the tokens on the queries' "
     "axis. The scores are (batch, num_queries, n), so add the axis in the middle: "
     "mask.unsqueeze(1), or mask[:, None, :], (batch, 1, n)",
+    "mean_pooled": "you averaged the tokens, each real token with the same weight: the weights "
+    "come from each learned query's scores against the keys, softmax(queries @ k^T / "
+    "sqrt(d_k)) over the tokens, so each query picks its own mix",
+    "log_softmax": LOG_SOFTMAX,
 }
 
 

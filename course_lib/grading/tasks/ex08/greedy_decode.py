@@ -47,7 +47,11 @@ class TableStepFn:
                 "the column; a (batch, 1) tensor and a (batch,) mask broadcast to (batch, batch)"
             )
         if (prefix[:, 0] != self.bos_id).any():
-            raise ValueError(f"every prefix must start with <bos> (id {self.bos_id})")
+            raise ValueError(
+                f"every row of the prefix must start with <bos> (id {self.bos_id}), its first "
+                "column prefix[:, 0]: out[:, 0] = bos_id fills that column (out[0] = bos_id fills "
+                "the first row)"
+            )
         vocab = self.table.shape[-1]
         if prefix.min() < 0 or prefix.max() >= vocab:
             raise ValueError(f"the prefix holds token ids outside the vocabulary [0, {vocab})")

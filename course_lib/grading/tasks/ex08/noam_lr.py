@@ -31,6 +31,8 @@ MISTAKES = {
     "min, lr = d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)",
     "minus_one_half": "** binds tighter than /: x**-1/2 is (x**-1) / 2, not x^-0.5; write "
     "x**-0.5 and warmup**-1.5 (or x**(-1/2))",
+    "rise_swapped": "the rising term is step * warmup**-1.5 (it grows with step during the "
+    "warm-up); warmup * step**-1.5 falls from the first step, so your rate never rises",
 }
 
 
@@ -42,6 +44,7 @@ def wrong_noam_lr(step, d_model, warmup, *, mistake=""):
         return d_model**-1 / 2 * min(step**-1 / 2, step * warmup**-3 / 2)
     decay = step ** (-1.0 if mistake == "step_exponent" else -0.5)
     rise = step * warmup ** (-0.5 if mistake == "warmup_exponent" else -1.5)
+    rise = warmup * step**-1.5 if mistake == "rise_swapped" else rise
     scale = {
         "d_model_exponent": d_model**0.5,
         "no_d_model_factor": 1.0,

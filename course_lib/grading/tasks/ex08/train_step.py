@@ -63,6 +63,9 @@ MISTAKES = {
     "classes_last": "F.cross_entropy reads the classes on dim 1, so (batch, n_tgt, vocab) logits "
     "do not fit: flatten them to (batch * n_tgt, vocab) and tgt to (batch * n_tgt,), or pass "
     "logits.transpose(1, 2)",
+    "model_args_swapped": "the model reads the source first and the decoder's input second, "
+    "model(src, tgt_in): swapped, the encoder reads the targets and the logits get the "
+    "source's length",
 }
 
 
@@ -88,7 +91,7 @@ def _wrong_step(
         first = pad_id if mistake == "shift_with_pad" else bos_id
         slip = "drop_first" if mistake == "shift_drops_first" else ""
         tgt_in = wrong_shift_right(tgt, first, mistake=slip)
-    logits = model(src, tgt_in)
+    logits = model(tgt_in, src) if mistake == "model_args_swapped" else model(src, tgt_in)
     ignore = {"pads_in_loss": -100, "pad_zero": 0, "loss_args_swapped": -100}.get(mistake, pad_id)
     # loss_args_swapped smooths by pad_id: F.cross_entropy takes at most 1 (first case: pad_id 0)
     swapped = min(float(pad_id), 1.0)
