@@ -858,3 +858,56 @@ def test_the_rope_statement_says_x_may_be_a_view_that_is_not_contiguous():
     assert "same inputs, output and errors as `apply_rope`" in task_statement(
         "04_positional_encoding.ipynb", "Task 4: RoPE in the rotate-half layout"
     )
+
+
+# ---- hunt F11: a fresh learner's slips ----------------------------------------------------------
+
+
+def _shift_by_hand(offset, d_model, dtype=torch.float64):
+    """Lesson 04's shift_matrix_by_hand (float64), with a ValueError for an odd d_model."""
+    require_even(d_model)
+    matrix = torch.zeros(d_model, d_model, dtype=dtype)
+    for i, angle in enumerate((offset * frequencies(d_model)).tolist()):
+        cos, sin = math.cos(angle), math.sin(angle)
+        block = [[cos, sin], [-sin, cos]]
+        matrix[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor(block, dtype=dtype)
+    return matrix
+
+
+def _rope_dtype_slip(cast_x):
+    """RoPE whose result lost x's dtype: float64 cos/sin not cast back (cast_x False), or x
+    cast to float32 first as some libraries do (cast_x True)."""
+
+    def rope(x, positions=None):
+        require_even(x.shape[-1])
+        positions = torch.arange(x.shape[-2]) if positions is None else positions
+        angles = positions.double()[:, None] * frequencies(x.shape[-1])  # float64
+        cos, sin = angles.cos(), angles.sin()
+        if cast_x:
+            x, cos, sin = x.float(), cos.float(), sin.float()
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), -1).flatten(-2)
+
+    return rope
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        # the lesson's float64 function copied verbatim: the generic dtype hint spoke of
+        # tensors created without dtype=, which is not what the learner wrote
+        ("ex04.relative_shift_matrix", _shift_by_hand, "leave that dtype= out"),
+        (
+            "ex04.sinusoidal_positional_encoding",
+            lambda n, d: pe_stack(n, d).double(),
+            "return the result .float()",
+        ),
+        ("ex04.apply_rope", _rope_dtype_slip(cast_x=False), "convert them with .to(x.dtype)"),
+        ("ex04.apply_rope", _rope_dtype_slip(cast_x=True), "a cast such as .float() on x"),
+    ],
+)
+def test_a_fresh_learners_slip_fails_the_notebook_check_with_its_own_hint(task_id, learner, words):
+    result = check_result(task_id, learner)
+    assert result.status == "failed", result.feedback
+    assert words in result.feedback, result.feedback
+    assert "None of the usual" not in result.feedback, result.feedback

@@ -84,7 +84,21 @@ class _PositionalTask(Task):
     p * frequency loses a few 1e-6 at the positions tested); wrong answers are O(1) off."""
 
     def compare(self, got, want, case):
-        return None if all_close(got, want, 1e-4) else compare_values(got, want)
+        if all_close(got, want, 1e-4):
+            return None
+        message = compare_values(got, want)
+        if isinstance(got, torch.Tensor) and got.shape == want.shape and got.dtype != want.dtype:
+            # the generic dtype hint speaks of tensors created without dtype=; these slips pass
+            # dtype=torch.float64 (the lesson's copies) or cast x with .float() (Llama's code)
+            return f"{message}. Hint: {self.dtype_hint(got.dtype, want.dtype)}"
+        return message
+
+    def dtype_hint(self, got, want):
+        lesson = (
+            "; the lesson's by-hand versions are float64 (built with dtype=torch.float64): leave "
+            "that dtype= out, or"
+        )
+        return f"the task returns float32{lesson if got == F64 else ':'} return the result .float()"
 
 
 # --- sinusoidal_positional_encoding
@@ -395,6 +409,19 @@ _CONSTANT = (
 
 class _RopeTask(_PositionalTask):
     layout = "adjacent"  # pairs (2i, 2i+1); "halves": pairs (i, i + d/2)
+
+    def dtype_hint(self, got, want):
+        if got == F64:  # float64 cos and sin times a float32 x promote it
+            return (
+                "the result keeps x's dtype: cos and sin made in float64 (positions.double(), "
+                "dtype=torch.float64) turn a float32 x into float64 when multiplied; convert "
+                "them with .to(x.dtype), as the lesson's rope_by_hand does"
+            )
+        return (
+            f"the result keeps x's dtype, here {str(want).removeprefix('torch.')}: a cast such "
+            "as .float() on x or on the result (as some libraries' RoPE does) loses it; compute "
+            "in x's dtype, or return .to(x.dtype)"
+        )
 
     def call(self, obj, case):
         try:
