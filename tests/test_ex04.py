@@ -938,3 +938,15 @@ def test_a_fresh_learners_slip_fails_the_notebook_check_with_its_own_hint(task_i
     assert result.status == "failed", result.feedback
     assert words in result.feedback, result.feedback
     assert "None of the usual" not in result.feedback, result.feedback
+
+
+def test_an_integer_table_keeps_the_generic_dtype_hint():
+    # .float() would not mend a table whose sines were cut to integers: the task's float64
+    # hint is for float results only
+    def int_table(seq_len, d_model):
+        return (pe_stack(seq_len, d_model) * 2).long()
+
+    result = check_result("ex04.sinusoidal_positional_encoding", int_table)
+    assert result.status == "failed", result.feedback
+    assert "int64 for integers" in result.feedback, result.feedback
+    assert "return the result .float()" not in result.feedback, result.feedback
