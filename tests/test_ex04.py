@@ -858,3 +858,95 @@ def test_the_rope_statement_says_x_may_be_a_view_that_is_not_contiguous():
     assert "same inputs, output and errors as `apply_rope`" in task_statement(
         "04_positional_encoding.ipynb", "Task 4: RoPE in the rotate-half layout"
     )
+
+
+# ---- hunt F11: a fresh learner's slips ----------------------------------------------------------
+
+
+def _shift_by_hand(offset, d_model, dtype=torch.float64, upper_sign=1.0):
+    """Lesson 04's shift_matrix_by_hand (float64), with a ValueError for an odd d_model."""
+    require_even(d_model)
+    matrix = torch.zeros(d_model, d_model, dtype=dtype)
+    for i, angle in enumerate((offset * frequencies(d_model)).tolist()):
+        cos, sin = math.cos(angle), math.sin(angle)
+        block = [[cos, upper_sign * sin], [-sin, cos]]
+        matrix[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor(block, dtype=dtype)
+    return matrix
+
+
+def _rope_dtype_slip(cast_x):
+    """RoPE whose result lost x's dtype: float64 cos/sin not cast back (cast_x False), or x
+    cast to float32 first as some libraries do (cast_x True)."""
+
+    def rope(x, positions=None):
+        require_even(x.shape[-1])
+        positions = torch.arange(x.shape[-2]) if positions is None else positions
+        angles = positions.double()[:, None] * frequencies(x.shape[-1])  # float64
+        cos, sin = angles.cos(), angles.sin()
+        if cast_x:
+            x, cos, sin = x.float(), cos.float(), sin.float()
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), -1).flatten(-2)
+
+    return rope
+
+
+def _rotate_half_without_minus(x, positions=None):
+    """Hugging Face's x * cos + rotate_half(x) * sin with rotate_half = cat((x2, x1)): the
+    minus of -x2 forgotten."""
+    require_even(x.shape[-1])
+    positions = torch.arange(x.shape[-2]) if positions is None else positions
+    angles = positions.double()[:, None] * frequencies(x.shape[-1])
+    table = torch.cat((angles, angles), dim=-1)
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * table.cos().to(x.dtype) + torch.cat((x2, x1), dim=-1) * table.sin().to(x.dtype)
+
+
+def _rope_adjacent_without_minus(x, positions=None):
+    require_even(x.shape[-1])
+    positions = torch.arange(x.shape[-2]) if positions is None else positions
+    angles = positions.double()[:, None] * frequencies(x.shape[-1])
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x0 * cos + x1 * sin, x0 * sin + x1 * cos), -1).flatten(-2)
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        # the lesson's float64 function copied verbatim: the generic dtype hint spoke of
+        # tensors created without dtype=, which is not what the learner wrote
+        ("ex04.relative_shift_matrix", _shift_by_hand, "leave that dtype= out"),
+        (
+            "ex04.sinusoidal_positional_encoding",
+            lambda n, d: pe_stack(n, d).double(),
+            "return the result .float()",
+        ),
+        ("ex04.apply_rope", _rope_dtype_slip(cast_x=False), "convert them with .to(x.dtype)"),
+        ("ex04.apply_rope", _rope_dtype_slip(cast_x=True), "a cast such as .float() on x"),
+        ("ex04.apply_rope_half", _rotate_half_without_minus, "lost its minus sign"),
+        ("ex04.apply_rope", _rope_adjacent_without_minus, "lost its minus sign"),
+        (
+            "ex04.relative_shift_matrix",
+            lambda o, d: _shift_by_hand(o, d, torch.float32, upper_sign=-1.0),
+            "both sin entries of the block have a minus sign",
+        ),
+    ],
+)
+def test_a_fresh_learners_slip_fails_the_notebook_check_with_its_own_hint(task_id, learner, words):
+    result = check_result(task_id, learner)
+    assert result.status == "failed", result.feedback
+    assert words in result.feedback, result.feedback
+    assert "None of the usual" not in result.feedback, result.feedback
+
+
+def test_an_integer_table_keeps_the_generic_dtype_hint():
+    # .float() would not mend a table whose sines were cut to integers: the task's float64
+    # hint is for float results only
+    def int_table(seq_len, d_model):
+        return (pe_stack(seq_len, d_model) * 2).long()
+
+    result = check_result("ex04.sinusoidal_positional_encoding", int_table)
+    assert result.status == "failed", result.feedback
+    assert "int64 for integers" in result.feedback, result.feedback
+    assert "return the result .float()" not in result.feedback, result.feedback

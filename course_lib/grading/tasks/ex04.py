@@ -84,7 +84,25 @@ class _PositionalTask(Task):
     p * frequency loses a few 1e-6 at the positions tested); wrong answers are O(1) off."""
 
     def compare(self, got, want, case):
-        return None if all_close(got, want, 1e-4) else compare_values(got, want)
+        if all_close(got, want, 1e-4):
+            return None
+        message = compare_values(got, want)
+        if (
+            isinstance(got, torch.Tensor)
+            and got.is_floating_point()  # an integer table keeps the generic hint (int64 ...)
+            and got.shape == want.shape
+            and got.dtype != want.dtype
+        ):  # the generic dtype hint speaks of tensors created without dtype=; these slips pass
+            # dtype=torch.float64 (the lesson's copies) or cast x with .float() (Llama's code)
+            return f"{message}. Hint: {self.dtype_hint(got.dtype, want.dtype)}"
+        return message
+
+    def dtype_hint(self, got, want):
+        lesson = (
+            "; the lesson's by-hand versions are float64 (built with dtype=torch.float64): leave "
+            "that dtype= out, or"
+        )
+        return f"the task returns float32{lesson if got == F64 else ':'} return the result .float()"
 
 
 # --- sinusoidal_positional_encoding
@@ -193,6 +211,10 @@ class RelativeShiftMatrix(_PositionalTask):
         "2i+1) is 10000^(-2i/d_model), the same as in the encoding",
         "no_minus": "the block has no minus sign: it is [[cos a, sin a], [-sin a, cos a]], from "
         "cos(x+a) = cos x cos a - sin x sin a; with two plus signs it is not a rotation",
+        "two_minus": "both sin entries of the block have a minus sign; only the lower one should: "
+        "[[cos a, sin a], [-sin a, cos a]], from sin(x+a) = sin x cos a + cos x sin a (a + in the "
+        "first row) and cos(x+a) = cos x cos a - sin x sin a; with two minus signs the block is "
+        "symmetric, not a rotation",
         "cos_sin_swapped": "cos and sin are swapped in the block: cos a goes on the diagonal and "
         "±sin a off it, [[cos a, sin a], [-sin a, cos a]] (at offset 0 M is the identity)",
         "base_1000": _base_1000(),
@@ -237,7 +259,7 @@ class RelativeShiftMatrix(_PositionalTask):
         even = torch.arange(0, d_model, 2)
         if mistake == "block_at_pair_index":  # M[i : i + 2, i : i + 2] with i the pair index
             even = torch.arange(d_model // 2)
-        m[even, even], m[even, even + 1] = cos, sin
+        m[even, even], m[even, even + 1] = cos, -sin if mistake == "two_minus" else sin
         m[even + 1, even], m[even + 1, even + 1] = sin if mistake == "no_minus" else -sin, cos
         return (m.T if mistake == "transposed" else m).float()
 
@@ -280,6 +302,8 @@ def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
         x0, x1 = x[..., :half], x[..., half:]
     sign = -1.0 if mistake == "sign" else 1.0
     r0 = x0 * cos0 - sign * x1 * sin0
+    if mistake == "no_minus":  # x0 cos a + x1 sin a: the minus of the first component lost
+        r0 = x0 * cos0 + x1 * sin0
     if mistake == "overwritten":  # r0 written into x before the second line read x0 from it
         x0 = r0
     r1 = sign * x0 * sin1 + x1 * cos1
@@ -364,6 +388,11 @@ _REFLECTED = (
     "the second component has the wrong sign: (x0, x1) -> (x0 cos a - x1 sin a, "
     "x0 sin a + x1 cos a); with x0 sin a - x1 cos a the pair is reflected, not rotated"
 )
+_NO_MINUS = (
+    "the first component lost its minus sign: (x0, x1) -> (x0 cos a - x1 sin a, x0 sin a + "
+    "x1 cos a); with x0 cos a + x1 sin a the pair is not rotated (its length changes), so q·k "
+    "no longer depends only on the offset"
+)
 _IGNORED_POSITIONS = (
     "you ignored `positions` and used 0, 1, ..., seq-1; use the positions you are given "
     "(arange only when positions is None)"
@@ -395,6 +424,19 @@ _CONSTANT = (
 
 class _RopeTask(_PositionalTask):
     layout = "adjacent"  # pairs (2i, 2i+1); "halves": pairs (i, i + d/2)
+
+    def dtype_hint(self, got, want):
+        if got == F64:  # float64 cos and sin times a float32 x promote it
+            return (
+                "the result keeps x's dtype: cos and sin made in float64 (positions.double(), "
+                "dtype=torch.float64) turn a float32 x into float64 when multiplied; convert "
+                "them with .to(x.dtype), as the lesson's rope_by_hand does"
+            )
+        return (
+            f"the result keeps x's dtype, here {str(want).removeprefix('torch.')}: a cast such "
+            "as .float() on x or on the result (as some libraries' RoPE does) loses it; compute "
+            "in x's dtype, or return .to(x.dtype)"
+        )
 
     def call(self, obj, case):
         try:
@@ -453,6 +495,7 @@ class ApplyRope(_RopeTask):
         "inverted": _inverted("d"),
         "not_over_d": _not_over_d("d"),
         "reflect": _REFLECTED,
+        "no_minus": _NO_MINUS,
         "from_1": _START_AT_1,
         "integer_positions": _INTEGER_POSITIONS,
         "seq_axis_1": _SEQ_AXIS_1,
@@ -538,6 +581,10 @@ class ApplyRopeHalf(_RopeTask):
         "cos_sin_swapped": "cos and sin are swapped: x * cos + cat(-second_half, first_half) * "
         "sin (at position 0 nothing turns, so the first vector stays as it is)",
         "reflect": _REFLECTED.replace("x0", "x_i").replace("x1", "x_{i+d/2}"),
+        "no_minus": "the first component lost its minus sign: (x_i, x_{i+d/2}) -> (x_i cos a - "
+        "x_{i+d/2} sin a, x_i sin a + x_{i+d/2} cos a), i.e. x * cos + cat(-second_half, "
+        "first_half) * sin, with the second half negated; with x_i cos a + x_{i+d/2} sin a the "
+        "pair is not rotated (its length changes)",
         "adjacent_in_halves_out": "you read the pairs with a stride, x[..., 0::2] and "
         "x[..., 1::2] (the lesson's adjacent pairs), and wrote them back as halves: here pair i "
         "is (x_i, x_{i+d/2}), read from the halves x[..., :d//2] and x[..., d//2:] too",
