@@ -528,6 +528,27 @@ def _pool_by_hand(
     return attention_pool
 
 
+def _mean_pool(x, queries, w_k, w_v, mask=None):
+    """Mean pooling over the real tokens: the queries never used."""
+    keep = torch.ones(x.shape[:2], dtype=torch.bool) if mask is None else mask
+    weights = keep.to(x.dtype) / keep.sum(-1, keepdim=True)  # (batch, n)
+    weights = weights[:, None, :].expand(-1, len(queries), -1)  # (batch, num_queries, n)
+    return weights @ (x @ w_v), weights
+
+
+class _SublayerWithFunctionalNorm(SublayerFunctional):
+    def forward(self, x, memory, memory_mask=None):  # F.layer_norm: self.norm's weights unused
+        def norm(h):
+            return nn.functional.layer_norm(h, h.shape[-1:])
+
+        if self.norm_first:
+            return x + self.attn(norm(x), memory, memory, memory_mask)[0]
+        return norm(x + self.attn(x, memory, memory, memory_mask)[0])
+
+
+_SQRT_D_K = lambda q, k: math.sqrt(q.shape[-1])  # noqa: E731
+
+
 class _SublayerNormingXThenAdding(SublayerFunctional):
     def forward(self, x, memory, memory_mask=None):
         if self.norm_first:
@@ -568,42 +589,7 @@ class _SublayerWithKeyPaddingMask(SublayerFunctional):
          "k.T reverses every axis"),
         ("ex06.CrossAttentionSublayer", _SublayerNormingXThenAdding, "not norm(x) + attn(x"),
         ("ex06.CrossAttentionSublayer", _SublayerWithKeyPaddingMask, "fourth argument"),
-    ],
-)  # fmt: skip
-def test_hunt_f11_slips_get_their_own_hint(task_id, learner, words):
-    """Each got 'None of the usual single mistakes' (or a bare broadcast error) before."""
-    result = check_result(task_id, learner)
-    assert result.status == "failed" and words in result.feedback, result.feedback
-
-
-def test_hunt_f11_right_pool_by_hand_passes():
-    assert check_result("ex06.attention_pool", _pool_by_hand()).status == "passed"
-
-
-def _mean_pool(x, queries, w_k, w_v, mask=None):
-    """Mean pooling over the real tokens: the queries never used."""
-    keep = torch.ones(x.shape[:2], dtype=torch.bool) if mask is None else mask
-    weights = keep.to(x.dtype) / keep.sum(-1, keepdim=True)  # (batch, n)
-    weights = weights[:, None, :].expand(-1, len(queries), -1)  # (batch, num_queries, n)
-    return weights @ (x @ w_v), weights
-
-
-class _SublayerWithFunctionalNorm(SublayerFunctional):
-    def forward(self, x, memory, memory_mask=None):  # F.layer_norm: self.norm's weights unused
-        def norm(h):
-            return nn.functional.layer_norm(h, h.shape[-1:])
-
-        if self.norm_first:
-            return x + self.attn(norm(x), memory, memory, memory_mask)[0]
-        return norm(x + self.attn(x, memory, memory, memory_mask)[0])
-
-
-_SQRT_D_K = lambda q, k: math.sqrt(q.shape[-1])  # noqa: E731
-
-
-@pytest.mark.parametrize(
-    "task_id, learner, words",
-    [
+        # the rarer slips the f11 learner left with the generic feedback
         ("ex06.cross_attention", _cross_scaled(_SQRT_D_K, lambda s: s.log_softmax(-1)),
          "you took log_softmax"),
         ("ex06.cross_attention", _cross_scaled(_SQRT_D_K, lambda s: s.softmax(dim=0)),
@@ -614,7 +600,11 @@ _SQRT_D_K = lambda q, k: math.sqrt(q.shape[-1])  # noqa: E731
         ("ex06.CrossAttentionSublayer", _SublayerWithFunctionalNorm, "F.layer_norm(x, (d_model,))"),
     ],
 )  # fmt: skip
-def test_rarer_slips_get_their_own_hint(task_id, learner, words):
-    """The rarer slips the last fresh learner left with 'None of the usual single mistakes'."""
+def test_hunt_f11_slips_get_their_own_hint(task_id, learner, words):
+    """Each got 'None of the usual single mistakes' (or a bare broadcast error) before."""
     result = check_result(task_id, learner)
     assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+def test_hunt_f11_right_pool_by_hand_passes():
+    assert check_result("ex06.attention_pool", _pool_by_hand()).status == "passed"

@@ -490,13 +490,14 @@ def ls_mask_of_the_pads(logits, target, smoothing, ignore_index):
     return (per_token * mask).sum() / mask.sum()
 
 
-def _step_with_loss(loss_of):
-    """A learner's train_step whose loss line is `loss_of(logits, tgt, smoothing, pad_id)`."""
+def _step_with_loss(loss_of, swapped=False):
+    """A learner's train_step whose loss line is `loss_of(logits, tgt, smoothing, pad_id)`;
+    `swapped`: the model called as model(tgt_in, src)."""
 
     def step(model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0):
         model.train()
         tgt_in = torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], dim=1)
-        logits = model(src, tgt_in)
+        logits = model(tgt_in, src) if swapped else model(src, tgt_in)
         loss = loss_of(logits.flatten(0, 1), tgt.flatten(), smoothing, pad_id)
         optimizer.zero_grad()
         loss.backward()
@@ -931,28 +932,21 @@ def _noam_rise_swapped(step, d_model, warmup):
     return d_model**-0.5 * min(step**-0.5, warmup * step**-1.5)
 
 
-def _step_with_model_args_swapped(model, optimizer, scheduler, src, tgt, bos_id, pad_id,
-                                  smoothing=0.1, clip=1.0):  # fmt: skip
-    model.train()
-    tgt_in = torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], dim=1)
-    logits = model(tgt_in, src)  # the decoder's input given as the source
-    loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten(), ignore_index=pad_id,
-                           label_smoothing=smoothing)  # fmt: skip
-    optimizer.zero_grad()
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-    optimizer.step()
-    if scheduler is not None:
-        scheduler.step()
-    return loss.item()
-
-
 @pytest.mark.parametrize(
     "task_id, impl, words",
     [
         ("ex08.greedy_decode", _greedy_bos_in_the_first_row, "out[0] = bos_id fills the first row"),
         ("ex08.noam_lr", _noam_rise_swapped, "warmup * step**-1.5 falls"),
-        ("ex08.train_step", _step_with_model_args_swapped, "model(src, tgt_in): swapped"),
+        (
+            "ex08.train_step",
+            _step_with_loss(
+                lambda logits, tgt, smoothing, pad_id: F.cross_entropy(
+                    logits, tgt, ignore_index=pad_id, label_smoothing=smoothing
+                ),
+                swapped=True,
+            ),
+            "model(src, tgt_in): swapped",
+        ),
     ],
 )
 def test_rarer_slips_get_their_own_hint(task_id, impl, words):
