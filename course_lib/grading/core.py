@@ -891,7 +891,7 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
         return message
     hint = _listed_hint(task, case, got) or task.diagnose(got, want, case)
     if hint:
-        return f"{message}. Hint: {hint}"
+        return f"{message.rstrip('.')}. Hint: {hint}"
     if _DTYPE_ONLY.search(message):  # one thing is wrong, and the message names it
         return f"{message}. Hint: {DTYPE_HINT}"
     if task.mistakes() and _VALUES_DIFFER.search(message):  # EX02-3: no known mistake fits
