@@ -1190,6 +1190,15 @@ def _one_hot_axis_one(ids, vocab_size):
     return (ids[:, None] == torch.arange(vocab_size)).float()  # the slip: the axis second
 
 
+def _one_hot_of_the_lessons_size(ids, vocab_size):
+    if ids.is_floating_point() or ids.dtype == torch.bool:
+        raise TypeError(f"ids must be integers, got {ids.dtype}")
+    if ((ids < 0) | (ids >= vocab_size)).any():
+        raise ValueError(f"ids {ids.tolist()} must be in [0, {vocab_size})")
+    vocab_size = 6  # the slip: the lesson's cell copied with its own size
+    return (ids.unsqueeze(-1) == torch.arange(vocab_size)).float()
+
+
 def _embed_in_float64(ids, table):
     hot = (ids.unsqueeze(-1) == torch.arange(len(table))).double()  # "float64, to be safe"
     if ((ids < 0) | (ids >= len(table))).any():
@@ -1229,6 +1238,7 @@ def _encode_returning_in_the_loop(ids, merges):
     "task_id, fn, named",
     [
         ("ex01.one_hot", _one_hot_axis_one, "add the axis last: ids.unsqueeze(-1)"),
+        ("ex01.one_hot", _one_hot_of_the_lessons_size, "torch.arange(6) is the lesson's"),
         ("ex01.embed", _embed_in_float64, "with no .double()"),
         ("ex01.cosine_similarity_matrix", _cosine_in_float32, "with no .float() on E"),
         ("ex01.nearest_neighbours", _neighbours_as_int32, "with no .int()"),
@@ -1237,7 +1247,8 @@ def _encode_returning_in_the_loop(ids, merges):
 )
 def test_a_fresh_learners_slip_is_named(task_id, fn, named):
     # hunt F11: one_hot with ids[:, None] crashed on 2-D ids with only "run your code in a cell
-    # of its own"; a .double() (embed), .float() (cosine) or .int() (neighbours) was told "a
+    # of its own", and with the lesson's arange(6) got only "shape (3, 6), expected (3, 4)"; a
+    # .double() (embed), .float() (cosine) or .int() (neighbours) was told "a
     # tensor you create gets PyTorch's default dtype", a cause the learner did not write; a
     # `return` inside bpe_encode's loop got "your result should have 2 values, got 3" alone
     result = check_result(task_id, fn)
