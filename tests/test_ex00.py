@@ -194,3 +194,27 @@ def test_the_dot_product_hint_points_to_subtracting_first():
     result = check_result("ex00.pairwise_sq_distances", lambda x, y: x @ y.transpose(-2, -1))
     assert result.status == "failed", result.feedback
     assert "sums the squared differences" in result.feedback, result.feedback
+
+
+def _matmul_in_float32(a, b):
+    a, b = a.float(), b.float()  # the slip: float64's digits given up
+    return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(dim=-2)
+
+
+def _distances_in_float32(x, y):
+    return ((x.unsqueeze(-2) - y.unsqueeze(-3)) ** 2).sum(-1).float()  # the slip: .float()
+
+
+@pytest.mark.parametrize(
+    "task_id, fn, named",
+    [
+        ("ex00.batched_matmul", _matmul_in_float32, "with no .float() on a, b or the result"),
+        ("ex00.pairwise_sq_distances", _distances_in_float32, "with no .float() on x, y"),
+    ],
+)
+def test_a_float32_cast_is_named_not_a_created_tensor(task_id, fn, named):
+    # hunt F11: a .float() cast was told "a tensor you create gets PyTorch's default dtype", a
+    # cause the learner did not write; the hint now names the cast
+    result = check_result(task_id, fn)
+    assert result.status == "failed", result.feedback
+    assert named in result.feedback and "default dtype" not in result.feedback, result.feedback

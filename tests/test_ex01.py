@@ -1176,3 +1176,82 @@ def test_ids_that_went_through_a_numpy_array_are_named(task_id, fn, named):
     assert result.status == "failed", result.feedback
     assert named in result.feedback and ".tolist()" in result.feedback, result.feedback
     assert "__repr__" not in result.feedback and "is missing" not in result.feedback
+
+
+# ---- hunt F11 (a fresh learner): slips whose feedback named no cause, or the wrong one --------
+
+
+def _one_hot_axis_one(ids, vocab_size):
+    if ids.is_floating_point() or ids.dtype == torch.bool:
+        raise TypeError(f"ids must be integers, got {ids.dtype}")
+    bad = (ids < 0) | (ids >= vocab_size)
+    if bad.any():
+        raise ValueError(f"id {ids[bad][0].item()} is outside [0, {vocab_size})")
+    return (ids[:, None] == torch.arange(vocab_size)).float()  # the slip: the axis second
+
+
+def _one_hot_of_the_lessons_size(ids, vocab_size):
+    if ids.is_floating_point() or ids.dtype == torch.bool:
+        raise TypeError(f"ids must be integers, got {ids.dtype}")
+    if ((ids < 0) | (ids >= vocab_size)).any():
+        raise ValueError(f"ids {ids.tolist()} must be in [0, {vocab_size})")
+    vocab_size = 6  # the slip: the lesson's cell copied with its own size
+    return (ids.unsqueeze(-1) == torch.arange(vocab_size)).float()
+
+
+def _embed_in_float64(ids, table):
+    hot = (ids.unsqueeze(-1) == torch.arange(len(table))).double()  # "float64, to be safe"
+    if ((ids < 0) | (ids >= len(table))).any():
+        raise ValueError(f"ids must be in [0, {len(table)})")
+    return hot @ table.double()
+
+
+def _cosine_in_float32(E):
+    E = E.float()  # the slip: float64's digits given up
+    unit = E / E.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    return unit @ unit.T
+
+
+def _neighbours_as_int32(E, index, k):
+    unit = E / E.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    similarity = unit @ unit[index]
+    similarity[index] = float("-inf")
+    return similarity.argsort(descending=True)[:k].int()
+
+
+def _encode_returning_in_the_loop(ids, merges):
+    for pair, new_id in merges.items():
+        out, i = [], 0
+        while i < len(ids):
+            if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+                out.append(new_id)
+                i += 2
+            else:
+                out.append(ids[i])
+                i += 1
+        ids = out
+        return ids  # the slip: indented into the loop, so only the first merge runs
+    return list(ids)
+
+
+@pytest.mark.parametrize(
+    "task_id, fn, named",
+    [
+        ("ex01.one_hot", _one_hot_axis_one, "add the axis last: ids.unsqueeze(-1)"),
+        ("ex01.one_hot", _one_hot_of_the_lessons_size, "torch.arange(6) is the lesson's"),
+        ("ex01.embed", _embed_in_float64, "with no .double()"),
+        ("ex01.cosine_similarity_matrix", _cosine_in_float32, "with no .float() on E"),
+        ("ex01.nearest_neighbours", _neighbours_as_int32, "with no .int()"),
+        ("ex01.bpe_encode", _encode_returning_in_the_loop, "`return` inside the for loop"),
+    ],
+)
+def test_a_fresh_learners_slip_is_named(task_id, fn, named):
+    # hunt F11: one_hot with ids[:, None] crashed on 2-D ids with only "run your code in a cell
+    # of its own", and with the lesson's arange(6) got only "shape (3, 6), expected (3, 4)"; a
+    # .double() (embed), .float() (cosine) or .int() (neighbours) was told "a
+    # tensor you create gets PyTorch's default dtype", a cause the learner did not write; a
+    # `return` inside bpe_encode's loop got "your result should have 2 values, got 3" alone
+    result = check_result(task_id, fn)
+    assert result.status == "failed", result.feedback
+    assert named in result.feedback, result.feedback
+    assert "default dtype" not in result.feedback and "cell of its own" not in result.feedback

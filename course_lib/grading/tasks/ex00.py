@@ -71,6 +71,9 @@ class BatchedMatmul(Task):
         "b.unsqueeze(-3), summed over dim -2",
         "b_axis_before_m": "b.unsqueeze(-2) puts b's new axis between k and m, so b's k meets "
         "a's n; it goes before k, b.unsqueeze(-3): (..., 1, k, m) against a's (..., n, k, 1)",
+        "float32": "your product is float32 for float64 inputs: compute it in the inputs' "
+        "dtype, with no .float() on a, b or the result (and dtype=a.dtype for a tensor you "
+        "create)",
     }
 
     def cases(self, gen):
@@ -85,6 +88,8 @@ class BatchedMatmul(Task):
         ]
 
     def wrong(self, a, b, *, mistake):
+        if mistake == "float32":  # a.float(), b.float(): float64's digits given up
+            a, b = a.float(), b.float()
         if mistake == "first_axes":  # right for 2-D a and b only
             return (a.unsqueeze(2) * b.unsqueeze(0)).sum(1)
         if mistake == "dot_T":  # rows of a times rows of b.T: right for 2-D b only
@@ -135,6 +140,9 @@ class PairwiseSqDistances(HintOnError):
         "or |y|² of shape (..., m) added as it is), which is right only without batch "
         "dimensions; count from the end: y.unsqueeze(-3), |y|².unsqueeze(-2)",
         "dot_T": dot_t("y"),
+        "float32": "your distances are float32 for float64 points: compute them in the inputs' "
+        "dtype, with no .float() on x, y or the result (and dtype=x.dtype for a tensor you "
+        "create)",
     }
 
     def cases(self, gen):
@@ -156,6 +164,8 @@ class PairwiseSqDistances(HintOnError):
         return None
 
     def wrong(self, x, y, *, mistake):
+        if mistake == "float32":  # x.float(), y.float(): float64's digits given up
+            x, y = x.float(), y.float()
         if mistake == "dot_T":  # right for 2-D x and y only
             return (x * x).sum(-1, keepdim=True) - 2 * x @ y.T + (y * y).sum(-1)
         if mistake in ("first_axes", "one_batch_axis"):  # right for 2-D (3-D) x and y only

@@ -58,6 +58,8 @@ class BpeEncode(Task):
         "are the values of `merges` (here 10, 11, ...): for pair, new_id in merges.items()",
         "result_dropped": "nothing was merged: merge_pair returns a new list and leaves the one "
         "it is given as it was, so keep its result, ids = merge_pair(ids, pair, new_id)",
+        "first_merge_only": "only the first merge of `merges` was applied: is your `return` "
+        "inside the for loop? Return after the loop, once every merge has run",
     }
 
     def cases(self, gen):
@@ -133,7 +135,11 @@ class BpeEncode(Task):
                 present = [pair for _, pair in found]
                 pair = max(set(present), key=lambda p: (present.count(p), -ranks.index(p)))
                 ids = merged(ids, pair, merges[pair])
-        order = {"reversed_order": ranks[::-1], "sorted_by_pair": sorted(ranks)}.get(mistake, ranks)
+        order = {
+            "reversed_order": ranks[::-1],
+            "sorted_by_pair": sorted(ranks),
+            "first_merge_only": ranks[:1],  # `return` indented into the loop
+        }.get(mistake, ranks)
         result = ids
         for pair in order:
             if mistake == "stopped_at_absent" and pair not in adjacent(result):

@@ -54,6 +54,9 @@ class CosineSimilarityMatrix(Task):
         "vectors are the rows, so the (n, n) matrix is unit @ unit.T, (n, d) @ (d, n)",
         "diagonal_one": "a zero vector has no direction, so its similarity with itself is 0 too "
         "(not 1)",
+        "float32": "your similarities are float32 for a float64 E: compute them in E's dtype, "
+        "with no .float() on E or on the result (and dtype=E.dtype, or zeros_like(...), for a "
+        "tensor you create)",
     }
 
     def cases(self, gen):
@@ -87,6 +90,8 @@ class CosineSimilarityMatrix(Task):
         ]
 
     def wrong(self, E, *, mistake):
+        if mistake == "float32":  # E.float(): float64's digits given up
+            E = E.float()
         if mistake == "tiny_as_zero":  # before raw_dot: E @ E.T of tiny rows is about 0 too
             E = E * (E.norm(dim=-1, keepdim=True) > 1e-6)
         if mistake == "raw_dot":

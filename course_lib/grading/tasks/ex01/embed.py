@@ -67,6 +67,9 @@ class Embed(HintOnError):
         "table.shape[0] rows, so one_hot(ids, table.shape[0]) @ table",
         "squeezed": "squeeze() drops every axis of length 1, here the one sequence's batch axis "
         "too; the result is (..., d), one vector per id, with the axes of ids kept",
+        "float64_always": "your embeddings are float64 for a float32 table: keep the table's "
+        "dtype, with no .double() (or .to(torch.float64)) on either side: "
+        "one_hot(ids, vocab_size).to(table.dtype) @ table",
     }
 
     def cases(self, gen):
@@ -135,6 +138,8 @@ class Embed(HintOnError):
             return hot.to(table.dtype) @ table.T
         if mistake == "float32_always":
             return hot @ table.float()
+        if mistake == "float64_always":  # "float64 to be safe": a float32 table's dtype is lost
+            return hot.double() @ table.double()
         if mistake == "float32_one_hot":  # float32 times a float64 table: it raises
             return hot @ table
         if mistake == "float32_product":  # the product in float32, converted back

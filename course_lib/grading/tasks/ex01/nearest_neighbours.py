@@ -117,6 +117,8 @@ class NearestNeighbours(Task):
         "eps_in_length": "an epsilon added to every length (norm + 1e-8) shrinks the similarity "
         "of a short row, enough to move it down the ranking; guard only the zero lengths, "
         "norm.clamp_min(1e-12), as in cosine_similarity_matrix",
+        "int32": "your indices are int32; return them as topk (or argsort) gives them, int64 "
+        "(long), with no .int() (and dtype=torch.long for a tensor you build from a list)",
     }
 
     def cases(self, gen):
@@ -177,6 +179,6 @@ class NearestNeighbours(Task):
             own = {"itself_at_zero": 0.0, "itself_at_minus_one": -1.0}  # else -inf
             similarity[index] = own.get(mistake, float("-inf"))
         top = similarity.topk(3 if mistake == "top_three" else k)  # lesson 01's top3, copied
-        if mistake == "similarities":
-            return top.values
+        if mistake in ("similarities", "int32"):
+            return top.values if mistake == "similarities" else top.indices.int()
         return top.indices.flip(0) if mistake == "ascending" else top.indices

@@ -30,6 +30,11 @@ class OneHot(Task):
         "min_max_on_empty": _EMPTY_IDS_HINT,
         "squeezed": "squeeze() drops every axis of length 1, here the one sequence's batch axis "
         "too; one_hot only adds the last axis: (..., vocab_size)",
+        "axis_one": "ids.unsqueeze(1) (or ids[:, None]) puts the new axis second, which lines up "
+        "with torch.arange(vocab_size) only for 1-D ids; ids can have any shape, so add the axis "
+        "last: ids.unsqueeze(-1)",
+        "lesson_vocab": "torch.arange(6) is the lesson's vocab_size = 6; compare with "
+        "torch.arange(vocab_size), the argument, so the last axis has vocab_size entries",
     }
 
     def cases(self, gen):
@@ -128,7 +133,8 @@ class OneHot(Task):
             if ids.min() < 0 or ids.max() >= vocab_size:
                 bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
                 raise ValueError(f"id {bad} is outside [0, {vocab_size})")
-        hot = ids.unsqueeze(-1) == torch.arange(vocab_size)  # (..., vocab_size) bool
+        columns = torch.arange(6 if mistake == "lesson_vocab" else vocab_size)
+        hot = ids.unsqueeze(1 if mistake == "axis_one" else -1) == columns  # (..., vocab_size)
         if mistake == "vocab_not_last" and ids.dim() >= 1:
             hot = hot.transpose(-2, -1)
         wrong = {"long": hot.long(), "bool": hot, "double": hot.double()}
