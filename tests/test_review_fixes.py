@@ -77,6 +77,16 @@ def test_a_dtype_mismatch_alone_is_named_as_one_mistake():
     assert "full_like" in result.feedback and "more than one thing" not in result.feedback
 
 
+def test_the_dtype_hint_names_a_cast_as_well_as_a_created_tensor():
+    def cast(q, k, v):  # .double() on float32 inputs: no tensor created, a cast
+        weights = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).softmax(-1).double()
+        return weights @ v.double(), weights
+
+    result = check_result("ex02.scaled_dot_product_attention", cast)
+    assert result.status == "failed" and "dtype float64, expected float32" in result.feedback
+    assert "Look for a cast (.float(), .double()" in result.feedback, result.feedback
+
+
 def test_a_message_that_names_the_mistake_is_not_called_several_mistakes():
     def output_only(x, memory, w_q, w_k, w_v, memory_mask=None):  # forgets the weights
         q, k, v = x @ w_q, memory @ w_k, memory @ w_v

@@ -822,9 +822,10 @@ def _fix_first(
 _VALUES_DIFFER = re.compile(r"differs? from the expected values")
 _DTYPE_ONLY = re.compile(r"has dtype \w+, expected \w+$")  # compare_values' dtype message
 DTYPE_HINT = (
-    "the values are compared once the dtype is right; a tensor you create gets PyTorch's "
-    "default dtype (int64 for integers, float32 for floats) unless you pass dtype= or build it "
-    "from the input (torch.full_like, torch.zeros_like, .to(x.dtype))"
+    "the values are compared once the dtype is right. Look for a cast (.float(), .double(), "
+    ".int(), .long()) that changes it, and for a tensor you create: it gets PyTorch's default "
+    "dtype (int64 for integers, float32 for floats) unless you pass dtype= or build it from the "
+    "input (torch.full_like, torch.zeros_like, .to(x.dtype))"
 )
 
 
