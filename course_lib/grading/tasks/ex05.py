@@ -192,6 +192,7 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
         mask,
         scale={
             "unscaled": 1,
+            "by_d_k": q.shape[-1] ** 2,  # scores / d_k: the root forgotten
             "scaled_by_d_v": v.shape[-1],
             "half_d_k": (q.shape[-1] / 2) ** 2,
             "twice_d_k": (2 * q.shape[-1]) ** 2,
@@ -206,14 +207,22 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
         inverted=mistake == "inverted",
         zero_after=mistake == "zero_after",
         nan_to_zero=mistake
-        in ("inverted", "unscaled", "scaled_by_d_v", "softmax_over_queries", "detached_weights"),
+        in (
+            "inverted",
+            "unscaled",
+            "by_d_k",
+            "scaled_by_d_v",
+            "softmax_over_queries",
+            "detached_weights",
+            "swapped",
+        ),
     )
     if mistake == "output_first":  # uniform rows already multiplied into the output
         weights = weights.masked_fill(~mask, 0.0)
     if mistake == "detached_weights":  # the weights cut from q and k: only v would learn
         weights = weights.detach()
         output = weights @ v
-    return output, weights
+    return (weights, output) if mistake == "swapped" else (output, weights)
 
 
 def _right_output(result, q, k, v, mask) -> bool:
@@ -250,6 +259,9 @@ ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives t
     "F.scaled_dot_product_attention), not 'blocked' (as in nn.MultiheadAttention): fill the "
     "scores with -inf where the mask is False",
     "unscaled": "the scores are not divided by sqrt(d_k): divide q k^T by it before the softmax",
+    "by_d_k": "you divided the scores by d_k; divide them by its square root, math.sqrt(d_k) "
+    "(or d_k ** 0.5)",
+    "swapped": "the return order is swapped: return (output, weights), the output first",
     "scaled_by_d_v": (D_V_SCALE_HINT),
     "softmax_over_queries": "the softmax runs over the keys, the last axis (dim=-1) of the "
     "(..., n_q, n_k) scores, so that each query's weights sum to 1; over dim=-2 each key's "
@@ -368,9 +380,11 @@ class MaskedAttention(Task):
             if nan_grad and _right_output(result, q, k, v, mask):
                 raise GradingError(
                     "your outputs are right, but the gradients through a fully masked row are "
-                    "NaN, so one such row would poison a whole training step: the -inf must "
-                    "reach only the masked scores (scores.masked_fill(~mask, -inf)), and the "
-                    "NaN of an all -inf softmax must be replaced before anything else uses it"
+                    "NaN, so one such row would poison a whole training step: put the -inf in "
+                    "with scores.masked_fill(~mask, -inf), whose backward gives the masked scores "
+                    "no gradient (adding a 0/-inf mask to the scores, or log(mask), passes the "
+                    "NaN back into q and k), and replace the NaN of an all -inf softmax before "
+                    "anything else uses it"
                 )
         return result
 
@@ -381,6 +395,13 @@ class MaskedAttention(Task):
         if not isinstance(weights, torch.Tensor) or weights.shape != want[1].shape:
             return None
         mask = case.args[3].expand(weights.shape)
+        if (weights.isnan() & mask.any(-1, keepdim=True)).any():  # not a fully masked row's
+            return (
+                "your weights contain NaN in a row that has an allowed key: exp of a large score "
+                "overflows to inf (inf / inf, or inf * 0 where a mask multiplies it), or every "
+                "allowed exp underflowed to 0 (0 / 0): fill the masked scores with -inf, then "
+                "subtract each row's maximum before exp (as your softmax of exercise 02 does)"
+            )
         if torch.isnan(weights).any():
             return (
                 "your weights contain NaN: a fully masked row needs zero weights, not "
@@ -436,6 +457,8 @@ def _prefix_variant(ids, prefix_lengths, pad_id, *, mistake=""):
     real = ids != (0 if mistake == "pad_zero" else pad_id)  # (batch, seq)
     if mistake == "from_lengths":  # the padding assumed last: the first sum(real) keys
         real = torch.arange(seq) < real.sum(1, keepdim=True)
+    if mistake == "padding_first":  # (causal & padding) | prefix: the prefix lets pads back in
+        return (causal & real[:, None]) | in_prefix
     return allowed & (real[:, :, None] if mistake == "padding_on_queries" else real[:, None])
 
 
@@ -468,6 +491,10 @@ PREFIX_MISTAKES = {
     "no_prefix": "that is the causal mask with padding; inside its prefix a row is bidirectional: "
     "every query may attend every key j < prefix_lengths[b]",
     "from_lengths": PADDING_MISTAKES["from_lengths"],
+    "padding_first": "two right steps in the wrong order: the padding was blocked before the "
+    "prefix was let in, so a prefix that covers padding (P longer than the real tokens) opens "
+    "the padded keys again. Combine the prefix and causal parts first, (j < P) | (j <= i), then "
+    "AND the padding mask (ids != pad_id) into the result, last",
 }
 
 
