@@ -787,3 +787,39 @@ def test_f05_a_prefix_let_in_after_the_padding_is_named(learner):
     # before: "None of the usual single mistakes" on the case whose prefix covers padding
     result = check_result("ex05.prefix_lm_mask", learner)
     assert result.status == "failed" and "wrong order" in result.feedback, result.feedback
+
+
+def _attention_float32_root(q, k, v, mask):  # a tutorial's idiom: the root as a float32 tensor
+    scale = torch.sqrt(torch.tensor(q.shape[-1], dtype=torch.float32))
+    scores = (q @ k.transpose(-2, -1) / scale).masked_fill(~mask, -math.inf)
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
+    return weights @ v, weights
+
+
+def _attention_cast_to_float32(q, k, v, mask):  # .float() "for stability", on float64 inputs
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).float()
+    weights = torch.nan_to_num(torch.softmax(scores.masked_fill(~mask, -math.inf), dim=-1))
+    return weights @ v.float(), weights
+
+
+def test_f05_a_float32_root_fails_under_every_seed_with_its_hint():
+    # before: full marks under 4 of 30 hidden seeds (9, 13, 20, 27) and, in the notebook, the
+    # hint 'your weights are right but your output is not: output = weights @ v'
+    from course_lib.grading.core import course_state, judge, learner_namespace, run_cases
+
+    task = get_task("ex05.masked_attention")
+    for seed in range(30):
+        with course_state():
+            cases = task.cases(torch.Generator().manual_seed(seed))
+            namespace = learner_namespace(_attention_float32_root)
+            run = run_cases(task, _attention_float32_root, cases, namespace)
+            result = judge(task, cases, run)
+        assert result.status == "failed", seed
+    result = check_result("ex05.masked_attention", _attention_float32_root)
+    assert "your sqrt(d_k) is a float32 number" in result.feedback, result.feedback
+
+
+def test_f05_a_float32_cast_is_named():
+    # before: 'a tensor you create gets PyTorch's default dtype', a cause the learner did not write
+    result = check_result("ex05.masked_attention", _attention_cast_to_float32)
+    assert result.status == "failed" and "no .float()" in result.feedback, result.feedback

@@ -193,6 +193,8 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
         scale={
             "unscaled": 1,
             "by_d_k": q.shape[-1] ** 2,  # scores / d_k: the root forgotten
+            # torch.sqrt(torch.tensor(d_k, dtype=torch.float32)): a float32 root, squared here
+            "float32_root": float(torch.tensor(float(q.shape[-1])).sqrt()) ** 2,
             "scaled_by_d_v": v.shape[-1],
             "half_d_k": (q.shape[-1] / 2) ** 2,
             "twice_d_k": (2 * q.shape[-1]) ** 2,
@@ -211,6 +213,7 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
             "inverted",
             "unscaled",
             "by_d_k",
+            "float32_root",
             "scaled_by_d_v",
             "softmax_over_queries",
             "detached_weights",
@@ -262,6 +265,9 @@ ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives t
     "by_d_k": "you divided the scores by d_k; divide them by its square root, math.sqrt(d_k) "
     "(or d_k ** 0.5)",
     "swapped": "the return order is swapped: return (output, weights), the output first",
+    "float32_root": "your sqrt(d_k) is a float32 number (torch.sqrt(torch.tensor(d_k, "
+    "dtype=torch.float32)), or a .float() on it), so float64 scores are divided by a rounded "
+    "scale and lose float64's precision: use a Python number, math.sqrt(d_k) or d_k ** 0.5",
     "scaled_by_d_v": (D_V_SCALE_HINT),
     "softmax_over_queries": "the softmax runs over the keys, the last axis (dim=-1) of the "
     "(..., n_q, n_k) scores, so that each query's weights sum to 1; over dim=-2 each key's "
@@ -320,6 +326,16 @@ class MaskedAttention(Task):
         causal4 = torch.ones(4, 4, dtype=torch.bool).tril()
         some_rows_blocked = torch.ones(3, 5, dtype=torch.bool).tril(1)
         some_rows_blocked[1] = False  # query 1 may attend to nothing
+        f64_causal = Case(
+            "float64 q (2, 4, 6), k, v (2, 4, 6), causal mask (4, 4); in batch row 0 the output "
+            "of query 1 is 0 (its two values cancel)",
+            (*randns(gen, *[(2, 4, 6)] * 3, dtype=f64), causal4),
+        )
+        q, k, v = f64_causal.args[:3]  # query 1 scores keys 0 and 1 as exactly [1, 0], so a
+        q[0, 1], k[0, :2] = 0.0, 0.0  # float32 sqrt(d_k) moves its zero output under every seed
+        q[0, 1, 0], k[0, 0, 0] = 6**0.5, 1.0
+        w = torch.tensor([1.0, 0.0], dtype=f64).softmax(0)
+        v[0, 0], v[0, 1] = 10 * w[1], -10 * w[0]
         return [
             Case("q, k, v (2, 4, 8), a causal mask (4, 4)",
                  (*randns(gen, (2, 4, 8), (2, 4, 8), (2, 4, 8)), causal4)),
@@ -328,8 +344,7 @@ class MaskedAttention(Task):
                  (*randns(gen, (3, 3, 8), (3, 6, 8), (3, 6, 5)), lengths_mask([6, 4, 2], 6))),
             Case("heads: q, k, v (2, 3, 5, 4) (batch, heads, seq, d_head), mask (2, 1, 1, 5)",
                  (*randns(gen, *[(2, 3, 5, 4)] * 3), lengths_mask([5, 3], 5).unsqueeze(1))),
-            Case("float64 q (2, 4, 6), k, v (2, 4, 6), causal mask (4, 4)",
-                 (*randns(gen, *[(2, 4, 6)] * 3, dtype=f64), causal4)),
+            f64_causal,
             Case("a fully masked row: q (2, 3, 4), k, v (2, 5, 4), mask (3, 5) whose row 1 is "
                  "all False",
                  (*randns(gen, (2, 3, 4), (2, 5, 4), (2, 5, 4)), some_rows_blocked)),
@@ -394,6 +409,12 @@ class MaskedAttention(Task):
         weights = got[1]
         if not isinstance(weights, torch.Tensor) or weights.shape != want[1].shape:
             return None
+        if want[1].dtype == torch.float64 and torch.float32 in (weights.dtype, got[0].dtype):
+            return (  # the generic dtype hint speaks of tensors created without dtype=
+                "your result is float32 on float64 q, k and v: compute in q's dtype, with no "
+                ".float() or .to(torch.float32) (nor softmax(..., dtype=torch.float32)) on the "
+                "scores or the weights, and dtype=q.dtype for a tensor you create"
+            )
         mask = case.args[3].expand(weights.shape)
         if (weights.isnan() & mask.any(-1, keepdim=True)).any():  # not a fully masked row's
             return (
