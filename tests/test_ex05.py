@@ -823,3 +823,16 @@ def test_f05_a_float32_cast_is_named():
     # before: 'a tensor you create gets PyTorch's default dtype', a cause the learner did not write
     result = check_result("ex05.masked_attention", _attention_cast_to_float32)
     assert result.status == "failed" and "no .float()" in result.feedback, result.feedback
+
+
+def test_f05_a_squeezed_padding_mask_is_named():
+    # before: 'some masked positions get non-zero weight: block them before the softmax', though
+    # the learner does block before the softmax: the squeezed (batch, n_k) mask meets the wrong axes
+    def learner(q, k, v, mask):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        scores = scores.masked_fill(~mask.squeeze(), -math.inf)
+        weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
+        return weights @ v, weights
+
+    result = check_result("ex05.masked_attention", learner)
+    assert result.status == "failed" and "you squeezed the mask" in result.feedback

@@ -161,6 +161,8 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
     mistakes give such a row zero weights, as the task asks."""
     if mistake == "heads_axis":  # lesson 03's habit: an axis for the heads, (batch, 1, 1, n_k)
         mask = mask.unsqueeze(1)
+    if mistake == "squeezed":  # (batch, 1, n_k) -> (batch, n_k), read as (n_q, n_k)
+        mask = mask.squeeze(1) if mask.dim() > 2 else mask
     if mistake == "no_keepdim":  # the finite-row guard from mask.any(-1) without keepdim=True
         scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf"))
         weights = scores.masked_fill(~mask.any(-1), 0.0).softmax(-1).masked_fill(~mask, 0.0)
@@ -305,6 +307,10 @@ ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives t
     "no_keepdim": "mask.any(dim=-1) drops the key axis, so it no longer lines up with the "
     "(..., n_q, n_k) scores: mask.any(dim=-1, keepdim=True) is (..., n_q, 1), one flag per "
     "query row",
+    # after no_keepdim: on the heads case both raise the same broadcast error
+    "squeezed": "you squeezed the mask's axis of size 1: a padding mask (batch, 1, n_k) becomes "
+    "(batch, n_k), which lines up with the (n_q, n_k) axes of the scores, so query i reads "
+    "sentence i's padding; use the mask as given: its 1 broadcasts over the queries",
 }
 
 
