@@ -716,3 +716,123 @@ def test_hunt6_a_signed_comparison_is_told_a_change_counts_either_way():
         outcomes.append(result.status)
         assert result.status == "passed" or "moves in either direction" in result.feedback
     assert "failed" in outcomes
+
+
+# Hunt F11 (a fresh learner's slips, each got generic or misleading feedback before).
+def _attention_by_d_k(q, k, v, mask):  # the root forgotten: scores / d_k
+    scores = (q @ k.transpose(-2, -1) / q.shape[-1]).masked_fill(~mask, -math.inf)
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
+    return weights @ v, weights
+
+
+def _attention_swapped(q, k, v, mask):  # (weights, output): the return order of another API
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, -math.inf)
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
+    return weights, weights @ v
+
+
+def _attention_exp_times_mask(q, k, v, mask):  # exp by hand, no max: exp(200) * 0 = NaN
+    e = torch.exp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])) * mask
+    weights = e / e.sum(-1, keepdim=True).clamp_min(1e-12)
+    return weights @ v, weights
+
+
+@pytest.mark.parametrize(
+    "learner,words",
+    [  # before: "None of the usual single mistakes"; a shape only; "a fully masked row needs..."
+        (_attention_by_d_k, "you divided the scores by d_k"),
+        (_attention_swapped, "the return order is swapped"),
+        (_attention_exp_times_mask, "overflows to inf"),
+    ],
+)
+def test_f05_attention_slips_get_their_own_hint(learner, words):
+    result = check_result("ex05.masked_attention", learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+def test_f05_an_additive_mask_is_told_why_its_gradients_are_nan():
+    # to_additive's 0/-inf mask added to the scores: the outputs are right, but the addition
+    # passes the NaN of a fully masked row back into q and k; the hint spoke of masked_fill only
+    def learner(q, k, v, mask):
+        additive = torch.zeros(mask.shape, dtype=q.dtype).masked_fill(~mask, -math.inf)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + additive
+        weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
+        return weights @ v, weights
+
+    result = check_result("ex05.masked_attention", learner)
+    assert result.status == "failed" and "adding a 0/-inf mask" in result.feedback
+
+
+def _prefix_padding_or_ed_before(ids, prefix_lengths, pad_id):  # (causal & pad) | prefix
+    seq = ids.shape[1]
+    if (prefix_lengths < 0).any() or (prefix_lengths > seq).any():
+        raise ValueError(f"prefix lengths must be in [0, {seq}]")
+    causal = torch.ones(seq, seq, dtype=torch.bool).tril()
+    prefix = torch.arange(seq)[None, None, :] < prefix_lengths[:, None, None]
+    return (causal & (ids != pad_id)[:, None, :]) | prefix
+
+
+def _prefix_block_set_after_padding(ids, prefix_lengths, pad_id):  # a loop, the same order
+    seq = ids.shape[1]
+    if (prefix_lengths < 0).any() or (prefix_lengths > seq).any():
+        raise ValueError(f"prefix lengths must be in [0, {seq}]")
+    mask = torch.ones(seq, seq, dtype=torch.bool).tril() & (ids != pad_id)[:, None, :]
+    for row, length in enumerate(prefix_lengths.tolist()):
+        mask[row, :length, :length] = True
+    return mask
+
+
+@pytest.mark.parametrize("learner", [_prefix_padding_or_ed_before, _prefix_block_set_after_padding])
+def test_f05_a_prefix_let_in_after_the_padding_is_named(learner):
+    # before: "None of the usual single mistakes" on the case whose prefix covers padding
+    result = check_result("ex05.prefix_lm_mask", learner)
+    assert result.status == "failed" and "wrong order" in result.feedback, result.feedback
+
+
+def _attention_float32_root(q, k, v, mask):  # a tutorial's idiom: the root as a float32 tensor
+    scale = torch.sqrt(torch.tensor(q.shape[-1], dtype=torch.float32))
+    scores = (q @ k.transpose(-2, -1) / scale).masked_fill(~mask, -math.inf)
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
+    return weights @ v, weights
+
+
+def _attention_cast_to_float32(q, k, v, mask):  # .float() "for stability", on float64 inputs
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).float()
+    weights = torch.nan_to_num(torch.softmax(scores.masked_fill(~mask, -math.inf), dim=-1))
+    return weights @ v.float(), weights
+
+
+def test_f05_a_float32_root_fails_under_every_seed_with_its_hint():
+    # before: full marks under 4 of 30 hidden seeds (9, 13, 20, 27) and, in the notebook, the
+    # hint 'your weights are right but your output is not: output = weights @ v'
+    from course_lib.grading.core import course_state, judge, learner_namespace, run_cases
+
+    task = get_task("ex05.masked_attention")
+    for seed in range(30):
+        with course_state():
+            cases = task.cases(torch.Generator().manual_seed(seed))
+            namespace = learner_namespace(_attention_float32_root)
+            run = run_cases(task, _attention_float32_root, cases, namespace)
+            result = judge(task, cases, run)
+        assert result.status == "failed", seed
+    result = check_result("ex05.masked_attention", _attention_float32_root)
+    assert "your sqrt(d_k) is a float32 number" in result.feedback, result.feedback
+
+
+def test_f05_a_float32_cast_is_named():
+    # before: 'a tensor you create gets PyTorch's default dtype', a cause the learner did not write
+    result = check_result("ex05.masked_attention", _attention_cast_to_float32)
+    assert result.status == "failed" and "no .float()" in result.feedback, result.feedback
+
+
+def test_f05_a_squeezed_padding_mask_is_named():
+    # before: 'some masked positions get non-zero weight: block them before the softmax', though
+    # the learner does block before the softmax: the squeezed (batch, n_k) mask meets the wrong axes
+    def learner(q, k, v, mask):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        scores = scores.masked_fill(~mask.squeeze(), -math.inf)
+        weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
+        return weights @ v, weights
+
+    result = check_result("ex05.masked_attention", learner)
+    assert result.status == "failed" and "you squeezed the mask" in result.feedback

@@ -161,6 +161,8 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
     mistakes give such a row zero weights, as the task asks."""
     if mistake == "heads_axis":  # lesson 03's habit: an axis for the heads, (batch, 1, 1, n_k)
         mask = mask.unsqueeze(1)
+    if mistake == "squeezed":  # (batch, 1, n_k) -> (batch, n_k), read as (n_q, n_k)
+        mask = mask.squeeze(1) if mask.dim() > 2 else mask
     if mistake == "no_keepdim":  # the finite-row guard from mask.any(-1) without keepdim=True
         scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf"))
         weights = scores.masked_fill(~mask.any(-1), 0.0).softmax(-1).masked_fill(~mask, 0.0)
@@ -192,6 +194,9 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
         mask,
         scale={
             "unscaled": 1,
+            "by_d_k": q.shape[-1] ** 2,  # scores / d_k: the root forgotten
+            # torch.sqrt(torch.tensor(d_k, dtype=torch.float32)): a float32 root, squared here
+            "float32_root": float(torch.tensor(float(q.shape[-1])).sqrt()) ** 2,
             "scaled_by_d_v": v.shape[-1],
             "half_d_k": (q.shape[-1] / 2) ** 2,
             "twice_d_k": (2 * q.shape[-1]) ** 2,
@@ -206,14 +211,23 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
         inverted=mistake == "inverted",
         zero_after=mistake == "zero_after",
         nan_to_zero=mistake
-        in ("inverted", "unscaled", "scaled_by_d_v", "softmax_over_queries", "detached_weights"),
+        in (
+            "inverted",
+            "unscaled",
+            "by_d_k",
+            "float32_root",
+            "scaled_by_d_v",
+            "softmax_over_queries",
+            "detached_weights",
+            "swapped",
+        ),
     )
     if mistake == "output_first":  # uniform rows already multiplied into the output
         weights = weights.masked_fill(~mask, 0.0)
     if mistake == "detached_weights":  # the weights cut from q and k: only v would learn
         weights = weights.detach()
         output = weights @ v
-    return output, weights
+    return (weights, output) if mistake == "swapped" else (output, weights)
 
 
 def _right_output(result, q, k, v, mask) -> bool:
@@ -250,6 +264,12 @@ ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives t
     "F.scaled_dot_product_attention), not 'blocked' (as in nn.MultiheadAttention): fill the "
     "scores with -inf where the mask is False",
     "unscaled": "the scores are not divided by sqrt(d_k): divide q k^T by it before the softmax",
+    "by_d_k": "you divided the scores by d_k; divide them by its square root, math.sqrt(d_k) "
+    "(or d_k ** 0.5)",
+    "swapped": "the return order is swapped: return (output, weights), the output first",
+    "float32_root": "your sqrt(d_k) is a float32 number (torch.sqrt(torch.tensor(d_k, "
+    "dtype=torch.float32)), or a .float() on it), so float64 scores are divided by a rounded "
+    "scale and lose float64's precision: use a Python number, math.sqrt(d_k) or d_k ** 0.5",
     "scaled_by_d_v": (D_V_SCALE_HINT),
     "softmax_over_queries": "the softmax runs over the keys, the last axis (dim=-1) of the "
     "(..., n_q, n_k) scores, so that each query's weights sum to 1; over dim=-2 each key's "
@@ -287,6 +307,10 @@ ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives t
     "no_keepdim": "mask.any(dim=-1) drops the key axis, so it no longer lines up with the "
     "(..., n_q, n_k) scores: mask.any(dim=-1, keepdim=True) is (..., n_q, 1), one flag per "
     "query row",
+    # after no_keepdim: on the heads case both raise the same broadcast error
+    "squeezed": "you squeezed the mask's axis of size 1: a padding mask (batch, 1, n_k) becomes "
+    "(batch, n_k), which lines up with the (n_q, n_k) axes of the scores, so query i reads "
+    "sentence i's padding; use the mask as given: its 1 broadcasts over the queries",
 }
 
 
@@ -308,6 +332,16 @@ class MaskedAttention(Task):
         causal4 = torch.ones(4, 4, dtype=torch.bool).tril()
         some_rows_blocked = torch.ones(3, 5, dtype=torch.bool).tril(1)
         some_rows_blocked[1] = False  # query 1 may attend to nothing
+        f64_causal = Case(
+            "float64 q (2, 4, 6), k, v (2, 4, 6), causal mask (4, 4); in batch row 0 the output "
+            "of query 1 is 0 (its two values cancel)",
+            (*randns(gen, *[(2, 4, 6)] * 3, dtype=f64), causal4),
+        )
+        q, k, v = f64_causal.args[:3]  # query 1 scores keys 0 and 1 as exactly [1, 0], so a
+        q[0, 1], k[0, :2] = 0.0, 0.0  # float32 sqrt(d_k) moves its zero output under every seed
+        q[0, 1, 0], k[0, 0, 0] = 6**0.5, 1.0
+        w = torch.tensor([1.0, 0.0], dtype=f64).softmax(0)
+        v[0, 0], v[0, 1] = 10 * w[1], -10 * w[0]
         return [
             Case("q, k, v (2, 4, 8), a causal mask (4, 4)",
                  (*randns(gen, (2, 4, 8), (2, 4, 8), (2, 4, 8)), causal4)),
@@ -316,8 +350,7 @@ class MaskedAttention(Task):
                  (*randns(gen, (3, 3, 8), (3, 6, 8), (3, 6, 5)), lengths_mask([6, 4, 2], 6))),
             Case("heads: q, k, v (2, 3, 5, 4) (batch, heads, seq, d_head), mask (2, 1, 1, 5)",
                  (*randns(gen, *[(2, 3, 5, 4)] * 3), lengths_mask([5, 3], 5).unsqueeze(1))),
-            Case("float64 q (2, 4, 6), k, v (2, 4, 6), causal mask (4, 4)",
-                 (*randns(gen, *[(2, 4, 6)] * 3, dtype=f64), causal4)),
+            f64_causal,
             Case("a fully masked row: q (2, 3, 4), k, v (2, 5, 4), mask (3, 5) whose row 1 is "
                  "all False",
                  (*randns(gen, (2, 3, 4), (2, 5, 4), (2, 5, 4)), some_rows_blocked)),
@@ -368,9 +401,11 @@ class MaskedAttention(Task):
             if nan_grad and _right_output(result, q, k, v, mask):
                 raise GradingError(
                     "your outputs are right, but the gradients through a fully masked row are "
-                    "NaN, so one such row would poison a whole training step: the -inf must "
-                    "reach only the masked scores (scores.masked_fill(~mask, -inf)), and the "
-                    "NaN of an all -inf softmax must be replaced before anything else uses it"
+                    "NaN, so one such row would poison a whole training step: put the -inf in "
+                    "with scores.masked_fill(~mask, -inf), whose backward gives the masked scores "
+                    "no gradient (adding a 0/-inf mask to the scores, or log(mask), passes the "
+                    "NaN back into q and k), and replace the NaN of an all -inf softmax before "
+                    "anything else uses it"
                 )
         return result
 
@@ -380,7 +415,20 @@ class MaskedAttention(Task):
         weights = got[1]
         if not isinstance(weights, torch.Tensor) or weights.shape != want[1].shape:
             return None
+        if want[1].dtype == torch.float64 and torch.float32 in (weights.dtype, got[0].dtype):
+            return (  # the generic dtype hint speaks of tensors created without dtype=
+                "your result is float32 on float64 q, k and v: compute in q's dtype, with no "
+                ".float() or .to(torch.float32) (nor softmax(..., dtype=torch.float32)) on the "
+                "scores or the weights, and dtype=q.dtype for a tensor you create"
+            )
         mask = case.args[3].expand(weights.shape)
+        if (weights.isnan() & mask.any(-1, keepdim=True)).any():  # not a fully masked row's
+            return (
+                "your weights contain NaN in a row that has an allowed key: exp of a large score "
+                "overflows to inf (inf / inf, or inf * 0 where a mask multiplies it), or every "
+                "allowed exp underflowed to 0 (0 / 0): fill the masked scores with -inf, then "
+                "subtract each row's maximum before exp (as your softmax of exercise 02 does)"
+            )
         if torch.isnan(weights).any():
             return (
                 "your weights contain NaN: a fully masked row needs zero weights, not "
@@ -436,6 +484,8 @@ def _prefix_variant(ids, prefix_lengths, pad_id, *, mistake=""):
     real = ids != (0 if mistake == "pad_zero" else pad_id)  # (batch, seq)
     if mistake == "from_lengths":  # the padding assumed last: the first sum(real) keys
         real = torch.arange(seq) < real.sum(1, keepdim=True)
+    if mistake == "padding_first":  # (causal & padding) | prefix: the prefix lets pads back in
+        return (causal & real[:, None]) | in_prefix
     return allowed & (real[:, :, None] if mistake == "padding_on_queries" else real[:, None])
 
 
@@ -468,6 +518,10 @@ PREFIX_MISTAKES = {
     "no_prefix": "that is the causal mask with padding; inside its prefix a row is bidirectional: "
     "every query may attend every key j < prefix_lengths[b]",
     "from_lengths": PADDING_MISTAKES["from_lengths"],
+    "padding_first": "two right steps in the wrong order: the padding was blocked before the "
+    "prefix was let in, so a prefix that covers padding (P longer than the real tokens) opens "
+    "the padded keys again. Combine the prefix and causal parts first, (j < P) | (j <= i), then "
+    "AND the padding mask (ids != pad_id) into the result, last",
 }
 
 
