@@ -1462,3 +1462,42 @@ class DecCrossUnused(DecLearner):  # f07: the same slip in the decoder's second 
 def test_f07_one_sub_layer_left_out_of_the_chain_is_named(task_id, learner, words):
     result = status(task_id, learner)
     assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+class EncPostWithoutNorm2(EncLearner):  # f07: "None of the usual single mistakes"
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            return super().forward(x, mask)
+        x = self.norm1(x + self.self_attn(x, x, x, mask=mask)[0])
+        return x + self.linear2(F.relu(self.linear1(x)))  # norm2 forgotten
+
+
+class EncPostWithoutNorm1(EncLearner):
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            return super().forward(x, mask)
+        x = x + self.self_attn(x, x, x, mask=mask)[0]  # norm1 forgotten
+        return self.norm2(x + self.linear2(F.relu(self.linear1(x))))
+
+
+class DecPostWithoutNorm1(DecLearner):
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if self.norm_first:
+            return super().forward(x, memory, self_mask, memory_mask)
+        x = x + self.self_attn(x, x, x, mask=self_mask)[0]  # norm1 forgotten
+        x = self.norm2(x + self.multihead_attn(x, memory, memory, mask=memory_mask)[0])
+        return self.norm3(x + self.linear2(F.relu(self.linear1(x))))
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex07.EncoderLayer", EncPostWithoutNorm2, "the feed-forward sub-layer has no LayerNorm"),
+        ("ex07.EncoderLayer", EncPostWithoutNorm1, "the attention sub-layer has no LayerNorm"),
+        ("ex07.DecoderLayer", DecPostWithoutNorm1, "the self-attention sub-layer has no LayerNorm"),
+    ],
+)
+def test_f07_a_post_norm_sub_layer_without_its_norm_is_named(task_id, learner, words):
+    result = status(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+    assert 0 < result.passed < result.total  # its pre-norm cases pass

@@ -371,7 +371,7 @@ def residual_sublayers(x, steps, norm_first, mistake=""):
             x = norm(x) if mistake == "pre_norm_output_normalised" else x
         elif mistake in ("residual_normed", "normed_sublayer"):
             x = residual + norm(sublayer(reads))
-        elif mistake == "no_final_norm" and i == last:
+        elif (mistake, i) in {("no_final_norm", last), ("no_first_norm", 0)}:
             x = residual + sublayer(reads)
         else:
             x = norm(residual + sublayer(reads))

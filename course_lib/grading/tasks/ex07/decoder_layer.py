@@ -98,6 +98,8 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "sub-layer reads and adds the x from before it (as after h = norm2(x + cross_attention(x)) "
     "followed by norm3(x + ffn(x))); assign each sub-layer's result to x, so that the next one "
     "works on it",
+    "no_first_norm": "the self-attention sub-layer has no LayerNorm: in post-norm the first "
+    "step is x = norm1(x + self_attn(x, x, x, ...)), as the others end in norm2 and norm3",
     "self_mask_in_cross": "the cross-attention got self_mask, the target's own (causal) mask: "
     "it takes memory_mask, which says which source positions are real, "
     "multihead_attn(x, memory, memory, mask=memory_mask)",

@@ -56,6 +56,10 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "sub-layer reads and adds the layer's input x (as after h = norm1(x + attention(x)) "
     "followed by norm2(x + ffn(x))), so the layer computes as if it had no attention; assign "
     "its result to x, so that the feed-forward network works on it",
+    "no_final_norm": "the feed-forward sub-layer has no LayerNorm: in post-norm the last step is "
+    "x = norm2(x + ffn(x)), as the attention's is x = norm1(x + attention(x))",
+    "no_first_norm": "the attention sub-layer has no LayerNorm: in post-norm the first step is "
+    "x = norm1(x + attention(x)), its result the input of the feed-forward sub-layer",
     "activation_after": "the activation belongs between linear1 and linear2, not after linear2: "
     "linear2(activate(linear1(x), activation)), as in your FeedForward",
 }
