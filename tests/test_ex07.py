@@ -1410,3 +1410,94 @@ def _without_dropout(layer_class):
             self.dropout = nn.Identity()
 
     return Layer
+
+
+def dec_one_residual_missing(missing):  # f07: "None of the usual single mistakes" for each
+    class Dec(DecLearner):
+        def forward(self, x, memory, self_mask=None, memory_mask=None):
+            blocks = (
+                (self.norm1, lambda h: self.self_attn(h, h, h, mask=self_mask)[0]),
+                (self.norm2, lambda h: self.multihead_attn(h, memory, memory, mask=memory_mask)[0]),
+                (self.norm3, lambda h: self.linear2(F.relu(self.linear1(h)))),
+            )
+            for k, (norm, block) in enumerate(blocks):
+                residual = 0 if k == missing else x
+                x = residual + block(norm(x)) if self.norm_first else norm(residual + block(x))
+            return x
+
+    return Dec
+
+
+class EncAttentionUnused(EncLearner):  # f07: its result under a new name, never read
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = x + self.self_attn(self.norm1(x), self.norm1(x), self.norm1(x), mask=mask)[0]
+            return x + self.linear2(F.relu(self.linear1(self.norm2(x))))
+        h = self.norm1(x + self.self_attn(x, x, x, mask=mask)[0])  # noqa: F841
+        return self.norm2(x + self.linear2(F.relu(self.linear1(x))))
+
+
+class DecCrossUnused(DecLearner):  # f07: the same slip in the decoder's second sub-layer
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.self_attn(h, h, h, mask=self_mask)[0]
+            y = x + self.multihead_attn(self.norm2(x), memory, memory, mask=memory_mask)[0]
+            return x + self.linear2(F.relu(self.linear1(self.norm3(x))))
+        x = self.norm1(x + self.self_attn(x, x, x, mask=self_mask)[0])
+        y = self.norm2(x + self.multihead_attn(x, memory, memory, mask=memory_mask)[0])  # noqa: F841
+        return self.norm3(x + self.linear2(F.relu(self.linear1(x))))
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex07.DecoderLayer", dec_one_residual_missing(0), "around the self-attention is missing"),
+        ("ex07.DecoderLayer", dec_one_residual_missing(1), "around the cross-attention is missing"),
+        ("ex07.DecoderLayer", dec_one_residual_missing(2), "around the feed-forward network is"),
+        ("ex07.EncoderLayer", EncAttentionUnused, "attention sub-layer's output is never used"),
+        ("ex07.DecoderLayer", DecCrossUnused, "cross-attention sub-layer's output is never used"),
+    ],
+)
+def test_f07_one_sub_layer_left_out_of_the_chain_is_named(task_id, learner, words):
+    result = status(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+class EncPostWithoutNorm2(EncLearner):  # f07: "None of the usual single mistakes"
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            return super().forward(x, mask)
+        x = self.norm1(x + self.self_attn(x, x, x, mask=mask)[0])
+        return x + self.linear2(F.relu(self.linear1(x)))  # norm2 forgotten
+
+
+class EncPostWithoutNorm1(EncLearner):
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            return super().forward(x, mask)
+        x = x + self.self_attn(x, x, x, mask=mask)[0]  # norm1 forgotten
+        return self.norm2(x + self.linear2(F.relu(self.linear1(x))))
+
+
+class DecPostWithoutNorm1(DecLearner):
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if self.norm_first:
+            return super().forward(x, memory, self_mask, memory_mask)
+        x = x + self.self_attn(x, x, x, mask=self_mask)[0]  # norm1 forgotten
+        x = self.norm2(x + self.multihead_attn(x, memory, memory, mask=memory_mask)[0])
+        return self.norm3(x + self.linear2(F.relu(self.linear1(x))))
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex07.EncoderLayer", EncPostWithoutNorm2, "the feed-forward sub-layer has no LayerNorm"),
+        ("ex07.EncoderLayer", EncPostWithoutNorm1, "the attention sub-layer has no LayerNorm"),
+        ("ex07.DecoderLayer", DecPostWithoutNorm1, "the self-attention sub-layer has no LayerNorm"),
+    ],
+)
+def test_f07_a_post_norm_sub_layer_without_its_norm_is_named(task_id, learner, words):
+    result = status(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+    assert 0 < result.passed < result.total  # its pre-norm cases pass

@@ -351,10 +351,13 @@ def residual_sublayers(x, steps, norm_first, mistake=""):
     pre = {"always_post": False, "pre_post_swapped": not norm_first}.get(mistake, norm_first)
     layer_input, last = x, len(steps) - 1
     for i, (norm, sublayer) in enumerate(steps):
+        if mistake == "output_unused" and i == last - 1:  # h = norm(x + ...): h never read
+            continue
         stale = (mistake, i) in {("ff_on_input", last), ("cross_reads_input", 1)}
         reads = layer_input if stale else x  # the sub-layer's input
         no_residual = mistake == "no_residual" or (mistake, i) in {
             ("no_attn_residual", 0),
+            ("no_cross_residual", 1),
             ("no_ff_residual", last),
         }
         if mistake == "residual_outside":  # one residual around the whole layer
@@ -369,7 +372,7 @@ def residual_sublayers(x, steps, norm_first, mistake=""):
             x = norm(x) if mistake == "pre_norm_output_normalised" else x
         elif mistake in ("residual_normed", "normed_sublayer"):
             x = residual + norm(sublayer(reads))
-        elif mistake == "no_final_norm" and i == last:
+        elif (mistake, i) in {("no_final_norm", last), ("no_first_norm", 0)}:
             x = residual + sublayer(reads)
         else:
             x = norm(residual + sublayer(reads))

@@ -88,6 +88,18 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "memory_mask_transposed": "memory_mask is transposed: its last axis is the source "
     "positions, the keys, so pass it as it comes, (batch, 1, n_src); transposed it masks "
     "target positions (and fails when n_src differs from n_tgt)",
+    "no_attn_residual": "the residual connection around the self-attention is missing: add its "
+    "input, x + self_attn(...), as around the other two sub-layers",
+    "no_cross_residual": "the residual connection around the cross-attention is missing: add "
+    "its input, x + multihead_attn(...), as around the other two sub-layers",
+    "no_ff_residual": "the residual connection around the feed-forward network is missing: add "
+    "its input, x + ffn(...), as around the two attention sub-layers",
+    "output_unused": "the cross-attention sub-layer's output is never used: the feed-forward "
+    "sub-layer reads and adds the x from before it (as after h = norm2(x + cross_attention(x)) "
+    "followed by norm3(x + ffn(x))); assign each sub-layer's result to x, so that the next one "
+    "works on it",
+    "no_first_norm": "the self-attention sub-layer has no LayerNorm: in post-norm the first "
+    "step is x = norm1(x + self_attn(x, x, x, ...)), as the others end in norm2 and norm3",
     "self_mask_in_cross": "the cross-attention got self_mask, the target's own (causal) mask: "
     "it takes memory_mask, which says which source positions are real, "
     "multihead_attn(x, memory, memory, mask=memory_mask)",

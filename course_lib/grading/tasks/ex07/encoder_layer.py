@@ -52,6 +52,14 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "kv_not_normed": layers.KV_NOT_NORMED,
     "pre_no_last_norm": layers.PRE_NO_LAST_NORM,
     "stale_residual": layers.STALE_RESIDUAL,
+    "output_unused": "the attention sub-layer's output is never used: the feed-forward "
+    "sub-layer reads and adds the layer's input x (as after h = norm1(x + attention(x)) "
+    "followed by norm2(x + ffn(x))), so the layer computes as if it had no attention; assign "
+    "its result to x, so that the feed-forward network works on it",
+    "no_final_norm": "the feed-forward sub-layer has no LayerNorm: in post-norm the last step is "
+    "x = norm2(x + ffn(x)), as the attention's is x = norm1(x + attention(x))",
+    "no_first_norm": "the attention sub-layer has no LayerNorm: in post-norm the first step is "
+    "x = norm1(x + attention(x)), its result the input of the feed-forward sub-layer",
     "activation_after": "the activation belongs between linear1 and linear2, not after linear2: "
     "linear2(activate(linear1(x), activation)), as in your FeedForward",
 }
