@@ -849,3 +849,51 @@ def test_a_softmax_computed_in_float32_is_named():
 
     hint = "float32's digits"
     test_next_slips_fail_in_the_notebook_with_their_hint("ex02.softmax", softmax, hint)
+
+
+# ---------------------------- hunt F11: a fresh learner's slips (f02)
+
+
+@pytest.mark.parametrize(
+    "task_id, fn, seed",
+    [
+        (SDPA, HUNT6_SLIPS[0][1], seed)
+        for seed in (4, 16, 17)  # full marks under these hidden seeds before (d_k = 6)
+    ]
+    + [
+        ("ex02.self_attention", HUNT6_SLIPS[1][1], seed)
+        for seed in (1, 4, 5)  # full marks under these hidden seeds before (d_k = 3)
+    ],
+)
+def test_a_float32_scale_fails_under_every_seed(task_id, fn, seed, monkeypatch):
+    import course_lib.grading
+
+    monkeypatch.setattr(course_lib.grading, "NOTEBOOK_SEED", seed)
+    r = result(task_id, fn)
+    assert r.score < r.max_score and "your scale is a float32" in r.feedback, r.feedback
+
+
+def self_attention_naive_softmax(x, w_q, w_k, w_v):  # full marks before: no large scores
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    weights = torch.exp(scores) / torch.exp(scores).sum(-1, keepdim=True)
+    return weights @ v, weights
+
+
+def attention_naive_softmax(q, k, v):  # exp written inline instead of task 1's softmax
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    weights = scores.exp() / scores.exp().sum(-1, keepdim=True)
+    return weights @ v, weights
+
+
+F11_SLIPS = [
+    ("ex02.self_attention", self_attention_naive_softmax, "exp of large scores overflows"),
+    (SDPA, attention_naive_softmax, "exp of large scores overflows"),
+]
+
+
+@pytest.mark.parametrize("task_id, fn, hint", F11_SLIPS, ids=[m[1].__name__ for m in F11_SLIPS])
+def test_f11_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint):
+    # a bare error or 'None of the usual single mistakes' before; the naive softmax in
+    # self_attention had full marks
+    test_next_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint)

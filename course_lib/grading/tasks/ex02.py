@@ -241,6 +241,8 @@ class ScaledDotProductAttention(HintOnError):
         "float32_scale": FLOAT32_SCALE,
         "scores_returned": "the second result is the weights, softmax(scores) (each row sums to "
         "1), not the scores q k^T / sqrt(d_k) before the softmax",
+        "no_max": "exp of large scores overflows (inf / inf = NaN): take the softmax with your "
+        "stable softmax from task 1, which subtracts each row's maximum first",
     }
 
     def compare(self, got, want, case):
@@ -283,9 +285,10 @@ class ScaledDotProductAttention(HintOnError):
                 "attention passes them (not contiguous: reshape, not view)",
                 tuple(t.transpose(1, 2) for t in randns(gen, (2, 4, 3, 8), *[(2, 5, 3, 8)] * 2)),
             ),
-            Case(  # sqrt(9) above is exact in float32; sqrt(6) is not
-                "float64 with d_k = 6: q (2, 3, 6), k (2, 4, 6), v (2, 4, 5)",
-                randns(gen, (2, 3, 6), (2, 4, 6), (2, 4, 5), dtype=F64),
+            Case(  # sqrt(9) above is exact in float32; sqrt(19) is the root of d_k < 20 that
+                # float32 rounds most (by 7e-8 of it), so a float32 scale fails under every seed
+                "float64 with d_k = 19: q (2, 3, 19), k (2, 4, 19), v (2, 4, 5)",
+                randns(gen, (2, 3, 19), (2, 4, 19), (2, 4, 5), dtype=F64),
             ),
         ]
 
@@ -324,6 +327,8 @@ class ScaledDotProductAttention(HintOnError):
             later = torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1)
             scores = scores.masked_fill(later, -math.inf)
         weights = stable_softmax(scores, dim=-2 if mistake == "query_axis" else -1)
+        if mistake == "no_max":  # exp of the scores themselves: NaN once they are large
+            weights = scores.exp() / scores.exp().sum(dim=-1, keepdim=True)
         if mistake == "scaled_after_softmax":
             weights = stable_softmax(q @ k_t) / scale
         if mistake == "elementwise":  # a crash unless the shapes happen to broadcast
@@ -396,13 +401,21 @@ class SelfAttention(HintOnError):
                 "a batch: x (3, 5, 6), w_q (6, 4), w_k (6, 4), w_v (6, 2)",
                 (randn(gen, 3, 5, 6), *randns(gen, (6, 4), (6, 4), (6, 2), scale=0.4)),
             ),
-            Case(
-                "float64: x (2, 2, 7, 5), w_q (5, 3), w_k (5, 3), w_v (5, 4)",
-                randns(gen, (2, 2, 7, 5), (5, 3), (5, 3), (5, 4), dtype=F64),
+            Case(  # d_k = 19: float32 rounds its root most of any d_k < 20 (a float32 scale fails)
+                "float64: x (2, 2, 7, 5), w_q (5, 19), w_k (5, 19), w_v (5, 4)",
+                randns(gen, (2, 2, 7, 5), (5, 19), (5, 19), (5, 4), dtype=F64, scale=0.67),
             ),
             Case(
                 "one sentence: x (1, 5, 6), w_q (6, 4), w_k (6, 4), w_v (6, 3)",
                 randns(gen, (1, 5, 6), (6, 4), (6, 4), (6, 3), scale=0.4),
+            ),
+            Case(  # an inline softmax without the maximum gives NaN here, under every seed
+                "float64, large values: x (2, 4, 8), w_q, w_k (8, 4) all of size 10, w_v (8, 3) "
+                "(scores in the thousands: exp overflows unless the maximum is subtracted)",
+                (
+                    *randns(gen, (2, 4, 8), (8, 4), (8, 4), dtype=F64, scale=10.0),
+                    randn(gen, 8, 3, dtype=F64),
+                ),
             ),
         ]
 
