@@ -849,3 +849,108 @@ def test_a_softmax_computed_in_float32_is_named():
 
     hint = "float32's digits"
     test_next_slips_fail_in_the_notebook_with_their_hint("ex02.softmax", softmax, hint)
+
+
+# ---------------------------- hunt F11: a fresh learner's slips (f02)
+
+
+@pytest.mark.parametrize(
+    "task_id, fn, seed",
+    [
+        (SDPA, HUNT6_SLIPS[0][1], seed)
+        for seed in (4, 16, 17)  # full marks under these hidden seeds before (d_k = 6)
+    ]
+    + [
+        ("ex02.self_attention", HUNT6_SLIPS[1][1], seed)
+        for seed in (1, 4, 5)  # full marks under these hidden seeds before (d_k = 3)
+    ],
+)
+def test_a_float32_scale_fails_under_every_seed(task_id, fn, seed, monkeypatch):
+    import course_lib.grading
+
+    monkeypatch.setattr(course_lib.grading, "NOTEBOOK_SEED", seed)
+    r = result(task_id, fn)
+    assert r.score < r.max_score and "your scale is a float32" in r.feedback, r.feedback
+
+
+def self_attention_naive_softmax(x, w_q, w_k, w_v):  # full marks before: no large scores
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    weights = torch.exp(scores) / torch.exp(scores).sum(-1, keepdim=True)
+    return weights @ v, weights
+
+
+def softmax_clamped(x, dim=-1):  # a guard against overflow that changes the values
+    e = x.clamp(-80, 80).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def attention_d_k_from_shape_2(q, k, v):
+    return _attn(q, k, v, 1 / math.sqrt(q.shape[2]))
+
+
+def attention_by_bmm(q, k, v):  # the right transpose, but bmm takes 3-D tensors only
+    weights = softmax_max(torch.bmm(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1]))
+    return torch.bmm(weights, v), weights
+
+
+def attention_by_mm(q, k, v):
+    weights = softmax_max(torch.mm(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1]))
+    return torch.mm(weights, v), weights
+
+
+def attention_naive_softmax(q, k, v):  # exp written inline instead of task 1's softmax
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    weights = scores.exp() / scores.exp().sum(-1, keepdim=True)
+    return weights @ v, weights
+
+
+def self_attention_keys_transposed(x, w_q, w_k, w_v):  # K^T passed, as the formula reads
+    return attention_transpose(x @ w_q, (x @ w_k).transpose(-2, -1), x @ w_v)
+
+
+def biased_with_dot_t(q, k, v, slope):  # the lesson's 2-D `k.T`
+    i, j = _positions(q, k)
+    scores = q @ k.T / math.sqrt(q.shape[-1]) - slope * (i - j).abs()
+    weights = softmax_max(scores)
+    return weights @ v, weights
+
+
+def biased_with_keys_counted_twice(q, k, v, slope):
+    j = torch.arange(k.shape[-2], dtype=q.dtype)
+    return _biased(q, k, v, slope, (j[:, None] - j).abs(), math.sqrt(q.shape[-1]))
+
+
+def biased_with_queries_from_1(q, k, v, slope):
+    i = torch.arange(1, q.shape[-2] + 1, dtype=q.dtype)[:, None]
+    j = torch.arange(k.shape[-2], dtype=q.dtype)
+    return _biased(q, k, v, slope, (i - j).abs(), math.sqrt(q.shape[-1]))
+
+
+def biased_by_a_decay_of_the_weights(q, k, v, slope):
+    i, j = _positions(q, k)
+    weights = softmax_max(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
+    weights = weights * torch.exp(-slope * (i - j).abs())
+    return weights @ v, weights
+
+
+F11_SLIPS = [
+    ("ex02.self_attention", self_attention_naive_softmax, "exp of large scores overflows"),
+    ("ex02.softmax", softmax_clamped, "you clamped x before exp"),
+    (SDPA, attention_d_k_from_shape_2, "you took d_k from shape[2]"),
+    (SDPA, attention_by_bmm, "torch.bmm multiplies 3-D tensors only"),
+    (SDPA, attention_by_mm, "torch.mm multiplies 2-D matrices only"),
+    (SDPA, attention_naive_softmax, "exp of large scores overflows"),
+    ("ex02.self_attention", self_attention_keys_transposed, "you passed the keys transposed"),
+    ("ex02.distance_biased_attention", biased_with_dot_t, "`.T` transposes only 2-D"),
+    ("ex02.distance_biased_attention", biased_with_keys_counted_twice, "with n_q = q.shape[-2]"),
+    ("ex02.distance_biased_attention", biased_with_queries_from_1, "positions from 1"),
+    ("ex02.distance_biased_attention", biased_by_a_decay_of_the_weights, "exp(-slope * |i - j|)"),
+]
+
+
+@pytest.mark.parametrize("task_id, fn, hint", F11_SLIPS, ids=[m[1].__name__ for m in F11_SLIPS])
+def test_f11_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint):
+    # a bare error or 'None of the usual single mistakes' before; the naive softmax in
+    # self_attention had full marks
+    test_next_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint)

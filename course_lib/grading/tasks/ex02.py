@@ -7,7 +7,7 @@ import math
 import torch
 
 from ..core import Case, GradingError, Task, register
-from .common import HintOnError, all_close, randn, randns, stable_softmax
+from .common import D_K_FROM_SHAPE_2, HintOnError, all_close, randn, randns, stable_softmax
 
 SOFTMAX_LESSON = "lesson 02, section 'A numerically stable softmax'"
 SDPA_LESSON = "lesson 02, section 'Scaled dot-product attention, step by step'"
@@ -73,6 +73,10 @@ class Softmax(Task):
         "squeezed": "squeeze() without an axis drops every axis of length 1, also one of x's own: "
         "the softmax keeps x's shape, so return exp / sum as it is (keepdim=True already lines "
         "the sums up)",
+        "clamped": "you clamped x before exp: that changes the answer, since every value beyond "
+        "the bound becomes the same number (a row around 1000 comes out uniform). Subtract the "
+        "maximum along dim instead, x.amax(dim=dim, keepdim=True): it cancels in the ratio and "
+        "keeps every exponent <= 0",
     }
 
     def cases(self, gen):
@@ -139,6 +143,8 @@ class Softmax(Task):
             shifted = x - x.max()
         elif mistake == "min_shift":
             shifted = x - x.amin(dim=axis, keepdim=True)
+        elif mistake == "clamped":  # a guard against overflow that changes the values
+            shifted = x.clamp(-80.0, 80.0)
         elif mistake == "max_pair":  # the (values, indices) pair itself: a TypeError
             shifted = x - x.max(dim=axis, keepdim=True)
         elif mistake == "unsqueeze_last":  # a crash unless dim is the last axis
@@ -241,6 +247,13 @@ class ScaledDotProductAttention(HintOnError):
         "float32_scale": FLOAT32_SCALE,
         "scores_returned": "the second result is the weights, softmax(scores) (each row sums to "
         "1), not the scores q k^T / sqrt(d_k) before the softmax",
+        "d_k_from_shape_2": D_K_FROM_SHAPE_2,
+        "bmm": "torch.bmm multiplies 3-D tensors only (exactly one batch axis); use @ "
+        "(torch.matmul), which works for 2-D inputs and any number of batch dimensions",
+        "mm": "torch.mm multiplies 2-D matrices only; use @ (torch.matmul), which works for any "
+        "number of batch dimensions",
+        "no_max": "exp of large scores overflows (inf / inf = NaN): take the softmax with your "
+        "stable softmax from task 1, which subtracts each row's maximum first",
     }
 
     def compare(self, got, want, case):
@@ -283,9 +296,10 @@ class ScaledDotProductAttention(HintOnError):
                 "attention passes them (not contiguous: reshape, not view)",
                 tuple(t.transpose(1, 2) for t in randns(gen, (2, 4, 3, 8), *[(2, 5, 3, 8)] * 2)),
             ),
-            Case(  # sqrt(9) above is exact in float32; sqrt(6) is not
-                "float64 with d_k = 6: q (2, 3, 6), k (2, 4, 6), v (2, 4, 5)",
-                randns(gen, (2, 3, 6), (2, 4, 6), (2, 4, 5), dtype=F64),
+            Case(  # sqrt(9) above is exact in float32; sqrt(19) is the root of d_k < 20 that
+                # float32 rounds most (by 7e-8 of it), so a float32 scale fails under every seed
+                "float64 with d_k = 19: q (2, 3, 19), k (2, 4, 19), v (2, 4, 5)",
+                randns(gen, (2, 3, 19), (2, 4, 19), (2, 4, 5), dtype=F64),
             ),
         ]
 
@@ -306,6 +320,8 @@ class ScaledDotProductAttention(HintOnError):
             "float32_scale": torch.sqrt(torch.tensor(d_k, dtype=torch.float32)),
         }
         scale = scales.get(mistake, math.sqrt(d_k))
+        if mistake == "d_k_from_shape_2":  # an IndexError on 2-D inputs
+            scale = math.sqrt(q.shape[2])
         if mistake == "dot_t":
             k_t = k.T
         elif mistake == "method_t":
@@ -319,11 +335,14 @@ class ScaledDotProductAttention(HintOnError):
         if mistake == "scaled_output":  # the scale on the output instead of the scores
             weights = stable_softmax(q @ k_t)
             return weights @ v / scale, weights
-        scores = (k @ q.transpose(-2, -1) if mistake == "k_q_order" else q @ k_t) / scale
+        product = {"bmm": torch.bmm, "mm": torch.mm}.get(mistake, torch.matmul)  # 3-D, 2-D only
+        scores = (k @ q.transpose(-2, -1) if mistake == "k_q_order" else product(q, k_t)) / scale
         if mistake == "causal_mask":  # a GPT's mask, which this task does not have
             later = torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1)
             scores = scores.masked_fill(later, -math.inf)
         weights = stable_softmax(scores, dim=-2 if mistake == "query_axis" else -1)
+        if mistake == "no_max":  # exp of the scores themselves: NaN once they are large
+            weights = scores.exp() / scores.exp().sum(dim=-1, keepdim=True)
         if mistake == "scaled_after_softmax":
             weights = stable_softmax(q @ k_t) / scale
         if mistake == "elementwise":  # a crash unless the shapes happen to broadcast
@@ -370,6 +389,9 @@ class SelfAttention(HintOnError):
         "q = x @ w_q first and v = x @ w_v third",
         "squeezed_batch": "squeeze() drops every axis of length 1, here the batch axis of one "
         "sentence too; keep x's batch axes: output (..., n, d_v), weights (..., n, n)",
+        "keys_transposed": "you passed the keys transposed, (..., d_k, n): the attention takes k "
+        "as (..., n, d_k), one key per row like q, and transposes it itself for q k^T; pass "
+        "k = x @ w_k as it is",
         **{
             f"attention: {mistake}": "the projections are right, but the attention step is not: "
             f"{hint} (check ex02.scaled_dot_product_attention)"
@@ -396,13 +418,21 @@ class SelfAttention(HintOnError):
                 "a batch: x (3, 5, 6), w_q (6, 4), w_k (6, 4), w_v (6, 2)",
                 (randn(gen, 3, 5, 6), *randns(gen, (6, 4), (6, 4), (6, 2), scale=0.4)),
             ),
-            Case(
-                "float64: x (2, 2, 7, 5), w_q (5, 3), w_k (5, 3), w_v (5, 4)",
-                randns(gen, (2, 2, 7, 5), (5, 3), (5, 3), (5, 4), dtype=F64),
+            Case(  # d_k = 19: float32 rounds its root most of any d_k < 20 (a float32 scale fails)
+                "float64: x (2, 2, 7, 5), w_q (5, 19), w_k (5, 19), w_v (5, 4)",
+                randns(gen, (2, 2, 7, 5), (5, 19), (5, 19), (5, 4), dtype=F64, scale=0.67),
             ),
             Case(
                 "one sentence: x (1, 5, 6), w_q (6, 4), w_k (6, 4), w_v (6, 3)",
                 randns(gen, (1, 5, 6), (6, 4), (6, 4), (6, 3), scale=0.4),
+            ),
+            Case(  # an inline softmax without the maximum gives NaN here, under every seed
+                "float64, large values: x (2, 4, 8), w_q, w_k (8, 4) all of size 10, w_v (8, 3) "
+                "(scores in the thousands: exp overflows unless the maximum is subtracted)",
+                (
+                    *randns(gen, (2, 4, 8), (8, 4), (8, 4), dtype=F64, scale=10.0),
+                    randn(gen, 8, 3, dtype=F64),
+                ),
             ),
         ]
 
@@ -423,6 +453,7 @@ class SelfAttention(HintOnError):
             "keys_unprojected": (q, x, v),
             "values_unprojected": (q, k, x),
             "q_v_swapped": (v, k, q),
+            "keys_transposed": (q, k.transpose(-2, -1), v),
         }.get(mistake, (q, k, v))
         # a right projection feeding a wrong attention (e.g. the learner's own task 2)
         results = _SDPA.wrong(*qkv, mistake=mistake.removeprefix("attention: "))
@@ -496,6 +527,16 @@ class DistanceBiasedAttention(Task):
         "None] and torch.arange(n_k)",
         "causal_mask": "you masked the keys after each query (a causal mask, as in a decoder); "
         "this task has no mask: every key keeps a weight, its score lowered by slope * |i - j|",
+        "dot_t": ScaledDotProductAttention.mistake_table["dot_t"],
+        "queries_counted_as_keys": "your distance matrix does not have the scores' shape (n_q, "
+        "n_k): i counts the queries (rows), torch.arange(n_q)[:, None] with n_q = q.shape[-2], "
+        "and j the keys (columns), torch.arange(n_k); n_q and n_k may differ",
+        "queries_from_1": "you counted the queries' positions from 1 (torch.arange(1, n_q + 1)) "
+        "and the keys' from 0: both count from 0, i = torch.arange(n_q), j = torch.arange(n_k), "
+        "so query 0 and key 0 are at distance 0",
+        "after_softmax_product": "you multiplied the weights by exp(-slope * |i - j|) after the "
+        "softmax, so they no longer sum to 1; subtract slope * |i - j| from the scores before "
+        "the softmax",
     }
 
     def cases(self, gen):
@@ -556,10 +597,11 @@ class DistanceBiasedAttention(Task):
             "lengths_from_shape_1": (q.shape[1], k.shape[1]),
             "keys_counted_as_queries": (q.shape[-2], q.shape[-2]),
             "keys_square_cut": (min(q.shape[-2], k.shape[-2]), k.shape[-2]),  # [:n_q] of (n_k, n_k)
+            "queries_counted_as_keys": (k.shape[-2], k.shape[-2]),
         }.get(mistake, (q.shape[-2], k.shape[-2]))
         i, j = torch.arange(n_q)[:, None], torch.arange(n_k)[None, :]
-        if mistake == "queries_at_the_end":  # aligned to the last keys, as with a KV cache
-            i = i + n_k - n_q
+        # the queries aligned to the last keys, as with a KV cache, or counted from 1
+        i = i + {"queries_at_the_end": n_k - n_q, "queries_from_1": 1}.get(mistake, 0)
         distance = {
             "no_abs": i - j,
             "no_abs_reversed": j - i,
@@ -574,7 +616,8 @@ class DistanceBiasedAttention(Task):
             bias = (sign * slope * distance).to(q.dtype)
         else:
             bias = sign * slope * distance.to(q.dtype)
-        raw, scale = q @ k.transpose(-2, -1), math.sqrt(q.shape[-1])
+        k_t = k.T if mistake == "dot_t" else k.transpose(-2, -1)  # .T: a 2-D habit
+        raw, scale = q @ k_t, math.sqrt(q.shape[-1])
         scale = {
             "no_scaling": 1.0,
             "by_sqrt_n_k": math.sqrt(k.shape[-2]),
@@ -583,7 +626,7 @@ class DistanceBiasedAttention(Task):
         }.get(mistake, scale)
         if mistake == "bias_scaled":  # bias added before dividing by sqrt(d_k)
             scores = (raw + bias) / scale
-        elif mistake in ("no_bias", "after_softmax"):
+        elif mistake in ("no_bias", "after_softmax", "after_softmax_product"):
             scores = raw / scale
         elif mistake == "softmax_twice":  # the bias on plain attention's weights
             scores = stable_softmax(raw / scale) + bias
@@ -598,6 +641,8 @@ class DistanceBiasedAttention(Task):
             weights = stable_softmax(scores, dim=-2 if mistake == "query_axis" else -1)
         if mistake == "after_softmax":
             weights = weights + bias
+        elif mistake == "after_softmax_product":  # a decay factor on the weights
+            weights = weights * bias.exp()
         if mistake in ("plain_output", "plain_weights"):  # the bias in one result only
             plain = stable_softmax(raw / scale)
             return (plain @ v, weights) if mistake == "plain_output" else (weights @ v, plain)
