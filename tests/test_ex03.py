@@ -585,7 +585,8 @@ class _LearnerMHA(nn.Module):
                 scores = scores.masked_fill(mask == 0, 0.0)
             elif self.slip != "zeroed after softmax":
                 scores = scores.masked_fill(mask == 0, float("-inf"))
-        weights = torch.softmax(scores, dim=-1)
+        with torch.set_grad_enabled(self.slip != "softmax under no_grad"):
+            weights = torch.softmax(scores, dim=-1)
         if mask is not None and self.slip == "zeroed after softmax":
             weights = weights * mask
         heads = weights @ v  # (batch, heads, n_q, d_head)
@@ -1020,3 +1021,11 @@ def test_a_buffer_of_the_learners_own_is_named_a_buffer():
     assert result.status == "failed", result.feedback
     assert "buffers the task does not ask for" in result.feedback
     assert "persistent=False" in result.feedback
+
+
+def test_a_softmax_under_no_grad_is_named():
+    # F11 hunt: full marks before: the output has a grad_fn (through v_proj and out_proj), yet
+    # q_proj and k_proj never get a gradient, so the attention of exercise 09's GPT never learns
+    result = check_result("ex03.MultiHeadAttention", _learner_mha("softmax under no_grad"))
+    assert result.status == "failed", result.feedback
+    assert "no gradients back to q_proj and k_proj" in result.feedback, result.feedback

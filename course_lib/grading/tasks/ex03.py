@@ -207,6 +207,8 @@ class _WrongMultiHeadAttention(nn.Module):
         if mistake == "scaled_after_softmax":  # softmax(q k^T) / sqrt(d_head)
             weights = weights / self.d_head**0.5
             heads = weights @ v
+        if mistake == "weights_detached":  # torch.no_grad() around the softmax: no q/k gradients
+            heads = weights.detach() @ v
         if mistake == "averaged_heads":  # one averaged map applied to the full values
             merged = weights.mean(dim=1) @ v_full  # (batch, n_q, d_model)
         else:
@@ -236,6 +238,22 @@ _NO_GRADIENTS = (
     "exercise 09; compute the output with tensor operations only, without torch.no_grad() or "
     ".detach()"
 )
+_GRADIENTS_CUT = (  # the output has gradients, but not back to every projection
+    "your output carries no gradients back to {0} in training mode (a torch.no_grad() or "
+    ".detach() inside forward, around the softmax say, cuts them off), so {0} could not "
+    "learn: your module is the attention of the GPT you train in exercise 09; "
+    "compute the attention with tensor operations only, without torch.no_grad() or .detach()"
+)
+
+
+def _projections_cut_off(module: nn.Module, output: Tensor) -> list[str]:
+    """The projections whose weights the output's gradient does not reach (a detached softmax)."""
+    layers = [getattr(module, name, None) for name in PROJECTIONS]
+    weights = [getattr(layer, "weight", None) for layer in layers]
+    if not all(isinstance(w, Tensor) and w.requires_grad for w in weights):
+        return []  # no usual projections to follow: the output's grad_fn is checked alone
+    grads = torch.autograd.grad(output.sum(), weights, allow_unused=True)
+    return [name for name, grad in zip(PROJECTIONS, grads, strict=True) if grad is None]
 
 
 def _state_dict(gen: torch.Generator, d_model: int, dtype: torch.dtype, bias: bool) -> dict:
@@ -372,6 +390,7 @@ class MultiHeadAttentionTask(ModuleTask):
         "scores.masked_fill(~mask, float('-inf'))",
         "float32_scale": FLOAT32_SCALE,
         "no_gradients": _NO_GRADIENTS,
+        "weights_detached": _GRADIENTS_CUT.format("q_proj and k_proj"),
         "inputs_kept": KEPT_INPUTS,
     }
 
@@ -475,6 +494,9 @@ class MultiHeadAttentionTask(ModuleTask):
         first = got[0] if isinstance(got, (tuple, list)) else got
         if train and isinstance(first, Tensor) and first.grad_fn is None:
             raise GradingError(_NO_GRADIENTS)
+        cut = _projections_cut_off(module, first) if train and isinstance(first, Tensor) else []
+        if cut:
+            raise GradingError(_GRADIENTS_CUT.format(" and ".join(cut)))
         if isinstance(got, (tuple, list)):
             return type(got)(t.detach() if isinstance(t, Tensor) else t for t in got)
         return got.detach() if isinstance(got, Tensor) else got
