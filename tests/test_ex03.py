@@ -564,6 +564,8 @@ class _LearnerMHA(nn.Module):
         return x.view(batch, seq, self.num_heads, self.d_head).permute(0, 2, 1, 3)
 
     def forward(self, query, key, value, mask=None):
+        if self.slip == "keys and values swapped":
+            key, value = value, key
         from_query = self.slip == "keys and values from query"  # as in self-attention
         q, k = self.split(self.q_proj(query)), self.split(self.k_proj(query if from_query else key))
         if self.slip == "keys split by n_q":  # the query's length used for the keys too
@@ -1029,3 +1031,63 @@ def test_a_softmax_under_no_grad_is_named():
     result = check_result("ex03.MultiHeadAttention", _learner_mha("softmax under no_grad"))
     assert result.status == "failed", result.feedback
     assert "no gradients back to q_proj and k_proj" in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize(
+    "slip, words",
+    [  # F11 hunt: 'None of the usual single mistakes' before
+        ("keys and values swapped", "the keys are projected from `value` and the values from"),
+    ],
+)
+def test_an_f11_multi_head_slip_is_named(slip, words):
+    result = check_result("ex03.MultiHeadAttention", _learner_mha(slip))
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+def _gqa_with(slip):
+    def grouped_query_attention(q, k, v, mask=None):
+        num_heads, num_kv_heads = q.shape[1], k.shape[1]
+        if num_heads % num_kv_heads:
+            raise ValueError("num_heads must be a multiple of num_kv_heads")
+        group = num_heads / num_kv_heads if slip == "group = h / kv" else num_heads // num_kv_heads
+        k = k.repeat(1, group, 1, 1) if slip == "keys tiled" else k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+        k_t = k.transpose(1, 2) if slip == "k.transpose(1, 2)" else k.transpose(-2, -1)
+        scores = q @ k_t / math.sqrt(q.shape[-1])
+        if slip == "if mask:" and mask:
+            pass
+        if mask is not None and slip == "scores[~mask]":
+            scores[~mask] = float("-inf")
+        elif mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(dim=-2 if slip == "softmax over queries" else -1)
+        return weights @ v, weights
+
+    return grouped_query_attention
+
+
+@pytest.mark.parametrize(
+    "slip, words",
+    [  # F11 hunt: a bare PyTorch error, 'None of the usual', or (`if mask:`) the mask_reshaped
+        # hint about unsqueeze(1), a slip it did not make
+        ("group = h / kv", "group = num_heads // num_kv_heads"),  # the statement's own '/'
+        ("keys tiled", "k.repeat(1, group, 1, 1) tiles the kv heads"),
+        ("k.transpose(1, 2)", "transpose its last two axes"),
+        ("scores[~mask]", "boolean indexing does not broadcast"),
+        ("softmax over queries", "not dim=-2 (the queries)"),
+        ("if mask:", "test `if t is not None:`"),
+    ],
+)
+def test_an_f11_grouped_query_slip_is_named(slip, words):
+    result = check_result("ex03.grouped_query_attention", _gqa_with(slip))
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+def test_merge_heads_with_the_last_two_axes_transposed_is_named():
+    # F11 hunt: x.transpose(-2, -1), attention's habit, got 'None of the usual single mistakes'
+    def merge_heads(x):
+        batch, num_heads, seq, d_head = x.shape
+        return x.transpose(-2, -1).reshape(batch, seq, num_heads * d_head)
+
+    result = check_result("ex03.merge_heads", merge_heads)
+    assert result.status == "failed" and "transposed the last two axes" in result.feedback
