@@ -561,6 +561,8 @@ class _LearnerMHA(nn.Module):
         batch, seq, _ = x.shape
         if self.slip == "split without transpose":
             return x.view(batch, self.num_heads, seq, self.d_head)
+        if self.slip == "split by d_head":  # split_heads(x, self.d_head)
+            return x.view(batch, seq, self.d_head, self.num_heads).permute(0, 2, 1, 3)
         return x.view(batch, seq, self.num_heads, self.d_head).permute(0, 2, 1, 3)
 
     def forward(self, query, key, value, mask=None):
@@ -598,6 +600,7 @@ class _LearnerMHA(nn.Module):
         else:
             merged = heads.transpose(1, 2).reshape(batch, n_q, -1)
         output = self.out_proj(merged)
+        output = query + output if self.slip == "residual added" else output
         return (output.detach() if self.slip == "output detached" else output), weights
 
 
@@ -1037,6 +1040,8 @@ def test_a_softmax_under_no_grad_is_named():
     "slip, words",
     [  # F11 hunt: 'None of the usual single mistakes' before
         ("keys and values swapped", "the keys are projected from `value` and the values from"),
+        ("split by d_head", "you passed d_head"),
+        ("residual added", "the residual connection belongs to the layer around it"),
     ],
 )
 def test_an_f11_multi_head_slip_is_named(slip, words):
@@ -1091,3 +1096,32 @@ def test_merge_heads_with_the_last_two_axes_transposed_is_named():
 
     result = check_result("ex03.merge_heads", merge_heads)
     assert result.status == "failed" and "transposed the last two axes" in result.feedback
+
+
+class HeadsFoldedIntoTheBatch(_FourProjections):
+    """torch.bmm on (batch * num_heads, n, d_head), a 3-D mask tiled with .repeat."""
+
+    def forward(self, query, key, value, mask=None):
+        (batch, n_q, d_model), n_k, h = query.shape, key.shape[1], self.num_heads
+        q, k, v = (
+            proj(t)
+            .view(batch, -1, h, d_model // h)
+            .transpose(1, 2)
+            .reshape(batch * h, -1, d_model // h)
+            for proj, t in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
+        )
+        scores = torch.bmm(q, k.transpose(1, 2)) / math.sqrt(d_model // h)
+        if mask is not None:
+            mask = mask.repeat(h, 1, 1) if mask.dim() == 3 else mask  # the slip: interleave
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        heads = torch.bmm(weights, v).view(batch, h, n_q, -1)
+        merged = heads.transpose(1, 2).reshape(batch, n_q, d_model)
+        return self.out_proj(merged), weights.view(batch, h, n_q, n_k)
+
+
+def test_a_mask_tiled_over_heads_folded_into_the_batch_is_named():
+    # F11 hunt: 'None of the usual single mistakes' before; lesson 03 repeat_interleaves it
+    result = check_result("ex03.MultiHeadAttention", HeadsFoldedIntoTheBatch)
+    assert result.status == "failed", result.feedback
+    assert "repeat_interleave(num_heads, dim=0)" in result.feedback, result.feedback

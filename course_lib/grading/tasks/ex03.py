@@ -171,6 +171,8 @@ class _WrongMultiHeadAttention(nn.Module):
             return x.reshape(batch, self.num_heads, seq, self.d_head)
         if self.mistake == "strided_heads":  # head h of features h, h + num_heads, ...
             return x.reshape(batch, seq, self.d_head, self.num_heads).permute(0, 3, 1, 2)
+        if self.mistake == "split_by_d_head":  # split_heads(x, self.d_head): d_head heads
+            return x.reshape(batch, seq, self.d_head, self.num_heads).transpose(1, 2)
         return x.reshape(batch, seq, self.num_heads, d_head).transpose(1, 2)
 
     def forward(self, query, key, value, mask=None):
@@ -196,6 +198,9 @@ class _WrongMultiHeadAttention(nn.Module):
             unsqueeze = mask.shape[0] == batch  # the batch's: so is a 2-D mask with n_q == batch
         if unsqueeze and mistake != "mask_not_unsqueezed":
             mask = mask.unsqueeze(1)  # (batch, 1, n_q or 1, n_k): the same for every head
+        if mistake == "mask_tiled" and unsqueeze:  # heads folded into the batch, b * heads + h:
+            tiled = mask[:, 0].repeat(self.num_heads, 1, 1)  # mask.repeat(num_heads, 1, 1)
+            mask = tiled.view(batch, self.num_heads, *mask.shape[2:])  # gives it example i % batch
         if mistake == "boolean_index" and mask is not None:  # scores[~mask] = -inf: no broadcast
             (q @ k.transpose(-2, -1))[~mask] = float("-inf")
         heads, weights = wrong_attention(
@@ -205,6 +210,7 @@ class _WrongMultiHeadAttention(nn.Module):
             None if mistake == "mask_ignored" else mask,
             scale={
                 "scale_d_model": d_model,
+                "split_by_d_head": self.d_head,  # the d_head it stored, not its heads' size
                 "no_scale": 1,
                 "scale_no_root": self.d_head**2,  # divided by d_head itself
                 "d_k_from_shape_1": self.num_heads,  # q.shape[1] of (batch, heads, n_q, d_head)
@@ -241,6 +247,7 @@ class _WrongMultiHeadAttention(nn.Module):
         elif mistake == "weights_heads_first":  # per-head maps torch.stack'ed on dim=0
             weights = weights.transpose(0, 1)  # (heads, batch, n_q, n_k)
         output = merged if self.mistake == "no_out_proj" else self.out_proj(merged)
+        output = query + output if mistake == "residual_added" else output  # a block's habit
         if mistake == "no_gradients":  # @torch.no_grad() on forward, or a .detach()
             output = output.detach()
         return output, weights
@@ -404,6 +411,17 @@ class MultiHeadAttentionTask(ModuleTask):
         "scale_inverted": "you multiplied the scores by sqrt(d_head) (dividing by d_head ** -0.5 "
         "does that): divide by sqrt(d_head), or multiply by d_head ** -0.5",
         "attention_dropout": _DROPOUT_HINT,
+        "split_by_d_head": "split_heads takes the number of heads: you passed d_head, so each "
+        "token was cut into d_head heads of num_heads features; pass self.num_heads, "
+        "split_heads(x, self.num_heads)",
+        "mask_tiled": "a (batch, n_q, n_k) mask was tiled with .repeat(num_heads, 1, 1): with "
+        "the heads folded into the batch axis (batch * num_heads), example b's heads are rows "
+        "b * num_heads ... b * num_heads + num_heads - 1, so repeat each example's mask in a "
+        "row, repeat_interleave(num_heads, dim=0), as lesson 03 does for nn.MultiheadAttention "
+        "(or keep the heads' axis and use mask.unsqueeze(1))",
+        "residual_added": "you added the input to the output (query + ...): this module returns "
+        "out_proj of the merged heads alone; the residual connection belongs to the layer "
+        "around it (exercises 06 and 07), so remove it here",
         "scaled_after_softmax": SCALED_AFTER_SOFTMAX,
         "weights_heads_first": "your weights are (num_heads, batch, n_q, n_k); the batch axis "
         "comes first, (batch, num_heads, n_q, n_k): stack the heads' maps on dim=1",
