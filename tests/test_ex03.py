@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import course_lib.grading
 from course_lib.attention import scaled_dot_product_attention
 from course_lib.grading import check_result
 from course_lib.grading.core import get_task, judge, resolve, run_cases, tasks_for
@@ -1125,3 +1126,13 @@ def test_a_mask_tiled_over_heads_folded_into_the_batch_is_named():
     result = check_result("ex03.MultiHeadAttention", HeadsFoldedIntoTheBatch)
     assert result.status == "failed", result.feedback
     assert "repeat_interleave(num_heads, dim=0)" in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize("seed", [13, 17, 18, 42])
+def test_a_float32_scale_fails_under_every_hidden_seed(monkeypatch, seed):
+    # F11 hunt: full marks under these hidden seeds, where its float64 cases (d_head 2 both)
+    # happened to stay within float64's tolerance; a float64 case with d_head 6 now fails it
+    monkeypatch.setattr(course_lib.grading, "NOTEBOOK_SEED", seed)
+    result = check_result("ex03.MultiHeadAttention", _learner_mha("float32 scale"))
+    assert result.status == "failed", result.feedback
+    assert "your scale is a float32 tensor" in result.feedback, result.feedback
