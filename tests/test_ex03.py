@@ -602,6 +602,7 @@ class _LearnerMHA(nn.Module):
             merged = heads.transpose(1, 2).reshape(batch, n_q, -1)
         output = self.out_proj(merged)
         output = query + output if self.slip == "residual added" else output
+        weights = scores if self.slip == "scores returned" else weights
         return (output.detach() if self.slip == "output detached" else output), weights
 
 
@@ -1043,6 +1044,7 @@ def test_a_softmax_under_no_grad_is_named():
         ("keys and values swapped", "the keys are projected from `value` and the values from"),
         ("split by d_head", "you passed d_head"),
         ("residual added", "the residual connection belongs to the layer around it"),
+        ("scores returned", "the weights you return are the scores before the softmax"),
     ],
 )
 def test_an_f11_multi_head_slip_is_named(slip, words):

@@ -246,6 +246,8 @@ class _WrongMultiHeadAttention(nn.Module):
             weights = weights.mean(dim=1)  # (batch, n_q, n_k)
         elif mistake == "weights_heads_first":  # per-head maps torch.stack'ed on dim=0
             weights = weights.transpose(0, 1)  # (heads, batch, n_q, n_k)
+        elif mistake == "scores_returned":  # `return output, scores`: before the softmax
+            weights = q @ k.transpose(-2, -1) / self.d_head**0.5
         output = merged if self.mistake == "no_out_proj" else self.out_proj(merged)
         output = query + output if mistake == "residual_added" else output  # a block's habit
         if mistake == "no_gradients":  # @torch.no_grad() on forward, or a .detach()
@@ -419,6 +421,9 @@ class MultiHeadAttentionTask(ModuleTask):
         "b * num_heads ... b * num_heads + num_heads - 1, so repeat each example's mask in a "
         "row, repeat_interleave(num_heads, dim=0), as lesson 03 does for nn.MultiheadAttention "
         "(or keep the heads' axis and use mask.unsqueeze(1))",
+        "scores_returned": "the weights you return are the scores before the softmax: return "
+        "the attention weights, softmax(scores) over the keys (each row sums to 1), the ones "
+        "the values were averaged with",
         "residual_added": "you added the input to the output (query + ...): this module returns "
         "out_proj of the merged heads alone; the residual connection belongs to the layer "
         "around it (exercises 06 and 07), so remove it here",
