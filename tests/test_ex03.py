@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import course_lib.grading
 from course_lib.attention import scaled_dot_product_attention
 from course_lib.grading import check_result
 from course_lib.grading.core import get_task, judge, resolve, run_cases, tasks_for
@@ -561,9 +562,13 @@ class _LearnerMHA(nn.Module):
         batch, seq, _ = x.shape
         if self.slip == "split without transpose":
             return x.view(batch, self.num_heads, seq, self.d_head)
+        if self.slip == "split by d_head":  # split_heads(x, self.d_head)
+            return x.view(batch, seq, self.d_head, self.num_heads).permute(0, 2, 1, 3)
         return x.view(batch, seq, self.num_heads, self.d_head).permute(0, 2, 1, 3)
 
     def forward(self, query, key, value, mask=None):
+        if self.slip == "keys and values swapped":
+            key, value = value, key
         from_query = self.slip == "keys and values from query"  # as in self-attention
         q, k = self.split(self.q_proj(query)), self.split(self.k_proj(query if from_query else key))
         if self.slip == "keys split by n_q":  # the query's length used for the keys too
@@ -585,7 +590,8 @@ class _LearnerMHA(nn.Module):
                 scores = scores.masked_fill(mask == 0, 0.0)
             elif self.slip != "zeroed after softmax":
                 scores = scores.masked_fill(mask == 0, float("-inf"))
-        weights = torch.softmax(scores, dim=-1)
+        with torch.set_grad_enabled(self.slip != "softmax under no_grad"):
+            weights = torch.softmax(scores, dim=-1)
         if mask is not None and self.slip == "zeroed after softmax":
             weights = weights * mask
         heads = weights @ v  # (batch, heads, n_q, d_head)
@@ -595,6 +601,8 @@ class _LearnerMHA(nn.Module):
         else:
             merged = heads.transpose(1, 2).reshape(batch, n_q, -1)
         output = self.out_proj(merged)
+        output = query + output if self.slip == "residual added" else output
+        weights = scores if self.slip == "scores returned" else weights
         return (output.detach() if self.slip == "output detached" else output), weights
 
 
@@ -1020,3 +1028,113 @@ def test_a_buffer_of_the_learners_own_is_named_a_buffer():
     assert result.status == "failed", result.feedback
     assert "buffers the task does not ask for" in result.feedback
     assert "persistent=False" in result.feedback
+
+
+def test_a_softmax_under_no_grad_is_named():
+    # F11 hunt: full marks before: the output has a grad_fn (through v_proj and out_proj), yet
+    # q_proj and k_proj never get a gradient, so the attention of exercise 09's GPT never learns
+    result = check_result("ex03.MultiHeadAttention", _learner_mha("softmax under no_grad"))
+    assert result.status == "failed", result.feedback
+    assert "no gradients back to q_proj and k_proj" in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize(
+    "slip, words",
+    [  # F11 hunt: 'None of the usual single mistakes' before
+        ("keys and values swapped", "the keys are projected from `value` and the values from"),
+        ("split by d_head", "you passed d_head"),
+        ("residual added", "the residual connection belongs to the layer around it"),
+        ("scores returned", "the weights you return are the scores before the softmax"),
+    ],
+)
+def test_an_f11_multi_head_slip_is_named(slip, words):
+    result = check_result("ex03.MultiHeadAttention", _learner_mha(slip))
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+def _gqa_with(slip):
+    def grouped_query_attention(q, k, v, mask=None):
+        num_heads, num_kv_heads = q.shape[1], k.shape[1]
+        if num_heads % num_kv_heads:
+            raise ValueError("num_heads must be a multiple of num_kv_heads")
+        group = num_heads / num_kv_heads if slip == "group = h / kv" else num_heads // num_kv_heads
+        k = k.repeat(1, group, 1, 1) if slip == "keys tiled" else k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+        k_t = k.transpose(1, 2) if slip == "k.transpose(1, 2)" else k.transpose(-2, -1)
+        scores = q @ k_t / math.sqrt(q.shape[-1])
+        if slip == "if mask:" and mask:
+            pass
+        if mask is not None and slip == "scores[~mask]":
+            scores[~mask] = float("-inf")
+        elif mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(dim=-2 if slip == "softmax over queries" else -1)
+        return weights @ v, weights
+
+    return grouped_query_attention
+
+
+@pytest.mark.parametrize(
+    "slip, words",
+    [  # F11 hunt: a bare PyTorch error, 'None of the usual', or (`if mask:`) the mask_reshaped
+        # hint about unsqueeze(1), a slip it did not make
+        ("group = h / kv", "group = num_heads // num_kv_heads"),  # the statement's own '/'
+        ("keys tiled", "k.repeat(1, group, 1, 1) tiles the kv heads"),
+        ("k.transpose(1, 2)", "transpose its last two axes"),
+        ("scores[~mask]", "boolean indexing does not broadcast"),
+        ("softmax over queries", "not dim=-2 (the queries)"),
+        ("if mask:", "test `if t is not None:`"),
+    ],
+)
+def test_an_f11_grouped_query_slip_is_named(slip, words):
+    result = check_result("ex03.grouped_query_attention", _gqa_with(slip))
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+def test_merge_heads_with_the_last_two_axes_transposed_is_named():
+    # F11 hunt: x.transpose(-2, -1), attention's habit, got 'None of the usual single mistakes'
+    def merge_heads(x):
+        batch, num_heads, seq, d_head = x.shape
+        return x.transpose(-2, -1).reshape(batch, seq, num_heads * d_head)
+
+    result = check_result("ex03.merge_heads", merge_heads)
+    assert result.status == "failed" and "transposed the last two axes" in result.feedback
+
+
+class HeadsFoldedIntoTheBatch(_FourProjections):
+    """torch.bmm on (batch * num_heads, n, d_head), a 3-D mask tiled with .repeat."""
+
+    def forward(self, query, key, value, mask=None):
+        (batch, n_q, d_model), n_k, h = query.shape, key.shape[1], self.num_heads
+        q, k, v = (
+            proj(t)
+            .view(batch, -1, h, d_model // h)
+            .transpose(1, 2)
+            .reshape(batch * h, -1, d_model // h)
+            for proj, t in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
+        )
+        scores = torch.bmm(q, k.transpose(1, 2)) / math.sqrt(d_model // h)
+        if mask is not None:
+            mask = mask.repeat(h, 1, 1) if mask.dim() == 3 else mask  # the slip: interleave
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        heads = torch.bmm(weights, v).view(batch, h, n_q, -1)
+        merged = heads.transpose(1, 2).reshape(batch, n_q, d_model)
+        return self.out_proj(merged), weights.view(batch, h, n_q, n_k)
+
+
+def test_a_mask_tiled_over_heads_folded_into_the_batch_is_named():
+    # F11 hunt: 'None of the usual single mistakes' before; lesson 03 repeat_interleaves it
+    result = check_result("ex03.MultiHeadAttention", HeadsFoldedIntoTheBatch)
+    assert result.status == "failed", result.feedback
+    assert "repeat_interleave(num_heads, dim=0)" in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize("seed", [13, 17, 18, 42])
+def test_a_float32_scale_fails_under_every_hidden_seed(monkeypatch, seed):
+    # F11 hunt: full marks under these hidden seeds, where its float64 cases (d_head 2 both)
+    # happened to stay within float64's tolerance; a float64 case with d_head 6 now fails it
+    monkeypatch.setattr(course_lib.grading, "NOTEBOOK_SEED", seed)
+    result = check_result("ex03.MultiHeadAttention", _learner_mha("float32 scale"))
+    assert result.status == "failed", result.feedback
+    assert "your scale is a float32 tensor" in result.feedback, result.feedback

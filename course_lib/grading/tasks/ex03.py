@@ -32,6 +32,21 @@ D_K_FROM_HEADS = (
     "split q is (batch, num_heads, n_q, d_head); each head's dot products run over its d_head "
     "features: divide by sqrt(d_head), q.shape[-1]"
 )
+# three slips MultiHeadAttention and grouped_query_attention share
+_OVER_QUERIES = (
+    "the softmax runs over the keys (the last axis, dim=-1), so that each query's weights sum "
+    "to 1: take it with dim=-1, not dim=-2 (the queries)"
+)
+_KEYS_TRANSPOSE_1_2 = (
+    "with heads, k is (batch, heads, n_k, d_head): transpose its last "
+    "two axes, k.transpose(-2, -1). transpose(1, 2), right for exercise 02's 3-D keys, "
+    "swaps heads and keys here (and k.T reverses all four axes)"
+)
+_BOOLEAN_INDEX = (
+    "scores[~mask] = float('-inf') needs a mask of exactly the scores' "
+    "shape (batch, num_heads, n_q, n_k): boolean indexing does not broadcast. Use "
+    "scores.masked_fill(~mask, float('-inf'))"
+)
 
 # --- ex03.split_heads
 _FLOAT_D_HEAD_HINT = (
@@ -99,6 +114,9 @@ class MergeHeads(Task):
         "no_transpose": "the reshape needs the heads next to d_head: transpose(1, 2) to "
         "(batch, seq, num_heads, d_head) first, then reshape to (batch, seq, d_model). Without "
         "the transpose the tokens get mixed, exactly the split_heads mistake",
+        "last_axes_transposed": "you transposed the last two axes (seq and d_head), as for "
+        "k.transpose(-2, -1) in attention; merging swaps the heads and seq axes back: "
+        "transpose(1, 2) to (batch, seq, num_heads, d_head), then reshape to (batch, seq, d_model)",
         "interleaved": "the heads must be concatenated one after the other (all of head 0's "
         "d_head features, then head 1's, ...); you interleaved them. Transpose only axes 1 and 2",
         "view": "after transpose(1, 2) the tensor is a view that is not contiguous, so .view "
@@ -119,6 +137,8 @@ class MergeHeads(Task):
         batch, num_heads, seq, d_head = x.shape
         if mistake == "interleaved":
             x = x.permute(0, 2, 3, 1)  # (batch, seq, d_head, num_heads)
+        elif mistake == "last_axes_transposed":  # attention's k.transpose(-2, -1) habit
+            x = x.transpose(-2, -1)  # (batch, num_heads, d_head, seq)
         elif mistake != "no_transpose":
             x = x.transpose(1, 2)  # (batch, seq, num_heads, d_head)
         return (x.view if mistake == "view" else x.reshape)(batch, seq, num_heads * d_head)
@@ -151,6 +171,8 @@ class _WrongMultiHeadAttention(nn.Module):
             return x.reshape(batch, self.num_heads, seq, self.d_head)
         if self.mistake == "strided_heads":  # head h of features h, h + num_heads, ...
             return x.reshape(batch, seq, self.d_head, self.num_heads).permute(0, 3, 1, 2)
+        if self.mistake == "split_by_d_head":  # split_heads(x, self.d_head): d_head heads
+            return x.reshape(batch, seq, self.d_head, self.num_heads).transpose(1, 2)
         return x.reshape(batch, seq, self.num_heads, d_head).transpose(1, 2)
 
     def forward(self, query, key, value, mask=None):
@@ -161,10 +183,12 @@ class _WrongMultiHeadAttention(nn.Module):
         q = self._split(self.q_proj(query))  # (batch, heads, n_q, d_head)
         k_proj = self.q_proj if mistake == "keys_through_q_proj" else self.k_proj  # a copied line
         from_query = ("keys_from_query", "kv_from_query")  # a self-attention habit
-        k_in = query if mistake in from_query else value if mistake == "keys_from_value" else key
+        swapped = ("keys_from_value", "kv_swapped")  # kv_swapped: v_proj(key) below as well
+        k_in = query if mistake in from_query else value if mistake in swapped else key
         k = self._split(k_proj(k_in), n_q)
         v_proj = self.k_proj if mistake == "values_through_k_proj" else self.v_proj
-        inputs = {"values_from_key": key, "values_from_query": query, "kv_from_query": query}
+        inputs = {"values_from_key": key, "kv_swapped": key, "values_from_query": query}
+        inputs["kv_from_query"] = query
         v_full = v_proj(inputs.get(mistake, value))  # (batch, n_k, d_model)
         v = self._split(v_full)  # (batch, heads, n_k, d_head)
         if mistake == "keys_transpose_1_2":  # exercise 02's k.transpose(1, 2) on 4-D keys
@@ -174,6 +198,9 @@ class _WrongMultiHeadAttention(nn.Module):
             unsqueeze = mask.shape[0] == batch  # the batch's: so is a 2-D mask with n_q == batch
         if unsqueeze and mistake != "mask_not_unsqueezed":
             mask = mask.unsqueeze(1)  # (batch, 1, n_q or 1, n_k): the same for every head
+        if mistake == "mask_tiled" and unsqueeze:  # heads folded into the batch, b * heads + h:
+            tiled = mask[:, 0].repeat(self.num_heads, 1, 1)  # mask.repeat(num_heads, 1, 1)
+            mask = tiled.view(batch, self.num_heads, *mask.shape[2:])  # gives it example i % batch
         if mistake == "boolean_index" and mask is not None:  # scores[~mask] = -inf: no broadcast
             (q @ k.transpose(-2, -1))[~mask] = float("-inf")
         heads, weights = wrong_attention(
@@ -183,6 +210,7 @@ class _WrongMultiHeadAttention(nn.Module):
             None if mistake == "mask_ignored" else mask,
             scale={
                 "scale_d_model": d_model,
+                "split_by_d_head": self.d_head,  # the d_head it stored, not its heads' size
                 "no_scale": 1,
                 "scale_no_root": self.d_head**2,  # divided by d_head itself
                 "d_k_from_shape_1": self.num_heads,  # q.shape[1] of (batch, heads, n_q, d_head)
@@ -207,6 +235,8 @@ class _WrongMultiHeadAttention(nn.Module):
         if mistake == "scaled_after_softmax":  # softmax(q k^T) / sqrt(d_head)
             weights = weights / self.d_head**0.5
             heads = weights @ v
+        if mistake == "weights_detached":  # torch.no_grad() around the softmax: no q/k gradients
+            heads = weights.detach() @ v
         if mistake == "averaged_heads":  # one averaged map applied to the full values
             merged = weights.mean(dim=1) @ v_full  # (batch, n_q, d_model)
         else:
@@ -216,7 +246,10 @@ class _WrongMultiHeadAttention(nn.Module):
             weights = weights.mean(dim=1)  # (batch, n_q, n_k)
         elif mistake == "weights_heads_first":  # per-head maps torch.stack'ed on dim=0
             weights = weights.transpose(0, 1)  # (heads, batch, n_q, n_k)
+        elif mistake == "scores_returned":  # `return output, scores`: before the softmax
+            weights = q @ k.transpose(-2, -1) / self.d_head**0.5
         output = merged if self.mistake == "no_out_proj" else self.out_proj(merged)
+        output = query + output if mistake == "residual_added" else output  # a block's habit
         if mistake == "no_gradients":  # @torch.no_grad() on forward, or a .detach()
             output = output.detach()
         return output, weights
@@ -236,6 +269,22 @@ _NO_GRADIENTS = (
     "exercise 09; compute the output with tensor operations only, without torch.no_grad() or "
     ".detach()"
 )
+_GRADIENTS_CUT = (  # the output has gradients, but not back to every projection
+    "your output carries no gradients back to {0} in training mode (a torch.no_grad() or "
+    ".detach() inside forward, around the softmax say, cuts them off), so {0} could not "
+    "learn: your module is the attention of the GPT you train in exercise 09; "
+    "compute the attention with tensor operations only, without torch.no_grad() or .detach()"
+)
+
+
+def _projections_cut_off(module: nn.Module, output: Tensor) -> list[str]:
+    """The projections whose weights the output's gradient does not reach (a detached softmax)."""
+    layers = [getattr(module, name, None) for name in PROJECTIONS]
+    weights = [getattr(layer, "weight", None) for layer in layers]
+    if not all(isinstance(w, Tensor) and w.requires_grad for w in weights):
+        return []  # no usual projections to follow: the output's grad_fn is checked alone
+    grads = torch.autograd.grad(output.sum(), weights, allow_unused=True)
+    return [name for name, grad in zip(PROJECTIONS, grads, strict=True) if grad is None]
 
 
 def _state_dict(gen: torch.Generator, d_model: int, dtype: torch.dtype, bias: bool) -> dict:
@@ -295,8 +344,7 @@ class MultiHeadAttentionTask(ModuleTask):
         "twice_d_k": POWER_HALF,
         "mask_ignored": "the mask is ignored: blocked positions (False) must get weight 0; a "
         "(batch, n_q, n_k) mask needs unsqueeze(1) to reach every head",
-        "softmax_over_queries": "the softmax runs over the keys (the last axis, dim=-1), so "
-        "that each query's weights sum to 1: take it with dim=-1, not dim=-2 (the queries)",
+        "softmax_over_queries": _OVER_QUERIES,
         **dict.fromkeys(
             ("flipped_mask_through_sdpa", "flipped_mask"),
             "your mask is read the other way round: in this course True means 'may attend' (as "
@@ -343,6 +391,9 @@ class MultiHeadAttentionTask(ModuleTask):
         "v_proj(value) (in self-attention the two are the same tensor, in cross-attention not)",
         "keys_from_value": "the keys are projected from `value`; they come from `key`: k = "
         "k_proj(key) (in self-attention the two are the same tensor, in cross-attention not)",
+        "kv_swapped": "the keys are projected from `value` and the values from `key`: swap "
+        "them back, k = k_proj(key), v = v_proj(value) (in self-attention the two are the same "
+        "tensor, in cross-attention not)",
         "keys_from_query": "the keys are projected from `query`; they come from `key`: k = "
         "k_proj(key) (only in self-attention are the two the same tensor)",
         "kv_from_query": "the keys and values are projected from `query`, as in self-attention; "
@@ -355,23 +406,34 @@ class MultiHeadAttentionTask(ModuleTask):
         "values_from_query": "weights (batch, heads, n_q, n_k) @ v needs the values of the n_k "
         "keys: v = v_proj(value), split by its own length n_k = value.shape[1] (not the "
         "query's tensor or length)",
-        "keys_transpose_1_2": "with heads, k is (batch, heads, n_k, d_head): transpose its last "
-        "two axes, k.transpose(-2, -1). transpose(1, 2), right for exercise 02's 3-D keys, "
-        "swaps heads and keys here (and k.T reverses all four axes)",
+        "keys_transpose_1_2": _KEYS_TRANSPOSE_1_2,
         "scale_precedence": "** binds tighter than // and /: d_model // num_heads ** 0.5 is "
         "d_model // sqrt(num_heads). Divide by (d_model // num_heads) ** 0.5, i.e. "
         "math.sqrt(d_head)",
         "scale_inverted": "you multiplied the scores by sqrt(d_head) (dividing by d_head ** -0.5 "
         "does that): divide by sqrt(d_head), or multiply by d_head ** -0.5",
         "attention_dropout": _DROPOUT_HINT,
+        "split_by_d_head": "split_heads takes the number of heads: you passed d_head, so each "
+        "token was cut into d_head heads of num_heads features; pass self.num_heads, "
+        "split_heads(x, self.num_heads)",
+        "mask_tiled": "a (batch, n_q, n_k) mask was tiled with .repeat(num_heads, 1, 1): with "
+        "the heads folded into the batch axis (batch * num_heads), example b's heads are rows "
+        "b * num_heads ... b * num_heads + num_heads - 1, so repeat each example's mask in a "
+        "row, repeat_interleave(num_heads, dim=0), as lesson 03 does for nn.MultiheadAttention "
+        "(or keep the heads' axis and use mask.unsqueeze(1))",
+        "scores_returned": "the weights you return are the scores before the softmax: return "
+        "the attention weights, softmax(scores) over the keys (each row sums to 1), the ones "
+        "the values were averaged with",
+        "residual_added": "you added the input to the output (query + ...): this module returns "
+        "out_proj of the merged heads alone; the residual connection belongs to the layer "
+        "around it (exercises 06 and 07), so remove it here",
         "scaled_after_softmax": SCALED_AFTER_SOFTMAX,
         "weights_heads_first": "your weights are (num_heads, batch, n_q, n_k); the batch axis "
         "comes first, (batch, num_heads, n_q, n_k): stack the heads' maps on dim=1",
-        "boolean_index": "scores[~mask] = float('-inf') needs a mask of exactly the scores' "
-        "shape (batch, num_heads, n_q, n_k): boolean indexing does not broadcast. Use "
-        "scores.masked_fill(~mask, float('-inf'))",
+        "boolean_index": _BOOLEAN_INDEX,
         "float32_scale": FLOAT32_SCALE,
         "no_gradients": _NO_GRADIENTS,
+        "weights_detached": _GRADIENTS_CUT.format("q_proj and k_proj"),
         "inputs_kept": KEPT_INPUTS,
     }
 
@@ -463,7 +525,15 @@ class MultiHeadAttentionTask(ModuleTask):
             (2, 2, None, 8, 2),
             _causal(2),
         )
-        return [*cases[:-1], square_case, cases[-1]]  # drawn last; training mode stays last
+        # the float64 cases above have d_head 2: a float32 root of 2 passed them under 1 seed
+        # in 8; with d_head 6 and more entries, under none of the seeds tried
+        irrational = case(
+            "float64 self-attention, x (2, 6, 18), num_heads=3: d_head = 6, whose square root "
+            "float32 cannot hold",
+            (2, 6, None, 18, 3),
+            dtype=F64,
+        )
+        return [*cases[:-1], square_case, irrational, cases[-1]]  # drawn last; training last
 
     def run(self, module, case):
         train = case.data["train"]
@@ -475,6 +545,9 @@ class MultiHeadAttentionTask(ModuleTask):
         first = got[0] if isinstance(got, (tuple, list)) else got
         if train and isinstance(first, Tensor) and first.grad_fn is None:
             raise GradingError(_NO_GRADIENTS)
+        cut = _projections_cut_off(module, first) if train and isinstance(first, Tensor) else []
+        if cut:
+            raise GradingError(_GRADIENTS_CUT.format(" and ".join(cut)))
         if isinstance(got, (tuple, list)):
             return type(got)(t.detach() if isinstance(t, Tensor) else t for t in got)
         return got.detach() if isinstance(got, Tensor) else got
@@ -545,6 +618,12 @@ class GroupedQueryAttentionTask(Task):
         "heads, so query head h reads the keys of kv head h // group but the values of kv head "
         "h % num_kv_heads; repeat v as k, repeat_interleave(group, dim=1)",
         "float32_scale": FLOAT32_SCALE,
+        "keys_tiled": "k and v are repeated differently: k.repeat(1, group, 1, 1) tiles the kv "
+        "heads, so query head h reads the values of kv head h // group but the keys of kv head "
+        "h % num_kv_heads; repeat k as v, repeat_interleave(group, dim=1)",
+        "softmax_over_queries": _OVER_QUERIES,
+        "float_group": "num_heads / num_kv_heads is a float (4 / 2 = 2.0) even when it divides "
+        "evenly, and repeat_interleave needs an int: group = num_heads // num_kv_heads",
         "mask_always_unsqueezed": "the mask broadcasts to (batch, num_heads, n_q, n_k) as it is, "
         "whatever its number of axes: use it without unsqueeze(1) (which puts an axis inside "
         "it, and a 4-D mask becomes 5-D)",
@@ -558,13 +637,17 @@ class GroupedQueryAttentionTask(Task):
         "whatever its number of axes; use it as it is, scores.masked_fill(~mask, "
         "float('-inf')), without reshaping it as MultiHeadAttention's (batch, n_q, n_k) mask "
         "(unsqueeze(1), view, expand_as; an in-place masked_fill_ cannot grow the scores either)",
+        # last: on the causal case k.transpose(1, 2) raises the broadcast error of a 2-D mask
+        # unsqueezed (sizes 2 and 4 at dimension 1), and this slip fails the first case already
+        "keys_transpose_1_2": _KEYS_TRANSPOSE_1_2,
+        "boolean_index": _BOOLEAN_INDEX,
     }
 
     def wrong(self, q, k, v, mask=None, *, mistake):
         num_heads, num_kv_heads = q.shape[1], k.shape[1]
         if num_heads % num_kv_heads:
             raise ValueError("not a multiple")
-        group = num_heads // num_kv_heads
+        group = num_heads / num_kv_heads if mistake == "float_group" else num_heads // num_kv_heads
         if mistake == "tiled":  # kv head h % num_kv_heads instead of h // group
             k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
         elif mistake in ("seq_axis", "batch_axis"):  # along the keys or the batch: not the heads
@@ -580,6 +663,12 @@ class GroupedQueryAttentionTask(Task):
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         if mistake == "values_tiled":  # the keys right, the values .repeat'ed
             v = v[:, ::group].repeat(1, group, 1, 1)
+        if mistake == "keys_tiled":  # the values right, the keys .repeat'ed
+            k = k[:, ::group].repeat(1, group, 1, 1)
+        if mistake == "keys_transpose_1_2":  # exercise 02's k.transpose(1, 2) on 4-D keys
+            k = k.permute(0, 2, 3, 1)  # so that wrong_attention's k.transpose(-2, -1) is it
+        if mistake == "boolean_index" and mask is not None:  # scores[~mask] = -inf: no broadcast
+            (q @ k.transpose(-2, -1))[~mask] = float("-inf")
         if mistake == "mask_reshaped" and mask is not None and mask.dim() == 3:  # expand_as
             mask = mask.unsqueeze(1).expand(*q.shape[:3], k.shape[2])
         if mask is not None and (  # MultiHeadAttention's unsqueeze(1), with or without its if
@@ -601,6 +690,7 @@ class GroupedQueryAttentionTask(Task):
                 "float32_scale": torch.tensor(q.shape[-1], dtype=torch.float32),
             }.get(mistake),
             fill=0.0 if mistake == "fill_zero" else float("-inf"),
+            dim=-2 if mistake == "softmax_over_queries" else -1,
             inverted=mistake == "mask_inverted",
             zero_after=mistake == "renormalised",
             renormalised=mistake == "renormalised",
@@ -621,6 +711,7 @@ class GroupedQueryAttentionTask(Task):
                 mask is None
                 or isinstance(obj, functools.partial)  # a listed mistake itself
                 or type(error) is NotImplementedError
+                or "Boolean value of Tensor" in str(error)  # `if mask:`: core's TRUTH_HINT
                 or _listed_hint(self, case, raised=_raised_message(error))
             ):
                 raise
