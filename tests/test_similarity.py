@@ -4,8 +4,9 @@ The class is built from the solutions: each independent learner writes every ans
 solution does, in a style of their own (their variable names, comments, layout, and a choice of
 idioms: `torch.matmul` or `@`, `x.exp()` or `torch.exp(x)`, `x.size(-1)` or `x.shape[-1]`, ...),
 which makes independent learners more alike than real ones, who also differ in how they go
-about a task. A few copy another learner's mine/ files, some of them re-commented and
-re-laid-out. `python tests/test_similarity.py [LEARNERS] [SEEDS] [COPIES]` measures the
+about a task (with `steps`, a little: `_own_steps`). A few copy another learner's mine/ files,
+some of them re-commented and re-laid-out, as many again with every variable and parameter
+renamed too. `python tests/test_similarity.py [LEARNERS] [SEEDS] [COPIES] [steps]` measures the
 thresholds on such classes (similarity.py's docstring gives what it printed).
 """
 
