@@ -4,8 +4,9 @@ The class is built from the solutions: each independent learner writes every ans
 solution does, in a style of their own (their variable names, comments, layout, and a choice of
 idioms: `torch.matmul` or `@`, `x.exp()` or `torch.exp(x)`, `x.size(-1)` or `x.shape[-1]`, ...),
 which makes independent learners more alike than real ones, who also differ in how they go
-about a task. A few copy another learner's mine/ files, some of them re-commented and
-re-laid-out. `python tests/test_similarity.py [LEARNERS] [SEEDS] [COPIES]` measures the
+about a task (with `steps`, a little: `_own_steps`). A few copy another learner's mine/ files,
+some of them re-commented and re-laid-out, as many again with every variable and parameter
+renamed too. `python tests/test_similarity.py [LEARNERS] [SEEDS] [COPIES] [steps]` measures the
 thresholds on such classes (similarity.py's docstring gives what it printed).
 """
 
@@ -29,10 +30,11 @@ class _Style(ast.NodeTransformer):
     """One learner's idioms, each chosen once (a learner who writes torch.matmul does so
     throughout), and their names for local variables, chosen per function."""
 
-    def __init__(self, rng: random.Random):
+    def __init__(self, rng: random.Random, copier: bool = False):
         self.rng = rng
-        self.bits = {k: rng.random() < 0.5 for k in ("matmul", "fn", "swap", "size", "sqrt",
-                                                      "dim", "view", "aug", "none")}  # fmt: skip
+        self.bits = {k: rng.random() < 0.5 and not copier for k in ("matmul", "fn", "swap",
+                     "size", "sqrt", "dim", "view", "aug", "none")}  # fmt: skip
+        self.copier = copier  # renames every local variable and parameter, to names not in use
         self.names: dict[str, str] = {}
 
     def visit_FunctionDef(self, node):
@@ -41,13 +43,27 @@ class _Style(ast.NodeTransformer):
                  and isinstance(n.ctx, ast.Store)} - args  # fmt: skip
         saved = self.names
         self.names = dict(saved)
-        for name in sorted(local):
+        if self.copier:  # a copy that still runs: parameters too (not self, nor a keyword's)
+            keyword = {a.arg for a in node.args.args[::-1][: len(node.args.defaults)]}
+            local |= {a.arg for a in node.args.args} - keyword - {"self", "cls"}
+            used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | args
+            used |= set(self.names.values())
+            free = self.rng.sample(_NAMES, len(_NAMES)) + [
+                f"{n}{i}" for i in range(9) for n in _NAMES
+            ]
+            free = [n for n in free if n not in used][: len(local)]
+            self.names.update(zip(sorted(local), free, strict=True))
+        for name in sorted(local) if not self.copier else []:
             if self.rng.random() < 0.5:
                 self.names[name] = self.rng.choice(_NAMES) + (
                     "" if self.rng.random() < 0.7 else "_"
                 )
         self.generic_visit(node)
         self.names = saved
+        return node
+
+    def visit_arg(self, node):
+        node.arg = self.names.get(node.arg, node.arg) if self.copier else node.arg
         return node
 
     def visit_Name(self, node):
@@ -128,13 +144,45 @@ def _answers():
     return found
 
 
-def _write_in_style(source: str, style: _Style, rng: random.Random) -> str:
+def _own_steps(tree: ast.AST, rng: random.Random) -> ast.AST:
+    """A learner's own way through an answer: of each statement of a function's body that
+    calls or computes on a nested call or operation, one time in 3 they compute that first,
+    into a variable of their own (`t = k.transpose(-2, -1)`, then `q @ t`)."""
+    for function in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]:
+        used = {n.id for n in ast.walk(function) if isinstance(n, ast.Name)}
+        used |= {a.arg for a in ast.walk(function) if isinstance(a, ast.arg)}
+        body = []
+        for statement in function.body:
+            value = getattr(statement, "value", None)
+            parts = (value.args if isinstance(value, ast.Call) else
+                     [value.left, value.right] if isinstance(value, ast.BinOp) else [])  # fmt: skip
+            nested = [e for e in parts if isinstance(e, (ast.Call, ast.BinOp))]
+            if isinstance(statement, (ast.Assign, ast.Return)) and nested and rng.random() < 1 / 3:
+                name = next(n for n in rng.sample(_NAMES, len(_NAMES)) + ["v_"] if n not in used)
+                used.add(name)
+                body.append(ast.Assign([ast.Name(name, ast.Store())], nested[0], lineno=0))
+                for field in ("args", "left", "right"):
+                    if hasattr(value, field):
+                        old = getattr(value, field)
+                        new = ast.Name(name, ast.Load())
+                        if isinstance(old, list):
+                            setattr(value, field, [new if e is nested[0] else e for e in old])
+                        elif old is nested[0]:
+                            setattr(value, field, new)
+            body.append(statement)
+        function.body = body
+    return tree
+
+
+def _write_in_style(source: str, style: _Style, rng: random.Random, steps=None) -> str:
     """An answer cell as this learner writes it: their idioms and names, their own comments and
-    layout (ast.unparse's, or the solution's with the solution markers gone)."""
+    layout (ast.unparse's, or the solution's with the solution markers gone), and with `steps`
+    (a random.Random) their own steps (`_own_steps`)."""
     if "BEGIN SOLUTION" not in source:
         return source
     head = source.splitlines()[0] if marked_module(source) else None
     tree = style.visit(ast.parse(source))
+    tree = _own_steps(tree, steps) if steps else tree
     code = ast.unparse(ast.fix_missing_locations(tree))
     if rng.random() < 0.5:  # their own comments
         code = "\n".join(
@@ -144,17 +192,19 @@ def _write_in_style(source: str, style: _Style, rng: random.Random) -> str:
     return (head + "\n" + code) if head else code
 
 
-def build_class(folder, independent: int, seed: int):
+def build_class(folder, independent: int, seed: int, steps: bool = False):
     """`independent` learners, each a folder with every solution notebook and a mine/ folder
     made by running its marked cells (course_lib.mine.save_cell), written in styles of their
-    own; returns their names."""
+    own, and with `steps` in steps of their own (`_own_steps`, drawn apart: the class is the
+    same otherwise); returns their names."""
     rng = random.Random(seed)
+    own = random.Random(-seed) if steps else None
     names = []
     for i in range(independent):
         name = f"learner{i:02d}"
         style = _Style(rng)
         for notebook, cells in _answers():
-            written = [_write_in_style(c, style, rng) for c in cells]
+            written = [_write_in_style(c, style, rng, own) for c in cells]
             _notebook(folder / name / notebook, written)
             for source in written:
                 if marked_module(source):
@@ -171,15 +221,19 @@ def _notebook(path, sources):
                                 "nbformat_minor": 5}))  # fmt: skip
 
 
-def copy_mine(folder, source: str, copier: str, files: list[str] | None, relayout: bool):
+def copy_mine(folder, source: str, copier: str, files: list[str] | None, relayout: bool,
+              rename: random.Random | None = None):  # fmt: skip
     """`copier` replaces their mine/ files with `source`'s (all, or those named in `files`),
-    re-laid-out (indented by 2, comments gone, one of their own added) when `relayout`."""
+    re-laid-out (indented by 2, comments gone, one of their own added) when `relayout`, their
+    local variables and parameters renamed (`_Style`'s copier, drawing from `rename`) when given."""
     (folder / copier / "mine").mkdir(parents=True, exist_ok=True)
     for path in sorted((folder / source / "mine").glob("*.py")):
         if path.name != "__init__.py" and (files is None or path.name in files):
             text = path.read_text()
-            if relayout:
-                code = ast.unparse(ast.parse(text)).replace("    ", "  ")
+            if relayout or rename:
+                tree = ast.parse(text)
+                tree = _Style(rename, copier=True).visit(tree) if rename else tree
+                code = ast.unparse(tree).replace("    ", "  ")
                 text = "# my library\n" + code + "\n"
             (folder / copier / "mine" / path.name).write_text(text)
 
@@ -225,11 +279,48 @@ def test_a_class_names_the_learners_who_copied_and_no_one_else(tmp_path):
     assert all(w.startswith("mine/") for p in copied[2] for w in p[:2])  # found in mine/ first
     assert copied[3] and set(copied[3]) <= {p[0] for p in copied[2]}  # whole files alike
     notebooks = next(f for f in found if f[:2] == ("learner03", "learner04"))
-    assert all(theirs.endswith(".ipynb") for _, theirs, _, _ in notebooks[2]) and not notebooks[3]
+    assert all(theirs.endswith(".ipynb") for _, theirs, *_ in notebooks[2]) and not notebooks[3]
     notes = similarity.notes(_learners(tmp_path, ["learner01", "learner02"]))
     assert notes["learner01"][0].startswith("same code as learner02 (")
     assert "a hint to compare the two, not a verdict" in notes["learner02"][0]
     assert "(whole file)" in notes["learner02"][0]
+
+
+def test_a_copied_folder_with_its_variables_renamed_is_named(tmp_path):
+    names = build_class(tmp_path, 6, seed=7)
+    # learner02 hands in learner01's mine/ folder, each variable and parameter renamed, re-laid-out
+    copy_mine(tmp_path, "learner01", "learner02", None, relayout=True, rename=random.Random(1))
+    found = similarity.pairs(_learners(tmp_path, names))
+    assert {(a, b) for a, b, *_ in found} == {("learner01", "learner02")}
+    ((_, _, pieces, whole),) = found
+    mine = (tmp_path / "learner01" / "mine").glob("[!_]*.py")
+    assert whole == sorted(f"mine/{p.name}" for p in mine)  # all its files, as a whole
+    assert all(p[4] for p in pieces) and sum(p[3] for p in pieces) >= similarity.PAIR_TOKENS
+    notes = similarity.notes(_learners(tmp_path, ["learner01", "learner02", "learner03"]))
+    assert set(notes) == {"learner01", "learner02"}
+    assert "identical but for names, layout and comments" in notes["learner02"][0]
+    assert "(whole file)" in notes["learner02"][0]
+    # two notebooks beside one mine/ folder: one folder, not two alike
+    one, two, *_ = sorted((tmp_path / "learner01").glob("*.ipynb"))
+    assert similarity.pairs({"x": [one], "y": [two]}) == []
+
+
+def test_renamed_local_names_give_the_same_canonical_form():
+    a = "def attend(q, k):\n    s = q @ k.transpose(-2, -1)\n    return F.softmax(s, dim=-1)"
+    b = "def attend(x, y):\n    w = x @ y.transpose(-2, -1)  # my\n    return F.softmax(w, dim=-1)"
+    c = "def attend(q, k):\n    s = q @ k.transpose(-1, -2)\n    return F.softmax(s, dim=-1)"
+    assert similarity.canonical(a) == similarity.canonical(b) != similarity.canonical(c)
+    assert similarity.normalised(a) != similarity.normalised(b)
+    ((_, form),) = similarity.canonical(a)  # API names stay: attributes, modules, keywords
+    assert (
+        form
+        == "def _1(_2, _3):\n    _4 = _2 @ _3.transpose(-2, -1)\n    return F.softmax(_4, dim=-1)"
+    )
+    method = (
+        "class M(nn.Module):\n    def forward(self, x):\n        h = self.proj(x)\n        return h"
+    )
+    ((_, form),) = similarity.canonical(method)
+    assert "def forward(_2, _3)" in form and "_2.proj(_3)" in form
 
 
 def test_what_the_course_explains_is_not_counted():
@@ -307,46 +398,57 @@ def test_the_batch_puts_the_hint_in_the_instructors_notes_only(tmp_path, monkeyp
     assert learners.same_learner(" Ada  ") == "ada"
 
 
-def measure(independent: int, seeds: list[int], copies: int) -> None:
+def measure(independent: int, seeds: list[int], copies: int, renamed=None, steps=False):
     """Build classes (`build_class`), let `copies` learners copy another's mine/ folder (every
-    other one: one file of it), and print the pairs named that did not copy, and the copies
-    named, at similarity.py's thresholds."""
+    other one: one file of it), then `renamed` more (as many by default) do so and rename its
+    variables (`copy_mine`'s `rename`); print the pairs named that did not copy, the copies
+    named, and the seconds `similarity.pairs` took per learner. `steps`: `build_class`'s."""
     import tempfile
+    import time
     from pathlib import Path
 
-    false = whole = whole_found = one = one_found = 0
+    renamed = copies if renamed is None else renamed
+    false, seconds = 0, 0.0
+    counts = {kind: [0, 0] for kind in ("whole", "one", "whole renamed", "one renamed")}
     for seed in seeds:
         folder = Path(tempfile.mkdtemp(prefix="class-"))
-        names = build_class(folder, independent, seed)
+        names = build_class(folder, independent, seed, steps)
         rng = random.Random(seed)
         pool = rng.sample(names, len(names))
         copied = {}
-        for k in range(copies):
+        for k in range(copies + renamed):
             source, copier = pool.pop(), pool.pop()
             files = sorted(p.name for p in (folder / source / "mine").glob("*.py"))
             chosen = None if k % 2 == 0 else [rng.choice(files[1:])]  # files[0]: __init__.py
-            copy_mine(folder, source, copier, chosen, relayout=k % 3 == 0)
-            copied[tuple(sorted((source, copier)))] = chosen
-        named = {(a, b) for a, b, _, _ in similarity.pairs(_learners(folder, names))}
+            if k < copies:
+                copy_mine(folder, source, copier, chosen, relayout=k % 3 == 0)
+            else:
+                copy_mine(folder, source, copier, chosen, relayout=True, rename=rng)
+            kind = ("whole" if chosen is None else "one") + (" renamed" if k >= copies else "")
+            copied[tuple(sorted((source, copier)))] = kind
+        start = time.perf_counter()
+        named = {(a, b) for a, b, *_ in similarity.pairs(_learners(folder, names))}
+        seconds += time.perf_counter() - start
         false += len(named - set(copied))
-        whole += sum(f is None for f in copied.values())
-        whole_found += sum(f is None for p, f in copied.items() if p in named)
-        one += sum(f is not None for f in copied.values())
-        one_found += sum(f is not None for p, f in copied.items() if p in named)
+        for pair, kind in copied.items():
+            counts[kind][0] += pair in named
+            counts[kind][1] += 1
         shutil.rmtree(folder)
     pairs = len(seeds) * independent * (independent - 1) // 2
+    found = ", ".join(f"{kind} {n} of {of}" for kind, (n, of) in counts.items())
     print(
-        f"{len(seeds)} classes of {independent}: {false} of {pairs} pairs named that did not "
-        f"copy; whole mine/ copies named {whole_found} of {whole}, one-file copies {one_found} "
-        f"of {one}"
+        f"{len(seeds)} classes of {independent}{' (own steps)' if steps else ''}: {false} of "
+        f"{pairs} pairs named that did not "
+        f"copy; copies of mine/ named: {found}; "
+        f"{seconds / (len(seeds) * independent):.3f} s a learner"
     )
 
 
-if __name__ == "__main__":  # e.g. python tests/test_similarity.py 40 1,2,3 6
+if __name__ == "__main__":  # e.g. python tests/test_similarity.py 40 1,2,3 6 [steps]
     import sys
 
     args = sys.argv[1:] + ["40", "1,2,3", "6"][len(sys.argv[1:]) :]
-    measure(int(args[0]), [int(s) for s in args[1].split(",")], int(args[2]))
+    measure(int(args[0]), [int(s) for s in args[1].split(",")], int(args[2]), None, "steps" in args)
 
 
 def test_code_many_learners_share_is_an_idiom_and_two_is_a_pair(tmp_path):
