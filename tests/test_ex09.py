@@ -597,7 +597,8 @@ def _learners_sample_next(slip):
             logits = logits.masked_fill(logits < kth, float("-inf"))
         probs = torch.softmax(logits, -1)
         if top_p is not None:
-            sorted_probs, order = probs.sort(-1, descending=True)
+            # f09: sort() alone is ascending, so the set is built from the least likely tokens
+            sorted_probs, order = probs.sort(-1, descending=slip != "ascending")
             keep = sorted_probs.cumsum(-1) - sorted_probs < top_p  # in sorted order
             if slip == "sorted_ids":  # #hunt6: a position among the sorted probabilities
                 return torch.multinomial(sorted_probs * keep, 1, generator=generator).squeeze(-1)
@@ -622,6 +623,9 @@ def _learners_sample_next(slip):
         ("kth_min", "top_k_one_threshold"),
         # the drawn position in the sorted order returned as the token: no hint
         ("sorted_ids", "top_p_sorted_ids"),
+        # f09: probs.sort(-1) without descending=True: "token 1 ... outside the allowed set",
+        # with no hint
+        ("ascending", "top_p_ascending"),
     ],
 )
 def test_sample_next_slips_are_named(slip, row):
