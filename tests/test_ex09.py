@@ -669,10 +669,26 @@ def _learners_step(slip):
             )
         d = k_cache.shape[-2] if slip == "shape[-2]" else k_cache.shape[-1]
         scale = d if slip == "no sqrt" else math.sqrt(d)
+        scale = torch.sqrt(torch.tensor(d)) if slip == "float32 scale" else scale  # f09
         weights = torch.softmax(q_t @ k_cache.transpose(-2, -1) / scale, dim=-1)
         return weights @ v_cache, k_cache, v_cache
 
     return cached_attention_step
+
+
+def test_a_float32_scale_in_the_cached_step_fails_on_every_seed_with_its_hint():
+    # f09: torch.sqrt(torch.tensor(d_head)) is float32: full marks in the notebook (its one
+    # float64 case, 21 outputs with d_head 5, stayed within tolerance), then a bare "your
+    # outputs differ ... 9.37e-09" with no hint under hidden seeds 2, 3 and 6
+    task = get_task("ex09.cached_attention_step")
+    for seed in (NOTEBOOK_SEED, 2, 3, 6):
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        result = judge(task, cases, run_cases(task, _learners_step("float32 scale"), cases))
+        assert result.status == "failed", (seed, result.feedback)
+        assert ex09.cached_attention_step.MISTAKES["float32_scale"] in result.feedback, (
+            seed,
+            result.feedback,
+        )
 
 
 def _learners_perplexity(dim, shift=False):
