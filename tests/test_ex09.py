@@ -691,6 +691,23 @@ def test_a_float32_scale_in_the_cached_step_fails_on_every_seed_with_its_hint():
         )
 
 
+@pytest.mark.parametrize("slip", ["float", "math.exp"])
+def test_a_float32_perplexity_is_told_its_cast_not_a_created_tensor(slip):
+    # f09: logits.float() on float64 logits was told "a tensor you create gets PyTorch's default
+    # dtype ... unless you pass dtype=", a cause the learner did not write
+    def perplexity(logits, targets):
+        if targets.shape != logits.shape[:-1]:
+            raise ValueError("the shapes do not fit")
+        log_probs = (logits.float() if slip == "float" else logits).log_softmax(dim=-1)
+        nll = -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        return torch.tensor(math.exp(nll.mean())) if slip == "math.exp" else nll.mean().exp()
+
+    result = status("ex09.perplexity", perplexity)
+    assert result.status == "failed", result.feedback
+    assert "float32 on float64 logits" in result.feedback, result.feedback
+    assert "a tensor you create gets" not in result.feedback, result.feedback
+
+
 def _learners_perplexity(dim, shift=False):
     def perplexity(logits, targets):
         if targets.shape != logits.shape[:-1]:
