@@ -783,10 +783,29 @@ def _learners_generate(slip):
                 next_id = own_sample_next(logits[:, -1], temperature, top_k, None, generator)
                 ids = torch.cat([ids, next_id[:, None]], dim=1)
                 start = step if slip == "step number" else ids.shape[1] - 1
+                start = step + 1 if slip == "tokens generated" else start  # f09
+                if slip == "refeed":  # f09: the whole sequence again, with the cache, from 0
+                    logits, cache = model.forward_cached(ids, cache, 0)
+                    continue
                 logits, cache = model.forward_cached(next_id[:, None], cache, start)
         return ids
 
     return generate
+
+
+@pytest.mark.parametrize(
+    ("slip", "row"),
+    [
+        # f09: start = step + 1 (the number of tokens generated so far) and the whole sequence
+        # fed again with the cache both got "None of the usual single mistakes"
+        ("tokens generated", "step_count"),
+        ("refeed", "refeed_all"),
+    ],
+)
+def test_generate_position_and_feeding_slips_are_named(slip, row):
+    result = status("ex09.generate", _learners_generate(slip))
+    assert result.status == "failed", result.feedback
+    assert f"Hint: {ex09.generate.MISTAKES[row]}" in result.feedback, result.feedback
 
 
 def test_a_generate_that_samples_from_a_seed_of_its_own_is_named():
