@@ -670,6 +670,8 @@ def _learners_step(slip):
         d = k_cache.shape[-2] if slip == "shape[-2]" else k_cache.shape[-1]
         scale = d if slip == "no sqrt" else math.sqrt(d)
         scale = torch.sqrt(torch.tensor(d)) if slip == "float32 scale" else scale  # f09
+        if slip == "v from k":  # f09: the keys' line copied for the values, k_t left in it
+            v_cache = torch.cat([v_cache[:, :, :-1], k_t], dim=2)
         weights = torch.softmax(q_t @ k_cache.transpose(-2, -1) / scale, dim=-1)
         return weights @ v_cache, k_cache, v_cache
 
@@ -750,6 +752,8 @@ def _learners_evaluate(float32_sum):
         # #hunt4: these two got "None of the usual single mistakes" too
         ("ex09.perplexity", _learners_perplexity(-1, shift=True), "with no shift"),
         ("ex09.cached_attention_step", _learners_step("no sqrt"), "divided by d_head itself"),
+        # f09: "None of the usual single mistakes gives this result"
+        ("ex09.cached_attention_step", _learners_step("v from k"), "grows with the new KEY"),
         # #hunt2: "your loss is 3.03797 nats per token, expected 3.03797"
         ("ex09.evaluate", _learners_evaluate(True), "in a float32 tensor"),
     ],

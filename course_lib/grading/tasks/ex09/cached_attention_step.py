@@ -57,6 +57,9 @@ MISTAKES = {
     "dim=2): the cache keeps the tokens in their order (position t is row t); prepending gives "
     "the same output but caches in reverse order",
     "wrong_axis": _AXIS_HINT,
+    "values_from_keys": "your v_cache grows with the new KEY: append the new value to the "
+    "values, v_cache = torch.cat([v_cache, v_t], dim=2) (a line copied from the keys' and "
+    "left unchanged?)",
     "scaled_by_d_v": D_V_SCALE_HINT,
     "unscaled": "the scores are not scaled: divide q_t·k by sqrt(d_head), as in full attention",
     "float32_scale": FLOAT32_SCALE,
@@ -91,7 +94,8 @@ def wrong_step(q_t, k_t, v_t, k_cache, v_cache, *, mistake=""):
     if mistake == "prepended":
         keys, values = torch.cat([k_t, k_cache], axis), torch.cat([v_t, v_cache], axis)
     else:
-        keys, values = torch.cat([k_cache, k_t], axis), torch.cat([v_cache, v_t], axis)
+        new_v = k_t if mistake == "values_from_keys" else v_t  # a copied line left unchanged
+        keys, values = torch.cat([k_cache, k_t], axis), torch.cat([v_cache, new_v], axis)
     if mistake == "attend_before_append":  # an empty cache gives a zero output
         output = (
             _attend(q_t, k_cache, v_cache)
