@@ -597,7 +597,8 @@ def _learners_sample_next(slip):
             logits = logits.masked_fill(logits < kth, float("-inf"))
         probs = torch.softmax(logits, -1)
         if top_p is not None:
-            sorted_probs, order = probs.sort(-1, descending=True)
+            # f09: sort() alone is ascending, so the set is built from the least likely tokens
+            sorted_probs, order = probs.sort(-1, descending=slip != "ascending")
             keep = sorted_probs.cumsum(-1) - sorted_probs < top_p  # in sorted order
             if slip == "sorted_ids":  # #hunt6: a position among the sorted probabilities
                 return torch.multinomial(sorted_probs * keep, 1, generator=generator).squeeze(-1)
@@ -622,6 +623,9 @@ def _learners_sample_next(slip):
         ("kth_min", "top_k_one_threshold"),
         # the drawn position in the sorted order returned as the token: no hint
         ("sorted_ids", "top_p_sorted_ids"),
+        # f09: probs.sort(-1) without descending=True: "token 1 ... outside the allowed set",
+        # with no hint
+        ("ascending", "top_p_ascending"),
     ],
 )
 def test_sample_next_slips_are_named(slip, row):
@@ -665,10 +669,45 @@ def _learners_step(slip):
             )
         d = k_cache.shape[-2] if slip == "shape[-2]" else k_cache.shape[-1]
         scale = d if slip == "no sqrt" else math.sqrt(d)
+        scale = torch.sqrt(torch.tensor(d)) if slip == "float32 scale" else scale  # f09
+        if slip == "v from k":  # f09: the keys' line copied for the values, k_t left in it
+            v_cache = torch.cat([v_cache[:, :, :-1], k_t], dim=2)
         weights = torch.softmax(q_t @ k_cache.transpose(-2, -1) / scale, dim=-1)
         return weights @ v_cache, k_cache, v_cache
 
     return cached_attention_step
+
+
+def test_a_float32_scale_in_the_cached_step_fails_on_every_seed_with_its_hint():
+    # f09: torch.sqrt(torch.tensor(d_head)) is float32: full marks in the notebook (its one
+    # float64 case, 21 outputs with d_head 5, stayed within tolerance), then a bare "your
+    # outputs differ ... 9.37e-09" with no hint under hidden seeds 2, 3 and 6
+    task = get_task("ex09.cached_attention_step")
+    for seed in (NOTEBOOK_SEED, 2, 3, 6):
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        result = judge(task, cases, run_cases(task, _learners_step("float32 scale"), cases))
+        assert result.status == "failed", (seed, result.feedback)
+        assert ex09.cached_attention_step.MISTAKES["float32_scale"] in result.feedback, (
+            seed,
+            result.feedback,
+        )
+
+
+@pytest.mark.parametrize("slip", ["float", "math.exp"])
+def test_a_float32_perplexity_is_told_its_cast_not_a_created_tensor(slip):
+    # f09: logits.float() on float64 logits was told "a tensor you create gets PyTorch's default
+    # dtype ... unless you pass dtype=", a cause the learner did not write
+    def perplexity(logits, targets):
+        if targets.shape != logits.shape[:-1]:
+            raise ValueError("the shapes do not fit")
+        log_probs = (logits.float() if slip == "float" else logits).log_softmax(dim=-1)
+        nll = -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        return torch.tensor(math.exp(nll.mean())) if slip == "math.exp" else nll.mean().exp()
+
+    result = status("ex09.perplexity", perplexity)
+    assert result.status == "failed", result.feedback
+    assert "float32 on float64 logits" in result.feedback, result.feedback
+    assert "a tensor you create gets" not in result.feedback, result.feedback
 
 
 def _learners_perplexity(dim, shift=False):
@@ -713,6 +752,8 @@ def _learners_evaluate(float32_sum):
         # #hunt4: these two got "None of the usual single mistakes" too
         ("ex09.perplexity", _learners_perplexity(-1, shift=True), "with no shift"),
         ("ex09.cached_attention_step", _learners_step("no sqrt"), "divided by d_head itself"),
+        # f09: "None of the usual single mistakes gives this result"
+        ("ex09.cached_attention_step", _learners_step("v from k"), "grows with the new KEY"),
         # #hunt2: "your loss is 3.03797 nats per token, expected 3.03797"
         ("ex09.evaluate", _learners_evaluate(True), "in a float32 tensor"),
     ],
@@ -746,10 +787,29 @@ def _learners_generate(slip):
                 next_id = own_sample_next(logits[:, -1], temperature, top_k, None, generator)
                 ids = torch.cat([ids, next_id[:, None]], dim=1)
                 start = step if slip == "step number" else ids.shape[1] - 1
+                start = step + 1 if slip == "tokens generated" else start  # f09
+                if slip == "refeed":  # f09: the whole sequence again, with the cache, from 0
+                    logits, cache = model.forward_cached(ids, cache, 0)
+                    continue
                 logits, cache = model.forward_cached(next_id[:, None], cache, start)
         return ids
 
     return generate
+
+
+@pytest.mark.parametrize(
+    ("slip", "row"),
+    [
+        # f09: start = step + 1 (the number of tokens generated so far) and the whole sequence
+        # fed again with the cache both got "None of the usual single mistakes"
+        ("tokens generated", "step_count"),
+        ("refeed", "refeed_all"),
+    ],
+)
+def test_generate_position_and_feeding_slips_are_named(slip, row):
+    result = status("ex09.generate", _learners_generate(slip))
+    assert result.status == "failed", result.feedback
+    assert f"Hint: {ex09.generate.MISTAKES[row]}" in result.feedback, result.feedback
 
 
 def test_a_generate_that_samples_from_a_seed_of_its_own_is_named():

@@ -37,6 +37,12 @@ MISTAKES = {
     "no_cache": "the new token is fed with cache=None, so it attends only to itself: pass on "
     "the cache that the previous forward_cached returned (logits, cache = "
     "model.forward_cached(new_ids, cache, start))",
+    "step_count": "the new token's position is its place in the whole sequence, after the "
+    "prompt's tokens: start = ids.shape[1] - 1 after appending it, not the number of tokens "
+    "generated so far",
+    "refeed_all": "you fed the whole sequence again with the cache, so its keys and values are "
+    "in the cache twice: the cache already holds every earlier token; feed only the newest one, "
+    "model.forward_cached(ids[:, -1:], cache, ids.shape[1] - 1)",
     "stuck_position": "every new token is fed at the same position, the prompt's length: the "
     "position must move on by one at each step; compute it inside the loop, start = "
     "ids.shape[1] - 1 after appending the new token",
@@ -123,13 +129,15 @@ def _wrong_generate(
             next_id = sample_next(row, temp, k, None, generator)  # (batch,)
             ids = torch.cat([ids, next_id[:, None]], dim=1)
             wrong_starts = {"restart": 0, "off_by_one": ids.shape[1], "step_number": step}
+            wrong_starts |= {"step_count": step + 1, "refeed_all": 0}  # f09
             wrong_starts["one_early"] = ids.shape[1] - 2  # the previous token's position
             wrong_starts["stuck_position"] = ids.shape[1] - 1 - step  # the prompt's length
             start = wrong_starts.get(mistake, ids.shape[1] - 1)
             if ids.shape[1] >= model.config.block_size:
                 start = min(start, model.config.block_size - 1)
             past = None if mistake == "no_cache" else cache  # no_cache: None at every step
-            logits, new_cache = model.forward_cached(ids[:, -1:], past, start)
+            fed = ids if mistake == "refeed_all" else ids[:, -1:]  # the whole sequence again
+            logits, new_cache = model.forward_cached(fed, past, start)
             if mistake != "stale":
                 cache = new_cache
     return ids
@@ -247,7 +255,7 @@ class Generate(Task):
 
     def compare(self, got, want, case):
         message = compare_values(got[0], want[0], "your tokens")
-        if message:
+        if message or got[1] == want[1]:  # f09: a listed mistake's own "positions" matches too
             return message
         if got[1] == "calls":
             return (

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from ...core import Case, GradingError, Task, register
+from ...core import Case, GradingError, Task, compare_values, register
 
 MISTAKES = {
     "log_of_softmax": "a probability that underflows to 0 in softmax gives log(0) = -inf: take "
@@ -119,5 +119,14 @@ class PerplexityTask(Task):
                 raise
             hint = MISTAKES["classes_transposed"]
             raise GradingError(f"your code raised {type(e).__name__}: {e}. Hint: {hint}") from None
+
+    def compare(self, got, want, case):
+        if getattr(got, "dtype", None) == torch.float32 and want.dtype == torch.float64:
+            return (  # f09: the generic dtype hint speaks of tensors created without dtype=
+                "your perplexity is float32 on float64 logits: compute it in the logits' dtype, "
+                "with no .float() on the logits or the log-probabilities (torch.tensor(math.exp("
+                "...)) is float32 too: .exp() of the tensor keeps its dtype)"
+            )
+        return compare_values(got, want)
 
     mistake_table, wrong = MISTAKES, staticmethod(wrong_perplexity)

@@ -85,6 +85,9 @@ MISTAKES = {
     "temperature_twice": "the logits are divided by the temperature twice (logits / t / t, "
     "as at temperature t squared): divide them once, logits / temperature, before top-k and "
     "the softmax",
+    "top_p_ascending": "top-p keeps the MOST likely tokens: sort the probabilities from the "
+    "largest, probs.sort(dim=-1, descending=True); sort() alone sorts them from the smallest, so "
+    "your set is built from the least likely tokens",
     "tiny_temperature_greedy": "only temperature=0 is greedy (step 1): any positive temperature, "
     "however small, still samples from softmax(logits / temperature), where tokens tied for "
     "the largest logit share the draws; the arg-max gives them all to one token",
@@ -129,8 +132,8 @@ def wrong_sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator
         keep_sorted = mass <= top_p
         keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
         probs = probs.masked_fill(~keep, 0.0)
-    else:
-        probs = _filter(probs, top_k, top_p)
+    else:  # top_p_ascending: the set built from the least likely tokens
+        probs = _filter(probs, top_k, top_p, descending=mistake != "top_p_ascending")
     if mistake == "temperature_after_top_p":  # the set of the untempered distribution
         kept = _filter(stable_softmax(logits * temperature), top_k, top_p) > 0
         probs = stable_softmax(logits).masked_fill(~kept, 0.0)
@@ -141,14 +144,15 @@ def wrong_sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator
     return torch.multinomial(probs.float(), 1, generator=generator).squeeze(-1)
 
 
-def _filter(probs: torch.Tensor, top_k, top_p) -> torch.Tensor:
-    """Correct top-k / top-p filtering of probabilities (used by the wrong implementations)."""
+def _filter(probs: torch.Tensor, top_k, top_p, descending: bool = True) -> torch.Tensor:
+    """Correct top-k / top-p filtering of probabilities (used by the wrong implementations;
+    descending=False builds the top-p set from the least likely tokens)."""
     if top_k is not None:
         kth = torch.topk(probs, min(top_k, probs.shape[-1]), dim=-1).values[..., -1:]
         probs = probs.masked_fill(probs < kth, 0.0)
     if top_p is not None:
         probs = probs / probs.sum(-1, keepdim=True)
-        sorted_probs, order = probs.sort(-1, descending=True)
+        sorted_probs, order = probs.sort(-1, descending=descending)
         keep_sorted = (sorted_probs.cumsum(-1) - sorted_probs) < top_p
         keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
         probs = probs.masked_fill(~keep, 0.0)
