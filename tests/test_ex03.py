@@ -1138,3 +1138,92 @@ def test_a_float32_scale_fails_under_every_hidden_seed(monkeypatch, seed):
     result = check_result("ex03.MultiHeadAttention", _learner_mha("float32 scale"))
     assert result.status == "failed", result.feedback
     assert "your scale is a float32 tensor" in result.feedback, result.feedback
+
+
+# ---- hunt R12: rarer slips that got 'None of the usual single mistakes' ----------------------
+
+
+class _R12MHA(nn.Module):
+    """A learner's multi-head attention, split by hand; `slip` names its one mistake."""
+
+    slip = ""
+
+    def __init__(self, d_model, num_heads, bias=True):
+        super().__init__()
+        self.num_heads = num_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, query, key, value, mask=None):
+        batch, n_q, d_model = query.shape
+        h = self.num_heads
+        q, k, v = (
+            proj(t).view(batch, -1, h, d_model // h).transpose(1, 2)
+            for proj, t in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
+        )
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            mask = mask.unsqueeze(1) if mask.dim() == 3 else mask
+            if self.slip == "scores + mask":  # a bool mask added as if it were additive
+                scores = scores + mask
+            else:
+                scores = scores.masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(dim=1 if self.slip == "softmax(dim=1)" else -1)
+        merged = (weights @ v).transpose(1, 2).reshape(batch, n_q, d_model)
+        if self.slip == "merged @ W + b":  # out_proj by hand, its weight not transposed
+            return merged @ self.out_proj.weight + self.out_proj.bias, weights
+        return self.out_proj(merged), weights
+
+
+def _r12_gqa(slip):
+    def grouped_query_attention(q, k, v, mask=None):
+        if q.shape[1] % k.shape[1]:
+            raise ValueError("num_heads must be a multiple of num_kv_heads")
+        group = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores + mask if slip == "scores + mask" else scores.masked_fill(~mask, -1e30)
+        weights = scores.softmax(dim=1 if slip == "softmax(dim=1)" else -1)
+        return weights @ v, weights
+
+    return grouped_query_attention
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        (
+            "ex03.MultiHeadAttention",
+            type("MultiHeadAttention", (_R12MHA,), {"slip": "scores + mask"}),
+            "a True/False mask is not an additive one",
+        ),
+        (
+            "ex03.MultiHeadAttention",
+            type("MultiHeadAttention", (_R12MHA,), {"slip": "softmax(dim=1)"}),
+            "the softmax runs over dim=1, the heads",
+        ),
+        (
+            "ex03.MultiHeadAttention",
+            type("MultiHeadAttention", (_R12MHA,), {"slip": "merged @ W + b"}),
+            "applied as x @ weight.T + bias",
+        ),
+        ("ex03.grouped_query_attention", _r12_gqa("scores + mask"), "not an additive one"),
+        ("ex03.grouped_query_attention", _r12_gqa("softmax(dim=1)"), "over dim=1, the heads"),
+    ],
+)
+def test_an_r12_slip_is_named(task_id, learner, words):
+    result = check_result(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+    assert "None of the usual" not in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize(
+    "task_id, learner",
+    [("ex03.MultiHeadAttention", _R12MHA), ("ex03.grouped_query_attention", _r12_gqa(""))],
+)
+def test_the_r12_learners_pass_without_their_slip(task_id, learner):
+    result = check_result(task_id, learner)
+    assert result.status == "passed", result.feedback

@@ -42,6 +42,15 @@ _KEYS_TRANSPOSE_1_2 = (
     "two axes, k.transpose(-2, -1). transpose(1, 2), right for exercise 02's 3-D keys, "
     "swaps heads and keys here (and k.T reverses all four axes)"
 )
+_MASK_ADDED = (
+    "you added the bool mask to the scores (scores + mask): True counts as 1 and False as 0, so "
+    "the blocked keys keep their weight (and the allowed ones score 1 more); a True/False mask "
+    "is not an additive one: fill the blocked scores, scores.masked_fill(~mask, float('-inf'))"
+)
+_OVER_HEADS = (
+    "the softmax runs over dim=1, the heads of the (batch, num_heads, n_q, n_k) scores: take it "
+    "over the keys, the last axis, dim=-1, so that each query's weights sum to 1"
+)
 _BOOLEAN_INDEX = (
     "scores[~mask] = float('-inf') needs a mask of exactly the scores' "
     "shape (batch, num_heads, n_q, n_k): boolean indexing does not broadcast. Use "
@@ -223,7 +232,7 @@ class _WrongMultiHeadAttention(nn.Module):
                 "float32_scale": torch.tensor(self.d_head, dtype=torch.float32),
             }.get(mistake),
             fill=0.0 if mistake == "fill_zero" else float("-inf"),
-            dim=-2 if mistake == "softmax_over_queries" else -1,
+            dim={"softmax_over_queries": -2, "softmax_over_heads": 1}.get(mistake, -1),
             inverted=mistake.startswith("flipped_mask"),  # True read as blocked
             zero_after=mistake in ("zero_after", "renormalised"),
             nan_to_zero=mistake == "flipped_mask_through_sdpa",  # lesson 02's guard: no key -> 0
@@ -234,6 +243,9 @@ class _WrongMultiHeadAttention(nn.Module):
             heads = weights @ v
         if mistake == "scaled_after_softmax":  # softmax(q k^T) / sqrt(d_head)
             weights = weights / self.d_head**0.5
+            heads = weights @ v
+        if mistake == "mask_added" and mask is not None:  # scores + mask: True adds 1, False 0
+            weights = (q @ k.transpose(-2, -1) / self.d_head**0.5 + mask).softmax(-1)
             heads = weights @ v
         if mistake == "weights_detached":  # torch.no_grad() around the softmax: no q/k gradients
             heads = weights.detach() @ v
@@ -249,6 +261,8 @@ class _WrongMultiHeadAttention(nn.Module):
         elif mistake == "scores_returned":  # `return output, scores`: before the softmax
             weights = q @ k.transpose(-2, -1) / self.d_head**0.5
         output = merged if self.mistake == "no_out_proj" else self.out_proj(merged)
+        if mistake == "out_proj_untransposed":  # by hand, x @ weight + bias: weight not .T
+            output = merged @ self.out_proj.weight + self.out_proj.bias
         output = query + output if mistake == "residual_added" else output  # a block's habit
         if mistake == "no_gradients":  # @torch.no_grad() on forward, or a .detach()
             output = output.detach()
@@ -435,6 +449,12 @@ class MultiHeadAttentionTask(ModuleTask):
         "no_gradients": _NO_GRADIENTS,
         "weights_detached": _GRADIENTS_CUT.format("q_proj and k_proj"),
         "inputs_kept": KEPT_INPUTS,
+        "mask_added": _MASK_ADDED,
+        "softmax_over_heads": _OVER_HEADS,
+        "out_proj_untransposed": "the output projection by hand, merged @ out_proj.weight + "
+        "out_proj.bias, multiplies by the weight untransposed: nn.Linear's weight is "
+        "(out_features, in_features), applied as x @ weight.T + bias; call the layer itself, "
+        "self.out_proj(merged)",
     }
 
     def cases(self, gen):
@@ -641,6 +661,8 @@ class GroupedQueryAttentionTask(Task):
         # unsqueezed (sizes 2 and 4 at dimension 1), and this slip fails the first case already
         "keys_transpose_1_2": _KEYS_TRANSPOSE_1_2,
         "boolean_index": _BOOLEAN_INDEX,
+        "mask_added": _MASK_ADDED,
+        "softmax_over_heads": _OVER_HEADS,
     }
 
     def wrong(self, q, k, v, mask=None, *, mistake):
@@ -690,13 +712,16 @@ class GroupedQueryAttentionTask(Task):
                 "float32_scale": torch.tensor(q.shape[-1], dtype=torch.float32),
             }.get(mistake),
             fill=0.0 if mistake == "fill_zero" else float("-inf"),
-            dim=-2 if mistake == "softmax_over_queries" else -1,
+            dim={"softmax_over_queries": -2, "softmax_over_heads": 1}.get(mistake, -1),
             inverted=mistake == "mask_inverted",
             zero_after=mistake == "renormalised",
             renormalised=mistake == "renormalised",
         )
         if mistake == "scaled_after_softmax":  # softmax(q k^T) / sqrt(d_head)
             weights = weights / q.shape[-1] ** 0.5
+            output = weights @ v
+        if mistake == "mask_added" and mask is not None:  # scores + mask: True adds 1, False 0
+            weights = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5 + mask).softmax(-1)
             output = weights @ v
         return output, weights
 
