@@ -950,3 +950,78 @@ def test_an_integer_table_keeps_the_generic_dtype_hint():
     assert result.status == "failed", result.feedback
     assert "int64 for integers" in result.feedback, result.feedback
     assert "return the result .float()" not in result.feedback, result.feedback
+
+
+# ---- hunt R12: rarer slips that got 'None of the usual single mistakes' ----------------------
+
+
+def _r12_encoding(slip):
+    def sinusoidal_positional_encoding(seq_len, d_model):
+        require_even(d_model)
+        positions = torch.arange(seq_len, dtype=torch.float64)[:, None]
+        if slip == "positions / seq_len":
+            positions = positions / seq_len
+        angles = positions * frequencies(d_model)
+        angles = math.pi * angles if slip == "times pi" else angles
+        pe = torch.zeros(seq_len, d_model, dtype=torch.float64)
+        pe[:, 0::2], pe[:, 1::2] = angles.sin(), angles.cos()
+        return pe.float()
+
+    return sinusoidal_positional_encoding
+
+
+def _r12_rope(slip, halves=False):
+    def rope(x, positions=None):
+        seq, d = x.shape[-2:]
+        require_even(d)
+        positions = torch.arange(seq) if positions is None else positions
+        positions = positions.double()[:, None]
+        positions = positions / seq if slip == "positions / seq" else positions
+        angles = positions * frequencies(d)  # (seq, d / 2)
+        angles = math.pi * angles if slip == "times pi" else angles
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        x0, x1 = (x[..., : d // 2], x[..., d // 2 :]) if halves else (x[..., 0::2], x[..., 1::2])
+        r0, r1 = x0 * cos - x1 * sin, x0 * sin + x1 * cos
+        return torch.cat((r0, r1), -1) if halves else torch.stack((r0, r1), -1).flatten(-2)
+
+    return rope
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex04.sinusoidal_positional_encoding", _r12_encoding("times pi"), "multiplied by pi"),
+        (
+            "ex04.sinusoidal_positional_encoding",
+            _r12_encoding("positions / seq_len"),
+            "divided the positions by seq_len",
+        ),
+        ("ex04.apply_rope", _r12_rope("times pi"), "multiplied by pi"),
+        ("ex04.apply_rope", _r12_rope("positions / seq"), "divided the positions by seq"),
+        ("ex04.apply_rope_half", _r12_rope("times pi", True), "multiplied by pi"),
+        ("ex04.apply_rope_half", _r12_rope("positions / seq", True), "divided the positions"),
+        (
+            "ex04.relative_shift_matrix",
+            lambda o, d: _shift_by_hand(math.pi * o, d, torch.float32),
+            "multiplied by pi",
+        ),
+    ],
+)
+def test_an_r12_slip_is_named(task_id, learner, words):
+    result = check_result(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+    assert "None of the usual" not in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize(
+    "task_id, learner",
+    [
+        ("ex04.sinusoidal_positional_encoding", _r12_encoding("")),
+        ("ex04.apply_rope", _r12_rope("")),
+        ("ex04.apply_rope_half", _r12_rope("", True)),
+        ("ex04.relative_shift_matrix", lambda o, d: _shift_by_hand(o, d, torch.float32)),
+    ],
+)
+def test_the_r12_learners_pass_without_their_slip(task_id, learner):
+    result = check_result(task_id, learner)
+    assert result.status == "passed", result.feedback

@@ -28,6 +28,8 @@ def _frequencies(d: int, mistake: str = "") -> torch.Tensor:
         return 10000.0 ** (-2 * pair)
     if mistake == "divided_outside":  # exp(...) / d
         return 10000.0 ** (-2 * pair) / d
+    if mistake == "times_pi":  # math.pi * position * frequency: radians taken for turns
+        return torch.pi * 10000.0 ** (-2 * pair / d)
     if mistake in ("zero", "no_frequency"):  # zero: 2 * i // d, integer division, 0
         return torch.ones_like(pair)
     power = {"exponent_i": pair, "exponent_4i": 4 * pair, "blog_loop": 4 * pair}.get(
@@ -38,6 +40,21 @@ def _frequencies(d: int, mistake: str = "") -> torch.Tensor:
 
 def _base_1000(d="d_model"):
     return f"the base is 10000, not 1000: pair i turns at the frequency 10000^(-2i/{d})"
+
+
+def _times_pi(d="d_model"):
+    return (
+        "your angles are multiplied by pi: pair i at position p turns by p * 10000^(-2i/"
+        f"{d}) radians, with no pi (torch.sin and torch.cos take radians as they are)"
+    )
+
+
+def _positions_over_len(seq="seq_len"):
+    return (
+        f"you divided the positions by {seq}: the angle is the position itself, p = 0, 1, 2, "
+        "..., times the pair's frequency; scaled by the length, one position would be encoded "
+        "differently in sequences of different lengths"
+    )
 
 
 def _inverted(d="d_model"):
@@ -144,6 +161,8 @@ class SinusoidalPositionalEncoding(_PositionalTask):
         "in row p, pair i is p * 10000^(-2i/d_model), the position times the pair's frequency",
         "odd_sin": "the odd columns hold sin too: column 2i+1 is cos(p * w_i), so pe[:, 1::2] = "
         "torch.cos(angles)",
+        "times_pi": _times_pi(),
+        "positions_over_len": _positions_over_len(),
         "blog_loop": "this is a well-known blog's loop: with i = 0, 2, 4, ... already the even "
         "column, sin(p / 10000^(2i/d_model)) counts the 2 twice and cos(p / 10000^(2(i+1)/"
         "d_model)) takes the next pair's frequency. With the column index i = 2k the exponent "
@@ -164,6 +183,7 @@ class SinusoidalPositionalEncoding(_PositionalTask):
 
     def wrong(self, seq_len, d_model, *, mistake):
         positions = torch.arange(seq_len, dtype=F64)[:, None] + (mistake == "from_1")  # (seq, 1)
+        positions = positions / seq_len if mistake == "positions_over_len" else positions
         pair = torch.arange(d_model // 2, dtype=F64)[None, :]  # (1, d_model / 2)
         if mistake == "over_seq_len":
             angles = positions * 10000.0 ** (-2 * pair / seq_len)
@@ -222,6 +242,7 @@ class RelativeShiftMatrix(_PositionalTask):
         "not_over_d": _not_over_d(),
         "exponent_4i": "the rotation angle uses 10000^(-4i/d_model), the 2 counted twice; pair "
         "(2i, 2i+1) turns by offset * 10000^(-2i/d_model), the same frequency as in the encoding",
+        "times_pi": _times_pi(),
         "block_at_pair_index": "pair i's 2x2 block goes at rows and columns 2i and 2i+1, "
         "M[2*i : 2*i + 2, 2*i : 2*i + 2]; at M[i : i + 2, i : i + 2] the blocks overlap and the "
         "last rows stay 0",
@@ -285,6 +306,8 @@ def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
     positions = positions.to(F64) if mistake == "positions_1d" else positions.to(F64)[:, None]
     if mistake == "constant":
         positions = torch.ones_like(positions)
+    if mistake == "positions_over_len":  # positions / seq, seq = x.shape[-2]
+        positions = positions / x.shape[-2]
     angles = positions * _frequencies(d, mistake)  # (seq, d / 2)
     first = second = angles  # the angles of each pair's first and second feature
     if mistake in ("mixed_frequencies", "halves_mixed_frequencies"):  # repeat_interleave'd table
@@ -503,6 +526,8 @@ class ApplyRope(_RopeTask):
         "positions_or": _POSITIONS_OR,
         "overwritten": _OVERWRITTEN,
         "view": _VIEW,
+        "times_pi": _times_pi("d"),
+        "positions_over_len": _positions_over_len("seq"),
     }
 
     def cases(self, gen):
@@ -611,6 +636,8 @@ class ApplyRopeHalf(_RopeTask):
         "torch.argsort(perm) ([0, 2, 4, ..., 1, 3, ...]); perm is its own inverse only for d = 4",
         "float_half": "d / 2 is a float (8 / 2 = 4.0) even when d is even, and a slice needs "
         "ints: x[..., : d // 2] and x[..., d // 2 :]",
+        "times_pi": _times_pi("d"),
+        "positions_over_len": _positions_over_len("seq"),
     }
 
     def cases(self, gen):
