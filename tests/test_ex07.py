@@ -1501,3 +1501,54 @@ def test_f07_a_post_norm_sub_layer_without_its_norm_is_named(task_id, learner, w
     result = status(task_id, learner)
     assert result.status == "failed" and words in result.feedback, result.feedback
     assert 0 < result.passed < result.total  # its pre-norm cases pass
+
+
+# ---- hunt R12: rarer slips that got 'None of the usual single mistakes' ----------------------
+
+
+def _r12_layer_norm(x, gamma, beta, eps=1e-5):
+    mean = x.mean(dim=-1, keepdim=True)
+    var = x.var(dim=-1, keepdim=True, unbiased=False)
+    return (x - mean) / torch.sqrt(var) + eps * gamma + beta  # eps and gamma misplaced
+
+
+def _r12_rms_norm(x, weight, eps=1e-6):
+    return x / (x.abs().mean(dim=-1, keepdim=True) + eps) * weight  # the mean of |x|
+
+
+class _R12SwiGLU(SwiGLULearner):
+    def forward(self, x):
+        g, u = self.gate_proj(x), self.up_proj(x)
+        if self.combine == "gelu_tanh":
+            return self.down_proj(F.gelu(g, approximate="tanh") * u)
+        if self.combine == "silu_outside":
+            return F.silu(self.down_proj(g * u))
+        return self.down_proj(F.silu(g) * u)
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex07.layer_norm", _r12_layer_norm, "eps is in the wrong place and gamma no longer"),
+        ("ex07.rms_norm", _r12_rms_norm, "the mean absolute value"),
+        (
+            "ex07.SwiGLU",
+            type("SwiGLU", (_R12SwiGLU,), {"combine": "gelu_tanh"}),
+            "tanh-approximated or not",
+        ),
+        (
+            "ex07.SwiGLU",
+            type("SwiGLU", (_R12SwiGLU,), {"combine": "silu_outside"}),
+            "you applied it to the output of down_proj",
+        ),
+    ],
+)
+def test_an_r12_slip_is_named(task_id, learner, words):
+    result = status(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+    assert "None of the usual" not in result.feedback, result.feedback
+
+
+def test_the_r12_swiglu_passes_without_its_slip():
+    result = status("ex07.SwiGLU", type("SwiGLU", (_R12SwiGLU,), {"combine": ""}))
+    assert result.status == "passed", result.feedback

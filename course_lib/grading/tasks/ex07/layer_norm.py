@@ -68,6 +68,9 @@ MISTAKES = {
     "std_as_number": "the standard deviation became a plain Python number (math.sqrt of a "
     "tensor, .item() or float()): the values are right, but no gradient flows through it, so "
     "training differs from nn.LayerNorm's; keep it a tensor, torch.sqrt(var + eps)",
+    "eps_times_gamma": "eps is in the wrong place and gamma no longer scales: (x - mean) / "
+    "sqrt(var) + eps * gamma + beta adds eps * gamma to the normalised x; eps goes under the "
+    "square root and gamma multiplies: (x - mean) / sqrt(var + eps) * gamma + beta",
     "no_eps": "your result is LayerNorm without eps (or with a far smaller one): add eps to the "
     "variance inside the square root, sqrt(var + eps), with the default eps=1e-5",
 }
@@ -87,6 +90,8 @@ def wrong_layer_norm(x, gamma, beta, eps=None, *, mistake=""):
         mean, var = mean.detach(), var.detach()
     if mistake == "unbiased":
         var = x.var(dim=dim, unbiased=True, keepdim=True)
+    if mistake == "eps_times_gamma":  # (x - mean) / sqrt(var) + eps * gamma + beta
+        return (x - mean) / var.sqrt() + eps * gamma + beta
     if mistake == "eps_outside":
         x_hat = (x - mean) / (var.sqrt() + eps)
     elif mistake == "eps_after_division":

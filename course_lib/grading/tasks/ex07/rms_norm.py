@@ -42,6 +42,9 @@ MISTAKES = {
     "its own, over the last dimension: x.pow(2).mean(dim=-1, keepdim=True)",
     "variance": STD,
     "variance_unbiased": STD,
+    "mean_abs": "you divided by the mean absolute value, mean(|x|): RMSNorm divides by the "
+    "ROOT MEAN SQUARE, sqrt(mean(x**2) + eps): square x, average over the last dimension, add "
+    "eps, then take the square root",
     "no_eps": "your result is RMSNorm without eps (or with a far smaller one): add eps inside "
     "the square root, sqrt(mean(x**2) + eps), with the default eps=1e-6",
 }
@@ -52,6 +55,8 @@ def wrong_rms_norm(x, weight, eps=None, *, mistake=""):
     if eps is None or mistake == "eps_ignored":
         eps = 1e-5 if mistake == "default_eps" else 1e-6
     eps = 0.0 if mistake == "no_eps" else eps
+    if mistake == "mean_abs":  # x / (mean(|x|) + eps): the mean absolute value for the rms
+        return x / (x.abs().mean(dim=-1, keepdim=True) + eps) * weight
     if mistake == "mean_subtracted":
         x = x - x.mean(dim=-1, keepdim=True)
     dim, keepdim = {"batch_axis": 0, "dim1": 1}.get(mistake, -1), mistake != "no_keepdim"

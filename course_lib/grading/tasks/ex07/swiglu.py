@@ -28,6 +28,10 @@ MISTAKES = {
     "silu(gate_proj(x)) * up_proj(x), not silu(gate_proj(x) * up_proj(x))",
     "no_silu": "the gate has no activation: SiLU goes on the gate branch, "
     "silu(gate_proj(x)) * up_proj(x); without it the product is a plain bilinear map",
+    "gelu_tanh": "SwiGLU uses SiLU (swish), F.silu, not GELU, tanh-approximated or not (that "
+    "would be GeGLU)",
+    "silu_outside": "SiLU goes on the gate branch, inside: down_proj(silu(gate_proj(x)) * "
+    "up_proj(x)); you applied it to the output of down_proj, after the product",
     "sum": "the gate multiplies the up branch element-wise: silu(gate_proj(x)) * up_proj(x), "
     "not silu(gate_proj(x)) + up_proj(x)",
 }
@@ -53,11 +57,14 @@ class WrongSwiGLU(nn.Module):
             gate, up = up, gate
         if self.mistake == "silu_of_product":
             return self.down_proj(F.silu(gate * up))
+        if self.mistake == "silu_outside":  # silu(down_proj(gate * up))
+            return F.silu(self.down_proj(gate * up))
         activation = {
             "sigmoid": torch.sigmoid,
             "gelu": F.gelu,
             "relu": F.relu,
             "no_silu": torch.clone,
+            "gelu_tanh": lambda h: F.gelu(h, approximate="tanh"),
         }
         gate = activation.get(self.mistake, F.silu)(gate)
         up = F.silu(up) if self.mistake == "silu_on_both" else up
