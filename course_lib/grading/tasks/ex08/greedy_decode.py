@@ -106,6 +106,9 @@ MISTAKES = {
     "column is eos_id; mark a row finished only from the tokens it generates",
     "max_values": "max(dim=-1)[0] (its .values) is the largest score, not the token: take the "
     "token id, logits[:, -1].argmax(dim=-1) (or max(dim=-1).indices)",
+    "sampled": "you sampled the next token (torch.multinomial), so your tokens change from run "
+    "to run: greedy decoding takes the most likely token at every step, "
+    "logits[:, -1].argmax(dim=-1); sampling is exercise 09's sample_next",
     "stop_at_any": "you stopped as soon as ONE row finished; stop early only when every row is "
     "finished (finished.all()): the others still have tokens to produce",
 }
@@ -127,6 +130,8 @@ def wrong_greedy_decode(step_fn, batch_size, bos_id, eos_id, max_new_tokens, *, 
             chosen = logits.argmax(dim=1)[:, -1]
         elif mistake == "max_values":  # the largest score, cast to an id, not its index
             chosen = logits[:, -1].max(dim=-1).values.long()
+        elif mistake == "sampled":  # drawn from the softmax (call seeds the global stream)
+            chosen = torch.multinomial(logits[:, -1].softmax(dim=-1), 1).squeeze(-1)
         elif mistake == "argmax_no_dim":  # one index into the flattened (batch, vocab) scores
             chosen = logits[:, -1].argmax().expand(batch_size)
         else:
@@ -184,7 +189,9 @@ class GreedyDecode(Task):
     def call(self, obj, case):
         d = case.data
         step_fn = TableStepFn(d["table"], d["bos_id"])
-        return obj(step_fn, d["batch_size"], d["bos_id"], d["eos_id"], d["max_new_tokens"])
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)  # a draw from the global stream is the same in the "sampled" row
+            return obj(step_fn, d["batch_size"], d["bos_id"], d["eos_id"], d["max_new_tokens"])
 
     def compare(self, got, want, case):
         if isinstance(got, torch.Tensor) and got.dtype in (torch.int32, torch.int16):
