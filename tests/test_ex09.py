@@ -470,6 +470,7 @@ def _attend(slip):
             positions = torch.arange(start, start + n)
             q, k = apply_rope(q, positions), apply_rope(k, positions)
             k = k if slip != "rope_queries_only" else split_heads(a.k_proj(h), self.heads)
+            q = q if slip != "rope_keys_only" else split_heads(a.q_proj(h), self.heads)
             if slip == "rope_values":
                 v = apply_rope(v, positions)
             if slip == "rope_before_split":  # (batch, n, d_model) rotated, then split
@@ -554,6 +555,8 @@ class _GPTWithDefaultFinalEps(ex09._mistake_gpt("")):
         (_gpt_with(("attend", _attend("rope_queries_only"))), "rope_queries_only"),
         # hunt 6: "None of the usual single mistakes"
         (_gpt_with(("attend", _attend("rope_before_split"))), "rope_before_split"),
+        # hunt R12: "None of the usual single mistakes"
+        (_gpt_with(("attend", _attend("rope_keys_only"))), "rope_keys_only"),
     ],
 )
 def test_a_capstone_slip_fails_in_the_notebook_with_its_own_hint(learner, mistake):
@@ -1256,3 +1259,56 @@ def test_the_float32_greedy_case_of_generate_has_no_near_tie_under_any_seed():
         ]
         d = case.data
         assert _greedy_margin(d["state"], d["ids"], d["new"]) >= _GREEDY_MARGIN == 1e-3
+
+
+# ---- hunt R12: sampling slips that got no hint, or another slip's -------------------------
+
+
+def _r12_sample_next(slip):
+    def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if top_k is not None and top_k < 1:
+            raise ValueError(f"top_k must be at least 1, got {top_k}")
+        if top_p is not None and not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        if temperature == 0 and slip != "no greedy branch":
+            return logits.argmax(dim=-1)
+        if slip == "logits * T":
+            logits = logits * temperature
+        elif slip != "probs ** (1 / T)":
+            logits = logits / temperature
+        if top_k is not None:
+            k = min(top_k + (slip == "k + 1"), logits.shape[-1])
+            kth = torch.topk(logits, k, dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        probs = logits.softmax(dim=-1)
+        if slip == "probs ** (1 / T)":  # tempered after the softmax, not renormalised
+            probs = probs ** (1 / temperature)
+        if top_p is not None:
+            sorted_probs, order = probs.sort(dim=-1, descending=True)
+            keep_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs < top_p
+            keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+            probs = probs.masked_fill(~keep, 0.0)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+    return sample_next
+
+
+@pytest.mark.parametrize(
+    "slip, mistake",
+    [
+        ("probs ** (1 / T)", "probs_power"),  # was told "top-k comes before top-p"
+        ("logits * T", "temperature_times"),
+        ("k + 1", "top_k_keeps_k_plus_1"),
+        ("no greedy branch", "no_greedy_branch"),  # a bare RuntimeError
+    ],
+)
+def test_an_r12_sampling_slip_gets_its_own_hint(slip, mistake):
+    result = status("ex09.sample_next", _r12_sample_next(slip))
+    assert result.status == "failed", result.feedback
+    assert f"Hint: {ex09.sample_next.MISTAKES[mistake]}" in result.feedback, result.feedback
+
+
+def test_the_r12_sampler_passes_without_its_slip():
+    assert status("ex09.sample_next", _r12_sample_next("")).status == "passed"

@@ -80,6 +80,8 @@ MISTAKES = {
     "translator (and of the original Transformer) is not part of GPT-2",
     "rope_queries_only": "rotate the keys too, with the same positions as the queries: the "
     "score q . k depends on the offset between two positions only when both are rotated",
+    "rope_keys_only": "rotate the queries too, with the same positions as the keys: the "
+    "score q . k depends on the offset between two positions only when both are rotated",
     "rope_before_split": "split the heads first, then rotate: apply_rope on the (batch, n, "
     "d_model) projections pairs the features across the whole width with d_model's "
     "frequencies; each head is rotated on its own, apply_rope on (batch, heads, n, d_head)",
@@ -177,7 +179,8 @@ class WrongBlock(nn.Module):
         q, k, v = heads(a.q_proj(h)), heads(a.k_proj(h)), heads(a.v_proj(h))
         if self.rope and mistake != "rope_ignored":
             positions = torch.arange(start, start + n)
-            q, k = _rope(q, positions), k if mistake == "rope_queries_only" else _rope(k, positions)
+            q = q if mistake == "rope_keys_only" else _rope(q, positions)
+            k = k if mistake == "rope_queries_only" else _rope(k, positions)
             if mistake == "rope_before_split":  # pairs and frequencies over all of d_model
                 q, k = heads(_rope(a.q_proj(h), positions)), heads(_rope(a.k_proj(h), positions))
             if mistake == "rope_values":

@@ -60,6 +60,11 @@ MISTAKES = {
     "top_p_drops_crossing_token": "you drop the token that makes the total probability cross "
     "top_p: keep the smallest set of most likely tokens whose total REACHES top_p, crossing "
     "token included (keep a token when the mass BEFORE it is below top_p)",
+    # before top_k_after_top_p: the top-p set of untempered, unnormalised probabilities
+    "probs_power": "you tempered the probabilities, softmax(logits) ** (1 / temperature): "
+    "that equals softmax(logits / temperature) only once renormalised, and your top-p measured "
+    "the mass of the unnormalised ones, so it kept another set; divide the LOGITS by the "
+    "temperature before the softmax (step 2)",
     "top_k_after_top_p": "top-k comes before top-p (steps 3 and 5 of the statement): keep the "
     "top_k largest logits first, take the softmax of those, and only then keep the smallest set "
     "whose mass reaches top_p; the other order measures top_p on the unfiltered distribution "
@@ -88,6 +93,15 @@ MISTAKES = {
     "top_p_ascending": "top-p keeps the MOST likely tokens: sort the probabilities from the "
     "largest, probs.sort(dim=-1, descending=True); sort() alone sorts them from the smallest, so "
     "your set is built from the least likely tokens",
+    "temperature_times": "you multiplied the logits by the temperature: divide them, logits / "
+    "temperature, so that a temperature above 1 flattens the distribution and one below 1 "
+    "sharpens it",
+    "top_k_keeps_k_plus_1": "you keep k + 1 tokens: the k-th largest logit is at index k - 1 "
+    "of the logits sorted from the largest (the last of torch.topk(logits, k).values, "
+    "values[:, -1:]); mask the logits strictly below it",
+    "no_greedy_branch": "temperature=0 means greedy (step 1): return logits.argmax(dim=-1) "
+    "before dividing by the temperature; logits / 0 gives inf and NaN probabilities, which "
+    "torch.multinomial refuses",
     "tiny_temperature_greedy": "only temperature=0 is greedy (step 1): any positive temperature, "
     "however small, still samples from softmax(logits / temperature), where tokens tied for "
     "the largest logit share the draws; the arg-max gives them all to one token",
@@ -98,18 +112,32 @@ def wrong_sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator
                       mistake=""):  # fmt: skip
     """Greedy at temperature 0, else temperature, top-k, softmax, top-p and one draw, with one
     named mistake (no argument checks: the wrong versions only explain wrong values)."""
-    if temperature == 0 or (mistake == "tiny_temperature_greedy" and temperature < 1e-3):
+    if (temperature == 0 and mistake != "no_greedy_branch") or (
+        mistake == "tiny_temperature_greedy" and temperature < 1e-3
+    ):
         return logits.argmax(-1)
+    if mistake == "probs_power" and temperature != 1:  # softmax(logits) ** (1 / t), unnormalised
+        probs = _filter(stable_softmax(logits), top_k, None)  # top-k on the untempered logits
+        probs = (probs / probs.sum(-1, keepdim=True)) ** (1 / temperature)
+        if top_p is not None:  # the set of the unnormalised mass
+            sorted_probs, order = probs.sort(-1, descending=True)
+            keep = (sorted_probs.cumsum(-1) - sorted_probs) < top_p
+            probs = probs.masked_fill(~torch.zeros_like(keep).scatter(-1, order, keep), 0.0)
+        return torch.multinomial(probs.float(), 1, generator=generator).squeeze(-1)
     if mistake != "temperature_after_softmax":
         logits = logits / temperature
     if mistake == "temperature_twice":  # logits / t / t
         logits = logits / temperature
+    if mistake == "temperature_times":  # logits * t (after the division above)
+        logits = logits * temperature**2
     if top_k is not None and mistake in ("top_k_no_keepdim", "top_k_one_threshold", "top_k_top1"):
         values = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values
         kth = values[:, :1] if mistake == "top_k_top1" else values[:, -1]  # :1, the largest
         kth = kth.min() if mistake == "top_k_one_threshold" else kth  # (batch,) or the lowest
         logits = logits.masked_fill(logits < kth, float("-inf"))
         top_k = None  # filtered here, not again below
+    if top_k is not None and mistake == "top_k_keeps_k_plus_1":  # sorted[:, k] as the k-th
+        top_k = top_k + 1
     if top_k is not None and mistake == "top_k_keeps_k_minus_1":
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits <= kth, float("-inf"))
