@@ -1183,7 +1183,8 @@ def _r12_gqa(slip):
             raise ValueError("num_heads must be a multiple of num_kv_heads")
         group = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        d_k = k.shape[-2] if slip == "sqrt(k.shape[-2])" else q.shape[-1]
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
         if mask is not None:
             scores = scores + mask if slip == "scores + mask" else scores.masked_fill(~mask, -1e30)
         weights = scores.softmax(dim=1 if slip == "softmax(dim=1)" else -1)
@@ -1212,6 +1213,8 @@ def _r12_gqa(slip):
         ),
         ("ex03.grouped_query_attention", _r12_gqa("scores + mask"), "not an additive one"),
         ("ex03.grouped_query_attention", _r12_gqa("softmax(dim=1)"), "over dim=1, the heads"),
+        # R12, five more slips each: an axis
+        ("ex03.grouped_query_attention", _r12_gqa("sqrt(k.shape[-2])"), "the number of keys"),
     ],
 )
 def test_an_r12_slip_is_named(task_id, learner, words):

@@ -663,6 +663,8 @@ class GroupedQueryAttentionTask(Task):
         "boolean_index": _BOOLEAN_INDEX,
         "mask_added": _MASK_ADDED,
         "softmax_over_heads": _OVER_HEADS,
+        "scaled_by_n_k": "the scores are divided by the root of the number of keys, k.shape[-2]; "
+        "the scale is sqrt(d_head), the last axis of q and k: q.shape[-1]",
     }
 
     def wrong(self, q, k, v, mask=None, *, mistake):
@@ -709,6 +711,7 @@ class GroupedQueryAttentionTask(Task):
                 "scaled_after_softmax": 1,  # the weights divided below
                 "d_k_from_shape_1": q.shape[1],  # num_heads
                 "d_k_from_shape_2": q.shape[2],  # n_q: exercise 02's 3-D habit
+                "scaled_by_n_k": k.shape[-2],  # the keys' axis for their features'
                 "float32_scale": torch.tensor(q.shape[-1], dtype=torch.float32),
             }.get(mistake),
             fill=0.0 if mistake == "fill_zero" else float("-inf"),
