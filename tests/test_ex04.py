@@ -980,6 +980,10 @@ def _r12_rope(slip, halves=False):
         angles = positions * frequencies(d)  # (seq, d / 2)
         angles = math.pi * angles if slip == "times pi" else angles
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        if slip == "cat(dim=0)":  # Hugging Face's table, joined on the wrong axis
+            table = torch.cat((angles, angles), dim=0)
+            first, second = x.chunk(2, dim=-1)
+            return x * table.cos() + torch.cat((-second, first), -1) * table.sin()
         x0, x1 = (x[..., : d // 2], x[..., d // 2 :]) if halves else (x[..., 0::2], x[..., 1::2])
         r0, r1 = x0 * cos - x1 * sin, x0 * sin + x1 * cos
         return torch.cat((r0, r1), -1) if halves else torch.stack((r0, r1), -1).flatten(-2)
@@ -1000,6 +1004,7 @@ def _r12_rope(slip, halves=False):
         ("ex04.apply_rope", _r12_rope("positions / seq"), "divided the positions by seq"),
         ("ex04.apply_rope_half", _r12_rope("times pi", True), "multiplied by pi"),
         ("ex04.apply_rope_half", _r12_rope("positions / seq", True), "divided the positions"),
+        ("ex04.apply_rope_half", _r12_rope("cat(dim=0)", True), "dim=0 stacks them below"),
         (
             "ex04.relative_shift_matrix",
             lambda o, d: _shift_by_hand(math.pi * o, d, torch.float32),

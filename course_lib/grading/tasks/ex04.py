@@ -308,6 +308,8 @@ def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
         positions = torch.ones_like(positions)
     if mistake == "positions_over_len":  # positions / seq, seq = x.shape[-2]
         positions = positions / x.shape[-2]
+    if mistake == "table_cat_dim0":  # cat((angles, angles), dim=0): a (2 seq, d / 2) table
+        return x * torch.cat((positions * _frequencies(d), positions * _frequencies(d)), 0).cos()
     angles = positions * _frequencies(d, mistake)  # (seq, d / 2)
     first = second = angles  # the angles of each pair's first and second feature
     if mistake in ("mixed_frequencies", "halves_mixed_frequencies"):  # repeat_interleave'd table
@@ -638,6 +640,9 @@ class ApplyRopeHalf(_RopeTask):
         "ints: x[..., : d // 2] and x[..., d // 2 :]",
         "times_pi": _times_pi("d"),
         "positions_over_len": _positions_over_len("seq"),
+        "table_cat_dim0": "the (seq, d) cos/sin table joins the (seq, d/2) angles side by side, "
+        "torch.cat((angles, angles), dim=-1), so that features i and i + d/2 share an angle; "
+        "dim=0 stacks them below each other, (2 seq, d/2), which does not match x",
     }
 
     def cases(self, gen):
