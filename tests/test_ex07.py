@@ -1516,6 +1516,16 @@ def _r12_rms_norm(x, weight, eps=1e-6):
     return x / (x.abs().mean(dim=-1, keepdim=True) + eps) * weight  # the mean of |x|
 
 
+def _r12_layer_norm_d_minus_1(x, gamma, beta, eps=1e-5):
+    mean = x.mean(dim=-1, keepdim=True)
+    var = ((x - mean) ** 2).sum(dim=-1, keepdim=True) / x.shape[-1] - 1  # / (d - 1) meant
+    return (x - mean) / torch.sqrt(var + eps) * gamma + beta
+
+
+def _r12_gemma_rms_norm(x, weight, eps=1e-6):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + weight)
+
+
 class _R12SwiGLU(SwiGLULearner):
     def forward(self, x):
         g, u = self.gate_proj(x), self.up_proj(x)
@@ -1531,6 +1541,9 @@ class _R12SwiGLU(SwiGLULearner):
     [
         ("ex07.layer_norm", _r12_layer_norm, "eps is in the wrong place and gamma no longer"),
         ("ex07.rms_norm", _r12_rms_norm, "the mean absolute value"),
+        # R12, five more slips each: operators grouped otherwise, another model's convention
+        ("ex07.layer_norm", _r12_layer_norm_d_minus_1, "/ binds tighter than -"),
+        ("ex07.rms_norm", _r12_gemma_rms_norm, "Gemma's RMSNorm"),
         (
             "ex07.SwiGLU",
             type("SwiGLU", (_R12SwiGLU,), {"combine": "gelu_tanh"}),

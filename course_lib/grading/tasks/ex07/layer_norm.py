@@ -71,6 +71,9 @@ MISTAKES = {
     "eps_times_gamma": "eps is in the wrong place and gamma no longer scales: (x - mean) / "
     "sqrt(var) + eps * gamma + beta adds eps * gamma to the normalised x; eps goes under the "
     "square root and gamma multiplies: (x - mean) / sqrt(var + eps) * gamma + beta",
+    "d_minus_1_unbracketed": "/ binds tighter than -: sum / d - 1 is (sum / d) - 1, your "
+    "variance minus 1; and LayerNorm divides by d itself anyway (the biased variance): "
+    "((x - mean) ** 2).mean(dim=-1, keepdim=True)",
     "no_eps": "your result is LayerNorm without eps (or with a far smaller one): add eps to the "
     "variance inside the square root, sqrt(var + eps), with the default eps=1e-5",
 }
@@ -90,6 +93,8 @@ def wrong_layer_norm(x, gamma, beta, eps=None, *, mistake=""):
         mean, var = mean.detach(), var.detach()
     if mistake == "unbiased":
         var = x.var(dim=dim, unbiased=True, keepdim=True)
+    if mistake == "d_minus_1_unbracketed":  # ((x - mean) ** 2).sum(-1) / d - 1
+        var = var - 1
     if mistake == "eps_times_gamma":  # (x - mean) / sqrt(var) + eps * gamma + beta
         return (x - mean) / var.sqrt() + eps * gamma + beta
     if mistake == "eps_outside":

@@ -45,6 +45,8 @@ MISTAKES = {
     "mean_abs": "you divided by the mean absolute value, mean(|x|): RMSNorm divides by the "
     "ROOT MEAN SQUARE, sqrt(mean(x**2) + eps): square x, average over the last dimension, add "
     "eps, then take the square root",
+    "weight_plus_one": "you scaled by 1 + weight (Gemma's RMSNorm, whose weight starts at 0); "
+    "Llama's, this task's, multiplies by the weight itself: x / sqrt(mean(x**2) + eps) * weight",
     "no_eps": "your result is RMSNorm without eps (or with a far smaller one): add eps inside "
     "the square root, sqrt(mean(x**2) + eps), with the default eps=1e-6",
 }
@@ -77,6 +79,7 @@ def wrong_rms_norm(x, weight, eps=None, *, mistake=""):
     normed = x * rms if mistake == "times_rms" else x / rms
     if mistake == "no_weight":
         return normed
+    weight = 1 + weight if mistake == "weight_plus_one" else weight  # Gemma's (1 + weight)
     return normed + weight if mistake == "weight_added" else normed * weight
 
 
