@@ -1312,3 +1312,16 @@ def test_an_r12_sampling_slip_gets_its_own_hint(slip, mistake):
 
 def test_the_r12_sampler_passes_without_its_slip():
     assert status("ex09.sample_next", _r12_sample_next("")).status == "passed"
+
+
+def test_a_cache_step_that_puts_only_the_new_key_first_is_named():
+    # R12: the keys prepended, the values appended, got 'None of the usual single mistakes'
+    def cached_attention_step(q_t, k_t, v_t, k_cache, v_cache):
+        k_cache = torch.cat([k_t, k_cache], dim=-2)
+        v_cache = torch.cat([v_cache, v_t], dim=-2)
+        weights = (q_t @ k_cache.transpose(-2, -1) / math.sqrt(q_t.shape[-1])).softmax(-1)
+        return weights @ v_cache, k_cache, v_cache
+
+    result = status("ex09.cached_attention_step", cached_attention_step)
+    assert result.status == "failed", result.feedback
+    assert ex09.cached_attention_step.MISTAKES["keys_prepended"] in result.feedback

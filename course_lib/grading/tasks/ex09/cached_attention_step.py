@@ -74,6 +74,9 @@ MISTAKES = {
     "scaled_by_d_model": "the scores are divided by sqrt(heads * d_head), the model's width "
     "d_model; each head's dot products run over its own d_head features: divide by "
     "math.sqrt(q_t.shape[-1])",
+    "keys_prepended": "the new key goes at the END of k_cache, as your new value goes at the "
+    "end of v_cache: torch.cat([k_cache, k_t], dim=2); put first, every key lines up with "
+    "another token's value",
     "first_key_only": "your query attends to the first key only: is_causal=True (or a causal mask "
     "of shape (1, t + 1)) lines the one query up with the OLDEST token; the newest token may "
     "attend to every cached key, so no mask is needed",
@@ -96,6 +99,8 @@ def wrong_step(q_t, k_t, v_t, k_cache, v_cache, *, mistake=""):
     else:
         new_v = k_t if mistake == "values_from_keys" else v_t  # a copied line left unchanged
         keys, values = torch.cat([k_cache, k_t], axis), torch.cat([v_cache, new_v], axis)
+    if mistake == "keys_prepended":  # torch.cat([k_t, k_cache]): the values appended
+        keys = torch.cat([k_t, k_cache], axis)
     if mistake == "attend_before_append":  # an empty cache gives a zero output
         output = (
             _attend(q_t, k_cache, v_cache)
