@@ -1266,8 +1266,8 @@ def test_the_float32_greedy_case_of_generate_has_no_near_tie_under_any_seed():
 
 def _r12_sample_next(slip):
     def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if temperature < 0 or (slip == "temperature <= 0 raises" and temperature <= 0):
+            raise ValueError(f"temperature must be > 0, got {temperature}")
         if top_k is not None and top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {top_k}")
         if top_p is not None and not 0 < top_p <= 1:
@@ -1325,3 +1325,10 @@ def test_a_cache_step_that_puts_only_the_new_key_first_is_named():
     result = status("ex09.cached_attention_step", cached_attention_step)
     assert result.status == "failed", result.feedback
     assert ex09.cached_attention_step.MISTAKES["keys_prepended"] in result.feedback
+
+
+def test_a_sampler_that_rejects_temperature_zero_is_told_it_is_allowed():
+    # R12, a boundary: `if temperature <= 0: raise` got the bare ValueError and no hint
+    result = status("ex09.sample_next", _r12_sample_next("temperature <= 0 raises"))
+    assert result.status == "failed", result.feedback
+    assert "temperature=0 is allowed: it means greedy" in result.feedback, result.feedback

@@ -263,6 +263,11 @@ class SampleNextTask(Task):
                 hint = (
                     "top_p=1.0 is allowed (top_p lies in (0, 1], 1 included) and keeps every token"
                 )
+            elif isinstance(error, ValueError) and case.kwargs.get("temperature") == 0:
+                hint = (  # R12: `if temperature <= 0: raise ...`
+                    "temperature=0 is allowed: it means greedy, logits.argmax(dim=-1) (step 1); "
+                    "only a negative temperature raises, so test temperature < 0, not <= 0"
+                )
             if hint is None or isinstance(error, NotImplementedError):
                 raise
             raise GradingError(
