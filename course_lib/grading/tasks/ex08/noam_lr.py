@@ -6,6 +6,10 @@ import torch
 
 from ...core import Case, GradingError, Task, compare_values, register
 
+MINUS_ONE_HALF = (
+    "** binds tighter than /: x**-1/2 is (x**-1) / 2, not x^-0.5; write x**-0.5 and "
+    "warmup**-1.5 (or x**(-1/2))"
+)
 MISTAKES = {
     "no_warmup": "your rate does not rise during the warm-up: the rising branch is missing or "
     "too large (warmup^-1.5 = 1 / warmup^1.5, not warmup^1.5); take the min of step^-0.5 "
@@ -29,8 +33,8 @@ MISTAKES = {
     "it is given; step - 1 is 0 at the first step, and 0^-0.5 is infinite",
     "scale_in_min": "d_model^-0.5 multiplies only one term inside your min: it scales the whole "
     "min, lr = d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)",
-    "minus_one_half": "** binds tighter than /: x**-1/2 is (x**-1) / 2, not x^-0.5; write "
-    "x**-0.5 and warmup**-1.5 (or x**(-1/2))",
+    "minus_one_half": MINUS_ONE_HALF,
+    "d_model_minus_one_half": MINUS_ONE_HALF,  # on d_model alone: was told "no factor"
     "rise_swapped": "the rising term is step * warmup**-1.5 (it grows with step during the "
     "warm-up); warmup * step**-1.5 falls from the first step, so your rate never rises",
 }
@@ -49,6 +53,7 @@ def wrong_noam_lr(step, d_model, warmup, *, mistake=""):
         "d_model_exponent": d_model**0.5,
         "no_d_model_factor": 1.0,
         "d_model_inverse": 1 / d_model,
+        "d_model_minus_one_half": d_model**-1 / 2,
     }
     scale = scale.get(mistake, d_model**-0.5)
     if mistake == "no_warmup":
