@@ -1039,3 +1039,24 @@ def test_slips_of_the_second_fresh_reader_get_their_hint(task_id, impl, words):
     result = check_result(task_id, impl)
     assert result.status == "failed" and words in result.feedback, result.feedback
     assert "no factor" not in result.feedback and "more than one thing" not in result.feedback
+
+
+def test_a_train_step_that_writes_into_tgt_is_told_so():
+    # tgt[tgt == pad_id] = -100 (for F.cross_entropy's default ignore_index) wrote into the
+    # case's own tgt, and the reference that ran next crashed: "the checker could not run"
+    def step(model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0):
+        model.train()
+        logits = model(src, torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], dim=1))
+        tgt[tgt == pad_id] = -100
+        loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten(), label_smoothing=smoothing)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        return loss.item()
+
+    result = check_result("ex08.train_step", step)
+    assert not isinstance(result, str), result
+    assert result.status == "failed" and "changed its input `tgt` in place" in result.feedback

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ...core import Case, GradingError, Task, compare_values, register
+from ...core import Case, GradingError, Task, changed_message, compare_values, register
 from ..common import randn
 from .shift_right import wrong_shift_right
 
@@ -275,12 +275,17 @@ class TrainStep(Task):
             p.grad = g.clone()
         optimizer = _SGD(model.parameters(), lr=0.1)
         scheduler = _InverseSchedule(optimizer, 0.1) if d["schedule"] else None
+        batches = [(src.clone(), tgt.clone()) for src, tgt in d["batches"]]  # the case's stay
         with torch.random.fork_rng(devices=[]):  # the same dropout masks as the reference's
             torch.manual_seed(0)
-            losses = [
-                obj(model, optimizer, scheduler, src, tgt, **d["kwargs"])
-                for src, tgt in d["batches"]
-            ]
+            losses = [obj(model, optimizer, scheduler, *batch, **d["kwargs"]) for batch in batches]
+        changed = [
+            name
+            for i, name in enumerate(("src", "tgt"))
+            if any(not torch.equal(a[i], b[i]) for a, b in zip(d["batches"], batches, strict=True))
+        ]
+        if changed:  # e.g. tgt[tgt == pad_id] = -100 crashed the reference that came next
+            raise GradingError(changed_message(changed))
         if not model.training:
             raise GradingError(
                 "your train_step leaves the model in eval mode: a model may arrive in eval mode "
