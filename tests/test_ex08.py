@@ -1017,6 +1017,17 @@ def _train_step_with(slip):
             lambda step, d_model, warmup: d_model**-1 / 2 * min(step**-0.5, step * warmup**-1.5),
             "** binds tighter than /",
         ),
+        # the same slip on one term of the min got no hint
+        (
+            "ex08.noam_lr",
+            lambda step, d_model, warmup: d_model**-0.5 * min(step**-1 / 2, step * warmup**-1.5),
+            "** binds tighter than /",
+        ),
+        (
+            "ex08.noam_lr",
+            lambda step, d_model, warmup: d_model**-0.5 * min(step**-0.5, step * warmup**-3 / 2),
+            "** binds tighter than /",
+        ),
         # out[0] = bos_id got "None of the usual single mistakes" in every form
         *(
             ("ex08.shift_right", partial(_shift_right_bos_in_row_0, first=first), "first ROW")

@@ -35,6 +35,8 @@ MISTAKES = {
     "min, lr = d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)",
     "minus_one_half": MINUS_ONE_HALF,
     "d_model_minus_one_half": MINUS_ONE_HALF,  # on d_model alone: was told "no factor"
+    "step_minus_one_half": MINUS_ONE_HALF,  # on one term alone: no hint
+    "warmup_minus_three_halves": MINUS_ONE_HALF,
     "rise_swapped": "the rising term is step * warmup**-1.5 (it grows with step during the "
     "warm-up); warmup * step**-1.5 falls from the first step, so your rate never rises",
 }
@@ -46,8 +48,10 @@ def wrong_noam_lr(step, d_model, warmup, *, mistake=""):
     warmup = 100 if mistake == "lesson_warmup" else warmup  # the lesson's recipe
     if mistake == "minus_one_half":  # x**-1/2 is (x**-1) / 2
         return d_model**-1 / 2 * min(step**-1 / 2, step * warmup**-3 / 2)
-    decay = step ** (-1.0 if mistake == "step_exponent" else -0.5)
-    rise = step * warmup ** (-0.5 if mistake == "warmup_exponent" else -1.5)
+    decay = {"step_exponent": step**-1.0, "step_minus_one_half": step**-1 / 2}
+    decay = decay.get(mistake, step**-0.5)
+    rise = {"warmup_exponent": warmup**-0.5, "warmup_minus_three_halves": warmup**-3 / 2}
+    rise = step * rise.get(mistake, warmup**-1.5)
     rise = warmup * step**-1.5 if mistake == "rise_swapped" else rise
     scale = {
         "d_model_exponent": d_model**0.5,
