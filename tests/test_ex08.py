@@ -993,3 +993,120 @@ def test_a_greedy_decoder_that_samples_is_named_the_same_on_every_run(draw):
     assert status("ex08.greedy_decode", _greedy_sampling(lambda s: s.argmax(-1))).status == (
         "passed"
     )
+
+
+# ---- second fresh reader of set 08 -------------------------------------------------------------
+
+
+def _shift_right_bos_in_row_0(targets, bos_id, *, first):
+    """out[0] = bos_id: the first ROW, set before or after the shift, on a clone or on zeros."""
+    out = torch.zeros_like(targets) if first else targets.clone()
+    if first:
+        out[0] = bos_id
+    out[:, 1:] = targets[:, :-1]
+    if not first:
+        out[0] = bos_id
+    return out
+
+
+def _greedy_prefix_never_grown(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
+    """torch.cat's result not assigned back: step_fn sees <bos> alone at every step."""
+    prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
+    finished = torch.zeros(batch_size, dtype=torch.bool)
+    tokens = []
+    for _ in range(max_new_tokens):
+        next_token = step_fn(prefix)[:, -1].argmax(dim=-1).masked_fill(finished, eos_id)
+        finished |= next_token == eos_id
+        tokens.append(next_token)
+        torch.cat([prefix, next_token[:, None]], dim=1)
+    return torch.stack(tokens, dim=1)
+
+
+def _train_step_with(slip):
+    """A learner's step with one slip: "train late" (model.train() after the forward pass, so a
+    model that arrived in eval mode ran without dropout; passed 9/9, the graded models had no
+    dropout) or "bos 1" (the lesson's <bos> id written in; no hint)."""
+
+    def step(model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0):
+        if slip != "train late":
+            model.train()
+        first = torch.full_like(tgt[:, :1], 1 if slip == "bos 1" else bos_id)
+        logits = model(src, torch.cat([first, tgt[:, :-1]], dim=1))
+        model.train()
+        loss = F.cross_entropy(
+            logits.flatten(0, 1), tgt.flatten(), ignore_index=pad_id, label_smoothing=smoothing
+        )
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        return loss.item()
+
+    return step
+
+
+@pytest.mark.parametrize(
+    "task_id, impl, words",
+    [
+        # d_model ** -1/2 alone was told "the task's formula has no factor"
+        (
+            "ex08.noam_lr",
+            lambda step, d_model, warmup: d_model**-1 / 2 * min(step**-0.5, step * warmup**-1.5),
+            "** binds tighter than /",
+        ),
+        # the same slip on one term of the min got no hint
+        (
+            "ex08.noam_lr",
+            lambda step, d_model, warmup: d_model**-0.5 * min(step**-1 / 2, step * warmup**-1.5),
+            "** binds tighter than /",
+        ),
+        (
+            "ex08.noam_lr",
+            lambda step, d_model, warmup: d_model**-0.5 * min(step**-0.5, step * warmup**-3 / 2),
+            "** binds tighter than /",
+        ),
+        # out[0] = bos_id got "None of the usual single mistakes" in every form
+        *(
+            ("ex08.shift_right", partial(_shift_right_bos_in_row_0, first=first), "first ROW")
+            for first in (True, False)
+        ),
+        (
+            "ex08.shift_right",
+            lambda targets, bos_id: targets.roll(1, dims=1).index_fill(
+                0, torch.tensor([0]), bos_id
+            ),
+            "first ROW",
+        ),
+        # a prefix never grown was told it "used the logits of the first position"
+        ("ex08.greedy_decode", _greedy_prefix_never_grown, "assign it back"),
+        ("ex08.train_step", _train_step_with("train late"), "model.train() came after the forward"),
+        ("ex08.train_step", _train_step_with("bos 1"), "use the bos_id argument"),
+    ],
+)
+def test_slips_of_the_second_fresh_reader_get_their_hint(task_id, impl, words):
+    result = check_result(task_id, impl)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+    assert "no factor" not in result.feedback and "more than one thing" not in result.feedback
+
+
+def test_a_train_step_that_writes_into_tgt_is_told_so():
+    # tgt[tgt == pad_id] = -100 (for F.cross_entropy's default ignore_index) wrote into the
+    # case's own tgt, and the reference that ran next crashed: "the checker could not run"
+    def step(model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0):
+        model.train()
+        logits = model(src, torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], dim=1))
+        tgt[tgt == pad_id] = -100
+        loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten(), label_smoothing=smoothing)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        return loss.item()
+
+    result = check_result("ex08.train_step", step)
+    assert not isinstance(result, str), result
+    assert result.status == "failed" and "changed its input `tgt` in place" in result.feedback

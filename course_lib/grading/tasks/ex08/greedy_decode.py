@@ -80,8 +80,11 @@ MISTAKES = {
     "argmax_wrong_axis": "argmax over the wrong axis: pick the most likely token over the "
     "vocabulary, logits[:, -1].argmax(dim=-1)",
     "argmax_no_dim": _ONE_FOR_ALL,
-    "first_position": "you used the logits of the first position; the next token is predicted "
-    "by the last one, logits[:, -1]",
+    # the same tokens as a prefix never grown (torch.cat's result not assigned back)
+    "first_position": "every token was chosen from the logits that follow <bos>, the first "
+    "position: take the last position's, logits[:, -1], and grow the prefix at every step, "
+    "prefix = torch.cat([prefix, next_token[:, None]], dim=1) (torch.cat returns a new tensor: "
+    "assign it back)",
     "keep_bos": "return the generated tokens without the leading <bos> "
     "(shape (batch, max_new_tokens))",
     "no_fill": "when every row finishes early, fill the remaining positions with eos_id so that "

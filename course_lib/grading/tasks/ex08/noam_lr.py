@@ -6,6 +6,10 @@ import torch
 
 from ...core import Case, GradingError, Task, compare_values, register
 
+MINUS_ONE_HALF = (
+    "** binds tighter than /: x**-1/2 is (x**-1) / 2, not x^-0.5; write x**-0.5 and "
+    "warmup**-1.5 (or x**(-1/2))"
+)
 MISTAKES = {
     "no_warmup": "your rate does not rise during the warm-up: the rising branch is missing or "
     "too large (warmup^-1.5 = 1 / warmup^1.5, not warmup^1.5); take the min of step^-0.5 "
@@ -29,8 +33,10 @@ MISTAKES = {
     "it is given; step - 1 is 0 at the first step, and 0^-0.5 is infinite",
     "scale_in_min": "d_model^-0.5 multiplies only one term inside your min: it scales the whole "
     "min, lr = d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)",
-    "minus_one_half": "** binds tighter than /: x**-1/2 is (x**-1) / 2, not x^-0.5; write "
-    "x**-0.5 and warmup**-1.5 (or x**(-1/2))",
+    "minus_one_half": MINUS_ONE_HALF,
+    "d_model_minus_one_half": MINUS_ONE_HALF,  # on d_model alone: was told "no factor"
+    "step_minus_one_half": MINUS_ONE_HALF,  # on one term alone: no hint
+    "warmup_minus_three_halves": MINUS_ONE_HALF,
     "rise_swapped": "the rising term is step * warmup**-1.5 (it grows with step during the "
     "warm-up); warmup * step**-1.5 falls from the first step, so your rate never rises",
 }
@@ -42,13 +48,16 @@ def wrong_noam_lr(step, d_model, warmup, *, mistake=""):
     warmup = 100 if mistake == "lesson_warmup" else warmup  # the lesson's recipe
     if mistake == "minus_one_half":  # x**-1/2 is (x**-1) / 2
         return d_model**-1 / 2 * min(step**-1 / 2, step * warmup**-3 / 2)
-    decay = step ** (-1.0 if mistake == "step_exponent" else -0.5)
-    rise = step * warmup ** (-0.5 if mistake == "warmup_exponent" else -1.5)
+    decay = {"step_exponent": step**-1.0, "step_minus_one_half": step**-1 / 2}
+    decay = decay.get(mistake, step**-0.5)
+    rise = {"warmup_exponent": warmup**-0.5, "warmup_minus_three_halves": warmup**-3 / 2}
+    rise = step * rise.get(mistake, warmup**-1.5)
     rise = warmup * step**-1.5 if mistake == "rise_swapped" else rise
     scale = {
         "d_model_exponent": d_model**0.5,
         "no_d_model_factor": 1.0,
         "d_model_inverse": 1 / d_model,
+        "d_model_minus_one_half": d_model**-1 / 2,
     }
     scale = scale.get(mistake, d_model**-0.5)
     if mistake == "no_warmup":

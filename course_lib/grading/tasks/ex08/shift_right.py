@@ -6,6 +6,11 @@ import torch
 
 from ...core import Case, Task, register
 
+BOS_FIRST_ROW = (
+    "out[0] = bos_id fills the first ROW (the first sequence) with bos_id; <bos> goes in the "
+    "first COLUMN of every row: out[:, 0] = bos_id (or torch.cat a column of bos_id and "
+    "targets[:, :-1] along dim=1)"
+)
 MISTAKES = {
     "drop_first": "you dropped the first target token; drop the LAST one: <bos> followed by "
     "targets[:, :-1]",
@@ -77,3 +82,13 @@ class ShiftRight(Task):
             Case("int32 targets (2, 4), bos_id 0 (keep the dtype)",
                  (ids(2, 4, dtype=torch.int32), 0)),
         ]  # fmt: skip
+
+    def diagnose(self, got, want, case):
+        """out[0] = bos_id, before or after the shift, on any copy: row 0 starts with bos_id (or
+        is all bos_id) while another row's first column is not bos_id."""
+        bos_id = case.args[1]
+        if not (isinstance(got, torch.Tensor) and got.shape == want.shape and len(got) > 1):
+            return None
+        row_filled = bool((got[0] == bos_id).all()) and not bool((want[0] == bos_id).all())
+        column_missed = bool(got[0, 0] == bos_id) and bool((got[1:, 0] != bos_id).any())
+        return BOS_FIRST_ROW if row_filled or column_missed else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ...core import Case, GradingError, Task, compare_values, register
+from ...core import Case, GradingError, Task, changed_message, compare_values, register
 from ..common import randn
 from .shift_right import wrong_shift_right
 
@@ -53,6 +53,8 @@ MISTAKES = {
     "smoothed by pad_id and ignored no position (name them: smoothing=..., ignore_index=...)",
     "shift_with_pad": "the shifted decoder input starts with bos_id, not pad_id: "
     "shift_right(tgt, bos_id)",
+    "bos_1": "use the bos_id argument: <bos> is not always 1 (the lesson's tokenizer's id); the "
+    "decoder reads shift_right(tgt, bos_id)",
     "smoothing_fixed": "use the smoothing argument in the loss (0.1 is only its default): "
     "label_smoothing_loss(logits, tgt, smoothing, pad_id)",
     "scheduler_none": "scheduler may be None (no schedule): step it only when there is one, "
@@ -63,6 +65,8 @@ MISTAKES = {
     "classes_last": "F.cross_entropy reads the classes on dim 1, so (batch, n_tgt, vocab) logits "
     "do not fit: flatten them to (batch * n_tgt, vocab) and tgt to (batch * n_tgt,), or pass "
     "logits.transpose(1, 2)",
+    "train_late": "model.train() came after the forward pass: the model arrived in eval mode, so "
+    "this step's forward ran without dropout; call model.train() first, before the forward",
     "model_args_swapped": "the model reads the source first and the decoder's input second, "
     "model(src, tgt_in): swapped, the encoder reads the targets and the logits get the "
     "source's length",
@@ -84,14 +88,16 @@ def _wrong_step(
 ):
     import torch.nn.functional as F
 
-    model.train()
+    if mistake != "train_late":
+        model.train()
     if mistake in ("unshifted", "sliced"):  # sliced: tgt[:, :-1] in, tgt[:, 1:] scored
         tgt_in = tgt if mistake == "unshifted" else tgt[:, :-1]
     else:  # shift_right's wrong version, dropping the first token or starting with pad_id
-        first = pad_id if mistake == "shift_with_pad" else bos_id
+        first = {"shift_with_pad": pad_id, "bos_1": 1}.get(mistake, bos_id)
         slip = "drop_first" if mistake == "shift_drops_first" else ""
         tgt_in = wrong_shift_right(tgt, first, mistake=slip)
     logits = model(tgt_in, src) if mistake == "model_args_swapped" else model(src, tgt_in)
+    model.train()  # a second time (train_late: the first time)
     ignore = {"pads_in_loss": -100, "pad_zero": 0, "loss_args_swapped": -100}.get(mistake, pad_id)
     # loss_args_swapped smooths by pad_id: F.cross_entropy takes at most 1 (first case: pad_id 0)
     swapped = min(float(pad_id), 1.0)
@@ -202,7 +208,7 @@ class TrainStep(Task):
         from ....translator import Seq2SeqTransformer
 
         def case(description, batches, dtype=torch.float64, schedule=True, stale=False,
-                 in_eval=False, **ids):  # fmt: skip
+                 in_eval=False, dropout=0.0, **ids):  # fmt: skip
             # ids: bos_id, eos_id, pad_id (1, 2, 0 unless given), smoothing and clip (0.1, 0.5)
             kwargs = {"bos_id": 1, "pad_id": 0, "smoothing": 0.1, "clip": 0.5, **ids}
             bos_id, pad_id, eos_id = kwargs["bos_id"], kwargs["pad_id"], kwargs.pop("eos_id", 2)
@@ -220,6 +226,7 @@ class TrainStep(Task):
                 "dtype": dtype,
                 "schedule": schedule,
                 "in_eval": in_eval,
+                "dropout": dropout,
                 "kwargs": kwargs,
                 "batches": [_seq2seq_batch(gen, s, t, bos_id, eos_id, pad_id) for s, t in batches],
             }
@@ -237,8 +244,10 @@ class TrainStep(Task):
             case("one step on a model that arrives with gradients left over from an earlier "
                  "backward pass",
                  [([4, 2], [3, 5])], stale=True),
-            case("a model that arrives in eval mode (as it is after an evaluation), batch 2",
-                 [([3, 5], [4, 2])], in_eval=True),
+            # with dropout, so that model.train() after the forward pass shows
+            case("a model with dropout 0.3 that arrives in eval mode (as it is after an "
+                 "evaluation), batch 2",
+                 [([3, 5], [4, 2])], in_eval=True, dropout=0.3),
             case("scheduler=None (no schedule to step), batch 2",
                  [([4, 4], [2, 3])], schedule=False),
             case("smoothing 0.0 and clip 1e6 (clipping never acts), batch 3",
@@ -258,16 +267,25 @@ class TrainStep(Task):
         from ....translator import Seq2SeqTransformer
 
         d = case.data
-        model = Seq2SeqTransformer(**_SEQ2SEQ, pad_id=d["pad_id"]).to(d["dtype"])
+        model = Seq2SeqTransformer(**_SEQ2SEQ, pad_id=d["pad_id"], dropout=d.get("dropout", 0.0))
+        model = model.to(d["dtype"])
         model.load_state_dict(d["state"])
         model.train(not d["in_eval"])
         for p, g in zip(model.parameters(), d.get("stale", []), strict=False):
             p.grad = g.clone()
         optimizer = _SGD(model.parameters(), lr=0.1)
         scheduler = _InverseSchedule(optimizer, 0.1) if d["schedule"] else None
-        losses = [
-            obj(model, optimizer, scheduler, src, tgt, **d["kwargs"]) for src, tgt in d["batches"]
+        batches = [(src.clone(), tgt.clone()) for src, tgt in d["batches"]]  # the case's stay
+        with torch.random.fork_rng(devices=[]):  # the same dropout masks as the reference's
+            torch.manual_seed(0)
+            losses = [obj(model, optimizer, scheduler, *batch, **d["kwargs"]) for batch in batches]
+        changed = [
+            name
+            for i, name in enumerate(("src", "tgt"))
+            if any(not torch.equal(a[i], b[i]) for a, b in zip(d["batches"], batches, strict=True))
         ]
+        if changed:  # e.g. tgt[tgt == pad_id] = -100 crashed the reference that came next
+            raise GradingError(changed_message(changed))
         if not model.training:
             raise GradingError(
                 "your train_step leaves the model in eval mode: a model may arrive in eval mode "
