@@ -965,7 +965,7 @@ def test_f11_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint):
 # ---- d12: answers whose values are right but whose gradient is cut or bent -------------------
 
 
-def _softmax(slip=""):
+def _d12_softmax(slip=""):
     def softmax(x, dim=-1):
         e = (x - x.amax(dim=dim, keepdim=True)).exp()
         if slip == "in-place division":
@@ -977,7 +977,7 @@ def _softmax(slip=""):
     return softmax
 
 
-def _attention(slip=""):
+def _d12_attention(slip=""):
     def attention(q, k, v):
         weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(dim=-1)
         return (weights.detach() if slip == "weights detached" else weights) @ v, weights
@@ -985,15 +985,15 @@ def _attention(slip=""):
     return attention
 
 
-def _self_attention(slip=""):
+def _d12_self_attention(slip=""):
     def self_attention(x, w_q, w_k, w_v):
         w_q = w_q.detach() if slip == "w_q detached" else w_q
-        return _attention()(x @ w_q, x @ w_k, x @ w_v)
+        return _d12_attention()(x @ w_q, x @ w_k, x @ w_v)
 
     return self_attention
 
 
-def _biased(slip=""):
+def _d12_biased(slip=""):
     def distance_biased_attention(q, k, v, slope):
         n_q, n_k = q.shape[-2], k.shape[-2]
         distance = (torch.arange(n_q)[:, None] - torch.arange(n_k)[None, :]).abs()
@@ -1008,11 +1008,11 @@ def _biased(slip=""):
 @pytest.mark.parametrize(
     "task_id, make, slip, words",
     [
-        ("ex02.softmax", _softmax, "sum detached", "its gradient with respect to x is not"),
-        ("ex02.softmax", _softmax, "in-place division", "back-propagating through it raised"),
-        ("ex02.scaled_dot_product_attention", _attention, "weights detached", "reaches q, k"),
-        ("ex02.self_attention", _self_attention, "w_q detached", "no gradient reaches w_q"),
-        ("ex02.distance_biased_attention", _biased, "q detached", "no gradient reaches q"),
+        ("ex02.softmax", _d12_softmax, "sum detached", "its gradient with respect to x is not"),
+        ("ex02.softmax", _d12_softmax, "in-place division", "back-propagating through it raised"),
+        ("ex02.scaled_dot_product_attention", _d12_attention, "weights detached", "reaches q, k"),
+        ("ex02.self_attention", _d12_self_attention, "w_q detached", "no gradient reaches w_q"),
+        ("ex02.distance_biased_attention", _d12_biased, "q detached", "no gradient reaches q"),
     ],
 )
 def test_d12_a_cut_gradient_fails_where_the_values_alone_passed(task_id, make, slip, words):

@@ -1144,7 +1144,7 @@ def test_a_float32_scale_fails_under_every_hidden_seed(monkeypatch, seed):
 # ---- d12: answers whose values are right but whose gradient is cut ----------------------------
 
 
-def _gqa(slip=""):
+def _d12_gqa(slip=""):
     def grouped_query_attention(q, k, v, mask=None):
         group = q.shape[1] // k.shape[1]
         if q.shape[1] % k.shape[1]:
@@ -1166,6 +1166,6 @@ def test_d12_a_cut_gradient_fails_where_the_values_alone_passed():
     result = check_result("ex03.MultiHeadAttention", _learner_mha("query detached"))
     assert result.status == "failed", result.feedback
     assert "the input query" in result.feedback, result.feedback  # self-attention: not "no"
-    assert check_result("ex03.grouped_query_attention", _gqa()).score == 1.0
-    result = check_result("ex03.grouped_query_attention", _gqa("weights detached"))
+    assert check_result("ex03.grouped_query_attention", _d12_gqa()).score == 1.0
+    result = check_result("ex03.grouped_query_attention", _d12_gqa("weights detached"))
     assert result.status == "failed" and "no gradient reaches q, k" in result.feedback

@@ -618,7 +618,7 @@ def test_hunt_f11_right_pool_by_hand_passes():
 # ---- d12: answers whose values are right but whose gradient is cut ----------------------------
 
 
-def _cross(cut_memory=False):
+def _d12_cross(cut_memory=False):
     def cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None):
         memory = memory.detach() if cut_memory else memory
         return scaled_dot_product_attention(x @ w_q, memory @ w_k, memory @ w_v, memory_mask)
@@ -626,7 +626,7 @@ def _cross(cut_memory=False):
     return cross_attention
 
 
-def _pool(cut_queries=False):
+def _d12_pool(cut_queries=False):
     def attention_pool(x, queries, w_k, w_v, mask=None):
         q = (queries.detach() if cut_queries else queries).expand(x.shape[0], -1, -1)
         mask = None if mask is None else mask.unsqueeze(1)
@@ -642,9 +642,9 @@ def test_d12_a_cut_gradient_fails_where_the_values_alone_passed():
     result = check_result("ex06.CrossAttentionSublayer", detached)
     assert result.status == "failed", result.feedback
     assert "gradient with respect to the input x is not" in result.feedback, result.feedback
-    assert check_result("ex06.cross_attention", _cross()).score == 1.0
-    result = check_result("ex06.cross_attention", _cross(cut_memory=True))
+    assert check_result("ex06.cross_attention", _d12_cross()).score == 1.0
+    result = check_result("ex06.cross_attention", _d12_cross(cut_memory=True))
     assert result.status == "failed" and "no gradient reaches memory" in result.feedback
-    assert check_result("ex06.attention_pool", _pool()).score == 1.0
-    result = check_result("ex06.attention_pool", _pool(cut_queries=True))
+    assert check_result("ex06.attention_pool", _d12_pool()).score == 1.0
+    result = check_result("ex06.attention_pool", _d12_pool(cut_queries=True))
     assert result.status == "failed" and "no gradient reaches queries" in result.feedback

@@ -1561,7 +1561,7 @@ def rms_mean_square_detached(x, weight, eps=1e-6):  # the values right, the grad
     [
         ("ex07.EncoderLayer", EncFeedForwardDetached, "gradient with respect to the input x"),
         ("ex07.DecoderLayer", DecMemoryDetached, "no gradient reaches the input memory"),
-        ("ex07.FeedForward", FFHiddenDetached, "no gradient reaches linear1.weight"),
+        ("ex07.FeedForward", FFHiddenDetached, "the input x, linear1.weight, linear1.bias"),
         ("ex07.SwiGLU", SwiGLUGateDetached, "no gradient reaches gate_proj.weight"),
         ("ex07.LayerNorm", LayerNormInputDetached, "no gradient reaches the input x"),
         ("ex07.layer_norm", layer_norm_gamma_detached, "no gradient reaches gamma"),

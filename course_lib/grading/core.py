@@ -746,7 +746,7 @@ class Task:
         floating argument (named as the reference names them) when `backward` is set."""
         if not self.backward:
             return value
-        names = _input_names(resolve(self.reference))
+        names = _input_names(resolve(self.reference) if self.reference else obj)
         inputs = dict(zip(names, case.args, strict=False))
         rest = case.args[len(inputs) :]
         return with_gradients(value, lambda leaves: obj(*leaves, *rest, **case.kwargs), inputs)
@@ -780,21 +780,36 @@ def _unordered(message: str) -> str:
     return _SIZES.sub(lambda m: f"sizes {sorted(m.groups())}", message)
 
 
-def _listed_hint(task: Task, case: Case, got: Any = None, raised: str | None = None) -> str | None:
+def _listed_hint(
+    task: Task,
+    case: Case,
+    got: Any = None,
+    raised: str | None = None,
+    gradients: dict | None = None,
+) -> str | None:
     """The hint of the first listed mistake whose result on this case equals the learner's
-    `got`, or, when the learner's code raised, whose error is the very `raised` one (the same
+    `got` (and, when `gradients` are given, whose gradients equal them too: a detached
+    softmax), or, when the learner's code raised, whose error is the very `raised` one (the same
     exception and text: a crash is explained by its cause, a float d_head, a sum without
     keepdim, without matching PyTorch's wording anywhere); None when none does."""
     for wrong, hint in task.mistakes():
         try:
             with warnings.catch_warnings():  # a wrong version may warn; the learner's did not
                 warnings.simplefilter("ignore")
-                wrong_value = _gradients_apart(_plain(task.call(wrong, _own_copy(case))))[0]
+                wrong_value, wrong_gradients = _gradients_apart(
+                    _plain(task.call(wrong, _own_copy(case)))
+                )
         except Exception as e:  # noqa: BLE001  (a mistake may not even run on this case)
             if raised is not None and _unordered(_raised_message(e)) == _unordered(raised):
                 return hint
             continue
-        if raised is None and task.compare(got, wrong_value, case) is None:
+        if raised is not None or task.compare(got, wrong_value, case) is not None:
+            continue
+        if gradients is None or (
+            wrong_gradients is not None
+            and compare_gradients(gradients, wrong_gradients) is None
+            and compare_gradients(wrong_gradients, gradients) is None
+        ):
             return hint
     return None
 
@@ -997,7 +1012,9 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
         want, want_gradients = _gradients_apart(_plain(task.expected(case)))
     message = task.compare(got, want, case)
     if message is None and want_gradients is not None:  # right values: are they learnable?
-        return compare_gradients(got_gradients, want_gradients)
+        message = compare_gradients(got_gradients, want_gradients)
+        listed = message and want_hint and _listed_hint(task, case, got, gradients=got_gradients)
+        return f"{message.split(' Hint: ')[0]}. Hint: {listed}" if listed else message
     if message is None or not want_hint:
         return message
     hint = _listed_hint(task, case, got) or task.diagnose(got, want, case)

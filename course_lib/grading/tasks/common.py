@@ -151,7 +151,8 @@ class ModuleTask(Task):
         value = self.run(module, case)
         if not self.backward:
             return value
-        names = _input_names(resolve(self.reference))  # the statement's names, not the learner's
+        # the statement's names (the reference's), not the learner's
+        names = _input_names(resolve(self.reference) if self.reference else obj)
         inputs = {f"the input {n}": a for n, a in zip(names, case.args, strict=False)}
 
         def forward(leaves: list) -> Any:
