@@ -1255,3 +1255,25 @@ def test_a_fresh_learners_slip_is_named(task_id, fn, named):
     assert result.status == "failed", result.feedback
     assert named in result.feedback, result.feedback
     assert "default dtype" not in result.feedback and "cell of its own" not in result.feedback
+
+
+# ---- d12: an answer whose values are right but whose gradient is cut --------------------------
+
+
+def _d12_embed(cut):
+    def embed(ids, table):
+        if ((ids < 0) | (ids >= table.shape[0])).any():
+            raise ValueError(f"ids must lie in [0, {table.shape[0]})")
+        hot = (ids[..., None] == torch.arange(table.shape[0])).to(table.dtype)
+        return hot @ cut(table)
+
+    return embed
+
+
+def test_d12_an_embedding_table_cut_from_the_graph_fails():
+    # full marks before: the values alone were compared, and a detached table never learns
+    assert check_result("ex01.embed", _d12_embed(lambda t: t)).score == 1.0
+    for cut in (lambda t: t.detach(), lambda t: t.data):
+        result = check_result("ex01.embed", _d12_embed(cut))
+        assert result.status == "failed", result.feedback
+        assert "no gradient reaches table" in result.feedback, result.feedback

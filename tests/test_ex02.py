@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_lib.grading import check_result, tasks_for
-from course_lib.grading.core import get_task, resolve
+from course_lib.grading.core import _gradients_apart, compare_gradients, get_task, resolve
 
 
 def result(task_id, obj):
@@ -99,7 +99,12 @@ def test_correct_solutions_pass(task_id, fn):
 def test_reference_matches_itself_on_every_case(task):
     ref = resolve(task.reference)
     for case in task.cases(torch.Generator().manual_seed(1)):
-        assert task.compare(task.call(ref, case), task.expected(case), case) is None
+        (got, got_gradients), (want, want_gradients) = (  # d12: with their gradients
+            _gradients_apart(task.call(ref, case)),
+            _gradients_apart(task.expected(case)),
+        )
+        assert task.compare(got, want, case) is None
+        assert want_gradients is None or compare_gradients(got_gradients, want_gradients) is None
 
 
 @pytest.mark.parametrize("task", tasks_for("ex02"), ids=lambda t: t.id)
@@ -323,7 +328,8 @@ def test_a_correct_attention_passes_the_large_values_case_under_every_seed():
             scores = (q / math.sqrt(q.shape[-1])) @ k.transpose(-2, -1)
             weights = (scores - scores.amax(-1, keepdim=True)).exp()
             weights = weights / weights.sum(-1, keepdim=True)
-            assert task.compare((weights @ v, weights), task.expected(case), case) is None, seed
+            want = _gradients_apart(task.expected(case))[0]  # d12: the values, not the gradients
+            assert task.compare((weights @ v, weights), want, case) is None, seed
 
 
 def test_distance_biased_attention_with_a_naive_softmax_fails_on_large_scores():
@@ -954,3 +960,63 @@ def test_f11_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint):
     # a bare error or 'None of the usual single mistakes' before; the naive softmax in
     # self_attention had full marks
     test_next_slips_fail_in_the_notebook_with_their_hint(task_id, fn, hint)
+
+
+# ---- d12: answers whose values are right but whose gradient is cut or bent -------------------
+
+
+def _d12_softmax(slip=""):
+    def softmax(x, dim=-1):
+        e = (x - x.amax(dim=dim, keepdim=True)).exp()
+        if slip == "in-place division":
+            e /= e.sum(dim=dim, keepdim=True)
+            return e
+        total = e.sum(dim=dim, keepdim=True)
+        return e / (total.detach() if slip == "sum detached" else total)
+
+    return softmax
+
+
+def _d12_attention(slip=""):
+    def attention(q, k, v):
+        weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(dim=-1)
+        return (weights.detach() if slip == "weights detached" else weights) @ v, weights
+
+    return attention
+
+
+def _d12_self_attention(slip=""):
+    def self_attention(x, w_q, w_k, w_v):
+        w_q = w_q.detach() if slip == "w_q detached" else w_q
+        return _d12_attention()(x @ w_q, x @ w_k, x @ w_v)
+
+    return self_attention
+
+
+def _d12_biased(slip=""):
+    def distance_biased_attention(q, k, v, slope):
+        n_q, n_k = q.shape[-2], k.shape[-2]
+        distance = (torch.arange(n_q)[:, None] - torch.arange(n_k)[None, :]).abs()
+        q = q.detach() if slip == "q detached" else q
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) - slope * distance.to(q.dtype)
+        weights = scores.softmax(dim=-1)
+        return weights @ v, weights
+
+    return distance_biased_attention
+
+
+@pytest.mark.parametrize(
+    "task_id, make, slip, words",
+    [
+        ("ex02.softmax", _d12_softmax, "sum detached", "its gradient with respect to x is not"),
+        ("ex02.softmax", _d12_softmax, "in-place division", "back-propagating through it raised"),
+        ("ex02.scaled_dot_product_attention", _d12_attention, "weights detached", "reaches q, k"),
+        ("ex02.self_attention", _d12_self_attention, "w_q detached", "no gradient reaches w_q"),
+        ("ex02.distance_biased_attention", _d12_biased, "q detached", "no gradient reaches q"),
+    ],
+)
+def test_d12_a_cut_gradient_fails_where_the_values_alone_passed(task_id, make, slip, words):
+    # each slip had full marks: the checks compared the outputs only, never their gradients
+    assert check_result(task_id, make()).score == 1.0
+    result = check_result(task_id, make(slip))
+    assert result.status == "failed" and words in result.feedback, result.feedback

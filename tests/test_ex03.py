@@ -567,6 +567,7 @@ class _LearnerMHA(nn.Module):
         return x.view(batch, seq, self.num_heads, self.d_head).permute(0, 2, 1, 3)
 
     def forward(self, query, key, value, mask=None):
+        query = query.detach() if self.slip == "query detached" else query  # d12
         if self.slip == "keys and values swapped":
             key, value = value, key
         from_query = self.slip == "keys and values from query"  # as in self-attention
@@ -1193,6 +1194,24 @@ def _r12_gqa(slip):
     return grouped_query_attention
 
 
+# ---- d12: answers whose values are right but whose gradient is cut ----------------------------
+
+
+def _d12_gqa(slip=""):
+    def grouped_query_attention(q, k, v, mask=None):
+        group = q.shape[1] // k.shape[1]
+        if q.shape[1] % k.shape[1]:
+            raise ValueError("num_heads must be a multiple of num_kv_heads")
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        return (weights.detach() if slip else weights) @ v, weights
+
+    return grouped_query_attention
+
+
 @pytest.mark.parametrize(
     "task_id, learner, words",
     [
@@ -1230,3 +1249,15 @@ def test_an_r12_slip_is_named(task_id, learner, words):
 def test_the_r12_learners_pass_without_their_slip(task_id, learner):
     result = check_result(task_id, learner)
     assert result.status == "passed", result.feedback
+
+
+def test_d12_a_cut_gradient_fails_where_the_values_alone_passed():
+    # full marks before: the projections were checked, never the input's gradient (a detached
+    # query starves every layer below the attention); the GQA function's gradients not at all
+    assert check_result("ex03.MultiHeadAttention", _learner_mha("")).score == 1.0
+    result = check_result("ex03.MultiHeadAttention", _learner_mha("query detached"))
+    assert result.status == "failed", result.feedback
+    assert "the input query" in result.feedback, result.feedback  # self-attention: not "no"
+    assert check_result("ex03.grouped_query_attention", _d12_gqa()).score == 1.0
+    result = check_result("ex03.grouped_query_attention", _d12_gqa("weights detached"))
+    assert result.status == "failed" and "no gradient reaches q, k" in result.feedback

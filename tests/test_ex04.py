@@ -1030,3 +1030,23 @@ def test_an_r12_slip_is_named(task_id, learner, words):
 def test_the_r12_learners_pass_without_their_slip(task_id, learner):
     result = check_result(task_id, learner)
     assert result.status == "passed", result.feedback
+
+
+# ---- d12: an answer whose values are right but whose gradient is cut --------------------------
+
+
+@pytest.mark.parametrize(
+    "task_id, half", [("ex04.apply_rope", False), ("ex04.apply_rope_half", True)]
+)
+def test_d12_a_rotation_cut_from_the_graph_fails(task_id, half):
+    # full marks before: the values alone were compared; RoPE sits between q_proj/k_proj and
+    # the scores, so a rebuilt result (torch.tensor of its values, .detach()) starves them both
+    rope = _rope(half=half)
+    assert check_result(task_id, rope).score == 1.0
+
+    def rebuilt(x, positions=None):
+        return torch.tensor(rope(x, positions).tolist(), dtype=x.dtype)
+
+    result = check_result(task_id, rebuilt)
+    assert result.status == "failed", result.feedback
+    assert "no gradient reaches x" in result.feedback, result.feedback

@@ -836,3 +836,16 @@ def test_f05_a_squeezed_padding_mask_is_named():
 
     result = check_result("ex05.masked_attention", learner)
     assert result.status == "failed" and "you squeezed the mask" in result.feedback
+
+
+# ---- d12: an answer whose values are right but whose gradient is cut --------------------------
+
+
+def test_d12_values_cut_from_the_graph_fail():
+    # full marks before: only q and k were followed back, never v (whose projection learns too)
+    def v_detached(q, k, v, mask):
+        return attention_einsum_where(q, k, v.detach(), mask)
+
+    assert check_result("ex05.masked_attention", attention_einsum_where).score == 1.0
+    result = check_result("ex05.masked_attention", v_detached)
+    assert result.status == "failed" and "no gradient reaches v" in result.feedback

@@ -235,7 +235,12 @@ def test_no_hidden_case_leaves_a_query_with_nothing_to_attend_to():
 
 
 def _sublayer(
-    dropout=0.0, default_norm_first=False, eps=1e-5, first=lambda pair: pair[0], read=None
+    dropout=0.0,
+    default_norm_first=False,
+    eps=1e-5,
+    first=lambda pair: pair[0],
+    read=None,
+    residual=lambda x: x,
 ):
     from course_lib.multihead import MultiHeadAttention
 
@@ -249,8 +254,8 @@ def _sublayer(
         def forward(self, x, memory, memory_mask=None):
             memory = memory if read is None else read(memory)
             if self.norm_first:
-                return x + first(self.attn(self.norm(x), memory, memory, memory_mask))
-            return self.norm(x + first(self.attn(x, memory, memory, memory_mask)))
+                return residual(x) + first(self.attn(self.norm(x), memory, memory, memory_mask))
+            return self.norm(residual(x) + first(self.attn(x, memory, memory, memory_mask)))
 
     return Sublayer
 
@@ -608,3 +613,38 @@ def test_hunt_f11_slips_get_their_own_hint(task_id, learner, words):
 
 def test_hunt_f11_right_pool_by_hand_passes():
     assert check_result("ex06.attention_pool", _pool_by_hand()).status == "passed"
+
+
+# ---- d12: answers whose values are right but whose gradient is cut ----------------------------
+
+
+def _d12_cross(cut_memory=False):
+    def cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None):
+        memory = memory.detach() if cut_memory else memory
+        return scaled_dot_product_attention(x @ w_q, memory @ w_k, memory @ w_v, memory_mask)
+
+    return cross_attention
+
+
+def _d12_pool(cut_queries=False):
+    def attention_pool(x, queries, w_k, w_v, mask=None):
+        q = (queries.detach() if cut_queries else queries).expand(x.shape[0], -1, -1)
+        mask = None if mask is None else mask.unsqueeze(1)
+        return scaled_dot_product_attention(q, x @ w_k, x @ w_v, mask)
+
+    return attention_pool
+
+
+def test_d12_a_cut_gradient_fails_where_the_values_alone_passed():
+    # each had full marks: only the sub-layer's memory was followed back, never x (a detached
+    # residual starves every layer below it), and the functions' gradients not at all
+    detached = _sublayer(residual=lambda x: x.detach())
+    result = check_result("ex06.CrossAttentionSublayer", detached)
+    assert result.status == "failed", result.feedback
+    assert "gradient with respect to the input x is not" in result.feedback, result.feedback
+    assert check_result("ex06.cross_attention", _d12_cross()).score == 1.0
+    result = check_result("ex06.cross_attention", _d12_cross(cut_memory=True))
+    assert result.status == "failed" and "no gradient reaches memory" in result.feedback
+    assert check_result("ex06.attention_pool", _d12_pool()).score == 1.0
+    result = check_result("ex06.attention_pool", _d12_pool(cut_queries=True))
+    assert result.status == "failed" and "no gradient reaches queries" in result.feedback

@@ -1536,6 +1536,59 @@ class _R12SwiGLU(SwiGLULearner):
         return self.down_proj(F.silu(g) * u)
 
 
+# ---- d12: answers whose values are right but whose gradient is cut ----------------------------
+
+
+class EncFeedForwardDetached(EncoderLayerByHand):  # a fresh learner's: 10/10 before
+    def forward(self, x, mask=None):
+        def sa(h):
+            return self.self_attn(h, h, h, mask=mask, need_weights=False)[0]
+
+        def ff(h):  # .detach() on the feed-forward's input: the attention below never learns
+            return self.linear2(self.act(self.linear1(h.detach())))
+
+        if self.norm_first:
+            x = x + sa(self.norm1(x))
+            return x + ff(self.norm2(x))
+        x = self.norm1(x + sa(x))
+        return self.norm2(x + ff(x))
+
+
+class DecMemoryDetached(DecLearner):  # the encoder below would never learn
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        return super().forward(x, memory.detach(), self_mask, memory_mask)
+
+
+class FFHiddenDetached(FFLearner):  # linear1 would never learn
+    def forward(self, x):
+        return self.linear2(self.drop(self.activation(self.linear1(x)).detach()))
+
+
+class SwiGLUGateDetached(nn.Module):
+    def __init__(self, d_model, d_ff=None):
+        super().__init__()
+        d_ff = d_ff or 8 * d_model // 3
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)).detach() * self.up_proj(x))
+
+
+class LayerNormInputDetached(LayerNormByHand):  # nothing below the norm would learn
+    def forward(self, x):
+        return super().forward(x.detach())
+
+
+def layer_norm_gamma_detached(x, gamma, beta, eps=1e-5):
+    return layer_norm_var_mean(x, gamma.detach(), beta, eps)
+
+
+def rms_mean_square_detached(x, weight, eps=1e-6):  # the values right, the gradient bent
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True).detach() + eps) * weight
+
+
 @pytest.mark.parametrize(
     "task_id, learner, words",
     [
@@ -1565,3 +1618,25 @@ def test_an_r12_slip_is_named(task_id, learner, words):
 def test_the_r12_swiglu_passes_without_its_slip():
     result = status("ex07.SwiGLU", type("SwiGLU", (_R12SwiGLU,), {"combine": ""}))
     assert result.status == "passed", result.feedback
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex07.EncoderLayer", EncFeedForwardDetached, "gradient with respect to the input x"),
+        ("ex07.DecoderLayer", DecMemoryDetached, "no gradient reaches the input memory"),
+        ("ex07.FeedForward", FFHiddenDetached, "the input x, linear1.weight, linear1.bias"),
+        ("ex07.SwiGLU", SwiGLUGateDetached, "no gradient reaches gate_proj.weight"),
+        ("ex07.LayerNorm", LayerNormInputDetached, "no gradient reaches the input x"),
+        ("ex07.layer_norm", layer_norm_gamma_detached, "no gradient reaches gamma"),
+        ("ex07.rms_norm", rms_mean_square_detached, "its gradient with respect to x is not"),
+    ],
+)
+def test_d12_a_cut_gradient_fails_where_the_values_alone_passed(task_id, learner, words):
+    # each had full marks: the checks compared outputs only (the brief's example is the first)
+    result = status(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+def test_d12_the_decoder_learner_without_its_slip_passes():
+    assert status("ex07.DecoderLayer", DecLearner).score == 1.0

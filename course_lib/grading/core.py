@@ -52,6 +52,8 @@ __all__ = [
     "load_weights",
     "learner_namespace",
     "GradingError",
+    "compare_gradients",
+    "with_gradients",
 ]
 
 
@@ -592,6 +594,101 @@ def compare_values(got: Any, want: Any, where: str = "your result") -> str | Non
     return f"{where} is {got!r}, expected {want!r}"
 
 
+# A result with its gradients: a task whose answer is trained later returns
+# {VALUE: its result, GRADIENTS: {what: the gradient of a fixed projection of the output with
+# respect to it (None: none reaches it)}} (with_gradients, below); the values are judged
+# first, as ever, then the gradients, so a .detach() that leaves the values right still fails.
+VALUE, GRADIENTS = "__value__", "__gradients__"
+BACKWARD_FAILED = "__backward_failed__"  # in GRADIENTS: the error the backward pass raised
+
+
+def _gradients_apart(value: Any) -> tuple[Any, dict | None]:
+    """(the result, its gradients or None) of what a task's `call` returned."""
+    if isinstance(value, dict) and GRADIENTS in value:
+        return value.get(VALUE), value[GRADIENTS]
+    return value, None
+
+
+def compare_gradients(got: dict | None, want: dict) -> str | None:
+    """None when every gradient in `want` is matched in `got`, else what is wrong, with a hint:
+    the learner's values are right, but training would not follow them."""
+    got = got or {}
+    if BACKWARD_FAILED in got:
+        return (
+            f"your result is right, but back-propagating through it raised "
+            f"{got[BACKWARD_FAILED]}. Hint: an in-place operation (+=, *=, a method ending in "
+            "_) changed a tensor the backward pass needs, or one that needs a gradient; build a "
+            "new tensor instead (x = x + ..., not x += ...)"
+        )
+    unreached = [name for name, grad in want.items() if grad is not None and got.get(name) is None]
+    if unreached:
+        return (
+            f"your result is right, but no gradient reaches {', '.join(unreached)}, so training "
+            "could never change what lies behind it. Hint: something cuts the graph: look for "
+            ".detach(), torch.no_grad(), .data, .item() or torch.tensor(...) rebuilding a "
+            "tensor, or a parameter made with requires_grad=False; compute with tensor "
+            "operations on the inputs and parameters themselves"
+        )
+    for name, grad in want.items():
+        mine = got.get(name)
+        if grad is None or not isinstance(mine, Tensor) or mine.shape != grad.shape:
+            continue
+        tol = 1e-5 if grad.dtype == torch.float64 else 1e-3  # looser than the values: sums of them
+        scale = max(1.0, grad.nan_to_num(0.0).abs().max().item())
+        close = torch.allclose(
+            mine.to(grad.dtype), grad, rtol=tol, atol=tol * scale, equal_nan=True
+        )
+        if not close:
+            gap = (mine.double() - grad.double()).abs().max().item()
+            return (
+                f"your result is right, but its gradient with respect to {name} is not "
+                f"(largest difference {gap:.3g}), so training would follow the wrong gradient. "
+                "Hint: a .detach(), torch.no_grad() or .data on part of the computation (an "
+                "input, a residual branch, one sub-layer) cuts some of the paths back to it: "
+                "remove it, so that every path the values take carries the gradient too"
+            )
+    return None
+
+
+def with_gradients(value: Any, forward, inputs: dict[str, Any], parameters=None) -> Any:
+    """`value` (the result the check judges) with the gradients of one more pass, as
+    core.compare_gradients reads them: `forward(leaves)` gets `inputs`' values in order, each
+    floating tensor a fresh copy that requires grad (one copy per object); the sum of its
+    (first) output times fixed random weights is differentiated with respect to those copies
+    and to `parameters` ({name: tensor}). A gradient that does not reach one is None."""
+    copies: dict[int, Any] = {}
+    for t in inputs.values():
+        floating = isinstance(t, Tensor) and t.is_floating_point()
+        copies.setdefault(id(t), t.detach().clone().requires_grad_() if floating else t)
+    leaves = {name: copies[id(t)] for name, t in inputs.items()}
+    try:  # inputs that require grad refuse an in-place change (a changed input is told first)
+        with torch.enable_grad():
+            out = forward(list(leaves.values()))
+    except Exception as error:  # noqa: BLE001  (the learner's code, once more)
+        return {VALUE: value, GRADIENTS: {BACKWARD_FAILED: _raised_message(error)[:400]}}
+    out = out[0] if isinstance(out, (tuple, list)) and out else out
+    if not isinstance(out, Tensor) or not out.is_floating_point():
+        return value
+    targets = {  # what should receive a gradient, by every name it has
+        name: t
+        for name, t in [*leaves.items(), *(parameters or {}).items()]
+        if isinstance(t, Tensor) and t.is_floating_point()
+    }
+    learned = list({id(t): t for t in targets.values() if t.requires_grad}.values())
+    found: dict[int, Any] = {}
+    if out.requires_grad and learned:
+        weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(0))
+        try:
+            computed = torch.autograd.grad(
+                (out * weights.to(out.dtype)).sum(), learned, allow_unused=True
+            )
+        except RuntimeError as error:  # an in-place change the backward pass needed undone
+            return {VALUE: value, GRADIENTS: {BACKWARD_FAILED: _raised_message(error)[:400]}}
+        found = {id(t): g for t, g in zip(learned, computed, strict=True)}
+    grads = {name: found.get(id(t)) for name, t in targets.items()}
+    return {VALUE: value, GRADIENTS: grads}
+
+
 # --------------------------------------------------------------------------------------------
 # Tasks
 # --------------------------------------------------------------------------------------------
@@ -631,6 +728,7 @@ class Task:
     depends_on: tuple[str, ...] = ()
     mistake_table: dict[str, str] = {}
     borrowable: tuple[str, ...] = ()
+    backward: bool = False  # the answer is trained later: judge its gradients too
 
     @property
     def name(self) -> str:
@@ -641,7 +739,17 @@ class Task:
 
     def call(self, obj: Any, case: Case) -> Any:
         """Run the object under test on one case (the learner's, a reference or a mistake)."""
-        return obj(*case.args, **case.kwargs)
+        return self.learnable(obj, case, obj(*case.args, **case.kwargs))
+
+    def learnable(self, obj: Any, case: Case, value: Any) -> Any:
+        """`value`, with the gradients of `obj`'s output on the case with respect to each
+        floating argument (named as the reference names them) when `backward` is set."""
+        if not self.backward:
+            return value
+        names = _input_names(resolve(self.reference) if self.reference else obj)
+        inputs = dict(zip(names, case.args, strict=False))
+        rest = case.args[len(inputs) :]
+        return with_gradients(value, lambda leaves: obj(*leaves, *rest, **case.kwargs), inputs)
 
     def expected(self, case: Case) -> Any:
         return self.call(resolve(self.reference), case)
@@ -672,21 +780,36 @@ def _unordered(message: str) -> str:
     return _SIZES.sub(lambda m: f"sizes {sorted(m.groups())}", message)
 
 
-def _listed_hint(task: Task, case: Case, got: Any = None, raised: str | None = None) -> str | None:
+def _listed_hint(
+    task: Task,
+    case: Case,
+    got: Any = None,
+    raised: str | None = None,
+    gradients: dict | None = None,
+) -> str | None:
     """The hint of the first listed mistake whose result on this case equals the learner's
-    `got`, or, when the learner's code raised, whose error is the very `raised` one (the same
+    `got` (and, when `gradients` are given, whose gradients equal them too: a detached
+    softmax), or, when the learner's code raised, whose error is the very `raised` one (the same
     exception and text: a crash is explained by its cause, a float d_head, a sum without
     keepdim, without matching PyTorch's wording anywhere); None when none does."""
     for wrong, hint in task.mistakes():
         try:
             with warnings.catch_warnings():  # a wrong version may warn; the learner's did not
                 warnings.simplefilter("ignore")
-                wrong_value = _plain(task.call(wrong, _own_copy(case)))
+                wrong_value, wrong_gradients = _gradients_apart(
+                    _plain(task.call(wrong, _own_copy(case)))
+                )
         except Exception as e:  # noqa: BLE001  (a mistake may not even run on this case)
             if raised is not None and _unordered(_raised_message(e)) == _unordered(raised):
                 return hint
             continue
-        if raised is None and task.compare(got, wrong_value, case) is None:
+        if raised is not None or task.compare(got, wrong_value, case) is not None:
+            continue
+        if gradients is None or (
+            wrong_gradients is not None
+            and compare_gradients(gradients, wrong_gradients) is None
+            and compare_gradients(wrong_gradients, gradients) is None
+        ):
             return hint
     return None
 
@@ -883,11 +1006,15 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
         return f"{raised}. Hint: {hint}" if hint else f"{raised}. {TRACEBACK}"
     if status != "ok":
         return outcome.get("message", "your code did not return a result")
-    got = outcome["value"]
+    got, got_gradients = _gradients_apart(outcome["value"])
     with warnings.catch_warnings():  # the reference's own warnings are not the learner's
         warnings.simplefilter("ignore")
-        want = _plain(task.expected(case))
+        want, want_gradients = _gradients_apart(_plain(task.expected(case)))
     message = task.compare(got, want, case)
+    if message is None and want_gradients is not None:  # right values: are they learnable?
+        message = compare_gradients(got_gradients, want_gradients)
+        listed = message and want_hint and _listed_hint(task, case, got, gradients=got_gradients)
+        return f"{message.split(' Hint: ')[0]}. Hint: {listed}" if listed else message
     if message is None or not want_hint:
         return message
     hint = _listed_hint(task, case, got) or task.diagnose(got, want, case)

@@ -21,7 +21,16 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from ..core import Case, GradingError, Task, load_weights
+from ..core import (
+    Case,
+    GradingError,
+    Task,
+    _input_names,
+    exercise_name,
+    load_weights,
+    resolve,
+    with_gradients,
+)
 
 __all__ = [
     "HintOnError",
@@ -102,8 +111,12 @@ class ModuleTask(Task):
     nn.Module, moves it to the dtype of the weights, loads `weights(case)` (with a clear message
     on a missing, misnamed or misshapen parameter) and returns `run(module, case)`: by default
     `forward(*case.args, **case.kwargs)` in eval mode, without gradients. A subclass overrides
-    only the hooks whose defaults do not fit.
+    only the hooks whose defaults do not fit. A module is trained, so every case also judges
+    its gradients (`with_gradients`: with respect to each floating input and each parameter),
+    unless `backward` is False.
     """
+
+    backward = True
 
     def init_args(self, case: Case) -> tuple[tuple, dict]:
         """Positional and keyword arguments of the constructor (default: `data["sizes"]`)."""
@@ -135,7 +148,22 @@ class ModuleTask(Task):
         state = self.weights(case)
         module = module.to(next(iter(state.values())).dtype)
         load_weights(module, state, f"your {self.name}")
-        return self.run(module, case)
+        value = self.run(module, case)
+        if not self.backward:
+            return value
+        # the statement's names (the reference's), not the learner's
+        names = _input_names(resolve(self.reference) if self.reference else obj)
+        inputs = {f"the input {n}": a for n, a in zip(names, case.args, strict=False)}
+
+        def forward(leaves: list) -> Any:
+            module.eval()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                return module(*leaves, **case.kwargs)
+
+        named = module.named_parameters(remove_duplicate=False)  # an alias may come first
+        parameters = {exercise_name(n): p for n, p in named}
+        return with_gradients(value, forward, inputs, parameters)
 
     def run(self, module: nn.Module, case: Case) -> Any:
         """Run the loaded module on the case (default: forward in eval mode, no gradients)."""
@@ -266,7 +294,7 @@ class HintOnError(Task):
             raise GradingError(
                 f"your code raised {type(error).__name__}: {error}. Hint: {hint}"
             ) from None
-        return self.checked(value, case, recorder.calls)
+        return self.learnable(obj, case, self.checked(value, case, recorder.calls))
 
     def checked(self, value: Any, case: Case, calls: list) -> Any:
         """The value to judge, given the watched calls that made it (default: the value)."""

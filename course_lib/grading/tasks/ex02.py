@@ -41,6 +41,7 @@ class Softmax(Task):
     id = "ex02.softmax"
     lesson = SOFTMAX_LESSON
     reference = "course_lib.attention.softmax"
+    backward = True  # attention back-propagates through it: its gradients are judged too
     forbidden = ALL_SOFTMAXES
     mistake_table = {
         "minus_mean": "subtract the maximum along dim, not the mean: exp(x - mean) still "
@@ -131,7 +132,7 @@ class Softmax(Task):
         value = obj(*case.args, **case.kwargs)
         if case.args[0].requires_grad and isinstance(value, torch.Tensor) and value.grad_fn is None:
             raise GradingError(NO_GRADIENTS)
-        return value
+        return self.learnable(obj, case, value)
 
     def wrong(self, x, dim=-1, *, mistake):
         axis = {"last_axis": -1, "first_axis": 0}.get(mistake, dim)
@@ -202,6 +203,7 @@ class ScaledDotProductAttention(HintOnError):
     id = "ex02.scaled_dot_product_attention"
     lesson = SDPA_LESSON
     reference = "course_lib.attention.scaled_dot_product_attention"
+    backward = True  # q, k and v are learned: its gradients are judged too
     depends_on = ("softmax",)
     forbidden = ("torch.nn.functional.scaled_dot_product_attention",)
     mistake_table = {
@@ -365,6 +367,7 @@ class SelfAttention(HintOnError):
     id = "ex02.self_attention"
     lesson = SELF_LESSON
     reference = "course_lib.attention.self_attention"
+    backward = True  # x and the weights are learned: its gradients are judged too
     depends_on = ("scaled_dot_product_attention",)
     mistake_table = {
         **dict.fromkeys(("linear_side", "left_side", "left_side_transposed"), _WRONG_SIDE),
@@ -474,6 +477,7 @@ class DistanceBiasedAttention(Task):
     id = "ex02.distance_biased_attention"
     lesson = SDPA_LESSON
     reference = "course_lib.attention.distance_biased_attention"
+    backward = True  # q, k and v are learned: its gradients are judged too
     depends_on = ("softmax",)
     forbidden = ("torch.nn.functional.scaled_dot_product_attention",)
     mistake_table = {

@@ -600,6 +600,7 @@ class GroupedQueryAttentionTask(Task):
     id = "ex03.grouped_query_attention"
     lesson = "lesson 03, section 'Multi-head attention, step by step'"
     reference = "course_lib.llama.grouped_query_attention"
+    backward = True  # q, k and v are learned: its gradients are judged too
     forbidden = (
         "torch.nn.functional.scaled_dot_product_attention",
         "course_lib.multihead.repeat_kv",
@@ -732,7 +733,7 @@ class GroupedQueryAttentionTask(Task):
         """The learner's function; a RuntimeError that only the mask brings (the same inputs
         without it run) and that no listed mistake explains gets the mask_reshaped hint."""
         try:
-            return obj(*case.args, **case.kwargs)
+            return self.learnable(obj, case, obj(*case.args, **case.kwargs))
         except RuntimeError as error:
             mask = case.kwargs.get("mask")
             if (

@@ -465,7 +465,8 @@ class _RopeTask(_PositionalTask):
 
     def call(self, obj, case):
         try:
-            return _scores_or_call(obj, case)
+            value = _scores_or_call(obj, case)
+            return value if "shifts" in case.data else self.learnable(obj, case, value)
         except RuntimeError as error:
             if "shifts" in case.data or case.raises or isinstance(error, NotImplementedError):
                 raise  # (an odd d that raised RuntimeError gets the ValueError message)
@@ -497,6 +498,7 @@ class ApplyRope(_RopeTask):
     id = "ex04.apply_rope"
     lesson = LESSON + "'RoPE: rotate the queries and keys'"
     reference = "course_lib.positional.apply_rope"
+    backward = True  # q and k are learned through it: its gradients are judged too
     borrowable, forbidden = _pieces(reference)
     mistake_table = {
         "constant": _CONSTANT,
@@ -590,6 +592,7 @@ class ApplyRopeHalf(_RopeTask):
     id = "ex04.apply_rope_half"
     lesson = LESSON + "'RoPE: rotate the queries and keys'"
     reference = "course_lib.positional.apply_rope_half"
+    backward = True  # q and k are learned through it: its gradients are judged too
     borrowable, forbidden = _pieces(reference)
     mistake_table = {
         "adjacent": "you rotated adjacent pairs (2i, 2i+1), the lesson's interleaved layout; "

@@ -319,6 +319,7 @@ class MaskedAttention(Task):
     id = "ex05.masked_attention"
     lesson = f"{LESSON}, sections '-inf before the softmax' and 'A fully masked row'"
     reference = "course_lib.attention.scaled_dot_product_attention"
+    backward = True  # q, k and v are learned: its gradients are judged too
     mistake_table = ATTENTION_MISTAKES
     wrong = staticmethod(wrong_masked_attention)
     forbidden = (
@@ -407,7 +408,7 @@ class MaskedAttention(Task):
                     "NaN back into q and k), and replace the NaN of an all -inf softmax before "
                     "anything else uses it"
                 )
-        return result
+        return self.learnable(obj, case, result)
 
     def diagnose(self, got, want, case):
         if not (isinstance(got, (tuple, list)) and len(got) == 2):

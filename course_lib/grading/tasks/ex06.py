@@ -150,6 +150,7 @@ class CrossAttention(Task):
         "and 'A source padding mask'"
     )
     reference = "course_lib.cross_attention.cross_attention"
+    backward = True  # x, memory and the weights are learned: its gradients are judged too
     mistake_table = CROSS_MISTAKES
     wrong = staticmethod(wrong_cross_attention)
 
@@ -467,6 +468,7 @@ class AttentionPool(Task):
         "'A source padding mask'"
     )
     reference = "course_lib.cross_attention.attention_pool"
+    backward = True  # the queries and weights are learned: its gradients are judged too
     mistake_table = POOL_MISTAKES
     wrong = staticmethod(_pool)
     forbidden = (

@@ -49,6 +49,7 @@ class Embed(HintOnError):
     id = "ex01.embed"
     lesson = f"{LESSON}, section 'An embedding is a one-hot matrix product'"
     reference = "course_lib.embeddings.embed"
+    backward = True  # the table is learned (an embedding): its gradients are judged too
     depends_on = ("one_hot",)
     forbidden = ("torch.nn.Embedding", "torch.nn.functional.embedding", "torch.embedding")
     watch = (torch.Tensor.__getitem__, *_LOOK_UPS)

@@ -123,6 +123,7 @@ class LayerNormTask(Task):
     id = "ex07.layer_norm"
     lesson = "lesson 07, section 'LayerNorm from scratch'"
     reference = "course_lib.blocks.layer_norm"
+    backward = True  # x, gamma and beta are learned: its gradients are judged too
     mistake_table = MISTAKES
     wrong = staticmethod(wrong_layer_norm)
     forbidden = FORBIDDEN

@@ -88,6 +88,7 @@ class RMSNormTask(Task):
     id = "ex07.rms_norm"
     lesson = "lesson 07, section 'LayerNorm from scratch'"
     reference = "course_lib.llama.rms_norm"
+    backward = True  # x and weight are learned: its gradients are judged too
     mistake_table = MISTAKES
     wrong = staticmethod(wrong_rms_norm)
     forbidden = (

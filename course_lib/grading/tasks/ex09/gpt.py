@@ -404,6 +404,7 @@ class CapstoneGPT(ModuleTask):
     id = "ex09.GPT"
     lesson = "lesson 09, section 'The GPT: the same blocks, a causal mask, no cross-attention'"
     reference = "course_lib.gpt.gpt_from_sizes"
+    backward = False  # its "step" cases judge a training step, every parameter after it
     forbidden = tuple(
         "course_lib.gpt.GPT course_lib.blocks.EncoderLayer torch.nn.TransformerEncoderLayer "
         "torch.nn.TransformerEncoder torch.nn.TransformerDecoderLayer".split()
