@@ -863,6 +863,21 @@ HUNTED_SECOND_F11 = [  # #hunt-f11 (second reader): a wrong hint, or none, befor
         [("d_head = model.config.d_model // model.config.num_heads", "d_head = 32")],
         "not the lesson's 32",
     ),
+    (  # the lesson's model.layers[0] copied: 'None of the usual single mistakes'
+        "patch_head",
+        [("model.layers[layer].self_attn", "model.layers[0].self_attn")],
+        "you patched the head in layer 0",
+    ),
+    (  # the divisor without its square root: 'None of the usual single mistakes'
+        "direct_logit_attribution",
+        [(DIVISOR, "(final[0].var(-1, unbiased=False, keepdim=True) + model.norm.eps)")],
+        "the square ROOT of var + eps",
+    ),
+    (  # the variance over the positions: 'None of the usual single mistakes'
+        "direct_logit_attribution",
+        [("final[0].var(-1,", "final[0].var(1,")],
+        "the variance is over d_model, the LAST axis",
+    ),
 ]
 
 
