@@ -878,6 +878,22 @@ HUNTED_SECOND_F11 = [  # #hunt-f11 (second reader): a wrong hint, or none, befor
         [("final[0].var(-1,", "final[0].var(1,")],
         "the variance is over d_model, the LAST axis",
     ),
+    (  # / for //: a bare TypeError from diagonal, the way the task's hint writes it
+        "induction_scores",
+        [
+            ("period = ids.shape[1] // 2", "period = ids.shape[1] / 2"),
+            (
+                "patterns[..., queries, keys]",
+                "patterns.diagonal(-(period - 1), -2, -1)[..., -int(period):]",
+            ),
+        ],
+        "the period T must be an int",
+    ),
+    (  # each sequence's mean added up: 'None of the usual single mistakes'
+        "induction_scores",
+        [("weights.mean(dim=(1, 3))", "weights.mean(dim=3).sum(dim=1)")],
+        "the scores are summed over the sequences of the batch",
+    ),
 ]
 
 
