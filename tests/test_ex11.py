@@ -822,3 +822,114 @@ def test_a_type_error_of_the_learners_own_code_gets_no_hook_hint(solution):
     )
     result = check_result("ex11.attention_patterns", wrong)
     assert "your code raised TypeError" in result.feedback and "hook(module" not in result.feedback
+
+
+_LATE = [  # hooks made in a loop that write slot i: every hook reads i after the loop
+    ("    patterns, handles = [], []", "    patterns, handles = [None] * len(model.layers), []"),
+    ("        patterns.append(output[1])", "        patterns[i] = output[1]"),
+    ("        for layer in model.layers:", "        for i, layer in enumerate(model.layers):"),
+]
+
+
+def _late_slots(patterns_made):
+    """The edits of _LATE with the list replaced by `patterns_made`."""
+    return [(old, new.replace("[None] * len(model.layers)", patterns_made)) for old, new in _LATE]
+
+
+HUNTED_SECOND_F11 = [  # #hunt-f11 (second reader): a wrong hint, or none, before
+    (  # a list of slots left None: was told only to set need_weights, which it did
+        "attention_patterns",
+        _LATE,
+        "a slot of a list made first ([None] * num_layers) was never filled",
+    ),
+    (  # a tensor of zeros made first: every layer but the last stays 0 ("None of the usual")
+        "attention_patterns",
+        [
+            *_late_slots(
+                "torch.zeros(len(model.layers), len(ids), model.config.num_heads, "
+                "ids.shape[1], ids.shape[1])"
+            ),
+            ("return torch.stack(patterns)", "return patterns"),
+        ],
+        "only the last layer's pattern is filled",
+    ),
+    (  # the lesson's model.layers[0] copied: a bare 'your result is X, expected Y'
+        "ablate_head",
+        [("model.layers[layer].self_attn", "model.layers[0].self_attn")],
+        "the lesson's model.layers[0]",
+    ),
+    (  # the lesson's d_head = 32 copied: 'changed nothing', with no word of d_head's size
+        "ablate_head",
+        [("d_head = model.config.d_model // model.config.num_heads", "d_head = 32")],
+        "not the lesson's 32",
+    ),
+    (  # the lesson's model.layers[0] copied: 'None of the usual single mistakes'
+        "patch_head",
+        [("model.layers[layer].self_attn", "model.layers[0].self_attn")],
+        "you patched the head in layer 0",
+    ),
+    (  # the divisor without its square root: 'None of the usual single mistakes'
+        "direct_logit_attribution",
+        [(DIVISOR, "(final[0].var(-1, unbiased=False, keepdim=True) + model.norm.eps)")],
+        "the square ROOT of var + eps",
+    ),
+    (  # the variance over the positions: 'None of the usual single mistakes'
+        "direct_logit_attribution",
+        [("final[0].var(-1,", "final[0].var(1,")],
+        "the variance is over d_model, the LAST axis",
+    ),
+    (  # / for //: a bare TypeError from diagonal, the way the task's hint writes it
+        "induction_scores",
+        [
+            ("period = ids.shape[1] // 2", "period = ids.shape[1] / 2"),
+            (
+                "patterns[..., queries, keys]",
+                "patterns.diagonal(-(period - 1), -2, -1)[..., -int(period):]",
+            ),
+        ],
+        "the period T must be an int",
+    ),
+    (  # each sequence's mean added up: 'None of the usual single mistakes'
+        "induction_scores",
+        [("weights.mean(dim=(1, 3))", "weights.mean(dim=3).sum(dim=1)")],
+        "the scores are summed over the sequences of the batch",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "name,edits,words", HUNTED_SECOND_F11, ids=[h[2] for h in HUNTED_SECOND_F11]
+)
+@pytest.mark.parametrize("seed", [0, 5])
+def test_second_f11_hunt_slips_get_their_own_hint(solution, name, edits, words, seed):
+    task = get_task(f"ex11.{name}")
+    wrong = _solution_with(solution, name, *edits)
+    cases = task.cases(torch.Generator().manual_seed(seed))  # 0: the notebook's seed
+    result = judge(task, cases, run_cases(task, wrong, cases))
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert words in result.feedback and "None of the usual" not in result.feedback
+
+
+def _ablate_restoring_a_view(model, ids, layer, head):
+    """#hunt-f11: the head's columns zeroed and 'restored' from a view, so they stay zero."""
+    d_head = model.config.d_model // model.config.num_heads
+    weight = model.layers[layer].self_attn.out_proj.weight
+    cols = slice(head * d_head, (head + 1) * d_head)
+
+    def loss():
+        logits = model(ids)
+        return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
+
+    with torch.no_grad():
+        clean = loss()
+        saved = weight[:, cols]  # a view, not a copy
+        weight[:, cols] = 0.0
+        ablated = loss()
+        weight[:, cols] = saved
+    return (ablated - clean).item()
+
+
+def test_weights_restored_from_a_view_are_told_to_clone():
+    result = check_result("ex11.ablate_head", _ablate_restoring_a_view)
+    assert result.status == "failed", result.feedback
+    assert "w[:, cols].clone(): w[:, cols] alone is a view" in result.feedback, result.feedback

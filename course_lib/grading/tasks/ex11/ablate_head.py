@@ -23,7 +23,8 @@ MISTAKES = {
     "in_place": (
         "the change in loss is right, but the head's weights are still zero after your "
         "function returned: restore them (keep a copy and copy it back in a `finally`), "
-        "or zero the head's slice of out_proj's input with a pre-hook you remove"
+        "or zero the head's slice of out_proj's input with a pre-hook you remove. A copy is "
+        "w[:, cols].clone(): w[:, cols] alone is a view of the weight, zeroed with it"
     ),
     "sign": (
         "the change is the ablated loss MINUS the clean loss (positive when the model "
@@ -34,7 +35,8 @@ MISTAKES = {
         "A forward pre-hook must RETURN the changed input (`return (z,)`; returning None "
         "keeps the original), the hook must be registered for the ablated run only, and head "
         "h is the slice h*d_head .. (h+1)*d_head - 1 of out_proj's input (its weight's "
-        "COLUMNS, not its rows)"
+        "COLUMNS, not its rows), with this model's d_head = d_model // num_heads (not the "
+        "lesson's 32)"
     ),
     "rows": (
         "you zeroed ROWS of out_proj.weight (or that slice of self_attn's OUTPUT), which "
@@ -73,6 +75,10 @@ MISTAKES = {
     "summed": (
         "the loss is the MEAN cross-entropy over the batch and the positions, not the "
         "sum (F.cross_entropy's default reduction)"
+    ),
+    "lesson_layer": (
+        "you ablated the head in layer 0 whatever `layer` is (the lesson's "
+        "model.layers[0]): hook model.layers[layer].self_attn.out_proj"
     ),
     "layer_ignored": (
         "you ablated head `head` in every layer: ablate it in layer `layer` only "
@@ -124,6 +130,8 @@ def wrong_ablation(model, ids, layer, head, *, mistake):
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction=reduction)
 
     layers = model.layers if mistake == "layer_ignored" else [model.layers[layer]]
+    if mistake == "lesson_layer":  # the lesson's model.layers[0], copied
+        layers = [model.layers[0]]
     attns = [lay.self_attn for lay in layers]
     d_head = attns[0].d_model // attns[0].num_heads
     which = (head + 1) % attns[0].num_heads if mistake == "next_head" else head

@@ -49,7 +49,16 @@ MISTAKES = {
     "weights_not_asked": (
         "the layers call self_attn with need_weights=False, so its second output is "
         "None: a forward pre-hook registered with with_kwargs=True must set "
-        "kwargs['need_weights'] = True"
+        "kwargs['need_weights'] = True. If yours does, a slot of a list made first "
+        "([None] * num_layers) was never filled: a hook made in a loop that writes patterns[i] "
+        "reads i when it runs, after the loop, so every layer writes the last slot; append in "
+        "order, or bind it, lambda m, a, o, i=i:"
+    ),
+    "late_slot": (
+        "only the last layer's pattern is filled, every other layer's is still 0: a hook made "
+        "in a loop that writes result[i] reads i when it runs, after the loop, so every layer "
+        "writes the last layer's slot; bind it (lambda m, a, o, i=i: ...), or append each "
+        "pattern to a list in order and torch.stack it"
     ),
     "kwargs_dropped": (
         "your pre-hook returns only {'need_weights': True}: the layer's other keyword "
@@ -109,6 +118,9 @@ def wrong_patterns(model, ids, *, mistake=""):
         if mistake not in ("hooks_left", "no_finally"):
             for handle in handles:
                 handle.remove()
+    if mistake == "late_slot":  # a tensor made first, every hook writing the last layer's slot
+        stacked = torch.stack(patterns)
+        return torch.cat([torch.zeros_like(stacked[:-1]), stacked[-1:]])
     if mistake == "batch_first":
         return torch.stack(patterns, dim=1)
     if mistake == "heads_averaged":

@@ -57,6 +57,15 @@ MISTAKES = {
         "(batch, seq), which cannot divide a (batch, seq, d_model) part; keep it, "
         "var(-1, unbiased=False, keepdim=True), (batch, seq, 1)"
     ),
+    "no_sqrt": (
+        "the divisor is the square ROOT of var + eps, the standard deviation: you divided by "
+        "var + eps itself; take (var + eps).sqrt()"
+    ),
+    "var_over_seq": (
+        "the variance is over d_model, the LAST axis of the (batch, seq, d_model) stream: "
+        "var(-1, unbiased=False, keepdim=True), one divisor per position (dim 1 is the "
+        "positions)"
+    ),
     "eps_outside": (
         "eps is added outside the square root: the divisor is sqrt(var + eps), as in "
         "LayerNorm, not std + eps (the two differ where the stream's variance is small)"
@@ -139,7 +148,10 @@ def wrong_attribution(model, ids, *, mistake):
     norm = model.norm
     eps = 1e-5 if mistake == "eps_fixed" else norm.eps
     keep = mistake != "no_keepdim"  # (batch, seq) without it: no axis to broadcast over d_model
-    scale = (final[0].var(-1, unbiased=mistake == "unbiased", keepdim=keep) + eps).sqrt()
+    axis = 1 if mistake == "var_over_seq" else -1  # dim 1: the positions
+    scale = (final[0].var(axis, unbiased=mistake == "unbiased", keepdim=keep) + eps).sqrt()
+    if mistake == "no_sqrt":  # var + eps, not its square root
+        scale = scale**2
     if mistake == "eps_outside":
         scale = final[0].var(-1, unbiased=False, keepdim=True).sqrt() + eps
     if mistake == "rms_divisor":  # no mean subtracted

@@ -73,6 +73,14 @@ MISTAKES = {
         "your scores come from the first sequence of the batch only (patterns[:, 0]): average "
         "over every sequence of the batch (dim 1) as well as over the queries of the second copy"
     ),
+    "float_period": (
+        "the period T must be an int: ids.shape[1] / 2 is a float (10.0), which diagonal's "
+        "offset, range() and tensor indices refuse; use ids.shape[1] // 2"
+    ),
+    "batch_summed": (
+        "the scores are summed over the sequences of the batch: a score is the MEAN over the "
+        "batch as well as over the queries of the second copy, .mean(dim=(1, 3))"
+    ),
     "period_from_batch": (
         "the period T is half the sequence LENGTH, ids.shape[1] // 2: len(ids) and "
         "ids.shape[0] are the batch size"
@@ -99,6 +107,8 @@ def wrong_scores(model, ids, *, mistake):
     if ids.shape[1] % 2:
         raise ValueError("ids must be a sequence repeated twice")
     period = (len(ids) if mistake == "period_from_batch" else ids.shape[1]) // 2
+    if mistake == "float_period":  # / for //
+        period = ids.shape[1] / 2
     patterns = wrong_patterns(model, ids)  # (layers, batch, heads, 2T, 2T)
     offset = {
         "duplicate": period,
@@ -108,7 +118,7 @@ def wrong_scores(model, ids, *, mistake):
         "previous_token": 1,
     }.get(mistake, period - 1)
     sign = 1 if mistake == "upper_stripe" else -1  # +: above the diagonal, the future
-    stripe = patterns.diagonal(offset=sign * offset, dim1=-2, dim2=-1)  # (layers, batch, heads, k)
+    stripe = patterns.diagonal(sign * offset, -2, -1)  # (layers, batch, heads, k)
     queries = {
         "all_queries": stripe,
         "queries_off_by_one": stripe[..., :period],
@@ -128,6 +138,8 @@ def wrong_scores(model, ids, *, mistake):
         return queries.mean(dim=1)  # (layers, heads, T)
     if mistake == "sum":
         return queries.sum(dim=(1, 3))
+    if mistake == "batch_summed":  # each sequence's mean over the queries, added up
+        return queries.mean(dim=3).sum(dim=1)
     if mistake == "sum_queries":
         return queries.sum(dim=3).mean(dim=1)
     if mistake == "max":

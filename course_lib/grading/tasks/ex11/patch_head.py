@@ -30,6 +30,10 @@ MISTAKES = {
         "the wrong head: head h is the slice h*d_head .. (h+1)*d_head - 1 of out_proj's input"
     ),
     "one_column": ONE_COLUMN,
+    "lesson_layer": (
+        "you patched the head in layer 0 whatever `layer` is (the lesson's model.layers[0]): "
+        "hook model.layers[layer].self_attn.out_proj"
+    ),
     "whole_layer": (
         "you patched every head of the layer; only head `head`'s slice comes from the "
         "clean run, the other heads keep their corrupted outputs"
@@ -84,7 +88,7 @@ _FIRST = weakref.WeakKeyDictionary()  # "stale": the clean output of a model's f
 
 def wrong_patch(model, clean_ids, corrupted_ids, layer, head, *, mistake):
     """The patched run's logits, with the named mistake."""
-    out_proj = model.layers[layer].self_attn.out_proj
+    out_proj = model.layers[0 if mistake == "lesson_layer" else layer].self_attn.out_proj
     d_head = out_proj.in_features // model.config.num_heads
     which = head + 1 if mistake == "next_head" else head
     part = (
