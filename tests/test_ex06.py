@@ -679,3 +679,32 @@ def test_hunt_f06_slips_get_their_own_hint(task_id, learner, words):
     """Each got 'None of the usual single mistakes' before."""
     result = check_result(task_id, learner)
     assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+def _cross_output_before_mask(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    output = scores.softmax(dim=-1) @ v  # computed before the mask
+    if memory_mask is not None:
+        scores = scores.masked_fill(~memory_mask, float("-inf"))
+    return output, scores.softmax(dim=-1)
+
+
+def _cross_sdpa_output_unmasked_weights(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    output = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=memory_mask)
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(dim=-1)  # no mask
+    return output, weights
+
+
+@pytest.mark.parametrize(
+    "learner, words",
+    [
+        (_cross_output_before_mask, "your weights are right but your output is not weights @ v"),
+        (_cross_sdpa_output_unmasked_weights, "your output is right but the weights you return"),
+    ],
+)
+def test_hunt_f06_output_and_weights_computed_apart_are_told_so(learner, words):
+    """Both got 'None of the usual single mistakes' before."""
+    result = check_result("ex06.cross_attention", learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback

@@ -205,6 +205,23 @@ class CrossAttention(Task):
                     "your output has one row per memory position; it needs one row per "
                     "query, that is per position of x: the queries come from x"
                 )
+            # one of the pair right, the other not: output and weights computed apart
+            right = [
+                isinstance(g, torch.Tensor) and self.compare(g, w, case) is None
+                for g, w in zip(got[:2], want[:2], strict=False)
+            ]
+            if right == [False, True]:
+                return (
+                    "your weights are right but your output is not weights @ v with them "
+                    "(was it computed before the mask?): output = weights @ v, v = memory @ w_v, "
+                    "with the weights you return"
+                )
+            if right == [True, False]:
+                return (
+                    "your output is right but the weights you return are not the ones that made "
+                    "it (the mask left out of them?): return softmax of the masked scores, the "
+                    "weights the output was computed with"
+                )
         return None
 
 
