@@ -648,3 +648,103 @@ def test_d12_a_cut_gradient_fails_where_the_values_alone_passed():
     assert check_result("ex06.attention_pool", _d12_pool()).score == 1.0
     result = check_result("ex06.attention_pool", _d12_pool(cut_queries=True))
     assert result.status == "failed" and "no gradient reaches queries" in result.feedback
+
+
+# ---- hunt f06 (a second fresh learner): a float32 scale, the scale after the softmax ---------
+
+
+def _float32_root(q, k):  # torch.sqrt(torch.tensor(d_k)): a float32 number, 7 digits
+    return torch.sqrt(torch.tensor(q.shape[-1]))
+
+
+class _SublayerNormingTheQueryInPostNorm(SublayerFunctional):
+    def forward(self, x, memory, memory_mask=None):  # h = norm(x) in both modes
+        h = self.norm(x)
+        out = x + self.attn(h, memory, memory, memory_mask)[0]
+        return out if self.norm_first else self.norm(out)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 5, 14])
+@pytest.mark.parametrize(
+    "task_id, learner",
+    [
+        ("ex06.cross_attention", _cross_scaled(_float32_root)),
+        ("ex06.attention_pool", _pool_by_hand(_float32_root)),
+    ],
+)
+def test_hunt_f06_a_float32_scale_fails_under_every_seed(task_id, learner, seed):
+    """cross_attention's float64 case had d_k = 4, whose root float32 holds exactly: full marks
+    under every seed. attention_pool's had d_k = 6: 'None of the usual single mistakes' in the
+    notebook, full marks under hidden seeds 5 and 14. Both float64 cases now have d_k = 18."""
+    task = get_task(task_id)
+    cases = task.cases(torch.Generator().manual_seed(seed))
+    result = judge(task, cases, run_cases(task, learner, cases))
+    assert result.status == "failed" and "your scale is a float32 tensor" in result.feedback, (
+        result.feedback
+    )
+
+
+def _cross_scaled_after_softmax(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    scores = q @ k.transpose(-2, -1)
+    if memory_mask is not None:
+        scores = scores.masked_fill(~memory_mask, float("-inf"))
+    weights = scores.softmax(dim=-1) / math.sqrt(q.shape[-1])
+    return weights @ v, weights
+
+
+def _pool_scaled_after_softmax(x, queries, w_k, w_v, mask=None):
+    k, v = x @ w_k, x @ w_v
+    scores = queries @ k.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask[:, None, :], float("-inf"))
+    weights = scores.softmax(dim=-1) / math.sqrt(queries.shape[-1])
+    return weights @ v, weights
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex06.cross_attention", _cross_scaled_after_softmax, "divided the weights by sqrt(d_k) "
+         "after the softmax"),
+        ("ex06.attention_pool", _pool_scaled_after_softmax, "divided the weights by sqrt(d_k) "
+         "after the softmax"),
+        ("ex06.attention_pool", _pool_by_hand(weigh=lambda s: s.softmax(dim=0)),
+         "softmax(dim=0) normalises across the sequences"),
+        ("ex06.CrossAttentionSublayer", _SublayerNormingTheQueryInPostNorm,
+         "its attention reads x itself, not norm(x)"),
+    ],
+)  # fmt: skip
+def test_hunt_f06_slips_get_their_own_hint(task_id, learner, words):
+    """Each got 'None of the usual single mistakes' before."""
+    result = check_result(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+def _cross_output_before_mask(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    output = scores.softmax(dim=-1) @ v  # computed before the mask
+    if memory_mask is not None:
+        scores = scores.masked_fill(~memory_mask, float("-inf"))
+    return output, scores.softmax(dim=-1)
+
+
+def _cross_sdpa_output_unmasked_weights(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    output = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=memory_mask)
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(dim=-1)  # no mask
+    return output, weights
+
+
+@pytest.mark.parametrize(
+    "learner, words",
+    [
+        (_cross_output_before_mask, "your weights are right but your output is not weights @ v"),
+        (_cross_sdpa_output_unmasked_weights, "your output is right but the weights you return"),
+    ],
+)
+def test_hunt_f06_output_and_weights_computed_apart_are_told_so(learner, words):
+    """Both got 'None of the usual single mistakes' before."""
+    result = check_result("ex06.cross_attention", learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
