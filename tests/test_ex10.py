@@ -893,7 +893,48 @@ HUNTED_F10 = [  # #f10: a fresh learner's slips that got "None of the usual", no
 ]
 
 
-ALL_HUNTED = HUNTED + HUNTED_2 + HUNTED_3 + HUNTED_4 + HUNTED_5 + HUNTED_8 + HUNTED_F10
+HUNTED_F10B = [  # #f10, a second fresh reader: common slips that got "None of the usual"
+    (  # lesson 05's other masking slip, the later keys' scores filled with 0
+        "tiled_attention",
+        [
+            (
+                'scores.masked_fill(key_pos > query_pos, float("-inf"))',
+                "scores.masked_fill(key_pos > query_pos, 0.0)",
+            )
+        ],
+        "fills the later keys' scores with 0, not -inf",
+    ),
+    (  # the same slip in the recomputed tiles of the backward pass
+        "tiled_attention_backward",
+        [
+            (
+                'scores.masked_fill(key_pos > query_pos, float("-inf"))',
+                "scores.masked_fill(key_pos > query_pos, 0.0)",
+            )
+        ],
+        "filled with 0, not -inf",
+    ),
+    (  # int64 labels (torch.full's default) for int32 ids: a bare crash before
+        "mlm_mask",
+        [
+            (
+                "labels = torch.where(chosen, ids, torch.full_like(ids, -100))",
+                "labels = torch.full(ids.shape, -100)\n    labels[chosen] = ids[chosen]",
+            )
+        ],
+        "torch.full's default dtype for -100",
+    ),
+    (  # the last step of the statement's recipe, o / l, left out
+        "tiled_attention",
+        [("return out / running_sum", "return out")],
+        "at the end return o / l",
+    ),
+]
+
+
+ALL_HUNTED = (
+    HUNTED + HUNTED_2 + HUNTED_3 + HUNTED_4 + HUNTED_5 + HUNTED_8 + HUNTED_F10 + HUNTED_F10B
+)
 
 
 @pytest.mark.parametrize("name,edits,words", ALL_HUNTED, ids=[h[2] for h in ALL_HUNTED])

@@ -144,6 +144,16 @@ FAULTS = {
         "causal=True is ignored: query i may only attend to keys j <= i (mask the later "
         "keys of each tile with -inf)"
     ),
+    "masked_with_zero": (
+        "the causal mask fills the later keys' scores with 0, not -inf: exp(0 - m) is not 0, "
+        "so the keys a query may not see still get weight; fill them with float('-inf'), "
+        "whose exp is 0"
+    ),
+    "not_divided": (
+        "the running output is returned as it is: o is the sum of exp(s - m) v, not yet "
+        "divided by the softmax's normaliser; at the end return o / l (the running output "
+        "divided by the running sum)"
+    ),
     "float32_buffers": (
         "your output is not in q's dtype: torch.zeros makes float32 tensors unless told "
         "otherwise, so create the running sum and output (and maximum) with "
@@ -216,7 +226,7 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
             blocked = key_pos >= query_pos if mistake == "diagonal_blocked" else key_pos > query_pos
             if mistake == "full_causal_mask":
                 blocked = full_mask[:, start : start + s.shape[-1]]
-            s = s.masked_fill(blocked, float("-inf"))
+            s = s.masked_fill(blocked, 0.0 if mistake == "masked_with_zero" else float("-inf"))
         if mistake == "softmax_per_block":
             parts.append(torch.nan_to_num(s.softmax(-1)) @ v_block)
             continue
@@ -247,7 +257,7 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
         m = {"block_max": safe, "max_not_kept": m}.get(mistake, new_m)
     if mistake == "softmax_per_block":
         return sum(parts) / len(parts)
-    return out / total
+    return out if mistake == "not_divided" else out / total
 
 
 @register

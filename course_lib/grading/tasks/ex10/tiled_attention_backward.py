@@ -79,6 +79,11 @@ FAULTS = {
         "causal=True is ignored in the backward pass: mask each recomputed tile exactly as the "
         "forward did, so that the future keys get weight 0 and no gradient"
     ),
+    "masked_with_zero": (
+        "the recomputed tile's masked scores are filled with 0, not -inf: p = exp(0 - lse) is "
+        "not 0, so the keys a query may not see get weight and gradient; fill them with "
+        "float('-inf'), as in the forward pass, whose exp is 0"
+    ),
     "top_left": (
         "with fewer queries than keys, causal=True aligns the queries with the last keys: "
         f"{CAUSAL_RULE}; your mask lets query i see keys j <= i only"
@@ -138,7 +143,7 @@ def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mi
             width = block_size if mistake == "key_pos_full_block" else s.shape[-1]
             key_pos = torch.arange(first, first + width)
             blocked = key_pos >= query_pos if mistake == "diagonal_blocked" else key_pos > query_pos
-            s = s.masked_fill(blocked, float("-inf"))
+            s = s.masked_fill(blocked, 0.0 if mistake == "masked_with_zero" else float("-inf"))
         if mistake == "block_softmax":
             p = torch.nan_to_num(s.softmax(-1))
         elif mistake in ("lse_as_sum", "lse_added"):  # exp(s) / lse; exp(s + lse)
