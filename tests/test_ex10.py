@@ -924,6 +924,21 @@ HUNTED_F10B = [  # #f10, a second fresh reader: common slips that got "None of t
         ],
         "torch.full's default dtype for -100",
     ),
+    (  # the running sum overwritten by each block, not accumulated
+        "tiled_attention",
+        [(SUM, "running_sum = weights.sum(dim=-1, keepdim=True)")],
+        "the running sum is overwritten by each block",
+    ),
+    (  # the running output overwritten by each block, not accumulated
+        "tiled_attention",
+        [("out = out * correction + weights @ v_block", "out = weights @ v_block")],
+        "the running output is overwritten by each block",
+    ),
+    (  # ex02's slip again: the scale multiplied, not divided
+        "tiled_attention",
+        [("q = q / math.sqrt(q.shape[-1])", "q = q * math.sqrt(q.shape[-1])")],
+        "multiplied the scores by sqrt(d_k)",
+    ),
     (  # the last step of the statement's recipe, o / l, left out
         "tiled_attention",
         [("return out / running_sum", "return out")],

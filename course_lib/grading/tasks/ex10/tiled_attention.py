@@ -149,6 +149,17 @@ FAULTS = {
         "so the keys a query may not see still get weight; fill them with float('-inf'), "
         "whose exp is 0"
     ),
+    "sum_overwritten": (
+        "the running sum is overwritten by each block: it must collect every block's terms, "
+        "running_sum = running_sum * exp(m - m') + the block's sum (only the last block's "
+        "keys are left in your normaliser)"
+    ),
+    "output_overwritten": (
+        "the running output is overwritten by each block: it must collect every block's "
+        "weighted values, out = out * exp(m - m') + weights @ v_block (only the last block's "
+        "keys are left in your output)"
+    ),
+    "times_sqrt": "you multiplied the scores by sqrt(d_k); divide them by it",
     "not_divided": (
         "the running output is returned as it is: o is the sum of exp(s - m) v, not yet "
         "divided by the softmax's normaliser; at the end return o / l (the running output "
@@ -193,6 +204,8 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
         block_size = n_k  # one tile: the whole (n_q, n_k) matrix
     if mistake in ("power_half", "scaled_by_d"):  # q / d ** 1/2 is q / d / 2
         q = q / q.shape[-1] ** 1 / (2 if mistake == "power_half" else 1)
+    elif mistake == "times_sqrt":
+        q = q * math.sqrt(q.shape[-1])
     elif mistake != "unscaled":
         q = q / math.sqrt((v if mistake == "scaled_by_d_v" else q).shape[-1])
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
@@ -250,6 +263,8 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
         keep_sum = mistake in ("sum_not_rescaled", "nothing_rescaled")
         keep_out = mistake in ("output_not_rescaled", "nothing_rescaled")
         reduce = p.mean if mistake == "sum_as_mean" else p.sum
+        if mistake in ("sum_overwritten", "output_overwritten"):  # `=` where `+=` was meant
+            total, out = (0, out) if mistake == "sum_overwritten" else (total, 0)
         total = (total if keep_sum else total * correction) + reduce(
             -1, keepdim=mistake != "no_keepdim"
         )
