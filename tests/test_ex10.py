@@ -939,6 +939,27 @@ HUNTED_F10B = [  # #f10, a second fresh reader: common slips that got "None of t
         [("q = q / math.sqrt(q.shape[-1])", "q = q * math.sqrt(q.shape[-1])")],
         "multiplied the scores by sqrt(d_k)",
     ),
+    (  # `start += block_size` before the tile's key positions: NaN, and the hint "subtract
+        # the running maximum before exp", which the code does, before
+        "tiled_attention",
+        [
+            (
+                "torch.arange(start, start + scores.shape[-1])",
+                "torch.arange(start + block_size, start + block_size + scores.shape[-1])",
+            )
+        ],
+        "start one block late",
+    ),
+    (  # the same in the backward pass ("None of the usual" before)
+        "tiled_attention_backward",
+        [
+            (
+                "torch.arange(start, start + scores.shape[-1])",
+                "torch.arange(start + block_size, start + block_size + scores.shape[-1])",
+            )
+        ],
+        "start one block late",
+    ),
     (  # the last step of the statement's recipe, o / l, left out
         "tiled_attention",
         [("return out / running_sum", "return out")],

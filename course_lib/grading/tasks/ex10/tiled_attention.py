@@ -71,6 +71,12 @@ FAULTS = {
         "positions (block,), they then give the (n_q, block) mask; torch.arange(n_q) alone "
         "lines up with the keys (use .unsqueeze(-1) or [:, None])"
     ),
+    "key_pos_late": (
+        "the tile's key positions start one block late: key j of the block that starts at "
+        "`start` is key start + j, so move `start` on after the block, not before building "
+        "its positions; with every key a block later, the first queries see no key at all "
+        "and give 0 / 0 = NaN"
+    ),
     "key_pos_full_block": (
         "the last block is shorter when n_k is not a multiple of block_size: build each "
         "tile's key positions from its own width, torch.arange(start, start + "
@@ -233,7 +239,9 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
         v_block = v[..., start:end, :]
         unmasked = s
         if causal and mistake != "causal_ignored":
-            first = 0 if mistake == "key_offset_missing" else start
+            first = {"key_offset_missing": 0, "key_pos_late": start + block_size}.get(
+                mistake, start
+            )
             width = block_size if mistake == "key_pos_full_block" else s.shape[-1]
             key_pos = torch.arange(first, first + width)
             blocked = key_pos >= query_pos if mistake == "diagonal_blocked" else key_pos > query_pos

@@ -94,6 +94,12 @@ FAULTS = {
         "with causal=True a query may attend to itself, as in the forward pass: block the keys "
         "j > i, not j >= i"
     ),
+    "key_pos_late": (
+        "the tile's key positions start one block late: key j of the block that starts at "
+        "`start` is key start + j, so move `start` on after the block, not before building "
+        "its positions; with every key a block later, the first queries' weights are all 0, "
+        "and so are their gradients"
+    ),
     "key_pos_full_block": FORWARD_FAULTS["key_pos_full_block"],
     "key_offset_missing": (
         "the causal mask compares the query positions with the key positions inside the tile "
@@ -139,7 +145,9 @@ def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mi
         if mistake != "scores_unscaled":
             s = s * scale
         if causal and mistake != "causal_ignored":
-            first = 0 if mistake == "key_offset_missing" else start
+            first = {"key_offset_missing": 0, "key_pos_late": start + block_size}.get(
+                mistake, start
+            )
             width = block_size if mistake == "key_pos_full_block" else s.shape[-1]
             key_pos = torch.arange(first, first + width)
             blocked = key_pos >= query_pos if mistake == "diagonal_blocked" else key_pos > query_pos
