@@ -71,12 +71,6 @@ FAULTS = {
         "positions (block,), they then give the (n_q, block) mask; torch.arange(n_q) alone "
         "lines up with the keys (use .unsqueeze(-1) or [:, None])"
     ),
-    "key_pos_late": (
-        "the tile's key positions start one block late: key j of the block that starts at "
-        "`start` is key start + j, so move `start` on after the block, not before building "
-        "its positions; with every key a block later, the first queries see no key at all "
-        "and give 0 / 0 = NaN"
-    ),
     "key_pos_full_block": (
         "the last block is shorter when n_k is not a multiple of block_size: build each "
         "tile's key positions from its own width, torch.arange(start, start + "
@@ -118,6 +112,13 @@ FAULTS = {
         "brought to the new maximum m' by exp(m - m') (at most 1), not exp(m' - m)"
     ),
     "shift_reversed": SHIFT_REVERSED,
+    # after top_left: with n_k - n_q = block_size the two masks are the same
+    "key_pos_late": (
+        "the tile's key positions start one block late: key j of the block that starts at "
+        "`start` is key start + j, so move `start` on after the block, not before building "
+        "its positions; with every key a block later, the first queries see no key at all "
+        "and give 0 / 0 = NaN"
+    ),
     "slice_to_block_size": (
         "k[..., start : block_size] is empty once start >= block_size: a block of keys ends at "
         "start + block_size, k[..., start : start + block_size, :] (and the same for v)"
