@@ -960,6 +960,24 @@ HUNTED_F10B = [  # #f10, a second fresh reader: common slips that got "None of t
         ],
         "start one block late",
     ),
+    (  # the lesson's tile of 4 keys copied, block_size ignored (full marks before)
+        "tiled_attention",
+        [
+            ("range(0, n_k, block_size)", "range(0, n_k, 4)"),
+            ("k[..., start : start + block_size, :]", "k[..., start : start + 4, :]"),
+            ("v[..., start : start + block_size, :]", "v[..., start : start + 4, :]"),
+        ],
+        "the argument you were given",
+    ),
+    (  # the same in the backward pass (full marks before)
+        "tiled_attention_backward",
+        [
+            ("range(0, n_k, block_size)", "range(0, n_k, 4)"),
+            ("k[..., start : start + block_size, :]", "k[..., start : start + 4, :]"),
+            ("v[..., start : start + block_size, :]", "v[..., start : start + 4, :]"),
+        ],
+        "the argument you were given",
+    ),
     (  # the last step of the statement's recipe, o / l, left out
         "tiled_attention",
         [("return out / running_sum", "return out")],

@@ -331,8 +331,9 @@ class TiledAttention(Task):
                      dim=-2),
                  randn(gen, 2, 6, 4)),
                 2, True),
-            case("block_size=1 (every key its own block), (2, 6, 4), causal=True",
-                 (2, 6, 4), (2, 6, 4), 4, 1, True, scale=2.0),
+            # d = 1: a tile of more keys than block_size (the lesson's 4, say) is over the limit
+            case("block_size=1 (every key its own block), q, k, v (2, 6, 1), causal=True",
+                 (2, 6, 1), (2, 6, 1), 1, 1, True, scale=2.0),
             case("block_size=16 larger than n=5: one block, (1, 5, 4)",
                  (1, 5, 4), (1, 5, 4), 4, 16),
             case("batch smaller than the other sizes: q, k, v (1, 40, 16), block_size=8, float64",
