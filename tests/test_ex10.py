@@ -893,7 +893,102 @@ HUNTED_F10 = [  # #f10: a fresh learner's slips that got "None of the usual", no
 ]
 
 
-ALL_HUNTED = HUNTED + HUNTED_2 + HUNTED_3 + HUNTED_4 + HUNTED_5 + HUNTED_8 + HUNTED_F10
+HUNTED_F10B = [  # #f10, a second fresh reader: common slips that got "None of the usual"
+    (  # lesson 05's other masking slip, the later keys' scores filled with 0
+        "tiled_attention",
+        [
+            (
+                'scores.masked_fill(key_pos > query_pos, float("-inf"))',
+                "scores.masked_fill(key_pos > query_pos, 0.0)",
+            )
+        ],
+        "fills the later keys' scores with 0, not -inf",
+    ),
+    (  # the same slip in the recomputed tiles of the backward pass
+        "tiled_attention_backward",
+        [
+            (
+                'scores.masked_fill(key_pos > query_pos, float("-inf"))',
+                "scores.masked_fill(key_pos > query_pos, 0.0)",
+            )
+        ],
+        "filled with 0, not -inf",
+    ),
+    (  # int64 labels (torch.full's default) for int32 ids: a bare crash before
+        "mlm_mask",
+        [
+            (
+                "labels = torch.where(chosen, ids, torch.full_like(ids, -100))",
+                "labels = torch.full(ids.shape, -100)\n    labels[chosen] = ids[chosen]",
+            )
+        ],
+        "torch.full's default dtype for -100",
+    ),
+    (  # the running sum overwritten by each block, not accumulated
+        "tiled_attention",
+        [(SUM, "running_sum = weights.sum(dim=-1, keepdim=True)")],
+        "the running sum is overwritten by each block",
+    ),
+    (  # the running output overwritten by each block, not accumulated
+        "tiled_attention",
+        [("out = out * correction + weights @ v_block", "out = weights @ v_block")],
+        "the running output is overwritten by each block",
+    ),
+    (  # ex02's slip again: the scale multiplied, not divided
+        "tiled_attention",
+        [("q = q / math.sqrt(q.shape[-1])", "q = q * math.sqrt(q.shape[-1])")],
+        "multiplied the scores by sqrt(d_k)",
+    ),
+    (  # `start += block_size` before the tile's key positions: NaN, and the hint "subtract
+        # the running maximum before exp", which the code does, before
+        "tiled_attention",
+        [
+            (
+                "torch.arange(start, start + scores.shape[-1])",
+                "torch.arange(start + block_size, start + block_size + scores.shape[-1])",
+            )
+        ],
+        "start one block late",
+    ),
+    (  # the same in the backward pass ("None of the usual" before)
+        "tiled_attention_backward",
+        [
+            (
+                "torch.arange(start, start + scores.shape[-1])",
+                "torch.arange(start + block_size, start + block_size + scores.shape[-1])",
+            )
+        ],
+        "start one block late",
+    ),
+    (  # the lesson's tile of 4 keys copied, block_size ignored (full marks before)
+        "tiled_attention",
+        [
+            ("range(0, n_k, block_size)", "range(0, n_k, 4)"),
+            ("k[..., start : start + block_size, :]", "k[..., start : start + 4, :]"),
+            ("v[..., start : start + block_size, :]", "v[..., start : start + 4, :]"),
+        ],
+        "the argument you were given",
+    ),
+    (  # the same in the backward pass (full marks before)
+        "tiled_attention_backward",
+        [
+            ("range(0, n_k, block_size)", "range(0, n_k, 4)"),
+            ("k[..., start : start + block_size, :]", "k[..., start : start + 4, :]"),
+            ("v[..., start : start + block_size, :]", "v[..., start : start + 4, :]"),
+        ],
+        "the argument you were given",
+    ),
+    (  # the last step of the statement's recipe, o / l, left out
+        "tiled_attention",
+        [("return out / running_sum", "return out")],
+        "at the end return o / l",
+    ),
+]
+
+
+ALL_HUNTED = (
+    HUNTED + HUNTED_2 + HUNTED_3 + HUNTED_4 + HUNTED_5 + HUNTED_8 + HUNTED_F10 + HUNTED_F10B
+)
 
 
 @pytest.mark.parametrize("name,edits,words", ALL_HUNTED, ids=[h[2] for h in ALL_HUNTED])

@@ -96,6 +96,11 @@ FAULTS = {
         "[0, vocab_size), which gives the token back 1 time in vocab_size (BERT's unchanged "
         "10 % comes on top of that)"
     ),
+    "labels_int64": (
+        "your labels are int64, torch.full's default dtype for -100, and these ids are int32: "
+        "putting the ids into them raises; make the labels in the dtype of ids, "
+        "torch.full_like(ids, -100) (or dtype=ids.dtype)"
+    ),
     "random_ids_int64": (
         "torch.randint gives int64 ids, and these ids are int32: draw the random ids with "
         "dtype=ids.dtype (or .to(ids.dtype)) before putting them into the inputs"
@@ -146,6 +151,9 @@ def wrong_mlm(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=N
     }.get(mistake, chosen)
     source = inputs if mistake == "labels_from_inputs" else ids
     labels = ids.clone() if mistake == "labels_everywhere" else source.masked_fill(~labelled, -100)
+    if mistake == "labels_int64":  # torch.full(ids.shape, -100), then the ids put in: int32 raises
+        labels = torch.full(ids.shape, -100)
+        labels[labelled] = ids[labelled]
     return inputs, labels
 
 

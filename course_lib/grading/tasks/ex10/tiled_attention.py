@@ -112,6 +112,13 @@ FAULTS = {
         "brought to the new maximum m' by exp(m - m') (at most 1), not exp(m' - m)"
     ),
     "shift_reversed": SHIFT_REVERSED,
+    # after top_left: with n_k - n_q = block_size the two masks are the same
+    "key_pos_late": (
+        "the tile's key positions start one block late: key j of the block that starts at "
+        "`start` is key start + j, so move `start` on after the block, not before building "
+        "its positions; with every key a block later, the first queries see no key at all "
+        "and give 0 / 0 = NaN"
+    ),
     "slice_to_block_size": (
         "k[..., start : block_size] is empty once start >= block_size: a block of keys ends at "
         "start + block_size, k[..., start : start + block_size, :] (and the same for v)"
@@ -143,6 +150,27 @@ FAULTS = {
     "causal_ignored": (
         "causal=True is ignored: query i may only attend to keys j <= i (mask the later "
         "keys of each tile with -inf)"
+    ),
+    "masked_with_zero": (
+        "the causal mask fills the later keys' scores with 0, not -inf: exp(0 - m) is not 0, "
+        "so the keys a query may not see still get weight; fill them with float('-inf'), "
+        "whose exp is 0"
+    ),
+    "sum_overwritten": (
+        "the running sum is overwritten by each block: it must collect every block's terms, "
+        "running_sum = running_sum * exp(m - m') + the block's sum (only the last block's "
+        "keys are left in your normaliser)"
+    ),
+    "output_overwritten": (
+        "the running output is overwritten by each block: it must collect every block's "
+        "weighted values, out = out * exp(m - m') + weights @ v_block (only the last block's "
+        "keys are left in your output)"
+    ),
+    "times_sqrt": "you multiplied the scores by sqrt(d_k); divide them by it",
+    "not_divided": (
+        "the running output is returned as it is: o is the sum of exp(s - m) v, not yet "
+        "divided by the softmax's normaliser; at the end return o / l (the running output "
+        "divided by the running sum)"
     ),
     "float32_buffers": (
         "your output is not in q's dtype: torch.zeros makes float32 tensors unless told "
@@ -183,6 +211,8 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
         block_size = n_k  # one tile: the whole (n_q, n_k) matrix
     if mistake in ("power_half", "scaled_by_d"):  # q / d ** 1/2 is q / d / 2
         q = q / q.shape[-1] ** 1 / (2 if mistake == "power_half" else 1)
+    elif mistake == "times_sqrt":
+        q = q * math.sqrt(q.shape[-1])
     elif mistake != "unscaled":
         q = q / math.sqrt((v if mistake == "scaled_by_d_v" else q).shape[-1])
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
@@ -210,13 +240,15 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
         v_block = v[..., start:end, :]
         unmasked = s
         if causal and mistake != "causal_ignored":
-            first = 0 if mistake == "key_offset_missing" else start
+            first = {"key_offset_missing": 0, "key_pos_late": start + block_size}.get(
+                mistake, start
+            )
             width = block_size if mistake == "key_pos_full_block" else s.shape[-1]
             key_pos = torch.arange(first, first + width)
             blocked = key_pos >= query_pos if mistake == "diagonal_blocked" else key_pos > query_pos
             if mistake == "full_causal_mask":
                 blocked = full_mask[:, start : start + s.shape[-1]]
-            s = s.masked_fill(blocked, float("-inf"))
+            s = s.masked_fill(blocked, 0.0 if mistake == "masked_with_zero" else float("-inf"))
         if mistake == "softmax_per_block":
             parts.append(torch.nan_to_num(s.softmax(-1)) @ v_block)
             continue
@@ -240,6 +272,8 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
         keep_sum = mistake in ("sum_not_rescaled", "nothing_rescaled")
         keep_out = mistake in ("output_not_rescaled", "nothing_rescaled")
         reduce = p.mean if mistake == "sum_as_mean" else p.sum
+        if mistake in ("sum_overwritten", "output_overwritten"):  # `=` where `+=` was meant
+            total, out = (0, out) if mistake == "sum_overwritten" else (total, 0)
         total = (total if keep_sum else total * correction) + reduce(
             -1, keepdim=mistake != "no_keepdim"
         )
@@ -247,7 +281,7 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
         m = {"block_max": safe, "max_not_kept": m}.get(mistake, new_m)
     if mistake == "softmax_per_block":
         return sum(parts) / len(parts)
-    return out / total
+    return out if mistake == "not_divided" else out / total
 
 
 @register
@@ -297,8 +331,9 @@ class TiledAttention(Task):
                      dim=-2),
                  randn(gen, 2, 6, 4)),
                 2, True),
-            case("block_size=1 (every key its own block), (2, 6, 4), causal=True",
-                 (2, 6, 4), (2, 6, 4), 4, 1, True, scale=2.0),
+            # d = 1: a tile of more keys than block_size (the lesson's 4, say) is over the limit
+            case("block_size=1 (every key its own block), q, k, v (2, 6, 1), causal=True",
+                 (2, 6, 1), (2, 6, 1), 1, 1, True, scale=2.0),
             case("block_size=16 larger than n=5: one block, (1, 5, 4)",
                  (1, 5, 4), (1, 5, 4), 4, 16),
             case("batch smaller than the other sizes: q, k, v (1, 40, 16), block_size=8, float64",

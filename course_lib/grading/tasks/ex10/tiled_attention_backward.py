@@ -79,6 +79,11 @@ FAULTS = {
         "causal=True is ignored in the backward pass: mask each recomputed tile exactly as the "
         "forward did, so that the future keys get weight 0 and no gradient"
     ),
+    "masked_with_zero": (
+        "the recomputed tile's masked scores are filled with 0, not -inf: p = exp(0 - lse) is "
+        "not 0, so the keys a query may not see get weight and gradient; fill them with "
+        "float('-inf'), as in the forward pass, whose exp is 0"
+    ),
     "top_left": (
         "with fewer queries than keys, causal=True aligns the queries with the last keys: "
         f"{CAUSAL_RULE}; your mask lets query i see keys j <= i only"
@@ -88,6 +93,12 @@ FAULTS = {
     "diagonal_blocked": (
         "with causal=True a query may attend to itself, as in the forward pass: block the keys "
         "j > i, not j >= i"
+    ),
+    "key_pos_late": (
+        "the tile's key positions start one block late: key j of the block that starts at "
+        "`start` is key start + j, so move `start` on after the block, not before building "
+        "its positions; with every key a block later, the first queries' weights are all 0, "
+        "and so are their gradients"
     ),
     "key_pos_full_block": FORWARD_FAULTS["key_pos_full_block"],
     "key_offset_missing": (
@@ -134,11 +145,13 @@ def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mi
         if mistake != "scores_unscaled":
             s = s * scale
         if causal and mistake != "causal_ignored":
-            first = 0 if mistake == "key_offset_missing" else start
+            first = {"key_offset_missing": 0, "key_pos_late": start + block_size}.get(
+                mistake, start
+            )
             width = block_size if mistake == "key_pos_full_block" else s.shape[-1]
             key_pos = torch.arange(first, first + width)
             blocked = key_pos >= query_pos if mistake == "diagonal_blocked" else key_pos > query_pos
-            s = s.masked_fill(blocked, float("-inf"))
+            s = s.masked_fill(blocked, 0.0 if mistake == "masked_with_zero" else float("-inf"))
         if mistake == "block_softmax":
             p = torch.nan_to_num(s.softmax(-1))
         elif mistake in ("lse_as_sum", "lse_added"):  # exp(s) / lse; exp(s + lse)
@@ -213,7 +226,8 @@ class TiledAttentionBackward(Task):
                  "(query i is token 4 + i)", (2, 5, 4), (2, 9, 4), 4, 4, True),
             case("large scores (3, 9, 6), block_size=3, causal=True",
                  (3, 9, 6), (3, 9, 6), 6, 3, True, scale=4.0),
-            case("block_size=1, (2, 6, 4), causal=True", (2, 6, 4), (2, 6, 4), 4, 1, True),
+            # d = 1: a tile of more keys than block_size (the lesson's 4, say) is over the limit
+            case("block_size=1, q, k, v (2, 6, 1), causal=True", (2, 6, 1), (2, 6, 1), 1, 1, True),
             case("block_size=16 larger than n=5: one block, (1, 5, 4)",
                  (1, 5, 4), (1, 5, 4), 4, 16),
             case("float32, (2, 12, 8), block_size=5, causal=True: the gradients keep q's dtype",
