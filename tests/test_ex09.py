@@ -1298,7 +1298,9 @@ def _r12_sample_next(slip):
 @pytest.mark.parametrize(
     "slip, mistake",
     [
-        ("probs ** (1 / T)", "probs_power"),  # was told "top-k comes before top-p"
+        # told only "top-k comes before top-p": on its first failing case the two slips keep the
+        # same set, so that hint now names both
+        ("probs ** (1 / T)", "top_k_after_top_p"),
         ("logits * T", "temperature_times"),
         ("k + 1", "top_k_keeps_k_plus_1"),
         ("no greedy branch", "no_greedy_branch"),  # a bare RuntimeError

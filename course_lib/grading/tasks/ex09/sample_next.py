@@ -60,15 +60,12 @@ MISTAKES = {
     "top_p_drops_crossing_token": "you drop the token that makes the total probability cross "
     "top_p: keep the smallest set of most likely tokens whose total REACHES top_p, crossing "
     "token included (keep a token when the mass BEFORE it is below top_p)",
-    # before top_k_after_top_p: the top-p set of untempered, unnormalised probabilities
-    "probs_power": "you tempered the probabilities, softmax(logits) ** (1 / temperature): "
-    "that equals softmax(logits / temperature) only once renormalised, and your top-p measured "
-    "the mass of the unnormalised ones, so it kept another set; divide the LOGITS by the "
-    "temperature before the softmax (step 2)",
     "top_k_after_top_p": "top-k comes before top-p (steps 3 and 5 of the statement): keep the "
     "top_k largest logits first, take the softmax of those, and only then keep the smallest set "
     "whose mass reaches top_p; the other order measures top_p on the unfiltered distribution "
-    "and keeps other tokens",
+    "and keeps other tokens (tempering the probabilities, softmax(logits) ** (1 / temperature), "
+    "not renormalised, keeps the same set here: if you did that, divide the LOGITS by the "
+    "temperature before the softmax, step 2)",
     "top_k_no_keepdim": "the k-th largest logit of each row must keep its axis to be compared "
     "with the (batch, vocab) logits: torch.topk(...).values[:, -1:], shape (batch, 1); "
     "values[:, -1] has shape (batch,), which PyTorch lines up with the vocabulary axis instead",
@@ -116,14 +113,6 @@ def wrong_sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator
         mistake == "tiny_temperature_greedy" and temperature < 1e-3
     ):
         return logits.argmax(-1)
-    if mistake == "probs_power" and temperature != 1:  # softmax(logits) ** (1 / t), unnormalised
-        probs = _filter(stable_softmax(logits), top_k, None)  # top-k on the untempered logits
-        probs = (probs / probs.sum(-1, keepdim=True)) ** (1 / temperature)
-        if top_p is not None:  # the set of the unnormalised mass
-            sorted_probs, order = probs.sort(-1, descending=True)
-            keep = (sorted_probs.cumsum(-1) - sorted_probs) < top_p
-            probs = probs.masked_fill(~torch.zeros_like(keep).scatter(-1, order, keep), 0.0)
-        return torch.multinomial(probs.float(), 1, generator=generator).squeeze(-1)
     if mistake != "temperature_after_softmax":
         logits = logits / temperature
     if mistake == "temperature_twice":  # logits / t / t
