@@ -118,6 +118,10 @@ def last_token_gathered_without_expanding(x, lengths):  # hunt 6: a bare shape m
     return x.gather(1, (lengths - 1).view(-1, 1, 1)).squeeze(1)
 
 
+def matmul_with_the_new_axes_swapped(a, b):  # second F11 reader: a bare broadcasting error
+    return (a.unsqueeze(-3) * b.unsqueeze(-1)).sum(-2)
+
+
 def matmul_row_by_column(a, b, dot):  # every row of a times every column of b, in loops
     batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a2 = a.expand(*batch, *a.shape[-2:]).reshape(-1, *a.shape[-2:])
@@ -156,6 +160,7 @@ SLIPS = [
     ("ex00.batched_matmul", matmul_entry_by_entry, "entry by entry"),
     ("ex00.batched_matmul", matmul_with_b_unsqueezed_before_m, "between k and m"),
     ("ex00.last_token", last_token_gathered_without_expanding, "expand it over d"),
+    ("ex00.batched_matmul", matmul_with_the_new_axes_swapped, "give the new axes to the wrong"),
 ]
 
 

@@ -71,6 +71,11 @@ class BatchedMatmul(Task):
         "b.unsqueeze(-3), summed over dim -2",
         "b_axis_before_m": "b.unsqueeze(-2) puts b's new axis between k and m, so b's k meets "
         "a's n; it goes before k, b.unsqueeze(-3): (..., 1, k, m) against a's (..., n, k, 1)",
+        "new_axes_swapped": "a.unsqueeze(-3) and b.unsqueeze(-1) give the new axes to the wrong "
+        "tensors, so a's n axis lines up with b's m (and fails when n and m differ); a (..., n, "
+        "k) gets its new axis last and b "
+        "(..., k, m) gets one before k: a.unsqueeze(-1) * b.unsqueeze(-3), (..., n, k, 1) * "
+        "(..., 1, k, m), summed over dim -2",
         "float32": "your product is float32 for float64 inputs: compute it in the inputs' "
         "dtype, with no .float() on a, b or the result (and dtype=a.dtype for a tensor you "
         "create)",
@@ -98,6 +103,8 @@ class BatchedMatmul(Task):
             return (a.unsqueeze(3) * b.unsqueeze(1)).sum(2)
         if mistake == "no_new_axes":  # entry by entry: right only when a and b have one shape
             return (a * b).sum(-1)
+        if mistake == "new_axes_swapped":  # (..., 1, n, k) * (..., k, m, 1): n meets m
+            return (a.unsqueeze(-3) * b.unsqueeze(-1)).sum(-2)
         b_axis = {"b_from_front": 0, "b_axis_before_m": -2}.get(mistake, -3)
         products = a.unsqueeze(-1) * b.unsqueeze(b_axis)
         if mistake == "squeeze_all":
