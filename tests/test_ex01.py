@@ -1277,3 +1277,177 @@ def test_d12_an_embedding_table_cut_from_the_graph_fails():
         result = check_result("ex01.embed", _d12_embed(cut))
         assert result.status == "failed", result.feedback
         assert "no gradient reaches table" in result.feedback, result.feedback
+
+
+# ---- hunt F11, second fresh reader: slips told nothing, or told a cause they did not write ----
+
+
+def _one_hot_in_a_range(low, high):
+    """A one-hot whose range check is off by one at a boundary the statement names."""
+
+    def one_hot(ids, vocab_size):
+        if ids.is_floating_point() or ids.dtype == torch.bool:
+            raise TypeError(f"ids must be integers, got {ids.dtype}")
+        bad = (ids < low) | (ids > vocab_size + high)
+        if bad.any():
+            raise ValueError(f"id {ids[bad][0].item()} is outside [0, {vocab_size})")
+        return (ids.unsqueeze(-1) == torch.arange(vocab_size)).float()
+
+    return one_hot
+
+
+def _one_hot_by_rows(ids, vocab_size):  # NumPy's out[np.arange(n), ids] = 1: 1-D ids only
+    if ids.is_floating_point() or ids.dtype == torch.bool:
+        raise TypeError(f"ids must be integers, got {ids.dtype}")
+    if ((ids < 0) | (ids >= vocab_size)).any():
+        raise ValueError(f"ids {ids.tolist()} must lie in [0, {vocab_size})")
+    out = torch.zeros(len(ids), vocab_size)
+    out[torch.arange(len(ids)), ids] = 1
+    return out
+
+
+def _cosine_over_squared_row_lengths(E):
+    norms = E.norm(dim=1, keepdim=True).clamp_min(1e-12)  # (n, 1)
+    return (E @ E.T) / (norms * norms)  # |E_i|² per row, not |E_i| |E_j|
+
+
+def _cosine_over_norms_t_at_norms(E):
+    norms = E.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    return (E @ E.T) / (norms.T @ norms)  # (1, 1): the outer product the wrong way round
+
+
+def _neighbours_by_topk_smallest(E, index, k):
+    unit = E / E.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    similarity = unit @ unit[index]
+    similarity[index] = float("-inf")
+    return similarity.topk(k, largest=False).indices
+
+
+def _pair_counts_without_a_start(ids):
+    counts = {}
+    for i in range(len(ids) - 1):
+        counts[(ids[i], ids[i + 1])] += 1  # KeyError the first time
+    return counts
+
+
+def _pair_counts_keyed_by_lists(ids):
+    counts = {}
+    for i in range(len(ids) - 1):
+        pair = [ids[i], ids[i + 1]]
+        counts[pair] = counts.get(pair, 0) + 1
+    return counts
+
+
+def _merge_pair_skipping_in_a_for_loop(ids, pair, new_id):
+    merged = []
+    for i in range(len(ids)):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+            merged.append(new_id)
+            i += 2  # no effect: the for loop sets i again
+        else:
+            merged.append(ids[i])
+    return merged
+
+
+def _merge_pair_comparing_a_slice(ids, pair, new_id):
+    merged, i = [], 0
+    while i < len(ids):
+        if ids[i : i + 2] == pair:  # a list never equals the tuple
+            merged.append(new_id)
+            i += 2
+        else:
+            merged.append(ids[i])
+            i += 1
+    return merged
+
+
+def _encode_over_the_dict_itself(ids, merges):
+    ids = list(ids)
+    for pair, new_id in merges:  # the keys alone: pair = a, new_id = b
+        ids = _merge(ids, pair, new_id)
+    return ids
+
+
+def _encode_numbered_by_enumerate(ids, merges):
+    ids = list(ids)
+    for new_id, pair in enumerate(merges):
+        ids = _merge(ids, pair, new_id)
+    return ids
+
+
+def _embed_cast_to_float(ids, table):
+    hot = (ids.unsqueeze(-1) == torch.arange(table.shape[0])).to(table.dtype)
+    if ((ids < 0) | (ids >= table.shape[0])).any():
+        raise ValueError("ids out of range")
+    return (hot @ table).float()
+
+
+SECOND_READER = [
+    ("ex01.one_hot", _one_hot_in_a_range(1, -1), "the range includes 0", "cell of its own"),
+    ("ex01.one_hot", _one_hot_in_a_range(0, -2), "the range includes 0", "cell of its own"),
+    ("ex01.one_hot", _one_hot_by_rows, "only when ids are 1-D", "cell of its own"),
+    (
+        "ex01.cosine_similarity_matrix",
+        _cosine_over_squared_row_lengths,
+        "is |E_i|² for row i",
+        "None of the usual",
+    ),
+    (
+        "ex01.cosine_similarity_matrix",
+        _cosine_over_norms_t_at_norms,
+        "norms.T @ norms, (1, n) @ (n, 1), is the same slip",
+        "None of the usual",
+    ),
+    (
+        "ex01.nearest_neighbours",
+        _neighbours_by_topk_smallest,
+        "topk(k, largest=False) takes the smallest",
+        "None of the usual",
+    ),
+    ("ex01.pair_counts", _pair_counts_without_a_start, "counts.get(pair, 0)", "cell of its"),
+    ("ex01.pair_counts", _pair_counts_keyed_by_lists, "make each pair a tuple", "cell of its"),
+    (
+        "ex01.merge_pair",
+        _merge_pair_skipping_in_a_for_loop,
+        "in a for loop, i += 2 changes nothing",
+        "None of the usual",
+    ),
+    (
+        "ex01.merge_pair",
+        _merge_pair_comparing_a_slice,
+        "a list never equals the tuple pair",
+        "None of the usual",
+    ),
+    (
+        "ex01.bpe_encode",
+        _encode_over_the_dict_itself,
+        "loop over merges.items()",
+        "None of the usual",
+    ),
+    (
+        "ex01.bpe_encode",
+        _encode_numbered_by_enumerate,
+        "enumerate(merges) numbers the merges 0, 1, 2",
+        "None of the usual",
+    ),
+    ("ex01.embed", _embed_cast_to_float, "no .float() on the table or on the result", "None"),
+]
+
+
+@pytest.mark.parametrize(
+    ("task_id", "fn", "named", "not_named"),
+    SECOND_READER,
+    ids=[f"{i}-{s[0]}" for i, s in enumerate(SECOND_READER)],
+)
+def test_a_second_fresh_learners_slip_is_named(task_id, fn, named, not_named):
+    # hunt F11, second reader: each got a bare traceback text ('run your code in a cell of its
+    # own'), 'None of the usual single mistakes', or the hint of another cause (ids[:, None] ->
+    # E.norm() without dim, topk(largest=False) -> argsort, `for ... in merges` -> 'keep its
+    # result', a for loop's i += 2 -> 'step over both, i += 2', which it did)
+    result = check_result(task_id, fn)
+    assert result.status == "failed", result.feedback
+    assert named in result.feedback and not_named not in result.feedback, result.feedback
+    task = get_task(task_id)
+    for seed in (1, 2, 3):
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        assert judge(task, cases, run_cases(task, fn, cases)).status == "failed", seed

@@ -57,7 +57,11 @@ class BpeEncode(Task):
         "new_ids_from_256": "256 + the merge's rank numbers lesson 01's own merges; the new ids "
         "are the values of `merges` (here 10, 11, ...): for pair, new_id in merges.items()",
         "result_dropped": "nothing was merged: merge_pair returns a new list and leaves the one "
-        "it is given as it was, so keep its result, ids = merge_pair(ids, pair, new_id)",
+        "it is given as it was, so keep its result, ids = merge_pair(ids, pair, new_id); and "
+        "loop over merges.items(): `for pair, new_id in merges` goes over the keys alone and "
+        "unpacks each pair (a, b) into pair = a, new_id = b, which never matches",
+        "new_ids_from_0": "enumerate(merges) numbers the merges 0, 1, 2, ...; the new ids are "
+        "the values of `merges` (here 10, 11, ...): for pair, new_id in merges.items()",
         "first_merge_only": "only the first merge of `merges` was applied: is your `return` "
         "inside the for loop? Return after the loop, once every merge has run",
     }
@@ -146,7 +150,8 @@ class BpeEncode(Task):
                 break
             if mistake == "not_chained":  # each merge applied to the original ids
                 result = merged(ids, pair, merges[pair]) if pair in adjacent(ids) else result
-            else:  # the lesson's training numbered its merges 256, 257, ...
-                new_id = 256 + ranks.index(pair) if mistake == "new_ids_from_256" else merges[pair]
+            else:  # the lesson's training numbered its merges 256, 257, ...; enumerate 0, 1, ...
+                start = {"new_ids_from_256": 256, "new_ids_from_0": 0}.get(mistake)
+                new_id = merges[pair] if start is None else start + ranks.index(pair)
                 result = merged(result, pair, new_id)
         return result

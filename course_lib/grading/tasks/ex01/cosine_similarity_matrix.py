@@ -39,7 +39,9 @@ class CosineSimilarityMatrix(Task):
         "columns": "you normalised the columns (dim=0); each ROW is a vector: divide every row "
         "by its own length, E.norm(dim=-1, keepdim=True)",
         "whole_norm": "E.norm() without dim is the length of the whole matrix; divide every row "
-        "by its own length, E.norm(dim=-1, keepdim=True)",
+        "by its own length, E.norm(dim=-1, keepdim=True) (norms.T @ norms, (1, n) @ (n, 1), is "
+        "the same slip: one number, the squared length of the whole matrix; the product of the "
+        "lengths |E_i| |E_j| is the outer product norms @ norms.T)",
         "no_keepdim": "the row lengths E.norm(dim=-1) have shape (n,), which lines up with the "
         "LAST axis of E (d); keep the axis, E.norm(dim=-1, keepdim=True) of shape (n, 1), so "
         "each row is divided by its own length",
@@ -48,6 +50,9 @@ class CosineSimilarityMatrix(Task):
         "product norms[:, None] * norms[None, :]",
         "squared_flat_norms": "norms * norms with 1-D norms is |E_j|² for column j, not "
         "|E_i| |E_j|; divide by the outer product norms[:, None] * norms[None, :]",
+        "squared_row_norms": "norms * norms with norms of shape (n, 1) is |E_i|² for row i, "
+        "not |E_i| |E_j|; multiply the column of lengths by its transpose, norms * norms.T "
+        "(the outer product, (n, 1) * (1, n))",
         "distance": "that is 1 - cosine similarity (the cosine distance); return the similarity "
         "itself",
         "columns_gram": "E.T @ E compares the d columns (features) with each other; the "
@@ -104,9 +109,9 @@ class CosineSimilarityMatrix(Task):
             norms = norms.clamp_min(1e-8 if mistake == "clamp_too_large" else 1e-12)
         if mistake in ("one_length", "columns_by_flat_norms"):
             return (E @ E.T) / norms
-        if mistake in ("squared_norms", "squared_flat_norms"):
-            squared = norms * norms
-            return (E @ E.T) / (squared if mistake == "squared_flat_norms" else squared * squared.T)
+        if mistake in ("squared_norms", "squared_flat_norms", "squared_row_norms"):
+            squared = norms * norms  # each length squared, whatever the shape of norms
+            return (E @ E.T) / (squared * squared.T if mistake == "squared_norms" else squared)
         unit = E / norms
         similarity = unit.T @ unit if mistake == "columns_gram" else unit @ unit.T
         if mistake == "distance":

@@ -56,7 +56,8 @@ class Embed(HintOnError):
     mistake_table = {
         "transposed": "you treated the table as (d, vocab_size); it is (vocab_size, d), one row "
         "per token, so the product is one_hot(ids, vocab_size) @ table",
-        "float32_always": "keep the table's dtype: make the one-hot vectors in table.dtype",
+        "float32_always": "keep the table's dtype: make the one-hot vectors in table.dtype, with "
+        "no .float() on the table or on the result",
         "float32_one_hot": "one_hot gives float32 vectors, and a matrix product needs both sides "
         "in one dtype: convert them to the table's, one_hot(ids, vocab_size).to(table.dtype) @ "
         "table",

@@ -16,7 +16,9 @@ class MergePair(Task):
         "overlapping": "an id can be merged only once: after a merge, skip both ids of the pair, "
         "so [a, a, a] with (a, a) gives [X, a], not [X, X]",
         "one_step_after_a_merge": "after a merge you moved on by one id, so the pair's second id "
-        "was copied (or merged) again: new_id stands for both ids, so step over both, i += 2",
+        "was copied (or merged) again: new_id stands for both ids, so step over both, i += 2 "
+        "(in a for loop, i += 2 changes nothing: the loop sets i again at its next turn; use a "
+        "while loop, as lesson 01 does)",
         "first_only": "replace every occurrence of the pair, not only the first",
         "right_to_left": "read left to right: [a, a, a] with (a, a) gives [X, a], not [a, X]",
         "last_id_lost": "the last id went missing: when it does not start a pair, copy it to the "
@@ -119,6 +121,7 @@ class MergePair(Task):
         if got == list(ids) and want != list(ids):
             return (
                 "nothing was merged: compare each (ids[i], ids[i + 1]) with `pair`, and "
-                "append new_id where they are equal"
+                "append new_id where they are equal (a slice, ids[i:i + 2], is a list, and a "
+                "list never equals the tuple pair: [1, 2] != (1, 2))"
             )
         return None

@@ -88,9 +88,10 @@ class NearestNeighbours(Task):
         "comes first (descending similarity)",
         "least_similar": "argsort sorts ascending, so you took the least similar rows; sort by "
         "descending similarity (argsort(descending=True) or topk)",
-        "least_similar_itself_first": "argsort sorts ascending, so `index` (at -inf) came "
+        "least_similar_itself_first": "argsort sorts ascending (and topk(k, largest=False) "
+        "takes the smallest), so `index` (at -inf) came "
         "first and the least similar rows after it; sort by descending similarity "
-        "(argsort(descending=True) or topk)",
+        "(argsort(descending=True) or topk, whose default is largest=True)",
         "by_dot_product": "you ranked by dot product, which favours long vectors; rank by cosine "
         "similarity",
         "similarities": "topk gives the similarities (.values) and their rows (.indices); "

@@ -35,6 +35,10 @@ class OneHot(Task):
         "last: ids.unsqueeze(-1)",
         "lesson_vocab": "torch.arange(6) is the lesson's vocab_size = 6; compare with "
         "torch.arange(vocab_size), the argument, so the last axis has vocab_size entries",
+        "rows_by_arange": "out[torch.arange(len(ids)), ids] = 1 gives each id its own row only "
+        "when ids are 1-D; ids can have any shape: compare ids.unsqueeze(-1) with "
+        "torch.arange(vocab_size) (or flatten the ids first and reshape the result to "
+        "(*ids.shape, vocab_size))",
     }
 
     def cases(self, gen):
@@ -114,6 +118,12 @@ class OneHot(Task):
                     f"your ValueError says {str(error)!r}; name the id that is out of range "
                     f"({bad}) so that whoever calls one_hot knows what to fix"
                 ) from None
+            if isinstance(error, ValueError) and case.raises is None and ids.numel():
+                raise GradingError(
+                    f"your code raised ValueError: {error}. Hint: every id here lies in [0, "
+                    f"{case.args[1]}), so none may be refused: the range includes 0 and "
+                    "vocab_size - 1; refuse only ids < 0 or ids >= vocab_size"
+                ) from None
             if isinstance(error, TypeError) and ids.dtype in (torch.int32, torch.int16):
                 raise GradingError(
                     f"your code raised TypeError: {error}. Hint: {ids.dtype} ids are integers "
@@ -133,6 +143,10 @@ class OneHot(Task):
             if ids.min() < 0 or ids.max() >= vocab_size:
                 bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
                 raise ValueError(f"id {bad} is outside [0, {vocab_size})")
+        if mistake == "rows_by_arange":  # NumPy's out[np.arange(n), ids] = 1: 1-D ids only
+            hot = torch.zeros(len(ids), vocab_size)
+            hot[torch.arange(len(ids)), ids] = 1.0
+            return hot
         columns = torch.arange(6 if mistake == "lesson_vocab" else vocab_size)
         hot = ids.unsqueeze(1 if mistake == "axis_one" else -1) == columns  # (..., vocab_size)
         if mistake == "vocab_not_last" and ids.dim() >= 1:

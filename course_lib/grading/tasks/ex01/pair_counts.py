@@ -38,6 +38,11 @@ class PairCounts(Task):
         "unordered": "(a, b) and (b, a) are different pairs: keep the order of the ids",
         "reversed": "your pairs are back to front: each pair is (ids[i], ids[i + 1]), the left "
         "id first",
+        "no_start_value": "counts[pair] += 1 reads the count of a pair the dict does not hold "
+        "yet, which raises KeyError the first time a pair is seen: start it at 0, "
+        "counts[pair] = counts.get(pair, 0) + 1 (or count with collections.Counter)",
+        "list_pairs": "a list cannot be a dict key (it has no hash, since it can change): make "
+        "each pair a tuple, (ids[i], ids[i + 1]), not [ids[i], ids[i + 1]]",
     }
 
     def cases(self, gen):
@@ -113,5 +118,7 @@ class PairCounts(Task):
         for pair in pairs:
             pair = tuple(sorted(pair)) if mistake == "unordered" else pair
             pair = pair[::-1] if mistake == "reversed" else pair
-            counts[pair] = counts.get(pair, 0) + 1
+            pair = list(pair) if mistake == "list_pairs" else pair  # unhashable
+            seen = counts[pair] if mistake == "no_start_value" else counts.get(pair, 0)  # KeyError
+            counts[pair] = seen + 1
         return counts
