@@ -1451,3 +1451,33 @@ def test_a_second_fresh_learners_slip_is_named(task_id, fn, named, not_named):
     for seed in (1, 2, 3):
         cases = task.cases(torch.Generator().manual_seed(seed))
         assert judge(task, cases, run_cases(task, fn, cases)).status == "failed", seed
+
+
+_LEARNER_EMBED = """
+import torch
+
+
+def one_hot(ids, vocab_size):
+    if ids.is_floating_point() or ids.dtype == torch.bool:
+        raise TypeError(f"ids must be integers, got {ids.dtype}")
+    if ((ids < {low}) | (ids >= vocab_size)).any():
+        raise ValueError(f"ids {ids.tolist()} must lie in [0, {vocab_size})")
+    return (ids.unsqueeze(-1) == torch.arange(vocab_size)).float()
+
+
+def embed(ids, table):
+    return one_hot(ids, table.shape[{axis}]).to(table.dtype) @ table
+"""
+
+
+@pytest.mark.parametrize(("low", "axis", "axis_hint"), [(1, 0, False), (0, -1, True)])
+def test_embed_blames_the_tables_axis_only_when_one_hot_is_not_the_cause(low, axis, axis_hint):
+    # hunt F11, second reader: a one_hot refusing id 0 (ids < 1) made the right embed,
+    # one_hot(ids, table.shape[0]) @ table, raise ValueError, and the check told it 'did you take
+    # vocab_size from the wrong axis?'; the wrong axis itself keeps that hint
+    namespace: dict = {}
+    exec(_LEARNER_EMBED.replace("{low}", str(low)).replace("{axis}", str(axis)), namespace)  # noqa: S102
+    result = check_result("ex01.embed", namespace["embed"])
+    assert result.status == "failed", result.feedback
+    assert ("from the wrong axis" in result.feedback) == axis_hint, result.feedback
+    assert ("fix one_hot first" in result.feedback) != axis_hint, result.feedback

@@ -44,6 +44,20 @@ def _looked_up(calls, table) -> bool:
     )
 
 
+def _refuses(one_hot, ids, vocab_size) -> bool:
+    """True when `one_hot` (the learner's, beside their embed) raises ValueError on `ids`, which
+    all lie in [0, vocab_size): the refusal is then one_hot's off-by-one, not the table's axis."""
+    if not callable(one_hot):
+        return False
+    try:
+        one_hot(ids, vocab_size)
+    except ValueError:
+        return True
+    except Exception:  # noqa: BLE001  (a learner's code may raise anything)
+        return False
+    return False
+
+
 @register
 class Embed(HintOnError):
     id = "ex01.embed"
@@ -125,6 +139,8 @@ class Embed(HintOnError):
             return None
         over_d = functools.partial(self.wrong, mistake="vocab_from_last_axis")
         refused = isinstance(error, ValueError) and ids.max() >= d  # one_hot(ids, d) refused
+        if refused and _refuses(getattr(obj, "__globals__", {}).get("one_hot"), ids, vocab_size):
+            return None  # the learner's one_hot refuses them at the right size: its own slip
         if not refused and (failure is None or failure != failure_of(over_d, ids, table)):
             return None
         return (
