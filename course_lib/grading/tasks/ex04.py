@@ -38,6 +38,10 @@ def _frequencies(d: int, mistake: str = "") -> torch.Tensor:
         return 10000.0 ** (-2 * pair) / d
     if mistake == "times_pi":  # math.pi * position * frequency: radians taken for turns
         return torch.pi * 10000.0 ** (-2 * pair / d)
+    if mistake == "times_2pi":  # 2 * math.pi * frequency: omega read as turns per position
+        return 2 * torch.pi * 10000.0 ** (-2 * pair / d)
+    if mistake == "d_minus_1":  # 10000 ** (-2i / (d - 1))
+        return 10000.0 ** (-2 * pair / (d - 1))
     if mistake in ("zero", "no_frequency"):  # zero: 2 * i // d, integer division, 0
         return torch.ones_like(pair)
     power = {"exponent_i": pair, "exponent_4i": 4 * pair, "blog_loop": 4 * pair}.get(
@@ -54,6 +58,21 @@ def _times_pi(d="d_model"):
     return (
         "your angles are multiplied by pi: pair i at position p turns by p * 10000^(-2i/"
         f"{d}) radians, with no pi (torch.sin and torch.cos take radians as they are)"
+    )
+
+
+def _times_2pi(d="d_model"):
+    return (
+        f"your angles are multiplied by 2 pi: 10000^(-2i/{d}) is already an angle per position, "
+        f"in radians, not a number of turns; the angle is p * 10000^(-2i/{d}), with no 2 pi "
+        "(torch.sin and torch.cos take radians as they are)"
+    )
+
+
+def _d_minus_1(d="d_model"):
+    return (
+        f"the exponent is divided by {d} - 1; divide it by {d} itself: 10000^(-2i/{d}), so the "
+        f"last pair's exponent is ({d} - 2)/{d}, just short of 1"
     )
 
 
@@ -171,6 +190,8 @@ class SinusoidalPositionalEncoding(_PositionalTask):
         "torch.cos(angles)",
         "times_pi": _times_pi(),
         "positions_over_len": _positions_over_len(),
+        "times_2pi": _times_2pi(),
+        "d_minus_1": _d_minus_1(),
         "blog_loop": "this is a well-known blog's loop: with i = 0, 2, 4, ... already the even "
         "column, sin(p / 10000^(2i/d_model)) counts the 2 twice and cos(p / 10000^(2(i+1)/"
         "d_model)) takes the next pair's frequency. With the column index i = 2k the exponent "
@@ -251,6 +272,11 @@ class RelativeShiftMatrix(_PositionalTask):
         "exponent_4i": "the rotation angle uses 10000^(-4i/d_model), the 2 counted twice; pair "
         "(2i, 2i+1) turns by offset * 10000^(-2i/d_model), the same frequency as in the encoding",
         "times_pi": _times_pi(),
+        "times_2pi": _times_2pi(),
+        "d_minus_1": _d_minus_1(),
+        "diagonal_repeat": "the diagonal holds each pair's cos a twice, side by side: [cos a0, "
+        "cos a0, cos a1, cos a1, ...] is cos.repeat_interleave(2); cos.repeat(2) lays it out as "
+        "[cos a0, cos a1, ..., cos a0, cos a1, ...], the pairs' cosines in the wrong places",
         "block_at_pair_index": "pair i's 2x2 block goes at rows and columns 2i and 2i+1, "
         "M[2*i : 2*i + 2, 2*i : 2*i + 2]; at M[i : i + 2, i : i + 2] the blocks overlap and the "
         "last rows stay 0",
@@ -290,6 +316,8 @@ class RelativeShiftMatrix(_PositionalTask):
             even = torch.arange(d_model // 2)
         m[even, even], m[even, even + 1] = cos, -sin if mistake == "two_minus" else sin
         m[even + 1, even], m[even + 1, even + 1] = sin if mistake == "no_minus" else -sin, cos
+        if mistake == "diagonal_repeat":  # torch.diag(cos.repeat(2)), not repeat_interleave
+            m.diagonal().copy_(cos.repeat(2))
         return (m.T if mistake == "transposed" else m).float()
 
 
@@ -547,6 +575,8 @@ class ApplyRope(_RopeTask):
         "view": _VIEW,
         "times_pi": _times_pi("d"),
         "positions_over_len": _positions_over_len("seq"),
+        "times_2pi": _times_2pi("d"),
+        "d_minus_1": _d_minus_1("d"),
     }
 
     def cases(self, gen):
@@ -658,9 +688,14 @@ class ApplyRopeHalf(_RopeTask):
         "ints: x[..., : d // 2] and x[..., d // 2 :]",
         "times_pi": _times_pi("d"),
         "positions_over_len": _positions_over_len("seq"),
+        "times_2pi": _times_2pi("d"),
+        "d_minus_1": _d_minus_1("d"),
+        # x.chunk(2) with no dim= raises the same error on the first case: one hint for both
         "table_cat_dim0": "the (seq, d) cos/sin table joins the (seq, d/2) angles side by side, "
         "torch.cat((angles, angles), dim=-1), so that features i and i + d/2 share an angle; "
-        "dim=0 stacks them below each other, (2 seq, d/2), which does not match x",
+        "dim=0 stacks them below each other, (2 seq, d/2), which does not match x. The same "
+        "goes for the halves of x: x.chunk(2) with no dim= splits the sequence (dim 0), so "
+        "split the features with x.chunk(2, dim=-1)",
     }
 
     def cases(self, gen):
