@@ -1087,6 +1087,7 @@ def _f04_encoding(slip):
     def sinusoidal_positional_encoding(seq_len, d_model):
         require_even(d_model)
         positions = torch.arange(seq_len, dtype=torch.float32)[:, None]
+        positions = positions.T if slip == "row" else positions  # unsqueeze(0): (1, seq)
         two_i = torch.arange(0, d_model, 2, dtype=torch.float32)
         denominator = d_model - 1 if slip == "d - 1" else d_model
         frequencies = 10000.0 ** (-two_i / denominator)
@@ -1121,12 +1122,17 @@ def _f04_rope(slip, half=False):
         positions = torch.arange(seq) if positions is None else positions
         denominator = d - 1 if slip == "d - 1" else d
         omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / denominator)
-        angles = positions.double()[:, None] * omega * (2 * math.pi if slip == "2 pi" else 1)
+        positions = positions.double()[None, :] if slip == "row" else positions.double()[:, None]
+        angles = positions * omega * (2 * math.pi if slip == "2 pi" else 1)
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
         if half:
             x0, x1 = x.chunk(2) if slip == "chunk" else x.chunk(2, dim=-1)
         else:
             x0, x1 = x[..., 0::2], x[..., 1::2]
+        if slip == "not swapped":  # rotate_half as cat((-x1, x2)), the halves left in place
+            return x * torch.cat((cos, cos), -1) + torch.cat((-x0, x1), -1) * torch.cat(
+                (sin, sin), -1
+            )
         r0, r1 = x0 * cos - x1 * sin, x0 * sin + x1 * cos
         return torch.cat((r0, r1), -1) if half else torch.stack((r0, r1), -1).flatten(-2)
 
@@ -1144,6 +1150,10 @@ _F04_SLIPS = [
     ("ex04.apply_rope_half", lambda s: _f04_rope(s, True), "d - 1", "divided by d - 1"),
     ("ex04.apply_rope_half", lambda s: _f04_rope(s, True), "2 pi", "multiplied by 2 pi"),
     ("ex04.apply_rope_half", lambda s: _f04_rope(s, True), "chunk", "x.chunk(2, dim=-1)"),
+    ("ex04.sinusoidal_positional_encoding", _f04_encoding, "row", "your positions are a row"),
+    ("ex04.apply_rope", _f04_rope, "row", "your positions are a row"),
+    ("ex04.apply_rope_half", lambda s: _f04_rope(s, True), "row", "your positions are a row"),
+    ("ex04.apply_rope_half", lambda s: _f04_rope(s, True), "not swapped", "Swap them too"),
 ]
 
 

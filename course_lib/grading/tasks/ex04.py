@@ -105,6 +105,13 @@ _POSITIONS_1D = (
 )
 
 
+_POSITIONS_ROW = (
+    "your positions are a row, (1, seq) (unsqueeze(0), [None, :]), and a row times the (d/2,) "
+    "frequencies does not broadcast to the (seq, d/2) angles; make them a column, "
+    "positions[:, None] or positions.unsqueeze(1), of shape (seq, 1)"
+)
+
+
 _FINISHED = tuple(
     f"course_lib.positional.{name}"
     for name in (
@@ -180,6 +187,7 @@ class SinusoidalPositionalEncoding(_PositionalTask):
         "base_e4": "math.log10(10000) = 4 is not the natural logarithm: with exp, the frequency "
         "is exp(-2i * math.log(10000) / d_model) (math.log is ln)",
         "positions_1d": _POSITIONS_1D,
+        "positions_row": _POSITIONS_ROW,
         "zero": "every pair has the frequency 1, so the exponent 2i/d_model became 0: 2 * i // "
         "d_model is integer division; use /, 10000 ** (-2 * i / d_model)",
         "over_seq_len": "the exponent is divided by seq_len; it is divided by d_model, "
@@ -220,6 +228,7 @@ class SinusoidalPositionalEncoding(_PositionalTask):
             angles = pair * 10000.0 ** (-2 * positions / d_model)
         else:
             positions = positions[:, 0] if mistake == "positions_1d" else positions  # (seq,)
+            positions = positions.T if mistake == "positions_row" else positions  # (1, seq)
             angles = positions * _frequencies(d_model, mistake)  # (seq, d_model / 2)
         odd_angles = angles
         if mistake == "column_index_exponent":  # column 2i + 1 at 10000^(-(2i + 1)/d_model)
@@ -340,6 +349,7 @@ def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
     elif mistake == "integer_positions":  # .long() rounds 0.5 towards 0
         positions = positions.long()
     positions = positions.to(F64) if mistake == "positions_1d" else positions.to(F64)[:, None]
+    positions = positions.T if mistake == "positions_row" else positions  # (1, seq): raises
     if mistake == "constant":
         positions = torch.ones_like(positions)
     if mistake == "positions_over_len":  # positions / seq, seq = x.shape[-2]
@@ -370,6 +380,8 @@ def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
     r1 = sign * x0 * sin1 + x1 * cos1
     if mistake == "reflect":  # the sign of the second component's x1 term flipped
         r1 = x0 * sin1 - x1 * cos1
+    if mistake == "not_swapped":  # x * cos + cat((-x1, x2)) * sin: rotate_half's halves kept
+        r0, r1 = x0 * cos0 - x0 * sin0, x1 * cos1 + x1 * sin1
     if out_layout.get(mistake, layout) == "halves":
         out = torch.cat((r0, r1), -1)
     else:
@@ -570,6 +582,7 @@ class ApplyRope(_RopeTask):
         "integer_positions": _INTEGER_POSITIONS,
         "seq_axis_1": _SEQ_AXIS_1,
         "positions_1d": _POSITIONS_1D,
+        "positions_row": _POSITIONS_ROW,
         "positions_or": _POSITIONS_OR,
         "overwritten": _OVERWRITTEN,
         "view": _VIEW,
@@ -678,6 +691,7 @@ class ApplyRopeHalf(_RopeTask):
         "integer_positions": _INTEGER_POSITIONS,
         "seq_axis_1": _SEQ_AXIS_1,
         "positions_1d": _POSITIONS_1D,
+        "positions_row": _POSITIONS_ROW,
         "positions_or": _POSITIONS_OR,
         "overwritten": _OVERWRITTEN,
         "view": _VIEW,
@@ -691,6 +705,9 @@ class ApplyRopeHalf(_RopeTask):
         "times_2pi": _times_2pi("d"),
         "d_minus_1": _d_minus_1("d"),
         # x.chunk(2) with no dim= raises the same error on the first case: one hint for both
+        "not_swapped": "your rotate_half negates the first half but keeps the halves in place, "
+        "cat((-first_half, second_half)): each feature is then mixed with itself, not with its "
+        "partner. Swap them too: x * cos + cat((-second_half, first_half)) * sin",
         "table_cat_dim0": "the (seq, d) cos/sin table joins the (seq, d/2) angles side by side, "
         "torch.cat((angles, angles), dim=-1), so that features i and i + d/2 share an angle; "
         "dim=0 stacks them below each other, (2 seq, d/2), which does not match x. The same "
