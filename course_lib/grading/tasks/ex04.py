@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import torch
 
-from ..core import Case, GradingError, Task, changed_message, compare_values, register
+from ..core import (
+    Case,
+    GradingError,
+    Task,
+    changed_message,
+    compare_values,
+    register,
+    with_gradients,
+)
 from .common import all_close, randn, randns
 
 LESSON = "lesson 04, section "
@@ -30,6 +38,10 @@ def _frequencies(d: int, mistake: str = "") -> torch.Tensor:
         return 10000.0 ** (-2 * pair) / d
     if mistake == "times_pi":  # math.pi * position * frequency: radians taken for turns
         return torch.pi * 10000.0 ** (-2 * pair / d)
+    if mistake == "times_2pi":  # 2 * math.pi * frequency: omega read as turns per position
+        return 2 * torch.pi * 10000.0 ** (-2 * pair / d)
+    if mistake == "d_minus_1":  # 10000 ** (-2i / (d - 1))
+        return 10000.0 ** (-2 * pair / (d - 1))
     if mistake in ("zero", "no_frequency"):  # zero: 2 * i // d, integer division, 0
         return torch.ones_like(pair)
     power = {"exponent_i": pair, "exponent_4i": 4 * pair, "blog_loop": 4 * pair}.get(
@@ -46,6 +58,21 @@ def _times_pi(d="d_model"):
     return (
         "your angles are multiplied by pi: pair i at position p turns by p * 10000^(-2i/"
         f"{d}) radians, with no pi (torch.sin and torch.cos take radians as they are)"
+    )
+
+
+def _times_2pi(d="d_model"):
+    return (
+        f"your angles are multiplied by 2 pi: 10000^(-2i/{d}) is already an angle per position, "
+        f"in radians, not a number of turns; the angle is p * 10000^(-2i/{d}), with no 2 pi "
+        "(torch.sin and torch.cos take radians as they are)"
+    )
+
+
+def _d_minus_1(d="d_model"):
+    return (
+        f"the exponent is divided by {d} - 1; divide it by {d} itself: 10000^(-2i/{d}), so the "
+        f"last pair's exponent is ({d} - 2)/{d}, just short of 1"
     )
 
 
@@ -75,6 +102,13 @@ _POSITIONS_1D = (
     "the positions and the frequencies are both 1-D, so * pairs them element by element: make "
     "the positions a column, positions[:, None] of shape (seq, 1), which times the (d/2,) "
     "frequencies broadcasts to the (seq, d/2) angles"
+)
+
+
+_POSITIONS_ROW = (
+    "your positions are a row, (1, seq) (unsqueeze(0), [None, :]), and a row times the (d/2,) "
+    "frequencies does not broadcast to the (seq, d/2) angles; make them a column, "
+    "positions[:, None] or positions.unsqueeze(1), of shape (seq, 1)"
 )
 
 
@@ -153,6 +187,7 @@ class SinusoidalPositionalEncoding(_PositionalTask):
         "base_e4": "math.log10(10000) = 4 is not the natural logarithm: with exp, the frequency "
         "is exp(-2i * math.log(10000) / d_model) (math.log is ln)",
         "positions_1d": _POSITIONS_1D,
+        "positions_row": _POSITIONS_ROW,
         "zero": "every pair has the frequency 1, so the exponent 2i/d_model became 0: 2 * i // "
         "d_model is integer division; use /, 10000 ** (-2 * i / d_model)",
         "over_seq_len": "the exponent is divided by seq_len; it is divided by d_model, "
@@ -163,6 +198,8 @@ class SinusoidalPositionalEncoding(_PositionalTask):
         "torch.cos(angles)",
         "times_pi": _times_pi(),
         "positions_over_len": _positions_over_len(),
+        "times_2pi": _times_2pi(),
+        "d_minus_1": _d_minus_1(),
         "blog_loop": "this is a well-known blog's loop: with i = 0, 2, 4, ... already the even "
         "column, sin(p / 10000^(2i/d_model)) counts the 2 twice and cos(p / 10000^(2(i+1)/"
         "d_model)) takes the next pair's frequency. With the column index i = 2k the exponent "
@@ -191,6 +228,7 @@ class SinusoidalPositionalEncoding(_PositionalTask):
             angles = pair * 10000.0 ** (-2 * positions / d_model)
         else:
             positions = positions[:, 0] if mistake == "positions_1d" else positions  # (seq,)
+            positions = positions.T if mistake == "positions_row" else positions  # (1, seq)
             angles = positions * _frequencies(d_model, mistake)  # (seq, d_model / 2)
         odd_angles = angles
         if mistake == "column_index_exponent":  # column 2i + 1 at 10000^(-(2i + 1)/d_model)
@@ -243,6 +281,11 @@ class RelativeShiftMatrix(_PositionalTask):
         "exponent_4i": "the rotation angle uses 10000^(-4i/d_model), the 2 counted twice; pair "
         "(2i, 2i+1) turns by offset * 10000^(-2i/d_model), the same frequency as in the encoding",
         "times_pi": _times_pi(),
+        "times_2pi": _times_2pi(),
+        "d_minus_1": _d_minus_1(),
+        "diagonal_repeat": "the diagonal holds each pair's cos a twice, side by side: [cos a0, "
+        "cos a0, cos a1, cos a1, ...] is cos.repeat_interleave(2); cos.repeat(2) lays it out as "
+        "[cos a0, cos a1, ..., cos a0, cos a1, ...], the pairs' cosines in the wrong places",
         "block_at_pair_index": "pair i's 2x2 block goes at rows and columns 2i and 2i+1, "
         "M[2*i : 2*i + 2, 2*i : 2*i + 2]; at M[i : i + 2, i : i + 2] the blocks overlap and the "
         "last rows stay 0",
@@ -282,6 +325,8 @@ class RelativeShiftMatrix(_PositionalTask):
             even = torch.arange(d_model // 2)
         m[even, even], m[even, even + 1] = cos, -sin if mistake == "two_minus" else sin
         m[even + 1, even], m[even + 1, even + 1] = sin if mistake == "no_minus" else -sin, cos
+        if mistake == "diagonal_repeat":  # torch.diag(cos.repeat(2)), not repeat_interleave
+            m.diagonal().copy_(cos.repeat(2))
         return (m.T if mistake == "transposed" else m).float()
 
 
@@ -304,6 +349,7 @@ def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
     elif mistake == "integer_positions":  # .long() rounds 0.5 towards 0
         positions = positions.long()
     positions = positions.to(F64) if mistake == "positions_1d" else positions.to(F64)[:, None]
+    positions = positions.T if mistake == "positions_row" else positions  # (1, seq): raises
     if mistake == "constant":
         positions = torch.ones_like(positions)
     if mistake == "positions_over_len":  # positions / seq, seq = x.shape[-2]
@@ -334,6 +380,8 @@ def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
     r1 = sign * x0 * sin1 + x1 * cos1
     if mistake == "reflect":  # the sign of the second component's x1 term flipped
         r1 = x0 * sin1 - x1 * cos1
+    if mistake == "not_swapped":  # x * cos + cat((-x1, x2)) * sin: rotate_half's halves kept
+        r0, r1 = x0 * cos0 - x0 * sin0, x1 * cos1 + x1 * sin1
     if out_layout.get(mistake, layout) == "halves":
         out = torch.cat((r0, r1), -1)
     else:
@@ -463,6 +511,13 @@ class _RopeTask(_PositionalTask):
             "in x's dtype, or return .to(x.dtype)"
         )
 
+    def learnable(self, obj, case, value):
+        """`value` with the gradients with respect to x alone: the positions are not learned
+        (the reference detaches them), so they stay as given, and a right answer that reads
+        float positions with numpy is not failed by a gradient pass it never owed."""
+        x, *rest = case.args
+        return with_gradients(value, lambda leaves: obj(*leaves, *rest, **case.kwargs), {"x": x})
+
     def call(self, obj, case):
         try:
             value = _scores_or_call(obj, case)
@@ -527,11 +582,14 @@ class ApplyRope(_RopeTask):
         "integer_positions": _INTEGER_POSITIONS,
         "seq_axis_1": _SEQ_AXIS_1,
         "positions_1d": _POSITIONS_1D,
+        "positions_row": _POSITIONS_ROW,
         "positions_or": _POSITIONS_OR,
         "overwritten": _OVERWRITTEN,
         "view": _VIEW,
         "times_pi": _times_pi("d"),
         "positions_over_len": _positions_over_len("seq"),
+        "times_2pi": _times_2pi("d"),
+        "d_minus_1": _d_minus_1("d"),
     }
 
     def cases(self, gen):
@@ -633,6 +691,7 @@ class ApplyRopeHalf(_RopeTask):
         "integer_positions": _INTEGER_POSITIONS,
         "seq_axis_1": _SEQ_AXIS_1,
         "positions_1d": _POSITIONS_1D,
+        "positions_row": _POSITIONS_ROW,
         "positions_or": _POSITIONS_OR,
         "overwritten": _OVERWRITTEN,
         "view": _VIEW,
@@ -643,9 +702,17 @@ class ApplyRopeHalf(_RopeTask):
         "ints: x[..., : d // 2] and x[..., d // 2 :]",
         "times_pi": _times_pi("d"),
         "positions_over_len": _positions_over_len("seq"),
+        "times_2pi": _times_2pi("d"),
+        "d_minus_1": _d_minus_1("d"),
+        # x.chunk(2) with no dim= raises the same error on the first case: one hint for both
+        "not_swapped": "your rotate_half negates the first half but keeps the halves in place, "
+        "cat((-first_half, second_half)): each feature is then mixed with itself, not with its "
+        "partner. Swap them too: x * cos + cat((-second_half, first_half)) * sin",
         "table_cat_dim0": "the (seq, d) cos/sin table joins the (seq, d/2) angles side by side, "
         "torch.cat((angles, angles), dim=-1), so that features i and i + d/2 share an angle; "
-        "dim=0 stacks them below each other, (2 seq, d/2), which does not match x",
+        "dim=0 stacks them below each other, (2 seq, d/2), which does not match x. The same "
+        "goes for the halves of x: x.chunk(2) with no dim= splits the sequence (dim 0), so "
+        "split the features with x.chunk(2, dim=-1)",
     }
 
     def cases(self, gen):
