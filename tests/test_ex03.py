@@ -1339,7 +1339,9 @@ def test_f03_a_gqa_slip_that_got_no_hint_is_named(slip, words):
     assert "None of the usual" not in feedback, feedback
 
 
-class _F03FloatSoftmaxMHA(nn.Module):
+class _F03MHA(nn.Module):
+    slip = ""
+
     def __init__(self, d_model, num_heads, bias=True):
         super().__init__()
         self.num_heads, self.d_head = num_heads, d_model // num_heads
@@ -1353,15 +1355,29 @@ class _F03FloatSoftmaxMHA(nn.Module):
         )
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
         if mask is not None:
-            scores = scores.masked_fill(
-                ~(mask.unsqueeze(1) if mask.dim() == 3 else mask), -math.inf
-            )
-        weights = F.softmax(scores.float(), dim=-1)  # float32 weights, float64 values
+            if mask.dim() == 3:  # the heads' axis, or (the slips) another one
+                mask = mask.unsqueeze(
+                    {"mask.unsqueeze(2)": 2, "mask.unsqueeze(-1)": -1}.get(self.slip, 1)
+                )
+            scores = scores.masked_fill(~mask, -math.inf)
+        # the slip: float32 weights @ float64 values
+        weights = F.softmax(scores.float() if self.slip == "softmax in float32" else scores, -1)
         heads = (weights @ v).transpose(1, 2)
         return self.out_proj(heads.reshape(*heads.shape[:2], -1)), weights
 
 
-def test_f03_mha_softmax_in_float32_is_named():
-    # before: the bare 'expected scalar type Float but found Double' and a traceback tip
-    status, feedback = status_and_feedback("ex03.MultiHeadAttention", _F03FloatSoftmaxMHA)
-    assert status == "failed" and "part of your computation is float32" in feedback, feedback
+@pytest.mark.parametrize(
+    "slip, words",
+    [
+        ("softmax in float32", "part of your computation is float32"),
+        ("mask.unsqueeze(2)", "must stand for the heads, axis 1"),
+        ("mask.unsqueeze(-1)", "must stand for the heads, axis 1"),
+    ],
+)
+def test_f03_mha_slip_that_crashed_without_a_hint_is_named(slip, words):
+    # before: PyTorch's bare error ('expected scalar type Float but found Double', a broadcast
+    # error) and a traceback tip; the right module (no slip) passes
+    assert status_and_feedback("ex03.MultiHeadAttention", _F03MHA)[0] == "passed"
+    learner = type("MultiHeadAttention", (_F03MHA,), {"slip": slip})
+    status, feedback = status_and_feedback("ex03.MultiHeadAttention", learner)
+    assert status == "failed" and words in feedback, feedback

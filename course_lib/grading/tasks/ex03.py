@@ -218,8 +218,8 @@ class _WrongMultiHeadAttention(nn.Module):
         unsqueeze = mask is not None and (mask.dim() == 3 or mistake == "always_unsqueezed")
         if mistake == "mask_by_batch" and mask is not None:  # per example if its first size is
             unsqueeze = mask.shape[0] == batch  # the batch's: so is a 2-D mask with n_q == batch
-        if unsqueeze and mistake != "mask_not_unsqueezed":
-            mask = mask.unsqueeze(1)  # (batch, 1, n_q or 1, n_k): the same for every head
+        if unsqueeze and mistake != "mask_not_unsqueezed":  # (batch, 1, n_q or 1, n_k)
+            mask = mask.unsqueeze({"mask_axis_2": 2, "mask_axis_last": -1}.get(mistake, 1))
         if mistake == "mask_tiled" and unsqueeze:  # heads folded into the batch, b * heads + h:
             tiled = mask[:, 0].repeat(self.num_heads, 1, 1)  # mask.repeat(num_heads, 1, 1)
             mask = tiled.view(batch, self.num_heads, *mask.shape[2:])  # gives it example i % batch
@@ -414,6 +414,12 @@ class MultiHeadAttentionTask(ModuleTask):
         "mask_by_batch": "a 2-D (n_q, n_k) mask whose n_q equals the batch size got an axis "
         "for the heads too: you told a per-example mask by mask.shape[0] == batch; tell it by "
         "mask.dim() == 3 (a 2-D mask broadcasts as it is)",
+        **dict.fromkeys(  # mask.unsqueeze(2) or unsqueeze(-1): an axis, but not the heads'
+            ("mask_axis_2", "mask_axis_last"),
+            "the mask's new axis must stand for the heads, axis 1 of the (batch, num_heads, "
+            "n_q, n_k) scores: mask.unsqueeze(1) makes (batch, 1, n_q or 1, n_k); unsqueeze(2) "
+            "or unsqueeze(-1) puts the 1 among the query and key axes instead",
+        ),
         "always_unsqueezed": "a 2-D (n_q, n_k) mask already broadcasts over batch and heads; "
         "unsqueeze(1) only a 3-D (batch, n_q or 1, n_k) mask (if mask.dim() == 3)",
         "values_from_key": "the values are projected from `key`; they come from `value`: v = "
