@@ -1261,3 +1261,123 @@ def test_d12_a_cut_gradient_fails_where_the_values_alone_passed():
     assert check_result("ex03.grouped_query_attention", _d12_gqa()).score == 1.0
     result = check_result("ex03.grouped_query_attention", _d12_gqa("weights detached"))
     assert result.status == "failed" and "no gradient reaches q, k" in result.feedback
+
+
+# ---- f03: split/merge gradients, and two GQA slips without a hint -----------------------------
+
+
+def _f03_split(slip=""):
+    def split_heads(x, num_heads):
+        batch, seq, d_model = x.shape
+        if d_model % num_heads:
+            raise ValueError("d_model must be divisible by num_heads")
+        x = x.detach() if slip == "detached" else x
+        heads = x.reshape(batch, seq, num_heads, d_model // num_heads)
+        return heads.transpose_(1, 2) if slip == "transpose_" else heads.transpose(1, 2)
+
+    return split_heads
+
+
+def _f03_merge(slip=""):
+    def merge_heads(x):
+        batch, num_heads, seq, d_head = x.shape
+        x = x.detach() if slip == "detached" else x
+        return x.transpose(1, 2).reshape(batch, seq, num_heads * d_head)
+
+    return merge_heads
+
+
+def test_f03_a_detached_split_or_merge_fails_its_own_check():
+    # full marks before (6/6, 5/5): only the values were judged, yet MultiHeadAttention and the
+    # GPT of exercise 09 train through both, and a split that cuts the graph starves every layer
+    for task_id, learner in [
+        ("ex03.split_heads", _f03_split("detached")),
+        ("ex03.merge_heads", _f03_merge("detached")),
+    ]:
+        result = check_result(task_id, learner)
+        assert result.status == "failed", result.feedback
+        assert "no gradient reaches x" in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize("learner", [_f03_split(""), _f03_split("transpose_")])
+def test_f03_an_in_place_transpose_of_the_reshaped_view_still_passes(learner):
+    # right where split_heads runs (x is a projection's output); on a leaf x it would raise
+    assert status_and_feedback("ex03.split_heads", learner)[0] == "passed"
+
+
+def _f03_gqa(slip):
+    def grouped_query_attention(q, k, v, mask=None):
+        group = q.shape[1] // k.shape[1]
+        if q.shape[1] % k.shape[1]:
+            raise ValueError("num_heads must be a multiple of num_kv_heads")
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        if slip == "softmax in float32":  # a mixed-precision habit, cast back
+            return (weights := scores.float().softmax(-1).to(q.dtype)) @ v, weights
+        if slip == "softmax in float32, not cast back":  # float32 weights @ float64 values
+            return (weights := scores.float().softmax(-1)) @ v, weights
+        weights = scores.softmax(dim=-1)
+        return weights @ v, scores if slip == "scores returned" else weights
+
+    return grouped_query_attention
+
+
+@pytest.mark.parametrize(
+    "slip, words",
+    [
+        ("scores returned", "the weights you return are the scores before the softmax"),
+        ("softmax in float32", "right only to float32's digits"),
+        ("softmax in float32, not cast back", "part of your computation is float32"),
+    ],
+)
+def test_f03_a_gqa_slip_that_got_no_hint_is_named(slip, words):
+    # before: 'None of the usual single mistakes' for the first two, the bare crash for the last
+    status, feedback = status_and_feedback("ex03.grouped_query_attention", _f03_gqa(slip))
+    assert status == "failed" and words in feedback, feedback
+    assert "None of the usual" not in feedback, feedback
+
+
+class _F03MHA(nn.Module):
+    slip = ""
+
+    def __init__(self, d_model, num_heads, bias=True):
+        super().__init__()
+        self.num_heads, self.d_head = num_heads, d_model // num_heads
+        for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            setattr(self, name, nn.Linear(d_model, d_model, bias=bias))
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (
+            layer(x).unflatten(-1, (self.num_heads, self.d_head)).transpose(1, 2)
+            for layer, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
+        )
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+        if mask is not None:
+            if mask.dim() == 3:  # the heads' axis, or (the slips) another one
+                mask = mask.unsqueeze(
+                    {"mask.unsqueeze(2)": 2, "mask.unsqueeze(-1)": -1}.get(self.slip, 1)
+                )
+            scores = scores.masked_fill(~mask, -math.inf)
+        # the slip: float32 weights @ float64 values
+        weights = F.softmax(scores.float() if self.slip == "softmax in float32" else scores, -1)
+        heads = (weights @ v).transpose(1, 2)
+        return self.out_proj(heads.reshape(*heads.shape[:2], -1)), weights
+
+
+@pytest.mark.parametrize(
+    "slip, words",
+    [
+        ("softmax in float32", "part of your computation is float32"),
+        ("mask.unsqueeze(2)", "must stand for the heads, axis 1"),
+        ("mask.unsqueeze(-1)", "must stand for the heads, axis 1"),
+    ],
+)
+def test_f03_mha_slip_that_crashed_without_a_hint_is_named(slip, words):
+    # before: PyTorch's bare error ('expected scalar type Float but found Double', a broadcast
+    # error) and a traceback tip; the right module (no slip) passes
+    assert status_and_feedback("ex03.MultiHeadAttention", _F03MHA)[0] == "passed"
+    learner = type("MultiHeadAttention", (_F03MHA,), {"slip": slip})
+    status, feedback = status_and_feedback("ex03.MultiHeadAttention", learner)
+    assert status == "failed" and words in feedback, feedback

@@ -51,6 +51,11 @@ _OVER_HEADS = (
     "the softmax runs over dim=1, the heads of the (batch, num_heads, n_q, n_k) scores: take it "
     "over the keys, the last axis, dim=-1, so that each query's weights sum to 1"
 )
+_FLOAT32_PART = (  # float32 weights (scores.float().softmax(-1)) @ float64 values raise
+    "part of your computation is float32 while the inputs are float64, so weights @ v mixes "
+    "the two: a .float() (say scores.float() before the softmax, a mixed-precision habit) or a "
+    "tensor made without dtype=; keep the inputs' dtype throughout, scores.softmax(dim=-1)"
+)
 _BOOLEAN_INDEX = (
     "scores[~mask] = float('-inf') needs a mask of exactly the scores' "
     "shape (batch, num_heads, n_q, n_k): boolean indexing does not broadcast. Use "
@@ -69,6 +74,7 @@ class SplitHeads(Task):
     id = "ex03.split_heads"
     lesson = "lesson 03, section 'Splitting d_model into heads'"
     reference = "course_lib.multihead.split_heads"
+    backward = True  # MultiHeadAttention trains through it: its gradients are judged too
     mistake_table = {
         "no_transpose": "a reshape straight to (batch, num_heads, seq, d_head) mixes tokens: it "
         "cuts the flat memory of each sequence into num_heads blocks, so one 'token' row of head "
@@ -98,6 +104,12 @@ class SplitHeads(Task):
             ),
         ]
 
+    def call(self, obj, case):
+        """Its gradients are taken on x + 0, not a leaf: in MultiHeadAttention x is a
+        projection's output, where an in-place transpose_ of the reshaped view is right."""
+        value = obj(*case.args, **case.kwargs)
+        return self.learnable(lambda x, *rest, **kw: obj(x + 0, *rest, **kw), case, value)
+
     def wrong(self, x, num_heads, *, mistake):
         batch, seq, d_model = x.shape
         float_d_head = mistake in ("float_d_head", "view_float_d_head")
@@ -119,6 +131,7 @@ class MergeHeads(Task):
     id = "ex03.merge_heads"
     lesson = "lesson 03, section 'Merging the heads back'"
     reference = "course_lib.multihead.merge_heads"
+    backward = True  # MultiHeadAttention trains through it: its gradients are judged too
     mistake_table = {
         "no_transpose": "the reshape needs the heads next to d_head: transpose(1, 2) to "
         "(batch, seq, num_heads, d_head) first, then reshape to (batch, seq, d_model). Without "
@@ -205,8 +218,8 @@ class _WrongMultiHeadAttention(nn.Module):
         unsqueeze = mask is not None and (mask.dim() == 3 or mistake == "always_unsqueezed")
         if mistake == "mask_by_batch" and mask is not None:  # per example if its first size is
             unsqueeze = mask.shape[0] == batch  # the batch's: so is a 2-D mask with n_q == batch
-        if unsqueeze and mistake != "mask_not_unsqueezed":
-            mask = mask.unsqueeze(1)  # (batch, 1, n_q or 1, n_k): the same for every head
+        if unsqueeze and mistake != "mask_not_unsqueezed":  # (batch, 1, n_q or 1, n_k)
+            mask = mask.unsqueeze({"mask_axis_2": 2, "mask_axis_last": -1}.get(mistake, 1))
         if mistake == "mask_tiled" and unsqueeze:  # heads folded into the batch, b * heads + h:
             tiled = mask[:, 0].repeat(self.num_heads, 1, 1)  # mask.repeat(num_heads, 1, 1)
             mask = tiled.view(batch, self.num_heads, *mask.shape[2:])  # gives it example i % batch
@@ -244,6 +257,8 @@ class _WrongMultiHeadAttention(nn.Module):
         if mistake == "scaled_after_softmax":  # softmax(q k^T) / sqrt(d_head)
             weights = weights / self.d_head**0.5
             heads = weights @ v
+        if mistake == "softmax_float32":  # F.softmax(scores.float(), -1): float32 weights
+            heads = weights.float() @ v
         if mistake == "mask_added" and mask is not None:  # scores + mask: True adds 1, False 0
             weights = (q @ k.transpose(-2, -1) / self.d_head**0.5 + mask).softmax(-1)
             heads = weights @ v
@@ -399,6 +414,12 @@ class MultiHeadAttentionTask(ModuleTask):
         "mask_by_batch": "a 2-D (n_q, n_k) mask whose n_q equals the batch size got an axis "
         "for the heads too: you told a per-example mask by mask.shape[0] == batch; tell it by "
         "mask.dim() == 3 (a 2-D mask broadcasts as it is)",
+        **dict.fromkeys(  # mask.unsqueeze(2) or unsqueeze(-1): an axis, but not the heads'
+            ("mask_axis_2", "mask_axis_last"),
+            "the mask's new axis must stand for the heads, axis 1 of the (batch, num_heads, "
+            "n_q, n_k) scores: mask.unsqueeze(1) makes (batch, 1, n_q or 1, n_k); unsqueeze(2) "
+            "or unsqueeze(-1) puts the 1 among the query and key axes instead",
+        ),
         "always_unsqueezed": "a 2-D (n_q, n_k) mask already broadcasts over batch and heads; "
         "unsqueeze(1) only a 3-D (batch, n_q or 1, n_k) mask (if mask.dim() == 3)",
         "values_from_key": "the values are projected from `key`; they come from `value`: v = "
@@ -451,6 +472,7 @@ class MultiHeadAttentionTask(ModuleTask):
         "inputs_kept": KEPT_INPUTS,
         "mask_added": _MASK_ADDED,
         "softmax_over_heads": _OVER_HEADS,
+        "softmax_float32": _FLOAT32_PART,
         "out_proj_untransposed": "the output projection by hand, merged @ out_proj.weight + "
         "out_proj.bias, multiplies by the weight untransposed: nn.Linear's weight is "
         "(out_features, in_features), applied as x @ weight.T + bias; call the layer itself, "
@@ -666,6 +688,10 @@ class GroupedQueryAttentionTask(Task):
         "softmax_over_heads": _OVER_HEADS,
         "scaled_by_n_k": "the scores are divided by the root of the number of keys, k.shape[-2]; "
         "the scale is sqrt(d_head), the last axis of q and k: q.shape[-1]",
+        "scores_returned": "the weights you return are the scores before the softmax: return "
+        "the attention weights, softmax(scores) over the keys (each row sums to 1), the ones "
+        "the values were averaged with",
+        "softmax_float32": _FLOAT32_PART,
     }
 
     def wrong(self, q, k, v, mask=None, *, mistake):
@@ -724,10 +750,19 @@ class GroupedQueryAttentionTask(Task):
         if mistake == "scaled_after_softmax":  # softmax(q k^T) / sqrt(d_head)
             weights = weights / q.shape[-1] ** 0.5
             output = weights @ v
+        if mistake == "softmax_float32":  # F.softmax(scores.float(), -1): float32 weights
+            output = weights.float() @ v
         if mistake == "mask_added" and mask is not None:  # scores + mask: True adds 1, False 0
             weights = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5 + mask).softmax(-1)
             output = weights @ v
+        if mistake == "scores_returned":  # `return output, scores`: before the softmax
+            weights = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
         return output, weights
+
+    def diagnose(self, got, want, case):
+        if case.args[0].dtype == F64 and all_close(got, want, 1e-5):  # a .float() softmax
+            return FLOAT32_DIGITS
+        return None
 
     def call(self, obj, case):
         """The learner's function; a RuntimeError that only the mask brings (the same inputs
