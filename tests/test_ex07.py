@@ -1640,3 +1640,48 @@ def test_d12_a_cut_gradient_fails_where_the_values_alone_passed(task_id, learner
 
 def test_d12_the_decoder_learner_without_its_slip_passes():
     assert status("ex07.DecoderLayer", DecLearner).score == 1.0
+
+
+# ---- f07 (second fresh reader): slips the first one missed, and the gradient's own slips ----
+
+
+def rms_sum_over_sqrt_d(x, weight, eps=1e-6):  # ||x|| / sqrt(d)'s sqrt(d) put on the sum
+    return x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) / math.sqrt(x.shape[-1]) + eps) * weight
+
+
+def rms_power_half(x, weight, eps=1e-6):  # ** 1/2 for the square root, inline
+    return x / (x.pow(2).mean(-1, keepdim=True) + eps) ** 1 / 2 * weight
+
+
+def rms_power_half_bracketed(x, weight, eps=1e-6):
+    return x / ((x.pow(2).mean(-1, keepdim=True) + eps) ** 1 / 2) * weight
+
+
+def rms_rows_with_math_sqrt(x, weight, eps=1e-6):  # per row, the root a Python float
+    rows = x.reshape(-1, x.shape[-1])
+    out = torch.stack([r / math.sqrt((r**2).mean().item() + eps) for r in rows])
+    return out.reshape(x.shape) * weight
+
+
+def ln_variance_detached(x, gamma, beta, eps=1e-5):
+    mean = x.mean(dim=-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True).detach()
+    return (x - mean) / torch.sqrt(var + eps) * gamma + beta
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [  # the first three got "None of the usual single mistakes" (1/6, 0/6, 0/6)
+        ("ex07.rms_norm", rms_sum_over_sqrt_d, "divided the sum of the squares by sqrt(d)"),
+        ("ex07.rms_norm", rms_power_half, "** binds tighter than /"),
+        ("ex07.rms_norm", rms_power_half_bracketed, "** binds tighter than /"),
+        # the gradient's generic hint named .detach() and torch.no_grad(), not the Python float
+        ("ex07.rms_norm", rms_rows_with_math_sqrt, "math.sqrt of a tensor"),
+        # told only of a plain Python number (math.sqrt, .item()), not of the .detach() it has
+        ("ex07.layer_norm", ln_variance_detached, "a .detach() of the variance"),
+    ],
+)
+def test_f07b_a_slip_is_named(task_id, learner, words):
+    result = status(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+    assert "None of the usual" not in result.feedback, result.feedback
