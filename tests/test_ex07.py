@@ -1685,3 +1685,30 @@ def test_f07b_a_slip_is_named(task_id, learner, words):
     result = status(task_id, learner)
     assert result.status == "failed" and words in result.feedback, result.feedback
     assert "None of the usual" not in result.feedback, result.feedback
+
+
+class SwiGLUOneLinear(SwiGLULearner):  # self.gate_proj = self.up_proj = nn.Linear(...)
+    def __init__(self, d_model, d_ff=None):
+        super().__init__(d_model, d_ff)
+        self.gate_proj = self.up_proj = nn.Linear(d_model, self.up_proj.out_features, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecOneAttention(DecLearner):  # self.self_attn = self.multihead_attn = ...
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, norm_first)
+        self.self_attn = self.multihead_attn = MultiHeadAttention(d_model, num_heads)
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [  # both got "None of the usual single mistakes" (0/7, 0/8); the norms' alias was named
+        ("ex07.SwiGLU", SwiGLUOneLinear, "gate_proj and up_proj are one and the same layer"),
+        ("ex07.DecoderLayer", DecOneAttention, "self_attn and multihead_attn are one and the"),
+    ],
+)
+def test_f07b_one_module_under_two_names_is_named(task_id, learner, words):
+    result = status(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback

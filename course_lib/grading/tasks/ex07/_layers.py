@@ -191,6 +191,7 @@ class WrongLayer(nn.Module):
         self_attn, cross_attn = {
             "attns_swapped": attns[::-1],
             "self_attn_twice": attns[:1] * 2,
+            "one_attn_module": attns[1:] * 2,  # self.self_attn = self.multihead_attn = ...
         }.get(mistake, attns)
 
         def attention(h):  # the first sub-layer: x is its raw input
