@@ -1712,3 +1712,33 @@ class DecOneAttention(DecLearner):  # self.self_attn = self.multihead_attn = ...
 def test_f07b_one_module_under_two_names_is_named(task_id, learner, words):
     result = status(task_id, learner)
     assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+class FFQuickGelu(FFLearner):  # the GELU paper's sigmoid approximation for the exact one
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", bias=True):
+        super().__init__(d_model, d_ff, dropout, activation, bias)
+        self.quick = activation == "gelu"
+
+    def forward(self, x):
+        h = self.linear1(x)
+        h = h * torch.sigmoid(1.702 * h) if self.quick else self.activation(h)
+        return self.linear2(self.drop(h))
+
+
+class FFTanhForGeluTanh(FFLearner):  # the name 'gelu_tanh' read as tanh
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", bias=True):
+        super().__init__(d_model, d_ff, dropout, activation, bias)
+        if activation == "gelu_tanh":
+            self.activation = nn.Tanh()
+
+
+@pytest.mark.parametrize(
+    "learner, words",
+    [  # both got "None of the usual single mistakes" (13/16, 15/16)
+        (FFQuickGelu, "sigmoid approximation (CLIP's quick GELU)"),
+        (FFTanhForGeluTanh, "not torch.tanh itself"),
+    ],
+)
+def test_f07b_another_function_for_the_named_activation_is_named(learner, words):
+    result = status("ex07.FeedForward", learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
