@@ -1640,3 +1640,105 @@ def test_d12_a_cut_gradient_fails_where_the_values_alone_passed(task_id, learner
 
 def test_d12_the_decoder_learner_without_its_slip_passes():
     assert status("ex07.DecoderLayer", DecLearner).score == 1.0
+
+
+# ---- f07 (second fresh reader): slips the first one missed, and the gradient's own slips ----
+
+
+def rms_sum_over_sqrt_d(x, weight, eps=1e-6):  # ||x|| / sqrt(d)'s sqrt(d) put on the sum
+    return x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) / math.sqrt(x.shape[-1]) + eps) * weight
+
+
+def rms_power_half(x, weight, eps=1e-6):  # ** 1/2 for the square root, inline
+    return x / (x.pow(2).mean(-1, keepdim=True) + eps) ** 1 / 2 * weight
+
+
+def rms_power_half_bracketed(x, weight, eps=1e-6):
+    return x / ((x.pow(2).mean(-1, keepdim=True) + eps) ** 1 / 2) * weight
+
+
+def rms_rows_with_math_sqrt(x, weight, eps=1e-6):  # per row, the root a Python float
+    rows = x.reshape(-1, x.shape[-1])
+    out = torch.stack([r / math.sqrt((r**2).mean().item() + eps) for r in rows])
+    return out.reshape(x.shape) * weight
+
+
+def ln_variance_detached(x, gamma, beta, eps=1e-5):
+    mean = x.mean(dim=-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True).detach()
+    return (x - mean) / torch.sqrt(var + eps) * gamma + beta
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [  # the first three got "None of the usual single mistakes" (1/6, 0/6, 0/6)
+        ("ex07.rms_norm", rms_sum_over_sqrt_d, "divided the sum of the squares by sqrt(d)"),
+        ("ex07.rms_norm", rms_power_half, "** binds tighter than /"),
+        ("ex07.rms_norm", rms_power_half_bracketed, "** binds tighter than /"),
+        # the gradient's generic hint named .detach() and torch.no_grad(), not the Python float
+        ("ex07.rms_norm", rms_rows_with_math_sqrt, "math.sqrt of a tensor"),
+        # told only of a plain Python number (math.sqrt, .item()), not of the .detach() it has
+        ("ex07.layer_norm", ln_variance_detached, "a .detach() of the variance"),
+    ],
+)
+def test_f07b_a_slip_is_named(task_id, learner, words):
+    result = status(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+    assert "None of the usual" not in result.feedback, result.feedback
+
+
+class SwiGLUOneLinear(SwiGLULearner):  # self.gate_proj = self.up_proj = nn.Linear(...)
+    def __init__(self, d_model, d_ff=None):
+        super().__init__(d_model, d_ff)
+        self.gate_proj = self.up_proj = nn.Linear(d_model, self.up_proj.out_features, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecOneAttention(DecLearner):  # self.self_attn = self.multihead_attn = ...
+    def __init__(self, d_model, num_heads, d_ff, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, norm_first)
+        self.self_attn = self.multihead_attn = MultiHeadAttention(d_model, num_heads)
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [  # both got "None of the usual single mistakes" (0/7, 0/8); the norms' alias was named
+        ("ex07.SwiGLU", SwiGLUOneLinear, "gate_proj and up_proj are one and the same layer"),
+        ("ex07.DecoderLayer", DecOneAttention, "self_attn and multihead_attn are one and the"),
+    ],
+)
+def test_f07b_one_module_under_two_names_is_named(task_id, learner, words):
+    result = status(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+class FFQuickGelu(FFLearner):  # the GELU paper's sigmoid approximation for the exact one
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", bias=True):
+        super().__init__(d_model, d_ff, dropout, activation, bias)
+        self.quick = activation == "gelu"
+
+    def forward(self, x):
+        h = self.linear1(x)
+        h = h * torch.sigmoid(1.702 * h) if self.quick else self.activation(h)
+        return self.linear2(self.drop(h))
+
+
+class FFTanhForGeluTanh(FFLearner):  # the name 'gelu_tanh' read as tanh
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", bias=True):
+        super().__init__(d_model, d_ff, dropout, activation, bias)
+        if activation == "gelu_tanh":
+            self.activation = nn.Tanh()
+
+
+@pytest.mark.parametrize(
+    "learner, words",
+    [  # both got "None of the usual single mistakes" (13/16, 15/16)
+        (FFQuickGelu, "sigmoid approximation (CLIP's quick GELU)"),
+        (FFTanhForGeluTanh, "not torch.tanh itself"),
+    ],
+)
+def test_f07b_another_function_for_the_named_activation_is_named(learner, words):
+    result = status("ex07.FeedForward", learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback

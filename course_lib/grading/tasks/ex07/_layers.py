@@ -117,6 +117,10 @@ def activation_with(name: str, mistake: str):
         return F.gelu
     if mistake == "gelu_as_tanh" and name == "gelu":
         return ACTIVATIONS["gelu_tanh"]
+    if mistake == "gelu_sigmoid" and name == "gelu":  # quick GELU: h * sigmoid(1.702 h)
+        return lambda h: h * torch.sigmoid(1.702 * h)
+    if mistake == "gelu_tanh_as_tanh" and name == "gelu_tanh":
+        return torch.tanh
     if name not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {name!r}")
     return ACTIVATIONS[name]
@@ -191,6 +195,7 @@ class WrongLayer(nn.Module):
         self_attn, cross_attn = {
             "attns_swapped": attns[::-1],
             "self_attn_twice": attns[:1] * 2,
+            "one_attn_module": attns[1:] * 2,  # self.self_attn = self.multihead_attn = ...
         }.get(mistake, attns)
 
         def attention(h):  # the first sub-layer: x is its raw input

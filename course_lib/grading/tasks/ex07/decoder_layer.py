@@ -100,6 +100,10 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "works on it",
     "no_first_norm": "the self-attention sub-layer has no LayerNorm: in post-norm the first "
     "step is x = norm1(x + self_attn(x, x, x, ...)), as the others end in norm2 and norm3",
+    "one_attn_module": "self_attn and multihead_attn are one and the same module (as after "
+    "self.self_attn = self.multihead_attn = MultiHeadAttention(...)): loading the weights leaves "
+    "both names with the last one's (multihead_attn's). Create two MultiHeadAttention modules, "
+    "each with its own weights",
     "self_mask_in_cross": "the cross-attention got self_mask, the target's own (causal) mask: "
     "it takes memory_mask, which says which source positions are real, "
     "multihead_attn(x, memory, memory, mask=memory_mask)",

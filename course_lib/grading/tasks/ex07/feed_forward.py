@@ -42,6 +42,12 @@ MISTAKES = {
     "relu2_as_relu": layers.RELU2_AS_RELU,
     "gelu_tanh_as_gelu": layers.GELU_TANH_AS_GELU,
     "gelu_as_tanh": layers.GELU_AS_TANH,
+    "gelu_sigmoid": "activation='gelu' is the exact GELU, h * Phi(h), F.gelu(h): h * "
+    "sigmoid(1.702 * h) is its sigmoid approximation (CLIP's quick GELU), off by up to 0.02, "
+    "which the check sees",
+    "gelu_tanh_as_tanh": "activation='gelu_tanh' is GELU's tanh approximation, F.gelu(h, "
+    "approximate='tanh'), not torch.tanh itself: 0.5 * h * (1 + tanh(sqrt(2 / pi) * (h + "
+    "0.044715 * h ** 3)))",
     "activation_ignored": layers.ACTIVATION_IGNORED,
     "residual": "the feed-forward network has no residual connection of its own: return "
     "linear2(dropout(relu(linear1(x)))); the layer that uses it adds x",

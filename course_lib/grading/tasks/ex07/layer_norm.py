@@ -67,7 +67,8 @@ MISTAKES = {
     "nn.LayerNorm's; compute them from x with tensor operations",
     "std_as_number": "the standard deviation became a plain Python number (math.sqrt of a "
     "tensor, .item() or float()): the values are right, but no gradient flows through it, so "
-    "training differs from nn.LayerNorm's; keep it a tensor, torch.sqrt(var + eps)",
+    "training differs from nn.LayerNorm's; keep it a tensor, torch.sqrt(var + eps) (a .detach() "
+    "of the variance alone cuts it the same way)",
     "eps_times_gamma": "eps is in the wrong place and gamma no longer scales: (x - mean) / "
     "sqrt(var) + eps * gamma + beta adds eps * gamma to the normalised x; eps goes under the "
     "square root and gamma multiplies: (x - mean) / sqrt(var + eps) * gamma + beta",

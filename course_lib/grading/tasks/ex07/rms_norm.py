@@ -6,7 +6,7 @@ import torch
 
 from ...core import Case, Task, register
 from ..common import float32_digits, randn
-from .layer_norm import NO_KEEPDIM
+from .layer_norm import NO_KEEPDIM, POWER_HALF
 
 STD = (
     "you divided by the standard deviation (x.var and x.std subtract the mean first): RMSNorm "
@@ -49,6 +49,15 @@ MISTAKES = {
     "Llama's, this task's, multiplies by the weight itself: x / sqrt(mean(x**2) + eps) * weight",
     "no_eps": "your result is RMSNorm without eps (or with a far smaller one): add eps inside "
     "the square root, sqrt(mean(x**2) + eps), with the default eps=1e-6",
+    "sum_sqrt_d": "you divided the sum of the squares by sqrt(d): the mean square divides it by "
+    "d itself (sqrt(d) belongs to the norm: ||x|| / sqrt(d) = sqrt(sum(x**2) / d)); use "
+    "x.pow(2).mean(dim=-1, keepdim=True) inside the square root",
+    "power_half": POWER_HALF.replace("var + eps", "mean(x**2) + eps"),
+    "power_half_inline": POWER_HALF.replace("var + eps", "mean(x**2) + eps"),
+    "rms_detached": "the root mean square is cut off from the gradient (.detach() or "
+    "torch.no_grad() around it, or a plain Python number: math.sqrt of a tensor, .item(), "
+    "float()): the values are right, but no gradient flows through it, so training differs "
+    "from RMSNorm's; keep it a tensor, torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)",
 }
 
 
@@ -62,8 +71,9 @@ def wrong_rms_norm(x, weight, eps=None, *, mistake=""):
     if mistake == "mean_subtracted":
         x = x - x.mean(dim=-1, keepdim=True)
     dim, keepdim = {"batch_axis": 0, "dim1": 1}.get(mistake, -1), mistake != "no_keepdim"
-    if mistake == "sum":
-        mean_square = x.pow(2).sum(dim=dim, keepdim=keepdim)
+    if mistake.startswith("sum"):  # sum_sqrt_d: sum / sqrt(d), the norm's sqrt(d) misplaced
+        root_d = x.shape[-1] ** 0.5 if mistake == "sum_sqrt_d" else 1
+        mean_square = x.pow(2).sum(dim=dim, keepdim=keepdim) / root_d
     elif mistake == "whole_tensor":
         mean_square = x.pow(2).mean()
     elif mistake.startswith("variance"):  # x.var(-1, ...): the mean is subtracted inside
@@ -76,6 +86,11 @@ def wrong_rms_norm(x, weight, eps=None, *, mistake=""):
         rms = torch.sqrt(mean_square) + eps
     else:
         rms = mean_square + eps if mistake == "no_sqrt" else torch.sqrt(mean_square + eps)
+        halves = {
+            "power_half": (mean_square + eps) / 2,
+            "power_half_inline": 2 * (mean_square + eps),
+        }
+        rms = halves.get(mistake, rms.detach() if mistake == "rms_detached" else rms)
     normed = x * rms if mistake == "times_rms" else x / rms
     if mistake == "no_weight":
         return normed

@@ -34,6 +34,9 @@ MISTAKES = {
     "up_proj(x)); you applied it to the output of down_proj, after the product",
     "sum": "the gate multiplies the up branch element-wise: silu(gate_proj(x)) * up_proj(x), "
     "not silu(gate_proj(x)) + up_proj(x)",
+    "one_linear": "gate_proj and up_proj are one and the same layer (as after self.gate_proj = "
+    "self.up_proj = nn.Linear(...)): loading the weights leaves both names with the last one's "
+    "(up_proj's), so the gate is silu(up_proj(x)). Create each with its own nn.Linear",
 }
 
 
@@ -53,6 +56,7 @@ class WrongSwiGLU(nn.Module):
 
     def forward(self, x):
         gate, up = self.gate_proj(x), self.up_proj(x)
+        gate = up if self.mistake == "one_linear" else gate  # the last loaded weights win
         if self.mistake == "gate_on_up":
             gate, up = up, gate
         if self.mistake == "silu_of_product":
