@@ -748,3 +748,17 @@ def test_hunt_f06_output_and_weights_computed_apart_are_told_so(learner, words):
     """Both got 'None of the usual single mistakes' before."""
     result = check_result("ex06.cross_attention", learner)
     assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+class _SublayerWithItsOwnMaskName(SublayerFunctional):
+    """Right: its mask argument is called `mask`; the checks pass it by position."""
+
+    def forward(self, x, memory, mask=None):
+        return super().forward(x, memory, mask)
+
+
+def test_g13_a_mask_argument_of_another_name_passes_the_gradient_pass_too():
+    # the values were judged with the mask passed by position, the gradients with
+    # memory_mask=...: 3/7, told 'an in-place operation changed a tensor' (a TypeError)
+    result = check_result("ex06.CrossAttentionSublayer", _SublayerWithItsOwnMaskName)
+    assert result.status == "passed", result.feedback

@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 import torch
 from helpers import ROOT, SOLUTIONS, mistake_params
@@ -733,3 +734,88 @@ def test_a_module_built_from_the_class_is_told_to_pass_the_class():
     assert result.status == "failed" and 'pass the class itself, check("ex07.FeedForward"' in (
         result.feedback
     )
+
+
+# ---------------------------------- g13: right answers the gradient judging must not fail
+
+
+def _rope_tables_in_numpy(x, positions=None):
+    """RoPE with its angle table made in NumPy from the positions (data, never learned)."""
+    seq, d = x.shape[-2], x.shape[-1]
+    if d % 2:
+        raise ValueError(f"the last dimension must be even, got {d}")
+    pos = np.arange(seq) if positions is None else positions.numpy()
+    angles = torch.from_numpy(np.outer(pos, 10000.0 ** (-np.arange(0, d, 2) / d)))
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), -1).flatten(-2)
+
+
+def _softmax_constant_on_one_entry(x, dim=-1):
+    """A right softmax that returns ones for an axis of length 1 (constant: gradient zero)."""
+    if x.shape[dim] == 1:
+        return torch.ones_like(x)
+    e = (x - x.amax(dim=dim, keepdim=True)).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+@pytest.mark.parametrize(
+    "task_id, learner",
+    [
+        # float positions were made to require grad, so positions.numpy() raised in the
+        # gradient pass: 10/12 with 'an in-place operation changed a tensor' (none was)
+        ("ex04.apply_rope", _rope_tables_in_numpy),
+        # no gradient where the reference's is zero was told 'no gradient reaches x': 12/13
+        ("ex02.softmax", _softmax_constant_on_one_entry),
+    ],
+)
+def test_g13_right_answers_pass_the_gradient_judging(task_id, learner):
+    result = check_result(task_id, learner)
+    assert result.status == "passed", result.feedback
+    task = get_task(task_id)
+    for seed in (1, 2):  # and under hidden seeds
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        assert judge(task, cases, run_cases(task, learner, cases)).status == "passed", seed
+
+
+def test_g13_one_tensor_under_several_names_is_named_by_all_of_them():
+    # a self-attention case passes x as query, key and value: a detached value was told that
+    # the gradient 'with respect to the input query' is wrong
+    from course_lib.grading.core import with_gradients
+
+    x, w = torch.randn(3, 4), torch.randn(4, 4)
+    result = with_gradients(None, lambda t: t[0] @ w + t[1] + t[2].detach(), dict(q=x, k=x, v=x))
+    assert list(result["__gradients__"]) == ["q, k and v (one tensor in this case)"]
+    modules = with_gradients(
+        None, lambda t: t[0] * t[1], {"the input key": x, "the input value": x}
+    )
+    assert list(modules["__gradients__"]) == ["the input key and value (one tensor in this case)"]
+
+
+def _softmax_in_numpy(x, dim=-1):
+    a = np.asarray(x)  # np.asarray of a tensor that requires grad raises
+    e = np.exp(a - a.max(axis=dim, keepdims=True))
+    return torch.from_numpy(e / e.sum(axis=dim, keepdims=True))
+
+
+def _softmax_shift_under_inference_mode(x, dim=-1):
+    with torch.inference_mode():  # an inference tensor, which backward cannot save
+        scale = torch.ones_like(x)
+    e = (x - x.amax(dim=dim, keepdim=True)).exp() * scale
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+@pytest.mark.parametrize(
+    "learner, words",
+    [
+        (_softmax_in_numpy, "NumPy (.numpy(), np.array, np.asarray) works outside PyTorch"),
+        (_softmax_shift_under_inference_mode, "made under torch.inference_mode() cannot"),
+        # the listed hint after the gradient message came after '..'
+        (lambda x, dim=-1: _softmax_constant_on_one_entry(x, dim).detach(), "cut them"),
+    ],
+)
+def test_g13_a_gradient_pass_that_cannot_run_is_told_its_cause(learner, words):
+    # the first two were told 'an in-place operation (+=, *=, ...) changed a tensor': none did
+    result = check_result("ex02.softmax", learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+    assert "in-place" not in result.feedback and ".. " not in result.feedback, result.feedback

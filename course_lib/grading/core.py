@@ -28,6 +28,7 @@ import types
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from os.path import commonprefix
 from typing import Any
 
 import torch
@@ -609,18 +610,45 @@ def _gradients_apart(value: Any) -> tuple[Any, dict | None]:
     return value, None
 
 
+# why the gradient pass could not run, by what PyTorch's error names; else an in-place operation
+_BACKWARD_HINTS = {
+    "numpy()": "NumPy (.numpy(), np.array, np.asarray) works outside PyTorch, so no gradient can "
+    "follow it back to the inputs: compute with torch operations on the tensors themselves",
+    "Inference tensors": "a tensor made under torch.inference_mode() cannot take part in "
+    "training: make tables that need no gradient under torch.no_grad() instead",
+}
+IN_PLACE_HINT = (
+    "an in-place operation (+=, *=, a method ending in _) changed a tensor the backward pass "
+    "needs, or one that needs a gradient; build a new tensor instead (x = x + ..., not x += ...)"
+)
+
+
+def _gradients_close(mine: Tensor, grad: Tensor) -> bool:
+    """`mine` equals the reference's `grad` within the gradients' tolerance."""
+    tol = 1e-5 if grad.dtype == torch.float64 else 1e-3  # looser than the values: sums of them
+    scale = max(1.0, grad.nan_to_num(0.0).abs().max().item())
+    return torch.allclose(mine.to(grad.dtype), grad, rtol=tol, atol=tol * scale, equal_nan=True)
+
+
 def compare_gradients(got: dict | None, want: dict) -> str | None:
     """None when every gradient in `want` is matched in `got`, else what is wrong, with a hint:
-    the learner's values are right, but training would not follow them."""
+    the learner's values are right, but training would not follow them. No gradient at all
+    matches a gradient of zeros (a softmax over an axis of length 1 is constant)."""
     got = got or {}
     if BACKWARD_FAILED in got:
+        error = got[BACKWARD_FAILED]
+        hint = next((h for key, h in _BACKWARD_HINTS.items() if key in error), IN_PLACE_HINT)
         return (
             f"your result is right, but back-propagating through it raised "
-            f"{got[BACKWARD_FAILED]}. Hint: an in-place operation (+=, *=, a method ending in "
-            "_) changed a tensor the backward pass needs, or one that needs a gradient; build a "
-            "new tensor instead (x = x + ..., not x += ...)"
+            f"{error.rstrip('.')}. Hint: {hint}"
         )
-    unreached = [name for name, grad in want.items() if grad is not None and got.get(name) is None]
+    unreached = [
+        name
+        for name, grad in want.items()
+        if grad is not None
+        and got.get(name) is None
+        and not _gradients_close(torch.zeros_like(grad), grad)
+    ]
     if unreached:
         return (
             f"your result is right, but no gradient reaches {', '.join(unreached)}, so training "
@@ -633,12 +661,7 @@ def compare_gradients(got: dict | None, want: dict) -> str | None:
         mine = got.get(name)
         if grad is None or not isinstance(mine, Tensor) or mine.shape != grad.shape:
             continue
-        tol = 1e-5 if grad.dtype == torch.float64 else 1e-3  # looser than the values: sums of them
-        scale = max(1.0, grad.nan_to_num(0.0).abs().max().item())
-        close = torch.allclose(
-            mine.to(grad.dtype), grad, rtol=tol, atol=tol * scale, equal_nan=True
-        )
-        if not close:
+        if not _gradients_close(mine, grad):
             gap = (mine.double() - grad.double()).abs().max().item()
             return (
                 f"your result is right, but its gradient with respect to {name} is not "
@@ -650,16 +673,33 @@ def compare_gradients(got: dict | None, want: dict) -> str | None:
     return None
 
 
-def with_gradients(value: Any, forward, inputs: dict[str, Any], parameters=None) -> Any:
+def _one_tensor(names: list[str]) -> str:
+    """How the gradient messages name an input: "q", or, for one tensor given under several
+    names, "the input query, key and value (one tensor in this case)": its gradient is the sum
+    of every path, and any one of them may be the cut one."""
+    if len(names) == 1:
+        return names[0]
+    prefix = "".join(commonprefix(names).rpartition(" ")[:2])  # "the input " or ""
+    bare = [name.removeprefix(prefix) for name in names]
+    return f"{prefix}{', '.join(bare[:-1])} and {bare[-1]} (one tensor in this case)"
+
+
+def with_gradients(
+    value: Any, forward, inputs: dict[str, Any], parameters=None, data: Iterable[str] = ()
+) -> Any:
     """`value` (the result the check judges) with the gradients of one more pass, as
     core.compare_gradients reads them: `forward(leaves)` gets `inputs`' values in order, each
-    floating tensor a fresh copy that requires grad (one copy per object); the sum of its
-    (first) output times fixed random weights is differentiated with respect to those copies
-    and to `parameters` ({name: tensor}). A gradient that does not reach one is None."""
+    floating tensor a fresh copy that requires grad (one copy per object, named by all its
+    names), except those named in `data` (not learned, as RoPE's positions: given as they
+    are); the sum of its (first) output times fixed random weights is differentiated with
+    respect to those copies and to `parameters` ({name: tensor}). A gradient that does not
+    reach one is None."""
     copies: dict[int, Any] = {}
-    for t in inputs.values():
-        floating = isinstance(t, Tensor) and t.is_floating_point()
+    names: dict[int, list[str]] = {}
+    for name, t in inputs.items():
+        floating = isinstance(t, Tensor) and t.is_floating_point() and name not in data
         copies.setdefault(id(t), t.detach().clone().requires_grad_() if floating else t)
+        names.setdefault(id(t), []).append(name)
     leaves = {name: copies[id(t)] for name, t in inputs.items()}
     try:  # inputs that require grad refuse an in-place change (a changed input is told first)
         with torch.enable_grad():
@@ -669,9 +709,14 @@ def with_gradients(value: Any, forward, inputs: dict[str, Any], parameters=None)
     out = out[0] if isinstance(out, (tuple, list)) and out else out
     if not isinstance(out, Tensor) or not out.is_floating_point():
         return value
+    learned_inputs = {  # each input copy once, by all its names
+        _one_tensor(names[key]): t
+        for key, t in copies.items()
+        if isinstance(t, Tensor) and t.requires_grad
+    }
     targets = {  # what should receive a gradient, by every name it has
         name: t
-        for name, t in [*leaves.items(), *(parameters or {}).items()]
+        for name, t in [*learned_inputs.items(), *(parameters or {}).items()]
         if isinstance(t, Tensor) and t.is_floating_point()
     }
     learned = list({id(t): t for t in targets.values() if t.requires_grad}.values())
@@ -729,6 +774,7 @@ class Task:
     mistake_table: dict[str, str] = {}
     borrowable: tuple[str, ...] = ()
     backward: bool = False  # the answer is trained later: judge its gradients too
+    data_inputs: tuple[str, ...] = ()  # floating arguments never learned (RoPE's positions)
 
     @property
     def name(self) -> str:
@@ -749,7 +795,9 @@ class Task:
         names = _input_names(resolve(self.reference) if self.reference else obj)
         inputs = dict(zip(names, case.args, strict=False))
         rest = case.args[len(inputs) :]
-        return with_gradients(value, lambda leaves: obj(*leaves, *rest, **case.kwargs), inputs)
+        return with_gradients(
+            value, lambda leaves: obj(*leaves, *rest, **case.kwargs), inputs, data=self.data_inputs
+        )
 
     def expected(self, case: Case) -> Any:
         return self.call(resolve(self.reference), case)
@@ -1014,7 +1062,7 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
     if message is None and want_gradients is not None:  # right values: are they learnable?
         message = compare_gradients(got_gradients, want_gradients)
         listed = message and want_hint and _listed_hint(task, case, got, gradients=got_gradients)
-        return f"{message.split(' Hint: ')[0]}. Hint: {listed}" if listed else message
+        return f"{message.split(' Hint: ')[0].rstrip('.')}. Hint: {listed}" if listed else message
     if message is None or not want_hint:
         return message
     hint = _listed_hint(task, case, got) or task.diagnose(got, want, case)

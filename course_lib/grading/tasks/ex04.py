@@ -497,6 +497,7 @@ _CONSTANT = (
 
 class _RopeTask(_PositionalTask):
     layout = "adjacent"  # pairs (2i, 2i+1); "halves": pairs (i, i + d/2)
+    data_inputs = ("positions",)  # not learned: a float tensor of them needs no gradient
 
     def dtype_hint(self, got, want):
         if got == F64:  # float64 cos and sin times a float32 x promote it

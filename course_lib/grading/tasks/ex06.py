@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import nn
 
@@ -388,6 +390,9 @@ class CrossAttentionSublayerTask(ModuleTask):
         return data["sizes"], {} if data["default_norm_first"] else {
             "norm_first": data["norm_first"]
         }
+
+    def call(self, obj, case):  # memory_mask by position in every pass, whatever its name
+        return super().call(obj, replace(case, args=(*case.args, *case.kwargs.values()), kwargs={}))
 
     def run(self, module, case):
         args = [*case.args, *case.kwargs.values()]  # x, memory and memory_mask if given
