@@ -15,7 +15,6 @@ from ..core import (
     changed_message,
     compare_values,
     register,
-    with_gradients,
 )
 from .common import all_close, randn, randns
 
@@ -511,13 +510,6 @@ class _RopeTask(_PositionalTask):
             "as .float() on x or on the result (as some libraries' RoPE does) loses it; compute "
             "in x's dtype, or return .to(x.dtype)"
         )
-
-    def learnable(self, obj, case, value):
-        """`value` with the gradients with respect to x alone: the positions are not learned
-        (the reference detaches them), so they stay as given, and a right answer that reads
-        float positions with numpy is not failed by a gradient pass it never owed."""
-        x, *rest = case.args
-        return with_gradients(value, lambda leaves: obj(*leaves, *rest, **case.kwargs), {"x": x})
 
     def call(self, obj, case):
         try:
