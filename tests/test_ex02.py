@@ -3,6 +3,7 @@
 import functools
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -1039,3 +1040,18 @@ def test_a_shift_by_the_first_entry_fails_under_every_seed(seed, monkeypatch):
     monkeypatch.setattr(course_lib.grading, "NOTEBOOK_SEED", seed)
     r = result("ex02.softmax", softmax_shifted_by_the_first_entry)
     assert r.score < r.max_score and "the first entry of each slice" in r.feedback, r.feedback
+
+
+def test_a_numpy_softmax_is_told_it_carries_no_gradients():
+    # before: 'back-propagating through it raised RuntimeError: Can't call numpy() ... Hint: an
+    # in-place operation (+=, *=, ...)', a hint naming the wrong mistake (the statement says no
+    # NumPy, and PyTorch's own message suggests .detach().numpy(), which cuts the gradient too)
+    def softmax(x, dim=-1):
+        a = x.numpy()
+        e = np.exp(a - a.max(axis=dim, keepdims=True))
+        return torch.from_numpy(e / e.sum(axis=dim, keepdims=True))
+
+    r = result("ex02.softmax", softmax)
+    assert r.score == 0 and "NumPy cut them" in r.feedback and "in-place" not in r.feedback, (
+        r.feedback
+    )
