@@ -3,6 +3,7 @@
 import functools
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -1020,3 +1021,37 @@ def test_d12_a_cut_gradient_fails_where_the_values_alone_passed(task_id, make, s
     assert check_result(task_id, make()).score == 1.0
     result = check_result(task_id, make(slip))
     assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+# ---- f02, second fresh reader: a shift by the first entry; hidden seeds
+
+
+def softmax_shifted_by_the_first_entry(x, dim=-1):  # 'any constant cancels': not the maximum
+    e = (x - x.select(dim, 0).unsqueeze(dim)).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_a_shift_by_the_first_entry_fails_under_every_seed(seed, monkeypatch):
+    # full marks in the notebook (seed 0) and under about half the grader's seeds before: the
+    # spread row's first entry was random, and within 88 of the row's maximum half the time
+    import course_lib.grading
+
+    monkeypatch.setattr(course_lib.grading, "NOTEBOOK_SEED", seed)
+    r = result("ex02.softmax", softmax_shifted_by_the_first_entry)
+    assert r.score < r.max_score and "the first entry of each slice" in r.feedback, r.feedback
+
+
+def test_a_numpy_softmax_is_told_it_carries_no_gradients():
+    # before: 'back-propagating through it raised RuntimeError: Can't call numpy() ... Hint: an
+    # in-place operation (+=, *=, ...)', a hint naming the wrong mistake (the statement says no
+    # NumPy, and PyTorch's own message suggests .detach().numpy(), which cuts the gradient too)
+    def softmax(x, dim=-1):
+        a = x.numpy()
+        e = np.exp(a - a.max(axis=dim, keepdims=True))
+        return torch.from_numpy(e / e.sum(axis=dim, keepdims=True))
+
+    r = result("ex02.softmax", softmax)
+    assert r.score == 0 and "NumPy cut them" in r.feedback and "in-place" not in r.feedback, (
+        r.feedback
+    )

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ..core import Case, GradingError, Task, register
+from ..core import BACKWARD_FAILED, GRADIENTS, Case, GradingError, Task, register
 from .common import D_K_FROM_SHAPE_2, HintOnError, all_close, randn, randns, stable_softmax
 
 SOFTMAX_LESSON = "lesson 02, section 'A numerically stable softmax'"
@@ -74,6 +74,10 @@ class Softmax(Task):
         "squeezed": "squeeze() without an axis drops every axis of length 1, also one of x's own: "
         "the softmax keeps x's shape, so return exp / sum as it is (keepdim=True already lines "
         "the sums up)",
+        "first_entry": "you subtracted the first entry of each slice, not its maximum: any "
+        "constant cancels in the ratio, but exp(x - first) still overflows to inf (inf/inf = NaN) "
+        "when another entry lies far above the first. Subtract the maximum along dim, "
+        "x.amax(dim=dim, keepdim=True), so every exponent is <= 0",
         "clamped": "you clamped x before exp: that changes the answer, since every value beyond "
         "the bound becomes the same number (a row around 1000 comes out uniform). Subtract the "
         "maximum along dim instead, x.amax(dim=dim, keepdim=True): it cancels in the ratio and "
@@ -81,8 +85,13 @@ class Softmax(Task):
     }
 
     def cases(self, gen):
-        def spread(gen):  # -100 to 100 in a random order
-            return torch.linspace(-100.0, 100.0, 6)[torch.randperm(6, generator=gen)]
+        def spread(gen):  # -100 to 100, the middle in a random order; first -60, last -20:
+            # under every seed a shift by the first entry overflows (and is not the minimum's)
+            order = torch.randperm(6, generator=gen)
+            middle = order[(order != 1) & (order != 2)]
+            return torch.linspace(-100.0, 100.0, 6)[
+                torch.cat([order.new_tensor([1]), middle, order.new_tensor([2])])
+            ]
 
         return [
             Case("a 1-D x of shape (5,)", (randn(gen, 5),)),
@@ -132,7 +141,13 @@ class Softmax(Task):
         value = obj(*case.args, **case.kwargs)
         if case.args[0].requires_grad and isinstance(value, torch.Tensor) and value.grad_fn is None:
             raise GradingError(NO_GRADIENTS)
-        return self.learnable(obj, case, value)
+        learned = self.learnable(obj, case, value)
+        failed = (
+            learned.get(GRADIENTS, {}).get(BACKWARD_FAILED, "") if isinstance(learned, dict) else ""
+        )
+        if "numpy()" in failed:  # NumPy refuses x that requires grad: no gradients, not an in-place
+            raise GradingError(NO_GRADIENTS)
+        return learned
 
     def wrong(self, x, dim=-1, *, mistake):
         axis = {"last_axis": -1, "first_axis": 0}.get(mistake, dim)
@@ -144,6 +159,8 @@ class Softmax(Task):
             shifted = x - x.max()
         elif mistake == "min_shift":
             shifted = x - x.amin(dim=axis, keepdim=True)
+        elif mistake == "first_entry":  # right while no entry lies 88 above the first
+            shifted = x - x.select(axis, 0).unsqueeze(axis)
         elif mistake == "clamped":  # a guard against overflow that changes the values
             shifted = x.clamp(-80.0, 80.0)
         elif mistake == "max_pair":  # the (values, indices) pair itself: a TypeError
