@@ -1052,6 +1052,5 @@ def test_a_numpy_softmax_is_told_it_carries_no_gradients():
         return torch.from_numpy(e / e.sum(axis=dim, keepdims=True))
 
     r = result("ex02.softmax", softmax)
-    assert r.score == 0 and "NumPy cut them" in r.feedback and "in-place" not in r.feedback, (
-        r.feedback
-    )
+    assert r.score == 0 and "NumPy" in r.feedback and "in-place" not in r.feedback, r.feedback
+    assert ".detach().numpy()" not in r.feedback, r.feedback  # PyTorch's advice cuts it too

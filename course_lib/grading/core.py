@@ -636,7 +636,7 @@ def compare_gradients(got: dict | None, want: dict) -> str | None:
     matches a gradient of zeros (a softmax over an axis of length 1 is constant)."""
     got = got or {}
     if BACKWARD_FAILED in got:
-        error = got[BACKWARD_FAILED]
+        error = got[BACKWARD_FAILED].split(" Use tensor.detach()")[0]  # that advice cuts it too
         hint = next((h for key, h in _BACKWARD_HINTS.items() if key in error), IN_PLACE_HINT)
         return (
             f"your result is right, but back-propagating through it raised "
@@ -725,7 +725,7 @@ def with_gradients(
         weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(0))
         try:
             computed = torch.autograd.grad(
-                (out * weights.to(out.dtype)).sum(), learned, allow_unused=True
+                (out * weights.to(out)).sum(), learned, allow_unused=True
             )
         except RuntimeError as error:  # an in-place change the backward pass needed undone
             return {VALUE: value, GRADIENTS: {BACKWARD_FAILED: _raised_message(error)[:400]}}
