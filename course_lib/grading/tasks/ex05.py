@@ -182,6 +182,10 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
         e = (scores - scores.amax(-1, keepdim=True)).exp() * mask
         weights = e / (e.sum(-1, keepdim=True) + 1e-9)
         return weights @ v, weights
+    if mistake == "float32_softmax":  # F.softmax(s, -1, dtype=torch.float32).to(q.dtype)
+        scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(-1, dtype=torch.float32).nan_to_num(0.0).to(q.dtype)
+        return weights @ v, weights
     if mistake.startswith("no_max"):  # a softmax by hand, exp / (sum + eps), no max subtracted
         e = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf")).exp()
         weights = e / (e.sum(-1, keepdim=True) + 1e-9)
@@ -270,6 +274,9 @@ ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives t
     "float32_root": "your sqrt(d_k) is a float32 number (torch.sqrt(torch.tensor(d_k, "
     "dtype=torch.float32)), or a .float() on it), so float64 scores are divided by a rounded "
     "scale and lose float64's precision: use a Python number, math.sqrt(d_k) or d_k ** 0.5",
+    "float32_softmax": "your softmax ran in float32 (softmax(..., dtype=torch.float32), or "
+    ".float() before it) and was cast back to q's dtype, so float64 weights keep only float32's "
+    "precision (about 1e-7): run the softmax in q's dtype, with no dtype= and no .float()",
     "scaled_by_d_v": (D_V_SCALE_HINT),
     "softmax_over_queries": "the softmax runs over the keys, the last axis (dim=-1) of the "
     "(..., n_q, n_k) scores, so that each query's weights sum to 1; over dim=-2 each key's "
@@ -763,4 +770,10 @@ class DependencyMatrix(Task):
             d_out=2,
         )
         opposed.args[0].w_out[:, 1] = -opposed.args[0].w_out[:, 0]  # features sum to exactly 0
-        return [*cases[:-1], opposed, cases[-1]]
+        one_feature = case(  # drawn after `opposed`: each dependency moves one number, up or
+            "causal attention with one output feature and one batch row, x (1, 6, 8), d_out 1",
+            causal,  # down: (after - before) > tol misses about half of its 21 dependencies
+            batch=1,
+            d_out=1,
+        )
+        return [*cases[:-1], opposed, one_feature, cases[-1]]
