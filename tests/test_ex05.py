@@ -895,3 +895,15 @@ def test_f05_a_float32_softmax_cast_back_is_named():
     assert result.status == "failed" and "softmax ran in float32" in result.feedback, (
         result.feedback
     )
+
+
+def _padding_up_to_the_first_pad(ids, pad_id):  # real tokens until the first pad, as if last
+    is_pad = ids == pad_id
+    first = torch.where(is_pad.any(1), is_pad.int().argmax(1), torch.tensor(ids.shape[1]))
+    return (torch.arange(ids.shape[1])[None] < first[:, None])[:, None]
+
+
+def test_f05_a_padding_mask_cut_at_the_first_pad_is_named():
+    # before: 'None of the usual single mistakes' on the left-padded case
+    result = check_result("ex05.padding_mask", _padding_up_to_the_first_pad)
+    assert result.status == "failed" and "first padding token" in result.feedback, result.feedback

@@ -105,6 +105,8 @@ PADDING_MISTAKES = {
     "False the padding; use ids != pad_id",
     "from_lengths": "a mask built from each row's number of real tokens assumes the padding comes "
     "last; compare every id with pad_id instead (ids != pad_id), wherever it sits",
+    "first_pad": "a mask that is True up to each row's first padding token assumes the padding "
+    "comes last; compare every id with pad_id instead (ids != pad_id), wherever it sits",
     "no_middle": "the middle dimension is missing: return shape (batch, 1, seq), so that the mask "
     "broadcasts over the query axis of the (batch, n_q, n_k) scores (unsqueeze(1))",
     "wrong_axis": "the 1 is in the wrong place: (batch, seq, 1) would mask query ROWS; the "
@@ -120,6 +122,9 @@ def wrong_padding_mask(ids, pad_id, *, mistake=""):
     """(ids != pad_id).unsqueeze(1) with one named mistake."""
     if mistake == "from_lengths":  # assumes the padding comes last
         real = torch.arange(ids.shape[1]) < (ids != pad_id).sum(1, keepdim=True)
+    elif mistake == "first_pad":  # real up to the first pad (argmax of ids == pad_id), or all
+        first = torch.where((ids == pad_id).any(1), (ids == pad_id).int().argmax(1), ids.shape[1])
+        real = torch.arange(ids.shape[1]) < first[:, None]
     else:
         compare = {"inverted": ids == pad_id, "zero": ids != 0, "greater": ids > pad_id}
         real = compare.get(mistake, ids != pad_id)
