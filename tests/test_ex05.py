@@ -849,3 +849,61 @@ def test_d12_values_cut_from_the_graph_fail():
     assert check_result("ex05.masked_attention", attention_einsum_where).score == 1.0
     result = check_result("ex05.masked_attention", v_detached)
     assert result.status == "failed" and "no gradient reaches v" in result.feedback
+
+
+# ---- f05 (second fresh reader): a signed comparison, a float32 softmax -----------------------
+
+
+def _dependency_went_up(f, x):  # after > before: only the outputs that moved up count
+    if x.dim() != 3:
+        raise ValueError(f"x must be (batch, seq, d), got {x.dim()} dimensions")
+    before, seq = f(x), x.shape[1]
+    result = torch.zeros(seq, seq, dtype=torch.bool)
+    for j in range(seq):
+        y = x.clone()
+        y[:, j] += torch.randn_like(y[:, j])
+        result[:, j] = (f(y) > before).any(-1).any(0)
+    return result
+
+
+def test_f05_a_signed_comparison_fails_under_every_seed():
+    # before: full marks in the notebook (seed 0) and under 38 of 60 hidden seeds: every case
+    # had several output features or batch rows, and one of them nearly always moved up
+    from course_lib.grading.core import course_state, judge, learner_namespace, run_cases
+
+    task = get_task("ex05.dependency_matrix")
+    for seed in range(8):
+        with course_state():
+            cases = task.cases(torch.Generator().manual_seed(seed))
+            namespace = learner_namespace(_dependency_went_up)
+            run = run_cases(task, _dependency_went_up, cases, namespace)
+            result = judge(task, cases, run)
+        assert result.status == "failed", seed
+    result = check_result("ex05.dependency_matrix", _dependency_went_up)
+    assert "moves in either direction" in result.feedback, result.feedback
+
+
+def _attention_float32_softmax(q, k, v, mask):  # an upcast habit: softmax in float32, cast back
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, -math.inf)
+    weights = F.softmax(scores, dim=-1, dtype=torch.float32).nan_to_num(0.0).to(q.dtype)
+    return weights @ v, weights
+
+
+def test_f05_a_float32_softmax_cast_back_is_named():
+    # before: 'None of the usual single mistakes' (the result is float64, off by 3e-7)
+    result = check_result("ex05.masked_attention", _attention_float32_softmax)
+    assert result.status == "failed" and "softmax ran in float32" in result.feedback, (
+        result.feedback
+    )
+
+
+def _padding_up_to_the_first_pad(ids, pad_id):  # real tokens until the first pad, as if last
+    is_pad = ids == pad_id
+    first = torch.where(is_pad.any(1), is_pad.int().argmax(1), torch.tensor(ids.shape[1]))
+    return (torch.arange(ids.shape[1])[None] < first[:, None])[:, None]
+
+
+def test_f05_a_padding_mask_cut_at_the_first_pad_is_named():
+    # before: 'None of the usual single mistakes' on the left-padded case
+    result = check_result("ex05.padding_mask", _padding_up_to_the_first_pad)
+    assert result.status == "failed" and "first padding token" in result.feedback, result.feedback

@@ -105,6 +105,8 @@ PADDING_MISTAKES = {
     "False the padding; use ids != pad_id",
     "from_lengths": "a mask built from each row's number of real tokens assumes the padding comes "
     "last; compare every id with pad_id instead (ids != pad_id), wherever it sits",
+    "first_pad": "a mask that is True up to each row's first padding token assumes the padding "
+    "comes last; compare every id with pad_id instead (ids != pad_id), wherever it sits",
     "no_middle": "the middle dimension is missing: return shape (batch, 1, seq), so that the mask "
     "broadcasts over the query axis of the (batch, n_q, n_k) scores (unsqueeze(1))",
     "wrong_axis": "the 1 is in the wrong place: (batch, seq, 1) would mask query ROWS; the "
@@ -120,6 +122,9 @@ def wrong_padding_mask(ids, pad_id, *, mistake=""):
     """(ids != pad_id).unsqueeze(1) with one named mistake."""
     if mistake == "from_lengths":  # assumes the padding comes last
         real = torch.arange(ids.shape[1]) < (ids != pad_id).sum(1, keepdim=True)
+    elif mistake == "first_pad":  # real up to the first pad (argmax of ids == pad_id), or all
+        first = torch.where((ids == pad_id).any(1), (ids == pad_id).int().argmax(1), ids.shape[1])
+        real = torch.arange(ids.shape[1]) < first[:, None]
     else:
         compare = {"inverted": ids == pad_id, "zero": ids != 0, "greater": ids > pad_id}
         real = compare.get(mistake, ids != pad_id)
@@ -181,6 +186,10 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
         scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
         e = (scores - scores.amax(-1, keepdim=True)).exp() * mask
         weights = e / (e.sum(-1, keepdim=True) + 1e-9)
+        return weights @ v, weights
+    if mistake == "float32_softmax":  # F.softmax(s, -1, dtype=torch.float32).to(q.dtype)
+        scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(-1, dtype=torch.float32).nan_to_num(0.0).to(q.dtype)
         return weights @ v, weights
     if mistake.startswith("no_max"):  # a softmax by hand, exp / (sum + eps), no max subtracted
         e = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf")).exp()
@@ -270,6 +279,9 @@ ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives t
     "float32_root": "your sqrt(d_k) is a float32 number (torch.sqrt(torch.tensor(d_k, "
     "dtype=torch.float32)), or a .float() on it), so float64 scores are divided by a rounded "
     "scale and lose float64's precision: use a Python number, math.sqrt(d_k) or d_k ** 0.5",
+    "float32_softmax": "your softmax ran in float32 (softmax(..., dtype=torch.float32), or "
+    ".float() before it) and was cast back to q's dtype, so float64 weights keep only float32's "
+    "precision (about 1e-7): run the softmax in q's dtype, with no dtype= and no .float()",
     "scaled_by_d_v": (D_V_SCALE_HINT),
     "softmax_over_queries": "the softmax runs over the keys, the last axis (dim=-1) of the "
     "(..., n_q, n_k) scores, so that each query's weights sum to 1; over dim=-2 each key's "
@@ -763,4 +775,10 @@ class DependencyMatrix(Task):
             d_out=2,
         )
         opposed.args[0].w_out[:, 1] = -opposed.args[0].w_out[:, 0]  # features sum to exactly 0
-        return [*cases[:-1], opposed, cases[-1]]
+        one_feature = case(  # drawn after `opposed`: each dependency moves one number, up or
+            "causal attention with one output feature and one batch row, x (1, 6, 8), d_out 1",
+            causal,  # down: (after - before) > tol misses about half of its 21 dependencies
+            batch=1,
+            d_out=1,
+        )
+        return [*cases[:-1], opposed, one_feature, cases[-1]]
