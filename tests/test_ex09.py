@@ -1,5 +1,6 @@
 """The ex09 grader: references pass, each mistake fails with its hint, shortcuts are caught."""
 
+import contextlib
 import copy
 import math
 
@@ -468,7 +469,8 @@ def _attend(slip):
         q, k, v = (split_heads(p(h), self.heads) for p in (a.q_proj, a.k_proj, a.v_proj))
         if self.rope:
             positions = torch.arange(start, start + n)
-            q, k = apply_rope(q, positions), apply_rope(k, positions)
+            with torch.no_grad() if slip == "rope_no_grad" else contextlib.nullcontext():
+                q, k = apply_rope(q, positions), apply_rope(k, positions)
             k = k if slip != "rope_queries_only" else split_heads(a.k_proj(h), self.heads)
             q = q if slip != "rope_keys_only" else split_heads(a.q_proj(h), self.heads)
             if slip == "rope_values":
@@ -1334,3 +1336,54 @@ def test_a_sampler_that_rejects_temperature_zero_is_told_it_is_allowed():
     result = status("ex09.sample_next", _r12_sample_next("temperature <= 0 raises"))
     assert result.status == "failed", result.feedback
     assert "temperature=0 is allowed: it means greedy" in result.feedback, result.feedback
+
+
+# ---- f09: the capstone's training step judged on every path, its failures named ------------
+
+
+def _block_forward_in_place(self, x, cache=None, start=0):
+    """A pre-norm block with the residuals added in place (x += ...)."""
+    attended, cache = self.attend(self.norm1(x), cache, start)
+    x += attended
+    x += self.feed(self.norm2(x))
+    return x, cache
+
+
+def _run_detached_positions(self, ids, cache, start):
+    """The learned positions added as a constant (.detach()): no gradient reaches them."""
+    x = self.token_embedding(ids)
+    if self.positions == "learned":
+        x = x + self.position_embedding(torch.arange(start, start + ids.shape[1])).detach()
+    new_cache = []
+    for i, layer in enumerate(self.layers):
+        x, layer_cache = layer(x, None if cache is None else cache[i], start)
+        new_cache.append(layer_cache)
+    return self.lm_head(self.norm(x)), (None if cache is None else new_cache)
+
+
+@pytest.mark.parametrize(
+    "learner, needle",
+    [  # the rotation under no_grad: full marks (no step case had rope)
+        (_gpt_with(("attend", _attend("rope_no_grad"))), "after one step differs"),
+        # 'your parameters after one step differ ... at [3331]', None of the usual single mistakes
+        (_gpt_with(None, _run=_run_detached_positions), "position_embedding.weight after one"),
+    ],
+)
+def test_a_capstone_whose_gradient_is_cut_fails_with_the_gradient_hint(learner, needle):
+    result = status("ex09.GPT", learner)
+    assert result.score < result.max_score, result.feedback
+    assert needle in result.feedback, result.feedback
+    assert "the loss agrees, so your forward pass is right" in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize(
+    "learner, needle",
+    [  # both got PyTorch's bare error and 'run your code in a cell of its own'
+        (_gpt_with(("forward", _block_forward_in_place)), "x = x + self_attn(...), a new"),
+        (_gpt_with(None, forward=torch.no_grad()(ex09._mistake_gpt("").forward)), "no_grad for"),
+    ],
+)
+def test_a_capstone_whose_step_cannot_back_propagate_is_told_why(learner, needle):
+    result = status("ex09.GPT", learner)
+    assert result.status == "failed" and f"{needle}" in result.feedback, result.feedback
+    assert "enable anomaly detection" not in result.feedback, result.feedback
