@@ -1387,3 +1387,70 @@ def test_a_capstone_whose_step_cannot_back_propagate_is_told_why(learner, needle
     result = status("ex09.GPT", learner)
     assert result.status == "failed" and f"{needle}" in result.feedback, result.feedback
     assert "enable anomaly detection" not in result.feedback, result.feedback
+
+
+def _train_with_decay_groups(model, batches, steps, max_lr, warmup_steps, clip=1.0):
+    """nanoGPT's weight decay on the matrices only, both groups read from one generator."""
+    params = model.parameters()
+    matrices = [p for p in params if p.dim() >= 2]
+    vectors = [p for p in params if p.dim() < 2]  # empty: the generator is used up
+    groups = [{"params": matrices, "weight_decay": 0.1}, {"params": vectors, "weight_decay": 0}]
+    optimizer = torch.optim.AdamW(groups, lr=max_lr)
+    model.train()
+    losses = []
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = max_lr * min((step + 1) / warmup_steps, 1 - 0.5 * step / steps)
+        x, y = next(batches)
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_a_train_whose_second_parameter_group_reads_a_used_up_generator_is_told_so():
+    # before: 'the optimizer does not update every parameter of the model', no hint
+    result = status("ex09.train", _train_with_decay_groups)
+    assert result.status == "failed", result.feedback
+    assert ex09.train.MISTAKES["groups_from_generator"] in result.feedback, result.feedback
+
+
+_GPT2_NAMES = {"wte": "token_embedding", "wpe": "position_embedding", "ln_f": "norm"}
+_GPT2_NAMES |= {"ln_1": "norm1", "ln_2": "norm2", "attn.c_proj": "self_attn.out_proj"}
+_GPT2_NAMES |= {"mlp.c_fc": "feed_forward.linear1", "mlp.c_proj": "feed_forward.linear2"}
+
+
+def _gpt2_to_mine_all_2d_transposed(hf_state):
+    """'Conv1D stores (in, out)': every 2-D tensor transposed, the embeddings wte, wpe too."""
+    out = {}
+    for key, value in hf_state.items():
+        key = key.removeprefix("transformer.")
+        if key.endswith((".attn.bias", ".attn.masked_bias")) or key == "lm_head.weight":
+            continue
+        if value.dim() == 2:
+            value = value.t()
+        if not key.startswith("h."):
+            name, kind = key.split(".")
+            out[f"{_GPT2_NAMES[name]}.{kind}"] = value
+            continue
+        _, i, rest = key.split(".", 2)
+        name, kind = rest.rsplit(".", 1)
+        if name == "attn.c_attn":
+            for proj, part in zip("qkv", value.chunk(3, dim=0), strict=True):
+                out[f"layers.{i}.self_attn.{proj}_proj.{kind}"] = part
+        else:
+            out[f"layers.{i}.{_GPT2_NAMES[name]}.{kind}"] = value
+    out["lm_head.weight"] = out["token_embedding.weight"]
+    return out
+
+
+def test_a_key_map_that_transposes_the_embeddings_too_is_told_they_are_not_conv1d():
+    # before: "your 'position_embedding.weight' has shape (8, 6), expected (6, 8)", no hint
+    result = status("ex09.gpt2_to_mine", _gpt2_to_mine_all_2d_transposed)
+    assert result.status == "failed", result.feedback
+    hint = ex09.gpt2_to_mine.MISTAKES["embeddings_transposed"]
+    assert f"Hint: {hint}" in result.feedback, result.feedback
