@@ -1454,3 +1454,26 @@ def test_a_key_map_that_transposes_the_embeddings_too_is_told_they_are_not_conv1
     assert result.status == "failed", result.feedback
     hint = ex09.gpt2_to_mine.MISTAKES["embeddings_transposed"]
     assert f"Hint: {hint}" in result.feedback, result.feedback
+
+
+def _generate_continuation_only(
+    model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None
+):
+    """The right loop, returning the new tokens without the prompt."""
+    sample_next = ex09._own_sample_next()
+    new = []
+    with torch.no_grad():
+        logits, cache = model.forward_cached(ids, None, 0)
+        for _ in range(max_new_tokens):
+            next_id = sample_next(logits[:, -1], temperature, top_k, None, generator)
+            ids = torch.cat([ids, next_id[:, None]], dim=1)
+            new.append(next_id[:, None])
+            logits, cache = model.forward_cached(ids[:, -1:], cache, ids.shape[1] - 1)
+    return torch.cat(new, dim=1) if new else ids[:, :0]
+
+
+def test_a_generate_that_returns_the_continuation_alone_is_told_to_keep_the_prompt():
+    # before: "your tokens has shape (2, 6), expected (2, 9)", no hint
+    result = status("ex09.generate", _generate_continuation_only)
+    assert result.status == "failed", result.feedback
+    assert f"Hint: {ex09.generate.MISTAKES['new_only']}" in result.feedback, result.feedback
