@@ -1477,3 +1477,32 @@ def test_a_generate_that_returns_the_continuation_alone_is_told_to_keep_the_prom
     result = status("ex09.generate", _generate_continuation_only)
     assert result.status == "failed", result.feedback
     assert f"Hint: {ex09.generate.MISTAKES['new_only']}" in result.feedback, result.feedback
+
+
+def _train_clipping_the_matrices_only(model, batches, steps, max_lr, warmup_steps, clip=1.0):
+    """The right loop, but the norm clipped is the decayed group's, the matrices' alone."""
+    matrices = [p for p in model.parameters() if p.dim() >= 2]
+    vectors = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": matrices, "weight_decay": 0.1}, {"params": vectors, "weight_decay": 0}]
+    optimizer = torch.optim.AdamW(groups, lr=max_lr)
+    model.train()
+    losses = []
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = max_lr * min((step + 1) / warmup_steps, 1 - 0.5 * step / steps)
+        x, y = next(batches)
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(matrices, clip)
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_a_train_that_clips_one_parameter_group_is_told_to_clip_them_all():
+    # before: 'use the clip argument as the largest gradient norm', which it did
+    result = status("ex09.train", _train_clipping_the_matrices_only)
+    assert result.status == "failed", result.feedback
+    assert "clip_grad_norm_(model.parameters(), clip), not of a part" in result.feedback

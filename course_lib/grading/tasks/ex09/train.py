@@ -57,7 +57,9 @@ MISTAKES = {
     "and clipping it clips nothing)",
     "clip_after_step": "clip the gradients BEFORE optimizer.step(): clipped after it, the "
     "step has already applied the unclipped gradients",
-    "clip_1": "use the clip argument as the largest gradient norm (1.0 is only its default)",
+    "clip_1": "use the clip argument as the largest gradient norm (1.0 is only its default), "
+    "the norm of all the gradients together: clip_grad_norm_(model.parameters(), clip), not of "
+    "a part of them (one parameter group, the matrices only)",
     "groups_from_generator": "every parameter must be in the optimizer: two parameter groups "
     "(weight decay on the matrices only) read from one `params = model.parameters()` leave the "
     "second group empty, since a generator is used up by the first list; take "
