@@ -1,5 +1,6 @@
 """The ex09 grader: references pass, each mistake fails with its hint, shortcuts are caught."""
 
+import contextlib
 import copy
 import math
 
@@ -468,7 +469,8 @@ def _attend(slip):
         q, k, v = (split_heads(p(h), self.heads) for p in (a.q_proj, a.k_proj, a.v_proj))
         if self.rope:
             positions = torch.arange(start, start + n)
-            q, k = apply_rope(q, positions), apply_rope(k, positions)
+            with torch.no_grad() if slip == "rope_no_grad" else contextlib.nullcontext():
+                q, k = apply_rope(q, positions), apply_rope(k, positions)
             k = k if slip != "rope_queries_only" else split_heads(a.k_proj(h), self.heads)
             q = q if slip != "rope_keys_only" else split_heads(a.q_proj(h), self.heads)
             if slip == "rope_values":
@@ -1334,3 +1336,173 @@ def test_a_sampler_that_rejects_temperature_zero_is_told_it_is_allowed():
     result = status("ex09.sample_next", _r12_sample_next("temperature <= 0 raises"))
     assert result.status == "failed", result.feedback
     assert "temperature=0 is allowed: it means greedy" in result.feedback, result.feedback
+
+
+# ---- f09: the capstone's training step judged on every path, its failures named ------------
+
+
+def _block_forward_in_place(self, x, cache=None, start=0):
+    """A pre-norm block with the residuals added in place (x += ...)."""
+    attended, cache = self.attend(self.norm1(x), cache, start)
+    x += attended
+    x += self.feed(self.norm2(x))
+    return x, cache
+
+
+def _run_detached_positions(self, ids, cache, start):
+    """The learned positions added as a constant (.detach()): no gradient reaches them."""
+    x = self.token_embedding(ids)
+    if self.positions == "learned":
+        x = x + self.position_embedding(torch.arange(start, start + ids.shape[1])).detach()
+    new_cache = []
+    for i, layer in enumerate(self.layers):
+        x, layer_cache = layer(x, None if cache is None else cache[i], start)
+        new_cache.append(layer_cache)
+    return self.lm_head(self.norm(x)), (None if cache is None else new_cache)
+
+
+@pytest.mark.parametrize(
+    "learner, needle",
+    [  # the rotation under no_grad: full marks (no step case had rope)
+        (_gpt_with(("attend", _attend("rope_no_grad"))), "after one step differs"),
+        # 'your parameters after one step differ ... at [3331]', None of the usual single mistakes
+        (_gpt_with(None, _run=_run_detached_positions), "position_embedding.weight after one"),
+    ],
+)
+def test_a_capstone_whose_gradient_is_cut_fails_with_the_gradient_hint(learner, needle):
+    result = status("ex09.GPT", learner)
+    assert result.score < result.max_score, result.feedback
+    assert needle in result.feedback, result.feedback
+    assert "the loss agrees, so your forward pass is right" in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize(
+    "learner, needle",
+    [  # both got PyTorch's bare error and 'run your code in a cell of its own'
+        (_gpt_with(("forward", _block_forward_in_place)), "x = x + self_attn(...), a new"),
+        (_gpt_with(None, forward=torch.no_grad()(ex09._mistake_gpt("").forward)), "no_grad for"),
+    ],
+)
+def test_a_capstone_whose_step_cannot_back_propagate_is_told_why(learner, needle):
+    result = status("ex09.GPT", learner)
+    assert result.status == "failed" and f"{needle}" in result.feedback, result.feedback
+    assert "enable anomaly detection" not in result.feedback, result.feedback
+
+
+def _train_with_decay_groups(model, batches, steps, max_lr, warmup_steps, clip=1.0):
+    """nanoGPT's weight decay on the matrices only, both groups read from one generator."""
+    params = model.parameters()
+    matrices = [p for p in params if p.dim() >= 2]
+    vectors = [p for p in params if p.dim() < 2]  # empty: the generator is used up
+    groups = [{"params": matrices, "weight_decay": 0.1}, {"params": vectors, "weight_decay": 0}]
+    optimizer = torch.optim.AdamW(groups, lr=max_lr)
+    model.train()
+    losses = []
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = max_lr * min((step + 1) / warmup_steps, 1 - 0.5 * step / steps)
+        x, y = next(batches)
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_a_train_whose_second_parameter_group_reads_a_used_up_generator_is_told_so():
+    # before: 'the optimizer does not update every parameter of the model', no hint
+    result = status("ex09.train", _train_with_decay_groups)
+    assert result.status == "failed", result.feedback
+    assert ex09.train.MISTAKES["groups_from_generator"] in result.feedback, result.feedback
+
+
+_GPT2_NAMES = {"wte": "token_embedding", "wpe": "position_embedding", "ln_f": "norm"}
+_GPT2_NAMES |= {"ln_1": "norm1", "ln_2": "norm2", "attn.c_proj": "self_attn.out_proj"}
+_GPT2_NAMES |= {"mlp.c_fc": "feed_forward.linear1", "mlp.c_proj": "feed_forward.linear2"}
+
+
+def _gpt2_to_mine_all_2d_transposed(hf_state):
+    """'Conv1D stores (in, out)': every 2-D tensor transposed, the embeddings wte, wpe too."""
+    out = {}
+    for key, value in hf_state.items():
+        key = key.removeprefix("transformer.")
+        if key.endswith((".attn.bias", ".attn.masked_bias")) or key == "lm_head.weight":
+            continue
+        if value.dim() == 2:
+            value = value.t()
+        if not key.startswith("h."):
+            name, kind = key.split(".")
+            out[f"{_GPT2_NAMES[name]}.{kind}"] = value
+            continue
+        _, i, rest = key.split(".", 2)
+        name, kind = rest.rsplit(".", 1)
+        if name == "attn.c_attn":
+            for proj, part in zip("qkv", value.chunk(3, dim=0), strict=True):
+                out[f"layers.{i}.self_attn.{proj}_proj.{kind}"] = part
+        else:
+            out[f"layers.{i}.{_GPT2_NAMES[name]}.{kind}"] = value
+    out["lm_head.weight"] = out["token_embedding.weight"]
+    return out
+
+
+def test_a_key_map_that_transposes_the_embeddings_too_is_told_they_are_not_conv1d():
+    # before: "your 'position_embedding.weight' has shape (8, 6), expected (6, 8)", no hint
+    result = status("ex09.gpt2_to_mine", _gpt2_to_mine_all_2d_transposed)
+    assert result.status == "failed", result.feedback
+    hint = ex09.gpt2_to_mine.MISTAKES["embeddings_transposed"]
+    assert f"Hint: {hint}" in result.feedback, result.feedback
+
+
+def _generate_continuation_only(
+    model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None
+):
+    """The right loop, returning the new tokens without the prompt."""
+    sample_next = ex09._own_sample_next()
+    new = []
+    with torch.no_grad():
+        logits, cache = model.forward_cached(ids, None, 0)
+        for _ in range(max_new_tokens):
+            next_id = sample_next(logits[:, -1], temperature, top_k, None, generator)
+            ids = torch.cat([ids, next_id[:, None]], dim=1)
+            new.append(next_id[:, None])
+            logits, cache = model.forward_cached(ids[:, -1:], cache, ids.shape[1] - 1)
+    return torch.cat(new, dim=1) if new else ids[:, :0]
+
+
+def test_a_generate_that_returns_the_continuation_alone_is_told_to_keep_the_prompt():
+    # before: "your tokens has shape (2, 6), expected (2, 9)", no hint
+    result = status("ex09.generate", _generate_continuation_only)
+    assert result.status == "failed", result.feedback
+    assert f"Hint: {ex09.generate.MISTAKES['new_only']}" in result.feedback, result.feedback
+
+
+def _train_clipping_the_matrices_only(model, batches, steps, max_lr, warmup_steps, clip=1.0):
+    """The right loop, but the norm clipped is the decayed group's, the matrices' alone."""
+    matrices = [p for p in model.parameters() if p.dim() >= 2]
+    vectors = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": matrices, "weight_decay": 0.1}, {"params": vectors, "weight_decay": 0}]
+    optimizer = torch.optim.AdamW(groups, lr=max_lr)
+    model.train()
+    losses = []
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = max_lr * min((step + 1) / warmup_steps, 1 - 0.5 * step / steps)
+        x, y = next(batches)
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(matrices, clip)
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_a_train_that_clips_one_parameter_group_is_told_to_clip_them_all():
+    # before: 'use the clip argument as the largest gradient norm', which it did
+    result = status("ex09.train", _train_clipping_the_matrices_only)
+    assert result.status == "failed", result.feedback
+    assert "clip_grad_norm_(model.parameters(), clip), not of a part" in result.feedback

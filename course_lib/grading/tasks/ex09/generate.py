@@ -46,6 +46,8 @@ MISTAKES = {
     "stuck_position": "every new token is fed at the same position, the prompt's length: the "
     "position must move on by one at each step; compute it inside the loop, start = "
     "ids.shape[1] - 1 after appending the new token",
+    "new_only": "return the prompt followed by the new tokens, (batch, t + max_new_tokens), not "
+    "the continuation alone: append each new token to ids and return ids",
 }
 
 
@@ -140,7 +142,7 @@ def _wrong_generate(
             logits, new_cache = model.forward_cached(fed, past, start)
             if mistake != "stale":
                 cache = new_cache
-    return ids
+    return ids[:, ids.shape[1] - max_new_tokens :] if mistake == "new_only" else ids
 
 
 @register

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...core import Case, GradingError, compare_values, register
+from ...core import Case, GradingError, compare_values, is_number, register
 from ..common import ModuleTask, without_dropout
 from ._shared import capstone_name, random_gpt_state
 
@@ -298,7 +298,17 @@ def _sgd_step(model, ids, lr=0.5):
             if p.grad is not None:
                 p -= lr * p.grad
     state = {capstone_name(k): v for k, v in model.state_dict().items()}
-    return float(loss.detach()), torch.cat([state[k].flatten() for k in sorted(state)])
+    return float(loss.detach()), {k: state[k] for k in sorted(state)}
+
+
+_STEP_ERRORS = {  # words of PyTorch's error in the step's backward -> what it means there
+    "modified by an inplace operation": "your forward pass is right, but an in-place operation "
+    "(x += ..., a method ending in _) changed a tensor the backward pass needs: write the "
+    "residual as x = x + self_attn(...), a new tensor, not x += ...",
+    "does not require grad": "your forward pass is right, but it computes no gradients: a "
+    "torch.no_grad() (or @torch.no_grad()) around forward, or a .detach(), cuts the graph; keep "
+    "no_grad for generation (your generate) and leave forward differentiable",
+}
 
 
 _CACHED_ERRORS = {  # words of PyTorch's error -> what a crash in forward_cached means there
@@ -447,7 +457,8 @@ class CapstoneGPT(ModuleTask):
             ("step", small, 3, 7, {},
              "one SGD step (lr 0.5) on the next-token loss of ids (3, 7), then the loss and "
              "every parameter compared"),
-            ("step", deeper, 2, 7, f64, "one SGD step, 2 layers, float64, ids (2, 7)"),
+            ("step", deeper, 2, 7, f64 | {"positions": "rope"},
+             "one SGD step, 2 layers, positions='rope', float64, ids (2, 7)"),
             ("cached", deeper, 2, 6, f64 | {"new": 2},
              "forward_cached: a prompt of 2 tokens, then 4 tokens one at a time at positions "
              "2..5, against forward on all 6, float64"),
@@ -507,7 +518,14 @@ class CapstoneGPT(ModuleTask):
         d = case.data
         if d["kind"] == "step":  # a dropout the statement has not would change the loss
             without_dropout(model, [d["ids"][:, :-1]], {}, "GPT")
-            return _sgd_step(model, d["ids"])
+            try:
+                return _sgd_step(model, d["ids"])
+            except RuntimeError as error:
+                hint = next((h for w, h in _STEP_ERRORS.items() if w in str(error)), None)
+                if hint is None:
+                    raise
+                said = str(error).split(" Hint:")[0].rstrip(".")  # not PyTorch's anomaly hint
+                raise GradingError(f"your code raised RuntimeError: {said}. Hint: {hint}") from None
         model.eval()
         with torch.no_grad():
             if d["kind"] == "forward":
@@ -523,6 +541,17 @@ class CapstoneGPT(ModuleTask):
                 model, d["ids"], d["new"], torch.Generator().manual_seed(d["seed"])
             )
 
+    def diagnose(self, got, want, case):
+        kind, loss = case.data["kind"], got[0] if isinstance(got, tuple) else None
+        if kind == "step" and is_number(loss) and abs(loss - want[0]) <= 1e-4 * max(1, want[0]):
+            return (  # the loss agrees, a parameter after the step does not: its gradient
+                "the loss agrees, so your forward pass is right, but the gradient that reached "
+                "this parameter is not: a .detach(), torch.no_grad() or .data on part of the "
+                "computation (an embedding, a residual branch, one sub-layer) cuts the paths back "
+                "to it; remove it, so that every path the values take carries the gradient too"
+            )
+        return None
+
     def compare(self, got, want, case):
         kind = case.data["kind"]
         if kind == "step":
@@ -530,7 +559,11 @@ class CapstoneGPT(ModuleTask):
                 return "the step could not run"
             if abs(got[0] - want[0]) > 1e-4 * max(1.0, abs(want[0])):
                 return f"the loss before the step is {got[0]:.6g}, expected {want[0]:.6g}"
-            return compare_values(got[1], want[1], "your parameters after one step")
+            for name, value in want[1].items():  # named, so the learner knows where to look
+                message = compare_values(got[1].get(name), value, f"your {name} after one step")
+                if message:
+                    return message
+            return None
         what = {
             "forward": "your logits",
             "cached": "your logits through forward_cached",

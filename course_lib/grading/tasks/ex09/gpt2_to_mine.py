@@ -54,6 +54,10 @@ MISTAKES = {
     "c_attn_not_transposed": "c_attn is a Conv1D too: its three (d, d) blocks are stored as "
     "(in_features, out_features) like every Conv1D weight; after splitting it along dim 1, "
     "transpose each block (.t()) for q_proj, k_proj and v_proj",
+    "embeddings_transposed": "wte and wpe are not Conv1Ds: they are embedding tables, (vocab, "
+    "d) and (positions, d), one row per token or position, the layout of nn.Embedding too; copy "
+    "them as they are and transpose only the c_attn, c_proj and c_fc weights (a test such as "
+    "value.dim() == 2 also picks up the embeddings)",
 }
 
 # Hugging Face's name inside block i -> the learner's, and whether the weight is a Conv1D's
@@ -86,6 +90,8 @@ def wrong_gpt2_to_mine(hf_state, *, mistake=""):
         sd = dict(hf_state)
     else:
         sd = {key.removeprefix("transformer."): value for key, value in hf_state.items()}
+    if mistake == "embeddings_transposed":  # every 2-D tensor flipped, as if all were Conv1D
+        sd |= {key: sd[key].t() for key in ("wte.weight", "wpe.weight")}
     positions = "embedding." if mistake == "course_position_name" else ""
     out = {
         "token_embedding.weight": sd["wte.weight"],

@@ -57,7 +57,13 @@ MISTAKES = {
     "and clipping it clips nothing)",
     "clip_after_step": "clip the gradients BEFORE optimizer.step(): clipped after it, the "
     "step has already applied the unclipped gradients",
-    "clip_1": "use the clip argument as the largest gradient norm (1.0 is only its default)",
+    "clip_1": "use the clip argument as the largest gradient norm (1.0 is only its default), "
+    "the norm of all the gradients together: clip_grad_norm_(model.parameters(), clip), not of "
+    "a part of them (one parameter group, the matrices only)",
+    "groups_from_generator": "every parameter must be in the optimizer: two parameter groups "
+    "(weight decay on the matrices only) read from one `params = model.parameters()` leave the "
+    "second group empty, since a generator is used up by the first list; take "
+    "list(model.parameters()) once, or call model.parameters() for each group",
     "no_warmup": "start with a warm-up: the learning rate rises linearly from near 0 to max_lr "
     "over the first warmup_steps steps (max_lr * (step + 1) / warmup_steps)",
     "no_scheduler_step": "the learning rate never moves: set it every step (for group in "
@@ -117,6 +123,11 @@ def wrong_train(model, batches, steps, max_lr, warmup_steps, clip=1.0, *, mistak
     def new_optimizer():
         if mistake == "sgd":
             return torch.optim.SGD(model.parameters(), lr=max_lr, momentum=0.9)
+        if mistake == "groups_from_generator":  # the vectors' group reads a used-up generator
+            params = model.parameters()
+            matrices, vectors = [p for p in params if p.dim() >= 2], [p for p in params]
+            groups = [{"params": matrices}, {"params": vectors, "weight_decay": 0.0}]
+            return torch.optim.AdamW(groups, lr=max_lr, betas=(0.9, 0.95), weight_decay=0.1)
         return torch.optim.AdamW(model.parameters(), lr=max_lr, betas=(0.9, 0.95), weight_decay=0.1)
 
     optimizer = new_optimizer()
