@@ -1506,3 +1506,25 @@ def test_a_train_that_clips_one_parameter_group_is_told_to_clip_them_all():
     result = status("ex09.train", _train_clipping_the_matrices_only)
     assert result.status == "failed", result.feedback
     assert "clip_grad_norm_(model.parameters(), clip), not of a part" in result.feedback
+
+
+def _gpt_tied_by_memory(how):
+    """The right capstone whose lm_head shares the embedding's memory as a second parameter."""
+
+    def __init__(self, *args, tie_weights=True, **kwargs):
+        ex09._mistake_gpt("untied").__init__(self, *args, tie_weights=tie_weights, **kwargs)
+        if tie_weights and how == "data":
+            self.lm_head.weight.data = self.token_embedding.weight.data
+        elif tie_weights:
+            self.lm_head.weight = torch.nn.Parameter(self.token_embedding.weight)
+
+    return type("LearnerGPT", (ex09._mistake_gpt("untied"),), {"__init__": __init__})
+
+
+@pytest.mark.parametrize("how", ["data", "parameter"])
+def test_a_capstone_tied_by_shared_memory_is_told_so_on_every_case(how):
+    # before: 17/18, caught only by the float64 step case (whose .double() splits the memory)
+    # with the plain 'untied' hint, though plain SGD steps the two parameters as one
+    result = status("ex09.GPT", _gpt_tied_by_memory(how))
+    assert result.score <= 0.5 * result.max_score, result.feedback
+    assert "two parameters that share one memory" in result.feedback, result.feedback

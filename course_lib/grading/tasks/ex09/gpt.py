@@ -301,6 +301,16 @@ def _sgd_step(model, ids, lr=0.5):
     return float(loss.detach()), {k: state[k] for k in sorted(state)}
 
 
+_TIED = ("lm_head", "token_embedding")
+_TWO_PARAMETERS = (
+    "your lm_head.weight and token_embedding.weight are two parameters that share one memory, "
+    "not one tied parameter (lm_head.weight.data = ..., or nn.Parameter(...) around the "
+    "embedding's weight): parameters() lists the matrix twice, Adam keeps two states for it, "
+    "and .to() or .double() splits them apart. Hint: tie the Parameter itself, "
+    "self.lm_head.weight = self.token_embedding.weight"
+)
+
+
 _STEP_ERRORS = {  # words of PyTorch's error in the step's backward -> what it means there
     "modified by an inplace operation": "your forward pass is right, but an in-place operation "
     "(x += ..., a method ending in _) changed a tensor the backward pass needs: write the "
@@ -516,6 +526,10 @@ class CapstoneGPT(ModuleTask):
 
     def run(self, model, case):
         d = case.data
+        lm, emb = (getattr(getattr(model, n, None), "weight", None) for n in _TIED)
+        if isinstance(lm, torch.Tensor) and isinstance(emb, torch.Tensor) and lm is not emb:
+            if lm.data_ptr() == emb.data_ptr():  # one memory, two parameters: not tied
+                raise GradingError(_TWO_PARAMETERS)
         if d["kind"] == "step":  # a dropout the statement has not would change the loss
             without_dropout(model, [d["ids"][:, :-1]], {}, "GPT")
             try:
