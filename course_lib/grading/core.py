@@ -918,15 +918,15 @@ def judge(
             + (f" {fix_first}" if fix_first else ""),
         )
     passed, first_failure = 0, None
+    fix_first = _fix_first(task, seen, earlier)  # then this task's hints would guess at its cause
     for case, outcome in zip(cases, outcomes, strict=False):
-        message = _judge_one(task, case, outcome, want_hint=first_failure is None)
+        message = _judge_one(task, case, outcome, want_hint=first_failure is None and not fix_first)
         if message is None:
             passed += 1
         elif first_failure is None:
             first_failure = f"on {case.description}: {message}"
     if passed == total:
         return result("passed", passed, f"passed all {total} checks.")
-    fix_first = _fix_first(task, seen, earlier)
     feedback = f"passed {passed} of {total} checks. "
     feedback += f"{fix_first} " if fix_first else ""
     feedback += f"First failure {first_failure}"
