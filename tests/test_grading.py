@@ -295,6 +295,27 @@ def test_a_task_that_fails_through_a_broken_earlier_task_says_to_fix_that_first(
     assert alone.status == "failed" and "fix one_hot" not in alone.feedback
 
 
+def test_fix_first_stands_alone_without_a_hint_for_a_mistake_not_made():
+    # before: a merge_pair that merges nothing gave bpe_encode, whose own code is right, the
+    # hint of a mistake in bpe_encode ('keep its result, ids = merge_pair(...)')
+    namespace: dict = {}
+    exec(  # noqa: S102
+        "def merge_pair(ids, pair, new_id):\n"
+        "    return list(ids)\n"
+        "def bpe_encode(ids, merges):\n"
+        "    for pair, new_id in merges.items():\n"
+        "        ids = merge_pair(ids, pair, new_id)\n"
+        "    return ids\n",
+        namespace,
+    )
+    assert check_result("ex01.merge_pair", namespace["merge_pair"]).status == "failed"
+    result = check_result("ex01.bpe_encode", namespace["bpe_encode"])
+    assert "fix merge_pair first" in result.feedback, result.feedback
+    assert "Hint:" not in result.feedback and "keep its result" not in result.feedback, (
+        result.feedback
+    )
+
+
 def test_an_earlier_task_not_implemented_is_named_too():
     namespace = _learner()
     exec("def one_hot(ids, vocab_size):\n    raise NotImplementedError()", namespace)  # noqa: S102
