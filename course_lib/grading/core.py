@@ -917,13 +917,14 @@ def judge(
             "not implemented yet: replace `raise NotImplementedError()` with your code."
             + (f" {fix_first}" if fix_first else ""),
         )
-    passed, first_failure = 0, None
-    fix_first = _fix_first(task, seen, earlier)  # then this task's hints would guess at its cause
+    passed, first_failure, fix_first = 0, None, None
     for case, outcome in zip(cases, outcomes, strict=False):
-        message = _judge_one(task, case, outcome, want_hint=first_failure is None and not fix_first)
+        message = _judge_one(task, case, outcome, want_hint=False)  # hints only for the first
         if message is None:
             passed += 1
-        elif first_failure is None:
+        elif first_failure is None:  # when an earlier piece of theirs fails, it is the cause to
+            fix_first = _fix_first(task, seen, earlier)  # name: this task's hints would guess
+            message = message if fix_first else _judge_one(task, case, outcome)
             first_failure = f"on {case.description}: {message}"
     if passed == total:
         return result("passed", passed, f"passed all {total} checks.")
