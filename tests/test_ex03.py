@@ -611,7 +611,9 @@ def _learner_mha(slip):
     return type("MultiHeadAttention", (_LearnerMHA,), {"slip": slip})
 
 
-def _learner_gqa(slip):
+def _gqa(slip=""):
+    """The right grouped-query attention, or it with the one slip named."""
+
     def grouped_query_attention(q, k, v, mask=None):
         num_heads, num_kv_heads = q.shape[1], k.shape[1]
         if num_heads % num_kv_heads:
@@ -620,12 +622,21 @@ def _learner_gqa(slip):
         k, v = k.repeat_interleave(times, dim=1), v.repeat_interleave(times, dim=1)
         scores = q @ k.transpose(-2, -1)
         if slip != "no scale":
-            scores = scores / math.sqrt(v.shape[-1] if slip == "scaled by d_v" else q.shape[-1])
-        if mask is not None and slip != "mask ignored":
+            d_k = {"scaled by d_v": v.shape[-1], "sqrt(k.shape[-2])": k.shape[-2]}
+            scores = scores / math.sqrt(d_k.get(slip, q.shape[-1]))
+        if mask is not None and slip == "scores + mask":
+            scores = scores + mask
+        elif mask is not None and slip != "mask ignored":
             fill = 0.0 if slip == "fill 0" else float("-inf")
             scores = scores.masked_fill(mask if slip == "mask inverted" else ~mask, fill)
-        weights = scores.softmax(dim=-1)
-        return weights @ v, weights
+        if slip == "softmax in float32":  # a mixed-precision habit, cast back
+            return (weights := scores.float().softmax(-1).to(q.dtype)) @ v, weights
+        if slip == "softmax in float32, not cast back":  # float32 weights @ float64 values
+            return (weights := scores.float().softmax(-1)) @ v, weights
+        weights = scores.softmax(dim=1 if slip == "softmax(dim=1)" else -1)
+        if slip == "weights detached":
+            return weights.detach() @ v, weights
+        return weights @ v, scores if slip == "scores returned" else weights
 
     return grouped_query_attention
 
@@ -645,14 +656,14 @@ def _learner_gqa(slip):
         ("ex03.MultiHeadAttention", _learner_mha("one layer for q, k and v"), "one and the same"),
         (
             "ex03.grouped_query_attention",
-            _learner_gqa("repeated num_kv_heads times"),
+            _gqa("repeated num_kv_heads times"),
             "group = num_heads // num_kv_heads times",
         ),
-        ("ex03.grouped_query_attention", _learner_gqa("scaled by d_v"), "divided by sqrt(d_v)"),
-        ("ex03.grouped_query_attention", _learner_gqa("no scale"), "divide the scores by sqrt"),
-        ("ex03.grouped_query_attention", _learner_gqa("mask ignored"), "the mask is ignored"),
-        ("ex03.grouped_query_attention", _learner_gqa("mask inverted"), "the other way round"),
-        ("ex03.grouped_query_attention", _learner_gqa("fill 0"), "exp(0) = 1"),
+        ("ex03.grouped_query_attention", _gqa("scaled by d_v"), "divided by sqrt(d_v)"),
+        ("ex03.grouped_query_attention", _gqa("no scale"), "divide the scores by sqrt"),
+        ("ex03.grouped_query_attention", _gqa("mask ignored"), "the mask is ignored"),
+        ("ex03.grouped_query_attention", _gqa("mask inverted"), "the other way round"),
+        ("ex03.grouped_query_attention", _gqa("fill 0"), "exp(0) = 1"),
     ],
 )
 def test_a_learners_slip_fails_the_notebook_check_with_its_own_hint(task_id, learner, words):
@@ -1178,38 +1189,7 @@ class _R12MHA(nn.Module):
         return self.out_proj(merged), weights
 
 
-def _r12_gqa(slip):
-    def grouped_query_attention(q, k, v, mask=None):
-        if q.shape[1] % k.shape[1]:
-            raise ValueError("num_heads must be a multiple of num_kv_heads")
-        group = q.shape[1] // k.shape[1]
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        d_k = k.shape[-2] if slip == "sqrt(k.shape[-2])" else q.shape[-1]
-        scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
-        if mask is not None:
-            scores = scores + mask if slip == "scores + mask" else scores.masked_fill(~mask, -1e30)
-        weights = scores.softmax(dim=1 if slip == "softmax(dim=1)" else -1)
-        return weights @ v, weights
-
-    return grouped_query_attention
-
-
 # ---- d12: answers whose values are right but whose gradient is cut ----------------------------
-
-
-def _d12_gqa(slip=""):
-    def grouped_query_attention(q, k, v, mask=None):
-        group = q.shape[1] // k.shape[1]
-        if q.shape[1] % k.shape[1]:
-            raise ValueError("num_heads must be a multiple of num_kv_heads")
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = scores.softmax(dim=-1)
-        return (weights.detach() if slip else weights) @ v, weights
-
-    return grouped_query_attention
 
 
 @pytest.mark.parametrize(
@@ -1230,10 +1210,10 @@ def _d12_gqa(slip=""):
             type("MultiHeadAttention", (_R12MHA,), {"slip": "merged @ W + b"}),
             "applied as x @ weight.T + bias",
         ),
-        ("ex03.grouped_query_attention", _r12_gqa("scores + mask"), "not an additive one"),
-        ("ex03.grouped_query_attention", _r12_gqa("softmax(dim=1)"), "over dim=1, the heads"),
+        ("ex03.grouped_query_attention", _gqa("scores + mask"), "not an additive one"),
+        ("ex03.grouped_query_attention", _gqa("softmax(dim=1)"), "over dim=1, the heads"),
         # R12, five more slips each: an axis
-        ("ex03.grouped_query_attention", _r12_gqa("sqrt(k.shape[-2])"), "the number of keys"),
+        ("ex03.grouped_query_attention", _gqa("sqrt(k.shape[-2])"), "the number of keys"),
     ],
 )
 def test_an_r12_slip_is_named(task_id, learner, words):
@@ -1244,7 +1224,7 @@ def test_an_r12_slip_is_named(task_id, learner, words):
 
 @pytest.mark.parametrize(
     "task_id, learner",
-    [("ex03.MultiHeadAttention", _R12MHA), ("ex03.grouped_query_attention", _r12_gqa(""))],
+    [("ex03.MultiHeadAttention", _R12MHA), ("ex03.grouped_query_attention", _gqa(""))],
 )
 def test_the_r12_learners_pass_without_their_slip(task_id, learner):
     result = check_result(task_id, learner)
@@ -1258,8 +1238,8 @@ def test_d12_a_cut_gradient_fails_where_the_values_alone_passed():
     result = check_result("ex03.MultiHeadAttention", _learner_mha("query detached"))
     assert result.status == "failed", result.feedback
     assert "the input query" in result.feedback, result.feedback  # self-attention: not "no"
-    assert check_result("ex03.grouped_query_attention", _d12_gqa()).score == 1.0
-    result = check_result("ex03.grouped_query_attention", _d12_gqa("weights detached"))
+    assert check_result("ex03.grouped_query_attention", _gqa()).score == 1.0
+    result = check_result("ex03.grouped_query_attention", _gqa("weights detached"))
     assert result.status == "failed" and "no gradient reaches q, k" in result.feedback
 
 
@@ -1305,25 +1285,6 @@ def test_f03_an_in_place_transpose_of_the_reshaped_view_still_passes(learner):
     assert status_and_feedback("ex03.split_heads", learner)[0] == "passed"
 
 
-def _f03_gqa(slip):
-    def grouped_query_attention(q, k, v, mask=None):
-        group = q.shape[1] // k.shape[1]
-        if q.shape[1] % k.shape[1]:
-            raise ValueError("num_heads must be a multiple of num_kv_heads")
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        if slip == "softmax in float32":  # a mixed-precision habit, cast back
-            return (weights := scores.float().softmax(-1).to(q.dtype)) @ v, weights
-        if slip == "softmax in float32, not cast back":  # float32 weights @ float64 values
-            return (weights := scores.float().softmax(-1)) @ v, weights
-        weights = scores.softmax(dim=-1)
-        return weights @ v, scores if slip == "scores returned" else weights
-
-    return grouped_query_attention
-
-
 @pytest.mark.parametrize(
     "slip, words",
     [
@@ -1334,7 +1295,7 @@ def _f03_gqa(slip):
 )
 def test_f03_a_gqa_slip_that_got_no_hint_is_named(slip, words):
     # before: 'None of the usual single mistakes' for the first two, the bare crash for the last
-    status, feedback = status_and_feedback("ex03.grouped_query_attention", _f03_gqa(slip))
+    status, feedback = status_and_feedback("ex03.grouped_query_attention", _gqa(slip))
     assert status == "failed" and words in feedback, feedback
     assert "None of the usual" not in feedback, feedback
 

@@ -1389,32 +1389,47 @@ def test_a_capstone_whose_step_cannot_back_propagate_is_told_why(learner, needle
     assert "enable anomaly detection" not in result.feedback, result.feedback
 
 
-def _train_with_decay_groups(model, batches, steps, max_lr, warmup_steps, clip=1.0):
-    """nanoGPT's weight decay on the matrices only, both groups read from one generator."""
-    params = model.parameters()
-    matrices = [p for p in params if p.dim() >= 2]
-    vectors = [p for p in params if p.dim() < 2]  # empty: the generator is used up
-    groups = [{"params": matrices, "weight_decay": 0.1}, {"params": vectors, "weight_decay": 0}]
-    optimizer = torch.optim.AdamW(groups, lr=max_lr)
-    model.train()
-    losses = []
-    for step in range(steps):
-        for group in optimizer.param_groups:
-            group["lr"] = max_lr * min((step + 1) / warmup_steps, 1 - 0.5 * step / steps)
-        x, y = next(batches)
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
+def _train_with_decay_groups(slip):
+    """nanoGPT's loop with weight decay on the matrices only, and the one slip named."""
+
+    def train(model, batches, steps, max_lr, warmup_steps, clip=1.0):
+        params = model.parameters()
+        if slip != "groups from one generator":
+            params = list(params)
+        matrices = [p for p in params if p.dim() >= 2]
+        vectors = [p for p in params if p.dim() < 2]  # a used-up generator leaves this empty
+        groups = [{"params": matrices, "weight_decay": 0.1}, {"params": vectors, "weight_decay": 0}]
+        optimizer = torch.optim.AdamW(groups, lr=max_lr)
+        model.train()
+        losses = []
+        for step in range(steps):
+            progress = min(1.0, max(0, step - warmup_steps) / max(1, steps - warmup_steps))
+            for group in optimizer.param_groups:  # warm-up, then a cosine down to a tenth
+                cosine = 0.1 + 0.45 * (1 + math.cos(math.pi * progress))
+                group["lr"] = max_lr * min((step + 1) / warmup_steps, cosine)
+            x, y = next(batches)
+            logits = model(x)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+            optimizer.zero_grad()
+            loss.backward()
+            clipped = matrices if slip == "matrices clipped only" else model.parameters()
+            torch.nn.utils.clip_grad_norm_(clipped, clip)
+            optimizer.step()
+            losses.append(loss.item())
+        return losses
+
+    return train
+
+
+def test_the_decay_groups_loop_passes_without_its_slip():
+    # the two slips below fail for their slip alone
+    result = status("ex09.train", _train_with_decay_groups(""))
+    assert result.status == "passed", result.feedback
 
 
 def test_a_train_whose_second_parameter_group_reads_a_used_up_generator_is_told_so():
     # before: 'the optimizer does not update every parameter of the model', no hint
-    result = status("ex09.train", _train_with_decay_groups)
+    result = status("ex09.train", _train_with_decay_groups("groups from one generator"))
     assert result.status == "failed", result.feedback
     assert ex09.train.MISTAKES["groups_from_generator"] in result.feedback, result.feedback
 
@@ -1479,31 +1494,9 @@ def test_a_generate_that_returns_the_continuation_alone_is_told_to_keep_the_prom
     assert f"Hint: {ex09.generate.MISTAKES['new_only']}" in result.feedback, result.feedback
 
 
-def _train_clipping_the_matrices_only(model, batches, steps, max_lr, warmup_steps, clip=1.0):
-    """The right loop, but the norm clipped is the decayed group's, the matrices' alone."""
-    matrices = [p for p in model.parameters() if p.dim() >= 2]
-    vectors = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": matrices, "weight_decay": 0.1}, {"params": vectors, "weight_decay": 0}]
-    optimizer = torch.optim.AdamW(groups, lr=max_lr)
-    model.train()
-    losses = []
-    for step in range(steps):
-        for group in optimizer.param_groups:
-            group["lr"] = max_lr * min((step + 1) / warmup_steps, 1 - 0.5 * step / steps)
-        x, y = next(batches)
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(matrices, clip)
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
-
-
 def test_a_train_that_clips_one_parameter_group_is_told_to_clip_them_all():
     # before: 'use the clip argument as the largest gradient norm', which it did
-    result = status("ex09.train", _train_clipping_the_matrices_only)
+    result = status("ex09.train", _train_with_decay_groups("matrices clipped only"))
     assert result.status == "failed", result.feedback
     assert "clip_grad_norm_(model.parameters(), clip), not of a part" in result.feedback
 
