@@ -1155,6 +1155,17 @@ def _ls_nll_detached(logits, target, smoothing, ignore_index):
     return per[keep].mean()
 
 
+def _ls_mask_after_the_replacement(logits, target, smoothing, ignore_index):
+    """Two right steps in the wrong order: the ignored targets replaced by 0 first, the mask
+    built after, so that it keeps every position; told 'their loss must be left out ...
+    (target != ignore_index)', which the learner believed they had written."""
+    target = target.masked_fill(target == ignore_index, 0)
+    keep = target != ignore_index
+    log_probs = logits.log_softmax(dim=-1)
+    nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    return ((1 - smoothing) * nll - smoothing * log_probs.mean(dim=-1))[keep].mean()
+
+
 def _greedy_with(slip):
     """A learner's greedy decoder: "precedence" (finished | token == eos_id, which Python reads
     as (finished | token) == eos_id) or "bos forced" (finished rows forced to bos_id)."""
@@ -1227,6 +1238,7 @@ HUNT_F08 = [
     ),
     ("ex08.label_smoothing_loss", partial(_ls_smoothed_target, kl=True), "the KL divergence"),
     ("ex08.label_smoothing_loss", _ls_vocab_from_dim_1, "logits.shape[1] is the sequence"),
+    ("ex08.label_smoothing_loss", _ls_mask_after_the_replacement, "before any replacement"),
     # a detached NLL term was told "None of the usual" (only the smoothing term's had a row)
     ("ex08.label_smoothing_loss", _ls_nll_detached, "a term of your loss is detached"),
     # torch.cat([bos, targets], 1)[:, 1:] (or F.pad(targets, (1, 0))[:, 1:]) returns targets

@@ -19,7 +19,9 @@ PAD_COLUMN = (
 )
 MISTAKES = {
     "pads_counted": "you counted the padded positions: their loss must be left out, and the mean "
-    "taken over the real tokens only (target != ignore_index)",
+    "taken over the real tokens only (target != ignore_index); build that mask from the target "
+    "as given, before any replacement of the ignored targets (after it, none equals "
+    "ignore_index)",
     "wrong_count": "you zeroed the padded positions but divided by all positions; divide by the "
     "number of real tokens (target != ignore_index).sum()",
     "batch_count": "you divided by the batch size; the mean is over the real tokens, "
