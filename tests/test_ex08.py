@@ -1294,3 +1294,26 @@ def test_right_variants_of_the_third_fresh_reader_pass(impl):
         assert status("ex08.greedy_decode", impl).status == "passed"
     else:
         assert status("ex08.noam_lr", impl).status == "passed"
+
+
+def test_a_train_step_that_reads_the_scheduler_rate_passes():
+    # scheduler.get_last_lr() (to print the rate) is right, and scored 1/9 on the grader's
+    # stand-in scheduler with "'_InverseSchedule' object has no attribute 'get_last_lr'"
+    def step(model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0):
+        model.train()
+        optimizer.zero_grad()
+        logits = model(src, torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], 1))
+        loss = F.cross_entropy(
+            logits.flatten(0, 1), tgt.flatten(), ignore_index=pad_id, label_smoothing=smoothing
+        )
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+            assert scheduler.get_last_lr()[0] == optimizer.param_groups[0]["lr"]
+            assert scheduler.last_epoch >= 1
+        return loss.item()
+
+    result = status("ex08.train_step", step)
+    assert result.status == "passed", result.feedback

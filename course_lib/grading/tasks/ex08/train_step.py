@@ -190,14 +190,19 @@ class _SGD:
 
 
 class _InverseSchedule:
-    """Like LambdaLR(optimizer, lambda i: 1 / (i + 1)): step() moves the rate to the next step."""
+    """Like LambdaLR(optimizer, lambda i: 1 / (i + 1)): step() moves the rate to the next step;
+    get_last_lr() and last_epoch as a scheduler has them (a step that reads the rate to print it
+    is right, and crashed on this stand-in)."""
 
     def __init__(self, optimizer: _SGD, base_lr: float):
-        self.optimizer, self.base_lr, self.count = optimizer, base_lr, 0
+        self.optimizer, self.base_lr, self.last_epoch = optimizer, base_lr, 0
 
     def step(self) -> None:
-        self.count += 1
-        self.optimizer.param_groups[0]["lr"] = self.base_lr / (self.count + 1)
+        self.last_epoch += 1
+        self.optimizer.param_groups[0]["lr"] = self.base_lr / (self.last_epoch + 1)
+
+    def get_last_lr(self) -> list[float]:
+        return [group["lr"] for group in self.optimizer.param_groups]
 
 
 @register
