@@ -542,12 +542,13 @@ def shift_right_in_place_on_a_copy(targets, bos_id):
 def ls_of_a_learner(slip):
     """#hunt2: a learner's label smoothing whose one slip is `slip`."""
 
-    def loss(logits, target, smoothing, ignore_index):
+    def loss(logits, target, smoothing, ignore_index, unsqueezed=True):
         keep = target != ignore_index
         log_probs = logits.log_softmax(dim=-1)
         log_probs = logits.softmax(-1).log() if slip == "log of softmax" else log_probs  # #hunt5
         picked = logits if slip == "gathered from the logits" else log_probs
-        nll = -picked.gather(-1, target.masked_fill(~keep, 0).unsqueeze(-1))
+        index = target.masked_fill(~keep, 0)
+        nll = -picked.gather(-1, index.unsqueeze(-1) if unsqueezed else index)
         nll = nll if slip == "not squeezed" else nll.squeeze(-1)
         uniform = -(logits if slip == "mean of the logits" else log_probs).mean(dim=-1)
         uniform = -log_probs.mean(dim=-1, keepdim=True) if slip == "keepdim" else uniform
@@ -1239,6 +1240,15 @@ HUNT_F08 = [
     ("ex08.label_smoothing_loss", partial(_ls_smoothed_target, kl=True), "the KL divergence"),
     ("ex08.label_smoothing_loss", _ls_vocab_from_dim_1, "logits.shape[1] is the sequence"),
     ("ex08.label_smoothing_loss", _ls_mask_after_the_replacement, "before any replacement"),
+    # gather(-1, target) without unsqueeze: a bare "Index tensor must have the same number of
+    # dimensions as input tensor" and the traceback advice
+    (
+        "ex08.label_smoothing_loss",
+        lambda logits, target, smoothing, ignore_index: ls_of_a_learner("")(
+            logits, target, smoothing, ignore_index, unsqueezed=False
+        ),
+        "pass target.unsqueeze(-1)",
+    ),
     # a detached NLL term was told "None of the usual" (only the smoothing term's had a row)
     ("ex08.label_smoothing_loss", _ls_nll_detached, "a term of your loss is detached"),
     # torch.cat([bos, targets], 1)[:, 1:] (or F.pad(targets, (1, 0))[:, 1:]) returns targets

@@ -75,6 +75,8 @@ MISTAKES = {
     "is the cross-entropy itself, -(smoothed_target * log_probs).sum(-1) per position",
     "vocab_from_dim1": "logits.shape[1] is the sequence length of (batch, seq, vocab) logits, "
     "not the vocabulary: take vocab = logits.shape[-1] (or the mean of -log p over dim=-1)",
+    "gather_no_unsqueeze": "gather takes an index with as many dimensions as the "
+    "log-probabilities: pass target.unsqueeze(-1), (..., 1), and squeeze(-1) what it returns",
     "smoothing_detached": "a term of your loss is detached (.detach(), .item(), torch.no_grad()): "
     "its value is right, but no gradient flows through it, so training would not feel it; "
     "compute every term from the logits with tensor operations",
@@ -104,7 +106,8 @@ def wrong_label_smoothing(logits, target, smoothing, ignore_index, *, mistake=""
         log_probs = torch.log_softmax(logits, dim=dim.get(mistake, -1))
         log_probs = logits.softmax(-1).log() if mistake == "log_of_softmax" else log_probs
         picked = logits if mistake == "nll_from_logits" else log_probs
-        nll = -picked.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+        index = safe if mistake == "gather_no_unsqueeze" else safe.unsqueeze(-1)  # (...) raises
+        nll = -picked.gather(-1, index).squeeze(-1)
         total = -log_probs.sum(dim=-1)
         smooth = {
             "other_classes": (total - nll) / (vocab - 1),  # smoothing / (vocab - 1) on the others
