@@ -129,7 +129,8 @@ def wrong_label_smoothing(logits, target, smoothing, ignore_index, *, mistake=""
             return (1 - smoothing) * nll.masked_fill(~keep, 0).sum() / n + smoothing * smoothed
         per = (1.0 if mistake == "target_unweighted" else 1 - smoothing) * nll + smoothing * smooth
         if mistake == "kl_div":  # the cross-entropy minus the smoothed target's entropy
-            on, off = torch.tensor([1 - smoothing + smoothing / vocab, smoothing / vocab])
+            weights = [1 - smoothing + smoothing / vocab, smoothing / vocab]
+            on, off = torch.tensor(weights, dtype=logits.dtype)
             per = per + torch.xlogy(on, on) + (vocab - 1) * torch.xlogy(off, off)
     if mistake == "pads_counted":
         return per.mean()
