@@ -542,12 +542,13 @@ def shift_right_in_place_on_a_copy(targets, bos_id):
 def ls_of_a_learner(slip):
     """#hunt2: a learner's label smoothing whose one slip is `slip`."""
 
-    def loss(logits, target, smoothing, ignore_index):
+    def loss(logits, target, smoothing, ignore_index, unsqueezed=True):
         keep = target != ignore_index
         log_probs = logits.log_softmax(dim=-1)
         log_probs = logits.softmax(-1).log() if slip == "log of softmax" else log_probs  # #hunt5
         picked = logits if slip == "gathered from the logits" else log_probs
-        nll = -picked.gather(-1, target.masked_fill(~keep, 0).unsqueeze(-1))
+        index = target.masked_fill(~keep, 0)
+        nll = -picked.gather(-1, index.unsqueeze(-1) if unsqueezed else index)
         nll = nll if slip == "not squeezed" else nll.squeeze(-1)
         uniform = -(logits if slip == "mean of the logits" else log_probs).mean(dim=-1)
         uniform = -log_probs.mean(dim=-1, keepdim=True) if slip == "keepdim" else uniform
@@ -1110,3 +1111,219 @@ def test_a_train_step_that_writes_into_tgt_is_told_so():
     result = check_result("ex08.train_step", step)
     assert not isinstance(result, str), result
     assert result.status == "failed" and "changed its input `tgt` in place" in result.feedback
+
+
+# ---- #hunt-f08 (third reader): slips of order, of a name passed on, of the pad column ----------
+
+
+def _ls_smoothed_target(logits, target, smoothing, ignore_index, *, pad_column="", kl=False):
+    """A learner's label smoothing built as a target distribution. pad_column: "zeroed"
+    (F.cross_entropy's target with the pad column set to 0, as the lesson says the Annotated
+    Transformer does), "spread" (smoothing / (vocab - 1) on every class but <pad>) or
+    "annotated" (the Annotated Transformer's: 1 - smoothing on the answer, smoothing /
+    (vocab - 2) on the others, the pad column zeroed); kl: F.kl_div instead of the
+    cross-entropy. Each got "None of the usual single mistakes"."""
+    vocab = logits.shape[-1]
+    keep = target != ignore_index
+    safe = target.masked_fill(~keep, 0)
+    log_probs = logits.log_softmax(dim=-1)
+    off = {"spread": vocab - 1, "annotated": vocab - 2}.get(pad_column, vocab)
+    dist = torch.full_like(log_probs, smoothing / off)
+    on = 1 - smoothing + (0 if pad_column == "annotated" else smoothing / off)
+    dist = dist.scatter(-1, safe.unsqueeze(-1), on)
+    if pad_column and 0 <= ignore_index < vocab:
+        dist[..., ignore_index] = 0
+    if kl:
+        per = F.kl_div(log_probs, dist, reduction="none").sum(dim=-1)
+    else:
+        per = -(dist * log_probs).sum(dim=-1)
+    return per[keep].mean()
+
+
+def _ls_vocab_from_dim_1(logits, target, smoothing, ignore_index):
+    log_probs = logits.log_softmax(dim=-1)
+    keep = target != ignore_index
+    nll = -log_probs.gather(-1, target.masked_fill(~keep, 0).unsqueeze(-1)).squeeze(-1)
+    uniform = -log_probs.sum(dim=-1) / logits.size(1)  # the sequence length of 3-D logits
+    return ((1 - smoothing) * nll + smoothing * uniform)[keep].mean()
+
+
+def _ls_nll_detached(logits, target, smoothing, ignore_index):
+    log_probs = logits.log_softmax(dim=-1)
+    keep = target != ignore_index
+    picked = log_probs.detach().gather(-1, target.masked_fill(~keep, 0).unsqueeze(-1))
+    per = (1 - smoothing) * -picked.squeeze(-1) - smoothing * log_probs.mean(dim=-1)
+    return per[keep].mean()
+
+
+def _ls_mask_after_the_replacement(logits, target, smoothing, ignore_index):
+    """Two right steps in the wrong order: the ignored targets replaced by 0 first, the mask
+    built after, so that it keeps every position; told 'their loss must be left out ...
+    (target != ignore_index)', which the learner believed they had written."""
+    target = target.masked_fill(target == ignore_index, 0)
+    keep = target != ignore_index
+    log_probs = logits.log_softmax(dim=-1)
+    nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    return ((1 - smoothing) * nll - smoothing * log_probs.mean(dim=-1))[keep].mean()
+
+
+def _greedy_with(slip):
+    """A learner's greedy decoder: "precedence" (finished | token == eos_id, which Python reads
+    as (finished | token) == eos_id) or "bos forced" (finished rows forced to bos_id)."""
+
+    def decode(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
+        prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
+        finished = torch.zeros(batch_size, dtype=torch.bool)
+        for _ in range(max_new_tokens):
+            token = step_fn(prefix)[:, -1].argmax(dim=-1)
+            token = token.masked_fill(finished, bos_id if slip == "bos forced" else eos_id)
+            if slip == "precedence":
+                finished = finished | token == eos_id
+            else:
+                finished = finished | (token == eos_id)
+            prefix = torch.cat([prefix, token[:, None]], dim=1)
+        return prefix[:, 1:]
+
+    return decode
+
+
+def _train_step_f08(slip):
+    """A learner's step: "no_grad" (the forward under torch.no_grad(): a bare RuntimeError
+    with the traceback advice) or "per row" (the summed loss over the batch size, a loss per
+    sequence: 'the loss returned is 12.6, expected 2.70', no hint)."""
+
+    def step(model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0):
+        model.train()
+        optimizer.zero_grad()
+        with torch.set_grad_enabled(slip != "no_grad"):
+            logits = model(src, torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], 1))
+        reduction = "sum" if slip == "per row" else "mean"
+        loss = F.cross_entropy(
+            logits.flatten(0, 1),
+            tgt.flatten(),
+            ignore_index=pad_id,
+            label_smoothing=smoothing,
+            reduction=reduction,
+        )
+        loss = loss / tgt.shape[0] if slip == "per row" else loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        return loss.item()
+
+    return step
+
+
+HUNT_F08 = [
+    # min(step, warmup) * warmup**-1.5: the rate stays at its peak (no hint)
+    (
+        "ex08.noam_lr",
+        lambda step, d_model, warmup: d_model**-0.5 * min(step, warmup) * warmup**-1.5,
+        "you left out the decay",
+    ),
+    # the linear rise written step / warmup (no hint)
+    (
+        "ex08.noam_lr",
+        lambda step, d_model, warmup: d_model**-0.5 * min(step**-0.5, step / warmup),
+        "not step / warmup",
+    ),
+    *(
+        (
+            "ex08.label_smoothing_loss",
+            partial(_ls_smoothed_target, pad_column=pad_column),
+            "the smoothing goes on EVERY class, <pad> included",
+        )
+        for pad_column in ("zeroed", "spread", "annotated")
+    ),
+    ("ex08.label_smoothing_loss", partial(_ls_smoothed_target, kl=True), "the KL divergence"),
+    ("ex08.label_smoothing_loss", _ls_vocab_from_dim_1, "logits.shape[1] is the sequence"),
+    ("ex08.label_smoothing_loss", _ls_mask_after_the_replacement, "before any replacement"),
+    # gather(-1, target) without unsqueeze: a bare "Index tensor must have the same number of
+    # dimensions as input tensor" and the traceback advice
+    (
+        "ex08.label_smoothing_loss",
+        lambda logits, target, smoothing, ignore_index: ls_of_a_learner("")(
+            logits, target, smoothing, ignore_index, unsqueezed=False
+        ),
+        "pass target.unsqueeze(-1)",
+    ),
+    # a detached NLL term was told "None of the usual" (only the smoothing term's had a row)
+    ("ex08.label_smoothing_loss", _ls_nll_detached, "a term of your loss is detached"),
+    # torch.cat([bos, targets], 1)[:, 1:] (or F.pad(targets, (1, 0))[:, 1:]) returns targets
+    (
+        "ex08.shift_right",
+        lambda targets, bos_id: torch.cat([torch.full_like(targets[:, :1], bos_id), targets], 1)[
+            :, 1:
+        ],
+        "your result is targets itself",
+    ),
+    ("ex08.greedy_decode", _greedy_with("precedence"), "| binds tighter than =="),
+    ("ex08.greedy_decode", _greedy_with("bos forced"), "not bos_id"),
+    ("ex08.train_step", _train_step_f08("no_grad"), "ran under torch.no_grad()"),
+    ("ex08.train_step", _train_step_f08("per row"), "divided by the batch size"),
+]
+
+
+@pytest.mark.parametrize(
+    ("task_id", "impl", "words"),
+    HUNT_F08,
+    ids=[f"{t}-{i}" for i, (t, _, _) in enumerate(HUNT_F08)],
+)
+def test_slips_of_the_third_fresh_reader_get_their_hint(task_id, impl, words):
+    result = status(task_id, impl)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+    assert "more than one thing" not in result.feedback
+    assert "To see the line that fails" not in result.feedback
+
+
+@pytest.mark.parametrize(
+    "impl",
+    [
+        # the peak times min(step / warmup, sqrt(warmup / step))
+        lambda step, d_model, warmup: (
+            (d_model * warmup) ** -0.5 * min(step / warmup, (warmup / step) ** 0.5)
+        ),
+        # finished updated before the finished rows are forced (the same tokens)
+        None,
+    ],
+)
+def test_right_variants_of_the_third_fresh_reader_pass(impl):
+    if impl is None:
+
+        def impl(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
+            prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
+            finished = torch.zeros(batch_size, dtype=torch.bool)
+            for _ in range(max_new_tokens):
+                token = step_fn(prefix)[:, -1].argmax(dim=-1)
+                finished = finished | (token == eos_id)
+                prefix = torch.cat([prefix, token.masked_fill(finished, eos_id)[:, None]], 1)
+            return prefix[:, 1:]
+
+        assert status("ex08.greedy_decode", impl).status == "passed"
+    else:
+        assert status("ex08.noam_lr", impl).status == "passed"
+
+
+def test_a_train_step_that_reads_the_scheduler_rate_passes():
+    # scheduler.get_last_lr() (to print the rate) is right, and scored 1/9 on the grader's
+    # stand-in scheduler with "'_InverseSchedule' object has no attribute 'get_last_lr'"
+    def step(model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0):
+        model.train()
+        optimizer.zero_grad()
+        logits = model(src, torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], 1))
+        loss = F.cross_entropy(
+            logits.flatten(0, 1), tgt.flatten(), ignore_index=pad_id, label_smoothing=smoothing
+        )
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+            assert scheduler.get_last_lr()[0] == optimizer.param_groups[0]["lr"]
+            assert scheduler.last_epoch >= 1
+        return loss.item()
+
+    result = status("ex08.train_step", step)
+    assert result.status == "passed", result.feedback

@@ -94,6 +94,8 @@ MISTAKES = {
     "not_forced": _GREEDY_NO_STOP_HINT,
     "zero_after_eos": "after its eos_id a finished row keeps emitting eos_id itself, not 0 (or a "
     "pad id): everything after the first eos_id is eos_id, masked_fill(finished, eos_id)",
+    "bos_after_eos": "after its eos_id a finished row keeps emitting eos_id itself, not bos_id: "
+    "everything after the first eos_id is eos_id, masked_fill(finished, eos_id)",
     "zero_fill": "when you stop early, fill the remaining positions with eos_id, not 0: a "
     "finished row keeps emitting eos_id",
     "one_step_late": "a finished row got one more of the model's tokens after its eos_id before "
@@ -101,7 +103,9 @@ MISTAKES = {
     "(next_token == eos_id), not from the token before it",
     "released": "a finished row went back to the model's tokens after one forced eos_id: once a "
     "row has produced eos_id it stays finished, so update the mask as finished | "
-    "(next_token == eos_id) with the forced token, not from the model's choice alone",
+    "(next_token == eos_id) with the forced token, not from the model's choice alone (mind the "
+    "parentheses: | binds tighter than ==, so finished | next_token == eos_id is "
+    "(finished | next_token) == eos_id)",
     "one_short": "one token short: generate max_new_tokens tokens after <bos>, so the prefix "
     "ends max_new_tokens + 1 long (<bos> is not one of the new tokens)",
     "bos_finishes": "your rows are finished before they start: <bos> is not a generated token, "
@@ -122,7 +126,7 @@ def wrong_greedy_decode(step_fn, batch_size, bos_id, eos_id, max_new_tokens, *, 
     finished, with one named mistake."""
     prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
     finished = torch.full((batch_size,), mistake == "bos_finishes" and bos_id == eos_id)
-    runs_on = ("no_stop", "zero_after_eos", "one_step_late", "released")  # no early stop
+    runs_on = ("no_stop", "zero_after_eos", "bos_after_eos", "one_step_late", "released")
     for _ in range(max_new_tokens - (mistake == "one_short")):  # <bos> counted as a token
         if (mistake == "stop_at_any" and finished.any()) or (
             mistake not in runs_on and finished.all()
@@ -139,7 +143,8 @@ def wrong_greedy_decode(step_fn, batch_size, bos_id, eos_id, max_new_tokens, *, 
             chosen = logits[:, -1].argmax().expand(batch_size)
         else:
             chosen = logits[:, 0 if mistake == "first_position" else -1].argmax(dim=-1)
-        token = chosen.masked_fill(finished, 0 if mistake == "zero_after_eos" else eos_id)
+        forced = {"zero_after_eos": 0, "bos_after_eos": bos_id}.get(mistake, eos_id)
+        token = chosen.masked_fill(finished, forced)
         if mistake in ("no_stop", "not_forced"):  # finished rows never forced
             token = chosen
         if mistake == "one_step_late":  # finished from the token already in the prefix

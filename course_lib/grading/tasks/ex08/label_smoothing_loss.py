@@ -11,9 +11,17 @@ PADS_IN_SMOOTHING = (
     "the padded positions still count in the smoothing term: leave the whole loss of a position "
     "(both terms) out where target == ignore_index"
 )
+PAD_COLUMN = (
+    "the smoothing goes on EVERY class, <pad> included: like F.cross_entropy, put smoothing / "
+    "vocab on all the vocab classes (the pad column and the correct one too), so the smoothing "
+    "term is smoothing * the mean of -log p over the whole vocabulary (the Annotated "
+    "Transformer zeroes the pad column and spreads over vocab - 2 classes: another loss)"
+)
 MISTAKES = {
     "pads_counted": "you counted the padded positions: their loss must be left out, and the mean "
-    "taken over the real tokens only (target != ignore_index)",
+    "taken over the real tokens only (target != ignore_index); build that mask from the target "
+    "as given, before any replacement of the ignored targets (after it, none equals "
+    "ignore_index)",
     "wrong_count": "you zeroed the padded positions but divided by all positions; divide by the "
     "number of real tokens (target != ignore_index).sum()",
     "batch_count": "you divided by the batch size; the mean is over the real tokens, "
@@ -59,6 +67,16 @@ MISTAKES = {
     "-log_softmax(logits) over the vocabulary",
     "log_of_softmax": "a probability that underflows to 0 in softmax gives log(0) = -inf: take "
     "log_softmax(logits, dim=-1), which never forms the probabilities",
+    "pad_column_zeroed": PAD_COLUMN,  # F.cross_entropy's target, its pad column set to 0
+    "pad_column_spread": PAD_COLUMN,  # smoothing / (vocab - 1) on every class but <pad>
+    "pad_column_annotated": PAD_COLUMN,  # 1 - smoothing on the answer, smoothing / (vocab - 2)
+    "kl_div": "that is the KL divergence to the smoothed target (F.kl_div, nn.KLDivLoss, as in "
+    "the Annotated Transformer): the cross-entropy minus the target's entropy. The task's loss "
+    "is the cross-entropy itself, -(smoothed_target * log_probs).sum(-1) per position",
+    "vocab_from_dim1": "logits.shape[1] is the sequence length of (batch, seq, vocab) logits, "
+    "not the vocabulary: take vocab = logits.shape[-1] (or the mean of -log p over dim=-1)",
+    "gather_no_unsqueeze": "gather takes an index with as many dimensions as the "
+    "log-probabilities: pass target.unsqueeze(-1), (..., 1), and squeeze(-1) what it returns",
     "smoothing_detached": "a term of your loss is detached (.detach(), .item(), torch.no_grad()): "
     "its value is right, but no gradient flows through it, so training would not feel it; "
     "compute every term from the logits with tensor operations",
@@ -88,7 +106,8 @@ def wrong_label_smoothing(logits, target, smoothing, ignore_index, *, mistake=""
         log_probs = torch.log_softmax(logits, dim=dim.get(mistake, -1))
         log_probs = logits.softmax(-1).log() if mistake == "log_of_softmax" else log_probs
         picked = logits if mistake == "nll_from_logits" else log_probs
-        nll = -picked.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+        index = safe if mistake == "gather_no_unsqueeze" else safe.unsqueeze(-1)  # (...) raises
+        nll = -picked.gather(-1, index).squeeze(-1)
         total = -log_probs.sum(dim=-1)
         smooth = {
             "other_classes": (total - nll) / (vocab - 1),  # smoothing / (vocab - 1) on the others
@@ -98,12 +117,21 @@ def wrong_label_smoothing(logits, target, smoothing, ignore_index, *, mistake=""
             "target_overwritten": (total - nll) / vocab,
             "smoothing_from_logits": -logits.mean(dim=-1),
             "smoothing_detached": -log_probs.detach().mean(dim=-1),
+            "vocab_from_dim1": total / logits.shape[1],
         }.get(mistake, -log_probs.mean(dim=-1))
+        if mistake.startswith("pad_column") and 0 <= ignore_index < vocab:  # no smoothing on pad
+            rest = total + log_probs[..., ignore_index]  # -log p over every class but <pad>
+            spread = {"pad_column_zeroed": rest / vocab, "pad_column_spread": rest / (vocab - 1)}
+            smooth = spread.get(mistake, (rest - nll) / (vocab - 2))  # the answer left out too
         if mistake.startswith("pads_in_smoothing"):  # the term summed, or averaged, over all
             n = keep.sum()
             smoothed = smooth.sum() / n if mistake == "pads_in_smoothing_term" else smooth.mean()
             return (1 - smoothing) * nll.masked_fill(~keep, 0).sum() / n + smoothing * smoothed
         per = (1.0 if mistake == "target_unweighted" else 1 - smoothing) * nll + smoothing * smooth
+        if mistake == "kl_div":  # the cross-entropy minus the smoothed target's entropy
+            weights = [1 - smoothing + smoothing / vocab, smoothing / vocab]
+            on, off = torch.tensor(weights, dtype=logits.dtype)
+            per = per + torch.xlogy(on, on) + (vocab - 1) * torch.xlogy(off, off)
     if mistake == "pads_counted":
         return per.mean()
     per = per.masked_fill(~keep, 0)
@@ -171,6 +199,11 @@ class LabelSmoothingLoss(Task):
                  (torch.tensor([[0.0, -120.0, 0.0], [0.0, 0.0, 0.0]]), torch.tensor([1, 0]),
                   0.1, -100)),
         ]  # fmt: skip
+
+    def diagnose(self, got, want, case):  # the right value, a gradient that differs: a detach
+        if isinstance(got, tuple) and compare_values(got[0], want[0]) is None:
+            return MISTAKES["smoothing_detached"]
+        return None
 
     def call(self, obj, case):
         logits, target, _, ignore_index = case.args

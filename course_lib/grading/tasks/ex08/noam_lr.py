@@ -15,9 +15,13 @@ MISTAKES = {
     "too large (warmup^-1.5 = 1 / warmup^1.5, not warmup^1.5); take the min of step^-0.5 "
     "(decay) and step * warmup^-1.5 (linear rise)",
     "no_decay": "you left out the decay: take the min of step^-0.5 and step * warmup^-1.5",
+    "flat_after_peak": "you left out the decay: take the min of step^-0.5 and step * "
+    "warmup^-1.5",  # warmup**-0.5 for step**-0.5: the rate stays at its peak
     "max": "that is the max of the two terms; the schedule is their min",
     "warmup_exponent": "wrong exponent on warmup: the rising branch is step * warmup^-1.5, so "
     "that both branches meet at step = warmup",
+    "rise_over_warmup": "wrong exponent on warmup: the rising branch is step * warmup^-1.5, not "
+    "step / warmup, so that both branches meet at step = warmup",
     "d_model_exponent": "wrong exponent on d_model: the factor is d_model^-0.5 (bigger models, "
     "smaller steps)",
     "d_model_inverse": "wrong exponent on d_model: the factor is d_model^-0.5, its inverse "
@@ -48,9 +52,17 @@ def wrong_noam_lr(step, d_model, warmup, *, mistake=""):
     warmup = 100 if mistake == "lesson_warmup" else warmup  # the lesson's recipe
     if mistake == "minus_one_half":  # x**-1/2 is (x**-1) / 2
         return d_model**-1 / 2 * min(step**-1 / 2, step * warmup**-3 / 2)
-    decay = {"step_exponent": step**-1.0, "step_minus_one_half": step**-1 / 2}
+    decay = {
+        "step_exponent": step**-1.0,
+        "step_minus_one_half": step**-1 / 2,
+        "flat_after_peak": warmup**-0.5,
+    }
     decay = decay.get(mistake, step**-0.5)
-    rise = {"warmup_exponent": warmup**-0.5, "warmup_minus_three_halves": warmup**-3 / 2}
+    rise = {
+        "warmup_exponent": warmup**-0.5,
+        "warmup_minus_three_halves": warmup**-3 / 2,
+        "rise_over_warmup": warmup**-1.0,
+    }
     rise = step * rise.get(mistake, warmup**-1.5)
     rise = warmup * step**-1.5 if mistake == "rise_swapped" else rise
     scale = {

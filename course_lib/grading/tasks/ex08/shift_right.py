@@ -34,6 +34,9 @@ MISTAKES = {
     "out[:, 1:] = targets[:, :-1] (or torch.cat a column of bos_id and targets[:, :-1])",
     "first_kept": "the first column still holds the first target token: after out[:, 1:] = "
     "targets[:, :-1], put bos_id in the first column too, out[:, 0] = bos_id",
+    "unchanged": "your result is targets itself, unshifted: after putting the <bos> column in "
+    "front, cut the LAST column, torch.cat([bos_column, targets], dim=1)[:, :-1] ([:, 1:] cuts "
+    "<bos> off again), or cat the <bos> column with targets[:, :-1]",
     "batch_axis": "you shifted along the batch axis (dim 0); a sequence runs along dim 1: bos_id "
     "in the first column, then targets[:, :-1]",
 }
@@ -43,8 +46,8 @@ def wrong_shift_right(targets, bos_id, *, mistake=""):
     """<bos> then targets[:, :-1], with one named mistake."""
     if mistake in ("roll", "roll_flat"):
         return targets.roll(1, dims=1) if mistake == "roll" else targets.roll(1)
-    if mistake == "no_bos":
-        return targets[:, :-1]
+    if mistake in ("no_bos", "unchanged"):  # unchanged: cat([bos, targets], 1)[:, 1:]
+        return targets[:, :-1] if mistake == "no_bos" else targets.clone()
     if mistake == "overlapping_copy":  # a shift in place, onto an overlapping view of itself
         out = targets.clone()
         out[:, 1:] = out[:, :-1]

@@ -62,11 +62,17 @@ MISTAKES = {
     "loss_sum": "your loss is the sum over the real tokens (reduction='sum'); it is their mean: "
     "leave F.cross_entropy's reduction at its default, 'mean' (or use your "
     "label_smoothing_loss)",
+    "loss_per_row": "your loss is the sum over the real tokens divided by the batch size (a loss "
+    "per sequence); it is the mean over the real tokens: leave F.cross_entropy's reduction at "
+    "its default, 'mean' (or use your label_smoothing_loss)",
     "classes_last": "F.cross_entropy reads the classes on dim 1, so (batch, n_tgt, vocab) logits "
     "do not fit: flatten them to (batch * n_tgt, vocab) and tgt to (batch * n_tgt,), or pass "
     "logits.transpose(1, 2)",
     "train_late": "model.train() came after the forward pass: the model arrived in eval mode, so "
     "this step's forward ran without dropout; call model.train() first, before the forward",
+    "no_grad_forward": "your loss carries no gradient: the forward pass ran under "
+    "torch.no_grad() (or the logits or the loss were detached), so backward() has no graph to "
+    "go through; run the forward and the loss with gradients on (no_grad is for evaluation)",
     "model_args_swapped": "the model reads the source first and the decoder's input second, "
     "model(src, tgt_in): swapped, the encoder reads the targets and the logits get the "
     "source's length",
@@ -96,7 +102,8 @@ def _wrong_step(
         first = {"shift_with_pad": pad_id, "bos_1": 1}.get(mistake, bos_id)
         slip = "drop_first" if mistake == "shift_drops_first" else ""
         tgt_in = wrong_shift_right(tgt, first, mistake=slip)
-    logits = model(tgt_in, src) if mistake == "model_args_swapped" else model(src, tgt_in)
+    with torch.set_grad_enabled(mistake != "no_grad_forward"):  # no graph for backward()
+        logits = model(tgt_in, src) if mistake == "model_args_swapped" else model(src, tgt_in)
     model.train()  # a second time (train_late: the first time)
     ignore = {"pads_in_loss": -100, "pad_zero": 0, "loss_args_swapped": -100}.get(mistake, pad_id)
     # loss_args_swapped smooths by pad_id: F.cross_entropy takes at most 1 (first case: pad_id 0)
@@ -108,9 +115,10 @@ def _wrong_step(
     logits = logits[:, :-1] if mistake == "double_shift" else logits
     shape = logits.shape if mistake == "classes_last" else (-1, logits.shape[-1])
     flat, labels = logits.reshape(shape), labels.reshape(shape[:-1])
-    reduction = "sum" if mistake == "loss_sum" else "mean"
+    reduction = "sum" if mistake in ("loss_sum", "loss_per_row") else "mean"
     loss = F.cross_entropy(flat, labels, ignore_index=ignore, label_smoothing=smooth,
                            reduction=reduction)  # fmt: skip
+    loss = loss / len(tgt) if mistake == "loss_per_row" else loss  # summed, / the batch size
     if mistake not in ("no_zero_grad", "zero_after_backward"):
         optimizer.zero_grad()
     loss.backward()
@@ -182,14 +190,19 @@ class _SGD:
 
 
 class _InverseSchedule:
-    """Like LambdaLR(optimizer, lambda i: 1 / (i + 1)): step() moves the rate to the next step."""
+    """Like LambdaLR(optimizer, lambda i: 1 / (i + 1)): step() moves the rate to the next step;
+    get_last_lr() and last_epoch as a scheduler has them (a step that reads the rate to print it
+    is right, and crashed on this stand-in)."""
 
     def __init__(self, optimizer: _SGD, base_lr: float):
-        self.optimizer, self.base_lr, self.count = optimizer, base_lr, 0
+        self.optimizer, self.base_lr, self.last_epoch = optimizer, base_lr, 0
 
     def step(self) -> None:
-        self.count += 1
-        self.optimizer.param_groups[0]["lr"] = self.base_lr / (self.count + 1)
+        self.last_epoch += 1
+        self.optimizer.param_groups[0]["lr"] = self.base_lr / (self.last_epoch + 1)
+
+    def get_last_lr(self) -> list[float]:
+        return [group["lr"] for group in self.optimizer.param_groups]
 
 
 @register
