@@ -1257,3 +1257,33 @@ def test_l14_right_variants_keep_full_marks(impl):
     for seed in (0, 1, 2, 3, 4, 5):
         graded = _l14_graded(impl, seed)
         assert graded.status == "passed", (seed, graded.feedback)
+
+
+def _rope_with_pairs_from_1(x, positions=None, *, layout):
+    d = x.shape[-1]
+    if d % 2:
+        raise ValueError(f"d must be even, got {d}")
+    positions = torch.arange(x.shape[-2]) if positions is None else positions
+    i = torch.arange(1, d // 2 + 1, dtype=F64)  # the slip: 1, 2, ..., d / 2
+    angles = positions.to(F64)[:, None] * 10000.0 ** (-2 * i / d)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    if layout == "halves":
+        x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+
+
+@pytest.mark.parametrize(
+    ("task_id", "layout"), [("ex04.apply_rope", "adjacent"), ("ex04.apply_rope_half", "halves")]
+)
+def test_l14_rope_with_the_pair_index_from_1_is_named(task_id, layout):
+    # the same slip as in the table, in RoPE's frequencies: 'None of the usual single mistakes'
+    impl = functools.partial(_rope_with_pairs_from_1, layout=layout)
+    result = check_result(task_id, impl)
+    assert result.status == "failed", result.feedback
+    assert "the pair index counts from 1" in result.feedback, result.feedback
+    task = get_task(task_id)
+    for seed in (1, 2, 3, 4, 5):
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        assert judge(task, cases, run_cases(task, impl, cases)).status == "failed", seed

@@ -77,6 +77,14 @@ def _d_minus_1(d="d_model"):
     )
 
 
+def _pair_from_1(d="d_model", pairs="column 0 is sin(p), column 1 cos(p)"):
+    return (
+        "the pair index counts from 1; it starts at 0, so the first pair turns at 10000^0 = 1 "
+        f"({pairs}); counted from 1, each pair takes the next one's frequency: i = "
+        f"torch.arange({d} // 2), or 2i = torch.arange(0, {d}, 2)"
+    )
+
+
 def _positions_over_len(seq="seq_len"):
     return (
         f"you divided the positions by {seq}: the angle is the position itself, p = 0, 1, 2, "
@@ -201,9 +209,7 @@ class SinusoidalPositionalEncoding(_PositionalTask):
         "positions_over_len": _positions_over_len(),
         "times_2pi": _times_2pi(),
         "d_minus_1": _d_minus_1(),
-        "pair_from_1": "the pair index counts from 1; it starts at 0, so the first pair turns "
-        "at 10000^0 = 1 (column 0 is sin(p), column 1 cos(p)); counted from 1, each pair takes the "
-        "next one's frequency: i = torch.arange(d_model // 2), or 2i = torch.arange(0, d_model, 2)",
+        "pair_from_1": _pair_from_1(),
         "minus_cos": "the odd columns hold -cos; they hold cos(p * w_i) itself, so row 0 is [0, 1, "
         "0, 1, ...]: pe[:, 1::2] = torch.cos(angles), with no minus sign",
         "logspace": "torch.logspace(0, -4, d_model // 2) spreads the exponents evenly from 0 to "
@@ -596,6 +602,7 @@ class ApplyRope(_RopeTask):
         "positions_over_len": _positions_over_len("seq"),
         "times_2pi": _times_2pi("d"),
         "d_minus_1": _d_minus_1("d"),
+        "pair_from_1": _pair_from_1("d", "the first pair rotates by the position itself"),
     }
 
     def cases(self, gen):
@@ -710,6 +717,7 @@ class ApplyRopeHalf(_RopeTask):
         "positions_over_len": _positions_over_len("seq"),
         "times_2pi": _times_2pi("d"),
         "d_minus_1": _d_minus_1("d"),
+        "pair_from_1": _pair_from_1("d", "the first pair rotates by the position itself"),
         # x.chunk(2) with no dim= raises the same error on the first case: one hint for both
         "not_swapped": "your rotate_half negates the first half but keeps the halves in place, "
         "cat((-first_half, second_half)): each feature is then mixed with itself, not with its "
