@@ -223,3 +223,60 @@ def test_a_float32_cast_is_named_not_a_created_tensor(task_id, fn, named):
     result = check_result(task_id, fn)
     assert result.status == "failed", result.feedback
     assert named in result.feedback and "default dtype" not in result.feedback, result.feedback
+
+
+# ---- L14: slips the last stop noticed but left with 'none of the usual single mistakes' ----
+
+
+def matmul_loop_over_k_minus_1(a, b):
+    total = 0
+    for j in range(a.shape[-1] - 1):  # the slip: range(k - 1) leaves out the last product
+        total = total + a[..., :, j : j + 1] * b[..., j : j + 1, :]
+    return total
+
+
+def distances_as_the_squared_l1_norm(x, y):
+    return (x.unsqueeze(-2) - y.unsqueeze(-3)).norm(p=1, dim=-1) ** 2  # the slip: p=1
+
+
+L14_SLIPS = [
+    ("ex00.batched_matmul", matmul_loop_over_k_minus_1, "range(k - 1) stops at k - 2"),
+    ("ex00.pairwise_sq_distances", distances_as_the_squared_l1_norm, "you squared the L1 norm"),
+]
+
+
+@pytest.mark.parametrize(
+    ("task_id", "impl", "hint"), L14_SLIPS, ids=[s[1].__name__ for s in L14_SLIPS]
+)
+def test_l14_slips_are_named_and_fail_under_every_seed(task_id, impl, hint):
+    # before: 0 marks with 'None of the usual single mistakes gives this result'
+    test_slips_fail_in_the_notebook_with_their_hint_and_under_every_seed(task_id, impl, hint)
+
+
+@pytest.mark.parametrize(
+    ("task_id", "impl"),
+    [
+        (
+            "ex00.batched_matmul",
+            lambda a, b: sum(
+                a[..., :, j : j + 1] * b[..., j : j + 1, :] for j in range(a.shape[-1])
+            ),
+        ),
+        ("ex00.batched_matmul", lambda a, b: (a[..., :, :, None] * b[..., None, :, :]).sum(-2)),
+        (
+            "ex00.pairwise_sq_distances",
+            lambda x, y: (x[..., :, None, :] - y[..., None, :, :]).norm(dim=-1) ** 2,
+        ),
+        (
+            "ex00.pairwise_sq_distances",
+            lambda x, y: (x.unsqueeze(-2) - y.unsqueeze(-3)).square().sum(-1),
+        ),
+    ],
+    ids=["loop over range(k)", "indexing None", "norm squared", "square()"],
+)
+def test_l14_right_variants_keep_full_marks(task_id, impl):
+    for seed in (0, 1, 2, 3, 4, 5):
+        task = get_task(task_id)
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        result = judge(task, cases, run_cases(task, impl, cases))
+        assert result.status == "passed", (seed, result.feedback)

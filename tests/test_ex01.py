@@ -1481,3 +1481,75 @@ def test_embed_blames_the_tables_axis_only_when_one_hot_is_not_the_cause(low, ax
     assert result.status == "failed", result.feedback
     assert ("from the wrong axis" in result.feedback) == axis_hint, result.feedback
     assert ("fix one_hot first" in result.feedback) != axis_hint, result.feedback
+
+
+# ---- L14: one_hot's integer dtypes; embed as a loop of single-row look-ups ------------------
+
+
+def _refuse_bad_ids(ids, vocab_size):
+    if ids.is_floating_point() or ids.dtype == torch.bool:
+        raise TypeError(f"ids must be integers, got {ids.dtype}")
+    bad = ids[(ids < 0) | (ids >= vocab_size)]
+    if bad.numel():
+        raise ValueError(f"id {bad[0].item()} is outside [0, {vocab_size})")
+
+
+def one_hot_of_a_list_of_dtypes(ids, vocab_size):  # 15/15 before: no case had int16 ids
+    if ids.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"ids must be int64 or int32, got {ids.dtype}")
+    _refuse_bad_ids(ids, vocab_size)
+    return (ids.unsqueeze(-1) == torch.arange(vocab_size)).float()
+
+
+def one_hot_by_rows_of_the_identity(ids, vocab_size):  # eye[ids] takes int64/int32 only
+    _refuse_bad_ids(ids, vocab_size)
+    return torch.eye(vocab_size)[ids]
+
+
+@pytest.mark.parametrize(
+    ("impl", "hint"),
+    [
+        (one_hot_of_a_list_of_dtypes, "torch.int16 ids are integers too"),
+        (one_hot_by_rows_of_the_identity, "convert the ids with ids.long() first"),
+    ],
+    ids=["list of dtypes", "eye[ids]"],
+)
+def test_l14_one_hot_takes_int16_ids(impl, hint, capsys):
+    # the statement asks for integer ids; a one_hot that refused (or crashed on) int16 ids had
+    # full marks, as no case held them
+    test_next_slips_fail_in_the_notebook_and_under_every_seed("ex01.one_hot", impl, hint, capsys)
+
+
+def embed_row_by_row(ids, table):
+    """One row at a time, by its int id: not the one-hot product the statement asks for, but
+    the same values and gradients (a product written as a loop over the vocabulary indexes the
+    table by ints too), so it keeps full marks."""
+    vocab_size, d = table.shape
+    flat = ids.reshape(-1).tolist()
+    if any(i < 0 or i >= vocab_size for i in flat):
+        raise ValueError(f"ids must lie in [0, {vocab_size})")
+    rows = [table[i] for i in flat]
+    return (torch.stack(rows) if rows else table[:0]).reshape(*ids.shape, d)
+
+
+def one_hot_by_comparison_in_int16(ids, vocab_size):
+    _refuse_bad_ids(ids, vocab_size)
+    return (ids.unsqueeze(-1) == torch.arange(vocab_size, dtype=torch.int16)).float()
+
+
+@pytest.mark.parametrize(
+    ("task_id", "impl"),
+    [
+        ("ex01.embed", embed_row_by_row),
+        ("ex01.one_hot", one_hot_scatter),
+        ("ex01.one_hot", one_hot_eye),
+        ("ex01.one_hot", one_hot_by_comparison_in_int16),
+    ],
+    ids=["embed row by row", "scatter of ids.long()", "eye[ids.long()]", "int16 arange"],
+)
+def test_l14_right_variants_keep_full_marks_under_every_seed(task_id, impl):
+    task = get_task(task_id)
+    for seed in (NOTEBOOK_SEED, 1, 2, 3, 4, 5):
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        result = judge(task, cases, run_cases(task, impl, cases))
+        assert result.status == "passed", (seed, result.feedback)

@@ -1054,3 +1054,109 @@ def test_a_numpy_softmax_is_told_it_carries_no_gradients():
     r = result("ex02.softmax", softmax)
     assert r.score == 0 and "NumPy" in r.feedback and "in-place" not in r.feedback, r.feedback
     assert ".detach().numpy()" not in r.feedback, r.feedback  # PyTorch's advice cuts it too
+
+
+# ---- L14: float16 inside a softmax, an integer root for the scale, dropout on the weights ----
+
+
+def _l14_softmax(x, dim=-1, *, slip=""):
+    shifted = x - x.amax(dim=dim, keepdim=True)
+    if slip == "half throughout":  # every step in float16, cast back at the end
+        e = shifted.half().exp()
+        return (e / e.sum(dim=dim, keepdim=True)).to(x.dtype)
+    if slip == "half exp":  # exp in float16, the division in x's dtype
+        e = shifted.half().exp().to(x.dtype)
+        return e / e.sum(dim=dim, keepdim=True)
+    e = shifted.half().exp()  # "half, not cast back": a float16 result
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _l14_attention(q, k, v, *, slip=""):
+    d_k = q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / (math.isqrt(d_k) if slip == "isqrt" else math.sqrt(d_k))
+    weights = scores.softmax(dim=-1)
+    if slip == "F.dropout 0.1":
+        weights = F.dropout(weights, p=0.1)
+    elif slip == "F.dropout default":  # p=0.5
+        weights = F.dropout(weights)
+    elif slip == "nn.Dropout 0.2":
+        weights = nn.Dropout(0.2)(weights)
+    return weights @ v, weights
+
+
+L14_SLIPS = [
+    ("ex02.softmax", functools.partial(_l14_softmax, slip="half exp"), "went through float16"),
+    ("ex02.softmax", functools.partial(_l14_softmax, slip="half throughout"), "through float16"),
+    ("ex02.softmax", functools.partial(_l14_softmax, slip="half, not cast back"), "no .half()"),
+    (SDPA, functools.partial(_l14_attention, slip="isqrt"), "math.isqrt(d_k) is the integer"),
+    (SDPA, functools.partial(_l14_attention, slip="F.dropout 0.1"), "dropped at random"),
+    (SDPA, functools.partial(_l14_attention, slip="F.dropout default"), "dropped at random"),
+    (SDPA, functools.partial(_l14_attention, slip="nn.Dropout 0.2"), "dropped at random"),
+]
+
+
+def _l14_graded(task_id, fn, seed):
+    import course_lib.grading as grading
+
+    grading.NOTEBOOK_SEED = seed  # the batch grader's hidden seed, with the notebook's feedback
+    try:
+        return result(task_id, fn)
+    finally:
+        grading.NOTEBOOK_SEED = 0
+
+
+@pytest.mark.parametrize(
+    "task_id, fn, hint", L14_SLIPS, ids=[m[1].keywords["slip"] for m in L14_SLIPS]
+)
+def test_l14_slips_are_named_and_fail_under_every_seed(task_id, fn, hint):
+    # before: 'None of the usual single mistakes' (or 'your values do not sum to 1', or the
+    # generic dtype hint, which names .float() and .double() but not .half())
+    for seed in (0, 1, 2, 3, 4, 5):
+        r = _l14_graded(task_id, fn, seed)
+        assert r.status == "failed" and r.score < r.max_score, (seed, r.feedback)
+        assert hint in r.feedback, (seed, r.feedback)
+
+
+def _softmax_by_logsumexp(x, dim=-1):
+    return torch.exp(x - torch.logsumexp(x, dim, keepdim=True))
+
+
+def _softmax_in_float64(x, dim=-1):  # more digits on the way, x's dtype at the end
+    y = x.double()
+    e = (y - y.amax(dim=dim, keepdim=True)).exp()
+    return (e / e.sum(dim=dim, keepdim=True)).to(x.dtype)
+
+
+def _attention_right(q, k, v, *, variant):
+    d_k = q.shape[-1]
+    if variant == "q scaled first":
+        scores = (q / math.sqrt(d_k)) @ k.mT
+    else:
+        scores = q @ k.transpose(-2, -1) / d_k**0.5
+    weights = scores.softmax(dim=-1)
+    if variant == "dropout p=0":
+        weights = F.dropout(weights, p=0.0)
+    if variant == "dropout off":
+        weights = F.dropout(weights, p=0.1, training=False)
+    return weights @ v, weights
+
+
+L14_RIGHT = [
+    ("ex02.softmax", _softmax_by_logsumexp),
+    ("ex02.softmax", _softmax_in_float64),
+    *[
+        (SDPA, functools.partial(_attention_right, variant=v))
+        for v in ("** 0.5", "q scaled first", "dropout p=0", "dropout off")
+    ],
+]
+
+
+@pytest.mark.parametrize(
+    "task_id, fn",
+    L14_RIGHT,
+    ids=["logsumexp", "float64 inside", "** 0.5", "q scaled first", "dropout p=0", "dropout off"],
+)
+def test_l14_right_variants_keep_full_marks(task_id, fn):
+    for seed in (0, 1, 2, 3, 4, 5):
+        r = _l14_graded(task_id, fn, seed)
+        assert r.status == "passed", (seed, r.feedback)

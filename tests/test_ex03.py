@@ -1342,3 +1342,71 @@ def test_f03_mha_slip_that_crashed_without_a_hint_is_named(slip, words):
     learner = type("MultiHeadAttention", (_F03MHA,), {"slip": slip})
     status, feedback = status_and_feedback("ex03.MultiHeadAttention", learner)
     assert status == "failed" and words in feedback, feedback
+
+
+# ---- L14: merge_heads by transpose(0, 2); the group of grouped-query attention upside down ---
+
+
+def merge_heads_transposing_0_2(x):
+    batch, num_heads, seq, d_head = x.shape
+    return x.transpose(0, 2).reshape(batch, seq, num_heads * d_head)  # the slip: 0, not 1
+
+
+def _gqa(q, k, v, mask=None, *, group_of=lambda heads, kv_heads: heads // kv_heads):
+    num_heads, num_kv_heads = q.shape[1], k.shape[1]
+    if num_heads % num_kv_heads:
+        raise ValueError(f"{num_heads} query heads cannot share {num_kv_heads} kv heads")
+    group = group_of(num_heads, num_kv_heads)
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+def gqa_group_upside_down(q, k, v, mask=None):
+    return _gqa(q, k, v, mask, group_of=lambda heads, kv_heads: kv_heads // heads)  # the slip
+
+
+def _graded_under(task_id, impl, seed):
+    task = get_task(task_id)
+    cases = task.cases(torch.Generator().manual_seed(seed))
+    return judge(task, cases, run_cases(task, impl, cases))
+
+
+@pytest.mark.parametrize(
+    ("task_id", "impl", "hint"),
+    [
+        ("ex03.merge_heads", merge_heads_transposing_0_2, "transpose(0, 2) swaps the batch"),
+        ("ex03.grouped_query_attention", gqa_group_upside_down, "num_kv_heads // num_heads is 0"),
+    ],
+    ids=["merge transpose(0, 2)", "group upside down"],
+)
+def test_l14_slips_are_named_and_fail_under_every_seed(task_id, impl, hint):
+    # before: 'None of the usual single mistakes' / a bare RuntimeError about a size 0
+    result = check_result(task_id, impl)
+    assert result.status == "failed" and hint in result.feedback, result.feedback
+    for seed in (1, 2, 3, 4, 5):
+        graded = _graded_under(task_id, impl, seed)
+        assert graded.status == "failed" and hint in graded.feedback, (seed, graded.feedback)
+
+
+@pytest.mark.parametrize(
+    ("task_id", "impl"),
+    [
+        ("ex03.merge_heads", lambda x: x.permute(0, 2, 1, 3).flatten(2)),
+        ("ex03.merge_heads", lambda x: torch.cat(x.unbind(1), dim=-1)),
+        ("ex03.merge_heads", lambda x: x.transpose(-3, -2).contiguous().view(*x.shape[::2], -1)),
+        ("ex03.grouped_query_attention", _gqa),
+        (
+            "ex03.grouped_query_attention",
+            lambda q, k, v, mask=None: _gqa(q, k, v, mask, group_of=lambda h, kv: int(h / kv)),
+        ),
+    ],
+    ids=["permute flatten", "cat of heads", "view of contiguous", "gqa", "int(h / kv)"],
+)
+def test_l14_right_variants_keep_full_marks(task_id, impl):
+    for seed in (0, 1, 2, 3, 4, 5):
+        graded = _graded_under(task_id, impl, seed)
+        assert graded.status == "passed", (seed, graded.feedback)

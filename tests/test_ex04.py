@@ -1,6 +1,7 @@
 """Grader tests for ex04: the reference passes, each named mistake fails with its hint,
 other correct routes pass, calling the reference is refused, a stub is "not implemented"."""
 
+import functools
 import math
 
 import pytest
@@ -1165,3 +1166,124 @@ def test_an_f04_slip_is_named(task_id, make, slip, words):
     assert result.status == "failed" and words in result.feedback, result.feedback
     assert "None of the usual" not in result.feedback, result.feedback
     assert check_result(task_id, make("")).status == "passed"  # right without the slip
+
+
+# ---- L14: the pair index from 1, -cos in the odd columns, logspace for the frequencies -------
+
+SINUSOIDAL = "ex04.sinusoidal_positional_encoding"
+F64 = torch.float64
+
+
+def _l14_table(seq_len, d_model, *, slip=""):
+    if d_model % 2:
+        raise ValueError(f"d_model must be even, got {d_model}")
+    positions = torch.arange(seq_len, dtype=torch.float64)[:, None]
+    i = torch.arange(d_model // 2, dtype=torch.float64) + (slip == "pair from 1")
+    frequencies = 10000.0 ** (-2 * i / d_model)
+    if slip == "logspace":
+        frequencies = torch.logspace(0, -4, d_model // 2, dtype=torch.float64)
+    if slip == "logspace right":  # exponents 0 .. -4 (d - 2) / d: the right frequencies
+        frequencies = torch.logspace(0, -4 * (d_model - 2) / d_model, d_model // 2, dtype=F64)
+    angles = positions * frequencies
+    pe = torch.zeros(seq_len, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angles)
+    pe[:, 1::2] = -torch.cos(angles) if slip == "-cos" else torch.cos(angles)
+    return pe.float()
+
+
+def _l14_graded(impl, seed):
+    task = get_task(SINUSOIDAL)
+    cases = task.cases(torch.Generator().manual_seed(seed))
+    return judge(task, cases, run_cases(task, impl, cases))
+
+
+@pytest.mark.parametrize(
+    ("slip", "hint"),
+    [
+        ("pair from 1", "the pair index counts from 1"),
+        ("-cos", "the odd columns hold -cos"),
+        ("logspace", "torch.logspace(0, -4, d_model // 2) spreads"),
+    ],
+)
+def test_l14_sinusoidal_slips_are_named_and_fail_under_every_seed(slip, hint):
+    # before: 'None of the usual single mistakes' for the first two; logspace was told 'the
+    # exponent counts the 2 twice', which it ties with at d_model=4, then the first failing case
+    impl = functools.partial(_l14_table, slip=slip)
+    result = check_result(SINUSOIDAL, impl)
+    assert result.status == "failed" and hint in result.feedback, result.feedback
+    assert "counts the 2 twice" not in result.feedback, result.feedback
+    for seed in (1, 2, 3, 4, 5):
+        graded = _l14_graded(impl, seed)
+        assert graded.status == "failed" and hint in graded.feedback, (seed, graded.feedback)
+
+
+def test_l14_the_2_counted_twice_keeps_its_hint():
+    def table(seq_len, d_model):
+        two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
+        angles = torch.arange(seq_len, dtype=torch.float64)[:, None] * 10000.0 ** (
+            -2 * two_i / d_model
+        )
+        pe = torch.zeros(seq_len, d_model, dtype=torch.float64)
+        pe[:, 0::2], pe[:, 1::2] = angles.sin(), angles.cos()
+        return pe.float()
+
+    result = check_result(SINUSOIDAL, table)
+    assert result.status == "failed" and "counts the 2 twice" in result.feedback, result.feedback
+
+
+def _table_by_python_loops(seq_len, d_model):
+    if d_model % 2:
+        raise ValueError(f"d_model must be even, got {d_model}")
+    rows = []
+    for p in range(seq_len):
+        row = []
+        for i in range(d_model // 2):
+            angle = p * 10000.0 ** (-2 * i / d_model)
+            row += [math.sin(angle), math.cos(angle)]
+        rows.append(row)
+    return torch.tensor(rows, dtype=torch.float32).reshape(seq_len, d_model)
+
+
+@pytest.mark.parametrize(
+    "impl",
+    [
+        functools.partial(_l14_table, slip="logspace right"),
+        functools.partial(_l14_table, slip=""),
+        _table_by_python_loops,
+    ],
+    ids=["logspace to -4 (d - 2) / d", "arange from 0", "python loops"],
+)
+def test_l14_right_variants_keep_full_marks(impl):
+    for seed in (0, 1, 2, 3, 4, 5):
+        graded = _l14_graded(impl, seed)
+        assert graded.status == "passed", (seed, graded.feedback)
+
+
+def _rope_with_pairs_from_1(x, positions=None, *, layout):
+    d = x.shape[-1]
+    if d % 2:
+        raise ValueError(f"d must be even, got {d}")
+    positions = torch.arange(x.shape[-2]) if positions is None else positions
+    i = torch.arange(1, d // 2 + 1, dtype=F64)  # the slip: 1, 2, ..., d / 2
+    angles = positions.to(F64)[:, None] * 10000.0 ** (-2 * i / d)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    if layout == "halves":
+        x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+
+
+@pytest.mark.parametrize(
+    ("task_id", "layout"), [("ex04.apply_rope", "adjacent"), ("ex04.apply_rope_half", "halves")]
+)
+def test_l14_rope_with_the_pair_index_from_1_is_named(task_id, layout):
+    # the same slip as in the table, in RoPE's frequencies: 'None of the usual single mistakes'
+    impl = functools.partial(_rope_with_pairs_from_1, layout=layout)
+    result = check_result(task_id, impl)
+    assert result.status == "failed", result.feedback
+    assert "the pair index counts from 1" in result.feedback, result.feedback
+    task = get_task(task_id)
+    for seed in (1, 2, 3, 4, 5):
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        assert judge(task, cases, run_cases(task, impl, cases)).status == "failed", seed

@@ -79,6 +79,8 @@ class BatchedMatmul(Task):
         "float32": "your product is float32 for float64 inputs: compute it in the inputs' "
         "dtype, with no .float() on a, b or the result (and dtype=a.dtype for a tensor you "
         "create)",
+        "k_minus_1_terms": "your sum leaves out the last of the k products: range(k - 1) stops "
+        "at k - 2. Loop over range(k), all k of them, or sum the broadcast products over dim -2",
     }
 
     def cases(self, gen):
@@ -107,6 +109,8 @@ class BatchedMatmul(Task):
             return (a.unsqueeze(-3) * b.unsqueeze(-1)).sum(-2)
         b_axis = {"b_from_front": 0, "b_axis_before_m": -2}.get(mistake, -3)
         products = a.unsqueeze(-1) * b.unsqueeze(b_axis)
+        if mistake == "k_minus_1_terms":  # a loop over range(k - 1): the last product left out
+            products = products[..., :-1, :]
         if mistake == "squeeze_all":
             return products.sum(-2, keepdim=True).squeeze()
         if mistake == "mean_over_k":
@@ -143,6 +147,9 @@ class PairwiseSqDistances(HintOnError):
         "cancel; square each difference, then sum: ((x_i - y_j) ** 2).sum(-1)",
         "l1": "you summed the absolute differences (the L1 distance); square each difference "
         "instead: ((x_i - y_j) ** 2).sum(-1)",
+        "l1_squared": "you squared the L1 norm (norm(p=1), the sum of the absolute differences); "
+        "the squared Euclidean distance squares each difference before the sum: ((x_i - y_j) "
+        "** 2).sum(-1), or the default norm (p=2) squared",
         "y_from_front": "y's new axis went in front of the batch axes (y[None], unsqueeze(0), "
         "or |y|² of shape (..., m) added as it is), which is right only without batch "
         "dimensions; count from the end: y.unsqueeze(-3), |y|².unsqueeze(-2)",
@@ -185,9 +192,11 @@ class PairwiseSqDistances(HintOnError):
             return dot if mistake == "dot_only" else (x * x).sum(-1) - dot + (y * y).sum(-1)
         if mistake == "square_of_sum":
             return (x - y).sum(-1) ** 2
-        per_feature = {"l1": (x - y).abs(), "unsquared": x - y}.get(mistake, (x - y) ** 2)
+        per_feature = {"l1": (x - y).abs(), "l1_squared": (x - y).abs(), "unsquared": x - y}.get(
+            mistake, (x - y) ** 2
+        )
         total = per_feature.mean(-1) if mistake == "mean_not_sum" else per_feature.sum(-1)
-        return total.sqrt() if mistake == "not_squared" else total
+        return {"not_squared": total.sqrt(), "l1_squared": total**2}.get(mistake, total)
 
 
 @register

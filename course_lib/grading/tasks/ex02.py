@@ -33,6 +33,11 @@ FLOAT32_DIGITS = (
     "your float64 result is right only to float32's digits: part of it was computed in float32 "
     "(a .float(), or a tensor made without dtype=); keep the inputs' dtype throughout"
 )
+FLOAT16 = (
+    "your softmax went through float16 (a .half()): its 11 bits keep about 3 significant "
+    "digits, so the values are off from the 4th on (and float16 overflows past 65504, exp(11.1)); "
+    "compute in x's dtype throughout, with no .half()"
+)
 
 
 # --- ex02.softmax
@@ -174,6 +179,12 @@ class Softmax(Task):
     def diagnose(self, got, want, case):
         if isinstance(got, torch.Tensor) and got.shape == want.shape and got.is_floating_point():
             dim = case.kwargs.get("dim", -1)
+            scaled = got / got.amax(dim=dim, keepdim=True)  # exp(x - max) itself, when the
+            if got.dtype == torch.float16 or (  # division is in x's dtype: float16 numbers too
+                all_close(got, want, 1e-2)
+                and any(torch.allclose(t.half().to(t.dtype), t, 1e-6, 0) for t in (got, scaled))
+            ):
+                return FLOAT16
             if torch.isnan(got).any():
                 return "NaN appears: did you subtract the maximum before exp?"
             if not torch.allclose(got.sum(dim=dim), torch.ones_like(got.sum(dim=dim)), atol=1e-4):
@@ -267,6 +278,11 @@ class ScaledDotProductAttention(HintOnError):
         "number of batch dimensions",
         "no_max": "exp of large scores overflows (inf / inf = NaN): take the softmax with your "
         "stable softmax from task 1, which subtracts each row's maximum first",
+        "isqrt": "math.isqrt(d_k) is the integer square root, rounded down (isqrt(8) = 2, not "
+        "2.83), right only when d_k is a perfect square: divide by math.sqrt(d_k) (or d_k ** 0.5)",
+        "attention_dropout": "your weights are dropped at random (dropout, as in tutorials' "
+        "attention): this task has none, so every weight stays and each row sums to 1. Remove "
+        "the dropout (F.dropout and nn.Dropout drop even when you did not mean to train)",
     }
 
     def compare(self, got, want, case):
@@ -317,7 +333,22 @@ class ScaledDotProductAttention(HintOnError):
         ]
 
     def diagnose(self, got, want, case):
-        return FLOAT32_DIGITS if case.args[0].dtype == F64 and all_close(got, want, 1e-5) else None
+        if case.args[0].dtype == F64 and all_close(got, want, 1e-5):
+            return FLOAT32_DIGITS
+        weights, right = (got[1], want[1]) if isinstance(got, (tuple, list)) else (None, None)
+        if isinstance(weights, torch.Tensor) and weights.shape == right.shape:  # a dropout of any
+            kept = weights != 0  # p: some weights 0, the others all scaled by one 1 / (1 - p)
+            ratio = weights[kept] / right[kept]
+            dropped = (~kept & (right > 0)).any() and ratio.numel() and ratio.min() > 1.001
+            if dropped and (ratio.max() - ratio.min()) < 1e-4 * ratio.max():
+                return self.mistake_table["attention_dropout"]
+        return None
+
+    def call(self, obj, case):
+        """A dropout the learner's code draws takes the mask the attention_dropout row takes."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            return super().call(obj, case)
 
     def wrong(self, q, k, v, *, mistake):
         d_k, d_v = q.shape[-1], v.shape[-1]
@@ -331,6 +362,7 @@ class ScaledDotProductAttention(HintOnError):
             "half_d_k": d_k / 2,
             "twice_d_k": 2 * d_k,
             "float32_scale": torch.sqrt(torch.tensor(d_k, dtype=torch.float32)),
+            "isqrt": math.isqrt(d_k),
         }
         scale = scales.get(mistake, math.sqrt(d_k))
         if mistake == "d_k_from_shape_2":  # an IndexError on 2-D inputs
@@ -354,6 +386,8 @@ class ScaledDotProductAttention(HintOnError):
             later = torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1)
             scores = scores.masked_fill(later, -math.inf)
         weights = stable_softmax(scores, dim=-2 if mistake == "query_axis" else -1)
+        if mistake == "attention_dropout":  # F.dropout(weights, 0.1): tutorials' attention
+            weights = torch.nn.functional.dropout(weights, 0.1)
         if mistake == "no_max":  # exp of the scores themselves: NaN once they are large
             weights = scores.exp() / scores.exp().sum(dim=-1, keepdim=True)
         if mistake == "scaled_after_softmax":
@@ -410,7 +444,9 @@ class SelfAttention(HintOnError):
             f"attention: {mistake}": "the projections are right, but the attention step is not: "
             f"{hint} (check ex02.scaled_dot_product_attention)"
             for mistake, hint in ScaledDotProductAttention.mistake_table.items()
-            if mistake not in ("k_q_order", "by_sqrt_n_q")  # the same as q_k_swapped, by_sqrt_n_k
+            # the same as q_k_swapped, by_sqrt_n_k; a dropout's mask is drawn alike only in the
+            # attention task's own check (its call seeds the draw)
+            if mistake not in ("k_q_order", "by_sqrt_n_q", "attention_dropout")
         },
     }
 

@@ -144,6 +144,11 @@ class MergeHeads(Task):
         "view": "after transpose(1, 2) the tensor is a view that is not contiguous, so .view "
         "cannot merge its last two axes (lesson 03 shows this): use .reshape, which copies when "
         "it has to",
+        "transpose_0_2": "transpose(0, 2) swaps the batch and seq axes, (seq, num_heads, batch, "
+        "d_head), so the reshape mixes the sequences of the batch; merging swaps the heads and "
+        "seq axes back: "
+        "transpose(1, 2) to (batch, seq, num_heads, d_head), then reshape to (batch, seq, "
+        "d_model)",
     }
 
     def cases(self, gen):
@@ -161,8 +166,8 @@ class MergeHeads(Task):
             x = x.permute(0, 2, 3, 1)  # (batch, seq, d_head, num_heads)
         elif mistake == "last_axes_transposed":  # attention's k.transpose(-2, -1) habit
             x = x.transpose(-2, -1)  # (batch, num_heads, d_head, seq)
-        elif mistake != "no_transpose":
-            x = x.transpose(1, 2)  # (batch, seq, num_heads, d_head)
+        elif mistake != "no_transpose":  # (batch, seq, num_heads, d_head); 0, 2: (seq, ...)
+            x = x.transpose(*(0, 2) if mistake == "transpose_0_2" else (1, 2))
         return (x.view if mistake == "view" else x.reshape)(batch, seq, num_heads * d_head)
 
 
@@ -667,6 +672,9 @@ class GroupedQueryAttentionTask(Task):
         "softmax_over_queries": _OVER_QUERIES,
         "float_group": "num_heads / num_kv_heads is a float (4 / 2 = 2.0) even when it divides "
         "evenly, and repeat_interleave needs an int: group = num_heads // num_kv_heads",
+        "group_inverted": "num_kv_heads // num_heads is 0 when there are fewer kv heads than "
+        "query heads (1 // 4 = 0), so repeat_interleave(0) leaves no kv heads at all; the group "
+        "is the number of query heads per kv head: group = num_heads // num_kv_heads",
         "mask_always_unsqueezed": "the mask broadcasts to (batch, num_heads, n_q, n_k) as it is, "
         "whatever its number of axes: use it without unsqueeze(1) (which puts an axis inside "
         "it, and a 4-D mask becomes 5-D)",
@@ -698,7 +706,10 @@ class GroupedQueryAttentionTask(Task):
         num_heads, num_kv_heads = q.shape[1], k.shape[1]
         if num_heads % num_kv_heads:
             raise ValueError("not a multiple")
-        group = num_heads / num_kv_heads if mistake == "float_group" else num_heads // num_kv_heads
+        group = {  # kv heads per query head: 0 when there are fewer kv heads
+            "float_group": num_heads / num_kv_heads,
+            "group_inverted": num_kv_heads // num_heads,
+        }.get(mistake, num_heads // num_kv_heads)
         if mistake == "tiled":  # kv head h % num_kv_heads instead of h // group
             k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
         elif mistake in ("seq_axis", "batch_axis"):  # along the keys or the batch: not the heads

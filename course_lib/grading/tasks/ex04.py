@@ -24,7 +24,9 @@ F64 = torch.float64
 
 def _frequencies(d: int, mistake: str = "") -> torch.Tensor:
     """(d / 2,) float64 frequencies 10000^(-2i/d), or the ones a named mistake gives."""
-    pair = torch.arange(d // 2, dtype=F64)
+    pair = torch.arange(d // 2, dtype=F64) + (mistake == "pair_from_1")  # 1, 2, ..., d / 2
+    if mistake == "logspace":  # torch.logspace(0, -4, d // 2): 10000^(-2i/(d - 2)), 1 to 1e-4
+        return torch.logspace(0.0, -4.0, d // 2, dtype=F64)
     if mistake == "base_1000":
         return 1000.0 ** (-2 * pair / d)
     if mistake == "base_e4":  # math.log10(10000) taken for ln
@@ -72,6 +74,14 @@ def _d_minus_1(d="d_model"):
     return (
         f"the exponent is divided by {d} - 1; divide it by {d} itself: 10000^(-2i/{d}), so the "
         f"last pair's exponent is ({d} - 2)/{d}, just short of 1"
+    )
+
+
+def _pair_from_1(d="d_model", pairs="column 0 is sin(p), column 1 cos(p)"):
+    return (
+        "the pair index counts from 1; it starts at 0, so the first pair turns at 10000^0 = 1 "
+        f"({pairs}); counted from 1, each pair takes the next one's frequency: i = "
+        f"torch.arange({d} // 2), or 2i = torch.arange(0, {d}, 2)"
     )
 
 
@@ -199,6 +209,13 @@ class SinusoidalPositionalEncoding(_PositionalTask):
         "positions_over_len": _positions_over_len(),
         "times_2pi": _times_2pi(),
         "d_minus_1": _d_minus_1(),
+        "pair_from_1": _pair_from_1(),
+        "minus_cos": "the odd columns hold -cos; they hold cos(p * w_i) itself, so row 0 is [0, 1, "
+        "0, 1, ...]: pe[:, 1::2] = torch.cos(angles), with no minus sign",
+        "logspace": "torch.logspace(0, -4, d_model // 2) spreads the exponents evenly from 0 to "
+        "-4, so the last pair turns at 1e-4 exactly: 10000^(-2i/(d_model - 2)); the frequencies "
+        "are 10000^(-2i/d_model), whose last is 10000^(-(d_model - 2)/d_model), just above 1e-4: "
+        "10000.0 ** (-torch.arange(0, d_model, 2) / d_model)",
         "blog_loop": "this is a well-known blog's loop: with i = 0, 2, 4, ... already the even "
         "column, sin(p / 10000^(2i/d_model)) counts the 2 twice and cos(p / 10000^(2(i+1)/"
         "d_model)) takes the next pair's frequency. With the column index i = 2k the exponent "
@@ -206,7 +223,9 @@ class SinusoidalPositionalEncoding(_PositionalTask):
     }
 
     def cases(self, gen):
-        sizes = [(10, 4), (7, 6), (33, 10), (50, 16), (64, 64)]  # (seq_len, d_model)
+        # (seq_len, d_model); d_model=6 first: at 4, 10000^(-4i/d) and logspace(0, -4, d // 2)
+        # give the same two frequencies, 1 and 1e-4, and the first row that fits names the slip
+        sizes = [(7, 6), (10, 4), (33, 10), (50, 16), (64, 64)]
         return [
             Case("seq_len=1, d_model=2 (position 0 only)", (1, 2)),
             *(Case(f"seq_len={n}, d_model={d}", (n, d)) for n, d in sizes),
@@ -237,8 +256,8 @@ class SinusoidalPositionalEncoding(_PositionalTask):
         even, odd = torch.sin(angles), torch.cos(odd_angles)
         if mistake == "cos_sin_swapped":
             even, odd = torch.cos(angles), torch.sin(angles)
-        elif mistake == "odd_sin":
-            odd = torch.sin(angles)
+        elif mistake in ("odd_sin", "minus_cos"):  # sin, or -cos, in the odd columns
+            odd = torch.sin(angles) if mistake == "odd_sin" else -odd
         if mistake == "halves":
             return torch.cat((even, odd), dim=-1).float()
         pe = torch.empty(seq_len, d_model, dtype=F64)
@@ -583,6 +602,7 @@ class ApplyRope(_RopeTask):
         "positions_over_len": _positions_over_len("seq"),
         "times_2pi": _times_2pi("d"),
         "d_minus_1": _d_minus_1("d"),
+        "pair_from_1": _pair_from_1("d", "the first pair rotates by the position itself"),
     }
 
     def cases(self, gen):
@@ -697,6 +717,7 @@ class ApplyRopeHalf(_RopeTask):
         "positions_over_len": _positions_over_len("seq"),
         "times_2pi": _times_2pi("d"),
         "d_minus_1": _d_minus_1("d"),
+        "pair_from_1": _pair_from_1("d", "the first pair rotates by the position itself"),
         # x.chunk(2) with no dim= raises the same error on the first case: one hint for both
         "not_swapped": "your rotate_half negates the first half but keeps the halves in place, "
         "cat((-first_half, second_half)): each feature is then mixed with itself, not with its "

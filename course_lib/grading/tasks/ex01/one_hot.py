@@ -100,13 +100,18 @@ class OneHot(Task):
                 raises=ValueError,
             ),
             Case("one sequence: ids (1, 4), vocab_size=6", (randint(gen, 6, 1, 4), 6)),
+            Case(  # last, so that it decides no other slip's hint; (int64, int32) passed before
+                "int16 ids (2, 3), vocab_size=4: ids of any integer dtype are accepted",
+                (randint(gen, 4, 2, 3).to(torch.int16), 4),
+            ),
         ]
 
     def call(self, obj, case):
-        """A ValueError for an id out of range must name that id; a TypeError for int32 ids
-        refused more than floats and bools; and any error on empty ids
-        (ids.min() of nothing, a learner's own "empty" check) gets the empty-ids hint, whatever
-        function raised it: min, max, amin, aminmax and Python's min word it apart."""
+        """A ValueError for an id out of range must name that id; a TypeError for int32 or int16
+        ids refused more than floats and bools, or a crash of an index made of int16 ids
+        (eye[ids], scatter), gets its hint; and any error on empty ids (ids.min() of nothing, a
+        learner's own "empty" check) gets the empty-ids hint, whatever function raised it: min,
+        max, amin, aminmax and Python's min word it apart."""
         ids, bad = case.args[0], case.data.get("bad_id")
         try:
             return obj(*case.args, **case.kwargs)
@@ -128,6 +133,13 @@ class OneHot(Task):
                 raise GradingError(
                     f"your code raised TypeError: {error}. Hint: {ids.dtype} ids are integers "
                     "too; refuse only float and bool ids (ids.is_floating_point(), torch.bool)"
+                ) from None
+            if isinstance(error, (RuntimeError, IndexError)) and ids.dtype == torch.int16:
+                raise GradingError(
+                    f"your code raised {type(error).__name__}: {error}. Hint: int16 ids are "
+                    "integers too, but indexing (eye[ids]) and scatter take int64 or int32 "
+                    "indices only: convert the ids with ids.long() first (or compare "
+                    "ids.unsqueeze(-1) with torch.arange(vocab_size), which takes any dtype)"
                 ) from None
             if ids.numel():
                 raise
