@@ -113,6 +113,11 @@ FAULTS = {
         "dk is divided by sqrt(d_k) twice: a q already scaled before the loop (as the forward "
         "scales it once) carries the factor, so dk = ds^T (q / sqrt(d_k)), with no second one"
     ),
+    "ds_scaled": (
+        "ds is divided by sqrt(d_k), and dq and dk are divided by it again: the factor comes "
+        "in once, ds = p * (dp - D) with no factor, then dq += ds K_j / sqrt(d_k) and "
+        "dK_j = ds^T q / sqrt(d_k)"
+    ),
     "dq_overwritten": (
         "dq is overwritten by each block: every block of keys adds its part, so start from "
         "zeros and accumulate, dq = dq + ds K_j / sqrt(d_k) (only the last block's part is left)"
@@ -168,8 +173,8 @@ def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mi
             ds = p * dp - D
         elif mistake == "D_per_block":
             ds = p * (dp - (p * dp).sum(-1, keepdim=True))
-        else:
-            ds = p * (dp - D)
+        else:  # ds_scaled: the 1 / sqrt(d_k) of dq and dk put on ds as well
+            ds = p * (dp - D) * (scale if mistake == "ds_scaled" else 1.0)
         dq = (0 if mistake == "dq_overwritten" else dq) + ds @ k_block * grad_scale
         twice = scale if mistake == "dk_scaled_twice" else 1.0  # q pre-scaled, then again
         dks.append(ds.transpose(-2, -1) @ q * grad_scale * twice)
