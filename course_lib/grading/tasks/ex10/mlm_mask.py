@@ -82,6 +82,11 @@ FAULTS = {
         "comparison in brackets, chosen & (ids != pad_id)"
     ),
     "fixed_prob": "use the mask_prob argument (0.15 is only its default)",
+    "pads_corrupted": (
+        "padding positions are changed in the inputs: leaving them out of the labels is not "
+        "enough, a padding position must never be chosen; take the padding out of the chosen "
+        "positions (chosen & (ids != pad_id)) BEFORE you put <mask> and random ids in"
+    ),
     "mask_id_drawn": (
         "the random ids include vocab_size, which is mask_id here: draw them from "
         "[0, vocab_size) (torch.randint's `high` is already excluded)"
@@ -119,6 +124,7 @@ def wrong_mlm(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=N
         ids = ids.reshape(batch, length)
     p = 0.15 if mistake == "fixed_prob" else mask_prob
     chosen = torch.rand(ids.shape, generator=generator) < p
+    drawn = chosen  # before the padding is taken out
     if pad_id is not None and mistake != "pads_chosen":  # & before != without the brackets
         chosen = (
             (chosen & ids) != pad_id if mistake == "pad_precedence" else chosen & (ids != pad_id)
@@ -132,8 +138,9 @@ def wrong_mlm(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=N
     )
     if mistake == "random_never_original":  # a shift of 1 .. vocab_size - 1: never the token
         random_ids = (ids + random_ids.clamp(min=1)) % vocab_size
-    masked = chosen & (action < low)
-    swap = chosen & (action >= low) & (action < high)
+    corrupted = drawn if mistake == "pads_corrupted" else chosen  # padding out of labels only
+    masked = corrupted & (action < low)
+    swap = corrupted & (action >= low) & (action < high)
     if mistake == "independent_rest":
         swap = chosen & ~masked & (torch.rand(ids.shape, generator=generator) < 0.1)
     elif mistake == "independent_overwrite":
