@@ -1020,6 +1020,22 @@ HUNTED_F10C = [  # #f10, the third reader: less obvious slips that got no hint o
         ],
         "leaving them out of the labels is not enough",
     ),
+    (  # the weights exp(s - m) taken with the maximum from before the block: NaN, and the hint
+        # said "the rescaling factor is inverted", which the code did not do
+        "tiled_attention",
+        [
+            (
+                "        weights = torch.exp(scores - new_max)  # (..., n_q, bk)\n",
+                "",
+            ),
+            (
+                "        new_max = torch.maximum(",
+                "        weights = torch.exp(scores - running_max)\n"
+                "        new_max = torch.maximum(",
+            ),
+        ],
+        "the block's weights use the maximum from before the block",
+    ),
     (  # H split as (p, H/p), with the lesson's permute kept ("None of the usual" before)
         "patchify",
         [

@@ -113,9 +113,12 @@ FAULTS = {
         "new_max); left at -inf, the factor exp(m - m') is 0 on every block and wipes out all "
         "that was collected before, so only the last block's keys count"
     ),
-    "inverted_rescale": (
-        "the rescaling factor is inverted: what was summed relative to the old maximum m is "
-        "brought to the new maximum m' by exp(m - m') (at most 1), not exp(m' - m)"
+    "inverted_rescale": (  # also the weights exp(s - m) taken before m' = max(m, ...): NaN alike
+        "the first block already gives inf, then NaN: the running maximum m starts at -inf, so "
+        "exp(m' - m) and exp(s - m) are inf. Either the rescaling factor is inverted: what was "
+        "summed relative to the old maximum m is brought to the new maximum m' by exp(m - m') "
+        "(at most 1), not exp(m' - m); or the block's weights use the maximum from before the "
+        "block: first m' = max(m, the block's maximum), then the weights exp(s - m')"
     ),
     "shift_reversed": SHIFT_REVERSED,
     # after top_left: with n_k - n_q = block_size the two masks are the same
