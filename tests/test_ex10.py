@@ -1020,6 +1020,21 @@ HUNTED_F10C = [  # #f10, the third reader: less obvious slips that got no hint o
         ],
         "leaving them out of the labels is not enough",
     ),
+    (  # one draw for choosing and splitting, thresholds fixed for the default 0.15 (no hint
+        # before: "the share of chosen positions that became <mask> is 0.397, expected 0.800")
+        "mlm_mask",
+        [
+            (
+                "chosen = torch.rand(ids.shape, generator=generator) < mask_prob",
+                "action = torch.rand(ids.shape, generator=generator)\n"
+                "    chosen = action < mask_prob",
+            ),
+            ("    action = torch.rand(ids.shape, generator=generator)  # one draw", "    # one"),
+            ("(action < 0.8)", "(action < 0.12)"),
+            ("(action >= 0.8) & (action < 0.9)", "(action >= 0.12) & (action < 0.135)"),
+        ],
+        "with thresholds fixed for mask_prob=0.15",
+    ),
     (  # the weights exp(s - m) taken with the maximum from before the block: NaN, and the hint
         # said "the rescaling factor is inverted", which the code did not do
         "tiled_attention",
