@@ -1020,6 +1020,11 @@ HUNTED_F10C = [  # #f10, the third reader: less obvious slips that got no hint o
         ],
         "leaving them out of the labels is not enough",
     ),
+    (  # D summed over the queries' axis: a bare size-mismatch crash before
+        "tiled_attention_backward",
+        [("(d_out * out).sum(dim=-1, keepdim=True)", "(d_out * out).sum(dim=-2, keepdim=True)")],
+        "D is summed over the queries",
+    ),
     (  # one draw for choosing and splitting, thresholds fixed for the default 0.15 (no hint
         # before: "the share of chosen positions that became <mask> is 0.397, expected 0.800")
         "mlm_mask",

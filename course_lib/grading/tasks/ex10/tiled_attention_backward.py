@@ -46,6 +46,11 @@ FAULTS = {
         "every query of the batch into one number; sum over the last axis only, "
         "(d_out * out).sum(dim=-1, keepdim=True)"
     ),
+    "D_query_axis": (
+        "D is summed over the queries: D = rowsum(d_out * out) is one number per query, "
+        "(..., n_q, 1), the sum over the LAST axis (d_v), (d_out * out).sum(dim=-1, "
+        "keepdim=True); summed over dim=-2 it is (..., 1, d_v)"
+    ),
     "block_softmax": (
         "the weights are recomputed with a softmax over the block: the forward normalised each "
         "row over all its keys, and that normaliser is the saved lse; p = exp(s - lse) gives "
@@ -134,7 +139,7 @@ def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mi
         block_size = n_k
     scale = 1 / math.sqrt((v if mistake == "scaled_by_d_v" else q).shape[-1])
     grad_scale = 1.0 if mistake == "grads_unscaled" else scale
-    D = (d_out * out).sum(-1, keepdim=True)  # (..., n_q, 1)
+    D = (d_out * out).sum(-2 if mistake == "D_query_axis" else -1, keepdim=True)  # (..., n_q, 1)
     if mistake in ("D_mean", "D_total"):  # rowsum read as a mean over d_v; .sum() without dim
         D = D / out.shape[-1] if mistake == "D_mean" else D.sum()
     row_lse = lse if mistake == "lse_not_column" else lse.unsqueeze(-1)
