@@ -986,8 +986,109 @@ HUNTED_F10B = [  # #f10, a second fresh reader: common slips that got "None of t
 ]
 
 
+TRIU_MASK = (  # the solution's causal mask of a tile, written with triu instead
+    "key_pos = torch.arange(start, start + scores.shape[-1])  # (bk,)",
+    "blocked = torch.ones(n_q, scores.shape[-1], dtype=torch.bool).triu(n_k - n_q - start + 1)",
+)
+HUNTED_F10C = [  # #f10, the third reader: less obvious slips that got no hint or a generic one
+    (  # the tile's triu diagonal with its offset's sign reversed ("None of the usual" before)
+        "tiled_attention",
+        [
+            (
+                TRIU_MASK[0],
+                TRIU_MASK[1].replace("n_k - n_q - start + 1", "start - (n_k - n_q) + 1"),
+            ),
+            ("masked_fill(key_pos > query_pos,", "masked_fill(blocked,"),
+        ],
+        "the causal mask's offsets have the wrong sign",
+    ),
+    (  # ds times 1 / sqrt(d_k), then dq and dk again (the hint was "only dq, dk differ")
+        "tiled_attention_backward",
+        [("weights * (d_weights - D)", "weights * (d_weights - D) * scale")],
+        "ds is divided by sqrt(d_k), and dq and dk are divided by it again",
+    ),
+    (  # padding taken out of the labels only, after the inputs were corrupted (no hint before:
+        # "padding changed: 10811 (expected 0)")
+        "mlm_mask",
+        [
+            ("chosen = chosen & (ids != pad_id)  # never a padding position", "pass"),
+            (
+                RETURN,
+                "labels = labels.masked_fill(ids == pad_id, -100) if pad_id is not None "
+                "else labels\n    " + RETURN,
+            ),
+        ],
+        "leaving them out of the labels is not enough",
+    ),
+    (  # D summed over the queries' axis: a bare size-mismatch crash before
+        "tiled_attention_backward",
+        [("(d_out * out).sum(dim=-1, keepdim=True)", "(d_out * out).sum(dim=-2, keepdim=True)")],
+        "D is summed over the queries",
+    ),
+    (  # one draw for choosing and splitting, thresholds fixed for the default 0.15 (no hint
+        # before: "the share of chosen positions that became <mask> is 0.397, expected 0.800")
+        "mlm_mask",
+        [
+            (
+                "chosen = torch.rand(ids.shape, generator=generator) < mask_prob",
+                "action = torch.rand(ids.shape, generator=generator)\n"
+                "    chosen = action < mask_prob",
+            ),
+            ("    action = torch.rand(ids.shape, generator=generator)  # one draw", "    # one"),
+            ("(action < 0.8)", "(action < 0.12)"),
+            ("(action >= 0.8) & (action < 0.9)", "(action >= 0.12) & (action < 0.135)"),
+        ],
+        "with thresholds fixed for mask_prob=0.15",
+    ),
+    (  # the weights exp(s - m) taken with the maximum from before the block: NaN, and the hint
+        # said "the rescaling factor is inverted", which the code did not do
+        "tiled_attention",
+        [
+            (
+                "        weights = torch.exp(scores - new_max)  # (..., n_q, bk)\n",
+                "",
+            ),
+            (
+                "        new_max = torch.maximum(",
+                "        weights = torch.exp(scores - running_max)\n"
+                "        new_max = torch.maximum(",
+            ),
+        ],
+        "the block's weights use the maximum from before the block",
+    ),
+    (  # H split as (p, H/p), with the lesson's permute kept ("None of the usual" before)
+        "patchify",
+        [
+            (
+                "images.reshape(batch, channels, rows, patch_size, cols, patch_size)",
+                "images.reshape(batch, channels, patch_size, rows, patch_size, cols)",
+            )
+        ],
+        "splits H as (p, H/p), so permute(0, 2, 4, 1, 3, 5)",
+    ),
+]
+
+
+def test_a_tile_mask_written_with_triu_passes():
+    """The right triu diagonal, n_k - n_q - start + 1, is a right answer (its sign reversed is
+    HUNTED_F10C's slip)."""
+    right = _solution_with(
+        "tiled_attention", TRIU_MASK, ("masked_fill(key_pos > query_pos,", "masked_fill(blocked,")
+    )
+    result = check_result("ex10.tiled_attention", right)
+    assert result.status == "passed", result.feedback
+
+
 ALL_HUNTED = (
-    HUNTED + HUNTED_2 + HUNTED_3 + HUNTED_4 + HUNTED_5 + HUNTED_8 + HUNTED_F10 + HUNTED_F10B
+    HUNTED
+    + HUNTED_2
+    + HUNTED_3
+    + HUNTED_4
+    + HUNTED_5
+    + HUNTED_8
+    + HUNTED_F10
+    + HUNTED_F10B
+    + HUNTED_F10C
 )
 
 

@@ -82,6 +82,17 @@ FAULTS = {
         "comparison in brackets, chosen & (ids != pad_id)"
     ),
     "fixed_prob": "use the mask_prob argument (0.15 is only its default)",
+    "split_fixed_prob": (
+        "the 80/10/10 split reuses the draw u that chose the position, with thresholds fixed "
+        "for mask_prob=0.15 (u < 0.12 <mask>, u < 0.135 random): a chosen position has "
+        "u < mask_prob, so split at 0.8 * mask_prob and 0.9 * mask_prob (or draw a second u "
+        "for the split: u < 0.8 <mask>, 0.8 <= u < 0.9 random)"
+    ),
+    "pads_corrupted": (
+        "padding positions are changed in the inputs: leaving them out of the labels is not "
+        "enough, a padding position must never be chosen; take the padding out of the chosen "
+        "positions (chosen & (ids != pad_id)) BEFORE you put <mask> and random ids in"
+    ),
     "mask_id_drawn": (
         "the random ids include vocab_size, which is mask_id here: draw them from "
         "[0, vocab_size) (torch.randint's `high` is already excluded)"
@@ -118,22 +129,30 @@ def wrong_mlm(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=N
         batch, length = ids.shape
         ids = ids.reshape(batch, length)
     p = 0.15 if mistake == "fixed_prob" else mask_prob
-    chosen = torch.rand(ids.shape, generator=generator) < p
+    draw = torch.rand(ids.shape, generator=generator)
+    chosen = draw < p
+    drawn = chosen  # before the padding is taken out
     if pad_id is not None and mistake != "pads_chosen":  # & before != without the brackets
         chosen = (
             (chosen & ids) != pad_id if mistake == "pad_precedence" else chosen & (ids != pad_id)
         )
-    split = {"all_masked": (1.0, 1.0), "swapped": (0.1, 0.9), "none_unchanged": (0.8, 1.0)}
+    split = {
+        "all_masked": (1.0, 1.0),
+        "swapped": (0.1, 0.9),
+        "none_unchanged": (0.8, 1.0),
+        "split_fixed_prob": (0.12, 0.135),  # 0.8 and 0.9 of the default 0.15, on the same draw
+    }
     low, high = split.get(mistake, (0.8, 0.9))
-    action = torch.rand(ids.shape, generator=generator)
+    action = draw if mistake == "split_fixed_prob" else torch.rand(ids.shape, generator=generator)
     extra = 1 if mistake == "mask_id_drawn" else 0
     random_ids = torch.randint(
         0, vocab_size + extra, ids.shape, generator=generator, dtype=ids.dtype
     )
     if mistake == "random_never_original":  # a shift of 1 .. vocab_size - 1: never the token
         random_ids = (ids + random_ids.clamp(min=1)) % vocab_size
-    masked = chosen & (action < low)
-    swap = chosen & (action >= low) & (action < high)
+    corrupted = drawn if mistake == "pads_corrupted" else chosen  # padding out of labels only
+    masked = corrupted & (action < low)
+    swap = corrupted & (action >= low) & (action < high)
     if mistake == "independent_rest":
         swap = chosen & ~masked & (torch.rand(ids.shape, generator=generator) < 0.1)
     elif mistake == "independent_overwrite":

@@ -43,6 +43,12 @@ FAULTS = {
         "(H/p, p), the patch's row in the grid first and the pixel row inside it second, "
         "reshape(b, c, H/p, p, W/p, p), not (p, H/p)"
     ),
+    "strided_lesson_order": (
+        "your 'patches' gather pixels spread over the whole image, H/p apart: "
+        "reshape(b, c, p, H/p, p, W/p) splits H as (p, H/p), so permute(0, 2, 4, 1, 3, 5) "
+        "brings the pixel-in-patch axes to the front, not the patch grid; split H into (H/p, p), "
+        "the patch's row in the grid first, reshape(b, c, H/p, p, W/p, p)"
+    ),
     "grid_swapped": (
         "the patch grid is split as (W/p, H/p): images are (batch, channels, H, W), so H "
         "(shape[2]) splits into (H/p, p) first and W (shape[3]) into (W/p, p) after it; a "
@@ -67,6 +73,7 @@ _ORDERS = {
     "transposed": (0, 2, 4, 1, 5, 3),
     "grid_last": (0, 1, 3, 5, 2, 4),
     "channels_before_grid": (0, 1, 2, 4, 3, 5),
+    "strided": (0, 3, 5, 1, 2, 4),  # the order that fits a (p, H/p) split; the lesson's does not
 }
 
 
@@ -76,8 +83,10 @@ def wrong_patches(images, p, *, mistake):
     c = 1 if mistake == "one_channel" else c
     if mistake == "plain_reshape":
         return images.reshape(b, -1, c * p * p)
-    if mistake == "strided":  # split as (p, H/p): pixels H/p apart in one "patch"
-        x = images.reshape(b, c, p, h // p, p, w // p).permute(0, 3, 5, 1, 2, 4)
+    if mistake.startswith("strided"):  # split as (p, H/p): pixels H/p apart in one "patch"
+        x = images.reshape(b, c, p, h // p, p, w // p).permute(
+            *_ORDERS.get(mistake, (0, 2, 4, 1, 3, 5))
+        )
     else:
         rows, cols = (w // p, h // p) if mistake == "grid_swapped" else (h // p, w // p)
         if mistake == "true_division":

@@ -66,6 +66,12 @@ FAULTS = {
         "(0 .. block_size - 1): key j of the block that starts at `start` is key start + j, so "
         "build the tile's key positions with torch.arange(start, start + tile width)"
     ),
+    "offset_negated": (
+        "the causal mask's offsets have the wrong sign: key j of the tile that starts at "
+        "`start` is key start + j and query i is token i + n_k - n_q, so block the keys with "
+        "start + j > i + n_k - n_q (with triu on a tile: diagonal n_k - n_q - start + 1, not "
+        "start - (n_k - n_q) + 1)"
+    ),
     "query_pos_flat": (
         "the query positions must be a column, (n_q, 1): compared with the tile's key "
         "positions (block,), they then give the (n_q, block) mask; torch.arange(n_q) alone "
@@ -107,9 +113,12 @@ FAULTS = {
         "new_max); left at -inf, the factor exp(m - m') is 0 on every block and wipes out all "
         "that was collected before, so only the last block's keys count"
     ),
-    "inverted_rescale": (
-        "the rescaling factor is inverted: what was summed relative to the old maximum m is "
-        "brought to the new maximum m' by exp(m - m') (at most 1), not exp(m' - m)"
+    "inverted_rescale": (  # also the weights exp(s - m) taken before m' = max(m, ...): NaN alike
+        "the first block already gives inf, then NaN: the running maximum m starts at -inf, so "
+        "exp(m' - m) and exp(s - m) are inf. Either the rescaling factor is inverted: what was "
+        "summed relative to the old maximum m is brought to the new maximum m' by exp(m - m') "
+        "(at most 1), not exp(m' - m); or the block's weights use the maximum from before the "
+        "block: first m' = max(m, the block's maximum), then the weights exp(s - m')"
     ),
     "shift_reversed": SHIFT_REVERSED,
     # after top_left: with n_k - n_q = block_size the two masks are the same
@@ -223,7 +232,9 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
     out = torch.zeros((*batch, n_q, v.shape[-1]), dtype=dtype)
     if mistake == "out_like_q":
         out = torch.zeros_like(q)
-    shift = {"top_left": 0, "shift_reversed": n_q - n_k}.get(mistake, n_k - n_q)
+    shift = {"top_left": 0, "shift_reversed": n_q - n_k, "offset_negated": n_q - n_k}.get(
+        mistake, n_k - n_q
+    )
     query_pos = torch.arange(n_q)[:, None] + shift  # (n_q, 1)
     if mistake == "query_pos_flat":
         query_pos = query_pos[:, 0]  # (n_q,): lines up with the keys
@@ -240,9 +251,11 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
         v_block = v[..., start:end, :]
         unmasked = s
         if causal and mistake != "causal_ignored":
-            first = {"key_offset_missing": 0, "key_pos_late": start + block_size}.get(
-                mistake, start
-            )
+            first = {
+                "key_offset_missing": 0,
+                "key_pos_late": start + block_size,
+                "offset_negated": -start,  # triu(start - (n_k - n_q) + 1) on the tile
+            }.get(mistake, start)
             width = block_size if mistake == "key_pos_full_block" else s.shape[-1]
             key_pos = torch.arange(first, first + width)
             blocked = key_pos >= query_pos if mistake == "diagonal_blocked" else key_pos > query_pos

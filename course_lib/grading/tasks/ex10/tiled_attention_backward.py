@@ -46,6 +46,11 @@ FAULTS = {
         "every query of the batch into one number; sum over the last axis only, "
         "(d_out * out).sum(dim=-1, keepdim=True)"
     ),
+    "D_query_axis": (
+        "D is summed over the queries: D = rowsum(d_out * out) is one number per query, "
+        "(..., n_q, 1), the sum over the LAST axis (d_v), (d_out * out).sum(dim=-1, "
+        "keepdim=True); summed over dim=-2 it is (..., 1, d_v)"
+    ),
     "block_softmax": (
         "the weights are recomputed with a softmax over the block: the forward normalised each "
         "row over all its keys, and that normaliser is the saved lse; p = exp(s - lse) gives "
@@ -113,6 +118,11 @@ FAULTS = {
         "dk is divided by sqrt(d_k) twice: a q already scaled before the loop (as the forward "
         "scales it once) carries the factor, so dk = ds^T (q / sqrt(d_k)), with no second one"
     ),
+    "ds_scaled": (
+        "ds is divided by sqrt(d_k), and dq and dk are divided by it again: the factor comes "
+        "in once, ds = p * (dp - D) with no factor, then dq += ds K_j / sqrt(d_k) and "
+        "dK_j = ds^T q / sqrt(d_k)"
+    ),
     "dq_overwritten": (
         "dq is overwritten by each block: every block of keys adds its part, so start from "
         "zeros and accumulate, dq = dq + ds K_j / sqrt(d_k) (only the last block's part is left)"
@@ -129,7 +139,7 @@ def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mi
         block_size = n_k
     scale = 1 / math.sqrt((v if mistake == "scaled_by_d_v" else q).shape[-1])
     grad_scale = 1.0 if mistake == "grads_unscaled" else scale
-    D = (d_out * out).sum(-1, keepdim=True)  # (..., n_q, 1)
+    D = (d_out * out).sum(-2 if mistake == "D_query_axis" else -1, keepdim=True)  # (..., n_q, 1)
     if mistake in ("D_mean", "D_total"):  # rowsum read as a mean over d_v; .sum() without dim
         D = D / out.shape[-1] if mistake == "D_mean" else D.sum()
     row_lse = lse if mistake == "lse_not_column" else lse.unsqueeze(-1)
@@ -168,8 +178,8 @@ def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mi
             ds = p * dp - D
         elif mistake == "D_per_block":
             ds = p * (dp - (p * dp).sum(-1, keepdim=True))
-        else:
-            ds = p * (dp - D)
+        else:  # ds_scaled: the 1 / sqrt(d_k) of dq and dk put on ds as well
+            ds = p * (dp - D) * (scale if mistake == "ds_scaled" else 1.0)
         dq = (0 if mistake == "dq_overwritten" else dq) + ds @ k_block * grad_scale
         twice = scale if mistake == "dk_scaled_twice" else 1.0  # q pre-scaled, then again
         dks.append(ds.transpose(-2, -1) @ q * grad_scale * twice)
