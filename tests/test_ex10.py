@@ -1056,6 +1056,12 @@ HUNTED_F10C = [  # #f10, the third reader: less obvious slips that got no hint o
         ],
         "the block's weights use the maximum from before the block",
     ),
+    (  # -100 where chosen, the id elsewhere (before: "padding positions whose label is not
+        # -100: 81469" and no hint)
+        "mlm_mask",
+        [("torch.where(chosen, ids, torch.full_like(ids, -100))", "ids.masked_fill(chosen, -100)")],
+        "your labels are the other way round",
+    ),
     (  # H split as (p, H/p), with the lesson's permute kept ("None of the usual" before)
         "patchify",
         [

@@ -51,6 +51,11 @@ FAULTS = {
         "unchanged (10 %) are predicted too, so every chosen position keeps its original id "
         "as its label, whatever happened to its input"
     ),
+    "labels_inverted": (
+        "your labels are the other way round: -100 at the chosen positions and the id at every "
+        "other one, so the loss would train on the tokens the model can see. Keep the original "
+        "id where a position was chosen and -100 elsewhere: torch.where(chosen, ids, -100)"
+    ),
     "labels_at_mask_only": (
         "your labels mark only the positions that became <mask>: the model must also predict "
         "the chosen positions given a random id or left unchanged (that is why they exist), "
@@ -165,6 +170,7 @@ def wrong_mlm(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=N
         inputs[swap] = random_ids.long()[swap]
     labelled = {
         "labels_at_mask_only": masked,
+        "labels_inverted": ~chosen,
         "labels_where_changed": chosen & (inputs != ids),
         "labels_all_real": ids != pad_id if pad_id is not None else torch.ones_like(chosen),
     }.get(mistake, chosen)
