@@ -762,3 +762,48 @@ def test_g13_a_mask_argument_of_another_name_passes_the_gradient_pass_too():
     # memory_mask=...: 3/7, told 'an in-place operation changed a tensor' (a TypeError)
     result = check_result("ex06.CrossAttentionSublayer", _SublayerWithItsOwnMaskName)
     assert result.status == "passed", result.feedback
+
+
+# ---- a third fresh reader: steps in the wrong order, a float32 softmax, pre-norm unnormed -----
+
+
+def _cross_masked_after_softmax(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(dim=-1)
+    if memory_mask is not None:  # the -inf fill, one step too late
+        weights = weights.masked_fill(~memory_mask, float("-inf"))
+    return weights @ v, weights
+
+
+def _cross_memory_zeroed(x, memory, w_q, w_k, w_v, memory_mask=None):
+    if memory_mask is not None:  # (batch, 1, n_kv) -> (batch, n_kv, 1): the pads read as zeros
+        memory = memory * memory_mask.transpose(-2, -1)
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(dim=-1)
+    return weights @ v, weights
+
+
+class _SublayerPreNormWithoutNorm(SublayerFunctional):
+    def forward(self, x, memory, memory_mask=None):
+        if self.norm_first:  # self.norm forgotten in this branch
+            return x + self.attn(x, memory, memory, memory_mask)[0]
+        return super().forward(x, memory, memory_mask)
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex06.cross_attention", _cross_masked_after_softmax, "-inf AFTER the softmax"),
+        ("ex06.cross_attention", _cross_memory_zeroed, "zeroing the padded memory positions"),
+        ("ex06.cross_attention",
+         _cross_scaled(lambda q, k: math.sqrt(q.shape[-1]),
+                       lambda s: s.softmax(dim=-1, dtype=torch.float32).to(s.dtype)),
+         "your softmax ran in float32"),
+        ("ex06.CrossAttentionSublayer", _SublayerPreNormWithoutNorm,
+         "your pre-norm branch never calls self.norm"),
+    ],
+)  # fmt: skip
+def test_third_reader_slips_get_their_own_hint(task_id, learner, words):
+    """Each got 'None of the usual single mistakes' (or a bare 'contains NaN') before."""
+    result = check_result(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
