@@ -783,6 +783,14 @@ def _cross_memory_zeroed(x, memory, w_q, w_k, w_v, memory_mask=None):
     return weights @ v, weights
 
 
+def _pool_masked_after_softmax(x, queries, w_k, w_v, mask=None):
+    k, v = x @ w_k, x @ w_v
+    weights = (queries @ k.transpose(-2, -1) / math.sqrt(queries.shape[-1])).softmax(dim=-1)
+    if mask is not None:  # the -inf fill, one step too late
+        weights = weights.masked_fill(~mask[:, None, :], float("-inf"))
+    return weights @ v, weights
+
+
 class _SublayerPreNormWithoutNorm(SublayerFunctional):
     def forward(self, x, memory, memory_mask=None):
         if self.norm_first:  # self.norm forgotten in this branch
@@ -801,6 +809,10 @@ class _SublayerPreNormWithoutNorm(SublayerFunctional):
          "your softmax ran in float32"),
         ("ex06.CrossAttentionSublayer", _SublayerPreNormWithoutNorm,
          "your pre-norm branch never calls self.norm"),
+        ("ex06.attention_pool", _pool_masked_after_softmax, "-inf AFTER the softmax"),
+        ("ex06.attention_pool",
+         _pool_by_hand(weigh=lambda s: s.softmax(dim=-1, dtype=torch.float32).to(s.dtype)),
+         "your softmax ran in float32"),
     ],
 )  # fmt: skip
 def test_third_reader_slips_get_their_own_hint(task_id, learner, words):

@@ -460,6 +460,11 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
         mask = mask.unsqueeze(-1 if mistake == "mask_last_axis" else -2)  # (batch, n, 1): slip
     mask = None if mistake == "mask_ignored" else mask
     values = x @ (w_k if mistake == "values_with_w_k" else w_v)
+    if mistake == "float32_softmax":  # F.softmax(scores, -1, dtype=torch.float32).to(x.dtype)
+        scores = q @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5
+        scores = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(-1, dtype=torch.float32).to(scores.dtype)
+        return weights @ values, weights
     pooled, weights = wrong_attention(
         q,
         keys,
@@ -469,13 +474,16 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
         fill=0.0 if mistake == "fill_zero" else float("-inf"),
         dim={"softmax_over_queries": -2, "softmax_over_batch": 0}.get(mistake, -1),
         inverted=mistake.startswith("mask_inverted"),
-        zero_after=mistake in ("zero_after", "renormalised"),
+        zero_after=mistake in ("zero_after", "renormalised", "inf_after_softmax"),
         nan_to_zero=mistake == "mask_inverted_zeroed",
         renormalised=mistake == "renormalised",
         log=mistake == "log_softmax",
     )
     if mistake == "scaled_after_softmax":  # softmax(queries k^T) / sqrt(d_k)
         weights = weights / queries.shape[-1] ** 0.5
+        pooled = weights @ values
+    if mistake == "inf_after_softmax" and mask is not None:  # the -inf fill after the softmax
+        weights = weights.masked_fill(~mask, float("-inf"))
         pooled = weights @ values
     return pooled, weights
 
@@ -528,6 +536,10 @@ POOL_MISTAKES = {
     "softmax(dim=-1)",
     "float32_scale": FLOAT32_SCALE,
     "scaled_after_softmax": SCALED_AFTER_SOFTMAX,
+    "inf_after_softmax": "you filled the padded tokens with -inf AFTER the softmax, so the "
+    "weights hold -inf and the output NaN: two right steps in the wrong order. Fill the SCORES "
+    "first, scores.masked_fill(~mask[:, None, :], float('-inf')), then take the softmax",
+    "float32_softmax": ATTENTION_MISTAKES["float32_softmax"],
 }
 
 
