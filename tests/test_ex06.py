@@ -791,6 +791,21 @@ def _pool_masked_after_softmax(x, queries, w_k, w_v, mask=None):
     return weights @ v, weights
 
 
+def _swapped(right):
+    def swapped(*args, **kwargs):
+        output, weights = right(*args, **kwargs)
+        return weights, output
+
+    return swapped
+
+
+class _SublayerPreNormOfX(SublayerFunctional):
+    def forward(self, x, memory, memory_mask=None):
+        if self.norm_first:  # "normalise first, then add the attention"
+            return self.norm(x) + self.attn(x, memory, memory, memory_mask)[0]
+        return super().forward(x, memory, memory_mask)
+
+
 class _SublayerPreNormWithoutNorm(SublayerFunctional):
     def forward(self, x, memory, memory_mask=None):
         if self.norm_first:  # self.norm forgotten in this branch
@@ -809,6 +824,11 @@ class _SublayerPreNormWithoutNorm(SublayerFunctional):
          "your softmax ran in float32"),
         ("ex06.CrossAttentionSublayer", _SublayerPreNormWithoutNorm,
          "your pre-norm branch never calls self.norm"),
+        ("ex06.CrossAttentionSublayer", _SublayerPreNormOfX,
+         "not norm(x) + attn(x, memory) (the attention reads the normalised copy"),
+        ("ex06.cross_attention", _swapped(cross_attention_sdpa_route),
+         "the return order is swapped"),
+        ("ex06.attention_pool", _swapped(_pool_by_hand()), "the return order is swapped"),
         ("ex06.attention_pool", _pool_masked_after_softmax, "-inf AFTER the softmax"),
         ("ex06.attention_pool",
          _pool_by_hand(weigh=lambda s: s.softmax(dim=-1, dtype=torch.float32).to(s.dtype)),

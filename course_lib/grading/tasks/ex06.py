@@ -101,6 +101,7 @@ CROSS_MISTAKES = {
     "exp(0) = 1: they keep weight. Leave memory as it is and fill their SCORES with -inf before "
     "the softmax, where memory_mask is False",
     "float32_softmax": ATTENTION_MISTAKES["float32_softmax"],
+    "swapped": ATTENTION_MISTAKES["swapped"],
 }
 
 
@@ -156,7 +157,7 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
     if mistake == "inf_after_softmax" and mask is not None:  # the -inf fill after the softmax
         weights = weights.masked_fill(~mask, float("-inf"))
         output = weights @ values
-    return output, weights
+    return (weights, output) if mistake == "swapped" else (output, weights)
 
 
 FAR_BLOCKED = "the blocked memory position scores 300 above the allowed one"
@@ -307,6 +308,9 @@ SUBLAYER_MISTAKES = {
     "post_norm_query_normed": "post-norm normalises only the sum, norm(x + attn(x, memory)): its "
     "attention reads x itself, not norm(x) (normalising the attention's input is pre-norm's, "
     "x + attn(norm(x), memory), which does not normalise the sum)",
+    "pre_norm_of_x": "pre-norm adds the attention of norm(x) to x itself: x + attn(norm(x), "
+    "memory), not norm(x) + attn(x, memory) (the attention reads the normalised copy, the "
+    "residual carries x as it is)",
     "pre_unnormed": "your pre-norm branch never calls self.norm: pre-norm normalises the "
     "attention's input, x + attn(norm(x), memory, memory, memory_mask), and adds it to x itself",
 }
@@ -347,6 +351,8 @@ class WrongSublayer(nn.Module):
             return pair if mistake == "output_tuple" else pair[0]
 
         if mistake == "post_norm_of_x" and not self.norm_first:  # norm(x) + attn(x, memory)
+            return self.norm(x) + attend(x)
+        if mistake == "pre_norm_of_x" and self.norm_first:  # norm(x) + attn(x, memory)
             return self.norm(x) + attend(x)
         if mistake == "pre_unnormed" and self.norm_first:  # x + attn(x, memory): no norm at all
             return x + attend(x)
@@ -485,7 +491,7 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
     if mistake == "inf_after_softmax" and mask is not None:  # the -inf fill after the softmax
         weights = weights.masked_fill(~mask, float("-inf"))
         pooled = weights @ values
-    return pooled, weights
+    return (weights, pooled) if mistake == "swapped" else (pooled, weights)
 
 
 POOL_MISTAKES = {
@@ -540,6 +546,7 @@ POOL_MISTAKES = {
     "weights hold -inf and the output NaN: two right steps in the wrong order. Fill the SCORES "
     "first, scores.masked_fill(~mask[:, None, :], float('-inf')), then take the softmax",
     "float32_softmax": ATTENTION_MISTAKES["float32_softmax"],
+    "swapped": "the return order is swapped: return (pooled, weights), the pooled vectors first",
 }
 
 
