@@ -839,3 +839,31 @@ def test_third_reader_slips_get_their_own_hint(task_id, learner, words):
     """Each got 'None of the usual single mistakes' (or a bare 'contains NaN') before."""
     result = check_result(task_id, learner)
     assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+_LEARNER_POOL_ON_OWN_CROSS = """
+import torch
+from course_lib.attention import scaled_dot_product_attention
+
+
+def cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None):
+    mask = memory_mask if {use_mask} else None
+    return scaled_dot_product_attention(x @ w_q, memory @ w_k, memory @ w_v, mask)
+
+
+def attention_pool(x, queries, w_k, w_v, mask=None):
+    eye = torch.eye(queries.shape[-1], dtype=queries.dtype)  # the queries are not projected
+    keep = None if mask is None else mask[:, None, :]
+    return cross_attention(queries.expand(len(x), -1, -1), x, eye, w_k, w_v, keep)
+"""
+
+
+@pytest.mark.parametrize("use_mask", [True, False])
+def test_a_pool_on_the_learners_own_cross_attention_blames_it_when_it_is_wrong(use_mask):
+    # a third reader: built on its own cross_attention that ignores the mask, the pool was told
+    # 'the mask is ignored: turn the (batch, n) mask into (batch, 1, n)', which it had done
+    namespace: dict = {}
+    exec(_LEARNER_POOL_ON_OWN_CROSS.format(use_mask=use_mask), namespace)  # noqa: S102
+    result = check_result("ex06.attention_pool", namespace["attention_pool"])
+    assert result.status == ("passed" if use_mask else "failed"), result.feedback
+    assert ("fix cross_attention first" in result.feedback) != use_mask, result.feedback

@@ -559,6 +559,9 @@ class AttentionPool(Task):
     )
     reference = "course_lib.cross_attention.attention_pool"
     backward = True  # the queries and weights are learned: its gradients are judged too
+    # a pool may call the learner's own cross_attention (identity w_q): a mistake there is
+    # told as 'fix cross_attention first', not as this task's hint for a slip not made here
+    depends_on = ("cross_attention",)
     mistake_table = POOL_MISTAKES
     wrong = staticmethod(_pool)
     forbidden = (
