@@ -762,3 +762,108 @@ def test_g13_a_mask_argument_of_another_name_passes_the_gradient_pass_too():
     # memory_mask=...: 3/7, told 'an in-place operation changed a tensor' (a TypeError)
     result = check_result("ex06.CrossAttentionSublayer", _SublayerWithItsOwnMaskName)
     assert result.status == "passed", result.feedback
+
+
+# ---- a third fresh reader: steps in the wrong order, a float32 softmax, pre-norm unnormed -----
+
+
+def _cross_masked_after_softmax(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(dim=-1)
+    if memory_mask is not None:  # the -inf fill, one step too late
+        weights = weights.masked_fill(~memory_mask, float("-inf"))
+    return weights @ v, weights
+
+
+def _cross_memory_zeroed(x, memory, w_q, w_k, w_v, memory_mask=None):
+    if memory_mask is not None:  # (batch, 1, n_kv) -> (batch, n_kv, 1): the pads read as zeros
+        memory = memory * memory_mask.transpose(-2, -1)
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(dim=-1)
+    return weights @ v, weights
+
+
+def _pool_masked_after_softmax(x, queries, w_k, w_v, mask=None):
+    k, v = x @ w_k, x @ w_v
+    weights = (queries @ k.transpose(-2, -1) / math.sqrt(queries.shape[-1])).softmax(dim=-1)
+    if mask is not None:  # the -inf fill, one step too late
+        weights = weights.masked_fill(~mask[:, None, :], float("-inf"))
+    return weights @ v, weights
+
+
+def _swapped(right):
+    def swapped(*args, **kwargs):
+        output, weights = right(*args, **kwargs)
+        return weights, output
+
+    return swapped
+
+
+class _SublayerPreNormOfX(SublayerFunctional):
+    def forward(self, x, memory, memory_mask=None):
+        if self.norm_first:  # "normalise first, then add the attention"
+            return self.norm(x) + self.attn(x, memory, memory, memory_mask)[0]
+        return super().forward(x, memory, memory_mask)
+
+
+class _SublayerPreNormWithoutNorm(SublayerFunctional):
+    def forward(self, x, memory, memory_mask=None):
+        if self.norm_first:  # self.norm forgotten in this branch
+            return x + self.attn(x, memory, memory, memory_mask)[0]
+        return super().forward(x, memory, memory_mask)
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex06.cross_attention", _cross_masked_after_softmax, "-inf AFTER the softmax"),
+        ("ex06.cross_attention", _cross_memory_zeroed, "zeroing the padded memory positions"),
+        ("ex06.cross_attention",
+         _cross_scaled(lambda q, k: math.sqrt(q.shape[-1]),
+                       lambda s: s.softmax(dim=-1, dtype=torch.float32).to(s.dtype)),
+         "your softmax ran in float32"),
+        ("ex06.CrossAttentionSublayer", _SublayerPreNormWithoutNorm,
+         "your pre-norm branch never calls self.norm"),
+        ("ex06.CrossAttentionSublayer", _SublayerPreNormOfX,
+         "not norm(x) + attn(x, memory) (the attention reads the normalised copy"),
+        ("ex06.cross_attention", _swapped(cross_attention_sdpa_route),
+         "the return order is swapped"),
+        ("ex06.attention_pool", _swapped(_pool_by_hand()), "the return order is swapped"),
+        ("ex06.attention_pool", _pool_masked_after_softmax, "-inf AFTER the softmax"),
+        ("ex06.attention_pool",
+         _pool_by_hand(weigh=lambda s: s.softmax(dim=-1, dtype=torch.float32).to(s.dtype)),
+         "your softmax ran in float32"),
+    ],
+)  # fmt: skip
+def test_third_reader_slips_get_their_own_hint(task_id, learner, words):
+    """Each got 'None of the usual single mistakes' (or a bare 'contains NaN') before."""
+    result = check_result(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+_LEARNER_POOL_ON_OWN_CROSS = """
+import torch
+from course_lib.attention import scaled_dot_product_attention
+
+
+def cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None):
+    mask = memory_mask if {use_mask} else None
+    return scaled_dot_product_attention(x @ w_q, memory @ w_k, memory @ w_v, mask)
+
+
+def attention_pool(x, queries, w_k, w_v, mask=None):
+    eye = torch.eye(queries.shape[-1], dtype=queries.dtype)  # the queries are not projected
+    keep = None if mask is None else mask[:, None, :]
+    return cross_attention(queries.expand(len(x), -1, -1), x, eye, w_k, w_v, keep)
+"""
+
+
+@pytest.mark.parametrize("use_mask", [True, False])
+def test_a_pool_on_the_learners_own_cross_attention_blames_it_when_it_is_wrong(use_mask):
+    # a third reader: built on its own cross_attention that ignores the mask, the pool was told
+    # 'the mask is ignored: turn the (batch, n) mask into (batch, 1, n)', which it had done
+    namespace: dict = {}
+    exec(_LEARNER_POOL_ON_OWN_CROSS.format(use_mask=use_mask), namespace)  # noqa: S102
+    result = check_result("ex06.attention_pool", namespace["attention_pool"])
+    assert result.status == ("passed" if use_mask else "failed"), result.feedback
+    assert ("fix cross_attention first" in result.feedback) != use_mask, result.feedback

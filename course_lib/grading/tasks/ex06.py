@@ -94,6 +94,14 @@ CROSS_MISTAKES = {
     "softmax runs over the keys, the memory positions, the last axis: softmax(dim=-1)",
     "float32_scale": FLOAT32_SCALE,
     "scaled_after_softmax": SCALED_AFTER_SOFTMAX,
+    "inf_after_softmax": "you filled the masked positions with -inf AFTER the softmax, so the "
+    "weights hold -inf and the output NaN: two right steps in the wrong order. Fill the masked "
+    "SCORES first, scores.masked_fill(~memory_mask, float('-inf')), then take the softmax",
+    "memory_zeroed": "zeroing the padded memory positions still gives each a score of 0, and "
+    "exp(0) = 1: they keep weight. Leave memory as it is and fill their SCORES with -inf before "
+    "the softmax, where memory_mask is False",
+    "float32_softmax": ATTENTION_MISTAKES["float32_softmax"],
+    "swapped": ATTENTION_MISTAKES["swapped"],
 }
 
 
@@ -114,6 +122,8 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
     sizes |= {"by_d_k": d_k**2, "times_sqrt": 1 / d_k, "lesson_d_k": 4, "scaled_after_softmax": 1}
     sizes["float32_scale"] = float(torch.tensor(float(d_k)).sqrt()) ** 2  # a float32 root, squared
     sizes |= {"by_sqrt_n_kv": read.shape[-2], "by_sqrt_n_q": queries.shape[-2]}
+    if mistake == "memory_zeroed" and mask is not None:  # memory * mask: pads read as 0, unmasked
+        read, mask = read * mask.transpose(-2, -1), None
     keys = read @ (w_q if mistake == "keys_with_w_q" else w_k)
     if mistake == "transpose_1_2":  # so that wrong_attention's k.transpose(-2, -1) is (1, 2)
         keys = keys.transpose(1, 2).transpose(-2, -1)
@@ -122,6 +132,11 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
     if mistake == "bmm":  # torch.bmm(q, k.transpose(1, 2)): right, but 3-D only
         torch.bmm(queries @ w_q, keys.transpose(-2, -1))
     values = read @ (w_k if mistake == "values_with_w_k" else w_v)
+    if mistake == "float32_softmax":  # F.softmax(scores, -1, dtype=torch.float32).to(x.dtype)
+        scores = (queries @ w_q) @ keys.transpose(-2, -1) / d_k**0.5
+        scores = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(-1, dtype=torch.float32).to(scores.dtype)
+        return weights @ values, weights
     output, weights = wrong_attention(
         queries @ w_q,
         keys,
@@ -131,7 +146,7 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
         fill=0.0 if mistake == "masked_with_zero" else float("-inf"),
         dim={"softmax_over_queries": -2, "softmax_over_batch": 0}.get(mistake, -1),
         inverted=mistake.startswith("mask_inverted"),
-        zero_after=mistake in ("zero_after", "renormalised"),
+        zero_after=mistake in ("zero_after", "renormalised", "inf_after_softmax"),
         nan_to_zero=mistake != "mask_inverted_nan",
         renormalised=mistake == "renormalised",
         log=mistake == "log_softmax",
@@ -139,7 +154,10 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
     if mistake == "scaled_after_softmax":  # softmax(q k^T) / sqrt(d_k): the rows sum to less
         weights = weights / d_k**0.5
         output = weights @ values
-    return output, weights
+    if mistake == "inf_after_softmax" and mask is not None:  # the -inf fill after the softmax
+        weights = weights.masked_fill(~mask, float("-inf"))
+        output = weights @ values
+    return (weights, output) if mistake == "swapped" else (output, weights)
 
 
 FAR_BLOCKED = "the blocked memory position scores 300 above the allowed one"
@@ -290,6 +308,11 @@ SUBLAYER_MISTAKES = {
     "post_norm_query_normed": "post-norm normalises only the sum, norm(x + attn(x, memory)): its "
     "attention reads x itself, not norm(x) (normalising the attention's input is pre-norm's, "
     "x + attn(norm(x), memory), which does not normalise the sum)",
+    "pre_norm_of_x": "pre-norm adds the attention of norm(x) to x itself: x + attn(norm(x), "
+    "memory), not norm(x) + attn(x, memory) (the attention reads the normalised copy, the "
+    "residual carries x as it is)",
+    "pre_unnormed": "your pre-norm branch never calls self.norm: pre-norm normalises the "
+    "attention's input, x + attn(norm(x), memory, memory, memory_mask), and adds it to x itself",
 }
 
 
@@ -329,6 +352,10 @@ class WrongSublayer(nn.Module):
 
         if mistake == "post_norm_of_x" and not self.norm_first:  # norm(x) + attn(x, memory)
             return self.norm(x) + attend(x)
+        if mistake == "pre_norm_of_x" and self.norm_first:  # norm(x) + attn(x, memory)
+            return self.norm(x) + attend(x)
+        if mistake == "pre_unnormed" and self.norm_first:  # x + attn(x, memory): no norm at all
+            return x + attend(x)
         if mistake == "post_norm_query_normed" and not self.norm_first:  # h = norm(x) in both
             return self.norm(x + attend(self.norm(x)))
         slip = "pre_post_swapped" if mistake == "norm_swapped" else mistake
@@ -439,6 +466,11 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
         mask = mask.unsqueeze(-1 if mistake == "mask_last_axis" else -2)  # (batch, n, 1): slip
     mask = None if mistake == "mask_ignored" else mask
     values = x @ (w_k if mistake == "values_with_w_k" else w_v)
+    if mistake == "float32_softmax":  # F.softmax(scores, -1, dtype=torch.float32).to(x.dtype)
+        scores = q @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5
+        scores = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(-1, dtype=torch.float32).to(scores.dtype)
+        return weights @ values, weights
     pooled, weights = wrong_attention(
         q,
         keys,
@@ -448,7 +480,7 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
         fill=0.0 if mistake == "fill_zero" else float("-inf"),
         dim={"softmax_over_queries": -2, "softmax_over_batch": 0}.get(mistake, -1),
         inverted=mistake.startswith("mask_inverted"),
-        zero_after=mistake in ("zero_after", "renormalised"),
+        zero_after=mistake in ("zero_after", "renormalised", "inf_after_softmax"),
         nan_to_zero=mistake == "mask_inverted_zeroed",
         renormalised=mistake == "renormalised",
         log=mistake == "log_softmax",
@@ -456,7 +488,10 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
     if mistake == "scaled_after_softmax":  # softmax(queries k^T) / sqrt(d_k)
         weights = weights / queries.shape[-1] ** 0.5
         pooled = weights @ values
-    return pooled, weights
+    if mistake == "inf_after_softmax" and mask is not None:  # the -inf fill after the softmax
+        weights = weights.masked_fill(~mask, float("-inf"))
+        pooled = weights @ values
+    return (weights, pooled) if mistake == "swapped" else (pooled, weights)
 
 
 POOL_MISTAKES = {
@@ -507,6 +542,11 @@ POOL_MISTAKES = {
     "softmax(dim=-1)",
     "float32_scale": FLOAT32_SCALE,
     "scaled_after_softmax": SCALED_AFTER_SOFTMAX,
+    "inf_after_softmax": "you filled the padded tokens with -inf AFTER the softmax, so the "
+    "weights hold -inf and the output NaN: two right steps in the wrong order. Fill the SCORES "
+    "first, scores.masked_fill(~mask[:, None, :], float('-inf')), then take the softmax",
+    "float32_softmax": ATTENTION_MISTAKES["float32_softmax"],
+    "swapped": "the return order is swapped: return (pooled, weights), the pooled vectors first",
 }
 
 
@@ -519,6 +559,9 @@ class AttentionPool(Task):
     )
     reference = "course_lib.cross_attention.attention_pool"
     backward = True  # the queries and weights are learned: its gradients are judged too
+    # a pool may call the learner's own cross_attention (identity w_q): a mistake there is
+    # told as 'fix cross_attention first', not as this task's hint for a slip not made here
+    depends_on = ("cross_attention",)
     mistake_table = POOL_MISTAKES
     wrong = staticmethod(_pool)
     forbidden = (
