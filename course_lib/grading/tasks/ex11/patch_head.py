@@ -52,6 +52,11 @@ MISTAKES = {
         "broadcast over the batch): sequence b takes its own clean output, so keep the whole "
         "(batch, seq, d_head) slice, clean[..., cols], and assign it to z[..., cols]"
     ),
+    "last_position": (
+        "you patched the last position only: the head outputs what it output on the clean "
+        "input at EVERY position, so replace its whole (batch, seq, d_head) slice, "
+        "z[..., cols] = clean[..., cols], not z[:, -1, cols]"
+    ),
     "hooks_left": (
         "a hook is still registered after your function returned (the clean run's recording "
         "hook or the patching hook): remove each one, in a `finally`"
@@ -123,6 +128,9 @@ def wrong_patch(model, clean_ids, corrupted_ids, layer, head, *, mistake):
         z = args[0].clone() * (mistake != "others_zeroed")  # the other heads zeroed
         kept = z[..., part] if mistake == "added" else 0.0  # += instead of =
         clean = saved[0][:1] if mistake == "batch_row0" else saved[0]  # row 0, broadcast
+        if mistake == "last_position":  # one position patched, as at one token in Meng et al.
+            z[:, -1, part] = clean[:, -1, part]
+            return (z,)
         z[..., part] = kept + clean[..., part]
         return (z,)
 
