@@ -933,3 +933,64 @@ def test_weights_restored_from_a_view_are_told_to_clone():
     result = check_result("ex11.ablate_head", _ablate_restoring_a_view)
     assert result.status == "failed", result.feedback
     assert "w[:, cols].clone(): w[:, cols] alone is a view" in result.feedback, result.feedback
+
+
+HUNTED_THIRD_F11 = [  # #hunt-f11, third reader: task, edits, a phrase of the hint
+    (  # lm_head.weight without its transpose: was told to fix the HEADS' product
+        "direct_logit_attribution",
+        [
+            (
+                "model.lm_head((p - p.mean(-1, keepdim=True)) / scale * model.norm.weight)",
+                "((p - p.mean(-1, keepdim=True)) / scale * model.norm.weight) "
+                "@ model.lm_head.weight",
+            )
+        ],
+        "the unembedding is model.lm_head(x)",
+    ),
+    (  # the divisor read before the last layer: 'None of the usual single mistakes'
+        "direct_logit_attribution",
+        [("model.norm.register_forward_pre_hook", "model.layers[-1].register_forward_pre_hook")],
+        "a pre-hook on model.layers[-1] reads the stream before the last layer",
+    ),
+    (  # divided by the divisor twice: was told only that it divided by var + eps
+        "direct_logit_attribution",
+        [("/ scale * model.norm.weight", "/ scale / scale * model.norm.weight")],
+        "or by the divisor twice",
+    ),
+    (  # the last position only patched: 'None of the usual single mistakes'
+        "patch_head",
+        [("z[..., cols] = clean[0]", "z[:, -1, cols] = clean[0][:, -1]")],
+        "you patched the last position only",
+    ),
+    (  # mean ablation over each sequence's positions: a bare 'your result is X, expected Y'
+        "ablate_head",
+        [
+            (
+                "z[..., head * d_head : (head + 1) * d_head] = 0.0",
+                "z[..., head * d_head : (head + 1) * d_head] = z[\n"
+                "        ..., head * d_head : (head + 1) * d_head\n"
+                "    ].mean(dim=1, keepdim=True)",
+            )
+        ],
+        "this task asks for ZERO ablation",
+    ),
+    (  # torch.cat for torch.stack: a bare shape message
+        "attention_patterns",
+        [("return torch.stack(patterns)", "return torch.cat(patterns)")],
+        "torch.stack(patterns) puts them on a NEW first axis",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "name,edits,words", HUNTED_THIRD_F11, ids=[h[2][:40] for h in HUNTED_THIRD_F11]
+)
+@pytest.mark.parametrize("seed", [0, 5])
+def test_third_f11_hunt_slips_get_their_own_hint(solution, name, edits, words, seed):
+    task = get_task(f"ex11.{name}")
+    wrong = _solution_with(solution, name, *edits)
+    cases = task.cases(torch.Generator().manual_seed(seed))  # 0: the notebook's seed
+    result = judge(task, cases, run_cases(task, wrong, cases))
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert words in result.feedback and "None of the usual" not in result.feedback
+    assert "matching COLUMNS of out_proj.weight" not in result.feedback, result.feedback
