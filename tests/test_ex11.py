@@ -974,6 +974,18 @@ HUNTED_THIRD_F11 = [  # #hunt-f11, third reader: task, edits, a phrase of the hi
         ],
         "this task asks for ZERO ablation",
     ),
+    (  # the clean output kept in a mutable default: crashed on the next case's shape, no hint
+        "patch_head",
+        [
+            ("layer, head):", "layer, head, clean=[]):"),
+            ("    clean = []\n", ""),
+            (
+                "clean.append(a[0][..., cols])",
+                "clean.append(a[0][..., cols]) if not clean else None",
+            ),
+        ],
+        "the clean output came from an earlier call",
+    ),
     (  # torch.cat for torch.stack: a bare shape message
         "attention_patterns",
         [("return torch.stack(patterns)", "return torch.cat(patterns)")],
@@ -994,3 +1006,12 @@ def test_third_f11_hunt_slips_get_their_own_hint(solution, name, edits, words, s
     assert result.status == "failed" and result.score < result.max_score, result.feedback
     assert words in result.feedback and "None of the usual" not in result.feedback
     assert "matching COLUMNS of out_proj.weight" not in result.feedback, result.feedback
+
+
+def test_a_clean_input_of_the_wrong_width_is_not_called_stale(solution):
+    """#hunt-f11: only a clean slice of the head's width with another batch or seq gets the
+    stale hint; the whole out_proj input assigned to the head's slice is another slip."""
+    wrong = _solution_with(solution, "patch_head", ("a[0][..., cols]", "a[0]"))
+    result = check_result("ex11.patch_head", wrong)
+    assert result.status == "failed" and "must match the existing size" in result.feedback
+    assert "earlier call" not in result.feedback, result.feedback
