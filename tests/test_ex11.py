@@ -986,6 +986,11 @@ HUNTED_THIRD_F11 = [  # #hunt-f11, third reader: task, edits, a phrase of the hi
         ],
         "the clean output came from an earlier call",
     ),
+    (  # diagonal without dim1 and dim2 (dims 0 and 1: layers, batch): a bare shape message
+        "induction_scores",
+        [("patterns[..., queries, keys]", "patterns.diagonal(-(period - 1))[..., -period:]")],
+        "without dim1 and dim2 reads a stripe of dims 0 and 1",
+    ),
     (  # torch.cat for torch.stack: a bare shape message
         "attention_patterns",
         [("return torch.stack(patterns)", "return torch.cat(patterns)")],
