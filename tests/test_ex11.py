@@ -957,6 +957,11 @@ HUNTED_THIRD_F11 = [  # #hunt-f11, third reader: task, edits, a phrase of the hi
         [("/ scale * model.norm.weight", "/ scale / scale * model.norm.weight")],
         "or by the divisor twice",
     ),
+    (  # the norm's weight (its scale, gamma) applied twice: 'None of the usual single mistakes'
+        "direct_logit_attribution",
+        [("/ scale * model.norm.weight", "/ scale * model.norm.weight * model.norm.weight")],
+        "the final norm's weight (model.norm.weight) is applied twice",
+    ),
     (  # the last position only patched: 'None of the usual single mistakes'
         "patch_head",
         [("z[..., cols] = clean[0]", "z[:, -1, cols] = clean[0][:, -1]")],

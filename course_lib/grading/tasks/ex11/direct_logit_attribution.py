@@ -41,6 +41,11 @@ MISTAKES = {
     ),
     "no_weight": "the final norm's weight (gamma, model.norm.weight) is missing: multiply "
     "each part by it after centring and dividing",
+    "weight_twice": (
+        "the final norm's weight (model.norm.weight) is applied twice (once on each part and "
+        "again, say, folded into the unembedding): multiply each part by it once, after "
+        "centring and dividing, then apply model.lm_head as it is"
+    ),
     "ff_first": (
         "the order of the parts: embeddings, then for each layer its heads 0 .. H-1 and "
         "THEN its feed-forward"
@@ -181,7 +186,8 @@ def wrong_attribution(model, ids, *, mistake):
             mean = (final[0] if mistake == "stream_mean" else part).mean(-1, keepdim=True)
             centred = part if mistake == "no_centre" else part - mean
             divided = centred if mistake == "no_scale" else centred / scale
-            normed = divided if mistake == "no_weight" else divided * norm.weight
+            weight = norm.weight * norm.weight if mistake == "weight_twice" else norm.weight
+            normed = divided if mistake == "no_weight" else divided * weight
         out.append(model.lm_head(normed))
     with torch.no_grad():
         return torch.stack(out).detach()
