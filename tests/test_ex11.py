@@ -933,3 +933,95 @@ def test_weights_restored_from_a_view_are_told_to_clone():
     result = check_result("ex11.ablate_head", _ablate_restoring_a_view)
     assert result.status == "failed", result.feedback
     assert "w[:, cols].clone(): w[:, cols] alone is a view" in result.feedback, result.feedback
+
+
+HUNTED_THIRD_F11 = [  # #hunt-f11, third reader: task, edits, a phrase of the hint
+    (  # lm_head.weight without its transpose: was told to fix the HEADS' product
+        "direct_logit_attribution",
+        [
+            (
+                "model.lm_head((p - p.mean(-1, keepdim=True)) / scale * model.norm.weight)",
+                "((p - p.mean(-1, keepdim=True)) / scale * model.norm.weight) "
+                "@ model.lm_head.weight",
+            )
+        ],
+        "the unembedding is model.lm_head(x)",
+    ),
+    (  # the divisor read before the last layer: 'None of the usual single mistakes'
+        "direct_logit_attribution",
+        [("model.norm.register_forward_pre_hook", "model.layers[-1].register_forward_pre_hook")],
+        "a pre-hook on model.layers[-1] reads the stream before the last layer",
+    ),
+    (  # divided by the divisor twice: was told only that it divided by var + eps
+        "direct_logit_attribution",
+        [("/ scale * model.norm.weight", "/ scale / scale * model.norm.weight")],
+        "or by the divisor twice",
+    ),
+    (  # the norm's weight (its scale, gamma) applied twice: 'None of the usual single mistakes'
+        "direct_logit_attribution",
+        [("/ scale * model.norm.weight", "/ scale * model.norm.weight * model.norm.weight")],
+        "the final norm's weight (model.norm.weight) is applied twice",
+    ),
+    (  # the last position only patched: 'None of the usual single mistakes'
+        "patch_head",
+        [("z[..., cols] = clean[0]", "z[:, -1, cols] = clean[0][:, -1]")],
+        "you patched the last position only",
+    ),
+    (  # mean ablation over each sequence's positions: a bare 'your result is X, expected Y'
+        "ablate_head",
+        [
+            (
+                "z[..., head * d_head : (head + 1) * d_head] = 0.0",
+                "z[..., head * d_head : (head + 1) * d_head] = z[\n"
+                "        ..., head * d_head : (head + 1) * d_head\n"
+                "    ].mean(dim=1, keepdim=True)",
+            )
+        ],
+        "this task asks for ZERO ablation",
+    ),
+    (  # the clean output kept in a mutable default: crashed on the next case's shape, no hint
+        "patch_head",
+        [
+            ("layer, head):", "layer, head, clean=[]):"),
+            ("    clean = []\n", ""),
+            (
+                "clean.append(a[0][..., cols])",
+                "clean.append(a[0][..., cols]) if not clean else None",
+            ),
+        ],
+        "the clean output came from an earlier call",
+    ),
+    (  # diagonal without dim1 and dim2 (dims 0 and 1: layers, batch): a bare shape message
+        "induction_scores",
+        [("patterns[..., queries, keys]", "patterns.diagonal(-(period - 1))[..., -period:]")],
+        "without dim1 and dim2 reads a stripe of dims 0 and 1",
+    ),
+    (  # torch.cat for torch.stack: a bare shape message
+        "attention_patterns",
+        [("return torch.stack(patterns)", "return torch.cat(patterns)")],
+        "torch.stack(patterns) puts them on a NEW first axis",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "name,edits,words", HUNTED_THIRD_F11, ids=[h[2][:40] for h in HUNTED_THIRD_F11]
+)
+@pytest.mark.parametrize("seed", [0, 5])
+def test_third_f11_hunt_slips_get_their_own_hint(solution, name, edits, words, seed):
+    task = get_task(f"ex11.{name}")
+    wrong = _solution_with(solution, name, *edits)
+    cases = task.cases(torch.Generator().manual_seed(seed))  # 0: the notebook's seed
+    result = judge(task, cases, run_cases(task, wrong, cases))
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert words in result.feedback and "None of the usual" not in result.feedback
+    assert "matching COLUMNS of out_proj.weight" not in result.feedback, result.feedback
+
+
+def test_a_clean_input_of_the_wrong_width_is_not_called_stale(solution):
+    """#hunt-f11: only a clean slice of the head's width with another batch or seq gets the
+    stale hint; the whole out_proj input assigned to the head's slice is another slip."""
+    wrong = _solution_with(solution, "patch_head", ("a[0][..., cols]", "a[0]"))
+    result = check_result("ex11.patch_head", wrong)
+    assert result.status == "failed" and "must match the existing size" in result.feedback
+    assert "earlier call" not in result.feedback, result.feedback

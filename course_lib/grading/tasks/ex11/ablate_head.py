@@ -17,6 +17,10 @@ from ._models import (
     repeated,
 )
 
+_MEAN = (  # over the batch and positions, or each sequence's own over its positions
+    "you replaced the head's output by its mean (mean ablation); this task asks for "
+    "ZERO ablation: set the head's slice to 0"
+)
 # "no_effect" comes before "rows": zeroing rows can also change nothing on a drawn case, and this
 # hint (which names the columns) is then true for both.
 MISTAKES = {
@@ -88,10 +92,8 @@ MISTAKES = {
         "you zeroed sequence POSITIONS: z[:, a:b] slices dim 1 of (batch, seq, num_heads * "
         "d_head), the positions; head h's features are the LAST dim, z[..., h*d_head:(h+1)*d_head]"
     ),
-    "mean": (
-        "you replaced the head's output by its mean (mean ablation); this task asks for "
-        "ZERO ablation: set the head's slice to 0"
-    ),
+    "mean": _MEAN,
+    "mean_positions": _MEAN,  # each sequence's own mean over its positions, mean(1)
     "row0": (
         "your loss reads row 0 of the batch only: it is the loss over the whole batch, not row "
         "0, the mean over every row and position, logits[:, :-1] against ids[:, 1:] (flattened)"
@@ -141,14 +143,15 @@ def wrong_ablation(model, ids, layer, head, *, mistake):
         else slice(which * d_head, (which + 1) * d_head)
     )
     clean = loss()
-    if mistake in ("mean", "positions"):  # mean ablation: the head's mean output over these ids
+    if mistake in ("mean", "mean_positions", "positions"):  # the head's mean, or positions zeroed
 
         def replace(module, args):
             z = args[0].clone()
             if mistake == "positions":  # the slice on dim 1, the positions
                 z[:, part] = 0.0
             else:
-                z[..., part] = z[..., part].mean(dim=(0, 1))
+                dims = (1,) if mistake == "mean_positions" else (0, 1)
+                z[..., part] = z[..., part].mean(dim=dims, keepdim=True)
             return (z,)
 
         handle = attns[0].out_proj.register_forward_pre_hook(replace)

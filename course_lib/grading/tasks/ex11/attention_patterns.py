@@ -71,6 +71,11 @@ MISTAKES = {
         "not fit; `try:` ... `finally:` removes the hooks without an `except`"
     ),
     "list": "return one tensor (torch.stack of the per-layer patterns), not a list",
+    "cat": (
+        "torch.cat joins the layers' patterns along their batch axis, (num_layers * batch, "
+        "num_heads, seq, seq): torch.stack(patterns) puts them on a NEW first axis, "
+        "(num_layers, batch, num_heads, seq, seq)"
+    ),
     "average_kwarg": (
         "the course's self_attn is not nn.MultiheadAttention and takes no "
         "average_attn_weights: its weights already come per head, (batch, num_heads, seq, "
@@ -121,6 +126,8 @@ def wrong_patterns(model, ids, *, mistake=""):
     if mistake == "late_slot":  # a tensor made first, every hook writing the last layer's slot
         stacked = torch.stack(patterns)
         return torch.cat([torch.zeros_like(stacked[:-1]), stacked[-1:]])
+    if mistake == "cat":  # the layers end to end along the batch axis
+        return torch.cat(patterns)
     if mistake == "batch_first":
         return torch.stack(patterns, dim=1)
     if mistake == "heads_averaged":

@@ -11,6 +11,7 @@ from ._models import (
     LESSON,
     NO_FINALLY,
     ModelTask,
+    build,
     circuit_spec,
     close,
     model_case,
@@ -40,6 +41,11 @@ MISTAKES = {
     ),
     "no_weight": "the final norm's weight (gamma, model.norm.weight) is missing: multiply "
     "each part by it after centring and dividing",
+    "weight_twice": (
+        "the final norm's weight (model.norm.weight) is applied twice (once on each part and "
+        "again, say, folded into the unembedding): multiply each part by it once, after "
+        "centring and dividing, then apply model.lm_head as it is"
+    ),
     "ff_first": (
         "the order of the parts: embeddings, then for each layer its heads 0 .. H-1 and "
         "THEN its feed-forward"
@@ -59,7 +65,7 @@ MISTAKES = {
     ),
     "no_sqrt": (
         "the divisor is the square ROOT of var + eps, the standard deviation: you divided by "
-        "var + eps itself; take (var + eps).sqrt()"
+        "var + eps itself (or by the divisor twice); take (var + eps).sqrt() and divide once"
     ),
     "var_over_seq": (
         "the variance is over d_model, the LAST axis of the (batch, seq, d_model) stream: "
@@ -77,6 +83,11 @@ MISTAKES = {
     "ff_input": (
         "the feed-forward's part is its OUTPUT (a forward hook on layer.feed_forward, reading "
         "`output`); a pre-hook sees its input, the normed stream going in"
+    ),
+    "last_layer_input": (
+        "the divisor comes from the stream AFTER the last layer, the input of model.norm (a "
+        "forward pre-hook on model.norm); a pre-hook on model.layers[-1] reads the stream "
+        "before the last layer, without what that layer added"
     ),
     "norm_output": (
         "the divisor comes from the INPUT of model.norm (a forward pre-hook), the stream before "
@@ -104,6 +115,10 @@ ORDER = (  # the right parts in another order: no single listed slip, so `diagno
     "by layer its heads 0 .. H-1 followed by its feed-forward (layer 0's heads, layer 0's "
     "feed-forward, layer 1's heads, ...)"
 )
+UNEMBEDDING = (  # lm_head.weight (vocab, d_model) used without its transpose
+    "the unembedding is model.lm_head(x), or x @ model.lm_head.weight.T: lm_head.weight is "
+    "(vocab, d_model), so x @ model.lm_head.weight does not fit"
+)
 HEAD_PRODUCT = (  # for a product whose shapes do not fit: rows, or columns not transposed
     "head h's part is its slice of out_proj's input, (..., d_head), times the matching COLUMNS "
     "of out_proj.weight, transposed: w[:, h * d_head : (h + 1) * d_head].T, (d_head, d_model)"
@@ -126,6 +141,8 @@ def wrong_attribution(model, ids, *, mistake):
         )
     if mistake == "norm_output":  # the norm's output, already normalised
         handles.append(model.norm.register_forward_hook(lambda m, a, o: final.append(o)))
+    elif mistake == "last_layer_input":  # the stream before the last layer
+        handles.append(model.layers[-1].register_forward_pre_hook(lambda m, a: final.append(a[0])))
     else:
         handles.append(model.norm.register_forward_pre_hook(lambda m, a: final.append(a[0])))
     with torch.no_grad():
@@ -169,7 +186,8 @@ def wrong_attribution(model, ids, *, mistake):
             mean = (final[0] if mistake == "stream_mean" else part).mean(-1, keepdim=True)
             centred = part if mistake == "no_centre" else part - mean
             divided = centred if mistake == "no_scale" else centred / scale
-            normed = divided if mistake == "no_weight" else divided * norm.weight
+            weight = norm.weight * norm.weight if mistake == "weight_twice" else norm.weight
+            normed = divided if mistake == "no_weight" else divided * weight
         out.append(model.lm_head(normed))
     with torch.no_grad():
         return torch.stack(out).detach()
@@ -191,7 +209,10 @@ class DirectLogitAttribution(ModelTask):
         except RuntimeError as error:
             if "cannot be multiplied" not in str(error):
                 raise
-            message = f"your code raised RuntimeError: {error}. Hint: {HEAD_PRODUCT}"
+            config = build(case.data["model"]).config
+            unembedding = f"and {config.vocab_size}x{config.d_model})" in str(error)
+            hint = UNEMBEDDING if unembedding else HEAD_PRODUCT
+            message = f"your code raised RuntimeError: {error}. Hint: {hint}"
             raise GradingError(message) from None
 
     def diagnose(self, got, want, case):

@@ -67,6 +67,11 @@ MISTAKES = {
         "only the queries of the second copy (i = T .. 2T - 1) have an earlier copy to "
         "look back to; the first copy's queries must not be averaged in"
     ),
+    "default_dims": (
+        "patterns.diagonal(offset) without dim1 and dim2 reads a stripe of dims 0 and 1, the "
+        "layers and the batch: pass the queries' and keys' dims, the last two, "
+        "patterns.diagonal(-(T - 1), -2, -1)"
+    ),
     "over_heads": _AXIS,
     "over_batch_only": _AXIS,
     "batch_row0": (
@@ -118,7 +123,8 @@ def wrong_scores(model, ids, *, mistake):
         "previous_token": 1,
     }.get(mistake, period - 1)
     sign = 1 if mistake == "upper_stripe" else -1  # +: above the diagonal, the future
-    stripe = patterns.diagonal(sign * offset, -2, -1)  # (layers, batch, heads, k)
+    dims = (0, 1) if mistake == "default_dims" else (-2, -1)  # diagonal's defaults: 0 and 1
+    stripe = patterns.diagonal(sign * offset, *dims)  # (layers, batch, heads, k)
     queries = {
         "all_queries": stripe,
         "queries_off_by_one": stripe[..., :period],

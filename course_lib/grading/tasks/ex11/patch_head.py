@@ -3,11 +3,12 @@ the corrupted input with one head's output taken from the clean run."""
 
 from __future__ import annotations
 
+import re
 import weakref
 
 import torch
 
-from ...core import Case, register
+from ...core import Case, GradingError, register
 from ..common import randint
 from ._models import (
     LESSON,
@@ -52,6 +53,11 @@ MISTAKES = {
         "broadcast over the batch): sequence b takes its own clean output, so keep the whole "
         "(batch, seq, d_head) slice, clean[..., cols], and assign it to z[..., cols]"
     ),
+    "last_position": (
+        "you patched the last position only: the head outputs what it output on the clean "
+        "input at EVERY position, so replace its whole (batch, seq, d_head) slice, "
+        "z[..., cols] = clean[..., cols], not z[:, -1, cols]"
+    ),
     "hooks_left": (
         "a hook is still registered after your function returned (the clean run's recording "
         "hook or the patching hook): remove each one, in a `finally`"
@@ -81,6 +87,17 @@ MISTAKES = {
         "model's d_head = d_model // num_heads"
     ),
 }
+
+
+# "Target sizes: [3, 6, 8].  Tensor sizes: [2, 7, 8]": a clean slice of the head's width whose
+# batch or seq is not this call's, so it came from another call
+_SIZES = re.compile(r"Target sizes: \[([\d, ]*)\]\.\s+Tensor sizes: \[([\d, ]*)\]")
+
+
+def _other_call(message: str) -> bool:
+    sizes = _SIZES.search(message)
+    target, tensor = (sizes.group(i).split(", ") for i in (1, 2)) if sizes else ([], [])
+    return len(target) == len(tensor) == 3 and target[2] == tensor[2] and target != tensor
 
 
 _FIRST = weakref.WeakKeyDictionary()  # "stale": the clean output of a model's first call
@@ -123,6 +140,9 @@ def wrong_patch(model, clean_ids, corrupted_ids, layer, head, *, mistake):
         z = args[0].clone() * (mistake != "others_zeroed")  # the other heads zeroed
         kept = z[..., part] if mistake == "added" else 0.0  # += instead of =
         clean = saved[0][:1] if mistake == "batch_row0" else saved[0]  # row 0, broadcast
+        if mistake == "last_position":  # one position patched, as at one token in Meng et al.
+            z[:, -1, part] = clean[:, -1, part]
+            return (z,)
         z[..., part] = kept + clean[..., part]
         return (z,)
 
@@ -145,6 +165,15 @@ class PatchHead(ModelTask):
     mistake_table = MISTAKES
     wrong = staticmethod(wrong_patch)
     atol = 1e-4
+
+    def call(self, obj, case):
+        try:
+            return super().call(obj, case)
+        except RuntimeError as error:  # a clean slice of an earlier call's (batch, seq) shape
+            if not _other_call(str(error)):
+                raise
+            hint = MISTAKES["stale"]
+            raise GradingError(f"your code raised RuntimeError: {error}. Hint: {hint}") from None
 
     def cases(self, gen):
         cases = []
