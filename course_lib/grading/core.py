@@ -1077,7 +1077,11 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
     if message is None and want_gradients is not None:  # right values: are they learnable?
         message = compare_gradients(got_gradients, want_gradients)
         listed = message and want_hint and _listed_hint(task, case, got, gradients=got_gradients)
-        return f"{message.split(' Hint: ')[0].rstrip('.')}. Hint: {listed}" if listed else message
+        if not listed:
+            return message
+        # the named cause first: "your result is right, but ..." read as if the result were fine
+        cause = listed if listed.endswith(".") else f"{listed}."
+        return f"Hint: {cause} Here {message.split(' Hint: ')[0].rstrip('.')}"
     if message is None or not want_hint:
         return message
     hint = _listed_hint(task, case, got) or task.diagnose(got, want, case)
