@@ -907,3 +907,66 @@ def test_f05_a_padding_mask_cut_at_the_first_pad_is_named():
     # before: 'None of the usual single mistakes' on the left-padded case
     result = check_result("ex05.padding_mask", _padding_up_to_the_first_pad)
     assert result.status == "failed" and "first padding token" in result.feedback, result.feedback
+
+
+# ---- l14: a loose comparison, a mask multiplied in, a fixed-size causal table ------------------
+
+
+def _dependency_isclose(f, x):  # a loose comparison: isclose(atol=1e-2) takes 1e-3 for nothing
+    if x.dim() != 3:
+        raise ValueError(f"x must be (batch, seq, d), got {x.dim()} dimensions")
+    before, seq = f(x), x.shape[1]
+    result = torch.zeros(seq, seq, dtype=torch.bool)
+    for j in range(seq):
+        y = x.clone()
+        y[:, j] += torch.randn_like(y[:, j])
+        result[:, j] = (~torch.isclose(f(y), before, atol=1e-2)).any(-1).any(0)
+    return result
+
+
+def test_l14_a_loose_comparison_fails_under_every_seed_with_its_hint():
+    # before: full marks in the notebook and under several hidden seeds (1, 2 and 7 of 0-10):
+    # no case had a dependency that moves the outputs by less than 1e-2 every time
+    from course_lib.grading.core import course_state, judge, learner_namespace, run_cases
+
+    task = get_task("ex05.dependency_matrix")
+    for seed in range(8):
+        with course_state():
+            cases = task.cases(torch.Generator().manual_seed(seed))
+            namespace = learner_namespace(_dependency_isclose)
+            run = run_cases(task, _dependency_isclose, cases, namespace)
+            result = judge(task, cases, run)
+        assert result.status == "failed", seed
+    result = check_result("ex05.dependency_matrix", _dependency_isclose)
+    assert "you missed faint dependencies" in result.feedback, result.feedback
+
+
+def test_l14_attention_that_multiplies_the_scores_by_the_mask_is_named():
+    # before: 'you filled the masked scores with 0', though the learner wrote scores * mask
+    def learner(q, k, v, mask):
+        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) * mask, dim=-1)
+        return weights @ v, weights
+
+    result = check_result("ex05.masked_attention", learner)
+    assert result.status == "failed" and "scores * mask does that" in result.feedback
+
+
+def test_l14_weights_multiplied_by_the_mask_after_the_softmax_are_told_what_to_do():
+    # before: 'the rows that have at least one allowed key must sum to 1', and nothing more
+    def learner(q, k, v, mask):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        weights = torch.softmax(scores * mask, dim=-1) * mask
+        return weights @ v, weights
+
+    result = check_result("ex05.masked_attention", learner)
+    assert result.status == "failed" and "multiplying them by the mask" in result.feedback
+
+
+@pytest.mark.parametrize("size, sliced", [(32, True), (32, False), (8, True)])
+def test_l14_a_causal_mask_from_a_fixed_table_of_any_size_is_named(size, sliced):
+    # before: only a 16 x 16 table was named; 'your result has shape (32, 32), expected (40, 40)'
+    table = torch.ones(size, size, dtype=torch.bool).tril()
+    result = check_result("ex05.causal_mask", lambda n: table[:n, :n] if sliced else table)
+    assert result.status == "failed" and "a table of a fixed size" in result.feedback, (
+        result.feedback
+    )

@@ -1742,3 +1742,58 @@ class FFTanhForGeluTanh(FFLearner):  # the name 'gelu_tanh' read as tanh
 def test_f07b_another_function_for_the_named_activation_is_named(learner, words):
     result = status("ex07.FeedForward", learner)
     assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+# ---- l14: slips that got 'None of the usual single mistakes', or a message that led elsewhere --
+
+
+class FFDropoutWithoutTraining(FFLearner):  # F.dropout's training=True default: drops in eval
+    def __init__(self, d_model, d_ff, dropout=0.0, **kwargs):
+        super().__init__(d_model, d_ff, dropout, **kwargs)
+        self.p = dropout
+
+    def forward(self, x):
+        return self.linear2(F.dropout(self.activation(self.linear1(x)), self.p))
+
+
+class _TanhGeluSquared(nn.Module):
+    def forward(self, h):
+        return 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**2)))
+
+
+class FFTanhGeluSquared(FFLearner):  # h ** 2 for h ** 3 in the tanh approximation
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", **kwargs):
+        super().__init__(d_model, d_ff, dropout, activation=activation, **kwargs)
+        if activation == "gelu_tanh":
+            self.activation = _TanhGeluSquared()
+
+
+def rms_eps_rooted(x, weight, eps=1e-6):  # sqrt(ms) + sqrt(eps): the root split over the sum
+    return x / (x.pow(2).mean(-1, keepdim=True).sqrt() + math.sqrt(eps)) * weight
+
+
+class DecMemoryNorm1(DecLearner):  # pre-norm: memory normalised by the self-attention's norm1
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if not self.norm_first:
+            return super().forward(x, memory, self_mask, memory_mask)
+        h = self.norm1(x)
+        x = x + self.self_attn(h, h, h, mask=self_mask)[0]
+        m = self.norm1(memory)
+        x = x + self.multihead_attn(self.norm2(x), m, m, mask=memory_mask)[0]
+        return x + self.linear2(F.relu(self.linear1(self.norm3(x))))
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        # before: 'your result is right, but its gradient ...' first, the dropout hint after it
+        ("ex07.FeedForward", FFDropoutWithoutTraining, "never: Hint: the dropout also drops"),
+        # before: 'None of the usual single mistakes gives this result' (all three)
+        ("ex07.FeedForward", FFTanhGeluSquared, "cubes h inside the tanh"),
+        ("ex07.rms_norm", rms_eps_rooted, "a square root of a sum is not the sum of the roots"),
+        ("ex07.DecoderLayer", DecMemoryNorm1, "norm1 belongs to the self-attention's input"),
+    ],
+)
+def test_l14_slips_are_named(task_id, learner, words):
+    result = check_result(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback

@@ -689,6 +689,9 @@ NOTEBOOK_STATES = {  # what a learner's earlier cell leaves on: the checks must 
     "float64 default": lambda: torch.set_default_dtype(torch.float64),
     "grad off": lambda: torch.set_grad_enabled(False),
     "seeded just before": lambda: torch.manual_seed(1234),
+    # l14: 'the checker could not run (Cannot copy out of meta tensor; no data!)' before
+    "meta default device": lambda: torch.set_default_device("meta"),
+    "cpu default device": lambda: torch.set_default_device("cpu"),
 }
 
 
@@ -711,14 +714,17 @@ def test_a_notebooks_state_fails_no_right_answer_and_the_check_leaves_it_as_it_w
     saved = torch.get_default_dtype(), torch.is_grad_enabled()
     try:
         NOTEBOOK_STATES[state]()
-        before = torch.get_default_dtype(), torch.is_grad_enabled(), torch.get_rng_state()
+        before = torch.get_default_dtype(), torch.is_grad_enabled(), torch.get_default_device()
+        rng = torch.get_rng_state()
         result = check_result(task_id, learner)
-        after = torch.get_default_dtype(), torch.is_grad_enabled(), torch.get_rng_state()
+        after = torch.get_default_dtype(), torch.is_grad_enabled(), torch.get_default_device()
+        rng_after = torch.get_rng_state()
     finally:
         torch.set_default_dtype(saved[0])
         torch.set_grad_enabled(saved[1])
+        torch.set_default_device(None)
     assert result.status == "passed" and result.score == result.max_score, result.feedback
-    assert before[:2] == after[:2] and torch.equal(before[2], after[2])
+    assert before == after and torch.equal(rng, rng_after)
 
 
 def test_a_check_run_in_inference_mode_still_back_propagates():
@@ -840,3 +846,18 @@ def test_g13_a_gradient_pass_that_cannot_run_is_told_its_cause(learner, words):
     result = check_result("ex02.softmax", learner)
     assert result.status == "failed" and words in result.feedback, result.feedback
     assert "in-place" not in result.feedback and ".. " not in result.feedback, result.feedback
+
+
+def test_a_nan_gradient_is_named_as_nan_not_as_a_cut_graph():
+    # l14: before, 'its gradient with respect to q is not (largest difference nan) ... Hint: a
+    # .detach(), torch.no_grad() or .data on part of the computation', a cause not written
+    def learner(q, k, v, slope):  # the bias put in through log(weights): 0 weights, 1/0 grads
+        i, j = torch.arange(q.shape[-2])[:, None], torch.arange(k.shape[-2])[None, :]
+        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1)
+        weights = torch.softmax(weights.log() - slope * (i - j).abs().to(q.dtype), -1)
+        return weights @ v, weights
+
+    result = check_result("ex02.distance_biased_attention", learner)
+    assert result.status == "failed", result.feedback
+    assert "holds NaN where the right one is finite" in result.feedback, result.feedback
+    assert "log(w) of a weight that is 0" in result.feedback and ".detach()" not in result.feedback

@@ -400,15 +400,18 @@ def run_cases(task: Task, obj: Any, cases: list[Case], namespace: dict | None = 
 @contextlib.contextmanager
 def course_state():
     """The state every check runs in, whatever a notebook's earlier cells set: float32 as the
-    default dtype (what the cases and references assume), gradients on and inference mode off (a
+    default dtype and the CPU as the default device (what the cases and references assume;
+    torch.set_default_device("meta") made every check crash), gradients on and inference mode off (a
     task that wants none turns them off itself), no anomaly detection (it raises on the NaN
     gradient of a fully masked row that a right answer then zeroes), warnings only printed, not
     raised as errors. All of it, and the global RNG the checks draw from, is restored
     afterwards: the learner's next cell sees the state and the random stream it left."""
     dtype = torch.get_default_dtype()
     torch.set_default_dtype(torch.float32)
+    on_cpu = torch.get_default_device().type == "cpu"  # set_default_device("meta") or "cuda"
     try:
         with (
+            contextlib.nullcontext() if on_cpu else torch.device("cpu"),  # the cases are on CPU
             torch.inference_mode(False),
             torch.enable_grad(),
             torch.random.fork_rng(devices=[]),
@@ -661,6 +664,17 @@ def compare_gradients(got: dict | None, want: dict) -> str | None:
         mine = got.get(name)
         if grad is None or not isinstance(mine, Tensor) or mine.shape != grad.shape:
             continue
+        if (~mine.isfinite() & grad.isfinite()).any():  # log(w) of a weight that underflowed
+            bad = "NaN" if mine.isnan().any() else "inf"
+            return (
+                f"your result is right, but its gradient with respect to {name} holds {bad} "
+                "where the right one is finite, so one training step would turn every parameter "
+                f"into {bad}. Hint: a {bad} gradient comes from a step whose derivative blows up "
+                "where a value is 0 or underflows to 0: log(w) of a weight that is 0 (its "
+                "derivative is 1/w), sqrt(x) at x = 0, x / y with y = 0. Compute without that "
+                "step (add a bias to the scores instead of taking log of the weights), or keep "
+                "the value away from 0"
+            )
         if not _gradients_close(mine, grad):
             gap = (mine.double() - grad.double()).abs().max().item()
             return (
@@ -1063,7 +1077,11 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
     if message is None and want_gradients is not None:  # right values: are they learnable?
         message = compare_gradients(got_gradients, want_gradients)
         listed = message and want_hint and _listed_hint(task, case, got, gradients=got_gradients)
-        return f"{message.split(' Hint: ')[0].rstrip('.')}. Hint: {listed}" if listed else message
+        if not listed:
+            return message
+        # the named cause first: "your result is right, but ..." read as if the result were fine
+        cause = listed if listed.endswith(".") else f"{listed}."
+        return f"Hint: {cause} Here {message.split(' Hint: ')[0].rstrip('.')}"
     if message is None or not want_hint:
         return message
     hint = _listed_hint(task, case, got) or task.diagnose(got, want, case)

@@ -94,7 +94,17 @@ class CausalMask(Task):
     reference = "course_lib.masking.causal_mask"
     mistake_table = CAUSAL_MISTAKES
     wrong = staticmethod(wrong_causal_mask)
-    diagnose = _not_bool
+
+    def diagnose(self, got, want, case):
+        size = got.shape[0] if isinstance(got, torch.Tensor) and got.dim() == 2 else None
+        if size and got.shape == (size, size) and size != case.args[0]:  # any table size
+            if torch.equal(got.bool(), torch.ones(size, size, dtype=torch.bool).tril()):
+                return (
+                    f"your mask is ({size}, {size}) for n={case.args[0]}: it comes from a table "
+                    "of a fixed size (a block_size table, sliced [:n, :n] or not sliced): build "
+                    "it for the n you are given, torch.ones(n, n, dtype=torch.bool).tril()"
+                )
+        return _not_bool(self, got, want, case)
 
     def cases(self, gen):
         return [Case(f"n={n}", (n,)) for n in (5, 2, 8, 1, 40)]
@@ -262,8 +272,9 @@ ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives t
     "renormalised": RENORMALISED_HINT,
     "zero_after": "you zeroed the masked weights AFTER the softmax without renormalising, so the "
     "rows no longer sum to 1. Fill the masked SCORES with -inf before the softmax",
-    "fill_zero": "you filled the masked scores with 0, but exp(0) = 1: masked keys still get "
-    "weight. Fill them with -inf, whose exp is exactly 0",
+    "fill_zero": "you filled the masked scores with 0 (scores * mask does that), but exp(0) = 1: "
+    "masked keys still get weight. Fill them with -inf, whose exp is exactly 0: "
+    "scores.masked_fill(~mask, float('-inf'))",
     "nan_rows": "a fully masked row is softmax of all -inf = 0/0 = NaN. Give such rows zero "
     "weights and a zero output (e.g. softmax of a finite row, then zero the masked weights)",
     "large_negative": "a large negative fill (-1e9) works for partly masked rows, but a fully "
@@ -459,7 +470,11 @@ class MaskedAttention(Task):
         sums = weights.double().sum(-1)
         any_key = mask.any(-1)
         if not torch.allclose(sums[any_key], torch.ones_like(sums[any_key]), atol=1e-4):
-            return "the rows that have at least one allowed key must sum to 1"
+            return (
+                "the rows that have at least one allowed key must sum to 1 (zeroing the masked "
+                "weights after the softmax, or multiplying them by the mask, leaves them short): "
+                "fill the masked scores with -inf before the softmax"
+            )
         if (sums[~any_key].abs() > 1e-6).any():
             return "a fully masked row must have all-zero weights"
         if compare_values(weights, want[1]) is None:  # the output came from other weights
@@ -602,10 +617,13 @@ class _Probe(torch.nn.Module):
     (batch, seq, d) -> (batch, seq, d_out) with a fixed bool mask, (seq, seq) or (batch, seq,
     seq), True = may attend. A query that may attend to nothing gives 0 (and a gradient of 0);
     with `skip_feature_0`, feature 0 of x is never read; with `centred`, only differences of
-    features (x - x.flip(-1)), blind to adding one number to all. A module, so cases pickle."""
+    features (x - x.flip(-1)), blind to adding one number to all; with `faint` (a position),
+    that position is read at 1e-3 of its size, so its dependencies move outputs by less than 1e-2.
+    A module, so cases pickle."""
 
-    def __init__(self, mask, gen, d, d_out, dtype, skip_feature_0=False, centred=False):
+    def __init__(self, mask, gen, d, d_out, dtype, skip_feature_0=False, centred=False, faint=None):
         super().__init__()
+        self.faint = faint
         self.register_buffer("mask", mask)
         self.register_buffer("w_qkv", randn(gen, 3, d, d, dtype=dtype) * d**-0.5)
         self.register_buffer("w_out", randn(gen, d, d_out, dtype=dtype) * d**-0.5)
@@ -619,6 +637,9 @@ class _Probe(torch.nn.Module):
             x = torch.cat((torch.zeros_like(x[..., :1]), x[..., 1:]), dim=-1)
         if self.centred:
             x = x - x.flip(-1)
+        if self.faint is not None:
+            p = self.faint
+            x = torch.cat((x[:, :p], x[:, p : p + 1] * 1e-3, x[:, p + 1 :]), dim=1)
         q, k, v = x @ self.w_qkv[0], x @ self.w_qkv[1], x @ self.w_qkv[2]
         some = self.mask.any(-1, keepdim=True)  # a query that may attend to something
         scores = (q @ k.transpose(-2, -1)) * x.shape[-1] ** -0.5  # no near one-hot rows: an
@@ -717,6 +738,13 @@ class DependencyMatrix(Task):
                 "each feature by its own amount (torch.randn(d)) and compare with != or .abs(), "
                 "not a signed sum over features"
             )
+        if case.args[0].faint is not None and missed_only:  # isclose(atol=1e-2), allclose
+            return (
+                "you missed faint dependencies: this f reads position 2 at 1e-3 of its size, so "
+                "changing it moves the outputs by less than 1e-2, which a loose comparison "
+                "(isclose or allclose with atol=1e-2, abs() > 1e-2) takes for no change. Any "
+                "change counts: compare with != (or a gradient with != 0)"
+            )
         if missed_only:  # (after - before) > tol: an output that moved down was not counted
             return (
                 "you missed dependencies (and marked none too many): an output that moves in "
@@ -781,4 +809,12 @@ class DependencyMatrix(Task):
             batch=1,
             d_out=1,
         )
-        return [*cases[:-1], opposed, one_feature, cases[-1]]
+        faint = case(  # drawn last: every dependency on position 2 moves outputs by < 1e-2
+            "causal attention that reads position 2 at 1e-3 of its size, x (2, 6, 8): a "
+            "dependency can be faint",
+            causal,
+            faint=2,
+        )
+        # faint before the centred case: a loose comparison misses dependencies there too, and
+        # that case's hint speaks of signed sums
+        return [*cases[:8], faint, *cases[8:-1], opposed, one_feature, cases[-1]]

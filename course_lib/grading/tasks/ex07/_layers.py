@@ -121,6 +121,8 @@ def activation_with(name: str, mistake: str):
         return lambda h: h * torch.sigmoid(1.702 * h)
     if mistake == "gelu_tanh_as_tanh" and name == "gelu_tanh":
         return torch.tanh
+    if mistake == "gelu_tanh_squared" and name == "gelu_tanh":  # h ** 2 for h ** 3
+        return lambda h: 0.5 * h * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (h + 0.044715 * h**2)))
     if name not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {name!r}")
     return ACTIVATIONS[name]
@@ -205,6 +207,7 @@ class WrongLayer(nn.Module):
 
         def cross_attention(h):
             keys = {"cross_on_x": h, "memory_normed": self.norm2(memory)}.get(mistake, memory)
+            keys = self.norm1(memory) if mistake == "memory_norm1" else keys
             queries = memory if mistake == "queries_from_memory" else h
             queries = self.norm1(x) if mistake == "pre_stale_query" else queries  # h of sub-layer 1
             if mistake == "queries_from_memory":

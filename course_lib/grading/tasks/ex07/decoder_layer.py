@@ -39,6 +39,10 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "memory_normed": "memory goes into the cross-attention as it is: norm2 normalises the target "
     "side only (in pre-norm, the queries; memory was already normalised by the "
     "encoder's final LayerNorm), as in lesson 06's cross-attention sub-layer",
+    "memory_norm1": "memory goes into the cross-attention as it is: norm1 belongs to the "
+    "self-attention's input (norm2 to the cross-attention's queries), and memory was already "
+    "normalised by the encoder's final LayerNorm: multihead_attn(norm2(x), memory, memory, ...) "
+    "in pre-norm",
     "masks_inverted": layers.MASK_INVERTED.replace("the mask is", "the masks are"),
     "self_mask_inverted": "self_mask is inverted (~causal is PyTorch's tgt_mask, True = "
     "blocked): here True means 'may attend', so pass the causal mask as it is, like memory_mask",

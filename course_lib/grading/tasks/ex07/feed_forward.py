@@ -48,6 +48,8 @@ MISTAKES = {
     "gelu_tanh_as_tanh": "activation='gelu_tanh' is GELU's tanh approximation, F.gelu(h, "
     "approximate='tanh'), not torch.tanh itself: 0.5 * h * (1 + tanh(sqrt(2 / pi) * (h + "
     "0.044715 * h ** 3)))",
+    "gelu_tanh_squared": "GELU's tanh approximation cubes h inside the tanh: 0.5 * h * (1 + "
+    "tanh(sqrt(2 / pi) * (h + 0.044715 * h ** 3))), not h ** 2; or F.gelu(h, approximate='tanh')",
     "activation_ignored": layers.ACTIVATION_IGNORED,
     "residual": "the feed-forward network has no residual connection of its own: return "
     "linear2(dropout(relu(linear1(x)))); the layer that uses it adds x",

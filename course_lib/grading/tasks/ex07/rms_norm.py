@@ -18,6 +18,9 @@ MISTAKES = {
     "RMSNorm only divides by the root mean square, sqrt(mean(x**2) + eps), and keeps "
     "the mean",
     "eps_outside": "eps goes inside the square root: sqrt(mean(x**2) + eps)",
+    "eps_rooted": "sqrt(mean(x**2)) + sqrt(eps) is not sqrt(mean(x**2) + eps): a square root "
+    "of a sum is not the sum of the roots. Add eps under the one square root: "
+    "torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)",
     "batch_axis": "the mean is over the last dimension (each vector's d features): "
     "mean(dim=-1, keepdim=True)",
     "no_sqrt": "divide by the ROOT mean square: take the square root of mean(x**2) + eps",
@@ -82,8 +85,8 @@ def wrong_rms_norm(x, weight, eps=None, *, mistake=""):
         mean_square = x.mean(dim=dim, keepdim=keepdim).pow(2)
     else:
         mean_square = x.pow(2).mean(dim=dim, keepdim=keepdim)
-    if mistake == "eps_outside":
-        rms = torch.sqrt(mean_square) + eps
+    if mistake in ("eps_outside", "eps_rooted"):
+        rms = torch.sqrt(mean_square) + (eps**0.5 if mistake == "eps_rooted" else eps)
     else:
         rms = mean_square + eps if mistake == "no_sqrt" else torch.sqrt(mean_square + eps)
         halves = {
