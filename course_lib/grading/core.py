@@ -672,8 +672,8 @@ def compare_gradients(got: dict | None, want: dict) -> str | None:
                 f"into {bad}. Hint: a {bad} gradient comes from a step whose derivative blows up "
                 "where a value is 0 or underflows to 0: log(w) of a weight that is 0 (its "
                 "derivative is 1/w), sqrt(x) at x = 0, x / y with y = 0. Compute without that "
-                "step (add a bias to the scores instead of taking log of the weights), or keep "
-                "the value away from 0"
+                "step, or keep the value away from 0 (in attention: add a bias to the scores "
+                "rather than taking the log of the weights)"
             )
         if not _gradients_close(mine, grad):
             gap = (mine.double() - grad.double()).abs().max().item()
