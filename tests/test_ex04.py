@@ -1,9 +1,9 @@
 """Grader tests for ex04: the reference passes, each named mistake fails with its hint,
 other correct routes pass, calling the reference is refused, a stub is "not implemented"."""
 
-import functools
 import math
 
+import numpy as np
 import pytest
 import torch
 from helpers import task_statement
@@ -604,21 +604,44 @@ def _sinusoid_from_the_blog(seq_len, d_model):
     return pe
 
 
-def _rope(seq_axis=-2, raise_on_odd=True, half=False):
+def _rope(slip="", half=False):
+    """A learner's RoPE, adjacent pairs (or the halves with `half`): right, or with the one slip
+    named, or a right variant ("numpy angles")."""
+
     def apply_rope(x, positions=None):
-        d = x.shape[-1]
-        if raise_on_odd and d % 2:
-            raise ValueError("the last dimension must be even")
-        if positions is None:
-            positions = torch.arange(x.shape[seq_axis])
-        frequencies = 1.0 / 10000 ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
-        angles = positions[:, None].double() * frequencies  # (seq, d / 2)
-        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        seq, d = x.shape[1 if slip == "x.shape[1] as seq" else -2], x.shape[-1]
+        if d % 2 and slip != "no odd check":
+            raise ValueError(f"the last dimension must be even, got {d}")
+        positions = torch.arange(seq) if positions is None else positions
+        i = torch.arange(d // 2, dtype=torch.float64) + (slip == "pair from 1")
+        omega = 10000.0 ** (-2 * i / (d - 1 if slip == "d - 1" else d))
+        if slip == "numpy angles":  # right: np.outer of the positions as float64, then torch
+            angles = torch.from_numpy(np.outer(np.asarray(positions, np.float64), omega.numpy()))
+        elif slip == "row":  # positions[None, :]: a row, not a column
+            angles = positions.double()[None, :] * omega
+        else:
+            column = positions.double()[:, None]
+            angles = (column / seq if slip == "positions / seq" else column) * omega
+        angles = angles * {"times pi": math.pi, "2 pi": 2 * math.pi}.get(slip, 1)
+        cos, sin = angles.cos(), angles.sin()
+        if slip == "x cast to float32":  # as some libraries do
+            x, cos, sin = x.float(), cos.float(), sin.float()
+        elif slip != "cos, sin kept float64":
+            cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+        if slip == "cat(dim=0)":  # Hugging Face's table, joined on the wrong axis
+            table = torch.cat((angles, angles), dim=0)
+            first, second = x.chunk(2, dim=-1)
+            return x * table.cos() + torch.cat((-second, first), -1) * table.sin()
         if half:
-            x1, x2 = x[..., : d // 2], x[..., d // 2 :]
-            return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
-        x1, x2 = x[..., 0::2], x[..., 1::2]
-        return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+            x0, x1 = x.chunk(2) if slip == "chunk" else x.chunk(2, dim=-1)
+        else:
+            x0, x1 = x[..., 0::2], x[..., 1::2]
+        if slip == "not swapped":  # rotate_half as cat((-x1, x2)), the halves left in place
+            cos2, sin2 = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
+            return x * cos2 + torch.cat((-x0, x1), -1) * sin2
+        r0 = x0 * cos + x1 * sin if slip == "no minus" else x0 * cos - x1 * sin
+        r1 = x0 * sin + x1 * cos
+        return torch.cat((r0, r1), -1) if half else torch.stack((r0, r1), -1).flatten(-2)
 
     return apply_rope
 
@@ -627,8 +650,8 @@ def _rope(seq_axis=-2, raise_on_odd=True, half=False):
     "task_id, learner, words",
     [
         ("ex04.sinusoidal_positional_encoding", _sinusoid_from_the_blog, "a well-known blog"),
-        ("ex04.apply_rope", _rope(seq_axis=1), "x.shape[1] is seq only"),
-        ("ex04.apply_rope_half", _rope(seq_axis=1, half=True), "x.shape[1] is seq only"),
+        ("ex04.apply_rope", _rope("x.shape[1] as seq"), "x.shape[1] is seq only"),
+        ("ex04.apply_rope_half", _rope("x.shape[1] as seq", half=True), "x.shape[1] is seq only"),
     ],
 )
 def test_a_learners_slip_fails_the_notebook_check_with_its_own_hint(task_id, learner, words):
@@ -639,7 +662,7 @@ def test_a_learners_slip_fails_the_notebook_check_with_its_own_hint(task_id, lea
 
 def test_an_odd_d_without_a_valueerror_is_not_sent_to_the_positions_hint():
     # it raised RuntimeError on the odd case and was told about positions=None (misleading)
-    result = check_result("ex04.apply_rope", _rope(raise_on_odd=False))
+    result = check_result("ex04.apply_rope", _rope("no odd check"))
     assert result.status == "failed", result.feedback
     assert "expected a ValueError" in result.feedback, result.feedback
     assert "positions=None" not in result.feedback.split("raised", 1)[1], result.feedback
@@ -875,23 +898,6 @@ def _shift_by_hand(offset, d_model, dtype=torch.float64, upper_sign=1.0):
     return matrix
 
 
-def _rope_dtype_slip(cast_x):
-    """RoPE whose result lost x's dtype: float64 cos/sin not cast back (cast_x False), or x
-    cast to float32 first as some libraries do (cast_x True)."""
-
-    def rope(x, positions=None):
-        require_even(x.shape[-1])
-        positions = torch.arange(x.shape[-2]) if positions is None else positions
-        angles = positions.double()[:, None] * frequencies(x.shape[-1])  # float64
-        cos, sin = angles.cos(), angles.sin()
-        if cast_x:
-            x, cos, sin = x.float(), cos.float(), sin.float()
-        x0, x1 = x[..., 0::2], x[..., 1::2]
-        return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), -1).flatten(-2)
-
-    return rope
-
-
 def _rotate_half_without_minus(x, positions=None):
     """Hugging Face's x * cos + rotate_half(x) * sin with rotate_half = cat((x2, x1)): the
     minus of -x2 forgotten."""
@@ -901,15 +907,6 @@ def _rotate_half_without_minus(x, positions=None):
     table = torch.cat((angles, angles), dim=-1)
     x1, x2 = x.chunk(2, dim=-1)
     return x * table.cos().to(x.dtype) + torch.cat((x2, x1), dim=-1) * table.sin().to(x.dtype)
-
-
-def _rope_adjacent_without_minus(x, positions=None):
-    require_even(x.shape[-1])
-    positions = torch.arange(x.shape[-2]) if positions is None else positions
-    angles = positions.double()[:, None] * frequencies(x.shape[-1])
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-    x0, x1 = x[..., 0::2], x[..., 1::2]
-    return torch.stack((x0 * cos + x1 * sin, x0 * sin + x1 * cos), -1).flatten(-2)
 
 
 @pytest.mark.parametrize(
@@ -923,10 +920,10 @@ def _rope_adjacent_without_minus(x, positions=None):
             lambda n, d: pe_stack(n, d).double(),
             "return the result .float()",
         ),
-        ("ex04.apply_rope", _rope_dtype_slip(cast_x=False), "convert them with .to(x.dtype)"),
-        ("ex04.apply_rope", _rope_dtype_slip(cast_x=True), "a cast such as .float() on x"),
+        ("ex04.apply_rope", _rope("cos, sin kept float64"), "convert them with .to(x.dtype)"),
+        ("ex04.apply_rope", _rope("x cast to float32"), "a cast such as .float() on x"),
         ("ex04.apply_rope_half", _rotate_half_without_minus, "lost its minus sign"),
-        ("ex04.apply_rope", _rope_adjacent_without_minus, "lost its minus sign"),
+        ("ex04.apply_rope", _rope("no minus"), "lost its minus sign"),
         (
             "ex04.relative_shift_matrix",
             lambda o, d: _shift_by_hand(o, d, torch.float32, upper_sign=-1.0),
@@ -956,56 +953,47 @@ def test_an_integer_table_keeps_the_generic_dtype_hint():
 # ---- hunt R12: rarer slips that got 'None of the usual single mistakes' ----------------------
 
 
-def _r12_encoding(slip):
+def _table(slip=""):
+    """A learner's sinusoidal table: right, or with the one slip named, or a right variant
+    ("logspace right")."""
+
     def sinusoidal_positional_encoding(seq_len, d_model):
-        require_even(d_model)
+        if d_model % 2:
+            raise ValueError(f"d_model must be even, got {d_model}")
         positions = torch.arange(seq_len, dtype=torch.float64)[:, None]
-        if slip == "positions / seq_len":
-            positions = positions / seq_len
-        angles = positions * frequencies(d_model)
-        angles = math.pi * angles if slip == "times pi" else angles
+        positions = positions / seq_len if slip == "positions / seq_len" else positions
+        positions = positions.T if slip == "row" else positions  # unsqueeze(0): (1, seq)
+        i = torch.arange(d_model // 2, dtype=torch.float64) + (slip == "pair from 1")
+        omega = 10000.0 ** (-2 * i / (d_model - 1 if slip == "d - 1" else d_model))
+        if slip == "logspace":
+            omega = torch.logspace(0, -4, d_model // 2, dtype=torch.float64)
+        if slip == "logspace right":  # exponents 0 .. -4 (d - 2) / d: the right frequencies
+            omega = torch.logspace(
+                0, -4 * (d_model - 2) / d_model, d_model // 2, dtype=torch.float64
+            )
+        angles = positions * omega * {"times pi": math.pi, "2 pi": 2 * math.pi}.get(slip, 1)
         pe = torch.zeros(seq_len, d_model, dtype=torch.float64)
-        pe[:, 0::2], pe[:, 1::2] = angles.sin(), angles.cos()
+        pe[:, 0::2] = angles.sin()
+        pe[:, 1::2] = -angles.cos() if slip == "-cos" else angles.cos()
         return pe.float()
 
     return sinusoidal_positional_encoding
 
 
-def _r12_rope(slip, halves=False):
-    def rope(x, positions=None):
-        seq, d = x.shape[-2:]
-        require_even(d)
-        positions = torch.arange(seq) if positions is None else positions
-        positions = positions.double()[:, None]
-        positions = positions / seq if slip == "positions / seq" else positions
-        angles = positions * frequencies(d)  # (seq, d / 2)
-        angles = math.pi * angles if slip == "times pi" else angles
-        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-        if slip == "cat(dim=0)":  # Hugging Face's table, joined on the wrong axis
-            table = torch.cat((angles, angles), dim=0)
-            first, second = x.chunk(2, dim=-1)
-            return x * table.cos() + torch.cat((-second, first), -1) * table.sin()
-        x0, x1 = (x[..., : d // 2], x[..., d // 2 :]) if halves else (x[..., 0::2], x[..., 1::2])
-        r0, r1 = x0 * cos - x1 * sin, x0 * sin + x1 * cos
-        return torch.cat((r0, r1), -1) if halves else torch.stack((r0, r1), -1).flatten(-2)
-
-    return rope
-
-
 @pytest.mark.parametrize(
     "task_id, learner, words",
     [
-        ("ex04.sinusoidal_positional_encoding", _r12_encoding("times pi"), "multiplied by pi"),
+        ("ex04.sinusoidal_positional_encoding", _table("times pi"), "multiplied by pi"),
         (
             "ex04.sinusoidal_positional_encoding",
-            _r12_encoding("positions / seq_len"),
+            _table("positions / seq_len"),
             "divided the positions by seq_len",
         ),
-        ("ex04.apply_rope", _r12_rope("times pi"), "multiplied by pi"),
-        ("ex04.apply_rope", _r12_rope("positions / seq"), "divided the positions by seq"),
-        ("ex04.apply_rope_half", _r12_rope("times pi", True), "multiplied by pi"),
-        ("ex04.apply_rope_half", _r12_rope("positions / seq", True), "divided the positions"),
-        ("ex04.apply_rope_half", _r12_rope("cat(dim=0)", True), "dim=0 stacks them below"),
+        ("ex04.apply_rope", _rope("times pi"), "multiplied by pi"),
+        ("ex04.apply_rope", _rope("positions / seq"), "divided the positions by seq"),
+        ("ex04.apply_rope_half", _rope("times pi", half=True), "multiplied by pi"),
+        ("ex04.apply_rope_half", _rope("positions / seq", half=True), "divided the positions"),
+        ("ex04.apply_rope_half", _rope("cat(dim=0)", half=True), "dim=0 stacks them below"),
         (
             "ex04.relative_shift_matrix",
             lambda o, d: _shift_by_hand(math.pi * o, d, torch.float32),
@@ -1022,9 +1010,9 @@ def test_an_r12_slip_is_named(task_id, learner, words):
 @pytest.mark.parametrize(
     "task_id, learner",
     [
-        ("ex04.sinusoidal_positional_encoding", _r12_encoding("")),
-        ("ex04.apply_rope", _r12_rope("")),
-        ("ex04.apply_rope_half", _r12_rope("", True)),
+        ("ex04.sinusoidal_positional_encoding", _table("")),
+        ("ex04.apply_rope", _rope("")),
+        ("ex04.apply_rope_half", _rope("", half=True)),
         ("ex04.relative_shift_matrix", lambda o, d: _shift_by_hand(o, d, torch.float32)),
     ],
 )
@@ -1056,23 +1044,6 @@ def test_d12_a_rotation_cut_from_the_graph_fails(task_id, half):
 # ---- f04: the gradient pass judges x alone; new rows for slips that got no name ---------------
 
 
-def _rope_through_numpy(half=False):
-    """Correct: the angles computed with numpy from the positions (np.outer), then torch."""
-    import numpy as np
-
-    def rope(x, positions=None):
-        seq, d = x.shape[-2:]
-        require_even(d)
-        positions = torch.arange(seq) if positions is None else positions
-        angles = torch.from_numpy(np.outer(np.asarray(positions, dtype=np.float64), frequencies(d)))
-        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-        x0, x1 = (x[..., : d // 2], x[..., d // 2 :]) if half else (x[..., 0::2], x[..., 1::2])
-        r0, r1 = x0 * cos - x1 * sin, x0 * sin + x1 * cos
-        return torch.cat((r0, r1), -1) if half else torch.stack((r0, r1), -1).flatten(-2)
-
-    return rope
-
-
 @pytest.mark.parametrize(
     "task_id, half", [("ex04.apply_rope", False), ("ex04.apply_rope_half", True)]
 )
@@ -1080,24 +1051,8 @@ def test_rope_reading_float_positions_with_numpy_passes(task_id, half):
     # the gradient pass made float positions require grad, so np.asarray(positions) raised
     # "Can't call numpy() on Tensor that requires grad" (10/12, with an in-place hint); the
     # positions are not learned (the reference detaches them): only x is judged
-    result = check_result(task_id, _rope_through_numpy(half))
+    result = check_result(task_id, _rope("numpy angles", half=half))
     assert result.status == "passed", result.feedback
-
-
-def _f04_encoding(slip):
-    def sinusoidal_positional_encoding(seq_len, d_model):
-        require_even(d_model)
-        positions = torch.arange(seq_len, dtype=torch.float32)[:, None]
-        positions = positions.T if slip == "row" else positions  # unsqueeze(0): (1, seq)
-        two_i = torch.arange(0, d_model, 2, dtype=torch.float32)
-        denominator = d_model - 1 if slip == "d - 1" else d_model
-        frequencies = 10000.0 ** (-two_i / denominator)
-        angles = positions * frequencies * (2 * math.pi if slip == "2 pi" else 1)
-        pe = torch.zeros(seq_len, d_model)
-        pe[:, 0::2], pe[:, 1::2] = torch.sin(angles), torch.cos(angles)
-        return pe
-
-    return sinusoidal_positional_encoding
 
 
 def _f04_shift(slip):
@@ -1116,45 +1071,21 @@ def _f04_shift(slip):
     return relative_shift_matrix
 
 
-def _f04_rope(slip, half=False):
-    def rope(x, positions=None):
-        seq, d = x.shape[-2:]
-        require_even(d)
-        positions = torch.arange(seq) if positions is None else positions
-        denominator = d - 1 if slip == "d - 1" else d
-        omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / denominator)
-        positions = positions.double()[None, :] if slip == "row" else positions.double()[:, None]
-        angles = positions * omega * (2 * math.pi if slip == "2 pi" else 1)
-        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-        if half:
-            x0, x1 = x.chunk(2) if slip == "chunk" else x.chunk(2, dim=-1)
-        else:
-            x0, x1 = x[..., 0::2], x[..., 1::2]
-        if slip == "not swapped":  # rotate_half as cat((-x1, x2)), the halves left in place
-            return x * torch.cat((cos, cos), -1) + torch.cat((-x0, x1), -1) * torch.cat(
-                (sin, sin), -1
-            )
-        r0, r1 = x0 * cos - x1 * sin, x0 * sin + x1 * cos
-        return torch.cat((r0, r1), -1) if half else torch.stack((r0, r1), -1).flatten(-2)
-
-    return rope
-
-
 _F04_SLIPS = [
-    ("ex04.sinusoidal_positional_encoding", _f04_encoding, "d - 1", "divided by d_model - 1"),
-    ("ex04.sinusoidal_positional_encoding", _f04_encoding, "2 pi", "multiplied by 2 pi"),
+    ("ex04.sinusoidal_positional_encoding", _table, "d - 1", "divided by d_model - 1"),
+    ("ex04.sinusoidal_positional_encoding", _table, "2 pi", "multiplied by 2 pi"),
     ("ex04.relative_shift_matrix", _f04_shift, "d - 1", "divided by d_model - 1"),
     ("ex04.relative_shift_matrix", _f04_shift, "2 pi", "multiplied by 2 pi"),
     ("ex04.relative_shift_matrix", _f04_shift, "repeat", "cos.repeat_interleave(2)"),
-    ("ex04.apply_rope", _f04_rope, "d - 1", "divided by d - 1"),
-    ("ex04.apply_rope", _f04_rope, "2 pi", "multiplied by 2 pi"),
-    ("ex04.apply_rope_half", lambda s: _f04_rope(s, True), "d - 1", "divided by d - 1"),
-    ("ex04.apply_rope_half", lambda s: _f04_rope(s, True), "2 pi", "multiplied by 2 pi"),
-    ("ex04.apply_rope_half", lambda s: _f04_rope(s, True), "chunk", "x.chunk(2, dim=-1)"),
-    ("ex04.sinusoidal_positional_encoding", _f04_encoding, "row", "your positions are a row"),
-    ("ex04.apply_rope", _f04_rope, "row", "your positions are a row"),
-    ("ex04.apply_rope_half", lambda s: _f04_rope(s, True), "row", "your positions are a row"),
-    ("ex04.apply_rope_half", lambda s: _f04_rope(s, True), "not swapped", "Swap them too"),
+    ("ex04.apply_rope", _rope, "d - 1", "divided by d - 1"),
+    ("ex04.apply_rope", _rope, "2 pi", "multiplied by 2 pi"),
+    ("ex04.apply_rope_half", lambda s: _rope(s, half=True), "d - 1", "divided by d - 1"),
+    ("ex04.apply_rope_half", lambda s: _rope(s, half=True), "2 pi", "multiplied by 2 pi"),
+    ("ex04.apply_rope_half", lambda s: _rope(s, half=True), "chunk", "x.chunk(2, dim=-1)"),
+    ("ex04.sinusoidal_positional_encoding", _table, "row", "your positions are a row"),
+    ("ex04.apply_rope", _rope, "row", "your positions are a row"),
+    ("ex04.apply_rope_half", lambda s: _rope(s, half=True), "row", "your positions are a row"),
+    ("ex04.apply_rope_half", lambda s: _rope(s, half=True), "not swapped", "Swap them too"),
 ]
 
 
@@ -1174,23 +1105,6 @@ SINUSOIDAL = "ex04.sinusoidal_positional_encoding"
 F64 = torch.float64
 
 
-def _l14_table(seq_len, d_model, *, slip=""):
-    if d_model % 2:
-        raise ValueError(f"d_model must be even, got {d_model}")
-    positions = torch.arange(seq_len, dtype=torch.float64)[:, None]
-    i = torch.arange(d_model // 2, dtype=torch.float64) + (slip == "pair from 1")
-    frequencies = 10000.0 ** (-2 * i / d_model)
-    if slip == "logspace":
-        frequencies = torch.logspace(0, -4, d_model // 2, dtype=torch.float64)
-    if slip == "logspace right":  # exponents 0 .. -4 (d - 2) / d: the right frequencies
-        frequencies = torch.logspace(0, -4 * (d_model - 2) / d_model, d_model // 2, dtype=F64)
-    angles = positions * frequencies
-    pe = torch.zeros(seq_len, d_model, dtype=torch.float64)
-    pe[:, 0::2] = torch.sin(angles)
-    pe[:, 1::2] = -torch.cos(angles) if slip == "-cos" else torch.cos(angles)
-    return pe.float()
-
-
 def _l14_graded(impl, seed):
     task = get_task(SINUSOIDAL)
     cases = task.cases(torch.Generator().manual_seed(seed))
@@ -1208,7 +1122,7 @@ def _l14_graded(impl, seed):
 def test_l14_sinusoidal_slips_are_named_and_fail_under_every_seed(slip, hint):
     # before: 'None of the usual single mistakes' for the first two; logspace was told 'the
     # exponent counts the 2 twice', which it ties with at d_model=4, then the first failing case
-    impl = functools.partial(_l14_table, slip=slip)
+    impl = _table(slip)
     result = check_result(SINUSOIDAL, impl)
     assert result.status == "failed" and hint in result.feedback, result.feedback
     assert "counts the 2 twice" not in result.feedback, result.feedback
@@ -1247,8 +1161,8 @@ def _table_by_python_loops(seq_len, d_model):
 @pytest.mark.parametrize(
     "impl",
     [
-        functools.partial(_l14_table, slip="logspace right"),
-        functools.partial(_l14_table, slip=""),
+        _table("logspace right"),
+        _table(""),
         _table_by_python_loops,
     ],
     ids=["logspace to -4 (d - 2) / d", "arange from 0", "python loops"],
@@ -1259,27 +1173,12 @@ def test_l14_right_variants_keep_full_marks(impl):
         assert graded.status == "passed", (seed, graded.feedback)
 
 
-def _rope_with_pairs_from_1(x, positions=None, *, layout):
-    d = x.shape[-1]
-    if d % 2:
-        raise ValueError(f"d must be even, got {d}")
-    positions = torch.arange(x.shape[-2]) if positions is None else positions
-    i = torch.arange(1, d // 2 + 1, dtype=F64)  # the slip: 1, 2, ..., d / 2
-    angles = positions.to(F64)[:, None] * 10000.0 ** (-2 * i / d)
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-    if layout == "halves":
-        x1, x2 = x[..., : d // 2], x[..., d // 2 :]
-        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
-
-
 @pytest.mark.parametrize(
     ("task_id", "layout"), [("ex04.apply_rope", "adjacent"), ("ex04.apply_rope_half", "halves")]
 )
 def test_l14_rope_with_the_pair_index_from_1_is_named(task_id, layout):
     # the same slip as in the table, in RoPE's frequencies: 'None of the usual single mistakes'
-    impl = functools.partial(_rope_with_pairs_from_1, layout=layout)
+    impl = _rope("pair from 1", half=layout == "halves")
     result = check_result(task_id, impl)
     assert result.status == "failed", result.feedback
     assert "the pair index counts from 1" in result.feedback, result.feedback
