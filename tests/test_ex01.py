@@ -273,10 +273,33 @@ def bpe_encode_lowest_rank_first(ids, merges):
     return ids
 
 
+def _merge_pair_while(slip=""):
+    """The lesson's while loop over ids: right, or with the one slip named."""
+
+    def merge_pair(ids, pair, new_id):
+        out, i = [], 0
+        end = len(ids) - {"stops before the last pair": 2, "appends the last id": 1}.get(slip, 0)
+        while i < end:
+            if slip == "compares a slice":  # a list never equals the tuple
+                found = ids[i : i + 2] == pair
+            elif slip == "reads past the end":  # a bare IndexError when the last id is pair[0]
+                found = ids[i] == pair[0] and ids[i + 1] == pair[1]
+            else:
+                found = i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair
+            out.append(new_id if found else ids[i])
+            i += 2 if found and slip != "one step after a merge" else 1
+        if slip == "appends the last id" and ids:
+            out.append(ids[-1])
+        return out + (list(ids[i:]) if slip == "stops before the last pair" else [])
+
+    return merge_pair
+
+
 BPE_ALTERNATIVES = [
     ("ex01.pair_counts", pair_counts_counter),
     ("ex01.pair_counts", pair_counts_defaultdict),
     ("ex01.merge_pair", merge_pair_with_a_skip_flag),
+    ("ex01.merge_pair", _merge_pair_while("")),
     ("ex01.bpe_encode", bpe_encode_lowest_rank_first),
 ]
 
@@ -663,17 +686,6 @@ def embed_vocab_from_the_last_axis(ids, table):
     return _one_hot_with_checks(ids, table.shape[1]).to(table.dtype) @ table
 
 
-def merge_pair_one_step_after_a_merge(ids, pair, new_id):
-    out, i = [], 0
-    while i < len(ids):
-        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
-            out.append(new_id)
-        else:
-            out.append(ids[i])
-        i += 1
-    return out
-
-
 def cosine_over_flat_norms(E):
     return (E @ E.T) / E.norm(dim=1)
 
@@ -687,7 +699,7 @@ def cosine_over_flat_norms_squared(E):
     ("task_id", "impl", "hint"),
     [
         ("ex01.embed", embed_vocab_from_the_last_axis, "vocab_size from the wrong axis"),
-        ("ex01.merge_pair", merge_pair_one_step_after_a_merge, "step over both, i += 2"),
+        ("ex01.merge_pair", _merge_pair_while("one step after a merge"), "step over both, i += 2"),
         ("ex01.cosine_similarity_matrix", cosine_over_flat_norms, "divides column j by |E_j|"),
         ("ex01.cosine_similarity_matrix", cosine_over_flat_norms_squared, "|E_j|² for column j"),
     ],
@@ -739,20 +751,6 @@ def pair_counts_to_the_last_id(ids):
     return counts
 
 
-def merge_pair_appending_the_last_id(ids, pair, new_id):
-    out, i = [], 0
-    while i < len(ids) - 1:
-        if (ids[i], ids[i + 1]) == pair:
-            out.append(new_id)
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    if ids:
-        out.append(ids[-1])
-    return out
-
-
 def bpe_encode_stopping_at_an_absent_merge(ids, merges):
     for pair, new_id in merges.items():
         if pair not in zip(ids, ids[1:], strict=False):
@@ -796,18 +794,6 @@ def embed_through_rows_of_the_identity(ids, table):  # hunt 2: eye[-1] is a row,
     return torch.eye(table.shape[0], dtype=table.dtype)[ids] @ table
 
 
-def merge_pair_stopping_before_the_last_pair(ids, pair, new_id):  # hunt 2: 'not only the first'
-    out, i = [], 0
-    while i < len(ids) - 2:
-        if (ids[i], ids[i + 1]) == pair:
-            out.append(new_id)
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    return out + list(ids[i:])
-
-
 def cosine_with_an_epsilon_on_every_length(E, eps=1e-6):  # hunt 2: 'more than one thing...'
     unit = E / (E.norm(dim=1, keepdim=True) + eps)
     return unit @ unit.T
@@ -815,18 +801,6 @@ def cosine_with_an_epsilon_on_every_length(E, eps=1e-6):  # hunt 2: 'more than o
 
 def cosine_with_a_tiny_epsilon(E):  # hunt 3: norm + 1e-8 had full marks (all rows were long)
     return cosine_with_an_epsilon_on_every_length(E, eps=1e-8)
-
-
-def merge_pair_reading_past_the_end(ids, pair, new_id):  # hunt 2: a bare IndexError
-    out, i = [], 0
-    while i < len(ids):
-        if ids[i] == pair[0] and ids[i + 1] == pair[1]:
-            out.append(new_id)
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    return out
 
 
 def pair_counts_back_to_front(ids):  # hunt 2: '(3, 9) is missing', no word why
@@ -869,7 +843,7 @@ def bpe_encode_popping_the_merges(ids, merges):  # right order, but the caller's
 NEXT_SLIPS = [
     ("ex01.bpe_encode", bpe_encode_popping_the_merges, "your code changed its input `merges`"),
     ("ex01.pair_counts", pair_counts_back_to_front, "your pairs are back to front"),
-    ("ex01.merge_pair", merge_pair_reading_past_the_end, "ids[i + 1] is past the end"),
+    ("ex01.merge_pair", _merge_pair_while("reads past the end"), "ids[i + 1] is past the end"),
     ("ex01.cosine_similarity_matrix", cosine_with_an_epsilon_on_every_length, "clamp the lengths"),
     ("ex01.cosine_similarity_matrix", cosine_with_a_tiny_epsilon, "clamp the lengths"),
     ("ex01.nearest_neighbours", neighbours_by_argsort_ascending, "(at -inf) came first"),
@@ -878,14 +852,18 @@ NEXT_SLIPS = [
     ("ex01.pair_counts", pair_counts_keyed_by_text, "with the key '(3, 9)', a str, not a tuple"),
     ("ex01.one_hot", one_hot_naming_the_largest_id, "name the id that is out of range (-2)"),
     ("ex01.embed", embed_through_rows_of_the_identity, "a negative id is out of range too"),
-    ("ex01.merge_pair", merge_pair_stopping_before_the_last_pair, "the pair at the very end"),
+    (
+        "ex01.merge_pair",
+        _merge_pair_while("stops before the last pair"),
+        "the pair at the very end",
+    ),
     ("ex01.one_hot", one_hot_refusing_only_float32, "ids of any float dtype must raise"),
     ("ex01.embed", embed_in_float32_cast_back, "multiplied in float32 and converted"),
     ("ex01.cosine_similarity_matrix", cosine_of_the_columns, "E.T @ E compares the d columns"),
     ("ex01.nearest_neighbours", neighbours_of_the_shortened_matrix, "are not rows of E"),
     ("ex01.nearest_neighbours", neighbours_shifted_past_index_only, "not only > index"),
     ("ex01.pair_counts", pair_counts_to_the_last_id, "ids[i + 1] is out of range"),
-    ("ex01.merge_pair", merge_pair_appending_the_last_id, "appended after the loop"),
+    ("ex01.merge_pair", _merge_pair_while("appends the last id"), "appended after the loop"),
     ("ex01.bpe_encode", bpe_encode_stopping_at_an_absent_merge, "continue, not break"),
     ("ex01.nearest_neighbours", neighbours_by_the_lessons_top3, "lesson 01's top3"),
     ("ex01.bpe_encode", bpe_encode_copied_from_encode_chunk, "lesson 01's encode_chunk"),
@@ -1349,18 +1327,6 @@ def _merge_pair_skipping_in_a_for_loop(ids, pair, new_id):
     return merged
 
 
-def _merge_pair_comparing_a_slice(ids, pair, new_id):
-    merged, i = [], 0
-    while i < len(ids):
-        if ids[i : i + 2] == pair:  # a list never equals the tuple
-            merged.append(new_id)
-            i += 2
-        else:
-            merged.append(ids[i])
-            i += 1
-    return merged
-
-
 def _encode_over_the_dict_itself(ids, merges):
     ids = list(ids)
     for pair, new_id in merges:  # the keys alone: pair = a, new_id = b
@@ -1414,7 +1380,7 @@ SECOND_READER = [
     ),
     (
         "ex01.merge_pair",
-        _merge_pair_comparing_a_slice,
+        _merge_pair_while("compares a slice"),
         "a list never equals the tuple pair",
         "None of the usual",
     ),
