@@ -861,3 +861,18 @@ def test_a_nan_gradient_is_named_as_nan_not_as_a_cut_graph():
     assert result.status == "failed", result.feedback
     assert "holds NaN where the right one is finite" in result.feedback, result.feedback
     assert "log(w) of a weight that is 0" in result.feedback and ".detach()" not in result.feedback
+
+
+def _causal_mask_on_the_gpu(n):
+    positions = torch.arange(n, device="cuda")  # a Colab learner's habit
+    return positions.unsqueeze(1) >= positions.unsqueeze(0)
+
+
+def test_code_that_names_the_gpu_is_told_to_take_the_device_from_its_inputs():
+    result = check_result("ex05.causal_mask", _causal_mask_on_the_gpu)
+    if torch.cuda.is_available():  # its output comes back to the CPU: a right mask is right
+        assert result.score == result.max_score, result.feedback
+    else:  # before: "your code raised AssertionError: Torch not compiled with CUDA enabled. To
+        # see the line that fails, ...", which says nothing of why a Colab notebook fails here
+        assert "not compiled with CUDA enabled. Hint: your code names a device" in result.feedback
+        assert "model.to(device)" in result.feedback

@@ -1019,6 +1019,15 @@ TRUTH_HINT = (
     "`if t:` (or `t or ...`) asks a tensor of many values for one truth value, which PyTorch "
     "refuses: for an argument or attribute that may be None, test `if t is not None:`"
 )
+# a device named inside the learner's code: the checks run on the CPU, a notebook may not have
+# ("Torch not compiled with CUDA enabled" where a Colab GPU notebook is graded on a laptop)
+_DEVICE_CRASH = re.compile(r"Expected all tensors to be on the same device|not compiled with CUDA")
+DEVICE_HINT = (
+    "your code names a device: the checks give it CPU tensors, and a class grader may have no "
+    "GPU. Take the device from an input (`torch.zeros_like(x)`, `torch.arange(n, "
+    "device=x.device)`), create parameters and modules with no device (no `.to(device)` or "
+    "`device=` inside `__init__`), and move the finished model with `model.to(device)` outside"
+)
 
 
 # a crash no listed mistake explains: the check shows no traceback, so say how to get one
@@ -1065,6 +1074,8 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
         hint = _listed_hint(task, case, raised=outcome["message"]) if want_hint else None
         if want_hint and "Boolean value of Tensor with more than one" in outcome["message"]:
             hint = hint or TRUTH_HINT  # `if mask:`, `self.bias or zeros`: any set, any task
+        if want_hint and _DEVICE_CRASH.search(outcome["message"]):
+            hint = hint or DEVICE_HINT
         raised = f"your code raised {outcome['message']}".rstrip(".")
         return f"{raised}. Hint: {hint}" if hint else f"{raised}. {TRACEBACK}"
     if status != "ok":
