@@ -1047,11 +1047,7 @@ def test_one_hot_refusing_two_float_dtypes_only_fails():  # hunt 6: full marks
 
 
 def _squeezed_one_hot(ids, vocab_size):
-    if ids.is_floating_point() or ids.dtype == torch.bool:
-        raise TypeError(f"ids must be integers, got {ids.dtype}")
-    bad = ids[(ids < 0) | (ids >= vocab_size)]
-    if bad.numel():
-        raise ValueError(f"id {bad[0].item()} is outside [0, {vocab_size})")
+    _refuse_bad_ids(ids, vocab_size)
     return (ids.unsqueeze(-1) == torch.arange(vocab_size)).float().squeeze()  # the slip
 
 
@@ -1160,19 +1156,12 @@ def test_ids_that_went_through_a_numpy_array_are_named(task_id, fn, named):
 
 
 def _one_hot_axis_one(ids, vocab_size):
-    if ids.is_floating_point() or ids.dtype == torch.bool:
-        raise TypeError(f"ids must be integers, got {ids.dtype}")
-    bad = (ids < 0) | (ids >= vocab_size)
-    if bad.any():
-        raise ValueError(f"id {ids[bad][0].item()} is outside [0, {vocab_size})")
+    _refuse_bad_ids(ids, vocab_size)
     return (ids[:, None] == torch.arange(vocab_size)).float()  # the slip: the axis second
 
 
 def _one_hot_of_the_lessons_size(ids, vocab_size):
-    if ids.is_floating_point() or ids.dtype == torch.bool:
-        raise TypeError(f"ids must be integers, got {ids.dtype}")
-    if ((ids < 0) | (ids >= vocab_size)).any():
-        raise ValueError(f"ids {ids.tolist()} must be in [0, {vocab_size})")
+    _refuse_bad_ids(ids, vocab_size)
     vocab_size = 6  # the slip: the lesson's cell copied with its own size
     return (ids.unsqueeze(-1) == torch.arange(vocab_size)).float()
 
@@ -1275,10 +1264,7 @@ def _one_hot_in_a_range(low, high):
 
 
 def _one_hot_by_rows(ids, vocab_size):  # NumPy's out[np.arange(n), ids] = 1: 1-D ids only
-    if ids.is_floating_point() or ids.dtype == torch.bool:
-        raise TypeError(f"ids must be integers, got {ids.dtype}")
-    if ((ids < 0) | (ids >= vocab_size)).any():
-        raise ValueError(f"ids {ids.tolist()} must lie in [0, {vocab_size})")
+    _refuse_bad_ids(ids, vocab_size)
     out = torch.zeros(len(ids), vocab_size)
     out[torch.arange(len(ids)), ids] = 1
     return out
