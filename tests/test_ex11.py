@@ -1025,3 +1025,42 @@ def test_a_clean_input_of_the_wrong_width_is_not_called_stale(solution):
     result = check_result("ex11.patch_head", wrong)
     assert result.status == "failed" and "must match the existing size" in result.feedback
     assert "earlier call" not in result.feedback, result.feedback
+
+
+def _induction_by_matching_tokens(solution, latest):
+    """A learner's induction_scores that finds query i's earlier copy by its token (the first
+    earlier position holding it, or the latest) instead of by its position, i - T."""
+    attention_patterns = solution["attention_patterns"]
+
+    def induction_scores(model, ids):
+        if ids.shape[1] % 2:
+            raise ValueError(f"ids must be a sequence repeated twice, got length {ids.shape[1]}")
+        period = ids.shape[1] // 2
+        patterns = attention_patterns(model, ids)  # (layers, batch, heads, 2T, 2T)
+        total = 0
+        for b in range(ids.shape[0]):
+            for i in range(period, 2 * period):
+                matches = (ids[b, :i] == ids[b, i]).nonzero().flatten()
+                j = matches[-1] if latest else matches[0]
+                total = total + patterns[:, b, :, i, j + 1]
+        return total / (ids.shape[0] * period)
+
+    return induction_scores
+
+
+@pytest.mark.parametrize("seed", [None, 1, 2, 3])
+@pytest.mark.parametrize("latest", [False, True], ids=["first match", "latest match"])
+def test_an_earlier_copy_found_by_its_token_is_told_that_tokens_repeat(solution, latest, seed):
+    # before: 5/5 in the notebook and under every seed, since each case's copies held distinct
+    # tokens; a last case now repeats tokens within a copy
+    task = get_task("ex11.induction_scores")
+    learner = _induction_by_matching_tokens(solution, latest)
+    gen = torch.Generator().manual_seed(seed) if seed is not None else None
+    if gen is None:
+        result = check_result(task.id, learner)
+    else:
+        cases = task.cases(gen)
+        result = judge(task, cases, run_cases(task, learner, cases))
+    assert result.status == "failed", result.feedback
+    assert "tokens repeating within each copy" in result.feedback
+    assert "The earlier copy is a position, i - T" in result.feedback

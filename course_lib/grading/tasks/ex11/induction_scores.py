@@ -21,6 +21,11 @@ _BEFORE = (
     "query i's token; an induction head attends to the token AFTER it, key i - T + 1"
 )
 _SUM = "a score is a mean (between 0 and 1), not a sum"
+_MATCHED = (
+    "you found query i's earlier copy by looking for its token; a token can occur more than "
+    "once in a copy (here it does), and then another earlier position holds it too. The "
+    "earlier copy is a position, i - T: score key i - T + 1 whatever the tokens"
+)
 MISTAKES = {
     "duplicate": (
         "off by one: key i - T is the earlier copy of the SAME token (a duplicate-token "
@@ -104,6 +109,8 @@ MISTAKES = {
         "the second copy has T queries (i = T .. 2T - 1), not T - 1: average over all "
         "T of them (.mean(), not a sum divided by T - 1)"
     ),
+    "token_match": _MATCHED,  # the first earlier position holding query i's token
+    "token_match_last": _MATCHED,  # the latest one
 }
 
 
@@ -115,6 +122,13 @@ def wrong_scores(model, ids, *, mistake):
     if mistake == "float_period":  # / for //
         period = ids.shape[1] / 2
     patterns = wrong_patterns(model, ids)  # (layers, batch, heads, 2T, 2T)
+    if mistake in ("token_match", "token_match_last"):  # the key after a same-token position
+        positions = torch.arange(2 * period)
+        same = (ids[:, period:, None] == ids[:, None, :]) & (positions < positions[period:, None])
+        first = torch.where(same, positions, 2 * period).amin(dim=-1)  # (batch, T)
+        found = torch.where(same, positions, -1).amax(dim=-1) if "last" in mistake else first
+        keys = (found + 1)[None, :, None, :, None].expand(*patterns.shape[:3], period, 1)
+        return patterns[..., period:, :].gather(-1, keys).squeeze(-1).mean(dim=(1, 3))
     offset = {
         "duplicate": period,
         "two_after": period - 2,
@@ -179,4 +193,8 @@ class InductionScores(ModelTask):
         # a repeated sequence and one token more: a check of the halves alone does not raise
         odd = torch.cat([repeated(gen, 2, 4, 13), randint(gen, 13, 2, 1)], dim=1)
         note = ": an odd length is no repeated sequence, so a ValueError"
-        return [*cases, model_case(spec, odd, note=note, raises=ValueError, probe=odd)]
+        cases.append(model_case(spec, odd, note=note, raises=ValueError, probe=odd))
+        # 8 tokens of 4 kinds in each copy: a token's earlier copy is not its only occurrence
+        first = randint(gen, 4, 3, 8)
+        note = ": period 8, tokens repeating within each copy"
+        return [*cases, model_case(spec, torch.cat([first, first], dim=1), note=note)]
