@@ -373,6 +373,30 @@ def mlm_independent_draws(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None,
     return inputs, torch.where(chosen, ids, torch.full_like(ids, -100))
 
 
+def mlm_randint_split(
+    ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=None, *, draw, masked_below
+):
+    # the 80/10/10 split from r = torch.randint(*draw): <mask> where r < masked_below, a random id
+    # where r == masked_below, unchanged otherwise (right only for draw=(0, 10), masked_below=8)
+    if not 0 < mask_prob <= 1:
+        raise ValueError("mask_prob")
+    chosen = torch.rand(ids.shape, generator=generator) < mask_prob
+    if pad_id is not None:
+        chosen = chosen & (ids != pad_id)
+    r = torch.randint(*draw, ids.shape, generator=generator)
+    random_ids = torch.randint(vocab_size, ids.shape, generator=generator, dtype=ids.dtype)
+    swap = chosen & (r == masked_below)
+    inputs = torch.where(swap, random_ids, ids.masked_fill(chosen & (r < masked_below), mask_id))
+    return inputs, torch.where(chosen, ids, torch.full_like(ids, -100))
+
+
+@pytest.mark.parametrize("draw,masked_below", [((0, 10), 8), ((1, 11), 9)])
+def test_a_right_80_10_10_split_from_randint_passes(draw, masked_below):
+    split = partial(mlm_randint_split, draw=draw, masked_below=masked_below)
+    result = check_result("ex10.mlm_mask", split)
+    assert result.passed == result.total, result.feedback
+
+
 def backward_without_D(q, k, v, out, lse, d_out, block_size=128, causal=False, d=0, kept=None):
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError("block_size")
@@ -402,6 +426,12 @@ def backward_without_D(q, k, v, out, lse, d_out, block_size=128, causal=False, d
         ("ex10.sliding_window_mask", window_without_abs, "without abs"),
         ("ex10.mlm_mask", mlm_labels_at_mask_only, "only the positions that became <mask>"),
         ("ex10.mlm_mask", mlm_independent_draws, "separate draws"),
+        # r < 9 <mask>, r == 9 random (90/10/0); randint(0, 9) read as 0 .. 9 (8/9, 1/9, 0);
+        # randint(1, 10) (7/9, 1/9, 1/9): "the share ... is 0.903, expected 0.800" before
+        *[
+            ("ex10.mlm_mask", partial(mlm_randint_split, draw=draw, masked_below=m), "off by one")
+            for draw, m in (((0, 10), 9), ((0, 9), 8), ((1, 10), 8))
+        ],
         ("ex10.tiled_attention_backward", backward_without_D, "D is missing"),
     ],
 )

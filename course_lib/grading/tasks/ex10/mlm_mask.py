@@ -13,6 +13,13 @@ from ...core import Case, GradingError, Task, register
 
 LESSON = "lesson 10"
 
+_RANDINT_SPLIT = (
+    "your 80/10/10 split from torch.randint is off by one: torch.randint(0, 10, ...) gives the "
+    "ten values 0 .. 9 (its `high` is excluded), so r < 8 is 80 % <mask>, r == 8 10 % a random "
+    "id and r == 9 10 % unchanged; or draw one u = torch.rand(...) per position: u < 0.8 "
+    "<mask>, 0.8 <= u < 0.9 random, else unchanged"
+)
+
 FAULTS = {
     "pads_chosen": (
         "padding positions get chosen: choose only among the positions where ids != pad_id "
@@ -32,6 +39,11 @@ FAULTS = {
         "no chosen position stays unchanged: keep 10 % of them as they are (80 % <mask>, "
         "10 % random, 10 % unchanged)"
     ),
+    # r = randint(0, 10): r < 9 <mask>, r == 9 random (90/10/0); randint(0, 9): r < 8, r == 8
+    # (8/9, 1/9, 0); randint(1, 10): r < 8, r == 8 (7/9, 1/9, 1/9)
+    "randint_nine": _RANDINT_SPLIT,
+    "randint_high_kept": _RANDINT_SPLIT,
+    "randint_from_one": _RANDINT_SPLIT,
     "labels_everywhere": (
         "labels must be -100 at the positions that were not chosen, so that the loss "
         "skips them; only the chosen positions keep their original id"
@@ -145,7 +157,10 @@ def wrong_mlm(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=N
         "all_masked": (1.0, 1.0),
         "swapped": (0.1, 0.9),
         "none_unchanged": (0.8, 1.0),
-        "split_fixed_prob": (0.12, 0.135),  # 0.8 and 0.9 of the default 0.15, on the same draw
+        "split_fixed_prob": (0.12, 0.135),
+        "randint_nine": (0.9, 1.0),
+        "randint_high_kept": (8 / 9, 1.0),
+        "randint_from_one": (7 / 9, 8 / 9),  # 0.8 and 0.9 of the default 0.15, on the same draw
     }
     low, high = split.get(mistake, (0.8, 0.9))
     action = draw if mistake == "split_fixed_prob" else torch.rand(ids.shape, generator=generator)
