@@ -1081,6 +1081,10 @@ def _l14_attention(q, k, v, *, slip=""):
         weights = F.dropout(weights)
     elif slip == "nn.Dropout 0.2":
         weights = nn.Dropout(0.2)(weights)
+    elif slip == "dropped weights, output only":  # L15: the weights returned undropped
+        return F.dropout(weights, p=0.1) @ v, weights
+    elif slip == "nn.Dropout on the output":
+        return nn.Dropout(0.1)(weights @ v), weights
     return weights @ v, weights
 
 
@@ -1092,6 +1096,11 @@ L14_SLIPS = [
     (SDPA, functools.partial(_l14_attention, slip="F.dropout 0.1"), "dropped at random"),
     (SDPA, functools.partial(_l14_attention, slip="F.dropout default"), "dropped at random"),
     (SDPA, functools.partial(_l14_attention, slip="nn.Dropout 0.2"), "dropped at random"),
+    # L15: 'None of the usual single mistakes' before
+    *[
+        (SDPA, functools.partial(_l14_attention, slip=slip), "your output went through a dropout")
+        for slip in ("dropped weights, output only", "nn.Dropout on the output")
+    ],
 ]
 
 

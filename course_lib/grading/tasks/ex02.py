@@ -283,6 +283,10 @@ class ScaledDotProductAttention(HintOnError):
         "attention_dropout": "your weights are dropped at random (dropout, as in tutorials' "
         "attention): this task has none, so every weight stays and each row sums to 1. Remove "
         "the dropout (F.dropout and nn.Dropout drop even when you did not mean to train)",
+        "output_dropout": "your output went through a dropout (on the weights that make it, or "
+        "on the output itself) while the weights you return did not: this task has no dropout, "
+        "so output = weights @ v with the very weights you return. Remove the dropout "
+        "(F.dropout and nn.Dropout drop even when you did not mean to train)",
     }
 
     def compare(self, got, want, case):
@@ -335,13 +339,16 @@ class ScaledDotProductAttention(HintOnError):
     def diagnose(self, got, want, case):
         if case.args[0].dtype == F64 and all_close(got, want, 1e-5):
             return FLOAT32_DIGITS
-        weights, right = (got[1], want[1]) if isinstance(got, (tuple, list)) else (None, None)
-        if isinstance(weights, torch.Tensor) and weights.shape == right.shape:  # a dropout of any
-            kept = weights != 0  # p: some weights 0, the others all scaled by one 1 / (1 - p)
-            ratio = weights[kept] / right[kept]
-            dropped = (~kept & (right > 0)).any() and ratio.numel() and ratio.min() > 1.001
-            if dropped and (ratio.max() - ratio.min()) < 1e-4 * ratio.max():
-                return self.mistake_table["attention_dropout"]
+        pairs = zip(got, want, strict=False) if isinstance(got, (tuple, list)) else ()
+        # a dropout of any p on the weights, or on the output (F.dropout(weights @ v, p)): some
+        # entries 0, the others all scaled by one 1 / (1 - p)
+        for (mine, right), row in zip(pairs, ("output_dropout", "attention_dropout"), strict=False):
+            if isinstance(mine, torch.Tensor) and mine.shape == right.shape:
+                kept = mine != 0
+                ratio = mine[kept] / right[kept]
+                dropped = (~kept & (right != 0)).any() and ratio.numel() and ratio.min() > 1.001
+                if dropped and (ratio.max() - ratio.min()) < 1e-4 * ratio.max():
+                    return self.mistake_table[row]
         return None
 
     def call(self, obj, case):
@@ -388,6 +395,8 @@ class ScaledDotProductAttention(HintOnError):
         weights = stable_softmax(scores, dim=-2 if mistake == "query_axis" else -1)
         if mistake == "attention_dropout":  # F.dropout(weights, 0.1): tutorials' attention
             weights = torch.nn.functional.dropout(weights, 0.1)
+        if mistake == "output_dropout":  # the dropped weights make the output, not the result
+            return torch.nn.functional.dropout(weights, 0.1) @ v, weights
         if mistake == "no_max":  # exp of the scores themselves: NaN once they are large
             weights = scores.exp() / scores.exp().sum(dim=-1, keepdim=True)
         if mistake == "scaled_after_softmax":
@@ -446,7 +455,7 @@ class SelfAttention(HintOnError):
             for mistake, hint in ScaledDotProductAttention.mistake_table.items()
             # the same as q_k_swapped, by_sqrt_n_k; a dropout's mask is drawn alike only in the
             # attention task's own check (its call seeds the draw)
-            if mistake not in ("k_q_order", "by_sqrt_n_q", "attention_dropout")
+            if mistake not in ("k_q_order", "by_sqrt_n_q", "attention_dropout", "output_dropout")
         },
     }
 
