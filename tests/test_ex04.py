@@ -293,6 +293,12 @@ SHIFT_MISTAKES.update(
             lambda k, d: shift_block_diag(k, d, two_i_scale=lambda t, d: 10000.0 ** (-2 * t / d)),
             "the 2 counted twice",
         ),
+        # L15: at d_model=2, the first case then, about the identity as with the angle times
+        # 2 pi, whose hint it got
+        "pair index counted from 1": (
+            lambda k, d: shift_block_diag(k, d, two_i_scale=lambda t, d: 10000.0 ** (-(t + 2) / d)),
+            "the pair index counts from 1",
+        ),
     }
 )
 
