@@ -806,6 +806,20 @@ class _SublayerPreNormOfX(SublayerFunctional):
         return super().forward(x, memory, memory_mask)
 
 
+class _SublayerNormSandwich(SublayerFunctional):
+    def forward(self, x, memory, memory_mask=None):  # L15: norm before AND after, post-norm
+        if self.norm_first:
+            return super().forward(x, memory, memory_mask)
+        h = self.norm(x)
+        return self.norm(h + self.attn(h, memory, memory, memory_mask)[0])
+
+
+class _SublayerNormSandwichInBothModes(SublayerFunctional):
+    def forward(self, x, memory, memory_mask=None):
+        h = self.norm(x)
+        return self.norm(h + self.attn(h, memory, memory, memory_mask)[0])
+
+
 class _SublayerPreNormWithoutNorm(SublayerFunctional):
     def forward(self, x, memory, memory_mask=None):
         if self.norm_first:  # self.norm forgotten in this branch
@@ -826,6 +840,9 @@ class _SublayerPreNormWithoutNorm(SublayerFunctional):
          "your pre-norm branch never calls self.norm"),
         ("ex06.CrossAttentionSublayer", _SublayerPreNormOfX,
          "not norm(x) + attn(x, memory) (the attention reads the normalised copy"),
+        ("ex06.CrossAttentionSublayer", _SublayerNormSandwich, "before AND after the sub-layer"),
+        ("ex06.CrossAttentionSublayer", _SublayerNormSandwichInBothModes,
+         "before AND after the sub-layer"),
         ("ex06.cross_attention", _swapped(cross_attention_sdpa_route),
          "the return order is swapped"),
         ("ex06.attention_pool", _swapped(_pool_by_hand()), "the return order is swapped"),

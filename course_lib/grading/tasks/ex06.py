@@ -311,6 +311,10 @@ SUBLAYER_MISTAKES = {
     "pre_norm_of_x": "pre-norm adds the attention of norm(x) to x itself: x + attn(norm(x), "
     "memory), not norm(x) + attn(x, memory) (the attention reads the normalised copy, the "
     "residual carries x as it is)",
+    "norm_sandwich": "you normalised before AND after the sub-layer, h = norm(x), then "
+    "norm(h + attn(h, memory)): the sub-layer's one LayerNorm sits in one place, post-norm "
+    "(norm_first=False) norm(x + attn(x, memory)), pre-norm (norm_first=True) "
+    "x + attn(norm(x), memory)",
     "pre_unnormed": "your pre-norm branch never calls self.norm: pre-norm normalises the "
     "attention's input, x + attn(norm(x), memory, memory, memory_mask), and adds it to x itself",
 }
@@ -356,6 +360,8 @@ class WrongSublayer(nn.Module):
             return self.norm(x) + attend(x)
         if mistake == "pre_unnormed" and self.norm_first:  # x + attn(x, memory): no norm at all
             return x + attend(x)
+        if mistake == "norm_sandwich":  # h = norm(x); norm(h + attn(h)), in either mode
+            return self.norm(self.norm(x) + attend(self.norm(x)))
         if mistake == "post_norm_query_normed" and not self.norm_first:  # h = norm(x) in both
             return self.norm(x + attend(self.norm(x)))
         slip = "pre_post_swapped" if mistake == "norm_swapped" else mistake
