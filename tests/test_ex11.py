@@ -996,12 +996,59 @@ HUNTED_THIRD_F11 = [  # #hunt-f11, third reader: task, edits, a phrase of the hi
         [("patterns[..., queries, keys]", "patterns.diagonal(-(period - 1))[..., -period:]")],
         "without dim1 and dim2 reads a stripe of dims 0 and 1",
     ),
+    (  # L15: a stripe mask from query T - 1 on (its key 0 too), the sum divided by T: "None of
+        # the usual single mistakes" (two slips to the eye, one stripe to the grader)
+        "induction_scores",
+        [
+            (
+                "weights = patterns[..., queries, keys]",
+                "i = torch.arange(2 * period)\n"
+                "    stripe = (i[:, None] - i[None, :]) == period - 1",
+            ),
+            (
+                "weights.mean(dim=(1, 3))",
+                "(patterns * stripe).sum(dim=(-2, -1)).mean(dim=1) / period",
+            ),
+        ],
+        "holds T + 1 queries",
+    ),
     (  # torch.cat for torch.stack: a bare shape message
         "attention_patterns",
         [("return torch.stack(patterns)", "return torch.cat(patterns)")],
         "torch.stack(patterns) puts them on a NEW first axis",
     ),
 ]
+
+
+STRIPE_READ_RIGHT = [  # L15: the stripe i - j = T - 1 read rightly, by a mask or by diagonal
+    [
+        (
+            "weights = patterns[..., queries, keys]",
+            "i = torch.arange(2 * period)\n"
+            "    stripe = ((i[:, None] - i[None, :]) == period - 1) & (i[:, None] >= period)",
+        ),
+        ("weights.mean(dim=(1, 3))", "(patterns * stripe).sum(dim=(-2, -1)).mean(dim=1) / period"),
+    ],
+    [("patterns[..., queries, keys]", "patterns.diagonal(-(period - 1), -2, -1)[..., -period:]")],
+    [
+        (
+            "patterns[..., queries, keys]",
+            "patterns.diagonal(1 - period, dim1=-2, dim2=-1)[..., 1:]",
+        ),
+        ("weights.mean(dim=(1, 3))", "weights.sum(dim=-1).mean(dim=1) / period"),
+    ],
+]
+
+
+@pytest.mark.parametrize("edits", STRIPE_READ_RIGHT, ids=["mask", "diagonal", "diagonal sum"])
+@pytest.mark.parametrize("seed", [0, 3])
+def test_the_induction_stripe_read_rightly_keeps_full_marks(solution, edits, seed):
+    task = get_task("ex11.induction_scores")
+    cases = task.cases(torch.Generator().manual_seed(seed))
+    result = judge(
+        task, cases, run_cases(task, _solution_with(solution, "induction_scores", *edits), cases)
+    )
+    assert result.status == "passed", result.feedback
 
 
 @pytest.mark.parametrize(

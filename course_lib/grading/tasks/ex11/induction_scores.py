@@ -109,6 +109,12 @@ MISTAKES = {
         "the second copy has T queries (i = T .. 2T - 1), not T - 1: average over all "
         "T of them (.mean(), not a sum divided by T - 1)"
     ),
+    "stripe_over_t": (
+        "the stripe i - j = T - 1 (diagonal(offset=-(T - 1)), or a mask of it) holds T + 1 "
+        "queries, T - 1 .. 2T - 1: query T - 1, whose key 0 is no induction key, is summed in. "
+        "Keep the second copy's T queries (stripe[..., -T:], or the mask with i >= T) and "
+        "average them (.mean())"
+    ),
     "token_match": _MATCHED,  # the first earlier position holding query i's token
     "token_match_last": _MATCHED,  # the latest one
 }
@@ -166,6 +172,8 @@ def wrong_scores(model, ids, *, mistake):
         return queries.amax(dim=(1, 3))
     if mistake == "over_t_minus_1":  # the queries' sum divided by T - 1 instead of T
         return queries.sum(dim=3).mean(dim=1) / (period - 1)
+    if mistake == "stripe_over_t":  # all T + 1 of the stripe's queries, T - 1 too, over T
+        return stripe.sum(dim=3).mean(dim=1) / period
     if mistake == "keys_axis":  # all of each query row, not the induction key
         return patterns[..., period:, :].mean(dim=(1, 3, 4))
     return queries.mean(dim=(1, 3))
