@@ -167,6 +167,57 @@ def test_every_figure_has_a_title_and_labelled_axes(path):
     assert not problems, f"{rel(path)}: " + "; ".join(problems)
 
 
+ALT_MAX = 300
+ALT_FILLER = re.compile(r"^(image of|figure of|a picture)", re.I)
+
+
+def _alt_problems(nb) -> list[str]:
+    problems = []
+    for i, cell in _indexed_code_cells(nb):
+        figures = sum(_makes_figure({"outputs": [o]}) for o in cell.get("outputs", []))
+        alt = cell.get("metadata", {}).get("alt")
+        if not figures:
+            if alt is not None:
+                problems.append(f"cell {i}: metadata 'alt' but no figure")
+            continue
+        if not isinstance(alt, list) or len(alt) != figures:
+            problems.append(f"cell {i}: {figures} figure(s), metadata 'alt' is {alt!r}")
+            continue
+        for text in alt:
+            if not isinstance(text, str) or not text.strip():
+                problems.append(f"cell {i}: an empty description")
+            elif len(text) > ALT_MAX:
+                problems.append(f"cell {i}: a description of {len(text)} characters")
+            elif ALT_FILLER.match(text.strip()):
+                problems.append(f"cell {i}: a description opens with {text.split()[:3]}")
+    return problems
+
+
+@pytest.mark.parametrize("path", _cases("figure descriptions", CHECKED))
+def test_every_figure_has_a_description_for_screen_readers(path):
+    """The site writes a figure's description as its alt text (a screen reader reads it): each
+    figure's cell carries one per figure in its metadata "alt", which re-running keeps."""
+    problems = _alt_problems(read(path))
+    assert not problems, (
+        f'{rel(path)}: figures need a description each (cell metadata "alt": a list of one '
+        f"string per figure, 1-{ALT_MAX} characters, saying what it shows): " + "; ".join(problems)
+    )
+
+
+def test_the_description_rule_catches_what_it_should():
+    import nbformat
+
+    png = nbformat.v4.new_output("display_data", data={"image/png": "iVBO", "text/plain": "x"})
+    cell = nbformat.v4.new_code_cell("plt.show()", outputs=[png])
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    assert _alt_problems(nb) == ["cell 0: 1 figure(s), metadata 'alt' is None"]
+    for bad in ([""], ["x" * 301], ["Image of a plot"], ["one", "two"], "a line"):
+        cell.metadata["alt"] = bad
+        assert _alt_problems(nb), bad
+    cell.metadata["alt"] = ["A line rising from left to right: the loss falls as training runs."]
+    assert _alt_problems(nb) == []
+
+
 @pytest.mark.parametrize("path", _cases("first screen", LESSONS))
 def test_first_screen_says_what_you_build_and_how_long_it_runs(path):
     cells = [

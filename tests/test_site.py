@@ -17,6 +17,7 @@ On a machine without Chromium or playwright the browser tests skip, saying why; 
 from __future__ import annotations
 
 import functools
+import html
 import http.server
 import json
 import re
@@ -183,6 +184,50 @@ def test_a_page_that_would_load_from_outside_fails_the_build():
     with pytest.raises(site_tool.SiteError, match="would load from outside"):
         site_tool.check_nothing_remote(page, '<script src="https://cdn.example/x.js"></script>')
     site_tool.check_nothing_remote(page, '<a href="https://colab.research.google.com/">ok</a>')
+
+
+def test_every_figure_on_the_site_has_its_description_as_alt_text(built):
+    """A screen reader reads a figure's alt text: the description in its cell's metadata."""
+    described = [
+        text
+        for notebook in NOTEBOOKS
+        if notebook.parent.name != "exercises"  # an exercise has no outputs, so no figure
+        for cell in nbformat.read(notebook, as_version=4).cells
+        for text in cell.get("metadata", {}).get("alt", [])
+    ]
+    figures = 0
+    for page in page_paths(built):
+        for tag in re.findall(r"<img\b[^>]*>", (built / page).read_text()):
+            if 'src="data:image/' not in tag:
+                continue
+            figures += 1
+            alt = re.search(r'\salt="([^"]*)"', tag)
+            text = alt.group(1).strip() if alt else ""
+            # nbconvert's own alt for an image without one, read out for every such figure
+            no_description = text.startswith("No description has been provided")
+            assert text and not no_description, f"{page}: a figure without a description"
+            assert html.unescape(text) in described, f"{page}: {text[:60]!r} is no description"
+    assert figures == len(described) >= 50, f"{figures} figures, {len(described)} descriptions"
+
+
+def test_a_figure_without_a_description_fails_the_build(tmp_path, monkeypatch):
+    png = nbformat.v4.new_output("display_data", data={"image/png": "iVBO", "text/plain": "x"})
+    cell = nbformat.v4.new_code_cell("plt.show()", outputs=[png])
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# T"), cell])
+    monkeypatch.setattr(site_tool, "ROOT", tmp_path)
+    source = tmp_path / "notebooks" / "99_figure.ipynb"
+    source.parent.mkdir()
+    nbformat.write(nb, source)
+    page = site_tool.Page("lesson", "notebooks/99_figure.html", "T", "99", source)
+    with pytest.raises(site_tool.SiteError, match=r"notebooks/99_figure.ipynb, cell 1: 1 figure"):
+        site_tool.prepare_notebook(page)
+    cell.metadata["alt"] = ['A bar chart: "most" tokens are <rare> & short.']
+    nbformat.write(nb, source)
+    prepared, _ = site_tool.prepare_notebook(page)
+    rendered = site_tool.exporter().from_notebook_node(prepared)[0]
+    body = site_tool.write_descriptions(rendered, prepared, page)
+    assert '<img alt="A bar chart: &quot;most&quot; tokens are &lt;rare&gt; &amp; short." ' in body
+    assert site_tool.NO_ALT not in body
 
 
 def test_badges_become_text_and_notebook_links_become_page_links():

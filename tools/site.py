@@ -17,6 +17,10 @@ every widget's final state in the notebook's metadata):
 - a progress bar (tqdm's HBox of HTML, FloatProgress, HTML) is drawn in its final state;
 - any other widget needs Python: the page shows its text summary and "run it" links.
 
+Every figure gets its description as alt text, for a reader who cannot see it: the one in its
+cell's metadata "alt" (a list, one per figure), which re-running the notebook keeps. The build
+refuses a figure without one, naming the notebook and cell.
+
 The site is a tree of plain files: it works from a web server and from the file system alike
 (search loads its index as a script, not with fetch). Nothing on a page loads from outside the
 site; the build checks that, and tests/test_site.py checks it again in Chromium.
@@ -62,7 +66,7 @@ KIND_FOLDER = {"lesson": "notebooks", "exercise": "exercises", "solution": "solu
 
 class SiteError(RuntimeError):
     """The site cannot be built as asked (a missing package, a page that would load from
-    outside the site, a link to nowhere)."""
+    outside the site, a link to nowhere, a figure without a description)."""
 
 
 def binder_url(relpath: str) -> str:
@@ -240,17 +244,75 @@ def widget_html(view: dict, text: str, models: dict, page: Page) -> tuple[str, s
     )
 
 
+FIGURE_TYPES = ("image/png", "image/jpeg")
+ALT_MAX = 300  # characters: a description a screen reader reads out in a breath or two
+
+
+def attach_descriptions(page: Page, index: int, cell) -> None:
+    """Each figure of the cell gets its description (the cell's metadata "alt": one string per
+    figure, in output order; kept when the notebook is run again), for the page's alt text."""
+    figures = [
+        o for o in cell.get("outputs", []) if any(t in o.get("data", {}) for t in FIGURE_TYPES)
+    ]
+    if not figures:
+        return
+    alt = cell.get("metadata", {}).get("alt")
+    where = f"{page.notebook_rel}, cell {index}"
+    if not isinstance(alt, list) or len(alt) != len(figures):
+        raise SiteError(
+            f"{where}: {len(figures)} figure(s) but no description for each: give the cell's "
+            'metadata "alt" a list of one description per figure (what it shows, in words), so '
+            "that a reader who cannot see it hears it"
+        )
+    for output, text in zip(figures, alt, strict=True):
+        if not isinstance(text, str) or not text.strip() or len(text) > ALT_MAX:
+            raise SiteError(f'{where}: each "alt" description is 1 to {ALT_MAX} characters')
+        output.setdefault("metadata", {})["alt"] = text.strip()
+
+
+NO_ALT = "No description has been provided for this image"  # what nbconvert writes instead
+
+
+def write_descriptions(body: str, nb, page: Page) -> str:
+    """Each figure's <img> on the page gets its description (put on its output by
+    attach_descriptions) as alt text; nbconvert would write NO_ALT, which a screen reader reads
+    out for every figure. Fails when an image of the page is left with NO_ALT."""
+    queued: dict[str, list[str]] = {}  # src -> descriptions, in page order
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            alt = output.get("metadata", {}).get("alt")
+            for kind in FIGURE_TYPES if alt else ():
+                if kind in output.get("data", {}):
+                    src = "".join(f"data:{kind};base64,{output.data[kind]}".split())
+                    queued.setdefault(src, []).append(alt)
+
+    def describe(match: re.Match) -> str:
+        tag = match.group(0)
+        queue = queued.get("".join(html.unescape(_attribute(tag, "src") or "").split()))
+        if not queue:
+            return tag
+        tag = re.sub(r'\salt="[^"]*"', "", tag)
+        return f'<img alt="{_h(queue.pop(0))}"{tag[4:]}'
+
+    body = IMAGE.sub(describe, body)
+    if NO_ALT in body:
+        raise SiteError(f"{page.rel}: an image without a description (alt text)")
+    return body
+
+
 def prepare_notebook(page: Page):
     """The notebook as the page shows it: no Colab badge cell (the page has its own launch
-    links), each widget output replaced by its HTML. Returns (nb, counts of widget kinds)."""
+    links), each widget output replaced by its HTML, each figure given its description.
+    Returns (nb, counts of widget kinds)."""
     nb = nbformat.read(page.source, as_version=4)
     models = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     counts: dict[str, int] = {}
     kept = []
-    for cell in nb.cells:
+    for index, cell in enumerate(nb.cells):
         tags = cell.get("metadata", {}).get("tags", [])
         if BADGE_TAG in tags:
             continue
+        attach_descriptions(page, index, cell)
         for output in cell.get("outputs", []):
             data = output.get("data", {})
             if WIDGET_VIEW not in data:
@@ -723,7 +785,7 @@ def build(out: Path) -> BuildReport:
             body, math, counts = landing_body(), False, {}
         else:
             nb, counts = prepare_notebook(page)
-            body, _ = exporter().from_notebook_node(nb)
+            body = write_descriptions(exporter().from_notebook_node(nb)[0], nb, page)
             math = any(c.cell_type == "markdown" and HAS_MATH.search(c.source) for c in nb.cells)
             copy = out / page.notebook_rel  # the notebook itself, for "Download"
             copy.parent.mkdir(parents=True, exist_ok=True)
