@@ -1314,3 +1314,39 @@ def test_f16_right_variants_keep_full_marks_under_hidden_seeds(task_id, impl):
         cases = task.cases(torch.Generator().manual_seed(seed))
         graded = judge(task, cases, run_cases(task, impl, cases))
         assert graded.status == "passed", (seed, graded.feedback)
+
+
+@pytest.mark.parametrize("route", ["lesson, minus dropped", "p / div_term"])
+def test_f16_the_frequency_growing_is_named_in_float32_too(route):
+    # the lesson builds its table in float32; with the minus dropped its angles reach thousands
+    # of radians, whose float32 sines miss the float64 'inverted' row by more than 1e-4: 'None of
+    # the usual single mistakes' (the float64 blog loop got the hint)
+    def sinusoidal_positional_encoding(seq_len, d_model):
+        require_even(d_model)
+        positions = torch.arange(seq_len, dtype=torch.float32).unsqueeze(1)
+        two_i = torch.arange(0, d_model, 2, dtype=torch.float32)
+        if route == "p / div_term":  # the exp-log div_term, divided by instead of multiplied
+            angles = positions / torch.exp(two_i * (-math.log(10000.0) / d_model))
+        else:
+            angles = positions * 10000.0 ** (two_i / d_model)
+        pe = torch.zeros(seq_len, d_model)
+        pe[:, 0::2], pe[:, 1::2] = torch.sin(angles), torch.cos(angles)
+        return pe
+
+    result = check_result(SINUSOIDAL_F16, sinusoidal_positional_encoding)
+    assert result.status == "failed", result.feedback
+    assert "the frequency grows with the dimension" in result.feedback, result.feedback
+
+
+def test_f16_rope_half_through_apply_rope_with_the_permutations_swapped_is_named():
+    # gather with [0, 2, 4, ..., 1, 3, ...] (the inverse) and undo with [0, d/2, 1, ...]: 'None
+    # of the usual single mistakes' (perm applied twice was named, this order was not)
+    def apply_rope_half(x, positions=None):
+        d = x.shape[-1]
+        require_even(d)
+        evens_first = torch.arange(d).view(d // 2, 2).t().reshape(d)  # [0, 2, 4, ..., 1, 3, ...]
+        return _f16_rope()(x[..., evens_first], positions)[..., torch.argsort(evens_first)]
+
+    result = check_result("ex04.apply_rope_half", apply_rope_half)
+    assert result.status == "failed", result.feedback
+    assert "your two permutations are swapped" in result.feedback, result.feedback

@@ -258,6 +258,15 @@ class SinusoidalPositionalEncoding(_PositionalTask):
             ),
         ]
 
+    def diagnose(self, got, want, case):
+        # the minus sign dropped in float32, as the lesson's table is built: angles of thousands
+        # of radians lose more than the 1e-4 that 'inverted' is matched to, but row 1's do not
+        seq_len, d_model = case.args
+        if isinstance(got, torch.Tensor) and got.shape == want.shape and min(seq_len, d_model) > 2:
+            if all_close(got[1], self.wrong(2, d_model, mistake="inverted")[1], 1e-4):
+                return self.mistake_table["inverted"]
+        return None
+
     def wrong(self, seq_len, d_model, *, mistake):
         positions = torch.arange(seq_len, dtype=F64)[:, None] + (mistake == "from_1")  # (seq, 1)
         positions = positions / seq_len if mistake == "positions_over_len" else positions
@@ -390,6 +399,9 @@ def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
     """RoPE with the named mistake ("": none). `layout` is the task's: "adjacent" rotates pairs
     (2i, 2i+1), "halves" pairs (i, i + d/2) (the rotate-half layout of GPT-NeoX and Llama)."""
     d = x.shape[-1]
+    if mistake == "perm_swapped":  # apply_rope(x[..., argsort(perm)])[..., perm]: swapped
+        perm = torch.arange(d).view(2, d // 2).t().reshape(d)  # [0, d/2, 1, d/2 + 1, ...]
+        return _rope_variant(x[..., perm.argsort()], positions)[..., perm]
     if mistake == "view":  # x.view(-1, seq, d) and the like: a transposed x cannot be viewed
         x.view(-1)
     if mistake in ("halves", "halves_mixed_frequencies", "adjacent", "adjacent_in_halves_out"):
@@ -786,6 +798,10 @@ class ApplyRopeHalf(_RopeTask):
         "goes for the halves of x: x.chunk(2) with no dim= splits the sequence (dim 0), so "
         "split the features with x.chunk(2, dim=-1)",
         "unbracketed": _unbracketed("your angles are all close to 0 (hardly anything turns)", "d"),
+        "perm_swapped": "your two permutations are swapped: [0, 2, 4, ..., 1, 3, ...] puts the "
+        "even features first, so apply_rope pairs features 0 and 2, not i and i + d/2. Gather "
+        "with perm = [0, d/2, 1, d/2 + 1, ...] (torch.arange(d).view(2, d // 2).t().reshape(d)), "
+        "which makes each pair (i, i + d/2) adjacent, and undo it with torch.argsort(perm)",
     }
 
     def cases(self, gen):
