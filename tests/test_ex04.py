@@ -1213,7 +1213,10 @@ def _f16_table(slip=""):
             if d_model not in cache:
                 cache[d_model] = _f16_table()(seq_len, d_model)
             return cache[d_model][:seq_len]
-        angles = _f16_angles(torch.arange(seq_len), d_model, slip)
+        ends_at_seq_len = torch.linspace(0, seq_len, seq_len)  # the slip: the end included
+        angles = _f16_angles(
+            ends_at_seq_len if slip == "linspace" else torch.arange(seq_len), d_model, slip
+        )
         if slip == "stack dim 0":
             return torch.stack((angles.sin(), angles.cos())).reshape(seq_len, d_model).float()
         return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(1).float()
@@ -1241,7 +1244,9 @@ def _f16_rope(slip="", half=False):
     def apply_rope(x, positions=None):
         d = x.shape[-1]
         require_even(d)
-        positions = torch.arange(x.shape[-2]) if positions is None else positions
+        seq = x.shape[-2]
+        if positions is None:
+            positions = torch.linspace(0, seq, seq) if slip == "linspace" else torch.arange(seq)
         if slip == "table[positions]":  # a Hugging Face style cache, indexed by the positions
             angles = _f16_angles(torch.arange(128), d)[positions.long()]
         else:
@@ -1268,6 +1273,9 @@ _F16_SLIPS = [
     ("ex04.apply_rope", _f16_rope, "repeat(1, 2)", "repeat_interleave(2, dim=-1)"),
     ("ex04.apply_rope", _f16_rope, "table[positions]", "reads a negative position"),
     ("ex04.apply_rope_half", lambda s: _f16_rope(s, True), "unbracketed", "** binds tighter"),
+    ("ex04.sinusoidal_positional_encoding", _f16_table, "linspace", "use torch.arange(seq_len)"),
+    ("ex04.apply_rope", _f16_rope, "linspace", "use torch.arange(seq)"),
+    ("ex04.apply_rope_half", lambda s: _f16_rope(s, True), "linspace", "use torch.arange(seq)"),
 ]
 
 

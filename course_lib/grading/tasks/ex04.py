@@ -95,6 +95,14 @@ def _unbracketed(what, d="d_model"):
     )
 
 
+def _linspace(seq="seq_len"):
+    return (
+        f"torch.linspace(0, {seq}, {seq}) spreads its {seq} points from 0 to {seq} itself, "
+        f"{seq}/({seq} - 1) apart, so the positions are not 0, 1, 2, ...: use "
+        f"torch.arange({seq}), which stops at {seq} - 1 (or linspace(0, {seq} - 1, {seq}))"
+    )
+
+
 def _positions_over_len(seq="seq_len"):
     return (
         f"you divided the positions by {seq}: the angle is the position itself, p = 0, 1, 2, "
@@ -233,6 +241,7 @@ class SinusoidalPositionalEncoding(_PositionalTask):
         "unbracketed": _unbracketed(
             "your angles are all close to 0 (every row is nearly [0, 1, 0, 1, ...])"
         ),
+        "linspace": _linspace(),
         "stack_dim0": "you stacked sin and cos on a new first axis, (2, seq_len, d_model/2), "
         "and reshaped to (seq_len, d_model): a reshape reads the values in memory order, so "
         "the rows get mixed up. Stack them on a new last axis, torch.stack((sin, cos), "
@@ -270,6 +279,8 @@ class SinusoidalPositionalEncoding(_PositionalTask):
     def wrong(self, seq_len, d_model, *, mistake):
         positions = torch.arange(seq_len, dtype=F64)[:, None] + (mistake == "from_1")  # (seq, 1)
         positions = positions / seq_len if mistake == "positions_over_len" else positions
+        if mistake == "linspace":  # torch.linspace(0, seq_len, seq_len): the end included
+            positions = torch.linspace(0, seq_len, seq_len, dtype=F64)[:, None]
         pair = torch.arange(d_model // 2, dtype=F64)[None, :]  # (1, d_model / 2)
         if mistake == "over_seq_len":
             angles = positions * 10000.0 ** (-2 * pair / seq_len)
@@ -413,6 +424,8 @@ def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
     if mistake == "ignore_positions" or positions is None:  # seq_axis_1: x.shape[1] as seq
         positions = torch.arange(x.shape[1 if mistake == "seq_axis_1" else -2])
         positions = positions + (mistake == "from_1")
+        if mistake == "linspace":  # torch.linspace(0, seq, seq): the end included
+            positions = torch.linspace(0, len(positions), len(positions))
     elif mistake == "integer_positions":  # .long() rounds 0.5 towards 0
         positions = positions.long()
     positions = positions.to(F64) if mistake == "positions_1d" else positions.to(F64)[:, None]
@@ -654,6 +667,7 @@ class ApplyRope(_RopeTask):
         "times_2pi": _times_2pi("d"),
         "d_minus_1": _d_minus_1("d"),
         "pair_from_1": _pair_from_1("d", "the first pair rotates by the position itself"),
+        "linspace": "with positions=None, " + _linspace("seq"),
         "cat_table": "your (seq, d) cos/sin table is the rotate-half layout's, cat((angles, "
         "angles), dim=-1) or angles.repeat(1, 2), so the two features of a pair (2i, 2i+1) turn "
         "by different angles. For adjacent pairs each angle is repeated in place: "
@@ -798,6 +812,7 @@ class ApplyRopeHalf(_RopeTask):
         "goes for the halves of x: x.chunk(2) with no dim= splits the sequence (dim 0), so "
         "split the features with x.chunk(2, dim=-1)",
         "unbracketed": _unbracketed("your angles are all close to 0 (hardly anything turns)", "d"),
+        "linspace": "with positions=None, " + _linspace("seq"),
         "perm_swapped": "your two permutations are swapped: [0, 2, 4, ..., 1, 3, ...] puts the "
         "even features first, so apply_rope pairs features 0 and 2, not i and i + d/2. Gather "
         "with perm = [0, d/2, 1, d/2 + 1, ...] (torch.arange(d).view(2, d // 2).t().reshape(d)), "
