@@ -1192,3 +1192,169 @@ def test_l14_rope_with_the_pair_index_from_1_is_named(task_id, layout):
     for seed in (1, 2, 3, 4, 5):
         cases = task.cases(torch.Generator().manual_seed(seed))
         assert judge(task, cases, run_cases(task, impl, cases)).status == "failed", seed
+
+
+# ---- f16: slips of order and grouping, a cached table, a table indexed by the positions -------
+
+
+def _f16_angles(positions, d, slip=""):
+    """(seq, d/2) float64 angles, or with `slip` the ungrouped exponent 10000 ** -2 * i / d."""
+    i = torch.arange(d // 2, dtype=torch.float64)
+    omega = 10000**-2 * i / d if slip == "unbracketed" else 10000.0 ** (-2 * i / d)
+    return positions.double()[:, None] * omega
+
+
+def _f16_table(slip=""):
+    cache = {}
+
+    def sinusoidal_positional_encoding(seq_len, d_model):
+        require_even(d_model)
+        if slip == "cached by d_model":  # built at the first length, then sliced
+            if d_model not in cache:
+                cache[d_model] = _f16_table()(seq_len, d_model)
+            return cache[d_model][:seq_len]
+        ends_at_seq_len = torch.linspace(0, seq_len, seq_len)  # the slip: the end included
+        angles = _f16_angles(
+            ends_at_seq_len if slip == "linspace" else torch.arange(seq_len), d_model, slip
+        )
+        if slip == "stack dim 0":
+            return torch.stack((angles.sin(), angles.cos())).reshape(seq_len, d_model).float()
+        return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(1).float()
+
+    return sinusoidal_positional_encoding
+
+
+def _f16_shift(slip=""):
+    def relative_shift_matrix(offset, d_model):
+        require_even(d_model)
+        angles = _f16_angles(torch.tensor([offset]), d_model, slip)[0]
+        m = torch.zeros(d_model, d_model)
+        pairs = d_model // 2 - (slip == "range(d // 2 - 1)")
+        for i in range(pairs):
+            c, s = angles[i].cos(), angles[i].sin()
+            m[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.stack(
+                (torch.stack((c, s)), torch.stack((-s, c)))
+            )
+        return m
+
+    return relative_shift_matrix
+
+
+def _f16_rope(slip="", half=False):
+    def apply_rope(x, positions=None):
+        d = x.shape[-1]
+        require_even(d)
+        seq = x.shape[-2]
+        if positions is None:
+            positions = torch.linspace(0, seq, seq) if slip == "linspace" else torch.arange(seq)
+        if slip == "table[positions]":  # a Hugging Face style cache, indexed by the positions
+            angles = _f16_angles(torch.arange(128), d)[positions.long()]
+        else:
+            angles = _f16_angles(positions, d, slip)
+        if half:
+            table = torch.cat((angles, angles), -1)
+            first, second = x.chunk(2, dim=-1)
+            turned = torch.cat((-second, first), -1)
+        else:  # rotate_every_two: the table repeated in place, or (the slip) as two halves
+            table = (
+                angles.repeat(1, 2) if slip == "repeat(1, 2)" else angles.repeat_interleave(2, -1)
+            )
+            turned = torch.stack((-x[..., 1::2], x[..., 0::2]), -1).flatten(-2)
+        return x * table.cos().to(x.dtype) + turned * table.sin().to(x.dtype)
+
+    return apply_rope
+
+
+_F16_SLIPS = [
+    ("ex04.sinusoidal_positional_encoding", _f16_table, "unbracketed", "** binds tighter"),
+    ("ex04.sinusoidal_positional_encoding", _f16_table, "stack dim 0", "on a new first axis"),
+    ("ex04.relative_shift_matrix", _f16_shift, "unbracketed", "** binds tighter"),
+    ("ex04.relative_shift_matrix", _f16_shift, "range(d // 2 - 1)", "last pair's block"),
+    ("ex04.apply_rope", _f16_rope, "repeat(1, 2)", "repeat_interleave(2, dim=-1)"),
+    ("ex04.apply_rope", _f16_rope, "table[positions]", "reads a negative position"),
+    ("ex04.apply_rope_half", lambda s: _f16_rope(s, True), "unbracketed", "** binds tighter"),
+    ("ex04.sinusoidal_positional_encoding", _f16_table, "linspace", "use torch.arange(seq_len)"),
+    ("ex04.apply_rope", _f16_rope, "linspace", "use torch.arange(seq)"),
+    ("ex04.apply_rope_half", lambda s: _f16_rope(s, True), "linspace", "use torch.arange(seq)"),
+]
+
+
+@pytest.mark.parametrize("task_id, make, slip, words", _F16_SLIPS)
+def test_an_f16_slip_is_named(task_id, make, slip, words):
+    # before: 'None of the usual single mistakes' (the grouping, the stack on dim 0, the missing
+    # last block), or only 'your q·k changes ... when moved' (the table repeated as halves, a
+    # cos/sin table indexed by the positions, where -3 reads the table's end)
+    result = check_result(task_id, make(slip))
+    assert result.status == "failed" and words in result.feedback, result.feedback
+    assert "None of the usual" not in result.feedback, result.feedback
+    assert check_result(task_id, make("")).status == "passed"  # right without the slip
+
+
+SINUSOIDAL_F16 = "ex04.sinusoidal_positional_encoding"
+
+
+def test_f16_a_table_cached_by_d_model_at_its_first_length_fails():
+    # before: 7/7, full marks: every case had another d_model, so a table kept per d_model and
+    # sliced to seq_len was never asked for more rows than it had
+    result = check_result(SINUSOIDAL_F16, _f16_table("cached by d_model"))
+    assert result.status == "failed", result.feedback
+    assert "is too short" in result.feedback and "(20, 6)" in result.feedback, result.feedback
+    task = get_task(SINUSOIDAL_F16)
+    for seed in (1, 2, 3):
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        impl = _f16_table("cached by d_model")
+        assert judge(task, cases, run_cases(task, impl, cases)).status == "failed", seed
+
+
+@pytest.mark.parametrize(
+    "task_id, impl",
+    [
+        (SINUSOIDAL_F16, _f16_table()),
+        ("ex04.relative_shift_matrix", _f16_shift()),
+        ("ex04.apply_rope", _f16_rope()),
+        ("ex04.apply_rope_half", _f16_rope(half=True)),
+    ],
+    ids=["stack(-1).flatten", "2x2 blocks of stacks", "rotate_every_two", "rotate_half"],
+)
+def test_f16_right_variants_keep_full_marks_under_hidden_seeds(task_id, impl):
+    task = get_task(task_id)
+    for seed in (0, 1, 2, 3):
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        graded = judge(task, cases, run_cases(task, impl, cases))
+        assert graded.status == "passed", (seed, graded.feedback)
+
+
+@pytest.mark.parametrize("route", ["lesson, minus dropped", "p / div_term"])
+def test_f16_the_frequency_growing_is_named_in_float32_too(route):
+    # the lesson builds its table in float32; with the minus dropped its angles reach thousands
+    # of radians, whose float32 sines miss the float64 'inverted' row by more than 1e-4: 'None of
+    # the usual single mistakes' (the float64 blog loop got the hint)
+    def sinusoidal_positional_encoding(seq_len, d_model):
+        require_even(d_model)
+        positions = torch.arange(seq_len, dtype=torch.float32).unsqueeze(1)
+        two_i = torch.arange(0, d_model, 2, dtype=torch.float32)
+        if route == "p / div_term":  # the exp-log div_term, divided by instead of multiplied
+            angles = positions / torch.exp(two_i * (-math.log(10000.0) / d_model))
+        else:
+            angles = positions * 10000.0 ** (two_i / d_model)
+        pe = torch.zeros(seq_len, d_model)
+        pe[:, 0::2], pe[:, 1::2] = torch.sin(angles), torch.cos(angles)
+        return pe
+
+    result = check_result(SINUSOIDAL_F16, sinusoidal_positional_encoding)
+    assert result.status == "failed", result.feedback
+    assert "the frequency grows with the dimension" in result.feedback, result.feedback
+
+
+def test_f16_rope_half_through_apply_rope_with_the_permutations_swapped_is_named():
+    # gather with [0, 2, 4, ..., 1, 3, ...] (the inverse) and undo with [0, d/2, 1, ...]: 'None
+    # of the usual single mistakes' (perm applied twice was named, this order was not)
+    def apply_rope_half(x, positions=None):
+        d = x.shape[-1]
+        require_even(d)
+        evens_first = torch.arange(d).view(d // 2, 2).t().reshape(d)  # [0, 2, 4, ..., 1, 3, ...]
+        return _f16_rope()(x[..., evens_first], positions)[..., torch.argsort(evens_first)]
+
+    result = check_result("ex04.apply_rope_half", apply_rope_half)
+    assert result.status == "failed", result.feedback
+    assert "your two permutations are swapped" in result.feedback, result.feedback

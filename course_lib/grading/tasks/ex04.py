@@ -43,6 +43,8 @@ def _frequencies(d: int, mistake: str = "") -> torch.Tensor:
         return 2 * torch.pi * 10000.0 ** (-2 * pair / d)
     if mistake == "d_minus_1":  # 10000 ** (-2i / (d - 1))
         return 10000.0 ** (-2 * pair / (d - 1))
+    if mistake == "unbracketed":  # 10000 ** -2 * i / d: ** binds first, (10000 ** -2) * i / d
+        return 10000.0**-2 * pair / d
     if mistake in ("zero", "no_frequency"):  # zero: 2 * i // d, integer division, 0
         return torch.ones_like(pair)
     power = {"exponent_i": pair, "exponent_4i": 4 * pair, "blog_loop": 4 * pair}.get(
@@ -82,6 +84,22 @@ def _pair_from_1(d="d_model", pairs="column 0 is sin(p), column 1 cos(p)"):
         "the pair index counts from 1; it starts at 0, so the first pair turns at 10000^0 = 1 "
         f"({pairs}); counted from 1, each pair takes the next one's frequency: i = "
         f"torch.arange({d} // 2), or 2i = torch.arange(0, {d}, 2)"
+    )
+
+
+def _unbracketed(what, d="d_model"):
+    return (
+        f"{what}: ** binds tighter than * and /, so 10000 ** -2 * i / {d} is "
+        f"(10000 ** -2) * i / {d}, about 1e-8 * i / {d}; put the whole exponent in "
+        f"parentheses, 10000 ** (-2 * i / {d}) (the same for p / 10000 ** 2 * i / {d})"
+    )
+
+
+def _linspace(seq="seq_len"):
+    return (
+        f"torch.linspace(0, {seq}, {seq}) spreads its {seq} points from 0 to {seq} itself, "
+        f"{seq}/({seq} - 1) apart, so the positions are not 0, 1, 2, ...: use "
+        f"torch.arange({seq}), which stops at {seq} - 1 (or linspace(0, {seq} - 1, {seq}))"
     )
 
 
@@ -220,6 +238,14 @@ class SinusoidalPositionalEncoding(_PositionalTask):
         "column, sin(p / 10000^(2i/d_model)) counts the 2 twice and cos(p / 10000^(2(i+1)/"
         "d_model)) takes the next pair's frequency. With the column index i = 2k the exponent "
         "is i/d_model, the same for sin in column i and cos in column i+1",
+        "unbracketed": _unbracketed(
+            "your angles are all close to 0 (every row is nearly [0, 1, 0, 1, ...])"
+        ),
+        "linspace": _linspace(),
+        "stack_dim0": "you stacked sin and cos on a new first axis, (2, seq_len, d_model/2), "
+        "and reshaped to (seq_len, d_model): a reshape reads the values in memory order, so "
+        "the rows get mixed up. Stack them on a new last axis, torch.stack((sin, cos), "
+        "dim=-1), of shape (seq_len, d_model/2, 2), then .flatten(1) interleaves each pair",
     }
 
     def cases(self, gen):
@@ -229,6 +255,11 @@ class SinusoidalPositionalEncoding(_PositionalTask):
         return [
             Case("seq_len=1, d_model=2 (position 0 only)", (1, 2)),
             *(Case(f"seq_len={n}, d_model={d}", (n, d)) for n, d in sizes),
+            Case(  # a table cached by d_model at the first length returned 7 rows here
+                "seq_len=20, d_model=6 again, longer than before (a table kept from an earlier "
+                "call and sliced, pe[:seq_len], is too short: build it for this seq_len)",
+                (20, 6),
+            ),
             Case(
                 "an odd d_model=5 (must raise ValueError: features come in pairs)",
                 (4, 5),
@@ -236,9 +267,20 @@ class SinusoidalPositionalEncoding(_PositionalTask):
             ),
         ]
 
+    def diagnose(self, got, want, case):
+        # the minus sign dropped in float32, as the lesson's table is built: angles of thousands
+        # of radians lose more than the 1e-4 that 'inverted' is matched to, but row 1's do not
+        seq_len, d_model = case.args
+        if isinstance(got, torch.Tensor) and got.shape == want.shape and min(seq_len, d_model) > 2:
+            if all_close(got[1], self.wrong(2, d_model, mistake="inverted")[1], 1e-4):
+                return self.mistake_table["inverted"]
+        return None
+
     def wrong(self, seq_len, d_model, *, mistake):
         positions = torch.arange(seq_len, dtype=F64)[:, None] + (mistake == "from_1")  # (seq, 1)
         positions = positions / seq_len if mistake == "positions_over_len" else positions
+        if mistake == "linspace":  # torch.linspace(0, seq_len, seq_len): the end included
+            positions = torch.linspace(0, seq_len, seq_len, dtype=F64)[:, None]
         pair = torch.arange(d_model // 2, dtype=F64)[None, :]  # (1, d_model / 2)
         if mistake == "over_seq_len":
             angles = positions * 10000.0 ** (-2 * pair / seq_len)
@@ -260,6 +302,8 @@ class SinusoidalPositionalEncoding(_PositionalTask):
             odd = torch.sin(angles) if mistake == "odd_sin" else -odd
         if mistake == "halves":
             return torch.cat((even, odd), dim=-1).float()
+        if mistake == "stack_dim0":  # torch.stack((sin, cos)).reshape(seq_len, d_model)
+            return torch.stack((even, odd)).reshape(seq_len, d_model).float()
         pe = torch.empty(seq_len, d_model, dtype=F64)
         pe[:, 0::2], pe[:, 1::2] = even, odd
         return pe.float()
@@ -308,6 +352,12 @@ class RelativeShiftMatrix(_PositionalTask):
         "block_at_pair_index": "pair i's 2x2 block goes at rows and columns 2i and 2i+1, "
         "M[2*i : 2*i + 2, 2*i : 2*i + 2]; at M[i : i + 2, i : i + 2] the blocks overlap and the "
         "last rows stay 0",
+        "unbracketed": _unbracketed(
+            "your rotation angles are all close to 0 (M is nearly the identity)"
+        ),
+        "last_block_missing": "the last pair's block is missing: rows and columns d_model - 2 "
+        "and d_model - 1 stay 0. There are d_model // 2 pairs, i = 0 .. d_model // 2 - 1: loop "
+        "over range(d_model // 2), not range(d_model // 2 - 1)",
     }
 
     def cases(self, gen):
@@ -350,6 +400,8 @@ class RelativeShiftMatrix(_PositionalTask):
         m[even + 1, even], m[even + 1, even + 1] = sin if mistake == "no_minus" else -sin, cos
         if mistake == "diagonal_repeat":  # torch.diag(cos.repeat(2)), not repeat_interleave
             m.diagonal().copy_(cos.repeat(2))
+        elif mistake == "last_block_missing":  # for i in range(d_model // 2 - 1)
+            m[-2:, -2:] = 0
         return (m.T if mistake == "transposed" else m).float()
 
 
@@ -358,6 +410,9 @@ def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
     """RoPE with the named mistake ("": none). `layout` is the task's: "adjacent" rotates pairs
     (2i, 2i+1), "halves" pairs (i, i + d/2) (the rotate-half layout of GPT-NeoX and Llama)."""
     d = x.shape[-1]
+    if mistake == "perm_swapped":  # apply_rope(x[..., argsort(perm)])[..., perm]: swapped
+        perm = torch.arange(d).view(2, d // 2).t().reshape(d)  # [0, d/2, 1, d/2 + 1, ...]
+        return _rope_variant(x[..., perm.argsort()], positions)[..., perm]
     if mistake == "view":  # x.view(-1, seq, d) and the like: a transposed x cannot be viewed
         x.view(-1)
     if mistake in ("halves", "halves_mixed_frequencies", "adjacent", "adjacent_in_halves_out"):
@@ -369,6 +424,8 @@ def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
     if mistake == "ignore_positions" or positions is None:  # seq_axis_1: x.shape[1] as seq
         positions = torch.arange(x.shape[1 if mistake == "seq_axis_1" else -2])
         positions = positions + (mistake == "from_1")
+        if mistake == "linspace":  # torch.linspace(0, seq, seq): the end included
+            positions = torch.linspace(0, len(positions), len(positions))
     elif mistake == "integer_positions":  # .long() rounds 0.5 towards 0
         positions = positions.long()
     positions = positions.to(F64) if mistake == "positions_1d" else positions.to(F64)[:, None]
@@ -383,6 +440,8 @@ def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
     first = second = angles  # the angles of each pair's first and second feature
     if mistake in ("mixed_frequencies", "halves_mixed_frequencies"):  # repeat_interleave'd table
         first, second = angles.repeat_interleave(2, dim=-1).chunk(2, dim=-1)
+    elif mistake == "cat_table":  # the rotate-half table, cat((angles, angles), -1), read in pairs
+        first, second = torch.cat((angles, angles), -1).unflatten(-1, (-1, 2)).unbind(-1)
     elif mistake == "column_frequencies":  # feature j at its own 10000^(-j/d)
         first, second = (positions * 10000.0 ** (-torch.arange(d, dtype=F64) / d)).chunk(2, -1)
     if mistake == "cos_sin_swapped":
@@ -608,6 +667,11 @@ class ApplyRope(_RopeTask):
         "times_2pi": _times_2pi("d"),
         "d_minus_1": _d_minus_1("d"),
         "pair_from_1": _pair_from_1("d", "the first pair rotates by the position itself"),
+        "linspace": "with positions=None, " + _linspace("seq"),
+        "cat_table": "your (seq, d) cos/sin table is the rotate-half layout's, cat((angles, "
+        "angles), dim=-1) or angles.repeat(1, 2), so the two features of a pair (2i, 2i+1) turn "
+        "by different angles. For adjacent pairs each angle is repeated in place: "
+        "angles.repeat_interleave(2, dim=-1)",
     }
 
     def cases(self, gen):
@@ -651,6 +715,21 @@ class ApplyRope(_RopeTask):
 
     def diagnose(self, got, want, case):
         if "shifts" in case.data and isinstance(got, torch.Tensor) and got.shape == want.shape:
+            shifts = case.data["shifts"]
+            wrong = [
+                s for s, g, w in zip(shifts, got, want, strict=True) if not all_close(g, w, 1e-4)
+            ]
+            if (
+                wrong and min(shifts) < 0 and all(s < 0 for s in wrong)
+            ):  # table[positions]: -3 reads the end
+                return (
+                    f"your q·k is right while every position is 0 or more, but not at the "
+                    f"positions moved by {wrong[0]}, some of which are negative: the angle is "
+                    "position * 10000^(-2i/d) for a negative position too. A cos/sin table made "
+                    "for positions 0 .. max_len - 1 and indexed with them, table[positions], "
+                    "reads a negative position from its end: compute the angles from the "
+                    "positions themselves, positions[:, None] * frequencies"
+                )
             change = (got - got[0]).abs().max().item()
             if change > 1e-4:
                 return (
@@ -732,6 +811,12 @@ class ApplyRopeHalf(_RopeTask):
         "dim=0 stacks them below each other, (2 seq, d/2), which does not match x. The same "
         "goes for the halves of x: x.chunk(2) with no dim= splits the sequence (dim 0), so "
         "split the features with x.chunk(2, dim=-1)",
+        "unbracketed": _unbracketed("your angles are all close to 0 (hardly anything turns)", "d"),
+        "linspace": "with positions=None, " + _linspace("seq"),
+        "perm_swapped": "your two permutations are swapped: [0, 2, 4, ..., 1, 3, ...] puts the "
+        "even features first, so apply_rope pairs features 0 and 2, not i and i + d/2. Gather "
+        "with perm = [0, d/2, 1, d/2 + 1, ...] (torch.arange(d).view(2, d // 2).t().reshape(d)), "
+        "which makes each pair (i, i + d/2) adjacent, and undo it with torch.argsort(perm)",
     }
 
     def cases(self, gen):
