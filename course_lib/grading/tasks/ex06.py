@@ -105,6 +105,15 @@ CROSS_MISTAKES = {
 }
 
 
+def _float32_softmax_attention(q, k, v, mask):
+    """Attention whose softmax ran in float32, F.softmax(scores, -1, dtype=torch.float32), cast
+    back to the scores' dtype: right to float32's digits only on float64 inputs."""
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    scores = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(-1, dtype=torch.float32).to(scores.dtype)
+    return weights @ v, weights
+
+
 def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake=""):
     """Cross-attention by hand, (output, weights), with one named mistake."""
     queries, read, mask = x, memory, memory_mask
@@ -132,11 +141,8 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
     if mistake == "bmm":  # torch.bmm(q, k.transpose(1, 2)): right, but 3-D only
         torch.bmm(queries @ w_q, keys.transpose(-2, -1))
     values = read @ (w_k if mistake == "values_with_w_k" else w_v)
-    if mistake == "float32_softmax":  # F.softmax(scores, -1, dtype=torch.float32).to(x.dtype)
-        scores = (queries @ w_q) @ keys.transpose(-2, -1) / d_k**0.5
-        scores = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
-        weights = scores.softmax(-1, dtype=torch.float32).to(scores.dtype)
-        return weights @ values, weights
+    if mistake == "float32_softmax":
+        return _float32_softmax_attention(queries @ w_q, keys, values, mask)
     output, weights = wrong_attention(
         queries @ w_q,
         keys,
@@ -472,11 +478,8 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
         mask = mask.unsqueeze(-1 if mistake == "mask_last_axis" else -2)  # (batch, n, 1): slip
     mask = None if mistake == "mask_ignored" else mask
     values = x @ (w_k if mistake == "values_with_w_k" else w_v)
-    if mistake == "float32_softmax":  # F.softmax(scores, -1, dtype=torch.float32).to(x.dtype)
-        scores = q @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5
-        scores = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
-        weights = scores.softmax(-1, dtype=torch.float32).to(scores.dtype)
-        return weights @ values, weights
+    if mistake == "float32_softmax":
+        return _float32_softmax_attention(q, keys, values, mask)
     pooled, weights = wrong_attention(
         q,
         keys,
