@@ -62,6 +62,8 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "x = norm1(x + attention(x)), its result the input of the feed-forward sub-layer",
     "activation_after": "the activation belongs between linear1 and linear2, not after linear2: "
     "linear2(activate(linear1(x), activation)), as in your FeedForward",
+    "activation_both": layers.ACTIVATION_BOTH,
+    "activation_on_sum": layers.ACTIVATION_ON_SUM,
 }
 
 
