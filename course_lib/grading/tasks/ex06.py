@@ -321,6 +321,10 @@ SUBLAYER_MISTAKES = {
     "norm(h + attn(h, memory)): the sub-layer's one LayerNorm sits in one place, post-norm "
     "(norm_first=False) norm(x + attn(x, memory)), pre-norm (norm_first=True) "
     "x + attn(norm(x), memory)",
+    "norm_of_normed_x": "you normalised x before adding it AND the sum, norm(norm(x) + "
+    "attn(x, memory)): the sub-layer's one LayerNorm sits in one place, post-norm "
+    "(norm_first=False) norm(x + attn(x, memory)) with x itself in the residual, pre-norm "
+    "(norm_first=True) x + attn(norm(x), memory) with the sum left as it is",
     "pre_unnormed": "your pre-norm branch never calls self.norm: pre-norm normalises the "
     "attention's input, x + attn(norm(x), memory, memory, memory_mask), and adds it to x itself",
 }
@@ -368,6 +372,8 @@ class WrongSublayer(nn.Module):
             return x + attend(x)
         if mistake == "norm_sandwich":  # h = norm(x); norm(h + attn(h)), in either mode
             return self.norm(self.norm(x) + attend(self.norm(x)))
+        if mistake == "norm_of_normed_x":  # norm(norm(x) + attn(x)), in either mode
+            return self.norm(self.norm(x) + attend(x))
         if mistake == "post_norm_query_normed" and not self.norm_first:  # h = norm(x) in both
             return self.norm(x + attend(self.norm(x)))
         slip = "pre_post_swapped" if mistake == "norm_swapped" else mistake
