@@ -1882,3 +1882,55 @@ def test_l16_an_activation_after_linear2_or_on_the_sum_is_named(task_id, cls, hi
 def test_l16_the_layers_written_out_step_by_step_pass(task_id, cls):
     r = check_result(task_id, cls)
     assert r.status == "passed", r.feedback
+
+
+# ---- L16: a sub-layer's LayerNorm both before and after ----
+
+
+def _normed_twice(x, steps, form):
+    for norm, f in steps:
+        h = norm(x)
+        x = norm(h + f(h if form == "sandwich" else x))
+    return x
+
+
+class EncNormedTwice(EncoderLayerByHand):
+    form = "sandwich"
+
+    def forward(self, x, mask=None):
+        steps = [
+            (self.norm1, lambda h: self.self_attn(h, h, h, mask=mask)[0]),
+            (self.norm2, lambda h: self.linear2(self.act(self.linear1(h)))),
+        ]
+        return _normed_twice(x, steps, self.form)
+
+
+class DecNormedTwice(DecLearner):
+    form = "sandwich"
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        steps = [
+            (self.norm1, lambda h: self.self_attn(h, h, h, mask=self_mask)[0]),
+            (self.norm2, lambda h: self.multihead_attn(h, memory, memory, mask=memory_mask)[0]),
+            (self.norm3, lambda h: self.linear2(F.relu(self.linear1(h)))),
+        ]
+        return _normed_twice(x, steps, self.form)
+
+
+@pytest.mark.parametrize("form", ["sandwich", "norm(norm(x) + sublayer(x))"])
+@pytest.mark.parametrize(
+    "task_id, base", [("ex07.EncoderLayer", EncNormedTwice), ("ex07.DecoderLayer", DecNormedTwice)]
+)
+def test_l16_a_layer_normalising_before_and_after_is_named(task_id, base, form):
+    # before: 'None of the usual single mistakes gives this result' (ex06's sub-layer named both)
+    import course_lib.grading as grading
+
+    learner = type("Layer", (base,), {"form": form})
+    words = "h = norm(x), then x = norm(h + sublayer(h))" if form == "sandwich" else form
+    try:
+        for seed in (0, 1, 2, 3, 4, 5):
+            grading.NOTEBOOK_SEED = seed  # the batch grader's hidden seeds
+            r = check_result(task_id, learner)
+            assert r.status == "failed" and words in r.feedback, (seed, r.feedback)
+    finally:
+        grading.NOTEBOOK_SEED = 0

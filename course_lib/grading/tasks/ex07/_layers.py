@@ -102,6 +102,17 @@ ACTIVATION_ON_SUM = (
     "pre-norm is x + ffn(norm(x)), not activate(x + ffn(norm(x))) (a ReLU there zeroes every "
     "negative entry the residual carries)"
 )
+NORM_SANDWICH = (
+    "you normalised before AND after a sub-layer, h = norm(x), then x = norm(h + sublayer(h)): "
+    "each sub-layer's LayerNorm sits in one place, post-norm (norm_first=False) "
+    "x = norm(x + sublayer(x)), pre-norm (norm_first=True) x = x + sublayer(norm(x))"
+)
+NORM_OF_NORMED_X = (
+    "you normalised x before adding it AND the sum, x = norm(norm(x) + sublayer(x)): each "
+    "sub-layer's LayerNorm sits in one place, post-norm (norm_first=False) "
+    "x = norm(x + sublayer(x)) with x itself in the residual, pre-norm (norm_first=True) "
+    "x = x + sublayer(norm(x)) with the sum left as it is"
+)
 GELU_AS_TANH = (
     "activation='gelu' is the exact GELU, F.gelu(h); the tanh approximation "
     "(approximate='tanh') is 'gelu_tanh'"
@@ -244,6 +255,11 @@ class WrongLayer(nn.Module):
         steps = list(zip(norms, runs, strict=True))
         order = {"lines_cross_first": (1, 0, 2), "lines_ff_before_cross": (0, 2, 1)}
         steps = [steps[i] for i in order.get(mistake, range(len(steps)))]
+        if mistake in ("norm_sandwich", "norm_of_normed_x"):  # norm(norm(x) + ...), either mode
+            for norm, run in steps:
+                h = norm(x)
+                x = norm(h + run(h if mistake == "norm_sandwich" else x))
+            return x
         if mistake == "activation_on_sum":  # activate(x + ffn(...)): inside post-norm's norm
             norm, run = steps[-1]
             steps[-1] = (norm if self.norm_first else lambda s: norm(activation(s)), run)
