@@ -1169,3 +1169,74 @@ def test_l14_right_variants_keep_full_marks(task_id, fn):
     for seed in (0, 1, 2, 3, 4, 5):
         r = _l14_graded(task_id, fn, seed)
         assert r.status == "passed", (seed, r.feedback)
+
+
+# ---- L16: two independent dropouts, and dropouts inside self-attention ----
+
+
+def _l16_self_attention(x, w_q, w_k, w_v, *, slip=""):
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    weights = (q @ k.mT / math.sqrt(q.shape[-1])).softmax(dim=-1)
+    if slip == "dropout on the weights":
+        weights = F.dropout(weights, p=0.1)
+    elif slip == "dropout on the output":
+        return F.dropout(weights @ v, p=0.1), weights
+    elif slip == "nn.Dropout on the output, p=0.2":
+        return nn.Dropout(0.2)(weights @ v), weights
+    elif slip == "dropped weights, output only":
+        return F.dropout(weights, p=0.1) @ v, weights
+    elif slip == "two dropouts":
+        return F.dropout(weights, p=0.1) @ v, F.dropout(weights, p=0.1)
+    elif slip == "dropout p=0":  # right: nothing is dropped
+        weights = F.dropout(weights, p=0.0)
+    elif slip == "nn.Dropout in eval mode":  # right: nothing is dropped
+        weights = nn.Dropout(0.1).eval()(weights)
+    elif slip == "einsum":  # right
+        scores = torch.einsum("...qd,...kd->...qk", q, k) / q.shape[-1] ** 0.5
+        weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+def _l16_two_dropouts(q, k, v, *, slip):
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(dim=-1)
+    if slip == "nn.Dropout twice":
+        drop = nn.Dropout(0.1)
+        return drop(weights) @ v, drop(weights)
+    return F.dropout(weights, p=0.1) @ v, F.dropout(weights, p=0.1)
+
+
+SELF = "ex02.self_attention"
+TWO = "two separate dropouts"
+L16_SLIPS = [
+    (SDPA, functools.partial(_l16_two_dropouts, slip="F.dropout twice"), TWO),
+    (SDPA, functools.partial(_l16_two_dropouts, slip="nn.Dropout twice"), TWO),
+    (SELF, functools.partial(_l16_self_attention, slip="two dropouts"), TWO),
+    (SELF, functools.partial(_l16_self_attention, slip="dropout on the weights"), "dropped at"),
+    *[
+        (SELF, functools.partial(_l16_self_attention, slip=slip), "output went through a dropout")
+        for slip in (
+            "dropout on the output",
+            "nn.Dropout on the output, p=0.2",
+            "dropped weights, output only",
+        )
+    ],
+]
+
+
+@pytest.mark.parametrize(
+    "task_id, fn, hint", L16_SLIPS, ids=[m[1].keywords["slip"] for m in L16_SLIPS]
+)
+def test_l16_dropouts_are_named_under_every_seed(task_id, fn, hint):
+    # before: 'None of the usual single mistakes' (self-attention's check drew no seeded mask
+    # and had no dropout rows; the attention's second, independent draw matched no row)
+    for seed in (0, 1, 2, 3, 4, 5):
+        r = _l14_graded(task_id, fn, seed)
+        assert r.status == "failed" and r.score < r.max_score, (seed, r.feedback)
+        assert hint in r.feedback, (seed, r.feedback)
+
+
+@pytest.mark.parametrize("slip", ["dropout p=0", "nn.Dropout in eval mode", "einsum"])
+def test_l16_right_self_attention_variants_keep_full_marks(slip):
+    for seed in (0, 1, 2, 3, 4, 5):
+        r = _l14_graded(SELF, functools.partial(_l16_self_attention, slip=slip), seed)
+        assert r.status == "passed", (seed, r.feedback)

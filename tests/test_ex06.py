@@ -884,3 +884,31 @@ def test_a_pool_on_the_learners_own_cross_attention_blames_it_when_it_is_wrong(u
     result = check_result("ex06.attention_pool", namespace["attention_pool"])
     assert result.status == ("passed" if use_mask else "failed"), result.feedback
     assert ("fix cross_attention first" in result.feedback) != use_mask, result.feedback
+
+
+# ---- L16: norm(norm(x) + attn(x)), in either branch ----
+
+
+class _SublayerNormingXAndTheSum(SublayerFunctional):
+    branch = "both"
+
+    def forward(self, x, memory, memory_mask=None):
+        if self.branch in ("both", "pre" if self.norm_first else "post"):
+            return self.norm(self.norm(x) + self.attn(x, memory, memory, memory_mask)[0])
+        return super().forward(x, memory, memory_mask)
+
+
+@pytest.mark.parametrize("branch", ["both", "pre", "post"])
+def test_l16_the_norm_of_normed_x_plus_attention_is_named_under_every_seed(branch):
+    # before: 'None of the usual single mistakes gives this result'
+    import course_lib.grading as grading
+
+    learner = type("Sublayer", (_SublayerNormingXAndTheSum,), {"branch": branch})
+    try:
+        for seed in (0, 1, 2, 3, 4, 5):
+            grading.NOTEBOOK_SEED = seed  # the batch grader's hidden seeds
+            result = check_result("ex06.CrossAttentionSublayer", learner)
+            assert result.status == "failed", (seed, result.feedback)
+            assert "norm(norm(x) + attn(x, memory))" in result.feedback, (seed, result.feedback)
+    finally:
+        grading.NOTEBOOK_SEED = 0

@@ -1797,3 +1797,140 @@ class DecMemoryNorm1(DecLearner):  # pre-norm: memory normalised by the self-att
 def test_l14_slips_are_named(task_id, learner, words):
     result = check_result(task_id, learner)
     assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+# ---- L16: the activation after linear2, or on the residual sum ----
+
+
+class EncActivated(EncoderLayerByHand):
+    where = ""
+
+    def forward(self, x, mask=None):
+        def ff(h):
+            out = self.linear2(self.act(self.linear1(h)))
+            return self.act(out) if self.where == "both" else out
+
+        def summed(s):
+            return self.act(s) if self.where == "sum" else s
+
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.self_attn(h, h, h, mask=mask)[0]
+            return summed(x + ff(self.norm2(x)))
+        x = self.norm1(x + self.self_attn(x, x, x, mask=mask)[0])
+        return self.norm2(summed(x + ff(x)))
+
+
+class DecActivated(DecLearner):
+    where = ""
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        def ff(h):
+            if self.where == "after":
+                return F.relu(self.linear2(self.linear1(h)))
+            out = self.linear2(F.relu(self.linear1(h)))
+            return F.relu(out) if self.where == "both" else out
+
+        steps = [
+            (self.norm1, lambda h: self.self_attn(h, h, h, mask=self_mask)[0]),
+            (self.norm2, lambda h: self.multihead_attn(h, memory, memory, mask=memory_mask)[0]),
+            (self.norm3, ff),
+        ]
+        for k, (norm, f) in enumerate(steps):
+            activate = F.relu if k == 2 and self.where == "sum" else nn.Identity()
+            x = activate(x + f(norm(x))) if self.norm_first else norm(activate(x + f(x)))
+        return x
+
+
+class FFResidualActivated(FFLearner):
+    def forward(self, x):
+        return self.activation(x + super().forward(x))
+
+
+L16_SLIPS = [
+    ("ex07.EncoderLayer", type("E", (EncActivated,), {"where": "both"}), "is not activated again"),
+    ("ex07.EncoderLayer", type("E", (EncActivated,), {"where": "sum"}), "not on the residual sum"),
+    ("ex07.DecoderLayer", type("D", (DecActivated,), {"where": "both"}), "is not activated again"),
+    ("ex07.DecoderLayer", type("D", (DecActivated,), {"where": "sum"}), "not on the residual sum"),
+    ("ex07.DecoderLayer", type("D", (DecActivated,), {"where": "after"}), "not after linear2"),
+    ("ex07.FeedForward", FFResidualActivated, "not relu(x + ...)"),
+]
+
+
+@pytest.mark.parametrize(
+    "task_id, cls, hint",
+    L16_SLIPS,
+    ids=["enc both", "enc sum", "dec both", "dec sum", "dec after", "ff relu(x + ffn)"],
+)
+def test_l16_an_activation_after_linear2_or_on_the_sum_is_named(task_id, cls, hint):
+    # before: 'None of the usual single mistakes gives this result'
+    import course_lib.grading as grading
+
+    try:
+        for seed in (0, 1, 2, 3, 4, 5):
+            grading.NOTEBOOK_SEED = seed  # the batch grader's hidden seeds
+            r = check_result(task_id, cls)
+            assert r.status == "failed" and r.score < r.max_score, (seed, r.feedback)
+            assert hint in r.feedback, (seed, r.feedback)
+    finally:
+        grading.NOTEBOOK_SEED = 0
+
+
+@pytest.mark.parametrize(
+    "task_id, cls", [("ex07.EncoderLayer", EncActivated), ("ex07.DecoderLayer", DecActivated)]
+)
+def test_l16_the_layers_written_out_step_by_step_pass(task_id, cls):
+    r = check_result(task_id, cls)
+    assert r.status == "passed", r.feedback
+
+
+# ---- L16: a sub-layer's LayerNorm both before and after ----
+
+
+def _normed_twice(x, steps, form):
+    for norm, f in steps:
+        h = norm(x)
+        x = norm(h + f(h if form == "sandwich" else x))
+    return x
+
+
+class EncNormedTwice(EncoderLayerByHand):
+    form = "sandwich"
+
+    def forward(self, x, mask=None):
+        steps = [
+            (self.norm1, lambda h: self.self_attn(h, h, h, mask=mask)[0]),
+            (self.norm2, lambda h: self.linear2(self.act(self.linear1(h)))),
+        ]
+        return _normed_twice(x, steps, self.form)
+
+
+class DecNormedTwice(DecLearner):
+    form = "sandwich"
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        steps = [
+            (self.norm1, lambda h: self.self_attn(h, h, h, mask=self_mask)[0]),
+            (self.norm2, lambda h: self.multihead_attn(h, memory, memory, mask=memory_mask)[0]),
+            (self.norm3, lambda h: self.linear2(F.relu(self.linear1(h)))),
+        ]
+        return _normed_twice(x, steps, self.form)
+
+
+@pytest.mark.parametrize("form", ["sandwich", "norm(norm(x) + sublayer(x))"])
+@pytest.mark.parametrize(
+    "task_id, base", [("ex07.EncoderLayer", EncNormedTwice), ("ex07.DecoderLayer", DecNormedTwice)]
+)
+def test_l16_a_layer_normalising_before_and_after_is_named(task_id, base, form):
+    # before: 'None of the usual single mistakes gives this result' (ex06's sub-layer named both)
+    import course_lib.grading as grading
+
+    learner = type("Layer", (base,), {"form": form})
+    words = "h = norm(x), then x = norm(h + sublayer(h))" if form == "sandwich" else form
+    try:
+        for seed in (0, 1, 2, 3, 4, 5):
+            grading.NOTEBOOK_SEED = seed  # the batch grader's hidden seeds
+            r = check_result(task_id, learner)
+            assert r.status == "failed" and words in r.feedback, (seed, r.feedback)
+    finally:
+        grading.NOTEBOOK_SEED = 0

@@ -1193,3 +1193,68 @@ def test_random_ids_equal_to_the_original_are_expected_less_often_in_the_histogr
     case = Case("ids that are all 2 or 5, vocab_size=10, mask_id=10", (ids, 10, 10))
     got = task.call(mlm_mask, case)
     assert task.compare(got, task.expected(case), case) is None
+
+
+# ---- L16: other 80/10/10 bounds ----
+
+
+def mlm_split_bounds(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=None, *, how):
+    if not 0 < mask_prob <= 1:
+        raise ValueError("mask_prob")
+    chosen = torch.rand(ids.shape, generator=generator) < mask_prob
+    if pad_id is not None:
+        chosen = chosen & (ids != pad_id)
+    if how == "randint(0, 100), r <= 80, r <= 90":
+        r = torch.randint(0, 100, ids.shape, generator=generator)
+        masked, swap = chosen & (r <= 80), chosen & (r > 80) & (r <= 90)
+    elif how == "randint(0, 100), r < 80, r < 90":  # right
+        r = torch.randint(0, 100, ids.shape, generator=generator)
+        masked, swap = chosen & (r < 80), chosen & (r >= 80) & (r < 90)
+    elif how == "u <= 0.8, u <= 0.9":  # right: a continuous u is never exactly 0.8
+        u = torch.rand(ids.shape, generator=generator)
+        masked, swap = chosen & (u <= 0.8), chosen & (u > 0.8) & (u <= 0.9)
+    elif how == "u >= 0.2 <mask>, u < 0.1 random":  # right: other ranges of the same sizes
+        u = torch.rand(ids.shape, generator=generator)
+        masked, swap = chosen & (u >= 0.2), chosen & (u < 0.1)
+    else:  # "0.8 <= u < 0.1": the share 0.1 taken as the bound, so no random id
+        u = torch.rand(ids.shape, generator=generator)
+        masked, swap = chosen & (u < 0.8), chosen & (u >= 0.8) & (u < 0.1)
+    random_ids = torch.randint(vocab_size, ids.shape, generator=generator, dtype=ids.dtype)
+    inputs = torch.where(swap, random_ids, ids.masked_fill(masked, mask_id))
+    return inputs, torch.where(chosen, ids, torch.full_like(ids, -100))
+
+
+def _mlm_graded(how, seed):
+    import course_lib.grading as grading
+
+    grading.NOTEBOOK_SEED = seed  # the batch grader's hidden seeds
+    try:
+        return check_result("ex10.mlm_mask", partial(mlm_split_bounds, how=how))
+    finally:
+        grading.NOTEBOOK_SEED = 0
+
+
+@pytest.mark.parametrize(
+    "how, words",
+    [
+        ("randint(0, 100), r <= 80, r <= 90", "counts one value too many"),
+        ("0.8 <= u < 0.1", "no chosen position gets a random id"),
+    ],
+)
+def test_l16_other_80_10_10_bounds_are_named_under_every_seed(how, words):
+    # before: only 'the share ... is 0.090, expected 0.102' (0.202, expected 0.105), with no
+    # hint; under seed 4 the r <= 80 split was told its random ids never equal the original
+    for seed in (0, 1, 2, 3, 4, 5):
+        result = _mlm_graded(how, seed)
+        assert result.status == "failed" and words in result.feedback, (seed, result.feedback)
+        assert "never equal the original" not in result.feedback, (seed, result.feedback)
+
+
+@pytest.mark.parametrize(
+    "how",
+    ["randint(0, 100), r < 80, r < 90", "u <= 0.8, u <= 0.9", "u >= 0.2 <mask>, u < 0.1 random"],
+)
+def test_l16_right_80_10_10_bounds_pass(how):
+    for seed in (0, 1, 2):
+        result = _mlm_graded(how, seed)
+        assert result.passed == result.total, (seed, result.feedback)

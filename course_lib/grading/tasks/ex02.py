@@ -287,6 +287,10 @@ class ScaledDotProductAttention(HintOnError):
         "on the output itself) while the weights you return did not: this task has no dropout, "
         "so output = weights @ v with the very weights you return. Remove the dropout "
         "(F.dropout and nn.Dropout drop even when you did not mean to train)",
+        "two_dropouts": "your output and the weights you return went through two separate "
+        "dropouts (two random draws, so two different masks): this task has no dropout, so "
+        "output = weights @ v with the very weights you return, every weight kept. Remove both "
+        "dropouts (F.dropout and nn.Dropout drop even when you did not mean to train)",
     }
 
     def compare(self, got, want, case):
@@ -348,14 +352,14 @@ class ScaledDotProductAttention(HintOnError):
                 ratio = mine[kept] / right[kept]
                 dropped = (~kept & (right != 0)).any() and ratio.numel() and ratio.min() > 1.001
                 if dropped and (ratio.max() - ratio.min()) < 1e-4 * ratio.max():
-                    return self.mistake_table[row]
+                    return ScaledDotProductAttention.mistake_table[row]
         return None
 
     def call(self, obj, case):
         """A dropout the learner's code draws takes the mask the attention_dropout row takes."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
-            return super().call(obj, case)
+            return HintOnError.call(self, obj, case)  # self may be a SelfAttention too
 
     def wrong(self, q, k, v, *, mistake):
         d_k, d_v = q.shape[-1], v.shape[-1]
@@ -395,8 +399,10 @@ class ScaledDotProductAttention(HintOnError):
         weights = stable_softmax(scores, dim=-2 if mistake == "query_axis" else -1)
         if mistake == "attention_dropout":  # F.dropout(weights, 0.1): tutorials' attention
             weights = torch.nn.functional.dropout(weights, 0.1)
-        if mistake == "output_dropout":  # the dropped weights make the output, not the result
-            return torch.nn.functional.dropout(weights, 0.1) @ v, weights
+        if mistake in ("output_dropout", "two_dropouts"):  # the dropped weights make the output
+            drop = torch.nn.functional.dropout  # two_dropouts: a second draw for the result
+            output = drop(weights, 0.1) @ v
+            return output, drop(weights, 0.1) if mistake == "two_dropouts" else weights
         if mistake == "no_max":  # exp of the scores themselves: NaN once they are large
             weights = scores.exp() / scores.exp().sum(dim=-1, keepdim=True)
         if mistake == "scaled_after_softmax":
@@ -453,11 +459,12 @@ class SelfAttention(HintOnError):
             f"attention: {mistake}": "the projections are right, but the attention step is not: "
             f"{hint} (check ex02.scaled_dot_product_attention)"
             for mistake, hint in ScaledDotProductAttention.mistake_table.items()
-            # the same as q_k_swapped, by_sqrt_n_k; a dropout's mask is drawn alike only in the
-            # attention task's own check (its call seeds the draw)
-            if mistake not in ("k_q_order", "by_sqrt_n_q", "attention_dropout", "output_dropout")
+            if mistake not in ("k_q_order", "by_sqrt_n_q")  # the same as q_k_swapped, by_sqrt_n_k
         },
     }
+
+    call = ScaledDotProductAttention.call  # a dropout draws the mask the attention's rows draw
+    diagnose = ScaledDotProductAttention.diagnose  # a dropout of any p, a float32 step
 
     def cases(self, gen):
         return [

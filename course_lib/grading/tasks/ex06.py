@@ -105,6 +105,15 @@ CROSS_MISTAKES = {
 }
 
 
+def _float32_softmax_attention(q, k, v, mask):
+    """Attention whose softmax ran in float32, F.softmax(scores, -1, dtype=torch.float32), cast
+    back to the scores' dtype: right to float32's digits only on float64 inputs."""
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    scores = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(-1, dtype=torch.float32).to(scores.dtype)
+    return weights @ v, weights
+
+
 def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake=""):
     """Cross-attention by hand, (output, weights), with one named mistake."""
     queries, read, mask = x, memory, memory_mask
@@ -132,11 +141,8 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
     if mistake == "bmm":  # torch.bmm(q, k.transpose(1, 2)): right, but 3-D only
         torch.bmm(queries @ w_q, keys.transpose(-2, -1))
     values = read @ (w_k if mistake == "values_with_w_k" else w_v)
-    if mistake == "float32_softmax":  # F.softmax(scores, -1, dtype=torch.float32).to(x.dtype)
-        scores = (queries @ w_q) @ keys.transpose(-2, -1) / d_k**0.5
-        scores = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
-        weights = scores.softmax(-1, dtype=torch.float32).to(scores.dtype)
-        return weights @ values, weights
+    if mistake == "float32_softmax":
+        return _float32_softmax_attention(queries @ w_q, keys, values, mask)
     output, weights = wrong_attention(
         queries @ w_q,
         keys,
@@ -315,6 +321,10 @@ SUBLAYER_MISTAKES = {
     "norm(h + attn(h, memory)): the sub-layer's one LayerNorm sits in one place, post-norm "
     "(norm_first=False) norm(x + attn(x, memory)), pre-norm (norm_first=True) "
     "x + attn(norm(x), memory)",
+    "norm_of_normed_x": "you normalised x before adding it AND the sum, norm(norm(x) + "
+    "attn(x, memory)): the sub-layer's one LayerNorm sits in one place, post-norm "
+    "(norm_first=False) norm(x + attn(x, memory)) with x itself in the residual, pre-norm "
+    "(norm_first=True) x + attn(norm(x), memory) with the sum left as it is",
     "pre_unnormed": "your pre-norm branch never calls self.norm: pre-norm normalises the "
     "attention's input, x + attn(norm(x), memory, memory, memory_mask), and adds it to x itself",
 }
@@ -362,6 +372,8 @@ class WrongSublayer(nn.Module):
             return x + attend(x)
         if mistake == "norm_sandwich":  # h = norm(x); norm(h + attn(h)), in either mode
             return self.norm(self.norm(x) + attend(self.norm(x)))
+        if mistake == "norm_of_normed_x":  # norm(norm(x) + attn(x)), in either mode
+            return self.norm(self.norm(x) + attend(x))
         if mistake == "post_norm_query_normed" and not self.norm_first:  # h = norm(x) in both
             return self.norm(x + attend(self.norm(x)))
         slip = "pre_post_swapped" if mistake == "norm_swapped" else mistake
@@ -472,11 +484,8 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
         mask = mask.unsqueeze(-1 if mistake == "mask_last_axis" else -2)  # (batch, n, 1): slip
     mask = None if mistake == "mask_ignored" else mask
     values = x @ (w_k if mistake == "values_with_w_k" else w_v)
-    if mistake == "float32_softmax":  # F.softmax(scores, -1, dtype=torch.float32).to(x.dtype)
-        scores = q @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5
-        scores = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
-        weights = scores.softmax(-1, dtype=torch.float32).to(scores.dtype)
-        return weights @ values, weights
+    if mistake == "float32_softmax":
+        return _float32_softmax_attention(q, keys, values, mask)
     pooled, weights = wrong_attention(
         q,
         keys,

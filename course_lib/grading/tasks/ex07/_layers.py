@@ -91,6 +91,28 @@ GELU_TANH_AS_GELU = (
     "activation='gelu_tanh' is GELU's tanh approximation, F.gelu(h, approximate='tanh') "
     "(GPT-2's); the exact F.gelu differs from it by up to 5e-4, which the check sees"
 )
+ACTIVATION_BOTH = (
+    "the activation belongs between linear1 and linear2 only: the feed-forward network's "
+    "output, linear2(...), is not activated again (it must be able to be negative), so the "
+    "layer adds linear2(activate(linear1(h))) as it is"
+)
+ACTIVATION_ON_SUM = (
+    "the activation belongs inside the feed-forward network, between linear1 and linear2, not "
+    "on the residual sum: post-norm is norm(x + ffn(x)), not norm(activate(x + ffn(x))); "
+    "pre-norm is x + ffn(norm(x)), not activate(x + ffn(norm(x))) (a ReLU there zeroes every "
+    "negative entry the residual carries)"
+)
+NORM_SANDWICH = (
+    "you normalised before AND after a sub-layer, h = norm(x), then x = norm(h + sublayer(h)): "
+    "each sub-layer's LayerNorm sits in one place, post-norm (norm_first=False) "
+    "x = norm(x + sublayer(x)), pre-norm (norm_first=True) x = x + sublayer(norm(x))"
+)
+NORM_OF_NORMED_X = (
+    "you normalised x before adding it AND the sum, x = norm(norm(x) + sublayer(x)): each "
+    "sub-layer's LayerNorm sits in one place, post-norm (norm_first=False) "
+    "x = norm(x + sublayer(x)) with x itself in the residual, pre-norm (norm_first=True) "
+    "x = x + sublayer(norm(x)) with the sum left as it is"
+)
 GELU_AS_TANH = (
     "activation='gelu' is the exact GELU, F.gelu(h); the tanh approximation "
     "(approximate='tanh') is 'gelu_tanh'"
@@ -222,7 +244,8 @@ class WrongLayer(nn.Module):
             h = self.norm1(x) if mistake == "pre_stale_h" else h  # the attention's h, reused
             if mistake == "activation_after":  # FeedForward's slip, in the layer written anew
                 return activation(self.linear2(self.linear1(h)))
-            return self.linear2(activation(self.linear1(h)))
+            out = self.linear2(activation(self.linear1(h)))
+            return activation(out) if mistake == "activation_both" else out
 
         runs = (
             [attention, cross_attention, feed_forward] if self.cross else [attention, feed_forward]
@@ -232,6 +255,16 @@ class WrongLayer(nn.Module):
         steps = list(zip(norms, runs, strict=True))
         order = {"lines_cross_first": (1, 0, 2), "lines_ff_before_cross": (0, 2, 1)}
         steps = [steps[i] for i in order.get(mistake, range(len(steps)))]
+        if mistake in ("norm_sandwich", "norm_of_normed_x"):  # norm(norm(x) + ...), either mode
+            for norm, run in steps:
+                h = norm(x)
+                x = norm(h + run(h if mistake == "norm_sandwich" else x))
+            return x
+        if mistake == "activation_on_sum":  # activate(x + ffn(...)): inside post-norm's norm
+            norm, run = steps[-1]
+            steps[-1] = (norm if self.norm_first else lambda s: norm(activation(s)), run)
+            out = residual_sublayers(x, steps, self.norm_first)
+            return activation(out) if self.norm_first else out
         return residual_sublayers(x, steps, self.norm_first, mistake)
 
 

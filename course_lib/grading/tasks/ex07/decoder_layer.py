@@ -111,6 +111,12 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "self_mask_in_cross": "the cross-attention got self_mask, the target's own (causal) mask: "
     "it takes memory_mask, which says which source positions are real, "
     "multihead_attn(x, memory, memory, mask=memory_mask)",
+    "activation_after": "the ReLU belongs between linear1 and linear2, not after linear2: "
+    "linear2(relu(linear1(x))), as in your FeedForward",
+    "activation_both": layers.ACTIVATION_BOTH,
+    "activation_on_sum": layers.ACTIVATION_ON_SUM,
+    "norm_sandwich": layers.NORM_SANDWICH,
+    "norm_of_normed_x": layers.NORM_OF_NORMED_X,
 }
 
 

@@ -62,6 +62,10 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "x = norm1(x + attention(x)), its result the input of the feed-forward sub-layer",
     "activation_after": "the activation belongs between linear1 and linear2, not after linear2: "
     "linear2(activate(linear1(x), activation)), as in your FeedForward",
+    "activation_both": layers.ACTIVATION_BOTH,
+    "activation_on_sum": layers.ACTIVATION_ON_SUM,
+    "norm_sandwich": layers.NORM_SANDWICH,
+    "norm_of_normed_x": layers.NORM_OF_NORMED_X,
 }
 
 

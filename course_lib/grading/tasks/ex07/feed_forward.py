@@ -58,6 +58,9 @@ MISTAKES = {
     "dropout_before_activation": "dropout goes after the activation, on the hidden units it "
     "outputs: linear2(dropout(activation(linear1(x)))), not activation(dropout(linear1(x))) "
     "(with ReLU both give the same numbers, with GELU they do not)",
+    "residual_activated": "the feed-forward network has no residual connection of its own, and "
+    "its output is not activated: return linear2(dropout(relu(linear1(x)))), not relu(x + "
+    "...); the layer that uses it adds x, with no activation on the sum",
 }
 
 
@@ -93,6 +96,8 @@ class WrongFeedForward(nn.Module):
         if self.mistake in ("activation_after", "activation_both"):
             out = activation(out)
         out = self.dropout(out, "output")
+        if self.mistake == "residual_activated":  # relu(x + ffn(x)), a layer's sum activated
+            return activation(x + out)
         return x + out if self.mistake == "residual" else out
 
 

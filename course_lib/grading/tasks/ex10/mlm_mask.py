@@ -114,6 +114,19 @@ FAULTS = {
         "the random ids include vocab_size, which is mask_id here: draw them from "
         "[0, vocab_size) (torch.randint's `high` is already excluded)"
     ),
+    # r = randint(0, 100): r <= 80 <mask>, r <= 90 random (81/10/9), after mask_id_drawn:
+    # with vocab_size=10 its random mask_ids make it about 81/9/10 too, and it is the exact one
+    "randint_percent_inclusive": (
+        "your 80/10/10 split from torch.randint(0, 100, ...) counts one value too many: r <= 80 "
+        "holds the 81 values 0 .. 80 (81 % <mask>), and the unchanged share shrinks to 9 %. Use "
+        "strict bounds, r < 80 <mask>, 80 <= r < 90 a random id, else unchanged (or one u = "
+        "torch.rand(...): u < 0.8, 0.8 <= u < 0.9)"
+    ),
+    "no_random": (
+        "no chosen position gets a random id (80 % <mask>, 20 % unchanged): the bounds are "
+        "cumulative, u < 0.8 <mask>, then 0.8 <= u < 0.9 a random id (10 %), else unchanged; "
+        "0.8 <= u < 0.1 (the share 0.1 taken as the bound) holds no u at all"
+    ),
     "global_rng": "pass `generator=generator` to every random draw",
     "two_dims": (
         "ids may have any shape (...), not only (batch, seq): draw with the shape of ids, "
@@ -161,6 +174,8 @@ def wrong_mlm(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=N
         "randint_nine": (0.9, 1.0),
         "randint_high_kept": (8 / 9, 1.0),
         "randint_from_one": (7 / 9, 8 / 9),  # 0.8 and 0.9 of the default 0.15, on the same draw
+        "randint_percent_inclusive": (0.81, 0.91),
+        "no_random": (0.8, 0.8),  # 0.8 <= u < 0.1: empty
     }
     low, high = split.get(mistake, (0.8, 0.9))
     action = draw if mistake == "split_fixed_prob" else torch.rand(ids.shape, generator=generator)
