@@ -1481,6 +1481,8 @@ class _F3MHA(_F03MHA):
         if mask is not None and mask.dim() == 3:
             mask = mask.unsqueeze(1)
         scale = d_model / h**0.5 if self.slip == "d_model / h ** 0.5" else math.sqrt(d_head)
+        if self.slip == "query.shape[1] // h":  # d_head from the length, not d_model
+            scale = math.sqrt(query.shape[1] // h)
         scores = q @ k.transpose(-2, -1) / scale
         if mask is not None:
             scores = scores.masked_fill(~mask, -math.inf)
@@ -1501,10 +1503,12 @@ class _F3MHA(_F03MHA):
         ("merge reshape first", "merged in split_heads' order"),
         ("mask kept", "kept the mask of an earlier call"),
         ("d_model / h ** 0.5", "** binds tighter than /"),
+        ("query.shape[1] // h", "shape[1] of the unsplit inputs is their length"),
     ],
 )
 def test_f3_mha_slip_is_named(slip, words):
-    # before: 'None of the usual single mistakes' for each slip; no slip: full marks
+    # before: 'None of the usual single mistakes' for each slip (query.shape[1] // h: the hint
+    # of sqrt(num_heads), which it equals on the first case, alone); no slip: full marks
     learner = type("MultiHeadAttention", (_F3MHA,), {"slip": slip})
     status, feedback = status_and_feedback("ex03.MultiHeadAttention", learner)
     if words is None:

@@ -404,7 +404,10 @@ class MultiHeadAttentionTask(ModuleTask):
         "no_scale": "divide each head's scores by sqrt(d_head) before the softmax",
         "scale_no_root": "you divided the scores by d_head; divide by its square root, "
         "math.sqrt(d_head)",
-        "d_k_from_shape_1": D_K_FROM_HEADS,
+        # d_head = query.shape[1] // num_heads gives num_heads as well on the first case
+        "d_k_from_shape_1": D_K_FROM_HEADS + " (nor is query.shape[1] // num_heads or "
+        "key.shape[1] // num_heads d_head: shape[1] of the unsplit inputs is their length, n_q "
+        "or n_k, not d_model)",
         "d_k_from_shape_2": D_K_FROM_SHAPE_2,
         "twice_d_k": POWER_HALF,
         "mask_ignored": "the mask is ignored: blocked positions (False) must get weight 0; a "
