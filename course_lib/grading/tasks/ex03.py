@@ -494,9 +494,9 @@ class MultiHeadAttentionTask(ModuleTask):
         "merge_reshape_first": "the heads are merged in split_heads' order (reshape to (batch, "
         "n_q, num_heads, d_head), then transpose), which mixes tokens: undo the split in reverse "
         "order, transpose(1, 2) first, then reshape to (batch, n_q, d_model) (your merge_heads)",
-        "mask_kept": "your module kept the mask of an earlier call (on self, or built once): "
-        "each call must use the mask it is given, as a new batch brings new padding; keep no "
-        "mask on self between calls",
+        "mask_kept": "your module kept the mask of an earlier call (on self, in a mutable "
+        "default argument or in a global): each call must use the mask it is given, as a new "
+        "batch brings new padding; keep no mask between calls",
         "scale_inverted": "you multiplied the scores by sqrt(d_head) (dividing by d_head ** -0.5 "
         "does that): divide by sqrt(d_head), or multiply by d_head ** -0.5",
         "attention_dropout": _DROPOUT_HINT,
