@@ -1515,3 +1515,25 @@ def test_f3_mha_slip_is_named(slip, words):
         assert status == "passed", feedback
     else:
         assert status == "failed" and words in feedback, feedback
+
+
+def gqa_q_and_k_each_scaled(q, k, v, mask=None):
+    num_heads, num_kv_heads = q.shape[1], k.shape[1]
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
+    group = num_heads // num_kv_heads
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    root = math.sqrt(q.shape[-1])
+    scores = (q / root) @ (k / root).transpose(-2, -1)  # the slip: scaled twice, by d_head
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    weights = scores.softmax(-1)
+    return weights @ v, weights
+
+
+def test_f3_gqa_scores_divided_by_d_head_are_named():
+    # before: 'None of the usual single mistakes' (MultiHeadAttention named it, this task not)
+    result = check_result("ex03.grouped_query_attention", gqa_q_and_k_each_scaled)
+    assert result.status == "failed" and "divided the scores by d_head" in result.feedback, (
+        result.feedback
+    )

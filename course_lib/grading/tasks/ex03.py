@@ -56,6 +56,10 @@ _FLOAT32_PART = (  # float32 weights (scores.float().softmax(-1)) @ float64 valu
     "the two: a .float() (say scores.float() before the softmax, a mixed-precision habit) or a "
     "tensor made without dtype=; keep the inputs' dtype throughout, scores.softmax(dim=-1)"
 )
+_NO_ROOT = (  # q and k each divided by sqrt(d_head) is the same slip
+    "you divided the scores by d_head (dividing q and k each by sqrt(d_head) does that too); "
+    "divide by its square root, math.sqrt(d_head), once"
+)
 _BOOLEAN_INDEX = (
     "scores[~mask] = float('-inf') needs a mask of exactly the scores' "
     "shape (batch, num_heads, n_q, n_k): boolean indexing does not broadcast. Use "
@@ -402,8 +406,7 @@ class MultiHeadAttentionTask(ModuleTask):
         "sqrt(d_head), not sqrt(d_model)",
         "half_d_k": POWER_HALF,  # before no_scale: at d_head = 2, d_head / 2 is 1 as well
         "no_scale": "divide each head's scores by sqrt(d_head) before the softmax",
-        "scale_no_root": "you divided the scores by d_head; divide by its square root, "
-        "math.sqrt(d_head)",
+        "scale_no_root": _NO_ROOT,
         # d_head = query.shape[1] // num_heads gives num_heads as well on the first case
         "d_k_from_shape_1": D_K_FROM_HEADS + " (nor is query.shape[1] // num_heads or "
         "key.shape[1] // num_heads d_head: shape[1] of the unsplit inputs is their length, n_q "
@@ -741,6 +744,7 @@ class GroupedQueryAttentionTask(Task):
         "boolean_index": _BOOLEAN_INDEX,
         "mask_added": _MASK_ADDED,
         "softmax_over_heads": _OVER_HEADS,
+        "scale_no_root": _NO_ROOT,  # / q.shape[-1], or q and k each divided by sqrt(d_head)
         "scaled_by_n_k": "the scores are divided by the root of the number of keys, k.shape[-2]; "
         "the scale is sqrt(d_head), the last axis of q and k: q.shape[-1]",
         "scores_returned": "the weights you return are the scores before the softmax: return "
@@ -797,6 +801,7 @@ class GroupedQueryAttentionTask(Task):
                 "d_k_from_shape_1": q.shape[1],  # num_heads
                 "d_k_from_shape_2": q.shape[2],  # n_q: exercise 02's 3-D habit
                 "scaled_by_n_k": k.shape[-2],  # the keys' axis for their features'
+                "scale_no_root": q.shape[-1] ** 2,  # divided by d_head itself
                 "float32_scale": torch.tensor(q.shape[-1], dtype=torch.float32),
             }.get(mistake),
             fill=0.0 if mistake == "fill_zero" else float("-inf"),
