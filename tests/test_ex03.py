@@ -1484,9 +1484,12 @@ class _F3MHA(_F03MHA):
         if self.slip == "query.shape[1] // h":  # d_head from the length, not d_model
             scale = math.sqrt(query.shape[1] // h)
         scores = q @ k.transpose(-2, -1) / scale
-        if mask is not None:
+        after = self.slip == "filled after softmax"  # the two steps swapped
+        if mask is not None and not after:
             scores = scores.masked_fill(~mask, -math.inf)
         weights = scores.softmax(-1)
+        if mask is not None and after:
+            weights = weights.masked_fill(~mask, -math.inf)
         heads = weights @ v  # (batch, h, n_q, d_head)
         if self.slip == "merge reshape first":
             merged = heads.reshape(batch, n_q, h, d_head).transpose(1, 2).reshape(batch, n_q, -1)
@@ -1504,11 +1507,13 @@ class _F3MHA(_F03MHA):
         ("mask kept", "kept the mask of an earlier call"),
         ("d_model / h ** 0.5", "** binds tighter than /"),
         ("query.shape[1] // h", "shape[1] of the unsplit inputs is their length"),
+        ("filled after softmax", "with -inf AFTER the softmax"),
     ],
 )
 def test_f3_mha_slip_is_named(slip, words):
     # before: 'None of the usual single mistakes' for each slip (query.shape[1] // h: the hint
-    # of sqrt(num_heads), which it equals on the first case, alone); no slip: full marks
+    # of sqrt(num_heads), which it equals on the first case, alone; filled after softmax: 'contains
+    # NaN' and no hint); no slip: full marks
     learner = type("MultiHeadAttention", (_F3MHA,), {"slip": slip})
     status, feedback = status_and_feedback("ex03.MultiHeadAttention", learner)
     if words is None:

@@ -266,7 +266,7 @@ class _WrongMultiHeadAttention(nn.Module):
             q,
             k,
             v,
-            None if mistake == "mask_ignored" else mask,
+            None if mistake in ("mask_ignored", "filled_after_softmax") else mask,
             scale={
                 "scale_d_model": d_model,
                 "split_by_d_head": self.d_head,  # the d_head it stored, not its heads' size
@@ -289,6 +289,9 @@ class _WrongMultiHeadAttention(nn.Module):
             nan_to_zero=mistake == "flipped_mask_through_sdpa",  # lesson 02's guard: no key -> 0
             renormalised=mistake == "renormalised",
         )  # (batch, heads, n_q, d_head), (batch, heads, n_q, n_k)
+        if mistake == "filled_after_softmax" and mask is not None:  # the two steps swapped
+            weights = weights.masked_fill(~mask, float("-inf"))  # -inf weights: NaN outputs
+            heads = weights @ v
         if mistake == "attention_dropout":  # nn.Dropout(0.1) on the weights, as tutorials do
             weights = F.dropout(weights, 0.1)  # (F.dropout without training=: in eval mode too)
             heads = weights @ v
@@ -436,6 +439,9 @@ class MultiHeadAttentionTask(ModuleTask):
         "zero_after": "you zeroed the blocked weights AFTER the softmax, so the rows no longer "
         "sum to 1: fill the blocked SCORES with -inf before the softmax",
         "renormalised": RENORMALISED_HINT,
+        "filled_after_softmax": "you filled the blocked weights with -inf AFTER the softmax, "
+        "so -inf times a value makes the outputs NaN: the two steps go the other way round, "
+        "fill the blocked SCORES with -inf, then take the softmax",
         "strided_heads": "head h must hold the contiguous features h*d_head .. (h+1)*d_head - 1, "
         "x[..., h*d_head:(h+1)*d_head] (your split_heads); you gave it every num_heads-th "
         "feature, x[..., h::num_heads]",
