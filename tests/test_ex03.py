@@ -1542,3 +1542,21 @@ def test_f3_gqa_scores_divided_by_d_head_are_named():
     assert result.status == "failed" and "divided the scores by d_head" in result.feedback, (
         result.feedback
     )
+
+
+def gqa_filled_after_softmax(q, k, v, mask=None):
+    num_heads, num_kv_heads = q.shape[1], k.shape[1]
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
+    group = num_heads // num_kv_heads
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(-1)
+    if mask is not None:  # the slip: the mask after the softmax
+        weights = weights.masked_fill(~mask, -math.inf)
+    return weights @ v, weights
+
+
+def test_f3_gqa_mask_filled_after_the_softmax_is_named():
+    # before: 'your result[0] contains NaN where the expected result has none', no hint
+    result = check_result("ex03.grouped_query_attention", gqa_filled_after_softmax)
+    assert result.status == "failed" and "AFTER the softmax" in result.feedback, result.feedback

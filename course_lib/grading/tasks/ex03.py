@@ -56,6 +56,11 @@ _FLOAT32_PART = (  # float32 weights (scores.float().softmax(-1)) @ float64 valu
     "the two: a .float() (say scores.float() before the softmax, a mixed-precision habit) or a "
     "tensor made without dtype=; keep the inputs' dtype throughout, scores.softmax(dim=-1)"
 )
+_FILLED_AFTER = (
+    "you filled the blocked weights with -inf AFTER the softmax, so -inf times a value makes "
+    "the outputs NaN: the two steps go the other way round, fill the blocked SCORES with -inf, "
+    "then take the softmax"
+)
 _NO_ROOT = (  # q and k each divided by sqrt(d_head) is the same slip
     "you divided the scores by d_head (dividing q and k each by sqrt(d_head) does that too); "
     "divide by its square root, math.sqrt(d_head), once"
@@ -439,9 +444,7 @@ class MultiHeadAttentionTask(ModuleTask):
         "zero_after": "you zeroed the blocked weights AFTER the softmax, so the rows no longer "
         "sum to 1: fill the blocked SCORES with -inf before the softmax",
         "renormalised": RENORMALISED_HINT,
-        "filled_after_softmax": "you filled the blocked weights with -inf AFTER the softmax, "
-        "so -inf times a value makes the outputs NaN: the two steps go the other way round, "
-        "fill the blocked SCORES with -inf, then take the softmax",
+        "filled_after_softmax": _FILLED_AFTER,
         "strided_heads": "head h must hold the contiguous features h*d_head .. (h+1)*d_head - 1, "
         "x[..., h*d_head:(h+1)*d_head] (your split_heads); you gave it every num_heads-th "
         "feature, x[..., h::num_heads]",
@@ -751,6 +754,7 @@ class GroupedQueryAttentionTask(Task):
         "mask_added": _MASK_ADDED,
         "softmax_over_heads": _OVER_HEADS,
         "scale_no_root": _NO_ROOT,  # / q.shape[-1], or q and k each divided by sqrt(d_head)
+        "filled_after_softmax": _FILLED_AFTER,
         "scaled_by_n_k": "the scores are divided by the root of the number of keys, k.shape[-2]; "
         "the scale is sqrt(d_head), the last axis of q and k: q.shape[-1]",
         "scores_returned": "the weights you return are the scores before the softmax: return "
@@ -799,7 +803,7 @@ class GroupedQueryAttentionTask(Task):
             q,
             k,
             v,
-            None if mistake == "mask_ignored" else mask,
+            None if mistake in ("mask_ignored", "filled_after_softmax") else mask,
             scale={
                 "scaled_by_d_v": v.shape[-1],
                 "no_scale": 1,
@@ -816,6 +820,9 @@ class GroupedQueryAttentionTask(Task):
             zero_after=mistake == "renormalised",
             renormalised=mistake == "renormalised",
         )
+        if mistake == "filled_after_softmax" and mask is not None:  # the two steps swapped
+            weights = weights.masked_fill(~mask, float("-inf"))  # -inf weights: NaN outputs
+            output = weights @ v
         if mistake == "scaled_after_softmax":  # softmax(q k^T) / sqrt(d_head)
             weights = weights / q.shape[-1] ** 0.5
             output = weights @ v
