@@ -1384,3 +1384,179 @@ def test_l14_right_variants_keep_full_marks(task_id, impl):
     for seed in (0, 1, 2, 3, 4, 5):
         graded = _graded_under(task_id, impl, seed)
         assert graded.status == "passed", (seed, graded.feedback)
+
+
+# ---- F11 (f3): state kept between calls; two steps in the other order; grouping -------------
+
+_KEPT_D_HEAD = {}
+
+
+def split_heads_with_d_head_kept_by_num_heads(x, num_heads):
+    batch, seq, d_model = x.shape
+    if d_model % num_heads:
+        raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+    d_head = _KEPT_D_HEAD.setdefault(num_heads, d_model // num_heads)  # the slip: a cache
+    return x.reshape(batch, seq, num_heads, d_head).transpose(1, 2)
+
+
+_KEPT_SHAPE = {}
+
+
+def split_heads_with_shape_kept_by_x_shape(x, num_heads):
+    batch, seq, d_model = x.shape
+    if d_model % num_heads:
+        raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+    shape = _KEPT_SHAPE.setdefault(tuple(x.shape), (batch, seq, num_heads, d_model // num_heads))
+    return x.reshape(shape).transpose(1, 2)
+
+
+@pytest.mark.parametrize(
+    "impl",
+    [split_heads_with_d_head_kept_by_num_heads, split_heads_with_shape_kept_by_x_shape],
+    ids=["d_head cached by num_heads", "shape cached by x.shape"],
+)
+def test_f3_a_split_that_keeps_a_size_between_calls_fails_under_every_seed(impl):
+    # before: full marks, in the notebook and under every seed (no case asked the same
+    # num_heads or the same x shape twice with another d_head)
+    for seed in (None, 1, 2, 3, 4, 5):
+        (_KEPT_D_HEAD if impl is split_heads_with_d_head_kept_by_num_heads else _KEPT_SHAPE).clear()
+        graded = check_result("ex03.split_heads", impl) if seed is None else None
+        graded = graded or _graded_under("ex03.split_heads", impl, seed)
+        assert graded.status == "failed", (seed, graded.feedback)
+        assert "kept from an earlier call" in graded.feedback, graded.feedback
+
+
+def split_heads_d_head_before_seq(x, num_heads):
+    batch, seq, d_model = x.shape
+    if d_model % num_heads:
+        raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+    # the slip: (batch, heads, d_head, seq), then the last two axes swapped
+    return x.view(batch, num_heads, d_model // num_heads, seq).transpose(2, 3)
+
+
+def merge_heads_reshape_first(x):
+    batch, num_heads, seq, d_head = x.shape
+    # the slip: split_heads' steps in split_heads' order
+    return x.reshape(batch, seq, num_heads, d_head).transpose(1, 2).reshape(batch, seq, -1)
+
+
+def merge_heads_transposing_0_1(x):
+    batch, num_heads, seq, d_head = x.shape
+    return x.transpose(0, 1).reshape(batch, seq, num_heads * d_head)  # the slip: 0, not 2
+
+
+@pytest.mark.parametrize(
+    ("task_id", "impl", "hint"),
+    [
+        ("ex03.split_heads", split_heads_d_head_before_seq, "(batch, num_heads, d_head, seq)"),
+        ("ex03.merge_heads", merge_heads_reshape_first, "in the same order"),
+        ("ex03.merge_heads", merge_heads_transposing_0_1, "transpose(0, 1) swaps the batch"),
+    ],
+    ids=["split (b, h, d_head, seq)", "merge reshape first", "merge transpose(0, 1)"],
+)
+def test_f3_a_step_order_or_axis_slip_is_named_under_every_seed(task_id, impl, hint):
+    # before: 'None of the usual single mistakes'
+    result = check_result(task_id, impl)
+    assert result.status == "failed" and hint in result.feedback, result.feedback
+    for seed in (1, 2, 3):
+        graded = _graded_under(task_id, impl, seed)
+        assert graded.status == "failed" and hint in graded.feedback, (seed, graded.feedback)
+
+
+class _F3MHA(_F03MHA):
+    """Lesson 03's module with one slip of the F11 hunt (f3), named by `slip`."""
+
+    def forward(self, query, key, value, mask=None):
+        batch, n_q, d_model = query.shape
+        h, d_head = self.num_heads, self.d_head
+
+        def split(x):
+            if self.slip == "split (b, h, d_head, seq)":
+                return x.reshape(batch, h, d_head, x.shape[1]).transpose(2, 3)
+            return x.reshape(batch, x.shape[1], h, d_head).transpose(1, 2)
+
+        q, k, v = split(self.q_proj(query)), split(self.k_proj(key)), split(self.v_proj(value))
+        if mask is not None and self.slip == "mask kept":  # built once, at the first call
+            mask = self.__dict__.setdefault("first_mask", mask)
+        if mask is not None and mask.dim() == 3:
+            mask = mask.unsqueeze(1)
+        scale = d_model / h**0.5 if self.slip == "d_model / h ** 0.5" else math.sqrt(d_head)
+        if self.slip == "query.shape[1] // h":  # d_head from the length, not d_model
+            scale = math.sqrt(query.shape[1] // h)
+        scores = q @ k.transpose(-2, -1) / scale
+        after = self.slip == "filled after softmax"  # the two steps swapped
+        if mask is not None and not after:
+            scores = scores.masked_fill(~mask, -math.inf)
+        weights = scores.softmax(-1)
+        if mask is not None and after:
+            weights = weights.masked_fill(~mask, -math.inf)
+        heads = weights @ v  # (batch, h, n_q, d_head)
+        if self.slip == "merge reshape first":
+            merged = heads.reshape(batch, n_q, h, d_head).transpose(1, 2).reshape(batch, n_q, -1)
+        else:
+            merged = heads.transpose(1, 2).reshape(batch, n_q, -1)
+        return self.out_proj(merged), weights
+
+
+@pytest.mark.parametrize(
+    "slip, words",
+    [
+        ("", None),
+        ("split (b, h, d_head, seq)", "(batch, num_heads, d_head, seq)"),
+        ("merge reshape first", "merged in split_heads' order"),
+        ("mask kept", "kept the mask of an earlier call"),
+        ("d_model / h ** 0.5", "** binds tighter than /"),
+        ("query.shape[1] // h", "shape[1] of the unsplit inputs is their length"),
+        ("filled after softmax", "with -inf AFTER the softmax"),
+    ],
+)
+def test_f3_mha_slip_is_named(slip, words):
+    # before: 'None of the usual single mistakes' for each slip (query.shape[1] // h: the hint
+    # of sqrt(num_heads), which it equals on the first case, alone; filled after softmax: 'contains
+    # NaN' and no hint); no slip: full marks
+    learner = type("MultiHeadAttention", (_F3MHA,), {"slip": slip})
+    status, feedback = status_and_feedback("ex03.MultiHeadAttention", learner)
+    if words is None:
+        assert status == "passed", feedback
+    else:
+        assert status == "failed" and words in feedback, feedback
+
+
+def gqa_q_and_k_each_scaled(q, k, v, mask=None):
+    num_heads, num_kv_heads = q.shape[1], k.shape[1]
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
+    group = num_heads // num_kv_heads
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    root = math.sqrt(q.shape[-1])
+    scores = (q / root) @ (k / root).transpose(-2, -1)  # the slip: scaled twice, by d_head
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    weights = scores.softmax(-1)
+    return weights @ v, weights
+
+
+def test_f3_gqa_scores_divided_by_d_head_are_named():
+    # before: 'None of the usual single mistakes' (MultiHeadAttention named it, this task not)
+    result = check_result("ex03.grouped_query_attention", gqa_q_and_k_each_scaled)
+    assert result.status == "failed" and "divided the scores by d_head" in result.feedback, (
+        result.feedback
+    )
+
+
+def gqa_filled_after_softmax(q, k, v, mask=None):
+    num_heads, num_kv_heads = q.shape[1], k.shape[1]
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
+    group = num_heads // num_kv_heads
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(-1)
+    if mask is not None:  # the slip: the mask after the softmax
+        weights = weights.masked_fill(~mask, -math.inf)
+    return weights @ v, weights
+
+
+def test_f3_gqa_mask_filled_after_the_softmax_is_named():
+    # before: 'your result[0] contains NaN where the expected result has none', no hint
+    result = check_result("ex03.grouped_query_attention", gqa_filled_after_softmax)
+    assert result.status == "failed" and "AFTER the softmax" in result.feedback, result.feedback

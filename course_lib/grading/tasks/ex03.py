@@ -56,6 +56,15 @@ _FLOAT32_PART = (  # float32 weights (scores.float().softmax(-1)) @ float64 valu
     "the two: a .float() (say scores.float() before the softmax, a mixed-precision habit) or a "
     "tensor made without dtype=; keep the inputs' dtype throughout, scores.softmax(dim=-1)"
 )
+_FILLED_AFTER = (
+    "you filled the blocked weights with -inf AFTER the softmax, so -inf times a value makes "
+    "the outputs NaN: the two steps go the other way round, fill the blocked SCORES with -inf, "
+    "then take the softmax"
+)
+_NO_ROOT = (  # q and k each divided by sqrt(d_head) is the same slip
+    "you divided the scores by d_head (dividing q and k each by sqrt(d_head) does that too); "
+    "divide by its square root, math.sqrt(d_head), once"
+)
 _BOOLEAN_INDEX = (
     "scores[~mask] = float('-inf') needs a mask of exactly the scores' "
     "shape (batch, num_heads, n_q, n_k): boolean indexing does not broadcast. Use "
@@ -88,6 +97,10 @@ class SplitHeads(Task):
         "transpose_first": "the two steps are in the wrong order: transposing x first puts "
         "d_model before seq, and the reshape then cuts that memory into pieces of other tokens. "
         "Reshape to (batch, seq, num_heads, d_head) first, then transpose(1, 2)",
+        "d_head_before_seq": "a reshape to (batch, num_heads, d_head, seq) followed by "
+        "transpose(2, 3) has the right shape but mixes tokens: the reshape reads x token after "
+        "token, so its 'seq' axis holds features, not tokens. Reshape to (batch, seq, "
+        "num_heads, d_head) first, then transpose(1, 2)",
     }
 
     def cases(self, gen):
@@ -97,6 +110,12 @@ class SplitHeads(Task):
             Case("float64 x (3, 6, 8) with num_heads=4", (randn(gen, 3, 6, 8, dtype=F64), 4)),
             Case("x (2, 3, 6) with num_heads=6 (d_head = 1)", (randn(gen, 2, 3, 6), 6)),
             Case("x (2, 7, 4) with num_heads=1 (one wide head)", (randn(gen, 2, 7, 4), 1)),
+            Case(  # a d_head or shape cached by num_heads or by x.shape passed the cases above
+                "x (2, 5, 12) with num_heads=2 (d_head = 6): the first case's shape and the "
+                "second case's num_heads again, so a d_head or shape kept from an earlier call "
+                "fails here",
+                (randn(gen, 2, 5, 12), 2),
+            ),
             Case(
                 "x (2, 3, 10) with num_heads=4: 10 is not divisible by 4, so a ValueError",
                 (randn(gen, 2, 3, 10), 4),
@@ -118,6 +137,8 @@ class SplitHeads(Task):
             return x.reshape(batch, num_heads, seq, d_head)
         if mistake == "transpose_first":  # transpose, then reshape: the right steps reversed
             return x.transpose(1, 2).reshape(batch, num_heads, seq, d_head)
+        if mistake == "d_head_before_seq":  # (batch, heads, d_head, seq), then the last two swapped
+            return x.reshape(batch, num_heads, d_head, seq).transpose(2, 3)
         if mistake == "interleaved":  # (batch, seq, d_head, heads): head h gets every h-th feature
             return x.reshape(batch, seq, d_head, num_heads).permute(0, 3, 1, 2)
         if mistake == "view_float_d_head":  # view words its error differently from reshape
@@ -149,6 +170,14 @@ class MergeHeads(Task):
         "seq axes back: "
         "transpose(1, 2) to (batch, seq, num_heads, d_head), then reshape to (batch, seq, "
         "d_model)",
+        "transpose_0_1": "transpose(0, 1) swaps the batch and heads axes, (num_heads, batch, "
+        "seq, d_head), so the reshape mixes heads and sequences; merging swaps the heads and seq "
+        "axes back: transpose(1, 2) to (batch, seq, num_heads, d_head), then reshape to (batch, "
+        "seq, d_model)",
+        "reshape_first": "you repeated split_heads' steps in the same order (reshape to (batch, "
+        "seq, num_heads, d_head), then transpose): a reshape of the (batch, num_heads, seq, "
+        "d_head) heads reads them head after head, so it mixes tokens. Undo the split in reverse "
+        "order: transpose(1, 2) first, then reshape to (batch, seq, d_model)",
     }
 
     def cases(self, gen):
@@ -166,8 +195,12 @@ class MergeHeads(Task):
             x = x.permute(0, 2, 3, 1)  # (batch, seq, d_head, num_heads)
         elif mistake == "last_axes_transposed":  # attention's k.transpose(-2, -1) habit
             x = x.transpose(-2, -1)  # (batch, num_heads, d_head, seq)
+        elif mistake == "reshape_first":  # split_heads' order: reshape, then transpose
+            x = x.reshape(batch, seq, num_heads, d_head).transpose(1, 2)
         elif mistake != "no_transpose":  # (batch, seq, num_heads, d_head); 0, 2: (seq, ...)
-            x = x.transpose(*(0, 2) if mistake == "transpose_0_2" else (1, 2))
+            x = x.transpose(
+                *{"transpose_0_2": (0, 2), "transpose_0_1": (0, 1)}.get(mistake, (1, 2))
+            )
         return (x.view if mistake == "view" else x.reshape)(batch, seq, num_heads * d_head)
 
 
@@ -198,6 +231,8 @@ class _WrongMultiHeadAttention(nn.Module):
             return x.reshape(batch, self.num_heads, seq, self.d_head)
         if self.mistake == "strided_heads":  # head h of features h, h + num_heads, ...
             return x.reshape(batch, seq, self.d_head, self.num_heads).permute(0, 3, 1, 2)
+        if self.mistake == "split_d_head_before_seq":  # (batch, heads, d_head, seq), swapped
+            return x.reshape(batch, self.num_heads, self.d_head, seq).transpose(2, 3)
         if self.mistake == "split_by_d_head":  # split_heads(x, self.d_head): d_head heads
             return x.reshape(batch, seq, self.d_head, self.num_heads).transpose(1, 2)
         return x.reshape(batch, seq, self.num_heads, d_head).transpose(1, 2)
@@ -221,6 +256,8 @@ class _WrongMultiHeadAttention(nn.Module):
         if mistake == "keys_transpose_1_2":  # exercise 02's k.transpose(1, 2) on 4-D keys
             k = k.permute(0, 2, 3, 1)  # so that wrong_attention's k.transpose(-2, -1) is it
         unsqueeze = mask is not None and (mask.dim() == 3 or mistake == "always_unsqueezed")
+        if mistake == "mask_kept" and mask is not None:  # the first call's mask, kept on self
+            mask = self.__dict__.setdefault("kept_mask", mask)
         if mistake == "mask_by_batch" and mask is not None:  # per example if its first size is
             unsqueeze = mask.shape[0] == batch  # the batch's: so is a 2-D mask with n_q == batch
         if unsqueeze and mistake != "mask_not_unsqueezed":  # (batch, 1, n_q or 1, n_k)
@@ -234,7 +271,7 @@ class _WrongMultiHeadAttention(nn.Module):
             q,
             k,
             v,
-            None if mistake == "mask_ignored" else mask,
+            None if mistake in ("mask_ignored", "filled_after_softmax") else mask,
             scale={
                 "scale_d_model": d_model,
                 "split_by_d_head": self.d_head,  # the d_head it stored, not its heads' size
@@ -245,6 +282,7 @@ class _WrongMultiHeadAttention(nn.Module):
                 "half_d_k": (self.d_head / 2) ** 2,  # scale = d_head ** 1/2, d_head / 2
                 "twice_d_k": (2 * self.d_head) ** 2,  # scores / d_head ** 1/2 divides by 2 d_head
                 "scale_precedence": (d_model // self.num_heads**0.5) ** 2,  # ** before //
+                "scale_precedence_division": (d_model / self.num_heads**0.5) ** 2,  # and before /
                 "scale_inverted": 1 / self.d_head,  # divided by d_head ** -0.5
                 "scaled_after_softmax": 1,  # the weights divided below
                 "float32_scale": torch.tensor(self.d_head, dtype=torch.float32),
@@ -256,6 +294,9 @@ class _WrongMultiHeadAttention(nn.Module):
             nan_to_zero=mistake == "flipped_mask_through_sdpa",  # lesson 02's guard: no key -> 0
             renormalised=mistake == "renormalised",
         )  # (batch, heads, n_q, d_head), (batch, heads, n_q, n_k)
+        if mistake == "filled_after_softmax" and mask is not None:  # the two steps swapped
+            weights = weights.masked_fill(~mask, float("-inf"))  # -inf weights: NaN outputs
+            heads = weights @ v
         if mistake == "attention_dropout":  # nn.Dropout(0.1) on the weights, as tutorials do
             weights = F.dropout(weights, 0.1)  # (F.dropout without training=: in eval mode too)
             heads = weights @ v
@@ -272,6 +313,8 @@ class _WrongMultiHeadAttention(nn.Module):
         if mistake == "averaged_heads":  # one averaged map applied to the full values
             merged = weights.mean(dim=1) @ v_full  # (batch, n_q, d_model)
         else:
+            if mistake == "merge_reshape_first":  # split_heads' order: reshape, then transpose
+                heads = heads.reshape(batch, n_q, self.num_heads, self.d_head)
             heads = heads if mistake == "merge_no_transpose" else heads.transpose(1, 2)
             merged = (heads.view if mistake == "merge_view" else heads.reshape)(batch, n_q, d_model)
         if self.mistake == "averaged_weights":
@@ -371,9 +414,11 @@ class MultiHeadAttentionTask(ModuleTask):
         "sqrt(d_head), not sqrt(d_model)",
         "half_d_k": POWER_HALF,  # before no_scale: at d_head = 2, d_head / 2 is 1 as well
         "no_scale": "divide each head's scores by sqrt(d_head) before the softmax",
-        "scale_no_root": "you divided the scores by d_head; divide by its square root, "
-        "math.sqrt(d_head)",
-        "d_k_from_shape_1": D_K_FROM_HEADS,
+        "scale_no_root": _NO_ROOT,
+        # d_head = query.shape[1] // num_heads gives num_heads as well on the first case
+        "d_k_from_shape_1": D_K_FROM_HEADS + " (nor is query.shape[1] // num_heads or "
+        "key.shape[1] // num_heads d_head: shape[1] of the unsplit inputs is their length, n_q "
+        "or n_k, not d_model)",
         "d_k_from_shape_2": D_K_FROM_SHAPE_2,
         "twice_d_k": POWER_HALF,
         "mask_ignored": "the mask is ignored: blocked positions (False) must get weight 0; a "
@@ -399,6 +444,7 @@ class MultiHeadAttentionTask(ModuleTask):
         "zero_after": "you zeroed the blocked weights AFTER the softmax, so the rows no longer "
         "sum to 1: fill the blocked SCORES with -inf before the softmax",
         "renormalised": RENORMALISED_HINT,
+        "filled_after_softmax": _FILLED_AFTER,
         "strided_heads": "head h must hold the contiguous features h*d_head .. (h+1)*d_head - 1, "
         "x[..., h*d_head:(h+1)*d_head] (your split_heads); you gave it every num_heads-th "
         "feature, x[..., h::num_heads]",
@@ -450,6 +496,19 @@ class MultiHeadAttentionTask(ModuleTask):
         "scale_precedence": "** binds tighter than // and /: d_model // num_heads ** 0.5 is "
         "d_model // sqrt(num_heads). Divide by (d_model // num_heads) ** 0.5, i.e. "
         "math.sqrt(d_head)",
+        "scale_precedence_division": "** binds tighter than /: d_model / num_heads ** 0.5 is "
+        "d_model / sqrt(num_heads). Divide by (d_model / num_heads) ** 0.5, i.e. "
+        "math.sqrt(d_head)",
+        "split_d_head_before_seq": "the heads are split by a reshape to (batch, num_heads, "
+        "d_head, seq) and a transpose of the last two axes, which mixes tokens (the reshape "
+        "reads each sequence token after token): reshape to (batch, seq, num_heads, d_head), "
+        "then transpose(1, 2) (your split_heads)",
+        "merge_reshape_first": "the heads are merged in split_heads' order (reshape to (batch, "
+        "n_q, num_heads, d_head), then transpose), which mixes tokens: undo the split in reverse "
+        "order, transpose(1, 2) first, then reshape to (batch, n_q, d_model) (your merge_heads)",
+        "mask_kept": "your module kept the mask of an earlier call (on self, in a mutable "
+        "default argument or in a global): each call must use the mask it is given, as a new "
+        "batch brings new padding; keep no mask between calls",
         "scale_inverted": "you multiplied the scores by sqrt(d_head) (dividing by d_head ** -0.5 "
         "does that): divide by sqrt(d_head), or multiply by d_head ** -0.5",
         "attention_dropout": _DROPOUT_HINT,
@@ -694,6 +753,8 @@ class GroupedQueryAttentionTask(Task):
         "boolean_index": _BOOLEAN_INDEX,
         "mask_added": _MASK_ADDED,
         "softmax_over_heads": _OVER_HEADS,
+        "scale_no_root": _NO_ROOT,  # / q.shape[-1], or q and k each divided by sqrt(d_head)
+        "filled_after_softmax": _FILLED_AFTER,
         "scaled_by_n_k": "the scores are divided by the root of the number of keys, k.shape[-2]; "
         "the scale is sqrt(d_head), the last axis of q and k: q.shape[-1]",
         "scores_returned": "the weights you return are the scores before the softmax: return "
@@ -742,7 +803,7 @@ class GroupedQueryAttentionTask(Task):
             q,
             k,
             v,
-            None if mistake == "mask_ignored" else mask,
+            None if mistake in ("mask_ignored", "filled_after_softmax") else mask,
             scale={
                 "scaled_by_d_v": v.shape[-1],
                 "no_scale": 1,
@@ -750,6 +811,7 @@ class GroupedQueryAttentionTask(Task):
                 "d_k_from_shape_1": q.shape[1],  # num_heads
                 "d_k_from_shape_2": q.shape[2],  # n_q: exercise 02's 3-D habit
                 "scaled_by_n_k": k.shape[-2],  # the keys' axis for their features'
+                "scale_no_root": q.shape[-1] ** 2,  # divided by d_head itself
                 "float32_scale": torch.tensor(q.shape[-1], dtype=torch.float32),
             }.get(mistake),
             fill=0.0 if mistake == "fill_zero" else float("-inf"),
@@ -758,6 +820,9 @@ class GroupedQueryAttentionTask(Task):
             zero_after=mistake == "renormalised",
             renormalised=mistake == "renormalised",
         )
+        if mistake == "filled_after_softmax" and mask is not None:  # the two steps swapped
+            weights = weights.masked_fill(~mask, float("-inf"))  # -inf weights: NaN outputs
+            output = weights @ v
         if mistake == "scaled_after_softmax":  # softmax(q k^T) / sqrt(d_head)
             weights = weights / q.shape[-1] ** 0.5
             output = weights @ v
