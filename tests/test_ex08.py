@@ -1295,3 +1295,100 @@ def test_a_train_step_that_reads_the_scheduler_rate_passes():
     step = _train_step_with("reads the rate")
     result = status("ex08.train_step", step)
     assert result.status == "passed", result.feedback
+
+
+def _greedy_keeping(what):
+    """A greedy decoder that keeps state between calls, keyed by its sizes: "finished" (the
+    mask, updated in place) or "buffer" (the output, filled until every row has finished).
+    Each passed all 7 cases: no two had the same sizes."""
+    kept = {}
+
+    def decode(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
+        prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
+        key = (batch_size, max_new_tokens)
+        if what == "finished":
+            finished = kept.setdefault(key, torch.zeros(batch_size, dtype=torch.bool))
+        else:
+            finished = torch.zeros(batch_size, dtype=torch.bool)
+        out = kept.setdefault(key, torch.full(key, eos_id)) if what == "buffer" else None
+        for i in range(max_new_tokens):
+            token = step_fn(prefix)[:, -1].argmax(dim=-1).masked_fill(finished, eos_id)
+            finished |= token == eos_id
+            prefix = torch.cat([prefix, token[:, None]], dim=1)
+            if out is not None:
+                out[:, i] = token
+                if finished.all():
+                    break
+        return prefix[:, 1:] if out is None else out.clone()
+
+    return decode
+
+
+@pytest.mark.parametrize("what", ["finished", "buffer"])
+def test_a_greedy_decoder_keeping_state_between_calls_fails(what):
+    result = status("ex08.greedy_decode", _greedy_keeping(what))
+    assert result.status == "failed", result.feedback
+    assert "keeps something from the first call" in result.feedback
+    task = get_task("ex08.greedy_decode")
+    for seed in range(30):  # the hidden seeds too: each suite in a fresh run of the decoder
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        run = run_cases(task, _greedy_keeping(what), cases)
+        assert judge(task, cases, run).status == "failed", (what, seed)
+
+
+def _greedy_returning(cut):
+    def decode(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
+        prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
+        finished = torch.zeros(batch_size, dtype=torch.bool)
+        for _ in range(max_new_tokens):
+            token = step_fn(prefix)[:, -1].argmax(dim=-1).masked_fill(finished, eos_id)
+            finished = finished | (token == eos_id)
+            prefix = torch.cat([prefix, token[:, None]], dim=1)
+        return prefix[:, cut]
+
+    return decode
+
+
+def _train_step_mean_over_every_position(
+    model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0
+):
+    model.train()
+    logits = model(src, torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], dim=1))
+    per_position = F.cross_entropy(
+        logits.flatten(0, 1),
+        tgt.flatten(),
+        ignore_index=pad_id,
+        label_smoothing=smoothing,
+        reduction="none",
+    )
+    loss = per_position.mean()  # the pads' zeros counted
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return loss.item()
+
+
+HUNT_F8 = [
+    # prefix[:, :-1], shift_right's slice: "None of the usual single mistakes"
+    ("ex08.greedy_decode", _greedy_returning(slice(None, -1)), "prefix[:, :-1] cuts the wrong"),
+    # reduction="none" then .mean(): no hint
+    ("ex08.train_step", _train_step_mean_over_every_position, "the padded ones included"),
+    # (step * warmup) ** -1.5 for step * warmup ** -1.5: no hint
+    (
+        "ex08.noam_lr",
+        lambda step, d_model, warmup: d_model**-0.5 * min(step**-0.5, (step * warmup) ** -1.5),
+        "raises step to the power too",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("task_id", "impl", "words"), HUNT_F8, ids=[f"{t}-{i}" for i, (t, _, _) in enumerate(HUNT_F8)]
+)
+def test_slips_of_the_fourth_fresh_reader_get_their_hint(task_id, impl, words):
+    result = status(task_id, impl)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+    assert "more than one thing" not in result.feedback
