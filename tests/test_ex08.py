@@ -1392,3 +1392,26 @@ def test_slips_of_the_fourth_fresh_reader_get_their_hint(task_id, impl, words):
     result = status(task_id, impl)
     assert result.status == "failed" and words in result.feedback, result.feedback
     assert "more than one thing" not in result.feedback
+
+
+def test_a_train_step_keeping_its_first_loss_function_is_told_so():
+    # nn.CrossEntropyLoss built at the first call and kept in a global: "use the smoothing
+    # argument", which it did, at its first call
+    kept = {}
+
+    def step(model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0):
+        if "loss" not in kept:
+            kept["loss"] = nn.CrossEntropyLoss(ignore_index=pad_id, label_smoothing=smoothing)
+        model.train()
+        logits = model(src, torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], 1))
+        loss = kept["loss"](logits.flatten(0, 1), tgt.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        return loss.item()
+
+    result = status("ex08.train_step", step)
+    assert result.status == "failed" and "kept between calls" in result.feedback, result.feedback

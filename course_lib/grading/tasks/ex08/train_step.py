@@ -56,7 +56,9 @@ MISTAKES = {
     "bos_1": "use the bos_id argument: <bos> is not always 1 (the lesson's tokenizer's id); the "
     "decoder reads shift_right(tgt, bos_id)",
     "smoothing_fixed": "use the smoothing argument in the loss (0.1 is only its default): "
-    "label_smoothing_loss(logits, tgt, smoothing, pad_id)",
+    "label_smoothing_loss(logits, tgt, smoothing, pad_id); a loss built once and kept between "
+    "calls (an nn.CrossEntropyLoss in a global, made at the first call) keeps the first call's "
+    "smoothing and pad_id: build it inside the step, from this call's arguments",
     "scheduler_none": "scheduler may be None (no schedule): step it only when there is one, "
     "if scheduler is not None: scheduler.step()",
     "loss_sum": "your loss is the sum over the real tokens (reduction='sum'); it is their mean: "
