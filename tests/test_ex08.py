@@ -1415,3 +1415,19 @@ def test_a_train_step_keeping_its_first_loss_function_is_told_so():
 
     result = status("ex08.train_step", step)
     assert result.status == "failed" and "kept between calls" in result.feedback, result.feedback
+
+
+def test_a_greedy_decoder_passing_only_the_last_token_is_told_so():
+    # step_fn(prefix[:, -1:]), as with a cache: told "every row of the prefix must start with
+    # <bos> ... out[:, 0] = bos_id fills that column", which it did
+    def decode(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
+        prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
+        finished = torch.zeros(batch_size, dtype=torch.bool)
+        for _ in range(max_new_tokens):
+            token = step_fn(prefix[:, -1:])[:, -1].argmax(dim=-1).masked_fill(finished, eos_id)
+            finished = finished | (token == eos_id)
+            prefix = torch.cat([prefix, token[:, None]], dim=1)
+        return prefix[:, 1:]
+
+    result = status("ex08.greedy_decode", decode)
+    assert result.status == "failed" and "not its last column" in result.feedback, result.feedback

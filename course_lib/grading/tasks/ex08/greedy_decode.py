@@ -46,6 +46,12 @@ class TableStepFn:
                 "token: logits[:, -1].argmax(dim=-1) is (batch,), and next_token[:, None] makes "
                 "the column; a (batch, 1) tensor and a (batch,) mask broadcast to (batch, batch)"
             )
+        if (prefix[:, 0] != self.bos_id).any() and self.length and t == 1:  # prefix[:, -1:]
+            raise ValueError(
+                f"step_fn got one token, not <bos>, after a prefix of length {self.length}: pass "
+                "the whole prefix at every step, <bos> and every token so far, step_fn(prefix), "
+                "not its last column step_fn(prefix[:, -1:]): the model reads its whole history"
+            )
         if (prefix[:, 0] != self.bos_id).any():
             raise ValueError(
                 f"every row of the prefix must start with <bos> (id {self.bos_id}), its first "
