@@ -1431,3 +1431,20 @@ def test_a_greedy_decoder_passing_only_the_last_token_is_told_so():
 
     result = status("ex08.greedy_decode", decode)
     assert result.status == "failed" and "not its last column" in result.feedback, result.feedback
+
+
+def test_a_loss_keeping_its_mask_between_calls_fails():
+    # the padding mask kept in a dict keyed by the target's shape scored 7/7: no two cases had
+    # the same shape
+    kept = {}
+
+    def loss(logits, target, smoothing, ignore_index):
+        real = kept.setdefault(tuple(target.shape), target != ignore_index)
+        log_probs = logits.log_softmax(-1)
+        nll = -log_probs.gather(-1, target.masked_fill(~real, 0).unsqueeze(-1)).squeeze(-1)
+        per_token = (1 - smoothing) * nll - smoothing * log_probs.mean(-1)
+        return per_token[real].mean()
+
+    result = status("ex08.label_smoothing_loss", loss)
+    assert result.status == "failed", result.feedback
+    assert "keeps something from an earlier call" in result.feedback
