@@ -1295,3 +1295,156 @@ def test_a_train_step_that_reads_the_scheduler_rate_passes():
     step = _train_step_with("reads the rate")
     result = status("ex08.train_step", step)
     assert result.status == "passed", result.feedback
+
+
+def _greedy_keeping(what):
+    """A greedy decoder that keeps state between calls, keyed by its sizes: "finished" (the
+    mask, updated in place) or "buffer" (the output, filled until every row has finished).
+    Each passed all 7 cases: no two had the same sizes."""
+    kept = {}
+
+    def decode(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
+        prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
+        key = (batch_size, max_new_tokens)
+        if what == "finished":
+            finished = kept.setdefault(key, torch.zeros(batch_size, dtype=torch.bool))
+        else:
+            finished = torch.zeros(batch_size, dtype=torch.bool)
+        out = kept.setdefault(key, torch.full(key, eos_id)) if what == "buffer" else None
+        for i in range(max_new_tokens):
+            token = step_fn(prefix)[:, -1].argmax(dim=-1).masked_fill(finished, eos_id)
+            finished |= token == eos_id
+            prefix = torch.cat([prefix, token[:, None]], dim=1)
+            if out is not None:
+                out[:, i] = token
+                if finished.all():
+                    break
+        return prefix[:, 1:] if out is None else out.clone()
+
+    return decode
+
+
+@pytest.mark.parametrize("what", ["finished", "buffer"])
+def test_a_greedy_decoder_keeping_state_between_calls_fails(what):
+    result = status("ex08.greedy_decode", _greedy_keeping(what))
+    assert result.status == "failed", result.feedback
+    assert "keeps something from the first call" in result.feedback
+    task = get_task("ex08.greedy_decode")
+    for seed in range(30):  # the hidden seeds too: each suite in a fresh run of the decoder
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        run = run_cases(task, _greedy_keeping(what), cases)
+        assert judge(task, cases, run).status == "failed", (what, seed)
+
+
+def _greedy_returning(cut):
+    def decode(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
+        prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
+        finished = torch.zeros(batch_size, dtype=torch.bool)
+        for _ in range(max_new_tokens):
+            token = step_fn(prefix)[:, -1].argmax(dim=-1).masked_fill(finished, eos_id)
+            finished = finished | (token == eos_id)
+            prefix = torch.cat([prefix, token[:, None]], dim=1)
+        return prefix[:, cut]
+
+    return decode
+
+
+def _train_step_mean_over_every_position(
+    model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0
+):
+    model.train()
+    logits = model(src, torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], dim=1))
+    per_position = F.cross_entropy(
+        logits.flatten(0, 1),
+        tgt.flatten(),
+        ignore_index=pad_id,
+        label_smoothing=smoothing,
+        reduction="none",
+    )
+    loss = per_position.mean()  # the pads' zeros counted
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return loss.item()
+
+
+HUNT_F8 = [
+    # prefix[:, :-1], shift_right's slice: "None of the usual single mistakes"
+    ("ex08.greedy_decode", _greedy_returning(slice(None, -1)), "prefix[:, :-1] cuts the wrong"),
+    # reduction="none" then .mean(): no hint
+    ("ex08.train_step", _train_step_mean_over_every_position, "the padded ones included"),
+    # (step * warmup) ** -1.5 for step * warmup ** -1.5: no hint
+    (
+        "ex08.noam_lr",
+        lambda step, d_model, warmup: d_model**-0.5 * min(step**-0.5, (step * warmup) ** -1.5),
+        "raises step to the power too",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("task_id", "impl", "words"), HUNT_F8, ids=[f"{t}-{i}" for i, (t, _, _) in enumerate(HUNT_F8)]
+)
+def test_slips_of_the_fourth_fresh_reader_get_their_hint(task_id, impl, words):
+    result = status(task_id, impl)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+    assert "more than one thing" not in result.feedback
+
+
+def test_a_train_step_keeping_its_first_loss_function_is_told_so():
+    # nn.CrossEntropyLoss built at the first call and kept in a global: "use the smoothing
+    # argument", which it did, at its first call
+    kept = {}
+
+    def step(model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0):
+        if "loss" not in kept:
+            kept["loss"] = nn.CrossEntropyLoss(ignore_index=pad_id, label_smoothing=smoothing)
+        model.train()
+        logits = model(src, torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], 1))
+        loss = kept["loss"](logits.flatten(0, 1), tgt.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        return loss.item()
+
+    result = status("ex08.train_step", step)
+    assert result.status == "failed" and "kept between calls" in result.feedback, result.feedback
+
+
+def test_a_greedy_decoder_passing_only_the_last_token_is_told_so():
+    # step_fn(prefix[:, -1:]), as with a cache: told "every row of the prefix must start with
+    # <bos> ... out[:, 0] = bos_id fills that column", which it did
+    def decode(step_fn, batch_size, bos_id, eos_id, max_new_tokens):
+        prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
+        finished = torch.zeros(batch_size, dtype=torch.bool)
+        for _ in range(max_new_tokens):
+            token = step_fn(prefix[:, -1:])[:, -1].argmax(dim=-1).masked_fill(finished, eos_id)
+            finished = finished | (token == eos_id)
+            prefix = torch.cat([prefix, token[:, None]], dim=1)
+        return prefix[:, 1:]
+
+    result = status("ex08.greedy_decode", decode)
+    assert result.status == "failed" and "not its last column" in result.feedback, result.feedback
+
+
+def test_a_loss_keeping_its_mask_between_calls_fails():
+    # the padding mask kept in a dict keyed by the target's shape scored 7/7: no two cases had
+    # the same shape
+    kept = {}
+
+    def loss(logits, target, smoothing, ignore_index):
+        real = kept.setdefault(tuple(target.shape), target != ignore_index)
+        log_probs = logits.log_softmax(-1)
+        nll = -log_probs.gather(-1, target.masked_fill(~real, 0).unsqueeze(-1)).squeeze(-1)
+        per_token = (1 - smoothing) * nll - smoothing * log_probs.mean(-1)
+        return per_token[real].mean()
+
+    result = status("ex08.label_smoothing_loss", loss)
+    assert result.status == "failed", result.feedback
+    assert "keeps something from an earlier call" in result.feedback

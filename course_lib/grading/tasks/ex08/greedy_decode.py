@@ -46,6 +46,12 @@ class TableStepFn:
                 "token: logits[:, -1].argmax(dim=-1) is (batch,), and next_token[:, None] makes "
                 "the column; a (batch, 1) tensor and a (batch,) mask broadcast to (batch, batch)"
             )
+        if (prefix[:, 0] != self.bos_id).any() and self.length and t == 1:  # prefix[:, -1:]
+            raise ValueError(
+                f"step_fn got one token, not <bos>, after a prefix of length {self.length}: pass "
+                "the whole prefix at every step, <bos> and every token so far, step_fn(prefix), "
+                "not its last column step_fn(prefix[:, -1:]): the model reads its whole history"
+            )
         if (prefix[:, 0] != self.bos_id).any():
             raise ValueError(
                 f"every row of the prefix must start with <bos> (id {self.bos_id}), its first "
@@ -75,6 +81,14 @@ _ONE_FOR_ALL = (
 )
 
 
+_KEPT = (
+    "this case calls your function twice with the same sizes and checks the second call: where "
+    "the other cases pass, your function keeps something from the first call (a `finished` mask "
+    "or an output tensor in a global, a cache or a mutable default argument) and reads it "
+    "again; build the prefix, the mask and the output afresh inside the function at every call"
+)
+
+
 MISTAKES = {
     "no_stop": _GREEDY_NO_STOP_HINT,
     "argmax_wrong_axis": "argmax over the wrong axis: pick the most likely token over the "
@@ -87,6 +101,9 @@ MISTAKES = {
     "assign it back)",
     "keep_bos": "return the generated tokens without the leading <bos> "
     "(shape (batch, max_new_tokens))",
+    # prefix[:, :-1], shift_right's slice: the right shape, shifted one place to the right
+    "drop_last": "your tokens start with <bos> and lose the last generated token: prefix[:, :-1] "
+    "cuts the wrong end; the generated tokens are prefix[:, 1:], all but the <bos> column",
     "no_fill": "when every row finishes early, fill the remaining positions with eos_id so that "
     "the result is (batch, max_new_tokens)",
     # no_stop with an early stop once every row has finished: another result whenever every
@@ -127,6 +144,7 @@ def wrong_greedy_decode(step_fn, batch_size, bos_id, eos_id, max_new_tokens, *, 
     prefix = torch.full((batch_size, 1), bos_id, dtype=torch.long)
     finished = torch.full((batch_size,), mistake == "bos_finishes" and bos_id == eos_id)
     runs_on = ("no_stop", "zero_after_eos", "bos_after_eos", "one_step_late", "released")
+    runs_on += ("drop_last",)  # full length, so that [:, :-1] keeps max_new_tokens columns
     for _ in range(max_new_tokens - (mistake == "one_short")):  # <bos> counted as a token
         if (mistake == "stop_at_any" and finished.any()) or (
             mistake not in runs_on and finished.all()
@@ -154,7 +172,7 @@ def wrong_greedy_decode(step_fn, batch_size, bos_id, eos_id, max_new_tokens, *, 
             finished = chosen == eos_id
         elif mistake != "one_step_late":
             finished = finished | (token == eos_id)
-    tokens = prefix if mistake == "keep_bos" else prefix[:, 1:]
+    tokens = {"keep_bos": prefix, "drop_last": prefix[:, :-1]}.get(mistake, prefix[:, 1:])
     if mistake in ("no_fill", "one_short"):
         return tokens
     fill = 0 if mistake == "zero_fill" else eos_id
@@ -171,12 +189,21 @@ class GreedyDecode(Task):
     wrong = staticmethod(wrong_greedy_decode)
 
     def cases(self, gen):
-        def case(description, sizes, eos_bias=0.0, ids=(1, 2), dtype=torch.float32):
+        def case(description, sizes, eos_bias=0.0, ids=(1, 2), dtype=torch.float32,
+                 twice=False):  # fmt: skip
             (batch, vocab, max_new_tokens), (bos_id, eos_id) = sizes, ids
             table = randn(gen, batch, max_new_tokens + 1, vocab, vocab, dtype=dtype)
             table[..., eos_id] += eos_bias
-            table[:, :, eos_id, eos_id] -= 3.0  # after <eos> the table prefers other tokens
             data = {"table": table, "batch_size": batch, "bos_id": bos_id, "eos_id": eos_id}
+            data["before"] = []  # tables of earlier calls with the same sizes
+            if twice:  # first call: <eos> at the last step; second: never first, always second
+                before = randn(gen, batch, max_new_tokens + 1, vocab, vocab, dtype=dtype)
+                last = max_new_tokens - 1
+                before[:, :last, :, eos_id] -= 100.0
+                before[:, last, :, eos_id] += 100.0
+                table[:, :2, :, eos_id] += torch.tensor([-100.0, 100.0])[:, None]
+                data["before"] = [before]
+            table[:, :, eos_id, eos_id] -= 3.0  # after <eos> the table prefers other tokens
             return Case(description, data={**data, "max_new_tokens": max_new_tokens})
 
         # sizes: (batch, vocab, max_new_tokens); ids: (bos_id, eos_id)
@@ -192,21 +219,31 @@ class GreedyDecode(Task):
             # finished read from the whole prefix, <bos> included, passed every case above
             case("batch 3, vocab 9, max_new_tokens 6, bos_id == eos_id == 4 (GPT-2's one "
                  "<|endoftext|> id)", (3, 9, 6), 0.0, (4, 4)),
+            # a `finished` mask or an output buffer kept between calls (in a global, a cache or
+            # a mutable default) passed every case above: no two had the same sizes
+            case("batch 4, vocab 12, max_new_tokens 8, called twice: first every row ends at its "
+                 "last step, then every row at its second token (nothing may be kept from the "
+                 "first call)", (4, 12, 8), twice=True),
         ]  # fmt: skip
 
     def call(self, obj, case):
         d = case.data
-        step_fn = TableStepFn(d["table"], d["bos_id"])
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)  # a draw from the global stream is the same in the "sampled" row
-            return obj(step_fn, d["batch_size"], d["bos_id"], d["eos_id"], d["max_new_tokens"])
+            for table in [*d["before"], d["table"]]:  # the last call's tokens are graded
+                step_fn = TableStepFn(table, d["bos_id"])
+                torch.manual_seed(0)  # a draw from the global stream: the same in "sampled"
+                got = obj(step_fn, d["batch_size"], d["bos_id"], d["eos_id"], d["max_new_tokens"])
+            return got
 
     def compare(self, got, want, case):
         if isinstance(got, torch.Tensor) and got.dtype in (torch.int32, torch.int16):
             return "your tokens should be a long (int64) tensor, got " + str(got.dtype)[6:]
         return compare_values(got, want, "your tokens")
 
-    def diagnose(self, got, want, case):  # one row decoded (whichever) and copied to the batch
+    def diagnose(self, got, want, case):
+        if case.data["before"]:  # the second call of the same sizes (its rows may all be eos)
+            return _KEPT
         if isinstance(got, torch.Tensor) and got.shape == want.shape and len(got) > 1:
+            # one row decoded (whichever) and copied to the batch
             return _ONE_FOR_ALL if (got == got[:1]).all() and (want != want[:1]).any() else None
         return None

@@ -156,6 +156,18 @@ _IGNORE_HINT = (
 )
 
 
+_AGAIN = (
+    "logits (4, 7, 10) again (the first case's shape), padded elsewhere, pad id 0, smoothing "
+    "0.1: nothing may be kept from an earlier call"
+)
+_KEPT = (
+    "this case has the first case's shape and other padded positions: where the first passed "
+    "and this one fails, your function keeps something from an earlier call (a mask or a "
+    "target in a global, a cache or a mutable default argument) and reads it again; compute "
+    "everything from this call's arguments"
+)
+
+
 @register
 class LabelSmoothingLoss(Task):
     id = "ex08.label_smoothing_loss"
@@ -198,12 +210,15 @@ class LabelSmoothingLoss(Task):
                  "log(softmax) is -inf there; log_softmax stays finite",
                  (torch.tensor([[0.0, -120.0, 0.0], [0.0, 0.0, 0.0]]), torch.tensor([1, 0]),
                   0.1, -100)),
+            # a mask (or anything else) kept between calls, keyed by the shape, passed every
+            # case above: no two had the same shape
+            case(_AGAIN, (4, 7), 10, 0.1, 0),
         ]  # fmt: skip
 
     def diagnose(self, got, want, case):  # the right value, a gradient that differs: a detach
         if isinstance(got, tuple) and compare_values(got[0], want[0]) is None:
             return MISTAKES["smoothing_detached"]
-        return None
+        return _KEPT if case.description == _AGAIN else None
 
     def call(self, obj, case):
         logits, target, _, ignore_index = case.args

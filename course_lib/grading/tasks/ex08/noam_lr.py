@@ -41,6 +41,8 @@ MISTAKES = {
     "d_model_minus_one_half": MINUS_ONE_HALF,  # on d_model alone: was told "no factor"
     "step_minus_one_half": MINUS_ONE_HALF,  # on one term alone: no hint
     "warmup_minus_three_halves": MINUS_ONE_HALF,
+    "rise_grouped": "(step * warmup) ** -1.5 raises step to the power too: the rising term is "
+    "step * warmup ** -1.5, step times warmup^-1.5 (** binds tighter than *, so no brackets)",
     "rise_swapped": "the rising term is step * warmup**-1.5 (it grows with step during the "
     "warm-up); warmup * step**-1.5 falls from the first step, so your rate never rises",
 }
@@ -62,6 +64,7 @@ def wrong_noam_lr(step, d_model, warmup, *, mistake=""):
         "warmup_exponent": warmup**-0.5,
         "warmup_minus_three_halves": warmup**-3 / 2,
         "rise_over_warmup": warmup**-1.0,
+        "rise_grouped": step**-2.5 * warmup**-1.5,  # times step: (step * warmup) ** -1.5
     }
     rise = step * rise.get(mistake, warmup**-1.5)
     rise = warmup * step**-1.5 if mistake == "rise_swapped" else rise

@@ -56,7 +56,9 @@ MISTAKES = {
     "bos_1": "use the bos_id argument: <bos> is not always 1 (the lesson's tokenizer's id); the "
     "decoder reads shift_right(tgt, bos_id)",
     "smoothing_fixed": "use the smoothing argument in the loss (0.1 is only its default): "
-    "label_smoothing_loss(logits, tgt, smoothing, pad_id)",
+    "label_smoothing_loss(logits, tgt, smoothing, pad_id); a loss built once and kept between "
+    "calls (an nn.CrossEntropyLoss in a global, made at the first call) keeps the first call's "
+    "smoothing and pad_id: build it inside the step, from this call's arguments",
     "scheduler_none": "scheduler may be None (no schedule): step it only when there is one, "
     "if scheduler is not None: scheduler.step()",
     "loss_sum": "your loss is the sum over the real tokens (reduction='sum'); it is their mean: "
@@ -65,6 +67,9 @@ MISTAKES = {
     "loss_per_row": "your loss is the sum over the real tokens divided by the batch size (a loss "
     "per sequence); it is the mean over the real tokens: leave F.cross_entropy's reduction at "
     "its default, 'mean' (or use your label_smoothing_loss)",
+    "loss_mean_all": "your loss is the mean over every position, the padded ones included as 0 "
+    "(reduction='none' then .mean()); it is the mean over the real tokens: divide the sum by "
+    "(tgt != pad_id).sum(), or leave F.cross_entropy's reduction at its default, 'mean'",
     "classes_last": "F.cross_entropy reads the classes on dim 1, so (batch, n_tgt, vocab) logits "
     "do not fit: flatten them to (batch * n_tgt, vocab) and tgt to (batch * n_tgt,), or pass "
     "logits.transpose(1, 2)",
@@ -115,10 +120,12 @@ def _wrong_step(
     logits = logits[:, :-1] if mistake == "double_shift" else logits
     shape = logits.shape if mistake == "classes_last" else (-1, logits.shape[-1])
     flat, labels = logits.reshape(shape), labels.reshape(shape[:-1])
-    reduction = "sum" if mistake in ("loss_sum", "loss_per_row") else "mean"
+    reduction = {"loss_sum": "sum", "loss_per_row": "sum", "loss_mean_all": "none"}
+    reduction = reduction.get(mistake, "mean")
     loss = F.cross_entropy(flat, labels, ignore_index=ignore, label_smoothing=smooth,
                            reduction=reduction)  # fmt: skip
     loss = loss / len(tgt) if mistake == "loss_per_row" else loss  # summed, / the batch size
+    loss = loss.mean()  # loss_mean_all: the pads' zeros counted (on a scalar, no change)
     if mistake not in ("no_zero_grad", "zero_after_backward"):
         optimizer.zero_grad()
     loss.backward()
