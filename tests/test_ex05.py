@@ -1081,3 +1081,17 @@ def test_f5_a_dependency_matrix_that_tests_only_the_lower_triangle_is_named():
     assert result.status == "failed" and "you tested only the outputs at or after" in (
         result.feedback
     ), result.feedback
+
+
+def test_f5_a_prefix_mask_from_tril_with_the_prefix_as_diagonal_is_named():
+    # before: 'None of the usual single mistakes'; tril(P) is the band j <= i + P, not a prefix
+    def learner(ids, prefix_lengths, pad_id):
+        seq = ids.shape[1]
+        if (prefix_lengths < 0).any() or (prefix_lengths > seq).any():
+            raise ValueError(f"prefix lengths must be in [0, {seq}]")
+        ones = torch.ones(seq, seq, dtype=torch.bool)
+        mask = torch.stack([ones.tril(int(length)) for length in prefix_lengths])
+        return mask & (ids != pad_id)[:, None, :]
+
+    result = check_result("ex05.prefix_lm_mask", learner)
+    assert result.status == "failed" and "tril(diagonal=P)" in result.feedback, result.feedback

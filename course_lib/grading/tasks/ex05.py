@@ -529,8 +529,9 @@ def _prefix_variant(ids, prefix_lengths, pad_id, *, mistake=""):
         "queries": i < p,  # a query in the prefix sees every key, also the future
         "one_axis_short": j < prefix_lengths[:, None],  # (batch, seq): meets (seq, seq) badly
         "no_prefix": torch.zeros(1, 1, 1, dtype=torch.bool),
+        "tril_p": torch.zeros(1, 1, 1, dtype=torch.bool),
     }.get(mistake, j < p)
-    causal = {"no_diagonal": j < i, "triu": j >= i}.get(mistake, j <= i)
+    causal = {"no_diagonal": j < i, "triu": j >= i, "tril_p": j <= i + p}.get(mistake, j <= i)
     allowed = (in_prefix & causal) if mistake == "and" else (in_prefix | causal)
     if mistake == "no_padding":
         return allowed
@@ -570,6 +571,9 @@ PREFIX_MISTAKES = {
     "the future: it may attend key j <= i (and the keys of the prefix)",
     "no_prefix": "that is the causal mask with padding; inside its prefix a row is bidirectional: "
     "every query may attend every key j < prefix_lengths[b]",
+    "tril_p": "tril(diagonal=P) lets every query i see P keys past itself (j <= i + P), the "
+    "future too, at every position: the prefix is the keys j < P, open to every query, and "
+    "after them the causal rule j <= i: (j < P) | (j <= i)",
     "from_lengths": PADDING_MISTAKES["from_lengths"],
     "padding_first": "two right steps in the wrong order: the padding was blocked before the "
     "prefix was let in, so a prefix that covers padding (P longer than the real tokens) opens "
