@@ -962,3 +962,136 @@ def test_l14_a_causal_mask_from_a_fixed_table_of_any_size_is_named(size, sliced)
     assert result.status == "failed" and "a table of a fixed size" in result.feedback, (
         result.feedback
     )
+
+
+# ---- f5 (hunt F11, set 05): steps grouped otherwise, axes swapped, state kept between calls ----
+
+
+def _attention_any_blocked(q, k, v, mask):  # (~mask).any(-1) for ~mask.any(-1): ~ grouped first
+    empty = (~mask).any(-1, keepdim=True)  # "the rows with no key": every row with one blocked
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, -math.inf)
+    weights = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1) * mask
+    return weights @ v, weights
+
+
+def _attention_mask_transposed(q, k, v, mask):  # mask.mT: the queries and keys swapped
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask.mT, -math.inf)
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
+    return weights @ v, weights
+
+
+def _attention_bool_mask_added(q, k, v, mask):  # the table's "float mask: added", with a bool
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + mask, dim=-1)
+    return weights @ v, weights
+
+
+@pytest.mark.parametrize(
+    "learner, words",
+    [  # before: 'the rows ... must sum to 1 ... fill the masked scores with -inf before the
+        # softmax' (which the learner did); 'some masked positions get non-zero weight: block
+        # them before the softmax' (twice: the learner blocked, the wrong axis; or added)
+        (_attention_any_blocked, "(~mask).any(-1) is True for every row with ONE blocked key"),
+        (_attention_mask_transposed, "you transposed the mask"),
+        (_attention_bool_mask_added, "adding the bool mask to the scores"),
+    ],
+    ids=["(~mask).any", "mask.mT", "scores + mask"],
+)
+def test_f5_attention_slips_are_named(learner, words):
+    result = check_result("ex05.masked_attention", learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+def _prefix_cached_by_shape():
+    """prefix_lm_mask whose prefix-and-causal part is kept between calls, keyed on the shape."""
+    kept = {}
+
+    def prefix_lm_mask(ids, prefix_lengths, pad_id):
+        seq = ids.shape[1]
+        if (prefix_lengths < 0).any() or (prefix_lengths > seq).any():
+            raise ValueError(f"prefix lengths must be in [0, {seq}]")
+        if tuple(ids.shape) not in kept:
+            prefix = torch.arange(seq)[None, None, :] < prefix_lengths[:, None, None]
+            kept[tuple(ids.shape)] = prefix | torch.ones(seq, seq, dtype=torch.bool).tril()
+        return kept[tuple(ids.shape)] & (ids != pad_id)[:, None, :]
+
+    return prefix_lm_mask
+
+
+def test_f5_a_prefix_mask_kept_between_calls_fails_under_every_seed_with_its_hint():
+    # before: full marks in the notebook and under every hidden seed, as the two (2, 6) cases
+    # had the same prefix lengths [3, 2]; now the left-padded one has [5, 1]
+    from course_lib.grading.core import course_state, judge, learner_namespace, run_cases
+
+    learner = _prefix_cached_by_shape()
+    result = check_result("ex05.prefix_lm_mask", learner)
+    assert result.status == "failed" and "an earlier call" in result.feedback, result.feedback
+    task = get_task("ex05.prefix_lm_mask")
+    for seed in range(4):
+        with course_state():
+            cases = task.cases(torch.Generator().manual_seed(seed))
+            fresh = _prefix_cached_by_shape()  # not filled by the notebook's check
+            result = judge(task, cases, run_cases(task, fresh, cases, learner_namespace(fresh)))
+        assert result.status == "failed", seed
+
+
+def test_f5_a_prefix_mask_in_one_line_without_brackets_is_told_the_precedence():
+    # prefix | causal & real is prefix | (causal & real): the hint spoke of two steps only
+    def learner(ids, prefix_lengths, pad_id):
+        seq = ids.shape[1]
+        if (prefix_lengths < 0).any() or (prefix_lengths > seq).any():
+            raise ValueError(f"prefix lengths must be in [0, {seq}]")
+        prefix = torch.arange(seq)[None, None, :] < prefix_lengths[:, None, None]
+        return prefix | torch.ones(seq, seq, dtype=torch.bool).tril() & (ids != pad_id)[:, None]
+
+    result = check_result("ex05.prefix_lm_mask", learner)
+    assert result.status == "failed" and "& binds tighter than |" in result.feedback
+
+
+def test_f5_a_causal_loop_one_row_short_is_named():  # got "None of the usual single mistakes"
+    def learner(n):
+        mask = torch.zeros(n, n, dtype=torch.bool)
+        for i in range(n - 1):
+            mask[i, : i + 1] = True
+        return mask
+
+    result = check_result("ex05.causal_mask", learner)
+    assert result.status == "failed" and "range(n - 1)" in result.feedback, result.feedback
+
+
+def test_f5_a_padding_mask_with_the_1_in_front_is_named():  # got a shape message only
+    result = check_result("ex05.padding_mask", lambda ids, pad_id: (ids != pad_id).unsqueeze(0))
+    assert result.status == "failed" and "the 1 is in front" in result.feedback, result.feedback
+
+
+def test_f5_a_dependency_matrix_that_tests_only_the_lower_triangle_is_named():
+    # before: 'you missed dependencies ... an output that moves in either direction counts'
+    def learner(f, x):
+        if x.dim() != 3:
+            raise ValueError(f"x must be (batch, seq, d), got {x.dim()} dimensions")
+        before, seq = f(x), x.shape[1]
+        result = torch.zeros(seq, seq, dtype=torch.bool)
+        for j in range(seq):
+            y = x.clone()
+            y[:, j] += torch.randn_like(y[:, j])
+            moved = (f(y) != before).any(-1).any(0)
+            result[j:, j] = moved[j:]  # the outputs from j on: the earlier ones cannot move
+        return result
+
+    result = check_result("ex05.dependency_matrix", learner)
+    assert result.status == "failed" and "you tested only the outputs at or after" in (
+        result.feedback
+    ), result.feedback
+
+
+def test_f5_a_prefix_mask_from_tril_with_the_prefix_as_diagonal_is_named():
+    # before: 'None of the usual single mistakes'; tril(P) is the band j <= i + P, not a prefix
+    def learner(ids, prefix_lengths, pad_id):
+        seq = ids.shape[1]
+        if (prefix_lengths < 0).any() or (prefix_lengths > seq).any():
+            raise ValueError(f"prefix lengths must be in [0, {seq}]")
+        ones = torch.ones(seq, seq, dtype=torch.bool)
+        mask = torch.stack([ones.tril(int(length)) for length in prefix_lengths])
+        return mask & (ids != pad_id)[:, None, :]
+
+    result = check_result("ex05.prefix_lm_mask", learner)
+    assert result.status == "failed" and "tril(diagonal=P)" in result.feedback, result.feedback

@@ -53,6 +53,8 @@ CAUSAL_MISTAKES = {
     "additive": "that is an additive float mask (0 where allowed, -inf above the diagonal, as "
     "nn.Transformer.generate_square_subsequent_mask makes); this course's masks are bool, True "
     "= may attend: torch.ones(n, n, dtype=torch.bool).tril()",
+    "last_row_empty": "the last row is all False, but the last query may attend every key: a "
+    "loop that fills m[i, :i + 1] must run over every row, for i in range(n), not range(n - 1)",
     "fixed_size": "your mask is cut from a table of a fixed size (a block_size table sliced "
     "[:n, :n]), too small for this n: build it for the n you are given",
 }
@@ -81,6 +83,7 @@ def wrong_causal_mask(n, *, mistake=""):
         "no_diagonal": ones.tril(-1),
         "tril_above": ones.tril(1),
         "first_row_empty": ones.tril() * (torch.arange(n) > 0)[:, None],  # a loop from i = 1
+        "last_row_empty": ones.tril() * (torch.arange(n) < n - 1)[:, None],  # range(n - 1)
     }.get(mistake, ones.tril())
     return ~mask if mistake == "inverted" else mask
 
@@ -121,6 +124,8 @@ PADDING_MISTAKES = {
     "broadcasts over the query axis of the (batch, n_q, n_k) scores (unsqueeze(1))",
     "wrong_axis": "the 1 is in the wrong place: (batch, seq, 1) would mask query ROWS; the "
     "padding tokens are keys, so the shape is (batch, 1, seq)",
+    "front": "the 1 is in front: (1, batch, seq) would line up the batch with the query axis of "
+    "the (batch, n_q, n_k) scores; it goes in the middle, (batch, 1, seq): unsqueeze(1)",
     "long": "the mask must be a bool tensor (True/False), not integers: ids != pad_id is one",
     "zero": "you compared with 0; compare with the pad_id argument",
     "greater": "a real id can be smaller than pad_id: mark the padding with ids != pad_id, not "
@@ -140,7 +145,7 @@ def wrong_padding_mask(ids, pad_id, *, mistake=""):
         real = compare.get(mistake, ids != pad_id)
     if mistake == "no_middle":
         return real
-    mask = real.unsqueeze(-1 if mistake == "wrong_axis" else 1)
+    mask = real.unsqueeze({"wrong_axis": -1, "front": 0}.get(mistake, 1))
     return mask.long() if mistake == "long" else mask
 
 
@@ -178,6 +183,16 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
         mask = mask.unsqueeze(1)
     if mistake == "squeezed":  # (batch, 1, n_k) -> (batch, n_k), read as (n_q, n_k)
         mask = mask.squeeze(1) if mask.dim() > 2 else mask
+    if mistake == "transposed_mask":  # mask.mT: query and key axes swapped
+        mask = mask.transpose(-2, -1)
+    if mistake == "any_blocked":  # (~mask).any(-1): one blocked key, not none allowed
+        scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf"))
+        scores = scores.masked_fill((~mask).any(-1, keepdim=True), 0.0)
+        weights = scores.softmax(-1).masked_fill(~mask, 0.0)
+        return weights @ v, weights
+    if mistake == "added_bool":  # scores + mask: the bool mask added as 0/1, blocking nothing
+        weights = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5 + mask).softmax(-1)
+        return weights @ v, weights
     if mistake == "no_keepdim":  # the finite-row guard from mask.any(-1) without keepdim=True
         scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf"))
         weights = scores.masked_fill(~mask.any(-1), 0.0).softmax(-1).masked_fill(~mask, 0.0)
@@ -239,6 +254,7 @@ def wrong_masked_attention(q, k, v, mask, *, mistake=""):
             "softmax_over_queries",
             "detached_weights",
             "swapped",
+            "transposed_mask",
         ),
     )
     if mistake == "output_first":  # uniform rows already multiplied into the output
@@ -334,6 +350,15 @@ ATTENTION_MISTAKES = {  # "renormalised" first: on its case "zero_after" gives t
     "squeezed": "you squeezed the mask's axis of size 1: a padding mask (batch, 1, n_k) becomes "
     "(batch, n_k), which lines up with the (n_q, n_k) axes of the scores, so query i reads "
     "sentence i's padding; use the mask as given: its 1 broadcasts over the queries",
+    "transposed_mask": "you transposed the mask: its rows are the queries and its columns the "
+    "keys, as in the (..., n_q, n_k) scores (mask[i, j] is True when query i may attend key j), "
+    "so use it as given, without .T, .mT or transpose(-2, -1)",
+    "any_blocked": "(~mask).any(-1) is True for every row with ONE blocked key, so you treated "
+    "those rows as fully masked; a fully masked row is one with NO allowed key: ~mask.any(-1, "
+    "keepdim=True) (any first, then ~), or (~mask).all(-1, keepdim=True)",
+    "added_bool": "adding the bool mask to the scores adds 1 to the allowed ones and 0 to the "
+    "blocked ones, which blocks nothing (only a float 0/-inf mask is meant to be added): fill "
+    "the blocked scores with -inf, scores.masked_fill(~mask, float('-inf'))",
 }
 
 
@@ -504,8 +529,9 @@ def _prefix_variant(ids, prefix_lengths, pad_id, *, mistake=""):
         "queries": i < p,  # a query in the prefix sees every key, also the future
         "one_axis_short": j < prefix_lengths[:, None],  # (batch, seq): meets (seq, seq) badly
         "no_prefix": torch.zeros(1, 1, 1, dtype=torch.bool),
+        "tril_p": torch.zeros(1, 1, 1, dtype=torch.bool),
     }.get(mistake, j < p)
-    causal = {"no_diagonal": j < i, "triu": j >= i}.get(mistake, j <= i)
+    causal = {"no_diagonal": j < i, "triu": j >= i, "tril_p": j <= i + p}.get(mistake, j <= i)
     allowed = (in_prefix & causal) if mistake == "and" else (in_prefix | causal)
     if mistake == "no_padding":
         return allowed
@@ -545,11 +571,16 @@ PREFIX_MISTAKES = {
     "the future: it may attend key j <= i (and the keys of the prefix)",
     "no_prefix": "that is the causal mask with padding; inside its prefix a row is bidirectional: "
     "every query may attend every key j < prefix_lengths[b]",
+    "tril_p": "tril(diagonal=P) lets every query i see P keys past itself (j <= i + P), the "
+    "future too, at every position: the prefix is the keys j < P, open to every query, and "
+    "after them the causal rule j <= i: (j < P) | (j <= i)",
     "from_lengths": PADDING_MISTAKES["from_lengths"],
     "padding_first": "two right steps in the wrong order: the padding was blocked before the "
     "prefix was let in, so a prefix that covers padding (P longer than the real tokens) opens "
     "the padded keys again. Combine the prefix and causal parts first, (j < P) | (j <= i), then "
-    "AND the padding mask (ids != pad_id) into the result, last",
+    "AND the padding mask (ids != pad_id) into the result, last (in one line, mind that & binds "
+    "tighter than |: prefix | causal & real is prefix | (causal & real); write (prefix | causal) "
+    "& real)",
 }
 
 
@@ -560,7 +591,20 @@ class PrefixLMMask(Task):
     reference = "course_lib.masking.prefix_lm_mask"
     mistake_table = PREFIX_MISTAKES
     wrong = staticmethod(_prefix_variant)
-    diagnose = _not_bool
+
+    def diagnose(self, got, want, case):
+        ids, lengths, pad_id = case.args  # the first case's shape, the first case's lengths?
+        first = torch.tensor([3, 2])
+        if ids.shape == (2, 6) and not torch.equal(lengths, first) and isinstance(got, type(ids)):
+            if torch.equal(got, _prefix_variant(ids, first, pad_id)):
+                return (
+                    "your mask holds the prefix lengths [3, 2] of an earlier call with ids of "
+                    "this shape, not this call's: a mask kept between calls (a cache keyed on the "
+                    "shape, a default argument, a global) must not hold what depends on "
+                    "prefix_lengths; build the prefix part from the prefix_lengths you are given"
+                )
+        return _not_bool(self, got, want, case)
+
     depends_on = ("causal_mask", "padding_mask")
     forbidden = (
         "course_lib.masking.causal_mask",
@@ -601,9 +645,9 @@ class PrefixLMMask(Task):
                  (padded_ids(gen, [4, 4], 4, 0), p([2, 5]), 0), raises=ValueError),
             Case("ids (2, 4), prefix_lengths [-1, 2]: negative, so a ValueError",
                  (padded_ids(gen, [4, 4], 4, 0), p([-1, 2]), 0), raises=ValueError),
-            Case("ids (2, 6) padded on the LEFT, lengths [4, 6], prefix_lengths [3, 2], "
-                 "pad_id=0 (some tokenizers pad in front)",
-                 (padded_ids(gen, [4, 6], 6, 0).flip(-1), p([3, 2]), 0)),
+            Case("ids (2, 6) padded on the LEFT, lengths [4, 6], prefix_lengths [5, 1], "
+                 "pad_id=0 (some tokenizers pad in front)",  # the first case's shape, other
+                 (padded_ids(gen, [4, 6], 6, 0).flip(-1), p([5, 1]), 0)),  # P: no cache by shape
         ]  # fmt: skip
 
 
@@ -683,6 +727,8 @@ def _wrong_dependency_matrix(f, x, *, mistake=""):
             depends[:, j] = moved.any(-1).any(0) | (mistake == "summed_outputs" and moved.any())
     if mistake == "diagonal_assumed":
         depends |= torch.eye(seq, dtype=torch.bool)
+    if mistake == "lower_only":  # only the outputs i >= j tested, as if f were causal
+        depends = depends.tril()
     return {"transposed": depends.T, "float": depends.float()}.get(mistake, depends)
 
 
@@ -713,6 +759,9 @@ DEPENDENCY_MISTAKES = {
     "reads key 0 alone, which gets weight 1 whatever position 1's query is",
     "float": "return a bool tensor, True = depends: build it from comparisons (!=) or with "
     "dtype=torch.bool",
+    "lower_only": "you tested only the outputs at or after position j (the lower triangle), as "
+    "if every f were causal: test every entry, the future too; here f reads later positions, so "
+    "outputs depend on inputs after them (the tool exists to find a mask that leaks)",
     "summed_features": "compare every feature of an output, not their sum: here output feature 1 "
     "is minus feature 0, so the sum never moves (the gradient of y[:, i].sum() is 0 too); use "
     "!= or .abs() per feature, or one gradient per output feature",
