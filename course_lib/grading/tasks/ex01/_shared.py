@@ -57,6 +57,39 @@ def tensor_ids(got) -> str | None:
     )
 
 
+KEPT_RESULT = (
+    "your result is the one of an earlier call (on {earlier}), not of the inputs given now: "
+    "your function keeps something between calls (a cache keyed on the shapes or sizes, a "
+    "result or table built at the first call and reused, a mutable default argument); "
+    "compute it from the inputs of every call"
+)
+
+
+KEPT_ENTRIES = (
+    "your {what} holds more than these ids give: what an earlier call put in it. A {kind} "
+    "made once, as a default argument ({example}) or outside the function, is the same "
+    "object at every call and keeps its entries; make a new one inside the function, at "
+    "every call"
+)
+
+
+def repeated(description: str, args: tuple, earlier: str, earlier_result) -> Case:
+    """A case whose inputs have the shapes of an earlier case's, other values: a function that
+    kept a result from the earlier call returns `earlier_result` here."""
+    data = {"earlier": earlier, "earlier_result": earlier_result}
+    return Case(description, args, data=data)
+
+
+def kept_result(got, case: Case) -> str | None:
+    """The hint for a result equal to an earlier case's (see `repeated`), else None."""
+    stale = case.data.get("earlier_result")
+    if not isinstance(got, torch.Tensor) or not isinstance(stale, torch.Tensor):
+        return None
+    if got.shape != stale.shape or got.dtype != stale.dtype or not torch.allclose(got, stale):
+        return None
+    return KEPT_RESULT.format(earlier=case.data["earlier"])
+
+
 def unit_rows(E):
     return E / E.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 

@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from ...core import Case, Task, register
-from ._shared import BPE_FINISHED, BPE_LESSON, HELLO, merged, random_ids, spelled, tensor_ids
+from ._shared import (
+    BPE_FINISHED,
+    BPE_LESSON,
+    HELLO,
+    KEPT_ENTRIES,
+    merged,
+    random_ids,
+    spelled,
+    tensor_ids,
+)
 
 
 @register
@@ -124,4 +133,6 @@ class MergePair(Task):
                 "append new_id where they are equal (a slice, ids[i:i + 2], is a list, and a "
                 "list never equals the tuple pair: [1, 2] != (1, 2))"
             )
+        if isinstance(got, list) and len(got) > len(want) and got[len(got) - len(want) :] == want:
+            return KEPT_ENTRIES.format(what="list", kind="list", example="merged=[]")
         return None

@@ -9,6 +9,7 @@ from ._shared import (
     BPE_FINISHED,
     BPE_LESSON,
     HELLO,
+    KEPT_ENTRIES,
     adjacent,
     numpy_number,
     random_ids,
@@ -94,6 +95,16 @@ class PairCounts(Task):
                     f"your counts have the pair {key} (count {got[key]!r}), but it is not "
                     f"two neighbours in ids"
                 )
+        return None
+
+    def diagnose(self, got, want, case):
+        """Every pair counted, and more: a dict kept from call to call (counts={} as a default
+        argument, or outside the function) still holds the pairs of the earlier calls."""
+        if isinstance(got, dict) and "__repr__" not in got:
+            got = {str(key): count for key, count in got.items()}
+            want = {str(key): count for key, count in want.items()}
+            if all(isinstance(got.get(key), int) and got[key] >= n for key, n in want.items()):
+                return KEPT_ENTRIES.format(what="dict", kind="dict", example="counts={}")
         return None
 
     def wrong(self, ids, *, mistake):
