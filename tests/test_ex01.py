@@ -1585,6 +1585,29 @@ def _merge_pair_mutable_default():
     return merge_pair
 
 
+def _pair_counts_in_one_dict():
+    counts = {}
+
+    def pair_counts(ids):
+        counts.clear()
+        for pair in zip(ids, ids[1:], strict=False):
+            counts[pair] = counts.get(pair, 0) + 1
+        return counts
+
+    return pair_counts
+
+
+def _merge_pair_into_one_list():
+    merged = []
+
+    def merge_pair(ids, pair, new_id):
+        merged.clear()
+        merged.extend(_merge_pair_mutable_default()(ids, pair, new_id, []))
+        return merged
+
+    return merge_pair
+
+
 def _merges_listed_at_first_call():
     kept = []
 
@@ -1611,14 +1634,27 @@ _KEPT = "your result is the one of an earlier call"
         ("ex01.pair_counts", _pair_counts_mutable_default, "a default argument (counts={})"),
         ("ex01.merge_pair", _merge_pair_mutable_default, "a default argument (merged=[])"),
         ("ex01.bpe_encode", _merges_listed_at_first_call, "kept the merges of an earlier call"),
+        ("ex01.pair_counts", _pair_counts_in_one_dict, "changed the dict your function returned"),
+        ("ex01.merge_pair", _merge_pair_into_one_list, "changed the list your function returned"),
     ],
-    ids=["one_hot", "embed", "cosine", "neighbours", "pair_counts", "merge_pair", "bpe_encode"],
+    ids=[
+        "one_hot",
+        "embed",
+        "cosine",
+        "neighbours",
+        "pair_counts",
+        "merge_pair",
+        "bpe_encode",
+        "one dict, cleared",
+        "one list, cleared",
+    ],
 )
 def test_f11_state_kept_between_calls_fails_and_is_named(task_id, make, named):
     # hunt F11, set 01: a one-hot, a one-hot inside embed, unit rows cached by shape had full
     # marks (no case asked a shape twice); similarities kept from the first call read 'None of
     # the usual single mistakes' or 'argsort sorts ascending'; a mutable default argument only
-    # 'got 6 values'; merges listed at the first call 'nothing was merged: keep its result'
+    # 'got 6 values'; merges listed at the first call 'nothing was merged: keep its result';
+    # one dict (or list) outside the function, cleared at each call, had full marks
     result = check_result(task_id, make())
     assert result.status == "failed", result.feedback
     assert named in result.feedback, result.feedback

@@ -7,7 +7,7 @@ import numbers
 
 import torch
 
-from ...core import Case
+from ...core import Case, GradingError
 
 LESSON = "lesson 01"
 BPE_LESSON = f"{LESSON}, section 'Byte-level BPE'"
@@ -65,12 +65,25 @@ KEPT_RESULT = (
 )
 
 
-KEPT_ENTRIES = (
-    "your {what} holds more than these ids give: what an earlier call put in it. A {kind} "
-    "made once, as a default argument ({example}) or outside the function, is the same "
-    "object at every call and keeps its entries; make a new one inside the function, at "
-    "every call"
-)
+def check_not_reused(obj, result, *other_args) -> None:
+    """Raise GradingError when a second call, on `other_args`, changes the dict or list that
+    the first call returned: one made once (outside the function, emptied at each call)."""
+    if not isinstance(result, (dict, list)):
+        return
+    before = result.copy()
+    try:
+        obj(*other_args)
+    except Exception:  # noqa: BLE001, S110  (the first call's result is what is judged)
+        return
+    if result != before:
+        what = type(result).__name__
+        example = "counts={}" if what == "dict" else "merged=[]"
+        raise GradingError(
+            f"a later call changed the {what} your function returned earlier: it returns the "
+            f"same {what} at every call, one made once (a default argument ({example}), or "
+            f"one outside the function, emptied or not), so a caller that keeps two results "
+            f"sees only the last; make a new {what} inside the function, at every call"
+        )
 
 
 def repeated(description: str, args: tuple, earlier: str, earlier_result) -> Case:

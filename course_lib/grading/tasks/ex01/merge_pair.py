@@ -7,7 +7,7 @@ from ._shared import (
     BPE_FINISHED,
     BPE_LESSON,
     HELLO,
-    KEPT_ENTRIES,
+    check_not_reused,
     merged,
     random_ids,
     spelled,
@@ -84,6 +84,8 @@ class MergePair(Task):
         merged = obj(given, tuple(pair), new_id)
         if given != list(ids):  # the statement: "Leave ids itself unchanged"
             return {"changed_input": given}
+        if merged is not given:
+            check_not_reused(obj, merged, [-1, -2, -1], (-1, -2), -3)
         return {"the_same_list": merged} if merged is given else merged  # "a **new** list"
 
     def compare(self, got, want, case):
@@ -133,6 +135,4 @@ class MergePair(Task):
                 "append new_id where they are equal (a slice, ids[i:i + 2], is a list, and a "
                 "list never equals the tuple pair: [1, 2] != (1, 2))"
             )
-        if isinstance(got, list) and len(got) > len(want) and got[len(got) - len(want) :] == want:
-            return KEPT_ENTRIES.format(what="list", kind="list", example="merged=[]")
         return None
