@@ -1505,3 +1505,187 @@ def test_l14_right_variants_keep_full_marks_under_every_seed(task_id, impl):
         cases = task.cases(torch.Generator().manual_seed(seed))
         result = judge(task, cases, run_cases(task, impl, cases))
         assert result.status == "passed", (seed, result.feedback)
+
+
+# ---- state kept between calls (hunt F11, set 01) -------------------------------------------
+
+
+def _one_hot_cached_by_shape():
+    memo = {}
+
+    def one_hot(ids, vocab_size):
+        one_hot_scatter(ids, vocab_size)  # its checks: bad ids raise
+        if (ids.shape, vocab_size) not in memo:
+            memo[ids.shape, vocab_size] = one_hot_scatter(ids, vocab_size)
+        return memo[ids.shape, vocab_size]
+
+    return one_hot
+
+
+def _unit_rows_cached_by_shape():
+    memo = {}
+
+    def cosine_similarity_matrix(E):
+        if tuple(E.shape) not in memo:
+            lengths = E.norm(dim=1, keepdim=True)
+            memo[tuple(E.shape)] = E / torch.where(lengths > 0, lengths, 1.0)
+        unit = memo[tuple(E.shape)]
+        return unit @ unit.T
+
+    return cosine_similarity_matrix
+
+
+def _one_hot_cached_in_embed():
+    memo = {}
+
+    def embed(ids, table):
+        key = (tuple(ids.shape), table.shape[0])
+        if key not in memo:
+            memo[key] = resolve("course_lib.embeddings.one_hot")(ids, table.shape[0])
+        return memo[key].to(table.dtype) @ table
+
+    return embed
+
+
+def _similarities_built_at_first_call():
+    kept = []
+
+    def nearest_neighbours(E, index, k):
+        if not kept:
+            unit = E / E.norm(dim=1, keepdim=True).clamp_min(1e-12)
+            kept.append(unit @ unit.T)
+        scores = kept[0][index].clone()
+        scores[index] = float("-inf")
+        return scores.topk(k).indices
+
+    return nearest_neighbours
+
+
+def _pair_counts_mutable_default():
+    def pair_counts(ids, counts={}):  # noqa: B006  (the slip under test)
+        for pair in zip(ids, ids[1:], strict=False):
+            counts[pair] = counts.get(pair, 0) + 1
+        return counts
+
+    return pair_counts
+
+
+def _merge_pair_mutable_default():
+    def merge_pair(ids, pair, new_id, merged=[]):  # noqa: B006  (the slip under test)
+        i = 0
+        while i < len(ids):
+            if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+                merged.append(new_id)
+                i += 2
+            else:
+                merged.append(ids[i])
+                i += 1
+        return merged
+
+    return merge_pair
+
+
+def _pair_counts_in_one_dict():
+    counts = {}
+
+    def pair_counts(ids):
+        counts.clear()
+        for pair in zip(ids, ids[1:], strict=False):
+            counts[pair] = counts.get(pair, 0) + 1
+        return counts
+
+    return pair_counts
+
+
+def _merge_pair_into_one_list():
+    merged = []
+
+    def merge_pair(ids, pair, new_id):
+        merged.clear()
+        merged.extend(_merge_pair_mutable_default()(ids, pair, new_id, []))
+        return merged
+
+    return merge_pair
+
+
+def _merges_listed_at_first_call():
+    kept = []
+
+    def bpe_encode(ids, merges):
+        if not kept:
+            kept.extend(merges.items())
+        for pair, new_id in kept:
+            ids = _merge_pair_mutable_default()(ids, pair, new_id, [])
+        return ids
+
+    return bpe_encode
+
+
+_KEPT = "your result is the one of an earlier call"
+
+
+@pytest.mark.parametrize(
+    ("task_id", "make", "named"),
+    [
+        ("ex01.one_hot", _one_hot_cached_by_shape, _KEPT),
+        ("ex01.embed", _one_hot_cached_in_embed, _KEPT),
+        ("ex01.cosine_similarity_matrix", _unit_rows_cached_by_shape, _KEPT),
+        ("ex01.nearest_neighbours", _similarities_built_at_first_call, _KEPT),
+        ("ex01.pair_counts", _pair_counts_mutable_default, "a default argument (counts={})"),
+        ("ex01.merge_pair", _merge_pair_mutable_default, "a default argument (merged=[])"),
+        ("ex01.bpe_encode", _merges_listed_at_first_call, "kept the merges of an earlier call"),
+        ("ex01.pair_counts", _pair_counts_in_one_dict, "changed the dict your function returned"),
+        ("ex01.merge_pair", _merge_pair_into_one_list, "changed the list your function returned"),
+    ],
+    ids=[
+        "one_hot",
+        "embed",
+        "cosine",
+        "neighbours",
+        "pair_counts",
+        "merge_pair",
+        "bpe_encode",
+        "one dict, cleared",
+        "one list, cleared",
+    ],
+)
+def test_f11_state_kept_between_calls_fails_and_is_named(task_id, make, named):
+    # hunt F11, set 01: a one-hot, a one-hot inside embed, unit rows cached by shape had full
+    # marks (no case asked a shape twice); similarities kept from the first call read 'None of
+    # the usual single mistakes' or 'argsort sorts ascending'; a mutable default argument only
+    # 'got 6 values'; merges listed at the first call 'nothing was merged: keep its result';
+    # one dict (or list) outside the function, cleared at each call, had full marks
+    result = check_result(task_id, make())
+    assert result.status == "failed", result.feedback
+    assert named in result.feedback, result.feedback
+    task = get_task(task_id)
+    for seed in (1, 2, 3):
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        fn = make()
+        assert judge(task, cases, run_cases(task, fn, cases)).status == "failed", seed
+
+
+def _cosine_in_float32(E):
+    unit = E.float() / E.float().norm(dim=1, keepdim=True).clamp_min(1e-12)
+    return (unit @ unit.T).to(E.dtype)
+
+
+def _cosine_unbracketed(E):
+    lengths = E.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    return E @ E.T / lengths * lengths.T
+
+
+@pytest.mark.parametrize(
+    ("fn", "named", "not_named"),
+    [
+        (_cosine_in_float32, "only float32's digits", "an epsilon added to every length"),
+        (_cosine_unbracketed, "group from left to right", "None of the usual"),
+    ],
+    ids=["float32 and back", "unbracketed"],
+)
+def test_f11_cosine_slips_are_named(fn, named, not_named):
+    # hunt F11, set 01: float32 arithmetic converted back to float64 was told 'an epsilon added
+    # to every length'; E @ E.T / norms * norms.T 'None of the usual single mistakes'
+    result = check_result("ex01.cosine_similarity_matrix", fn)
+    assert result.status == "failed", result.feedback
+    assert named in result.feedback and not_named not in result.feedback, result.feedback

@@ -207,6 +207,30 @@ def test_a_looping_mutant_is_stopped_and_killed(tmp_path):
     assert time.perf_counter() - start < 30
 
 
+class _CountAfterATry(_Count):
+    """Calls first inside `try: ... except Exception`, as a task does that calls the learner's
+    function a second time to find state kept between calls."""
+
+    def call(self, obj, case):
+        try:
+            obj(*case.args)
+        except Exception:  # noqa: BLE001, S110
+            pass
+        return obj(*case.args)
+
+
+def test_a_time_limit_is_not_swallowed_by_an_except_exception(tmp_path):
+    # the limit fires once: were it an Exception, the `except` would take it and the second
+    # call would loop with no limit left (mutation runs of ex01 hung so, at 3.6 GB)
+    body = "    i = 0\n    while i < x:\n        i += 1\n    return i"
+    root = _solutions_folder(tmp_path, body, name="count")
+    start = time.perf_counter()
+    report = mutants.run_task(_CountAfterATry(), root=root, equivalents={}, timeout=0.5)
+    assert report.error is None, report.error
+    assert "i += 1 -> i -= 1" not in {m.key for m in report.survivors}
+    assert time.perf_counter() - start < 30
+
+
 def test_the_mutation_tool_is_not_part_of_the_learners_package():
     import importlib.util
 

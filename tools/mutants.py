@@ -831,8 +831,9 @@ def mutant_namespace(cell: SolutionCell, base: dict, mutant: Mutant | None) -> d
 # --------------------------------------------------------------------------------------------
 
 
-class _Timeout(Exception):
-    pass
+class _Timeout(BaseException):
+    """A BaseException, so that no `except Exception` in a task's or a mutant's code (a second
+    call made to test for state kept between calls) swallows it and runs on unguarded."""
 
 
 class _NoHints:

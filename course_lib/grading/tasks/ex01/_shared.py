@@ -7,7 +7,7 @@ import numbers
 
 import torch
 
-from ...core import Case
+from ...core import Case, GradingError
 
 LESSON = "lesson 01"
 BPE_LESSON = f"{LESSON}, section 'Byte-level BPE'"
@@ -55,6 +55,52 @@ def tensor_ids(got) -> str | None:
         f"your list holds tensors ({found[0]!r}), not ints: later code uses the ids as dict keys, "
         "where a tensor never matches the int; keep Python ints (.item(), .tolist())"
     )
+
+
+KEPT_RESULT = (
+    "your result is the one of an earlier call (on {earlier}), not of the inputs given now: "
+    "your function keeps something between calls (a cache keyed on the shapes or sizes, a "
+    "result or table built at the first call and reused, a mutable default argument); "
+    "compute it from the inputs of every call"
+)
+
+
+def check_not_reused(obj, result, *other_args) -> None:
+    """Raise GradingError when a second call, on `other_args`, changes the dict or list that
+    the first call returned: one made once (outside the function, emptied at each call)."""
+    if not isinstance(result, (dict, list)):
+        return
+    before = result.copy()
+    try:
+        obj(*other_args)
+    except Exception:  # noqa: BLE001, S110  (the first call's result is what is judged)
+        return
+    if result != before:
+        what = type(result).__name__
+        example = "counts={}" if what == "dict" else "merged=[]"
+        raise GradingError(
+            f"a later call changed the {what} your function returned earlier: it returns the "
+            f"same {what} at every call, one made once (a default argument ({example}), or "
+            f"one outside the function, emptied or not), so a caller that keeps two results "
+            f"sees only the last; make a new {what} inside the function, at every call"
+        )
+
+
+def repeated(description: str, args: tuple, earlier: str, earlier_result) -> Case:
+    """A case whose inputs have the shapes of an earlier case's, other values: a function that
+    kept a result from the earlier call returns `earlier_result` here."""
+    data = {"earlier": earlier, "earlier_result": earlier_result}
+    return Case(description, args, data=data)
+
+
+def kept_result(got, case: Case) -> str | None:
+    """The hint for a result equal to an earlier case's (see `repeated`), else None."""
+    stale = case.data.get("earlier_result")
+    if not isinstance(got, torch.Tensor) or not isinstance(stale, torch.Tensor):
+        return None
+    if got.shape != stale.shape or got.dtype != stale.dtype or not torch.allclose(got, stale):
+        return None
+    return KEPT_RESULT.format(earlier=case.data["earlier"])
 
 
 def unit_rows(E):

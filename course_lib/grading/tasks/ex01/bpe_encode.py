@@ -59,7 +59,9 @@ class BpeEncode(Task):
         "result_dropped": "nothing was merged: merge_pair returns a new list and leaves the one "
         "it is given as it was, so keep its result, ids = merge_pair(ids, pair, new_id); and "
         "loop over merges.items(): `for pair, new_id in merges` goes over the keys alone and "
-        "unpacks each pair (a, b) into pair = a, new_id = b, which never matches",
+        "unpacks each pair (a, b) into pair = a, new_id = b, which never matches. Or your "
+        "function kept the merges of an earlier call (a list or table of them built at the "
+        "first call, or cached by their number): use the `merges` it is given, at every call",
         "new_ids_from_0": "enumerate(merges) numbers the merges 0, 1, 2, ...; the new ids are "
         "the values of `merges` (here 10, 11, ...): for pair, new_id in merges.items()",
         "first_merge_only": "only the first merge of `merges` was applied: is your `return` "

@@ -6,7 +6,7 @@ import torch
 
 from ...core import Case, Task, register
 from ..common import randn
-from ._shared import LESSON
+from ._shared import LESSON, kept_result, repeated, unit_rows
 
 _FLAT = ("no_keepdim", "columns_by_flat_norms", "squared_flat_norms")
 
@@ -59,6 +59,9 @@ class CosineSimilarityMatrix(Task):
         "vectors are the rows, so the (n, n) matrix is unit @ unit.T, (n, d) @ (d, n)",
         "diagonal_one": "a zero vector has no direction, so its similarity with itself is 0 too "
         "(not 1)",
+        "unbracketed": "E @ E.T / norms * norms.T divides row i by |E_i| and then multiplies "
+        "column j by |E_j|: / and * group from left to right; put the product of the lengths "
+        "in brackets, (E @ E.T) / (norms * norms.T)",
         "float32": "your similarities are float32 for a float64 E: compute them in E's dtype, "
         "with no .float() on E or on the result (and dtype=E.dtype, or zeros_like(...), for a "
         "tensor you create)",
@@ -69,9 +72,10 @@ class CosineSimilarityMatrix(Task):
         with_zero[2] = 0.0
         with_zero64 = randn(gen, 4, 6, dtype=torch.float64)
         with_zero64[0] = 0.0
+        first = randn(gen, 4, 3)  # asked again, last
         scales = torch.tensor([[0.01], [1.0], [30.0], [500.0]])
         return [
-            Case("E (4, 3)", (randn(gen, 4, 3),)),
+            Case("E (4, 3)", (first,)),
             Case(
                 "E (6, 10) whose rows have very different lengths (0.01 to 500)",
                 (torch.cat([randn(gen, 4, 10) * scales, randn(gen, 2, 10)]),),
@@ -92,6 +96,12 @@ class CosineSimilarityMatrix(Task):
                 "similarities are those of any vectors with these directions)",
                 (randn(gen, 3, 4, dtype=torch.float64) * 1e-9,),
             ),
+            repeated(  # unit rows cached by the shape of E passed
+                "E (4, 3) again, other values: the first case's shape",
+                (randn(gen, 4, 3),),
+                "the first E (4, 3)",
+                unit_rows(first) @ unit_rows(first).T,
+            ),
         ]
 
     def wrong(self, E, *, mistake):
@@ -107,6 +117,8 @@ class CosineSimilarityMatrix(Task):
             norms = E.norm(dim=0 if mistake == "columns" else -1, keepdim=mistake not in _FLAT)
         if mistake not in ("no_guard", "squared_norms"):
             norms = norms.clamp_min(1e-8 if mistake == "clamp_too_large" else 1e-12)
+        if mistake == "unbracketed":  # E @ E.T / norms * norms.T, read left to right
+            return E @ E.T / norms * norms.T
         if mistake in ("one_length", "columns_by_flat_norms"):
             return (E @ E.T) / norms
         if mistake in ("squared_norms", "squared_flat_norms", "squared_row_norms"):
@@ -123,7 +135,15 @@ class CosineSimilarityMatrix(Task):
     def diagnose(self, got, want, case):
         """Close, but not to the dtype's precision: an epsilon added to every length (1e-6 to
         float64 lengths, or to the product of short lengths) moves every similarity a little."""
+        if kept_result(got, case):
+            return kept_result(got, case)
         if isinstance(got, torch.Tensor) and got.dtype == want.dtype and got.shape == want.shape:
+            if got.dtype == torch.float64 and got.equal(got.float().double()):
+                return (  # float32's digits only: computed in float32, converted back
+                    "your similarities have only float32's digits: you computed them in "
+                    "float32 (.float()) and converted the result back; compute in E's dtype, "
+                    "with no .float() on E"
+                )
             if torch.allclose(got, want, rtol=1e-2, atol=1e-3):
                 return (
                     "your similarities are close but not equal: an epsilon added to every length "

@@ -8,7 +8,7 @@ import torch
 
 from ...core import Case, GradingError, register
 from ..common import HintOnError, failure_of, randint, randn
-from ._shared import LESSON, unchecked_one_hot
+from ._shared import LESSON, kept_result, repeated, unchecked_one_hot
 
 _WRONG_AXIS = (
     "did you take vocab_size from the wrong axis? table.shape[1] is d, the length of each "
@@ -89,9 +89,10 @@ class Embed(HintOnError):
     }
 
     def cases(self, gen):
+        ids, table = randint(gen, 3, 2, 4), randn(gen, 9, 3)  # asked again, last
         return [
             Case("ids [3, 0] and a table (5, 2)", (torch.tensor([3, 0]), randn(gen, 5, 2))),
-            Case("ids (2, 4) and a table (9, 3)", (randint(gen, 3, 2, 4), randn(gen, 9, 3))),
+            Case("ids (2, 4) and a table (9, 3)", (ids, table)),
             Case("ids (2, 3, 5) and a table (6, 8)", (randint(gen, 6, 2, 3, 5), randn(gen, 6, 8))),
             Case(
                 "float64 table (7, 4), ids (3, 6)",
@@ -116,6 +117,13 @@ class Embed(HintOnError):
             Case(
                 "one sequence: ids (1, 3) and a table (4, 2)",
                 (randint(gen, 4, 1, 3), randn(gen, 4, 2)),
+            ),
+            repeated(  # a one-hot cached by the shape of ids and vocab_size passed
+                "ids (2, 4) again with the same table (9, 3), other ids (each 3 more): the "
+                "second case's shapes",
+                ((ids + 3) % 9, table.clone()),
+                "the second case's ids",
+                unchecked_one_hot(ids, 9) @ table,
             ),
         ]
 
@@ -169,6 +177,8 @@ class Embed(HintOnError):
         return hot.to(table.dtype) @ table
 
     def diagnose(self, got, want, case):
+        if kept_result(got, case):
+            return kept_result(got, case)
         if isinstance(got, torch.Tensor) and got.shape[-1:] == case.args[1].shape[:1]:
             return (
                 "the last axis of your result has vocab_size entries; it should have d: "

@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from ...core import Case, Task, register
-from ._shared import BPE_FINISHED, BPE_LESSON, HELLO, merged, random_ids, spelled, tensor_ids
+from ._shared import (
+    BPE_FINISHED,
+    BPE_LESSON,
+    HELLO,
+    check_not_reused,
+    merged,
+    random_ids,
+    spelled,
+    tensor_ids,
+)
 
 
 @register
@@ -75,6 +84,8 @@ class MergePair(Task):
         merged = obj(given, tuple(pair), new_id)
         if given != list(ids):  # the statement: "Leave ids itself unchanged"
             return {"changed_input": given}
+        if merged is not given:
+            check_not_reused(obj, merged, [-1, -2, -1], (-1, -2), -3)
         return {"the_same_list": merged} if merged is given else merged  # "a **new** list"
 
     def compare(self, got, want, case):

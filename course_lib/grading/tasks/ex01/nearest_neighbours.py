@@ -6,7 +6,7 @@ import torch
 
 from ...core import Case, Task, register
 from ..common import randn
-from ._shared import LESSON, unit_rows
+from ._shared import LESSON, kept_result, repeated, unit_rows
 
 
 def _parallel_copy_case() -> Case:
@@ -124,8 +124,17 @@ class NearestNeighbours(Task):
 
     def cases(self, gen):
         lengths = torch.tensor([[0.1], [5.0], [0.3], [9.0], [1.0], [0.05], [2.0], [40.0]])
+        first = randn(gen, 8, 5)
+        similarity = unit_rows(first) @ unit_rows(first)[0]
+        similarity[0] = float("-inf")
         return [
-            Case("E (8, 5), index 0, k 3", (randn(gen, 8, 5), 0, 3)),
+            Case("E (8, 5), index 0, k 3", (first, 0, 3)),
+            repeated(  # similarities cached by the shape of E passed, or failed as ascending
+                "E (8, 5) again, other values, index 0, k 3: the first case's shape",
+                (randn(gen, 8, 5), 0, 3),
+                "the first E (8, 5)",
+                similarity.topk(3).indices,
+            ),
             Case("E (10, 4), index 7, k 5", (randn(gen, 10, 4), 7, 5)),
             Case("float64 E (6, 3), index 2, k 2", (randn(gen, 6, 3, dtype=torch.float64), 2, 2)),
             Case("E (5, 6), index 4, k 4 (every other row)", (randn(gen, 5, 6), 4, 4)),
@@ -143,6 +152,8 @@ class NearestNeighbours(Task):
 
     def diagnose(self, got, want, case):
         """The right rows in another order: topk(k, sorted=False), or the indices sorted."""
+        if kept_result(got, case):
+            return kept_result(got, case)
         if isinstance(got, torch.Tensor) and got.shape == want.shape and not got.equal(want):
             if got.sort().values.equal(want.sort().values):
                 return (

@@ -6,7 +6,7 @@ import torch
 
 from ...core import Case, GradingError, Task, register
 from ..common import randint
-from ._shared import LESSON
+from ._shared import LESSON, kept_result, repeated, unchecked_one_hot
 
 _EMPTY_IDS_HINT = (
     "empty ids (no ids at all) are valid: the result is an empty (0, vocab_size) tensor. "
@@ -100,11 +100,21 @@ class OneHot(Task):
                 raises=ValueError,
             ),
             Case("one sequence: ids (1, 4), vocab_size=6", (randint(gen, 6, 1, 4), 6)),
+            repeated(  # a one-hot cached by shape and vocab_size at the first call passed
+                "ids [1, 3, 0] with vocab_size=4 again: the shape and vocab_size of the first "
+                "ids, [2, 0, 1], other values",
+                (torch.tensor([1, 3, 0]), 4),
+                "ids [2, 0, 1]",
+                unchecked_one_hot(torch.tensor([2, 0, 1]), 4),
+            ),
             Case(  # last, so that it decides no other slip's hint; (int64, int32) passed before
                 "int16 ids (2, 3), vocab_size=4: ids of any integer dtype are accepted",
                 (randint(gen, 4, 2, 3).to(torch.int16), 4),
             ),
         ]
+
+    def diagnose(self, got, want, case):
+        return kept_result(got, case)
 
     def call(self, obj, case):
         """A ValueError for an id out of range must name that id; a TypeError for int32 or int16

@@ -10,6 +10,7 @@ from ._shared import (
     BPE_LESSON,
     HELLO,
     adjacent,
+    check_not_reused,
     numpy_number,
     random_ids,
     spelled,
@@ -62,6 +63,7 @@ class PairCounts(Task):
     def call(self, obj, case):
         (ids,) = case.args  # the learner's own copy: the grader sees it changed
         counts = obj(ids)
+        check_not_reused(obj, counts, [-1, -2])
         # outcomes carry their keys as text, "(1, 2)", so keys that were text already look right
         if isinstance(counts, dict) and not all(isinstance(key, tuple) for key in counts):
             key = next(key for key in counts if not isinstance(key, tuple))
