@@ -1258,3 +1258,69 @@ def test_l16_right_80_10_10_bounds_pass(how):
     for seed in (0, 1, 2):
         result = _mlm_graded(how, seed)
         assert result.passed == result.total, (seed, result.feedback)
+
+
+# ---- f10: state kept between calls, a table cached at its first size -------------------------
+
+
+def _f10_band_cached_by_n_and_causal():
+    kept = {}
+
+    def sliding_window_mask(n, window, causal=False):  # the window left out of the key
+        if n < 1 or window < 0:
+            raise ValueError("expected n >= 1 and window >= 0")
+        if (n, causal) not in kept:
+            offset = torch.arange(n)[:, None] - torch.arange(n)
+            band = offset.abs() <= window
+            kept[n, causal] = band & (offset >= 0) if causal else band
+        return kept[n, causal]
+
+    return sliding_window_mask
+
+
+def test_f10_a_band_kept_per_n_and_causal_fails_and_is_named():
+    # before: full marks, 12 of 12 (every n was asked once per causal); now the case n=7,
+    # window=4 meets the band that n=7, window=2 left behind
+    result = check_result("ex10.sliding_window_mask", _f10_band_cached_by_n_and_causal())
+    assert result.status == "failed", result.feedback
+    assert "earlier call with the same n" in result.feedback, result.feedback
+
+
+def _f10_patches_cached_by_size():
+    kept = {}
+
+    def patchify(images, patch_size):  # an index table kept per image size, patch_size left out
+        b, c, h, w = images.shape
+        p = patch_size
+        if h % p or w % p:
+            raise ValueError(f"H and W must be multiples of patch_size={p}, got {h} x {w}")
+        if (h, w) not in kept:
+            grid = torch.arange(h * w).reshape(h // p, p, w // p, p)
+            kept[h, w] = grid.permute(0, 2, 1, 3).reshape(-1, p * p)
+        index = kept[h, w]
+        patches = images.reshape(b, c, h * w)[:, :, index]  # (b, c, patches, p * p)
+        return patches.transpose(1, 2).reshape(b, -1, c * p * p)
+
+    return patchify
+
+
+def test_f10_a_patch_table_kept_per_image_size_fails_and_is_named():
+    # before: full marks, 9 of 9 (no image size was asked twice); now (2, 3, 8, 12) comes
+    # again with patch_size=2 after patch_size=4
+    result = check_result("ex10.patchify", _f10_patches_cached_by_size())
+    assert result.status == "failed", result.feedback
+    assert "earlier call with the same image size" in result.feedback, result.feedback
+
+
+def test_f10_tables_built_afresh_in_each_call_pass():
+    # the same code with an empty table at every call is right: the cases ask for nothing else
+    for task_id, make in (
+        ("ex10.sliding_window_mask", _f10_band_cached_by_n_and_causal),
+        ("ex10.patchify", _f10_patches_cached_by_size),
+    ):
+
+        def afresh(*args, make=make, **kwargs):
+            return make()(*args, **kwargs)
+
+        result = check_result(task_id, afresh)
+        assert result.passed == result.total, result.feedback
