@@ -1324,3 +1324,36 @@ def test_f10_tables_built_afresh_in_each_call_pass():
 
         result = check_result(task_id, afresh)
         assert result.passed == result.total, result.feedback
+
+
+def _f10_tiled_stopping_at_n_q(q, k, v, block_size=128, causal=False):
+    """A right loop, but with causal=True it stops at the block that starts at n_q."""
+    if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
+        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    m = torch.full((*q.shape[:-1], 1), float("-inf"), dtype=q.dtype)
+    total, out = torch.zeros_like(m), 0
+    query_pos = torch.arange(n_q)[:, None] + (n_k - n_q)
+    for start in range(0, n_k, block_size):
+        if causal and start >= n_q:  # as if the last query were token n_q - 1
+            break
+        s = q @ k[..., start : start + block_size, :].transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            key_pos = torch.arange(start, start + s.shape[-1])
+            s = s.masked_fill(key_pos > query_pos, float("-inf"))
+        new_m = torch.maximum(m, s.amax(-1, keepdim=True))
+        p, rescale = (s - new_m).exp(), (m - new_m).exp()
+        total = total * rescale + p.sum(-1, keepdim=True)
+        out = out * rescale + p @ v[..., start : start + block_size, :]
+        m = new_m
+    return (out / total).to(q.dtype)
+
+
+def test_f10_a_causal_loop_stopped_at_n_q_is_named():
+    # before: 'the last keys are left out when n_k is not a multiple of block_size ... loop
+    # with range(0, n_k, block_size)', which the loop already does (with q (3, 5, 4) and k
+    # (2, 3, 9, 4) both drop the block of key 8)
+    result = check_result("ex10.tiled_attention", _f10_tiled_stopping_at_n_q)
+    assert result.status == "failed", result.feedback
+    assert "stops at the block that starts at n_q" in result.feedback, result.feedback
+    assert "the last keys are left out" not in result.feedback, result.feedback
