@@ -1258,3 +1258,102 @@ def test_l16_right_80_10_10_bounds_pass(how):
     for seed in (0, 1, 2):
         result = _mlm_graded(how, seed)
         assert result.passed == result.total, (seed, result.feedback)
+
+
+# ---- f10: state kept between calls, a table cached at its first size -------------------------
+
+
+def _f10_band_cached_by_n_and_causal():
+    kept = {}
+
+    def sliding_window_mask(n, window, causal=False):  # the window left out of the key
+        if n < 1 or window < 0:
+            raise ValueError("expected n >= 1 and window >= 0")
+        if (n, causal) not in kept:
+            offset = torch.arange(n)[:, None] - torch.arange(n)
+            band = offset.abs() <= window
+            kept[n, causal] = band & (offset >= 0) if causal else band
+        return kept[n, causal]
+
+    return sliding_window_mask
+
+
+def test_f10_a_band_kept_per_n_and_causal_fails_and_is_named():
+    # before: full marks, 12 of 12 (every n was asked once per causal); now the case n=7,
+    # window=4 meets the band that n=7, window=2 left behind
+    result = check_result("ex10.sliding_window_mask", _f10_band_cached_by_n_and_causal())
+    assert result.status == "failed", result.feedback
+    assert "earlier call with the same n" in result.feedback, result.feedback
+
+
+def _f10_patches_cached_by_size():
+    kept = {}
+
+    def patchify(images, patch_size):  # an index table kept per image size, patch_size left out
+        b, c, h, w = images.shape
+        p = patch_size
+        if h % p or w % p:
+            raise ValueError(f"H and W must be multiples of patch_size={p}, got {h} x {w}")
+        if (h, w) not in kept:
+            grid = torch.arange(h * w).reshape(h // p, p, w // p, p)
+            kept[h, w] = grid.permute(0, 2, 1, 3).reshape(-1, p * p)
+        index = kept[h, w]
+        patches = images.reshape(b, c, h * w)[:, :, index]  # (b, c, patches, p * p)
+        return patches.transpose(1, 2).reshape(b, -1, c * p * p)
+
+    return patchify
+
+
+def test_f10_a_patch_table_kept_per_image_size_fails_and_is_named():
+    # before: full marks, 9 of 9 (no image size was asked twice); now (2, 3, 8, 12) comes
+    # again with patch_size=2 after patch_size=4
+    result = check_result("ex10.patchify", _f10_patches_cached_by_size())
+    assert result.status == "failed", result.feedback
+    assert "earlier call with the same image size" in result.feedback, result.feedback
+
+
+def test_f10_tables_built_afresh_in_each_call_pass():
+    # the same code with an empty table at every call is right: the cases ask for nothing else
+    for task_id, make in (
+        ("ex10.sliding_window_mask", _f10_band_cached_by_n_and_causal),
+        ("ex10.patchify", _f10_patches_cached_by_size),
+    ):
+
+        def afresh(*args, make=make, **kwargs):
+            return make()(*args, **kwargs)
+
+        result = check_result(task_id, afresh)
+        assert result.passed == result.total, result.feedback
+
+
+def _f10_tiled_stopping_at_n_q(q, k, v, block_size=128, causal=False):
+    """A right loop, but with causal=True it stops at the block that starts at n_q."""
+    if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
+        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    m = torch.full((*q.shape[:-1], 1), float("-inf"), dtype=q.dtype)
+    total, out = torch.zeros_like(m), 0
+    query_pos = torch.arange(n_q)[:, None] + (n_k - n_q)
+    for start in range(0, n_k, block_size):
+        if causal and start >= n_q:  # as if the last query were token n_q - 1
+            break
+        s = q @ k[..., start : start + block_size, :].transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            key_pos = torch.arange(start, start + s.shape[-1])
+            s = s.masked_fill(key_pos > query_pos, float("-inf"))
+        new_m = torch.maximum(m, s.amax(-1, keepdim=True))
+        p, rescale = (s - new_m).exp(), (m - new_m).exp()
+        total = total * rescale + p.sum(-1, keepdim=True)
+        out = out * rescale + p @ v[..., start : start + block_size, :]
+        m = new_m
+    return (out / total).to(q.dtype)
+
+
+def test_f10_a_causal_loop_stopped_at_n_q_is_named():
+    # before: 'the last keys are left out when n_k is not a multiple of block_size ... loop
+    # with range(0, n_k, block_size)', which the loop already does (with q (3, 5, 4) and k
+    # (2, 3, 9, 4) both drop the block of key 8)
+    result = check_result("ex10.tiled_attention", _f10_tiled_stopping_at_n_q)
+    assert result.status == "failed", result.feedback
+    assert "stops at the block that starts at n_q" in result.feedback, result.feedback
+    assert "the last keys are left out" not in result.feedback, result.feedback

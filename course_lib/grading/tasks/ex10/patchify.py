@@ -119,6 +119,10 @@ class Patchify(Task):
             case("images (2, 2, 5, 5), patch_size=5 (one patch)", (2, 2, 5, 5), 5),
             case("images (1, 1, 4, 8), patch_size=2 (wider than tall)", (1, 1, 4, 8), 2),
             case("images (1, 4, 9, 3), patch_size=3 (taller than wide)", (1, 4, 9, 3), 3),
+            # #f10: a table of indices kept from an earlier call of the same image size
+            case("images (2, 3, 8, 12) again, patch_size=2: the first case's size with smaller "
+                 "patches (nothing kept from an earlier call may decide the patches)",
+                 (2, 3, 8, 12), 2),
             case("H=10 is not a multiple of patch_size=4: must raise a ValueError",
                  (1, 1, 10, 8), 4, raises=ValueError),
             case("W=6 is not a multiple of patch_size=4: must raise a ValueError",
@@ -127,3 +131,16 @@ class Patchify(Task):
         # fmt: on
 
     mistake_table, wrong = FAULTS, staticmethod(wrong_patches)
+
+    def diagnose(self, got, want, case):  # #f10: the index table of the first case (p=4) reused
+        images, p = case.args
+        if p == 2 and images.shape[-2:] == (8, 12) and isinstance(got, torch.Tensor):
+            first = wrong_patches(images, 4, mistake="")  # its patches, read with p=2's shape
+            if got.shape == want.shape and torch.equal(got, first.reshape(want.shape)):
+                return (
+                    "these are the 4 x 4 patches of an earlier call with the same image size, "
+                    "cut again into rows of c * 2 * 2: a table of indices (or a result) kept "
+                    "between calls was reused for another patch_size; build it afresh in each "
+                    "call, or key what you keep by the image size AND patch_size"
+                )
+        return None

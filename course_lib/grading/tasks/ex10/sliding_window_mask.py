@@ -102,6 +102,12 @@ class SlidingWindowMask(Task):
             Case("n=1, window=3", (1, 3)),
             Case("n=12, window=3, causal=False given by keyword", (12, 3), {"causal": False}),
             Case("n=9, window=1, causal=True", (9, 1), {"causal": True}),
+            # #f10: a mask kept from an earlier call of the same n (and causal), window forgotten
+            Case(
+                "n=7, window=4: the same n as above with another window (nothing kept from an "
+                "earlier call may decide the band)",
+                (7, 4),
+            ),
             Case("window=-1 must raise a ValueError", (5, -1), raises=ValueError),
             Case("n=0 must raise a ValueError", (0, 2), raises=ValueError),
         ]
@@ -111,6 +117,12 @@ class SlidingWindowMask(Task):
     def diagnose(self, got, want, case):  # a band of another width: window // 2, a number
         n, window = case.args
         causal = case.kwargs.get("causal", False)
+        if (n, window, causal) == (7, 4, False) and torch.equal(got, wrong_band(7, 2, mistake="")):
+            return (
+                "this is the band of an earlier call with the same n (n=7, window=2): a mask kept "
+                "between calls was reused for another window; build the band afresh in each "
+                "call, or key what you keep by n, window AND causal"
+            )
         if isinstance(got, torch.Tensor) and got.dtype != torch.bool:  # torch.equal ignores it
             return FAULTS["float"]
         for width in range(n if isinstance(got, torch.Tensor) else 0):

@@ -90,6 +90,12 @@ FAULTS = {
         "the output has v's last size, d_v, which may differ from q's d_k: create the "
         "running output as (..., n_q, d_v), torch.zeros(..., v.shape[-1]), not zeros_like(q)"
     ),
+    # #f10: before last_block_dropped, which drops the same keys when n_k - n_q >= block_size
+    "stopped_at_n_q": (
+        "with causal=True your loop stops at the block that starts at n_q, as if the last query "
+        "were token n_q - 1: with fewer queries than keys it is token n_k - 1 and sees every "
+        "key, so no block can be skipped here; loop over all of range(0, n_k, block_size)"
+    ),
     "last_block_dropped": (
         "the last keys are left out when n_k is not a multiple of block_size: the last "
         "tile is shorter, so loop with range(0, n_k, block_size) and slice to the end"
@@ -243,6 +249,8 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
     parts = []
     last = n_k - block_size + 1 if mistake == "last_block_dropped" else n_k
     for start in range(0, last, block_size):
+        if causal and mistake == "stopped_at_n_q" and start >= n_q:  # n_k - n_q forgotten
+            break
         if causal and mistake == "stopped_early" and start > n_k - n_q:  # the first query's
             break
         end = block_size if mistake == "slice_to_block_size" else start + block_size
