@@ -77,6 +77,9 @@ MISTAKES = {
     "((x - mean) ** 2).mean(dim=-1, keepdim=True)",
     "no_eps": "your result is LayerNorm without eps (or with a far smaller one): add eps to the "
     "variance inside the square root, sqrt(var + eps), with the default eps=1e-5",
+    "gamma_before_norm": "gamma scales x before it is normalised, so the normalisation divides "
+    "its scale back out: normalise x itself first, then scale and shift the result, "
+    "(x - mean) / sqrt(var + eps) * gamma + beta",
 }
 
 
@@ -85,6 +88,8 @@ def wrong_layer_norm(x, gamma, beta, eps=None, *, mistake=""):
     if eps is None or mistake == "eps_ignored":
         eps = 1e-6 if mistake == "default_eps" else 1e-5
     eps = 0.0 if mistake == "no_eps" else eps
+    if mistake == "gamma_before_norm":  # x = x * gamma, then the normalisation and beta
+        return wrong_layer_norm(x * gamma, torch.ones_like(gamma), beta, eps)
     dim = {"batch_axis": 0, "dim1": 1, "whole_tensor": None}.get(mistake, -1)
     keepdim = mistake != "no_keepdim"
     mean = x.mean() if dim is None else x.mean(dim=dim, keepdim=keepdim)

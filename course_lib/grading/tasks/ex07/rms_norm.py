@@ -61,6 +61,9 @@ MISTAKES = {
     "torch.no_grad() around it, or a plain Python number: math.sqrt of a tensor, .item(), "
     "float()): the values are right, but no gradient flows through it, so training differs "
     "from RMSNorm's; keep it a tensor, torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)",
+    "weight_before_norm": "weight scales x before it is normalised, so dividing by the root mean "
+    "square of x * weight takes its scale back out: normalise x itself first, then multiply, "
+    "x / sqrt(mean(x**2) + eps) * weight",
 }
 
 
@@ -69,6 +72,8 @@ def wrong_rms_norm(x, weight, eps=None, *, mistake=""):
     if eps is None or mistake == "eps_ignored":
         eps = 1e-5 if mistake == "default_eps" else 1e-6
     eps = 0.0 if mistake == "no_eps" else eps
+    if mistake == "weight_before_norm":  # x = x * weight, then the normalisation
+        return wrong_rms_norm(x * weight, torch.ones_like(weight), eps)
     if mistake == "mean_abs":  # x / (mean(|x|) + eps): the mean absolute value for the rms
         return x / (x.abs().mean(dim=-1, keepdim=True) + eps) * weight
     if mistake == "mean_subtracted":
