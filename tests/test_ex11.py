@@ -219,6 +219,21 @@ def _patterns_in_eval_mode(solution):
     return attention_patterns
 
 
+def _patterns_in_eval_mode_put_back_after_success(solution):
+    """model.eval(), then the mode put back, but not in a `finally`: a forward that raises
+    leaves a model that came in training mode in eval mode (full marks before: no model in
+    training mode was given a forward that raises)."""
+
+    def attention_patterns(model, ids):
+        was = model.training
+        model.eval()
+        result = solution["attention_patterns"](model, ids)
+        model.train(was)
+        return result
+
+    return attention_patterns
+
+
 def _ablate_in_eval_mode(solution):
     def ablate_head(model, ids, layer, head):
         model.eval()
@@ -274,6 +289,11 @@ def _attribution_with_eps_fixed(model, ids):
             "record_attention",
         ),
         ("ex11.attention_patterns", _patterns_in_eval_mode, "model.eval()"),
+        (
+            "ex11.attention_patterns",
+            _patterns_in_eval_mode_put_back_after_success,
+            "put the mode back in the `finally:`",
+        ),
         ("ex11.ablate_head", _ablate_in_eval_mode, "model.eval()"),
         ("ex11.direct_logit_attribution", lambda s: _attribution_with_eps_fixed, "model.norm.eps"),
     ],
@@ -282,6 +302,7 @@ def _attribution_with_eps_fixed(model, ids):
         "record flag",
         "record flag undone",
         "patterns eval",
+        "patterns eval, put back without finally",
         "ablate eval",
         "eps 1e-5",
     ],

@@ -117,13 +117,15 @@ def model_case(spec, ids, *args, note="", raises=None, **data):
 
 def raising_case(gen, name, more=lambda ids: ()):
     """A case whose ids (2, 20) are longer than the model's block_size (16): the forward
-    raises, the function must let the ValueError through, and no hook may remain. `more(ids)`:
-    the function's other arguments."""
-    spec = {"kind": "random", "seed": 15}
+    raises, the function must let the ValueError through, and no hook may remain. The model
+    is in training mode, so a mode switched to eval and put back only after a forward that
+    succeeded (not in a `finally`), or never put back, is caught too. `more(ids)`: the
+    function's other arguments."""
+    spec = {"kind": "random", "seed": 15, "training": True}
     ids = randint(gen, 13, 2, 20)
     description = (
         f"{describe(spec)}, block_size 16, {name} (2, 20): the forward raises, and no hook may "
-        "remain on the model afterwards"
+        "remain on the model afterwards, nor may its mode change"
     )
     data = {"model": spec, "probe": ids[:, :16], "fails": True}
     return Case(description, (ids, *more(ids)), data=data)
@@ -182,6 +184,13 @@ CHANGES = {
         "do not call model.eval() or model.train(), or put the model back in the mode it was "
         "in (`was = model.training` ... `model.train(was)`); torch.no_grad() is all you need",
     ),
+    "mode_after_error": (
+        "its training mode changed after the forward raised an error (the ids were longer than "
+        "block_size): the model came in training mode and went out in eval mode",
+        "do not call model.eval() or model.train() (torch.no_grad() is all you need), or put "
+        "the mode back in the `finally:` (`model.train(was)`), so that it is restored even when "
+        "the forward fails",
+    ),
     "recording": (
         "its layers' own attention recording changed (a layer's record_attention flag, or "
         "the .attention weights it stores while the flag is on, are not what they were)",
@@ -239,7 +248,7 @@ class ModelTask(Task):
         if any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()):
             state = "hook_after_error" if fails else "hook"
         elif _snapshot(model)[0] != snapshot[0]:
-            state = "mode"
+            state = "mode_after_error" if fails else "mode"
         elif _snapshot(model)[1] != snapshot[1]:
             state = "recording"
         else:
