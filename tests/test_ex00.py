@@ -280,3 +280,46 @@ def test_l14_right_variants_keep_full_marks(task_id, impl):
         cases = task.cases(torch.Generator().manual_seed(seed))
         result = judge(task, cases, run_cases(task, impl, cases))
         assert result.status == "passed", (seed, result.feedback)
+
+
+# ---- HUNT17: a result kept between calls ----
+
+
+def matmul_cached_by_shape(a, b, cache={}):  # noqa: B006  (the slip: a mutable default)
+    if (a.shape, b.shape) not in cache:
+        cache[a.shape, b.shape] = (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2)
+    return cache[a.shape, b.shape]
+
+
+def distances_cached_by_shape(x, y, cache={}):  # noqa: B006  (the slip)
+    if (x.shape, y.shape) not in cache:
+        cache[x.shape, y.shape] = ((x.unsqueeze(-2) - y.unsqueeze(-3)) ** 2).sum(-1)
+    return cache[x.shape, y.shape]
+
+
+def last_token_cached_by_shape(x, lengths, cache={}):  # noqa: B006  (the slip)
+    if x.shape not in cache:
+        cache[x.shape] = x[torch.arange(x.shape[0]), lengths - 1]
+    return cache[x.shape]
+
+
+KEPT = [
+    ("ex00.batched_matmul", matmul_cached_by_shape),
+    ("ex00.pairwise_sq_distances", distances_cached_by_shape),
+    ("ex00.last_token", last_token_cached_by_shape),
+]
+
+
+@pytest.mark.parametrize(("task_id", "impl"), KEPT, ids=[k[1].__name__ for k in KEPT])
+def test_a_result_kept_between_calls_fails_and_is_named(task_id, impl):
+    # before: full marks in the notebook and under every seed, as no case asked a shape twice;
+    # the last case now comes just after a call on other values of its shapes
+    impl.__defaults__[0].clear()  # a fresh kernel: the cache starts empty
+    result = check_result(task_id, impl)
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert "the one of the call just before" in result.feedback, result.feedback
+    task = get_task(task_id)
+    for seed in (1, 2, 3, 1234):
+        impl.__defaults__[0].clear()
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        assert judge(task, cases, run_cases(task, impl, cases)).status == "failed", seed

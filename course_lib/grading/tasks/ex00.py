@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 from ..core import Case, Task, register
 from .common import HintOnError, _shapes, randn, randns
@@ -18,6 +19,41 @@ ONE_BATCH_AXIS = (
 )
 BROADCASTING = "lesson 00, section 'Tensors, shapes and broadcasting'"
 OFF_BY_ONE = "off by one: a sequence of length L ends at index L - 1"
+KEPT_RESULT = (
+    "your result is the one of the call just before (on {earlier}, the same shapes), not of "
+    "the inputs given now: your function keeps something between calls (a cache keyed on the "
+    "shapes, a result or tensor built at the first call and reused, a mutable default "
+    "argument); compute it from the inputs of every call"
+)
+
+
+def called_after(case: Case, earlier_args: tuple, earlier: str, earlier_result: Tensor) -> Case:
+    """`case`, judged on a second call: the function is first called on `earlier_args` (the
+    case's shapes, other values) and that result is dropped, so that a function that keeps its
+    result between calls gives `earlier_result` here (no case of a task repeats a shape)."""
+    case.data.update(earlier_args=earlier_args, earlier=earlier, earlier_result=earlier_result)
+    return case
+
+
+class KeptBetweenCalls(Task):
+    """Runs the call on a case's `earlier_args` first (see `called_after`) and names a result
+    equal to that earlier call's."""
+
+    def call(self, obj, case):
+        if "earlier_args" in case.data:
+            try:  # its result is dropped; an error here is the real call's to report
+                obj(*case.data["earlier_args"])
+            except Exception:  # noqa: BLE001, S110  (a learner's code may raise anything)
+                pass
+        return super().call(obj, case)
+
+    def diagnose(self, got, want, case):
+        stale = case.data.get("earlier_result")
+        if not isinstance(got, Tensor) or not isinstance(stale, Tensor):
+            return None
+        if got.shape != stale.shape or got.dtype != stale.dtype or not torch.allclose(got, stale):
+            return None
+        return KEPT_RESULT.format(earlier=case.data["earlier"])
 
 
 def dot_t(name: str) -> str:
@@ -35,7 +71,7 @@ def squeeze_all(axis: str, also: str) -> str:
 
 
 @register
-class BatchedMatmul(Task):
+class BatchedMatmul(KeptBetweenCalls, Task):
     id = "ex00.batched_matmul"
     lesson = BROADCASTING
     reference = "course_lib.tensor_basics.batched_matmul"
@@ -91,7 +127,15 @@ class BatchedMatmul(Task):
                 "broadcast batch: a (2, 1, 3, 4), b (5, 4, 2)", randns(gen, (2, 1, 3, 4), (5, 4, 2))
             ),
             Case("float64 a (3, 2, 7), b (3, 7, 1)", randns(gen, (3, 2, 7), (3, 7, 1), dtype=F64)),
-            Case("a (3, 4) without a batch, b (2, 4, 5)", randns(gen, (3, 4), (2, 4, 5))),
+            called_after(  # a product cached by the shapes passed: no case repeated a shape
+                Case(
+                    "a (3, 4) without a batch, b (2, 4, 5), called just after a call on -a and b",
+                    (a := randn(gen, 3, 4), b := randn(gen, 2, 4, 5)),
+                ),
+                (-a, b),
+                "-a and b",
+                -(a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2),
+            ),
         ]
 
     def wrong(self, a, b, *, mistake):
@@ -120,7 +164,7 @@ class BatchedMatmul(Task):
 
 
 @register
-class PairwiseSqDistances(HintOnError):
+class PairwiseSqDistances(KeptBetweenCalls, HintOnError):
     id = "ex00.pairwise_sq_distances"
     lesson = BROADCASTING
     reference = "course_lib.tensor_basics.pairwise_sq_distances"
@@ -163,7 +207,15 @@ class PairwiseSqDistances(HintOnError):
         return [
             Case("x (4, 3), y (5, 3)", randns(gen, (4, 3), (5, 3))),
             Case("a batch: x (2, 3, 8), y (2, 6, 8)", randns(gen, (2, 3, 8), (2, 6, 8))),
-            Case("float64 x (1, 2, 4), y (1, 1, 4)", randns(gen, (1, 2, 4), (1, 1, 4), dtype=F64)),
+            called_after(  # distances cached by the shapes passed: no case repeated a shape
+                Case(
+                    "float64 x (1, 2, 4), y (1, 1, 4), called just after a call on x + 1 and y",
+                    (x := randn(gen, 1, 2, 4, dtype=F64), y := randn(gen, 1, 1, 4, dtype=F64)),
+                ),
+                (x + 1, y),  # not -x: |-x - y|² is the expansion with + 2 x·y, a listed slip
+                "x + 1 and y",
+                ((x.unsqueeze(-2) + 1 - y.unsqueeze(-3)) ** 2).sum(-1),
+            ),
         ]
 
     def _hint_for_error(self, obj, case, failure, error=None):
@@ -200,7 +252,7 @@ class PairwiseSqDistances(HintOnError):
 
 
 @register
-class LastToken(Task):
+class LastToken(KeptBetweenCalls, Task):
     id = "ex00.last_token"
     lesson = "lesson 00, section 'Indexing a batch'"
     reference = "course_lib.tensor_basics.last_token"
@@ -239,9 +291,14 @@ class LastToken(Task):
                 "x (4, 6, 2), random lengths",
                 (randn(gen, 4, 6, 2), torch.randint(1, 7, (4,), generator=gen)),
             ),
-            Case(
-                "float64 x (1, 3, 3), lengths [3]",
-                (randn(gen, 1, 3, 3, dtype=F64), torch.tensor([3])),
+            called_after(  # last tokens cached by the shape passed: no case repeated a shape
+                Case(
+                    "float64 x (1, 3, 3), lengths [3], called just after a call on -x",
+                    (x := randn(gen, 1, 3, 3, dtype=F64), lengths := torch.tensor([3])),
+                ),
+                (-x, lengths.clone()),
+                "-x",
+                -x[:, 2],
             ),
         ]
 
