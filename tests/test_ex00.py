@@ -323,3 +323,50 @@ def test_a_result_kept_between_calls_fails_and_is_named(task_id, impl):
         impl.__defaults__[0].clear()
         cases = task.cases(torch.Generator().manual_seed(seed))
         assert judge(task, cases, run_cases(task, impl, cases)).status == "failed", seed
+
+
+# ---- HUNT17: slips that read only a shape message or 'none of the usual single mistakes' ----
+
+
+def distances_with_y_on_the_rows(x, y):  # only 'your result has shape (5, 4), expected (4, 5)'
+    return ((y.unsqueeze(-2) - x.unsqueeze(-3)) ** 2).sum(-1)
+
+
+def distances_stacked_over_y_on_dim_0(x, y):  # the same (m, n), built in a loop
+    return torch.stack([((x - y[..., j : j + 1, :]) ** 2).sum(-1) for j in range(y.shape[-2])])
+
+
+def last_token_from_the_grids_diagonal(x, lengths):  # only 'has shape (4, 3), expected (3, 4)'
+    return x[:, lengths - 1].diagonal()
+
+
+def matmul_loop_from_1(a, b):  # 'none of the usual single mistakes'
+    total = 0
+    for j in range(1, a.shape[-1]):  # the slip: range(1, k) leaves out the first product
+        total = total + a[..., :, j : j + 1] * b[..., j : j + 1, :]
+    return total
+
+
+def distances_by_expansion_with_unsquared_norms(x, y):  # 'none of the usual single mistakes'
+    norms_x, norms_y = x.norm(dim=-1, keepdim=True), y.norm(dim=-1).unsqueeze(-2)
+    return norms_x - 2 * x @ y.mT + norms_y
+
+
+HUNT17_SLIPS = [
+    ("ex00.pairwise_sq_distances", distances_with_y_on_the_rows, "y's points on the rows"),
+    ("ex00.pairwise_sq_distances", distances_stacked_over_y_on_dim_0, "y's points on the rows"),
+    ("ex00.last_token", last_token_from_the_grids_diagonal, ".diagonal().T"),
+    ("ex00.batched_matmul", matmul_loop_from_1, "range(1, k) starts at 1"),
+    (
+        "ex00.pairwise_sq_distances",
+        distances_by_expansion_with_unsquared_norms,
+        "x.norm(dim=-1) is |x| itself",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("task_id", "impl", "hint"), HUNT17_SLIPS, ids=[s[1].__name__ for s in HUNT17_SLIPS]
+)
+def test_hunt17_slips_are_named_and_fail_under_every_seed(task_id, impl, hint):
+    test_slips_fail_in_the_notebook_with_their_hint_and_under_every_seed(task_id, impl, hint)

@@ -117,6 +117,10 @@ class BatchedMatmul(KeptBetweenCalls, Task):
         "create)",
         "k_minus_1_terms": "your sum leaves out the last of the k products: range(k - 1) stops "
         "at k - 2. Loop over range(k), all k of them, or sum the broadcast products over dim -2",
+        "first_term_left_out": "your sum leaves out the first of the k products: range(1, k) "
+        "starts at 1, and a total that starts at 0 never gets the product of column 0 of a and "
+        "row 0 of b. Loop over range(k), all k of them, or sum the broadcast products over "
+        "dim -2",
     }
 
     def cases(self, gen):
@@ -153,8 +157,10 @@ class BatchedMatmul(KeptBetweenCalls, Task):
             return (a.unsqueeze(-3) * b.unsqueeze(-1)).sum(-2)
         b_axis = {"b_from_front": 0, "b_axis_before_m": -2}.get(mistake, -3)
         products = a.unsqueeze(-1) * b.unsqueeze(b_axis)
-        if mistake == "k_minus_1_terms":  # a loop over range(k - 1): the last product left out
-            products = products[..., :-1, :]
+        if mistake in ("k_minus_1_terms", "first_term_left_out"):  # range(k - 1), range(1, k)
+            products = (
+                products[..., :-1, :] if mistake == "k_minus_1_terms" else products[..., 1:, :]
+            )
         if mistake == "squeeze_all":
             return products.sum(-2, keepdim=True).squeeze()
         if mistake == "mean_over_k":
@@ -185,6 +191,8 @@ class PairwiseSqDistances(KeptBetweenCalls, HintOnError):
         "middle term",
         "expansion_plus": "|x - y|² = |x|² - 2 x·y + |y|²: the middle term is subtracted, "
         "not added",
+        "norms_not_squared": "|x - y|² = |x|² - 2 x·y + |y|² has the squared norms: x.norm(dim=-1) "
+        "is |x| itself; square it, or sum the squares: (x ** 2).sum(-1)",
         "square_of_sum": "you squared the sum of the differences; square each difference first, "
         "then sum: ((x_i - y_j) ** 2).sum(-1)",
         "unsquared": "you summed the differences themselves, so positive and negative ones "
@@ -201,6 +209,9 @@ class PairwiseSqDistances(KeptBetweenCalls, HintOnError):
         "float32": "your distances are float32 for float64 points: compute them in the inputs' "
         "dtype, with no .float() on x, y or the result (and dtype=x.dtype for a tensor you "
         "create)",
+        "y_on_rows": "your result is (..., m, n), y's points on the rows: row i holds the "
+        "distances from x's point i, so x gets its new axis after its points and y before "
+        "its: x.unsqueeze(-2) - y.unsqueeze(-3), (..., n, 1, d) - (..., 1, m, d)",
     }
 
     def cases(self, gen):
@@ -232,6 +243,8 @@ class PairwiseSqDistances(KeptBetweenCalls, HintOnError):
     def wrong(self, x, y, *, mistake):
         if mistake == "float32":  # x.float(), y.float(): float64's digits given up
             x, y = x.float(), y.float()
+        if mistake == "y_on_rows":  # y.unsqueeze(-2) - x.unsqueeze(-3): (..., m, n)
+            x, y = y, x
         if mistake == "dot_T":  # right for 2-D x and y only
             return (x * x).sum(-1, keepdim=True) - 2 * x @ y.T + (y * y).sum(-1)
         if mistake in ("first_axes", "one_batch_axis"):  # right for 2-D (3-D) x and y only
@@ -239,9 +252,11 @@ class PairwiseSqDistances(KeptBetweenCalls, HintOnError):
             x, y = x.unsqueeze(front), y.unsqueeze(front - 1)
         else:  # (..., n, 1, d), (..., 1, m, d)
             x, y = x.unsqueeze(-2), y.unsqueeze(0 if mistake == "y_from_front" else -3)
-        if mistake in ("dot_only", "expansion_no_2", "expansion_plus"):
-            dot = (x * y).sum(-1) * (-2 if mistake == "expansion_plus" else 1)
-            return dot if mistake == "dot_only" else (x * x).sum(-1) - dot + (y * y).sum(-1)
+        if mistake in ("dot_only", "expansion_no_2", "expansion_plus", "norms_not_squared"):
+            dot = (x * y).sum(-1) * {"expansion_plus": -2, "norms_not_squared": 2}.get(mistake, 1)
+            norm = 1 if mistake == "norms_not_squared" else 2  # x.norm(dim=-1): |x|, not |x|²
+            sq_x, sq_y = x.norm(dim=-1) ** norm, y.norm(dim=-1) ** norm
+            return dot if mistake == "dot_only" else sq_x - dot + sq_y
         if mistake == "square_of_sum":
             return (x - y).sum(-1) ** 2
         per_feature = {"l1": (x - y).abs(), "l1_squared": (x - y).abs(), "unsquared": x - y}.get(
@@ -278,6 +293,9 @@ class LastToken(KeptBetweenCalls, Task):
         "lengths - 1",
         "lesson_batch": "torch.arange(2) counts the lesson's batch of 2 sequences; count this "
         "one's: torch.arange(x.shape[0])",
+        "grid_diagonal": "x[:, lengths - 1].diagonal() puts the diagonal's axis last, so "
+        "the result is (d, batch); transpose it, .diagonal().T, or index both axes together, "
+        "one position per sequence: x[torch.arange(batch), lengths - 1]",
         "gather_not_expanded": "x.gather(1, index) returns the shape of its index, so an index "
         "of shape (batch, 1, 1) picks one number per sequence; expand it over d first: "
         "index.expand(-1, 1, x.shape[-1])",
@@ -311,8 +329,8 @@ class LastToken(KeptBetweenCalls, Task):
             "first_token": torch.zeros_like(lengths),
             "left_padded": x.shape[1] - lengths,
         }.get(mistake, lengths - 1)
-        if mistake == "all_positions":
-            return x[:, position]
+        if mistake in ("all_positions", "grid_diagonal"):  # the (batch, batch, d) grid
+            return x[:, position].diagonal() if mistake == "grid_diagonal" else x[:, position]
         if mistake == "gather_not_expanded":  # (batch, 1, 1): the first feature only
             return x.gather(1, position.view(-1, 1, 1)).squeeze(1)
         if mistake == "positions_first":
