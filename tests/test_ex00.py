@@ -347,6 +347,13 @@ def matmul_loop_from_1(a, b):  # 'none of the usual single mistakes'
     return total
 
 
+def matmul_loop_after_a_first_product(a, b):  # 'none of the usual single mistakes'
+    total = a[..., :, 0:1] * b[..., 0:1, :]  # the shape right from the start ...
+    for j in range(a.shape[-1]):  # ... the slip: range(k) adds that product again
+        total = total + a[..., :, j : j + 1] * b[..., j : j + 1, :]
+    return total
+
+
 def distances_by_expansion_with_unsquared_norms(x, y):  # 'none of the usual single mistakes'
     norms_x, norms_y = x.norm(dim=-1, keepdim=True), y.norm(dim=-1).unsqueeze(-2)
     return norms_x - 2 * x @ y.mT + norms_y
@@ -357,6 +364,7 @@ HUNT17_SLIPS = [
     ("ex00.pairwise_sq_distances", distances_stacked_over_y_on_dim_0, "y's points on the rows"),
     ("ex00.last_token", last_token_from_the_grids_diagonal, ".diagonal().T"),
     ("ex00.batched_matmul", matmul_loop_from_1, "range(1, k) starts at 1"),
+    ("ex00.batched_matmul", matmul_loop_after_a_first_product, "counts the first of the k"),
     (
         "ex00.pairwise_sq_distances",
         distances_by_expansion_with_unsquared_norms,

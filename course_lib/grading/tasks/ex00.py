@@ -121,6 +121,10 @@ class BatchedMatmul(KeptBetweenCalls, Task):
         "starts at 1, and a total that starts at 0 never gets the product of column 0 of a and "
         "row 0 of b. Loop over range(k), all k of them, or sum the broadcast products over "
         "dim -2",
+        "first_term_twice": "your sum counts the first of the k products twice: a total that "
+        "starts at the product of column 0 of a and row 0 of b, then a loop over range(k), "
+        "adds it again. Start the total at 0 (or loop over range(1, k) after it), or sum the "
+        "broadcast products over dim -2",
     }
 
     def cases(self, gen):
@@ -157,10 +161,13 @@ class BatchedMatmul(KeptBetweenCalls, Task):
             return (a.unsqueeze(-3) * b.unsqueeze(-1)).sum(-2)
         b_axis = {"b_from_front": 0, "b_axis_before_m": -2}.get(mistake, -3)
         products = a.unsqueeze(-1) * b.unsqueeze(b_axis)
-        if mistake in ("k_minus_1_terms", "first_term_left_out"):  # range(k - 1), range(1, k)
-            products = (
-                products[..., :-1, :] if mistake == "k_minus_1_terms" else products[..., 1:, :]
-            )
+        terms = {  # range(k - 1); range(1, k) from 0; range(k) from the first product
+            "k_minus_1_terms": lambda p: p[..., :-1, :],
+            "first_term_left_out": lambda p: p[..., 1:, :],
+            "first_term_twice": lambda p: torch.cat([p[..., :1, :], p], dim=-2),
+        }
+        if mistake in terms:
+            products = terms[mistake](products)
         if mistake == "squeeze_all":
             return products.sum(-2, keepdim=True).squeeze()
         if mistake == "mean_over_k":
