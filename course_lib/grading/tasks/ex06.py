@@ -38,6 +38,20 @@ LOG_SOFTMAX = (
 )
 
 
+SOFTMAX_SLIPS = ("float32_softmax", "no_max", "max_of_all")
+OVERFLOW = "scores of 0 and +-300: exp(300) overflows float32, so each row's maximum is subtracted"
+NO_MAX = (
+    "exp of a score near 300 overflows float32 to inf, and inf / inf is NaN: subtract each row's "
+    "maximum before exp, scores - scores.amax(dim=-1, keepdim=True) (as your softmax of exercise "
+    "02 does), or use scores.softmax(dim=-1)"
+)
+MAX_OF_ALL = (
+    "you subtracted the largest score of the whole tensor (scores.max(), no dim): a row whose "
+    "scores all lie far below it underflows to exp = 0 everywhere, and 0 / 0 is NaN. Subtract "
+    "each row's own maximum, scores.amax(dim=-1, keepdim=True), or use scores.softmax(dim=-1)"
+)
+
+
 CROSS_MISTAKES = {
     "queries_from_memory": "the queries come from x (the sequence that asks) and the keys and "
     "values from memory (the sequence that is read): q = x @ w_q, k = memory @ w_k, "
@@ -102,15 +116,23 @@ CROSS_MISTAKES = {
     "the softmax, where memory_mask is False",
     "float32_softmax": ATTENTION_MISTAKES["float32_softmax"],
     "swapped": ATTENTION_MISTAKES["swapped"],
+    "no_max": NO_MAX,
+    "max_of_all": MAX_OF_ALL,
 }
 
 
-def _float32_softmax_attention(q, k, v, mask):
+def _softmax_slip_attention(q, k, v, mask, mistake):
     """Attention whose softmax ran in float32, F.softmax(scores, -1, dtype=torch.float32), cast
-    back to the scores' dtype: right to float32's digits only on float64 inputs."""
+    back to the scores' dtype (right to float32's digits only on float64 inputs), or was written
+    by hand, exp(scores - shift) / sum: no shift ("no_max", inf / inf once a score passes 88) or
+    the largest score of the whole tensor ("max_of_all", a row far below it underflows to 0 / 0)."""
     scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
     scores = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(-1, dtype=torch.float32).to(scores.dtype)
+    if mistake == "float32_softmax":
+        weights = scores.softmax(-1, dtype=torch.float32).to(scores.dtype)
+    else:
+        e = (scores - (scores.max() if mistake == "max_of_all" else 0)).exp()
+        weights = e / e.sum(-1, keepdim=True)
     return weights @ v, weights
 
 
@@ -141,8 +163,8 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
     if mistake == "bmm":  # torch.bmm(q, k.transpose(1, 2)): right, but 3-D only
         torch.bmm(queries @ w_q, keys.transpose(-2, -1))
     values = read @ (w_k if mistake == "values_with_w_k" else w_v)
-    if mistake == "float32_softmax":
-        return _float32_softmax_attention(queries @ w_q, keys, values, mask)
+    if mistake in SOFTMAX_SLIPS:
+        return _softmax_slip_attention(queries @ w_q, keys, values, mask, mistake)
     output, weights = wrong_attention(
         queries @ w_q,
         keys,
@@ -222,6 +244,12 @@ class CrossAttention(Task):
             Case(f"x (1, 1, 4) of 10s, memory (1, 2, 4), identity w_q, w_k, w_v, memory_mask "
                  f"(1, 1, 2) = [True, False]: {FAR_BLOCKED}",
                  (x, memory, eye, eye, eye), {"memory_mask": keep[:, None]}),
+            # a softmax by hand without each row's maximum (or with the whole tensor's) gets
+            # NaN here; the mask, of the last case's shape, blocks nothing: one kept is stale
+            Case(f"x (1, 2, 4), a query of 10s and one of -10s, memory (1, 2, 4), identity w_q, "
+                 f"w_k, w_v, memory_mask (1, 1, 2) all True: {OVERFLOW}",
+                 (torch.cat([x, -x], 1), memory, eye, eye, eye),
+                 {"memory_mask": torch.ones(1, 1, 2, dtype=torch.bool)}),
         ]  # fmt: skip
 
     def diagnose(self, got, want, case):
@@ -484,8 +512,8 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
         mask = mask.unsqueeze(-1 if mistake == "mask_last_axis" else -2)  # (batch, n, 1): slip
     mask = None if mistake == "mask_ignored" else mask
     values = x @ (w_k if mistake == "values_with_w_k" else w_v)
-    if mistake == "float32_softmax":
-        return _float32_softmax_attention(q, keys, values, mask)
+    if mistake in SOFTMAX_SLIPS:
+        return _softmax_slip_attention(q, keys, values, mask, mistake)
     pooled, weights = wrong_attention(
         q,
         keys,
@@ -562,6 +590,8 @@ POOL_MISTAKES = {
     "first, scores.masked_fill(~mask[:, None, :], float('-inf')), then take the softmax",
     "float32_softmax": ATTENTION_MISTAKES["float32_softmax"],
     "swapped": "the return order is swapped: return (pooled, weights), the pooled vectors first",
+    "no_max": NO_MAX,
+    "max_of_all": MAX_OF_ALL,
 }
 
 
@@ -614,4 +644,9 @@ class AttentionPool(Task):
             Case(f"x (1, 2, 4), one query (1, 4) of 10s, identity w_k and w_v, mask (1, 2) = "
                  f"[True, False]: {FAR_BLOCKED.replace('memory position', 'token')}",
                  (memory, queries[0], eye, eye), {"mask": keep}),
+            # as cross_attention's last case: a softmax by hand must subtract each row's maximum
+            Case(f"x (1, 2, 4), queries (2, 4) of 10s and of -10s, identity w_k and w_v, mask "
+                 f"(1, 2) all True: {OVERFLOW.replace('each row', 'each query')}",
+                 (memory, torch.cat([queries[0], -queries[0]]), eye, eye),
+                 {"mask": torch.ones(1, 2, dtype=torch.bool)}),
         ]  # fmt: skip
