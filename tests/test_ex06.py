@@ -994,3 +994,39 @@ def test_h6_a_softmax_without_the_row_max_and_a_kept_mask_fail_under_every_seed(
     if task_id == "ex06.cross_attention":  # the same by hand, each row's maximum subtracted
         right = _cross_scaled(_D_K_ROOT, _exp_over_sum(lambda s: s.amax(-1, keepdim=True)))
         assert judge(task, cases, run_cases(task, right, cases)).status == "passed"
+
+
+def _cross_projected(project, route="sdpa"):
+    """q, k, v from `project(x, memory, w_q, w_k, w_v)`, attended through the notebook's
+    scaled_dot_product_attention or by hand (the two raise different errors on bad shapes)."""
+
+    def cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None):
+        q, k, v = project(x, memory, w_q, w_k, w_v)
+        if route == "sdpa":
+            return scaled_dot_product_attention(q, k, v, memory_mask)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if memory_mask is not None:
+            scores = scores.masked_fill(~memory_mask, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        return weights @ v, weights
+
+    return cross_attention
+
+
+@pytest.mark.parametrize("route", ["sdpa", "by hand"])
+@pytest.mark.parametrize(
+    "project, words",
+    [
+        (lambda x, m, w_q, w_k, w_v: (x @ w_k, m @ w_q, m @ w_v),
+         "the queries are projected with w_k and the keys with w_q"),
+        (lambda x, m, w_q, w_k, w_v: (x @ w_q, m @ w_k, x @ w_v),
+         "the values come from memory, like the keys"),
+        (lambda x, m, w_q, w_k, w_v: (x @ w_q, x @ w_k, m @ w_v),
+         "the keys come from memory, like the values"),
+    ],
+)  # fmt: skip
+def test_h6_a_projection_from_the_wrong_sequence_or_matrix_is_named(project, words, route):
+    """Each got 'None of the usual single mistakes' or a bare shape error ('k has n_k=5 keys but
+    v has 3 values', 'Expected size for first two dimensions of batch2 tensor')."""
+    result = check_result("ex06.cross_attention", _cross_projected(project, route))
+    assert result.status == "failed" and words in result.feedback, result.feedback

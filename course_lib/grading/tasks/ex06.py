@@ -7,6 +7,7 @@ from dataclasses import replace
 import torch
 from torch import nn
 
+from ...attention import scaled_dot_product_attention
 from ...multihead import MultiHeadAttention
 from ..core import Case, GradingError, Task, register
 from .common import (
@@ -49,6 +50,15 @@ MAX_OF_ALL = (
     "you subtracted the largest score of the whole tensor (scores.max(), no dim): a row whose "
     "scores all lie far below it underflows to exp = 0 everywhere, and 0 / 0 is NaN. Subtract "
     "each row's own maximum, scores.amax(dim=-1, keepdim=True), or use scores.softmax(dim=-1)"
+)
+
+VALUES_FROM_X = (
+    "the values come from memory, like the keys: v = memory @ w_v. x gives only the queries; "
+    "the weights (n_q, n_kv) mix memory's n_kv values"
+)
+KEYS_FROM_X = (
+    "the keys come from memory, like the values: k = memory @ w_k. x gives only the queries, so "
+    "that the scores q k^T are (n_q, n_kv): one per query and memory position"
 )
 
 
@@ -118,6 +128,10 @@ CROSS_MISTAKES = {
     "swapped": ATTENTION_MISTAKES["swapped"],
     "no_max": NO_MAX,
     "max_of_all": MAX_OF_ALL,
+    "queries_with_w_k": "the queries are projected with w_k and the keys with w_q: q = x @ w_q, "
+    "k = memory @ w_k (each has its own matrix; swapped, every score changes)",
+    **dict.fromkeys(("values_from_x", "values_from_x_sdpa"), VALUES_FROM_X),
+    **dict.fromkeys(("keys_from_x", "keys_from_x_sdpa"), KEYS_FROM_X),
 }
 
 
@@ -155,16 +169,24 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
     sizes |= {"by_sqrt_n_kv": read.shape[-2], "by_sqrt_n_q": queries.shape[-2]}
     if mistake == "memory_zeroed" and mask is not None:  # memory * mask: pads read as 0, unmasked
         read, mask = read * mask.transpose(-2, -1), None
-    keys = read @ (w_q if mistake == "keys_with_w_q" else w_k)
+    if mistake == "queries_with_w_k":  # q = x @ w_k, k = memory @ w_q: the two names swapped
+        w_q, w_k = w_k, w_q
+    keys = (queries if mistake.startswith("keys_from_x") else read) @ (
+        w_q if mistake == "keys_with_w_q" else w_k
+    )
     if mistake == "transpose_1_2":  # so that wrong_attention's k.transpose(-2, -1) is (1, 2)
         keys = keys.transpose(1, 2).transpose(-2, -1)
     if mistake == "k_dot_T":  # wrong_attention's k.transpose(-2, -1) is then k.T, every axis
         keys = keys.permute(*range(keys.dim() - 1, -1, -1)).transpose(-2, -1)
     if mistake == "bmm":  # torch.bmm(q, k.transpose(1, 2)): right, but 3-D only
         torch.bmm(queries @ w_q, keys.transpose(-2, -1))
-    values = read @ (w_k if mistake == "values_with_w_k" else w_v)
+    values = (queries if mistake.startswith("values_from_x") else read) @ (
+        w_k if mistake == "values_with_w_k" else w_v
+    )
     if mistake in SOFTMAX_SLIPS:
         return _softmax_slip_attention(queries @ w_q, keys, values, mask, mistake)
+    if mistake.endswith("_sdpa"):  # the notebook's route, whose own check raises first
+        return scaled_dot_product_attention(queries @ w_q, keys, values, mask)
     output, weights = wrong_attention(
         queries @ w_q,
         keys,
