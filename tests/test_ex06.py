@@ -1013,20 +1013,31 @@ def _cross_projected(project, route="sdpa"):
     return cross_attention
 
 
-@pytest.mark.parametrize("route", ["sdpa", "by hand"])
 @pytest.mark.parametrize(
-    "project, words",
+    "project, route, words",
     [
-        (lambda x, m, w_q, w_k, w_v: (x @ w_k, m @ w_q, m @ w_v),
-         "the queries are projected with w_k and the keys with w_q"),
-        (lambda x, m, w_q, w_k, w_v: (x @ w_q, m @ w_k, x @ w_v),
-         "the values come from memory, like the keys"),
-        (lambda x, m, w_q, w_k, w_v: (x @ w_q, x @ w_k, m @ w_v),
+        *[(lambda x, m, w_q, w_k, w_v: (x @ w_k, m @ w_q, m @ w_v), route,
+           "the queries are projected with w_k and the keys with w_q")
+          for route in ("sdpa", "by hand")],
+        *[(lambda x, m, w_q, w_k, w_v: (x @ w_q, m @ w_k, x @ w_v), route,
+           "the values come from memory, like the keys") for route in ("sdpa", "by hand")],
+        (lambda x, m, w_q, w_k, w_v: (x @ w_q, x @ w_k, m @ w_v), "sdpa",
          "the keys come from memory, like the values"),
     ],
 )  # fmt: skip
-def test_h6_a_projection_from_the_wrong_sequence_or_matrix_is_named(project, words, route):
+def test_h6_a_projection_from_the_wrong_sequence_or_matrix_is_named(project, route, words):
     """Each got 'None of the usual single mistakes' or a bare shape error ('k has n_k=5 keys but
     v has 3 values', 'Expected size for first two dimensions of batch2 tensor')."""
     result = check_result("ex06.cross_attention", _cross_projected(project, route))
     assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+def _cross_keys_times_queries(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    weights = (k @ q.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(dim=-1)
+    return weights @ v, weights  # (n_kv, n_q) @ (n_kv, d_v): the crash keys from x give by hand
+
+
+def test_h6_k_times_q_transposed_is_not_told_the_keys_come_from_x():
+    result = check_result("ex06.cross_attention", _cross_keys_times_queries)
+    assert result.status == "failed" and "keys come from memory" not in result.feedback

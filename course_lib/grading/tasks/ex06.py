@@ -53,8 +53,8 @@ MAX_OF_ALL = (
 )
 
 VALUES_FROM_X = (
-    "the values come from memory, like the keys: v = memory @ w_v. x gives only the queries; "
-    "the weights (n_q, n_kv) mix memory's n_kv values"
+    "the values come from memory, like the keys: v = memory @ w_v, then output = weights @ v. "
+    "x gives only the queries; the weights (n_q, n_kv) mix memory's n_kv values"
 )
 KEYS_FROM_X = (
     "the keys come from memory, like the values: k = memory @ w_k. x gives only the queries, so "
@@ -131,7 +131,8 @@ CROSS_MISTAKES = {
     "queries_with_w_k": "the queries are projected with w_k and the keys with w_q: q = x @ w_q, "
     "k = memory @ w_k (each has its own matrix; swapped, every score changes)",
     **dict.fromkeys(("values_from_x", "values_from_x_sdpa"), VALUES_FROM_X),
-    **dict.fromkeys(("keys_from_x", "keys_from_x_sdpa"), KEYS_FROM_X),
+    # through scaled_dot_product_attention only: by hand, k @ q.T crashes with the same error
+    "keys_from_x_sdpa": KEYS_FROM_X,
 }
 
 
