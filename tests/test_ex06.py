@@ -912,3 +912,132 @@ def test_l16_the_norm_of_normed_x_plus_attention_is_named_under_every_seed(branc
             assert "norm(norm(x) + attn(x, memory))" in result.feedback, (seed, result.feedback)
     finally:
         grading.NOTEBOOK_SEED = 0
+
+
+# ---- h6: a softmax by hand without each row's maximum, a mask kept by its shape ----
+
+
+def _exp_over_sum(shift):
+    def weigh(scores):  # exp(scores - shift) / sum: the formula, as ex02 warns it overflows
+        e = (scores - shift(scores)).exp()
+        return e / e.sum(dim=-1, keepdim=True)
+
+    return weigh
+
+
+_NO_MAX = _exp_over_sum(lambda scores: 0.0)
+_MAX_OF_ALL = _exp_over_sum(lambda scores: scores.max())  # no dim: the whole tensor's maximum
+_D_K_ROOT = lambda q, k: math.sqrt(q.shape[-1])  # noqa: E731
+
+
+def _cross_keeping_the_mask_of_its_shape():
+    kept = {}  # a global table, "the same mask for every batch of this shape"
+
+    def cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None):
+        q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if memory_mask is not None:
+            keep = kept.setdefault(tuple(memory_mask.shape), memory_mask)
+            scores = scores.masked_fill(~keep, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        return weights @ v, weights
+
+    return cross_attention
+
+
+def _pool_keeping_the_mask_of_its_shape():
+    kept = {}
+
+    def attention_pool(x, queries, w_k, w_v, mask=None):
+        k, v = x @ w_k, x @ w_v
+        scores = queries @ k.transpose(-2, -1) / math.sqrt(queries.shape[-1])
+        if mask is not None:
+            keep = kept.setdefault(tuple(mask.shape), mask[:, None, :])
+            scores = scores.masked_fill(~keep, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        return weights @ v, weights
+
+    return attention_pool
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 7])
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex06.cross_attention", lambda: _cross_scaled(_D_K_ROOT, _NO_MAX),
+         "exp of a score near 300 overflows"),
+        ("ex06.cross_attention", lambda: _cross_scaled(_D_K_ROOT, _MAX_OF_ALL),
+         "largest score of the whole tensor"),
+        ("ex06.attention_pool", lambda: _pool_by_hand(weigh=_NO_MAX),
+         "exp of a score near 300 overflows"),
+        ("ex06.attention_pool", lambda: _pool_by_hand(weigh=_MAX_OF_ALL),
+         "largest score of the whole tensor"),
+        ("ex06.cross_attention", _cross_keeping_the_mask_of_its_shape, ""),
+        ("ex06.attention_pool", _pool_keeping_the_mask_of_its_shape, ""),
+    ],
+)  # fmt: skip
+def test_h6_a_softmax_without_the_row_max_and_a_kept_mask_fail_under_every_seed(
+    task_id, learner, words, seed
+):
+    """Every score was small unless masked, so exp(scores) / sum, with no maximum subtracted
+    or with the whole tensor's, had full marks in both tasks (ex02 and ex05 name it); and no
+    two masks shared a shape, so a mask kept by its shape from an earlier call had full marks
+    too. The last case of each scores 0 and +-300 through a mask, of the case before's shape,
+    that blocks nothing. A fresh learner per seed: the batch grader's fresh kernel."""
+    task = get_task(task_id)
+    cases = task.cases(torch.Generator().manual_seed(seed))
+    result = judge(task, cases, run_cases(task, learner(), cases))
+    assert result.status == "failed" and words in result.feedback, result.feedback
+    if seed == 0:  # the notebook's check, too
+        result = check_result(task_id, learner())
+        assert result.status == "failed" and words in result.feedback, result.feedback
+    if task_id == "ex06.cross_attention":  # the same by hand, each row's maximum subtracted
+        right = _cross_scaled(_D_K_ROOT, _exp_over_sum(lambda s: s.amax(-1, keepdim=True)))
+        assert judge(task, cases, run_cases(task, right, cases)).status == "passed"
+
+
+def _cross_projected(project, route="sdpa"):
+    """q, k, v from `project(x, memory, w_q, w_k, w_v)`, attended through the notebook's
+    scaled_dot_product_attention or by hand (the two raise different errors on bad shapes)."""
+
+    def cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None):
+        q, k, v = project(x, memory, w_q, w_k, w_v)
+        if route == "sdpa":
+            return scaled_dot_product_attention(q, k, v, memory_mask)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if memory_mask is not None:
+            scores = scores.masked_fill(~memory_mask, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        return weights @ v, weights
+
+    return cross_attention
+
+
+@pytest.mark.parametrize(
+    "project, route, words",
+    [
+        *[(lambda x, m, w_q, w_k, w_v: (x @ w_k, m @ w_q, m @ w_v), route,
+           "the queries are projected with w_k and the keys with w_q")
+          for route in ("sdpa", "by hand")],
+        *[(lambda x, m, w_q, w_k, w_v: (x @ w_q, m @ w_k, x @ w_v), route,
+           "the values come from memory, like the keys") for route in ("sdpa", "by hand")],
+        (lambda x, m, w_q, w_k, w_v: (x @ w_q, x @ w_k, m @ w_v), "sdpa",
+         "the keys come from memory, like the values"),
+    ],
+)  # fmt: skip
+def test_h6_a_projection_from_the_wrong_sequence_or_matrix_is_named(project, route, words):
+    """Each got 'None of the usual single mistakes' or a bare shape error ('k has n_k=5 keys but
+    v has 3 values', 'Expected size for first two dimensions of batch2 tensor')."""
+    result = check_result("ex06.cross_attention", _cross_projected(project, route))
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+def _cross_keys_times_queries(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    weights = (k @ q.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(dim=-1)
+    return weights @ v, weights  # (n_kv, n_q) @ (n_kv, d_v): the crash keys from x give by hand
+
+
+def test_h6_k_times_q_transposed_is_not_told_the_keys_come_from_x():
+    result = check_result("ex06.cross_attention", _cross_keys_times_queries)
+    assert result.status == "failed" and "keys come from memory" not in result.feedback

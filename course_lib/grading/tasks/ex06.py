@@ -7,6 +7,7 @@ from dataclasses import replace
 import torch
 from torch import nn
 
+from ...attention import scaled_dot_product_attention
 from ...multihead import MultiHeadAttention
 from ..core import Case, GradingError, Task, register
 from .common import (
@@ -35,6 +36,29 @@ from .ex07._layers import LAYER_NORM_EPS
 LOG_SOFTMAX = (
     "you took log_softmax: the weights are softmax(scores, dim=-1), probabilities between 0 and "
     "1 that sum to 1 over the keys (log_softmax gives their logarithms, negative numbers)"
+)
+
+
+SOFTMAX_SLIPS = ("float32_softmax", "no_max", "max_of_all")
+OVERFLOW = "scores of 0 and +-300: exp(300) overflows float32, so each row's maximum is subtracted"
+NO_MAX = (
+    "exp of a score near 300 overflows float32 to inf, and inf / inf is NaN: subtract each row's "
+    "maximum before exp, scores - scores.amax(dim=-1, keepdim=True) (as your softmax of exercise "
+    "02 does), or use scores.softmax(dim=-1)"
+)
+MAX_OF_ALL = (
+    "you subtracted the largest score of the whole tensor (scores.max(), no dim): a row whose "
+    "scores all lie far below it underflows to exp = 0 everywhere, and 0 / 0 is NaN. Subtract "
+    "each row's own maximum, scores.amax(dim=-1, keepdim=True), or use scores.softmax(dim=-1)"
+)
+
+VALUES_FROM_X = (
+    "the values come from memory, like the keys: v = memory @ w_v, then output = weights @ v. "
+    "x gives only the queries; the weights (n_q, n_kv) mix memory's n_kv values"
+)
+KEYS_FROM_X = (
+    "the keys come from memory, like the values: k = memory @ w_k. x gives only the queries, so "
+    "that the scores q k^T are (n_q, n_kv): one per query and memory position"
 )
 
 
@@ -102,15 +126,28 @@ CROSS_MISTAKES = {
     "the softmax, where memory_mask is False",
     "float32_softmax": ATTENTION_MISTAKES["float32_softmax"],
     "swapped": ATTENTION_MISTAKES["swapped"],
+    "no_max": NO_MAX,
+    "max_of_all": MAX_OF_ALL,
+    "queries_with_w_k": "the queries are projected with w_k and the keys with w_q: q = x @ w_q, "
+    "k = memory @ w_k (each has its own matrix; swapped, every score changes)",
+    **dict.fromkeys(("values_from_x", "values_from_x_sdpa"), VALUES_FROM_X),
+    # through scaled_dot_product_attention only: by hand, k @ q.T crashes with the same error
+    "keys_from_x_sdpa": KEYS_FROM_X,
 }
 
 
-def _float32_softmax_attention(q, k, v, mask):
+def _softmax_slip_attention(q, k, v, mask, mistake):
     """Attention whose softmax ran in float32, F.softmax(scores, -1, dtype=torch.float32), cast
-    back to the scores' dtype: right to float32's digits only on float64 inputs."""
+    back to the scores' dtype (right to float32's digits only on float64 inputs), or was written
+    by hand, exp(scores - shift) / sum: no shift ("no_max", inf / inf once a score passes 88) or
+    the largest score of the whole tensor ("max_of_all", a row far below it underflows to 0 / 0)."""
     scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
     scores = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(-1, dtype=torch.float32).to(scores.dtype)
+    if mistake == "float32_softmax":
+        weights = scores.softmax(-1, dtype=torch.float32).to(scores.dtype)
+    else:
+        e = (scores - (scores.max() if mistake == "max_of_all" else 0)).exp()
+        weights = e / e.sum(-1, keepdim=True)
     return weights @ v, weights
 
 
@@ -133,16 +170,24 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
     sizes |= {"by_sqrt_n_kv": read.shape[-2], "by_sqrt_n_q": queries.shape[-2]}
     if mistake == "memory_zeroed" and mask is not None:  # memory * mask: pads read as 0, unmasked
         read, mask = read * mask.transpose(-2, -1), None
-    keys = read @ (w_q if mistake == "keys_with_w_q" else w_k)
+    if mistake == "queries_with_w_k":  # q = x @ w_k, k = memory @ w_q: the two names swapped
+        w_q, w_k = w_k, w_q
+    keys = (queries if mistake.startswith("keys_from_x") else read) @ (
+        w_q if mistake == "keys_with_w_q" else w_k
+    )
     if mistake == "transpose_1_2":  # so that wrong_attention's k.transpose(-2, -1) is (1, 2)
         keys = keys.transpose(1, 2).transpose(-2, -1)
     if mistake == "k_dot_T":  # wrong_attention's k.transpose(-2, -1) is then k.T, every axis
         keys = keys.permute(*range(keys.dim() - 1, -1, -1)).transpose(-2, -1)
     if mistake == "bmm":  # torch.bmm(q, k.transpose(1, 2)): right, but 3-D only
         torch.bmm(queries @ w_q, keys.transpose(-2, -1))
-    values = read @ (w_k if mistake == "values_with_w_k" else w_v)
-    if mistake == "float32_softmax":
-        return _float32_softmax_attention(queries @ w_q, keys, values, mask)
+    values = (queries if mistake.startswith("values_from_x") else read) @ (
+        w_k if mistake == "values_with_w_k" else w_v
+    )
+    if mistake in SOFTMAX_SLIPS:
+        return _softmax_slip_attention(queries @ w_q, keys, values, mask, mistake)
+    if mistake.endswith("_sdpa"):  # the notebook's route, whose own check raises first
+        return scaled_dot_product_attention(queries @ w_q, keys, values, mask)
     output, weights = wrong_attention(
         queries @ w_q,
         keys,
@@ -222,6 +267,12 @@ class CrossAttention(Task):
             Case(f"x (1, 1, 4) of 10s, memory (1, 2, 4), identity w_q, w_k, w_v, memory_mask "
                  f"(1, 1, 2) = [True, False]: {FAR_BLOCKED}",
                  (x, memory, eye, eye, eye), {"memory_mask": keep[:, None]}),
+            # a softmax by hand without each row's maximum (or with the whole tensor's) gets
+            # NaN here; the mask, of the last case's shape, blocks nothing: one kept is stale
+            Case(f"x (1, 2, 4), a query of 10s and one of -10s, memory (1, 2, 4), identity w_q, "
+                 f"w_k, w_v, memory_mask (1, 1, 2) all True: {OVERFLOW}",
+                 (torch.cat([x, -x], 1), memory, eye, eye, eye),
+                 {"memory_mask": torch.ones(1, 1, 2, dtype=torch.bool)}),
         ]  # fmt: skip
 
     def diagnose(self, got, want, case):
@@ -484,8 +535,8 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
         mask = mask.unsqueeze(-1 if mistake == "mask_last_axis" else -2)  # (batch, n, 1): slip
     mask = None if mistake == "mask_ignored" else mask
     values = x @ (w_k if mistake == "values_with_w_k" else w_v)
-    if mistake == "float32_softmax":
-        return _float32_softmax_attention(q, keys, values, mask)
+    if mistake in SOFTMAX_SLIPS:
+        return _softmax_slip_attention(q, keys, values, mask, mistake)
     pooled, weights = wrong_attention(
         q,
         keys,
@@ -562,6 +613,8 @@ POOL_MISTAKES = {
     "first, scores.masked_fill(~mask[:, None, :], float('-inf')), then take the softmax",
     "float32_softmax": ATTENTION_MISTAKES["float32_softmax"],
     "swapped": "the return order is swapped: return (pooled, weights), the pooled vectors first",
+    "no_max": NO_MAX,
+    "max_of_all": MAX_OF_ALL,
 }
 
 
@@ -614,4 +667,9 @@ class AttentionPool(Task):
             Case(f"x (1, 2, 4), one query (1, 4) of 10s, identity w_k and w_v, mask (1, 2) = "
                  f"[True, False]: {FAR_BLOCKED.replace('memory position', 'token')}",
                  (memory, queries[0], eye, eye), {"mask": keep}),
+            # as cross_attention's last case: a softmax by hand must subtract each row's maximum
+            Case(f"x (1, 2, 4), queries (2, 4) of 10s and of -10s, identity w_k and w_v, mask "
+                 f"(1, 2) all True: {OVERFLOW.replace('each row', 'each query')}",
+                 (memory, torch.cat([queries[0], -queries[0]]), eye, eye),
+                 {"mask": torch.ones(1, 2, dtype=torch.bool)}),
         ]  # fmt: skip
