@@ -1240,3 +1240,47 @@ def test_l16_right_self_attention_variants_keep_full_marks(slip):
     for seed in (0, 1, 2, 3, 4, 5):
         r = _l14_graded(SELF, functools.partial(_l16_self_attention, slip=slip), seed)
         assert r.status == "passed", (seed, r.feedback)
+
+
+# ---- H17: a distance bias kept between calls; a residual added inside self-attention ----
+
+
+def _h17_distance_attention(q, k, v, slope, *, slip, cache):
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    distance = (torch.arange(n_q)[:, None] - torch.arange(n_k)).abs().to(q.dtype)
+    if slip == "bias cached by shape":  # ALiBi's bias built once per (n_q, n_k)
+        if (n_q, n_k) not in cache:
+            cache[(n_q, n_k)] = -slope * distance
+        bias = cache[(n_q, n_k)]
+    elif slip == "cached with the slope in the key":  # right
+        bias = cache.setdefault((n_q, n_k, slope, q.dtype), -slope * distance)
+    else:  # "slope squared"
+        bias = -(slope**2) * distance
+    weights = (q @ k.mT / math.sqrt(q.shape[-1]) + bias).softmax(dim=-1)
+    return weights @ v, weights
+
+
+@pytest.mark.parametrize("slip", ["bias cached by shape", "slope squared"])
+def test_h17_a_bias_with_another_slope_is_named(slip):
+    # before: 'None of the usual single mistakes' (the cached bias kept the slope 0.75 of the
+    # (2, 3, 4, 16) case for the slope-0 case of the same (n_q, n_k))
+    for seed in (0, 1, 2, 3):
+        fn = functools.partial(_h17_distance_attention, slip=slip, cache={})
+        r = _l14_graded("ex02.distance_biased_attention", fn, seed)
+        assert r.status == "failed" and r.score < r.max_score, (seed, r.feedback)
+        assert "per step of distance, but this call's slope is" in r.feedback, (seed, r.feedback)
+    assert (
+        "penalty of 0.75 per step of distance, but this call's slope is 0.0"
+        in result(
+            "ex02.distance_biased_attention",
+            functools.partial(_h17_distance_attention, slip="bias cached by shape", cache={}),
+        ).feedback
+    )
+
+
+def test_h17_a_bias_cached_with_its_slope_keeps_full_marks():
+    for seed in (0, 1, 2, 3):
+        fn = functools.partial(
+            _h17_distance_attention, slip="cached with the slope in the key", cache={}
+        )
+        assert _l14_graded("ex02.distance_biased_attention", fn, seed).status == "passed"

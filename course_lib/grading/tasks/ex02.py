@@ -535,6 +535,14 @@ FLOAT32_BIAS = (
 )
 
 
+KEPT_SLOPE = (
+    "your weights carry a penalty of {s:.4g} per step of distance, but this call's slope is "
+    "{slope}: build the bias from the slope you are given, at every call. A bias kept from an "
+    "earlier call (a dict cached by (n_q, n_k), a default argument, a global built once) keeps "
+    "that call's slope; key a cache by the slope too, or rebuild the bias each time"
+)
+
+
 @register
 class DistanceBiasedAttention(Task):
     id = "ex02.distance_biased_attention"
@@ -656,8 +664,28 @@ class DistanceBiasedAttention(Task):
 
     def diagnose(self, got, want, case):
         """float64 inputs, right to float32's digits only: a bias made in float32 some other way
-        than the rows (a torch.zeros filled in a loop, a float32 arange) rounds otherwise."""
-        return FLOAT32_BIAS if case.args[0].dtype == F64 and all_close(got, want, 1e-5) else None
+        than the rows (a torch.zeros filled in a loop, a float32 arange) rounds otherwise. Or
+        weights biased by -s |i - j| with another s than this call's slope: a bias kept from an
+        earlier call of the same shape (a cache by (n_q, n_k), a default argument)."""
+        if case.args[0].dtype == F64 and all_close(got, want, 1e-5):
+            return FLOAT32_BIAS
+        q, k, _, slope = case.args
+        weights = got[1] if isinstance(got, (tuple, list)) and len(got) == 2 else None
+        shape = (*q.shape[:-1], k.shape[-2])
+        if not isinstance(weights, torch.Tensor) or tuple(weights.shape) != shape:
+            return None
+        with torch.no_grad():
+            logs = weights.detach().double().log()  # = q k^T / sqrt(d_k) - s |i - j| + c_row
+            raw = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.shape[-1])
+            distance = (torch.arange(shape[-2])[:, None] - torch.arange(shape[-1])).abs()
+            rest, step = logs - raw, distance.double().expand(shape)
+            rest, step = rest - rest.mean(-1, keepdim=True), step - step.mean(-1, keepdim=True)
+            if not torch.isfinite(rest).all() or not step.abs().sum():
+                return None
+            s = -float((rest * step).sum() / (step * step).sum())  # least squares
+            if (rest + s * step).abs().max() > 1e-3 or abs(s - slope) < 1e-3:
+                return None
+        return KEPT_SLOPE.format(s=s, slope=slope)
 
     def wrong(self, q, k, v, slope, *, mistake):
         n_q, n_k = {  # the lengths, from the wrong axis (a crash on a batch) or both from q
