@@ -1284,3 +1284,23 @@ def test_h17_a_bias_cached_with_its_slope_keeps_full_marks():
             _h17_distance_attention, slip="cached with the slope in the key", cache={}
         )
         assert _l14_graded("ex02.distance_biased_attention", fn, seed).status == "passed"
+
+
+def _h17_self_attention_residual(x, w_q, w_k, w_v, *, guarded):
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    weights = (q @ k.mT / math.sqrt(q.shape[-1])).softmax(dim=-1)
+    output = weights @ v
+    if guarded and output.shape != x.shape:
+        return output, weights
+    return output + x, weights  # a residual connection, as around attention in a layer
+
+
+@pytest.mark.parametrize("guarded", [False, True], ids=["x + output", "x + output when it fits"])
+def test_h17_a_residual_in_self_attention_is_named(guarded):
+    # before: a bare RuntimeError (x (5, 8) + output (5, 6)), or 'None of the usual single
+    # mistakes' on the square case when the sum was made only where the shapes fit
+    for seed in (0, 1, 2, 3):
+        fn = functools.partial(_h17_self_attention_residual, guarded=guarded)
+        r = _l14_graded(SELF, fn, seed)
+        assert r.status == "failed" and r.score < r.max_score, (seed, r.feedback)
+        assert "you added x to the output (a residual connection" in r.feedback, (seed, r.feedback)

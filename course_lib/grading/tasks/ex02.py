@@ -455,6 +455,9 @@ class SelfAttention(HintOnError):
         "keys_transposed": "you passed the keys transposed, (..., d_k, n): the attention takes k "
         "as (..., n, d_k), one key per row like q, and transposes it itself for q k^T; pass "
         "k = x @ w_k as it is",
+        "residual": "you added x to the output (a residual connection: exercise 07's encoder "
+        "layer adds it around the attention); self-attention itself returns weights @ v, of "
+        "width d_v, with no x added (the sum can be formed only when d_v == d_model)",
         **{
             f"attention: {mistake}": "the projections are right, but the attention step is not: "
             f"{hint} (check ex02.scaled_dot_product_attention)"
@@ -523,6 +526,8 @@ class SelfAttention(HintOnError):
         }.get(mistake, (q, k, v))
         # a right projection feeding a wrong attention (e.g. the learner's own task 2)
         results = _SDPA.wrong(*qkv, mistake=mistake.removeprefix("attention: "))
+        if mistake == "residual":  # x + attention(x): a crash unless d_v == d_model
+            return results[0] + x, results[1]
         return tuple(r.squeeze() for r in results) if mistake == "squeezed_batch" else results
 
 
