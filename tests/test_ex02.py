@@ -1304,3 +1304,31 @@ def test_h17_a_residual_in_self_attention_is_named(guarded):
         r = _l14_graded(SELF, fn, seed)
         assert r.status == "failed" and r.score < r.max_score, (seed, r.feedback)
         assert "you added x to the output (a residual connection" in r.feedback, (seed, r.feedback)
+
+
+def _h17_attention_dim_2(q, k, v, *, how):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if how == "own softmax":
+        weights = softmax_max(scores, dim=2)  # (batch, n_q, n_k): the keys are axis 2
+    elif how == "torch.softmax":
+        weights = torch.softmax(scores, dim=2)
+    else:  # "nn.Softmax"
+        weights = nn.Softmax(dim=2)(scores)
+    return weights @ v, weights
+
+
+DIM_2 = "dim=2 is the keys' axis only for 3-D scores"
+
+
+@pytest.mark.parametrize("how", ["own softmax", "torch.softmax", "nn.Softmax"])
+def test_h17_a_softmax_over_dim_2_is_named(how):
+    # before: a bare IndexError on the 2-D case (Dimension out of range ... got 2)
+    fn = functools.partial(_h17_attention_dim_2, how=how)
+    r = result(SDPA, fn)
+    assert r.status == "failed" and DIM_2 in r.feedback, r.feedback
+
+    def self_attention(x, w_q, w_k, w_v):
+        return fn(x @ w_q, x @ w_k, x @ w_v)
+
+    r = result(SELF, self_attention)
+    assert r.status == "failed" and "the attention step is not: " + DIM_2 in r.feedback, r.feedback

@@ -238,6 +238,9 @@ class ScaledDotProductAttention(HintOnError):
         "by_d_v": "you divided by d_v; the scale is sqrt(d_k), the last dimension of q and k",
         "query_axis": "the softmax runs over the query axis (dim=-2); each query's weights over "
         "the keys must sum to 1, so use dim=-1",
+        "softmax_dim_2": "dim=2 is the keys' axis only for 3-D scores (batch, n_q, n_k): 2-D "
+        "scores have no axis 2, and with heads, (batch, heads, n_q, n_k), axis 2 is the queries'; "
+        "count from the end: softmax(scores, dim=-1)",
         "dot_t": "`.T` transposes only 2-D tensors correctly (on a batch it reverses every "
         "axis); use k.transpose(-2, -1) (or k.mT) to swap the last two axes",
         "method_t": "`.t()` works only on 2-D tensors; use k.transpose(-2, -1) (or k.mT) so "
@@ -355,6 +358,14 @@ class ScaledDotProductAttention(HintOnError):
                     return ScaledDotProductAttention.mistake_table[row]
         return None
 
+    def _hint_for_error(self, obj, case, failure, error=None):
+        """softmax(scores, dim=2) on 2-D scores also through torch.softmax, F.softmax, nn.Softmax
+        or .max(dim=2), whose failing operation is not the wrong version's amax."""
+        hint = super()._hint_for_error(obj, case, failure, error)
+        if hint is None and _softmax_dim_2(failure, error, case):
+            return self.mistake_table["softmax_dim_2"]
+        return hint
+
     def call(self, obj, case):
         """A dropout the learner's code draws takes the mask the attention_dropout row takes."""
         with torch.random.fork_rng(devices=[]):
@@ -396,7 +407,9 @@ class ScaledDotProductAttention(HintOnError):
         if mistake == "causal_mask":  # a GPT's mask, which this task does not have
             later = torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1)
             scores = scores.masked_fill(later, -math.inf)
-        weights = stable_softmax(scores, dim=-2 if mistake == "query_axis" else -1)
+        weights = stable_softmax(
+            scores, dim={"query_axis": -2, "softmax_dim_2": 2}.get(mistake, -1)
+        )
         if mistake == "attention_dropout":  # F.dropout(weights, 0.1): tutorials' attention
             weights = torch.nn.functional.dropout(weights, 0.1)
         if mistake in ("output_dropout", "two_dropouts"):  # the dropped weights make the output
@@ -412,6 +425,18 @@ class ScaledDotProductAttention(HintOnError):
         output = v @ weights if mistake == "v_first" else weights @ v
         weights = scores if mistake == "scores_returned" else weights
         return (weights, output) if mistake == "swapped" else (output, weights)
+
+
+def _softmax_dim_2(failure, error, case) -> bool:
+    """The first failure is an IndexError for dim 2 in a softmax (or max) of 2-D scores."""
+    if failure is None or failure[0] is not IndexError or "got 2)" not in str(error):
+        return False
+    n_q, n_k = case.args[0].shape[-2], case.args[1 if len(case.args) == 3 else 0].shape[-2]
+    shapes = [shape for shape in failure[2] if shape is not None]
+    return failure[1] in _SOFTMAX_OPS and shapes[:1] == [(n_q, n_k)]
+
+
+_SOFTMAX_OPS = ("softmax", "amax", "max", "logsumexp", "exp", "sum")
 
 
 # --- ex02.self_attention
@@ -467,6 +492,13 @@ class SelfAttention(HintOnError):
     }
 
     call = ScaledDotProductAttention.call  # a dropout draws the mask the attention's rows draw
+
+    def _hint_for_error(self, obj, case, failure, error=None):
+        hint = HintOnError._hint_for_error(self, obj, case, failure, error)
+        if hint is None and _softmax_dim_2(failure, error, case):
+            return self.mistake_table["attention: softmax_dim_2"]
+        return hint
+
     diagnose = ScaledDotProductAttention.diagnose  # a dropout of any p, a float32 step
 
     def cases(self, gen):
