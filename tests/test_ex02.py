@@ -1332,3 +1332,39 @@ def test_h17_a_softmax_over_dim_2_is_named(how):
 
     r = result(SELF, self_attention)
     assert r.status == "failed" and "the attention step is not: " + DIM_2 in r.feedback, r.feedback
+
+
+def _h17_shifted_softmax(scores, how):
+    if how == "scores.max()":
+        scores = scores - scores.max()  # the whole tensor's maximum
+    elif how == "the row's mean":
+        scores = scores - scores.mean(dim=-1, keepdim=True)
+    else:  # "the row's minimum"
+        scores = scores - scores.amin(dim=-1, keepdim=True)
+    e = scores.exp()
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def _h17_shifted_attention(q, k, v, slope=None, *, how):
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if slope is not None:  # the distance-biased task
+        scores = scores - slope * (torch.arange(n_q)[:, None] - torch.arange(n_k)).abs().to(q.dtype)
+    weights = _h17_shifted_softmax(scores, how)
+    return weights @ v, weights
+
+
+@pytest.mark.parametrize("how", ["scores.max()", "the row's mean", "the row's minimum"])
+def test_h17_an_inline_softmax_shifted_by_another_number_is_named(how):
+    # before: 'your result[0] contains NaN where the expected result has none', with no hint
+    fn = functools.partial(_h17_shifted_attention, how=how)
+
+    def self_attention(x, w_q, w_k, w_v):
+        return fn(x @ w_q, x @ w_k, x @ w_v)
+
+    distance = "ex02.distance_biased_attention"
+    for task_id, attention in [(SDPA, fn), (SELF, self_attention), (distance, fn)]:
+        for seed in (0, 1, 2):
+            r = _l14_graded(task_id, attention, seed)
+            assert r.status == "failed", (task_id, seed, r.feedback)
+            assert "Subtract each row's maximum, scores.amax(dim=-1" in r.feedback, r.feedback

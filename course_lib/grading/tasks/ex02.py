@@ -220,6 +220,26 @@ POWER_HALF = (
 )
 
 
+NAN_SHIFT = (
+    "NaN appears where a softmax that subtracts each row's own maximum has none: exp overflowed "
+    "to inf (inf / inf) or every exp of a row underflowed to 0 (0 / 0). Subtract each row's "
+    "maximum, scores.amax(dim=-1, keepdim=True), as your softmax of task 1 does: the whole "
+    "tensor's (scores.max()), a row's mean, minimum or first entry leaves exponents far above "
+    "or all far below 0"
+)
+
+
+def _nan_where_none(got, want) -> bool:
+    pairs = zip(got, want, strict=False) if isinstance(got, (tuple, list)) else [(got, want)]
+    return any(
+        isinstance(mine, torch.Tensor)
+        and mine.is_floating_point()
+        and bool(mine.isnan().any())
+        and not bool(right.isnan().any())
+        for mine, right in pairs
+    )
+
+
 @register
 class ScaledDotProductAttention(HintOnError):
     id = "ex02.scaled_dot_product_attention"
@@ -346,6 +366,8 @@ class ScaledDotProductAttention(HintOnError):
     def diagnose(self, got, want, case):
         if case.args[0].dtype == F64 and all_close(got, want, 1e-5):
             return FLOAT32_DIGITS
+        if _nan_where_none(got, want):  # an inline softmax shifted by another number
+            return NAN_SHIFT
         pairs = zip(got, want, strict=False) if isinstance(got, (tuple, list)) else ()
         # a dropout of any p on the weights, or on the output (F.dropout(weights @ v, p)): some
         # entries 0, the others all scaled by one 1 / (1 - p)
@@ -706,6 +728,8 @@ class DistanceBiasedAttention(Task):
         earlier call of the same shape (a cache by (n_q, n_k), a default argument)."""
         if case.args[0].dtype == F64 and all_close(got, want, 1e-5):
             return FLOAT32_BIAS
+        if _nan_where_none(got, want):  # an inline softmax shifted by another number
+            return NAN_SHIFT
         q, k, _, slope = case.args
         weights = got[1] if isinstance(got, (tuple, list)) and len(got) == 2 else None
         shape = (*q.shape[:-1], k.shape[-2])
