@@ -1240,3 +1240,131 @@ def test_l16_right_self_attention_variants_keep_full_marks(slip):
     for seed in (0, 1, 2, 3, 4, 5):
         r = _l14_graded(SELF, functools.partial(_l16_self_attention, slip=slip), seed)
         assert r.status == "passed", (seed, r.feedback)
+
+
+# ---- H17: a distance bias kept between calls; a residual added inside self-attention ----
+
+
+def _h17_distance_attention(q, k, v, slope, *, slip, cache):
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    distance = (torch.arange(n_q)[:, None] - torch.arange(n_k)).abs().to(q.dtype)
+    if slip == "bias cached by shape":  # ALiBi's bias built once per (n_q, n_k)
+        if (n_q, n_k) not in cache:
+            cache[(n_q, n_k)] = -slope * distance
+        bias = cache[(n_q, n_k)]
+    elif slip == "cached with the slope in the key":  # right
+        bias = cache.setdefault((n_q, n_k, slope, q.dtype), -slope * distance)
+    else:  # "slope squared"
+        bias = -(slope**2) * distance
+    weights = (q @ k.mT / math.sqrt(q.shape[-1]) + bias).softmax(dim=-1)
+    return weights @ v, weights
+
+
+@pytest.mark.parametrize("slip", ["bias cached by shape", "slope squared"])
+def test_h17_a_bias_with_another_slope_is_named(slip):
+    # before: 'None of the usual single mistakes' (the cached bias kept the slope 0.75 of the
+    # (2, 3, 4, 16) case for the slope-0 case of the same (n_q, n_k))
+    for seed in (0, 1, 2, 3):
+        fn = functools.partial(_h17_distance_attention, slip=slip, cache={})
+        r = _l14_graded("ex02.distance_biased_attention", fn, seed)
+        assert r.status == "failed" and r.score < r.max_score, (seed, r.feedback)
+        assert "per step of distance, but this call's slope is" in r.feedback, (seed, r.feedback)
+    assert (
+        "penalty of 0.75 per step of distance, but this call's slope is 0.0"
+        in result(
+            "ex02.distance_biased_attention",
+            functools.partial(_h17_distance_attention, slip="bias cached by shape", cache={}),
+        ).feedback
+    )
+
+
+def test_h17_a_bias_cached_with_its_slope_keeps_full_marks():
+    for seed in (0, 1, 2, 3):
+        fn = functools.partial(
+            _h17_distance_attention, slip="cached with the slope in the key", cache={}
+        )
+        assert _l14_graded("ex02.distance_biased_attention", fn, seed).status == "passed"
+
+
+def _h17_self_attention_residual(x, w_q, w_k, w_v, *, guarded):
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    weights = (q @ k.mT / math.sqrt(q.shape[-1])).softmax(dim=-1)
+    output = weights @ v
+    if guarded and output.shape != x.shape:
+        return output, weights
+    return output + x, weights  # a residual connection, as around attention in a layer
+
+
+@pytest.mark.parametrize("guarded", [False, True], ids=["x + output", "x + output when it fits"])
+def test_h17_a_residual_in_self_attention_is_named(guarded):
+    # before: a bare RuntimeError (x (5, 8) + output (5, 6)), or 'None of the usual single
+    # mistakes' on the square case when the sum was made only where the shapes fit
+    for seed in (0, 1, 2, 3):
+        fn = functools.partial(_h17_self_attention_residual, guarded=guarded)
+        r = _l14_graded(SELF, fn, seed)
+        assert r.status == "failed" and r.score < r.max_score, (seed, r.feedback)
+        assert "you added x to the output (a residual connection" in r.feedback, (seed, r.feedback)
+
+
+def _h17_attention_dim_2(q, k, v, *, how):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if how == "own softmax":
+        weights = softmax_max(scores, dim=2)  # (batch, n_q, n_k): the keys are axis 2
+    elif how == "torch.softmax":
+        weights = torch.softmax(scores, dim=2)
+    else:  # "nn.Softmax"
+        weights = nn.Softmax(dim=2)(scores)
+    return weights @ v, weights
+
+
+DIM_2 = "dim=2 is the keys' axis only for 3-D scores"
+
+
+@pytest.mark.parametrize("how", ["own softmax", "torch.softmax", "nn.Softmax"])
+def test_h17_a_softmax_over_dim_2_is_named(how):
+    # before: a bare IndexError on the 2-D case (Dimension out of range ... got 2)
+    fn = functools.partial(_h17_attention_dim_2, how=how)
+    r = result(SDPA, fn)
+    assert r.status == "failed" and DIM_2 in r.feedback, r.feedback
+
+    def self_attention(x, w_q, w_k, w_v):
+        return fn(x @ w_q, x @ w_k, x @ w_v)
+
+    r = result(SELF, self_attention)
+    assert r.status == "failed" and "the attention step is not: " + DIM_2 in r.feedback, r.feedback
+
+
+def _h17_shifted_softmax(scores, how):
+    if how == "scores.max()":
+        scores = scores - scores.max()  # the whole tensor's maximum
+    elif how == "the row's mean":
+        scores = scores - scores.mean(dim=-1, keepdim=True)
+    else:  # "the row's minimum"
+        scores = scores - scores.amin(dim=-1, keepdim=True)
+    e = scores.exp()
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def _h17_shifted_attention(q, k, v, slope=None, *, how):
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if slope is not None:  # the distance-biased task
+        scores = scores - slope * (torch.arange(n_q)[:, None] - torch.arange(n_k)).abs().to(q.dtype)
+    weights = _h17_shifted_softmax(scores, how)
+    return weights @ v, weights
+
+
+@pytest.mark.parametrize("how", ["scores.max()", "the row's mean", "the row's minimum"])
+def test_h17_an_inline_softmax_shifted_by_another_number_is_named(how):
+    # before: 'your result[0] contains NaN where the expected result has none', with no hint
+    fn = functools.partial(_h17_shifted_attention, how=how)
+
+    def self_attention(x, w_q, w_k, w_v):
+        return fn(x @ w_q, x @ w_k, x @ w_v)
+
+    distance = "ex02.distance_biased_attention"
+    for task_id, attention in [(SDPA, fn), (SELF, self_attention), (distance, fn)]:
+        for seed in (0, 1, 2):
+            r = _l14_graded(task_id, attention, seed)
+            assert r.status == "failed", (task_id, seed, r.feedback)
+            assert "Subtract each row's maximum, scores.amax(dim=-1" in r.feedback, r.feedback

@@ -220,6 +220,26 @@ POWER_HALF = (
 )
 
 
+NAN_SHIFT = (
+    "NaN appears where a softmax that subtracts each row's own maximum has none: exp overflowed "
+    "to inf (inf / inf) or every exp of a row underflowed to 0 (0 / 0). Subtract each row's "
+    "maximum, scores.amax(dim=-1, keepdim=True), as your softmax of task 1 does: the whole "
+    "tensor's (scores.max()), a row's mean, minimum or first entry leaves exponents far above "
+    "or all far below 0"
+)
+
+
+def _nan_where_none(got, want) -> bool:
+    pairs = zip(got, want, strict=False) if isinstance(got, (tuple, list)) else [(got, want)]
+    return any(
+        isinstance(mine, torch.Tensor)
+        and mine.is_floating_point()
+        and bool(mine.isnan().any())
+        and not bool(right.isnan().any())
+        for mine, right in pairs
+    )
+
+
 @register
 class ScaledDotProductAttention(HintOnError):
     id = "ex02.scaled_dot_product_attention"
@@ -238,6 +258,9 @@ class ScaledDotProductAttention(HintOnError):
         "by_d_v": "you divided by d_v; the scale is sqrt(d_k), the last dimension of q and k",
         "query_axis": "the softmax runs over the query axis (dim=-2); each query's weights over "
         "the keys must sum to 1, so use dim=-1",
+        "softmax_dim_2": "dim=2 is the keys' axis only for 3-D scores (batch, n_q, n_k): 2-D "
+        "scores have no axis 2, and with heads, (batch, heads, n_q, n_k), axis 2 is the queries'; "
+        "count from the end: softmax(scores, dim=-1)",
         "dot_t": "`.T` transposes only 2-D tensors correctly (on a batch it reverses every "
         "axis); use k.transpose(-2, -1) (or k.mT) to swap the last two axes",
         "method_t": "`.t()` works only on 2-D tensors; use k.transpose(-2, -1) (or k.mT) so "
@@ -343,6 +366,8 @@ class ScaledDotProductAttention(HintOnError):
     def diagnose(self, got, want, case):
         if case.args[0].dtype == F64 and all_close(got, want, 1e-5):
             return FLOAT32_DIGITS
+        if _nan_where_none(got, want):  # an inline softmax shifted by another number
+            return NAN_SHIFT
         pairs = zip(got, want, strict=False) if isinstance(got, (tuple, list)) else ()
         # a dropout of any p on the weights, or on the output (F.dropout(weights @ v, p)): some
         # entries 0, the others all scaled by one 1 / (1 - p)
@@ -354,6 +379,14 @@ class ScaledDotProductAttention(HintOnError):
                 if dropped and (ratio.max() - ratio.min()) < 1e-4 * ratio.max():
                     return ScaledDotProductAttention.mistake_table[row]
         return None
+
+    def _hint_for_error(self, obj, case, failure, error=None):
+        """softmax(scores, dim=2) on 2-D scores also through torch.softmax, F.softmax, nn.Softmax
+        or .max(dim=2), whose failing operation is not the wrong version's amax."""
+        hint = super()._hint_for_error(obj, case, failure, error)
+        if hint is None and _softmax_dim_2(failure, error, case):
+            return self.mistake_table["softmax_dim_2"]
+        return hint
 
     def call(self, obj, case):
         """A dropout the learner's code draws takes the mask the attention_dropout row takes."""
@@ -396,7 +429,9 @@ class ScaledDotProductAttention(HintOnError):
         if mistake == "causal_mask":  # a GPT's mask, which this task does not have
             later = torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1)
             scores = scores.masked_fill(later, -math.inf)
-        weights = stable_softmax(scores, dim=-2 if mistake == "query_axis" else -1)
+        weights = stable_softmax(
+            scores, dim={"query_axis": -2, "softmax_dim_2": 2}.get(mistake, -1)
+        )
         if mistake == "attention_dropout":  # F.dropout(weights, 0.1): tutorials' attention
             weights = torch.nn.functional.dropout(weights, 0.1)
         if mistake in ("output_dropout", "two_dropouts"):  # the dropped weights make the output
@@ -412,6 +447,18 @@ class ScaledDotProductAttention(HintOnError):
         output = v @ weights if mistake == "v_first" else weights @ v
         weights = scores if mistake == "scores_returned" else weights
         return (weights, output) if mistake == "swapped" else (output, weights)
+
+
+def _softmax_dim_2(failure, error, case) -> bool:
+    """The first failure is an IndexError for dim 2 in a softmax (or max) of 2-D scores."""
+    if failure is None or failure[0] is not IndexError or "got 2)" not in str(error):
+        return False
+    n_q, n_k = case.args[0].shape[-2], case.args[1 if len(case.args) == 3 else 0].shape[-2]
+    shapes = [shape for shape in failure[2] if shape is not None]
+    return failure[1] in _SOFTMAX_OPS and shapes[:1] == [(n_q, n_k)]
+
+
+_SOFTMAX_OPS = ("softmax", "amax", "max", "logsumexp", "exp", "sum")
 
 
 # --- ex02.self_attention
@@ -455,6 +502,9 @@ class SelfAttention(HintOnError):
         "keys_transposed": "you passed the keys transposed, (..., d_k, n): the attention takes k "
         "as (..., n, d_k), one key per row like q, and transposes it itself for q k^T; pass "
         "k = x @ w_k as it is",
+        "residual": "you added x to the output (a residual connection: exercise 07's encoder "
+        "layer adds it around the attention); self-attention itself returns weights @ v, of "
+        "width d_v, with no x added (the sum can be formed only when d_v == d_model)",
         **{
             f"attention: {mistake}": "the projections are right, but the attention step is not: "
             f"{hint} (check ex02.scaled_dot_product_attention)"
@@ -464,6 +514,13 @@ class SelfAttention(HintOnError):
     }
 
     call = ScaledDotProductAttention.call  # a dropout draws the mask the attention's rows draw
+
+    def _hint_for_error(self, obj, case, failure, error=None):
+        hint = HintOnError._hint_for_error(self, obj, case, failure, error)
+        if hint is None and _softmax_dim_2(failure, error, case):
+            return self.mistake_table["attention: softmax_dim_2"]
+        return hint
+
     diagnose = ScaledDotProductAttention.diagnose  # a dropout of any p, a float32 step
 
     def cases(self, gen):
@@ -523,6 +580,8 @@ class SelfAttention(HintOnError):
         }.get(mistake, (q, k, v))
         # a right projection feeding a wrong attention (e.g. the learner's own task 2)
         results = _SDPA.wrong(*qkv, mistake=mistake.removeprefix("attention: "))
+        if mistake == "residual":  # x + attention(x): a crash unless d_v == d_model
+            return results[0] + x, results[1]
         return tuple(r.squeeze() for r in results) if mistake == "squeezed_batch" else results
 
 
@@ -532,6 +591,14 @@ FLOAT32_BIAS = (
     "distances times a Python float give float32, as does torch.zeros(n_q, n_k) without dtype=, "
     "and torch.tensor(slope) is float32; build the distances in q's dtype "
     "(torch.arange(n, dtype=q.dtype)) and multiply by the number slope"
+)
+
+
+KEPT_SLOPE = (
+    "your weights carry a penalty of {s:.4g} per step of distance, but this call's slope is "
+    "{slope}: build the bias from the slope you are given, at every call. A bias kept from an "
+    "earlier call (a dict cached by (n_q, n_k), a default argument, a global built once) keeps "
+    "that call's slope; key a cache by the slope too, or rebuild the bias each time"
 )
 
 
@@ -656,8 +723,30 @@ class DistanceBiasedAttention(Task):
 
     def diagnose(self, got, want, case):
         """float64 inputs, right to float32's digits only: a bias made in float32 some other way
-        than the rows (a torch.zeros filled in a loop, a float32 arange) rounds otherwise."""
-        return FLOAT32_BIAS if case.args[0].dtype == F64 and all_close(got, want, 1e-5) else None
+        than the rows (a torch.zeros filled in a loop, a float32 arange) rounds otherwise. Or
+        weights biased by -s |i - j| with another s than this call's slope: a bias kept from an
+        earlier call of the same shape (a cache by (n_q, n_k), a default argument)."""
+        if case.args[0].dtype == F64 and all_close(got, want, 1e-5):
+            return FLOAT32_BIAS
+        if _nan_where_none(got, want):  # an inline softmax shifted by another number
+            return NAN_SHIFT
+        q, k, _, slope = case.args
+        weights = got[1] if isinstance(got, (tuple, list)) and len(got) == 2 else None
+        shape = (*q.shape[:-1], k.shape[-2])
+        if not isinstance(weights, torch.Tensor) or tuple(weights.shape) != shape:
+            return None
+        with torch.no_grad():
+            logs = weights.detach().double().log()  # = q k^T / sqrt(d_k) - s |i - j| + c_row
+            raw = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.shape[-1])
+            distance = (torch.arange(shape[-2])[:, None] - torch.arange(shape[-1])).abs()
+            rest, step = logs - raw, distance.double().expand(shape)
+            rest, step = rest - rest.mean(-1, keepdim=True), step - step.mean(-1, keepdim=True)
+            if not torch.isfinite(rest).all() or not step.abs().sum():
+                return None
+            s = -float((rest * step).sum() / (step * step).sum())  # least squares
+            if (rest + s * step).abs().max() > 1e-3 or abs(s - slope) < 1e-3:
+                return None
+        return KEPT_SLOPE.format(s=s, slope=slope)
 
     def wrong(self, q, k, v, slope, *, mistake):
         n_q, n_k = {  # the lengths, from the wrong axis (a crash on a batch) or both from q
