@@ -1560,3 +1560,67 @@ def test_f3_gqa_mask_filled_after_the_softmax_is_named():
     # before: 'your result[0] contains NaN where the expected result has none', no hint
     result = check_result("ex03.grouped_query_attention", gqa_filled_after_softmax)
     assert result.status == "failed" and "AFTER the softmax" in result.feedback, result.feedback
+
+
+# ---- HUNT17 (h3): grouped-query attention's check read backwards; a group, an index table or
+# an expand that only the first, multi-query case allows ---------------------------------------
+
+
+def _h3_gqa(slip, kept):
+    def grouped_query_attention(q, k, v, mask=None):
+        num_heads, num_kv_heads = q.shape[1], k.shape[1]
+        bad = num_kv_heads % num_heads if slip == "kv % heads" else num_heads % num_kv_heads
+        if bad:
+            raise ValueError(f"num_heads={num_heads}, num_kv_heads={num_kv_heads}")
+        group = num_heads // num_kv_heads
+        if slip == "group kept":  # a cache keyed by num_heads: the first case's group
+            group = kept.setdefault(num_heads, group)
+        if slip == "index kept":  # an index table keyed by num_heads: the first case's
+            index = kept.setdefault(num_heads, torch.arange(num_heads) // group)
+            k, v = k[:, index], v[:, index]
+        elif slip == "expand":  # works where the kv axis has size 1 only
+            k, v = k.expand(-1, num_heads, -1, -1), v.expand(-1, num_heads, -1, -1)
+        else:
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~mask, -math.inf)
+        weights = scores.softmax(-1)
+        return weights @ v, weights
+
+    return grouped_query_attention
+
+
+@pytest.mark.parametrize(
+    "slip, words",
+    [
+        ("", None),
+        ("kv % heads", "raise the ValueError only when num_heads % num_kv_heads != 0"),
+        ("group kept", "the group of the multi-query case"),
+        ("index kept", "every query head read kv head 0"),
+        ("expand", "only repeats an axis of size 1"),
+    ],
+)
+def test_h3_gqa_slip_is_named_under_every_seed(slip, words):
+    # before: 'your code raised ValueError' with no hint (kv % heads), PyTorch's bare size error
+    # and a traceback tip (group kept, expand), 'None of the usual single mistakes' (index kept)
+    for seed in (None, 1, 2, 3):
+        learner = _h3_gqa(slip, {})  # a fresh cache for each grading, as in a fresh kernel
+        if seed is None:
+            result = check_result("ex03.grouped_query_attention", learner)
+        else:
+            result = _graded_under("ex03.grouped_query_attention", learner, seed)
+        if words is None:
+            assert result.status == "passed", (seed, result.feedback)
+        else:
+            assert result.status == "failed" and words in result.feedback, (seed, result.feedback)
+
+
+def test_h3_a_gqa_value_error_from_unpacking_gets_no_check_hint():
+    def grouped_query_attention(q, k, v, mask=None):
+        batch, heads, n_q = q.shape  # the slip: 4 axes into 3 names
+        return q, k
+
+    result = check_result("ex03.grouped_query_attention", grouped_query_attention)
+    assert result.status == "failed" and "to unpack" in result.feedback, result.feedback
+    assert "raise the ValueError only" not in result.feedback, result.feedback

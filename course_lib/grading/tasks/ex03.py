@@ -761,6 +761,21 @@ class GroupedQueryAttentionTask(Task):
         "the attention weights, softmax(scores) over the keys (each row sums to 1), the ones "
         "the values were averaged with",
         "softmax_float32": _FLOAT32_PART,
+        # #h3: the first case is multi-query (1 kv head), the second has num_heads 4 again with
+        # 2 kv heads: what the first call left behind, a group or an index table, shows there
+        "group_kept": "your kv heads were repeated num_heads times, the group of the "
+        "multi-query case (1 kv head, where it is right): a group kept from an earlier call (a "
+        "dict keyed by num_heads, a mutable default argument, a global) or group = num_heads; "
+        "compute group = num_heads // num_kv_heads from each call's own q and k",
+        "index_kept": "every query head read kv head 0, as in the multi-query case (1 kv head, "
+        "where it is right): an index table such as torch.arange(num_heads) // group kept from "
+        "an earlier call (a dict keyed by num_heads, a mutable default argument, a global), or "
+        "k[:, :1]; build it from each call's own shapes, group = num_heads // num_kv_heads",
+        "expand_heads": "k.expand(-1, num_heads, -1, -1) only repeats an axis of size 1, so it "
+        "works for one kv head (multi-query) and fails with more: repeat each kv head group = "
+        "num_heads // num_kv_heads times, k.repeat_interleave(group, dim=1) (or k[:, :, "
+        "None].expand(batch, num_kv_heads, group, n_k, d_head).reshape(batch, num_heads, n_k, "
+        "d_head))",
     }
 
     def wrong(self, q, k, v, mask=None, *, mistake):
@@ -770,6 +785,7 @@ class GroupedQueryAttentionTask(Task):
         group = {  # kv heads per query head: 0 when there are fewer kv heads
             "float_group": num_heads / num_kv_heads,
             "group_inverted": num_kv_heads // num_heads,
+            "group_kept": num_heads,  # the multi-query case's group, kept by num_heads
         }.get(mistake, num_heads // num_kv_heads)
         if mistake == "tiled":  # kv head h % num_kv_heads instead of h // group
             k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
@@ -778,6 +794,13 @@ class GroupedQueryAttentionTask(Task):
             k, v = k.repeat_interleave(group, dim=axis), v.repeat_interleave(group, dim=axis)
         elif mistake == "repeat_by_kv_heads":  # num_kv_heads copies instead of group
             k, v = k.repeat_interleave(num_kv_heads, 1), v.repeat_interleave(num_kv_heads, 1)
+        elif mistake in ("index_kept", "expand_heads"):  # the multi-query case's table: all 0
+            k, v = (  # or k.expand(-1, num_heads, -1, -1), which only a size 1 allows
+                t.expand(-1, num_heads, -1, -1)
+                if mistake == "expand_heads"
+                else t[:, torch.arange(num_heads) // num_heads]
+                for t in (k, v)
+            )
         elif mistake == "index_by_kv_heads":  # head by head, kv head h // num_kv_heads
             k, v = (
                 torch.stack([t[:, h // num_kv_heads] for h in range(num_heads)], 1) for t in (k, v)
@@ -845,6 +868,21 @@ class GroupedQueryAttentionTask(Task):
         without it run) and that no listed mistake explains gets the mask_reshaped hint."""
         try:
             return self.learnable(obj, case, obj(*case.args, **case.kwargs))
+        except ValueError as error:  # #h3: the check read the other way round, kv % heads
+            q, k = case.args[:2]
+            if (
+                case.raises is not None
+                or isinstance(obj, functools.partial)  # a listed mistake itself
+                or "to unpack" in str(error)  # `batch, h, n, d = k.shape` on another shape
+            ):
+                raise
+            raise GradingError(
+                f"your code raised ValueError: {error}, but num_heads={q.shape[1]} is a multiple "
+                f"of num_kv_heads={k.shape[1]}. Hint: raise the ValueError only when num_heads "
+                "% num_kv_heads != 0 (the query heads cannot be shared out among the kv heads); "
+                "num_kv_heads % num_heads, or a condition without its != 0 negated, rejects the "
+                "very cases grouped-query attention is for"
+            ) from None
         except RuntimeError as error:
             mask = case.kwargs.get("mask")
             if (
