@@ -1624,3 +1624,49 @@ def test_h3_a_gqa_value_error_from_unpacking_gets_no_check_hint():
     result = check_result("ex03.grouped_query_attention", grouped_query_attention)
     assert result.status == "failed" and "to unpack" in result.feedback, result.feedback
     assert "raise the ValueError only" not in result.feedback, result.feedback
+
+
+class _H3MHA(_F03MHA):
+    """Lesson 03's module, one length taken for every split when `slip` is set."""
+
+    def forward(self, query, key, value, mask=None):
+        batch, n_q, d_model = query.shape
+        seq = key.shape[1] if self.slip == "key.shape[1] for every split" else n_q
+
+        def split(x, length):
+            return x.reshape(batch, length, self.num_heads, self.d_head).transpose(1, 2)
+
+        q = split(self.q_proj(query), seq)
+        k, v = split(self.k_proj(key), key.shape[1]), split(self.v_proj(value), value.shape[1])
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+        if mask is not None:
+            scores = scores.masked_fill(
+                ~(mask.unsqueeze(1) if mask.dim() == 3 else mask), -math.inf
+            )
+        weights = scores.softmax(-1)
+        heads = (weights @ v).transpose(1, 2).reshape(batch, n_q, d_model)
+        return self.out_proj(heads), weights
+
+
+@pytest.mark.parametrize("slip", ["", "key.shape[1] for every split"])
+def test_h3_queries_split_by_the_keys_length_are_named(slip):
+    # before: PyTorch's bare 'shape ... is invalid for input of size 72' and a traceback tip
+    learner = type("MultiHeadAttention", (_H3MHA,), {"slip": slip})
+    status, feedback = status_and_feedback("ex03.MultiHeadAttention", learner)
+    if slip:
+        assert status == "failed" and "split into heads with the keys' length" in feedback, feedback
+    else:
+        assert status == "passed", feedback
+
+
+class _H3MaskViewed(_F03MHA):
+    def forward(self, query, key, value, mask=None):
+        if mask is not None:  # the slip: a view to 4-D where a broadcast is needed
+            mask = mask.view(query.shape[0], 1, query.shape[1], key.shape[1])
+        return super().forward(query, key, value, mask)
+
+
+def test_h3_a_mask_viewed_to_four_axes_is_named():
+    # before: PyTorch's bare "shape '[3, 1, 2, 6]' is invalid for input of size 18"
+    status, feedback = status_and_feedback("ex03.MultiHeadAttention", _H3MaskViewed)
+    assert status == "failed" and "mask.view(batch, 1, n_q, n_k)" in feedback, feedback

@@ -225,7 +225,8 @@ class _WrongMultiHeadAttention(nn.Module):
 
     def _split(self, x: Tensor, n_q: int = 0) -> Tensor:
         batch, seq, _ = x.shape
-        seq = n_q if self.mistake.startswith("keys_split_by_n_q") and n_q else seq  # the query's
+        other = self.mistake.startswith(("keys_split_by_n_q", "queries_split_by_n_k"))
+        seq = n_q if other and n_q else seq  # the query's length for the keys, or the reverse
         d_head = -1 if self.mistake == "keys_split_by_n_q_d_head_inferred" else self.d_head
         if self.mistake == "split_no_transpose":  # tokens mixed, as in split_heads
             return x.reshape(batch, self.num_heads, seq, self.d_head)
@@ -242,7 +243,8 @@ class _WrongMultiHeadAttention(nn.Module):
         mistake = self.mistake
         if mistake == "inputs_kept":  # a key/value cache filled on the first call
             key, value = self.__dict__.setdefault("kept", (key, value))
-        q = self._split(self.q_proj(query))  # (batch, heads, n_q, d_head)
+        n_k = key.shape[1] if mistake == "queries_split_by_n_k" else 0  # #h3: the keys' length
+        q = self._split(self.q_proj(query), n_k)  # (batch, heads, n_q, d_head)
         k_proj = self.q_proj if mistake == "keys_through_q_proj" else self.k_proj  # a copied line
         from_query = ("keys_from_query", "kv_from_query")  # a self-attention habit
         swapped = ("keys_from_value", "kv_swapped")  # kv_swapped: v_proj(key) below as well
@@ -255,6 +257,8 @@ class _WrongMultiHeadAttention(nn.Module):
         v = self._split(v_full)  # (batch, heads, n_k, d_head)
         if mistake == "keys_transpose_1_2":  # exercise 02's k.transpose(1, 2) on 4-D keys
             k = k.permute(0, 2, 3, 1)  # so that wrong_attention's k.transpose(-2, -1) is it
+        if mistake == "mask_viewed" and mask is not None:  # #h3: a 4-D view, not a broadcast
+            mask = mask.view(batch, 1, n_q, key.shape[1])
         unsqueeze = mask is not None and (mask.dim() == 3 or mistake == "always_unsqueezed")
         if mistake == "mask_kept" and mask is not None:  # the first call's mask, kept on self
             mask = self.__dict__.setdefault("kept_mask", mask)
@@ -462,6 +466,13 @@ class MultiHeadAttentionTask(ModuleTask):
             "the keys were split into heads with the query length n_q; key and value have their "
             "own length n_k = key.shape[1], which may differ: split each tensor by its own shape",
         ),
+        "mask_viewed": "mask.view(batch, 1, n_q, n_k) (or reshape) needs a mask with batch * "
+        "n_q * n_k entries: a (batch, 1, n_k) padding mask or a 2-D (n_q, n_k) one has fewer, "
+        "they broadcast instead; give a 3-D mask the heads' axis with mask.unsqueeze(1) and use "
+        "a 2-D one as it is",
+        "queries_split_by_n_k": "the queries were split into heads with the keys' length n_k "
+        "= key.shape[1]; query has its own length n_q = query.shape[1], which may differ "
+        "(cross-attention): split each tensor by its own shape",
         "mask_by_batch": "a 2-D (n_q, n_k) mask whose n_q equals the batch size got an axis "
         "for the heads too: you told a per-example mask by mask.shape[0] == batch; tell it by "
         "mask.dim() == 3 (a 2-D mask broadcasts as it is)",
