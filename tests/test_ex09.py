@@ -1618,3 +1618,29 @@ def test_a_key_map_that_reshapes_instead_of_transposing_is_told_so():
     assert result.status == "failed", result.feedback
     hint = ex09.gpt2_to_mine.MISTAKES["reshaped_not_transposed"]
     assert f"Hint: {hint}" in result.feedback, result.feedback
+
+
+def _generate_tempered_twice_greedy_too(
+    model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None
+):
+    """nanoGPT's logits[:, -1] / temperature before a sample_next that divides again: at
+    temperature 0 its sample_next takes the arg-max of logits / 0 (+-inf, first positive wins)."""
+    sample_next = ex09._own_sample_next()
+    with torch.no_grad():
+        logits, cache = model.forward_cached(ids, None, 0)
+        for _ in range(max_new_tokens):
+            row = logits[:, -1] / temperature
+            if temperature == 0:  # the learner's sample_next: greedy, with no check of the row
+                next_id = row.argmax(dim=-1)
+            else:
+                next_id = sample_next(row, temperature, top_k, None, generator)
+            ids = torch.cat([ids, next_id[:, None]], dim=1)
+            logits, cache = model.forward_cached(ids[:, -1:], cache, ids.shape[1] - 1)
+    return ids
+
+
+def test_a_generate_that_divides_by_temperature_zero_too_is_named():
+    # h9: before, 'None of the usual single mistakes' on the greedy case
+    result = status("ex09.generate", _generate_tempered_twice_greedy_too)
+    hint = ex09.generate.MISTAKES["temperature_twice"]
+    assert result.status == "failed" and f"Hint: {hint}" in result.feedback, result.feedback

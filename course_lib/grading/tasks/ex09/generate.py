@@ -98,6 +98,19 @@ def _draws_differ_squared(state, ids, new, seed, temperature) -> bool:
     return not torch.equal(*tokens)
 
 
+def _greedy_of_logits_over_zero(d) -> torch.Tensor:
+    """The greedy loop's tokens when generate divides the logits by temperature 0 before its
+    sample_next takes the arg-max (h9: logits / 0 is +-inf, so the first positive logit wins)."""
+    from ....gpt import GPT
+
+    model, ids = course_gpt(_GPT_SIZES, d["state"], cls=GPT).eval(), d["ids"]
+    with torch.no_grad():
+        for _ in range(d["new"]):
+            next_id = (model(ids)[:, -1] / 0.0).argmax(-1)  # (batch,)
+            ids = torch.cat([ids, next_id[:, None]], dim=1)
+    return ids
+
+
 def _cache_only_gpt_class():
     from ....gpt import GPT
 
@@ -311,6 +324,9 @@ class Generate(Task):
                 "the `generator` you are given (pass it on to sample_next), not from a seed or "
                 "generator of your own"
             )
+        if case.data["kwargs"]["temperature"] == 0 and isinstance(got[0], torch.Tensor):
+            if torch.equal(got[0], _greedy_of_logits_over_zero(case.data)):  # h9
+                return MISTAKES["temperature_twice"]
         return None
 
     mistake_table, wrong = MISTAKES, staticmethod(_wrong_generate)
