@@ -1521,3 +1521,126 @@ def test_a_capstone_tied_by_shared_memory_is_told_so_on_every_case(how):
     result = status("ex09.GPT", _gpt_tied_by_memory(how))
     assert result.score <= 0.5 * result.max_score, result.feedback
     assert "two parameters that share one memory" in result.feedback, result.feedback
+
+
+# ---- hunt 17 (h9) ------------------------------------------------------------------------------
+
+
+def _generate_tempered_twice(
+    model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None
+):
+    """The right loop, but the logits divided by the temperature before sample_next divides
+    them again (greedy left alone): the tokens are drawn at temperature ** 2."""
+    sample_next = ex09._own_sample_next()
+    with torch.no_grad():
+        logits, cache = model.forward_cached(ids, None, 0)
+        for _ in range(max_new_tokens):
+            row = logits[:, -1] / temperature if temperature > 0 else logits[:, -1]
+            next_id = sample_next(row, temperature, top_k, None, generator)
+            ids = torch.cat([ids, next_id[:, None]], dim=1)
+            logits, cache = model.forward_cached(ids[:, -1:], cache, ids.shape[1] - 1)
+    return ids
+
+
+def test_a_generate_that_divides_by_the_temperature_twice_fails_on_every_seed():
+    # h9: it had full marks under hidden seeds 1, 21, 30, 34 and 45 of 60 (every sampled token
+    # the same at T and T ** 2 by chance), and 'None of the usual single mistakes' elsewhere;
+    # the T = 0.7 case now draws its seed until T ** 2 would draw another token
+    result = status("ex09.generate", _generate_tempered_twice)
+    hint = ex09.generate.MISTAKES["temperature_twice"]
+    assert result.status == "failed" and f"Hint: {hint}" in result.feedback, result.feedback
+    task = get_task("ex09.generate")
+    for seed in (1, 21):
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        result = judge(task, cases, run_cases(task, _generate_tempered_twice, cases))
+        assert result.status == "failed", (seed, result.feedback)
+        assert f"Hint: {hint}" in result.feedback, result.feedback
+
+
+def _sample_next_exp_over_sum(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    """The right sampler, but its softmax is exp(logits) / sum with no maximum subtracted."""
+    if temperature < 0 or (top_k is not None and top_k < 1):
+        raise ValueError(f"bad temperature {temperature!r} or top_k {top_k!r}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = logits.exp() / logits.exp().sum(dim=-1, keepdim=True)
+    if top_p is not None:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        before = sorted_probs.cumsum(dim=-1) - sorted_probs
+        keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, before < top_p)
+        probs = probs.masked_fill(~keep, 0.0)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def test_a_sampler_whose_softmax_overflows_is_told_so():
+    # h9: before, PyTorch's bare 'probability tensor contains either inf, nan or element < 0'
+    # at temperature 1e-4, with only 'run your code in a cell of its own'
+    result = status("ex09.sample_next", _sample_next_exp_over_sum)
+    assert result.status == "failed", result.feedback
+    hint = ex09.sample_next.MISTAKES["softmax_overflows"]
+    assert f"Hint: {hint}" in result.feedback, result.feedback
+
+
+def _gpt2_to_mine_reshaped(hf_state):
+    """The right key map, but each Conv1D weight 'transposed' by a reshape to (out, in)."""
+    out = {}
+    for key, value in hf_state.items():
+        key = key.removeprefix("transformer.")
+        if key.endswith((".attn.bias", ".attn.masked_bias")) or key == "lm_head.weight":
+            continue
+        if not key.startswith("h."):
+            name, kind = key.split(".")
+            out[f"{_GPT2_NAMES[name]}.{kind}"] = value
+            continue
+        _, i, rest = key.split(".", 2)
+        name, kind = rest.rsplit(".", 1)
+        if value.dim() == 2:
+            value = value.reshape(value.shape[1], value.shape[0])
+        if name == "attn.c_attn":
+            for proj, part in zip("qkv", value.chunk(3, dim=0), strict=True):
+                out[f"layers.{i}.self_attn.{proj}_proj.{kind}"] = part
+        else:
+            out[f"layers.{i}.{_GPT2_NAMES[name]}.{kind}"] = value
+    out["lm_head.weight"] = out["token_embedding.weight"]
+    return out
+
+
+def test_a_key_map_that_reshapes_instead_of_transposing_is_told_so():
+    # h9: before, the not_transposed hint ('take .t() of every c_attn, c_proj and c_fc weight'),
+    # read off the square c_proj weight that the reshape left as it was
+    result = status("ex09.gpt2_to_mine", _gpt2_to_mine_reshaped)
+    assert result.status == "failed", result.feedback
+    hint = ex09.gpt2_to_mine.MISTAKES["reshaped_not_transposed"]
+    assert f"Hint: {hint}" in result.feedback, result.feedback
+
+
+def _generate_tempered_twice_greedy_too(
+    model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None
+):
+    """nanoGPT's logits[:, -1] / temperature before a sample_next that divides again: at
+    temperature 0 its sample_next takes the arg-max of logits / 0 (+-inf, first positive wins)."""
+    sample_next = ex09._own_sample_next()
+    with torch.no_grad():
+        logits, cache = model.forward_cached(ids, None, 0)
+        for _ in range(max_new_tokens):
+            row = logits[:, -1] / temperature
+            if temperature == 0:  # the learner's sample_next: greedy, with no check of the row
+                next_id = row.argmax(dim=-1)
+            else:
+                next_id = sample_next(row, temperature, top_k, None, generator)
+            ids = torch.cat([ids, next_id[:, None]], dim=1)
+            logits, cache = model.forward_cached(ids[:, -1:], cache, ids.shape[1] - 1)
+    return ids
+
+
+def test_a_generate_that_divides_by_temperature_zero_too_is_named():
+    # h9: before, 'None of the usual single mistakes' on the greedy case
+    result = status("ex09.generate", _generate_tempered_twice_greedy_too)
+    hint = ex09.generate.MISTAKES["temperature_twice"]
+    assert result.status == "failed" and f"Hint: {hint}" in result.feedback, result.feedback

@@ -46,6 +46,10 @@ MISTAKES = {
     "stuck_position": "every new token is fed at the same position, the prompt's length: the "
     "position must move on by one at each step; compute it inside the loop, start = "
     "ids.shape[1] - 1 after appending the new token",
+    "temperature_twice": "the logits are divided by the temperature twice, once in generate "
+    "and again in sample_next, so the tokens are drawn at temperature squared: pass the raw "
+    "logits[:, -1] to sample_next with the temperature, which divides them once (and takes "
+    "temperature 0 as greedy)",
     "new_only": "return the prompt followed by the new tokens, (batch, t + max_new_tokens), not "
     "the continuation alone: append each new token to ids and return ids",
 }
@@ -78,6 +82,33 @@ def _greedy_margin(state, ids, new) -> float:
             margin = min(margin, float((top[:, 0] - top[:, 1]).min()))
             ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], dim=1)
     return margin
+
+
+def _draws_differ_squared(state, ids, new, seed, temperature) -> bool:
+    """Whether the cache-free loop draws other tokens at temperature ** 2 than at temperature
+    from the same generator state (h9: a temperature applied twice, in generate and again in
+    sample_next, drew the same tokens by chance under about one seed in twelve)."""
+    from ....gpt import GPT, generate
+
+    model = course_gpt(_GPT_SIZES, state, cls=GPT).eval()
+    tokens = [
+        generate(model, ids, new, t, generator=torch.Generator().manual_seed(seed))
+        for t in (temperature, temperature**2)
+    ]
+    return not torch.equal(*tokens)
+
+
+def _greedy_of_logits_over_zero(d) -> torch.Tensor:
+    """The greedy loop's tokens when generate divides the logits by temperature 0 before its
+    sample_next takes the arg-max (h9: logits / 0 is +-inf, so the first positive logit wins)."""
+    from ....gpt import GPT
+
+    model, ids = course_gpt(_GPT_SIZES, d["state"], cls=GPT).eval(), d["ids"]
+    with torch.no_grad():
+        for _ in range(d["new"]):
+            next_id = (model(ids)[:, -1] / 0.0).argmax(-1)  # (batch,)
+            ids = torch.cat([ids, next_id[:, None]], dim=1)
+    return ids
 
 
 def _cache_only_gpt_class():
@@ -126,6 +157,8 @@ def _wrong_generate(
             logits, cache = model.forward_cached(ids, None, 0)
         for step in range(max_new_tokens):
             row = logits[:, 0] if mistake == "first_position" else logits[:, -1]
+            if mistake == "temperature_twice" and temperature:  # here and in sample_next
+                row = row / temperature
             temp = 1.0 if mistake == "no_temperature" else temperature  # sample_next's default
             k = None if mistake == "no_top_k" else top_k
             next_id = sample_next(row, temp, k, None, generator)  # (batch,)
@@ -156,7 +189,16 @@ class Generate(Task):
     def cases(self, gen):
         shapes = {k: v.shape for k, v in course_gpt(_GPT_SIZES).state_dict().items()}
 
-        def case(description, batch, prompt, new, temperature=1.0, top_k=None, dtype=torch.float64):
+        def case(
+            description,
+            batch,
+            prompt,
+            new,
+            temperature=1.0,
+            top_k=None,
+            dtype=torch.float64,
+            squared_differs=False,
+        ):
             while True:  # float32 greedy: until no step is a near-tie (_GREEDY_MARGIN)
                 state = {
                     k: (0.5 * randn(gen, *shape, dtype=torch.float64)).to(dtype)
@@ -168,6 +210,8 @@ class Generate(Task):
                 if _greedy_margin(state, ids, new) >= _GREEDY_MARGIN:
                     break
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
+            while squared_differs and not _draws_differ_squared(state, ids, new, seed, temperature):
+                seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))  # h9: a draw apart
             kwargs = {"temperature": temperature, "top_k": top_k}
             data = {"state": state, "dtype": dtype, "ids": ids, "new": new, "kwargs": kwargs}
             return Case(description, data=data | {"seed": seed})
@@ -183,7 +227,7 @@ class Generate(Task):
             case("max_new_tokens=1, batch 2, a prompt of 4 tokens", 2, 4, 1),
             case("max_new_tokens=0: the prompt comes back unchanged", 2, 3, 0),
             case("a prompt of 10 and 6 new tokens: exactly the context of 16 (block_size)",
-                 2, 10, 6, temperature=0.7),
+                 2, 10, 6, temperature=0.7, squared_differs=True),
             case("float32 model, greedy, batch 4, a prompt of 2 tokens, 7 new tokens",
                  4, 2, 7, temperature=0.0, dtype=torch.float32),
             case("batch 1 (one prompt, as in the notebook), a prompt of 1 token, 5 new tokens, "
@@ -280,6 +324,9 @@ class Generate(Task):
                 "the `generator` you are given (pass it on to sample_next), not from a seed or "
                 "generator of your own"
             )
+        if case.data["kwargs"]["temperature"] == 0 and isinstance(got[0], torch.Tensor):
+            if torch.equal(got[0], _greedy_of_logits_over_zero(case.data)):  # h9
+                return MISTAKES["temperature_twice"]
         return None
 
     mistake_table, wrong = MISTAKES, staticmethod(_wrong_generate)

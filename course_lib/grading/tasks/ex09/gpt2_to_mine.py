@@ -58,6 +58,10 @@ MISTAKES = {
     "d) and (positions, d), one row per token or position, the layout of nn.Embedding too; copy "
     "them as they are and transpose only the c_attn, c_proj and c_fc weights (a test such as "
     "value.dim() == 2 also picks up the embeddings)",
+    "reshaped_not_transposed": "reshape (or view) to the (out_features, in_features) shape is "
+    "not a transpose: it keeps the numbers in memory order and only cuts them otherwise (a "
+    "square c_proj weight comes back unchanged, the others scrambled); transpose every c_attn, "
+    "c_proj and c_fc weight with .t()",
 }
 
 # Hugging Face's name inside block i -> the learner's, and whether the weight is a Conv1D's
@@ -107,11 +111,21 @@ def wrong_gpt2_to_mine(hf_state, *, mistake=""):
             weight = sd[f"{h}{theirs}.weight"]
             flip = conv and mistake != "not_transposed"
             out[f"{mine}{ours}.weight"] = weight.t() if flip else weight
+            if flip and mistake == "reshaped_not_transposed":  # (in, out) read as (out, in)
+                out[f"{mine}{ours}.weight"] = weight.reshape(weight.shape[::-1])
             out[f"{mine}{ours}.bias"] = sd[f"{h}{theirs}.bias"]
         weight, bias = sd[f"{h}attn.c_attn.weight"], sd[f"{h}attn.c_attn.bias"]  # (d, 3d), (3d,)
         parts = weight.chunk(3, dim=0 if mistake in ("split_wrong_axis", "split_rows") else 1)
         parts = weight.reshape(3, -1, weight.shape[0]) if mistake == "qkv_reshaped" else parts
-        flat = mistake in ("not_transposed", "c_attn_not_transposed", "qkv_reshaped", "split_rows")
+        if mistake == "reshaped_not_transposed":  # (d, 3d) read as (3d, d), then cut by rows
+            parts = weight.reshape(weight.shape[::-1]).chunk(3, dim=0)
+        flat = mistake in (
+            "not_transposed",
+            "c_attn_not_transposed",
+            "qkv_reshaped",
+            "split_rows",
+            "reshaped_not_transposed",
+        )
         weights = parts if flat else [p.t() for p in parts]  # (out, in)
         biases = [bias] * 3 if mistake == "bias_not_split" else bias.chunk(3)
         order = "kqv" if mistake == "qkv_order" else "qkv"

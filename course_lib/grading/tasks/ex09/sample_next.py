@@ -102,6 +102,10 @@ MISTAKES = {
     "tiny_temperature_greedy": "only temperature=0 is greedy (step 1): any positive temperature, "
     "however small, still samples from softmax(logits / temperature), where tokens tied for "
     "the largest logit share the draws; the arg-max gives them all to one token",
+    "softmax_overflows": "your softmax overflows: at a small temperature the tempered logits are "
+    "huge (3 / 1e-4 = 30000), exp gives inf, and inf / inf is NaN, which torch.multinomial "
+    "refuses; subtract each row's largest logit before exp (logits - logits.amax(-1, "
+    "keepdim=True)), or use torch.softmax(logits, dim=-1), which does",
 }
 
 
@@ -132,6 +136,8 @@ def wrong_sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator
         logits = logits.masked_fill(logits <= kth, float("-inf"))
         top_k = None
     probs = logits.softmax(0) if mistake == "softmax_over_rows" else stable_softmax(logits)
+    if mistake == "softmax_overflows":  # exp(logits) / sum, no max subtracted
+        probs = logits.exp() / logits.exp().sum(-1, keepdim=True)
     if mistake == "top_k_after_top_p":
         probs = _filter(_filter(probs, None, top_p), top_k, None)
     elif (
