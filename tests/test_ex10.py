@@ -1357,3 +1357,47 @@ def test_f10_a_causal_loop_stopped_at_n_q_is_named():
     assert result.status == "failed", result.feedback
     assert "stops at the block that starts at n_q" in result.feedback, result.feedback
     assert "the last keys are left out" not in result.feedback, result.feedback
+
+
+# ---- h10: a band kept per (n, window) and cut in place by a causal call ----------------------
+
+
+def _h10_band_cut_in_place():
+    kept = {}
+
+    def sliding_window_mask(n, window, causal=False):  # kept per (n, window): both in the key
+        if n < 1 or window < 0:
+            raise ValueError(f"expected n >= 1 and window >= 0, got n={n}, window={window}")
+        if (n, window) not in kept:
+            offset = torch.arange(n)[:, None] - torch.arange(n)
+            kept[n, window] = offset.abs() <= window
+        mask = kept[n, window]
+        if causal:
+            mask &= torch.arange(n)[:, None] >= torch.arange(n)  # in place: the kept one too
+        return mask
+
+    return sliding_window_mask
+
+
+def test_h10_a_kept_band_cut_in_place_by_a_causal_call_fails_and_is_named():
+    # before: full marks, 13 of 13 (no call without causal=True came after a causal one of the
+    # same n and window); now n=8, window=3 is asked again after its causal call
+    result = check_result("ex10.sliding_window_mask", _h10_band_cut_in_place())
+    assert result.status == "failed", result.feedback
+    assert "was cut in place there" in result.feedback, result.feedback
+
+
+def test_h10_a_band_kept_and_cut_into_a_new_tensor_passes():
+    kept = {}
+
+    def sliding_window_mask(n, window, causal=False):
+        if n < 1 or window < 0:
+            raise ValueError(f"expected n >= 1 and window >= 0, got n={n}, window={window}")
+        if (n, window) not in kept:
+            offset = torch.arange(n)[:, None] - torch.arange(n)
+            kept[n, window] = offset.abs() <= window
+        mask = kept[n, window]
+        return mask & (torch.arange(n)[:, None] >= torch.arange(n)) if causal else mask
+
+    result = check_result("ex10.sliding_window_mask", sliding_window_mask)
+    assert result.passed == result.total, result.feedback

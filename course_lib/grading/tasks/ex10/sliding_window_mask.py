@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ...core import Case, Task, register
+from ...core import Case, GradingError, Task, register
 
 LESSON = "lesson 10"
 
@@ -108,11 +108,38 @@ class SlidingWindowMask(Task):
                 "earlier call may decide the band)",
                 (7, 4),
             ),
+            # #h10: a band kept per (n, window), then cut in place (&=) by a causal call
+            Case(
+                "n=8, window=3, asked before and after the same with causal=True (a call with "
+                "causal=True may not change what a later call without it returns)",
+                (8, 3),
+                data={"around_causal": True},
+            ),
             Case("window=-1 must raise a ValueError", (5, -1), raises=ValueError),
             Case("n=0 must raise a ValueError", (0, 2), raises=ValueError),
         ]
 
     mistake_table, wrong = FAULTS, staticmethod(wrong_band)
+
+    def call(self, obj, case):
+        if not case.data.get("around_causal"):
+            return super().call(obj, case)
+        first = obj(*case.args, **case.kwargs)
+        first = first.clone() if isinstance(first, torch.Tensor) else first
+        obj(*case.args, causal=True)
+        again = obj(*case.args, **case.kwargs)
+        if isinstance(first, torch.Tensor) and isinstance(again, torch.Tensor):
+            if first.shape == again.shape and not torch.equal(first, again):
+                n, window = case.args
+                raise GradingError(
+                    f"sliding_window_mask({n}, {window}) gave another band after a call "
+                    f"sliding_window_mask({n}, {window}, causal=True) than before it: a mask "
+                    "kept between calls (in a dict, an lru_cache, a default argument) was cut "
+                    "in place there (mask &= ..., masked_fill_), which changed the kept one "
+                    "too; with causal=True make a new tensor, mask = mask & (offset >= 0), or "
+                    "build the band afresh in each call"
+                )
+        return again
 
     def diagnose(self, got, want, case):  # a band of another width: window // 2, a number
         n, window = case.args
