@@ -10,7 +10,14 @@ from torch import nn
 
 from ....multihead import MultiHeadAttention
 from ...core import Case, exercise_name
-from ..common import ModuleTask, randn, residual_sublayers, without_dropout
+from ..common import (
+    KEPT_INPUTS,
+    ModuleTask,
+    call_on_other_inputs,
+    randn,
+    residual_sublayers,
+    without_dropout,
+)
 
 ALWAYS_POST_NORM = (
     "norm_first is ignored: your layer is post-norm even with norm_first=True, which asks "
@@ -113,6 +120,13 @@ NORM_OF_NORMED_X = (
     "x = norm(x + sublayer(x)) with x itself in the residual, pre-norm (norm_first=True) "
     "x = x + sublayer(norm(x)) with the sum left as it is"
 )
+MASK_KEPT = (
+    "your layer kept the mask of an earlier call (on self, in a mutable default argument or in "
+    "a global): each call must use the mask it is given, as a new batch brings new padding and "
+    "a new length its own causal mask; keep no mask between calls"
+)
+MEMORY_KEPT = KEPT_INPUTS.replace("your module", "your layer")
+
 GELU_AS_TANH = (
     "activation='gelu' is the exact GELU, F.gelu(h); the tanh approximation "
     "(approximate='tanh') is 'gelu_tanh'"
@@ -193,6 +207,12 @@ class WrongLayer(nn.Module):
 
     def layer(self, x, memory, self_mask, memory_mask):
         mistake = self.mistake
+        if mistake == "mask_kept":  # the first call's masks, kept on self for the next ones
+            self_mask, memory_mask = self.__dict__.setdefault("kept", (self_mask, memory_mask))
+        if mistake == "self_mask_kept":  # the causal one alone ("it is the same every time")
+            self_mask = self.__dict__.setdefault("kept", self_mask)
+        if mistake == "memory_kept":  # "memory is the same at every decoding step"
+            memory = self.__dict__.setdefault("kept", memory)
         if mistake == "masks_swapped":
             self_mask, memory_mask = memory_mask, self_mask
         if mistake in ("mask_inverted", "masks_inverted", "self_mask_inverted"):
@@ -296,7 +316,8 @@ class LayerTask(ModuleTask):
         kwargs.update(case.data["kwargs"])
         return tuple(case.data["sizes"]), kwargs
 
-    def run(self, module, case):
+    def run(self, module, case):  # a first call on other inputs: a mask or memory kept shows
+        call_on_other_inputs(module, case.args, case.kwargs)
         return without_dropout(module, list(case.args), case.kwargs, "layer")
 
     def diagnose(self, got, want, case):  # the course's attention gives 0, not NaN, there
