@@ -127,6 +127,17 @@ MASK_KEPT = (
 )
 MEMORY_KEPT = KEPT_INPUTS.replace("your module", "your layer")
 
+
+def mode_mixed(sublayer: str) -> str:
+    """The hint for one sub-layer written in the other norm mode than the layer's others."""
+    return (
+        f"your {sublayer} sub-layer is in the other norm mode than the rest of the layer (a line "
+        "copied from the other branch of `if self.norm_first`): with norm_first=True every "
+        "sub-layer is pre-norm, x = x + sublayer(norm(x)); with norm_first=False every one is "
+        "post-norm, x = norm(x + sublayer(x)), the " + sublayer + "'s included"
+    )
+
+
 GELU_AS_TANH = (
     "activation='gelu' is the exact GELU, F.gelu(h); the tanh approximation "
     "(approximate='tanh') is 'gelu_tanh'"
@@ -279,6 +290,12 @@ class WrongLayer(nn.Module):
             for norm, run in steps:
                 h = norm(x)
                 x = norm(h + run(h if mistake == "norm_sandwich" else x))
+            return x
+        other = {"mode_mixed_attn": 0, "mode_mixed_cross": 1, "mode_mixed_ffn": len(steps) - 1}
+        if mistake in other:  # one sub-layer's line copied from the other norm_first branch
+            for i, (norm, run) in enumerate(steps):
+                pre = self.norm_first != (i == other[mistake])
+                x = x + run(norm(x)) if pre else norm(x + run(x))
             return x
         if mistake == "activation_on_sum":  # activate(x + ffn(...)): inside post-norm's norm
             norm, run = steps[-1]
