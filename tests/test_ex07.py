@@ -1934,3 +1934,109 @@ def test_l16_a_layer_normalising_before_and_after_is_named(task_id, base, form):
             assert r.status == "failed" and words in r.feedback, (seed, r.feedback)
     finally:
         grading.NOTEBOOK_SEED = 0
+
+
+# ---- hunt 17: state kept between forwards, and one sub-layer in the other norm mode -----------
+
+
+class DecMasksKept(DecLearner):  # the first call's masks kept on self: passed all 8 checks
+    kept = "masks"
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if self.kept == "masks":
+            self_mask, memory_mask = self.__dict__.setdefault("masks", (self_mask, memory_mask))
+        elif self.kept == "causal":  # "the causal mask is the same at every step"
+            self_mask = self.__dict__.setdefault("causal", self_mask)
+        else:  # memory: was told "no gradient reaches the input memory ... .detach()"
+            if getattr(self, "memory", None) is None:
+                self.memory = memory
+            memory = self.memory
+        return super().forward(x, memory, self_mask, memory_mask)
+
+
+class EncMaskKept(EncoderLayerByHand):  # masks cached by shape in a mutable default argument
+    def forward(self, x, mask=None, _cache={}):  # noqa: B006
+        if mask is not None:
+            mask = _cache.setdefault(tuple(mask.shape), mask)
+        return super().forward(x, mask)
+
+
+def _hidden_seed_results(task_id, learner, seeds=(0, 1, 2)):
+    task = get_task(task_id)
+    for seed in seeds:
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        yield seed, judge(task, cases, run_cases(task, learner, cases))
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex07.DecoderLayer", type("Dec", (DecMasksKept,), {"kept": "masks"}), "kept the mask"),
+        ("ex07.DecoderLayer", type("Dec", (DecMasksKept,), {"kept": "causal"}), "kept the mask"),
+        ("ex07.DecoderLayer", type("Dec", (DecMasksKept,), {"kept": "memory"}), "kept an input"),
+        ("ex07.EncoderLayer", EncMaskKept, "kept the mask"),
+    ],
+)
+def test_h17_a_mask_or_memory_kept_from_the_first_forward_fails_and_is_named(
+    task_id, learner, words
+):
+    result = status(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+    for seed, hidden in _hidden_seed_results(task_id, learner):
+        assert hidden.status == "failed" and words in hidden.feedback, (seed, hidden.feedback)
+
+
+def _mixed_modes(base, other):
+    """A layer whose sub-layer number `other` (-1: the last; None: none) is in the other norm
+    mode."""
+
+    class Mixed(base):
+        def forward(self, x, *args, **kwargs):
+            steps = self.steps(*args, **kwargs)
+            for i, (norm, sublayer) in enumerate(steps):
+                pre = self.norm_first != (other is not None and i == other % len(steps))
+                x = x + sublayer(norm(x)) if pre else norm(x + sublayer(x))
+            return x
+
+    return Mixed
+
+
+class EncSteps(EncoderLayerByHand):
+    def steps(self, mask=None):
+        return [
+            (self.norm1, lambda h: self.self_attn(h, h, h, mask=mask)[0]),
+            (self.norm2, lambda h: self.linear2(self.act(self.linear1(h)))),
+        ]
+
+
+class DecSteps(DecLearner):
+    def steps(self, memory, self_mask=None, memory_mask=None):
+        return [
+            (self.norm1, lambda h: self.self_attn(h, h, h, mask=self_mask)[0]),
+            (self.norm2, lambda h: self.multihead_attn(h, memory, memory, mask=memory_mask)[0]),
+            (self.norm3, lambda h: self.linear2(F.relu(self.linear1(h)))),
+        ]
+
+
+@pytest.mark.parametrize(
+    "task_id, base, other, words",
+    [
+        ("ex07.EncoderLayer", EncSteps, 0, "your self-attention sub-layer is in the other"),
+        ("ex07.EncoderLayer", EncSteps, -1, "your feed-forward sub-layer is in the other"),
+        ("ex07.DecoderLayer", DecSteps, 0, "your self-attention sub-layer is in the other"),
+        ("ex07.DecoderLayer", DecSteps, 1, "your cross-attention sub-layer is in the other"),
+        ("ex07.DecoderLayer", DecSteps, -1, "your feed-forward sub-layer is in the other"),
+    ],
+)
+def test_h17_one_sub_layer_in_the_other_norm_mode_is_named(task_id, base, other, words):
+    # before: 'None of the usual single mistakes gives this result'
+    result = status(task_id, _mixed_modes(base, other))
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize(
+    "task_id, base", [("ex07.EncoderLayer", EncSteps), ("ex07.DecoderLayer", DecSteps)]
+)
+def test_h17_the_step_by_step_layers_pass_in_one_mode(task_id, base):
+    result = status(task_id, _mixed_modes(base, None))
+    assert result.status == "passed", result.feedback

@@ -10,7 +10,14 @@ from torch import nn
 
 from ....multihead import MultiHeadAttention
 from ...core import Case, exercise_name
-from ..common import ModuleTask, randn, residual_sublayers, without_dropout
+from ..common import (
+    KEPT_INPUTS,
+    ModuleTask,
+    call_on_other_inputs,
+    randn,
+    residual_sublayers,
+    without_dropout,
+)
 
 ALWAYS_POST_NORM = (
     "norm_first is ignored: your layer is post-norm even with norm_first=True, which asks "
@@ -113,6 +120,24 @@ NORM_OF_NORMED_X = (
     "x = norm(x + sublayer(x)) with x itself in the residual, pre-norm (norm_first=True) "
     "x = x + sublayer(norm(x)) with the sum left as it is"
 )
+MASK_KEPT = (
+    "your layer kept the mask of an earlier call (on self, in a mutable default argument or in "
+    "a global): each call must use the mask it is given, as a new batch brings new padding and "
+    "a new length its own causal mask; keep no mask between calls"
+)
+MEMORY_KEPT = KEPT_INPUTS.replace("your module", "your layer")
+
+
+def mode_mixed(sublayer: str) -> str:
+    """The hint for one sub-layer written in the other norm mode than the layer's others."""
+    return (
+        f"your {sublayer} sub-layer is in the other norm mode than the rest of the layer (a line "
+        "copied from the other branch of `if self.norm_first`): with norm_first=True every "
+        "sub-layer is pre-norm, x = x + sublayer(norm(x)); with norm_first=False every one is "
+        "post-norm, x = norm(x + sublayer(x)), the " + sublayer + "'s included"
+    )
+
+
 GELU_AS_TANH = (
     "activation='gelu' is the exact GELU, F.gelu(h); the tanh approximation "
     "(approximate='tanh') is 'gelu_tanh'"
@@ -193,6 +218,12 @@ class WrongLayer(nn.Module):
 
     def layer(self, x, memory, self_mask, memory_mask):
         mistake = self.mistake
+        if mistake == "mask_kept":  # the first call's masks, kept on self for the next ones
+            self_mask, memory_mask = self.__dict__.setdefault("kept", (self_mask, memory_mask))
+        if mistake == "self_mask_kept":  # the causal one alone ("it is the same every time")
+            self_mask = self.__dict__.setdefault("kept", self_mask)
+        if mistake == "memory_kept":  # "memory is the same at every decoding step"
+            memory = self.__dict__.setdefault("kept", memory)
         if mistake == "masks_swapped":
             self_mask, memory_mask = memory_mask, self_mask
         if mistake in ("mask_inverted", "masks_inverted", "self_mask_inverted"):
@@ -260,6 +291,12 @@ class WrongLayer(nn.Module):
                 h = norm(x)
                 x = norm(h + run(h if mistake == "norm_sandwich" else x))
             return x
+        other = {"mode_mixed_attn": 0, "mode_mixed_cross": 1, "mode_mixed_ffn": len(steps) - 1}
+        if mistake in other:  # one sub-layer's line copied from the other norm_first branch
+            for i, (norm, run) in enumerate(steps):
+                pre = self.norm_first != (i == other[mistake])
+                x = x + run(norm(x)) if pre else norm(x + run(x))
+            return x
         if mistake == "activation_on_sum":  # activate(x + ffn(...)): inside post-norm's norm
             norm, run = steps[-1]
             steps[-1] = (norm if self.norm_first else lambda s: norm(activation(s)), run)
@@ -296,7 +333,8 @@ class LayerTask(ModuleTask):
         kwargs.update(case.data["kwargs"])
         return tuple(case.data["sizes"]), kwargs
 
-    def run(self, module, case):
+    def run(self, module, case):  # a first call on other inputs: a mask or memory kept shows
+        call_on_other_inputs(module, case.args, case.kwargs)
         return without_dropout(module, list(case.args), case.kwargs, "layer")
 
     def diagnose(self, got, want, case):  # the course's attention gives 0, not NaN, there

@@ -117,6 +117,12 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "activation_on_sum": layers.ACTIVATION_ON_SUM,
     "norm_sandwich": layers.NORM_SANDWICH,
     "norm_of_normed_x": layers.NORM_OF_NORMED_X,
+    "mode_mixed_attn": layers.mode_mixed("self-attention"),
+    "mode_mixed_cross": layers.mode_mixed("cross-attention"),
+    "mode_mixed_ffn": layers.mode_mixed("feed-forward"),
+    "mask_kept": layers.MASK_KEPT,
+    "self_mask_kept": layers.MASK_KEPT,
+    "memory_kept": layers.MEMORY_KEPT,
 }
 
 

@@ -66,6 +66,9 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "activation_on_sum": layers.ACTIVATION_ON_SUM,
     "norm_sandwich": layers.NORM_SANDWICH,
     "norm_of_normed_x": layers.NORM_OF_NORMED_X,
+    "mode_mixed_attn": layers.mode_mixed("self-attention"),
+    "mode_mixed_ffn": layers.mode_mixed("feed-forward"),
+    "mask_kept": layers.MASK_KEPT,
 }
 
 
