@@ -1670,3 +1670,22 @@ def test_h3_a_mask_viewed_to_four_axes_is_named():
     # before: PyTorch's bare "shape '[3, 1, 2, 6]' is invalid for input of size 18"
     status, feedback = status_and_feedback("ex03.MultiHeadAttention", _H3MaskViewed)
     assert status == "failed" and "mask.view(batch, 1, n_q, n_k)" in feedback, feedback
+
+
+_KEPT_MERGED = {}
+
+
+def merge_heads_result_kept_by_shape(x):
+    batch, num_heads, seq, d_head = x.shape
+    merged = x.transpose(1, 2).reshape(batch, seq, num_heads * d_head)
+    return _KEPT_MERGED.setdefault(tuple(x.shape), merged)  # the slip: the first result, kept
+
+
+def test_a_merge_that_returns_a_result_kept_from_an_earlier_call_is_told_so():
+    # before: 'no gradient reaches x ... look for .detach(), torch.no_grad(), ...', a list of
+    # causes none of which is in the code; the gradient check (core) now names the cache too
+    _KEPT_MERGED.clear()
+    graded = check_result("ex03.merge_heads", merge_heads_result_kept_by_shape)
+    assert graded.status == "failed", graded.feedback
+    assert "no gradient reaches x" in graded.feedback, graded.feedback
+    assert "kept from an earlier call" in graded.feedback, graded.feedback

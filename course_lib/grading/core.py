@@ -658,7 +658,9 @@ def compare_gradients(got: dict | None, want: dict) -> str | None:
             "could never change what lies behind it. Hint: something cuts the graph: look for "
             ".detach(), torch.no_grad(), .data, .item() or torch.tensor(...) rebuilding a "
             "tensor, or a parameter made with requires_grad=False; compute with tensor "
-            "operations on the inputs and parameters themselves"
+            "operations on the inputs and parameters themselves. A result kept from an earlier "
+            "call (a dict or default argument that caches it by shape) is made of that call's "
+            "tensors, not these: compute it anew at every call"
         )
     for name, grad in want.items():
         mine = got.get(name)
