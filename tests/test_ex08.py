@@ -1448,3 +1448,65 @@ def test_a_loss_keeping_its_mask_between_calls_fails():
     result = status("ex08.label_smoothing_loss", loss)
     assert result.status == "failed", result.feedback
     assert "keeps something from an earlier call" in result.feedback
+
+
+def _ls_weighted(logits, target, ignore_index, on_target, on_every_class):
+    """on_target * -log p_target + on_every_class * -log p summed over the vocabulary, averaged
+    over the real tokens."""
+    keep = target != ignore_index
+    log_probs = logits.log_softmax(-1)
+    nll = -log_probs.gather(-1, target.masked_fill(~keep, 0).unsqueeze(-1)).squeeze(-1)
+    per_token = on_target * nll - on_every_class * log_probs.sum(-1)
+    return (per_token * keep).sum() / keep.sum()
+
+
+HUNT_17 = [
+    # every exponent written with floor division (-1 // 2 is -1, -3 // 2 is -2): no hint
+    (
+        "ex08.noam_lr",
+        lambda step, d_model, warmup: (
+            d_model ** (-1 // 2) * min(step ** (-1 // 2), step * warmup ** (-3 // 2))
+        ),
+        "// is floor division",
+    ),
+    # warmup ** (-3 // 2) alone (warmup^-2): no hint
+    (
+        "ex08.noam_lr",
+        lambda step, d_model, warmup: d_model**-0.5 * min(step**-0.5, step * warmup ** (-3 // 2)),
+        "-3 // 2 is -2",
+    ),
+    # a multiplier that peaks at 1 (LambdaLR's shape): told "the lesson's factor"
+    (
+        "ex08.noam_lr",
+        lambda step, d_model, warmup: min(step / warmup, (warmup / step) ** 0.5),
+        "your rate peaks at 1",
+    ),  # the target's smoothing / vocab share counted twice: "None of the usual single mistakes"
+    (
+        "ex08.label_smoothing_loss",
+        lambda logits, target, smoothing, ignore_index: _ls_weighted(
+            logits,
+            target,
+            ignore_index,
+            1 - smoothing + smoothing / logits.shape[-1],
+            smoothing / logits.shape[-1],
+        ),
+        "got its smoothing / vocab share twice",
+    ),
+    # smoothing / (vocab - 1) on every class: "None of the usual single mistakes"
+    (
+        "ex08.label_smoothing_loss",
+        lambda logits, target, smoothing, ignore_index: _ls_weighted(
+            logits, target, ignore_index, 1 - smoothing, smoothing / (logits.shape[-1] - 1)
+        ),
+        "on EVERY class puts more than smoothing",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("task_id", "impl", "words"), HUNT_17, ids=[f"{t}-{i}" for i, (t, _, _) in enumerate(HUNT_17)]
+)
+def test_slips_of_hunt_17_get_their_hint(task_id, impl, words):
+    result = status(task_id, impl)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+    assert "more than one thing" not in result.feedback

@@ -77,6 +77,15 @@ MISTAKES = {
     "not the vocabulary: take vocab = logits.shape[-1] (or the mean of -log p over dim=-1)",
     "gather_no_unsqueeze": "gather takes an index with as many dimensions as the "
     "log-probabilities: pass target.unsqueeze(-1), (..., 1), and squeeze(-1) what it returns",
+    # (1 - smoothing + smoothing / vocab) * nll - smoothing / vocab * log_probs.sum(-1): no hint
+    "target_counted_twice": "the correct class got its smoothing / vocab share twice: the "
+    "smoothed target puts 1 - smoothing + smoothing / vocab on it IN ALL, so write "
+    "(1 - smoothing) * (-log p_target) + smoothing * mean(-log p) over every class (the mean "
+    "already holds the target's share)",
+    # smoothing * -log_probs.sum(-1) / (vocab - 1): no hint
+    "spread_all_over_vocab_minus_one": "smoothing / (vocab - 1) on EVERY class puts more than "
+    "smoothing in all; F.cross_entropy spreads smoothing / vocab over every class, the correct "
+    "one included: smoothing * the mean of -log p over the vocabulary",
     "smoothing_detached": "a term of your loss is detached (.detach(), .item(), torch.no_grad()): "
     "its value is right, but no gradient flows through it, so training would not feel it; "
     "compute every term from the logits with tensor operations",
@@ -118,6 +127,8 @@ def wrong_label_smoothing(logits, target, smoothing, ignore_index, *, mistake=""
             "smoothing_from_logits": -logits.mean(dim=-1),
             "smoothing_detached": -log_probs.detach().mean(dim=-1),
             "vocab_from_dim1": total / logits.shape[1],
+            "target_counted_twice": (total + nll) / vocab,
+            "spread_all_over_vocab_minus_one": total / (vocab - 1),
         }.get(mistake, -log_probs.mean(dim=-1))
         if mistake.startswith("pad_column") and 0 <= ignore_index < vocab:  # no smoothing on pad
             rest = total + log_probs[..., ignore_index]  # -log p over every class but <pad>

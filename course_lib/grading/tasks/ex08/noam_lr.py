@@ -10,6 +10,10 @@ MINUS_ONE_HALF = (
     "** binds tighter than /: x**-1/2 is (x**-1) / 2, not x^-0.5; write x**-0.5 and "
     "warmup**-1.5 (or x**(-1/2))"
 )
+FLOOR_EXPONENT = (
+    "// is floor division: -1 // 2 is -1 and -3 // 2 is -2, so x ** (-1 // 2) is 1 / x; write "
+    "the exponents as -0.5 and -1.5 (or -1 / 2 and -3 / 2, with /)"
+)
 MISTAKES = {
     "no_warmup": "your rate does not rise during the warm-up: the rising branch is missing or "
     "too large (warmup^-1.5 = 1 / warmup^1.5, not warmup^1.5); take the min of step^-0.5 "
@@ -45,6 +49,13 @@ MISTAKES = {
     "step * warmup ** -1.5, step times warmup^-1.5 (** binds tighter than *, so no brackets)",
     "rise_swapped": "the rising term is step * warmup**-1.5 (it grows with step during the "
     "warm-up); warmup * step**-1.5 falls from the first step, so your rate never rises",
+    "floor_exponents": FLOOR_EXPONENT,  # d_model ** (-1 // 2) * min(step ** (-1 // 2), ...)
+    "warmup_floor_exponent": FLOOR_EXPONENT,  # warmup ** (-3 // 2) alone: was told nothing
+    # min(step / warmup, (warmup / step) ** 0.5): was told "the lesson's factor"
+    "peak_one": "your rate peaks at 1, at step = warmup: min(step / warmup, (warmup / step) ** "
+    "0.5) is the shape alone (a LambdaLR multiplier); the task's rate is the paper's, "
+    "d_model**-0.5 * min(step**-0.5, step * warmup**-1.5), which peaks at "
+    "(d_model * warmup)**-0.5",
 }
 
 
@@ -58,6 +69,7 @@ def wrong_noam_lr(step, d_model, warmup, *, mistake=""):
         "step_exponent": step**-1.0,
         "step_minus_one_half": step**-1 / 2,
         "flat_after_peak": warmup**-0.5,
+        "floor_exponents": step ** (-1 // 2),
     }
     decay = decay.get(mistake, step**-0.5)
     rise = {
@@ -65,6 +77,8 @@ def wrong_noam_lr(step, d_model, warmup, *, mistake=""):
         "warmup_minus_three_halves": warmup**-3 / 2,
         "rise_over_warmup": warmup**-1.0,
         "rise_grouped": step**-2.5 * warmup**-1.5,  # times step: (step * warmup) ** -1.5
+        "floor_exponents": warmup ** (-3 // 2),
+        "warmup_floor_exponent": warmup ** (-3 // 2),
     }
     rise = step * rise.get(mistake, warmup**-1.5)
     rise = warmup * step**-1.5 if mistake == "rise_swapped" else rise
@@ -73,6 +87,8 @@ def wrong_noam_lr(step, d_model, warmup, *, mistake=""):
         "no_d_model_factor": 1.0,
         "d_model_inverse": 1 / d_model,
         "d_model_minus_one_half": d_model**-1 / 2,
+        "floor_exponents": d_model ** (-1 // 2),
+        "peak_one": warmup**0.5,  # warmup**0.5 * min(...) = min(step / warmup, ...)
     }
     scale = scale.get(mistake, d_model**-0.5)
     if mistake == "no_warmup":
