@@ -1132,3 +1132,134 @@ def test_an_earlier_copy_found_by_its_token_is_told_that_tokens_repeat(solution,
     assert result.status == "failed", result.feedback
     assert "tokens repeating within each copy" in result.feedback
     assert "The earlier copy is a position, i - T" in result.feedback
+
+
+# Hunt 17: full marks before, as ablate_head had no forward that raises, no second call on a
+# model, and induction_scores no model in training mode.
+def _ablate_mode_put_back_after_success(solution):
+    """model.eval(), the mode put back after the forwards but not in a `finally`."""
+
+    def ablate_head(model, ids, layer, head):
+        was = model.training
+        model.eval()
+        result = solution["ablate_head"](model, ids, layer, head)
+        model.train(was)
+        return result
+
+    return ablate_head
+
+
+def _ablate_hook_first_without_finally(solution):
+    """The ablated run first, its hook removed after a forward that succeeded."""
+    return _solution_with(
+        solution,
+        "ablate_head",
+        (
+            "    clean = mean_loss()\n"
+            "    handle = model.layers[layer].self_attn.out_proj.register_forward_pre_hook("
+            "zero_head)\n"
+            "    try:\n"
+            "        ablated = mean_loss()\n"
+            "    finally:\n"
+            "        handle.remove()\n",
+            "    handle = model.layers[layer].self_attn.out_proj.register_forward_pre_hook("
+            "zero_head)\n"
+            "    ablated = mean_loss()\n"
+            "    handle.remove()\n"
+            "    clean = mean_loss()\n",
+        ),
+    )
+
+
+def _ablate_weights_restored_without_finally(solution):
+    """out_proj's columns zeroed for the ablated run (first), restored after it succeeded."""
+
+    def ablate_head(model, ids, layer, head):
+        d_head = model.config.d_model // model.config.num_heads
+        weight = model.layers[layer].self_attn.out_proj.weight
+        saved = weight.detach().clone()
+
+        def loss():
+            with torch.no_grad():
+                logits = model(ids)
+            return torch.nn.functional.cross_entropy(
+                logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()
+            )
+
+        with torch.no_grad():
+            weight[:, head * d_head : (head + 1) * d_head] = 0.0
+        ablated = loss()
+        with torch.no_grad():
+            weight.copy_(saved)
+        return (ablated - loss()).item()
+
+    return ablate_head
+
+
+def _ablate_with_a_cache(key):
+    """The clean loss kept between calls, by ids.shape or by the model."""
+    cache: dict = {}
+
+    def ablate_head(model, ids, layer, head):
+        d_head = model.config.d_model // model.config.num_heads
+
+        def loss():
+            with torch.no_grad():
+                logits = model(ids)
+            return torch.nn.functional.cross_entropy(
+                logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()
+            )
+
+        def zero_head(module, args):
+            z = args[0].clone()
+            z[..., head * d_head : (head + 1) * d_head] = 0.0
+            return (z,)
+
+        k = tuple(ids.shape) if key == "shape" else model
+        if k not in cache:
+            cache[k] = loss()
+        handle = model.layers[layer].self_attn.out_proj.register_forward_pre_hook(zero_head)
+        try:
+            ablated = loss()
+        finally:
+            handle.remove()
+        return (ablated - cache[k]).item()
+
+    return ablate_head
+
+
+def _induction_in_eval_mode(solution):
+    def induction_scores(model, ids):
+        model.eval()
+        return solution["induction_scores"](model, ids)
+
+    return induction_scores
+
+
+HUNT17 = [  # task, the learner's function, a phrase of the feedback
+    ("ablate_head", _ablate_mode_put_back_after_success, "mode back only after a forward"),
+    ("ablate_head", _ablate_hook_first_without_finally, "still registered after the forward"),
+    ("ablate_head", _ablate_weights_restored_without_finally, "weights you changed were not"),
+    ("ablate_head", lambda s: _ablate_with_a_cache("shape"), "clean loss came from an earlier"),
+    ("ablate_head", lambda s: _ablate_with_a_cache("model"), "clean loss came from an earlier"),
+    ("induction_scores", _induction_in_eval_mode, "its training mode changed"),
+    ("attention_patterns", _patterns_in_eval_mode_put_back_after_success, "mode back only"),
+]
+
+
+@pytest.mark.parametrize(
+    "name,make,words",
+    HUNT17,
+    ids=["mode", "hook", "weights", "cache shape", "cache model", "induction eval", "patterns"],
+)
+@pytest.mark.parametrize("seed", [None, 1, 5])
+def test_hunt17_slips_lose_points_with_a_named_hint(solution, name, make, words, seed):
+    task = get_task(f"ex11.{name}")
+    if seed is None:  # the notebook's check
+        result = check_result(task.id, make(solution))
+    else:
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        result = judge(task, cases, run_cases(task, make(solution), cases))
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert words in result.feedback and "None of the usual" not in result.feedback
+    assert "and left the model in eval mode" not in result.feedback, result.feedback

@@ -160,6 +160,12 @@ NO_FINALLY = (
     "forward that succeeded; register the hooks and run the forward inside `try:`, and remove "
     "every handle in `finally:`"
 )
+MODE_NO_FINALLY = (  # before eval_left: on the raising case both leave the model in eval mode
+    "you put the model's mode back only after a forward that succeeded: when the forward "
+    "raises, model.train(was) never runs, and a model that came in training mode leaves in "
+    "eval mode; put it back in a `finally:`, or do not call model.eval() at all "
+    "(torch.no_grad() is all you need)"
+)
 ONE_COLUMN = (
     "head h is d_head features wide: the slice h*d_head .. (h+1)*d_head - 1 of out_proj's "
     "input, not the single feature h (slice(h, h + 1))"
@@ -201,6 +207,13 @@ CHANGES = {
         "its outputs differ from those before the call",
         "change activations with a hook that you remove in a `finally` (or restore the "
         "weights you changed), and never leave a hook registered",
+    ),
+    "outputs_after_error": (
+        "its outputs differ from those before the call after the forward raised an error (the "
+        "ids were longer than block_size): the weights you changed were not put back",
+        "restore them in the `finally:` of a `try:` around the forward (or zero the head with "
+        "a pre-hook that you remove there), so the model is restored even when the forward "
+        "fails; let the error propagate",
     ),
 }
 
@@ -255,7 +268,7 @@ class ModelTask(Task):
             with torch.no_grad():
                 after = model(probe)
             same = torch.allclose(after, before, rtol=1e-5, atol=1e-5)
-            state = "unchanged" if same else "outputs"
+            state = "unchanged" if same else "outputs_after_error" if fails else "outputs"
         if isinstance(result, torch.Tensor):
             result = result.detach()
         return None if fails else result, state

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn.functional as F
 
-from ...core import register
+from ...core import Case, register
 from ..common import randint
 from ._models import (
     LESSON,
+    MODE_NO_FINALLY,
     ONE_COLUMN,
     ModelTask,
     circuit_heads,
     circuit_spec,
     model_case,
+    raising_case,
     repeated,
 )
 
@@ -98,17 +102,27 @@ MISTAKES = {
         "your loss reads row 0 of the batch only: it is the loss over the whole batch, not row "
         "0, the mean over every row and position, logits[:, :-1] against ids[:, 1:] (flattened)"
     ),
+    "mode_no_finally": MODE_NO_FINALLY,
     "eval_left": (
         "you called model.eval() and left the model in eval mode: a model given in "
         "training mode must come back in training mode; torch.no_grad() is enough here "
         "(or restore the mode with model.train(was_training))"
     ),
+    "stale": (
+        "the clean loss came from an earlier call: a cache kept between calls (keyed by the "
+        "model, by ids.shape, or made once, a mutable default such as cache={} or a global) "
+        "serves the same model called again with other ids; compute the clean loss on every "
+        "call, with these ids"
+    ),
 }
+
+_FIRST = weakref.WeakKeyDictionary()  # "stale": the clean loss of a model's first call
 
 
 def wrong_ablation(model, ids, layer, head, *, mistake):
     """The ablated loss minus the clean one, with the named mistake."""
-    if mistake == "eval_left":
+    was = model.training
+    if mistake in ("eval_left", "mode_no_finally"):
         model.eval()
 
     def loss():
@@ -142,7 +156,7 @@ def wrong_ablation(model, ids, layer, head, *, mistake):
         if mistake == "one_column"
         else slice(which * d_head, (which + 1) * d_head)
     )
-    clean = loss()
+    clean = _FIRST.setdefault(model, loss()) if mistake == "stale" else loss()
     if mistake in ("mean", "mean_positions", "positions"):  # the head's mean, or positions zeroed
 
         def replace(module, args):
@@ -172,6 +186,8 @@ def wrong_ablation(model, ids, layer, head, *, mistake):
         with torch.no_grad():
             for weight, copy in zip(weights, saved, strict=True):
                 weight.copy_(copy)
+    if mistake == "mode_no_finally":  # put back after the forwards, so never when one raises
+        model.train(was)
     return (clean - ablated if mistake == "sign" else ablated - clean).item()
 
 
@@ -212,4 +228,16 @@ class AblateHead(ModelTask):
         ids = torch.cat([repeated(gen, 1, 10, 24), randint(gen, 24, 1, 20)])
         ind = circuit_heads(circuit["seed"])[1]
         note = f", layer={ind[0]}, head={ind[1]} (its induction head; only row 0 repeats itself)"
-        return [model_case(circuit, ids, *ind, note=note), *cases]
+        cases = [model_case(circuit, ids, *ind, note=note), *cases]
+        # drawn after those (which stay as they were): the first random GPT's case again, with
+        # other ids of the same shape after a first call on the same model (a clean loss kept
+        # between calls, by the model or by ids.shape, is stale); then ids longer than
+        # block_size, whose forward raises: a model in training mode switched to eval, a hook,
+        # or zeroed weights put back only after a forward that succeeded stay changed
+        first = cases[4]
+        twice = Case(
+            f"{first.description}, called a second time with other ids",
+            (randint(gen, 13, 3, 9), *first.args[1:]),
+            data={"model": first.data["model"], "earlier": [first.args]},
+        )
+        return [*cases, twice, raising_case(gen, "ids", lambda ids: (1, 1))]

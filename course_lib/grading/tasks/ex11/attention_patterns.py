@@ -6,7 +6,15 @@ import torch
 
 from ...core import register
 from ..common import randint
-from ._models import LESSON, ModelTask, circuit_spec, model_case, raising_case, repeated
+from ._models import (
+    LESSON,
+    MODE_NO_FINALLY,
+    ModelTask,
+    circuit_spec,
+    model_case,
+    raising_case,
+    repeated,
+)
 
 MISTAKES = {
     "no_finally": (
@@ -23,6 +31,7 @@ MISTAKES = {
         "read layer.attention: the task asks for hooks, and the model must be left as it "
         "was (the flags off)"
     ),
+    "mode_no_finally": MODE_NO_FINALLY,
     "eval_left": (
         "you called model.eval() and left the model in eval mode: a model given in "
         "training mode must come back in training mode; torch.no_grad() is enough here "
@@ -87,7 +96,8 @@ MISTAKES = {
 def wrong_patterns(model, ids, *, mistake=""):
     """(num_layers, batch, num_heads, seq, seq), with the named mistake ("": none)."""
     patterns, handles = [], []
-    if mistake == "eval_left":
+    was = model.training
+    if mistake in ("eval_left", "mode_no_finally"):
         model.eval()
 
     def ask(module, args, kwargs):
@@ -115,6 +125,8 @@ def wrong_patterns(model, ids, *, mistake=""):
         if mistake == "no_finally":  # removed after the forward, so never when it raises
             for handle in handles:
                 handle.remove()
+        if mistake == "mode_no_finally":  # put back after the forward, so never when it raises
+            model.train(was)
     except ValueError:  # the ids do not fit: "swallowed" returns instead of raising
         if mistake != "swallowed":
             raise
