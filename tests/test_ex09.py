@@ -40,10 +40,9 @@ def sample_next_inverse_cdf(logits, temperature=1.0, top_k=None, top_p=None, gen
         return logits.argmax(-1)
     probs = torch.softmax(logits.double() / temperature, dim=-1)
     sorted_probs, order = probs.sort(-1, descending=True)
-    rank = torch.arange(probs.shape[-1]).expand_as(sorted_probs)
     keep = torch.ones_like(sorted_probs, dtype=torch.bool)
-    if top_k is not None:
-        keep &= rank < top_k
+    if top_k is not None:  # #hunt17: ties with the k-th largest are kept (not rank < top_k)
+        keep &= sorted_probs >= sorted_probs[:, min(top_k, probs.shape[-1]) - 1 :][:, :1]
     if top_p is not None:
         kept = sorted_probs * keep
         kept = kept / kept.sum(-1, keepdim=True)
@@ -1717,3 +1716,41 @@ def test_a_perplexity_that_passed_with_a_partial_shape_check_is_told_the_check()
         assert result.status == "failed", (guard, cross_entropy, result.feedback)
         assert result.passed >= 9, result.feedback  # only the cases of hunt 17 fail
         assert f"Hint: {hint}" in result.feedback, (guard, cross_entropy, result.feedback)
+
+
+def _h17_sample_next(exactly_k):
+    right = _learners_sample_next("")
+
+    def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+        if exactly_k and top_k is not None and temperature > 0:  # torch.topk's k indices
+            kept = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).indices
+            keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, kept, True)
+            logits = logits.masked_fill(~keep, float("-inf"))
+        return right(logits, temperature, top_k, top_p, generator)
+
+    return sample_next
+
+
+def test_a_sample_next_that_keeps_exactly_k_tokens_on_a_tie_fails_with_its_hint():
+    # #hunt17: before, 20 of 20 checks (no case had a tie at the k-th largest logit)
+    assert status("ex09.sample_next", _h17_sample_next(False)).status == "passed"
+    result = status("ex09.sample_next", _h17_sample_next(True))
+    assert result.status == "failed", result.feedback
+    assert "[3, 2, 2, 0]" in result.feedback, result.feedback
+    assert f"Hint: {ex09.sample_next.MISTAKES['top_k_drops_ties']}" in result.feedback
+
+
+def test_the_tie_case_is_decided_by_the_distribution_not_the_seed():
+    # the case's logits are fixed, not drawn from the seed; keeping k = 2 tokens never draws the
+    # dropped tied one, whose frequency 0 is below its probability (0.212) by more than its
+    # tolerance under any draws (and token 0 comes out e / (e + 1) = 0.731, not 0.576)
+    task = get_task("ex09.sample_next")
+    for seed in (NOTEBOOK_SEED, 0, 7):
+        (case,) = [
+            c
+            for c in task.cases(torch.Generator().manual_seed(seed))
+            if "[3, 2, 2, 0]" in c.description
+        ]
+        probs = task.expected(case)["exact"][0]
+        assert torch.allclose(probs[1], probs[2]) and int((probs > 0).sum()) == 3
+        assert bool((probs[1:3] > 5 * exact_tolerance(probs[1:3])).all()), probs
