@@ -40,10 +40,9 @@ def sample_next_inverse_cdf(logits, temperature=1.0, top_k=None, top_p=None, gen
         return logits.argmax(-1)
     probs = torch.softmax(logits.double() / temperature, dim=-1)
     sorted_probs, order = probs.sort(-1, descending=True)
-    rank = torch.arange(probs.shape[-1]).expand_as(sorted_probs)
     keep = torch.ones_like(sorted_probs, dtype=torch.bool)
-    if top_k is not None:
-        keep &= rank < top_k
+    if top_k is not None:  # #hunt17: ties with the k-th largest are kept (not rank < top_k)
+        keep &= sorted_probs >= sorted_probs[:, min(top_k, probs.shape[-1]) - 1 :][:, :1]
     if top_p is not None:
         kept = sorted_probs * keep
         kept = kept / kept.sum(-1, keepdim=True)
@@ -1644,3 +1643,114 @@ def test_a_generate_that_divides_by_temperature_zero_too_is_named():
     result = status("ex09.generate", _generate_tempered_twice_greedy_too)
     hint = ex09.generate.MISTAKES["temperature_twice"]
     assert result.status == "failed" and f"Hint: {hint}" in result.feedback, result.feedback
+
+
+# ---- hunt 17: a partial shape check in perplexity, ties at the k-th logit in sample_next -------
+
+
+def _h17_perplexity(guard, cross_entropy):
+    """A learner's perplexity whose shape check compares one part of the shapes (the slip), or
+    the whole shapes (guard "whole")."""
+
+    def perplexity(logits, targets):
+        bad = {
+            "last axis": targets.shape[-1] != logits.shape[-2],
+            "batch axis": targets.shape[0] != logits.shape[0],
+            "axes": targets.dim() != logits.dim() - 1,
+            "axes and last": targets.dim() != logits.dim() - 1
+            or targets.shape[-1] != logits.shape[-2],
+            "whole": targets.shape != logits.shape[:-1],
+        }[guard]
+        if bad:
+            raise ValueError(f"targets {tuple(targets.shape)} do not fit {tuple(logits.shape)}")
+        if cross_entropy:  # PyTorch's own ValueError when the counts differ
+            vocab = logits.shape[-1]
+            return F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1)).exp()
+        nll = -logits.log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        return nll.mean().exp()
+
+    return perplexity
+
+
+@pytest.mark.parametrize("cross_entropy", [False, True])
+@pytest.mark.parametrize(
+    ("guard", "row"),
+    [
+        # before: 9 of 9 (with cross_entropy or gather), the batch axis alone with cross_entropy
+        ("last axis", "_LAST_AXIS_ONLY"),
+        ("batch axis", "_LAST_AXIS_ONLY"),
+        # before: 9 of 9 with cross_entropy (the axes and the last one: with gather too)
+        ("axes", "_AXES_COUNT_ONLY"),
+        ("axes and last", "_AXES_COUNT_ONLY"),
+    ],
+)
+def test_a_perplexity_with_a_partial_shape_check_fails_on_every_seed_with_its_hint(
+    guard, cross_entropy, row
+):
+    assert status("ex09.perplexity", _h17_perplexity("whole", cross_entropy)).status == "passed"
+    hint = getattr(ex09.perplexity, row)
+    task = get_task("ex09.perplexity")
+    learner = _h17_perplexity(guard, cross_entropy)
+    notebook = check_result("ex09.perplexity", learner)
+    assert notebook.status == "failed", notebook.feedback
+    for seed in (NOTEBOOK_SEED, 7):  # the case that names this check, on its own
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        (case,) = [c for c in cases if c.data.get("partial_check") == hint]
+        result = judge(task, [case], run_cases(task, learner, [case]))
+        assert result.status == "failed", result.feedback
+        assert f"Hint: {hint}" in result.feedback, result.feedback
+
+
+def test_a_perplexity_that_passed_with_a_partial_shape_check_is_told_the_check():
+    # #hunt17: each of these scored 9 of 9 before; now the first failure names the check
+    for guard, cross_entropy, row in [
+        ("last axis", False, "_LAST_AXIS_ONLY"),
+        ("last axis", True, "_LAST_AXIS_ONLY"),
+        ("batch axis", True, "_LAST_AXIS_ONLY"),
+        ("axes", True, "_AXES_COUNT_ONLY"),
+        ("axes and last", False, "_AXES_COUNT_ONLY"),
+        ("axes and last", True, "_AXES_COUNT_ONLY"),
+    ]:
+        result = status("ex09.perplexity", _h17_perplexity(guard, cross_entropy))
+        hint = getattr(ex09.perplexity, row)
+        assert result.status == "failed", (guard, cross_entropy, result.feedback)
+        assert result.passed >= 9, result.feedback  # only the cases of hunt 17 fail
+        assert f"Hint: {hint}" in result.feedback, (guard, cross_entropy, result.feedback)
+
+
+def _h17_sample_next(exactly_k):
+    right = _learners_sample_next("")
+
+    def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+        if exactly_k and top_k is not None and temperature > 0:  # torch.topk's k indices
+            kept = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).indices
+            keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, kept, True)
+            logits = logits.masked_fill(~keep, float("-inf"))
+        return right(logits, temperature, top_k, top_p, generator)
+
+    return sample_next
+
+
+def test_a_sample_next_that_keeps_exactly_k_tokens_on_a_tie_fails_with_its_hint():
+    # #hunt17: before, 20 of 20 checks (no case had a tie at the k-th largest logit)
+    assert status("ex09.sample_next", _h17_sample_next(False)).status == "passed"
+    result = status("ex09.sample_next", _h17_sample_next(True))
+    assert result.status == "failed", result.feedback
+    assert "[3, 2, 2, 0]" in result.feedback, result.feedback
+    assert f"Hint: {ex09.sample_next.MISTAKES['top_k_drops_ties']}" in result.feedback
+
+
+def test_the_tie_case_is_decided_by_the_distribution_not_the_seed():
+    # the case's logits are fixed, not drawn from the seed; keeping k = 2 tokens never draws the
+    # dropped tied one, whose frequency 0 is below its probability (0.212) by more than its
+    # tolerance under any draws (and token 0 comes out e / (e + 1) = 0.731, not 0.576)
+    task = get_task("ex09.sample_next")
+    for seed in (NOTEBOOK_SEED, 0, 7):
+        (case,) = [
+            c
+            for c in task.cases(torch.Generator().manual_seed(seed))
+            if "[3, 2, 2, 0]" in c.description
+        ]
+        probs = task.expected(case)["exact"][0]
+        assert torch.allclose(probs[1], probs[2]) and int((probs > 0).sum()) == 3
+        assert bool((probs[1:3] > 5 * exact_tolerance(probs[1:3])).all()), probs

@@ -43,6 +43,47 @@ MISTAKES = {
 }
 
 
+# #hunt17: the shape checks that let a case with targets of the wrong shape through
+_WHOLE_SHAPE = (
+    "compare the whole shapes, targets.shape != logits.shape[:-1], and raise a ValueError when "
+    "they differ"
+)
+_LAST_AXIS_ONLY = (
+    "your shape check compares only the last axis of targets with the positions of the logits "
+    "(or only the batch axis, or the number of targets): targets (2, 1, 5) passes it with one "
+    f"axis too many; {_WHOLE_SHAPE}"
+)
+_AXES_COUNT_ONLY = (
+    "your shape check compares only the number of axes (targets.dim() != logits.dim() - 1), "
+    "perhaps with the last axis, but not the batch axes: targets (3, 2, 4) passes it for logits "
+    f"(2, 3, 4, 7); {_WHOLE_SHAPE}"
+)
+
+
+def _call_partial_check(obj, case):
+    """An error case that a partial shape check lets through: any error other than a
+    ValueError, or none, is told which check is missing."""
+    try:
+        value = obj(*case.args)
+    except (ValueError, NotImplementedError):
+        raise
+    except Exception as e:  # noqa: BLE001  (gather's RuntimeError past the partial check)
+        hint = case.data["partial_check"]
+        raise GradingError(
+            f"expected a ValueError, but your code raised {type(e).__name__}: {e}. Hint: {hint}"
+        ) from None
+    raise GradingError(
+        f"expected your code to raise a ValueError, but it returned {_shown(value)}. "
+        f"Hint: {case.data['partial_check']}"
+    )
+
+
+def _shown(value) -> str:
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return f"{float(value):.4g}"
+    return f"a {type(value).__name__}"
+
+
 def _nll(logits: torch.Tensor, targets: torch.Tensor, dim: int = -1) -> torch.Tensor:
     log_probs = logits - logits.logsumexp(dim, keepdim=True)
     return -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
@@ -108,10 +149,22 @@ class PerplexityTask(Task):
                  "same shape",
                  (torch.randn(2, 5, 11, generator=gen), torch.zeros(10, dtype=torch.long)),
                  raises=ValueError),
+            # #hunt17: a check of the last axis alone (or of the batch axis alone) let it through
+            Case("targets (2, 1, 5) for logits (2, 5, 11): the same last axis and as many "
+                 "targets as positions, but one axis too many",
+                 (torch.randn(2, 5, 11, generator=gen), torch.zeros(2, 1, 5, dtype=torch.long)),
+                 raises=ValueError, data={"partial_check": _LAST_AXIS_ONLY}),
+            # #hunt17: a check of the number of axes (and of the last one) let it through
+            Case("targets (3, 2, 4) for logits (2, 3, 4, 7): as many axes, the same last axis "
+                 "and as many targets as positions, but the batch axes swapped",
+                 (torch.randn(2, 3, 4, 7, generator=gen), torch.zeros(3, 2, 4, dtype=torch.long)),
+                 raises=ValueError, data={"partial_check": _AXES_COUNT_ONLY}),
         ]
         # fmt: on
 
     def call(self, obj, case):
+        if "partial_check" in case.data:  # #hunt17: no ValueError here names the check it lacks
+            return _call_partial_check(obj, case)
         try:
             return obj(*case.args)
         except Exception as e:  # noqa: BLE001  (any error on 2-D or 4-D logits, ValueError too)

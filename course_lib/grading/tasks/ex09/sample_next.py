@@ -102,6 +102,9 @@ MISTAKES = {
     "tiny_temperature_greedy": "only temperature=0 is greedy (step 1): any positive temperature, "
     "however small, still samples from softmax(logits / temperature), where tokens tied for "
     "the largest logit share the draws; the arg-max gives them all to one token",
+    "top_k_drops_ties": "you keep exactly k tokens (torch.topk's indices): tokens tied with "
+    "the k-th largest logit are kept too (step 3), so mask only the logits strictly below the "
+    "k-th largest value, logits < torch.topk(logits, k, dim=-1).values[:, -1:]",
     "softmax_overflows": "your softmax overflows: at a small temperature the tempered logits are "
     "huge (3 / 1e-4 = 30000), exp gives inf, and inf / inf is NaN, which torch.multinomial "
     "refuses; subtract each row's largest logit before exp (logits - logits.amax(-1, "
@@ -129,6 +132,12 @@ def wrong_sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator
         kth = kth.min() if mistake == "top_k_one_threshold" else kth  # (batch,) or the lowest
         logits = logits.masked_fill(logits < kth, float("-inf"))
         top_k = None  # filtered here, not again below
+    if top_k is not None and mistake == "top_k_drops_ties":  # k indices: one of a tie dropped
+        kept = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).indices
+        logits = logits.masked_fill(
+            ~torch.zeros_like(logits, dtype=torch.bool).scatter(-1, kept, True), float("-inf")
+        )
+        top_k = None
     if top_k is not None and mistake == "top_k_keeps_k_plus_1":  # sorted[:, k] as the k-th
         top_k = top_k + 1
     if top_k is not None and mistake == "top_k_keeps_k_minus_1":
@@ -206,6 +215,10 @@ class SampleNextTask(Task):
             Case("top_k=1 (only the most likely token), logits (2, 7)", (rand,), {"top_k": 1}),
             Case("top_k=2, two rows whose 2nd largest logits differ by 1, logits (2, 8)",
                  (torch.stack([row8, row8 - 1.0]),), {"top_k": 2}),
+            # #hunt17: torch.topk's k indices (exactly k tokens) scored full marks
+            Case("top_k=2 on logits (1, 4) [3, 2, 2, 0]: the 2nd and 3rd largest are tied, so "
+                 "both are kept (3 tokens)", (torch.tensor([[3.0, 2.0, 2.0, 0.0]]),),
+                 {"top_k": 2}),
             Case("top_p=0.7 with probabilities 0.4, 0.25, 0.15, ...: keeps 3 tokens",
                  (row6[None],), {"top_p": 0.7}),
             Case("top_p=0.5, logits (2, 8), float64", (two.double(),), {"top_p": 0.5}),
