@@ -8,8 +8,8 @@
                            lesson 09 first reaches it (`sampling.perplexity`)
 
 Filtering order (as Hugging Face `generate` does): temperature first, then keep the `top_k`
-most likely tokens, then the smallest set of the most likely tokens whose probabilities add up
-to at least `top_p` (the token that crosses `top_p` is kept).
+most likely tokens (and any tied with the k-th), then the smallest set of the most likely
+tokens whose probabilities add up to at least `top_p` (the token that crosses `top_p` is kept).
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ def sampling_distribution(
 
     temperature > 0 divides the logits (a sharper distribution below 1, a flatter one above);
     temperature = 0 puts all the mass on the most likely token (greedy). top_k keeps the k
-    most likely tokens; top_p keeps the smallest set of most likely tokens whose probability
-    reaches top_p. Everything else gets probability exactly 0; rows sum to 1.
+    most likely tokens and those tied with the k-th largest logit; top_p keeps the smallest set
+    of most likely tokens whose probability reaches top_p. Everything else gets probability
+    exactly 0; rows sum to 1.
     """
     check_logits(logits)
     vocab = logits.shape[-1]
