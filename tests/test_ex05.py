@@ -1095,3 +1095,67 @@ def test_f5_a_prefix_mask_from_tril_with_the_prefix_as_diagonal_is_named():
 
     result = check_result("ex05.prefix_lm_mask", learner)
     assert result.status == "failed" and "tril(diagonal=P)" in result.feedback, result.feedback
+
+
+# ---- h5 (hunt 17, set 05): a boundary off by one, padding joined with |, a row sum of 0 -------
+
+
+def _padding_from_lengths(ids, pad_id, compare, start=0):
+    """A padding mask from each row's number of real tokens, with `compare` (torch.lt / le)
+    between the positions (counted from `start`) and the lengths."""
+    lengths = (ids != pad_id).sum(dim=1, keepdim=True)
+    positions = torch.arange(start, start + ids.shape[1])
+    return compare(positions, lengths).unsqueeze(1)
+
+
+@pytest.mark.parametrize(
+    "compare, start, words",
+    [
+        (torch.le, 0, "arange(seq) <= lengths is True at one position too many"),
+        (torch.lt, 1, "arange(1, seq + 1) < lengths is True at one position too few"),
+    ],
+    ids=["<=", "from 1"],
+)
+def test_h5_a_padding_mask_from_lengths_off_by_one_is_named(compare, start, words):
+    # before: 'None of the usual single mistakes' on the first case (right padding)
+    result = check_result(
+        "ex05.padding_mask", lambda ids, pad_id: _padding_from_lengths(ids, pad_id, compare, start)
+    )
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+def _prefix_lm_padding(combine, real_keys=lambda ids, pad_id: ids != pad_id):
+    """prefix_lm_mask that joins the padding in with `combine` (torch.logical_and is right)."""
+
+    def prefix_lm_mask(ids, prefix_lengths, pad_id):
+        seq = ids.shape[1]
+        if (prefix_lengths < 0).any() or (prefix_lengths > seq).any():
+            raise ValueError(f"prefix lengths must be in [0, {seq}]")
+        query, key = torch.arange(seq)[:, None], torch.arange(seq)
+        allowed = (key < prefix_lengths[:, None, None]) | (key <= query)
+        return combine(allowed, real_keys(ids, pad_id)[:, None, :])
+
+    return prefix_lm_mask
+
+
+@pytest.mark.parametrize(
+    "learner, words",
+    [
+        (_prefix_lm_padding(torch.logical_or), "you combined the padding mask with | (OR)"),
+        (
+            _prefix_lm_padding(
+                torch.logical_and,
+                lambda ids, pad_id: (
+                    torch.arange(ids.shape[1]) <= (ids != pad_id).sum(1, keepdim=True)
+                ),
+            ),
+            "arange(seq) <= lengths is True at one position too many",
+        ),
+    ],
+    ids=["| real", "<= lengths"],
+)
+def test_h5_prefix_mask_padding_slips_are_named(learner, words):
+    # before: 'None of the usual single mistakes' on the first and the second case
+    assert check_result("ex05.prefix_lm_mask", _prefix_lm_padding(torch.logical_and)).score == 1
+    result = check_result("ex05.prefix_lm_mask", learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback

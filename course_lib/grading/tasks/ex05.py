@@ -130,13 +130,23 @@ PADDING_MISTAKES = {
     "zero": "you compared with 0; compare with the pad_id argument",
     "greater": "a real id can be smaller than pad_id: mark the padding with ids != pad_id, not "
     "ids > pad_id",
+    "lengths_le": "arange(seq) <= lengths is True at one position too many: with n real tokens "
+    "the real positions are 0 .. n-1 (arange(seq) < n), so the first padding token was let in. "
+    "Simpler, and right wherever the padding sits: ids != pad_id",
+    "lengths_from_1": "arange(1, seq + 1) < lengths is True at one position too few: counted "
+    "from 1, the real positions are 1 .. n (<= n), so the last real token was dropped. Simpler, "
+    "and right wherever the padding sits: ids != pad_id",
 }
 
 
 def wrong_padding_mask(ids, pad_id, *, mistake=""):
     """(ids != pad_id).unsqueeze(1) with one named mistake."""
-    if mistake == "from_lengths":  # assumes the padding comes last
-        real = torch.arange(ids.shape[1]) < (ids != pad_id).sum(1, keepdim=True)
+    if mistake in ("from_lengths", "lengths_le", "lengths_from_1"):  # the padding assumed last
+        lengths, positions = (ids != pad_id).sum(1, keepdim=True), torch.arange(ids.shape[1])
+        real = {  # <= for <, or positions counted from 1 with <
+            "lengths_le": positions <= lengths,
+            "lengths_from_1": positions + 1 < lengths,
+        }.get(mistake, positions < lengths)
     elif mistake == "first_pad":  # real up to the first pad (argmax of ids == pad_id), or all
         first = torch.where((ids == pad_id).any(1), (ids == pad_id).int().argmax(1), ids.shape[1])
         real = torch.arange(ids.shape[1]) < first[:, None]
@@ -536,8 +546,13 @@ def _prefix_variant(ids, prefix_lengths, pad_id, *, mistake=""):
     if mistake == "no_padding":
         return allowed
     real = ids != (0 if mistake == "pad_zero" else pad_id)  # (batch, seq)
-    if mistake == "from_lengths":  # the padding assumed last: the first sum(real) keys
-        real = torch.arange(seq) < real.sum(1, keepdim=True)
+    if mistake in ("from_lengths", "lengths_le"):  # the padding assumed last: the first keys
+        lengths = real.sum(1, keepdim=True)
+        real = (
+            torch.arange(seq) <= lengths if mistake == "lengths_le" else torch.arange(seq) < lengths
+        )
+    if mistake == "or_padding":  # (prefix | causal) | real: every real key, the future too
+        return allowed | real[:, None]
     if mistake == "padding_first":  # (causal & padding) | prefix: the prefix lets pads back in
         return (causal & real[:, None]) | in_prefix
     return allowed & (real[:, :, None] if mistake == "padding_on_queries" else real[:, None])
@@ -575,6 +590,10 @@ PREFIX_MISTAKES = {
     "future too, at every position: the prefix is the keys j < P, open to every query, and "
     "after them the causal rule j <= i: (j < P) | (j <= i)",
     "from_lengths": PADDING_MISTAKES["from_lengths"],
+    "lengths_le": PADDING_MISTAKES["lengths_le"],
+    "or_padding": "you combined the padding mask with | (OR), so every real key is let in, the "
+    "future ones too: a key is allowed when it is real AND (in the prefix OR not in the future): "
+    "((j < P) | (j <= i)) & (ids != pad_id), with & for the padding",
     "padding_first": "two right steps in the wrong order: the padding was blocked before the "
     "prefix was let in, so a prefix that covers padding (P longer than the real tokens) opens "
     "the padded keys again. Combine the prefix and causal parts first, (j < P) | (j <= i), then "
