@@ -1159,3 +1159,17 @@ def test_h5_prefix_mask_padding_slips_are_named(learner, words):
     assert check_result("ex05.prefix_lm_mask", _prefix_lm_padding(torch.logical_and)).score == 1
     result = check_result("ex05.prefix_lm_mask", learner)
     assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+def test_h5_weights_rescaled_after_the_softmax_with_nan_to_num_are_told_their_own_cause():
+    # before: the NaN gradients were put down to 'adding a 0/-inf mask to the scores, or
+    # log(mask)', neither of which this learner wrote: the 0/0 is in the rescaling
+    def learner(q, k, v, mask):
+        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) * mask
+        weights = torch.nan_to_num(weights / weights.sum(dim=-1, keepdim=True))
+        return weights @ v, weights
+
+    result = check_result("ex05.masked_attention", learner)
+    assert result.status == "failed", result.feedback
+    assert "the gradients through a fully masked row are NaN" in result.feedback, result.feedback
+    assert "whose rows are then rescaled" in result.feedback, result.feedback

@@ -463,8 +463,10 @@ class MaskedAttention(Task):
                     "NaN, so one such row would poison a whole training step: put the -inf in "
                     "with scores.masked_fill(~mask, -inf), whose backward gives the masked scores "
                     "no gradient (adding a 0/-inf mask to the scores, or log(mask), passes the "
-                    "NaN back into q and k), and replace the NaN of an all -inf softmax before "
-                    "anything else uses it"
+                    "NaN back into q and k; so does a softmax over every key whose masked weights "
+                    "are zeroed and whose rows are then rescaled, weights / weights.sum(-1), "
+                    "0/0 in such a row even after nan_to_num), and replace the NaN of an all "
+                    "-inf softmax before anything else uses it"
                 )
         return self.learnable(obj, case, result)
 
