@@ -1173,3 +1173,31 @@ def test_h5_weights_rescaled_after_the_softmax_with_nan_to_num_are_told_their_ow
     assert result.status == "failed", result.feedback
     assert "the gradients through a fully masked row are NaN" in result.feedback, result.feedback
     assert "whose rows are then rescaled" in result.feedback, result.feedback
+
+
+def _padding_cached_by_shape():
+    """padding_mask that keeps each mask between calls, keyed on the shape of the ids."""
+    kept = {}
+
+    def padding_mask(ids, pad_id):
+        if tuple(ids.shape) not in kept:
+            kept[tuple(ids.shape)] = (ids != pad_id).unsqueeze(1)
+        return kept[tuple(ids.shape)]
+
+    return padding_mask
+
+
+def test_h5_a_padding_mask_kept_between_calls_fails_under_every_seed_with_its_hint():
+    # before: full marks in the notebook and under every hidden seed, as no two cases had ids of
+    # one shape; now the left-padded case has the first case's shape (3, 6)
+    from course_lib.grading.core import course_state, judge, learner_namespace, run_cases
+
+    result = check_result("ex05.padding_mask", _padding_cached_by_shape())
+    assert result.status == "failed" and "an earlier call" in result.feedback, result.feedback
+    task = get_task("ex05.padding_mask")
+    for seed in range(4):
+        with course_state():
+            cases = task.cases(torch.Generator().manual_seed(seed))
+            fresh = _padding_cached_by_shape()
+            result = judge(task, cases, run_cases(task, fresh, cases, learner_namespace(fresh)))
+        assert result.status == "failed", seed

@@ -168,7 +168,6 @@ class PaddingMask(Task):
     reference = "course_lib.masking.padding_mask"
     mistake_table = PADDING_MISTAKES
     wrong = staticmethod(wrong_padding_mask)
-    diagnose = _not_bool
 
     def cases(self, gen):
         return [
@@ -179,10 +178,23 @@ class PaddingMask(Task):
             Case("ids (1, 4) without padding, pad_id=0", (padded_ids(gen, [4], 4, 0), 0)),
             Case("int32 ids (4, 7), lengths [7, 1, 3, 0] (the last sequence is all padding)",
                  (padded_ids(gen, [7, 1, 3, 0], 7, 0, dtype=torch.int32), 0)),
-            Case("ids (2, 6) padded on the LEFT, lengths [4, 6], pad_id=0 (some tokenizers pad "
-                 "in front)",
-                 (padded_ids(gen, [4, 6], 6, 0).flip(-1), 0)),
+            Case("ids (3, 6) padded on the LEFT, lengths [4, 6, 2], pad_id=0 (some tokenizers "
+                 "pad in front)",  # the first case's shape, other lengths: no cache by shape
+                 (padded_ids(gen, [4, 6, 2], 6, 0).flip(-1), 0)),
         ]  # fmt: skip
+
+    def diagnose(self, got, want, case):
+        ids, pad_id = case.args  # the first case's shape: a mask kept from that call?
+        first = lengths_mask([6, 4, 2], 6)  # the first case's mask (its ids are never pad_id)
+        if ids.shape == (3, 6) and not torch.equal(want, first) and isinstance(got, type(ids)):
+            if got.shape == first.shape and torch.equal(got.bool(), first):
+                return (
+                    "your mask is the one of an earlier call with ids of this shape (lengths "
+                    "[6, 4, 2]), not this call's: a mask kept between calls (a cache keyed on the "
+                    "shape, a default argument, a global) goes stale when the ids change; build "
+                    "it from the ids you are given, (ids != pad_id).unsqueeze(1)"
+                )
+        return _not_bool(self, got, want, case)
 
 
 def wrong_masked_attention(q, k, v, mask, *, mistake=""):
