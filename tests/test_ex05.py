@@ -1201,3 +1201,10 @@ def test_h5_a_padding_mask_kept_between_calls_fails_under_every_seed_with_its_hi
             fresh = _padding_cached_by_shape()
             result = judge(task, cases, run_cases(task, fresh, cases, learner_namespace(fresh)))
         assert result.status == "failed", seed
+
+
+def test_h5_a_causal_mask_as_the_complement_of_triu_is_told_about_its_diagonal():
+    # before: 'the diagonal is missing ... (tril, not tril(-1))', a call the learner never made
+    result = check_result("ex05.causal_mask", lambda n: ~torch.ones(n, n, dtype=torch.bool).triu())
+    assert result.status == "failed" and "~triu() drops it" in result.feedback, result.feedback
+    assert check_result("ex05.causal_mask", lambda n: ~torch.ones(n, n).bool().triu(1)).score == 1

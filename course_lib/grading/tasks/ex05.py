@@ -39,7 +39,8 @@ CAUSAL_MISTAKES = {
     "triu": "that is the upper triangle: position i would see the future. True must be on and below"
     " the diagonal (key j <= query i), which is tril",
     "no_diagonal": "the diagonal is missing: a position may attend to itself (tril, not "
-    "tril(-1)); without it the first row has no key at all",
+    "tril(-1)); without it the first row has no key at all. As a complement: triu() holds the "
+    "diagonal, so ~triu() drops it; the future alone is triu(1), and the mask ~triu(1)",
     "inverted": "your mask is inverted: in this course True means 'may attend' (the convention of "
     "F.scaled_dot_product_attention), not 'blocked' as in nn.MultiheadAttention: True on and "
     "below the diagonal (tril)",
