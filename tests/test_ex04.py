@@ -1358,3 +1358,177 @@ def test_f16_rope_half_through_apply_rope_with_the_permutations_swapped_is_named
     result = check_result("ex04.apply_rope_half", apply_rope_half)
     assert result.status == "failed", result.feedback
     assert "your two permutations are swapped" in result.feedback, result.feedback
+
+
+# ------------------------------------------------------------------ HUNT17: state kept between
+# calls, and slips that read 'None of the usual single mistakes' or another cause's hint
+
+
+def _pe_cached(key):
+    """A right table kept between calls: by seq_len alone, with functools.lru_cache (one
+    tensor for every caller), built at the first call and sliced, or 5000 rows at the first
+    d_model; with "lru_cache, cloned" a copy is returned (right)."""
+    kept = {}
+
+    def sinusoidal_positional_encoding(seq_len, d_model):
+        require_even(d_model)
+        if key == "seq_len":
+            if seq_len not in kept:
+                kept[seq_len] = pe_stack(seq_len, d_model)
+            return kept[seq_len]
+        if key in ("lru_cache", "lru_cache, cloned"):
+            if (seq_len, d_model) not in kept:
+                kept[seq_len, d_model] = pe_stack(seq_len, d_model)
+            table = kept[seq_len, d_model]
+            return table.clone() if key.endswith("cloned") else table
+        if key == "first call":
+            kept.setdefault("table", pe_stack(max(seq_len, 1), d_model))
+            return kept["table"][:seq_len, :d_model]
+        kept.setdefault("table", pe_stack(5000, d_model))  # "5000 rows"
+        return kept["table"][:seq_len]
+
+    return sinusoidal_positional_encoding
+
+
+def _graded_under_seeds(task_id, make, seeds=(1, 2, 3)):
+    task = get_task(task_id)
+    for seed in seeds:
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        yield seed, judge(task, cases, run_cases(task, make(), cases))
+
+
+@pytest.mark.parametrize(
+    "key, words",
+    [
+        ("seq_len", "(10, 4), where this call asks for (10, 8)"),
+        ("lru_cache", "your function returned the same tensor at both calls"),
+        ("first call", "your result is the table of another size, (1, 2)"),
+        ("5000 rows", "your result is the table of another size, (7, 2)"),
+    ],
+)
+def test_h17_a_table_kept_between_calls_fails_and_is_named(key, words):
+    # before: by seq_len alone and with lru_cache 8/8, full marks (no case asked a seq_len twice
+    # with another d_model, and nothing edited a result); sliced from the first call's table,
+    # only 'your result has shape (1, 2), expected (7, 6)'
+    result = check_result(SINUSOIDAL_F16, _pe_cached(key))
+    assert result.status == "failed" and words in result.feedback, result.feedback
+    assert "keeps a table from an earlier call" in result.feedback or key == "lru_cache"
+    for seed, graded in _graded_under_seeds(SINUSOIDAL_F16, lambda: _pe_cached(key)):
+        assert graded.status == "failed", seed
+
+
+def test_h17_a_cache_that_returns_a_copy_keeps_full_marks():
+    assert check_result(SINUSOIDAL_F16, _pe_cached("lru_cache, cloned")).status == "passed"
+    for seed, graded in _graded_under_seeds(
+        SINUSOIDAL_F16, lambda: _pe_cached("lru_cache, cloned")
+    ):
+        assert graded.status == "passed", (seed, graded.feedback)
+
+
+def test_h17_a_table_of_a_wider_first_call_sliced_is_named():
+    # a notebook cell that plotted (50, 16) first: the (7, 6) case got 16-wide columns
+    impl = _pe_cached("first call")
+    impl(50, 16)
+    result = check_result(SINUSOIDAL_F16, impl)
+    assert "(7, 16) cut to 6 columns" in result.feedback, result.feedback
+
+
+@pytest.mark.parametrize(
+    "slip, words",
+    [
+        ("p / (10000 ** two_i / d)", "your brackets hold 10000 ** two_i / d_model"),
+        ("rad2deg", "your angles are in degrees"),
+    ],
+)
+def test_h17_a_misplaced_bracket_and_degrees_are_named(slip, words):
+    # before: 'None of the usual single mistakes gives this result'
+    def sinusoidal_positional_encoding(seq_len, d_model):
+        require_even(d_model)
+        p = torch.arange(seq_len, dtype=torch.float32)[:, None]
+        two_i = torch.arange(0, d_model, 2, dtype=torch.float32)
+        if slip == "rad2deg":
+            angles = torch.rad2deg(p * 10000 ** (-two_i / d_model))
+        else:
+            angles = p / (10000**two_i / d_model)
+        pe = torch.zeros(seq_len, d_model)
+        pe[:, 0::2], pe[:, 1::2] = torch.sin(angles), torch.cos(angles)
+        return pe
+
+    result = check_result(SINUSOIDAL_F16, sinusoidal_positional_encoding)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+def test_h17_angles_cut_to_integers_in_the_shift_matrix_are_named():
+    # before: 'the exponent is not divided by d_model' alone; at offset=1, d_model=8 both give
+    # the same matrix, and the hint now names both
+    def relative_shift_matrix(offset, d_model):
+        require_even(d_model)
+        m = torch.zeros(d_model, d_model, dtype=torch.float64)
+        for i, a in enumerate((offset * frequencies(d_model)).tolist()):
+            c, s = math.cos(int(a)), math.sin(int(a))
+            m[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor([[c, s], [-s, c]])
+        return m.float()
+
+    result = check_result("ex04.relative_shift_matrix", relative_shift_matrix)
+    assert result.status == "failed", result.feedback
+    assert "int(offset * frequency)" in result.feedback, result.feedback
+
+
+def _rope_cached(half=False):
+    """RoPE with cos and sin kept by (seq, d) from the first call: later positions ignored."""
+    kept = {}
+
+    def rope(x, positions=None):
+        seq, d = x.shape[-2], x.shape[-1]
+        require_even(d)
+        positions = torch.arange(seq) if positions is None else positions
+        if (seq, d) not in kept:
+            angles = positions.to(torch.float64)[:, None] * frequencies(d)
+            kept[seq, d] = angles.cos(), angles.sin()
+        cos, sin = (t.to(x.dtype) for t in kept[seq, d])
+        if half:
+            x0, x1 = x[..., : d // 2], x[..., d // 2 :]
+            return torch.cat((x0 * cos - x1 * sin, x0 * sin + x1 * cos), -1)
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), -1).flatten(-2)
+
+    return rope
+
+
+@pytest.mark.parametrize("task_id", ["ex04.apply_rope", "ex04.apply_rope_half"])
+def test_h17_cos_and_sin_kept_by_shape_fail_and_are_named(task_id):
+    # before: 12/12 and 11/11, full marks: the q·k checks move every position alike, which
+    # leaves q·k unchanged, and no other case repeated a shape with other positions
+    half = task_id.endswith("half")
+    result = check_result(task_id, _rope_cached(half))
+    assert result.status == "failed", result.feedback
+    assert "rotated by the positions of the call before" in result.feedback, result.feedback
+    for seed, graded in _graded_under_seeds(task_id, lambda: _rope_cached(half)):
+        assert graded.status == "failed", seed
+
+
+@pytest.mark.parametrize("task_id", ["ex04.apply_rope", "ex04.apply_rope_half"])
+def test_h17_the_evenness_check_on_the_sequence_axis_is_named(task_id):
+    # before: 'your code raised ValueError: ... To see the line that fails, ...'
+    right = _f16_rope(half=task_id.endswith("half"))
+
+    def rope(x, positions=None):
+        if x.shape[-2] % 2:
+            raise ValueError(f"d must be even, got {x.shape[-2]}")
+        return right(x, positions)
+
+    result = check_result(task_id, rope)
+    assert result.status == "failed", result.feedback
+    assert "x.shape[-2] = 5 is odd: test the last axis" in result.feedback, result.feedback
+
+
+def test_h17_rope_half_with_the_output_halves_swapped_is_named():
+    # before: 'None of the usual single mistakes gives this result'
+    def apply_rope_half(x, positions=None):
+        y = _f16_rope(half=True)(x, positions)
+        h = x.shape[-1] // 2
+        return torch.cat((y[..., h:], y[..., :h]), -1)
+
+    result = check_result("ex04.apply_rope_half", apply_rope_half)
+    assert result.status == "failed", result.feedback
+    assert "the rotated halves are in each other's place" in result.feedback, result.feedback

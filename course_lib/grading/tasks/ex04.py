@@ -45,6 +45,10 @@ def _frequencies(d: int, mistake: str = "") -> torch.Tensor:
         return 10000.0 ** (-2 * pair / (d - 1))
     if mistake == "unbracketed":  # 10000 ** -2 * i / d: ** binds first, (10000 ** -2) * i / d
         return 10000.0**-2 * pair / d
+    if mistake == "divisor_bracketed":  # p / (10000 ** two_i / d): the brackets misplaced
+        return d / 10000.0 ** (2 * pair)
+    if mistake == "degrees":  # torch.rad2deg(angles), or angles * 180 / math.pi
+        return 180.0 / torch.pi * 10000.0 ** (-2 * pair / d)
     if mistake in ("zero", "no_frequency"):  # zero: 2 * i // d, integer division, 0
         return torch.ones_like(pair)
     power = {"exponent_i": pair, "exponent_4i": 4 * pair, "blog_loop": 4 * pair}.get(
@@ -183,6 +187,53 @@ class _PositionalTask(Task):
         return f"the task returns float32{lesson if got == F64 else ':'} return the result .float()"
 
 
+def _same_memory(a, b) -> bool:
+    """Whether tensors `a` and `b` are one tensor, or views of one (the same storage)."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return False
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+_SHARED_TABLE = (
+    "your function returned the same tensor at both calls (or views of one): a table kept "
+    "between calls (functools.lru_cache, a dict of tables, a global) is shared by every caller, "
+    "so the first caller's in-place edit (here += 1, as pe += ... or pe.mul_(...) do) changed "
+    "what the second call returned. Return a new tensor at every call: build it, or return the "
+    "kept one's .clone()"
+)
+
+
+def _kept_table(got, want) -> str | None:
+    """The hint for a table that is a correct one of another size, sliced to this call's or not
+    (a table kept from an earlier call: built at the first call, or cached by seq_len alone or
+    by d_model alone), else None."""
+    if not (isinstance(got, torch.Tensor) and got.dim() == 2 and got.is_floating_point()):
+        return None
+    rows, columns = got.shape
+    if rows == 0 or columns == 0:
+        return None
+    for d_model in range(columns + columns % 2, max(columns, 128) + 1, 2):
+        if (rows, d_model) == tuple(want.shape):
+            continue  # the right table (or its first columns): another hint's business
+        table = _sinusoidal(rows, d_model)[:, :columns]
+        if got.dtype == table.dtype and torch.allclose(got, table, rtol=1e-4, atol=1e-4):
+            size = f"({rows}, {d_model})" + (f" cut to {columns} columns" * (d_model > columns))
+            return (
+                f"your result is the table of another size, {size}, where this call asks for "
+                f"{tuple(want.shape)}: your function keeps a table from an earlier call (built "
+                "at the first call and sliced, pe[:seq_len, :d_model], or cached by seq_len "
+                "alone or by d_model alone). Build the table from this call's seq_len and "
+                "d_model (a cache needs both in its key, and must return a copy)"
+            )
+    return None
+
+
+def _sinusoidal(seq_len: int, d_model: int) -> torch.Tensor:
+    positions = torch.arange(seq_len, dtype=F64)[:, None]
+    angles = positions * _frequencies(d_model)
+    return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(1).float()
+
+
 # --- sinusoidal_positional_encoding
 @register
 class SinusoidalPositionalEncoding(_PositionalTask):
@@ -246,6 +297,12 @@ class SinusoidalPositionalEncoding(_PositionalTask):
         "and reshaped to (seq_len, d_model): a reshape reads the values in memory order, so "
         "the rows get mixed up. Stack them on a new last axis, torch.stack((sin, cos), "
         "dim=-1), of shape (seq_len, d_model/2, 2), then .flatten(1) interleaves each pair",
+        "divisor_bracketed": "your brackets hold 10000 ** two_i / d_model, which is (10000 ** "
+        "two_i) / d_model, since ** binds tighter than /: the angle is p / 10000 ** (two_i / "
+        "d_model), with the exponent in brackets of its own (or p * 10000 ** (-two_i / d_model))",
+        "degrees": "your angles are in degrees (torch.rad2deg, or * 180 / math.pi): torch.sin "
+        "and torch.cos take radians, and p * 10000^(-2i/d_model) is already in radians; pass "
+        "the angles on as they are, with no conversion",
     }
 
     def cases(self, gen):
@@ -265,9 +322,38 @@ class SinusoidalPositionalEncoding(_PositionalTask):
                 (4, 5),
                 raises=ValueError,
             ),
+            Case(  # a table cached by seq_len alone returned the (10, 4) table here
+                "seq_len=10 again, now with d_model=8 (a table kept from an earlier call of this "
+                "seq_len has that call's d_model: build it for this d_model too)",
+                (10, 8),
+            ),
+            Case(  # functools.lru_cache, or any cache, returned one tensor to every caller
+                "seq_len=12, d_model=8 called twice, the first result changed in place (+= 1, "
+                "as a caller may do) before the second call, which must still be the table "
+                "(return a new tensor at every call)",
+                (12, 8),
+                data={"twice": True},
+            ),
         ]
 
+    def call(self, obj, case):
+        if not case.data.get("twice"):
+            return super().call(obj, case)
+        first = obj(*case.args, **case.kwargs)
+        try:  # the caller edits its table in place (pe += ..., pe.mul_(...))
+            with torch.no_grad():
+                first += 1
+        except Exception:  # noqa: BLE001, S110  (not a tensor, an inference tensor: judged below)
+            pass
+        second = obj(*case.args, **case.kwargs)
+        if _same_memory(first, second):
+            raise GradingError(_SHARED_TABLE)
+        return second
+
     def diagnose(self, got, want, case):
+        stale = _kept_table(got, want)
+        if stale is not None:
+            return stale
         # the minus sign dropped in float32, as the lesson's table is built: angles of thousands
         # of radians lose more than the 1e-4 that 'inverted' is matched to, but row 1's do not
         seq_len, d_model = case.args
@@ -339,7 +425,12 @@ class RelativeShiftMatrix(_PositionalTask):
         "±sin a off it, [[cos a, sin a], [-sin a, cos a]] (at offset 0 M is the identity)",
         "base_1000": _base_1000(),
         "inverted": _inverted(),
-        "not_over_d": _not_over_d(),
+        # at offset=1, d_model=8, the first case either fails, angles cut to integers give the
+        # same matrix (pair 0 by 1 radian, the others by 0, or 1e-8): one hint names both
+        "not_over_d": _not_over_d()
+        + ". Or your angles were cut to whole radians, int(offset * frequency) (math.floor, "
+        "//, .long()), which at offset 1 leaves every pair but the first unturned too: keep the "
+        "angle offset * 10000^(-2i/d_model) a float",
         "exponent_4i": "the rotation angle uses 10000^(-4i/d_model), the 2 counted twice; pair "
         "(2i, 2i+1) turns by offset * 10000^(-2i/d_model), the same frequency as in the encoding",
         "times_pi": _times_pi(),
@@ -464,6 +555,8 @@ def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
         r1 = x0 * sin1 - x1 * cos1
     if mistake == "not_swapped":  # x * cos + cat((-x1, x2)) * sin: rotate_half's halves kept
         r0, r1 = x0 * cos0 - x0 * sin0, x1 * cos1 + x1 * sin1
+    if mistake == "out_halves_swapped":  # cat((r1, r0)): the rotated halves in each other's place
+        r0, r1 = r1, r0
     if out_layout.get(mistake, layout) == "halves":
         out = torch.cat((r0, r1), -1)
     else:
@@ -514,6 +607,25 @@ def _positions_cases(gen) -> list[Case]:
             (randn(gen, 2, 7, 3, 8).transpose(1, 2), torch.arange(7)),
         ),
     ]
+
+
+def _after_other_positions(gen, description, shape, dtype=torch.float32) -> Case:
+    """x of `shape` at random positions, judged on a second call: a first call, its result
+    dropped, rotates another x of that shape by those positions moved by 3, so that cos and sin
+    kept from it (a table cached by (seq, d) or by x.shape) turn this x by the wrong angles. The
+    q·k cases cannot tell: moving every position alike leaves q·k as it is."""
+    x, earlier_x = randns(gen, shape, shape, dtype=dtype)
+    positions = torch.randint(0, 60, (shape[-2],), generator=gen)
+    return Case(description, (x, positions), data={"earlier_args": (earlier_x, positions + 3)})
+
+
+_KEPT_ANGLES = (
+    "your result is x rotated by the positions of the call before (on an x of the same shape, "
+    "at these positions moved by 3), not by the positions given now: cos and sin kept between "
+    "calls (a table cached by (seq, d) or by x.shape, or built at the first call) ignore later "
+    "positions. Compute the angles from the positions of every call (a cache needs the "
+    "positions themselves in its key)"
+)
 
 
 def _scores_or_call(obj, case):
@@ -595,6 +707,12 @@ class _RopeTask(_PositionalTask):
         )
 
     def call(self, obj, case):
+        if "earlier_args" in case.data:  # its result is dropped; an error is the real call's
+            try:
+                with torch.no_grad():
+                    obj(*(a.clone() for a in case.data["earlier_args"]))
+            except Exception:  # noqa: BLE001, S110  (a learner's code may raise anything)
+                pass
         try:
             value = _scores_or_call(obj, case)
             return value if "shifts" in case.data else self.learnable(obj, case, value)
@@ -610,6 +728,17 @@ class _RopeTask(_PositionalTask):
                 "axis), whatever batch dimensions come first and however long x is (a table "
                 "made once for a fixed length is too short for a longer x)"
             ) from None
+        except ValueError as error:  # the evenness check on another axis than the last
+            x = case.data["q"] if "shifts" in case.data else case.args[0]
+            odd = [f"x.shape[{i}] = {n}" for i, n in enumerate(x.shape[:-1], -x.dim()) if n % 2]
+            if case.raises or x.shape[-1] % 2 or not odd:
+                raise
+            raise GradingError(
+                f"your code raised ValueError: {error}. Hint: d = x.shape[-1] = {x.shape[-1]}, "
+                f"the last axis, is even here, but {', '.join(odd)} is odd: test the last "
+                "axis for evenness, d = x.shape[-1] (x.shape[-2] is the sequence length, which "
+                "may be odd, and the axes before it are batch axes)"
+            ) from None
         except (AttributeError, TypeError) as error:  # positions.double() with positions=None
             if "shifts" in case.data or case.raises or case.args[1] is not None:
                 raise
@@ -619,6 +748,14 @@ class _RopeTask(_PositionalTask):
                 f"your code raised {type(error).__name__}: {error}. Hint: positions=None means "
                 "0, 1, ..., seq-1: if positions is None: positions = torch.arange(x.shape[-2])"
             ) from None
+
+    def diagnose(self, got, want, case):
+        earlier = case.data.get("earlier_args")
+        if earlier is not None and isinstance(got, torch.Tensor) and got.shape == want.shape:
+            stale = _rope_variant(case.args[0], earlier[1], layout=self.layout)
+            if all_close(got, stale, 1e-4):
+                return _KEPT_ANGLES
+        return None
 
     def wrong(self, x, positions=None, *, mistake):
         return _rope_variant(x, positions, layout=self.layout, mistake=mistake)
@@ -711,6 +848,13 @@ class ApplyRope(_RopeTask):
             ),
             _x(gen, _ODD, (2, 3, 5), raises=ValueError),
             _x(gen, "x (2, 40, 4), positions=None: 40 positions, 0, 1, ..., 39", (2, 40, 4)),
+            _after_other_positions(
+                gen,
+                "x (2, 6, 8) at random positions, after a first call on another x (2, 6, 8) at "
+                "these positions moved by 3: the rotated values themselves (cos and sin come "
+                "from the positions of each call)",
+                (2, 6, 8),
+            ),
         ]
 
     def diagnose(self, got, want, case):
@@ -738,7 +882,7 @@ class ApplyRope(_RopeTask):
                     "Rotate each pair (2i, 2i+1) of a vector at position p by the angle "
                     "p * 10000^(-2i/d), the same angles for q and k"
                 )
-        return None
+        return super().diagnose(got, want, case)
 
 
 @register
@@ -813,6 +957,10 @@ class ApplyRopeHalf(_RopeTask):
         "split the features with x.chunk(2, dim=-1)",
         "unbracketed": _unbracketed("your angles are all close to 0 (hardly anything turns)", "d"),
         "linspace": "with positions=None, " + _linspace("seq"),
+        "out_halves_swapped": "the rotated halves are in each other's place: the first half "
+        "of the result holds x_i cos - x_{i+d/2} sin, the second x_i sin + x_{i+d/2} cos, so "
+        "put them back in that order, torch.cat((first_rotated, second_rotated), dim=-1) (at "
+        "position 0 nothing turns: the vector stays as it is)",
         "perm_swapped": "your two permutations are swapped: [0, 2, 4, ..., 1, 3, ...] puts the "
         "even features first, so apply_rope pairs features 0 and 2, not i and i + d/2. Gather "
         "with perm = [0, d/2, 1, d/2 + 1, ...] (torch.arange(d).view(2, d // 2).t().reshape(d)), "
@@ -849,4 +997,11 @@ class ApplyRopeHalf(_RopeTask):
             ),
             _x(gen, _ODD, (2, 3, 5), raises=ValueError),
             _x(gen, "x (2, 40, 4), positions=None: 40 positions, 0, 1, ..., 39", (2, 40, 4)),
+            _after_other_positions(
+                gen,
+                "x (2, 6, 12) at random positions, after a first call on another x (2, 6, 12) "
+                "at these positions moved by 3: the rotated values themselves (cos and sin come "
+                "from the positions of each call)",
+                (2, 6, 12),
+            ),
         ]
