@@ -1401,3 +1401,61 @@ def test_h10_a_band_kept_and_cut_into_a_new_tensor_passes():
 
     result = check_result("ex10.sliding_window_mask", sliding_window_mask)
     assert result.passed == result.total, result.feedback
+
+
+# ---- h17: the lesson's query blocks with the shift forgotten; pad_id as the ignored label ------
+
+
+def _h17_tiled_by_query_blocks(q, k, v, block_size=128, causal=False, shift=True):
+    """The lesson's loop (query blocks too), each query block's keys up to its last token;
+    with shift=False that end is q_start + rows, n_k - n_q forgotten."""
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    outs = []
+    for q_start in range(0, n_q, block_size):
+        q_block = q[..., q_start : q_start + block_size, :] / math.sqrt(q.shape[-1])
+        rows = q_block.shape[-2]
+        m = torch.full((*batch, rows, 1), float("-inf"), dtype=q.dtype)
+        total = torch.zeros((*batch, rows, 1), dtype=q.dtype)
+        out = torch.zeros((*batch, rows, v.shape[-1]), dtype=q.dtype)
+        query_pos = torch.arange(q_start, q_start + rows)[:, None] + n_k - n_q
+        k_end = min(n_k, q_start + rows + (n_k - n_q) * shift) if causal else n_k
+        for start in range(0, k_end, block_size):
+            s = q_block @ k[..., start : start + block_size, :].transpose(-2, -1)
+            if causal:
+                key_pos = torch.arange(start, start + s.shape[-1])
+                s = s.masked_fill(key_pos > query_pos, float("-inf"))
+            new_m = torch.maximum(m, s.amax(-1, keepdim=True))
+            p, rescale = (s - new_m).exp(), (m - new_m).exp()
+            total = total * rescale + p.sum(-1, keepdim=True)
+            out = out * rescale + p @ v[..., start : start + block_size, :]
+            m = new_m
+        outs.append(out / total)
+    return torch.cat(outs, dim=-2)
+
+
+def test_h17_query_blocks_that_stop_without_the_shift_are_named():
+    # before: 18/20 with 'None of the usual single mistakes gives this result'
+    right = check_result("ex10.tiled_attention", _h17_tiled_by_query_blocks)
+    assert right.passed == right.total, right.feedback
+    result = check_result("ex10.tiled_attention", partial(_h17_tiled_by_query_blocks, shift=False))
+    assert result.status == "failed", result.feedback
+    assert "each query block's loop over the keys stops at q_start + rows" in result.feedback
+
+
+def test_h17_labels_pad_id_where_not_chosen_are_named():
+    # before: only 'padding positions whose label is not -100: 81469 (expected 0)', no hint
+    result = check_result(
+        "ex10.mlm_mask",
+        _solution_with(
+            "mlm_mask",
+            (
+                "torch.full_like(ids, -100))",
+                "torch.full_like(ids, -100 if pad_id is None else pad_id))",
+            ),
+        ),
+    )
+    assert result.status == "failed", result.feedback
+    assert "labelled with pad_id, not -100" in result.feedback, result.feedback

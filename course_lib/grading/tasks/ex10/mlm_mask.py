@@ -53,6 +53,11 @@ FAULTS = {
         "skips them; only the chosen positions keep their original id (not every "
         "non-padding position)"
     ),
+    "labels_pad_id": (  # #h17: torch.where(chosen, ids, pad_id)
+        "the positions not chosen are labelled with pad_id, not -100: the loss skips only its "
+        "ignore_index, -100 (F.cross_entropy's default), so every such position would be "
+        "trained to predict the padding id; labels = torch.where(chosen, ids, -100)"
+    ),
     "labels_from_inputs": (
         "your labels are taken from the corrupted inputs, so a <mask> or random position is "
         "labelled with <mask> or the random id: the label is the ORIGINAL id, taken from ids "
@@ -205,7 +210,10 @@ def wrong_mlm(ids, mask_id, vocab_size, mask_prob=0.15, pad_id=None, generator=N
         "labels_all_real": ids != pad_id if pad_id is not None else torch.ones_like(chosen),
     }.get(mistake, chosen)
     source = inputs if mistake == "labels_from_inputs" else ids
-    labels = ids.clone() if mistake == "labels_everywhere" else source.masked_fill(~labelled, -100)
+    ignored = pad_id if mistake == "labels_pad_id" and pad_id is not None else -100
+    labels = (
+        ids.clone() if mistake == "labels_everywhere" else source.masked_fill(~labelled, ignored)
+    )
     if mistake == "labels_int64":  # torch.full(ids.shape, -100), then the ids put in: int32 raises
         labels = torch.full(ids.shape, -100)
         labels[labelled] = ids[labelled]

@@ -96,6 +96,13 @@ FAULTS = {
         "were token n_q - 1: with fewer queries than keys it is token n_k - 1 and sees every "
         "key, so no block can be skipped here; loop over all of range(0, n_k, block_size)"
     ),
+    # #h17: the lesson's loop, queries split into blocks too, k_end = q_start + rows
+    "query_blocks_unshifted": (
+        "with the queries split into blocks as well, each query block's loop over the keys "
+        "stops at q_start + rows, as if its last query were token q_start + rows - 1: it is "
+        "token q_start + rows - 1 + n_k - n_q, so loop up to k_end = min(n_k, q_start + rows + "
+        "n_k - n_q) (or over every block of keys and let the mask do the rest)"
+    ),
     "last_block_dropped": (
         "the last keys are left out when n_k is not a multiple of block_size: the last "
         "tile is shorter, so loop with range(0, n_k, block_size) and slice to the end"
@@ -269,6 +276,9 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
             blocked = key_pos >= query_pos if mistake == "diagonal_blocked" else key_pos > query_pos
             if mistake == "full_causal_mask":
                 blocked = full_mask[:, start : start + s.shape[-1]]
+            if mistake == "query_blocks_unshifted":  # each query block's own end, n_k - n_q lost
+                rows_end = ((torch.arange(n_q) // block_size + 1) * block_size).clamp(max=n_q)
+                blocked = blocked | (start >= rows_end[:, None])
             s = s.masked_fill(blocked, 0.0 if mistake == "masked_with_zero" else float("-inf"))
         if mistake == "softmax_per_block":
             parts.append(torch.nan_to_num(s.softmax(-1)) @ v_block)
