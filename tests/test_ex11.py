@@ -1263,3 +1263,60 @@ def test_hunt17_slips_lose_points_with_a_named_hint(solution, name, make, words,
     assert result.status == "failed" and result.score < result.max_score, result.feedback
     assert words in result.feedback and "None of the usual" not in result.feedback
     assert "and left the model in eval mode" not in result.feedback, result.feedback
+
+
+def _kept_between_calls(solution, name, line, default=False):
+    """The solution notebook's `name` with the lists on `line` made once, outside the function
+    (a module-level global), or as a mutable default argument; induction_scores calls such an
+    attention_patterns."""
+    nb = nbformat.read(ROOT / "solutions" / NOTEBOOK, as_version=4)
+    inner = "attention_patterns" if name == "induction_scores" else name
+    cells = {
+        n: next(c.source for c in nb.cells if c.source.startswith(f"def {n}("))
+        for n in {name, inner}
+    }
+    source = cells[inner]
+    assert source.count(line) == 1, line
+    if default:  # attention_patterns(model, ids, patterns=[])
+        source = source.replace(line, "    handles = []\n")
+        source = source.replace("(model, ids)", "(model, ids, patterns=[])", 1)
+    else:
+        source = f"{line.strip()}\n" + source.replace(line, "")
+    namespace = dict(solution)
+    exec(compile(source, f"learner's {inner}", "exec"), namespace)
+    if name != inner:
+        exec(compile(cells[name], f"learner's {name}", "exec"), namespace)
+    return namespace[name]
+
+
+PATTERNS_LINE = "    patterns, handles = [], []\n"
+KEPT_LISTS = [  # task, the line of lists made once, as a default argument, the list named
+    ("attention_patterns", PATTERNS_LINE, False, "`patterns`"),
+    ("attention_patterns", PATTERNS_LINE, True, "`patterns`"),
+    ("induction_scores", PATTERNS_LINE, False, "`patterns`"),
+    (
+        "direct_logit_attribution",
+        "    embeddings, head_inputs, ff_outputs, final = [], [], [], []\n",
+        False,
+        "`embeddings`, `ff_outputs`, `final`, `head_inputs`",
+    ),
+    ("patch_head", "    clean = []\n", False, "`clean`"),
+]
+
+
+@pytest.mark.parametrize(
+    "name,line,default,names", KEPT_LISTS, ids=["patterns", "default", "induction", "dla", "patch"]
+)
+@pytest.mark.parametrize("seed", [None, 1, 5])
+def test_lists_kept_between_calls_are_named(solution, name, line, default, names, seed):
+    # #hunt17: a bare zip()/torch.stack/broadcast error with no hint; now the lists are named
+    learner = _kept_between_calls(solution, name, line, default)
+    task = get_task(f"ex11.{name}")
+    if seed is None:  # the notebook's check
+        result = check_result(task.id, learner)
+    else:
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        result = judge(task, cases, run_cases(task, learner, cases))
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert "is kept between calls" in result.feedback, result.feedback
+    assert f"(yours: {names})" in result.feedback, result.feedback

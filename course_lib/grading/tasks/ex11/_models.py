@@ -4,8 +4,10 @@ was afterwards (same outputs, no hook left behind)."""
 
 from __future__ import annotations
 
+import functools
 import math
 import traceback
+import types
 
 import torch
 
@@ -166,10 +168,71 @@ MODE_NO_FINALLY = (  # before eval_left: on the raising case both leave the mode
     "eval mode; put it back in a `finally:`, or do not call model.eval() at all "
     "(torch.no_grad() is all you need)"
 )
+KEPT = (
+    "a list (or dict) that your hooks fill is kept between calls: made once, outside the "
+    "function (a global) or as a mutable default argument (captured=[]), it still holds what "
+    "an earlier call recorded, mixed with this call's activations; make it inside the function, "
+    "so that every call starts with an empty one"
+)
 ONE_COLUMN = (
     "head h is d_head features wide: the slice h*d_head .. (h+1)*d_head - 1 of out_proj's "
     "input, not the single feature h (slice(h, h + 1))"
 )
+
+
+def _holds_tensors(value) -> bool:
+    """A list, tuple, set or dict that holds tensors (or tuples of them: a hook's output)."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if not isinstance(value, (list, tuple, set)):
+        return False
+    return any(
+        isinstance(v, torch.Tensor)
+        or (isinstance(v, (list, tuple)) and any(isinstance(w, torch.Tensor) for w in v))
+        for v in value
+    )
+
+
+def _size(value) -> int:
+    """How many entries a container and the containers directly in it hold."""
+    inner = value.values() if isinstance(value, dict) else value
+    return len(value) + sum(len(v) for v in inner if isinstance(v, (list, dict, set)))
+
+
+def held_tensors(obj) -> dict[str, tuple]:
+    """{name: (container, its size)} for each container holding tensors that `obj` (or a
+    function of its notebook it calls by name, such as the learner's attention_patterns) reads
+    from its module, its default arguments or its closure: state that lives between calls."""
+    found, seen, todo, module = {}, set(), [obj], None
+    while todo:
+        fn = todo.pop()
+        while isinstance(fn, functools.partial) or hasattr(fn, "__wrapped__"):
+            fn = fn.func if isinstance(fn, functools.partial) else fn.__wrapped__
+        if not isinstance(fn, types.FunctionType) or id(fn) in seen:
+            continue
+        module = fn.__globals__ if module is None else module
+        if fn.__globals__ is not module:  # a library's function, not one of the notebook's
+            continue
+        seen.add(id(fn))
+        code = fn.__code__
+        params = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        given = fn.__defaults__ or ()
+        values = dict(zip(params[code.co_argcount - len(given) :], given, strict=False))
+        values.update(fn.__kwdefaults__ or {})
+        cells = zip(code.co_freevars, fn.__closure__ or (), strict=False)
+        values.update((name, cell.cell_contents) for name, cell in cells)
+        codes, names = [code], set()
+        while codes:  # the function's own code and every function (a hook) defined inside it
+            one = codes.pop()
+            names.update(one.co_names)
+            codes += [c for c in one.co_consts if isinstance(c, types.CodeType)]
+        for name in sorted(names):
+            value = fn.__globals__.get(name)
+            values[name] = value
+            if isinstance(value, types.FunctionType):
+                todo.append(value)
+        found.update((k, (v, _size(v))) for k, v in values.items() if _holds_tensors(v))
+    return found
 
 
 # what a changed model looks like -> what the learner must do about it
@@ -224,6 +287,19 @@ CHANGED_MODEL = (
 )
 
 
+def _kept_or_raise(obj, held: dict, error: Exception):
+    """Raise `error` with the KEPT hint when the learner's function reads a container that held
+    an earlier call's tensors before this call (`held`) and grew during it (its zip() or
+    torch.stack then fails on the mix), else as it is."""
+    now = held_tensors(obj)
+    kept = sorted(k for k, (v, size) in held.items() if k in now and _size(v) != size)
+    if not kept:
+        raise error
+    yours = ", ".join(f"`{name}`" for name in kept)
+    message = f"your code raised {type(error).__name__}: {error}. Hint: {KEPT} (yours: {yours})"
+    raise GradingError(message) from None
+
+
 class ModelTask(Task):
     """A task whose function takes a model first: `call` builds the case's model, runs the
     function, and returns (result, what the model looks like afterwards).
@@ -245,12 +321,15 @@ class ModelTask(Task):
         result, raised = None, False
         for earlier in case.data.get("earlier", ()):  # a call before, on the same model
             obj(model, *earlier)
+        held = held_tensors(obj)  # what earlier calls left in the learner's globals
         try:
             result = obj(model, *case.args, **case.kwargs)
-        except ValueError:  # the forward's error (ids too long), expected here
+        except ValueError as error:  # the forward's error (ids too long), expected here
             if not fails:
-                raise
+                _kept_or_raise(obj, held, error)
             raised = True
+        except RuntimeError as error:
+            _kept_or_raise(obj, held, error)
         except TypeError as error:  # PyTorch's call of a hook that takes other arguments
             frames = traceback.extract_tb(error.__traceback__)
             if not frames or "hook(" not in (frames[-1].line or ""):

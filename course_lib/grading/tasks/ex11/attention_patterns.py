@@ -7,6 +7,7 @@ import torch
 from ...core import register
 from ..common import randint
 from ._models import (
+    KEPT,
     LESSON,
     MODE_NO_FINALLY,
     ModelTask,
@@ -79,6 +80,7 @@ MISTAKES = {
         "caught it and returned: let the error propagate, so the caller learns their ids do "
         "not fit; `try:` ... `finally:` removes the hooks without an `except`"
     ),
+    "kept": KEPT,  # a module-level list: the next call stacks this call's patterns with its own
     "list": "return one tensor (torch.stack of the per-layer patterns), not a list",
     "cat": (
         "torch.cat joins the layers' patterns along their batch axis, (num_layers * batch, "
@@ -93,9 +95,12 @@ MISTAKES = {
 }
 
 
+_KEPT: list = []  # "kept": the patterns of every call so far
+
+
 def wrong_patterns(model, ids, *, mistake=""):
     """(num_layers, batch, num_heads, seq, seq), with the named mistake ("": none)."""
-    patterns, handles = [], []
+    patterns, handles = (_KEPT if mistake == "kept" else []), []
     was = model.training
     if mistake in ("eval_left", "mode_no_finally"):
         model.eval()
@@ -157,6 +162,13 @@ class AttentionPatterns(ModelTask):
     forbidden = ("course_lib.blocks.record_attention",)
     mistake_table = MISTAKES
     wrong = staticmethod(wrong_patterns)
+
+    def diagnose(self, got, want, case):
+        got, want = got[0], want[0]  # (the result, the model's state afterwards)
+        if not (isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor)):
+            return None
+        more = got.dim() == want.dim() and got.shape[0] > want.shape[0]
+        return KEPT if more and got.shape[1:] == want.shape[1:] else None  # earlier calls' too
 
     def cases(self, gen):
         specs = [

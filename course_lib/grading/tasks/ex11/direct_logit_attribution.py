@@ -8,6 +8,7 @@ import torch
 from ...core import GradingError, register
 from ..common import randint
 from ._models import (
+    KEPT,
     LESSON,
     NO_FINALLY,
     ModelTask,
@@ -105,6 +106,7 @@ MISTAKES = {
         "the divisor is LayerNorm's, sqrt(var + eps) of the stream with its mean subtracted "
         "(var(-1, unbiased=False)), not RMSNorm's root mean square sqrt(mean(x**2) + eps)"
     ),
+    "kept": KEPT,  # module-level lists: zip(strict=True) meets the earlier calls' entries
     "rows": (
         "head h writes through the COLUMNS h*d_head .. (h+1)*d_head - 1 of "
         "out_proj.weight, transposed (out_proj computes z @ W.T); you took its rows"
@@ -125,11 +127,14 @@ HEAD_PRODUCT = (  # for a product whose shapes do not fit: rows, or columns not 
 )
 
 
+_KEPT: tuple = ([], [], [], [])  # "kept": what every call so far recorded
+
+
 def wrong_attribution(model, ids, *, mistake):
     """(parts, batch, seq, vocab), with the named mistake."""
     config = model.config
     d_head = config.d_model // config.num_heads
-    embed, z, ff, final = [], [], [], []
+    embed, z, ff, final = _KEPT if mistake == "kept" else ([], [], [], [])
     handles = [model.layers[0].register_forward_pre_hook(lambda m, a: embed.append(a[0]))]
     for layer in model.layers:
         handles.append(
