@@ -1320,3 +1320,39 @@ def test_lists_kept_between_calls_are_named(solution, name, line, default, names
     assert result.status == "failed" and result.score < result.max_score, result.feedback
     assert "is kept between calls" in result.feedback, result.feedback
     assert f"(yours: {names})" in result.feedback, result.feedback
+
+
+def _reads_a_closure_cell_never_filled():
+    def attention_patterns(model, ids):  # raises NameError (free variable not yet assigned)
+        return not_yet  # noqa: F821
+
+    not_yet = None
+    del not_yet
+    return attention_patterns
+
+
+class _ListWhoseLenRaises(list):
+    def __len__(self):
+        raise RuntimeError("len() of a learner's container that raises")
+
+
+_ODD_CONTAINER = _ListWhoseLenRaises([torch.zeros(1)])
+
+
+def _reads_a_container_whose_len_raises(model, ids):
+    return torch.stack(_ODD_CONTAINER)
+
+
+@pytest.mark.parametrize(
+    "wrong", [_reads_a_closure_cell_never_filled(), _reads_a_container_whose_len_raises]
+)
+def test_learner_state_the_kept_list_hint_cannot_read_is_left_alone(wrong):
+    # the kept-list hint reads the learner's globals, defaults and closures before each call;
+    # code it cannot read (an empty closure cell, a len() that raises) once made the grader's
+    # own reading fail, and the learner was told 'your code raised ValueError: Cell is empty'
+    # (or the len() error) instead of what their function does
+    graded = check_result("ex11.attention_patterns", wrong)
+    assert graded.status == "failed" and graded.score == 0, graded.feedback
+    assert "Cell is empty" not in graded.feedback, graded.feedback
+    assert "len() of a learner's container" not in graded.feedback, graded.feedback
+    assert "not_yet" in graded.feedback or "shape" in graded.feedback, graded.feedback

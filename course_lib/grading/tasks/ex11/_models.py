@@ -202,7 +202,16 @@ def _size(value) -> int:
 def held_tensors(obj) -> dict[str, tuple]:
     """{name: (container, its size)} for each container holding tensors that `obj` (or a
     function of its notebook it calls by name, such as the learner's attention_patterns) reads
-    from its module, its default arguments or its closure: state that lives between calls."""
+    from its module, its default arguments or its closure: state that lives between calls.
+    Only a hint hangs on it, so learner code it cannot read (a closure cell not yet filled, a
+    container whose len() raises) gives {} instead of an error."""
+    try:
+        return _held_tensors(obj)
+    except Exception:  # noqa: BLE001 - the learner's objects may raise anything
+        return {}
+
+
+def _held_tensors(obj) -> dict[str, tuple]:
     found, seen, todo, module = {}, set(), [obj], None
     while todo:
         fn = todo.pop()
@@ -292,7 +301,10 @@ def _kept_or_raise(obj, held: dict, error: Exception):
     an earlier call's tensors before this call (`held`) and grew during it (its zip() or
     torch.stack then fails on the mix), else as it is."""
     now = held_tensors(obj)
-    kept = sorted(k for k, (v, size) in held.items() if k in now and _size(v) != size)
+    try:
+        kept = sorted(k for k, (v, size) in held.items() if k in now and _size(v) != size)
+    except Exception:  # noqa: BLE001 - a learner's container whose len() raises
+        kept = []
     if not kept:
         raise error
     yours = ", ".join(f"`{name}`" for name in kept)
