@@ -1368,3 +1368,47 @@ def test_h17_an_inline_softmax_shifted_by_another_number_is_named(how):
             r = _l14_graded(task_id, attention, seed)
             assert r.status == "failed", (task_id, seed, r.feedback)
             assert "Subtract each row's maximum, scores.amax(dim=-1" in r.feedback, r.feedback
+
+
+# ---- H18: an axis moved "back" by the same movedim; an einsum that names three axes ----
+
+
+def _h18_softmax_moved(x, dim=-1, *, back):
+    moved = x.movedim(dim, -1)  # the axis to normalise, last
+    e = (moved - moved.amax(dim=-1, keepdim=True)).exp()
+    return (e / e.sum(dim=-1, keepdim=True)).movedim(*back)
+
+
+def test_h18_an_axis_moved_back_by_the_same_movedim_fails_and_is_named():
+    # before: full marks in the notebook and under every seed (each case with a dim was 2-D or
+    # had dim next to last, where movedim(dim, -1) is a swap and undoes itself)
+    def wrong(x, dim=-1):
+        return _h18_softmax_moved(x, dim, back=(dim, -1))  # .movedim(dim, -1) once more
+
+    def right(x, dim=-1):
+        return _h18_softmax_moved(x, dim, back=(-1, dim))
+
+    for seed in (0, 1, 2, 3):
+        r = _l14_graded("ex02.softmax", wrong, seed)
+        assert r.status == "failed" and r.score < r.max_score, (seed, r.feedback)
+        assert "and back with the same call" in r.feedback, (seed, r.feedback)
+        assert _l14_graded("ex02.softmax", right, seed).status == "passed", seed
+
+
+def _h18_attention_einsum(q, k, v):
+    scores = torch.einsum("bqd,bkd->bqk", q, k) / math.sqrt(q.shape[-1])
+    weights = softmax_max(scores)
+    return torch.einsum("bqk,bkv->bqv", weights, v), weights
+
+
+def test_h18_an_einsum_for_3d_inputs_only_is_named():
+    # before: a bare RuntimeError from einsum on the 2-D and 4-D cases, with no hint
+    hint = "your einsum names exactly three axes ('bqd,bkd->bqk')"
+    r = result(SDPA, _h18_attention_einsum)
+    assert r.status == "failed" and hint in r.feedback, r.feedback
+
+    def self_attention(x, w_q, w_k, w_v):
+        return _h18_attention_einsum(x @ w_q, x @ w_k, x @ w_v)
+
+    r = result(SELF, self_attention)
+    assert r.status == "failed" and "the attention step is not: " + hint in r.feedback, r.feedback

@@ -83,6 +83,11 @@ class Softmax(Task):
         "constant cancels in the ratio, but exp(x - first) still overflows to inf (inf/inf = NaN) "
         "when another entry lies far above the first. Subtract the maximum along dim, "
         "x.amax(dim=dim, keepdim=True), so every exponent is <= 0",
+        "moved_back_wrong": "you moved `dim` to the end (x.movedim(dim, -1), or a permute) and "
+        "back with the same call: that returns it to its place only when the move is a swap (2-D x, or "
+        "dim next to last); with dim=0 of a 3-D x it gives (c, a, b), not (a, b, c). Move it "
+        "back with .movedim(-1, dim), or skip the moves: x.amax(dim=dim, keepdim=True) and "
+        "sum(dim=dim, keepdim=True) work along any axis",
         "clamped": "you clamped x before exp: that changes the answer, since every value beyond "
         "the bound becomes the same number (a row around 1000 comes out uniform). Subtract the "
         "maximum along dim instead, x.amax(dim=dim, keepdim=True): it cancels in the ratio and "
@@ -140,6 +145,12 @@ class Softmax(Task):
                 (randn(gen, 2, 1, 4),),
                 {"dim": 1},
             ),
+            Case(  # moving dim to the end and back by the same movedim(dim, -1): right only
+                # when that is a swap (2-D, or dim next to last), as in every case above
+                "x (3, 4, 5) with dim=0 (the first of three axes)",
+                (randn(gen, 3, 4, 5),),
+                {"dim": 0},
+            ),
         ]
 
     def call(self, obj, case):
@@ -149,6 +160,8 @@ class Softmax(Task):
         return self.learnable(obj, case, value)
 
     def wrong(self, x, dim=-1, *, mistake):
+        if mistake == "moved_back_wrong":  # to the end, then "back" by the same movedim
+            return self.wrong(x.movedim(dim, -1), mistake="").movedim(dim, -1)
         axis = {"last_axis": -1, "first_axis": 0}.get(mistake, dim)
         if mistake == "no_max":
             shifted = x
@@ -297,6 +310,9 @@ class ScaledDotProductAttention(HintOnError):
         "d_k_from_shape_2": D_K_FROM_SHAPE_2,
         "bmm": "torch.bmm multiplies 3-D tensors only (exactly one batch axis); use @ "
         "(torch.matmul), which works for 2-D inputs and any number of batch dimensions",
+        "einsum_3d": "your einsum names exactly three axes ('bqd,bkd->bqk'), so it works only "
+        "for 3-D inputs: q may be 2-D or carry heads too. Let an ellipsis stand for the batch "
+        "axes, torch.einsum('...qd,...kd->...qk', q, k), or use q @ k.transpose(-2, -1)",
         "mm": "torch.mm multiplies 2-D matrices only; use @ (torch.matmul), which works for any "
         "number of batch dimensions",
         "no_max": "exp of large scores overflows (inf / inf = NaN): take the softmax with your "
@@ -424,7 +440,11 @@ class ScaledDotProductAttention(HintOnError):
         if mistake == "scaled_output":  # the scale on the output instead of the scores
             weights = stable_softmax(q @ k_t)
             return weights @ v / scale, weights
-        product = {"bmm": torch.bmm, "mm": torch.mm}.get(mistake, torch.matmul)  # 3-D, 2-D only
+        product = {  # 3-D, 2-D only; einsum_3d gets k back, as the learner passes it
+            "bmm": torch.bmm,
+            "mm": torch.mm,
+            "einsum_3d": lambda q, k_t: torch.einsum("bqd,bkd->bqk", q, k_t.mT),
+        }.get(mistake, torch.matmul)
         scores = (k @ q.transpose(-2, -1) if mistake == "k_q_order" else product(q, k_t)) / scale
         if mistake == "causal_mask":  # a GPT's mask, which this task does not have
             later = torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1)
