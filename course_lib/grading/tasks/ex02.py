@@ -84,10 +84,10 @@ class Softmax(Task):
         "when another entry lies far above the first. Subtract the maximum along dim, "
         "x.amax(dim=dim, keepdim=True), so every exponent is <= 0",
         "moved_back_wrong": "you moved `dim` to the end (x.movedim(dim, -1), or a permute) and "
-        "back with the same call: that returns it to its place only when the move is a swap (2-D x, or "
-        "dim next to last); with dim=0 of a 3-D x it gives (c, a, b), not (a, b, c). Move it "
-        "back with .movedim(-1, dim), or skip the moves: x.amax(dim=dim, keepdim=True) and "
-        "sum(dim=dim, keepdim=True) work along any axis",
+        "back with the same call: that returns it to its place only when the move is a swap "
+        "(2-D x, or dim next to last); with dim=0 of a 3-D x it gives (c, a, b), not (a, b, c). "
+        "Move it back with .movedim(-1, dim), or skip the moves: x.amax(dim=dim, keepdim=True) "
+        "and sum(dim=dim, keepdim=True) work along any axis",
         "clamped": "you clamped x before exp: that changes the answer, since every value beyond "
         "the bound becomes the same number (a row around 1000 comes out uniform). Subtract the "
         "maximum along dim instead, x.amax(dim=dim, keepdim=True): it cancels in the ratio and "
