@@ -56,6 +56,15 @@ VALUES_FROM_X = (
     "the values come from memory, like the keys: v = memory @ w_v, then output = weights @ v. "
     "x gives only the queries; the weights (n_q, n_kv) mix memory's n_kv values"
 )
+# a projection cached between calls (functools.lru_cache, or a dict keyed by id(memory) or
+# data_ptr()): the check calls first with w_k and w_v negated in place, then restores them
+KV_KEPT = (
+    "your keys and values are those of an earlier call on the same tensors (functools.lru_cache "
+    "on a projection, or a cache keyed by id({read}) or {read}.data_ptr()): the check called "
+    "once with w_k and w_v negated in place, then restored them, and your answer kept the first "
+    "call's. A training step changes the weights in place just so: compute k = {read} @ w_k and "
+    "v = {read} @ w_v on every call"
+)
 KEYS_FROM_X = (
     "the keys come from memory, like the values: k = memory @ w_k. x gives only the queries, so "
     "that the scores q k^T are (n_q, n_kv): one per query and memory position"
@@ -133,6 +142,7 @@ CROSS_MISTAKES = {
     **dict.fromkeys(("values_from_x", "values_from_x_sdpa"), VALUES_FROM_X),
     # through scaled_dot_product_attention only: by hand, k @ q.T crashes with the same error
     "keys_from_x_sdpa": KEYS_FROM_X,
+    "kv_kept": KV_KEPT.format(read="memory"),
 }
 
 
@@ -154,6 +164,8 @@ def _softmax_slip_attention(q, k, v, mask, mistake):
 def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake=""):
     """Cross-attention by hand, (output, weights), with one named mistake."""
     queries, read, mask = x, memory, memory_mask
+    if mistake == "kv_kept":  # k and v of the check's first call, whose w_k and w_v were negated
+        w_k, w_v = -w_k, -w_v
     if mistake == "weights_transposed":  # x @ w.T, nn.Linear's (out, in) convention
         w_q, w_k, w_v = w_q.mT, w_k.mT, w_v.mT
         queries @ w_q  # q first, as a learner's does: a crash is then the same one
@@ -211,6 +223,25 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
     return (weights, output) if mistake == "swapped" else (output, weights)
 
 
+def _after_a_call_on_other_weights(call, obj, case, weights):
+    """`call(obj, case)`, after a first call, its result dropped, on the same tensors with the
+    arguments at positions `weights` (w_k and w_v) negated in place, then restored: an answer
+    that keeps its projections between calls (functools.lru_cache, a dict keyed by id) then
+    returns the first call's, as after a training step that changed the weights in place."""
+    negated = {id(w): w for w in (case.args[i] for i in weights)}.values()  # eye thrice: once
+    with torch.no_grad():
+        try:
+            for w in negated:
+                w.neg_()
+            obj(*case.args, **case.kwargs)
+        except Exception:  # noqa: BLE001, S110  (an error here is the real call's to report)
+            pass
+        finally:
+            for w in negated:
+                w.neg_()
+    return call(obj, case)
+
+
 FAR_BLOCKED = "the blocked memory position scores 300 above the allowed one"
 
 
@@ -233,6 +264,9 @@ class CrossAttention(Task):
     backward = True  # x, memory and the weights are learned: its gradients are judged too
     mistake_table = CROSS_MISTAKES
     wrong = staticmethod(wrong_cross_attention)
+
+    def call(self, obj, case):  # a cache of k and v between calls is stale at once
+        return _after_a_call_on_other_weights(super().call, obj, case, (3, 4))
 
     def cases(self, gen):
         def inputs(x_shape, memory_shape, d_k, d_v, dtype=torch.float32):
@@ -513,6 +547,8 @@ class CrossAttentionSublayerTask(ModuleTask):
 
 
 def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
+    if mistake == "kv_kept":  # k and v of the check's first call, whose w_k and w_v were negated
+        w_k, w_v = -w_k, -w_v
     if mistake == "x_zeroed" and mask is not None:  # the padded tokens zeroed, nothing masked
         x, mask = x * mask[..., None], None
     q = x @ w_k if mistake == "queries_from_x" else queries  # (m, d_k) broadcasts over batch
@@ -615,6 +651,7 @@ POOL_MISTAKES = {
     "swapped": "the return order is swapped: return (pooled, weights), the pooled vectors first",
     "no_max": NO_MAX,
     "max_of_all": MAX_OF_ALL,
+    "kv_kept": KV_KEPT.format(read="x"),
 }
 
 
@@ -637,6 +674,9 @@ class AttentionPool(Task):
         "torch.nn.MultiheadAttention",
         "course_lib.cross_attention.cross_attention",
     )
+
+    def call(self, obj, case):  # a cache of k and v between calls is stale at once
+        return _after_a_call_on_other_weights(super().call, obj, case, (2, 3))
 
     def cases(self, gen):
         def case(description, sizes, lengths=None, dtype=torch.float32):
