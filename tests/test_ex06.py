@@ -1106,3 +1106,35 @@ def test_h06_keys_and_values_kept_between_calls_fail_with_their_hint(task_id, le
     if seed == 0:  # the notebook's check, too
         result = check_result(task_id, learner())
         assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+def _cross_power_then_half(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    d_k = q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / d_k**1 / 2  # d_k ** 1/2 as a learner types it
+    if memory_mask is not None:
+        scores = scores.masked_fill(~memory_mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+def _pool_power_then_half(x, queries, w_k, w_v, mask=None):
+    k, v = x @ w_k, x @ w_v
+    scores = queries @ k.transpose(-2, -1) / queries.shape[-1] ** 1 / 2
+    if mask is not None:
+        scores = scores.masked_fill(~mask[:, None, :], float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+@pytest.mark.parametrize(
+    "task_id, learner",
+    [("ex06.cross_attention", _cross_power_then_half),
+     ("ex06.attention_pool", _pool_power_then_half)],
+)  # fmt: skip
+def test_h06_d_k_to_the_power_one_half_is_named(task_id, learner):
+    """scores / d_k ** 1/2 divides by 2 d_k: it got 'None of the usual single mistakes'."""
+    result = check_result(task_id, learner)
+    assert result.status == "failed" and "d_k ** 1/2 is (d_k ** 1) / 2" in result.feedback, (
+        result.feedback
+    )

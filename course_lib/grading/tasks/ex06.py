@@ -58,6 +58,10 @@ VALUES_FROM_X = (
 )
 # a projection cached between calls (functools.lru_cache, or a dict keyed by id(memory) or
 # data_ptr()): the check calls first with w_k and w_v negated in place, then restores them
+POWER_THEN_HALF = (
+    "d_k ** 1/2 is (d_k ** 1) / 2, since ** binds tighter than /: you divided the scores by "
+    "2 d_k. Write the root's exponent in parentheses, d_k ** (1/2), or d_k ** 0.5"
+)
 KV_KEPT = (
     "your keys and values are those of an earlier call on the same tensors (functools.lru_cache "
     "on a projection, or a cache keyed by id({read}) or {read}.data_ptr()): the check called "
@@ -114,6 +118,7 @@ CROSS_MISTAKES = {
     "(d_k = w_q.shape[1])",
     "times_sqrt": "you multiplied the scores by sqrt(d_k); divide them by it, "
     "q @ k.transpose(-2, -1) / d_k ** 0.5",
+    "power_then_half": POWER_THEN_HALF,
     # before by_sqrt_n_q: the case where d_k = 5 first tells the two apart has n_q = 4
     "lesson_d_k": "you scaled by sqrt(4), the lesson's d_k, on inputs whose d_k is not 4: take "
     "d_k from the inputs, q.shape[-1] (or w_q.shape[1])",
@@ -178,6 +183,7 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
     sizes["d_k_from_shape_2"] = (queries @ w_q).shape[2]
     d_k = w_q.shape[-1]  # the scale's slips: d_k unrooted, multiplied, a sequence's length
     sizes |= {"by_d_k": d_k**2, "times_sqrt": 1 / d_k, "lesson_d_k": 4, "scaled_after_softmax": 1}
+    sizes["power_then_half"] = (2 * d_k) ** 2  # scores / d_k ** 1/2: (scores / d_k) / 2
     sizes["float32_scale"] = float(torch.tensor(float(d_k)).sqrt()) ** 2  # a float32 root, squared
     sizes |= {"by_sqrt_n_kv": read.shape[-2], "by_sqrt_n_q": queries.shape[-2]}
     if mistake == "memory_zeroed" and mask is not None:  # memory * mask: pads read as 0, unmasked
@@ -563,6 +569,7 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
         "num_queries": len(queries),
         "by_d_k": queries.shape[-1] ** 2,
         "times_sqrt": 1 / queries.shape[-1],
+        "power_then_half": (2 * queries.shape[-1]) ** 2,  # scores / d_k ** 1/2
         "n_tokens": x.shape[-2],
         "scaled_after_softmax": 1,
         "float32_scale": float(torch.tensor(float(queries.shape[-1])).sqrt()) ** 2,
@@ -630,6 +637,7 @@ POOL_MISTAKES = {
     "(d_k = queries.shape[-1])",
     "k_dot_T": CROSS_MISTAKES["k_dot_T"],
     "times_sqrt": "you multiplied the scores by sqrt(d_k); divide them by it, scores / d_k ** 0.5",
+    "power_then_half": POWER_THEN_HALF,
     "n_tokens": "you scaled by the square root of the number of tokens (n, x.shape[1]); d_k is "
     "the length of each query and key vector, queries.shape[-1]",
     "mask_last_axis": "mask.unsqueeze(-1) is (batch, n, 1): it puts the tokens on the queries' "
