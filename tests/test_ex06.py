@@ -1,5 +1,6 @@
 """ex06 grading: the reference passes, each named mistake fails with its hint, alternatives pass."""
 
+import functools
 import math
 
 import pytest
@@ -1041,3 +1042,99 @@ def _cross_keys_times_queries(x, memory, w_q, w_k, w_v, memory_mask=None):
 def test_h6_k_times_q_transposed_is_not_told_the_keys_come_from_x():
     result = check_result("ex06.cross_attention", _cross_keys_times_queries)
     assert result.status == "failed" and "keys come from memory" not in result.feedback
+
+
+# ---- h06: keys and values kept between calls (functools.lru_cache, a cache keyed by id) ----
+
+
+def _cross_kept_by_lru_cache():
+    @functools.lru_cache  # tensors hash by identity: the same tensors, k and v kept
+    def project(t, w):
+        return t @ w
+
+    def cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None):
+        return scaled_dot_product_attention(
+            x @ w_q, project(memory, w_k), project(memory, w_v), memory_mask
+        )
+
+    return cross_attention
+
+
+def _cross_kept_by_id():
+    kept = {}  # "the encoder's memory is the same at every decoding step": k and v computed once
+
+    def cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None):
+        k, v = kept.setdefault(id(memory), (memory @ w_k, memory @ w_v))
+        return scaled_dot_product_attention(x @ w_q, k, v, memory_mask)
+
+    return cross_attention
+
+
+def _pool_kept_by_lru_cache():
+    @functools.lru_cache
+    def project(t, w):
+        return t @ w
+
+    def attention_pool(x, queries, w_k, w_v, mask=None):
+        mask = None if mask is None else mask[:, None, :]
+        q = queries.expand(x.shape[0], -1, -1)
+        return scaled_dot_product_attention(q, project(x, w_k), project(x, w_v), mask)
+
+    return attention_pool
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize(
+    "task_id, learner, read",
+    [
+        ("ex06.cross_attention", _cross_kept_by_lru_cache, "memory"),
+        ("ex06.cross_attention", _cross_kept_by_id, "memory"),
+        ("ex06.attention_pool", _pool_kept_by_lru_cache, "x"),
+    ],
+)
+def test_h06_keys_and_values_kept_between_calls_fail_with_their_hint(task_id, learner, read, seed):
+    """Each case came in new tensors, so k and v cached on the tensors (an lru_cache on the
+    projection, a dict keyed by id(memory)) were never stale: full marks in the notebook and
+    under the hidden seeds (by id: but for a seed where an id came back), though a training
+    step, which changes w_k and w_v in place, would leave them stale. The check now calls once
+    with w_k and w_v negated in place, then restored; a fresh learner per seed."""
+    task = get_task(task_id)
+    cases = task.cases(torch.Generator().manual_seed(seed))
+    result = judge(task, cases, run_cases(task, learner(), cases))
+    words = f"a cache keyed by id({read})"
+    assert result.status == "failed" and words in result.feedback, result.feedback
+    if seed == 0:  # the notebook's check, too
+        result = check_result(task_id, learner())
+        assert result.status == "failed" and words in result.feedback, result.feedback
+
+
+def _cross_power_then_half(x, memory, w_q, w_k, w_v, memory_mask=None):
+    q, k, v = x @ w_q, memory @ w_k, memory @ w_v
+    d_k = q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / d_k**1 / 2  # d_k ** 1/2 as a learner types it
+    if memory_mask is not None:
+        scores = scores.masked_fill(~memory_mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+def _pool_power_then_half(x, queries, w_k, w_v, mask=None):
+    k, v = x @ w_k, x @ w_v
+    scores = queries @ k.transpose(-2, -1) / queries.shape[-1] ** 1 / 2
+    if mask is not None:
+        scores = scores.masked_fill(~mask[:, None, :], float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+@pytest.mark.parametrize(
+    "task_id, learner",
+    [("ex06.cross_attention", _cross_power_then_half),
+     ("ex06.attention_pool", _pool_power_then_half)],
+)  # fmt: skip
+def test_h06_d_k_to_the_power_one_half_is_named(task_id, learner):
+    """scores / d_k ** 1/2 divides by 2 d_k: it got 'None of the usual single mistakes'."""
+    result = check_result(task_id, learner)
+    assert result.status == "failed" and "d_k ** 1/2 is (d_k ** 1) / 2" in result.feedback, (
+        result.feedback
+    )

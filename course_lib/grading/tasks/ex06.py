@@ -56,6 +56,19 @@ VALUES_FROM_X = (
     "the values come from memory, like the keys: v = memory @ w_v, then output = weights @ v. "
     "x gives only the queries; the weights (n_q, n_kv) mix memory's n_kv values"
 )
+# a projection cached between calls (functools.lru_cache, or a dict keyed by id(memory) or
+# data_ptr()): the check calls first with w_k and w_v negated in place, then restores them
+POWER_THEN_HALF = (
+    "d_k ** 1/2 is (d_k ** 1) / 2, since ** binds tighter than /: you divided the scores by "
+    "2 d_k. Write the root's exponent in parentheses, d_k ** (1/2), or d_k ** 0.5"
+)
+KV_KEPT = (
+    "your keys and values are those of an earlier call on the same tensors (functools.lru_cache "
+    "on a projection, or a cache keyed by id({read}) or {read}.data_ptr()): the check called "
+    "once with w_k and w_v negated in place, then restored them, and your answer kept the first "
+    "call's. A training step changes the weights in place just so: compute k = {read} @ w_k and "
+    "v = {read} @ w_v on every call"
+)
 KEYS_FROM_X = (
     "the keys come from memory, like the values: k = memory @ w_k. x gives only the queries, so "
     "that the scores q k^T are (n_q, n_kv): one per query and memory position"
@@ -105,6 +118,7 @@ CROSS_MISTAKES = {
     "(d_k = w_q.shape[1])",
     "times_sqrt": "you multiplied the scores by sqrt(d_k); divide them by it, "
     "q @ k.transpose(-2, -1) / d_k ** 0.5",
+    "power_then_half": POWER_THEN_HALF,
     # before by_sqrt_n_q: the case where d_k = 5 first tells the two apart has n_q = 4
     "lesson_d_k": "you scaled by sqrt(4), the lesson's d_k, on inputs whose d_k is not 4: take "
     "d_k from the inputs, q.shape[-1] (or w_q.shape[1])",
@@ -133,6 +147,7 @@ CROSS_MISTAKES = {
     **dict.fromkeys(("values_from_x", "values_from_x_sdpa"), VALUES_FROM_X),
     # through scaled_dot_product_attention only: by hand, k @ q.T crashes with the same error
     "keys_from_x_sdpa": KEYS_FROM_X,
+    "kv_kept": KV_KEPT.format(read="memory"),
 }
 
 
@@ -154,6 +169,8 @@ def _softmax_slip_attention(q, k, v, mask, mistake):
 def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake=""):
     """Cross-attention by hand, (output, weights), with one named mistake."""
     queries, read, mask = x, memory, memory_mask
+    if mistake == "kv_kept":  # k and v of the check's first call, whose w_k and w_v were negated
+        w_k, w_v = -w_k, -w_v
     if mistake == "weights_transposed":  # x @ w.T, nn.Linear's (out, in) convention
         w_q, w_k, w_v = w_q.mT, w_k.mT, w_v.mT
         queries @ w_q  # q first, as a learner's does: a crash is then the same one
@@ -166,6 +183,7 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
     sizes["d_k_from_shape_2"] = (queries @ w_q).shape[2]
     d_k = w_q.shape[-1]  # the scale's slips: d_k unrooted, multiplied, a sequence's length
     sizes |= {"by_d_k": d_k**2, "times_sqrt": 1 / d_k, "lesson_d_k": 4, "scaled_after_softmax": 1}
+    sizes["power_then_half"] = (2 * d_k) ** 2  # scores / d_k ** 1/2: (scores / d_k) / 2
     sizes["float32_scale"] = float(torch.tensor(float(d_k)).sqrt()) ** 2  # a float32 root, squared
     sizes |= {"by_sqrt_n_kv": read.shape[-2], "by_sqrt_n_q": queries.shape[-2]}
     if mistake == "memory_zeroed" and mask is not None:  # memory * mask: pads read as 0, unmasked
@@ -211,6 +229,25 @@ def wrong_cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None, *, mistake
     return (weights, output) if mistake == "swapped" else (output, weights)
 
 
+def _after_a_call_on_other_weights(call, obj, case, weights):
+    """`call(obj, case)`, after a first call, its result dropped, on the same tensors with the
+    arguments at positions `weights` (w_k and w_v) negated in place, then restored: an answer
+    that keeps its projections between calls (functools.lru_cache, a dict keyed by id) then
+    returns the first call's, as after a training step that changed the weights in place."""
+    negated = {id(w): w for w in (case.args[i] for i in weights)}.values()  # eye thrice: once
+    with torch.no_grad():
+        try:
+            for w in negated:
+                w.neg_()
+            obj(*case.args, **case.kwargs)
+        except Exception:  # noqa: BLE001, S110  (an error here is the real call's to report)
+            pass
+        finally:
+            for w in negated:
+                w.neg_()
+    return call(obj, case)
+
+
 FAR_BLOCKED = "the blocked memory position scores 300 above the allowed one"
 
 
@@ -233,6 +270,9 @@ class CrossAttention(Task):
     backward = True  # x, memory and the weights are learned: its gradients are judged too
     mistake_table = CROSS_MISTAKES
     wrong = staticmethod(wrong_cross_attention)
+
+    def call(self, obj, case):  # a cache of k and v between calls is stale at once
+        return _after_a_call_on_other_weights(super().call, obj, case, (3, 4))
 
     def cases(self, gen):
         def inputs(x_shape, memory_shape, d_k, d_v, dtype=torch.float32):
@@ -513,6 +553,8 @@ class CrossAttentionSublayerTask(ModuleTask):
 
 
 def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
+    if mistake == "kv_kept":  # k and v of the check's first call, whose w_k and w_v were negated
+        w_k, w_v = -w_k, -w_v
     if mistake == "x_zeroed" and mask is not None:  # the padded tokens zeroed, nothing masked
         x, mask = x * mask[..., None], None
     q = x @ w_k if mistake == "queries_from_x" else queries  # (m, d_k) broadcasts over batch
@@ -527,6 +569,7 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
         "num_queries": len(queries),
         "by_d_k": queries.shape[-1] ** 2,
         "times_sqrt": 1 / queries.shape[-1],
+        "power_then_half": (2 * queries.shape[-1]) ** 2,  # scores / d_k ** 1/2
         "n_tokens": x.shape[-2],
         "scaled_after_softmax": 1,
         "float32_scale": float(torch.tensor(float(queries.shape[-1])).sqrt()) ** 2,
@@ -594,6 +637,7 @@ POOL_MISTAKES = {
     "(d_k = queries.shape[-1])",
     "k_dot_T": CROSS_MISTAKES["k_dot_T"],
     "times_sqrt": "you multiplied the scores by sqrt(d_k); divide them by it, scores / d_k ** 0.5",
+    "power_then_half": POWER_THEN_HALF,
     "n_tokens": "you scaled by the square root of the number of tokens (n, x.shape[1]); d_k is "
     "the length of each query and key vector, queries.shape[-1]",
     "mask_last_axis": "mask.unsqueeze(-1) is (batch, n, 1): it puts the tokens on the queries' "
@@ -615,6 +659,7 @@ POOL_MISTAKES = {
     "swapped": "the return order is swapped: return (pooled, weights), the pooled vectors first",
     "no_max": NO_MAX,
     "max_of_all": MAX_OF_ALL,
+    "kv_kept": KV_KEPT.format(read="x"),
 }
 
 
@@ -637,6 +682,9 @@ class AttentionPool(Task):
         "torch.nn.MultiheadAttention",
         "course_lib.cross_attention.cross_attention",
     )
+
+    def call(self, obj, case):  # a cache of k and v between calls is stale at once
+        return _after_a_call_on_other_weights(super().call, obj, case, (2, 3))
 
     def cases(self, gen):
         def case(description, sizes, lengths=None, dtype=torch.float32):
