@@ -1689,3 +1689,44 @@ def test_f11_cosine_slips_are_named(fn, named, not_named):
     result = check_result("ex01.cosine_similarity_matrix", fn)
     assert result.status == "failed", result.feedback
     assert named in result.feedback and not_named not in result.feedback, result.feedback
+
+
+# ---- hunt h01: full marks before, each now fails with its hint ---------------------------------
+
+
+def _one_hot_range_before_dtype(ids, vocab_size):  # two right tests in the wrong order
+    if ids.numel() and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise ValueError(f"ids out of range: {ids.tolist()}")
+    if ids.is_floating_point() or ids.dtype == torch.bool:
+        raise TypeError("ids must be integers")
+    return (ids.unsqueeze(-1) == torch.arange(vocab_size)).float()
+
+
+def _one_hot_of_the_statements_dtypes(ids, vocab_size):  # (int64, int32, int16) from the task text
+    if ids.dtype not in (torch.int64, torch.int32, torch.int16):
+        raise TypeError(f"ids must be integers, got {ids.dtype}")
+    if ((ids < 0) | (ids >= vocab_size)).any():
+        raise ValueError(f"ids {ids.tolist()} outside [0, {vocab_size})")
+    return (ids.unsqueeze(-1) == torch.arange(vocab_size)).float()
+
+
+def _neighbours_excluding_equal_rows(E, index, k):  # "itself" found by value: copies go too
+    similarity = _learners_cosine(E)[index]
+    similarity[(E == E[index]).all(dim=-1)] = float("-inf")
+    return similarity.topk(k).indices
+
+
+@pytest.mark.parametrize(
+    ("task_id", "impl", "hint"),
+    [
+        ("ex01.one_hot", _one_hot_range_before_dtype, "test the dtype before the range"),
+        ("ex01.one_hot", _one_hot_of_the_statements_dtypes, "torch.uint8 ids are integers too"),
+        (
+            "ex01.nearest_neighbours",
+            _neighbours_excluding_equal_rows,
+            "you excluded every row equal to E[index]",
+        ),
+    ],
+)
+def test_h01_slips_with_full_marks_fail_and_are_named(task_id, impl, hint, capsys):
+    test_next_slips_fail_in_the_notebook_and_under_every_seed(task_id, impl, hint, capsys)

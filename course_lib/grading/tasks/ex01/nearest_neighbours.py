@@ -42,6 +42,25 @@ def _opposite_row_case() -> Case:
     return Case("E (5, 4) whose row 4 is row 0 times -2 (cosine -1), index 0, k 4", (E, 0, 4))
 
 
+def _exact_copy_case() -> Case:
+    """E (6, 4) whose row 4 is an exact copy of row 1, index 1, k 3: the answer is 4, 0, 3.
+
+    Two tokens can share a vector (lesson 01's devices score 1.00 with each other); excluding
+    every row equal to E[index] drops the copy, a neighbour. Placed so that topk, argsort and
+    sort all rank `index` before its copy (ties), so skipping the first passes here and fails
+    only the parallel-copy case. The same under every seed.
+    """
+    E = torch.tensor(
+        [[0, 1, 1, 0], [1, 2, 0, 1], [2, -1, 1, 0], [1, 0, -1, 2], [1, 2, 0, 1], [-1, 1, 0, 1]],
+        dtype=torch.float32,
+    )
+    return Case(
+        "E (6, 4) whose row 4 is an exact copy of row 1 (the same vector: a neighbour at "
+        "cosine 1, not row 1 itself), index 1, k 3",
+        (E, 1, 3),
+    )
+
+
 def _zero_row_case(gen) -> Case:
     E = randn(gen, 6, 4)
     E[1] = E[0] + 0.3 * E[1]  # a row close to row 0, so the zero row is not the first answer
@@ -81,6 +100,9 @@ class NearestNeighbours(Task):
         "skip_the_first": "skipping the first of the sorted similarities assumes the row itself "
         "comes first, but a copy (or any parallel row) ties with it at cosine 1 and may come "
         "first instead: exclude `index` itself (set its similarity to -inf before ranking)",
+        "equal_rows_excluded": "you excluded every row equal to E[index], but another token "
+        "may have the very same vector (a copy, at cosine 1), and it is a neighbour: exclude the "
+        "position `index` alone (set similarity[index] to -inf)",
         "excluded_by_value": "you excluded the rows whose similarity is (close to) 1, but a copy "
         "or any parallel row also scores 1 and is a neighbour: exclude `index` itself (set its "
         "similarity to -inf), whatever the others score",
@@ -145,6 +167,7 @@ class NearestNeighbours(Task):
             ),
             Case("E (12, 8), index 5, k 1", (randn(gen, 12, 8), 5, 1)),
             _parallel_copy_case(),
+            _exact_copy_case(),
             _zero_row_case(gen),
             _opposite_row_case(),
             _short_row_case(),
@@ -187,6 +210,8 @@ class NearestNeighbours(Task):
             return similarity.argsort()[:k]
         if mistake == "excluded_by_value":  # every row at cosine ~1, the copies too
             similarity[similarity > 0.9999] = float("-inf")
+        if mistake == "equal_rows_excluded":  # "itself" found by value: exact copies go too
+            similarity[(E == E[index]).all(dim=-1)] = float("-inf")
         if mistake != "including_itself":
             own = {"itself_at_zero": 0.0, "itself_at_minus_one": -1.0}  # else -inf
             similarity[index] = own.get(mistake, float("-inf"))

@@ -78,6 +78,12 @@ class OneHot(Task):
                 (torch.tensor([2.0, 1.0], dtype=torch.float16), 3),
                 raises=TypeError,
             ),
+            Case(  # a range test run before the dtype test raised ValueError here, full marks
+                "float ids [0.0, 7.0] with vocab_size=3: float ids must raise TypeError whatever "
+                "their values, so test the dtype before the range (not ValueError for 7.0)",
+                (torch.tensor([0.0, 7.0]), 3),
+                raises=TypeError,
+            ),
             Case(
                 "bool ids (3,) (True/False are not token ids: must raise TypeError)",
                 (torch.tensor([True, False, True]), 2),
@@ -111,6 +117,10 @@ class OneHot(Task):
                 "int16 ids (2, 3), vocab_size=4: ids of any integer dtype are accepted",
                 (randint(gen, 4, 2, 3).to(torch.int16), 4),
             ),
+            Case(  # a list (int64, int32, int16), the statement's, passed before
+                "uint8 ids (the bytes of 'hi!'), vocab_size=128: bytes are integer ids too",
+                (torch.tensor(list(b"hi!"), dtype=torch.uint8), 128),
+            ),
         ]
 
     def diagnose(self, got, want, case):
@@ -139,7 +149,11 @@ class OneHot(Task):
                     f"{case.args[1]}), so none may be refused: the range includes 0 and "
                     "vocab_size - 1; refuse only ids < 0 or ids >= vocab_size"
                 ) from None
-            if isinstance(error, TypeError) and ids.dtype in (torch.int32, torch.int16):
+            if isinstance(error, TypeError) and ids.dtype in (
+                torch.int32,
+                torch.int16,
+                torch.uint8,
+            ):
                 raise GradingError(
                     f"your code raised TypeError: {error}. Hint: {ids.dtype} ids are integers "
                     "too; refuse only float and bool ids (ids.is_floating_point(), torch.bool)"
