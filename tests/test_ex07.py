@@ -2040,3 +2040,21 @@ def test_h17_one_sub_layer_in_the_other_norm_mode_is_named(task_id, base, other,
 def test_h17_the_step_by_step_layers_pass_in_one_mode(task_id, base):
     result = status(task_id, _mixed_modes(base, None))
     assert result.status == "passed", result.feedback
+
+
+class FFDropoutInPlace(FFLearner):  # h18: 16/16, then training mode could not back-propagate
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", bias=True):
+        super().__init__(d_model, d_ff, dropout, activation, bias)
+        self.drop = nn.Dropout(dropout, inplace=True)  # overwrites ReLU's output in training
+
+
+def test_h18_in_place_dropout_fails_as_training_would():
+    x = torch.randn(3, 8)
+    layer = FFDropoutInPlace(8, 16, dropout=0.5).train()
+    with pytest.raises(RuntimeError, match="inplace"):  # what the learner's training would meet
+        layer(x).sum().backward()
+    result = status("ex07.FeedForward", FFDropoutInPlace)
+    assert result.status == "failed" and "inplace=True" in result.feedback, result.feedback
+    for seed, hidden in _hidden_seed_results("ex07.FeedForward", FFDropoutInPlace):
+        assert hidden.status == "failed" and "inplace=True" in hidden.feedback, (seed, hidden)
+
