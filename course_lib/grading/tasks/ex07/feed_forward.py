@@ -50,6 +50,9 @@ MISTAKES = {
     "0.044715 * h ** 3)))",
     "gelu_tanh_squared": "GELU's tanh approximation cubes h inside the tanh: 0.5 * h * (1 + "
     "tanh(sqrt(2 / pi) * (h + 0.044715 * h ** 3))), not h ** 2; or F.gelu(h, approximate='tanh')",
+    "gelu_tanh_no_half": "your 'gelu_tanh' is twice GELU's tanh approximation: the formula starts "
+    "with 0.5, 0.5 * h * (1 + tanh(sqrt(2 / pi) * (h + 0.044715 * h ** 3))); or F.gelu(h, "
+    "approximate='tanh')",
     "activation_ignored": layers.ACTIVATION_IGNORED,
     "residual": "the feed-forward network has no residual connection of its own: return "
     "linear2(dropout(relu(linear1(x)))); the layer that uses it adds x",
