@@ -2040,3 +2040,58 @@ def test_h17_one_sub_layer_in_the_other_norm_mode_is_named(task_id, base, other,
 def test_h17_the_step_by_step_layers_pass_in_one_mode(task_id, base):
     result = status(task_id, _mixed_modes(base, None))
     assert result.status == "passed", result.feedback
+
+
+class FFDropoutInPlace(FFLearner):  # h18: 16/16, then training mode could not back-propagate
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", bias=True):
+        super().__init__(d_model, d_ff, dropout, activation, bias)
+        self.drop = nn.Dropout(dropout, inplace=True)  # overwrites ReLU's output in training
+
+
+def test_h18_in_place_dropout_fails_as_training_would():
+    x = torch.randn(3, 8)
+    layer = FFDropoutInPlace(8, 16, dropout=0.5).train()
+    with pytest.raises(RuntimeError, match="inplace"):  # what the learner's training would meet
+        layer(x).sum().backward()
+    result = status("ex07.FeedForward", FFDropoutInPlace)
+    assert result.status == "failed" and "inplace=True" in result.feedback, result.feedback
+    for seed, hidden in _hidden_seed_results("ex07.FeedForward", FFDropoutInPlace):
+        assert hidden.status == "failed" and "inplace=True" in hidden.feedback, (seed, hidden)
+
+
+class FFTanhGeluNoHalf(FFLearner):  # h18: the tanh GELU by hand without its 0.5
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", bias=True):
+        super().__init__(d_model, d_ff, dropout, activation, bias)
+        self.by_hand = activation == "gelu_tanh"
+
+    def forward(self, x):
+        h = self.linear1(x)
+        if self.by_hand:
+            h = h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**3)))
+        else:
+            h = self.activation(h)
+        return self.linear2(self.drop(h))
+
+
+def layer_norm_std_plus_root_eps(x, gamma, beta, eps=1e-5):  # h18
+    std = x.std(dim=-1, keepdim=True, unbiased=False)
+    return (x - x.mean(dim=-1, keepdim=True)) / (std + math.sqrt(eps)) * gamma + beta
+
+
+def rms_norm_eps_at_end(x, weight, eps=1e-6):  # h18
+    return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True)) * weight + eps
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [  # each got 'None of the usual single mistakes' or another cause's hint (float32 digits)
+        ("ex07.FeedForward", FFTanhGeluNoHalf, "starts with 0.5"),
+        ("ex07.layer_norm", layer_norm_std_plus_root_eps, "std + sqrt(eps) is not"),
+        ("ex07.rms_norm", rms_norm_eps_at_end, "eps is added to the result"),
+    ],
+)
+def test_h18_slips_are_named(task_id, learner, words):
+    result = status(task_id, learner)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+    for seed, hidden in _hidden_seed_results(task_id, learner):
+        assert hidden.status == "failed" and words in hidden.feedback, (seed, hidden.feedback)

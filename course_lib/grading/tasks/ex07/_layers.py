@@ -170,6 +170,8 @@ def activation_with(name: str, mistake: str):
         return torch.tanh
     if mistake == "gelu_tanh_squared" and name == "gelu_tanh":  # h ** 2 for h ** 3
         return lambda h: 0.5 * h * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (h + 0.044715 * h**2)))
+    if mistake == "gelu_tanh_no_half" and name == "gelu_tanh":  # h * (1 + tanh(...)), no 0.5
+        return lambda h: 2 * F.gelu(h, approximate="tanh")
     if name not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {name!r}")
     return ACTIVATIONS[name]

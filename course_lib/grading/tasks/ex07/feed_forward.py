@@ -50,6 +50,9 @@ MISTAKES = {
     "0.044715 * h ** 3)))",
     "gelu_tanh_squared": "GELU's tanh approximation cubes h inside the tanh: 0.5 * h * (1 + "
     "tanh(sqrt(2 / pi) * (h + 0.044715 * h ** 3))), not h ** 2; or F.gelu(h, approximate='tanh')",
+    "gelu_tanh_no_half": "your 'gelu_tanh' is twice GELU's tanh approximation: the formula starts "
+    "with 0.5, 0.5 * h * (1 + tanh(sqrt(2 / pi) * (h + 0.044715 * h ** 3))); or F.gelu(h, "
+    "approximate='tanh')",
     "activation_ignored": layers.ACTIVATION_IGNORED,
     "residual": "the feed-forward network has no residual connection of its own: return "
     "linear2(dropout(relu(linear1(x)))); the layer that uses it adds x",
@@ -197,26 +200,16 @@ class FeedForwardTask(ModuleTask):
         mode = case.data.get("mode")
         if mode is not None:
             module.train(mode == "train")
-            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            # with gradients in train mode: nn.Dropout(dropout, inplace=True) overwrites ReLU's
+            # output there only, and passed every check done without them
+            with torch.set_grad_enabled(mode == "train"), torch.random.fork_rng(devices=[]):
                 torch.manual_seed(case.data["seed"])
                 out = module(*case.args)
             if mode == "train" and not isinstance(out, torch.Tensor):
                 raise GradingError("forward should return a tensor")
-            return out
+            return self.back_propagate(out)
         if case.data.get("dropout") is None:  # with gradients: training back-propagates
-            out = module.eval()(*case.args)
-            try:
-                if isinstance(out, torch.Tensor) and out.requires_grad:
-                    out.sum().backward()
-            except RuntimeError as e:  # F.relu(h).pow_(2), h *= h: relu's output, needed
-                if "inplace" not in str(e):
-                    raise
-                raise GradingError(
-                    "training cannot back-propagate through your FeedForward: an in-place "
-                    "operation (pow_, *=, a method ending in _) changed a tensor the backward "
-                    "pass needs; build a new one instead, F.relu(h) ** 2"
-                ) from e
-            return out.detach() if isinstance(out, torch.Tensor) else out
+            return self.back_propagate(module.eval()(*case.args))
         module.train()  # dropout acts in training mode only: random, so judged by its effect
         with torch.no_grad():
             first, second = module(*case.args), module(*case.args)
@@ -224,3 +217,20 @@ class FeedForwardTask(ModuleTask):
             "two passes differ": not torch.equal(first, second),
             "outputs exactly zero": bool((first == 0).any()),
         }
+
+    @staticmethod
+    def back_propagate(out):
+        """`out` detached, after a backward pass through it (when it has a graph)."""
+        try:
+            if isinstance(out, torch.Tensor) and out.requires_grad:
+                out.sum().backward()
+        except RuntimeError as e:  # F.relu(h).pow_(2), h *= h: relu's output, needed
+            if "inplace" not in str(e):
+                raise
+            raise GradingError(
+                "training cannot back-propagate through your FeedForward: an in-place "
+                "operation (pow_, *=, a method ending in _) changed a tensor the backward "
+                "pass needs; build a new one instead, F.relu(h) ** 2 (nn.Dropout(dropout, "
+                "inplace=True) is one too, in training mode: drop its inplace=True)"
+            ) from e
+        return out.detach() if isinstance(out, torch.Tensor) else out

@@ -80,6 +80,9 @@ MISTAKES = {
     "gamma_before_norm": "gamma scales x before it is normalised, so the normalisation divides "
     "its scale back out: normalise x itself first, then scale and shift the result, "
     "(x - mean) / sqrt(var + eps) * gamma + beta",
+    "eps_rooted": "std + sqrt(eps) is not sqrt(var + eps): a square root of a sum is not the "
+    "sum of the roots. Add eps to the variance under the one square root: "
+    "(x - mean) / torch.sqrt(var + eps)",
 }
 
 
@@ -103,8 +106,8 @@ def wrong_layer_norm(x, gamma, beta, eps=None, *, mistake=""):
         var = var - 1
     if mistake == "eps_times_gamma":  # (x - mean) / sqrt(var) + eps * gamma + beta
         return (x - mean) / var.sqrt() + eps * gamma + beta
-    if mistake == "eps_outside":
-        x_hat = (x - mean) / (var.sqrt() + eps)
+    if mistake in ("eps_outside", "eps_rooted"):  # x.std(...) + eps, or + math.sqrt(eps)
+        x_hat = (x - mean) / (var.sqrt() + (eps**0.5 if mistake == "eps_rooted" else eps))
     elif mistake == "eps_after_division":
         x_hat = (x - mean) / var.sqrt() + eps
     else:

@@ -64,6 +64,9 @@ MISTAKES = {
     "weight_before_norm": "weight scales x before it is normalised, so dividing by the root mean "
     "square of x * weight takes its scale back out: normalise x itself first, then multiply, "
     "x / sqrt(mean(x**2) + eps) * weight",
+    "eps_at_end": "eps is added to the result, x / sqrt(mean(x**2)) * weight + eps: it belongs "
+    "under the square root, x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight "
+    "(mind the brackets)",
 }
 
 
@@ -102,6 +105,8 @@ def wrong_rms_norm(x, weight, eps=None, *, mistake=""):
     normed = x * rms if mistake == "times_rms" else x / rms
     if mistake == "no_weight":
         return normed
+    if mistake == "eps_at_end":  # x / sqrt(mean(x**2)) * weight + eps
+        return x / mean_square.sqrt() * weight + eps
     weight = 1 + weight if mistake == "weight_plus_one" else weight  # Gemma's (1 + weight)
     return normed + weight if mistake == "weight_added" else normed * weight
 
