@@ -65,6 +65,23 @@ _NO_ROOT = (  # q and k each divided by sqrt(d_head) is the same slip
     "you divided the scores by d_head (dividing q and k each by sqrt(d_head) does that too); "
     "divide by its square root, math.sqrt(d_head), once"
 )
+_NO_MAX = (  # #h03: exp(scores) / its sum, as a softmax by hand
+    "your weights are NaN where the scores are large: exp(200) overflows float32 (its largest "
+    "is about exp(88)), and inf / inf = NaN. Take a stable softmax, scores.softmax(dim=-1) or "
+    "your exercise 02 softmax, which subtracts each row's maximum before exp"
+)
+
+
+def _large_scores() -> tuple[Tensor, Tensor, dict]:
+    """query (1, 2, 4) of 10s and -10s, keys (1, 3, 4) of 10s, 9s and +-1s, and a one-head
+    module's data with identity projections (no biases): scores 200, 180, 0 and their negatives,
+    so exp(scores) overflows float32. Fresh tensors on each call, as far_blocked_key's."""
+    identity = {"d_model": 4, "num_heads": 1, "bias": False, "train": False}
+    identity["state_dict"] = {f"{name}.weight": torch.eye(4) for name in PROJECTIONS}
+    keys = torch.tensor([[[10.0] * 4, [9.0] * 4, [1.0, -1.0, 1.0, -1.0]]])
+    return torch.tensor([[[10.0] * 4, [-10.0] * 4]]), keys, identity
+
+
 _BOOLEAN_INDEX = (
     "scores[~mask] = float('-inf') needs a mask of exactly the scores' "
     "shape (batch, num_heads, n_q, n_k): boolean indexing does not broadcast. Use "
@@ -322,6 +339,11 @@ class _WrongMultiHeadAttention(nn.Module):
         if mistake == "mask_added" and mask is not None:  # scores + mask: True adds 1, False 0
             weights = (q @ k.transpose(-2, -1) / self.d_head**0.5 + mask).softmax(-1)
             heads = weights @ v
+        if mistake == "no_max":  # exp(scores) / its sum: NaN once a float32 score passes 88
+            scores = q @ k.transpose(-2, -1) / self.d_head**0.5
+            exp = (scores if mask is None else scores.masked_fill(~mask, float("-inf"))).exp()
+            weights = exp / exp.sum(-1, keepdim=True)
+            heads = weights @ v
         if mistake == "weights_detached":  # torch.no_grad() around the softmax: no q/k gradients
             heads = weights.detach() @ v
         if mistake == "averaged_heads":  # one averaged map applied to the full values
@@ -569,6 +591,7 @@ class MultiHeadAttentionTask(ModuleTask):
         "mask_added": _MASK_ADDED,
         "softmax_over_heads": _OVER_HEADS,
         "softmax_float32": _FLOAT32_PART,
+        "no_max": _NO_MAX,
         "out_proj_untransposed": "the output projection by hand, merged @ out_proj.weight + "
         "out_proj.bias, multiplies by the weight untransposed: nn.Linear's weight is "
         "(out_features, in_features), applied as x @ weight.T + bias; call the layer itself, "
@@ -641,13 +664,7 @@ class MultiHeadAttentionTask(ModuleTask):
                 "above the allowed one",
                 (query, memory, memory),
                 {"mask": keep},
-                {
-                    "d_model": 4,
-                    "num_heads": 1,
-                    "bias": False,
-                    "train": False,
-                    "state_dict": {f"{name}.weight": torch.eye(4) for name in PROJECTIONS},
-                },
+                _large_scores()[2],  # identity projections, one head
             ),
             case(
                 "training mode (module.train()), where it must give the same result (no "
@@ -679,8 +696,16 @@ class MultiHeadAttentionTask(ModuleTask):
             (3, 3, None, 12, 3),
             per_example,
         )
+        large_query, large_keys, identity = _large_scores()
+        overflow = Case(  # #h03: exp(scores) / its sum passed every case above
+            "one head, identity projections without biases: query (1, 2, 4) of 10s and -10s, "
+            "key/value (1, 3, 4): scores of 200, where exp overflows float32",
+            (large_query, large_keys, large_keys),
+            {},
+            identity,
+        )
         # drawn last; training last
-        return [*cases[:-1], square_case, irrational, batch_is_n, cases[-1]]
+        return [*cases[:-1], square_case, irrational, batch_is_n, overflow, cases[-1]]
 
     def run(self, module, case):
         train = case.data["train"]
@@ -812,6 +837,7 @@ class GroupedQueryAttentionTask(Task):
         "where it is right): an index table such as torch.arange(num_heads) // group kept from "
         "an earlier call (a dict keyed by num_heads, a mutable default argument, a global), or "
         "k[:, :1]; build it from each call's own shapes, group = num_heads // num_kv_heads",
+        "no_max": _NO_MAX,
         "expand_heads": "k.expand(-1, num_heads, -1, -1) only repeats an axis of size 1, so it "
         "works for one kv head (multi-query) and fails with more: repeat each kv head group = "
         "num_heads // num_kv_heads times, k.repeat_interleave(group, dim=1) (or k[:, :, "
@@ -897,6 +923,11 @@ class GroupedQueryAttentionTask(Task):
             output = weights @ v
         if mistake == "scores_returned":  # `return output, scores`: before the softmax
             weights = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+        if mistake == "no_max":  # exp(scores) / its sum: NaN once a float32 score passes 88
+            scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+            exp = (scores if mask is None else scores.masked_fill(~mask, float("-inf"))).exp()
+            weights = exp / exp.sum(-1, keepdim=True)
+            output = weights @ v
         return output, weights
 
     def diagnose(self, got, want, case):
@@ -1018,4 +1049,10 @@ class GroupedQueryAttentionTask(Task):
             (2, 4, 2, 3, 5, 6, 6),
             dtype=F64,
         )
-        return [*cases[:-1], three_d, irrational, cases[-1]]  # the ValueError case stays last
+        large_query, large_keys, _ = _large_scores()
+        overflow = Case(  # #h03: exp(scores) / its sum passed every case above
+            "q (1, 2, 1, 4) of 10s (head 0) and -10s (head 1), k/v (1, 1, 3, 4): scores of 200, "
+            "where exp overflows float32",
+            (large_query[:, :, None], large_keys[:, None], large_keys[:, None].clone()),
+        )
+        return [*cases[:-1], three_d, irrational, overflow, cases[-1]]  # the ValueError case last
