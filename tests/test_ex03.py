@@ -1689,3 +1689,102 @@ def test_a_merge_that_returns_a_result_kept_from_an_earlier_call_is_told_so():
     assert graded.status == "failed", graded.feedback
     assert "no gradient reaches x" in graded.feedback, graded.feedback
     assert "kept from an earlier call" in graded.feedback, graded.feedback
+
+
+# ---- HUNT18 (h03): a per-example mask told from a 2-D one by its first size; a float d_head;
+# a float32 tensor filled head by head; merge_heads' input unpacked in split_heads' order ------
+
+
+class _H03MHA(_F03MHA):
+    """Lesson 03's module, split and merged by hand; `slip` names its one mistake."""
+
+    def __init__(self, d_model, num_heads, bias=True):
+        super().__init__(d_model, num_heads, bias)
+        if self.slip == "d_head = d_model / num_heads":
+            self.d_head = d_model / num_heads
+
+    def forward(self, query, key, value, mask=None):
+        (batch, n_q, d_model), slip = query.shape, self.slip
+        q, k, v = (
+            layer(x).reshape(batch, x.shape[1], self.num_heads, self.d_head).transpose(1, 2)
+            for layer, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
+        )
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+        if mask is not None:
+            per_example = {
+                "2-D if mask.shape[0] == n_q": mask.shape[0] != n_q,
+                "2-D if the mask is square": mask.shape[-2] != mask.shape[-1],
+            }.get(slip, mask.dim() == 3)
+            scores = scores.masked_fill(~(mask.unsqueeze(1) if per_example else mask), -math.inf)
+        weights = scores.exp() / scores.exp().sum(-1, keepdim=True) if slip == "exp / sum" else None
+        weights = scores.softmax(-1) if weights is None else weights
+        heads = weights @ v  # (batch, heads, n_q, d_head)
+        if slip == "torch.zeros filled head by head":
+            merged = torch.zeros(batch, n_q, d_model)  # float32, whatever the input's dtype
+            for h in range(self.num_heads):
+                merged[..., h * self.d_head : (h + 1) * self.d_head] = heads[:, h]
+        else:
+            merged = heads.transpose(1, 2).reshape(batch, n_q, d_model)
+        return self.out_proj(merged), weights
+
+
+@pytest.mark.parametrize(
+    "slip, words",
+    [
+        ("", None),
+        # full marks before, in the notebook and under every seed: no 3-D mask had batch == n_q
+        ("2-D if mask.shape[0] == n_q", "you told a 2-D (n_q, n_k) mask by mask.shape[0] == n_q"),
+        ("2-D if the mask is square", "or by its being square"),
+        # full marks before: no case had scores past exp's float32 range (about 88)
+        ("exp / sum", "exp(200) overflows float32"),
+        # PyTorch's bare TypeError or dtype error before
+        ("d_head = d_model / num_heads", "a shape needs ints: d_head = d_model // num_heads"),
+        ("torch.zeros filled head by head", "a tensor made without dtype="),
+    ],
+)
+def test_h03_mha_slip_is_named_under_every_seed(slip, words):
+    learner = type("MultiHeadAttention", (_H03MHA,), {"slip": slip})
+    for seed in (None, 1, 2, 3):
+        if seed is None:
+            result = check_result("ex03.MultiHeadAttention", learner)
+        else:
+            result = _graded_under("ex03.MultiHeadAttention", learner, seed)
+        if words is None:
+            assert result.status == "passed", (seed, result.feedback)
+        else:
+            assert result.status == "failed" and words in result.feedback, (seed, result.feedback)
+
+
+def merge_heads_unpacked_as_split_input(x):
+    batch, seq, num_heads, d_head = x.shape  # the slip: split_heads' input order
+    return x.transpose(1, 2).reshape(batch, seq, num_heads * d_head)
+
+
+def test_h03_merge_heads_unpacked_in_split_heads_order_is_named():
+    # before: only 'your result has shape (2, 3, 20), expected (2, 5, 12)'
+    status, feedback = status_and_feedback("ex03.merge_heads", merge_heads_unpacked_as_split_input)
+    assert status == "failed" and "your 'seq' is the number of heads" in feedback, feedback
+
+
+def gqa_softmax_by_hand(q, k, v, mask=None):
+    num_heads, num_kv_heads = q.shape[1], k.shape[1]
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
+    group = num_heads // num_kv_heads
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    weights = scores.exp() / scores.exp().sum(-1, keepdim=True)  # the slip: no maximum taken off
+    return weights @ v, weights
+
+
+def test_h03_gqa_softmax_without_the_maximum_subtracted_fails_under_every_seed():
+    # before: full marks, in the notebook and under every seed (no score past 88)
+    for seed in (None, 1, 2, 3):
+        if seed is None:
+            result = check_result("ex03.grouped_query_attention", gqa_softmax_by_hand)
+        else:
+            result = _graded_under("ex03.grouped_query_attention", gqa_softmax_by_hand, seed)
+        assert result.status == "failed", (seed, result.feedback)
+        assert "exp(200) overflows float32" in result.feedback, (seed, result.feedback)

@@ -65,6 +65,23 @@ _NO_ROOT = (  # q and k each divided by sqrt(d_head) is the same slip
     "you divided the scores by d_head (dividing q and k each by sqrt(d_head) does that too); "
     "divide by its square root, math.sqrt(d_head), once"
 )
+_NO_MAX = (  # #h03: exp(scores) / its sum, as a softmax by hand
+    "your weights are NaN where the scores are large: exp(200) overflows float32 (its largest "
+    "is about exp(88)), and inf / inf = NaN. Take a stable softmax, scores.softmax(dim=-1) or "
+    "your exercise 02 softmax, which subtracts each row's maximum before exp"
+)
+
+
+def _large_scores() -> tuple[Tensor, Tensor, dict]:
+    """query (1, 2, 4) of 10s and -10s, keys (1, 3, 4) of 10s, 9s and +-1s, and a one-head
+    module's data with identity projections (no biases): scores 200, 180, 0 and their negatives,
+    so exp(scores) overflows float32. Fresh tensors on each call, as far_blocked_key's."""
+    identity = {"d_model": 4, "num_heads": 1, "bias": False, "train": False}
+    identity["state_dict"] = {f"{name}.weight": torch.eye(4) for name in PROJECTIONS}
+    keys = torch.tensor([[[10.0] * 4, [9.0] * 4, [1.0, -1.0, 1.0, -1.0]]])
+    return torch.tensor([[[10.0] * 4, [-10.0] * 4]]), keys, identity
+
+
 _BOOLEAN_INDEX = (
     "scores[~mask] = float('-inf') needs a mask of exactly the scores' "
     "shape (batch, num_heads, n_q, n_k): boolean indexing does not broadcast. Use "
@@ -174,6 +191,10 @@ class MergeHeads(Task):
         "seq, d_head), so the reshape mixes heads and sequences; merging swaps the heads and seq "
         "axes back: transpose(1, 2) to (batch, seq, num_heads, d_head), then reshape to (batch, "
         "seq, d_model)",
+        "unpacked_as_input": "you unpacked x.shape as (batch, seq, num_heads, d_head), the "
+        "order of split_heads' input; merge_heads gets split_heads' output, (batch, num_heads, "
+        "seq, d_head), so your 'seq' is the number of heads: batch, num_heads, seq, d_head = "
+        "x.shape",
         "reshape_first": "you repeated split_heads' steps in the same order (reshape to (batch, "
         "seq, num_heads, d_head), then transpose): a reshape of the (batch, num_heads, seq, "
         "d_head) heads reads them head after head, so it mixes tokens. Undo the split in reverse "
@@ -191,6 +212,8 @@ class MergeHeads(Task):
 
     def wrong(self, x, *, mistake):
         batch, num_heads, seq, d_head = x.shape
+        if mistake == "unpacked_as_input":  # batch, seq, num_heads, d_head = x.shape: the names
+            seq, num_heads = num_heads, seq  # of split_heads' input, on its output
         if mistake == "interleaved":
             x = x.permute(0, 2, 3, 1)  # (batch, seq, d_head, num_heads)
         elif mistake == "last_axes_transposed":  # attention's k.transpose(-2, -1) habit
@@ -213,6 +236,8 @@ class _WrongMultiHeadAttention(nn.Module):
     def __init__(self, d_model: int, num_heads: int, bias: bool = True):
         super().__init__()
         self.num_heads, self.d_head = num_heads, d_model // num_heads
+        if self.mistake == "float_d_head":  # d_model / num_heads: a float, which reshape refuses
+            self.d_head = d_model / num_heads
         for name in PROJECTIONS:
             setattr(self, name, nn.Linear(d_model, d_model, bias=bias))
         if self.mistake == "shared_projections":  # q_proj = k_proj = v_proj = nn.Linear(...)
@@ -264,6 +289,8 @@ class _WrongMultiHeadAttention(nn.Module):
             mask = self.__dict__.setdefault("kept_mask", mask)
         if mistake == "mask_by_batch" and mask is not None:  # per example if its first size is
             unsqueeze = mask.shape[0] == batch  # the batch's: so is a 2-D mask with n_q == batch
+        if mistake == "mask_by_n_q" and mask is not None:  # 2-D if its first size is n_q (or if
+            unsqueeze = mask.shape[0] != n_q  # square): so is a (batch, n, n) one, batch == n
         if unsqueeze and mistake != "mask_not_unsqueezed":  # (batch, 1, n_q or 1, n_k)
             mask = mask.unsqueeze({"mask_axis_2": 2, "mask_axis_last": -1}.get(mistake, 1))
         if mistake == "mask_tiled" and unsqueeze:  # heads folded into the batch, b * heads + h:
@@ -312,6 +339,11 @@ class _WrongMultiHeadAttention(nn.Module):
         if mistake == "mask_added" and mask is not None:  # scores + mask: True adds 1, False 0
             weights = (q @ k.transpose(-2, -1) / self.d_head**0.5 + mask).softmax(-1)
             heads = weights @ v
+        if mistake == "no_max":  # exp(scores) / its sum: NaN once a float32 score passes 88
+            scores = q @ k.transpose(-2, -1) / self.d_head**0.5
+            exp = (scores if mask is None else scores.masked_fill(~mask, float("-inf"))).exp()
+            weights = exp / exp.sum(-1, keepdim=True)
+            heads = weights @ v
         if mistake == "weights_detached":  # torch.no_grad() around the softmax: no q/k gradients
             heads = weights.detach() @ v
         if mistake == "averaged_heads":  # one averaged map applied to the full values
@@ -321,6 +353,7 @@ class _WrongMultiHeadAttention(nn.Module):
                 heads = heads.reshape(batch, n_q, self.num_heads, self.d_head)
             heads = heads if mistake == "merge_no_transpose" else heads.transpose(1, 2)
             merged = (heads.view if mistake == "merge_view" else heads.reshape)(batch, n_q, d_model)
+            merged = merged.float() if mistake == "merged_float32" else merged  # torch.zeros(...)
         if self.mistake == "averaged_weights":
             weights = weights.mean(dim=1)  # (batch, n_q, n_k)
         elif mistake == "weights_heads_first":  # per-head maps torch.stack'ed on dim=0
@@ -455,6 +488,10 @@ class MultiHeadAttentionTask(ModuleTask):
         "weight_untransposed": "nn.Linear's weight is (out_features, in_features), applied as x "
         "@ weight.T + bias: x @ self.q_proj.weight multiplies by its transpose (exercise 02's "
         "w_q was (d_model, d_k)); call the layer itself, self.q_proj(query)",
+        "mask_by_n_q": "a (batch, n_q, n_k) mask whose batch size equals n_q got no axis for "
+        "the heads, so its examples were laid over the heads: you told a 2-D (n_q, n_k) mask by "
+        "mask.shape[0] == n_q (or by its being square); tell a per-example mask by "
+        "mask.dim() == 3 and give it mask.unsqueeze(1) (a 2-D mask broadcasts as it is)",
         "mask_not_unsqueezed": "a (batch, n_q or 1, n_k) mask must get an axis for the heads "
         "before it meets the (batch, num_heads, n_q, n_k) scores: mask.unsqueeze(1) (a 2-D "
         "(n_q, n_k) mask broadcasts as it is)",
@@ -482,6 +519,12 @@ class MultiHeadAttentionTask(ModuleTask):
             "n_q, n_k) scores: mask.unsqueeze(1) makes (batch, 1, n_q or 1, n_k); unsqueeze(2) "
             "or unsqueeze(-1) puts the 1 among the query and key axes instead",
         ),
+        "float_d_head": "d_model / num_heads is a float (8 / 2 = 4.0) even when it divides "
+        "evenly, and a shape needs ints: d_head = d_model // num_heads",
+        "merged_float32": "the merged heads reach out_proj as float32 while the inputs and "
+        "weights are float64: a tensor made without dtype= (torch.zeros(batch, n_q, d_model) "
+        "filled head by head, say) is float32, whatever is written into it; make it with the "
+        "input's dtype (query.new_zeros(...), dtype=query.dtype), or torch.cat the heads",
         "always_unsqueezed": "a 2-D (n_q, n_k) mask already broadcasts over batch and heads; "
         "unsqueeze(1) only a 3-D (batch, n_q or 1, n_k) mask (if mask.dim() == 3)",
         "values_from_key": "the values are projected from `key`; they come from `value`: v = "
@@ -548,6 +591,7 @@ class MultiHeadAttentionTask(ModuleTask):
         "mask_added": _MASK_ADDED,
         "softmax_over_heads": _OVER_HEADS,
         "softmax_float32": _FLOAT32_PART,
+        "no_max": _NO_MAX,
         "out_proj_untransposed": "the output projection by hand, merged @ out_proj.weight + "
         "out_proj.bias, multiplies by the weight untransposed: nn.Linear's weight is "
         "(out_features, in_features), applied as x @ weight.T + bias; call the layer itself, "
@@ -620,13 +664,7 @@ class MultiHeadAttentionTask(ModuleTask):
                 "above the allowed one",
                 (query, memory, memory),
                 {"mask": keep},
-                {
-                    "d_model": 4,
-                    "num_heads": 1,
-                    "bias": False,
-                    "train": False,
-                    "state_dict": {f"{name}.weight": torch.eye(4) for name in PROJECTIONS},
-                },
+                _large_scores()[2],  # identity projections, one head
             ),
             case(
                 "training mode (module.train()), where it must give the same result (no "
@@ -650,7 +688,24 @@ class MultiHeadAttentionTask(ModuleTask):
             (2, 6, None, 18, 3),
             dtype=F64,
         )
-        return [*cases[:-1], square_case, irrational, cases[-1]]  # drawn last; training last
+        # #h03: a mask told 2-D by mask.shape[0] == n_q (or by being square) passed every case
+        per_example = _causal(3) & (torch.arange(3) < torch.tensor([3, 1, 2])[:, None, None])
+        batch_is_n = case(
+            "self-attention with a per-example mask (3, 3, 3) (causal and padding), x (3, 3, "
+            "12), num_heads=3: a 3-D mask whose batch size equals n_q and n_k",
+            (3, 3, None, 12, 3),
+            per_example,
+        )
+        large_query, large_keys, identity = _large_scores()
+        overflow = Case(  # #h03: exp(scores) / its sum passed every case above
+            "one head, identity projections without biases: query (1, 2, 4) of 10s and -10s, "
+            "key/value (1, 3, 4): scores of 200, where exp overflows float32",
+            (large_query, large_keys, large_keys),
+            {},
+            identity,
+        )
+        # drawn last; training last
+        return [*cases[:-1], square_case, irrational, batch_is_n, overflow, cases[-1]]
 
     def run(self, module, case):
         train = case.data["train"]
@@ -782,6 +837,7 @@ class GroupedQueryAttentionTask(Task):
         "where it is right): an index table such as torch.arange(num_heads) // group kept from "
         "an earlier call (a dict keyed by num_heads, a mutable default argument, a global), or "
         "k[:, :1]; build it from each call's own shapes, group = num_heads // num_kv_heads",
+        "no_max": _NO_MAX,
         "expand_heads": "k.expand(-1, num_heads, -1, -1) only repeats an axis of size 1, so it "
         "works for one kv head (multi-query) and fails with more: repeat each kv head group = "
         "num_heads // num_kv_heads times, k.repeat_interleave(group, dim=1) (or k[:, :, "
@@ -867,6 +923,11 @@ class GroupedQueryAttentionTask(Task):
             output = weights @ v
         if mistake == "scores_returned":  # `return output, scores`: before the softmax
             weights = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+        if mistake == "no_max":  # exp(scores) / its sum: NaN once a float32 score passes 88
+            scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+            exp = (scores if mask is None else scores.masked_fill(~mask, float("-inf"))).exp()
+            weights = exp / exp.sum(-1, keepdim=True)
+            output = weights @ v
         return output, weights
 
     def diagnose(self, got, want, case):
@@ -988,4 +1049,10 @@ class GroupedQueryAttentionTask(Task):
             (2, 4, 2, 3, 5, 6, 6),
             dtype=F64,
         )
-        return [*cases[:-1], three_d, irrational, cases[-1]]  # the ValueError case stays last
+        large_query, large_keys, _ = _large_scores()
+        overflow = Case(  # #h03: exp(scores) / its sum passed every case above
+            "q (1, 2, 1, 4) of 10s (head 0) and -10s (head 1), k/v (1, 1, 3, 4): scores of 200, "
+            "where exp overflows float32",
+            (large_query[:, :, None], large_keys[:, None], large_keys[:, None].clone()),
+        )
+        return [*cases[:-1], three_d, irrational, overflow, cases[-1]]  # the ValueError case last
