@@ -1459,3 +1459,30 @@ def test_h17_labels_pad_id_where_not_chosen_are_named():
     )
     assert result.status == "failed", result.feedback
     assert "labelled with pad_id, not -100" in result.feedback, result.feedback
+
+
+# ---- h18: the keys sliced on the last axis (k[..., start : end], no `, :`) ---------------------
+
+
+@pytest.mark.parametrize(
+    "name, edits",
+    [
+        (
+            "tiled_attention",
+            [
+                ("k[..., start : start + block_size, :]", "k[..., start : start + block_size]"),
+                ("v[..., start : start + block_size, :]", "v[..., start : start + block_size]"),
+            ],
+        ),
+        (
+            "tiled_attention_backward",
+            [("k[..., start : start + block_size, :]", "k[..., start : start + block_size]")],
+        ),
+    ],
+)
+def test_h18_keys_sliced_on_the_last_axis_are_named(name, edits):
+    # before: 'your code raised RuntimeError: Expected size for first two dimensions of batch2
+    # tensor ...' with no hint, only 'To see the line that fails, run your code ...'
+    result = check_result(f"ex10.{name}", _solution_with(name, *edits))
+    assert result.status == "failed", result.feedback
+    assert "slices the LAST axis, d_k, not the keys" in result.feedback, result.feedback

@@ -145,6 +145,11 @@ FAULTS = {
         "k[..., start : block_size] is empty once start >= block_size: a block of keys ends at "
         "start + block_size, k[..., start : start + block_size, :] (and the same for v)"
     ),
+    "slice_last_axis": (  # #h18: k[..., start : end] with no `, :` after it
+        "k[..., start : start + block_size] slices the LAST axis, d_k, not the keys: `...` "
+        "stands for the axes in front of the ones you name, so name the keys' axis and keep "
+        "d_k whole, k[..., start : start + block_size, :] (and the same for v)"
+    ),
     "max_pair": (
         "scores.max(dim=-1, keepdim=True) returns a pair (values, indices), not a tensor: take "
         "its .values, or use scores.amax(dim=-1, keepdim=True)"
@@ -264,6 +269,8 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
         axes = (1, 2) if mistake == "transpose_12" else (-2, -1)  # (1, 2): 3-D k only
         s = q @ k[..., start:end, :].transpose(*axes)  # (..., n_q, bk)
         v_block = v[..., start:end, :]
+        if mistake == "slice_last_axis":  # k[..., start:end]: d_k cut, not the keys
+            s = q @ k[..., start:end].transpose(-2, -1)
         unmasked = s
         if causal and mistake != "causal_ignored":
             first = {

@@ -127,6 +127,7 @@ FAULTS = {
         "dq is overwritten by each block: every block of keys adds its part, so start from "
         "zeros and accumulate, dq = dq + ds K_j / sqrt(d_k) (only the last block's part is left)"
     ),
+    "slice_last_axis": FORWARD_FAULTS["slice_last_axis"],  # #h18
     "full_matrix": MEMORY_HINT,
 }
 
@@ -151,6 +152,8 @@ def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mi
     for start in range(0, last, block_size):
         k_block = k[..., start : start + block_size, :]
         v_block = v[..., start : start + block_size, :]
+        if mistake == "slice_last_axis":  # k[..., start : end]: d_k cut, not the keys
+            k_block = k[..., start : start + block_size]
         s = q @ k_block.transpose(-2, -1)
         if mistake != "scores_unscaled":
             s = s * scale
