@@ -1208,3 +1208,28 @@ def test_h5_a_causal_mask_as_the_complement_of_triu_is_told_about_its_diagonal()
     result = check_result("ex05.causal_mask", lambda n: ~torch.ones(n, n, dtype=torch.bool).triu())
     assert result.status == "failed" and "~triu() drops it" in result.feedback, result.feedback
     assert check_result("ex05.causal_mask", lambda n: ~torch.ones(n, n).bool().triu(1)).score == 1
+
+
+# ---- h05 (hunt 18, set 05): x's requires_grad flipped, an expanded padding mask, a shared mask --
+
+
+def test_h05_a_dependency_matrix_that_sets_requires_grad_on_x_fails():
+    # before: full marks in the notebook and under every hidden seed; x.requires_grad_() left the
+    # caller's x building graphs, though the statement says to leave x as it was
+    def learner(f, x):
+        if x.dim() != 3:
+            raise ValueError(f"x must be (batch, seq, d), got {x.dim()} dimensions")
+        x.requires_grad_(True)
+        y, seq = f(x), x.shape[1]
+        result = torch.zeros(seq, seq, dtype=torch.bool)
+        for i in range(seq):
+            for feature in range(y.shape[-1]):
+                (grad,) = torch.autograd.grad(y[:, i, feature].sum(), x, retain_graph=True)
+                result[i] |= (grad != 0).any(-1).any(0)
+        return result
+
+    result = check_result("ex05.dependency_matrix", learner)
+    assert result.status == "failed" and "requires_grad on the x" in result.feedback, (
+        result.feedback
+    )
+    assert check_result("ex05.dependency_matrix", dependency_by_jacobian).score == 1.0

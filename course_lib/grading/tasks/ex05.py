@@ -810,6 +810,17 @@ class DependencyMatrix(Task):
     mistake_table = DEPENDENCY_MISTAKES
     wrong = staticmethod(_wrong_dependency_matrix)
 
+    def call(self, obj, case):
+        result = super().call(obj, case)
+        if case.args[1].requires_grad:  # x.requires_grad_(): the caller's x now builds graphs
+            raise GradingError(
+                "your code set requires_grad on the x it was given (x.requires_grad_()), so the "
+                "caller's x is changed: every later operation on it builds a graph, and .numpy() "
+                "fails. Leave x as it was: take gradients on a copy, x.detach().clone()"
+                ".requires_grad_()"
+            )
+        return result
+
     def diagnose(self, got, want, case):  # int32 too: this result is no mask
         if _not_bool(self, got, want, case):
             return DEPENDENCY_MISTAKES["float"]
