@@ -1233,3 +1233,37 @@ def test_h05_a_dependency_matrix_that_sets_requires_grad_on_x_fails():
         result.feedback
     )
     assert check_result("ex05.dependency_matrix", dependency_by_jacobian).score == 1.0
+
+
+@pytest.mark.parametrize("widen", ["expand", "repeat"])
+def test_h05_a_padding_mask_expanded_over_the_queries_is_named(widen):
+    # before: only 'your result has shape (3, 6, 6), expected (3, 1, 6)'
+    def learner(ids, pad_id):
+        mask = (ids != pad_id).unsqueeze(1)
+        seq = ids.shape[1]
+        return mask.expand(-1, seq, -1) if widen == "expand" else mask.repeat(1, seq, 1)
+
+    result = check_result("ex05.padding_mask", learner)
+    assert result.status == "failed" and "you expanded the mask" in result.feedback
+
+
+def test_h05_a_prefix_loop_that_edits_a_cached_causal_mask_is_told_so():
+    # before: 'compare the keys with prefix_lengths[:, None, None], not with one row's length',
+    # though the learner read each row's own length: its rows shared one cached causal mask
+    import functools
+
+    causal = functools.lru_cache(lambda n: torch.ones(n, n, dtype=torch.bool).tril())
+
+    def learner(ids, prefix_lengths, pad_id):
+        seq = ids.shape[1]
+        if (prefix_lengths < 0).any() or (prefix_lengths > seq).any():
+            raise ValueError(f"prefix lengths must be in [0, {seq}]")
+        rows = []
+        for b in range(len(ids)):
+            m = causal(seq)
+            m[:, : int(prefix_lengths[b])] = True
+            rows.append(m & (ids[b] != pad_id))
+        return torch.stack(rows)
+
+    result = check_result("ex05.prefix_lm_mask", learner)
+    assert result.status == "failed" and "one mask shared by them" in result.feedback
