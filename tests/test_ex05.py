@@ -1208,3 +1208,62 @@ def test_h5_a_causal_mask_as_the_complement_of_triu_is_told_about_its_diagonal()
     result = check_result("ex05.causal_mask", lambda n: ~torch.ones(n, n, dtype=torch.bool).triu())
     assert result.status == "failed" and "~triu() drops it" in result.feedback, result.feedback
     assert check_result("ex05.causal_mask", lambda n: ~torch.ones(n, n).bool().triu(1)).score == 1
+
+
+# ---- h05 (hunt 18, set 05): x's requires_grad flipped, an expanded padding mask, a shared mask --
+
+
+def test_h05_a_dependency_matrix_that_sets_requires_grad_on_x_fails():
+    # before: full marks in the notebook and under every hidden seed; x.requires_grad_() left the
+    # caller's x building graphs, though the statement says to leave x as it was
+    def learner(f, x):
+        if x.dim() != 3:
+            raise ValueError(f"x must be (batch, seq, d), got {x.dim()} dimensions")
+        x.requires_grad_(True)
+        y, seq = f(x), x.shape[1]
+        result = torch.zeros(seq, seq, dtype=torch.bool)
+        for i in range(seq):
+            for feature in range(y.shape[-1]):
+                (grad,) = torch.autograd.grad(y[:, i, feature].sum(), x, retain_graph=True)
+                result[i] |= (grad != 0).any(-1).any(0)
+        return result
+
+    result = check_result("ex05.dependency_matrix", learner)
+    assert result.status == "failed" and "requires_grad on the x" in result.feedback, (
+        result.feedback
+    )
+    assert check_result("ex05.dependency_matrix", dependency_by_jacobian).score == 1.0
+
+
+@pytest.mark.parametrize("widen", ["expand", "repeat"])
+def test_h05_a_padding_mask_expanded_over_the_queries_is_named(widen):
+    # before: only 'your result has shape (3, 6, 6), expected (3, 1, 6)'
+    def learner(ids, pad_id):
+        mask = (ids != pad_id).unsqueeze(1)
+        seq = ids.shape[1]
+        return mask.expand(-1, seq, -1) if widen == "expand" else mask.repeat(1, seq, 1)
+
+    result = check_result("ex05.padding_mask", learner)
+    assert result.status == "failed" and "you expanded the mask" in result.feedback
+
+
+def test_h05_a_prefix_loop_that_edits_a_cached_causal_mask_is_told_so():
+    # before: 'compare the keys with prefix_lengths[:, None, None], not with one row's length',
+    # though the learner read each row's own length: its rows shared one cached causal mask
+    import functools
+
+    causal = functools.lru_cache(lambda n: torch.ones(n, n, dtype=torch.bool).tril())
+
+    def learner(ids, prefix_lengths, pad_id):
+        seq = ids.shape[1]
+        if (prefix_lengths < 0).any() or (prefix_lengths > seq).any():
+            raise ValueError(f"prefix lengths must be in [0, {seq}]")
+        rows = []
+        for b in range(len(ids)):
+            m = causal(seq)
+            m[:, : int(prefix_lengths[b])] = True
+            rows.append(m & (ids[b] != pad_id))
+        return torch.stack(rows)
+
+    result = check_result("ex05.prefix_lm_mask", learner)
+    assert result.status == "failed" and "one mask shared by them" in result.feedback

@@ -137,6 +137,9 @@ PADDING_MISTAKES = {
     "lengths_from_1": "arange(1, seq + 1) < lengths is True at one position too few: counted "
     "from 1, the real positions are 1 .. n (<= n), so the last real token was dropped. Simpler, "
     "and right wherever the padding sits: ids != pad_id",
+    "expanded": "you expanded the mask to (batch, seq, seq): keep the 1 in the middle, (batch, 1, "
+    "seq); broadcasting spreads it over the queries, whatever their number (cross-attention has "
+    "n_q != n_k, so a mask expanded to seq queries would not fit)",
 }
 
 
@@ -157,6 +160,8 @@ def wrong_padding_mask(ids, pad_id, *, mistake=""):
     if mistake == "no_middle":
         return real
     mask = real.unsqueeze({"wrong_axis": -1, "front": 0}.get(mistake, 1))
+    if mistake == "expanded":  # .expand(-1, seq, -1): one row per query, as the scores have
+        return mask.expand(-1, ids.shape[1], -1)
     return mask.long() if mistake == "long" else mask
 
 
@@ -583,7 +588,9 @@ PREFIX_MISTAKES = {
     "and": "a key is allowed when it is in the prefix OR not in the future (j < P or j <= i): you "
     "combined the two with AND",
     "first_row": "every row has its own prefix length: compare the keys with prefix_lengths[:, "
-    "None, None], not with one row's length",
+    "None, None], not with one row's length. In a loop over the rows, one mask shared by them "
+    "does the same: m = causal_mask(seq) cached (lru_cache) or sliced from one table, then m[:, "
+    ":P] = True writes into it for every later row and call; edit a copy, .clone()",
     "no_padding": "padding is ignored: no query may attend a key that is padding; AND your mask "
     "with (ids != pad_id) over the key axis, shape (batch, 1, seq)",
     "queries": "you tested the query's position against the prefix, so a query inside the prefix "
@@ -809,6 +816,17 @@ class DependencyMatrix(Task):
     reference = "course_lib.masking.dependency_matrix"
     mistake_table = DEPENDENCY_MISTAKES
     wrong = staticmethod(_wrong_dependency_matrix)
+
+    def call(self, obj, case):
+        result = super().call(obj, case)
+        if case.args[1].requires_grad:  # x.requires_grad_(): the caller's x now builds graphs
+            raise GradingError(
+                "your code set requires_grad on the x it was given (x.requires_grad_()), so the "
+                "caller's x is changed: every later operation on it builds a graph, and .numpy() "
+                "fails. Leave x as it was: take gradients on a copy, x.detach().clone()"
+                ".requires_grad_()"
+            )
+        return result
 
     def diagnose(self, got, want, case):  # int32 too: this result is no mask
         if _not_bool(self, got, want, case):
