@@ -424,6 +424,29 @@ def test_a_capstone_whose_position_embedding_keeps_pytorchs_init_fails():
     assert result.status == "failed" and "position_embedding.weight" in result.feedback
 
 
+@pytest.mark.parametrize("slip", ["proj_suffix", "qkv_default"])
+def test_a_capstone_whose_query_key_value_projections_miss_gpt2s_init_fails(slip):
+    # hunt h09b: the init check read only the embeddings, linear1, out_proj and linear2, so
+    # q_proj, k_proj and v_proj went unseen: shrunk by 1/sqrt(2 * num_layers) with the residual
+    # layers (a test name.endswith("proj.weight"), nanoGPT's c_proj carried over) or left at
+    # nn.Linear's default, both passed all 18 checks under every seed
+    class LearnerGPT(ex09._mistake_gpt("")):
+        def __init__(self, vocab_size, block_size, d_model, num_heads, num_layers, **options):
+            super().__init__(vocab_size, block_size, d_model, num_heads, num_layers, **options)
+            for name, p in self.named_parameters():
+                if name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight")):
+                    if slip == "proj_suffix":
+                        torch.nn.init.normal_(p, std=0.02 / math.sqrt(2 * num_layers))
+                    else:
+                        bound = p.shape[1] ** -0.5
+                        torch.nn.init.uniform_(p, -bound, bound)
+
+    result = status("ex09.GPT", LearnerGPT)
+    assert result.status == "failed" and "q_proj.weight" in result.feedback, result.feedback
+    if slip == "proj_suffix":
+        assert "not q_proj" in result.feedback and "name out_proj" in result.feedback
+
+
 def test_a_capstone_that_ignores_d_ff_fails():
     right = ex09._mistake_gpt("")
 

@@ -368,12 +368,13 @@ def _generate_cached(model, ids, new, generator):
 
 
 def _check_gpt2_init(model: nn.Module, num_layers: int) -> None:
-    """The statement asks for GPT-2's init: N(0, 0.02^2) for the token embedding and the
-    feed-forward's first layer, N(0, (0.02 / sqrt(2 * num_layers))^2) for the two layers that
-    write into the residual stream (out_proj, linear2), zero biases."""
+    """The statement asks for GPT-2's init: N(0, 0.02^2) for every weight matrix (the
+    embeddings, q/k/v_proj, linear1, an untied lm_head), N(0, (0.02 / sqrt(2 * num_layers))^2)
+    for the two layers that write into the residual stream (out_proj, linear2), zero biases."""
     residual_std = 0.02 / math.sqrt(2 * num_layers)
     for name, param in model.named_parameters():
-        if name.endswith(("out_proj.weight", "linear2.weight")):
+        residual = name.endswith(("out_proj.weight", "linear2.weight"))
+        if residual:
             std = float(param.detach().double().std())
             if not 0.9 * residual_std <= std <= 1.1 * residual_std:
                 raise GradingError(
@@ -395,12 +396,11 @@ def _check_gpt2_init(model: nn.Module, num_layers: int) -> None:
                     f"your {name} does not start at 1: a LayerNorm's scale starts at ones (its "
                     "own init); initialise only the weight matrices and the biases"
                 )
-        if name in ("token_embedding.weight", "position_embedding.weight") or name.endswith(
-            "linear1.weight"
-        ):
+        if param.dim() == 2 and not residual:  # embeddings, q/k/v_proj, linear1, lm_head
             std = float(param.detach().double().std())
             if not 0.015 <= std <= 0.025:
-                shrunk = name.endswith("linear1.weight") and std < 0.015
+                layer = name.split(".")[-2]  # linear1, q_proj, ...
+                shrunk = name.startswith("layers.") and std < 0.015
                 raise GradingError(
                     f"your {name} starts with standard deviation {std:.3g}: initialise every "
                     "weight matrix (nn.Linear and nn.Embedding) from N(0, 0.02^2), GPT-2's "
@@ -408,7 +408,13 @@ def _check_gpt2_init(model: nn.Module, num_layers: int) -> None:
                     + (
                         "the 1/sqrt(2 * num_layers) shrinks only the layers that write "
                         "into the residual stream, linear2 and the attention's out_proj, not "
-                        "linear1"
+                        f"{layer}"
+                        + (
+                            " (a test like name.endswith('proj.weight') matches q_proj, "
+                            "k_proj and v_proj too: name out_proj)"
+                            if layer in ("q_proj", "k_proj", "v_proj")
+                            else ""
+                        )
                         if shrunk
                         else "0.02 is one fixed number: not what PyTorch's layers draw by "
                         "default (N(0, 1) for nn.Embedding, uniform within "
@@ -484,9 +490,10 @@ class CapstoneGPT(ModuleTask):
              "forward with layer_norm_eps=0.01 (every LayerNorm's), ids (2, 5)"),
             ("init", wide | {"num_layers": 1}, 1, 1, {"bias": True},
              "GPT-2's init, 1 layer of width 64 with biases: right after GPT(...) is built "
-             "(before any weights are loaded), token_embedding.weight and linear1.weight "
-             "(and position_embedding.weight) have standard deviation 0.02, out_proj.weight "
-             "and linear2.weight 0.02 / sqrt(2), every bias 0, every LayerNorm's weight 1"),
+             "(before any weights are loaded), out_proj.weight and linear2.weight have standard "
+             "deviation 0.02 / sqrt(2), every other weight matrix (token_embedding, "
+             "position_embedding, q_proj, k_proj, v_proj, linear1) 0.02, every bias 0, every "
+             "LayerNorm's weight 1"),
             ("init", wide | {"num_layers": 4}, 1, 1, {},
              "GPT-2's init, 4 layers of width 64: out_proj.weight and linear2.weight have "
              "standard deviation 0.02 / sqrt(8)"),
