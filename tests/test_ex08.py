@@ -1510,3 +1510,70 @@ def test_slips_of_hunt_17_get_their_hint(task_id, impl, words):
     result = status(task_id, impl)
     assert result.status == "failed" and words in result.feedback, result.feedback
     assert "more than one thing" not in result.feedback
+
+
+def _ls_by_hand(shift):
+    """label_smoothing_loss with log_softmax written by hand: exp(logits - shift(logits)) over
+    its sum, the rest right."""
+
+    def loss(logits, target, smoothing, ignore_index):
+        z = logits - shift(logits)
+        log_probs = z - z.exp().sum(dim=-1, keepdim=True).log()
+        keep = target != ignore_index
+        nll = -log_probs.gather(-1, target.masked_fill(~keep, 0).unsqueeze(-1)).squeeze(-1)
+        per_token = (1 - smoothing) * nll - smoothing * log_probs.mean(-1)
+        return (per_token * keep).sum() / keep.sum()
+
+    return loss
+
+
+@pytest.mark.parametrize(
+    ("shift", "words"),
+    [
+        (lambda logits: 0.0, "exp of a large logit overflows"),  # no maximum subtracted
+        (lambda logits: logits.max(), "the maximum of the whole tensor"),  # max without dim
+    ],
+    ids=["no_max", "global_max"],
+)
+def test_a_log_softmax_by_hand_that_overflows_fails_under_every_seed(shift, words):
+    # both scored 8/8 in the notebook and under every hidden seed: no logit was past float32's
+    # exp range (the -120 case catches log(softmax), not exp overflowing)
+    loss = _ls_by_hand(shift)
+    result = status("ex08.label_smoothing_loss", loss)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+    task = get_task("ex08.label_smoothing_loss")
+    for seed in range(10):
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        assert judge(task, cases, run_cases(task, loss, cases)).status == "failed", seed
+    # the same by hand with each position's own maximum is right
+    right = _ls_by_hand(lambda logits: logits.amax(dim=-1, keepdim=True))
+    assert status("ex08.label_smoothing_loss", right).status == "passed"
+
+
+def _ls_pads_summed(logits, target, smoothing, ignore_index):
+    keep = target != ignore_index
+    log_probs = logits.log_softmax(-1)
+    nll = -log_probs.gather(-1, target.masked_fill(~keep, 0).unsqueeze(-1)).squeeze(-1)
+    per_token = (1 - smoothing) * nll - smoothing * log_probs.mean(-1)
+    return per_token.sum() / keep.sum()  # the pads' losses summed, divided by the real count
+
+
+HUNT_18 = [
+    # the pads' losses summed, divided by the number of real tokens: "None of the usual"
+    ("ex08.label_smoothing_loss", _ls_pads_summed, "summed the loss of every position"),
+    # step and warmup swapped in the formula: no hint
+    (
+        "ex08.noam_lr",
+        lambda step, d_model, warmup: d_model**-0.5 * min(warmup**-0.5, warmup * step**-1.5),
+        "step and warmup are swapped",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("task_id", "impl", "words"), HUNT_18, ids=[f"{t}-{i}" for i, (t, _, _) in enumerate(HUNT_18)]
+)
+def test_slips_of_hunt_18_get_their_hint(task_id, impl, words):
+    result = status(task_id, impl)
+    assert result.status == "failed" and words in result.feedback, result.feedback
+    assert "more than one thing" not in result.feedback

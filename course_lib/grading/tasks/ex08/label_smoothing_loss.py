@@ -86,6 +86,19 @@ MISTAKES = {
     "spread_all_over_vocab_minus_one": "smoothing / (vocab - 1) on EVERY class puts more than "
     "smoothing in all; F.cross_entropy spreads smoothing / vocab over every class, the correct "
     "one included: smoothing * the mean of -log p over the vocabulary",
+    # log_softmax written by hand: exp(logits) / its sum, shifted by nothing or by the maximum
+    # of the whole tensor; both passed every case above (no logit past float32's exp range)
+    "no_max": "exp of a large logit overflows (in float32, exp(89) is already inf), so your "
+    "log-probabilities became -inf: subtract each position's maximum before exp, logits - "
+    "logits.amax(dim=-1, keepdim=True), or use log_softmax(logits, dim=-1), which does",
+    "global_max": "you subtracted the maximum of the whole tensor (logits.max() without dim): a "
+    "position whose logits all lie far below it gets exp(...) = 0 on every class and log(0) = "
+    "-inf; subtract each position's own maximum, logits.amax(dim=-1, keepdim=True), or use "
+    "log_softmax(logits, dim=-1)",
+    # per_token.sum() / keep.sum(): the right count, the pads' losses still in the sum
+    "pads_not_zeroed": "you divided by the number of real tokens but summed the loss of every "
+    "position, the padded ones too: leave them out of the sum as well, (per_token * "
+    "keep).sum() / keep.sum(), or per_token[keep].mean()",
     "smoothing_detached": "a term of your loss is detached (.detach(), .item(), torch.no_grad()): "
     "its value is right, but no gradient flows through it, so training would not feel it; "
     "compute every term from the logits with tensor operations",
@@ -114,6 +127,9 @@ def wrong_label_smoothing(logits, target, smoothing, ignore_index, *, mistake=""
         dim = {"log_softmax_dim_one": 1, "log_softmax_no_dim": 0 if logits.dim() == 3 else -1}
         log_probs = torch.log_softmax(logits, dim=dim.get(mistake, -1))
         log_probs = logits.softmax(-1).log() if mistake == "log_of_softmax" else log_probs
+        if mistake in ("no_max", "global_max"):  # by hand, shifted by 0 or the global maximum
+            z = logits - (logits.max() if mistake == "global_max" else 0.0)
+            log_probs = z - z.exp().sum(dim=-1, keepdim=True).log()
         picked = logits if mistake == "nll_from_logits" else log_probs
         index = safe if mistake == "gather_no_unsqueeze" else safe.unsqueeze(-1)  # (...) raises
         nll = -picked.gather(-1, index).squeeze(-1)
@@ -145,7 +161,7 @@ def wrong_label_smoothing(logits, target, smoothing, ignore_index, *, mistake=""
             per = per + torch.xlogy(on, on) + (vocab - 1) * torch.xlogy(off, off)
     if mistake == "pads_counted":
         return per.mean()
-    per = per.masked_fill(~keep, 0)
+    per = per if mistake == "pads_not_zeroed" else per.masked_fill(~keep, 0)
     if mistake == "mean_of_sequence_means":
         return (per.sum(dim=-1) / keep.sum(dim=-1).clamp_min(1)).mean()
     if mistake == "sum":
@@ -221,6 +237,14 @@ class LabelSmoothingLoss(Task):
                  "log(softmax) is -inf there; log_softmax stays finite",
                  (torch.tensor([[0.0, -120.0, 0.0], [0.0, 0.0, 0.0]]), torch.tensor([1, 0]),
                   0.1, -100)),
+            # log_softmax by hand without the maximum subtracted (or with the whole tensor's
+            # maximum) passed every case above: no logit was past float32's exp range
+            Case("float32 logits with a 200 in the first position: exp(200) overflows to inf; "
+                 "log_softmax (or each position's own maximum subtracted before exp) stays "
+                 "finite",
+                 (torch.tensor([[200.0, 0.0, 0.0, 1.0], [0.0, 2.0, 0.0, 0.0],
+                                [1.0, 0.0, 200.0, 3.0]]),
+                  torch.tensor([0, 1, 3]), 0.1, -100)),
             # a mask (or anything else) kept between calls, keyed by the shape, passed every
             # case above: no two had the same shape
             case(_AGAIN, (4, 7), 10, 0.1, 0),

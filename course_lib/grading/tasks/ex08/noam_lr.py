@@ -51,6 +51,10 @@ MISTAKES = {
     "warm-up); warmup * step**-1.5 falls from the first step, so your rate never rises",
     "floor_exponents": FLOOR_EXPONENT,  # d_model ** (-1 // 2) * min(step ** (-1 // 2), ...)
     "warmup_floor_exponent": FLOOR_EXPONENT,  # warmup ** (-3 // 2) alone: was told nothing
+    # min(warmup**-0.5, warmup * step**-1.5): got no hint
+    "step_warmup_swapped": "step and warmup are swapped in your formula: step, the current "
+    "step, is in both terms and warmup only in the rising one, d_model**-0.5 * "
+    "min(step**-0.5, step * warmup**-1.5)",
     # min(step / warmup, (warmup / step) ** 0.5): was told "the lesson's factor"
     "peak_one": "your rate peaks at 1, at step = warmup: min(step / warmup, (warmup / step) ** "
     "0.5) is the shape alone (a LambdaLR multiplier); the task's rate is the paper's, "
@@ -63,6 +67,8 @@ def wrong_noam_lr(step, d_model, warmup, *, mistake=""):
     """d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) with one named mistake."""
     step = {"one_step_ahead": step + 1, "one_step_behind": step - 1}.get(mistake, step)
     warmup = 100 if mistake == "lesson_warmup" else warmup  # the lesson's recipe
+    if mistake == "step_warmup_swapped":
+        step, warmup = warmup, step
     if mistake == "minus_one_half":  # x**-1/2 is (x**-1) / 2
         return d_model**-1 / 2 * min(step**-1 / 2, step * warmup**-3 / 2)
     decay = {
