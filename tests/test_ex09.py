@@ -839,6 +839,35 @@ def test_generate_position_and_feeding_slips_are_named(slip, row):
     assert f"Hint: {ex09.generate.MISTAKES[row]}" in result.feedback, result.feedback
 
 
+@pytest.mark.parametrize("left_out", ["start", "cache and start", "start=None"])
+def test_a_generate_that_leaves_out_forward_cacheds_start_fails(left_out):
+    # #hunt18: forward_cached(ids[:, -1:], cache) scored full marks, since the course's GPT
+    # counts the cache's tokens when start is left out; the learner's own GPT (task 5) takes
+    # forward_cached(ids, cache, start) with no defaults, and the notebook's training cell then
+    # raised TypeError from this "passed" generate
+    own_sample_next = ex09._own_sample_next()
+
+    def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+        with torch.no_grad():
+            if left_out == "cache and start":
+                logits, cache = model.forward_cached(ids)
+            else:
+                logits, cache = model.forward_cached(ids, None, 0)
+            for _ in range(max_new_tokens):
+                next_id = own_sample_next(logits[:, -1], temperature, top_k, None, generator)
+                ids = torch.cat([ids, next_id[:, None]], dim=1)
+                if left_out == "start=None":
+                    logits, cache = model.forward_cached(ids[:, -1:], cache, None)
+                else:
+                    logits, cache = model.forward_cached(ids[:, -1:], cache)
+        return ids
+
+    result = status("ex09.generate", generate)
+    assert result.status == "failed", result.feedback
+    assert "forward_cached without its" in result.feedback, result.feedback
+    assert "pass all three" in result.feedback
+
+
 def test_a_generate_that_samples_from_a_seed_of_its_own_is_named():
     result = status("ex09.generate", _learners_generate("own seed"))
     assert result.status == "failed" and "when the generator is seeded other" in result.feedback
@@ -1521,6 +1550,40 @@ def test_a_train_that_clips_one_parameter_group_is_told_to_clip_them_all():
     result = status("ex09.train", _train_with_decay_groups("matrices clipped only"))
     assert result.status == "failed", result.feedback
     assert "clip_grad_norm_(model.parameters(), clip), not of a part" in result.feedback
+
+
+def _train_warmup_ending_with_le(model, batches, steps, max_lr, warmup_steps, clip=1.0):
+    """A LambdaLR loop whose warm-up test is step <= warmup_steps: one step too long."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=max_lr, weight_decay=0.1)
+
+    def factor(step):
+        if step <= warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = (step - warmup_steps) / max(1, steps - warmup_steps)
+        return 0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    model.train()
+    losses = []
+    for _ in range(steps):
+        x, y = next(batches)
+        logits = model(x)
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        schedule.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_a_train_whose_warmup_runs_one_step_long_is_told_so():
+    # #hunt18: before, "the learning rate of step 6 is 0.012, above max_lr" and no hint
+    result = status("ex09.train", _train_warmup_ending_with_le)
+    assert result.status == "failed", result.feedback
+    hint = ex09.train.MISTAKES["warmup_one_step_long"]
+    assert f"Hint: {hint}" in result.feedback, result.feedback
 
 
 def _gpt_tied_by_memory(how):

@@ -111,6 +111,15 @@ def _greedy_of_logits_over_zero(d) -> torch.Tensor:
     return ids
 
 
+_NOT_GIVEN = object()
+_ARGUMENT_LEFT_OUT = (  # #hunt18: forward_cached(ids[:, -1:], cache) scored full marks
+    "your generate called forward_cached without its {} (or with start=None): pass all three, "
+    "model.forward_cached(new_ids, cache, start) (cache None and start 0 for the prompt, then "
+    "start = ids.shape[1] - 1 after appending the new token); your own GPT's forward_cached "
+    "(task 5) takes them all and does not count the cache's tokens for you"
+)
+
+
 def _cache_only_gpt_class():
     from ....gpt import GPT
 
@@ -127,7 +136,11 @@ def _cache_only_gpt_class():
                 "model(ids) on the whole sequence"
             )
 
-        def forward_cached(self, ids, cache=None, start=None):
+        def forward_cached(self, ids, cache=_NOT_GIVEN, start=_NOT_GIVEN):
+            # #hunt18: the course's GPT infers a start left out (or None); a learner's does not
+            left_out = [name for name, v in (("cache", cache), ("start", start)) if v is _NOT_GIVEN]
+            if left_out or start is None:
+                raise GradingError(_ARGUMENT_LEFT_OUT.format(" and ".join(left_out) or "start"))
             self.positions_computed += ids.shape[1]
             self.calls += 1
             return super().forward_cached(ids, cache, start)

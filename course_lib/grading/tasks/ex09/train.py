@@ -72,6 +72,10 @@ MISTAKES = {
     "no_decay": "after the warm-up the learning rate must decay, to at most max_lr / 2 by the "
     "last step (a cosine down to min_lr = max_lr / 10, say: min_lr + 0.5 * (max_lr - min_lr) * "
     "(1 + cos(pi * progress)))",
+    "warmup_one_step_long": "the warm-up runs one step too long: it covers steps 0 to "
+    "warmup_steps - 1 (counting from 0), the last of them at max_lr * warmup_steps / "
+    "warmup_steps = max_lr; test step < warmup_steps, not <=, or step warmup_steps gets "
+    "max_lr * (warmup_steps + 1) / warmup_steps, above max_lr",
     "abrupt_drop": "after the warm-up the learning rate must decay steadily, not fall at once: "
     "progress = (step - warmup_steps) / (steps - warmup_steps) runs from 0 to 1 over the decay, "
     "and the cosine of pi * progress starts at max_lr (no step lowers it by more than a quarter "
@@ -146,6 +150,8 @@ def wrong_train(model, batches, steps, max_lr, warmup_steps, clip=1.0, *, mistak
             lr = _lr_at(min(step, warmup_steps - 1), steps, max_lr, warmup_steps)
         elif mistake == "abrupt_drop" and step >= warmup_steps:  # the floor at once
             lr = max_lr / 10
+        elif mistake == "warmup_one_step_long" and step == warmup_steps:  # step <= warmup_steps
+            lr = max_lr * (step + 1) / warmup_steps
         else:
             lr = _lr_at(step, steps, max_lr, warmup_steps)
         for group in optimizer.param_groups:
@@ -502,8 +508,11 @@ def verdict(run, d):
         if lr < 0:
             return "negative_lr", f"the learning rate of step {step} is {lr:.4g}, below 0"
     for step, lr in enumerate(lrs, start=1):
-        if lr > max_lr * (1 + 1e-6):
-            return "above_max", f"the learning rate of step {step} is {lr:.4g}, above max_lr"
+        if lr > max_lr * (1 + 1e-6):  # #hunt18: `step <= warmup_steps` was told no more
+            one_long = step == warmup + 1 and math.isclose(lr, max_lr * (warmup + 1) / warmup)
+            return "warmup_one_long" if one_long else "above_max", (
+                f"the learning rate of step {step} is {lr:.4g}, above max_lr"
+            )
     if max(lrs) - min(lrs) <= 1e-12 * max_lr:
         return "constant_lr", f"the learning rate is {lrs[0]:.4g} at every step"
     if lrs[0] > max_lr / 2:
