@@ -1574,6 +1574,4 @@ HUNT_18 = [
     ("task_id", "impl", "words"), HUNT_18, ids=[f"{t}-{i}" for i, (t, _, _) in enumerate(HUNT_18)]
 )
 def test_slips_of_hunt_18_get_their_hint(task_id, impl, words):
-    result = status(task_id, impl)
-    assert result.status == "failed" and words in result.feedback, result.feedback
-    assert "more than one thing" not in result.feedback
+    test_slips_of_the_fourth_fresh_reader_get_their_hint(task_id, impl, words)
