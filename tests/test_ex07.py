@@ -321,6 +321,34 @@ def test_biases_left_on_with_bias_false_get_the_bias_hint():
     assert result.status == "failed" and "pass bias=bias on" in result.feedback, result.feedback
 
 
+class LayerNormWithZerosAttribute(LayerNormByHand):
+    """bias=False's zeros made once in __init__ as a plain tensor: right on the CPU, but
+    module.to("cuda") leaves it behind."""
+
+    def __init__(self, d_model, eps=1e-5, bias=True):
+        super().__init__(d_model, eps, bias)
+        self.zeros = torch.zeros(d_model)
+
+    def forward(self, x):
+        out = layer_norm_var_mean(x, self.weight, self.zeros, self.eps)
+        return out if self.bias is None else out + self.bias
+
+
+class LayerNormWithZerosBuffer(LayerNormWithZerosAttribute):
+    def __init__(self, d_model, eps=1e-5, bias=True):
+        super().__init__(d_model, eps, bias)
+        del self.zeros
+        self.register_buffer("zeros", torch.zeros(d_model), persistent=False)
+
+
+def test_a_layer_norm_with_a_plain_tensor_attribute_fails_as_it_would_on_a_gpu():
+    # #hunt19: a device-only bug that every CPU check passed
+    assert status("ex07.LayerNorm", LayerNormWithZerosBuffer).status == "passed"
+    result = status("ex07.LayerNorm", LayerNormWithZerosAttribute)
+    assert result.status == "failed", result.feedback
+    assert "keeps the tensor zeros as a plain attribute" in result.feedback, result.feedback
+
+
 def test_badly_named_submodules_get_a_clear_message():
     class Misnamed(nn.Module):
         def __init__(self, d_model, d_ff, dropout=0.0):

@@ -121,6 +121,19 @@ class LayerNormModuleTask(ModuleTask):
                 f"with bias=False your LayerNorm's bias is {bias}: set self.bias = None, as the "
                 "task says (code that reads layer.bias, like nn.LayerNorm's users, expects None)"
             )
+        plain = [  # #hunt19: `self.zeros = torch.zeros(d)` stays on the CPU under .to("cuda")
+            f"{prefix}{'.' if prefix else ''}{name}"
+            for prefix, part in module.named_modules()
+            for name, value in vars(part).items()
+            if isinstance(value, torch.Tensor)
+        ]
+        if plain:
+            raise GradingError(
+                f"your LayerNorm keeps the tensor {plain[0]} as a plain attribute, which "
+                "module.to(device) and .double() do not move: on a GPU forward then mixes a "
+                "CPU tensor with CUDA ones and fails. Build it in forward from a parameter "
+                "(torch.zeros_like(self.weight)), or self.register_buffer(name, tensor)"
+            )
         out = module.eval()(*case.args)  # with gradients: the weight and bias are learned
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         grads = [None] * len(named)
