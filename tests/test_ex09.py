@@ -1586,6 +1586,77 @@ def test_a_train_whose_warmup_runs_one_step_long_is_told_so():
     assert f"Hint: {hint}" in result.feedback, result.feedback
 
 
+def _train_two_groups(first_only, lr=0.0):
+    """A loop with two parameter groups (weight decay on the matrices only) built at `lr`,
+    whose schedule sets every group, or only param_groups[0]."""
+
+    def train(model, batches, steps, max_lr, warmup_steps, clip=1.0):
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        other = [p for p in model.parameters() if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}]
+        optimizer = torch.optim.AdamW(groups, lr=lr)
+        model.train()
+        losses = []
+        for step in range(steps):
+            if step < warmup_steps:
+                rate = max_lr * (step + 1) / warmup_steps
+            else:
+                progress = (step - warmup_steps) / max(1, steps - 1 - warmup_steps)
+                rate = max_lr * (0.1 + 0.45 * (1 + math.cos(math.pi * progress)))
+            for group in optimizer.param_groups[:1] if first_only else optimizer.param_groups:
+                group["lr"] = rate
+            x, y = next(batches)
+            loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            optimizer.step()
+            losses.append(loss.item())
+        return losses
+
+    return train
+
+
+@pytest.mark.parametrize("lr", [0.0, 1e-2])
+def test_a_train_that_schedules_only_the_first_parameter_group_is_told_so(lr):
+    # #hunt19: built at lr=0, the second group never trained and the loop kept full marks (the
+    # watch read the largest rate of the groups); built at max_lr it was told "no warm-up"
+    assert status("ex09.train", _train_two_groups(first_only=False, lr=lr)).status == "passed"
+    result = status("ex09.train", _train_two_groups(first_only=True, lr=lr))
+    assert result.status == "failed", result.feedback
+    assert f"Hint: {ex09.train.MISTAKES['first_group_only']}" in result.feedback, result.feedback
+
+
+def _sample_next_top_p_of_unrenormalised_top_k(logits, temperature=1.0, top_k=None, top_p=None,
+                                               generator=None):  # fmt: skip
+    """Right order, but top-p measured on the top-k probabilities left unrenormalised."""
+    if temperature < 0 or (top_k is not None and top_k < 1):
+        raise ValueError("temperature >= 0 and top_k >= 1")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError("top_p in (0, 1]")
+    if temperature == 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits / temperature, -1)
+    if top_k is not None:
+        kth = torch.topk(probs, min(top_k, probs.shape[-1])).values[:, -1:]
+        probs = probs.masked_fill(probs < kth, 0.0)  # not divided by its sum: the slip
+    if top_p is not None:
+        sorted_probs, order = probs.sort(-1, descending=True)
+        keep_sorted = sorted_probs.cumsum(-1) - sorted_probs < top_p
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+        probs = probs.masked_fill(~keep, 0.0)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def test_top_p_on_unrenormalised_top_k_probabilities_is_named_beside_the_wrong_order():
+    # #hunt19: it keeps the set of top-p before top-k (both measure top_p on the unfiltered
+    # mass), so its hint was only "top-k comes before top-p", though this order was right
+    result = status("ex09.sample_next", _sample_next_top_p_of_unrenormalised_top_k)
+    assert result.status == "failed", result.feedback
+    assert f"Hint: {ex09.sample_next.MISTAKES['top_k_after_top_p']}" in result.feedback
+    assert "without renormalising" in result.feedback, result.feedback
+
+
 def _gpt_tied_by_memory(how):
     """The right capstone whose lm_head shares the embedding's memory as a second parameter."""
 

@@ -65,7 +65,9 @@ MISTAKES = {
     "whose mass reaches top_p; the other order measures top_p on the unfiltered distribution "
     "and keeps other tokens (tempering the probabilities, softmax(logits) ** (1 / temperature), "
     "not renormalised, keeps the same set here: if you did that, divide the LOGITS by the "
-    "temperature before the softmax, step 2)",
+    "temperature before the softmax, step 2; and so does top-k first, then top-p measured on "
+    "the kept probabilities without renormalising them: divide them by their sum, or take the "
+    "softmax of the filtered logits, before the cumulative sum)",
     "top_k_no_keepdim": "the k-th largest logit of each row must keep its axis to be compared "
     "with the (batch, vocab) logits: torch.topk(...).values[:, -1:], shape (batch, 1); "
     "values[:, -1] has shape (batch,), which PyTorch lines up with the vocabulary axis instead",

@@ -72,6 +72,10 @@ MISTAKES = {
     "no_decay": "after the warm-up the learning rate must decay, to at most max_lr / 2 by the "
     "last step (a cosine down to min_lr = max_lr / 10, say: min_lr + 0.5 * (max_lr - min_lr) * "
     "(1 + cos(pi * progress)))",
+    "first_group_only": "set the learning rate of EVERY parameter group each step, for group "
+    "in optimizer.param_groups: group['lr'] = lr; optimizer.param_groups[0] is only the first "
+    "group, and the others keep the lr the optimizer was built with (0 here: their parameters "
+    "never train)",
     "warmup_one_step_long": "the warm-up runs one step too long: it covers steps 0 to "
     "warmup_steps - 1 (counting from 0), the last of them at max_lr * warmup_steps / "
     "warmup_steps = max_lr; test step < warmup_steps, not <=, or step warmup_steps gets "
@@ -132,6 +136,13 @@ def wrong_train(model, batches, steps, max_lr, warmup_steps, clip=1.0, *, mistak
             matrices, vectors = [p for p in params if p.dim() >= 2], [p for p in params]
             groups = [{"params": matrices}, {"params": vectors, "weight_decay": 0.0}]
             return torch.optim.AdamW(groups, lr=max_lr, betas=(0.9, 0.95), weight_decay=0.1)
+        if mistake == "first_group_only":  # two groups built at lr=0, the schedule sets one
+            matrices = [p for p in model.parameters() if p.dim() >= 2]
+            groups = [
+                {"params": matrices},
+                {"params": [p for p in model.parameters() if p.dim() < 2]},
+            ]
+            return torch.optim.AdamW(groups, lr=0.0, betas=(0.9, 0.95), weight_decay=0.1)
         return torch.optim.AdamW(model.parameters(), lr=max_lr, betas=(0.9, 0.95), weight_decay=0.1)
 
     optimizer = new_optimizer()
@@ -154,7 +165,7 @@ def wrong_train(model, batches, steps, max_lr, warmup_steps, clip=1.0, *, mistak
             lr = max_lr * (step + 1) / warmup_steps
         else:
             lr = _lr_at(step, steps, max_lr, warmup_steps)
-        for group in optimizer.param_groups:
+        for group in optimizer.param_groups[: 1 if mistake == "first_group_only" else None]:
             group["lr"] = lr
         x, y = next(batches)
         logits = model(x)  # (batch, seq, vocab)
@@ -240,7 +251,7 @@ class _Watch:
         self.x = None  # the model's input in its latest forward pass
         self.record = {k: [] for k in ("optimizers", "lrs", "norms", "recomputed", "last_position")}
         self.record |= {"entries": [], "shifted": []}  # the largest |gradient entry|; see below
-        self.record |= {"distinct_optimizers": 0, "all_params": True}
+        self.record |= {"distinct_optimizers": 0, "all_params": True, "group_lrs": []}
         self.record |= {"stale_at": -1, "no_grad_at": -1, "eval_at": -1}
         self.params = {id(p) for p in model.parameters()}
         self.optimizers = []  # every optimizer seen stepping (kept, so that ids stay unique)
@@ -278,6 +289,7 @@ class _Watch:
             self.optimizers.append(optimizer)
             r["distinct_optimizers"] = len(self.optimizers)
         r["lrs"].append(max(float(group["lr"]) for group in optimizer.param_groups))
+        r["group_lrs"].append([float(g["lr"]) for g in optimizer.param_groups if g["params"]])
         r["all_params"] = r["all_params"] and self.params <= {id(p) for p in params}
         norm = _grad_norm(params)
         r["norms"].append(norm)
@@ -507,6 +519,15 @@ def verdict(run, d):
     for step, lr in enumerate(lrs, start=1):
         if lr < 0:
             return "negative_lr", f"the learning rate of step {step} is {lr:.4g}, below 0"
+    counts = {len(rates) for rates in run["group_lrs"]}
+    rates = run["group_lrs"] if len(counts) == 1 else []  # each step: each group's rate
+    by_group = list(zip(*rates, strict=True))
+    fixed = [i for i, rates in enumerate(by_group) if len(set(rates)) == 1]
+    if fixed and len(fixed) < len(by_group):  # #hunt19: only param_groups[0] set
+        return "group_not_scheduled", (
+            f"the learning rate of parameter group {fixed[0]} stays {by_group[fixed[0]][0]:.4g} "
+            "at every step while another group's follows the schedule"
+        )
     for step, lr in enumerate(lrs, start=1):
         if lr > max_lr * (1 + 1e-6):  # #hunt18: `step <= warmup_steps` was told no more
             one_long = step == warmup + 1 and math.isclose(lr, max_lr * (warmup + 1) / warmup)
