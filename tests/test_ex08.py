@@ -510,6 +510,31 @@ def _step_with_loss(loss_of, swapped=False):
     return step
 
 
+def test_a_step_that_runs_the_model_twice_is_named():
+    # #hunt19: logits = model(...) then the loss of a second model(...) failed only in the
+    # dropout case, with the bare "the loss returned by step 1 is ..., expected ..."
+    def loss_of_a_second_pass(logits, tgt, smoothing, pad_id):
+        return F.cross_entropy(logits, tgt, ignore_index=pad_id, label_smoothing=smoothing)
+
+    def step(model, optimizer, scheduler, src, tgt, bos_id, pad_id, smoothing=0.1, clip=1.0):
+        model.train()
+        tgt_in = torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], dim=1)
+        logits = model(src, tgt_in)
+        logits = model(src, tgt_in)  # the slip: a second forward pass
+        loss = loss_of_a_second_pass(logits.flatten(0, 1), tgt.flatten(), smoothing, pad_id)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        return loss.item()
+
+    result = check_result("ex08.train_step", step)
+    assert result.status == "failed", result.feedback
+    assert f"Hint: {ex08.train_step.MISTAKES['two_forwards']}" in result.feedback, result.feedback
+
+
 def ls_gather_along_dim_two(logits, target, smoothing, ignore_index):
     log_probs = logits.log_softmax(dim=-1)  # #33 hunt: the right axis here, dim=2 in gather
     keep = target != ignore_index

@@ -78,6 +78,10 @@ MISTAKES = {
     "no_grad_forward": "your loss carries no gradient: the forward pass ran under "
     "torch.no_grad() (or the logits or the loss were detached), so backward() has no graph to "
     "go through; run the forward and the loss with gradients on (no_grad is for evaluation)",
+    "two_forwards": "your step runs the model twice on its batch: one forward pass per step, "
+    "logits = model(src, tgt_in), and the loss of THOSE logits; a second pass draws other "
+    "dropout masks (so the step's loss and gradients are not those of the first) and costs a "
+    "second forward",
     "model_args_swapped": "the model reads the source first and the decoder's input second, "
     "model(src, tgt_in): swapped, the encoder reads the targets and the logits get the "
     "source's length",
@@ -109,6 +113,8 @@ def _wrong_step(
         tgt_in = wrong_shift_right(tgt, first, mistake=slip)
     with torch.set_grad_enabled(mistake != "no_grad_forward"):  # no graph for backward()
         logits = model(tgt_in, src) if mistake == "model_args_swapped" else model(src, tgt_in)
+    if mistake == "two_forwards":  # the loss taken on a second pass: other dropout masks
+        logits = model(src, tgt_in)
     model.train()  # a second time (train_late: the first time)
     ignore = {"pads_in_loss": -100, "pad_zero": 0, "loss_args_swapped": -100}.get(mistake, pad_id)
     # loss_args_swapped smooths by pad_id: F.cross_entropy takes at most 1 (first case: pad_id 0)
