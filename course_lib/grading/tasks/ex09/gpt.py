@@ -505,6 +505,10 @@ class CapstoneGPT(ModuleTask):
             ("cached", long, 1, 5, f64 | {"new": 2},
              "forward_cached with batch 1 and one head (the notebook's generation): a prompt "
              "of 2, then 3 tokens one at a time, float64"),
+            # #hunt19: an untied lm_head left at nn.Linear's init (std 0.072 here) passed
+            ("init", wide | {"num_layers": 1}, 1, 1, {"tie_weights": False},
+             "GPT-2's init with tie_weights=False: lm_head.weight, a matrix of its own, starts "
+             "from N(0, 0.02^2) too"),
         ]
         # fmt: on
         return [case(text, kind, *shape, **options) for kind, *shape, options, text in rows]
