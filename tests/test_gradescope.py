@@ -79,7 +79,7 @@ def test_the_zip_holds_what_gradescope_needs_at_its_root(tmp_path):
         config = json.loads(z.read("autograder.json"))
         modes = {i.filename: i.external_attr >> 16 for i in z.infolist()}
     assert {"setup.sh", "run_autograder", "course/pyproject.toml"} <= names
-    assert "course/course_lib/grading/tasks/ex02.py" in names
+    assert "course/course_lib/grading/tasks/ex02/__init__.py" in names
     assert not any("__pycache__" in n for n in names)
     assert modes["run_autograder"] & 0o111 and modes["setup.sh"] & 0o111
     assert run.startswith("#!/usr/bin/env bash") and "results" in run

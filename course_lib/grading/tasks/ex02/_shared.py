@@ -1,0 +1,51 @@
+"""What ex02's tasks share: the lesson section two of them cite, the float32 hints, the
+NaN-where-a-stable-softmax-has-none test, and the softmax(dim=2)-on-2-D-scores test."""
+
+from __future__ import annotations
+
+import torch
+
+SDPA_LESSON = "lesson 02, section 'Scaled dot-product attention, step by step'"
+F64 = torch.float64
+
+FLOAT32_DIGITS = (
+    "your float64 result is right only to float32's digits: part of it was computed in float32 "
+    "(a .float(), or a tensor made without dtype=); keep the inputs' dtype throughout"
+)
+FLOAT32_SCALE = (
+    "your scale is a float32 tensor (torch.sqrt(torch.tensor(d_k)) is float32): its root of a "
+    "d_k that is not a perfect square has float32's 7 digits, too few for float64 scores; "
+    "divide by math.sqrt(d_k) (or d_k ** 0.5), a Python float"
+)
+
+
+NAN_SHIFT = (
+    "NaN appears where a softmax that subtracts each row's own maximum has none: exp overflowed "
+    "to inf (inf / inf) or every exp of a row underflowed to 0 (0 / 0). Subtract each row's "
+    "maximum, scores.amax(dim=-1, keepdim=True), as your softmax of task 1 does: the whole "
+    "tensor's (scores.max()), a row's mean, minimum or first entry leaves exponents far above "
+    "or all far below 0"
+)
+
+
+def _nan_where_none(got, want) -> bool:
+    pairs = zip(got, want, strict=False) if isinstance(got, (tuple, list)) else [(got, want)]
+    return any(
+        isinstance(mine, torch.Tensor)
+        and mine.is_floating_point()
+        and bool(mine.isnan().any())
+        and not bool(right.isnan().any())
+        for mine, right in pairs
+    )
+
+
+def _softmax_dim_2(failure, error, case) -> bool:
+    """The first failure is an IndexError for dim 2 in a softmax (or max) of 2-D scores."""
+    if failure is None or failure[0] is not IndexError or "got 2)" not in str(error):
+        return False
+    n_q, n_k = case.args[0].shape[-2], case.args[1 if len(case.args) == 3 else 0].shape[-2]
+    shapes = [shape for shape in failure[2] if shape is not None]
+    return failure[1] in _SOFTMAX_OPS and shapes[:1] == [(n_q, n_k)]
+
+
+_SOFTMAX_OPS = ("softmax", "amax", "max", "logsumexp", "exp", "sum")
