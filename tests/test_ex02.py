@@ -1412,3 +1412,21 @@ def test_h18_an_einsum_for_3d_inputs_only_is_named():
 
     r = result(SELF, self_attention)
     assert r.status == "failed" and "the attention step is not: " + hint in r.feedback, r.feedback
+
+
+@pytest.mark.parametrize("cut", ["detach", "no_grad"])
+def test_attention_weights_returned_without_their_graph_fail(cut):
+    # #hunt19: the gradient check differentiates the output only, so weights.detach() (or
+    # weights made under torch.no_grad() beside an output made again with gradients) passed
+    def attention(q, k, v):
+        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+        if cut == "detach":
+            return weights @ v, weights.detach()
+        with torch.no_grad():
+            shown = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+        return weights @ v, shown
+
+    assert result("ex02.scaled_dot_product_attention", attention_transpose).status == "passed"
+    got = result("ex02.scaled_dot_product_attention", attention)
+    assert got.status == "failed", got.feedback
+    assert "the attention weights you return carry no gradient" in got.feedback, got.feedback

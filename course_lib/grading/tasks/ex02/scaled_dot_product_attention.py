@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from ...core import Case, register
+from ...core import Case, GradingError, register
 from ..common import D_K_FROM_SHAPE_2, HintOnError, all_close, randn, randns, stable_softmax
 from ._shared import (
     F64,
@@ -188,7 +188,10 @@ class ScaledDotProductAttention(HintOnError):
         """A dropout the learner's code draws takes the mask the attention_dropout row takes."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
-            return HintOnError.call(self, obj, case)  # self may be a SelfAttention too
+            value = HintOnError.call(self, obj, case)  # self may be a SelfAttention too
+            if case.raises is None and case.args[0].is_floating_point():
+                _weights_keep_their_graph(obj, case)
+        return value
 
     def wrong(self, q, k, v, *, mistake):
         d_k, d_v = q.shape[-1], v.shape[-1]
@@ -247,3 +250,26 @@ class ScaledDotProductAttention(HintOnError):
         output = v @ weights if mistake == "v_first" else weights @ v
         weights = scores if mistake == "scores_returned" else weights
         return (weights, output) if mistake == "swapped" else (output, weights)
+
+
+def _weights_keep_their_graph(obj, case) -> None:
+    """The gradient check differentiates the output only: weights returned detached (or made
+    under no_grad) passed it, though a caller that trains on them gets no gradient (#hunt19)."""
+    leaves = [a.detach().clone().requires_grad_() for a in case.args]
+    try:
+        with torch.enable_grad():
+            got = obj(*leaves, **case.kwargs)
+    except Exception:  # noqa: BLE001  (an input changed in place: the check of inputs tells)
+        return
+    if not (isinstance(got, (tuple, list)) and len(got) == 2):
+        return
+    output, weights = got
+    tensors = all(isinstance(t, torch.Tensor) for t in got)
+    if tensors and output.requires_grad and not weights.requires_grad:
+        raise GradingError(
+            "the attention weights you return carry no gradient (.detach(), .data or "
+            "torch.no_grad() cut them off the graph), though the output does: return the "
+            "weights the output was made from, as they are; a caller may train on them (an "
+            "attention loss, a distillation of the weights), and nn.MultiheadAttention's keep "
+            "their gradient too"
+        )
