@@ -137,8 +137,10 @@ def get_task(task_id: str) -> Task:
 
 
 def all_tasks() -> list[Task]:
+    """Every task, set by set (ex00, ex01, ...), each set's in the order it registered them
+    (its notebook's): a set that imports another's module registers that set first."""
     _load_all()
-    return list(_REGISTRY.values())
+    return sorted(_REGISTRY.values(), key=lambda task: task.id.split(".")[0])
 
 
 def tasks_for(exercise: str) -> list[Task]:

@@ -8,7 +8,18 @@ import torch
 
 from ...core import Case, GradingError, changed_message
 from ..common import all_close, randn, randns
-from ._shared import F64, _frequencies, _PositionalTask
+from ._shared import (
+    _POSITIONS_1D,
+    _POSITIONS_ROW,
+    F64,
+    _d_minus_1,
+    _frequencies,
+    _pair_from_1,
+    _PositionalTask,
+    _positions_over_len,
+    _times_2pi,
+    _times_pi,
+)
 
 
 def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
@@ -268,3 +279,39 @@ class _RopeTask(_PositionalTask):
 
     def wrong(self, x, positions=None, *, mistake):
         return _rope_variant(x, positions, layout=self.layout, mistake=mistake)
+
+
+# rows the two RoPE layouts share, each block in the place both tables give it
+_POSITION_ROWS = {
+    "from_1": _START_AT_1,
+    "integer_positions": _INTEGER_POSITIONS,
+    "seq_axis_1": _SEQ_AXIS_1,
+    "positions_1d": _POSITIONS_1D,
+    "positions_row": _POSITIONS_ROW,
+    "positions_or": _POSITIONS_OR,
+    "overwritten": _OVERWRITTEN,
+    "view": _VIEW,
+}
+_SCALE_ROWS = {
+    "times_pi": _times_pi("d"),
+    "positions_over_len": _positions_over_len("seq"),
+    "times_2pi": _times_2pi("d"),
+    "d_minus_1": _d_minus_1("d"),
+    "pair_from_1": _pair_from_1("d", "the first pair rotates by the position itself"),
+}
+
+
+def _last_cases(gen, d: int) -> list[Case]:
+    """The cases both layouts end with: an odd last dimension, 40 positions, and a call after
+    a first one at other positions (x of width d)."""
+    return [
+        _x(gen, _ODD, (2, 3, 5), raises=ValueError),
+        _x(gen, "x (2, 40, 4), positions=None: 40 positions, 0, 1, ..., 39", (2, 40, 4)),
+        _after_other_positions(
+            gen,
+            f"x (2, 6, {d}) at random positions, after a first call on another x (2, 6, {d}) at "
+            "these positions moved by 3: the rotated values themselves (cos and sin come from "
+            "the positions of each call)",
+            (2, 6, d),
+        ),
+    ]

@@ -9,35 +9,23 @@ from ..common import all_close
 from ._rope import (
     _CONSTANT,
     _IGNORED_POSITIONS,
-    _INTEGER_POSITIONS,
-    _ODD,
-    _OVERWRITTEN,
-    _POSITIONS_OR,
+    _POSITION_ROWS,
     _REFLECTED,
-    _SEQ_AXIS_1,
-    _START_AT_1,
-    _VIEW,
-    _after_other_positions,
+    _SCALE_ROWS,
+    _last_cases,
     _positions_cases,
     _RopeTask,
     _shift_case,
     _x,
 )
 from ._shared import (
-    _POSITIONS_1D,
-    _POSITIONS_ROW,
     F64,
     LESSON,
     _base_1000,
-    _d_minus_1,
     _inverted,
     _linspace,
     _not_over_d,
-    _pair_from_1,
     _pieces,
-    _positions_over_len,
-    _times_2pi,
-    _times_pi,
 )
 
 _NO_MINUS = (
@@ -77,19 +65,8 @@ class ApplyRope(_RopeTask):
         "not_over_d": _not_over_d("d"),
         "reflect": _REFLECTED,
         "no_minus": _NO_MINUS,
-        "from_1": _START_AT_1,
-        "integer_positions": _INTEGER_POSITIONS,
-        "seq_axis_1": _SEQ_AXIS_1,
-        "positions_1d": _POSITIONS_1D,
-        "positions_row": _POSITIONS_ROW,
-        "positions_or": _POSITIONS_OR,
-        "overwritten": _OVERWRITTEN,
-        "view": _VIEW,
-        "times_pi": _times_pi("d"),
-        "positions_over_len": _positions_over_len("seq"),
-        "times_2pi": _times_2pi("d"),
-        "d_minus_1": _d_minus_1("d"),
-        "pair_from_1": _pair_from_1("d", "the first pair rotates by the position itself"),
+        **_POSITION_ROWS,
+        **_SCALE_ROWS,
         "linspace": "with positions=None, " + _linspace("seq"),
         "cat_table": "your (seq, d) cos/sin table is the rotate-half layout's, cat((angles, "
         "angles), dim=-1) or angles.repeat(1, 2), so the two features of a pair (2i, 2i+1) turn "
@@ -132,15 +109,7 @@ class ApplyRope(_RopeTask):
                 torch.tensor([40.0, 41.0, 42.0], dtype=F64),
                 F64,
             ),
-            _x(gen, _ODD, (2, 3, 5), raises=ValueError),
-            _x(gen, "x (2, 40, 4), positions=None: 40 positions, 0, 1, ..., 39", (2, 40, 4)),
-            _after_other_positions(
-                gen,
-                "x (2, 6, 8) at random positions, after a first call on another x (2, 6, 8) at "
-                "these positions moved by 3: the rotated values themselves (cos and sin come "
-                "from the positions of each call)",
-                (2, 6, 8),
-            ),
+            *_last_cases(gen, 8),
         ]
 
     def diagnose(self, got, want, case):

@@ -8,35 +8,23 @@ from ...core import register
 from ._rope import (
     _CONSTANT,
     _IGNORED_POSITIONS,
-    _INTEGER_POSITIONS,
-    _ODD,
-    _OVERWRITTEN,
-    _POSITIONS_OR,
+    _POSITION_ROWS,
     _REFLECTED,
-    _SEQ_AXIS_1,
-    _START_AT_1,
-    _VIEW,
-    _after_other_positions,
+    _SCALE_ROWS,
+    _last_cases,
     _positions_cases,
     _RopeTask,
     _shift_case,
     _x,
 )
 from ._shared import (
-    _POSITIONS_1D,
-    _POSITIONS_ROW,
     F64,
     LESSON,
     _base_1000,
-    _d_minus_1,
     _inverted,
     _linspace,
     _not_over_d,
-    _pair_from_1,
     _pieces,
-    _positions_over_len,
-    _times_2pi,
-    _times_pi,
     _unbracketed,
 )
 
@@ -84,24 +72,13 @@ class ApplyRopeHalf(_RopeTask):
         "d / 2); pair i turns by 10000^(-2i/d) per position",
         "inverted": _inverted("d"),
         "not_over_d": _not_over_d("d"),
-        "from_1": _START_AT_1,
-        "integer_positions": _INTEGER_POSITIONS,
-        "seq_axis_1": _SEQ_AXIS_1,
-        "positions_1d": _POSITIONS_1D,
-        "positions_row": _POSITIONS_ROW,
-        "positions_or": _POSITIONS_OR,
-        "overwritten": _OVERWRITTEN,
-        "view": _VIEW,
+        **_POSITION_ROWS,
         "perm_not_inverted": "you read the result back through perm itself: apply_rope(x[..., "
         "perm]) lays the features out as perm does, and undoing that needs perm's inverse, "
         "torch.argsort(perm) ([0, 2, 4, ..., 1, 3, ...]); perm is its own inverse only for d = 4",
         "float_half": "d / 2 is a float (8 / 2 = 4.0) even when d is even, and a slice needs "
         "ints: x[..., : d // 2] and x[..., d // 2 :]",
-        "times_pi": _times_pi("d"),
-        "positions_over_len": _positions_over_len("seq"),
-        "times_2pi": _times_2pi("d"),
-        "d_minus_1": _d_minus_1("d"),
-        "pair_from_1": _pair_from_1("d", "the first pair rotates by the position itself"),
+        **_SCALE_ROWS,
         # x.chunk(2) with no dim= raises the same error on the first case: one hint for both
         "not_swapped": "your rotate_half negates the first half but keeps the halves in place, "
         "cat((-first_half, second_half)): each feature is then mixed with itself, not with its "
@@ -151,13 +128,5 @@ class ApplyRopeHalf(_RopeTask):
                 "q·k for q, k (2, 5, 16) float64 after your rotation, positions moved by "
                 "0, 7, -3 and 50, compared with the expected scores",
             ),
-            _x(gen, _ODD, (2, 3, 5), raises=ValueError),
-            _x(gen, "x (2, 40, 4), positions=None: 40 positions, 0, 1, ..., 39", (2, 40, 4)),
-            _after_other_positions(
-                gen,
-                "x (2, 6, 12) at random positions, after a first call on another x (2, 6, 12) "
-                "at these positions moved by 3: the rotated values themselves (cos and sin come "
-                "from the positions of each call)",
-                (2, 6, 12),
-            ),
+            *_last_cases(gen, 12),
         ]
