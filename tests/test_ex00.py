@@ -378,3 +378,32 @@ HUNT17_SLIPS = [
 )
 def test_hunt17_slips_are_named_and_fail_under_every_seed(task_id, impl, hint):
     test_slips_fail_in_the_notebook_with_their_hint_and_under_every_seed(task_id, impl, hint)
+
+
+# ---- HUNT19: code written for at most one batch axis ----
+
+
+def distances_for_2d_or_one_batch_axis(x, y):  # full marks before: no case had two batch axes
+    if x.dim() == 2:
+        return ((x[:, None] - y[None]) ** 2).sum(-1)
+    return ((x[:, :, None] - y[:, None]) ** 2).sum(-1)  # the lesson's 3-D axes
+
+
+def distances_over_flattened_batch_axes(x, y):  # right: any number of (equal) batch axes
+    n, m, d = x.shape[-2], y.shape[-2], x.shape[-1]
+    xf, yf = x.reshape(-1, n, d), y.reshape(-1, m, d)
+    return ((xf[:, :, None] - yf[:, None]) ** 2).sum(-1).reshape(*x.shape[:-2], n, m)
+
+
+def test_distances_for_at_most_one_batch_axis_fail_on_two():
+    # HUNT19: a 2-D branch beside the 3-D axes x[:, :, None] - y[:, None] passed all 3 checks
+    # (2-D and 3-D inputs only), though the statement's points are (..., n, d); a case with two
+    # batch axes fails it, told that its axes are a 3-D tensor's (not the 2-D first_axes hint)
+    test_slips_fail_in_the_notebook_with_their_hint_and_under_every_seed(
+        "ex00.pairwise_sq_distances", distances_for_2d_or_one_batch_axis, "exactly one batch axis"
+    )
+    result = check_result("ex00.pairwise_sq_distances", distances_for_2d_or_one_batch_axis)
+    assert "two batch axes" in result.feedback, result.feedback
+    test_l14_right_variants_keep_full_marks(
+        "ex00.pairwise_sq_distances", distances_over_flattened_batch_axes
+    )

@@ -188,11 +188,13 @@ class PairwiseSqDistances(KeptBetweenCalls, HintOnError):
         "distance is their sum",
         "dot_only": "that is the dot product x·y; the squared distance sums the squared "
         "differences, ((x_i - y_j) ** 2).sum(-1)",
-        "first_axes": "x[:, None] and y[None] (unsqueeze(1), unsqueeze(0)) "
-        + FIRST_AXES
-        + "x.unsqueeze(-2) - y.unsqueeze(-3)",
+        # before first_axes: on two batch axes both raise one error, and code that gets there
+        # (right on the 2-D and 3-D cases) has a 3-D branch, x[:, :, None] - y[:, None]
         "one_batch_axis": "x[:, :, None] and y[:, None] (unsqueeze(2), unsqueeze(1)) "
         + ONE_BATCH_AXIS
+        + "x.unsqueeze(-2) - y.unsqueeze(-3)",
+        "first_axes": "x[:, None] and y[None] (unsqueeze(1), unsqueeze(0)) "
+        + FIRST_AXES
         + "x.unsqueeze(-2) - y.unsqueeze(-3)",
         "expansion_no_2": "|x - y|² = |x|² - 2 x·y + |y|²: you left out the factor 2 of the "
         "middle term",
@@ -225,6 +227,10 @@ class PairwiseSqDistances(KeptBetweenCalls, HintOnError):
         return [
             Case("x (4, 3), y (5, 3)", randns(gen, (4, 3), (5, 3))),
             Case("a batch: x (2, 3, 8), y (2, 6, 8)", randns(gen, (2, 3, 8), (2, 6, 8))),
+            Case(  # code written for at most one batch axis (x[:, :, None]) passed the others
+                "two batch axes: x (2, 3, 4, 5), y (2, 3, 6, 5)",
+                randns(gen, (2, 3, 4, 5), (2, 3, 6, 5)),
+            ),
             called_after(  # distances cached by the shapes passed: no case repeated a shape
                 Case(
                     "float64 x (1, 2, 4), y (1, 1, 4), called just after a call on x + 1 and y",
