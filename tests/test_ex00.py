@@ -407,3 +407,18 @@ def test_distances_for_at_most_one_batch_axis_fail_on_two():
     test_l14_right_variants_keep_full_marks(
         "ex00.pairwise_sq_distances", distances_over_flattened_batch_axes
     )
+
+
+def matmul_for_2d_or_one_batch_axis(a, b):  # the 2-D first_axes hint before, on the 4-D case
+    if a.dim() == 2 and b.dim() == 2:
+        return (a[:, :, None] * b[None]).sum(1)
+    return (a.unsqueeze(3) * b.unsqueeze(1)).sum(2)  # the lesson's 3-D axes
+
+
+def test_matmul_for_at_most_one_batch_axis_is_told_its_3d_axes():
+    # HUNT19: right on the 2-D and 3-D cases, it first fails on a (2, 1, 3, 4), where its
+    # error is also a[:, :, None] * b[None]'s: it was told it had written that (2-D) slip
+    result = check_result("ex00.batched_matmul", matmul_for_2d_or_one_batch_axis)
+    assert "on broadcast batch" in result.feedback, result.feedback
+    assert "exactly one batch axis" in result.feedback, result.feedback
+    assert "a[:, :, None] and b[None]" not in result.feedback, result.feedback

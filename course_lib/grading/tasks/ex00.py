@@ -92,11 +92,13 @@ class BatchedMatmul(KeptBetweenCalls, Task):
         "sum_over_n": "you summed over the n axis; the matrix product sums over the shared axis k",
         "mean_over_k": "you averaged over the shared axis k; the matrix product sums the k "
         "products: .sum(dim=-2), not .mean",
-        "first_axes": "a[:, :, None] and b[None] (unsqueeze(2), unsqueeze(0)) "
-        + FIRST_AXES
-        + "a.unsqueeze(-1) * b.unsqueeze(-3), summed over dim -2",
+        # before first_axes: on a 4-D a both raise one error, and code that gets there (right
+        # on the 2-D and 3-D cases) has a 3-D branch, a.unsqueeze(3) * b.unsqueeze(1)
         "one_batch_axis": "a.unsqueeze(3) and b.unsqueeze(1) "
         + ONE_BATCH_AXIS
+        + "a.unsqueeze(-1) * b.unsqueeze(-3), summed over dim -2",
+        "first_axes": "a[:, :, None] and b[None] (unsqueeze(2), unsqueeze(0)) "
+        + FIRST_AXES
         + "a.unsqueeze(-1) * b.unsqueeze(-3), summed over dim -2",
         "squeeze_all": squeeze_all("-2", "m = 1"),
         "b_from_front": "b's new axis went in front of its batch axes (b[None], unsqueeze(0)), "
