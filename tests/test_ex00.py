@@ -422,3 +422,15 @@ def test_matmul_for_at_most_one_batch_axis_is_told_its_3d_axes():
     assert "on broadcast batch" in result.feedback, result.feedback
     assert "exactly one batch axis" in result.feedback, result.feedback
     assert "a[:, :, None] and b[None]" not in result.feedback, result.feedback
+
+
+def distances_squeezed_after_keepdim(x, y):  # only 'has shape (2), expected (1, 2, 1)' before
+    return ((x.unsqueeze(-2) - y.unsqueeze(-3)) ** 2).sum(-1, keepdim=True).squeeze()
+
+
+def test_distances_squeezed_without_an_axis_are_named():
+    # HUNT19: squeeze() after keepdim also drops batch = 1 and m = 1; batched_matmul and
+    # last_token named it, pairwise_sq_distances gave a bare shape message
+    test_slips_fail_in_the_notebook_with_their_hint_and_under_every_seed(
+        "ex00.pairwise_sq_distances", distances_squeezed_after_keepdim, "squeeze(-1)"
+    )

@@ -220,6 +220,7 @@ class PairwiseSqDistances(KeptBetweenCalls, HintOnError):
         "float32": "your distances are float32 for float64 points: compute them in the inputs' "
         "dtype, with no .float() on x, y or the result (and dtype=x.dtype for a tensor you "
         "create)",
+        "squeeze_all": squeeze_all("-1", "batch = 1 and m = 1"),
         "y_on_rows": "your result is (..., m, n), y's points on the rows: row i holds the "
         "distances from x's point i, so x gets its new axis after its points and y before "
         "its: x.unsqueeze(-2) - y.unsqueeze(-3), (..., n, 1, d) - (..., 1, m, d)",
@@ -278,6 +279,8 @@ class PairwiseSqDistances(KeptBetweenCalls, HintOnError):
             mistake, (x - y) ** 2
         )
         total = per_feature.mean(-1) if mistake == "mean_not_sum" else per_feature.sum(-1)
+        if mistake == "squeeze_all":  # .sum(-1, keepdim=True).squeeze(): (n,) when batch = m = 1
+            return total.squeeze()
         return {"not_squared": total.sqrt(), "l1_squared": total**2}.get(mistake, total)
 
 
