@@ -434,3 +434,18 @@ def test_distances_squeezed_without_an_axis_are_named():
     test_slips_fail_in_the_notebook_with_their_hint_and_under_every_seed(
         "ex00.pairwise_sq_distances", distances_squeezed_after_keepdim, "squeeze(-1)"
     )
+
+
+def matmul_loop_over_the_rows_of_a(a, b):  # told only 'range(k - 1) stops at k - 2' before
+    total = 0
+    for j in range(a.shape[-2]):  # the slip: n, not k = a.shape[-1] (n = k - 1 on case 1)
+        total = total + a[..., :, j : j + 1] * b[..., j : j + 1, :]
+    return total
+
+
+def test_matmul_loop_over_n_is_told_a_shape_minus_2_is_n():
+    # HUNT19: four of the five cases have n = k - 1, so this loop matches the range(k - 1)
+    # row, whose hint named a range the learner never wrote
+    test_slips_fail_in_the_notebook_with_their_hint_and_under_every_seed(
+        "ex00.batched_matmul", matmul_loop_over_the_rows_of_a, "a.shape[-2] is n"
+    )

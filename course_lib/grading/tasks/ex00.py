@@ -118,7 +118,9 @@ class BatchedMatmul(KeptBetweenCalls, Task):
         "dtype, with no .float() on a, b or the result (and dtype=a.dtype for a tensor you "
         "create)",
         "k_minus_1_terms": "your sum leaves out the last of the k products: range(k - 1) stops "
-        "at k - 2. Loop over range(k), all k of them, or sum the broadcast products over dim -2",
+        "at k - 2 (so does range(a.shape[-2]) on this case, where n = k - 1: a.shape[-2] is n, "
+        "the rows of a; k is a.shape[-1]). Loop over range(k), all k of them, or sum the "
+        "broadcast products over dim -2",
         "first_term_left_out": "your sum leaves out the first of the k products: range(1, k) "
         "starts at 1, and a total that starts at 0 never gets the product of column 0 of a and "
         "row 0 of b. Loop over range(k), all k of them, or sum the broadcast products over "
