@@ -378,3 +378,74 @@ HUNT17_SLIPS = [
 )
 def test_hunt17_slips_are_named_and_fail_under_every_seed(task_id, impl, hint):
     test_slips_fail_in_the_notebook_with_their_hint_and_under_every_seed(task_id, impl, hint)
+
+
+# ---- HUNT19: code written for at most one batch axis ----
+
+
+def distances_for_2d_or_one_batch_axis(x, y):  # full marks before: no case had two batch axes
+    if x.dim() == 2:
+        return ((x[:, None] - y[None]) ** 2).sum(-1)
+    return ((x[:, :, None] - y[:, None]) ** 2).sum(-1)  # the lesson's 3-D axes
+
+
+def distances_over_flattened_batch_axes(x, y):  # right: any number of (equal) batch axes
+    n, m, d = x.shape[-2], y.shape[-2], x.shape[-1]
+    xf, yf = x.reshape(-1, n, d), y.reshape(-1, m, d)
+    return ((xf[:, :, None] - yf[:, None]) ** 2).sum(-1).reshape(*x.shape[:-2], n, m)
+
+
+def test_distances_for_at_most_one_batch_axis_fail_on_two():
+    # HUNT19: a 2-D branch beside the 3-D axes x[:, :, None] - y[:, None] passed all 3 checks
+    # (2-D and 3-D inputs only), though the statement's points are (..., n, d); a case with two
+    # batch axes fails it, told that its axes are a 3-D tensor's (not the 2-D first_axes hint)
+    test_slips_fail_in_the_notebook_with_their_hint_and_under_every_seed(
+        "ex00.pairwise_sq_distances", distances_for_2d_or_one_batch_axis, "exactly one batch axis"
+    )
+    result = check_result("ex00.pairwise_sq_distances", distances_for_2d_or_one_batch_axis)
+    assert "two batch axes" in result.feedback, result.feedback
+    test_l14_right_variants_keep_full_marks(
+        "ex00.pairwise_sq_distances", distances_over_flattened_batch_axes
+    )
+
+
+def matmul_for_2d_or_one_batch_axis(a, b):  # the 2-D first_axes hint before, on the 4-D case
+    if a.dim() == 2 and b.dim() == 2:
+        return (a[:, :, None] * b[None]).sum(1)
+    return (a.unsqueeze(3) * b.unsqueeze(1)).sum(2)  # the lesson's 3-D axes
+
+
+def test_matmul_for_at_most_one_batch_axis_is_told_its_3d_axes():
+    # HUNT19: right on the 2-D and 3-D cases, it first fails on a (2, 1, 3, 4), where its
+    # error is also a[:, :, None] * b[None]'s: it was told it had written that (2-D) slip
+    result = check_result("ex00.batched_matmul", matmul_for_2d_or_one_batch_axis)
+    assert "on broadcast batch" in result.feedback, result.feedback
+    assert "exactly one batch axis" in result.feedback, result.feedback
+    assert "a[:, :, None] and b[None]" not in result.feedback, result.feedback
+
+
+def distances_squeezed_after_keepdim(x, y):  # only 'has shape (2), expected (1, 2, 1)' before
+    return ((x.unsqueeze(-2) - y.unsqueeze(-3)) ** 2).sum(-1, keepdim=True).squeeze()
+
+
+def test_distances_squeezed_without_an_axis_are_named():
+    # HUNT19: squeeze() after keepdim also drops batch = 1 and m = 1; batched_matmul and
+    # last_token named it, pairwise_sq_distances gave a bare shape message
+    test_slips_fail_in_the_notebook_with_their_hint_and_under_every_seed(
+        "ex00.pairwise_sq_distances", distances_squeezed_after_keepdim, "squeeze(-1)"
+    )
+
+
+def matmul_loop_over_the_rows_of_a(a, b):  # told only 'range(k - 1) stops at k - 2' before
+    total = 0
+    for j in range(a.shape[-2]):  # the slip: n, not k = a.shape[-1] (n = k - 1 on case 1)
+        total = total + a[..., :, j : j + 1] * b[..., j : j + 1, :]
+    return total
+
+
+def test_matmul_loop_over_n_is_told_a_shape_minus_2_is_n():
+    # HUNT19: four of the five cases have n = k - 1, so this loop matches the range(k - 1)
+    # row, whose hint named a range the learner never wrote
+    test_slips_fail_in_the_notebook_with_their_hint_and_under_every_seed(
+        "ex00.batched_matmul", matmul_loop_over_the_rows_of_a, "a.shape[-2] is n"
+    )

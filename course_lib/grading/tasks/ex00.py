@@ -92,11 +92,13 @@ class BatchedMatmul(KeptBetweenCalls, Task):
         "sum_over_n": "you summed over the n axis; the matrix product sums over the shared axis k",
         "mean_over_k": "you averaged over the shared axis k; the matrix product sums the k "
         "products: .sum(dim=-2), not .mean",
-        "first_axes": "a[:, :, None] and b[None] (unsqueeze(2), unsqueeze(0)) "
-        + FIRST_AXES
-        + "a.unsqueeze(-1) * b.unsqueeze(-3), summed over dim -2",
+        # before first_axes: on a 4-D a both raise one error, and code that gets there (right
+        # on the 2-D and 3-D cases) has a 3-D branch, a.unsqueeze(3) * b.unsqueeze(1)
         "one_batch_axis": "a.unsqueeze(3) and b.unsqueeze(1) "
         + ONE_BATCH_AXIS
+        + "a.unsqueeze(-1) * b.unsqueeze(-3), summed over dim -2",
+        "first_axes": "a[:, :, None] and b[None] (unsqueeze(2), unsqueeze(0)) "
+        + FIRST_AXES
         + "a.unsqueeze(-1) * b.unsqueeze(-3), summed over dim -2",
         "squeeze_all": squeeze_all("-2", "m = 1"),
         "b_from_front": "b's new axis went in front of its batch axes (b[None], unsqueeze(0)), "
@@ -116,7 +118,9 @@ class BatchedMatmul(KeptBetweenCalls, Task):
         "dtype, with no .float() on a, b or the result (and dtype=a.dtype for a tensor you "
         "create)",
         "k_minus_1_terms": "your sum leaves out the last of the k products: range(k - 1) stops "
-        "at k - 2. Loop over range(k), all k of them, or sum the broadcast products over dim -2",
+        "at k - 2 (so does range(a.shape[-2]) on this case, where n = k - 1: a.shape[-2] is n, "
+        "the rows of a; k is a.shape[-1]). Loop over range(k), all k of them, or sum the "
+        "broadcast products over dim -2",
         "first_term_left_out": "your sum leaves out the first of the k products: range(1, k) "
         "starts at 1, and a total that starts at 0 never gets the product of column 0 of a and "
         "row 0 of b. Loop over range(k), all k of them, or sum the broadcast products over "
@@ -188,11 +192,13 @@ class PairwiseSqDistances(KeptBetweenCalls, HintOnError):
         "distance is their sum",
         "dot_only": "that is the dot product x·y; the squared distance sums the squared "
         "differences, ((x_i - y_j) ** 2).sum(-1)",
-        "first_axes": "x[:, None] and y[None] (unsqueeze(1), unsqueeze(0)) "
-        + FIRST_AXES
-        + "x.unsqueeze(-2) - y.unsqueeze(-3)",
+        # before first_axes: on two batch axes both raise one error, and code that gets there
+        # (right on the 2-D and 3-D cases) has a 3-D branch, x[:, :, None] - y[:, None]
         "one_batch_axis": "x[:, :, None] and y[:, None] (unsqueeze(2), unsqueeze(1)) "
         + ONE_BATCH_AXIS
+        + "x.unsqueeze(-2) - y.unsqueeze(-3)",
+        "first_axes": "x[:, None] and y[None] (unsqueeze(1), unsqueeze(0)) "
+        + FIRST_AXES
         + "x.unsqueeze(-2) - y.unsqueeze(-3)",
         "expansion_no_2": "|x - y|² = |x|² - 2 x·y + |y|²: you left out the factor 2 of the "
         "middle term",
@@ -216,6 +222,7 @@ class PairwiseSqDistances(KeptBetweenCalls, HintOnError):
         "float32": "your distances are float32 for float64 points: compute them in the inputs' "
         "dtype, with no .float() on x, y or the result (and dtype=x.dtype for a tensor you "
         "create)",
+        "squeeze_all": squeeze_all("-1", "batch = 1 and m = 1"),
         "y_on_rows": "your result is (..., m, n), y's points on the rows: row i holds the "
         "distances from x's point i, so x gets its new axis after its points and y before "
         "its: x.unsqueeze(-2) - y.unsqueeze(-3), (..., n, 1, d) - (..., 1, m, d)",
@@ -225,6 +232,10 @@ class PairwiseSqDistances(KeptBetweenCalls, HintOnError):
         return [
             Case("x (4, 3), y (5, 3)", randns(gen, (4, 3), (5, 3))),
             Case("a batch: x (2, 3, 8), y (2, 6, 8)", randns(gen, (2, 3, 8), (2, 6, 8))),
+            Case(  # code written for at most one batch axis (x[:, :, None]) passed the others
+                "two batch axes: x (2, 3, 4, 5), y (2, 3, 6, 5)",
+                randns(gen, (2, 3, 4, 5), (2, 3, 6, 5)),
+            ),
             called_after(  # distances cached by the shapes passed: no case repeated a shape
                 Case(
                     "float64 x (1, 2, 4), y (1, 1, 4), called just after a call on x + 1 and y",
@@ -270,6 +281,8 @@ class PairwiseSqDistances(KeptBetweenCalls, HintOnError):
             mistake, (x - y) ** 2
         )
         total = per_feature.mean(-1) if mistake == "mean_not_sum" else per_feature.sum(-1)
+        if mistake == "squeeze_all":  # .sum(-1, keepdim=True).squeeze(): (n,) when batch = m = 1
+            return total.squeeze()
         return {"not_squared": total.sqrt(), "l1_squared": total**2}.get(mistake, total)
 
 
