@@ -269,6 +269,19 @@ CHANGES = {
         "the mode back in the `finally:` (`model.train(was)`), so that it is restored even when "
         "the forward fails",
     ),
+    "frozen": (
+        "a parameter's requires_grad changed (model.requires_grad_(False), or weight."
+        "requires_grad = False, left behind): the model no longer learns those weights",
+        "change weights under `with torch.no_grad():`, which allows in-place edits of a weight "
+        "that requires grad, and leave requires_grad as it was (or put it back in the "
+        "`finally:`)",
+    ),
+    "replaced": (
+        "a parameter is a new object (such as out_proj.weight = nn.Parameter(saved)): an "
+        "optimizer made before still holds the old one, and trains it, not the model's",
+        "put the values back into the same parameter, in place: weight.copy_(saved) under "
+        "`with torch.no_grad():`",
+    ),
     "recording": (
         "its layers' own attention recording changed (a layer's record_attention flag, or "
         "the .attention weights it stores while the flag is on, are not what they were)",
@@ -329,6 +342,8 @@ class ModelTask(Task):
         with torch.no_grad():
             before = model(probe)
         snapshot = _snapshot(model)
+        parameters = dict(model.named_parameters())  # the objects themselves, and their flags
+        trainable = {name: p.requires_grad for name, p in parameters.items()}
         fails = case.data.get("fails", False)
         result, raised = None, False
         for earlier in case.data.get("earlier", ()):  # a call before, on the same model
@@ -355,6 +370,10 @@ class ModelTask(Task):
             state = "mode_after_error" if fails else "mode"
         elif _snapshot(model)[1] != snapshot[1]:
             state = "recording"
+        elif any(p is not parameters.get(n) for n, p in model.named_parameters()):
+            state = "replaced"
+        elif {n: p.requires_grad for n, p in model.named_parameters()} != trainable:
+            state = "frozen"
         else:
             with torch.no_grad():
                 after = model(probe)
