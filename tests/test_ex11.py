@@ -1435,3 +1435,29 @@ def test_parameters_frozen_or_replaced_lose_points_with_a_named_hint(
 def test_columns_zeroed_and_restored_in_place_keep_full_marks():
     result = check_result("ex11.ablate_head", _ablate_zeroing_columns())
     assert result.status == "passed", result.feedback
+
+
+def _refusing_a_full_block(solution, name):
+    """The solution's `name` after a length check of its own that refuses ids of exactly
+    block_size tokens (>= for >), which the model takes."""
+
+    def checked(model, ids, *args):
+        if ids.shape[1] >= model.config.block_size:
+            raise ValueError(f"ids longer than block_size {model.config.block_size}")
+        return solution[name](model, ids, *args)
+
+    return checked
+
+
+@pytest.mark.parametrize("task_id", TASKS)
+@pytest.mark.parametrize("seed", [None, 1, 5])
+def test_a_length_check_that_refuses_a_full_block_is_told_so(solution, task_id, seed):
+    task = get_task(task_id)
+    learner = _refusing_a_full_block(solution, task.name)
+    if seed is None:  # the notebook's check
+        result = check_result(task_id, learner)
+    else:
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        result = judge(task, cases, run_cases(task, learner, cases))
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert "exactly block_size long" in result.feedback and "(not >=)" in result.feedback

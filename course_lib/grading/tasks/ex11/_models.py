@@ -90,6 +90,9 @@ def build(spec: dict):
 
 
 def describe(spec: dict) -> str:
+    if "block" in spec:  # ids exactly block_size long, which the model takes
+        rest = {k: v for k, v in spec.items() if k != "block"}
+        return f"{describe(rest)} and block_size {spec['block']}, which the ids fill exactly"
     size = f"{spec.get('layers', 2)} layers x {spec.get('heads', 3)} heads"
     if spec.get("quiet"):
         eps = spec.get("norm_eps", 1e-5)
@@ -173,6 +176,11 @@ KEPT = (
     "function (a global) or as a mutable default argument (captured=[]), it still holds what "
     "an earlier call recorded, mixed with this call's activations; make it inside the function, "
     "so that every call starts with an empty one"
+)
+FULL_BLOCK = (
+    "these ids are exactly block_size long, which the model takes: only ids LONGER than "
+    "block_size are refused. If you check the length yourself, raise when ids.shape[1] > "
+    "block_size (not >=), or leave the check to the model's forward"
 )
 ONE_COLUMN = (
     "head h is d_head features wide: the slice h*d_head .. (h+1)*d_head - 1 of out_proj's "
@@ -352,6 +360,9 @@ class ModelTask(Task):
         try:
             result = obj(model, *case.args, **case.kwargs)
         except ValueError as error:  # the forward's error (ids too long), expected here
+            if not fails and case.raises is None and "block" in case.data["model"]:
+                message = f"your code raised ValueError: {error}. Hint: {FULL_BLOCK}"
+                raise GradingError(message) from None
             if not fails:
                 _kept_or_raise(obj, held, error)
             raised = True

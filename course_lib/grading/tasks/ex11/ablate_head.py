@@ -228,12 +228,12 @@ class AblateHead(ModelTask):
             model_case(spec, ids, layer, head, note=f", layer={layer}, head={head} ({what})")
             for (layer, head), what in (*heads, ((1, (ind[1] + 1) % 4), "another head"))
         ]
-        for seed, layer, head, shape, training in (
-            (5, 1, 2, (3, 9), False),
-            (6, 0, 0, (2, 12), False),
-            (16, 1, 1, (2, 8), True),
+        for seed, layer, head, shape, options in (
+            (5, 1, 2, (3, 9), {"block": 9}),  # the ids fill block_size: a check with >= raises
+            (6, 0, 0, (2, 12), {}),
+            (16, 1, 1, (2, 8), {"training": True}),
         ):
-            spec = {"kind": "random", "seed": seed, "training": training}
+            spec = {"kind": "random", "seed": seed, **options}
             ids = randint(gen, 13, *shape)
             cases.append(model_case(spec, ids, layer, head, note=f", layer={layer}, head={head}"))
         # first, drawn last (the cases above stay as they were): only row 0 repeats, so the
