@@ -1356,3 +1356,108 @@ def test_learner_state_the_kept_list_hint_cannot_read_is_left_alone(wrong):
     assert "Cell is empty" not in graded.feedback, graded.feedback
     assert "len() of a learner's container" not in graded.feedback, graded.feedback
     assert "not_yet" in graded.feedback or "shape" in graded.feedback, graded.feedback
+
+
+def _ablate_zeroing_columns(restore="copy", freeze=False):
+    """out_proj's columns zeroed in place and put back in a `finally`; freeze: requires_grad
+    switched off to allow the in-place zeroing outside no_grad, and never switched back;
+    restore="parameter": the values put back in a new nn.Parameter, not in place."""
+
+    def ablate_head(model, ids, layer, head):
+        out_proj = model.layers[layer].self_attn.out_proj
+        d_head = model.config.d_model // model.config.num_heads
+        cols = slice(head * d_head, (head + 1) * d_head)
+
+        def loss():
+            with torch.no_grad():
+                logits = model(ids)
+            return torch.nn.functional.cross_entropy(
+                logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()
+            )
+
+        clean, saved = loss(), out_proj.weight.detach().clone()
+        try:
+            if freeze:
+                out_proj.weight.requires_grad_(False)
+                out_proj.weight[:, cols] = 0.0
+            else:
+                with torch.no_grad():
+                    out_proj.weight[:, cols] = 0.0
+            return (loss() - clean).item()
+        finally:
+            if restore == "parameter":
+                out_proj.weight = torch.nn.Parameter(saved)
+            else:
+                with torch.no_grad():
+                    out_proj.weight.copy_(saved)
+
+    return ablate_head
+
+
+def _frozen_first(solution, name):
+    """The solution's `name` after model.requires_grad_(False) (the model frozen, never thawed)."""
+
+    def frozen(model, *args):
+        model.requires_grad_(False)
+        return solution[name](model, *args)
+
+    return frozen
+
+
+HUNT19 = [  # task, the learner's function, a phrase of the feedback
+    ("ablate_head", lambda s: _ablate_zeroing_columns(freeze=True), "requires_grad is off"),
+    ("ablate_head", lambda s: _frozen_first(s, "ablate_head"), "requires_grad is off"),
+    ("ablate_head", lambda s: _ablate_zeroing_columns("parameter"), "a new nn.Parameter"),
+    ("patch_head", lambda s: _frozen_first(s, "patch_head"), "requires_grad changed"),
+    ("attention_patterns", lambda s: _frozen_first(s, "attention_patterns"), "requires_grad"),
+]
+
+
+@pytest.mark.parametrize(
+    "name,make,words",
+    HUNT19,
+    ids=["weight frozen", "model frozen", "new parameter", "patch frozen", "patterns frozen"],
+)
+@pytest.mark.parametrize("seed", [None, 1, 5])
+def test_parameters_frozen_or_replaced_lose_points_with_a_named_hint(
+    solution, name, make, words, seed
+):
+    task = get_task(f"ex11.{name}")
+    if seed is None:  # the notebook's check
+        result = check_result(task.id, make(solution))
+    else:
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        result = judge(task, cases, run_cases(task, make(solution), cases))
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert words in result.feedback and "None of the usual" not in result.feedback
+
+
+def test_columns_zeroed_and_restored_in_place_keep_full_marks():
+    result = check_result("ex11.ablate_head", _ablate_zeroing_columns())
+    assert result.status == "passed", result.feedback
+
+
+def _refusing_a_full_block(solution, name):
+    """The solution's `name` after a length check of its own that refuses ids of exactly
+    block_size tokens (>= for >), which the model takes."""
+
+    def checked(model, ids, *args):
+        if ids.shape[1] >= model.config.block_size:
+            raise ValueError(f"ids longer than block_size {model.config.block_size}")
+        return solution[name](model, ids, *args)
+
+    return checked
+
+
+@pytest.mark.parametrize("task_id", TASKS)
+@pytest.mark.parametrize("seed", [None, 1, 5])
+def test_a_length_check_that_refuses_a_full_block_is_told_so(solution, task_id, seed):
+    task = get_task(task_id)
+    learner = _refusing_a_full_block(solution, task.name)
+    if seed is None:  # the notebook's check
+        result = check_result(task_id, learner)
+    else:
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        result = judge(task, cases, run_cases(task, learner, cases))
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert "exactly block_size long" in result.feedback and "(not >=)" in result.feedback

@@ -90,6 +90,9 @@ def build(spec: dict):
 
 
 def describe(spec: dict) -> str:
+    if "block" in spec:  # ids exactly block_size long, which the model takes
+        rest = {k: v for k, v in spec.items() if k != "block"}
+        return f"{describe(rest)} and block_size {spec['block']}, which the ids fill exactly"
     size = f"{spec.get('layers', 2)} layers x {spec.get('heads', 3)} heads"
     if spec.get("quiet"):
         eps = spec.get("norm_eps", 1e-5)
@@ -173,6 +176,11 @@ KEPT = (
     "function (a global) or as a mutable default argument (captured=[]), it still holds what "
     "an earlier call recorded, mixed with this call's activations; make it inside the function, "
     "so that every call starts with an empty one"
+)
+FULL_BLOCK = (
+    "these ids are exactly block_size long, which the model takes: only ids LONGER than "
+    "block_size are refused. If you check the length yourself, raise when ids.shape[1] > "
+    "block_size (not >=), or leave the check to the model's forward"
 )
 ONE_COLUMN = (
     "head h is d_head features wide: the slice h*d_head .. (h+1)*d_head - 1 of out_proj's "
@@ -269,6 +277,19 @@ CHANGES = {
         "the mode back in the `finally:` (`model.train(was)`), so that it is restored even when "
         "the forward fails",
     ),
+    "frozen": (
+        "a parameter's requires_grad changed (model.requires_grad_(False), or weight."
+        "requires_grad = False, left behind): the model no longer learns those weights",
+        "change weights under `with torch.no_grad():`, which allows in-place edits of a weight "
+        "that requires grad, and leave requires_grad as it was (or put it back in the "
+        "`finally:`)",
+    ),
+    "replaced": (
+        "a parameter is a new object (such as out_proj.weight = nn.Parameter(saved)): an "
+        "optimizer made before still holds the old one, and trains it, not the model's",
+        "put the values back into the same parameter, in place: weight.copy_(saved) under "
+        "`with torch.no_grad():`",
+    ),
     "recording": (
         "its layers' own attention recording changed (a layer's record_attention flag, or "
         "the .attention weights it stores while the flag is on, are not what they were)",
@@ -329,6 +350,8 @@ class ModelTask(Task):
         with torch.no_grad():
             before = model(probe)
         snapshot = _snapshot(model)
+        parameters = dict(model.named_parameters())  # the objects themselves, and their flags
+        trainable = {name: p.requires_grad for name, p in parameters.items()}
         fails = case.data.get("fails", False)
         result, raised = None, False
         for earlier in case.data.get("earlier", ()):  # a call before, on the same model
@@ -337,6 +360,9 @@ class ModelTask(Task):
         try:
             result = obj(model, *case.args, **case.kwargs)
         except ValueError as error:  # the forward's error (ids too long), expected here
+            if not fails and case.raises is None and "block" in case.data["model"]:
+                message = f"your code raised ValueError: {error}. Hint: {FULL_BLOCK}"
+                raise GradingError(message) from None
             if not fails:
                 _kept_or_raise(obj, held, error)
             raised = True
@@ -355,6 +381,10 @@ class ModelTask(Task):
             state = "mode_after_error" if fails else "mode"
         elif _snapshot(model)[1] != snapshot[1]:
             state = "recording"
+        elif any(p is not parameters.get(n) for n, p in model.named_parameters()):
+            state = "replaced"
+        elif {n: p.requires_grad for n, p in model.named_parameters()} != trainable:
+            state = "frozen"
         else:
             with torch.no_grad():
                 after = model(probe)

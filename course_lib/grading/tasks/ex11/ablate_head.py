@@ -108,6 +108,19 @@ MISTAKES = {
         "training mode must come back in training mode; torch.no_grad() is enough here "
         "(or restore the mode with model.train(was_training))"
     ),
+    "frozen": (
+        "the change in loss is right, but the weights' requires_grad is off after your function "
+        "returned (model.requires_grad_(False), or weight.requires_grad = False, to allow the "
+        "in-place zeroing): the model can no longer be trained. Zero and restore the columns "
+        "under `with torch.no_grad():` instead, which allows in-place edits, and leave "
+        "requires_grad alone"
+    ),
+    "new_parameter": (
+        "the change in loss is right, but out_proj.weight is a new nn.Parameter after your "
+        "function returned (out_proj.weight = nn.Parameter(saved)): an optimizer made before "
+        "still holds the old weight, whose columns stay zero. Restore the values in place, "
+        "weight.copy_(saved) under `with torch.no_grad():`"
+    ),
     "stale": (
         "the clean loss came from an earlier call: a cache kept between calls (keyed by the "
         "model, by ids.shape, or made once, a mutable default such as cache={} or a global) "
@@ -175,6 +188,8 @@ def wrong_ablation(model, ids, layer, head, *, mistake):
             handle.remove()
     weights = [a.q_proj.weight if mistake == "queries" else a.out_proj.weight for a in attns]
     saved = [weight.detach().clone() for weight in weights]
+    if mistake == "frozen":  # switched off to allow the in-place zeroing, never switched back
+        model.requires_grad_(False)
     with torch.no_grad():
         for weight in weights:
             if mistake in ("rows", "queries"):
@@ -184,8 +199,11 @@ def wrong_ablation(model, ids, layer, head, *, mistake):
     ablated = clean if mistake == "no_effect" else loss()
     if mistake != "in_place":
         with torch.no_grad():
-            for weight, copy in zip(weights, saved, strict=True):
-                weight.copy_(copy)
+            for attn, weight, copy in zip(attns, weights, saved, strict=True):
+                if mistake == "new_parameter":  # the values back in a new object, not in place
+                    attn.out_proj.weight = torch.nn.Parameter(copy)
+                else:
+                    weight.copy_(copy)
     if mistake == "mode_no_finally":  # put back after the forwards, so never when one raises
         model.train(was)
     return (clean - ablated if mistake == "sign" else ablated - clean).item()
@@ -210,12 +228,12 @@ class AblateHead(ModelTask):
             model_case(spec, ids, layer, head, note=f", layer={layer}, head={head} ({what})")
             for (layer, head), what in (*heads, ((1, (ind[1] + 1) % 4), "another head"))
         ]
-        for seed, layer, head, shape, training in (
-            (5, 1, 2, (3, 9), False),
-            (6, 0, 0, (2, 12), False),
-            (16, 1, 1, (2, 8), True),
+        for seed, layer, head, shape, options in (
+            (5, 1, 2, (3, 9), {"block": 9}),  # the ids fill block_size: a check with >= raises
+            (6, 0, 0, (2, 12), {}),
+            (16, 1, 1, (2, 8), {"training": True}),
         ):
-            spec = {"kind": "random", "seed": seed, "training": training}
+            spec = {"kind": "random", "seed": seed, **options}
             ids = randint(gen, 13, *shape)
             cases.append(model_case(spec, ids, layer, head, note=f", layer={layer}, head={head}"))
         # first, drawn last (the cases above stay as they were): only row 0 repeats, so the

@@ -172,7 +172,7 @@ class AttentionPatterns(ModelTask):
 
     def cases(self, gen):
         specs = [
-            ({"kind": "random", "seed": 1}, (2, 7)),
+            ({"kind": "random", "seed": 1, "block": 7}, (2, 7)),
             ({"kind": "random", "seed": 2, "layers": 3, "heads": 2, "positions": "rope"}, (3, 5)),
             ({"kind": "random", "seed": 3, "layers": 1, "heads": 4, "d_model": 16}, (1, 9)),
             (circuit_spec(gen), None),  # repeated tokens

@@ -234,7 +234,7 @@ class DirectLogitAttribution(ModelTask):
 
     def cases(self, gen):
         specs = (
-            ({"kind": "random", "seed": 7}, (2, 6)),
+            ({"kind": "random", "seed": 7, "block": 6}, (2, 6)),
             ({"kind": "random", "seed": 8, "layers": 3, "heads": 2, "positions": "rope"}, (1, 8)),
             ({"kind": "random", "seed": 9, "layers": 1, "heads": 4, "d_model": 16}, (3, 5)),
             ({"kind": "random", "seed": 13, "quiet": True}, (2, 5)),

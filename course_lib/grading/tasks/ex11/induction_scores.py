@@ -198,7 +198,8 @@ class InductionScores(ModelTask):
             cases.append(model_case(spec, repeated(gen, batch, period, 24), note=note))
         spec = {"kind": "random", "seed": 4, "positions": "rope"}
         # in training mode (the only one here): a model.eval() left behind is caught
-        training = {**spec, "training": True}
+        # block_size 12, the ids' length: a length check of its own with >= raises
+        training = {**spec, "training": True, "block": 12}
         cases.append(model_case(training, repeated(gen, 3, 6, 13), note=", period 6"))
         # a repeated sequence and one token more: a check of the halves alone does not raise
         odd = torch.cat([repeated(gen, 2, 4, 13), randint(gen, 13, 2, 1)], dim=1)

@@ -178,7 +178,7 @@ class PatchHead(ModelTask):
     def cases(self, gen):
         cases = []
         for spec, shape, layer, head in (
-            ({"kind": "random", "seed": 10}, (2, 7), 1, 1),
+            ({"kind": "random", "seed": 10, "block": 7}, (2, 7), 1, 1),
             ({"kind": "random", "seed": 11, "layers": 3, "positions": "rope"}, (3, 6), 0, 2),
             ({"kind": "random", "seed": 12, "heads": 4, "d_model": 16}, (1, 9), 1, 0),
         ):
