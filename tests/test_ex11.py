@@ -1247,6 +1247,15 @@ HUNT17 = [  # task, the learner's function, a phrase of the feedback
 ]
 
 
+def _result_under_seed(task_id, obj, seed):
+    """The notebook's check (seed None) or the batch grader's under `seed`."""
+    if seed is None:
+        return check_result(task_id, obj)
+    task = get_task(task_id)
+    cases = task.cases(torch.Generator().manual_seed(seed))
+    return judge(task, cases, run_cases(task, obj, cases))
+
+
 @pytest.mark.parametrize(
     "name,make,words",
     HUNT17,
@@ -1254,12 +1263,7 @@ HUNT17 = [  # task, the learner's function, a phrase of the feedback
 )
 @pytest.mark.parametrize("seed", [None, 1, 5])
 def test_hunt17_slips_lose_points_with_a_named_hint(solution, name, make, words, seed):
-    task = get_task(f"ex11.{name}")
-    if seed is None:  # the notebook's check
-        result = check_result(task.id, make(solution))
-    else:
-        cases = task.cases(torch.Generator().manual_seed(seed))
-        result = judge(task, cases, run_cases(task, make(solution), cases))
+    result = _result_under_seed(f"ex11.{name}", make(solution), seed)
     assert result.status == "failed" and result.score < result.max_score, result.feedback
     assert words in result.feedback and "None of the usual" not in result.feedback
     assert "and left the model in eval mode" not in result.feedback, result.feedback
@@ -1422,12 +1426,7 @@ HUNT19 = [  # task, the learner's function, a phrase of the feedback
 def test_parameters_frozen_or_replaced_lose_points_with_a_named_hint(
     solution, name, make, words, seed
 ):
-    task = get_task(f"ex11.{name}")
-    if seed is None:  # the notebook's check
-        result = check_result(task.id, make(solution))
-    else:
-        cases = task.cases(torch.Generator().manual_seed(seed))
-        result = judge(task, cases, run_cases(task, make(solution), cases))
+    result = _result_under_seed(f"ex11.{name}", make(solution), seed)
     assert result.status == "failed" and result.score < result.max_score, result.feedback
     assert words in result.feedback and "None of the usual" not in result.feedback
 
