@@ -1532,3 +1532,85 @@ def test_h17_rope_half_with_the_output_halves_swapped_is_named():
     result = check_result("ex04.apply_rope_half", apply_rope_half)
     assert result.status == "failed", result.feedback
     assert "the rotated halves are in each other's place" in result.feedback, result.feedback
+
+
+# ---- h04: task 1's frequency slips, written into the shift matrix and RoPE ---------------
+
+
+def _h04_frequencies(d, slip):
+    """(d / 2,) float64 frequencies as a learner writes them, with the named slip."""
+    two_i = torch.arange(0, d, 2, dtype=torch.float64)
+    if slip == "integer division":  # torch.arange(0, d, 2) // d: all 0
+        return 10000.0 ** -(torch.arange(0, d, 2) // d).double()
+    if slip == "exp / d":
+        return torch.exp(-two_i * math.log(10000.0)) / d
+    if slip == "log10":
+        return torch.exp(-two_i * math.log10(10000.0) / d)
+    if slip == "llama brackets":  # 1.0 / (10000 ** (two_i / d)) with the brackets misplaced
+        return 1.0 / (10000.0**two_i / d)
+    if slip == "degrees":
+        return torch.rad2deg(10000.0 ** (-two_i / d))
+    if slip == "logspace":
+        return torch.logspace(0, -4, d // 2, dtype=torch.float64)
+    return 10000.0 ** (-two_i / d)
+
+
+def _h04_shift(slip):
+    def relative_shift_matrix(offset, d_model):
+        require_even(d_model)
+        angles = offset * _h04_frequencies(d_model, slip)
+        cos, sin = angles.cos().tolist(), angles.sin().tolist()
+        blocks = [torch.tensor([[c, s], [-s, c]]) for c, s in zip(cos, sin, strict=True)]
+        return torch.block_diag(*blocks).float()
+
+    return relative_shift_matrix
+
+
+def _h04_rope(slip, half=False):
+    def rope(x, positions=None):
+        seq, d = x.shape[-2], x.shape[-1]
+        require_even(d)
+        positions = torch.arange(seq) if positions is None else positions
+        angles = positions.double()[:, None] * _h04_frequencies(d, slip)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        if half:
+            x0, x1 = x[..., : d // 2], x[..., d // 2 :]
+            return torch.cat((x0 * cos - x1 * sin, x0 * sin + x1 * cos), -1)
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), -1).flatten(-2)
+
+    return rope
+
+
+_H04_WORDS = {
+    "integer division": "2 * i // d is integer division",
+    "exp / d": "belongs inside the exponent",
+    "log10": "math.log10(10000) = 4 is not the natural logarithm",
+    "llama brackets": "with the exponent in brackets of its own",
+    "degrees": "your angles are in degrees",
+    "logspace": "torch.logspace(0, -4, d // 2)",
+}
+_H04_SLIPS = [
+    *(
+        ("ex04.relative_shift_matrix", _h04_shift, slip, words.replace(" d ", " d_model "))
+        for slip, words in _H04_WORDS.items()
+        if slip != "integer division"  # 'every pair is rotated by the same angle' names it
+    ),
+    *(("ex04.apply_rope", _h04_rope, slip, words) for slip, words in _H04_WORDS.items()),
+    *(
+        ("ex04.apply_rope_half", lambda s: _h04_rope(s, half=True), slip, words)
+        for slip, words in _H04_WORDS.items()
+        if slip != "logspace"  # at d = 4 it is the 2 counted twice, whose hint it gets
+    ),
+]
+
+
+@pytest.mark.parametrize("task_id, make, slip, words", _H04_SLIPS)
+def test_h04_a_frequency_slip_of_the_table_is_named_in_the_later_tasks_too(
+    task_id, make, slip, words
+):
+    # before: 'None of the usual single mistakes gives this result' (task 1 named each of them)
+    result = check_result(task_id, make(slip))
+    assert result.status == "failed" and words in result.feedback, result.feedback
+    assert "None of the usual" not in result.feedback, result.feedback
+    assert check_result(task_id, make("")).status == "passed"  # right without the slip

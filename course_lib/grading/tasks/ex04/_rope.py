@@ -12,13 +12,18 @@ from ._shared import (
     _POSITIONS_1D,
     _POSITIONS_ROW,
     F64,
+    _base_e4,
     _d_minus_1,
+    _degrees,
+    _divided_outside,
+    _divisor_bracketed,
     _frequencies,
     _pair_from_1,
     _PositionalTask,
     _positions_over_len,
     _times_2pi,
     _times_pi,
+    _zero,
 )
 
 
@@ -298,6 +303,15 @@ _SCALE_ROWS = {
     "times_2pi": _times_2pi("d"),
     "d_minus_1": _d_minus_1("d"),
     "pair_from_1": _pair_from_1("d", "the first pair rotates by the position itself"),
+}
+
+# the frequency slips of the table (task 1) that are the same slips here, at the tables' ends
+_FREQUENCY_ROWS = {
+    "zero": _zero("d", "every pair turns by the position itself (the frequency 1)"),
+    "divided_outside": _divided_outside("d"),
+    "base_e4": _base_e4("d"),
+    "divisor_bracketed": _divisor_bracketed("d"),
+    "degrees": _degrees("d"),
 }
 
 

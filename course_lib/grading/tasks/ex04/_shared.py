@@ -121,6 +121,52 @@ def _not_over_d(d="d_model"):
     )
 
 
+def _divided_outside(d="d_model"):
+    return (
+        f"the division by {d} belongs inside the exponent: exp(-2i * math.log(10000) / {d}), "
+        f"not exp(-2i * math.log(10000)) / {d}"
+    )
+
+
+def _base_e4(d="d_model"):
+    return (
+        "math.log10(10000) = 4 is not the natural logarithm: with exp, the frequency is "
+        f"exp(-2i * math.log(10000) / {d}) (math.log is ln)"
+    )
+
+
+def _zero(d="d_model", what="every pair has the frequency 1"):
+    return (
+        f"{what}, so the exponent 2i/{d} became 0: 2 * i // {d} is integer division; use /, "
+        f"10000 ** (-2 * i / {d})"
+    )
+
+
+def _divisor_bracketed(d="d_model"):
+    return (
+        f"your brackets hold 10000 ** two_i / {d}, which is (10000 ** two_i) / {d}, since ** "
+        f"binds tighter than /: the angle is p / 10000 ** (two_i / {d}), with the exponent in "
+        f"brackets of its own (or p * 10000 ** (-two_i / {d}))"
+    )
+
+
+def _degrees(d="d_model"):
+    return (
+        "your angles are in degrees (torch.rad2deg, or * 180 / math.pi): torch.sin and "
+        f"torch.cos take radians, and p * 10000^(-2i/{d}) is already in radians; pass the "
+        "angles on as they are, with no conversion"
+    )
+
+
+def _logspace(d="d_model"):
+    return (
+        f"torch.logspace(0, -4, {d} // 2) spreads the exponents evenly from 0 to -4, so the "
+        f"last pair turns at 1e-4 exactly: 10000^(-2i/({d} - 2)); the frequencies are "
+        f"10000^(-2i/{d}), whose last is 10000^(-({d} - 2)/{d}), just above 1e-4: "
+        f"10000.0 ** (-torch.arange(0, {d}, 2) / {d})"
+    )
+
+
 _POSITIONS_1D = (
     "the positions and the frequencies are both 1-D, so * pairs them element by element: make "
     "the positions a column, positions[:, None] of shape (seq, 1), which times the (d/2,) "

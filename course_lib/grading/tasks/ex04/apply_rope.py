@@ -8,6 +8,7 @@ from ...core import register
 from ..common import all_close
 from ._rope import (
     _CONSTANT,
+    _FREQUENCY_ROWS,
     _IGNORED_POSITIONS,
     _POSITION_ROWS,
     _REFLECTED,
@@ -24,6 +25,7 @@ from ._shared import (
     _base_1000,
     _inverted,
     _linspace,
+    _logspace,
     _not_over_d,
     _pieces,
 )
@@ -72,6 +74,8 @@ class ApplyRope(_RopeTask):
         "angles), dim=-1) or angles.repeat(1, 2), so the two features of a pair (2i, 2i+1) turn "
         "by different angles. For adjacent pairs each angle is repeated in place: "
         "angles.repeat_interleave(2, dim=-1)",
+        **_FREQUENCY_ROWS,
+        "logspace": _logspace("d"),
     }
 
     def cases(self, gen):

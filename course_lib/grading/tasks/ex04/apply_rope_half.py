@@ -7,6 +7,7 @@ import torch
 from ...core import register
 from ._rope import (
     _CONSTANT,
+    _FREQUENCY_ROWS,
     _IGNORED_POSITIONS,
     _POSITION_ROWS,
     _REFLECTED,
@@ -98,6 +99,7 @@ class ApplyRopeHalf(_RopeTask):
         "even features first, so apply_rope pairs features 0 and 2, not i and i + d/2. Gather "
         "with perm = [0, d/2, 1, d/2 + 1, ...] (torch.arange(d).view(2, d // 2).t().reshape(d)), "
         "which makes each pair (i, i + d/2) adjacent, and undo it with torch.argsort(perm)",
+        **_FREQUENCY_ROWS,
     }
 
     def cases(self, gen):

@@ -9,9 +9,14 @@ from ._shared import (
     F64,
     LESSON,
     _base_1000,
+    _base_e4,
     _d_minus_1,
+    _degrees,
+    _divided_outside,
+    _divisor_bracketed,
     _frequencies,
     _inverted,
+    _logspace,
     _not_over_d,
     _pair_from_1,
     _pieces,
@@ -75,6 +80,11 @@ class RelativeShiftMatrix(_PositionalTask):
         "last_block_missing": "the last pair's block is missing: rows and columns d_model - 2 "
         "and d_model - 1 stay 0. There are d_model // 2 pairs, i = 0 .. d_model // 2 - 1: loop "
         "over range(d_model // 2), not range(d_model // 2 - 1)",
+        "divided_outside": _divided_outside(),
+        "base_e4": _base_e4(),
+        "logspace": _logspace(),
+        "divisor_bracketed": _divisor_bracketed(),
+        "degrees": _degrees(),
     }
 
     def cases(self, gen):

@@ -12,9 +12,14 @@ from ._shared import (
     F64,
     LESSON,
     _base_1000,
+    _base_e4,
     _d_minus_1,
+    _degrees,
+    _divided_outside,
+    _divisor_bracketed,
     _frequencies,
     _linspace,
+    _logspace,
     _not_over_d,
     _pair_from_1,
     _pieces,
@@ -23,6 +28,7 @@ from ._shared import (
     _times_2pi,
     _times_pi,
     _unbracketed,
+    _zero,
 )
 
 
@@ -98,14 +104,11 @@ class SinusoidalPositionalEncoding(_PositionalTask):
         "10000^(-2i/d_model) (note the minus sign)",
         "base_1000": _base_1000(),
         "not_over_d": _not_over_d(),
-        "divided_outside": "the division by d_model belongs inside the exponent: "
-        "exp(-2i * math.log(10000) / d_model), not exp(-2i * math.log(10000)) / d_model",
-        "base_e4": "math.log10(10000) = 4 is not the natural logarithm: with exp, the frequency "
-        "is exp(-2i * math.log(10000) / d_model) (math.log is ln)",
+        "divided_outside": _divided_outside(),
+        "base_e4": _base_e4(),
         "positions_1d": _POSITIONS_1D,
         "positions_row": _POSITIONS_ROW,
-        "zero": "every pair has the frequency 1, so the exponent 2i/d_model became 0: 2 * i // "
-        "d_model is integer division; use /, 10000 ** (-2 * i / d_model)",
+        "zero": _zero(),
         "over_seq_len": "the exponent is divided by seq_len; it is divided by d_model, "
         "10000^(-2i/d_model): the frequencies do not depend on the length of the sequence",
         "position_and_pair_swapped": "the position and the pair index trade places: the angle "
@@ -119,10 +122,7 @@ class SinusoidalPositionalEncoding(_PositionalTask):
         "pair_from_1": _pair_from_1(),
         "minus_cos": "the odd columns hold -cos; they hold cos(p * w_i) itself, so row 0 is [0, 1, "
         "0, 1, ...]: pe[:, 1::2] = torch.cos(angles), with no minus sign",
-        "logspace": "torch.logspace(0, -4, d_model // 2) spreads the exponents evenly from 0 to "
-        "-4, so the last pair turns at 1e-4 exactly: 10000^(-2i/(d_model - 2)); the frequencies "
-        "are 10000^(-2i/d_model), whose last is 10000^(-(d_model - 2)/d_model), just above 1e-4: "
-        "10000.0 ** (-torch.arange(0, d_model, 2) / d_model)",
+        "logspace": _logspace(),
         "blog_loop": "this is a well-known blog's loop: with i = 0, 2, 4, ... already the even "
         "column, sin(p / 10000^(2i/d_model)) counts the 2 twice and cos(p / 10000^(2(i+1)/"
         "d_model)) takes the next pair's frequency. With the column index i = 2k the exponent "
@@ -135,12 +135,8 @@ class SinusoidalPositionalEncoding(_PositionalTask):
         "and reshaped to (seq_len, d_model): a reshape reads the values in memory order, so "
         "the rows get mixed up. Stack them on a new last axis, torch.stack((sin, cos), "
         "dim=-1), of shape (seq_len, d_model/2, 2), then .flatten(1) interleaves each pair",
-        "divisor_bracketed": "your brackets hold 10000 ** two_i / d_model, which is (10000 ** "
-        "two_i) / d_model, since ** binds tighter than /: the angle is p / 10000 ** (two_i / "
-        "d_model), with the exponent in brackets of its own (or p * 10000 ** (-two_i / d_model))",
-        "degrees": "your angles are in degrees (torch.rad2deg, or * 180 / math.pi): torch.sin "
-        "and torch.cos take radians, and p * 10000^(-2i/d_model) is already in radians; pass "
-        "the angles on as they are, with no conversion",
+        "divisor_bracketed": _divisor_bracketed(),
+        "degrees": _degrees(),
     }
 
     def cases(self, gen):
