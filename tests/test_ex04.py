@@ -132,8 +132,8 @@ def rope_complex(x, positions=None):
     """Correct: pairs as complex numbers times e^(i p w)."""
     seq, d = x.shape[-2], x.shape[-1]
     require_even(d)
-    positions = torch.arange(seq) if positions is None else positions
-    angles = positions.to(torch.float64)[:, None] * frequencies(d)
+    positions = torch.arange(seq, device=x.device) if positions is None else positions
+    angles = positions.to(torch.float64)[:, None] * frequencies(d).to(x.device)
     rotation = torch.polar(torch.ones_like(angles), angles)
     pairs = torch.view_as_complex(
         x.to(torch.float64).reshape(*x.shape[:-1], d // 2, 2).contiguous()
@@ -145,8 +145,8 @@ def rope_einsum(x, positions=None):
     """Correct: one 2x2 rotation matrix per (position, pair), applied with einsum."""
     seq, d = x.shape[-2], x.shape[-1]
     require_even(d)
-    positions = torch.arange(seq) if positions is None else positions
-    angles = positions.to(torch.float64)[:, None] * frequencies(d)  # (seq, d/2)
+    positions = torch.arange(seq, device=x.device) if positions is None else positions
+    angles = positions.to(torch.float64)[:, None] * frequencies(d).to(x.device)  # (seq, d/2)
     c, s = angles.cos(), angles.sin()
     rot = torch.stack((torch.stack((c, -s), -1), torch.stack((s, c), -1)), -2)  # (seq, d/2, 2, 2)
     pairs = x.reshape(*x.shape[:-1], d // 2, 2)
@@ -156,10 +156,10 @@ def rope_einsum(x, positions=None):
 def rope_general(x, positions=None, *, halves_mixed=False, constant=False, square=False):
     seq, d = x.shape[-2], x.shape[-1]
     require_even(d)
-    positions = torch.arange(seq) if positions is None else positions
+    positions = torch.arange(seq, device=x.device) if positions is None else positions
     p = positions.to(torch.float64)
     p = torch.ones_like(p) if constant else (p * p if square else p)
-    angles = p[:, None] * frequencies(d)
+    angles = p[:, None] * frequencies(d).to(x.device)
     if halves_mixed:
         full = angles.repeat_interleave(2, dim=-1)
         rotated = torch.cat((-x[..., d // 2 :], x[..., : d // 2]), -1)
@@ -329,8 +329,8 @@ def rope_by_complex(
 def rope_reflected(x, positions=None):
     seq, d = x.shape[-2], x.shape[-1]
     require_even(d)
-    positions = torch.arange(seq) if positions is None else positions
-    angles = positions.double()[:, None] * frequencies(d)
+    positions = torch.arange(seq, device=x.device) if positions is None else positions
+    angles = positions.double()[:, None] * frequencies(d).to(x.device)
     c, s = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     out = torch.empty_like(x)
     out[..., 0::2] = x[..., 0::2] * c - x[..., 1::2] * s
@@ -618,8 +618,8 @@ def _rope(slip="", half=False):
         seq, d = x.shape[1 if slip == "x.shape[1] as seq" else -2], x.shape[-1]
         if d % 2 and slip != "no odd check":
             raise ValueError(f"the last dimension must be even, got {d}")
-        positions = torch.arange(seq) if positions is None else positions
-        i = torch.arange(d // 2, dtype=torch.float64) + (slip == "pair from 1")
+        positions = torch.arange(seq, device=x.device) if positions is None else positions
+        i = torch.arange(d // 2, dtype=torch.float64, device=x.device) + (slip == "pair from 1")
         omega = 10000.0 ** (-2 * i / (d - 1 if slip == "d - 1" else d))
         if slip == "numpy angles":  # right: np.outer of the positions as float64, then torch
             angles = torch.from_numpy(np.outer(np.asarray(positions, np.float64), omega.numpy()))
@@ -696,10 +696,10 @@ def _rope_slip(slip, half=False):
         if slip == "batch axes flattened with view":
             x = x.view(-1, *shape[-2:])  # (batch, seq, d), whatever axes came first
         if slip == "positions or arange":
-            positions = positions or torch.arange(x.shape[-2])
+            positions = positions or torch.arange(x.shape[-2], device=x.device)
         elif positions is None and slip != "positions=None forgotten":  # rope_by_hand copied
-            positions = torch.arange(x.shape[-2])
-        frequencies = 10000 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+            positions = torch.arange(x.shape[-2], device=x.device)
+        frequencies = 10000 ** (-torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)
         positions = positions.double() if slip == "1-D positions" else positions[:, None].double()
         angles = positions * frequencies
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
@@ -772,7 +772,7 @@ def _rope_through_course_shift(x, positions=None):
 
     if x.shape[-1] % 2:
         raise ValueError("d must be even")
-    positions = torch.arange(x.shape[-2]) if positions is None else positions
+    positions = torch.arange(x.shape[-2], device=x.device) if positions is None else positions
     m = torch.stack([relative_shift_matrix(float(p), x.shape[-1]) for p in positions])
     return (x.unsqueeze(-2) @ m.to(x.dtype)).squeeze(-2)
 
@@ -908,8 +908,8 @@ def _rotate_half_without_minus(x, positions=None):
     """Hugging Face's x * cos + rotate_half(x) * sin with rotate_half = cat((x2, x1)): the
     minus of -x2 forgotten."""
     require_even(x.shape[-1])
-    positions = torch.arange(x.shape[-2]) if positions is None else positions
-    angles = positions.double()[:, None] * frequencies(x.shape[-1])
+    positions = torch.arange(x.shape[-2], device=x.device) if positions is None else positions
+    angles = positions.double()[:, None] * frequencies(x.shape[-1]).to(x.device)
     table = torch.cat((angles, angles), dim=-1)
     x1, x2 = x.chunk(2, dim=-1)
     return x * table.cos().to(x.dtype) + torch.cat((x2, x1), dim=-1) * table.sin().to(x.dtype)
@@ -1199,7 +1199,7 @@ def test_l14_rope_with_the_pair_index_from_1_is_named(task_id, layout):
 
 def _f16_angles(positions, d, slip=""):
     """(seq, d/2) float64 angles, or with `slip` the ungrouped exponent 10000 ** -2 * i / d."""
-    i = torch.arange(d // 2, dtype=torch.float64)
+    i = torch.arange(d // 2, dtype=torch.float64, device=positions.device)
     omega = 10000**-2 * i / d if slip == "unbracketed" else 10000.0 ** (-2 * i / d)
     return positions.double()[:, None] * omega
 
@@ -1246,9 +1246,10 @@ def _f16_rope(slip="", half=False):
         require_even(d)
         seq = x.shape[-2]
         if positions is None:
-            positions = torch.linspace(0, seq, seq) if slip == "linspace" else torch.arange(seq)
+            ends = torch.linspace(0, seq, seq, device=x.device)  # the slip: the end included
+            positions = ends if slip == "linspace" else torch.arange(seq, device=x.device)
         if slip == "table[positions]":  # a Hugging Face style cache, indexed by the positions
-            angles = _f16_angles(torch.arange(128), d)[positions.long()]
+            angles = _f16_angles(torch.arange(128, device=x.device), d)[positions.long()]
         else:
             angles = _f16_angles(positions, d, slip)
         if half:
@@ -1481,9 +1482,9 @@ def _rope_cached(half=False):
     def rope(x, positions=None):
         seq, d = x.shape[-2], x.shape[-1]
         require_even(d)
-        positions = torch.arange(seq) if positions is None else positions
+        positions = torch.arange(seq, device=x.device) if positions is None else positions
         if (seq, d) not in kept:
-            angles = positions.to(torch.float64)[:, None] * frequencies(d)
+            angles = positions.to(torch.float64)[:, None] * frequencies(d).to(x.device)
             kept[seq, d] = angles.cos(), angles.sin()
         cos, sin = (t.to(x.dtype) for t in kept[seq, d])
         if half:
@@ -1570,8 +1571,8 @@ def _h04_rope(slip, half=False):
     def rope(x, positions=None):
         seq, d = x.shape[-2], x.shape[-1]
         require_even(d)
-        positions = torch.arange(seq) if positions is None else positions
-        angles = positions.double()[:, None] * _h04_frequencies(d, slip)
+        positions = torch.arange(seq, device=x.device) if positions is None else positions
+        angles = positions.double()[:, None] * _h04_frequencies(d, slip).to(x.device)
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
         if half:
             x0, x1 = x[..., : d // 2], x[..., d // 2 :]
@@ -1614,3 +1615,33 @@ def test_h04_a_frequency_slip_of_the_table_is_named_in_the_later_tasks_too(
     assert result.status == "failed" and words in result.feedback, result.feedback
     assert "None of the usual" not in result.feedback, result.feedback
     assert check_result(task_id, make("")).status == "passed"  # right without the slip
+
+
+def _rope_made_on(where):
+    """A right RoPE whose frequencies are made on the CPU ("cpu": a GPU's device mismatch), or
+    on x's device after reading a number back with .item() (right on a GPU; meta cannot)."""
+
+    def apply_rope(x, positions=None):
+        seq, d = x.shape[-2], x.shape[-1]
+        require_even(d)
+        device = None if where == "cpu" else x.device
+        positions = torch.arange(seq, device=x.device) if positions is None else positions
+        if where == "item" and positions.numel():
+            _ = int(positions.max().item()) + 1  # a table's length, say
+        angles = positions.double()[:, None] * frequencies(d).to(device)
+        c, s = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        return torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), -1).flatten(-2)
+
+    return apply_rope
+
+
+def test_a_rope_that_makes_its_frequencies_on_the_cpu_fails_as_it_would_on_a_gpu():
+    # #hunt19: every case ran on the CPU, so frequencies made without device= had full marks,
+    # and exercise 09's GPT with positions='rope' crashed on a GPU only
+    assert check_result("ex04.apply_rope", _rope_made_on("x")).status == "passed"
+    assert check_result("ex04.apply_rope", _rope_made_on("item")).status == "passed"
+    result = check_result("ex04.apply_rope", _rope_made_on("cpu"))
+    assert result.status == "failed" and result.passed == result.total - 1, result.feedback
+    assert "on a GPU your code would raise" in result.feedback, result.feedback
+    assert "device=x.device" in result.feedback

@@ -87,9 +87,10 @@ def rope_half_complex(x, positions=None):
     if d % 2:
         raise ValueError("d must be even")
     if positions is None:
-        positions = torch.arange(x.shape[-2])
-    w = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-    rot = torch.polar(torch.ones(1, dtype=torch.float64), positions.double()[:, None] * w)
+        positions = torch.arange(x.shape[-2], device=x.device)
+    w = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)
+    angles = positions.double()[:, None] * w
+    rot = torch.polar(torch.ones_like(angles), angles)
     z = torch.complex(x[..., : d // 2].double(), x[..., d // 2 :].double()) * rot
     return torch.cat((z.real, z.imag), dim=-1).to(x.dtype)
 

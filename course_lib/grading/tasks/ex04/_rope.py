@@ -43,28 +43,32 @@ def _rope_variant(x, positions=None, *, layout="adjacent", mistake=""):
     if mistake == "positions_or":  # a tensor of several values has no truth value: raises
         positions = positions or torch.arange(x.shape[-2])
     if mistake == "ignore_positions" or positions is None:  # seq_axis_1: x.shape[1] as seq
-        positions = torch.arange(x.shape[1 if mistake == "seq_axis_1" else -2])
+        positions = torch.arange(x.shape[1 if mistake == "seq_axis_1" else -2], device=x.device)
         positions = positions + (mistake == "from_1")
         if mistake == "linspace":  # torch.linspace(0, seq, seq): the end included
-            positions = torch.linspace(0, len(positions), len(positions))
+            positions = torch.linspace(0, len(positions), len(positions), device=x.device)
     elif mistake == "integer_positions":  # .long() rounds 0.5 towards 0
         positions = positions.long()
-    positions = positions.to(F64) if mistake == "positions_1d" else positions.to(F64)[:, None]
+    positions = positions.to(x.device, F64)  # on x's device, as a GPU needs
+    positions = positions if mistake == "positions_1d" else positions[:, None]
     positions = positions.T if mistake == "positions_row" else positions  # (1, seq): raises
     if mistake == "constant":
         positions = torch.ones_like(positions)
     if mistake == "positions_over_len":  # positions / seq, seq = x.shape[-2]
         positions = positions / x.shape[-2]
     if mistake == "table_cat_dim0":  # cat((angles, angles), dim=0): a (2 seq, d / 2) table
-        return x * torch.cat((positions * _frequencies(d), positions * _frequencies(d)), 0).cos()
-    angles = positions * _frequencies(d, mistake)  # (seq, d / 2)
+        angles = positions * _frequencies(d).to(x.device)
+        return x * torch.cat((angles, angles), 0).cos()
+    angles = positions * _frequencies(d, mistake).to(x.device)  # (seq, d / 2)
     first = second = angles  # the angles of each pair's first and second feature
     if mistake in ("mixed_frequencies", "halves_mixed_frequencies"):  # repeat_interleave'd table
         first, second = angles.repeat_interleave(2, dim=-1).chunk(2, dim=-1)
     elif mistake == "cat_table":  # the rotate-half table, cat((angles, angles), -1), read in pairs
         first, second = torch.cat((angles, angles), -1).unflatten(-1, (-1, 2)).unbind(-1)
     elif mistake == "column_frequencies":  # feature j at its own 10000^(-j/d)
-        first, second = (positions * 10000.0 ** (-torch.arange(d, dtype=F64) / d)).chunk(2, -1)
+        first, second = (
+            positions * 10000.0 ** (-torch.arange(d, dtype=F64, device=x.device) / d)
+        ).chunk(2, -1)
     if mistake == "cos_sin_swapped":
         first, second = torch.pi / 2 - first, torch.pi / 2 - second
     cos0, sin0 = torch.cos(first).to(x.dtype), torch.sin(first).to(x.dtype)
@@ -214,9 +218,57 @@ _CONSTANT = (
 )
 
 
+_OFF_THE_DEVICE = (  # the messages of a CPU tensor meeting a meta (or CUDA) one
+    "is not on the expected device",
+    "Expected all tensors to be on the same device",
+)
+
+
+UNJUDGED = "ran into what the meta device cannot do (.item(), .numpy()): not judged here"
+
+
+def _on_the_meta_device(obj, x, positions) -> str:
+    """The learner's RoPE on PyTorch's meta device (shapes and dtypes, no data), which stands
+    in for a GPU, with the case's positions and with None: a tensor made on the CPU inside it
+    (torch.arange(seq) without device=) meets x there as it would on CUDA, where exercise 09's
+    GPT calls it (#hunt19). What comes back: the results' shapes, dtypes and device types.
+    Errors of another kind (.item(), .numpy() on meta) are not judged."""
+    x = x.detach().to("meta")
+    try:
+        with torch.no_grad():
+            outs = [obj(x, positions.to("meta")), obj(x, None)]
+    except Exception as error:  # noqa: BLE001  (a learner's code may raise anything)
+        if any(text in str(error) for text in _OFF_THE_DEVICE):
+            raise GradingError(
+                f"on a GPU your code would raise: {str(error).replace('meta', 'cuda:0')}. "
+                "Hint: a tensor you create (torch.arange(seq), the frequencies, cos and sin) is "
+                "made on the CPU unless told otherwise, and x may be on a GPU (your GPT in "
+                "exercise 09 runs there): create it on x's device, torch.arange(seq, "
+                "device=x.device), and move given positions with positions.to(x.device). (The "
+                "check runs your function once on PyTorch's 'meta' device, which stands in for "
+                "a GPU.)"
+            ) from None
+        if "meta" not in str(error):  # the learner's own error (a stub's too): theirs to see
+            raise
+        return UNJUDGED
+    return "; ".join(
+        f"{tuple(out.shape)} {out.dtype} on {out.device.type}"
+        if isinstance(out, torch.Tensor)
+        else type(out).__name__
+        for out in outs
+    )
+
+
 class _RopeTask(_PositionalTask):
     layout = "adjacent"  # pairs (2i, 2i+1); "halves": pairs (i, i + d/2)
     data_inputs = ("positions",)  # not learned: a float tensor of them needs no gradient
+
+    def compare(self, got, want, case):
+        if case.data.get("device"):
+            if got in (want, UNJUDGED):
+                return None
+            return f"on the meta device (a GPU's stand-in) your results are {got}, expected {want}"
+        return super().compare(got, want, case)
 
     def dtype_hint(self, got, want):
         if got == F64:  # float64 cos and sin times a float32 x promote it
@@ -232,6 +284,8 @@ class _RopeTask(_PositionalTask):
         )
 
     def call(self, obj, case):
+        if case.data.get("device"):
+            return _on_the_meta_device(obj, *case.args)
         if "earlier_args" in case.data:  # its result is dropped; an error is the real call's
             try:
                 with torch.no_grad():
@@ -327,5 +381,12 @@ def _last_cases(gen, d: int) -> list[Case]:
             "these positions moved by 3: the rotated values themselves (cos and sin come from "
             "the positions of each call)",
             (2, 6, d),
+        ),
+        Case(  # #hunt19: a table made on the CPU crashed exercise 09's GPT on a GPU only
+            f"on a GPU: x (2, 3, 6, {d}) and positions 5, 6, ..., 10 on PyTorch's meta device "
+            "(a stand-in for a GPU: shapes and dtypes, no values), then positions=None: every "
+            "tensor you make must be on x's device, and so is the result",
+            (randn(gen, 2, 3, 6, d), torch.arange(5, 11)),
+            data={"device": True},
         ),
     ]
