@@ -1406,9 +1406,10 @@ def test_h10_a_band_kept_and_cut_into_a_new_tensor_passes():
 # ---- h17: the lesson's query blocks with the shift forgotten; pad_id as the ignored label ------
 
 
-def _h17_tiled_by_query_blocks(q, k, v, block_size=128, causal=False, shift=True):
+def _h17_tiled_by_query_blocks(q, k, v, block_size=128, causal=False, shift=True, last=True):
     """The lesson's loop (query blocks too), each query block's keys up to its last token;
-    with shift=False that end is q_start + rows, n_k - n_q forgotten."""
+    with shift=False that end is q_start + rows, n_k - n_q forgotten; with last=False it is the
+    block's FIRST query's token (h19)."""
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
     n_q, n_k = q.shape[-2], k.shape[-2]
@@ -1421,7 +1422,7 @@ def _h17_tiled_by_query_blocks(q, k, v, block_size=128, causal=False, shift=True
         total = torch.zeros((*batch, rows, 1), dtype=q.dtype)
         out = torch.zeros((*batch, rows, v.shape[-1]), dtype=q.dtype)
         query_pos = torch.arange(q_start, q_start + rows)[:, None] + n_k - n_q
-        k_end = min(n_k, q_start + rows + (n_k - n_q) * shift) if causal else n_k
+        k_end = min(n_k, q_start + (rows if last else 1) + (n_k - n_q) * shift) if causal else n_k
         for start in range(0, k_end, block_size):
             s = q_block @ k[..., start : start + block_size, :].transpose(-2, -1)
             if causal:
@@ -1486,3 +1487,15 @@ def test_h18_keys_sliced_on_the_last_axis_are_named(name, edits):
     result = check_result(f"ex10.{name}", _solution_with(name, *edits))
     assert result.status == "failed", result.feedback
     assert "slices the LAST axis, d_k, not the keys" in result.feedback, result.feedback
+
+
+# ---- h19: the lesson's query blocks cut at their FIRST query; a backward stopped at n_q --------
+
+
+def test_h19_query_blocks_cut_at_their_first_query_fail_and_are_named():
+    # before: full marks, 20 of 20: every causal case with fewer queries than keys had
+    # n_k - n_q a multiple of block_size (4 with 4) or one query, where the cut is right
+    result = check_result("ex10.tiled_attention", partial(_h17_tiled_by_query_blocks, last=False))
+    assert result.status == "failed", result.feedback
+    assert "skipped once it starts after the query block's FIRST query" in result.feedback
+
