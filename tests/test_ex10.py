@@ -1499,3 +1499,41 @@ def test_h19_query_blocks_cut_at_their_first_query_fail_and_are_named():
     assert result.status == "failed", result.feedback
     assert "skipped once it starts after the query block's FIRST query" in result.feedback
 
+
+def _h19_backward_by_query_blocks(q, k, v, out, lse, d_out, block_size=128, causal=False, **how):
+    """The lesson's backward loop: key blocks outside, query blocks inside (dq, dk, dv filled in
+    place); how: first_query=True skips a query block while its FIRST query comes before the
+    keys, stop_at_n_q=True stops the key loop at n_q (causal=True)."""
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    shift, scale = n_k - n_q, 1 / math.sqrt(q.shape[-1])
+    D, row_lse = (d_out * out).sum(-1, keepdim=True), lse.unsqueeze(-1)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for ks in range(0, n_q if causal and how.get("stop_at_n_q") else n_k, block_size):
+        k_block, v_block = k[..., ks : ks + block_size, :], v[..., ks : ks + block_size, :]
+        for qs in range(0, n_q, block_size):
+            rows = slice(qs, qs + block_size)
+            last_token = (qs if how.get("first_query") else min(n_q, qs + block_size) - 1) + shift
+            if causal and last_token < ks:  # no query of this block sees these keys
+                continue
+            s = q[..., rows, :] @ k_block.transpose(-2, -1) * scale
+            if causal:
+                query_pos = torch.arange(n_q)[rows, None] + shift
+                s = s.masked_fill(torch.arange(ks, ks + s.shape[-1]) > query_pos, float("-inf"))
+            p = (s - row_lse[..., rows, :]).exp()
+            dv[..., ks : ks + block_size, :] += p.transpose(-2, -1) @ d_out[..., rows, :]
+            ds = p * (d_out[..., rows, :] @ v_block.transpose(-2, -1) - D[..., rows, :])
+            dq[..., rows, :] += ds @ k_block * scale
+            dk[..., ks : ks + block_size, :] += ds.transpose(-2, -1) @ q[..., rows, :] * scale
+    return dq, dk, dv
+
+
+def test_h19_backward_query_blocks_cut_at_their_first_query_fail_and_are_named():
+    # before: full marks, 14 of 14, for the same reason as the forward's
+    task = "ex10.tiled_attention_backward"
+    right = check_result(task, _h19_backward_by_query_blocks)
+    assert right.passed == right.total, right.feedback
+    result = check_result(task, partial(_h19_backward_by_query_blocks, first_query=True))
+    assert result.status == "failed", result.feedback
+    assert "its FIRST query, token q_start + n_k - n_q, comes before" in result.feedback
