@@ -1537,3 +1537,14 @@ def test_h19_backward_query_blocks_cut_at_their_first_query_fail_and_are_named()
     result = check_result(task, partial(_h19_backward_by_query_blocks, first_query=True))
     assert result.status == "failed", result.feedback
     assert "its FIRST query, token q_start + n_k - n_q, comes before" in result.feedback
+
+
+def test_h19_a_backward_stopped_at_n_q_is_named():
+    # before: 'the last keys get no gradient when n_k is not a multiple of block_size ... loop
+    # with range(0, n_k, block_size)', which the loop already does (the forward's f10 slip)
+    result = check_result(
+        "ex10.tiled_attention_backward", partial(_h19_backward_by_query_blocks, stop_at_n_q=True)
+    )
+    assert result.status == "failed", result.feedback
+    assert "stops at the block that starts at n_q" in result.feedback, result.feedback
+    assert "the last keys get no gradient" not in result.feedback, result.feedback

@@ -110,6 +110,12 @@ FAULTS = {
         "the causal mask compares the query positions with the key positions inside the tile "
         "(0 .. block_size - 1): key j of the block that starts at `start` is key start + j"
     ),
+    # #h19: as the forward's; before last_block_dropped, which drops the same keys here
+    "stopped_at_n_q": (
+        "with causal=True your loop stops at the block that starts at n_q, as if the last query "
+        "were token n_q - 1: with fewer queries than keys it is token n_k - 1 and sees every "
+        "key, so every block of keys gets a gradient; loop over all of range(0, n_k, block_size)"
+    ),
     # #h19: the lesson's loop, a query block skipped while its FIRST query comes before the keys
     "query_blocks_first_query": (
         "with the queries split into blocks as well, a query block is skipped for a block of "
@@ -156,7 +162,8 @@ def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mi
     query_pos = torch.arange(n_q)[:, None] + shift
     dq = torch.zeros_like(q)
     dks, dvs = [], []
-    last = n_k - block_size + 1 if mistake == "last_block_dropped" else n_k
+    last = {"last_block_dropped": n_k - block_size + 1, "stopped_at_n_q": n_q if causal else n_k}
+    last = last.get(mistake, n_k)
     for start in range(0, last, block_size):
         k_block = k[..., start : start + block_size, :]
         v_block = v[..., start : start + block_size, :]
@@ -198,7 +205,7 @@ def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mi
         twice = scale if mistake == "dk_scaled_twice" else 1.0  # q pre-scaled, then again
         dks.append(ds.transpose(-2, -1) @ q * grad_scale * twice)
     dk, dv = torch.cat(dks, dim=-2), torch.cat(dvs, dim=-2)
-    if mistake == "last_block_dropped" and dk.shape[-2] < n_k:
+    if mistake in ("last_block_dropped", "stopped_at_n_q") and dk.shape[-2] < n_k:
         pad = torch.zeros(*dk.shape[:-2], n_k - dk.shape[-2], dk.shape[-1], dtype=dk.dtype)
         dk, dv = torch.cat([dk, pad], -2), torch.cat([dv, pad[..., : v.shape[-1]]], -2)
     return (dq, dv, dk) if mistake == "dk_dv_swapped" else (dq, dk, dv)
