@@ -1406,9 +1406,10 @@ def test_h10_a_band_kept_and_cut_into_a_new_tensor_passes():
 # ---- h17: the lesson's query blocks with the shift forgotten; pad_id as the ignored label ------
 
 
-def _h17_tiled_by_query_blocks(q, k, v, block_size=128, causal=False, shift=True):
+def _h17_tiled_by_query_blocks(q, k, v, block_size=128, causal=False, shift=True, last=True):
     """The lesson's loop (query blocks too), each query block's keys up to its last token;
-    with shift=False that end is q_start + rows, n_k - n_q forgotten."""
+    with shift=False that end is q_start + rows, n_k - n_q forgotten; with last=False it is the
+    block's FIRST query's token (h19)."""
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
     n_q, n_k = q.shape[-2], k.shape[-2]
@@ -1421,7 +1422,7 @@ def _h17_tiled_by_query_blocks(q, k, v, block_size=128, causal=False, shift=True
         total = torch.zeros((*batch, rows, 1), dtype=q.dtype)
         out = torch.zeros((*batch, rows, v.shape[-1]), dtype=q.dtype)
         query_pos = torch.arange(q_start, q_start + rows)[:, None] + n_k - n_q
-        k_end = min(n_k, q_start + rows + (n_k - n_q) * shift) if causal else n_k
+        k_end = min(n_k, q_start + (rows if last else 1) + (n_k - n_q) * shift) if causal else n_k
         for start in range(0, k_end, block_size):
             s = q_block @ k[..., start : start + block_size, :].transpose(-2, -1)
             if causal:
@@ -1486,3 +1487,64 @@ def test_h18_keys_sliced_on_the_last_axis_are_named(name, edits):
     result = check_result(f"ex10.{name}", _solution_with(name, *edits))
     assert result.status == "failed", result.feedback
     assert "slices the LAST axis, d_k, not the keys" in result.feedback, result.feedback
+
+
+# ---- h19: the lesson's query blocks cut at their FIRST query; a backward stopped at n_q --------
+
+
+def test_h19_query_blocks_cut_at_their_first_query_fail_and_are_named():
+    # before: full marks, 20 of 20: every causal case with fewer queries than keys had
+    # n_k - n_q a multiple of block_size (4 with 4) or one query, where the cut is right
+    result = check_result("ex10.tiled_attention", partial(_h17_tiled_by_query_blocks, last=False))
+    assert result.status == "failed", result.feedback
+    assert "skipped once it starts after the query block's FIRST query" in result.feedback
+
+
+def _h19_backward_by_query_blocks(q, k, v, out, lse, d_out, block_size=128, causal=False, **how):
+    """The lesson's backward loop: key blocks outside, query blocks inside (dq, dk, dv filled in
+    place); how: first_query=True skips a query block while its FIRST query comes before the
+    keys, stop_at_n_q=True stops the key loop at n_q (causal=True)."""
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    shift, scale = n_k - n_q, 1 / math.sqrt(q.shape[-1])
+    D, row_lse = (d_out * out).sum(-1, keepdim=True), lse.unsqueeze(-1)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for ks in range(0, n_q if causal and how.get("stop_at_n_q") else n_k, block_size):
+        k_block, v_block = k[..., ks : ks + block_size, :], v[..., ks : ks + block_size, :]
+        for qs in range(0, n_q, block_size):
+            rows = slice(qs, qs + block_size)
+            last_token = (qs if how.get("first_query") else min(n_q, qs + block_size) - 1) + shift
+            if causal and last_token < ks:  # no query of this block sees these keys
+                continue
+            s = q[..., rows, :] @ k_block.transpose(-2, -1) * scale
+            if causal:
+                query_pos = torch.arange(n_q)[rows, None] + shift
+                s = s.masked_fill(torch.arange(ks, ks + s.shape[-1]) > query_pos, float("-inf"))
+            p = (s - row_lse[..., rows, :]).exp()
+            dv[..., ks : ks + block_size, :] += p.transpose(-2, -1) @ d_out[..., rows, :]
+            ds = p * (d_out[..., rows, :] @ v_block.transpose(-2, -1) - D[..., rows, :])
+            dq[..., rows, :] += ds @ k_block * scale
+            dk[..., ks : ks + block_size, :] += ds.transpose(-2, -1) @ q[..., rows, :] * scale
+    return dq, dk, dv
+
+
+def test_h19_backward_query_blocks_cut_at_their_first_query_fail_and_are_named():
+    # before: full marks, 14 of 14, for the same reason as the forward's
+    task = "ex10.tiled_attention_backward"
+    right = check_result(task, _h19_backward_by_query_blocks)
+    assert right.passed == right.total, right.feedback
+    result = check_result(task, partial(_h19_backward_by_query_blocks, first_query=True))
+    assert result.status == "failed", result.feedback
+    assert "its FIRST query, token q_start + n_k - n_q, comes before" in result.feedback
+
+
+def test_h19_a_backward_stopped_at_n_q_is_named():
+    # before: 'the last keys get no gradient when n_k is not a multiple of block_size ... loop
+    # with range(0, n_k, block_size)', which the loop already does (the forward's f10 slip)
+    result = check_result(
+        "ex10.tiled_attention_backward", partial(_h19_backward_by_query_blocks, stop_at_n_q=True)
+    )
+    assert result.status == "failed", result.feedback
+    assert "stops at the block that starts at n_q" in result.feedback, result.feedback
+    assert "the last keys get no gradient" not in result.feedback, result.feedback

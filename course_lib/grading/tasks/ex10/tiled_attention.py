@@ -103,6 +103,15 @@ FAULTS = {
         "token q_start + rows - 1 + n_k - n_q, so loop up to k_end = min(n_k, q_start + rows + "
         "n_k - n_q) (or over every block of keys and let the mask do the rest)"
     ),
+    # #h19: the lesson's loop, a key block skipped once it starts after the query block's FIRST
+    # query (k_start > q_start + n_k - n_q): right when n_k - n_q is a multiple of block_size
+    "query_blocks_first_query": (
+        "with the queries split into blocks as well, a block of keys is skipped once it starts "
+        "after the query block's FIRST query, token q_start + n_k - n_q: the block's later "
+        "queries, up to token q_start + rows - 1 + n_k - n_q, may still see its keys; stop only "
+        "after the LAST one, k_end = min(n_k, q_start + rows + n_k - n_q) (or loop over every "
+        "block of keys and let the mask do the rest)"
+    ),
     "last_block_dropped": (
         "the last keys are left out when n_k is not a multiple of block_size: the last "
         "tile is shorter, so loop with range(0, n_k, block_size) and slice to the end"
@@ -286,6 +295,9 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
             if mistake == "query_blocks_unshifted":  # each query block's own end, n_k - n_q lost
                 rows_end = ((torch.arange(n_q) // block_size + 1) * block_size).clamp(max=n_q)
                 blocked = blocked | (start >= rows_end[:, None])
+            if mistake == "query_blocks_first_query":  # skipped after the block's first query
+                first_token = torch.arange(n_q) // block_size * block_size + n_k - n_q
+                blocked = blocked | (start > first_token[:, None])
             s = s.masked_fill(blocked, 0.0 if mistake == "masked_with_zero" else float("-inf"))
         if mistake == "softmax_per_block":
             parts.append(torch.nan_to_num(s.softmax(-1)) @ v_block)
@@ -392,6 +404,10 @@ class TiledAttention(Task):
             case("one new query after 7 cached keys: q (2, 1, 8), k and v (2, 8, 8), "
                  "block_size=3, causal=True (the query sees all 8 keys)",
                  (2, 1, 8), (2, 8, 8), 8, 3, True),
+            # #h19: n_k - n_q = 5 is no multiple of block_size, and a block holds several queries
+            case("fewer queries than keys, n_k - n_q = 5 not a multiple of block_size: q (2, 6, "
+                 "4), k and v (2, 11, 4), block_size=4, causal=True (query i is token 5 + i)",
+                 (2, 6, 4), (2, 11, 4), 4, 4, True),
             *(case(f"block_size={size}{why} must raise a ValueError",
                    (1, 4, 4), (1, 4, 4), 4, size, raises=ValueError) for size, why in bad),
         ]

@@ -110,6 +110,20 @@ FAULTS = {
         "the causal mask compares the query positions with the key positions inside the tile "
         "(0 .. block_size - 1): key j of the block that starts at `start` is key start + j"
     ),
+    # #h19: as the forward's; before last_block_dropped, which drops the same keys here
+    "stopped_at_n_q": (
+        "with causal=True your loop stops at the block that starts at n_q, as if the last query "
+        "were token n_q - 1: with fewer queries than keys it is token n_k - 1 and sees every "
+        "key, so every block of keys gets a gradient; loop over all of range(0, n_k, block_size)"
+    ),
+    # #h19: the lesson's loop, a query block skipped while its FIRST query comes before the keys
+    "query_blocks_first_query": (
+        "with the queries split into blocks as well, a query block is skipped for a block of "
+        "keys starting at k_start when its FIRST query, token q_start + n_k - n_q, comes before "
+        "k_start: its later queries, up to token q_start + rows - 1 + n_k - n_q, may still see "
+        "those keys; skip a query block only when its LAST query comes before k_start (or give "
+        "every query block every block of keys and let the mask do the rest)"
+    ),
     "last_block_dropped": (
         "the last keys get no gradient when n_k is not a multiple of block_size: loop with "
         "range(0, n_k, block_size) and slice to the end"
@@ -148,7 +162,8 @@ def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mi
     query_pos = torch.arange(n_q)[:, None] + shift
     dq = torch.zeros_like(q)
     dks, dvs = [], []
-    last = n_k - block_size + 1 if mistake == "last_block_dropped" else n_k
+    last = {"last_block_dropped": n_k - block_size + 1, "stopped_at_n_q": n_q if causal else n_k}
+    last = last.get(mistake, n_k)
     for start in range(0, last, block_size):
         k_block = k[..., start : start + block_size, :]
         v_block = v[..., start : start + block_size, :]
@@ -164,6 +179,9 @@ def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mi
             width = block_size if mistake == "key_pos_full_block" else s.shape[-1]
             key_pos = torch.arange(first, first + width)
             blocked = key_pos >= query_pos if mistake == "diagonal_blocked" else key_pos > query_pos
+            if mistake == "query_blocks_first_query":  # skipped by the block's first query
+                first_token = torch.arange(n_q) // block_size * block_size + n_k - n_q
+                blocked = blocked | (start > first_token[:, None])
             s = s.masked_fill(blocked, 0.0 if mistake == "masked_with_zero" else float("-inf"))
         if mistake == "block_softmax":
             p = torch.nan_to_num(s.softmax(-1))
@@ -187,7 +205,7 @@ def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mi
         twice = scale if mistake == "dk_scaled_twice" else 1.0  # q pre-scaled, then again
         dks.append(ds.transpose(-2, -1) @ q * grad_scale * twice)
     dk, dv = torch.cat(dks, dim=-2), torch.cat(dvs, dim=-2)
-    if mistake == "last_block_dropped" and dk.shape[-2] < n_k:
+    if mistake in ("last_block_dropped", "stopped_at_n_q") and dk.shape[-2] < n_k:
         pad = torch.zeros(*dk.shape[:-2], n_k - dk.shape[-2], dk.shape[-1], dtype=dk.dtype)
         dk, dv = torch.cat([dk, pad], -2), torch.cat([dv, pad[..., : v.shape[-1]]], -2)
     return (dq, dv, dk) if mistake == "dk_dv_swapped" else (dq, dk, dv)
@@ -253,6 +271,10 @@ class TiledAttentionBackward(Task):
             case("q (1, 256, 8), k and v (1, 4096, 8), block_size=128: the weights of all the "
                  "blocks may not be kept (in a list) for a second pass",
                  (1, 256, 8), (1, 4096, 8), 8, 128, dtype=f32),
+            # #h19: n_k - n_q = 5 is no multiple of block_size, and a block holds several queries
+            case("fewer queries than keys, n_k - n_q = 5 not a multiple of block_size: q (2, 6, "
+                 "4), k (2, 11, 4), block_size=4, causal=True (query i is token 5 + i)",
+                 (2, 6, 4), (2, 11, 4), 4, 4, True),
             *(case(f"block_size={size} must raise a ValueError",
                    (1, 4, 4), (1, 4, 4), 4, size, raises=ValueError) for size in (0, -1, 2.5)),
         ]
