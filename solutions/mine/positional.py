@@ -46,8 +46,9 @@ def apply_rope(x, positions=None):
         raise ValueError(f"the last dimension of x must be even, got {d}")
     if positions is None:
         positions = torch.arange(seq_len)
-    frequencies = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d / 2,)
-    angles = positions.to(torch.float64)[:, None] * frequencies  # (seq, d / 2)
+    two_i = torch.arange(0, d, 2, dtype=torch.float64, device=x.device)  # on x's device
+    frequencies = 10000.0 ** (-two_i / d)  # (d / 2,)
+    angles = positions.to(x.device, torch.float64)[:, None] * frequencies  # (seq, d / 2)
     cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
     x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (..., seq, d / 2) each
     rotated = torch.stack((x_even * cos - x_odd * sin, x_even * sin + x_odd * cos), dim=-1)
