@@ -1277,3 +1277,27 @@ def test_h05_a_prefix_loop_that_edits_a_cached_causal_mask_is_told_so():
 
     result = check_result("ex05.prefix_lm_mask", learner)
     assert result.status == "failed" and "one mask shared by them" in result.feedback
+
+
+# ---- h05 (hunt 19, set 05) ----
+
+
+def test_h05_a_gradient_accumulated_over_the_outputs_is_named():
+    # before: 'None of the usual single mistakes' on the position-wise case: backward() per output
+    # with .grad never reset, so row i also holds the dependencies of rows 0..i-1
+    def learner(f, x):
+        if x.dim() != 3:
+            raise ValueError(f"x must be (batch, seq, d), got {x.dim()} dimensions")
+        copy = x.detach().clone().requires_grad_()
+        y, seq = f(copy), x.shape[1]
+        result = torch.zeros(seq, seq, dtype=torch.bool)
+        for i in range(seq):
+            for feature in range(y.shape[-1]):
+                y[:, i, feature].sum().backward(retain_graph=True)
+                result[i] |= (copy.grad != 0).any(-1).any(0)
+        return result
+
+    result = check_result("ex05.dependency_matrix", learner)
+    assert result.status == "failed" and ".grad adds up over backward()" in result.feedback, (
+        result.feedback
+    )
