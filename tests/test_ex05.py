@@ -1301,3 +1301,24 @@ def test_h05_a_gradient_accumulated_over_the_outputs_is_named():
     assert result.status == "failed" and ".grad adds up over backward()" in result.feedback, (
         result.feedback
     )
+
+
+def test_h05_a_dependency_matrix_that_leaves_a_grad_on_x_fails():
+    # before: full marks; requires_grad_() undone at the end, but backward() through x left a
+    # .grad on the caller's x, which a later training step on it adds to its own
+    def learner(f, x):
+        if x.dim() != 3:
+            raise ValueError(f"x must be (batch, seq, d), got {x.dim()} dimensions")
+        x.requires_grad_(True)
+        y, seq = f(x), x.shape[1]
+        result = torch.zeros(seq, seq, dtype=torch.bool)
+        for i in range(seq):
+            for feature in range(y.shape[-1]):
+                x.grad = None
+                y[:, i, feature].sum().backward(retain_graph=True)
+                result[i] |= (x.grad != 0).any(-1).any(0)
+        x.requires_grad_(False)
+        return result
+
+    result = check_result("ex05.dependency_matrix", learner)
+    assert result.status == "failed" and "left a .grad on the x" in result.feedback, result.feedback

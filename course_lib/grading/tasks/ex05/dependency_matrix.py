@@ -145,6 +145,13 @@ class DependencyMatrix(Task):
                 "fails. Leave x as it was: take gradients on a copy, x.detach().clone()"
                 ".requires_grad_()"
             )
+        if case.args[1].grad is not None:  # requires_grad_() undone, but backward() filled x.grad
+            raise GradingError(
+                "your code left a .grad on the x it was given (backward() through x itself), so "
+                "the caller's x is changed: a later training step on it adds this gradient to its "
+                "own. Leave x as it was: take gradients on a copy, x.detach().clone()"
+                ".requires_grad_()"
+            )
         return result
 
     def diagnose(self, got, want, case):  # int32 too: this result is no mask
