@@ -1322,3 +1322,18 @@ def test_h05_a_dependency_matrix_that_leaves_a_grad_on_x_fails():
 
     result = check_result("ex05.dependency_matrix", learner)
     assert result.status == "failed" and "left a .grad on the x" in result.feedback, result.feedback
+
+
+def test_h05_a_prefix_length_checked_against_the_batch_size_is_named():
+    # before: 'your code raised ValueError: ...' with the learner's own message only: the range
+    # check read seq from len(ids), the batch size
+    def learner(ids, prefix_lengths, pad_id):
+        seq = len(ids)
+        if (prefix_lengths < 0).any() or (prefix_lengths > seq).any():
+            raise ValueError(f"prefix lengths must be in [0, {seq}], got {prefix_lengths}")
+        keys = torch.arange(ids.shape[1])
+        causal = keys[:, None] >= keys
+        return ((keys < prefix_lengths[:, None, None]) | causal) & (ids != pad_id)[:, None]
+
+    result = check_result("ex05.prefix_lm_mask", learner)
+    assert result.status == "failed" and "are the batch size" in result.feedback, result.feedback
