@@ -1337,3 +1337,14 @@ def test_h05_a_prefix_length_checked_against_the_batch_size_is_named():
 
     result = check_result("ex05.prefix_lm_mask", learner)
     assert result.status == "failed" and "are the batch size" in result.feedback, result.feedback
+
+
+def test_h05_a_padding_mask_cut_after_the_last_real_token_is_named():
+    # before: 'None of the usual single mistakes' on the left-padded case: True up to each row's
+    # last real token, the padding assumed last
+    def learner(ids, pad_id):
+        real = ids != pad_id
+        return real.flip(-1).cumsum(-1).flip(-1).bool().unsqueeze(1)
+
+    result = check_result("ex05.padding_mask", learner)
+    assert result.status == "failed" and "as if the padding always came last" in result.feedback
