@@ -1277,3 +1277,74 @@ def test_h05_a_prefix_loop_that_edits_a_cached_causal_mask_is_told_so():
 
     result = check_result("ex05.prefix_lm_mask", learner)
     assert result.status == "failed" and "one mask shared by them" in result.feedback
+
+
+# ---- h05 (hunt 19, set 05) ----
+
+
+def test_h05_a_gradient_accumulated_over_the_outputs_is_named():
+    # before: 'None of the usual single mistakes' on the position-wise case: backward() per output
+    # with .grad never reset, so row i also holds the dependencies of rows 0..i-1
+    def learner(f, x):
+        if x.dim() != 3:
+            raise ValueError(f"x must be (batch, seq, d), got {x.dim()} dimensions")
+        copy = x.detach().clone().requires_grad_()
+        y, seq = f(copy), x.shape[1]
+        result = torch.zeros(seq, seq, dtype=torch.bool)
+        for i in range(seq):
+            for feature in range(y.shape[-1]):
+                y[:, i, feature].sum().backward(retain_graph=True)
+                result[i] |= (copy.grad != 0).any(-1).any(0)
+        return result
+
+    result = check_result("ex05.dependency_matrix", learner)
+    assert result.status == "failed" and ".grad adds up over backward()" in result.feedback, (
+        result.feedback
+    )
+
+
+def test_h05_a_dependency_matrix_that_leaves_a_grad_on_x_fails():
+    # before: full marks; requires_grad_() undone at the end, but backward() through x left a
+    # .grad on the caller's x, which a later training step on it adds to its own
+    def learner(f, x):
+        if x.dim() != 3:
+            raise ValueError(f"x must be (batch, seq, d), got {x.dim()} dimensions")
+        x.requires_grad_(True)
+        y, seq = f(x), x.shape[1]
+        result = torch.zeros(seq, seq, dtype=torch.bool)
+        for i in range(seq):
+            for feature in range(y.shape[-1]):
+                x.grad = None
+                y[:, i, feature].sum().backward(retain_graph=True)
+                result[i] |= (x.grad != 0).any(-1).any(0)
+        x.requires_grad_(False)
+        return result
+
+    result = check_result("ex05.dependency_matrix", learner)
+    assert result.status == "failed" and "left a .grad on the x" in result.feedback, result.feedback
+
+
+def test_h05_a_prefix_length_checked_against_the_batch_size_is_named():
+    # before: 'your code raised ValueError: ...' with the learner's own message only: the range
+    # check read seq from len(ids), the batch size
+    def learner(ids, prefix_lengths, pad_id):
+        seq = len(ids)
+        if (prefix_lengths < 0).any() or (prefix_lengths > seq).any():
+            raise ValueError(f"prefix lengths must be in [0, {seq}], got {prefix_lengths}")
+        keys = torch.arange(ids.shape[1])
+        causal = keys[:, None] >= keys
+        return ((keys < prefix_lengths[:, None, None]) | causal) & (ids != pad_id)[:, None]
+
+    result = check_result("ex05.prefix_lm_mask", learner)
+    assert result.status == "failed" and "are the batch size" in result.feedback, result.feedback
+
+
+def test_h05_a_padding_mask_cut_after_the_last_real_token_is_named():
+    # before: 'None of the usual single mistakes' on the left-padded case: True up to each row's
+    # last real token, the padding assumed last
+    def learner(ids, pad_id):
+        real = ids != pad_id
+        return real.flip(-1).cumsum(-1).flip(-1).bool().unsqueeze(1)
+
+    result = check_result("ex05.padding_mask", learner)
+    assert result.status == "failed" and "as if the padding always came last" in result.feedback

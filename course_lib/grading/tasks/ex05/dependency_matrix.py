@@ -82,6 +82,8 @@ def _wrong_dependency_matrix(f, x, *, mistake=""):
         depends |= torch.eye(seq, dtype=torch.bool)
     if mistake == "lower_only":  # only the outputs i >= j tested, as if f were causal
         depends = depends.tril()
+    if mistake == "grad_accumulated":  # x.grad never reset: row i holds rows 0..i-1 too
+        depends = depends.cumsum(0) > 0
     return {"transposed": depends.T, "float": depends.float()}.get(mistake, depends)
 
 
@@ -115,6 +117,11 @@ DEPENDENCY_MISTAKES = {
     "lower_only": "you tested only the outputs at or after position j (the lower triangle), as "
     "if every f were causal: test every entry, the future too; here f reads later positions, so "
     "outputs depend on inputs after them (the tool exists to find a mask that leaks)",
+    "grad_accumulated": "output i is marked as depending on every input that an earlier output "
+    "depends on (here each position reads only itself, yet row i holds rows 0..i-1 too): .grad "
+    "adds up over backward() calls, so the gradient read for output i still holds those of the "
+    "outputs before it. Reset it before each backward (copy.grad = None), or use "
+    "torch.autograd.grad(y[:, i, o].sum(), copy), which returns a fresh gradient",
     "summed_features": "compare every feature of an output, not their sum: here output feature 1 "
     "is minus feature 0, so the sum never moves (the gradient of y[:, i].sum() is 0 too); use "
     "!= or .abs() per feature, or one gradient per output feature",
@@ -136,6 +143,13 @@ class DependencyMatrix(Task):
                 "your code set requires_grad on the x it was given (x.requires_grad_()), so the "
                 "caller's x is changed: every later operation on it builds a graph, and .numpy() "
                 "fails. Leave x as it was: take gradients on a copy, x.detach().clone()"
+                ".requires_grad_()"
+            )
+        if case.args[1].grad is not None:  # requires_grad_() undone, but backward() filled x.grad
+            raise GradingError(
+                "your code left a .grad on the x it was given (backward() through x itself), so "
+                "the caller's x is changed: a later training step on it adds this gradient to its "
+                "own. Leave x as it was: take gradients on a copy, x.detach().clone()"
                 ".requires_grad_()"
             )
         return result

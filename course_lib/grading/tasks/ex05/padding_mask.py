@@ -102,4 +102,11 @@ class PaddingMask(Task):
                     "shape, a default argument, a global) goes stale when the ids change; build "
                     "it from the ids you are given, (ids != pad_id).unsqueeze(1)"
                 )
+        if isinstance(got, type(ids)) and got.shape == want.shape and got.dtype == want.dtype:
+            if (got.int().diff(dim=-1) <= 0).all() and not (want.int().diff(dim=-1) <= 0).all():
+                return (  # True up to each row's last real token, or any other cut: pads last
+                    "each row of your mask is True up to one position and False after it, as if "
+                    "the padding always came last; here it comes first: compare every id with "
+                    "pad_id instead (ids != pad_id), wherever it sits"
+                )
         return _not_bool(self, got, want, case)

@@ -123,6 +123,13 @@ class PrefixLMMask(Task):
         except ValueError:  # a check `P >= seq` for `P > seq` (or `P <= 0`): boundaries allowed
             ids, prefix_lengths, _ = case.args
             edges = (prefix_lengths == 0) | (prefix_lengths == ids.shape[1])
+            if not case.raises and not edges.any() and (prefix_lengths > len(ids)).any():
+                raise GradingError(  # `seq = len(ids)` or ids.shape[0]: the batch size
+                    f"your code raised a ValueError for prefix lengths {prefix_lengths.tolist()}, "
+                    f"which all lie in [0, seq] (seq = ids.shape[1] = {ids.shape[1]}): len(ids) "
+                    f"and ids.shape[0] are the batch size ({len(ids)}), not seq; compare with "
+                    "ids.shape[1]"
+                ) from None
             if case.raises or not bool(edges.any()):
                 raise
             raise GradingError(
