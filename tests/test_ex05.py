@@ -1223,21 +1223,38 @@ def test_h5_a_causal_mask_as_the_complement_of_triu_is_told_about_its_diagonal()
 # ---- h05 (hunt 18, set 05): x's requires_grad flipped, an expanded padding mask, a shared mask --
 
 
-def test_h05_a_dependency_matrix_that_sets_requires_grad_on_x_fails():
-    # before: full marks in the notebook and under every hidden seed; x.requires_grad_() left the
-    # caller's x building graphs, though the statement says to leave x as it was
+def _dependency_by_backward(slip):
+    """A learner's dependency_matrix by one gradient per output feature, with one slip:
+    "requires_grad on x" (set on the caller's x and left), "grad left on x" (the flag undone,
+    backward() through x leaves x.grad), "accumulated" (on a copy, .grad never reset)."""
+
     def learner(f, x):
         if x.dim() != 3:
             raise ValueError(f"x must be (batch, seq, d), got {x.dim()} dimensions")
-        x.requires_grad_(True)
-        y, seq = f(x), x.shape[1]
+        leaf = x.detach().clone() if slip == "accumulated" else x
+        leaf.requires_grad_(True)
+        y, seq = f(leaf), x.shape[1]
         result = torch.zeros(seq, seq, dtype=torch.bool)
         for i in range(seq):
             for feature in range(y.shape[-1]):
-                (grad,) = torch.autograd.grad(y[:, i, feature].sum(), x, retain_graph=True)
+                if slip == "requires_grad on x":
+                    (grad,) = torch.autograd.grad(y[:, i, feature].sum(), x, retain_graph=True)
+                else:
+                    leaf.grad = None if slip == "grad left on x" else leaf.grad
+                    y[:, i, feature].sum().backward(retain_graph=True)
+                    grad = leaf.grad
                 result[i] |= (grad != 0).any(-1).any(0)
+        if slip == "grad left on x":
+            x.requires_grad_(False)
         return result
 
+    return learner
+
+
+def test_h05_a_dependency_matrix_that_sets_requires_grad_on_x_fails():
+    # before: full marks in the notebook and under every hidden seed; x.requires_grad_() left the
+    # caller's x building graphs, though the statement says to leave x as it was
+    learner = _dependency_by_backward("requires_grad on x")
     result = check_result("ex05.dependency_matrix", learner)
     assert result.status == "failed" and "requires_grad on the x" in result.feedback, (
         result.feedback
@@ -1285,17 +1302,7 @@ def test_h05_a_prefix_loop_that_edits_a_cached_causal_mask_is_told_so():
 def test_h05_a_gradient_accumulated_over_the_outputs_is_named():
     # before: 'None of the usual single mistakes' on the position-wise case: backward() per output
     # with .grad never reset, so row i also holds the dependencies of rows 0..i-1
-    def learner(f, x):
-        if x.dim() != 3:
-            raise ValueError(f"x must be (batch, seq, d), got {x.dim()} dimensions")
-        copy = x.detach().clone().requires_grad_()
-        y, seq = f(copy), x.shape[1]
-        result = torch.zeros(seq, seq, dtype=torch.bool)
-        for i in range(seq):
-            for feature in range(y.shape[-1]):
-                y[:, i, feature].sum().backward(retain_graph=True)
-                result[i] |= (copy.grad != 0).any(-1).any(0)
-        return result
+    learner = _dependency_by_backward("accumulated")
 
     result = check_result("ex05.dependency_matrix", learner)
     assert result.status == "failed" and ".grad adds up over backward()" in result.feedback, (
@@ -1306,19 +1313,7 @@ def test_h05_a_gradient_accumulated_over_the_outputs_is_named():
 def test_h05_a_dependency_matrix_that_leaves_a_grad_on_x_fails():
     # before: full marks; requires_grad_() undone at the end, but backward() through x left a
     # .grad on the caller's x, which a later training step on it adds to its own
-    def learner(f, x):
-        if x.dim() != 3:
-            raise ValueError(f"x must be (batch, seq, d), got {x.dim()} dimensions")
-        x.requires_grad_(True)
-        y, seq = f(x), x.shape[1]
-        result = torch.zeros(seq, seq, dtype=torch.bool)
-        for i in range(seq):
-            for feature in range(y.shape[-1]):
-                x.grad = None
-                y[:, i, feature].sum().backward(retain_graph=True)
-                result[i] |= (x.grad != 0).any(-1).any(0)
-        x.requires_grad_(False)
-        return result
+    learner = _dependency_by_backward("grad left on x")
 
     result = check_result("ex05.dependency_matrix", learner)
     assert result.status == "failed" and "left a .grad on the x" in result.feedback, result.feedback
