@@ -1581,3 +1581,16 @@ def test_h10b_a_sum_without_keepdim_keeps_its_own_hint():
     )
     assert result.status == "failed", result.feedback
     assert "without keepdim=True" in result.feedback and SEQ_WORDS not in result.feedback
+
+
+# ---- h10b: the backward's k_block.transpose(1, 2) -------------------------------------------
+
+
+def test_h10b_backward_keys_transposed_on_axes_1_2_are_named():
+    # before: a bare 'RuntimeError: The size of tensor a (3) must match the size of tensor b (4)
+    # ...' and 'To see the line that fails, run your code ...', no hint
+    name = "tiled_attention_backward"
+    edit = ("q @ k_block.transpose(-2, -1)", "q @ k_block.transpose(1, 2)")
+    result = check_result(f"ex10.{name}", _solution_with(name, edit))
+    assert result.status == "failed", result.feedback
+    assert "k.transpose(1, 2) swaps the wrong axes" in result.feedback, result.feedback

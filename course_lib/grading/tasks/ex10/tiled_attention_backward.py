@@ -24,6 +24,7 @@ GRAD_SCALE = (
 )
 FAULTS = {
     "seq_from_shape_1": SEQ_FROM_SHAPE_1,  # #h10b: k.shape[1] alone gives the same first failure
+    "transpose_12": FORWARD_FAULTS["transpose_12"],  # #h10b: a bare size-mismatch crash before
     "no_D": (
         "D is missing: the softmax's backward is ds = p * (dp - D) with D = rowsum(d_out * out) "
         "(..., n_q, 1), one number per query (it equals sum_j p_ij dp_ij over ALL keys); "
@@ -172,7 +173,7 @@ def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mi
         v_block = v[..., start : start + block_size, :]
         if mistake == "slice_last_axis":  # k[..., start : end]: d_k cut, not the keys
             k_block = k[..., start : start + block_size]
-        s = q @ k_block.transpose(-2, -1)
+        s = q @ k_block.transpose(*((1, 2) if mistake == "transpose_12" else (-2, -1)))
         if mistake != "scores_unscaled":
             s = s * scale
         if causal and mistake != "causal_ignored":
