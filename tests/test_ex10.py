@@ -1548,3 +1548,49 @@ def test_h19_a_backward_stopped_at_n_q_is_named():
     assert result.status == "failed", result.feedback
     assert "stops at the block that starts at n_q" in result.feedback, result.feedback
     assert "the last keys get no gradient" not in result.feedback, result.feedback
+
+
+# ---- h10b: the sequence lengths read from axis 1 (3-D inputs assumed) -------------------------
+
+SEQ_AXIS_1 = "n_q, n_k = q.shape[-2], k.shape[-2]"
+SEQ_WORDS = "q.shape[1] and k.shape[1] are the numbers of queries and keys only for 3-D inputs"
+
+
+@pytest.mark.parametrize("name", ["tiled_attention", "tiled_attention_backward"])
+@pytest.mark.parametrize(
+    "lengths",
+    ["q.shape[1], k.shape[1]", "q.shape[-2], k.shape[1]", "q.shape[1], k.shape[-2]"],
+)
+def test_h10b_sequence_lengths_from_axis_1_are_named(name, lengths):
+    # before: forward 'a maximum or sum over the keys without keepdim=True ...' (both, or q's
+    # alone) and 'subtract the running maximum before exp' or 'None of the usual single
+    # mistakes' (k's alone); backward 'None of the usual single mistakes', or a bare crash
+    result = check_result(
+        f"ex10.{name}", _solution_with(name, (SEQ_AXIS_1, f"n_q, n_k = {lengths}"))
+    )
+    assert result.status == "failed", result.feedback
+    assert SEQ_WORDS in result.feedback, result.feedback
+    assert "keepdim" not in result.feedback and "None of the usual" not in result.feedback
+
+
+def test_h10b_a_sum_without_keepdim_keeps_its_own_hint():
+    # its crash on (2, 3, 10, 8) is the one of q.shape[1]: a 3-D case comes first to tell them apart
+    result = check_result(
+        "ex10.tiled_attention",
+        _solution_with("tiled_attention", (SUM, SUM.replace(", keepdim=True", ""))),
+    )
+    assert result.status == "failed", result.feedback
+    assert "without keepdim=True" in result.feedback and SEQ_WORDS not in result.feedback
+
+
+# ---- h10b: the backward's k_block.transpose(1, 2) -------------------------------------------
+
+
+def test_h10b_backward_keys_transposed_on_axes_1_2_are_named():
+    # before: a bare 'RuntimeError: The size of tensor a (3) must match the size of tensor b (4)
+    # ...' and 'To see the line that fails, run your code ...', no hint
+    name = "tiled_attention_backward"
+    edit = ("q @ k_block.transpose(-2, -1)", "q @ k_block.transpose(1, 2)")
+    result = check_result(f"ex10.{name}", _solution_with(name, edit))
+    assert result.status == "failed", result.feedback
+    assert "k.transpose(1, 2) swaps the wrong axes" in result.feedback, result.feedback

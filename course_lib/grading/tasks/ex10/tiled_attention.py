@@ -25,6 +25,12 @@ SHIFT_REVERSED = (
     "(with fewer queries than keys, your first queries see no key at all: 0 / 0 = NaN)"
 )
 
+SEQ_FROM_SHAPE_1 = (
+    "q.shape[1] and k.shape[1] are the numbers of queries and keys only for 3-D inputs: with "
+    "more batch dimensions in front, (..., n, d), axis 1 is a batch axis; count from the end, "
+    "n_q, n_k = q.shape[-2], k.shape[-2]"
+)
+
 FAULTS = {
     "sum_not_rescaled": (
         "the running sum is not rescaled: when a block brings a larger maximum m', the sum "
@@ -45,6 +51,9 @@ FAULTS = {
         "by the sum over all the keys, so add weights.sum(dim=-1, keepdim=True) (a mean divides "
         "each block by its own width)"
     ),
+    # #h10b: before no_keepdim, whose crash on (2, 3, 10, 8) is the same (sizes 3, 10, dim 2)
+    "seq_from_shape_1": SEQ_FROM_SHAPE_1,
+    "keys_from_shape_1": SEQ_FROM_SHAPE_1,  # k.shape[1] alone: only the causal shift and loop
     "no_keepdim": (
         "a maximum or sum over the keys without keepdim=True has shape (..., n_q), which lines "
         "up with the last axis, not with the queries: keep the running maximum and sum as "
@@ -243,6 +252,8 @@ def wrong_tiled(q, k, v, block_size=128, causal=False, *, mistake):
     check_positive_int(block_size, "block_size")
     dtype = torch.float32 if mistake == "float32_buffers" else q.dtype
     n_q, n_k = q.shape[-2], k.shape[-2]
+    if mistake in ("seq_from_shape_1", "keys_from_shape_1"):  # 3-D inputs assumed
+        n_q, n_k = q.shape[1 if mistake == "seq_from_shape_1" else -2], k.shape[1]
     if mistake == "full_matrix":
         block_size = n_k  # one tile: the whole (n_q, n_k) matrix
     if mistake in ("power_half", "scaled_by_d"):  # q / d ** 1/2 is q / d / 2
@@ -353,7 +364,7 @@ class TiledAttention(Task):
         f64, bf16 = torch.float64, torch.bfloat16
         bad = [(0, ""), (-3, ""), (-1, ""), (2.5, " (not an integer)")]
         # fmt: off
-        return [  # q's shape, k's shape, d_v, block_size, causal
+        cases = [  # q's shape, k's shape, d_v, block_size, causal
             case("q, k, v (2, 3, 10, 8), block_size=4 (10 is not a multiple of 4)",
                  (2, 3, 10, 8), (2, 3, 10, 8), 8, 4),
             case("the same shapes with causal=True", (2, 3, 10, 8), (2, 3, 10, 8), 8, 4, True),
@@ -412,6 +423,9 @@ class TiledAttention(Task):
                    (1, 4, 4), (1, 4, 4), 4, size, raises=ValueError) for size, why in bad),
         ]
         # fmt: on
+        # #h10b: a 3-D case is checked first (its data drawn as before): on (2, 3, 10, 8), a
+        # q.shape[1] for n_q and a sum without keepdim crash alike, on 3-D inputs only the latter
+        return [cases[2], *cases[:2], *cases[3:]]
 
     def call(self, obj, case):
         return call_limited(obj, case)

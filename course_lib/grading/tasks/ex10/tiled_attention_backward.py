@@ -13,7 +13,7 @@ from course_lib.validation import check_positive_int
 from ...core import Task, register
 from ..common import D_V_SCALE_HINT, randn
 from ._memory import MEMORY_HINT, call_limited, draw_qkv, limited_case
-from .tiled_attention import CAUSAL_RULE, SHIFT_REVERSED
+from .tiled_attention import CAUSAL_RULE, SEQ_FROM_SHAPE_1, SHIFT_REVERSED
 from .tiled_attention import FAULTS as FORWARD_FAULTS
 
 LESSON = "lesson 10"
@@ -23,6 +23,8 @@ GRAD_SCALE = (
     "such factor)"
 )
 FAULTS = {
+    "seq_from_shape_1": SEQ_FROM_SHAPE_1,  # #h10b: k.shape[1] alone gives the same first failure
+    "transpose_12": FORWARD_FAULTS["transpose_12"],  # #h10b: a bare size-mismatch crash before
     "no_D": (
         "D is missing: the softmax's backward is ds = p * (dp - D) with D = rowsum(d_out * out) "
         "(..., n_q, 1), one number per query (it equals sum_j p_ij dp_ij over ALL keys); "
@@ -150,6 +152,8 @@ def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mi
     """The exercise's loop over key blocks, with the named mistake where it bites."""
     check_positive_int(block_size, "block_size")
     n_q, n_k = q.shape[-2], k.shape[-2]
+    if mistake == "seq_from_shape_1":  # 3-D inputs assumed
+        n_q, n_k = q.shape[1], k.shape[1]
     if mistake == "full_matrix":
         block_size = n_k
     scale = 1 / math.sqrt((v if mistake == "scaled_by_d_v" else q).shape[-1])
@@ -169,7 +173,7 @@ def wrong_backward(q, k, v, out, lse, d_out, block_size=128, causal=False, *, mi
         v_block = v[..., start : start + block_size, :]
         if mistake == "slice_last_axis":  # k[..., start : end]: d_k cut, not the keys
             k_block = k[..., start : start + block_size]
-        s = q @ k_block.transpose(-2, -1)
+        s = q @ k_block.transpose(*((1, 2) if mistake == "transpose_12" else (-2, -1)))
         if mistake != "scores_unscaled":
             s = s * scale
         if causal and mistake != "causal_ignored":
