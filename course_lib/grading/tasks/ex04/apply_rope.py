@@ -6,19 +6,7 @@ import torch
 
 from ...core import register
 from ..common import all_close
-from ._rope import (
-    _CONSTANT,
-    _FREQUENCY_ROWS,
-    _IGNORED_POSITIONS,
-    _POSITION_ROWS,
-    _REFLECTED,
-    _SCALE_ROWS,
-    _last_cases,
-    _positions_cases,
-    _RopeTask,
-    _shift_case,
-    _x,
-)
+from . import _rope as rope
 from ._shared import (
     F64,
     LESSON,
@@ -38,14 +26,14 @@ _NO_MINUS = (
 
 
 @register
-class ApplyRope(_RopeTask):
+class ApplyRope(rope._RopeTask):
     id = "ex04.apply_rope"
     lesson = LESSON + "'RoPE: rotate the queries and keys'"
     reference = "course_lib.positional.apply_rope"
     backward = True  # q and k are learned through it: its gradients are judged too
     borrowable, forbidden = _pieces(reference)
     mistake_table = {
-        "constant": _CONSTANT,
+        "constant": rope._CONSTANT,
         "halves_mixed_frequencies": "you paired feature i with feature i + d/2 but took the "
         "frequencies of adjacent pairs, so the two features of a pair turn by different angles: "
         "that is not a rotation and q·k no longer depends only on the offset. Rotate adjacent "
@@ -56,7 +44,7 @@ class ApplyRope(_RopeTask):
         "(x0, x1) -> (x0 cos a - x1 sin a, x0 sin a + x1 cos a)",
         "exponent_i": "the frequency uses 10000^(-i/d); pair (2i, 2i+1) turns by 10000^(-2i/d) "
         "per position",
-        "ignore_positions": _IGNORED_POSITIONS,
+        "ignore_positions": rope._IGNORED_POSITIONS,
         "adjacent_out_halves": "the rotation is right but the output is laid out as two halves "
         "(all rotated first features, then all second ones): write each rotated pair back where "
         "it came from, features 2i and 2i+1 (torch.stack((r0, r1), -1).flatten(-2))",
@@ -65,28 +53,28 @@ class ApplyRope(_RopeTask):
         "d / 2); pair (2i, 2i+1) turns by 10000^(-2i/d) per position",
         "inverted": _inverted("d"),
         "not_over_d": _not_over_d("d"),
-        "reflect": _REFLECTED,
+        "reflect": rope._REFLECTED,
         "no_minus": _NO_MINUS,
-        **_POSITION_ROWS,
-        **_SCALE_ROWS,
+        **rope._POSITION_ROWS,
+        **rope._SCALE_ROWS,
         "linspace": "with positions=None, " + _linspace("seq"),
         "cat_table": "your (seq, d) cos/sin table is the rotate-half layout's, cat((angles, "
         "angles), dim=-1) or angles.repeat(1, 2), so the two features of a pair (2i, 2i+1) turn "
         "by different angles. For adjacent pairs each angle is repeated in place: "
         "angles.repeat_interleave(2, dim=-1)",
-        **_FREQUENCY_ROWS,
+        **rope._FREQUENCY_ROWS,
         "logspace": _logspace("d"),
     }
 
     def cases(self, gen):
         return [
             # The property that makes RoPE useful is checked first: its hint is the clearest.
-            _shift_case(
+            rope._shift_case(
                 gen,
                 "q·k for float64 q, k (2, 5, 16) after your rotation, at positions moved by 0, 7, "
                 "-3, 50, compared with the expected scores",
             ),
-            _shift_case(
+            rope._shift_case(
                 gen,
                 "q·k for float32 q, k (3, 4, 8) after your rotation, at positions moved by 0, 2, "
                 "11, compared with the expected scores",
@@ -95,25 +83,25 @@ class ApplyRope(_RopeTask):
                 (0, 2, 11),
                 torch.float32,
             ),
-            _x(gen, "x (5, 4), positions=None (0, 1, ..., 4)", (5, 4)),
-            _x(
+            rope._x(gen, "x (5, 4), positions=None (0, 1, ..., 4)", (5, 4)),
+            rope._x(
                 gen,
                 "x (3, 5, 8), positions=None: a batch of 3 sequences of 5 positions "
                 "(0, 1, ..., 4; the sequence axis is x.shape[-2], not the first one)",
                 (3, 5, 8),
             ),
-            *_positions_cases(gen),
-            _x(
+            *rope._positions_cases(gen),
+            rope._x(
                 gen, "x (1, 6, 2) (one pair), positions 0.5 apart", (1, 6, 2), torch.arange(6) * 0.5
             ),
-            _x(
+            rope._x(
                 gen,
                 "float64 x (2, 2, 3, 6) with positions [40, 41, 42] given as floats",
                 (2, 2, 3, 6),
                 torch.tensor([40.0, 41.0, 42.0], dtype=F64),
                 F64,
             ),
-            *_last_cases(gen, 8),
+            *rope._last_cases(gen, 8),
         ]
 
     def diagnose(self, got, want, case):

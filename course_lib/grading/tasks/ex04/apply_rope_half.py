@@ -5,19 +5,7 @@ from __future__ import annotations
 import torch
 
 from ...core import register
-from ._rope import (
-    _CONSTANT,
-    _FREQUENCY_ROWS,
-    _IGNORED_POSITIONS,
-    _POSITION_ROWS,
-    _REFLECTED,
-    _SCALE_ROWS,
-    _last_cases,
-    _positions_cases,
-    _RopeTask,
-    _shift_case,
-    _x,
-)
+from . import _rope as rope
 from ._shared import (
     F64,
     LESSON,
@@ -31,7 +19,7 @@ from ._shared import (
 
 
 @register
-class ApplyRopeHalf(_RopeTask):
+class ApplyRopeHalf(rope._RopeTask):
     layout = "halves"
     id = "ex04.apply_rope_half"
     lesson = LESSON + "'RoPE: rotate the queries and keys'"
@@ -50,11 +38,11 @@ class ApplyRopeHalf(_RopeTask):
         "cat((angles, angles), dim=-1), not each angle repeated in place (repeat_interleave "
         "belongs to the interleaved layout)",
         "exponent_i": "the frequency uses 10000^(-i/d); pair i turns by 10000^(-2i/d) per position",
-        "constant": _CONSTANT,
-        "ignore_positions": _IGNORED_POSITIONS,
+        "constant": rope._CONSTANT,
+        "ignore_positions": rope._IGNORED_POSITIONS,
         "cos_sin_swapped": "cos and sin are swapped: x * cos + cat(-second_half, first_half) * "
         "sin (at position 0 nothing turns, so the first vector stays as it is)",
-        "reflect": _REFLECTED.replace("x0", "x_i").replace("x1", "x_{i+d/2}"),
+        "reflect": rope._REFLECTED.replace("x0", "x_i").replace("x1", "x_{i+d/2}"),
         "no_minus": "the first component lost its minus sign: (x_i, x_{i+d/2}) -> (x_i cos a - "
         "x_{i+d/2} sin a, x_i sin a + x_{i+d/2} cos a), i.e. x * cos + cat(-second_half, "
         "first_half) * sin, with the second half negated; with x_i cos a + x_{i+d/2} sin a the "
@@ -73,13 +61,13 @@ class ApplyRopeHalf(_RopeTask):
         "d / 2); pair i turns by 10000^(-2i/d) per position",
         "inverted": _inverted("d"),
         "not_over_d": _not_over_d("d"),
-        **_POSITION_ROWS,
+        **rope._POSITION_ROWS,
         "perm_not_inverted": "you read the result back through perm itself: apply_rope(x[..., "
         "perm]) lays the features out as perm does, and undoing that needs perm's inverse, "
         "torch.argsort(perm) ([0, 2, 4, ..., 1, 3, ...]); perm is its own inverse only for d = 4",
         "float_half": "d / 2 is a float (8 / 2 = 4.0) even when d is even, and a slice needs "
         "ints: x[..., : d // 2] and x[..., d // 2 :]",
-        **_SCALE_ROWS,
+        **rope._SCALE_ROWS,
         # x.chunk(2) with no dim= raises the same error on the first case: one hint for both
         "not_swapped": "your rotate_half negates the first half but keeps the halves in place, "
         "cat((-first_half, second_half)): each feature is then mixed with itself, not with its "
@@ -99,36 +87,38 @@ class ApplyRopeHalf(_RopeTask):
         "even features first, so apply_rope pairs features 0 and 2, not i and i + d/2. Gather "
         "with perm = [0, d/2, 1, d/2 + 1, ...] (torch.arange(d).view(2, d // 2).t().reshape(d)), "
         "which makes each pair (i, i + d/2) adjacent, and undo it with torch.argsort(perm)",
-        **_FREQUENCY_ROWS,
+        **rope._FREQUENCY_ROWS,
     }
 
     def cases(self, gen):
         return [
-            _x(gen, "x (5, 4), positions=None (0, 1, ..., 4): pairs (0, 2) and (1, 3)", (5, 4)),
-            _x(
+            rope._x(
+                gen, "x (5, 4), positions=None (0, 1, ..., 4): pairs (0, 2) and (1, 3)", (5, 4)
+            ),
+            rope._x(
                 gen,
                 "x (3, 5, 8) with a batch of 3 and positions=None: the positions are "
                 "0..4 along the sequence axis (dim -2), whatever the batch",
                 (3, 5, 8),
             ),
-            _x(
+            rope._x(
                 gen,
                 "x (1, 6, 2) (one pair (0, 1)), positions 0.5 apart",
                 (1, 6, 2),
                 torch.arange(6) * 0.5,
             ),
-            *_positions_cases(gen),
-            _x(
+            *rope._positions_cases(gen),
+            rope._x(
                 gen,
                 "float64 x (1, 2, 3, 12) (batch 1) with positions [40, 41, 42] given as floats",
                 (1, 2, 3, 12),
                 torch.tensor([40.0, 41.0, 42.0], dtype=F64),
                 F64,
             ),
-            _shift_case(
+            rope._shift_case(
                 gen,
                 "q·k for q, k (2, 5, 16) float64 after your rotation, positions moved by "
                 "0, 7, -3 and 50, compared with the expected scores",
             ),
-            *_last_cases(gen, 12),
+            *rope._last_cases(gen, 12),
         ]

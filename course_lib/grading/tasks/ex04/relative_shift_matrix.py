@@ -5,34 +5,15 @@ from __future__ import annotations
 import torch
 
 from ...core import Case, register
-from ._shared import (
-    F64,
-    LESSON,
-    _base_1000,
-    _base_e4,
-    _d_minus_1,
-    _degrees,
-    _divided_outside,
-    _divisor_bracketed,
-    _frequencies,
-    _inverted,
-    _logspace,
-    _not_over_d,
-    _pair_from_1,
-    _pieces,
-    _PositionalTask,
-    _times_2pi,
-    _times_pi,
-    _unbracketed,
-)
+from . import _shared as shared
 
 
 @register
-class RelativeShiftMatrix(_PositionalTask):
+class RelativeShiftMatrix(shared._PositionalTask):
     id = "ex04.relative_shift_matrix"
-    lesson = LESSON + "'A shift in position is a rotation'"
+    lesson = shared.LESSON + "'A shift in position is a rotation'"
     reference = "course_lib.positional.relative_shift_matrix"
-    borrowable, forbidden = _pieces(reference)
+    borrowable, forbidden = shared._pieces(reference)
     mistake_table = {
         # abs(offset) is right for positive offsets and looks like the transpose for negative
         # ones: it comes first, or the transpose hint would break the positive offsets
@@ -54,37 +35,37 @@ class RelativeShiftMatrix(_PositionalTask):
         "symmetric, not a rotation",
         "cos_sin_swapped": "cos and sin are swapped in the block: cos a goes on the diagonal and "
         "±sin a off it, [[cos a, sin a], [-sin a, cos a]] (at offset 0 M is the identity)",
-        "base_1000": _base_1000(),
-        "inverted": _inverted(),
+        "base_1000": shared._base_1000(),
+        "inverted": shared._inverted(),
         # at offset=1, d_model=8, the first case either fails, angles cut to integers give the
         # same matrix (pair 0 by 1 radian, the others by 0, or 1e-8): one hint names both
-        "not_over_d": _not_over_d()
+        "not_over_d": shared._not_over_d()
         + ". Or your angles were cut to whole radians, int(offset * frequency) (math.floor, "
         "//, .long()), which at offset 1 leaves every pair but the first unturned too: keep the "
         "angle offset * 10000^(-2i/d_model) a float",
         "exponent_4i": "the rotation angle uses 10000^(-4i/d_model), the 2 counted twice; pair "
         "(2i, 2i+1) turns by offset * 10000^(-2i/d_model), the same frequency as in the encoding",
-        "times_pi": _times_pi(),
-        "times_2pi": _times_2pi(),
-        "d_minus_1": _d_minus_1(),
-        "pair_from_1": _pair_from_1(pairs="its block rotates by the offset itself"),
+        "times_pi": shared._times_pi(),
+        "times_2pi": shared._times_2pi(),
+        "d_minus_1": shared._d_minus_1(),
+        "pair_from_1": shared._pair_from_1(pairs="its block rotates by the offset itself"),
         "diagonal_repeat": "the diagonal holds each pair's cos a twice, side by side: [cos a0, "
         "cos a0, cos a1, cos a1, ...] is cos.repeat_interleave(2); cos.repeat(2) lays it out as "
         "[cos a0, cos a1, ..., cos a0, cos a1, ...], the pairs' cosines in the wrong places",
         "block_at_pair_index": "pair i's 2x2 block goes at rows and columns 2i and 2i+1, "
         "M[2*i : 2*i + 2, 2*i : 2*i + 2]; at M[i : i + 2, i : i + 2] the blocks overlap and the "
         "last rows stay 0",
-        "unbracketed": _unbracketed(
+        "unbracketed": shared._unbracketed(
             "your rotation angles are all close to 0 (M is nearly the identity)"
         ),
         "last_block_missing": "the last pair's block is missing: rows and columns d_model - 2 "
         "and d_model - 1 stay 0. There are d_model // 2 pairs, i = 0 .. d_model // 2 - 1: loop "
         "over range(d_model // 2), not range(d_model // 2 - 1)",
-        "divided_outside": _divided_outside(),
-        "base_e4": _base_e4(),
-        "logspace": _logspace(),
-        "divisor_bracketed": _divisor_bracketed(),
-        "degrees": _degrees(),
+        "divided_outside": shared._divided_outside(),
+        "base_e4": shared._base_e4(),
+        "logspace": shared._logspace(),
+        "divisor_bracketed": shared._divisor_bracketed(),
+        "degrees": shared._degrees(),
     }
 
     def cases(self, gen):
@@ -115,11 +96,11 @@ class RelativeShiftMatrix(_PositionalTask):
 
     def wrong(self, offset, d_model, *, mistake):
         offset = abs(offset) if mistake == "abs_offset" else offset
-        frequencies = _frequencies(d_model, mistake)  # (d_model / 2,)
+        frequencies = shared._frequencies(d_model, mistake)  # (d_model / 2,)
         cos, sin = torch.cos(offset * frequencies), torch.sin(offset * frequencies)
         if mistake == "cos_sin_swapped":
             cos, sin = sin, cos
-        m = torch.zeros(d_model, d_model, dtype=F64)
+        m = torch.zeros(d_model, d_model, dtype=shared.F64)
         even = torch.arange(0, d_model, 2)
         if mistake == "block_at_pair_index":  # M[i : i + 2, i : i + 2] with i the pair index
             even = torch.arange(d_model // 2)

@@ -6,30 +6,7 @@ import torch
 
 from ...core import Case, GradingError, register
 from ..common import all_close
-from ._shared import (
-    _POSITIONS_1D,
-    _POSITIONS_ROW,
-    F64,
-    LESSON,
-    _base_1000,
-    _base_e4,
-    _d_minus_1,
-    _degrees,
-    _divided_outside,
-    _divisor_bracketed,
-    _frequencies,
-    _linspace,
-    _logspace,
-    _not_over_d,
-    _pair_from_1,
-    _pieces,
-    _PositionalTask,
-    _positions_over_len,
-    _times_2pi,
-    _times_pi,
-    _unbracketed,
-    _zero,
-)
+from . import _shared as shared
 
 
 def _same_memory(a, b) -> bool:
@@ -74,17 +51,17 @@ def _kept_table(got, want) -> str | None:
 
 
 def _sinusoidal(seq_len: int, d_model: int) -> torch.Tensor:
-    positions = torch.arange(seq_len, dtype=F64)[:, None]
-    angles = positions * _frequencies(d_model)
+    positions = torch.arange(seq_len, dtype=shared.F64)[:, None]
+    angles = positions * shared._frequencies(d_model)
     return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(1).float()
 
 
 @register
-class SinusoidalPositionalEncoding(_PositionalTask):
+class SinusoidalPositionalEncoding(shared._PositionalTask):
     id = "ex04.sinusoidal_positional_encoding"
-    lesson = LESSON + "'The sinusoidal encoding'"
+    lesson = shared.LESSON + "'The sinusoidal encoding'"
     reference = "course_lib.positional.sinusoidal_positional_encoding"
-    borrowable, forbidden = _pieces(reference)
+    borrowable, forbidden = shared._pieces(reference)
     mistake_table = {
         "cos_sin_swapped": "sin and cos are swapped: sin goes on the even columns (0, 2, ...), "
         "cos on the odd ones, so row 0 is [0, 1, 0, 1, ...]",
@@ -102,41 +79,41 @@ class SinusoidalPositionalEncoding(_PositionalTask):
         "from_1": "positions start at 1; they start at 0, so the first row is sin(0)=0, cos(0)=1",
         "inverted": "the frequency grows with the dimension; it must shrink: "
         "10000^(-2i/d_model) (note the minus sign)",
-        "base_1000": _base_1000(),
-        "not_over_d": _not_over_d(),
-        "divided_outside": _divided_outside(),
-        "base_e4": _base_e4(),
-        "positions_1d": _POSITIONS_1D,
-        "positions_row": _POSITIONS_ROW,
-        "zero": _zero(),
+        "base_1000": shared._base_1000(),
+        "not_over_d": shared._not_over_d(),
+        "divided_outside": shared._divided_outside(),
+        "base_e4": shared._base_e4(),
+        "positions_1d": shared._POSITIONS_1D,
+        "positions_row": shared._POSITIONS_ROW,
+        "zero": shared._zero(),
         "over_seq_len": "the exponent is divided by seq_len; it is divided by d_model, "
         "10000^(-2i/d_model): the frequencies do not depend on the length of the sequence",
         "position_and_pair_swapped": "the position and the pair index trade places: the angle "
         "in row p, pair i is p * 10000^(-2i/d_model), the position times the pair's frequency",
         "odd_sin": "the odd columns hold sin too: column 2i+1 is cos(p * w_i), so pe[:, 1::2] = "
         "torch.cos(angles)",
-        "times_pi": _times_pi(),
-        "positions_over_len": _positions_over_len(),
-        "times_2pi": _times_2pi(),
-        "d_minus_1": _d_minus_1(),
-        "pair_from_1": _pair_from_1(),
+        "times_pi": shared._times_pi(),
+        "positions_over_len": shared._positions_over_len(),
+        "times_2pi": shared._times_2pi(),
+        "d_minus_1": shared._d_minus_1(),
+        "pair_from_1": shared._pair_from_1(),
         "minus_cos": "the odd columns hold -cos; they hold cos(p * w_i) itself, so row 0 is [0, 1, "
         "0, 1, ...]: pe[:, 1::2] = torch.cos(angles), with no minus sign",
-        "logspace": _logspace(),
+        "logspace": shared._logspace(),
         "blog_loop": "this is a well-known blog's loop: with i = 0, 2, 4, ... already the even "
         "column, sin(p / 10000^(2i/d_model)) counts the 2 twice and cos(p / 10000^(2(i+1)/"
         "d_model)) takes the next pair's frequency. With the column index i = 2k the exponent "
         "is i/d_model, the same for sin in column i and cos in column i+1",
-        "unbracketed": _unbracketed(
+        "unbracketed": shared._unbracketed(
             "your angles are all close to 0 (every row is nearly [0, 1, 0, 1, ...])"
         ),
-        "linspace": _linspace(),
+        "linspace": shared._linspace(),
         "stack_dim0": "you stacked sin and cos on a new first axis, (2, seq_len, d_model/2), "
         "and reshaped to (seq_len, d_model): a reshape reads the values in memory order, so "
         "the rows get mixed up. Stack them on a new last axis, torch.stack((sin, cos), "
         "dim=-1), of shape (seq_len, d_model/2, 2), then .flatten(1) interleaves each pair",
-        "divisor_bracketed": _divisor_bracketed(),
-        "degrees": _degrees(),
+        "divisor_bracketed": shared._divisor_bracketed(),
+        "degrees": shared._degrees(),
     }
 
     def cases(self, gen):
@@ -197,11 +174,12 @@ class SinusoidalPositionalEncoding(_PositionalTask):
         return None
 
     def wrong(self, seq_len, d_model, *, mistake):
-        positions = torch.arange(seq_len, dtype=F64)[:, None] + (mistake == "from_1")  # (seq, 1)
+        positions = torch.arange(seq_len, dtype=shared.F64)[:, None]  # (seq, 1)
+        positions = positions + (mistake == "from_1")
         positions = positions / seq_len if mistake == "positions_over_len" else positions
         if mistake == "linspace":  # torch.linspace(0, seq_len, seq_len): the end included
-            positions = torch.linspace(0, seq_len, seq_len, dtype=F64)[:, None]
-        pair = torch.arange(d_model // 2, dtype=F64)[None, :]  # (1, d_model / 2)
+            positions = torch.linspace(0, seq_len, seq_len, dtype=shared.F64)[:, None]
+        pair = torch.arange(d_model // 2, dtype=shared.F64)[None, :]  # (1, d_model / 2)
         if mistake == "over_seq_len":
             angles = positions * 10000.0 ** (-2 * pair / seq_len)
         elif mistake == "position_and_pair_swapped":
@@ -209,7 +187,7 @@ class SinusoidalPositionalEncoding(_PositionalTask):
         else:
             positions = positions[:, 0] if mistake == "positions_1d" else positions  # (seq,)
             positions = positions.T if mistake == "positions_row" else positions  # (1, seq)
-            angles = positions * _frequencies(d_model, mistake)  # (seq, d_model / 2)
+            angles = positions * shared._frequencies(d_model, mistake)  # (seq, d_model / 2)
         odd_angles = angles
         if mistake == "column_index_exponent":  # column 2i + 1 at 10000^(-(2i + 1)/d_model)
             odd_angles = positions * 10000.0 ** (-(2 * pair + 1) / d_model)
@@ -224,6 +202,6 @@ class SinusoidalPositionalEncoding(_PositionalTask):
             return torch.cat((even, odd), dim=-1).float()
         if mistake == "stack_dim0":  # torch.stack((sin, cos)).reshape(seq_len, d_model)
             return torch.stack((even, odd)).reshape(seq_len, d_model).float()
-        pe = torch.empty(seq_len, d_model, dtype=F64)
+        pe = torch.empty(seq_len, d_model, dtype=shared.F64)
         pe[:, 0::2], pe[:, 1::2] = even, odd
         return pe.float()

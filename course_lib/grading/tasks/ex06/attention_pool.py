@@ -9,18 +9,7 @@ from ..common import D_V_SCALE_HINT, RENORMALISED_HINT, far_blocked_key, randn, 
 from ..common import lengths_mask as source_padding_mask
 from ..ex02 import FLOAT32_SCALE, SCALED_AFTER_SOFTMAX
 from ..ex05 import ATTENTION_MISTAKES
-from ._shared import (
-    FAR_BLOCKED,
-    KV_KEPT,
-    LOG_SOFTMAX,
-    MAX_OF_ALL,
-    NO_MAX,
-    OVERFLOW,
-    POWER_THEN_HALF,
-    SOFTMAX_SLIPS,
-    _after_a_call_on_other_weights,
-    _softmax_slip_attention,
-)
+from . import _shared as shared
 from .cross_attention import CROSS_MISTAKES
 
 
@@ -50,8 +39,8 @@ def _pool(x, queries, w_k, w_v, mask=None, *, mistake=""):
         mask = mask.unsqueeze(-1 if mistake == "mask_last_axis" else -2)  # (batch, n, 1): slip
     mask = None if mistake == "mask_ignored" else mask
     values = x @ (w_k if mistake == "values_with_w_k" else w_v)
-    if mistake in SOFTMAX_SLIPS:
-        return _softmax_slip_attention(q, keys, values, mask, mistake)
+    if mistake in shared.SOFTMAX_SLIPS:
+        return shared._softmax_slip_attention(q, keys, values, mask, mistake)
     pooled, weights = wrong_attention(
         q,
         keys,
@@ -109,7 +98,7 @@ POOL_MISTAKES = {
     "(d_k = queries.shape[-1])",
     "k_dot_T": CROSS_MISTAKES["k_dot_T"],
     "times_sqrt": "you multiplied the scores by sqrt(d_k); divide them by it, scores / d_k ** 0.5",
-    "power_then_half": POWER_THEN_HALF,
+    "power_then_half": shared.POWER_THEN_HALF,
     "n_tokens": "you scaled by the square root of the number of tokens (n, x.shape[1]); d_k is "
     "the length of each query and key vector, queries.shape[-1]",
     "mask_last_axis": "mask.unsqueeze(-1) is (batch, n, 1): it puts the tokens on the queries' "
@@ -118,7 +107,7 @@ POOL_MISTAKES = {
     "mean_pooled": "you averaged the tokens, each real token with the same weight: the weights "
     "come from each learned query's scores against the keys, softmax(queries @ k^T / "
     "sqrt(d_k)) over the tokens, so each query picks its own mix",
-    "log_softmax": LOG_SOFTMAX,
+    "log_softmax": shared.LOG_SOFTMAX,
     "softmax_over_batch": "softmax(dim=0) normalises across the sequences of the batch; the "
     "softmax runs over the tokens of x, the last axis of the (batch, num_queries, n) scores: "
     "softmax(dim=-1)",
@@ -129,9 +118,9 @@ POOL_MISTAKES = {
     "first, scores.masked_fill(~mask[:, None, :], float('-inf')), then take the softmax",
     "float32_softmax": ATTENTION_MISTAKES["float32_softmax"],
     "swapped": "the return order is swapped: return (pooled, weights), the pooled vectors first",
-    "no_max": NO_MAX,
-    "max_of_all": MAX_OF_ALL,
-    "kv_kept": KV_KEPT.format(read="x"),
+    "no_max": shared.NO_MAX,
+    "max_of_all": shared.MAX_OF_ALL,
+    "kv_kept": shared.KV_KEPT.format(read="x"),
 }
 
 
@@ -156,7 +145,7 @@ class AttentionPool(Task):
     )
 
     def call(self, obj, case):  # a cache of k and v between calls is stale at once
-        return _after_a_call_on_other_weights(super().call, obj, case, (2, 3))
+        return shared._after_a_call_on_other_weights(super().call, obj, case, (2, 3))
 
     def cases(self, gen):
         def case(description, sizes, lengths=None, dtype=torch.float32):
@@ -185,11 +174,11 @@ class AttentionPool(Task):
             case("float64 x (2, 9, 12), 4 queries (4, 18), w_v (12, 24), lengths [3, 9]",
                  (2, 9, 12, 4, 18, 24), [3, 9], torch.float64),
             Case(f"x (1, 2, 4), one query (1, 4) of 10s, identity w_k and w_v, mask (1, 2) = "
-                 f"[True, False]: {FAR_BLOCKED.replace('memory position', 'token')}",
+                 f"[True, False]: {shared.FAR_BLOCKED.replace('memory position', 'token')}",
                  (memory, queries[0], eye, eye), {"mask": keep}),
             # as cross_attention's last case: a softmax by hand must subtract each row's maximum
             Case(f"x (1, 2, 4), queries (2, 4) of 10s and of -10s, identity w_k and w_v, mask "
-                 f"(1, 2) all True: {OVERFLOW.replace('each row', 'each query')}",
+                 f"(1, 2) all True: {shared.OVERFLOW.replace('each row', 'each query')}",
                  (memory, torch.cat([queries[0], -queries[0]]), eye, eye),
                  {"mask": torch.ones(1, 2, dtype=torch.bool)}),
         ]  # fmt: skip

@@ -9,14 +9,7 @@ from torch import nn
 
 from ....multihead import MultiHeadAttention
 from ...core import Case, GradingError, register
-from ..common import (
-    KEPT_INPUTS,
-    ModuleTask,
-    call_on_other_inputs,
-    randn,
-    residual_sublayers,
-    without_dropout,
-)
+from .. import common
 from ..common import lengths_mask as source_padding_mask
 from ..ex07._layers import LAYER_NORM_EPS
 
@@ -26,10 +19,11 @@ def _random_state(gen, d_model, dtype):
     matters)."""
     state = {}
     for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
-        state[f"attn.{name}.weight"] = randn(gen, d_model, d_model, dtype=dtype) * d_model**-0.5
-        state[f"attn.{name}.bias"] = randn(gen, d_model, dtype=dtype) * 0.1
-    state["norm.weight"] = 1.0 + 0.5 * randn(gen, d_model, dtype=dtype)
-    state["norm.bias"] = 0.5 * randn(gen, d_model, dtype=dtype)
+        weight = common.randn(gen, d_model, d_model, dtype=dtype)
+        state[f"attn.{name}.weight"] = weight * d_model**-0.5
+        state[f"attn.{name}.bias"] = common.randn(gen, d_model, dtype=dtype) * 0.1
+    state["norm.weight"] = 1.0 + 0.5 * common.randn(gen, d_model, dtype=dtype)
+    state["norm.bias"] = 0.5 * common.randn(gen, d_model, dtype=dtype)
     return state
 
 
@@ -65,7 +59,7 @@ SUBLAYER_MISTAKES = {
     "normed_sublayer": "you normalised the attention's output, x + norm(attn(x, memory)); "
     "post-norm normalises the sum, norm(x + attn(x, memory)), and pre-norm the attention's "
     "input, x + attn(norm(x), memory)",
-    "memory_kept": KEPT_INPUTS,
+    "memory_kept": common.KEPT_INPUTS,
     "key_padding_mask": "key_padding_mask is nn.MultiheadAttention's argument (True = blocked); "
     "course_lib's MultiHeadAttention takes the mask as its fourth argument, True = may attend: "
     "self.attn(x, memory, memory, memory_mask)",
@@ -145,11 +139,11 @@ class WrongSublayer(nn.Module):
         norm = self.norm
         if mistake == "functional_norm":  # F.layer_norm with no weight: the loaded ones unused
             norm = lambda h: nn.functional.layer_norm(h, h.shape[-1:])  # noqa: E731
-        return residual_sublayers(x, [(norm, attend)], norm_first, slip)
+        return common.residual_sublayers(x, [(norm, attend)], norm_first, slip)
 
 
 @register
-class CrossAttentionSublayerTask(ModuleTask):
+class CrossAttentionSublayerTask(common.ModuleTask):
     id = "ex06.CrossAttentionSublayer"
     lesson = "lesson 06, section 'Where cross-attention sits in the decoder'"
     reference = "course_lib.cross_attention.CrossAttentionSublayer"
@@ -160,8 +154,8 @@ class CrossAttentionSublayerTask(ModuleTask):
         def case(description, sizes, norm_first, lengths=None, dtype=torch.float32, default=False):
             batch, n_q, n_kv, d_model, num_heads = sizes
             # x far from normalised, so LayerNorm before and after the residual differ
-            x = 2.0 * randn(gen, batch, n_q, d_model, dtype=dtype) + 1.0
-            memory = 1.5 * randn(gen, batch, n_kv, d_model, dtype=dtype) - 0.5
+            x = 2.0 * common.randn(gen, batch, n_q, d_model, dtype=dtype) + 1.0
+            memory = 1.5 * common.randn(gen, batch, n_kv, d_model, dtype=dtype) - 0.5
             kwargs = {} if lengths is None else {"memory_mask": source_padding_mask(lengths, n_kv)}
             data = {
                 "sizes": (d_model, num_heads),
@@ -206,7 +200,7 @@ class CrossAttentionSublayerTask(ModuleTask):
     def run(self, module, case):
         args = [*case.args, *case.kwargs.values()]  # x, memory and memory_mask if given
         memory = args[1] = args[1].detach().requires_grad_(True)  # the encoder learns through it
-        call_on_other_inputs(module.eval(), args, {})
+        common.call_on_other_inputs(module.eval(), args, {})
         out = module(*args)
         if isinstance(out, torch.Tensor) and (
             not out.requires_grad
@@ -217,4 +211,4 @@ class CrossAttentionSublayerTask(ModuleTask):
             if moved.shape == out.shape and not torch.equal(moved, out.detach()):
                 raise GradingError(SUBLAYER_MISTAKES["memory_detached"])
         args[1] = memory.detach()
-        return without_dropout(module, args, {}, "sub-layer")
+        return common.without_dropout(module, args, {}, "sub-layer")
