@@ -1266,6 +1266,7 @@ def test_hunt17_slips_lose_points_with_a_named_hint(solution, name, make, words,
     result = _result_under_seed(f"ex11.{name}", make(solution), seed)
     assert result.status == "failed" and result.score < result.max_score, result.feedback
     assert words in result.feedback and "None of the usual" not in result.feedback
+    assert torch.is_grad_enabled()  # the check put gradients back on for the cells after it
     assert "and left the model in eval mode" not in result.feedback, result.feedback
 
 
@@ -1408,19 +1409,32 @@ def _frozen_first(solution, name):
     return frozen
 
 
+def _grad_off_first(solution, name):
+    """The solution's `name` after torch.set_grad_enabled(False), never switched back on (for
+    `with torch.no_grad():`): the whole program's later forwards build no graph."""
+
+    def grad_off(model, *args):
+        torch.set_grad_enabled(False)
+        return solution[name](model, *args)
+
+    return grad_off
+
+
 HUNT19 = [  # task, the learner's function, a phrase of the feedback
     ("ablate_head", lambda s: _ablate_zeroing_columns(freeze=True), "requires_grad is off"),
     ("ablate_head", lambda s: _frozen_first(s, "ablate_head"), "requires_grad is off"),
     ("ablate_head", lambda s: _ablate_zeroing_columns("parameter"), "a new nn.Parameter"),
     ("patch_head", lambda s: _frozen_first(s, "patch_head"), "requires_grad changed"),
     ("attention_patterns", lambda s: _frozen_first(s, "attention_patterns"), "requires_grad"),
+    *((t[5:], lambda s, n=t[5:]: _grad_off_first(s, n), "gradients are now off") for t in TASKS),
 ]
 
 
 @pytest.mark.parametrize(
     "name,make,words",
     HUNT19,
-    ids=["weight frozen", "model frozen", "new parameter", "patch frozen", "patterns frozen"],
+    ids=["weight frozen", "model frozen", "new parameter", "patch frozen", "patterns frozen"]
+    + [f"{task_id[5:]} grad off" for task_id in TASKS],
 )
 @pytest.mark.parametrize("seed", [None, 1, 5])
 def test_parameters_frozen_or_replaced_lose_points_with_a_named_hint(
