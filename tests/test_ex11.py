@@ -1426,7 +1426,7 @@ HUNT19 = [  # task, the learner's function, a phrase of the feedback
     ("ablate_head", lambda s: _ablate_zeroing_columns("parameter"), "a new nn.Parameter"),
     ("patch_head", lambda s: _frozen_first(s, "patch_head"), "requires_grad changed"),
     ("attention_patterns", lambda s: _frozen_first(s, "attention_patterns"), "requires_grad"),
-    *((t[5:], lambda s, n=t[5:]: _grad_off_first(s, n), "gradients are now off") for t in TASKS),
+    *((t[5:], lambda s, n=t[5:]: _grad_off_first(s, n), "switched gradients off") for t in TASKS),
 ]
 
 

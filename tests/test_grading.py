@@ -727,6 +727,47 @@ def test_a_notebooks_state_fails_no_right_answer_and_the_check_leaves_it_as_it_w
     assert before == after and torch.equal(rng, rng_after)
 
 
+def _softmax_leaving_grad_off(x, dim=-1):  # for `with torch.no_grad():`, never switched back
+    torch.set_grad_enabled(False)
+    return learner_softmax(x, dim)
+
+
+def _softmax_leaving_float64(x, dim=-1):  # "for precision": every later tensor is float64
+    torch.set_default_dtype(torch.float64)
+    return learner_softmax(x, dim).to(x.dtype)
+
+
+class _FeedForwardLeavingGradOff(LearnerFeedForward):
+    def forward(self, x):
+        torch.set_grad_enabled(False)
+        return super().forward(x)
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex02.softmax", _softmax_leaving_grad_off, "switched gradients off"),
+        ("ex02.softmax", _softmax_leaving_float64, "default dtype to torch.float64"),
+        ("ex07.FeedForward", _FeedForwardLeavingGradOff, "switched gradients off"),
+    ],
+)
+@pytest.mark.parametrize("seed", [None, 3])
+def test_global_state_left_behind_fails_with_its_name_and_is_put_back(
+    task_id, learner, words, seed
+):
+    # before: full marks; the check's own state (course_state) undid the change, but in the
+    # learner's notebook every later cell would run without gradients, or in float64
+    task = get_task(task_id)
+    if seed is None:
+        result = check_result(task_id, learner)
+    else:
+        cases = task.cases(torch.Generator().manual_seed(seed))
+        result = judge(task, cases, run_cases(task, learner, cases))
+    assert result.status == "failed" and result.score < result.max_score, result.feedback
+    assert words in result.feedback, result.feedback
+    assert torch.is_grad_enabled() and torch.get_default_dtype() == torch.float32
+
+
 def test_a_check_run_in_inference_mode_still_back_propagates():
     with torch.inference_mode():  # before: softmax's gradient case failed ('carries no gradients')
         result = check_result("ex02.softmax", learner_softmax)

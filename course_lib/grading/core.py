@@ -388,9 +388,12 @@ def run_cases(task: Task, obj: Any, cases: list[Case], namespace: dict | None = 
         own = _own_copy(case)
         with course_state(), watcher:
             outcome = _outcome_of(lambda own=own: task.call(obj, own))
+            left = _state_left_behind()  # read before course_state puts it back
         changed = _changed_inputs(obj, case, own)
         if changed and outcome["status"] in ("ok", "harness"):  # not when it raised itself
             outcome["changed"] = changed
+        if left and outcome["status"] in ("ok", "harness"):
+            outcome["left"] = left
         outcomes.append(outcome)
     run = {"outcomes": outcomes, "seen": list(watcher.seen)}
     library = sys.modules.get("course_lib.mine")
@@ -425,6 +428,27 @@ def course_state():
             yield
     finally:
         torch.set_default_dtype(dtype)
+
+
+def _state_left_behind() -> str | None:
+    """What a learner's call changed in PyTorch's global state, inside `course_state` (which
+    set it before the call and puts it back after it, so the check itself would not notice):
+    in their notebook, every later cell would run in it. None when nothing changed."""
+    if not torch.is_grad_enabled():
+        return (
+            "your code switched gradients off for the whole program and left them off "
+            "(torch.set_grad_enabled(False)): every later forward in your notebook builds no "
+            "graph, so the next loss.backward() raises and nothing trains. Use `with "
+            "torch.no_grad():`, which switches them back on when the block ends"
+        )
+    if torch.get_default_dtype() != torch.float32:
+        return (
+            f"your code changed the default dtype to {torch.get_default_dtype()} and left it "
+            "(torch.set_default_dtype): every tensor your notebook makes later, and every "
+            "layer's weights, would be in it. Give the tensors you make a dtype= (x.dtype) "
+            "instead"
+        )
+    return None
 
 
 def _copy_input(value: Any, memo: dict[int, Any]) -> Any:
@@ -1062,6 +1086,8 @@ def _judge_one(task: Task, case: Case, outcome: dict, want_hint: bool = True) ->
     status = outcome.get("status")
     if outcome.get("changed"):  # the first thing to fix: later checks ran on changed inputs
         return changed_message(outcome["changed"])
+    if outcome.get("left"):  # right or not, it breaks the learner's later cells
+        return outcome["left"]
     if status == "harness":
         return outcome.get("message", "the check could not run your code")
     if case.raises is not None:

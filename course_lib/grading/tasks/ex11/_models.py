@@ -290,13 +290,6 @@ CHANGES = {
         "put the values back into the same parameter, in place: weight.copy_(saved) under "
         "`with torch.no_grad():`",
     ),
-    "grad_mode": (
-        "gradients are now off for the whole program (torch.set_grad_enabled(False), left "
-        "behind): every later forward builds no graph, so the next loss.backward() raises and "
-        "nothing trains",
-        "use `with torch.no_grad():`, which switches gradients back on when the block ends, "
-        "even when the forward raises",
-    ),
     "recording": (
         "its layers' own attention recording changed (a layer's record_attention flag, or "
         "the .attention weights it stores while the flag is on, are not what they were)",
@@ -361,7 +354,6 @@ class ModelTask(Task):
         trainable = {name: p.requires_grad for name, p in parameters.items()}
         fails = case.data.get("fails", False)
         result, raised = None, False
-        grad_was = torch.is_grad_enabled()
         for earlier in case.data.get("earlier", ()):  # a call before, on the same model
             obj(model, *earlier)
         held = held_tensors(obj)  # what earlier calls left in the learner's globals
@@ -381,14 +373,9 @@ class ModelTask(Task):
             if not frames or "hook(" not in (frames[-1].line or ""):
                 raise
             raise GradingError(f"your code raised TypeError: {error}. Hint: {HOOK_CALL}") from None
-        finally:  # gradients switched off and left off: put back for the checks after it
-            grad_left_off = torch.is_grad_enabled() != grad_was
-            torch.set_grad_enabled(grad_was)
         if fails and not raised:
             return None, "swallowed"
-        if grad_left_off:
-            state = "grad_mode"
-        elif any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()):
+        if any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()):
             state = "hook_after_error" if fails else "hook"
         elif _snapshot(model)[0] != snapshot[0]:
             state = "mode_after_error" if fails else "mode"
