@@ -180,20 +180,25 @@ def test_sampling_ignoring_the_generator_fails():
     assert "pass `generator=generator` to torch.multinomial" in result.feedback, result.feedback
 
 
-@pytest.mark.parametrize("own", ["seed", "generator"])
+@pytest.mark.parametrize("own", ["seed", "generator", "seed if none", "generator if none"])
 def test_sampling_from_a_seed_of_its_own_fails(own):
     # torch.manual_seed(0) inside (or a Generator seeded 0) passed all 18: the check only asked
     # that one seed give the same tokens twice. The reseed is named as such; a generator of its
-    # own leaves the global state alone and is caught by two seeds giving the same tokens
+    # own leaves the global state alone and is caught by two seeds giving the same tokens.
+    # #h20: the same seed only when no generator is given passed all 21 (every call was given
+    # one), though generate() without a generator then samples the same text every time
     def sample(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
-        if own == "seed":
+        if own == "seed" or (own == "seed if none" and generator is None):
             torch.manual_seed(0)
         probs = torch.softmax(logits / temperature, -1)  # its first failure is the plain case
-        draw = torch.Generator().manual_seed(0) if own == "generator" else None
+        draw = torch.Generator().manual_seed(0) if own == "generator" else generator
+        if own == "generator if none" and generator is None:
+            draw = torch.Generator().manual_seed(0)
         return torch.multinomial(probs, 1, generator=draw).squeeze(-1)
 
     result = status("ex09.sample_next", sample)
     needle = {"seed": "changed PyTorch's global random state", "generator": "seeded differently"}
+    needle["seed if none"] = needle["generator if none"] = "two calls without a generator"
     assert result.status == "failed" and needle[own] in result.feedback, result.feedback
 
 

@@ -114,6 +114,21 @@ MISTAKES = {
 }
 
 
+SEEDED_WITHOUT_GENERATOR = (
+    "two calls without a generator (generator=None) gave the same tokens: with no generator, "
+    "draw from PyTorch's global random stream, torch.multinomial(probs, 1, generator=None). A "
+    "seed of your own for that case (torch.manual_seed(0), or torch.Generator().manual_seed(0) "
+    "as the default) makes every call, and every text that generate() samples without a "
+    "generator, the same"
+)
+
+
+def _two_draws_alike(freq: torch.Tensor) -> float:
+    """The chance that two independent calls on FEW_DRAWS copies of each row draw the same
+    tokens, for the frequencies (rows, vocab) of the learner's draws."""
+    return float(((freq**2).sum(-1).log().sum() * FEW_DRAWS).exp())
+
+
 def wrong_sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None, *,
                       mistake=""):  # fmt: skip
     """Greedy at temperature 0, else temperature, top-k, softmax, top-p and one draw, with one
@@ -328,6 +343,10 @@ class SampleNextTask(Task):
         tokens = first.reshape(DRAWS, rows)  # (draws, rows)
         counts = torch.zeros(rows, vocab, dtype=torch.float64)
         counts.scatter_add_(1, tokens.T, torch.ones(rows, DRAWS, dtype=torch.float64))
+        if _two_draws_alike(counts / DRAWS) < 1e-9:  # #h20: a seed of its own for generator=None
+            alone = obj(few.clone(), **case.kwargs)
+            if isinstance(alone, torch.Tensor) and torch.equal(alone, obj(few, **case.kwargs)):
+                raise GradingError(SEEDED_WITHOUT_GENERATOR)
         return {"freq": counts / DRAWS}  # (rows, vocab)
 
     def expected(self, case):
