@@ -1430,3 +1430,54 @@ def test_attention_weights_returned_without_their_graph_fail(cut):
     got = result("ex02.scaled_dot_product_attention", attention)
     assert got.status == "failed", got.feedback
     assert "the attention weights you return carry no gradient" in got.feedback, got.feedback
+
+
+# ---------------------------- hunt 19 (h02c): a fresh learner's slips in the attention steps
+
+
+def _h19c_attention(q, k, v, *, slip):
+    if slip == "k.reshape(..., d_k, n_k)":  # regroups the numbers: not a transpose
+        scores = q @ k.reshape(*k.shape[:-2], k.shape[-1], k.shape[-2])
+    elif slip == "k.view(d_k, -1)":
+        scores = q @ k.view(k.shape[-1], -1)
+    elif slip == "einsum 'id,jd->ij'":  # the lesson's 2-D shapes, written as an einsum
+        scores = torch.einsum("id,jd->ij", q, k)
+    elif slip == "q^T k":  # q_i^T k_j read as a product of whole matrices
+        scores = q.transpose(-2, -1) @ k
+    else:
+        scores = q @ k.transpose(-2, -1)
+    weights = softmax_max(scores / math.sqrt(q.shape[-1]))
+    return weights @ v, weights
+
+
+def _h19c_self_attention(x, w_q, w_k, w_v, *, slip):
+    return _h19c_attention(x @ w_q, x @ w_k, x @ w_v, slip=slip)
+
+
+_H19C_NOT_A_TRANSPOSE = "is not a transpose"
+_H19C_EINSUM_2D = "your einsum names exactly two axes"
+_H19C_Q_T_K = "the transpose belongs on the keys"
+H19C_SLIPS = [
+    (SDPA, "k.reshape(..., d_k, n_k)", _H19C_NOT_A_TRANSPOSE),
+    (SDPA, "k.view(d_k, -1)", _H19C_NOT_A_TRANSPOSE),
+    (SDPA, "einsum 'id,jd->ij'", _H19C_EINSUM_2D),
+    (SDPA, "q^T k", _H19C_Q_T_K),
+    (SELF, "k.reshape(..., d_k, n_k)", _H19C_NOT_A_TRANSPOSE),
+    (SELF, "einsum 'id,jd->ij'", _H19C_EINSUM_2D),
+    (SELF, "q^T k", _H19C_Q_T_K),
+]
+
+
+@pytest.mark.parametrize(
+    "task_id, slip, hint", H19C_SLIPS, ids=[f"{t.split('.')[1]}-{s}" for t, s, _ in H19C_SLIPS]
+)
+def test_h19c_attention_slips_are_named_under_every_seed(task_id, slip, hint):
+    # before: a reshape or view for the transpose got 'None of the usual single mistakes';
+    # the 2-D einsum and q^T k a bare RuntimeError
+    make = _h19c_attention if task_id == SDPA else _h19c_self_attention
+    learner = functools.partial(make, slip=slip)
+    for seed in (0, 1, 2):
+        r = _l14_graded(task_id, learner, seed)
+        assert r.status == "failed" and r.score < r.max_score, (seed, r.feedback)
+        assert hint in r.feedback, (seed, r.feedback)
+    assert _l14_graded(task_id, functools.partial(make, slip="right"), 0).status == "passed"
