@@ -1451,12 +1451,19 @@ def _h19c_attention(q, k, v, *, slip):
 
 
 def _h19c_self_attention(x, w_q, w_k, w_v, *, slip):
-    return _h19c_attention(x @ w_q, x @ w_k, x @ w_v, slip=slip)
+    project = {
+        "einsum 'bnd,de->bne'": lambda w: torch.einsum("bnd,de->bne", x, w),
+        "einsum 'nd,de->ne'": lambda w: torch.einsum("nd,de->ne", x, w),
+        "torch.mm(x, w)": lambda w: torch.mm(x, w),
+        "torch.bmm with w expanded": lambda w: torch.bmm(x, w.expand(x.shape[0], *w.shape)),
+    }.get(slip, lambda w: x @ w)
+    return _h19c_attention(project(w_q), project(w_k), project(w_v), slip=slip)
 
 
 _H19C_NOT_A_TRANSPOSE = "is not a transpose"
 _H19C_EINSUM_2D = "your einsum names exactly two axes"
 _H19C_Q_T_K = "the transpose belongs on the keys"
+_H19C_PROJECTION = "your projection works only for"
 H19C_SLIPS = [
     (SDPA, "k.reshape(..., d_k, n_k)", _H19C_NOT_A_TRANSPOSE),
     (SDPA, "k.view(d_k, -1)", _H19C_NOT_A_TRANSPOSE),
@@ -1465,6 +1472,10 @@ H19C_SLIPS = [
     (SELF, "k.reshape(..., d_k, n_k)", _H19C_NOT_A_TRANSPOSE),
     (SELF, "einsum 'id,jd->ij'", _H19C_EINSUM_2D),
     (SELF, "q^T k", _H19C_Q_T_K),
+    (SELF, "einsum 'bnd,de->bne'", _H19C_PROJECTION),
+    (SELF, "einsum 'nd,de->ne'", _H19C_PROJECTION),
+    (SELF, "torch.mm(x, w)", _H19C_PROJECTION),
+    (SELF, "torch.bmm with w expanded", _H19C_PROJECTION),
 ]
 
 
@@ -1473,7 +1484,7 @@ H19C_SLIPS = [
 )
 def test_h19c_attention_slips_are_named_under_every_seed(task_id, slip, hint):
     # before: a reshape or view for the transpose got 'None of the usual single mistakes';
-    # the 2-D einsum and q^T k a bare RuntimeError
+    # the 2-D einsum, q^T k and the projections by einsum, mm or bmm a bare RuntimeError
     make = _h19c_attention if task_id == SDPA else _h19c_self_attention
     learner = functools.partial(make, slip=slip)
     for seed in (0, 1, 2):
