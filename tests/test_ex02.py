@@ -1492,3 +1492,45 @@ def test_h19c_attention_slips_are_named_under_every_seed(task_id, slip, hint):
         assert r.status == "failed" and r.score < r.max_score, (seed, r.feedback)
         assert hint in r.feedback, (seed, r.feedback)
     assert _l14_graded(task_id, functools.partial(make, slip="right"), 0).status == "passed"
+
+
+def _h19c_attention_more(q, k, v, *, slip):
+    if slip == "k.swapaxes(1, 2)":  # NumPy's name for transpose(1, 2)
+        k_t = k.swapaxes(1, 2)
+    else:
+        k_t = k.transpose(-2, -1)
+    scores = q @ k_t / math.sqrt(q.shape[-1])
+    if slip == "softmax with dtype=torch.float32":  # an upcast copied without the cast back
+        weights = F.softmax(scores, dim=-1, dtype=torch.float32)
+    elif slip == "scores.float()":
+        weights = softmax_max(scores.float())
+    else:
+        weights = softmax_max(scores)
+    return weights @ v, weights
+
+
+H19C_MORE = [
+    (SDPA, "k.swapaxes(1, 2)", "k.swapaxes(1, 2) (NumPy's name for k.transpose(1, 2))"),
+    (SDPA, "softmax with dtype=torch.float32", "your weights are float32"),
+    (SDPA, "scores.float()", "your weights are float32"),
+    (SELF, "k.swapaxes(1, 2)", "k.swapaxes(1, 2) (NumPy's name for k.transpose(1, 2))"),
+    (SELF, "softmax with dtype=torch.float32", "your weights are float32"),
+]
+
+
+@pytest.mark.parametrize(
+    "task_id, slip, hint", H19C_MORE, ids=[f"{t.split('.')[1]}-{s}" for t, s, _ in H19C_MORE]
+)
+def test_h19c_more_attention_crashes_are_named_under_every_seed(task_id, slip, hint):
+    # before: a bare IndexError (k.swapaxes(1, 2) on the 2-D case, though k.transpose(1, 2) had
+    # a hint) and a bare 'expected scalar type Float but found Double' (float32 weights @ v)
+    def learner(*args):
+        if task_id == SDPA:
+            return _h19c_attention_more(*args, slip=slip)
+        x, w_q, w_k, w_v = args
+        return _h19c_attention_more(x @ w_q, x @ w_k, x @ w_v, slip=slip)
+
+    for seed in (0, 1, 2):
+        r = _l14_graded(task_id, learner, seed)
+        assert r.status == "failed" and r.score < r.max_score, (seed, r.feedback)
+        assert "your code raised" in r.feedback and hint in r.feedback, (seed, r.feedback)

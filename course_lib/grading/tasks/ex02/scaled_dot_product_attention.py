@@ -102,6 +102,12 @@ class ScaledDotProductAttention(HintOnError):
         "q_t_k": "q^T @ k multiplies (d_k, n_q) by (n_k, d_k): the transpose belongs on the "
         "keys. The scores are q @ k^T, (n_q, d_k) @ (d_k, n_k) = (n_q, n_k), one row per query: "
         "q @ k.transpose(-2, -1)",
+        "swapaxes_1_2": "k.swapaxes(1, 2) (NumPy's name for k.transpose(1, 2)) assumes exactly "
+        "one batch axis; count from the end, k.swapaxes(-2, -1) (or k.transpose(-2, -1), k.mT), "
+        "so 2-D inputs and any number of batch dimensions work",
+        "float32_weights": "your weights are float32 (a softmax with dtype=torch.float32, or of "
+        "scores.float()) while v is float64, and a product takes one dtype: keep the inputs' "
+        "dtype throughout, softmax(scores, dim=-1) with no dtype= and no .float()",
         "mm": "torch.mm multiplies 2-D matrices only; use @ (torch.matmul), which works for any "
         "number of batch dimensions",
         "no_max": "exp of large scores overflows (inf / inf = NaN): take the softmax with your "
@@ -225,6 +231,8 @@ class ScaledDotProductAttention(HintOnError):
             k_t = k.t()
         elif mistake == "permute_0_2_1":
             k_t = k.permute(0, 2, 1)
+        elif mistake == "swapaxes_1_2":  # NumPy's name, the bmm habit's axes
+            k_t = k.swapaxes(1, 2)
         elif mistake == "reshape_t":  # the numbers regrouped, not transposed
             k_t = k.reshape(*k.shape[:-2], k.shape[-1], k.shape[-2])
         else:
@@ -245,8 +253,9 @@ class ScaledDotProductAttention(HintOnError):
         if mistake == "causal_mask":  # a GPT's mask, which this task does not have
             later = torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1)
             scores = scores.masked_fill(later, -math.inf)
-        weights = stable_softmax(
-            scores, dim={"query_axis": -2, "softmax_dim_2": 2}.get(mistake, -1)
+        weights = stable_softmax(  # float32 weights: a crash at weights @ v on float64 inputs
+            scores.float() if mistake == "float32_weights" else scores,
+            dim={"query_axis": -2, "softmax_dim_2": 2}.get(mistake, -1),
         )
         if mistake == "attention_dropout":  # F.dropout(weights, 0.1): tutorials' attention
             weights = torch.nn.functional.dropout(weights, 0.1)
