@@ -1534,3 +1534,48 @@ def test_h19c_more_attention_crashes_are_named_under_every_seed(task_id, slip, h
         r = _l14_graded(task_id, learner, seed)
         assert r.status == "failed" and r.score < r.max_score, (seed, r.feedback)
         assert "your code raised" in r.feedback and hint in r.feedback, (seed, r.feedback)
+
+
+def _h19c_biased(q, k, v, slope, *, slip):
+    i, j = _positions(q, k)
+    d_k = q.shape[-1]
+    if slip == "k @ q^T":  # the square cases hide the order: only the values differ there
+        raw = k @ q.transpose(-2, -1)
+    elif slip == "k.transpose(1, 2)":
+        raw = q @ k.transpose(1, 2)
+    else:
+        raw = q @ k.transpose(-2, -1)
+    scale = {
+        "/ d_k": d_k,
+        "/ d_k ** 1/2": d_k**1 / 2,
+        "/ (d_k ** 1/2) written unbracketed": 2 * d_k,  # scores / d_k ** 1/2
+        "* sqrt(d_k)": 1 / math.sqrt(d_k),
+    }.get(slip, math.sqrt(d_k))
+    scores = raw / scale - slope * (i - j).abs()
+    weights = softmax_max(scores)
+    return weights @ v, scores if slip == "scores returned" else weights
+
+
+H19C_BIASED = [
+    ("k @ q^T", "one row per key: k @ q^T"),
+    ("k.transpose(1, 2)", "k.transpose(1, 2) (like torch.bmm) assumes exactly one batch axis"),
+    ("/ d_k", "you divided by d_k; divide by its square root"),
+    ("/ d_k ** 1/2", "** binds tighter than /"),
+    ("/ (d_k ** 1/2) written unbracketed", "** binds tighter than /"),
+    ("* sqrt(d_k)", "you multiplied the scores by sqrt(d_k); divide them by it"),
+    ("scores returned", "the second result is the weights"),
+]
+
+
+@pytest.mark.parametrize("slip, hint", H19C_BIASED, ids=[s for s, _ in H19C_BIASED])
+def test_h19c_attention_slips_in_the_biased_attention_are_named(slip, hint):
+    # before: 'None of the usual single mistakes gives this result' for each, but
+    # k.transpose(1, 2), told "`.T` transposes only 2-D tensors" (its crash on the 4-D case is
+    # the one k.T has there)
+    learner = functools.partial(_h19c_biased, slip=slip)
+    for seed in (0, 1, 2):
+        r = _l14_graded("ex02.distance_biased_attention", learner, seed)
+        assert r.status == "failed" and r.score < r.max_score, (seed, r.feedback)
+        assert hint in r.feedback, (seed, r.feedback)
+    right = functools.partial(_h19c_biased, slip="right")
+    assert _l14_graded("ex02.distance_biased_attention", right, 0).status == "passed"
