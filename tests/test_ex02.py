@@ -1579,3 +1579,34 @@ def test_h19c_attention_slips_in_the_biased_attention_are_named(slip, hint):
         assert hint in r.feedback, (seed, r.feedback)
     right = functools.partial(_h19c_biased, slip="right")
     assert _l14_graded("ex02.distance_biased_attention", right, 0).status == "passed"
+
+
+@pytest.mark.parametrize("leftover", [4, 8, 16, 64])
+def test_h19c_a_d_k_read_from_the_notebooks_globals_is_named(leftover):
+    # before: d_k = 4 left by an earlier cell got 'math.isqrt(d_k) is the integer square root'
+    # (3/8), d_k = 16 'you divided by d_k' (2/8), d_k = 64 '`d_k ** 1/2` is `(d_k ** 1) / 2`'
+    # (1/8), d_k = 8 'None of the usual single mistakes'; the biased attention likewise
+    namespace = {"math": math, "torch": torch, "d_k": leftover}
+    exec(  # noqa: S102  (a notebook's functions: their globals are the notebook's)
+        "def scaled_dot_product_attention(q, k, v):\n"
+        "    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)\n"
+        "    weights = torch.softmax(scores, dim=-1)\n"
+        "    return weights @ v, weights\n"
+        "def distance_biased_attention(q, k, v, slope):\n"
+        "    i = torch.arange(q.shape[-2], dtype=q.dtype)[:, None]\n"
+        "    j = torch.arange(k.shape[-2], dtype=q.dtype)\n"
+        "    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k) - slope * (i - j).abs()\n"
+        "    weights = torch.softmax(scores, dim=-1)\n"
+        "    return weights @ v, weights\n",
+        namespace,
+    )
+    hint = f"your code reads d_k = {leftover} from the notebook's variables"
+    biased = "ex02.distance_biased_attention"
+    for task_id, name in [
+        (SDPA, "scaled_dot_product_attention"),
+        (biased, "distance_biased_attention"),
+    ]:
+        for seed in (0, 1):
+            r = _l14_graded(task_id, namespace[name], seed)
+            assert r.status == "failed" and r.score < r.max_score, (seed, r.feedback)
+            assert hint in r.feedback and "q.shape[-1]" in r.feedback, (seed, r.feedback)

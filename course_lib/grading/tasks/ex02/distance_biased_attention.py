@@ -9,7 +9,14 @@ import torch
 
 from ...core import Case, Task, register
 from ..common import all_close, randn, stable_softmax
-from ._shared import F64, FLOAT32_SCALE, NAN_SHIFT, SDPA_LESSON, _nan_where_none
+from ._shared import (
+    F64,
+    FLOAT32_SCALE,
+    NAN_SHIFT,
+    SDPA_LESSON,
+    _nan_where_none,
+    refuse_global_sizes,
+)
 from .scaled_dot_product_attention import POWER_HALF, ScaledDotProductAttention
 
 _SDPA_HINTS = ScaledDotProductAttention.mistake_table
@@ -156,6 +163,11 @@ class DistanceBiasedAttention(Task):
                 F64,
             ),
         ]
+
+    def call(self, obj, case):
+        value = Task.call(self, obj, case)
+        refuse_global_sizes(self, obj, case, value, case.args[0].shape[-1])  # d_k = 4, left over
+        return value
 
     def diagnose(self, got, want, case):
         """float64 inputs, right to float32's digits only: a bias made in float32 some other way

@@ -17,6 +17,7 @@ from ._shared import (
     SDPA_LESSON,
     _nan_where_none,
     _softmax_dim_2,
+    refuse_global_sizes,
 )
 
 D_K_FROM_SHAPE_1 = (
@@ -206,6 +207,8 @@ class ScaledDotProductAttention(HintOnError):
             value = HintOnError.call(self, obj, case)  # self may be a SelfAttention too
             if case.raises is None and case.args[0].is_floating_point():
                 _weights_keep_their_graph(obj, case)
+        d_k = case.args[-3 if len(case.args) == 4 else 0].shape[-1]  # w_q's, or q's
+        refuse_global_sizes(self, obj, case, value, d_k)  # d_k = 4 from an earlier cell
         return value
 
     def wrong(self, q, k, v, *, mistake):
