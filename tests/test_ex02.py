@@ -1610,3 +1610,20 @@ def test_h19c_a_d_k_read_from_the_notebooks_globals_is_named(leftover):
             r = _l14_graded(task_id, namespace[name], seed)
             assert r.status == "failed" and r.score < r.max_score, (seed, r.feedback)
             assert hint in r.feedback and "q.shape[-1]" in r.feedback, (seed, r.feedback)
+
+
+def test_h19c_a_length_read_from_the_notebooks_globals_is_named():
+    # before: n = 5 left by an earlier cell, used for both lengths of the distances, got a bare
+    # 'RuntimeError: The size of tensor a (6) must match the size of tensor b (5)' (2/9)
+    namespace = {"math": math, "torch": torch, "n": 5}
+    exec(  # noqa: S102
+        "def distance_biased_attention(q, k, v, slope):\n"
+        "    i = torch.arange(n, dtype=q.dtype)\n"
+        "    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
+        "    weights = torch.softmax(scores - slope * (i[:, None] - i).abs(), dim=-1)\n"
+        "    return weights @ v, weights\n",
+        namespace,
+    )
+    r = result("ex02.distance_biased_attention", namespace["distance_biased_attention"])
+    assert r.status == "failed" and "your code reads n = 5 from" in r.feedback, r.feedback
+    assert "this call's q has shape (2, 3, 4)" in r.feedback, r.feedback

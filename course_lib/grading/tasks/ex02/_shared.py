@@ -79,7 +79,7 @@ def _global_ints(fn) -> dict[str, int]:
     return found
 
 
-def refuse_global_sizes(task, obj, case, value, d_k: int) -> None:
+def refuse_global_sizes(task, obj, case, value, name: str = "q") -> None:
     """A result that is wrong from code that reads an int of the notebook's globals: that size
     stays fixed while the inputs' change. Named before the listed mistakes, which a fixed
     scale can match by chance on one case (isqrt(8) = 2 = sqrt(4), d_k = sqrt(16)) (#hunt19)."""
@@ -91,10 +91,24 @@ def refuse_global_sizes(task, obj, case, value, d_k: int) -> None:
     right = task.wrong(*case.args, **case.kwargs, mistake="")
     if task.compare(_gradients_apart(value)[0], right, case) is None:
         return
-    names = ", ".join(f"{name} = {number}" for name, number in leftovers.items())
-    raise GradingError(
+    raise GradingError(_read_globals(leftovers, case, name))
+
+
+def crash_from_global_sizes(obj, case, error: Exception, name: str = "q") -> GradingError | None:
+    """The error of code that reads an int of the notebook's globals (n = 5 for the distances
+    of a call whose lengths are 3 and 6), with that hint; None when it reads none."""
+    leftovers = _global_ints(obj)
+    if not leftovers or case.raises is not None:
+        return None
+    hint = _read_globals(leftovers, case, name)
+    return GradingError(f"your code raised {type(error).__name__}: {error}. Hint: {hint}")
+
+
+def _read_globals(leftovers: dict[str, int], case, name: str) -> str:
+    names = ", ".join(f"{key} = {number}" for key, number in leftovers.items())
+    return (
         f"your code reads {names} from the notebook's variables (left by an earlier cell), not "
-        f"from its inputs, so that size stays fixed while the inputs' sizes change (here d_k, "
-        f"the width of the queries, is {d_k}): take every size from the tensors you are given, "
-        "inside the function, e.g. d_k = q.shape[-1]"
+        f"from its inputs, so that size stays fixed while the inputs' sizes change (this call's "
+        f"{name} has shape {tuple(case.args[0].shape)}): take every size from the tensors you "
+        "are given, inside the function, e.g. d_k = q.shape[-1], n_k = k.shape[-2]"
     )

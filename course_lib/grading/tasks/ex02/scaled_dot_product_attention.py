@@ -207,8 +207,8 @@ class ScaledDotProductAttention(HintOnError):
             value = HintOnError.call(self, obj, case)  # self may be a SelfAttention too
             if case.raises is None and case.args[0].is_floating_point():
                 _weights_keep_their_graph(obj, case)
-        d_k = case.args[-3 if len(case.args) == 4 else 0].shape[-1]  # w_q's, or q's
-        refuse_global_sizes(self, obj, case, value, d_k)  # d_k = 4 from an earlier cell
+        first = "x" if len(case.args) == 4 else "q"  # self_attention's x, or q
+        refuse_global_sizes(self, obj, case, value, first)  # d_k = 4 from an earlier cell
         return value
 
     def wrong(self, q, k, v, *, mistake):
