@@ -1430,3 +1430,200 @@ def test_attention_weights_returned_without_their_graph_fail(cut):
     got = result("ex02.scaled_dot_product_attention", attention)
     assert got.status == "failed", got.feedback
     assert "the attention weights you return carry no gradient" in got.feedback, got.feedback
+
+
+# ---------------------------- hunt 19 (h02c): a fresh learner's slips in the attention steps
+
+
+def _h19c_attention(q, k, v, *, slip):
+    if slip == "k.reshape(..., d_k, n_k)":  # regroups the numbers: not a transpose
+        scores = q @ k.reshape(*k.shape[:-2], k.shape[-1], k.shape[-2])
+    elif slip == "k.view(d_k, -1)":
+        scores = q @ k.view(k.shape[-1], -1)
+    elif slip == "einsum 'id,jd->ij'":  # the lesson's 2-D shapes, written as an einsum
+        scores = torch.einsum("id,jd->ij", q, k)
+    elif slip == "q^T k":  # q_i^T k_j read as a product of whole matrices
+        scores = q.transpose(-2, -1) @ k
+    else:
+        scores = q @ k.transpose(-2, -1)
+    weights = softmax_max(scores / math.sqrt(q.shape[-1]))
+    return weights @ v, weights
+
+
+def _h19c_self_attention(x, w_q, w_k, w_v, *, slip):
+    project = {
+        "einsum 'bnd,de->bne'": lambda w: torch.einsum("bnd,de->bne", x, w),
+        "einsum 'nd,de->ne'": lambda w: torch.einsum("nd,de->ne", x, w),
+        "torch.mm(x, w)": lambda w: torch.mm(x, w),
+        "torch.bmm with w expanded": lambda w: torch.bmm(x, w.expand(x.shape[0], *w.shape)),
+    }.get(slip, lambda w: x @ w)
+    return _h19c_attention(project(w_q), project(w_k), project(w_v), slip=slip)
+
+
+_H19C_NOT_A_TRANSPOSE = "is not a transpose"
+_H19C_EINSUM_2D = "your einsum names exactly two axes"
+_H19C_Q_T_K = "the transpose belongs on the keys"
+_H19C_PROJECTION = "your projection works only for"
+H19C_SLIPS = [
+    (SDPA, "k.reshape(..., d_k, n_k)", _H19C_NOT_A_TRANSPOSE),
+    (SDPA, "k.view(d_k, -1)", _H19C_NOT_A_TRANSPOSE),
+    (SDPA, "einsum 'id,jd->ij'", _H19C_EINSUM_2D),
+    (SDPA, "q^T k", _H19C_Q_T_K),
+    (SELF, "k.reshape(..., d_k, n_k)", _H19C_NOT_A_TRANSPOSE),
+    (SELF, "einsum 'id,jd->ij'", _H19C_EINSUM_2D),
+    (SELF, "q^T k", _H19C_Q_T_K),
+    (SELF, "einsum 'bnd,de->bne'", _H19C_PROJECTION),
+    (SELF, "einsum 'nd,de->ne'", _H19C_PROJECTION),
+    (SELF, "torch.mm(x, w)", _H19C_PROJECTION),
+    (SELF, "torch.bmm with w expanded", _H19C_PROJECTION),
+]
+
+
+@pytest.mark.parametrize(
+    "task_id, slip, hint", H19C_SLIPS, ids=[f"{t.split('.')[1]}-{s}" for t, s, _ in H19C_SLIPS]
+)
+def test_h19c_attention_slips_are_named_under_every_seed(task_id, slip, hint):
+    # before: a reshape or view for the transpose got 'None of the usual single mistakes';
+    # the 2-D einsum, q^T k and the projections by einsum, mm or bmm a bare RuntimeError
+    make = _h19c_attention if task_id == SDPA else _h19c_self_attention
+    learner = functools.partial(make, slip=slip)
+    for seed in (0, 1, 2):
+        r = _l14_graded(task_id, learner, seed)
+        assert r.status == "failed" and r.score < r.max_score, (seed, r.feedback)
+        assert hint in r.feedback, (seed, r.feedback)
+    assert _l14_graded(task_id, functools.partial(make, slip="right"), 0).status == "passed"
+
+
+def _h19c_attention_more(q, k, v, *, slip):
+    if slip == "k.swapaxes(1, 2)":  # NumPy's name for transpose(1, 2)
+        k_t = k.swapaxes(1, 2)
+    else:
+        k_t = k.transpose(-2, -1)
+    scores = q @ k_t / math.sqrt(q.shape[-1])
+    if slip == "softmax with dtype=torch.float32":  # an upcast copied without the cast back
+        weights = F.softmax(scores, dim=-1, dtype=torch.float32)
+    elif slip == "scores.float()":
+        weights = softmax_max(scores.float())
+    else:
+        weights = softmax_max(scores)
+    return weights @ v, weights
+
+
+H19C_MORE = [
+    (SDPA, "k.swapaxes(1, 2)", "k.swapaxes(1, 2) (NumPy's name for k.transpose(1, 2))"),
+    (SDPA, "softmax with dtype=torch.float32", "your weights are float32"),
+    (SDPA, "scores.float()", "your weights are float32"),
+    (SELF, "k.swapaxes(1, 2)", "k.swapaxes(1, 2) (NumPy's name for k.transpose(1, 2))"),
+    (SELF, "softmax with dtype=torch.float32", "your weights are float32"),
+]
+
+
+@pytest.mark.parametrize(
+    "task_id, slip, hint", H19C_MORE, ids=[f"{t.split('.')[1]}-{s}" for t, s, _ in H19C_MORE]
+)
+def test_h19c_more_attention_crashes_are_named_under_every_seed(task_id, slip, hint):
+    # before: a bare IndexError (k.swapaxes(1, 2) on the 2-D case, though k.transpose(1, 2) had
+    # a hint) and a bare 'expected scalar type Float but found Double' (float32 weights @ v)
+    def learner(*args):
+        if task_id == SDPA:
+            return _h19c_attention_more(*args, slip=slip)
+        x, w_q, w_k, w_v = args
+        return _h19c_attention_more(x @ w_q, x @ w_k, x @ w_v, slip=slip)
+
+    for seed in (0, 1, 2):
+        r = _l14_graded(task_id, learner, seed)
+        assert r.status == "failed" and r.score < r.max_score, (seed, r.feedback)
+        assert "your code raised" in r.feedback and hint in r.feedback, (seed, r.feedback)
+
+
+def _h19c_biased(q, k, v, slope, *, slip):
+    i, j = _positions(q, k)
+    d_k = q.shape[-1]
+    if slip == "k @ q^T":  # the square cases hide the order: only the values differ there
+        raw = k @ q.transpose(-2, -1)
+    elif slip == "k.transpose(1, 2)":
+        raw = q @ k.transpose(1, 2)
+    else:
+        raw = q @ k.transpose(-2, -1)
+    scale = {
+        "/ d_k": d_k,
+        "/ d_k ** 1/2": d_k**1 / 2,
+        "/ (d_k ** 1/2) written unbracketed": 2 * d_k,  # scores / d_k ** 1/2
+        "* sqrt(d_k)": 1 / math.sqrt(d_k),
+    }.get(slip, math.sqrt(d_k))
+    scores = raw / scale - slope * (i - j).abs()
+    weights = softmax_max(scores)
+    return weights @ v, scores if slip == "scores returned" else weights
+
+
+H19C_BIASED = [
+    ("k @ q^T", "one row per key: k @ q^T"),
+    ("k.transpose(1, 2)", "k.transpose(1, 2) (like torch.bmm) assumes exactly one batch axis"),
+    ("/ d_k", "you divided by d_k; divide by its square root"),
+    ("/ d_k ** 1/2", "** binds tighter than /"),
+    ("/ (d_k ** 1/2) written unbracketed", "** binds tighter than /"),
+    ("* sqrt(d_k)", "you multiplied the scores by sqrt(d_k); divide them by it"),
+    ("scores returned", "the second result is the weights"),
+]
+
+
+@pytest.mark.parametrize("slip, hint", H19C_BIASED, ids=[s for s, _ in H19C_BIASED])
+def test_h19c_attention_slips_in_the_biased_attention_are_named(slip, hint):
+    # before: 'None of the usual single mistakes gives this result' for each, but
+    # k.transpose(1, 2), told "`.T` transposes only 2-D tensors" (its crash on the 4-D case is
+    # the one k.T has there)
+    learner = functools.partial(_h19c_biased, slip=slip)
+    for seed in (0, 1, 2):
+        r = _l14_graded("ex02.distance_biased_attention", learner, seed)
+        assert r.status == "failed" and r.score < r.max_score, (seed, r.feedback)
+        assert hint in r.feedback, (seed, r.feedback)
+    right = functools.partial(_h19c_biased, slip="right")
+    assert _l14_graded("ex02.distance_biased_attention", right, 0).status == "passed"
+
+
+@pytest.mark.parametrize("leftover", [4, 8, 16, 64])
+def test_h19c_a_d_k_read_from_the_notebooks_globals_is_named(leftover):
+    # before: d_k = 4 left by an earlier cell got 'math.isqrt(d_k) is the integer square root'
+    # (3/8), d_k = 16 'you divided by d_k' (2/8), d_k = 64 '`d_k ** 1/2` is `(d_k ** 1) / 2`'
+    # (1/8), d_k = 8 'None of the usual single mistakes'; the biased attention likewise
+    namespace = {"math": math, "torch": torch, "d_k": leftover}
+    exec(  # noqa: S102  (a notebook's functions: their globals are the notebook's)
+        "def scaled_dot_product_attention(q, k, v):\n"
+        "    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)\n"
+        "    weights = torch.softmax(scores, dim=-1)\n"
+        "    return weights @ v, weights\n"
+        "def distance_biased_attention(q, k, v, slope):\n"
+        "    i = torch.arange(q.shape[-2], dtype=q.dtype)[:, None]\n"
+        "    j = torch.arange(k.shape[-2], dtype=q.dtype)\n"
+        "    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k) - slope * (i - j).abs()\n"
+        "    weights = torch.softmax(scores, dim=-1)\n"
+        "    return weights @ v, weights\n",
+        namespace,
+    )
+    hint = f"your code reads d_k = {leftover} from the notebook's variables"
+    biased = "ex02.distance_biased_attention"
+    for task_id, name in [
+        (SDPA, "scaled_dot_product_attention"),
+        (biased, "distance_biased_attention"),
+    ]:
+        for seed in (0, 1):
+            r = _l14_graded(task_id, namespace[name], seed)
+            assert r.status == "failed" and r.score < r.max_score, (seed, r.feedback)
+            assert hint in r.feedback and "q.shape[-1]" in r.feedback, (seed, r.feedback)
+
+
+def test_h19c_a_length_read_from_the_notebooks_globals_is_named():
+    # before: n = 5 left by an earlier cell, used for both lengths of the distances, got a bare
+    # 'RuntimeError: The size of tensor a (6) must match the size of tensor b (5)' (2/9)
+    namespace = {"math": math, "torch": torch, "n": 5}
+    exec(  # noqa: S102
+        "def distance_biased_attention(q, k, v, slope):\n"
+        "    i = torch.arange(n, dtype=q.dtype)\n"
+        "    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
+        "    weights = torch.softmax(scores - slope * (i[:, None] - i).abs(), dim=-1)\n"
+        "    return weights @ v, weights\n",
+        namespace,
+    )
+    r = result("ex02.distance_biased_attention", namespace["distance_biased_attention"])
+    assert r.status == "failed" and "your code reads n = 5 from" in r.feedback, r.feedback
+    assert "this call's q has shape (2, 3, 4)" in r.feedback, r.feedback

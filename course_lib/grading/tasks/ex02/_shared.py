@@ -1,9 +1,14 @@
 """What ex02's tasks share: the lesson section two of them cite, the float32 hints, the
-NaN-where-a-stable-softmax-has-none test, and the softmax(dim=2)-on-2-D-scores test."""
+NaN-where-a-stable-softmax-has-none test, the softmax(dim=2)-on-2-D-scores test, and the
+refusal of a wrong result from code that reads a size from the notebook's variables."""
 
 from __future__ import annotations
 
+import types
+
 import torch
+
+from ...core import GradingError, _gradients_apart
 
 SDPA_LESSON = "lesson 02, section 'Scaled dot-product attention, step by step'"
 F64 = torch.float64
@@ -49,3 +54,61 @@ def _softmax_dim_2(failure, error, case) -> bool:
 
 
 _SOFTMAX_OPS = ("softmax", "amax", "max", "logsumexp", "exp", "sum")
+
+
+def _global_ints(fn) -> dict[str, int]:
+    """The module-level ints (not bools) that `fn`, the functions defined in it and the notebook
+    functions it calls read by name: in a notebook, sizes an earlier cell left (d_k = 4)."""
+    found: dict[str, int] = {}
+    seen, todo = set(), [fn]
+    while todo:
+        f = todo.pop()
+        if not isinstance(f, types.FunctionType) or f in seen:
+            continue
+        seen.add(f)
+        codes = [f.__code__]
+        while codes:
+            code = codes.pop()
+            codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+            for name in code.co_names:
+                value = f.__globals__.get(name)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    found[name] = value
+                elif isinstance(value, types.FunctionType) and value.__module__ == f.__module__:
+                    todo.append(value)
+    return found
+
+
+def refuse_global_sizes(task, obj, case, value, name: str = "q") -> None:
+    """A result that is wrong from code that reads an int of the notebook's globals: that size
+    stays fixed while the inputs' change. Named before the listed mistakes, which a fixed
+    scale can match by chance on one case (isqrt(8) = 2 = sqrt(4), d_k = sqrt(16)) (#hunt19)."""
+    leftovers = _global_ints(obj)
+    if not leftovers or case.raises is not None:
+        return
+    # the right value from the wrong version with no mistake: the reference itself, called
+    # while the learner's call is watched, would count as the learner's call of it
+    right = task.wrong(*case.args, **case.kwargs, mistake="")
+    if task.compare(_gradients_apart(value)[0], right, case) is None:
+        return
+    raise GradingError(_read_globals(leftovers, case, name))
+
+
+def crash_from_global_sizes(obj, case, error: Exception, name: str = "q") -> GradingError | None:
+    """The error of code that reads an int of the notebook's globals (n = 5 for the distances
+    of a call whose lengths are 3 and 6), with that hint; None when it reads none."""
+    leftovers = _global_ints(obj)
+    if not leftovers or case.raises is not None:
+        return None
+    hint = _read_globals(leftovers, case, name)
+    return GradingError(f"your code raised {type(error).__name__}: {error}. Hint: {hint}")
+
+
+def _read_globals(leftovers: dict[str, int], case, name: str) -> str:
+    names = ", ".join(f"{key} = {number}" for key, number in leftovers.items())
+    return (
+        f"your code reads {names} from the notebook's variables (left by an earlier cell), not "
+        f"from its inputs, so that size stays fixed while the inputs' sizes change (this call's "
+        f"{name} has shape {tuple(case.args[0].shape)}): take every size from the tensors you "
+        "are given, inside the function, e.g. d_k = q.shape[-1], n_k = k.shape[-2]"
+    )

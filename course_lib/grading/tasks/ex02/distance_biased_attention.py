@@ -7,10 +7,20 @@ import math
 
 import torch
 
-from ...core import Case, Task, register
+from ...core import Case, GradingError, Task, register
 from ..common import all_close, randn, stable_softmax
-from ._shared import F64, FLOAT32_SCALE, NAN_SHIFT, SDPA_LESSON, _nan_where_none
-from .scaled_dot_product_attention import ScaledDotProductAttention
+from ._shared import (
+    F64,
+    FLOAT32_SCALE,
+    NAN_SHIFT,
+    SDPA_LESSON,
+    _nan_where_none,
+    crash_from_global_sizes,
+    refuse_global_sizes,
+)
+from .scaled_dot_product_attention import POWER_HALF, ScaledDotProductAttention
+
+_SDPA_HINTS = ScaledDotProductAttention.mistake_table
 
 FLOAT32_BIAS = (
     "your bias was computed in float32, which loses digits against float64 scores: integer "
@@ -87,6 +97,8 @@ class DistanceBiasedAttention(Task):
         "None] and torch.arange(n_k)",
         "causal_mask": "you masked the keys after each query (a causal mask, as in a decoder); "
         "this task has no mask: every key keeps a weight, its score lowered by slope * |i - j|",
+        # before dot_t: on the 4-D case both raise the same error, and only k.T fails earlier
+        "transpose_1_2": _SDPA_HINTS["transpose_1_2"],
         "dot_t": ScaledDotProductAttention.mistake_table["dot_t"],
         "queries_counted_as_keys": "your distance matrix does not have the scores' shape (n_q, "
         "n_k): i counts the queries (rows), torch.arange(n_q)[:, None] with n_q = q.shape[-2], "
@@ -94,6 +106,12 @@ class DistanceBiasedAttention(Task):
         "queries_from_1": "you counted the queries' positions from 1 (torch.arange(1, n_q + 1)) "
         "and the keys' from 0: both count from 0, i = torch.arange(n_q), j = torch.arange(n_k), "
         "so query 0 and key 0 are at distance 0",
+        # task 2's slips, written again here (#hunt19: 'None of the usual single mistakes')
+        **{row: _SDPA_HINTS[row] for row in ("k_q_order", "by_d_k", "times_sqrt")},
+        **dict.fromkeys(("half_d_k", "twice_d_k"), POWER_HALF),
+        "scores_returned": "the second result is the weights, softmax(scores) (each row sums to "
+        "1), not the scores q k^T / sqrt(d_k) - slope * |i - j| before the softmax: return the "
+        "weights that made the output",
         "after_softmax_product": "you multiplied the weights by exp(-slope * |i - j|) after the "
         "softmax, so they no longer sum to 1; subtract slope * |i - j| from the scores before "
         "the softmax",
@@ -147,6 +165,19 @@ class DistanceBiasedAttention(Task):
             ),
         ]
 
+    def call(self, obj, case):
+        try:
+            value = Task.call(self, obj, case)
+        except (NotImplementedError, GradingError):
+            raise
+        except Exception as error:  # noqa: BLE001  (a learner's code may raise anything)
+            named = crash_from_global_sizes(obj, case, error)  # n = 5 from an earlier cell
+            if named is None:
+                raise
+            raise named from None
+        refuse_global_sizes(self, obj, case, value)  # d_k = 4 from an earlier cell
+        return value
+
     def diagnose(self, got, want, case):
         """float64 inputs, right to float32's digits only: a bias made in float32 some other way
         than the rows (a torch.zeros filled in a loop, a float32 arange) rounds otherwise. Or
@@ -198,14 +229,20 @@ class DistanceBiasedAttention(Task):
             bias = (sign * slope * distance).to(q.dtype)
         else:
             bias = sign * slope * distance.to(q.dtype)
-        k_t = k.T if mistake == "dot_t" else k.transpose(-2, -1)  # .T: a 2-D habit
-        raw, scale = q @ k_t, math.sqrt(q.shape[-1])
+        k_t = k.transpose(*{"transpose_1_2": (1, 2)}.get(mistake, (-2, -1)))  # bmm's axes
+        k_t = k.T if mistake == "dot_t" else k_t  # .T: a 2-D habit
+        raw = k @ q.transpose(-2, -1) if mistake == "k_q_order" else q @ k_t  # square cases hide it
+        d_k = q.shape[-1]
         scale = {
+            "by_d_k": d_k,
+            "half_d_k": d_k / 2,  # d_k ** 1/2
+            "twice_d_k": 2 * d_k,  # scores / d_k ** 1/2
+            "times_sqrt": 1 / math.sqrt(d_k),
             "no_scaling": 1.0,
             "by_sqrt_n_k": math.sqrt(k.shape[-2]),
             "by_sqrt_d_v": math.sqrt(v.shape[-1]),
             "float32_scale": torch.sqrt(torch.tensor(q.shape[-1], dtype=torch.float32)),
-        }.get(mistake, scale)
+        }.get(mistake, math.sqrt(d_k))
         if mistake == "bias_scaled":  # bias added before dividing by sqrt(d_k)
             scores = (raw + bias) / scale
         elif mistake in ("no_bias", "after_softmax", "after_softmax_product"):
@@ -228,4 +265,4 @@ class DistanceBiasedAttention(Task):
         if mistake in ("plain_output", "plain_weights"):  # the bias in one result only
             plain = stable_softmax(raw / scale)
             return (plain @ v, weights) if mistake == "plain_output" else (weights @ v, plain)
-        return weights @ v, weights
+        return weights @ v, scores if mistake == "scores_returned" else weights

@@ -17,6 +17,7 @@ from ._shared import (
     SDPA_LESSON,
     _nan_where_none,
     _softmax_dim_2,
+    refuse_global_sizes,
 )
 
 D_K_FROM_SHAPE_1 = (
@@ -93,6 +94,21 @@ class ScaledDotProductAttention(HintOnError):
         "einsum_3d": "your einsum names exactly three axes ('bqd,bkd->bqk'), so it works only "
         "for 3-D inputs: q may be 2-D or carry heads too. Let an ellipsis stand for the batch "
         "axes, torch.einsum('...qd,...kd->...qk', q, k), or use q @ k.transpose(-2, -1)",
+        "einsum_2d": "your einsum names exactly two axes ('qd,kd->qk'), so it works only for "
+        "2-D inputs: q, k and v may carry batch axes (and heads) in front. Let an ellipsis stand "
+        "for them, torch.einsum('...qd,...kd->...qk', q, k), or use q @ k.transpose(-2, -1)",
+        "reshape_t": "k.reshape(..., d_k, n_k) (or .view) is not a transpose: it keeps k's "
+        "numbers in their order and only cuts them into rows of another length, so its columns "
+        "are not k's rows. Swap the last two axes: k.transpose(-2, -1) (or k.mT)",
+        "q_t_k": "q^T @ k multiplies (d_k, n_q) by (n_k, d_k): the transpose belongs on the "
+        "keys. The scores are q @ k^T, (n_q, d_k) @ (d_k, n_k) = (n_q, n_k), one row per query: "
+        "q @ k.transpose(-2, -1)",
+        "swapaxes_1_2": "k.swapaxes(1, 2) (NumPy's name for k.transpose(1, 2)) assumes exactly "
+        "one batch axis; count from the end, k.swapaxes(-2, -1) (or k.transpose(-2, -1), k.mT), "
+        "so 2-D inputs and any number of batch dimensions work",
+        "float32_weights": "your weights are float32 (a softmax with dtype=torch.float32, or of "
+        "scores.float()) while v is float64, and a product takes one dtype: keep the inputs' "
+        "dtype throughout, softmax(scores, dim=-1) with no dtype= and no .float()",
         "mm": "torch.mm multiplies 2-D matrices only; use @ (torch.matmul), which works for any "
         "number of batch dimensions",
         "no_max": "exp of large scores overflows (inf / inf = NaN): take the softmax with your "
@@ -191,6 +207,8 @@ class ScaledDotProductAttention(HintOnError):
             value = HintOnError.call(self, obj, case)  # self may be a SelfAttention too
             if case.raises is None and case.args[0].is_floating_point():
                 _weights_keep_their_graph(obj, case)
+        first = "x" if len(case.args) == 4 else "q"  # self_attention's x, or q
+        refuse_global_sizes(self, obj, case, value, first)  # d_k = 4 from an earlier cell
         return value
 
     def wrong(self, q, k, v, *, mistake):
@@ -216,6 +234,10 @@ class ScaledDotProductAttention(HintOnError):
             k_t = k.t()
         elif mistake == "permute_0_2_1":
             k_t = k.permute(0, 2, 1)
+        elif mistake == "swapaxes_1_2":  # NumPy's name, the bmm habit's axes
+            k_t = k.swapaxes(1, 2)
+        elif mistake == "reshape_t":  # the numbers regrouped, not transposed
+            k_t = k.reshape(*k.shape[:-2], k.shape[-1], k.shape[-2])
         else:
             k_t = k.transpose(
                 *{"transpose_0_1": (0, 1), "transpose_1_2": (1, 2)}.get(mistake, (-2, -1))
@@ -223,17 +245,20 @@ class ScaledDotProductAttention(HintOnError):
         if mistake == "scaled_output":  # the scale on the output instead of the scores
             weights = stable_softmax(q @ k_t)
             return weights @ v / scale, weights
-        product = {  # 3-D, 2-D only; einsum_3d gets k back, as the learner passes it
+        product = {  # 3-D, 2-D only; the einsums get k back, as the learner passes it
             "bmm": torch.bmm,
             "mm": torch.mm,
             "einsum_3d": lambda q, k_t: torch.einsum("bqd,bkd->bqk", q, k_t.mT),
+            "einsum_2d": lambda q, k_t: torch.einsum("qd,kd->qk", q, k_t.mT),
+            "q_t_k": lambda q, k_t: q.mT @ k_t.mT,  # a crash unless n_q == n_k
         }.get(mistake, torch.matmul)
         scores = (k @ q.transpose(-2, -1) if mistake == "k_q_order" else product(q, k_t)) / scale
         if mistake == "causal_mask":  # a GPT's mask, which this task does not have
             later = torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1)
             scores = scores.masked_fill(later, -math.inf)
-        weights = stable_softmax(
-            scores, dim={"query_axis": -2, "softmax_dim_2": 2}.get(mistake, -1)
+        weights = stable_softmax(  # float32 weights: a crash at weights @ v on float64 inputs
+            scores.float() if mistake == "float32_weights" else scores,
+            dim={"query_axis": -2, "softmax_dim_2": 2}.get(mistake, -1),
         )
         if mistake == "attention_dropout":  # F.dropout(weights, 0.1): tutorials' attention
             weights = torch.nn.functional.dropout(weights, 0.1)

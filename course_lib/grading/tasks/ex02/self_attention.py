@@ -14,6 +14,12 @@ from .scaled_dot_product_attention import ScaledDotProductAttention
 
 SELF_LESSON = "lesson 02, section 'Learned projections: W_Q, W_K, W_V'"
 _SDPA = ScaledDotProductAttention()
+_FIXED_AXES = (
+    "your projection works only for x with one number of axes (an einsum that names them all, "
+    "'bnd,de->bne' or 'nd,de->ne'; torch.mm, 2-D only; torch.bmm, 3-D only): x may be 2-D or "
+    "carry several batch axes, (..., n, d_model). Use x @ w_q, which applies w_q to the last "
+    "axis whatever comes before it (or torch.einsum('...nd,de->...ne', x, w_q))"
+)
 _WRONG_SIDE = (
     "the projections are applied on the wrong side: with x (..., n, d_model) and "
     "w_q (d_model, d_k), compute q = x @ w_q (and the same for k and v)"
@@ -29,6 +35,7 @@ class SelfAttention(HintOnError):
     depends_on = ("scaled_dot_product_attention",)
     mistake_table = {
         **dict.fromkeys(("linear_side", "left_side", "left_side_transposed"), _WRONG_SIDE),
+        **dict.fromkeys(("einsum_proj_3d", "einsum_proj_2d", "mm_proj", "bmm_proj"), _FIXED_AXES),
         "f_linear": "F.linear(x, w) computes x @ w.T, for nn.Linear's weights of shape (out, in); "
         "w_q here is (d_model, d_k): q = x @ w_q",
         "keys_from_w_q": "your keys were projected with w_q, so each score is a query against a "
@@ -116,6 +123,10 @@ class SelfAttention(HintOnError):
             "left_side": lambda w: w @ x,
             "left_side_transposed": lambda w: w @ x.transpose(-2, -1),
             "f_linear": lambda w: torch.nn.functional.linear(x, w),
+            "einsum_proj_3d": lambda w: torch.einsum("bnd,de->bne", x, w),  # one batch axis
+            "einsum_proj_2d": lambda w: torch.einsum("nd,de->ne", x, w),  # none
+            "mm_proj": lambda w: torch.mm(x, w),
+            "bmm_proj": lambda w: torch.bmm(x, w.expand(x.shape[0], *w.shape)),
         }.get(mistake, lambda w: x @ w)
         q, k = project(w_q), project(w_q if mistake == "keys_from_w_q" else w_k)
         v = project(w_k if mistake == "values_from_w_k" else w_v)
