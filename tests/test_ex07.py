@@ -349,6 +349,24 @@ def test_a_layer_norm_with_a_plain_tensor_attribute_fails_as_it_would_on_a_gpu()
     assert "keeps the tensor zeros as a plain attribute" in result.feedback, result.feedback
 
 
+class LayerNormWithZerosOnTheCpu(LayerNormByHand):
+    """bias=False's zeros made in forward, torch.zeros(d_model): the right values on the CPU
+    (a float32 beta promotes to float64), but on a GPU they meet CUDA tensors and fail."""
+
+    def forward(self, x):
+        beta = torch.zeros(self.weight.shape[0]) if self.bias is None else self.bias
+        return layer_norm_var_mean(x, self.weight, beta, self.eps)
+
+
+def test_h07c_a_layer_norm_making_cpu_zeros_in_forward_fails_as_it_would_on_a_gpu():
+    # before: passed all 8 checks (notebook and hidden seeds); exercise 09 on Colab's GPU then
+    # failed with 'Expected all tensors to be on the same device'
+    for seed, r in _hidden_seed_results("ex07.LayerNorm", LayerNormWithZerosOnTheCpu, (0, 1, 5)):
+        assert r.status == "failed" and "makes a tensor on the CPU" in r.feedback, (seed, r)
+    result = status("ex07.LayerNorm", LayerNormWithZerosOnTheCpu)
+    assert result.status == "failed" and "zeros_like(self.weight)" in result.feedback
+
+
 def test_badly_named_submodules_get_a_clear_message():
     class Misnamed(nn.Module):
         def __init__(self, d_model, d_ff, dropout=0.0):
