@@ -2141,3 +2141,81 @@ def test_h18_slips_are_named(task_id, learner, words):
     assert result.status == "failed" and words in result.feedback, result.feedback
     for seed, hidden in _hidden_seed_results(task_id, learner):
         assert hidden.status == "failed" and words in hidden.feedback, (seed, hidden.feedback)
+
+
+# ---- h07c: the residual taken from the normed input, and the encoder's sub-layers swapped -----
+
+
+class EncResidualSlip(EncoderLayerByHand):
+    slip = "post norm(x) + sublayer(x)"
+
+    def forward(self, x, mask=None):
+        def sa(h):
+            return self.self_attn(h, h, h, mask=mask)[0]
+
+        def ff(h):
+            return self.linear2(self.act(self.linear1(h)))
+
+        if self.slip == "ffn first":  # each line right, the two in the wrong order
+            if self.norm_first:
+                x = x + ff(self.norm2(x))
+                return x + sa(self.norm1(x))
+            x = self.norm2(x + ff(x))
+            return self.norm1(x + sa(x))
+        if self.norm_first:
+            x = x + sa(self.norm1(x))
+            if self.slip == "pre ffn residual normed":  # x = norm2(x); x = x + ffn(x)
+                x = self.norm2(x)
+                return x + ff(x)
+            return x + ff(self.norm2(x))
+        if self.slip == "post norm(x) + sublayer(x)":
+            x = self.norm1(x) + sa(x)
+            return self.norm2(x) + ff(x)
+        x = self.norm1(x + sa(x))
+        return self.norm2(x + ff(x))
+
+
+class DecResidualSlip(DecLearner):
+    slip = "post norm(x) + sublayer(x)"
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        steps = [
+            (self.norm1, lambda h: self.self_attn(h, h, h, mask=self_mask)[0]),
+            (self.norm2, lambda h: self.multihead_attn(h, memory, memory, mask=memory_mask)[0]),
+            (self.norm3, lambda h: self.linear2(F.relu(self.linear1(h)))),
+        ]
+        for k, (norm, f) in enumerate(steps):
+            if self.norm_first and self.slip == "pre ffn residual normed" and k == 2:
+                h = norm(x)
+                x = h + f(h)
+            elif self.norm_first:
+                x = x + f(norm(x))
+            elif self.slip == "post norm(x) + sublayer(x)":
+                x = norm(x) + f(x)
+            else:
+                x = norm(x + f(x))
+        return x
+
+
+@pytest.mark.parametrize(
+    "task_id, base, slip, words",
+    [
+        ("ex07.EncoderLayer", EncResidualSlip, "post norm(x) + sublayer(x)", "around the sum"),
+        ("ex07.DecoderLayer", DecResidualSlip, "post norm(x) + sublayer(x)", "around the sum"),
+        ("ex07.EncoderLayer", EncResidualSlip, "pre ffn residual normed", "x + ffn(norm2(x))"),
+        ("ex07.DecoderLayer", DecResidualSlip, "pre ffn residual normed", "x + ffn(norm3(x))"),
+        ("ex07.EncoderLayer", EncResidualSlip, "ffn first", "the wrong order"),
+    ],
+)
+def test_h07c_a_residual_from_the_normed_input_or_the_sublayers_swapped_are_named(
+    task_id, base, slip, words
+):
+    # before: 'None of the usual single mistakes gives this result' (5/10, 4/8), every seed
+    learner = type("Layer", (base,), {"slip": slip})
+    for seed, r in _hidden_seed_results(task_id, learner, (0, 1, 2)):
+        assert r.status == "failed" and r.score < r.max_score, (seed, r.feedback)
+        assert words in r.feedback and "None of the usual" not in r.feedback, (seed, r.feedback)
+    r = status(task_id, learner)
+    assert r.status == "failed" and words in r.feedback, r.feedback
+    right = type("Layer", (base,), {"slip": "none"})
+    assert status(task_id, right).status == "passed"
