@@ -2219,3 +2219,46 @@ def test_h07c_a_residual_from_the_normed_input_or_the_sublayers_swapped_are_name
     assert r.status == "failed" and words in r.feedback, r.feedback
     right = type("Layer", (base,), {"slip": "none"})
     assert status(task_id, right).status == "passed"
+
+
+# ---- h07c: d read from the front of x's shape, and the affine applied before the norm ---------
+
+
+def ln_d_from_front(x, gamma, beta, eps=1e-5):  # d = x.shape[0]: the batch's size, not d
+    d = x.shape[0]
+    mean = x.sum(dim=-1, keepdim=True) / d
+    var = ((x - mean) ** 2).sum(dim=-1, keepdim=True) / d
+    return (x - mean) / torch.sqrt(var + eps) * gamma + beta
+
+
+def ln_var_by_len(x, gamma, beta, eps=1e-5):  # the mean right, the variance's sum / len(x)
+    mean = x.mean(dim=-1, keepdim=True)
+    var = ((x - mean) ** 2).sum(dim=-1, keepdim=True) / len(x)
+    return (x - mean) / torch.sqrt(var + eps) * gamma + beta
+
+
+def ln_affine_first(x, gamma, beta, eps=1e-5):  # two right steps in the wrong order
+    y = x * gamma + beta
+    mean = y.mean(dim=-1, keepdim=True)
+    return (y - mean) / torch.sqrt(((y - mean) ** 2).mean(dim=-1, keepdim=True) + eps)
+
+
+def rms_by_len(x, weight, eps=1e-6):
+    return x / torch.sqrt(x.pow(2).sum(dim=-1, keepdim=True) / len(x) + eps) * weight
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex07.layer_norm", ln_d_from_front, "the size of the LAST dimension, x.shape[-1]"),
+        ("ex07.layer_norm", ln_var_by_len, "the size of the LAST dimension, x.shape[-1]"),
+        ("ex07.rms_norm", rms_by_len, "x.pow(2).mean(dim=-1, keepdim=True)"),
+        ("ex07.layer_norm", ln_affine_first, "gamma and beta are applied before the norm"),
+    ],
+)
+def test_h07c_d_from_the_front_and_the_affine_first_are_named(task_id, learner, words):
+    # before: 'None of the usual single mistakes gives this result' (2/9, 0/6, 0/9), every seed
+    for seed, r in _hidden_seed_results(task_id, learner, (0, 1, 2)):
+        assert r.status == "failed" and words in r.feedback, (seed, r.feedback)
+    r = status(task_id, learner)
+    assert r.status == "failed" and words in r.feedback, r.feedback

@@ -6,7 +6,7 @@ import torch
 
 from ...core import Case, Task, register
 from ..common import float32_digits, randn
-from .layer_norm import NO_KEEPDIM, POWER_HALF
+from .layer_norm import D_FROM_FRONT, NO_KEEPDIM, POWER_HALF
 
 STD = (
     "you divided by the standard deviation (x.var and x.std subtract the mean first): RMSNorm "
@@ -64,6 +64,9 @@ MISTAKES = {
     "weight_before_norm": "weight scales x before it is normalised, so dividing by the root mean "
     "square of x * weight takes its scale back out: normalise x itself first, then multiply, "
     "x / sqrt(mean(x**2) + eps) * weight",
+    "sum_by_shape0": D_FROM_FRONT.replace("x.mean(", "x.pow(2).mean(").replace(
+        "the sums", "the sum of the squares"
+    ),
     "eps_at_end": "eps is added to the result, x / sqrt(mean(x**2)) * weight + eps: it belongs "
     "under the square root, x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight "
     "(mind the brackets)",
@@ -83,7 +86,7 @@ def wrong_rms_norm(x, weight, eps=None, *, mistake=""):
         x = x - x.mean(dim=-1, keepdim=True)
     dim, keepdim = {"batch_axis": 0, "dim1": 1}.get(mistake, -1), mistake != "no_keepdim"
     if mistake.startswith("sum"):  # sum_sqrt_d: sum / sqrt(d), the norm's sqrt(d) misplaced
-        root_d = x.shape[-1] ** 0.5 if mistake == "sum_sqrt_d" else 1
+        root_d = {"sum_sqrt_d": x.shape[-1] ** 0.5, "sum_by_shape0": x.shape[0]}.get(mistake, 1)
         mean_square = x.pow(2).sum(dim=dim, keepdim=keepdim) / root_d
     elif mistake == "whole_tensor":
         mean_square = x.pow(2).mean()
