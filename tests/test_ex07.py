@@ -2262,3 +2262,32 @@ def test_h07c_d_from_the_front_and_the_affine_first_are_named(task_id, learner, 
         assert r.status == "failed" and words in r.feedback, (seed, r.feedback)
     r = status(task_id, learner)
     assert r.status == "failed" and words in r.feedback, r.feedback
+
+
+def ln_eps_on_sum(x, gamma, beta, eps=1e-5):  # ||x - mean|| / sqrt(d), eps under the sum
+    centred = x - x.mean(dim=-1, keepdim=True)
+    norm = torch.sqrt((centred**2).sum(dim=-1, keepdim=True) + eps)
+    return centred / norm * math.sqrt(x.shape[-1]) * gamma + beta
+
+
+def rms_eps_on_sum(x, weight, eps=1e-6):
+    return (
+        x
+        / (torch.sqrt(x.pow(2).sum(dim=-1, keepdim=True) + eps) / math.sqrt(x.shape[-1]))
+        * (weight)
+    )
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex07.layer_norm", ln_eps_on_sum, "eps is added to the sum of the squares"),
+        ("ex07.rms_norm", rms_eps_on_sum, "sqrt(sum(x**2) + eps) / sqrt(d)"),
+    ],
+)
+def test_h07c_eps_added_to_the_sum_of_squares_is_named(task_id, learner, words):
+    # before: layer_norm was told 'your float64 result has float32's precision' (4/9), rms_norm
+    # 'RMSNorm without eps' (3/6) or, under a hidden seed, 'None of the usual single mistakes'
+    for seed, r in _hidden_seed_results(task_id, learner, (0, 1, 2)):
+        assert r.status == "failed" and words in r.feedback, (seed, r.feedback)
+        assert "float32's precision" not in r.feedback, (seed, r.feedback)

@@ -81,6 +81,9 @@ MISTAKES = {
     "d_minus_1_unbracketed": "/ binds tighter than -: sum / d - 1 is (sum / d) - 1, your "
     "variance minus 1; and LayerNorm divides by d itself anyway (the biased variance): "
     "((x - mean) ** 2).mean(dim=-1, keepdim=True)",
+    "eps_on_sum": "eps is added to the sum of the squares, sqrt(sum((x - mean) ** 2) + eps) "
+    "/ sqrt(d) (as in ||x - mean|| / sqrt(d)), so it weighs d times less: add it to the "
+    "variance, the mean of the squares, torch.sqrt(var + eps)",
     "no_eps": "your result is LayerNorm without eps (or with a far smaller one): add eps to the "
     "variance inside the square root, sqrt(var + eps), with the default eps=1e-5",
     "gamma_before_norm": "gamma scales x before it is normalised, so the normalisation divides "
@@ -102,6 +105,7 @@ def wrong_layer_norm(x, gamma, beta, eps=None, *, mistake=""):
     if eps is None or mistake == "eps_ignored":
         eps = 1e-6 if mistake == "default_eps" else 1e-5
     eps = 0.0 if mistake == "no_eps" else eps
+    eps = eps / x.shape[-1] if mistake == "eps_on_sum" else eps  # sqrt(sum + eps) / sqrt(d)
     if mistake in ("gamma_before_norm", "affine_before_norm"):  # x * gamma (+ beta) first
         shift = beta if mistake == "affine_before_norm" else torch.zeros_like(beta)
         return wrong_layer_norm(x * gamma + shift, torch.ones_like(gamma), beta - shift, eps)

@@ -13,6 +13,13 @@ STD = (
     "divides by sqrt(mean(x**2) + eps), the mean of the squares of x itself"
 )
 
+NO_EPS = (
+    "your result is RMSNorm without eps (or with a far smaller one, as when eps is added to the "
+    "sum of the squares, sqrt(sum(x**2) + eps) / sqrt(d), where it weighs d times less): add eps "
+    "to the MEAN of the squares, inside the square root, sqrt(mean(x**2) + eps), with the "
+    "default eps=1e-6"
+)
+
 MISTAKES = {
     "mean_subtracted": "you subtracted the mean: that is LayerNorm without its bias. "
     "RMSNorm only divides by the root mean square, sqrt(mean(x**2) + eps), and keeps "
@@ -50,8 +57,8 @@ MISTAKES = {
     "eps, then take the square root",
     "weight_plus_one": "you scaled by 1 + weight (Gemma's RMSNorm, whose weight starts at 0); "
     "Llama's, this task's, multiplies by the weight itself: x / sqrt(mean(x**2) + eps) * weight",
-    "no_eps": "your result is RMSNorm without eps (or with a far smaller one): add eps inside "
-    "the square root, sqrt(mean(x**2) + eps), with the default eps=1e-6",
+    "no_eps": NO_EPS,
+    "eps_on_sum": NO_EPS,  # sqrt(sum(x**2) + eps) / sqrt(d): eps / d, no_eps's result in float64
     "sum_sqrt_d": "you divided the sum of the squares by sqrt(d): the mean square divides it by "
     "d itself (sqrt(d) belongs to the norm: ||x|| / sqrt(d) = sqrt(sum(x**2) / d)); use "
     "x.pow(2).mean(dim=-1, keepdim=True) inside the square root",
@@ -78,6 +85,7 @@ def wrong_rms_norm(x, weight, eps=None, *, mistake=""):
     if eps is None or mistake == "eps_ignored":
         eps = 1e-5 if mistake == "default_eps" else 1e-6
     eps = 0.0 if mistake == "no_eps" else eps
+    eps = eps / x.shape[-1] if mistake == "eps_on_sum" else eps  # sqrt(sum + eps) / sqrt(d)
     if mistake == "weight_before_norm":  # x = x * weight, then the normalisation
         return wrong_rms_norm(x * weight, torch.ones_like(weight), eps)
     if mistake == "mean_abs":  # x / (mean(|x|) + eps): the mean absolute value for the rms
