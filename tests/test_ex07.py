@@ -2146,37 +2146,36 @@ def test_h18_slips_are_named(task_id, learner, words):
 # ---- h07c: the residual taken from the normed input, and the encoder's sub-layers swapped -----
 
 
+def _residual_slip(x, steps, pre, slip):
+    """Each (norm, sublayer) step in a residual connection, post- or pre-norm; `slip` is
+    (mode, which): in that mode the steps `which` ("first", "last", "all") take norm(x) as
+    their residual, h = norm(x) then x = h + sublayer(h or x)."""
+    mode, which = slip
+    for k, (norm, f) in enumerate(steps):
+        picked = {"first": k == 0, "last": k == len(steps) - 1, "all": True}.get(which, False)
+        if mode == ("pre" if pre else "post") and picked:
+            h = norm(x)
+            x = h + f(h if pre else x)
+        else:
+            x = x + f(norm(x)) if pre else norm(x + f(x))
+    return x
+
+
 class EncResidualSlip(EncoderLayerByHand):
-    slip = "post norm(x) + sublayer(x)"
+    slip = ("post", "all")
 
     def forward(self, x, mask=None):
-        def sa(h):
-            return self.self_attn(h, h, h, mask=mask)[0]
-
-        def ff(h):
-            return self.linear2(self.act(self.linear1(h)))
-
+        steps = [
+            (self.norm1, lambda h: self.self_attn(h, h, h, mask=mask)[0]),
+            (self.norm2, lambda h: self.linear2(self.act(self.linear1(h)))),
+        ]
         if self.slip == "ffn first":  # each line right, the two in the wrong order
-            if self.norm_first:
-                x = x + ff(self.norm2(x))
-                return x + sa(self.norm1(x))
-            x = self.norm2(x + ff(x))
-            return self.norm1(x + sa(x))
-        if self.norm_first:
-            x = x + sa(self.norm1(x))
-            if self.slip == "pre ffn residual normed":  # x = norm2(x); x = x + ffn(x)
-                x = self.norm2(x)
-                return x + ff(x)
-            return x + ff(self.norm2(x))
-        if self.slip == "post norm(x) + sublayer(x)":
-            x = self.norm1(x) + sa(x)
-            return self.norm2(x) + ff(x)
-        x = self.norm1(x + sa(x))
-        return self.norm2(x + ff(x))
+            return _residual_slip(x, steps[::-1], self.norm_first, ("none", "none"))
+        return _residual_slip(x, steps, self.norm_first, self.slip)
 
 
 class DecResidualSlip(DecLearner):
-    slip = "post norm(x) + sublayer(x)"
+    slip = ("post", "all")
 
     def forward(self, x, memory, self_mask=None, memory_mask=None):
         steps = [
@@ -2184,29 +2183,26 @@ class DecResidualSlip(DecLearner):
             (self.norm2, lambda h: self.multihead_attn(h, memory, memory, mask=memory_mask)[0]),
             (self.norm3, lambda h: self.linear2(F.relu(self.linear1(h)))),
         ]
-        for k, (norm, f) in enumerate(steps):
-            if self.norm_first and self.slip == "pre ffn residual normed" and k == 2:
-                h = norm(x)
-                x = h + f(h)
-            elif self.norm_first:
-                x = x + f(norm(x))
-            elif self.slip == "post norm(x) + sublayer(x)":
-                x = norm(x) + f(x)
-            else:
-                x = norm(x + f(x))
-        return x
+        return _residual_slip(x, steps, self.norm_first, self.slip)
 
 
-@pytest.mark.parametrize(
-    "task_id, base, slip, words",
-    [
-        ("ex07.EncoderLayer", EncResidualSlip, "post norm(x) + sublayer(x)", "around the sum"),
-        ("ex07.DecoderLayer", DecResidualSlip, "post norm(x) + sublayer(x)", "around the sum"),
-        ("ex07.EncoderLayer", EncResidualSlip, "pre ffn residual normed", "x + ffn(norm2(x))"),
-        ("ex07.DecoderLayer", DecResidualSlip, "pre ffn residual normed", "x + ffn(norm3(x))"),
-        ("ex07.EncoderLayer", EncResidualSlip, "ffn first", "the wrong order"),
-    ],
-)
+AROUND_THE_SUM = "in post-norm the LayerNorm goes around the sum"
+SLIPS_H07C = [
+    ("ex07.EncoderLayer", EncResidualSlip, ("post", "all"), AROUND_THE_SUM),
+    ("ex07.DecoderLayer", DecResidualSlip, ("post", "all"), AROUND_THE_SUM),
+    ("ex07.EncoderLayer", EncResidualSlip, ("post", "first"), AROUND_THE_SUM),
+    ("ex07.DecoderLayer", DecResidualSlip, ("post", "first"), AROUND_THE_SUM),
+    ("ex07.EncoderLayer", EncResidualSlip, ("post", "last"), AROUND_THE_SUM),
+    ("ex07.DecoderLayer", DecResidualSlip, ("post", "last"), AROUND_THE_SUM),
+    ("ex07.EncoderLayer", EncResidualSlip, ("pre", "last"), "x + ffn(norm2(x))"),
+    ("ex07.DecoderLayer", DecResidualSlip, ("pre", "last"), "x + ffn(norm3(x))"),
+    ("ex07.EncoderLayer", EncResidualSlip, ("pre", "first"), "self-attention sub-layer's resid"),
+    ("ex07.DecoderLayer", DecResidualSlip, ("pre", "first"), "self-attention sub-layer's resid"),
+    ("ex07.EncoderLayer", EncResidualSlip, "ffn first", "the wrong order"),
+]
+
+
+@pytest.mark.parametrize("task_id, base, slip, words", SLIPS_H07C)
 def test_h07c_a_residual_from_the_normed_input_or_the_sublayers_swapped_are_named(
     task_id, base, slip, words
 ):
@@ -2217,7 +2213,7 @@ def test_h07c_a_residual_from_the_normed_input_or_the_sublayers_swapped_are_name
         assert words in r.feedback and "None of the usual" not in r.feedback, (seed, r.feedback)
     r = status(task_id, learner)
     assert r.status == "failed" and words in r.feedback, r.feedback
-    right = type("Layer", (base,), {"slip": "none"})
+    right = type("Layer", (base,), {"slip": ("none", "none")})
     assert status(task_id, right).status == "passed"
 
 

@@ -130,6 +130,12 @@ LAST_RESIDUAL_NORMED = (
     "x = x + ffn(norm(x)), as around the attention before it; h = norm(x) then h + ffn(h) (or "
     "x = norm(x) then x = x + ffn(x)) puts the normalised copy in x's place"
 )
+FIRST_RESIDUAL_NORMED = (
+    "in pre-norm the self-attention sub-layer's residual must carry x itself, "
+    "x = x + self_attn(h, h, h, ...) with h = norm1(x), as around the sub-layers after it; "
+    "h + self_attn(h, h, h, ...) (or x = norm1(x) then x = x + self_attn(x, x, x, ...)) puts "
+    "the normalised copy in x's place"
+)
 MASK_KEPT = (
     "your layer kept the mask of an earlier call (on self, in a mutable default argument or in "
     "a global): each call must use the mask it is given, as a new batch brings new padding and "
@@ -304,12 +310,21 @@ class WrongLayer(nn.Module):
                 h = norm(x)
                 x = norm(h + run(h if mistake == "norm_sandwich" else x))
             return x
-        pre = self.norm_first
-        normed = {"post_residual_normed": not pre, "ffn_residual_normed": pre}
-        if normed.get(mistake, False):  # the residual norm(x): x = norm(x) + sublayer(...)
-            for i, (norm, run) in enumerate(steps):  # all of post-norm's, pre-norm's last
+        pre, last = self.norm_first, len(steps) - 1
+        normed = {  # the sub-layers whose residual is norm(x): x = norm(x) + sublayer(...)
+            "post_residual_normed": () if pre else range(len(steps)),
+            "post_attn_residual_normed": () if pre else (0,),
+            "post_ffn_residual_normed": () if pre else (last,),
+            "attn_residual_normed": (0,) if pre else (),
+            "ffn_residual_normed": (last,) if pre else (),
+        }.get(mistake)
+        if normed:
+            for i, (norm, run) in enumerate(steps):
                 h = norm(x)
-                x = x + run(h) if pre and i < len(steps) - 1 else h + run(h if pre else x)
+                if i in normed:
+                    x = h + run(h if pre else x)
+                else:
+                    x = x + run(h) if pre else norm(x + run(x))
             return x
         other = {"mode_mixed_attn": 0, "mode_mixed_cross": 1, "mode_mixed_ffn": len(steps) - 1}
         if mistake in other:  # one sub-layer's line copied from the other norm_first branch
