@@ -349,6 +349,24 @@ def test_a_layer_norm_with_a_plain_tensor_attribute_fails_as_it_would_on_a_gpu()
     assert "keeps the tensor zeros as a plain attribute" in result.feedback, result.feedback
 
 
+class LayerNormWithZerosOnTheCpu(LayerNormByHand):
+    """bias=False's zeros made in forward, torch.zeros(d_model): the right values on the CPU
+    (a float32 beta promotes to float64), but on a GPU they meet CUDA tensors and fail."""
+
+    def forward(self, x):
+        beta = torch.zeros(self.weight.shape[0]) if self.bias is None else self.bias
+        return layer_norm_var_mean(x, self.weight, beta, self.eps)
+
+
+def test_h07c_a_layer_norm_making_cpu_zeros_in_forward_fails_as_it_would_on_a_gpu():
+    # before: passed all 8 checks (notebook and hidden seeds); exercise 09 on Colab's GPU then
+    # failed with 'Expected all tensors to be on the same device'
+    for seed, r in _hidden_seed_results("ex07.LayerNorm", LayerNormWithZerosOnTheCpu, (0, 1, 5)):
+        assert r.status == "failed" and "makes a tensor on the CPU" in r.feedback, (seed, r)
+    result = status("ex07.LayerNorm", LayerNormWithZerosOnTheCpu)
+    assert result.status == "failed" and "zeros_like(self.weight)" in result.feedback
+
+
 def test_badly_named_submodules_get_a_clear_message():
     class Misnamed(nn.Module):
         def __init__(self, d_model, d_ff, dropout=0.0):
@@ -2123,3 +2141,149 @@ def test_h18_slips_are_named(task_id, learner, words):
     assert result.status == "failed" and words in result.feedback, result.feedback
     for seed, hidden in _hidden_seed_results(task_id, learner):
         assert hidden.status == "failed" and words in hidden.feedback, (seed, hidden.feedback)
+
+
+# ---- h07c: the residual taken from the normed input, and the encoder's sub-layers swapped -----
+
+
+def _residual_slip(x, steps, pre, slip):
+    """Each (norm, sublayer) step in a residual connection, post- or pre-norm; `slip` is
+    (mode, which): in that mode the steps `which` ("first", "last", "all") take norm(x) as
+    their residual, h = norm(x) then x = h + sublayer(h or x)."""
+    mode, which = slip
+    for k, (norm, f) in enumerate(steps):
+        picked = {"first": k == 0, "last": k == len(steps) - 1, "all": True}.get(which, False)
+        if mode == ("pre" if pre else "post") and picked:
+            h = norm(x)
+            x = h + f(h if pre else x)
+        else:
+            x = x + f(norm(x)) if pre else norm(x + f(x))
+    return x
+
+
+class EncResidualSlip(EncoderLayerByHand):
+    slip = ("post", "all")
+
+    def forward(self, x, mask=None):
+        steps = [
+            (self.norm1, lambda h: self.self_attn(h, h, h, mask=mask)[0]),
+            (self.norm2, lambda h: self.linear2(self.act(self.linear1(h)))),
+        ]
+        if self.slip == "ffn first":  # each line right, the two in the wrong order
+            return _residual_slip(x, steps[::-1], self.norm_first, ("none", "none"))
+        return _residual_slip(x, steps, self.norm_first, self.slip)
+
+
+class DecResidualSlip(DecLearner):
+    slip = ("post", "all")
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        steps = [
+            (self.norm1, lambda h: self.self_attn(h, h, h, mask=self_mask)[0]),
+            (self.norm2, lambda h: self.multihead_attn(h, memory, memory, mask=memory_mask)[0]),
+            (self.norm3, lambda h: self.linear2(F.relu(self.linear1(h)))),
+        ]
+        return _residual_slip(x, steps, self.norm_first, self.slip)
+
+
+AROUND_THE_SUM = "in post-norm the LayerNorm goes around the sum"
+SLIPS_H07C = [
+    ("ex07.EncoderLayer", EncResidualSlip, ("post", "all"), AROUND_THE_SUM),
+    ("ex07.DecoderLayer", DecResidualSlip, ("post", "all"), AROUND_THE_SUM),
+    ("ex07.EncoderLayer", EncResidualSlip, ("post", "first"), AROUND_THE_SUM),
+    ("ex07.DecoderLayer", DecResidualSlip, ("post", "first"), AROUND_THE_SUM),
+    ("ex07.EncoderLayer", EncResidualSlip, ("post", "last"), AROUND_THE_SUM),
+    ("ex07.DecoderLayer", DecResidualSlip, ("post", "last"), AROUND_THE_SUM),
+    ("ex07.EncoderLayer", EncResidualSlip, ("pre", "last"), "x + ffn(norm2(x))"),
+    ("ex07.DecoderLayer", DecResidualSlip, ("pre", "last"), "x + ffn(norm3(x))"),
+    ("ex07.EncoderLayer", EncResidualSlip, ("pre", "first"), "self-attention sub-layer's resid"),
+    ("ex07.DecoderLayer", DecResidualSlip, ("pre", "first"), "self-attention sub-layer's resid"),
+    ("ex07.EncoderLayer", EncResidualSlip, "ffn first", "the wrong order"),
+]
+
+
+@pytest.mark.parametrize("task_id, base, slip, words", SLIPS_H07C)
+def test_h07c_a_residual_from_the_normed_input_or_the_sublayers_swapped_are_named(
+    task_id, base, slip, words
+):
+    # before: 'None of the usual single mistakes gives this result' (5/10, 4/8), every seed
+    learner = type("Layer", (base,), {"slip": slip})
+    for seed, r in _hidden_seed_results(task_id, learner, (0, 1, 2)):
+        assert r.status == "failed" and r.score < r.max_score, (seed, r.feedback)
+        assert words in r.feedback and "None of the usual" not in r.feedback, (seed, r.feedback)
+    r = status(task_id, learner)
+    assert r.status == "failed" and words in r.feedback, r.feedback
+    right = type("Layer", (base,), {"slip": ("none", "none")})
+    assert status(task_id, right).status == "passed"
+
+
+# ---- h07c: d read from the front of x's shape, and the affine applied before the norm ---------
+
+
+def ln_d_from_front(x, gamma, beta, eps=1e-5):  # d = x.shape[0]: the batch's size, not d
+    d = x.shape[0]
+    mean = x.sum(dim=-1, keepdim=True) / d
+    var = ((x - mean) ** 2).sum(dim=-1, keepdim=True) / d
+    return (x - mean) / torch.sqrt(var + eps) * gamma + beta
+
+
+def ln_var_by_len(x, gamma, beta, eps=1e-5):  # the mean right, the variance's sum / len(x)
+    mean = x.mean(dim=-1, keepdim=True)
+    var = ((x - mean) ** 2).sum(dim=-1, keepdim=True) / len(x)
+    return (x - mean) / torch.sqrt(var + eps) * gamma + beta
+
+
+def ln_affine_first(x, gamma, beta, eps=1e-5):  # two right steps in the wrong order
+    y = x * gamma + beta
+    mean = y.mean(dim=-1, keepdim=True)
+    return (y - mean) / torch.sqrt(((y - mean) ** 2).mean(dim=-1, keepdim=True) + eps)
+
+
+def rms_by_len(x, weight, eps=1e-6):
+    return x / torch.sqrt(x.pow(2).sum(dim=-1, keepdim=True) / len(x) + eps) * weight
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex07.layer_norm", ln_d_from_front, "the size of the LAST dimension, x.shape[-1]"),
+        ("ex07.layer_norm", ln_var_by_len, "the size of the LAST dimension, x.shape[-1]"),
+        ("ex07.rms_norm", rms_by_len, "x.pow(2).mean(dim=-1, keepdim=True)"),
+        ("ex07.layer_norm", ln_affine_first, "gamma and beta are applied before the norm"),
+    ],
+)
+def test_h07c_d_from_the_front_and_the_affine_first_are_named(task_id, learner, words):
+    # before: 'None of the usual single mistakes gives this result' (2/9, 0/6, 0/9), every seed
+    for seed, r in _hidden_seed_results(task_id, learner, (0, 1, 2)):
+        assert r.status == "failed" and words in r.feedback, (seed, r.feedback)
+    r = status(task_id, learner)
+    assert r.status == "failed" and words in r.feedback, r.feedback
+
+
+def ln_eps_on_sum(x, gamma, beta, eps=1e-5):  # ||x - mean|| / sqrt(d), eps under the sum
+    centred = x - x.mean(dim=-1, keepdim=True)
+    norm = torch.sqrt((centred**2).sum(dim=-1, keepdim=True) + eps)
+    return centred / norm * math.sqrt(x.shape[-1]) * gamma + beta
+
+
+def rms_eps_on_sum(x, weight, eps=1e-6):
+    return (
+        x
+        / (torch.sqrt(x.pow(2).sum(dim=-1, keepdim=True) + eps) / math.sqrt(x.shape[-1]))
+        * (weight)
+    )
+
+
+@pytest.mark.parametrize(
+    "task_id, learner, words",
+    [
+        ("ex07.layer_norm", ln_eps_on_sum, "eps is added to the sum of the squares"),
+        ("ex07.rms_norm", rms_eps_on_sum, "sqrt(sum(x**2) + eps) / sqrt(d)"),
+    ],
+)
+def test_h07c_eps_added_to_the_sum_of_squares_is_named(task_id, learner, words):
+    # before: layer_norm was told 'your float64 result has float32's precision' (4/9), rms_norm
+    # 'RMSNorm without eps' (3/6) or, under a hidden seed, 'None of the usual single mistakes'
+    for seed, r in _hidden_seed_results(task_id, learner, (0, 1, 2)):
+        assert r.status == "failed" and words in r.feedback, (seed, r.feedback)
+        assert "float32's precision" not in r.feedback, (seed, r.feedback)

@@ -120,6 +120,22 @@ NORM_OF_NORMED_X = (
     "x = norm(x + sublayer(x)) with x itself in the residual, pre-norm (norm_first=True) "
     "x = x + sublayer(norm(x)) with the sum left as it is"
 )
+POST_RESIDUAL_NORMED = (
+    "in post-norm the LayerNorm goes around the sum, x = norm(x + sublayer(x)); "
+    "norm(x) + sublayer(x) normalises the residual alone and leaves the sum (the sub-layer's "
+    "output in it too) unnormalised"
+)
+LAST_RESIDUAL_NORMED = (
+    "in pre-norm the feed-forward sub-layer's residual must carry x itself, "
+    "x = x + ffn(norm(x)), as around the attention before it; h = norm(x) then h + ffn(h) (or "
+    "x = norm(x) then x = x + ffn(x)) puts the normalised copy in x's place"
+)
+FIRST_RESIDUAL_NORMED = (
+    "in pre-norm the self-attention sub-layer's residual must carry x itself, "
+    "x = x + self_attn(h, h, h, ...) with h = norm1(x), as around the sub-layers after it; "
+    "h + self_attn(h, h, h, ...) (or x = norm1(x) then x = x + self_attn(x, x, x, ...)) puts "
+    "the normalised copy in x's place"
+)
 MASK_KEPT = (
     "your layer kept the mask of an earlier call (on self, in a mutable default argument or in "
     "a global): each call must use the mask it is given, as a new batch brings new padding and "
@@ -287,11 +303,28 @@ class WrongLayer(nn.Module):
             runs[:2] = runs[1], runs[0]
         steps = list(zip(norms, runs, strict=True))
         order = {"lines_cross_first": (1, 0, 2), "lines_ff_before_cross": (0, 2, 1)}
+        order["ffn_first"] = (1, 0)  # the encoder's two lines swapped, each with its norm
         steps = [steps[i] for i in order.get(mistake, range(len(steps)))]
         if mistake in ("norm_sandwich", "norm_of_normed_x"):  # norm(norm(x) + ...), either mode
             for norm, run in steps:
                 h = norm(x)
                 x = norm(h + run(h if mistake == "norm_sandwich" else x))
+            return x
+        pre, last = self.norm_first, len(steps) - 1
+        normed = {  # the sub-layers whose residual is norm(x): x = norm(x) + sublayer(...)
+            "post_residual_normed": () if pre else range(len(steps)),
+            "post_attn_residual_normed": () if pre else (0,),
+            "post_ffn_residual_normed": () if pre else (last,),
+            "attn_residual_normed": (0,) if pre else (),
+            "ffn_residual_normed": (last,) if pre else (),
+        }.get(mistake)
+        if normed:
+            for i, (norm, run) in enumerate(steps):
+                h = norm(x)
+                if i in normed:
+                    x = h + run(h if pre else x)
+                else:
+                    x = x + run(h) if pre else norm(x + run(x))
             return x
         other = {"mode_mixed_attn": 0, "mode_mixed_cross": 1, "mode_mixed_ffn": len(steps) - 1}
         if mistake in other:  # one sub-layer's line copied from the other norm_first branch

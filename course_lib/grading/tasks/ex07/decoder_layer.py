@@ -123,6 +123,11 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "mask_kept": layers.MASK_KEPT,
     "self_mask_kept": layers.MASK_KEPT,
     "memory_kept": layers.MEMORY_KEPT,
+    "post_residual_normed": layers.POST_RESIDUAL_NORMED,
+    "post_attn_residual_normed": layers.POST_RESIDUAL_NORMED,
+    "post_ffn_residual_normed": layers.POST_RESIDUAL_NORMED,
+    "attn_residual_normed": layers.FIRST_RESIDUAL_NORMED,
+    "ffn_residual_normed": layers.LAST_RESIDUAL_NORMED.replace("norm(x)", "norm3(x)", 1),
 }
 
 

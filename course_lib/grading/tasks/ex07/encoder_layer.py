@@ -69,6 +69,14 @@ MISTAKES = {  # "default_pre_norm" first: on its case "pre_post_swapped" gives t
     "mode_mixed_attn": layers.mode_mixed("self-attention"),
     "mode_mixed_ffn": layers.mode_mixed("feed-forward"),
     "mask_kept": layers.MASK_KEPT,
+    "post_residual_normed": layers.POST_RESIDUAL_NORMED,
+    "post_attn_residual_normed": layers.POST_RESIDUAL_NORMED,
+    "post_ffn_residual_normed": layers.POST_RESIDUAL_NORMED,
+    "attn_residual_normed": layers.FIRST_RESIDUAL_NORMED,
+    "ffn_residual_normed": layers.LAST_RESIDUAL_NORMED.replace("norm(x)", "norm2(x)", 1),
+    "ffn_first": "the sub-layers are in the wrong order: the self-attention first, then the "
+    "feed-forward network, each with its own LayerNorm (norm1, then norm2), as in "
+    "nn.TransformerEncoderLayer",
 }
 
 

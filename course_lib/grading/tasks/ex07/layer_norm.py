@@ -18,6 +18,12 @@ POWER_HALF = (
     "(var + eps) ** 0.5 or torch.sqrt(var + eps)"
 )
 
+D_FROM_FRONT = (  # also rms_norm's
+    "d is the size of the LAST dimension, x.shape[-1]: x.shape[0] (or len(x)) is the first "
+    "one, the batch's, and equals d only for a single vector; average with "
+    "x.mean(dim=-1, keepdim=True), or divide the sums by x.shape[-1]"
+)
+
 FORBIDDEN = (  # also for ex07.LayerNorm, which calls the learner's layer_norm
     "torch.nn.functional.layer_norm",
     "torch.layer_norm",
@@ -75,11 +81,19 @@ MISTAKES = {
     "d_minus_1_unbracketed": "/ binds tighter than -: sum / d - 1 is (sum / d) - 1, your "
     "variance minus 1; and LayerNorm divides by d itself anyway (the biased variance): "
     "((x - mean) ** 2).mean(dim=-1, keepdim=True)",
+    "eps_on_sum": "eps is added to the sum of the squares, sqrt(sum((x - mean) ** 2) + eps) "
+    "/ sqrt(d) (as in ||x - mean|| / sqrt(d)), so it weighs d times less: add it to the "
+    "variance, the mean of the squares, torch.sqrt(var + eps)",
     "no_eps": "your result is LayerNorm without eps (or with a far smaller one): add eps to the "
     "variance inside the square root, sqrt(var + eps), with the default eps=1e-5",
     "gamma_before_norm": "gamma scales x before it is normalised, so the normalisation divides "
     "its scale back out: normalise x itself first, then scale and shift the result, "
     "(x - mean) / sqrt(var + eps) * gamma + beta",
+    "d_from_front": D_FROM_FRONT,
+    "var_d_from_front": D_FROM_FRONT,
+    "affine_before_norm": "gamma and beta are applied before the normalisation, which then "
+    "takes their scale and shift back out: normalise x itself first, then scale and shift the "
+    "result, (x - mean) / sqrt(var + eps) * gamma + beta",
     "eps_rooted": "std + sqrt(eps) is not sqrt(var + eps): a square root of a sum is not the "
     "sum of the roots. Add eps to the variance under the one square root: "
     "(x - mean) / torch.sqrt(var + eps)",
@@ -91,13 +105,18 @@ def wrong_layer_norm(x, gamma, beta, eps=None, *, mistake=""):
     if eps is None or mistake == "eps_ignored":
         eps = 1e-6 if mistake == "default_eps" else 1e-5
     eps = 0.0 if mistake == "no_eps" else eps
-    if mistake == "gamma_before_norm":  # x = x * gamma, then the normalisation and beta
-        return wrong_layer_norm(x * gamma, torch.ones_like(gamma), beta, eps)
+    eps = eps / x.shape[-1] if mistake == "eps_on_sum" else eps  # sqrt(sum + eps) / sqrt(d)
+    if mistake in ("gamma_before_norm", "affine_before_norm"):  # x * gamma (+ beta) first
+        shift = beta if mistake == "affine_before_norm" else torch.zeros_like(beta)
+        return wrong_layer_norm(x * gamma + shift, torch.ones_like(gamma), beta - shift, eps)
     dim = {"batch_axis": 0, "dim1": 1, "whole_tensor": None}.get(mistake, -1)
     keepdim = mistake != "no_keepdim"
     mean = x.mean() if dim is None else x.mean(dim=dim, keepdim=keepdim)
     spread = x if mistake == "second_moment" else x - mean
     var = (spread**2).mean() if dim is None else (spread**2).mean(dim=dim, keepdim=keepdim)
+    if mistake in ("d_from_front", "var_d_from_front"):  # d = x.shape[0] (or len(x)): sum / d
+        mean = x.sum(dim=-1, keepdim=True) / x.shape[0] if mistake == "d_from_front" else mean
+        var = ((x - mean) ** 2).sum(dim=-1, keepdim=True) / x.shape[0]
     if mistake == "stats_detached":
         mean, var = mean.detach(), var.detach()
     if mistake == "unbiased":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 
@@ -51,6 +53,18 @@ class WrongLayerNorm(nn.Module):
             gamma, beta = beta, gamma
         eps = 1e-5 if self.mistake == "eps_not_passed" else self.eps
         return wrong_layer_norm(x, gamma, beta, eps)
+
+
+def cpu_tensor_in_forward(module: nn.Module, x: torch.Tensor) -> bool:
+    """Whether forward, run on the meta device (a stand-in for a GPU on a CPU-only machine),
+    fails on a tensor it made on the CPU (torch.zeros(d) in forward, which every CPU case
+    passed). Any other failure there is not this check's business: False."""
+    try:
+        copy.deepcopy(module).to("meta")(x.detach().to("meta"))
+    except Exception as e:  # noqa: BLE001
+        message = str(e).lower()
+        return "device" in message and "cpu" in message
+    return False
 
 
 @register
@@ -133,6 +147,14 @@ class LayerNormModuleTask(ModuleTask):
                 "module.to(device) and .double() do not move: on a GPU forward then mixes a "
                 "CPU tensor with CUDA ones and fails. Build it in forward from a parameter "
                 "(torch.zeros_like(self.weight)), or self.register_buffer(name, tensor)"
+            )
+        if cpu_tensor_in_forward(module, case.args[0]):
+            raise GradingError(
+                "your LayerNorm's forward makes a tensor on the CPU (torch.zeros(d) or "
+                "torch.ones(d) without device=): right here, but on a GPU (module.to('cuda'), "
+                "as your GPT in exercise 09 on Colab) it meets CUDA tensors and fails. "
+                "Make it from a parameter, torch.zeros_like(self.weight), which has its device "
+                "and dtype"
             )
         out = module.eval()(*case.args)  # with gradients: the weight and bias are learned
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]

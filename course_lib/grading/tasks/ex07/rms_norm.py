@@ -6,11 +6,18 @@ import torch
 
 from ...core import Case, Task, register
 from ..common import float32_digits, randn
-from .layer_norm import NO_KEEPDIM, POWER_HALF
+from .layer_norm import D_FROM_FRONT, NO_KEEPDIM, POWER_HALF
 
 STD = (
     "you divided by the standard deviation (x.var and x.std subtract the mean first): RMSNorm "
     "divides by sqrt(mean(x**2) + eps), the mean of the squares of x itself"
+)
+
+NO_EPS = (
+    "your result is RMSNorm without eps (or with a far smaller one, as when eps is added to the "
+    "sum of the squares, sqrt(sum(x**2) + eps) / sqrt(d), where it weighs d times less): add eps "
+    "to the MEAN of the squares, inside the square root, sqrt(mean(x**2) + eps), with the "
+    "default eps=1e-6"
 )
 
 MISTAKES = {
@@ -50,8 +57,8 @@ MISTAKES = {
     "eps, then take the square root",
     "weight_plus_one": "you scaled by 1 + weight (Gemma's RMSNorm, whose weight starts at 0); "
     "Llama's, this task's, multiplies by the weight itself: x / sqrt(mean(x**2) + eps) * weight",
-    "no_eps": "your result is RMSNorm without eps (or with a far smaller one): add eps inside "
-    "the square root, sqrt(mean(x**2) + eps), with the default eps=1e-6",
+    "no_eps": NO_EPS,
+    "eps_on_sum": NO_EPS,  # sqrt(sum(x**2) + eps) / sqrt(d): eps / d, no_eps's result in float64
     "sum_sqrt_d": "you divided the sum of the squares by sqrt(d): the mean square divides it by "
     "d itself (sqrt(d) belongs to the norm: ||x|| / sqrt(d) = sqrt(sum(x**2) / d)); use "
     "x.pow(2).mean(dim=-1, keepdim=True) inside the square root",
@@ -64,6 +71,9 @@ MISTAKES = {
     "weight_before_norm": "weight scales x before it is normalised, so dividing by the root mean "
     "square of x * weight takes its scale back out: normalise x itself first, then multiply, "
     "x / sqrt(mean(x**2) + eps) * weight",
+    "sum_by_shape0": D_FROM_FRONT.replace("x.mean(", "x.pow(2).mean(").replace(
+        "the sums", "the sum of the squares"
+    ),
     "eps_at_end": "eps is added to the result, x / sqrt(mean(x**2)) * weight + eps: it belongs "
     "under the square root, x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight "
     "(mind the brackets)",
@@ -75,6 +85,7 @@ def wrong_rms_norm(x, weight, eps=None, *, mistake=""):
     if eps is None or mistake == "eps_ignored":
         eps = 1e-5 if mistake == "default_eps" else 1e-6
     eps = 0.0 if mistake == "no_eps" else eps
+    eps = eps / x.shape[-1] if mistake == "eps_on_sum" else eps  # sqrt(sum + eps) / sqrt(d)
     if mistake == "weight_before_norm":  # x = x * weight, then the normalisation
         return wrong_rms_norm(x * weight, torch.ones_like(weight), eps)
     if mistake == "mean_abs":  # x / (mean(|x|) + eps): the mean absolute value for the rms
@@ -83,7 +94,7 @@ def wrong_rms_norm(x, weight, eps=None, *, mistake=""):
         x = x - x.mean(dim=-1, keepdim=True)
     dim, keepdim = {"batch_axis": 0, "dim1": 1}.get(mistake, -1), mistake != "no_keepdim"
     if mistake.startswith("sum"):  # sum_sqrt_d: sum / sqrt(d), the norm's sqrt(d) misplaced
-        root_d = x.shape[-1] ** 0.5 if mistake == "sum_sqrt_d" else 1
+        root_d = {"sum_sqrt_d": x.shape[-1] ** 0.5, "sum_by_shape0": x.shape[0]}.get(mistake, 1)
         mean_square = x.pow(2).sum(dim=dim, keepdim=keepdim) / root_d
     elif mistake == "whole_tensor":
         mean_square = x.pow(2).mean()
