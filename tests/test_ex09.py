@@ -1293,6 +1293,7 @@ def test_sample_next_check_runs_a_loop_over_the_rows_in_time():
     # in the notebook: each case called it three times on DRAWS copies of its rows, twice only
     # to see that the draws come from `generator`. Those two checks now draw FEW_DRAWS per row,
     # so a case costs its one statistical call plus a few hundred rows; every mark as before.
+    # (#h20: two more FEW_DRAWS calls without a generator, five in all)
     seen = []
 
     def counted(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
@@ -1304,7 +1305,7 @@ def test_sample_next_check_runs_a_loop_over_the_rows_in_time():
     cases = [c for c in get_task("ex09.sample_next").cases(torch.Generator()) if not c.raises]
     big = [n for n in seen if n >= ex09.sample_next.DRAWS]
     assert len(big) == len(cases), seen  # one statistical call per case, as before
-    assert sum(seen) - sum(big) <= len(cases) * 3 * 2 * ex09.sample_next.FEW_DRAWS, seen
+    assert sum(seen) - sum(big) <= len(cases) * 5 * 2 * ex09.sample_next.FEW_DRAWS, seen
 
 
 def test_the_float32_greedy_case_of_generate_has_no_near_tie_under_any_seed():
