@@ -191,6 +191,14 @@ def _wrong_generate(
     return ids[:, ids.shape[1] - max_new_tokens :] if mistake == "new_only" else ids
 
 
+SEEDED_WITHOUT_GENERATOR = (
+    "two runs without a generator (generator=None) gave the same text: with no generator, pass "
+    "None on to sample_next, which then draws from PyTorch's global random stream. A seed of "
+    "your own for that case (torch.manual_seed(0), or torch.Generator().manual_seed(0) as the "
+    "default) makes every text your generate samples without a generator the same"
+)
+
+
 @register
 class Generate(Task):
     id = "ex09.generate"
@@ -248,11 +256,13 @@ class Generate(Task):
         ]
         # fmt: on
 
-    def _run(self, obj, case, cls):
+    def _run(self, obj, case, cls, seeded=True):
         d = case.data
         model = course_gpt(_GPT_SIZES, d["state"], cls=cls).eval()
-        generator = torch.Generator().manual_seed(d["seed"])
-        tokens = obj(model, d["ids"].clone(), d["new"], generator=generator, **d["kwargs"])
+        kwargs = dict(d["kwargs"])
+        if seeded:  # else the learner's default, generator=None
+            kwargs["generator"] = torch.Generator().manual_seed(d["seed"])
+        tokens = obj(model, d["ids"].clone(), d["new"], **kwargs)
         return model, tokens
 
     def _fails_otherwise(self, obj, case, error) -> bool:
@@ -299,6 +309,12 @@ class Generate(Task):
             other = replace(case, data=d | {"seed": d["seed"] + 1})
             if torch.equal(tokens, self._run(obj, other, _cache_only_gpt_class())[1]):
                 return tokens, "same tokens for another seed"  # judged in diagnose
+        # #h20: 24 draws or more, which two right runs repeat with a chance under 1e-12 (an
+        # estimate of the sum of P(text)^2 over hidden seeds 0-4): a seed of its own for None
+        if draws and d["ids"].shape[0] * d["new"] >= 24:
+            alone = self._run(obj, case, _cache_only_gpt_class(), seeded=False)[1]
+            if torch.equal(alone, self._run(obj, case, _cache_only_gpt_class(), seeded=False)[1]):
+                raise GradingError(SEEDED_WITHOUT_GENERATOR)
         # the prompt once, then each new token once (the last one may be fed or not)
         if model.positions_computed > d["ids"].shape[1] + d["new"]:
             return tokens, "positions"
